@@ -1,0 +1,70 @@
+"""``r1build``: entry point. Exceptions become exit codes here and nowhere else.
+
+Exit codes: 0 ok, 1 failure, 2 bad input or usage. A user error never shows a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+
+from .. import __version__
+from ..errors import R1BuildError, UsageError
+from .render import Console
+
+__all__ = ["main"]
+
+# Each module registers its sub-commands: ``register(subparsers) -> None``; handlers are ``func(args, console)``.
+COMMAND_MODULES = ("project", "cache_cmd", "generate_cmd")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _modules() -> list[ModuleType]:
+    return [importlib.import_module(f"{__package__}.{name}") for name in COMMAND_MODULES]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser."""
+    parser = _Parser(prog="r1build", description="CUDA kernels from kernels.toml, chosen per GPU arch.")
+    parser.add_argument("--version", action="version", version=f"r1build {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    for module in _modules():
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (also used by the console script through SystemExit)."""
+    console = Console()
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        logging.basicConfig(
+            level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
+            format="%(levelname)s %(name)s: %(message)s",
+            stream=sys.stderr,
+        )
+        code: int = args.func(args, console)
+        return code
+    except R1BuildError as exc:
+        console.error(str(exc))
+        return exc.exit_code
+    except KeyboardInterrupt:
+        console.error("interrupted")
+        return 130
+    finally:
+        console.close()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""Rendering for the CLI: events from the library, tables, errors. Built on rich."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console as RichConsole
+from rich.markup import escape
+from rich.table import Table
+
+from ..events import Event, Note, Progress, Stage
+
+__all__ = ["Console"]
+
+
+class Console:
+    """Where the CLI prints: results to stdout, notes and errors to stderr."""
+
+    def __init__(self) -> None:
+        self.out = RichConsole(file=sys.stdout, highlight=False, soft_wrap=True)
+        self.err = RichConsole(file=sys.stderr, highlight=False, soft_wrap=True)
+        self._progress: dict[str, str] = {}
+
+    def close(self) -> None:
+        """Finish any open progress line."""
+        self._progress.clear()
+
+    def print(self, text: str = "") -> None:
+        """A plain line on stdout (no markup interpretation)."""
+        self.out.print(escape(text))
+
+    def json(self, text: str) -> None:
+        """Raw JSON to stdout."""
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+
+    def error(self, message: str) -> None:
+        """An error on stderr."""
+        self.err.print(f"[bold red]error:[/] {escape(message)}")
+
+    def warning(self, message: str) -> None:
+        """A warning on stderr."""
+        self.err.print(f"[yellow]warning:[/] {escape(message)}")
+
+    def table(self, columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None) -> None:
+        """A table on stdout."""
+        table = Table(title=title, show_lines=False)
+        for col in columns:
+            table.add_column(col)
+        for row in rows:
+            table.add_row(*(escape("" if v is None else str(v)) for v in row))
+        self.out.print(table)
+
+    def event(self, event: Event) -> None:
+        """Render one library event (installed as the event sink)."""
+        if isinstance(event, Note):
+            where = "/".join(x for x in (event.kernel, event.arch) if x)
+            prefix = f"{where}: " if where else ""
+            if event.level == "error":
+                self.error(prefix + event.message)
+            elif event.level == "warning":
+                self.warning(prefix + event.message)
+            else:
+                self.err.print(escape(prefix + event.message))
+        elif isinstance(event, Stage):
+            if event.done and event.detail:
+                where = "/".join(x for x in (event.kernel, event.arch) if x)
+                self.err.print(f"[dim]{escape(event.stage)} {escape(where)}: {escape(event.detail)}[/]")
+        elif isinstance(event, Progress):
+            fields = " ".join(f"{k}={v}" for k, v in event.fields.items())
+            total = f"/{event.total}" if event.total is not None else ""
+            line = f"{event.task}: {event.completed}{total} {fields}".rstrip()
+            if self._progress.get(event.task) != line:
+                self._progress[event.task] = line
+                self.err.print(f"[cyan]{escape(line)}[/]")

@@ -1,0 +1,127 @@
+"""The exception tree of r1build.
+
+One base, one subclass per domain. User errors (bad input: manifest, lock, cache bundle, command line) map to
+exit code 2 at the CLI / PEP 517 boundary; everything else to exit code 1::
+
+    R1BuildError
+    ├── UserError                      exit 2
+    │   ├── ManifestError              kernels.toml / [tool.r1build]: file, line, key
+    │   ├── LockError                  kernels.lock missing, stale, corrupt
+    │   │   └── StaleLockError         --locked and the lock does not match the manifest
+    │   ├── BundleError                a cache bundle that is malformed or tampered with
+    │   ├── ConfigError                settings / environment (missing API key, bad endpoint)
+    │   └── UsageError                 command-line misuse
+    ├── CacheError                     the cache directory is unusable
+    ├── ToolchainError                 nvcc missing or unusable
+    ├── CompileError                   a compile that had to succeed failed (subprocess output attached)
+    ├── ResolveError                   no winner, no baseline: nothing to emit for a kernel
+    ├── GenerationError                the LLM provider failed in a way that ends the run (401, 402, ...)
+    └── EvaluationError                the GPU evaluator could not run at all
+"""
+
+from __future__ import annotations
+
+import shlex
+import textwrap
+from collections.abc import Sequence
+
+__all__ = [
+    "BundleError",
+    "CacheError",
+    "CompileError",
+    "ConfigError",
+    "EvaluationError",
+    "GenerationError",
+    "LockError",
+    "ManifestError",
+    "R1BuildError",
+    "ResolveError",
+    "StaleLockError",
+    "ToolchainError",
+    "UsageError",
+    "UserError",
+    "format_subprocess_failure",
+]
+
+
+class R1BuildError(Exception):
+    """Base of every error r1build raises on purpose."""
+
+    exit_code: int = 1
+
+
+class UserError(R1BuildError):
+    """Bad input from the user: exit code 2, no traceback."""
+
+    exit_code = 2
+
+
+class ManifestError(UserError):
+    """A problem in a manifest, located by file, line and key."""
+
+    def __init__(self, message: str, *, file: str | None = None, line: int | None = None,
+                 key: str | None = None) -> None:
+        self.message = message
+        self.file = file
+        self.line = line
+        self.key = key
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        where = self.file or "<manifest>"
+        if self.line is not None:
+            where += f":{self.line}"
+        if self.key:
+            where += f": {self.key}"
+        return f"{where}: {self.message}"
+
+
+class LockError(UserError):
+    """kernels.lock is missing, corrupt, or cannot be used."""
+
+
+class StaleLockError(LockError):
+    """``--locked`` and the lock does not match the manifest."""
+
+
+class BundleError(UserError):
+    """A cache bundle that is malformed or was tampered with."""
+
+
+class ConfigError(UserError):
+    """Settings or environment: a missing API key, an unknown provider."""
+
+
+class UsageError(UserError):
+    """Command-line misuse."""
+
+
+class CacheError(R1BuildError):
+    """The cache directory cannot be used."""
+
+
+class ToolchainError(R1BuildError):
+    """nvcc is missing or unusable."""
+
+
+class CompileError(R1BuildError):
+    """A compile that had to succeed failed."""
+
+
+class ResolveError(R1BuildError):
+    """Nothing to emit for a kernel: no winner and no baseline."""
+
+
+class GenerationError(R1BuildError):
+    """The LLM provider failed in a way that ends the run (bad key, no credit, bad request)."""
+
+
+class EvaluationError(R1BuildError):
+    """The GPU evaluator could not run at all."""
+
+
+def format_subprocess_failure(cmd: Sequence[str], returncode: int, output: str, *, limit: int = 4000) -> str:
+    """Command, return code and indented output, the output cut to ``limit`` characters from its end."""
+    text = output if len(output) <= limit else "...\n" + output[-limit:]
+    body = textwrap.indent(text.rstrip() or "(no output)", "    ")
+    return f"command: {shlex.join(cmd)}\nreturn code: {returncode}\noutput:\n{body}"

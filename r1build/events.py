@@ -1,0 +1,77 @@
+"""Events: the library's way to tell a caller what is happening without printing.
+
+Stages call :func:`emit`; whoever drives the pipeline (the CLI, the build backend, a test) installs a sink with
+:func:`sink`. Events are small frozen dataclasses so a renderer can ``match`` on them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+__all__ = ["Event", "Note", "Progress", "Stage", "emit", "sink"]
+
+log = logging.getLogger("r1build")
+
+
+@dataclass(frozen=True)
+class Event:
+    """Base of all events."""
+
+
+@dataclass(frozen=True)
+class Note(Event):
+    """A message worth showing a user: ``level`` is ``info``, ``warning`` or ``error``."""
+
+    level: str
+    message: str
+    kernel: str | None = None
+    arch: str | None = None
+
+
+@dataclass(frozen=True)
+class Stage(Event):
+    """A pipeline stage started or finished for one kernel and arch."""
+
+    stage: str
+    kernel: str
+    arch: str | None = None
+    done: bool = False
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Progress(Event):
+    """Counters of a long-running job (generation, evaluation)."""
+
+    task: str
+    completed: int
+    total: int | None = None
+    fields: dict[str, float | int | str] = field(default_factory=dict)
+
+
+Sink = Callable[[Event], None]
+_sink: contextvars.ContextVar[Sink | None] = contextvars.ContextVar("r1build_event_sink", default=None)
+
+
+def emit(event: Event) -> None:
+    """Send ``event`` to the installed sink, and log notes."""
+    if isinstance(event, Note):
+        level = {"warning": logging.WARNING, "error": logging.ERROR}.get(event.level, logging.INFO)
+        log.log(level, "%s", event.message)
+    current = _sink.get()
+    if current is not None:
+        current(event)
+
+
+@contextlib.contextmanager
+def sink(callback: Sink) -> Iterator[None]:
+    """Install ``callback`` as the event sink for the duration of the block."""
+    token = _sink.set(callback)
+    try:
+        yield
+    finally:
+        _sink.reset(token)

@@ -1,0 +1,41 @@
+"""The one interface every judge of candidates implements: the static gate, and the gate plus the GPU evaluator.
+
+The generation controller and the resolver only know :class:`Evaluator`; which judge they get decides whether
+results carry timings (GPU) or only the static gate's verdict (no GPU).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from .manifest.model import KernelSpec, Manifest
+from .records import Candidate, Result
+
+__all__ = ["Evaluator", "Job"]
+
+
+@dataclass(frozen=True)
+class Job:
+    """Judge ``candidates`` of one kernel for one arch."""
+
+    manifest: Manifest
+    """The manifest the spec comes from (for paths and settings)."""
+    spec: KernelSpec
+    """The kernel."""
+    arch: str
+    """Canonical arch, e.g. ``sm_90``."""
+    candidates: Sequence[Candidate]
+    """Variants to judge; each already carries its tunable values."""
+    baseline: Candidate | None = None
+    """The baseline variant, for speedups (it may also be among ``candidates``)."""
+
+
+class Evaluator(Protocol):
+    """Judges candidates; returns one :class:`Result` per candidate, in order. Never raises for a bad candidate:
+    a failure is a result. Raises :class:`~r1build.errors.EvaluationError` only when it cannot judge at all."""
+
+    def evaluate(self, job: Job) -> list[Result]:
+        """Judge every candidate of ``job``."""
+        ...

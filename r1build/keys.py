@@ -1,0 +1,93 @@
+"""Keys and digests: canonical JSON, sha256, and the decision key of a kernel on an arch.
+
+The decision key says *which question* a cached decision answers: the normalized spec (with the digest of the
+reference's source, the baseline and hand-written candidates' sources), the arch, and the generation settings
+that shape the search. The toolchain and the GPU are recorded with each result, not keyed on: a lock made with
+one CUDA release still builds with another (see :mod:`r1build.lock`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from .manifest.model import Generation, KernelSpec, Manifest
+
+__all__ = [
+    "KEY_SCHEMA",
+    "canonical_json",
+    "decision_key",
+    "digest_bytes",
+    "digest_json",
+    "normalized_spec",
+    "variant_digest",
+]
+
+KEY_SCHEMA = 1
+"""Bumped whenever what goes into a key changes meaning; old records then simply stop matching."""
+
+
+def canonical_json(obj: Any) -> bytes:
+    """Deterministic JSON: sorted keys, no whitespace, UTF-8."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+
+
+def digest_bytes(data: bytes) -> str:
+    """Hex sha256 of ``data``."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def digest_json(obj: Any) -> str:
+    """Hex sha256 of the canonical JSON of ``obj``."""
+    return digest_bytes(canonical_json(obj))
+
+
+def _file_digest(root: Path, rel: str | None) -> str | None:
+    return None if rel is None else digest_bytes((root / rel).read_bytes())
+
+
+def normalized_spec(manifest: Manifest, spec: KernelSpec) -> dict[str, Any]:
+    """The spec as plain data, paths replaced by the digests of the files they name."""
+    data = dataclasses.asdict(spec)
+    data.pop("archs")
+    data.pop("budget")  # part of the generation settings below
+    data["reference"] = {"name": spec.reference, "source": manifest.reference_digests.get(spec.name)}
+    data["baseline"] = _file_digest(manifest.root, spec.baseline)
+    data["candidates"] = [_file_digest(manifest.root, c) for c in spec.candidates]
+    return data
+
+
+def generation_settings(generation: Generation, spec: KernelSpec) -> dict[str, Any]:
+    """What of the generation settings shapes the search's outcome (not endpoints, keys or prices)."""
+    return {
+        "provider": generation.provider,
+        "model": generation.model,
+        "temperatures": list(generation.temperatures),
+        "top_p": generation.top_p,
+        "max_tokens": generation.max_tokens,
+        "directions": list(generation.directions),
+        "budget": dataclasses.asdict(spec.budget),
+    }
+
+
+def decision_key(manifest: Manifest, spec: KernelSpec, arch: str) -> str:
+    """sha256 of (key schema, normalized spec, arch, generation settings, nvcc flags)."""
+    return digest_json(
+        {
+            "schema": KEY_SCHEMA,
+            "spec": normalized_spec(manifest, spec),
+            "arch": arch,
+            "generation": generation_settings(manifest.settings.generation, spec),
+            "nvcc_flags": list(manifest.settings.nvcc_flags),
+        }
+    )
+
+
+def variant_digest(source_digest: str, defines: dict[str, int | str]) -> str:
+    """Identity of one variant: a source and one value set of its tunable parameters."""
+    if not defines:
+        return source_digest
+    return digest_json({"source": source_digest, "defines": {k: defines[k] for k in sorted(defines)}})

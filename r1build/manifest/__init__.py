@@ -1,0 +1,27 @@
+"""Manifest stage: parsing, validation, did-you-mean and the typed spec."""
+
+from __future__ import annotations
+
+from .archs import ARCHS, DEFAULT_ARCHS, ArchInfo, arch_info, parse_arch
+from .load import find_manifest, load_manifest
+from .model import DTYPES, Arg, Budget, Generation, KernelSpec, Manifest, Settings, Tolerance
+from .reference import load_reference
+
+__all__ = [
+    "ARCHS",
+    "DEFAULT_ARCHS",
+    "DTYPES",
+    "ArchInfo",
+    "Arg",
+    "Budget",
+    "Generation",
+    "KernelSpec",
+    "Manifest",
+    "Settings",
+    "Tolerance",
+    "arch_info",
+    "find_manifest",
+    "load_manifest",
+    "load_reference",
+    "parse_arch",
+]

@@ -1,0 +1,260 @@
+"""Reading and validating a manifest: ``kernels.toml`` or ``[tool.r1build]`` in pyproject.toml.
+
+Every error is a :class:`~r1build.errors.ManifestError` naming the file, the line and the key.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..errors import ManifestError
+from .archs import parse_arch
+from .convert import KeyPath, Problem, convert, did_you_mean, field_key
+from .locate import format_path, locate
+from .model import DTYPES, INTEGER_DTYPES, KernelSpec, Manifest, Settings
+from .reference import ReferenceError_, load_reference, reference_file, reference_source_digest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+__all__ = ["find_manifest", "load_manifest"]
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_C_KEYWORDS = frozenset(
+    "auto break case char const continue default do double else enum extern float for goto if inline int long "
+    "register restrict return short signed sizeof static struct switch typedef union unsigned void volatile "
+    "while bool true false class namespace template typename this new delete operator private public "
+    "protected virtual friend using".split()
+)
+
+
+def find_manifest(start: Path) -> Path:
+    """The manifest for a path: a file itself, or ``kernels.toml`` / pyproject.toml with [tool.r1build] in it."""
+    if start.is_file():
+        return start
+    for name in ("kernels.toml", "pyproject.toml"):
+        candidate = start / name
+        if candidate.is_file():
+            if name == "pyproject.toml":
+                try:
+                    data = tomllib.loads(candidate.read_text(encoding="utf-8"))
+                except (tomllib.TOMLDecodeError, UnicodeDecodeError):
+                    continue
+                if "r1build" not in data.get("tool", {}):
+                    continue
+            return candidate
+    raise ManifestError(f"no kernels.toml (or pyproject.toml with [tool.r1build]) in {start}", file=str(start))
+
+
+class _Validator:
+    def __init__(self, path: Path, text: str, table: tuple[str, ...]) -> None:
+        self.path = path
+        self.text = text
+        self.table = table
+
+    def fail(self, path: KeyPath, message: str) -> ManifestError:
+        return ManifestError(
+            message,
+            file=str(self.path),
+            line=locate(self.text, path, self.table),
+            key=format_path(path, ".".join(self.table)),
+        )
+
+
+def _parse(path: Path) -> tuple[str, dict[str, Any], tuple[str, ...]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ManifestError(f"cannot read: {exc.strerror}", file=str(path)) from None
+    except UnicodeDecodeError:
+        raise ManifestError("not UTF-8 text", file=str(path)) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
+        line = int(m.group(1)) if m else None
+        message = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
+        raise ManifestError(f"invalid TOML: {message}", file=str(path), line=line) from None
+    if path.name == "pyproject.toml":
+        section = data.get("tool", {}).get("r1build")
+        if not isinstance(section, dict):
+            raise ManifestError("no [tool.r1build] table", file=str(path))
+        return text, section, ("tool", "r1build")
+    return text, data, ()
+
+
+def load_manifest(path: Path, *, check_references: bool = True) -> Manifest:
+    """Read, convert and validate a manifest. ``check_references`` imports each reference module."""
+    path = path.resolve()
+    text, data, table = _parse(path)
+    v = _Validator(path, text, table)
+    raw_kernels = data.get("kernel", [])
+    settings_data = {k: val for k, val in data.items() if k != "kernel"}
+    try:
+        settings = convert(Settings, settings_data)
+        if not isinstance(raw_kernels, list):
+            raise Problem(("kernel",), "expected an array of tables ([[kernel]])")
+        kernels = [convert(KernelSpec, item, ("kernel", i)) for i, item in enumerate(raw_kernels)]
+    except Problem as problem:
+        message = problem.message
+        if len(problem.path) == 1 and message.startswith("unknown key"):
+            message = f"unknown key {problem.path[0]!r}" + did_you_mean(
+                str(problem.path[0]), [*[field_key(k) for k in Settings.__dataclass_fields__], "kernel"]
+            )
+        raise v.fail(problem.path, message) from None
+    if not kernels:
+        raise v.fail(("kernel",), "the manifest declares no kernels ([[kernel]] tables)")
+
+    settings = _validate_settings(v, settings)
+    digests: dict[str, str] = {}
+    seen: dict[str, int] = {}
+    validated = []
+    for i, spec in enumerate(kernels):
+        spec = _validate_kernel(v, i, spec, path.parent)
+        if spec.name in seen:
+            raise v.fail(("kernel", i, "name"), f"duplicate kernel name {spec.name!r} (also kernel[{seen[spec.name]}])")
+        seen[spec.name] = i
+        try:
+            digests[spec.name] = reference_source_digest(path.parent, spec.reference)
+            if check_references:
+                load_reference(path.parent, spec.reference)
+        except ReferenceError_ as exc:
+            raise v.fail(("kernel", i, "reference"), str(exc)) from None
+        validated.append(spec)
+    return Manifest(path=path, settings=settings, kernels=validated, reference_digests=digests)
+
+
+def _canonical_archs(v: _Validator, archs: list[str], where: KeyPath) -> list[str]:
+    out: list[str] = []
+    for j, arch in enumerate(archs):
+        try:
+            canonical = parse_arch(arch)
+        except ValueError as exc:
+            raise v.fail((*where, j), str(exc)) from None
+        if canonical not in out:
+            out.append(canonical)
+    if not out:
+        raise v.fail(where, "at least one arch is needed")
+    return out
+
+
+def _validate_settings(v: _Validator, settings: Settings) -> Settings:
+    from dataclasses import replace
+
+    archs = _canonical_archs(v, settings.archs, ("archs",))
+    g = settings.generation
+    if g.max_concurrency < 1:
+        raise v.fail(("generation", "max-concurrency"), "must be at least 1")
+    if g.max_tokens < 256:
+        raise v.fail(("generation", "max-tokens"), "must be at least 256")
+    if g.request_timeout_s <= 0:
+        raise v.fail(("generation", "request-timeout-s"), "must be positive")
+    if not g.temperatures or any(not 0.0 <= t <= 2.0 for t in g.temperatures):
+        raise v.fail(("generation", "temperatures"), "needs at least one temperature, each in 0..2")
+    return replace(settings, archs=archs)
+
+
+def _check_ident(v: _Validator, name: str, where: KeyPath, what: str) -> None:
+    if not _IDENT.match(name) or name in _C_KEYWORDS:
+        raise v.fail(where, f"{what} {name!r} is not a valid C identifier")
+
+
+def _check_shapes(v: _Validator, shapes: list[dict[str, int]], sizes: list[str], where: KeyPath) -> None:
+    if not shapes:
+        raise v.fail(where, "at least one shape is needed")
+    for j, shape in enumerate(shapes):
+        for key, value in shape.items():
+            if key not in sizes:
+                hint = did_you_mean(key, sizes)
+                raise v.fail((*where, j, key), f"{key!r} is not a size of this kernel{hint} (sizes: {', '.join(sizes) or 'none'})")
+            if value < 1:
+                raise v.fail((*where, j, key), f"size {key} must be at least 1, got {value}")
+        missing = [s for s in sizes if s not in shape]
+        if missing:
+            raise v.fail((*where, j), f"shape does not give size(s) {', '.join(missing)}")
+
+
+_FLOPS_NODES = (ast.Expression, ast.BinOp, ast.Name, ast.Constant, ast.Load, ast.Add, ast.Sub, ast.Mult, ast.Div,
+                ast.FloorDiv, ast.Pow, ast.USub, ast.UnaryOp)
+
+
+def _validate_kernel(v: _Validator, i: int, spec: KernelSpec, root: Path) -> KernelSpec:
+    from dataclasses import replace
+
+    at: KeyPath = ("kernel", i)
+    _check_ident(v, spec.name, (*at, "name"), "kernel name")
+    if not spec.description.strip():
+        raise v.fail((*at, "description"), "must not be empty")
+    if not spec.args:
+        raise v.fail((*at, "args"), "a kernel needs at least one argument")
+    names: dict[str, int] = {}
+    for j, arg in enumerate(spec.args):
+        where = (*at, "args", j)
+        _check_ident(v, arg.name, (*where, "name"), "argument name")
+        if arg.name in names:
+            raise v.fail((*where, "name"), f"duplicate argument {arg.name!r}")
+        if arg.name in ("stream",):
+            raise v.fail((*where, "name"), "'stream' is implied as the last parameter; do not declare it")
+        names[arg.name] = j
+        if arg.dtype not in DTYPES:
+            raise v.fail((*where, "dtype"), f"unknown dtype {arg.dtype!r}{did_you_mean(arg.dtype, list(DTYPES))}")
+        if arg.is_array:
+            if arg.role is None:
+                raise v.fail((*where, "role"), "an array argument needs a role: 'in', 'out' or 'inout'")
+            if arg.value is not None:
+                raise v.fail((*where, "value"), "an array argument cannot have a value")
+        else:
+            if arg.role is not None:
+                raise v.fail((*where, "role"), "a scalar argument has no role (give it a shape to make it an array)")
+            if arg.value is None and arg.dtype not in INTEGER_DTYPES:
+                raise v.fail((*where, "value"), f"scalar {arg.name!r} is not an integer size, so it needs a value")
+    sizes = [a.name for a in spec.args if a.is_size]
+    for j, arg in enumerate(spec.args):
+        for d, dim in enumerate(arg.shape or []):
+            if isinstance(dim, str) and dim not in sizes:
+                hint = did_you_mean(dim, sizes)
+                raise v.fail((*at, "args", j, "shape", d),
+                             f"shape of {arg.name!r} uses undeclared size {dim!r}{hint} (declare it as an integer "
+                             f"scalar argument; sizes: {', '.join(sizes) or 'none'})")
+            if isinstance(dim, int) and dim < 1:
+                raise v.fail((*at, "args", j, "shape", d), "a fixed dimension must be at least 1")
+    if not any(a.role in ("out", "inout") for a in spec.args):
+        raise v.fail((*at, "args"), "the kernel has no 'out' or 'inout' array: it computes nothing")
+    _check_shapes(v, spec.test_shapes, sizes, (*at, "test-shapes"))
+    _check_shapes(v, spec.bench_shapes, sizes, (*at, "bench-shapes"))
+    if spec.tolerance.rtol < 0 or spec.tolerance.atol < 0:
+        raise v.fail((*at, "tolerance"), "tolerances must not be negative")
+    for key, rel in [("baseline", spec.baseline), *[("candidates", c) for c in spec.candidates]]:
+        if rel is not None and not (root / rel).is_file():
+            raise v.fail((*at, key), f"file {rel!r} not found (relative to {root})")
+    for tname, values in spec.tunables.items():
+        _check_ident(v, tname, (*at, "tunables", tname), "tunable parameter")
+        if not values:
+            raise v.fail((*at, "tunables", tname), "needs at least one value")
+    archs = _canonical_archs(v, spec.archs, (*at, "archs")) if spec.archs is not None else None
+    if spec.alignment is not None and (spec.alignment < 1 or spec.alignment & (spec.alignment - 1)):
+        raise v.fail((*at, "alignment"), "must be a power of two")
+    if spec.flops is not None:
+        try:
+            tree = ast.parse(spec.flops, mode="eval")
+        except SyntaxError:
+            raise v.fail((*at, "flops"), f"not an arithmetic expression: {spec.flops!r}") from None
+        for node in ast.walk(tree):
+            if not isinstance(node, _FLOPS_NODES):
+                raise v.fail((*at, "flops"), f"only sizes, numbers and + - * / ** are allowed: {spec.flops!r}")
+            if isinstance(node, ast.Name) and node.id not in sizes:
+                raise v.fail((*at, "flops"), f"{node.id!r} is not a size of this kernel{did_you_mean(node.id, sizes)}")
+    b = spec.budget
+    if b.candidates < 1 or b.rounds < 1 or b.samples < 1 or b.wall_time_s <= 0:
+        raise v.fail((*at, "budget"), "candidates, rounds, samples and wall-time-s must be positive")
+    try:
+        reference_file(root, spec.reference)
+    except ReferenceError_ as exc:
+        raise v.fail((*at, "reference"), str(exc)) from None
+    return replace(spec, archs=archs)

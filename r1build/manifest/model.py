@@ -1,0 +1,239 @@
+"""The typed manifest: what ``kernels.toml`` (or ``[tool.r1build]`` in pyproject.toml) declares.
+
+Every field carries a docstring; :mod:`r1build.manifest.schema` turns these classes and docstrings into the
+committed JSON schema. TOML keys are the field names in kebab-case (``test-shapes`` for ``test_shapes``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+__all__ = [
+    "DTYPES",
+    "Arg",
+    "Budget",
+    "Generation",
+    "KernelSpec",
+    "Manifest",
+    "Prices",
+    "Settings",
+    "Tolerance",
+]
+
+DTYPES: dict[str, str] = {
+    "float16": "__half",
+    "bfloat16": "__nv_bfloat16",
+    "float32": "float",
+    "float64": "double",
+    "int8": "int8_t",
+    "int16": "int16_t",
+    "int32": "int32_t",
+    "int64": "int64_t",
+    "uint8": "uint8_t",
+    "uint16": "uint16_t",
+    "uint32": "uint32_t",
+    "uint64": "uint64_t",
+    "bool": "bool",
+}
+"""Supported dtypes (numpy names) and the C type of one element."""
+
+INTEGER_DTYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
+
+Role = Literal["in", "out", "inout"]
+Provider = Literal["deepseek", "vllm", "sglang", "nim", "openai"]
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One parameter of the exported function, in declaration order."""
+
+    name: str
+    """C identifier of the parameter."""
+    dtype: str
+    """Element type, a numpy name: float32, float16, bfloat16, float64, int8..int64, uint8..uint64, bool."""
+    shape: list[str | int] | None = None
+    """Array arguments: the dimensions, each a size name (an integer scalar argument of this kernel) or a fixed
+    integer. Absent for a scalar argument."""
+    role: Role | None = None
+    """Array arguments: ``in`` (read only, checked unchanged), ``out`` (written), ``inout`` (read and written)."""
+    value: float | int | None = None
+    """Scalar arguments that are not sizes (e.g. ``eps``): the value passed in tests and benchmarks. An integer
+    scalar without a value is a size and takes its value from each shape."""
+
+    @property
+    def is_array(self) -> bool:
+        """Whether the argument is a device pointer."""
+        return self.shape is not None
+
+    @property
+    def is_size(self) -> bool:
+        """Whether the argument is a named size (an integer scalar without a fixed value)."""
+        return self.shape is None and self.value is None
+
+    def c_type(self) -> str:
+        """The C type of the parameter in the exported signature."""
+        elem = DTYPES[self.dtype]
+        if not self.is_array:
+            return elem
+        return f"const {elem}*" if self.role == "in" else f"{elem}*"
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How close a candidate's outputs must be to the reference's."""
+
+    rtol: float = 1e-5
+    """Relative tolerance, elementwise (numpy.allclose semantics) and for the relative norm of the error."""
+    atol: float = 1e-6
+    """Absolute tolerance, elementwise."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How much a kernel's search for candidates may spend (used by generation)."""
+
+    candidates: int = 32
+    """Most candidates generated for one kernel and arch."""
+    rounds: int = 4
+    """Most rounds of generate, evaluate and feed back."""
+    samples: int = 8
+    """Parallel samples (requests) per round."""
+    tokens: int | None = None
+    """Most completion tokens spent, all requests together; no limit when absent."""
+    wall_time_s: float = 900.0
+    """Most wall-clock seconds for one kernel and arch."""
+    money_usd: float | None = None
+    """Most money spent, from the usage the provider reports and the configured prices; no limit when absent."""
+    target_share: float = 0.9
+    """Stop early once the best candidate reaches this share of the hardware floor (0..1)."""
+    patience: int = 2
+    """Stop early after this many rounds without improvement."""
+
+
+@dataclass(frozen=True)
+class Prices:
+    """Prices per million tokens, to account spend."""
+
+    input_per_mtok: float = 0.0
+    """US dollars per million prompt tokens."""
+    output_per_mtok: float = 0.0
+    """US dollars per million completion tokens (reasoning included)."""
+
+
+@dataclass(frozen=True)
+class Generation:
+    """How candidates are generated on a cache miss. Without an endpoint, resolution is offline."""
+
+    provider: Provider = "deepseek"
+    """Provider profile: ``deepseek`` (api.deepseek.com), ``vllm``, ``sglang``, ``nim`` (NVIDIA NIM) or
+    ``openai`` (any OpenAI-compatible endpoint)."""
+    base_url: str | None = None
+    """Endpoint URL; the profile's default when absent. ``R1BUILD_BASE_URL`` overrides it."""
+    model: str | None = None
+    """Model name; the profile's default when absent."""
+    api_key_env: str | None = None
+    """Environment variable that holds the API key; ``DEEPSEEK_API_KEY`` / ``OPENAI_API_KEY`` when absent."""
+    max_concurrency: int = 8
+    """Most requests in flight at once."""
+    max_tokens: int = 32768
+    """``max_tokens`` of each request (reasoning included)."""
+    request_timeout_s: float = 900.0
+    """Overall deadline of one request, streaming included."""
+    retries: int = 4
+    """Retries of one request after 429, 5xx, connection errors and timeouts."""
+    temperatures: list[float] = field(default_factory=lambda: [0.6])
+    """Temperature schedule, cycled over samples, where the provider honours temperature."""
+    top_p: float = 0.95
+    """``top_p`` where the provider honours it."""
+    directions: list[str] = field(default_factory=list)
+    """Named optimization directions for prompt diversity; a built-in list when empty."""
+    prices: Prices = field(default_factory=Prices)
+    """Token prices for spend accounting."""
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One kernel: its contract, its reference and how to test and time it."""
+
+    name: str
+    """C identifier of the exported function."""
+    description: str
+    """What the kernel computes, in words (goes into the prompt)."""
+    args: list[Arg]
+    """Parameters of the exported function in order; the trailing ``cudaStream_t stream`` is implied."""
+    reference: str
+    """``module:function`` next to the manifest: numpy code computing the outputs from the inputs. Called with
+    every ``in`` / ``inout`` array and every scalar as keyword arguments; returns the ``out`` / ``inout`` arrays
+    (one array, a tuple in declaration order, or a dict by name)."""
+    test_shapes: list[dict[str, int]]
+    """Sizes for correctness checks, each giving every size; include awkward ones (1, primes, non-multiples of
+    32)."""
+    bench_shapes: list[dict[str, int]]
+    """Sizes for timing; the first one ranks candidates."""
+    tolerance: Tolerance = field(default_factory=Tolerance)
+    """How close outputs must be to the reference."""
+    baseline: str | None = None
+    """Hand-written ``.cu`` (path relative to the manifest) used when nothing better is known."""
+    candidates: list[str] = field(default_factory=list)
+    """Further hand-written ``.cu`` candidates, evaluated like generated ones."""
+    tunables: dict[str, list[int | str]] = field(default_factory=dict)
+    """Tunable parameters, name to the values to try; each value set is passed as ``-DNAME=value``."""
+    archs: list[str] | None = None
+    """Target archs of this kernel; the manifest's ``archs`` when absent."""
+    budget: Budget = field(default_factory=Budget)
+    """Search budget for generation."""
+    alignment: int | None = None
+    """Byte alignment every array pointer is guaranteed to have; arrays are offset from aligned allocations
+    during validation when absent."""
+    flops: str | None = None
+    """Arithmetic operations per call, an expression over the sizes (e.g. ``2*m*n*k``), for the floor."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Manifest-wide settings."""
+
+    archs: list[str] = field(default_factory=lambda: ["sm_80", "sm_90"])
+    """Target GPU archs of every kernel (``sm_90``, ``90``, ``9.0`` and ``90-real`` are accepted)."""
+    target: str = "r1build::kernels"
+    """Name of the CMake target the generated CMake file defines (an ALIAS of ``r1build_kernels``)."""
+    lock_file: str = "kernels.lock"
+    """Lock file, relative to the manifest."""
+    vendor_dir: str = "kernels/_r1build"
+    """Where ``r1build vendor`` writes the winners' sources, relative to the manifest."""
+    nvcc_flags: list[str] = field(default_factory=lambda: ["-O3", "-std=c++17"])
+    """Flags passed to nvcc for every candidate (part of the gate's and the build's key)."""
+    generation: Generation = field(default_factory=Generation)
+    """Candidate generation settings."""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A loaded, validated manifest."""
+
+    path: Path
+    """The file it was read from."""
+    settings: Settings
+    """Manifest-wide settings."""
+    kernels: list[KernelSpec]
+    """The kernels, in declaration order."""
+    reference_digests: dict[str, str] = field(default_factory=dict)
+    """Kernel name to sha256 of its reference module's source."""
+
+    @property
+    def root(self) -> Path:
+        """Directory relative paths in the manifest are resolved against."""
+        return self.path.parent
+
+    def kernel(self, name: str) -> KernelSpec:
+        """The kernel called ``name`` (KeyError otherwise)."""
+        for spec in self.kernels:
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
+
+    def archs_of(self, spec: KernelSpec) -> list[str]:
+        """The canonical target archs of one kernel."""
+        return list(spec.archs) if spec.archs is not None else list(self.settings.archs)

@@ -1,0 +1,73 @@
+"""Loading a kernel's numpy reference (``module:function`` next to the manifest) and hashing its source."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+__all__ = ["ReferenceError_", "load_reference", "reference_file", "reference_source_digest"]
+
+
+class ReferenceError_(Exception):  # noqa: N801 - not the builtin ReferenceError
+    """The reference cannot be found or imported; the message says why."""
+
+
+def reference_file(root: Path, ref: str) -> Path:
+    """The ``.py`` file a ``module:function`` reference names (``pkg.mod`` → ``pkg/mod.py``)."""
+    module, sep, func = ref.partition(":")
+    if not sep or not module or not func:
+        raise ReferenceError_(f"{ref!r} is not of the form 'module:function'")
+    rel = Path(*module.split("."))
+    for candidate in (root / rel.with_suffix(".py"), root / rel / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    raise ReferenceError_(f"module {module!r} not found next to the manifest (looked for {rel}.py in {root})")
+
+
+def reference_source_digest(root: Path, ref: str) -> str:
+    """sha256 of the reference module's source bytes."""
+    return hashlib.sha256(reference_file(root, ref).read_bytes()).hexdigest()
+
+
+_loaded: dict[Path, ModuleType] = {}
+
+
+def _load_module(path: Path, name: str) -> ModuleType:
+    if path in _loaded:
+        return _loaded[path]
+    spec = importlib.util.spec_from_file_location(f"r1build_reference_{name}", path)
+    if spec is None or spec.loader is None:
+        raise ReferenceError_(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    root = str(path.parent)
+    sys.path.insert(0, root)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # user code: any failure is reported, not raised through
+        raise ReferenceError_(f"importing {path} failed: {type(exc).__name__}: {exc}") from exc
+    finally:
+        if root in sys.path:
+            sys.path.remove(root)
+    _loaded[path] = module
+    return module
+
+
+def load_reference(root: Path, ref: str) -> Callable[..., Any]:
+    """Import the reference function."""
+    path = reference_file(root, ref)
+    module_name, _, func_name = ref.partition(":")
+    module = _load_module(path, module_name.replace(".", "_"))
+    func = getattr(module, func_name, None)
+    if func is None:
+        names = [n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n))]
+        from .convert import did_you_mean
+
+        raise ReferenceError_(f"{path.name} has no function {func_name!r}{did_you_mean(func_name, names)}")
+    if not callable(func):
+        raise ReferenceError_(f"{ref!r} is not callable")
+    return func  # type: ignore[no-any-return]

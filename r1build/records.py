@@ -1,0 +1,224 @@
+"""Records that flow between stages and into the cache: candidates, results, decisions.
+
+They are plain frozen dataclasses that round-trip through JSON (:func:`to_json` / :func:`from_json`), so a
+result computed on one machine is a cache entry on another. Failures are results too, and are cached.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+from .keys import canonical_json, digest_bytes, variant_digest
+from .manifest.convert import Problem, convert
+
+__all__ = [
+    "Candidate",
+    "CandidateRef",
+    "Decision",
+    "GateReport",
+    "Origin",
+    "Result",
+    "Status",
+    "Timing",
+    "from_json",
+    "to_json",
+]
+
+Status = Literal["passed", "compile_error", "rejected", "crashed", "timed_out", "incorrect"]
+"""Outcome of judging one candidate on one arch. ``passed`` without timing means the static gate passed and no
+GPU measured it."""
+
+OriginKind = Literal["baseline", "file", "generated"]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a candidate came from."""
+
+    kind: OriginKind
+    """``baseline``, a hand-written ``file``, or ``generated`` by a model."""
+    path: str | None = None
+    """Manifest-relative path for ``baseline`` and ``file``."""
+    model: str | None = None
+    """Model name for ``generated``."""
+    round: int | None = None
+    """Generation round (0-based)."""
+    sample: int | None = None
+    """Sample index within the round."""
+    transcript: str | None = None
+    """Digest of the transcript blob the candidate was extracted from."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One translation unit under the candidate contract, with one value set of its tunable parameters."""
+
+    source: str
+    """CUDA C++ source text."""
+    origin: Origin
+    """Where it came from."""
+    defines: dict[str, int | str] = field(default_factory=dict)
+    """Tunable parameter values, passed as ``-DNAME=value``."""
+
+    @property
+    def source_digest(self) -> str:
+        """sha256 of the source bytes."""
+        return digest_bytes(self.source.encode())
+
+    @property
+    def digest(self) -> str:
+        """Identity of this variant (source + defines)."""
+        return variant_digest(self.source_digest, self.defines)
+
+    def provenance(self) -> str:
+        """One word for the lock and status tables: baseline, file, tuned or generated."""
+        if self.origin.kind == "generated":
+            return "generated"
+        if self.defines:
+            return "tuned"
+        return self.origin.kind
+
+
+@dataclass(frozen=True)
+class GateReport:
+    """What ptxas reports for one compile (the largest kernel of the translation unit)."""
+
+    registers: int = 0
+    """Registers per thread."""
+    spill_stores: int = 0
+    """Bytes of spill stores."""
+    spill_loads: int = 0
+    """Bytes of spill loads."""
+    stack_frame: int = 0
+    """Bytes of stack frame."""
+    shared_bytes: int = 0
+    """Static shared memory in bytes."""
+    compile_s: float = 0.0
+    """Wall seconds the compile took."""
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Timing of one candidate on the first (ranking) benchmark shape."""
+
+    median_us: float
+    """Median time of one call, in microseconds."""
+    spread: float
+    """Relative spread of the samples ((p90 - p10) / median)."""
+    samples: int
+    """Number of timed launches."""
+    floor_us: float | None = None
+    """The hardware floor for this shape on this GPU, in microseconds."""
+    share_of_floor: float | None = None
+    """floor / time (1.0 is at the floor)."""
+    speedup_vs_baseline: float | None = None
+    """Baseline time / this time."""
+    speedup_vs_reference: float | None = None
+    """Time of the reference computed with cupy / this time."""
+    shapes: dict[str, float] = field(default_factory=dict)
+    """Median microseconds per benchmark shape, keyed by the shape written as ``n=1024,m=7``."""
+
+
+@dataclass(frozen=True)
+class Result:
+    """The typed outcome of judging one candidate variant on one arch."""
+
+    candidate: str
+    """Variant digest of the candidate."""
+    arch: str
+    """Arch it was judged for."""
+    status: Status
+    """Outcome."""
+    stage: Literal["gate", "evaluate"] = "gate"
+    """The judge that produced it: the static gate (no GPU) or the GPU evaluator."""
+    detail: str = ""
+    """Why it failed (compiler errors, mismatch summary, sanitizer findings), trimmed."""
+    gate: GateReport | None = None
+    """ptxas report when it compiled."""
+    timing: Timing | None = None
+    """Timing when the GPU evaluator measured it."""
+    device: str | None = None
+    """GPU name when judged on a GPU."""
+    toolchain: str = ""
+    """nvcc identity that compiled it."""
+
+    @property
+    def ok(self) -> bool:
+        """Whether the candidate passed every check of its stage."""
+        return self.status == "passed"
+
+
+@dataclass(frozen=True)
+class CandidateRef:
+    """A candidate as recorded in a decision: its identity and where its source blob is."""
+
+    digest: str
+    """Variant digest."""
+    source: str
+    """Digest of the source blob in the cache."""
+    origin: Origin
+    """Where it came from."""
+    defines: dict[str, int | str] = field(default_factory=dict)
+    """Tunable parameter values."""
+
+    @classmethod
+    def of(cls, candidate: Candidate) -> CandidateRef:
+        return cls(candidate.digest, candidate.source_digest, candidate.origin, dict(candidate.defines))
+
+    def provenance(self) -> str:
+        if self.origin.kind == "generated":
+            return "generated"
+        return "tuned" if self.defines else self.origin.kind
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What was decided for one decision key: the winner and everything that led to it."""
+
+    key: str
+    """Decision key."""
+    kernel: str
+    """Kernel name."""
+    arch: str
+    """Arch."""
+    winner: CandidateRef | None
+    """The chosen variant, or None when nothing passed."""
+    candidates: list[CandidateRef] = field(default_factory=list)
+    """Every candidate judged."""
+    results: list[Result] = field(default_factory=list)
+    """Every result, failures included."""
+    transcripts: list[str] = field(default_factory=list)
+    """Digests of transcript blobs from generation."""
+    measured: bool = False
+    """Whether the winner was chosen on GPU timings (else by the static gate and preference order)."""
+    device: str | None = None
+    """GPU the results were measured on."""
+    toolchain: str = ""
+    """nvcc identity."""
+    created: str = ""
+    """ISO timestamp."""
+
+    def winner_result(self) -> Result | None:
+        """The winner's result, if any."""
+        if self.winner is None:
+            return None
+        return next((r for r in self.results if r.candidate == self.winner.digest), None)
+
+
+def to_json(record: Any) -> bytes:
+    """Canonical JSON bytes of a record."""
+    return canonical_json(dataclasses.asdict(record))
+
+
+def from_json(cls: type[T], data: bytes | str | dict[str, Any]) -> T:
+    """A record of type ``cls`` from JSON; :class:`ValueError` when it does not fit."""
+    obj = json.loads(data) if isinstance(data, (bytes, str)) else data
+    try:
+        return convert(cls, obj, kebab=False)  # type: ignore[no-any-return]
+    except Problem as problem:
+        where = ".".join(str(p) for p in problem.path)
+        raise ValueError(f"{cls.__name__} record does not fit at {where or 'top'}: {problem.message}") from None
