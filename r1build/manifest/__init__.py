@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .archs import ARCHS, DEFAULT_ARCHS, ArchInfo, arch_info, parse_arch
 from .load import find_manifest, load_manifest
-from .model import DTYPES, Arg, Budget, Generation, KernelSpec, Manifest, Settings, Tolerance
+from .model import DTYPES, Arg, Budget, Generation, KernelSpec, Limits, Manifest, Settings, Tolerance
 from .reference import load_reference
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "Budget",
     "Generation",
     "KernelSpec",
+    "Limits",
     "Manifest",
     "Settings",
     "Tolerance",

@@ -16,6 +16,7 @@ __all__ = [
     "Budget",
     "Generation",
     "KernelSpec",
+    "Limits",
     "Manifest",
     "Prices",
     "Settings",
@@ -88,6 +89,18 @@ class Tolerance:
     """Relative tolerance, elementwise (numpy.allclose semantics) and for the relative norm of the error."""
     atol: float = 1e-6
     """Absolute tolerance, elementwise."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits the static gate enforces on the ptxas report; a candidate over any is rejected."""
+
+    registers: int | None = None
+    """Most registers per thread; the arch's limit when absent."""
+    spill_bytes: int | None = 0
+    """Most spill bytes (stores plus loads); 0 rejects any spilling, absent allows any."""
+    shared_bytes: int | None = None
+    """Most static shared memory per block in bytes; the arch's limit when absent."""
 
 
 @dataclass(frozen=True)
@@ -189,6 +202,8 @@ class KernelSpec:
     during validation when absent."""
     flops: str | None = None
     """Arithmetic operations per call, an expression over the sizes (e.g. ``2*m*n*k``), for the floor."""
+    limits: Limits = field(default_factory=Limits)
+    """Resource limits from the ptxas report (registers, spills, shared memory)."""
 
 
 @dataclass(frozen=True)
