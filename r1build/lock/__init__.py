@@ -1,0 +1,19 @@
+"""Lock stage: ``kernels.lock`` read/write, staleness, ``--locked`` rules, vendoring."""
+
+from __future__ import annotations
+
+from .lockfile import Lock, LockEntry, Staleness, check_lock, lock_path, read_lock, require_fresh, write_lock
+from .vendor import find_vendored, vendor_winners
+
+__all__ = [
+    "Lock",
+    "LockEntry",
+    "Staleness",
+    "check_lock",
+    "find_vendored",
+    "lock_path",
+    "read_lock",
+    "require_fresh",
+    "vendor_winners",
+    "write_lock",
+]

@@ -1,0 +1,369 @@
+"""Resolution: every kernel × arch of a manifest to one winning candidate, and the build's generated files.
+
+The order of sources for one kernel on one arch (its *decision key* names the question):
+
+1. the lock, when its entry answers this key: the winner's source from the cache, the vendored folder, or the
+   manifest's own files (verified by digest);
+2. a decision in the cache for this key;
+3. on a miss, real work: a GPU evaluator measures the baseline, hand-written files and every tunable value set,
+   and an LLM endpoint (when configured and not ``--offline``) generates more candidates around them;
+4. the baseline, with a warning and provenance ``baseline``;
+5. nothing: :class:`~r1build.errors.ResolveError` naming the kernel and the fix.
+
+Everything emitted passes the static gate for its arch (cached, so a warm build compiles nothing twice).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal
+
+from .cache import Cache
+from .errors import CompileError, ResolveError
+from .events import Note, Stage, emit
+from .evaluate.variants import expand_variants
+from .judge import Evaluator, Job
+from .keys import decision_key, digest_bytes
+from .lock import Lock, LockEntry, find_vendored, lock_path, read_lock, require_fresh, write_lock
+from .lock.lockfile import inputs_of
+from .manifest import KernelSpec, Manifest, find_manifest, load_manifest
+from .records import Candidate, CandidateRef, Decision, Origin, Result
+from .select import select_winner
+from .toolchain import toolchain
+
+__all__ = ["Resolution", "ResolveOptions", "Resolved", "prepare_build", "resolve"]
+
+State = Literal["locked", "vendored", "cached", "measured", "generated", "gated", "baseline"]
+
+
+@dataclass(frozen=True)
+class ResolveOptions:
+    """How to resolve."""
+
+    archs: list[str] | None = None
+    """Only these canonical archs (intersected with each kernel's); all targets when None."""
+    kernels: list[str] | None = None
+    """Only these kernels; all when None."""
+    offline: bool | None = None
+    """Never call an LLM. None: offline exactly when no endpoint is configured."""
+    locked: bool = False
+    """Fail unless the lock is present and current; use only what it names."""
+    refresh: bool = False
+    """Ignore cached decisions and the lock, and judge again."""
+    use_gpu: bool | None = None
+    """Measure on local GPUs on a miss. None: when one is visible."""
+    write_lock: bool = True
+    """Update the lock file when decisions change."""
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    """Environment for endpoint and key lookup."""
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The winner of one kernel on one arch and how it was found."""
+
+    spec: KernelSpec
+    arch: str
+    key: str
+    candidate: Candidate
+    state: State
+    provenance: str
+    time_us: float | None = None
+    gpu: str | None = None
+    toolchain: str | None = None
+    gate: Result | None = None
+
+
+@dataclass
+class Resolution:
+    """All winners of one resolve run."""
+
+    manifest: Manifest
+    entries: list[Resolved]
+    lock: Lock
+    lock_changed: bool = False
+
+
+def _origin_of(entry: LockEntry) -> Origin:
+    if entry.provenance == "generated":
+        return Origin("generated", model=entry.model, round=entry.round, sample=entry.sample)
+    kind: Literal["baseline", "file"] = "baseline" if entry.provenance == "baseline" else "file"
+    if entry.origin is not None and entry.provenance == "tuned":
+        kind = "baseline" if entry.origin == "baseline" else "file"
+    return Origin(kind, path=entry.origin)
+
+
+def _manifest_file_with_digest(manifest: Manifest, spec: KernelSpec, digest: str) -> str | None:
+    for rel in [spec.baseline, *spec.candidates]:
+        if rel is None:
+            continue
+        data = (manifest.root / rel).read_bytes()
+        if digest_bytes(data) == digest:
+            return data.decode()
+    return None
+
+
+def _source_for(manifest: Manifest, spec: KernelSpec, cache: Cache, digest: str) -> tuple[str, State] | None:
+    text = cache.get_text(digest)
+    if text is not None:
+        return text, "locked"
+    vendored = find_vendored(manifest.root / manifest.settings.vendor_dir, spec.name, digest)
+    if vendored is not None:
+        return vendored, "vendored"
+    own = _manifest_file_with_digest(manifest, spec, digest)
+    if own is not None:
+        return own, "locked"
+    return None
+
+
+def _lock_entry(manifest: Manifest, r: Resolved, previous: LockEntry | None) -> LockEntry:
+    if r.state in ("locked", "vendored") and previous is not None:
+        return previous
+    c = r.candidate
+    return LockEntry(
+        name=r.spec.name,
+        arch=r.arch,
+        key=r.key,
+        winner=c.digest,
+        source=c.source_digest,
+        provenance=r.provenance,
+        inputs=inputs_of(manifest, r.spec),
+        origin=c.origin.path,
+        defines=dict(c.defines),
+        model=c.origin.model,
+        round=c.origin.round,
+        sample=c.origin.sample,
+        time_us=r.time_us,
+        gpu=r.gpu,
+        toolchain=r.toolchain,
+    )
+
+
+class _Judges:
+    """The evaluators available in this run, made on first use."""
+
+    def __init__(self, cache: Cache, use_gpu: bool | None) -> None:
+        self.cache = cache
+        self.use_gpu = use_gpu
+        self._gate: Evaluator | None = None
+        self._gpu: Evaluator | None = None
+        self._gpu_archs: set[str] | None = None
+
+    @property
+    def gate(self) -> Evaluator:
+        if self._gate is None:
+            from .gate.static import StaticGate
+
+            self._gate = StaticGate(self.cache)
+        return self._gate
+
+    def gpu_for(self, arch: str) -> Evaluator | None:
+        if self.use_gpu is False:
+            return None
+        if self._gpu_archs is None:
+            self._gpu_archs = set()
+            try:
+                from .evaluate import GpuEvaluator, detect_gpus
+            except ImportError:
+                return None
+            if detect_gpus():
+                evaluator = GpuEvaluator(self.cache)
+                self._gpu = evaluator
+                self._gpu_archs = set(evaluator.archs)
+        return self._gpu if arch in self._gpu_archs else None
+
+
+def _endpoint(manifest: Manifest, options: ResolveOptions) -> bool:
+    if options.offline:
+        return False
+    try:
+        from .generate import endpoint_configured
+    except ImportError:
+        return False
+    return endpoint_configured(manifest.settings.generation, options.environ)
+
+
+def _decide(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Cache, judges: _Judges,
+            generate: bool) -> Decision | None:
+    """Real work on a miss: measure (GPU) and/or generate; None when neither is possible."""
+    evaluator = judges.gpu_for(arch)
+    if evaluator is None and not generate:
+        return None
+    seeds = expand_variants(manifest, spec)
+    baseline = seeds[0] if seeds and seeds[0].origin.kind == "baseline" else None
+    transcripts: list[str] = []
+    if generate:
+        from .generate import search
+
+        emit(Stage("generate", spec.name, arch))
+        outcome = search(manifest, spec, arch, evaluator=evaluator or judges.gate, cache=cache, seeds=seeds)
+        candidates, results, transcripts = outcome.candidates, outcome.results, outcome.transcripts
+    else:
+        assert evaluator is not None
+        emit(Stage("evaluate", spec.name, arch))
+        candidates = seeds
+        results = evaluator.evaluate(Job(manifest, spec, arch, seeds, baseline))
+    for c in candidates:
+        cache.put_text(c.source)
+    winner = select_winner(candidates, results)
+    measured = any(r.timing is not None for r in results)
+    device = next((r.device for r in results if r.device), None)
+    decision = Decision(
+        key=key,
+        kernel=spec.name,
+        arch=arch,
+        winner=CandidateRef.of(winner) if winner else None,
+        candidates=[CandidateRef.of(c) for c in candidates],
+        results=list(results),
+        transcripts=list(transcripts),
+        measured=measured,
+        device=device,
+        toolchain=toolchain().ident,
+        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    )
+    cache.put_decision(decision)
+    return decision
+
+
+def _from_decision(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Cache, decision: Decision,
+                   state: State) -> Resolved | None:
+    if decision.winner is None:
+        return None
+    found = _source_for(manifest, spec, cache, decision.winner.source)
+    if found is None:
+        emit(Note("warning", f"cached decision names source {decision.winner.source[:12]} which is gone",
+                  spec.name, arch))
+        return None
+    result = decision.winner_result()
+    candidate = Candidate(found[0], decision.winner.origin, dict(decision.winner.defines))
+    return Resolved(
+        spec, arch, key, candidate, state, decision.winner.provenance(),
+        time_us=result.timing.median_us if result and result.timing else None,
+        gpu=decision.device if decision.measured else None,
+        toolchain=decision.toolchain or None,
+    )
+
+
+def _resolve_one(manifest: Manifest, spec: KernelSpec, arch: str, cache: Cache, lock: Lock | None,
+                 options: ResolveOptions, judges: _Judges, generate: bool) -> Resolved:
+    key = decision_key(manifest, spec, arch)
+    entry = lock.entry(spec.name, arch) if lock else None
+    if entry is not None and entry.key == key and not options.refresh:
+        found = _source_for(manifest, spec, cache, entry.source)
+        if found is not None:
+            source, state = found
+            tc = toolchain().ident
+            if entry.toolchain and entry.toolchain != tc:
+                emit(Note("info", f"locked with {entry.toolchain}, building with {tc}; "
+                                  "`r1build resolve --refresh` re-evaluates", spec.name, arch))
+            return Resolved(spec, arch, key, Candidate(source, _origin_of(entry), dict(entry.defines)), state,
+                            entry.provenance, entry.time_us, entry.gpu, entry.toolchain)
+        if options.locked:
+            raise ResolveError(
+                f"{spec.name}/{arch}: the lock names source {entry.source[:16]}, which is neither in the cache "
+                f"({cache.directory}) nor vendored in {manifest.settings.vendor_dir}; import a cache bundle "
+                "(`r1build cache import`), commit vendored sources (`r1build vendor`), or resolve without --locked"
+            )
+    if not options.refresh:
+        decision = cache.get_decision(key)
+        if decision is not None:
+            resolved = _from_decision(manifest, spec, arch, key, cache, decision, "cached")
+            if resolved is not None:
+                return resolved
+    if not options.locked:
+        decision = _decide(manifest, spec, arch, key, cache, judges, generate)
+        if decision is not None:
+            state: State = "generated" if decision.transcripts else ("measured" if decision.measured else "gated")
+            resolved = _from_decision(manifest, spec, arch, key, cache, decision, state)
+            if resolved is not None:
+                return resolved
+            emit(Note("warning", "no candidate passed", spec.name, arch))
+    if spec.baseline is not None:
+        source = (manifest.root / spec.baseline).read_text(encoding="utf-8")
+        emit(Note("warning", "no winner in the lock or cache: using the hand-written baseline", spec.name, arch))
+        return Resolved(spec, arch, key, Candidate(source, Origin("baseline", spec.baseline)), "baseline",
+                        "baseline", toolchain=toolchain().ident)
+    raise ResolveError(
+        f"{spec.name}/{arch}: no winner in the lock or the cache, and the kernel has no baseline. Fix: add "
+        f"`baseline = \"path.cu\"` to the kernel, import a cache bundle (`r1build cache import`), vendor winners "
+        "from a machine that has them (`r1build vendor`), or configure an LLM endpoint and run `r1build resolve`"
+    )
+
+
+def _gate_emitted(manifest: Manifest, judges: _Judges, resolved: Resolved) -> Resolved:
+    emit(Stage("gate", resolved.spec.name, resolved.arch))
+    (result,) = judges.gate.evaluate(Job(manifest, resolved.spec, resolved.arch, [resolved.candidate]))
+    if not result.ok:
+        raise CompileError(
+            f"{resolved.spec.name}/{resolved.arch}: the {resolved.state} winner ({resolved.provenance}) fails the "
+            f"static gate: {result.status}\n{result.detail}"
+        )
+    emit(Stage("gate", resolved.spec.name, resolved.arch, done=True,
+               detail=f"{result.gate.registers if result.gate else '?'} registers"))
+    return replace(resolved, gate=result)
+
+
+def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = None) -> Resolution:
+    """Resolve every kernel × arch; update the lock unless ``locked`` or told not to."""
+    options = options or ResolveOptions()
+    path = lock_path(manifest)
+    lock = read_lock(path)
+    specs = [s for s in manifest.kernels if options.kernels is None or s.name in options.kernels]
+    unknown = sorted(set(options.kernels or []) - {s.name for s in manifest.kernels})
+    if unknown:
+        from .errors import UsageError
+
+        raise UsageError(f"unknown kernel(s): {', '.join(unknown)} (declared: "
+                         f"{', '.join(s.name for s in manifest.kernels)})")
+    plan = {s.name: [a for a in manifest.archs_of(s) if options.archs is None or a in options.archs] for s in specs}
+    if options.locked:
+        lock = require_fresh(manifest, lock, plan if (options.kernels or options.archs) else None)
+    judges = _Judges(cache, options.use_gpu)
+    generate = _endpoint(manifest, options)
+    entries = []
+    for spec in specs:
+        for arch in plan[spec.name]:
+            resolved = _resolve_one(manifest, spec, arch, cache, lock, options, judges, generate)
+            entries.append(_gate_emitted(manifest, judges, resolved))
+    new_entries = {(e.name, e.arch): e for e in (lock.kernel if lock else [])}
+    declared = {(s.name, a) for s in manifest.kernels for a in manifest.archs_of(s)}
+    new_entries = {k: v for k, v in new_entries.items() if k in declared}
+    for r in entries:
+        new_entries[(r.spec.name, r.arch)] = _lock_entry(manifest, r, new_entries.get((r.spec.name, r.arch)))
+    new_lock = Lock(manifest=manifest.path.name, kernel=sorted(new_entries.values(), key=lambda e: (e.name, e.arch)))
+    changed = False
+    if options.write_lock and not options.locked:
+        changed = write_lock(path, new_lock)
+    return Resolution(manifest, entries, new_lock if not options.locked else (lock or new_lock), changed)
+
+
+def emit_resolution(resolution: Resolution, out_dir: Path) -> Path:
+    """Write the generated directory for a resolution; returns the CMake file."""
+    from .emit import Winner, write_generated
+
+    winners = [Winner(r.spec, r.arch, r.candidate) for r in resolution.entries]
+    emitted = write_generated(out_dir, resolution.manifest, winners)
+    return emitted.cmake_file
+
+
+def prepare_build(project_dir: Path, *, locked: bool = False, offline: bool | None = None,
+                  cache_dir: Path | None = None, out_dir: Path | None = None,
+                  archs: Sequence[str] | None = None) -> Path:
+    """What the build backend calls before CMake: resolve and emit; returns the generated CMake file.
+
+    Builds never measure on a GPU (set ``R1BUILD_EVALUATE=1`` to allow it) and never write the lock.
+    """
+    manifest = load_manifest(find_manifest(project_dir))
+    use_gpu = os.environ.get("R1BUILD_EVALUATE") == "1"
+    with Cache(cache_dir) as cache:
+        resolution = resolve(
+            manifest,
+            cache,
+            ResolveOptions(archs=list(archs) if archs else None, offline=offline, locked=locked,
+                           use_gpu=use_gpu, write_lock=False),
+        )
+        return emit_resolution(resolution, out_dir or project_dir / ".r1build" / "generated")
