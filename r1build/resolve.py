@@ -24,8 +24,8 @@ from typing import Literal
 
 from .cache import Cache
 from .errors import CompileError, ResolveError
-from .events import Note, Stage, emit
 from .evaluate.variants import expand_variants
+from .events import Note, Stage, emit
 from .judge import Evaluator, Job
 from .keys import decision_key, digest_bytes
 from .lock import Lock, LockEntry, find_vendored, lock_path, read_lock, require_fresh, write_lock
@@ -277,8 +277,8 @@ def _resolve_one(manifest: Manifest, spec: KernelSpec, arch: str, cache: Cache, 
     if not options.locked:
         decision = _decide(manifest, spec, arch, key, cache, judges, generate)
         if decision is not None:
-            state: State = "generated" if decision.transcripts else ("measured" if decision.measured else "gated")
-            resolved = _from_decision(manifest, spec, arch, key, cache, decision, state)
+            how: State = "generated" if decision.transcripts else ("measured" if decision.measured else "gated")
+            resolved = _from_decision(manifest, spec, arch, key, cache, decision, how)
             if resolved is not None:
                 return resolved
             emit(Note("warning", "no candidate passed", spec.name, arch))

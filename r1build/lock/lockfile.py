@@ -143,7 +143,9 @@ def read_lock(path: Path) -> Lock | None:
         bad = [k for k in ("key", "winner", "source") if not re.fullmatch(r"[0-9a-f]{64}", getattr(e, k))]
         if bad:
             line = locate(text, ("kernel", i, bad[0]))
-            raise LockError(f"{path}:{line}: kernel[{i}].{bad[0]}: not a sha256 digest; regenerate it with `r1build lock`")
+            raise LockError(
+                f"{path}:{line}: kernel[{i}].{bad[0]}: not a sha256 digest; regenerate it with `r1build lock`"
+            )
         if (e.name, e.arch) in seen:
             line = locate(text, ("kernel", i, "name"))
             raise LockError(f"{path}:{line}: kernel[{i}]: duplicate entry for {e.name} on {e.arch}")

@@ -27,10 +27,11 @@ __all__ = ["find_manifest", "load_manifest"]
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _C_KEYWORDS = frozenset(
-    "auto break case char const continue default do double else enum extern float for goto if inline int long "
-    "register restrict return short signed sizeof static struct switch typedef union unsigned void volatile "
-    "while bool true false class namespace template typename this new delete operator private public "
-    "protected virtual friend using".split()
+    "auto break case char const continue default do double else enum extern float for goto if inline int "
+    "long register restrict return short signed sizeof static struct switch typedef union unsigned void "
+    "volatile while bool true false class namespace template typename this new delete operator private "
+    "public protected virtual friend using".split()
+)
 )
 
 
@@ -172,7 +173,8 @@ def _check_shapes(v: _Validator, shapes: list[dict[str, int]], sizes: list[str],
         for key, value in shape.items():
             if key not in sizes:
                 hint = did_you_mean(key, sizes)
-                raise v.fail((*where, j, key), f"{key!r} is not a size of this kernel{hint} (sizes: {', '.join(sizes) or 'none'})")
+                known = ", ".join(sizes) or "none"
+                raise v.fail((*where, j, key), f"{key!r} is not a size of this kernel{hint} (sizes: {known})")
             if value < 1:
                 raise v.fail((*where, j, key), f"size {key} must be at least 1, got {value}")
         missing = [s for s in sizes if s not in shape]

@@ -68,7 +68,7 @@ def locate(text: str, path: KeyPath, table: tuple[str, ...] = ()) -> int | None:
                     start = matching[0][0]
                 # block ends at the next header that is not inside this table
                 end = next(
-                    (h[0] for h in headers if h[0] > start and h[2][: len(dotted)] != dotted
+                    (h[0] for h in headers if (h[0] > start and h[2][: len(dotted)] != dotted)
                      or (h[0] > start and h[1] and h[2] == dotted)),
                     len(lines),
                 )

@@ -13,7 +13,7 @@ from typing import Any
 __all__ = ["ReferenceError_", "load_reference", "reference_file", "reference_source_digest"]
 
 
-class ReferenceError_(Exception):  # noqa: N801 - not the builtin ReferenceError
+class ReferenceError_(Exception):
     """The reference cannot be found or imported; the message says why."""
 
 

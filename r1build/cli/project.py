@@ -1,0 +1,214 @@
+"""Project commands: ``check``, ``status``, ``resolve``, ``lock``, ``vendor``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import LockError, StaleLockError
+from ..events import sink
+from ..keys import decision_key
+from ..lock import check_lock, find_vendored, lock_path, read_lock, vendor_winners
+from ..manifest import Manifest
+from ..resolve import Resolution, ResolveOptions, emit_resolution, resolve
+from .common import add_cache_arg, add_manifest_arg, load_from_args, open_cache, parse_archs
+from .render import Console
+
+__all__ = ["register"]
+
+
+def register(sub: Any) -> None:
+    """Add the project commands."""
+    p = sub.add_parser("check", help="validate the manifest (and with --locked, that the lock is current)")
+    add_manifest_arg(p)
+    p.add_argument("--locked", action="store_true", help="also fail when the lock is missing or stale")
+    p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("status", help="kernel × arch → state, provenance, time, digest")
+    add_manifest_arg(p)
+    add_cache_arg(p)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_status)
+
+    for name, helptext in (("resolve", "resolve every kernel × arch to a winner and update the lock"),
+                           ("lock", "write kernels.lock for the current manifest")):
+        p = sub.add_parser(name, help=helptext)
+        add_manifest_arg(p)
+        add_cache_arg(p)
+        p.add_argument("--offline", action="store_true", help="never call an LLM")
+        p.add_argument("--locked", action="store_true", help="fail unless the lock is present and current")
+        p.add_argument("--refresh", action="store_true", help="ignore cached decisions and judge again")
+        p.add_argument("--arch", action="append", metavar="ARCH", help="only these archs (repeat or comma-separate)")
+        p.add_argument("--kernel", action="append", metavar="NAME", help="only these kernels")
+        p.add_argument("--no-gpu", action="store_true", help="do not measure on local GPUs")
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+        if name == "resolve":
+            p.add_argument("--out", type=Path, metavar="DIR", help="also write the generated .cu, header and CMake")
+        else:
+            p.add_argument("--check", action="store_true", help="exit 1 if the lock is not current; write nothing")
+        p.set_defaults(func=cmd_resolve if name == "resolve" else cmd_lock)
+
+    p = sub.add_parser("vendor", help="write the locked winners' sources into the repository")
+    add_manifest_arg(p)
+    add_cache_arg(p)
+    p.set_defaults(func=cmd_vendor)
+
+
+def cmd_check(args: argparse.Namespace, console: Console) -> int:
+    manifest = load_from_args(args)
+    archs = sorted({a for s in manifest.kernels for a in manifest.archs_of(s)})
+    names = ", ".join(s.name for s in manifest.kernels)
+    console.print(f"{manifest.path}: ok, {len(manifest.kernels)} kernels ({names}) for {', '.join(archs)}")
+    lock = read_lock(lock_path(manifest))
+    staleness = check_lock(manifest, lock)
+    if staleness:
+        if args.locked:
+            raise StaleLockError(f"{lock_path(manifest)} is not current:\n{staleness.render()}\nrun `r1build lock`")
+        console.warning(f"{lock_path(manifest).name} is not current:\n{staleness.render()}")
+    else:
+        console.print(f"{lock_path(manifest).name}: current")
+    return 0
+
+
+@dataclass(frozen=True)
+class StatusRow:
+    """One line of ``r1build status``."""
+
+    kernel: str
+    arch: str
+    state: str
+    provenance: str | None
+    time_us: float | None
+    gpu: str | None
+    winner: str | None
+    source: str | None
+    note: str
+
+
+def _status_rows(manifest: Manifest, args: argparse.Namespace) -> list[StatusRow]:
+    try:
+        lock = read_lock(lock_path(manifest))
+    except LockError as exc:
+        raise exc from None
+    rows = []
+    with open_cache(args) as cache:
+        vendor_dir = manifest.root / manifest.settings.vendor_dir
+        for spec in manifest.kernels:
+            for arch in manifest.archs_of(spec):
+                key = decision_key(manifest, spec, arch)
+                entry = lock.entry(spec.name, arch) if lock else None
+                if entry is not None and entry.key == key:
+                    if cache.get_blob(entry.source) is not None:
+                        where = "cache"
+                    elif find_vendored(vendor_dir, spec.name, entry.source) is not None:
+                        where = "vendored"
+                    else:
+                        where = "repo" if entry.provenance in ("baseline", "file", "tuned") else "missing"
+                    state = "locked" if where != "missing" else "locked, source missing"
+                    rows.append(StatusRow(spec.name, arch, state, entry.provenance, entry.time_us, entry.gpu,
+                                          entry.winner[:12], where, ""))
+                    continue
+                decision = cache.get_decision(key)
+                stale = "lock stale" if entry is not None else "not locked"
+                if decision is not None and decision.winner is not None:
+                    result = decision.winner_result()
+                    t = result.timing.median_us if result and result.timing else None
+                    rows.append(StatusRow(spec.name, arch, "cached", decision.winner.provenance(), t,
+                                          decision.device, decision.winner.digest[:12], "cache", stale))
+                elif spec.baseline is not None:
+                    rows.append(
+                        StatusRow(spec.name, arch, "baseline only", "baseline", None, None, None, "repo", stale)
+                    )
+                else:
+                    rows.append(StatusRow(spec.name, arch, "unresolved", None, None, None, None, None, stale))
+    return rows
+
+
+def _fmt_time(t: float | None) -> str:
+    if t is None:
+        return "-"
+    return f"{t / 1000:.3f} ms" if t >= 1000 else f"{t:.1f} µs"
+
+
+def cmd_status(args: argparse.Namespace, console: Console) -> int:
+    manifest = load_from_args(args, check_references=False)
+    rows = _status_rows(manifest, args)
+    if args.json:
+        console.json(json.dumps({"manifest": str(manifest.path), "kernels": [asdict(r) for r in rows]}, indent=2))
+        return 0
+    console.table(
+        ["kernel", "arch", "state", "provenance", "time", "gpu", "winner", "source", "note"],
+        [[r.kernel, r.arch, r.state, r.provenance or "-", _fmt_time(r.time_us), r.gpu or "-", r.winner or "-",
+          r.source or "-", r.note] for r in rows],
+        title=f"r1build status: {manifest.path}",
+    )
+    return 0
+
+
+def _render_resolution(resolution: Resolution, console: Console, as_json: bool) -> None:
+    rows: list[dict[str, Any]] = [
+        {"kernel": r.spec.name, "arch": r.arch, "state": r.state, "provenance": r.provenance,
+         "time_us": r.time_us, "gpu": r.gpu, "winner": r.candidate.digest[:12],
+         "registers": r.gate.gate.registers if r.gate and r.gate.gate else None}
+        for r in resolution.entries
+    ]
+    if as_json:
+        console.json(json.dumps({"kernels": rows, "lock_changed": resolution.lock_changed}, indent=2))
+        return
+    console.table(["kernel", "arch", "state", "provenance", "time", "gpu", "winner", "regs"],
+                  [[x["kernel"], x["arch"], x["state"], x["provenance"], _fmt_time(x["time_us"]), x["gpu"] or "-",
+                    x["winner"], x["registers"]] for x in rows])
+    if resolution.lock_changed:
+        console.print(f"updated {lock_path(resolution.manifest)}")
+
+
+def _options(args: argparse.Namespace, write_lock: bool) -> ResolveOptions:
+    return ResolveOptions(
+        archs=parse_archs(args.arch), kernels=args.kernel, offline=True if args.offline else None,
+        locked=args.locked, refresh=args.refresh, use_gpu=False if args.no_gpu else None, write_lock=write_lock,
+    )
+
+
+def cmd_resolve(args: argparse.Namespace, console: Console) -> int:
+    manifest = load_from_args(args)
+    with open_cache(args) as cache, sink(console.event):
+        resolution = resolve(manifest, cache, _options(args, write_lock=True))
+        if args.out:
+            cmake = emit_resolution(resolution, args.out)
+            console.print(f"generated {cmake}")
+    _render_resolution(resolution, console, args.json)
+    return 0
+
+
+def cmd_lock(args: argparse.Namespace, console: Console) -> int:
+    manifest = load_from_args(args)
+    if args.check:
+        staleness = check_lock(manifest, read_lock(lock_path(manifest)))
+        if staleness:
+            console.error(f"{lock_path(manifest)} is not current:\n{staleness.render()}")
+            return 1
+        console.print(f"{lock_path(manifest)}: current")
+        return 0
+    with open_cache(args) as cache, sink(console.event):
+        resolution = resolve(manifest, cache, _options(args, write_lock=True))
+    _render_resolution(resolution, console, args.json)
+    if not resolution.lock_changed:
+        console.print(f"{lock_path(manifest)}: already current")
+    return 0
+
+
+def cmd_vendor(args: argparse.Namespace, console: Console) -> int:
+    manifest = load_from_args(args)
+    with open_cache(args) as cache, sink(console.event):
+        resolution = resolve(manifest, cache, ResolveOptions(locked=True, offline=True, use_gpu=False,
+                                                             write_lock=False))
+    vendor_dir = manifest.root / manifest.settings.vendor_dir
+    kept, removed = vendor_winners(vendor_dir, sorted({(r.spec.name, r.candidate.source) for r in resolution.entries}))
+    for path in kept:
+        console.print(f"vendored {path.relative_to(manifest.root)}")
+    for path in removed:
+        console.print(f"removed  {path.relative_to(manifest.root)}")
+    return 0

@@ -1,0 +1,118 @@
+"""The manifest's JSON schema, generated from the dataclasses in :mod:`r1build.manifest.model`.
+
+Descriptions come from the docstring under each field. The committed ``kernels.schema.json`` is checked to be
+current by the tests; regenerate it with ``python -m r1build.manifest.schema``.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import itertools
+import json
+import sys
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, Union, get_args, get_origin
+
+from . import model
+from .convert import field_key
+
+__all__ = ["SCHEMA_PATH", "generate_schema", "render_schema"]
+
+SCHEMA_PATH = Path(__file__).with_name("kernels.schema.json")
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """Docstrings written under each field of a dataclass."""
+    tree = ast.parse(inspect.getsource(cls))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for node, following in itertools.pairwise(body):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
+                and isinstance(following.value.value, str)):
+            docs[node.target.id] = " ".join(following.value.value.split())
+    return docs
+
+
+def _schema_of(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
+    origin = get_origin(tp)
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        name = tp.__name__
+        if name not in defs:
+            defs[name] = {}
+            defs[name] = _object_schema(tp, defs)
+        return {"$ref": f"#/$defs/{name}"}
+    if origin in (Union, types.UnionType):
+        options = [a for a in get_args(tp) if a is not type(None)]
+        if len(options) == 1:
+            return _schema_of(options[0], defs)
+        return {"anyOf": [_schema_of(a, defs) for a in options]}
+    if origin is Literal:
+        return {"enum": list(get_args(tp))}
+    if origin is list:
+        return {"type": "array", "items": _schema_of(get_args(tp)[0], defs)}
+    if origin is dict:
+        return {"type": "object", "additionalProperties": _schema_of(get_args(tp)[1], defs)}
+    simple = {str: "string", int: "integer", float: "number", bool: "boolean"}
+    return {"type": simple[tp]}
+
+
+def _object_schema(cls: type, defs: dict[str, Any], skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    docs = field_docs(cls)
+    props: dict[str, Any] = {}
+    required = []
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        prop = dict(_schema_of(hints[f.name], defs))
+        if f.name in docs:
+            prop["description"] = docs[f.name]
+        if f.default is not dataclasses.MISSING and f.default is not None:
+            prop["default"] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            value = f.default_factory()
+            if not dataclasses.is_dataclass(value):
+                prop["default"] = value
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            required.append(field_key(f.name))
+        props[field_key(f.name)] = prop
+    out: dict[str, Any] = {"type": "object", "additionalProperties": False, "properties": props}
+    if cls.__doc__:
+        out["description"] = " ".join(cls.__doc__.split())
+    if required:
+        out["required"] = required
+    return out
+
+
+def generate_schema() -> dict[str, Any]:
+    """The JSON schema of a manifest (kernels.toml, or the [tool.r1build] table)."""
+    defs: dict[str, Any] = {}
+    root = _object_schema(model.Settings, defs)
+    root["properties"]["kernel"] = {
+        "type": "array",
+        "description": "The kernels, one [[kernel]] table each.",
+        "items": _schema_of(model.KernelSpec, defs),
+    }
+    root["required"] = ["kernel"]
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://r1build.dev/schema/kernels.schema.json",
+        "title": "r1build manifest",
+        **root,
+        "$defs": dict(sorted(defs.items())),
+    }
+
+
+def render_schema() -> str:
+    """The schema as committed: indented JSON with a trailing newline."""
+    return json.dumps(generate_schema(), indent=2, sort_keys=False) + "\n"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    SCHEMA_PATH.write_text(render_schema(), encoding="utf-8")
+    sys.stdout.write(f"wrote {SCHEMA_PATH}\n")

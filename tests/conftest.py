@@ -1,0 +1,50 @@
+"""Shared fixtures and the ``gpu`` marker's skip logic."""
+
+from __future__ import annotations
+
+import functools
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@functools.lru_cache(maxsize=1)
+def gpu_count() -> int:
+    """Visible CUDA GPUs (0 when cupy is missing or no driver answers)."""
+    try:
+        import cupy
+    except Exception:
+        return 0
+    try:
+        return int(cupy.cuda.runtime.getDeviceCount())
+    except Exception:
+        return 0
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if gpu_count() > 0:
+        return
+    skip = pytest.mark.skip(reason="no CUDA GPU visible (cupy missing or no device)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def root_copy(tmp_path: Path) -> Path:
+    """A copy of the root manifest with its references and baselines, in a temp folder."""
+    shutil.copy(ROOT / "kernels.toml", tmp_path / "kernels.toml")
+    shutil.copytree(ROOT / "kernels", tmp_path / "kernels", ignore=shutil.ignore_patterns("_r1build", "__pycache__"))
+    return tmp_path
+
+
+@pytest.fixture
+def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """An empty cache directory, also set as R1BUILD_CACHE_DIR."""
+    d = tmp_path / "cache"
+    monkeypatch.setenv("R1BUILD_CACHE_DIR", str(d))
+    yield d

@@ -1,0 +1,133 @@
+"""Manifest loading and validation: every error names file, line and key."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from r1build.errors import ManifestError
+from r1build.manifest import load_manifest, parse_arch
+from r1build.manifest.schema import SCHEMA_PATH, render_schema
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_root_manifest_loads() -> None:
+    m = load_manifest(ROOT / "kernels.toml")
+    names = [k.name for k in m.kernels]
+    assert names == ["silu_mul", "softmax_rows", "sum_all", "transpose", "matmul", "rmsnorm"]
+    assert m.settings.archs == ["sm_80", "sm_90"]
+    assert m.kernel("transpose").archs == ["sm_80", "sm_90"]
+    assert m.kernel("matmul").tunables == {"TILE": [16, 32]}
+    assert all(len(d) == 64 for d in m.reference_digests.values())
+
+
+def test_committed_schema_is_current() -> None:
+    assert SCHEMA_PATH.read_text(encoding="utf-8") == render_schema(), (
+        "regenerate with: python -m r1build.manifest.schema"
+    )
+    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    assert "tolerance" in schema["$defs"]["KernelSpec"]["properties"]
+
+
+@pytest.mark.parametrize(
+    ("spelling", "canonical"),
+    [("sm_90", "sm_90"), ("90", "sm_90"), ("9.0", "sm_90"), ("90-real", "sm_90"), ("sm_90a", "sm_90a"),
+     ("compute_80", "sm_80"), (86, "sm_86"), ("12.0", "sm_120")],
+)
+def test_arch_spellings(spelling: str | int, canonical: str) -> None:
+    assert parse_arch(spelling) == canonical
+
+
+@pytest.mark.parametrize("bad", ["sm_70", "61", "9.9", "gfx90a", ""])
+def test_unknown_arch(bad: str) -> None:
+    with pytest.raises(ValueError, match="unknown GPU architecture"):
+        parse_arch(bad)
+
+
+# (what to replace, replacement, expected message fragment, expected key, line content fragment)
+CASES = [
+    ('tolerance = { rtol = 1e-4, atol = 1e-4 }\nbaseline = "kernels/matmul.cu"',
+     'tolerence = { rtol = 1e-4, atol = 1e-4 }\nbaseline = "kernels/matmul.cu"',
+     "unknown key 'tolerence' (did you mean 'tolerance'?)", "kernel[4].tolerence", "tolerence ="),
+    ('target = "r1build::kernels"', 'targt = "r1build::kernels"', "did you mean 'target'?", "targt", "targt ="),
+    ('{ name = "weight", dtype = "float32"', '{ name = "weight", dtype = "flaot32"',
+     "unknown dtype 'flaot32' (did you mean 'float32'?)", "kernel[5].args[1].dtype", '"weight"'),
+    ('name = "sum_all"', 'name = "sum-all"', "not a valid C identifier", "kernel[2].name", '"sum-all"'),
+    ('name = "sum_all"', 'name = "transpose"', "duplicate kernel name 'transpose' (also kernel[2])", "kernel[3].name",
+     "transpose"),
+    ('shape = ["cols", "rows"], role = "out"', 'shape = ["cols", "rowz"], role = "out"',
+     "undeclared size 'rowz' (did you mean 'rows'?)", "kernel[3].args[1].shape[1]", '"rowz"'),
+    ("kernels.reference:rmsnorm", "kernels.reference:rmsnrm", "has no function 'rmsnrm' (did you mean 'rmsnorm'?)",
+     "kernel[5].reference", "rmsnrm"),
+    ("kernels.reference:rmsnorm", "kernels.missing:rmsnorm", "module 'kernels.missing' not found",
+     "kernel[5].reference", "kernels.missing"),
+    ('archs = ["sm_80", "90-real"]', 'archs = ["sm_80", "sm_70"]', "unknown GPU architecture 'sm_70'",
+     "kernel[3].archs[1]", "sm_70"),
+    ("max-concurrency = 8", 'max-concurrency = "8"', "expected an integer, got a string",
+     "generation.max-concurrency", "max-concurrency"),
+    ('{ n = 1 }, { n = 31 }', '{ n = 1 }, { m = 31 }', "'m' is not a size of this kernel", "kernel[0].test-shapes[1].m",
+     "test-shapes"),
+    ('baseline = "kernels/sum_all.cu"', 'baseline = "kernels/nope.cu"', "file 'kernels/nope.cu' not found",
+     "kernel[2].baseline", "nope.cu"),
+    ('flops = "2*m*n*k"', 'flops = "2*m*n*q"', "'q' is not a size of this kernel", "kernel[4].flops", "flops"),
+    ('{ name = "eps",    dtype = "float32", value = 1e-6 }', '{ name = "eps",    dtype = "float32" }',
+     "needs a value", "kernel[5].args[5].value", '"eps"'),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "message", "key", "line_has"), CASES, ids=[c[3] for c in CASES])
+def test_invalid_manifest(root_copy: Path, old: str, new: str, message: str, key: str, line_has: str) -> None:
+    path = root_copy / "kernels.toml"
+    text = path.read_text(encoding="utf-8")
+    assert old in text
+    path.write_text(text.replace(old, new, 1), encoding="utf-8")
+    with pytest.raises(ManifestError) as info:
+        load_manifest(path)
+    err = info.value
+    assert message in err.message
+    assert err.key == key
+    assert err.file == str(path.resolve())
+    assert err.line is not None
+    assert line_has in path.read_text(encoding="utf-8").splitlines()[err.line - 1]
+    assert str(err).startswith(f"{path.resolve()}:{err.line}: {key}: ")
+
+
+def test_malformed_toml_names_line(root_copy: Path) -> None:
+    path = root_copy / "kernels.toml"
+    text = path.read_text(encoding="utf-8").replace('flops = "n"', 'flops = n"', 1)
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ManifestError, match="invalid TOML") as info:
+        load_manifest(path)
+    assert info.value.line is not None and 'flops = n"' in text.splitlines()[info.value.line - 1]
+
+
+def test_unimportable_reference(root_copy: Path) -> None:
+    (root_copy / "kernels" / "reference.py").write_text("import not_a_module_anywhere\n", encoding="utf-8")
+    with pytest.raises(ManifestError, match=r"importing .* failed: ModuleNotFoundError"):
+        load_manifest(root_copy / "kernels.toml")
+
+
+def test_pyproject_table(tmp_path: Path, root_copy: Path) -> None:
+    text = (root_copy / "kernels.toml").read_text(encoding="utf-8")
+    body = []
+    for line in text.splitlines():
+        if line.startswith("[[kernel]]"):
+            line = "[[tool.r1build.kernel]]"
+        elif line.startswith("[generation]"):
+            line = "[tool.r1build.generation]"
+        body.append(line)
+    header = '[project]\nname = "x"\nversion = "0"\n\n[tool.r1build]\n'
+    (root_copy / "pyproject.toml").write_text(header + "\n".join(body) + "\n", encoding="utf-8")
+    (root_copy / "kernels.toml").unlink()
+    from r1build.manifest import find_manifest
+
+    m = load_manifest(find_manifest(root_copy))
+    assert m.path.name == "pyproject.toml" and len(m.kernels) == 6
+    bad = (root_copy / "pyproject.toml").read_text(encoding="utf-8").replace('name = "matmul"', 'nam = "matmul"')
+    (root_copy / "pyproject.toml").write_text(bad, encoding="utf-8")
+    with pytest.raises(ManifestError, match=r"tool\.r1build\.kernel\[4\]\.nam: unknown key 'nam'") as info:
+        load_manifest(root_copy / "pyproject.toml")
+    assert info.value.line is not None
