@@ -32,7 +32,6 @@ _C_KEYWORDS = frozenset(
     "volatile while bool true false class namespace template typename this new delete operator private "
     "public protected virtual friend using".split()
 )
-)
 
 
 def find_manifest(start: Path) -> Path:
