@@ -1,0 +1,97 @@
+"""kernels.lock: deterministic rendering, round trip, staleness reasons, corrupt locks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from r1build.errors import LockError, StaleLockError
+from r1build.keys import decision_key
+from r1build.lock import Lock, LockEntry, check_lock, read_lock, require_fresh, write_lock
+from r1build.lock.lockfile import inputs_of, render_lock
+from r1build.manifest import Manifest, load_manifest
+
+
+def _lock_for(m: Manifest) -> Lock:
+    entries = []
+    for spec in m.kernels:
+        for arch in m.archs_of(spec):
+            entries.append(LockEntry(
+                name=spec.name, arch=arch, key=decision_key(m, spec, arch), winner="a" * 64, source="b" * 64,
+                provenance="baseline", inputs=inputs_of(m, spec), origin=spec.baseline, toolchain="cuda_13.0",
+            ))
+    return Lock(manifest=m.path.name, kernel=list(reversed(entries)))
+
+
+def test_round_trip_and_determinism(root_copy: Path) -> None:
+    m = load_manifest(root_copy / "kernels.toml")
+    lock = _lock_for(m)
+    path = root_copy / "kernels.lock"
+    assert write_lock(path, lock) is True
+    first = path.read_bytes()
+    assert write_lock(path, lock) is False  # unchanged bytes are not rewritten
+    again = read_lock(path)
+    assert again is not None
+    assert render_lock(again).encode() == first
+    names = [(e.name, e.arch) for e in again.kernel]
+    assert names == sorted(names)
+    assert not check_lock(m, again)
+    assert require_fresh(m, again) is again
+
+
+def test_missing_lock_is_stale(root_copy: Path) -> None:
+    m = load_manifest(root_copy / "kernels.toml")
+    assert read_lock(root_copy / "kernels.lock") is None
+    with pytest.raises(StaleLockError, match="no lock file"):
+        require_fresh(m, None)
+
+
+def test_stale_lock_names_kernel_and_reason(root_copy: Path) -> None:
+    m = load_manifest(root_copy / "kernels.toml")
+    write_lock(root_copy / "kernels.lock", _lock_for(m))
+    ref = root_copy / "kernels" / "reference.py"
+    ref.write_text(ref.read_text(encoding="utf-8") + "\n# changed\n", encoding="utf-8")
+    base = root_copy / "kernels" / "matmul.cu"
+    base.write_text(base.read_text(encoding="utf-8") + "\n// changed\n", encoding="utf-8")
+    m2 = load_manifest(root_copy / "kernels.toml")
+    staleness = check_lock(m2, read_lock(root_copy / "kernels.lock"))
+    text = staleness.render()
+    assert "matmul/sm_90: stale: reference, sources changed" in text
+    assert "silu_mul/sm_80: stale: reference changed" in text
+    with pytest.raises(StaleLockError, match="matmul/sm_80"):
+        require_fresh(m2, read_lock(root_copy / "kernels.lock"))
+
+
+def test_removed_kernel_and_arch_are_reported(root_copy: Path) -> None:
+    m = load_manifest(root_copy / "kernels.toml")
+    write_lock(root_copy / "kernels.lock", _lock_for(m))
+    toml = root_copy / "kernels.toml"
+    toml.write_text(toml.read_text(encoding="utf-8").replace('archs = ["sm_80", "sm_90"]', 'archs = ["sm_90"]', 1),
+                    encoding="utf-8")
+    staleness = check_lock(load_manifest(toml), read_lock(root_copy / "kernels.lock"))
+    assert ("silu_mul", "sm_80", "locked but no longer declared in the manifest") in staleness.problems
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda t: t.replace('version = 1', 'version = 7'), "lock version 7 is not supported"),
+        (lambda t: t.replace('provenance = "baseline"', 'provenance = baseline', 1), "invalid TOML"),
+        (lambda t: t.replace('provenance = "baseline"', 'provenanse = "baseline"', 1),
+         "unknown key 'provenanse' (did you mean 'provenance'?)"),
+        (lambda t: t.replace('winner = "' + "a" * 64, 'winner = "' + "z" * 64, 1), "not a sha256 digest"),
+        (lambda t: t.replace('name = "matmul"', 'name = 3', 1), "expected a string"),
+        (lambda t: "\n".join(t.splitlines()[:30]) + '\n[[kernel]]\nname = "x"\n', "missing required key"),
+    ],
+    ids=["version", "toml", "unknown-key", "digest", "type", "truncated"],
+)
+def test_corrupt_lock(root_copy: Path, edit: object, message: str) -> None:
+    m = load_manifest(root_copy / "kernels.toml")
+    path = root_copy / "kernels.lock"
+    write_lock(path, _lock_for(m))
+    path.write_text(edit(path.read_text(encoding="utf-8")), encoding="utf-8")  # type: ignore[operator]
+    with pytest.raises(LockError, match="kernels.lock") as info:
+        read_lock(path)
+    assert message in str(info.value)
+    assert info.value.exit_code == 2
