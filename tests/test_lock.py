@@ -91,7 +91,7 @@ def test_corrupt_lock(root_copy: Path, edit: object, message: str) -> None:
     path = root_copy / "kernels.lock"
     write_lock(path, _lock_for(m))
     path.write_text(edit(path.read_text(encoding="utf-8")), encoding="utf-8")  # type: ignore[operator]
-    with pytest.raises(LockError, match="kernels.lock") as info:
+    with pytest.raises(LockError, match=r"kernels\.lock") as info:
         read_lock(path)
     assert message in str(info.value)
     assert info.value.exit_code == 2
