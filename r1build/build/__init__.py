@@ -1,0 +1,145 @@
+"""The PEP 517 build backend ``r1build.build``: scikit-build-core, with the kernels resolved before CMake runs.
+
+A host project declares::
+
+    [build-system]
+    requires = ["r1build", "scikit-build-core>=0.10", "nanobind>=2"]
+    build-backend = "r1build.build"
+
+and its ``CMakeLists.txt`` needs two lines::
+
+    include(${R1BUILD_KERNELS_CMAKE})
+    target_link_libraries(my_ext PRIVATE r1build::kernels)
+
+Before a wheel (or editable wheel) is built, :func:`r1build.resolve.prepare_build` resolves every kernel × arch
+from the lock, the cache or the vendored sources, gates what it emits and writes ``.r1build/generated/``; the
+generated CMake file reaches CMake as ``-DR1BUILD_KERNELS_CMAKE=...`` through the config setting
+``cmake.define.R1BUILD_KERNELS_CMAKE``. Everything else is scikit-build-core's.
+
+Options: config settings ``r1build.locked``, ``r1build.offline``, ``r1build.cache-dir`` or the environment
+(``R1BUILD_LOCKED=1``, ``R1BUILD_OFFLINE=1``, ``R1BUILD_CACHE_DIR``), see :mod:`r1build.build.options`.
+
+Every hook stands alone: frontends may call each in a fresh process, so nothing is kept between them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TypeAlias
+
+from scikit_build_core import build as _skbuild
+
+from .boundary import frontend_boundary
+from .options import BuildOptions, ConfigSettings, split_settings
+from .sdist import sdist_settings
+
+__all__ = [
+    "KERNELS_DEFINE",
+    "BuildOptions",
+    "build_editable",
+    "build_sdist",
+    "build_wheel",
+    "get_requires_for_build_editable",
+    "get_requires_for_build_sdist",
+    "get_requires_for_build_wheel",
+    "kernel_settings",
+]
+
+KERNELS_DEFINE = "cmake.define.R1BUILD_KERNELS_CMAKE"
+"""The config setting that carries the generated CMake file to CMake as ``R1BUILD_KERNELS_CMAKE``."""
+
+Settings: TypeAlias = "Mapping[str, str | list[str]] | None"
+"""Config settings as a frontend hands them to a hook."""
+
+
+def kernel_settings(config_settings: Settings, project_dir: Path | None = None) -> ConfigSettings:
+    """Resolve and emit the kernels of ``project_dir`` (the working directory); the config settings for
+    scikit-build-core, with the generated CMake file defined and r1build's own keys taken out."""
+    from ..resolve import prepare_build
+
+    options, rest = split_settings(config_settings)
+    cmake_file = prepare_build(
+        project_dir or Path.cwd(),
+        locked=options.locked,
+        offline=options.offline,
+        cache_dir=options.cache_dir,
+    )
+    rest[KERNELS_DEFINE] = cmake_file.resolve().as_posix()
+    return rest
+
+
+def _plain_settings(config_settings: Settings) -> ConfigSettings:
+    """Config settings for hooks that resolve nothing: r1build's keys checked and taken out."""
+    _options, rest = split_settings(config_settings)
+    return rest
+
+
+def _for_sdist(config_settings: Settings) -> ConfigSettings:
+    from ..manifest import find_manifest, load_manifest
+
+    project = Path.cwd()
+    return sdist_settings(project, load_manifest(find_manifest(project)), _plain_settings(config_settings))
+
+
+def build_wheel(wheel_directory: str, config_settings: Settings = None,
+                metadata_directory: str | None = None) -> str:
+    """PEP 517: resolve the kernels, then build the wheel with scikit-build-core; returns its file name."""
+    with frontend_boundary():
+        settings = kernel_settings(config_settings)
+    return _skbuild.build_wheel(wheel_directory, settings, metadata_directory)
+
+
+def build_editable(wheel_directory: str, config_settings: Settings = None,
+                   metadata_directory: str | None = None) -> str:
+    """PEP 660: resolve the kernels, then build the editable wheel with scikit-build-core."""
+    with frontend_boundary():
+        settings = kernel_settings(config_settings)
+    return _skbuild.build_editable(wheel_directory, settings, metadata_directory)
+
+
+def build_sdist(sdist_directory: str, config_settings: Settings = None) -> str:
+    """PEP 517: the sdist, carrying manifest, lock, references, sources and vendored winners, not ``.r1build/``."""
+    with frontend_boundary():
+        settings = _for_sdist(config_settings)
+    return _skbuild.build_sdist(sdist_directory, settings)
+
+
+def get_requires_for_build_wheel(config_settings: Settings = None) -> list[str]:
+    """PEP 517: scikit-build-core's extra requirements (cmake / ninja where the system has none)."""
+    with frontend_boundary():
+        settings = _plain_settings(config_settings)
+    return _skbuild.get_requires_for_build_wheel(settings)
+
+
+def get_requires_for_build_editable(config_settings: Settings = None) -> list[str]:
+    """PEP 660: as for a wheel."""
+    with frontend_boundary():
+        settings = _plain_settings(config_settings)
+    return _skbuild.get_requires_for_build_editable(settings)
+
+
+def get_requires_for_build_sdist(config_settings: Settings = None) -> list[str]:
+    """PEP 517: scikit-build-core's requirements for an sdist."""
+    with frontend_boundary():
+        settings = _plain_settings(config_settings)
+    return _skbuild.get_requires_for_build_sdist(settings)
+
+
+# scikit-build-core leaves these out when a project's metadata can depend on the build's outcome; frontends
+# then build the wheel instead, and so must we.
+if hasattr(_skbuild, "prepare_metadata_for_build_wheel"):
+
+    def prepare_metadata_for_build_wheel(metadata_directory: str, config_settings: Settings = None) -> str:
+        """PEP 517: the wheel's metadata (no kernels needed); returns the ``.dist-info`` folder name."""
+        with frontend_boundary():
+            settings = _plain_settings(config_settings)
+        return _skbuild.prepare_metadata_for_build_wheel(metadata_directory, settings)
+
+    def prepare_metadata_for_build_editable(metadata_directory: str, config_settings: Settings = None) -> str:
+        """PEP 660: the editable wheel's metadata."""
+        with frontend_boundary():
+            settings = _plain_settings(config_settings)
+        return _skbuild.prepare_metadata_for_build_editable(metadata_directory, settings)
+
+    __all__ += ["prepare_metadata_for_build_editable", "prepare_metadata_for_build_wheel"]

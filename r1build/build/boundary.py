@@ -1,0 +1,85 @@
+"""The edge between r1build and a build frontend (pip, build, uv): events become plain stderr lines, errors exit.
+
+Frontends show a backend's stderr as it is, often inside a box of their own, so lines here are plain text
+with an ``r1build:`` prefix (no colour, no progress bars). An :class:`~r1build.errors.R1BuildError` becomes one
+clean message and ``SystemExit(exc.exit_code)``: a user error (exit 2) never shows a traceback. Anything else
+is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+from collections.abc import Iterator
+from typing import TextIO
+
+from ..errors import R1BuildError
+from ..events import Event, Note, Progress, Stage, sink
+
+__all__ = ["StderrRenderer", "frontend_boundary"]
+
+
+class StderrRenderer:
+    """Renders events as plain lines on a text stream (stderr by default)."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream
+        self._last_progress: dict[str, str] = {}
+
+    def line(self, text: str) -> None:
+        """Write one ``r1build:`` line and flush, so it interleaves correctly with CMake's output."""
+        stream = self.stream or sys.stderr
+        stream.write(f"r1build: {text}\n")
+        stream.flush()
+
+    def __call__(self, event: Event) -> None:
+        """The event sink."""
+        if isinstance(event, Note):
+            where = "/".join(x for x in (event.kernel, event.arch) if x)
+            level = "" if event.level == "info" else f"{event.level}: "
+            self.line(f"{level}{where + ': ' if where else ''}{event.message}")
+        elif isinstance(event, Stage):
+            if event.done:
+                where = "/".join(x for x in (event.kernel, event.arch) if x)
+                self.line(f"{event.stage} {where}{': ' + event.detail if event.detail else ''}")
+        elif isinstance(event, Progress):
+            fields = " ".join(f"{k}={v}" for k, v in event.fields.items())
+            total = f"/{event.total}" if event.total is not None else ""
+            text = f"{event.task}: {event.completed}{total} {fields}".rstrip()
+            if self._last_progress.get(event.task) != text:
+                self._last_progress[event.task] = text
+                self.line(text)
+
+
+@contextlib.contextmanager
+def _events_not_logged() -> Iterator[None]:
+    """Notes are logged as well as emitted; here the renderer shows them, so the log must not repeat them."""
+    logger = logging.getLogger("r1build")
+    quiet = logging.NullHandler()
+    propagate = logger.propagate
+    logger.addHandler(quiet)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(quiet)
+        logger.propagate = propagate
+
+
+@contextlib.contextmanager
+def frontend_boundary(renderer: StderrRenderer | None = None) -> Iterator[StderrRenderer]:
+    """Install the stderr renderer as the event sink; turn r1build errors into a message and an exit code."""
+    render = renderer or StderrRenderer()
+    try:
+        with _events_not_logged(), sink(render):
+            yield render
+    except R1BuildError as exc:
+        sys.stdout.flush()
+        message = str(exc).rstrip() or type(exc).__name__
+        first, _, rest = message.partition("\n")
+        render.line(f"error: {first}")
+        for extra in rest.splitlines():
+            (render.stream or sys.stderr).write(f"    {extra}\n")
+        (render.stream or sys.stderr).flush()
+        raise SystemExit(exc.exit_code) from None
