@@ -152,6 +152,17 @@ class _Judges:
         self._gate: Evaluator | None = None
         self._gpu: Evaluator | None = None
         self._gpu_archs: set[str] | None = None
+        self._endpoint: bool | None = None
+
+    def endpoint(self, manifest: Manifest, options: ResolveOptions) -> bool:
+        """Whether an LLM endpoint may be used (checked on the first miss: importing openai is slow)."""
+        if self._endpoint is None:
+            self._endpoint = False
+            if not options.offline:
+                from .generate import endpoint_configured
+
+                self._endpoint = endpoint_configured(manifest.settings.generation, options.environ)
+        return self._endpoint
 
     @property
     def gate(self) -> Evaluator:
@@ -177,19 +188,10 @@ class _Judges:
         return self._gpu if arch in self._gpu_archs else None
 
 
-def _endpoint(manifest: Manifest, options: ResolveOptions) -> bool:
-    if options.offline:
-        return False
-    try:
-        from .generate import endpoint_configured
-    except ImportError:
-        return False
-    return endpoint_configured(manifest.settings.generation, options.environ)
-
-
 def _decide(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Cache, judges: _Judges,
-            generate: bool) -> Decision | None:
+            options: ResolveOptions) -> Decision | None:
     """Real work on a miss: measure (GPU) and/or generate; None when neither is possible."""
+    generate = judges.endpoint(manifest, options)
     evaluator = judges.gpu_for(arch)
     if evaluator is None and not generate:
         return None
@@ -249,7 +251,7 @@ def _from_decision(manifest: Manifest, spec: KernelSpec, arch: str, key: str, ca
 
 
 def _resolve_one(manifest: Manifest, spec: KernelSpec, arch: str, cache: Cache, lock: Lock | None,
-                 options: ResolveOptions, judges: _Judges, generate: bool) -> Resolved:
+                 options: ResolveOptions, judges: _Judges) -> Resolved:
     key = decision_key(manifest, spec, arch)
     entry = lock.entry(spec.name, arch) if lock else None
     if entry is not None and entry.key == key and not options.refresh:
@@ -275,7 +277,7 @@ def _resolve_one(manifest: Manifest, spec: KernelSpec, arch: str, cache: Cache, 
             if resolved is not None:
                 return resolved
     if not options.locked:
-        decision = _decide(manifest, spec, arch, key, cache, judges, generate)
+        decision = _decide(manifest, spec, arch, key, cache, judges, options)
         if decision is not None:
             how: State = "generated" if decision.transcripts else ("measured" if decision.measured else "gated")
             resolved = _from_decision(manifest, spec, arch, key, cache, decision, how)
@@ -323,11 +325,10 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
     if options.locked:
         lock = require_fresh(manifest, lock, plan if (options.kernels or options.archs) else None)
     judges = _Judges(cache, options.use_gpu)
-    generate = _endpoint(manifest, options)
     entries = []
     for spec in specs:
         for arch in plan[spec.name]:
-            resolved = _resolve_one(manifest, spec, arch, cache, lock, options, judges, generate)
+            resolved = _resolve_one(manifest, spec, arch, cache, lock, options, judges)
             entries.append(_gate_emitted(manifest, judges, resolved))
     new_entries = {(e.name, e.arch): e for e in (lock.kernel if lock else [])}
     declared = {(s.name, a) for s in manifest.kernels for a in manifest.archs_of(s)}

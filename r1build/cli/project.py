@@ -173,7 +173,7 @@ def _options(args: argparse.Namespace, write_lock: bool) -> ResolveOptions:
 
 
 def cmd_resolve(args: argparse.Namespace, console: Console) -> int:
-    manifest = load_from_args(args)
+    manifest = load_from_args(args, check_references=False)
     with open_cache(args) as cache, sink(console.event):
         resolution = resolve(manifest, cache, _options(args, write_lock=True))
         if args.out:
@@ -184,7 +184,7 @@ def cmd_resolve(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_lock(args: argparse.Namespace, console: Console) -> int:
-    manifest = load_from_args(args)
+    manifest = load_from_args(args, check_references=False)
     if args.check:
         staleness = check_lock(manifest, read_lock(lock_path(manifest)))
         if staleness:
@@ -201,7 +201,7 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_vendor(args: argparse.Namespace, console: Console) -> int:
-    manifest = load_from_args(args)
+    manifest = load_from_args(args, check_references=False)
     with open_cache(args) as cache, sink(console.event):
         resolution = resolve(manifest, cache, ResolveOptions(locked=True, offline=True, use_gpu=False,
                                                              write_lock=False))
