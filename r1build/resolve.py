@@ -358,7 +358,7 @@ def prepare_build(project_dir: Path, *, locked: bool = False, offline: bool | No
 
     Builds never measure on a GPU (set ``R1BUILD_EVALUATE=1`` to allow it) and never write the lock.
     """
-    manifest = load_manifest(find_manifest(project_dir))
+    manifest = load_manifest(find_manifest(project_dir), check_references=False)
     use_gpu = os.environ.get("R1BUILD_EVALUATE") == "1"
     with Cache(cache_dir) as cache:
         resolution = resolve(

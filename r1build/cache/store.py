@@ -11,34 +11,78 @@ Four kinds of entries, each under its own key prefix:
 ``json/<namespace>/<key>``
     Small JSON documents (per-device measurements such as bandwidth floors).
 
-Every value is stored as ``<sha256 of payload>\\n<payload>`` and verified on every read: a mismatch is a miss,
-reported through :mod:`r1build.events`, never returned. diskcache gives atomic writes (SQLite transactions and
-rename for large values), safe concurrent use by several processes, and a size limit with LRU eviction.
+Integrity
+    Every value is stored as ``<sha256 of payload>\\n<payload>`` and verified on every read: a digest mismatch,
+    a blob whose key is not its content's digest, or a record that no longer parses is a miss, reported through
+    :mod:`r1build.events`, never returned. Storing a blob again heals a corrupt copy.
+
+Where
+    The directory is the one given, else ``$R1BUILD_CACHE_DIR``, else the platform's user cache directory
+    (platformdirs). diskcache keeps values under 32 KiB inside its SQLite database (``cache.db``) and larger
+    ones as files in two levels of sub-directories.
+
+Several processes
+    diskcache runs SQLite in WAL mode: readers never block, writers wait for each other up to ``timeout``
+    seconds (then :class:`~r1build.errors.CacheError`). Opening retries while another process is creating the
+    same directory. A non-empty directory that holds no cache is refused, so ``gc`` never deletes foreign files.
+
+Size
+    The size limit (4 GiB for a new cache) is stored in the cache and shared by every process; each write
+    evicts the least recently used entries while the cache is over it. :meth:`Cache.gc` evicts down to a new
+    limit on demand.
+
+Statistics
+    Hits, misses and corrupt reads are counted per kind in this process and added to lifetime totals (a small
+    table in ``cache.db``, never evicted) when the cache is closed or :meth:`Cache.flush_stats` is called.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import sqlite3
 import threading
+import time
+import warnings
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
 import diskcache
+from diskcache.core import MODE_BINARY, MODE_RAW
 
 from ..errors import CacheError
 from ..events import Note, emit
 from ..keys import canonical_json, digest_bytes
 from ..records import Decision, Result, from_json, to_json
 
-__all__ = ["KINDS", "Cache", "CacheStats", "Entry", "default_cache_dir"]
+__all__ = [
+    "DEFAULT_SIZE_LIMIT",
+    "KINDS",
+    "Cache",
+    "CacheStats",
+    "Entry",
+    "GcReport",
+    "Problem",
+    "default_cache_dir",
+    "resolve_cache_dir",
+]
 
 KINDS = ("blob", "decision", "gate", "json")
+"""The kinds of entries, each a key prefix."""
 DEFAULT_SIZE_LIMIT = 4 * 1024**3
+"""Size limit of a new cache, in bytes."""
+DEFAULT_TIMEOUT = 60.0
+"""Seconds a write waits for another process's write before giving up."""
+FORMAT = 1
+"""Layout version of the cache directory, recorded in ``cache.db``."""
+
+_HEADER = 65  # 64 hex digits of sha256 and a newline before every payload
+_DBNAME = "cache.db"
 T = TypeVar("T")
 
 
@@ -52,19 +96,9 @@ def default_cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("r1build", appauthor=False))
 
 
-@dataclass
-class CacheStats:
-    """Counts of one cache: entries and bytes per kind, and this process's hits and misses."""
-
-    directory: str
-    entries: dict[str, int] = field(default_factory=dict)
-    volume: int = 0
-    size_limit: int = 0
-    hits: dict[str, int] = field(default_factory=dict)
-    misses: dict[str, int] = field(default_factory=dict)
-    corrupt: dict[str, int] = field(default_factory=dict)
-    lifetime_hits: dict[str, int] = field(default_factory=dict)
-    lifetime_misses: dict[str, int] = field(default_factory=dict)
+def resolve_cache_dir(flag: str | Path | None = None) -> Path:
+    """The cache directory: ``flag`` (e.g. ``--cache-dir``) when given, else :func:`default_cache_dir`."""
+    return Path(flag).expanduser() if flag else default_cache_dir()
 
 
 @dataclass(frozen=True)
@@ -72,53 +106,264 @@ class Entry:
     """One stored entry, as ``cache ls`` and bundles see it."""
 
     key: str
+    """Full key, ``<kind>/...``."""
     kind: str
+    """One of :data:`KINDS`."""
     size: int
+    """Payload bytes."""
+    stored: float = 0.0
+    """When it was written (seconds since the epoch)."""
+    used: float = 0.0
+    """When it was last read or written (seconds since the epoch); eviction removes the oldest first."""
 
 
-def _pack(payload: bytes) -> bytes:
-    return digest_bytes(payload).encode() + b"\n" + payload
+@dataclass(frozen=True)
+class Problem:
+    """An entry that fails verification."""
+
+    key: str
+    """Full key."""
+    reason: str
+    """What is wrong with it."""
+
+
+@dataclass
+class CacheStats:
+    """Counts of one cache: entries and bytes per kind, and hit/miss statistics."""
+
+    directory: str
+    """The cache directory."""
+    entries: dict[str, int] = field(default_factory=dict)
+    """Entries per kind."""
+    bytes: dict[str, int] = field(default_factory=dict)
+    """Payload bytes per kind."""
+    volume: int = 0
+    """Bytes on disk (database pages and value files), what the size limit applies to."""
+    size_limit: int = 0
+    """Bytes the cache is evicted down to."""
+    hits: dict[str, int] = field(default_factory=dict)
+    """Verified reads per kind, this process."""
+    misses: dict[str, int] = field(default_factory=dict)
+    """Reads per kind that found nothing usable (absent or corrupt), this process."""
+    corrupt: dict[str, int] = field(default_factory=dict)
+    """Reads per kind that found a corrupt entry, this process (also counted as misses)."""
+    lifetime_hits: dict[str, int] = field(default_factory=dict)
+    """Hits per kind over the cache's life, this process included."""
+    lifetime_misses: dict[str, int] = field(default_factory=dict)
+    """Misses per kind over the cache's life, this process included."""
+    lifetime_corrupt: dict[str, int] = field(default_factory=dict)
+    """Corrupt reads per kind over the cache's life, this process included."""
+
+    @staticmethod
+    def rate(hits: dict[str, int], misses: dict[str, int]) -> float | None:
+        """Share of reads that hit, or None without reads."""
+        total = sum(hits.values()) + sum(misses.values())
+        return None if total == 0 else sum(hits.values()) / total
+
+
+@dataclass(frozen=True)
+class GcReport:
+    """What :meth:`Cache.gc` did."""
+
+    corrupt: int
+    """Corrupt entries deleted."""
+    evicted: int
+    """Entries evicted to get under the size limit."""
+    repaired: int
+    """Inconsistencies of the store fixed (value files without entries, entries without files, counters)."""
+    volume_before: int
+    """Bytes on disk before."""
+    volume: int
+    """Bytes on disk after."""
+    size_limit: int
+    """The size limit now in force."""
+
+
+def kind_of(key: str) -> str:
+    """The kind (key prefix) of a full key."""
+    return key.split("/", 1)[0]
+
+
+def _pack(digest: str, payload: bytes) -> bytes:
+    return digest.encode() + b"\n" + payload
 
 
 def _unpack(raw: bytes) -> tuple[str, bytes] | None:
-    if len(raw) < 65 or raw[64:65] != b"\n":
+    if len(raw) < _HEADER or raw[64:65] != b"\n":
         return None
-    return raw[:64].decode("ascii", "replace"), raw[65:]
+    return raw[:64].decode("ascii", "replace"), raw[_HEADER:]
+
+
+def _parse_blob(key: str, payload: bytes) -> bytes:
+    return payload
+
+
+def _parse_decision(key: str, payload: bytes) -> Decision:
+    decision = from_json(Decision, payload)
+    if f"decision/{decision.key}" != key:
+        raise ValueError(f"it holds the decision for key {decision.key}")
+    return decision
+
+
+def _parse_gate(key: str, payload: bytes) -> Result:
+    return from_json(Result, payload)
+
+
+def _parse_json(key: str, payload: bytes) -> Any:
+    return json.loads(payload)
+
+
+_PARSERS: dict[str, Callable[[str, bytes], Any]] = {
+    "blob": _parse_blob,
+    "decision": _parse_decision,
+    "gate": _parse_gate,
+    "json": _parse_json,
+}
+
+
+class _Corrupt(Exception):
+    """A payload that cannot be used under its key."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _parse(key: str, payload: bytes, digest: str | None = None) -> Any:
+    """The value of ``payload`` under ``key``; ``digest`` is the payload's sha256 when already known."""
+    kind = kind_of(key)
+    parse = _PARSERS.get(kind)
+    if parse is None or "/" not in key:
+        raise _Corrupt(f"unknown kind of key {key!r} (kinds: {', '.join(KINDS)})")
+    if kind == "blob" and key != f"blob/{digest or digest_bytes(payload)}":
+        raise _Corrupt("content does not match the blob's digest")
+    try:
+        return parse(key, payload)
+    except ValueError as exc:
+        raise _Corrupt(f"does not parse: {exc}") from None
+
+
+def _decode(key: str, raw: object) -> Any:
+    """The verified value of the stored ``raw`` under ``key``; :class:`_Corrupt` when it is not usable."""
+    if not isinstance(raw, bytes):
+        raise _Corrupt("stored as a value of another type")
+    unpacked = _unpack(raw)
+    if unpacked is None:
+        raise _Corrupt("no digest header")
+    digest, payload = unpacked
+    if digest_bytes(payload) != digest:
+        raise _Corrupt("digest mismatch")
+    return _parse(key, payload, digest)
+
+
+def check_payload(key: str, payload: bytes) -> str | None:
+    """Why ``payload`` cannot be stored under ``key`` (None when it can): used by bundle import."""
+    try:
+        _parse(key, payload)
+    except _Corrupt as corrupt:
+        return corrupt.reason
+    return None
+
+
+class _Unreadable:
+    """A stored row whose value cannot be read (missing value file, foreign value type)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
 
 
 class Cache:
     """The r1build cache in one directory. Safe to share between processes and threads."""
 
-    def __init__(self, directory: Path | str | None = None, *, size_limit: int | None = None) -> None:
-        self.directory = Path(directory) if directory is not None else default_cache_dir()
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            settings: dict[str, Any] = {"eviction_policy": "least-recently-used"}
-            if size_limit is not None:
-                settings["size_limit"] = size_limit
-            self._dc = diskcache.Cache(str(self.directory), timeout=120, **settings)
-            if size_limit is None and self._dc.size_limit == diskcache.DEFAULT_SETTINGS["size_limit"]:
-                self._dc.reset("size_limit", DEFAULT_SIZE_LIMIT)
-        except (OSError, diskcache.Timeout, Exception) as exc:
-            if isinstance(exc, CacheError):
-                raise
-            raise CacheError(f"cannot open the cache at {self.directory}: {exc}") from None
+    def __init__(self, directory: Path | str | None = None, *, size_limit: int | None = None,
+                 timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.directory = resolve_cache_dir(directory)
+        self.timeout = timeout
         self._lock = threading.Lock()
         self._hits: Counter[str] = Counter()
         self._misses: Counter[str] = Counter()
         self._corrupt: Counter[str] = Counter()
+        self._dc = self._open(size_limit)
 
     # -- lifecycle ---------------------------------------------------------------------------------------
-    def close(self) -> None:
-        """Flush this process's hit/miss counters into the lifetime totals and close."""
+    def _open(self, size_limit: int | None) -> diskcache.Cache:
+        d = self.directory
+        try:
+            if d.exists() and not d.is_dir():
+                raise CacheError(f"cache directory {d} is not a directory")
+            if d.is_dir() and not (d / _DBNAME).exists() and any(d.iterdir()):
+                raise CacheError(f"{d} is not empty and holds no r1build cache; choose a new or empty directory")
+            d.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CacheError(f"cannot create the cache directory {d}: {exc}") from None
+        deadline = time.monotonic() + self.timeout
+        while True:
+            dc: diskcache.Cache | None = None
+            try:
+                dc = diskcache.Cache(str(d), timeout=self.timeout, eviction_policy="least-recently-used")
+                fresh = self._prepare(dc)
+                if size_limit is not None:
+                    dc.reset("size_limit", size_limit)
+                elif fresh:
+                    dc.reset("size_limit", DEFAULT_SIZE_LIMIT)
+                return dc
+            except (sqlite3.OperationalError, diskcache.Timeout) as exc:
+                if dc is not None:
+                    dc.close()
+                busy = isinstance(exc, diskcache.Timeout) or "locked" in str(exc) or "busy" in str(exc)
+                if not busy or time.monotonic() > deadline:
+                    raise CacheError(f"cannot open the cache at {d}: {exc}") from None
+                time.sleep(0.02)
+            except (OSError, sqlite3.Error) as exc:
+                if dc is not None:
+                    dc.close()
+                raise CacheError(f"cannot open the cache at {d}: {exc}") from None
+
+    @staticmethod
+    def _prepare(dc: diskcache.Cache) -> bool:
+        """Create r1build's own tables once; True when this call made the cache (it is new)."""
+        sql = dc._sql  # diskcache's per-thread connection
+        with contextlib.suppress(sqlite3.OperationalError):
+            rows = sql("SELECT value FROM R1Meta WHERE name = 'format'").fetchall()
+            if rows:
+                Cache._check_format(dc, rows[0][0])
+                return False
+        with dc.transact(retry=False):
+            sql("CREATE TABLE IF NOT EXISTS R1Meta (name TEXT PRIMARY KEY, value)")
+            sql("CREATE TABLE IF NOT EXISTS R1Stats (name TEXT PRIMARY KEY, value INTEGER NOT NULL)")
+            fresh = bool(sql("INSERT OR IGNORE INTO R1Meta VALUES ('format', ?)", (FORMAT,)).rowcount == 1)
+            ((fmt,),) = sql("SELECT value FROM R1Meta WHERE name = 'format'").fetchall()
+        Cache._check_format(dc, fmt)
+        return fresh
+
+    @staticmethod
+    def _check_format(dc: diskcache.Cache, fmt: object) -> None:
+        if fmt != FORMAT:
+            raise CacheError(f"the cache at {dc.directory} has layout {fmt!r}; this r1build reads layout {FORMAT}")
+
+    def flush_stats(self) -> None:
+        """Add this process's hit/miss/corrupt counts to the lifetime totals and reset them."""
         with self._lock:
-            counters = [("hit", self._hits), ("miss", self._misses)]
-            with contextlib.suppress(diskcache.Timeout):
-                for name, counter in counters:
-                    for kind, n in counter.items():
-                        self._dc.incr(f"stat/{name}/{kind}", n, default=0)
+            items = [(f"{name}/{kind}", n) for name, counter in
+                     (("hit", self._hits), ("miss", self._misses), ("corrupt", self._corrupt))
+                     for kind, n in counter.items() if n]
             self._hits.clear()
             self._misses.clear()
+            self._corrupt.clear()
+        if not items:
+            return
+        upsert = ("INSERT INTO R1Stats VALUES (?, ?) "
+                  "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value")
+        try:
+            with self._dc.transact(retry=False):
+                for name, n in items:
+                    self._dc._sql(upsert, (name, n))
+        except (diskcache.Timeout, sqlite3.Error) as exc:
+            emit(Note("warning", f"could not record cache statistics in {self.directory}: {exc}"))
+
+    def close(self) -> None:
+        """Flush this process's statistics into the lifetime totals and close (reopens on next use)."""
+        self.flush_stats()
         self._dc.close()
 
     def __enter__(self) -> Cache:
@@ -127,94 +372,157 @@ class Cache:
     def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
 
-    # -- raw verified access -----------------------------------------------------------------------------
-    def _count(self, counter: Counter[str], kind: str) -> None:
-        with self._lock:
-            counter[kind] += 1
-
-    def _put(self, key: str, payload: bytes) -> None:
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Hold the write lock for a batch of writes: other processes see all of them or none."""
         try:
-            self._dc.set(key, _pack(payload), tag=key.split("/", 1)[0])
-        except diskcache.Timeout as exc:
-            raise CacheError(f"cache at {self.directory} is locked: {exc}") from None
+            with self._dc.transact(retry=False):
+                yield
+        except diskcache.Timeout:
+            raise CacheError(f"cache at {self.directory} stayed locked for {self.timeout:g} s") from None
 
-    def _get(self, key: str, expect: str | None = None) -> bytes | None:
-        kind = key.split("/", 1)[0]
-        raw = self._dc.get(key, default=None)
-        if raw is None:
-            self._count(self._misses, kind)
-            return None
-        unpacked = _unpack(raw) if isinstance(raw, bytes) else None
-        if unpacked is None or digest_bytes(unpacked[1]) != unpacked[0] or (expect and unpacked[0] != expect):
-            self._count(self._corrupt, kind)
-            self._count(self._misses, kind)
-            emit(Note("warning", f"cache entry {key} is corrupt (digest mismatch); ignoring it"))
-            return None
-        self._count(self._hits, kind)
-        return unpacked[1]
+    # -- storage primitives ------------------------------------------------------------------------------
+    def _locked(self, what: str) -> CacheError:
+        return CacheError(f"cache at {self.directory} stayed locked for {self.timeout:g} s ({what})")
 
-    def raw_items(self) -> Iterator[tuple[str, bytes | None]]:
-        """Every stored key with its raw stored value (None if it vanished meanwhile); statistics excluded."""
-        for key in self._dc.iterkeys():
-            if not isinstance(key, str) or key.startswith("stat/"):
-                continue
-            raw = self._dc.get(key, default=None, retry=True)
-            yield key, raw if isinstance(raw, bytes) else None
+    def _query(self, statement: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        """Read diskcache's ``Cache`` table directly: no access-time update, no unpickling."""
+        try:
+            return list(self._dc._sql(statement, params).fetchall())
+        except sqlite3.Error as exc:
+            raise CacheError(f"cannot read the cache at {self.directory}: {exc}") from None
+
+    def _put(self, key: str, payload: bytes, digest: str | None = None) -> None:
+        raw = _pack(digest or digest_bytes(payload), payload)
+        try:
+            self._dc.set(key, raw, retry=False)
+        except diskcache.Timeout:
+            raise self._locked(f"writing {key}") from None
+        except (OSError, sqlite3.Error) as exc:
+            raise CacheError(f"cannot write {key} to the cache at {self.directory}: {exc}") from None
+
+    def _fetch(self, key: str) -> object:
+        """The stored value through diskcache (which updates the entry's access time for LRU)."""
+        try:
+            return self._dc.get(key, default=None, retry=False)
+        except diskcache.Timeout:
+            raise self._locked(f"reading {key}") from None
+        except sqlite3.Error as exc:
+            raise CacheError(f"cannot read {key} from the cache at {self.directory}: {exc}") from None
+
+    def _stored(self, key: str) -> bytes | _Unreadable | None:
+        """The stored value without touching its access time; None when absent."""
+        for _ in range(3):
+            rows = self._query("SELECT mode, filename, value FROM Cache WHERE key = ? AND raw = 1", (key,))
+            if not rows:
+                return None
+            mode, filename, value = rows[0]
+            if mode == MODE_RAW and isinstance(value, bytes):
+                return bytes(value)
+            if mode != MODE_BINARY or not filename:
+                return _Unreadable("stored as a value of another type")
+            try:
+                return (self.directory / str(filename)).read_bytes()
+            except OSError:
+                continue  # replaced or evicted meanwhile: look again
+        return _Unreadable("its value file is missing")
+
+    def _read(self, key: str) -> Any | None:
+        """The verified value under ``key`` (bytes for blobs, a record, a JSON value), counting a hit or miss."""
+        kind = kind_of(key)
+        raw = self._fetch(key)
+        reason = None
+        value = None
+        if raw is not None:
+            try:
+                value = _decode(key, raw)
+            except _Corrupt as corrupt:
+                reason = corrupt.reason
+        with self._lock:
+            if raw is None or reason is not None:
+                self._misses[kind] += 1
+            else:
+                self._hits[kind] += 1
+            if reason is not None:
+                self._corrupt[kind] += 1
+        if reason is not None:
+            emit(Note("warning", f"cache entry {key} is corrupt ({reason}); ignoring it"))
+        return value
+
+    # -- raw verified access (bundles) -------------------------------------------------------------------
+    def peek(self, key: str) -> bytes | None:
+        """The verified payload under ``key`` without counting a read or refreshing its age; None if unusable."""
+        stored = self._stored(key)
+        if not isinstance(stored, bytes):
+            return None
+        try:
+            _decode(key, stored)
+        except _Corrupt:
+            return None
+        return stored[_HEADER:]
 
     def put_raw(self, key: str, payload: bytes) -> None:
-        """Store ``payload`` under ``key`` (used by bundle import, after verification)."""
+        """Store ``payload`` under the full ``key``; :class:`ValueError` when it does not fit the key."""
+        reason = check_payload(key, payload)
+        if reason is not None:
+            raise ValueError(f"cannot store {key}: {reason}")
         self._put(key, payload)
 
     def get_raw(self, key: str) -> bytes | None:
-        """The verified payload under ``key``."""
-        expect = key.split("/", 1)[1] if key.startswith("blob/") else None
-        return self._get(key, expect)
+        """The verified payload under the full ``key`` (counted as a read)."""
+        if kind_of(key) not in _PARSERS or self._read(key) is None:
+            return None
+        return self.peek(key)
 
     def delete(self, key: str) -> bool:
-        """Remove one entry."""
-        return bool(self._dc.delete(key, retry=True))
+        """Remove one entry; whether it was there."""
+        try:
+            return bool(self._dc.delete(key, retry=False))
+        except diskcache.Timeout:
+            raise self._locked(f"deleting {key}") from None
 
     # -- blobs -------------------------------------------------------------------------------------------
     def put_blob(self, data: bytes) -> str:
-        """Store bytes; returns their sha256, the blob's key."""
+        """Store bytes (replacing a corrupt copy); returns their sha256, the blob's key."""
         digest = digest_bytes(data)
         key = f"blob/{digest}"
-        if key not in self._dc:
-            self._put(key, data)
+        if self._stored(key) != _pack(digest, data):
+            self._put(key, data, digest)
         return digest
 
     def get_blob(self, digest: str) -> bytes | None:
         """The bytes whose sha256 is ``digest``, verified; None when absent or corrupt."""
-        return self._get(f"blob/{digest}", expect=digest)
+        value = self._read(f"blob/{digest}")
+        return value if isinstance(value, bytes) else None
+
+    def has_blob(self, digest: str) -> bool:
+        """Whether a blob is stored (not verified; cheap)."""
+        return bool(self._query("SELECT 1 FROM Cache WHERE key = ? AND raw = 1", (f"blob/{digest}",)))
 
     def put_text(self, text: str) -> str:
         """Store text as a UTF-8 blob."""
         return self.put_blob(text.encode())
 
     def get_text(self, digest: str) -> str | None:
-        """A text blob."""
+        """A text blob (None when absent, corrupt or not UTF-8)."""
         data = self.get_blob(digest)
-        return None if data is None else data.decode()
-
-    # -- records -----------------------------------------------------------------------------------------
-    def _get_record(self, key: str, cls: type[T]) -> T | None:
-        payload = self._get(key)
-        if payload is None:
+        if data is None:
             return None
         try:
-            return from_json(cls, payload)
-        except ValueError as exc:
-            self._count(self._corrupt, key.split("/", 1)[0])
-            emit(Note("warning", f"cache entry {key} does not parse ({exc}); ignoring it"))
+            return data.decode()
+        except UnicodeDecodeError:
+            emit(Note("warning", f"cache blob {digest} is not UTF-8 text"))
             return None
 
+    # -- records -----------------------------------------------------------------------------------------
     def put_decision(self, decision: Decision) -> None:
-        """Store a decision under its key."""
+        """Store a decision under its key (replacing any earlier one)."""
         self._put(f"decision/{decision.key}", to_json(decision))
 
     def get_decision(self, key: str) -> Decision | None:
         """The decision for ``key``, verified."""
-        return self._get_record(f"decision/{key}", Decision)
+        value = self._read(f"decision/{key}")
+        return value if isinstance(value, Decision) else None
 
     def put_gate(self, key: str, result: Result) -> None:
         """Store a static-gate result."""
@@ -222,7 +530,8 @@ class Cache:
 
     def get_gate(self, key: str) -> Result | None:
         """A static-gate result."""
-        return self._get_record(f"gate/{key}", Result)
+        value = self._read(f"gate/{key}")
+        return value if isinstance(value, Result) else None
 
     def put_json(self, namespace: str, key: str, obj: Any) -> None:
         """Store a small JSON document."""
@@ -230,71 +539,121 @@ class Cache:
 
     def get_json(self, namespace: str, key: str) -> Any | None:
         """A small JSON document, or None."""
-        import json
-
-        payload = self._get(f"json/{namespace}/{key}")
-        return None if payload is None else json.loads(payload)
+        return self._read(f"json/{namespace}/{key}")
 
     # -- maintenance -------------------------------------------------------------------------------------
     def entries(self, kind: str | None = None) -> list[Entry]:
-        """Stored entries, sorted by key."""
+        """Stored entries (of one kind), sorted by key; reading them does not count or refresh them."""
+        statement = ("SELECT key, size + COALESCE(length(value), 0), store_time, access_time FROM Cache"
+                     " WHERE raw = 1 AND typeof(key) = 'text'")
+        params: tuple[Any, ...] = ()
+        if kind is not None:
+            statement += " AND substr(key, 1, ?) = ?"
+            params = (len(kind) + 1, kind + "/")
+        statement += " ORDER BY key"
         out = []
-        for key, raw in self.raw_items():
-            k = key.split("/", 1)[0]
-            if (kind is None or k == kind) and raw is not None:
-                out.append(Entry(key, k, len(raw)))
-        return sorted(out, key=lambda e: e.key)
+        for key, size, stored, used in self._query(statement, params):
+            k = kind_of(key)
+            if k in _PARSERS:
+                out.append(Entry(key, k, max(0, int(size) - _HEADER), float(stored or 0), float(used or 0)))
+        return out
 
     def decisions(self) -> list[Decision]:
-        """Every readable decision record."""
+        """Every readable decision, sorted by kernel, arch and creation (not counted as reads)."""
         out = []
         for entry in self.entries("decision"):
-            d = self._get_record(entry.key, Decision)
-            if d is not None:
-                out.append(d)
-        return out
+            payload = self.peek(entry.key)
+            if payload is not None:
+                out.append(_parse_decision(entry.key, payload))
+        return sorted(out, key=lambda d: (d.kernel, d.arch, d.created))
+
+    def audit(self, *, repair: bool = False) -> list[Problem]:
+        """Check every entry (digest, blob key, record shape); returns the bad ones, deleted when ``repair``."""
+        problems = []
+        for entry in self.entries():
+            stored = self._stored(entry.key)
+            if stored is None:
+                continue  # deleted meanwhile
+            reason = stored.reason if isinstance(stored, _Unreadable) else None
+            if reason is None:
+                try:
+                    _decode(entry.key, stored)
+                except _Corrupt as corrupt:
+                    reason = corrupt.reason
+            if reason is not None:
+                problems.append(Problem(entry.key, reason))
+                if repair:
+                    self.delete(entry.key)
+        return problems
 
     def verify(self, *, repair: bool = False) -> list[str]:
         """Check every entry's digest; returns the keys that fail (and deletes them when ``repair``)."""
-        bad = []
-        for key, raw in self.raw_items():
-            unpacked = _unpack(raw) if raw is not None else None
-            ok = unpacked is not None and digest_bytes(unpacked[1]) == unpacked[0]
-            if ok and unpacked is not None and key.startswith("blob/"):
-                ok = key == f"blob/{unpacked[0]}"
-            if not ok:
-                bad.append(key)
-                if repair:
-                    self.delete(key)
-        return sorted(bad)
+        return [p.key for p in self.audit(repair=repair)]
 
-    def gc(self, *, size_limit: int | None = None) -> dict[str, int]:
-        """Delete corrupt entries and evict down to the size limit; returns counts."""
-        corrupt = len(self.verify(repair=True))
+    def volume(self) -> int:
+        """Bytes on disk: what the size limit applies to."""
+        try:
+            return int(self._dc.volume())
+        except sqlite3.Error as exc:
+            raise CacheError(f"cannot read the cache at {self.directory}: {exc}") from None
+
+    @property
+    def size_limit(self) -> int:
+        """Bytes the cache is evicted down to (shared by every process using the directory)."""
+        return int(self._dc.reset("size_limit"))
+
+    def set_size_limit(self, size_limit: int) -> None:
+        """Store a new size limit (it applies from each process's next write)."""
+        if size_limit <= 0:
+            raise ValueError("the size limit must be positive")
+        self._dc.reset("size_limit", size_limit)
+
+    def gc(self, *, size_limit: int | None = None) -> GcReport:
+        """Delete corrupt entries, fix the store's consistency, and evict (LRU) down to the size limit."""
+        before = self.volume()
+        corrupt = len(self.audit(repair=True))
         if size_limit is not None:
-            self._dc.reset("size_limit", size_limit)
-        before = len(self._dc)
-        self._dc.cull(retry=True)
-        self._dc.expire(retry=True)
-        return {"corrupt": corrupt, "evicted": max(0, before - len(self._dc)), "volume": self._dc.volume()}
+            self.set_size_limit(size_limit)
+        evicted = 0
+        while self.volume() > self.size_limit:  # one entry at a time: diskcache's cull takes ten
+            oldest = self._query("SELECT key FROM Cache WHERE raw = 1 ORDER BY access_time LIMIT 1")
+            if not oldest:
+                break
+            evicted += self.delete(oldest[0][0])
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("always")
+                repaired = len(self._dc.check(fix=True, retry=False))
+        except diskcache.Timeout:
+            raise self._locked("collecting garbage") from None
+        except (OSError, sqlite3.Error) as exc:
+            raise CacheError(f"cannot collect garbage in {self.directory}: {exc}") from None
+        return GcReport(corrupt, evicted, repaired, before, self.volume(), self.size_limit)
 
     def stats(self) -> CacheStats:
-        """Entry counts, volume and hit/miss statistics."""
+        """Entry counts, bytes, volume and hit/miss statistics."""
         counts: Counter[str] = Counter()
-        for key in self._dc.iterkeys():
-            if isinstance(key, str) and not key.startswith("stat/"):
-                counts[key.split("/", 1)[0]] += 1
-        life_hit = {k: int(self._dc.get(f"stat/hit/{k}", 0)) for k in KINDS}
-        life_miss = {k: int(self._dc.get(f"stat/miss/{k}", 0)) for k in KINDS}
+        sizes: Counter[str] = Counter()
+        for entry in self.entries():
+            counts[entry.kind] += 1
+            sizes[entry.kind] += entry.size
+        life: dict[str, Counter[str]] = {"hit": Counter(), "miss": Counter(), "corrupt": Counter()}
+        for name, value in self._query("SELECT name, value FROM R1Stats"):
+            what, _, kind = str(name).partition("/")
+            if what in life:
+                life[what][kind] += int(value)
         with self._lock:
-            return CacheStats(
-                directory=str(self.directory),
-                entries={k: counts.get(k, 0) for k in KINDS},
-                volume=int(self._dc.volume()),
-                size_limit=int(self._dc.size_limit),
-                hits=dict(self._hits),
-                misses=dict(self._misses),
-                corrupt=dict(self._corrupt),
-                lifetime_hits={k: life_hit[k] + self._hits.get(k, 0) for k in KINDS},
-                lifetime_misses={k: life_miss[k] + self._misses.get(k, 0) for k in KINDS},
-            )
+            hits, misses, corrupt = Counter(self._hits), Counter(self._misses), Counter(self._corrupt)
+        return CacheStats(
+            directory=str(self.directory),
+            entries={k: counts[k] for k in KINDS},
+            bytes={k: sizes[k] for k in KINDS},
+            volume=self.volume(),
+            size_limit=self.size_limit,
+            hits={k: hits[k] for k in KINDS},
+            misses={k: misses[k] for k in KINDS},
+            corrupt={k: corrupt[k] for k in KINDS},
+            lifetime_hits={k: life["hit"][k] + hits[k] for k in KINDS},
+            lifetime_misses={k: life["miss"][k] + misses[k] for k in KINDS},
+            lifetime_corrupt={k: life["corrupt"][k] + corrupt[k] for k in KINDS},
+        )
