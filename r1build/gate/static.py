@@ -1,0 +1,223 @@
+"""The static gate: the judge that needs no GPU.
+
+For every candidate variant and arch it compiles with nvcc (:mod:`.nvcc`), inspects the host object
+(:mod:`.symbols`) and holds the ptxas report against the kernel's limits. Verdicts are cached under a gate key
+(source digest, defines, arch, nvcc flags, toolchain identity, entry point and allowlist version), so a warm
+build compiles nothing twice. What is cached is the compile's verdict *before* the limits are applied: changing
+``limits`` in the manifest re-judges from the cached report without compiling again.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ..cache.store import Cache
+from ..errors import format_subprocess_failure
+from ..events import Progress, Stage, emit
+from ..judge import Job
+from ..keys import digest_json
+from ..manifest.archs import arch_info, parse_arch
+from ..manifest.model import KernelSpec, Limits, Manifest
+from ..records import Candidate, GateReport, Result, Status
+from ..toolchain import Toolchain
+from ..toolchain import toolchain as default_toolchain
+from .nvcc import Compilation, compile_variant
+from .symbols import ALLOWLIST_VERSION, check_object
+
+__all__ = ["GATE_SCHEMA", "StaticGate", "gate_for_archs", "gate_key", "limit_violations"]
+
+GATE_SCHEMA = 1
+"""Bumped whenever what goes into a gate key, or what a cached gate result means, changes."""
+
+DEFAULT_TIMEOUT_S = 300.0
+"""Longest one nvcc compile may take before the candidate counts as a compile error."""
+
+
+def gate_key(manifest: Manifest, spec: KernelSpec, arch: str, candidate: Candidate, toolchain: Toolchain) -> str:
+    """The cache key of one compile: everything that can change its verdict, and nothing else."""
+    return digest_json(
+        {
+            "schema": GATE_SCHEMA,
+            "allowlist": ALLOWLIST_VERSION,
+            "source": candidate.source_digest,
+            "defines": {name: candidate.defines[name] for name in sorted(candidate.defines)},
+            "arch": arch,
+            "flags": list(manifest.settings.nvcc_flags),
+            "toolchain": toolchain.ident,
+            "entry": spec.name,
+        }
+    )
+
+
+def limit_violations(report: GateReport, limits: Limits, arch: str) -> list[str]:
+    """Each way the ptxas report exceeds the kernel's limits, as a sentence a model can act on."""
+    info = arch_info(arch)
+    out = []
+    registers = limits.registers if limits.registers is not None else info.regs_per_thread
+    if report.registers > registers:
+        out.append(
+            f"ptxas reports {report.registers} registers per thread on {arch}, over the limit of {registers} "
+            "(limits.registers); keep fewer values live per thread (smaller per-thread tiles, fewer unrolled "
+            "accumulators) or bound it with __launch_bounds__."
+        )
+    spill = report.spill_stores + report.spill_loads
+    if limits.spill_bytes is not None and spill > limits.spill_bytes:
+        out.append(
+            f"ptxas reports {spill} bytes of register spills on {arch} ({report.spill_stores} stored, "
+            f"{report.spill_loads} loaded), over the limit of {limits.spill_bytes} (limits.spill-bytes); reduce "
+            "register pressure or avoid dynamically indexed local arrays so nothing goes to local memory."
+        )
+    shared = limits.shared_bytes if limits.shared_bytes is not None else info.smem_per_block
+    if report.shared_bytes > shared:
+        out.append(
+            f"ptxas reports {report.shared_bytes} bytes of static shared memory per block on {arch}, over the "
+            f"limit of {shared} (limits.shared-bytes); use smaller tiles."
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class _Task:
+    arch: str
+    candidate: Candidate
+    key: str
+
+
+class StaticGate:
+    """Judges candidates by compiling them: implements :class:`~r1build.judge.Evaluator` without a GPU.
+
+    Results have ``stage="gate"`` and status ``passed``, ``compile_error`` or ``rejected``; a bad candidate is a
+    result, never an exception. :class:`~r1build.errors.ToolchainError` when nvcc or binutils are missing.
+    """
+
+    def __init__(self, cache: Cache, *, toolchain: Toolchain | None = None, jobs: int | None = None,
+                 timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        self.cache = cache
+        """Where verdicts are looked up and stored."""
+        self.jobs = max(1, jobs if jobs is not None else (os.cpu_count() or 1))
+        """Most compiles running at once."""
+        self.timeout_s = timeout_s
+        """Longest one compile may take."""
+        self.compiles = 0
+        """nvcc runs this gate made (cache hits make none)."""
+        self.cache_hits = 0
+        """Verdicts this gate took from the cache."""
+        self._toolchain = toolchain
+        self._lock = threading.Lock()
+
+    @property
+    def toolchain(self) -> Toolchain:
+        """The nvcc in use, found on first use."""
+        if self._toolchain is None:
+            self._toolchain = default_toolchain()
+        return self._toolchain
+
+    def evaluate(self, job: Job) -> list[Result]:
+        """One result per candidate of ``job``, in order."""
+        arch = parse_arch(job.arch)
+        return self.judge(job.manifest, job.spec, [(arch, c) for c in job.candidates], arch=arch)
+
+    def judge(self, manifest: Manifest, spec: KernelSpec, pairs: Sequence[tuple[str, Candidate]], *,
+              arch: str | None = None) -> list[Result]:
+        """One result per ``(arch, candidate)`` pair, in order; compiles run in parallel, each distinct compile
+        once. ``arch`` only labels the events (None when the pairs span several archs)."""
+        tc = self.toolchain
+        tasks = [_Task(parse_arch(a), c, "") for a, c in pairs]
+        tasks = [replace(t, key=gate_key(manifest, spec, t.arch, t.candidate, tc)) for t in tasks]
+        emit(Stage("gate", spec.name, arch, detail=f"{len(tasks)} to judge"))
+
+        verdicts: dict[str, Result] = {}
+        pending: dict[str, _Task] = {}
+        for task in tasks:
+            if task.key in verdicts or task.key in pending:
+                continue
+            cached = self.cache.get_gate(task.key)
+            if cached is not None:
+                verdicts[task.key] = cached
+            else:
+                pending[task.key] = task
+        with self._lock:
+            self.cache_hits += len(verdicts)
+
+        total = len(verdicts) + len(pending)
+        progress = f"gate {spec.name}" + (f" {arch}" if arch else "")
+        emit(Progress(progress, len(verdicts), total, {"cached": len(verdicts)}))
+        for key, result in self._compile_all(manifest, spec, list(pending.values())):
+            verdicts[key] = result
+            emit(Progress(progress, len(verdicts), total, {"cached": total - len(pending)}))
+
+        results = [self._apply_limits(verdicts[t.key], spec, t.arch) for t in tasks]
+        counts = {s: sum(r.status == s for r in results) for s in ("passed", "rejected", "compile_error")}
+        detail = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in counts.items() if n)
+        detail += f"; {len(pending)} compiled, {total - len(pending)} from cache"
+        emit(Stage("gate", spec.name, arch, done=True, detail=detail))
+        return results
+
+    # -- internals ---------------------------------------------------------------------------------------
+    def _compile_all(self, manifest: Manifest, spec: KernelSpec, tasks: list[_Task]) -> list[tuple[str, Result]]:
+        def one(task: _Task) -> tuple[str, Result]:
+            result, cacheable = self._compile_one(manifest, spec, task)
+            if cacheable:
+                self.cache.put_gate(task.key, result)
+            return task.key, result
+
+        if len(tasks) <= 1 or self.jobs == 1:
+            return [one(task) for task in tasks]
+        done: list[tuple[str, Result]] = []
+        with ThreadPoolExecutor(max_workers=min(self.jobs, len(tasks)), thread_name_prefix="r1build-gate") as pool:
+            futures: list[Future[tuple[str, Result]]] = [pool.submit(one, task) for task in tasks]
+            for future in as_completed(futures):
+                done.append(future.result())
+        return done
+
+    def _compile_one(self, manifest: Manifest, spec: KernelSpec, task: _Task) -> tuple[Result, bool]:
+        """The verdict of one compile before limits, and whether it may be cached (timeouts are not: a loaded
+        machine is the likelier cause than the candidate)."""
+        tc = self.toolchain
+
+        def verdict(status: Status, detail: str = "", report: GateReport | None = None) -> Result:
+            return Result(candidate=task.candidate.digest, arch=task.arch, status=status, stage="gate",
+                          detail=detail, gate=report, toolchain=tc.ident)
+
+        with tempfile.TemporaryDirectory(prefix="r1build-gate-") as scratch:
+            compiled: Compilation = compile_variant(
+                task.candidate.source, task.candidate.defines, task.arch, name=spec.name,
+                flags=manifest.settings.nvcc_flags, toolchain=tc, workdir=Path(scratch), timeout_s=self.timeout_s,
+            )
+            with self._lock:
+                self.compiles += 1
+            if compiled.timed_out:
+                detail = f"nvcc did not finish within {self.timeout_s:g} s\n" + format_subprocess_failure(
+                    compiled.command, -1, compiled.output)
+                return verdict("compile_error", detail), False
+            if not compiled.ok or compiled.object_path is None:
+                detail = format_subprocess_failure(compiled.command, compiled.returncode or 1, compiled.output)
+                return verdict("compile_error", detail), True
+            check = check_object(compiled.object_path, spec.name)
+        if not check.ok:
+            return verdict("rejected", check.reason(spec.name), compiled.report), True
+        return verdict("passed", report=compiled.report), True
+
+    @staticmethod
+    def _apply_limits(result: Result, spec: KernelSpec, arch: str) -> Result:
+        if result.status != "passed" or result.gate is None:
+            return result
+        violations = limit_violations(result.gate, spec.limits, arch)
+        if not violations:
+            return result
+        return replace(result, status="rejected", detail=" ".join(violations))
+
+
+def gate_for_archs(gate: StaticGate, manifest: Manifest, spec: KernelSpec, candidate: Candidate,
+                   archs: Sequence[str]) -> dict[str, Result]:
+    """The gate's verdict on one candidate for each of ``archs`` (compiled in parallel), keyed by canonical
+    arch; used by the resolver to check every emitted winner for every target."""
+    canonical = [parse_arch(a) for a in archs]
+    results = gate.judge(manifest, spec, [(a, candidate) for a in canonical])
+    return dict(zip(canonical, results, strict=True))
