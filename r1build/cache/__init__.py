@@ -2,6 +2,33 @@
 
 from __future__ import annotations
 
-from .store import Cache, CacheStats, Entry, default_cache_dir
+from .bundle import BundleEntry, BundleSummary, export_bundle, import_bundle, read_bundle, referenced_blobs
+from .store import (
+    DEFAULT_SIZE_LIMIT,
+    KINDS,
+    Cache,
+    CacheStats,
+    Entry,
+    GcReport,
+    Problem,
+    default_cache_dir,
+    resolve_cache_dir,
+)
 
-__all__ = ["Cache", "CacheStats", "Entry", "default_cache_dir"]
+__all__ = [
+    "DEFAULT_SIZE_LIMIT",
+    "KINDS",
+    "BundleEntry",
+    "BundleSummary",
+    "Cache",
+    "CacheStats",
+    "Entry",
+    "GcReport",
+    "Problem",
+    "default_cache_dir",
+    "export_bundle",
+    "import_bundle",
+    "read_bundle",
+    "referenced_blobs",
+    "resolve_cache_dir",
+]

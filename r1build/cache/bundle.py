@@ -1,0 +1,350 @@
+"""Cache bundles: move decisions (with the blobs they name) between machines as one file.
+
+A bundle is a zip file::
+
+    index.json            {"format": "r1build-bundle", "version": 1, "created": ..., "entries": [...]}
+    entries/<sha256>      one payload per distinct digest (deflated)
+
+Each index entry is ``{"key", "kind", "sha256", "size"}``: the entry's full cache key, its kind, and the sha256
+and length of its payload. The zip comment holds ``r1build-bundle index sha256=<digest of index.json>``.
+
+Import reads and checks the whole bundle before it writes anything: the index digest, the index's shape and
+format version, that every payload member is listed and every listed payload is present, each payload's length
+and sha256, that a blob's key is its digest, and that each record parses as its kind (a decision's key must be
+the key it is filed under). Any failure raises :class:`~r1build.errors.BundleError` naming the problem, and the
+cache is left as it was. The verified entries are then written in one transaction.
+
+What happens to entries the cache already has:
+
+* identical payload: nothing (counted ``unchanged``);
+* a blob: its key is its digest, so a verified blob can only differ from a *corrupt* local copy, which is
+  replaced;
+* a decision that differs: the bundle's decision replaces the local one only when the bundle's was measured on a
+  GPU and the local one was not (a bundle from a GPU machine upgrades a static-gate-only decision); otherwise the
+  local decision is kept (``kept``);
+* a gate result or JSON document that differs: the local one is kept.
+
+A local entry that is corrupt is always replaced by the bundle's verified one.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import tempfile
+import zipfile
+import zlib
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..errors import BundleError
+from ..events import Note, emit
+from ..keys import canonical_json, digest_bytes
+from ..records import Decision, from_json
+from .store import KINDS, Cache, check_payload, kind_of
+
+__all__ = [
+    "BUNDLE_FORMAT",
+    "BUNDLE_VERSION",
+    "BundleEntry",
+    "BundleSummary",
+    "export_bundle",
+    "import_bundle",
+    "read_bundle",
+    "referenced_blobs",
+]
+
+BUNDLE_FORMAT = "r1build-bundle"
+"""The ``format`` field of every bundle index."""
+BUNDLE_VERSION = 1
+"""The bundle layout this r1build writes and reads."""
+INDEX_NAME = "index.json"
+PAYLOAD_DIR = "entries/"
+_COMMENT_PREFIX = b"r1build-bundle index sha256="
+_MAX_INDEX_BYTES = 64 * 1024**2
+_ZIP_TIME = (1980, 1, 1, 0, 0, 0)
+_HEX = frozenset("0123456789abcdef")
+_Bad = Callable[[str], BundleError]
+
+
+@dataclass(frozen=True)
+class BundleEntry:
+    """One entry of a bundle index."""
+
+    key: str
+    """Full cache key, ``<kind>/...``."""
+    kind: str
+    """One of the cache's kinds."""
+    sha256: str
+    """sha256 of the payload."""
+    size: int
+    """Payload bytes."""
+
+
+@dataclass
+class BundleSummary:
+    """What an export wrote or an import did."""
+
+    path: str
+    """The bundle file."""
+    entries: dict[str, int] = field(default_factory=dict)
+    """Entries per kind in the bundle."""
+    payload_bytes: int = 0
+    """Payload bytes in the bundle (uncompressed)."""
+    file_bytes: int = 0
+    """Size of the bundle file."""
+    added: list[str] = field(default_factory=list)
+    """Import: keys written that the cache did not have (or had corrupt)."""
+    replaced: list[str] = field(default_factory=list)
+    """Import: decisions replaced by a measured one from the bundle."""
+    unchanged: list[str] = field(default_factory=list)
+    """Import: keys the cache already had with the same payload."""
+    kept: list[str] = field(default_factory=list)
+    """Import: keys the cache had with a different payload, kept as they were."""
+    missing: list[str] = field(default_factory=list)
+    """Export: keys asked for or referenced by a decision that the cache does not hold intact (left out)."""
+
+    @property
+    def total(self) -> int:
+        """Entries in the bundle."""
+        return sum(self.entries.values())
+
+
+# -- export ---------------------------------------------------------------------------------------------------
+def referenced_blobs(decision: Decision) -> list[str]:
+    """Digests of the blobs a decision names: candidate sources and transcripts."""
+    refs = list(decision.candidates)
+    if decision.winner is not None:
+        refs.append(decision.winner)
+    digests = [ref.source for ref in refs]
+    digests += [ref.origin.transcript for ref in refs if ref.origin.transcript]
+    digests += decision.transcripts
+    return sorted(set(digests))
+
+
+def _selection(cache: Cache, keys: Iterable[str] | None) -> list[str]:
+    """The keys to export: every entry, or ``keys`` with the blobs their decisions name."""
+    if keys is None:
+        return [e.key for e in cache.entries()]
+    chosen: set[str] = set()
+    referenced: set[str] = set()
+    for key in keys:
+        chosen.add(key)
+        if kind_of(key) == "decision":
+            payload = cache.peek(key)
+            if payload is not None:
+                decision = from_json(Decision, payload)
+                referenced.update(f"blob/{d}" for d in referenced_blobs(decision))
+    return sorted(chosen | referenced)
+
+
+def export_bundle(cache: Cache, path: Path | str, keys: Iterable[str] | None = None) -> BundleSummary:
+    """Write a bundle of every intact entry, or of ``keys`` (full keys; a decision brings the blobs it names).
+
+    Entries that are absent or corrupt are left out with a warning and listed in ``missing``. The file is
+    written to a temporary name next to ``path`` and renamed, so a reader never sees half a bundle.
+    """
+    path = Path(path)
+    wanted = _selection(cache, keys)
+    summary = BundleSummary(str(path))
+    index: list[dict[str, Any]] = []
+    payloads: dict[str, bytes] = {}
+    for key in wanted:
+        payload = cache.peek(key)
+        if payload is None:
+            summary.missing.append(key)
+            emit(Note("warning", f"cache entry {key} is absent or corrupt; left out of the bundle"))
+            continue
+        digest = digest_bytes(payload)
+        payloads[digest] = payload
+        index.append({"key": key, "kind": kind_of(key), "sha256": digest, "size": len(payload)})
+    doc = {
+        "format": BUNDLE_FORMAT,
+        "version": BUNDLE_VERSION,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "r1build": __version__,
+        "entries": index,
+    }
+    index_bytes = canonical_json(doc)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w") as zf:
+                zf.comment = _COMMENT_PREFIX + digest_bytes(index_bytes).encode()
+                _write_member(zf, INDEX_NAME, index_bytes)
+                for digest in sorted(payloads):
+                    _write_member(zf, PAYLOAD_DIR + digest, payloads[digest])
+            Path(tmp).replace(path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise BundleError(f"cannot write the bundle {path}: {exc}") from None
+    summary.entries = _per_kind(e["kind"] for e in index)
+    summary.payload_bytes = sum(e["size"] for e in index)
+    summary.file_bytes = path.stat().st_size
+    return summary
+
+
+def _write_member(zf: zipfile.ZipFile, name: str, data: bytes) -> None:
+    info = zipfile.ZipInfo(name, date_time=_ZIP_TIME)
+    info.compress_type = zipfile.ZIP_DEFLATED
+    info.external_attr = 0o644 << 16
+    zf.writestr(info, data)
+
+
+def _per_kind(kinds: Iterable[str]) -> dict[str, int]:
+    counts = Counter(kinds)
+    return {k: counts[k] for k in KINDS}
+
+
+# -- import ---------------------------------------------------------------------------------------------------
+def import_bundle(cache: Cache, path: Path | str) -> BundleSummary:
+    """Verify the whole bundle at ``path``, then add its entries to ``cache`` (see the module doc for conflicts).
+
+    Raises :class:`~r1build.errors.BundleError` for a bundle that is unreadable, malformed or tampered with; the
+    cache is then untouched.
+    """
+    path = Path(path)
+    entries, payloads = read_bundle(path)
+    summary = BundleSummary(str(path), entries=_per_kind(e.kind for e in entries),
+                            payload_bytes=sum(e.size for e in entries), file_bytes=path.stat().st_size)
+    order = sorted(entries, key=lambda e: (e.kind != "blob", e.key))  # blobs before what names them
+    with cache.transaction():
+        for entry in order:
+            payload = payloads[entry.sha256]
+            local = cache.peek(entry.key)
+            if local is None:
+                cache.put_raw(entry.key, payload)
+                summary.added.append(entry.key)
+            elif local == payload:
+                summary.unchanged.append(entry.key)
+            elif entry.kind == "decision" and _upgrades(local, payload):
+                cache.put_raw(entry.key, payload)
+                summary.replaced.append(entry.key)
+            else:
+                summary.kept.append(entry.key)
+    return summary
+
+
+def _upgrades(local: bytes, incoming: bytes) -> bool:
+    """Whether an incoming decision replaces a local one: measured on a GPU where the local one was not."""
+    return from_json(Decision, incoming).measured and not from_json(Decision, local).measured
+
+
+def read_bundle(path: Path | str) -> tuple[list[BundleEntry], dict[str, bytes]]:
+    """The index entries and payloads (by sha256) of a bundle, all verified; :class:`BundleError` otherwise."""
+    path = Path(path)
+    try:
+        with zipfile.ZipFile(path, "r") as zf:
+            return _read(zf, path)
+    except BundleError:
+        raise
+    except FileNotFoundError:
+        raise BundleError(f"{path}: no such bundle") from None
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError,
+            RuntimeError) as exc:
+        raise BundleError(f"{path}: not a readable bundle ({exc})") from None
+
+
+def _read(zf: zipfile.ZipFile, path: Path) -> tuple[list[BundleEntry], dict[str, bytes]]:
+    def bad(message: str) -> BundleError:
+        return BundleError(f"{path}: {message}; nothing was imported")
+
+    infos = zf.infolist()
+    names = [i.filename for i in infos]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise bad(f"member {duplicates[0]!r} appears more than once")
+    members = {i.filename: i for i in infos}
+    if INDEX_NAME not in members:
+        raise bad(f"no {INDEX_NAME}")
+    if members[INDEX_NAME].file_size > _MAX_INDEX_BYTES:
+        raise bad(f"{INDEX_NAME} is too large")
+    index_bytes = _member(zf, members[INDEX_NAME], bad)
+    if not zf.comment.startswith(_COMMENT_PREFIX):
+        raise bad("the zip comment carries no index digest (not an r1build bundle?)")
+    if zf.comment[len(_COMMENT_PREFIX):].decode("ascii", "replace") != digest_bytes(index_bytes):
+        raise bad(f"{INDEX_NAME} does not match its digest: the index was altered")
+    entries = _parse_index(index_bytes, bad)
+
+    listed = {PAYLOAD_DIR + e.sha256 for e in entries}
+    unknown = sorted(set(members) - listed - {INDEX_NAME})
+    if unknown:
+        raise bad(f"member {unknown[0]!r} is not listed in the index")
+    payloads: dict[str, bytes] = {}
+    for entry in entries:
+        name = PAYLOAD_DIR + entry.sha256
+        info = members.get(name)
+        if info is None:
+            raise bad(f"entry {entry.key}: its payload {name} is missing")
+        if info.file_size != entry.size:
+            raise bad(f"entry {entry.key}: payload is {info.file_size} bytes, the index says {entry.size}")
+        if entry.sha256 not in payloads:
+            data = _member(zf, info, bad, entry.key)
+            if len(data) != entry.size:
+                raise bad(f"entry {entry.key}: payload is {len(data)} bytes, the index says {entry.size}")
+            if digest_bytes(data) != entry.sha256:
+                raise bad(f"entry {entry.key}: payload does not match its sha256")
+            payloads[entry.sha256] = data
+        reason = check_payload(entry.key, payloads[entry.sha256])
+        if reason is not None:
+            raise bad(f"entry {entry.key}: {reason}")
+    return entries, payloads
+
+
+def _member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, bad: _Bad, key: str | None = None) -> bytes:
+    what = f"entry {key} ({info.filename})" if key else info.filename
+    try:
+        with zf.open(info) as fh:
+            data: bytes = fh.read(info.file_size + 1)
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError,
+            RuntimeError) as exc:
+        raise bad(f"{what} is damaged ({exc})") from None
+    return data
+
+
+def _parse_index(data: bytes, bad: _Bad) -> list[BundleEntry]:
+    try:
+        doc = json.loads(data)
+    except ValueError as exc:
+        raise bad(f"{INDEX_NAME} is not JSON ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != BUNDLE_FORMAT:
+        raise bad(f"{INDEX_NAME} is not an r1build bundle index")
+    version = doc.get("version")
+    if version != BUNDLE_VERSION:
+        raise bad(f"bundle version {version!r} is not supported (this r1build reads version {BUNDLE_VERSION})")
+    raw_entries = doc.get("entries")
+    if not isinstance(raw_entries, list):
+        raise bad(f"{INDEX_NAME}: 'entries' is not a list")
+    entries: list[BundleEntry] = []
+    seen: set[str] = set()
+    for i, item in enumerate(raw_entries):
+        where = f"{INDEX_NAME} entry {i}"
+        if not isinstance(item, dict) or set(item) != {"key", "kind", "sha256", "size"}:
+            raise bad(f"{where}: expected exactly the fields key, kind, sha256, size")
+        key, kind, sha, size = item["key"], item["kind"], item["sha256"], item["size"]
+        if not isinstance(key, str) or not isinstance(kind, str) or not isinstance(sha, str):
+            raise bad(f"{where}: key, kind and sha256 must be strings")
+        if kind not in KINDS:
+            raise bad(f"{where}: unknown kind {kind!r} (kinds: {', '.join(KINDS)})")
+        if not key.startswith(kind + "/") or len(key) <= len(kind) + 1:
+            raise bad(f"{where}: key {key!r} is not a {kind} key")
+        if len(sha) != 64 or not set(sha) <= _HEX:
+            raise bad(f"{where}: sha256 {sha!r} is not a sha256 digest")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise bad(f"{where}: size {size!r} is not a byte count")
+        if key in seen:
+            raise bad(f"{where}: key {key} is listed twice")
+        if kind == "blob" and key != f"blob/{sha}":
+            raise bad(f"{where}: blob key {key} is not its content's digest {sha}")
+        seen.add(key)
+        entries.append(BundleEntry(key, kind, sha, size))
+    return entries
+

@@ -1,0 +1,248 @@
+"""``r1build cache``: ``stats``, ``ls``, ``verify``, ``gc``, ``export``, ``import``.
+
+Exit codes: 0 ok; 1 when ``verify`` finds a bad entry (also with ``--repair``, which deletes them); 2 for a bad
+bundle or bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import re
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from ..cache import KINDS, BundleSummary, Cache, Entry, export_bundle, import_bundle
+from ..errors import UsageError
+from ..events import sink
+from ..records import Decision, from_json
+from .common import add_cache_arg, open_cache
+from .render import Console
+
+__all__ = ["format_size", "parse_size", "register"]
+
+_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``2G``, ``500M``, ``1.5GiB``, ``64k`` or a plain byte count (units are powers of 1024)."""
+    match = _SIZE.match(text)
+    if match is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 2G, 500M, 64K or a byte count)")
+    value = int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: the size must be positive")
+    return value
+
+
+def format_size(n: int) -> str:
+    """Bytes for people: ``512 B``, ``4.0 KiB``, ``1.5 GiB``."""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def _when(timestamp: float) -> str:
+    if not timestamp:
+        return ""
+    return _dt.datetime.fromtimestamp(timestamp, _dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def register(sub: Any) -> None:
+    """Add ``cache`` and its sub-commands."""
+    cache = sub.add_parser("cache", help="inspect, check, trim, export and import the cache")
+    commands = cache.add_subparsers(dest="cache_command", metavar="SUBCOMMAND", parser_class=type(cache))
+    commands.required = True
+
+    p = commands.add_parser("stats", help="entries, size and hit/miss statistics")
+    add_cache_arg(p)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_stats)
+
+    p = commands.add_parser("ls", help="list entries (decisions as kernel, arch, winner, created)")
+    add_cache_arg(p)
+    p.add_argument("--kind", choices=KINDS, help="only entries of this kind")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_ls)
+
+    p = commands.add_parser("verify", help="check every entry's digest; exit 1 if any is bad")
+    add_cache_arg(p)
+    p.add_argument("--repair", action="store_true", help="delete the bad entries")
+    p.set_defaults(func=cmd_verify)
+
+    p = commands.add_parser("gc", help="delete corrupt entries and evict the least recently used")
+    add_cache_arg(p)
+    p.add_argument("--max-size", type=parse_size, metavar="SIZE",
+                   help="new size limit, kept for later runs (e.g. 2G, 500M)")
+    p.set_defaults(func=cmd_gc)
+
+    p = commands.add_parser("export", help="write entries into one bundle file")
+    add_cache_arg(p)
+    p.add_argument("path", type=Path, metavar="PATH", help="bundle file to write")
+    p.add_argument("--kernel", action="append", metavar="NAME",
+                   help="only this kernel's decisions and the blobs they name (repeatable)")
+    p.set_defaults(func=cmd_export)
+
+    p = commands.add_parser("import", help="verify a bundle, then add its entries")
+    add_cache_arg(p)
+    p.add_argument("path", type=Path, metavar="PATH", help="bundle file to read")
+    p.set_defaults(func=cmd_import)
+
+
+# -- stats ----------------------------------------------------------------------------------------------------
+def cmd_stats(args: argparse.Namespace, console: Console) -> int:
+    with open_cache(args) as cache, sink(console.event):
+        stats = cache.stats()
+    if args.json:
+        doc = asdict(stats)
+        doc["hit_rate"] = stats.rate(stats.hits, stats.misses)
+        doc["lifetime_hit_rate"] = stats.rate(stats.lifetime_hits, stats.lifetime_misses)
+        console.json(json.dumps(doc, indent=2))
+        return 0
+    share = stats.volume / stats.size_limit if stats.size_limit else 0.0
+    console.print(f"cache: {stats.directory}")
+    console.print(f"size:  {format_size(stats.volume)} of {format_size(stats.size_limit)} ({share:.0%})")
+    rows = [[kind, stats.entries[kind], format_size(stats.bytes[kind]), stats.lifetime_hits[kind],
+             stats.lifetime_misses[kind], stats.lifetime_corrupt[kind]] for kind in KINDS]
+    rows.append(["total", sum(stats.entries.values()), format_size(sum(stats.bytes.values())),
+                 sum(stats.lifetime_hits.values()), sum(stats.lifetime_misses.values()),
+                 sum(stats.lifetime_corrupt.values())])
+    console.table(["kind", "entries", "bytes", "hits", "misses", "corrupt"], rows,
+                  title="entries and lifetime reads")
+    rate = stats.rate(stats.lifetime_hits, stats.lifetime_misses)
+    console.print("hit rate: " + ("no reads yet" if rate is None else f"{rate:.1%}"))
+    return 0
+
+
+# -- ls -------------------------------------------------------------------------------------------------------
+def _decision_row(cache: Cache, entry: Entry) -> dict[str, Any]:
+    row: dict[str, Any] = {"key": entry.key, "kind": entry.kind, "size": entry.size, "used": _when(entry.used)}
+    payload = cache.peek(entry.key)
+    if payload is None:
+        row["corrupt"] = True
+        return row
+    decision = from_json(Decision, payload)
+    row.update({
+        "kernel": decision.kernel,
+        "arch": decision.arch,
+        "winner": decision.winner.digest if decision.winner else None,
+        "provenance": decision.winner.provenance() if decision.winner else None,
+        "measured": decision.measured,
+        "device": decision.device,
+        "created": decision.created,
+    })
+    return row
+
+
+def cmd_ls(args: argparse.Namespace, console: Console) -> int:
+    with open_cache(args) as cache, sink(console.event):
+        entries = cache.entries(args.kind)
+        rows: list[dict[str, Any]] = [
+            _decision_row(cache, e) if e.kind == "decision" else
+            {"key": e.key, "kind": e.kind, "size": e.size, "used": _when(e.used)} for e in entries]
+    if args.json:
+        console.json(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        console.print("no entries" + (f" of kind {args.kind}" if args.kind else ""))
+        return 0
+    if args.kind == "decision":
+        console.table(
+            ["decision", "kernel", "arch", "winner", "measured", "created"],
+            [[r["key"].split("/", 1)[1][:12], r.get("kernel", "(corrupt)"), r.get("arch"),
+              _winner(r), "yes" if r.get("measured") else "no", r.get("created")] for r in rows])
+    else:
+        console.table(["key", "size", "last used", "what"],
+                      [[_short(r["key"]), format_size(r["size"]), r["used"][:16].replace("T", " "), _what(r)]
+                       for r in rows])
+    console.print(f"{len(rows)} {'entry' if len(rows) == 1 else 'entries'}")
+    return 0
+
+
+def _short(key: str) -> str:
+    kind, _, rest = key.partition("/")
+    return f"{kind}/{rest[:12]}" if kind in ("blob", "decision", "gate") and len(rest) == 64 else key
+
+
+def _winner(row: dict[str, Any]) -> str:
+    if row.get("corrupt"):
+        return ""
+    if row.get("winner") is None:
+        return "none"
+    return f"{row['provenance']} {str(row['winner'])[:12]}"
+
+
+def _what(row: dict[str, Any]) -> str:
+    if row["kind"] != "decision":
+        return ""
+    if row.get("corrupt"):
+        return "corrupt"
+    return f"{row['kernel']} {row['arch']}: {_winner(row)}"
+
+
+# -- verify / gc ----------------------------------------------------------------------------------------------
+def cmd_verify(args: argparse.Namespace, console: Console) -> int:
+    with open_cache(args) as cache, sink(console.event):
+        total = len(cache.entries())
+        problems = cache.audit(repair=args.repair)
+    if not problems:
+        console.print(f"{total} entries verified: all intact")
+        return 0
+    console.table(["key", "problem"], [[p.key, p.reason] for p in problems], title="entries that fail verification")
+    if args.repair:
+        console.print(f"deleted {len(problems)} of {total} entries")
+    else:
+        console.print(f"{len(problems)} of {total} entries are bad; `r1build cache verify --repair` deletes them")
+    return 1
+
+
+def cmd_gc(args: argparse.Namespace, console: Console) -> int:
+    with open_cache(args) as cache, sink(console.event):
+        report = cache.gc(size_limit=args.max_size)
+    console.print(f"deleted {report.corrupt} corrupt, evicted {report.evicted}, fixed {report.repaired} "
+                  f"inconsistencies; {format_size(report.volume_before)} -> {format_size(report.volume)} "
+                  f"(limit {format_size(report.size_limit)})")
+    return 0
+
+
+# -- export / import ------------------------------------------------------------------------------------------
+def _counts(summary: BundleSummary) -> str:
+    parts = [f"{n} {kind}{'s' if n != 1 else ''}" for kind, n in summary.entries.items() if n]
+    return ", ".join(parts) or "nothing"
+
+
+def cmd_export(args: argparse.Namespace, console: Console) -> int:
+    with open_cache(args) as cache, sink(console.event):
+        keys: list[str] | None = None
+        if args.kernel:
+            decisions = cache.decisions()
+            keys = [f"decision/{d.key}" for d in decisions if d.kernel in args.kernel]
+            if not keys:
+                known = sorted({d.kernel for d in decisions})
+                raise UsageError(f"no cached decisions for {', '.join(args.kernel)} "
+                                 f"(cached kernels: {', '.join(known) or 'none'})")
+        summary = export_bundle(cache, args.path, keys)
+    console.print(f"wrote {summary.total} entries ({_counts(summary)}; {format_size(summary.payload_bytes)}) "
+                  f"to {summary.path} ({format_size(summary.file_bytes)})")
+    if summary.missing:
+        console.warning(f"{len(summary.missing)} entries absent or corrupt, left out: {', '.join(summary.missing)}")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace, console: Console) -> int:
+    with open_cache(args) as cache, sink(console.event):
+        summary = import_bundle(cache, args.path)
+    console.print(f"{summary.path}: {summary.total} entries ({_counts(summary)}) verified; "
+                  f"added {len(summary.added)}, replaced {len(summary.replaced)}, "
+                  f"unchanged {len(summary.unchanged)}, kept local {len(summary.kept)}")
+    for key in summary.replaced:
+        console.print(f"replaced {key} (the bundle's decision was measured on a GPU)")
+    for key in summary.kept:
+        console.print(f"kept local {key} (differs from the bundle's)")
+    return 0
