@@ -56,8 +56,9 @@ def gencode(arch: str) -> str:
     return f"arch=compute_{number},code=sm_{number}"
 
 
-def nvcc_command(nvcc: str, flags: Sequence[str], arch: str, defines: Mapping[str, int | str], source: str,
-                 output: str) -> list[str]:
+def nvcc_command(
+    nvcc: str, flags: Sequence[str], arch: str, defines: Mapping[str, int | str], source: str, output: str
+) -> list[str]:
     """The gate's nvcc command line for one variant (defines sorted by name, so the line is stable)."""
     cmd = [nvcc, *flags, "-Xptxas", "-v", "-gencode", gencode(arch)]
     cmd += [f"-D{name}={defines[name]}" for name in sorted(defines)]
@@ -112,8 +113,17 @@ def parse_ptxas_report(output: str, compile_s: float = 0.0) -> GateReport:
     )
 
 
-def compile_variant(source: str, defines: Mapping[str, int | str], arch: str, *, name: str,
-                    flags: Sequence[str], toolchain: Toolchain, workdir: Path, timeout_s: float) -> Compilation:
+def compile_variant(
+    source: str,
+    defines: Mapping[str, int | str],
+    arch: str,
+    *,
+    name: str,
+    flags: Sequence[str],
+    toolchain: Toolchain,
+    workdir: Path,
+    timeout_s: float,
+) -> Compilation:
     """Compile ``source`` as ``<workdir>/<name>.cu`` for ``arch`` into ``<workdir>/<name>.o``.
 
     A compile that fails or runs past ``timeout_s`` is a :class:`Compilation` that is not ``ok``; only an nvcc
@@ -124,8 +134,16 @@ def compile_variant(source: str, defines: Mapping[str, int | str], arch: str, *,
     cmd = nvcc_command(toolchain.nvcc, flags, arch, defines, src, obj)
     start = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, errors="replace", timeout=timeout_s, check=False)
+        proc = subprocess.run(
+            cmd,
+            cwd=workdir,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            timeout=timeout_s,
+            check=False,
+        )
     except subprocess.TimeoutExpired as exc:
         partial = exc.output if isinstance(exc.output, str) else (exc.output or b"").decode(errors="replace")
         output = f"{partial}\nnvcc did not finish within {timeout_s:g} s and was stopped."
@@ -135,5 +153,6 @@ def compile_variant(source: str, defines: Mapping[str, int | str], arch: str, *,
     elapsed = time.perf_counter() - start
     report = parse_ptxas_report(proc.stdout, elapsed)
     made = workdir / obj
-    return Compilation(tuple(cmd), proc.returncode, proc.stdout, report,
-                       made if proc.returncode == 0 and made.is_file() else None)
+    return Compilation(
+        tuple(cmd), proc.returncode, proc.stdout, report, made if proc.returncode == 0 and made.is_file() else None
+    )

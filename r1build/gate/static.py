@@ -96,8 +96,14 @@ class StaticGate:
     result, never an exception. :class:`~r1build.errors.ToolchainError` when nvcc or binutils are missing.
     """
 
-    def __init__(self, cache: Cache, *, toolchain: Toolchain | None = None, jobs: int | None = None,
-                 timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        cache: Cache,
+        *,
+        toolchain: Toolchain | None = None,
+        jobs: int | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
         self.cache = cache
         """Where verdicts are looked up and stored."""
         self.jobs = max(1, jobs if jobs is not None else (os.cpu_count() or 1))
@@ -123,8 +129,9 @@ class StaticGate:
         arch = parse_arch(job.arch)
         return self.judge(job.manifest, job.spec, [(arch, c) for c in job.candidates], arch=arch)
 
-    def judge(self, manifest: Manifest, spec: KernelSpec, pairs: Sequence[tuple[str, Candidate]], *,
-              arch: str | None = None) -> list[Result]:
+    def judge(
+        self, manifest: Manifest, spec: KernelSpec, pairs: Sequence[tuple[str, Candidate]], *, arch: str | None = None
+    ) -> list[Result]:
         """One result per ``(arch, candidate)`` pair, in order; compiles run in parallel, each distinct compile
         once. ``arch`` only labels the events (None when the pairs span several archs)."""
         tc = self.toolchain
@@ -182,19 +189,33 @@ class StaticGate:
         tc = self.toolchain
 
         def verdict(status: Status, detail: str = "", report: GateReport | None = None) -> Result:
-            return Result(candidate=task.candidate.digest, arch=task.arch, status=status, stage="gate",
-                          detail=detail, gate=report, toolchain=tc.ident)
+            return Result(
+                candidate=task.candidate.digest,
+                arch=task.arch,
+                status=status,
+                stage="gate",
+                detail=detail,
+                gate=report,
+                toolchain=tc.ident,
+            )
 
         with tempfile.TemporaryDirectory(prefix="r1build-gate-") as scratch:
             compiled: Compilation = compile_variant(
-                task.candidate.source, task.candidate.defines, task.arch, name=spec.name,
-                flags=manifest.settings.nvcc_flags, toolchain=tc, workdir=Path(scratch), timeout_s=self.timeout_s,
+                task.candidate.source,
+                task.candidate.defines,
+                task.arch,
+                name=spec.name,
+                flags=manifest.settings.nvcc_flags,
+                toolchain=tc,
+                workdir=Path(scratch),
+                timeout_s=self.timeout_s,
             )
             with self._lock:
                 self.compiles += 1
             if compiled.timed_out:
                 detail = f"nvcc did not finish within {self.timeout_s:g} s\n" + format_subprocess_failure(
-                    compiled.command, -1, compiled.output)
+                    compiled.command, -1, compiled.output
+                )
                 return verdict("compile_error", detail), False
             if not compiled.ok or compiled.object_path is None:
                 detail = format_subprocess_failure(compiled.command, compiled.returncode or 1, compiled.output)
@@ -214,8 +235,9 @@ class StaticGate:
         return replace(result, status="rejected", detail=" ".join(violations))
 
 
-def gate_for_archs(gate: StaticGate, manifest: Manifest, spec: KernelSpec, candidate: Candidate,
-                   archs: Sequence[str]) -> dict[str, Result]:
+def gate_for_archs(
+    gate: StaticGate, manifest: Manifest, spec: KernelSpec, candidate: Candidate, archs: Sequence[str]
+) -> dict[str, Result]:
     """The gate's verdict on one candidate for each of ``archs`` (compiled in parallel), keyed by canonical
     arch; used by the resolver to check every emitted winner for every target."""
     canonical = [parse_arch(a) for a in archs]

@@ -45,8 +45,11 @@ _ALLOWED: tuple[tuple[str, str], ...] = (
     (r"__nv\w*", "nvcc's generated helpers"),
     (r"__fatbinwrap\w*|fatbinData", "embedded fatbin"),
     # C++ runtime essentials: what any C++ translation unit may need from libstdc++ / libgcc.
-    (r"_Znw[mj]|_Zna[mj]|_Znw[mj]St11align_val_t|_Zna[mj]St11align_val_t|_Znw[mj]RKSt9nothrow_t"
-     r"|_Zna[mj]RKSt9nothrow_t", "operator new"),
+    (
+        r"_Znw[mj]|_Zna[mj]|_Znw[mj]St11align_val_t|_Zna[mj]St11align_val_t|_Znw[mj]RKSt9nothrow_t"
+        r"|_Zna[mj]RKSt9nothrow_t",
+        "operator new",
+    ),
     (r"_Zd[la]Pv(?:[mj])?(?:St11align_val_t)?|_Zd[la]PvRKSt9nothrow_t", "operator delete"),
     (r"__cxa_\w+", "C++ ABI: static guards, exceptions, atexit, pure virtuals"),
     (r"__gxx_personality_v0|_Unwind_Resume", "exception unwinding"),
@@ -54,16 +57,22 @@ _ALLOWED: tuple[tuple[str, str], ...] = (
     (r"_ZTVN10__cxxabiv1\w+|_ZTISt\w+|_ZTSSt\w+", "RTTI of standard exception types"),
     (r"__stack_chk_fail|__stack_chk_guard", "stack protector"),
     (r"__dso_handle|atexit|__tls_get_addr", "static destructors and thread-local storage"),
-    (r"abort|exit|__assert_fail", "abort, host-side assert, and exit, which nvcc's host shadow of every __device__ "
-     "function calls (each ends the process and reaches nothing outside it)"),
+    (
+        r"abort|exit|__assert_fail",
+        "abort, host-side assert, and exit, which nvcc's host shadow of every __device__ "
+        "function calls (each ends the process and reaches nothing outside it)",
+    ),
     # A small libc: memory and strings. No I/O: a launcher has nothing to print or read (device printf is
     # device-side); errors travel back as cudaError_t.
     (r"mem(?:cpy|set|move|cmp)|__mem(?:cpy|set|move)_chk|strlen|strcmp|strncmp", "memory and string helpers"),
     (r"malloc|calloc|realloc|free|posix_memalign|aligned_alloc", "host heap for small launch-side buffers"),
     # libm: grid-size arithmetic and host-side constants.
-    (r"(?:sqrt|cbrt|exp|exp2|expm1|log|log2|log10|log1p|pow|sin|cos|tan|asin|acos|atan|atan2|sinh|cosh|tanh"
-     r"|erf|erfc|fabs|floor|ceil|round|lround|llround|trunc|fmod|fmin|fmax|fma|frexp|ldexp|modf|hypot|nearbyint"
-     r"|rint|lrint|llrint|copysign|nan|isnan|isinf|finite|__isnan|__isinf|__finite)[fl]?", "libm"),
+    (
+        r"(?:sqrt|cbrt|exp|exp2|expm1|log|log2|log10|log1p|pow|sin|cos|tan|asin|acos|atan|atan2|sinh|cosh|tanh"
+        r"|erf|erfc|fabs|floor|ceil|round|lround|llround|trunc|fmod|fmin|fmax|fma|frexp|ldexp|modf|hypot|nearbyint"
+        r"|rint|lrint|llrint|copysign|nan|isnan|isinf|finite|__isnan|__isinf|__finite)[fl]?",
+        "libm",
+    ),
 )
 
 # Within the CUDA runtime, calls that reach beyond the caller's stream and device state.
@@ -97,7 +106,7 @@ def _owner(symbol: str) -> str | None:
     rest = symbol[2:]
     special = _SPECIAL_NAME.match(rest)
     if special:
-        rest = rest[special.end():]
+        rest = rest[special.end() :]
     rest = rest.lstrip("Z")  # a local entity belongs to its enclosing function
     if rest.startswith("N"):
         rest = rest[1:].lstrip("rVKRO")
@@ -106,7 +115,7 @@ def _owner(symbol: str) -> str | None:
     digits = re.match(r"\d+", rest)
     if digits is None:
         return None
-    return rest[digits.end():digits.end() + int(digits.group())]
+    return rest[digits.end() : digits.end() + int(digits.group())]
 
 
 def _from_library(symbol: str) -> bool:
@@ -114,8 +123,13 @@ def _from_library(symbol: str) -> bool:
     owner = _owner(symbol)
     if owner is None:
         return _PLACEMENT_NEW.fullmatch(symbol) is not None
-    return (owner in _LIBRARY_OWNERS or owner.startswith("__") or re.match(r"_[A-Z]|cuda[A-Z]", owner) is not None
-            or _ANONYMOUS in symbol or symbol.startswith("DW.ref."))
+    return (
+        owner in _LIBRARY_OWNERS
+        or owner.startswith("__")
+        or re.match(r"_[A-Z]|cuda[A-Z]", owner) is not None
+        or _ANONYMOUS in symbol
+        or symbol.startswith("DW.ref.")
+    )
 
 
 def is_allowed(symbol: str) -> bool:
@@ -169,9 +183,7 @@ class SymbolCheck:
                 f'extern "C" {entry}(...) may be visible.'
             )
         if not self.has_entry:
-            parts.append(
-                f'does not define the entry point extern "C" cudaError_t {entry}(..., cudaStream_t stream).'
-            )
+            parts.append(f'does not define the entry point extern "C" cudaError_t {entry}(..., cudaStream_t stream).')
         if self.raw_syscalls:
             parts.append("host code contains raw system-call instructions (inline assembly); remove them.")
         return " ".join(parts)
@@ -229,5 +241,6 @@ def check_object(obj: Path, entry: str) -> SymbolCheck:
 
     disassembly = _run([_tool("objdump"), "-d", "--no-show-raw-insn", str(obj)])
     raw = len(_RAW_SYSCALL.findall(disassembly))
-    return SymbolCheck(forbidden=_demangle(forbidden), exported=_demangle(exported), has_entry=has_entry,
-                       raw_syscalls=raw)
+    return SymbolCheck(
+        forbidden=_demangle(forbidden), exported=_demangle(exported), has_entry=has_entry, raw_syscalls=raw
+    )

@@ -1,0 +1,155 @@
+"""The CMake file ``r1build_kernels.cmake``: the kernels as one static library a host project links.
+
+A host project uses it in two lines::
+
+    include(${R1BUILD_KERNELS_CMAKE})
+    target_link_libraries(ext PRIVATE r1build::kernels)
+
+Decisions, and why:
+
+* **one OBJECT library per variant**, its ``CUDA_ARCHITECTURES`` exactly the archs that variant won, as real
+  code (``80-real``): every arch gets the machine code that was gated (and measured) for it, and nothing else.
+* **no PTX**, not even for the highest arch: PTX would let a newer GPU JIT-compile code nobody tested there.
+  A GPU outside the manifest's archs gets ``cudaErrorNoKernelImageForDevice`` from the call; add its arch to
+  the manifest instead.
+* **the static CUDA runtime** (``CUDA::cudart_static``) by default: an extension module built this way needs
+  only the driver on the machine it runs on, not a matching ``libcudart.so``. Streams are driver handles, so
+  streams created by another copy of the runtime (PyTorch, CuPy) work. ``-DR1BUILD_CUDART=shared`` links
+  ``CUDA::cudart`` instead. CMake's own runtime selection is switched off (``CUDA_RUNTIME_LIBRARY None``) so
+  only that one runtime is linked.
+* **position-independent code**, since the library ends up in a shared object (a Python extension).
+* **no absolute paths**: sources are found relative to ``CMAKE_CURRENT_LIST_DIR``, the directory of this file,
+  which is also the public include directory (``r1build_kernels.h``).
+* **the manifest's nvcc flags**: ``-std=c++NN`` becomes ``CUDA_STANDARD``; the others are passed verbatim as one
+  ``SHELL:`` group so CMake neither splits nor de-duplicates them (``-Xptxas -O3`` stays a pair).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Sequence
+
+from ..manifest.archs import arch_info
+from ..manifest.model import Manifest
+from .plan import MARKER, KernelPlan, arch_order, describe_origin
+from .sources import DISPATCH_NAME
+
+__all__ = ["CMAKE_NAME", "LIBRARY", "render_cmake"]
+
+CMAKE_NAME = "r1build_kernels.cmake"
+LIBRARY = "r1build_kernels"
+_STD = re.compile(r"^--?std=c\+\+(\d+)$")
+
+
+def _quote(text: str) -> str:
+    """A CMake quoted argument holding ``text`` literally."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$").replace(";", "\\;")
+    return f'"{escaped}"'
+
+
+def _cuda_archs(archs: Sequence[str]) -> str:
+    return ";".join(f"{arch_info(a).number}-real" for a in sorted(archs, key=arch_order))
+
+
+def _split_flags(flags: Sequence[str]) -> tuple[str | None, list[str]]:
+    standard = None
+    rest = []
+    for flag in flags:
+        m = _STD.match(flag)
+        if m:
+            standard = m.group(1)
+        else:
+            rest.append(flag)
+    return standard, rest
+
+
+def _object_library(
+    target: str, source: str, archs: Sequence[str], standard: str | None, flags: Sequence[str]
+) -> list[str]:
+    props = [
+        f'CUDA_ARCHITECTURES "{_cuda_archs(archs)}"',
+        "POSITION_INDEPENDENT_CODE ON",
+        "CUDA_SEPARABLE_COMPILATION OFF",
+        "CUDA_RUNTIME_LIBRARY None",
+    ]
+    if standard:
+        props += [f"CUDA_STANDARD {standard}", "CUDA_STANDARD_REQUIRED ON", "CUDA_EXTENSIONS OFF"]
+    lines = [
+        f'add_library({target} OBJECT "${{_r1build_dir}}/{source}")',
+        f"set_target_properties({target} PROPERTIES",
+        *(f"  {p}" for p in props),
+        ")",
+    ]
+    if flags:
+        lines.append(f"target_compile_options({target} PRIVATE {_quote('SHELL:' + shlex.join(flags))})")
+    return lines
+
+
+def render_cmake(manifest: Manifest, plans: Sequence[KernelPlan]) -> str:
+    """The CMake file's text."""
+    standard, flags = _split_flags(manifest.settings.nvcc_flags)
+    alias = manifest.settings.target
+    lines = [
+        f"# {MARKER} from the manifest's kernels: do not edit, it is rewritten on every build.",
+        "#",
+        "# The kernels as one static library. In a host project:",
+        "#   include(${R1BUILD_KERNELS_CMAKE})",
+        f"#   target_link_libraries(ext PRIVATE {alias})",
+        "#",
+        "# Each variant is compiled for exactly the archs it won, as real code without PTX; a GPU of another arch",
+        "# gets cudaErrorNoKernelImageForDevice. The CUDA runtime is linked statically unless R1BUILD_CUDART is",
+        "# set to shared.",
+        "include_guard(GLOBAL)",
+        "if(CMAKE_VERSION VERSION_LESS 3.18)",
+        '  message(FATAL_ERROR "r1build kernels need CMake 3.18 or newer, this is ${CMAKE_VERSION}")',
+        "endif()",
+        "get_property(_r1build_languages GLOBAL PROPERTY ENABLED_LANGUAGES)",
+        'if(NOT "CUDA" IN_LIST _r1build_languages)',
+        "  enable_language(CUDA)",
+        "endif()",
+        "find_package(CUDAToolkit REQUIRED)",
+        'set(R1BUILD_CUDART "static" CACHE STRING "CUDA runtime the r1build kernels link: static or shared")',
+        "set_property(CACHE R1BUILD_CUDART PROPERTY STRINGS static shared)",
+        'set(_r1build_dir "${CMAKE_CURRENT_LIST_DIR}")',
+        "set(_r1build_objects)",
+    ]
+    for p in plans:
+        for variant in p.variants:
+            target = f"r1build_{variant.stem}"
+            lines += ["", f"# {variant.kernel} for {', '.join(variant.archs)}: {describe_origin(variant.candidate)}"]
+            lines += _object_library(target, variant.file_name, variant.archs, standard, flags)
+            lines.append(f'list(APPEND _r1build_objects "$<TARGET_OBJECTS:{target}>")')
+    dispatched = [p for p in plans if p.dispatched]
+    if dispatched:
+        archs = sorted({a for p in dispatched for a in p.archs}, key=arch_order)
+        lines += ["", "# the per-arch dispatcher of " + ", ".join(p.spec.name for p in dispatched)]
+        lines += _object_library("r1build_dispatch", DISPATCH_NAME, archs, standard, flags)
+        lines.append('target_include_directories(r1build_dispatch PRIVATE "${_r1build_dir}")')
+        lines.append('list(APPEND _r1build_objects "$<TARGET_OBJECTS:r1build_dispatch>")')
+
+    lines.append("")
+    if plans:
+        scope = "PUBLIC"
+        lines += [
+            f"add_library({LIBRARY} STATIC ${{_r1build_objects}})",
+            f"set_target_properties({LIBRARY} PROPERTIES",
+            "  LINKER_LANGUAGE CUDA",
+            "  POSITION_INDEPENDENT_CODE ON",
+            "  CUDA_RUNTIME_LIBRARY None",
+            ")",
+        ]
+    else:
+        scope = "INTERFACE"
+        lines += ["# no kernels: the header alone", f"add_library({LIBRARY} INTERFACE)"]
+    lines += [
+        f'target_include_directories({LIBRARY} {scope} "${{_r1build_dir}}")',
+        'if(R1BUILD_CUDART STREQUAL "shared")',
+        f"  target_link_libraries({LIBRARY} {scope} CUDA::cudart)",
+        "else()",
+        f"  target_link_libraries({LIBRARY} {scope} CUDA::cudart_static)",
+        "endif()",
+    ]
+    if alias != LIBRARY:
+        lines.append(f"add_library({alias} ALIAS {LIBRARY})")
+    return "\n".join(lines) + "\n"
