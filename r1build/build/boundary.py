@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+import time
 from collections.abc import Iterator
 from typing import TextIO
 
@@ -21,11 +22,17 @@ __all__ = ["StderrRenderer", "frontend_boundary"]
 
 
 class StderrRenderer:
-    """Renders events as plain lines on a text stream (stderr by default)."""
+    """Renders events as plain lines on a text stream (stderr by default).
 
-    def __init__(self, stream: TextIO | None = None) -> None:
+    Progress of a task is shown at most every ``progress_every_s`` seconds, and only once the task has run that
+    long: a build log gets a heartbeat from long jobs (generation, evaluation) and no noise from quick ones,
+    whose outcome the stage's own closing line reports.
+    """
+
+    def __init__(self, stream: TextIO | None = None, *, progress_every_s: float = 5.0) -> None:
         self.stream = stream
-        self._last_progress: dict[str, str] = {}
+        self.progress_every_s = progress_every_s
+        self._progress_shown: dict[str, float] = {}
 
     def line(self, text: str) -> None:
         """Write one ``r1build:`` line and flush, so it interleaves correctly with CMake's output."""
@@ -44,12 +51,14 @@ class StderrRenderer:
                 where = "/".join(x for x in (event.kernel, event.arch) if x)
                 self.line(f"{event.stage} {where}{': ' + event.detail if event.detail else ''}")
         elif isinstance(event, Progress):
+            now = time.monotonic()
+            last = self._progress_shown.setdefault(event.task, now)
+            if now - last < self.progress_every_s:
+                return
+            self._progress_shown[event.task] = now
             fields = " ".join(f"{k}={v}" for k, v in event.fields.items())
             total = f"/{event.total}" if event.total is not None else ""
-            text = f"{event.task}: {event.completed}{total} {fields}".rstrip()
-            if self._last_progress.get(event.task) != text:
-                self._last_progress[event.task] = text
-                self.line(text)
+            self.line(f"{event.task}: {event.completed}{total} {fields}".rstrip())
 
 
 @contextlib.contextmanager
