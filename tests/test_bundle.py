@@ -1,0 +1,359 @@
+"""Cache bundles: export/import round trips, selection, conflict policy, and tampered bundles refused whole."""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from r1build.cache import Cache, export_bundle, import_bundle, read_bundle, referenced_blobs
+from r1build.errors import BundleError
+from r1build.keys import canonical_json, digest_bytes
+from r1build.records import CandidateRef, Decision, Origin, Result, Timing, to_json
+
+LARGE = 40_000  # stored as a file by diskcache
+
+
+def make_decision(cache: Cache, key: str, kernel: str, *, measured: bool = True, note: str = "") -> Decision:
+    source = cache.put_text(f"// {kernel} {key}\nextern \"C\" int {kernel}() {{ return 0; }}\n")
+    transcript = cache.put_text(f"<think>{kernel} {key}</think>")
+    ref = CandidateRef(source, source, Origin("generated", model="r1", round=1, sample=0, transcript=transcript))
+    loser_source = cache.put_text(f"// slower {kernel} {key}\n")
+    loser = CandidateRef(loser_source, loser_source, Origin("baseline", path=f"kernels/{kernel}.cu"))
+    results = [Result(source, "sm_90", "passed", stage="evaluate" if measured else "gate",
+                      timing=Timing(10.0, 0.01, 40) if measured else None),
+               Result(loser_source, "sm_90", "incorrect", detail="max abs error 3.1")]
+    decision = Decision(key, kernel, "sm_90", ref, [ref, loser], results, [], measured,
+                        "H200" if measured else None, "nvcc 13.0", f"2026-01-0{1 + len(note)}T00:00:00+00:00")
+    cache.put_decision(decision)
+    return decision
+
+
+def contents(cache: Cache) -> dict[str, bytes | None]:
+    return {e.key: cache.peek(e.key) for e in cache.entries()}
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Cache:
+    cache = Cache(tmp_path / "source")
+    make_decision(cache, "d" * 64, "matmul")
+    make_decision(cache, "e" * 64, "softmax_rows")
+    cache.put_blob(os.urandom(LARGE))
+    cache.put_gate("g" * 64, Result("v" * 64, "sm_80", "compile_error", detail="error: x"))
+    cache.put_json("floors", "NVIDIA H200", {"bandwidth_gbs": 4800.0})
+    return cache
+
+
+@pytest.fixture
+def fresh(tmp_path: Path) -> Cache:
+    return Cache(tmp_path / "fresh")
+
+
+@pytest.fixture
+def bundle(source: Cache, tmp_path: Path) -> Path:
+    path = tmp_path / "all.r1bundle"
+    export_bundle(source, path)
+    return path
+
+
+# -- round trips ----------------------------------------------------------------------------------------------
+def test_export_import_round_trip(source: Cache, fresh: Cache, bundle: Path) -> None:
+    summary = import_bundle(fresh, bundle)
+    assert contents(fresh) == contents(source)
+    assert None not in contents(fresh).values()
+    assert fresh.verify() == []
+    assert sorted(summary.added) == sorted(contents(source))
+    assert summary.entries == {"blob": 7, "decision": 2, "gate": 1, "json": 1}
+    assert fresh.decisions() == source.decisions()
+    again = import_bundle(fresh, bundle)  # importing twice changes nothing
+    assert again.added == [] and sorted(again.unchanged) == sorted(contents(source))
+
+
+def test_bundle_layout(bundle: Path, source: Cache) -> None:
+    with zipfile.ZipFile(bundle) as zf:
+        index = json.loads(zf.read("index.json"))
+        assert zf.comment == b"r1build-bundle index sha256=" + digest_bytes(zf.read("index.json")).encode()
+        names = set(zf.namelist())
+    assert (index["format"], index["version"]) == ("r1build-bundle", 1)
+    for item in index["entries"]:
+        assert set(item) == {"key", "kind", "sha256", "size"}
+        assert f"entries/{item['sha256']}" in names
+        assert item["key"].startswith(item["kind"] + "/")
+        payload = source.peek(item["key"])
+        assert payload is not None and (len(payload), digest_bytes(payload)) == (item["size"], item["sha256"])
+    entries, payloads = read_bundle(bundle)
+    assert len(entries) == len(index["entries"]) and set(payloads) == {e.sha256 for e in entries}
+
+
+def test_export_selected_decision_brings_its_blobs(source: Cache, fresh: Cache, tmp_path: Path) -> None:
+    decision = source.get_decision("d" * 64)
+    assert decision is not None
+    summary = export_bundle(source, tmp_path / "one.zip", [f"decision/{decision.key}"])
+    blobs = referenced_blobs(decision)
+    assert len(blobs) == 3  # winner source, loser source, transcript
+    assert summary.entries == {"blob": 3, "decision": 1, "gate": 0, "json": 0}
+    import_bundle(fresh, tmp_path / "one.zip")
+    assert sorted(contents(fresh)) == sorted([f"decision/{decision.key}"] + [f"blob/{b}" for b in blobs])
+    assert fresh.get_decision(decision.key) == decision
+
+
+def test_export_leaves_out_what_is_missing_or_corrupt(source: Cache, tmp_path: Path) -> None:
+    decision = source.get_decision("d" * 64)
+    assert decision is not None and decision.winner is not None
+    source.delete(f"blob/{decision.winner.source}")
+    summary = export_bundle(source, tmp_path / "one.zip", [f"decision/{decision.key}", "decision/" + "f" * 64])
+    assert summary.missing == sorted([f"blob/{decision.winner.source}", "decision/" + "f" * 64])
+    assert summary.entries["blob"] == 2 and summary.entries["decision"] == 1
+
+
+# -- conflict policy ------------------------------------------------------------------------------------------
+def test_measured_decision_replaces_unmeasured_but_not_the_reverse(tmp_path: Path) -> None:
+    gpu, ci = Cache(tmp_path / "gpu"), Cache(tmp_path / "ci")
+    measured = make_decision(gpu, "k" * 64, "matmul", measured=True)
+    unmeasured = make_decision(ci, "k" * 64, "matmul", measured=False, note="ci")
+    export_bundle(gpu, tmp_path / "gpu.zip")
+    export_bundle(ci, tmp_path / "ci.zip")
+
+    summary = import_bundle(ci, tmp_path / "gpu.zip")
+    assert summary.replaced == ["decision/" + "k" * 64]
+    assert ci.get_decision("k" * 64) == measured
+
+    summary = import_bundle(gpu, tmp_path / "ci.zip")
+    assert summary.kept == ["decision/" + "k" * 64] and summary.replaced == []
+    assert gpu.get_decision("k" * 64) == measured
+    assert unmeasured != measured
+
+
+def test_differing_measured_decision_keeps_local(tmp_path: Path) -> None:
+    a, b = Cache(tmp_path / "a"), Cache(tmp_path / "b")
+    mine = make_decision(a, "k" * 64, "matmul")
+    make_decision(b, "k" * 64, "matmul", note="other run")
+    export_bundle(b, tmp_path / "b.zip")
+    summary = import_bundle(a, tmp_path / "b.zip")
+    assert summary.kept == ["decision/" + "k" * 64]
+    assert a.get_decision("k" * 64) == mine
+
+
+def test_import_replaces_a_corrupt_local_blob(source: Cache, fresh: Cache, bundle: Path) -> None:
+    data = os.urandom(LARGE)
+    digest = fresh.put_blob(data)
+    export_bundle(fresh, bundle.with_name("fresh.zip"))
+    value_file = next(fresh.directory.rglob("*.val"))
+    raw = bytearray(value_file.read_bytes())
+    raw[-10] ^= 1
+    value_file.write_bytes(bytes(raw))
+    assert fresh.verify() == [f"blob/{digest}"]
+    summary = import_bundle(fresh, bundle.with_name("fresh.zip"))
+    assert summary.added == [f"blob/{digest}"]
+    assert fresh.get_blob(digest) == data and fresh.verify() == []
+
+
+# -- tampered bundles -----------------------------------------------------------------------------------------
+def rewrite(src: Path, dst: Path, *, index: Callable[[dict[str, Any]], None] | None = None,
+            members: Callable[[dict[str, bytes]], None] | None = None, fix_digest: bool = True) -> Path:
+    """Rebuild a bundle as a tamperer with zip tools would, optionally recomputing the index digest."""
+    with zipfile.ZipFile(src) as zf:
+        data = {name: zf.read(name) for name in zf.namelist()}
+        comment = zf.comment
+    doc = json.loads(data["index.json"])
+    if index is not None:
+        index(doc)
+        data["index.json"] = canonical_json(doc)
+    if members is not None:
+        members(data)
+    if fix_digest:
+        comment = b"r1build-bundle index sha256=" + digest_bytes(data["index.json"]).encode()
+    with zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.comment = comment
+        for name, payload in data.items():
+            zf.writestr(name, payload)
+    return dst
+
+
+def entry(doc: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next(e for e in doc["entries"] if e["kind"] == kind)
+
+
+def refused(fresh: Cache, path: Path, match: str) -> None:
+    with pytest.raises(BundleError, match=match) as info:
+        import_bundle(fresh, path)
+    assert "nothing was imported" in str(info.value) or "not a readable bundle" in str(info.value) \
+        or "no such bundle" in str(info.value)
+    assert info.value.exit_code == 2
+    assert fresh.entries() == []
+
+
+def test_flipped_byte_in_an_entry_is_refused(fresh: Cache, bundle: Path) -> None:
+    with zipfile.ZipFile(bundle) as zf:
+        doc = json.loads(zf.read("index.json"))
+        target = entry(doc, "json")  # sorted last: every entry before it is valid
+        info = zf.getinfo(f"entries/{target['sha256']}")
+    raw = bytearray(bundle.read_bytes())
+    with bundle.open("rb") as fh:  # data starts after the local header (30 bytes + name + extra)
+        fh.seek(info.header_offset + 26)
+        name_len, extra_len = int.from_bytes(fh.read(2), "little"), int.from_bytes(fh.read(2), "little")
+    start = info.header_offset + 30 + name_len + extra_len
+    raw[start + info.compress_size // 2] ^= 0x01
+    bundle.write_bytes(bytes(raw))
+    refused(fresh, bundle, r"entry json/floors/NVIDIA H200 .* is damaged")
+
+
+def test_altered_payload_with_valid_zip_is_refused(fresh: Cache, bundle: Path) -> None:
+    def flip(data: dict[str, bytes]) -> None:
+        doc = json.loads(data["index.json"])
+        name = "entries/" + entry(doc, "decision")["sha256"]
+        data[name] = data[name].replace(b"matmul", b"matmux")
+
+    refused(fresh, rewrite(bundle, bundle.with_name("t.zip"), members=flip),
+            r"entry decision/d{64}: payload does not match its sha256")
+
+
+def test_altered_index_is_refused(fresh: Cache, bundle: Path) -> None:
+    def drop_first(doc: dict[str, Any]) -> None:
+        doc["entries"][0]["size"] += 1
+
+    refused(fresh, rewrite(bundle, bundle.with_name("a.zip"), index=drop_first, fix_digest=False),
+            "index was altered")
+    refused(fresh, rewrite(bundle, bundle.with_name("b.zip"), index=drop_first),
+            r"payload is \d+ bytes, the index says \d+")
+
+    def retarget(data: dict[str, bytes]) -> None:  # point a decision at the gate result's payload
+        doc = json.loads(data["index.json"])
+        decision, gate = entry(doc, "decision"), entry(doc, "gate")
+        del data["entries/" + decision["sha256"]]
+        decision["sha256"], decision["size"] = gate["sha256"], gate["size"]
+        data["index.json"] = canonical_json(doc)
+
+    refused(fresh, rewrite(bundle, bundle.with_name("c.zip"), members=retarget),
+            r"entry decision/d{64}: does not parse")
+
+    def wrong_blob_key(doc: dict[str, Any]) -> None:
+        entry(doc, "blob")["key"] = "blob/" + "0" * 64
+
+    refused(fresh, rewrite(bundle, bundle.with_name("d.zip"), index=wrong_blob_key),
+            "is not its content's digest")
+
+
+def test_decision_filed_under_another_key_is_refused(fresh: Cache, bundle: Path) -> None:
+    def refile(doc: dict[str, Any]) -> None:
+        entry(doc, "decision")["key"] = "decision/" + "a" * 64
+
+    refused(fresh, rewrite(bundle, bundle.with_name("t.zip"), index=refile), "holds the decision for key d{64}")
+
+
+def test_truncated_bundle_is_refused(fresh: Cache, bundle: Path) -> None:
+    data = bundle.read_bytes()
+    for cut in (len(data) // 2, len(data) - 10, 30):
+        bundle.write_bytes(data[:cut])
+        refused(fresh, bundle, "not a readable bundle|damaged|digest")
+
+
+def test_unknown_entries_are_refused(fresh: Cache, bundle: Path) -> None:
+    extra = b"an unexpected passenger"
+
+    def add_member(data: dict[str, bytes]) -> None:
+        data["entries/" + digest_bytes(extra)] = extra
+
+    refused(fresh, rewrite(bundle, bundle.with_name("a.zip"), members=add_member), "is not listed in the index")
+
+    def add_kind(doc: dict[str, Any]) -> None:
+        doc["entries"].append({"key": "plugin/x", "kind": "plugin", "sha256": digest_bytes(extra),
+                               "size": len(extra)})
+
+    refused(fresh, rewrite(bundle, bundle.with_name("b.zip"), index=add_kind, members=add_member),
+            "unknown kind 'plugin'")
+
+    def add_listed_without_payload(doc: dict[str, Any]) -> None:
+        doc["entries"].append({"key": "blob/" + digest_bytes(extra), "kind": "blob",
+                               "sha256": digest_bytes(extra), "size": len(extra)})
+
+    refused(fresh, rewrite(bundle, bundle.with_name("c.zip"), index=add_listed_without_payload),
+            "payload entries/[0-9a-f]+ is missing")
+
+    def add_field(doc: dict[str, Any]) -> None:
+        doc["entries"][0]["mode"] = "0755"
+
+    refused(fresh, rewrite(bundle, bundle.with_name("d.zip"), index=add_field), "expected exactly the fields")
+
+    def duplicate(doc: dict[str, Any]) -> None:
+        doc["entries"].append(dict(doc["entries"][0]))
+
+    refused(fresh, rewrite(bundle, bundle.with_name("e.zip"), index=duplicate), "listed twice")
+
+
+def test_malformed_bundles_are_refused(fresh: Cache, bundle: Path, tmp_path: Path) -> None:
+    (tmp_path / "text.zip").write_text("just text")
+    refused(fresh, tmp_path / "text.zip", "not a readable bundle")
+    refused(fresh, tmp_path / "absent.zip", "no such bundle")
+
+    def future(doc: dict[str, Any]) -> None:
+        doc["version"] = 2
+
+    refused(fresh, rewrite(bundle, tmp_path / "v2.zip", index=future), "bundle version 2 is not supported")
+
+    with zipfile.ZipFile(bundle) as zf:
+        data = {name: zf.read(name) for name in zf.namelist() if name != "index.json"}
+    with zipfile.ZipFile(tmp_path / "noindex.zip", "w") as zf:
+        for name, payload in data.items():
+            zf.writestr(name, payload)
+    refused(fresh, tmp_path / "noindex.zip", "no index.json")
+
+    plain = tmp_path / "plain.zip"
+    with zipfile.ZipFile(plain, "w") as zf:
+        zf.writestr("index.json", b"[1, 2")
+    refused(fresh, plain, "zip comment carries no index digest")
+
+
+def test_tampered_bundle_leaves_existing_cache_untouched(source: Cache, bundle: Path) -> None:
+    before = contents(source)
+    extra_decision = Decision("z" * 64, "transpose", "sm_90", None, created="2026")
+
+    def add(data: dict[str, bytes]) -> None:
+        payload = to_json(extra_decision)
+        doc = json.loads(data["index.json"])
+        doc["entries"].append({"key": "decision/" + "z" * 64, "kind": "decision",
+                               "sha256": digest_bytes(payload), "size": len(payload) + 1})
+        data["index.json"] = canonical_json(doc)
+        data["entries/" + digest_bytes(payload)] = payload
+
+    path = bundle.with_name("t.zip")
+    rewrite(bundle, path, members=add)
+    with pytest.raises(BundleError):
+        import_bundle(source, path)
+    assert contents(source) == before
+
+
+# -- the CLI --------------------------------------------------------------------------------------------------
+def test_cli_export_import(source: Cache, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                           capsys: pytest.CaptureFixture[str]) -> None:
+    from r1build.cli import main as cli_main
+
+    monkeypatch.setenv("COLUMNS", "250")
+    try:
+        cli_main.build_parser()
+    except ImportError:
+        monkeypatch.setattr(cli_main, "COMMAND_MODULES", ("cache_cmd",))
+    src, dst = str(source.directory), str(tmp_path / "dst")
+    source.close()
+
+    assert cli_main.main(["cache", "export", str(tmp_path / "mm.zip"), "--kernel", "matmul", "--cache-dir", src]) == 0
+    assert "wrote 4 entries (3 blobs, 1 decision" in capsys.readouterr().out
+    assert cli_main.main(["cache", "export", str(tmp_path / "x.zip"), "--kernel", "nope", "--cache-dir", src]) == 2
+    assert "no cached decisions for nope (cached kernels: matmul, softmax_rows)" in capsys.readouterr().err
+
+    assert cli_main.main(["cache", "import", str(tmp_path / "mm.zip"), "--cache-dir", dst]) == 0
+    assert "added 4" in capsys.readouterr().out
+    with Cache(dst) as cache:
+        assert [d.kernel for d in cache.decisions()] == ["matmul"] and cache.verify() == []
+
+    data = (tmp_path / "mm.zip").read_bytes()
+    (tmp_path / "cut.zip").write_bytes(data[: len(data) // 2])
+    assert cli_main.main(["cache", "import", str(tmp_path / "cut.zip"), "--cache-dir", str(tmp_path / "d2")]) == 2
+    assert "not a readable bundle" in capsys.readouterr().err
+    with Cache(tmp_path / "d2") as cache:
+        assert cache.entries() == []
