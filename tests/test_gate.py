@@ -1,0 +1,327 @@
+"""The static gate with the real nvcc: reports, compile errors, the symbol allowlist, limits and the cache."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from r1build.cache import Cache
+from r1build.errors import ToolchainError
+from r1build.events import Event, Progress, Stage, sink
+from r1build.gate import StaticGate, gate_for_archs, is_allowed, parse_ptxas_report
+from r1build.judge import Job
+from r1build.manifest import Limits, Manifest, load_manifest
+from r1build.manifest.model import KernelSpec
+from r1build.records import Candidate, Origin, Result
+from r1build.toolchain import Toolchain, toolchain
+
+ROOT = Path(__file__).resolve().parents[1]
+
+try:
+    TOOLCHAIN: Toolchain | None = toolchain()
+except ToolchainError:  # pragma: no cover - every development and CI machine has nvcc
+    TOOLCHAIN = None
+
+pytestmark = pytest.mark.skipif(TOOLCHAIN is None, reason="nvcc not found")
+
+SILU_SIGNATURE = (
+    'extern "C" cudaError_t silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream)'
+)
+
+
+def silu_candidate(body: str, *, prelude: str = "", kernel: str = "", **defines: int | str) -> Candidate:
+    """A silu_mul candidate whose launcher runs ``body`` (plus an optional kernel in an anonymous namespace)."""
+    source = (
+        "#include <cuda_runtime.h>\n#include <cstdint>\n"
+        f"{prelude}\n"
+        f"namespace {{\n{kernel}\n}}  // namespace\n"
+        f"{SILU_SIGNATURE} {{\n{body}\n    return cudaGetLastError();\n}}\n"
+    )
+    return Candidate(source, Origin("generated", model="test"), dict(defines))
+
+
+SPILLING_KERNEL = """
+#ifndef BOUND
+#define BOUND 1024
+#endif
+__global__ void __launch_bounds__(BOUND) heavy(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
+    float acc[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = x[(threadIdx.x + i * 131) % n];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+#pragma unroll
+        for (int i = 0; i < 64; ++i) acc[i] = acc[i] * acc[(i * 7 + r + 1) % 64] + 1.0f;
+    }
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 64; ++i) s += acc[i] * (i + 1);
+    y[threadIdx.x % n] = s;
+}
+"""
+HEAVY = silu_candidate("    heavy<<<1, BOUND, 0, stream>>>(gate, out, n);", kernel=SPILLING_KERNEL)
+
+
+@pytest.fixture(scope="module")
+def manifest() -> Manifest:
+    return load_manifest(ROOT / "kernels.toml")
+
+
+@pytest.fixture(scope="module")
+def silu(manifest: Manifest) -> KernelSpec:
+    return manifest.kernel("silu_mul")
+
+
+@pytest.fixture(scope="module")
+def cache_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("gate-cache")
+
+
+@pytest.fixture
+def cache(cache_path: Path) -> Iterator[Cache]:
+    with Cache(cache_path) as c:
+        yield c
+
+
+def baseline(manifest: Manifest, spec: KernelSpec, **defines: int | str) -> Candidate:
+    assert spec.baseline is not None
+    return Candidate((manifest.root / spec.baseline).read_text(), Origin("baseline", spec.baseline), dict(defines))
+
+
+@pytest.fixture(scope="module")
+def baseline_results(manifest: Manifest, cache_path: Path) -> dict[tuple[str, str], Result]:
+    """Every root baseline (and matmul with TILE=32) gated for sm_80 and sm_90, in one fresh cache."""
+    out: dict[tuple[str, str], Result] = {}
+    with Cache(cache_path) as c:
+        gate = StaticGate(c)
+        for spec in manifest.kernels:
+            variants = [baseline(manifest, spec)]
+            if spec.name == "matmul":
+                variants.append(baseline(manifest, spec, TILE=32))
+            pairs = [(arch, cand) for arch in ("sm_80", "sm_90") for cand in variants]
+            for (arch, cand), result in zip(pairs, gate.judge(manifest, spec, pairs), strict=True):
+                out[(f"{spec.name}{cand.defines.get('TILE', '')}", arch)] = result
+        assert gate.compiles == len(out) == 14
+    return out
+
+
+def test_root_baselines_pass_with_sane_reports(baseline_results: dict[tuple[str, str], Result]) -> None:
+    assert TOOLCHAIN is not None
+    for (name, arch), result in baseline_results.items():
+        assert result.status == "passed", (name, arch, result.detail)
+        assert result.stage == "gate" and result.arch == arch and result.toolchain == TOOLCHAIN.ident
+        report = result.gate
+        assert report is not None
+        assert 8 <= report.registers <= 128, (name, arch, report)
+        assert report.spill_stores == report.spill_loads == 0
+        assert report.compile_s > 0
+
+    # static shared memory as the sources declare it
+    def smem(name: str, arch: str) -> int:
+        report = baseline_results[(name, arch)].gate
+        assert report is not None
+        return report.shared_bytes
+
+    assert smem("sum_all", "sm_80") == 256 * 4
+    assert smem("matmul", "sm_90") == 2 * 16 * 16 * 4
+    assert smem("matmul32", "sm_90") == 2 * 32 * 32 * 4
+    assert smem("silu_mul", "sm_80") == 0
+
+
+def test_syntax_error_is_a_compile_error_with_the_log(manifest: Manifest, silu: KernelSpec, cache: Cache) -> None:
+    broken = silu_candidate("    int x = 1\n    (void)x;")
+    [result] = StaticGate(cache).evaluate(Job(manifest, silu, "sm_80", [broken]))
+    assert result.status == "compile_error"
+    assert result.gate is None
+    assert "command: " in result.detail and "-gencode arch=compute_80,code=sm_80" in result.detail
+    assert "return code: " in result.detail
+    assert "silu_mul.cu(" in result.detail and "error" in result.detail  # nvcc's message, relative file name
+    assert "r1build-gate-" not in result.detail  # no scratch path: the log is the same everywhere
+
+
+@pytest.mark.parametrize(
+    ("call", "symbol"),
+    [
+        ('    if (n < 0) system("touch /tmp/r1build-pwned");', "system"),
+        ('    FILE* f = fopen("/etc/hostname", "r");\n    if (f) n += 1;', "fopen"),
+        ('    if (getenv("HOME") == nullptr) n += 1;', "getenv"),
+        ("    cudaDeviceReset();", "cudaDeviceReset"),
+    ],
+)
+def test_forbidden_calls_reject_the_candidate_by_name(
+    manifest: Manifest, silu: KernelSpec, cache: Cache, call: str, symbol: str
+) -> None:
+    candidate = silu_candidate(call, prelude="#include <cstdio>\n#include <cstdlib>")
+    [result] = StaticGate(cache).evaluate(Job(manifest, silu, "sm_90", [candidate]))
+    assert result.status == "rejected"
+    assert result.gate is not None  # it compiled; the host object is what failed
+    assert f"{symbol}" in result.detail and "may not use" in result.detail
+
+
+def test_contract_violations_are_rejected(manifest: Manifest, silu: KernelSpec, cache: Cache) -> None:
+    exported = Candidate(
+        "#include <cuda_runtime.h>\n#include <cstdint>\n"
+        "__global__ void visible_kernel(float* y) { y[0] = 1.0f; }\n"
+        "int block_size() { return 256; }\n"
+        "inline __attribute__((noinline)) int grid_size(int64_t n) { return static_cast<int>(n / 256 + 1); }\n"
+        f"{SILU_SIGNATURE} {{\n"
+        "    visible_kernel<<<grid_size(n), block_size(), 0, stream>>>(out);\n"
+        "    return cudaGetLastError();\n}\n",
+        Origin("generated", model="test"),
+    )
+    no_entry = Candidate(
+        "#include <cuda_runtime.h>\nnamespace { __global__ void k(float* y) { y[0] = 1.0f; } }\n"
+        'extern "C" cudaError_t silu_mul_wrong_name(float* y, cudaStream_t s) '
+        "{ k<<<1, 1, 0, s>>>(y); return cudaGetLastError(); }\n",
+        Origin("generated", model="test"),
+    )
+    gate = StaticGate(cache)
+    first, second = gate.evaluate(Job(manifest, silu, "sm_80", [exported, no_entry]))
+    assert first.status == "rejected"
+    # a strong global kernel and helper would clash with another variant's at link time; a weak (inline) one
+    # would silently be merged with another variant's
+    for name in ("visible_kernel(float*)", "block_size()", "grid_size(long)"):
+        assert name in first.detail
+    assert "anonymous namespace" in first.detail
+    assert second.status == "rejected"
+    assert 'extern "C" cudaError_t silu_mul(' in second.detail and "silu_mul_wrong_name" in second.detail
+
+
+def test_spills_and_registers_over_the_limits_are_rejected(manifest: Manifest, silu: KernelSpec, cache: Cache) -> None:
+    assert silu.limits.spill_bytes == 0  # the default: no spilling
+    gate = StaticGate(cache)
+    spilling, fitting = gate.evaluate(
+        Job(manifest, silu, "sm_80", [HEAVY, dataclasses.replace(HEAVY, defines={"BOUND": 128})])
+    )
+    assert spilling.status == "rejected", spilling.detail
+    assert spilling.gate is not None and spilling.gate.spill_stores > 0 and spilling.gate.spill_loads > 0
+    assert "bytes of register spills on sm_80" in spilling.detail and "limits.spill-bytes" in spilling.detail
+    assert fitting.status == "passed" and fitting.gate is not None and fitting.gate.registers > 64
+
+    # a lower register limit re-judges the cached report without compiling again
+    tight = dataclasses.replace(silu, limits=Limits(registers=64))
+    compiles = gate.compiles
+    [again] = gate.evaluate(Job(manifest, tight, "sm_80", [dataclasses.replace(HEAVY, defines={"BOUND": 128})]))
+    assert gate.compiles == compiles
+    assert again.status == "rejected"
+    assert f"{fitting.gate.registers} registers per thread on sm_80, over the limit of 64" in again.detail
+
+    # and no spill limit lets the spilling variant pass
+    lax = dataclasses.replace(silu, limits=Limits(spill_bytes=None))
+    [allowed] = gate.evaluate(Job(manifest, lax, "sm_80", [HEAVY]))
+    assert allowed.status == "passed" and gate.compiles == compiles
+
+
+def test_a_warm_gate_compiles_nothing_twice(manifest: Manifest, silu: KernelSpec, tmp_path: Path) -> None:
+    silu = dataclasses.replace(silu, limits=Limits(spill_bytes=None))  # ptxas spills a few bytes of vec4 on sm_90
+    plain = baseline(manifest, silu)
+    vec = Candidate((ROOT / "kernels/silu_mul_vec4.cu").read_text(), Origin("file", "kernels/silu_mul_vec4.cu"))
+    variants = [
+        plain,
+        dataclasses.replace(vec, defines={"BLOCK": 128}),
+        dataclasses.replace(vec, defines={"BLOCK": 512}),
+    ]
+    job = Job(manifest, silu, "sm_90", [*variants, plain])  # a duplicate is compiled once
+    with Cache(tmp_path / "cache") as cold_cache:
+        cold = StaticGate(cold_cache, jobs=2)
+        first = cold.evaluate(job)
+        assert cold.compiles == 3 and cold.cache_hits == 0
+    with Cache(tmp_path / "cache") as warm_cache:
+        warm = StaticGate(warm_cache)
+        second = warm.evaluate(job)
+        assert warm.compiles == 0 and warm.cache_hits == 3
+    assert first == second
+    assert [r.status for r in first] == ["passed"] * 4
+    assert [r.candidate for r in first] == [c.digest for c in job.candidates]
+    # another flag set is another question
+    flagged = dataclasses.replace(manifest, settings=dataclasses.replace(manifest.settings, nvcc_flags=["-O2"]))
+    with Cache(tmp_path / "cache") as c:
+        other = StaticGate(c)
+        other.evaluate(Job(flagged, silu, "sm_90", [plain]))
+        assert other.compiles == 1
+
+
+def test_gate_for_archs_keys_by_canonical_arch(manifest: Manifest, cache: Cache) -> None:
+    spec = manifest.kernel("transpose")
+    results = gate_for_archs(StaticGate(cache), manifest, spec, baseline(manifest, spec), ["sm_80", "90", "sm_90a"])
+    assert list(results) == ["sm_80", "sm_90", "sm_90a"]
+    assert all(r.status == "passed" and r.arch == arch for arch, r in results.items())
+
+
+def test_events_tell_progress_and_nothing_is_printed(
+    manifest: Manifest, silu: KernelSpec, cache: Cache, capsys: pytest.CaptureFixture[str]
+) -> None:
+    events: list[Event] = []
+    with sink(events.append):
+        StaticGate(cache).evaluate(Job(manifest, silu, "sm_80", [baseline(manifest, silu)]))
+    stages = [e for e in events if isinstance(e, Stage)]
+    assert [(s.stage, s.kernel, s.arch, s.done) for s in stages] == [
+        ("gate", "silu_mul", "sm_80", False),
+        ("gate", "silu_mul", "sm_80", True),
+    ]
+    assert "1 passed" in stages[-1].detail
+    progress = [e for e in events if isinstance(e, Progress)]
+    assert progress and progress[-1].completed == progress[-1].total == 1
+    assert capsys.readouterr() == ("", "")
+
+
+def test_missing_nvcc_is_a_toolchain_error(manifest: Manifest, silu: KernelSpec, cache: Cache) -> None:
+    missing = Toolchain(nvcc="/nonexistent/bin/nvcc", version_text="Cuda compilation tools, Build cuda_0.0.r0.0/x")
+    candidate = silu_candidate("    n += 2;")
+    with pytest.raises(ToolchainError, match="/nonexistent/bin/nvcc"):
+        StaticGate(cache, toolchain=missing).evaluate(Job(manifest, silu, "sm_80", [candidate]))
+
+
+def test_ptxas_report_takes_the_largest_function() -> None:
+    text = """ptxas info    : 0 bytes gmem
+ptxas info    : Function properties for _Z6helperf
+    16 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads
+ptxas info    : Compiling entry function '_Z1aPf' for 'sm_80'
+ptxas info    : Function properties for _Z1aPf
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 40 registers, used 1 barriers, 8192 bytes smem, 388 bytes cmem[0]
+ptxas info    : Compiling entry function '_Z1bPf' for 'sm_80'
+ptxas info    : Function properties for _Z1bPf
+    32 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 72 registers, used 0 barriers, 1024 bytes smem, 360 bytes cmem[0]
+"""
+    report = parse_ptxas_report(text, 1.23456)
+    assert (report.registers, report.shared_bytes, report.stack_frame) == (72, 8192, 32)
+    assert (report.spill_stores, report.spill_loads, report.compile_s) == (8, 4, 1.235)
+
+
+@pytest.mark.parametrize(
+    ("symbol", "allowed"),
+    [
+        ("cudaMemsetAsync", True),
+        ("__cudaRegisterFatBinary", True),
+        ("_Znwm", True),
+        ("_ZdlPvm", True),
+        ("__cxa_guard_acquire", True),
+        ("_ZSt20__throw_length_errorPKc", True),
+        ("memcpy", True),
+        ("expf", True),
+        ("exit", True),
+        ("cudaSetDevice", False),
+        ("cudaIpcOpenMemHandle", False),
+        ("printf", False),
+        ("puts", False),
+        ("popen", False),
+        ("execve", False),
+        ("fork", False),
+        ("socket", False),
+        ("connect", False),
+        ("open", False),
+        ("read", False),
+        ("write", False),
+        ("dlopen", False),
+        ("getenv", False),
+        ("pthread_create", False),
+        ("cuLaunchKernel", False),
+    ],
+)
+def test_allowlist(symbol: str, allowed: bool) -> None:
+    assert is_allowed(symbol) is allowed
