@@ -157,6 +157,10 @@ def _validate_settings(v: _Validator, settings: Settings) -> Settings:
         raise v.fail(("generation", "request-timeout-s"), "must be positive")
     if not g.temperatures or any(not 0.0 <= t <= 2.0 for t in g.temperatures):
         raise v.fail(("generation", "temperatures"), "needs at least one temperature, each in 0..2")
+    if g.retries < 0:
+        raise v.fail(("generation", "retries"), "must not be negative")
+    if g.retry_backoff_s < 0:
+        raise v.fail(("generation", "retry-backoff-s"), "must not be negative")
     return replace(settings, archs=archs)
 
 

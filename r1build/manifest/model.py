@@ -156,6 +156,12 @@ class Generation:
     """Overall deadline of one request, streaming included."""
     retries: int = 4
     """Retries of one request after 429, 5xx, connection errors and timeouts."""
+    retry_backoff_s: float = 2.0
+    """Seconds before the first retry when the server sends no ``retry-after``; doubled for each further retry
+    (with jitter), at most 60."""
+    stream: bool = True
+    """Stream answers (server-sent events). Long answers keep the connection alive this way; turn it off only
+    for servers that cannot stream."""
     temperatures: list[float] = field(default_factory=lambda: [0.6])
     """Temperature schedule, cycled over samples, where the provider honours temperature."""
     top_p: float = 0.95
