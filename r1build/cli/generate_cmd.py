@@ -1,0 +1,211 @@
+"""Generation commands: ``generate`` (R1 + the static gate, no GPU needed) and ``replay`` (from transcripts)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import importlib
+from collections.abc import Sequence
+from typing import Any
+
+from ..cache import Cache
+from ..errors import ConfigError, UsageError
+from ..events import sink
+from ..judge import Evaluator
+from ..keys import decision_key
+from ..manifest import KernelSpec, Manifest
+from ..manifest.convert import did_you_mean
+from ..records import Candidate, CandidateRef, Result
+from .common import add_cache_arg, add_manifest_arg, load_from_args, open_cache, parse_archs
+from .render import Console
+
+__all__ = ["GENERATION_NAMESPACE", "register"]
+
+GENERATION_NAMESPACE = "generation"
+"""Cache JSON namespace of ``r1build generate`` runs, keyed by decision key (transcripts, candidates, results)."""
+
+
+def register(sub: Any) -> None:
+    """Add ``generate`` and ``replay``."""
+    p = sub.add_parser("generate", help="generate candidates for one kernel with R1 and judge them with the static "
+                                        "gate (no GPU needed)")
+    p.add_argument("kernel", metavar="KERNEL", help="kernel name from the manifest")
+    p.add_argument("--arch", action="append", metavar="ARCH", help="only these archs (repeat or comma-separate)")
+    add_manifest_arg(p)
+    add_cache_arg(p)
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("replay", help="re-extract a kernel's candidates from stored transcripts and judge them "
+                                      "again (no network)")
+    p.add_argument("kernel", metavar="KERNEL", help="kernel name from the manifest")
+    p.add_argument("--arch", action="append", metavar="ARCH", help="only these archs (repeat or comma-separate)")
+    p.add_argument("--transcript", action="append", metavar="DIGEST",
+                   help="replay these transcript blobs instead of the stored decision's (repeatable)")
+    p.add_argument("--no-gpu", action="store_true", help="judge with the static gate even where a GPU is present")
+    add_manifest_arg(p)
+    add_cache_arg(p)
+    p.set_defaults(func=cmd_replay)
+
+
+def _kernel(manifest: Manifest, name: str) -> KernelSpec:
+    try:
+        return manifest.kernel(name)
+    except KeyError:
+        names = [s.name for s in manifest.kernels]
+        raise UsageError(f"no kernel {name!r} in {manifest.path}{did_you_mean(name, names)} "
+                         f"(kernels: {', '.join(names)})") from None
+
+
+def _archs(manifest: Manifest, spec: KernelSpec, args: argparse.Namespace) -> list[str]:
+    return parse_archs(args.arch) or manifest.archs_of(spec)
+
+
+def _origin(c: Candidate) -> str:
+    o = c.origin
+    text = f"r{o.round} s{o.sample}" if o.kind == "generated" else f"{o.kind} {o.path or ''}".rstrip()
+    if c.defines:
+        text += " " + ",".join(f"{k}={v}" for k, v in c.defines.items())
+    return text
+
+
+def _first_line(text: str, limit: int = 90) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "error" in ln.lower() and not ln.startswith("command:")]
+    line = (errors or lines or [""])[0]
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _table(console: Console, arch: str, candidates: Sequence[Candidate], results: Sequence[Result],
+           title: str) -> None:
+    rows = []
+    for c, r in zip(candidates, results, strict=True):
+        g = r.gate
+        time = f"{r.timing.median_us:.2f} us" if r.timing is not None else ""
+        rows.append([c.digest[:12], _origin(c), r.status, time,
+                     g.registers if g else "", (g.spill_stores + g.spill_loads) if g else "",
+                     g.shared_bytes if g else "", _first_line(r.detail)])
+    console.table(["candidate", "origin", "status", "time", "regs", "spill", "smem", "detail"], rows,
+                  title=f"{title} {arch}")
+
+
+def _gpu_for(cache: Cache, arch: str) -> Evaluator | None:
+    """The GPU evaluator for ``arch`` when the evaluate stage offers one and a GPU of that arch is visible (the
+    same rule as the resolver's)."""
+    try:
+        evaluate = importlib.import_module(f"{__package__.rpartition('.')[0]}.evaluate")
+        gpu_evaluator, detect_gpus = evaluate.GpuEvaluator, evaluate.detect_gpus
+    except (ImportError, AttributeError):
+        return None
+    if not detect_gpus():
+        return None
+    evaluator = gpu_evaluator(cache)
+    return evaluator if arch in evaluator.archs else None
+
+
+def cmd_generate(args: argparse.Namespace, console: Console) -> int:
+    from ..evaluate.variants import expand_variants
+    from ..gate.static import StaticGate
+    from ..generate import endpoint_configured, search
+    from ..generate.providers import BASE_URL_ENV, PROFILES
+
+    manifest = load_from_args(args)
+    spec = _kernel(manifest, args.kernel)
+    archs = _archs(manifest, spec, args)
+    generation = manifest.settings.generation
+    if not endpoint_configured(generation):
+        keys = (generation.api_key_env,) if generation.api_key_env else PROFILES[generation.provider].key_envs
+        raise ConfigError(f"no LLM endpoint configured for provider {generation.provider!r}: set "
+                          f"{' or '.join(keys)}, or {BASE_URL_ENV}, or base-url in [generation] of {manifest.path}")
+    seeds = expand_variants(manifest, spec)
+    failed: list[str] = []
+    with open_cache(args) as cache, sink(console.event):
+        gate = StaticGate(cache)
+        for arch in archs:
+            outcome = search(manifest, spec, arch, evaluator=gate, cache=cache, seeds=seeds)
+            for candidate in outcome.candidates:
+                cache.put_text(candidate.source)
+            key = decision_key(manifest, spec, arch)
+            cache.put_json(GENERATION_NAMESPACE, key, {
+                "kernel": spec.name,
+                "arch": arch,
+                "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "transcripts": outcome.transcripts,
+                "candidates": [dataclasses.asdict(CandidateRef.of(c)) for c in outcome.candidates],
+                "results": [dataclasses.asdict(r) for r in outcome.results],
+                "usage": dataclasses.asdict(outcome.usage),
+                "stop_reason": outcome.stop_reason,
+            })
+            _table(console, arch, outcome.candidates, outcome.results, f"generate {spec.name}")
+            u = outcome.usage
+            generated = outcome.generated()
+            passed = sum(1 for _, r in generated if r.ok)
+            faults = ", ".join(f"{k} {v}" for k, v in sorted(u.failures.items())) or "none"
+            approx = "~" if u.estimated else ""
+            console.print(
+                f"{spec.name} {arch}: {len(generated)} generated ({passed} passed the gate, {u.duplicates} "
+                f"duplicates) in {outcome.rounds} round(s); {u.samples} samples, {u.requests} requests "
+                f"({u.retries} retries); {approx}{u.prompt_tokens} prompt + {approx}{u.completion_tokens} completion "
+                f"tokens, ${u.cost_usd:.4f}; faults: {faults}; stopped: {outcome.stop_reason}"
+            )
+            if not passed:
+                failed.append(arch)
+    if failed:
+        console.error(f"no generated candidate of {spec.name} passed the gate on {', '.join(failed)}")
+        return 1
+    return 0
+
+
+def _stored_transcripts(cache: Cache, manifest: Manifest, spec: KernelSpec, arch: str) -> tuple[list[str], Any]:
+    key = decision_key(manifest, spec, arch)
+    decision = cache.get_decision(key)
+    if decision is not None and decision.transcripts:
+        return list(decision.transcripts), decision
+    doc = cache.get_json(GENERATION_NAMESPACE, key)
+    if isinstance(doc, dict) and isinstance(doc.get("transcripts"), list):
+        return [str(t) for t in doc["transcripts"]], decision
+    return [], decision
+
+
+def cmd_replay(args: argparse.Namespace, console: Console) -> int:
+    from ..evaluate.variants import expand_variants
+    from ..gate.static import StaticGate
+    from ..generate import replay
+    from ..select import select_winner
+
+    manifest = load_from_args(args)
+    spec = _kernel(manifest, args.kernel)
+    archs = _archs(manifest, spec, args)
+    seeds = expand_variants(manifest, spec)
+    status = 0
+    with open_cache(args) as cache, sink(console.event):
+        gate = StaticGate(cache)
+        for arch in archs:
+            decision = None
+            transcripts = list(args.transcript or [])
+            if not transcripts:
+                transcripts, decision = _stored_transcripts(cache, manifest, spec, arch)
+            if not transcripts:
+                raise UsageError(f"no stored transcripts for {spec.name} on {arch} in {cache.directory}: run "
+                                 f"`r1build generate {spec.name}` or `r1build resolve` first, or pass --transcript")
+            evaluator = None if args.no_gpu else _gpu_for(cache, arch)
+            outcome = replay(manifest, spec, arch, evaluator=evaluator or gate, cache=cache,
+                             transcripts=transcripts, seeds=seeds)
+            _table(console, arch, outcome.candidates, outcome.results, f"replay {spec.name}")
+            winner = select_winner(outcome.candidates, outcome.results)
+            generated = outcome.generated()
+            console.print(f"{spec.name} {arch}: {len(transcripts)} transcript(s), {len(generated)} generated "
+                          f"candidate(s), {sum(1 for _, r in generated if r.ok)} passed; winner: "
+                          f"{winner.digest[:12] + ' (' + _origin(winner) + ')' if winner else 'none'}")
+            if decision is not None and decision.winner is not None:
+                same = winner is not None and winner.digest == decision.winner.digest
+                if same:
+                    console.print(f"{spec.name} {arch}: the stored decision's winner is confirmed")
+                elif decision.measured and all(r.timing is None for r in outcome.results):
+                    console.warning(f"{spec.name} {arch}: the stored winner {decision.winner.digest[:12]} was chosen "
+                                    "on GPU timings; the static gate alone cannot confirm it")
+                else:
+                    console.error(f"{spec.name} {arch}: the stored decision chose {decision.winner.digest[:12]}, "
+                                  "the replay does not")
+                    status = 1
+    return status

@@ -1,0 +1,83 @@
+"""Generate stage: DeepSeek-R1 through the openai client, an inference-time scaling controller, transcripts.
+
+What other stages call:
+
+- :func:`endpoint_configured` says whether generation may run at all;
+- :func:`search` runs the closed loop for one kernel on one arch (generate, judge with the given
+  :class:`~r1build.judge.Evaluator`, feed back, within the kernel's budget) and returns a
+  :class:`SearchOutcome`;
+- :func:`replay` re-extracts the candidates of stored transcripts and judges them again, with no network.
+
+Modules: :mod:`.providers` (profiles, endpoint and key), :mod:`.client` (one sample, retries, deadlines),
+:mod:`.prompts`, :mod:`.extract` (code out of answers, normalized digests, tunables), :mod:`.controller`
+(rounds, budgets, feedback), :mod:`.transcripts`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import os
+import threading
+from collections.abc import Coroutine, Mapping, Sequence
+from typing import Any, TypeVar
+
+from ..cache.store import Cache
+from ..judge import Evaluator
+from ..manifest.archs import parse_arch
+from ..manifest.model import KernelSpec, Manifest
+from ..records import Candidate
+from .controller import SearchOutcome, Usage, replay_search, run_search
+from .providers import PROFILES, Endpoint, endpoint_configured, resolve_endpoint
+
+__all__ = ["PROFILES", "Endpoint", "SearchOutcome", "Usage", "endpoint_configured", "replay", "resolve_endpoint",
+           "search"]
+
+T = TypeVar("T")
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to completion from synchronous code, also when an event loop is already running in this
+    thread (then in a helper thread with the caller's context, so event sinks still apply)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    box: dict[str, Any] = {}
+    context = contextvars.copy_context()
+
+    def target() -> None:
+        try:
+            box["value"] = context.run(asyncio.run, coro)
+        except BaseException as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name="r1build-generate")
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return]
+
+
+def search(manifest: Manifest, spec: KernelSpec, arch: str, *, evaluator: Evaluator, cache: Cache,
+           seeds: Sequence[Candidate], environ: Mapping[str, str] = os.environ) -> SearchOutcome:
+    """Search for candidates of ``spec`` on ``arch`` with R1, judged by ``evaluator``.
+
+    ``seeds`` (baseline, hand-written candidates and their variants) are judged first and come first in the
+    outcome. Raises :class:`~r1build.errors.ConfigError` for settings that cannot work (no key, bad URL, a key
+    the server rejects) and :class:`~r1build.errors.GenerationError` when the provider ends the run (no credit,
+    a request it refuses); every other fault costs a retry or a sample and is reported as a
+    :class:`~r1build.events.Note`.
+    """
+    endpoint = resolve_endpoint(manifest.settings.generation, environ)
+    return _run(run_search(manifest, spec, parse_arch(arch), evaluator=evaluator, cache=cache, endpoint=endpoint,
+                           seeds=seeds))
+
+
+def replay(manifest: Manifest, spec: KernelSpec, arch: str, *, evaluator: Evaluator, cache: Cache,
+           transcripts: Sequence[str], seeds: Sequence[Candidate] = ()) -> SearchOutcome:
+    """Re-extract the candidates of stored ``transcripts`` (blob digests) and judge them again with
+    ``evaluator``; no network. ``seeds`` are judged with them and come first."""
+    return _run(replay_search(manifest, spec, parse_arch(arch), evaluator=evaluator, cache=cache,
+                              transcripts=transcripts, seeds=seeds))

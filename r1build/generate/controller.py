@@ -1,0 +1,635 @@
+"""The inference-time scaling controller: rounds of parallel samples, judged, fed back, within a budget.
+
+A search for one kernel on one arch:
+
+1. judges the seeds (baseline, hand-written candidates) so the first feedback knows the bar;
+2. runs rounds. Each round sends up to ``budget.samples`` requests at once, at most
+   ``generation.max_concurrency`` in flight. Diversity comes from the temperature schedule where the provider
+   honours temperature, and from named optimization directions where it does not (or where the manifest names
+   some). Round 0 asks for the task; later rounds continue a conversation from a parent kernel (its answer's
+   content is sent back, its reasoning never) with a feedback turn: the parent's result, the best kernels so
+   far with their time and share of the floor, the other failures with their compiler errors, rejections,
+   mismatch summaries or sanitizer findings. Parents alternate between the best kernels and the failures to
+   repair. Answers are extracted and judged as they arrive, in batches, while other requests still stream;
+3. stops at the first of: the round budget; the candidate budget (requests sent); the token budget and the
+   money budget (from reported usage and the configured prices; tokens still streaming count, and reaching the
+   budget cancels what is in flight); the wall-clock budget (every request's deadline is the search's); the
+   target share of the floor; ``patience`` rounds without a faster kernel. Without timings (the static gate
+   alone cannot rank candidates) the search ends after the first round in which a generated candidate passed.
+
+Identical candidates (same normalized source and tunable values) are judged once. Every sample's transcript is
+stored in the cache. The controller knows nothing of how candidates are judged: it calls an
+:class:`~r1build.judge.Evaluator`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import itertools
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..cache.store import Cache
+from ..errors import EvaluationError, GenerationError, R1BuildError
+from ..events import Note, Progress, emit
+from ..judge import Evaluator, Job
+from ..keys import canonical_json
+from ..manifest.model import KernelSpec, Manifest
+from ..records import Candidate, Origin, Result
+from .client import Attempt, ChatClient, Exchange, Meter
+from .extract import Extraction, extract_source, normalized_digest, strip_think, tunable_variants
+from .prompts import DEFAULT_DIRECTIONS, Judged, feedback_prompt, task_prompt
+from .providers import Endpoint
+from .transcripts import load_transcript, store_transcript, transcript_payload
+
+__all__ = ["MIN_GAIN", "SearchOutcome", "Usage", "replay_search", "run_search"]
+
+MIN_GAIN = 0.02
+"""Smallest relative speed-up of the best kernel that counts as an improvement for ``patience``."""
+
+MIN_REQUEST_TOKENS = 256
+"""A request is not sent when less than this remains of the token budget."""
+
+FAILED = ("compile_error", "rejected", "incorrect", "crashed", "timed_out")
+
+
+@dataclass
+class Usage:
+    """What a search spent and what went wrong along the way."""
+
+    samples: int = 0
+    """Samples started (one wanted answer each)."""
+    requests: int = 0
+    """HTTP requests sent, retries included."""
+    retries: int = 0
+    """Requests that were retries."""
+    answers: int = 0
+    """Samples that got a complete answer."""
+    prompt_tokens: int = 0
+    """Prompt tokens (reported; estimated where a server reported none)."""
+    completion_tokens: int = 0
+    """Completion tokens, reasoning included (plus those of attempts that failed mid-stream)."""
+    reasoning_tokens: int = 0
+    """Reasoning tokens, where reported."""
+    cost_usd: float = 0.0
+    """Money spent at the configured prices."""
+    estimated: bool = False
+    """Whether some counts are estimates (a server reported no usage, or a stream was cut)."""
+    duplicates: int = 0
+    """Generated candidates identical to an earlier one (judged once)."""
+    failures: dict[str, int] = field(default_factory=dict)
+    """Faults by kind: retried ones (``rate_limited``, ``server_error``, ``connection``, ``timeout``,
+    ``bad_response``, ``stream_cut``) and samples that ended without a candidate (``truncated``, ``no_code``,
+    ``content_filter``, ``cancelled``, ``gave_up``)."""
+
+    def count(self, kind: str, n: int = 1) -> None:
+        """Add to a failure count."""
+        self.failures[kind] = self.failures.get(kind, 0) + n
+
+
+@dataclass
+class SearchOutcome:
+    """What a search (or a replay) produced."""
+
+    candidates: list[Candidate]
+    """Distinct candidates in preference order: seeds first, then generated ones by round and sample."""
+    results: list[Result]
+    """One result per candidate, in the same order."""
+    transcripts: list[str]
+    """Digests of the transcript blobs, by round and sample."""
+    usage: Usage
+    """Requests, tokens, money and faults."""
+    stop_reason: str
+    """Why the search ended: ``rounds``, ``candidates``, ``tokens``, ``money``, ``wall_time``, ``target``,
+    ``patience``, ``passed_gate`` or ``replay``."""
+    rounds: int = 0
+    """Rounds completed."""
+
+    def generated(self) -> list[tuple[Candidate, Result]]:
+        """Generated candidates with their results."""
+        return [(c, r) for c, r in zip(self.candidates, self.results, strict=True) if c.origin.kind == "generated"]
+
+
+@dataclass
+class _Entry:
+    """A distinct candidate the search knows."""
+
+    candidate: Candidate
+    order: tuple[int, int, int]
+    messages: list[dict[str, str]] = field(default_factory=list)
+    answer: str = ""
+    result: Result | None = None
+
+    @property
+    def label(self) -> str:
+        o = self.candidate.origin
+        if o.kind == "generated":
+            return f"round {o.round} sample {o.sample}"
+        return f"the {o.kind} {o.path}" if o.path else f"the {o.kind}"
+
+
+@dataclass
+class _Plan:
+    messages: list[dict[str, str]]
+    temperature: float | None
+    direction: str | None
+    parent: str | None
+
+
+def _now_iso() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _defines_key(defines: dict[str, int | str]) -> str:
+    return canonical_json(defines).decode()
+
+
+class _Search:
+    def __init__(self, manifest: Manifest, spec: KernelSpec, arch: str, *, evaluator: Evaluator, cache: Cache,
+                 endpoint: Endpoint | None, seeds: Sequence[Candidate]) -> None:
+        self.manifest = manifest
+        self.spec = spec
+        self.arch = arch
+        self.evaluator = evaluator
+        self.cache = cache
+        self.endpoint = endpoint
+        self.generation = manifest.settings.generation
+        self.budget = spec.budget
+        self.usage = Usage()
+        self.entries: dict[str, _Entry] = {}
+        self.by_norm: dict[tuple[str, str], str] = {}
+        self.transcripts: list[tuple[tuple[int, int], str]] = []
+        self.seeds = list(seeds)
+        self.baseline = next((c for c in self.seeds if c.origin.kind == "baseline"), None)
+        self.start = time.monotonic()
+        self.deadline = self.start + self.budget.wall_time_s
+        self.stop_reason: str | None = None
+        self.fatal: R1BuildError | None = None
+        self.meters: set[Meter] = set()
+        self.live_prompt_tokens = 0
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.queue: asyncio.Queue[Candidate | None] = asyncio.Queue()
+        self.round_notes: Counter[str] = Counter()
+        self.finished_samples = 0
+        self.round = 0
+        self.client: ChatClient | None = None
+
+    # -- bookkeeping -------------------------------------------------------------------------------------
+    def note(self, level: str, message: str) -> None:
+        emit(Note(level, message, kernel=self.spec.name, arch=self.arch))
+
+    def progress(self) -> None:
+        total = min(self.budget.candidates, self.budget.rounds * self.budget.samples)
+        generated = [e for e in self.entries.values() if e.candidate.origin.kind == "generated"]
+        emit(Progress(
+            f"generate {self.spec.name}/{self.arch}", self.finished_samples, total,
+            {
+                "round": f"{self.round + 1}/{self.budget.rounds}",
+                "candidates": len(generated),
+                "passed": sum(1 for e in generated if e.result is not None and e.result.ok),
+                "tokens": self.usage.completion_tokens + self.live_tokens(),
+                "spend": f"${self.usage.cost_usd:.4f}",
+            },
+        ))
+
+    def live_tokens(self) -> int:
+        return sum(m.tokens for m in self.meters)
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        prices = self.generation.prices
+        return (prompt_tokens * prices.input_per_mtok + completion_tokens * prices.output_per_mtok) / 1e6
+
+    def exhausted(self, *, prompt_estimate: int = 0) -> str | None:
+        """The budget that no longer allows a new request, if any."""
+        if self.usage.samples >= self.budget.candidates:
+            return "candidates"
+        if time.monotonic() >= self.deadline:
+            return "wall_time"
+        spent_tokens = self.usage.completion_tokens + self.live_tokens()
+        if self.budget.tokens is not None and self.budget.tokens - spent_tokens < MIN_REQUEST_TOKENS:
+            return "tokens"
+        if self.budget.money_usd is not None:
+            spent = self.usage.cost_usd + self.cost(self.live_prompt_tokens + prompt_estimate, self.live_tokens())
+            if spent >= self.budget.money_usd:
+                return "money"
+        return None
+
+    def over_budget(self) -> str | None:
+        """The token or money budget, when what is spent and streaming has reached it."""
+        spent_tokens = self.usage.completion_tokens + self.live_tokens()
+        if self.budget.tokens is not None and spent_tokens >= self.budget.tokens:
+            return "tokens"
+        if self.budget.money_usd is not None:
+            spent = self.usage.cost_usd + self.cost(self.live_prompt_tokens, self.live_tokens())
+            if spent >= self.budget.money_usd:
+                return "money"
+        return None
+
+    def stop(self, reason: str) -> None:
+        """End the search: no new requests, and cancel those in flight."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+            if reason in ("tokens", "money"):
+                self.note("info", f"{reason} budget reached: cancelling {len(self.meters)} request(s) in flight")
+        current = asyncio.current_task()
+        for task in list(self.tasks):
+            if task is not current:
+                task.cancel()
+
+    def on_tokens(self) -> None:
+        reason = self.over_budget()
+        if reason is not None:
+            self.stop(reason)
+            raise asyncio.CancelledError
+
+    # -- candidates --------------------------------------------------------------------------------------
+    def admit(self, candidate: Candidate, order: tuple[int, int, int], *, messages: list[dict[str, str]],
+              answer: str) -> tuple[str, bool]:
+        """Register a candidate; returns its digest and whether it is new."""
+        key = (normalized_digest(candidate.source), _defines_key(candidate.defines))
+        known = self.by_norm.get(key)
+        if known is not None:
+            entry = self.entries[known]
+            if entry.candidate.digest == candidate.digest and order < entry.order:
+                entry.candidate, entry.order = candidate, order
+                entry.messages, entry.answer = messages, answer
+            return known, False
+        self.by_norm[key] = candidate.digest
+        self.entries[candidate.digest] = _Entry(candidate, order, messages, answer)
+        return candidate.digest, True
+
+    async def judge(self, candidates: Sequence[Candidate]) -> None:
+        """Judge candidates with the evaluator (in a worker thread) and record the results."""
+        if not candidates:
+            return
+        job = Job(self.manifest, self.spec, self.arch, list(candidates), baseline=self.baseline)
+        results = await asyncio.to_thread(self.evaluator.evaluate, job)
+        if len(results) != len(candidates):
+            raise EvaluationError(f"the evaluator returned {len(results)} results for {len(candidates)} candidates")
+        for candidate, result in zip(candidates, results, strict=True):
+            self.entries[candidate.digest].result = result
+
+    async def judge_loop(self) -> None:
+        """Judge queued candidates in batches until the round's sentinel arrives."""
+        done = False
+        while not done:
+            batch = [await self.queue.get()]
+            while not self.queue.empty():
+                batch.append(self.queue.get_nowait())
+            done = None in batch
+            await self.judge([c for c in batch if c is not None])
+            self.progress()
+
+    # -- planning ----------------------------------------------------------------------------------------
+    def directions(self) -> list[str]:
+        if self.generation.directions:
+            return list(self.generation.directions)
+        if self.endpoint is not None and not self.endpoint.profile.honours_temperature:
+            return list(DEFAULT_DIRECTIONS)
+        return []
+
+    def judged(self, entry: _Entry) -> Judged:
+        assert entry.result is not None
+        return Judged(entry.label, entry.candidate.source, entry.result, dict(entry.candidate.defines))
+
+    def ranked_best(self, limit: int = 2) -> list[_Entry]:
+        passed = [e for e in self.entries.values() if e.result is not None and e.result.ok]
+        timed = [e for e in passed if e.result is not None and e.result.timing is not None]
+        if timed:
+            return sorted(timed, key=lambda e: (e.result.timing.median_us, e.order))[:limit]  # type: ignore[union-attr]
+        generated = [e for e in passed if e.candidate.origin.kind == "generated"]
+        return sorted(generated or passed, key=lambda e: e.order)[:limit]
+
+    def recent_failures(self, limit: int) -> list[_Entry]:
+        failed = [e for e in self.entries.values() if e.result is not None and e.result.status in FAILED]
+        failed.sort(key=lambda e: e.order, reverse=True)
+        seen: set[str] = set()
+        out = []
+        for e in failed:  # one variant per source is enough to repair it
+            if e.candidate.source_digest not in seen:
+                seen.add(e.candidate.source_digest)
+                out.append(e)
+        return out[:limit]
+
+    def plan(self, round_no: int, count: int) -> list[_Plan]:
+        directions = self.directions()
+        temps = self.generation.temperatures
+        honours = self.endpoint is not None and self.endpoint.profile.honours_temperature
+        best = self.ranked_best()
+        failures = self.recent_failures(max(count, 3))
+        parents = [e for pair in itertools.zip_longest(best, failures) for e in pair if e is not None]
+        if round_no == 0:
+            parents = []
+        notes = self.answer_notes()
+        plans = []
+        for s in range(count):
+            k = round_no * self.budget.samples + s
+            direction = directions[k % len(directions)] if directions else None
+            temperature = temps[k % len(temps)] if honours else None
+            if not parents:
+                text = task_prompt(self.manifest, self.spec, self.arch, direction=direction)
+                if notes and round_no > 0:
+                    text += "\n" + feedback_prompt(self.spec, parent=None, parent_in_conversation=False, best=[],
+                                                   failures=[], notes=notes, direction=None)
+                plans.append(_Plan([{"role": "user", "content": text}], temperature, direction, None))
+                continue
+            parent = parents[s % len(parents)]
+            in_conversation = parent.candidate.origin.kind == "generated" and bool(parent.messages)
+            feedback = feedback_prompt(
+                self.spec, parent=self.judged(parent), parent_in_conversation=in_conversation,
+                best=[self.judged(b) for b in best], failures=[self.judged(f) for f in failures[:4]],
+                notes=notes, direction=direction,
+            )
+            if in_conversation:
+                messages = [parent.messages[0], {"role": "assistant", "content": parent.answer},
+                            {"role": "user", "content": feedback}]
+            else:
+                first = task_prompt(self.manifest, self.spec, self.arch, direction=None)
+                messages = [{"role": "user", "content": first + "\n" + feedback}]
+            plans.append(_Plan(messages, temperature, direction, parent.candidate.digest))
+        return plans
+
+    def answer_notes(self) -> list[str]:
+        notes = []
+        n = self.round_notes
+        if n["no_code"]:
+            notes.append(f"{n['no_code']} answer(s) had no ```cuda block with the kernel.")
+        if n["truncated"]:
+            notes.append(f"{n['truncated']} answer(s) were cut off at the token limit before the final code: "
+                         "keep the reasoning focused and the final answer complete.")
+        return notes
+
+    # -- one sample --------------------------------------------------------------------------------------
+    def report(self, round_no: int, sample: int, attempt: Attempt, wait: float | None) -> None:
+        self.usage.count(attempt.outcome)
+        what = f"round {round_no} sample {sample}: {attempt.message}"
+        if wait is None:
+            self.note("warning", f"{what}; giving up on this sample")
+        else:
+            self.note("warning", f"{what}; retrying in {wait:.1f} s")
+
+    async def sample(self, round_no: int, sample: int, plan: _Plan, slots: asyncio.Semaphore) -> None:
+        async with slots:
+            prompt_estimate = sum(len(m["content"]) for m in plan.messages) // 4
+            reason = self.stop_reason or self.exhausted(prompt_estimate=prompt_estimate)
+            if reason is not None:
+                self.stop(reason)
+                return
+            assert self.client is not None and self.endpoint is not None
+            max_tokens = self.generation.max_tokens
+            if self.budget.tokens is not None:
+                max_tokens = min(max_tokens, self.budget.tokens - self.usage.completion_tokens - self.live_tokens())
+            exchange = Exchange(plan.messages, self.client.params(temperature=plan.temperature,
+                                                                  max_tokens=max_tokens))
+            meter = Meter(on_tick=self.on_tokens)
+            self.usage.samples += 1
+            self.meters.add(meter)
+            self.live_prompt_tokens += prompt_estimate
+            started, t0 = _now_iso(), time.monotonic()
+            try:
+                await self.client.complete(exchange, deadline=self.deadline, meter=meter,
+                                           report=lambda a, w: self.report(round_no, sample, a, w))
+            finally:
+                self.meters.discard(meter)
+                self.live_prompt_tokens -= prompt_estimate
+                extraction = self.settle(round_no, sample, plan, exchange, meter, prompt_estimate)
+                digest = store_transcript(self.cache, transcript_payload(
+                    kernel=self.spec.name, arch=self.arch, round=round_no, sample=sample,
+                    provider=self.endpoint.profile.name, endpoint=self.endpoint.display_url,
+                    model=self.endpoint.model, direction=plan.direction, temperature=plan.temperature,
+                    parent=plan.parent, exchange=exchange,
+                    extraction=self.extraction_doc(extraction) if extraction else None,
+                    started=started, elapsed_s=time.monotonic() - t0,
+                ), secret=self.endpoint.api_key)
+                self.transcripts.append(((round_no, sample), digest))
+                self.finished_samples += 1
+            if exchange.fatal is not None:
+                self.fatal = exchange.fatal
+                self.stop("fatal")
+                return
+            if extraction is not None:
+                self.enqueue(round_no, sample, plan, exchange, extraction, digest)
+            self.progress()
+            reason = self.over_budget()
+            if reason is not None:
+                self.stop(reason)
+
+    def settle(self, round_no: int, sample: int, plan: _Plan, exchange: Exchange, meter: Meter,
+               prompt_estimate: int) -> Extraction | None:
+        """Account a finished sample's usage and extract its candidate; returns the extraction, if any."""
+        usage = self.usage
+        usage.requests += len(exchange.attempts)
+        usage.retries += max(0, len(exchange.attempts) - 1)
+        completion = exchange.completion
+        wasted = exchange.wasted_tokens
+        prompt_tokens = prompt_estimate if exchange.attempts else 0
+        completion_tokens = wasted
+        if wasted:
+            usage.estimated = True
+        if completion is not None:
+            usage.answers += 1
+            completion_tokens += completion.completion_tokens
+            usage.reasoning_tokens += completion.reasoning_tokens
+            if completion.usage_reported:
+                prompt_tokens = completion.prompt_tokens
+            else:
+                usage.estimated = True
+        elif exchange.failure == "cancelled":
+            completion_tokens = max(completion_tokens, meter.tokens)
+        usage.prompt_tokens += prompt_tokens
+        usage.completion_tokens += completion_tokens
+        usage.cost_usd += self.cost(prompt_tokens, completion_tokens)
+        where = f"round {round_no} sample {sample}"
+        if completion is None:
+            kind = exchange.failure or "gave_up"
+            if kind not in ("fatal",):
+                usage.count("cancelled" if kind == "cancelled" else "gave_up")
+            return None
+        if completion.finish_reason == "length":
+            usage.count("truncated")
+            self.round_notes["truncated"] += 1
+            self.note("warning", f"{where}: the answer was cut off at max_tokens ({exchange.params['max_tokens']});"
+                                 " not a candidate")
+            return None
+        if completion.finish_reason == "content_filter":
+            usage.count("content_filter")
+            self.note("warning", f"{where}: the answer was stopped by the provider's content filter")
+            return None
+        extraction = extract_source(completion.content, self.spec.name)
+        if extraction.source is None:
+            usage.count("no_code")
+            self.round_notes["no_code"] += 1
+            self.note("warning", f"{where}: no CUDA code block in the answer ({extraction.reason})")
+        return extraction
+
+    def extraction_doc(self, extraction: Extraction) -> dict[str, Any]:
+        return {"reason": extraction.reason, "blocks": extraction.blocks}
+
+    def enqueue(self, round_no: int, sample: int, plan: _Plan, exchange: Exchange, extraction: Extraction,
+                transcript: str) -> None:
+        if extraction.source is None or exchange.completion is None or self.endpoint is None:
+            return
+        answer = strip_think(exchange.completion.content).strip()
+        for variant, defines in enumerate(tunable_variants(extraction.source, self.spec.tunables)):
+            origin = Origin("generated", model=self.endpoint.model, round=round_no, sample=sample,
+                            transcript=transcript)
+            candidate = Candidate(extraction.source, origin, defines)
+            _, new = self.admit(candidate, (1, round_no * 100000 + sample, variant),
+                                messages=plan.messages[:1], answer=answer)
+            if new:
+                self.queue.put_nowait(candidate)
+            else:
+                self.usage.duplicates += 1
+
+    # -- rounds ------------------------------------------------------------------------------------------
+    async def run_round(self, round_no: int, count: int, slots: asyncio.Semaphore) -> None:
+        self.round_notes.clear()
+        plans = self.plan(round_no, count)
+        judging = asyncio.create_task(self.judge_loop())
+        tasks = [asyncio.create_task(self.sample(round_no, s, plan, slots)) for s, plan in enumerate(plans)]
+        self.tasks.update(tasks)
+        try:
+            outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            self.tasks.difference_update(tasks)
+            self.queue.put_nowait(None)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException) and not isinstance(outcome, asyncio.CancelledError):
+                judging.cancel()
+                raise outcome
+        await judging
+
+    def best_time(self) -> float | None:
+        best = self.ranked_best(1)
+        if best and best[0].result is not None and best[0].result.timing is not None:
+            return best[0].result.timing.median_us
+        return None
+
+    def target_reached(self) -> bool:
+        best = self.ranked_best(1)
+        if not best or best[0].result is None or best[0].result.timing is None:
+            return False
+        share = best[0].result.timing.share_of_floor
+        return share is not None and share >= self.budget.target_share
+
+    def timed(self) -> bool:
+        return any(e.result is not None and e.result.timing is not None for e in self.entries.values())
+
+    async def run(self) -> SearchOutcome:
+        for i, seed in enumerate(self.seeds):
+            self.admit(seed, (0, i, 0), messages=[], answer="")
+        await self.judge([e.candidate for e in self.entries.values()])
+        assert self.endpoint is not None
+        slots = asyncio.Semaphore(self.generation.max_concurrency)
+        stale = 0
+        rounds_done = 0
+        async with ChatClient(self.endpoint, self.generation) as client:
+            self.client = client
+            for round_no in range(self.budget.rounds):
+                self.round = round_no
+                reason = self.exhausted()
+                if reason is not None:
+                    self.stop_reason = reason
+                    break
+                before = self.best_time()
+                count = min(self.budget.samples, self.budget.candidates - self.usage.samples)
+                await self.run_round(round_no, count, slots)
+                if self.fatal is not None:
+                    raise self.fatal
+                if round_no == 0 and self.usage.answers == 0 and self.all_unreachable():
+                    raise GenerationError(f"no request reached {self.endpoint.display_url}: every attempt of round "
+                                          "0 failed to connect (is the server running, is the URL right?)")
+                if self.stop_reason is not None:
+                    break
+                rounds_done += 1
+                self.progress()
+                if self.target_reached():
+                    self.stop_reason = "target"
+                    break
+                after = self.best_time()
+                if after is not None and (before is None or after < before * (1.0 - MIN_GAIN)):
+                    stale = 0
+                else:
+                    stale += 1
+                if not self.timed() and any(e.result is not None and e.result.ok
+                                            and e.candidate.origin.kind == "generated"
+                                            for e in self.entries.values()):
+                    self.stop_reason = "passed_gate"
+                    break
+                if stale >= self.budget.patience:
+                    self.stop_reason = "patience"
+                    break
+            else:
+                self.stop_reason = "rounds"
+        return self.outcome(self.stop_reason or "rounds", rounds_done)
+
+    def all_unreachable(self) -> bool:
+        kinds = set(self.usage.failures)
+        return bool(kinds) and kinds <= {"connection", "gave_up"} and self.usage.failures.get("connection", 0) > 0
+
+    def outcome(self, reason: str, rounds: int) -> SearchOutcome:
+        entries = sorted((e for e in self.entries.values() if e.result is not None), key=lambda e: e.order)
+        self.transcripts.sort()
+        return SearchOutcome(
+            candidates=[e.candidate for e in entries],
+            results=[e.result for e in entries if e.result is not None],
+            transcripts=[d for _, d in self.transcripts],
+            usage=self.usage,
+            stop_reason=reason,
+            rounds=rounds,
+        )
+
+
+async def run_search(manifest: Manifest, spec: KernelSpec, arch: str, *, evaluator: Evaluator, cache: Cache,
+                     endpoint: Endpoint, seeds: Sequence[Candidate]) -> SearchOutcome:
+    """Search for candidates of ``spec`` on ``arch`` (see the module docstring)."""
+    search = _Search(manifest, spec, arch, evaluator=evaluator, cache=cache, endpoint=endpoint, seeds=seeds)
+    return await search.run()
+
+
+async def replay_search(manifest: Manifest, spec: KernelSpec, arch: str, *, evaluator: Evaluator, cache: Cache,
+                        transcripts: Sequence[str], seeds: Sequence[Candidate] = ()) -> SearchOutcome:
+    """Re-extract the candidates of stored transcripts and judge them again, with no network."""
+    search = _Search(manifest, spec, arch, evaluator=evaluator, cache=cache, endpoint=None, seeds=seeds)
+    for i, seed in enumerate(seeds):
+        search.admit(seed, (0, i, 0), messages=[], answer="")
+    stored = []
+    for digest in transcripts:
+        answer = load_transcript(cache, digest)
+        if answer is None:
+            search.usage.count("missing_transcript")
+            search.note("warning", f"transcript {digest[:12]} is missing or unreadable in the cache; skipped")
+            continue
+        stored.append(answer)
+    stored.sort(key=lambda a: (a.round, a.sample))
+    for answer in stored:
+        search.transcripts.append(((answer.round, answer.sample), answer.digest))
+        search.usage.samples += 1
+        if answer.content is None:
+            continue
+        search.usage.answers += 1
+        search.usage.prompt_tokens += int(answer.usage.get("prompt_tokens") or 0)
+        search.usage.completion_tokens += int(answer.usage.get("completion_tokens") or 0)
+        search.usage.reasoning_tokens += int(answer.usage.get("reasoning_tokens") or 0)
+        if answer.finish_reason in ("length", "content_filter"):
+            search.usage.count("truncated" if answer.finish_reason == "length" else "content_filter")
+            continue
+        extraction = extract_source(answer.content, spec.name)
+        if extraction.source is None:
+            search.usage.count("no_code")
+            continue
+        for variant, defines in enumerate(tunable_variants(extraction.source, spec.tunables)):
+            origin = Origin("generated", model=answer.model, round=answer.round, sample=answer.sample,
+                            transcript=answer.digest)
+            _, new = search.admit(Candidate(extraction.source, origin, defines),
+                                  (1, answer.round * 100000 + answer.sample, variant), messages=[], answer="")
+            if not new:
+                search.usage.duplicates += 1
+    search.usage.cost_usd = search.cost(search.usage.prompt_tokens, search.usage.completion_tokens)
+    await search.judge([e.candidate for e in sorted(search.entries.values(), key=lambda e: e.order)])
+    rounds = len({a.round for a in stored})
+    return search.outcome("replay", rounds)

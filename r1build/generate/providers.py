@@ -1,0 +1,132 @@
+"""Provider profiles: where an R1 endpoint lives, which key it takes and which sampling settings it honours.
+
+A profile is the default of everything a provider-specific: DeepSeek's hosted reasoner ignores temperature and
+top_p (so they are not sent), self-hosted vLLM / SGLang and NVIDIA NIM honour them, and any OpenAI-compatible
+endpoint is taken as it comes. The manifest's ``[generation]`` table overrides the URL, the model and the key's
+variable; ``R1BUILD_BASE_URL`` overrides the URL from the environment.
+
+The API key is read from the environment at the last moment and lives only in :class:`Endpoint`, whose
+``repr`` hides it; nothing here writes it anywhere.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit, urlunsplit
+
+from ..errors import ConfigError
+from ..manifest.model import Generation
+
+__all__ = ["BASE_URL_ENV", "PROFILES", "Endpoint", "Profile", "endpoint_configured", "public_url",
+           "resolve_endpoint"]
+
+BASE_URL_ENV = "R1BUILD_BASE_URL"
+"""Environment variable that overrides the endpoint URL of any profile."""
+
+_NO_KEY = "EMPTY"
+"""Sent as the key to endpoints that need none (vLLM and SGLang accept any)."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Defaults and rules of one provider."""
+
+    name: str
+    """Profile name as written in the manifest."""
+    base_url: str
+    """Default endpoint URL."""
+    model: str
+    """Default model name."""
+    key_envs: tuple[str, ...]
+    """Environment variables searched for the API key, in order."""
+    key_required: bool
+    """Whether the default endpoint refuses requests without a key."""
+    honours_temperature: bool
+    """Whether temperature and top_p are honoured (and therefore sent)."""
+    stream_usage: bool = True
+    """Whether ``stream_options.include_usage`` is understood."""
+
+
+PROFILES: dict[str, Profile] = {
+    p.name: p
+    for p in (
+        Profile("deepseek", "https://api.deepseek.com", "deepseek-reasoner", ("DEEPSEEK_API_KEY",),
+                key_required=True, honours_temperature=False),
+        Profile("vllm", "http://127.0.0.1:8000/v1", "deepseek-ai/DeepSeek-R1", ("VLLM_API_KEY", "OPENAI_API_KEY"),
+                key_required=False, honours_temperature=True),
+        Profile("sglang", "http://127.0.0.1:30000/v1", "deepseek-ai/DeepSeek-R1", ("OPENAI_API_KEY",),
+                key_required=False, honours_temperature=True),
+        Profile("nim", "https://integrate.api.nvidia.com/v1", "deepseek-ai/deepseek-r1",
+                ("NVIDIA_API_KEY", "OPENAI_API_KEY"), key_required=True, honours_temperature=True),
+        Profile("openai", "https://api.openai.com/v1", "deepseek-ai/DeepSeek-R1", ("OPENAI_API_KEY",),
+                key_required=True, honours_temperature=True),
+    )
+}
+
+
+def _key_envs(generation: Generation, profile: Profile) -> tuple[str, ...]:
+    return (generation.api_key_env,) if generation.api_key_env else profile.key_envs
+
+
+def public_url(url: str) -> str:
+    """``url`` without user information, query or fragment: safe to log and to store."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A resolved endpoint: profile, URL, model and the key (hidden from ``repr``)."""
+
+    profile: Profile
+    """The provider profile."""
+    base_url: str
+    """URL the client talks to."""
+    model: str
+    """Model name sent with every request."""
+    key_env: str | None
+    """Variable the key came from, for messages; None when no key was found."""
+    api_key: str = field(repr=False)
+    """The secret itself (or a placeholder for endpoints that need none). Never store it."""
+
+    @property
+    def display_url(self) -> str:
+        """The URL without credentials, for messages and transcripts."""
+        return public_url(self.base_url)
+
+
+def endpoint_configured(generation: Generation, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether generation may run: a URL is configured (manifest or ``R1BUILD_BASE_URL``) or the profile's API
+    key variable is set."""
+    profile = PROFILES[generation.provider]
+    if generation.base_url or environ.get(BASE_URL_ENV):
+        return True
+    return any(environ.get(name) for name in _key_envs(generation, profile))
+
+
+def resolve_endpoint(generation: Generation, environ: Mapping[str, str] = os.environ) -> Endpoint:
+    """The endpoint generation talks to; :class:`ConfigError` when it cannot work (no key for a hosted API)."""
+    profile = PROFILES.get(generation.provider)
+    if profile is None:
+        raise ConfigError(f"unknown provider {generation.provider!r} (known: {', '.join(PROFILES)})")
+    url = environ.get(BASE_URL_ENV) or generation.base_url or profile.base_url
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        source = BASE_URL_ENV if environ.get(BASE_URL_ENV) else "generation.base-url"
+        raise ConfigError(f"{source}: {public_url(url) or url!r} is not an http(s) URL")
+    names = _key_envs(generation, profile)
+    key_env = next((name for name in names if environ.get(name)), None)
+    overridden = url != profile.base_url
+    if key_env is None and profile.key_required and not overridden:
+        raise ConfigError(
+            f"provider {profile.name!r} needs an API key: set {' or '.join(names)} in the environment "
+            f"(or point {BASE_URL_ENV} at a server that needs none)"
+        )
+    api_key = environ[key_env] if key_env else _NO_KEY
+    return Endpoint(profile, url.rstrip("/"), generation.model or profile.model, key_env, api_key)
