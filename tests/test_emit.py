@@ -1,0 +1,302 @@
+"""Emission: generated sources, header, dispatcher and CMake file; built with the real CMake and nvcc."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from r1build.emit import CMAKE_NAME, DISPATCH_NAME, HEADER_NAME, MARKER, Winner, render_files, write_generated
+from r1build.errors import ToolchainError
+from r1build.manifest import Arg, KernelSpec, Manifest, load_manifest
+from r1build.records import Candidate, Origin
+from r1build.toolchain import Toolchain, toolchain
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def manifest() -> Manifest:
+    return load_manifest(ROOT / "kernels.toml")
+
+
+def source_of(manifest: Manifest, path: str, kind: str = "baseline", **defines: int | str) -> Candidate:
+    origin = Origin("baseline", path) if kind == "baseline" else Origin("file", path)
+    return Candidate((manifest.root / path).read_text(), origin, dict(defines))
+
+
+def mixed_winners(manifest: Manifest) -> list[Winner]:
+    """silu_mul with a different winner per arch, matmul and transpose with one winner for both."""
+    silu, matmul, transpose = (manifest.kernel(n) for n in ("silu_mul", "matmul", "transpose"))
+    base = source_of(manifest, "kernels/silu_mul.cu")
+    vec = source_of(manifest, "kernels/silu_mul_vec4.cu", "file", BLOCK=512)
+    tiled = source_of(manifest, "kernels/matmul.cu", TILE=32)
+    generated = Candidate(
+        (manifest.root / "kernels/transpose.cu").read_text(),
+        Origin("generated", model="deepseek-reasoner", round=1, sample=3),
+    )
+    return [
+        Winner(silu, "sm_80", base),
+        Winner(silu, "sm_90", vec),
+        Winner(matmul, "sm_80", tiled),
+        Winner(matmul, "90", tiled),
+        Winner(transpose, "sm_80", generated),
+        Winner(transpose, "90-real", generated),
+    ]
+
+
+def read_dir(path: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(path.iterdir())}
+
+
+def test_same_inputs_give_byte_identical_files(manifest: Manifest, tmp_path: Path) -> None:
+    winners = mixed_winners(manifest)
+    first = write_generated(tmp_path / "a" / "generated", manifest, winners)
+    shuffled = list(winners)
+    random.Random(7).shuffle(shuffled)
+    second = write_generated(tmp_path / "elsewhere" / "deeper" / "generated", manifest, shuffled)
+    assert first.changed and second.changed
+    files = read_dir(first.out_dir)
+    assert files == read_dir(second.out_dir)  # no absolute paths, no order dependence
+    for name, data in files.items():
+        assert str(tmp_path).encode() not in data, name
+        assert MARKER.encode() in data.splitlines()[0], name
+
+
+def test_unchanged_files_are_not_rewritten(manifest: Manifest, tmp_path: Path) -> None:
+    out = tmp_path / "generated"
+    first = write_generated(out, manifest, mixed_winners(manifest))
+    stamps = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    again = write_generated(out, manifest, mixed_winners(manifest))
+    assert not again.changed and again.updated == () and again.removed == ()
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == stamps
+    assert again.sources == first.sources
+    assert [p.name for p in first.sources][-1] == DISPATCH_NAME
+    assert first.cmake_file == out / CMAKE_NAME and first.header == out / HEADER_NAME
+
+
+def test_different_winners_are_renamed_and_dispatched(manifest: Manifest) -> None:
+    files = render_files(manifest, mixed_winners(manifest))
+    silu_files = sorted(name for name in files if name.startswith("silu_mul__"))
+    assert len(silu_files) == 2
+    stems = [name.removesuffix(".cu") for name in silu_files]
+    for name, stem in zip(silu_files, stems, strict=True):
+        assert f"#define silu_mul {stem}\n" in files[name]
+    vec_file = next(name for name in silu_files if "silu_mul_vec4" in files[name])
+    assert "\n#define BLOCK 512\n" in files[vec_file]
+    assert files[vec_file].index("#define BLOCK 512") < files[vec_file].index("// Hand-written candidate")
+
+    # one winner for both archs: its own name, no rename, not in the dispatcher
+    [matmul_file] = [name for name in files if name.startswith("matmul__")]
+    assert "#define matmul" not in files[matmul_file] and "#define TILE 32\n" in files[matmul_file]
+    dispatcher = files[DISPATCH_NAME]
+    assert "matmul" not in dispatcher and "transpose" not in dispatcher
+    assert 'extern "C" cudaError_t silu_mul(const float* gate, const float* up, float* out, int64_t n, ' in dispatcher
+    vec_stem = vec_file.removesuffix(".cu")
+    [base_stem] = [stem for stem in stems if stem != vec_stem]
+    assert f"case 80: return {base_stem}(gate, up, out, n, stream);" in dispatcher
+    assert f"case 90: return {vec_stem}(gate, up, out, n, stream);" in dispatcher
+    assert "cudaGetDevice(&device)" in dispatcher and "cudaDevAttrComputeCapabilityMajor" in dispatcher
+    assert "return cudaErrorNoKernelImageForDevice;" in dispatcher
+
+    header = files[HEADER_NAME]
+    assert "cudaError_t matmul(const float* a, const float* b, float* c, int32_t m, int32_t n, int32_t k, " in header
+    assert "//   sm_90: hand-written kernels/silu_mul_vec4.cu with BLOCK=512" in header
+    assert "//   sm_80: generated by deepseek-reasoner (round 1, sample 3)" in header
+
+    cmake = files[CMAKE_NAME]
+    assert 'CUDA_ARCHITECTURES "80-real"\n' in cmake and 'CUDA_ARCHITECTURES "90-real"\n' in cmake
+    assert cmake.count('CUDA_ARCHITECTURES "80-real;90-real"') == 3  # matmul, transpose, dispatcher
+    assert "add_library(r1build::kernels ALIAS r1build_kernels)" in cmake
+    assert "CMAKE_CURRENT_LIST_DIR" in cmake
+
+
+def test_dispatch_prefers_exact_then_same_major(tmp_path: Path) -> None:
+    spec = KernelSpec(
+        name="scale",
+        description="y = 2 * x\nin half precision",
+        args=[
+            Arg("x", "float16", ["n"], "in"),
+            Arg("y", "bfloat16", ["n"], "out"),
+            Arg("n", "int64"),
+            Arg("flag", "bool", value=1),
+        ],
+        reference="ref:scale",
+        test_shapes=[{"n": 1}],
+        bench_shapes=[{"n": 1}],
+    )
+    manifest = Manifest(
+        path=tmp_path / "kernels.toml", settings=load_manifest(ROOT / "kernels.toml").settings, kernels=[spec]
+    )
+
+    def variant(tag: str) -> Candidate:
+        return Candidate(f"// {tag}\n", Origin("generated", model="m"))
+
+    archs = {"sm_80": variant("a"), "sm_86": variant("b"), "sm_90": variant("c"), "sm_90a": variant("d")}
+    files = render_files(manifest, [Winner(spec, arch, cand) for arch, cand in archs.items()])
+    symbol = {arch: f"scale__{cand.digest[:12]}" for arch, cand in archs.items()}
+    dispatcher = files[DISPATCH_NAME]
+    call = "(x, y, n, flag, stream);"
+    exact = [
+        f"case 80: return {symbol['sm_80']}{call}",
+        f"case 86: return {symbol['sm_86']}{call}",
+        f"case 90: return {symbol['sm_90a']}{call}",
+    ]  # an "a" arch beats its plain sibling on its own device
+    fallback = [
+        f"if (r1build_cc / 10 == 9) return {symbol['sm_90']}{call}",  # "a" code runs on exactly one capability
+        f"if (r1build_cc / 10 == 8 && r1build_cc % 10 >= 6) return {symbol['sm_86']}{call}",
+        f"if (r1build_cc / 10 == 8) return {symbol['sm_80']}{call}",
+    ]
+    positions = [dispatcher.index(line) for line in exact + fallback]
+    assert positions == sorted(positions)
+    assert dispatcher.count("case ") == 3
+
+    header = files[HEADER_NAME]
+    assert "#include <cuda_fp16.h>" in header and "#include <cuda_bf16.h>" in header
+    assert "cudaError_t scale(const __half* x, __nv_bfloat16* y, int64_t n, bool flag, cudaStream_t stream);" in header
+    assert "// scale: y = 2 * x in half precision" in header
+    assert 'CUDA_ARCHITECTURES "90a-real"' in files[CMAKE_NAME]
+
+
+def test_header_compiles_as_cxx_and_c(manifest: Manifest, tmp_path: Path) -> None:
+    tc = require_toolchain()
+    out = tmp_path / "generated"
+    write_generated(out, manifest, mixed_winners(manifest))
+    for lang, name in (("c++", "use.cpp"), ("c", "use.c")):
+        src = tmp_path / name
+        src.write_text(f'#include "{HEADER_NAME}"\nint main(void) {{ return silu_mul == 0; }}\n')
+        proc = subprocess.run(
+            [tc.nvcc, "-x", lang, "-I", str(out), "-c", str(src), "-o", str(tmp_path / f"{name}.o")],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+
+
+def test_stale_generated_files_are_removed_and_others_kept(manifest: Manifest, tmp_path: Path) -> None:
+    out = tmp_path / "generated"
+    first = write_generated(out, manifest, mixed_winners(manifest))
+    (out / "notes.txt").write_text("mine\n")
+    (out / "helper.cu").write_text("// written by hand\n")
+    silu = manifest.kernel("silu_mul")
+    only = source_of(manifest, "kernels/silu_mul.cu")
+    second = write_generated(out, manifest, [Winner(silu, "sm_80", only), Winner(silu, "sm_90", only)])
+    assert second.changed
+    names = {p.name for p in out.iterdir()}
+    assert names == {f"silu_mul__{only.digest[:12]}.cu", HEADER_NAME, CMAKE_NAME, "notes.txt", "helper.cu"}
+    assert {p.name for p in second.removed} == {p.name for p in first.sources} - names
+    assert "#define silu_mul" not in (out / f"silu_mul__{only.digest[:12]}.cu").read_text()
+    assert "matmul" not in (out / HEADER_NAME).read_text()
+
+
+def test_inconsistent_winners_are_refused(manifest: Manifest) -> None:
+    silu = manifest.kernel("silu_mul")
+    base = source_of(manifest, "kernels/silu_mul.cu")
+    with pytest.raises(ValueError, match="two winners for kernel silu_mul on sm_90"):
+        render_files(manifest, [Winner(silu, "sm_90", base), Winner(silu, "90", base)])
+
+
+# -- the real build ----------------------------------------------------------------------------------------
+FATBIN_MAGIC = 0xBA55ED50
+
+
+def fatbin_entries(data: bytes) -> list[tuple[str, int]]:
+    """(kind, sm) of every entry of every fatbin in a binary, read from the fatbin headers (what cuobjdump
+    lists): a 16-byte header (magic, version, header size, payload size), then entries each starting with
+    kind (1 PTX, 2 ELF), header size, payload size, and the sm number at offset 28."""
+    found = []
+    pos = data.find(struct.pack("<I", FATBIN_MAGIC))
+    while pos != -1:
+        _, _, header_size, fat_size = struct.unpack_from("<IHHQ", data, pos)
+        entry, end = pos + header_size, pos + header_size + fat_size
+        while entry < end:
+            kind, _, entry_header, size = struct.unpack_from("<HHIQ", data, entry)
+            (sm,) = struct.unpack_from("<I", data, entry + 28)
+            found.append(({1: "ptx", 2: "elf"}.get(kind, str(kind)), sm))
+            entry += entry_header + size
+        pos = data.find(struct.pack("<I", FATBIN_MAGIC), end)
+    return found
+
+
+def require_toolchain() -> Toolchain:
+    try:
+        return toolchain()
+    except ToolchainError as exc:  # pragma: no cover - every development and CI machine has nvcc
+        pytest.skip(str(exc))
+
+
+HOST_CMAKE = """cmake_minimum_required(VERSION 3.18)
+project(host LANGUAGES C CXX)
+include(${R1BUILD_KERNELS_CMAKE})
+add_executable(host main.cpp check.c)
+target_link_libraries(host PRIVATE r1build::kernels)
+"""
+HOST_MAIN = """#include "r1build_kernels.h"
+#include <cstdio>
+extern "C" int header_is_c(void);
+int main() {
+    // No GPU is needed: the dispatcher's device lookup fails cleanly and its error comes back.
+    const cudaError_t err = silu_mul(nullptr, nullptr, nullptr, 0, nullptr);
+    std::printf("silu_mul -> %d, matmul at %p, transpose at %p, c %d\\n", static_cast<int>(err),
+                reinterpret_cast<void*>(&matmul), reinterpret_cast<void*>(&transpose), header_is_c());
+    return 0;
+}
+"""
+HOST_C = '#include "r1build_kernels.h"\nint header_is_c(void) { return 1; }\n'
+
+
+@pytest.mark.slow
+def test_cmake_builds_a_host_program_with_per_arch_code(manifest: Manifest, tmp_path: Path) -> None:
+    tc = require_toolchain()
+    if shutil.which("cmake") is None or shutil.which("ninja") is None:
+        pytest.skip("cmake and ninja are needed")
+    generated = write_generated(tmp_path / "generated", manifest, mixed_winners(manifest))
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "CMakeLists.txt").write_text(HOST_CMAKE)
+    (host / "main.cpp").write_text(HOST_MAIN)
+    (host / "check.c").write_text(HOST_C)
+    build = tmp_path / "build"
+    env = {k: v for k, v in os.environ.items() if k != "CUDAARCHS"} | {"CUDACXX": tc.nvcc}
+    for cmd in (
+        ["cmake", "-S", str(host), "-B", str(build), "-G", "Ninja", f"-DR1BUILD_KERNELS_CMAKE={generated.cmake_file}"],
+        ["cmake", "--build", str(build)],
+    ):
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, timeout=300)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    run = subprocess.run([str(build / "host")], capture_output=True, text=True, check=False, timeout=60)
+    assert run.returncode == 0 and run.stdout.startswith("silu_mul -> ") and run.stdout.endswith("c 1\n")
+
+    # each variant's object holds exactly its archs' machine code, and no PTX
+    def archs_of(target: str) -> list[tuple[str, int]]:
+        [obj] = (build / "CMakeFiles" / f"{target}.dir").rglob("*.o")
+        return fatbin_entries(obj.read_bytes())
+
+    silu_stems = sorted(p.stem for p in generated.sources if p.name.startswith("silu_mul__"))
+    silu_archs = sorted(archs_of(f"r1build_{stem}") for stem in silu_stems)
+    assert silu_archs == [[("elf", 80)], [("elf", 90)]]
+    matmul_stem = next(p.stem for p in generated.sources if p.name.startswith("matmul__"))
+    assert archs_of(f"r1build_{matmul_stem}") == [("elf", 80), ("elf", 90)]
+
+    binary = (build / "host").read_bytes()
+    entries = fatbin_entries(binary)
+    assert sorted(entries) == [("elf", 80)] * 4 + [("elf", 90)] * 4  # 2 silu variants, matmul, transpose, dispatch
+    cuobjdump = shutil.which("cuobjdump") or str(Path(tc.nvcc).resolve().parent / "cuobjdump")
+    if Path(cuobjdump).is_file():  # cross-check with NVIDIA's tool where the toolkit ships it
+        listed = subprocess.run(
+            [cuobjdump, "--list-elf", str(build / "host")], capture_output=True, text=True, check=True
+        ).stdout
+        assert listed.count(".sm_80.cubin") == 4 and listed.count(".sm_90.cubin") == 4
+
+    symbols = subprocess.run(
+        ["nm", "-g", "--defined-only", str(build / "host")], capture_output=True, text=True, check=True
+    ).stdout.split()
+    for name in ("silu_mul", "matmul", "transpose", *silu_stems):
+        assert name in symbols
