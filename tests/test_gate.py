@@ -244,6 +244,19 @@ def test_a_warm_gate_compiles_nothing_twice(manifest: Manifest, silu: KernelSpec
         assert other.compiles == 1
 
 
+def test_a_compile_past_the_timeout_is_a_compile_error_and_not_cached(
+    manifest: Manifest, silu: KernelSpec, tmp_path: Path
+) -> None:
+    candidate = silu_candidate("    n += 3;")
+    with Cache(tmp_path / "cache") as c:
+        [result] = StaticGate(c, timeout_s=0.01).evaluate(Job(manifest, silu, "sm_80", [candidate]))
+        assert result.status == "compile_error"
+        assert "nvcc did not finish within 0.01 s" in result.detail
+        patient = StaticGate(c)
+        [again] = patient.evaluate(Job(manifest, silu, "sm_80", [candidate]))
+        assert again.status == "passed" and patient.compiles == 1
+
+
 def test_gate_for_archs_keys_by_canonical_arch(manifest: Manifest, cache: Cache) -> None:
     spec = manifest.kernel("transpose")
     results = gate_for_archs(StaticGate(cache), manifest, spec, baseline(manifest, spec), ["sm_80", "90", "sm_90a"])

@@ -9,7 +9,10 @@ the same on every machine, fit for the cache and for feeding back to a model.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -134,25 +137,27 @@ def compile_variant(
     cmd = nvcc_command(toolchain.nvcc, flags, arch, defines, src, obj)
     start = time.perf_counter()
     try:
-        proc = subprocess.run(
+        # a session of its own, so a timeout stops nvcc's children (cudafe++, cicc, ptxas) as well
+        proc = subprocess.Popen(
             cmd,
             cwd=workdir,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
             errors="replace",
-            timeout=timeout_s,
-            check=False,
+            start_new_session=True,
         )
-    except subprocess.TimeoutExpired as exc:
-        partial = exc.output if isinstance(exc.output, str) else (exc.output or b"").decode(errors="replace")
-        output = f"{partial}\nnvcc did not finish within {timeout_s:g} s and was stopped."
-        return Compilation(tuple(cmd), None, output.strip(), GateReport(compile_s=timeout_s), None)
     except OSError as exc:
         raise ToolchainError(f"cannot run {toolchain.nvcc}: {exc}") from None
+    try:
+        output, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        partial, _ = proc.communicate()
+        message = f"{partial}\nnvcc did not finish within {timeout_s:g} s and was stopped."
+        return Compilation(tuple(cmd), None, message.strip(), GateReport(compile_s=timeout_s), None)
     elapsed = time.perf_counter() - start
-    report = parse_ptxas_report(proc.stdout, elapsed)
     made = workdir / obj
-    return Compilation(
-        tuple(cmd), proc.returncode, proc.stdout, report, made if proc.returncode == 0 and made.is_file() else None
-    )
+    ok = proc.returncode == 0 and made.is_file()
+    return Compilation(tuple(cmd), proc.returncode, output, parse_ptxas_report(output, elapsed), made if ok else None)
