@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import platform
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -178,8 +179,12 @@ def test_contract_violations_are_rejected(manifest: Manifest, silu: KernelSpec, 
         "{ k<<<1, 1, 0, s>>>(y); return cudaGetLastError(); }\n",
         Origin("generated", model="test"),
     )
+    raw_syscall = silu_candidate(
+        '    long ret;\n    asm volatile("syscall" : "=a"(ret) : "a"(39L) : "rcx", "r11", "memory");\n'
+        "    if (ret < 0) n += 1;"
+    )
     gate = StaticGate(cache)
-    first, second = gate.evaluate(Job(manifest, silu, "sm_80", [exported, no_entry]))
+    first, second, third = gate.evaluate(Job(manifest, silu, "sm_80", [exported, no_entry, raw_syscall]))
     assert first.status == "rejected"
     # a strong global kernel and helper would clash with another variant's at link time; a weak (inline) one
     # would silently be merged with another variant's
@@ -188,6 +193,8 @@ def test_contract_violations_are_rejected(manifest: Manifest, silu: KernelSpec, 
     assert "anonymous namespace" in first.detail
     assert second.status == "rejected"
     assert 'extern "C" cudaError_t silu_mul(' in second.detail and "silu_mul_wrong_name" in second.detail
+    if platform.machine() in ("x86_64", "AMD64"):  # the inline assembly above is x86-64's
+        assert third.status == "rejected" and "raw system-call instructions" in third.detail
 
 
 def test_spills_and_registers_over_the_limits_are_rejected(manifest: Manifest, silu: KernelSpec, cache: Cache) -> None:
