@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import types
 import typing
 from collections.abc import Sequence
@@ -118,11 +119,18 @@ def convert(tp: Any, value: object, path: KeyPath = (), *, kebab: bool = True) -
     raise TypeError(f"unsupported type in the manifest model: {tp!r}")  # a bug in the model, not the input
 
 
+@functools.cache
+def _shape(cls: type, kebab: bool) -> tuple[dict[str, dataclasses.Field[Any]], dict[str, Any]]:
+    """The init fields of a dataclass by key, and its resolved type hints (resolving them is the slow part)."""
+    fields = {(field_key(f.name) if kebab else f.name): f for f in dataclasses.fields(cls) if f.init}
+    return fields, typing.get_type_hints(cls)
+
+
 def _convert_dataclass(cls: type[T], value: object, path: KeyPath, kebab: bool) -> T:
     if not isinstance(value, dict):
         raise Problem(path, f"expected a table, got {_describe(value)}")
-    hints = typing.get_type_hints(cls)
-    fields = {(field_key(f.name) if kebab else f.name): f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    shape_of: type = cls
+    fields, hints = _shape(shape_of, kebab)
     for key in value:
         if key not in fields:
             hint = did_you_mean(str(key), list(fields))
