@@ -168,22 +168,47 @@ def test_record_filed_under_another_key_is_refused(cache: Cache, notes: list[Not
 
 
 # -- LRU, size limit, statistics, location ---------------------------------------------------------------------
-def test_inspection_does_not_refresh_lru_order(cache: Cache) -> None:
+def test_inspection_does_not_refresh_lru_order(tmp_path: Path) -> None:
+    with Cache(tmp_path / "cache", touch_after=0) as cache:
+        digest = cache.put_blob(b"x" * 100)
+        before = cache.entries()[0].used
+        time.sleep(0.01)
+        cache.entries()
+        cache.audit()
+        cache.peek(f"blob/{digest}")
+        cache.stats()
+        cache.decisions()
+        assert cache.entries()[0].used == before
+        cache.get_blob(digest)
+        assert cache.entries()[0].used > before
+
+
+def test_warm_reads_write_nothing(cache: Cache) -> None:
     digest = cache.put_blob(b"x" * 100)
-    before = cache.entries()[0].used
-    time.sleep(0.01)
-    cache.entries()
-    cache.audit()
-    cache.peek(f"blob/{digest}")
-    cache.stats()
-    assert cache.entries()[0].used == before
-    cache.get_blob(digest)
-    assert cache.entries()[0].used > before
+    decision = make_decision(cache, "k1")
+    before = {e.key: e.used for e in cache.entries()}
+    assert cache.get_blob(digest) == b"x" * 100 and cache.get_decision("k1") == decision
+    assert {e.key: e.used for e in cache.entries()} == before  # used within the last minute: not rewritten
+    with Cache(cache.directory, touch_after=0) as exact:
+        exact.get_blob(digest)
+        assert exact.entries()[0].used > before[f"blob/{digest}"]
+
+
+def test_remembered_decision_is_still_verified(tmp_path: Path, notes: list[Note]) -> None:
+    d = tmp_path / "cache"
+    with Cache(d) as cache:
+        decision = make_decision(cache, "k1")
+        assert cache.get_decision("k1") == decision
+        assert cache.get_decision("k1") is cache.get_decision("k1")  # parsed once
+        cache.close()
+        flip_byte_in([d / "cache.db"], decision.created.encode())
+        assert cache.get_decision("k1") is None  # same process, same memo: the bytes are checked first
+        assert any("decision/k1" in n.message for n in notes)
 
 
 def test_writes_evict_least_recently_used(tmp_path: Path) -> None:
     limit = 2 * 1024 * 1024
-    with Cache(tmp_path / "cache", size_limit=limit) as cache:
+    with Cache(tmp_path / "cache", size_limit=limit, touch_after=0) as cache:
         blobs = [cache.put_blob(os.urandom(LARGE)) for _ in range(20)]
         time.sleep(0.01)
         assert cache.get_blob(blobs[0]) is not None  # now the most recently used of the twenty
@@ -196,7 +221,7 @@ def test_writes_evict_least_recently_used(tmp_path: Path) -> None:
 
 
 def test_gc_evicts_down_to_max_size(tmp_path: Path) -> None:
-    with Cache(tmp_path / "cache") as cache:
+    with Cache(tmp_path / "cache", touch_after=0) as cache:
         blobs = [cache.put_blob(os.urandom(LARGE)) for _ in range(12)]
         for digest in blobs[6:]:
             time.sleep(0.002)

@@ -22,14 +22,22 @@ Where
     ones as files in two levels of sub-directories.
 
 Several processes
-    diskcache runs SQLite in WAL mode: readers never block, writers wait for each other up to ``timeout``
-    seconds (then :class:`~r1build.errors.CacheError`). Opening retries while another process is creating the
-    same directory. A non-empty directory that holds no cache is refused, so ``gc`` never deletes foreign files.
+    diskcache runs SQLite in WAL mode. Reads are plain SQLite reads that never wait for writers; writers wait
+    for each other up to ``timeout`` seconds (then :class:`~r1build.errors.CacheError`). Opening retries while
+    another process is creating the same directory. A non-empty directory that holds no cache is refused, so
+    ``gc`` never deletes foreign files.
 
 Size
     The size limit (4 GiB for a new cache) is stored in the cache and shared by every process; each write
-    evicts the least recently used entries while the cache is over it. :meth:`Cache.gc` evicts down to a new
-    limit on demand.
+    evicts the least recently used entries (diskcache culls up to ten at a time) while the cache is over it.
+    :meth:`Cache.gc` evicts one entry at a time down to a new limit. A read refreshes an entry's last-used time
+    only when it is older than ``touch_after`` (60 s), so a warm read writes nothing (diskcache's own LRU ``get``
+    writes on every read, which costs a write lock and, now and then, a WAL checkpoint with fsync).
+
+Parsed records
+    Decisions and gate results parsed in this process are remembered by payload digest (256 of them); a read
+    still fetches and verifies the bytes, and returns the remembered record when they are the same. Records
+    are frozen dataclasses: treat them as immutable.
 
 Statistics
     Hits, misses and corrupt reads are counted per kind in this process and added to lifetime totals (a small
@@ -45,7 +53,7 @@ import sqlite3
 import threading
 import time
 import warnings
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,6 +88,10 @@ DEFAULT_TIMEOUT = 60.0
 """Seconds a write waits for another process's write before giving up."""
 FORMAT = 1
 """Layout version of the cache directory, recorded in ``cache.db``."""
+TOUCH_AFTER = 60.0
+"""A read refreshes an entry's last-used time (for LRU eviction) only when it is older than this (seconds)."""
+_MEMO_KINDS = frozenset({"decision", "gate"})
+_MEMO_SIZE = 256
 
 _HEADER = 65  # 64 hex digits of sha256 and a newline before every payload
 _DBNAME = "cache.db"
@@ -276,13 +288,16 @@ class Cache:
     """The r1build cache in one directory. Safe to share between processes and threads."""
 
     def __init__(self, directory: Path | str | None = None, *, size_limit: int | None = None,
-                 timeout: float = DEFAULT_TIMEOUT) -> None:
+                 timeout: float = DEFAULT_TIMEOUT, touch_after: float = TOUCH_AFTER) -> None:
         self.directory = resolve_cache_dir(directory)
         self.timeout = timeout
         self._lock = threading.Lock()
         self._hits: Counter[str] = Counter()
         self._misses: Counter[str] = Counter()
         self._corrupt: Counter[str] = Counter()
+        self._memo: OrderedDict[tuple[str, str], Any] = OrderedDict()
+        self.touch_after = touch_after
+        """Seconds an entry's last-used time may lag behind its last read (0: exact LRU, a write per read)."""
         self._dc = self._open(size_limit)
 
     # -- lifecycle ---------------------------------------------------------------------------------------
@@ -401,41 +416,43 @@ class Cache:
         except (OSError, sqlite3.Error) as exc:
             raise CacheError(f"cannot write {key} to the cache at {self.directory}: {exc}") from None
 
-    def _fetch(self, key: str) -> object:
-        """The stored value through diskcache (which updates the entry's access time for LRU)."""
-        try:
-            return self._dc.get(key, default=None, retry=False)
-        except diskcache.Timeout:
-            raise self._locked(f"reading {key}") from None
-        except sqlite3.Error as exc:
-            raise CacheError(f"cannot read {key} from the cache at {self.directory}: {exc}") from None
+    def _stored(self, key: str, *, touch: bool = False) -> bytes | _Unreadable | None:
+        """The stored value (None when absent), read as a plain SQLite reader that never waits for writers.
 
-    def _stored(self, key: str) -> bytes | _Unreadable | None:
-        """The stored value without touching its access time; None when absent."""
+        With ``touch``, the entry's last-used time is refreshed when it is older than ``touch_after`` seconds:
+        the only write a read makes, and a rare one.
+        """
         for _ in range(3):
-            rows = self._query("SELECT mode, filename, value FROM Cache WHERE key = ? AND raw = 1", (key,))
+            rows = self._query("SELECT rowid, access_time, mode, filename, value FROM Cache"
+                               " WHERE key = ? AND raw = 1", (key,))
             if not rows:
                 return None
-            mode, filename, value = rows[0]
+            rowid, used, mode, filename, value = rows[0]
             if mode == MODE_RAW and isinstance(value, bytes):
-                return bytes(value)
-            if mode != MODE_BINARY or not filename:
+                raw = bytes(value)
+            elif mode != MODE_BINARY or not filename:
                 return _Unreadable("stored as a value of another type")
-            try:
-                return (self.directory / str(filename)).read_bytes()
-            except OSError:
-                continue  # replaced or evicted meanwhile: look again
+            else:
+                try:
+                    raw = (self.directory / str(filename)).read_bytes()
+                except OSError:
+                    continue  # replaced or evicted meanwhile: look again
+            now = time.time()
+            if touch and now - float(used or 0) >= self.touch_after:
+                with contextlib.suppress(sqlite3.Error):  # the last-used time is a hint: never fail a read
+                    self._dc._sql("UPDATE Cache SET access_time = ? WHERE rowid = ?", (now, rowid))
+            return raw
         return _Unreadable("its value file is missing")
 
     def _read(self, key: str) -> Any | None:
         """The verified value under ``key`` (bytes for blobs, a record, a JSON value), counting a hit or miss."""
         kind = kind_of(key)
-        raw = self._fetch(key)
-        reason = None
+        raw = self._stored(key, touch=True)
+        reason = raw.reason if isinstance(raw, _Unreadable) else None
         value = None
-        if raw is not None:
+        if isinstance(raw, bytes):
             try:
-                value = _decode(key, raw)
+                value = self._decode(key, raw)
             except _Corrupt as corrupt:
                 reason = corrupt.reason
         with self._lock:
@@ -447,6 +464,29 @@ class Cache:
                 self._corrupt[kind] += 1
         if reason is not None:
             emit(Note("warning", f"cache entry {key} is corrupt ({reason}); ignoring it"))
+        return value
+
+    def _decode(self, key: str, raw: bytes) -> Any:
+        """:func:`_decode` with parsed decisions and gate results remembered by payload digest."""
+        kind = kind_of(key)
+        if kind not in _MEMO_KINDS:
+            return _decode(key, raw)
+        unpacked = _unpack(raw)
+        if unpacked is None:
+            raise _Corrupt("no digest header")
+        digest, payload = unpacked
+        if digest_bytes(payload) != digest:  # verified on every read, remembered or not
+            raise _Corrupt("digest mismatch")
+        memo_key = (key, digest)
+        with self._lock:
+            if memo_key in self._memo:
+                self._memo.move_to_end(memo_key)
+                return self._memo[memo_key]
+        value = _parse(key, payload, digest)
+        with self._lock:
+            self._memo[memo_key] = value
+            while len(self._memo) > _MEMO_SIZE:
+                self._memo.popitem(last=False)
         return value
 
     # -- raw verified access (bundles) -------------------------------------------------------------------
