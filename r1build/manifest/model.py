@@ -97,8 +97,8 @@ class Limits:
 
     registers: int | None = None
     """Most registers per thread; the arch's limit when absent."""
-    spill_bytes: int | None = 0
-    """Most spill bytes (stores plus loads); 0 rejects any spilling, absent allows any."""
+    spill_bytes: int | None = None
+    """Most spill bytes (stores plus loads); 0 rejects any spilling; any amount is allowed when absent."""
     shared_bytes: int | None = None
     """Most static shared memory per block in bytes; the arch's limit when absent."""
 

@@ -20,9 +20,19 @@ from typing import Any, Literal, Union, get_args, get_origin
 from . import model
 from .convert import field_key
 
-__all__ = ["SCHEMA_PATH", "generate_schema", "render_schema"]
+__all__ = ["README_MARKERS", "SCHEMA_PATH", "generate_schema", "render_reference", "render_schema", "update_readme"]
 
 SCHEMA_PATH = Path(__file__).with_name("kernels.schema.json")
+README_MARKERS = ("<!-- manifest-reference:start -->", "<!-- manifest-reference:end -->")
+_SECTIONS = {
+    "KernelSpec": "`[[kernel]]`, one per kernel",
+    "Arg": "`args` items (inline tables, in parameter order)",
+    "Tolerance": "`tolerance`",
+    "Limits": "`limits` (checked by the static gate against the ptxas report)",
+    "Budget": "`budget` (generation search budget per kernel and arch)",
+    "Generation": "`[generation]`",
+    "Prices": "`generation.prices`",
+}
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -113,6 +123,46 @@ def render_schema() -> str:
     return json.dumps(generate_schema(), indent=2, sort_keys=False) + "\n"
 
 
+def _type_cell(prop: dict[str, Any]) -> str:
+    if "enum" in prop:
+        return " \\| ".join(str(v) for v in prop["enum"])
+    if "anyOf" in prop:
+        return " or ".join(str(p.get("type", "table")) for p in prop["anyOf"])
+    if "$ref" in prop or prop.get("type") == "object":
+        return "table"
+    return str(prop.get("type", ""))
+
+
+def _table(props: dict[str, Any]) -> list[str]:
+    lines = ["| key | type | default | meaning |", "| --- | --- | --- | --- |"]
+    for key, prop in props.items():
+        default = f"`{json.dumps(prop['default'])}`" if "default" in prop else ""
+        meaning = prop.get("description", "").replace("``", "`").replace("|", "\\|")
+        lines.append(f"| `{key}` | {_type_cell(prop)} | {default} | {meaning} |")
+    return lines
+
+
+def render_reference() -> str:
+    """The README's manifest reference: one table per section, generated from the schema."""
+    schema = generate_schema()
+    lines = ["Top level (or `[tool.r1build]`):", ""]
+    lines += _table({k: v for k, v in schema["properties"].items() if k != "kernel"})
+    for name, title in _SECTIONS.items():
+        lines += ["", f"{title}:", "", *_table(schema["$defs"][name]["properties"])]
+    return "\n".join(lines)
+
+
+def update_readme(text: str) -> str:
+    """``text`` (the README) with the section between the markers regenerated."""
+    start, end = README_MARKERS
+    head, _, rest = text.partition(start)
+    _, _, tail = rest.partition(end)
+    return f"{head}{start}\n{render_reference()}\n{end}{tail}"
+
+
 if __name__ == "__main__":  # pragma: no cover
     SCHEMA_PATH.write_text(render_schema(), encoding="utf-8")
-    sys.stdout.write(f"wrote {SCHEMA_PATH}\n")
+    readme = Path(__file__).resolve().parents[2] / "README.md"
+    if readme.is_file():
+        readme.write_text(update_readme(readme.read_text(encoding="utf-8")), encoding="utf-8")
+    sys.stdout.write(f"wrote {SCHEMA_PATH} and the README's manifest reference\n")
