@@ -59,10 +59,11 @@ _sink: contextvars.ContextVar[Sink | None] = contextvars.ContextVar("r1build_eve
 
 def emit(event: Event) -> None:
     """Send ``event`` to the installed sink, and log notes."""
+    current = _sink.get()
     if isinstance(event, Note):
         level = {"warning": logging.WARNING, "error": logging.ERROR}.get(event.level, logging.INFO)
-        log.log(level, "%s", event.message)
-    current = _sink.get()
+        # with a sink installed, the sink shows the note; the log keeps it at debug level only
+        log.log(logging.DEBUG if current is not None else level, "%s", event.message)
     if current is not None:
         current(event)
 

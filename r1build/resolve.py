@@ -24,7 +24,6 @@ from typing import Literal
 
 from .cache import Cache
 from .errors import CompileError, ResolveError
-from .evaluate.variants import expand_variants
 from .events import Note, Stage, emit
 from .judge import Evaluator, Job
 from .keys import decision_key, digest_bytes
@@ -195,6 +194,8 @@ def _decide(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Ca
     evaluator = judges.gpu_for(arch)
     if evaluator is None and not generate:
         return None
+    from .evaluate.variants import expand_variants
+
     seeds = expand_variants(manifest, spec)
     baseline = seeds[0] if seeds and seeds[0].origin.kind == "baseline" else None
     transcripts: list[str] = []

@@ -49,6 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
+        console.verbose = args.verbose
         logging.basicConfig(
             level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
             format="%(levelname)s %(name)s: %(message)s",

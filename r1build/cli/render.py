@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,10 +19,15 @@ __all__ = ["Console"]
 class Console:
     """Where the CLI prints: results to stdout, notes and errors to stderr."""
 
-    def __init__(self) -> None:
+    PROGRESS_INTERVAL_S = 1.0
+    """Least seconds between two progress lines of one task (the last one always shows)."""
+
+    def __init__(self, verbose: int = 0) -> None:
         self.out = RichConsole(file=sys.stdout, highlight=False, soft_wrap=True)
         self.err = RichConsole(file=sys.stderr, highlight=False, soft_wrap=True)
-        self._progress: dict[str, str] = {}
+        self.verbose = verbose
+        """0: notes and progress of long work; 1: also stages and every progress line; 2: debug logging."""
+        self._progress: dict[str, tuple[str, float]] = {}
 
     def close(self) -> None:
         """Finish any open progress line."""
@@ -65,13 +71,24 @@ class Console:
             else:
                 self.err.print(escape(prefix + event.message))
         elif isinstance(event, Stage):
-            if event.done and event.detail:
+            if self.verbose and event.done and event.detail:
                 where = "/".join(x for x in (event.kernel, event.arch) if x)
                 self.err.print(f"[dim]{escape(event.stage)} {escape(where)}: {escape(event.detail)}[/]")
         elif isinstance(event, Progress):
-            fields = " ".join(f"{k}={v}" for k, v in event.fields.items())
-            total = f"/{event.total}" if event.total is not None else ""
-            line = f"{event.task}: {event.completed}{total} {fields}".rstrip()
-            if self._progress.get(event.task) != line:
-                self._progress[event.task] = line
-                self.err.print(f"[cyan]{escape(line)}[/]")
+            self._render_progress(event)
+
+    def _render_progress(self, event: Progress) -> None:
+        # the static gate is quick: its counters show only with -v; long work (generation, GPU
+        # evaluation) shows a line at most once a second per task, and always its last line
+        if event.task.startswith("gate") and not self.verbose:
+            return
+        fields = " ".join(f"{k}={v}" for k, v in event.fields.items())
+        total = f"/{event.total}" if event.total is not None else ""
+        line = f"{event.task}: {event.completed}{total} {fields}".rstrip()
+        now = time.monotonic()
+        last_line, last_time = self._progress.get(event.task, ("", 0.0))
+        finished = event.total is not None and event.completed >= event.total
+        if line == last_line or (not finished and not self.verbose and now - last_time < self.PROGRESS_INTERVAL_S):
+            return
+        self._progress[event.task] = (line, now)
+        self.err.print(f"[cyan]{escape(line)}[/]")
