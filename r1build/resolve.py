@@ -313,8 +313,6 @@ def _gate_emitted(manifest: Manifest, judges: _Judges, resolved: Resolved) -> Re
 def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = None) -> Resolution:
     """Resolve every kernel × arch; update the lock unless ``locked`` or told not to."""
     options = options or ResolveOptions()
-    path = lock_path(manifest)
-    lock = read_lock(path)
     specs = [s for s in manifest.kernels if options.kernels is None or s.name in options.kernels]
     unknown = sorted(set(options.kernels or []) - {s.name for s in manifest.kernels})
     if unknown:
@@ -322,6 +320,8 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
 
         raise UsageError(f"unknown kernel(s): {', '.join(unknown)} (declared: "
                          f"{', '.join(s.name for s in manifest.kernels)})")
+    path = lock_path(manifest)
+    lock = read_lock(path)
     plan = {s.name: [a for a in manifest.archs_of(s) if options.archs is None or a in options.archs] for s in specs}
     if options.locked:
         lock = require_fresh(manifest, lock, plan if (options.kernels or options.archs) else None)

@@ -220,13 +220,15 @@ class Staleness:
 
 
 def check_lock(manifest: Manifest, lock: Lock | None, archs: dict[str, list[str]] | None = None) -> Staleness:
-    """Compare a lock with the manifest; ``archs`` maps kernel to the archs in play (default: manifest's)."""
+    """Compare a lock with the manifest; ``archs`` maps the kernels in play to their archs (default: all)."""
     if lock is None:
         return Staleness([("*", None, f"no lock file ({lock_path(manifest).name}); run `r1build lock`")])
     problems: list[tuple[str, str | None, str]] = []
     wanted: set[tuple[str, str]] = set()
     for spec in manifest.kernels:
-        for arch in (archs or {}).get(spec.name, manifest.archs_of(spec)):
+        if archs is not None and spec.name not in archs:
+            continue
+        for arch in archs[spec.name] if archs is not None else manifest.archs_of(spec):
             wanted.add((spec.name, arch))
             entry = lock.entry(spec.name, arch)
             if entry is None:

@@ -16,7 +16,13 @@ from .archs import parse_arch
 from .convert import KeyPath, Problem, convert, did_you_mean, field_key
 from .locate import format_path, locate
 from .model import DTYPES, INTEGER_DTYPES, KernelSpec, Manifest, Settings
-from .reference import ReferenceError_, load_reference, reference_file, reference_source_digest
+from .reference import (
+    ReferenceError_,
+    check_reference_statically,
+    load_reference,
+    reference_file,
+    reference_source_digest,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -124,6 +130,8 @@ def load_manifest(path: Path, *, check_references: bool = True) -> Manifest:
             digests[spec.name] = reference_source_digest(path.parent, spec.reference)
             if check_references:
                 load_reference(path.parent, spec.reference)
+            else:
+                check_reference_statically(path.parent, spec.reference)
         except ReferenceError_ as exc:
             raise v.fail(("kernel", i, "reference"), str(exc)) from None
         validated.append(spec)

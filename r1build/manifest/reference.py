@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.util
 import sys
@@ -10,7 +11,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-__all__ = ["ReferenceError_", "load_reference", "reference_file", "reference_source_digest"]
+__all__ = ["ReferenceError_", "check_reference_statically", "load_reference", "reference_file",
+           "reference_source_digest"]
 
 
 class ReferenceError_(Exception):
@@ -32,6 +34,33 @@ def reference_file(root: Path, ref: str) -> Path:
 def reference_source_digest(root: Path, ref: str) -> str:
     """sha256 of the reference module's source bytes."""
     return hashlib.sha256(reference_file(root, ref).read_bytes()).hexdigest()
+
+
+def _top_level_names(tree: ast.Module) -> list[str]:
+    names: list[str] = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.append(node.name)
+        elif isinstance(node, ast.Assign):
+            names += [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names += [(a.asname or a.name).split(".")[0] for a in node.names]
+    return names
+
+
+def check_reference_statically(root: Path, ref: str) -> None:
+    """Check, without importing it, that the reference module parses and defines the function at top level."""
+    path = reference_file(root, ref)
+    func = ref.partition(":")[2]
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except SyntaxError as exc:
+        raise ReferenceError_(f"{path.name}:{exc.lineno}: syntax error: {exc.msg}") from None
+    names = _top_level_names(tree)
+    if func not in names:
+        from .convert import did_you_mean
+
+        raise ReferenceError_(f"{path.name} has no function {func!r}{did_you_mean(func, names)}")
 
 
 _loaded: dict[Path, ModuleType] = {}

@@ -1,0 +1,181 @@
+"""The resolver and the project commands, end to end with the real nvcc (no GPU, no LLM endpoint).
+
+One kernel on one arch keeps each compile short; the gate's cache makes later resolves compile nothing.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from r1build.cache import Cache
+from r1build.cli.main import main
+from r1build.errors import ResolveError, StaleLockError
+from r1build.events import Event, Note, sink
+from r1build.keys import decision_key
+from r1build.lock import read_lock
+from r1build.manifest import load_manifest
+from r1build.records import Candidate, CandidateRef, Decision, Origin, Result, Timing
+from r1build.resolve import ResolveOptions, emit_resolution, resolve
+
+ONE = ResolveOptions(kernels=["silu_mul"], archs=["sm_90"], use_gpu=False, offline=True)
+
+
+def _env_without_endpoints(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("DEEPSEEK_API_KEY", "OPENAI_API_KEY", "R1BUILD_BASE_URL", "NVIDIA_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def test_offline_resolve_falls_back_to_the_baseline_and_locks_it(root_copy: Path, cache_dir: Path) -> None:
+    m = load_manifest(root_copy / "kernels.toml")
+    notes: list[Event] = []
+    with Cache(cache_dir) as cache, sink(notes.append):
+        res = resolve(m, cache, ONE)
+    (entry,) = res.entries
+    assert (entry.state, entry.provenance) == ("baseline", "baseline")
+    assert entry.gate is not None and entry.gate.ok and entry.gate.gate is not None
+    assert any(isinstance(n, Note) and n.level == "warning" and "baseline" in n.message for n in notes)
+    lock = read_lock(root_copy / "kernels.lock")
+    assert lock is not None
+    e = lock.entry("silu_mul", "sm_90")
+    assert e is not None and e.provenance == "baseline" and e.origin == "kernels/silu_mul.cu"
+    assert e.key == decision_key(m, m.kernel("silu_mul"), "sm_90")
+    # locked now: the second run reads the lock
+    with Cache(cache_dir) as cache:
+        again = resolve(m, cache, ResolveOptions(**{**ONE.__dict__, "locked": True}))
+    assert again.entries[0].state == "locked"
+    assert again.entries[0].candidate.source_digest == entry.candidate.source_digest
+
+
+def test_a_cached_decision_wins_and_is_locked_with_its_time(root_copy: Path, cache_dir: Path) -> None:
+    m = load_manifest(root_copy / "kernels.toml")
+    spec = m.kernel("silu_mul")
+    vec4 = Candidate((root_copy / "kernels/silu_mul_vec4.cu").read_text(encoding="utf-8"),
+                     Origin("file", "kernels/silu_mul_vec4.cu"), {"BLOCK": 256})
+    key = decision_key(m, spec, "sm_90")
+    with Cache(cache_dir) as cache:
+        cache.put_text(vec4.source)
+        result = Result(vec4.digest, "sm_90", "passed", "evaluate", timing=Timing(41.5, 0.01, 200),
+                        device="NVIDIA H200")
+        cache.put_decision(Decision(key, spec.name, "sm_90", CandidateRef.of(vec4), [CandidateRef.of(vec4)],
+                                    [result], measured=True, device="NVIDIA H200", toolchain="cuda_13.0"))
+        res = resolve(m, cache, ONE)
+    (entry,) = res.entries
+    assert (entry.state, entry.provenance, entry.time_us, entry.gpu) == ("cached", "tuned", 41.5, "NVIDIA H200")
+    assert entry.candidate.defines == {"BLOCK": 256}
+    e = read_lock(root_copy / "kernels.lock").entry("silu_mul", "sm_90")  # type: ignore[union-attr]
+    assert e is not None and e.time_us == 41.5 and e.defines == {"BLOCK": 256} and e.gpu == "NVIDIA H200"
+    out = emit_resolution(res, root_copy / "gen")
+    text = next((root_copy / "gen").glob("silu_mul__*.cu")).read_text(encoding="utf-8")
+    assert out.name == "r1build_kernels.cmake" and "#define BLOCK 256" in text
+
+
+def test_locked_fails_on_a_stale_lock_naming_the_kernel(root_copy: Path, cache_dir: Path) -> None:
+    m = load_manifest(root_copy / "kernels.toml")
+    with Cache(cache_dir) as cache:
+        resolve(m, cache, ONE)
+    base = root_copy / "kernels/silu_mul.cu"
+    base.write_text(base.read_text(encoding="utf-8") + "// edited\n", encoding="utf-8")
+    m2 = load_manifest(root_copy / "kernels.toml")
+    with Cache(cache_dir) as cache, pytest.raises(StaleLockError, match=r"silu_mul/sm_90: stale: sources changed"):
+        resolve(m2, cache, ResolveOptions(**{**ONE.__dict__, "locked": True}))
+
+
+def test_no_winner_and_no_baseline_names_the_fix(root_copy: Path, cache_dir: Path) -> None:
+    toml = root_copy / "kernels.toml"
+    toml.write_text(toml.read_text(encoding="utf-8").replace('baseline = "kernels/silu_mul.cu"\n', ""), "utf-8")
+    m = load_manifest(toml)
+    with Cache(cache_dir) as cache, pytest.raises(ResolveError, match=r"silu_mul/sm_90: .*add `baseline"):
+        resolve(m, cache, ONE)
+
+
+def test_vendored_winners_build_a_fresh_clone_with_no_cache(root_copy: Path, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    _env_without_endpoints(monkeypatch)
+    m = load_manifest(root_copy / "kernels.toml")
+    spec = m.kernel("silu_mul")
+    vec4 = Candidate((root_copy / "kernels/silu_mul_vec4.cu").read_text(encoding="utf-8") + "// generated\n",
+                     Origin("generated", model="deepseek-reasoner", round=1, sample=3), {"BLOCK": 128})
+    first = tmp_path / "cache-a"
+    with Cache(first) as cache:
+        cache.put_text(vec4.source)
+        r = Result(vec4.digest, "sm_90", "passed", "evaluate", timing=Timing(40.0, 0.01, 100), device="H200")
+        cache.put_decision(Decision(decision_key(m, spec, "sm_90"), spec.name, "sm_90", CandidateRef.of(vec4),
+                                    [CandidateRef.of(vec4)], [r], measured=True, device="H200"))
+    args = ["-m", str(root_copy), "--cache-dir", str(first)]
+    assert main(["lock", *args, "--kernel", "silu_mul", "--arch", "sm_90", "--no-gpu", "--offline"]) == 0
+    assert main(["vendor", *args]) == 2  # the lock covers one kernel only: vendor needs a current lock
+    # narrow the manifest to the locked kernel and arch, then vendor
+    toml = root_copy / "kernels.toml"
+    text = toml.read_text(encoding="utf-8")
+    head, _, _ = text.partition("# Row softmax")
+    toml.write_text(head.replace('archs = ["sm_80", "sm_90"]', 'archs = ["sm_90"]', 1), encoding="utf-8")
+    assert main(["lock", *args, "--no-gpu", "--offline"]) == 0
+    assert main(["vendor", *args]) == 0
+    vendored = list((root_copy / "kernels/_r1build").glob("silu_mul__*.cu"))
+    assert len(vendored) == 1 and vendored[0].read_text(encoding="utf-8") == vec4.source
+    # a fresh clone: no cache at all, --locked
+    clone = tmp_path / "clone"
+    shutil.copytree(root_copy, clone, ignore=shutil.ignore_patterns("gen"))
+    args2 = ["-m", str(clone), "--cache-dir", str(tmp_path / "empty-cache")]
+    assert main(["resolve", *args2, "--locked", "--no-gpu", "--out", str(clone / "gen")]) == 0
+    assert "#define BLOCK 128" in next((clone / "gen").glob("silu_mul__*.cu")).read_text(encoding="utf-8")
+    # an edited vendored file is never used silently
+    v = next((clone / "kernels/_r1build").glob("silu_mul__*.cu"))
+    v.write_text(v.read_text(encoding="utf-8") + "// tampered\n", encoding="utf-8")
+    assert main(["resolve", *args2, "--locked", "--no-gpu"]) == 1
+
+
+def _cli(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "r1build.cli.main", *argv], cwd=cwd, capture_output=True,
+                          text=True, timeout=120, check=False)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expect"),
+    [
+        ('name = "matmul"', 'nme = "matmul"', "kernel[4].nme: unknown key 'nme' (did you mean 'name'?)"),
+        ('flops = "n"', 'flops = n"', "invalid TOML"),
+        ("kernels.reference:rmsnorm", "kernels.reference:nope", "kernel[5].reference"),
+    ],
+)
+def test_cli_user_errors_exit_2_without_traceback(root_copy: Path, old: str, new: str, expect: str) -> None:
+    toml = root_copy / "kernels.toml"
+    toml.write_text(toml.read_text(encoding="utf-8").replace(old, new, 1), encoding="utf-8")
+    for command in (["check"], ["status"], ["resolve", "--offline", "--no-gpu"]):
+        proc = _cli(*command, cwd=root_copy)
+        assert proc.returncode == 2, (command, proc.stderr)
+        assert expect in proc.stderr and "kernels.toml:" in proc.stderr
+        assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_cli_corrupt_lock_and_usage_errors(root_copy: Path, cache_dir: Path) -> None:
+    (root_copy / "kernels.lock").write_text('version = 1\n[[kernel]]\nname = "x"\n', encoding="utf-8")
+    proc = _cli("status", cwd=root_copy)
+    assert proc.returncode == 2 and "kernels.lock" in proc.stderr and "missing required key" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    proc = _cli("check", "--locked", cwd=root_copy)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    proc = _cli("resolve", "--arch", "sm_61", cwd=root_copy)
+    assert proc.returncode == 2 and "unknown GPU architecture 'sm_61'" in proc.stderr
+    proc = _cli("frobnicate", cwd=root_copy)
+    assert proc.returncode == 2 and "invalid choice" in proc.stderr
+    proc = _cli("resolve", "--kernel", "nope", "--offline", cwd=root_copy)
+    assert proc.returncode == 2 and "unknown kernel(s): nope" in proc.stderr
+
+
+def test_status_json_and_lock_check(root_copy: Path, cache_dir: Path) -> None:
+    import json
+
+    assert main(["lock", "-m", str(root_copy), "--kernel", "sum_all", "--arch", "90", "--offline", "--no-gpu"]) == 0
+    proc = _cli("status", "--json", cwd=root_copy)
+    assert proc.returncode == 0, proc.stderr
+    rows = {(r["kernel"], r["arch"]): r for r in json.loads(proc.stdout)["kernels"]}
+    assert rows[("sum_all", "sm_90")]["state"] == "locked"
+    assert rows[("sum_all", "sm_80")]["state"] == "baseline only"
+    assert rows[("matmul", "sm_90")]["note"] == "not locked"
+    assert _cli("lock", "--check", cwd=root_copy).returncode == 1
