@@ -1,0 +1,318 @@
+"""A real chat-completions server on 127.0.0.1 for tests and benchmarks, scripted per test.
+
+It speaks enough HTTP/1.1 (keep-alive, chunked transfer) and enough of the OpenAI chat-completions protocol
+(plain JSON and server-sent events with keep-alive comments, ``reasoning_content`` / ``reasoning`` deltas,
+usage) for the official ``openai`` client to talk to it, and it misbehaves on request: HTTP errors with
+``retry-after``, bodies that are not JSON, streams that end early or drop the connection, stalls.
+
+A script is a list of replies served in order (the last one repeats) or a function of the request. Every
+request is recorded (headers and JSON body) and the most requests in flight at once is tracked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Answer", "ChatServer", "Fault", "Raw", "Reply", "Request", "Stall"]
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request the server received."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any] | None
+    received: float
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return list((self.body or {}).get("messages", []))
+
+    @property
+    def prompt(self) -> str:
+        """The last user message."""
+        users = [m for m in self.messages if m.get("role") == "user"]
+        return str(users[-1]["content"]) if users else ""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A well-formed completion, sent plain or streamed as the request asks."""
+
+    content: str
+    reasoning: str = ""
+    reasoning_field: str = "reasoning_content"
+    finish_reason: str = "stop"
+    prompt_tokens: int = 100
+    completion_tokens: int | None = None
+    """Reported completion tokens; words of reasoning plus content when absent."""
+    delay: float = 0.0
+    """Seconds before the response headers."""
+    chunk_delay: float = 0.0
+    """Seconds between streamed chunks."""
+    keepalives: int = 1
+    """SSE comment lines sent before the first chunk of a stream."""
+    chunk_chars: int = 400
+    """Characters per streamed delta."""
+    cut_after: int | None = None
+    """Streams: end cleanly after this many chunks, without a finish reason, usage or [DONE]."""
+    drop_after: int | None = None
+    """Streams: drop the connection (no chunked terminator) after this many chunks."""
+    usage: bool = True
+    """Whether usage is reported."""
+
+    def tokens(self) -> int:
+        if self.completion_tokens is not None:
+            return self.completion_tokens
+        return len(self.reasoning.split()) + len(self.content.split())
+
+
+@dataclass(frozen=True)
+class Fault:
+    """An HTTP error status with a JSON error body."""
+
+    status: int
+    message: str = "scripted fault"
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+
+
+@dataclass(frozen=True)
+class Raw:
+    """A raw body with a status and content type (e.g. a body that is not JSON)."""
+
+    body: bytes
+    status: int = 200
+    content_type: str = "application/json"
+    delay: float = 0.0
+
+
+@dataclass(frozen=True)
+class Stall:
+    """Accept the request and never answer (until the server stops)."""
+
+    after_headers: bool = False
+    """Send the response headers (and a keep-alive) first, then stall."""
+
+
+Reply = Answer | Fault | Raw | Stall
+Script = Sequence[Reply] | Callable[[Request], Reply]
+
+
+class ChatServer:
+    """The server; use as a context manager. ``url`` is the base URL (``.../v1``)."""
+
+    def __init__(self, script: Script, *, model: str = "deepseek-reasoner") -> None:
+        self.script = script
+        self.model = model
+        self.requests: list[Request] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._counter = itertools.count()
+        self._lock = threading.Lock()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="chat-server", daemon=True)
+        self._server: asyncio.base_events.Server | None = None
+        self._stop: asyncio.Event | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.port = 0
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+    def __enter__(self) -> ChatServer:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    async def _start(self) -> None:
+        self._stop = asyncio.Event()
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, backlog=512)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def _shutdown(self) -> None:
+        assert self._server is not None and self._stop is not None
+        self._stop.set()
+        self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(BaseException):
+                await task
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._server.wait_closed(), 5)
+
+    # -- scripting ---------------------------------------------------------------------------------------
+    def _reply_for(self, request: Request) -> Reply:
+        if callable(self.script):
+            return self.script(request)
+        index = next(self._counter)
+        items = list(self.script)
+        return items[min(index, len(items) - 1)]
+
+    def chat_requests(self) -> list[Request]:
+        """Requests to ``/chat/completions``."""
+        return [r for r in self.requests if r.path.endswith("/chat/completions")]
+
+    # -- HTTP --------------------------------------------------------------------------------------------
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            while True:
+                request = await self._read_request(reader)
+                if request is None:
+                    break
+                with self._lock:
+                    self.requests.append(request)
+                    self.in_flight += 1
+                    self.max_in_flight = max(self.max_in_flight, self.in_flight)
+                try:
+                    keep = await self._respond(request, writer)
+                finally:
+                    with self._lock:
+                        self.in_flight -= 1
+                if not keep:
+                    break
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            self._tasks.discard(task)
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    async def _read_request(self, reader: asyncio.StreamReader) -> Request | None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+            return None
+        lines = head.decode("latin-1").split("\r\n")
+        method, path, _ = lines[0].split(" ", 2)
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            if ":" in line:
+                k, v = line.split(":", 1)
+                headers[k.strip().lower()] = v.strip()
+        length = int(headers.get("content-length", "0"))
+        raw = await reader.readexactly(length) if length else b""
+        body = json.loads(raw) if raw else None
+        return Request(method, path, headers, body, time.monotonic())
+
+    @staticmethod
+    async def _send_head(writer: asyncio.StreamWriter, status: int, headers: dict[str, str]) -> None:
+        reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 402: "Payment Required",
+                  404: "Not Found", 422: "Unprocessable Entity", 429: "Too Many Requests",
+                  500: "Internal Server Error", 503: "Service Unavailable"}.get(status, "Status")
+        head = f"HTTP/1.1 {status} {reason}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
+        writer.write(head.encode("latin-1"))
+        await writer.drain()
+
+    async def _send_body(self, writer: asyncio.StreamWriter, status: int, content_type: str, body: bytes,
+                         extra: dict[str, str] | None = None) -> None:
+        headers = {"content-type": content_type, "content-length": str(len(body)), **(extra or {})}
+        await self._send_head(writer, status, headers)
+        writer.write(body)
+        await writer.drain()
+
+    async def _respond(self, request: Request, writer: asyncio.StreamWriter) -> bool:
+        if not request.path.endswith("/chat/completions"):
+            await self._send_body(writer, 404, "application/json", b'{"error":{"message":"not found"}}')
+            return True
+        reply = self._reply_for(request)
+        assert self._stop is not None
+        if isinstance(reply, Stall):
+            if reply.after_headers:
+                await self._send_head(writer, 200, {"content-type": "text/event-stream",
+                                                    "transfer-encoding": "chunked"})
+                await self._chunk(writer, b": keep-alive\n\n")
+            await self._stop.wait()
+            return False
+        if isinstance(reply, Fault):
+            await asyncio.sleep(reply.delay)
+            body = json.dumps({"error": {"message": reply.message, "type": "scripted", "code": reply.status}})
+            await self._send_body(writer, reply.status, "application/json", body.encode(), reply.headers)
+            return True
+        if isinstance(reply, Raw):
+            await asyncio.sleep(reply.delay)
+            await self._send_body(writer, reply.status, reply.content_type, reply.body)
+            return True
+        await asyncio.sleep(reply.delay)
+        if (request.body or {}).get("stream"):
+            return await self._stream(request, reply, writer)
+        message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+        if reply.reasoning:
+            message[reply.reasoning_field] = reply.reasoning
+        payload: dict[str, Any] = {
+            "id": f"chatcmpl-{len(self.requests)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.model,
+            "choices": [{"index": 0, "message": message, "finish_reason": reply.finish_reason}],
+        }
+        if reply.usage:
+            payload["usage"] = self._usage(reply)
+        await self._send_body(writer, 200, "application/json", json.dumps(payload).encode())
+        return True
+
+    @staticmethod
+    def _usage(reply: Answer) -> dict[str, Any]:
+        tokens = reply.tokens()
+        return {"prompt_tokens": reply.prompt_tokens, "completion_tokens": tokens,
+                "total_tokens": reply.prompt_tokens + tokens,
+                "completion_tokens_details": {"reasoning_tokens": len(reply.reasoning.split())}}
+
+    @staticmethod
+    async def _chunk(writer: asyncio.StreamWriter, data: bytes) -> None:
+        writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        await writer.drain()
+
+    async def _stream(self, request: Request, reply: Answer, writer: asyncio.StreamWriter) -> bool:
+        await self._send_head(writer, 200, {"content-type": "text/event-stream", "cache-control": "no-cache",
+                                            "transfer-encoding": "chunked"})
+        for _ in range(reply.keepalives):
+            await self._chunk(writer, b": keep-alive\n\n")
+        ident = f"chatcmpl-{len(self.requests)}"
+        base = {"id": ident, "object": "chat.completion.chunk", "created": int(time.time()), "model": self.model}
+        deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
+        step = max(1, reply.chunk_chars)
+        deltas += [{reply.reasoning_field: reply.reasoning[i:i + step], "content": None}
+                   for i in range(0, len(reply.reasoning), step)]
+        deltas += [{"content": reply.content[i:i + step]} for i in range(0, len(reply.content), step)]
+        events = [{**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
+        events.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": reply.finish_reason}]})
+        if reply.usage:
+            events.append({**base, "choices": [], "usage": self._usage(reply)})
+        for n, event in enumerate(events):
+            if reply.cut_after is not None and n >= reply.cut_after:
+                await self._chunk(writer, b"")
+                return True
+            if reply.drop_after is not None and n >= reply.drop_after:
+                writer.transport.abort()
+                return False
+            if reply.chunk_delay:
+                await asyncio.sleep(reply.chunk_delay)
+            await self._chunk(writer, b"data: " + json.dumps(event).encode() + b"\n\n")
+            if n % 8 == 7:
+                await self._chunk(writer, b": keep-alive\n\n")
+        await self._chunk(writer, b"data: [DONE]\n\n")
+        await self._chunk(writer, b"")
+        return True
