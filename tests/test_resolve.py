@@ -179,3 +179,24 @@ def test_status_json_and_lock_check(root_copy: Path, cache_dir: Path) -> None:
     assert rows[("sum_all", "sm_80")]["state"] == "baseline only"
     assert rows[("matmul", "sm_90")]["note"] == "not locked"
     assert _cli("lock", "--check", cwd=root_copy).returncode == 1
+
+
+def test_two_concurrent_resolves_share_one_cache(root_copy: Path, tmp_path: Path) -> None:
+    """Two processes resolve (gate, emit, lock) into one cold cache at once; both succeed and it verifies."""
+    other = tmp_path / "other"
+    shutil.copytree(root_copy, other)
+    cache = tmp_path / "shared-cache"
+    argv = ["resolve", "--offline", "--no-gpu", "--kernel", "silu_mul", "--kernel", "sum_all", "--arch", "sm_90",
+            "--cache-dir", str(cache), "--out"]
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "r1build.cli.main", *argv, str(d / "gen"), "-m", str(d)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for d in (root_copy, other)
+    ]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert (root_copy / "kernels.lock").read_bytes() == (other / "kernels.lock").read_bytes()
+    generated = [{p.name: p.read_bytes() for p in (d / "gen").iterdir()} for d in (root_copy, other)]
+    assert generated[0] == generated[1] and len(generated[0]) >= 4
+    proc = _cli("cache", "verify", "--cache-dir", str(cache), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
