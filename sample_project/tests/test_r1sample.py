@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 import r1sample
 
 RNG = np.random.default_rng(20261130)
@@ -49,8 +48,10 @@ def test_host_arrays_are_refused_with_a_clear_message() -> None:
         r1sample.gelu(x)
     with pytest.raises(TypeError, match=r"r1sample\.gelu: x must be an array on a CUDA device .* got a cpu array"):
         r1sample.gelu(x, out=np.empty_like(x))
-    with pytest.raises(TypeError, match=r"expected a CUDA array"):
-        r1sample.reduce_sum([1.0, 2.0])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"r1sample\.reduce_sum: expected a cupy array .* got builtins\.list"):
+        r1sample.reduce_sum([1.0, 2.0])
+    with pytest.raises(TypeError, match=r"r1sample\.matmul_tiled: expected a CUDA array \(cupy or torch\), got b"):
+        r1sample.matmul_tiled(1, 2)
 
 
 @pytest.mark.gpu

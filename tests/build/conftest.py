@@ -1,0 +1,52 @@
+"""Fixtures for build tests: a fresh virtual environment with r1build installed from this checkout.
+
+One wheel of r1build is built per session and installed into one fresh ``python -m venv``; every build test runs
+its frontend (pip) or the backend's hooks with that venv's Python, in a copy of the project under a temp
+folder, with ``R1BUILD_CACHE_DIR`` pointing at a per-session cache and ``R1BUILD_OFFLINE=1``. pip's own cache
+is used, so only the first session on a machine downloads anything.
+
+``R1BUILD_TEST_SYSTEM_SITE=1`` makes the venv with ``--system-site-packages`` and builds without build
+isolation: for a machine whose package index is out of reach but whose Python already has r1build's
+dependencies, nanobind and, for the sample's GPU tests, cupy or torch.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from buildenv import ROOT, BuildEnv, find_cuobjdump
+
+
+@pytest.fixture(scope="session")
+def r1build_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A wheel of r1build built from this checkout, once per session; the folder holding it."""
+    out = tmp_path_factory.mktemp("r1build-wheel")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert list(out.glob("r1build-*.whl")), proc.stdout[-4000:]
+    return out
+
+
+@pytest.fixture(scope="session")
+def build_env(tmp_path_factory: pytest.TempPathFactory, r1build_wheel: Path) -> Iterator[BuildEnv]:
+    """A fresh venv with the r1build wheel installed (and cuobjdump where the machine has none)."""
+    system_site = os.environ.get("R1BUILD_TEST_SYSTEM_SITE") == "1"
+    base = tmp_path_factory.mktemp("build-env")
+    venv = base / "venv"
+    args = [sys.executable, "-m", "venv", str(venv)] + (["--system-site-packages"] if system_site else [])
+    subprocess.run(args, check=True, timeout=300)
+    env = BuildEnv(root=venv, wheels=r1build_wheel, cache_dir=base / "r1build-cache", isolated=not system_site)
+    (wheel,) = r1build_wheel.glob("r1build-*.whl")
+    requirements: list[str | Path] = [wheel]
+    if find_cuobjdump(env) is None:
+        requirements.append("nvidia-cuda-cuobjdump")
+    env.check([env.python, "-m", "pip", "install", "-q", *requirements], cwd=base)
+    yield env
