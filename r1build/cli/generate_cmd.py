@@ -7,6 +7,7 @@ import dataclasses
 import datetime
 import importlib
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from ..cache import Cache
@@ -63,13 +64,13 @@ def _archs(manifest: Manifest, spec: KernelSpec, args: argparse.Namespace) -> li
 
 def _origin(c: Candidate) -> str:
     o = c.origin
-    text = f"r{o.round} s{o.sample}" if o.kind == "generated" else f"{o.kind} {o.path or ''}".rstrip()
+    text = f"r{o.round}s{o.sample}" if o.kind == "generated" else f"{o.kind} {Path(o.path or '').name}".rstrip()
     if c.defines:
         text += " " + ",".join(f"{k}={v}" for k, v in c.defines.items())
     return text
 
 
-def _first_line(text: str, limit: int = 90) -> str:
+def _first_line(text: str, limit: int = 70) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     errors = [ln for ln in lines if "error" in ln.lower() and not ln.startswith("command:")]
     line = (errors or lines or [""])[0]
@@ -78,15 +79,18 @@ def _first_line(text: str, limit: int = 90) -> str:
 
 def _table(console: Console, arch: str, candidates: Sequence[Candidate], results: Sequence[Result],
            title: str) -> None:
+    timed = any(r.timing is not None for r in results)
+    columns = ["candidate", "origin", "status", *(["time us", "floor"] if timed else []), "regs", "detail"]
     rows = []
     for c, r in zip(candidates, results, strict=True):
-        g = r.gate
-        time = f"{r.timing.median_us:.2f} us" if r.timing is not None else ""
-        rows.append([c.digest[:12], _origin(c), r.status, time,
-                     g.registers if g else "", (g.spill_stores + g.spill_loads) if g else "",
-                     g.shared_bytes if g else "", _first_line(r.detail)])
-    console.table(["candidate", "origin", "status", "time", "regs", "spill", "smem", "detail"], rows,
-                  title=f"{title} {arch}")
+        times: list[object] = []
+        if timed:
+            t = r.timing
+            share = f"{t.share_of_floor:.0%}" if t is not None and t.share_of_floor is not None else ""
+            times = [f"{t.median_us:.2f}" if t is not None else "", share]
+        regs = r.gate.registers if r.gate is not None else ""
+        rows.append([c.digest[:10], _origin(c), r.status, *times, regs, _first_line(r.detail)])
+    console.table(columns, rows, title=f"{title} {arch}")
 
 
 def _gpu_for(cache: Cache, arch: str) -> Evaluator | None:
