@@ -195,6 +195,8 @@ class ChatServer:
                     break
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
+        except asyncio.CancelledError:  # shutdown: end quietly (asyncio would log a cancelled handler)
+            pass
         finally:
             self._tasks.discard(task)
             with contextlib.suppress(Exception):
@@ -234,6 +236,15 @@ class ChatServer:
         await writer.drain()
 
     async def _respond(self, request: Request, writer: asyncio.StreamWriter) -> bool:
+        if request.path.endswith("/stats"):
+            with self._lock:
+                chats = len(self.chat_requests())
+                stats = {"requests": chats, "max_in_flight": self.max_in_flight}
+                if request.method == "DELETE":
+                    self.requests.clear()
+                    self.max_in_flight = 0
+            await self._send_body(writer, 200, "application/json", json.dumps(stats).encode())
+            return True
         if not request.path.endswith("/chat/completions"):
             await self._send_body(writer, 404, "application/json", b'{"error":{"message":"not found"}}')
             return True
@@ -316,3 +327,40 @@ class ChatServer:
         await self._chunk(writer, b"data: [DONE]\n\n")
         await self._chunk(writer, b"")
         return True
+
+
+def _serve_forever(argv: Sequence[str] | None = None) -> None:
+    """Serve distinct valid ``vadd`` answers until stdin closes; prints the base URL first (for benchmarks,
+    which run the server in a process of its own). ``GET /stats`` reports requests and the most in flight,
+    ``DELETE /stats`` resets them."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(description=_serve_forever.__doc__)
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds before each answer")
+    args = parser.parse_args(argv)
+    counter = itertools.count()
+    lock = threading.Lock()
+
+    def script(request: Request) -> Reply:
+        with lock:
+            n = next(counter)
+        source = (
+            "#include <cuda_runtime.h>\n#include <cstdint>\n"
+            "namespace { __global__ void k(const float* a, const float* b, float* o, int64_t n) {\n"
+            "  int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;\n"
+            f"  if (i < n) o[i] = a[i] + b[i] + {n}; }} }}\n"
+            'extern "C" cudaError_t vadd(const float* a, const float* b, float* out, int64_t n, cudaStream_t s) {\n'
+            "  k<<<(n + 255) / 256, 256, 0, s>>>(a, b, out, n); return cudaGetLastError(); }\n"
+        )
+        return Answer(f"Here it is.\n\n```cuda\n{source}```\n", reasoning="short reasoning", delay=args.delay,
+                      completion_tokens=200)
+
+    with ChatServer(script) as server:
+        sys.stdout.write(server.url + "\n")
+        sys.stdout.flush()
+        sys.stdin.read()
+
+
+if __name__ == "__main__":
+    _serve_forever()
