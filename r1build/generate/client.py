@@ -402,7 +402,10 @@ class ChatClient:
         finally:
             await stream.close()
         if finish is None:
-            raise _Fault("stream_cut", f"the stream ended before its finish chunk after {partial.chunks} deltas")
+            if model is None:
+                raise _Fault("stream_cut", "the response carried no stream events (not server-sent events, or an "
+                                           "empty stream)")
+            raise _Fault("stream_cut", f"the stream ended before its finish chunk, after {partial.chunks} deltas")
         return _completion("".join(partial.content), "".join(partial.reasoning), finish, usage, model, ident,
                            time.monotonic() - started, partial.first_token_s, chunks=partial.chunks)
 

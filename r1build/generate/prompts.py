@@ -283,7 +283,7 @@ def feedback_prompt(spec: KernelSpec, *, parent: Judged | None, parent_in_conver
     if shown or notes:
         lines.append("## Other failures in this search")
         for f in shown:
-            first = describe(f, spec).replace("```", "").strip().splitlines()
+            first = [ln.strip() for ln in describe(f, spec).replace("```", "").splitlines() if ln.strip()]
             lines.append(f"- {f.label}: " + " ".join(first[:3])[:400])
         lines += [f"- {note}" for note in notes]
         lines.append("")
