@@ -387,3 +387,42 @@ def test_search_from_a_running_event_loop(project: Project, judge: MarkerJudge) 
     with ChatServer([Answer(answer(kernel_source(1)))]) as server:
         outcome = asyncio.run(caller())
     assert len(outcome.candidates) == 1 and any(isinstance(e, Progress) for e in events)
+
+
+def test_temperature_schedule_and_directions(project: Project, judge: MarkerJudge) -> None:
+    """Where the provider honours temperature, the schedule is cycled over samples and no direction is added;
+    where it does not (DeepSeek's API), temperature is not sent and each sample gets its own direction."""
+    from r1build.generate.prompts import DEFAULT_DIRECTIONS
+
+    counter = iter(range(1000))
+
+    def script(request: Request) -> Answer:
+        return Answer(answer(kernel_source(next(counter))))
+
+    manifest = project.write(budget={"rounds": 1, "samples": 4},
+                             generation={"provider": "vllm", "temperatures": [0.5, 0.7]})
+    with ChatServer(script) as server:
+        run(project, manifest, server, judge, seeds=[])
+    bodies = [r.body or {} for r in server.chat_requests()]
+    assert sorted(b["temperature"] for b in bodies) == [0.5, 0.5, 0.7, 0.7]
+    assert not any("Optimization direction" in r.prompt for r in server.chat_requests())
+
+    manifest = project.write(budget={"rounds": 1, "samples": 4}, generation={"provider": "deepseek"})
+    with ChatServer(script) as server:
+        run(project, manifest, server, judge, seeds=[])
+    bodies = [r.body or {} for r in server.chat_requests()]
+    assert not any("temperature" in b or "top_p" in b or "n" in b for b in bodies)
+    found = {d for r in server.chat_requests() for d in DEFAULT_DIRECTIONS if f"attempt: {d}." in r.prompt}
+    assert found == set(DEFAULT_DIRECTIONS[:4])
+
+
+def test_plain_answers(project: Project, judge: MarkerJudge) -> None:
+    manifest = project.write(budget={"rounds": 1, "samples": 2}, generation={"stream": False})
+    replies = [Answer(answer(kernel_source(1)), reasoning="plain reasoning", reasoning_field="reasoning"),
+               Answer(answer(kernel_source(2)), reasoning="plain reasoning")]
+    with ChatServer(replies) as server:
+        outcome = run(project, manifest, server, judge, seeds=[])
+    assert len(outcome.candidates) == 2 and all((r.body or {})["stream"] is False for r in server.chat_requests())
+    with project.cache() as cache:
+        docs = [json.loads(cache.get_text(d) or "") for d in outcome.transcripts]
+    assert {d["answer"]["reasoning"] for d in docs} == {"plain reasoning"}
