@@ -221,8 +221,8 @@ class ChatClient:
     # -- helpers -----------------------------------------------------------------------------------------
     def redact(self, text: str) -> str:
         """``text`` with the API key replaced."""
-        key = self.endpoint.api_key
-        return text.replace(key, "[redacted]") if len(key) >= 4 else text
+        key = self.endpoint.secret
+        return text.replace(key, "[redacted]") if key and len(key) >= 4 else text
 
     def params(self, *, temperature: float | None, max_tokens: int) -> dict[str, Any]:
         """Request parameters for one sample (besides the messages)."""

@@ -248,19 +248,31 @@ class _Search:
 
     # -- candidates --------------------------------------------------------------------------------------
     def admit(self, candidate: Candidate, order: tuple[int, int, int], *, messages: list[dict[str, str]],
-              answer: str) -> tuple[str, bool]:
-        """Register a candidate; returns its digest and whether it is new."""
+              answer: str) -> bool:
+        """Register a candidate; returns whether it must be judged.
+
+        Of candidates with the same normalized source and values, the one earliest in preference order is kept,
+        whatever order the answers arrived in, so a replay (which reads transcripts in order) keeps the same one.
+        A later arrival that is earlier in order replaces the kept one: for free when the text is the same, and
+        judged once more when only comments or layout differ.
+        """
         key = (normalized_digest(candidate.source), _defines_key(candidate.defines))
         known = self.by_norm.get(key)
-        if known is not None:
-            entry = self.entries[known]
-            if entry.candidate.digest == candidate.digest and order < entry.order:
-                entry.candidate, entry.order = candidate, order
-                entry.messages, entry.answer = messages, answer
-            return known, False
+        if known is None:
+            self.by_norm[key] = candidate.digest
+            self.entries[candidate.digest] = _Entry(candidate, order, messages, answer)
+            return True
+        self.usage.duplicates += 1 if candidate.origin.kind == "generated" else 0
+        entry = self.entries[known]
+        if order >= entry.order:
+            return False
+        if candidate.digest == known:
+            entry.candidate, entry.order, entry.messages, entry.answer = candidate, order, messages, answer
+            return False
+        del self.entries[known]
         self.by_norm[key] = candidate.digest
         self.entries[candidate.digest] = _Entry(candidate, order, messages, answer)
-        return candidate.digest, True
+        return True
 
     async def judge(self, candidates: Sequence[Candidate]) -> None:
         """Judge candidates with the evaluator (in a worker thread) and record the results."""
@@ -271,7 +283,9 @@ class _Search:
         if len(results) != len(candidates):
             raise EvaluationError(f"the evaluator returned {len(results)} results for {len(candidates)} candidates")
         for candidate, result in zip(candidates, results, strict=True):
-            self.entries[candidate.digest].result = result
+            entry = self.entries.get(candidate.digest)
+            if entry is not None:  # None: replaced meanwhile by an earlier sample's copy
+                entry.result = result
 
     async def judge_loop(self) -> None:
         """Judge queued candidates in batches until the round's sentinel arrives."""
@@ -404,7 +418,7 @@ class _Search:
                     parent=plan.parent, exchange=exchange,
                     extraction=self.extraction_doc(extraction) if extraction else None,
                     started=started, elapsed_s=time.monotonic() - t0,
-                ), secret=self.endpoint.api_key)
+                ), secret=self.endpoint.secret)
                 self.transcripts.append(((round_no, sample), digest))
                 self.finished_samples += 1
             if exchange.fatal is not None:
@@ -478,12 +492,9 @@ class _Search:
             origin = Origin("generated", model=self.endpoint.model, round=round_no, sample=sample,
                             transcript=transcript)
             candidate = Candidate(extraction.source, origin, defines)
-            _, new = self.admit(candidate, (1, round_no * 100000 + sample, variant),
-                                messages=plan.messages[:1], answer=answer)
-            if new:
+            if self.admit(candidate, (1, round_no * 100000 + sample, variant), messages=plan.messages[:1],
+                          answer=answer):
                 self.queue.put_nowait(candidate)
-            else:
-                self.usage.duplicates += 1
 
     # -- rounds ------------------------------------------------------------------------------------------
     async def run_round(self, round_no: int, count: int, slots: asyncio.Semaphore) -> None:
@@ -625,10 +636,8 @@ async def replay_search(manifest: Manifest, spec: KernelSpec, arch: str, *, eval
         for variant, defines in enumerate(tunable_variants(extraction.source, spec.tunables)):
             origin = Origin("generated", model=answer.model, round=answer.round, sample=answer.sample,
                             transcript=answer.digest)
-            _, new = search.admit(Candidate(extraction.source, origin, defines),
-                                  (1, answer.round * 100000 + answer.sample, variant), messages=[], answer="")
-            if not new:
-                search.usage.duplicates += 1
+            search.admit(Candidate(extraction.source, origin, defines),
+                         (1, answer.round * 100000 + answer.sample, variant), messages=[], answer="")
     search.usage.cost_usd = search.cost(search.usage.prompt_tokens, search.usage.completion_tokens)
     await search.judge([e.candidate for e in sorted(search.entries.values(), key=lambda e: e.order)])
     rounds = len({a.round for a in stored})

@@ -138,8 +138,17 @@ def extract_source(content: str, name: str) -> Extraction:
     return Extraction(None, "no_code", len(blocks))
 
 
-def _strip_comments(source: str) -> str:
+def _normalized_text(source: str) -> str:
+    """Comments removed, whitespace runs outside string and character literals made one space."""
     out: list[str] = []
+    code: list[str] = []
+
+    def flush() -> None:
+        text = " ".join("".join(code).split())
+        if text:
+            out.append(text)
+        code.clear()
+
     i, n = 0, len(source)
     while i < n:
         c = source[i]
@@ -147,25 +156,28 @@ def _strip_comments(source: str) -> str:
             j = i + 1
             while j < n and source[j] != c and source[j] != "\n":
                 j += 2 if source[j] == "\\" else 1
+            flush()
             out.append(source[i:j + 1])
             i = j + 1
         elif source.startswith("//", i):
             j = source.find("\n", i)
+            code.append(" ")
             i = n if j < 0 else j
         elif source.startswith("/*", i):
             j = source.find("*/", i + 2)
-            out.append(" ")
+            code.append(" ")
             i = n if j < 0 else j + 2
         else:
-            out.append(c)
+            code.append(c)
             i += 1
-    return "".join(out)
+    flush()
+    return " ".join(out)
 
 
 def normalized_digest(source: str) -> str:
-    """sha256 of the source with comments removed and every run of whitespace made one space."""
-    text = " ".join(_strip_comments(source.replace("\r\n", "\n")).split())
-    return digest_bytes(text.encode())
+    """sha256 of the source with comments removed and every run of whitespace outside literals made one
+    space."""
+    return digest_bytes(_normalized_text(source.replace("\r\n", "\n")).encode())
 
 
 def _parse_value(text: str) -> int | str:

@@ -96,6 +96,11 @@ class Endpoint:
     """The secret itself (or a placeholder for endpoints that need none). Never store it."""
 
     @property
+    def secret(self) -> str | None:
+        """The key when it came from the environment (what must never be stored); None for the placeholder."""
+        return self.api_key if self.key_env else None
+
+    @property
     def display_url(self) -> str:
         """The URL without credentials, for messages and transcripts."""
         return public_url(self.base_url)

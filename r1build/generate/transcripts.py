@@ -18,7 +18,7 @@ from ..cache.store import Cache
 from ..keys import canonical_json
 from .client import Exchange
 
-__all__ = ["KIND", "SCHEMA", "StoredAnswer", "load_transcript", "store_transcript", "transcript_payload"]
+__all__ = ["KIND", "SCHEMA", "SCRUB_MIN", "StoredAnswer", "load_transcript", "store_transcript", "transcript_payload"]
 
 KIND = "r1build.transcript"
 SCHEMA = 1
@@ -83,10 +83,16 @@ def round_s(value: float) -> float:
     return float(f"{value:.3f}")
 
 
+SCRUB_MIN = 16
+"""Keys at least this long (every hosted provider's are) are scrubbed from the whole transcript. Shorter ones
+(a local server's ``test``) only ever reach error messages, which the client scrubs itself: scrubbing a common
+word from an answer would change what replay extracts."""
+
+
 def store_transcript(cache: Cache, payload: dict[str, Any], *, secret: str | None) -> str:
     """Store a transcript, scrubbed of ``secret``; returns its digest."""
     text = canonical_json(payload).decode()
-    if secret and len(secret) >= 4:
+    if secret and len(secret) >= SCRUB_MIN:
         text = text.replace(secret, "[redacted]")
         escaped = json.dumps(secret)[1:-1]
         if escaped != secret:

@@ -426,3 +426,21 @@ def test_plain_answers(project: Project, judge: MarkerJudge) -> None:
     with project.cache() as cache:
         docs = [json.loads(cache.get_text(d) or "") for d in outcome.transcripts]
     assert {d["answer"]["reasoning"] for d in docs} == {"plain reasoning"}
+
+
+def test_key_echoed_in_an_answer_is_scrubbed_and_placeholders_are_not(project: Project, judge: MarkerJudge) -> None:
+    manifest = project.write(budget={"rounds": 1, "samples": 1})
+    with ChatServer([Answer(answer(kernel_source(1)) + f"\nYour key is {KEY}.", reasoning=f"the key {KEY}")]) as server:
+        run(project, manifest, server, judge, seeds=[])
+    assert KEY.encode() not in project.cache_bytes()
+
+    # no key at all: the placeholder sent to a keyless server is not a secret, and an answer that happens to
+    # contain the word survives intact, so replay extracts the very same candidate
+    keyless = kernel_source(2, extra="// EMPTY slots are skipped\n")
+    spec = manifest.kernel("vadd")
+    with ChatServer([Answer(answer(keyless))]) as server, project.cache() as cache:
+        outcome = search(manifest, spec, "sm_90", evaluator=judge, cache=cache, seeds=[],
+                         environ={"R1BUILD_BASE_URL": server.url})
+        again = replay(manifest, spec, "sm_90", evaluator=judge, cache=cache, transcripts=outcome.transcripts)
+    assert server.chat_requests()[0].headers["authorization"] == "Bearer EMPTY"
+    assert [c.source for c in again.candidates] == [keyless] == [c.source for c in outcome.candidates]
