@@ -2,10 +2,12 @@
 
 Rules:
 - only candidates whose result passed are eligible;
-- with timings, the fastest wins only if its lead over an earlier eligible candidate is larger than the noise
-  (the larger relative spread of the two, and at least ``min_lead``); otherwise the earlier one keeps it.
-  Candidates are given in preference order (baseline, hand-written files, tuned variants, generated in order),
-  so ties go to the simpler or earlier one;
+- with timings, find the fastest; the winner is the *earliest* eligible candidate (in preference order) that the
+  fastest does not beat by more than the noise, where the noise of a comparison is the larger relative spread of
+  the two and at least ``min_lead``. So the fastest wins only when its lead over every earlier candidate is
+  larger than the noise, and a tie goes to the simpler or earlier one. Candidates are given in preference order
+  (baseline, hand-written files, tuned variants, generated in order);
+- candidates that passed without a timing (no GPU measured them) only win when none was timed;
 - without timings (static gate only), the first eligible candidate in preference order wins.
 """
 
@@ -15,13 +17,14 @@ from collections.abc import Sequence
 
 from .records import Candidate, Result
 
-__all__ = ["MIN_LEAD", "select_winner"]
+__all__ = ["MIN_LEAD", "beats", "select_winner"]
 
 MIN_LEAD = 0.02
 """Smallest relative lead that counts as faster, whatever the measured spread."""
 
 
-def _beats(challenger: Result, holder: Result, min_lead: float) -> bool:
+def beats(challenger: Result, holder: Result, min_lead: float = MIN_LEAD) -> bool:
+    """Whether ``challenger`` is faster than ``holder`` by more than the noise of the two measurements."""
     assert challenger.timing is not None and holder.timing is not None
     noise = max(challenger.timing.spread, holder.timing.spread, min_lead)
     return challenger.timing.median_us * (1.0 + noise) < holder.timing.median_us
@@ -38,8 +41,8 @@ def select_winner(candidates: Sequence[Candidate], results: Sequence[Result], *,
     timed = [(c, r) for c, r in eligible if r.timing is not None]
     if not timed:
         return eligible[0][0]
-    best_c, best_r = timed[0]
-    for c, r in timed[1:]:
-        if _beats(r, best_r, min_lead):
-            best_c, best_r = c, r
-    return best_c
+    fastest = min(timed, key=lambda cr: cr[1].timing.median_us if cr[1].timing else float("inf"))[1]
+    for c, r in timed:
+        if r is fastest or not beats(fastest, r, min_lead):
+            return c
+    return None  # unreachable: the fastest does not beat itself

@@ -1,0 +1,352 @@
+"""The correctness plan of one kernel, shared by all its candidates, and the verdict on a worker's replies.
+
+For every test shape the plan is a sequence of calls into the *same* buffers, each with fresh inputs and the
+reference's outputs for them:
+
+1-4. ``direct`` calls with signed, large-magnitude, tied and denormal inputs (outputs poisoned with alternating
+     patterns, so an element left from an earlier call or never written shows);
+5.   ``graph``: the call is captured into a CUDA graph on the given stream (global capture mode, so touching the
+     legacy default stream fails the capture), new inputs are uploaded, and only the graph is replayed: work on
+     a private or per-thread stream never reaches the outputs;
+6-7. ``smem``: every SM's shared memory is filled with a pattern by a kernel launched just before the call
+     (two patterns), so a kernel reading shared memory it never wrote gives a different answer.
+
+Pointers are offset from aligned allocations (unless the spec declares an alignment) and surrounded by guard
+bands; :mod:`.compare` judges the bytes that come back.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ..errors import EvaluationError
+from ..manifest.model import KernelSpec
+from .compare import Mismatch, check_guards, check_unchanged, compare_outputs
+from .floors import shape_key
+from .inputs import (
+    FLOAT_DTYPES,
+    GUARD_BYTE,
+    ArrayLayout,
+    array_shape,
+    generate_inputs,
+    layout_for,
+    numpy_dtype,
+    poison_bytes,
+    reference_kwargs,
+    scalar_values,
+)
+
+__all__ = [
+    "CallPlan",
+    "ShapePlan",
+    "Verdict",
+    "arg_codes",
+    "arg_items",
+    "check_request",
+    "diagnose",
+    "diagnosis_plan",
+    "judge_shape",
+    "needs_diagnosis",
+    "plan_checks",
+    "run_reference",
+]
+
+Mode = Literal["direct", "graph", "smem"]
+SMEM_PATTERNS = (0xFFFFFFFF, 0x4B4B4B4B)
+"""Patterns shared memory is pre-filled with: NaN as float, -1 as int; then 1.3e7 as float."""
+
+_SEQUENCE: tuple[tuple[str, Mode, int | None], ...] = (
+    ("signed", "direct", None),
+    ("large", "direct", None),
+    ("ties", "direct", None),
+    ("denormal", "direct", None),
+    ("signed", "graph", None),
+    ("signed", "smem", SMEM_PATTERNS[0]),
+    ("signed", "smem", SMEM_PATTERNS[1]),
+)
+
+_CODES = {
+    "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8", "uint16": "u16",
+    "uint32": "u32", "uint64": "u64", "float32": "f32", "float64": "f64", "bool": "bool",
+    "float16": "u16", "bfloat16": "u16",
+}
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """One call of a shape's sequence."""
+
+    dist: str
+    """Input distribution."""
+    mode: Mode
+    """How the call is made."""
+    parity: int
+    """Which poison pattern outputs get."""
+    smem_pattern: int | None
+    """Shared-memory fill before the call (``smem`` mode)."""
+    inputs: dict[str, NDArray[Any]]
+    """``in`` / ``inout`` arrays uploaded for the call."""
+    expected: dict[str, NDArray[Any]]
+    """The reference's ``out`` / ``inout`` arrays for those inputs."""
+
+    @property
+    def label(self) -> str:
+        """``large inputs`` / ``graph replay`` / ``shared memory pre-filled with 0xffffffff``."""
+        if self.mode == "graph":
+            return "replay of a CUDA graph captured on the stream"
+        if self.mode == "smem":
+            return f"shared memory pre-filled with 0x{self.smem_pattern or 0:08x}"
+        return f"{self.dist} inputs"
+
+
+@dataclass(frozen=True)
+class ShapePlan:
+    """Every call at one test shape."""
+
+    sizes: dict[str, int]
+    """The shape."""
+    key: str
+    """The shape written as ``n=31``."""
+    layouts: list[ArrayLayout]
+    """Where each array lives in its allocation."""
+    calls: list[CallPlan]
+    """The sequence of calls into the same buffers."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A failed check."""
+
+    status: Literal["incorrect", "crashed", "timed_out"]
+    """Result status."""
+    detail: str
+    """What happened, where, and (for contract violations) what the contract requires."""
+    call: int | None = None
+    """Index of the failing call in its shape's sequence, when one call failed."""
+    kind: str = ""
+    """The :class:`~.compare.Mismatch` kind of an output failure (``value``, ``nan``, ``unwritten``, ...)."""
+
+
+def arg_codes(spec: KernelSpec) -> list[str]:
+    """ctypes codes of the entry point's parameters (the trailing stream excluded)."""
+    return ["ptr" if a.is_array else _CODES[a.dtype] for a in spec.args]
+
+
+def _scalar_for_ctypes(dtype: str, value: int | float) -> int | float | bool:
+    if dtype in ("float16", "bfloat16"):
+        as_np = np.array([value], dtype=numpy_dtype(dtype))
+        return int(as_np.view(np.uint16)[0])
+    if dtype in FLOAT_DTYPES:
+        return float(value)
+    if dtype == "bool":
+        return bool(value)
+    return int(value)
+
+
+def arg_items(spec: KernelSpec, sizes: Mapping[str, int]) -> list[dict[str, Any]]:
+    """The entry point's arguments for one shape: ``{"array": j}`` (j-th array argument) or ``{"scalar": v}``."""
+    scalars = scalar_values(spec, sizes)
+    items: list[dict[str, Any]] = []
+    j = 0
+    for arg in spec.args:
+        if arg.is_array:
+            items.append({"array": j})
+            j += 1
+        else:
+            items.append({"scalar": _scalar_for_ctypes(arg.dtype, scalars[arg.name])})
+    return items
+
+
+def run_reference(reference: Callable[..., Any], spec: KernelSpec, sizes: Mapping[str, int],
+                  inputs: Mapping[str, NDArray[Any]]) -> dict[str, NDArray[Any]]:
+    """The reference's outputs by name, checked against the declared shapes."""
+    outs = [a for a in spec.args if a.is_array and a.role in ("out", "inout")]
+    try:
+        result = reference(**reference_kwargs(spec, sizes, inputs))
+    except Exception as exc:
+        raise EvaluationError(f"{spec.name}: the reference {spec.reference} failed at {dict(sizes)}: "
+                              f"{type(exc).__name__}: {exc}") from None
+    if isinstance(result, dict):
+        values = {a.name: result.get(a.name) for a in outs}
+    elif isinstance(result, (tuple, list)):
+        if len(result) != len(outs):
+            raise EvaluationError(f"{spec.name}: the reference returned {len(result)} values for {len(outs)} "
+                                  f"outputs ({', '.join(a.name for a in outs)})")
+        values = {a.name: v for a, v in zip(outs, result, strict=True)}
+    else:
+        if len(outs) != 1:
+            raise EvaluationError(f"{spec.name}: the reference returned one value for {len(outs)} outputs; return "
+                                  "a tuple in declaration order or a dict by name")
+        values = {outs[0].name: result}
+    checked: dict[str, NDArray[Any]] = {}
+    for arg in outs:
+        value = values[arg.name]
+        if value is None:
+            raise EvaluationError(f"{spec.name}: the reference returned nothing for output {arg.name!r}")
+        arr = np.asarray(value)
+        shape = array_shape(arg, sizes)
+        if arr.shape != shape:
+            if arr.size != int(np.prod(shape, dtype=np.int64)):
+                raise EvaluationError(f"{spec.name}: the reference's {arg.name} has shape {arr.shape}, the spec "
+                                      f"declares {shape} at {dict(sizes)}")
+            arr = arr.reshape(shape)
+        if arg.dtype not in FLOAT_DTYPES:
+            arr = arr.astype(numpy_dtype(arg.dtype))
+        checked[arg.name] = arr
+    return checked
+
+
+def _seed(base: int, name: str, shape_index: int, call_index: int) -> int:
+    return zlib.crc32(f"{base}:{name}:{shape_index}:{call_index}".encode())
+
+
+def plan_checks(spec: KernelSpec, reference: Callable[..., Any], *, seed: int = 0) -> list[ShapePlan]:
+    """The plan for every test shape of ``spec`` (the reference is called here, once per call)."""
+    has_float = any(a.dtype in FLOAT_DTYPES for a in spec.args if a.is_array and a.role != "out")
+    plans = []
+    for si, sizes in enumerate(spec.test_shapes):
+        calls = []
+        for ci, (dist, mode, pattern) in enumerate(_SEQUENCE):
+            if dist == "denormal" and not has_float:
+                dist = "signed"
+            inputs = generate_inputs(spec, sizes, dist, _seed(seed, spec.name, si, ci))
+            expected = run_reference(reference, spec, sizes, inputs)
+            calls.append(CallPlan(dist, mode, ci % 2, pattern, inputs, expected))
+        plans.append(ShapePlan(dict(sizes), shape_key(spec, sizes), layout_for(spec, sizes), calls))
+    return plans
+
+
+def _poisons(plan: ShapePlan, call: CallPlan) -> dict[str, bytes]:
+    return {lay.name: poison_bytes(lay.dtype, call.parity) for lay in plan.layouts if lay.role == "out"}
+
+
+def check_request(spec: KernelSpec, plan: ShapePlan, lib: str) -> tuple[dict[str, Any], list[bytes]]:
+    """The worker request that runs one shape's calls."""
+    buffers: list[bytes] = []
+    calls = []
+    for call in plan.calls:
+        inputs: dict[str, int] = {}
+        poison: dict[str, str] = {}
+        for j, lay in enumerate(plan.layouts):
+            if lay.role == "out":
+                poison[str(j)] = poison_bytes(lay.dtype, call.parity).hex()
+            else:
+                inputs[str(j)] = len(buffers)
+                buffers.append(np.ascontiguousarray(call.inputs[lay.name]).tobytes())
+        calls.append({"mode": call.mode, "inputs": inputs, "poison": poison, "smem_pattern": call.smem_pattern})
+    header = {
+        "op": "check", "lib": lib, "args": arg_items(spec, plan.sizes), "calls": calls,
+        "arrays": [{"total": lay.total, "start": lay.start, "nbytes": lay.nbytes, "guard_byte": GUARD_BYTE}
+                   for lay in plan.layouts],
+    }
+    return header, buffers
+
+
+_STREAM_RULE = ("The contract: launch every kernel, copy and memset of the call on the `stream` argument "
+                "(or on streams joined to it with events); never on the default stream, a private stream or "
+                "cudaStreamPerThread, and no synchronizing calls.")
+
+
+def _where(plan: ShapePlan, index: int) -> str:
+    return f"at {plan.key} (call {index + 1} of {len(plan.calls)}: {plan.calls[index].label})"
+
+
+def _mismatch_detail(plan: ShapePlan, index: int, found: Mismatch) -> Verdict:
+    call = plan.calls[index]
+    where = _where(plan, index)
+    if found.kind in ("guard", "input"):
+        return Verdict("incorrect", f"{found.message} {where}", index, found.kind)
+    if call.mode == "graph":
+        return Verdict("incorrect", f"work outside the given stream: replaying only the CUDA graph captured from "
+                                    f"the call on its stream gave wrong outputs ({found.message}) {where}. "
+                                    + _STREAM_RULE, index, found.kind)
+    if call.mode == "smem":
+        return Verdict("incorrect", f"reads shared memory it never wrote: {found.message} {where}, while the "
+                                    "same inputs passed with shared memory left as it was", index, found.kind)
+    if index > 0 and found.kind == "unwritten":
+        return Verdict("incorrect", f"{found.message} {where}; earlier calls into the same buffers passed, so "
+                                    "the call skips work on repeated calls (results cached across calls?)",
+                       index, found.kind)
+    return Verdict("incorrect", f"{found.message} {where}", index, found.kind)
+
+
+def needs_diagnosis(plan: ShapePlan, verdict: Verdict) -> bool:
+    """Whether a failure could come from a race or from reading unwritten shared memory, which repeating the
+    call tells apart (:func:`diagnosis_plan`)."""
+    return (verdict.status == "incorrect" and verdict.call is not None
+            and plan.calls[verdict.call].mode == "direct" and verdict.kind in ("value", "nan", "unwritten"))
+
+
+def diagnosis_plan(plan: ShapePlan, index: int) -> ShapePlan:
+    """The failing call three more times on the same inputs: shared memory pre-filled with pattern A, B, A."""
+    call = plan.calls[index]
+    a, b = SMEM_PATTERNS
+    calls = [replace(call, mode="smem", smem_pattern=p) for p in (a, b, a)]
+    return replace(plan, calls=calls)
+
+
+def diagnose(plan: ShapePlan, reply: Mapping[str, Any], buffers: Sequence[bytes]) -> str | None:
+    """What the three repeated calls of a :func:`diagnosis_plan` show: nondeterminism (same inputs, same
+    shared-memory fill, different outputs) or a dependence on shared memory's earlier contents."""
+    records = reply.get("calls", [])
+    n = len(plan.layouts)
+    if not reply.get("ok") or len(records) < 3 or any(r.get("error") for r in records[:3]) or len(buffers) < 3 * n:
+        return None
+    outs = [j for j, lay in enumerate(plan.layouts) if lay.role != "in"]
+
+    def payload(run: int) -> list[bytes]:
+        return [buffers[run * n + j][plan.layouts[j].start: plan.layouts[j].start + plan.layouts[j].nbytes]
+                for j in outs]
+
+    first, second, third = payload(0), payload(1), payload(2)
+    if first != third:
+        return ("nondeterministic: two identical calls (same inputs, same shared-memory contents before the call) "
+                "gave different outputs, a race between threads or blocks (a missing __syncthreads, a "
+                "non-atomic update of one element from several blocks)")
+    if first != second:
+        return ("reads shared memory it never wrote: the same inputs give different outputs depending on what "
+                f"shared memory held before the call (pre-filled with 0x{SMEM_PATTERNS[0]:08x}, then "
+                f"0x{SMEM_PATTERNS[1]:08x})")
+    return None
+
+
+def judge_shape(spec: KernelSpec, plan: ShapePlan, reply: Mapping[str, Any], buffers: Sequence[bytes]
+                ) -> Verdict | None:
+    """The first failure in a worker's reply to :func:`check_request`, or None when every call passed."""
+    n = len(plan.layouts)
+    records = reply.get("calls", [])
+    if not reply.get("ok", False):
+        return Verdict("crashed", f"{reply.get('error', 'the worker failed')} at {plan.key}")
+    for i, rec in enumerate(records):
+        where = _where(plan, i)
+        call = plan.calls[i]
+        if call.mode == "graph" and (rec.get("capture_error") or rec.get("rc")) and not rec.get("fatal"):
+            why = rec.get("capture_error") or rec.get("error") or f"returned {rec.get('rc')}"
+            return Verdict("incorrect", f"work outside the given stream: capturing the call into a CUDA graph "
+                                        f"on its stream failed ({why}) {where}. " + _STREAM_RULE)
+        if rec.get("error"):
+            return Verdict("crashed", f"{rec['error']} {where}")
+        datas = buffers[i * n:(i + 1) * n]
+        if len(datas) != n:
+            return Verdict("crashed", f"the worker returned no data {where}")
+        for lay, data in zip(plan.layouts, datas, strict=True):
+            found = check_guards(lay, data)
+            if found is not None:
+                return _mismatch_detail(plan, i, found)
+        for lay, data in zip(plan.layouts, datas, strict=True):
+            if lay.role == "in":
+                found = check_unchanged(lay, data, call.inputs[lay.name])
+                if found is not None:
+                    return _mismatch_detail(plan, i, found)
+        found = compare_outputs(plan.layouts, list(datas), call.expected, spec.tolerance, _poisons(plan, call))
+        if found is not None:
+            return _mismatch_detail(plan, i, found)
+    if len(records) < len(plan.calls):
+        return Verdict("crashed", f"the worker stopped after {len(records)} of {len(plan.calls)} calls at {plan.key}")
+    return None

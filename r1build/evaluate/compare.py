@@ -1,0 +1,175 @@
+"""Judging one call from the bytes of every allocation after it: guard bands, inputs, outputs.
+
+The rules, in the order they are checked:
+
+1. every guard band still holds its fill (else: an out-of-bounds write, with the array and how far);
+2. every ``in`` array holds exactly what was uploaded;
+3. every output element was written (poison left behind means an unwritten element) and is not NaN unless the
+   reference's is;
+4. outputs match the reference at the spec's tolerance, elementwise and in relative norm:
+   ``|out - ref| <= atol * max(1, rms(ref)) + rtol * |ref|`` for every element (``atol`` is in units of the
+   output's scale, so large-magnitude inputs do not fail a correct float32 reduction at cancelling elements), and
+   ``||out - ref|| <= rtol * ||ref||`` (or ``<= atol * sqrt(N)`` when the reference is all zero).
+   A NaN, an infinity that the reference does not have, never passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ..manifest.model import Tolerance
+from .inputs import GUARD_BYTE, ArrayLayout, numpy_dtype
+
+__all__ = [
+    "Mismatch", "check_guards", "check_unchanged", "compare_output", "compare_outputs", "format_value"]
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """Why one call failed a check."""
+
+    kind: str
+    """``guard``, ``input``, ``unwritten``, ``nan`` or ``value``."""
+    message: str
+    """What was found, for people and models."""
+
+
+def format_value(x: Any) -> str:
+    """A compact rendering of one element."""
+    if isinstance(x, (float, np.floating)):
+        return f"{float(x):.7g}"
+    return str(x)
+
+
+def _index(flat: int, shape: tuple[int, ...]) -> str:
+    if not shape:
+        return "[]"
+    return "[" + ", ".join(str(int(i)) for i in np.unravel_index(flat, shape)) + "]"
+
+
+def check_guards(layout: ArrayLayout, data: bytes) -> Mismatch | None:
+    """Whether the guard bands around one array are intact."""
+    view = np.frombuffer(data, dtype=np.uint8)
+    if view.size != layout.total:
+        return Mismatch("guard", f"{layout.name}: allocation came back with {view.size} bytes, "
+                                 f"expected {layout.total}")
+    front = view[: layout.start]
+    back = view[layout.start + layout.nbytes:]
+    bad_front = np.flatnonzero(front != GUARD_BYTE)
+    bad_back = np.flatnonzero(back != GUARD_BYTE)
+    if bad_front.size == 0 and bad_back.size == 0:
+        return None
+    parts = []
+    if bad_front.size:
+        parts.append(f"{bad_front.size} bytes before its start (up to {layout.start - int(bad_front[0])} bytes "
+                     "before it)")
+    if bad_back.size:
+        parts.append(f"{bad_back.size} bytes past its end (up to {int(bad_back[-1]) + 1} bytes past it)")
+    return Mismatch("guard", f"out-of-bounds write: {layout.name} was written outside its {layout.nbytes} bytes: "
+                             + " and ".join(parts))
+
+
+def _payload(layout: ArrayLayout, data: bytes) -> NDArray[Any]:
+    raw = np.frombuffer(data, dtype=np.uint8)[layout.start: layout.start + layout.nbytes]
+    return raw.view(numpy_dtype(layout.dtype)).reshape(layout.shape)
+
+
+def check_unchanged(layout: ArrayLayout, data: bytes, uploaded: NDArray[Any]) -> Mismatch | None:
+    """Whether an ``in`` array still holds exactly what was uploaded (bitwise)."""
+    got = np.frombuffer(data, dtype=np.uint8)[layout.start: layout.start + layout.nbytes]
+    want = np.ascontiguousarray(uploaded).view(np.uint8).reshape(-1)
+    diff = np.flatnonzero(got != want)
+    if diff.size == 0:
+        return None
+    itemsize = numpy_dtype(layout.dtype).itemsize
+    first = int(diff[0]) // itemsize
+    changed = int(np.unique(diff // itemsize).size)
+    flat_want = np.ascontiguousarray(uploaded).reshape(-1)
+    flat_got = _payload(layout, data).reshape(-1)
+    return Mismatch("input", f"modified its input {layout.name} (role in): {changed} elements changed, first at "
+                             f"{_index(first, layout.shape)}: was {format_value(flat_want[first])}, now "
+                             f"{format_value(flat_got[first])}")
+
+
+def compare_output(layout: ArrayLayout, data: bytes, expected: NDArray[Any], tolerance: Tolerance,
+                   poison: bytes) -> Mismatch | None:
+    """Whether one output array matches the reference (see the module docstring for the rules)."""
+    got = _payload(layout, data)
+    n = got.size
+    if n == 0:
+        return None
+    itemsize = got.dtype.itemsize
+    raw = np.frombuffer(data, dtype=np.uint8)[layout.start: layout.start + layout.nbytes].reshape(n, itemsize)
+    if len(poison) == itemsize:
+        left = np.all(raw == np.frombuffer(poison, dtype=np.uint8), axis=1)
+    else:  # inout arrays start from their inputs, not from poison
+        left = np.zeros(n, dtype=bool)
+    want = np.asarray(expected).reshape(-1)
+    flat = got.reshape(-1)
+    is_float = got.dtype.kind == "f" or got.dtype.name == "bfloat16"
+    if is_float:
+        g = flat.astype(np.float64)
+        w = want.astype(np.float64)
+        ref_nan = np.isnan(w)
+        left &= ~ref_nan
+    else:
+        g = flat.astype(np.float64) if got.dtype != np.bool_ else flat.astype(np.int64).astype(np.float64)
+        w = want.astype(np.float64) if want.dtype != np.bool_ else want.astype(np.int64).astype(np.float64)
+        ref_nan = np.zeros(n, dtype=bool)
+        left &= g != w
+    if left.any():
+        idx = np.flatnonzero(left)
+        return Mismatch("unwritten", f"left {idx.size} of {n} elements of {layout.name} unwritten (still the "
+                                     f"poison pattern 0x{poison.hex()}), first at {_index(int(idx[0]), layout.shape)}")
+    if is_float:
+        bad_nan = np.isnan(g) & ~ref_nan
+        if bad_nan.any():
+            idx = np.flatnonzero(bad_nan)
+            return Mismatch("nan", f"{idx.size} of {n} elements of {layout.name} are NaN where the reference is "
+                                   f"not, first at {_index(int(idx[0]), layout.shape)} (expected "
+                                   f"{format_value(w[idx[0]])})")
+        missing_nan = ref_nan & ~np.isnan(g)
+        bad_inf = (np.isinf(g) | np.isinf(w)) & (g != w) & ~ref_nan
+        wrong_special = missing_nan | bad_inf
+        if wrong_special.any():
+            i = int(np.flatnonzero(wrong_special)[0])
+            return Mismatch("value", f"{layout.name}{_index(i, layout.shape)} is {format_value(g[i])}, expected "
+                                     f"{format_value(w[i])}")
+        finite = np.isfinite(w)
+        g, w = np.where(finite, g, 0.0), np.where(finite, w, 0.0)
+    err = np.abs(g - w)
+    scale = max(1.0, float(np.sqrt(np.mean(w * w))))
+    allowed = tolerance.atol * scale + tolerance.rtol * np.abs(w)
+    over = err > allowed
+    ref_norm = float(np.linalg.norm(w))
+    err_norm = float(np.linalg.norm(err))
+    rel = err_norm / ref_norm if ref_norm > 0 else err_norm
+    norm_ok = err_norm <= tolerance.rtol * ref_norm if ref_norm > 0 else err_norm <= tolerance.atol * np.sqrt(n)
+    if not over.any() and norm_ok:
+        return None
+    where = int(np.argmax(err - allowed))
+    detail = (f"{int(over.sum())} of {n} elements of {layout.name} differ beyond rtol={tolerance.rtol:g}, "
+              f"atol={tolerance.atol:g}; worst at {_index(where, layout.shape)}: got {format_value(g[where])}, "
+              f"expected {format_value(w[where])}; relative error norm {rel:.3g}")
+    if not over.any():
+        detail = (f"{layout.name}: relative error norm {rel:.3g} exceeds rtol={tolerance.rtol:g} "
+                  f"(largest error at {_index(where, layout.shape)}: got {format_value(g[where])}, expected "
+                  f"{format_value(w[where])})")
+    return Mismatch("value", detail)
+
+
+def compare_outputs(layouts: list[ArrayLayout], datas: list[bytes], expected: Mapping[str, NDArray[Any]],
+                    tolerance: Tolerance, poisons: Mapping[str, bytes]) -> Mismatch | None:
+    """Check every output array of one call (declaration order); the first mismatch."""
+    for layout, data in zip(layouts, datas, strict=True):
+        if layout.role == "in":
+            continue
+        found = compare_output(layout, data, expected[layout.name], tolerance, poisons.get(layout.name, b""))
+        if found is not None:
+            return found
+    return None

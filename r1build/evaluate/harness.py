@@ -1,0 +1,102 @@
+"""A minimal driver for one candidate under compute-sanitizer: run by path, standard library only.
+
+``python harness.py job.json`` allocates every array with the CUDA driver API (exact sizes, so memcheck sees an
+access one element past the end), uploads ``in`` / ``inout`` data from the files the job names, leaves ``out``
+arrays uninitialized (initcheck reports a kernel that reads them before writing), calls the entry point on a
+non-blocking stream and synchronizes. ``python harness.py --probe`` only initializes CUDA and allocates, to find
+out whether the sanitizer works on this machine at all.
+
+Exit status: 0 when every call returned success, 3 when a call or a CUDA call failed (the message on stderr).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+_CTYPES: dict[str, Any] = {
+    "ptr": ctypes.c_void_p, "bool": ctypes.c_bool,
+    "i8": ctypes.c_int8, "i16": ctypes.c_int16, "i32": ctypes.c_int32, "i64": ctypes.c_int64,
+    "u8": ctypes.c_uint8, "u16": ctypes.c_uint16, "u32": ctypes.c_uint32, "u64": ctypes.c_uint64,
+    "f32": ctypes.c_float, "f64": ctypes.c_double,
+}
+
+
+class _Driver:
+    def __init__(self) -> None:
+        self.lib = ctypes.CDLL("libcuda.so.1")
+
+    def check(self, name: str, *args: Any) -> None:
+        rc = getattr(self.lib, name)(*args)
+        if rc != 0:
+            text = ctypes.c_char_p()
+            self.lib.cuGetErrorName(rc, ctypes.byref(text))
+            raise RuntimeError(f"{name} failed: {(text.value or b'?').decode()} ({rc})")
+
+
+def _setup(drv: _Driver) -> ctypes.c_void_p:
+    dev = ctypes.c_int()
+    ctx = ctypes.c_void_p()
+    drv.check("cuInit", 0)
+    drv.check("cuDeviceGet", ctypes.byref(dev), 0)
+    drv.check("cuDevicePrimaryCtxRetain", ctypes.byref(ctx), dev)
+    drv.check("cuCtxSetCurrent", ctx)
+    stream = ctypes.c_void_p()
+    drv.check("cuStreamCreate", ctypes.byref(stream), 1)  # CU_STREAM_NON_BLOCKING
+    return stream
+
+
+def _alloc(drv: _Driver, nbytes: int) -> int:
+    ptr = ctypes.c_uint64()
+    drv.check("cuMemAlloc_v2", ctypes.byref(ptr), ctypes.c_size_t(max(nbytes, 1)))
+    return int(ptr.value)
+
+
+def run(job: dict[str, Any], base: Path) -> None:
+    drv = _Driver()
+    stream = _setup(drv)
+    lib = ctypes.CDLL(str(job["lib"]), mode=os.RTLD_LOCAL | os.RTLD_NOW)
+    fn = getattr(lib, str(job["entry"]))
+    fn.argtypes = [_CTYPES[c] for c in job["argtypes"]] + [ctypes.c_void_p]
+    fn.restype = ctypes.c_int
+    for index, shape in enumerate(job["shapes"]):
+        pointers = []
+        for array in shape["arrays"]:
+            ptr = _alloc(drv, int(array["nbytes"]))
+            pointers.append(ptr)
+            if array.get("input"):
+                data = (base / array["input"]).read_bytes()
+                buf = ctypes.create_string_buffer(data, len(data))
+                drv.check("cuMemcpyHtoD_v2", ctypes.c_uint64(ptr), buf, ctypes.c_size_t(len(data)))
+        args = [pointers[a["array"]] if "array" in a else a["scalar"] for a in shape["args"]]
+        print(f"r1build-harness: shape {index}", flush=True)
+        rc = fn(*args, stream)
+        if rc != 0:
+            raise RuntimeError(f"the call returned CUDA error {rc} at shape {index}")
+        drv.check("cuStreamSynchronize", stream)
+        drv.check("cuCtxSynchronize")
+        for ptr in pointers:
+            drv.check("cuMemFree_v2", ctypes.c_uint64(ptr))
+
+
+def main(argv: list[str]) -> int:
+    try:
+        if len(argv) > 1 and argv[1] == "--probe":
+            drv = _Driver()
+            _setup(drv)
+            drv.check("cuMemFree_v2", ctypes.c_uint64(_alloc(drv, 1024)))
+            return 0
+        path = Path(argv[1])
+        run(json.loads(path.read_text()), path.parent)
+    except Exception as exc:
+        print(f"r1build-harness: {exc}", file=sys.stderr, flush=True)
+        return 3
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,80 @@
+"""Shared libraries of candidate variants, built for the GPU's arch and checked before anything loads them.
+
+One variant is compiled exactly as the static gate compiles it (its :func:`~r1build.gate.nvcc.compile_variant`,
+the manifest's flags, real code for the arch) plus ``-Xcompiler -fPIC``, then its host object goes through the
+gate's symbol check (:func:`~r1build.gate.symbols.check_object`): an object that needs symbols outside the
+allowlist is rejected, naming them, and is never linked, let alone loaded. Only then is it linked with
+``nvcc -shared`` (the CUDA runtime linked statically, so the library needs nothing but libc and the driver).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from ..errors import ToolchainError, format_subprocess_failure
+from ..gate.nvcc import compile_variant
+from ..gate.symbols import check_object
+from ..records import Candidate
+from ..toolchain import Toolchain
+
+__all__ = ["Library", "LibraryFailure", "build_library"]
+
+
+@dataclass(frozen=True)
+class Library:
+    """A loadable shared library of one variant."""
+
+    path: Path
+    """The ``.so`` file."""
+    digest: str
+    """Variant digest of the candidate it was built from."""
+    arch: str
+    """Arch of its machine code."""
+    build_s: float
+    """Wall seconds compile, check and link took."""
+
+
+@dataclass(frozen=True)
+class LibraryFailure:
+    """Why a variant has no library: it does not compile, or its object breaks the symbol rules."""
+
+    status: Literal["compile_error", "rejected"]
+    """Result status to report."""
+    detail: str
+    """Compiler output or the symbol check's reason."""
+
+
+def build_library(candidate: Candidate, entry: str, arch: str, *, flags: Sequence[str], toolchain: Toolchain,
+                  workdir: Path, timeout_s: float = 300.0) -> Library | LibraryFailure:
+    """Compile, check and link one variant in ``workdir`` (created if missing)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    name = f"v_{candidate.digest[:16]}"
+    compiled = compile_variant(candidate.source, candidate.defines, arch, name=name,
+                               flags=[*flags, "-Xcompiler", "-fPIC"], toolchain=toolchain, workdir=workdir,
+                               timeout_s=timeout_s)
+    if not compiled.ok or compiled.object_path is None:
+        why = "nvcc timed out" if compiled.timed_out else format_subprocess_failure(
+            list(compiled.command), compiled.returncode or 0, compiled.output)
+        return LibraryFailure("compile_error", why)
+    symbols = check_object(compiled.object_path, entry)
+    if not symbols.ok:
+        return LibraryFailure("rejected", symbols.reason(entry))
+    so = workdir / f"{name}.so"
+    cmd = [toolchain.nvcc, "-shared", "-o", so.name, compiled.object_path.name]
+    try:
+        proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, errors="replace",
+                              timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        return LibraryFailure("compile_error", f"linking the shared library did not finish within {timeout_s:g} s")
+    except OSError as exc:
+        raise ToolchainError(f"cannot run {toolchain.nvcc}: {exc}") from None
+    if proc.returncode != 0 or not so.is_file():
+        return LibraryFailure("compile_error", format_subprocess_failure(cmd, proc.returncode,
+                                                                         proc.stdout + proc.stderr))
+    return Library(so, candidate.digest, arch, time.perf_counter() - start)

@@ -1,0 +1,142 @@
+"""compute-sanitizer runs on small shapes: memcheck, racecheck and initcheck, one process per tool and candidate.
+
+Each run drives the candidate's own shared library through :mod:`.harness` (standard library only, so a run
+costs the sanitizer's start and little else), with the same scrubbed environment as the workers. Where the
+sanitizer cannot run at all (not installed, or the machine's runtime does not support it: a probe finds out
+once), the checks are skipped and the evaluator says so; a run that ends without a verdict (timeout, the
+sanitizer's own failure) is inconclusive, never a rejection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+__all__ = ["TOOLS", "SanitizerOutcome", "SanitizerRunner", "find_sanitizer", "summarize_report"]
+
+TOOLS = ("memcheck", "racecheck", "initcheck")
+ERROR_EXIT = 86
+HARNESS = Path(__file__).with_name("harness.py")
+
+_PREFIX = re.compile(r"^=+ ?")
+_SUMMARY = re.compile(r"(ERROR SUMMARY: (\d+) errors?)|(RACECHECK SUMMARY: .*\((\d+) errors?, \d+ warnings?\))")
+_FINDING = re.compile(r"Invalid |Race reported|Uninitialized|Misaligned|out of bounds|Barrier error|"
+                      r"Program hit|Malloc/Free error|Error: ", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class SanitizerOutcome:
+    """The verdict of one sanitizer run."""
+
+    tool: str
+    """memcheck, racecheck or initcheck."""
+    verdict: Literal["clean", "finding", "inconclusive"]
+    """``finding`` rejects the candidate; ``inconclusive`` does not."""
+    detail: str = ""
+    """The first finding (what, where, which thread) and the summary; or why the run was inconclusive."""
+
+
+def find_sanitizer(nvcc: str | None = None, environ: Mapping[str, str] | None = None) -> str | None:
+    """compute-sanitizer from ``R1BUILD_COMPUTE_SANITIZER``, ``PATH``, next to nvcc or in /usr/local/cuda."""
+    env = os.environ if environ is None else environ
+    explicit = env.get("R1BUILD_COMPUTE_SANITIZER")
+    if explicit:
+        return explicit if Path(explicit).is_file() else None
+    found = shutil.which("compute-sanitizer", path=env.get("PATH"))
+    if found:
+        return found
+    candidates = []
+    if nvcc:
+        bin_dir = Path(nvcc).resolve().parent
+        candidates += [bin_dir / "compute-sanitizer", bin_dir.parent / "compute-sanitizer" / "compute-sanitizer"]
+    candidates += [Path("/usr/local/cuda/bin/compute-sanitizer"),
+                   Path("/usr/local/cuda/compute-sanitizer/compute-sanitizer")]
+    return next((str(c) for c in candidates if c.is_file()), None)
+
+
+def summarize_report(output: str, limit: int = 6) -> str | None:
+    """The first finding of a sanitizer report and its summary line, or None when it reports none."""
+    lines = [_PREFIX.sub("", line).rstrip() for line in output.splitlines() if line.startswith("=")]
+    summary = ""
+    errors = 0
+    for line in lines:
+        m = _SUMMARY.search(line)
+        if m:
+            summary = line.strip()
+            errors += int(m.group(2) or m.group(4) or 0)
+    first = next((i for i, line in enumerate(lines) if _FINDING.search(line) and not _SUMMARY.search(line)), None)
+    if first is None and errors == 0:
+        return None
+    block: list[str] = []
+    if first is not None:
+        block.append(lines[first].strip())
+        for line in lines[first + 1:]:
+            if not line.startswith((" ", "\t")) or len(block) >= limit:
+                break
+            block.append(line.strip())
+    if summary:
+        block.append(summary)
+    return "; ".join(block)
+
+
+class SanitizerRunner:
+    """Runs compute-sanitizer over the harness for one GPU."""
+
+    def __init__(self, executable: str, env: Mapping[str, str], *, timeout_s: float = 120.0) -> None:
+        self.executable = executable
+        self.env = dict(env)
+        self.timeout_s = timeout_s
+        self._available: str | bool | None = None
+
+    def _run(self, args: list[str], cwd: Path) -> tuple[int | None, str]:
+        cmd = [self.executable, *args]
+        try:
+            proc = subprocess.Popen(cmd, cwd=cwd, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as exc:
+            return None, f"cannot start {self.executable}: {exc}"
+        try:
+            out, _ = proc.communicate(timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+            return None, out.decode(errors="replace")
+        return proc.returncode, out.decode(errors="replace")
+
+    def available(self, workdir: Path) -> str | None:
+        """None when the sanitizer works here; else why not (probed once)."""
+        if self._available is None:
+            code, out = self._run(["--tool", "memcheck", "--error-exitcode", str(ERROR_EXIT), sys.executable,
+                                   str(HARNESS), "--probe"], workdir)
+            if code == 0:
+                self._available = True
+            else:
+                tail = out.strip().splitlines()[-3:] if out.strip() else []
+                self._available = f"compute-sanitizer does not run here ({'; '.join(tail) or f'exit {code}'})"
+        return None if self._available is True else str(self._available)
+
+    def run(self, tool: str, job_file: Path) -> SanitizerOutcome:
+        """One tool over one harness job."""
+        args = ["--tool", tool, "--error-exitcode", str(ERROR_EXIT), "--print-limit", "10"]
+        if tool == "racecheck":
+            args += ["--racecheck-report", "hazard"]
+        code, out = self._run([*args, sys.executable, str(HARNESS), str(job_file)], job_file.parent)
+        if code is None:
+            return SanitizerOutcome(tool, "inconclusive", f"{tool} did not finish within {self.timeout_s:g} s")
+        found = summarize_report(out)
+        if code == ERROR_EXIT or (found is not None and code != 0):
+            return SanitizerOutcome(tool, "finding", found or f"{tool} reported errors")
+        if code != 0:
+            tail = " ".join(out.strip().splitlines()[-2:])
+            return SanitizerOutcome(tool, "inconclusive", f"{tool} run failed (exit {code}): {tail}"[:500])
+        return SanitizerOutcome(tool, "clean")

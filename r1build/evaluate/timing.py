@@ -1,0 +1,94 @@
+"""Timing requests for the worker and the statistics of what comes back.
+
+The worker times each benchmark shape with CUDA events on the stream, L2 flushed before every launch, input sets
+rotated, a CUDA graph of several calls when one call is shorter than ``graph_below_us``; here the samples become a
+median and a spread, and the first benchmark shape a :class:`~r1build.records.Timing` with its floor and
+speedups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..manifest.model import KernelSpec
+from ..records import Timing
+from .checks import arg_items
+from .floors import DeviceFloors, floor_us, shape_key
+from .inputs import array_shape, numpy_dtype, scalar_values
+
+__all__ = ["SampleStats", "build_timing", "reference_request", "summarize", "time_request"]
+
+
+@dataclass(frozen=True)
+class SampleStats:
+    """Median and spread of one shape's samples."""
+
+    median_us: float
+    """Median microseconds of one call."""
+    spread: float
+    """(p90 - p10) / median."""
+    samples: int
+    """How many samples."""
+
+
+def summarize(samples: Sequence[float]) -> SampleStats:
+    """Median and relative p10-p90 spread."""
+    if not samples:
+        raise ValueError("no samples")
+    arr = np.asarray(samples, dtype=np.float64)
+    median = float(np.median(arr))
+    p10, p90 = (float(x) for x in np.percentile(arr, [10, 90]))
+    spread = (p90 - p10) / median if median > 0 else 0.0
+    return SampleStats(median, spread, int(arr.size))
+
+
+def _arrays(spec: KernelSpec, sizes: Mapping[str, int]) -> list[dict[str, Any]]:
+    out = []
+    for arg in spec.args:
+        if not arg.is_array:
+            continue
+        shape = array_shape(arg, sizes)
+        out.append({"name": arg.name, "dtype": arg.dtype, "role": arg.role, "shape": list(shape),
+                    "count": int(np.prod(shape, dtype=np.int64)), "itemsize": numpy_dtype(arg.dtype).itemsize})
+    return out
+
+
+def time_request(spec: KernelSpec, lib: str, *, budget_s: float = 0.3, min_samples: int = 20,
+                 max_samples: int = 200, graph_below_us: float = 10.0) -> dict[str, Any]:
+    """The worker request that times one library at every benchmark shape."""
+    return {
+        "op": "time", "lib": lib, "budget_s": budget_s, "min_samples": min_samples, "max_samples": max_samples,
+        "graph_below_us": graph_below_us,
+        "shapes": [{"arrays": _arrays(spec, s), "args": arg_items(spec, s)} for s in spec.bench_shapes],
+    }
+
+
+def reference_request(spec: KernelSpec, root: str) -> dict[str, Any]:
+    """The worker request that times the numpy reference run on cupy arrays at every benchmark shape."""
+    shapes = []
+    for sizes in spec.bench_shapes:
+        arrays = [a for a in _arrays(spec, sizes) if a["role"] != "out"]
+        shapes.append({"arrays": arrays, "scalars": scalar_values(spec, sizes)})
+    return {"op": "time_reference", "root": root, "reference": spec.reference, "shapes": shapes}
+
+
+def build_timing(spec: KernelSpec, stats: Sequence[SampleStats], *, floors: DeviceFloors | None,
+                 baseline_us: float | None, reference_us: float | None) -> Timing:
+    """The record of one candidate's timings; the first benchmark shape ranks."""
+    first = stats[0]
+    floor = floor_us(spec, spec.bench_shapes[0], floors) if floors is not None else None
+    return Timing(
+        median_us=round(first.median_us, 4),
+        spread=round(first.spread, 5),
+        samples=first.samples,
+        floor_us=round(floor, 4) if floor is not None else None,
+        share_of_floor=round(floor / first.median_us, 4) if floor is not None and first.median_us > 0 else None,
+        speedup_vs_baseline=round(baseline_us / first.median_us, 4) if baseline_us and first.median_us else None,
+        speedup_vs_reference=round(reference_us / first.median_us, 4) if reference_us and first.median_us else None,
+        shapes={shape_key(spec, sizes): round(s.median_us, 4) for sizes, s in zip(spec.bench_shapes, stats,
+                                                                                   strict=False)},
+    )

@@ -1,0 +1,569 @@
+"""The GPU worker: a child process that loads candidate libraries and calls them on the GPU.
+
+Run as ``python -m r1build.evaluate.worker <request fd> <reply fd>`` by :class:`~.process.WorkerHandle`, with a
+scrubbed environment and ``CUDA_VISIBLE_DEVICES`` naming one GPU. It knows nothing about specs or tolerances: it
+allocates what it is told, uploads what it is sent, calls the entry point through the candidate contract on its
+own non-blocking stream, and sends back raw bytes and timings. Judging happens in the parent (``compare``), which
+also means a candidate that corrupts this process cannot forge a verdict about itself beyond the bytes it leaves
+on the GPU.
+
+Operations (``op`` of a request):
+
+``load``
+    dlopen one candidate library and bind its entry point with ctypes argument types.
+``check``
+    one shape: allocate every array with guard bands, then run a sequence of calls into the same buffers,
+    each ``direct``, ``graph`` (capture on the stream, replay only the graph) or ``smem`` (shared memory of
+    every SM pre-filled with a pattern first); return every allocation's bytes after every call.
+``time``
+    time the entry point per benchmark shape: warm-up, L2 flushed before each launch, rotated input sets,
+    CUDA events on the stream, a CUDA graph of several calls when one call is shorter than ``graph_below_us``.
+``time_reference``
+    time the spec's numpy reference called with cupy arrays (many numpy functions dispatch to cupy).
+``floors``
+    measure device bandwidth (device-to-device copy) and fp32 peak (SGEMM and an FMA kernel).
+
+A CUDA error that leaves the context unusable (illegal address, misaligned address, ...) is reported with
+``"exiting": true`` and the worker exits; the parent starts a fresh one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import math
+import os
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .protocol import PeerClosed, read_message, write_message
+
+__all__ = ["main"]
+
+_CTYPES: dict[str, Any] = {
+    "ptr": ctypes.c_void_p, "bool": ctypes.c_bool,
+    "i8": ctypes.c_int8, "i16": ctypes.c_int16, "i32": ctypes.c_int32, "i64": ctypes.c_int64,
+    "u8": ctypes.c_uint8, "u16": ctypes.c_uint16, "u32": ctypes.c_uint32, "u64": ctypes.c_uint64,
+    "f32": ctypes.c_float, "f64": ctypes.c_double,
+}
+
+_HELPERS = r"""
+extern "C" __global__ void r1_spin(long long cycles) {
+    long long t0 = clock64();
+    while (clock64() - t0 < cycles) { }
+}
+extern "C" __global__ void r1_smem_poison(unsigned pattern, unsigned words, unsigned* sink) {
+    extern __shared__ unsigned smem[];
+    volatile unsigned* v = smem;
+    for (unsigned i = threadIdx.x; i < words; i += blockDim.x) v[i] = pattern;
+    __syncthreads();
+    if (v[threadIdx.x % words] == pattern + 1u) sink[0] = 1u;
+}
+extern "C" __global__ void r1_fma_peak(float* out, int iters, float b, float c) {
+    float a0 = threadIdx.x * 1e-3f, a1 = a0 + 1.f, a2 = a0 + 2.f, a3 = a0 + 3.f;
+    float a4 = a0 + 4.f, a5 = a0 + 5.f, a6 = a0 + 6.f, a7 = a0 + 7.f;
+#pragma unroll 4
+    for (int i = 0; i < iters; ++i) {
+        a0 = fmaf(a0, b, c); a1 = fmaf(a1, b, c); a2 = fmaf(a2, b, c); a3 = fmaf(a3, b, c);
+        a4 = fmaf(a4, b, c); a5 = fmaf(a5, b, c); a6 = fmaf(a6, b, c); a7 = fmaf(a7, b, c);
+    }
+    out[blockIdx.x * blockDim.x + threadIdx.x] = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7;
+}
+"""
+
+
+class ContextLost(Exception):
+    """The CUDA context is unusable; the worker must exit after replying."""
+
+
+class CallFailed(Exception):
+    """A candidate call returned an error or its work raised one (context still fine)."""
+
+
+class Worker:
+    """State of one worker: the device, the stream, loaded libraries and helper kernels."""
+
+    def __init__(self, reply_fd: int) -> None:
+        import cupy
+
+        self.cp = cupy
+        self.rt = cupy.cuda.runtime
+        self.reply_fd = reply_fd
+        cupy.cuda.Device(0).use()
+        props = self.rt.getDeviceProperties(0)
+        self.name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+        self.capability = (int(props["major"]), int(props["minor"]))
+        self.sm_count = int(props["multiProcessorCount"])
+        self.l2_bytes = int(props.get("l2CacheSize", 0)) or (40 << 20)
+        self.memory = int(props["totalGlobalMem"])
+        self.smem_optin = int(props.get("sharedMemPerBlockOptin", 0)) or 48 * 1024
+        clock = int(props.get("clockRate", 0))
+        if not clock:
+            try:
+                clock = int(self.rt.deviceGetAttribute(13, 0))  # cudaDevAttrClockRate, kHz
+            except Exception:
+                clock = 2_000_000
+        self.clock_khz = clock
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+        self.libs: dict[str, tuple[Any, Any]] = {}
+        self._kernels: dict[str, Any] = {}
+        self._flush: Any = None
+        self._flush_us = 0.0
+        self._sink: Any = None
+        self._events: list[tuple[Any, Any]] = []
+
+    # -- plumbing ----------------------------------------------------------------------------------------
+    def hello(self) -> dict[str, Any]:
+        return {
+            "ok": True, "device": self.name, "capability": list(self.capability), "sm_count": self.sm_count,
+            "l2_bytes": self.l2_bytes, "memory": self.memory, "smem_optin": self.smem_optin,
+            "clock_khz": self.clock_khz, "driver": int(self.rt.driverGetVersion()),
+            "runtime": int(self.rt.runtimeGetVersion()), "cupy": str(self.cp.__version__), "pid": os.getpid(),
+        }
+
+    def tick(self, n: int) -> None:
+        write_message(self.reply_fd, {"tick": n})
+
+    def error_text(self, code: int) -> str:
+        try:
+            return str(self.rt.CUDARuntimeError(code))
+        except Exception:
+            return f"CUDA error {code}"
+
+    def context_ok(self) -> bool:
+        try:
+            self.rt.deviceSynchronize()
+            probe = self.cp.zeros(1, dtype=self.cp.int32)
+            probe += 1
+            self.rt.deviceSynchronize()
+            return int(probe.get()[0]) == 1
+        except Exception:
+            return False
+
+    def settle(self, where: str, exc: BaseException) -> None:
+        """After a CUDA error: raise :class:`ContextLost` when the context is gone, else :class:`CallFailed`."""
+        text = f"{where}: {exc}"
+        if not self.context_ok():
+            raise ContextLost(text) from None
+        raise CallFailed(text) from None
+
+    def kernel(self, name: str) -> Any:
+        if name not in self._kernels:
+            self._kernels[name] = self.cp.RawKernel(_HELPERS, name, options=("-std=c++17",))
+        return self._kernels[name]
+
+    def event_pair(self, i: int) -> tuple[Any, Any]:
+        while len(self._events) <= i:
+            self._events.append((self.cp.cuda.Event(), self.cp.cuda.Event()))
+        return self._events[i]
+
+    def fn(self, key: str) -> Any:
+        if key not in self.libs:
+            raise CallFailed(f"library {key} is not loaded")
+        return self.libs[key][1]
+
+    # -- GPU helpers -------------------------------------------------------------------------------------
+    def spin(self, microseconds: float) -> None:
+        kernel = self.kernel("r1_spin")
+        cycles = int(microseconds * self.clock_khz / 1000.0)
+        with self.stream:
+            kernel((1,), (1,), (self.cp.int64(cycles),))
+
+    def flush_l2(self) -> None:
+        if self._flush is None:
+            size = max(2 * self.l2_bytes, 64 << 20)
+            self._flush = self.cp.empty(size, dtype=self.cp.uint8)
+        self.rt.memsetAsync(self._flush.data.ptr, 0, self._flush.nbytes, self.stream.ptr)
+
+    def flush_time_us(self) -> float:
+        if not self._flush_us:
+            e0, e1 = self.event_pair(0)
+            times = []
+            for _ in range(5):
+                e0.record(self.stream)
+                self.flush_l2()
+                e1.record(self.stream)
+                e1.synchronize()
+                times.append(self.cp.cuda.get_elapsed_time(e0, e1) * 1000.0)
+            self._flush_us = statistics.median(times)
+        return self._flush_us
+
+    def poison_shared(self, pattern: int) -> None:
+        kernel = self.kernel("r1_smem_poison")
+        kernel.max_dynamic_shared_size_bytes = self.smem_optin
+        if self._sink is None:
+            self._sink = self.cp.zeros(1, dtype=self.cp.uint32)
+        words = self.smem_optin // 4
+        with self.stream:
+            kernel((2 * self.sm_count,), (1024,),
+                   (self.cp.uint32(pattern & 0xFFFFFFFF), self.cp.uint32(words), self._sink),
+                   shared_mem=self.smem_optin)
+
+    def random_fill(self, arr: Any, dtype: str) -> None:
+        cp = self.cp
+        n = arr.size
+        with self.stream:
+            if dtype in ("float32", "float64", "float16"):
+                arr[...] = cp.random.standard_normal(n, dtype=cp.float32).reshape(arr.shape).astype(arr.dtype)
+            elif dtype == "bfloat16":
+                bits = cp.random.standard_normal(n, dtype=cp.float32).view(cp.uint32) >> 16
+                arr[...] = bits.astype(cp.uint16).reshape(arr.shape)
+            elif dtype == "bool":
+                arr[...] = cp.random.randint(0, 2, n).astype(cp.bool_).reshape(arr.shape)
+            elif dtype.startswith("uint"):
+                arr[...] = cp.random.randint(0, 201, n).astype(arr.dtype).reshape(arr.shape)
+            else:
+                arr[...] = cp.random.randint(-100, 101, n).astype(arr.dtype).reshape(arr.shape)
+
+    def typed_empty(self, dtype: str, count: int) -> Any:
+        cp = self.cp
+        np_name = "uint16" if dtype == "bfloat16" else ("bool" if dtype == "bool" else dtype)
+        return cp.empty(max(count, 1), dtype=np_name)
+
+    # -- operations --------------------------------------------------------------------------------------
+    def op_load(self, h: dict[str, Any], _bufs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
+        key = str(h["lib"])
+        if key not in self.libs:
+            lib = ctypes.CDLL(str(h["path"]), mode=os.RTLD_LOCAL | os.RTLD_NOW)
+            fn = getattr(lib, str(h["entry"]))
+            fn.argtypes = [_CTYPES[code] for code in h["argtypes"]] + [ctypes.c_void_p]
+            fn.restype = ctypes.c_int
+            self.libs[key] = (lib, fn)
+        return {"ok": True}, []
+
+    def _args(self, spec: Sequence[Any], pointers: Sequence[int]) -> list[Any]:
+        out: list[Any] = []
+        for item in spec:
+            out.append(pointers[item["array"]] if "array" in item else item["scalar"])
+        return out
+
+    def op_check(self, h: dict[str, Any], bufs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
+        import numpy as np
+
+        cp = self.cp
+        fn = self.fn(str(h["lib"]))
+        arrays = h["arrays"]
+        with self.stream:
+            allocs = [cp.empty(int(a["total"]), dtype=cp.uint8) for a in arrays]
+            for alloc, a in zip(allocs, arrays, strict=True):
+                alloc.fill(int(a["guard_byte"]))
+        pointers = [int(alloc.data.ptr) + int(a["start"]) for alloc, a in zip(allocs, arrays, strict=True)]
+        args = self._args(h["args"], pointers)
+        regions = [alloc[int(a["start"]): int(a["start"]) + int(a["nbytes"])]
+                   for alloc, a in zip(allocs, arrays, strict=True)]
+
+        def upload(call: dict[str, Any]) -> None:
+            for j, src in call["inputs"].items():
+                region = regions[int(j)]
+                if region.size:
+                    region.set(np.frombuffer(bufs[int(src)], dtype=np.uint8), stream=self.stream)
+            for j, pattern in call["poison"].items():
+                region = regions[int(j)]
+                if region.size:
+                    one = np.frombuffer(bytes.fromhex(pattern), dtype=np.uint8)
+                    region.set(np.tile(one, region.size // one.size), stream=self.stream)
+
+        results: list[dict[str, Any]] = []
+        out: list[bytes] = []
+        exiting = False
+        for i, call in enumerate(h["calls"]):
+            record: dict[str, Any] = {"rc": 0, "error": None, "capture_error": None}
+            try:
+                mode = call["mode"]
+                if mode != "graph":
+                    upload(call)
+                if mode == "smem":
+                    self.poison_shared(int(call["smem_pattern"]))
+                if mode == "graph":
+                    self._graph_call(fn, args, call, record, upload)
+                else:
+                    record["rc"] = int(fn(*args, self.stream.ptr))
+                try:
+                    self.stream.synchronize()
+                    datas = [alloc.get(stream=self.stream).tobytes() for alloc in allocs]
+                    self.rt.deviceSynchronize()
+                except self.rt.CUDARuntimeError as exc:
+                    self.settle("after the call", exc)
+                out.extend(datas)
+                if record["rc"]:
+                    record["error"] = "returned " + self.error_text(record["rc"])
+            except CallFailed as exc:
+                record["error"] = str(exc)
+            except ContextLost as exc:
+                record["error"] = str(exc)
+                record["fatal"] = True
+                exiting = True
+            results.append(record)
+            if exiting or record["error"] or record["capture_error"]:
+                break
+            self.tick(i)
+        return {"ok": True, "calls": results, "exiting": exiting}, out
+
+    def _graph_call(self, fn: Any, args: list[Any], call: dict[str, Any], record: dict[str, Any],
+                    upload: Callable[[dict[str, Any]], None]) -> None:
+        mode = getattr(self.rt, "streamCaptureModeGlobal", 0)
+        graph = None
+        self.stream.begin_capture(mode)
+        try:
+            record["rc"] = int(fn(*args, self.stream.ptr))
+        finally:
+            try:
+                graph = self.stream.end_capture()
+            except Exception as exc:  # cudaErrorStreamCaptureInvalidated and friends
+                record["capture_error"] = f"{type(exc).__name__}: {exc}"
+        if graph is None or record["rc"]:
+            if graph is None:
+                record["capture_error"] = record["capture_error"] or "the capture produced no graph"
+            try:
+                self.rt.deviceSynchronize()
+            except self.rt.CUDARuntimeError as exc:
+                self.settle("after a failed capture", exc)
+            upload(call)
+            return
+        self.rt.deviceSynchronize()
+        upload(call)
+        try:
+            graph.launch(self.stream)
+        except self.rt.CUDARuntimeError as exc:
+            self.settle("launching the captured graph", exc)
+
+    def _set_for(self, shape: dict[str, Any]) -> tuple[list[Any], list[Any]]:
+        arrays = [self.typed_empty(a["dtype"], int(a["count"])) for a in shape["arrays"]]
+        for arr, a in zip(arrays, shape["arrays"], strict=True):
+            if a["role"] != "out":
+                self.random_fill(arr, a["dtype"])
+        return arrays, self._args(shape["args"], [int(arr.data.ptr) for arr in arrays])
+
+    def _measure(self, launch: Callable[[int], None], n: int, per_sample: int, flush: bool, batch: int,
+                 host_us: float) -> list[float]:
+        """``n`` samples of ``launch(k)``, each between two events; the stream is held by a spin kernel while a
+        batch is queued, so host overhead never shows in the GPU timeline."""
+        samples: list[float] = []
+        done = 0
+        while done < n:
+            b = min(batch, n - done)
+            self.spin(min(100_000.0, b * host_us))
+            pairs = []
+            for j in range(b):
+                e0, e1 = self.event_pair(j)
+                if flush:
+                    self.flush_l2()
+                e0.record(self.stream)
+                launch(done + j)
+                e1.record(self.stream)
+                pairs.append((e0, e1))
+            self.stream.synchronize()
+            samples += [self.cp.cuda.get_elapsed_time(e0, e1) * 1000.0 / per_sample for e0, e1 in pairs]
+            done += b
+        return samples
+
+    def op_time(self, h: dict[str, Any], _bufs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
+        fn = self.fn(str(h["lib"]))
+        budget_us = float(h.get("budget_s", 0.3)) * 1e6
+        min_n, max_n = int(h.get("min_samples", 20)), int(h.get("max_samples", 200))
+        graph_below = float(h.get("graph_below_us", 10.0))
+        shapes_out = []
+        for si, shape in enumerate(h["shapes"]):
+            try:
+                shapes_out.append(self._time_shape(fn, shape, budget_us, min_n, max_n, graph_below))
+            except self.rt.CUDARuntimeError as exc:
+                self.settle(f"timing shape {si}", exc)
+            finally:
+                self.cp.get_default_memory_pool().free_all_blocks()
+            self.tick(si)
+        return {"ok": True, "shapes": shapes_out}, []
+
+    def _time_shape(self, fn: Any, shape: dict[str, Any], budget_us: float, min_n: int, max_n: int,
+                    graph_below: float) -> dict[str, Any]:
+        set_bytes = max(1, sum(int(a["count"]) * int(a["itemsize"]) for a in shape["arrays"]))
+        rotation = max(1, min(4, math.ceil(3 * self.l2_bytes / set_bytes)))
+        sets = [self._set_for(shape) for _ in range(rotation)]
+        stream_ptr = self.stream.ptr
+
+        def call(k: int) -> None:
+            rc = fn(*sets[k % rotation][1], stream_ptr)
+            if rc:
+                raise CallFailed(f"returned {self.error_text(int(rc))}")
+
+        for k in range(3):
+            call(k)
+        self.stream.synchronize()
+        estimates = []
+        e0, e1 = self.event_pair(0)
+        for k in range(3):
+            e0.record(self.stream)
+            call(k)
+            e1.record(self.stream)
+            e1.synchronize()
+            estimates.append(self.cp.cuda.get_elapsed_time(e0, e1) * 1000.0)
+        t_est = max(statistics.median(estimates), 0.05)
+        host_us = 40.0
+        if t_est < graph_below:
+            per_graph = max(4, min(256, math.ceil(200.0 / t_est)))
+            self.stream.begin_capture(getattr(self.rt, "streamCaptureModeGlobal", 0))
+            try:
+                for k in range(per_graph):
+                    call(k)
+            finally:
+                graph = self.stream.end_capture()
+            graph.launch(self.stream)
+            self.stream.synchronize()
+            n = max(min_n, min(max_n, int(budget_us / (per_graph * t_est))))
+            samples = self._measure(lambda _k: graph.launch(self.stream), n, per_graph, False, 50, host_us)
+            mode = "graph"
+        else:
+            per_graph = 1
+            flush_us = self.flush_time_us()
+            n = max(min_n, min(max_n, int(budget_us / (t_est + flush_us))))
+            samples = self._measure(call, n, 1, True, 50, host_us)
+            mode = "events"
+        return {"samples_us": samples, "mode": mode, "calls_per_sample": per_graph, "sets": rotation,
+                "estimate_us": t_est}
+
+    def op_time_reference(self, h: dict[str, Any], _bufs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
+        from pathlib import Path
+
+        from ..manifest.reference import load_reference
+
+        fn = load_reference(Path(h["root"]), str(h["reference"]))
+        out: list[dict[str, Any]] = []
+        for si, shape in enumerate(h["shapes"]):
+            try:
+                out.append({"samples_us": self._time_reference_shape(fn, shape)})
+            except self.rt.CUDARuntimeError as exc:
+                self.settle("timing the reference", exc)
+            except Exception as exc:  # the reference does not run under cupy: report, do not fail
+                out.append({"error": f"{type(exc).__name__}: {exc}"[:500]})
+            finally:
+                self.cp.get_default_memory_pool().free_all_blocks()
+            self.tick(si)
+        return {"ok": True, "shapes": out}, []
+
+    def _time_reference_shape(self, fn: Callable[..., Any], shape: dict[str, Any]) -> list[float]:
+        kwargs: dict[str, Any] = dict(shape["scalars"])
+        for a in shape["arrays"]:
+            arr = self.typed_empty(a["dtype"], int(a["count"]))[: int(a["count"])].reshape(a["shape"])
+            self.random_fill(arr, a["dtype"])
+            kwargs[a["name"]] = arr
+        e0, e1 = self.event_pair(0)
+        with self.stream:
+            for _ in range(2):
+                fn(**kwargs)
+            self.stream.synchronize()
+            samples: list[float] = []
+            deadline = time.monotonic() + 2.0
+            while len(samples) < 5 or (len(samples) < 30 and time.monotonic() < deadline):
+                self.flush_l2()
+                e0.record(self.stream)
+                fn(**kwargs)
+                e1.record(self.stream)
+                e1.synchronize()
+                samples.append(self.cp.cuda.get_elapsed_time(e0, e1) * 1000.0)
+        return samples
+
+    def op_floors(self, _h: dict[str, Any], _bufs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
+        cp = self.cp
+        e0, e1 = self.event_pair(0)
+
+        def timed(action: Callable[[], None], repeats: int) -> float:
+            action()
+            self.stream.synchronize()
+            times = []
+            for _ in range(repeats):
+                e0.record(self.stream)
+                action()
+                e1.record(self.stream)
+                e1.synchronize()
+                times.append(cp.cuda.get_elapsed_time(e0, e1) / 1000.0)
+            return float(statistics.median(times))
+
+        with self.stream:
+            bandwidth = self._bandwidth(timed)
+            sgemm = self._sgemm(timed)
+            fma = self._fma(timed)
+        return {"ok": True, "bandwidth_bps": bandwidth, "fp32_flops": max(sgemm, fma), "sgemm_flops": sgemm,
+                "fma_flops": fma}, []
+
+    def _bandwidth(self, timed: Callable[[Callable[[], None], int], float]) -> float:
+        n = min(2 << 30, self.memory // 8)
+        src = self.cp.empty(n, dtype=self.cp.uint8)
+        dst = self.cp.empty(n, dtype=self.cp.uint8)
+        src.fill(1)
+        return 2.0 * n / timed(lambda: dst.data.copy_from_device_async(src.data, n, self.stream), 10)
+
+    def _sgemm(self, timed: Callable[[Callable[[], None], int], float]) -> float:
+        cp, size = self.cp, 8192
+        a = cp.random.standard_normal((size, size), dtype=cp.float32)
+        b = cp.random.standard_normal((size, size), dtype=cp.float32)
+        c = cp.empty((size, size), dtype=cp.float32)
+        return 2.0 * size**3 / timed(lambda: cp.matmul(a, b, out=c), 5)
+
+    def _fma(self, timed: Callable[[Callable[[], None], int], float]) -> float:
+        cp = self.cp
+        kernel = self.kernel("r1_fma_peak")
+        blocks, threads, iters = self.sm_count * 8, 256, 1 << 15
+        sink = cp.empty(blocks * threads, dtype=cp.float32)
+        args = (sink, cp.int32(iters), cp.float32(0.999999), cp.float32(1e-6))
+        return 16.0 * iters * blocks * threads / timed(lambda: kernel((blocks,), (threads,), args), 5)
+
+
+def main(argv: Sequence[str]) -> int:
+    """Serve requests until told to exit or the parent goes away."""
+    request_fd, reply_fd = int(argv[1]), int(argv[2])
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    try:
+        worker = Worker(reply_fd)
+        hello = worker.hello()
+    except Exception as exc:
+        write_message(reply_fd, {"error": f"{type(exc).__name__}: {exc}"})
+        return 2
+    write_message(reply_fd, hello)
+    ops: dict[str, Callable[[dict[str, Any], list[bytes]], tuple[dict[str, Any], list[bytes]]]] = {
+        "load": worker.op_load, "check": worker.op_check, "time": worker.op_time,
+        "time_reference": worker.op_time_reference, "floors": worker.op_floors,
+        "ping": lambda _h, _b: ({"ok": True}, []),
+    }
+    while True:
+        try:
+            header, buffers = read_message(request_fd)
+        except PeerClosed:
+            return 0
+        op = header.get("op")
+        if op == "exit":
+            return 0
+        handler = ops.get(str(op))
+        out: list[bytes] = []
+        if handler is None:
+            reply: dict[str, Any] = {"ok": False, "error": f"unknown op {op!r}"}
+        else:
+            try:
+                reply, out = handler(header, buffers)
+            except ContextLost as exc:
+                reply = {"ok": False, "error": str(exc), "fatal": True, "exiting": True}
+            except CallFailed as exc:
+                reply = {"ok": False, "error": str(exc)}
+            except Exception as exc:
+                reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000]}
+                if not worker.context_ok():
+                    reply.update(fatal=True, exiting=True)
+        out_ok = True
+        try:
+            write_message(reply_fd, reply, out)
+        except PeerClosed:
+            out_ok = False
+        del out
+        with contextlib.suppress(Exception):
+            worker.cp.get_default_memory_pool().free_all_blocks()
+        if not out_ok:
+            return 0
+        if reply.get("exiting"):
+            return 3
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

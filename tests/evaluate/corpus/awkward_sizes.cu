@@ -1,0 +1,29 @@
+// kernel: rmsnorm
+// expect: incorrect: differ beyond
+// Divides the sum of squares by cols rounded up to a multiple of 4: right only when cols % 4 == 0.
+#include <cuda_runtime.h>
+
+namespace {
+__global__ void k(const float* x, const float* w, float* y, int cols, float eps) {
+    __shared__ float smem[256];
+    const float* row = x + static_cast<size_t>(blockIdx.x) * cols;
+    float acc = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += 256) acc += row[c] * row[c];
+    smem[threadIdx.x] = acc;
+    __syncthreads();
+    for (int s = 128; s > 0; s >>= 1) {
+        if (threadIdx.x < s) smem[threadIdx.x] += smem[threadIdx.x + s];
+        __syncthreads();
+    }
+    const int padded = (cols + 3) & ~3;
+    const float inv = rsqrtf(smem[0] / padded + eps);
+    for (int c = threadIdx.x; c < cols; c += 256) y[static_cast<size_t>(blockIdx.x) * cols + c] = row[c] * inv * w[c];
+}
+}  // namespace
+
+extern "C" cudaError_t rmsnorm(const float* x, const float* weight, float* y, int rows, int cols, float eps,
+                               cudaStream_t stream) {
+    if (rows <= 0 || cols <= 0) return cudaSuccess;
+    k<<<rows, 256, 0, stream>>>(x, weight, y, cols, eps);
+    return cudaGetLastError();
+}

@@ -1,0 +1,21 @@
+// kernel: silu_mul
+// expect: timed_out: did not return
+// Spins forever on a flag nobody sets, but only at an awkward size (n = 31).
+#include <cuda_runtime.h>
+#include <cstdint>
+
+namespace {
+__device__ int never_set = 0;
+__global__ void k(const float* gate, const float* up, float* out, int64_t n) {
+    int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (n == 31) {
+        while (atomicAdd(&never_set, 0) == 0) { }
+    }
+    if (i < n) { float g = gate[i]; out[i] = g / (1.0f + expf(-g)) * up[i]; }
+}
+}  // namespace
+
+extern "C" cudaError_t silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
+    k<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(gate, up, out, n);
+    return cudaGetLastError();
+}

@@ -1,0 +1,151 @@
+"""The correctness plan and the verdict on worker replies, from bytes built here (no GPU)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from r1build.evaluate.checks import (
+    ShapePlan,
+    arg_codes,
+    arg_items,
+    check_request,
+    diagnose,
+    diagnosis_plan,
+    judge_shape,
+    needs_diagnosis,
+    plan_checks,
+    run_reference,
+)
+from r1build.evaluate.inputs import GUARD_BYTE, poison_bytes
+from r1build.manifest import KernelSpec, Manifest, load_reference
+
+
+def _plan(manifest: Manifest, name: str) -> tuple[KernelSpec, list[ShapePlan]]:
+    spec = manifest.kernel(name)
+    return spec, plan_checks(spec, load_reference(manifest.root, spec.reference), seed=3)
+
+
+def _allocs(plan: ShapePlan, call: int, outputs: dict[str, np.ndarray[Any, Any]] | None = None) -> list[bytes]:
+    """What a correct kernel leaves in every allocation after ``call``."""
+    c = plan.calls[call]
+    out = []
+    for lay in plan.layouts:
+        data = bytearray([GUARD_BYTE]) * lay.total
+        value = c.inputs[lay.name] if lay.role == "in" else (outputs or c.expected)[lay.name]
+        raw = np.ascontiguousarray(value).tobytes()
+        data[lay.start: lay.start + len(raw)] = raw
+        out.append(bytes(data))
+    return out
+
+
+def _reply(plan: ShapePlan, calls: int | None = None, **first: Any) -> dict[str, Any]:
+    n = len(plan.calls) if calls is None else calls
+    records = [{"rc": 0, "error": None, "capture_error": None} for _ in range(n)]
+    records[-1].update(first)
+    return {"ok": True, "calls": records}
+
+
+def test_plan_covers_every_shape_and_mode(root_manifest: Manifest) -> None:
+    spec, plans = _plan(root_manifest, "softmax_rows")
+    assert [p.key for p in plans] == ["rows=1,cols=1", "rows=3,cols=97", "rows=17,cols=1000", "rows=5,cols=4099"]
+    modes = [c.mode for c in plans[0].calls]
+    assert modes == ["direct"] * 4 + ["graph", "smem", "smem"]
+    assert [c.dist for c in plans[1].calls[:4]] == ["signed", "large", "ties", "denormal"]
+    first = plans[2].calls[0].inputs["x"]
+    assert not any(np.array_equal(first, c.inputs["x"]) for c in plans[2].calls[1:])
+    header, buffers = check_request(spec, plans[1], "lib")
+    assert header["args"] == [{"array": 0}, {"array": 1}, {"scalar": 3}, {"scalar": 97}]
+    assert len(buffers) == len(plans[1].calls)  # one input array per call
+    assert header["calls"][0]["poison"] == {"1": poison_bytes("float32", 0).hex()}
+    assert arg_codes(spec) == ["ptr", "ptr", "i32", "i32"]
+    assert arg_items(root_manifest.kernel("rmsnorm"), {"rows": 2, "cols": 3})[-1]["scalar"] == np.float32(1e-6)
+
+
+def test_correct_bytes_pass_and_each_fault_is_named(root_manifest: Manifest) -> None:
+    spec, plans = _plan(root_manifest, "silu_mul")
+    plan = plans[1]  # n = 31
+    good = [b for i in range(len(plan.calls)) for b in _allocs(plan, i)]
+    assert judge_shape(spec, plan, _reply(plan), good) is None
+
+    # an out-of-bounds write into the back guard of `out` at call 2
+    bad = list(good)
+    out_lay = plan.layouts[2]
+    raw = bytearray(bad[1 * 3 + 2])
+    raw[out_lay.start + out_lay.nbytes + 8] = 0
+    bad[1 * 3 + 2] = bytes(raw)
+    verdict = judge_shape(spec, plan, _reply(plan), bad)
+    assert verdict is not None and verdict.status == "incorrect" and "out-of-bounds write" in verdict.detail
+    assert "call 2 of 7" in verdict.detail
+
+    # input modified
+    bad = list(good)
+    gate_lay = plan.layouts[0]
+    raw = bytearray(bad[0])
+    raw[gate_lay.start: gate_lay.start + 4] = np.float32(0.5).tobytes()
+    bad[0] = bytes(raw)
+    verdict = judge_shape(spec, plan, _reply(plan), bad)
+    assert verdict is not None and "modified its input gate" in verdict.detail
+
+    # results skipped on a repeated call: call 3 leaves the poison
+    bad = list(good)
+    raw = bytearray(bad[2 * 3 + 2])
+    raw[out_lay.start: out_lay.start + out_lay.nbytes] = poison_bytes("float32", 0) * 31
+    bad[2 * 3 + 2] = bytes(raw)
+    verdict = judge_shape(spec, plan, _reply(plan), bad)
+    assert verdict is not None and "cached across calls" in verdict.detail and verdict.call == 2
+    assert needs_diagnosis(plan, verdict)
+
+
+def test_stream_violations_and_crashes(root_manifest: Manifest) -> None:
+    spec, plans = _plan(root_manifest, "silu_mul")
+    plan = plans[0]
+    good = [b for i in range(len(plan.calls)) for b in _allocs(plan, i)]
+    capture = _reply(plan, 5, rc=906, capture_error="cudaErrorStreamCaptureInvalidated", error="returned 906")
+    verdict = judge_shape(spec, plan, capture, good[:15])
+    assert verdict is not None and "outside the given stream" in verdict.detail
+
+    replay_poisoned = list(good)
+    out_lay = plan.layouts[2]
+    raw = bytearray(replay_poisoned[4 * 3 + 2])
+    raw[out_lay.start: out_lay.start + 4] = poison_bytes("float32", 0)
+    replay_poisoned[4 * 3 + 2] = bytes(raw)
+    verdict = judge_shape(spec, plan, _reply(plan), replay_poisoned)
+    assert verdict is not None and "outside the given stream" in verdict.detail and not needs_diagnosis(plan, verdict)
+
+    fatal = _reply(plan, 1, error="after the call: cudaErrorIllegalAddress: an illegal memory access", fatal=True)
+    verdict = judge_shape(spec, plan, fatal, [])
+    assert verdict is not None and verdict.status == "crashed" and "illegal memory access" in verdict.detail
+    returned = _reply(plan, 1, rc=1, error="returned cudaErrorInvalidValue: invalid argument")
+    verdict = judge_shape(spec, plan, returned, good[:3])
+    assert verdict is not None and verdict.status == "crashed" and "returned cudaErrorInvalidValue" in verdict.detail
+    short = judge_shape(spec, plan, _reply(plan, 3), good[:9])
+    assert short is not None and short.status == "crashed"
+
+
+def test_diagnosis_tells_races_from_shared_memory_reads(root_manifest: Manifest) -> None:
+    _, plans = _plan(root_manifest, "sum_all")
+    plan = diagnosis_plan(plans[1], 1)
+    assert [c.smem_pattern for c in plan.calls] == [0xFFFFFFFF, 0x4B4B4B4B, 0xFFFFFFFF]
+    a = _allocs(plan, 0)
+    b = _allocs(plan, 0, {"out": np.array([1.5], np.float32)})
+    c = _allocs(plan, 0, {"out": np.array([2.5], np.float32)})
+    ok = {"ok": True, "calls": [{"rc": 0, "error": None}] * 3}
+    assert diagnose(plan, ok, a + a + a) is None
+    assert "shared memory" in (diagnose(plan, ok, a + b + a) or "")
+    assert "nondeterministic" in (diagnose(plan, ok, a + b + c) or "")
+
+
+def test_reference_outputs_are_checked(root_manifest: Manifest) -> None:
+    import pytest
+
+    from r1build.errors import EvaluationError
+
+    spec = root_manifest.kernel("silu_mul")
+    x = {"gate": np.ones(4, np.float32), "up": np.ones(4, np.float32)}
+    assert run_reference(lambda **kw: {"out": np.zeros(4)}, spec, {"n": 4}, x)["out"].shape == (4,)
+    with pytest.raises(EvaluationError, match="shape"):
+        run_reference(lambda **kw: np.zeros(5), spec, {"n": 4}, x)
+    with pytest.raises(EvaluationError, match="failed"):
+        run_reference(lambda **kw: 1 / 0, spec, {"n": 4}, x)

@@ -1,0 +1,42 @@
+"""Floors arithmetic: bytes moved, the flops expression, the floor of a shape (no GPU)."""
+
+from __future__ import annotations
+
+import pytest
+
+from r1build.errors import EvaluationError
+from r1build.evaluate.floors import DeviceFloors, bytes_moved, eval_flops, floor_us, shape_key
+from r1build.manifest import Manifest
+
+
+def test_flops_expression() -> None:
+    assert eval_flops("2*m*n*k", {"m": 2, "n": 3, "k": 4}) == 48
+    assert eval_flops("(n // 2) ** 2 - -1", {"n": 9}) == 17
+    assert eval_flops("0", {}) == 0
+    for bad in ("__import__('os')", "n.real", "f(n)", "[n]", "n if n else 1"):
+        with pytest.raises(EvaluationError):
+            eval_flops(bad, {"n": 1})
+    with pytest.raises(EvaluationError, match="not a size"):
+        eval_flops("2*q", {"n": 1})
+    with pytest.raises(EvaluationError, match="does not parse"):
+        eval_flops("2*", {"n": 1})
+
+
+def test_bytes_and_floor(root_manifest: Manifest) -> None:
+    silu = root_manifest.kernel("silu_mul")
+    assert bytes_moved(silu, {"n": 1000}) == 12000
+    matmul = root_manifest.kernel("matmul")
+    sizes = {"m": 4096, "n": 4096, "k": 4096}
+    assert bytes_moved(matmul, sizes) == 3 * 4096 * 4096 * 4
+    floors = DeviceFloors("GPU", bandwidth_bps=4e12, fp32_flops=5e13)
+    assert floor_us(silu, {"n": 1000}, floors) == pytest.approx(12000 / 4e12 * 1e6)
+    assert floor_us(matmul, sizes, floors) == pytest.approx(2 * 4096**3 / 5e13 * 1e6)  # arithmetic bound
+    assert shape_key(matmul, sizes) == "m=4096,n=4096,k=4096"
+
+
+def test_floors_json_round_trip() -> None:
+    floors = DeviceFloors("NVIDIA H200", 4.3e12, 6.0e13)
+    assert DeviceFloors.from_json(floors.to_json()) == floors
+    assert DeviceFloors.from_json({"schema": 0, "bandwidth_bps": 1, "fp32_flops": 1}) is None
+    assert DeviceFloors.from_json({"schema": 1, "bandwidth_bps": -1, "fp32_flops": 1}) is None
+    assert DeviceFloors.from_json("junk") is None

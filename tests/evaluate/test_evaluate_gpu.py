@@ -1,0 +1,118 @@
+"""On a real GPU: the root manifest's kernels pass and are timed; every known-bad kernel is rejected for the
+right reason, and the run survives them all (skipped without a GPU)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from evaluate_support import CorpusKernel, corpus_kernels
+
+from r1build.cache import Cache
+from r1build.evaluate import GpuEvaluator, expand_variants
+from r1build.evaluate.floors import FLOORS_NAMESPACE, DeviceFloors
+from r1build.judge import Job
+from r1build.manifest import Manifest
+from r1build.records import Candidate, Origin, Result
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cache]:
+    with Cache(tmp_path_factory.mktemp("cache")) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def evaluator(cache: Cache) -> Iterator[GpuEvaluator]:
+    with GpuEvaluator(cache, call_timeout_s=8.0) as ev:
+        yield ev
+
+
+def plain_arch(evaluator: GpuEvaluator) -> str:
+    return min(a for a in evaluator.archs if not a.endswith("a"))
+
+
+@pytest.mark.gpu
+def test_root_kernels_pass_with_timings(evaluator: GpuEvaluator, root_manifest: Manifest, cache: Cache) -> None:
+    arch = plain_arch(evaluator)
+    jobs = []
+    for spec in root_manifest.kernels:
+        candidates = expand_variants(root_manifest, spec)
+        jobs.append(Job(root_manifest, spec, arch, candidates, candidates[0]))
+    everything = evaluator.evaluate_all(jobs)
+    for job, results in zip(jobs, everything, strict=True):
+        assert len(results) == len(job.candidates)
+        for candidate, result in zip(job.candidates, results, strict=True):
+            label = f"{job.spec.name} {candidate.origin.path} {candidate.defines}"
+            assert result.status == "passed", f"{label}: {result.detail}"
+            assert result.stage == "evaluate" and result.device and result.timing is not None
+            t = result.timing
+            assert t.median_us > 0 and t.samples >= 20 and t.floor_us is not None
+            assert t.share_of_floor is not None and 0 < t.share_of_floor <= 1.3, label
+            assert len(t.shapes) == len(job.spec.bench_shapes)
+            if t.median_us >= 50:
+                assert t.spread <= 0.02, f"{label}: spread {t.spread:.2%} at {t.median_us:.1f} us"
+        baseline = results[0].timing
+        assert baseline is not None and baseline.speedup_vs_baseline == pytest.approx(1.0)
+    gpu = evaluator.gpus[0]
+    floors = DeviceFloors.from_json(cache.get_json(FLOORS_NAMESPACE, gpu.key))
+    assert floors is not None
+    assert 1e11 < floors.bandwidth_bps < 3e13 and 1e12 < floors.fp32_flops < 5e14
+
+
+def _check(kernel: CorpusKernel, result: Result) -> str | None:
+    if result.status != kernel.status:
+        return f"{kernel.name}: expected {kernel.status}, got {result.status}: {result.detail[:400]}"
+    if not any(r.lower() in result.detail.lower() for r in kernel.reasons):
+        return f"{kernel.name}: {result.status} but the detail names none of {kernel.reasons}: {result.detail[:400]}"
+    return None
+
+
+@pytest.mark.gpu
+def test_bad_kernel_corpus_is_rejected_for_the_right_reasons(evaluator: GpuEvaluator,
+                                                             root_manifest: Manifest) -> None:
+    arch = plain_arch(evaluator)
+    by_kernel: dict[str, list[CorpusKernel]] = {}
+    for kernel in corpus_kernels():
+        by_kernel.setdefault(kernel.kernel, []).append(kernel)
+    jobs, expectations = [], []
+    for name, bad in sorted(by_kernel.items()):
+        spec = root_manifest.kernel(name)
+        good = expand_variants(root_manifest, spec)
+        candidates: list[Candidate] = []
+        for k in bad:  # each bad kernel followed by a good one: a wrecked worker would show at once
+            candidates.append(Candidate(k.path.read_text(), Origin("file", f"corpus/{k.path.name}")))
+            candidates.append(good[len(candidates) // 2 % len(good)])
+        jobs.append(Job(root_manifest, spec, arch, candidates, good[0]))
+        expectations.append(bad)
+    restarts = evaluator.stats["worker_restarts"]
+    everything = evaluator.evaluate_all(jobs)
+    problems = []
+    for bad, job, results in zip(expectations, jobs, everything, strict=True):
+        for i, result in enumerate(results):
+            if i % 2 == 0:
+                problem = _check(bad[i // 2], result)
+            else:
+                good_ok = result.status == "passed" and result.timing is not None
+                problem = None if good_ok else f"{job.spec.name}: a known-good kernel got {result.status}: " \
+                                               f"{result.detail[:300]}"
+            if problem:
+                problems.append(problem)
+    assert not problems, "\n".join(problems)
+    assert evaluator.stats["worker_restarts"] > restarts  # crashes and hangs cost a worker, not the run
+
+
+@pytest.mark.gpu
+def test_an_arch_without_a_local_gpu_gets_the_static_gate(evaluator: GpuEvaluator, root_manifest: Manifest) -> None:
+    spec = root_manifest.kernel("transpose")
+    missing = next(a for a in ("sm_80", "sm_120", "sm_90") if a not in evaluator.archs)
+    (result,) = evaluator.evaluate(Job(root_manifest, spec, missing, expand_variants(root_manifest, spec)))
+    assert result.status == "passed" and result.stage == "gate" and result.timing is None
+
+
+def test_corpus_headers_are_well_formed() -> None:
+    kernels = corpus_kernels()
+    assert len(kernels) >= 20
+    assert {k.status for k in kernels} <= {"incorrect", "crashed", "timed_out", "rejected"}
+    assert all(Path(k.path).read_text().count("extern \"C\"") == 1 for k in kernels)

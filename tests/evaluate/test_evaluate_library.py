@@ -1,0 +1,68 @@
+"""Shared-library builds with the real nvcc, and the evaluator on a machine with no GPU."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from evaluate_support import CORPUS
+
+from r1build.cache import Cache
+from r1build.evaluate import GpuEvaluator, detect_gpus, expand_variants
+from r1build.evaluate.devices import GpuInfo, archs_of, gpu_runs_arch, visible_devices_value
+from r1build.evaluate.library import Library, LibraryFailure, build_library
+from r1build.judge import Job
+from r1build.manifest import Manifest
+from r1build.records import Candidate, Origin
+from r1build.toolchain import toolchain
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists(),
+                                reason="nvcc not installed")
+
+
+@needs_nvcc
+def test_builds_a_loadable_library_and_rejects_forbidden_symbols(root_manifest: Manifest, tmp_path: Path) -> None:
+    spec = root_manifest.kernel("silu_mul")
+    baseline = expand_variants(root_manifest, spec)[0]
+    lib = build_library(baseline, spec.name, "sm_90", flags=root_manifest.settings.nvcc_flags,
+                        toolchain=toolchain(), workdir=tmp_path / "ok")
+    assert isinstance(lib, Library) and lib.path.suffix == ".so"
+    exported = subprocess.run(["nm", "-D", "--defined-only", str(lib.path)], capture_output=True, text=True,
+                              check=True).stdout
+    assert " T silu_mul" in exported
+
+    bad = Candidate((CORPUS / "forbidden_symbol.cu").read_text(), Origin("file", "forbidden_symbol.cu"))
+    out = build_library(bad, spec.name, "sm_90", flags=[], toolchain=toolchain(), workdir=tmp_path / "bad")
+    assert isinstance(out, LibraryFailure) and out.status == "rejected" and "system" in out.detail
+    assert not list((tmp_path / "bad").glob("*.so"))  # never linked, never loadable
+
+    broken = Candidate("this is not C++", Origin("file", "broken.cu"))
+    out = build_library(broken, spec.name, "sm_90", flags=[], toolchain=toolchain(), workdir=tmp_path / "broken")
+    assert isinstance(out, LibraryFailure) and out.status == "compile_error"
+
+
+def test_devices_without_cupy_or_gpu() -> None:
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        assert detect_gpus() == []
+    h200 = GpuInfo("NVIDIA H200", "sm_90", 0, 141 << 30, (9, 0), 132, 60 << 20)
+    assert archs_of(h200) == ["sm_90", "sm_90a"]
+    assert gpu_runs_arch(h200, "90-real") and gpu_runs_arch(h200, "sm_90a")
+    assert not gpu_runs_arch(h200, "sm_80") and not gpu_runs_arch(h200, "nonsense")
+    assert visible_devices_value(1, {"CUDA_VISIBLE_DEVICES": "4,6"}) == "6"
+    assert visible_devices_value(1, {}) == "1"
+
+
+@needs_nvcc
+def test_without_a_gpu_the_static_gate_judges(root_manifest: Manifest, tmp_path: Path) -> None:
+    spec = root_manifest.kernel("transpose")
+    candidates = expand_variants(root_manifest, spec)
+    bad = Candidate((CORPUS / "exported_symbol.cu").read_text(), Origin("file", "exported_symbol.cu"))
+    with Cache(tmp_path / "cache") as cache, GpuEvaluator(cache, gpus=[]) as evaluator:
+        assert evaluator.archs == frozenset()
+        results = evaluator.evaluate(Job(root_manifest, spec, "sm_90", [*candidates, bad], candidates[0]))
+    assert [r.status for r in results] == ["passed", "rejected"]
+    assert all(r.stage == "gate" and r.timing is None for r in results)

@@ -1,0 +1,48 @@
+"""Reading compute-sanitizer reports, and finding the tool (no GPU)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from r1build.evaluate.sanitize import find_sanitizer, summarize_report
+
+# Shaped like compute-sanitizer's output (written for this test).
+MEMCHECK = """\
+========= COMPUTE-SANITIZER
+r1build-harness: shape 0
+========= Invalid __global__ read of size 4 bytes
+=========     at k(const float *, const float *, float *, long)+0x90 in x.cu:11
+=========     by thread (3,0,0) in block (0,0,0)
+=========     Address 0x7f0000000400 is out of bounds
+=========     and is 1,021 bytes after the nearest allocation at 0x7f0000000000 of size 124 bytes
+=========
+========= ERROR SUMMARY: 1 error
+"""
+RACECHECK = """\
+========= COMPUTE-SANITIZER
+========= Error: Race reported between Write access at k(const float *, float *, long)+0x1a0 in r.cu:15
+=========     and Read access at k(const float *, float *, long)+0x180 in r.cu:15 [2048 hazards]
+=========
+========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)
+"""
+CLEAN = "========= COMPUTE-SANITIZER\nr1build-harness: shape 0\n========= ERROR SUMMARY: 0 errors\n"
+
+
+def test_reports() -> None:
+    found = summarize_report(MEMCHECK)
+    assert found is not None
+    assert found.startswith("Invalid __global__ read of size 4 bytes")
+    assert "by thread (3,0,0)" in found and found.endswith("ERROR SUMMARY: 1 error")
+    race = summarize_report(RACECHECK)
+    assert race is not None and "Race reported" in race and "(1 error, 0 warnings)" in race
+    assert summarize_report(CLEAN) is None
+    assert summarize_report("") is None
+
+
+def test_find_sanitizer(tmp_path: Path) -> None:
+    exe = tmp_path / "compute-sanitizer"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    assert find_sanitizer(None, {"R1BUILD_COMPUTE_SANITIZER": str(exe)}) == str(exe)
+    assert find_sanitizer(None, {"R1BUILD_COMPUTE_SANITIZER": str(tmp_path / "missing")}) is None
+    assert find_sanitizer(None, {"PATH": str(tmp_path)}) == str(exe)

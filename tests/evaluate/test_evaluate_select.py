@@ -1,0 +1,37 @@
+"""Selection: fastest correct candidate whose lead exceeds the noise; ties to the earlier one."""
+
+from __future__ import annotations
+
+import pytest
+
+from r1build.records import Candidate, Origin, Result, Status, Timing
+from r1build.select import select_winner
+
+
+def cand(i: int) -> Candidate:
+    return Candidate(source=f"// {i}", origin=Origin("file", f"k{i}.cu"))
+
+
+def res(c: Candidate, us: float | None, spread: float = 0.005, status: Status = "passed") -> Result:
+    timing = Timing(median_us=us, spread=spread, samples=50) if us is not None else None
+    return Result(c.digest, "sm_90", status, stage="evaluate", timing=timing)
+
+
+def test_fastest_wins_only_beyond_the_noise() -> None:
+    cs = [cand(i) for i in range(4)]
+    assert select_winner(cs, [res(cs[0], 100), res(cs[1], 90), res(cs[2], 99), res(cs[3], 95)]) is cs[1]
+    # 1.5% faster is inside the 2% minimum lead: the earlier one keeps it
+    assert select_winner(cs[:2], [res(cs[0], 100), res(cs[1], 98.5)]) is cs[0]
+    # a noisy measurement widens the band
+    assert select_winner(cs[:2], [res(cs[0], 100, spread=0.15), res(cs[1], 90)]) is cs[0]
+    # the earliest candidate tied with the fastest wins, not the fastest itself
+    assert select_winner(cs[:3], [res(cs[0], 100), res(cs[1], 95), res(cs[2], 94)]) is cs[1]
+
+
+def test_failures_and_untimed() -> None:
+    cs = [cand(i) for i in range(3)]
+    assert select_winner(cs, [res(cs[0], 10, status="incorrect"), res(cs[1], 50), res(cs[2], None)]) is cs[1]
+    assert select_winner(cs, [res(cs[0], None, status="crashed")] * 3) is None
+    assert select_winner(cs, [res(cs[0], None), res(cs[1], None), res(cs[2], None)]) is cs[0]
+    with pytest.raises(ValueError):
+        select_winner(cs, [])
