@@ -35,7 +35,7 @@ from typing import Any
 
 from ..cache.store import Cache
 from ..errors import EvaluationError, GenerationError, R1BuildError
-from ..events import Note, Progress, emit
+from ..events import Note, Progress, Stage, emit
 from ..judge import Evaluator, Job
 from ..keys import canonical_json
 from ..manifest.model import KernelSpec, Manifest
@@ -599,7 +599,14 @@ async def run_search(manifest: Manifest, spec: KernelSpec, arch: str, *, evaluat
                      endpoint: Endpoint, seeds: Sequence[Candidate]) -> SearchOutcome:
     """Search for candidates of ``spec`` on ``arch`` (see the module docstring)."""
     search = _Search(manifest, spec, arch, evaluator=evaluator, cache=cache, endpoint=endpoint, seeds=seeds)
-    return await search.run()
+    outcome = await search.run()
+    u = outcome.usage
+    generated = outcome.generated()
+    emit(Stage("generate", spec.name, arch, done=True, detail=(
+        f"{len(generated)} generated, {sum(1 for _, r in generated if r.ok)} passed, in {outcome.rounds} round(s); "
+        f"{u.samples} samples, {u.requests} requests, {u.completion_tokens} tokens, ${u.cost_usd:.4f}; "
+        f"stopped: {outcome.stop_reason}")))
+    return outcome
 
 
 async def replay_search(manifest: Manifest, spec: KernelSpec, arch: str, *, evaluator: Evaluator, cache: Cache,
