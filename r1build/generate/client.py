@@ -370,6 +370,13 @@ class ChatClient:
                         meter: Meter, started: float) -> Completion:
         assert self._client is not None
         stream: Any = await self._client.chat.completions.create(messages=cast(Any, messages), **params)
+        content_type = str(stream.response.headers.get("content-type", ""))
+        if content_type.startswith("application/json"):  # a server that ignores "stream": the whole answer
+            try:
+                body = await stream.response.aread()
+            finally:
+                await stream.close()
+            return _from_json(body, time.monotonic() - started)
         finish: str | None = None
         usage: Any = None
         model: str | None = None
@@ -408,6 +415,32 @@ class ChatClient:
             raise _Fault("stream_cut", f"the stream ended before its finish chunk, after {partial.chunks} deltas")
         return _completion("".join(partial.content), "".join(partial.reasoning), finish, usage, model, ident,
                            time.monotonic() - started, partial.first_token_s, chunks=partial.chunks)
+
+
+def _from_json(body: bytes, latency: float) -> Completion:
+    """A completion from a plain JSON body, read by hand (a streamed request answered without streaming)."""
+    try:
+        data = json.loads(body)
+    except ValueError as exc:
+        raise _Fault("bad_response", f"the response is not valid JSON: {str(exc)[:200]}") from None
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise _Fault("bad_response", f"the response is not a chat completion: {str(data)[:200]}")
+    raw_message = choices[0].get("message")
+    message: dict[str, Any] = raw_message if isinstance(raw_message, dict) else {}
+    content = message.get("content") or ""
+    reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else None
+    tokens = usage.get("completion_tokens") if usage else None
+    if usage is None or not isinstance(tokens, int):
+        return Completion(str(content), str(reasoning), choices[0].get("finish_reason"), 0,
+                          (len(str(content)) + len(str(reasoning))) // 4, 0, False, data.get("model"), data.get("id"),
+                          latency, None)
+    details = usage.get("completion_tokens_details")
+    reasoning_tokens = details.get("reasoning_tokens") if isinstance(details, dict) else None
+    return Completion(str(content), str(reasoning), choices[0].get("finish_reason"),
+                      int(usage.get("prompt_tokens") or 0), tokens, int(reasoning_tokens or 0), True,
+                      data.get("model"), data.get("id"), latency, None)
 
 
 def _completion(content: str, reasoning: str, finish: str | None, usage: Any, model: str | None,

@@ -70,6 +70,8 @@ class Answer:
     """Streams: drop the connection (no chunked terminator) after this many chunks."""
     usage: bool = True
     """Whether usage is reported."""
+    ignore_stream: bool = False
+    """Answer with plain JSON even when a stream was asked for (servers that cannot stream)."""
 
     def tokens(self) -> int:
         if self.completion_tokens is not None:
@@ -267,7 +269,7 @@ class ChatServer:
             await self._send_body(writer, reply.status, reply.content_type, reply.body)
             return True
         await asyncio.sleep(reply.delay)
-        if (request.body or {}).get("stream"):
+        if (request.body or {}).get("stream") and not reply.ignore_stream:
             return await self._stream(request, reply, writer)
         message: dict[str, Any] = {"role": "assistant", "content": reply.content}
         if reply.reasoning:

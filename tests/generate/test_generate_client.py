@@ -63,6 +63,18 @@ def test_sampling_parameters_follow_the_profile() -> None:
     assert deepseek["max_tokens"] == 1000 and deepseek["stream_options"] == {"include_usage": True}
 
 
+@pytest.mark.parametrize("usage", [True, False])
+def test_stream_answered_without_streaming(usage: bool) -> None:
+    reply = Answer("plain ```cuda\nx\n```", reasoning="thought", ignore_stream=True, usage=usage,
+                   completion_tokens=42)
+    with ChatServer([reply]) as server:
+        exchange, reports = ask(server)
+    c = exchange.completion
+    assert c is not None and not reports and (server.chat_requests()[0].body or {})["stream"] is True
+    assert (c.content, c.reasoning, c.finish_reason, c.usage_reported) == (reply.content, "thought", "stop", usage)
+    assert c.completion_tokens == (42 if usage else (len(reply.content) + len("thought")) // 4)
+
+
 def test_usage_missing_is_estimated() -> None:
     with ChatServer([Answer("x" * 400, usage=False, chunk_chars=10)]) as server:
         exchange, _ = ask(server)
