@@ -542,7 +542,7 @@ class _Search:
             self.client = client
             for round_no in range(self.budget.rounds):
                 self.round = round_no
-                reason = self.exhausted()
+                reason = "target" if self.target_reached() else self.exhausted()
                 if reason is not None:
                     self.stop_reason = reason
                     break
@@ -554,13 +554,10 @@ class _Search:
                 if round_no == 0 and self.usage.answers == 0 and self.all_unreachable():
                     raise GenerationError(f"no request reached {self.endpoint.display_url}: every attempt of round "
                                           "0 failed to connect (is the server running, is the URL right?)")
+                rounds_done += 1
                 if self.stop_reason is not None:
                     break
-                rounds_done += 1
                 self.progress()
-                if self.target_reached():
-                    self.stop_reason = "target"
-                    break
                 after = self.best_time()
                 if after is not None and (before is None or after < before * (1.0 - MIN_GAIN)):
                     stale = 0
@@ -575,7 +572,7 @@ class _Search:
                     self.stop_reason = "patience"
                     break
             else:
-                self.stop_reason = "rounds"
+                self.stop_reason = "target" if self.target_reached() else "rounds"
         return self.outcome(self.stop_reason or "rounds", rounds_done)
 
     def all_unreachable(self) -> bool:

@@ -16,7 +16,7 @@ from r1build.evaluate.variants import expand_variants
 from r1build.events import Event, Note, Progress, sink
 from r1build.generate import SearchOutcome, replay, search
 from r1build.manifest import Manifest
-from r1build.records import Candidate
+from r1build.records import Candidate, Origin
 
 
 def run(project: Project, manifest: Manifest, server: ChatServer, judge: Any, *, seeds: list[Candidate] | None = None,
@@ -310,6 +310,14 @@ def test_target_share_stops_early(project: Project, judge: MarkerJudge) -> None:
     with ChatServer(lambda r: Answer(answer(kernel_source(next(counter), time_us=12.0)))) as server:
         outcome = run(project, manifest, server, judge, seeds=[])
     assert outcome.stop_reason == "target" and len(server.chat_requests()) == 2
+
+
+def test_seeds_at_the_target_need_no_request(project: Project, judge: MarkerJudge) -> None:
+    manifest = project.write(budget={"target-share": 0.5})
+    seed = Candidate(kernel_source(7, time_us=15.0), Origin("baseline", "vadd.cu"))
+    with ChatServer([Answer(answer(kernel_source(1)))]) as server:
+        outcome = run(project, manifest, server, judge, seeds=[seed])
+    assert outcome.stop_reason == "target" and not server.chat_requests() and outcome.candidates == [seed]
 
 
 def test_patience(project: Project, judge: MarkerJudge) -> None:
