@@ -115,7 +115,7 @@ class Budget:
     """Parallel samples (requests) per round."""
     tokens: int | None = None
     """Most completion tokens spent, all requests together; no limit when absent."""
-    wall_time_s: float = 900.0
+    wall_time_s: float = 1800.0
     """Most wall-clock seconds for one kernel and arch."""
     money_usd: float | None = None
     """Most money spent, from the usage the provider reports and the configured prices; no limit when absent."""
@@ -152,8 +152,9 @@ class Generation:
     """Most requests in flight at once."""
     max_tokens: int = 32768
     """``max_tokens`` of each request (reasoning included)."""
-    request_timeout_s: float = 900.0
-    """Overall deadline of one request, streaming included."""
+    request_timeout_s: float = 1800.0
+    """Overall deadline of one request, streaming included (a 32K-token R1 answer at 25 tokens/s takes ~20
+    minutes)."""
     retries: int = 4
     """Retries of one request after 429, 5xx, connection errors and timeouts."""
     retry_backoff_s: float = 2.0
