@@ -108,8 +108,8 @@ def resolve_run(manifest_path: Path) -> dict[str, Any]:
     return {"wall_s": wall, "measured_candidates": n, "per_minute": n / wall * 60.0, "winners": winners}
 
 
-def fmt(x: float | None, spec: str) -> str:
-    return "" if x is None else format(x, spec)
+def fmt(x: float | None, spec: str, unit: str = "") -> str:
+    return "" if x is None else format(x, spec) + unit
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -140,9 +140,12 @@ def markdown(report: dict[str, Any]) -> str:
         name = f"**{r['candidate']}**" if r["winner"] else r["candidate"]
         lines.append(
             f"| {r['kernel']} | {r['arch']} | {name} | {r['status']} | {fmt(r['time_us'], '.2f')} "
-            f"| {fmt(r['spread'] and r['spread'] * 100, '.2f')}% | {fmt(r['floor_us'], '.2f')} "
+            f"| {fmt(None if r['spread'] is None else r['spread'] * 100, '.2f', '%')} | {fmt(r['floor_us'], '.2f')} "
             f"| {fmt(r['share_of_floor'], '.3f')} | {fmt(r['vs_baseline'], '.2f')} | {fmt(r['vs_cupy'], '.2f')} "
-            f"| {fmt(t2, '.2f')} | {fmt(diff and diff * 100, '.2f')}% |")
+            f"| {fmt(t2, '.2f')} | {fmt(None if diff is None else diff * 100, '.2f', '%')} |")
+    failed = [r for r in first["rows"] if r["status"] != "passed"]
+    if failed:
+        lines += [""] + [f"- {r['kernel']} {r['candidate']}: {r['status']}: {r['detail']}" for r in failed]
     lines += ["", "Winners in bold. Unmeasured (no local GPU of that arch): "
               + (", ".join(first["unmeasured"]) or "none") + ".", "",
               "| run | candidates | wall s | candidates per minute | worker restarts |",
@@ -154,6 +157,11 @@ def markdown(report: dict[str, Any]) -> str:
         res = report["resolve"]
         lines.append(f"| r1build.resolve --refresh --offline (all archs, gate of every winner) "
                      f"| {res['measured_candidates']} | {res['wall_s']:.1f} | {res['per_minute']:.1f} | |")
+    phases = first["stats"]
+    lines += ["", "Run 1, seconds in each phase of the GPU thread: waiting for builds and the gate "
+              f"{phases.get('wait_build_s', 0):.1f}, correctness checks {phases.get('checks_s', 0):.1f}, "
+              f"waiting for compute-sanitizer {phases.get('wait_sanitizer_s', 0):.1f}, timing (floors, cupy "
+              f"reference, candidates) {phases.get('timing_s', 0):.1f}."]
     lines += ["", "Targets: " + "; ".join(f"{k}: {'met' if v['met'] else 'MISSED'} ({v['value']})"
                                         for k, v in report["targets"].items()), ""]
     return "\n".join(lines)

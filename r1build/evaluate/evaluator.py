@@ -17,12 +17,14 @@ timing) and a note; :attr:`GpuEvaluator.archs` says which archs are measured.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import os
 import shutil
 import sys
 import tempfile
 import threading
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -85,6 +87,9 @@ class _Slot:
     loaded: set[str] = field(default_factory=set)
     generation: int = 0
     floors: DeviceFloors | None = None
+    warming: Future[None] | None = None
+    busy: threading.Lock = field(default_factory=threading.Lock)
+    """Held while a thread talks to the worker."""
 
 
 @dataclass
@@ -159,10 +164,14 @@ class GpuEvaluator:
         self._pool = ThreadPoolExecutor(max_workers=max(2, jobs or os.cpu_count() or 2),
                                         thread_name_prefix="r1build-evaluate")
         self._libs: dict[tuple[str, str], Future[Library | LibraryFailure]] = {}
+        self._gates: dict[tuple[str, ...], Future[list[Result]]] = {}
+        self._plans: dict[tuple[str, ...], Future[list[ShapePlan]]] = {}
         self._lock = threading.Lock()
         self._slots = [self._make_slot(gpu) for gpu in self.gpus]
         self._notes: set[str] = set()
         self._finalizer = weakref.finalize(self, _cleanup, self._slots, self._pool, self._root, self._own_root)
+        for slot in self._slots:  # a worker takes seconds to start: begin now, while the first compiles run
+            self._warm(slot)
 
     # -- public ------------------------------------------------------------------------------------------
     @property
@@ -284,25 +293,77 @@ class GpuEvaluator:
                     toolchain=self.toolchain, workdir=workdir)
             return self._libs[key]
 
+    def prepare(self, jobs: Sequence[Job]) -> None:
+        """Start the CPU work of jobs that will be evaluated later (gate, library builds, correctness plans), so
+        a caller that evaluates one job at a time (:meth:`evaluate`) does not wait for compiles job after job.
+        Starts the GPU workers too. Jobs of archs without a local GPU are ignored."""
+        for job in jobs:
+            arch = parse_arch(job.arch)
+            if any(gpu_runs_arch(s.gpu, arch) for s in self._slots):
+                self._queue(job, arch, self._entries(job))
+        for slot in self._slots:
+            self._warm(slot)
+
+    def _entries(self, job: Job) -> list[_Entry]:
+        entries = [_Entry(c, True, i) for i, c in enumerate(job.candidates)]
+        if job.baseline is not None and all(c.digest != job.baseline.digest for c in job.candidates):
+            entries.append(_Entry(job.baseline, False, len(entries)))
+        return entries
+
+    def _queue(self, job: Job, arch: str, entries: list[_Entry]) -> tuple[Future[list[Result]],
+                                                                          Future[list[ShapePlan]]]:
+        """The gate and plan futures of a job (made once, reused by a later call), and its library builds."""
+        digests = tuple(e.candidate.digest for e in entries)
+        key = (str(job.manifest.path), job.spec.name, arch)
+        gate_key = key + digests
+        with self._lock:
+            gate = self._gates.get(gate_key)
+            if gate is None:
+                gate = self._submit(self.gate.evaluate,
+                                    Job(job.manifest, job.spec, arch, [e.candidate for e in entries]))
+                self._gates[gate_key] = gate
+            plan = self._plans.get(key)
+            if plan is None:
+                reference = load_reference(job.manifest.root, job.spec.reference)
+                plan = self._submit(plan_checks, job.spec, reference, seed=self.seed)
+                self._plans[key] = plan
+        for entry in entries:
+            self._library(job, entry.candidate, arch)
+        return gate, plan
+
+    def _warm(self, slot: _Slot) -> None:
+        """Start the worker and probe the sanitizer in the background (each takes seconds)."""
+        with self._lock:
+            if slot.warming is None:
+                slot.warming = self._submit(self._warm_now, slot)
+
+    def _warm_now(self, slot: _Slot) -> None:
+        if slot.busy.acquire(blocking=False):  # never wait: the GPU thread starts the worker itself if busy
+            try:
+                with contextlib.suppress(EvaluationError):
+                    self._ensure_worker(slot)
+            finally:
+                slot.busy.release()
+        if slot.sanitizer is not None:
+            slot.sanitizer.available(slot.workdir)
+
     def _start(self, job: Job, load: dict[int, int]) -> _JobState:
         """Queue the job's compiles and plan; assign it to the least loaded GPU of its arch."""
         arch = parse_arch(job.arch)
         slots = [s for s in self._slots if gpu_runs_arch(s.gpu, arch)]
-        entries = [_Entry(c, True, i) for i, c in enumerate(job.candidates)]
-        if job.baseline is not None and all(c.digest != job.baseline.digest for c in job.candidates):
-            entries.append(_Entry(job.baseline, False, len(entries)))
+        entries = self._entries(job)
         self.stats["candidates"] += len(job.candidates)
         if not slots:
             return _JobState(job, arch, None, entries)
         slot = min(slots, key=lambda s: (load[id(s)], s.gpu.index))
         load[id(slot)] += len(entries)
-        gate = self._submit(self.gate.evaluate, Job(job.manifest, job.spec, arch, [e.candidate for e in entries]))
+        self._warm(slot)
+        gate, plan = self._queue(job, arch, entries)
         for entry in entries:
             entry.gate = gate
             entry.library = self._library(job, entry.candidate, arch)
-        reference = load_reference(job.manifest.root, job.spec.reference)
         state = _JobState(job, arch, slot, entries)
-        state.plan = self._submit(plan_checks, job.spec, reference, seed=self.seed)
+        state.plan = plan
         return state
 
     def _gate_only(self, state: _JobState) -> list[Result]:
@@ -316,6 +377,13 @@ class GpuEvaluator:
     def _run_slot(self, states: list[_JobState]) -> None:
         slot = states[0].slot
         assert slot is not None
+        with slot.busy:
+            self._run_slot_locked(slot, states)
+
+    def _phase(self, name: str, start: float) -> None:
+        self.stats[name] = self.stats.get(name, 0.0) + time.perf_counter() - start
+
+    def _run_slot_locked(self, slot: _Slot, states: list[_JobState]) -> None:
         total = sum(len(s.entries) for s in states)
         done = 0
         for state in states:
@@ -323,12 +391,16 @@ class GpuEvaluator:
                 self._check_entry(state, slot, entry)
                 done += 1
                 emit(Progress("evaluate: checks", done, total, {"device": slot.gpu.name}))
+        start = time.perf_counter()
         for state in states:
             for entry in state.entries:
                 self._finish_sanitizers(state, entry)
+        self._phase("wait_sanitizer_s", start)
+        start = time.perf_counter()
         for timed, state in enumerate(states, 1):
             self._time_job(state, slot)
             emit(Progress("evaluate: timing", timed, len(states), {"device": slot.gpu.name}))
+        self._phase("timing_s", start)
 
     def _result(self, state: _JobState, entry: _Entry, status: Status, detail: str = "", **kw: Any) -> Result:
         gate = entry.gate.result()[entry.index] if entry.gate is not None else None
@@ -371,17 +443,21 @@ class GpuEvaluator:
 
     def _check_entry(self, state: _JobState, slot: _Slot, entry: _Entry) -> None:
         assert entry.gate is not None and entry.library is not None and state.plan is not None
+        start = time.perf_counter()
         gate = entry.gate.result()[entry.index]
         if not gate.ok:
             entry.result = gate
             return
         lib = entry.library.result()
+        plans = state.plan.result()
+        self._phase("wait_build_s", start)
         if isinstance(lib, LibraryFailure):
             entry.result = self._result(state, entry, lib.status, lib.detail)
             return
         self.stats["built"] += 1
-        plans = state.plan.result()
+        start = time.perf_counter()
         verdict = self._run_checks(state, slot, entry, lib, plans)
+        self._phase("checks_s", start)
         self.stats["checked"] += 1
         if verdict is not None:
             entry.result = self._result(state, entry, verdict.status, verdict.detail)

@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,6 +97,7 @@ class SanitizerRunner:
         self.env = dict(env)
         self.timeout_s = timeout_s
         self._available: str | bool | None = None
+        self._lock = threading.Lock()
 
     def _run(self, args: list[str], cwd: Path) -> tuple[int | None, str]:
         cmd = [self.executable, *args]
@@ -115,6 +117,10 @@ class SanitizerRunner:
 
     def available(self, workdir: Path) -> str | None:
         """None when the sanitizer works here; else why not (probed once)."""
+        with self._lock:
+            return self._probe(workdir)
+
+    def _probe(self, workdir: Path) -> str | None:
         if self._available is None:
             code, out = self._run(["--tool", "memcheck", "--error-exitcode", str(ERROR_EXIT), sys.executable,
                                    str(HARNESS), "--probe"], workdir)

@@ -55,7 +55,7 @@ def handle(tmp_path: Path) -> WorkerHandle:
     script.write_text(CHILD)
     env = scrubbed_environment(
         {**os.environ, "OPENAI_API_KEY": "sk-secret", "DEEPSEEK_API_KEY": "x", "MY_TOKEN": "t", "RANDOM_VAR": "1"},
-        home=tmp_path, extra={"PYTHONPATH": str(ROOT)})
+        home=tmp_path, extra={"PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
     h = WorkerHandle([sys.executable, str(script)], env, tmp_path / "w", start_timeout_s=30)
     yield h
     h.close()
