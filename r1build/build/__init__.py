@@ -30,9 +30,10 @@ from typing import TypeAlias
 
 from scikit_build_core import build as _skbuild
 
+from ..events import Note, emit
 from .boundary import frontend_boundary
 from .options import BuildOptions, ConfigSettings, split_settings
-from .sdist import sdist_settings
+from .stamp import forget_stamp, read_valid_stamp, write_stamp
 
 __all__ = [
     "KERNELS_DEFINE",
@@ -55,18 +56,36 @@ Settings: TypeAlias = "Mapping[str, str | list[str]] | None"
 
 def kernel_settings(config_settings: Settings, project_dir: Path | None = None) -> ConfigSettings:
     """Resolve and emit the kernels of ``project_dir`` (the working directory); the config settings for
-    scikit-build-core, with the generated CMake file defined and r1build's own keys taken out."""
-    from ..resolve import prepare_build
+    scikit-build-core, with the generated CMake file defined and r1build's own keys taken out.
 
+    A locked build whose inputs are all unchanged since the last locked build reuses its generated files (see
+    :mod:`r1build.build.stamp`); every other build resolves.
+    """
     options, rest = split_settings(config_settings)
-    cmake_file = prepare_build(
-        project_dir or Path.cwd(),
-        locked=options.locked,
-        offline=options.offline,
-        cache_dir=options.cache_dir,
-    )
+    project = (project_dir or Path.cwd()).resolve()
+    cmake_file = read_valid_stamp(project, options)
+    if cmake_file is not None:
+        emit(Note("info", f"kernels and lock unchanged since the last locked build: using {cmake_file.parent}"))
+    else:
+        cmake_file = _prepare(project, options)
     rest[KERNELS_DEFINE] = cmake_file.resolve().as_posix()
     return rest
+
+
+def _prepare(project: Path, options: BuildOptions) -> Path:
+    """Resolve and emit; after a locked success, stamp the inputs so the next warm locked build can skip this."""
+    from ..resolve import prepare_build
+
+    forget_stamp(project)
+    cmake_file = prepare_build(project, locked=options.locked, offline=options.offline, cache_dir=options.cache_dir)
+    if options.locked:
+        from ..manifest import find_manifest, load_manifest
+        from ..toolchain import toolchain
+        from .inputs import manifest_inputs
+
+        inputs = manifest_inputs(load_manifest(find_manifest(project)))
+        write_stamp(project, options, inputs, cmake_file, toolchain().nvcc)
+    return cmake_file
 
 
 def _plain_settings(config_settings: Settings) -> ConfigSettings:
@@ -77,6 +96,7 @@ def _plain_settings(config_settings: Settings) -> ConfigSettings:
 
 def _for_sdist(config_settings: Settings) -> ConfigSettings:
     from ..manifest import find_manifest, load_manifest
+    from .sdist import sdist_settings
 
     project = Path.cwd()
     return sdist_settings(project, load_manifest(find_manifest(project)), _plain_settings(config_settings))

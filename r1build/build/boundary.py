@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -25,13 +26,16 @@ class StderrRenderer:
     """Renders events as plain lines on a text stream (stderr by default).
 
     Progress of a task is shown at most every ``progress_every_s`` seconds, and only once the task has run that
-    long: a build log gets a heartbeat from long jobs (generation, evaluation) and no noise from quick ones,
-    whose outcome the stage's own closing line reports.
+    long: a build log gets a heartbeat from long jobs (generation, evaluation) and no noise from quick ones.
+    A stage's closing line (e.g. the gate's registers and cache hits) is shown when ``verbose``, which defaults
+    to ``R1BUILD_VERBOSE=1`` in the environment; notes (warnings, information) always are.
     """
 
-    def __init__(self, stream: TextIO | None = None, *, progress_every_s: float = 5.0) -> None:
+    def __init__(self, stream: TextIO | None = None, *, progress_every_s: float = 5.0,
+                 verbose: bool | None = None) -> None:
         self.stream = stream
         self.progress_every_s = progress_every_s
+        self.verbose = os.environ.get("R1BUILD_VERBOSE", "") not in ("", "0") if verbose is None else verbose
         self._progress_shown: dict[str, float] = {}
 
     def line(self, text: str) -> None:
@@ -47,7 +51,7 @@ class StderrRenderer:
             level = "" if event.level == "info" else f"{event.level}: "
             self.line(f"{level}{where + ': ' if where else ''}{event.message}")
         elif isinstance(event, Stage):
-            if event.done:
+            if event.done and self.verbose:
                 where = "/".join(x for x in (event.kernel, event.arch) if x)
                 self.line(f"{event.stage} {where}{': ' + event.detail if event.detail else ''}")
         elif isinstance(event, Progress):

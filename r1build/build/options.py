@@ -9,6 +9,7 @@ config setting    environment            meaning
 r1build.locked    ``R1BUILD_LOCKED=1``   fail unless ``kernels.lock`` is present and current
 r1build.offline   ``R1BUILD_OFFLINE=1``  never call an LLM endpoint (the default when none is configured)
 r1build.cache-dir ``R1BUILD_CACHE_DIR``  the cache directory (platformdirs' user cache otherwise)
+(none)            ``R1BUILD_VERBOSE=1``  also show each stage's closing line (gate: registers, cache hits)
 ================  =====================  =====================================================================
 """
 
@@ -21,7 +22,6 @@ from pathlib import Path
 from typing import TypeAlias
 
 from ..errors import ConfigError
-from ..manifest.convert import did_you_mean
 
 __all__ = ["PREFIX", "BuildOptions", "ConfigSettings", "split_settings"]
 
@@ -80,6 +80,8 @@ def split_settings(
         if key.startswith(PREFIX):
             name = key[len(PREFIX):]
             if name not in _KEYS:
+                from ..manifest.convert import did_you_mean
+
                 known = ", ".join(PREFIX + k for k in _KEYS)
                 raise ConfigError(f"unknown config setting {key!r}{did_you_mean(name, _KEYS)}; r1build knows {known}")
             ours[name] = _single(key, value)

@@ -20,7 +20,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..events import Note, emit
 from ..manifest import Manifest
-from ..manifest.reference import ReferenceError_, reference_file
+from .inputs import manifest_inputs
 from .options import ConfigSettings
 
 if sys.version_info >= (3, 11):
@@ -28,7 +28,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-__all__ = ["GENERATED_DIR", "manifest_inputs", "sdist_settings"]
+__all__ = ["GENERATED_DIR", "sdist_settings"]
 
 GENERATED_DIR = ".r1build"
 """The per-project folder of generated files (relative to the project); never part of an sdist."""
@@ -40,29 +40,6 @@ def _pattern(rel: Path, *, directory: bool = False) -> str:
     """An anchored gitignore-style pattern matching exactly ``rel``."""
     text = "/" + _GLOB_SPECIAL.sub(r"\\\1", rel.as_posix())
     return text + "/" if directory else text
-
-
-def manifest_inputs(manifest: Manifest) -> list[Path]:
-    """Every existing file or folder the resolver reads, absolute: manifest, lock, references, sources, vendor."""
-    root = manifest.root
-    found: list[Path] = [manifest.path, root / manifest.settings.lock_file, root / manifest.settings.vendor_dir]
-    for spec in manifest.kernels:
-        found.extend(root / rel for rel in [spec.baseline, *spec.candidates] if rel is not None)
-        try:
-            ref = reference_file(root, spec.reference)
-        except ReferenceError_:
-            continue
-        found.append(ref)
-        # a dotted module lives in packages: their __init__.py files are needed to import it
-        module = spec.reference.partition(":")[0]
-        for depth in range(1, module.count(".") + 1):
-            init = root.joinpath(*module.split(".")[:depth], "__init__.py")
-            found.append(init)
-    unique: dict[Path, None] = {}
-    for path in found:
-        if path.exists():
-            unique.setdefault(path.resolve(), None)
-    return list(unique)
 
 
 def _as_list(key: str, value: Any) -> list[str]:

@@ -13,8 +13,9 @@ from r1build.build import KERNELS_DEFINE, kernel_settings
 from r1build.build.boundary import StderrRenderer, frontend_boundary
 from r1build.build.options import BuildOptions, split_settings
 from r1build.build.sdist import sdist_settings
-from r1build.errors import CompileError, ConfigError, ManifestError
-from r1build.events import Note, Progress, Stage, emit
+from r1build.build.stamp import STAMP_NAME
+from r1build.errors import CompileError, ConfigError, ManifestError, StaleLockError
+from r1build.events import Event, Note, Progress, Stage, emit, sink
 from r1build.manifest import find_manifest, load_manifest
 
 
@@ -69,7 +70,7 @@ def test_bad_options_are_config_errors(settings: dict[str, str | list[str]], env
 
 def test_renderer_writes_plain_lines() -> None:
     out = io.StringIO()
-    render = StderrRenderer(out, progress_every_s=0.0)
+    render = StderrRenderer(out, progress_every_s=0.0, verbose=True)
     render(Note("warning", "using the baseline", "gelu", "sm_90"))
     render(Note("info", "a note"))
     render(Stage("gate", "gelu", "sm_80"))  # a stage starting says nothing
@@ -81,6 +82,16 @@ def test_renderer_writes_plain_lines() -> None:
         "r1build: gate gelu/sm_80: 32 registers",
         "r1build: generate: 3/8 tokens=100",
     ]
+
+
+def test_stage_lines_only_when_verbose(monkeypatch: pytest.MonkeyPatch) -> None:
+    out = io.StringIO()
+    monkeypatch.delenv("R1BUILD_VERBOSE", raising=False)
+    StderrRenderer(out)(Stage("gate", "gelu", "sm_80", done=True, detail="32 registers"))
+    assert out.getvalue() == ""
+    monkeypatch.setenv("R1BUILD_VERBOSE", "1")
+    StderrRenderer(out)(Stage("gate", "gelu", "sm_80", done=True, detail="32 registers"))
+    assert out.getvalue() == "r1build: gate gelu/sm_80: 32 registers\n"
 
 
 def test_quick_progress_is_not_shown() -> None:
@@ -146,3 +157,101 @@ def test_kernel_settings_emit_and_define_the_cmake_file(tmp_path: Path, monkeypa
     assert settings["cmake.define.FOO"] == "1"
     assert not any(key.startswith("r1build.") for key in settings)
     assert (tmp_path / "cache").is_dir()
+
+
+@pytest.fixture
+def locked_tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The tiny project with a current lock and vendored winner, and R1BUILD_CACHE_DIR set."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not installed")
+    from r1build.cli.main import main
+
+    project = copy_project(PACKAGES / "tiny", tmp_path / "tiny")
+    monkeypatch.setenv("R1BUILD_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("R1BUILD_OFFLINE", "1")
+    assert main(["lock", "--offline", "-m", str(project)]) == 0
+    assert main(["vendor", "-m", str(project)]) == 0
+    return project
+
+
+def _build_events(project: Path, settings: dict[str, str | list[str]]) -> list[Event]:
+    seen: list[Event] = []
+    with sink(seen.append):
+        kernel_settings(settings, project)
+    return seen
+
+
+def _reused(events: list[Event]) -> bool:
+    return any(isinstance(e, Note) and "unchanged since the last locked build" in e.message for e in events)
+
+
+def _gated(events: list[Event]) -> bool:
+    return any(isinstance(e, Stage) and e.stage == "gate" for e in events)
+
+
+def test_a_warm_locked_build_reuses_the_generated_files(locked_tiny: Path) -> None:
+    locked = {"r1build.locked": "1"}
+    first = _build_events(locked_tiny, locked)
+    assert _gated(first) and not _reused(first)
+    assert (locked_tiny / ".r1build" / STAMP_NAME).is_file()
+    second = _build_events(locked_tiny, locked)
+    assert _reused(second) and not _gated(second)
+    # unlocked builds always resolve
+    assert not _reused(_build_events(locked_tiny, {}))
+
+
+@pytest.mark.parametrize("change", ["generated file removed", "generated file edited", "vendored file edited",
+                                    "vendored file added", "baseline edited", "environment", "manifest removed"])
+def test_any_change_to_what_resolution_reads_means_resolving_again(locked_tiny: Path, change: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    locked = {"r1build.locked": "1"}
+    _build_events(locked_tiny, locked)
+    generated = locked_tiny / ".r1build" / "generated"
+    vendored = locked_tiny / "kernels" / "_r1build"
+    (vendored_file,) = vendored.glob("scale__*.cu")
+    (generated_file,) = generated.glob("scale__*.cu")
+    if change == "generated file removed":
+        generated_file.unlink()
+    elif change == "generated file edited":
+        generated_file.write_text(generated_file.read_text() + "// edited\n")
+    elif change == "vendored file edited":
+        vendored_file.write_text(vendored_file.read_text() + "// edited\n")
+    elif change == "vendored file added":
+        (vendored / "other.cu").write_text("// another file\n")
+    elif change == "baseline edited":
+        baseline = locked_tiny / "scale.cu"
+        baseline.write_text(baseline.read_text() + "// edited\n")
+    elif change == "environment":
+        monkeypatch.setenv("R1BUILD_SOMETHING", "1")
+    if change == "manifest removed":
+        (locked_tiny / "kernels.toml").rename(locked_tiny / "manifest.toml")
+        with pytest.raises(ManifestError):
+            _build_events(locked_tiny, locked)
+        return
+    if change == "baseline edited":  # the lock no longer fits: resolving again says so
+        with pytest.raises(StaleLockError, match="scale/sm_90"):
+            _build_events(locked_tiny, locked)
+        return
+    again = _build_events(locked_tiny, locked)
+    assert not _reused(again)
+    assert _gated(again)
+    assert generated_file.read_text() == (locked_tiny / ".r1build" / "generated" / generated_file.name).read_text()
+    assert _reused(_build_events(locked_tiny, locked))
+
+
+def test_a_different_toolchain_means_resolving_again(locked_tiny: Path, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    real = shutil.which("nvcc")
+    assert real is not None
+    wrapper = tmp_path / "nvcc"
+    wrapper.write_text(f'#!/bin/sh\nexec {real} "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("R1BUILD_NVCC", str(wrapper))
+    locked = {"r1build.locked": "1"}
+    _build_events(locked_tiny, locked)
+    assert _reused(_build_events(locked_tiny, locked))
+    # same path, same environment, another answer to --version: an updated toolkit behind the same nvcc
+    wrapper.write_text(f'#!/bin/sh\n[ "$1" = --version ] && {{ {real} --version; echo patched; exit 0; }}\n'
+                       f'exec {real} "$@"\n')
+    again = _build_events(locked_tiny, locked)
+    assert not _reused(again) and _gated(again)

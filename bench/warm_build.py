@@ -1,0 +1,334 @@
+"""Warm build of sample_project: r1build's backend against plain scikit-build-core with the same ``.cu`` files.
+
+Both projects are built once cold, then ``--reps`` times warm, interleaved (the order alternates each round),
+each in the build directory it used before, so a warm build is what a developer's edit-free rebuild costs:
+a fresh Python process runs the backend's ``build_wheel`` hook the way a frontend does, scikit-build-core
+re-runs CMake's configure step, Ninja finds nothing to do, and the wheel is packed.
+
+* **r1build**: a copy of ``sample_project/`` built by ``r1build.build`` with ``R1BUILD_LOCKED=1`` and a warm
+  cache: the backend's warm-build stamp (``r1build/build/stamp.py``) proves that nothing resolution reads has
+  changed, so the generated files are used as they are.
+* **r1build, resolving**: the same with the stamp deleted before each build: every kernel × arch is resolved
+  from the lock, its gate result found in the cache, and no generated file rewritten (what a warm build costs
+  when the stamp cannot be used, e.g. the first build after an edit to the manifest).
+* **plain**: the same project with r1build taken out: the generated ``.cu`` files and header checked in under
+  ``kernels/``, a ``CMakeLists.txt`` that compiles them directly (same archs, flags and CUDA runtime), and
+  ``build-backend = "scikit_build_core.build"``.
+
+The ratio of the medians (r1build / plain) is the cost of r1build on a warm build; target at most 1.10, aim
+1.02. Also measured in the same run: the resolving series, and ``prepare_build`` alone in a fresh process
+(import included), which is the most r1build adds.
+With ``--frontend pip`` the builds go through ``pip wheel --no-build-isolation`` instead of the bare hook.
+
+Writes ``bench/results/warm_build.json`` and ``.md``; exits 1 when the ratio misses the target.
+
+    python bench/warm_build.py [--reps 7] [--frontend hook|pip] [--workdir DIR] [--out bench/results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "sample_project"
+TARGET = 1.10
+AIM = 1.02
+
+PLAIN_CMAKE = """\
+# sample_project without r1build: the generated kernels checked in and compiled directly, with the same
+# settings r1build's generated CMake file uses (real code for each arch, PIC, static CUDA runtime, C++17, -O3).
+cmake_minimum_required(VERSION 3.18...3.31)
+project(r1sample LANGUAGES CXX CUDA)
+
+find_package(Python 3.10 REQUIRED COMPONENTS Interpreter Development.Module)
+find_package(nanobind CONFIG REQUIRED)
+find_package(CUDAToolkit REQUIRED)
+
+add_library(kernels STATIC {sources})
+set_target_properties(kernels PROPERTIES
+  CUDA_ARCHITECTURES "{archs}"
+  POSITION_INDEPENDENT_CODE ON
+  CUDA_SEPARABLE_COMPILATION OFF
+  CUDA_RUNTIME_LIBRARY None
+  CUDA_STANDARD 17
+  CUDA_STANDARD_REQUIRED ON
+  CUDA_EXTENSIONS OFF
+)
+target_compile_options(kernels PRIVATE -O3)
+target_include_directories(kernels PUBLIC "${{CMAKE_CURRENT_SOURCE_DIR}}/kernels")
+target_link_libraries(kernels PUBLIC CUDA::cudart_static)
+
+nanobind_add_module(_ops NB_STATIC src/ext.cpp)
+target_link_libraries(_ops PRIVATE kernels)
+install(TARGETS _ops LIBRARY DESTINATION r1sample)
+"""
+
+PREPARE = (
+    "import sys, time\n"
+    "from pathlib import Path\n"
+    "t0 = time.perf_counter()\n"
+    "from r1build.resolve import prepare_build\n"
+    "prepare_build(Path(sys.argv[1]), locked=True)\n"
+    "print(f'prepare_build_s={time.perf_counter() - t0:.6f}')\n"
+)
+
+
+def tool_version(cmd: list[str]) -> str:
+    """First line of a tool's version output (``unknown`` when it cannot run)."""
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    lines = [line for line in out.splitlines() if line.strip()]
+    return lines[-1] if cmd[0].endswith("nvcc") else (lines[0] if lines else "unknown")
+
+
+def host_info() -> dict[str, Any]:
+    """CPU, OS and the versions of every tool in the build."""
+    cpu = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    import nanobind
+    import scikit_build_core
+
+    return {
+        "cpu": cpu,
+        "cpus": os.cpu_count(),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "scikit_build_core": scikit_build_core.__version__,
+        "nanobind": nanobind.__version__,
+        "cmake": tool_version(["cmake", "--version"]),
+        "ninja": tool_version(["ninja", "--version"]),
+        "nvcc": tool_version(["nvcc", "--version"]),
+        "device": "none: a build compiles on the host CPU, no GPU involved",
+    }
+
+
+def make_plain(r1_project: Path, dest: Path, archs: list[str]) -> Path:
+    """The plain scikit-build-core copy of the sample, from the r1build copy's generated files."""
+    generated = r1_project / ".r1build" / "generated"
+    shutil.copytree(r1_project / "src", dest / "src")
+    kernels = dest / "kernels"
+    kernels.mkdir()
+    sources = sorted(generated.glob("*.cu"))
+    for path in [*sources, generated / "r1build_kernels.h"]:
+        shutil.copy2(path, kernels / path.name)
+    pyproject = (r1_project / "pyproject.toml").read_text(encoding="utf-8")
+    pyproject = pyproject.replace('requires = ["r1build", ', "requires = [")
+    pyproject = pyproject.replace('build-backend = "r1build.build"', 'build-backend = "scikit_build_core.build"')
+    assert "r1build.build" not in pyproject, "the sample's pyproject.toml changed shape: update make_plain"
+    (dest / "pyproject.toml").write_text(pyproject, encoding="utf-8")
+    shutil.copy2(r1_project / "README.md", dest / "README.md")
+    cuda_archs = ";".join(f"{a.removeprefix('sm_')}-real" for a in archs)
+    listed = " ".join(f"kernels/{p.name}" for p in sources)
+    (dest / "CMakeLists.txt").write_text(PLAIN_CMAKE.format(sources=listed, archs=cuda_archs), encoding="utf-8")
+    return dest
+
+
+class Builder:
+    """Builds one project into one persistent build directory and times it."""
+
+    def __init__(self, name: str, project: Path, build_dir: Path, wheel_dir: Path, env: dict[str, str],
+                 frontend: str, *, forget: Path | None = None) -> None:
+        self.name = name
+        self.forget = forget
+        self.project = project
+        self.build_dir = build_dir
+        self.wheel_dir = wheel_dir
+        self.env = env
+        self.frontend = frontend
+        self.backend = re.search(r'build-backend = "([^"]+)"',
+                                 (project / "pyproject.toml").read_text(encoding="utf-8")).group(1)  # type: ignore[union-attr]
+        self.times: list[float] = []
+        self.compiles: list[int] = []
+        self.reused = 0
+
+    def command(self) -> list[str]:
+        """The build command: the backend's hook in a fresh process, or pip wheel without isolation."""
+        if self.frontend == "pip":
+            return [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation",
+                    "-w", str(self.wheel_dir), "--config-settings", f"build-dir={self.build_dir}", str(self.project)]
+        code = (f"import sys, {self.backend} as backend; "
+                "print(backend.build_wheel(sys.argv[1], {'build-dir': sys.argv[2]}))")
+        return [sys.executable, "-c", code, str(self.wheel_dir), str(self.build_dir)]
+
+    def build(self, *, record: bool) -> str:
+        if self.forget is not None:
+            self.forget.unlink(missing_ok=True)
+        start = time.perf_counter()
+        proc = subprocess.run(self.command(), cwd=self.project, env=self.env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=1200, check=False)
+        elapsed = time.perf_counter() - start
+        if proc.returncode != 0:
+            sys.exit(f"{self.name} build failed ({proc.returncode}):\n{proc.stdout[-6000:]}")
+        if record:
+            self.times.append(elapsed)
+            self.compiles.append(len(re.findall(r"Building (?:CUDA|CXX) object", proc.stdout)))
+            self.reused += "unchanged since the last locked build" in proc.stdout
+        return proc.stdout
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=11, help="warm builds of each kind (default 11)")
+    parser.add_argument("--frontend", choices=["hook", "pip"], default="hook",
+                        help="how to invoke the backend (default: its hook in a fresh process)")
+    parser.add_argument("--workdir", type=Path, default=None, help="where the copies and build dirs go (temp)")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="results folder")
+    args = parser.parse_args(argv)
+
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="r1build-warm-build-"))
+    work.mkdir(parents=True, exist_ok=True)
+    ignore = shutil.ignore_patterns(".r1build", "build", "dist", "__pycache__", "tests")
+    r1_project = work / "r1build" / "sample_project"
+    if r1_project.exists():
+        shutil.rmtree(work / "r1build")
+    shutil.copytree(SAMPLE, r1_project, ignore=ignore)
+
+    # a snapshot of r1build, as an installed copy would be: edits to the checkout during the run change nothing
+    python_dir = work / "python"
+    shutil.rmtree(python_dir, ignore_errors=True)
+    shutil.copytree(ROOT / "r1build", python_dir / "r1build", ignore=shutil.ignore_patterns("__pycache__"))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(python_dir), env.get("PYTHONPATH", "")) if p)
+    env["R1BUILD_CACHE_DIR"] = str(work / "cache")
+    env["R1BUILD_LOCKED"] = "1"
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+
+    r1 = Builder("r1build", r1_project, work / "r1build" / "build", work / "r1build" / "wheels", env, args.frontend)
+    resolving = Builder("r1build, resolving", r1_project, work / "r1build" / "build", work / "r1build" / "wheels",
+                        env, args.frontend, forget=r1_project / ".r1build" / "build-stamp.json")
+    # the committed lock is used as it is when current; otherwise the copy is locked anew (no GPU: baselines)
+    lock = subprocess.run([sys.executable, "-m", "r1build.cli.main", "lock", "--offline", "-m", str(r1_project)],
+                          env=env | {"R1BUILD_LOCKED": ""}, capture_output=True, text=True, timeout=600, check=False)
+    if lock.returncode != 0:
+        sys.exit(f"r1build lock failed ({lock.returncode}):\n{lock.stdout}{lock.stderr}")
+    lock_refreshed = "updated" in lock.stdout + lock.stderr
+    print(f"cold build of the r1build copy in {work} ...", file=sys.stderr)
+    r1.build(record=False)  # fills the cache, the build dir and .r1build/generated
+
+    sys.path.insert(0, str(ROOT))
+    from r1build.manifest import find_manifest, load_manifest
+
+    manifest = load_manifest(find_manifest(r1_project))
+    archs = sorted({a for spec in manifest.kernels for a in manifest.archs_of(spec)})
+    plain_project = work / "plain" / "sample_project"
+    if plain_project.exists():
+        shutil.rmtree(work / "plain")
+    make_plain(r1_project, plain_project, archs)
+    plain_env = {k: v for k, v in env.items() if not k.startswith("R1BUILD_")}
+    plain = Builder("plain", plain_project, work / "plain" / "build", work / "plain" / "wheels", plain_env,
+                    args.frontend)
+    print("cold build of the plain copy ...", file=sys.stderr)
+    plain.build(record=False)
+
+    # one untimed warm build each, then interleaved timed ones (the order rotates every round)
+    r1.build(record=False)
+    plain.build(record=False)
+    prepare: list[float] = []
+    builders = [r1, plain, resolving]
+    for rep in range(args.reps):
+        for builder in builders[rep % 3:] + builders[: rep % 3]:
+            builder.build(record=True)
+        out = subprocess.run([sys.executable, "-c", PREPARE, str(r1_project)], cwd=r1_project, env=env,
+                             capture_output=True, text=True, check=True, timeout=600).stdout
+        prepare.append(float(out.strip().rpartition("=")[2]))
+        print(f"rep {rep + 1}/{args.reps}: r1build {r1.times[-1]:.3f} s, plain {plain.times[-1]:.3f} s, "
+              f"resolving {resolving.times[-1]:.3f} s, prepare_build {prepare[-1]:.3f} s", file=sys.stderr)
+
+    r1_median = statistics.median(r1.times)
+    plain_median = statistics.median(plain.times)
+    resolving_median = statistics.median(resolving.times)
+    ratio = r1_median / plain_median
+    command = "python " + shlex.join([str(Path(sys.argv[0]).resolve().relative_to(ROOT)), *(argv or sys.argv[1:])])
+    result = {
+        "benchmark": "warm_build",
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": command,
+        "host": host_info(),
+        "frontend": args.frontend,
+        "reps": args.reps,
+        "kernels": [spec.name for spec in manifest.kernels],
+        "archs": archs,
+        "r1build_s": [round(t, 4) for t in r1.times],
+        "plain_s": [round(t, 4) for t in plain.times],
+        "r1build_median_s": round(r1_median, 4),
+        "plain_median_s": round(plain_median, 4),
+        "ratio": round(ratio, 4),
+        "target": TARGET,
+        "aim": AIM,
+        "stamp_reused": f"{r1.reused}/{len(r1.times)}",
+        "lock_refreshed_in_copy": lock_refreshed,
+        "resolving_s": [round(t, 4) for t in resolving.times],
+        "resolving_median_s": round(resolving_median, 4),
+        "resolving_ratio": round(resolving_median / plain_median, 4),
+        "prepare_build_s": [round(t, 4) for t in prepare],
+        "prepare_build_median_s": round(statistics.median(prepare), 4),
+        "warm_compiles": {"r1build": max(r1.compiles), "plain": max(plain.compiles),
+                          "resolving": max(resolving.compiles)},
+        "passed": ratio <= TARGET and r1.reused == len(r1.times),
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "warm_build.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    (args.out / "warm_build.md").write_text(render_markdown(result), encoding="utf-8")
+    print(render_markdown(result))
+    return 0 if result["passed"] else 1
+
+
+def render_markdown(r: dict[str, Any]) -> str:
+    """The results as a short Markdown report."""
+    host = r["host"]
+    verdict = "meets" if r["passed"] else "MISSES"
+    lines = [
+        "# Warm build: r1build backend vs plain scikit-build-core",
+        "",
+        f"- date: {r['date']}",
+        f"- command: `{r['command']}`",
+        f"- host: {host['cpu']}, {host['cpus']} CPUs, {host['os']}; {host['device']}",
+        f"- tools: Python {host['python']}, scikit-build-core {host['scikit_build_core']}, nanobind "
+        f"{host['nanobind']}, {host['cmake']}, ninja {host['ninja']}, nvcc `{host['nvcc']}`",
+        f"- project: sample_project, kernels {', '.join(r['kernels'])} for {', '.join(r['archs'])}; "
+        f"frontend: {r['frontend']}; {r['reps']} warm builds each, interleaved",
+        "",
+        "| build | median (s) | all runs (s) | objects recompiled |",
+        "|---|---|---|---|",
+        f"| r1build (`r1build.build`, locked, warm cache) | {r['r1build_median_s']:.3f} | "
+        f"{', '.join(f'{t:.3f}' for t in r['r1build_s'])} | {r['warm_compiles']['r1build']} |",
+        f"| plain (`scikit_build_core.build`, same .cu checked in) | {r['plain_median_s']:.3f} | "
+        f"{', '.join(f'{t:.3f}' for t in r['plain_s'])} | {r['warm_compiles']['plain']} |",
+        f"| r1build, resolving (stamp deleted before each build) | {r['resolving_median_s']:.3f} | "
+        f"{', '.join(f'{t:.3f}' for t in r['resolving_s'])} | {r['warm_compiles']['resolving']} |",
+        "",
+        f"**ratio r1build / plain: {r['ratio']:.3f}** ({verdict} the target <= {r['target']:.2f}; aim {r['aim']:.2f}); "
+        f"the warm-build stamp was used in {r['stamp_reused']} r1build builds.",
+        "",
+        f"Resolving on every build instead: ratio {r['resolving_ratio']:.3f}.",
+        "",
+        f"`prepare_build` alone in a fresh process (import, resolve from the lock, cached gate, emit): median "
+        f"{r['prepare_build_median_s']:.3f} s ({', '.join(f'{t:.3f}' for t in r['prepare_build_s'])}).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
