@@ -1,6 +1,8 @@
 """GPU evaluation of the root manifest: every kernel's baseline, hand-written candidates and tunable value sets
-validated and timed on the local GPU, the winner per arch selected, twice over for repeat-run stability, and once
-more through ``r1build.resolve`` (what ``r1build resolve`` does on a GPU machine without an LLM).
+validated and timed on the local GPU and the winner per arch selected; twice with ``evaluate_all`` (repeat-run
+stability), once more job by job after ``prepare`` (how a resolver walking kernel by kernel calls the
+evaluator), and once through ``r1build.resolve`` itself (what ``r1build resolve`` does on a GPU machine without
+an LLM).
 
 Targets: at least 30 candidates a minute end to end (compile, gate, correctness, sanitizers, timing); spread at
 most 2% for kernels of 50 us and more; the same kernel within 3% between runs. Writes
@@ -47,8 +49,10 @@ def label(c: Candidate) -> str:
     return name
 
 
-def one_run(manifest_path: Path) -> dict[str, Any]:
-    """Evaluate every kernel x measurable arch once, from cold (fresh cache, fresh builds)."""
+def one_run(manifest_path: Path, *, one_at_a_time: bool = False) -> dict[str, Any]:
+    """Evaluate every kernel x measurable arch once, from cold (fresh cache, fresh builds): all jobs in one
+    ``evaluate_all``, or (``one_at_a_time``) ``prepare`` of every job and then one ``evaluate`` per job, the way
+    a resolver that walks kernel by kernel calls it."""
     manifest = load_manifest(manifest_path)
     with tempfile.TemporaryDirectory(prefix="r1build-bench-") as tmp, Cache(Path(tmp) / "cache") as cache:
         start = time.perf_counter()
@@ -61,7 +65,11 @@ def one_run(manifest_path: Path) -> dict[str, Any]:
                         jobs.append(Job(manifest, spec, arch, candidates, candidates[0]))
                     else:
                         unmeasured.append(f"{spec.name}/{arch}")
-            results = evaluator.evaluate_all(jobs)
+            if one_at_a_time:
+                evaluator.prepare(jobs)
+                results = [evaluator.evaluate(job) for job in jobs]
+            else:
+                results = evaluator.evaluate_all(jobs)
             wall = time.perf_counter() - start
             stats = dict(evaluator.stats)
             device = evaluator.gpus[0].name
@@ -72,7 +80,7 @@ def one_run(manifest_path: Path) -> dict[str, Any]:
             rows.append(row(job, c, r, winner))
     n = sum(len(j.candidates) for j in jobs)
     return {"wall_s": wall, "candidates": n, "per_minute": n / wall * 60.0, "rows": rows, "stats": stats,
-            "unmeasured": unmeasured, "device": device}
+            "unmeasured": unmeasured, "device": device, "mode": "one job at a time" if one_at_a_time else "all"}
 
 
 def row(job: Job, c: Candidate, r: Result, winner: Candidate | None) -> dict[str, Any]:
@@ -151,7 +159,9 @@ def markdown(report: dict[str, Any]) -> str:
               "| run | candidates | wall s | candidates per minute | worker restarts |",
               "|---|---:|---:|---:|---:|"]
     for i, run in enumerate(runs, 1):
-        lines.append(f"| {i} (cold: fresh cache and builds) | {run['candidates']} | {run['wall_s']:.1f} "
+        how = ("evaluate_all of every job" if run["mode"] == "all"
+               else "prepare(all jobs), then evaluate(job) one at a time")
+        lines.append(f"| {i}: {how}, cold (fresh cache and builds) | {run['candidates']} | {run['wall_s']:.1f} "
                      f"| {run['per_minute']:.1f} | {int(run['stats'].get('worker_restarts', 0))} |")
     if report.get("resolve"):
         res = report["resolve"]
@@ -161,7 +171,8 @@ def markdown(report: dict[str, Any]) -> str:
     lines += ["", "Run 1, seconds in each phase of the GPU thread: waiting for builds and the gate "
               f"{phases.get('wait_build_s', 0):.1f}, correctness checks {phases.get('checks_s', 0):.1f}, "
               f"waiting for compute-sanitizer {phases.get('wait_sanitizer_s', 0):.1f}, timing (floors, cupy "
-              f"reference, candidates) {phases.get('timing_s', 0):.1f}."]
+              f"reference, candidates) {phases.get('timing_s', 0):.1f}; {int(phases.get('sanitizer_runs', 0))} "
+              f"compute-sanitizer runs took {phases.get('sanitizer_s', 0):.1f} s together."]
     lines += ["", "Targets: " + "; ".join(f"{k}: {'met' if v['met'] else 'MISSED'} ({v['value']})"
                                         for k, v in report["targets"].items()), ""]
     return "\n".join(lines)
@@ -170,7 +181,7 @@ def markdown(report: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--manifest", type=Path, default=ROOT / "kernels.toml")
-    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=2, help="runs of evaluate_all (one more runs job by job)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument("--no-resolve", action="store_true", help="skip the run through r1build.resolve")
     args = parser.parse_args(argv)
@@ -179,10 +190,10 @@ def main(argv: list[str] | None = None) -> int:
         print("no GPU visible (cupy missing or no device): nothing to measure", file=sys.stderr)
         return 2
     runs = []
-    for i in range(args.runs):
-        run = one_run(args.manifest.resolve())
+    for i in range(args.runs + 1):
+        run = one_run(args.manifest.resolve(), one_at_a_time=i == args.runs)
         runs.append(run)
-        print(f"run {i + 1}: {run['candidates']} candidates in {run['wall_s']:.1f} s "
+        print(f"run {i + 1} ({run['mode']}): {run['candidates']} candidates in {run['wall_s']:.1f} s "
               f"({run['per_minute']:.1f}/min)", flush=True)
     resolved = None if args.no_resolve else resolve_run(args.manifest.resolve())
     if resolved:
@@ -197,9 +208,9 @@ def main(argv: list[str] | None = None) -> int:
             o = second.get((r["kernel"], r["arch"], r["digest"]))
             if r["time_us"] and o and o["time_us"]:
                 diffs.append(abs(o["time_us"] - r["time_us"]) / r["time_us"])
-    best_rate = max(run["per_minute"] for run in runs)
+    best_rate = min(run["per_minute"] for run in runs)
     targets = {
-        "candidates per minute >= 30": {"met": best_rate >= TARGET_PER_MINUTE,
+        "candidates per minute >= 30 (every run)": {"met": best_rate >= TARGET_PER_MINUTE,
                                         "value": ", ".join(f"{run['per_minute']:.1f}" for run in runs)},
         "spread <= 2% at >= 50 us": {"met": all(s <= TARGET_SPREAD for s in spreads),
                                      "value": f"max {max(spreads) * 100:.2f}%" if spreads else "no such kernel"},

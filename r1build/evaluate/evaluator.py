@@ -5,10 +5,10 @@ Per job (one kernel, one arch), in this order:
 1. the static gate judges every candidate (:class:`~r1build.gate.static.StaticGate`, cached), while the same
    variants are built as shared libraries for the arch (:mod:`.library`) on the CPU cores;
 2. a worker process on a GPU of that arch runs the correctness plan (:mod:`.checks`) of each library that passed;
-   compute-sanitizer runs (:mod:`.sanitize`) start on the CPU side as soon as a candidate passes, overlapping the
-   worker's checks of the next ones;
+   compute-sanitizer runs (:mod:`.sanitize`) start as soon as a library is built, overlapping the worker's
+   checks, and are canceled for a candidate that fails them;
 3. once every check and sanitizer run of the GPU's jobs is in, the GPU times the survivors, the baseline and the
-   reference (with cupy), alone: nothing else runs on it while it times.
+   reference (with cupy) alone: sanitizer runs of jobs prepared for later wait while it times.
 
 A crash, an illegal address or a hang costs the candidate (``crashed`` / ``timed_out``), never the run: the worker
 is killed if need be and restarted. Archs with no local GPU get the static gate's results (``stage="gate"``, no
@@ -26,7 +26,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,7 +58,7 @@ from .devices import GpuInfo, archs_of, detect_gpus, gpu_runs_arch, visible_devi
 from .floors import FLOORS_NAMESPACE, DeviceFloors, bytes_moved
 from .library import Library, LibraryFailure, build_library
 from .process import WorkerDied, WorkerHandle, WorkerTimedOut, scrubbed_environment
-from .sanitize import TOOLS, SanitizerOutcome, SanitizerRunner, find_sanitizer
+from .sanitize import TOOLS, SanitizerOutcome, SanitizerRunner, find_sanitizer, uses_shared_memory
 from .timing import SampleStats, build_timing, reference_request, summarize, time_request
 
 if TYPE_CHECKING:
@@ -76,6 +76,50 @@ def _trim(text: str) -> str:
     return text if len(text) <= _DETAIL_LIMIT else text[: _DETAIL_LIMIT - 3] + "..."
 
 
+class _Quiet:
+    """Keeps the GPU quiet while it times: sanitizer runs share it, timing takes it alone (new runs wait, and
+    timing waits for the running ones to end)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._shared = 0
+        self._exclusive = False
+
+    @contextlib.contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._exclusive)
+            self._shared += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._shared -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._exclusive)
+            self._exclusive = True
+            self._cond.wait_for(lambda: self._shared == 0)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._exclusive = False
+                self._cond.notify_all()
+
+
+@dataclass
+class _SanitizeJob:
+    """compute-sanitizer inputs of one kernel on one arch, shared by its candidates."""
+
+    directory: Path
+    shapes: list[dict[str, Any]]
+    """Harness shapes (the inputs are files in ``directory``)."""
+
+
 @dataclass
 class _Slot:
     """One GPU: its worker, sanitizer runner and measured floors."""
@@ -90,6 +134,8 @@ class _Slot:
     warming: Future[None] | None = None
     busy: threading.Lock = field(default_factory=threading.Lock)
     """Held while a thread talks to the worker."""
+    quiet: _Quiet = field(default_factory=_Quiet)
+    """Shared by sanitizer runs, taken alone while timing."""
 
 
 @dataclass
@@ -106,7 +152,8 @@ class _Entry:
     library: Future[Library | LibraryFailure] | None = None
     result: Result | None = None
     verdict: Verdict | None = None
-    sanitizers: list[Future[SanitizerOutcome]] = field(default_factory=list)
+    sanitizers: Future[list[SanitizerOutcome]] | None = None
+    sanitize_file: Path | None = None
     stats: list[SampleStats] | None = None
 
 
@@ -117,8 +164,6 @@ class _JobState:
     slot: _Slot | None
     entries: list[_Entry]
     plan: Future[list[ShapePlan]] | None = None
-    sanitize_dir: Path | None = None
-    sanitize_shapes: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _cleanup(slots: list[_Slot], pool: ThreadPoolExecutor, root: Path, own_root: bool) -> None:
@@ -166,6 +211,8 @@ class GpuEvaluator:
         self._libs: dict[tuple[str, str], Future[Library | LibraryFailure]] = {}
         self._gates: dict[tuple[str, ...], Future[list[Result]]] = {}
         self._plans: dict[tuple[str, ...], Future[list[ShapePlan]]] = {}
+        self._sanitized: dict[tuple[str, ...], tuple[Future[list[SanitizerOutcome]], Path]] = {}
+        self._sanitize_jobs: dict[tuple[str, ...], _SanitizeJob] = {}
         self._lock = threading.Lock()
         self._slots = [self._make_slot(gpu) for gpu in self.gpus]
         self._notes: set[str] = set()
@@ -328,7 +375,7 @@ class GpuEvaluator:
                 plan = self._submit(plan_checks, job.spec, reference, seed=self.seed)
                 self._plans[key] = plan
         for entry in entries:
-            self._library(job, entry.candidate, arch)
+            self._sanitize_when_built(job, arch, entry.candidate, self._library(job, entry.candidate, arch), plan)
         return gate, plan
 
     def _warm(self, slot: _Slot) -> None:
@@ -362,6 +409,9 @@ class GpuEvaluator:
         for entry in entries:
             entry.gate = gate
             entry.library = self._library(job, entry.candidate, arch)
+            found = self._sanitized.get((str(job.manifest.path), job.spec.name, arch, entry.candidate.digest))
+            if found is not None:
+                entry.sanitizers, entry.sanitize_file = found
         state = _JobState(job, arch, slot, entries)
         state.plan = plan
         return state
@@ -398,7 +448,8 @@ class GpuEvaluator:
         self._phase("wait_sanitizer_s", start)
         start = time.perf_counter()
         for timed, state in enumerate(states, 1):
-            self._time_job(state, slot)
+            with slot.quiet.exclusive():
+                self._time_job(state, slot)
             emit(Progress("evaluate: timing", timed, len(states), {"device": slot.gpu.name}))
         self._phase("timing_s", start)
 
@@ -447,6 +498,7 @@ class GpuEvaluator:
         gate = entry.gate.result()[entry.index]
         if not gate.ok:
             entry.result = gate
+            self._cancel_sanitizers(state, entry)
             return
         lib = entry.library.result()
         plans = state.plan.result()
@@ -461,8 +513,7 @@ class GpuEvaluator:
         self.stats["checked"] += 1
         if verdict is not None:
             entry.result = self._result(state, entry, verdict.status, verdict.detail)
-            return
-        self._start_sanitizers(state, slot, entry, lib, plans)
+            self._cancel_sanitizers(state, entry)
 
     def _run_checks(self, state: _JobState, slot: _Slot, entry: _Entry, lib: Library, plans: list[ShapePlan]
                     ) -> Verdict | None:
@@ -497,63 +548,145 @@ class GpuEvaluator:
         return None
 
     # -- sanitizer ---------------------------------------------------------------------------------------
-    def _sanitize_inputs(self, state: _JobState, slot: _Slot, plans: list[ShapePlan]) -> list[dict[str, Any]]:
-        if state.sanitize_dir is not None:
-            return state.sanitize_shapes
-        spec = state.job.spec
-        small = [p for p in plans if bytes_moved(spec, p.sizes) <= _SANITIZE_MAX_BYTES]
-        small.sort(key=lambda p: bytes_moved(spec, p.sizes))
-        chosen = small[-2:]
-        state.sanitize_dir = slot.workdir / "sanitize" / f"{spec.name}-{state.arch}-{id(state):x}"
-        state.sanitize_dir.mkdir(parents=True, exist_ok=True)
-        shapes = []
-        for si, plan in enumerate(chosen):
-            arrays = []
-            call = plan.calls[0]
-            for lay in plan.layouts:
-                entry: dict[str, Any] = {"nbytes": lay.nbytes, "input": None}
-                if lay.role != "out":
-                    name = f"in-{si}-{lay.name}.bin"
-                    (state.sanitize_dir / name).write_bytes(np.ascontiguousarray(call.inputs[lay.name]).tobytes())
-                    entry["input"] = name
-                arrays.append(entry)
-            shapes.append({"key": plan.key, "arrays": arrays, "args": arg_items(spec, plan.sizes)})
-        state.sanitize_shapes = shapes
-        return shapes
+    def _sanitize_slot(self, arch: str) -> _Slot | None:
+        return next((s for s in self._slots if gpu_runs_arch(s.gpu, arch) and s.sanitizer is not None), None)
 
-    def _start_sanitizers(self, state: _JobState, slot: _Slot, entry: _Entry, lib: Library,
-                          plans: list[ShapePlan]) -> None:
-        if slot.sanitizer is None:
-            if self.sanitize:
-                self._note("compute-sanitizer not found: memcheck, racecheck and initcheck are skipped")
+    def _sanitize_when_built(self, job: Job, arch: str, candidate: Candidate,
+                             library: Future[Library | LibraryFailure], plan: Future[list[ShapePlan]]) -> None:
+        """Start compute-sanitizer on a variant as soon as its library and the job's plan exist, before (and
+        whatever) the correctness checks say: its runs then overlap the checks, and a caller that prepared
+        several jobs finds them done. A variant that fails its checks has its runs canceled."""
+        slot = self._sanitize_slot(arch)
+        if slot is None:
             return
-        unavailable = slot.sanitizer.available(slot.workdir)
-        if unavailable is not None:
-            self._note(unavailable + "; memcheck, racecheck and initcheck are skipped")
-            return
-        shapes = self._sanitize_inputs(state, slot, plans)
-        if not shapes:
-            return
-        import json
+        jkey = (str(job.manifest.path), job.spec.name, arch)
+        with self._lock:
+            if jkey not in self._sanitize_jobs:
+                job_dir = slot.workdir / "sanitize" / f"{job.spec.name}-{arch}-{len(self._sanitize_jobs)}"
+                self._sanitize_jobs[jkey] = _SanitizeJob(job_dir, [])
+            sjob = self._sanitize_jobs[jkey]
+            key = (*jkey, candidate.digest)
+            if key in self._sanitized:
+                return
+            done: Future[list[SanitizerOutcome]] = Future()
+            job_file = sjob.directory / f"job-{candidate.digest[:16]}-{len(self._sanitized)}.json"
+            self._sanitized[key] = (done, job_file)
+        started = threading.Event()
+        started_lock = threading.Lock()
 
-        assert state.sanitize_dir is not None
-        job_file = state.sanitize_dir / f"job-{lib.digest[:16]}.json"
-        job_file.write_text(json.dumps({"lib": str(lib.path), "entry": state.job.spec.name,
-                                        "argtypes": arg_codes(state.job.spec), "shapes": shapes}))
-        runner = slot.sanitizer
-        entry.sanitizers = [self._submit(runner.run, tool, job_file) for tool in TOOLS]
+        def ready(_: object) -> None:
+            with started_lock:
+                if not (library.done() and plan.done()) or started.is_set():
+                    return
+                started.set()
+            self._submit(self._sanitize_now, job, slot, sjob, library, plan, done, job_file)
+
+        library.add_done_callback(ready)
+        plan.add_done_callback(ready)
+
+    def _sanitize_inputs(self, job: Job, sjob: _SanitizeJob, plans: list[ShapePlan]) -> list[dict[str, Any]]:
+        with self._lock:
+            if sjob.shapes or sjob.directory.exists():
+                return sjob.shapes
+            spec = job.spec
+            small = [p for p in plans if bytes_moved(spec, p.sizes) <= _SANITIZE_MAX_BYTES]
+            small.sort(key=lambda p: bytes_moved(spec, p.sizes))
+            sjob.directory.mkdir(parents=True, exist_ok=True)
+            for si, plan in enumerate(small[-2:]):
+                arrays = []
+                for lay in plan.layouts:
+                    item: dict[str, Any] = {"nbytes": lay.nbytes, "input": None}
+                    if lay.role != "out":
+                        name = f"in-{si}-{lay.name}.bin"
+                        data = np.ascontiguousarray(plan.calls[0].inputs[lay.name]).tobytes()
+                        (sjob.directory / name).write_bytes(data)
+                        item["input"] = name
+                    arrays.append(item)
+                sjob.shapes.append({"key": plan.key, "arrays": arrays, "args": arg_items(spec, plan.sizes)})
+            return sjob.shapes
+
+    def _sanitize_now(self, job: Job, slot: _Slot, sjob: _SanitizeJob, library: Future[Library | LibraryFailure],
+                      plan: Future[list[ShapePlan]], done: Future[list[SanitizerOutcome]], job_file: Path) -> None:
+        try:
+            lib = library.result()
+            runner = slot.sanitizer
+            if isinstance(lib, LibraryFailure) or runner is None:
+                done.set_result([])
+                return
+            unavailable = runner.available(slot.workdir)
+            if unavailable is not None:
+                self._note(unavailable + "; memcheck, racecheck and initcheck are skipped")
+                done.set_result([])
+                return
+            shapes = self._sanitize_inputs(job, sjob, plan.result())
+            if not shapes:
+                done.set_result([])
+                return
+            import json
+
+            job_file.write_text(json.dumps({"lib": str(lib.path), "entry": job.spec.name,
+                                            "argtypes": arg_codes(job.spec), "shapes": shapes}))
+            tools = [t for t in TOOLS if t != "racecheck" or uses_shared_memory(lib.path, self._cuobjdump())]
+            runs = [self._submit(self._run_tool, slot, tool, job_file) for tool in tools]
+        except BaseException as exc:
+            done.set_exception(exc)
+            return
+        remaining = [len(runs)]
+        lock = threading.Lock()
+
+        def finished(_: object) -> None:
+            with lock:
+                remaining[0] -= 1
+                last = remaining[0] == 0
+            if last:
+                try:
+                    done.set_result([r.result() for r in runs])
+                except BaseException as exc:
+                    done.set_exception(exc)
+
+        for run in runs:
+            run.add_done_callback(finished)
+
+    def _cuobjdump(self) -> str | None:
+        try:
+            near = Path(self.toolchain.nvcc).resolve().parent / "cuobjdump"
+        except Exception:
+            return shutil.which("cuobjdump")
+        return str(near) if near.is_file() else shutil.which("cuobjdump")
+
+    def _run_tool(self, slot: _Slot, tool: str, job_file: Path) -> SanitizerOutcome:
+        assert slot.sanitizer is not None
+        with slot.quiet.shared():
+            start = time.perf_counter()
+            outcome = slot.sanitizer.run(tool, job_file)
+            with self._lock:
+                self.stats["sanitizer_runs"] = self.stats.get("sanitizer_runs", 0) + 1
+                self.stats["sanitizer_s"] = self.stats.get("sanitizer_s", 0.0) + time.perf_counter() - start
+        return outcome
+
+    def _cancel_sanitizers(self, state: _JobState, entry: _Entry) -> None:
+        """Stop a failed candidate's sanitizer runs; a later evaluation of it starts afresh."""
+        slot = self._sanitize_slot(state.arch)
+        if slot is None or slot.sanitizer is None or entry.sanitize_file is None:
+            return
+        slot.sanitizer.cancel(entry.sanitize_file)
+        key = (str(state.job.manifest.path), state.job.spec.name, state.arch, entry.candidate.digest)
+        with self._lock:
+            if self._sanitized.get(key, (None, None))[1] == entry.sanitize_file:
+                del self._sanitized[key]
 
     def _finish_sanitizers(self, state: _JobState, entry: _Entry) -> None:
-        if entry.result is not None:
+        if entry.result is not None or entry.sanitizers is None:
+            self._cancel_sanitizers(state, entry)
             return
-        for future in entry.sanitizers:
-            outcome = future.result()
+        for outcome in entry.sanitizers.result():
             if outcome.verdict == "finding":
-                shapes = ", ".join(s["key"] for s in state.sanitize_shapes)
+                sjob = self._sanitize_jobs.get((str(state.job.manifest.path), state.job.spec.name, state.arch))
+                shapes = ", ".join(s["key"] for s in sjob.shapes) if sjob else "small shapes"
                 entry.result = self._result(state, entry, "incorrect",
                                             f"compute-sanitizer {outcome.tool} at {shapes}: {outcome.detail}")
                 return
-            if outcome.verdict == "inconclusive":
+            if outcome.verdict == "inconclusive" and outcome.detail != "canceled":
                 self._note(f"{state.job.spec.name}: {outcome.detail}", state.job.spec.name, state.arch)
 
     # -- timing ------------------------------------------------------------------------------------------

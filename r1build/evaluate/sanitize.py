@@ -22,12 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-__all__ = ["TOOLS", "SanitizerOutcome", "SanitizerRunner", "find_sanitizer", "summarize_report"]
+__all__ = ["TOOLS", "SanitizerOutcome", "SanitizerRunner", "find_sanitizer", "summarize_report", "uses_shared_memory"]
 
 TOOLS = ("memcheck", "racecheck", "initcheck")
 ERROR_EXIT = 86
 HARNESS = Path(__file__).with_name("harness.py")
 
+_SHARED_SASS = re.compile(r"\b(?:LDS|STS|LDSM|STSM|ATOMS|LDGSTS|UBLKCP|UTMALDG|UTMASTG|UTMAREDG|HGMMA|QGMMA|IGMMA|"
+                          r"BGMMA|SYNCS)\b")
 _PREFIX = re.compile(r"^=+ ?")
 _SUMMARY = re.compile(r"(ERROR SUMMARY: (\d+) errors?)|(RACECHECK SUMMARY: .*\((\d+) errors?, \d+ warnings?\))")
 _FINDING = re.compile(r"Invalid |Race reported|Uninitialized|Misaligned|out of bounds|Barrier error|"
@@ -64,6 +66,22 @@ def find_sanitizer(nvcc: str | None = None, environ: Mapping[str, str] | None = 
     return next((str(c) for c in candidates if c.is_file()), None)
 
 
+def uses_shared_memory(library: Path, cuobjdump: str | None) -> bool:
+    """Whether any kernel of ``library`` touches shared memory (its SASS has shared loads, stores, atomics,
+    async copies or tensor-memory-accelerator traffic). racecheck only looks at shared memory, so it is skipped
+    for libraries without any. True when it cannot tell."""
+    if cuobjdump is None:
+        return True
+    try:
+        proc = subprocess.run([cuobjdump, "-sass", str(library)], capture_output=True, text=True, errors="replace",
+                              timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return True
+    if proc.returncode != 0 or "Function" not in proc.stdout:
+        return True
+    return _SHARED_SASS.search(proc.stdout) is not None
+
+
 def summarize_report(output: str, limit: int = 6) -> str | None:
     """The first finding of a sanitizer report and its summary line, or None when it reports none."""
     lines = [_PREFIX.sub("", line).rstrip() for line in output.splitlines() if line.startswith("=")]
@@ -92,32 +110,57 @@ def summarize_report(output: str, limit: int = 6) -> str | None:
 class SanitizerRunner:
     """Runs compute-sanitizer over the harness for one GPU."""
 
-    def __init__(self, executable: str, env: Mapping[str, str], *, timeout_s: float = 120.0) -> None:
+    def __init__(self, executable: str, env: Mapping[str, str], *, timeout_s: float = 90.0) -> None:
         self.executable = executable
         self.env = dict(env)
         self.timeout_s = timeout_s
         self._available: str | bool | None = None
+        self._probe_lock = threading.Lock()
         self._lock = threading.Lock()
+        self._procs: dict[str, set[subprocess.Popen[bytes]]] = {}
+        self._canceled: set[str] = set()
 
-    def _run(self, args: list[str], cwd: Path) -> tuple[int | None, str]:
+    def _run(self, args: list[str], cwd: Path, key: str = "") -> tuple[int | None, str]:
         cmd = [self.executable, *args]
-        try:
-            proc = subprocess.Popen(cmd, cwd=cwd, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
-        except OSError as exc:
-            return None, f"cannot start {self.executable}: {exc}"
+        with self._lock:
+            if key and key in self._canceled:
+                return None, "canceled"
+            try:
+                proc = subprocess.Popen(cmd, cwd=cwd, env=self.env, stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+            except OSError as exc:
+                return None, f"cannot start {self.executable}: {exc}"
+            self._procs.setdefault(key, set()).add(proc)
         try:
             out, _ = proc.communicate(timeout=self.timeout_s)
         except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            self._kill(proc)
             out, _ = proc.communicate()
             return None, out.decode(errors="replace")
+        finally:
+            with self._lock:
+                self._procs.get(key, set()).discard(proc)
+        if key in self._canceled:
+            return None, "canceled"
         return proc.returncode, out.decode(errors="replace")
+
+    @staticmethod
+    def _kill(proc: subprocess.Popen[bytes]) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+    def cancel(self, job_file: Path) -> None:
+        """Stop every run of ``job_file`` (running ones are killed, later ones do not start)."""
+        key = str(job_file)
+        with self._lock:
+            self._canceled.add(key)
+            procs = list(self._procs.get(key, ()))
+        for proc in procs:
+            self._kill(proc)
 
     def available(self, workdir: Path) -> str | None:
         """None when the sanitizer works here; else why not (probed once)."""
-        with self._lock:
+        with self._probe_lock:
             return self._probe(workdir)
 
     def _probe(self, workdir: Path) -> str | None:
@@ -136,8 +179,10 @@ class SanitizerRunner:
         args = ["--tool", tool, "--error-exitcode", str(ERROR_EXIT), "--print-limit", "10"]
         if tool == "racecheck":
             args += ["--racecheck-report", "hazard"]
-        code, out = self._run([*args, sys.executable, str(HARNESS), str(job_file)], job_file.parent)
+        code, out = self._run([*args, sys.executable, str(HARNESS), str(job_file)], job_file.parent, str(job_file))
         if code is None:
+            if out == "canceled":
+                return SanitizerOutcome(tool, "inconclusive", "canceled")
             return SanitizerOutcome(tool, "inconclusive", f"{tool} did not finish within {self.timeout_s:g} s")
         found = summarize_report(out)
         if code == ERROR_EXIT or (found is not None and code != 0):

@@ -58,11 +58,12 @@ def _arrays(spec: KernelSpec, sizes: Mapping[str, int]) -> list[dict[str, Any]]:
 
 
 def time_request(spec: KernelSpec, lib: str, *, budget_s: float = 0.3, min_samples: int = 20,
-                 max_samples: int = 200, graph_below_us: float = 10.0) -> dict[str, Any]:
-    """The worker request that times one library at every benchmark shape."""
+                 max_samples: int = 200, graph_below_us: float = 10.0, sample_us: float = 500.0) -> dict[str, Any]:
+    """The worker request that times one library at every benchmark shape (see the worker's ``_time_shape``
+    for how a sample is made)."""
     return {
         "op": "time", "lib": lib, "budget_s": budget_s, "min_samples": min_samples, "max_samples": max_samples,
-        "graph_below_us": graph_below_us,
+        "graph_below_us": graph_below_us, "sample_us": sample_us,
         "shapes": [{"arrays": _arrays(spec, s), "args": arg_items(spec, s)} for s in spec.bench_shapes],
     }
 

@@ -382,10 +382,11 @@ class Worker:
         budget_us = float(h.get("budget_s", 0.3)) * 1e6
         min_n, max_n = int(h.get("min_samples", 20)), int(h.get("max_samples", 200))
         graph_below = float(h.get("graph_below_us", 10.0))
+        sample_us = float(h.get("sample_us", 500.0))
         shapes_out = []
         for si, shape in enumerate(h["shapes"]):
             try:
-                shapes_out.append(self._time_shape(fn, shape, budget_us, min_n, max_n, graph_below))
+                shapes_out.append(self._time_shape(fn, shape, budget_us, min_n, max_n, graph_below, sample_us))
             except self.rt.CUDARuntimeError as exc:
                 self.settle(f"timing shape {si}", exc)
             finally:
@@ -394,9 +395,18 @@ class Worker:
         return {"ok": True, "shapes": shapes_out}, []
 
     def _time_shape(self, fn: Any, shape: dict[str, Any], budget_us: float, min_n: int, max_n: int,
-                    graph_below: float) -> dict[str, Any]:
+                    graph_below: float, sample_us: float) -> dict[str, Any]:
+        """Samples of one benchmark shape.
+
+        A call shorter than ``graph_below`` us is timed as a CUDA graph of many calls. Otherwise each sample is
+        L2 flush, event, ``reps`` back-to-back launches, event: ``reps`` is 1 unless one input set is at least
+        twice the L2 (so every launch starts cold anyway: launches alternate between two such sets), when it
+        grows until a sample lasts ``sample_us``; averaging a few launches per sample takes the jitter of
+        single ~50 us launches (DRAM refresh, launch and event granularity, about 2 us) out of the spread.
+        """
         set_bytes = max(1, sum(int(a["count"]) * int(a["itemsize"]) for a in shape["arrays"]))
-        rotation = max(1, min(4, math.ceil(3 * self.l2_bytes / set_bytes)))
+        big = set_bytes >= 2 * self.l2_bytes
+        rotation = 2 if big else max(1, min(4, math.ceil(3 * self.l2_bytes / set_bytes)))
         sets = [self._set_for(shape) for _ in range(rotation)]
         stream_ptr = self.stream.ptr
 
@@ -419,25 +429,30 @@ class Worker:
         t_est = max(statistics.median(estimates), 0.05)
         host_us = 40.0
         if t_est < graph_below:
-            per_graph = max(4, min(256, math.ceil(200.0 / t_est)))
+            reps = max(4, min(256, math.ceil(200.0 / t_est)))
             self.stream.begin_capture(getattr(self.rt, "streamCaptureModeGlobal", 0))
             try:
-                for k in range(per_graph):
+                for k in range(reps):
                     call(k)
             finally:
                 graph = self.stream.end_capture()
             graph.launch(self.stream)
             self.stream.synchronize()
-            n = max(min_n, min(max_n, int(budget_us / (per_graph * t_est))))
-            samples = self._measure(lambda _k: graph.launch(self.stream), n, per_graph, False, 50, host_us)
+            n = max(min_n, min(max_n, int(budget_us / (reps * t_est))))
+            samples = self._measure(lambda _k: graph.launch(self.stream), n, reps, False, 50, host_us)
             mode = "graph"
         else:
-            per_graph = 1
+            reps = max(1, min(16, math.ceil(sample_us / t_est))) if big else 1
             flush_us = self.flush_time_us()
-            n = max(min_n, min(max_n, int(budget_us / (t_est + flush_us))))
-            samples = self._measure(call, n, 1, True, 50, host_us)
+            n = max(min_n, min(max_n, int(budget_us / (reps * t_est + flush_us))))
+
+            def launch(k: int) -> None:
+                for r in range(reps):
+                    call(k * reps + r)
+
+            samples = self._measure(launch, n, reps, True, max(4, 50 // reps), host_us * reps)
             mode = "events"
-        return {"samples_us": samples, "mode": mode, "calls_per_sample": per_graph, "sets": rotation,
+        return {"samples_us": samples, "mode": mode, "calls_per_sample": reps, "sets": rotation,
                 "estimate_us": t_est}
 
     def op_time_reference(self, h: dict[str, Any], _bufs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:

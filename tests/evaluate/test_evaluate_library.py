@@ -13,6 +13,7 @@ from r1build.cache import Cache
 from r1build.evaluate import GpuEvaluator, detect_gpus, expand_variants
 from r1build.evaluate.devices import GpuInfo, archs_of, gpu_runs_arch, visible_devices_value
 from r1build.evaluate.library import Library, LibraryFailure, build_library
+from r1build.evaluate.sanitize import uses_shared_memory
 from r1build.judge import Job
 from r1build.manifest import Manifest
 from r1build.records import Candidate, Origin
@@ -66,3 +67,19 @@ def test_without_a_gpu_the_static_gate_judges(root_manifest: Manifest, tmp_path:
         results = evaluator.evaluate(Job(root_manifest, spec, "sm_90", [*candidates, bad], candidates[0]))
     assert [r.status for r in results] == ["passed", "rejected"]
     assert all(r.stage == "gate" and r.timing is None for r in results)
+
+
+@needs_nvcc
+@pytest.mark.skipif(shutil.which("cuobjdump") is None and not Path("/usr/local/cuda/bin/cuobjdump").exists(),
+                    reason="cuobjdump not installed")
+def test_racecheck_is_only_needed_with_shared_memory(root_manifest: Manifest, tmp_path: Path) -> None:
+    cuobjdump = shutil.which("cuobjdump") or "/usr/local/cuda/bin/cuobjdump"
+    found = {}
+    for name in ("silu_mul", "rmsnorm"):
+        spec = root_manifest.kernel(name)
+        lib = build_library(expand_variants(root_manifest, spec)[0], name, "sm_90", flags=["-O3"],
+                            toolchain=toolchain(), workdir=tmp_path / name)
+        assert isinstance(lib, Library)
+        found[name] = uses_shared_memory(lib.path, cuobjdump)
+    assert found == {"silu_mul": False, "rmsnorm": True}
+    assert uses_shared_memory(tmp_path / "missing.so", cuobjdump)  # cannot tell: assume it does

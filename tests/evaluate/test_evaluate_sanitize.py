@@ -46,3 +46,27 @@ def test_find_sanitizer(tmp_path: Path) -> None:
     assert find_sanitizer(None, {"R1BUILD_COMPUTE_SANITIZER": str(exe)}) == str(exe)
     assert find_sanitizer(None, {"R1BUILD_COMPUTE_SANITIZER": str(tmp_path / "missing")}) is None
     assert find_sanitizer(None, {"PATH": str(tmp_path)}) == str(exe)
+
+
+def test_cancel_stops_a_running_sanitizer(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    from r1build.evaluate.sanitize import SanitizerRunner
+
+    fake = tmp_path / "compute-sanitizer"
+    fake.write_text("#!/bin/sh\nsleep 60\n")
+    fake.chmod(0o755)
+    runner = SanitizerRunner(str(fake), {"PATH": "/usr/bin:/bin"}, timeout_s=30)
+    job = tmp_path / "job.json"
+    job.write_text("{}")
+    outcomes = []
+    t = threading.Thread(target=lambda: outcomes.append(runner.run("memcheck", job)))
+    start = time.monotonic()
+    t.start()
+    time.sleep(0.3)
+    runner.cancel(job)
+    t.join(10)
+    assert outcomes and outcomes[0].verdict == "inconclusive" and outcomes[0].detail == "canceled"
+    assert time.monotonic() - start < 5
+    assert runner.run("racecheck", job).detail == "canceled"  # later runs of a canceled job never start
