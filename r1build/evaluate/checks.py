@@ -3,12 +3,13 @@
 For every test shape the plan is a sequence of calls into the *same* buffers, each with fresh inputs and the
 reference's outputs for them:
 
-1-4. ``direct`` calls with signed, large-magnitude, tied and denormal inputs (outputs poisoned with alternating
-     patterns, so an element left from an earlier call or never written shows);
-5.   ``graph``: the call is captured into a CUDA graph on the given stream (global capture mode, so touching the
-     legacy default stream fails the capture), new inputs are uploaded, and only the graph is replayed: work on
-     a private or per-thread stream never reaches the outputs;
-6-7. ``smem``: every SM's shared memory is filled with a pattern by a kernel launched just before the call
+1, 3-5. ``direct`` calls with signed, large-magnitude, tied and denormal inputs (outputs poisoned with
+     alternating patterns, so an element left from an earlier call or never written shows);
+2.   ``capture``: the call is captured into a CUDA graph on the given stream in global capture mode and the graph
+     discarded: touching the legacy default stream or synchronizing the device fails the capture;
+6.   ``graph``: the call is captured again, new inputs are uploaded, and only the graph is replayed: work on a
+     private or per-thread stream never reaches the outputs;
+7-8. ``smem``: every SM's shared memory is filled with a pattern by a kernel launched just before the call
      (two patterns), so a kernel reading shared memory it never wrote gives a different answer.
 
 Pointers are offset from aligned allocations (unless the spec declares an alignment) and surrounded by guard
@@ -57,12 +58,13 @@ __all__ = [
     "run_reference",
 ]
 
-Mode = Literal["direct", "graph", "smem"]
+Mode = Literal["direct", "capture", "graph", "smem"]
 SMEM_PATTERNS = (0xFFFFFFFF, 0x4B4B4B4B)
 """Patterns shared memory is pre-filled with: NaN as float, -1 as int; then 1.3e7 as float."""
 
 _SEQUENCE: tuple[tuple[str, Mode, int | None], ...] = (
     ("signed", "direct", None),
+    ("signed", "capture", None),
     ("large", "direct", None),
     ("ties", "direct", None),
     ("denormal", "direct", None),
@@ -100,6 +102,8 @@ class CallPlan:
         """``large inputs`` / ``graph replay`` / ``shared memory pre-filled with 0xffffffff``."""
         if self.mode == "graph":
             return "replay of a CUDA graph captured on the stream"
+        if self.mode == "capture":
+            return "capture into a CUDA graph on the stream"
         if self.mode == "smem":
             return f"shared memory pre-filled with 0x{self.smem_pattern or 0:08x}"
         return f"{self.dist} inputs"
@@ -326,7 +330,8 @@ def judge_shape(spec: KernelSpec, plan: ShapePlan, reply: Mapping[str, Any], buf
     for i, rec in enumerate(records):
         where = _where(plan, i)
         call = plan.calls[i]
-        if call.mode == "graph" and (rec.get("capture_error") or rec.get("rc")) and not rec.get("fatal"):
+        if call.mode in ("graph", "capture") and (rec.get("capture_error") or rec.get("rc")) \
+                and not rec.get("fatal"):
             why = rec.get("capture_error") or rec.get("error") or f"returned {rec.get('rc')}"
             return Verdict("incorrect", f"work outside the given stream: capturing the call into a CUDA graph "
                                         f"on its stream failed ({why}) {where}. " + _STREAM_RULE)
@@ -335,6 +340,8 @@ def judge_shape(spec: KernelSpec, plan: ShapePlan, reply: Mapping[str, Any], buf
         datas = buffers[i * n:(i + 1) * n]
         if len(datas) != n:
             return Verdict("crashed", f"the worker returned no data {where}")
+        if call.mode == "capture":
+            continue  # nothing ran on the stream: only whether the capture worked counts
         for lay, data in zip(plan.layouts, datas, strict=True):
             found = check_guards(lay, data)
             if found is not None:

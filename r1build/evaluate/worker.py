@@ -13,8 +13,9 @@ Operations (``op`` of a request):
     dlopen one candidate library and bind its entry point with ctypes argument types.
 ``check``
     one shape: allocate every array with guard bands, then run a sequence of calls into the same buffers,
-    each ``direct``, ``graph`` (capture on the stream, replay only the graph) or ``smem`` (shared memory of
-    every SM pre-filled with a pattern first); return every allocation's bytes after every call.
+    each ``direct``, ``capture`` (capture into a graph on the stream and discard it), ``graph`` (capture on the
+    stream, replay only the graph) or ``smem`` (shared memory of every SM pre-filled with a pattern first);
+    return every allocation's bytes after every call.
 ``time``
     time the entry point per benchmark shape: warm-up, L2 flushed before each launch, rotated input sets,
     CUDA events on the stream, a CUDA graph of several calls when one call is shorter than ``graph_below_us``.
@@ -294,8 +295,14 @@ class Worker:
                     upload(call)
                 if mode == "smem":
                     self.poison_shared(int(call["smem_pattern"]))
+                if mode != "graph":
+                    # inputs, poison and the shared-memory fill are in place before the call, whatever stream
+                    # the candidate (wrongly) uses: a violation then shows as such, not as a race with uploads
+                    self.stream.synchronize()
                 if mode == "graph":
                     self._graph_call(fn, args, call, record, upload)
+                elif mode == "capture":
+                    self._capture_only(fn, args, record)
                 else:
                     record["rc"] = int(fn(*args, self.stream.ptr))
                 try:
@@ -318,6 +325,22 @@ class Worker:
                 break
             self.tick(i)
         return {"ok": True, "calls": results, "exiting": exiting}, out
+
+    def _capture_only(self, fn: Any, args: list[Any], record: dict[str, Any]) -> None:
+        """Capture the call into a graph on the stream (global mode) and throw the graph away: touching the
+        legacy default stream or synchronizing the device fails the capture."""
+        self.stream.begin_capture(getattr(self.rt, "streamCaptureModeGlobal", 0))
+        try:
+            record["rc"] = int(fn(*args, self.stream.ptr))
+        finally:
+            try:
+                self.stream.end_capture()
+            except Exception as exc:  # cudaErrorStreamCaptureInvalidated and friends
+                record["capture_error"] = f"{type(exc).__name__}: {exc}"
+        try:
+            self.rt.deviceSynchronize()
+        except self.rt.CUDARuntimeError as exc:
+            self.settle("after capturing the call", exc)
 
     def _graph_call(self, fn: Any, args: list[Any], call: dict[str, Any], record: dict[str, Any],
                     upload: Callable[[dict[str, Any]], None]) -> None:

@@ -51,8 +51,8 @@ def test_plan_covers_every_shape_and_mode(root_manifest: Manifest) -> None:
     spec, plans = _plan(root_manifest, "softmax_rows")
     assert [p.key for p in plans] == ["rows=1,cols=1", "rows=3,cols=97", "rows=17,cols=1000", "rows=5,cols=4099"]
     modes = [c.mode for c in plans[0].calls]
-    assert modes == ["direct"] * 4 + ["graph", "smem", "smem"]
-    assert [c.dist for c in plans[1].calls[:4]] == ["signed", "large", "ties", "denormal"]
+    assert modes == ["direct", "capture", "direct", "direct", "direct", "graph", "smem", "smem"]
+    assert [c.dist for c in plans[1].calls if c.mode == "direct"] == ["signed", "large", "ties", "denormal"]
     first = plans[2].calls[0].inputs["x"]
     assert not any(np.array_equal(first, c.inputs["x"]) for c in plans[2].calls[1:])
     header, buffers = check_request(spec, plans[1], "lib")
@@ -69,15 +69,15 @@ def test_correct_bytes_pass_and_each_fault_is_named(root_manifest: Manifest) -> 
     good = [b for i in range(len(plan.calls)) for b in _allocs(plan, i)]
     assert judge_shape(spec, plan, _reply(plan), good) is None
 
-    # an out-of-bounds write into the back guard of `out` at call 2
+    # an out-of-bounds write into the back guard of `out` at call 3 (large inputs)
     bad = list(good)
     out_lay = plan.layouts[2]
-    raw = bytearray(bad[1 * 3 + 2])
+    raw = bytearray(bad[2 * 3 + 2])
     raw[out_lay.start + out_lay.nbytes + 8] = 0
-    bad[1 * 3 + 2] = bytes(raw)
+    bad[2 * 3 + 2] = bytes(raw)
     verdict = judge_shape(spec, plan, _reply(plan), bad)
     assert verdict is not None and verdict.status == "incorrect" and "out-of-bounds write" in verdict.detail
-    assert "call 2 of 7" in verdict.detail
+    assert "call 3 of 8: large inputs" in verdict.detail
 
     # input modified
     bad = list(good)
@@ -88,13 +88,18 @@ def test_correct_bytes_pass_and_each_fault_is_named(root_manifest: Manifest) -> 
     verdict = judge_shape(spec, plan, _reply(plan), bad)
     assert verdict is not None and "modified its input gate" in verdict.detail
 
-    # results skipped on a repeated call: call 3 leaves the poison
+    # results skipped on a repeated call: call 4 leaves the poison
     bad = list(good)
-    raw = bytearray(bad[2 * 3 + 2])
-    raw[out_lay.start: out_lay.start + out_lay.nbytes] = poison_bytes("float32", 0) * 31
-    bad[2 * 3 + 2] = bytes(raw)
+    raw = bytearray(bad[3 * 3 + 2])
+    raw[out_lay.start: out_lay.start + out_lay.nbytes] = poison_bytes("float32", plan.calls[3].parity) * 31
+    bad[3 * 3 + 2] = bytes(raw)
     verdict = judge_shape(spec, plan, _reply(plan), bad)
-    assert verdict is not None and "cached across calls" in verdict.detail and verdict.call == 2
+    assert verdict is not None and "cached across calls" in verdict.detail and verdict.call == 3
+
+    # whatever comes back from the capture probe is not judged: nothing ran on the stream
+    probe = list(good)
+    probe[1 * 3 + 2] = bytes(len(probe[1 * 3 + 2]))
+    assert judge_shape(spec, plan, _reply(plan), probe) is None
     assert needs_diagnosis(plan, verdict)
 
 
@@ -102,15 +107,18 @@ def test_stream_violations_and_crashes(root_manifest: Manifest) -> None:
     spec, plans = _plan(root_manifest, "silu_mul")
     plan = plans[0]
     good = [b for i in range(len(plan.calls)) for b in _allocs(plan, i)]
-    capture = _reply(plan, 5, rc=906, capture_error="cudaErrorStreamCaptureInvalidated", error="returned 906")
-    verdict = judge_shape(spec, plan, capture, good[:15])
-    assert verdict is not None and "outside the given stream" in verdict.detail
+    for calls in (2, 6):  # the capture probe, and the capture before the replay
+        capture = _reply(plan, calls, rc=906, capture_error="cudaErrorStreamCaptureInvalidated",
+                         error="returned 906")
+        verdict = judge_shape(spec, plan, capture, good[: calls * 3])
+        assert verdict is not None and "outside the given stream" in verdict.detail
+        assert f"call {calls} of 8" in verdict.detail
 
     replay_poisoned = list(good)
     out_lay = plan.layouts[2]
-    raw = bytearray(replay_poisoned[4 * 3 + 2])
-    raw[out_lay.start: out_lay.start + 4] = poison_bytes("float32", 0)
-    replay_poisoned[4 * 3 + 2] = bytes(raw)
+    raw = bytearray(replay_poisoned[5 * 3 + 2])
+    raw[out_lay.start: out_lay.start + 4] = poison_bytes("float32", plan.calls[5].parity)
+    replay_poisoned[5 * 3 + 2] = bytes(raw)
     verdict = judge_shape(spec, plan, _reply(plan), replay_poisoned)
     assert verdict is not None and "outside the given stream" in verdict.detail and not needs_diagnosis(plan, verdict)
 
@@ -126,7 +134,7 @@ def test_stream_violations_and_crashes(root_manifest: Manifest) -> None:
 
 def test_diagnosis_tells_races_from_shared_memory_reads(root_manifest: Manifest) -> None:
     _, plans = _plan(root_manifest, "sum_all")
-    plan = diagnosis_plan(plans[1], 1)
+    plan = diagnosis_plan(plans[1], 2)
     assert [c.smem_pattern for c in plan.calls] == [0xFFFFFFFF, 0x4B4B4B4B, 0xFFFFFFFF]
     a = _allocs(plan, 0)
     b = _allocs(plan, 0, {"out": np.array([1.5], np.float32)})
