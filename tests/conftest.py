@@ -34,6 +34,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+def find_cuobjdump() -> str | None:
+    """cuobjdump from PATH, the CUDA toolkit, or the ``nvidia-cuda-cuobjdump`` wheel (a test extra)."""
+    import os
+    import site
+    import sys
+
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    homes = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
+    for home in homes:
+        if home and (Path(home) / "bin" / "cuobjdump").is_file():
+            return str(Path(home) / "bin" / "cuobjdump")
+    for base in [sys.prefix, *site.getsitepackages()]:
+        for candidate in sorted(Path(base).glob("**/nvidia/cu*/bin/cuobjdump")):
+            return str(candidate)
+    return None
+
+
 @pytest.fixture
 def root_copy(tmp_path: Path) -> Path:
     """A copy of the root manifest with its references and baselines, in a temp folder."""
