@@ -38,7 +38,6 @@ def find_cuobjdump() -> str | None:
     """cuobjdump from PATH, the CUDA toolkit, or the ``nvidia-cuda-cuobjdump`` wheel (a test extra)."""
     import os
     import site
-    import sys
 
     found = shutil.which("cuobjdump")
     if found:
@@ -47,8 +46,8 @@ def find_cuobjdump() -> str | None:
     for home in homes:
         if home and (Path(home) / "bin" / "cuobjdump").is_file():
             return str(Path(home) / "bin" / "cuobjdump")
-    for base in [sys.prefix, *site.getsitepackages()]:
-        for candidate in sorted(Path(base).glob("**/nvidia/cu*/bin/cuobjdump")):
+    for base in site.getsitepackages():
+        for candidate in sorted((Path(base) / "nvidia").glob("cu*/bin/cuobjdump")):
             return str(candidate)
     return None
 
