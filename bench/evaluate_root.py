@@ -129,7 +129,7 @@ def markdown(report: dict[str, Any]) -> str:
         f"`{report['command']}` on {report['date']}: {report['device']}, {report['host']}.",
         "",
         "Every candidate the manifest provides (baseline, hand-written files, tunable value sets) is compiled for "
-        "the GPU's arch, gated, checked for correctness (4 input distributions, a CUDA-graph replay on the given "
+        "the GPU's arch, gated, checked for correctness (4 input distributions, a CUDA-graph capture probe and replay on the given "
         "stream, 2 shared-memory poison runs, guard bands, offset pointers, every test shape; compute-sanitizer "
         "memcheck, racecheck and initcheck on small shapes) and timed (CUDA events, L2 flushed before every "
         "launch, rotated inputs, graphs under 10 us). Floors: bytes moved over the measured copy bandwidth, "
