@@ -129,12 +129,13 @@ def markdown(report: dict[str, Any]) -> str:
         f"`{report['command']}` on {report['date']}: {report['device']}, {report['host']}.",
         "",
         "Every candidate the manifest provides (baseline, hand-written files, tunable value sets) is compiled for "
-        "the GPU's arch, gated, checked for correctness (4 input distributions, a CUDA-graph capture probe and replay on the given "
-        "stream, 2 shared-memory poison runs, guard bands, offset pointers, every test shape; compute-sanitizer "
-        "memcheck, racecheck and initcheck on small shapes) and timed (CUDA events, L2 flushed before every "
-        "launch, rotated inputs, graphs under 10 us). Floors: bytes moved over the measured copy bandwidth, "
-        "flops over the measured fp32 peak. `vs cupy`: the numpy reference run on cupy arrays (the references "
-        "compute in float64, so this flatters the kernels).",
+        "the GPU's arch, gated, checked for correctness (4 input distributions, a CUDA-graph capture probe and a "
+        "graph replay on the given stream, 2 shared-memory poison runs, guard bands, offset pointers, every test "
+        "shape; compute-sanitizer memcheck, racecheck and initcheck on small shapes) and timed (CUDA events on the "
+        "stream, L2 flushed before every sample, input sets rotated, a sample of several back-to-back launches when "
+        "one input set is over twice the L2, graphs under 10 us). Floors: bytes moved over the measured copy "
+        "bandwidth, flops over the measured fp32 peak. `vs cupy`: the numpy reference run with numpy rebound to "
+        "cupy (the references compute in float64, so this flatters the kernels).",
         "",
         "| kernel | arch | candidate | status | time us | spread | floor us | share of floor | vs baseline "
         "| vs cupy | time, run 2 | diff |",
