@@ -181,10 +181,26 @@ class _Judges:
             except ImportError:
                 return None
             if detect_gpus():
-                evaluator = GpuEvaluator(self.cache)
+                from .gate.static import StaticGate
+
+                gate = self.gate
+                evaluator = GpuEvaluator(self.cache, gate=gate if isinstance(gate, StaticGate) else None)
                 self._gpu = evaluator
                 self._gpu_archs = set(evaluator.archs)
         return self._gpu if arch in self._gpu_archs else None
+
+    def prepare(self, jobs: Sequence[Job]) -> None:
+        """Start the CPU work (gate, library builds) of every GPU job ahead, so the GPU never waits for nvcc."""
+        gpu_jobs = [job for job in jobs if self.gpu_for(job.arch) is not None]
+        prepare = getattr(self._gpu, "prepare", None)
+        if gpu_jobs and prepare is not None:
+            prepare(gpu_jobs)
+
+    def close(self) -> None:
+        """Stop GPU workers."""
+        close = getattr(self._gpu, "close", None)
+        if close is not None:
+            close()
 
 
 def _decide(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Cache, judges: _Judges,
@@ -251,9 +267,9 @@ def _from_decision(manifest: Manifest, spec: KernelSpec, arch: str, key: str, ca
     )
 
 
-def _resolve_one(manifest: Manifest, spec: KernelSpec, arch: str, cache: Cache, lock: Lock | None,
-                 options: ResolveOptions, judges: _Judges) -> Resolved:
-    key = decision_key(manifest, spec, arch)
+def _lookup(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Cache, lock: Lock | None,
+            options: ResolveOptions) -> Resolved | None:
+    """The winner from the lock or a cached decision, without any work; None on a miss."""
     entry = lock.entry(spec.name, arch) if lock else None
     if entry is not None and entry.key == key and not options.refresh:
         found = _source_for(manifest, spec, cache, entry.source)
@@ -274,9 +290,13 @@ def _resolve_one(manifest: Manifest, spec: KernelSpec, arch: str, cache: Cache, 
     if not options.refresh:
         decision = cache.get_decision(key)
         if decision is not None:
-            resolved = _from_decision(manifest, spec, arch, key, cache, decision, "cached")
-            if resolved is not None:
-                return resolved
+            return _from_decision(manifest, spec, arch, key, cache, decision, "cached")
+    return None
+
+
+def _work(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Cache, options: ResolveOptions,
+          judges: _Judges) -> Resolved:
+    """A miss: measure and/or generate; else the baseline; else an error naming the fix."""
     if not options.locked:
         decision = _decide(manifest, spec, arch, key, cache, judges, options)
         if decision is not None:
@@ -326,11 +346,28 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
     if options.locked:
         lock = require_fresh(manifest, lock, plan if (options.kernels or options.archs) else None)
     judges = _Judges(cache, options.use_gpu)
-    entries = []
-    for spec in specs:
-        for arch in plan[spec.name]:
-            resolved = _resolve_one(manifest, spec, arch, cache, lock, options, judges)
+    try:
+        found: list[tuple[KernelSpec, str, str, Resolved | None]] = []
+        for spec in specs:
+            for arch in plan[spec.name]:
+                key = decision_key(manifest, spec, arch)
+                found.append((spec, arch, key, _lookup(manifest, spec, arch, key, cache, lock, options)))
+        misses = [(spec, arch) for spec, arch, _, hit in found if hit is None]
+        if misses and not options.locked and not judges.endpoint(manifest, options):
+            from .evaluate.variants import expand_variants
+
+            jobs = []
+            for spec, arch in misses:
+                seeds = expand_variants(manifest, spec)
+                baseline = seeds[0] if seeds and seeds[0].origin.kind == "baseline" else None
+                jobs.append(Job(manifest, spec, arch, seeds, baseline))
+            judges.prepare(jobs)
+        entries = []
+        for spec, arch, key, hit in found:
+            resolved = hit or _work(manifest, spec, arch, key, cache, options, judges)
             entries.append(_gate_emitted(manifest, judges, resolved))
+    finally:
+        judges.close()
     new_entries = {(e.name, e.arch): e for e in (lock.kernel if lock else [])}
     declared = {(s.name, a) for s in manifest.kernels for a in manifest.archs_of(s)}
     new_entries = {k: v for k, v in new_entries.items() if k in declared}

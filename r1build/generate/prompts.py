@@ -166,7 +166,8 @@ def task_prompt(manifest: Manifest, spec: KernelSpec, arch: str, *, direction: s
         "",
         "- It launches all its work on `stream` and returns `cudaGetLastError()` after launching (or "
         "`cudaSuccess` when there is nothing to do). No synchronization, no allocation, no host-device copies, "
-        "no printing.",
+        "no printing. The call must be capturable into a CUDA graph on `stream`: no device or stream syncs, no "
+        "default stream, no streams of its own (the verifier replays it from a graph).",
         "- Everything except this function is internal: kernels, helpers and constants are `static` or in an "
         "anonymous namespace, because several variants are linked into one library.",
         f"- Include what it uses ({', '.join(includes)}); no other libraries (no cuBLAS, CUTLASS, Thrust, "
