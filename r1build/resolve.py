@@ -87,12 +87,10 @@ class Resolution:
     lock_changed: bool = False
 
 
-def _origin_of(entry: LockEntry) -> Origin:
+def _origin_of(spec: KernelSpec, entry: LockEntry) -> Origin:
     if entry.provenance == "generated":
         return Origin("generated", model=entry.model, round=entry.round, sample=entry.sample)
-    kind: Literal["baseline", "file"] = "baseline" if entry.provenance == "baseline" else "file"
-    if entry.origin is not None and entry.provenance == "tuned":
-        kind = "baseline" if entry.origin == "baseline" else "file"
+    kind: Literal["baseline", "file"] = "baseline" if entry.origin == spec.baseline else "file"
     return Origin(kind, path=entry.origin)
 
 
@@ -189,6 +187,10 @@ class _Judges:
                 self._gpu_archs = set(evaluator.archs)
         return self._gpu if arch in self._gpu_archs else None
 
+    def gpu_archs(self) -> set[str]:
+        """Archs a local GPU can measure (empty until a GPU was looked for, or without one)."""
+        return set(self._gpu_archs or ())
+
     def prepare(self, jobs: Sequence[Job]) -> None:
         """Start the CPU work (gate, library builds) of every GPU job ahead, so the GPU never waits for nvcc."""
         gpu_jobs = [job for job in jobs if self.gpu_for(job.arch) is not None]
@@ -279,7 +281,7 @@ def _lookup(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Ca
             if entry.toolchain and entry.toolchain != tc:
                 emit(Note("info", f"locked with {entry.toolchain}, building with {tc}; "
                                   "`r1build resolve --refresh` re-evaluates", spec.name, arch))
-            return Resolved(spec, arch, key, Candidate(source, _origin_of(entry), dict(entry.defines)), state,
+            return Resolved(spec, arch, key, Candidate(source, _origin_of(spec, entry), dict(entry.defines)), state,
                             entry.provenance, entry.time_us, entry.gpu, entry.toolchain)
         if options.locked:
             raise ResolveError(
@@ -307,7 +309,10 @@ def _work(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Cach
             emit(Note("warning", "no candidate passed", spec.name, arch))
     if spec.baseline is not None:
         source = (manifest.root / spec.baseline).read_text(encoding="utf-8")
-        emit(Note("warning", "no winner in the lock or cache: using the hand-written baseline", spec.name, arch))
+        why = "no winner in the lock or cache"
+        if judges.gpu_archs():
+            why += f" and no local GPU of this arch (GPUs here: {', '.join(sorted(judges.gpu_archs()))})"
+        emit(Note("warning", f"{why}: using the hand-written baseline, unmeasured", spec.name, arch))
         return Resolved(spec, arch, key, Candidate(source, Origin("baseline", spec.baseline)), "baseline",
                         "baseline", toolchain=toolchain().ident)
     raise ResolveError(

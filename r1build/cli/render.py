@@ -23,8 +23,11 @@ class Console:
     """Least seconds between two progress lines of one task (the last one always shows)."""
 
     def __init__(self, verbose: int = 0) -> None:
-        self.out = RichConsole(file=sys.stdout, highlight=False, soft_wrap=True)
-        self.err = RichConsole(file=sys.stderr, highlight=False, soft_wrap=True)
+        # piped output (CI logs, `| less`) gets wide tables instead of rich's 80-column default
+        self.out = RichConsole(file=sys.stdout, highlight=False, soft_wrap=True,
+                               width=None if sys.stdout.isatty() else 160)
+        self.err = RichConsole(file=sys.stderr, highlight=False, soft_wrap=True,
+                               width=None if sys.stderr.isatty() else 160)
         self.verbose = verbose
         """0: notes and progress of long work; 1: also stages and every progress line; 2: debug logging."""
         self._progress: dict[str, tuple[str, float]] = {}

@@ -69,6 +69,9 @@ void check_array(const char* fn, const char* name, const Array& a, size_t ndim) 
     if (a.ndim() != ndim) {
         value_error(where + " must have " + std::to_string(ndim) + " dimension(s), got shape " + shape_text(a));
     }
+    for (size_t i = 0; i < ndim; ++i) {
+        if (a.shape(i) == 0) return;  // an empty array has no layout to check (its strides are arbitrary)
+    }
     int64_t expected = 1;
     for (size_t i = ndim; i-- > 0;) {
         if (a.shape(i) != 1 && a.stride(i) != expected) {
