@@ -95,3 +95,13 @@ def test_corrupt_lock(root_copy: Path, edit: object, message: str) -> None:
         read_lock(path)
     assert message in str(info.value)
     assert info.value.exit_code == 2
+
+
+@pytest.mark.parametrize("project", [".", "sample_project"])
+def test_committed_locks_are_current(project: str) -> None:
+    """The repository's own locks fit their manifests: a change to key derivation must come with a re-lock
+    (`r1build lock --offline -m PROJECT`, or a GPU run for measured winners)."""
+    root = Path(__file__).resolve().parents[1] / project
+    m = load_manifest(root / "kernels.toml", check_references=False)
+    staleness = check_lock(m, read_lock(root / "kernels.lock"))
+    assert not staleness, staleness.render()
