@@ -4,7 +4,9 @@
 #   2. sample_project built there (locked, no network) and its own tests on cupy and torch,
 #   3. `r1build resolve` of the root manifest on the GPU: baseline, hand-written files and every tunable value
 #      set validated and timed, a winner locked per arch (arches without a local GPU keep the gate's verdict).
-# Needs the wheels in .whl/ (diskcache, platformdirs, rich and its deps). Logs go to $OUT.
+#   4. (STEPS has "bench") bench/evaluate_root.py over every visible GPU, results under $OUT/bench.
+# STEPS picks the steps (default "evaluate sample resolve"). Needs the wheels in .whl/ (diskcache,
+# platformdirs, rich and its deps). Logs go to $OUT.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -20,9 +22,16 @@ export PYTHONUNBUFFERED=1
   git rev-parse --short HEAD 2>/dev/null || true
 } 2>&1 | tee "$OUT/env.txt"
 
+STEPS=${STEPS:-evaluate sample resolve}
+has() { [[ " $STEPS " == *" $1 "* ]]; }
+
+if has evaluate; then
 echo "== 1. tests/evaluate"
 python3 -m pytest tests/evaluate -q -rfEs -p no:cacheprovider 2>&1 | tee "$OUT/evaluate_tests.log" | tail -15
 
+fi
+
+if has sample; then
 echo "== 2. sample_project: locked build on the GPU machine, then its tests"
 rm -rf /tmp/sample-site sample_project/.r1build
 t0=$(date +%s%N)
@@ -33,6 +42,9 @@ echo "sample build rc=$rc in $(( (t1 - t0) / 1000000 )) ms"; tail -5 "$OUT/sampl
 (cd /tmp && PYTHONPATH=/tmp/sample-site:$PYTHONPATH python3 -m pytest "$OLDPWD/sample_project/tests" -q -rfEs \
   -p no:cacheprovider 2>&1) | tee "$OUT/sample_tests.log" | tail -8
 
+fi
+
+if has resolve; then
 echo "== 3. r1build resolve of the root manifest on the GPU"
 rm -rf /tmp/root && mkdir /tmp/root && cp -r kernels.toml kernels /tmp/root/ && rm -rf /tmp/root/kernels/_r1build
 t0=$(date +%s%N)
@@ -45,3 +57,9 @@ t0=$(date +%s%N)
 python3 -m r1build.cli.main resolve -m /tmp/root --locked > /dev/null 2>&1; rc=$?
 t1=$(date +%s%N)
 echo "warm resolve --locked rc=$rc in $(( (t1 - t0) / 1000000 )) ms"
+fi
+
+if has bench; then
+echo "== 4. bench/evaluate_root.py"
+python3 bench/evaluate_root.py --runs 1 --out "$OUT/bench" 2>&1 | tail -30
+fi
