@@ -18,9 +18,10 @@ from __future__ import annotations
 import datetime as _dt
 import os
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from .cache import Cache
 from .errors import CompileError, ResolveError
@@ -33,6 +34,9 @@ from .manifest import KernelSpec, Manifest, find_manifest, load_manifest
 from .records import Candidate, CandidateRef, Decision, Origin, Result
 from .select import select_winner
 from .toolchain import toolchain
+
+if TYPE_CHECKING:
+    from .gate.static import StaticGate
 
 __all__ = ["Resolution", "ResolveOptions", "Resolved", "prepare_build", "resolve"]
 
@@ -146,7 +150,7 @@ class _Judges:
     def __init__(self, cache: Cache, use_gpu: bool | None) -> None:
         self.cache = cache
         self.use_gpu = use_gpu
-        self._gate: Evaluator | None = None
+        self._gate: StaticGate | None = None
         self._gpu: Evaluator | None = None
         self._gpu_archs: set[str] | None = None
         self._endpoint: bool | None = None
@@ -162,7 +166,7 @@ class _Judges:
         return self._endpoint
 
     @property
-    def gate(self) -> Evaluator:
+    def gate(self) -> StaticGate:
         if self._gate is None:
             from .gate.static import StaticGate
 
@@ -179,10 +183,7 @@ class _Judges:
             except ImportError:
                 return None
             if detect_gpus():
-                from .gate.static import StaticGate
-
-                gate = self.gate
-                evaluator = GpuEvaluator(self.cache, gate=gate if isinstance(gate, StaticGate) else None)
+                evaluator = GpuEvaluator(self.cache, gate=self.gate)
                 self._gpu = evaluator
                 self._gpu_archs = set(evaluator.archs)
         return self._gpu if arch in self._gpu_archs else None
@@ -322,17 +323,33 @@ def _work(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Cach
     )
 
 
-def _gate_emitted(manifest: Manifest, judges: _Judges, resolved: Resolved) -> Resolved:
-    emit(Stage("gate", resolved.spec.name, resolved.arch))
-    (result,) = judges.gate.evaluate(Job(manifest, resolved.spec, resolved.arch, [resolved.candidate]))
-    if not result.ok:
-        raise CompileError(
-            f"{resolved.spec.name}/{resolved.arch}: the {resolved.state} winner ({resolved.provenance}) fails the "
-            f"static gate: {result.status}\n{result.detail}"
-        )
-    emit(Stage("gate", resolved.spec.name, resolved.arch, done=True,
-               detail=f"{result.gate.registers if result.gate else '?'} registers"))
-    return replace(resolved, gate=result)
+def _gate_emitted(manifest: Manifest, judges: _Judges, entries: Sequence[Resolved]) -> list[Resolved]:
+    """Every winner through the static gate for its arch, all kernels at once (compiles run in parallel; cached
+    verdicts cost nothing). A winner that fails is a :class:`CompileError`: nothing broken is emitted."""
+    gate = judges.gate
+    groups: dict[str, list[int]] = {}
+    for i, r in enumerate(entries):
+        groups.setdefault(r.spec.name, []).append(i)
+    with ThreadPoolExecutor(max_workers=max(1, len(groups))) as pool:
+        futures = {
+            name: pool.submit(gate.judge, manifest, entries[idx[0]].spec, [(entries[i].arch, entries[i].candidate)
+                                                                              for i in idx])
+            for name, idx in groups.items()
+        }
+        verdicts = {name: future.result() for name, future in futures.items()}
+    out = list(entries)
+    for name, idx in groups.items():
+        for i, result in zip(idx, verdicts[name], strict=True):
+            r = entries[i]
+            if not result.ok:
+                raise CompileError(
+                    f"{r.spec.name}/{r.arch}: the {r.state} winner ({r.provenance}) fails the static gate: "
+                    f"{result.status}\n{result.detail}"
+                )
+            emit(Stage("gate", r.spec.name, r.arch, done=True,
+                       detail=f"{result.gate.registers if result.gate else '?'} registers"))
+            out[i] = replace(r, gate=result)
+    return out
 
 
 def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = None) -> Resolution:
@@ -367,10 +384,8 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
                 baseline = seeds[0] if seeds and seeds[0].origin.kind == "baseline" else None
                 jobs.append(Job(manifest, spec, arch, seeds, baseline))
             judges.prepare(jobs)
-        entries = []
-        for spec, arch, key, hit in found:
-            resolved = hit or _work(manifest, spec, arch, key, cache, options, judges)
-            entries.append(_gate_emitted(manifest, judges, resolved))
+        entries = [hit or _work(manifest, spec, arch, key, cache, options, judges) for spec, arch, key, hit in found]
+        entries = _gate_emitted(manifest, judges, entries)
     finally:
         judges.close()
     new_entries = {(e.name, e.arch): e for e in (lock.kernel if lock else [])}
