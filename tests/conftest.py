@@ -53,6 +53,15 @@ def find_cuobjdump() -> str | None:
 
 
 @pytest.fixture
+def cuobjdump() -> str:
+    """Path of cuobjdump; skips the test where none is installed."""
+    found = find_cuobjdump()
+    if found is None:
+        pytest.skip("cuobjdump not installed (the test extra nvidia-cuda-cuobjdump provides it)")
+    return found
+
+
+@pytest.fixture
 def root_copy(tmp_path: Path) -> Path:
     """A copy of the root manifest with its references and baselines, in a temp folder."""
     shutil.copy(ROOT / "kernels.toml", tmp_path / "kernels.toml")
