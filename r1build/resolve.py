@@ -206,19 +206,41 @@ class _Judges:
             close()
 
 
+def _stored_candidates(cache: Cache, previous: Decision | None) -> list[Candidate]:
+    """The generated candidates of an earlier decision whose sources are still in the cache."""
+    out = []
+    for ref in previous.candidates if previous else []:
+        if ref.origin.kind != "generated":
+            continue
+        source = cache.get_text(ref.source)
+        if source is not None:
+            out.append(Candidate(source, ref.origin, dict(ref.defines)))
+    return out
+
+
 def _decide(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Cache, judges: _Judges,
             options: ResolveOptions) -> Decision | None:
-    """Real work on a miss: measure (GPU) and/or generate; None when neither is possible."""
-    generate = judges.endpoint(manifest, options)
+    """Real work on a miss: measure (GPU) and/or generate; None when neither is possible.
+
+    With ``--refresh``, the generated candidates of the earlier decision are judged again (on a GPU now, say)
+    rather than asking the model anew: a refresh re-evaluates, it does not re-generate.
+    """
+    previous = cache.get_decision(key) if options.refresh else None
+    stored = _stored_candidates(cache, previous)
+    generate = judges.endpoint(manifest, options) and not stored
     evaluator = judges.gpu_for(arch)
-    if evaluator is None and not generate:
+    if evaluator is None and not generate and not stored:
         return None
     from .evaluate.variants import expand_variants
 
     seeds = expand_variants(manifest, spec)
     baseline = seeds[0] if seeds and seeds[0].origin.kind == "baseline" else None
-    transcripts: list[str] = []
-    if generate:
+    transcripts: list[str] = list(previous.transcripts) if stored and previous else []
+    if stored:
+        emit(Stage("evaluate", spec.name, arch, detail=f"{len(stored)} stored generated candidates again"))
+        candidates = seeds + [c for c in stored if c.digest not in {s.digest for s in seeds}]
+        results = (evaluator or judges.gate).evaluate(Job(manifest, spec, arch, candidates, baseline))
+    elif generate:
         from .generate import search
 
         emit(Stage("generate", spec.name, arch))

@@ -1,0 +1,58 @@
+"""``r1build resolve`` with an endpoint: a miss generates, the gate judges, the decision keeps everything, and
+``--refresh`` re-judges the stored candidates without asking the model again. Real server, real nvcc."""
+
+from __future__ import annotations
+
+import pytest
+from chat_server import Answer, ChatServer, Fault
+from gen_support import KEY, Project, answer, broken_source, kernel_source
+
+from r1build.cli.main import main
+from r1build.keys import decision_key
+from r1build.lock import read_lock
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("R1BUILD_BASE_URL", "DEEPSEEK_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_resolve_generates_on_a_miss_and_refresh_rejudges_without_the_model(
+    project: Project, clean_env: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = project.write(baseline=True, budget={"rounds": 1, "samples": 3})
+    replies = [
+        Fault(429, headers={"retry-after": "0"}),
+        Answer(answer(kernel_source(1)), reasoning="first try"),
+        Answer(answer(broken_source("vadd_typo")), reasoning="second"),
+        Answer("I would rather explain the idea in words.", reasoning="third"),
+    ]
+    argv = ["resolve", "--manifest", str(project.root), "--cache-dir", str(project.cache_dir), "--no-gpu"]
+    with ChatServer(replies) as server:
+        monkeypatch.setenv("R1BUILD_BASE_URL", server.url)
+        monkeypatch.setenv("DEEPSEEK_API_KEY", KEY)
+        assert main(argv) == 0
+        requests = len(server.requests)
+    out = capsys.readouterr()
+    assert requests == 4  # three samples, one retried after the 429
+    assert "rate_limited" in out.err or "429" in out.err
+    key = decision_key(manifest, manifest.kernel("vadd"), "sm_90")
+    with project.cache() as cache:
+        decision = cache.get_decision(key)
+    assert decision is not None and len(decision.transcripts) >= 3
+    kinds = sorted((ref.origin.kind, r.status) for ref, r in zip(decision.candidates, decision.results, strict=True))
+    assert ("generated", "passed") in kinds and ("generated", "compile_error") in kinds
+    # without a GPU nothing is faster than anything: the baseline stays the winner, unmeasured
+    entry = read_lock(project.root / "kernels.lock").entry("vadd", "sm_90")  # type: ignore[union-attr]
+    assert entry is not None and entry.provenance == "baseline" and entry.time_us is None
+    assert KEY.encode() not in project.cache_bytes()
+
+    # --refresh with the endpoint gone: the stored candidates are judged again, no request is made
+    monkeypatch.setenv("R1BUILD_BASE_URL", "http://127.0.0.1:9/v1")
+    assert main([*argv, "--refresh"]) == 0
+    with project.cache() as cache:
+        again = cache.get_decision(key)
+    assert again is not None and again.transcripts == decision.transcripts
+    generated = {c.digest for c in decision.candidates if c.origin.kind == "generated"}
+    assert generated and {c.digest for c in again.candidates} >= generated
