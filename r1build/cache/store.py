@@ -255,8 +255,8 @@ def _parse(key: str, payload: bytes, digest: str | None = None) -> Any:
         raise _Corrupt(f"does not parse: {exc}") from None
 
 
-def _decode(key: str, raw: object) -> Any:
-    """The verified value of the stored ``raw`` under ``key``; :class:`_Corrupt` when it is not usable."""
+def _verified(raw: object) -> tuple[str, bytes]:
+    """The digest and payload of the stored ``raw``, the digest checked; :class:`_Corrupt` when they differ."""
     if not isinstance(raw, bytes):
         raise _Corrupt("stored as a value of another type")
     unpacked = _unpack(raw)
@@ -265,6 +265,12 @@ def _decode(key: str, raw: object) -> Any:
     digest, payload = unpacked
     if digest_bytes(payload) != digest:
         raise _Corrupt("digest mismatch")
+    return digest, payload
+
+
+def _decode(key: str, raw: object) -> Any:
+    """The verified value of the stored ``raw`` under ``key``; :class:`_Corrupt` when it is not usable."""
+    digest, payload = _verified(raw)
     return _parse(key, payload, digest)
 
 
@@ -471,12 +477,7 @@ class Cache:
         kind = kind_of(key)
         if kind not in _MEMO_KINDS:
             return _decode(key, raw)
-        unpacked = _unpack(raw)
-        if unpacked is None:
-            raise _Corrupt("no digest header")
-        digest, payload = unpacked
-        if digest_bytes(payload) != digest:  # verified on every read, remembered or not
-            raise _Corrupt("digest mismatch")
+        digest, payload = _verified(raw)  # verified on every read, remembered or not
         memo_key = (key, digest)
         with self._lock:
             if memo_key in self._memo:
@@ -507,12 +508,6 @@ class Cache:
         if reason is not None:
             raise ValueError(f"cannot store {key}: {reason}")
         self._put(key, payload)
-
-    def get_raw(self, key: str) -> bytes | None:
-        """The verified payload under the full ``key`` (counted as a read)."""
-        if kind_of(key) not in _PARSERS or self._read(key) is None:
-            return None
-        return self.peek(key)
 
     def delete(self, key: str) -> bool:
         """Remove one entry; whether it was there."""
