@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from .cache import Cache
-from .errors import CompileError, ResolveError
+from .errors import CompileError, ResolveError, UsageError
 from .events import Note, Stage, emit
 from .judge import Evaluator, Job
 from .keys import decision_key, digest_bytes
@@ -218,6 +218,11 @@ def _stored_candidates(cache: Cache, previous: Decision | None) -> list[Candidat
     return out
 
 
+def _baseline_of(seeds: Sequence[Candidate]) -> Candidate | None:
+    """The untuned baseline among the manifest's own candidates (:func:`expand_variants` puts it first)."""
+    return seeds[0] if seeds and seeds[0].origin.kind == "baseline" else None
+
+
 def _decide(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Cache, judges: _Judges,
             options: ResolveOptions) -> Decision | None:
     """Real work on a miss: measure (GPU) and/or generate; None when neither is possible.
@@ -234,7 +239,7 @@ def _decide(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Ca
     from .evaluate.variants import expand_variants
 
     seeds = expand_variants(manifest, spec)
-    baseline = seeds[0] if seeds and seeds[0].origin.kind == "baseline" else None
+    baseline = _baseline_of(seeds)
     transcripts: list[str] = list(previous.transcripts) if stored and previous else []
     if stored:
         emit(Stage("evaluate", spec.name, arch, detail=f"{len(stored)} stored generated candidates again"))
@@ -380,8 +385,6 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
     specs = [s for s in manifest.kernels if options.kernels is None or s.name in options.kernels]
     unknown = sorted(set(options.kernels or []) - {s.name for s in manifest.kernels})
     if unknown:
-        from .errors import UsageError
-
         raise UsageError(f"unknown kernel(s): {', '.join(unknown)} (declared: "
                          f"{', '.join(s.name for s in manifest.kernels)})")
     path = lock_path(manifest)
@@ -403,8 +406,7 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
             jobs = []
             for spec, arch in misses:
                 seeds = expand_variants(manifest, spec)
-                baseline = seeds[0] if seeds and seeds[0].origin.kind == "baseline" else None
-                jobs.append(Job(manifest, spec, arch, seeds, baseline))
+                jobs.append(Job(manifest, spec, arch, seeds, _baseline_of(seeds)))
             judges.prepare(jobs)
         entries = [hit or _work(manifest, spec, arch, key, cache, options, judges) for spec, arch, key, hit in found]
         entries = _gate_emitted(manifest, judges, entries)
