@@ -9,11 +9,7 @@ when a read misses the target.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import os
-import platform
-import shlex
 import sqlite3
 import statistics
 import subprocess
@@ -22,41 +18,24 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import diskcache  # noqa: E402
+from _report import command_line, host_info, utc_now, write_results  # noqa: E402
 
 from r1build.cache import Cache  # noqa: E402
 from r1build.records import CandidateRef, Decision, GateReport, Origin, Result, Timing  # noqa: E402
 
 
-def host_info(cache_dir: Path) -> dict[str, Any]:
-    """CPU, OS, Python and library versions, and the file system the cache is on."""
-    cpu = platform.processor() or platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+def filesystem_of(path: Path) -> str:
+    """The type of the file system ``path`` is on (``unknown`` when ``df`` cannot tell)."""
     try:
-        fs = subprocess.run(["df", "-T", str(cache_dir)], capture_output=True, text=True, check=True)
-        filesystem = fs.stdout.splitlines()[-1].split()[1]
+        fs = subprocess.run(["df", "-T", str(path)], capture_output=True, text=True, check=True)
+        return fs.stdout.splitlines()[-1].split()[1]
     except (OSError, subprocess.CalledProcessError, IndexError):
-        filesystem = "unknown"
-    return {
-        "cpu": cpu,
-        "cpus": os.cpu_count(),
-        "os": platform.platform(),
-        "python": platform.python_version(),
-        "diskcache": diskcache.__version__,
-        "sqlite": sqlite3.sqlite_version,
-        "filesystem": filesystem,
-        "device": "none: cache reads run on the host CPU and disk, no GPU involved",
-    }
+        return "unknown"
 
 
 def sample_decision(cache: Cache, candidates: int) -> Decision:
@@ -137,15 +116,17 @@ def main() -> int:
             first_reads[f"get_decision, {n} candidates, first read in a process"] = first
         results = {name: measure(read, args.iterations) for name, read in reads.items()}
         informational = {name: measure(read, max(1, args.iterations // 10)) for name, read in first_reads.items()}
-        host = host_info(cache_dir)
+        host = host_info(diskcache=diskcache.__version__, sqlite=sqlite3.sqlite_version,
+                         filesystem=filesystem_of(cache_dir),
+                         device="none: cache reads run on the host CPU and disk, no GPU involved")
         cache.close()
 
     target_us = args.target_ms * 1000
     ok = all(r["mean_us"] <= target_us and r["median_us"] <= target_us for r in results.values())
     doc = {
         "benchmark": "cache_read",
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": shlex.join([Path(sys.executable).name, *sys.argv]),
+        "date": utc_now(),
+        "command": command_line(__file__),
         "host": host,
         "iterations": args.iterations,
         "target_ms": args.target_ms,
@@ -155,8 +136,6 @@ def main() -> int:
         "informational": informational,
         "pass": ok,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "cache_read.json").write_text(json.dumps(doc, indent=2) + "\n")
     lines = [
         "# Warm cache reads",
         "",
@@ -184,8 +163,7 @@ def main() -> int:
         f"Result: {'pass' if ok else 'FAIL'}.",
         "",
     ]
-    (args.out / "cache_read.md").write_text("\n".join(lines))
-    print("\n".join(lines))
+    write_results(args.out, "cache_read", doc, "\n".join(lines))
     return 0 if ok else 1
 
 

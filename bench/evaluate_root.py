@@ -14,11 +14,6 @@ most 2% for kernels of 50 us and more; the same kernel within 3% between runs. W
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
-import os
-import platform
-import shlex
 import shutil
 import sys
 import tempfile
@@ -28,6 +23,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from _report import command_line, host_info, utc_now, write_results  # noqa: E402
 
 from r1build.cache import Cache  # noqa: E402
 from r1build.evaluate import GpuEvaluator, detect_gpus, expand_variants  # noqa: E402
@@ -123,10 +120,12 @@ def fmt(x: float | None, spec: str, unit: str = "") -> str:
 def markdown(report: dict[str, Any]) -> str:
     runs = report["runs"]
     first = runs[0]
+    host = report["host"]
     lines = [
         "# GPU evaluation of the root manifest",
         "",
-        f"`{report['command']}` on {report['date']}: {report['device']}, {report['host']}.",
+        f"`{report['command']}` on {report['date']}: {report['device']}, {host['cpus']} CPUs, {host['os']}, "
+        f"Python {host['python']}.",
         "",
         "Every candidate the manifest provides (baseline, hand-written files, tunable value sets) is compiled for "
         "the GPU's arch, gated, checked for correctness (4 input distributions, a CUDA-graph capture probe and a "
@@ -221,17 +220,13 @@ def main(argv: list[str] | None = None) -> int:
                                             "value": f"{sum(r['status'] == 'passed' for r in rows)}/{len(rows)}"},
     }
     report = {
-        "command": "python " + shlex.join(["bench/evaluate_root.py", *(argv if argv is not None else sys.argv[1:])]),
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": command_line(__file__, argv),
+        "date": utc_now(),
         "device": f"{gpus[0].name} ({len(gpus)} visible, {gpus[0].arch}, {gpus[0].memory / 2**30:.0f} GiB)",
-        "host": f"{os.cpu_count()} CPUs, {platform.platform()}, Python {platform.python_version()}",
+        "host": host_info(),
         "runs": runs, "resolve": resolved, "targets": targets,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "evaluate_root.json").write_text(json.dumps(report, indent=1) + "\n")
-    text = markdown(report)
-    (args.out / "evaluate_root.md").write_text(text)
-    print(text)
+    write_results(args.out, "evaluate_root", report, markdown(report))
     return 0 if all(t["met"] for t in targets.values()) else 1
 
 

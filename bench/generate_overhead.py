@@ -22,11 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
 import json
-import os
-import platform
-import shlex
 import statistics
 import subprocess
 import sys
@@ -42,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import openai  # noqa: E402
+from _report import command_line, host_info, utc_now, write_results  # noqa: E402
 
 from r1build.cache import Cache  # noqa: E402
 from r1build.generate import SearchOutcome, search  # noqa: E402
@@ -164,10 +161,9 @@ def main() -> int:
     n = args.candidates
     result: dict[str, Any] = {
         "benchmark": "generate_overhead",
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "host": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                 "python": platform.python_version(), "openai": openai.__version__, "os": platform.platform()},
-        "command": "python bench/generate_overhead.py " + shlex.join(sys.argv[1:]),
+        "date": utc_now(),
+        "host": host_info(openai=openai.__version__),
+        "command": command_line(__file__),
     }
     with tempfile.TemporaryDirectory() as tmp, server() as url:
         serial, concurrent, bare, cpu = [], [], [], []
@@ -214,13 +210,11 @@ def main() -> int:
                   for c in caps)
     result["target_ms"] = TARGET_MS
     result["ok"] = own <= TARGET_MS and caps_ok
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "generate_overhead.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     p = result["per_candidate_ms"]
     md = [
         "# Generation controller overhead",
         "",
-        f"- date: {result['date']}; host: {result['host']['cpu']}, {result['host']['cores']} cores, "
+        f"- date: {result['date']}; host: {result['host']['cpu']}, {result['host']['cpus']} cores, "
         f"Python {result['host']['python']}, openai {result['host']['openai']}",
         f"- command: `{result['command']}`",
         "- server: `tests/generate/chat_server.py` in its own process, streaming a distinct valid kernel at once; "
@@ -243,8 +237,7 @@ def main() -> int:
         f"Target: controller overhead at most {TARGET_MS:.0f} ms per candidate, and all {CONCURRENT} requests "
         f"complete with the cap respected: {'met' if result['ok'] else 'MISSED'}.",
     ]
-    (args.out / "generate_overhead.md").write_text("\n".join(md) + "\n", encoding="utf-8")
-    sys.stdout.write("\n".join(md) + "\n")
+    write_results(args.out, "generate_overhead", result, "\n".join(md))
     return 0 if result["ok"] else 1
 
 

@@ -13,11 +13,7 @@ from __future__ import annotations
 
 import argparse
 import compileall
-import datetime as dt
-import json
 import os
-import platform
-import shlex
 import shutil
 import statistics
 import subprocess
@@ -28,6 +24,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from _report import command_line, host_info, utc_now, write_results  # noqa: E402
 
 from r1build.cache import Cache  # noqa: E402
 from r1build.manifest import load_manifest  # noqa: E402
@@ -74,10 +72,9 @@ def main() -> int:
     median = statistics.median(wall)
     result = {
         "benchmark": "resolve_locked",
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "host": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                 "python": platform.python_version(), "os": platform.platform()},
-        "command": "python bench/resolve_locked.py " + shlex.join(sys.argv[1:]),
+        "date": utc_now(),
+        "host": host_info(),
+        "command": command_line(__file__),
         "manifest": "kernels.toml (root)",
         "kernel_archs": entries,
         "cold_resolve_s": round(cold_s, 2),
@@ -87,12 +84,10 @@ def main() -> int:
         "target_ms": TARGET_MS,
         "ok": median <= TARGET_MS,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "resolve_locked.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     md = [
         "# `r1build resolve --locked`, warm cache, root manifest",
         "",
-        f"- date: {result['date']}; host: {result['host']['cpu']}, {result['host']['cores']} cores, "
+        f"- date: {result['date']}; host: {result['host']['cpu']}, {result['host']['cpus']} cores, "
         f"Python {result['host']['python']}",
         f"- command: `{result['command']}`",
         f"- {entries} kernel × arch entries; the cold offline resolve that filled the cache took {cold_s:.1f} s",
@@ -104,8 +99,7 @@ def main() -> int:
         "",
         f"Target: at most {TARGET_MS:.0f} ms for the command: {'met' if result['ok'] else 'MISSED'}.",
     ]
-    (args.out / "resolve_locked.md").write_text("\n".join(md) + "\n", encoding="utf-8")
-    sys.stdout.write("\n".join(md) + "\n")
+    write_results(args.out, "resolve_locked", result, "\n".join(md))
     return 0 if result["ok"] else 1
 
 

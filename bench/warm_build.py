@@ -29,12 +29,8 @@ Writes ``bench/results/warm_build.json`` and ``.md``; exits 1 when the ratio mis
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import os
-import platform
 import re
-import shlex
 import shutil
 import statistics
 import subprocess
@@ -43,6 +39,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from _report import command_line, host_info, utc_now, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_project"
@@ -98,30 +96,19 @@ def tool_version(cmd: list[str]) -> str:
     return lines[-1] if cmd[0].endswith("nvcc") else (lines[0] if lines else "unknown")
 
 
-def host_info() -> dict[str, Any]:
-    """CPU, OS and the versions of every tool in the build."""
-    cpu = platform.processor() or platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+def build_host() -> dict[str, Any]:
+    """The host, and the versions of every tool in the build."""
     import nanobind
     import scikit_build_core
 
-    return {
-        "cpu": cpu,
-        "cpus": os.cpu_count(),
-        "os": platform.platform(),
-        "python": platform.python_version(),
-        "scikit_build_core": scikit_build_core.__version__,
-        "nanobind": nanobind.__version__,
-        "cmake": tool_version(["cmake", "--version"]),
-        "ninja": tool_version(["ninja", "--version"]),
-        "nvcc": tool_version(["nvcc", "--version"]),
-        "device": "none: a build compiles on the host CPU, no GPU involved",
-    }
+    return host_info(
+        scikit_build_core=scikit_build_core.__version__,
+        nanobind=nanobind.__version__,
+        cmake=tool_version(["cmake", "--version"]),
+        ninja=tool_version(["ninja", "--version"]),
+        nvcc=tool_version(["nvcc", "--version"]),
+        device="none: a build compiles on the host CPU, no GPU involved",
+    )
 
 
 def make_plain(r1_project: Path, dest: Path, archs: list[str]) -> Path:
@@ -261,12 +248,11 @@ def main(argv: list[str] | None = None) -> int:
     plain_median = statistics.median(plain.times)
     resolving_median = statistics.median(resolving.times)
     ratio = r1_median / plain_median
-    command = "python " + shlex.join([str(Path(sys.argv[0]).resolve().relative_to(ROOT)), *(argv or sys.argv[1:])])
     result = {
         "benchmark": "warm_build",
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": command,
-        "host": host_info(),
+        "date": utc_now(),
+        "command": command_line(__file__, argv),
+        "host": build_host(),
         "load_average_1min": {"start": round(load_start, 2), "end": round(os.getloadavg()[0], 2)},
         "frontend": args.frontend,
         "reps": args.reps,
@@ -291,10 +277,7 @@ def main(argv: list[str] | None = None) -> int:
                           "resolving": max(resolving.compiles)},
         "passed": ratio <= TARGET and r1.reused == len(r1.times),
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "warm_build.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    (args.out / "warm_build.md").write_text(render_markdown(result), encoding="utf-8")
-    print(render_markdown(result))
+    write_results(args.out, "warm_build", result, render_markdown(result))
     return 0 if result["passed"] else 1
 
 
