@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import LockError, StaleLockError
+from ..errors import StaleLockError
 from ..events import sink
 from ..keys import decision_key
 from ..lock import check_lock, find_vendored, lock_path, read_lock, vendor_winners
@@ -89,10 +89,7 @@ class StatusRow:
 
 
 def _status_rows(manifest: Manifest, args: argparse.Namespace) -> list[StatusRow]:
-    try:
-        lock = read_lock(lock_path(manifest))
-    except LockError as exc:
-        raise exc from None
+    lock = read_lock(lock_path(manifest))
     rows = []
     with open_cache(args) as cache:
         vendor_dir = manifest.root / manifest.settings.vendor_dir
