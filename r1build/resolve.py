@@ -36,6 +36,7 @@ from .select import select_winner
 from .toolchain import toolchain
 
 if TYPE_CHECKING:
+    from .evaluate import GpuEvaluator
     from .gate.static import StaticGate
 
 __all__ = ["Resolution", "ResolveOptions", "Resolved", "prepare_build", "resolve"]
@@ -151,7 +152,7 @@ class _Judges:
         self.cache = cache
         self.use_gpu = use_gpu
         self._gate: StaticGate | None = None
-        self._gpu: Evaluator | None = None
+        self._gpu: GpuEvaluator | None = None
         self._gpu_archs: set[str] | None = None
         self._endpoint: bool | None = None
 
@@ -195,15 +196,13 @@ class _Judges:
     def prepare(self, jobs: Sequence[Job]) -> None:
         """Start the CPU work (gate, library builds) of every GPU job ahead, so the GPU never waits for nvcc."""
         gpu_jobs = [job for job in jobs if self.gpu_for(job.arch) is not None]
-        prepare = getattr(self._gpu, "prepare", None)
-        if gpu_jobs and prepare is not None:
-            prepare(gpu_jobs)
+        if gpu_jobs and self._gpu is not None:
+            self._gpu.prepare(gpu_jobs)
 
     def close(self) -> None:
         """Stop GPU workers."""
-        close = getattr(self._gpu, "close", None)
-        if close is not None:
-            close()
+        if self._gpu is not None:
+            self._gpu.close()
 
 
 def _stored_candidates(cache: Cache, previous: Decision | None) -> list[Candidate]:
