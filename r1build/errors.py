@@ -12,6 +12,7 @@ exit code 2 at the CLI / PEP 517 boundary; everything else to exit code 1::
     │   ├── ConfigError                settings / environment (missing API key, bad endpoint)
     │   └── UsageError                 command-line misuse
     ├── CacheError                     the cache directory is unusable
+    │   └── CacheLocationError         ... because of where it points (a file, a folder of other files): exit 2
     ├── ToolchainError                 nvcc missing or unusable
     ├── CompileError                   a compile that had to succeed failed (subprocess output attached)
     ├── ResolveError                   no winner, no baseline: nothing to emit for a kernel
@@ -28,6 +29,7 @@ from collections.abc import Sequence
 __all__ = [
     "BundleError",
     "CacheError",
+    "CacheLocationError",
     "CompileError",
     "ConfigError",
     "EvaluationError",
@@ -98,6 +100,10 @@ class UsageError(UserError):
 
 class CacheError(R1BuildError):
     """The cache directory cannot be used."""
+
+
+class CacheLocationError(CacheError, UserError):
+    """The cache location given (flag or ``R1BUILD_CACHE_DIR``) is a file or a folder that holds no cache."""
 
 
 class ToolchainError(R1BuildError):

@@ -15,6 +15,7 @@ import platformdirs
 import pytest
 
 from r1build.cache import Cache, resolve_cache_dir
+from r1build.cli.main import main
 from r1build.errors import CacheError
 from r1build.events import Event, Note, sink
 from r1build.records import CandidateRef, Decision, GateReport, Origin, Result, Timing
@@ -283,9 +284,11 @@ def test_refuses_a_directory_that_is_not_a_cache(tmp_path: Path) -> None:
     with pytest.raises(CacheError, match="holds no r1build cache"):
         Cache(tmp_path / "home")
     (tmp_path / "file").write_text("x")
-    with pytest.raises(CacheError, match="not a directory"):
+    with pytest.raises(CacheError, match="not a directory") as info:
         Cache(tmp_path / "file")
+    assert info.value.exit_code == 2  # a wrong location is the user's to fix
     assert (tmp_path / "home" / "notes.txt").read_text() == "mine"
+    assert main(["cache", "stats", "--cache-dir", str(tmp_path / "home")]) == 2
 
 
 # -- two processes at once ------------------------------------------------------------------------------------

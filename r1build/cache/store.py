@@ -63,7 +63,7 @@ from typing import Any, TypeVar
 import diskcache
 from diskcache.core import MODE_BINARY, MODE_RAW
 
-from ..errors import CacheError
+from ..errors import CacheError, CacheLocationError
 from ..events import Note, emit
 from ..keys import canonical_json, digest_bytes
 from ..records import Decision, Result, from_json, to_json
@@ -311,9 +311,11 @@ class Cache:
         d = self.directory
         try:
             if d.exists() and not d.is_dir():
-                raise CacheError(f"cache directory {d} is not a directory")
+                raise CacheLocationError(f"cache directory {d} is not a directory")
             if d.is_dir() and not (d / _DBNAME).exists() and any(d.iterdir()):
-                raise CacheError(f"{d} is not empty and holds no r1build cache; choose a new or empty directory")
+                raise CacheLocationError(
+                    f"{d} is not empty and holds no r1build cache; choose a new or empty directory"
+                )
             d.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise CacheError(f"cannot create the cache directory {d}: {exc}") from None
