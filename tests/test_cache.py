@@ -475,3 +475,28 @@ def test_full_cli_has_the_cache_command(capsys: pytest.CaptureFixture[str]) -> N
         cli_main.main(["cache", "--help"])
     assert info.value.code == 0
     assert "export" in capsys.readouterr().out
+
+
+def test_many_opens_of_one_fresh_directory_at_once(tmp_path: Path) -> None:
+    """Builds that start together all open a cache directory nobody has created yet: none may mistake the
+    half-made cache of another for a folder of foreign files."""
+    import threading
+
+    for round_ in range(25):
+        d = tmp_path / f"fresh-{round_}"
+        barrier = threading.Barrier(6)
+        errors: list[BaseException] = []
+
+        def open_it(d: Path = d, barrier: threading.Barrier = barrier, errors: list[BaseException] = errors) -> None:
+            barrier.wait()
+            try:
+                Cache(d).close()
+            except BaseException as exc:  # collected and asserted below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=open_it) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors

@@ -49,6 +49,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -95,6 +96,13 @@ _MEMO_SIZE = 256
 
 _HEADER = 65  # 64 hex digits of sha256 and a newline before every payload
 _DBNAME = "cache.db"
+_CACHE_FILE = re.compile(r"^(cache\.db(-wal|-shm|-journal)?|[0-9a-f]{2})$")
+
+
+def _cache_file(name: str) -> bool:
+    """Whether a name is one diskcache itself creates: another process may be creating the cache right now, and
+    SQLite creates ``cache.db`` only at its first statement."""
+    return _CACHE_FILE.match(name) is not None
 T = TypeVar("T")
 
 
@@ -312,7 +320,7 @@ class Cache:
         try:
             if d.exists() and not d.is_dir():
                 raise CacheLocationError(f"cache directory {d} is not a directory")
-            if d.is_dir() and not (d / _DBNAME).exists() and any(d.iterdir()):
+            if d.is_dir() and not (d / _DBNAME).exists() and any(not _cache_file(p.name) for p in d.iterdir()):
                 raise CacheLocationError(
                     f"{d} is not empty and holds no r1build cache; choose a new or empty directory"
                 )
