@@ -56,3 +56,28 @@ def test_resolve_generates_on_a_miss_and_refresh_rejudges_without_the_model(
     assert again is not None and again.transcripts == decision.transcripts
     generated = {c.digest for c in decision.candidates if c.origin.kind == "generated"}
     assert generated and {c.digest for c in again.candidates} >= generated
+
+
+@pytest.mark.gpu
+def test_resolve_generates_and_measures_on_the_gpu(project: Project, clean_env: None,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The closed loop on a real GPU: generated candidates are validated and timed, the second round's prompt
+    carries the measured times, and the decision is a measured one."""
+    # an unreachable target share: no early stop at the floor, so the second round (with feedback) runs
+    manifest = project.write(baseline=True, budget={"rounds": 2, "samples": 2, "patience": 2, "target-share": 5.0})
+    replies = [Answer(answer(kernel_source(i + 1)), reasoning=f"try {i}") for i in range(4)]
+    with ChatServer(replies) as server:
+        monkeypatch.setenv("R1BUILD_BASE_URL", server.url)
+        monkeypatch.setenv("DEEPSEEK_API_KEY", KEY)
+        assert main(["resolve", "--manifest", str(project.root), "--cache-dir", str(project.cache_dir)]) == 0
+        prompts = [r.prompt for r in server.requests]
+    key = decision_key(manifest, manifest.kernel("vadd"), "sm_90")
+    with project.cache() as cache:
+        decision = cache.get_decision(key)
+    assert decision is not None and decision.measured and decision.device
+    generated = [r for ref, r in zip(decision.candidates, decision.results, strict=True)
+                 if ref.origin.kind == "generated"]
+    assert generated and all(r.status == "passed" and r.timing is not None for r in generated)
+    assert len(prompts) == 4 and any("It is correct and takes " in p and " us on " in p for p in prompts[2:])
+    entry = read_lock(project.root / "kernels.lock").entry("vadd", "sm_90")  # type: ignore[union-attr]
+    assert entry is not None and entry.time_us is not None and entry.gpu
