@@ -233,7 +233,8 @@ def _decide(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Ca
     stored = _stored_candidates(cache, previous)
     generate = judges.endpoint(manifest, options) and not stored
     evaluator = judges.gpu_for(arch)
-    if evaluator is None and not generate and not stored:
+    if evaluator is None and not generate and (not stored or (previous is not None and previous.measured)):
+        # nothing to do, or only the gate to judge again what a GPU measured: keep the measured decision
         return None
     from .evaluate.variants import expand_variants
 
@@ -241,7 +242,8 @@ def _decide(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Ca
     baseline = _baseline_of(seeds)
     transcripts: list[str] = list(previous.transcripts) if stored and previous else []
     if stored:
-        emit(Stage("evaluate", spec.name, arch, detail=f"{len(stored)} stored generated candidates again"))
+        emit(Note("info", f"judging {len(stored)} stored generated candidate(s) again (no new requests)",
+                  spec.name, arch))
         candidates = seeds + [c for c in stored if c.digest not in {s.digest for s in seeds}]
         results = (evaluator or judges.gate).evaluate(Job(manifest, spec, arch, candidates, baseline))
     elif generate:
@@ -324,8 +326,9 @@ def _lookup(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Ca
 
 
 def _work(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Cache, options: ResolveOptions,
-          judges: _Judges) -> Resolved:
-    """A miss: measure and/or generate; else the baseline; else an error naming the fix."""
+          judges: _Judges, kept: Resolved | None = None) -> Resolved:
+    """A miss (or a refresh): measure and/or generate; else what the lock or cache had (``kept``, for a refresh
+    on a machine that cannot judge this arch); else the baseline; else an error naming the fix."""
     if not options.locked:
         decision = _decide(manifest, spec, arch, key, cache, judges, options)
         if decision is not None:
@@ -334,6 +337,10 @@ def _work(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Cach
             if resolved is not None:
                 return resolved
             emit(Note("warning", "no candidate passed", spec.name, arch))
+        elif kept is not None:
+            emit(Note("info", "nothing here can judge this arch again (no GPU of it, no endpoint): keeping the "
+                              f"{kept.state} winner", spec.name, arch))
+            return kept
     if spec.baseline is not None:
         source = (manifest.root / spec.baseline).read_text(encoding="utf-8")
         why = "no winner in the lock or cache"
@@ -407,7 +414,15 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
                 seeds = expand_variants(manifest, spec)
                 jobs.append(Job(manifest, spec, arch, seeds, _baseline_of(seeds)))
             judges.prepare(jobs)
-        entries = [hit or _work(manifest, spec, arch, key, cache, options, judges) for spec, arch, key, hit in found]
+        entries = []
+        for spec, arch, key, hit in found:
+            if hit is not None:
+                entries.append(hit)
+                continue
+            kept = None
+            if options.refresh:  # what a refresh falls back to where nothing can judge this arch again
+                kept = _lookup(manifest, spec, arch, key, cache, lock, replace(options, refresh=False))
+            entries.append(_work(manifest, spec, arch, key, cache, options, judges, kept))
         entries = _gate_emitted(manifest, judges, entries)
     finally:
         judges.close()

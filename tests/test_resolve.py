@@ -200,3 +200,16 @@ def test_two_concurrent_resolves_share_one_cache(root_copy: Path, tmp_path: Path
     assert generated[0] == generated[1] and len(generated[0]) >= 4
     proc = _cli("cache", "verify", "--cache-dir", str(cache), cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_refresh_without_a_gpu_keeps_measured_winners(root_copy: Path, cache_dir: Path) -> None:
+    """`--refresh` where no GPU of an arch is and no endpoint: the measured winner in the lock stays (it is not
+    replaced by an unmeasured baseline)."""
+    root = Path(__file__).resolve().parents[1]
+    shutil.copy(root / "kernels.lock", root_copy / "kernels.lock")  # measured on an H200 for sm_90
+    before = read_lock(root_copy / "kernels.lock").entry("silu_mul", "sm_90")  # type: ignore[union-attr]
+    assert before is not None and before.time_us is not None and before.provenance == "tuned"
+    assert main(["resolve", "-m", str(root_copy), "--refresh", "--offline", "--no-gpu", "--kernel", "silu_mul",
+                 "--arch", "sm_90"]) == 0
+    after = read_lock(root_copy / "kernels.lock").entry("silu_mul", "sm_90")  # type: ignore[union-attr]
+    assert after == before

@@ -50,7 +50,9 @@ def test_resolve_generates_on_a_miss_and_refresh_rejudges_without_the_model(
 
     # --refresh with the endpoint gone: the stored candidates are judged again, no request is made
     monkeypatch.setenv("R1BUILD_BASE_URL", "http://127.0.0.1:9/v1")
+    capsys.readouterr()
     assert main([*argv, "--refresh"]) == 0
+    assert "stored generated candidate(s) again (no new requests)" in capsys.readouterr().err
     with project.cache() as cache:
         again = cache.get_decision(key)
     assert again is not None and again.transcripts == decision.transcripts
