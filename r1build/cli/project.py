@@ -8,10 +8,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import StaleLockError
 from ..events import sink
 from ..keys import decision_key
 from ..lock import check_lock, find_vendored, lock_path, read_lock, vendor_winners
+from ..lock.lockfile import stale_lock_error
 from ..manifest import Manifest
 from ..resolve import Resolution, ResolveOptions, emit_resolution, resolve
 from .common import add_cache_arg, add_manifest_arg, load_from_args, open_cache, parse_archs
@@ -66,7 +66,7 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
     staleness = check_lock(manifest, lock)
     if staleness:
         if args.locked:
-            raise StaleLockError(f"{lock_path(manifest)} is not current:\n{staleness.render()}\nrun `r1build lock`")
+            raise stale_lock_error(manifest, staleness)
         console.warning(f"{lock_path(manifest).name} is not current:\n{staleness.render()}")
     else:
         console.print(f"{lock_path(manifest).name}: current")

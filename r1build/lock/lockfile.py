@@ -35,6 +35,8 @@ __all__ = [
     "inputs_of",
     "lock_path",
     "read_lock",
+    "require_fresh",
+    "stale_lock_error",
     "write_lock",
 ]
 
@@ -249,8 +251,13 @@ def require_fresh(manifest: Manifest, lock: Lock | None, archs: dict[str, list[s
     """The lock, or :class:`StaleLockError` explaining which kernels are missing or stale (``--locked``)."""
     staleness = check_lock(manifest, lock, archs)
     if staleness or lock is None:
-        raise StaleLockError(
-            f"{lock_path(manifest)} is out of date with {manifest.path.name} (--locked):\n{staleness.render()}\n"
-            "run `r1build lock` to update it"
-        )
+        raise stale_lock_error(manifest, staleness)
     return lock
+
+
+def stale_lock_error(manifest: Manifest, staleness: Staleness) -> StaleLockError:
+    """The ``--locked`` error for a lock that does not fit the manifest, naming each kernel and why."""
+    return StaleLockError(
+        f"{lock_path(manifest)} is out of date with {manifest.path.name} (--locked):\n{staleness.render()}\n"
+        "run `r1build lock` to update it"
+    )
