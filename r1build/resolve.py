@@ -223,7 +223,7 @@ def _baseline_of(seeds: Sequence[Candidate]) -> Candidate | None:
 
 
 def _decide(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Cache, judges: _Judges,
-            options: ResolveOptions) -> Decision | None:
+            options: ResolveOptions, seeds: list[Candidate]) -> Decision | None:
     """Real work on a miss: measure (GPU) and/or generate; None when neither is possible.
 
     With ``--refresh``, the generated candidates of the earlier decision are judged again (on a GPU now, say)
@@ -236,9 +236,6 @@ def _decide(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Ca
     if evaluator is None and not generate and (not stored or (previous is not None and previous.measured)):
         # nothing to do, or only the gate to judge again what a GPU measured: keep the measured decision
         return None
-    from .evaluate.variants import expand_variants
-
-    seeds = expand_variants(manifest, spec)
     baseline = _baseline_of(seeds)
     transcripts: list[str] = list(previous.transcripts) if stored and previous else []
     if stored:
@@ -326,11 +323,11 @@ def _lookup(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Ca
 
 
 def _work(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Cache, options: ResolveOptions,
-          judges: _Judges, kept: Resolved | None = None) -> Resolved:
+          judges: _Judges, seeds: list[Candidate], kept: Resolved | None = None) -> Resolved:
     """A miss (or a refresh): measure and/or generate; else what the lock or cache had (``kept``, for a refresh
     on a machine that cannot judge this arch); else the baseline; else an error naming the fix."""
     if not options.locked:
-        decision = _decide(manifest, spec, arch, key, cache, judges, options)
+        decision = _decide(manifest, spec, arch, key, cache, judges, options, seeds)
         if decision is not None:
             how: State = "generated" if decision.transcripts else ("measured" if decision.measured else "gated")
             resolved = _from_decision(manifest, spec, arch, key, cache, decision, how)
@@ -405,15 +402,15 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
             for arch in plan[spec.name]:
                 key = decision_key(manifest, spec, arch)
                 found.append((spec, arch, key, _lookup(manifest, spec, arch, key, cache, lock, options)))
-        misses = [(spec, arch) for spec, arch, _, hit in found if hit is None]
-        if misses and not options.locked and not judges.endpoint(manifest, options):
+        # the manifest's own candidates of each kernel with a miss, read once for the GPU's head start and the work
+        seeds: dict[str, list[Candidate]] = {}
+        if not options.locked and any(hit is None for *_, hit in found):
             from .evaluate.variants import expand_variants
 
-            jobs = []
-            for spec, arch in misses:
-                seeds = expand_variants(manifest, spec)
-                jobs.append(Job(manifest, spec, arch, seeds, _baseline_of(seeds)))
-            judges.prepare(jobs)
+            seeds = {spec.name: expand_variants(manifest, spec) for spec, _, _, hit in found if hit is None}
+            if not judges.endpoint(manifest, options):
+                judges.prepare([Job(manifest, spec, arch, seeds[spec.name], _baseline_of(seeds[spec.name]))
+                                for spec, arch, _, hit in found if hit is None])
         entries = []
         for spec, arch, key, hit in found:
             if hit is not None:
@@ -422,7 +419,7 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
             kept = None
             if options.refresh:  # what a refresh falls back to where nothing can judge this arch again
                 kept = _lookup(manifest, spec, arch, key, cache, lock, replace(options, refresh=False))
-            entries.append(_work(manifest, spec, arch, key, cache, options, judges, kept))
+            entries.append(_work(manifest, spec, arch, key, cache, options, judges, seeds.get(spec.name, []), kept))
         entries = _gate_emitted(manifest, judges, entries)
     finally:
         judges.close()
