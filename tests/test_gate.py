@@ -13,6 +13,7 @@ from r1build.cache import Cache
 from r1build.errors import ToolchainError
 from r1build.events import Event, Progress, Stage, sink
 from r1build.gate import StaticGate, gate_for_archs, is_allowed, parse_ptxas_report
+from r1build.gate.symbols import denied_reason
 from r1build.judge import Job
 from r1build.manifest import Limits, Manifest, load_manifest
 from r1build.manifest.model import KernelSpec
@@ -160,6 +161,121 @@ def test_forbidden_calls_reject_the_candidate_by_name(
     assert result.status == "rejected"
     assert result.gate is not None  # it compiled; the host object is what failed
     assert f"{symbol}" in result.detail and "may not use" in result.detail
+
+
+SILU_KERNEL = """
+__global__ void silu(const float* __restrict__ g, const float* __restrict__ u, float* __restrict__ o, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+"""
+LAUNCH = "    silu<<<64, 256, 0, stream>>>(gate, up, out, n);"
+
+# One launcher per class of CUDA runtime call the candidate contract forbids: (class, code before the launch,
+# the symbol the gate must name, a phrase of the reason it gives).
+DENIED_CLASSES: list[tuple[str, str, str, str]] = [
+    ("alloc", "    static float* scratch = nullptr;\n    if (!scratch) cudaMalloc(&scratch, 4096);",
+     "cudaMalloc", "allocates or frees memory"),
+    ("alloc_async",
+     "    void* tmp = nullptr;\n    cudaMallocAsync(&tmp, 4096, stream);\n    cudaFreeAsync(tmp, stream);",
+     "cudaMallocAsync", "forbids allocation"),
+    ("sync", "    cudaStreamSynchronize(stream);", "cudaStreamSynchronize", "waits for or polls the GPU"),
+    ("sync_copy", "    cudaMemset(out, 0, 4);", "cudaMemset", "cudaMemsetAsync"),
+    ("stream_creation",
+     "    static cudaStream_t side = nullptr;\n    if (!side) cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking);",
+     "cudaStreamCreateWithFlags", "all work goes on the stream argument"),
+    ("event", "    cudaEvent_t e;\n    cudaEventCreateWithFlags(&e, cudaEventDisableTiming);\n"
+              "    cudaEventRecord(e, stream);", "cudaEventRecord", "nothing to join"),
+    ("host_callback", "    cudaLaunchHostFunc(stream, [](void*) {}, nullptr);", "cudaLaunchHostFunc",
+     "runs host code from the stream"),
+    ("device_limit", "    cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 1 << 20);", "cudaDeviceSetLimit",
+     "device-wide limits"),
+    ("stream_attribute",
+     "    cudaStreamAttrValue v = {};\n    v.accessPolicyWindow.base_ptr = out;\n"
+     "    v.accessPolicyWindow.num_bytes = 1 << 20;\n    v.accessPolicyWindow.hitRatio = 1.0f;\n"
+     "    v.accessPolicyWindow.hitProp = cudaAccessPropertyPersisting;\n"
+     "    cudaStreamSetAttribute(stream, cudaStreamAttributeAccessPolicyWindow, &v);",
+     "cudaStreamSetAttribute", "attributes of the caller's stream"),
+    ("capture_query",
+     "    cudaStreamCaptureStatus status;\n    cudaStreamIsCapturing(stream, &status);\n"
+     "    if (status == cudaStreamCaptureStatusNone) n = n / 2;",
+     "cudaStreamIsCapturing", "whether or not the stream is being captured"),
+    ("driver_entry_point",
+     "    void* fn = nullptr;\n    cudaDriverEntryPointQueryResult q;\n"
+     '    cudaGetDriverEntryPoint("cuMemAlloc", &fn, cudaEnableDefault, &q);',
+     "cudaGetDriverEntryPoint", "reaches the CUDA driver"),
+    ("per_thread_stream", "", "__cudaLaunchKernel_ptsz", "per-thread default stream"),
+    ("device_reset", "    cudaDeviceReset();", "cudaDeviceReset", "caller's current device"),
+    ("unknown_runtime_call", "    int count = 0;\n    cudaGetDeviceCount(&count);\n"
+                             "    size_t freeb, total;\n    cudaMemGetInfo(&freeb, &total);",
+     "cudaMemGetInfo", "memory placement"),
+]
+
+
+def _denied_candidate(kind: str, body: str) -> Candidate:
+    # the per-thread default stream comes from a define, as --default-stream per-thread would set it
+    defines = {"CUDA_API_PER_THREAD_DEFAULT_STREAM": 1} if kind == "per_thread_stream" else {}
+    return silu_candidate(f"{body}\n{LAUNCH}", kernel=SILU_KERNEL, **defines)
+
+
+ALLOWED_LAUNCHER = silu_candidate(
+    """    int device = 0, sms = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    cudaFuncSetAttribute(silu_smem, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024);
+    cudaFuncAttributes attrs;
+    cudaFuncGetAttributes(&attrs, silu);
+    int per_sm = 0, min_grid = 0, block = 0;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, silu, 256, 0);
+    cudaOccupancyMaxPotentialBlockSize(&min_grid, &block, silu);
+    cudaMemsetAsync(out, 0, n * sizeof(float), stream);
+    cudaMemcpyAsync(out, up, sizeof(float), cudaMemcpyDeviceToDevice, stream);
+    cudaMemcpyToSymbolAsync(table, gate, sizeof(float), 0, cudaMemcpyDeviceToDevice, stream);
+    silu<<<sms * per_sm, 256, 0, stream>>>(gate, up, out, n);
+    silu_smem<<<1, 256, 64 * 1024, stream>>>(out, n);
+    void* args[] = {(void*)&gate, (void*)&up, (void*)&out, (void*)&n};
+    cudaLaunchCooperativeKernel((const void*)silu, dim3(sms), dim3(256), args, 0, stream);
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(2);
+    config.blockDim = dim3(128);
+    config.stream = stream;
+    cudaLaunchAttribute cluster[1];
+    cluster[0].id = cudaLaunchAttributeClusterDimension;
+    cluster[0].val.clusterDim.x = 2;
+    cluster[0].val.clusterDim.y = 1;
+    cluster[0].val.clusterDim.z = 1;
+    config.attrs = cluster;
+    config.numAttrs = 1;
+    cudaLaunchKernelEx(&config, silu, gate, up, out, n);
+    if (cudaPeekAtLastError() != cudaSuccess) return cudaGetLastError();""",
+    kernel=SILU_KERNEL + "__device__ float table[1];\n"
+    "__global__ void silu_smem(float* o, int64_t n) { extern __shared__ float s[]; s[threadIdx.x] = table[0];\n"
+    "    __syncthreads(); if (threadIdx.x < n) o[threadIdx.x] += s[255 - threadIdx.x]; }\n",
+)
+
+
+@pytest.fixture(scope="module")
+def runtime_calls(manifest: Manifest, silu: KernelSpec, cache_path: Path) -> dict[str, Result]:
+    """Every denied class and the allowed launcher, gated for sm_90 in one job (compiled in parallel)."""
+    candidates = [_denied_candidate(kind, body) for kind, body, _, _ in DENIED_CLASSES] + [ALLOWED_LAUNCHER]
+    with Cache(cache_path) as c:
+        results = StaticGate(c).evaluate(Job(manifest, silu, "sm_90", candidates))
+    return dict(zip([kind for kind, *_ in DENIED_CLASSES] + ["allowed"], results, strict=True))
+
+
+@pytest.mark.parametrize(("kind", "symbol", "phrase"), [(k, s, p) for k, _, s, p in DENIED_CLASSES])
+def test_runtime_calls_outside_the_contract_are_rejected_by_name(
+    runtime_calls: dict[str, Result], kind: str, symbol: str, phrase: str
+) -> None:
+    result = runtime_calls[kind]
+    assert result.status == "rejected", result.detail
+    assert result.gate is not None  # it compiled; its calls are what failed
+    assert f"{symbol} (" in result.detail and phrase in result.detail, result.detail
+
+
+def test_the_launch_side_runtime_is_allowed(runtime_calls: dict[str, Result]) -> None:
+    result = runtime_calls["allowed"]
+    assert result.status == "passed", result.detail
 
 
 def test_contract_violations_are_rejected(manifest: Manifest, silu: KernelSpec, cache: Cache) -> None:
@@ -326,8 +442,34 @@ ptxas info    : Used 72 registers, used 0 barriers, 1024 bytes smem, 360 bytes c
         ("memcpy", True),
         ("expf", True),
         ("exit", True),
+        ("cudaLaunchKernel", True),
+        ("__cudaLaunchKernel", True),
+        ("cudaLaunchKernelExC", True),
+        ("cudaLaunchCooperativeKernel", True),
+        ("cudaFuncSetAttribute", True),
+        ("cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", True),
+        ("cudaGetDeviceProperties", True),
+        ("cudaGetDeviceProperties_v2", True),
+        ("cudaMemcpyFromSymbolAsync", True),
+        ("__cudaRegisterLinkedBinary_21f535a6_8_probe_cu_probe", True),
         ("cudaSetDevice", False),
         ("cudaIpcOpenMemHandle", False),
+        ("cudaMalloc", False),
+        ("cudaMallocAsync", False),
+        ("cudaMemcpy", False),
+        ("cudaMemsetAsync_ptsz", False),
+        ("__cudaLaunchKernel_ptsz", False),
+        ("cudaStreamIsCapturing", False),
+        ("cudaStreamGetCaptureInfo", False),
+        ("cudaStreamSynchronize", False),
+        ("cudaEventRecord", False),
+        ("cudaGraphLaunch", False),
+        ("cudaCtxResetPersistingL2Cache", False),
+        ("cudaProfilerStart", False),
+        ("__cudaRegisterManagedVar", False),
+        ("__cudaGetProcAddress", False),
+        ("cudaLibraryLoadData", False),
+        ("cudaNotARealCallYet", False),
         ("printf", False),
         ("puts", False),
         ("popen", False),
@@ -346,3 +488,12 @@ ptxas info    : Used 72 registers, used 0 barriers, 1024 bytes smem, 360 bytes c
 )
 def test_allowlist(symbol: str, allowed: bool) -> None:
     assert is_allowed(symbol) is allowed
+    # every CUDA name outside the allowlist says why; other names are explained together
+    has_reason = not allowed and (symbol.startswith(("cuda", "__cuda")) or symbol.startswith("cuL"))
+    assert (denied_reason(symbol) is not None) is has_reason
+
+
+def test_unknown_runtime_calls_are_denied_with_the_allowed_list() -> None:
+    reason = denied_reason("cudaNotARealCallYet")
+    assert reason is not None and "outside what a kernel launcher may use" in reason
+    assert "cudaLaunchCooperativeKernel" in reason and "cudaMemsetAsync" in reason
