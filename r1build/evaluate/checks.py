@@ -1,19 +1,25 @@
 """The correctness plan of one kernel, shared by all its candidates, and the verdict on a worker's replies.
 
-For every test shape the plan is a sequence of calls into the *same* buffers, each with fresh inputs and the
-reference's outputs for them:
+For every test shape the plan is a sequence of calls into the *same* buffers, each with the reference's outputs
+for its inputs, and each output pre-filled with a poison distinct to the call (a signalling NaN for floats, which
+no arithmetic produces), so an element left from an earlier call or never written shows:
 
-1, 3-5. ``direct`` calls with signed, large-magnitude, tied and denormal inputs (outputs poisoned with
-     alternating patterns, so an element left from an earlier call or never written shows);
-2.   ``capture``: the call is captured into a CUDA graph on the given stream in global capture mode and the graph
-     discarded: touching the legacy default stream or synchronizing the device fails the capture;
-6.   ``graph``: the call is captured again, new inputs are uploaded, and only the graph is replayed: work on a
+1.   ``capture``: the call is captured into a CUDA graph on the given stream in global capture mode and the graph
+     discarded: touching the legacy default stream, synchronizing or allocating fails the capture. It comes first,
+     so such a kernel is always caught by this check, before any output could be read half-written;
+2-5. ``direct`` calls with signed, large-magnitude, tied and denormal inputs;
+6.   ``tweak``: the inputs of call 5 with one element changed, same pointers: a result memoized on the pointers
+     (or on a few sampled values) comes back stale;
+7.   ``moved``: the inputs of call 2, identical, in a second set of allocations (new addresses);
+8.   ``graph``: the call is captured again, new inputs are uploaded, and only the graph is replayed: work on a
      private or per-thread stream never reaches the outputs;
-7-8. ``smem``: every SM's shared memory is filled with a pattern by a kernel launched just before the call
+9-10. ``smem``: every SM's shared memory is filled with a pattern by a kernel launched just before the call
      (two patterns), so a kernel reading shared memory it never wrote gives a different answer.
 
-Pointers are offset from aligned allocations (unless the spec declares an alignment) and surrounded by guard
-bands; :mod:`.compare` judges the bytes that come back.
+Outputs are read only once the whole device is idle, so work a kernel (wrongly) left on another stream has
+finished and the same kernel gets the same verdict every run. Pointers are offset from aligned allocations
+(unless the spec declares an alignment) and surrounded by guard bands; :mod:`.compare` judges the bytes that come
+back.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..errors import EvaluationError
-from ..manifest.model import KernelSpec
+from ..manifest.model import KernelSpec, Tolerance
 from .compare import Mismatch, check_guards, check_unchanged, compare_outputs
 from .floors import shape_key
 from .inputs import (
@@ -58,20 +64,26 @@ __all__ = [
     "run_reference",
 ]
 
-Mode = Literal["direct", "capture", "graph", "smem"]
+Mode = Literal["direct", "capture", "graph", "smem", "tweak", "moved"]
 SMEM_PATTERNS = (0xFFFFFFFF, 0x4B4B4B4B)
 """Patterns shared memory is pre-filled with: NaN as float, -1 as int; then 1.3e7 as float."""
 
 _SEQUENCE: tuple[tuple[str, Mode, int | None], ...] = (
-    ("signed", "direct", None),
     ("signed", "capture", None),
+    ("signed", "direct", None),
     ("large", "direct", None),
     ("ties", "direct", None),
     ("denormal", "direct", None),
+    ("denormal", "tweak", None),
+    ("signed", "moved", None),
     ("signed", "graph", None),
     ("signed", "smem", SMEM_PATTERNS[0]),
     ("signed", "smem", SMEM_PATTERNS[1]),
 )
+_TWEAKED = 4
+"""Index of the call whose inputs the ``tweak`` call changes in one element."""
+_MOVED = 1
+"""Index of the call whose inputs the ``moved`` call repeats at new addresses."""
 
 _CODES = {
     "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8", "uint16": "u16",
@@ -88,14 +100,16 @@ class CallPlan:
     """Input distribution."""
     mode: Mode
     """How the call is made."""
-    parity: int
-    """Which poison pattern outputs get."""
+    index: int
+    """Position in the sequence; outputs are poisoned with :func:`~.inputs.poison_bytes` of it."""
     smem_pattern: int | None
     """Shared-memory fill before the call (``smem`` mode)."""
     inputs: dict[str, NDArray[Any]]
     """``in`` / ``inout`` arrays uploaded for the call."""
     expected: dict[str, NDArray[Any]]
     """The reference's ``out`` / ``inout`` arrays for those inputs."""
+    buffers: int = 0
+    """Which set of allocations the call uses: 0, or 1 for the ``moved`` call (the same layout elsewhere)."""
 
     @property
     def label(self) -> str:
@@ -106,6 +120,10 @@ class CallPlan:
             return "capture into a CUDA graph on the stream"
         if self.mode == "smem":
             return f"shared memory pre-filled with 0x{self.smem_pattern or 0:08x}"
+        if self.mode == "tweak":
+            return "the previous call's inputs with one element changed, same pointers"
+        if self.mode == "moved":
+            return "the inputs of call 2 again, at new addresses"
         return f"{self.dist} inputs"
 
 
@@ -127,7 +145,7 @@ class ShapePlan:
 class Verdict:
     """A failed check."""
 
-    status: Literal["incorrect", "crashed", "timed_out"]
+    status: Literal["incorrect", "crashed", "timed_out", "rejected"]
     """Result status."""
     detail: str
     """What happened, where, and (for contract violations) what the contract requires."""
@@ -210,24 +228,48 @@ def _seed(base: int, name: str, shape_index: int, call_index: int) -> int:
     return zlib.crc32(f"{base}:{name}:{shape_index}:{call_index}".encode())
 
 
+def tweak_one(inputs: Mapping[str, NDArray[Any]], seed: int) -> dict[str, NDArray[Any]]:
+    """A copy of ``inputs`` with one element of the largest input array changed (position drawn from ``seed``):
+    what a memo keyed on the pointers, or on a few sampled values, does not notice."""
+    out = {name: np.array(value, copy=True) for name, value in inputs.items()}
+    name = max(out, key=lambda k: out[k].size, default=None)
+    if name is None or out[name].size == 0:
+        return out
+    flat = out[name].reshape(-1)
+    i = int(np.random.default_rng(seed).integers(0, flat.size))
+    if flat.dtype == np.bool_:
+        flat[i] = not flat[i]
+    elif flat.dtype.kind == "f" or flat.dtype.name == "bfloat16":
+        flat[i] = flat.dtype.type(float(flat[i]) * -2.0 + 1.5)
+    else:
+        info = np.iinfo(flat.dtype)
+        flat[i] = flat.dtype.type(int(flat[i]) + 1 if int(flat[i]) < info.max else int(flat[i]) - 1)
+    return out
+
+
 def plan_checks(spec: KernelSpec, reference: Callable[..., Any], *, seed: int = 0) -> list[ShapePlan]:
     """The plan for every test shape of ``spec`` (the reference is called here, once per call)."""
     has_float = any(a.dtype in FLOAT_DTYPES for a in spec.args if a.is_array and a.role != "out")
     plans = []
     for si, sizes in enumerate(spec.test_shapes):
-        calls = []
+        calls: list[CallPlan] = []
         for ci, (dist, mode, pattern) in enumerate(_SEQUENCE):
             if dist == "denormal" and not has_float:
                 dist = "signed"
-            inputs = generate_inputs(spec, sizes, dist, _seed(seed, spec.name, si, ci))
+            if mode == "tweak":
+                inputs = tweak_one(calls[_TWEAKED].inputs, _seed(seed, spec.name, si, ci))
+            elif mode == "moved":
+                inputs = calls[_MOVED].inputs
+            else:
+                inputs = generate_inputs(spec, sizes, dist, _seed(seed, spec.name, si, ci))
             expected = run_reference(reference, spec, sizes, inputs)
-            calls.append(CallPlan(dist, mode, ci % 2, pattern, inputs, expected))
+            calls.append(CallPlan(dist, mode, ci, pattern, inputs, expected, buffers=int(mode == "moved")))
         plans.append(ShapePlan(dict(sizes), shape_key(spec, sizes), layout_for(spec, sizes), calls))
     return plans
 
 
 def _poisons(plan: ShapePlan, call: CallPlan) -> dict[str, bytes]:
-    return {lay.name: poison_bytes(lay.dtype, call.parity) for lay in plan.layouts if lay.role == "out"}
+    return {lay.name: poison_bytes(lay.dtype, call.index) for lay in plan.layouts if lay.role == "out"}
 
 
 def check_request(spec: KernelSpec, plan: ShapePlan, lib: str) -> tuple[dict[str, Any], list[bytes]]:
@@ -239,11 +281,12 @@ def check_request(spec: KernelSpec, plan: ShapePlan, lib: str) -> tuple[dict[str
         poison: dict[str, str] = {}
         for j, lay in enumerate(plan.layouts):
             if lay.role == "out":
-                poison[str(j)] = poison_bytes(lay.dtype, call.parity).hex()
+                poison[str(j)] = poison_bytes(lay.dtype, call.index).hex()
             else:
                 inputs[str(j)] = len(buffers)
                 buffers.append(np.ascontiguousarray(call.inputs[lay.name]).tobytes())
-        calls.append({"mode": call.mode, "inputs": inputs, "poison": poison, "smem_pattern": call.smem_pattern})
+        calls.append({"mode": call.mode, "inputs": inputs, "poison": poison, "smem_pattern": call.smem_pattern,
+                      "buffers": call.buffers})
     header = {
         "op": "check", "lib": lib, "args": arg_items(spec, plan.sizes), "calls": calls,
         "arrays": [{"total": lay.total, "start": lay.start, "nbytes": lay.nbytes, "guard_byte": GUARD_BYTE}
@@ -257,11 +300,27 @@ _STREAM_RULE = ("The contract: launch every kernel, copy and memset of the call 
                 "cudaStreamPerThread, and no synchronizing calls.")
 
 
+_STATE_RULE = ("The contract: a call launches work on its stream and nothing else: no device limits "
+               "(cudaDeviceSetLimit, persisting L2), no stream or access-policy attributes, no allocation, no "
+               "synchronization; whatever it changes would change every later candidate's time.")
+_CAPTURE_ERRORS = frozenset(range(900, 911))
+"""cudaErrorStreamCapture* and friends: what a call returns when it breaks the capture of its stream."""
+
+
 def _where(plan: ShapePlan, index: int) -> str:
     return f"at {plan.key} (call {index + 1} of {len(plan.calls)}: {plan.calls[index].label})"
 
 
+_EARLIER = ("the result depends on earlier calls (state kept between calls: a memo of earlier results keyed on the "
+            "pointers or on sampled values, a __device__ accumulator or flag never reset)")
+
+
+def _first_direct(plan: ShapePlan) -> int | None:
+    return next((i for i, c in enumerate(plan.calls) if c.mode == "direct"), None)
+
+
 def _mismatch_detail(plan: ShapePlan, index: int, found: Mismatch) -> Verdict:
+    """The verdict of a deterministic output failure of call ``index``, explained by what that call varies."""
     call = plan.calls[index]
     where = _where(plan, index)
     if found.kind in ("guard", "input"):
@@ -273,51 +332,89 @@ def _mismatch_detail(plan: ShapePlan, index: int, found: Mismatch) -> Verdict:
     if call.mode == "smem":
         return Verdict("incorrect", f"reads shared memory it never wrote: {found.message} {where}, while the "
                                     "same inputs passed with shared memory left as it was", index, found.kind)
-    if index > 0 and found.kind == "unwritten":
-        return Verdict("incorrect", f"{found.message} {where}; earlier calls into the same buffers passed, so "
-                                    "the call skips work on repeated calls (results cached across calls?)",
-                       index, found.kind)
+    if call.mode == "tweak":
+        return Verdict("incorrect", f"{_EARLIER}: with one input element changed and the same pointers the "
+                                    f"outputs are wrong ({found.message}) {where}", index, found.kind)
+    if call.mode == "moved":
+        return Verdict("incorrect", f"identical inputs at new addresses give wrong outputs ({found.message}) "
+                                    f"{where}, though they passed in the first buffers: {_EARLIER}, or on the "
+                                    "addresses", index, found.kind)
+    first = _first_direct(plan)
+    if first is not None and index > first and found.kind == "unwritten":
+        return Verdict("incorrect", f"{_EARLIER}: {found.message} {where}, though an earlier call into the same "
+                                    "buffers wrote every element", index, found.kind)
     return Verdict("incorrect", f"{found.message} {where}", index, found.kind)
 
 
 def needs_diagnosis(plan: ShapePlan, verdict: Verdict) -> bool:
-    """Whether a failure could come from a race or from reading unwritten shared memory, which repeating the
-    call tells apart (:func:`diagnosis_plan`)."""
+    """Whether an output failure could come from a race, from state kept across calls or from reading unwritten
+    shared memory, which repeating calls tells apart (:func:`diagnosis_plan`)."""
     return (verdict.status == "incorrect" and verdict.call is not None
-            and plan.calls[verdict.call].mode == "direct" and verdict.kind in ("value", "nan", "unwritten"))
+            and plan.calls[verdict.call].mode != "capture" and verdict.kind in ("value", "nan", "unwritten"))
+
+
+_REPEATS = 4
+"""How often the diagnosis repeats the failing call with the same inputs and shared-memory fill."""
 
 
 def diagnosis_plan(plan: ShapePlan, index: int) -> ShapePlan:
-    """The failing call three more times on the same inputs: shared memory pre-filled with pattern A, B, A."""
+    """Calls that explain the failure of call ``index``, into the same buffers: the failing call ``_REPEATS``
+    times with shared memory pre-filled with pattern A; the first direct call's inputs twice (they passed the
+    first time), when that call came earlier; the failing call once more with pattern B."""
     call = plan.calls[index]
     a, b = SMEM_PATTERNS
-    calls = [replace(call, mode="smem", smem_pattern=p) for p in (a, b, a)]
-    return replace(plan, calls=calls)
+    first = _first_direct(plan)
+    calls = [replace(call, mode="smem", smem_pattern=a) for _ in range(_REPEATS)]
+    if first is not None and first < index:
+        calls += [replace(plan.calls[first], mode="smem", smem_pattern=a, buffers=call.buffers) for _ in range(2)]
+    calls.append(replace(call, mode="smem", smem_pattern=b))
+    return replace(plan, calls=[replace(c, index=100 + j) for j, c in enumerate(calls)])
 
 
-def diagnose(plan: ShapePlan, reply: Mapping[str, Any], buffers: Sequence[bytes]) -> str | None:
-    """What the three repeated calls of a :func:`diagnosis_plan` show: nondeterminism (same inputs, same
-    shared-memory fill, different outputs) or a dependence on shared memory's earlier contents."""
+def diagnose(plan: ShapePlan, index: int, verdict: Verdict, repeat: ShapePlan, reply: Mapping[str, Any],
+             buffers: Sequence[bytes], tolerance: Tolerance) -> Verdict:
+    """The failure of call ``index`` explained by the repeated calls of :func:`diagnosis_plan`, in this order:
+    outputs that depend on earlier calls (inputs that passed the first time now fail), nondeterminism (identical
+    calls, different outputs), a dependence on shared memory's earlier contents; else the deterministic
+    explanation of :func:`_mismatch_detail` (``verdict``)."""
     records = reply.get("calls", [])
-    n = len(plan.layouts)
-    if not reply.get("ok") or len(records) < 3 or any(r.get("error") for r in records[:3]) or len(buffers) < 3 * n:
-        return None
-    outs = [j for j, lay in enumerate(plan.layouts) if lay.role != "in"]
+    n = len(repeat.layouts)
+    runs = len(repeat.calls)
+    if not reply.get("ok") or len(records) < runs or any(r.get("error") for r in records[:runs]) \
+            or len(buffers) < runs * n:
+        return verdict
+    outs = [j for j, lay in enumerate(repeat.layouts) if lay.role != "in"]
+
+    def datas(run: int) -> list[bytes]:
+        return list(buffers[run * n:(run + 1) * n])
 
     def payload(run: int) -> list[bytes]:
-        return [buffers[run * n + j][plan.layouts[j].start: plan.layouts[j].start + plan.layouts[j].nbytes]
+        return [datas(run)[j][repeat.layouts[j].start: repeat.layouts[j].start + repeat.layouts[j].nbytes]
                 for j in outs]
 
-    first, second, third = payload(0), payload(1), payload(2)
-    if first != third:
-        return ("nondeterministic: two identical calls (same inputs, same shared-memory contents before the call) "
-                "gave different outputs, a race between threads or blocks (a missing __syncthreads, a "
-                "non-atomic update of one element from several blocks)")
-    if first != second:
-        return ("reads shared memory it never wrote: the same inputs give different outputs depending on what "
-                f"shared memory held before the call (pre-filled with 0x{SMEM_PATTERNS[0]:08x}, then "
-                f"0x{SMEM_PATTERNS[1]:08x})")
-    return None
+    where = _where(plan, index)
+    if runs == _REPEATS + 3:
+        first = repeat.calls[_REPEATS]
+        wrong = [compare_outputs(repeat.layouts, datas(r), first.expected, tolerance, _poisons(repeat, first),
+                                 scale_atol=first.dist == "large")
+                 for r in (_REPEATS, _REPEATS + 1)]
+        if all(w is not None for w in wrong):
+            why = wrong[0].message if wrong[0] else ""
+            return Verdict("incorrect", f"{_EARLIER}: the inputs of the first call, which gave the right outputs "
+                                        f"then, give wrong outputs when repeated ({why}); first failure {where}: "
+                                        f"{verdict.detail}", index, verdict.kind)
+    same = payload(0)
+    if any(payload(r) != same for r in range(1, _REPEATS)):
+        return Verdict("incorrect", "nondeterministic: identical calls (same inputs, same shared-memory contents "
+                                    "before the call) gave different outputs, a race between threads or blocks (a "
+                                    "missing __syncthreads, a non-atomic update of one element from several "
+                                    f"blocks); first failure {where}: {verdict.detail}", index, verdict.kind)
+    if payload(runs - 1) != same:
+        return Verdict("incorrect", "reads shared memory it never wrote: the same inputs give different outputs "
+                                    f"depending on what shared memory held before the call (pre-filled with "
+                                    f"0x{SMEM_PATTERNS[0]:08x}, then 0x{SMEM_PATTERNS[1]:08x}); first failure "
+                                    f"{where}: {verdict.detail}", index, verdict.kind)
+    return verdict
 
 
 def judge_shape(spec: KernelSpec, plan: ShapePlan, reply: Mapping[str, Any], buffers: Sequence[bytes]
@@ -330,13 +427,21 @@ def judge_shape(spec: KernelSpec, plan: ShapePlan, reply: Mapping[str, Any], buf
     for i, rec in enumerate(records):
         where = _where(plan, i)
         call = plan.calls[i]
-        if call.mode in ("graph", "capture") and (rec.get("capture_error") or rec.get("rc")) \
-                and not rec.get("fatal"):
-            why = rec.get("capture_error") or rec.get("error") or f"returned {rec.get('rc')}"
+        rc = int(rec.get("rc") or 0)
+        if rec.get("device_state") and not rec.get("fatal"):
+            return Verdict("rejected", f"changed device state: {rec['device_state']} {where}. {_STATE_RULE}", i,
+                           "state")
+        captured = call.mode in ("graph", "capture")
+        if captured and not rec.get("fatal") and (rec.get("capture_error") or rc in _CAPTURE_ERRORS):
+            why = rec.get("capture_error") or rec.get("error") or f"returned {rc}"
             return Verdict("incorrect", f"work outside the given stream: capturing the call into a CUDA graph "
-                                        f"on its stream failed ({why}) {where}. " + _STREAM_RULE)
+                                        f"on its stream failed ({why}) {where}. " + _STREAM_RULE, i, "stream")
+        if rc and not rec.get("fatal"):
+            return Verdict("incorrect", f"the call {rec.get('error') or f'returned error {rc}'} {where}; the "
+                                        "contract: return cudaSuccess after launching on the stream, and a CUDA "
+                                        "error only for arguments it cannot handle", i, "returned")
         if rec.get("error"):
-            return Verdict("crashed", f"{rec['error']} {where}")
+            return Verdict("crashed", f"{rec['error']} {where}", i, "crash")
         datas = buffers[i * n:(i + 1) * n]
         if len(datas) != n:
             return Verdict("crashed", f"the worker returned no data {where}")
@@ -351,7 +456,8 @@ def judge_shape(spec: KernelSpec, plan: ShapePlan, reply: Mapping[str, Any], buf
                 found = check_unchanged(lay, data, call.inputs[lay.name])
                 if found is not None:
                     return _mismatch_detail(plan, i, found)
-        found = compare_outputs(plan.layouts, list(datas), call.expected, spec.tolerance, _poisons(plan, call))
+        found = compare_outputs(plan.layouts, list(datas), call.expected, spec.tolerance, _poisons(plan, call),
+                                scale_atol=call.dist == "large")
         if found is not None:
             return _mismatch_detail(plan, i, found)
     if len(records) < len(plan.calls):

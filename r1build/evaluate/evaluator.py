@@ -42,6 +42,7 @@ from ..manifest.reference import load_reference
 from ..records import Candidate, Result, Status
 from ..toolchain import Toolchain
 from ..toolchain import toolchain as default_toolchain
+from .bench_checks import BenchPlan, implausible, judge_bench, plan_bench, shape_requests
 from .checks import (
     ShapePlan,
     Verdict,
@@ -164,6 +165,7 @@ class _JobState:
     slot: _Slot | None
     entries: list[_Entry]
     plan: Future[list[ShapePlan]] | None = None
+    bench: Future[BenchPlan] | None = None
 
 
 def _cleanup(slots: list[_Slot], pool: ThreadPoolExecutor, root: Path, own_root: bool) -> None:
@@ -211,6 +213,7 @@ class GpuEvaluator:
         self._libs: dict[tuple[str, str], Future[Library | LibraryFailure]] = {}
         self._gates: dict[tuple[str, ...], Future[list[Result]]] = {}
         self._plans: dict[tuple[str, ...], Future[list[ShapePlan]]] = {}
+        self._benches: dict[tuple[str, ...], Future[BenchPlan]] = {}
         self._sanitized: dict[tuple[str, ...], tuple[Future[list[SanitizerOutcome]], Path]] = {}
         self._sanitize_jobs: dict[tuple[str, ...], _SanitizeJob] = {}
         self._lock = threading.Lock()
@@ -414,6 +417,7 @@ class GpuEvaluator:
                 entry.sanitizers, entry.sanitize_file = found
         state = _JobState(job, arch, slot, entries)
         state.plan = plan
+        state.bench = self._bench_plan(state, slot)
         return state
 
     def _gate_only(self, state: _JobState) -> list[Result]:
@@ -533,9 +537,7 @@ class GpuEvaluator:
                     repeat = diagnosis_plan(plan, verdict.call)
                     header, buffers = check_request(state.job.spec, repeat, key)
                     reply, data = self._request(slot, header, buffers, timeout_s=self.call_timeout_s)
-                    why = diagnose(repeat, reply, data)
-                    if why is not None:
-                        verdict = Verdict(verdict.status, f"{why}; {verdict.detail}", verdict.call, verdict.kind)
+                    verdict = diagnose(plan, verdict.call, verdict, repeat, reply, data, state.job.spec.tolerance)
                 if verdict is not None:
                     return verdict
         except WorkerTimedOut:
@@ -723,23 +725,51 @@ class GpuEvaluator:
             return None
         return summarize(shapes[0]["samples_us"]).median_us
 
+    def _bench_plan(self, state: _JobState, slot: _Slot) -> Future[BenchPlan]:
+        """The benchmark-shape checks of a job's kernel for GPUs of this slot's L2 size (made once, on the CPU
+        pool: the reference runs at the benchmark shapes)."""
+        l2 = slot.gpu.l2_bytes or (40 << 20)
+        key = (str(state.job.manifest.path), state.job.spec.name, str(l2))
+        with self._lock:
+            if key not in self._benches:
+                reference = load_reference(state.job.manifest.root, state.job.spec.reference)
+                directory = self._root / "bench" / f"{state.job.spec.name}-{len(self._benches)}"
+                self._benches[key] = self._submit(plan_bench, state.job.spec, reference, l2, directory,
+                                                  seed=self.seed)
+            return self._benches[key]
+
     def _time_entry(self, state: _JobState, slot: _Slot, entry: _Entry) -> Verdict | list[SampleStats]:
-        assert entry.library is not None
+        assert entry.library is not None and state.bench is not None
         lib = entry.library.result()
         assert isinstance(lib, Library)
         key = lib.digest + ":" + lib.arch
+        spec = state.job.spec
+        try:
+            bench = state.bench.result()
+        except EvaluationError as exc:
+            return Verdict("crashed", f"the reference failed at the benchmark shapes: {exc}")
+        out_dir = slot.workdir / "bench-out" / lib.digest[:24]
         try:
             failed = self._load(state, slot, lib)
             if failed is not None:
                 return Verdict("crashed", failed)
-            header = time_request(state.job.spec, key, budget_s=self.timing_budget_s)
+            header = time_request(key, shape_requests(spec, bench, out_dir), budget_s=self.timing_budget_s)
             reply, _ = self._request(slot, header, timeout_s=self.timing_timeout_s)
+            if not reply.get("ok"):
+                error = str(reply.get("error"))
+                if error.startswith("returned"):
+                    return Verdict("incorrect", f"while timing at the benchmark shapes: the call {error}")
+                return Verdict("crashed", f"while timing at the benchmark shapes: {error}")
+            verdict = judge_bench(spec, bench, reply["shapes"])
         except WorkerTimedOut:
-            return Verdict("timed_out", f"timing a benchmark shape took longer than {self.timing_timeout_s:g} s")
+            return Verdict("timed_out", f"timing a benchmark shape took longer than {self.timing_timeout_s:g} s "
+                                        "(a deadlock between blocks at the benchmark size?)")
         except WorkerDied as exc:
             return Verdict("crashed", f"the worker process died while timing ({exc}): {exc.log[-600:]}")
-        if not reply.get("ok"):
-            return Verdict("crashed", f"while timing at the benchmark shapes: {reply.get('error')}")
+        finally:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        if verdict is not None:
+            return verdict
         return [summarize(s["samples_us"]) for s in reply["shapes"]]
 
     def _time_job(self, state: _JobState, slot: _Slot) -> None:
@@ -750,6 +780,8 @@ class GpuEvaluator:
         reference_us = self._time_reference(state, slot)
         for entry in survivors:
             outcome = self._time_entry(state, slot, entry)
+            if not isinstance(outcome, Verdict) and floors is not None:
+                outcome = implausible(state.job.spec, [s.median_us for s in outcome], floors) or outcome
             if isinstance(outcome, Verdict):
                 entry.result = self._result(state, entry, outcome.status, outcome.detail)
             else:

@@ -43,10 +43,13 @@ chance)."""
 GUARD_BYTES = 64 * 1024
 """Guard band size before and after each buffer: larger than any tile a kernel could overrun by."""
 
-# Poison patterns per call parity: outputs are filled with these before every call.
-_POISON_A: dict[str, bytes] = {
-    "float16": bytes.fromhex("007e"), "bfloat16": bytes.fromhex("c07f"),
-    "float32": bytes.fromhex("0000c07f"), "float64": bytes.fromhex("000000000000f87f"),
+# Signalling NaNs of each float type: the exponent all ones, the quiet bit clear, a non-zero payload. Arithmetic
+# never produces one (a computed NaN is quiet: 0x7fffffff on NVIDIA GPUs, 0x7fc00000 elsewhere), so a poison of
+# this family left in an output means "never written", and a NaN a kernel computed is reported as a NaN.
+# (exponent|sign bits, payload mask with the quiet bit clear, item size)
+_SNAN: dict[str, tuple[int, int, int]] = {
+    "float16": (0x7C00, 0x01FF, 2), "bfloat16": (0x7F80, 0x003F, 2),
+    "float32": (0x7F800000, 0x003FFFFF, 4), "float64": (0x7FF0000000000000, 0x0007FFFFFFFFFFFF, 8),
 }
 _SUBNORMAL_MIN_EXP = {"float16": -24, "bfloat16": -133, "float32": -149, "float64": -1074}
 _SUBNORMAL_SPAN = {"float16": 10, "bfloat16": 7, "float32": 23, "float64": 52}
@@ -152,13 +155,20 @@ def reference_kwargs(spec: KernelSpec, sizes: Mapping[str, int], inputs: Mapping
     return kwargs
 
 
-def poison_bytes(dtype: str, parity: int) -> bytes:
-    """One element of the poison pattern outputs are pre-filled with: a quiet NaN (parity 0) or all-ones bytes
-    (parity 1, also NaN for every float type) for floats; 0x5A.. / 0xA5.. for integers and bool."""
+def poison_bytes(dtype: str, index: int) -> bytes:
+    """One element of the poison outputs are pre-filled with before call ``index`` of a sequence: distinct for
+    every call, so an element left from an earlier call shows as such.
+
+    Floats get a signalling NaN with a payload derived from ``index`` (the sign alternates), which no arithmetic
+    produces; integers and bool a byte pattern (0x5A, 0xA5, 0x5B, 0xA4, ...) repeated over the element."""
     size = numpy_dtype(dtype).itemsize
     if dtype in FLOAT_DTYPES:
-        return _POISON_A[dtype] if parity % 2 == 0 else b"\xff" * size
-    return (b"\x5a" if parity % 2 == 0 else b"\xa5") * size
+        bits, mask, nbytes = _SNAN[dtype]
+        payload = ((0x2A5 + 0x9E3 * index) & mask) or 1
+        sign = (1 << (8 * nbytes - 1)) if index % 2 else 0
+        return (sign | bits | payload).to_bytes(nbytes, "little")
+    byte = (0x5A + index // 2) & 0xFF if index % 2 == 0 else (0xA5 - index // 2) & 0xFF
+    return bytes([byte]) * size
 
 
 @dataclass(frozen=True)

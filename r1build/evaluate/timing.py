@@ -1,9 +1,9 @@
 """Timing requests for the worker and the statistics of what comes back.
 
 The worker times each benchmark shape with CUDA events on the stream, L2 flushed before every launch, input sets
-rotated, a CUDA graph of several calls when one call is shorter than ``graph_below_us``; here the samples become a
-median and a spread, and the first benchmark shape a :class:`~r1build.records.Timing` with its floor and
-speedups.
+(made by :mod:`.bench_checks`) rotated, a CUDA graph of several calls when one call is shorter than
+``graph_below_us``; here the samples become a median and a spread, and the first benchmark shape a
+:class:`~r1build.records.Timing` with its floor and speedups.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import numpy as np
 
 from ..manifest.model import KernelSpec
 from ..records import Timing
-from .checks import arg_items
 from .floors import DeviceFloors, floor_us, shape_key
 from .inputs import array_shape, numpy_dtype, scalar_values
 
@@ -57,14 +56,13 @@ def _arrays(spec: KernelSpec, sizes: Mapping[str, int]) -> list[dict[str, Any]]:
     return out
 
 
-def time_request(spec: KernelSpec, lib: str, *, budget_s: float = 0.3, min_samples: int = 20,
+def time_request(lib: str, shapes: list[dict[str, Any]], *, budget_s: float = 0.3, min_samples: int = 20,
                  max_samples: int = 200, graph_below_us: float = 10.0, sample_us: float = 500.0) -> dict[str, Any]:
-    """The worker request that times one library at every benchmark shape (see the worker's ``_time_shape``
-    for how a sample is made)."""
+    """The worker request that times one library at every benchmark shape (``shapes`` from
+    :func:`~.bench_checks.shape_requests`; see the worker's ``_time_shape`` for how a sample is made)."""
     return {
         "op": "time", "lib": lib, "budget_s": budget_s, "min_samples": min_samples, "max_samples": max_samples,
-        "graph_below_us": graph_below_us, "sample_us": sample_us,
-        "shapes": [{"arrays": _arrays(spec, s), "args": arg_items(spec, s)} for s in spec.bench_shapes],
+        "graph_below_us": graph_below_us, "sample_us": sample_us, "shapes": shapes,
     }
 
 

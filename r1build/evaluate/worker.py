@@ -39,7 +39,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from .protocol import PeerClosed, read_message, write_message
 
@@ -119,6 +119,7 @@ class Worker:
                 clock = 2_000_000
         self.clock_khz = clock
         self.stream = cupy.cuda.Stream(non_blocking=True)
+        self.baseline_state = self.device_state()
         self.libs: dict[str, tuple[Any, Any]] = {}
         self._kernels: dict[str, Any] = {}
         self._flush: Any = None
@@ -258,22 +259,77 @@ class Worker:
             out.append(pointers[item["array"]] if "array" in item else item["scalar"])
         return out
 
+    # -- device state a candidate must leave as it found it -------------------------------------------------
+    _LIMITS: ClassVar[dict[int, str]] = {0: "cudaLimitStackSize", 1: "cudaLimitPrintfFifoSize",
+                                         2: "cudaLimitMallocHeapSize",
+                                         3: "cudaLimitDevRuntimeSyncDepth",
+                                         4: "cudaLimitDevRuntimePendingLaunchCount",
+                                         5: "cudaLimitMaxL2FetchGranularity", 6: "cudaLimitPersistingL2CacheSize"}
+
+    def device_state(self) -> dict[str, int]:
+        """What a candidate could change that would change another's behaviour or time: the device limits, and
+        the use of the device's default memory pool (``cudaMallocAsync``; cupy never uses it)."""
+        state: dict[str, int] = {}
+        for code, name in self._LIMITS.items():
+            with contextlib.suppress(Exception):
+                state[name] = int(self.rt.deviceGetLimit(code))
+        with contextlib.suppress(Exception):
+            pool = self.rt.deviceGetDefaultMemPool(0)
+            state["default memory pool bytes in use (cudaMallocAsync)"] = int(self.rt.memPoolGetAttribute(pool, 8))
+        return state
+
+    def restore_state(self) -> str | None:
+        """Compare the device state with the one at start; put every limit back; what changed, or None."""
+        now = self.device_state()
+        differs = [name for name, value in now.items() if value != self.baseline_state.get(name)]
+        if not differs:
+            return None
+        # the driver itself grows the stack for kernels with deep frames: restored, never held against a kernel
+        changed = [f"{name} from {self.baseline_state.get(name)} to {now[name]}" for name in differs
+                   if name != "cudaLimitStackSize"]
+        for code, name in self._LIMITS.items():
+            if name in self.baseline_state and now.get(name) != self.baseline_state[name]:
+                with contextlib.suppress(Exception):
+                    self.rt.deviceSetLimit(code, self.baseline_state[name])
+        with contextlib.suppress(Exception):
+            self.rt.ctxResetPersistingL2Cache()
+        with contextlib.suppress(Exception):
+            pool = self.rt.deviceGetDefaultMemPool(0)
+            self.rt.memPoolTrimTo(pool, 0)
+            self.rt.memPoolSetAttribute(pool, 8, 0)  # reset the high-water mark
+        self.baseline_state = self.device_state()
+        return "; ".join(changed) or None
+
+    def fresh_stream(self) -> None:
+        """A new stream for every request that calls a candidate: attributes one candidate set on its stream (an
+        access-policy window, a priority) never reach the next."""
+        self.stream = self.cp.cuda.Stream(non_blocking=True)
+
     def op_check(self, h: dict[str, Any], bufs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
         import numpy as np
 
         cp = self.cp
         fn = self.fn(str(h["lib"]))
         arrays = h["arrays"]
-        with self.stream:
-            allocs = [cp.empty(int(a["total"]), dtype=cp.uint8) for a in arrays]
-            for alloc, a in zip(allocs, arrays, strict=True):
-                alloc.fill(int(a["guard_byte"]))
-        pointers = [int(alloc.data.ptr) + int(a["start"]) for alloc, a in zip(allocs, arrays, strict=True)]
-        args = self._args(h["args"], pointers)
-        regions = [alloc[int(a["start"]): int(a["start"]) + int(a["nbytes"])]
-                   for alloc, a in zip(allocs, arrays, strict=True)]
+        self.fresh_stream()
+        sets: dict[int, tuple[list[Any], list[Any], list[Any]]] = {}
+
+        def buffer_set(which: int) -> tuple[list[Any], list[Any], list[Any]]:
+            """Allocations (guard-filled), call arguments and array regions of set ``which``; set 1 is made
+            while set 0 is alive, so its addresses differ."""
+            if which not in sets:
+                with self.stream:
+                    allocs = [cp.empty(int(a["total"]), dtype=cp.uint8) for a in arrays]
+                    for alloc, a in zip(allocs, arrays, strict=True):
+                        alloc.fill(int(a["guard_byte"]))
+                pointers = [int(alloc.data.ptr) + int(a["start"]) for alloc, a in zip(allocs, arrays, strict=True)]
+                regions = [alloc[int(a["start"]): int(a["start"]) + int(a["nbytes"])]
+                           for alloc, a in zip(allocs, arrays, strict=True)]
+                sets[which] = (allocs, self._args(h["args"], pointers), regions)
+            return sets[which]
 
         def upload(call: dict[str, Any]) -> None:
+            regions = buffer_set(int(call.get("buffers", 0)))[2]
             for j, src in call["inputs"].items():
                 region = regions[int(j)]
                 if region.size:
@@ -291,6 +347,7 @@ class Worker:
             record: dict[str, Any] = {"rc": 0, "error": None, "capture_error": None}
             try:
                 mode = call["mode"]
+                allocs, args, _ = buffer_set(int(call.get("buffers", 0)))
                 if mode != "graph":
                     upload(call)
                 if mode == "smem":
@@ -306,14 +363,17 @@ class Worker:
                 else:
                     record["rc"] = int(fn(*args, self.stream.ptr))
                 try:
-                    self.stream.synchronize()
-                    datas = [alloc.get(stream=self.stream).tobytes() for alloc in allocs]
+                    # the whole device idle first: work left on another stream has finished, so the bytes read
+                    # are the same every run
                     self.rt.deviceSynchronize()
+                    datas = [alloc.get(stream=self.stream).tobytes() for alloc in allocs]
+                    self.stream.synchronize()
                 except self.rt.CUDARuntimeError as exc:
                     self.settle("after the call", exc)
                 out.extend(datas)
                 if record["rc"]:
                     record["error"] = "returned " + self.error_text(record["rc"])
+                record["device_state"] = self.restore_state()
             except CallFailed as exc:
                 record["error"] = str(exc)
             except ContextLost as exc:
@@ -321,7 +381,7 @@ class Worker:
                 record["fatal"] = True
                 exiting = True
             results.append(record)
-            if exiting or record["error"] or record["capture_error"]:
+            if exiting or record["error"] or record["capture_error"] or record.get("device_state"):
                 break
             self.tick(i)
         return {"ok": True, "calls": results, "exiting": exiting}, out
@@ -370,12 +430,76 @@ class Worker:
         except self.rt.CUDARuntimeError as exc:
             self.settle("launching the captured graph", exc)
 
-    def _set_for(self, shape: dict[str, Any]) -> tuple[list[Any], list[Any]]:
+    def _fill(self, arrays: list[Any], shape: dict[str, Any], fill: dict[str, Any]) -> None:
+        """Upload one input set into ``arrays``: ``in``/``inout`` from the files the parent wrote, ``out``
+        poisoned (bytes repeated over the array)."""
+        import numpy as np
+
+        for j, (arr, a) in enumerate(zip(arrays, shape["arrays"], strict=True)):
+            if not int(a["count"]):
+                continue
+            raw = arr.view(self.cp.uint8)[: int(a["count"]) * int(a["itemsize"])]
+            path = fill["files"][j]
+            if path is not None:
+                raw.set(np.fromfile(path, dtype=np.uint8), stream=self.stream)
+            else:
+                one = np.frombuffer(bytes.fromhex(fill["poison"][j]), dtype=np.uint8)
+                raw.set(np.tile(one, int(a["count"])), stream=self.stream)
+
+    def _set_for(self, shape: dict[str, Any], fill: dict[str, Any]) -> tuple[list[Any], list[Any]]:
         arrays = [self.typed_empty(a["dtype"], int(a["count"])) for a in shape["arrays"]]
-        for arr, a in zip(arrays, shape["arrays"], strict=True):
-            if a["role"] != "out":
-                self.random_fill(arr, a["dtype"])
+        self._fill(arrays, shape, fill)
+        self.stream.synchronize()
         return arrays, self._args(shape["args"], [int(arr.data.ptr) for arr in arrays])
+
+    def _save_outputs(self, arrays: list[Any], shape: dict[str, Any], tag: str) -> list[str | None]:
+        """Write every ``out``/``inout`` array to a file for the parent to judge (the whole device idle first)."""
+        from pathlib import Path
+
+        self.rt.deviceSynchronize()
+        paths: list[str | None] = []
+        for j, (arr, a) in enumerate(zip(arrays, shape["arrays"], strict=True)):
+            if a["role"] == "in":
+                paths.append(None)
+                continue
+            path = Path(shape["out_dir"]) / f"{tag}-{j}.bin"
+            arr[: int(a["count"])].get().tofile(path)
+            paths.append(str(path))
+        return paths
+
+    def _bench_checks(self, fn: Any, shape: dict[str, Any], sets: list[tuple[list[Any], list[Any]]],
+                      tag: str) -> dict[str, Any]:
+        """After the timed calls of one benchmark shape: the outputs they left in every input set (for ``inout``
+        arrays, of one more call on fresh inputs), one call on set 0 with one input element changed and the same
+        pointers, a capture of the call on its stream, and the device state."""
+        out: dict[str, Any] = {"outputs": []}
+        has_inout = any(a["role"] == "inout" for a in shape["arrays"])
+
+        def call(args: list[Any]) -> str | None:
+            rc = int(fn(*args, self.stream.ptr))
+            return "returned " + self.error_text(rc) if rc else None
+
+        for k, (arrays, args) in enumerate(sets):
+            if has_inout:
+                self._fill(arrays, shape, shape["sets"][k])
+                self.stream.synchronize()
+                failed = call(args)
+                if failed:
+                    return {**out, "check_error": failed}
+            out["outputs"].append(self._save_outputs(arrays, shape, f"{tag}-set{k}"))
+        arrays, args = sets[0]
+        self._fill(arrays, shape, shape["tweak"])
+        self.stream.synchronize()
+        failed = call(args)
+        if failed:
+            return {**out, "check_error": failed}
+        out["tweak_outputs"] = self._save_outputs(arrays, shape, f"{tag}-tweak")
+        record: dict[str, Any] = {"rc": 0, "capture_error": None}
+        self._capture_only(fn, args, record)
+        out["capture_error"] = record["capture_error"]
+        out["capture_rc"] = record["rc"]
+        out["device_state"] = self.restore_state()
+        return out
 
     def _measure(self, launch: Callable[[int], None], n: int, per_sample: int, flush: bool, batch: int,
                  host_us: float) -> list[float]:
@@ -407,9 +531,13 @@ class Worker:
         graph_below = float(h.get("graph_below_us", 10.0))
         sample_us = float(h.get("sample_us", 500.0))
         shapes_out = []
+        self.fresh_stream()
         for si, shape in enumerate(h["shapes"]):
             try:
-                shapes_out.append(self._time_shape(fn, shape, budget_us, min_n, max_n, graph_below, sample_us))
+                timed, sets = self._time_shape(fn, shape, budget_us, min_n, max_n, graph_below, sample_us)
+                timed.update(self._bench_checks(fn, shape, sets, f"{h['lib'].replace(':', '-')}-s{si}"))
+                del sets
+                shapes_out.append(timed)
             except self.rt.CUDARuntimeError as exc:
                 self.settle(f"timing shape {si}", exc)
             finally:
@@ -418,7 +546,8 @@ class Worker:
         return {"ok": True, "shapes": shapes_out}, []
 
     def _time_shape(self, fn: Any, shape: dict[str, Any], budget_us: float, min_n: int, max_n: int,
-                    graph_below: float, sample_us: float) -> dict[str, Any]:
+                    graph_below: float, sample_us: float
+                    ) -> tuple[dict[str, Any], list[tuple[list[Any], list[Any]]]]:
         """Samples of one benchmark shape.
 
         A call shorter than ``graph_below`` us is timed as a CUDA graph of many calls. Otherwise each sample is
@@ -429,8 +558,8 @@ class Worker:
         """
         set_bytes = max(1, sum(int(a["count"]) * int(a["itemsize"]) for a in shape["arrays"]))
         big = set_bytes >= 2 * self.l2_bytes
-        rotation = 2 if big else max(1, min(4, math.ceil(3 * self.l2_bytes / set_bytes)))
-        sets = [self._set_for(shape) for _ in range(rotation)]
+        sets = [self._set_for(shape, fill) for fill in shape["sets"]]
+        rotation = len(sets)
         stream_ptr = self.stream.ptr
 
         def call(k: int) -> None:
@@ -476,7 +605,7 @@ class Worker:
             samples = self._measure(launch, n, reps, True, max(4, 50 // reps), host_us * reps)
             mode = "events"
         return {"samples_us": samples, "mode": mode, "calls_per_sample": reps, "sets": rotation,
-                "estimate_us": t_est}
+                "estimate_us": t_est}, sets
 
     def op_time_reference(self, h: dict[str, Any], _bufs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
         """Time the numpy reference computed by cupy: the reference module's ``numpy`` (and the numpy functions

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from r1build.evaluate.checks import (
+    Verdict,
     ShapePlan,
     arg_codes,
     arg_items,
@@ -51,11 +52,16 @@ def test_plan_covers_every_shape_and_mode(root_manifest: Manifest) -> None:
     spec, plans = _plan(root_manifest, "softmax_rows")
     assert [p.key for p in plans] == ["rows=1,cols=1", "rows=3,cols=97", "rows=17,cols=1000", "rows=5,cols=4099"]
     modes = [c.mode for c in plans[0].calls]
-    assert modes == ["direct", "capture", "direct", "direct", "direct", "graph", "smem", "smem"]
+    assert modes == ["capture", "direct", "direct", "direct", "direct", "tweak", "moved", "graph", "smem", "smem"]
     assert [c.dist for c in plans[1].calls if c.mode == "direct"] == ["signed", "large", "ties", "denormal"]
     first = plans[2].calls[0].inputs["x"]
     assert not any(np.array_equal(first, c.inputs["x"]) for c in plans[2].calls[1:])
+    calls = plans[2].calls
+    assert np.array_equal(calls[6].inputs["x"], calls[1].inputs["x"]) and calls[6].buffers == 1
+    assert int((calls[5].inputs["x"] != calls[4].inputs["x"]).sum()) == 1  # one element changed, same buffers
     header, buffers = check_request(spec, plans[1], "lib")
+    assert [c["buffers"] for c in header["calls"]] == [0, 0, 0, 0, 0, 0, 1, 0, 0, 0]
+    assert len({c["poison"]["1"] for c in header["calls"]}) == len(plans[1].calls)  # a poison per call
     assert header["args"] == [{"array": 0}, {"array": 1}, {"scalar": 3}, {"scalar": 97}]
     assert len(buffers) == len(plans[1].calls)  # one input array per call
     assert header["calls"][0]["poison"] == {"1": poison_bytes("float32", 0).hex()}
@@ -77,28 +83,42 @@ def test_correct_bytes_pass_and_each_fault_is_named(root_manifest: Manifest) -> 
     bad[2 * 3 + 2] = bytes(raw)
     verdict = judge_shape(spec, plan, _reply(plan), bad)
     assert verdict is not None and verdict.status == "incorrect" and "out-of-bounds write" in verdict.detail
-    assert "call 3 of 8: large inputs" in verdict.detail
+    assert "call 3 of 10: large inputs" in verdict.detail
 
     # input modified
     bad = list(good)
     gate_lay = plan.layouts[0]
-    raw = bytearray(bad[0])
+    raw = bytearray(bad[3])
     raw[gate_lay.start: gate_lay.start + 4] = np.float32(0.5).tobytes()
-    bad[0] = bytes(raw)
+    bad[3] = bytes(raw)
     verdict = judge_shape(spec, plan, _reply(plan), bad)
     assert verdict is not None and "modified its input gate" in verdict.detail
 
     # results skipped on a repeated call: call 4 leaves the poison
     bad = list(good)
     raw = bytearray(bad[3 * 3 + 2])
-    raw[out_lay.start: out_lay.start + out_lay.nbytes] = poison_bytes("float32", plan.calls[3].parity) * 31
+    raw[out_lay.start: out_lay.start + out_lay.nbytes] = poison_bytes("float32", plan.calls[3].index) * 31
     bad[3 * 3 + 2] = bytes(raw)
     verdict = judge_shape(spec, plan, _reply(plan), bad)
-    assert verdict is not None and "cached across calls" in verdict.detail and verdict.call == 3
+    assert verdict is not None and "depends on earlier calls" in verdict.detail and verdict.call == 3
+
+    # a NaN the kernel computed is a NaN, not an unwritten element (the poison is a signalling NaN)
+    bad = list(good)
+    raw = bytearray(bad[2 * 3 + 2])
+    raw[out_lay.start: out_lay.start + 4] = bytes.fromhex("0000c07f")
+    bad[2 * 3 + 2] = bytes(raw)
+    verdict = judge_shape(spec, plan, _reply(plan), bad)
+    assert verdict is not None and verdict.kind == "nan" and "NaN" in verdict.detail
+
+    # a memo: the call with one input element changed returns the earlier call's outputs
+    bad = list(good)
+    bad[5 * 3 + 2] = _allocs(plan, 4)[2]
+    verdict = judge_shape(spec, plan, _reply(plan), bad)
+    assert verdict is not None and "depends on earlier calls" in verdict.detail and verdict.call == 5
 
     # whatever comes back from the capture probe is not judged: nothing ran on the stream
     probe = list(good)
-    probe[1 * 3 + 2] = bytes(len(probe[1 * 3 + 2]))
+    probe[0 * 3 + 2] = bytes(len(probe[0 * 3 + 2]))
     assert judge_shape(spec, plan, _reply(plan), probe) is None
     assert needs_diagnosis(plan, verdict)
 
@@ -107,42 +127,60 @@ def test_stream_violations_and_crashes(root_manifest: Manifest) -> None:
     spec, plans = _plan(root_manifest, "silu_mul")
     plan = plans[0]
     good = [b for i in range(len(plan.calls)) for b in _allocs(plan, i)]
-    for calls in (2, 6):  # the capture probe, and the capture before the replay
+    for calls in (1, 8):  # the capture probe, and the capture before the replay
         capture = _reply(plan, calls, rc=906, capture_error="cudaErrorStreamCaptureInvalidated",
                          error="returned 906")
         verdict = judge_shape(spec, plan, capture, good[: calls * 3])
         assert verdict is not None and "outside the given stream" in verdict.detail
-        assert f"call {calls} of 8" in verdict.detail
+        assert f"call {calls} of 10" in verdict.detail
+    # a call that breaks the capture by returning the capture error itself
+    verdict = judge_shape(spec, plan, _reply(plan, 1, rc=901, error="returned 901"), good[:3])
+    assert verdict is not None and "outside the given stream" in verdict.detail
 
     replay_poisoned = list(good)
     out_lay = plan.layouts[2]
-    raw = bytearray(replay_poisoned[5 * 3 + 2])
-    raw[out_lay.start: out_lay.start + 4] = poison_bytes("float32", plan.calls[5].parity)
-    replay_poisoned[5 * 3 + 2] = bytes(raw)
+    raw = bytearray(replay_poisoned[7 * 3 + 2])
+    raw[out_lay.start: out_lay.start + 4] = poison_bytes("float32", plan.calls[7].index)
+    replay_poisoned[7 * 3 + 2] = bytes(raw)
     verdict = judge_shape(spec, plan, _reply(plan), replay_poisoned)
-    assert verdict is not None and "outside the given stream" in verdict.detail and not needs_diagnosis(plan, verdict)
+    assert verdict is not None and "outside the given stream" in verdict.detail
+
+    state = _reply(plan, 2, device_state="cudaLimitPersistingL2CacheSize from 0 to 1048576")
+    verdict = judge_shape(spec, plan, state, good[:6])
+    assert verdict is not None and verdict.status == "rejected" and "device state" in verdict.detail
 
     fatal = _reply(plan, 1, error="after the call: cudaErrorIllegalAddress: an illegal memory access", fatal=True)
     verdict = judge_shape(spec, plan, fatal, [])
     assert verdict is not None and verdict.status == "crashed" and "illegal memory access" in verdict.detail
-    returned = _reply(plan, 1, rc=1, error="returned cudaErrorInvalidValue: invalid argument")
-    verdict = judge_shape(spec, plan, returned, good[:3])
-    assert verdict is not None and verdict.status == "crashed" and "returned cudaErrorInvalidValue" in verdict.detail
+    for calls in (1, 2):  # returned from the capture probe or a plain call: the error named, not a crash
+        returned = _reply(plan, calls, rc=1, error="returned cudaErrorInvalidValue: invalid argument")
+        verdict = judge_shape(spec, plan, returned, good[: 3 * calls])
+        assert verdict is not None and verdict.status == "incorrect"
+        assert "returned cudaErrorInvalidValue" in verdict.detail
     short = judge_shape(spec, plan, _reply(plan, 3), good[:9])
     assert short is not None and short.status == "crashed"
 
 
 def test_diagnosis_tells_races_from_shared_memory_reads(root_manifest: Manifest) -> None:
-    _, plans = _plan(root_manifest, "sum_all")
-    plan = diagnosis_plan(plans[1], 2)
-    assert [c.smem_pattern for c in plan.calls] == [0xFFFFFFFF, 0x4B4B4B4B, 0xFFFFFFFF]
-    a = _allocs(plan, 0)
-    b = _allocs(plan, 0, {"out": np.array([1.5], np.float32)})
-    c = _allocs(plan, 0, {"out": np.array([2.5], np.float32)})
-    ok = {"ok": True, "calls": [{"rc": 0, "error": None}] * 3}
-    assert diagnose(plan, ok, a + a + a) is None
-    assert "shared memory" in (diagnose(plan, ok, a + b + a) or "")
-    assert "nondeterministic" in (diagnose(plan, ok, a + b + c) or "")
+    spec, plans = _plan(root_manifest, "sum_all")
+    plan = plans[1]
+    failing = Verdict("incorrect", "out differs", 3, "value")
+    repeat = diagnosis_plan(plan, 3)
+    assert [c.smem_pattern for c in repeat.calls] == [0xFFFFFFFF] * 6 + [0x4B4B4B4B]
+    a = _allocs(repeat, 0)
+    b = _allocs(repeat, 0, {"out": np.array([1.5], np.float32)})
+    c = _allocs(repeat, 0, {"out": np.array([2.5], np.float32)})
+    first_ok = _allocs(repeat, 4)
+    ok = {"ok": True, "calls": [{"rc": 0, "error": None}] * 7}
+
+    def run(*runs: list[bytes]) -> Verdict:
+        return diagnose(plan, 3, failing, repeat, ok, [x for r in runs for x in r], spec.tolerance)
+
+    assert run(a, a, a, a, first_ok, first_ok, a) is failing  # deterministic: the original explanation
+    assert "shared memory" in run(a, a, a, a, first_ok, first_ok, b).detail
+    assert "nondeterministic" in run(a, b, a, c, first_ok, first_ok, a).detail
+    # an accumulator never reset: outputs drift (not a race), and inputs that passed before now fail
+    assert "depends on earlier calls" in run(a, b, c, a, b, c, a).detail
 
 
 def test_reference_outputs_are_checked(root_manifest: Manifest) -> None:

@@ -83,14 +83,27 @@ def test_tolerance_elementwise_and_norm() -> None:
     assert compare_output(one, bytes(alloc(one, np.full(1, 1e-3, np.float32))), tiny, TOL, poison) is not None
 
 
-def test_atol_scales_with_the_output_magnitude() -> None:
+def test_atol_scales_with_the_output_magnitude_for_large_inputs_only() -> None:
     lay = layout(4)
     ref = np.array([1e6, -1e6, 3.0, 1e6], dtype=np.float32)
     out = ref.copy()
     out[2] = 3.5  # an error of 0.5 at a cancelling element, tiny next to the output's scale
-    assert compare_output(lay, bytes(alloc(lay, out)), ref, Tolerance(1e-4, 1e-4), b"\xff" * 4) is None
+    tol = Tolerance(1e-4, 1e-4)
+    assert compare_output(lay, bytes(alloc(lay, out)), ref, tol, b"\xff" * 4, scale_atol=True) is None
+    # numpy.allclose semantics otherwise: the tolerance means what the manifest says
+    found = compare_output(lay, bytes(alloc(lay, out)), ref, tol, b"\xff" * 4)
+    assert found is not None and "tolerance" in found.message
     out[2] = 300.0
-    assert compare_output(lay, bytes(alloc(lay, out)), ref, Tolerance(1e-4, 1e-4), b"\xff" * 4) is not None
+    assert compare_output(lay, bytes(alloc(lay, out)), ref, tol, b"\xff" * 4, scale_atol=True) is not None
+
+
+def test_allclose_semantics_catch_a_half_precision_sum() -> None:
+    """A sum rounded to float16 (relative error ~5e-5) fails rtol=1e-5 at any size, n = 1 included."""
+    one = layout(1)
+    ref = np.array([0.7319], dtype=np.float64)
+    got = np.array([np.float16(0.7319)], dtype=np.float32)
+    assert compare_output(one, bytes(alloc(one, got)), ref, Tolerance(1e-5, 1e-6), b"\xff" * 4) is not None
+    assert not np.allclose(got, ref, rtol=1e-5, atol=1e-6)
 
 
 def test_exact_tolerance_and_infinities() -> None:

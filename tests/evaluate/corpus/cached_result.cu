@@ -1,5 +1,5 @@
 // kernel: sum_all
-// expect: incorrect: cached
+// expect: incorrect: depends on earlier calls
 // Memoizes on the pointers: a second call with the same buffers does nothing, whatever the data now is.
 #include <cuda_runtime.h>
 #include <cstdint>

@@ -1,5 +1,5 @@
 // kernel: silu_mul
-// expect: incorrect: outside the given stream | unwritten
+// expect: incorrect: outside the given stream
 // Launches on the legacy default stream and returns at once: the caller's stream does not wait for it.
 #include <cuda_runtime.h>
 #include <cstdint>

@@ -1,5 +1,5 @@
 // kernel: silu_mul
-// expect: crashed: returned
+// expect: incorrect: returned cudaError
 // Refuses odd sizes with an error code instead of handling them.
 #include <cuda_runtime.h>
 #include <cstdint>

@@ -1,0 +1,202 @@
+"""Checks at the benchmark shapes, where candidates are timed (the correctness plan of :mod:`.checks` runs at the
+test shapes only).
+
+A kernel can be right at the small test shapes and skip its work above some size, memoize results between the
+timed calls, or behave only while its stream is captured. So every benchmark shape gets, per candidate:
+
+1. input sets made here (not random bytes on the GPU), one reference result per set, computed once per kernel and
+   shared by its candidates; the timed calls rotate over these sets, and the outputs they leave in every set are
+   checked against the reference (``inout`` arrays: one more call on fresh inputs);
+2. one call on the first set with one input element changed and the same pointers (a memo comes back stale);
+3. a capture of the call into a CUDA graph on its stream (no legacy stream, synchronization or allocation at any
+   size);
+4. the device state (limits, the default memory pool) unchanged;
+5. a time that the hardware allows: a median below the memory floor (the bytes the call must move over the
+   measured bandwidth) by more than :data:`IMPLAUSIBLE` is rejected, naming the ratio.
+
+Inputs travel to the worker as files in a directory of the job; outputs come back the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ..manifest.model import KernelSpec
+from .checks import Verdict, arg_items, run_reference, tweak_one
+from .compare import Mismatch, compare_output
+from .floors import DeviceFloors, bytes_moved, shape_key
+from .inputs import ArrayLayout, array_shape, generate_inputs, numpy_dtype, poison_bytes
+
+__all__ = ["IMPLAUSIBLE", "BenchPlan", "BenchShape", "implausible", "judge_bench", "plan_bench", "rotation_for"]
+
+IMPLAUSIBLE = 1.5
+"""A median more than this many times faster than the memory floor is not a measurement of the work."""
+_CAPTURE_ERRORS = frozenset(range(900, 911))
+
+
+@dataclass(frozen=True)
+class BenchSet:
+    """One input set of a benchmark shape and the reference's outputs for it."""
+
+    inputs: dict[str, NDArray[Any]]
+    expected: dict[str, NDArray[Any]]
+    files: list[str | None]
+    """Per array argument: the file holding its input bytes (None for ``out`` arrays, which are poisoned)."""
+    poison: int
+    """Poison index of the ``out`` arrays."""
+
+
+@dataclass(frozen=True)
+class BenchShape:
+    """Everything checked at one benchmark shape."""
+
+    sizes: dict[str, int]
+    key: str
+    sets: list[BenchSet]
+    """The input sets the timed calls rotate over."""
+    tweak: BenchSet
+    """The first set with one element changed."""
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    """The benchmark-shape checks of one kernel on GPUs of one L2 size."""
+
+    shapes: list[BenchShape]
+    directory: Path
+
+
+def rotation_for(set_bytes: int, l2_bytes: int) -> int:
+    """How many input sets the timed calls rotate over: two when one set is at least twice the L2 (each launch
+    then starts cold), else enough to cover three times the L2, at most four."""
+    set_bytes = max(1, set_bytes)
+    if set_bytes >= 2 * l2_bytes:
+        return 2
+    return max(1, min(4, math.ceil(3 * l2_bytes / set_bytes)))
+
+
+def _arrays(spec: KernelSpec, sizes: Mapping[str, int]) -> list[dict[str, Any]]:
+    out = []
+    for arg in spec.args:
+        if not arg.is_array:
+            continue
+        shape = array_shape(arg, sizes)
+        out.append({"name": arg.name, "dtype": arg.dtype, "role": arg.role, "shape": list(shape),
+                    "count": int(np.prod(shape, dtype=np.int64)), "itemsize": numpy_dtype(arg.dtype).itemsize})
+    return out
+
+
+def _write_set(spec: KernelSpec, directory: Path, tag: str, inputs: Mapping[str, NDArray[Any]]) -> list[str | None]:
+    files: list[str | None] = []
+    for arg in spec.args:
+        if not arg.is_array:
+            continue
+        if arg.role == "out":
+            files.append(None)
+            continue
+        path = directory / f"{tag}-{arg.name}.bin"
+        np.ascontiguousarray(inputs[arg.name]).tofile(path)
+        files.append(str(path))
+    return files
+
+
+def plan_bench(spec: KernelSpec, reference: Callable[..., Any], l2_bytes: int, directory: Path, *,
+               seed: int = 0) -> BenchPlan:
+    """Input sets, reference outputs and input files of every benchmark shape (the reference runs here)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    shapes = []
+    for si, sizes in enumerate(spec.bench_shapes):
+        set_bytes = sum(a["count"] * a["itemsize"] for a in _arrays(spec, sizes))
+        sets = []
+        for k in range(rotation_for(set_bytes, l2_bytes)):
+            inputs = generate_inputs(spec, sizes, "signed", seed * 7919 + 1000 * si + k + 1)
+            expected = run_reference(reference, spec, sizes, inputs)
+            sets.append(BenchSet(inputs, expected, _write_set(spec, directory, f"s{si}-set{k}", inputs), 0))
+        tweaked = tweak_one(sets[0].inputs, seed * 7919 + 1000 * si + 999)
+        tweak = BenchSet(tweaked, run_reference(reference, spec, sizes, tweaked),
+                         _write_set(spec, directory, f"s{si}-tweak", tweaked), 1)
+        shapes.append(BenchShape(dict(sizes), shape_key(spec, sizes), sets, tweak))
+    return BenchPlan(shapes, directory)
+
+
+def _fill(spec: KernelSpec, bench_set: BenchSet) -> dict[str, Any]:
+    outs = [a for a in spec.args if a.is_array]
+    return {"files": bench_set.files,
+            "poison": [poison_bytes(a.dtype, bench_set.poison).hex() if f is None else None
+                       for a, f in zip(outs, bench_set.files, strict=True)]}
+
+
+def shape_requests(spec: KernelSpec, plan: BenchPlan, out_dir: Path) -> list[dict[str, Any]]:
+    """The ``shapes`` of a worker ``time`` request: arrays, arguments, input sets, the tweaked set."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return [{"arrays": _arrays(spec, shape.sizes), "args": arg_items(spec, shape.sizes),
+             "sets": [_fill(spec, s) for s in shape.sets], "tweak": _fill(spec, shape.tweak),
+             "out_dir": str(out_dir)} for shape in plan.shapes]
+
+
+def _compare(spec: KernelSpec, bench_set: BenchSet, paths: Sequence[str | None]) -> Mismatch | None:
+    arrays = [a for a in spec.args if a.is_array]
+    for arg, path in zip(arrays, paths, strict=False):
+        if path is None or arg.role == "in":
+            continue
+        data = Path(path).read_bytes()
+        expected = bench_set.expected[arg.name]
+        shape = tuple(np.shape(expected))
+        layout = ArrayLayout(arg.name, str(arg.role), arg.dtype, shape, len(data), 0, 0, 0)
+        poison = poison_bytes(arg.dtype, bench_set.poison) if arg.role == "out" else b""
+        found = compare_output(layout, data, expected, spec.tolerance, poison)
+        if found is not None:
+            return found
+    return None
+
+
+def judge_bench(spec: KernelSpec, plan: BenchPlan, replies: Sequence[Mapping[str, Any]]) -> Verdict | None:
+    """The first failure among the checks of every benchmark shape (see the module docstring), or None."""
+    for shape, reply in zip(plan.shapes, replies, strict=False):
+        where = f"at the benchmark shape {shape.key}"
+        if reply.get("device_state"):
+            return Verdict("rejected", f"changed device state {where}: {reply['device_state']}", kind="state")
+        rc = int(reply.get("capture_rc") or 0)
+        if reply.get("capture_error") or rc in _CAPTURE_ERRORS:
+            why = reply.get("capture_error") or f"returned {rc}"
+            return Verdict("incorrect", f"work outside the given stream: capturing the call into a CUDA graph on "
+                                        f"its stream failed {where} ({why}), though it passed at the test shapes",
+                           kind="stream")
+        if reply.get("check_error"):
+            return Verdict("incorrect", f"the call {reply['check_error']} {where}", kind="returned")
+        outputs = reply.get("outputs") or []
+        if len(outputs) < len(shape.sets):
+            return Verdict("crashed", f"the worker returned no outputs {where}")
+        for k, (bench_set, paths) in enumerate(zip(shape.sets, outputs, strict=False)):
+            found = _compare(spec, bench_set, paths)
+            if found is not None:
+                return Verdict("incorrect", f"wrong outputs of the timed calls {where} (input set {k + 1} of "
+                                            f"{len(shape.sets)}): {found.message}", kind=found.kind)
+        found = _compare(spec, shape.tweak, reply.get("tweak_outputs") or [])
+        if found is not None:
+            return Verdict("incorrect", f"the result depends on earlier calls {where}: with one input element "
+                                        f"changed and the same pointers the outputs are wrong ({found.message}); "
+                                        "a memo of earlier results?", kind=found.kind)
+    return None
+
+
+def implausible(spec: KernelSpec, medians_us: Sequence[float], floors: DeviceFloors) -> Verdict | None:
+    """A rejection when a benchmark shape's median is more than :data:`IMPLAUSIBLE` times faster than the memory
+    floor (the arithmetic floor is left out: tensor cores and lower precisions can beat the fp32 peak)."""
+    for sizes, median in zip(spec.bench_shapes, medians_us, strict=False):
+        moved = bytes_moved(spec, sizes)
+        floor = moved / floors.bandwidth_bps * 1e6
+        if median > 0 and floor / median > IMPLAUSIBLE:
+            return Verdict("rejected", f"implausible time at the benchmark shape {shape_key(spec, sizes)}: "
+                                       f"{median:.4g} us is {floor / median:.1f}x faster than the memory floor "
+                                       f"allows ({moved} bytes the call must move at the measured "
+                                       f"{floors.bandwidth_bps / 1e9:.0f} GB/s take {floor:.4g} us); the timed "
+                                       "calls cannot have done the work", kind="implausible")
+    return None
