@@ -8,12 +8,16 @@ from __future__ import annotations
 import ast
 import re
 import sys
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
 from ..errors import ManifestError
 from .archs import parse_arch
+from .bounds import check_numbers
 from .convert import KeyPath, Problem, convert, did_you_mean, field_key
+from .flags import flag_problem
+from .identifiers import Kind, name_problem
 from .locate import format_path, locate
 from .model import DTYPES, INTEGER_DTYPES, KernelSpec, Manifest, Settings
 from .reference import (
@@ -23,6 +27,7 @@ from .reference import (
     reference_file,
     reference_source_digest,
 )
+from .values import integer_range, tunable_value_problem, value_problem
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -31,13 +36,8 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 __all__ = ["find_manifest", "load_manifest"]
 
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_C_KEYWORDS = frozenset(
-    "auto break case char const continue default do double else enum extern float for goto if inline int "
-    "long register restrict return short signed sizeof static struct switch typedef union unsigned void "
-    "volatile while bool true false class namespace template typename this new delete operator private "
-    "public protected virtual friend using".split()
-)
+_CMAKE_TARGET = re.compile(r"[A-Za-z0-9_.+\-]+(?:::[A-Za-z0-9_.+\-]+)*")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def find_manifest(start: Path) -> Path:
@@ -107,6 +107,9 @@ def load_manifest(path: Path, *, check_references: bool = True) -> Manifest:
         if not isinstance(raw_kernels, list):
             raise Problem(("kernel",), "expected an array of tables ([[kernel]])")
         kernels = [convert(KernelSpec, item, ("kernel", i)) for i, item in enumerate(raw_kernels)]
+        check_numbers(settings)
+        for i, spec in enumerate(kernels):
+            check_numbers(spec, ("kernel", i))
     except Problem as problem:
         message = problem.message
         if len(problem.path) == 1 and message.startswith("unknown key"):
@@ -156,38 +159,70 @@ def _validate_settings(v: _Validator, settings: Settings) -> Settings:
     from dataclasses import replace
 
     archs = _canonical_archs(v, settings.archs, ("archs",))
+    if not _CMAKE_TARGET.fullmatch(settings.target):
+        raise v.fail(("target",), f"{settings.target!r} is not a CMake target name (letters, digits, _ . + - "
+                                  "and '::' between parts)")
+    for j, flag in enumerate(settings.nvcc_flags):
+        problem = flag_problem(flag)
+        if problem is not None:
+            raise v.fail(("nvcc-flags", j), problem)
     g = settings.generation
-    if g.max_concurrency < 1:
-        raise v.fail(("generation", "max-concurrency"), "must be at least 1")
-    if g.max_tokens < 256:
-        raise v.fail(("generation", "max-tokens"), "must be at least 256")
-    if g.request_timeout_s <= 0:
-        raise v.fail(("generation", "request-timeout-s"), "must be positive")
-    if not g.temperatures or any(not 0.0 <= t <= 2.0 for t in g.temperatures):
-        raise v.fail(("generation", "temperatures"), "needs at least one temperature, each in 0..2")
-    if g.retries < 0:
-        raise v.fail(("generation", "retries"), "must not be negative")
-    if g.retry_backoff_s < 0:
-        raise v.fail(("generation", "retry-backoff-s"), "must not be negative")
+    if not g.temperatures:
+        raise v.fail(("generation", "temperatures"), "needs at least one temperature")
+    for j, t in enumerate(g.temperatures):
+        if not 0.0 <= t <= 2.0:
+            raise v.fail(("generation", "temperatures", j), f"must be in 0..2, got {t:g}")
+    if g.base_url is not None:
+        problem = _url_problem(g.base_url)
+        if problem is not None:
+            raise v.fail(("generation", "base-url"), problem)
+    if g.api_key_env is not None and not _ENV_NAME.fullmatch(g.api_key_env):
+        raise v.fail(("generation", "api-key-env"), f"{g.api_key_env!r} is not an environment variable name")
+    if g.model is not None and (not g.model.strip() or not g.model.isprintable()):
+        raise v.fail(("generation", "model"), f"{g.model!r} is not a model name")
+    for j, direction in enumerate(g.directions):
+        if not direction.strip():
+            raise v.fail(("generation", "directions", j), "must not be empty")
     return replace(settings, archs=archs)
 
 
-def _check_ident(v: _Validator, name: str, where: KeyPath, what: str) -> None:
-    if not _IDENT.match(name) or name in _C_KEYWORDS:
-        raise v.fail(where, f"{what} {name!r} is not a valid C identifier")
+def _url_problem(url: str) -> str | None:
+    """Why ``url`` is not an http(s) endpoint URL, or None."""
+    if not url.isprintable() or any(c.isspace() for c in url):
+        return f"{url!r} is not a URL (it holds whitespace or control characters)"
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in 0..65535
+    except ValueError as exc:
+        return f"{url!r} is not a URL: {exc}"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"{url!r} is not an http:// or https:// URL with a host"
+    if parts.query or parts.fragment:
+        return f"{url!r}: an endpoint URL has no query or fragment"
+    return None
 
 
-def _check_shapes(v: _Validator, shapes: list[dict[str, int]], sizes: list[str], where: KeyPath) -> None:
+def _check_ident(v: _Validator, name: str, where: KeyPath, what: str, kind: Kind) -> None:
+    problem = name_problem(name, kind)
+    if problem is not None:
+        raise v.fail(where, f"{what} {name!r} {problem}")
+
+
+def _check_shapes(v: _Validator, shapes: list[dict[str, int]], sizes: dict[str, str], where: KeyPath) -> None:
     if not shapes:
         raise v.fail(where, "at least one shape is needed")
     for j, shape in enumerate(shapes):
         for key, value in shape.items():
             if key not in sizes:
-                hint = did_you_mean(key, sizes)
+                hint = did_you_mean(key, list(sizes))
                 known = ", ".join(sizes) or "none"
                 raise v.fail((*where, j, key), f"{key!r} is not a size of this kernel{hint} (sizes: {known})")
             if value < 1:
                 raise v.fail((*where, j, key), f"size {key} must be at least 1, got {value}")
+            _, hi = integer_range(sizes[key])
+            if value > hi:
+                raise v.fail((*where, j, key), f"size {key} = {value} does not fit its dtype {sizes[key]} "
+                                               f"(at most {hi})")
         missing = [s for s in sizes if s not in shape]
         if missing:
             raise v.fail((*where, j), f"shape does not give size(s) {', '.join(missing)}")
@@ -201,7 +236,7 @@ def _validate_kernel(v: _Validator, i: int, spec: KernelSpec, root: Path) -> Ker
     from dataclasses import replace
 
     at: KeyPath = ("kernel", i)
-    _check_ident(v, spec.name, (*at, "name"), "kernel name")
+    _check_ident(v, spec.name, (*at, "name"), "kernel name", "kernel")
     if not spec.description.strip():
         raise v.fail((*at, "description"), "must not be empty")
     if not spec.args:
@@ -209,15 +244,20 @@ def _validate_kernel(v: _Validator, i: int, spec: KernelSpec, root: Path) -> Ker
     names: dict[str, int] = {}
     for j, arg in enumerate(spec.args):
         where = (*at, "args", j)
-        _check_ident(v, arg.name, (*where, "name"), "argument name")
+        if arg.name == "stream":
+            raise v.fail((*where, "name"), "'stream' is implied as the last parameter; do not declare it")
+        _check_ident(v, arg.name, (*where, "name"), "argument name", "argument")
         if arg.name in names:
             raise v.fail((*where, "name"), f"duplicate argument {arg.name!r}")
-        if arg.name in ("stream",):
-            raise v.fail((*where, "name"), "'stream' is implied as the last parameter; do not declare it")
+        if arg.name == spec.name:
+            raise v.fail((*where, "name"), f"argument {arg.name!r} has the kernel's name, which it would hide")
         names[arg.name] = j
         if arg.dtype not in DTYPES:
             raise v.fail((*where, "dtype"), f"unknown dtype {arg.dtype!r}{did_you_mean(arg.dtype, list(DTYPES))}")
         if arg.is_array:
+            if not arg.shape:
+                raise v.fail((*where, "shape"), "an array needs at least one dimension (shape = [1] for a single "
+                                                "element; leave shape out for a scalar argument)")
             if arg.role is None:
                 raise v.fail((*where, "role"), "an array argument needs a role: 'in', 'out' or 'inout'")
             if arg.value is not None:
@@ -227,7 +267,12 @@ def _validate_kernel(v: _Validator, i: int, spec: KernelSpec, root: Path) -> Ker
                 raise v.fail((*where, "role"), "a scalar argument has no role (give it a shape to make it an array)")
             if arg.value is None and arg.dtype not in INTEGER_DTYPES:
                 raise v.fail((*where, "value"), f"scalar {arg.name!r} is not an integer size, so it needs a value")
-    sizes = [a.name for a in spec.args if a.is_size]
+            if arg.value is not None:
+                problem = value_problem(arg.dtype, arg.value)
+                if problem is not None:
+                    raise v.fail((*where, "value"), problem)
+    size_dtypes = {a.name: a.dtype for a in spec.args if a.is_size}
+    sizes = list(size_dtypes)
     for j, arg in enumerate(spec.args):
         for d, dim in enumerate(arg.shape or []):
             if isinstance(dim, str) and dim not in sizes:
@@ -239,17 +284,26 @@ def _validate_kernel(v: _Validator, i: int, spec: KernelSpec, root: Path) -> Ker
                 raise v.fail((*at, "args", j, "shape", d), "a fixed dimension must be at least 1")
     if not any(a.role in ("out", "inout") for a in spec.args):
         raise v.fail((*at, "args"), "the kernel has no 'out' or 'inout' array: it computes nothing")
-    _check_shapes(v, spec.test_shapes, sizes, (*at, "test-shapes"))
-    _check_shapes(v, spec.bench_shapes, sizes, (*at, "bench-shapes"))
-    if spec.tolerance.rtol < 0 or spec.tolerance.atol < 0:
-        raise v.fail((*at, "tolerance"), "tolerances must not be negative")
+    _check_shapes(v, spec.test_shapes, size_dtypes, (*at, "test-shapes"))
+    _check_shapes(v, spec.bench_shapes, size_dtypes, (*at, "bench-shapes"))
     for key, rel in [("baseline", spec.baseline), *[("candidates", c) for c in spec.candidates]]:
         if rel is not None and not (root / rel).is_file():
             raise v.fail((*at, key), f"file {rel!r} not found (relative to {root})")
     for tname, values in spec.tunables.items():
-        _check_ident(v, tname, (*at, "tunables", tname), "tunable parameter")
+        _check_ident(v, tname, (*at, "tunables", tname), "tunable parameter", "tunable")
+        if tname in names or tname == spec.name:
+            raise v.fail((*at, "tunables", tname), f"tunable {tname!r} has the name of an argument or the kernel, "
+                                                   "which its macro would replace")
         if not values:
             raise v.fail((*at, "tunables", tname), "needs at least one value")
+        seen_values: set[str] = set()
+        for k, value in enumerate(values):
+            problem = tunable_value_problem(value)
+            if problem is not None:
+                raise v.fail((*at, "tunables", tname, k), problem)
+            if str(value) in seen_values:
+                raise v.fail((*at, "tunables", tname, k), f"duplicate value {value!r}")
+            seen_values.add(str(value))
     archs = _canonical_archs(v, spec.archs, (*at, "archs")) if spec.archs is not None else None
     if spec.alignment is not None and (spec.alignment < 1 or spec.alignment & (spec.alignment - 1)):
         raise v.fail((*at, "alignment"), "must be a power of two")
@@ -263,9 +317,6 @@ def _validate_kernel(v: _Validator, i: int, spec: KernelSpec, root: Path) -> Ker
                 raise v.fail((*at, "flops"), f"only sizes, numbers and + - * / ** are allowed: {spec.flops!r}")
             if isinstance(node, ast.Name) and node.id not in sizes:
                 raise v.fail((*at, "flops"), f"{node.id!r} is not a size of this kernel{did_you_mean(node.id, sizes)}")
-    b = spec.budget
-    if b.candidates < 1 or b.rounds < 1 or b.samples < 1 or b.wall_time_s <= 0:
-        raise v.fail((*at, "budget"), "candidates, rounds, samples and wall-time-s must be positive")
     try:
         reference_file(root, spec.reference)
     except ReferenceError_ as exc:

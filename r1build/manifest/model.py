@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from .bounds import bounded
+
 __all__ = [
     "DTYPES",
     "Arg",
@@ -51,17 +53,20 @@ class Arg:
     """One parameter of the exported function, in declaration order."""
 
     name: str
-    """C identifier of the parameter."""
+    """C identifier of the parameter: not a C, C++ or CUDA keyword, a reserved name (``__x``, ``_X``), a CUDA
+    built-in or type (``threadIdx``, ``int64_t``), nor a function of the C library, libm, the CUDA runtime or
+    CUDA's device functions (``memcpy``, ``printf``, ``cudaMalloc``, ``min``)."""
     dtype: str
     """Element type, a numpy name: float32, float16, bfloat16, float64, int8..int64, uint8..uint64, bool."""
     shape: list[str | int] | None = None
-    """Array arguments: the dimensions, each a size name (an integer scalar argument of this kernel) or a fixed
-    integer. Absent for a scalar argument."""
+    """Array arguments: the dimensions (at least one), each a size name (an integer scalar argument of this
+    kernel) or a fixed integer; ``[1]`` for a single element. Absent for a scalar argument."""
     role: Role | None = None
     """Array arguments: ``in`` (read only, checked unchanged), ``out`` (written), ``inout`` (read and written)."""
-    value: float | int | None = None
-    """Scalar arguments that are not sizes (e.g. ``eps``): the value passed in tests and benchmarks. An integer
-    scalar without a value is a size and takes its value from each shape."""
+    value: bool | float | int | None = None
+    """Scalar arguments that are not sizes (e.g. ``eps``): the value passed in tests and benchmarks, within the
+    dtype's range (an integer for integer dtypes, ``true`` / ``false`` for ``bool``, finite for floats). An
+    integer scalar without a value is a size and takes its value from each shape."""
 
     @property
     def is_array(self) -> bool:
@@ -85,9 +90,9 @@ class Arg:
 class Tolerance:
     """How close a candidate's outputs must be to the reference's."""
 
-    rtol: float = 1e-5
+    rtol: float = bounded(1e-5, ge=0)
     """Relative tolerance, elementwise (numpy.allclose semantics) and for the relative norm of the error."""
-    atol: float = 1e-6
+    atol: float = bounded(1e-6, ge=0)
     """Absolute tolerance, elementwise."""
 
 
@@ -95,11 +100,11 @@ class Tolerance:
 class Limits:
     """Resource limits the static gate enforces on the ptxas report; a candidate over any is rejected."""
 
-    registers: int | None = None
+    registers: int | None = bounded(None, ge=1, le=255)
     """Most registers per thread; the arch's limit when absent."""
-    spill_bytes: int | None = None
+    spill_bytes: int | None = bounded(None, ge=0)
     """Most spill bytes (stores plus loads); 0 rejects any spilling; any amount is allowed when absent."""
-    shared_bytes: int | None = None
+    shared_bytes: int | None = bounded(None, ge=0)
     """Most static shared memory per block in bytes; the arch's limit when absent."""
 
 
@@ -107,21 +112,21 @@ class Limits:
 class Budget:
     """How much a kernel's search for candidates may spend (used by generation)."""
 
-    candidates: int = 32
+    candidates: int = bounded(32, ge=1)
     """Most candidates generated for one kernel and arch."""
-    rounds: int = 4
+    rounds: int = bounded(4, ge=1)
     """Most rounds of generate, evaluate and feed back."""
-    samples: int = 8
+    samples: int = bounded(8, ge=1)
     """Parallel samples (requests) per round."""
-    tokens: int | None = None
+    tokens: int | None = bounded(None, ge=1)
     """Most completion tokens spent, all requests together; no limit when absent."""
-    wall_time_s: float = 1800.0
+    wall_time_s: float = bounded(1800.0, gt=0)
     """Most wall-clock seconds for one kernel and arch."""
-    money_usd: float | None = None
+    money_usd: float | None = bounded(None, ge=0)
     """Most money spent, from the usage the provider reports and the configured prices; no limit when absent."""
-    target_share: float = 0.9
+    target_share: float = bounded(0.9, gt=0, le=1)
     """Stop early once the best candidate reaches this share of the hardware floor (0..1)."""
-    patience: int = 2
+    patience: int = bounded(2, ge=1)
     """Stop early after this many rounds without improvement."""
 
 
@@ -129,9 +134,9 @@ class Budget:
 class Prices:
     """Prices per million tokens, to account spend."""
 
-    input_per_mtok: float = 0.0
+    input_per_mtok: float = bounded(0.0, ge=0)
     """US dollars per million prompt tokens."""
-    output_per_mtok: float = 0.0
+    output_per_mtok: float = bounded(0.0, ge=0)
     """US dollars per million completion tokens (reasoning included)."""
 
 
@@ -143,29 +148,30 @@ class Generation:
     """Provider profile: ``deepseek`` (api.deepseek.com), ``vllm``, ``sglang``, ``nim`` (NVIDIA NIM) or
     ``openai`` (any OpenAI-compatible endpoint)."""
     base_url: str | None = None
-    """Endpoint URL; the profile's default when absent. ``R1BUILD_BASE_URL`` overrides it."""
+    """Endpoint URL (``http://`` or ``https://`` with a host); the profile's default when absent.
+    ``R1BUILD_BASE_URL`` overrides it."""
     model: str | None = None
     """Model name; the profile's default when absent."""
     api_key_env: str | None = None
     """Environment variable that holds the API key; ``DEEPSEEK_API_KEY`` / ``OPENAI_API_KEY`` when absent."""
-    max_concurrency: int = 8
+    max_concurrency: int = bounded(8, ge=1)
     """Most requests in flight at once."""
-    max_tokens: int = 32768
+    max_tokens: int = bounded(32768, ge=256)
     """``max_tokens`` of each request (reasoning included)."""
-    request_timeout_s: float = 1800.0
+    request_timeout_s: float = bounded(1800.0, gt=0)
     """Overall deadline of one request, streaming included (a 32K-token R1 answer at 25 tokens/s takes ~20
     minutes)."""
-    retries: int = 4
+    retries: int = bounded(4, ge=0)
     """Retries of one request after 429, 5xx, connection errors and timeouts."""
-    retry_backoff_s: float = 2.0
+    retry_backoff_s: float = bounded(2.0, ge=0)
     """Seconds before the first retry when the server sends no ``retry-after``; doubled for each further retry
     (with jitter), at most 60."""
     stream: bool = True
     """Stream answers (server-sent events). Long answers keep the connection alive this way; turn it off only
     for servers that cannot stream."""
     temperatures: list[float] = field(default_factory=lambda: [0.6])
-    """Temperature schedule, cycled over samples, where the provider honours temperature."""
-    top_p: float = 0.95
+    """Temperature schedule (each 0..2), cycled over samples, where the provider honours temperature."""
+    top_p: float = bounded(0.95, gt=0, le=1)
     """``top_p`` where the provider honours it."""
     directions: list[str] = field(default_factory=list)
     """Named optimization directions for prompt diversity; a built-in list when empty."""
@@ -178,7 +184,8 @@ class KernelSpec:
     """One kernel: its contract, its reference and how to test and time it."""
 
     name: str
-    """C identifier of the exported function."""
+    """C identifier of the exported function, by the rules of an argument's name and moreover no symbol the C
+    library or libm exports (``index``, ``select``) and not starting with ``_``."""
     description: str
     """What the kernel computes, in words (goes into the prompt)."""
     args: list[Arg]
@@ -188,8 +195,8 @@ class KernelSpec:
     every ``in`` / ``inout`` array and every scalar as keyword arguments; returns the ``out`` / ``inout`` arrays
     (one array, a tuple in declaration order, or a dict by name)."""
     test_shapes: list[dict[str, int]]
-    """Sizes for correctness checks, each giving every size; include awkward ones (1, primes, non-multiples of
-    32)."""
+    """Sizes for correctness checks, each giving every size (at least 1, within the size's dtype); include
+    awkward ones (1, primes, non-multiples of 32). ``r1build check`` runs the reference at each one."""
     bench_shapes: list[dict[str, int]]
     """Sizes for timing; the first one ranks candidates."""
     tolerance: Tolerance = field(default_factory=Tolerance)
@@ -199,7 +206,9 @@ class KernelSpec:
     candidates: list[str] = field(default_factory=list)
     """Further hand-written ``.cu`` candidates, evaluated like generated ones."""
     tunables: dict[str, list[int | str]] = field(default_factory=dict)
-    """Tunable parameters, name to the values to try; each value set is passed as ``-DNAME=value``."""
+    """Tunable parameters, name to the values to try; each value set is passed as ``-DNAME=value``. Names are
+    upper-case macros (``BLOCK``) that are no standard or CUDA macro and no argument's name; values are
+    integers or strings holding one numeric literal or identifier (``"0x80"``, ``"1.5f"``, ``"float"``)."""
     archs: list[str] | None = None
     """Target archs of this kernel; the manifest's ``archs`` when absent."""
     budget: Budget = field(default_factory=Budget)
@@ -220,13 +229,16 @@ class Settings:
     archs: list[str] = field(default_factory=lambda: ["sm_80", "sm_90"])
     """Target GPU archs of every kernel (``sm_90``, ``90``, ``9.0`` and ``90-real`` are accepted)."""
     target: str = "r1build::kernels"
-    """Name of the CMake target the generated CMake file defines (an ALIAS of ``r1build_kernels``)."""
+    """Name of the CMake target the generated CMake file defines (an ALIAS of ``r1build_kernels``): letters,
+    digits, ``_ . + -``, parts joined by ``::``."""
     lock_file: str = "kernels.lock"
     """Lock file, relative to the manifest."""
     vendor_dir: str = "kernels/_r1build"
     """Where ``r1build vendor`` writes the winners' sources, relative to the manifest."""
     nvcc_flags: list[str] = field(default_factory=lambda: ["-O3", "-std=c++17"])
-    """Flags passed to nvcc for every candidate (part of the gate's and the build's key)."""
+    """Flags passed to nvcc for every candidate (part of the gate's and the build's key), each one token
+    (``-maxrregcount=64``). Not allowed: flags that select archs (``-arch``, ``-gencode``, ``-code``), outputs,
+    the compile mode, the host compiler or an options file; r1build sets those."""
     generation: Generation = field(default_factory=Generation)
     """Candidate generation settings."""
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
 from . import model
+from .bounds import Bounds, field_bounds
 from .convert import field_key
 
 __all__ = ["README_MARKERS", "SCHEMA_PATH", "generate_schema", "render_reference", "render_schema", "update_readme"]
@@ -80,6 +81,9 @@ def _object_schema(cls: type, defs: dict[str, Any], skip: tuple[str, ...] = ()) 
         if f.name in skip:
             continue
         prop = dict(_schema_of(hints[f.name], defs))
+        bounds = field_bounds(f)
+        if bounds is not None:
+            prop.update(bounds.json_schema())
         if f.name in docs:
             prop["description"] = docs[f.name]
         if f.default is not dataclasses.MISSING and f.default is not None:
@@ -130,7 +134,8 @@ def _type_cell(prop: dict[str, Any]) -> str:
         return " or ".join(str(p.get("type", "table")) for p in prop["anyOf"])
     if "$ref" in prop or prop.get("type") == "object":
         return "table"
-    return str(prop.get("type", ""))
+    bounds = Bounds(ge=prop.get("minimum"), gt=prop.get("exclusiveMinimum"), le=prop.get("maximum")).render()
+    return str(prop.get("type", "")) + (f" ({bounds})" if bounds else "")
 
 
 def _table(props: dict[str, Any]) -> list[str]:

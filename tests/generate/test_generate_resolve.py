@@ -65,8 +65,8 @@ def test_resolve_generates_and_measures_on_the_gpu(project: Project, clean_env: 
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """The closed loop on a real GPU: generated candidates are validated and timed, the second round's prompt
     carries the measured times, and the decision is a measured one."""
-    # an unreachable target share: no early stop at the floor, so the second round (with feedback) runs
-    manifest = project.write(baseline=True, budget={"rounds": 2, "samples": 2, "patience": 2, "target-share": 5.0})
+    # the floor itself as the target share: no early stop at the floor, so the second round (with feedback) runs
+    manifest = project.write(baseline=True, budget={"rounds": 2, "samples": 2, "patience": 2, "target-share": 1.0})
     replies = [Answer(answer(kernel_source(i + 1)), reasoning=f"try {i}") for i in range(4)]
     with ChatServer(replies) as server:
         monkeypatch.setenv("R1BUILD_BASE_URL", server.url)

@@ -1,0 +1,114 @@
+"""Ranges of the manifest's numbers: declared on the model's fields, checked after conversion, written into
+the JSON schema.
+
+A field declares its range with :func:`bounded` (``registers: int | None = bounded(None, ge=1, le=255)``);
+:func:`check_numbers` walks a converted manifest record and raises a :class:`~.convert.Problem` at the first
+number that is out of its range, and at any number that is not finite (NaN or infinity), wherever it sits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .convert import KeyPath, Problem, field_key
+
+__all__ = ["Bounds", "bounded", "check_numbers", "field_bounds"]
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """An interval; None leaves a side open."""
+
+    ge: float | None = None
+    """Smallest value allowed."""
+    gt: float | None = None
+    """Values must be above this."""
+    le: float | None = None
+    """Largest value allowed."""
+
+    def problem(self, value: float) -> str | None:
+        """Why ``value`` is outside, or None."""
+        if self.ge is not None and value < self.ge:
+            return f"must be at least {_num(self.ge)}, got {_num(value)}"
+        if self.gt is not None and value <= self.gt:
+            return f"must be above {_num(self.gt)}, got {_num(value)}"
+        if self.le is not None and value > self.le:
+            return f"must be at most {_num(self.le)}, got {_num(value)}"
+        return None
+
+    def json_schema(self) -> dict[str, float]:
+        """The JSON schema keywords of the interval."""
+        out: dict[str, float] = {}
+        if self.ge is not None:
+            out["minimum"] = self.ge
+        if self.gt is not None:
+            out["exclusiveMinimum"] = self.gt
+        if self.le is not None:
+            out["maximum"] = self.le
+        return out
+
+    def render(self) -> str:
+        """``≥ 1``, ``0 < x ≤ 1``, ``1..255``: the range for a reference table."""
+        low = self.ge if self.ge is not None else self.gt
+        if low is not None and self.le is not None:
+            if self.ge is not None:
+                return f"{_num(low)}..{_num(self.le)}"
+            return f"> {_num(low)}, ≤ {_num(self.le)}"
+        if self.ge is not None:
+            return f"≥ {_num(self.ge)}"
+        if self.gt is not None:
+            return f"> {_num(self.gt)}"
+        return f"≤ {_num(self.le)}" if self.le is not None else ""
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() and abs(value) < 1e15 else repr(value)
+
+
+def bounded(default: Any, *, ge: float | None = None, gt: float | None = None, le: float | None = None) -> Any:
+    """A dataclass field with ``default`` whose value must lie in the interval."""
+    return dataclasses.field(default=default, metadata={"bounds": Bounds(ge=ge, gt=gt, le=le)})
+
+
+def field_bounds(f: dataclasses.Field[Any]) -> Bounds | None:
+    """The range a field declares, if any."""
+    bounds = f.metadata.get("bounds")
+    return bounds if isinstance(bounds, Bounds) else None
+
+
+def _finite(value: object, path: KeyPath) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise Problem(path, f"must be a finite number, got {value}")
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            _finite(item, (*path, i))
+
+
+def check_numbers(record: object, path: KeyPath = ()) -> None:
+    """Raise :class:`Problem` at the first non-finite number or number outside its field's range in ``record``
+    (a converted manifest dataclass; nested records, lists and tables are walked)."""
+    if isinstance(record, list):
+        for i, item in enumerate(record):
+            check_numbers(item, (*path, i))
+        return
+    if isinstance(record, dict):
+        for key, item in record.items():
+            check_numbers(item, (*path, str(key)))
+        return
+    if not (dataclasses.is_dataclass(record) and not isinstance(record, type)):
+        _finite(record, path)
+        return
+    for f in dataclasses.fields(record):
+        if not f.init:
+            continue
+        value = getattr(record, f.name)
+        where = (*path, field_key(f.name))
+        check_numbers(value, where)
+        bounds = field_bounds(f)
+        if bounds is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
+            problem = bounds.problem(value)
+            if problem is not None:
+                raise Problem(where, problem)
