@@ -34,7 +34,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-__all__ = ["find_manifest", "load_manifest"]
+__all__ = ["find_manifest", "load_manifest", "located_error"]
 
 _CMAKE_TARGET = re.compile(r"[A-Za-z0-9_.+\-]+(?:::[A-Za-z0-9_.+\-]+)*")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -93,6 +93,16 @@ def _parse(path: Path) -> tuple[str, dict[str, Any], tuple[str, ...]]:
             raise ManifestError("no [tool.r1build] table", file=str(path))
         return text, section, ("tool", "r1build")
     return text, data, ()
+
+
+def located_error(manifest: Manifest, key: KeyPath, message: str) -> ManifestError:
+    """A :class:`ManifestError` about ``key`` of a loaded manifest, with the line it is on."""
+    table: tuple[str, ...] = ("tool", "r1build") if manifest.path.name == "pyproject.toml" else ()
+    try:
+        text = manifest.path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        text = ""
+    return _Validator(manifest.path, text, table).fail(key, message)
 
 
 def load_manifest(path: Path, *, check_references: bool = True) -> Manifest:

@@ -1,0 +1,101 @@
+"""Calling a kernel's numpy reference and holding what it returns to the declared outputs: their count, their
+shape and the kind of their dtype. Pure CPU and numpy; ``r1build check`` runs it at every test shape, and the
+evaluator's reference call can share it.
+
+The rules: one array for one output, a tuple or list in declaration order, or a dict by name, for the ``out``
+and ``inout`` arrays; each with the declared shape (dimensions of length 1 aside: a one-element output may come
+back as a scalar); floating-point values for float outputs, integers for integer outputs, booleans for bool.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from .model import INTEGER_DTYPES, Arg, KernelSpec
+from .reference import ReferenceError_
+
+__all__ = ["call_reference", "declared_shape", "reference_outputs"]
+
+_KINDS = {"integer": "iu", "bool": "b"}
+
+
+def declared_shape(arg: Arg, sizes: Mapping[str, int]) -> tuple[int, ...]:
+    """The concrete shape of an array argument at one shape (every size name must be in ``sizes``)."""
+    assert arg.shape is not None
+    return tuple(dim if isinstance(dim, int) else int(sizes[dim]) for dim in arg.shape)
+
+
+def _family(dtype: str) -> str:
+    if dtype == "bool":
+        return "bool"
+    return "integer" if dtype in INTEGER_DTYPES else "float"
+
+
+def _dtype_fits(arr: NDArray[Any], dtype: str) -> bool:
+    family = _family(dtype)
+    if family == "float":
+        # numpy float types, or a bfloat16 from ml_dtypes (a 2-byte type of kind 'V' named bfloat16)
+        return arr.dtype.kind == "f" or arr.dtype.name == "bfloat16"
+    return arr.dtype.kind in _KINDS[family]
+
+
+def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(d for d in shape if d != 1)
+
+
+def reference_outputs(spec: KernelSpec, sizes: Mapping[str, int], result: object) -> dict[str, NDArray[Any]]:
+    """The reference's ``out`` / ``inout`` arrays by name, each in its declared shape; :class:`ReferenceError_`
+    saying what is wrong otherwise."""
+    outs = [a for a in spec.args if a.is_array and a.role in ("out", "inout")]
+    names = ", ".join(a.name for a in outs)
+    if isinstance(result, dict):
+        unknown = sorted(str(k) for k in result if k not in {a.name for a in outs})
+        if unknown:
+            raise ReferenceError_(f"returned a dict with {', '.join(unknown)}, which are not outputs ({names})")
+        values = {a.name: result.get(a.name) for a in outs}
+    elif isinstance(result, (tuple, list)):
+        if len(result) != len(outs):
+            raise ReferenceError_(f"returned {len(result)} values for {len(outs)} outputs ({names})")
+        values = dict(zip([a.name for a in outs], result, strict=True))
+    else:
+        if len(outs) != 1:
+            raise ReferenceError_(f"returned one value for {len(outs)} outputs ({names}); return a tuple in "
+                                  "declaration order or a dict by name")
+        values = {outs[0].name: result}
+    checked: dict[str, NDArray[Any]] = {}
+    for arg in outs:
+        value = values[arg.name]
+        if value is None:
+            raise ReferenceError_(f"returned nothing for output {arg.name!r}")
+        try:
+            arr = np.asarray(value)
+        except Exception as exc:  # user data: anything numpy cannot take is reported
+            raise ReferenceError_(f"output {arg.name!r} is not an array: {type(exc).__name__}: {exc}") from None
+        shape = declared_shape(arg, sizes)
+        if arr.shape != shape:
+            if _squeezed(arr.shape) != _squeezed(shape):
+                raise ReferenceError_(f"output {arg.name!r} has shape {arr.shape}, the spec declares {shape}")
+            arr = arr.reshape(shape)
+        if not _dtype_fits(arr, arg.dtype):
+            raise ReferenceError_(f"output {arg.name!r} has dtype {arr.dtype}, the spec declares {arg.dtype} "
+                                  f"(return {_family(arg.dtype)} values)")
+        checked[arg.name] = arr
+    return checked
+
+
+def call_reference(reference: Callable[..., Any], spec: KernelSpec, sizes: Mapping[str, int],
+                   kwargs: Mapping[str, Any]) -> dict[str, NDArray[Any]]:
+    """Call the reference with ``kwargs`` (numpy's floating-point warnings silenced: overflow on large inputs is
+    the reference's business) and check what it returns with :func:`reference_outputs`."""
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            result = reference(**kwargs)
+    except Exception as exc:  # user code: any failure is reported, not raised through
+        raise ReferenceError_(f"raised {type(exc).__name__}: {exc}") from None
+    return reference_outputs(spec, sizes, result)

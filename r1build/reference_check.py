@@ -1,0 +1,57 @@
+"""``r1build check``'s run of every kernel's numpy reference on the CPU, before any GPU sees a candidate.
+
+At every test shape the reference is called on inputs from each of the evaluator's distributions
+(:mod:`r1build.evaluate.inputs`: the inputs a GPU check feeds it), and what it returns is held to the declared
+outputs (:mod:`r1build.manifest.outputs`: count, shape, dtype). A reference that raises, or returns the wrong
+number, shape or dtype of outputs, is a :class:`~r1build.errors.ManifestError` at the kernel's ``reference`` key
+naming the shape, so it is found here rather than on a GPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import zlib
+from collections.abc import Mapping
+
+from .evaluate.inputs import DISTRIBUTIONS, generate_inputs, reference_kwargs
+from .events import Note, emit
+from .manifest.load import located_error
+from .manifest.model import Manifest
+from .manifest.outputs import call_reference
+from .manifest.reference import ReferenceError_, load_reference
+
+__all__ = ["check_references"]
+
+
+def _shape_text(sizes: Mapping[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sizes.items())
+
+
+def check_references(manifest: Manifest) -> int:
+    """Run each kernel's reference at each test shape and input distribution; returns the number of calls made.
+    Kernels with bfloat16 arguments are skipped, with a warning, where ml_dtypes is not installed."""
+    calls = 0
+    has_bfloat16 = importlib.util.find_spec("ml_dtypes") is not None
+    for i, spec in enumerate(manifest.kernels):
+        key = ("kernel", i, "reference")
+        if not has_bfloat16 and any(a.dtype == "bfloat16" for a in spec.args):
+            emit(Note("warning", "bfloat16 arguments: the reference is not run without the ml_dtypes package",
+                      kernel=spec.name))
+            continue
+        try:
+            reference = load_reference(manifest.root, spec.reference)
+        except ReferenceError_ as exc:
+            raise located_error(manifest, key, str(exc)) from None
+        for j, sizes in enumerate(spec.test_shapes):
+            for dist in DISTRIBUTIONS:
+                inputs = generate_inputs(spec, sizes, dist, zlib.crc32(f"check:{spec.name}:{j}:{dist}".encode()))
+                try:
+                    call_reference(reference, spec, sizes, reference_kwargs(spec, sizes, inputs))
+                except ReferenceError_ as exc:
+                    raise located_error(
+                        manifest, key,
+                        f"the reference {spec.reference} of kernel {spec.name!r} at test shape {_shape_text(sizes)} "
+                        f"({dist} inputs): {exc}",
+                    ) from None
+                calls += 1
+    return calls

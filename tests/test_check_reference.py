@@ -1,0 +1,118 @@
+"""``r1build check`` runs every numpy reference on the CPU at every test shape and holds its outputs to the spec:
+a reference that raises, or returns the wrong count, shape or dtype, exits 2 naming the kernel, the shape and
+the reference (at the kernel's ``reference`` key and line)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from r1build.cli.main import main
+from r1build.manifest import load_manifest
+from r1build.manifest.outputs import reference_outputs
+from r1build.manifest.reference import ReferenceError_
+from r1build.reference_check import check_references
+
+MANIFEST = """\
+archs = ["sm_90"]
+
+[[kernel]]
+name = "pair"
+description = "y = 2 x and z = x > 0 and c = count of positives per row, for a rows x cols matrix x."
+args = [
+  { name = "x", dtype = "float32", shape = ["rows", "cols"], role = "in" },
+  { name = "y", dtype = "float32", shape = ["rows", "cols"], role = "out" },
+  { name = "z", dtype = "bool", shape = ["rows", "cols"], role = "out" },
+  { name = "c", dtype = "int32", shape = ["rows"], role = "out" },
+  { name = "rows", dtype = "int32" },
+  { name = "cols", dtype = "int32" },
+]
+reference = "reference:pair"
+test-shapes = [{ rows = 1, cols = 1 }, { rows = 3, cols = 97 }]
+bench-shapes = [{ rows = 64, cols = 64 }]
+"""
+
+GOOD = """\
+import numpy as np
+
+
+def pair(x, rows, cols):
+    y = (2 * x).astype(np.float32)
+    z = x > 0
+    c = (x > 0).sum(axis=1).astype(np.int32)
+    return {BODY}
+"""
+
+# (id, what the function returns (or a statement replacing the return), fragment of the message)
+CASES = [
+    ("raises", "1 / 0 if rows == 3 else (y, z, c)", "at test shape rows=3, cols=97 (signed inputs): raised "
+                                                    "ZeroDivisionError"),
+    ("raises-on-large-inputs", "(y, z, c) if np.abs(x).max() < 50 else x[99999]", "(large inputs): raised IndexError"),
+    ("too-few", "(y, z)", "returned 2 values for 3 outputs (y, z, c)"),
+    ("too-many", "(y, z, c, c)", "returned 4 values for 3 outputs"),
+    ("one-for-three", "y", "returned one value for 3 outputs"),
+    ("none", "(y, None, c)", "returned nothing for output 'z'"),
+    ("unknown-dict-key", "{'y': y, 'z': z, 'count': c}", "returned a dict with count, which are not outputs"),
+    ("missing-dict-key", "{'y': y, 'z': z}", "returned nothing for output 'c'"),
+    ("wrong-shape", "(y[:, :-1], z, c)",
+     "at test shape rows=1, cols=1 (signed inputs): output 'y' has shape (1, 0), the spec declares (1, 1)"),
+    ("transposed", "(y.T, z, c)", "output 'y' has shape (97, 3), the spec declares (3, 97)"),
+    ("flattened", "(y.reshape(-1), z, c)", "output 'y' has shape (291,), the spec declares (3, 97)"),
+    ("int-for-float", "(y.astype(np.int64), z, c)", "output 'y' has dtype int64, the spec declares float32"),
+    ("complex-for-float", "(y.astype(np.complex64), z, c)", "output 'y' has dtype complex64"),
+    ("float-for-bool", "(y, z.astype(np.float32), c)", "output 'z' has dtype float32, the spec declares bool"),
+    ("float-for-int", "(y, z, c.astype(np.float64))", "output 'c' has dtype float64, the spec declares int32"),
+    ("object", "(y, z, [object()] * rows)", "output 'c' has dtype object"),
+    ("string", "(y, z, 'abc')", "output 'c' has dtype <U3"),
+]
+
+
+def project(root: Path, body: str) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "kernels.toml").write_text(MANIFEST, encoding="utf-8")
+    (root / "reference.py").write_text(GOOD.replace("{BODY}", body), encoding="utf-8")
+    return root / "kernels.toml"
+
+
+@pytest.mark.parametrize(("body", "fragment"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_check_runs_the_reference_and_names_kernel_shape_and_reference(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], body: str, fragment: str) -> None:
+    path = project(tmp_path / "p", body)
+    code = main(["check", "-m", str(path)])
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert code == 2, text
+    assert "Traceback" not in text
+    line = next(ln for ln in text.splitlines() if ln.startswith("error:"))
+    lineno = MANIFEST.splitlines().index('reference = "reference:pair"') + 1
+    assert f"{path}:{lineno}: kernel[0].reference: the reference reference:pair of kernel 'pair'" in line, line
+    assert fragment in line, line
+
+
+@pytest.mark.parametrize("body", ["(y, z, c)", "[y, z, c]", "{'c': c, 'z': z, 'y': y}",
+                                  "(y.astype(np.float64), z, c.astype(np.int64))",
+                                  "(y[:, :, None], z, c)"])
+def test_good_references_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str], body: str) -> None:
+    path = project(tmp_path / "p", body)
+    assert main(["check", "-m", str(path)]) == 0, capsys.readouterr()
+    # every distribution at every test shape
+    assert check_references(load_manifest(path)) == 2 * 4
+
+
+def test_one_element_output_may_come_back_as_a_scalar(tmp_path: Path) -> None:
+    path = project(tmp_path / "p", "(y, z, c)")
+    spec = load_manifest(path).kernels[0]
+    one = {"rows": 1, "cols": 1}
+    got = reference_outputs(spec, one, (np.float32(2.0), np.True_, np.int32(1)))
+    assert got["y"].shape == (1, 1) and got["c"].shape == (1,)
+    with pytest.raises(ReferenceError_, match="shape"):
+        reference_outputs(spec, {"rows": 2, "cols": 1}, (np.zeros((2, 1), np.float32), np.zeros((2, 1), bool),
+                                                         np.int32(1)))
+
+
+def test_the_repository_references_pass(capsys: pytest.CaptureFixture[str]) -> None:
+    root = Path(__file__).resolve().parents[1]
+    for manifest in (root / "kernels.toml", root / "sample_project" / "kernels.toml"):
+        assert main(["check", "-m", str(manifest)]) == 0, capsys.readouterr()
