@@ -24,12 +24,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from .cache import Cache
-from .errors import CompileError, ResolveError, UsageError
+from .errors import CompileError, LockError, ResolveError, UsageError
 from .events import Note, Stage, emit
 from .judge import Evaluator, Job
 from .keys import decision_key, digest_bytes
-from .lock import Lock, LockEntry, find_vendored, lock_path, read_lock, require_fresh, write_lock
+from .lock import Lock, LockEntry, find_vendored, load_lock, lock_path, require_fresh, write_lock
 from .lock.lockfile import inputs_of
+from .lock.salvage import salvage_lock
 from .manifest import KernelSpec, Manifest, find_manifest, load_manifest
 from .records import Candidate, CandidateRef, Decision, Origin, Result
 from .select import select_winner
@@ -62,6 +63,9 @@ class ResolveOptions:
     """Measure on local GPUs on a miss. None: when one is visible."""
     write_lock: bool = True
     """Update the lock file when decisions change."""
+    recover_lock: bool = False
+    """A damaged lock (corrupt, truncated, conflicted, or with entries that do not verify) is rebuilt from the
+    entries that still verify, the cache and the manifest, instead of being an error (``r1build lock``)."""
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     """Environment for endpoint and key lookup."""
 
@@ -305,10 +309,15 @@ def _lookup(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Ca
             source, state = found
             tc = toolchain().ident
             if entry.toolchain and entry.toolchain != tc:
-                emit(Note("info", f"locked with {entry.toolchain}, building with {tc}; "
-                                  "`r1build resolve --refresh` re-evaluates", spec.name, arch))
-            return Resolved(spec, arch, key, Candidate(source, _origin_of(spec, entry), dict(entry.defines)), state,
-                            entry.provenance, entry.time_us, entry.gpu, entry.toolchain)
+                emit(Note("warning", f"locked with nvcc {entry.toolchain}, gating and building with {tc} "
+                                     f"({toolchain().nvcc}); `r1build resolve --refresh` re-evaluates",
+                          spec.name, arch))
+            candidate = Candidate(source, _origin_of(spec, entry), dict(entry.defines))
+            if candidate.digest != entry.winner:  # verified when read; checked again where it is used
+                raise LockError(f"{lock_path(manifest)}: {spec.name}/{arch}: winner {entry.winner[:16]} is not the "
+                                f"digest of its source and defines ({candidate.digest[:16]})")
+            return Resolved(spec, arch, key, candidate, state, entry.provenance, entry.time_us, entry.gpu,
+                            entry.toolchain)
         if options.locked:
             raise ResolveError(
                 f"{spec.name}/{arch}: the lock names source {entry.source[:16]}, which is neither in the cache "
@@ -382,6 +391,16 @@ def _gate_emitted(manifest: Manifest, judges: _Judges, entries: Sequence[Resolve
     return out
 
 
+def _read_lock(manifest: Manifest, options: ResolveOptions) -> Lock | None:
+    """The verified lock; with ``recover_lock`` (and not ``locked``), what can be saved of a damaged one."""
+    try:
+        return load_lock(manifest)
+    except LockError as damage:
+        if not options.recover_lock or options.locked:
+            raise
+        return salvage_lock(manifest, damage).lock
+
+
 def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = None) -> Resolution:
     """Resolve every kernel × arch; update the lock unless ``locked`` or told not to."""
     options = options or ResolveOptions()
@@ -391,7 +410,7 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
         raise UsageError(f"unknown kernel(s): {', '.join(unknown)} (declared: "
                          f"{', '.join(s.name for s in manifest.kernels)})")
     path = lock_path(manifest)
-    lock = read_lock(path)
+    lock = _read_lock(manifest, options)
     plan = {s.name: [a for a in manifest.archs_of(s) if options.archs is None or a in options.archs] for s in specs}
     if options.locked:
         lock = require_fresh(manifest, lock, plan if (options.kernels or options.archs) else None)

@@ -8,7 +8,7 @@ import pytest
 
 from r1build.errors import LockError, StaleLockError
 from r1build.keys import decision_key
-from r1build.lock import Lock, LockEntry, check_lock, read_lock, require_fresh, write_lock
+from r1build.lock import Lock, LockEntry, check_lock, load_lock, read_lock, require_fresh, write_lock
 from r1build.lock.lockfile import inputs_of, render_lock
 from r1build.manifest import Manifest, load_manifest
 
@@ -18,7 +18,7 @@ def _lock_for(m: Manifest) -> Lock:
     for spec in m.kernels:
         for arch in m.archs_of(spec):
             entries.append(LockEntry(
-                name=spec.name, arch=arch, key=decision_key(m, spec, arch), winner="a" * 64, source="b" * 64,
+                name=spec.name, arch=arch, key=decision_key(m, spec, arch), winner="b" * 64, source="b" * 64,
                 provenance="baseline", inputs=inputs_of(m, spec), origin=spec.baseline, toolchain="cuda_13.0",
             ))
     return Lock(manifest=m.path.name, kernel=list(reversed(entries)))
@@ -80,7 +80,7 @@ def test_removed_kernel_and_arch_are_reported(root_copy: Path) -> None:
         (lambda t: t.replace('provenance = "baseline"', 'provenance = baseline', 1), "invalid TOML"),
         (lambda t: t.replace('provenance = "baseline"', 'provenanse = "baseline"', 1),
          "unknown key 'provenanse' (did you mean 'provenance'?)"),
-        (lambda t: t.replace('winner = "' + "a" * 64, 'winner = "' + "z" * 64, 1), "not a sha256 digest"),
+        (lambda t: t.replace('winner = "' + "b" * 64, 'winner = "' + "z" * 64, 1), "not a sha256 digest"),
         (lambda t: t.replace('name = "matmul"', 'name = 3', 1), "expected a string"),
         (lambda t: "\n".join(t.splitlines()[:30]) + '\n[[kernel]]\nname = "x"\n', "missing required key"),
     ],
@@ -103,5 +103,5 @@ def test_committed_locks_are_current(project: str) -> None:
     (`r1build lock --offline -m PROJECT`, or a GPU run for measured winners)."""
     root = Path(__file__).resolve().parents[1] / project
     m = load_manifest(root / "kernels.toml", check_references=False)
-    staleness = check_lock(m, read_lock(root / "kernels.lock"))
+    staleness = check_lock(m, load_lock(m))  # every field verified, current entries against the manifest
     assert not staleness, staleness.render()

@@ -6,7 +6,7 @@ import textwrap
 from collections.abc import Sequence
 
 from ..manifest.model import KernelSpec
-from .plan import MARKER, KernelPlan, describe_origin
+from .plan import MARKER, KernelPlan, comment_text, describe_origin
 
 __all__ = ["HEADER_NAME", "render_header", "signature"]
 
@@ -20,7 +20,7 @@ def signature(spec: KernelSpec, name: str | None = None) -> str:
 
 
 def _comment(text: str, width: int = 108) -> list[str]:
-    flat = " ".join(text.split())
+    flat = comment_text(" ".join(text.split()))
     return [f"// {line}" for line in textwrap.wrap(flat, width - 3)] or ["//"]
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..defines import check_defines
 from ..manifest.archs import arch_info
 from .header import HEADER_NAME, signature
 from .plan import MARKER, KernelPlan, Variant, describe_origin
@@ -27,8 +28,10 @@ DISPATCH_NAME = "r1build_dispatch.cu"
 
 
 def render_variant(variant: Variant) -> str:
-    """The translation unit of one variant."""
+    """The translation unit of one variant; :class:`ValueError` for a define that is not an identifier set to a
+    plain number or identifier (validated where it came from; refused again here, where it would become code)."""
     candidate = variant.candidate
+    check_defines(candidate.defines)
     lines = [
         f"// {MARKER}: do not edit, it is rewritten on every build.",
         f"// kernel {variant.kernel}, variant {candidate.digest}",

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..defines import check_defines
 from ..errors import ToolchainError
 from ..manifest.archs import arch_info
 from ..records import GateReport
@@ -62,7 +63,9 @@ def gencode(arch: str) -> str:
 def nvcc_command(
     nvcc: str, flags: Sequence[str], arch: str, defines: Mapping[str, int | str], source: str, output: str
 ) -> list[str]:
-    """The gate's nvcc command line for one variant (defines sorted by name, so the line is stable)."""
+    """The gate's nvcc command line for one variant (defines sorted by name, so the line is stable);
+    :class:`ValueError` for a define that is not an identifier set to a plain number or identifier."""
+    check_defines(defines)
     cmd = [nvcc, *flags, "-Xptxas", "-v", "-gencode", gencode(arch)]
     cmd += [f"-D{name}={defines[name]}" for name in sorted(defines)]
     cmd += ["-c", source, "-o", output]

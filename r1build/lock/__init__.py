@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from .lockfile import Lock, LockEntry, Staleness, check_lock, lock_path, read_lock, require_fresh, write_lock
+from .lockfile import (
+    Lock,
+    LockEntry,
+    Staleness,
+    check_lock,
+    load_lock,
+    lock_path,
+    read_lock,
+    require_fresh,
+    write_lock,
+)
 from .vendor import find_vendored, vendor_winners
 
 __all__ = [
@@ -11,6 +21,7 @@ __all__ = [
     "Staleness",
     "check_lock",
     "find_vendored",
+    "load_lock",
     "lock_path",
     "read_lock",
     "require_fresh",
