@@ -300,3 +300,34 @@ def test_cmake_builds_a_host_program_with_per_arch_code(manifest: Manifest, tmp_
     ).stdout.split()
     for name in ("silu_mul", "matmul", "transpose", *silu_stems):
         assert name in symbols
+
+
+def test_text_from_a_lock_cannot_escape_the_comments_it_is_written_into(manifest: Manifest) -> None:
+    """Origin text (model, path) reaches comments of the CMake file, the header and the sources: a newline or a
+    line-splicing backslash in it must not become a CMake command or swallow the next line of C."""
+    silu = manifest.kernel("silu_mul")
+    evil = Candidate(
+        (manifest.root / "kernels/silu_mul.cu").read_text(),
+        Origin("generated", model="r1\nmessage(FATAL_ERROR pwned)\r\nset(X 1) \\", round=0, sample=0),
+    )
+    files = render_files(manifest, [Winner(silu, "sm_90", evil)])
+    for name, text in files.items():
+        for line in text.splitlines():
+            assert not line.lstrip().startswith(("message(FATAL_ERROR pwned", "set(X")), (name, line)
+            if line.lstrip().startswith(("//", "#")) and not line.startswith("#define"):
+                assert not line.endswith("\\"), (name, line)
+    assert "message(FATAL_ERROR pwned)" in files[CMAKE_NAME]  # still shown, inside the comment
+
+
+@pytest.mark.parametrize("value", ["128\nmessage(WARNING pwned)", "128 -DEVIL=1", "64\n#error", '"x"', ""])
+def test_unsafe_define_values_are_refused_where_they_are_written(manifest: Manifest, value: str) -> None:
+    from r1build.gate.nvcc import nvcc_command
+
+    silu = manifest.kernel("silu_mul")
+    bad = source_of(manifest, "kernels/silu_mul_vec4.cu", "file", BLOCK=value)
+    with pytest.raises(ValueError, match="refusing to write define"):
+        render_files(manifest, [Winner(silu, "sm_90", bad)])
+    with pytest.raises(ValueError, match="refusing to write define"):
+        nvcc_command("nvcc", [], "sm_90", {"BLOCK": value}, "x.cu", "x.o")
+    good = source_of(manifest, "kernels/silu_mul_vec4.cu", "file", BLOCK="0x80")
+    assert "#define BLOCK 0x80" in next(iter(render_files(manifest, [Winner(silu, "sm_90", good)]).values()))

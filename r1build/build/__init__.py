@@ -24,6 +24,7 @@ Every hook stands alone: frontends may call each in a fresh process, so nothing 
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TypeAlias
@@ -36,6 +37,7 @@ from .options import BuildOptions, ConfigSettings, split_settings
 from .stamp import forget_stamp, read_valid_stamp, write_stamp
 
 __all__ = [
+    "COMPILER_DEFINE",
     "KERNELS_DEFINE",
     "BuildOptions",
     "build_editable",
@@ -49,6 +51,8 @@ __all__ = [
 
 KERNELS_DEFINE = "cmake.define.R1BUILD_KERNELS_CMAKE"
 """The config setting that carries the generated CMake file to CMake as ``R1BUILD_KERNELS_CMAKE``."""
+COMPILER_DEFINE = "cmake.define.CMAKE_CUDA_COMPILER"
+"""The config setting that hands CMake the nvcc the gate used, so the gate and the build use one compiler."""
 
 Settings: TypeAlias = "Mapping[str, str | list[str]] | None"
 """Config settings as a frontend hands them to a hook."""
@@ -63,6 +67,7 @@ def kernel_settings(config_settings: Settings, project_dir: Path | None = None) 
     """
     options, rest = split_settings(config_settings)
     project = (project_dir or Path.cwd()).resolve()
+    rest[COMPILER_DEFINE] = _one_compiler(rest.get(COMPILER_DEFINE))
     cmake_file = read_valid_stamp(project, options)
     if cmake_file is not None:
         emit(Note("info", f"kernels and lock unchanged since the last locked build: using {cmake_file.parent}"))
@@ -70,6 +75,31 @@ def kernel_settings(config_settings: Settings, project_dir: Path | None = None) 
         cmake_file = _prepare(project, options)
     rest[KERNELS_DEFINE] = cmake_file.resolve().as_posix()
     return rest
+
+
+def _one_compiler(given: str | list[str] | None) -> str:
+    """The nvcc the gate uses (:func:`r1build.toolchain.find_nvcc`), to be CMake's ``CMAKE_CUDA_COMPILER`` too.
+
+    Left to itself, CMake picks its CUDA compiler by its own rules (``CUDACXX``, then ``PATH``), which need not
+    be the nvcc r1build found (``R1BUILD_NVCC``, ``CUDACXX``, ``CUDA_HOME``, then ``PATH``): the gate would
+    judge code with one compiler and the build compile it with another. A ``CMAKE_CUDA_COMPILER`` given as a
+    config setting must name the same nvcc, else :class:`~r1build.errors.ConfigError`.
+    """
+    import os
+
+    from ..errors import ConfigError
+    from ..toolchain import find_nvcc
+
+    found = find_nvcc()
+    path = shutil.which(found) or found
+    if given is not None:
+        value = given if isinstance(given, str) else given[-1]
+        other = shutil.which(value) or value
+        if os.path.realpath(other) != os.path.realpath(path):
+            raise ConfigError(f"config setting {COMPILER_DEFINE}={value} is not the nvcc r1build gates with "
+                              f"({path}); set R1BUILD_NVCC (or CUDACXX) to it, so the gate and the build use one "
+                              "compiler")
+    return str(Path(path).absolute())
 
 
 def _prepare(project: Path, options: BuildOptions) -> Path:

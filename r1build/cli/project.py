@@ -216,9 +216,10 @@ def cmd_vendor(args: argparse.Namespace, console: Console) -> int:
         resolution = resolve(manifest, cache, ResolveOptions(locked=True, offline=True, use_gpu=False,
                                                              write_lock=False))
     vendor_dir = manifest.root / manifest.settings.vendor_dir
-    kept, removed = vendor_winners(vendor_dir, sorted({(r.spec.name, r.candidate.source) for r in resolution.entries}))
-    for path in kept:
+    done = vendor_winners(manifest.root, vendor_dir,
+                          sorted({(r.spec.name, r.candidate.source) for r in resolution.entries}))
+    for path in done.kept:
         console.print(f"vendored {path.relative_to(manifest.root)}")
-    for path in removed:
+    for path in done.removed:
         console.print(f"removed  {path.relative_to(manifest.root)}")
     return 0

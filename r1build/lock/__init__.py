@@ -13,12 +13,13 @@ from .lockfile import (
     require_fresh,
     write_lock,
 )
-from .vendor import find_vendored, vendor_winners
+from .vendor import Vendored, find_vendored, vendor_winners
 
 __all__ = [
     "Lock",
     "LockEntry",
     "Staleness",
+    "Vendored",
     "check_lock",
     "find_vendored",
     "load_lock",

@@ -4,11 +4,12 @@ A lock can be truncated (a crash, a bad copy), hold git's conflict markers (two 
 or have an entry that fails verification (edited by hand or by someone else). Every command but ``r1build lock``
 refuses such a lock and names that command; ``r1build lock`` reads it here, entry by entry:
 
-* the text is cut into ``[[kernel]]`` tables; lines of conflict markers (``<<<<<<<``, ``|||||||``, ``=======``,
-  ``>>>>>>>``) end a table and are dropped, so both sides of a conflict are read;
-* each table is parsed and verified on its own (:func:`~r1build.lock.verify.entry_problem`, and against the
-  manifest for a current entry): one that does not parse or verify is dropped;
-* of two verified entries for one kernel × arch (the two sides of a conflict), the first (git's "ours") is kept.
+* a text with git's conflict markers (``<<<<<<<``, ``|||||||``, ``=======``, ``>>>>>>>``) is read twice, as
+  each side wrote it ("ours", then "theirs");
+* each ``[[kernel]]`` table is parsed and verified on its own (:func:`~r1build.lock.verify.entry_problem`, and
+  against the manifest for a current entry): one that does not parse or verify is dropped;
+* of two different verified entries for one kernel × arch, one whose key is current wins over a stale one,
+  then "ours" over "theirs".
 
 The resolver then treats the kept entries as the lock: what they name is used where its source is found, and
 every other kernel × arch is resolved again from the cache and the manifest, so the rewritten lock is whole.
@@ -52,19 +53,39 @@ class Salvage:
     """(line, why) of every table dropped."""
 
 
-def _tables(text: str) -> list[tuple[int, str]]:
-    """(first line, text) of each ``[[kernel]]`` table, conflict-marker lines removed."""
-    tables: list[tuple[int, list[str]]] = []
-    current: list[str] | None = None
+Lines = list[tuple[int, str]]
+"""(line number in the lock file, text) pairs."""
+
+
+def _sides(text: str) -> list[Lines]:
+    """The lines as each side of a merge conflict wrote them (git's "ours" first, then "theirs"; a diff3 base is
+    left out); the file's own lines when it holds no conflict markers."""
+    ours: Lines = []
+    theirs: Lines = []
+    section = "both"
+    conflicted = False
     for number, line in enumerate(text.splitlines(), start=1):
-        if _MARKER.match(line):
-            current = None
-        elif _TABLE.match(line):
-            current = [line]
-            tables.append((number, current))
-        elif current is not None:
-            current.append(line)
-    return [(number, "\n".join(lines) + "\n") for number, lines in tables]
+        m = _MARKER.match(line)
+        if m:
+            conflicted = True
+            section = {"<": "ours", "|": "base", "=": "theirs", ">": "both"}[m.group(1)[0]]
+            continue
+        if section in ("both", "ours"):
+            ours.append((number, line))
+        if section in ("both", "theirs"):
+            theirs.append((number, line))
+    return [ours, theirs] if conflicted else [ours]
+
+
+def _tables(lines: Lines) -> list[tuple[int, str]]:
+    """(first line, text) of each ``[[kernel]]`` table."""
+    tables: list[tuple[int, list[str]]] = []
+    for number, line in lines:
+        if _TABLE.match(line):
+            tables.append((number, [line]))
+        elif tables:
+            tables[-1][1].append(line)
+    return [(number, "\n".join(body) + "\n") for number, body in tables]
 
 
 def _read_table(manifest: Manifest, table: str) -> LockEntry | str:
@@ -100,20 +121,31 @@ def salvage_lock(manifest: Manifest, damage: LockError) -> Salvage:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
         raise LockError(f"{path}: cannot read the lock: {exc}") from None
-    kept: dict[tuple[str, str], LockEntry] = {}
+    sides = _sides(text)
+    found: dict[tuple[str, str], list[tuple[bool, int, int, LockEntry]]] = {}
     dropped: list[tuple[int, str]] = []
-    for line, table in _tables(text):
-        found = _read_table(manifest, table)
-        if isinstance(found, str):
-            dropped.append((line, found))
-        elif (found.name, found.arch) in kept:
-            dropped.append((line, f"{found.name}/{found.arch}: a second entry (a merge conflict's other side); "
-                                  "the first one is kept"))
-        else:
-            kept[(found.name, found.arch)] = found
-    for line, why in dropped:
+    for side, version in enumerate(sides):
+        where = "" if len(sides) == 1 else (" (ours)", " (theirs)")[side]
+        for line, table in _tables(version):
+            entry = _read_table(manifest, table)
+            if isinstance(entry, str):
+                dropped.append((line, entry + where))
+                continue
+            spec = next((s for s in manifest.kernels if s.name == entry.name), None)
+            current = spec is not None and entry.key == decision_key(manifest, spec, entry.arch)
+            found.setdefault((entry.name, entry.arch), []).append((not current, side, line, entry))
+    kept: dict[tuple[str, str], LockEntry] = {}
+    for (name, arch), options in found.items():
+        options.sort(key=lambda o: (o[0], o[1]))
+        kept[(name, arch)] = first = options[0][3]
+        for _, side, line, other in options[1:]:
+            if other != first:
+                what = "the other side of a merge conflict" if side != options[0][1] else "a second entry"
+                dropped.append((line, f"{name}/{arch}: {what} (winner {other.winner[:12]}); kept winner "
+                                      f"{first.winner[:12]}{' (current)' if not options[0][0] else ''}"))
+    for line, why in dict(dropped).items():
         emit(Note("warning", f"{path.name}:{line}: dropped {why}"))
     for e in kept.values():
         emit(Note("info", f"{path.name}: kept {e.provenance} winner {e.winner[:12]}", e.name, e.arch))
     entries = sorted(kept.values(), key=lambda e: (e.name, e.arch))
-    return Salvage(Lock(manifest=manifest.path.name, kernel=entries), entries, dropped)
+    return Salvage(Lock(manifest=manifest.path.name, kernel=entries), entries, sorted(dict(dropped).items()))

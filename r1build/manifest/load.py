@@ -131,6 +131,7 @@ def load_manifest(path: Path, *, check_references: bool = True) -> Manifest:
         raise v.fail(("kernel",), "the manifest declares no kernels ([[kernel]] tables)")
 
     settings = _validate_settings(v, settings)
+    _check_project_paths(v, settings, path)
     digests: dict[str, str] = {}
     seen: dict[str, int] = {}
     validated = []
@@ -210,6 +211,38 @@ def _url_problem(url: str) -> str | None:
     if parts.query or parts.fragment:
         return f"{url!r}: an endpoint URL has no query or fragment"
     return None
+
+
+def _check_project_paths(v: _Validator, settings: Settings, manifest: Path) -> None:
+    """``lock-file`` and ``vendor-dir`` name places r1build writes (and, for vendor-dir, deletes in): they must
+    stay inside the project (the manifest's folder), also through symbolic links; vendor-dir is never the
+    project's root, and the lock never the manifest or a folder."""
+    root = manifest.parent.resolve()
+    places: dict[str, Path] = {}
+    for key, rel in (("lock-file", settings.lock_file), ("vendor-dir", settings.vendor_dir)):
+        pure = Path(rel)
+        if not rel.strip() or pure.is_absolute() or rel.startswith(("/", "\\", "~")) or re.match(r"^[A-Za-z]:", rel):
+            raise v.fail((key,), f"{rel!r} must be a relative path inside the project ({root})")
+        if ".." in re.split(r"[/\\]", rel):
+            raise v.fail((key,), f"{rel!r} must stay inside the project ({root}): '..' is not allowed")
+        real = (root / pure).resolve()
+        if not real.is_relative_to(root):
+            raise v.fail((key,), f"{rel!r} leads outside the project through a symbolic link (to {real})")
+        places[key] = real
+    vendor, lock = places["vendor-dir"], places["lock-file"]
+    if vendor == root:
+        raise v.fail(("vendor-dir",), f"{settings.vendor_dir!r} is the project's root: `r1build vendor` writes and "
+                                      "removes files in vendor-dir, so give it a folder of its own "
+                                      "(the default is 'kernels/_r1build')")
+    if vendor.exists() and not vendor.is_dir():
+        raise v.fail(("vendor-dir",), f"{settings.vendor_dir!r} is a file, not a folder")
+    if lock == manifest.resolve() or lock.name == "pyproject.toml":
+        raise v.fail(("lock-file",), f"{settings.lock_file!r} would overwrite the project's own file")
+    if lock.is_dir():
+        raise v.fail(("lock-file",), f"{settings.lock_file!r} is a folder, not a file")
+    if lock.is_relative_to(vendor):
+        raise v.fail(("lock-file",), f"{settings.lock_file!r} is inside vendor-dir ({settings.vendor_dir!r}), "
+                                     "which `r1build vendor` keeps to itself")
 
 
 def _check_ident(v: _Validator, name: str, where: KeyPath, what: str, kind: Kind) -> None:

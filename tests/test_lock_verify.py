@@ -1,0 +1,186 @@
+"""A lock is trusted only as far as every field verifies: each case of a tampered lock, through the real CLI.
+
+The project is the root manifest narrowed to silu_mul on sm_90. Its lock is made by `r1build lock` from a real
+cached decision (the hand-written vec4 file tuned with BLOCK=256, gated by the real nvcc), then edited the way
+the issue's reports did. `check --locked`, `status`, `resolve --locked` must refuse each edit with exit 2, naming
+the lock file, the entry and the field, and the fix.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from r1build.cache import Cache
+from r1build.cli.main import main
+from r1build.keys import decision_key, digest_bytes, variant_digest
+from r1build.lock import load_lock, read_lock
+from r1build.manifest import load_manifest
+from r1build.records import Candidate, CandidateRef, Decision, Origin, Result, Timing
+
+VEC4 = "kernels/silu_mul_vec4.cu"
+
+
+def _narrow(root_copy: Path) -> Path:
+    toml = root_copy / "kernels.toml"
+    head, _, _ = toml.read_text(encoding="utf-8").partition("# Row softmax")
+    toml.write_text(head.replace('archs = ["sm_80", "sm_90"]', 'archs = ["sm_90"]', 1), encoding="utf-8")
+    return toml
+
+
+@pytest.fixture
+def locked(root_copy: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The narrowed project, locked to a measured, tuned winner (silu_mul_vec4.cu with BLOCK=256)."""
+    for var in ("DEEPSEEK_API_KEY", "OPENAI_API_KEY", "R1BUILD_BASE_URL", "NVIDIA_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    m = load_manifest(_narrow(root_copy))
+    spec = m.kernel("silu_mul")
+    vec4 = Candidate((root_copy / VEC4).read_text(encoding="utf-8"), Origin("file", VEC4), {"BLOCK": 256})
+    with Cache(cache_dir) as cache:
+        cache.put_text(vec4.source)
+        result = Result(vec4.digest, "sm_90", "passed", "evaluate", timing=Timing(41.5, 0.01, 200),
+                        device="NVIDIA H200")
+        cache.put_decision(Decision(decision_key(m, spec, "sm_90"), spec.name, "sm_90", CandidateRef.of(vec4),
+                                    [CandidateRef.of(vec4)], [result], measured=True, device="NVIDIA H200"))
+    assert main(["lock", "-m", str(root_copy), "--offline", "--no-gpu"]) == 0
+    entry = read_lock(root_copy / "kernels.lock").entry("silu_mul", "sm_90")  # type: ignore[union-attr]
+    assert entry is not None and entry.defines == {"BLOCK": 256} and entry.winner == vec4.digest
+    return root_copy
+
+
+def _field(text: str, key: str) -> str:
+    m = re.search(rf'^{key} = "([^"]*)"$', text, re.MULTILINE)
+    assert m, key
+    return m.group(1)
+
+
+def _set(text: str, key: str, value: str) -> str:
+    return re.sub(rf"^{key} = .*$", lambda _: f"{key} = {value}", text, count=1, flags=re.MULTILINE)
+
+
+def _with_defines(text: str, toml_defines: str, defines: dict[str, int | str], *, fix_winner: bool) -> str:
+    text = _set(text, "defines", toml_defines)
+    if fix_winner:  # a careful forger recomputes the winner digest
+        text = _set(text, "winner", f'"{variant_digest(_field(text, "source"), defines)}"')
+    return text
+
+
+INJECTED = "128\nmessage(WARNING pwned)"
+FAKE_SOURCE = digest_bytes(b"__global__ void evil() {}\n")
+
+Edit = Callable[[str], str]
+CASES: list[tuple[str, Edit, str, str]] = [
+    ("cmake-in-define", lambda t: _with_defines(t, '{ BLOCK = "128\\nmessage(WARNING pwned)" }',
+                                                {"BLOCK": INJECTED}, fix_winner=True),
+     "defines", "not a plain numeric literal or identifier"),
+    ("flag-in-define", lambda t: _with_defines(t, '{ BLOCK = "128 -DEVIL=1" }', {"BLOCK": "128 -DEVIL=1"},
+                                               fix_winner=True),
+     "defines", "not a plain numeric literal or identifier"),
+    ("block-7", lambda t: _set(t, "defines", "{ BLOCK = 7 }"), "winner", "not the digest of the entry's source"),
+    ("block-7-forged", lambda t: _with_defines(t, "{ BLOCK = 7 }", {"BLOCK": 7}, fix_winner=True),
+     "defines", "BLOCK=7 is not one of the declared values [128, 256, 512]"),
+    ("winner-zeros", lambda t: _set(t, "winner", '"' + "0" * 64 + '"'), "winner", "not the digest"),
+    ("source-edited", lambda t: _set(t, "source", f'"{FAKE_SOURCE}"'), "winner", "not the digest"),
+    ("source-forged", lambda t: _set(_set(t, "source", f'"{FAKE_SOURCE}"'), "winner",
+                                     f'"{variant_digest(FAKE_SOURCE, {"BLOCK": 256})}"'),
+     "source", f"is not the digest of {VEC4}"),
+    ("arch", lambda t: _set(t, "arch", '"90"'), "arch", "not canonical"),
+    ("gpu-newline", lambda t: _set(t, "gpu", '"H200\\n#error x"'), "gpu", "not one printable line"),
+    ("time", lambda t: _set(t, "time-us", "-1.0"), "time-us", "not a positive time"),
+    ("provenance", lambda t: _set(t, "provenance", '"file"'), "provenance", "'tuned' is a hand-written source"),
+    ("origin", lambda t: _set(t, "origin", '"../../etc/passwd"'), "origin", "not a relative path"),
+]
+
+
+@pytest.mark.parametrize(("edit", "field", "message"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_check_locked_refuses_every_tampered_field(locked: Path, capsys: pytest.CaptureFixture[str],
+                                                   edit: Edit, field: str, message: str) -> None:
+    path = locked / "kernels.lock"
+    assert main(["check", "--locked", "-m", str(locked)]) == 0
+    assert "kernels.lock: current and verified" in capsys.readouterr().out
+    path.write_text(edit(path.read_text(encoding="utf-8")), encoding="utf-8")
+    for command in (["check", "--locked"], ["status"], ["resolve", "--locked", "--no-gpu"]):
+        assert main([*command, "-m", str(locked)]) == 2, command
+        err = capsys.readouterr().err
+        flat = " ".join(err.split())
+        assert str(path) in flat and re.search(rf"kernel\[0\] \(silu_mul/(sm_)?90\)\.{field}:", flat), (command, err)
+        assert message in flat and "r1build lock" in flat, (command, err)
+
+
+def test_generated_winner_whose_source_is_nowhere_fails_check_locked(locked: Path, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """An entry consistent in itself (a generated winner, digests recomputed) whose source no cache, vendored
+    folder or manifest file holds: `check --locked` fails as the locked build would."""
+    path = locked / "kernels.lock"
+    text = path.read_text(encoding="utf-8")
+    for key in ("origin",):
+        text = re.sub(rf"^{key} = .*\n", "", text, flags=re.MULTILINE)
+    text = _set(_set(text, "provenance", '"generated"'), "source", f'"{FAKE_SOURCE}"')
+    text = _set(text, "winner", f'"{variant_digest(FAKE_SOURCE, {"BLOCK": 256})}"')
+    text = text.replace('provenance = "generated"', 'provenance = "generated"\nmodel = "deepseek-reasoner"')
+    path.write_text(text, encoding="utf-8")
+    code = main(["check", "--locked", "-m", str(locked), "--cache-dir", str(tmp_path / "empty")])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 1 and f"names source {FAKE_SOURCE[:16]}, which is neither in the cache" in err, err
+
+
+def test_committed_sample_lock_verifies_field_by_field() -> None:
+    root = Path(__file__).resolve().parents[1] / "sample_project"
+    m = load_manifest(root / "kernels.toml", check_references=False)
+    lock = load_lock(m)
+    assert lock is not None and any(e.defines for e in lock.kernel)
+
+
+def test_lock_rebuilds_a_truncated_lock_and_others_name_it(locked: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = locked / "kernels.lock"
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text[: text.index("winner = ") + 20], encoding="utf-8")  # cut inside the winner digest
+    capsys.readouterr()
+    for command in (["status"], ["check"], ["resolve", "--offline", "--no-gpu"], ["lock", "--check"], ["vendor"]):
+        assert main([*command, "-m", str(locked)]) == 2, command
+        err = " ".join(capsys.readouterr().err.split())
+        assert "kernels.lock" in err and "rebuild it with `r1build lock`" in err, (command, err)
+    assert main(["lock", "-m", str(locked), "--offline", "--no-gpu"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "the lock cannot be used as it is" in err and "kernels.lock:6: dropped" in err, err
+    assert path.read_text(encoding="utf-8") == text  # rebuilt from the cache: the same decision, the same bytes
+    assert main(["check", "--locked", "-m", str(locked)]) == 0
+
+
+def test_lock_resolves_a_merge_conflict_keeping_what_verifies(locked: Path, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Two branches locked silu_mul/sm_90 differently; git left conflict markers. With an empty cache, `r1build
+    lock` keeps our verified entry (its source is the manifest's own file) and drops theirs, saying so."""
+    import subprocess
+
+    from r1build.lock import Lock, LockEntry
+    from r1build.lock.lockfile import render_lock
+
+    path = locked / "kernels.lock"
+    ours = path.read_text(encoding="utf-8")
+    mine = read_lock(path).entry("silu_mul", "sm_90")  # type: ignore[union-attr]
+    assert mine is not None
+    base_source = digest_bytes((locked / "kernels/silu_mul.cu").read_bytes())
+    theirs_entry = LockEntry(name="silu_mul", arch="sm_90", key=mine.key, winner=base_source, source=base_source,
+                             provenance="baseline", inputs=dict(mine.inputs), origin="kernels/silu_mul.cu",
+                             toolchain=mine.toolchain)
+    (tmp_path / "ours").write_text(ours, encoding="utf-8")
+    (tmp_path / "base").write_text(render_lock(Lock(manifest="kernels.toml")), encoding="utf-8")
+    (tmp_path / "theirs").write_text(render_lock(Lock(manifest="kernels.toml", kernel=[theirs_entry])), "utf-8")
+    merged = subprocess.run(["git", "merge-file", "-p", "ours", "base", "theirs"], cwd=tmp_path,
+                            capture_output=True, text=True, check=False)
+    assert merged.returncode > 0 and "<<<<<<<" in merged.stdout, merged
+    path.write_text(merged.stdout, encoding="utf-8")
+    empty = ["--cache-dir", str(tmp_path / "empty-cache")]
+    assert main(["check", "--locked", "-m", str(locked), *empty]) == 2
+    assert "invalid TOML" in capsys.readouterr().err
+
+    assert main(["lock", "-m", str(locked), "--offline", "--no-gpu", *empty]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"silu_mul/sm_90: kernels.lock: kept tuned winner {mine.winner[:12]}" in err, err
+    assert f"silu_mul/sm_90: the other side of a merge conflict (winner {base_source[:12]})" in err, err
+    assert path.read_text(encoding="utf-8") == ours
+    assert main(["check", "--locked", "-m", str(locked), *empty]) == 0
