@@ -9,6 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from r1build.cache import Cache
+from r1build.cli.main import main
+from r1build.keys import decision_key
+from r1build.lock import read_lock
+from r1build.manifest import load_manifest
+from r1build.records import Candidate, CandidateRef, Decision, Origin, Result, Timing
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -75,3 +82,34 @@ def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
     d = tmp_path / "cache"
     monkeypatch.setenv("R1BUILD_CACHE_DIR", str(d))
     yield d
+
+
+VEC4 = "kernels/silu_mul_vec4.cu"
+
+
+def narrow_root_manifest(root_copy: Path) -> Path:
+    """The root manifest copy narrowed to silu_mul on sm_90 (one kernel, one arch: short compiles)."""
+    toml = root_copy / "kernels.toml"
+    head, _, _ = toml.read_text(encoding="utf-8").partition("# Row softmax")
+    toml.write_text(head.replace('archs = ["sm_80", "sm_90"]', 'archs = ["sm_90"]', 1), encoding="utf-8")
+    return toml
+
+
+@pytest.fixture
+def locked(root_copy: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The narrowed project, locked to a measured, tuned winner (silu_mul_vec4.cu with BLOCK=256)."""
+    for var in ("DEEPSEEK_API_KEY", "OPENAI_API_KEY", "R1BUILD_BASE_URL", "NVIDIA_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    m = load_manifest(narrow_root_manifest(root_copy))
+    spec = m.kernel("silu_mul")
+    vec4 = Candidate((root_copy / VEC4).read_text(encoding="utf-8"), Origin("file", VEC4), {"BLOCK": 256})
+    with Cache(cache_dir) as cache:
+        cache.put_text(vec4.source)
+        result = Result(vec4.digest, "sm_90", "passed", "evaluate", timing=Timing(41.5, 0.01, 200),
+                        device="NVIDIA H200")
+        cache.put_decision(Decision(decision_key(m, spec, "sm_90"), spec.name, "sm_90", CandidateRef.of(vec4),
+                                    [CandidateRef.of(vec4)], [result], measured=True, device="NVIDIA H200"))
+    assert main(["lock", "-m", str(root_copy), "--offline", "--no-gpu"]) == 0
+    entry = read_lock(root_copy / "kernels.lock").entry("silu_mul", "sm_90")  # type: ignore[union-attr]
+    assert entry is not None and entry.defines == {"BLOCK": 256} and entry.winner == vec4.digest
+    return root_copy

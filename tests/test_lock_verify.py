@@ -1,9 +1,9 @@
 """A lock is trusted only as far as every field verifies: each case of a tampered lock, through the real CLI.
 
-The project is the root manifest narrowed to silu_mul on sm_90. Its lock is made by `r1build lock` from a real
-cached decision (the hand-written vec4 file tuned with BLOCK=256, gated by the real nvcc), then edited the way
-the issue's reports did. `check --locked`, `status`, `resolve --locked` must refuse each edit with exit 2, naming
-the lock file, the entry and the field, and the fix.
+The project (the ``locked`` fixture of conftest.py) is the root manifest narrowed to silu_mul on sm_90, locked by
+`r1build lock` from a real cached decision (the hand-written vec4 file tuned with BLOCK=256, gated by the real
+nvcc); each test edits the lock the way the issue's reports did. `check --locked`, `status` and `resolve --locked`
+must refuse each edit with exit 2, naming the lock file, the entry and the field, and the fix.
 """
 
 from __future__ import annotations
@@ -14,41 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from r1build.cache import Cache
 from r1build.cli.main import main
-from r1build.keys import decision_key, digest_bytes, variant_digest
+from r1build.keys import digest_bytes, variant_digest
 from r1build.lock import load_lock, read_lock
 from r1build.manifest import load_manifest
-from r1build.records import Candidate, CandidateRef, Decision, Origin, Result, Timing
 
 VEC4 = "kernels/silu_mul_vec4.cu"
-
-
-def _narrow(root_copy: Path) -> Path:
-    toml = root_copy / "kernels.toml"
-    head, _, _ = toml.read_text(encoding="utf-8").partition("# Row softmax")
-    toml.write_text(head.replace('archs = ["sm_80", "sm_90"]', 'archs = ["sm_90"]', 1), encoding="utf-8")
-    return toml
-
-
-@pytest.fixture
-def locked(root_copy: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The narrowed project, locked to a measured, tuned winner (silu_mul_vec4.cu with BLOCK=256)."""
-    for var in ("DEEPSEEK_API_KEY", "OPENAI_API_KEY", "R1BUILD_BASE_URL", "NVIDIA_API_KEY"):
-        monkeypatch.delenv(var, raising=False)
-    m = load_manifest(_narrow(root_copy))
-    spec = m.kernel("silu_mul")
-    vec4 = Candidate((root_copy / VEC4).read_text(encoding="utf-8"), Origin("file", VEC4), {"BLOCK": 256})
-    with Cache(cache_dir) as cache:
-        cache.put_text(vec4.source)
-        result = Result(vec4.digest, "sm_90", "passed", "evaluate", timing=Timing(41.5, 0.01, 200),
-                        device="NVIDIA H200")
-        cache.put_decision(Decision(decision_key(m, spec, "sm_90"), spec.name, "sm_90", CandidateRef.of(vec4),
-                                    [CandidateRef.of(vec4)], [result], measured=True, device="NVIDIA H200"))
-    assert main(["lock", "-m", str(root_copy), "--offline", "--no-gpu"]) == 0
-    entry = read_lock(root_copy / "kernels.lock").entry("silu_mul", "sm_90")  # type: ignore[union-attr]
-    assert entry is not None and entry.defines == {"BLOCK": 256} and entry.winner == vec4.digest
-    return root_copy
 
 
 def _field(text: str, key: str) -> str:

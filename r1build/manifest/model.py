@@ -232,9 +232,11 @@ class Settings:
     """Name of the CMake target the generated CMake file defines (an ALIAS of ``r1build_kernels``): letters,
     digits, ``_ . + -``, parts joined by ``::``."""
     lock_file: str = "kernels.lock"
-    """Lock file, relative to the manifest."""
+    """Lock file, relative to the manifest; must stay inside the project (no ``..``, no absolute path, no symbolic link
+    leading out) and not be the manifest itself."""
     vendor_dir: str = "kernels/_r1build"
-    """Where ``r1build vendor`` writes the winners' sources, relative to the manifest."""
+    """Where ``r1build vendor`` writes the winners' sources, relative to the manifest: a folder of its own inside the
+    project (not its root), since vendoring writes and removes files there (only those it wrote)."""
     nvcc_flags: list[str] = field(default_factory=lambda: ["-O3", "-std=c++17"])
     """Flags passed to nvcc for every candidate (part of the gate's and the build's key), each one token
     (``-maxrregcount=64``). Not allowed: flags that select archs (``-arch``, ``-gencode``, ``-code``), outputs,
