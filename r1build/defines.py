@@ -12,27 +12,22 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from .manifest.values import tunable_value_problem
+
 __all__ = ["check_defines", "define_problem"]
 
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
-_EXPONENT = r"(?:[eE][+-]?[0-9]+)?"
-_NUMBER = rf"[+-]?(?:0[xX][0-9A-Fa-f]+|[0-9]+(?:\.[0-9]*)?{_EXPONENT}|\.[0-9]+{_EXPONENT})[uUlLfF]{{0,3}}"
-_VALUE = re.compile(rf"{_NUMBER}|[A-Za-z_][A-Za-z0-9_]{{0,63}}")
-_MAX_CHARS = 64
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def define_problem(name: object, value: object) -> str | None:
-    """Why ``-D<name>=<value>`` is not allowed, or None when it is."""
+    """Why ``-D<name>=<value>`` is not allowed, or None when it is (values: the manifest's rule for tunables,
+    :func:`~r1build.manifest.values.tunable_value_problem`)."""
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         return f"name {name!r} is not a C identifier"
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         return f"{name}: value {value!r} is neither an integer nor a numeric literal or identifier"
-    if isinstance(value, int):
-        return None
-    if len(value) > _MAX_CHARS or not _VALUE.fullmatch(value):
-        return (f"{name}: value {value!r} is not a plain numeric literal or identifier (no spaces, flags, "
-                "quotes or code)")
-    return None
+    problem = tunable_value_problem(value)
+    return f"{name}: value {problem}" if problem else None
 
 
 def check_defines(defines: Mapping[str, object]) -> None:

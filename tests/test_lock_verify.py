@@ -46,10 +46,10 @@ Edit = Callable[[str], str]
 CASES: list[tuple[str, Edit, str, str]] = [
     ("cmake-in-define", lambda t: _with_defines(t, '{ BLOCK = "128\\nmessage(WARNING pwned)" }',
                                                 {"BLOCK": INJECTED}, fix_winner=True),
-     "defines", "not a plain numeric literal or identifier"),
+     "defines", "is not an integer, a numeric literal or an identifier"),
     ("flag-in-define", lambda t: _with_defines(t, '{ BLOCK = "128 -DEVIL=1" }', {"BLOCK": "128 -DEVIL=1"},
                                                fix_winner=True),
-     "defines", "not a plain numeric literal or identifier"),
+     "defines", "is not an integer, a numeric literal or an identifier"),
     ("block-7", lambda t: _set(t, "defines", "{ BLOCK = 7 }"), "winner", "not the digest of the entry's source"),
     ("block-7-forged", lambda t: _with_defines(t, "{ BLOCK = 7 }", {"BLOCK": 7}, fix_winner=True),
      "defines", "BLOCK=7 is not one of the declared values [128, 256, 512]"),

@@ -44,8 +44,8 @@ def test_a_locked_build_refuses_cmake_code_in_a_lock_before_cmake_runs(build_env
     assert proc.returncode != 0
     assert "Traceback" not in proc.stdout
     assert re.search(r"r1build: error: \S*kernels\.lock:\d+: kernel\[0\] \(scale/sm_90\)\.defines: BLOCK: value "
-                     r"'128\\nmessage\(WARNING PWNED-BY-LOCK\)' is not a plain numeric literal", proc.stdout), \
-        proc.stdout[-4000:]
+                     r"'128\\nmessage\(WARNING PWNED-BY-LOCK\)' is not an integer, a numeric literal or an "
+                     r"identifier", proc.stdout), proc.stdout[-4000:]
     assert "CMake Warning" not in proc.stdout and not (project / ".r1build" / "generated").exists()
     assert not list(out.glob("*.whl"))
 
