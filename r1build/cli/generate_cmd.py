@@ -6,9 +6,10 @@ import argparse
 import dataclasses
 import datetime
 import importlib
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..cache import Cache
 from ..errors import ConfigError, UsageError
@@ -21,10 +22,16 @@ from ..records import Candidate, CandidateRef, Result
 from .common import add_cache_arg, add_manifest_arg, load_from_args, open_cache, parse_archs
 from .render import Console
 
+if TYPE_CHECKING:
+    from ..generate import SearchOutcome
+    from ..generate.controller import SampleLoss
+
 __all__ = ["GENERATION_NAMESPACE", "register"]
 
 GENERATION_NAMESPACE = "generation"
-"""Cache JSON namespace of ``r1build generate`` runs, keyed by decision key (transcripts, candidates, results)."""
+"""Cache JSON namespace of ``r1build generate`` runs, keyed by decision key (transcripts, candidates, results):
+:data:`r1build.generate.transcripts.LINKS_NAMESPACE`, where the search itself links its transcripts however it
+ends (not imported here: importing the generate stage loads the openai client, too slow for every command)."""
 
 
 def register(sub: Any) -> None:
@@ -139,6 +146,7 @@ def cmd_generate(args: argparse.Namespace, console: Console) -> int:
                 "results": [dataclasses.asdict(r) for r in outcome.results],
                 "usage": dataclasses.asdict(outcome.usage),
                 "stop_reason": outcome.stop_reason,
+                "cause": outcome.cause,
             })
             _table(console, arch, outcome.candidates, outcome.results, f"generate {spec.name}")
             u = outcome.usage
@@ -150,14 +158,26 @@ def cmd_generate(args: argparse.Namespace, console: Console) -> int:
                 f"{spec.name} {arch}: {len(generated)} generated ({passed} passed the gate, {u.duplicates} "
                 f"duplicates) in {outcome.rounds} round(s); {u.samples} samples, {u.requests} requests "
                 f"({u.retries} retries); {approx}{u.prompt_tokens} prompt + {approx}{u.completion_tokens} completion "
-                f"tokens, ${u.cost_usd:.4f}; faults: {faults}; stopped: {outcome.stop_reason}"
+                f"tokens, ${u.cost_usd:.4f}; faults: {faults}; stopped ({outcome.stop_reason}): {outcome.cause}"
             )
             if not passed:
-                failed.append(arch)
+                failed.append(f"{arch} ({_why_none_passed(outcome)})")
     if failed:
-        console.error(f"no generated candidate of {spec.name} passed the gate on {', '.join(failed)}")
+        console.error(f"no generated candidate of {spec.name} passed the gate on {'; '.join(failed)}")
         return 1
     return 0
+
+
+def _why_none_passed(outcome: SearchOutcome) -> str:
+    """What became of the answers of a search in which no generated candidate passed, and why it stopped."""
+    u = outcome.usage
+    statuses = Counter(r.status.replace("_", " ") for _, r in outcome.generated())
+    lost: dict[SampleLoss, str] = {"no_code": "without code", "truncated": "cut off at max-tokens",
+                                   "content_filter": "filtered"}
+    parts = [f"{n} {status}" for status, n in statuses.most_common()]
+    parts += [f"{u.failures[k]} {what}" for k, what in lost.items() if u.failures.get(k)]
+    answers = f"{u.answers} answer(s) of {u.samples} sample(s)" + (f": {', '.join(parts)}" if parts else "")
+    return f"{answers}; stopped: {outcome.cause}"
 
 
 def _stored_transcripts(cache: Cache, manifest: Manifest, spec: KernelSpec, arch: str) -> tuple[list[str], Any]:

@@ -4,15 +4,21 @@
 - Streaming by default, so an answer that takes minutes keeps the connection busy (servers send SSE keep-alive
   comments); ``stream_options.include_usage`` asks for token counts.
 - The client's own retries are off: retries happen here, after 429, 5xx, connection errors, timeouts and
-  answers that do not parse (a body that is not JSON, a stream that ends before its finish chunk), with
-  exponential backoff that honours ``retry-after`` / ``retry-after-ms`` and never waits past the deadline.
+  answers that do not parse (a body that is not JSON, a stream that ends before its finish chunk). The pause
+  before a retry is one :class:`Pacer` shared by every sample of a search: a ``retry-after`` / ``retry-after-ms``
+  (seconds or an HTTP date) or an exponential backoff holds back every request, not only the one that failed;
+  a pause that would end after the search's deadline stops the search instead of sleeping through it, and a run
+  of failures with no answer in between trips the circuit breaker.
+- Each attempt's cost is counted from the usage the server reports, or from the length of the text received
+  (never from the number of chunks), and handed to a :class:`Spend`, which also sets each attempt's
+  ``max_tokens`` from what remains of the budget.
 - Every attempt runs under an overall deadline (``asyncio.wait_for``), not only the HTTP client's per-read
   timeout, so a connection that stalls for ever costs one attempt, never an unbounded wait.
 - 400, 401, 402, 403, 404, 422 (and other 4xx) end the run: :class:`~r1build.errors.ConfigError` for what the
   user must fix in their settings (key, URL, model), :class:`~r1build.errors.GenerationError` otherwise.
 
 The key never leaves :class:`~r1build.generate.providers.Endpoint` except in the Authorization header; every
-message this module produces passes through :meth:`ChatClient.redact`.
+message this module produces passes through :meth:`ChatClient.redact`, which removes every configured secret.
 """
 
 from __future__ import annotations
@@ -22,24 +28,44 @@ import email.utils
 import json
 import random
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from types import TracebackType
-from typing import Any, cast
+from typing import Any, Literal, Protocol, cast, get_args
 
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from ..errors import ConfigError, GenerationError, R1BuildError
 from ..manifest.model import Generation
+from .budget import StopReason, estimate_tokens
 from .providers import Endpoint
 
-__all__ = ["MAX_BACKOFF_S", "RETRYABLE", "Attempt", "ChatClient", "Completion", "Exchange", "Meter"]
+__all__ = ["FAULT_KINDS", "MAX_BACKOFF_S", "RETRYABLE", "Attempt", "ChatClient", "Completion", "Exchange",
+           "FaultKind", "Meter", "Pacer", "Spend", "parse_retry_after"]
 
 MAX_BACKOFF_S = 60.0
-"""Longest wait between two attempts when the server does not ask for longer."""
+"""Longest pause between two attempts when the server does not ask for longer."""
 
-RETRYABLE = frozenset({"rate_limited", "server_error", "connection", "timeout", "bad_response", "stream_cut"})
+FaultKind = Literal[
+    "rate_limited",   # HTTP 429
+    "server_error",   # HTTP 5xx, 408, 409, 425
+    "connection",     # the connection could not be made or broke before the response
+    "timeout",        # no complete answer within the request's deadline
+    "bad_response",   # a body that does not parse or does not fit the protocol
+    "stream_cut",     # a stream that ended before its finish chunk
+    "fatal",          # a status that ends the run (400, 401, 402, 403, 404, 422, other 4xx)
+    "cancelled",      # the search was interrupted or ended by a fatal error while the request was in flight
+    "stopped",        # no retry: the search stopped (circuit breaker, a pause beyond the wall-time budget)
+]
+"""What went wrong with one HTTP attempt (or, for ``cancelled`` and ``stopped``, with a sample)."""
+
+FAULT_KINDS: tuple[str, ...] = get_args(FaultKind)
+
+RETRYABLE: frozenset[FaultKind] = frozenset(
+    {"rate_limited", "server_error", "connection", "timeout", "bad_response", "stream_cut"})
 """Fault kinds that cost a retry; anything else that fails a sample is final for that sample."""
 
 _FATAL_HINTS = {
@@ -55,18 +81,25 @@ _FATAL_HINTS = {
 
 @dataclass(eq=False)
 class Meter:
-    """Completion tokens received so far by one sample (chunks, while streaming): the live part of the spend."""
+    """Text received so far by the attempt in flight of one sample, for live progress (not for accounting)."""
 
-    tokens: int = 0
-    """Estimated completion tokens received, all attempts together."""
-    on_tick: Callable[[], None] | None = None
-    """Called after each received chunk (a budget check; it may cancel the sample)."""
+    chars: int = 0
+    """Characters of reasoning and content received by the attempt in flight."""
 
-    def tick(self) -> None:
-        """Count one more chunk."""
-        self.tokens += 1
-        if self.on_tick is not None:
-            self.on_tick()
+    @property
+    def tokens(self) -> int:
+        """Estimated tokens received by the attempt in flight."""
+        return estimate_tokens(self.chars)
+
+
+class Spend(Protocol):
+    """What the budget says about each attempt of one sample."""
+
+    async def reserve(self) -> int | StopReason:
+        """``max_tokens`` for the next attempt (held from the budget), or the budget that allows none."""
+
+    def charge(self, *, prompt_tokens: int, completion_tokens: int) -> None:
+        """What the attempt just made really cost (replaces what :meth:`reserve` held)."""
 
 
 @dataclass(frozen=True)
@@ -77,17 +110,24 @@ class Attempt:
     """Seconds after the sample started."""
     latency_s: float
     """Seconds the attempt took."""
-    outcome: str
-    """``ok`` or the fault kind (``rate_limited``, ``server_error``, ``connection``, ``timeout``,
-    ``bad_response``, ``stream_cut``, ``fatal``)."""
+    outcome: Literal["ok"] | FaultKind
+    """``ok`` or the fault kind."""
     status: int | None = None
     """HTTP status, when there was one."""
     message: str = ""
     """What went wrong, redacted."""
     retry_after_s: float | None = None
     """What the server asked to wait."""
-    tokens: int = 0
-    """Chunks of answer received before the attempt ended."""
+    max_tokens: int | None = None
+    """The attempt's ``max_tokens``."""
+    prompt_tokens: int = 0
+    """Prompt tokens it cost (reported, else estimated from the messages' length; 0 when refused)."""
+    completion_tokens: int = 0
+    """Completion tokens it cost (reported, else estimated from the length of the text received)."""
+    usage_reported: bool = False
+    """Whether the counts are the server's."""
+    label: str = ""
+    """The fault in a few words, for the cause of a stop (``HTTP 503 Service Unavailable``, ``a cut stream``)."""
 
 
 @dataclass(frozen=True)
@@ -130,25 +170,150 @@ class Exchange:
     """Every HTTP attempt, in order."""
     completion: Completion | None = None
     """The answer, when one arrived."""
-    failure: str | None = None
-    """The last fault kind when no answer arrived (``cancelled`` when the budget stopped it)."""
+    failure: FaultKind | None = None
+    """The last fault kind when no answer arrived."""
     fatal: R1BuildError | None = None
     """The error that must end the run (401, 402, ...), when one happened."""
+    budget: StopReason | None = None
+    """The budget that allowed no further attempt, when one did not."""
 
     @property
-    def wasted_tokens(self) -> int:
-        """Tokens received by attempts that failed."""
-        return sum(a.tokens for a in self.attempts if a.outcome != "ok")
+    def prompt_tokens(self) -> int:
+        """Prompt tokens of every attempt."""
+        return sum(a.prompt_tokens for a in self.attempts)
+
+    @property
+    def completion_tokens(self) -> int:
+        """Completion tokens of every attempt (those of attempts that failed mid-stream included)."""
+        return sum(a.completion_tokens for a in self.attempts)
+
+    @property
+    def estimated(self) -> bool:
+        """Whether some attempt's counts are estimates."""
+        return any(not a.usage_reported and (a.prompt_tokens or a.completion_tokens) for a in self.attempts)
 
 
 class _Fault(Exception):
-    def __init__(self, kind: str, message: str, *, status: int | None = None,
-                 retry_after: float | None = None) -> None:
+    def __init__(self, kind: FaultKind, message: str, *, status: int | None = None,
+                 retry_after: float | None = None, label: str = "") -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
         self.status = status
         self.retry_after = retry_after
+        self.label = label
+
+
+def status_label(status: int, reason: str | None = None) -> str:
+    """``HTTP 503 Service Unavailable``."""
+    if not reason:
+        try:
+            reason = HTTPStatus(status).phrase
+        except ValueError:
+            reason = ""
+    return f"HTTP {status} {reason}".rstrip()
+
+
+@dataclass
+class Pacer:
+    """The pause and the circuit breaker shared by every sample of a search.
+
+    A failed attempt sets a pause before which no request of any sample leaves: what the server asked for
+    (``retry-after``), else an exponential backoff. The backoff grows with each failure that happens after the
+    last pause began (failures of requests that were already in flight do not compound it) and starts again from
+    ``backoff_s`` once an answer arrives. A pause that would end after ``deadline`` stops the search
+    (``wall_time``); ``breaker`` failed attempts in a row with no answer in between stop it too
+    (``endpoint_failing``). Stopped, no attempt is sent any more; requests already in flight finish.
+    """
+
+    backoff_s: float
+    """The first backoff."""
+    breaker: int
+    """Failed attempts in a row that stop the search."""
+    deadline: float
+    """The search's deadline (``time.monotonic``)."""
+    rng: random.Random = field(default_factory=random.Random)
+    resume_at: float = 0.0
+    """No request leaves before this (``time.monotonic``)."""
+    streak: int = 0
+    """Failed attempts in a row, all samples together, with no answer in between."""
+    streak_faults: Counter[str] = field(default_factory=Counter)
+    """The streak's faults by label."""
+    level: int = 0
+    """How many times the backoff doubled."""
+    level_since: float = 0.0
+    """When the backoff last grew."""
+    stopped: StopReason | None = None
+    """Why no request may leave any more."""
+    cause: str = ""
+    """The stop in words."""
+
+    def answered(self) -> None:
+        """An answer arrived: the streak and the backoff start again."""
+        self.streak = 0
+        self.streak_faults.clear()
+        self.level = 0
+
+    def failed(self, label: str, started: float, retry_after: float | None) -> float:
+        """Record a failed attempt that started at ``started``; returns the pause from now before the next
+        request (the search may be stopped by it: see :attr:`stopped`)."""
+        now = time.monotonic()
+        self.streak += 1
+        self.streak_faults[label] += 1
+        if retry_after is not None:
+            wait = retry_after
+        else:
+            if started >= self.level_since or self.level == 0:
+                self.level += 1
+                self.level_since = now
+            base = self.backoff_s * 2.0 ** (self.level - 1)
+            wait = min(MAX_BACKOFF_S, base * self.rng.uniform(0.75, 1.25))
+        self.resume_at = max(self.resume_at, now + wait)
+        if self.stopped is None:
+            if self.streak >= self.breaker:
+                self.stop("endpoint_failing", f"the endpoint failed {self.streak} requests in a row with no answer: "
+                                              f"{self.describe_streak()}")
+            elif self.resume_at > self.deadline:
+                left = max(0.0, self.deadline - now)
+                asked = f"asked to wait {retry_after:g} s (retry-after)" if retry_after is not None else \
+                    f"needs a pause of {wait:.1f} s after {label}"
+                self.stop("wall_time", f"the server {asked}, longer than the {left:.1f} s left of the wall-time "
+                                       "budget")
+        return max(0.0, self.resume_at - now)
+
+    def stop(self, reason: StopReason, cause: str) -> None:
+        """No request may leave any more."""
+        if self.stopped is None:
+            self.stopped, self.cause = reason, cause
+
+    def describe_streak(self) -> str:
+        """The streak's faults in words: ``20 requests, all HTTP 503 Service Unavailable``."""
+        return describe_faults(self.streak_faults)
+
+    async def turn(self) -> bool:
+        """Wait for the shared pause to end; False when the search stopped meanwhile (send nothing)."""
+        while self.stopped is None:
+            wait = self.resume_at - time.monotonic()
+            if wait <= 0:
+                return True
+            await asyncio.sleep(wait)
+        return False
+
+
+def describe_faults(faults: Counter[str]) -> str:
+    """Failed requests by fault in words."""
+    total = sum(faults.values())
+    if not faults:
+        return "no request failed"
+    if len(faults) == 1:
+        (label, _), = faults.items()
+        if label == "a cut stream":
+            return f"every stream was cut ({total} requests)"
+        if label.startswith("timed out"):
+            return f"{total} requests, all {label}"
+        return f"{total} requests, all {label}"
+    parts = ", ".join(f"{n} {label}" for label, n in faults.most_common())
+    return f"{total} requests: {parts}"
 
 
 @dataclass
@@ -193,13 +358,15 @@ def _error_text(exc: openai.APIStatusError) -> str:
 
 
 class ChatClient:
-    """Sends samples to one endpoint; use as an async context manager."""
+    """Sends samples to one endpoint; use as an async context manager. ``pacer`` is shared by every sample sent
+    through this client (one made from the settings when not given, with no deadline)."""
 
-    def __init__(self, endpoint: Endpoint, generation: Generation, *,
+    def __init__(self, endpoint: Endpoint, generation: Generation, *, pacer: Pacer | None = None,
                  rng: random.Random | None = None) -> None:
         self.endpoint = endpoint
         self.generation = generation
-        self._rng = rng or random.Random()
+        self.pacer = pacer or Pacer(generation.retry_backoff_s, generation.max_consecutive_failures, float("inf"),
+                                    rng or random.Random())
         self._client: openai.AsyncOpenAI | None = None
 
     async def __aenter__(self) -> ChatClient:
@@ -220,9 +387,8 @@ class ChatClient:
 
     # -- helpers -----------------------------------------------------------------------------------------
     def redact(self, text: str) -> str:
-        """``text`` with the API key replaced."""
-        key = self.endpoint.secret
-        return text.replace(key, "[redacted]") if key and len(key) >= 4 else text
+        """``text`` without any configured secret."""
+        return self.endpoint.redact(text)
 
     def params(self, *, temperature: float | None, max_tokens: int) -> dict[str, Any]:
         """Request parameters for one sample (besides the messages)."""
@@ -246,81 +412,114 @@ class ChatClient:
             return ConfigError(f"{text} (model {self.endpoint.model!r})")
         return GenerationError(text)
 
-    def backoff(self, retry: int, retry_after: float | None) -> float:
-        """Seconds to wait before retry number ``retry`` (0-based)."""
-        if retry_after is not None:
-            return retry_after
-        base = self.generation.retry_backoff_s * (2.0**retry)
-        return min(MAX_BACKOFF_S, base * self._rng.uniform(0.75, 1.25))
-
     # -- one sample --------------------------------------------------------------------------------------
     async def complete(self, exchange: Exchange, *, deadline: float, meter: Meter | None = None,
+                       spend: Spend | None = None,
                        report: Callable[[Attempt, float | None], None] | None = None) -> Exchange:
         """Ask for the answer ``exchange`` describes, retrying what may be retried, until ``deadline``
         (``time.monotonic``); the attempts and the outcome are recorded in ``exchange`` as they happen.
 
-        ``report(attempt, wait)`` is called after each failed attempt, ``wait`` being the seconds until the
-        retry or None when the sample gives up. Fatal statuses land in ``Exchange.fatal``. Cancellation (a
-        budget stop) marks the exchange ``cancelled`` and propagates.
+        Every attempt first waits for the shared pause (:attr:`pacer`); ``spend`` sets each attempt's
+        ``max_tokens`` and is told what each cost. ``report(attempt, wait)`` is called after each failed attempt,
+        ``wait`` being the seconds until the retry or None when the sample gives up. Fatal statuses land in
+        ``Exchange.fatal``. Cancellation marks the exchange ``cancelled`` and propagates.
         """
         meter = meter if meter is not None else Meter()
         try:
-            await self._attempts(exchange, deadline, meter, report)
+            await self._attempts(exchange, deadline, meter, spend, report)
         except asyncio.CancelledError:
             exchange.failure = "cancelled"
             raise
         return exchange
 
-    async def _attempts(self, exchange: Exchange, deadline: float, meter: Meter,
+    def _prompt_estimate(self, messages: list[dict[str, str]]) -> int:
+        return estimate_tokens(sum(len(m["content"]) for m in messages))
+
+    async def _attempts(self, exchange: Exchange, deadline: float, meter: Meter, spend: Spend | None,
                         report: Callable[[Attempt, float | None], None] | None) -> None:
         start = time.monotonic()
         retries = self.generation.retries
+        pacer = self.pacer
         for attempt_no in range(retries + 1):
+            if not await pacer.turn():
+                exchange.failure = "stopped" if exchange.attempts else None
+                return
+            params = exchange.params
+            if spend is not None:
+                max_tokens = await spend.reserve()
+                if isinstance(max_tokens, str):
+                    exchange.budget = max_tokens
+                    return
+                if pacer.stopped is not None:  # stopped while waiting for the budget
+                    spend.charge(prompt_tokens=0, completion_tokens=0)
+                    exchange.failure = "stopped" if exchange.attempts else None
+                    return
+                if attempt_no == 0:
+                    exchange.params["max_tokens"] = max_tokens
+                params = {**exchange.params, "max_tokens": max_tokens}
             now = time.monotonic()
             remaining = deadline - now
             if remaining <= 0:
+                if spend is not None:
+                    spend.charge(prompt_tokens=0, completion_tokens=0)
                 exchange.failure = exchange.failure or "timeout"
                 return
             limit = min(self.generation.request_timeout_s, remaining)
             partial = _Partial()
+            meter.chars = 0
             try:
-                completion = await asyncio.wait_for(
-                    self._once(exchange.messages, exchange.params, partial, meter, now), limit)
+                completion = await asyncio.wait_for(self._once(exchange.messages, params, partial, meter, now), limit)
             except asyncio.TimeoutError:
-                fault = _Fault("timeout", f"no complete answer within {limit:.1f} s")
+                fault = _Fault("timeout", f"no complete answer within {limit:.1f} s",
+                               label=f"timed out after {limit:.3g} s")
             except _Fault as f:
                 fault = f
             except asyncio.CancelledError:
-                exchange.attempts.append(Attempt(now - start, time.monotonic() - now, "cancelled",
-                                                 tokens=partial.chunks))
+                attempt = self._failed_attempt(exchange, now - start, time.monotonic() - now, params, partial,
+                                               _Fault("cancelled", "cancelled"))
+                if spend is not None:
+                    spend.charge(prompt_tokens=attempt.prompt_tokens, completion_tokens=attempt.completion_tokens)
                 raise
             else:
-                exchange.attempts.append(Attempt(now - start, completion.latency_s, "ok", tokens=partial.chunks))
+                attempt = Attempt(now - start, completion.latency_s, "ok", max_tokens=params["max_tokens"],
+                                  prompt_tokens=completion.prompt_tokens or self._prompt_estimate(exchange.messages),
+                                  completion_tokens=completion.completion_tokens,
+                                  usage_reported=completion.usage_reported)
+                exchange.attempts.append(attempt)
+                if spend is not None:
+                    spend.charge(prompt_tokens=attempt.prompt_tokens, completion_tokens=attempt.completion_tokens)
                 exchange.completion = completion
                 exchange.failure = None
+                pacer.answered()
                 return
-            latency = time.monotonic() - now
+            attempt = self._failed_attempt(exchange, now - start, time.monotonic() - now, params, partial, fault)
+            if spend is not None:
+                spend.charge(prompt_tokens=attempt.prompt_tokens, completion_tokens=attempt.completion_tokens)
             if fault.kind == "fatal":
                 assert fault.status is not None
-                exchange.attempts.append(Attempt(now - start, latency, "fatal", fault.status,
-                                                 self.redact(fault.message)))
                 exchange.failure = "fatal"
                 exchange.fatal = self._fatal(fault.status, fault.message)
                 return
-            attempt = Attempt(now - start, latency, fault.kind, fault.status, self.redact(fault.message),
-                              fault.retry_after, partial.chunks)
-            exchange.attempts.append(attempt)
             exchange.failure = fault.kind
-            wait: float | None = None
-            if attempt_no < retries:
-                wait = self.backoff(attempt_no, fault.retry_after)
-                if time.monotonic() + wait >= deadline:
-                    wait = None
+            pause = pacer.failed(attempt.label, now, fault.retry_after)
+            give_up = attempt_no >= retries or pacer.stopped is not None or time.monotonic() + pause >= deadline
+            wait = None if give_up else pause
             if report is not None:
                 report(attempt, wait)
             if wait is None:
                 return
-            await asyncio.sleep(wait)
+
+    def _failed_attempt(self, exchange: Exchange, started: float, latency: float, params: dict[str, Any],
+                        partial: _Partial, fault: _Fault) -> Attempt:
+        """Record a failed attempt; what it cost is estimated from the text received (the prompt counts once
+        the server started answering)."""
+        chars = sum(len(p) for p in partial.content) + sum(len(p) for p in partial.reasoning)
+        attempt = Attempt(started, latency, fault.kind, fault.status, self.redact(fault.message), fault.retry_after,
+                          max_tokens=params.get("max_tokens"),
+                          prompt_tokens=self._prompt_estimate(exchange.messages) if chars else 0,
+                          completion_tokens=estimate_tokens(chars), label=fault.label or fault.kind)
+        exchange.attempts.append(attempt)
+        return attempt
 
     async def _once(self, messages: list[dict[str, str]], params: dict[str, Any], partial: _Partial,
                     meter: Meter, started: float) -> Completion:
@@ -332,31 +531,39 @@ class ChatClient:
         except openai.APIStatusError as exc:
             status = exc.status_code
             text = _error_text(exc)
+            label = status_label(status, getattr(exc.response, "reason_phrase", None))
             if status == 429:
                 raise _Fault("rate_limited", f"HTTP 429: {text}", status=status,
-                             retry_after=parse_retry_after(exc.response.headers)) from None
+                             retry_after=parse_retry_after(exc.response.headers), label=label) from None
             if status >= 500 or status in (408, 409, 425):
                 raise _Fault("server_error", f"HTTP {status}: {text}", status=status,
-                             retry_after=parse_retry_after(exc.response.headers)) from None
-            raise _Fault("fatal", text, status=status) from None
+                             retry_after=parse_retry_after(exc.response.headers), label=label) from None
+            raise _Fault("fatal", text, status=status, label=label) from None
         except openai.APITimeoutError:
-            raise _Fault("timeout", "the HTTP client timed out") from None
+            raise _Fault("timeout", "the HTTP client timed out",
+                         label=f"timed out after {self.generation.request_timeout_s:g} s") from None
         except openai.APIConnectionError as exc:
             cause = exc.__cause__ or exc.__context__
             detail = f" ({type(cause).__name__}: {cause})" if cause else ""
-            raise _Fault("connection", f"connection failed{detail}") from None
+            kind: FaultKind = "stream_cut" if partial.chunks else "connection"
+            raise _Fault(kind, f"connection failed{detail}",
+                         label="a cut stream" if partial.chunks else "connection failed") from None
         except openai.APIResponseValidationError as exc:
-            raise _Fault("bad_response", f"the response does not fit the protocol: {exc.message}") from None
+            raise _Fault("bad_response", f"the response does not fit the protocol: {exc.message}",
+                         label="a malformed response") from None
         except openai.APIError as exc:
-            raise _Fault("bad_response", f"error event in the stream: {exc.message}") from None
+            raise _Fault("bad_response", f"error event in the stream: {exc.message}",
+                         label="an error event in the stream") from None
         except ValueError as exc:  # JSON that does not parse, pydantic validation
-            raise _Fault("bad_response", f"the response is not valid JSON: {str(exc)[:200]}") from None
+            raise _Fault("bad_response", f"the response is not valid JSON: {str(exc)[:200]}",
+                         label="a malformed response") from None
 
     async def _plain(self, messages: list[dict[str, str]], params: dict[str, Any], started: float) -> Completion:
         assert self._client is not None
         response: Any = await self._client.chat.completions.create(messages=cast(Any, messages), **params)
         if not isinstance(response, ChatCompletion) or not response.choices:
-            raise _Fault("bad_response", f"the response is not a chat completion: {str(response)[:200]}")
+            raise _Fault("bad_response", f"the response is not a chat completion: {str(response)[:200]}",
+                         label="a malformed response")
         choice = response.choices[0]
         message = choice.message
         extra = message.model_extra or {}
@@ -364,7 +571,7 @@ class ChatClient:
         content = message.content or ""
         usage = response.usage
         return _completion(content, str(reasoning), choice.finish_reason, usage, response.model, response.id,
-                           time.monotonic() - started, None, chunks=None)
+                           time.monotonic() - started, None)
 
     async def _streamed(self, messages: list[dict[str, str]], params: dict[str, Any], partial: _Partial,
                         meter: Meter, started: float) -> Completion:
@@ -384,7 +591,8 @@ class ChatClient:
         try:
             async for chunk in stream:
                 if not isinstance(chunk, ChatCompletionChunk):
-                    raise _Fault("bad_response", f"a stream chunk is not a completion chunk: {str(chunk)[:200]}")
+                    raise _Fault("bad_response", f"a stream chunk is not a completion chunk: {str(chunk)[:200]}",
+                                 label="a malformed response")
                 model = model or chunk.model
                 ident = ident or chunk.id
                 if chunk.usage is not None:
@@ -397,13 +605,14 @@ class ChatClient:
                 piece_r = extra.get("reasoning_content") or extra.get("reasoning")
                 if piece_r:
                     partial.reasoning.append(str(piece_r))
+                    meter.chars += len(str(piece_r))
                 if delta.content:
                     partial.content.append(delta.content)
+                    meter.chars += len(delta.content)
                 if piece_r or delta.content:
                     partial.chunks += 1
                     if partial.first_token_s is None:
                         partial.first_token_s = time.monotonic() - started
-                    meter.tick()
                 if choice.finish_reason is not None:
                     finish = choice.finish_reason
         finally:
@@ -411,10 +620,11 @@ class ChatClient:
         if finish is None:
             if model is None:
                 raise _Fault("stream_cut", "the response carried no stream events (not server-sent events, or an "
-                                           "empty stream)")
-            raise _Fault("stream_cut", f"the stream ended before its finish chunk, after {partial.chunks} deltas")
+                                           "empty stream)", label="an empty stream")
+            raise _Fault("stream_cut", f"the stream ended before its finish chunk, after {partial.chunks} deltas",
+                         label="a cut stream")
         return _completion("".join(partial.content), "".join(partial.reasoning), finish, usage, model, ident,
-                           time.monotonic() - started, partial.first_token_s, chunks=partial.chunks)
+                           time.monotonic() - started, partial.first_token_s)
 
 
 def _from_json(body: bytes, latency: float) -> Completion:
@@ -422,33 +632,35 @@ def _from_json(body: bytes, latency: float) -> Completion:
     try:
         data = json.loads(body)
     except ValueError as exc:
-        raise _Fault("bad_response", f"the response is not valid JSON: {str(exc)[:200]}") from None
+        raise _Fault("bad_response", f"the response is not valid JSON: {str(exc)[:200]}",
+                     label="a malformed response") from None
     choices = data.get("choices") if isinstance(data, dict) else None
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise _Fault("bad_response", f"the response is not a chat completion: {str(data)[:200]}")
+        raise _Fault("bad_response", f"the response is not a chat completion: {str(data)[:200]}",
+                     label="a malformed response")
     raw_message = choices[0].get("message")
     message: dict[str, Any] = raw_message if isinstance(raw_message, dict) else {}
-    content = message.get("content") or ""
-    reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
+    content = str(message.get("content") or "")
+    reasoning = str(message.get("reasoning_content") or message.get("reasoning") or "")
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else None
     tokens = usage.get("completion_tokens") if usage else None
     if usage is None or not isinstance(tokens, int):
-        return Completion(str(content), str(reasoning), choices[0].get("finish_reason"), 0,
-                          (len(str(content)) + len(str(reasoning))) // 4, 0, False, data.get("model"), data.get("id"),
+        return Completion(content, reasoning, choices[0].get("finish_reason"), 0,
+                          estimate_tokens(len(content) + len(reasoning)), 0, False, data.get("model"), data.get("id"),
                           latency, None)
     details = usage.get("completion_tokens_details")
     reasoning_tokens = details.get("reasoning_tokens") if isinstance(details, dict) else None
-    return Completion(str(content), str(reasoning), choices[0].get("finish_reason"),
+    return Completion(content, reasoning, choices[0].get("finish_reason"),
                       int(usage.get("prompt_tokens") or 0), tokens, int(reasoning_tokens or 0), True,
                       data.get("model"), data.get("id"), latency, None)
 
 
 def _completion(content: str, reasoning: str, finish: str | None, usage: Any, model: str | None,
-                ident: str | None, latency: float, first: float | None, *, chunks: int | None) -> Completion:
+                ident: str | None, latency: float, first: float | None) -> Completion:
     if usage is not None and getattr(usage, "completion_tokens", None) is not None:
         details = getattr(usage, "completion_tokens_details", None)
         reasoning_tokens = getattr(details, "reasoning_tokens", None) if details is not None else None
         return Completion(content, reasoning, finish, int(usage.prompt_tokens or 0), int(usage.completion_tokens),
                           int(reasoning_tokens or 0), True, model, ident, latency, first)
-    estimate = chunks if chunks is not None else (len(content) + len(reasoning)) // 4
+    estimate = estimate_tokens(len(content) + len(reasoning))
     return Completion(content, reasoning, finish, 0, estimate, 0, False, model, ident, latency, first)

@@ -11,14 +11,22 @@ A search for one kernel on one arch:
    far with their time and share of the floor, the other failures with their compiler errors, rejections,
    mismatch summaries or sanitizer findings. Parents alternate between the best kernels and the failures to
    repair. Answers are extracted and judged as they arrive, in batches, while other requests still stream;
-3. stops at the first of: the round budget; the candidate budget (requests sent); the token budget and the
-   money budget (from reported usage and the configured prices; tokens still streaming count, and reaching the
-   budget cancels what is in flight); the wall-clock budget (every request's deadline is the search's); the
-   target share of the floor; ``patience`` rounds without a faster kernel. Without timings (the static gate
-   alone cannot rank candidates) the search ends after the first round in which a generated candidate passed.
+3. stops at the first of: the round budget; the candidate budget (samples started); the token budget and the
+   money budget (see :mod:`.budget`: each request holds its ``max_tokens`` before it is sent, so requests in
+   flight always finish and their answers are kept); the wall-clock budget (every request's deadline is the
+   search's; a pause the server asks for that would outlast it stops the search at once); the circuit breaker
+   (``max-consecutive-failures`` failed requests in a row); the target share of the floor; ``patience`` timed
+   rounds without a faster kernel (rounds where nothing could be timed, as without a GPU, do not count). Without
+   timings (the static gate alone cannot rank candidates) the search ends after the first round in which a
+   generated candidate passed.
+
+A search in which no request ever got an answer raises :class:`~r1build.errors.GenerationError` naming the
+cause (``no answer from URL: 20 requests, all HTTP 503 Service Unavailable``); otherwise the outcome carries the
+stop reason and its cause in words.
 
 Identical candidates (same normalized source and tunable values) are judged once. Every sample's transcript is
-stored in the cache. The controller knows nothing of how candidates are judged: it calls an
+stored in the cache, and the search links them under its decision key however it ends (budget, fatal error,
+Ctrl-C), so ``r1build replay`` finds them. The controller knows nothing of how candidates are judged: it calls an
 :class:`~r1build.judge.Evaluator`.
 """
 
@@ -27,34 +35,44 @@ from __future__ import annotations
 import asyncio
 import datetime
 import itertools
+import random
 import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from ..cache.store import Cache
 from ..errors import EvaluationError, GenerationError, R1BuildError
 from ..events import Note, Progress, Stage, emit
 from ..judge import Evaluator, Job
-from ..keys import canonical_json
+from ..keys import canonical_json, decision_key
 from ..manifest.model import KernelSpec, Manifest
 from ..records import Candidate, Origin, Result
-from .client import Attempt, ChatClient, Exchange, Meter
+from .budget import Ledger, Reservation, StopReason, estimate_tokens
+from .client import Attempt, ChatClient, Exchange, FaultKind, Meter, Pacer, describe_faults
 from .extract import Extraction, extract_source, normalized_digest, strip_think, tunable_variants
 from .prompts import DEFAULT_DIRECTIONS, Judged, feedback_prompt, task_prompt
 from .providers import Endpoint
-from .transcripts import load_transcript, store_transcript, transcript_payload
+from .transcripts import link_transcripts, load_transcript, store_transcript, transcript_payload
 
-__all__ = ["MIN_GAIN", "SearchOutcome", "Usage", "replay_search", "run_search"]
+__all__ = ["MIN_GAIN", "SampleLoss", "SearchOutcome", "Usage", "replay_search", "run_search"]
 
 MIN_GAIN = 0.02
 """Smallest relative speed-up of the best kernel that counts as an improvement for ``patience``."""
 
-MIN_REQUEST_TOKENS = 256
-"""A request is not sent when less than this remains of the token budget."""
-
 FAILED = ("compile_error", "rejected", "incorrect", "crashed", "timed_out")
+
+SampleLoss = Literal[
+    "truncated",           # the answer was cut off at max_tokens
+    "no_code",             # the answer had no CUDA code block
+    "content_filter",      # the provider's filter stopped the answer
+    "cancelled",           # interrupted or ended by a fatal error while in flight
+    "gave_up",             # every attempt failed (the faults are counted by kind too)
+    "missing_transcript",  # replay: a transcript blob is gone
+]
+"""Why a sample gave no candidate (besides the faults of its attempts, counted by
+:data:`~r1build.generate.client.FaultKind`)."""
 
 
 @dataclass
@@ -81,12 +99,11 @@ class Usage:
     """Whether some counts are estimates (a server reported no usage, or a stream was cut)."""
     duplicates: int = 0
     """Generated candidates identical to an earlier one (judged once)."""
-    failures: dict[str, int] = field(default_factory=dict)
-    """Faults by kind: retried ones (``rate_limited``, ``server_error``, ``connection``, ``timeout``,
-    ``bad_response``, ``stream_cut``) and samples that ended without a candidate (``truncated``, ``no_code``,
-    ``content_filter``, ``cancelled``, ``gave_up``)."""
+    failures: dict[FaultKind | SampleLoss, int] = field(default_factory=dict)
+    """Faults of attempts by kind (:data:`~r1build.generate.client.FaultKind`) and samples that ended without a
+    candidate (:data:`SampleLoss`)."""
 
-    def count(self, kind: str, n: int = 1) -> None:
+    def count(self, kind: FaultKind | SampleLoss, n: int = 1) -> None:
         """Add to a failure count."""
         self.failures[kind] = self.failures.get(kind, 0) + n
 
@@ -103,11 +120,14 @@ class SearchOutcome:
     """Digests of the transcript blobs, by round and sample."""
     usage: Usage
     """Requests, tokens, money and faults."""
-    stop_reason: str
-    """Why the search ended: ``rounds``, ``candidates``, ``tokens``, ``money``, ``wall_time``, ``target``,
-    ``patience``, ``passed_gate`` or ``replay``."""
+    stop_reason: StopReason
+    """Why the search ended."""
     rounds: int = 0
     """Rounds completed."""
+    cause: str = ""
+    """The stop in words, naming its real cause (``the token budget is spent: 24,800 of 25,000 tokens``,
+    ``the endpoint failed 12 requests in a row with no answer: 12 requests, all HTTP 503 Service
+    Unavailable``)."""
 
     def generated(self) -> list[tuple[Candidate, Result]]:
         """Generated candidates with their results."""
@@ -130,6 +150,29 @@ class _Entry:
         if o.kind == "generated":
             return f"round {o.round} sample {o.sample}"
         return f"the {o.kind} {o.path}" if o.path else f"the {o.kind}"
+
+
+@dataclass
+class _SampleSpend:
+    """One sample's spend against the search's ledger (what the client asks before and tells after each
+    attempt)."""
+
+    search: _Search
+    prompt_tokens: int
+    """The prompt's estimated tokens."""
+    held: Reservation | None = None
+
+    async def reserve(self) -> int | StopReason:
+        reservation = await self.search.ledger.acquire(self.prompt_tokens)
+        if isinstance(reservation, str):
+            return reservation
+        self.held = reservation
+        return reservation.max_tokens
+
+    def charge(self, *, prompt_tokens: int, completion_tokens: int) -> None:
+        self.search.ledger.settle(self.held, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
+        self.held = None
+        self.search.sync_usage()
 
 
 @dataclass
@@ -167,10 +210,15 @@ class _Search:
         self.baseline = next((c for c in self.seeds if c.origin.kind == "baseline"), None)
         self.start = time.monotonic()
         self.deadline = self.start + self.budget.wall_time_s
-        self.stop_reason: str | None = None
+        self.stop_reason: StopReason | None = None
+        self.cause = ""
         self.fatal: R1BuildError | None = None
         self.meters: set[Meter] = set()
-        self.live_prompt_tokens = 0
+        self.ledger = Ledger(self.budget, self.generation.prices, self.generation.max_tokens)
+        self.pacer = Pacer(self.generation.retry_backoff_s, self.generation.max_consecutive_failures, self.deadline,
+                           random.Random())
+        self.faults: Counter[str] = Counter()
+        self.timed_rounds = 0
         self.tasks: set[asyncio.Task[None]] = set()
         self.queue: asyncio.Queue[Candidate | None] = asyncio.Queue()
         self.round_notes: Counter[str] = Counter()
@@ -197,54 +245,68 @@ class _Search:
         ))
 
     def live_tokens(self) -> int:
+        """Estimated tokens of the attempts in flight (progress only: accounting waits for their usage)."""
         return sum(m.tokens for m in self.meters)
 
     def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
-        prices = self.generation.prices
-        return (prompt_tokens * prices.input_per_mtok + completion_tokens * prices.output_per_mtok) / 1e6
+        return self.ledger.cost(prompt_tokens, completion_tokens)
 
-    def exhausted(self, *, prompt_estimate: int = 0) -> str | None:
-        """The budget that no longer allows a new request, if any."""
+    def sync_usage(self) -> None:
+        """Tokens and money of :attr:`usage` from the ledger."""
+        self.usage.prompt_tokens = self.ledger.prompt_tokens
+        self.usage.completion_tokens = self.ledger.completion_tokens
+        self.usage.cost_usd = self.ledger.usd
+
+    def exhausted(self) -> StopReason | None:
+        """The budget that no longer allows a new sample, if any."""
+        if self.pacer.stopped is not None:
+            return self.pacer.stopped
         if self.usage.samples >= self.budget.candidates:
             return "candidates"
         if time.monotonic() >= self.deadline:
             return "wall_time"
-        spent_tokens = self.usage.completion_tokens + self.live_tokens()
-        if self.budget.tokens is not None and self.budget.tokens - spent_tokens < MIN_REQUEST_TOKENS:
-            return "tokens"
-        if self.budget.money_usd is not None:
-            spent = self.usage.cost_usd + self.cost(self.live_prompt_tokens + prompt_estimate, self.live_tokens())
-            if spent >= self.budget.money_usd:
-                return "money"
-        return None
+        return self.ledger.spent()
 
-    def over_budget(self) -> str | None:
-        """The token or money budget, when what is spent and streaming has reached it."""
-        spent_tokens = self.usage.completion_tokens + self.live_tokens()
-        if self.budget.tokens is not None and spent_tokens >= self.budget.tokens:
-            return "tokens"
-        if self.budget.money_usd is not None:
-            spent = self.usage.cost_usd + self.cost(self.live_prompt_tokens, self.live_tokens())
-            if spent >= self.budget.money_usd:
-                return "money"
-        return None
-
-    def stop(self, reason: str) -> None:
-        """End the search: no new requests, and cancel those in flight."""
+    def stop(self, reason: StopReason, cause: str = "") -> None:
+        """End the search: no new requests. A fatal error also cancels the requests in flight; any other stop
+        lets them finish (their tokens are held from the budget, their answers are kept)."""
         if self.stop_reason is None:
             self.stop_reason = reason
-            if reason in ("tokens", "money"):
-                self.note("info", f"{reason} budget reached: cancelling {len(self.meters)} request(s) in flight")
+            self.cause = cause or (self.pacer.cause if reason == self.pacer.stopped else "")
+            if self.meters and reason != "fatal":
+                self.note("info", f"stopping ({reason.replace('_', ' ')}): letting {len(self.meters)} request(s) "
+                                  "in flight finish")
+        if reason != "fatal":
+            return
         current = asyncio.current_task()
         for task in list(self.tasks):
             if task is not current:
                 task.cancel()
 
-    def on_tokens(self) -> None:
-        reason = self.over_budget()
-        if reason is not None:
-            self.stop(reason)
-            raise asyncio.CancelledError
+    def describe_stop(self, reason: StopReason) -> str:
+        """The stop in words."""
+        if self.cause:
+            return self.cause
+        b, u = self.budget, self.usage
+        if reason == "rounds":
+            return f"all {b.rounds} round(s) ran"
+        if reason == "candidates":
+            return f"the candidate budget is spent: {u.samples} of {b.candidates} samples"
+        if reason == "tokens":
+            return f"the token budget is spent: {u.completion_tokens:,} of {b.tokens or 0:,} completion tokens"
+        if reason == "money":
+            return f"the money budget is spent: ${u.cost_usd:.4f} of ${b.money_usd or 0:g}"
+        if reason == "wall_time":
+            return f"the wall-time budget ({b.wall_time_s:g} s) is spent"
+        if reason == "target":
+            return f"a kernel reached the target share of the floor ({b.target_share:.0%})"
+        if reason == "patience":
+            return f"{b.patience} timed round(s) in a row brought no faster kernel"
+        if reason == "passed_gate":
+            return "a generated candidate passed the gate, and without timings nothing can rank more"
+        if reason == "endpoint_failing":
+            return self.pacer.cause
+        return reason.replace("_", " ")
 
     # -- candidates --------------------------------------------------------------------------------------
     def admit(self, candidate: Candidate, order: tuple[int, int, int], *, messages: list[dict[str, str]],
@@ -379,7 +441,9 @@ class _Search:
 
     # -- one sample --------------------------------------------------------------------------------------
     def report(self, round_no: int, sample: int, attempt: Attempt, wait: float | None) -> None:
-        self.usage.count(attempt.outcome)
+        if attempt.outcome != "ok":
+            self.usage.count(attempt.outcome)
+            self.faults[attempt.label] += 1
         what = f"round {round_no} sample {sample}: {attempt.message}"
         if wait is None:
             self.note("warning", f"{what}; giving up on this sample")
@@ -388,39 +452,40 @@ class _Search:
 
     async def sample(self, round_no: int, sample: int, plan: _Plan, slots: asyncio.Semaphore) -> None:
         async with slots:
-            prompt_estimate = sum(len(m["content"]) for m in plan.messages) // 4
-            reason = self.stop_reason or self.exhausted(prompt_estimate=prompt_estimate)
+            reason = self.stop_reason or self.exhausted()
             if reason is not None:
                 self.stop(reason)
                 return
             assert self.client is not None and self.endpoint is not None
-            max_tokens = self.generation.max_tokens
-            if self.budget.tokens is not None:
-                max_tokens = min(max_tokens, self.budget.tokens - self.usage.completion_tokens - self.live_tokens())
             exchange = Exchange(plan.messages, self.client.params(temperature=plan.temperature,
-                                                                  max_tokens=max_tokens))
-            meter = Meter(on_tick=self.on_tokens)
+                                                                  max_tokens=self.generation.max_tokens))
+            spend = _SampleSpend(self, estimate_tokens(sum(len(m["content"]) for m in plan.messages)))
+            meter = Meter()
             self.usage.samples += 1
             self.meters.add(meter)
-            self.live_prompt_tokens += prompt_estimate
             started, t0 = _now_iso(), time.monotonic()
             try:
-                await self.client.complete(exchange, deadline=self.deadline, meter=meter,
+                await self.client.complete(exchange, deadline=self.deadline, meter=meter, spend=spend,
                                            report=lambda a, w: self.report(round_no, sample, a, w))
             finally:
                 self.meters.discard(meter)
-                self.live_prompt_tokens -= prompt_estimate
-                extraction = self.settle(round_no, sample, plan, exchange, meter, prompt_estimate)
-                digest = store_transcript(self.cache, transcript_payload(
-                    kernel=self.spec.name, arch=self.arch, round=round_no, sample=sample,
-                    provider=self.endpoint.profile.name, endpoint=self.endpoint.display_url,
-                    model=self.endpoint.model, direction=plan.direction, temperature=plan.temperature,
-                    parent=plan.parent, exchange=exchange,
-                    extraction=self.extraction_doc(extraction) if extraction else None,
-                    started=started, elapsed_s=time.monotonic() - t0,
-                ), secret=self.endpoint.secret)
-                self.transcripts.append(((round_no, sample), digest))
-                self.finished_samples += 1
+                if spend.held is not None:  # cancelled before the request was sent
+                    self.ledger.release(spend.held)
+                if not exchange.attempts:  # nothing was sent: a budget or a stop came first
+                    self.usage.samples -= 1
+                    extraction = None
+                else:
+                    extraction = self.settle(round_no, sample, exchange)
+                    digest = store_transcript(self.cache, transcript_payload(
+                        kernel=self.spec.name, arch=self.arch, round=round_no, sample=sample,
+                        provider=self.endpoint.profile.name, endpoint=self.endpoint.display_url,
+                        model=self.endpoint.model, direction=plan.direction, temperature=plan.temperature,
+                        parent=plan.parent, exchange=exchange,
+                        extraction=self.extraction_doc(extraction) if extraction else None,
+                        started=started, elapsed_s=time.monotonic() - t0,
+                    ), secrets=self.endpoint.secrets)
+                    self.transcripts.append(((round_no, sample), digest))
+                    self.finished_samples += 1
             if exchange.fatal is not None:
                 self.fatal = exchange.fatal
                 self.stop("fatal")
@@ -428,39 +493,26 @@ class _Search:
             if extraction is not None:
                 self.enqueue(round_no, sample, plan, exchange, extraction, digest)
             self.progress()
-            reason = self.over_budget()
-            if reason is not None:
+            reason = exchange.budget or self.exhausted()
+            if reason is not None and reason != "candidates":
                 self.stop(reason)
 
-    def settle(self, round_no: int, sample: int, plan: _Plan, exchange: Exchange, meter: Meter,
-               prompt_estimate: int) -> Extraction | None:
-        """Account a finished sample's usage and extract its candidate; returns the extraction, if any."""
+    def settle(self, round_no: int, sample: int, exchange: Exchange) -> Extraction | None:
+        """Account a finished sample (its tokens and money are already in the ledger) and extract its candidate;
+        returns the extraction, if any."""
         usage = self.usage
         usage.requests += len(exchange.attempts)
         usage.retries += max(0, len(exchange.attempts) - 1)
+        usage.estimated = usage.estimated or exchange.estimated
+        self.sync_usage()
         completion = exchange.completion
-        wasted = exchange.wasted_tokens
-        prompt_tokens = prompt_estimate if exchange.attempts else 0
-        completion_tokens = wasted
-        if wasted:
-            usage.estimated = True
         if completion is not None:
             usage.answers += 1
-            completion_tokens += completion.completion_tokens
             usage.reasoning_tokens += completion.reasoning_tokens
-            if completion.usage_reported:
-                prompt_tokens = completion.prompt_tokens
-            else:
-                usage.estimated = True
-        elif exchange.failure == "cancelled":
-            completion_tokens = max(completion_tokens, meter.tokens)
-        usage.prompt_tokens += prompt_tokens
-        usage.completion_tokens += completion_tokens
-        usage.cost_usd += self.cost(prompt_tokens, completion_tokens)
         where = f"round {round_no} sample {sample}"
         if completion is None:
             kind = exchange.failure or "gave_up"
-            if kind not in ("fatal",):
+            if kind != "fatal":
                 usage.count("cancelled" if kind == "cancelled" else "gave_up")
             return None
         if completion.finish_reason == "length":
@@ -531,6 +583,19 @@ class _Search:
         return any(e.result is not None and e.result.timing is not None for e in self.entries.values())
 
     async def run(self) -> SearchOutcome:
+        """The search; its transcripts are linked under the decision key however it ends."""
+        try:
+            outcome = await self._run()
+        except R1BuildError as exc:
+            self.link("fatal", str(exc))
+            raise
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            self.link("interrupted", "interrupted before the search ended")
+            raise
+        self.link(outcome.stop_reason, outcome.cause)
+        return outcome
+
+    async def _run(self) -> SearchOutcome:
         for i, seed in enumerate(self.seeds):
             self.admit(seed, (0, i, 0), messages=[], answer="")
         await self.judge([e.candidate for e in self.entries.values()])
@@ -538,48 +603,70 @@ class _Search:
         slots = asyncio.Semaphore(self.generation.max_concurrency)
         stale = 0
         rounds_done = 0
-        async with ChatClient(self.endpoint, self.generation) as client:
+        async with ChatClient(self.endpoint, self.generation, pacer=self.pacer) as client:
             self.client = client
             for round_no in range(self.budget.rounds):
                 self.round = round_no
                 reason = "target" if self.target_reached() else self.exhausted()
                 if reason is not None:
-                    self.stop_reason = reason
+                    self.stop(reason)
                     break
                 before = self.best_time()
                 count = min(self.budget.samples, self.budget.candidates - self.usage.samples)
                 await self.run_round(round_no, count, slots)
                 if self.fatal is not None:
                     raise self.fatal
-                if round_no == 0 and self.usage.answers == 0 and self.all_unreachable():
-                    raise GenerationError(f"no request reached {self.endpoint.display_url}: every attempt of round "
-                                          "0 failed to connect (is the server running, is the URL right?)")
                 rounds_done += 1
                 if self.stop_reason is not None:
                     break
                 self.progress()
                 after = self.best_time()
+                if not self.timed():
+                    # nothing could be timed (no GPU): patience does not count this round
+                    if any(e.result is not None and e.result.ok and e.candidate.origin.kind == "generated"
+                           for e in self.entries.values()):
+                        self.stop("passed_gate")
+                        break
+                    continue
+                self.timed_rounds += 1
                 if after is not None and (before is None or after < before * (1.0 - MIN_GAIN)):
                     stale = 0
                 else:
                     stale += 1
-                if not self.timed() and any(e.result is not None and e.result.ok
-                                            and e.candidate.origin.kind == "generated"
-                                            for e in self.entries.values()):
-                    self.stop_reason = "passed_gate"
-                    break
                 if stale >= self.budget.patience:
-                    self.stop_reason = "patience"
+                    self.stop("patience")
                     break
             else:
-                self.stop_reason = "target" if self.target_reached() else "rounds"
-        return self.outcome(self.stop_reason or "rounds", rounds_done)
+                self.stop("target" if self.target_reached() else "rounds")
+        if self.usage.answers == 0 and self.usage.requests > 0:
+            raise GenerationError(self.no_answer())
+        reason = self.stop_reason or "rounds"
+        return self.outcome(reason, rounds_done)
 
-    def all_unreachable(self) -> bool:
-        kinds = set(self.usage.failures)
-        return bool(kinds) and kinds <= {"connection", "gave_up"} and self.usage.failures.get("connection", 0) > 0
+    def no_answer(self) -> str:
+        """Why no request got an answer, in words."""
+        assert self.endpoint is not None
+        url = self.endpoint.display_url
+        if set(self.faults) == {"connection failed"}:
+            return (f"no request reached {url}: every attempt failed to connect ({self.usage.requests} requests; "
+                    "is the server running, is the URL right?)")
+        text = f"no answer from {url}: {describe_faults(self.faults)}"
+        if self.stop_reason == "endpoint_failing":
+            return f"{text} (stopped after {self.generation.max_consecutive_failures} failed requests in a row)"
+        if self.stop_reason in ("wall_time", "tokens", "money"):
+            text += f"; then {self.describe_stop(self.stop_reason)}"
+        return text
 
-    def outcome(self, reason: str, rounds: int) -> SearchOutcome:
+    def link(self, reason: StopReason, cause: str) -> None:
+        """Link the transcripts stored so far under the decision key (``r1build replay`` finds them there)."""
+        if self.endpoint is None:
+            return
+        self.transcripts.sort()
+        link_transcripts(self.cache, decision_key(self.manifest, self.spec, self.arch), kernel=self.spec.name,
+                         arch=self.arch, transcripts=[d for _, d in self.transcripts], stop_reason=reason,
+                         cause=cause)
+
+    def outcome(self, reason: StopReason, rounds: int) -> SearchOutcome:
         entries = sorted((e for e in self.entries.values() if e.result is not None), key=lambda e: e.order)
         self.transcripts.sort()
         return SearchOutcome(
@@ -589,6 +676,7 @@ class _Search:
             usage=self.usage,
             stop_reason=reason,
             rounds=rounds,
+            cause=self.describe_stop(reason) if reason != "replay" else "a replay of stored transcripts",
         )
 
 
@@ -602,7 +690,7 @@ async def run_search(manifest: Manifest, spec: KernelSpec, arch: str, *, evaluat
     emit(Stage("generate", spec.name, arch, done=True, detail=(
         f"{len(generated)} generated, {sum(1 for _, r in generated if r.ok)} passed, in {outcome.rounds} round(s); "
         f"{u.samples} samples, {u.requests} requests, {u.completion_tokens} tokens, ${u.cost_usd:.4f}; "
-        f"stopped: {outcome.stop_reason}")))
+        f"stopped: {outcome.cause}")))
     return outcome
 
 

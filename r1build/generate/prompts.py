@@ -5,12 +5,16 @@ the description, the numpy reference's source, the correctness and benchmark sha
 limits, the limits the gate enforces, the syntax for tunable parameters and, where diversity comes from the
 prompt, an optimization direction. The feedback prompt of a later round reports what happened to a kernel (its
 time and share of the hardware floor, or its compiler errors, rejection, mismatch summary or sanitizer
-findings), the best kernels so far and the other failures, each trimmed to a sensible length.
+findings), the best kernels so far and the other failures, each trimmed to a sensible length. A compile
+failure is quoted as the compiler's own messages: without the command line, the return code or this machine's
+absolute paths (see :func:`compiler_message`).
 """
 
 from __future__ import annotations
 
 import ast
+import re
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -19,8 +23,8 @@ from ..manifest.model import KernelSpec, Manifest
 from ..manifest.reference import ReferenceError_, reference_file
 from ..records import Result
 
-__all__ = ["DEFAULT_DIRECTIONS", "Judged", "feedback_prompt", "format_shape", "signature", "task_prompt",
-           "trim_log", "trim_source"]
+__all__ = ["DEFAULT_DIRECTIONS", "Judged", "compiler_message", "feedback_prompt", "format_shape", "signature",
+           "task_prompt", "trim_log", "trim_source"]
 
 DEFAULT_DIRECTIONS: tuple[str, ...] = (
     "coalesced global memory access",
@@ -90,6 +94,22 @@ def trim_log(text: str, limit: int = LOG_LIMIT, max_lines: int = 40) -> str:
             lines.append(f"... ({omitted} more lines)")
     out = "\n".join(lines)
     return out if len(out) <= limit else out[:limit] + "\n..."
+
+
+_ABSOLUTE_PATH = re.compile(r"""(?<![\w.~/-])/(?:[^\s/:"'()<>]+/)+([^\s/:"'()<>]+)""")
+
+
+def compiler_message(detail: str) -> str:
+    """What the compiler said about a candidate, for a prompt: the output of a failed compile without the command
+    line, the return code or local absolute paths (each is cut to its file name)."""
+    text = detail
+    if text.lstrip().startswith("command:") or "\noutput:\n" in text:
+        head, sep, output = text.partition("\noutput:\n")
+        kept = [ln for ln in head.splitlines()
+                if ln.strip() and not ln.startswith(("command:", "return code:"))]
+        text = "\n".join([*kept, textwrap.dedent(output)]) if sep else "\n".join(kept)
+    lines = [ln for ln in text.splitlines() if not ln.strip().startswith(("command:", "return code:"))]
+    return _ABSOLUTE_PATH.sub(r"\1", "\n".join(lines)).strip()
 
 
 def _reference_source(manifest: Manifest, spec: KernelSpec) -> str | None:
@@ -248,7 +268,7 @@ def describe(judged: Judged, spec: KernelSpec) -> str:
         return f"{text}{defines}.{gate}"
     if r.status == "passed":
         return f"It compiled for {r.arch} and passed the static checks{defines} (not timed on a GPU yet).{gate}"
-    detail = trim_log(r.detail) if r.detail else "(no detail)"
+    detail = trim_log(compiler_message(r.detail)) if r.detail else "(no detail)"
     head = {
         "compile_error": f"It did not compile for {r.arch}{defines}:",
         "rejected": f"It was rejected{defines}:",
@@ -257,6 +277,14 @@ def describe(judged: Judged, spec: KernelSpec) -> str:
         "timed_out": f"It did not finish in time{defines}:",
     }.get(r.status, f"It failed ({r.status}){defines}:")
     return f"{head}\n```\n{detail}\n```{gate}"
+
+
+def _summary(judged: Judged, spec: KernelSpec, limit: int = 400) -> str:
+    """One line on a failed candidate: what happened and the first error lines of its detail."""
+    text = [ln.strip() for ln in describe(judged, spec).replace("```", "").splitlines() if ln.strip()]
+    head, rest = text[:1], text[1:]
+    errors = [ln for ln in rest if "error" in ln.lower()]
+    return " ".join(head + (errors or rest)[:3])[:limit]
 
 
 def feedback_prompt(spec: KernelSpec, *, parent: Judged | None, parent_in_conversation: bool,
@@ -284,8 +312,7 @@ def feedback_prompt(spec: KernelSpec, *, parent: Judged | None, parent_in_conver
     if shown or notes:
         lines.append("## Other failures in this search")
         for f in shown:
-            first = [ln.strip() for ln in describe(f, spec).replace("```", "").splitlines() if ln.strip()]
-            lines.append(f"- {f.label}: " + " ".join(first[:3])[:400])
+            lines.append(f"- {f.label}: {_summary(f, spec)}")
         lines += [f"- {note}" for note in notes]
         lines.append("")
     focus = f", focusing on {direction}" if direction else ""

@@ -11,16 +11,18 @@ The API key is read from the environment at the last moment and lives only in :c
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import ConfigError
 from ..manifest.model import Generation
 
-__all__ = ["BASE_URL_ENV", "PROFILES", "Endpoint", "Profile", "endpoint_configured", "public_url",
-           "resolve_endpoint"]
+__all__ = ["BASE_URL_ENV", "PROFILES", "REDACTED", "Endpoint", "Profile", "endpoint_configured", "public_url",
+           "redact", "resolve_endpoint"]
 
 BASE_URL_ENV = "R1BUILD_BASE_URL"
 """Environment variable that overrides the endpoint URL of any profile."""
@@ -80,6 +82,31 @@ def public_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
+REDACTED = "[redacted]"
+"""What a secret is replaced with."""
+
+SUBSTRING_MIN = 16
+"""Secrets at least this long (every hosted provider's keys are) are redacted wherever they occur, even inside a
+longer word; shorter ones only where they stand alone, so that a short key never mangles unrelated text."""
+
+
+def _secret_pattern(secret: str) -> str:
+    forms = {secret, json.dumps(secret)[1:-1]}  # as it is, and as it reads inside a JSON string
+    alternatives = "|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True))
+    if len(secret) >= SUBSTRING_MIN:
+        return f"(?:{alternatives})"
+    return rf"(?<![\w\-])(?:{alternatives})(?![\w\-])"
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with every occurrence of each of ``secrets`` replaced by :data:`REDACTED` (exact occurrences of
+    a short secret: one that is part of a longer word is not it)."""
+    patterns = [_secret_pattern(s) for s in sorted(set(secrets), key=len, reverse=True) if s]
+    if not patterns:
+        return text
+    return re.sub("|".join(patterns), REDACTED, text)
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """A resolved endpoint: profile, URL, model and the key (hidden from ``repr``)."""
@@ -95,10 +122,28 @@ class Endpoint:
     api_key: str = field(repr=False)
     """The secret itself (or a placeholder for endpoints that need none). Never store it."""
 
+    other_keys: tuple[str, ...] = field(default=(), repr=False)
+    """The values of the profile's other key variables that are set (configured secrets too, though not sent)."""
+
     @property
     def secret(self) -> str | None:
         """The key when it came from the environment (what must never be stored); None for the placeholder."""
         return self.api_key if self.key_env else None
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """Every configured secret, whatever its length: the key sent, the profile's other keys that are set, and
+        the password of the URL's user information. The placeholder sent to keyless servers is none."""
+        found = [self.api_key] if self.key_env else []
+        found += self.other_keys
+        password = urlsplit(self.base_url).password
+        if password:
+            found.append(password)
+        return tuple(dict.fromkeys(s for s in found if s))
+
+    def redact(self, text: str) -> str:
+        """``text`` without any of :attr:`secrets`."""
+        return redact(text, self.secrets)
 
     @property
     def display_url(self) -> str:
@@ -134,4 +179,5 @@ def resolve_endpoint(generation: Generation, environ: Mapping[str, str] = os.env
             f"(or point {BASE_URL_ENV} at a server that needs none)"
         )
     api_key = environ[key_env] if key_env else _NO_KEY
-    return Endpoint(profile, url.rstrip("/"), generation.model or profile.model, key_env, api_key)
+    others = tuple(environ[name] for name in names if name != key_env and environ.get(name))
+    return Endpoint(profile, url.rstrip("/"), generation.model or profile.model, key_env, api_key, others)

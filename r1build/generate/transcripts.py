@@ -3,22 +3,35 @@
 One blob per sample: the messages and parameters sent, every HTTP attempt (latency, status, fault), the answer
 (content, reasoning, finish reason, usage, latency) and what extraction made of it. The decision record links
 the blobs by digest, and ``r1build replay`` re-extracts and re-judges the candidates from them with no network.
-The API key is never part of a transcript: the payload is scrubbed of it before it is stored, whatever a
-server echoed back.
+No configured secret is ever part of a transcript: every string of the payload is scrubbed of each of them,
+whatever their length, before it is stored, whatever a server echoed back (a short key only where it stands
+alone, so it never mangles an unrelated word).
+
+The transcripts of a search are linked under its decision key in the ``generation`` JSON namespace of the cache
+however the search ends (its budgets, a fatal error, Ctrl-C): that is where ``r1build replay`` finds them when no
+decision was stored.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..cache.store import Cache
 from ..keys import canonical_json
 from .client import Exchange
+from .providers import redact
 
-__all__ = ["KIND", "SCHEMA", "SCRUB_MIN", "StoredAnswer", "load_transcript", "store_transcript", "transcript_payload"]
+__all__ = ["KIND", "LINKS_NAMESPACE", "SCHEMA", "StoredAnswer", "link_transcripts", "load_transcript",
+           "store_transcript", "transcript_payload"]
+
+LINKS_NAMESPACE = "generation"
+"""Cache JSON namespace that links a search's transcripts (and, for ``r1build generate``, its candidates and
+results), keyed by decision key."""
 
 KIND = "r1build.transcript"
 SCHEMA = 1
@@ -83,21 +96,32 @@ def round_s(value: float) -> float:
     return float(f"{value:.3f}")
 
 
-SCRUB_MIN = 16
-"""Keys at least this long (every hosted provider's are) are scrubbed from the whole transcript. Shorter ones
-(a local server's ``test``) only ever reach error messages, which the client scrubs itself: scrubbing a common
-word from an answer would change what replay extracts."""
+def _scrubbed(value: Any, secrets: Sequence[str]) -> Any:
+    if isinstance(value, str):
+        return redact(value, secrets)
+    if isinstance(value, dict):
+        return {_scrubbed(k, secrets): _scrubbed(v, secrets) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_scrubbed(v, secrets) for v in value]
+    return value
 
 
-def store_transcript(cache: Cache, payload: dict[str, Any], *, secret: str | None) -> str:
-    """Store a transcript, scrubbed of ``secret``; returns its digest."""
-    text = canonical_json(payload).decode()
-    if secret and len(secret) >= SCRUB_MIN:
-        text = text.replace(secret, "[redacted]")
-        escaped = json.dumps(secret)[1:-1]
-        if escaped != secret:
-            text = text.replace(escaped, "[redacted]")
-    return cache.put_text(text)
+def store_transcript(cache: Cache, payload: dict[str, Any], *, secrets: Sequence[str]) -> str:
+    """Store a transcript, every string scrubbed of each of ``secrets``; returns its digest."""
+    return cache.put_text(canonical_json(_scrubbed(payload, secrets)).decode())
+
+
+def link_transcripts(cache: Cache, key: str, *, kernel: str, arch: str, transcripts: Sequence[str],
+                     stop_reason: str, cause: str) -> None:
+    """Link a search's transcripts under its decision ``key``."""
+    cache.put_json(LINKS_NAMESPACE, key, {
+        "kernel": kernel,
+        "arch": arch,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "transcripts": list(transcripts),
+        "stop_reason": stop_reason,
+        "cause": cause,
+    })
 
 
 def load_transcript(cache: Cache, digest: str) -> StoredAnswer | None:

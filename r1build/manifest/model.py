@@ -164,8 +164,11 @@ class Generation:
     retries: int = bounded(4, ge=0)
     """Retries of one request after 429, 5xx, connection errors and timeouts."""
     retry_backoff_s: float = bounded(2.0, ge=0)
-    """Seconds before the first retry when the server sends no ``retry-after``; doubled for each further retry
-    (with jitter), at most 60."""
+    """Seconds of the pause after a failed request when the server sends no ``retry-after``; doubled for each
+    further failure in a row (with jitter), at most 60. One pause holds back every request of the search."""
+    max_consecutive_failures: int = bounded(12, ge=1)
+    """Failed requests in a row (all samples together, no answer in between) after which the search stops: the
+    circuit breaker for an endpoint that is down."""
     stream: bool = True
     """Stream answers (server-sent events). Long answers keep the connection alive this way; turn it off only
     for servers that cannot stream."""

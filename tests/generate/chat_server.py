@@ -2,8 +2,11 @@
 
 It speaks enough HTTP/1.1 (keep-alive, chunked transfer) and enough of the OpenAI chat-completions protocol
 (plain JSON and server-sent events with keep-alive comments, ``reasoning_content`` / ``reasoning`` deltas,
-usage) for the official ``openai`` client to talk to it, and it misbehaves on request: HTTP errors with
-``retry-after``, bodies that are not JSON, streams that end early or drop the connection, stalls.
+usage, in streams only when ``stream_options.include_usage`` asks for it) for the official ``openai`` client
+to talk to it, and it misbehaves on request: HTTP errors with ``retry-after`` (seconds or an HTTP date), bodies
+that are not JSON, streams that end early or drop the connection, stalls, echoes of the API key it was sent.
+Answers can be large and can honour ``max_tokens`` the way a real server does (cut off with
+``finish_reason: length``).
 
 A script is a list of replies served in order (the last one repeats) or a function of the request. Every
 request is recorded (headers and JSON body) and the most requests in flight at once is tracked.
@@ -13,12 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import email.utils
 import itertools
 import json
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from http import HTTPStatus
 from typing import Any
 
 __all__ = ["Answer", "ChatServer", "Fault", "Raw", "Reply", "Request", "Stall"]
@@ -72,11 +77,37 @@ class Answer:
     """Whether usage is reported."""
     ignore_stream: bool = False
     """Answer with plain JSON even when a stream was asked for (servers that cannot stream)."""
+    honour_max_tokens: bool = False
+    """Cut the answer at the request's ``max_tokens`` like a real server: the text in proportion, the reported
+    tokens at the limit, ``finish_reason: length``."""
+    echo_key: bool = False
+    """Append the API key the request was sent with to the content and the reasoning."""
 
     def tokens(self) -> int:
         if self.completion_tokens is not None:
             return self.completion_tokens
         return len(self.reasoning.split()) + len(self.content.split())
+
+    def for_request(self, request: Request) -> Answer:
+        """This answer as sent to ``request`` (cut at its ``max_tokens``, the key echoed)."""
+        reply = self
+        if self.echo_key:
+            key = _bearer(request)
+            reply = replace(reply, content=f"{reply.content}\nYou sent the key {key}.",
+                            reasoning=f"{reply.reasoning} The key is {key}." if reply.reasoning else "")
+        limit = (request.body or {}).get("max_tokens")
+        tokens = reply.tokens()
+        if self.honour_max_tokens and isinstance(limit, int) and tokens > limit:
+            keep = limit / tokens
+            reply = replace(reply, reasoning=reply.reasoning[:int(len(reply.reasoning) * keep)],
+                            content=reply.content[:int(len(reply.content) * keep)], completion_tokens=limit,
+                            finish_reason="length")
+        return reply
+
+
+def _bearer(request: Request) -> str:
+    auth = request.headers.get("authorization", "")
+    return auth.removeprefix("Bearer ").strip()
 
 
 @dataclass(frozen=True)
@@ -87,6 +118,10 @@ class Fault:
     message: str = "scripted fault"
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    retry_after_date_s: float | None = None
+    """Send ``retry-after`` as an HTTP date this many seconds from when the response is sent."""
+    echo_key: bool = False
+    """Append the API key the request was sent with to the error message."""
 
 
 @dataclass(frozen=True)
@@ -223,9 +258,10 @@ class ChatServer:
 
     @staticmethod
     async def _send_head(writer: asyncio.StreamWriter, status: int, headers: dict[str, str]) -> None:
-        reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 402: "Payment Required",
-                  404: "Not Found", 422: "Unprocessable Entity", 429: "Too Many Requests",
-                  500: "Internal Server Error", 503: "Service Unavailable"}.get(status, "Status")
+        try:
+            reason = HTTPStatus(status).phrase
+        except ValueError:
+            reason = "Status"
         head = f"HTTP/1.1 {status} {reason}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
         writer.write(head.encode("latin-1"))
         await writer.drain()
@@ -261,14 +297,19 @@ class ChatServer:
             return False
         if isinstance(reply, Fault):
             await asyncio.sleep(reply.delay)
-            body = json.dumps({"error": {"message": reply.message, "type": "scripted", "code": reply.status}})
-            await self._send_body(writer, reply.status, "application/json", body.encode(), reply.headers)
+            message = f"{reply.message} (key {_bearer(request)})" if reply.echo_key else reply.message
+            body = json.dumps({"error": {"message": message, "type": "scripted", "code": reply.status}})
+            headers = dict(reply.headers)
+            if reply.retry_after_date_s is not None:
+                headers["retry-after"] = email.utils.formatdate(time.time() + reply.retry_after_date_s, usegmt=True)
+            await self._send_body(writer, reply.status, "application/json", body.encode(), headers)
             return True
         if isinstance(reply, Raw):
             await asyncio.sleep(reply.delay)
             await self._send_body(writer, reply.status, reply.content_type, reply.body)
             return True
         await asyncio.sleep(reply.delay)
+        reply = reply.for_request(request)
         if (request.body or {}).get("stream") and not reply.ignore_stream:
             return await self._stream(request, reply, writer)
         message: dict[str, Any] = {"role": "assistant", "content": reply.content}
@@ -312,7 +353,8 @@ class ChatServer:
         deltas += [{"content": reply.content[i:i + step]} for i in range(0, len(reply.content), step)]
         events = [{**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
         events.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": reply.finish_reason}]})
-        if reply.usage:
+        options = (request.body or {}).get("stream_options") or {}
+        if reply.usage and options.get("include_usage"):
             events.append({**base, "choices": [], "usage": self._usage(reply)})
         for n, event in enumerate(events):
             if reply.cut_after is not None and n >= reply.cut_after:

@@ -34,7 +34,7 @@ def test_generate_then_replay(project: Project, endpoint_env: None, monkeypatch:
     out, err = capsys.readouterr()
     assert "generate vadd sm_90" in out
     assert "compile_error" in out and '"vadd_typo" is undefined' in out
-    assert "2 generated (1 passed the gate" in out and "stopped: passed_gate" in out
+    assert "2 generated (1 passed the gate" in out and "stopped (passed_gate)" in out
     assert "generate vadd/sm_90:" in err and "round=1/1" in err and "spend=$" in err
     assert KEY.encode() not in project.cache_bytes()
 

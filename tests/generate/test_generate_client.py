@@ -75,11 +75,13 @@ def test_stream_answered_without_streaming(usage: bool) -> None:
     assert c.completion_tokens == (42 if usage else (len(reply.content) + len("thought")) // 4)
 
 
-def test_usage_missing_is_estimated() -> None:
+def test_usage_missing_is_estimated_from_text_not_chunks() -> None:
+    """400 characters in 40 chunks: about 100 tokens by the text's length (4 characters a token), not 40."""
     with ChatServer([Answer("x" * 400, usage=False, chunk_chars=10)]) as server:
         exchange, _ = ask(server)
     assert exchange.completion is not None
-    assert not exchange.completion.usage_reported and exchange.completion.completion_tokens == 40
+    assert not exchange.completion.usage_reported and exchange.completion.completion_tokens == 100
+    assert exchange.attempts[0].completion_tokens == 100 and exchange.estimated
 
 
 def test_429_honours_retry_after(stopwatch: Any) -> None:
