@@ -358,25 +358,28 @@ _REPEATS = 4
 
 
 def diagnosis_plan(plan: ShapePlan, index: int) -> ShapePlan:
-    """Calls that explain the failure of call ``index``, into the same buffers: the failing call ``_REPEATS``
-    times with shared memory pre-filled with pattern A; the first direct call's inputs twice (they passed the
-    first time), when that call came earlier; the failing call once more with pattern B."""
+    """Calls that explain the failure of call ``index``: the failing call ``_REPEATS`` times into the same
+    buffers with shared memory pre-filled with pattern A; once more with pattern B; once at other addresses
+    (the second buffer set); and the first direct call's inputs twice (they passed the first time), when that
+    call came earlier. The repeats share one poison, so outputs left unwritten compare equal."""
     call = plan.calls[index]
     a, b = SMEM_PATTERNS
     first = _first_direct(plan)
-    calls = [replace(call, mode="smem", smem_pattern=a) for _ in range(_REPEATS)]
+    calls = [replace(call, mode="smem", smem_pattern=a, index=100) for _ in range(_REPEATS)]
+    calls.append(replace(call, mode="smem", smem_pattern=b, index=100))
+    calls.append(replace(call, mode="smem", smem_pattern=a, index=101, buffers=1 - call.buffers))
     if first is not None and first < index:
-        calls += [replace(plan.calls[first], mode="smem", smem_pattern=a, buffers=call.buffers) for _ in range(2)]
-    calls.append(replace(call, mode="smem", smem_pattern=b))
-    return replace(plan, calls=[replace(c, index=100 + j) for j, c in enumerate(calls)])
+        calls += [replace(plan.calls[first], mode="smem", smem_pattern=a, buffers=call.buffers, index=102 + j)
+                  for j in range(2)]
+    return replace(plan, calls=calls)
 
 
 def diagnose(plan: ShapePlan, index: int, verdict: Verdict, repeat: ShapePlan, reply: Mapping[str, Any],
              buffers: Sequence[bytes], tolerance: Tolerance) -> Verdict:
-    """The failure of call ``index`` explained by the repeated calls of :func:`diagnosis_plan`, in this order:
-    outputs that depend on earlier calls (inputs that passed the first time now fail), nondeterminism (identical
-    calls, different outputs), a dependence on shared memory's earlier contents; else the deterministic
-    explanation of :func:`_mismatch_detail` (``verdict``)."""
+    """The failure of call ``index`` explained by the calls of :func:`diagnosis_plan`, in this order: outputs
+    that depend on earlier calls (inputs that passed the first time now fail), nondeterminism (identical calls,
+    different outputs), a memo of the pointers (the same inputs pass at other addresses), a dependence on shared
+    memory's earlier contents; else the deterministic explanation of :func:`_mismatch_detail` (``verdict``)."""
     records = reply.get("calls", [])
     n = len(repeat.layouts)
     runs = len(repeat.calls)
@@ -392,24 +395,30 @@ def diagnose(plan: ShapePlan, index: int, verdict: Verdict, repeat: ShapePlan, r
         return [datas(run)[j][repeat.layouts[j].start: repeat.layouts[j].start + repeat.layouts[j].nbytes]
                 for j in outs]
 
+    def wrong(run: int) -> Mismatch | None:
+        call = repeat.calls[run]
+        return compare_outputs(repeat.layouts, datas(run), call.expected, tolerance, _poisons(repeat, call),
+                               scale_atol=call.dist == "large")
+
     where = _where(plan, index)
-    if runs == _REPEATS + 3:
-        first = repeat.calls[_REPEATS]
-        wrong = [compare_outputs(repeat.layouts, datas(r), first.expected, tolerance, _poisons(repeat, first),
-                                 scale_atol=first.dist == "large")
-                 for r in (_REPEATS, _REPEATS + 1)]
-        if all(w is not None for w in wrong):
-            why = wrong[0].message if wrong[0] else ""
+    moved = _REPEATS + 1
+    if runs == _REPEATS + 4:
+        again = [wrong(r) for r in (runs - 2, runs - 1)]
+        if again[0] is not None and again[1] is not None:
             return Verdict("incorrect", f"{_EARLIER}: the inputs of the first call, which gave the right outputs "
-                                        f"then, give wrong outputs when repeated ({why}); first failure {where}: "
-                                        f"{verdict.detail}", index, verdict.kind)
+                                        f"then, give wrong outputs when repeated ({again[0].message}); first "
+                                        f"failure {where}: {verdict.detail}", index, verdict.kind)
     same = payload(0)
     if any(payload(r) != same for r in range(1, _REPEATS)):
         return Verdict("incorrect", "nondeterministic: identical calls (same inputs, same shared-memory contents "
                                     "before the call) gave different outputs, a race between threads or blocks (a "
                                     "missing __syncthreads, a non-atomic update of one element from several "
                                     f"blocks); first failure {where}: {verdict.detail}", index, verdict.kind)
-    if payload(runs - 1) != same:
+    if wrong(0) is not None and wrong(moved) is None:
+        return Verdict("incorrect", f"{_EARLIER}: the same inputs give the right outputs at other addresses and "
+                                    f"wrong ones, every time, in the buffers of the earlier calls; first failure "
+                                    f"{where}: {verdict.detail}", index, verdict.kind)
+    if payload(_REPEATS) != same:
         return Verdict("incorrect", "reads shared memory it never wrote: the same inputs give different outputs "
                                     f"depending on what shared memory held before the call (pre-filled with "
                                     f"0x{SMEM_PATTERNS[0]:08x}, then 0x{SMEM_PATTERNS[1]:08x}); first failure "

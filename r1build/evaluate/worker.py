@@ -124,6 +124,7 @@ class Worker:
         self._kernels: dict[str, Any] = {}
         self._flush: Any = None
         self._flush_us = 0.0
+        self._overhead_us = 0.0
         self._sink: Any = None
         self._events: list[tuple[Any, Any]] = []
 
@@ -209,6 +210,20 @@ class Worker:
                 times.append(self.cp.cuda.get_elapsed_time(e0, e1) * 1000.0)
             self._flush_us = statistics.median(times)
         return self._flush_us
+
+    def launch_overhead_us(self) -> float:
+        """What a sample adds to the kernel's own duration: the median of the same sample (L2 flush, event,
+        launch, event) around a kernel that does nothing. Subtracted from event-timed samples, so a time is the
+        kernel's duration on the GPU, as a profiler reports it, not the launch latency the events also catch."""
+        if not self._overhead_us:
+            kernel = self.kernel("r1_spin")
+
+            def empty(_k: int) -> None:
+                with self.stream:
+                    kernel((1,), (1,), (self.cp.int64(0),))
+
+            self._overhead_us = statistics.median(self._measure(empty, 60, 1, True, 20, 40.0))
+        return self._overhead_us
 
     def poison_shared(self, pattern: int) -> None:
         kernel = self.kernel("r1_smem_poison")
@@ -318,8 +333,10 @@ class Worker:
             """Allocations (guard-filled), call arguments and array regions of set ``which``; set 1 is made
             while set 0 is alive, so its addresses differ."""
             if which not in sets:
+                shift = 256 * which  # even where the allocator hands back set 0's memory, the pointers differ
                 with self.stream:
-                    allocs = [cp.empty(int(a["total"]), dtype=cp.uint8) for a in arrays]
+                    whole = [cp.empty(int(a["total"]) + shift, dtype=cp.uint8) for a in arrays]
+                    allocs = [w[shift:] for w in whole]
                     for alloc, a in zip(allocs, arrays, strict=True):
                         alloc.fill(int(a["guard_byte"]))
                 pointers = [int(alloc.data.ptr) + int(a["start"]) for alloc, a in zip(allocs, arrays, strict=True)]
@@ -548,13 +565,13 @@ class Worker:
     def _time_shape(self, fn: Any, shape: dict[str, Any], budget_us: float, min_n: int, max_n: int,
                     graph_below: float, sample_us: float
                     ) -> tuple[dict[str, Any], list[tuple[list[Any], list[Any]]]]:
-        """Samples of one benchmark shape.
+        """Samples of one benchmark shape, over the input sets the parent made (rotated call by call).
 
-        A call shorter than ``graph_below`` us is timed as a CUDA graph of many calls. Otherwise each sample is
-        L2 flush, event, ``reps`` back-to-back launches, event: ``reps`` is 1 unless one input set is at least
-        twice the L2 (so every launch starts cold anyway: launches alternate between two such sets), when it
-        grows until a sample lasts ``sample_us``; averaging a few launches per sample takes the jitter of
-        single ~50 us launches (DRAM refresh, launch and event granularity, about 2 us) out of the spread.
+        A call shorter than ``graph_below`` us is timed as a CUDA graph of many back-to-back calls (no flush in
+        between: the per-call time of a small kernel includes the gap between kernels, and its inputs may be
+        in L2). Otherwise each sample is L2 flush, event, one launch, event, and the launch overhead of such a
+        sample (:meth:`launch_overhead_us`) is subtracted, so the time is the kernel's own duration with a cold
+        L2. ``sample_us`` is kept for older callers and unused.
         """
         set_bytes = max(1, sum(int(a["count"]) * int(a["itemsize"]) for a in shape["arrays"]))
         big = set_bytes >= 2 * self.l2_bytes
@@ -594,18 +611,17 @@ class Worker:
             samples = self._measure(lambda _k: graph.launch(self.stream), n, reps, False, 50, host_us)
             mode = "graph"
         else:
-            reps = max(1, min(16, math.ceil(sample_us / t_est))) if big else 1
+            # one launch per sample: back-to-back launches would add the gap between kernels to every call
+            reps = 1
             flush_us = self.flush_time_us()
-            n = max(min_n, min(max_n, int(budget_us / (reps * t_est + flush_us))))
-
-            def launch(k: int) -> None:
-                for r in range(reps):
-                    call(k * reps + r)
-
-            samples = self._measure(launch, n, reps, True, max(4, 50 // reps), host_us * reps)
+            n = max(min_n, min(max_n, int(budget_us / (t_est + flush_us))))
+            overhead = self.launch_overhead_us()
+            raw = self._measure(call, n, 1, True, 50, host_us)
+            samples = [max(t - overhead, 0.0) for t in raw]
             mode = "events"
         return {"samples_us": samples, "mode": mode, "calls_per_sample": reps, "sets": rotation,
-                "estimate_us": t_est}, sets
+                "estimate_us": t_est, "launch_overhead_us": overhead if mode == "events" else 0.0,
+                "big_sets": big}, sets
 
     def op_time_reference(self, h: dict[str, Any], _bufs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
         """Time the numpy reference computed by cupy: the reference module's ``numpy`` (and the numpy functions

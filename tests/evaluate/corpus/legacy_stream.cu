@@ -1,5 +1,5 @@
 // kernel: silu_mul
-// expect: incorrect: outside the given stream
+// expect: rejected: cudaDeviceSynchronize
 // Launches on the legacy default stream (no stream in the launch) and synchronizes the device.
 #include <cuda_runtime.h>
 #include <cstdint>

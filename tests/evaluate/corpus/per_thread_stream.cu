@@ -1,5 +1,5 @@
 // kernel: softmax_rows
-// expect: incorrect: outside the given stream
+// expect: rejected: cudaStreamSynchronize
 // Runs on cudaStreamPerThread and waits for it: right answers, wrong stream.
 #include <cuda_runtime.h>
 #include <cfloat>

@@ -1,5 +1,5 @@
 // kernel: silu_mul
-// expect: incorrect: outside the given stream
+// expect: rejected: cudaStreamCreateWithFlags
 // Works on a private stream and waits for it before returning: right answers, but the caller's stream never
 // sees the work, so timing on that stream would measure nothing.
 #include <cuda_runtime.h>

@@ -1,5 +1,5 @@
 // kernel: transpose
-// expect: incorrect: outside the given stream
+// expect: rejected: cudaDeviceSynchronize
 // Right answers on the given stream, then a device-wide synchronization inside the call.
 #include <cuda_runtime.h>
 
