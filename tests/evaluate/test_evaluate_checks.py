@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 
 from r1build.evaluate.checks import (
-    Verdict,
     ShapePlan,
+    Verdict,
     arg_codes,
     arg_items,
     check_request,
