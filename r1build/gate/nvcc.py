@@ -2,7 +2,9 @@
 
 The compile is exactly what the gate judges: the manifest's ``nvcc-flags``, ``-Xptxas -v`` for the report, one
 ``-gencode`` for the arch (real code only: the gate asks whether *this* arch's machine code is fine) and
-``-DNAME=value`` per tunable parameter, ``-c`` to a host object in a scratch directory. nvcc runs inside that
+``-DNAME=value`` per tunable parameter, the kernel's declaration as a pre-included header (the entry point as
+the public header declares it, so a definition with another signature is a compile error), ``-c`` to a host
+object in a scratch directory. nvcc runs inside that
 directory on relative file names, so its messages name ``<kernel>.cu`` rather than a temporary path: the log is
 the same on every machine, fit for the cache and for feeding back to a model.
 """
@@ -25,7 +27,10 @@ from ..manifest.archs import arch_info
 from ..records import GateReport
 from ..toolchain import Toolchain
 
-__all__ = ["Compilation", "compile_variant", "gencode", "nvcc_command", "parse_ptxas_report"]
+__all__ = ["DECLARATION_NAME", "Compilation", "compile_variant", "gencode", "nvcc_command", "parse_ptxas_report"]
+
+DECLARATION_NAME = "r1build_declaration.h"
+"""File name of the pre-included declaration in the scratch directory."""
 
 
 @dataclass(frozen=True)
@@ -61,13 +66,16 @@ def gencode(arch: str) -> str:
 
 
 def nvcc_command(
-    nvcc: str, flags: Sequence[str], arch: str, defines: Mapping[str, int | str], source: str, output: str
+    nvcc: str, flags: Sequence[str], arch: str, defines: Mapping[str, int | str], source: str, output: str,
+    *, pre_include: str | None = None,
 ) -> list[str]:
     """The gate's nvcc command line for one variant (defines sorted by name, so the line is stable);
     :class:`ValueError` for a define that is not an identifier set to a plain number or identifier."""
     check_defines(defines)
     cmd = [nvcc, *flags, "-Xptxas", "-v", "-gencode", gencode(arch)]
     cmd += [f"-D{name}={defines[name]}" for name in sorted(defines)]
+    if pre_include is not None:
+        cmd += ["--pre-include", pre_include]
     cmd += ["-c", source, "-o", output]
     return cmd
 
@@ -129,15 +137,20 @@ def compile_variant(
     toolchain: Toolchain,
     workdir: Path,
     timeout_s: float,
+    declaration: str | None = None,
 ) -> Compilation:
-    """Compile ``source`` as ``<workdir>/<name>.cu`` for ``arch`` into ``<workdir>/<name>.o``.
+    """Compile ``source`` as ``<workdir>/<name>.cu`` for ``arch`` into ``<workdir>/<name>.o``, with
+    ``declaration`` (a header's text) pre-included when given.
 
     A compile that fails or runs past ``timeout_s`` is a :class:`Compilation` that is not ``ok``; only an nvcc
     that cannot be started at all raises :class:`~r1build.errors.ToolchainError`.
     """
     src, obj = f"{name}.cu", f"{name}.o"
     (workdir / src).write_text(source, encoding="utf-8")
-    cmd = nvcc_command(toolchain.nvcc, flags, arch, defines, src, obj)
+    if declaration is not None:
+        (workdir / DECLARATION_NAME).write_text(declaration, encoding="utf-8")
+    cmd = nvcc_command(toolchain.nvcc, flags, arch, defines, src, obj,
+                       pre_include=DECLARATION_NAME if declaration is not None else None)
     start = time.perf_counter()
     try:
         # a session of its own, so a timeout stops nvcc's children (cudafe++, cicc, ptxas) as well

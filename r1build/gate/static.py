@@ -1,6 +1,8 @@
 """The static gate: the judge that needs no GPU.
 
-For every candidate variant and arch it compiles with nvcc (:mod:`.nvcc`), inspects the host object
+For every candidate variant and arch it compiles with nvcc (:mod:`.nvcc`) beside the entry point's declaration
+as the public header states it (so only a definition of exactly the declared signature compiles), inspects the
+host object
 (:mod:`.symbols`) and holds the ptxas report against the kernel's limits. Verdicts are cached under a gate key
 (source digest, defines, arch, nvcc flags, toolchain identity, entry point and allowlist version), so a warm
 build compiles nothing twice. What is cached is the compile's verdict *before* the limits are applied: changing
@@ -10,6 +12,7 @@ build compiles nothing twice. What is cached is the compile's verdict *before* t
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -23,6 +26,7 @@ from ..events import Progress, Stage, emit
 from ..judge import Job
 from ..keys import digest_json
 from ..manifest.archs import arch_info, parse_arch
+from ..manifest.cdecl import declaration, signature
 from ..manifest.model import KernelSpec, Limits, Manifest
 from ..records import Candidate, GateReport, Result, Status
 from ..toolchain import Toolchain
@@ -32,8 +36,9 @@ from .symbols import ALLOWLIST_VERSION, check_object
 
 __all__ = ["GATE_SCHEMA", "StaticGate", "gate_for_archs", "gate_key", "limit_violations"]
 
-GATE_SCHEMA = 1
-"""Bumped whenever what goes into a gate key, or what a cached gate result means, changes."""
+GATE_SCHEMA = 2
+"""Bumped whenever what goes into a gate key, or what a cached gate result means, changes (2: candidates are
+compiled beside the declared signature, which is part of the key)."""
 
 DEFAULT_TIMEOUT_S = 300.0
 """Longest one nvcc compile may take before the candidate counts as a compile error."""
@@ -51,6 +56,7 @@ def gate_key(manifest: Manifest, spec: KernelSpec, arch: str, candidate: Candida
             "flags": list(manifest.settings.nvcc_flags),
             "toolchain": toolchain.ident,
             "entry": spec.name,
+            "declaration": declaration(spec),
         }
     )
 
@@ -80,6 +86,25 @@ def limit_violations(report: GateReport, limits: Limits, arch: str) -> list[str]
             f"limit of {shared} (limits.shared-bytes); use smaller tiles."
         )
     return out
+
+
+_SIGNATURE_CLASH = re.compile(
+    r'has "C" linkage|cannot overload functions distinguished by return type|declaration is incompatible'
+    r"|conflicting declaration|declared .extern. and later .static.|incompatible with previous declaration"
+)
+
+
+def _signature_hint(spec: KernelSpec, output: str) -> str:
+    """A first sentence for a compile error that comes from the entry point's definition not matching the
+    declaration compiled in front of it (nvcc's own words are less direct about it)."""
+    lines = output.splitlines()
+    for i, line in enumerate(lines):
+        near = " ".join(lines[i:i + 2])
+        if _SIGNATURE_CLASH.search(line) and re.search(rf"\b{re.escape(spec.name)}\b", near):
+            return (f'the definition of {spec.name} does not match the declared signature extern "C" '
+                    f"{signature(spec)}: the parameter types (const included), their order and the return type "
+                    "must be exactly these\n")
+    return ""
 
 
 @dataclass(frozen=True)
@@ -209,6 +234,7 @@ class StaticGate:
                 toolchain=tc,
                 workdir=Path(scratch),
                 timeout_s=self.timeout_s,
+                declaration=declaration(spec),
             )
             with self._lock:
                 self.compiles += 1
@@ -219,7 +245,7 @@ class StaticGate:
                 return verdict("compile_error", detail), False
             if not compiled.ok or compiled.object_path is None:
                 detail = format_subprocess_failure(compiled.command, compiled.returncode or 1, compiled.output)
-                return verdict("compile_error", detail), True
+                return verdict("compile_error", _signature_hint(spec, compiled.output) + detail), True
             check = check_object(compiled.object_path, spec.name)
         if not check.ok:
             return verdict("rejected", check.reason(spec.name), compiled.report), True

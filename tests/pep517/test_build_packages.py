@@ -87,3 +87,16 @@ def test_tiny_project_builds_with_device_code_for_its_arch(build_env: BuildEnv, 
     build_env.check([build_env.python, "-m", "pip", "install", "--no-deps", "--force-reinstall", wheel], cwd=tmp_path)
     code = "import tiny; print('cudaError', tiny.scale_empty())"
     assert build_env.check([build_env.python, "-c", code], cwd=tmp_path).strip() == "cudaError 0"
+
+
+def test_baseline_with_another_signature_fails_the_build_at_the_gate(build_env: BuildEnv, tmp_path: Path) -> None:
+    project = copy_project(PACKAGES / "bad_signature", tmp_path / "bad_signature")
+    out = tmp_path / "out"
+    out.mkdir()
+
+    hook = build_env.hook(project, "build_wheel", out)
+    assert hook.returncode == 1, hook.stdout
+    assert "Traceback" not in hook.stdout
+    assert ('the definition of scale does not match the declared signature extern "C" cudaError_t '
+            "scale(const float* x, float* y, int64_t n, cudaStream_t stream)") in hook.stdout
+    assert not list(out.glob("*.whl"))
