@@ -51,8 +51,8 @@ def test_unknown_arch(bad: str) -> None:
 
 # (what to replace, replacement, expected message fragment, expected key, line content fragment)
 CASES = [
-    ('tolerance = { rtol = 1e-4, atol = 1e-4 }\nbaseline = "kernels/matmul.cu"',
-     'tolerence = { rtol = 1e-4, atol = 1e-4 }\nbaseline = "kernels/matmul.cu"',
+    ('tolerance = { rtol = 1e-4, atol = 5e-3 }\nbaseline = "kernels/matmul.cu"',
+     'tolerence = { rtol = 1e-4, atol = 5e-3 }\nbaseline = "kernels/matmul.cu"',
      "unknown key 'tolerence' (did you mean 'tolerance'?)", "kernel[4].tolerence", "tolerence ="),
     ('target = "r1build::kernels"', 'targt = "r1build::kernels"', "did you mean 'target'?", "targt", "targt ="),
     ('{ name = "weight", dtype = "float32"', '{ name = "weight", dtype = "flaot32"',
