@@ -214,8 +214,10 @@ DENIED_CLASSES: list[tuple[str, str, str, str]] = [
 
 def _denied_candidate(kind: str, body: str) -> Candidate:
     # the per-thread default stream comes from a define, as --default-stream per-thread would set it
-    defines = {"CUDA_API_PER_THREAD_DEFAULT_STREAM": 1} if kind == "per_thread_stream" else {}
-    return silu_candidate(f"{body}\n{LAUNCH}", kernel=SILU_KERNEL, **defines)
+    candidate = silu_candidate(f"{body}\n{LAUNCH}", kernel=SILU_KERNEL)
+    if kind == "per_thread_stream":
+        return dataclasses.replace(candidate, defines={"CUDA_API_PER_THREAD_DEFAULT_STREAM": 1})
+    return candidate
 
 
 ALLOWED_LAUNCHER = silu_candidate(
@@ -270,7 +272,7 @@ def test_runtime_calls_outside_the_contract_are_rejected_by_name(
     result = runtime_calls[kind]
     assert result.status == "rejected", result.detail
     assert result.gate is not None  # it compiled; its calls are what failed
-    assert f"{symbol} (" in result.detail and phrase in result.detail, result.detail
+    assert symbol in result.detail and phrase in result.detail, result.detail
 
 
 def test_the_launch_side_runtime_is_allowed(runtime_calls: dict[str, Result]) -> None:

@@ -285,8 +285,8 @@ class SymbolCheck:
     """What the gate found in one host object."""
 
     forbidden: list[str] = field(default_factory=list)
-    """Undefined symbols outside the allowlist, demangled and sorted, a denied CUDA call with why and what
-    to do instead."""
+    """Undefined symbols outside the allowlist, demangled and sorted; denied CUDA calls grouped by their reason,
+    which follows them: why, and what to do instead."""
     exported: list[str] = field(default_factory=list)
     """Global definitions of the candidate's own other than the entry point, demangled, sorted."""
     has_entry: bool = True
@@ -345,7 +345,8 @@ def _run(cmd: list[str]) -> str:
 
 
 def _demangle(names: list[str]) -> list[str]:
-    """Readable names (c++filt when present), a denied CUDA call followed by its reason, sorted."""
+    """Readable names (c++filt when present), sorted; denied CUDA calls that share a reason are listed together,
+    followed by it once."""
     if not names:
         return []
     cxxfilt = shutil.which("c++filt")
@@ -353,8 +354,16 @@ def _demangle(names: list[str]) -> list[str]:
     if cxxfilt is not None:
         out = _run([cxxfilt, *names]).splitlines()
         readable = out if len(out) == len(names) else names
-    notes = [denied_reason(name) for name in names]
-    return sorted({f"{text} ({note})" if note else text for text, note in zip(readable, notes, strict=True)})
+    plain: set[str] = set()
+    by_note: dict[str, set[str]] = {}
+    for text, name in zip(readable, names, strict=True):
+        note = denied_reason(name)
+        if note is None:
+            plain.add(text)
+        else:
+            by_note.setdefault(note, set()).add(text)
+    grouped = [f"{', '.join(sorted(texts))} ({note})" for note, texts in by_note.items()]
+    return sorted([*plain, *grouped])
 
 
 def check_object(obj: Path, entry: str) -> SymbolCheck:
