@@ -214,6 +214,26 @@ CASES: list[tuple[str, str, str, str, str]] = [
      "macro"),
     ("tunable-reserved", "BLOCK = [128, 256]", "__CUDA_ARCH__ = [1]", "kernel[0].tunables.__CUDA_ARCH__", "reserved"),
     ("tunable-ndebug", "BLOCK = [128, 256]", "NDEBUG = [1]", "kernel[0].tunables.NDEBUG", "macro"),
+    ("tunable-generated", "BLOCK = [128, 256]", "R1BUILD_KERNELS_H_ = [1]", "kernel[0].tunables.R1BUILD_KERNELS_H_",
+     "generates"),
+    ("tunable-explosion", 'VEC = ["1", "0x2"]', ", ".join(f"{t} = [{', '.join(map(str, range(1, 21)))}]"
+                                                   for t in ("VEC", "TM", "TN")),
+     "kernel[0].tunables.TN", "value sets"),
+    ("arg-macro", '{ name = "x", dtype', '{ name = "NULL", dtype', "kernel[0].args[0].name", "macro"),
+    ("arg-limit-macro", '{ name = "x", dtype', '{ name = "INT_MAX", dtype', "kernel[0].args[0].name", "macro"),
+    ("kernel-header-guard", 'name = "scale"', 'name = "R1BUILD_KERNELS_H_"', "kernel[0].name", "generates"),
+    # flops, alignment, test-shape sizes, the reference's spelling
+    ("flops-div-zero", "budget = {", 'flops = "n / (n - n)"\nbudget = {', "kernel[0].flops", "division by zero"),
+    ("flops-negative", "budget = {", 'flops = "n - 2 * n"\nbudget = {', "kernel[0].flops", "not negative"),
+    ("flops-overflow", "budget = {", 'flops = "n ** n ** n"\nbudget = {', "kernel[0].flops", "cannot be evaluated"),
+    ("flops-call", "budget = {", 'flops = "len(n)"\nbudget = {', "kernel[0].flops", "only sizes"),
+    ("alignment-not-pow2", "budget = {", "alignment = 24\nbudget = {", "kernel[0].alignment", "power of two"),
+    ("alignment-too-big", "budget = {", "alignment = 4096\nbudget = {", "kernel[0].alignment", "at most 256"),
+    ("test-shape-too-big", "{ n = 97 }", "{ n = 1000000000 }", "kernel[0].test-shapes[1]", "GiB"),
+    ("reference-path", 'reference = "reference:scale"', 'reference = "../reference:scale"', "kernel[0].reference",
+     "module:function"),
+    ("reference-code", 'reference = "reference:scale"', 'reference = "reference:scale(1)"', "kernel[0].reference",
+     "module:function"),
 ]
 
 
@@ -231,6 +251,14 @@ def test_check_exits_2_naming_file_line_and_key(tmp_path: Path, capsys: pytest.C
     assert fragment in line, line
     lineno = int(line.split(f"{path}:", 1)[1].split(":", 1)[0])
     assert new[:12] in text.splitlines()[lineno - 1], (lineno, text.splitlines()[lineno - 1])
+
+
+def test_kernel_names_differing_only_in_case(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    second = BASE[BASE.index("[[kernel]]"):].replace('name = "scale"', 'name = "Scale"')
+    path = write_project(tmp_path / "p", BASE + "\n" + second)
+    code, output = run_check(capsys, path)
+    assert code == 2, output
+    assert "kernel[1].name: kernel name 'Scale' differs only in case from kernel[0]'s 'scale'" in output
 
 
 def test_the_base_manifest_is_valid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

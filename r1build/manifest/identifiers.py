@@ -15,10 +15,11 @@ So beyond the C identifier syntax a name must not be:
   functions (``memcpy``, ``printf``, ``exit``, ``expf``, ``atomicAdd``, ``min``);
 * for a kernel, also any symbol the running C library or libm exports (``index``, ``select``, ``read``): an
   exported function of that name would clash at link or load time;
-* a name the generated code uses (``stream``, anything starting with ``r1build_``).
+* a macro of the C library or the CUDA headers (``NULL``, ``INT_MAX``, ``CUDART_VERSION``, ``M_PI``);
+* a name the generated code uses (``stream``, anything starting with ``r1build_`` in any case).
 
 Tunable names are macros, so they are upper case (``BLOCK``, ``TILE_M``), which keeps them off every
-lower-case name in the CUDA headers, and must not be a standard macro (``NULL``, ``INT_MAX``, ``CUDA_VERSION``).
+lower-case name in the CUDA headers.
 """
 
 from __future__ import annotations
@@ -140,14 +141,14 @@ def name_problem(name: str, kind: Kind) -> str | None:
         return "is reserved to the compiler and library (it contains '__' or starts with '_' and a capital)"
     if kind == "kernel" and name.startswith("_"):
         return "is reserved to the compiler and library (a global name starting with '_')"
-    if name.startswith("r1build_") or name == "stream":
+    if name.lower().startswith("r1build_") or name == "stream":
         return "is used by the code r1build generates"
+    if name in _MACROS or _RESERVED_MACRO.fullmatch(name):
+        return "is a macro of the C library or the CUDA headers"
     if kind == "tunable":
         if not _MACRO.fullmatch(name):
             return ("is not an upper-case macro name (tunables are passed as -DNAME=value, which a lower-case "
                     "name would substitute into the CUDA headers)")
-        if name in _MACROS or _RESERVED_MACRO.fullmatch(name):
-            return "is a macro of the C library or the CUDA headers"
         return None
     if name in _CUDA_BUILTINS or _VECTOR_TYPE.fullmatch(name):
         return "is a CUDA built-in variable or a type the generated code uses"

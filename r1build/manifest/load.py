@@ -5,7 +5,6 @@ Every error is a :class:`~r1build.errors.ManifestError` naming the file, the lin
 
 from __future__ import annotations
 
-import ast
 import re
 import sys
 import urllib.parse
@@ -17,9 +16,10 @@ from .archs import parse_arch
 from .bounds import check_numbers
 from .convert import KeyPath, Problem, convert, did_you_mean, field_key
 from .flags import flag_problem
+from .flops import flops_problem
 from .identifiers import Kind, name_problem
 from .locate import format_path, locate
-from .model import DTYPES, INTEGER_DTYPES, KernelSpec, Manifest, Settings
+from .model import DTYPE_BYTES, DTYPES, INTEGER_DTYPES, Arg, KernelSpec, Manifest, Settings
 from .reference import (
     ReferenceError_,
     check_reference_statically,
@@ -38,6 +38,12 @@ __all__ = ["find_manifest", "load_manifest", "located_error"]
 
 _CMAKE_TARGET = re.compile(r"[A-Za-z0-9_.+\-]+(?:::[A-Za-z0-9_.+\-]+)*")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_REFERENCE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*", re.ASCII)
+TEST_SHAPE_BYTES = 1 << 30
+"""Most bytes all arrays of a kernel may take at one test shape: ``check`` runs the reference there on the CPU,
+and correctness needs no more (bench-shapes are for large sizes)."""
+MAX_VARIANTS = 4096
+"""Most value sets a kernel's tunables may give (the product of their value counts)."""
 
 
 def find_manifest(start: Path) -> Path:
@@ -137,9 +143,15 @@ def load_manifest(path: Path, *, check_references: bool = True) -> Manifest:
     validated = []
     for i, spec in enumerate(kernels):
         spec = _validate_kernel(v, i, spec, path.parent)
-        if spec.name in seen:
-            raise v.fail(("kernel", i, "name"), f"duplicate kernel name {spec.name!r} (also kernel[{seen[spec.name]}])")
-        seen[spec.name] = i
+        if spec.name.lower() in seen:
+            other = seen[spec.name.lower()]
+            if kernels[other].name == spec.name:
+                message = f"duplicate kernel name {spec.name!r} (also kernel[{other}])"
+            else:
+                message = (f"kernel name {spec.name!r} differs only in case from kernel[{other}]'s "
+                           f"{kernels[other].name!r}; the generated file names must differ on every file system")
+            raise v.fail(("kernel", i, "name"), message)
+        seen[spec.name.lower()] = i
         try:
             digests[spec.name] = reference_source_digest(path.parent, spec.reference)
             if check_references:
@@ -251,6 +263,13 @@ def _check_ident(v: _Validator, name: str, where: KeyPath, what: str, kind: Kind
         raise v.fail(where, f"{what} {name!r} {problem}")
 
 
+def _array_bytes(arg: Arg, shape: dict[str, int]) -> int:
+    count = 1
+    for dim in arg.shape or []:
+        count *= dim if isinstance(dim, int) else shape.get(dim, 1)
+    return count * DTYPE_BYTES[arg.dtype]
+
+
 def _check_shapes(v: _Validator, shapes: list[dict[str, int]], sizes: dict[str, str], where: KeyPath) -> None:
     if not shapes:
         raise v.fail(where, "at least one shape is needed")
@@ -269,10 +288,6 @@ def _check_shapes(v: _Validator, shapes: list[dict[str, int]], sizes: dict[str, 
         missing = [s for s in sizes if s not in shape]
         if missing:
             raise v.fail((*where, j), f"shape does not give size(s) {', '.join(missing)}")
-
-
-_FLOPS_NODES = (ast.Expression, ast.BinOp, ast.Name, ast.Constant, ast.Load, ast.Add, ast.Sub, ast.Mult, ast.Div,
-                ast.FloorDiv, ast.Pow, ast.USub, ast.UnaryOp)
 
 
 def _validate_kernel(v: _Validator, i: int, spec: KernelSpec, root: Path) -> KernelSpec:
@@ -328,10 +343,17 @@ def _validate_kernel(v: _Validator, i: int, spec: KernelSpec, root: Path) -> Ker
     if not any(a.role in ("out", "inout") for a in spec.args):
         raise v.fail((*at, "args"), "the kernel has no 'out' or 'inout' array: it computes nothing")
     _check_shapes(v, spec.test_shapes, size_dtypes, (*at, "test-shapes"))
+    for j, shape in enumerate(spec.test_shapes):
+        total = sum(_array_bytes(arg, shape) for arg in spec.args if arg.is_array)
+        if total > TEST_SHAPE_BYTES:
+            raise v.fail((*at, "test-shapes", j), f"the arrays take {total / (1 << 30):.1f} GiB at this shape, more "
+                                                  f"than the {TEST_SHAPE_BYTES >> 30} GiB a test shape may use (use "
+                                                  "bench-shapes for large sizes)")
     _check_shapes(v, spec.bench_shapes, size_dtypes, (*at, "bench-shapes"))
     for key, rel in [("baseline", spec.baseline), *[("candidates", c) for c in spec.candidates]]:
         if rel is not None and not (root / rel).is_file():
             raise v.fail((*at, key), f"file {rel!r} not found (relative to {root})")
+    variants = 1
     for tname, values in spec.tunables.items():
         _check_ident(v, tname, (*at, "tunables", tname), "tunable parameter", "tunable")
         if tname in names or tname == spec.name:
@@ -340,6 +362,9 @@ def _validate_kernel(v: _Validator, i: int, spec: KernelSpec, root: Path) -> Ker
         if not values:
             raise v.fail((*at, "tunables", tname), "needs at least one value")
         seen_values: set[str] = set()
+        variants *= len(values)
+        if variants > MAX_VARIANTS:
+            raise v.fail((*at, "tunables", tname), f"the tunables give more than {MAX_VARIANTS} value sets")
         for k, value in enumerate(values):
             problem = tunable_value_problem(value)
             if problem is not None:
@@ -351,15 +376,12 @@ def _validate_kernel(v: _Validator, i: int, spec: KernelSpec, root: Path) -> Ker
     if spec.alignment is not None and (spec.alignment < 1 or spec.alignment & (spec.alignment - 1)):
         raise v.fail((*at, "alignment"), "must be a power of two")
     if spec.flops is not None:
-        try:
-            tree = ast.parse(spec.flops, mode="eval")
-        except SyntaxError:
-            raise v.fail((*at, "flops"), f"not an arithmetic expression: {spec.flops!r}") from None
-        for node in ast.walk(tree):
-            if not isinstance(node, _FLOPS_NODES):
-                raise v.fail((*at, "flops"), f"only sizes, numbers and + - * / ** are allowed: {spec.flops!r}")
-            if isinstance(node, ast.Name) and node.id not in sizes:
-                raise v.fail((*at, "flops"), f"{node.id!r} is not a size of this kernel{did_you_mean(node.id, sizes)}")
+        problem = flops_problem(spec.flops, sizes, [*spec.test_shapes, *spec.bench_shapes])
+        if problem is not None:
+            raise v.fail((*at, "flops"), problem)
+    if not _REFERENCE.fullmatch(spec.reference):
+        raise v.fail((*at, "reference"), f"{spec.reference!r} is not of the form 'module:function' (a dotted "
+                                         "module path next to the manifest, a function name)")
     try:
         reference_file(root, spec.reference)
     except ReferenceError_ as exc:

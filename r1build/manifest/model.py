@@ -42,6 +42,12 @@ DTYPES: dict[str, str] = {
 }
 """Supported dtypes (numpy names) and the C type of one element."""
 
+DTYPE_BYTES: dict[str, int] = {
+    "float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int8": 1, "int16": 2, "int32": 4, "int64": 8,
+    "uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8, "bool": 1,
+}
+"""Bytes of one element of each dtype."""
+
 INTEGER_DTYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
 
 Role = Literal["in", "out", "inout"]
@@ -194,12 +200,14 @@ class KernelSpec:
     args: list[Arg]
     """Parameters of the exported function in order; the trailing ``cudaStream_t stream`` is implied."""
     reference: str
-    """``module:function`` next to the manifest: numpy code computing the outputs from the inputs. Called with
+    """``module:function`` next to the manifest (a dotted module path): numpy code computing the outputs from
+    the inputs. Called with
     every ``in`` / ``inout`` array and every scalar as keyword arguments; returns the ``out`` / ``inout`` arrays
     (one array, a tuple in declaration order, or a dict by name)."""
     test_shapes: list[dict[str, int]]
     """Sizes for correctness checks, each giving every size (at least 1, within the size's dtype); include
-    awkward ones (1, primes, non-multiples of 32). ``r1build check`` runs the reference at each one."""
+    awkward ones (1, primes, non-multiples of 32); all arrays together at most 1 GiB at each. ``r1build
+    check`` runs the reference at each one."""
     bench_shapes: list[dict[str, int]]
     """Sizes for timing; the first one ranks candidates."""
     tolerance: Tolerance = field(default_factory=Tolerance)
@@ -216,11 +224,12 @@ class KernelSpec:
     """Target archs of this kernel; the manifest's ``archs`` when absent."""
     budget: Budget = field(default_factory=Budget)
     """Search budget for generation."""
-    alignment: int | None = None
-    """Byte alignment every array pointer is guaranteed to have; arrays are offset from aligned allocations
-    during validation when absent."""
+    alignment: int | None = bounded(None, ge=1, le=256)
+    """Byte alignment every array pointer is guaranteed to have, a power of two up to 256 (what ``cudaMalloc``
+    guarantees); arrays are offset from aligned allocations during validation when absent."""
     flops: str | None = None
-    """Arithmetic operations per call, an expression over the sizes (e.g. ``2*m*n*k``), for the floor."""
+    """Arithmetic operations per call, an expression over the sizes (e.g. ``2*m*n*k``), for the floor: sizes,
+    numbers and ``+ - * / // % **``, finite and not negative at every test and bench shape."""
     limits: Limits = field(default_factory=Limits)
     """Resource limits from the ptxas report (registers, spills, shared memory)."""
 

@@ -1,0 +1,64 @@
+"""The ``flops`` expression of a kernel: sizes, numbers and ``+ - * / // % **``, checked by evaluating it at
+every shape the kernel declares (in floating point, as the floor computation does), so an expression that
+divides by zero, overflows or is negative is refused when the manifest is read rather than on a GPU."""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+from collections.abc import Callable, Mapping, Sequence
+
+from .convert import did_you_mean
+
+__all__ = ["flops_problem"]
+
+_BINARY: dict[type[ast.operator], Callable[[float, float], float]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
+}
+
+
+class _Bad(Exception):
+    pass
+
+
+def _evaluate(node: ast.AST, sizes: Mapping[str, int]) -> float:
+    if isinstance(node, ast.Expression):
+        return _evaluate(node.body, sizes)
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        return float(node.value)
+    if isinstance(node, ast.Name):
+        return float(sizes[node.id])
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        return float(_BINARY[type(node.op)](_evaluate(node.left, sizes), _evaluate(node.right, sizes)))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        value = _evaluate(node.operand, sizes)
+        return -value if isinstance(node.op, ast.USub) else value
+    raise _Bad
+
+
+def flops_problem(expr: str, size_names: Sequence[str], shapes: Sequence[Mapping[str, int]]) -> str | None:
+    """Why ``expr`` is not a usable ``flops`` expression for these sizes and shapes, or None."""
+    try:
+        tree = ast.parse(expr, mode="eval")
+    except SyntaxError:
+        return f"not an arithmetic expression: {expr!r}"
+    allowed = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Name, ast.Constant, ast.Load, ast.USub, ast.UAdd,
+               *_BINARY)
+    for node in ast.walk(tree):
+        if not isinstance(node, allowed):
+            return f"only sizes, numbers, parentheses and + - * / // % ** are allowed: {expr!r}"
+        if isinstance(node, ast.Name) and node.id not in size_names:
+            return f"{node.id!r} is not a size of this kernel{did_you_mean(node.id, list(size_names))}"
+    for sizes in shapes:
+        where = ", ".join(f"{k}={v}" for k, v in sizes.items())
+        try:
+            value = _evaluate(tree, sizes)
+        except _Bad:
+            return f"only sizes, numbers, parentheses and + - * / // % ** are allowed: {expr!r}"
+        except (ZeroDivisionError, OverflowError) as exc:
+            return f"{expr!r} cannot be evaluated at {where}: {exc}"
+        if not math.isfinite(value) or value < 0:
+            return f"{expr!r} is {value:g} at {where}; the operation count must be finite and not negative"
+    return None
