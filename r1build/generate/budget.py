@@ -7,13 +7,18 @@ Before a request is sent, its ``max_tokens`` (and the price of its prompt and of
 reserved from what remains of the budget, and the request asks for no more than what could be reserved; when the
 request ends, the reservation is replaced by what it really cost. So requests in flight can always finish (their
 answers are paid for and kept), and a budget is exceeded by at most what one request's prompt estimate was off.
-A request that cannot reserve at least :data:`MIN_REQUEST_TOKENS` waits for those in flight to settle (they may
-give back what they did not use), and when none are left the budget is spent.
+A request that cannot reserve enough for a whole answer waits for those in flight to settle (they may give
+back what they did not use), and when none are left the budget is spent. Enough is the median length of the
+complete answers so far, a quarter of ``max-tokens`` before there is one (at least :data:`MIN_REQUEST_TOKENS`, at
+most ``max-tokens``): a request too small for a typical answer would be cut off at ``max_tokens``, paid for and
+useless. Where a server reports no usage, an
+attempt's estimate never exceeds its ``max_tokens`` (the server cannot have sent more).
 """
 
 from __future__ import annotations
 
 import asyncio
+import statistics
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
@@ -81,7 +86,19 @@ class Ledger:
     """Money spent."""
     held: set[Reservation] = field(default_factory=set)
     """Reservations of requests in flight."""
+    answer_tokens: list[int] = field(default_factory=list)
+    """Completion tokens of each complete answer so far."""
     _settled: asyncio.Event | None = None
+
+    def observe(self, completion_tokens: int) -> None:
+        """A complete answer (not cut off) of this many completion tokens arrived."""
+        self.answer_tokens.append(completion_tokens)
+
+    @property
+    def least_request(self) -> int:
+        """The smallest ``max_tokens`` worth sending: what a typical complete answer took so far."""
+        typical = int(statistics.median(self.answer_tokens)) if self.answer_tokens else self.max_tokens // 4
+        return max(MIN_REQUEST_TOKENS, min(typical, self.max_tokens))
 
     def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
         """Money of so many tokens at the configured prices."""
@@ -101,7 +118,7 @@ class Ledger:
         tokens = self.max_tokens
         if self.budget.tokens is not None:
             tokens = min(tokens, self.budget.tokens - self.completion_tokens - self.held_tokens)
-            if tokens < MIN_REQUEST_TOKENS:
+            if tokens < self.least_request:
                 return "tokens"
         if self.budget.money_usd is not None:
             left = self.budget.money_usd - self.usd - self.held_usd - self.cost(prompt_tokens, 0)
@@ -110,7 +127,7 @@ class Ledger:
                 return "money"
             if per_token > 0:
                 tokens = min(tokens, int(left / per_token))
-                if tokens < MIN_REQUEST_TOKENS:
+                if tokens < self.least_request:
                     return "money"
         reservation = Reservation(tokens, prompt_tokens, self.cost(prompt_tokens, tokens))
         self.held.add(reservation)
@@ -144,8 +161,11 @@ class Ledger:
 
     def spent(self) -> StopReason | None:
         """The token or money budget, when what is spent leaves no room for another request."""
-        if self.budget.tokens is not None and self.budget.tokens - self.completion_tokens < MIN_REQUEST_TOKENS:
+        if self.budget.tokens is not None and self.budget.tokens - self.completion_tokens < self.least_request:
             return "tokens"
-        if self.budget.money_usd is not None and self.usd >= self.budget.money_usd:
-            return "money"
+        if self.budget.money_usd is not None:
+            per_token = self.prices.output_per_mtok / 1e6
+            left = self.budget.money_usd - self.usd
+            if left <= 0 or (per_token > 0 and left / per_token < self.least_request):
+                return "money"
         return None

@@ -481,10 +481,12 @@ class ChatClient:
                     spend.charge(prompt_tokens=attempt.prompt_tokens, completion_tokens=attempt.completion_tokens)
                 raise
             else:
+                tokens = completion.completion_tokens
+                if not completion.usage_reported:  # an estimate: the server cannot have sent more than asked
+                    tokens = min(tokens, params["max_tokens"])
                 attempt = Attempt(now - start, completion.latency_s, "ok", max_tokens=params["max_tokens"],
                                   prompt_tokens=completion.prompt_tokens or self._prompt_estimate(exchange.messages),
-                                  completion_tokens=completion.completion_tokens,
-                                  usage_reported=completion.usage_reported)
+                                  completion_tokens=tokens, usage_reported=completion.usage_reported)
                 exchange.attempts.append(attempt)
                 if spend is not None:
                     spend.charge(prompt_tokens=attempt.prompt_tokens, completion_tokens=attempt.completion_tokens)
@@ -517,7 +519,8 @@ class ChatClient:
         attempt = Attempt(started, latency, fault.kind, fault.status, self.redact(fault.message), fault.retry_after,
                           max_tokens=params.get("max_tokens"),
                           prompt_tokens=self._prompt_estimate(exchange.messages) if chars else 0,
-                          completion_tokens=estimate_tokens(chars), label=fault.label or fault.kind)
+                          completion_tokens=min(estimate_tokens(chars), params.get("max_tokens") or chars),
+                          label=fault.label or fault.kind)
         exchange.attempts.append(attempt)
         return attempt
 

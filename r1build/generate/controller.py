@@ -515,6 +515,8 @@ class _Search:
             if kind != "fatal":
                 usage.count("cancelled" if kind == "cancelled" else "gave_up")
             return None
+        if completion.finish_reason == "stop":
+            self.ledger.observe(exchange.attempts[-1].completion_tokens)
         if completion.finish_reason == "length":
             usage.count("truncated")
             self.round_notes["truncated"] += 1

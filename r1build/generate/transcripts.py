@@ -108,7 +108,7 @@ def _scrubbed(value: Any, secrets: Sequence[str]) -> Any:
 
 def store_transcript(cache: Cache, payload: dict[str, Any], *, secrets: Sequence[str]) -> str:
     """Store a transcript, every string scrubbed of each of ``secrets``; returns its digest."""
-    return cache.put_text(canonical_json(_scrubbed(payload, secrets)).decode())
+    return cache.put_text(canonical_json(_scrubbed(payload, secrets) if secrets else payload).decode())
 
 
 def link_transcripts(cache: Cache, key: str, *, kernel: str, arch: str, transcripts: Sequence[str],

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from http import HTTPStatus
 from typing import Any
 
-__all__ = ["Answer", "ChatServer", "Fault", "Raw", "Reply", "Request", "Stall"]
+__all__ = ["Answer", "ChatServer", "Fault", "Raw", "Reply", "Request", "Stall", "vadd_answer"]
 
 
 @dataclass(frozen=True)
@@ -373,6 +373,19 @@ class ChatServer:
         return True
 
 
+def vadd_answer(n: int) -> str:
+    """A valid answer for the ``vadd`` kernel of the benchmarks, distinct for each ``n``."""
+    source = (
+        "#include <cuda_runtime.h>\n#include <cstdint>\n"
+        "namespace { __global__ void k(const float* a, const float* b, float* o, int64_t n) {\n"
+        "  int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;\n"
+        f"  if (i < n) o[i] = a[i] + b[i] + {n}; }} }}\n"
+        'extern "C" cudaError_t vadd(const float* a, const float* b, float* out, int64_t n, cudaStream_t s) {\n'
+        "  k<<<(n + 255) / 256, 256, 0, s>>>(a, b, out, n); return cudaGetLastError(); }\n"
+    )
+    return f"Here it is.\n\n```cuda\n{source}```\n"
+
+
 def _serve_forever(argv: Sequence[str] | None = None) -> None:
     """Serve distinct valid ``vadd`` answers until stdin closes; prints the base URL first (for benchmarks,
     which run the server in a process of its own). ``GET /stats`` reports requests and the most in flight,
@@ -389,16 +402,7 @@ def _serve_forever(argv: Sequence[str] | None = None) -> None:
     def script(request: Request) -> Reply:
         with lock:
             n = next(counter)
-        source = (
-            "#include <cuda_runtime.h>\n#include <cstdint>\n"
-            "namespace { __global__ void k(const float* a, const float* b, float* o, int64_t n) {\n"
-            "  int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;\n"
-            f"  if (i < n) o[i] = a[i] + b[i] + {n}; }} }}\n"
-            'extern "C" cudaError_t vadd(const float* a, const float* b, float* out, int64_t n, cudaStream_t s) {\n'
-            "  k<<<(n + 255) / 256, 256, 0, s>>>(a, b, out, n); return cudaGetLastError(); }\n"
-        )
-        return Answer(f"Here it is.\n\n```cuda\n{source}```\n", reasoning="short reasoning", delay=args.delay,
-                      completion_tokens=200)
+        return Answer(vadd_answer(n), reasoning="short reasoning", delay=args.delay, completion_tokens=200)
 
     with ChatServer(script) as server:
         sys.stdout.write(server.url + "\n")

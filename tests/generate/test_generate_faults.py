@@ -187,7 +187,7 @@ def large(n: int, request: Request, *, tokens: int = 3000, usage: bool = True) -
 def test_token_budget_holds_and_answers_in_flight_are_kept(project: Project) -> None:
     manifest = project.write(budget={"tokens": 10000, "rounds": 3, "samples": 4, "candidates": 12, "patience": 9},
                              generation={**FAST, "max-concurrency": 4, "max-tokens": 4096})
-    with ChatServer(counting(large)) as server:
+    with ChatServer(counting(lambda n, r: large(n, r, tokens=2000))) as server:
         outcome = run(project, manifest, server)
     u = outcome.usage
     sent = [int((r.body or {})["max_tokens"]) for r in server.chat_requests()]
@@ -199,7 +199,9 @@ def test_token_budget_holds_and_answers_in_flight_are_kept(project: Project) -> 
     assert [d["answer"]["completion_tokens"] for d in docs if d["answer"]] and all(d["answer"] for d in docs)
     # every complete answer is a candidate: paid for, kept
     complete = sum(1 for d in docs if d["answer"]["finish_reason"] == "stop")
-    assert complete >= 2 and len(outcome.candidates) == complete
+    assert complete >= 3 and len(outcome.candidates) == complete
+    # once answers showed their size, no request was sent too small to hold one
+    assert all(m >= 2150 for m in sent[3:])
 
 
 def test_tokens_without_reported_usage_count_text_not_chunks(project: Project) -> None:
