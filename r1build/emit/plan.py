@@ -8,7 +8,6 @@ running device.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -96,13 +95,11 @@ def arch_order(arch: str) -> tuple[int, int, str]:
     return (major, minor, arch)
 
 
-_NOT_COMMENT_SAFE = re.compile(r"[^\x20-\x5b\x5d-\x7e]")
-
-
 def comment_text(text: str) -> str:
-    """``text`` made safe inside a one-line comment of C (``//``) or CMake (``#``): printable ASCII only, so no
-    newline ends the comment and no trailing backslash splices the next line into it; anything else is ``_``."""
-    return _NOT_COMMENT_SAFE.sub("_", text)
+    """``text`` made safe inside a one-line comment of C (``//``) or CMake (``#``): every character that is not
+    printable (newlines, carriage returns, other controls and separators) and every backslash (which would splice
+    the next line into a C comment) becomes ``_``, so the text can neither end the comment nor extend it."""
+    return "".join(c if c.isprintable() and c != "\\" else "_" for c in text)
 
 
 def describe_origin(candidate: Candidate) -> str:
