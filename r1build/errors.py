@@ -12,7 +12,9 @@ exit code 2 at the CLI / PEP 517 boundary; everything else to exit code 1::
     │   ├── ConfigError                settings / environment (missing API key, bad endpoint)
     │   └── UsageError                 command-line misuse
     ├── CacheError                     the cache directory is unusable
-    │   └── CacheLocationError         ... because of where it points (a file, a folder of other files): exit 2
+    │   ├── CacheLocationError         ... because of where it points (a file, a folder of other files, no cache
+    │   │                                  where one must be): exit 2
+    │   └── CacheDamagedError          ... because its index (cache.db) is damaged: `r1build cache repair`
     ├── ToolchainError                 nvcc missing or unusable
     ├── CompileError                   a compile that had to succeed failed (subprocess output attached)
     ├── ResolveError                   no winner, no baseline: nothing to emit for a kernel
@@ -28,6 +30,7 @@ from collections.abc import Sequence
 
 __all__ = [
     "BundleError",
+    "CacheDamagedError",
     "CacheError",
     "CacheLocationError",
     "CompileError",
@@ -103,7 +106,15 @@ class CacheError(R1BuildError):
 
 
 class CacheLocationError(CacheError, UserError):
-    """The cache location given (flag or ``R1BUILD_CACHE_DIR``) is a file or a folder that holds no cache."""
+    """The cache location given (flag or ``R1BUILD_CACHE_DIR``) is a file, a folder of other files, or holds no
+    cache where a command needs an existing one."""
+
+
+class CacheDamagedError(CacheError):
+    """The cache's index (``cache.db``) is damaged: not a database, truncated, malformed."""
+
+    reason: str = ""
+    """What SQLite said about it."""
 
 
 class ToolchainError(R1BuildError):

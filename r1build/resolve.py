@@ -32,15 +32,17 @@ from .lock import Lock, LockEntry, find_vendored, load_lock, lock_path, require_
 from .lock.lockfile import inputs_of
 from .lock.salvage import salvage_lock
 from .manifest import KernelSpec, Manifest, find_manifest, load_manifest
+from .reach import unreachable
 from .records import Candidate, CandidateRef, Decision, Origin, Result
 from .select import select_winner
+from .settings import env_settings
 from .toolchain import toolchain
 
 if TYPE_CHECKING:
     from .evaluate import GpuEvaluator
     from .gate.static import StaticGate
 
-__all__ = ["Resolution", "ResolveOptions", "Resolved", "prepare_build", "resolve"]
+__all__ = ["Resolution", "ResolveOptions", "Resolved", "prepare_build", "project_source", "resolve"]
 
 State = Literal["locked", "vendored", "cached", "measured", "generated", "gated", "baseline"]
 
@@ -54,7 +56,8 @@ class ResolveOptions:
     kernels: list[str] | None = None
     """Only these kernels; all when None."""
     offline: bool | None = None
-    """Never call an LLM. None: offline exactly when no endpoint is configured."""
+    """Never call an LLM. None: offline when ``R1BUILD_OFFLINE`` is set in ``environ`` or no endpoint is
+    configured."""
     locked: bool = False
     """Fail unless the lock is present and current; use only what it names."""
     refresh: bool = False
@@ -117,6 +120,12 @@ def _source_for(manifest: Manifest, spec: KernelSpec, cache: Cache, digest: str)
     text = cache.get_text(digest)
     if text is not None:
         return text, "locked"
+    return project_source(manifest, spec, digest)
+
+
+def project_source(manifest: Manifest, spec: KernelSpec, digest: str) -> tuple[str, State] | None:
+    """The source with ``digest`` from the project alone (the vendored folder, the manifest's own files), verified:
+    what a build with no cache, say from an sdist, can find."""
     vendored = find_vendored(manifest.root / manifest.settings.vendor_dir, spec.name, digest)
     if vendored is not None:
         return vendored, "vendored"
@@ -149,6 +158,30 @@ def _lock_entry(manifest: Manifest, r: Resolved, previous: LockEntry | None) -> 
     )
 
 
+def _may_generate(manifest: Manifest, options: ResolveOptions, cache: Cache) -> bool:
+    """Whether this run may ask the LLM: not ``offline`` (the option, else ``R1BUILD_OFFLINE``), an endpoint
+    configured, a cache that can keep what it costs, and the endpoint reachable at all (one TCP connection, so
+    an endpoint that is down costs seconds and a warning, never a failed build)."""
+    offline = options.offline if options.offline is not None else env_settings(options.environ).offline
+    if offline:
+        return False
+    from .generate import endpoint_configured, resolve_endpoint
+
+    generation = manifest.settings.generation
+    if not endpoint_configured(generation, options.environ):
+        return False
+    url = resolve_endpoint(generation, options.environ).display_url
+    if cache.degraded is not None:
+        emit(Note("warning", f"not asking the LLM at {url}: the cache cannot keep what it would cost "
+                             f"({cache.degraded})"))
+        return False
+    why = unreachable(url)
+    if why is not None:
+        emit(Note("warning", f"the LLM endpoint {url} is unreachable ({why}): not generating in this run"))
+        return False
+    return True
+
+
 class _Judges:
     """The evaluators available in this run, made on first use."""
 
@@ -161,13 +194,9 @@ class _Judges:
         self._endpoint: bool | None = None
 
     def endpoint(self, manifest: Manifest, options: ResolveOptions) -> bool:
-        """Whether an LLM endpoint may be used (checked on the first miss: importing openai is slow)."""
+        """Whether an LLM endpoint may be used (decided at the first miss: importing openai is slow)."""
         if self._endpoint is None:
-            self._endpoint = False
-            if not options.offline:
-                from .generate import endpoint_configured
-
-                self._endpoint = endpoint_configured(manifest.settings.generation, options.environ)
+            self._endpoint = _may_generate(manifest, options, self.cache)
         return self._endpoint
 
     @property
@@ -463,20 +492,32 @@ def emit_resolution(resolution: Resolution, out_dir: Path) -> Path:
     return emitted.cmake_file
 
 
-def prepare_build(project_dir: Path, *, locked: bool = False, offline: bool | None = None,
+def prepare_build(project_dir: Path, *, locked: bool = False, generate: bool = False, evaluate: bool = False,
                   cache_dir: Path | None = None, out_dir: Path | None = None,
                   archs: Sequence[str] | None = None) -> Path:
     """What the build backend calls before CMake: resolve and emit; returns the generated CMake file.
 
-    Builds never measure on a GPU (set ``R1BUILD_EVALUATE=1`` to allow it) and never write the lock.
+    A build is locked-or-offline unless the person building opts in: it never calls an LLM endpoint unless
+    ``generate`` (``R1BUILD_GENERATE=1`` / ``r1build.generate``), never measures on a GPU unless ``evaluate``
+    (``R1BUILD_EVALUATE=1``), and never writes the lock. On a miss it takes a cached decision, else the baseline.
+    The cache only speeds a build up: a broken, read-only or missing one costs a warning (see
+    :func:`~r1build.cache.open_usable`).
     """
+    from .cache import open_usable
+
     manifest = load_manifest(find_manifest(project_dir), check_references=False)
-    use_gpu = os.environ.get("R1BUILD_EVALUATE") == "1"
-    with Cache(cache_dir) as cache:
+    with open_usable(cache_dir) as cache:
         resolution = resolve(
             manifest,
             cache,
-            ResolveOptions(archs=list(archs) if archs else None, offline=offline, locked=locked,
-                           use_gpu=use_gpu, write_lock=False),
+            ResolveOptions(archs=list(archs) if archs else None, offline=not generate, locked=locked,
+                           use_gpu=evaluate, write_lock=False),
         )
+        if not generate and any(r.state == "baseline" for r in resolution.entries):
+            from .generate import endpoint_configured
+
+            if endpoint_configured(manifest.settings.generation, os.environ):
+                emit(Note("info", "an LLM endpoint is configured, but a build never calls it unless the person "
+                                  "building opts in (R1BUILD_GENERATE=1 or --config-settings r1build.generate=1); "
+                                  "`r1build resolve` and `r1build vendor` make the lock and sources a build uses"))
         return emit_resolution(resolution, out_dir or project_dir / ".r1build" / "generated")

@@ -11,6 +11,7 @@ import pytest
 
 from r1build.cache import Cache
 from r1build.cli.main import main
+from r1build.events import Event, Note, sink
 from r1build.keys import decision_key
 from r1build.lock import read_lock
 from r1build.manifest import load_manifest
@@ -113,3 +114,16 @@ def locked(root_copy: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch) ->
     entry = read_lock(root_copy / "kernels.lock").entry("silu_mul", "sm_90")  # type: ignore[union-attr]
     assert entry is not None and entry.defines == {"BLOCK": 256} and entry.winner == vec4.digest
     return root_copy
+
+
+@pytest.fixture
+def notes() -> Iterator[list[Note]]:
+    """The notes (warnings, information) emitted while the test runs."""
+    seen: list[Note] = []
+
+    def collect(event: Event) -> None:
+        if isinstance(event, Note):
+            seen.append(event)
+
+    with sink(collect):
+        yield seen

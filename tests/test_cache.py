@@ -17,7 +17,7 @@ import pytest
 from r1build.cache import Cache, resolve_cache_dir
 from r1build.cli.main import main
 from r1build.errors import CacheError
-from r1build.events import Event, Note, sink
+from r1build.events import Note
 from r1build.records import CandidateRef, Decision, GateReport, Origin, Result, Timing
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,18 +44,6 @@ def cache(tmp_path: Path) -> Iterator[Cache]:
     c = Cache(tmp_path / "cache")
     yield c
     c.close()
-
-
-@pytest.fixture
-def notes() -> Iterator[list[Note]]:
-    seen: list[Note] = []
-
-    def collect(event: Event) -> None:
-        if isinstance(event, Note):
-            seen.append(event)
-
-    with sink(collect):
-        yield seen
 
 
 def flip_byte_in(paths: list[Path], needle: bytes) -> Path:

@@ -16,8 +16,11 @@ from the lock, the cache or the vendored sources, gates what it emits and writes
 generated CMake file reaches CMake as ``-DR1BUILD_KERNELS_CMAKE=...`` through the config setting
 ``cmake.define.R1BUILD_KERNELS_CMAKE``. Everything else is scikit-build-core's.
 
-Options: config settings ``r1build.locked``, ``r1build.offline``, ``r1build.cache-dir`` or the environment
-(``R1BUILD_LOCKED=1``, ``R1BUILD_OFFLINE=1``, ``R1BUILD_CACHE_DIR``), see :mod:`r1build.build.options`.
+A build never calls an LLM endpoint unless the person building opts in (``R1BUILD_GENERATE=1`` or the config
+setting ``r1build.generate``): installing a package never spends the installer's API key. Options: config
+settings ``r1build.locked``, ``r1build.generate``, ``r1build.offline``, ``r1build.evaluate``,
+``r1build.cache-dir`` or the environment (``R1BUILD_LOCKED=1``, ``R1BUILD_GENERATE=1``, ``R1BUILD_OFFLINE=1``,
+``R1BUILD_EVALUATE=1``, ``R1BUILD_CACHE_DIR``), see :mod:`r1build.build.options`.
 
 Every hook stands alone: frontends may call each in a fresh process, so nothing is kept between them.
 """
@@ -107,7 +110,8 @@ def _prepare(project: Path, options: BuildOptions) -> Path:
     from ..resolve import prepare_build
 
     forget_stamp(project)
-    cmake_file = prepare_build(project, locked=options.locked, offline=options.offline, cache_dir=options.cache_dir)
+    cmake_file = prepare_build(project, locked=options.locked, generate=options.generate, evaluate=options.evaluate,
+                               cache_dir=options.cache_dir)
     if options.locked:
         from ..manifest import find_manifest, load_manifest
         from ..toolchain import toolchain
@@ -126,10 +130,13 @@ def _plain_settings(config_settings: Settings) -> ConfigSettings:
 
 def _for_sdist(config_settings: Settings) -> ConfigSettings:
     from ..manifest import find_manifest, load_manifest
-    from .sdist import sdist_settings
+    from .sdist import check_offline_buildable, sdist_settings
 
     project = Path.cwd()
-    return sdist_settings(project, load_manifest(find_manifest(project)), _plain_settings(config_settings))
+    settings = _plain_settings(config_settings)
+    manifest = load_manifest(find_manifest(project))
+    check_offline_buildable(project, manifest)
+    return sdist_settings(project, manifest, settings)
 
 
 def build_wheel(wheel_directory: str, config_settings: Settings = None,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from typing import TextIO
 
 from ..errors import R1BuildError
 from ..events import Event, Note, Progress, Stage, sink
+from ..settings import env_settings
 
 __all__ = ["StderrRenderer", "frontend_boundary"]
 
@@ -35,7 +35,7 @@ class StderrRenderer:
                  verbose: bool | None = None) -> None:
         self.stream = stream
         self.progress_every_s = progress_every_s
-        self.verbose = os.environ.get("R1BUILD_VERBOSE", "") not in ("", "0") if verbose is None else verbose
+        self.verbose = env_settings().verbose if verbose is None else verbose
         self._progress_shown: dict[str, float] = {}
 
     def line(self, text: str) -> None:

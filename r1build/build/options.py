@@ -3,25 +3,34 @@
 scikit-build-core refuses config settings it does not know, so :func:`split_settings` takes the ``r1build.*``
 keys out before the rest goes on to it. A key given both ways takes the config setting: it is the more explicit.
 
-================  =====================  =====================================================================
-config setting    environment            meaning
-================  =====================  =====================================================================
-r1build.locked    ``R1BUILD_LOCKED=1``   fail unless ``kernels.lock`` is present and current
-r1build.offline   ``R1BUILD_OFFLINE=1``  never call an LLM endpoint (the default when none is configured)
-r1build.cache-dir ``R1BUILD_CACHE_DIR``  the cache directory (platformdirs' user cache otherwise)
-(none)            ``R1BUILD_VERBOSE=1``  also show each stage's closing line (gate: registers, cache hits)
-================  =====================  =====================================================================
+================  ======================  ====================================================================
+config setting    environment             meaning
+================  ======================  ====================================================================
+r1build.locked    ``R1BUILD_LOCKED=1``    fail unless ``kernels.lock`` is present and current
+r1build.generate  ``R1BUILD_GENERATE=1``  the person building opts in to calling the configured LLM endpoint on
+                                          a miss (spending their key); without it a build never does
+r1build.offline   ``R1BUILD_OFFLINE=1``   never call an LLM endpoint (a build's default; contradicts generate)
+r1build.evaluate  ``R1BUILD_EVALUATE=1``  measure on a local GPU on a miss (builds do not by default)
+r1build.cache-dir ``R1BUILD_CACHE_DIR``   the cache directory (platformdirs' user cache otherwise)
+(none)            ``R1BUILD_VERBOSE=1``   also show each stage's closing line (gate: registers, cache hits)
+================  ======================  ====================================================================
+
+Builds are locked-or-offline by default: ``pip install`` of a package never sends a model request, whatever API
+keys the environment holds. On a miss (no lock entry, a stale one, nothing cached) a build takes, in order, the
+locked winner (from the cache, the vendored folder or the manifest's files), a cached decision, then the
+kernel's baseline with a warning; a kernel with none of these fails with a message naming the fixes.
+The environment is read through :mod:`r1build.settings`.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeAlias
 
 from ..errors import ConfigError
+from ..settings import env_settings, parse_flag
 
 __all__ = ["PREFIX", "BuildOptions", "ConfigSettings", "split_settings"]
 
@@ -31,9 +40,7 @@ ConfigSettings: TypeAlias = dict[str, str | list[str]]
 PREFIX = "r1build."
 """Config settings under this prefix are r1build's; everything else is scikit-build-core's."""
 
-_KEYS = ("locked", "offline", "cache-dir")
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"0", "false", "no", "off", ""})
+_KEYS = ("locked", "generate", "offline", "evaluate", "cache-dir")
 
 
 @dataclass(frozen=True)
@@ -42,8 +49,10 @@ class BuildOptions:
 
     locked: bool = False
     """Fail unless the lock is present and current (``--locked`` of the CLI)."""
-    offline: bool | None = None
-    """Never call an LLM; None leaves it to the resolver (offline exactly when no endpoint is configured)."""
+    generate: bool = False
+    """The person building opted in to calling the configured LLM endpoint on a miss; never otherwise."""
+    evaluate: bool = False
+    """Measure on a local GPU on a miss."""
     cache_dir: Path | None = None
     """The cache directory; None leaves it to the cache (``R1BUILD_CACHE_DIR`` or the platform default)."""
 
@@ -56,15 +65,6 @@ def _single(key: str, value: str | list[str]) -> str:
     return value
 
 
-def _flag(name: str, value: str) -> bool:
-    lowered = value.strip().lower()
-    if lowered in _TRUE:
-        return True
-    if lowered in _FALSE:
-        return False
-    raise ConfigError(f"{name} must be one of 1/0, true/false, yes/no, on/off (got {value!r})")
-
-
 def split_settings(
     config_settings: Mapping[str, str | list[str]] | None,
     environ: Mapping[str, str] | None = None,
@@ -73,7 +73,6 @@ def split_settings(
 
     Raises :class:`~r1build.errors.ConfigError` for an unknown ``r1build.*`` key or a bad value.
     """
-    env = os.environ if environ is None else environ
     ours: dict[str, str] = {}
     rest: ConfigSettings = {}
     for key, value in (config_settings or {}).items():
@@ -88,21 +87,25 @@ def split_settings(
         else:
             rest[key] = value
 
-    locked = False
-    if "locked" in ours:
-        locked = _flag(PREFIX + "locked", ours["locked"])
-    elif env.get("R1BUILD_LOCKED"):
-        locked = _flag("R1BUILD_LOCKED", env["R1BUILD_LOCKED"])
+    env = env_settings(environ)
 
-    offline: bool | None = None
-    if "offline" in ours:
-        offline = _flag(PREFIX + "offline", ours["offline"])
-    elif env.get("R1BUILD_OFFLINE"):
-        offline = _flag("R1BUILD_OFFLINE", env["R1BUILD_OFFLINE"])
+    def flag(name: str, from_env: bool | None) -> bool | None:
+        return parse_flag(PREFIX + name, ours[name]) if name in ours else from_env
+
+    locked = bool(flag("locked", env.locked))
+    generate = bool(flag("generate", env.generate))
+    offline = bool(flag("offline", env.offline))
+    if generate and offline:
+        said = [f"{PREFIX}generate" if "generate" in ours else "R1BUILD_GENERATE",
+                f"{PREFIX}offline" if "offline" in ours else "R1BUILD_OFFLINE"]
+        raise ConfigError(f"{said[0]} asks this build to call the LLM endpoint, {said[1]} forbids it: drop one")
+    evaluate = bool(flag("evaluate", env.evaluate))
 
     cache_dir: Path | None = None
-    raw_dir = ours.get("cache-dir") or env.get("R1BUILD_CACHE_DIR")
+    raw_dir = ours.get("cache-dir")
     if raw_dir:
         cache_dir = Path(raw_dir).expanduser().resolve()
+    elif env.cache_dir is not None:
+        cache_dir = env.cache_dir.resolve()
 
-    return BuildOptions(locked=locked, offline=offline, cache_dir=cache_dir), rest
+    return BuildOptions(locked=locked, generate=generate, evaluate=evaluate, cache_dir=cache_dir), rest

@@ -4,6 +4,12 @@ A wheel built from the sdist resolves again, with no cache and no network, so th
 resolver reads: the manifest, the lock, each kernel's reference module, baseline and hand-written candidates,
 and the vendored winners. It never carries ``.r1build/`` (generated files of an earlier build).
 
+Before it writes anything, :func:`check_offline_buildable` makes sure a wheel built from the sdist can be built
+with no cache, no network and no opt-in, and refuses (exit 2) an sdist that would not: a current lock entry whose
+winner is neither vendored nor one of the manifest's own files (run ``r1build vendor``), or a kernel with no
+baseline and no usable lock entry. A missing or stale lock with baselines to fall back on is warned about
+loudly: such a wheel builds, from the baselines.
+
 Those paths are forced in even where a ``.gitignore`` would leave them out. scikit-build-core takes a config
 setting *instead of* the pyproject.toml value, so the user's own include / exclude lists (config setting first,
 else ``[tool.scikit-build.sdist]``) are kept and ours appended.
@@ -17,8 +23,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, LockError
 from ..events import Note, emit
+from ..keys import decision_key
+from ..lock import lock_path, read_lock
 from ..manifest import Manifest
 from .inputs import manifest_inputs
 from .options import ConfigSettings
@@ -28,7 +36,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-__all__ = ["GENERATED_DIR", "sdist_settings"]
+__all__ = ["GENERATED_DIR", "check_offline_buildable", "sdist_settings"]
 
 GENERATED_DIR = ".r1build"
 """The per-project folder of generated files (relative to the project); never part of an sdist."""
@@ -88,3 +96,47 @@ def sdist_settings(project_dir: Path, manifest: Manifest, config: ConfigSettings
     generated = _pattern(Path(GENERATED_DIR), directory=True)
     merged["sdist.exclude"] = _merged("sdist.exclude", config, pyproject, [generated])
     return merged
+
+
+def check_offline_buildable(project_dir: Path, manifest: Manifest) -> None:
+    """Refuse (:class:`~r1build.errors.LockError`, exit 2) an sdist whose wheel could not be built offline with
+    no cache; warn where it would build from baselines instead of the lock (see the module doc)."""
+    from ..resolve import project_source
+
+    project = project_dir.resolve()
+    path = lock_path(manifest)
+    lock = read_lock(path)
+    vendor_dir = (manifest.root / manifest.settings.vendor_dir).resolve()
+    carried = vendor_dir == project or project in vendor_dir.parents
+    missing: list[str] = []
+    unresolvable: list[str] = []
+    from_baseline: list[str] = []
+    for spec in manifest.kernels:
+        for arch in manifest.archs_of(spec):
+            entry = lock.entry(spec.name, arch) if lock else None
+            if entry is not None and entry.key == decision_key(manifest, spec, arch):
+                found = project_source(manifest, spec, entry.source)
+                if found is None or (found[1] == "vendored" and not carried):
+                    missing.append(f"{spec.name}/{arch} ({entry.provenance}, source {entry.source[:16]})")
+                continue
+            if spec.baseline is None:
+                unresolvable.append(f"{spec.name}/{arch}")
+            else:
+                from_baseline.append(f"{spec.name}/{arch}")
+    if missing:
+        raise LockError(
+            f"{path.name} names winners this sdist would not carry: {', '.join(missing)}. A wheel built from it "
+            f"would have to fall back to the baselines or call an LLM; run `r1build vendor` (it writes them into "
+            f"{manifest.settings.vendor_dir}) and build the sdist again"
+        )
+    if unresolvable:
+        raise LockError(
+            f"no usable lock entry and no baseline for {', '.join(unresolvable)}: a wheel built from this sdist "
+            "could not be built offline; run `r1build lock` (or `r1build resolve`) and `r1build vendor` first"
+        )
+    if from_baseline:
+        where = "every kernel" if lock is None else ", ".join(from_baseline)
+        what = f"there is no {path.name}" if lock is None else f"{path.name} has no current entry for {where}"
+        emit(Note("warning", f"{what}: a wheel built from this sdist uses the hand-written baselines for "
+                             f"{where}, unmeasured; run `r1build lock` and `r1build vendor` before packaging to "
+                             "ship the chosen winners"))

@@ -12,6 +12,7 @@ from .store import (
     GcReport,
     Problem,
     default_cache_dir,
+    open_usable,
     resolve_cache_dir,
 )
 
@@ -28,6 +29,7 @@ __all__ = [
     "default_cache_dir",
     "export_bundle",
     "import_bundle",
+    "open_usable",
     "read_bundle",
     "referenced_blobs",
     "resolve_cache_dir",

@@ -216,7 +216,7 @@ def import_bundle(cache: Cache, path: Path | str) -> BundleSummary:
     summary = BundleSummary(str(path), entries=_per_kind(e.kind for e in entries),
                             payload_bytes=sum(e.size for e in entries), file_bytes=path.stat().st_size)
     order = sorted(entries, key=lambda e: (e.kind != "blob", e.key))  # blobs before what names them
-    with cache.transaction():
+    with cache.importing(), cache.transaction():
         for entry in order:
             payload = payloads[entry.sha256]
             local = cache.peek(entry.key)

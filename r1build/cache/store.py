@@ -27,6 +27,20 @@ Several processes
     another process is creating the same directory. A non-empty directory that holds no cache is refused, so
     ``gc`` never deletes foreign files.
 
+Damaged, read-only, missing
+    The cache only ever speeds things up. A ``cache.db`` that is not a database or is malformed raises
+    :class:`~r1build.errors.CacheDamagedError` (``r1build cache repair`` rebuilds it, see :mod:`.repair`). A
+    cache this process may not write (a shared cache owned by another user, a read-only file system) is opened
+    read-only: reads work, writes are skipped, maintenance is refused. :func:`open_usable` is how builds and
+    project commands open it: a damaged or uncreatable cache becomes a scratch cache for the run, a read error
+    in the middle of a run turns the cache off for the rest of it; either with one warning.
+
+Interrupted imports
+    Value files carry the id of the process that wrote them (``<hex>.p<pid>.val``), and a bundle import
+    records itself in ``R1Meta`` before it writes anything. When an import is killed, SQLite rolls its
+    transaction back; the next open finds the record of a process that is gone and removes the value files it
+    left behind (``gc`` removes any unreferenced value file too).
+
 Size
     The size limit (4 GiB for a new cache) is stored in the cache and shared by every process; each write
     evicts the least recently used entries (diskcache culls up to ten at a time) while the cache is over it.
@@ -50,7 +64,9 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import sqlite3
+import tempfile
 import threading
 import time
 import warnings
@@ -62,12 +78,13 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 import diskcache
-from diskcache.core import MODE_BINARY, MODE_RAW
+from diskcache.core import ENOVAL, MODE_BINARY, MODE_RAW, UNKNOWN
 
-from ..errors import CacheError, CacheLocationError
+from ..errors import CacheDamagedError, CacheError, CacheLocationError
 from ..events import Note, emit
 from ..keys import canonical_json, digest_bytes
 from ..records import Decision, Result, from_json, to_json
+from ..settings import env_settings
 
 __all__ = [
     "DEFAULT_SIZE_LIMIT",
@@ -78,6 +95,7 @@ __all__ = [
     "GcReport",
     "Problem",
     "default_cache_dir",
+    "open_usable",
     "resolve_cache_dir",
 ]
 
@@ -96,21 +114,24 @@ _MEMO_SIZE = 256
 
 _HEADER = 65  # 64 hex digits of sha256 and a newline before every payload
 _DBNAME = "cache.db"
-_CACHE_FILE = re.compile(r"^(cache\.db(-wal|-shm|-journal)?|[0-9a-f]{2})$")
+_IMPORT_MARK = "import/"  # R1Meta rows of imports in progress: import/<pid> -> start time
+_DAMAGED = ("not a database", "malformed", "disk image", "file is encrypted")
+_READ_ONLY = ("readonly", "read-only", "unable to open database file", "permission denied")
+_CACHE_FILE = re.compile(r"^(cache\.db(-wal|-shm|-journal)?|cache\.db\.damaged-[0-9TZ]+(-wal|-shm)?|[0-9a-f]{2})$")
 
 
 def _cache_file(name: str) -> bool:
-    """Whether a name is one diskcache itself creates: another process may be creating the cache right now, and
-    SQLite creates ``cache.db`` only at its first statement."""
+    """Whether a name is one diskcache itself creates (another process may be creating the cache right now, and
+    SQLite creates ``cache.db`` only at its first statement), or a damaged index that repair moved aside."""
     return _CACHE_FILE.match(name) is not None
 T = TypeVar("T")
 
 
 def default_cache_dir() -> Path:
     """``$R1BUILD_CACHE_DIR`` or the platform's user cache directory (platformdirs)."""
-    env = os.environ.get("R1BUILD_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
+    env = env_settings().cache_dir
+    if env is not None:
+        return env
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("r1build", appauthor=False))
@@ -298,11 +319,114 @@ class _Unreadable:
         self.reason = reason
 
 
+def _damaged(exc: BaseException) -> bool:
+    return any(word in str(exc).lower() for word in _DAMAGED)
+
+
+def _damage(directory: Path, exc: BaseException) -> CacheDamagedError:
+    error = CacheDamagedError(f"the cache index {directory / _DBNAME} is damaged ({exc}); "
+                              f"`r1build cache repair --cache-dir {directory}` rebuilds it")
+    error.reason = str(exc)
+    return error
+
+
+def _read_only(exc: BaseException, directory: Path) -> bool:
+    if any(word in str(exc).lower() for word in _READ_ONLY):
+        return True
+    return not os.access(directory, os.W_OK) or not os.access(directory / _DBNAME, os.W_OK)
+
+
+def _value_name(filename: str, pid: int) -> str:
+    return f"{filename.removesuffix('.val')}.p{pid}.val"
+
+
+class _Disk(diskcache.Disk):  # type: ignore[misc]
+    """diskcache's file storage with the writing process's id in each value file's name."""
+
+    def filename(self, key: Any = UNKNOWN, value: Any = UNKNOWN) -> tuple[str, str]:
+        filename, full_path = super().filename(key, value)
+        pid = os.getpid()
+        return _value_name(filename, pid), _value_name(full_path, pid)
+
+
+def _process_gone(pid: int) -> bool:
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # someone else's process: alive
+        return False
+    return False
+
+
+class _ReadOnlyIndex:
+    """``cache.db`` opened read-only, answering the few diskcache calls the store makes for reading.
+
+    ``mode=ro`` reads a cache another process has open (its WAL files exist); where they do not and cannot be
+    created (a folder this process may not write), ``immutable=1`` reads the database file as it is.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = str(directory)
+        self._local = threading.local()
+        base = (directory / _DBNAME).resolve().as_uri()
+        self._uri = ""
+        last: sqlite3.Error | None = None
+        for query in ("?mode=ro", "?immutable=1"):
+            try:
+                con = sqlite3.connect(base + query, uri=True)
+                try:
+                    con.execute("SELECT count(*) FROM Cache").fetchall()
+                finally:
+                    con.close()
+            except sqlite3.Error as exc:
+                last = exc
+                continue
+            self._uri = base + query
+            return
+        if last is not None and _damaged(last):
+            raise _damage(directory, last)
+        raise CacheError(f"cannot read the cache at {directory}: {last}")
+
+    @property
+    def _sql(self) -> Callable[..., sqlite3.Cursor]:
+        con = getattr(self._local, "con", None)
+        if con is None:
+            con = sqlite3.connect(self._uri, uri=True, isolation_level=None)
+            self._local.con = con
+        return con.execute
+
+    def reset(self, key: str, value: Any = ENOVAL) -> Any:
+        if value is not ENOVAL:
+            raise sqlite3.OperationalError("attempt to write a readonly database")
+        rows = self._sql("SELECT value FROM Settings WHERE key = ?", (key,)).fetchall()
+        return rows[0][0] if rows else 0
+
+    def volume(self) -> int:
+        ((pages,),) = self._sql("PRAGMA page_count").fetchall()
+        ((page_size,),) = self._sql("PRAGMA page_size").fetchall()
+        return int(pages) * int(page_size) + int(self.reset("size") or 0)
+
+    def close(self) -> None:
+        con = getattr(self._local, "con", None)
+        if con is not None:
+            con.close()
+            self._local.con = None
+
+
 class Cache:
-    """The r1build cache in one directory. Safe to share between processes and threads."""
+    """The r1build cache in one directory. Safe to share between processes and threads.
+
+    ``create=False`` refuses a directory that holds no cache (maintenance commands: a mistyped ``--cache-dir``
+    must not become a new, empty, "intact" cache). ``tolerant`` turns the cache off, with one warning, at the
+    first read or write that fails in the middle of a run instead of raising (see :func:`open_usable`).
+    """
 
     def __init__(self, directory: Path | str | None = None, *, size_limit: int | None = None,
-                 timeout: float = DEFAULT_TIMEOUT, touch_after: float = TOUCH_AFTER) -> None:
+                 timeout: float = DEFAULT_TIMEOUT, touch_after: float = TOUCH_AFTER, create: bool = True,
+                 tolerant: bool = False) -> None:
         self.directory = resolve_cache_dir(directory)
         self.timeout = timeout
         self._lock = threading.Lock()
@@ -312,14 +436,25 @@ class Cache:
         self._memo: OrderedDict[tuple[str, str], Any] = OrderedDict()
         self.touch_after = touch_after
         """Seconds an entry's last-used time may lag behind its last read (0: exact LRU, a write per read)."""
-        self._dc = self._open(size_limit)
+        self.tolerant = tolerant
+        self.read_only = False
+        """Opened read-only: reads work, writes are skipped, maintenance raises :class:`CacheError`."""
+        self.degraded: str | None = None
+        """Why this cache cannot keep what is stored in it (read-only, a scratch stand-in, turned off), or None."""
+        self._scratch: Path | None = None
+        self._dc: Any = self._open(size_limit, create)
 
     # -- lifecycle ---------------------------------------------------------------------------------------
-    def _open(self, size_limit: int | None) -> diskcache.Cache:
+    def _open(self, size_limit: int | None, create: bool) -> Any:
         d = self.directory
         try:
             if d.exists() and not d.is_dir():
                 raise CacheLocationError(f"cache directory {d} is not a directory")
+            if not create and not (d / _DBNAME).is_file():
+                raise CacheLocationError(
+                    f"{d} holds no r1build cache (no {_DBNAME}): nothing has been cached there, or the path is "
+                    "mistyped (--cache-dir, R1BUILD_CACHE_DIR)"
+                )
             if d.is_dir() and not (d / _DBNAME).exists() and any(not _cache_file(p.name) for p in d.iterdir()):
                 raise CacheLocationError(
                     f"{d} is not empty and holds no r1build cache; choose a new or empty directory"
@@ -331,24 +466,105 @@ class Cache:
         while True:
             dc: diskcache.Cache | None = None
             try:
-                dc = diskcache.Cache(str(d), timeout=self.timeout, eviction_policy="least-recently-used")
+                dc = diskcache.Cache(str(d), timeout=self.timeout, eviction_policy="least-recently-used",
+                                     disk=_Disk)
                 fresh = self._prepare(dc)
                 if size_limit is not None:
                     dc.reset("size_limit", size_limit)
                 elif fresh:
                     dc.reset("size_limit", DEFAULT_SIZE_LIMIT)
+                self._sweep_interrupted_imports(dc)
                 return dc
             except (sqlite3.OperationalError, diskcache.Timeout) as exc:
                 if dc is not None:
                     dc.close()
                 busy = isinstance(exc, diskcache.Timeout) or "locked" in str(exc) or "busy" in str(exc)
+                if not busy and (d / _DBNAME).is_file() and _read_only(exc, d):
+                    return self._open_read_only(exc)
                 if not busy or time.monotonic() > deadline:
-                    raise CacheError(f"cannot open the cache at {d}: {exc}") from None
+                    raise self._unusable(exc) from None
                 time.sleep(0.02)
             except (OSError, sqlite3.Error) as exc:
                 if dc is not None:
                     dc.close()
-                raise CacheError(f"cannot open the cache at {d}: {exc}") from None
+                if isinstance(exc, OSError) and (d / _DBNAME).is_file() and _read_only(exc, d):
+                    return self._open_read_only(exc)
+                raise self._unusable(exc) from None
+
+    def _unusable(self, exc: BaseException) -> CacheError:
+        if _damaged(exc):
+            return _damage(self.directory, exc)
+        return CacheError(f"cannot open the cache at {self.directory}: {exc}")
+
+    def _open_read_only(self, why: BaseException) -> _ReadOnlyIndex:
+        index = _ReadOnlyIndex(self.directory)
+        rows = index._sql("SELECT value FROM R1Meta WHERE name = 'format'").fetchall()
+        if rows and rows[0][0] != FORMAT:
+            raise CacheError(f"the cache at {self.directory} has layout {rows[0][0]!r}; "
+                             f"this r1build reads layout {FORMAT}")
+        self.read_only = True
+        self.degraded = f"read-only: {why}"
+        emit(Note("warning", f"the cache at {self.directory} is read-only for this process ({why}): reading it, "
+                             "storing nothing new"))
+        return index
+
+    def _refuse_read_only(self, what: str) -> None:
+        if self.read_only:
+            raise CacheError(f"the cache at {self.directory} is read-only for this process: cannot {what} "
+                             "(use a cache of your own with --cache-dir or R1BUILD_CACHE_DIR, or ask its owner)")
+
+    def _turn_off(self, exc: BaseException) -> None:
+        """Tolerant caches: stop using the cache for the rest of the run, with one warning."""
+        with self._lock:
+            first = self.degraded is None or self.read_only
+            self.degraded = f"turned off after an error: {exc}"
+        if first:
+            emit(Note("warning", f"the cache at {self.directory} failed ({exc}); going on without it for the rest "
+                                 f"of this run (`r1build cache verify --cache-dir {self.directory}` checks it)"))
+
+    @property
+    def _off(self) -> bool:
+        return self.degraded is not None and self.degraded.startswith("turned off")
+
+    def _sweep_interrupted_imports(self, dc: diskcache.Cache) -> None:
+        """Remove the value files of imports whose process is gone (killed before its transaction committed)."""
+        rows = dc._sql("SELECT name FROM R1Meta WHERE substr(name, 1, ?) = ?",
+                       (len(_IMPORT_MARK), _IMPORT_MARK)).fetchall()
+        for (name,) in rows:
+            pid_text = str(name)[len(_IMPORT_MARK):]
+            if not pid_text.isdigit() or not _process_gone(int(pid_text)):
+                continue
+            pid = int(pid_text)
+            referenced = {str(f) for (f,) in dc._sql("SELECT filename FROM Cache WHERE filename LIKE ?",
+                                                     (f"%.p{pid}.val",)).fetchall()}
+            removed = 0
+            freed = 0
+            for path in self.directory.glob(f"[0-9a-f][0-9a-f]/[0-9a-f][0-9a-f]/*.p{pid}.val"):
+                if path.relative_to(self.directory).as_posix() in referenced:
+                    continue
+                with contextlib.suppress(OSError):
+                    freed += path.stat().st_size
+                    path.unlink()
+                    removed += 1
+            with dc.transact(retry=True):
+                dc._sql("DELETE FROM R1Meta WHERE name = ?", (name,))
+            if removed:
+                emit(Note("info", f"removed {removed} file(s) ({freed} bytes) left in {self.directory} by an "
+                                  f"interrupted cache import (process {pid})"))
+
+    @contextlib.contextmanager
+    def importing(self) -> Iterator[None]:
+        """Mark an import in progress (committed before it writes anything), so that the files of a killed
+        import are removed at the next open; the mark is cleared when the block ends."""
+        self._refuse_read_only("import into it")
+        name = f"{_IMPORT_MARK}{os.getpid()}"
+        try:
+            with self._dc.transact(retry=True):
+                self._dc._sql("INSERT OR REPLACE INTO R1Meta VALUES (?, ?)", (name, time.time()))
+            yield
+        finally:
+            with contextlib.suppress(sqlite3.Error, diskcache.Timeout), self._dc.transact(retry=True):
+                self._dc._sql("DELETE FROM R1Meta WHERE name = ?", (name,))
 
     @staticmethod
     def _prepare(dc: diskcache.Cache) -> bool:
@@ -381,7 +597,7 @@ class Cache:
             self._hits.clear()
             self._misses.clear()
             self._corrupt.clear()
-        if not items:
+        if not items or self.read_only or self._off:
             return
         upsert = ("INSERT INTO R1Stats VALUES (?, ?) "
                   "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value")
@@ -396,6 +612,8 @@ class Cache:
         """Flush this process's statistics into the lifetime totals and close (reopens on next use)."""
         self.flush_stats()
         self._dc.close()
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
 
     def __enter__(self) -> Cache:
         return self
@@ -406,6 +624,7 @@ class Cache:
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
         """Hold the write lock for a batch of writes: other processes see all of them or none."""
+        self._refuse_read_only("write to it")
         try:
             with self._dc.transact(retry=False):
                 yield
@@ -418,18 +637,33 @@ class Cache:
 
     def _query(self, statement: str, params: tuple[Any, ...] = ()) -> list[Any]:
         """Read diskcache's ``Cache`` table directly: no access-time update, no unpickling."""
+        if self._off:
+            return []
         try:
             return list(self._dc._sql(statement, params).fetchall())
         except sqlite3.Error as exc:
+            if self.tolerant:
+                self._turn_off(exc)
+                return []
+            if _damaged(exc):
+                raise _damage(self.directory, exc) from None
             raise CacheError(f"cannot read the cache at {self.directory}: {exc}") from None
 
     def _put(self, key: str, payload: bytes, digest: str | None = None) -> None:
+        if self.read_only or self._off:
+            return  # said once, when the cache was opened read-only or turned off
         raw = _pack(digest or digest_bytes(payload), payload)
         try:
             self._dc.set(key, raw, retry=False)
         except diskcache.Timeout:
+            if self.tolerant:
+                self._turn_off(self._locked(f"writing {key}"))
+                return
             raise self._locked(f"writing {key}") from None
         except (OSError, sqlite3.Error) as exc:
+            if self.tolerant:
+                self._turn_off(exc)
+                return
             raise CacheError(f"cannot write {key} to the cache at {self.directory}: {exc}") from None
 
     def _stored(self, key: str, *, touch: bool = False) -> bytes | _Unreadable | None:
@@ -454,7 +688,7 @@ class Cache:
                 except OSError:
                     continue  # replaced or evicted meanwhile: look again
             now = time.time()
-            if touch and now - float(used or 0) >= self.touch_after:
+            if touch and not self.read_only and now - float(used or 0) >= self.touch_after:
                 with contextlib.suppress(sqlite3.Error):  # the last-used time is a hint: never fail a read
                     self._dc._sql("UPDATE Cache SET access_time = ? WHERE rowid = ?", (now, rowid))
             return raw
@@ -521,6 +755,7 @@ class Cache:
 
     def delete(self, key: str) -> bool:
         """Remove one entry; whether it was there."""
+        self._refuse_read_only("delete from it")
         try:
             return bool(self._dc.delete(key, retry=False))
         except diskcache.Timeout:
@@ -614,6 +849,8 @@ class Cache:
 
     def audit(self, *, repair: bool = False) -> list[Problem]:
         """Check every entry (digest, blob key, record shape); returns the bad ones, deleted when ``repair``."""
+        if repair:
+            self._refuse_read_only("repair it")
         problems = []
         for entry in self.entries():
             stored = self._stored(entry.key)
@@ -635,6 +872,15 @@ class Cache:
         """Check every entry's digest; returns the keys that fail (and deletes them when ``repair``)."""
         return [p.key for p in self.audit(repair=repair)]
 
+    def integrity(self) -> str | None:
+        """What SQLite's quick check finds wrong with the index (``cache.db``), or None when it is sound."""
+        try:
+            rows = self._dc._sql("PRAGMA quick_check").fetchall()
+        except sqlite3.Error as exc:
+            return str(exc)
+        found = [str(r[0]) for r in rows if str(r[0]) != "ok"]
+        return "; ".join(found[:3]) if found else None
+
     def volume(self) -> int:
         """Bytes on disk: what the size limit applies to."""
         try:
@@ -651,10 +897,12 @@ class Cache:
         """Store a new size limit (it applies from each process's next write)."""
         if size_limit <= 0:
             raise ValueError("the size limit must be positive")
+        self._refuse_read_only("change its size limit")
         self._dc.reset("size_limit", size_limit)
 
     def gc(self, *, size_limit: int | None = None) -> GcReport:
         """Delete corrupt entries, fix the store's consistency, and evict (LRU) down to the size limit."""
+        self._refuse_read_only("collect garbage")
         before = self.volume()
         corrupt = len(self.audit(repair=True))
         if size_limit is not None:
@@ -702,3 +950,25 @@ class Cache:
             lifetime_misses={k: life["miss"][k] + misses[k] for k in KINDS},
             lifetime_corrupt={k: life["corrupt"][k] + corrupt[k] for k in KINDS},
         )
+
+
+def open_usable(directory: Path | str | None = None) -> Cache:
+    """The cache as builds and project commands use it: an accelerator, never a dependency.
+
+    A cache this process may only read is read (one warning, from :class:`Cache`). A damaged index, or a cache
+    directory that cannot be created, is replaced for this run by a scratch cache in a temporary folder, removed
+    at close, with one warning naming the fix. A read or write that fails later turns the cache off for the
+    rest of the run, again with one warning. A location that is a file or a folder of other files is still a
+    :class:`~r1build.errors.CacheLocationError`: that is a setting to correct, not damage.
+    """
+    try:
+        return Cache(directory, tolerant=True)
+    except CacheLocationError:
+        raise
+    except CacheError as exc:
+        scratch = Path(tempfile.mkdtemp(prefix="r1build-scratch-cache-"))
+        emit(Note("warning", f"{exc}; going on without it (a scratch cache for this run only)"))
+        cache = Cache(scratch, tolerant=True)
+        cache._scratch = scratch
+        cache.degraded = f"a scratch stand-in for {resolve_cache_dir(directory)} ({exc})"
+        return cache

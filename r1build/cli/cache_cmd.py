@@ -1,7 +1,9 @@
-"""``r1build cache``: ``stats``, ``ls``, ``verify``, ``gc``, ``export``, ``import``.
+"""``r1build cache``: ``stats``, ``ls``, ``verify``, ``repair``, ``gc``, ``export``, ``import``.
 
-Exit codes: 0 ok; 1 when ``verify`` finds a bad entry (also with ``--repair``, which deletes them); 2 for a bad
-bundle or bad arguments.
+Every sub-command but ``import`` needs an existing cache: on a path that holds none it says so (exit 2) rather
+than create an empty one. Exit codes: 0 ok; 1 when ``verify`` finds a bad entry or a damaged index (also with
+``--repair``, which repairs them), or the cache cannot be used; 2 for a bad bundle, a path without a cache, or
+bad arguments.
 """
 
 from __future__ import annotations
@@ -71,10 +73,14 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_ls)
 
-    p = commands.add_parser("verify", help="check every entry's digest; exit 1 if any is bad")
+    p = commands.add_parser("verify", help="check the index and every entry's digest; exit 1 if any is bad")
     add_cache_arg(p)
-    p.add_argument("--repair", action="store_true", help="delete the bad entries")
+    p.add_argument("--repair", action="store_true", help="repair what is bad (as `cache repair` does)")
     p.set_defaults(func=cmd_verify)
+
+    p = commands.add_parser("repair", help="delete bad entries; rebuild a damaged index from what still verifies")
+    add_cache_arg(p)
+    p.set_defaults(func=cmd_repair)
 
     p = commands.add_parser("gc", help="delete corrupt entries and evict the least recently used")
     add_cache_arg(p)
@@ -97,7 +103,7 @@ def register(sub: Any) -> None:
 
 # -- stats ----------------------------------------------------------------------------------------------------
 def cmd_stats(args: argparse.Namespace, console: Console) -> int:
-    with open_cache(args) as cache, sink(console.event):
+    with sink(console.event), open_cache(args, existing=True) as cache:
         stats = cache.stats()
     if args.json:
         doc = asdict(stats)
@@ -141,7 +147,7 @@ def _decision_row(cache: Cache, entry: Entry) -> dict[str, Any]:
 
 
 def cmd_ls(args: argparse.Namespace, console: Console) -> int:
-    with open_cache(args) as cache, sink(console.event):
+    with sink(console.event), open_cache(args, existing=True) as cache:
         entries = cache.entries(args.kind)
         rows: list[dict[str, Any]] = [
             _decision_row(cache, e) if e.kind == "decision" else
@@ -188,22 +194,51 @@ def _what(row: dict[str, Any]) -> str:
 
 # -- verify / gc ----------------------------------------------------------------------------------------------
 def cmd_verify(args: argparse.Namespace, console: Console) -> int:
-    with open_cache(args) as cache, sink(console.event):
+    if args.repair:
+        return _repair(args, console, exit_on_damage=1)
+    with sink(console.event), open_cache(args, existing=True) as cache:
+        damage = cache.integrity()
+        if damage is not None:
+            console.error(f"the cache index {cache.directory / 'cache.db'} is damaged ({damage}); "
+                          "`r1build cache repair` rebuilds it from what still verifies")
+            return 1
         total = len(cache.entries())
-        problems = cache.audit(repair=args.repair)
+        problems = cache.audit()
     if not problems:
-        console.print(f"{total} entries verified: all intact")
+        console.print(f"{total} entries verified in {cache.directory}: all intact")
         return 0
     console.table(["key", "problem"], [[p.key, p.reason] for p in problems], title="entries that fail verification")
-    if args.repair:
-        console.print(f"deleted {len(problems)} of {total} entries")
-    else:
-        console.print(f"{len(problems)} of {total} entries are bad; `r1build cache verify --repair` deletes them")
+    console.print(f"{len(problems)} of {total} entries are bad; `r1build cache repair` deletes them")
     return 1
 
 
+def cmd_repair(args: argparse.Namespace, console: Console) -> int:
+    return _repair(args, console, exit_on_damage=0)
+
+
+def _repair(args: argparse.Namespace, console: Console, *, exit_on_damage: int) -> int:
+    """Repair and report; ``exit_on_damage``: the exit code when something had to be repaired."""
+    from ..cache.repair import repair_cache
+
+    with sink(console.event):
+        report = repair_cache(getattr(args, "cache_dir", None))
+    if report.rebuilt:
+        kept = ", ".join(f"{n} {kind}{'s' if n != 1 else ''}" for kind, n in report.recovered.items() if n)
+        console.warning(f"the index of {report.directory} was damaged ({report.damage}); moved it aside to "
+                        f"{report.moved_aside} (delete it when you no longer need it)")
+        console.print(f"rebuilt the index from what still verifies: kept {kept or 'nothing'}; dropped "
+                      f"{report.dropped} unreadable or unverifiable; removed {report.removed_files} old value files")
+        return exit_on_damage
+    if report.bad_entries:
+        console.table(["key", "problem"], [[p.key, p.reason] for p in report.bad_entries],
+                      title="entries that failed verification (deleted)")
+    console.print(f"{report.directory}: index sound; deleted {len(report.bad_entries)} of {report.checked} entries, "
+                  f"fixed {report.fixed} inconsistencies")
+    return exit_on_damage if report.bad_entries or report.fixed else 0
+
+
 def cmd_gc(args: argparse.Namespace, console: Console) -> int:
-    with open_cache(args) as cache, sink(console.event):
+    with sink(console.event), open_cache(args, existing=True) as cache:
         report = cache.gc(size_limit=args.max_size)
     console.print(f"deleted {report.corrupt} corrupt, evicted {report.evicted}, fixed {report.repaired} "
                   f"inconsistencies; {format_size(report.volume_before)} -> {format_size(report.volume)} "
@@ -218,7 +253,7 @@ def _counts(summary: BundleSummary) -> str:
 
 
 def cmd_export(args: argparse.Namespace, console: Console) -> int:
-    with open_cache(args) as cache, sink(console.event):
+    with sink(console.event), open_cache(args, existing=True) as cache:
         keys: list[str] | None = None
         if args.kernel:
             decisions = cache.decisions()
@@ -236,7 +271,7 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_import(args: argparse.Namespace, console: Console) -> int:
-    with open_cache(args) as cache, sink(console.event):
+    with sink(console.event), Cache(getattr(args, "cache_dir", None)) as cache:
         summary = import_bundle(cache, args.path)
     console.print(f"{summary.path}: {summary.total} entries ({_counts(summary)}) verified; "
                   f"added {len(summary.added)}, replaced {len(summary.replaced)}, "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..cache import Cache
+from ..cache import Cache, open_usable
 from ..errors import UsageError
 from ..manifest import Manifest, find_manifest, load_manifest, parse_arch
 
@@ -29,9 +29,12 @@ def load_from_args(args: argparse.Namespace, *, check_references: bool = True) -
     return load_manifest(find_manifest(args.manifest), check_references=check_references)
 
 
-def open_cache(args: argparse.Namespace) -> Cache:
-    """The cache named by ``--cache-dir`` (or the default)."""
-    return Cache(getattr(args, "cache_dir", None))
+def open_cache(args: argparse.Namespace, *, existing: bool = False) -> Cache:
+    """The cache named by ``--cache-dir`` (or the default), as project commands use it: damaged or unwritable,
+    it costs a warning, not the command (:func:`~r1build.cache.open_usable`). ``existing``: the cache as
+    maintenance commands need it, which must already exist and raise what is wrong with it."""
+    directory = getattr(args, "cache_dir", None)
+    return Cache(directory, create=False) if existing else open_usable(directory)
 
 
 def parse_archs(values: list[str] | None) -> list[str] | None:

@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..cache import Cache
-from ..errors import ConfigError, UsageError
+from ..errors import CacheError, ConfigError, UsageError
 from ..events import sink
 from ..judge import Evaluator
 from ..keys import decision_key
 from ..manifest import KernelSpec, Manifest
 from ..manifest.convert import did_you_mean
 from ..records import Candidate, CandidateRef, Result
+from ..settings import env_settings
 from .common import add_cache_arg, add_manifest_arg, load_from_args, open_cache, parse_archs
 from .render import Console
 
@@ -124,13 +125,19 @@ def cmd_generate(args: argparse.Namespace, console: Console) -> int:
     spec = _kernel(manifest, args.kernel)
     archs = _archs(manifest, spec, args)
     generation = manifest.settings.generation
+    if env_settings().offline:
+        raise ConfigError("R1BUILD_OFFLINE is set: `r1build generate` would call the LLM endpoint; unset it, or use "
+                          "`r1build replay` to judge stored answers again with no network")
     if not endpoint_configured(generation):
         keys = (generation.api_key_env,) if generation.api_key_env else PROFILES[generation.provider].key_envs
         raise ConfigError(f"no LLM endpoint configured for provider {generation.provider!r}: set "
                           f"{' or '.join(keys)}, or {BASE_URL_ENV}, or base-url in [generation] of {manifest.path}")
     seeds = expand_variants(manifest, spec)
     failed: list[str] = []
-    with open_cache(args) as cache, sink(console.event):
+    with sink(console.event), open_cache(args) as cache:
+        if cache.degraded is not None:
+            raise CacheError(f"not generating: the cache at {cache.directory} cannot keep what the requests would "
+                             f"cost ({cache.degraded})")
         gate = StaticGate(cache)
         for arch in archs:
             outcome = search(manifest, spec, arch, evaluator=gate, cache=cache, seeds=seeds)
@@ -202,7 +209,7 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
     archs = _archs(manifest, spec, args)
     seeds = expand_variants(manifest, spec)
     status = 0
-    with open_cache(args) as cache, sink(console.event):
+    with sink(console.event), open_cache(args) as cache:
         gate = StaticGate(cache)
         for arch in archs:
             decision = None

@@ -41,7 +41,7 @@ def register(sub: Any) -> None:
         p = sub.add_parser(name, help=helptext)
         add_manifest_arg(p)
         add_cache_arg(p)
-        p.add_argument("--offline", action="store_true", help="never call an LLM")
+        p.add_argument("--offline", action="store_true", help="never call an LLM (also R1BUILD_OFFLINE=1)")
         p.add_argument("--locked", action="store_true", help="fail unless the lock is present and current")
         p.add_argument("--refresh", action="store_true", help="ignore cached decisions and judge again")
         p.add_argument("--arch", action="append", metavar="ARCH", help="only these archs (repeat or comma-separate)")
@@ -71,7 +71,7 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
     name = lock_path(manifest).name
     if args.locked:
         # exactly what `resolve --locked` and a locked build do, short of writing the generated files
-        with open_cache(args) as cache, sink(console.event):
+        with sink(console.event), open_cache(args) as cache:
             resolution = resolve(manifest, cache, ResolveOptions(locked=True, offline=True, use_gpu=False,
                                                                  write_lock=False))
         where = ", ".join(sorted({r.state for r in resolution.entries}))
@@ -144,7 +144,8 @@ def _fmt_time(t: float | None) -> str:
 
 def cmd_status(args: argparse.Namespace, console: Console) -> int:
     manifest = load_from_args(args, check_references=False)
-    rows = _status_rows(manifest, args)
+    with sink(console.event):
+        rows = _status_rows(manifest, args)
     if args.json:
         console.json(json.dumps({"manifest": str(manifest.path), "kernels": [asdict(r) for r in rows]}, indent=2))
         return 0
@@ -183,7 +184,7 @@ def _options(args: argparse.Namespace, write_lock: bool) -> ResolveOptions:
 
 def cmd_resolve(args: argparse.Namespace, console: Console) -> int:
     manifest = load_from_args(args, check_references=False)
-    with open_cache(args) as cache, sink(console.event):
+    with sink(console.event), open_cache(args) as cache:
         resolution = resolve(manifest, cache, _options(args, write_lock=True))
         if args.out:
             cmake = emit_resolution(resolution, args.out)
@@ -202,7 +203,7 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
         console.print(f"{lock_path(manifest)}: current")
         return 0
     options = replace(_options(args, write_lock=True), recover_lock=True)
-    with open_cache(args) as cache, sink(console.event):
+    with sink(console.event), open_cache(args) as cache:
         resolution = resolve(manifest, cache, options)
     _render_resolution(resolution, console, args.json)
     if not resolution.lock_changed:
@@ -212,7 +213,7 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_vendor(args: argparse.Namespace, console: Console) -> int:
     manifest = load_from_args(args, check_references=False)
-    with open_cache(args) as cache, sink(console.event):
+    with sink(console.event), open_cache(args) as cache:
         resolution = resolve(manifest, cache, ResolveOptions(locked=True, offline=True, use_gpu=False,
                                                              write_lock=False))
     vendor_dir = manifest.root / manifest.settings.vendor_dir

@@ -21,23 +21,45 @@ from r1build.manifest import find_manifest, load_manifest
 
 def test_options_default_to_unset() -> None:
     options, rest = split_settings(None, environ={})
-    assert options == BuildOptions(locked=False, offline=None, cache_dir=None)
+    assert options == BuildOptions(locked=False, generate=False, evaluate=False, cache_dir=None)
     assert rest == {}
 
 
 def test_options_from_config_settings_are_taken_out_of_them() -> None:
     options, rest = split_settings(
-        {"r1build.locked": "true", "r1build.offline": "0", "r1build.cache-dir": "/tmp/c", "cmake.build-type": "Debug"},
+        {"r1build.locked": "true", "r1build.generate": "1", "r1build.evaluate": "yes", "r1build.offline": "0",
+         "r1build.cache-dir": "/tmp/c", "cmake.build-type": "Debug"},
         environ={},
     )
-    assert options == BuildOptions(locked=True, offline=False, cache_dir=Path("/tmp/c"))
+    assert options == BuildOptions(locked=True, generate=True, evaluate=True, cache_dir=Path("/tmp/c"))
     assert rest == {"cmake.build-type": "Debug"}
 
 
 def test_options_from_the_environment() -> None:
-    options, _ = split_settings({}, environ={"R1BUILD_LOCKED": "1", "R1BUILD_OFFLINE": "yes",
-                                             "R1BUILD_CACHE_DIR": "/tmp/envcache"})
-    assert options == BuildOptions(locked=True, offline=True, cache_dir=Path("/tmp/envcache"))
+    options, _ = split_settings({}, environ={"R1BUILD_LOCKED": "1", "R1BUILD_GENERATE": "on",
+                                             "R1BUILD_EVALUATE": "1", "R1BUILD_CACHE_DIR": "/tmp/envcache"})
+    assert options == BuildOptions(locked=True, generate=True, evaluate=True, cache_dir=Path("/tmp/envcache"))
+
+
+def test_a_build_never_generates_unless_the_person_building_opts_in() -> None:
+    """An API key, a base URL or a manifest's [generation] table is not an opt-in: only R1BUILD_GENERATE or the
+    config setting is."""
+    keys = {"OPENAI_API_KEY": "sk-x", "DEEPSEEK_API_KEY": "sk-y", "R1BUILD_BASE_URL": "http://127.0.0.1:9/v1"}
+    assert split_settings({}, environ=keys)[0].generate is False
+    assert split_settings({}, environ={**keys, "R1BUILD_GENERATE": "0"})[0].generate is False
+    assert split_settings({"r1build.generate": "0"}, environ={**keys, "R1BUILD_GENERATE": "1"})[0].generate is False
+    assert split_settings({"r1build.generate": "1"}, environ=keys)[0].generate is True
+
+
+def test_generate_and_offline_together_are_a_contradiction() -> None:
+    with pytest.raises(ConfigError, match=r"R1BUILD_GENERATE asks .* R1BUILD_OFFLINE forbids it") as info:
+        split_settings({}, environ={"R1BUILD_GENERATE": "1", "R1BUILD_OFFLINE": "1"})
+    assert info.value.exit_code == 2
+    with pytest.raises(ConfigError, match=r"r1build.generate asks .* R1BUILD_OFFLINE forbids"):
+        split_settings({"r1build.generate": "1"}, environ={"R1BUILD_OFFLINE": "1"})
+    # an explicit offline=0 lifts the environment's offline
+    assert split_settings({"r1build.generate": "1", "r1build.offline": "0"},
+                          environ={"R1BUILD_OFFLINE": "1"})[0].generate is True
 
 
 def test_config_setting_beats_the_environment() -> None:
@@ -58,6 +80,7 @@ def test_a_repeated_setting_with_one_value_is_accepted() -> None:
         ({"r1build.lockd": "1"}, {}, r"unknown config setting 'r1build.lockd' \(did you mean 'locked'\?\)"),
         ({"r1build.offline": "maybe"}, {}, r"r1build.offline must be one of 1/0, true/false"),
         ({}, {"R1BUILD_LOCKED": "2"}, r"R1BUILD_LOCKED must be one of"),
+        ({}, {"R1BUILD_GENERATE": "please"}, r"R1BUILD_GENERATE must be one of"),
         ({"r1build.locked": ["1", "0"]}, {}, r"given 2 different values"),
     ],
 )

@@ -1,0 +1,85 @@
+"""r1build's own environment variables, read in this one place.
+
+==========================  =============================================================================
+variable                    meaning
+==========================  =============================================================================
+``R1BUILD_OFFLINE=1``       never call an LLM endpoint: every command and every build
+``R1BUILD_GENERATE=1``      let a *build* (pip, build, uv) call the configured endpoint on a miss; builds
+                            never do otherwise
+``R1BUILD_LOCKED=1``        a build fails unless ``kernels.lock`` is present and current
+``R1BUILD_EVALUATE=1``      let a build measure on a local GPU on a miss
+``R1BUILD_CACHE_DIR``       the cache directory (platformdirs' user cache folder otherwise)
+``R1BUILD_VERBOSE=1``       build lines for every stage's end (gate registers, cache hits)
+==========================  =============================================================================
+
+Flags accept 1/0, true/false, yes/no, on/off (any case); an empty variable is unset. Anything else is a
+:class:`~r1build.errors.ConfigError` naming the variable. The endpoint's own variables (``R1BUILD_BASE_URL`` and
+the API keys) are read by :mod:`r1build.generate.providers`, which receives the environment as a mapping; the
+compiler's (``R1BUILD_NVCC``, ``CUDACXX``, ``CUDA_HOME``) by :mod:`r1build.toolchain`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ConfigError
+
+__all__ = ["EnvSettings", "env_settings", "parse_flag"]
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off", ""})
+
+
+def parse_flag(name: str, value: str) -> bool:
+    """A boolean setting's value; :class:`ConfigError` naming ``name`` when it is not one."""
+    lowered = value.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ConfigError(f"{name} must be one of 1/0, true/false, yes/no, on/off (got {value!r})")
+
+
+@dataclass(frozen=True)
+class EnvSettings:
+    """r1build's environment variables, parsed. A flag that is unset is None, so callers can tell "not said"
+    from "said no" (a config setting, or a command-line flag, may then decide)."""
+
+    offline: bool | None = None
+    """``R1BUILD_OFFLINE``: never call an LLM endpoint."""
+    generate: bool | None = None
+    """``R1BUILD_GENERATE``: a build may call the configured endpoint on a miss (builds never do otherwise)."""
+    locked: bool | None = None
+    """``R1BUILD_LOCKED``: a build fails unless the lock is present and current."""
+    evaluate: bool | None = None
+    """``R1BUILD_EVALUATE``: a build may measure on a local GPU on a miss."""
+    cache_dir: Path | None = None
+    """``R1BUILD_CACHE_DIR``: the cache directory, as given (``~`` expanded)."""
+    verbose: bool = False
+    """``R1BUILD_VERBOSE``: build output shows each stage's closing line."""
+
+
+def _flag(environ: Mapping[str, str], name: str) -> bool | None:
+    value = environ.get(name)
+    if value is None or not value.strip():
+        return None
+    return parse_flag(name, value)
+
+
+def env_settings(environ: Mapping[str, str] | None = None) -> EnvSettings:
+    """The settings in ``environ`` (the process environment when None), read now (never memoized: tests and
+    frontends change the environment between calls)."""
+    env = os.environ if environ is None else environ
+    raw_dir = env.get("R1BUILD_CACHE_DIR", "").strip()
+    verbose = env.get("R1BUILD_VERBOSE", "").strip().lower()
+    return EnvSettings(
+        offline=_flag(env, "R1BUILD_OFFLINE"),
+        generate=_flag(env, "R1BUILD_GENERATE"),
+        locked=_flag(env, "R1BUILD_LOCKED"),
+        evaluate=_flag(env, "R1BUILD_EVALUATE"),
+        cache_dir=Path(raw_dir).expanduser() if raw_dir else None,
+        verbose=verbose not in _FALSE,
+    )

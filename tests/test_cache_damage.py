@@ -1,0 +1,202 @@
+"""A cache that is damaged, read-only, missing or mistyped: it costs a warning, never a build, and the cache
+commands say what is wrong and repair what can be repaired. A real killed import leaves nothing behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from damage import read_only_tree, wreck_index
+
+from r1build.cache import Cache, export_bundle, open_usable
+from r1build.cli.main import main
+from r1build.errors import CacheError, CacheLocationError
+from r1build.events import Note
+from r1build.keys import digest_bytes
+from r1build.records import CandidateRef, Decision, Origin, Result
+
+LARGE = 40_000  # kept as a file by diskcache
+SMALL = 1500  # kept inside cache.db
+
+
+def _warnings(notes: list[Note]) -> list[str]:
+    return [n.message for n in notes if n.level == "warning"]
+
+
+def _fill(d: Path) -> tuple[list[str], list[str], Decision]:
+    """A cache with large blobs (value files), small blobs (inside cache.db) and a large decision."""
+    with Cache(d) as cache:
+        large = [cache.put_blob(os.urandom(LARGE)) for _ in range(3)]
+        small = [cache.put_blob(os.urandom(SMALL)) for _ in range(3)]
+        source = cache.put_text("// a winner\n")
+        ref = CandidateRef(source, source, Origin("baseline", path="k.cu"))
+        padding = [CandidateRef(digest_bytes(str(i).encode()), digest_bytes(str(i).encode()),
+                                Origin("generated", model="r1", round=0, sample=i)) for i in range(300)]
+        decision = Decision("k" * 64, "k", "sm_90", ref, [ref, *padding], [Result(source, "sm_90", "passed")], [],
+                            False, None, "nvcc 13.0", "2026-01-02T03:04:05+00:00")
+        cache.put_decision(decision)
+    return large, small, decision
+
+
+Cli = Callable[..., tuple[int, str]]
+
+
+@pytest.fixture
+def run_cli(capsys: pytest.CaptureFixture[str]) -> Cli:
+    def run(*argv: str) -> tuple[int, str]:
+        capsys.readouterr()
+        code = main(list(argv))
+        captured = capsys.readouterr()
+        return code, captured.out + captured.err
+
+    return run
+
+
+# -- damaged index --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("how", ["random", "truncated"])
+def test_a_damaged_index_costs_a_run_one_warning_and_loses_nothing(tmp_path: Path, notes: list[Note],
+                                                                   how: str) -> None:
+    d = tmp_path / "cache"
+    large, small, decision = _fill(d)
+    left = wreck_index(d, how)  # type: ignore[arg-type]
+    with open_usable(d) as cache:
+        for digest in [*large, *small]:
+            cache.get_blob(digest)  # a hit or a miss, never an error
+        cache.get_decision(decision.key)
+        digest = cache.put_text("stored during the run")
+        cache.get_text(digest)
+        assert cache.degraded is not None
+        scratch = cache._scratch
+    assert len(_warnings(notes)) == 1, notes
+    assert scratch is None or not scratch.exists()
+    assert (d / "cache.db").read_bytes() == left  # the damaged store is left for repair, untouched
+
+
+def test_repair_rebuilds_a_random_bytes_index_from_the_value_files(tmp_path: Path, run_cli: Cli) -> None:
+    d = tmp_path / "cache"
+    large, _small, decision = _fill(d)
+    wreck_index(d, "random")
+    code, out = run_cli("cache", "verify", "--cache-dir", str(d))
+    assert code == 1 and "damaged" in out and "cache repair" in out
+    code, out = run_cli("cache", "gc", "--cache-dir", str(d))
+    assert code == 1 and "cache repair" in out
+
+    code, out = run_cli("cache", "repair", "--cache-dir", str(d))
+    assert code == 0, out
+    assert "moved it aside to" in out and "kept 3 blobs, 1 decision" in out, out
+    (aside,) = d.glob("cache.db.damaged-*[0-9Z]")
+    assert aside.stat().st_size > 0
+    with Cache(d, create=False) as cache:
+        for digest in large:
+            assert cache.get_blob(digest) is not None
+        assert cache.get_decision(decision.key) == decision
+    code, out = run_cli("cache", "verify", "--cache-dir", str(d))
+    assert code == 0 and "all intact" in out
+    # no value file is left that the new index does not name
+    with Cache(d) as cache:
+        assert cache.gc().repaired == 0
+
+
+def test_verify_repair_rebuilds_a_truncated_index(tmp_path: Path, run_cli: Cli) -> None:
+    d = tmp_path / "cache"
+    large, _, _ = _fill(d)
+    wreck_index(d, "truncated")
+    code, out = run_cli("cache", "verify", "--repair", "--cache-dir", str(d))
+    assert code == 1 and "rebuilt the index" in out, out
+    code, out = run_cli("cache", "verify", "--cache-dir", str(d))
+    assert code == 0, out
+    with Cache(d) as cache:
+        assert all(cache.get_blob(digest) is not None for digest in large)
+
+
+def test_repair_of_a_sound_index_deletes_only_bad_entries(tmp_path: Path, run_cli: Cli) -> None:
+    d = tmp_path / "cache"
+    large, small, _ = _fill(d)
+    victim = next(p for p in d.rglob("*.val") if digest_bytes(p.read_bytes()[65:]) == large[0])
+    data = bytearray(victim.read_bytes())
+    data[-1] ^= 1
+    victim.write_bytes(bytes(data))
+    code, out = run_cli("cache", "repair", "--cache-dir", str(d))
+    assert code == 0 and "index sound; deleted 1 of" in out, out
+    with Cache(d) as cache:
+        assert [cache.get_blob(x) is not None for x in large] == [False, True, True]
+        assert all(cache.get_blob(x) is not None for x in small)
+
+
+# -- read-only, missing, mistyped -----------------------------------------------------------------------------
+def test_a_read_only_cache_is_read_and_never_written(tmp_path: Path, notes: list[Note], run_cli: Cli) -> None:
+    d = tmp_path / "cache"
+    large, small, decision = _fill(d)
+    with read_only_tree(d):
+        with open_usable(d) as cache:
+            assert cache.read_only
+            assert all(cache.get_blob(x) is not None for x in [*large, *small])
+            assert cache.get_decision(decision.key) == decision
+            cache.put_text("cannot be stored")  # skipped, no error
+            with pytest.raises(CacheError, match="read-only"):
+                cache.gc()
+        assert len(_warnings(notes)) == 1, notes
+        code, out = run_cli("cache", "verify", "--cache-dir", str(d))
+        assert code == 0 and "all intact" in out, out
+        code, out = run_cli("cache", "gc", "--cache-dir", str(d))
+        assert code == 1 and "read-only" in out
+        code, out = run_cli("cache", "repair", "--cache-dir", str(d))
+        assert code == 1 and "read-only" in out
+
+
+def test_a_cache_that_cannot_be_created_is_replaced_for_the_run(tmp_path: Path, notes: list[Note]) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    with open_usable(blocker / "cache") as cache:
+        assert cache.degraded is not None and cache.get_text(cache.put_text("x")) == "x"
+    assert len(_warnings(notes)) == 1 and "cannot create" in _warnings(notes)[0]
+    assert blocker.read_text() == "not a folder"
+
+
+@pytest.mark.parametrize("command", ["stats", "ls", "verify", "gc", "repair", "export"])
+def test_cache_commands_on_a_path_without_a_cache_say_so(tmp_path: Path, run_cli: Cli, command: str) -> None:
+    typo = tmp_path / "cahce"
+    extra = [str(tmp_path / "out.r1b")] if command == "export" else []
+    code, out = run_cli("cache", command, *extra, "--cache-dir", str(typo))
+    assert code == 2 and "holds no r1build cache" in out and "mistyped" in out, out
+    assert not typo.exists()
+    with pytest.raises(CacheLocationError):
+        Cache(typo, create=False)
+
+
+# -- a killed import ------------------------------------------------------------------------------------------
+def test_a_killed_import_leaves_no_orphans_after_the_next_open(tmp_path: Path, notes: list[Note]) -> None:
+    source = tmp_path / "source"
+    with Cache(source) as cache:
+        for _ in range(60):
+            cache.put_blob(os.urandom(2 * 1024 * 1024))
+        export_bundle(cache, tmp_path / "big.r1b")
+    target = tmp_path / "target"
+    with Cache(target) as cache:
+        kept = cache.put_blob(os.urandom(LARGE))
+    before = {p for p in target.rglob("*.val")}
+
+    proc = subprocess.Popen([sys.executable, "-m", "r1build.cli.main", "cache", "import", str(tmp_path / "big.r1b"),
+                             "--cache-dir", str(target)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pattern = f"*.p{proc.pid}.val"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None and len(list(target.rglob(pattern))) < 3:
+        time.sleep(0.002)
+    assert proc.poll() is None, "the import ended before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    orphans = list(target.rglob(pattern))
+    assert len(orphans) >= 3  # what the killed process left behind
+
+    with Cache(target) as cache:
+        assert {e.key for e in cache.entries()} == {f"blob/{kept}"}  # the import's transaction rolled back
+        assert cache.get_blob(kept) is not None
+    assert not list(target.rglob(pattern))
+    assert {p for p in target.rglob("*.val")} == before
+    assert any("interrupted cache import" in n.message for n in notes)
