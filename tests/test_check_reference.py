@@ -50,6 +50,7 @@ CASES = [
     ("raises", "1 / 0 if rows == 3 else (y, z, c)", "at test shape rows=3, cols=97 (signed inputs): raised "
                                                     "ZeroDivisionError"),
     ("raises-on-large-inputs", "(y, z, c) if np.abs(x).max() < 50 else x[99999]", "(large inputs): raised IndexError"),
+    ("exits", "__import__('sys').exit(3)", "raised SystemExit: 3"),
     ("too-few", "(y, z)", "returned 2 values for 3 outputs (y, z, c)"),
     ("too-many", "(y, z, c, c)", "returned 4 values for 3 outputs"),
     ("one-for-three", "y", "returned one value for 3 outputs"),
@@ -116,3 +117,12 @@ def test_the_repository_references_pass(capsys: pytest.CaptureFixture[str]) -> N
     root = Path(__file__).resolve().parents[1]
     for manifest in (root / "kernels.toml", root / "sample_project" / "kernels.toml"):
         assert main(["check", "-m", str(manifest)]) == 0, capsys.readouterr()
+
+
+def test_a_reference_module_that_exits_on_import(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = project(tmp_path / "p", "(y, z, c)")
+    (path.parent / "reference.py").write_text("import sys\nsys.exit(1)\n", encoding="utf-8")
+    code = main(["check", "-m", str(path)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "kernel[0].reference: importing" in err and "failed: SystemExit: 1" in err

@@ -199,6 +199,12 @@ CASES: list[tuple[str, str, str, str, str]] = [
     ("flag-two-in-one", '"-O3", "-std=c++17"', '"-O3 -arch=sm_50"', "nvcc-flags[0]", "whitespace"),
     ("flag-not-flag", '"-O3", "-std=c++17"', '"-O3", "evil.cu"', "nvcc-flags[1]", "not a flag"),
     ("flag-cmake", '"-O3", "-std=c++17"', '"-O3;-DX"', "nvcc-flags[0]", "characters"),
+    ("flag-defines-tunable", '"-O3", "-std=c++17"', '"-O3", "-DBLOCK=64"', "nvcc-flags[1]", "a tunable of kernel[0]"),
+    ("flag-defines-arg", '"-O3", "-std=c++17"', '"-O3", "-Dalpha=beta"', "nvcc-flags[1]",
+     "an argument of kernel[0]"),
+    ("flag-undefines-kernel", '"-O3", "-std=c++17"', '"-O3", "-Uscale"', "nvcc-flags[1]", "the name of kernel[0]"),
+    ("flag-dependency-file", '"-O3", "-std=c++17"', '"-O3", "-MD"', "nvcc-flags[1]", "output"),
+    ("flag-lto", '"-O3", "-std=c++17"', '"-O3", "-dlto"', "nvcc-flags[1]", "produces"),
     # tunables: values are one token, names are macros that clash with nothing
     ("tunable-flag", "BLOCK = [128, 256]", 'BLOCK = ["128 -DEVIL=1"]', "kernel[0].tunables.BLOCK[0]", "one token"),
     ("tunable-newline", "BLOCK = [128, 256]", 'BLOCK = ["64\\n#error"]', "kernel[0].tunables.BLOCK[0]", "one token"),

@@ -10,19 +10,21 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["flag_problem"]
+__all__ = ["defined_macro", "flag_problem"]
 
 _RESERVED: tuple[tuple[str, str], ...] = (
     (r"-arch|--gpu-architecture|-gencode|--generate-code|-code|--gpu-code|-arch-ls|--list-gpu-arch"
      r"|-code-ls|--list-gpu-code",
      "selects the GPU archs, which r1build sets from `archs` (one -gencode per target arch)"),
-    (r"-o|--output-file|-odir|--output-directory|-MF|--dependency-output|-keep|--keep|-keep-dir|--keep-dir"
-     r"|-save-temps|--save-temps",
+    (r"-o|--output-file|-odir|--output-directory|-MF|--dependency-output|-MD|-MMD|-MP|-MT|--generate-dependencies"
+     r"-with-compile|--generate-nonsystem-dependencies-with-compile|--dependency-target-name|-keep|--keep|-keep-dir"
+     r"|--keep-dir|-save-temps|--save-temps|-time|--time|-fdevice-time-trace|--fdevice-time-trace",
      "names output or scratch files, which r1build chooses"),
     (r"-c|--compile|-cubin|--cubin|-ptx|--ptx|-fatbin|--fatbin|-E|--preprocess|-M|--generate-dependencies"
      r"|-MM|-lib|--lib|-shared|--shared|-link|--link|-run|--run|-dlink|--device-link|-dryrun|--dryrun"
      r"|-x|--x|-V|--version|-h|--help|-optix-ir|--optix-ir|-lto-ir|-dc|--device-c|-dw|--device-w"
-     r"|-rdc|--relocatable-device-code",
+     r"|-rdc|--relocatable-device-code|-dlto|--dlink-time-opt|-ewp|--extensible-whole-program|-gen-opt-lto"
+     r"|--gen-opt-lto",
      "changes what nvcc produces (r1build compiles each variant to an object and links them itself)"),
     (r"-ccbin|--compiler-bindir|-allow-unsupported-compiler|--allow-unsupported-compiler",
      "changes the host compiler, which must be the one the build uses"),
@@ -46,3 +48,10 @@ def flag_problem(flag: str) -> str | None:
     if re.fullmatch(r"-(?:arch|code|gencode)\S*|--gpu-(?:architecture|code)\S*|--generate-code\S*", name):
         return f"{name} selects the GPU archs, which r1build sets from `archs`"
     return None
+
+
+def defined_macro(flag: str) -> str | None:
+    """The macro a ``-DNAME[=value]`` / ``-UNAME`` / ``--define-macro=NAME`` / ``--undefine-macro=NAME`` flag
+    sets or removes, or None for other flags."""
+    m = re.fullmatch(r"(?:-D|-U|--define-macro=|--undefine-macro=)([A-Za-z_][A-Za-z0-9_]*)(?:=.*)?", flag)
+    return m.group(1) if m else None

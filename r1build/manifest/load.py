@@ -15,7 +15,7 @@ from ..errors import ManifestError
 from .archs import parse_arch
 from .bounds import check_numbers
 from .convert import KeyPath, Problem, convert, did_you_mean, field_key
-from .flags import flag_problem
+from .flags import defined_macro, flag_problem
 from .flops import flops_problem
 from .identifiers import Kind, name_problem
 from .locate import format_path, locate
@@ -135,6 +135,7 @@ def load_manifest(path: Path, *, check_references: bool = True) -> Manifest:
         raise v.fail(problem.path, message) from None
     if not kernels:
         raise v.fail(("kernel",), "the manifest declares no kernels ([[kernel]] tables)")
+    _check_flag_macros(v, settings.nvcc_flags, kernels)
 
     settings = _validate_settings(v, settings)
     _check_project_paths(v, settings, path)
@@ -207,6 +208,21 @@ def _validate_settings(v: _Validator, settings: Settings) -> Settings:
         if not direction.strip():
             raise v.fail(("generation", "directions", j), "must not be empty")
     return replace(settings, archs=archs)
+
+
+def _check_flag_macros(v: _Validator, flags: list[str], kernels: list[KernelSpec]) -> None:
+    """A ``-D`` / ``-U`` flag must not define a name the kernels use: a kernel, argument or tunable name."""
+    used: dict[str, str] = {}
+    for i, spec in enumerate(kernels):
+        used.setdefault(spec.name, f"the name of kernel[{i}]")
+        for arg in spec.args:
+            used.setdefault(arg.name, f"an argument of kernel[{i}]")
+        for tname in spec.tunables:
+            used.setdefault(tname, f"a tunable of kernel[{i}] (give its values in tunables)")
+    for j, flag in enumerate(flags):
+        macro = defined_macro(flag)
+        if macro is not None and macro in used:
+            raise v.fail(("nvcc-flags", j), f"{flag} defines {macro!r}, {used[macro]}")
 
 
 def _url_problem(url: str) -> str | None:

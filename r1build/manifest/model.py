@@ -252,7 +252,8 @@ class Settings:
     nvcc_flags: list[str] = field(default_factory=lambda: ["-O3", "-std=c++17"])
     """Flags passed to nvcc for every candidate (part of the gate's and the build's key), each one token
     (``-maxrregcount=64``). Not allowed: flags that select archs (``-arch``, ``-gencode``, ``-code``), outputs,
-    the compile mode, the host compiler or an options file; r1build sets those."""
+    the compile mode, the host compiler or an options file (r1build sets those), nor ``-D`` / ``-U`` of a
+    kernel, argument or tunable name."""
     generation: Generation = field(default_factory=Generation)
     """Candidate generation settings."""
 

@@ -96,6 +96,6 @@ def call_reference(reference: Callable[..., Any], spec: KernelSpec, sizes: Mappi
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
             result = reference(**kwargs)
-    except Exception as exc:  # user code: any failure is reported, not raised through
+    except (Exception, SystemExit) as exc:  # user code: any failure (sys.exit included) is reported
         raise ReferenceError_(f"raised {type(exc).__name__}: {exc}") from None
     return reference_outputs(spec, sizes, result)

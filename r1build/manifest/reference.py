@@ -77,7 +77,7 @@ def _load_module(path: Path, name: str) -> ModuleType:
     sys.path.insert(0, root)
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:  # user code: any failure is reported, not raised through
+    except (Exception, SystemExit) as exc:  # user code: any failure (sys.exit included) is reported
         raise ReferenceError_(f"importing {path} failed: {type(exc).__name__}: {exc}") from exc
     finally:
         if root in sys.path:
