@@ -66,6 +66,9 @@ CASES = [
     ("same-types-other-spelling",
      'extern "C" cudaError_t sig(const __half* in, unsigned char* out, const float a, bool f, const int64_t count, '
      "cudaStream_t stream) " + BODY, "passed", ""),
+    ("restrict-qualified", EXACT.replace("__half* x", "__half* __restrict__ x").replace("uint8_t* y",
+                                                                                       "uint8_t* __restrict__ y")
+     + " " + BODY, "passed", ""),
     ("definition-without-extern-c-after-the-declaration",
      "cudaError_t sig(const __half* x, uint8_t* y, float alpha, bool flag, int64_t n, cudaStream_t stream) " + BODY,
      "passed", ""),
