@@ -185,7 +185,7 @@ class GpuEvaluator:
 
     def __init__(self, cache: Cache | None = None, *, gpus: Sequence[GpuInfo] | None = None,
                  gate: Evaluator | None = None, toolchain: Toolchain | None = None, sanitize: bool = True,
-                 seed: int = 0, call_timeout_s: float = 10.0, timing_timeout_s: float = 120.0,
+                 seed: int = 0, call_timeout_s: float = 10.0, timing_timeout_s: float = 30.0,
                  timing_budget_s: float = 0.3, jobs: int | None = None, workdir: Path | None = None) -> None:
         self.gpus = list(gpus) if gpus is not None else detect_gpus()
         """The GPUs evaluated on."""
@@ -196,7 +196,8 @@ class GpuEvaluator:
         self.call_timeout_s = call_timeout_s
         """Longest one correctness call may take before the candidate counts as hung."""
         self.timing_timeout_s = timing_timeout_s
-        """Longest the timing of one benchmark shape may take."""
+        """Longest the timing of a benchmark shape may go without progress (the worker reports each batch of
+        samples), so a kernel that hangs only at the benchmark size costs seconds, not minutes."""
         self.timing_budget_s = timing_budget_s
         """GPU seconds of samples per candidate and benchmark shape."""
         self.stats: dict[str, float] = {"candidates": 0, "built": 0, "checked": 0, "timed": 0,
@@ -762,8 +763,8 @@ class GpuEvaluator:
                 return Verdict("crashed", f"while timing at the benchmark shapes: {error}")
             verdict = judge_bench(spec, bench, reply["shapes"])
         except WorkerTimedOut:
-            return Verdict("timed_out", f"timing a benchmark shape took longer than {self.timing_timeout_s:g} s "
-                                        "(a deadlock between blocks at the benchmark size?)")
+            return Verdict("timed_out", f"at a benchmark shape a call made no progress for {self.timing_timeout_s:g} "
+                                        "s; the worker was killed (a deadlock between blocks at the benchmark size?)")
         except WorkerDied as exc:
             return Verdict("crashed", f"the worker process died while timing ({exc}): {exc.log[-600:]}")
         finally:
