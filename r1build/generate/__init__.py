@@ -8,9 +8,10 @@ What other stages call:
   :class:`SearchOutcome`;
 - :func:`replay` re-extracts the candidates of stored transcripts and judges them again, with no network.
 
-Modules: :mod:`.providers` (profiles, endpoint and key), :mod:`.client` (one sample, retries, deadlines),
-:mod:`.prompts`, :mod:`.extract` (code out of answers, normalized digests, tunables), :mod:`.controller`
-(rounds, budgets, feedback), :mod:`.transcripts`.
+Modules: :mod:`.providers` (profiles, endpoint, keys and their redaction), :mod:`.client` (one sample,
+retries, the shared pause and circuit breaker, deadlines), :mod:`.budget` (stop reasons, the token and money
+ledger), :mod:`.prompts`, :mod:`.extract` (code out of answers, normalized digests, tunables),
+:mod:`.controller` (rounds, feedback, stops), :mod:`.transcripts`.
 """
 
 from __future__ import annotations
@@ -67,8 +68,10 @@ def search(manifest: Manifest, spec: KernelSpec, arch: str, *, evaluator: Evalua
     ``seeds`` (baseline, hand-written candidates and their variants) are judged first and come first in the
     outcome. Raises :class:`~r1build.errors.ConfigError` for settings that cannot work (no key, bad URL, a key
     the server rejects) and :class:`~r1build.errors.GenerationError` when the provider ends the run (no credit,
-    a request it refuses); every other fault costs a retry or a sample and is reported as a
-    :class:`~r1build.events.Note`.
+    a request it refuses) or when no request got an answer at all (the message names the faults: ``no answer
+    from URL: 20 requests, all HTTP 503 Service Unavailable``); every other fault costs a retry or a sample and
+    is reported as a :class:`~r1build.events.Note`. However it ends, the transcripts stored are linked under the
+    decision key for ``replay``.
     """
     endpoint = resolve_endpoint(manifest.settings.generation, environ)
     return _run(run_search(manifest, spec, parse_arch(arch), evaluator=evaluator, cache=cache, endpoint=endpoint,
