@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from r1build.cli.main import main
+from r1build.manifest import load_manifest
 from r1build.manifest.identifiers import name_problem
 
 BASE = """\
@@ -161,6 +162,7 @@ CASES: list[tuple[str, str, str, str, str]] = [
     ("rtol-nan", "rtol = 1e-5", "rtol = nan", "kernel[0].tolerance.rtol", "finite"),
     ("atol-inf", "atol = 1e-6", "atol = inf", "kernel[0].tolerance.atol", "finite"),
     ("rtol-negative", "rtol = 1e-5", "rtol = -1e-5", "kernel[0].tolerance.rtol", "at least 0"),
+    ("rtol-one", "rtol = 1e-5", "rtol = 1.0", "kernel[0].tolerance.rtol", "below 1"),
     ("target-share-high", "target-share = 0.9", "target-share = 1.5", "kernel[0].budget.target-share", "at most 1"),
     ("target-share-zero", "target-share = 0.9", "target-share = 0.0", "kernel[0].budget.target-share", "above 0"),
     ("target-share-nan", "target-share = 0.9", "target-share = nan", "kernel[0].budget.target-share", "finite"),
@@ -184,6 +186,11 @@ CASES: list[tuple[str, str, str, str, str]] = [
     ("url-words", 'base-url = "http://127.0.0.1:8000/v1"', 'base-url = "not a url"', "generation.base-url", "URL"),
     ("url-bad-port", 'base-url = "http://127.0.0.1:8000/v1"', 'base-url = "http://host:99999/v1"',
      "generation.base-url", "Port"),
+    ("url-credentials", 'base-url = "http://127.0.0.1:8000/v1"', 'base-url = "https://me:secret@host/v1"',
+     "generation.base-url", "no credentials"),
+    ("control-character", "top-p = 0.95", 'model = "r1\\u0001"\ntop-p = 0.95',
+     "generation.model", "control character"),
+    ("kernel-name-long", 'name = "scale"', 'name = "' + "k" * 101 + '"', "kernel[0].name", "longer than 100"),
     ("api-key-env", 'api-key-env = "MY_KEY"', 'api-key-env = "MY KEY"', "generation.api-key-env",
      "environment variable"),
     ("target-cmake", 'target = "tiny::kernels"', 'target = "tiny) message(WARNING x"', "target", "CMake target"),
@@ -294,6 +301,20 @@ def test_a_subprocess_check_exits_2_without_a_traceback(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stderr
     assert "kernel[0].tolerance.rtol: must be a finite number, got nan" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_values_are_exact_and_take_their_dtype(tmp_path: Path) -> None:
+    text = (BASE.replace('dtype = "int8", value = 3 }', 'dtype = "int64", value = 9223372036854775807 }')
+            .replace('dtype = "float32", value = 2.0 }', 'dtype = "float32", value = 2 }'))
+    spec = load_manifest(write_project(tmp_path / "p", text)).kernels[0]
+    values = {a.name: a.value for a in spec.args}
+    assert values["k"] == 2**63 - 1 and isinstance(values["k"], int)
+    assert values["alpha"] == 2.0 and isinstance(values["alpha"], float)
+    assert values["flag"] is True
+    text = BASE.replace('dtype = "int8", value = 3 }', 'dtype = "uint64", value = 3.0 }')
+    spec = load_manifest(write_project(tmp_path / "q", text)).kernels[0]
+    assert [a.value for a in spec.args if a.name == "k"] == [3]
+    assert isinstance(spec.args[3].value, int)
 
 
 def test_integer_valued_floats_and_literals_stay_valid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

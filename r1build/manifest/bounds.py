@@ -1,5 +1,5 @@
 """Ranges of the manifest's numbers: declared on the model's fields, checked after conversion, written into
-the JSON schema.
+the JSON schema. Strings anywhere must hold no control characters (tab and line breaks aside).
 
 A field declares its range with :func:`bounded` (``registers: int | None = bounded(None, ge=1, le=255)``);
 :func:`check_numbers` walks a converted manifest record and raises a :class:`~.convert.Problem` at the first
@@ -28,6 +28,8 @@ class Bounds:
     """Values must be above this."""
     le: float | None = None
     """Largest value allowed."""
+    lt: float | None = None
+    """Values must be below this."""
 
     def problem(self, value: float) -> str | None:
         """Why ``value`` is outside, or None."""
@@ -37,6 +39,8 @@ class Bounds:
             return f"must be above {_num(self.gt)}, got {_num(value)}"
         if self.le is not None and value > self.le:
             return f"must be at most {_num(self.le)}, got {_num(value)}"
+        if self.lt is not None and value >= self.lt:
+            return f"must be below {_num(self.lt)}, got {_num(value)}"
         return None
 
     def json_schema(self) -> dict[str, float]:
@@ -48,29 +52,27 @@ class Bounds:
             out["exclusiveMinimum"] = self.gt
         if self.le is not None:
             out["maximum"] = self.le
+        if self.lt is not None:
+            out["exclusiveMaximum"] = self.lt
         return out
 
     def render(self) -> str:
-        """``≥ 1``, ``0 < x ≤ 1``, ``1..255``: the range for a reference table."""
-        low = self.ge if self.ge is not None else self.gt
-        if low is not None and self.le is not None:
-            if self.ge is not None:
-                return f"{_num(low)}..{_num(self.le)}"
-            return f"> {_num(low)}, ≤ {_num(self.le)}"
-        if self.ge is not None:
-            return f"≥ {_num(self.ge)}"
-        if self.gt is not None:
-            return f"> {_num(self.gt)}"
-        return f"≤ {_num(self.le)}" if self.le is not None else ""
+        """``≥ 1``, ``> 0, ≤ 1``, ``1..255``: the range for a reference table."""
+        if self.ge is not None and self.le is not None:
+            return f"{_num(self.ge)}..{_num(self.le)}"
+        parts = [f"{sign} {_num(bound)}" for sign, bound in
+                 (("≥", self.ge), (">", self.gt), ("≤", self.le), ("<", self.lt)) if bound is not None]
+        return ", ".join(parts)
 
 
 def _num(value: float) -> str:
     return str(int(value)) if float(value).is_integer() and abs(value) < 1e15 else repr(value)
 
 
-def bounded(default: Any, *, ge: float | None = None, gt: float | None = None, le: float | None = None) -> Any:
+def bounded(default: Any, *, ge: float | None = None, gt: float | None = None, le: float | None = None,
+            lt: float | None = None) -> Any:
     """A dataclass field with ``default`` whose value must lie in the interval."""
-    return dataclasses.field(default=default, metadata={"bounds": Bounds(ge=ge, gt=gt, le=le)})
+    return dataclasses.field(default=default, metadata={"bounds": Bounds(ge=ge, gt=gt, le=le, lt=lt)})
 
 
 def field_bounds(f: dataclasses.Field[Any]) -> Bounds | None:
@@ -82,13 +84,16 @@ def field_bounds(f: dataclasses.Field[Any]) -> Bounds | None:
 def _finite(value: object, path: KeyPath) -> None:
     if isinstance(value, float) and not math.isfinite(value):
         raise Problem(path, f"must be a finite number, got {value}")
+    if isinstance(value, str) and any((ord(c) < 32 and c not in "\t\n\r") or ord(c) == 127 for c in value):
+        raise Problem(path, f"holds a control character: {value!r}")
     if isinstance(value, list):
         for i, item in enumerate(value):
             _finite(item, (*path, i))
 
 
 def check_numbers(record: object, path: KeyPath = ()) -> None:
-    """Raise :class:`Problem` at the first non-finite number or number outside its field's range in ``record``
+    """Raise :class:`Problem` at the first non-finite number, number outside its field's range or string with a
+    control character in ``record``
     (a converted manifest dataclass; nested records, lists and tables are walked)."""
     if isinstance(record, list):
         for i, item in enumerate(record):

@@ -29,7 +29,10 @@ import functools
 import re
 from typing import Literal
 
-__all__ = ["IDENTIFIER", "name_problem"]
+__all__ = ["IDENTIFIER", "MAX_NAME", "name_problem"]
+
+MAX_NAME = 100
+"""Longest name: a kernel's name is part of generated file names, which file systems cap at 255 bytes."""
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MACRO = re.compile(r"[A-Z][A-Z0-9_]*")
@@ -105,7 +108,8 @@ _MACROS = frozenset("""
 
 _RESERVED_MACRO = re.compile(
     r"(?:CUDA|CUDART|CUB|CCCL|THRUST|NV|NVCC|CU|CUFFT|CUBLAS|CURAND|FLT|DBL|LDBL|INT\d*|UINT\d*|INTMAX|UINTMAX"
-    r"|INTPTR|UINTPTR|SCHAR|UCHAR|SHRT|USHRT|LONG|ULONG|LLONG|ULLONG|WCHAR|WINT|SIG_ATOMIC|M)_\w*"
+    r"|INTPTR|UINTPTR|SCHAR|UCHAR|SHRT|USHRT|LONG|ULONG|LLONG|ULLONG|WCHAR|WINT|SIG_ATOMIC|M)_\w*",
+    re.ASCII,
 )
 """Macro families of the C standard headers and the CUDA headers (``INT32_MAX``, ``FLT_EPSILON``, ``M_PI``,
 ``CUDART_VERSION``)."""
@@ -135,6 +139,8 @@ def name_problem(name: str, kind: Kind) -> str | None:
     """Why ``name`` cannot be the name of a ``kind``, or None when it can."""
     if not IDENTIFIER.fullmatch(name):
         return "is not a valid C identifier (letters, digits and '_', not starting with a digit)"
+    if len(name) > MAX_NAME:
+        return f"is longer than {MAX_NAME} characters (generated file names hold it)"
     if name in _KEYWORDS:
         return "is a C, C++ or CUDA keyword"
     if "__" in name or re.match(r"_[A-Z]", name):

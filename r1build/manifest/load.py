@@ -238,6 +238,8 @@ def _url_problem(url: str) -> str | None:
         return f"{url!r} is not an http:// or https:// URL with a host"
     if parts.query or parts.fragment:
         return f"{url!r}: an endpoint URL has no query or fragment"
+    if parts.username is not None or parts.password is not None:
+        return "an endpoint URL holds no credentials (name the key's variable in api-key-env)"
     return None
 
 
@@ -273,10 +275,19 @@ def _check_project_paths(v: _Validator, settings: Settings, manifest: Path) -> N
                                      "which `r1build vendor` keeps to itself")
 
 
+def _normalized_value(dtype: str, value: bool | int | float) -> bool | int | float:
+    """A scalar's value as its dtype takes it: floats for float dtypes (``eps = 1`` is 1.0), integers for integer
+    dtypes (``k = 3.0`` is 3)."""
+    if dtype == "bool":
+        return value
+    return int(value) if dtype in INTEGER_DTYPES else float(value)
+
+
 def _check_ident(v: _Validator, name: str, where: KeyPath, what: str, kind: Kind) -> None:
     problem = name_problem(name, kind)
     if problem is not None:
-        raise v.fail(where, f"{what} {name!r} {problem}")
+        shown = name if len(name) <= 60 else name[:40] + "..."
+        raise v.fail(where, f"{what} {shown!r} {problem}")
 
 
 def _array_bytes(arg: Arg, shape: dict[str, int]) -> int:
@@ -316,6 +327,7 @@ def _validate_kernel(v: _Validator, i: int, spec: KernelSpec, root: Path) -> Ker
     if not spec.args:
         raise v.fail((*at, "args"), "a kernel needs at least one argument")
     names: dict[str, int] = {}
+    args = list(spec.args)
     for j, arg in enumerate(spec.args):
         where = (*at, "args", j)
         if arg.name == "stream":
@@ -345,6 +357,7 @@ def _validate_kernel(v: _Validator, i: int, spec: KernelSpec, root: Path) -> Ker
                 problem = value_problem(arg.dtype, arg.value)
                 if problem is not None:
                     raise v.fail((*where, "value"), problem)
+                args[j] = replace(arg, value=_normalized_value(arg.dtype, arg.value))
     size_dtypes = {a.name: a.dtype for a in spec.args if a.is_size}
     sizes = list(size_dtypes)
     for j, arg in enumerate(spec.args):
@@ -402,4 +415,4 @@ def _validate_kernel(v: _Validator, i: int, spec: KernelSpec, root: Path) -> Ker
         reference_file(root, spec.reference)
     except ReferenceError_ as exc:
         raise v.fail((*at, "reference"), str(exc)) from None
-    return replace(spec, archs=archs)
+    return replace(spec, archs=archs, args=args)

@@ -69,7 +69,7 @@ class Arg:
     kernel) or a fixed integer; ``[1]`` for a single element. Absent for a scalar argument."""
     role: Role | None = None
     """Array arguments: ``in`` (read only, checked unchanged), ``out`` (written), ``inout`` (read and written)."""
-    value: bool | float | int | None = None
+    value: bool | int | float | None = None
     """Scalar arguments that are not sizes (e.g. ``eps``): the value passed in tests and benchmarks, within the
     dtype's range (an integer for integer dtypes, ``true`` / ``false`` for ``bool``, finite for floats). An
     integer scalar without a value is a size and takes its value from each shape."""
@@ -96,8 +96,9 @@ class Arg:
 class Tolerance:
     """How close a candidate's outputs must be to the reference's."""
 
-    rtol: float = bounded(1e-5, ge=0)
-    """Relative tolerance, elementwise (numpy.allclose semantics) and for the relative norm of the error."""
+    rtol: float = bounded(1e-5, ge=0, lt=1)
+    """Relative tolerance, elementwise (numpy.allclose semantics) and for the relative norm of the error; below 1
+    (at 1 an output of zeros would pass)."""
     atol: float = bounded(1e-6, ge=0)
     """Absolute tolerance, elementwise."""
 

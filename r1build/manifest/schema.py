@@ -134,7 +134,8 @@ def _type_cell(prop: dict[str, Any]) -> str:
         return " or ".join(str(p.get("type", "table")) for p in prop["anyOf"])
     if "$ref" in prop or prop.get("type") == "object":
         return "table"
-    bounds = Bounds(ge=prop.get("minimum"), gt=prop.get("exclusiveMinimum"), le=prop.get("maximum")).render()
+    bounds = Bounds(ge=prop.get("minimum"), gt=prop.get("exclusiveMinimum"), le=prop.get("maximum"),
+                    lt=prop.get("exclusiveMaximum")).render()
     return str(prop.get("type", "")) + (f" ({bounds})" if bounds else "")
 
 

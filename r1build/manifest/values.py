@@ -20,7 +20,8 @@ FLOAT_MAX: dict[str, float] = {
 
 _NUMERIC_LITERAL = re.compile(
     r"[+-]?(?:0[xX][0-9a-fA-F]+|0[bB][01]+|\d+)[uU]?(?:ll|LL|l|L)?[uU]?"
-    r"|[+-]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?[fFlL]?"
+    r"|[+-]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?[fFlL]?",
+    re.ASCII,
 )
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
