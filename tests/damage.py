@@ -23,7 +23,8 @@ def wreck_index(cache_dir: Path, how: Damage) -> bytes:
     for suffix in ("-wal", "-shm"):
         Path(f"{db}{suffix}").unlink(missing_ok=True)
     size = db.stat().st_size
-    data = os.urandom(size) if how == "random" else db.read_bytes()[: size // 2]
+    # (a cache still open in another thread may keep everything in its WAL and leave cache.db nearly empty)
+    data = os.urandom(max(size, 16384)) if how == "random" else db.read_bytes()[: size // 2]
     db.write_bytes(data)
     return data
 

@@ -4,11 +4,13 @@ commands say what is wrong and repair what can be repaired. A real killed import
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -129,6 +131,29 @@ def test_repair_of_a_sound_index_deletes_only_bad_entries(tmp_path: Path, run_cl
         assert all(cache.get_blob(x) is not None for x in small)
 
 
+def test_project_commands_run_with_a_damaged_cache(tmp_path: Path) -> None:
+    """Each command in a process of its own, as a user runs them."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not installed")
+    project = tmp_path / "tiny"
+    shutil.copytree(Path(__file__).parent / "packages" / "tiny", project)
+    d = tmp_path / "cache"
+    where = ["-m", str(project), "--cache-dir", str(d)]
+
+    def r1build(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "r1build.cli.main", *argv, *where], capture_output=True,
+                              text=True, timeout=300, check=False)
+
+    assert r1build("lock", "--offline").returncode == 0
+    assert r1build("vendor").returncode == 0
+    wreck_index(d, "random")
+    for command in (["status"], ["resolve", "--locked", "--offline"], ["check", "--locked"]):
+        proc = r1build(*command)
+        assert proc.returncode == 0, (command, proc.stdout, proc.stderr)
+        assert proc.stderr.count("damaged") == 1, (command, proc.stderr)
+        assert "Traceback" not in proc.stderr
+
+
 # -- read-only, missing, mistyped -----------------------------------------------------------------------------
 def test_a_read_only_cache_is_read_and_never_written(tmp_path: Path, notes: list[Note], run_cli: Cli) -> None:
     d = tmp_path / "cache"
@@ -139,6 +164,8 @@ def test_a_read_only_cache_is_read_and_never_written(tmp_path: Path, notes: list
             assert all(cache.get_blob(x) is not None for x in [*large, *small])
             assert cache.get_decision(decision.key) == decision
             cache.put_text("cannot be stored")  # skipped, no error
+            with ThreadPoolExecutor(4) as pool:  # each thread reads through its own read-only connection
+                assert all(pool.map(lambda x: cache.get_blob(x) is not None, large * 4))
             with pytest.raises(CacheError, match="read-only"):
                 cache.gc()
         assert len(_warnings(notes)) == 1, notes

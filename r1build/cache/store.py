@@ -371,6 +371,8 @@ class _ReadOnlyIndex:
     def __init__(self, directory: Path) -> None:
         self.directory = str(directory)
         self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._all_lock = threading.Lock()
         base = (directory / _DBNAME).resolve().as_uri()
         self._uri = ""
         last: sqlite3.Error | None = None
@@ -394,8 +396,10 @@ class _ReadOnlyIndex:
     def _sql(self) -> Callable[..., sqlite3.Cursor]:
         con = getattr(self._local, "con", None)
         if con is None:
-            con = sqlite3.connect(self._uri, uri=True, isolation_level=None)
+            con = sqlite3.connect(self._uri, uri=True, isolation_level=None, check_same_thread=False)
             self._local.con = con
+            with self._all_lock:
+                self._all.append(con)
         return con.execute
 
     def reset(self, key: str, value: Any = ENOVAL) -> Any:
@@ -410,10 +414,12 @@ class _ReadOnlyIndex:
         return int(pages) * int(page_size) + int(self.reset("size") or 0)
 
     def close(self) -> None:
-        con = getattr(self._local, "con", None)
-        if con is not None:
+        """Close every thread's connection (a thread that reads again opens a new one)."""
+        with self._all_lock:
+            connections, self._all = self._all, []
+        for con in connections:
             con.close()
-            self._local.con = None
+        self._local = threading.local()
 
 
 class Cache:
