@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -227,3 +228,39 @@ def test_a_killed_import_leaves_no_orphans_after_the_next_open(tmp_path: Path, n
     assert not list(target.rglob(pattern))
     assert {p for p in target.rglob("*.val")} == before
     assert any("interrupted cache import" in n.message for n in notes)
+
+
+def test_a_cache_owned_by_another_user_is_read(tmp_path: Path) -> None:
+    """The shared cache of the issue: owned by one user, read by another (here: root's cache, read by nobody)."""
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or setpriv is None:
+        pytest.skip("needs root and setpriv to run a reader as another user (the permission test covers others)")
+    shared = Path(tempfile.mkdtemp(prefix="r1build-shared-"))
+    try:
+        shared.chmod(0o755)
+        d = shared / "cache"
+        large, small, _ = _fill(d)
+        for path in [d, *d.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        code = (
+            "import sys\n"
+            "from r1build.cache import open_usable\n"
+            "with open_usable(sys.argv[1]) as cache:\n"
+            "    assert cache.read_only, cache.degraded\n"
+            "    found = [cache.get_blob(d) is not None for d in sys.argv[2:]]\n"
+            "    cache.put_text('not stored')\n"
+            "print(sum(found), len(found))\n"
+        )
+        proc = subprocess.run(
+            [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", code, str(d),
+             *large, *small],
+            capture_output=True, text=True, timeout=120, check=False,
+            env={**os.environ, "HOME": str(shared), "PYTHONDONTWRITEBYTECODE": "1"},
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.split() == ["6", "6"]
+        assert proc.stderr.count("read-only") <= 1
+        with Cache(d) as cache:  # the owner's cache is as it was
+            assert len(cache.entries()) == 8
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
