@@ -176,6 +176,9 @@ class Exchange:
     """The error that must end the run (401, 402, ...), when one happened."""
     budget: StopReason | None = None
     """The budget that allowed no further attempt, when one did not."""
+    partial: Completion | None = None
+    """What the last failed attempt received before it failed (``finish_reason`` None), when it received text:
+    the controller keeps it when it holds complete code."""
 
     @property
     def prompt_tokens(self) -> int:
@@ -516,6 +519,10 @@ class ChatClient:
         """Record a failed attempt; what it cost is estimated from the text received (the prompt counts once
         the server started answering)."""
         chars = sum(len(p) for p in partial.content) + sum(len(p) for p in partial.reasoning)
+        if chars:
+            exchange.partial = Completion("".join(partial.content), "".join(partial.reasoning), None, 0,
+                                          estimate_tokens(chars), 0, False, None, None, latency,
+                                          partial.first_token_s)
         attempt = Attempt(started, latency, fault.kind, fault.status, self.redact(fault.message), fault.retry_after,
                           max_tokens=params.get("max_tokens"),
                           prompt_tokens=self._prompt_estimate(exchange.messages) if chars else 0,

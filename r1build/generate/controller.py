@@ -14,7 +14,8 @@ A search for one kernel on one arch:
 3. stops at the first of: the round budget; the candidate budget (samples started); the token budget and the
    money budget (see :mod:`.budget`: each request holds its ``max_tokens`` before it is sent, so requests in
    flight always finish and their answers are kept); the wall-clock budget (every request's deadline is the
-   search's; a pause the server asks for that would outlast it stops the search at once); the circuit breaker
+   search's; a pause the server asks for that would outlast it stops the search at once, and an answer it cuts
+   off is kept when it already holds complete code); the circuit breaker
    (``max-consecutive-failures`` failed requests in a row); the target share of the floor; ``patience`` timed
    rounds without a faster kernel (rounds where nothing could be timed, as without a GPU, do not count). Without
    timings (the static gate alone cannot rank candidates) the search ends after the first round in which a
@@ -39,7 +40,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from ..cache.store import Cache
@@ -51,7 +52,7 @@ from ..manifest.model import KernelSpec, Manifest
 from ..records import Candidate, Origin, Result
 from .budget import Ledger, Reservation, StopReason, estimate_tokens
 from .client import Attempt, ChatClient, Exchange, FaultKind, Meter, Pacer, describe_faults
-from .extract import Extraction, extract_source, normalized_digest, strip_think, tunable_variants
+from .extract import Extraction, complete_part, extract_source, normalized_digest, strip_think, tunable_variants
 from .prompts import DEFAULT_DIRECTIONS, Judged, feedback_prompt, task_prompt
 from .providers import Endpoint
 from .transcripts import link_transcripts, load_transcript, store_transcript, transcript_payload
@@ -69,6 +70,7 @@ SampleLoss = Literal[
     "content_filter",      # the provider's filter stopped the answer
     "cancelled",           # interrupted or ended by a fatal error while in flight
     "gave_up",             # every attempt failed (the faults are counted by kind too)
+    "kept_partial",        # not a loss: an answer cut off mid-stream whose complete code was kept
     "missing_transcript",  # replay: a transcript blob is gone
 ]
 """Why a sample gave no candidate (besides the faults of its attempts, counted by
@@ -505,6 +507,7 @@ class _Search:
         usage.retries += max(0, len(exchange.attempts) - 1)
         usage.estimated = usage.estimated or exchange.estimated
         self.sync_usage()
+        self.keep_partial(round_no, sample, exchange)
         completion = exchange.completion
         if completion is not None:
             usage.answers += 1
@@ -533,6 +536,21 @@ class _Search:
             self.round_notes["no_code"] += 1
             self.note("warning", f"{where}: no CUDA code block in the answer ({extraction.reason})")
         return extraction
+
+    def keep_partial(self, round_no: int, sample: int, exchange: Exchange) -> None:
+        """An answer paid for but cut off (the wall-time deadline, a stream cut on the last retry) becomes the
+        sample's answer, ``finish_reason: partial``, when it holds complete code: the part up to its last closing
+        fence, so a replay extracts the same candidate."""
+        partial = exchange.partial
+        if exchange.completion is not None or partial is None or exchange.failure in ("cancelled", "fatal", None):
+            return
+        kept = complete_part(partial.content, self.spec.name)
+        if kept is None:
+            return
+        exchange.completion = replace(partial, content=kept, finish_reason="partial")
+        self.usage.count("kept_partial")
+        self.note("info", f"round {round_no} sample {sample}: the answer was cut off ({exchange.failure}) after "
+                          "complete code: kept")
 
     def extraction_doc(self, extraction: Extraction) -> dict[str, Any]:
         return {"reason": extraction.reason, "blocks": extraction.blocks}
@@ -649,10 +667,11 @@ class _Search:
         """Why no request got an answer, in words."""
         assert self.endpoint is not None
         url = self.endpoint.display_url
+        where = f"{self.spec.name}/{self.arch}"
         if set(self.faults) == {"connection failed"}:
-            return (f"no request reached {url}: every attempt failed to connect ({self.usage.requests} requests; "
-                    "is the server running, is the URL right?)")
-        text = f"no answer from {url}: {describe_faults(self.faults)}"
+            return (f"{where}: no request reached {url}: every attempt failed to connect ({self.usage.requests} "
+                    "requests; is the server running, is the URL right?)")
+        text = f"{where}: no answer from {url}: {describe_faults(self.faults)}"
         if self.stop_reason == "endpoint_failing":
             return f"{text} (stopped after {self.generation.max_consecutive_failures} failed requests in a row)"
         if self.stop_reason in ("wall_time", "tokens", "money"):

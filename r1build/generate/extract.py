@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 from ..keys import digest_bytes
 
-__all__ = ["MAX_VARIANTS", "Block", "Extraction", "extract_source", "fenced_blocks", "normalized_digest",
-           "strip_think", "tunable_variants"]
+__all__ = ["MAX_VARIANTS", "Block", "Extraction", "complete_part", "extract_source", "fenced_blocks",
+           "normalized_digest", "strip_think", "tunable_variants"]
 
 MAX_VARIANTS = 8
 """Most tunable value sets tried for one generated source."""
@@ -98,6 +98,22 @@ def fenced_blocks(text: str) -> list[Block]:
         blocks.append(Block(lang, "\n".join(body).strip("\n") + "\n", closed))
         i = j + 1
     return blocks
+
+
+def complete_part(content: str, name: str) -> str | None:
+    """Of an answer cut off mid-stream, the part up to the last closing fence, when a closed block in it
+    defines the exported function ``name`` (complete code); None otherwise."""
+    lines = content.splitlines(keepends=True)
+    for i in range(len(lines) - 1, -1, -1):
+        if not _FENCE.match(lines[i].rstrip("\r\n")):
+            continue
+        prefix = "".join(lines[: i + 1])
+        blocks = fenced_blocks(strip_think(prefix))
+        if not blocks or not blocks[-1].closed:
+            continue
+        extraction = extract_source(prefix, name)
+        return prefix if extraction.source is not None and extraction.reason == "defines the export" else None
+    return None
 
 
 def _looks_like_cuda(code: str) -> bool:

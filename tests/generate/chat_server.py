@@ -73,6 +73,8 @@ class Answer:
     """Streams: end cleanly after this many chunks, without a finish reason, usage or [DONE]."""
     drop_after: int | None = None
     """Streams: drop the connection (no chunked terminator) after this many chunks."""
+    stall_after: int | None = None
+    """Streams: send nothing more after this many chunks (until the server stops)."""
     usage: bool = True
     """Whether usage is reported."""
     ignore_stream: bool = False
@@ -362,6 +364,10 @@ class ChatServer:
                 return True
             if reply.drop_after is not None and n >= reply.drop_after:
                 writer.transport.abort()
+                return False
+            if reply.stall_after is not None and n >= reply.stall_after:
+                assert self._stop is not None
+                await self._stop.wait()
                 return False
             if reply.chunk_delay:
                 await asyncio.sleep(reply.chunk_delay)

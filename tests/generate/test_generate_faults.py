@@ -124,7 +124,7 @@ def test_circuit_breaker_names_the_cause(project: Project, stopwatch: Any) -> No
     with ChatServer([Fault(503)]) as server, pytest.raises(GenerationError) as caught:
         run(project, manifest, server)
     message = str(caught.value)
-    assert f"no answer from {server.url}" in message
+    assert message.startswith(f"vadd/sm_90: no answer from {server.url}: ")
     assert "requests, all HTTP 503 Service Unavailable" in message
     assert "stopped after 5 failed requests in a row" in message
     assert 5 <= len(server.chat_requests()) <= 6      # the breaker, and at most one more already in flight
@@ -329,3 +329,31 @@ def test_http_date_is_parsed_into_seconds_from_now() -> None:
 
     wait = parse_retry_after({"retry-after": email.utils.formatdate(time.time() + 30, usegmt=True)})
     assert wait is not None and 28 <= wait <= 30
+
+
+@pytest.mark.parametrize("complete", [True, False], ids=["code-complete", "code-unfinished"])
+def test_an_answer_cut_off_after_complete_code_is_kept(project: Project, stopwatch: Any, complete: bool) -> None:
+    """The wall-time deadline cuts a stream that had already delivered the whole kernel (paid for): the
+    candidate is kept, and replay finds the same one; a stream cut inside the code keeps nothing."""
+    manifest = project.write(budget={"rounds": 1, "samples": 1, "wall-time-s": 1.0},
+                             generation={**FAST, "request-timeout-s": 30})
+    text = answer(kernel_source(1)) + " More prose follows, and it never ends."
+    events = text.index("```", text.index("```") + 3) + 3    # characters up to the closing fence
+    cut = events // 40 + 2 if complete else events // 80      # chunks of 40 characters (plus the role chunk)
+    with ChatServer([Answer(text, chunk_chars=40, stall_after=cut)]) as server:
+        if complete:
+            outcome = run(project, manifest, server)
+        else:
+            with pytest.raises(GenerationError, match="timed out"):
+                run(project, manifest, server)
+    assert stopwatch() < 4
+    if not complete:
+        return
+    assert [c.source for c in outcome.candidates] == [kernel_source(1)]
+    assert outcome.usage.failures.get("kept_partial") == 1 and outcome.stop_reason == "wall_time"
+    with project.cache() as cache:
+        doc = json.loads(cache.get_text(outcome.transcripts[0]) or "")
+        again = replay(manifest, manifest.kernel("vadd"), "sm_90", evaluator=MarkerJudge(), cache=cache,
+                       transcripts=outcome.transcripts)
+    assert doc["answer"]["finish_reason"] == "partial" and doc["failure"] == "timeout"
+    assert [c.digest for c in again.candidates] == [c.digest for c in outcome.candidates]
