@@ -18,6 +18,7 @@ exit code 2 at the CLI / PEP 517 boundary; everything else to exit code 1::
     ├── ToolchainError                 nvcc missing or unusable
     ├── CompileError                   a compile that had to succeed failed (subprocess output attached)
     ├── ResolveError                   no winner, no baseline: nothing to emit for a kernel
+    │   └── NoWinnerError              no candidate of a kernel × arch may win (the table of why, as data)
     ├── GenerationError                the LLM provider failed in a way that ends the run (401, 402, ...)
     └── EvaluationError                the GPU evaluator could not run at all
 """
@@ -27,6 +28,10 @@ from __future__ import annotations
 import shlex
 import textwrap
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .records import Unresolved
 
 __all__ = [
     "BundleError",
@@ -39,6 +44,7 @@ __all__ = [
     "GenerationError",
     "LockError",
     "ManifestError",
+    "NoWinnerError",
     "R1BuildError",
     "ResolveError",
     "StaleLockError",
@@ -127,6 +133,26 @@ class CompileError(R1BuildError):
 
 class ResolveError(R1BuildError):
     """Nothing to emit for a kernel: no winner and no baseline."""
+
+
+class NoWinnerError(ResolveError):
+    """Kernel × archs where no candidate may win: every one was rejected, or the only ones that passed are
+    generated and wait for a GPU. ``unresolved`` holds each candidate's standing for a renderer's table; the
+    message is the same table in plain text."""
+
+    def __init__(self, unresolved: Sequence[Unresolved]) -> None:
+        self.unresolved = list(unresolved)
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        parts = []
+        for u in self.unresolved:
+            parts.append(f"{u.kernel}/{u.arch}: no candidate may win; nothing is emitted or locked for it")
+            for o in u.outcomes:
+                parts.append(f"  {o.candidate[:12]} {o.provenance} ({o.origin}): {o.validation} by "
+                             f"{o.stage or '-'} ({o.status or '-'}): {o.reason}")
+            parts.append(f"  fix: {u.fix}")
+        return "\n".join(parts)
 
 
 class GenerationError(R1BuildError):

@@ -13,7 +13,13 @@ from typing import Protocol
 from .manifest.model import KernelSpec, Manifest
 from .records import Candidate, Result
 
-__all__ = ["Evaluator", "Job"]
+__all__ = ["CHECKS_VERSION", "Evaluator", "Job"]
+
+CHECKS_VERSION = 1
+"""Version of the GPU evaluator's checks (correctness plan, behaviour checks, floors, allowlists). Bumped whenever
+a change to them could turn a pass into a rejection: every measured decision and lock entry records the version
+that judged it, ``status`` shows those judged by an older one, ``--locked`` warns about them and
+``r1build resolve --refresh`` judges them again."""
 
 
 @dataclass(frozen=True)

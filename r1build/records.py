@@ -16,23 +16,67 @@ from .manifest.convert import Problem, convert
 
 __all__ = [
     "Candidate",
+    "CandidateOutcome",
     "CandidateRef",
     "Decision",
     "GateReport",
+    "JudgeStage",
     "Origin",
+    "Provenance",
     "Result",
     "Status",
     "Timing",
+    "Unresolved",
+    "Validation",
     "from_json",
+    "provenance_of",
     "to_json",
+    "validation_of",
 ]
 
 Status = Literal["passed", "compile_error", "rejected", "crashed", "timed_out", "incorrect"]
 """Outcome of judging one candidate on one arch. ``passed`` without timing means the static gate passed and no
 GPU measured it."""
 
+JudgeStage = Literal["gate", "evaluate"]
+"""The judge that produced a result: the static ``gate`` (nvcc, no GPU) or the GPU evaluator (``evaluate``)."""
+
 OriginKind = Literal["baseline", "file", "generated"]
+"""Where a candidate's source came from."""
+
+Provenance = Literal["baseline", "file", "tuned", "generated"]
+"""One word for a winner in the lock, ``status`` and tables: the ``baseline``, a hand-written ``file``, one of
+their ``tuned`` value sets, or ``generated`` by a model."""
+
+Validation = Literal["validated", "unvalidated", "pending", "rejected"]
+"""How far a candidate was checked on one arch, from its result:
+
+- ``validated``: passed every check of the GPU evaluator on a GPU of that arch;
+- ``unvalidated``: passed the static gate, and no GPU of that arch judged it; only a source the user wrote
+  (baseline, ``candidates`` files and their tunable values) may win like that;
+- ``pending``: a generated candidate that passed the static gate and waits for a GPU of that arch; never a winner;
+- ``rejected``: some check (gate or GPU) failed; never a winner.
+"""
+
 T = TypeVar("T")
+
+
+def provenance_of(origin: Origin, defines: dict[str, int | str]) -> Provenance:
+    """The provenance word of a candidate with ``origin`` and tunable values ``defines``."""
+    if origin.kind == "generated":
+        return "generated"
+    return "tuned" if defines else origin.kind
+
+
+def validation_of(kind: OriginKind, result: Result | None) -> Validation:
+    """How far a candidate of origin ``kind`` is checked, given its result (None: not judged, so pending)."""
+    if result is None:
+        return "pending"
+    if not result.ok:
+        return "rejected"
+    if result.stage == "evaluate":
+        return "validated"
+    return "pending" if kind == "generated" else "unvalidated"
 
 
 @dataclass(frozen=True)
@@ -74,13 +118,9 @@ class Candidate:
         """Identity of this variant (source + defines)."""
         return variant_digest(self.source_digest, self.defines)
 
-    def provenance(self) -> str:
+    def provenance(self) -> Provenance:
         """One word for the lock and status tables: baseline, file, tuned or generated."""
-        if self.origin.kind == "generated":
-            return "generated"
-        if self.defines:
-            return "tuned"
-        return self.origin.kind
+        return provenance_of(self.origin, self.defines)
 
 
 @dataclass(frozen=True)
@@ -133,7 +173,7 @@ class Result:
     """Arch it was judged for."""
     status: Status
     """Outcome."""
-    stage: Literal["gate", "evaluate"] = "gate"
+    stage: JudgeStage = "gate"
     """The judge that produced it: the static gate (no GPU) or the GPU evaluator."""
     detail: str = ""
     """Why it failed (compiler errors, mismatch summary, sanitizer findings), trimmed."""
@@ -169,10 +209,9 @@ class CandidateRef:
     def of(cls, candidate: Candidate) -> CandidateRef:
         return cls(candidate.digest, candidate.source_digest, candidate.origin, dict(candidate.defines))
 
-    def provenance(self) -> str:
-        if self.origin.kind == "generated":
-            return "generated"
-        return "tuned" if self.defines else self.origin.kind
+    def provenance(self) -> Provenance:
+        """One word for the lock and status tables: baseline, file, tuned or generated."""
+        return provenance_of(self.origin, self.defines)
 
 
 @dataclass(frozen=True)
@@ -201,12 +240,60 @@ class Decision:
     """nvcc identity."""
     created: str = ""
     """ISO timestamp."""
+    checks: int | None = None
+    """Version of the GPU evaluator's checks (:data:`r1build.judge.CHECKS_VERSION`) that produced the results
+    judged on a GPU; None when no GPU judged any (a decision recorded before versions were kept counts as 0)."""
+
+    @property
+    def on_gpu(self) -> bool:
+        """Whether a GPU judged any of its candidates (a GPU that rejected them all included)."""
+        return any(r.stage == "evaluate" for r in self.results)
+
+    def result_of(self, digest: str) -> Result | None:
+        """The result of the candidate with variant digest ``digest``, if judged."""
+        return next((r for r in self.results if r.candidate == digest), None)
 
     def winner_result(self) -> Result | None:
         """The winner's result, if any."""
-        if self.winner is None:
-            return None
-        return next((r for r in self.results if r.candidate == self.winner.digest), None)
+        return None if self.winner is None else self.result_of(self.winner.digest)
+
+    def validation(self, ref: CandidateRef) -> Validation:
+        """How far candidate ``ref`` was checked in this decision."""
+        return validation_of(ref.origin.kind, self.result_of(ref.digest))
+
+
+@dataclass(frozen=True)
+class CandidateOutcome:
+    """One candidate's standing in a kernel × arch that found no winner: a row of the table the CLI shows."""
+
+    candidate: str
+    """Variant digest."""
+    provenance: Provenance
+    """Where it came from."""
+    origin: str
+    """The manifest path, or the model, round and sample, of a generated candidate."""
+    validation: Validation
+    """``rejected`` or ``pending`` (a candidate that may win is never in this table)."""
+    stage: JudgeStage | None
+    """The judge that rejected it or let it through to wait (None: never judged)."""
+    status: Status | None
+    """Its result's status (None: never judged)."""
+    reason: str
+    """Why, in one line: the first error of the compiler, the check that failed, or what it waits for."""
+
+
+@dataclass(frozen=True)
+class Unresolved:
+    """A kernel × arch where no candidate may win: nothing is emitted or locked for it."""
+
+    kernel: str
+    """Kernel name."""
+    arch: str
+    """Canonical arch."""
+    outcomes: list[CandidateOutcome]
+    """Every candidate judged, in preference order."""
+    fix: str
+    """What the user can do about it."""
 
 
 def to_json(record: Any) -> bytes:

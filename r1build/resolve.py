@@ -2,15 +2,21 @@
 
 The order of sources for one kernel on one arch (its *decision key* names the question):
 
-1. the lock, when its entry answers this key: the winner's source from the cache, the vendored folder, or the
-   manifest's own files (verified by digest);
-2. a decision in the cache for this key;
-3. on a miss, real work: a GPU evaluator measures the baseline, hand-written files and every tunable value set,
-   and an LLM endpoint (when configured and not ``--offline``) generates more candidates around them;
-4. the baseline, with a warning and provenance ``baseline``;
-5. nothing: :class:`~r1build.errors.ResolveError` naming the kernel and the fix.
+1. the lock, when its entry answers this key and may be used (a lock entry never names a pending or rejected
+   winner, nor one that the cached decision of its key records as rejected): the winner's source from the cache,
+   the vendored folder, or the manifest's own files (verified by digest);
+2. a decision in the cache for this key (its winner re-checked by :func:`~r1build.select.decision_winner`);
+3. on a miss, real work: a GPU evaluator of this arch judges the baseline, hand-written files and every tunable
+   value set, and an LLM endpoint (when configured and not ``--offline``) generates more candidates around them;
+4. with no GPU of this arch and no endpoint, the static gate judges the user's own sources and the first that
+   passes in preference order wins, ``unvalidated``.
 
-Everything emitted passes the static gate for its arch (cached, so a warm build compiles nothing twice).
+Only a candidate that may win (:mod:`r1build.select`) is ever a winner: one that a check rejected never is, and a
+generated one judged by the gate alone stays ``pending`` in the cached decision until a GPU of its arch judges it.
+A kernel × arch where none may win is :class:`~r1build.records.Unresolved`: nothing is locked or emitted for it,
+the rest of the manifest still resolves and is locked, and :meth:`Resolution.require_complete` raises
+:class:`~r1build.errors.NoWinnerError` for callers that emit. Everything emitted passes the static gate for its
+arch (cached, so a warm build compiles nothing twice).
 """
 
 from __future__ import annotations
@@ -24,17 +30,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from .cache import Cache
-from .errors import CompileError, LockError, ResolveError, UsageError
+from .errors import CompileError, LockError, NoWinnerError, ResolveError, UsageError
 from .events import Note, Stage, emit
-from .judge import Evaluator, Job
+from .judge import CHECKS_VERSION, Evaluator, Job
 from .keys import decision_key, digest_bytes
 from .lock import Lock, LockEntry, find_vendored, load_lock, lock_path, require_fresh, write_lock
-from .lock.lockfile import inputs_of
+from .lock.lockfile import inputs_of, unlockable
 from .lock.salvage import salvage_lock
 from .manifest import KernelSpec, Manifest, find_manifest, load_manifest
 from .reach import unreachable
-from .records import Candidate, CandidateRef, Decision, Origin, Result
-from .select import select_winner
+from .records import Candidate, CandidateRef, Decision, Origin, Provenance, Result, Unresolved, Validation
+from .select import decision_winner, rejection, select_winner, unresolved
 from .settings import env_settings
 from .toolchain import toolchain
 
@@ -42,9 +48,13 @@ if TYPE_CHECKING:
     from .evaluate import GpuEvaluator
     from .gate.static import StaticGate
 
-__all__ = ["Resolution", "ResolveOptions", "Resolved", "prepare_build", "project_source", "resolve"]
+__all__ = ["Resolution", "ResolveOptions", "Resolved", "lock_refusal", "prepare_build", "project_source", "resolve",
+           "stale_checks"]
 
-State = Literal["locked", "vendored", "cached", "measured", "generated", "gated", "baseline"]
+State = Literal["locked", "vendored", "cached", "measured", "generated", "gated"]
+"""How a winner was found: from the lock (its source in the cache or the manifest's files, or ``vendored``), a
+``cached`` decision, or work in this run: ``measured`` on a GPU, a search that ``generated`` candidates, or the
+static gate alone judging the user's own sources (``gated``)."""
 
 
 @dataclass(frozen=True)
@@ -82,11 +92,15 @@ class Resolved:
     key: str
     candidate: Candidate
     state: State
-    provenance: str
+    provenance: Provenance
+    validation: Validation
+    """``validated`` or ``unvalidated`` (a winner is never pending or rejected)."""
     time_us: float | None = None
     gpu: str | None = None
     toolchain: str | None = None
     gate: Result | None = None
+    checks: int | None = None
+    """Version of the GPU checks that validated it."""
 
 
 @dataclass
@@ -97,6 +111,25 @@ class Resolution:
     entries: list[Resolved]
     lock: Lock
     lock_changed: bool = False
+    unresolved: list[Unresolved] = field(default_factory=list)
+    """Kernel × archs where no candidate may win: nothing is locked or emitted for them."""
+
+    def require_complete(self) -> None:
+        """:class:`~r1build.errors.NoWinnerError` when some kernel × arch has no winner (before emitting)."""
+        if self.unresolved:
+            raise NoWinnerError(self.unresolved)
+
+
+def stale_checks(checks: int | None) -> bool:
+    """Whether a verdict of the GPU checks of version ``checks`` (None: before versions were recorded) was made
+    by older checks than this r1build's."""
+    return (checks or 0) < CHECKS_VERSION
+
+
+def _note_stale_checks(spec: KernelSpec, arch: str, what: str, checks: int | None) -> None:
+    emit(Note("warning", f"the {what} winner was validated by version {checks or 0} of the GPU checks, these are "
+                         f"version {CHECKS_VERSION}: `r1build resolve --refresh` on a GPU of {arch} judges it again",
+              spec.name, arch))
 
 
 def _origin_of(spec: KernelSpec, entry: LockEntry) -> Origin:
@@ -146,6 +179,7 @@ def _lock_entry(manifest: Manifest, r: Resolved, previous: LockEntry | None) -> 
         winner=c.digest,
         source=c.source_digest,
         provenance=r.provenance,
+        validation=r.validation,
         inputs=inputs_of(manifest, r.spec),
         origin=c.origin.path,
         defines=dict(c.defines),
@@ -154,6 +188,7 @@ def _lock_entry(manifest: Manifest, r: Resolved, previous: LockEntry | None) -> 
         sample=c.origin.sample,
         time_us=r.time_us,
         gpu=r.gpu,
+        checks=r.checks if r.validation == "validated" else None,
         toolchain=r.toolchain,
     )
 
@@ -255,6 +290,18 @@ def _baseline_of(seeds: Sequence[Candidate]) -> Candidate | None:
     return seeds[0] if seeds and seeds[0].origin.kind == "baseline" else None
 
 
+def _with_known_rejections(candidates: Sequence[Candidate], results: Sequence[Result],
+                           prior: Decision | None) -> list[Result]:
+    """Gate-only ``results``, where ``prior`` (the cached decision of the same key) records a GPU's rejection of
+    a candidate, carry that rejection: the static gate passing a kernel does not undo what a GPU found."""
+    out = list(results)
+    for i, (c, r) in enumerate(zip(candidates, results, strict=True)):
+        known = prior.result_of(c.digest) if prior is not None and r.ok and r.stage == "gate" else None
+        if known is not None and not known.ok and known.stage == "evaluate":
+            out[i] = known
+    return out
+
+
 def _decide(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Cache, judges: _Judges,
             options: ResolveOptions, seeds: list[Candidate]) -> Decision | None:
     """Real work on a miss: measure (GPU) and/or generate; None when neither is possible.
@@ -266,7 +313,7 @@ def _decide(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Ca
     stored = _stored_candidates(cache, previous)
     generate = judges.endpoint(manifest, options) and not stored
     evaluator = judges.gpu_for(arch)
-    if evaluator is None and not generate and (not stored or (previous is not None and previous.measured)):
+    if evaluator is None and not generate and (not stored or (previous is not None and previous.on_gpu)):
         # nothing to do, or only the gate to judge again what a GPU measured: keep the measured decision
         return None
     baseline = _baseline_of(seeds)
@@ -287,10 +334,13 @@ def _decide(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Ca
         emit(Stage("evaluate", spec.name, arch))
         candidates = seeds
         results = evaluator.evaluate(Job(manifest, spec, arch, seeds, baseline))
+    if evaluator is None:
+        results = _with_known_rejections(candidates, results, cache.get_decision(key))
     for c in candidates:
         cache.put_text(c.source)
     winner = select_winner(candidates, results)
     measured = any(r.timing is not None for r in results)
+    on_gpu = any(r.stage == "evaluate" for r in results)
     device = next((r.device for r in results if r.device), None)
     decision = Decision(
         key=key,
@@ -304,35 +354,63 @@ def _decide(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Ca
         device=device,
         toolchain=toolchain().ident,
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        checks=CHECKS_VERSION if on_gpu else None,
     )
     cache.put_decision(decision)
     return decision
 
 
 def _from_decision(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Cache, decision: Decision,
-                   state: State) -> Resolved | None:
-    if decision.winner is None:
-        return None
-    found = _source_for(manifest, spec, cache, decision.winner.source)
+                   state: State) -> Resolved | Unresolved | None:
+    """The decision's winner; :class:`Unresolved` when none of its candidates may win; None when the winner's
+    source is gone from the cache."""
+    winner = decision_winner(decision)
+    if winner is None:
+        return unresolved(spec.name, arch, decision.candidates, decision.results)
+    if decision.winner is not None and winner.digest != decision.winner.digest:
+        emit(Note("warning", f"the cached decision's winner {decision.winner.digest[:12]} "
+                             f"({decision.validation(decision.winner)}) may not win: using {winner.digest[:12]} "
+                             f"({winner.provenance()}) from the same decision", spec.name, arch))
+    found = _source_for(manifest, spec, cache, winner.source)
     if found is None:
-        emit(Note("warning", f"cached decision names source {decision.winner.source[:12]} which is gone",
-                  spec.name, arch))
+        emit(Note("warning", f"cached decision names source {winner.source[:12]} which is gone", spec.name, arch))
         return None
-    result = decision.winner_result()
-    candidate = Candidate(found[0], decision.winner.origin, dict(decision.winner.defines))
+    result = decision.result_of(winner.digest)
+    validation = decision.validation(winner)
+    if validation == "validated" and state == "cached" and stale_checks(decision.checks):
+        _note_stale_checks(spec, arch, "cached", decision.checks)
+    candidate = Candidate(found[0], winner.origin, dict(winner.defines))
     return Resolved(
-        spec, arch, key, candidate, state, decision.winner.provenance(),
+        spec, arch, key, candidate, state, winner.provenance(), validation,
         time_us=result.timing.median_us if result and result.timing else None,
-        gpu=decision.device if decision.measured else None,
+        gpu=(result.device or decision.device) if result and result.timing else None,
         toolchain=decision.toolchain or None,
+        checks=(decision.checks or 0) if validation == "validated" else None,
     )
 
 
+def lock_refusal(entry: LockEntry, decision: Decision | None) -> str | None:
+    """Why the lock's entry may not be used: its own fields (a pending or rejected winner, a generated one no GPU
+    validated), or ``decision`` (the cached decision of its key) recording its winner as rejected; None when it
+    may."""
+    return unlockable(entry) or (rejection(decision, entry.winner) if decision is not None else None)
+
+
 def _lookup(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Cache, lock: Lock | None,
-            options: ResolveOptions) -> Resolved | None:
-    """The winner from the lock or a cached decision, without any work; None on a miss."""
+            options: ResolveOptions) -> Resolved | Unresolved | None:
+    """The winner from the lock or a cached decision, without any work (:class:`Unresolved` when the cached
+    decision has none that may win); None on a miss."""
     entry = lock.entry(spec.name, arch) if lock else None
-    if entry is not None and entry.key == key and not options.refresh:
+    refusal = (lock_refusal(entry, cache.get_decision(key))
+               if entry is not None and entry.key == key and not options.refresh else None)
+    if entry is not None and refusal is not None:
+        message = (f"{spec.name}/{arch}: the locked winner {entry.winner[:12]} ({entry.provenance}, "
+                   f"{entry.validation}) may not be used: {refusal}")
+        if options.locked:
+            raise LockError(f"{message}. Run `r1build resolve` (on a GPU of {arch} for a generated kernel) to "
+                            "decide again and update the lock")
+        emit(Note("warning", f"{message}; deciding again", spec.name, arch))
+    elif entry is not None and entry.key == key and not options.refresh:
         found = _source_for(manifest, spec, cache, entry.source)
         if found is not None:
             source, state = found
@@ -341,12 +419,14 @@ def _lookup(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Ca
                 emit(Note("warning", f"locked with nvcc {entry.toolchain}, gating and building with {tc} "
                                      f"({toolchain().nvcc}); `r1build resolve --refresh` re-evaluates",
                           spec.name, arch))
+            if entry.validation == "validated" and stale_checks(entry.checks):
+                _note_stale_checks(spec, arch, "locked", entry.checks)
             candidate = Candidate(source, _origin_of(spec, entry), dict(entry.defines))
             if candidate.digest != entry.winner:  # verified when read; checked again where it is used
                 raise LockError(f"{lock_path(manifest)}: {spec.name}/{arch}: winner {entry.winner[:16]} is not the "
                                 f"digest of its source and defines ({candidate.digest[:16]})")
-            return Resolved(spec, arch, key, candidate, state, entry.provenance, entry.time_us, entry.gpu,
-                            entry.toolchain)
+            return Resolved(spec, arch, key, candidate, state, entry.provenance, entry.validation, entry.time_us,
+                            entry.gpu, entry.toolchain, checks=entry.checks)
         if options.locked:
             raise ResolveError(
                 f"{spec.name}/{arch}: the lock names source {entry.source[:16]}, which is neither in the cache "
@@ -361,34 +441,43 @@ def _lookup(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Ca
 
 
 def _work(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Cache, options: ResolveOptions,
-          judges: _Judges, seeds: list[Candidate], kept: Resolved | None = None) -> Resolved:
+          judges: _Judges, seeds: list[Candidate], kept: Resolved | None = None) -> Resolved | Unresolved:
     """A miss (or a refresh): measure and/or generate; else what the lock or cache had (``kept``, for a refresh
-    on a machine that cannot judge this arch); else the baseline; else an error naming the fix."""
-    if not options.locked:
-        decision = _decide(manifest, spec, arch, key, cache, judges, options, seeds)
-        if decision is not None:
-            how: State = "generated" if decision.transcripts else ("measured" if decision.measured else "gated")
-            resolved = _from_decision(manifest, spec, arch, key, cache, decision, how)
-            if resolved is not None:
-                return resolved
-            emit(Note("warning", "no candidate passed", spec.name, arch))
-        elif kept is not None:
-            emit(Note("info", "nothing here can judge this arch again (no GPU of it, no endpoint): keeping the "
-                              f"{kept.state} winner", spec.name, arch))
-            return kept
-    if spec.baseline is not None:
-        source = (manifest.root / spec.baseline).read_text(encoding="utf-8")
-        why = "no winner in the lock or cache"
-        if judges.gpu_archs():
-            why += f" and no local GPU of this arch (GPUs here: {', '.join(sorted(judges.gpu_archs()))})"
-        emit(Note("warning", f"{why}: using the hand-written baseline, unmeasured", spec.name, arch))
-        return Resolved(spec, arch, key, Candidate(source, Origin("baseline", spec.baseline)), "baseline",
-                        "baseline", toolchain=toolchain().ident)
-    raise ResolveError(
-        f"{spec.name}/{arch}: no winner in the lock or the cache, and the kernel has no baseline. Fix: add "
-        f"`baseline = \"path.cu\"` to the kernel, import a cache bundle (`r1build cache import`), vendor winners "
-        "from a machine that has them (`r1build vendor`), or configure an LLM endpoint and run `r1build resolve`"
-    )
+    on a machine that cannot judge this arch); else the static gate on the user's own sources."""
+    decision = _decide(manifest, spec, arch, key, cache, judges, options, seeds)
+    if decision is not None:
+        how: State = "generated" if decision.transcripts else ("measured" if decision.measured else "gated")
+        resolved = _from_decision(manifest, spec, arch, key, cache, decision, how)
+        if resolved is not None:
+            return resolved
+    elif kept is not None:
+        emit(Note("info", "nothing here can judge this arch again (no GPU of it, no endpoint): keeping the "
+                          f"{kept.state} winner", spec.name, arch))
+        return kept
+    return _gated(manifest, spec, arch, key, judges, seeds)
+
+
+def _gated(manifest: Manifest, spec: KernelSpec, arch: str, key: str, judges: _Judges,
+           seeds: list[Candidate]) -> Resolved | Unresolved:
+    """No GPU of this arch and nothing to generate with: the static gate judges the user's own sources (baseline,
+    ``candidates`` files, their tunable values); the first that passes in preference order wins, unvalidated.
+    Nothing is cached as a decision (the gate's verdicts are), so a GPU measures on the next miss."""
+    results = judges.gate.evaluate(Job(manifest, spec, arch, seeds, _baseline_of(seeds))) if seeds else []
+    results = _with_known_rejections(seeds, results, judges.cache.get_decision(key))
+    winner = select_winner(seeds, results)
+    if winner is None:
+        return unresolved(spec.name, arch, [CandidateRef.of(c) for c in seeds], results)
+    if judges.use_gpu is False:
+        why = "GPU measuring is off (--no-gpu, or a build without R1BUILD_EVALUATE=1)"
+    elif judges.gpu_archs():
+        why = f"no local GPU of this arch (GPUs here: {', '.join(sorted(judges.gpu_archs()))})"
+    else:
+        why = "no local GPU"
+    name = winner.origin.path or winner.origin.kind
+    emit(Note("warning", f"{why}: the {winner.provenance()} {name} is chosen by the static gate alone, "
+                         "unvalidated", spec.name, arch))
+    return Resolved(spec, arch, key, winner, "gated", winner.provenance(), "unvalidated",
+                    toolchain=toolchain().ident)
 
 
 def _gate_emitted(manifest: Manifest, judges: _Judges, entries: Sequence[Resolved]) -> list[Resolved]:
@@ -438,6 +527,8 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
     if unknown:
         raise UsageError(f"unknown kernel(s): {', '.join(unknown)} (declared: "
                          f"{', '.join(s.name for s in manifest.kernels)})")
+    if options.locked and options.refresh:
+        raise UsageError("--locked uses only what the lock names and --refresh judges again: choose one")
     path = lock_path(manifest)
     lock = _read_lock(manifest, options)
     plan = {s.name: [a for a in manifest.archs_of(s) if options.archs is None or a in options.archs] for s in specs}
@@ -445,7 +536,7 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
         lock = require_fresh(manifest, lock, plan if (options.kernels or options.archs) else None)
     judges = _Judges(cache, options.use_gpu)
     try:
-        found: list[tuple[KernelSpec, str, str, Resolved | None]] = []
+        found: list[tuple[KernelSpec, str, str, Resolved | Unresolved | None]] = []
         for spec in specs:
             for arch in plan[spec.name]:
                 key = decision_key(manifest, spec, arch)
@@ -459,34 +550,40 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
             if not judges.endpoint(manifest, options):
                 judges.prepare([Job(manifest, spec, arch, seeds[spec.name], _baseline_of(seeds[spec.name]))
                                 for spec, arch, _, hit in found if hit is None])
-        entries = []
+        outcomes: list[Resolved | Unresolved] = []
         for spec, arch, key, hit in found:
             if hit is not None:
-                entries.append(hit)
+                outcomes.append(hit)
                 continue
             kept = None
             if options.refresh:  # what a refresh falls back to where nothing can judge this arch again
-                kept = _lookup(manifest, spec, arch, key, cache, lock, replace(options, refresh=False))
-            entries.append(_work(manifest, spec, arch, key, cache, options, judges, seeds.get(spec.name, []), kept))
-        entries = _gate_emitted(manifest, judges, entries)
+                old = _lookup(manifest, spec, arch, key, cache, lock, replace(options, refresh=False))
+                kept = old if isinstance(old, Resolved) else None
+            outcomes.append(_work(manifest, spec, arch, key, cache, options, judges, seeds.get(spec.name, []), kept))
+        entries = _gate_emitted(manifest, judges, [o for o in outcomes if isinstance(o, Resolved)])
+        failed = [o for o in outcomes if isinstance(o, Unresolved)]
     finally:
         judges.close()
     new_entries = {(e.name, e.arch): e for e in (lock.kernel if lock else [])}
     declared = {(s.name, a) for s in manifest.kernels for a in manifest.archs_of(s)}
-    new_entries = {k: v for k, v in new_entries.items() if k in declared}
+    # where nothing may win, no entry is kept: the lock never names a rejected or pending winner
+    dropped = {(u.kernel, u.arch) for u in failed}
+    new_entries = {k: v for k, v in new_entries.items() if k in declared and k not in dropped}
     for r in entries:
         new_entries[(r.spec.name, r.arch)] = _lock_entry(manifest, r, new_entries.get((r.spec.name, r.arch)))
     new_lock = Lock(manifest=manifest.path.name, kernel=sorted(new_entries.values(), key=lambda e: (e.name, e.arch)))
     changed = False
     if options.write_lock and not options.locked:
         changed = write_lock(path, new_lock)
-    return Resolution(manifest, entries, new_lock if not options.locked else (lock or new_lock), changed)
+    return Resolution(manifest, entries, new_lock if not options.locked else (lock or new_lock), changed, failed)
 
 
 def emit_resolution(resolution: Resolution, out_dir: Path) -> Path:
-    """Write the generated directory for a resolution; returns the CMake file."""
+    """Write the generated directory for a resolution; returns the CMake file. :class:`NoWinnerError` when some
+    kernel × arch has no winner: nothing is written then."""
     from .emit import Winner, write_generated
 
+    resolution.require_complete()
     winners = [Winner(r.spec, r.arch, r.candidate) for r in resolution.entries]
     emitted = write_generated(out_dir, resolution.manifest, winners)
     return emitted.cmake_file

@@ -1,7 +1,10 @@
 """Select stage: the winner per arch from typed results, noise-aware.
 
 Rules:
-- only candidates whose result passed are eligible;
+- only candidates that may win are eligible (:func:`may_win`): passed on a GPU of the arch (``validated``), or
+  passed the static gate alone when the user wrote the source (``unvalidated``: baseline, ``candidates`` files,
+  their tunable values). A rejected candidate never wins, and a generated one never wins on the gate alone
+  (it is ``pending`` until a GPU of the arch judges it);
 - with timings, find the fastest; the winner is the *earliest* eligible candidate (in preference order) that the
   fastest does not beat by more than the noise, where the noise of a comparison is the larger relative spread of
   the two and at least ``min_lead``. So the fastest wins only when its lead over every earlier candidate is
@@ -13,11 +16,24 @@ Rules:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from typing import Protocol, TypeVar
 
-from .records import Candidate, Result
+from .records import (
+    CandidateOutcome,
+    CandidateRef,
+    Decision,
+    Origin,
+    Result,
+    Unresolved,
+    Validation,
+    provenance_of,
+    validation_of,
+)
 
-__all__ = ["MIN_LEAD", "beats", "select_winner"]
+__all__ = ["MIN_LEAD", "beats", "decision_winner", "may_win", "outcomes", "rejection", "select_winner",
+           "unresolved"]
 
 MIN_LEAD = 0.02
 """Smallest relative lead that counts as faster, whatever the measured spread."""
@@ -30,12 +46,27 @@ def beats(challenger: Result, holder: Result, min_lead: float = MIN_LEAD) -> boo
     return challenger.timing.median_us * (1.0 + noise) < holder.timing.median_us
 
 
-def select_winner(candidates: Sequence[Candidate], results: Sequence[Result], *,
-                  min_lead: float = MIN_LEAD) -> Candidate | None:
-    """The winning candidate, or None when none passed. ``results[i]`` judges ``candidates[i]``."""
+class _Sourced(Protocol):
+    @property
+    def origin(self) -> Origin: ...
+
+
+C = TypeVar("C", bound=_Sourced)
+
+WINNABLE: tuple[Validation, ...] = ("validated", "unvalidated")
+"""The validation states a winner may have."""
+
+
+def may_win(validation: Validation) -> bool:
+    """Whether a candidate checked this far may be a winner."""
+    return validation in WINNABLE
+
+
+def select_winner(candidates: Sequence[C], results: Sequence[Result], *, min_lead: float = MIN_LEAD) -> C | None:
+    """The winning candidate, or None when none may win. ``results[i]`` judges ``candidates[i]``."""
     if len(candidates) != len(results):
         raise ValueError("one result per candidate is needed")
-    eligible = [(c, r) for c, r in zip(candidates, results, strict=True) if r.ok]
+    eligible = [(c, r) for c, r in zip(candidates, results, strict=True) if may_win(validation_of(c.origin.kind, r))]
     if not eligible:
         return None
     timed = [(c, r) for c, r in eligible if r.timing is not None]
@@ -46,3 +77,82 @@ def select_winner(candidates: Sequence[Candidate], results: Sequence[Result], *,
         if r is fastest or not beats(fastest, r, min_lead):
             return c
     return None  # unreachable: the fastest does not beat itself
+
+
+def decision_winner(decision: Decision) -> CandidateRef | None:
+    """The winner a cached decision may give: its recorded winner when that may win by its own result; else the
+    winner among its candidates by the rules above (a decision recorded by an older r1build, or brought in a
+    bundle, may name a rejected or gate-only generated winner); None when none may win."""
+    if decision.winner is not None and may_win(decision.validation(decision.winner)):
+        return decision.winner
+    judged = [(ref, r) for ref in decision.candidates if (r := decision.result_of(ref.digest)) is not None]
+    return select_winner([ref for ref, _ in judged], [r for _, r in judged])
+
+
+def rejection(decision: Decision, digest: str) -> str | None:
+    """Why ``decision`` records the candidate ``digest`` as rejected (the judge, status and first line of the
+    detail), or None when it does not."""
+    result = decision.result_of(digest)
+    if result is None or result.ok:
+        return None
+    judge = "the static gate" if result.stage == "gate" else f"the GPU checks ({result.device or 'GPU'})"
+    line = _first_error(result.detail)
+    return f"{judge} rejected it ({result.status}{': ' + line if line else ''})"
+
+
+def _first_error(detail: str) -> str:
+    lines = [line.strip() for line in detail.splitlines() if line.strip()]
+    for line in lines:
+        if re.search(r"\berror\b", line, re.IGNORECASE) and not line.startswith("command:"):
+            return line
+    meaningful = [line for line in lines if not line.startswith(("command:", "return code:", "output:"))]
+    return meaningful[0] if meaningful else (lines[0] if lines else "")
+
+
+def _reason(validation: Validation, result: Result | None, arch: str) -> str:
+    if result is None:
+        return "never judged"
+    if validation == "pending":
+        return (f"passed the static gate; a generated candidate waits for a GPU of {arch} to judge it "
+                "(`r1build resolve --refresh` on a machine with one)")
+    line = _first_error(result.detail) or result.status.replace("_", " ")
+    if len(line) > 160 and ". " in line[:160]:  # a long explanation: its first sentence names what failed
+        line = line[: line.index(". ") + 1]
+    return line if len(line) <= 240 else line[:237] + "..."
+
+
+def _origin_text(origin: Origin) -> str:
+    if origin.kind == "generated":
+        return f"{origin.model or 'model'} round {origin.round} sample {origin.sample}"
+    return origin.path or origin.kind
+
+
+def outcomes(candidates: Sequence[CandidateRef], results: Sequence[Result], arch: str) -> list[CandidateOutcome]:
+    """A table row per candidate (matched to its result by digest), for a kernel × arch where none may win."""
+    by_digest = {r.candidate: r for r in results}
+    rows = []
+    for ref in candidates:
+        result = by_digest.get(ref.digest)
+        validation = validation_of(ref.origin.kind, result)
+        rows.append(CandidateOutcome(
+            candidate=ref.digest, provenance=provenance_of(ref.origin, ref.defines), origin=_origin_text(ref.origin),
+            validation=validation, stage=result.stage if result else None, status=result.status if result else None,
+            reason=_reason(validation, result, arch),
+        ))
+    return rows
+
+
+def unresolved(kernel: str, arch: str, candidates: Sequence[CandidateRef], results: Sequence[Result]) -> Unresolved:
+    """A kernel × arch where no candidate may win, with each candidate's standing and what to do about it."""
+    rows = outcomes(candidates, results, arch)
+    if any(row.validation == "pending" for row in rows):
+        fix = (f"judge the pending generated candidates on a GPU of {arch} (`r1build resolve --refresh` there, or "
+               "import a bundle from such a machine), or add a hand-written `baseline` that passes")
+    elif not rows:
+        fix = ("add `baseline = \"path.cu\"` to the kernel, import a cache bundle (`r1build cache import`), vendor "
+               "winners from a machine that has them (`r1build vendor`), or configure an LLM endpoint and run "
+               "`r1build resolve`")
+    else:
+        fix = ("fix the baseline or add a `candidates` file that passes (the table says why each failed), or "
+               "configure an LLM endpoint to generate more")
+    return Unresolved(kernel=kernel, arch=arch, outcomes=rows, fix=fix)

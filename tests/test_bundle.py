@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import zipfile
@@ -13,6 +14,7 @@ import pytest
 
 from r1build.cache import Cache, export_bundle, import_bundle, read_bundle, referenced_blobs
 from r1build.errors import BundleError
+from r1build.judge import CHECKS_VERSION
 from r1build.keys import canonical_json, digest_bytes
 from r1build.records import CandidateRef, Decision, Origin, Result, Timing, to_json
 
@@ -127,6 +129,19 @@ def test_measured_decision_replaces_unmeasured_but_not_the_reverse(tmp_path: Pat
     assert summary.kept == ["decision/" + "k" * 64] and summary.replaced == []
     assert gpu.get_decision("k" * 64) == measured
     assert unmeasured != measured
+
+
+def test_a_decision_judged_by_newer_gpu_checks_replaces_an_older_one(tmp_path: Path) -> None:
+    old, new = Cache(tmp_path / "old"), Cache(tmp_path / "new")
+    stale = make_decision(old, "k" * 64, "matmul")
+    assert stale.checks is None  # recorded before versions were kept: counts as version 0
+    fresh = dataclasses.replace(make_decision(new, "k" * 64, "matmul", note="again"), checks=CHECKS_VERSION)
+    new.put_decision(fresh)
+    export_bundle(new, tmp_path / "new.zip")
+    export_bundle(old, tmp_path / "old.zip")
+    assert import_bundle(old, tmp_path / "new.zip").replaced == ["decision/" + "k" * 64]
+    assert old.get_decision("k" * 64) == fresh
+    assert import_bundle(new, tmp_path / "old.zip").kept == ["decision/" + "k" * 64]
 
 
 def test_differing_measured_decision_keeps_local(tmp_path: Path) -> None:

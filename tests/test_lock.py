@@ -19,7 +19,8 @@ def _lock_for(m: Manifest) -> Lock:
         for arch in m.archs_of(spec):
             entries.append(LockEntry(
                 name=spec.name, arch=arch, key=decision_key(m, spec, arch), winner="b" * 64, source="b" * 64,
-                provenance="baseline", inputs=inputs_of(m, spec), origin=spec.baseline, toolchain="cuda_13.0",
+                provenance="baseline", validation="unvalidated", inputs=inputs_of(m, spec), origin=spec.baseline,
+                toolchain="cuda_13.0",
             ))
     return Lock(manifest=m.path.name, kernel=list(reversed(entries)))
 
@@ -76,7 +77,7 @@ def test_removed_kernel_and_arch_are_reported(root_copy: Path) -> None:
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (lambda t: t.replace('version = 1', 'version = 7'), "lock version 7 is not supported"),
+        (lambda t: t.replace('version = 2', 'version = 7'), "lock version 7 is not supported"),
         (lambda t: t.replace('provenance = "baseline"', 'provenance = baseline', 1), "invalid TOML"),
         (lambda t: t.replace('provenance = "baseline"', 'provenanse = "baseline"', 1),
          "unknown key 'provenanse' (did you mean 'provenance'?)"),

@@ -30,19 +30,21 @@ def _env_without_endpoints(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(var, raising=False)
 
 
-def test_offline_resolve_falls_back_to_the_baseline_and_locks_it(root_copy: Path, cache_dir: Path) -> None:
+def test_offline_resolve_gates_the_baseline_and_locks_it_unvalidated(root_copy: Path, cache_dir: Path) -> None:
     m = load_manifest(root_copy / "kernels.toml")
     notes: list[Event] = []
     with Cache(cache_dir) as cache, sink(notes.append):
         res = resolve(m, cache, ONE)
     (entry,) = res.entries
-    assert (entry.state, entry.provenance) == ("baseline", "baseline")
+    assert (entry.state, entry.provenance, entry.validation) == ("gated", "baseline", "unvalidated")
     assert entry.gate is not None and entry.gate.ok and entry.gate.gate is not None
-    assert any(isinstance(n, Note) and n.level == "warning" and "baseline" in n.message for n in notes)
+    assert any(isinstance(n, Note) and n.level == "warning" and "baseline" in n.message
+               and "unvalidated" in n.message for n in notes)
     lock = read_lock(root_copy / "kernels.lock")
     assert lock is not None
     e = lock.entry("silu_mul", "sm_90")
     assert e is not None and e.provenance == "baseline" and e.origin == "kernels/silu_mul.cu"
+    assert e.validation == "unvalidated" and e.checks is None
     assert e.key == decision_key(m, m.kernel("silu_mul"), "sm_90")
     # locked now: the second run reads the lock
     with Cache(cache_dir) as cache:
@@ -69,6 +71,7 @@ def test_a_cached_decision_wins_and_is_locked_with_its_time(root_copy: Path, cac
     assert entry.candidate.defines == {"BLOCK": 256}
     e = read_lock(root_copy / "kernels.lock").entry("silu_mul", "sm_90")  # type: ignore[union-attr]
     assert e is not None and e.time_us == 41.5 and e.defines == {"BLOCK": 256} and e.gpu == "NVIDIA H200"
+    assert e.validation == "validated" and e.checks == 0  # a decision recorded without its checks version
     out = emit_resolution(res, root_copy / "gen")
     text = next((root_copy / "gen").glob("silu_mul__*.cu")).read_text(encoding="utf-8")
     assert out.name == "r1build_kernels.cmake" and "#define BLOCK 256" in text
@@ -85,12 +88,22 @@ def test_locked_fails_on_a_stale_lock_naming_the_kernel(root_copy: Path, cache_d
         resolve(m2, cache, ResolveOptions(**{**ONE.__dict__, "locked": True}))
 
 
-def test_no_winner_and_no_baseline_names_the_fix(root_copy: Path, cache_dir: Path) -> None:
+def test_without_a_baseline_a_hand_written_file_wins_by_the_gate_and_with_none_it_names_the_fix(
+        root_copy: Path, cache_dir: Path) -> None:
     toml = root_copy / "kernels.toml"
     toml.write_text(toml.read_text(encoding="utf-8").replace('baseline = "kernels/silu_mul.cu"\n', ""), "utf-8")
-    m = load_manifest(toml)
-    with Cache(cache_dir) as cache, pytest.raises(ResolveError, match=r"silu_mul/sm_90: .*add `baseline"):
-        resolve(m, cache, ONE)
+    with Cache(cache_dir) as cache:
+        (entry,) = resolve(load_manifest(toml), cache, ONE).entries
+    assert (entry.provenance, entry.validation, entry.candidate.origin.path) == (
+        "tuned", "unvalidated", "kernels/silu_mul_vec4.cu")
+    toml.write_text(toml.read_text(encoding="utf-8").replace('candidates = ["kernels/silu_mul_vec4.cu"]', ""),
+                    "utf-8")
+    with Cache(cache_dir) as cache:
+        res = resolve(load_manifest(toml), cache, ONE)
+    assert not res.entries and [(u.kernel, u.arch, u.outcomes) for u in res.unresolved] == [("silu_mul", "sm_90", [])]
+    assert read_lock(root_copy / "kernels.lock").entry("silu_mul", "sm_90") is None  # type: ignore[union-attr]
+    with pytest.raises(ResolveError, match=r"silu_mul/sm_90: no candidate may win(.|\n)*add `baseline"):
+        res.require_complete()
 
 
 def test_vendored_winners_build_a_fresh_clone_with_no_cache(root_copy: Path, tmp_path: Path,

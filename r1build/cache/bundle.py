@@ -19,9 +19,9 @@ What happens to entries the cache already has:
 * identical payload: nothing (counted ``unchanged``);
 * a blob: its key is its digest, so a verified blob can only differ from a *corrupt* local copy, which is
   replaced;
-* a decision that differs: the bundle's decision replaces the local one only when the bundle's was measured on a
-  GPU and the local one was not (a bundle from a GPU machine upgrades a static-gate-only decision); otherwise the
-  local decision is kept (``kept``);
+* a decision that differs: the bundle's decision replaces the local one only when a GPU judged the bundle's and
+  either none judged the local one (a bundle from a GPU machine upgrades a static-gate-only decision) or newer GPU
+  checks did (its ``checks`` version is higher); otherwise the local decision is kept (``kept``);
 * a gate result or JSON document that differs: the local one is kept.
 
 A local entry that is corrupt is always replaced by the bundle's verified one.
@@ -234,8 +234,12 @@ def import_bundle(cache: Cache, path: Path | str) -> BundleSummary:
 
 
 def _upgrades(local: bytes, incoming: bytes) -> bool:
-    """Whether an incoming decision replaces a local one: measured on a GPU where the local one was not."""
-    return from_json(Decision, incoming).measured and not from_json(Decision, local).measured
+    """Whether an incoming decision replaces a local one: judged on a GPU where the local one was not, or by
+    newer GPU checks."""
+    new, old = from_json(Decision, incoming), from_json(Decision, local)
+    if not new.on_gpu:
+        return False
+    return not old.on_gpu or (new.checks or 0) > (old.checks or 0)
 
 
 def read_bundle(path: Path | str) -> tuple[list[BundleEntry], dict[str, bytes]]:

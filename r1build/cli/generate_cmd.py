@@ -230,11 +230,13 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
                           f"{winner.digest[:12] + ' (' + _origin(winner) + ')' if winner else 'none'}")
             if decision is not None and decision.winner is not None:
                 same = winner is not None and winner.digest == decision.winner.digest
+                replayed = next((r for c, r in zip(outcome.candidates, outcome.results, strict=True)
+                                 if c.digest == decision.winner.digest), None)
                 if same:
                     console.print(f"{spec.name} {arch}: the stored decision's winner is confirmed")
-                elif decision.measured and all(r.timing is None for r in outcome.results):
-                    console.warning(f"{spec.name} {arch}: the stored winner {decision.winner.digest[:12]} was chosen "
-                                    "on GPU timings; the static gate alone cannot confirm it")
+                elif all(r.stage == "gate" for r in outcome.results) and replayed is not None and replayed.ok:
+                    console.warning(f"{spec.name} {arch}: the stored winner {decision.winner.digest[:12]} passes the "
+                                    f"static gate; only a GPU of {arch} can confirm it was the right choice")
                 else:
                     console.error(f"{spec.name} {arch}: the stored decision chose {decision.winner.digest[:12]}, "
                                   "the replay does not")

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from .. import __version__
-from ..errors import R1BuildError, UsageError
-from .render import Console
+from ..errors import NoWinnerError, R1BuildError, UsageError
+from .render import Console, render_unresolved
 
 __all__ = ["main"]
 
@@ -57,6 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         code: int = args.func(args, console)
         return code
+    except NoWinnerError as exc:
+        render_unresolved(console, exc.unresolved)
+        return exc.exit_code
     except R1BuildError as exc:
         console.error(str(exc))
         return exc.exit_code

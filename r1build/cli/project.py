@@ -9,13 +9,16 @@ from pathlib import Path
 from typing import Any
 
 from ..events import sink
+from ..judge import CHECKS_VERSION
 from ..keys import decision_key
 from ..lock import check_lock, find_vendored, load_lock, lock_path, vendor_winners
 from ..manifest import Manifest
+from ..records import Decision, Provenance, Validation
 from ..reference_check import check_references
-from ..resolve import Resolution, ResolveOptions, emit_resolution, resolve
+from ..resolve import Resolution, ResolveOptions, emit_resolution, lock_refusal, resolve, stale_checks
+from ..select import decision_winner
 from .common import add_cache_arg, add_manifest_arg, load_from_args, open_cache, parse_archs
-from .render import Console
+from .render import Console, render_unresolved
 
 __all__ = ["register"]
 
@@ -27,7 +30,7 @@ def register(sub: Any) -> None:
     add_cache_arg(p)
     p.add_argument("--locked", action="store_true",
                    help="also verify the lock as a locked build does: current, every field, every winner's source "
-                        "found and matching its digest, and the static gate")
+                        "found and matching its digest, no winner the cache records as rejected, and the static gate")
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("status", help="kernel × arch → state, provenance, time, digest")
@@ -92,12 +95,35 @@ class StatusRow:
     kernel: str
     arch: str
     state: str
-    provenance: str | None
+    provenance: Provenance | None
+    validation: Validation | None
+    """``validated`` or ``unvalidated`` for a winner; None where there is none."""
+    checks: int | None
+    """Version of the GPU checks that validated the winner (older than this r1build's: a note says so)."""
+    pending: int
+    """Generated candidates of this kernel x arch's cached decision that wait for a GPU of the arch."""
     time_us: float | None
     gpu: str | None
     winner: str | None
     source: str | None
     note: str
+
+
+def _notes(*parts: str) -> str:
+    return "; ".join(p for p in parts if p)
+
+
+def _pending_note(decision: Decision | None, arch: str) -> tuple[int, str]:
+    pending = [c for c in decision.candidates if decision.validation(c) == "pending"] if decision else []
+    if not pending:
+        return 0, ""
+    return len(pending), f"{len(pending)} generated pending a GPU of {arch} (`r1build resolve --refresh` there)"
+
+
+def _checks_note(validation: Validation | None, checks: int | None) -> str:
+    if validation != "validated" or not stale_checks(checks):
+        return ""
+    return f"judged by GPU checks v{checks or 0}, now v{CHECKS_VERSION}: `r1build resolve --refresh` re-judges"
 
 
 def _status_rows(manifest: Manifest, args: argparse.Namespace) -> list[StatusRow]:
@@ -109,6 +135,8 @@ def _status_rows(manifest: Manifest, args: argparse.Namespace) -> list[StatusRow
             for arch in manifest.archs_of(spec):
                 key = decision_key(manifest, spec, arch)
                 entry = lock.entry(spec.name, arch) if lock else None
+                decision = cache.get_decision(key)
+                pending, pending_note = _pending_note(decision, arch)
                 if entry is not None and entry.key == key:
                     if cache.get_blob(entry.source) is not None:
                         where = "cache"
@@ -116,23 +144,35 @@ def _status_rows(manifest: Manifest, args: argparse.Namespace) -> list[StatusRow
                         where = "vendored"
                     else:
                         where = "repo" if entry.provenance in ("baseline", "file", "tuned") else "missing"
+                    refused = lock_refusal(entry, decision)
                     state = "locked" if where != "missing" else "locked, source missing"
-                    rows.append(StatusRow(spec.name, arch, state, entry.provenance, entry.time_us, entry.gpu,
-                                          entry.winner[:12], where, ""))
+                    if refused:
+                        state = "locked, refused"
+                    rows.append(StatusRow(spec.name, arch, state, entry.provenance, entry.validation, entry.checks,
+                                          pending, entry.time_us, entry.gpu, entry.winner[:12], where,
+                                          _notes(refused or "", _checks_note(entry.validation, entry.checks),
+                                                 pending_note)))
                     continue
-                decision = cache.get_decision(key)
                 stale = "lock stale" if entry is not None else "not locked"
-                if decision is not None and decision.winner is not None:
-                    result = decision.winner_result()
+                winner = decision_winner(decision) if decision is not None else None
+                if decision is not None and winner is not None:
+                    result = decision.result_of(winner.digest)
                     t = result.timing.median_us if result and result.timing else None
-                    rows.append(StatusRow(spec.name, arch, "cached", decision.winner.provenance(), t,
-                                          decision.device, decision.winner.digest[:12], "cache", stale))
+                    validation = decision.validation(winner)
+                    checks = decision.checks if validation == "validated" else None
+                    rows.append(StatusRow(spec.name, arch, "cached", winner.provenance(), validation, checks, pending,
+                                          t, decision.device if t is not None else None, winner.digest[:12],
+                                          "cache", _notes(stale, _checks_note(validation, checks), pending_note)))
+                elif decision is not None:
+                    rejected = sum(decision.validation(c) == "rejected" for c in decision.candidates)
+                    rows.append(StatusRow(spec.name, arch, "no winner", None, None, None, pending, None, None, None,
+                                          None, _notes(stale, f"{rejected} rejected", pending_note)))
                 elif spec.baseline is not None:
-                    rows.append(
-                        StatusRow(spec.name, arch, "baseline only", "baseline", None, None, None, "repo", stale)
-                    )
+                    rows.append(StatusRow(spec.name, arch, "baseline only", "baseline", None, None, 0, None, None,
+                                          None, "repo", stale))
                 else:
-                    rows.append(StatusRow(spec.name, arch, "unresolved", None, None, None, None, None, stale))
+                    rows.append(StatusRow(spec.name, arch, "unresolved", None, None, None, 0, None, None, None, None,
+                                          stale))
     return rows
 
 
@@ -150,9 +190,9 @@ def cmd_status(args: argparse.Namespace, console: Console) -> int:
         console.json(json.dumps({"manifest": str(manifest.path), "kernels": [asdict(r) for r in rows]}, indent=2))
         return 0
     console.table(
-        ["kernel", "arch", "state", "provenance", "time", "gpu", "winner", "source", "note"],
-        [[r.kernel, r.arch, r.state, r.provenance or "-", _fmt_time(r.time_us), r.gpu or "-", r.winner or "-",
-          r.source or "-", r.note] for r in rows],
+        ["kernel", "arch", "state", "provenance", "validation", "time", "gpu", "winner", "source", "note"],
+        [[r.kernel, r.arch, r.state, r.provenance or "-", r.validation or "-", _fmt_time(r.time_us), r.gpu or "-",
+          r.winner or "-", r.source or "-", r.note] for r in rows],
         title=f"r1build status: {manifest.path}",
     )
     return 0
@@ -161,16 +201,19 @@ def cmd_status(args: argparse.Namespace, console: Console) -> int:
 def _render_resolution(resolution: Resolution, console: Console, as_json: bool) -> None:
     rows: list[dict[str, Any]] = [
         {"kernel": r.spec.name, "arch": r.arch, "state": r.state, "provenance": r.provenance,
-         "time_us": r.time_us, "gpu": r.gpu, "winner": r.candidate.digest[:12],
+         "validation": r.validation, "time_us": r.time_us, "gpu": r.gpu, "winner": r.candidate.digest[:12],
          "registers": r.gate.gate.registers if r.gate and r.gate.gate else None}
         for r in resolution.entries
     ]
     if as_json:
-        console.json(json.dumps({"kernels": rows, "lock_changed": resolution.lock_changed}, indent=2))
+        console.json(json.dumps({"kernels": rows, "unresolved": [asdict(u) for u in resolution.unresolved],
+                                 "lock_changed": resolution.lock_changed}, indent=2))
         return
-    console.table(["kernel", "arch", "state", "provenance", "time", "gpu", "winner", "regs"],
-                  [[x["kernel"], x["arch"], x["state"], x["provenance"], _fmt_time(x["time_us"]), x["gpu"] or "-",
-                    x["winner"], x["registers"]] for x in rows])
+    if rows:
+        console.table(["kernel", "arch", "state", "provenance", "validation", "time", "gpu", "winner", "regs"],
+                      [[x["kernel"], x["arch"], x["state"], x["provenance"], x["validation"],
+                        _fmt_time(x["time_us"]), x["gpu"] or "-", x["winner"], x["registers"]] for x in rows])
+    render_unresolved(console, resolution.unresolved)
     if resolution.lock_changed:
         console.print(f"updated {lock_path(resolution.manifest)}")
 
@@ -186,11 +229,11 @@ def cmd_resolve(args: argparse.Namespace, console: Console) -> int:
     manifest = load_from_args(args, check_references=False)
     with sink(console.event), open_cache(args) as cache:
         resolution = resolve(manifest, cache, _options(args, write_lock=True))
-        if args.out:
+        if args.out and not resolution.unresolved:
             cmake = emit_resolution(resolution, args.out)
             console.print(f"generated {cmake}")
     _render_resolution(resolution, console, args.json)
-    return 0
+    return 1 if resolution.unresolved else 0
 
 
 def cmd_lock(args: argparse.Namespace, console: Console) -> int:
@@ -206,9 +249,9 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
     with sink(console.event), open_cache(args) as cache:
         resolution = resolve(manifest, cache, options)
     _render_resolution(resolution, console, args.json)
-    if not resolution.lock_changed:
+    if not resolution.lock_changed and not resolution.unresolved:
         console.print(f"{lock_path(manifest)}: already current")
-    return 0
+    return 1 if resolution.unresolved else 0
 
 
 def cmd_vendor(args: argparse.Namespace, console: Console) -> int:
@@ -216,6 +259,7 @@ def cmd_vendor(args: argparse.Namespace, console: Console) -> int:
     with sink(console.event), open_cache(args) as cache:
         resolution = resolve(manifest, cache, ResolveOptions(locked=True, offline=True, use_gpu=False,
                                                              write_lock=False))
+    resolution.require_complete()
     vendor_dir = manifest.root / manifest.settings.vendor_dir
     done = vendor_winners(manifest.root, vendor_dir,
                           sorted({(r.spec.name, r.candidate.source) for r in resolution.entries}))

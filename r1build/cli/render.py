@@ -12,8 +12,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..events import Event, Note, Progress, Stage
+from ..records import Unresolved
 
-__all__ = ["Console"]
+__all__ = ["Console", "render_unresolved"]
 
 
 class Console:
@@ -53,14 +54,19 @@ class Console:
         """A warning on stderr."""
         self.err.print(f"[yellow]warning:[/] {escape(message)}")
 
-    def table(self, columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None) -> None:
-        """A table on stdout."""
+    def err_line(self, text: str) -> None:
+        """A plain line on stderr (no markup interpretation)."""
+        self.err.print(escape(text))
+
+    def table(self, columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None, *,
+              to_stderr: bool = False) -> None:
+        """A table on stdout (on stderr with ``to_stderr``, for a table that explains an error)."""
         table = Table(title=title, show_lines=False)
         for col in columns:
             table.add_column(col)
         for row in rows:
             table.add_row(*(escape("" if v is None else str(v)) for v in row))
-        self.out.print(table)
+        (self.err if to_stderr else self.out).print(table)
 
     def event(self, event: Event) -> None:
         """Render one library event (installed as the event sink)."""
@@ -95,3 +101,14 @@ class Console:
             return
         self._progress[event.task] = (line, now)
         self.err.print(f"[cyan]{escape(line)}[/]")
+
+
+def render_unresolved(console: Console, unresolved: Sequence[Unresolved]) -> None:
+    """One table per kernel x arch where no candidate may win: each candidate, who rejected it and why."""
+    for u in unresolved:
+        console.error(f"{u.kernel}/{u.arch}: no candidate may win; nothing is emitted or locked for it")
+        console.table(["candidate", "provenance", "origin", "state", "stage", "result", "reason"],
+                      [[o.candidate[:12], o.provenance, o.origin, o.validation, o.stage or "-", o.status or "-",
+                        o.reason] for o in u.outcomes],
+                      title=f"{u.kernel} on {u.arch}", to_stderr=True)
+        console.err_line(f"fix: {u.fix}")

@@ -27,7 +27,7 @@ from ..events import Note, emit
 from ..keys import decision_key
 from ..manifest.convert import Problem, convert
 from ..manifest.model import Manifest
-from .lockfile import Lock, LockEntry, lock_path
+from .lockfile import Lock, LockEntry, lock_path, upgrade_v1_entry
 from .verify import entry_problem, manifest_problem
 
 if sys.version_info >= (3, 11):
@@ -93,6 +93,7 @@ def _read_table(manifest: Manifest, table: str) -> LockEntry | str:
     try:
         data = tomllib.loads(table)
         (item,) = data["kernel"]
+        upgrade_v1_entry(item)  # the damaged lock may be a version 1 lock
         entry: LockEntry = convert(LockEntry, item)
     except tomllib.TOMLDecodeError as exc:
         return f"unreadable ({exc})"

@@ -4,8 +4,8 @@ Two levels, both run on every read of a lock:
 
 * :func:`entry_problem`, the entry alone: names are identifiers, the arch is canonical, digests are sha256 hex,
   the defines are identifiers and plain numbers (:mod:`r1build.defines`), the winner *is* the digest of source +
-  defines, the provenance agrees with the other fields, and free text (model, GPU, toolchain) is one printable
-  line;
+  defines, the provenance and the GPU checks version agree with the other fields, and free text (model, GPU,
+  toolchain) is one printable line;
 * :func:`manifest_problem`, an entry that answers the manifest's current question (its key is current): its
   defines are one value set of the kernel's declared tunables and, for the manifest's own files, the origin is
   one of them and the source digest is that file's.
@@ -18,19 +18,20 @@ from __future__ import annotations
 
 import math
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, get_args
 
 from ..defines import define_problem
 from ..keys import digest_bytes, variant_digest
 from ..manifest.archs import parse_arch
 from ..manifest.model import KernelSpec, Manifest
+from ..records import Provenance
 
 if TYPE_CHECKING:
     from .lockfile import LockEntry
 
 __all__ = ["PROVENANCES", "entry_problem", "manifest_problem"]
 
-PROVENANCES = ("baseline", "file", "tuned", "generated")
+PROVENANCES: tuple[str, ...] = get_args(Provenance)
 """The words a lock entry's ``provenance`` may hold."""
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -85,6 +86,10 @@ def entry_problem(e: LockEntry) -> Problem | None:
         value = getattr(e, name)
         if value is not None and (isinstance(value, bool) or value < 0):
             return name, f"{value!r} is not a non-negative integer"
+    if e.checks is not None and (isinstance(e.checks, bool) or e.checks < 0):
+        return "checks", f"{e.checks!r} is not a non-negative integer"
+    if e.checks is not None and e.validation != "validated":
+        return "checks", "only a validated winner records the version of the GPU checks that validated it"
     if e.time_us is not None and not (math.isfinite(e.time_us) and e.time_us > 0):
         return "time-us", f"{e.time_us!r} is not a positive time"
     for part, digest in e.inputs.items():
