@@ -136,7 +136,8 @@ def test_lock_resolves_a_merge_conflict_keeping_what_verifies(locked: Path, tmp_
     assert mine is not None
     base_source = digest_bytes((locked / "kernels/silu_mul.cu").read_bytes())
     theirs_entry = LockEntry(name="silu_mul", arch="sm_90", key=mine.key, winner=base_source, source=base_source,
-                             provenance="baseline", inputs=dict(mine.inputs), origin="kernels/silu_mul.cu",
+                             provenance="baseline", validation="unvalidated", inputs=dict(mine.inputs),
+                             origin="kernels/silu_mul.cu",
                              toolchain=mine.toolchain)
     (tmp_path / "ours").write_text(ours, encoding="utf-8")
     (tmp_path / "base").write_text(render_lock(Lock(manifest="kernels.toml")), encoding="utf-8")
