@@ -573,7 +573,7 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
         new_entries[(r.spec.name, r.arch)] = _lock_entry(manifest, r, new_entries.get((r.spec.name, r.arch)))
     new_lock = Lock(manifest=manifest.path.name, kernel=sorted(new_entries.values(), key=lambda e: (e.name, e.arch)))
     changed = False
-    if options.write_lock and not options.locked:
+    if options.write_lock and not options.locked and (new_lock.kernel or path.exists()):
         changed = write_lock(path, new_lock)
     return Resolution(manifest, entries, new_lock if not options.locked else (lock or new_lock), changed, failed)
 

@@ -101,12 +101,17 @@ def rejection(decision: Decision, digest: str) -> str | None:
 
 
 def _first_error(detail: str) -> str:
+    """One line that says why: the judge's own first sentence, else (a bare compiler report) the first error the
+    compiler printed."""
     lines = [line.strip() for line in detail.splitlines() if line.strip()]
-    for line in lines:
-        if re.search(r"\berror\b", line, re.IGNORECASE) and not line.startswith("command:"):
-            return line
+    if not lines:
+        return ""
+    if not lines[0].startswith("command:"):
+        return lines[0]
+    errors = [line for line in lines if re.search(r"\berror\b", line, re.IGNORECASE) and not line.startswith(
+        ("command:", "return code:"))]
     meaningful = [line for line in lines if not line.startswith(("command:", "return code:", "output:"))]
-    return meaningful[0] if meaningful else (lines[0] if lines else "")
+    return (errors or meaningful or lines)[0]
 
 
 def _reason(validation: Validation, result: Result | None, arch: str) -> str:

@@ -2,11 +2,13 @@
 compiled beside the ``extern "C"`` declaration the public header uses, so another parameter type, a missing
 ``const``, another return type or a missing stream is a compile error, and a source that defines no entry
 point (empty, another symbol, C++ linkage) is rejected. Whole projects: ``tests/packages/bad_signature`` fails
-``r1build lock`` at the gate; ``tests/packages/bad_reference`` fails ``r1build check``."""
+``r1build lock`` at the gate (exit 1, the table of why, nothing locked); ``tests/packages/bad_reference`` fails
+``r1build check``."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 from pathlib import Path
 
@@ -139,15 +141,19 @@ def test_the_declaration_is_part_of_the_gate_key(manifest: Manifest) -> None:
 def test_bad_signature_project_fails_lock_at_the_gate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     project = tmp_path / "bad_signature"
     shutil.copytree(PACKAGES / "bad_signature", project)
-    code = main(["lock", "-m", str(project), "--offline", "--no-gpu", "--cache-dir", str(tmp_path / "cache")])
+    argv = ["lock", "-m", str(project), "--offline", "--no-gpu", "--cache-dir", str(tmp_path / "cache")]
+    code = main(argv)
     out = capsys.readouterr()
     text = out.out + out.err
     assert code == 1, text
-    assert "fails the static gate: compile_error" in text
-    assert ('the definition of scale does not match the declared signature extern "C" cudaError_t '
-            "scale(const float* x, float* y, int64_t n, cudaStream_t stream)") in text
+    assert "scale/sm_90: no candidate may win" in text and "compile_error" in text
     assert "Traceback" not in text
     assert not (project / "kernels.lock").exists()
+    assert main([*argv, "--json"]) == 1
+    (row,) = json.loads(capsys.readouterr().out)["unresolved"][0]["outcomes"]
+    assert (row["provenance"], row["stage"], row["status"]) == ("baseline", "gate", "compile_error")
+    assert row["reason"].startswith('the definition of scale does not match the declared signature extern "C" '
+                                    "cudaError_t scale(const float* x, float* y, int64_t n, cudaStream_t stream)")
 
 
 def test_bad_reference_project_fails_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
