@@ -596,7 +596,9 @@ def prepare_build(project_dir: Path, *, locked: bool = False, generate: bool = F
 
     A build is locked-or-offline unless the person building opts in: it never calls an LLM endpoint unless
     ``generate`` (``R1BUILD_GENERATE=1`` / ``r1build.generate``), never measures on a GPU unless ``evaluate``
-    (``R1BUILD_EVALUATE=1``), and never writes the lock. On a miss it takes a cached decision, else the baseline.
+    (``R1BUILD_EVALUATE=1``), and never writes the lock. On a miss it takes a cached decision, else the first of
+    the user's own sources that passes the gate (unvalidated); where none may win it raises
+    :class:`~r1build.errors.NoWinnerError` and writes nothing.
     The cache only speeds a build up: a broken, read-only or missing one costs a warning (see
     :func:`~r1build.cache.open_usable`).
     """
@@ -610,7 +612,7 @@ def prepare_build(project_dir: Path, *, locked: bool = False, generate: bool = F
             ResolveOptions(archs=list(archs) if archs else None, offline=not generate, locked=locked,
                            use_gpu=evaluate, write_lock=False),
         )
-        if not generate and any(r.state == "baseline" for r in resolution.entries):
+        if not generate and (resolution.unresolved or any(r.state == "gated" for r in resolution.entries)):
             from .generate import endpoint_configured
 
             if endpoint_configured(manifest.settings.generation, os.environ):

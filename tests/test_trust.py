@@ -110,7 +110,7 @@ def test_a_kernel_nothing_passes_fails_the_resolve_with_a_table_and_the_rest_is_
         ("baseline", "rejected", "gate", "rejected"), ("file", "rejected", "gate", "compile_error")]
     # the build fails the same way (the PEP 517 backend calls prepare_build)
     with pytest.raises(NoWinnerError) as info:
-        prepare_build(project, offline=True, cache_dir=cache_dir)
+        prepare_build(project, cache_dir=cache_dir)
     assert [(u.kernel, u.arch) for u in info.value.unresolved] == [("leaky", "sm_90")]
     assert "getenv" in str(info.value) and not (project / ".r1build" / "generated").exists()
 
@@ -131,7 +131,7 @@ def test_a_lock_entry_the_cache_knows_rejected_fails_locked_builds_and_vendoring
         assert "overrun" in err and "the GPU checks (NVIDIA H200) rejected it (incorrect: n=7: wrote 1 element past " \
                "the end of y (guard band))" in err, (argv, err)
     with pytest.raises(LockError, match=r"overrun/sm_90: the locked winner .* may not be used: the GPU checks"):
-        prepare_build(project, locked=True, offline=True, cache_dir=cache_dir)
+        prepare_build(project, locked=True, cache_dir=cache_dir)
     # without --locked the entry is not used, and the gate alone does not bring the rejected baseline back
     assert main(["resolve", "-m", str(project), *OFFLINE]) == 1
     err = capsys.readouterr().err

@@ -137,6 +137,6 @@ def check_offline_buildable(project_dir: Path, manifest: Manifest) -> None:
     if from_baseline:
         where = "every kernel" if lock is None else ", ".join(from_baseline)
         what = f"there is no {path.name}" if lock is None else f"{path.name} has no current entry for {where}"
-        emit(Note("warning", f"{what}: a wheel built from this sdist uses the hand-written baselines for "
-                             f"{where}, unmeasured; run `r1build lock` and `r1build vendor` before packaging to "
-                             "ship the chosen winners"))
+        emit(Note("warning", f"{what}: a wheel built from this sdist uses the hand-written sources that pass the "
+                             f"static gate for {where}, unvalidated; run `r1build lock` and `r1build vendor` before "
+                             "packaging to ship the chosen winners"))

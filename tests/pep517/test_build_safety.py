@@ -84,13 +84,13 @@ def test_installing_never_spends_the_key_and_a_dead_endpoint_costs_seconds(build
     assert "r1build vendor" in sdist.stdout and f"source {source[:16]}" in sdist.stdout
     assert "Traceback" not in sdist.stdout
 
-    # pip wheel with the installer's key and the endpoint up: no request, the baseline, a note on the opt-in
+    # pip wheel with the installer's key and the endpoint up: no request, the gated baseline, a note on the opt-in
     with ChatServer([Answer(f"```cuda\n{GENERATED}```")]) as server:
         proc = build_env.pip_wheel(project, out, env={**installer, "R1BUILD_BASE_URL": server.url}, isolated=False)
         requests = len(server.requests)
     assert proc.returncode == 0, proc.stdout[-6000:]
     assert requests == 0, f"the build sent {requests} requests with the installer's key"
-    assert "using the hand-written baseline" in proc.stdout
+    assert "the baseline scale.cu is chosen by the static gate alone, unvalidated" in proc.stdout
     assert "R1BUILD_GENERATE=1" in proc.stdout
     assert list(out.glob("tiny-0.1.0-*.whl"))
 
@@ -103,7 +103,7 @@ def test_installing_never_spends_the_key_and_a_dead_endpoint_costs_seconds(build
     took = time.monotonic() - start
     assert proc.returncode == 0, proc.stdout[-6000:]
     assert re.search(r"r1build: warning: the LLM endpoint \S+ is unreachable", proc.stdout), proc.stdout[-4000:]
-    assert "using the hand-written baseline" in proc.stdout
+    assert "the baseline scale.cu is chosen by the static gate alone, unvalidated" in proc.stdout
     assert list(out.glob("tiny-0.1.0-*.whl"))
     assert took < 120, f"the build took {took:.0f} s"
 
