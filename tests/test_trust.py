@@ -130,6 +130,11 @@ def test_a_lock_entry_the_cache_knows_rejected_fails_locked_builds_and_vendoring
         err = capsys.readouterr().err
         assert "overrun" in err and "the GPU checks (NVIDIA H200) rejected it (incorrect: n=7: wrote 1 element past " \
                "the end of y (guard band))" in err, (argv, err)
+    assert main(["status", "-m", str(project), "--json"]) == 0
+    rows = {r["kernel"]: r for r in json.loads(capsys.readouterr().out)["kernels"]}
+    assert rows["overrun"]["state"] == "locked, refused" and "the GPU checks (NVIDIA H200) rejected it" in \
+        rows["overrun"]["note"]
+    assert rows["scale"]["state"] == "locked"
     with pytest.raises(LockError, match=r"overrun/sm_90: the locked winner .* may not be used: the GPU checks"):
         prepare_build(project, locked=True, cache_dir=cache_dir)
     # without --locked the entry is not used, and the gate alone does not bring the rejected baseline back
@@ -224,6 +229,29 @@ def test_an_unvalidated_generated_lock_entry_is_refused(project: Path, cache_dir
     assert "a generated winner is locked only once a GPU of its arch validated it" in capsys.readouterr().err
     assert main(["resolve", "-m", str(project), "--kernel", "scale", *OFFLINE]) == 0
     assert (_locked(project)["scale"].provenance, _locked(project)["scale"].validation) == ("baseline", "unvalidated")
+
+
+def test_a_cached_decision_naming_a_gate_only_generated_winner_gives_the_baseline(
+        project: Path, cache_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A decision recorded by an older r1build (or imported in a bundle) that chose a generated kernel on the gate
+    alone: the resolver re-selects among its candidates, and the generated one stays pending."""
+    m = load_manifest(project / "kernels.toml")
+    base = _baseline(project, "scale")
+    generated = Candidate(base.source + "// generated\n", Origin("generated", model="m", round=0, sample=0))
+    refs = [CandidateRef.of(base), CandidateRef.of(generated)]
+    results = [Result(c.digest, "sm_90", "passed") for c in (base, generated)]
+    with Cache(cache_dir) as cache:
+        for c in (base, generated):
+            cache.put_text(c.source)
+        cache.put_decision(Decision(decision_key(m, m.kernel("scale"), "sm_90"), "scale", "sm_90", refs[1], refs,
+                                    results))
+    assert main(["resolve", "-m", str(project), "--kernel", "scale", *OFFLINE]) == 0
+    assert "may not win: using" in capsys.readouterr().err
+    entry = _locked(project)["scale"]
+    assert (entry.provenance, entry.validation, entry.winner) == ("baseline", "unvalidated", base.digest)
+    assert main(["status", "-m", str(project), "--json"]) == 0
+    row = next(r for r in json.loads(capsys.readouterr().out)["kernels"] if r["kernel"] == "scale")
+    assert row["pending"] == 1 and "1 generated pending a GPU of sm_90" in row["note"]
 
 
 def test_selection_never_picks_a_rejected_or_gate_only_generated_candidate() -> None:
