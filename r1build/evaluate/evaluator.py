@@ -38,6 +38,7 @@ from ..errors import EvaluationError
 from ..events import Note, Progress, emit
 from ..judge import Evaluator, Job
 from ..manifest.archs import parse_arch
+from ..manifest.cdecl import declaration
 from ..manifest.reference import load_reference
 from ..records import Candidate, Result, Status
 from ..toolchain import Toolchain
@@ -341,7 +342,7 @@ class GpuEvaluator:
                 workdir = self._root / "build" / arch / candidate.digest[:24]
                 self._libs[key] = self._submit(
                     build_library, candidate, job.spec.name, arch, flags=job.manifest.settings.nvcc_flags,
-                    toolchain=self.toolchain, workdir=workdir)
+                    toolchain=self.toolchain, workdir=workdir, declaration=declaration(job.spec))
             return self._libs[key]
 
     def prepare(self, jobs: Sequence[Job]) -> None:

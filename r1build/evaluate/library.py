@@ -50,14 +50,16 @@ class LibraryFailure:
 
 
 def build_library(candidate: Candidate, entry: str, arch: str, *, flags: Sequence[str], toolchain: Toolchain,
-                  workdir: Path, timeout_s: float = 300.0) -> Library | LibraryFailure:
-    """Compile, check and link one variant in ``workdir`` (created if missing)."""
+                  workdir: Path, timeout_s: float = 300.0, declaration: str | None = None
+                  ) -> Library | LibraryFailure:
+    """Compile, check and link one variant in ``workdir`` (created if missing), with the entry point's
+    ``declaration`` pre-included as the gate compiles it."""
     workdir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     name = f"v_{candidate.digest[:16]}"
     compiled = compile_variant(candidate.source, candidate.defines, arch, name=name,
                                flags=[*flags, "-Xcompiler", "-fPIC"], toolchain=toolchain, workdir=workdir,
-                               timeout_s=timeout_s)
+                               timeout_s=timeout_s, declaration=declaration)
     if not compiled.ok or compiled.object_path is None:
         why = "nvcc timed out" if compiled.timed_out else format_subprocess_failure(
             list(compiled.command), compiled.returncode or 0, compiled.output)
