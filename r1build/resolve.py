@@ -555,6 +555,8 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
             if hit is not None:
                 outcomes.append(hit)
                 continue
+            if options.locked:  # _lookup answers every current entry or raises; nothing may be judged anew
+                raise ResolveError(f"{spec.name}/{arch}: --locked and the lock has no usable entry for it")
             kept = None
             if options.refresh:  # what a refresh falls back to where nothing can judge this arch again
                 old = _lookup(manifest, spec, arch, key, cache, lock, replace(options, refresh=False))

@@ -232,6 +232,9 @@ def cmd_resolve(args: argparse.Namespace, console: Console) -> int:
         if args.out and not resolution.unresolved:
             cmake = emit_resolution(resolution, args.out)
             console.print(f"generated {cmake}")
+        elif args.out:
+            console.warning(f"nothing written to {args.out}: {len(resolution.unresolved)} kernel x arch without a "
+                            "winner (below)")
     _render_resolution(resolution, console, args.json)
     return 1 if resolution.unresolved else 0
 
