@@ -19,7 +19,7 @@ LIMIT=${LIMIT:-540}
 
 lane_a() {
   export CUDA_VISIBLE_DEVICES=$A_GPU R1BUILD_CACHE_DIR=/tmp/r1build-cache-a
-  timeout 300 python3 -m pytest tests/evaluate/test_evaluate_cheats.py -q -rfE --tb=line \
+  timeout 320 python3 -m pytest tests/evaluate/test_evaluate_cheats.py -v -rfE --tb=line \
     -p no:cacheprovider > "$OUT/cheats.log" 2>&1
   echo "exit $?" >> "$OUT/cheats.log"
   {
