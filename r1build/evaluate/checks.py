@@ -441,14 +441,15 @@ def judge_shape(spec: KernelSpec, plan: ShapePlan, reply: Mapping[str, Any], buf
             return Verdict("rejected", f"changed device state: {rec['device_state']} {where}. {_STATE_RULE}", i,
                            "state")
         captured = call.mode in ("graph", "capture")
+        if rc and rc not in _CAPTURE_ERRORS and not rec.get("fatal"):
+            # the call's own error (an invalid launch configuration, say), even where it also spoilt a capture
+            return Verdict("incorrect", f"the call {rec.get('error') or f'returned error {rc}'} {where}; the "
+                                        "contract: return cudaSuccess after launching on the stream, and a CUDA "
+                                        "error only for arguments it cannot handle", i, "returned")
         if captured and not rec.get("fatal") and (rec.get("capture_error") or rc in _CAPTURE_ERRORS):
             why = rec.get("capture_error") or rec.get("error") or f"returned {rc}"
             return Verdict("incorrect", f"work outside the given stream: capturing the call into a CUDA graph "
                                         f"on its stream failed ({why}) {where}. " + _STREAM_RULE, i, "stream")
-        if rc and not rec.get("fatal"):
-            return Verdict("incorrect", f"the call {rec.get('error') or f'returned error {rc}'} {where}; the "
-                                        "contract: return cudaSuccess after launching on the stream, and a CUDA "
-                                        "error only for arguments it cannot handle", i, "returned")
         if rec.get("error"):
             return Verdict("crashed", f"{rec['error']} {where}", i, "crash")
         datas = buffers[i * n:(i + 1) * n]
