@@ -264,3 +264,28 @@ def test_a_cache_owned_by_another_user_is_read(tmp_path: Path) -> None:
             assert len(cache.entries()) == 8
     finally:
         shutil.rmtree(shared, ignore_errors=True)
+
+
+def test_a_killed_export_leaves_its_temporary_file_only_until_the_next_export(tmp_path: Path,
+                                                                            notes: list[Note]) -> None:
+    d = tmp_path / "cache"
+    with Cache(d) as cache:
+        for _ in range(40):
+            cache.put_blob(os.urandom(2 * 1024 * 1024))
+    target = tmp_path / "out" / "team.r1b"
+    target.parent.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "r1build.cli.main", "cache", "export", str(target),
+                             "--cache-dir", str(d)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pattern = f".team.r1b.p{proc.pid}.*.tmp"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None and not list(target.parent.glob(pattern)):
+        time.sleep(0.002)
+    assert proc.poll() is None, "the export ended before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert list(target.parent.glob(pattern)) and not target.exists()
+
+    with Cache(d) as cache:
+        export_bundle(cache, target)
+    assert sorted(p.name for p in target.parent.iterdir()) == ["team.r1b"]
+    assert any("interrupted export" in n.message for n in notes)

@@ -30,6 +30,7 @@ A local entry that is corrupt is always replaced by the bundle's verified one.
 from __future__ import annotations
 
 import datetime as _dt
+import glob
 import json
 import os
 import tempfile
@@ -46,7 +47,7 @@ from ..errors import BundleError
 from ..events import Note, emit
 from ..keys import canonical_json, digest_bytes
 from ..records import Decision, from_json
-from .store import KINDS, Cache, check_payload, kind_of
+from .store import KINDS, Cache, _process_gone, check_payload, kind_of
 
 __all__ = [
     "BUNDLE_FORMAT",
@@ -147,7 +148,8 @@ def export_bundle(cache: Cache, path: Path | str, keys: Iterable[str] | None = N
     """Write a bundle of every intact entry, or of ``keys`` (full keys; a decision brings the blobs it names).
 
     Entries that are absent or corrupt are left out with a warning and listed in ``missing``. The file is
-    written to a temporary name next to ``path`` and renamed, so a reader never sees half a bundle.
+    written to a temporary name next to ``path`` (carrying this process's id) and renamed, so a reader never
+    sees half a bundle; the temporary files of earlier, killed exports to ``path`` are removed first.
     """
     path = Path(path)
     wanted = _selection(cache, keys)
@@ -173,7 +175,8 @@ def export_bundle(cache: Cache, path: Path | str, keys: Iterable[str] | None = N
     index_bytes = canonical_json(doc)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        _remove_stale_temps(path)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.p{os.getpid()}.", suffix=".tmp", dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w") as zf:
                 zf.comment = _COMMENT_PREFIX + digest_bytes(index_bytes).encode()
@@ -190,6 +193,17 @@ def export_bundle(cache: Cache, path: Path | str, keys: Iterable[str] | None = N
     summary.payload_bytes = sum(e["size"] for e in index)
     summary.file_bytes = path.stat().st_size
     return summary
+
+
+def _remove_stale_temps(path: Path) -> None:
+    """Remove the temporary files that earlier exports to ``path`` left when they were killed (their process is
+    gone); a running export's file is left alone."""
+    prefix = f".{path.name}.p"
+    for tmp in path.parent.glob(f"{glob.escape(prefix)}*.tmp"):
+        pid = tmp.name[len(prefix):].split(".", 1)[0]
+        if pid.isdigit() and _process_gone(int(pid)):
+            tmp.unlink(missing_ok=True)
+            emit(Note("info", f"removed {tmp}, left by an interrupted export (process {pid})"))
 
 
 def _write_member(zf: zipfile.ZipFile, name: str, data: bytes) -> None:
