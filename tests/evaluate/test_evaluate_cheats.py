@@ -194,7 +194,8 @@ def cheat_runs(root_manifest: Manifest, tmp_path_factory: pytest.TempPathFactory
 
 def _evaluate_cases(manifest: Manifest, workdir: Path) -> dict[str, Result]:
     """One job per kernel: its cases, then its baseline, which must still pass after them."""
-    with Cache(workdir / "cache") as cache, GpuEvaluator(cache, call_timeout_s=8.0) as evaluator:
+    with Cache(workdir / "cache") as cache, \
+            GpuEvaluator(cache, call_timeout_s=8.0, timing_timeout_s=10.0) as evaluator:
         arch = min(a for a in evaluator.archs if not a.endswith("a"))
         jobs, names = [], []
         for kernel in sorted({c.kernel for c in CASES}):
