@@ -47,7 +47,8 @@ from ..errors import BundleError
 from ..events import Note, emit
 from ..keys import canonical_json, digest_bytes
 from ..records import Decision, from_json
-from .store import KINDS, Cache, _process_gone, check_payload, kind_of
+from .index import process_gone
+from .store import KINDS, Cache, check_payload, kind_of
 
 __all__ = [
     "BUNDLE_FORMAT",
@@ -201,7 +202,7 @@ def _remove_stale_temps(path: Path) -> None:
     prefix = f".{path.name}.p"
     for tmp in path.parent.glob(f"{glob.escape(prefix)}*.tmp"):
         pid = tmp.name[len(prefix):].split(".", 1)[0]
-        if pid.isdigit() and _process_gone(int(pid)):
+        if pid.isdigit() and process_gone(int(pid)):
             tmp.unlink(missing_ok=True)
             emit(Note("info", f"removed {tmp}, left by an interrupted export (process {pid})"))
 

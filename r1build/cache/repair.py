@@ -30,7 +30,8 @@ from diskcache.core import MODE_BINARY, MODE_RAW
 
 from ..errors import CacheDamagedError, CacheLocationError
 from ..records import Decision, from_json
-from .store import _DBNAME, KINDS, Cache, Problem, _Corrupt, _verified, check_payload, kind_of, resolve_cache_dir
+from .index import DBNAME as _DBNAME
+from .store import KINDS, Cache, Problem, _Corrupt, _verified, check_payload, kind_of, resolve_cache_dir
 
 __all__ = ["RepairReport", "repair_cache"]
 

@@ -33,7 +33,8 @@ Damaged, read-only, missing
     cache this process may not write (a shared cache owned by another user, a read-only file system) is opened
     read-only: reads work, writes are skipped, maintenance is refused. :func:`open_usable` is how builds and
     project commands open it: a damaged or uncreatable cache becomes a scratch cache for the run, a read error
-    in the middle of a run turns the cache off for the rest of it; either with one warning.
+    in the middle of a run turns the cache off for the rest of it; either with one warning. How the index is
+    opened in these cases lives in :mod:`.index`.
 
 Interrupted imports
     Value files carry the id of the process that wrote them (``<hex>.p<pid>.val``), and a bundle import
@@ -78,13 +79,25 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 import diskcache
-from diskcache.core import ENOVAL, MODE_BINARY, MODE_RAW, UNKNOWN
+from diskcache.core import MODE_BINARY, MODE_RAW
 
-from ..errors import CacheDamagedError, CacheError, CacheLocationError
+from ..errors import CacheError, CacheLocationError
 from ..events import Note, emit
 from ..keys import canonical_json, digest_bytes
 from ..records import Decision, Result, from_json, to_json
 from ..settings import env_settings
+from .index import (
+    DBNAME as _DBNAME,
+)
+from .index import (
+    IMPORT_MARK,
+    PidDisk,
+    ReadOnlyIndex,
+    damage_error,
+    damaged,
+    looks_read_only,
+    sweep_interrupted_imports,
+)
 
 __all__ = [
     "DEFAULT_SIZE_LIMIT",
@@ -113,10 +126,6 @@ _MEMO_KINDS = frozenset({"decision", "gate"})
 _MEMO_SIZE = 256
 
 _HEADER = 65  # 64 hex digits of sha256 and a newline before every payload
-_DBNAME = "cache.db"
-_IMPORT_MARK = "import/"  # R1Meta rows of imports in progress: import/<pid> -> start time
-_DAMAGED = ("not a database", "malformed", "disk image", "file is encrypted")
-_READ_ONLY = ("readonly", "read-only", "unable to open database file", "permission denied")
 _CACHE_FILE = re.compile(r"^(cache\.db(-wal|-shm|-journal)?|cache\.db\.damaged-[0-9TZ]+(-wal|-shm)?|[0-9a-f]{2})$")
 
 
@@ -319,109 +328,6 @@ class _Unreadable:
         self.reason = reason
 
 
-def _damaged(exc: BaseException) -> bool:
-    return any(word in str(exc).lower() for word in _DAMAGED)
-
-
-def _damage(directory: Path, exc: BaseException) -> CacheDamagedError:
-    error = CacheDamagedError(f"the cache index {directory / _DBNAME} is damaged ({exc}); "
-                              f"`r1build cache repair --cache-dir {directory}` rebuilds it")
-    error.reason = str(exc)
-    return error
-
-
-def _read_only(exc: BaseException, directory: Path) -> bool:
-    if any(word in str(exc).lower() for word in _READ_ONLY):
-        return True
-    return not os.access(directory, os.W_OK) or not os.access(directory / _DBNAME, os.W_OK)
-
-
-def _value_name(filename: str, pid: int) -> str:
-    return f"{filename.removesuffix('.val')}.p{pid}.val"
-
-
-class _Disk(diskcache.Disk):  # type: ignore[misc]
-    """diskcache's file storage with the writing process's id in each value file's name."""
-
-    def filename(self, key: Any = UNKNOWN, value: Any = UNKNOWN) -> tuple[str, str]:
-        filename, full_path = super().filename(key, value)
-        pid = os.getpid()
-        return _value_name(filename, pid), _value_name(full_path, pid)
-
-
-def _process_gone(pid: int) -> bool:
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:  # someone else's process: alive
-        return False
-    return False
-
-
-class _ReadOnlyIndex:
-    """``cache.db`` opened read-only, answering the few diskcache calls the store makes for reading.
-
-    ``mode=ro`` reads a cache another process has open (its WAL files exist); where they do not and cannot be
-    created (a folder this process may not write), ``immutable=1`` reads the database file as it is.
-    """
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = str(directory)
-        self._local = threading.local()
-        self._all: list[sqlite3.Connection] = []
-        self._all_lock = threading.Lock()
-        base = (directory / _DBNAME).resolve().as_uri()
-        self._uri = ""
-        last: sqlite3.Error | None = None
-        for query in ("?mode=ro", "?immutable=1"):
-            try:
-                con = sqlite3.connect(base + query, uri=True)
-                try:
-                    con.execute("SELECT count(*) FROM Cache").fetchall()
-                finally:
-                    con.close()
-            except sqlite3.Error as exc:
-                last = exc
-                continue
-            self._uri = base + query
-            return
-        if last is not None and _damaged(last):
-            raise _damage(directory, last)
-        raise CacheError(f"cannot read the cache at {directory}: {last}")
-
-    @property
-    def _sql(self) -> Callable[..., sqlite3.Cursor]:
-        con = getattr(self._local, "con", None)
-        if con is None:
-            con = sqlite3.connect(self._uri, uri=True, isolation_level=None, check_same_thread=False)
-            self._local.con = con
-            with self._all_lock:
-                self._all.append(con)
-        return con.execute
-
-    def reset(self, key: str, value: Any = ENOVAL) -> Any:
-        if value is not ENOVAL:
-            raise sqlite3.OperationalError("attempt to write a readonly database")
-        rows = self._sql("SELECT value FROM Settings WHERE key = ?", (key,)).fetchall()
-        return rows[0][0] if rows else 0
-
-    def volume(self) -> int:
-        ((pages,),) = self._sql("PRAGMA page_count").fetchall()
-        ((page_size,),) = self._sql("PRAGMA page_size").fetchall()
-        return int(pages) * int(page_size) + int(self.reset("size") or 0)
-
-    def close(self) -> None:
-        """Close every thread's connection (a thread that reads again opens a new one)."""
-        with self._all_lock:
-            connections, self._all = self._all, []
-        for con in connections:
-            con.close()
-        self._local = threading.local()
-
-
 class Cache:
     """The r1build cache in one directory. Safe to share between processes and threads.
 
@@ -473,19 +379,19 @@ class Cache:
             dc: diskcache.Cache | None = None
             try:
                 dc = diskcache.Cache(str(d), timeout=self.timeout, eviction_policy="least-recently-used",
-                                     disk=_Disk)
+                                     disk=PidDisk)
                 fresh = self._prepare(dc)
                 if size_limit is not None:
                     dc.reset("size_limit", size_limit)
                 elif fresh:
                     dc.reset("size_limit", DEFAULT_SIZE_LIMIT)
-                self._sweep_interrupted_imports(dc)
+                sweep_interrupted_imports(dc, d)
                 return dc
             except (sqlite3.OperationalError, diskcache.Timeout) as exc:
                 if dc is not None:
                     dc.close()
                 busy = isinstance(exc, diskcache.Timeout) or "locked" in str(exc) or "busy" in str(exc)
-                if not busy and (d / _DBNAME).is_file() and _read_only(exc, d):
+                if not busy and (d / _DBNAME).is_file() and looks_read_only(exc, d):
                     return self._open_read_only(exc)
                 if not busy or time.monotonic() > deadline:
                     raise self._unusable(exc) from None
@@ -493,17 +399,17 @@ class Cache:
             except (OSError, sqlite3.Error) as exc:
                 if dc is not None:
                     dc.close()
-                if isinstance(exc, OSError) and (d / _DBNAME).is_file() and _read_only(exc, d):
+                if isinstance(exc, OSError) and (d / _DBNAME).is_file() and looks_read_only(exc, d):
                     return self._open_read_only(exc)
                 raise self._unusable(exc) from None
 
     def _unusable(self, exc: BaseException) -> CacheError:
-        if _damaged(exc):
-            return _damage(self.directory, exc)
+        if damaged(exc):
+            return damage_error(self.directory, exc)
         return CacheError(f"cannot open the cache at {self.directory}: {exc}")
 
-    def _open_read_only(self, why: BaseException) -> _ReadOnlyIndex:
-        index = _ReadOnlyIndex(self.directory)
+    def _open_read_only(self, why: BaseException) -> ReadOnlyIndex:
+        index = ReadOnlyIndex(self.directory)
         rows = index._sql("SELECT value FROM R1Meta WHERE name = 'format'").fetchall()
         if rows and rows[0][0] != FORMAT:
             raise CacheError(f"the cache at {self.directory} has layout {rows[0][0]!r}; "
@@ -532,38 +438,12 @@ class Cache:
     def _off(self) -> bool:
         return self.degraded is not None and self.degraded.startswith("turned off")
 
-    def _sweep_interrupted_imports(self, dc: diskcache.Cache) -> None:
-        """Remove the value files of imports whose process is gone (killed before its transaction committed)."""
-        rows = dc._sql("SELECT name FROM R1Meta WHERE substr(name, 1, ?) = ?",
-                       (len(_IMPORT_MARK), _IMPORT_MARK)).fetchall()
-        for (name,) in rows:
-            pid_text = str(name)[len(_IMPORT_MARK):]
-            if not pid_text.isdigit() or not _process_gone(int(pid_text)):
-                continue
-            pid = int(pid_text)
-            referenced = {str(f) for (f,) in dc._sql("SELECT filename FROM Cache WHERE filename LIKE ?",
-                                                     (f"%.p{pid}.val",)).fetchall()}
-            removed = 0
-            freed = 0
-            for path in self.directory.glob(f"[0-9a-f][0-9a-f]/[0-9a-f][0-9a-f]/*.p{pid}.val"):
-                if path.relative_to(self.directory).as_posix() in referenced:
-                    continue
-                with contextlib.suppress(OSError):
-                    freed += path.stat().st_size
-                    path.unlink()
-                    removed += 1
-            with dc.transact(retry=True):
-                dc._sql("DELETE FROM R1Meta WHERE name = ?", (name,))
-            if removed:
-                emit(Note("info", f"removed {removed} file(s) ({freed} bytes) left in {self.directory} by an "
-                                  f"interrupted cache import (process {pid})"))
-
     @contextlib.contextmanager
     def importing(self) -> Iterator[None]:
         """Mark an import in progress (committed before it writes anything), so that the files of a killed
         import are removed at the next open; the mark is cleared when the block ends."""
         self._refuse_read_only("import into it")
-        name = f"{_IMPORT_MARK}{os.getpid()}"
+        name = f"{IMPORT_MARK}{os.getpid()}"
         try:
             with self._dc.transact(retry=True):
                 self._dc._sql("INSERT OR REPLACE INTO R1Meta VALUES (?, ?)", (name, time.time()))
@@ -651,8 +531,8 @@ class Cache:
             if self.tolerant:
                 self._turn_off(exc)
                 return []
-            if _damaged(exc):
-                raise _damage(self.directory, exc) from None
+            if damaged(exc):
+                raise damage_error(self.directory, exc) from None
             raise CacheError(f"cannot read the cache at {self.directory}: {exc}") from None
 
     def _put(self, key: str, payload: bytes, digest: str | None = None) -> None:
