@@ -7,8 +7,8 @@ and the vendored winners. It never carries ``.r1build/`` (generated files of an 
 Before it writes anything, :func:`check_offline_buildable` makes sure a wheel built from the sdist can be built
 with no cache, no network and no opt-in, and refuses (exit 2) an sdist that would not: a current lock entry whose
 winner is neither vendored nor one of the manifest's own files (run ``r1build vendor``), or a kernel with no
-baseline and no usable lock entry. A missing or stale lock with baselines to fall back on is warned about
-loudly: such a wheel builds, from the baselines.
+hand-written source (baseline, candidates) and no usable lock entry. A missing or stale lock with hand-written
+sources to fall back on is warned about loudly: such a wheel builds from those, unvalidated.
 
 Those paths are forced in even where a ``.gitignore`` would leave them out. scikit-build-core takes a config
 setting *instead of* the pyproject.toml value, so the user's own include / exclude lists (config setting first,
@@ -119,7 +119,7 @@ def check_offline_buildable(project_dir: Path, manifest: Manifest) -> None:
                 if found is None or (found[1] == "vendored" and not carried):
                     missing.append(f"{spec.name}/{arch} ({entry.provenance}, source {entry.source[:16]})")
                 continue
-            if spec.baseline is None:
+            if spec.baseline is None and not spec.candidates:
                 unresolvable.append(f"{spec.name}/{arch}")
             else:
                 from_baseline.append(f"{spec.name}/{arch}")
@@ -131,8 +131,9 @@ def check_offline_buildable(project_dir: Path, manifest: Manifest) -> None:
         )
     if unresolvable:
         raise LockError(
-            f"no usable lock entry and no baseline for {', '.join(unresolvable)}: a wheel built from this sdist "
-            "could not be built offline; run `r1build lock` (or `r1build resolve`) and `r1build vendor` first"
+            f"no usable lock entry and no hand-written source (baseline, candidates) for {', '.join(unresolvable)}: "
+            "a wheel built from this sdist could not be built offline; run `r1build lock` (or `r1build resolve`) "
+            "and `r1build vendor` first"
         )
     if from_baseline:
         where = "every kernel" if lock is None else ", ".join(from_baseline)

@@ -168,6 +168,29 @@ def test_sdist_settings_force_in_the_manifest_inputs_and_keep_user_lists(tmp_pat
     assert settings["sdist.exclude"] == ["/notes/", "/.r1build/"]
 
 
+def test_sdist_refuses_what_a_wheel_could_not_build_offline(tmp_path: Path) -> None:
+    """No lock: a warning where hand-written sources exist (baseline or candidates), a refusal where none do."""
+    from r1build.build.sdist import check_offline_buildable
+    from r1build.errors import LockError
+
+    project = copy_project(PACKAGES / "tiny", tmp_path / "tiny")
+    toml = project / "kernels.toml"
+    seen: list[Event] = []
+    with sink(seen.append):
+        check_offline_buildable(project, load_manifest(toml))
+    assert any(isinstance(e, Note) and e.level == "warning" and "there is no kernels.lock" in e.message
+               for e in seen)
+
+    text = toml.read_text()
+    toml.write_text(text.replace('baseline = "scale.cu"', 'candidates = ["scale.cu"]'))
+    check_offline_buildable(project, load_manifest(toml))  # a candidates file is something to build from
+
+    toml.write_text(text.replace('baseline = "scale.cu"\n', ""))
+    with pytest.raises(LockError, match=r"no usable lock entry and no hand-written source .* scale/sm_90") as info:
+        check_offline_buildable(project, load_manifest(toml))
+    assert info.value.exit_code == 2
+
+
 def test_kernel_settings_emit_and_define_the_cmake_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc is not installed")
