@@ -353,7 +353,7 @@ def needs_diagnosis(plan: ShapePlan, verdict: Verdict) -> bool:
             and plan.calls[verdict.call].mode != "capture" and verdict.kind in ("value", "nan", "unwritten"))
 
 
-_REPEATS = 4
+_REPEATS = 6
 """How often the diagnosis repeats the failing call with the same inputs and shared-memory fill."""
 
 
@@ -385,7 +385,10 @@ def diagnose(plan: ShapePlan, index: int, verdict: Verdict, repeat: ShapePlan, r
     runs = len(repeat.calls)
     if not reply.get("ok") or len(records) < runs or any(r.get("error") for r in records[:runs]) \
             or len(buffers) < runs * n:
-        return verdict
+        why = reply.get("error") or next((r.get("error") or r.get("device_state") for r in records
+                                          if r.get("error") or r.get("device_state")), None)
+        return replace(verdict, detail=f"{verdict.detail} (repeating the call to name the cause failed after "
+                                       f"{len(records)} of {runs} calls: {why or 'no reason given'})")
     outs = [j for j, lay in enumerate(repeat.layouts) if lay.role != "in"]
 
     def datas(run: int) -> list[bytes]:
@@ -441,6 +444,9 @@ def judge_shape(spec: KernelSpec, plan: ShapePlan, reply: Mapping[str, Any], buf
             return Verdict("rejected", f"changed device state: {rec['device_state']} {where}. {_STATE_RULE}", i,
                            "state")
         captured = call.mode in ("graph", "capture")
+        if call.mode == "capture" and rc and rc not in _CAPTURE_ERRORS and not rec.get("fatal") \
+                and i + 1 < len(records):
+            continue  # an error returned while capturing: the next call, not captured, returns the call's own
         if rc and rc not in _CAPTURE_ERRORS and not rec.get("fatal"):
             # the call's own error (an invalid launch configuration, say), even where it also spoilt a capture
             return Verdict("incorrect", f"the call {rec.get('error') or f'returned error {rc}'} {where}; the "

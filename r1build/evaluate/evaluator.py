@@ -518,8 +518,27 @@ class GpuEvaluator:
         self._phase("checks_s", start)
         self.stats["checked"] += 1
         if verdict is not None:
-            entry.result = self._result(state, entry, verdict.status, verdict.detail)
+            race = self._race_found(state, entry, verdict)
+            entry.result = self._result(state, entry, verdict.status, race or verdict.detail)
             self._cancel_sanitizers(state, entry)
+
+    def _race_found(self, state: _JobState, entry: _Entry, verdict: Verdict) -> str | None:
+        """For wrong outputs of a kernel racecheck examines: its finding, when it has one. A race shows in the
+        outputs only now and then, racecheck finds it every time, so the reason is the same every run."""
+        if verdict.kind not in ("value", "nan", "unwritten") or entry.sanitizers is None:
+            return None
+        try:
+            outcomes = entry.sanitizers.result(timeout=max(60.0, 6 * self.call_timeout_s))
+        except Exception:
+            return None
+        found = next((o for o in outcomes if o.tool == "racecheck" and o.verdict == "finding"), None)
+        return self._race_detail(state, found.detail) if found is not None else None
+
+    def _race_detail(self, state: _JobState, finding: str) -> str:
+        sjob = self._sanitize_jobs.get((str(state.job.manifest.path), state.job.spec.name, state.arch))
+        shapes = ", ".join(s["key"] for s in sjob.shapes) if sjob else "small shapes"
+        return (f"nondeterministic: a race between threads on shared memory (compute-sanitizer racecheck at "
+                f"{shapes}): {finding}")
 
     def _run_checks(self, state: _JobState, slot: _Slot, entry: _Entry, lib: Library, plans: list[ShapePlan]
                     ) -> Verdict | None:
@@ -687,8 +706,9 @@ class GpuEvaluator:
             if outcome.verdict == "finding":
                 sjob = self._sanitize_jobs.get((str(state.job.manifest.path), state.job.spec.name, state.arch))
                 shapes = ", ".join(s["key"] for s in sjob.shapes) if sjob else "small shapes"
-                entry.result = self._result(state, entry, "incorrect",
-                                            f"compute-sanitizer {outcome.tool} at {shapes}: {outcome.detail}")
+                detail = (self._race_detail(state, outcome.detail) if outcome.tool == "racecheck"
+                          else f"compute-sanitizer {outcome.tool} at {shapes}: {outcome.detail}")
+                entry.result = self._result(state, entry, "incorrect", detail)
                 return
             if outcome.verdict == "inconclusive" and outcome.detail != "canceled":
                 self._note(f"{state.job.spec.name}: {outcome.detail}", state.job.spec.name, state.arch)

@@ -414,7 +414,11 @@ class Worker:
                 record["fatal"] = True
                 exiting = True
             results.append(record)
-            if exiting or record["error"] or record["capture_error"] or record.get("device_state"):
+            # an error the call returns while its stream is captured may be the capture's, not the call's:
+            # the calls that follow return the call's own
+            probe_error = mode == "capture" and record["rc"] and not 900 <= int(record["rc"]) <= 910
+            if exiting or record.get("device_state") or (
+                    (record["error"] or record["capture_error"]) and not probe_error):
                 break
             self.tick(i)
         return {"ok": True, "calls": results, "exiting": exiting}, out

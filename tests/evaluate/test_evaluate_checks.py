@@ -145,6 +145,13 @@ def test_stream_violations_and_crashes(root_manifest: Manifest) -> None:
     verdict = judge_shape(spec, plan, _reply(plan), replay_poisoned)
     assert verdict is not None and "outside the given stream" in verdict.detail
 
+    # an error returned while capturing (cudaErrorInvalidValue) is not the call's own: the next call names it
+    both = _reply(plan, 2, rc=9, error="returned cudaErrorInvalidConfiguration: invalid configuration argument")
+    both["calls"][0].update(rc=1, error="returned cudaErrorInvalidValue: invalid argument",
+                            capture_error="cudaErrorStreamCaptureInvalidated")
+    verdict = judge_shape(spec, plan, both, good[:6])
+    assert verdict is not None and "cudaErrorInvalidConfiguration" in verdict.detail and verdict.call == 1
+
     state = _reply(plan, 2, device_state="cudaLimitPersistingL2CacheSize from 0 to 1048576")
     verdict = judge_shape(spec, plan, state, good[:6])
     assert verdict is not None and verdict.status == "rejected" and "device state" in verdict.detail
@@ -166,27 +173,30 @@ def test_diagnosis_tells_races_from_shared_memory_reads(root_manifest: Manifest)
     plan = plans[1]
     failing = Verdict("incorrect", "out differs", 3, "value")
     repeat = diagnosis_plan(plan, 3)
-    assert [c.smem_pattern for c in repeat.calls] == [0xFFFFFFFF] * 4 + [0x4B4B4B4B] + [0xFFFFFFFF] * 3
-    assert [c.buffers for c in repeat.calls] == [0, 0, 0, 0, 0, 1, 0, 0]
-    assert len({c.index for c in repeat.calls[:5]}) == 1  # one poison for the repeats
+    assert [c.smem_pattern for c in repeat.calls] == [0xFFFFFFFF] * 6 + [0x4B4B4B4B] + [0xFFFFFFFF] * 3
+    assert [c.buffers for c in repeat.calls] == [0] * 7 + [1, 0, 0]
+    assert len({c.index for c in repeat.calls[:7]}) == 1  # one poison for the repeats
     a = _allocs(repeat, 0)
     b = _allocs(repeat, 0, {"out": np.array([1.5], np.float32)})
     c = _allocs(repeat, 0, {"out": np.array([2.5], np.float32)})
-    moved_ok = _allocs(repeat, 5)
-    first_ok = _allocs(repeat, 6)
-    ok = {"ok": True, "calls": [{"rc": 0, "error": None}] * 8}
+    moved_ok = _allocs(repeat, 7)
+    first_ok = _allocs(repeat, 8)
+    ok = {"ok": True, "calls": [{"rc": 0, "error": None}] * 10}
 
     def run(*runs: list[bytes]) -> Verdict:
         return diagnose(plan, 3, failing, repeat, ok, [x for r in runs for x in r], spec.tolerance)
 
-    assert run(a, a, a, a, a, a, first_ok, first_ok) is failing  # deterministic: the original explanation
-    assert "shared memory" in run(a, a, a, a, b, a, first_ok, first_ok).detail
-    assert "nondeterministic" in run(a, b, a, c, a, a, first_ok, first_ok).detail
+    assert run(a, a, a, a, a, a, a, a, first_ok, first_ok) is failing  # deterministic: the original explanation
+    assert "shared memory" in run(a, a, a, a, a, a, b, a, first_ok, first_ok).detail
+    assert "nondeterministic" in run(a, a, a, a, b, c, a, a, first_ok, first_ok).detail
     # an accumulator never reset: outputs drift (not a race), and inputs that passed before now fail
-    assert "depends on earlier calls" in run(a, b, c, a, b, c, a, b).detail
+    assert "depends on earlier calls" in run(a, b, c, a, b, c, a, b, c, a).detail
     # a memo of the pointers: the same inputs pass at other addresses
-    memo = run(b, b, b, b, b, moved_ok, first_ok, first_ok)
+    memo = run(b, b, b, b, b, b, b, moved_ok, first_ok, first_ok)
     assert "depends on earlier calls" in memo.detail and "other addresses" in memo.detail
+    # a diagnosis that could not run says why, keeping the first explanation
+    cut = diagnose(plan, 3, failing, repeat, {"ok": False, "error": "worker died"}, [], spec.tolerance)
+    assert cut.detail.startswith("out differs") and "worker died" in cut.detail
 
 
 def test_reference_outputs_are_checked(root_manifest: Manifest) -> None:
