@@ -760,7 +760,8 @@ class GpuEvaluator:
                                                   seed=self.seed)
             return self._benches[key]
 
-    def _time_entry(self, state: _JobState, slot: _Slot, entry: _Entry) -> Verdict | list[SampleStats]:
+    def _time_entry(self, state: _JobState, slot: _Slot, entry: _Entry, floors: DeviceFloors | None
+                    ) -> Verdict | list[SampleStats]:
         assert entry.library is not None and state.bench is not None
         lib = entry.library.result()
         assert isinstance(lib, Library)
@@ -792,7 +793,11 @@ class GpuEvaluator:
             shutil.rmtree(out_dir, ignore_errors=True)
         if verdict is not None:
             return verdict
-        return [summarize(s["samples_us"]) for s in reply["shapes"]]
+        stats = [summarize(s["samples_us"]) for s in reply["shapes"]]
+        if floors is not None:
+            warm = [s.get("mode") == "graph" for s in reply["shapes"]]
+            return implausible(spec, [s.median_us for s in stats], floors, warm) or stats
+        return stats
 
     def _time_job(self, state: _JobState, slot: _Slot) -> None:
         survivors = [e for e in state.entries if e.result is None]
@@ -801,9 +806,7 @@ class GpuEvaluator:
         floors = self._floors(slot)
         reference_us = self._time_reference(state, slot)
         for entry in survivors:
-            outcome = self._time_entry(state, slot, entry)
-            if not isinstance(outcome, Verdict) and floors is not None:
-                outcome = implausible(state.job.spec, [s.median_us for s in outcome], floors) or outcome
+            outcome = self._time_entry(state, slot, entry, floors)
             if isinstance(outcome, Verdict):
                 entry.result = self._result(state, entry, outcome.status, outcome.detail)
             else:

@@ -110,7 +110,7 @@ class Project:
             "]",
             'reference = "ref:vadd"',
             "test-shapes = [{ n = 1 }, { n = 1000 }]",
-            "bench-shapes = [{ n = 1048576 }]",
+            "bench-shapes = [{ n = 16777216 }]",  # twice the L2 and more: timed cold, below the memory floor
             f"budget = {_toml(bud)}",
         ]
         if baseline:

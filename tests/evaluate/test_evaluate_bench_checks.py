@@ -1,0 +1,76 @@
+"""The benchmark-shape checks from bytes built here (no GPU): input sets with reference outputs, the verdict on
+the outputs the timed calls left, the memo probe, and times the hardware does not allow."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from r1build.evaluate.bench_checks import IMPLAUSIBLE, implausible, judge_bench, plan_bench, rotation_for
+from r1build.evaluate.floors import DeviceFloors, bytes_moved
+from r1build.manifest import KernelSpec, Manifest, load_reference
+
+
+def _silu(root_manifest: Manifest) -> KernelSpec:
+    spec = root_manifest.kernel("silu_mul")
+    return replace(spec, bench_shapes=[{"n": 4099}])
+
+
+def _write(path: Path, array: NDArray[Any]) -> str:
+    np.ascontiguousarray(array).tofile(path)
+    return str(path)
+
+
+def test_rotation_covers_three_times_the_l2() -> None:
+    assert rotation_for(1 << 20, 50 << 20) == 4
+    assert rotation_for(200 << 20, 50 << 20) == 2
+    assert rotation_for(60 << 20, 50 << 20) == 3
+
+
+def test_outputs_of_the_timed_calls_and_the_memo_probe_are_judged(root_manifest: Manifest, tmp_path: Path) -> None:
+    spec = _silu(root_manifest)
+    plan = plan_bench(spec, load_reference(root_manifest.root, spec.reference), 50 << 20, tmp_path / "in")
+    shape = plan.shapes[0]
+    assert len(shape.sets) == 4 and shape.key == "n=4099"
+    assert int((shape.tweak.inputs["gate"] != shape.sets[0].inputs["gate"]).sum()) + \
+        int((shape.tweak.inputs["up"] != shape.sets[0].inputs["up"]).sum()) == 1
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def reply(outputs: list[NDArray[Any]], tweak: NDArray[Any]) -> dict[str, object]:
+        return {"outputs": [[None, None, _write(out / f"s{k}.bin", o)] for k, o in enumerate(outputs)],
+                "tweak_outputs": [None, None, _write(out / "t.bin", tweak)], "capture_error": None,
+                "capture_rc": 0, "device_state": None}
+
+    good = [s.expected["out"].astype(np.float32) for s in shape.sets]
+    tweak = shape.tweak.expected["out"].astype(np.float32)
+    assert judge_bench(spec, plan, [reply(good, tweak)]) is None
+
+    skipped = [*good[:2], np.zeros(4099, np.float32), good[3]]  # work skipped in one set
+    verdict = judge_bench(spec, plan, [reply(skipped, tweak)])
+    assert verdict is not None and "benchmark shape n=4099 (input set 3 of 4)" in verdict.detail
+
+    memo = judge_bench(spec, plan, [reply(good, good[0])])  # the tweaked call returned set 1's result
+    assert memo is not None and "depends on earlier calls" in memo.detail
+
+    captured = judge_bench(spec, plan, [{**reply(good, tweak), "capture_rc": 901}])
+    assert captured is not None and "outside the given stream" in captured.detail
+    state = judge_bench(spec, plan, [{**reply(good, tweak), "device_state": "cudaLimitPersistingL2CacheSize"}])
+    assert state is not None and state.status == "rejected" and "device state" in state.detail
+
+
+def test_times_below_the_memory_floor_are_implausible(root_manifest: Manifest) -> None:
+    spec = root_manifest.kernel("silu_mul")
+    floors = DeviceFloors("H200", bandwidth_bps=4.0e12, fp32_flops=6.0e13)
+    floor_us = bytes_moved(spec, spec.bench_shapes[0]) / 4.0e12 * 1e6
+    assert implausible(spec, [floor_us * 0.95], floors) is None  # a kernel near the floor
+    verdict = implausible(spec, [0.0124], floors)
+    assert verdict is not None and verdict.status == "rejected" and "implausible" in verdict.detail
+    assert f"{floor_us / 0.0124:.1f}x faster" in verdict.detail
+    just_over = floor_us / IMPLAUSIBLE * 0.99
+    assert implausible(spec, [just_over], floors) is not None
+    assert implausible(spec, [just_over], floors, [True]) is None  # timed warm: up to 4x allowed
