@@ -64,7 +64,7 @@ def test_task_prompt_carries_the_spec(project: Project) -> None:
         "out[i] = a[i] + b[i]",                       # the description
         "def vadd(a, b, n):",                         # the reference's source
         "n=1; n=1000",                                # correctness shapes
-        "n=1048576",                                  # benchmark shape
+        "n=16777216",                                  # benchmark shape
         "132 SMs", "227 KiB per block", "at most 255 per thread", "Tensor cores: 4th gen",
         "at most 64 registers per thread", "no spilling",
         "nvcc -O3 -std=c++17 -arch=sm_90",
