@@ -4,8 +4,9 @@ stability), once more job by job after ``prepare`` (how a resolver walking kerne
 evaluator), and once through ``r1build.resolve`` itself (what ``r1build resolve`` does on a GPU machine without
 an LLM).
 
-Targets: at least 30 candidates a minute end to end (compile, gate, correctness, sanitizers, timing); spread at
-most 2% for kernels of 50 us and more; the same kernel within 3% between runs. Writes
+Targets: at least 30 candidates a minute end to end (compile, gate, correctness, sanitizers, timing); the median
+of kernels of 50 us and more good to 0.5% (its standard error, from the spread of single cold launches and the
+sample count: see r1build/select.py); the same kernel within 3% between runs. Writes
 ``bench/results/evaluate_root.json`` and ``.md``; exits 1 when a target is missed, 2 without a GPU.
 
     python bench/evaluate_root.py [--manifest kernels.toml] [--runs 2] [--out bench/results] [--no-resolve]
@@ -32,10 +33,10 @@ from r1build.judge import Job  # noqa: E402
 from r1build.manifest import load_manifest  # noqa: E402
 from r1build.manifest.archs import parse_arch  # noqa: E402
 from r1build.records import Candidate, Result  # noqa: E402
-from r1build.select import select_winner  # noqa: E402
+from r1build.select import median_error, select_winner  # noqa: E402
 
 TARGET_PER_MINUTE = 30.0
-TARGET_SPREAD = 0.02
+TARGET_MEDIAN_ERROR = 0.005
 TARGET_REPEAT = 0.03
 
 
@@ -200,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"resolve: {resolved['wall_s']:.1f} s ({resolved['per_minute']:.1f}/min)", flush=True)
 
     rows = runs[0]["rows"]
-    spreads = [r["spread"] for r in rows if r["time_us"] and r["time_us"] >= 50]
+    errors = [median_error(r["spread"], r["samples"]) for r in rows if r["time_us"] and r["time_us"] >= 50]
     diffs = []
     if len(runs) > 1:
         second = {(r["kernel"], r["arch"], r["digest"]): r for r in runs[1]["rows"]}
@@ -212,8 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     targets = {
         "candidates per minute >= 30 (every run)": {"met": best_rate >= TARGET_PER_MINUTE,
                                         "value": ", ".join(f"{run['per_minute']:.1f}" for run in runs)},
-        "spread <= 2% at >= 50 us": {"met": all(s <= TARGET_SPREAD for s in spreads),
-                                     "value": f"max {max(spreads) * 100:.2f}%" if spreads else "no such kernel"},
+        "median error <= 0.5% at >= 50 us": {"met": all(e <= TARGET_MEDIAN_ERROR for e in errors),
+                                             "value": f"max {max(errors) * 100:.2f}%" if errors else "no such kernel"},
         "repeat within 3%": {"met": all(d <= TARGET_REPEAT for d in diffs),
                              "value": f"max {max(diffs) * 100:.2f}%" if diffs else "one run"},
         "every manifest candidate passes": {"met": all(r["status"] == "passed" for r in rows),

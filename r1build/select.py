@@ -6,16 +6,19 @@ Rules:
   their tunable values). A rejected candidate never wins, and a generated one never wins on the gate alone
   (it is ``pending`` until a GPU of the arch judges it);
 - with timings, find the fastest; the winner is the *earliest* eligible candidate (in preference order) that the
-  fastest does not beat by more than the noise, where the noise of a comparison is the larger relative spread of
-  the two and at least ``min_lead``. So the fastest wins only when its lead over every earlier candidate is
-  larger than the noise, and a tie goes to the simpler or earlier one. Candidates are given in preference order
-  (baseline, hand-written files, tuned variants, generated in order);
+  fastest does not beat by more than the noise, where the noise of a comparison is three standard errors of the
+  difference of the two medians (estimated from each one's spread and sample count: single cold launches
+  scatter by a few percent, their median of hundreds of samples by a fraction of that) and at least
+  ``min_lead``, which covers what varies between runs (clocks, temperature). So the fastest wins only when its
+  lead over every earlier candidate is larger than the noise, and a tie goes to the simpler or earlier one.
+  Candidates are given in preference order (baseline, hand-written files, tuned variants, generated in order);
 - candidates that passed without a timing (no GPU measured them) only win when none was timed;
 - without timings (static gate only), the first eligible candidate in preference order wins.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from typing import Protocol, TypeVar
@@ -32,18 +35,27 @@ from .records import (
     validation_of,
 )
 
-__all__ = ["MIN_LEAD", "beats", "decision_winner", "may_win", "outcomes", "rejection", "select_winner",
-           "unresolved"]
+__all__ = ["MIN_LEAD", "beats", "decision_winner", "may_win", "median_error", "outcomes", "rejection",
+           "select_winner", "unresolved"]
 
 MIN_LEAD = 0.02
 """Smallest relative lead that counts as faster, whatever the measured spread."""
 
 
+def median_error(spread: float, samples: int) -> float:
+    """Relative standard error of a median from its relative p10-p90 ``spread`` over ``samples`` samples (the
+    p10-p90 width of a normal distribution is 2.56 standard deviations; a median's error is 1.25 times the
+    mean's)."""
+    return 1.2533 * (spread / 2.5631) / math.sqrt(max(1, samples))
+
+
 def beats(challenger: Result, holder: Result, min_lead: float = MIN_LEAD) -> bool:
     """Whether ``challenger`` is faster than ``holder`` by more than the noise of the two measurements."""
-    assert challenger.timing is not None and holder.timing is not None
-    noise = max(challenger.timing.spread, holder.timing.spread, min_lead)
-    return challenger.timing.median_us * (1.0 + noise) < holder.timing.median_us
+    a, b = challenger.timing, holder.timing
+    assert a is not None and b is not None
+    error = math.hypot(median_error(a.spread, a.samples), median_error(b.spread, b.samples))
+    noise = max(3.0 * error, min_lead)
+    return bool(a.median_us * (1.0 + noise) < b.median_us)
 
 
 class _Sourced(Protocol):

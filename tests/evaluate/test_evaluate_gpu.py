@@ -15,6 +15,7 @@ from r1build.evaluate.floors import FLOORS_NAMESPACE, DeviceFloors
 from r1build.judge import Job
 from r1build.manifest import Manifest
 from r1build.records import Candidate, Origin, Result
+from r1build.select import median_error
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +52,10 @@ def test_root_kernels_pass_with_timings(evaluator: GpuEvaluator, root_manifest: 
             assert t.median_us > 0 and t.samples >= 20 and t.floor_us is not None
             assert t.share_of_floor is not None and 0 < t.share_of_floor <= 1.3, label
             assert len(t.shapes) == len(job.spec.bench_shapes)
-            if t.median_us >= 50:
-                assert t.spread <= 0.02, f"{label}: spread {t.spread:.2%} at {t.median_us:.1f} us"
+            if t.median_us >= 50:  # single cold launches scatter by a few percent; their median is what ranks
+                assert t.spread <= 0.10, f"{label}: spread {t.spread:.2%} at {t.median_us:.1f} us"
+                error = median_error(t.spread, t.samples)
+                assert error <= 0.005, f"{label}: median good to {error:.2%} at {t.median_us:.1f} us"
         baseline = results[0].timing
         assert baseline is not None and baseline.speedup_vs_baseline == pytest.approx(1.0)
     gpu = evaluator.gpus[0]
