@@ -20,6 +20,7 @@ exit code 2 at the CLI / PEP 517 boundary; everything else to exit code 1::
     ├── ResolveError                   no winner, no baseline: nothing to emit for a kernel
     │   └── NoWinnerError              no candidate of a kernel × arch may win (the table of why, as data)
     ├── GenerationError                the LLM provider failed in a way that ends the run (401, 402, ...)
+    │   └── EndpointSilentError        ... or never answered (5xx, cut streams, timeouts): a build goes on
     └── EvaluationError                the GPU evaluator could not run at all
 """
 
@@ -40,6 +41,7 @@ __all__ = [
     "CacheLocationError",
     "CompileError",
     "ConfigError",
+    "EndpointSilentError",
     "EvaluationError",
     "GenerationError",
     "LockError",
@@ -157,6 +159,11 @@ class NoWinnerError(ResolveError):
 
 class GenerationError(R1BuildError):
     """The LLM provider failed in a way that ends the run (bad key, no credit, bad request)."""
+
+
+class EndpointSilentError(GenerationError):
+    """No request of a search got an answer (server errors, cut streams, timeouts, a breaker that opened): the
+    endpoint is down in all but name. ``r1build resolve`` fails with it; a build goes on without generating."""
 
 
 class EvaluationError(R1BuildError):

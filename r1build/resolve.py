@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from .cache import Cache
-from .errors import CompileError, LockError, NoWinnerError, ResolveError, UsageError
+from .errors import CompileError, EndpointSilentError, LockError, NoWinnerError, ResolveError, UsageError
 from .events import Note, Stage, emit
 from .judge import CHECKS_VERSION, Evaluator, Job
 from .keys import decision_key, digest_bytes
@@ -81,6 +81,9 @@ class ResolveOptions:
     entries that still verify, the cache and the manifest, instead of being an error (``r1build lock``)."""
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     """Environment for endpoint and key lookup."""
+    build: bool = False
+    """Resolving for a build (the PEP 517 backend): an endpoint that never answers is a warning, and the build
+    goes on with the user's own sources, instead of an error."""
 
 
 @dataclass(frozen=True)
@@ -234,6 +237,10 @@ class _Judges:
             self._endpoint = _may_generate(manifest, options, self.cache)
         return self._endpoint
 
+    def silence_endpoint(self) -> None:
+        """No more requests in this run: the endpoint never answered (a build goes on without it)."""
+        self._endpoint = False
+
     @property
     def gate(self) -> StaticGate:
         if self._gate is None:
@@ -327,7 +334,17 @@ def _decide(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Ca
         from .generate import search
 
         emit(Stage("generate", spec.name, arch))
-        outcome = search(manifest, spec, arch, evaluator=evaluator or judges.gate, cache=cache, seeds=seeds)
+        try:
+            outcome = search(manifest, spec, arch, evaluator=evaluator or judges.gate, cache=cache, seeds=seeds)
+        except EndpointSilentError as exc:
+            if not options.build:
+                raise
+            # a build has the user's own sources to fall back on: go on as if no endpoint were configured
+            emit(Note("warning", f"{exc}; building without generated candidates", spec.name, arch))
+            judges.silence_endpoint()
+            if evaluator is None:
+                return None
+            return _decide(manifest, spec, arch, key, cache, judges, options, seeds)
         candidates, results, transcripts = outcome.candidates, outcome.results, outcome.transcripts
     else:
         assert evaluator is not None
@@ -612,7 +629,7 @@ def prepare_build(project_dir: Path, *, locked: bool = False, generate: bool = F
             manifest,
             cache,
             ResolveOptions(archs=list(archs) if archs else None, offline=not generate, locked=locked,
-                           use_gpu=evaluate, write_lock=False),
+                           use_gpu=evaluate, write_lock=False, build=True),
         )
         if not generate and (resolution.unresolved or any(r.state == "gated" for r in resolution.entries)):
             from .generate import endpoint_configured

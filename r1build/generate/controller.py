@@ -44,7 +44,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from ..cache.store import Cache
-from ..errors import EvaluationError, GenerationError, R1BuildError
+from ..errors import EndpointSilentError, EvaluationError, R1BuildError
 from ..events import Note, Progress, Stage, emit
 from ..judge import Evaluator, Job
 from ..keys import canonical_json, decision_key
@@ -659,7 +659,7 @@ class _Search:
             else:
                 self.stop("target" if self.target_reached() else "rounds")
         if self.usage.answers == 0 and self.usage.requests > 0:
-            raise GenerationError(self.no_answer())
+            raise EndpointSilentError(self.no_answer())
         reason = self.stop_reason or "rounds"
         return self.outcome(reason, rounds_done)
 

@@ -115,3 +115,23 @@ def test_a_cache_that_cannot_keep_results_is_no_reason_to_pay(project: Project, 
     err = capsys.readouterr().err
     assert requests == 0
     assert "damaged" in err and "cannot keep what it would cost" in err
+
+
+def test_an_endpoint_that_never_answers_fails_resolve_but_not_a_build(project: Project,
+                                                                      keyed_env: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Reachable but down in all but name (every request a 503): ``r1build resolve`` names the cause and exits
+    1; an opted-in build warns and builds with the baseline."""
+    from chat_server import Fault
+
+    project.write(baseline=True, budget={"rounds": 1, "samples": 2},
+                  generation={"retries": 0, "max-consecutive-failures": 2})
+    with ChatServer([Fault(503, "overloaded")] * 40) as server:
+        keyed_env.setenv("R1BUILD_BASE_URL", server.url)
+        assert main(["resolve", "--manifest", str(project.root), "--no-gpu"]) == 1
+        err = capsys.readouterr().err
+        assert "503" in err and "Traceback" not in err
+        notes = _build(project.root, {"r1build.generate": "1"})
+        asked = len(server.requests)
+    assert asked >= 2
+    assert any("building without generated candidates" in n.message for n in notes), notes
