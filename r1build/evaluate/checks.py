@@ -34,13 +34,14 @@ from numpy.typing import NDArray
 
 from ..errors import EvaluationError
 from ..manifest.model import KernelSpec, Tolerance
+from ..manifest.outputs import call_reference
+from ..manifest.reference import ReferenceError_
 from .compare import Mismatch, check_guards, check_unchanged, compare_outputs
 from .floors import shape_key
 from .inputs import (
     FLOAT_DTYPES,
     GUARD_BYTE,
     ArrayLayout,
-    array_shape,
     generate_inputs,
     layout_for,
     numpy_dtype,
@@ -187,40 +188,15 @@ def arg_items(spec: KernelSpec, sizes: Mapping[str, int]) -> list[dict[str, Any]
 
 def run_reference(reference: Callable[..., Any], spec: KernelSpec, sizes: Mapping[str, int],
                   inputs: Mapping[str, NDArray[Any]]) -> dict[str, NDArray[Any]]:
-    """The reference's outputs by name, checked against the declared shapes."""
-    outs = [a for a in spec.args if a.is_array and a.role in ("out", "inout")]
+    """The reference's outputs by name, checked against the declared shapes and dtypes as ``r1build check``
+    checks them (:func:`~r1build.manifest.outputs.call_reference`); integer outputs in their declared dtype."""
     try:
-        result = reference(**reference_kwargs(spec, sizes, inputs))
-    except Exception as exc:
-        raise EvaluationError(f"{spec.name}: the reference {spec.reference} failed at {dict(sizes)}: "
-                              f"{type(exc).__name__}: {exc}") from None
-    if isinstance(result, dict):
-        values = {a.name: result.get(a.name) for a in outs}
-    elif isinstance(result, (tuple, list)):
-        if len(result) != len(outs):
-            raise EvaluationError(f"{spec.name}: the reference returned {len(result)} values for {len(outs)} "
-                                  f"outputs ({', '.join(a.name for a in outs)})")
-        values = {a.name: v for a, v in zip(outs, result, strict=True)}
-    else:
-        if len(outs) != 1:
-            raise EvaluationError(f"{spec.name}: the reference returned one value for {len(outs)} outputs; return "
-                                  "a tuple in declaration order or a dict by name")
-        values = {outs[0].name: result}
-    checked: dict[str, NDArray[Any]] = {}
-    for arg in outs:
-        value = values[arg.name]
-        if value is None:
-            raise EvaluationError(f"{spec.name}: the reference returned nothing for output {arg.name!r}")
-        arr = np.asarray(value)
-        shape = array_shape(arg, sizes)
-        if arr.shape != shape:
-            if arr.size != int(np.prod(shape, dtype=np.int64)):
-                raise EvaluationError(f"{spec.name}: the reference's {arg.name} has shape {arr.shape}, the spec "
-                                      f"declares {shape} at {dict(sizes)}")
-            arr = arr.reshape(shape)
-        if arg.dtype not in FLOAT_DTYPES:
-            arr = arr.astype(numpy_dtype(arg.dtype))
-        checked[arg.name] = arr
+        checked = call_reference(reference, spec, sizes, reference_kwargs(spec, sizes, inputs))
+    except ReferenceError_ as exc:
+        raise EvaluationError(f"{spec.name}: the reference {spec.reference} at {dict(sizes)}: {exc}") from None
+    for arg in spec.args:
+        if arg.name in checked and arg.dtype not in FLOAT_DTYPES:
+            checked[arg.name] = checked[arg.name].astype(numpy_dtype(arg.dtype))
     return checked
 
 

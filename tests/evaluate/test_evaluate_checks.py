@@ -209,5 +209,7 @@ def test_reference_outputs_are_checked(root_manifest: Manifest) -> None:
     assert run_reference(lambda **kw: {"out": np.zeros(4)}, spec, {"n": 4}, x)["out"].shape == (4,)
     with pytest.raises(EvaluationError, match="shape"):
         run_reference(lambda **kw: np.zeros(5), spec, {"n": 4}, x)
-    with pytest.raises(EvaluationError, match="failed"):
+    with pytest.raises(EvaluationError, match="raised ZeroDivisionError"):
         run_reference(lambda **kw: 1 / 0, spec, {"n": 4}, x)
+    with pytest.raises(EvaluationError, match="dtype"):  # the same rule as `r1build check`
+        run_reference(lambda **kw: np.zeros(4, np.int32), spec, {"n": 4}, x)
