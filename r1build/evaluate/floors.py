@@ -9,15 +9,14 @@ cuBLAS SGEMM through cupy and a kernel of independent FMAs. For one shape, the b
 
 from __future__ import annotations
 
-import ast
-import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..errors import EvaluationError
+from ..manifest.flops import evaluate_flops
 from ..manifest.model import KernelSpec
 from .inputs import array_shape, numpy_dtype
 
@@ -60,42 +59,13 @@ class DeviceFloors:
         return cls(str(obj.get("device", "")), bw, fl)
 
 
-_BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
-}
-
-
 def eval_flops(expr: str, sizes: Mapping[str, int]) -> float:
-    """Evaluate a ``flops`` expression (numbers, size names, ``+ - * / // % **``, parentheses)."""
-
-    def ev(node: ast.AST) -> float:
-        if isinstance(node, ast.Expression):
-            return ev(node.body)
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(
-                node.value, bool):
-            return float(node.value)
-        if isinstance(node, ast.Name):
-            if node.id not in sizes:
-                raise EvaluationError(f"flops expression {expr!r} names {node.id!r}, which is not a size of this "
-                                      f"shape ({', '.join(sizes) or 'none'})")
-            return float(sizes[node.id])
-        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-            return float(_BINARY[type(node.op)](ev(node.left), ev(node.right)))
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-            value = ev(node.operand)
-            return -value if isinstance(node.op, ast.USub) else value
-        raise EvaluationError(f"flops expression {expr!r}: only numbers, size names and + - * / // % ** are "
-                              "allowed")
-
+    """Evaluate a ``flops`` expression (numbers, size names, ``+ - * / // % **``, parentheses) with the rules
+    ``r1build check`` applies (:func:`~r1build.manifest.flops.evaluate_flops`)."""
     try:
-        tree = ast.parse(expr, mode="eval")
-    except SyntaxError as exc:
-        raise EvaluationError(f"flops expression {expr!r} does not parse: {exc.msg}") from None
-    try:
-        return ev(tree)
-    except (ZeroDivisionError, OverflowError) as exc:
-        raise EvaluationError(f"flops expression {expr!r} at {dict(sizes)}: {exc}") from None
+        return evaluate_flops(expr, sizes)
+    except ValueError as exc:
+        raise EvaluationError(f"flops expression: {exc}") from None
 
 
 def bytes_moved(spec: KernelSpec, sizes: Mapping[str, int]) -> int:

@@ -38,6 +38,14 @@ def _evaluate(node: ast.AST, sizes: Mapping[str, int]) -> float:
     raise _Bad
 
 
+def evaluate_flops(expr: str, sizes: Mapping[str, int]) -> float:
+    """The value of a ``flops`` expression at ``sizes``; :class:`ValueError` saying why when it has none."""
+    problem = flops_problem(expr, list(sizes), [sizes])
+    if problem is not None:
+        raise ValueError(problem)
+    return _evaluate(ast.parse(expr, mode="eval"), sizes)
+
+
 def flops_problem(expr: str, size_names: Sequence[str], shapes: Sequence[Mapping[str, int]]) -> str | None:
     """Why ``expr`` is not a usable ``flops`` expression for these sizes and shapes, or None."""
     try:
