@@ -9,7 +9,9 @@ exit code 2 at the CLI / PEP 517 boundary; everything else to exit code 1::
     │   ├── LockError                  kernels.lock missing, stale, corrupt
     │   │   └── StaleLockError         --locked and the lock does not match the manifest
     │   ├── BundleError                a cache bundle that is malformed or tampered with
-    │   ├── ConfigError                settings / environment (missing API key, bad endpoint)
+    │   ├── ConfigError                settings / environment (missing API key, bad endpoint, bad signing key)
+    │   ├── SignatureError             a signed decision or bundle entry that is unsigned, malformed, signed by
+    │   │                                  an untrusted key, or altered (names the key id)
     │   └── UsageError                 command-line misuse
     ├── CacheError                     the cache directory is unusable
     │   ├── CacheLocationError         ... because of where it points (a file, a folder of other files, no cache
@@ -29,7 +31,7 @@ from __future__ import annotations
 import shlex
 import textwrap
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from .records import Unresolved
@@ -49,6 +51,7 @@ __all__ = [
     "NoWinnerError",
     "R1BuildError",
     "ResolveError",
+    "SignatureError",
     "StaleLockError",
     "ToolchainError",
     "UsageError",
@@ -103,6 +106,20 @@ class BundleError(UserError):
 
 class ConfigError(UserError):
     """Settings or environment: a missing API key, an unknown provider."""
+
+
+class SignatureError(UserError):
+    """A signature that cannot be trusted: absent, malformed, by a key the project does not list, or not matching
+    what it signs. Remote decisions and bundle entries that fail are refused (a warning each), not fatal."""
+
+    def __init__(self, message: str, *, reason: Literal["unsigned", "malformed", "untrusted", "invalid"],
+                 key_id: str | None = None) -> None:
+        self.reason = reason
+        """Which check failed: ``unsigned``, ``malformed``, ``untrusted`` (key not listed) or ``invalid`` (the
+        signature does not match)."""
+        self.key_id = key_id
+        """The signing key's id, where the signature names one."""
+        super().__init__(message)
 
 
 class UsageError(UserError):

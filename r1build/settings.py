@@ -10,6 +10,8 @@ variable                    meaning
 ``R1BUILD_EVALUATE=1``      let a build measure on a local GPU on a miss
 ``R1BUILD_CACHE_DIR``       the cache directory (platformdirs' user cache folder otherwise)
 ``R1BUILD_VERBOSE=1``       build lines for every stage's end (gate registers, cache hits)
+``R1BUILD_SIGNING_KEY``     the Ed25519 private key that signs exported decisions (PEM text or the base64 of
+                            its 32 raw bytes; see :mod:`r1build.signing`); ``--signing-key FILE`` overrides it
 ==========================  =============================================================================
 
 Flags accept 1/0, true/false, yes/no, on/off (any case); an empty variable is unset. Anything else is a
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import ConfigError
@@ -60,6 +62,9 @@ class EnvSettings:
     """``R1BUILD_CACHE_DIR``: the cache directory, as given (``~`` expanded)."""
     verbose: bool = False
     """``R1BUILD_VERBOSE``: build output shows each stage's closing line."""
+    signing_key: str | None = field(default=None, repr=False)
+    """``R1BUILD_SIGNING_KEY``: the private signing key's text, as given (parsed by
+    :func:`r1build.signing.load_private_key`); never shown in a repr."""
 
 
 def _flag(environ: Mapping[str, str], name: str) -> bool | None:
@@ -82,4 +87,5 @@ def env_settings(environ: Mapping[str, str] | None = None) -> EnvSettings:
         evaluate=_flag(env, "R1BUILD_EVALUATE"),
         cache_dir=Path(raw_dir).expanduser() if raw_dir else None,
         verbose=verbose not in _FALSE,
+        signing_key=env.get("R1BUILD_SIGNING_KEY", "").strip() or None,
     )

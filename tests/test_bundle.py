@@ -42,7 +42,11 @@ def contents(cache: Cache) -> dict[str, bytes | None]:
 
 @pytest.fixture
 def source(tmp_path: Path) -> Cache:
-    cache = Cache(tmp_path / "source")
+    return filled(Cache(tmp_path / "source"))
+
+
+def filled(cache: Cache) -> Cache:
+    """``cache`` with two decisions (and their blobs), a large blob, a gate result and a JSON document."""
     make_decision(cache, "d" * 64, "matmul")
     make_decision(cache, "e" * 64, "softmax_rows")
     cache.put_blob(os.urandom(LARGE))
@@ -307,9 +311,9 @@ def test_malformed_bundles_are_refused(fresh: Cache, bundle: Path, tmp_path: Pat
     refused(fresh, tmp_path / "absent.zip", "no such bundle")
 
     def future(doc: dict[str, Any]) -> None:
-        doc["version"] = 2
+        doc["version"] = 3
 
-    refused(fresh, rewrite(bundle, tmp_path / "v2.zip", index=future), "bundle version 2 is not supported")
+    refused(fresh, rewrite(bundle, tmp_path / "v3.zip", index=future), "bundle version 3 is not supported")
 
     with zipfile.ZipFile(bundle) as zf:
         data = {name: zf.read(name) for name in zf.namelist() if name != "index.json"}

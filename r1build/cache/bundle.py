@@ -2,11 +2,19 @@
 
 A bundle is a zip file::
 
-    index.json            {"format": "r1build-bundle", "version": 1, "created": ..., "entries": [...]}
+    index.json            {"format": "r1build-bundle", "version": 1 or 2, "created": ..., "entries": [...]}
     entries/<sha256>      one payload per distinct digest (deflated)
 
 Each index entry is ``{"key", "kind", "sha256", "size"}``: the entry's full cache key, its kind, and the sha256
 and length of its payload. The zip comment holds ``r1build-bundle index sha256=<digest of index.json>``.
+
+**Signed bundles** (version 2, written when export is given a signing key): every entry that is not a blob
+(decisions, gate results, JSON documents) also carries ``"signature": "ed25519:<key id>:<base64>"``, the
+signature of :func:`r1build.signing.entry_payload` (its full key and the sha256 of its payload). Blobs need none:
+their key is their content's digest, and only a signed decision makes a build use one. Import given trusted keys
+(the manifest's ``[cache] trusted-keys``) verifies each such entry and refuses, with one warning each, those that
+are unsigned, signed by a key not listed, or whose signature does not match; the rest is imported. Without trusted
+keys, signatures are not checked and old unsigned (version 1) bundles import as before.
 
 Import reads and checks the whole bundle before it writes anything: the index digest, the index's shape and
 format version, that every payload member is listed and every listed payload is present, each payload's length
@@ -43,10 +51,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..errors import BundleError
+from ..errors import BundleError, SignatureError
 from ..events import Note, emit
 from ..keys import canonical_json, digest_bytes
 from ..records import Decision, from_json
+from ..signing import PrivateKey, TrustedKeys, entry_payload, sign, verify
 from .index import process_gone
 from .store import KINDS, Cache, check_payload, kind_of
 
@@ -63,8 +72,11 @@ __all__ = [
 
 BUNDLE_FORMAT = "r1build-bundle"
 """The ``format`` field of every bundle index."""
-BUNDLE_VERSION = 1
-"""The bundle layout this r1build writes and reads."""
+BUNDLE_VERSION = 2
+"""The newest bundle layout this r1build writes (when signing) and reads; version 1, unsigned, is written
+without a signing key (so older r1build reads it) and still read."""
+_VERSIONS = (1, 2)
+_FIELDS = frozenset({"key", "kind", "sha256", "size"})
 INDEX_NAME = "index.json"
 PAYLOAD_DIR = "entries/"
 _COMMENT_PREFIX = b"r1build-bundle index sha256="
@@ -86,6 +98,8 @@ class BundleEntry:
     """sha256 of the payload."""
     size: int
     """Payload bytes."""
+    signature: str | None = None
+    """Signed bundles: ``ed25519:<key id>:<base64>`` over :func:`~r1build.signing.entry_payload` (not blobs)."""
 
 
 @dataclass
@@ -110,6 +124,12 @@ class BundleSummary:
     """Import: keys the cache had with a different payload, kept as they were."""
     missing: list[str] = field(default_factory=list)
     """Export: keys asked for or referenced by a decision that the cache does not hold intact (left out)."""
+    signed_by: str | None = None
+    """Export: the id of the key that signed the entries (None: unsigned)."""
+    verified: dict[str, str] = field(default_factory=dict)
+    """Import with trusted keys: key to the id of the trusted key whose signature it carries."""
+    refused: dict[str, str] = field(default_factory=dict)
+    """Import with trusted keys: keys not imported, to why (unsigned, untrusted key, signature mismatch)."""
 
     @property
     def total(self) -> int:
@@ -145,8 +165,10 @@ def _selection(cache: Cache, keys: Iterable[str] | None) -> list[str]:
     return sorted(chosen | referenced)
 
 
-def export_bundle(cache: Cache, path: Path | str, keys: Iterable[str] | None = None) -> BundleSummary:
+def export_bundle(cache: Cache, path: Path | str, keys: Iterable[str] | None = None, *,
+                  signing_key: PrivateKey | None = None) -> BundleSummary:
     """Write a bundle of every intact entry, or of ``keys`` (full keys; a decision brings the blobs it names).
+    With ``signing_key`` every entry but blobs is signed (a version 2 bundle).
 
     Entries that are absent or corrupt are left out with a warning and listed in ``missing``. The file is
     written to a temporary name next to ``path`` (carrying this process's id) and renamed, so a reader never
@@ -165,10 +187,13 @@ def export_bundle(cache: Cache, path: Path | str, keys: Iterable[str] | None = N
             continue
         digest = digest_bytes(payload)
         payloads[digest] = payload
-        index.append({"key": key, "kind": kind_of(key), "sha256": digest, "size": len(payload)})
+        item: dict[str, Any] = {"key": key, "kind": kind_of(key), "sha256": digest, "size": len(payload)}
+        if signing_key is not None and item["kind"] != "blob":
+            item["signature"] = sign(entry_payload(key, payload), signing_key)
+        index.append(item)
     doc = {
         "format": BUNDLE_FORMAT,
-        "version": BUNDLE_VERSION,
+        "version": BUNDLE_VERSION if signing_key is not None else 1,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "r1build": __version__,
         "entries": index,
@@ -190,6 +215,7 @@ def export_bundle(cache: Cache, path: Path | str, keys: Iterable[str] | None = N
             raise
     except OSError as exc:
         raise BundleError(f"cannot write the bundle {path}: {exc}") from None
+    summary.signed_by = signing_key.key_id if signing_key is not None else None
     summary.entries = _per_kind(e["kind"] for e in index)
     summary.payload_bytes = sum(e["size"] for e in index)
     summary.file_bytes = path.stat().st_size
@@ -220,16 +246,19 @@ def _per_kind(kinds: Iterable[str]) -> dict[str, int]:
 
 
 # -- import ---------------------------------------------------------------------------------------------------
-def import_bundle(cache: Cache, path: Path | str) -> BundleSummary:
+def import_bundle(cache: Cache, path: Path | str, *, trusted: TrustedKeys | None = None) -> BundleSummary:
     """Verify the whole bundle at ``path``, then add its entries to ``cache`` (see the module doc for conflicts).
 
     Raises :class:`~r1build.errors.BundleError` for a bundle that is unreadable, malformed or tampered with; the
-    cache is then untouched.
+    cache is then untouched. With ``trusted`` keys (non-empty), every entry but blobs must carry a signature by
+    one of them: the others are refused, one warning each, and listed in ``refused``.
     """
     path = Path(path)
     entries, payloads = read_bundle(path)
     summary = BundleSummary(str(path), entries=_per_kind(e.kind for e in entries),
                             payload_bytes=sum(e.size for e in entries), file_bytes=path.stat().st_size)
+    if trusted:
+        entries = _trusted_entries(entries, payloads, trusted, summary)
     order = sorted(entries, key=lambda e: (e.kind != "blob", e.key))  # blobs before what names them
     with cache.importing(), cache.transaction():
         for entry in order:
@@ -246,6 +275,25 @@ def import_bundle(cache: Cache, path: Path | str) -> BundleSummary:
             else:
                 summary.kept.append(entry.key)
     return summary
+
+
+def _trusted_entries(entries: list[BundleEntry], payloads: dict[str, bytes], trusted: TrustedKeys,
+                     summary: BundleSummary) -> list[BundleEntry]:
+    """The entries to import: blobs, and the others whose signature a trusted key made; a warning for each other."""
+    kept: list[BundleEntry] = []
+    for entry in entries:
+        if entry.kind == "blob":
+            kept.append(entry)
+            continue
+        try:
+            summary.verified[entry.key] = verify(entry_payload(entry.key, payloads[entry.sha256]), entry.signature,
+                                                 trusted)
+        except SignatureError as exc:
+            summary.refused[entry.key] = str(exc)
+            emit(Note("warning", f"{summary.path}: refused {entry.key}: {exc}"))
+            continue
+        kept.append(entry)
+    return kept
 
 
 def _upgrades(local: bytes, incoming: bytes) -> bool:
@@ -337,8 +385,9 @@ def _parse_index(data: bytes, bad: _Bad) -> list[BundleEntry]:
     if not isinstance(doc, dict) or doc.get("format") != BUNDLE_FORMAT:
         raise bad(f"{INDEX_NAME} is not an r1build bundle index")
     version = doc.get("version")
-    if version != BUNDLE_VERSION:
-        raise bad(f"bundle version {version!r} is not supported (this r1build reads version {BUNDLE_VERSION})")
+    if version not in _VERSIONS or isinstance(version, bool):
+        raise bad(f"bundle version {version!r} is not supported (this r1build reads versions "
+                  f"{', '.join(map(str, _VERSIONS))})")
     raw_entries = doc.get("entries")
     if not isinstance(raw_entries, list):
         raise bad(f"{INDEX_NAME}: 'entries' is not a list")
@@ -346,9 +395,15 @@ def _parse_index(data: bytes, bad: _Bad) -> list[BundleEntry]:
     seen: set[str] = set()
     for i, item in enumerate(raw_entries):
         where = f"{INDEX_NAME} entry {i}"
-        if not isinstance(item, dict) or set(item) != {"key", "kind", "sha256", "size"}:
-            raise bad(f"{where}: expected exactly the fields key, kind, sha256, size")
+        signed = version >= 2 and isinstance(item, dict) and item.get("kind") != "blob"
+        if not isinstance(item, dict) or set(item) - {"signature"} != _FIELDS or ("signature" in item
+                                                                                  and not signed):
+            fields = "key, kind, sha256, size" + (" and optionally signature" if signed else "")
+            raise bad(f"{where}: expected exactly the fields {fields}")
         key, kind, sha, size = item["key"], item["kind"], item["sha256"], item["size"]
+        signature = item.get("signature")
+        if signature is not None and not isinstance(signature, str):
+            raise bad(f"{where}: signature must be a string")
         if not isinstance(key, str) or not isinstance(kind, str) or not isinstance(sha, str):
             raise bad(f"{where}: key, kind and sha256 must be strings")
         if kind not in KINDS:
@@ -364,6 +419,6 @@ def _parse_index(data: bytes, bad: _Bad) -> list[BundleEntry]:
         if kind == "blob" and key != f"blob/{sha}":
             raise bad(f"{where}: blob key {key} is not its content's digest {sha}")
         seen.add(key)
-        entries.append(BundleEntry(key, kind, sha, size))
+        entries.append(BundleEntry(key, kind, sha, size, signature))
     return entries
 

@@ -1,5 +1,8 @@
 """``r1build cache``: ``stats``, ``ls``, ``verify``, ``repair``, ``gc``, ``export``, ``import``.
 
+``export --signing-key FILE`` (or ``R1BUILD_SIGNING_KEY``) signs the bundle's entries; ``import -m MANIFEST``
+refuses, with a warning each, entries not signed by a key in the manifest's ``[cache] trusted-keys``.
+
 Every sub-command but ``import`` needs an existing cache: on a path that holds none it says so (exit 2) rather
 than create an empty one. Exit codes: 0 ok; 1 when ``verify`` finds a bad entry or a damaged index (also with
 ``--repair``, which repairs them), or the cache cannot be used; 2 for a bad bundle, a path without a cache, or
@@ -19,7 +22,9 @@ from typing import Any
 from ..cache import KINDS, BundleSummary, Cache, Entry, export_bundle, import_bundle
 from ..errors import UsageError
 from ..events import sink
+from ..manifest import find_manifest, load_manifest
 from ..records import Decision, from_json
+from ..signing import TrustedKeys, load_private_key, trusted_keys
 from .common import add_cache_arg, open_cache
 from .render import Console
 
@@ -93,11 +98,17 @@ def register(sub: Any) -> None:
     p.add_argument("path", type=Path, metavar="PATH", help="bundle file to write")
     p.add_argument("--kernel", action="append", metavar="NAME",
                    help="only this kernel's decisions and the blobs they name (repeatable)")
+    p.add_argument("--signing-key", type=Path, metavar="FILE",
+                   help="sign the entries with this Ed25519 private key (default: $R1BUILD_SIGNING_KEY; "
+                        "unsigned without either)")
     p.set_defaults(func=cmd_export)
 
     p = commands.add_parser("import", help="verify a bundle, then add its entries")
     add_cache_arg(p)
     p.add_argument("path", type=Path, metavar="PATH", help="bundle file to read")
+    p.add_argument("-m", "--manifest", type=Path, metavar="PATH",
+                   help="check signatures against this manifest's [cache] trusted-keys (kernels.toml, a "
+                        "pyproject.toml or a folder with one); unsigned and untrusted entries are refused")
     p.set_defaults(func=cmd_import)
 
 
@@ -262,20 +273,36 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
                 known = sorted({d.kernel for d in decisions})
                 raise UsageError(f"no cached decisions for {', '.join(args.kernel)} "
                                  f"(cached kernels: {', '.join(known) or 'none'})")
-        summary = export_bundle(cache, args.path, keys)
+        summary = export_bundle(cache, args.path, keys, signing_key=load_private_key(args.signing_key))
     console.print(f"wrote {summary.total} entries ({_counts(summary)}; {format_size(summary.payload_bytes)}) "
                   f"to {summary.path} ({format_size(summary.file_bytes)})")
+    if summary.signed_by:
+        console.print(f"signed every entry but blobs with key {summary.signed_by}")
+    else:
+        console.print("unsigned (no --signing-key or R1BUILD_SIGNING_KEY): projects that list trusted keys "
+                      "refuse its entries")
     if summary.missing:
         console.warning(f"{len(summary.missing)} entries absent or corrupt, left out: {', '.join(summary.missing)}")
     return 0
 
 
 def cmd_import(args: argparse.Namespace, console: Console) -> int:
+    trusted: TrustedKeys | None = None
+    if args.manifest is not None:
+        trusted = trusted_keys(load_manifest(find_manifest(args.manifest), check_references=False))
     with sink(console.event), Cache(getattr(args, "cache_dir", None)) as cache:
-        summary = import_bundle(cache, args.path)
+        summary = import_bundle(cache, args.path, trusted=trusted)
     console.print(f"{summary.path}: {summary.total} entries ({_counts(summary)}) verified; "
                   f"added {len(summary.added)}, replaced {len(summary.replaced)}, "
                   f"unchanged {len(summary.unchanged)}, kept local {len(summary.kept)}")
+    if trusted:
+        signers = ", ".join(sorted(set(summary.verified.values()))) or "none"
+        console.print(f"signatures: {len(summary.verified)} entries signed by trusted keys ({signers}), "
+                      f"{len(summary.refused)} refused")
+    elif args.manifest is not None:
+        console.print("signatures not checked: the manifest lists no [cache] trusted-keys")
+    else:
+        console.print("signatures not checked (-m MANIFEST checks them against its [cache] trusted-keys)")
     for key in summary.replaced:
         console.print(f"replaced {key} (the bundle's decision was measured on a GPU)")
     for key in summary.kept:

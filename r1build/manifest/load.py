@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ManifestError
+from ..signing import parse_public_key, public_key_problem
 from .archs import parse_arch
 from .bounds import check_numbers
 from .convert import KeyPath, Problem, convert, did_you_mean, field_key
@@ -207,7 +208,21 @@ def _validate_settings(v: _Validator, settings: Settings) -> Settings:
     for j, direction in enumerate(g.directions):
         if not direction.strip():
             raise v.fail(("generation", "directions", j), "must not be empty")
+    _check_trusted_keys(v, settings.cache.trusted_keys)
     return replace(settings, archs=archs)
+
+
+def _check_trusted_keys(v: _Validator, lines: list[str]) -> None:
+    """Each ``[cache] trusted-keys`` item is an ``ed25519:<base64>`` public key, listed once."""
+    seen: dict[str, int] = {}
+    for j, line in enumerate(lines):
+        problem = public_key_problem(line)
+        if problem is not None:
+            raise v.fail(("cache", "trusted-keys", j), problem)
+        kid = parse_public_key(line).key_id
+        if kid in seen:
+            raise v.fail(("cache", "trusted-keys", j), f"key {kid} is listed twice (also item {seen[kid]})")
+        seen[kid] = j
 
 
 def _check_flag_macros(v: _Validator, flags: list[str], kernels: list[KernelSpec]) -> None:

@@ -16,6 +16,7 @@ __all__ = [
     "DTYPES",
     "Arg",
     "Budget",
+    "CacheSettings",
     "Generation",
     "KernelSpec",
     "Limits",
@@ -236,6 +237,16 @@ class KernelSpec:
 
 
 @dataclass(frozen=True)
+class CacheSettings:
+    """The shared cache and whose signatures it trusts (the ``[cache]`` table)."""
+
+    trusted_keys: list[str] = field(default_factory=list)
+    """Public keys whose signed decisions and bundle entries are accepted, each ``ed25519:<base64 of the 32-byte
+    raw public key>`` as ``r1build key generate`` and ``r1build key public`` print it. With keys listed,
+    ``cache import -m`` refuses unsigned and untrusted decisions; with none, signatures are not checked."""
+
+
+@dataclass(frozen=True)
 class Settings:
     """Manifest-wide settings."""
 
@@ -257,6 +268,8 @@ class Settings:
     kernel, argument or tunable name."""
     generation: Generation = field(default_factory=Generation)
     """Candidate generation settings."""
+    cache: CacheSettings = field(default_factory=CacheSettings)
+    """The shared cache: the public keys trusted to sign decisions."""
 
 
 @dataclass(frozen=True)

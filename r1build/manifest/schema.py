@@ -33,6 +33,7 @@ _SECTIONS = {
     "Budget": "`budget` (generation search budget per kernel and arch)",
     "Generation": "`[generation]`",
     "Prices": "`generation.prices`",
+    "CacheSettings": "`[cache]`",
 }
 
 
