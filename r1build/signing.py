@@ -29,14 +29,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-
 from .errors import ConfigError, SignatureError
 
 if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     from .manifest.model import Manifest
+
+# ``cryptography`` is imported where keys are made, read, used: loading a manifest (which checks the text of its
+# trusted keys) and every command that signs nothing stay free of its import time.
 
 __all__ = [
     "ALGORITHM",
@@ -99,6 +100,9 @@ class PublicKey:
 
     def verifies(self, payload: bytes, signature: bytes) -> bool:
         """Whether ``signature`` is this key's signature of ``payload``."""
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
         try:
             Ed25519PublicKey.from_public_bytes(self.raw).verify(signature, payload)
         except InvalidSignature:
@@ -116,6 +120,8 @@ class PrivateKey:
     @property
     def public(self) -> PublicKey:
         """The matching public key."""
+        from cryptography.hazmat.primitives import serialization
+
         return PublicKey(self.key.public_key().public_bytes(serialization.Encoding.Raw,
                                                             serialization.PublicFormat.Raw))
 
@@ -129,11 +135,15 @@ class PrivateKey:
 
     def pem(self) -> bytes:
         """The key as an unencrypted PKCS#8 PEM file."""
+        from cryptography.hazmat.primitives import serialization
+
         return self.key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                       serialization.NoEncryption())
 
     def raw_base64(self) -> str:
         """The base64 of the 32 raw private bytes (the one-line form for ``R1BUILD_SIGNING_KEY``)."""
+        from cryptography.hazmat.primitives import serialization
+
         raw = self.key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
                                      serialization.NoEncryption())
         return base64.b64encode(raw).decode()
@@ -151,6 +161,8 @@ class KeyPair:
     @classmethod
     def generate(cls) -> KeyPair:
         """A new random key pair."""
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
         private = PrivateKey(Ed25519PrivateKey.generate())
         return cls(private, private.public)
 
@@ -186,6 +198,10 @@ def parse_public_key(line: str) -> PublicKey:
 def parse_private_key(data: bytes, what: str) -> PrivateKey:
     """A private key from PEM (PKCS#8 or OpenSSH) or the base64 of its 32 raw bytes; :class:`ConfigError` naming
     ``what`` (a file, a variable) otherwise. The key's bytes are never quoted in a message."""
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     text = data.strip()
     if text.startswith(b"-----BEGIN"):
         key: object

@@ -363,3 +363,18 @@ def test_cli_key_refusals(tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPa
     code, out, _ = cli("key", "generate")
     assert code == 0 and (tmp_path / "r1build-signing-key.pem").is_file()
     assert parse_public_key(out.strip()).key_id == read_private_key_file(tmp_path / "r1build-signing-key.pem").key_id
+
+
+def test_loading_a_manifest_does_not_import_cryptography(root_copy: Path, pair: KeyPair) -> None:
+    """The trusted keys' text is checked without the library: commands that sign nothing skip its import."""
+    import sys
+
+    path = with_cache_table(root_copy, f'trusted-keys = ["{pair.public.line}"]')
+    code = ("import sys; from r1build.manifest import load_manifest; "
+            f"m = load_manifest(__import__('pathlib').Path({str(path)!r}), check_references=False); "
+            "assert not [n for n in sys.modules if n.startswith('cryptography')], 'imported'; "
+            "print(len(m.settings.cache.trusted_keys))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "1"
