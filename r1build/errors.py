@@ -16,7 +16,8 @@ exit code 2 at the CLI / PEP 517 boundary; everything else to exit code 1::
     ├── CacheError                     the cache directory is unusable
     │   ├── CacheLocationError         ... because of where it points (a file, a folder of other files, no cache
     │   │                                  where one must be): exit 2
-    │   └── CacheDamagedError          ... because its index (cache.db) is damaged: `r1build cache repair`
+    │   ├── CacheDamagedError          ... because its index (cache.db) is damaged: `r1build cache repair`
+    │   └── RemoteCacheError           a remote cache that `cache push` / `cache verify --remote` needs failed
     ├── ToolchainError                 nvcc missing or unusable
     ├── CompileError                   a compile that had to succeed failed (subprocess output attached)
     ├── ResolveError                   no winner, no baseline: nothing to emit for a kernel
@@ -50,6 +51,7 @@ __all__ = [
     "ManifestError",
     "NoWinnerError",
     "R1BuildError",
+    "RemoteCacheError",
     "ResolveError",
     "SignatureError",
     "StaleLockError",
@@ -133,6 +135,11 @@ class CacheError(R1BuildError):
 class CacheLocationError(CacheError, UserError):
     """The cache location given (flag or ``R1BUILD_CACHE_DIR``) is a file, a folder of other files, or holds no
     cache where a command needs an existing one."""
+
+
+class RemoteCacheError(CacheError):
+    """A remote cache that a maintenance command (``cache push``, ``cache verify --remote``) needs is unavailable.
+    Builds and project commands never raise it: there a remote that fails costs one warning."""
 
 
 class CacheDamagedError(CacheError):

@@ -610,7 +610,7 @@ def emit_resolution(resolution: Resolution, out_dir: Path) -> Path:
 
 def prepare_build(project_dir: Path, *, locked: bool = False, generate: bool = False, evaluate: bool = False,
                   cache_dir: Path | None = None, out_dir: Path | None = None,
-                  archs: Sequence[str] | None = None) -> Path:
+                  archs: Sequence[str] | None = None, remote_cache: str | None = None) -> Path:
     """What the build backend calls before CMake: resolve and emit; returns the generated CMake file.
 
     A build is locked-or-offline unless the person building opts in: it never calls an LLM endpoint unless
@@ -619,12 +619,15 @@ def prepare_build(project_dir: Path, *, locked: bool = False, generate: bool = F
     the user's own sources that passes the gate (unvalidated); where none may win it raises
     :class:`~r1build.errors.NoWinnerError` and writes nothing.
     The cache only speeds a build up: a broken, read-only or missing one costs a warning (see
-    :func:`~r1build.cache.open_usable`).
+    :func:`~r1build.cache.open_usable`); so does the remote cache behind it (``remote_cache``, else
+    ``R1BUILD_REMOTE_CACHE``, else the manifest's ``[cache] url``), which a build only reads unless
+    ``R1BUILD_REMOTE_WRITE=1``.
     """
     from .cache import open_usable
+    from .cache.remote import attach_remote
 
     manifest = load_manifest(find_manifest(project_dir), check_references=False)
-    with open_usable(cache_dir) as cache:
+    with attach_remote(open_usable(cache_dir), manifest, url=remote_cache) as cache:
         resolution = resolve(
             manifest,
             cache,

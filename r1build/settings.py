@@ -12,12 +12,18 @@ variable                    meaning
 ``R1BUILD_VERBOSE=1``       build lines for every stage's end (gate registers, cache hits)
 ``R1BUILD_SIGNING_KEY``     the Ed25519 private key that signs exported decisions (PEM text or the base64 of
                             its 32 raw bytes; see :mod:`r1build.signing`); ``--signing-key FILE`` overrides it
+``R1BUILD_REMOTE_CACHE``    the remote cache URL (``http(s)://host/prefix`` or ``s3://bucket/prefix``)
+``R1BUILD_REMOTE_WRITE=1``  publish new decisions (and the blobs they name) to the remote cache
+``R1BUILD_REMOTE_TIMEOUT``  seconds one request to the remote cache may take (5 unless the manifest says)
+``R1BUILD_REMOTE_TOKEN``    a bearer token sent to an ``http(s)://`` remote cache
+``R1BUILD_REMOTE_HEADER``   a whole header (``Name: value``) sent to an ``http(s)://`` remote cache instead
 ==========================  =============================================================================
 
 Flags accept 1/0, true/false, yes/no, on/off (any case); an empty variable is unset. Anything else is a
 :class:`~r1build.errors.ConfigError` naming the variable. The endpoint's own variables (``R1BUILD_BASE_URL`` and
 the API keys) are read by :mod:`r1build.generate.providers`, which receives the environment as a mapping; the
-compiler's (``R1BUILD_NVCC``, ``CUDACXX``, ``CUDA_HOME``) by :mod:`r1build.toolchain`.
+compiler's (``R1BUILD_NVCC``, ``CUDACXX``, ``CUDA_HOME``) by :mod:`r1build.toolchain`; an ``s3://`` remote's
+credentials and endpoint (``AWS_*``) by boto3's own chain.
 """
 
 from __future__ import annotations
@@ -65,6 +71,15 @@ class EnvSettings:
     signing_key: str | None = field(default=None, repr=False)
     """``R1BUILD_SIGNING_KEY``: the private signing key's text, as given (parsed by
     :func:`r1build.signing.load_private_key`); never shown in a repr."""
+    remote_cache: str | None = None
+    """``R1BUILD_REMOTE_CACHE``: the remote cache URL, as given."""
+    remote_write: bool | None = None
+    """``R1BUILD_REMOTE_WRITE``: publish new decisions to the remote cache (it is read-only otherwise)."""
+    remote_timeout: float | None = None
+    """``R1BUILD_REMOTE_TIMEOUT``: seconds one request to the remote cache may take."""
+    remote_header: tuple[str, str] | None = field(default=None, repr=False)
+    """The header sent to an http(s) remote: ``Authorization: Bearer <R1BUILD_REMOTE_TOKEN>``, or
+    ``R1BUILD_REMOTE_HEADER`` split at its first colon. Never shown (``repr=False``)."""
 
 
 def _flag(environ: Mapping[str, str], name: str) -> bool | None:
@@ -72,6 +87,34 @@ def _flag(environ: Mapping[str, str], name: str) -> bool | None:
     if value is None or not value.strip():
         return None
     return parse_flag(name, value)
+
+
+def _timeout(environ: Mapping[str, str]) -> float | None:
+    value = environ.get("R1BUILD_REMOTE_TIMEOUT", "").strip()
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds <= 600:
+        raise ConfigError(f"R1BUILD_REMOTE_TIMEOUT must be a number of seconds in (0, 600] (got {value!r})")
+    return seconds
+
+
+def _remote_header(environ: Mapping[str, str]) -> tuple[str, str] | None:
+    token = environ.get("R1BUILD_REMOTE_TOKEN", "").strip()
+    header = environ.get("R1BUILD_REMOTE_HEADER", "").strip()
+    if token and header:
+        raise ConfigError("set R1BUILD_REMOTE_TOKEN or R1BUILD_REMOTE_HEADER, not both")
+    if token:
+        return ("Authorization", f"Bearer {token}")
+    if not header:
+        return None
+    name, colon, value = header.partition(":")
+    if not colon or not name.strip() or not value.strip() or any(c in name for c in " \t\r\n"):
+        raise ConfigError("R1BUILD_REMOTE_HEADER must be one header, `Name: value` (its value is not shown)")
+    return (name.strip(), value.strip())
 
 
 def env_settings(environ: Mapping[str, str] | None = None) -> EnvSettings:
@@ -88,4 +131,8 @@ def env_settings(environ: Mapping[str, str] | None = None) -> EnvSettings:
         cache_dir=Path(raw_dir).expanduser() if raw_dir else None,
         verbose=verbose not in _FALSE,
         signing_key=env.get("R1BUILD_SIGNING_KEY", "").strip() or None,
+        remote_cache=env.get("R1BUILD_REMOTE_CACHE", "").strip() or None,
+        remote_write=_flag(env, "R1BUILD_REMOTE_WRITE"),
+        remote_timeout=_timeout(env),
+        remote_header=_remote_header(env),
     )

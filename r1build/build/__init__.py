@@ -111,7 +111,7 @@ def _prepare(project: Path, options: BuildOptions) -> Path:
 
     forget_stamp(project)
     cmake_file = prepare_build(project, locked=options.locked, generate=options.generate, evaluate=options.evaluate,
-                               cache_dir=options.cache_dir)
+                               cache_dir=options.cache_dir, remote_cache=options.remote_cache)
     if options.locked:
         from ..manifest import find_manifest, load_manifest
         from ..toolchain import toolchain

@@ -12,6 +12,8 @@ r1build.generate  ``R1BUILD_GENERATE=1``  the person building opts in to calling
 r1build.offline   ``R1BUILD_OFFLINE=1``   never call an LLM endpoint (a build's default; contradicts generate)
 r1build.evaluate  ``R1BUILD_EVALUATE=1``  measure on a local GPU on a miss (builds do not by default)
 r1build.cache-dir ``R1BUILD_CACHE_DIR``   the cache directory (platformdirs' user cache otherwise)
+r1build.remote-   ``R1BUILD_REMOTE_       the remote cache behind it (the manifest's ``[cache] url`` otherwise);
+cache             CACHE``                 read-only unless ``R1BUILD_REMOTE_WRITE=1``
 (none)            ``R1BUILD_VERBOSE=1``   also show each stage's closing line (gate: registers, cache hits)
 ================  ======================  ====================================================================
 
@@ -40,7 +42,7 @@ ConfigSettings: TypeAlias = dict[str, str | list[str]]
 PREFIX = "r1build."
 """Config settings under this prefix are r1build's; everything else is scikit-build-core's."""
 
-_KEYS = ("locked", "generate", "offline", "evaluate", "cache-dir")
+_KEYS = ("locked", "generate", "offline", "evaluate", "cache-dir", "remote-cache")
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,9 @@ class BuildOptions:
     """Measure on a local GPU on a miss."""
     cache_dir: Path | None = None
     """The cache directory; None leaves it to the cache (``R1BUILD_CACHE_DIR`` or the platform default)."""
+    remote_cache: str | None = None
+    """The remote cache URL (``r1build.remote-cache``); None leaves it to ``R1BUILD_REMOTE_CACHE`` and the
+    manifest."""
 
 
 def _single(key: str, value: str | list[str]) -> str:
@@ -108,4 +113,6 @@ def split_settings(
     elif env.cache_dir is not None:
         cache_dir = env.cache_dir.resolve()
 
-    return BuildOptions(locked=locked, generate=generate, evaluate=evaluate, cache_dir=cache_dir), rest
+    remote = ours.get("remote-cache") or None
+    return BuildOptions(locked=locked, generate=generate, evaluate=evaluate, cache_dir=cache_dir,
+                        remote_cache=remote), rest

@@ -54,6 +54,12 @@ Parsed records
     still fetches and verifies the bytes, and returns the remembered record when they are the same. Records
     are frozen dataclasses: treat them as immutable.
 
+A remote layer
+    A :class:`Fallback` attached as :attr:`Cache.remote` (see :mod:`.remote`) is asked for a blob, decision or
+    gate result this cache misses; what it returns (already verified by digest, and records by signature) is
+    stored here, then used. A decision or gate result stored here is also handed to it, which publishes it when
+    the run may write to the remote.
+
 Statistics
     Hits, misses and corrupt reads are counted per kind in this process and added to lifetime totals (a small
     table in ``cache.db``, never evicted) when the cache is closed or :meth:`Cache.flush_stats` is called.
@@ -76,7 +82,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import diskcache
 from diskcache.core import MODE_BINARY, MODE_RAW
@@ -105,6 +111,7 @@ __all__ = [
     "Cache",
     "CacheStats",
     "Entry",
+    "Fallback",
     "GcReport",
     "Problem",
     "default_cache_dir",
@@ -321,6 +328,23 @@ def check_payload(key: str, payload: bytes) -> str | None:
     return None
 
 
+class Fallback(Protocol):
+    """A second layer behind the local cache (the remote cache): asked only on a local miss."""
+
+    def blob(self, digest: str) -> bytes | None:
+        """The bytes whose sha256 is ``digest``, verified; None when absent, unusable or unreachable."""
+
+    def record(self, kind: str, key: str) -> bytes | None:
+        """The payload of the record (``decision`` or ``gate``) under ``key``, its digest, shape and signature
+        verified; None otherwise."""
+
+    def stored(self, cache: Cache, kind: str, key: str, payload: bytes) -> None:
+        """A record was stored locally (``payload`` under ``<kind>/<key>``): publish it if allowed."""
+
+    def close(self) -> None:
+        """The run is over (say what the layer did)."""
+
+
 class _Unreadable:
     """A stored row whose value cannot be read (missing value file, foreign value type)."""
 
@@ -354,6 +378,8 @@ class Cache:
         self.degraded: str | None = None
         """Why this cache cannot keep what is stored in it (read-only, a scratch stand-in, turned off), or None."""
         self._scratch: Path | None = None
+        self.remote: Fallback | None = None
+        """The layer behind this cache (the remote cache), asked on a miss; None for none."""
         self._dc: Any = self._open(size_limit, create)
 
     # -- lifecycle ---------------------------------------------------------------------------------------
@@ -496,6 +522,8 @@ class Cache:
 
     def close(self) -> None:
         """Flush this process's statistics into the lifetime totals and close (reopens on next use)."""
+        if self.remote is not None:
+            self.remote.close()
         self.flush_stats()
         self._dc.close()
         if self._scratch is not None:
@@ -659,6 +687,10 @@ class Cache:
     def get_blob(self, digest: str) -> bytes | None:
         """The bytes whose sha256 is ``digest``, verified; None when absent or corrupt."""
         value = self._read(f"blob/{digest}")
+        if not isinstance(value, bytes) and self.remote is not None:
+            value = self.remote.blob(digest)
+            if value is not None:
+                self.put_blob(value)
         return value if isinstance(value, bytes) else None
 
     def has_blob(self, digest: str) -> bool:
@@ -682,22 +714,40 @@ class Cache:
 
     # -- records -----------------------------------------------------------------------------------------
     def put_decision(self, decision: Decision) -> None:
-        """Store a decision under its key (replacing any earlier one)."""
-        self._put(f"decision/{decision.key}", to_json(decision))
+        """Store a decision under its key (replacing any earlier one), and hand it to the remote layer."""
+        self._put_record("decision", decision.key, to_json(decision))
 
     def get_decision(self, key: str) -> Decision | None:
         """The decision for ``key``, verified."""
-        value = self._read(f"decision/{key}")
+        value = self._read_record("decision", key)
         return value if isinstance(value, Decision) else None
 
     def put_gate(self, key: str, result: Result) -> None:
-        """Store a static-gate result."""
-        self._put(f"gate/{key}", to_json(result))
+        """Store a static-gate result (and hand it to the remote layer)."""
+        self._put_record("gate", key, to_json(result))
 
     def get_gate(self, key: str) -> Result | None:
         """A static-gate result."""
-        value = self._read(f"gate/{key}")
+        value = self._read_record("gate", key)
         return value if isinstance(value, Result) else None
+
+    def _put_record(self, kind: str, key: str, payload: bytes) -> None:
+        self._put(f"{kind}/{key}", payload)
+        if self.remote is not None:
+            self.remote.stored(self, kind, key, payload)
+
+    def _read_record(self, kind: str, key: str) -> Any | None:
+        """The local record under ``<kind>/<key>``, else the remote layer's (stored here on the way)."""
+        value = self._read(f"{kind}/{key}")
+        if value is None and self.remote is not None:
+            payload = self.remote.record(kind, key)
+            if payload is not None:
+                self._put(f"{kind}/{key}", payload)
+                try:
+                    value = _parse(f"{kind}/{key}", payload)
+                except _Corrupt:  # the remote layer checked it; this is a second look, not a new rule
+                    value = None
+        return value
 
     def put_json(self, namespace: str, key: str, obj: Any) -> None:
         """Store a small JSON document."""

@@ -1,4 +1,4 @@
-"""``r1build cache``: ``stats``, ``ls``, ``verify``, ``repair``, ``gc``, ``export``, ``import``.
+"""``r1build cache``: ``stats``, ``ls``, ``verify``, ``repair``, ``gc``, ``export``, ``import``, ``push``.
 
 ``export --signing-key FILE`` (or ``R1BUILD_SIGNING_KEY``) signs the bundle's entries; ``import -m MANIFEST``
 refuses, with a warning each, entries not signed by a key in the manifest's ``[cache] trusted-keys``.
@@ -6,7 +6,8 @@ refuses, with a warning each, entries not signed by a key in the manifest's ``[c
 Every sub-command but ``import`` needs an existing cache: on a path that holds none it says so (exit 2) rather
 than create an empty one. Exit codes: 0 ok; 1 when ``verify`` finds a bad entry or a damaged index (also with
 ``--repair``, which repairs them), or the cache cannot be used; 2 for a bad bundle, a path without a cache, or
-bad arguments.
+bad arguments. ``verify --remote`` checks the remote cache instead (exit 1 when an object fails or the remote
+cannot be read); ``push`` publishes the local decisions and gate results to it, signed.
 """
 
 from __future__ import annotations
@@ -17,16 +18,19 @@ import json
 import re
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..cache import KINDS, BundleSummary, Cache, Entry, export_bundle, import_bundle
 from ..errors import UsageError
 from ..events import sink
-from ..manifest import find_manifest, load_manifest
+from ..manifest import Manifest, find_manifest, load_manifest
 from ..records import Decision, from_json
 from ..signing import TrustedKeys, load_private_key, trusted_keys
-from .common import add_cache_arg, open_cache
+from .common import add_cache_arg, add_manifest_arg, load_from_args, open_cache
 from .render import Console
+
+if TYPE_CHECKING:
+    from ..cache.remote import RemoteLayer
 
 __all__ = ["format_size", "parse_size", "register"]
 
@@ -79,8 +83,12 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_ls)
 
     p = commands.add_parser("verify", help="check the index and every entry's digest; exit 1 if any is bad")
-    add_cache_arg(p)
+    add_cache_arg(p, remote=True)
     p.add_argument("--repair", action="store_true", help="repair what is bad (as `cache repair` does)")
+    p.add_argument("--remote", action="store_true",
+                   help="check the remote cache instead: digests and signatures of what is there (every object "
+                        "where it can list, else the decisions the lock names and their blobs)")
+    add_manifest_arg(p)
     p.set_defaults(func=cmd_verify)
 
     p = commands.add_parser("repair", help="delete bad entries; rebuild a damaged index from what still verifies")
@@ -110,6 +118,12 @@ def register(sub: Any) -> None:
                    help="check signatures against this manifest's [cache] trusted-keys (kernels.toml, a "
                         "pyproject.toml or a folder with one); unsigned and untrusted entries are refused")
     p.set_defaults(func=cmd_import)
+
+    p = commands.add_parser("push", help="publish the local decisions and gate results (and the blobs they "
+                                         "name) to the remote cache, signed with the team's key")
+    add_cache_arg(p, remote=True)
+    add_manifest_arg(p)
+    p.set_defaults(func=cmd_push, remote_write=True)
 
 
 # -- stats ----------------------------------------------------------------------------------------------------
@@ -205,6 +219,11 @@ def _what(row: dict[str, Any]) -> str:
 
 # -- verify / gc ----------------------------------------------------------------------------------------------
 def cmd_verify(args: argparse.Namespace, console: Console) -> int:
+    if args.remote:
+        if args.repair:
+            raise UsageError("--repair works on the local cache; a remote's objects are immutable (the team's "
+                             "writer replaces a bad decision by publishing it again)")
+        return _verify_remote(args, console)
     if args.repair:
         return _repair(args, console, exit_on_damage=1)
     with sink(console.event), open_cache(args, existing=True) as cache:
@@ -221,6 +240,48 @@ def cmd_verify(args: argparse.Namespace, console: Console) -> int:
     console.table(["key", "problem"], [[p.key, p.reason] for p in problems], title="entries that fail verification")
     console.print(f"{len(problems)} of {total} entries are bad; `r1build cache repair` deletes them")
     return 1
+
+
+def _layer(args: argparse.Namespace) -> tuple[Manifest, RemoteLayer]:
+    from ..cache.remote import remote_layer
+
+    manifest = load_from_args(args, check_references=False)
+    layer = remote_layer(manifest, url=args.remote_cache, write=bool(args.remote_write) or None,
+                         signing_key=args.signing_key)
+    if layer is None:
+        raise UsageError("no remote cache: give --remote-cache URL, R1BUILD_REMOTE_CACHE or the manifest's [cache] url")
+    return manifest, layer
+
+
+def _verify_remote(args: argparse.Namespace, console: Console) -> int:
+    from ..lock import load_lock
+
+    manifest, layer = _layer(args)
+    lock = load_lock(manifest)
+    keys = sorted({e.key for e in lock.kernel}) if lock is not None else []
+    with sink(console.event):
+        try:
+            checked, problems = layer.audit(keys)
+        finally:
+            layer.close()
+    if not problems:
+        console.print(f"{checked} objects verified on {layer.url}: digests and signatures intact")
+        return 0
+    console.table(["object", "problem"], [[p.key, f"{p.kind}: {p.reason}"] for p in problems],
+                  title=f"objects on {layer.url} that must not be used")
+    console.print(f"{len(problems)} bad of {checked} checked; builds skip them (a miss) with a warning")
+    return 1
+
+
+def cmd_push(args: argparse.Namespace, console: Console) -> int:
+    _, layer = _layer(args)
+    with sink(console.event), open_cache(args, existing=True) as cache:
+        try:
+            published, present = layer.push(cache)
+        finally:
+            layer.close()
+    console.print(f"{layer.url}: published {published} records (blobs first), {present} already there")
+    return 0
 
 
 def cmd_repair(args: argparse.Namespace, console: Console) -> int:

@@ -18,10 +18,20 @@ def add_manifest_arg(parser: argparse.ArgumentParser) -> None:
                         help="kernels.toml, a pyproject.toml with [tool.r1build], or a folder with one (default: .)")
 
 
-def add_cache_arg(parser: argparse.ArgumentParser) -> None:
-    """``--cache-dir``."""
+def add_cache_arg(parser: argparse.ArgumentParser, *, remote: bool = False) -> None:
+    """``--cache-dir``; with ``remote``, also ``--remote-cache URL`` and ``--remote-write``."""
     parser.add_argument("--cache-dir", type=Path, default=None, metavar="DIR",
                         help="cache directory (default: $R1BUILD_CACHE_DIR or the user cache folder)")
+    if remote:
+        parser.add_argument("--remote-cache", metavar="URL",
+                            help="remote cache behind the local one: http(s)://host/prefix or s3://bucket/prefix "
+                                 "(default: $R1BUILD_REMOTE_CACHE, else the manifest's [cache] url)")
+        parser.add_argument("--remote-write", action="store_true",
+                            help="publish new decisions to the remote cache, signed with the team's key "
+                                 "(also R1BUILD_REMOTE_WRITE=1); read-only otherwise")
+        parser.add_argument("--signing-key", type=Path, metavar="FILE",
+                            help="the team's Ed25519 private key that signs what --remote-write publishes "
+                                 "(default: $R1BUILD_SIGNING_KEY)")
 
 
 def load_from_args(args: argparse.Namespace, *, check_references: bool = True) -> Manifest:
@@ -29,12 +39,22 @@ def load_from_args(args: argparse.Namespace, *, check_references: bool = True) -
     return load_manifest(find_manifest(args.manifest), check_references=check_references)
 
 
-def open_cache(args: argparse.Namespace, *, existing: bool = False) -> Cache:
+def open_cache(args: argparse.Namespace, *, existing: bool = False, manifest: Manifest | None = None) -> Cache:
     """The cache named by ``--cache-dir`` (or the default), as project commands use it: damaged or unwritable,
     it costs a warning, not the command (:func:`~r1build.cache.open_usable`). ``existing``: the cache as
-    maintenance commands need it, which must already exist and raise what is wrong with it."""
+    maintenance commands need it, which must already exist and raise what is wrong with it. With ``manifest``,
+    the remote cache it (or ``--remote-cache``, or the environment) configures sits behind it."""
     directory = getattr(args, "cache_dir", None)
-    return Cache(directory, create=False) if existing else open_usable(directory)
+    if manifest is None:
+        return Cache(directory, create=False) if existing else open_usable(directory)
+    from ..cache.remote import remote_layer
+
+    layer = remote_layer(manifest, url=getattr(args, "remote_cache", None),
+                         write=True if getattr(args, "remote_write", False) else None,
+                         signing_key=getattr(args, "signing_key", None))
+    cache = Cache(directory, create=False) if existing else open_usable(directory)
+    cache.remote = layer
+    return cache
 
 
 def parse_archs(values: list[str] | None) -> list[str] | None:

@@ -27,7 +27,7 @@ def register(sub: Any) -> None:
     """Add the project commands."""
     p = sub.add_parser("check", help="validate the manifest (and with --locked, everything a locked build relies on)")
     add_manifest_arg(p)
-    add_cache_arg(p)
+    add_cache_arg(p, remote=True)
     p.add_argument("--locked", action="store_true",
                    help="also verify the lock as a locked build does: current, every field, every winner's source "
                         "found and matching its digest, no winner the cache records as rejected, and the static gate")
@@ -35,7 +35,7 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser("status", help="kernel × arch → state, provenance, time, digest")
     add_manifest_arg(p)
-    add_cache_arg(p)
+    add_cache_arg(p, remote=True)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_status)
 
@@ -43,7 +43,7 @@ def register(sub: Any) -> None:
                            ("lock", "write kernels.lock for the current manifest")):
         p = sub.add_parser(name, help=helptext)
         add_manifest_arg(p)
-        add_cache_arg(p)
+        add_cache_arg(p, remote=True)
         p.add_argument("--offline", action="store_true", help="never call an LLM (also R1BUILD_OFFLINE=1)")
         p.add_argument("--locked", action="store_true", help="fail unless the lock is present and current")
         p.add_argument("--refresh", action="store_true", help="ignore cached decisions and judge again")
@@ -59,7 +59,7 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser("vendor", help="write the locked winners' sources into the repository")
     add_manifest_arg(p)
-    add_cache_arg(p)
+    add_cache_arg(p, remote=True)
     p.set_defaults(func=cmd_vendor)
 
 
@@ -74,7 +74,7 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
     name = lock_path(manifest).name
     if args.locked:
         # exactly what `resolve --locked` and a locked build do, short of writing the generated files
-        with sink(console.event), open_cache(args) as cache:
+        with sink(console.event), open_cache(args, manifest=manifest) as cache:
             resolution = resolve(manifest, cache, ResolveOptions(locked=True, offline=True, use_gpu=False,
                                                                  write_lock=False))
         where = ", ".join(sorted({r.state for r in resolution.entries}))
@@ -129,7 +129,7 @@ def _checks_note(validation: Validation | None, checks: int | None) -> str:
 def _status_rows(manifest: Manifest, args: argparse.Namespace) -> list[StatusRow]:
     lock = load_lock(manifest)
     rows = []
-    with open_cache(args) as cache:
+    with open_cache(args, manifest=manifest) as cache:
         vendor_dir = manifest.root / manifest.settings.vendor_dir
         for spec in manifest.kernels:
             for arch in manifest.archs_of(spec):
@@ -227,7 +227,7 @@ def _options(args: argparse.Namespace, write_lock: bool) -> ResolveOptions:
 
 def cmd_resolve(args: argparse.Namespace, console: Console) -> int:
     manifest = load_from_args(args, check_references=False)
-    with sink(console.event), open_cache(args) as cache:
+    with sink(console.event), open_cache(args, manifest=manifest) as cache:
         resolution = resolve(manifest, cache, _options(args, write_lock=True))
         if args.out and not resolution.unresolved:
             cmake = emit_resolution(resolution, args.out)
@@ -249,7 +249,7 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
         console.print(f"{lock_path(manifest)}: current")
         return 0
     options = replace(_options(args, write_lock=True), recover_lock=True)
-    with sink(console.event), open_cache(args) as cache:
+    with sink(console.event), open_cache(args, manifest=manifest) as cache:
         resolution = resolve(manifest, cache, options)
     _render_resolution(resolution, console, args.json)
     if not resolution.lock_changed and not resolution.unresolved:
@@ -259,7 +259,7 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_vendor(args: argparse.Namespace, console: Console) -> int:
     manifest = load_from_args(args, check_references=False)
-    with sink(console.event), open_cache(args) as cache:
+    with sink(console.event), open_cache(args, manifest=manifest) as cache:
         resolution = resolve(manifest, cache, ResolveOptions(locked=True, offline=True, use_gpu=False,
                                                              write_lock=False))
     resolution.require_complete()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .archs import ARCHS, DEFAULT_ARCHS, ArchInfo, arch_info, parse_arch
-from .load import find_manifest, load_manifest
+from .load import find_manifest, load_manifest, remote_url_problem
 from .model import DTYPES, Arg, Budget, Generation, KernelSpec, Limits, Manifest, Settings, Tolerance
 from .reference import load_reference
 
@@ -25,4 +25,5 @@ __all__ = [
     "load_manifest",
     "load_reference",
     "parse_arch",
+    "remote_url_problem",
 ]

@@ -35,7 +35,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-__all__ = ["find_manifest", "load_manifest", "located_error"]
+__all__ = ["find_manifest", "load_manifest", "located_error", "remote_url_problem"]
 
 _CMAKE_TARGET = re.compile(r"[A-Za-z0-9_.+\-]+(?:::[A-Za-z0-9_.+\-]+)*")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -209,6 +209,10 @@ def _validate_settings(v: _Validator, settings: Settings) -> Settings:
         if not direction.strip():
             raise v.fail(("generation", "directions", j), "must not be empty")
     _check_trusted_keys(v, settings.cache.trusted_keys)
+    if settings.cache.url is not None:
+        problem = remote_url_problem(settings.cache.url)
+        if problem is not None:
+            raise v.fail(("cache", "url"), problem)
     return replace(settings, archs=archs)
 
 
@@ -255,6 +259,25 @@ def _url_problem(url: str) -> str | None:
         return f"{url!r}: an endpoint URL has no query or fragment"
     if parts.username is not None or parts.password is not None:
         return "an endpoint URL holds no credentials (name the key's variable in api-key-env)"
+    return None
+
+
+def remote_url_problem(url: str) -> str | None:
+    """Why ``url`` is not a remote cache URL (``http(s)://host[/prefix]`` or ``s3://bucket[/prefix]``), or None."""
+    if not url.isprintable() or any(c.isspace() for c in url):
+        return f"{url!r} is not a URL (it holds whitespace or control characters)"
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in 0..65535
+    except ValueError as exc:
+        return f"{url!r} is not a URL: {exc}"
+    if parts.scheme not in ("http", "https", "s3") or not parts.hostname:
+        return f"{url!r} is not an http://, https:// or s3:// URL with a host (or bucket)"
+    if parts.query or parts.fragment:
+        return f"{url!r}: a remote cache URL has no query or fragment"
+    if parts.username is not None or parts.password is not None:
+        return ("a remote cache URL holds no credentials (R1BUILD_REMOTE_TOKEN or R1BUILD_REMOTE_HEADER for "
+                "http(s), boto3's credential chain for s3)")
     return None
 
 

@@ -238,12 +238,22 @@ class KernelSpec:
 
 @dataclass(frozen=True)
 class CacheSettings:
-    """The shared cache and whose signatures it trusts (the ``[cache]`` table)."""
+    """The shared cache and whose signatures it trusts (the ``[cache]`` table). The remote cache is a second
+    layer behind the local one; builds read it, and writing needs ``--remote-write`` / ``R1BUILD_REMOTE_WRITE=1``
+    on the run that publishes (never the manifest: every build of the project would publish then)."""
 
+    url: str | None = None
+    """Remote cache URL: ``http://`` or ``https://`` with a host and an optional path prefix (a server taking
+    GET, HEAD and PUT, such as nginx's WebDAV module), or ``s3://bucket/prefix`` (boto3's credentials and
+    endpoint). ``R1BUILD_REMOTE_CACHE`` and ``--remote-cache`` override it."""
+    timeout_s: float = bounded(5.0, gt=0, le=600)
+    """Seconds one request to the remote may take; the first failure turns the remote off for the run (one
+    warning). ``R1BUILD_REMOTE_TIMEOUT`` overrides it."""
     trusted_keys: list[str] = field(default_factory=list)
     """Public keys whose signed decisions and bundle entries are accepted, each ``ed25519:<base64 of the 32-byte
     raw public key>`` as ``r1build key generate`` and ``r1build key public`` print it. With keys listed,
-    ``cache import -m`` refuses unsigned and untrusted decisions; with none, signatures are not checked."""
+    ``cache import -m`` refuses unsigned and untrusted decisions; with none, signatures are not checked there.
+    Decisions and gate results from the remote cache are always checked: with no key listed, none is used."""
 
 
 @dataclass(frozen=True)
@@ -269,7 +279,7 @@ class Settings:
     generation: Generation = field(default_factory=Generation)
     """Candidate generation settings."""
     cache: CacheSettings = field(default_factory=CacheSettings)
-    """The shared cache: the public keys trusted to sign decisions."""
+    """The shared cache: the remote cache's URL, and the public keys trusted to sign decisions."""
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ _SECTIONS = {
     "Budget": "`budget` (generation search budget per kernel and arch)",
     "Generation": "`[generation]`",
     "Prices": "`generation.prices`",
-    "CacheSettings": "`[cache]`",
+    "CacheSettings": "`[cache]` (the remote cache and the keys trusted to sign what it holds)",
 }
 
 

@@ -1,0 +1,66 @@
+"""The shared remote cache: a second layer behind the local cache (see :mod:`.layer` for the rules).
+
+:func:`attach_remote` reads the configuration (``--remote-cache`` / ``R1BUILD_REMOTE_CACHE`` / the manifest's
+``[cache] url``; ``--remote-write`` / ``R1BUILD_REMOTE_WRITE``) and puts a :class:`RemoteLayer` behind a cache.
+Backends (:mod:`.http`, :mod:`.s3`) are imported only when a URL of theirs is used.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ...errors import ConfigError
+from ...manifest import Manifest
+from ...settings import env_settings
+from ..store import Cache
+from .layer import RECORD_KINDS, ROOT, RemoteLayer, RemoteProblem, blob_key, record_key
+from .store import RemoteStore, RemoteUnavailable, open_store
+
+__all__ = [
+    "RECORD_KINDS",
+    "ROOT",
+    "RemoteLayer",
+    "RemoteProblem",
+    "RemoteStore",
+    "RemoteUnavailable",
+    "attach_remote",
+    "blob_key",
+    "open_store",
+    "record_key",
+    "remote_layer",
+]
+
+
+def remote_layer(manifest: Manifest, *, url: str | None = None, write: bool | None = None,
+                 signing_key: Path | None = None) -> RemoteLayer | None:
+    """The remote layer this run uses, or None when no remote is configured.
+
+    ``url``, ``write`` and ``signing_key`` (a key file) are the command line's (None: not given); then the
+    environment, then the manifest. Writing needs the team's signing key (``signing_key`` or
+    ``R1BUILD_SIGNING_KEY``, :func:`r1build.signing.load_private_key`): without one it is a
+    :class:`~r1build.errors.ConfigError`, before anything runs.
+    """
+    from ...signing import load_private_key, trusted_keys
+
+    env = env_settings()
+    chosen = url or env.remote_cache or manifest.settings.cache.url
+    if not chosen:
+        return None
+    writing = write if write is not None else bool(env.remote_write)
+    timeout = env.remote_timeout or manifest.settings.cache.timeout_s
+    store = open_store(chosen, timeout=timeout, header=env.remote_header)
+    key = None
+    if writing:
+        key = load_private_key(signing_key)
+        if key is None:
+            raise ConfigError(f"writing to the remote cache {chosen} needs the team's signing key: --signing-key "
+                              "FILE or R1BUILD_SIGNING_KEY (`r1build key generate` makes one); without it the remote "
+                              "is only read")
+    return RemoteLayer(store, trusted=trusted_keys(manifest), signing_key=key)
+
+
+def attach_remote(cache: Cache, manifest: Manifest, *, url: str | None = None, write: bool | None = None,
+                  signing_key: Path | None = None) -> Cache:
+    """``cache`` with the configured remote layer behind it (unchanged when none is configured)."""
+    cache.remote = remote_layer(manifest, url=url, write=write, signing_key=signing_key)
+    return cache

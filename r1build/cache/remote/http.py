@@ -1,0 +1,125 @@
+"""An ``http(s)://host/prefix`` remote: GET, HEAD and PUT of each object at ``prefix/<key>``.
+
+Works with nginx's WebDAV module (``dav_methods PUT; create_full_put_path on;``: nginx writes a PUT body to a
+temporary file and renames it into place, so a reader never sees half an object) and with bazel-remote-style
+servers. The standard library's :mod:`http.client`, one keep-alive connection per thread; the header from
+``R1BUILD_REMOTE_TOKEN`` / ``R1BUILD_REMOTE_HEADER`` goes with every request.
+"""
+
+from __future__ import annotations
+
+import http.client
+import threading
+import urllib.parse
+from collections.abc import Iterator
+
+from .store import MAX_OBJECT, RemoteUnavailable
+
+__all__ = ["HttpStore"]
+
+_STORED = frozenset({200, 201, 204})
+
+
+class HttpStore:
+    """A remote cache over plain HTTP(S)."""
+
+    def __init__(self, url: str, *, timeout: float, header: tuple[str, str] | None) -> None:
+        parts = urllib.parse.urlsplit(url)
+        self.url = url
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname or ""
+        self._port = parts.port
+        self._prefix = parts.path.rstrip("/")
+        self._timeout = timeout
+        self._headers = {"User-Agent": "r1build"}
+        if header is not None:
+            self._headers[header[0]] = header[1]
+        self._local = threading.local()
+        self._opened: list[http.client.HTTPConnection] = []
+        self._guard = threading.Lock()
+
+    def _connection(self) -> http.client.HTTPConnection:
+        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+            conn = cls(self._host, self._port, timeout=self._timeout)
+            self._local.conn = conn
+            with self._guard:
+                self._opened.append(conn)
+        return conn
+
+    def _drop(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    def _request(self, method: str, key: str, body: bytes | None = None) -> tuple[int, bytes]:
+        path = urllib.parse.quote(f"{self._prefix}/{key}")
+        headers = dict(self._headers)
+        if body is not None:
+            headers["Content-Type"] = "application/octet-stream"
+        for attempt in range(2):
+            reused = getattr(self._local, "conn", None) is not None
+            conn = self._connection()
+            try:
+                conn.request(method, path, body=body, headers=headers)
+                response = conn.getresponse()
+                length = response.getheader("Content-Length")
+                if method == "GET" and length is not None and length.isdigit() and int(length) > MAX_OBJECT:
+                    self._drop()
+                    raise RemoteUnavailable(f"{method} {path}: an object of {length} bytes, over the limit")
+                data = response.read(MAX_OBJECT + 1) if method == "GET" else response.read()
+                if len(data) > MAX_OBJECT:
+                    self._drop()
+                    raise RemoteUnavailable(f"{method} {path}: an answer over {MAX_OBJECT} bytes")
+                if response.will_close:
+                    self._drop()
+                return response.status, data
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as exc:
+                self._drop()
+                if attempt == 0 and reused:
+                    continue  # the server closed an idle keep-alive connection: once more on a new one
+                raise RemoteUnavailable(f"{method} {path}: {exc or type(exc).__name__}") from None
+            except TimeoutError:
+                self._drop()
+                raise RemoteUnavailable(f"{method} {path}: no answer within {self._timeout:g} s") from None
+            except (OSError, http.client.HTTPException) as exc:
+                self._drop()
+                raise RemoteUnavailable(f"{method} {path}: {exc or type(exc).__name__}") from None
+        raise AssertionError("unreachable")
+
+    def _fail(self, method: str, key: str, status: int) -> RemoteUnavailable:
+        reason = http.client.responses.get(status, "")
+        return RemoteUnavailable(f"{method} {self._prefix}/{key}: HTTP {status} {reason}".rstrip())
+
+    def get(self, key: str) -> bytes | None:
+        status, data = self._request("GET", key)
+        if status == 404:
+            return None
+        if status != 200:
+            raise self._fail("GET", key, status)
+        return data
+
+    def head(self, key: str) -> bool:
+        status, _ = self._request("HEAD", key)
+        if status == 404:
+            return False
+        if status != 200:
+            raise self._fail("HEAD", key, status)
+        return True
+
+    def put(self, key: str, data: bytes) -> None:
+        status, _ = self._request("PUT", key, data)
+        if status not in _STORED:
+            raise self._fail("PUT", key, status)
+
+    def keys(self, prefix: str) -> Iterator[str] | None:
+        return None  # plain HTTP has no listing (WebDAV's PROPFIND is not everywhere)
+
+    def close(self) -> None:
+        """Close every connection (a thread that uses its own again reconnects)."""
+        with self._guard:
+            opened = list(self._opened)
+        for conn in opened:
+            conn.close()

@@ -1,0 +1,331 @@
+"""The remote cache as a layer behind the local one: verified reads, signed publishing, one warning on faults.
+
+Objects (under the store's prefix)
+    ``r1build-v1/blob/<sha256>``: the bytes themselves, verified against the key on every read.
+    ``r1build-v1/decision/<decision key>`` and ``r1build-v1/gate/<gate key>``: records, each
+    ``<sha256 of payload>\\n<signature>\\n<payload>``, the payload a decision or static-gate result as JSON and
+    the signature :func:`r1build.signing.sign` of :func:`r1build.signing.entry_payload` of its cache key
+    (``decision/<key>``) and payload, as bundles sign their entries: a record signed for one key cannot be
+    replayed under another. Gate results are signed too: a forged "passed" would skip the static gate.
+
+Reading
+    A blob whose bytes do not match its digest, or a record whose digest line, shape or key does not match,
+    is corrupt: reported with a warning and never used. A record whose signature does not verify against the
+    manifest's ``trusted-keys`` (unsigned, another key, bad signature) is refused with a warning. Either is a
+    miss: the run goes on from the local cache, the lock and the manifest's sources.
+
+Writing
+    Only a run that asked (``--remote-write`` / ``R1BUILD_REMOTE_WRITE=1``), with the team's signing key. A
+    decision is published after every blob it names is on the remote (each uploaded unless there already), so
+    a reader that finds a decision finds its blobs. Blobs are content-addressed and immutable; a decision under
+    its key is replaced whole by a newer one (each backend's put is atomic), and a torn object is a corrupt
+    read, that is a miss.
+
+Faults
+    The first failed request (refused, timed out, an HTTP error, missing credentials) turns the remote off for
+    the rest of the run with one warning line: a circuit breaker, so a down or slow remote costs one timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
+
+from ...errors import RemoteCacheError, SignatureError
+from ...events import Note, emit
+from ...keys import digest_bytes
+from ...records import Decision, from_json
+from ..bundle import referenced_blobs
+from ..store import check_payload
+from .store import RemoteStore, RemoteUnavailable
+
+if TYPE_CHECKING:
+    from ...signing import PrivateKey, TrustedKeys
+    from ..store import Cache
+
+__all__ = ["RECORD_KINDS", "ROOT", "RemoteLayer", "RemoteProblem", "blob_key", "record_key"]
+
+ROOT = "r1build-v1"
+"""Where r1build's objects live under a store's prefix (the layout's version)."""
+RECORD_KINDS = ("decision", "gate")
+"""The kinds of signed records on a remote."""
+T = TypeVar("T")
+
+
+def blob_key(digest: str) -> str:
+    """The remote key of a blob."""
+    return f"{ROOT}/blob/{digest}"
+
+
+def record_key(kind: str, key: str) -> str:
+    """The remote key of the record of ``kind`` (``decision`` or ``gate``) under ``key``."""
+    return f"{ROOT}/{kind}/{key}"
+
+
+def signed_message(kind: str, key: str, payload: bytes) -> bytes:
+    """What a record's signature covers: its cache key and its payload's digest (as a bundle entry's)."""
+    from ...signing import entry_payload
+
+    return entry_payload(f"{kind}/{key}", payload)
+
+
+@dataclass(frozen=True)
+class RemoteProblem:
+    """An object on the remote that must not be used."""
+
+    key: str
+    """The remote key."""
+    reason: str
+    """What is wrong with it."""
+    kind: str
+    """``corrupt`` (its bytes do not verify) or ``refused`` (its signature does not)."""
+
+
+class _Off(Exception):
+    """The remote is off for this run."""
+
+
+def _split_record(raw: bytes) -> tuple[str, str, bytes]:
+    """Digest line, signature line and payload of a record object; ValueError when it has not that shape."""
+    first = raw.find(b"\n")
+    second = raw.find(b"\n", first + 1)
+    if first != 64 or second < 0:
+        raise ValueError("not a record object (digest and signature lines, then the record)")
+    return raw[:64].decode("ascii", "replace"), raw[first + 1:second].decode("ascii", "replace"), raw[second + 1:]
+
+
+class RemoteLayer:
+    """The remote behind a local :class:`~r1build.cache.Cache` (its :class:`~r1build.cache.store.Fallback`)."""
+
+    def __init__(self, store: RemoteStore, *, trusted: TrustedKeys, signing_key: PrivateKey | None = None) -> None:
+        self.store = store
+        self.url = store.url
+        self.trusted = trusted
+        self.signing_key = signing_key
+        """The key decisions are published with; None: read-only."""
+        self.down: str | None = None
+        """Why the remote is off for the rest of the run, or None."""
+        self.counts: Counter[str] = Counter()
+        """What happened: ``decision`` / ``gate`` / ``blobs`` fetched, ``published`` records, ``uploaded``
+        blobs, ``corrupt`` and ``refused`` objects."""
+        self._lock = threading.Lock()
+        self._owner = threading.get_ident()
+        self._pending: list[Note] = []
+
+    @property
+    def write(self) -> bool:
+        """Whether this run publishes to the remote."""
+        return self.signing_key is not None
+
+    # -- notes -------------------------------------------------------------------------------------------
+    def _say(self, note: Note) -> None:
+        """Emit ``note`` on the thread that made the layer (where the caller's event sink is installed); notes
+        from other threads (the static gate's compile pool) wait for that thread's next call, or :meth:`close`."""
+        with self._lock:
+            self._pending.append(note)
+        if threading.get_ident() == self._owner:
+            self._flush()
+
+    def _flush(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, []
+        for note in pending:
+            emit(note)
+
+    # -- faults ------------------------------------------------------------------------------------------
+    def _call(self, call: Callable[[], T]) -> T:
+        if self.down is not None:
+            raise _Off
+        try:
+            return call()
+        except RemoteUnavailable as exc:
+            with self._lock:
+                first = self.down is None
+                if first:
+                    self.down = str(exc)
+            if first:
+                self._say(Note("warning", f"remote cache {self.url} is unavailable ({exc}); going on without it "
+                                          "for this run (local cache, lock and the manifest's sources)"))
+            raise _Off from None
+
+    def _problem(self, problem: RemoteProblem) -> None:
+        with self._lock:
+            self.counts[problem.kind] += 1
+        what = "is corrupt" if problem.kind == "corrupt" else "is refused"
+        self._say(Note("warning", f"remote cache {self.url}: {problem.key} {what} ({problem.reason}); not using it"))
+
+    # -- checks ------------------------------------------------------------------------------------------
+    def check_blob(self, digest: str, data: bytes) -> RemoteProblem | None:
+        """Why the remote bytes under ``digest`` must not be used, or None."""
+        if digest_bytes(data) != digest:
+            return RemoteProblem(blob_key(digest), "its bytes do not match its digest", "corrupt")
+        return None
+
+    def check_record(self, kind: str, key: str, raw: bytes) -> tuple[bytes | None, RemoteProblem | None]:
+        """The usable payload of a record object, else why it must not be used."""
+        from ...signing import verify
+
+        where = record_key(kind, key)
+        try:
+            digest, signature, payload = _split_record(raw)
+        except ValueError as exc:
+            return None, RemoteProblem(where, str(exc), "corrupt")
+        if digest_bytes(payload) != digest:
+            return None, RemoteProblem(where, "its record does not match its digest", "corrupt")
+        reason = check_payload(f"{kind}/{key}", payload)
+        if reason is not None:
+            return None, RemoteProblem(where, reason, "corrupt")
+        try:
+            verify(signed_message(kind, key, payload), signature, self.trusted)
+        except SignatureError as exc:
+            return None, RemoteProblem(where, str(exc), "refused")
+        return payload, None
+
+    # -- Fallback ----------------------------------------------------------------------------------------
+    def blob(self, digest: str) -> bytes | None:
+        if threading.get_ident() == self._owner:
+            self._flush()
+        try:
+            data = self._call(lambda: self.store.get(blob_key(digest)))
+        except _Off:
+            return None
+        if data is None:
+            return None
+        problem = self.check_blob(digest, data)
+        if problem is not None:
+            self._problem(problem)
+            return None
+        with self._lock:
+            self.counts["blobs"] += 1
+        return data
+
+    def record(self, kind: str, key: str) -> bytes | None:
+        if threading.get_ident() == self._owner:
+            self._flush()
+        try:
+            raw = self._call(lambda: self.store.get(record_key(kind, key)))
+        except _Off:
+            return None
+        if raw is None:
+            return None
+        payload, problem = self.check_record(kind, key, raw)
+        if problem is not None:
+            self._problem(problem)
+            return None
+        with self._lock:
+            self.counts[kind] += 1
+        return payload
+
+    def stored(self, cache: Cache, kind: str, key: str, payload: bytes) -> None:
+        if self.signing_key is not None:
+            with contextlib.suppress(_Off):
+                self.publish(cache, kind, key, payload)
+
+    def publish(self, cache: Cache, kind: str, key: str, payload: bytes) -> bool:
+        """Upload a record, after every blob it names (from ``cache``); whether it was published. Raises
+        :class:`_Off` when the remote is off (said once)."""
+        from ...signing import sign
+
+        assert self.signing_key is not None, "publishing needs the signing key"
+        digests = referenced_blobs(from_json(Decision, payload)) if kind == "decision" else []
+        for digest in digests:
+            if self._call(lambda d=digest: self.store.head(blob_key(d))):  # type: ignore[misc]
+                continue
+            data = cache.peek(f"blob/{digest}")
+            if data is None:
+                self._say(Note("warning", f"not publishing {kind}/{key[:16]} to {self.url}: blob {digest[:16]}, "
+                                          "which it names, is not in the local cache"))
+                return False
+            self._call(lambda d=digest, b=data: self.store.put(blob_key(d), b))  # type: ignore[misc]
+            with self._lock:
+                self.counts["uploaded"] += 1
+        signature = sign(signed_message(kind, key, payload), self.signing_key)
+        body = digest_bytes(payload).encode() + b"\n" + signature.encode() + b"\n" + payload
+        self._call(lambda: self.store.put(record_key(kind, key), body))
+        with self._lock:
+            self.counts["published"] += 1
+        return True
+
+    # -- maintenance (``cache push`` / ``cache verify --remote``) ------------------------------------------
+    def _required(self, call: Callable[[], T]) -> T:
+        try:
+            return self._call(call)
+        except _Off:
+            raise RemoteCacheError(f"remote cache {self.url} is unavailable: {self.down}") from None
+
+    def push(self, cache: Cache) -> tuple[int, int]:
+        """Publish every decision and gate result of ``cache`` that the remote lacks (blobs first); returns
+        (published, already there). :class:`~r1build.errors.RemoteCacheError` when the remote fails."""
+        published = present = 0
+        for entry in cache.entries():
+            if entry.kind not in RECORD_KINDS:
+                continue
+            key = entry.key.split("/", 1)[1]
+            payload = cache.peek(entry.key)
+            if payload is None:
+                continue
+            if self._required(lambda k=key, e=entry: self.store.head(record_key(e.kind, k))):  # type: ignore[misc]
+                present += 1
+            elif self._required(lambda k=key, e=entry, p=payload: self.publish(cache, e.kind, k, p)):  # type: ignore[misc]
+                published += 1
+        return published, present
+
+    def audit(self, decision_keys: Iterable[str] = ()) -> tuple[int, list[RemoteProblem]]:
+        """Check what is on the remote: every object where the backend can list, else the decisions under
+        ``decision_keys`` (a lock's) and the blobs they name. Digests, shapes, signatures, and that each
+        decision's blobs are there. Returns (objects checked, problems)."""
+        listed = self._required(lambda: self.store.keys(f"{ROOT}/"))
+        names = list(listed) if listed is not None else [record_key("decision", k) for k in decision_keys]
+        checked = 0
+        problems: list[RemoteProblem] = []
+        blobs_named: set[str] = set()
+        seen_blobs: set[str] = set()
+        for name in names:
+            parts = name.split("/")
+            if len(parts) != 3 or parts[0] != ROOT or parts[1] not in ("blob", *RECORD_KINDS):
+                problems.append(RemoteProblem(name, "not an object r1build writes", "corrupt"))
+                continue
+            raw = self._required(lambda n=name: self.store.get(n))  # type: ignore[misc]
+            if raw is None:
+                continue  # a lock entry with no decision on the remote: nothing to check
+            checked += 1
+            kind, key = parts[1], parts[2]
+            if kind == "blob":
+                seen_blobs.add(key)
+                problem = self.check_blob(key, raw)
+                if problem is not None:
+                    problems.append(problem)
+                continue
+            _, problem = self.check_record(kind, key, raw)
+            if problem is not None:
+                problems.append(problem)
+            if kind == "decision":  # its blobs are checked even when it is refused: they are content-addressed
+                with contextlib.suppress(ValueError):
+                    blobs_named.update(referenced_blobs(from_json(Decision, _split_record(raw)[2])))
+        for digest in sorted(blobs_named - seen_blobs):
+            raw = self._required(lambda d=digest: self.store.get(blob_key(d)))  # type: ignore[misc]
+            if raw is None:
+                problems.append(RemoteProblem(blob_key(digest), "a decision names it, but it is missing", "corrupt"))
+                continue
+            checked += 1
+            problem = self.check_blob(digest, raw)
+            if problem is not None:
+                problems.append(problem)
+        return checked, problems
+
+    def close(self) -> None:
+        self.store.close()
+        self._flush()
+        with self._lock:
+            counts, self.counts = self.counts, Counter()
+        parts = [f"{counts[name]} {label}" for name, label in (
+            ("decision", "decisions fetched"), ("gate", "gate results fetched"), ("blobs", "blobs fetched"),
+            ("published", "records published"),
+            ("uploaded", "blobs uploaded"), ("corrupt", "corrupt objects skipped"),
+            ("refused", "records refused")) if counts[name]]
+        if parts:
+            emit(Note("info", f"remote cache {self.url}: {', '.join(parts)}"))

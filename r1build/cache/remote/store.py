@@ -1,0 +1,63 @@
+"""The seam to a remote store: get, head and put of immutable objects by key, and the backend for a URL.
+
+Keys are relative paths (``r1build-v1/blob/<sha256>``); each backend puts them under its own prefix. A backend
+raises :class:`RemoteUnavailable` for anything that is not a plain answer (refused connection, timeout, an HTTP
+status other than found / not found / stored, missing credentials); :mod:`.layer` turns that into one warning.
+Backends do not verify content: the layer does, by digest and signature.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Iterator
+from typing import Protocol
+
+from ...errors import ConfigError
+from ...manifest import remote_url_problem
+
+__all__ = ["MAX_OBJECT", "RemoteStore", "RemoteUnavailable", "open_store"]
+
+MAX_OBJECT = 64 * 1024**2
+"""Largest object read from a remote (bytes): a larger answer is garbage, not a cache entry."""
+
+
+class RemoteUnavailable(Exception):
+    """The remote did not answer usably (down, slow, refused, forbidden, mid-upload failure)."""
+
+
+class RemoteStore(Protocol):
+    """Content-addressed objects on a remote, by key."""
+
+    url: str
+    """The store's URL, as configured (no credentials in it)."""
+
+    def get(self, key: str) -> bytes | None:
+        """The object's bytes, None when there is none."""
+
+    def head(self, key: str) -> bool:
+        """Whether the object exists."""
+
+    def put(self, key: str, data: bytes) -> None:
+        """Store the object whole (a failed put leaves no object, or the previous one)."""
+
+    def keys(self, prefix: str) -> Iterator[str] | None:
+        """Every key under ``prefix``, or None when the backend cannot list."""
+
+    def close(self) -> None:
+        """Close connections (the store may be used again: it reconnects)."""
+
+
+def open_store(url: str, *, timeout: float, header: tuple[str, str] | None) -> RemoteStore:
+    """The backend for ``url``: :class:`~.http.HttpStore` for http(s), :class:`~.s3.S3Store` for s3 (needs the
+    ``s3`` extra). :class:`~r1build.errors.ConfigError` for a URL that is neither."""
+    problem = remote_url_problem(url)
+    if problem is not None:
+        raise ConfigError(f"remote cache: {problem}")
+    scheme = urllib.parse.urlsplit(url).scheme
+    if scheme == "s3":
+        from .s3 import S3Store
+
+        return S3Store(url, timeout=timeout)
+    from .http import HttpStore
+
+    return HttpStore(url, timeout=timeout, header=header)

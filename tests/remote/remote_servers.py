@@ -1,0 +1,166 @@
+"""Real remote-cache servers on 127.0.0.1 for the tests: nginx with its WebDAV module, and moto's S3 server.
+
+Each starts as a child process on a free port and is stopped (or killed, for the fault tests) by the test.
+:func:`nginx_binary` and :func:`moto_binary` say where the programs are, None when they are not installed
+(``.ci/run`` installs both: nginx from Debian's packages, moto from the ``test`` extra).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["Moto", "Nginx", "free_port", "moto_binary", "nginx_binary", "wait_for_port"]
+
+TOKEN = "team-token-123"
+"""The bearer token nginx's ``/auth/`` location wants."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited with {proc.returncode} before listening on {port}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout:g} s")
+
+
+def nginx_binary() -> str | None:
+    return shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if Path(p).is_file()), None)
+
+
+def moto_binary() -> str | None:
+    found = shutil.which("moto_server")
+    if found:
+        return found
+    beside = Path(sys.executable).with_name("moto_server")
+    return str(beside) if beside.is_file() else None
+
+
+_CONF = """
+daemon off;
+master_process on;
+worker_processes 2;
+user {user};
+pid {d}/nginx.pid;
+error_log {d}/error.log warn;
+events {{ worker_connections 256; }}
+http {{
+  access_log off;
+  client_body_temp_path {d}/body;
+  proxy_temp_path {d}/proxy;
+  fastcgi_temp_path {d}/fastcgi;
+  uwsgi_temp_path {d}/uwsgi;
+  scgi_temp_path {d}/scgi;
+  client_max_body_size 256m;
+  server {{
+    listen 127.0.0.1:{port};
+    root {d}/root;
+    location / {{
+      dav_methods PUT;
+      create_full_put_path on;
+      dav_access user:rw group:r all:r;
+    }}
+    location /auth/ {{
+      if ($http_authorization != "Bearer {token}") {{ return 403; }}
+      dav_methods PUT;
+      create_full_put_path on;
+    }}
+    location /forbidden/ {{ return 403; }}
+  }}
+}}
+"""
+
+
+class Nginx:
+    """nginx serving ``<dir>/root`` with WebDAV PUT on a port of its own."""
+
+    def __init__(self, directory: Path, port: int | None = None) -> None:
+        binary = nginx_binary()
+        assert binary is not None
+        self.binary = binary
+        self.dir = directory
+        self.root = directory / "root"
+        self.port = port or free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        for sub in ("root", "body", "proxy", "fastcgi", "uwsgi", "scgi"):
+            (directory / sub).mkdir(parents=True, exist_ok=True)
+        user = "root root" if os.geteuid() == 0 else f"{os.getuid()}"
+        conf = _CONF.format(d=directory, port=self.port, token=TOKEN, user=user)
+        if os.geteuid() != 0:
+            conf = conf.replace(f"user {user};\n", "")
+        (directory / "nginx.conf").write_text(conf, encoding="utf-8")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> Nginx:
+        self.proc = subprocess.Popen([self.binary, "-c", str(self.dir / "nginx.conf"), "-p", str(self.dir),
+                                      "-e", str(self.dir / "error.log")],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        wait_for_port(self.port, self.proc)
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL the master and its workers (its process group): a crash, not a shutdown."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+class Moto:
+    """moto's S3-compatible server; :meth:`env` gives the variables boto3 needs to reach it."""
+
+    def __init__(self) -> None:
+        binary = moto_binary()
+        assert binary is not None
+        self.binary = binary
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        return {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": self.endpoint}
+
+    def start(self) -> Moto:
+        self.proc = subprocess.Popen([self.binary, "-H", "127.0.0.1", "-p", str(self.port)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        wait_for_port(self.port, self.proc)
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)

@@ -1,0 +1,97 @@
+"""Helpers of the remote-cache tests: projects that trust the team's key, and machine A's measured cache."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from r1build.cache import Cache
+from r1build.cli.main import main
+from r1build.judge import CHECKS_VERSION
+from r1build.keys import decision_key
+from r1build.lock import read_lock
+from r1build.manifest import load_manifest
+from r1build.records import Candidate, CandidateRef, Decision, Origin, Result, Timing
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ROOT / "tests" / "packages" / "tiny"
+
+__all__ = ["ROOT", "TINY", "measured_tiny", "tiny_project", "trust"]
+
+
+def trust(project: Path, *public_keys: str, url: str | None = None, timeout_s: float | None = None) -> None:
+    """Add a ``[cache]`` table to the project's kernels.toml."""
+    lines = ["", "[cache]", f"trusted-keys = [{', '.join(repr(k) for k in public_keys)}]"]
+    if url is not None:
+        lines.append(f'url = "{url}"')
+    if timeout_s is not None:
+        lines.append(f"timeout-s = {timeout_s}")
+    toml = project / "kernels.toml"
+    toml.write_text(toml.read_text(encoding="utf-8") + "\n".join(lines).replace("'", '"') + "\n", encoding="utf-8")
+
+
+def tiny_project(dest: Path, *public_keys: str, url: str | None = None, timeout_s: float | None = None) -> Path:
+    """A copy of tests/packages/tiny trusting ``public_keys``."""
+    shutil.copytree(TINY, dest, ignore=shutil.ignore_patterns(".r1build", "__pycache__", "build"))
+    trust(dest, *public_keys, url=url, timeout_s=timeout_s)
+    return dest
+
+
+def measured_tiny(project: Path, cache_dir: Path, time_us: float = 3.5) -> str:
+    """Machine A: the decision a GPU run records for tiny's scale on sm_90 (baseline measured), then
+    ``r1build lock`` (which gates it and caches the gate result). Returns the decision key."""
+    m = load_manifest(project / "kernels.toml")
+    spec = m.kernel("scale")
+    scale = Candidate((project / "scale.cu").read_text(encoding="utf-8"), Origin("baseline", "scale.cu"))
+    key = decision_key(m, spec, "sm_90")
+    result = Result(scale.digest, "sm_90", "passed", "evaluate", timing=Timing(time_us, 0.01, 50),
+                    device="NVIDIA H200")
+    with Cache(cache_dir) as cache:
+        cache.put_text(scale.source)
+        cache.put_decision(Decision(key, "scale", "sm_90", CandidateRef.of(scale), [CandidateRef.of(scale)],
+                                    [result], measured=True, device="NVIDIA H200", checks=CHECKS_VERSION))
+    assert main(["lock", "-m", str(project), "--offline", "--no-gpu", "--cache-dir", str(cache_dir)]) == 0
+    entry = read_lock(project / "kernels.lock").entry("scale", "sm_90")  # type: ignore[union-attr]
+    assert entry is not None and entry.time_us == time_us and entry.key == key
+    return key
+
+
+def root_project(dest: Path, *public_keys: str) -> Path:
+    """A copy of the root manifest, its kernels and its committed lock, trusting ``public_keys``."""
+    dest.mkdir(parents=True)
+    shutil.copy(ROOT / "kernels.toml", dest / "kernels.toml")
+    shutil.copy(ROOT / "kernels.lock", dest / "kernels.lock")
+    shutil.copytree(ROOT / "kernels", dest / "kernels", ignore=shutil.ignore_patterns("_r1build", "__pycache__"))
+    trust(dest, *public_keys)
+    return dest
+
+
+def measured_root(project: Path, cache_dir: Path) -> list[str]:
+    """Machine A for the root manifest: the decisions the H200 recorded for the lock's validated entries (winner,
+    time and GPU as the committed lock has them), then a locked resolve that gates every winner. Returns the keys
+    of the decisions."""
+    m = load_manifest(project / "kernels.toml")
+    lock = read_lock(project / "kernels.lock")
+    assert lock is not None
+    keys = []
+    with Cache(cache_dir) as cache:
+        for entry in lock.kernel:
+            if entry.validation != "validated":
+                continue
+            spec = m.kernel(entry.name)
+            assert entry.origin is not None and entry.time_us is not None
+            kind = "baseline" if entry.origin == spec.baseline else "file"
+            candidate = Candidate((project / entry.origin).read_text(encoding="utf-8"), Origin(kind, entry.origin),
+                                  dict(entry.defines))
+            assert candidate.digest == entry.winner, entry
+            result = Result(candidate.digest, entry.arch, "passed", "evaluate",
+                            timing=Timing(entry.time_us, 0.01, 50), device=entry.gpu)
+            cache.put_text(candidate.source)
+            cache.put_decision(Decision(entry.key, entry.name, entry.arch, CandidateRef.of(candidate),
+                                        [CandidateRef.of(candidate)], [result], measured=True, device=entry.gpu,
+                                        checks=entry.checks))
+            keys.append(entry.key)
+    assert keys
+    assert main(["resolve", "--locked", "--no-gpu", "--offline", "-m", str(project), "--cache-dir",
+                 str(cache_dir)]) == 0
+    return keys

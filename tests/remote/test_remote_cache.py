@@ -1,0 +1,418 @@
+"""The shared remote cache against real servers on 127.0.0.1: nginx's WebDAV module and moto's S3 server.
+
+Two machines are two cache directories: machine A has measured decisions (as a GPU run records them) and
+publishes them, signed; machine B starts empty and resolves from the remote with no GPU and no API key.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from remote_servers import TOKEN, Nginx
+from remote_support import measured_root, measured_tiny, root_project, tiny_project
+
+from r1build.cache import Cache
+from r1build.cache.remote import RemoteLayer, blob_key, open_store, record_key
+from r1build.cli.main import main
+from r1build.events import Note, sink
+from r1build.keys import digest_bytes
+from r1build.records import Decision, from_json, to_json
+from r1build.signing import KeyPair, TrustedKeys
+
+LOCKED = ("resolve", "--locked", "--no-gpu")
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+def _remote_warnings(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("warning:") and "remote cache" in line]
+
+
+def _push(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, project: Path, cache_dir: Path,
+          url: str, key: KeyPair) -> str:
+    monkeypatch.setenv("R1BUILD_SIGNING_KEY", key.private.raw_base64())
+    code, out = _cli(capsys, "cache", "push", "-m", str(project), "--cache-dir", str(cache_dir),
+                     "--remote-cache", url)
+    monkeypatch.delenv("R1BUILD_SIGNING_KEY")
+    assert code == 0, out
+    return out
+
+
+@pytest.fixture
+def seeded(remote, team_key: KeyPair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+           capsys: pytest.CaptureFixture[str]) -> tuple[Path, str]:
+    """tiny, locked on machine A and published to ``remote``: (project, the decision's key)."""
+    project = tiny_project(tmp_path / "tiny", team_key.public.line)
+    key = measured_tiny(project, tmp_path / "a")
+    out = _push(capsys, monkeypatch, project, tmp_path / "a", remote.url, team_key)
+    assert "published 2 records" in out  # the decision and the gate result, after the blob they name
+    return project, key
+
+
+def test_two_machines_share_decisions_and_gate_results(remote, seeded, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    project, key = seeded
+    monkeypatch.setenv("R1BUILD_REMOTE_CACHE", remote.url)
+    b = tmp_path / "b"
+    code, out = _cli(capsys, *LOCKED, "-m", str(project), "--cache-dir", str(b))
+    assert code == 0, out
+    assert "1 decisions fetched, 1 gate results fetched" in out, out
+    assert not _remote_warnings(out)
+    with Cache(b) as cache:
+        decision = cache.get_decision(key)
+        kinds = {e.kind for e in cache.entries()}
+    assert decision is not None and decision.device == "NVIDIA H200" and kinds >= {"decision", "gate"}
+    code, out = _cli(capsys, "check", "--locked", "-m", str(project), "--cache-dir", str(tmp_path / "c"))
+    assert code == 0, out
+    code, out = _cli(capsys, "cache", "verify", "--remote", "-m", str(project))
+    assert code == 0 and "digests and signatures intact" in out, out
+
+
+@pytest.fixture(scope="module")
+def root_machine_a(tmp_path_factory: pytest.TempPathFactory, team_key: KeyPair) -> tuple[Path, Path, list[str]]:
+    """The root manifest on machine A: its measured decisions and every winner's gate result, cached."""
+    base = tmp_path_factory.mktemp("root_a")
+    project = root_project(base / "root", team_key.public.line)
+    return project, base / "cache", measured_root(project, base / "cache")
+
+
+def test_a_fresh_cache_resolves_the_root_manifests_decisions_from_the_remote(
+        remote, root_machine_a, team_key: KeyPair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    project, a, keys = root_machine_a
+    _push(capsys, monkeypatch, project, a, remote.url, team_key)
+    b = tmp_path / "b"
+    code, out = _cli(capsys, *LOCKED, "-m", str(project), "--cache-dir", str(b), "--remote-cache", remote.url,
+                     "--json")
+    assert code == 0, out
+    assert f"{len(keys)} decisions fetched" in out and not _remote_warnings(out), out
+    with Cache(b) as cache:
+        assert all(cache.peek(f"decision/{k}") is not None for k in keys)
+    code, out = _cli(capsys, "check", "--locked", "-m", str(project), "--cache-dir", str(tmp_path / "c"),
+                     "--remote-cache", remote.url)
+    assert code == 0, out
+
+
+def test_read_only_by_default_and_writing_needs_the_key(remote, team_key: KeyPair, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    project = tiny_project(tmp_path / "tiny", team_key.public.line)
+    key = measured_tiny(project, tmp_path / "a")
+    monkeypatch.setenv("R1BUILD_SIGNING_KEY", team_key.private.raw_base64())
+    # a key in the environment is not permission: without --remote-write nothing is published
+    code, out = _cli(capsys, "lock", "-m", str(project), "--offline", "--no-gpu", "--cache-dir", str(tmp_path / "a"),
+                     "--remote-cache", remote.url)
+    assert code == 0, out
+    store = open_store(remote.url, timeout=5, header=None)
+    assert store.get(record_key("decision", key)) is None
+    monkeypatch.delenv("R1BUILD_SIGNING_KEY")
+    code, out = _cli(capsys, "resolve", "--refresh", "--offline", "--no-gpu", "-m", str(project), "--cache-dir",
+                     str(tmp_path / "a"), "--remote-cache", remote.url, "--remote-write")
+    assert code == 2 and "needs the team's signing key" in out and "Traceback" not in out, out
+    monkeypatch.setenv("R1BUILD_REMOTE_WRITE", "1")
+    code, out = _cli(capsys, "cache", "push", "-m", str(project), "--cache-dir", str(tmp_path / "a"),
+                     "--remote-cache", remote.url)
+    assert code == 2 and "needs the team's signing key" in out, out
+    assert store.get(record_key("decision", key)) is None
+    store.close()
+
+
+def test_a_run_that_may_write_publishes_what_it_stores(remote, team_key: KeyPair, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    project = tiny_project(tmp_path / "tiny", team_key.public.line)
+    monkeypatch.setenv("R1BUILD_SIGNING_KEY", team_key.private.raw_base64())
+    monkeypatch.setenv("R1BUILD_REMOTE_WRITE", "1")
+    code, out = _cli(capsys, "lock", "-m", str(project), "--offline", "--no-gpu", "--cache-dir", str(tmp_path / "a"),
+                     "--remote-cache", remote.url)
+    assert code == 0 and "1 records published" in out, out  # the baseline's gate result (no GPU: no decision)
+    monkeypatch.delenv("R1BUILD_REMOTE_WRITE")
+    monkeypatch.delenv("R1BUILD_SIGNING_KEY")
+    code, out = _cli(capsys, *LOCKED, "-m", str(project), "--cache-dir", str(tmp_path / "b"), "--remote-cache",
+                     remote.url)
+    assert code == 0 and "1 gate results fetched" in out, out
+
+
+def _tamper(remote, key: str, change) -> None:  # type: ignore[no-untyped-def]
+    store = open_store(remote.url, timeout=5, header=None)
+    raw = store.get(key)
+    assert raw is not None
+    if remote.backend == "http":  # as a user with write access to the server's disk would
+        remote.path_of(key).write_bytes(change(raw))
+    else:
+        store.put(key, change(raw))
+    store.close()
+
+
+def test_a_tampered_object_is_detected_reported_and_never_used(remote, seeded, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    project, key = seeded
+    lock_before = (project / "kernels.lock").read_bytes()
+    store = open_store(remote.url, timeout=5, header=None)
+    raw = store.get(record_key("decision", key))
+    store.close()
+    assert raw is not None
+    decision = from_json(Decision, raw.split(b"\n", 2)[2])
+    assert decision.winner is not None
+    # the source blob: one byte changed; the decision: its time improved, digest line recomputed, signature kept
+    _tamper(remote, blob_key(decision.winner.source), lambda raw: raw.replace(b"2.0f", b"3.0f"))
+    forged = replace(decision, results=[replace(decision.results[0], timing=replace(decision.results[0].timing,
+                                                                                     median_us=0.1))])
+    _tamper(remote, record_key("decision", key),
+            lambda raw: digest_bytes(to_json(forged)).encode() + b"\n" + raw.split(b"\n", 2)[1] + b"\n"
+            + to_json(forged))
+    b = tmp_path / "b"
+    code, out = _cli(capsys, *LOCKED, "-m", str(project), "--cache-dir", str(b), "--remote-cache", remote.url)
+    assert code == 0, out
+    refused, corrupt = _remote_warnings(out)  # one line each
+    assert "decision" in refused and "is refused" in refused and "does not match" in refused, out
+    assert "blob" in corrupt and "is corrupt (its bytes do not match its digest)" in corrupt, out
+    with Cache(b) as cache:
+        assert cache.peek(f"decision/{key}") is None
+        fetched_blob = cache.get_blob(decision.winner.source)
+    assert fetched_blob is None or digest_bytes(fetched_blob) == decision.winner.source
+    # the winner came from the manifest's own file, verified by digest; nothing local changed
+    assert (project / "kernels.lock").read_bytes() == lock_before
+    code, out = _cli(capsys, "cache", "verify", "--remote", "-m", str(project), "--remote-cache", remote.url)
+    assert code == 1, out
+    assert "its bytes do not match its digest" in out and "refused" in out
+
+
+def test_unsigned_and_untrusted_decisions_are_refused_and_the_build_goes_on(
+        remote, team_key: KeyPair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    stranger = KeyPair.generate()
+    project = tiny_project(tmp_path / "tiny", team_key.public.line)
+    key = measured_tiny(project, tmp_path / "a")
+    _push(capsys, monkeypatch, project, tmp_path / "a", remote.url, stranger)  # signed, by a key nobody trusts
+    b = tmp_path / "b"
+    code, out = _cli(capsys, *LOCKED, "-m", str(project), "--cache-dir", str(b), "--remote-cache", remote.url)
+    assert code == 0, out
+    warnings = _remote_warnings(out)
+    assert len(warnings) == 2, out  # the decision and the gate result, one line each
+    assert all("is refused" in w and f"signed by key {stranger.private.key_id}" in w for w in warnings), out
+    with Cache(b) as cache:
+        assert cache.peek(f"decision/{key}") is None
+    # unsigned: the signature line empty
+    _tamper(remote, record_key("decision", key),
+            lambda raw: raw.split(b"\n", 1)[0] + b"\n\n" + raw.split(b"\n", 2)[2])
+    code, out = _cli(capsys, *LOCKED, "-m", str(project), "--cache-dir", str(tmp_path / "c"), "--remote-cache",
+                     remote.url)
+    assert code == 0, out
+    assert any("unsigned" in w for w in _remote_warnings(out)), out
+
+
+def test_a_project_that_trusts_no_key_uses_nothing_from_a_remote(remote, seeded, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    project, key = seeded
+    toml = project / "kernels.toml"
+    text = toml.read_text(encoding="utf-8")
+    toml.write_text(text[:text.index("trusted-keys")] + "trusted-keys = []\n", encoding="utf-8")
+    code, out = _cli(capsys, *LOCKED, "-m", str(project), "--cache-dir", str(tmp_path / "b"), "--remote-cache",
+                     remote.url)
+    assert code == 0 and "trusted-keys is empty" in out, out
+    with Cache(tmp_path / "b") as cache:
+        assert cache.peek(f"decision/{key}") is None
+
+
+def _layer(url: str, key: KeyPair) -> RemoteLayer:
+    return RemoteLayer(open_store(url, timeout=10, header=None), trusted=TrustedKeys.of([key.public]),
+                       signing_key=key.private)
+
+
+def test_eight_concurrent_writers_of_the_same_and_different_entries(remote, seeded, team_key: KeyPair,
+                                                                    tmp_path: Path) -> None:
+    _, key = seeded
+    with Cache(tmp_path / "a") as cache:
+        decision = cache.get_decision(key)
+        assert decision is not None
+        payload = to_json(decision)
+        others = {f"{i:064x}": to_json(replace(decision, key=f"{i:064x}")) for i in range(8)}
+        for k, p in others.items():
+            cache.put_raw(f"decision/{k}", p)
+        errors: list[BaseException] = []
+        start = threading.Barrier(16)
+
+        def write(k: str, p: bytes) -> None:
+            layer = _layer(remote.url, team_key)
+            try:
+                start.wait()
+                for _ in range(3):
+                    assert layer.publish(cache, "decision", k, p)
+                assert layer.down is None, layer.down
+            except BaseException as exc:  # collected for the main thread
+                errors.append(exc)
+            finally:
+                layer.close()
+
+        threads = [threading.Thread(target=write, args=(key, payload)) for _ in range(8)]
+        threads += [threading.Thread(target=write, args=item) for item in others.items()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    assert not errors, errors
+    reader = _layer(remote.url, team_key)
+    assert reader.record("decision", key) == payload
+    assert all(reader.record("decision", k) == p for k, p in others.items())
+    checked, problems = reader.audit([key, *others])
+    reader.close()
+    assert not problems and checked >= 10
+
+
+def _one_warning_and_locked(capsys: pytest.CaptureFixture[str], project: Path, cache_dir: Path, url: str,
+                            *, within: float) -> str:
+    t0 = time.monotonic()
+    code, out = _cli(capsys, *LOCKED, "-m", str(project), "--cache-dir", str(cache_dir), "--remote-cache", url)
+    elapsed = time.monotonic() - t0
+    assert code == 0, out
+    assert len(_remote_warnings(out)) == 1, out
+    assert elapsed < within, f"{elapsed:.1f} s"
+    return _remote_warnings(out)[0]
+
+
+def test_a_remote_down_at_start_costs_one_warning(team_key: KeyPair, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    project = tiny_project(tmp_path / "tiny", team_key.public.line)
+    measured_tiny(project, tmp_path / "a")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens once this closes
+    warning = _one_warning_and_locked(capsys, project, tmp_path / "b", f"http://127.0.0.1:{port}/team", within=30)
+    assert "is unavailable" in warning and "going on without it" in warning
+
+
+def test_a_slow_remote_costs_one_timeout(team_key: KeyPair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    project = tiny_project(tmp_path / "tiny", team_key.public.line, timeout_s=0.5)
+    measured_tiny(project, tmp_path / "a")
+    with socket.socket() as server:  # accepts connections, never answers
+        server.bind(("127.0.0.1", 0))
+        server.listen(16)
+        port = server.getsockname()[1]
+        warning = _one_warning_and_locked(capsys, project, tmp_path / "b", f"http://127.0.0.1:{port}/team",
+                                          within=30)
+    assert "no answer within 0.5 s" in warning
+
+
+def test_a_forbidden_remote_and_the_token(nginx: Nginx, team_key: KeyPair, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    project = tiny_project(tmp_path / "tiny", team_key.public.line)
+    measured_tiny(project, tmp_path / "a")
+    warning = _one_warning_and_locked(capsys, project, tmp_path / "b", f"{nginx.url}/forbidden", within=30)
+    assert "HTTP 403" in warning
+    url = f"{nginx.url}/auth/team"
+    monkeypatch.setenv("R1BUILD_REMOTE_TOKEN", "wrong")
+    monkeypatch.setenv("R1BUILD_SIGNING_KEY", team_key.private.raw_base64())
+    code, out = _cli(capsys, "cache", "push", "-m", str(project), "--cache-dir", str(tmp_path / "a"),
+                     "--remote-cache", url)
+    assert code == 1 and "HTTP 403" in out and "Traceback" not in out, out
+    monkeypatch.setenv("R1BUILD_REMOTE_TOKEN", TOKEN)
+    code, out = _cli(capsys, "cache", "push", "-m", str(project), "--cache-dir", str(tmp_path / "a"),
+                     "--remote-cache", url)
+    assert code == 0 and "published 2 records" in out, out
+    assert TOKEN not in out
+
+
+def _partial_put(port: int, path: str, total: int, sent: int) -> socket.socket:
+    """A PUT that announces ``total`` bytes and sends ``sent`` of them (the connection stays open)."""
+    conn = socket.create_connection(("127.0.0.1", port))
+    head = (f"PUT {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {total}\r\n"
+            "Content-Type: application/octet-stream\r\n\r\n")
+    conn.sendall(head.encode() + b"x" * sent)
+    return conn
+
+
+def test_a_server_killed_mid_upload_exposes_no_object_and_loses_nothing(
+        team_key: KeyPair, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    server = Nginx(tmp_path / "nginx").start()
+    try:
+        project = tiny_project(tmp_path / "tiny", team_key.public.line)
+        key = measured_tiny(project, tmp_path / "a")
+        url = f"{server.url}/team"
+        victim = record_key("decision", key)
+        conn = _partial_put(server.port, f"/team/{victim}", 4 << 20, 1 << 20)
+        time.sleep(0.3)
+        server.kill()
+        conn.close()
+        assert not list((server.root).rglob("*")) or not (server.root / "team" / victim).exists()
+        # the remote is down now: a machine whose cache misses goes on from the lock and the manifest's sources
+        warning = _one_warning_and_locked(capsys, project, tmp_path / "b", url, within=30)
+        assert "is unavailable" in warning
+        with Cache(tmp_path / "a") as cache:
+            assert cache.get_decision(key) is not None and not cache.audit()
+        server.start()  # back: the torn upload left nothing behind, the remote is just empty
+        store = open_store(url, timeout=5, header=None)
+        assert store.get(victim) is None
+        store.close()
+    finally:
+        server.stop()
+
+
+def test_an_s3_upload_cut_mid_body_exposes_no_object(moto, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    conn = _partial_put(moto.port, "/team-cache/cut/r1build-v1/blob/" + "0" * 64, 1 << 20, 1 << 18)
+    time.sleep(0.2)
+    conn.close()
+    time.sleep(0.2)
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=moto.endpoint, region_name="us-east-1", aws_access_key_id="testing",
+                          aws_secret_access_key="testing")
+    assert client.list_objects_v2(Bucket="team-cache", Prefix="cut/").get("KeyCount", 0) == 0
+
+
+def test_a_remote_that_answers_garbage_is_a_miss(team_key: KeyPair, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    project = tiny_project(tmp_path / "tiny", team_key.public.line)
+    measured_tiny(project, tmp_path / "a")
+    stop = threading.Event()
+
+    def serve(server: socket.socket) -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.recv(65536)
+                body = b"\x00garbage\xff" * 100
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(16)
+        thread = threading.Thread(target=serve, args=(server,))
+        thread.start()
+        try:
+            code, out = _cli(capsys, *LOCKED, "-m", str(project), "--cache-dir", str(tmp_path / "b"),
+                             "--remote-cache", f"http://127.0.0.1:{server.getsockname()[1]}/team")
+        finally:
+            stop.set()
+            thread.join()
+    assert code == 0, out
+    assert _remote_warnings(out) and all("is corrupt" in w for w in _remote_warnings(out)), out
+
+
+def test_notes_go_to_the_sink_not_stdout(remote, seeded, tmp_path: Path) -> None:
+    project, key = seeded
+    seen: list[Note] = []
+    from r1build.cache.remote import attach_remote
+    from r1build.manifest import load_manifest
+
+    with sink(lambda e: seen.append(e) if isinstance(e, Note) else None), \
+            attach_remote(Cache(tmp_path / "b"), load_manifest(project / "kernels.toml"), url=remote.url) as cache:
+        assert cache.get_decision(key) is not None
+        assert cache.get_decision(key) is not None  # the second read is local
+    assert [n.message for n in seen] == [f"remote cache {remote.url}: 1 decisions fetched"]
