@@ -115,6 +115,7 @@ class RemoteLayer:
         self._lock = threading.Lock()
         self._owner = threading.get_ident()
         self._pending: list[Note] = []
+        self._untrusting_said = False
 
     @property
     def write(self) -> bool:
@@ -206,6 +207,13 @@ class RemoteLayer:
     def record(self, kind: str, key: str) -> bytes | None:
         if threading.get_ident() == self._owner:
             self._flush()
+        if not self.trusted:
+            with self._lock:
+                said, self._untrusting_said = self._untrusting_said, True
+            if not said:
+                self._say(Note("warning", f"remote cache {self.url}: not using its decisions and gate results: "
+                                          "[cache] trusted-keys is empty, so no signature can be trusted"))
+            return None
         try:
             raw = self._call(lambda: self.store.get(record_key(kind, key)))
         except _Off:
