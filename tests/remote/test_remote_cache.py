@@ -418,3 +418,51 @@ def test_notes_go_to_the_sink_not_stdout(remote, seeded, tmp_path: Path) -> None
         assert cache.get_decision(key) is not None
         assert cache.get_decision(key) is not None  # the second read is local
     assert [n.message for n in seen] == [f"remote cache {remote.url}: 1 decisions fetched"]
+
+
+def test_a_server_dying_during_a_blob_upload_never_gets_the_decision(team_key: KeyPair, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """The publisher's side of a crash: the connection drops in the middle of a blob's body; the decision that
+    names the blob is never sent, the run goes on with one warning, and the local cache keeps everything."""
+    project = tiny_project(tmp_path / "tiny", team_key.public.line)
+    key = measured_tiny(project, tmp_path / "a")
+    seen: list[str] = []
+    stop = threading.Event()
+
+    def serve(server: socket.socket) -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                head = conn.recv(4096).split(b"\r\n", 1)[0].decode()
+                seen.append(head)
+                if head.startswith("HEAD"):
+                    conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                # a PUT: the first bytes arrive, then the server is gone (the connection drops unanswered)
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(16)
+        thread = threading.Thread(target=serve, args=(server,))
+        thread.start()
+        url = f"http://127.0.0.1:{server.getsockname()[1]}/team"
+        try:
+            with Cache(tmp_path / "a") as cache:
+                layer = _layer(url, team_key)
+                notes: list[Note] = []
+                with sink(lambda e: notes.append(e) if isinstance(e, Note) else None):
+                    decision = cache.get_decision(key)
+                    assert decision is not None
+                    layer.stored(cache, "decision", key, to_json(decision))
+                    layer.close()
+                assert cache.get_decision(key) is not None and not cache.audit()
+        finally:
+            stop.set()
+            thread.join()
+    puts = [s for s in seen if s.startswith("PUT")]
+    assert puts and all("/blob/" in p for p in puts), seen  # the decision's PUT never happened
+    assert layer.down is not None
+    assert [n.level for n in notes] == ["warning"] and "is unavailable" in notes[0].message, notes

@@ -1,0 +1,105 @@
+"""How the remote cache is configured: manifest, environment, command line, build config setting; bad values are
+clear errors (exit 2), never a traceback."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from remote_support import measured_tiny, tiny_project
+
+from r1build.build.options import split_settings
+from r1build.cache import Cache
+from r1build.cache.remote import open_store, record_key
+from r1build.cli.main import main
+from r1build.errors import ConfigError, ManifestError
+from r1build.manifest import load_manifest
+from r1build.resolve import prepare_build
+from r1build.settings import env_settings
+from r1build.signing import KeyPair
+
+
+def test_a_build_reads_the_remote_named_by_its_config_setting(nginx, team_key: KeyPair, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    project = tiny_project(tmp_path / "tiny", team_key.public.line)
+    key = measured_tiny(project, tmp_path / "a")
+    url = f"{nginx.url}/build-setting"
+    monkeypatch.setenv("R1BUILD_SIGNING_KEY", team_key.private.raw_base64())
+    assert main(["cache", "push", "-m", str(project), "--cache-dir", str(tmp_path / "a"), "--remote-cache", url]) == 0
+    monkeypatch.delenv("R1BUILD_SIGNING_KEY")
+    options, rest = split_settings({"r1build.remote-cache": url, "build-dir": "b"}, environ={})
+    assert options.remote_cache == url and rest == {"build-dir": "b"}
+    cmake = prepare_build(project, locked=True, cache_dir=tmp_path / "b", out_dir=tmp_path / "gen",
+                          remote_cache=options.remote_cache)
+    assert cmake.is_file()
+    with Cache(tmp_path / "b") as cache:
+        assert cache.peek(f"decision/{key}") is not None  # the build took it from the remote
+
+
+def test_the_manifest_url_is_checked_where_it_is_written(team_key: KeyPair, tmp_path: Path) -> None:
+    for i, (url, says) in enumerate((("ftp://host/x", "not an http://, https:// or s3:// URL"),
+                                     ("https://user:pw@host/x", "holds no credentials"),
+                                     ("https://host/x?token=1", "no query"))):
+        project = tiny_project(tmp_path / str(i), team_key.public.line, url=url)
+        with pytest.raises(ManifestError) as err:
+            load_manifest(project / "kernels.toml")
+        assert "kernels.toml:" in str(err.value) and "cache.url" in str(err.value) and says in str(err.value)
+
+
+def test_the_environment_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    env = env_settings({"R1BUILD_REMOTE_CACHE": " s3://b/p ", "R1BUILD_REMOTE_WRITE": "yes",
+                        "R1BUILD_REMOTE_TIMEOUT": "2.5", "R1BUILD_REMOTE_HEADER": "X-Team-Key: abc:def"})
+    assert (env.remote_cache, env.remote_write, env.remote_timeout) == ("s3://b/p", True, 2.5)
+    assert env.remote_header == ("X-Team-Key", "abc:def") and "abc" not in repr(env)
+    assert env_settings({"R1BUILD_REMOTE_TOKEN": "t0k"}).remote_header == ("Authorization", "Bearer t0k")
+    for bad in ({"R1BUILD_REMOTE_TIMEOUT": "soon"}, {"R1BUILD_REMOTE_TIMEOUT": "0"},
+                {"R1BUILD_REMOTE_HEADER": "no colon"}, {"R1BUILD_REMOTE_TOKEN": "a", "R1BUILD_REMOTE_HEADER": "X: b"},
+                {"R1BUILD_REMOTE_WRITE": "maybe"}):
+        with pytest.raises(ConfigError):
+            env_settings(bad)
+
+
+def test_an_s3_remote_without_boto3_names_the_extra(team_key: KeyPair, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "boto3", None)  # as if not installed
+    with pytest.raises(ConfigError, match=r"pip install 'r1build\[s3\]'"):
+        open_store("s3://bucket/prefix", timeout=1, header=None)
+    project = tiny_project(tmp_path / "tiny", team_key.public.line, url="s3://bucket/prefix")
+    assert main(["status", "-m", str(project), "--cache-dir", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err
+    assert "r1build[s3]" in err and "Traceback" not in err
+
+
+def test_a_bad_remote_url_on_the_command_line_is_exit_2(team_key: KeyPair, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    project = tiny_project(tmp_path / "tiny", team_key.public.line)
+    assert main(["resolve", "--locked", "-m", str(project), "--remote-cache", "gopher://x/y"]) == 2
+    assert "not an http://, https:// or s3:// URL" in capsys.readouterr().err
+
+
+def test_the_remote_keeps_a_decision_whole_across_keys(nginx, team_key: KeyPair, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """A valid signed record copied under another key is refused: the signature covers the key."""
+    project = tiny_project(tmp_path / "tiny", team_key.public.line)
+    key = measured_tiny(project, tmp_path / "a")
+    url = f"{nginx.url}/moved"
+    monkeypatch.setenv("R1BUILD_SIGNING_KEY", team_key.private.raw_base64())
+    assert main(["cache", "push", "-m", str(project), "--cache-dir", str(tmp_path / "a"), "--remote-cache", url]) == 0
+    monkeypatch.delenv("R1BUILD_SIGNING_KEY")
+    store = open_store(url, timeout=5, header=None)
+    gates = [p for p in (nginx.root / "moved" / "r1build-v1" / "gate").iterdir()]
+    assert len(gates) == 1
+    other = "f" * 64
+    store.put(record_key("gate", other), gates[0].read_bytes())
+    store.close()
+    from r1build.cache.remote import RemoteLayer
+    from r1build.signing import TrustedKeys
+
+    layer = RemoteLayer(open_store(url, timeout=5, header=None), trusted=TrustedKeys.of([team_key.public]))
+    assert layer.record("gate", gates[0].name) is not None
+    assert layer.record("gate", other) is None and layer.counts["refused"] == 1
+    assert layer.record("decision", key) is not None
+    layer.close()
