@@ -13,10 +13,12 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["Moto", "Nginx", "free_port", "moto_binary", "nginx_binary", "wait_for_port"]
+__all__ = ["FaultServer", "Moto", "Nginx", "free_port", "moto_binary", "nginx_binary", "wait_for_port"]
 
 TOKEN = "team-token-123"
 """The bearer token nginx's ``/auth/`` location wants."""
@@ -164,3 +166,42 @@ class Moto:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+
+
+class FaultServer:
+    """A misbehaving HTTP server on 127.0.0.1 (a thread): each connection's first bytes go to ``answer``, which
+    returns the bytes to send back (or None to drop the connection unanswered). A context manager."""
+
+    def __init__(self, answer: Callable[[bytes], bytes | None]) -> None:
+        self.answer = answer
+        self.requests: list[str] = []
+        """The request line of every connection, in order."""
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(16)
+        self._sock.settimeout(0.2)
+        self.port = int(self._sock.getsockname()[1])
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve)
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                first = conn.recv(65536)
+                self.requests.append(first.split(b"\r\n", 1)[0].decode("latin-1"))
+                reply = self.answer(first)
+                if reply is not None:
+                    conn.sendall(reply)
+
+    def __enter__(self) -> FaultServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sock.close()

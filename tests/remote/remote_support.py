@@ -6,17 +6,19 @@ import shutil
 from pathlib import Path
 
 from r1build.cache import Cache
+from r1build.cache.remote import RemoteLayer, open_store
 from r1build.cli.main import main
 from r1build.judge import CHECKS_VERSION
 from r1build.keys import decision_key
 from r1build.lock import read_lock
 from r1build.manifest import load_manifest
 from r1build.records import Candidate, CandidateRef, Decision, Origin, Result, Timing
+from r1build.signing import KeyPair, trusted_keys
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests" / "packages" / "tiny"
 
-__all__ = ["ROOT", "TINY", "measured_tiny", "tiny_project", "trust"]
+__all__ = ["ROOT", "TINY", "measured_root", "measured_tiny", "push", "root_project", "tiny_project", "trust"]
 
 
 def trust(project: Path, *public_keys: str, url: str | None = None, timeout_s: float | None = None) -> None:
@@ -95,3 +97,15 @@ def measured_root(project: Path, cache_dir: Path) -> list[str]:
     assert main(["resolve", "--locked", "--no-gpu", "--offline", "-m", str(project), "--cache-dir",
                  str(cache_dir)]) == 0
     return keys
+
+
+def push(project: Path, cache_dir: Path, url: str, key: KeyPair) -> tuple[int, int]:
+    """Machine A publishes its cache to ``url``, signed with ``key`` (as ``r1build cache push`` does):
+    (published, already there)."""
+    layer = RemoteLayer(open_store(url, timeout=10, header=None), trusted=trusted_keys(load_manifest(
+        project / "kernels.toml")), signing_key=key.private)
+    try:
+        with Cache(cache_dir) as cache:
+            return layer.push(cache)
+    finally:
+        layer.close()

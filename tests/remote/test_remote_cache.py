@@ -13,8 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from remote_servers import TOKEN, Nginx
-from remote_support import measured_root, measured_tiny, root_project, tiny_project
+from remote_servers import TOKEN, FaultServer, Nginx
+from remote_support import measured_root, measured_tiny, push, root_project, tiny_project
 
 from r1build.cache import Cache
 from r1build.cache.remote import RemoteLayer, blob_key, open_store, record_key
@@ -37,24 +37,14 @@ def _remote_warnings(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith("warning:") and "remote cache" in line]
 
 
-def _push(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, project: Path, cache_dir: Path,
-          url: str, key: KeyPair) -> str:
-    monkeypatch.setenv("R1BUILD_SIGNING_KEY", key.private.raw_base64())
-    code, out = _cli(capsys, "cache", "push", "-m", str(project), "--cache-dir", str(cache_dir),
-                     "--remote-cache", url)
-    monkeypatch.delenv("R1BUILD_SIGNING_KEY")
-    assert code == 0, out
-    return out
-
-
 @pytest.fixture
 def seeded(remote, team_key: KeyPair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
            capsys: pytest.CaptureFixture[str]) -> tuple[Path, str]:
     """tiny, locked on machine A and published to ``remote``: (project, the decision's key)."""
     project = tiny_project(tmp_path / "tiny", team_key.public.line)
     key = measured_tiny(project, tmp_path / "a")
-    out = _push(capsys, monkeypatch, project, tmp_path / "a", remote.url, team_key)
-    assert "published 2 records" in out  # the decision and the gate result, after the blob they name
+    # the decision and the gate result, after the blob they name
+    assert push(project, tmp_path / "a", remote.url, team_key) == (2, 0)
     return project, key
 
 
@@ -90,7 +80,7 @@ def test_a_fresh_cache_resolves_the_root_manifests_decisions_from_the_remote(
         remote, root_machine_a, team_key: KeyPair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     project, a, keys = root_machine_a
-    _push(capsys, monkeypatch, project, a, remote.url, team_key)
+    push(project, a, remote.url, team_key)
     b = tmp_path / "b"
     code, out = _cli(capsys, *LOCKED, "-m", str(project), "--cache-dir", str(b), "--remote-cache", remote.url,
                      "--json")
@@ -195,7 +185,7 @@ def test_unsigned_and_untrusted_decisions_are_refused_and_the_build_goes_on(
     stranger = KeyPair.generate()
     project = tiny_project(tmp_path / "tiny", team_key.public.line)
     key = measured_tiny(project, tmp_path / "a")
-    _push(capsys, monkeypatch, project, tmp_path / "a", remote.url, stranger)  # signed, by a key nobody trusts
+    push(project, tmp_path / "a", remote.url, stranger)  # signed, by a key nobody trusts
     b = tmp_path / "b"
     code, out = _cli(capsys, *LOCKED, "-m", str(project), "--cache-dir", str(b), "--remote-cache", remote.url)
     assert code == 0, out
@@ -378,31 +368,11 @@ def test_a_remote_that_answers_garbage_is_a_miss(team_key: KeyPair, tmp_path: Pa
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     project = tiny_project(tmp_path / "tiny", team_key.public.line)
     measured_tiny(project, tmp_path / "a")
-    stop = threading.Event()
-
-    def serve(server: socket.socket) -> None:
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except TimeoutError:
-                continue
-            with conn:
-                conn.recv(65536)
-                body = b"\x00garbage\xff" * 100
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
-
-    with socket.socket() as server:
-        server.bind(("127.0.0.1", 0))
-        server.listen(16)
-        thread = threading.Thread(target=serve, args=(server,))
-        thread.start()
-        try:
-            code, out = _cli(capsys, *LOCKED, "-m", str(project), "--cache-dir", str(tmp_path / "b"),
-                             "--remote-cache", f"http://127.0.0.1:{server.getsockname()[1]}/team")
-        finally:
-            stop.set()
-            thread.join()
+    body = b"\x00garbage\xff" * 100
+    reply = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body
+    with FaultServer(lambda request: reply) as server:
+        code, out = _cli(capsys, *LOCKED, "-m", str(project), "--cache-dir", str(tmp_path / "b"),
+                         "--remote-cache", f"http://127.0.0.1:{server.port}/team")
     assert code == 0, out
     assert _remote_warnings(out) and all("is corrupt" in w for w in _remote_warnings(out)), out
 
@@ -426,42 +396,21 @@ def test_a_server_dying_during_a_blob_upload_never_gets_the_decision(team_key: K
     names the blob is never sent, the run goes on with one warning, and the local cache keeps everything."""
     project = tiny_project(tmp_path / "tiny", team_key.public.line)
     key = measured_tiny(project, tmp_path / "a")
-    seen: list[str] = []
-    stop = threading.Event()
+    def answer(request: bytes) -> bytes | None:
+        if request.startswith(b"HEAD"):
+            return b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        return None  # a PUT: its first bytes arrive, then the server is gone (the connection drops unanswered)
 
-    def serve(server: socket.socket) -> None:
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except TimeoutError:
-                continue
-            with conn:
-                head = conn.recv(4096).split(b"\r\n", 1)[0].decode()
-                seen.append(head)
-                if head.startswith("HEAD"):
-                    conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-                # a PUT: the first bytes arrive, then the server is gone (the connection drops unanswered)
-
-    with socket.socket() as server:
-        server.bind(("127.0.0.1", 0))
-        server.listen(16)
-        thread = threading.Thread(target=serve, args=(server,))
-        thread.start()
-        url = f"http://127.0.0.1:{server.getsockname()[1]}/team"
-        try:
-            with Cache(tmp_path / "a") as cache:
-                layer = _layer(url, team_key)
-                notes: list[Note] = []
-                with sink(lambda e: notes.append(e) if isinstance(e, Note) else None):
-                    decision = cache.get_decision(key)
-                    assert decision is not None
-                    layer.stored(cache, "decision", key, to_json(decision))
-                    layer.close()
-                assert cache.get_decision(key) is not None and not cache.audit()
-        finally:
-            stop.set()
-            thread.join()
+    with FaultServer(answer) as server, Cache(tmp_path / "a") as cache:
+        layer = _layer(f"http://127.0.0.1:{server.port}/team", team_key)
+        notes: list[Note] = []
+        with sink(lambda e: notes.append(e) if isinstance(e, Note) else None):
+            decision = cache.get_decision(key)
+            assert decision is not None
+            layer.stored(cache, "decision", key, to_json(decision))
+            layer.close()
+        assert cache.get_decision(key) is not None and not cache.audit()
+    seen = server.requests
     puts = [s for s in seen if s.startswith("PUT")]
     assert puts and all("/blob/" in p for p in puts), seen  # the decision's PUT never happened
     assert layer.down is not None

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from remote_support import measured_tiny, tiny_project
+from remote_support import measured_tiny, push, tiny_project
 
 from r1build.build.options import split_settings
 from r1build.cache import Cache
@@ -25,9 +25,7 @@ def test_a_build_reads_the_remote_named_by_its_config_setting(nginx, team_key: K
     project = tiny_project(tmp_path / "tiny", team_key.public.line)
     key = measured_tiny(project, tmp_path / "a")
     url = f"{nginx.url}/build-setting"
-    monkeypatch.setenv("R1BUILD_SIGNING_KEY", team_key.private.raw_base64())
-    assert main(["cache", "push", "-m", str(project), "--cache-dir", str(tmp_path / "a"), "--remote-cache", url]) == 0
-    monkeypatch.delenv("R1BUILD_SIGNING_KEY")
+    assert push(project, tmp_path / "a", url, team_key) == (2, 0)
     options, rest = split_settings({"r1build.remote-cache": url, "build-dir": "b"}, environ={})
     assert options.remote_cache == url and rest == {"build-dir": "b"}
     cmake = prepare_build(project, locked=True, cache_dir=tmp_path / "b", out_dir=tmp_path / "gen",
@@ -86,9 +84,7 @@ def test_the_remote_keeps_a_decision_whole_across_keys(nginx, team_key: KeyPair,
     project = tiny_project(tmp_path / "tiny", team_key.public.line)
     key = measured_tiny(project, tmp_path / "a")
     url = f"{nginx.url}/moved"
-    monkeypatch.setenv("R1BUILD_SIGNING_KEY", team_key.private.raw_base64())
-    assert main(["cache", "push", "-m", str(project), "--cache-dir", str(tmp_path / "a"), "--remote-cache", url]) == 0
-    monkeypatch.delenv("R1BUILD_SIGNING_KEY")
+    assert push(project, tmp_path / "a", url, team_key) == (2, 0)
     store = open_store(url, timeout=5, header=None)
     gates = [p for p in (nginx.root / "moved" / "r1build-v1" / "gate").iterdir()]
     assert len(gates) == 1
