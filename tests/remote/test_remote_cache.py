@@ -21,6 +21,7 @@ from r1build.cache.remote import RemoteLayer, blob_key, open_store, record_key
 from r1build.cli.main import main
 from r1build.events import Note, sink
 from r1build.keys import digest_bytes
+from r1build.lock import read_lock
 from r1build.records import Decision, from_json, to_json
 from r1build.signing import KeyPair, TrustedKeys
 
@@ -415,3 +416,28 @@ def test_a_server_dying_during_a_blob_upload_never_gets_the_decision(team_key: K
     assert puts and all("/blob/" in p for p in puts), seen  # the decision's PUT never happened
     assert layer.down is not None
     assert [n.level for n in notes] == ["warning"] and "is unavailable" in notes[0].message, notes
+
+
+def test_a_measuring_run_that_may_write_publishes_its_decision_after_its_blobs(
+        remote, team_key: KeyPair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.resolve_support import install_gpu_double
+
+    project = tiny_project(tmp_path / "tiny", team_key.public.line)
+    install_gpu_double(monkeypatch, reject=lambda c: False, time_us=lambda c: 2.5)
+    monkeypatch.setenv("R1BUILD_SIGNING_KEY", team_key.private.raw_base64())
+    code, out = _cli(capsys, "resolve", "--offline", "-m", str(project), "--cache-dir", str(tmp_path / "a"),
+                     "--remote-cache", remote.url, "--remote-write")
+    assert code == 0 and "records published" in out and "blobs uploaded" in out, out
+    monkeypatch.undo()  # machine B: no GPU (the double is gone), no key, no endpoint
+    for var in ("R1BUILD_SIGNING_KEY", "DEEPSEEK_API_KEY", "OPENAI_API_KEY", "R1BUILD_BASE_URL", "NVIDIA_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("R1BUILD_REMOTE_CACHE", remote.url)
+    for name, value in (remote.moto.env().items() if remote.moto else ()):
+        monkeypatch.setenv(name, value)
+    code, out = _cli(capsys, *LOCKED, "-m", str(project), "--cache-dir", str(tmp_path / "b"), "--json")
+    assert code == 0 and "1 decisions fetched" in out and not _remote_warnings(out), out
+    reader = _layer(remote.url, team_key)
+    checked, problems = reader.audit([e.key for e in read_lock(project / "kernels.lock").kernel])  # type: ignore[union-attr]
+    reader.close()
+    assert checked >= 2 and not problems
