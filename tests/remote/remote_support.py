@@ -18,7 +18,8 @@ from r1build.signing import KeyPair, trusted_keys
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests" / "packages" / "tiny"
 
-__all__ = ["ROOT", "TINY", "measured_root", "measured_tiny", "push", "root_project", "tiny_project", "trust"]
+__all__ = ["ROOT", "TINY", "measured_root", "measured_tiny", "push", "root_project", "tiny_project", "trust",
+           "trust_nothing"]
 
 
 def trust(project: Path, *public_keys: str, url: str | None = None, timeout_s: float | None = None) -> None:
@@ -30,6 +31,13 @@ def trust(project: Path, *public_keys: str, url: str | None = None, timeout_s: f
         lines.append(f"timeout-s = {timeout_s}")
     toml = project / "kernels.toml"
     toml.write_text(toml.read_text(encoding="utf-8") + "\n".join(lines).replace("'", '"') + "\n", encoding="utf-8")
+
+
+def trust_nothing(project: Path) -> None:
+    """Empty the project's ``[cache] trusted-keys`` (the table :func:`trust` added, the last in the file)."""
+    toml = project / "kernels.toml"
+    text = toml.read_text(encoding="utf-8")
+    toml.write_text(text[:text.index("trusted-keys")] + "trusted-keys = []\n", encoding="utf-8")
 
 
 def tiny_project(dest: Path, *public_keys: str, url: str | None = None, timeout_s: float | None = None) -> Path:

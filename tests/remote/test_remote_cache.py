@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from remote_servers import TOKEN, FaultServer, Nginx
-from remote_support import measured_root, measured_tiny, push, root_project, tiny_project
+from remote_support import measured_root, measured_tiny, push, root_project, tiny_project, trust_nothing
 
 from r1build.cache import Cache
 from r1build.cache.remote import RemoteLayer, blob_key, open_store, record_key
@@ -207,9 +207,7 @@ def test_unsigned_and_untrusted_decisions_are_refused_and_the_build_goes_on(
 def test_a_project_that_trusts_no_key_uses_nothing_from_a_remote(remote, seeded, tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     project, key = seeded
-    toml = project / "kernels.toml"
-    text = toml.read_text(encoding="utf-8")
-    toml.write_text(text[:text.index("trusted-keys")] + "trusted-keys = []\n", encoding="utf-8")
+    trust_nothing(project)
     code, out = _cli(capsys, *LOCKED, "-m", str(project), "--cache-dir", str(tmp_path / "b"), "--remote-cache",
                      remote.url)
     assert code == 0, out
@@ -284,6 +282,9 @@ def test_a_remote_down_at_start_costs_one_warning(team_key: KeyPair, tmp_path: P
         port = s.getsockname()[1]  # nothing listens once this closes
     warning = _one_warning_and_locked(capsys, project, tmp_path / "b", f"http://127.0.0.1:{port}/team", within=30)
     assert "is unavailable" in warning and "going on without it" in warning
+    trust_nothing(project)  # a project that trusts no key: still one line, the remote's
+    warning = _one_warning_and_locked(capsys, project, tmp_path / "c", f"http://127.0.0.1:{port}/team", within=30)
+    assert "is unavailable" in warning
 
 
 def test_a_slow_remote_costs_one_timeout(team_key: KeyPair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

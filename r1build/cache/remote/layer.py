@@ -111,11 +111,10 @@ class RemoteLayer:
         """Why the remote is off for the rest of the run, or None."""
         self.counts: Counter[str] = Counter()
         """What happened: ``decision`` / ``gate`` / ``blobs`` fetched, ``published`` records, ``uploaded``
-        blobs, ``corrupt`` and ``refused`` objects."""
+        blobs, ``corrupt`` and ``refused`` objects, ``untrusted`` lookups skipped (no trusted keys)."""
         self._lock = threading.Lock()
         self._owner = threading.get_ident()
         self._pending: list[Note] = []
-        self._untrusting_said = False
 
     @property
     def write(self) -> bool:
@@ -207,12 +206,9 @@ class RemoteLayer:
     def record(self, kind: str, key: str) -> bytes | None:
         if threading.get_ident() == self._owner:
             self._flush()
-        if not self.trusted:
+        if not self.trusted:  # said once, at close, unless the remote turned out to be down anyway
             with self._lock:
-                said, self._untrusting_said = self._untrusting_said, True
-            if not said:
-                self._say(Note("warning", f"remote cache {self.url}: not using its decisions and gate results: "
-                                          "[cache] trusted-keys is empty, so no signature can be trusted"))
+                self.counts["untrusted"] += 1
             return None
         try:
             raw = self._call(lambda: self.store.get(record_key(kind, key)))
@@ -330,6 +326,9 @@ class RemoteLayer:
         self._flush()
         with self._lock:
             counts, self.counts = self.counts, Counter()
+        if counts["untrusted"] and self.down is None:
+            emit(Note("warning", f"remote cache {self.url}: its decisions and gate results were not used: "
+                                 "[cache] trusted-keys is empty, so no signature can be trusted"))
         parts = [f"{counts[name]} {label}" for name, label in (
             ("decision", "decisions fetched"), ("gate", "gate results fetched"), ("blobs", "blobs fetched"),
             ("published", "records published"),
