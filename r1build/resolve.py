@@ -21,6 +21,7 @@ arch (cached, so a warm build compiles nothing twice).
 
 from __future__ import annotations
 
+import contextvars
 import datetime as _dt
 import os
 from collections.abc import Mapping, Sequence
@@ -506,8 +507,8 @@ def _gate_emitted(manifest: Manifest, judges: _Judges, entries: Sequence[Resolve
         groups.setdefault(r.spec.name, []).append(i)
     with ThreadPoolExecutor(max_workers=max(1, len(groups))) as pool:
         futures = {
-            name: pool.submit(gate.judge, manifest, entries[idx[0]].spec, [(entries[i].arch, entries[i].candidate)
-                                                                              for i in idx])
+            name: pool.submit(contextvars.copy_context().run, gate.judge, manifest, entries[idx[0]].spec,
+                              [(entries[i].arch, entries[i].candidate) for i in idx])
             for name, idx in groups.items()
         }
         verdicts = {name: future.result() for name, future in futures.items()}

@@ -499,3 +499,25 @@ def test_unknown_runtime_calls_are_denied_with_the_allowed_list() -> None:
     reason = denied_reason("cudaNotARealCallYet")
     assert reason is not None and "outside what a kernel launcher may use" in reason
     assert "cudaLaunchCooperativeKernel" in reason and "cudaMemsetAsync" in reason
+
+
+def test_events_from_the_gate_threads_reach_the_callers_sink(manifest: Manifest, silu: KernelSpec, cache: Cache,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compiles run on a thread pool; what they emit (a corrupt cache entry, say) reaches the sink of the thread
+    that asked, not only the log."""
+    from r1build.events import Note, emit
+
+    gate = StaticGate(cache, jobs=2)
+    real = gate._compile_one
+
+    def noisy(*args: object, **kwargs: object) -> tuple[Result, bool]:
+        emit(Note("warning", "from a gate thread"))
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(gate, "_compile_one", noisy)
+    seen: list[Event] = []
+    candidates = [Candidate(f"// {i}\n" + Path(manifest.root / silu.baseline).read_text(), Origin("file", f"{i}.cu"))
+                  for i in range(2)] if silu.baseline else []
+    with sink(seen.append):
+        gate.evaluate(Job(manifest, silu, "sm_90", candidates))
+    assert sum(isinstance(e, Note) and e.message == "from a gate thread" for e in seen) == 2

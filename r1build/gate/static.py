@@ -11,6 +11,7 @@ build compiles nothing twice. What is cached is the compile's verdict *before* t
 
 from __future__ import annotations
 
+import contextvars
 import os
 import re
 import tempfile
@@ -203,7 +204,9 @@ class StaticGate:
             return [one(task) for task in tasks]
         done: list[tuple[str, Result]] = []
         with ThreadPoolExecutor(max_workers=min(self.jobs, len(tasks)), thread_name_prefix="r1build-gate") as pool:
-            futures: list[Future[tuple[str, Result]]] = [pool.submit(one, task) for task in tasks]
+            # each task runs in a copy of the caller's context, so its events reach the caller's sink
+            futures: list[Future[tuple[str, Result]]] = [pool.submit(contextvars.copy_context().run, one, task)
+                                                         for task in tasks]
             for future in as_completed(futures):
                 done.append(future.result())
         return done
