@@ -2,7 +2,7 @@
 
 The pipeline, one sub-package per stage::
 
-    manifest -> keys -> cache / lock --hit--> select -> emit -> build
+    manifest -> keys -> cache / lock --hit--> selection -> emit -> build
                           | miss
                           v
             generate -> gate -> evaluate --feedback--> generate

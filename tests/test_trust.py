@@ -30,7 +30,7 @@ from r1build.lock.lockfile import Lock, LockEntry, write_lock
 from r1build.manifest import Manifest, load_manifest
 from r1build.records import Candidate, CandidateRef, Decision, Origin, Result, Timing
 from r1build.resolve import ResolveOptions, prepare_build, resolve
-from r1build.select import decision_winner, select_winner
+from r1build.selection import decision_winner, select_winner
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "tests" / "packages" / "rejected"

@@ -202,7 +202,7 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
     from ..evaluate.variants import expand_variants
     from ..gate.static import StaticGate
     from ..generate import replay
-    from ..select import select_winner
+    from ..selection import select_winner
 
     manifest = load_from_args(args)
     spec = _kernel(manifest, args.kernel)

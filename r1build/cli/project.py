@@ -16,7 +16,7 @@ from ..manifest import Manifest
 from ..records import Decision, Provenance, Validation
 from ..reference_check import check_references
 from ..resolve import Resolution, ResolveOptions, emit_resolution, lock_refusal, resolve, stale_checks
-from ..select import decision_winner
+from ..selection import decision_winner
 from .common import add_cache_arg, add_manifest_arg, load_from_args, open_cache, parse_archs
 from .render import Console, render_unresolved
 

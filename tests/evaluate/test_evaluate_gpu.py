@@ -15,7 +15,7 @@ from r1build.evaluate.floors import FLOORS_NAMESPACE, DeviceFloors
 from r1build.judge import Job
 from r1build.manifest import Manifest
 from r1build.records import Candidate, Origin, Result
-from r1build.select import median_error
+from r1build.selection import median_error
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from r1build.records import Candidate, Origin, Result, Status, Timing
-from r1build.select import select_winner
+from r1build.selection import select_winner
 
 
 def cand(i: int) -> Candidate:
