@@ -18,7 +18,7 @@ from .events import Note, emit
 from .manifest.load import located_error
 from .manifest.model import Manifest
 from .manifest.outputs import call_reference
-from .manifest.reference import ReferenceError_, load_reference
+from .manifest.reference import ReferenceProblem, load_reference
 
 __all__ = ["check_references"]
 
@@ -40,14 +40,14 @@ def check_references(manifest: Manifest) -> int:
             continue
         try:
             reference = load_reference(manifest.root, spec.reference)
-        except ReferenceError_ as exc:
+        except ReferenceProblem as exc:
             raise located_error(manifest, key, str(exc)) from None
         for j, sizes in enumerate(spec.test_shapes):
             for dist in DISTRIBUTIONS:
                 inputs = generate_inputs(spec, sizes, dist, zlib.crc32(f"check:{spec.name}:{j}:{dist}".encode()))
                 try:
                     call_reference(reference, spec, sizes, reference_kwargs(spec, sizes, inputs))
-                except ReferenceError_ as exc:
+                except ReferenceProblem as exc:
                     raise located_error(
                         manifest, key,
                         f"the reference {spec.reference} of kernel {spec.name!r} at test shape {_shape_text(sizes)} "

@@ -12,7 +12,7 @@ import pytest
 from r1build.cli.main import main
 from r1build.manifest import load_manifest
 from r1build.manifest.outputs import reference_outputs
-from r1build.manifest.reference import ReferenceError_
+from r1build.manifest.reference import ReferenceProblem
 from r1build.reference_check import check_references
 
 MANIFEST = """\
@@ -108,7 +108,7 @@ def test_one_element_output_may_come_back_as_a_scalar(tmp_path: Path) -> None:
     one = {"rows": 1, "cols": 1}
     got = reference_outputs(spec, one, (np.float32(2.0), np.True_, np.int32(1)))
     assert got["y"].shape == (1, 1) and got["c"].shape == (1,)
-    with pytest.raises(ReferenceError_, match="shape"):
+    with pytest.raises(ReferenceProblem, match="shape"):
         reference_outputs(spec, {"rows": 2, "cols": 1}, (np.zeros((2, 1), np.float32), np.zeros((2, 1), bool),
                                                          np.int32(1)))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..manifest import Manifest
-from ..manifest.reference import ReferenceError_, reference_file
+from ..manifest.reference import ReferenceProblem, reference_file
 
 __all__ = ["manifest_inputs"]
 
@@ -18,7 +18,7 @@ def manifest_inputs(manifest: Manifest) -> list[Path]:
         found.extend(root / rel for rel in [spec.baseline, *spec.candidates] if rel is not None)
         try:
             ref = reference_file(root, spec.reference)
-        except ReferenceError_:
+        except ReferenceProblem:
             continue
         found.append(ref)
         # a dotted module lives in packages: their __init__.py files are needed to import it

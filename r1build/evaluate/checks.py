@@ -35,7 +35,7 @@ from numpy.typing import NDArray
 from ..errors import EvaluationError
 from ..manifest.model import KernelSpec, Tolerance
 from ..manifest.outputs import call_reference
-from ..manifest.reference import ReferenceError_
+from ..manifest.reference import ReferenceProblem
 from .compare import Mismatch, check_guards, check_unchanged, compare_outputs
 from .floors import shape_key
 from .inputs import (
@@ -192,7 +192,7 @@ def run_reference(reference: Callable[..., Any], spec: KernelSpec, sizes: Mappin
     checks them (:func:`~r1build.manifest.outputs.call_reference`); integer outputs in their declared dtype."""
     try:
         checked = call_reference(reference, spec, sizes, reference_kwargs(spec, sizes, inputs))
-    except ReferenceError_ as exc:
+    except ReferenceProblem as exc:
         raise EvaluationError(f"{spec.name}: the reference {spec.reference} at {dict(sizes)}: {exc}") from None
     for arg in spec.args:
         if arg.name in checked and arg.dtype not in FLOAT_DTYPES:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from ..manifest.archs import arch_info
 from ..manifest.model import KernelSpec, Manifest
-from ..manifest.reference import ReferenceError_, reference_file
+from ..manifest.reference import ReferenceProblem, reference_file
 from ..records import Result
 
 __all__ = ["DEFAULT_DIRECTIONS", "Judged", "compiler_message", "feedback_prompt", "format_shape", "signature",
@@ -117,7 +117,7 @@ def _reference_source(manifest: Manifest, spec: KernelSpec) -> str | None:
         path = reference_file(manifest.root, spec.reference)
         text = path.read_text(encoding="utf-8")
         tree = ast.parse(text)
-    except (ReferenceError_, OSError, UnicodeDecodeError, SyntaxError):
+    except (ReferenceProblem, OSError, UnicodeDecodeError, SyntaxError):
         return None
     func = spec.reference.partition(":")[2]
     imports = [ast.get_source_segment(text, n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]

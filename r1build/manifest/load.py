@@ -22,7 +22,7 @@ from .identifiers import Kind, name_problem
 from .locate import format_path, locate
 from .model import DTYPE_BYTES, DTYPES, INTEGER_DTYPES, Arg, KernelSpec, Manifest, Settings
 from .reference import (
-    ReferenceError_,
+    ReferenceProblem,
     check_reference_statically,
     load_reference,
     reference_file,
@@ -160,7 +160,7 @@ def load_manifest(path: Path, *, check_references: bool = True) -> Manifest:
                 load_reference(path.parent, spec.reference)
             else:
                 check_reference_statically(path.parent, spec.reference)
-        except ReferenceError_ as exc:
+        except ReferenceProblem as exc:
             raise v.fail(("kernel", i, "reference"), str(exc)) from None
         validated.append(spec)
     return Manifest(path=path, settings=settings, kernels=validated, reference_digests=digests)
@@ -451,6 +451,6 @@ def _validate_kernel(v: _Validator, i: int, spec: KernelSpec, root: Path) -> Ker
                                          "module path next to the manifest, a function name)")
     try:
         reference_file(root, spec.reference)
-    except ReferenceError_ as exc:
+    except ReferenceProblem as exc:
         raise v.fail((*at, "reference"), str(exc)) from None
     return replace(spec, archs=archs, args=args)

@@ -17,7 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .model import INTEGER_DTYPES, Arg, KernelSpec
-from .reference import ReferenceError_
+from .reference import ReferenceProblem
 
 __all__ = ["call_reference", "declared_shape", "reference_outputs"]
 
@@ -49,40 +49,40 @@ def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def reference_outputs(spec: KernelSpec, sizes: Mapping[str, int], result: object) -> dict[str, NDArray[Any]]:
-    """The reference's ``out`` / ``inout`` arrays by name, each in its declared shape; :class:`ReferenceError_`
+    """The reference's ``out`` / ``inout`` arrays by name, each in its declared shape; :class:`ReferenceProblem`
     saying what is wrong otherwise."""
     outs = [a for a in spec.args if a.is_array and a.role in ("out", "inout")]
     names = ", ".join(a.name for a in outs)
     if isinstance(result, dict):
         unknown = sorted(str(k) for k in result if k not in {a.name for a in outs})
         if unknown:
-            raise ReferenceError_(f"returned a dict with {', '.join(unknown)}, which are not outputs ({names})")
+            raise ReferenceProblem(f"returned a dict with {', '.join(unknown)}, which are not outputs ({names})")
         values = {a.name: result.get(a.name) for a in outs}
     elif isinstance(result, (tuple, list)):
         if len(result) != len(outs):
-            raise ReferenceError_(f"returned {len(result)} values for {len(outs)} outputs ({names})")
+            raise ReferenceProblem(f"returned {len(result)} values for {len(outs)} outputs ({names})")
         values = dict(zip([a.name for a in outs], result, strict=True))
     else:
         if len(outs) != 1:
-            raise ReferenceError_(f"returned one value for {len(outs)} outputs ({names}); return a tuple in "
+            raise ReferenceProblem(f"returned one value for {len(outs)} outputs ({names}); return a tuple in "
                                   "declaration order or a dict by name")
         values = {outs[0].name: result}
     checked: dict[str, NDArray[Any]] = {}
     for arg in outs:
         value = values[arg.name]
         if value is None:
-            raise ReferenceError_(f"returned nothing for output {arg.name!r}")
+            raise ReferenceProblem(f"returned nothing for output {arg.name!r}")
         try:
             arr = np.asarray(value)
         except Exception as exc:  # user data: anything numpy cannot take is reported
-            raise ReferenceError_(f"output {arg.name!r} is not an array: {type(exc).__name__}: {exc}") from None
+            raise ReferenceProblem(f"output {arg.name!r} is not an array: {type(exc).__name__}: {exc}") from None
         shape = declared_shape(arg, sizes)
         if arr.shape != shape:
             if _squeezed(arr.shape) != _squeezed(shape):
-                raise ReferenceError_(f"output {arg.name!r} has shape {arr.shape}, the spec declares {shape}")
+                raise ReferenceProblem(f"output {arg.name!r} has shape {arr.shape}, the spec declares {shape}")
             arr = arr.reshape(shape)
         if not _dtype_fits(arr, arg.dtype):
-            raise ReferenceError_(f"output {arg.name!r} has dtype {arr.dtype}, the spec declares {arg.dtype} "
+            raise ReferenceProblem(f"output {arg.name!r} has dtype {arr.dtype}, the spec declares {arg.dtype} "
                                   f"(return {_family(arg.dtype)} values)")
         checked[arg.name] = arr
     return checked
@@ -97,5 +97,5 @@ def call_reference(reference: Callable[..., Any], spec: KernelSpec, sizes: Mappi
             warnings.simplefilter("ignore")
             result = reference(**kwargs)
     except (Exception, SystemExit) as exc:  # user code: any failure (sys.exit included) is reported
-        raise ReferenceError_(f"raised {type(exc).__name__}: {exc}") from None
+        raise ReferenceProblem(f"raised {type(exc).__name__}: {exc}") from None
     return reference_outputs(spec, sizes, result)

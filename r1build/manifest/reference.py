@@ -11,11 +11,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-__all__ = ["ReferenceError_", "check_reference_statically", "load_reference", "reference_file",
+__all__ = ["ReferenceProblem", "check_reference_statically", "load_reference", "reference_file",
            "reference_source_digest"]
 
 
-class ReferenceError_(Exception):
+class ReferenceProblem(Exception):
     """The reference cannot be found or imported; the message says why."""
 
 
@@ -23,12 +23,12 @@ def reference_file(root: Path, ref: str) -> Path:
     """The ``.py`` file a ``module:function`` reference names (``pkg.mod`` → ``pkg/mod.py``)."""
     module, sep, func = ref.partition(":")
     if not sep or not module or not func:
-        raise ReferenceError_(f"{ref!r} is not of the form 'module:function'")
+        raise ReferenceProblem(f"{ref!r} is not of the form 'module:function'")
     rel = Path(*module.split("."))
     for candidate in (root / rel.with_suffix(".py"), root / rel / "__init__.py"):
         if candidate.is_file():
             return candidate
-    raise ReferenceError_(f"module {module!r} not found next to the manifest (looked for {rel}.py in {root})")
+    raise ReferenceProblem(f"module {module!r} not found next to the manifest (looked for {rel}.py in {root})")
 
 
 def reference_source_digest(root: Path, ref: str) -> str:
@@ -55,12 +55,12 @@ def check_reference_statically(root: Path, ref: str) -> None:
     try:
         tree = ast.parse(path.read_bytes(), filename=str(path))
     except SyntaxError as exc:
-        raise ReferenceError_(f"{path.name}:{exc.lineno}: syntax error: {exc.msg}") from None
+        raise ReferenceProblem(f"{path.name}:{exc.lineno}: syntax error: {exc.msg}") from None
     names = _top_level_names(tree)
     if func not in names:
         from .convert import did_you_mean
 
-        raise ReferenceError_(f"{path.name} has no function {func!r}{did_you_mean(func, names)}")
+        raise ReferenceProblem(f"{path.name} has no function {func!r}{did_you_mean(func, names)}")
 
 
 _loaded: dict[Path, ModuleType] = {}
@@ -71,14 +71,14 @@ def _load_module(path: Path, name: str) -> ModuleType:
         return _loaded[path]
     spec = importlib.util.spec_from_file_location(f"r1build_reference_{name}", path)
     if spec is None or spec.loader is None:
-        raise ReferenceError_(f"cannot import {path}")
+        raise ReferenceProblem(f"cannot import {path}")
     module = importlib.util.module_from_spec(spec)
     root = str(path.parent)
     sys.path.insert(0, root)
     try:
         spec.loader.exec_module(module)
     except (Exception, SystemExit) as exc:  # user code: any failure (sys.exit included) is reported
-        raise ReferenceError_(f"importing {path} failed: {type(exc).__name__}: {exc}") from exc
+        raise ReferenceProblem(f"importing {path} failed: {type(exc).__name__}: {exc}") from exc
     finally:
         if root in sys.path:
             sys.path.remove(root)
@@ -96,7 +96,7 @@ def load_reference(root: Path, ref: str) -> Callable[..., Any]:
         names = [n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n))]
         from .convert import did_you_mean
 
-        raise ReferenceError_(f"{path.name} has no function {func_name!r}{did_you_mean(func_name, names)}")
+        raise ReferenceProblem(f"{path.name} has no function {func_name!r}{did_you_mean(func_name, names)}")
     if not callable(func):
-        raise ReferenceError_(f"{ref!r} is not callable")
+        raise ReferenceProblem(f"{ref!r} is not callable")
     return func  # type: ignore[no-any-return]
