@@ -46,11 +46,14 @@ def sample_decision(cache: Cache, candidates: int) -> Decision:
         transcript = cache.put_text(f"<think>candidate {i}</think>" * 50)
         refs.append(CandidateRef(source, source, Origin("generated", model="deepseek-reasoner", round=i // 4,
                                                         sample=i % 4, transcript=transcript), {"BLOCK": 256}))
-        results.append(Result(source, "sm_90", "passed", stage="evaluate", gate=GateReport(registers=32 + i),
-                              timing=Timing(10.0 + i, 0.02, 50, floor_us=8.0, share_of_floor=0.8),
+        results.append(Result(candidate=source, arch="sm_90", status="passed", stage="evaluate",
+                              gate=GateReport(registers=32 + i),
+                              timing=Timing(median_us=10.0 + i, spread=0.02, samples=50, floor_us=8.0,
+                                            share_of_floor=0.8),
                               device="NVIDIA H200", toolchain="nvcc 13.0"))
-    decision = Decision(f"{candidates:064d}", "softmax_rows", "sm_90", refs[0], refs, results, [], True, "NVIDIA H200",
-                        "nvcc 13.0", "2026-01-01T00:00:00+00:00")
+    decision = Decision(key=f"{candidates:064d}", kernel="softmax_rows", arch="sm_90", winner=refs[0], candidates=refs,
+                        results=results, transcripts=[], measured=True, device="NVIDIA H200",
+                        toolchain="nvcc 13.0", created="2026-01-01T00:00:00+00:00")
     cache.put_decision(decision)
     return decision
 

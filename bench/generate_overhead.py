@@ -86,8 +86,9 @@ class ConstantJudge:
     """A trivial evaluator: every candidate passes at 100 us (10 % of a 10 us floor)."""
 
     def evaluate(self, job: Job) -> list[Result]:
-        timing = Timing(100.0, 0.01, 10, floor_us=10.0, share_of_floor=0.1)
-        return [Result(c.digest, job.arch, "passed", stage="evaluate", timing=timing) for c in job.candidates]
+        timing = Timing(median_us=100.0, spread=0.01, samples=10, floor_us=10.0, share_of_floor=0.1)
+        return [Result(candidate=c.digest, arch=job.arch, status="passed", stage="evaluate",
+                       timing=timing) for c in job.candidates]
 
 
 @contextmanager

@@ -141,7 +141,7 @@ class GateReport:
     """Wall seconds the compile took."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Timing:
     """Timing of one candidate on the first (ranking) benchmark shape."""
 
@@ -163,7 +163,7 @@ class Timing:
     """Median microseconds per benchmark shape, keyed by the shape written as ``n=1024,m=7``."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Result:
     """The typed outcome of judging one candidate variant on one arch."""
 
@@ -214,7 +214,7 @@ class CandidateRef:
         return provenance_of(self.origin, self.defines)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Decision:
     """What was decided for one decision key: the winner and everything that led to it."""
 

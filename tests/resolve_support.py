@@ -34,10 +34,12 @@ class GpuDouble:
             if not gated.ok:
                 out.append(gated)
             elif self.reject(c):
-                out.append(Result(c.digest, job.arch, "incorrect", "evaluate", detail="n=7: 1 of 7 elements differ",
+                out.append(Result(candidate=c.digest, arch=job.arch, status="incorrect", stage="evaluate",
+                                  detail="n=7: 1 of 7 elements differ",
                                   device="Test GPU"))
             else:
-                out.append(Result(c.digest, job.arch, "passed", "evaluate", timing=Timing(self.time_us(c), 0.01, 50),
+                out.append(Result(candidate=c.digest, arch=job.arch, status="passed", stage="evaluate",
+                                  timing=Timing(median_us=self.time_us(c), spread=0.01, samples=50),
                                   device="Test GPU"))
         return out
 

@@ -27,11 +27,13 @@ def make_decision(cache: Cache, key: str, kernel: str, *, measured: bool = True,
     ref = CandidateRef(source, source, Origin("generated", model="r1", round=1, sample=0, transcript=transcript))
     loser_source = cache.put_text(f"// slower {kernel} {key}\n")
     loser = CandidateRef(loser_source, loser_source, Origin("baseline", path=f"kernels/{kernel}.cu"))
-    results = [Result(source, "sm_90", "passed", stage="evaluate" if measured else "gate",
-                      timing=Timing(10.0, 0.01, 40) if measured else None),
-               Result(loser_source, "sm_90", "incorrect", detail="max abs error 3.1")]
-    decision = Decision(key, kernel, "sm_90", ref, [ref, loser], results, [], measured,
-                        "H200" if measured else None, "nvcc 13.0", f"2026-01-0{1 + len(note)}T00:00:00+00:00")
+    results = [Result(candidate=source, arch="sm_90", status="passed", stage="evaluate" if measured else "gate",
+                      timing=Timing(median_us=10.0, spread=0.01, samples=40) if measured else None),
+               Result(candidate=loser_source, arch="sm_90", status="incorrect", detail="max abs error 3.1")]
+    decision = Decision(key=key, kernel=kernel, arch="sm_90", winner=ref, candidates=[ref, loser], results=results,
+                        transcripts=[], measured=measured,
+                        device="H200" if measured else None, toolchain="nvcc 13.0",
+                        created=f"2026-01-0{1 + len(note)}T00:00:00+00:00")
     cache.put_decision(decision)
     return decision
 
@@ -50,7 +52,7 @@ def filled(cache: Cache) -> Cache:
     make_decision(cache, "d" * 64, "matmul")
     make_decision(cache, "e" * 64, "softmax_rows")
     cache.put_blob(os.urandom(LARGE))
-    cache.put_gate("g" * 64, Result("v" * 64, "sm_80", "compile_error", detail="error: x"))
+    cache.put_gate("g" * 64, Result(candidate="v" * 64, arch="sm_80", status="compile_error", detail="error: x"))
     cache.put_json("floors", "NVIDIA H200", {"bandwidth_gbs": 4800.0})
     return cache
 
@@ -330,7 +332,7 @@ def test_malformed_bundles_are_refused(fresh: Cache, bundle: Path, tmp_path: Pat
 
 def test_tampered_bundle_leaves_existing_cache_untouched(source: Cache, bundle: Path) -> None:
     before = contents(source)
-    extra_decision = Decision("z" * 64, "transpose", "sm_90", None, created="2026")
+    extra_decision = Decision(key="z" * 64, kernel="transpose", arch="sm_90", winner=None, created="2026")
 
     def add(data: dict[str, bytes]) -> None:
         payload = to_json(extra_decision)

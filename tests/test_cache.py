@@ -31,10 +31,11 @@ def make_decision(cache: Cache, key: str, kernel: str = "matmul", arch: str = "s
     transcript = cache.put_text(f"transcript for {kernel} {key}")
     ref = CandidateRef(source, source, Origin("generated", model="r1", round=0, sample=2, transcript=transcript))
     timing = Timing(median_us=12.5, spread=0.02, samples=50) if measured else None
-    result = Result(source, arch, "passed", stage="evaluate" if measured else "gate",
+    result = Result(candidate=source, arch=arch, status="passed", stage="evaluate" if measured else "gate",
                     gate=GateReport(registers=40), timing=timing, device="H200" if measured else None)
-    decision = Decision(key, kernel, arch, ref, [ref], [result], [transcript], measured,
-                        "H200" if measured else None, "nvcc 13.0", "2026-01-02T03:04:05+00:00")
+    decision = Decision(key=key, kernel=kernel, arch=arch, winner=ref, candidates=[ref], results=[result],
+                        transcripts=[transcript], measured=measured,
+                        device="H200" if measured else None, toolchain="nvcc 13.0", created="2026-01-02T03:04:05+00:00")
     cache.put_decision(decision)
     return decision
 
@@ -85,7 +86,7 @@ def test_records_round_trip(cache: Cache) -> None:
     decision = make_decision(cache, "k1")
     assert cache.get_decision("k1") == decision
     assert cache.decisions() == [decision]
-    gate = Result("v" * 64, "sm_80", "compile_error", detail="error: expected ';'")
+    gate = Result(candidate="v" * 64, arch="sm_80", status="compile_error", detail="error: expected ';'")
     cache.put_gate("g1", gate)
     assert cache.get_gate("g1") == gate
     cache.put_json("floors", "H200", {"bandwidth_gbs": 4800.0, "archs": ["sm_90"]})
@@ -296,7 +297,7 @@ while time.time() < end:
     small = (f"{name} {i} " * 40).encode()
     digest = cache.put_blob(small)
     cache.put_blob(b"shared by both processes")
-    cache.put_decision(Decision(f"{name}-{i}", name, "sm_90", None, created=str(i)))
+    cache.put_decision(Decision(key=f"{name}-{i}", kernel=name, arch="sm_90", winner=None, created=str(i)))
     cache.put_json("hammer", "shared", {"writer": name, "i": i})
     counts["writes"] += 4
     if i % 4 == 0:

@@ -41,8 +41,9 @@ def _fill(d: Path) -> tuple[list[str], list[str], Decision]:
         ref = CandidateRef(source, source, Origin("baseline", path="k.cu"))
         padding = [CandidateRef(digest_bytes(str(i).encode()), digest_bytes(str(i).encode()),
                                 Origin("generated", model="r1", round=0, sample=i)) for i in range(300)]
-        decision = Decision("k" * 64, "k", "sm_90", ref, [ref, *padding], [Result(source, "sm_90", "passed")], [],
-                            False, None, "nvcc 13.0", "2026-01-02T03:04:05+00:00")
+        decision = Decision(key="k" * 64, kernel="k", arch="sm_90", winner=ref, candidates=[ref, *padding],
+                            results=[Result(candidate=source, arch="sm_90", status="passed")], transcripts=[],
+                            measured=False, device=None, toolchain="nvcc 13.0", created="2026-01-02T03:04:05+00:00")
         cache.put_decision(decision)
     return large, small, decision
 

@@ -61,10 +61,12 @@ def test_a_cached_decision_wins_and_is_locked_with_its_time(root_copy: Path, cac
     key = decision_key(m, spec, "sm_90")
     with Cache(cache_dir) as cache:
         cache.put_text(vec4.source)
-        result = Result(vec4.digest, "sm_90", "passed", "evaluate", timing=Timing(41.5, 0.01, 200),
+        result = Result(candidate=vec4.digest, arch="sm_90", status="passed", stage="evaluate",
+                        timing=Timing(median_us=41.5, spread=0.01, samples=200),
                         device="NVIDIA H200")
-        cache.put_decision(Decision(key, spec.name, "sm_90", CandidateRef.of(vec4), [CandidateRef.of(vec4)],
-                                    [result], measured=True, device="NVIDIA H200", toolchain="cuda_13.0"))
+        cache.put_decision(Decision(key=key, kernel=spec.name, arch="sm_90", winner=CandidateRef.of(vec4),
+                                    candidates=[CandidateRef.of(vec4)],
+                                    results=[result], measured=True, device="NVIDIA H200", toolchain="cuda_13.0"))
         res = resolve(m, cache, ONE)
     (entry,) = res.entries
     assert (entry.state, entry.provenance, entry.time_us, entry.gpu) == ("cached", "tuned", 41.5, "NVIDIA H200")
@@ -116,9 +118,11 @@ def test_vendored_winners_build_a_fresh_clone_with_no_cache(root_copy: Path, tmp
     first = tmp_path / "cache-a"
     with Cache(first) as cache:
         cache.put_text(vec4.source)
-        r = Result(vec4.digest, "sm_90", "passed", "evaluate", timing=Timing(40.0, 0.01, 100), device="H200")
-        cache.put_decision(Decision(decision_key(m, spec, "sm_90"), spec.name, "sm_90", CandidateRef.of(vec4),
-                                    [CandidateRef.of(vec4)], [r], measured=True, device="H200"))
+        r = Result(candidate=vec4.digest, arch="sm_90", status="passed", stage="evaluate",
+                   timing=Timing(median_us=40.0, spread=0.01, samples=100), device="H200")
+        cache.put_decision(Decision(key=decision_key(m, spec, "sm_90"), kernel=spec.name, arch="sm_90",
+                                    winner=CandidateRef.of(vec4),
+                                    candidates=[CandidateRef.of(vec4)], results=[r], measured=True, device="H200"))
     args = ["-m", str(root_copy), "--cache-dir", str(first)]
     assert main(["lock", *args, "--kernel", "silu_mul", "--arch", "sm_90", "--no-gpu", "--offline"]) == 0
     assert main(["vendor", *args]) == 2  # the lock covers one kernel only: vendor needs a current lock

@@ -68,10 +68,11 @@ def _gpu_verdict(manifest: Manifest, kernel: str, candidate: Candidate, *, statu
                  ) -> Decision:
     """The decision record a GPU run writes when it rejects ``candidate`` (the kernel's only one)."""
     spec = manifest.kernel(kernel)
-    result = Result(candidate.digest, "sm_90", status, "evaluate", detail=detail,  # type: ignore[arg-type]
+    result = Result(candidate=candidate.digest, arch="sm_90", status=status, stage="evaluate", detail=detail,  # type: ignore[arg-type]
                     device="NVIDIA H200")
     ref = CandidateRef.of(candidate)
-    return Decision(decision_key(manifest, spec, "sm_90"), kernel, "sm_90", None, [ref], [result], measured=False,
+    return Decision(key=decision_key(manifest, spec, "sm_90"), kernel=kernel, arch="sm_90", winner=None,
+                    candidates=[ref], results=[result], measured=False,
                     device="NVIDIA H200", checks=checks)
 
 
@@ -177,10 +178,12 @@ def test_stale_checks_are_shown_warned_and_rejudged(project: Path, cache_dir: Pa
     spec = m.kernel("scale")
     scale = _baseline(project, "scale")
     key = decision_key(m, spec, "sm_90")
-    old = Result(scale.digest, "sm_90", "passed", "evaluate", timing=Timing(5.0, 0.01, 50), device="NVIDIA H200")
+    old = Result(candidate=scale.digest, arch="sm_90", status="passed", stage="evaluate",
+                 timing=Timing(median_us=5.0, spread=0.01, samples=50), device="NVIDIA H200")
     with Cache(cache_dir) as cache:  # measured by checks older than these
         cache.put_text(scale.source)
-        cache.put_decision(Decision(key, "scale", "sm_90", CandidateRef.of(scale), [CandidateRef.of(scale)], [old],
+        cache.put_decision(Decision(key=key, kernel="scale", arch="sm_90", winner=CandidateRef.of(scale),
+                                    candidates=[CandidateRef.of(scale)], results=[old],
                                     measured=True, device="NVIDIA H200", checks=CHECKS_VERSION - 1))
     argv = ["-m", str(project), "--kernel", "scale", *OFFLINE]
     assert main(["resolve", *argv]) == 0
@@ -239,12 +242,13 @@ def test_a_cached_decision_naming_a_gate_only_generated_winner_gives_the_baselin
     base = _baseline(project, "scale")
     generated = Candidate(base.source + "// generated\n", Origin("generated", model="m", round=0, sample=0))
     refs = [CandidateRef.of(base), CandidateRef.of(generated)]
-    results = [Result(c.digest, "sm_90", "passed") for c in (base, generated)]
+    results = [Result(candidate=c.digest, arch="sm_90", status="passed") for c in (base, generated)]
     with Cache(cache_dir) as cache:
         for c in (base, generated):
             cache.put_text(c.source)
-        cache.put_decision(Decision(decision_key(m, m.kernel("scale"), "sm_90"), "scale", "sm_90", refs[1], refs,
-                                    results))
+        cache.put_decision(Decision(key=decision_key(m, m.kernel("scale"), "sm_90"), kernel="scale", arch="sm_90",
+                                    winner=refs[1], candidates=refs,
+                                    results=results))
     assert main(["resolve", "-m", str(project), "--kernel", "scale", *OFFLINE]) == 0
     assert "may not win: using" in capsys.readouterr().err
     entry = _locked(project)["scale"]
@@ -257,17 +261,20 @@ def test_a_cached_decision_naming_a_gate_only_generated_winner_gives_the_baselin
 def test_selection_never_picks_a_rejected_or_gate_only_generated_candidate() -> None:
     base = Candidate("// base", Origin("baseline", "b.cu"))
     gen = Candidate("// gen", Origin("generated", model="m", round=0, sample=0))
-    gated = [Result(base.digest, "sm_90", "passed"), Result(gen.digest, "sm_90", "passed")]
+    gated = [Result(candidate=base.digest, arch="sm_90", status="passed"),
+             Result(candidate=gen.digest, arch="sm_90", status="passed")]
     assert select_winner([gen, base], gated[::-1]) is base  # gate alone: the user's source, never the generated
     assert select_winner([gen], [gated[1]]) is None
-    timed = Result(gen.digest, "sm_90", "passed", "evaluate", timing=Timing(1.0, 0.01, 9))
-    rejected = Result(base.digest, "sm_90", "incorrect", "evaluate")
+    timed = Result(candidate=gen.digest, arch="sm_90", status="passed", stage="evaluate",
+                   timing=Timing(median_us=1.0, spread=0.01, samples=9))
+    rejected = Result(candidate=base.digest, arch="sm_90", status="incorrect", stage="evaluate")
     assert select_winner([base, gen], [rejected, timed]) is gen
     # a decision recorded with a pending generated winner (an older r1build, a bundle) gives the baseline
     refs = [CandidateRef.of(base), CandidateRef.of(gen)]
-    old = Decision("k" * 64, "x", "sm_90", refs[1], refs, gated)
+    old = Decision(key="k" * 64, kernel="x", arch="sm_90", winner=refs[1], candidates=refs, results=gated)
     assert decision_winner(old) == refs[0]
-    assert decision_winner(Decision("k" * 64, "x", "sm_90", refs[0], refs, [rejected, gated[1]])) is None
+    assert decision_winner(Decision(key="k" * 64, kernel="x", arch="sm_90", winner=refs[0], candidates=refs,
+                                    results=[rejected, gated[1]])) is None
 
 
 @pytest.mark.gpu

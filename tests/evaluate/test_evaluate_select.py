@@ -15,7 +15,7 @@ def cand(i: int) -> Candidate:
 def res(c: Candidate, us: float | None, spread: float = 0.005, status: Status = "passed", samples: int = 50
         ) -> Result:
     timing = Timing(median_us=us, spread=spread, samples=samples) if us is not None else None
-    return Result(c.digest, "sm_90", status, stage="evaluate", timing=timing)
+    return Result(candidate=c.digest, arch="sm_90", status=status, stage="evaluate", timing=timing)
 
 
 def test_fastest_wins_only_beyond_the_noise() -> None:

@@ -161,16 +161,18 @@ class MarkerJudge:
     def _one(self, spec: KernelSpec, arch: str, digest: str, source: str) -> Result:
         error = re.search(r"#error (.*)", source)
         if error:
-            return Result(digest, arch, "compile_error", detail=f"vadd.cu(3): error: {error.group(1)}")
+            return Result(candidate=digest, arch=arch, status="compile_error",
+                          detail=f"vadd.cu(3): error: {error.group(1)}")
         if f'extern "C" cudaError_t {spec.name}(' not in source:
-            return Result(digest, arch, "rejected", detail=f"does not export {spec.name}")
+            return Result(candidate=digest, arch=arch, status="rejected", detail=f"does not export {spec.name}")
         if "// WRONG" in source:
-            return Result(digest, arch, "incorrect", stage="evaluate",
+            return Result(candidate=digest, arch=arch, status="incorrect", stage="evaluate",
                           detail="n=1000: 1000 of 1000 elements differ, max abs error 0.5 at index 3")
         report = GateReport(registers=16)
         timed = re.search(r"// time_us: ([0-9.]+)", source)
         if timed:
             t = float(timed.group(1))
-            timing = Timing(t, 0.01, 20, floor_us=FLOOR_US, share_of_floor=FLOOR_US / t)
-            return Result(digest, arch, "passed", stage="evaluate", gate=report, timing=timing, device="TestGPU")
-        return Result(digest, arch, "passed", gate=report)
+            timing = Timing(median_us=t, spread=0.01, samples=20, floor_us=FLOOR_US, share_of_floor=FLOOR_US / t)
+            return Result(candidate=digest, arch=arch, status="passed", stage="evaluate", gate=report, timing=timing,
+                          device="TestGPU")
+        return Result(candidate=digest, arch=arch, status="passed", gate=report)

@@ -59,7 +59,8 @@ def test_replay_confirms_a_stored_decision(project: Project, endpoint_env: None,
         assert isinstance(doc, dict)
         transcripts = doc["transcripts"]
         ref = CandidateRef.of(Candidate(kernel_source(1), Origin("generated")))
-        cache.put_decision(Decision(key, "vadd", "sm_90", ref, [ref], [], transcripts))
+        cache.put_decision(Decision(key=key, kernel="vadd", arch="sm_90", winner=ref, candidates=[ref], results=[],
+                                    transcripts=transcripts))
         cache.put_json(GENERATION_NAMESPACE, key, {})    # the decision's transcripts are the ones replayed
     assert cli(project, "replay", "vadd", "--no-gpu") == 0
     out, err = capsys.readouterr()
@@ -69,7 +70,8 @@ def test_replay_confirms_a_stored_decision(project: Project, endpoint_env: None,
 
     with project.cache() as cache:
         other = CandidateRef.of(Candidate(kernel_source(2), Origin("generated")))
-        cache.put_decision(Decision(key, "vadd", "sm_90", other, [other], [], transcripts))
+        cache.put_decision(Decision(key=key, kernel="vadd", arch="sm_90", winner=other, candidates=[other], results=[],
+                                    transcripts=transcripts))
     assert cli(project, "replay", "vadd", "--no-gpu") == 1
     _, err = capsys.readouterr()
     assert "the replay does not" in err

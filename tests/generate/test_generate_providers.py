@@ -81,12 +81,15 @@ def test_feedback_prompt() -> None:
     gate = GateReport(registers=40, spill_stores=8, spill_loads=8, shared_bytes=4096)
     log = "\n".join([f"note {i}: instantiated from here" for i in range(60)]
                     + ["vadd.cu(12): error: identifier \"tid\" is undefined", "1 error detected"])
-    failed = Judged("round 0 sample 1", kernel_source(1), Result("d1", "sm_90", "compile_error", detail=log))
+    failed = Judged("round 0 sample 1", kernel_source(1),
+                    Result(candidate="d1", arch="sm_90", status="compile_error", detail=log))
     fast = Judged("round 0 sample 2", kernel_source(2),
-                  Result("d2", "sm_90", "passed", gate=gate, device="H200",
-                         timing=Timing(12.5, 0.01, 20, floor_us=10.0, share_of_floor=0.8, speedup_vs_baseline=1.5)))
+                  Result(candidate="d2", arch="sm_90", status="passed", gate=gate, device="H200",
+                         timing=Timing(median_us=12.5, spread=0.01, samples=20, floor_us=10.0, share_of_floor=0.8,
+                                       speedup_vs_baseline=1.5)))
     wrong = Judged("round 0 sample 3", kernel_source(3),
-                   Result("d3", "sm_90", "incorrect", detail="n=1000: max abs error 0.5 at index 3"))
+                   Result(candidate="d3", arch="sm_90", status="incorrect",
+                          detail="n=1000: max abs error 0.5 at index 3"))
     spec_text = feedback_prompt(_spec(), parent=failed, parent_in_conversation=True, best=[fast],
                                 failures=[wrong], notes=["2 answer(s) had no ```cuda block with the kernel."],
                                 direction="vectorized loads")

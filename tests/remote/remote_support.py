@@ -54,12 +54,14 @@ def measured_tiny(project: Path, cache_dir: Path, time_us: float = 3.5) -> str:
     spec = m.kernel("scale")
     scale = Candidate((project / "scale.cu").read_text(encoding="utf-8"), Origin("baseline", "scale.cu"))
     key = decision_key(m, spec, "sm_90")
-    result = Result(scale.digest, "sm_90", "passed", "evaluate", timing=Timing(time_us, 0.01, 50),
+    result = Result(candidate=scale.digest, arch="sm_90", status="passed", stage="evaluate",
+                    timing=Timing(median_us=time_us, spread=0.01, samples=50),
                     device="NVIDIA H200")
     with Cache(cache_dir) as cache:
         cache.put_text(scale.source)
-        cache.put_decision(Decision(key, "scale", "sm_90", CandidateRef.of(scale), [CandidateRef.of(scale)],
-                                    [result], measured=True, device="NVIDIA H200", checks=CHECKS_VERSION))
+        cache.put_decision(Decision(key=key, kernel="scale", arch="sm_90", winner=CandidateRef.of(scale),
+                                    candidates=[CandidateRef.of(scale)],
+                                    results=[result], measured=True, device="NVIDIA H200", checks=CHECKS_VERSION))
     assert main(["lock", "-m", str(project), "--offline", "--no-gpu", "--cache-dir", str(cache_dir)]) == 0
     entry = read_lock(project / "kernels.lock").entry("scale", "sm_90")  # type: ignore[union-attr]
     assert entry is not None and entry.time_us == time_us and entry.key == key
@@ -94,11 +96,13 @@ def measured_root(project: Path, cache_dir: Path) -> list[str]:
             candidate = Candidate((project / entry.origin).read_text(encoding="utf-8"), Origin(kind, entry.origin),
                                   dict(entry.defines))
             assert candidate.digest == entry.winner, entry
-            result = Result(candidate.digest, entry.arch, "passed", "evaluate",
-                            timing=Timing(entry.time_us, 0.01, 50), device=entry.gpu)
+            result = Result(candidate=candidate.digest, arch=entry.arch, status="passed", stage="evaluate",
+                            timing=Timing(median_us=entry.time_us, spread=0.01, samples=50), device=entry.gpu)
             cache.put_text(candidate.source)
-            cache.put_decision(Decision(entry.key, entry.name, entry.arch, CandidateRef.of(candidate),
-                                        [CandidateRef.of(candidate)], [result], measured=True, device=entry.gpu,
+            cache.put_decision(Decision(key=entry.key, kernel=entry.name, arch=entry.arch,
+                                        winner=CandidateRef.of(candidate),
+                                        candidates=[CandidateRef.of(candidate)], results=[result], measured=True,
+                                        device=entry.gpu,
                                         checks=entry.checks))
             keys.append(entry.key)
     assert keys
