@@ -33,7 +33,9 @@ from ..manifest.model import KernelSpec
 from .checks import Verdict, arg_items, run_reference, tweak_one
 from .compare import Mismatch, compare_output
 from .floors import DeviceFloors, bytes_moved, shape_key
-from .inputs import ArrayLayout, array_shape, generate_inputs, numpy_dtype, poison_bytes
+from .inputs import ArrayLayout, generate_inputs, poison_bytes
+from .protocol import CAPTURE_ERRORS
+from .timing import array_requests
 
 __all__ = ["IMPLAUSIBLE", "IMPLAUSIBLE_WARM", "BenchPlan", "BenchShape", "implausible", "judge_bench", "plan_bench",
            "rotation_for"]
@@ -43,7 +45,6 @@ IMPLAUSIBLE = 1.5
 IMPLAUSIBLE_WARM = 4.0
 """The same for a call timed as a CUDA graph of back-to-back calls (under 10 us), whose inputs may be read from
 L2, which is a few times faster than device memory."""
-_CAPTURE_ERRORS = frozenset(range(900, 911))
 
 
 @dataclass(frozen=True)
@@ -87,17 +88,6 @@ def rotation_for(set_bytes: int, l2_bytes: int) -> int:
     return max(1, min(4, math.ceil(3 * l2_bytes / set_bytes)))
 
 
-def _arrays(spec: KernelSpec, sizes: Mapping[str, int]) -> list[dict[str, Any]]:
-    out = []
-    for arg in spec.args:
-        if not arg.is_array:
-            continue
-        shape = array_shape(arg, sizes)
-        out.append({"name": arg.name, "dtype": arg.dtype, "role": arg.role, "shape": list(shape),
-                    "count": int(np.prod(shape, dtype=np.int64)), "itemsize": numpy_dtype(arg.dtype).itemsize})
-    return out
-
-
 def _write_set(spec: KernelSpec, directory: Path, tag: str, inputs: Mapping[str, NDArray[Any]]) -> list[str | None]:
     files: list[str | None] = []
     for arg in spec.args:
@@ -118,7 +108,7 @@ def plan_bench(spec: KernelSpec, reference: Callable[..., Any], l2_bytes: int, d
     directory.mkdir(parents=True, exist_ok=True)
     shapes = []
     for si, sizes in enumerate(spec.bench_shapes):
-        set_bytes = sum(a["count"] * a["itemsize"] for a in _arrays(spec, sizes))
+        set_bytes = sum(a["count"] * a["itemsize"] for a in array_requests(spec, sizes))
         sets = []
         for k in range(rotation_for(set_bytes, l2_bytes)):
             inputs = generate_inputs(spec, sizes, "signed", seed * 7919 + 1000 * si + k + 1)
@@ -141,7 +131,7 @@ def _fill(spec: KernelSpec, bench_set: BenchSet) -> dict[str, Any]:
 def shape_requests(spec: KernelSpec, plan: BenchPlan, out_dir: Path) -> list[dict[str, Any]]:
     """The ``shapes`` of a worker ``time`` request: arrays, arguments, input sets, the tweaked set."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    return [{"arrays": _arrays(spec, shape.sizes), "args": arg_items(spec, shape.sizes),
+    return [{"arrays": array_requests(spec, shape.sizes), "args": arg_items(spec, shape.sizes),
              "sets": [_fill(spec, s) for s in shape.sets], "tweak": _fill(spec, shape.tweak),
              "out_dir": str(out_dir)} for shape in plan.shapes]
 
@@ -169,7 +159,7 @@ def judge_bench(spec: KernelSpec, plan: BenchPlan, replies: Sequence[Mapping[str
         if reply.get("device_state"):
             return Verdict("rejected", f"changed device state {where}: {reply['device_state']}", kind="state")
         rc = int(reply.get("capture_rc") or 0)
-        if reply.get("capture_error") or rc in _CAPTURE_ERRORS:
+        if reply.get("capture_error") or rc in CAPTURE_ERRORS:
             why = reply.get("capture_error") or f"returned {rc}"
             return Verdict("incorrect", f"work outside the given stream: capturing the call into a CUDA graph on "
                                         f"its stream failed {where} ({why}), though it passed at the test shapes",

@@ -49,6 +49,7 @@ from .inputs import (
     reference_kwargs,
     scalar_values,
 )
+from .protocol import CAPTURE_ERRORS
 
 __all__ = [
     "CallPlan",
@@ -279,8 +280,6 @@ _STREAM_RULE = ("The contract: launch every kernel, copy and memset of the call 
 _STATE_RULE = ("The contract: a call launches work on its stream and nothing else: no device limits "
                "(cudaDeviceSetLimit, persisting L2), no stream or access-policy attributes, no allocation, no "
                "synchronization; whatever it changes would change every later candidate's time.")
-_CAPTURE_ERRORS = frozenset(range(900, 911))
-"""cudaErrorStreamCapture* and friends: what a call returns when it breaks the capture of its stream."""
 
 
 def _where(plan: ShapePlan, index: int) -> str:
@@ -420,15 +419,15 @@ def judge_shape(spec: KernelSpec, plan: ShapePlan, reply: Mapping[str, Any], buf
             return Verdict("rejected", f"changed device state: {rec['device_state']} {where}. {_STATE_RULE}", i,
                            "state")
         captured = call.mode in ("graph", "capture")
-        if call.mode == "capture" and rc and rc not in _CAPTURE_ERRORS and not rec.get("fatal") \
+        if call.mode == "capture" and rc and rc not in CAPTURE_ERRORS and not rec.get("fatal") \
                 and i + 1 < len(records):
             continue  # an error returned while capturing: the next call, not captured, returns the call's own
-        if rc and rc not in _CAPTURE_ERRORS and not rec.get("fatal"):
+        if rc and rc not in CAPTURE_ERRORS and not rec.get("fatal"):
             # the call's own error (an invalid launch configuration, say), even where it also spoilt a capture
             return Verdict("incorrect", f"the call {rec.get('error') or f'returned error {rc}'} {where}; the "
                                         "contract: return cudaSuccess after launching on the stream, and a CUDA "
                                         "error only for arguments it cannot handle", i, "returned")
-        if captured and not rec.get("fatal") and (rec.get("capture_error") or rc in _CAPTURE_ERRORS):
+        if captured and not rec.get("fatal") and (rec.get("capture_error") or rc in CAPTURE_ERRORS):
             why = rec.get("capture_error") or rec.get("error") or f"returned {rc}"
             return Verdict("incorrect", f"work outside the given stream: capturing the call into a CUDA graph "
                                         f"on its stream failed ({why}) {where}. " + _STREAM_RULE, i, "stream")

@@ -532,13 +532,17 @@ class GpuEvaluator:
         except Exception:
             return None
         found = next((o for o in outcomes if o.tool == "racecheck" and o.verdict == "finding"), None)
-        return self._race_detail(state, found.detail) if found is not None else None
+        return self._finding_detail(state, found) if found is not None else None
 
-    def _race_detail(self, state: _JobState, finding: str) -> str:
+    def _finding_detail(self, state: _JobState, outcome: SanitizerOutcome) -> str:
+        """A compute-sanitizer finding as a result's reason (a racecheck finding is named the same way whichever
+        path reports it)."""
         sjob = self._sanitize_jobs.get((str(state.job.manifest.path), state.job.spec.name, state.arch))
         shapes = ", ".join(s["key"] for s in sjob.shapes) if sjob else "small shapes"
-        return (f"nondeterministic: a race between threads on shared memory (compute-sanitizer racecheck at "
-                f"{shapes}): {finding}")
+        if outcome.tool == "racecheck":
+            return (f"nondeterministic: a race between threads on shared memory (compute-sanitizer racecheck at "
+                    f"{shapes}): {outcome.detail}")
+        return f"compute-sanitizer {outcome.tool} at {shapes}: {outcome.detail}"
 
     def _run_checks(self, state: _JobState, slot: _Slot, entry: _Entry, lib: Library, plans: list[ShapePlan]
                     ) -> Verdict | None:
@@ -704,11 +708,7 @@ class GpuEvaluator:
             return
         for outcome in entry.sanitizers.result():
             if outcome.verdict == "finding":
-                sjob = self._sanitize_jobs.get((str(state.job.manifest.path), state.job.spec.name, state.arch))
-                shapes = ", ".join(s["key"] for s in sjob.shapes) if sjob else "small shapes"
-                detail = (self._race_detail(state, outcome.detail) if outcome.tool == "racecheck"
-                          else f"compute-sanitizer {outcome.tool} at {shapes}: {outcome.detail}")
-                entry.result = self._result(state, entry, "incorrect", detail)
+                entry.result = self._result(state, entry, "incorrect", self._finding_detail(state, outcome))
                 return
             if outcome.verdict == "inconclusive" and outcome.detail != "canceled":
                 self._note(f"{state.job.spec.name}: {outcome.detail}", state.job.spec.name, state.arch)

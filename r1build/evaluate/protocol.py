@@ -15,9 +15,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["MAGIC", "PeerClosed", "PeerTimeout", "ProtocolError", "read_message", "write_message"]
+__all__ = ["CAPTURE_ERRORS", "MAGIC", "PeerClosed", "PeerTimeout", "ProtocolError", "read_message", "write_message"]
 
 MAGIC = b"R1EV"
+CAPTURE_ERRORS = frozenset(range(900, 911))
+"""cudaErrorStreamCapture* and friends: the codes a call returns when it breaks the capture of its stream (both
+sides read return codes against it)."""
 _HEAD = struct.Struct("<4sII")
 _LEN = struct.Struct("<Q")
 _CHUNK = 1 << 20

@@ -19,7 +19,7 @@ from ..records import Timing
 from .floors import DeviceFloors, floor_us, shape_key
 from .inputs import array_shape, numpy_dtype, scalar_values
 
-__all__ = ["SampleStats", "build_timing", "reference_request", "summarize", "time_request"]
+__all__ = ["SampleStats", "array_requests", "build_timing", "reference_request", "summarize", "time_request"]
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,8 @@ def summarize(samples: Sequence[float]) -> SampleStats:
     return SampleStats(median, spread, int(arr.size))
 
 
-def _arrays(spec: KernelSpec, sizes: Mapping[str, int]) -> list[dict[str, Any]]:
+def array_requests(spec: KernelSpec, sizes: Mapping[str, int]) -> list[dict[str, Any]]:
+    """How the worker allocates each array argument at ``sizes``: name, dtype, role, shape, count, item size."""
     out = []
     for arg in spec.args:
         if not arg.is_array:
@@ -70,7 +71,7 @@ def reference_request(spec: KernelSpec, root: str) -> dict[str, Any]:
     """The worker request that times the numpy reference run on cupy arrays at every benchmark shape."""
     shapes = []
     for sizes in spec.bench_shapes:
-        arrays = [a for a in _arrays(spec, sizes) if a["role"] != "out"]
+        arrays = [a for a in array_requests(spec, sizes) if a["role"] != "out"]
         shapes.append({"arrays": arrays, "scalars": scalar_values(spec, sizes)})
     return {"op": "time_reference", "root": root, "reference": spec.reference, "shapes": shapes}
 

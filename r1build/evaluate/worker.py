@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
-from .protocol import PeerClosed, read_message, write_message
+from .protocol import CAPTURE_ERRORS, PeerClosed, read_message, write_message
 
 __all__ = ["main"]
 
@@ -416,7 +416,7 @@ class Worker:
             results.append(record)
             # an error the call returns while its stream is captured may be the capture's, not the call's:
             # the calls that follow return the call's own
-            probe_error = mode == "capture" and record["rc"] and not 900 <= int(record["rc"]) <= 910
+            probe_error = mode == "capture" and record["rc"] and int(record["rc"]) not in CAPTURE_ERRORS
             if exiting or record.get("device_state") or (
                     (record["error"] or record["capture_error"]) and not probe_error):
                 break
