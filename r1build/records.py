@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from .keys import canonical_json, digest_bytes, variant_digest
-from .manifest.convert import Problem, convert
+from .manifest.convert import ConversionProblem, convert
 
 __all__ = [
     "Candidate",
@@ -306,6 +306,6 @@ def from_json(cls: type[T], data: bytes | str | dict[str, Any]) -> T:
     obj = json.loads(data) if isinstance(data, (bytes, str)) else data
     try:
         return convert(cls, obj, kebab=False)  # type: ignore[no-any-return]
-    except Problem as problem:
+    except ConversionProblem as problem:
         where = ".".join(str(p) for p in problem.path)
         raise ValueError(f"{cls.__name__} record does not fit at {where or 'top'}: {problem.message}") from None

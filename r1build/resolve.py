@@ -35,9 +35,18 @@ from .errors import CompileError, EndpointSilentError, LockError, NoWinnerError,
 from .events import Note, Stage, emit
 from .judge import CHECKS_VERSION, Evaluator, Job
 from .keys import decision_key, digest_bytes
-from .lock import Lock, LockEntry, find_vendored, load_lock, lock_path, require_fresh, write_lock
-from .lock.lockfile import inputs_of, unlockable
-from .lock.salvage import salvage_lock
+from .lock import (
+    Lock,
+    LockEntry,
+    find_vendored,
+    inputs_of,
+    load_lock,
+    lock_path,
+    require_fresh,
+    salvage_lock,
+    unlockable,
+    write_lock,
+)
 from .manifest import KernelSpec, Manifest, find_manifest, load_manifest
 from .reach import unreachable
 from .records import Candidate, CandidateRef, Decision, Origin, Provenance, Result, Unresolved, Validation

@@ -17,13 +17,16 @@ variable                    meaning
 ``R1BUILD_REMOTE_TIMEOUT``  seconds one request to the remote cache may take (5 unless the manifest says)
 ``R1BUILD_REMOTE_TOKEN``    a bearer token sent to an ``http(s)://`` remote cache
 ``R1BUILD_REMOTE_HEADER``   a whole header (``Name: value``) sent to an ``http(s)://`` remote cache instead
+``R1BUILD_BASE_URL``        the LLM endpoint's URL, overriding the provider profile's and the manifest's
+``R1BUILD_NVCC``            the nvcc to gate and build with (before ``CUDACXX``, ``CUDA_HOME``, ``PATH``)
+``R1BUILD_COMPUTE_SANITIZER`` the compute-sanitizer the GPU evaluator runs (before ``PATH`` and nvcc's folder)
 ==========================  =============================================================================
 
 Flags accept 1/0, true/false, yes/no, on/off (any case); an empty variable is unset. Anything else is a
-:class:`~r1build.errors.ConfigError` naming the variable. The endpoint's own variables (``R1BUILD_BASE_URL`` and
-the API keys) are read by :mod:`r1build.generate.providers`, which receives the environment as a mapping; the
-compiler's (``R1BUILD_NVCC``, ``CUDACXX``, ``CUDA_HOME``) by :mod:`r1build.toolchain`; an ``s3://`` remote's
-credentials and endpoint (``AWS_*``) by boto3's own chain.
+:class:`~r1build.errors.ConfigError` naming the variable. Variables that are not r1build's are read where they
+are used: the API keys by :mod:`r1build.generate.providers` (which receives the environment as a mapping),
+``CUDACXX`` / ``CUDA_HOME`` / ``CUDA_PATH`` by :mod:`r1build.toolchain`, and an ``s3://`` remote's credentials
+and endpoint (``AWS_*``) by boto3's own chain.
 """
 
 from __future__ import annotations
@@ -35,7 +38,10 @@ from pathlib import Path
 
 from .errors import ConfigError
 
-__all__ = ["EnvSettings", "env_settings", "parse_flag"]
+__all__ = ["BASE_URL_ENV", "EnvSettings", "env_settings", "parse_flag"]
+
+BASE_URL_ENV = "R1BUILD_BASE_URL"
+"""The variable that overrides the LLM endpoint's URL of any provider profile (named in messages)."""
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})
@@ -67,7 +73,7 @@ class EnvSettings:
     cache_dir: Path | None = None
     """``R1BUILD_CACHE_DIR``: the cache directory, as given (``~`` expanded)."""
     verbose: bool = False
-    """``R1BUILD_VERBOSE``: build output shows each stage's closing line."""
+    """``R1BUILD_VERBOSE``: build output shows each stage's closing line (unset: no)."""
     signing_key: str | None = field(default=None, repr=False)
     """``R1BUILD_SIGNING_KEY``: the private signing key's text, as given (parsed by
     :func:`r1build.signing.load_private_key`); never shown in a repr."""
@@ -80,6 +86,12 @@ class EnvSettings:
     remote_header: tuple[str, str] | None = field(default=None, repr=False)
     """The header sent to an http(s) remote: ``Authorization: Bearer <R1BUILD_REMOTE_TOKEN>``, or
     ``R1BUILD_REMOTE_HEADER`` split at its first colon. Never shown (``repr=False``)."""
+    base_url: str | None = None
+    """``R1BUILD_BASE_URL``: the LLM endpoint's URL, as given (checked by :mod:`r1build.generate.providers`)."""
+    nvcc: str | None = None
+    """``R1BUILD_NVCC``: the nvcc to use, as given."""
+    compute_sanitizer: str | None = None
+    """``R1BUILD_COMPUTE_SANITIZER``: the compute-sanitizer executable, as given."""
 
 
 def _flag(environ: Mapping[str, str], name: str) -> bool | None:
@@ -122,17 +134,19 @@ def env_settings(environ: Mapping[str, str] | None = None) -> EnvSettings:
     frontends change the environment between calls)."""
     env = os.environ if environ is None else environ
     raw_dir = env.get("R1BUILD_CACHE_DIR", "").strip()
-    verbose = env.get("R1BUILD_VERBOSE", "").strip().lower()
     return EnvSettings(
         offline=_flag(env, "R1BUILD_OFFLINE"),
         generate=_flag(env, "R1BUILD_GENERATE"),
         locked=_flag(env, "R1BUILD_LOCKED"),
         evaluate=_flag(env, "R1BUILD_EVALUATE"),
         cache_dir=Path(raw_dir).expanduser() if raw_dir else None,
-        verbose=verbose not in _FALSE,
+        verbose=bool(_flag(env, "R1BUILD_VERBOSE")),
         signing_key=env.get("R1BUILD_SIGNING_KEY", "").strip() or None,
         remote_cache=env.get("R1BUILD_REMOTE_CACHE", "").strip() or None,
         remote_write=_flag(env, "R1BUILD_REMOTE_WRITE"),
         remote_timeout=_timeout(env),
         remote_header=_remote_header(env),
+        base_url=env.get(BASE_URL_ENV) or None,
+        nvcc=env.get("R1BUILD_NVCC") or None,
+        compute_sanitizer=env.get("R1BUILD_COMPUTE_SANITIZER") or None,
     )

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .errors import ToolchainError
 from .keys import digest_bytes
+from .settings import env_settings
 
 __all__ = ["Toolchain", "find_nvcc", "toolchain"]
 
@@ -40,10 +41,9 @@ class Toolchain:
 
 def find_nvcc() -> str:
     """nvcc from ``R1BUILD_NVCC``, ``CUDACXX``, ``CUDA_HOME``/``CUDA_PATH`` or ``PATH``."""
-    for var in ("R1BUILD_NVCC", "CUDACXX"):
-        value = os.environ.get(var)
-        if value:
-            return value
+    explicit = env_settings().nvcc or os.environ.get("CUDACXX")
+    if explicit:
+        return explicit
     for var in ("CUDA_HOME", "CUDA_PATH"):
         home = os.environ.get(var)
         if home and (Path(home) / "bin" / "nvcc").is_file():

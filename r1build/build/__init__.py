@@ -57,11 +57,11 @@ KERNELS_DEFINE = "cmake.define.R1BUILD_KERNELS_CMAKE"
 COMPILER_DEFINE = "cmake.define.CMAKE_CUDA_COMPILER"
 """The config setting that hands CMake the nvcc the gate used, so the gate and the build use one compiler."""
 
-Settings: TypeAlias = "Mapping[str, str | list[str]] | None"
+HookSettings: TypeAlias = "Mapping[str, str | list[str]] | None"
 """Config settings as a frontend hands them to a hook."""
 
 
-def kernel_settings(config_settings: Settings, project_dir: Path | None = None) -> ConfigSettings:
+def kernel_settings(config_settings: HookSettings, project_dir: Path | None = None) -> ConfigSettings:
     """Resolve and emit the kernels of ``project_dir`` (the working directory); the config settings for
     scikit-build-core, with the generated CMake file defined and r1build's own keys taken out.
 
@@ -122,13 +122,13 @@ def _prepare(project: Path, options: BuildOptions) -> Path:
     return cmake_file
 
 
-def _plain_settings(config_settings: Settings) -> ConfigSettings:
+def _plain_settings(config_settings: HookSettings) -> ConfigSettings:
     """Config settings for hooks that resolve nothing: r1build's keys checked and taken out."""
     _options, rest = split_settings(config_settings)
     return rest
 
 
-def _for_sdist(config_settings: Settings) -> ConfigSettings:
+def _for_sdist(config_settings: HookSettings) -> ConfigSettings:
     from ..manifest import find_manifest, load_manifest
     from .sdist import check_offline_buildable, sdist_settings
 
@@ -139,7 +139,7 @@ def _for_sdist(config_settings: Settings) -> ConfigSettings:
     return sdist_settings(project, manifest, settings)
 
 
-def build_wheel(wheel_directory: str, config_settings: Settings = None,
+def build_wheel(wheel_directory: str, config_settings: HookSettings = None,
                 metadata_directory: str | None = None) -> str:
     """PEP 517: resolve the kernels, then build the wheel with scikit-build-core; returns its file name."""
     with frontend_boundary():
@@ -147,7 +147,7 @@ def build_wheel(wheel_directory: str, config_settings: Settings = None,
     return _skbuild.build_wheel(wheel_directory, settings, metadata_directory)
 
 
-def build_editable(wheel_directory: str, config_settings: Settings = None,
+def build_editable(wheel_directory: str, config_settings: HookSettings = None,
                    metadata_directory: str | None = None) -> str:
     """PEP 660: resolve the kernels, then build the editable wheel with scikit-build-core."""
     with frontend_boundary():
@@ -155,28 +155,28 @@ def build_editable(wheel_directory: str, config_settings: Settings = None,
     return _skbuild.build_editable(wheel_directory, settings, metadata_directory)
 
 
-def build_sdist(sdist_directory: str, config_settings: Settings = None) -> str:
+def build_sdist(sdist_directory: str, config_settings: HookSettings = None) -> str:
     """PEP 517: the sdist, carrying manifest, lock, references, sources and vendored winners, not ``.r1build/``."""
     with frontend_boundary():
         settings = _for_sdist(config_settings)
     return _skbuild.build_sdist(sdist_directory, settings)
 
 
-def get_requires_for_build_wheel(config_settings: Settings = None) -> list[str]:
+def get_requires_for_build_wheel(config_settings: HookSettings = None) -> list[str]:
     """PEP 517: scikit-build-core's extra requirements (cmake / ninja where the system has none)."""
     with frontend_boundary():
         settings = _plain_settings(config_settings)
     return _skbuild.get_requires_for_build_wheel(settings)
 
 
-def get_requires_for_build_editable(config_settings: Settings = None) -> list[str]:
+def get_requires_for_build_editable(config_settings: HookSettings = None) -> list[str]:
     """PEP 660: as for a wheel."""
     with frontend_boundary():
         settings = _plain_settings(config_settings)
     return _skbuild.get_requires_for_build_editable(settings)
 
 
-def get_requires_for_build_sdist(config_settings: Settings = None) -> list[str]:
+def get_requires_for_build_sdist(config_settings: HookSettings = None) -> list[str]:
     """PEP 517: scikit-build-core's requirements for an sdist."""
     with frontend_boundary():
         settings = _plain_settings(config_settings)
@@ -187,13 +187,13 @@ def get_requires_for_build_sdist(config_settings: Settings = None) -> list[str]:
 # then build the wheel instead, and so must we.
 if hasattr(_skbuild, "prepare_metadata_for_build_wheel"):
 
-    def prepare_metadata_for_build_wheel(metadata_directory: str, config_settings: Settings = None) -> str:
+    def prepare_metadata_for_build_wheel(metadata_directory: str, config_settings: HookSettings = None) -> str:
         """PEP 517: the wheel's metadata (no kernels needed); returns the ``.dist-info`` folder name."""
         with frontend_boundary():
             settings = _plain_settings(config_settings)
         return _skbuild.prepare_metadata_for_build_wheel(metadata_directory, settings)
 
-    def prepare_metadata_for_build_editable(metadata_directory: str, config_settings: Settings = None) -> str:
+    def prepare_metadata_for_build_editable(metadata_directory: str, config_settings: HookSettings = None) -> str:
         """PEP 660: the editable wheel's metadata."""
         with frontend_boundary():
             settings = _plain_settings(config_settings)

@@ -83,8 +83,10 @@ def _events_not_logged() -> Iterator[None]:
 @contextlib.contextmanager
 def frontend_boundary(renderer: StderrRenderer | None = None) -> Iterator[StderrRenderer]:
     """Install the stderr renderer as the event sink; turn r1build errors into a message and an exit code."""
-    render = renderer or StderrRenderer()
+    render = renderer or StderrRenderer(verbose=False)
     try:
+        if renderer is None:
+            render.verbose = env_settings().verbose  # inside: a bad R1BUILD_VERBOSE is a clean error
         with _events_not_logged(), sink(render):
             yield render
     except R1BuildError as exc:

@@ -28,6 +28,7 @@ __all__ = [
     "damaged",
     "looks_read_only",
     "process_gone",
+    "sql",
     "sweep_interrupted_imports",
 ]
 
@@ -57,6 +58,14 @@ def looks_read_only(exc: BaseException, directory: Path) -> bool:
     if any(word in str(exc).lower() for word in READ_ONLY_WORDS):
         return True
     return not os.access(directory, os.W_OK) or not os.access(directory / DBNAME, os.W_OK)
+
+
+def sql(index: Any) -> Callable[..., sqlite3.Cursor]:
+    """``execute`` of the index's SQLite connection for this thread, for r1build's own tables and queries.
+
+    diskcache keeps that connection behind its private ``_sql``; this is the one place that reads it (a
+    :class:`ReadOnlyIndex` answers it too), so a diskcache that renames it breaks here alone."""
+    return index._sql  # type: ignore[no-any-return]
 
 
 def _value_name(filename: str, pid: int) -> str:
@@ -147,14 +156,14 @@ class ReadOnlyIndex:
 
 def sweep_interrupted_imports(dc: diskcache.Cache, directory: Path) -> None:
     """Remove the value files of imports whose process is gone (killed before its transaction committed)."""
-    rows = dc._sql("SELECT name FROM R1Meta WHERE substr(name, 1, ?) = ?",
+    rows = sql(dc)("SELECT name FROM R1Meta WHERE substr(name, 1, ?) = ?",
                    (len(IMPORT_MARK), IMPORT_MARK)).fetchall()
     for (name,) in rows:
         pid_text = str(name)[len(IMPORT_MARK):]
         if not pid_text.isdigit() or not process_gone(int(pid_text)):
             continue
         pid = int(pid_text)
-        referenced = {str(f) for (f,) in dc._sql("SELECT filename FROM Cache WHERE filename LIKE ?",
+        referenced = {str(f) for (f,) in sql(dc)("SELECT filename FROM Cache WHERE filename LIKE ?",
                                                  (f"%.p{pid}.val",)).fetchall()}
         removed = 0
         freed = 0
@@ -166,7 +175,7 @@ def sweep_interrupted_imports(dc: diskcache.Cache, directory: Path) -> None:
                 path.unlink()
                 removed += 1
         with dc.transact(retry=True):
-            dc._sql("DELETE FROM R1Meta WHERE name = ?", (name,))
+            sql(dc)("DELETE FROM R1Meta WHERE name = ?", (name,))
         if removed:
             emit(Note("info", f"removed {removed} file(s) ({freed} bytes) left in {directory} by an "
                               f"interrupted cache import (process {pid})"))

@@ -31,7 +31,7 @@ from diskcache.core import MODE_BINARY, MODE_RAW
 from ..errors import CacheDamagedError, CacheLocationError
 from ..records import Decision, from_json
 from .index import DBNAME as _DBNAME
-from .store import KINDS, Cache, Problem, _Corrupt, _verified, check_payload, kind_of, resolve_cache_dir
+from .store import KINDS, BadEntry, Cache, _Corrupt, _verified, check_payload, kind_of, resolve_cache_dir
 
 __all__ = ["RepairReport", "repair_cache"]
 
@@ -56,7 +56,7 @@ class RepairReport:
     """Old value files deleted after their contents were stored again (or because they were bad)."""
     checked: int = 0
     """Sound index: entries checked."""
-    bad_entries: list[Problem] = field(default_factory=list)
+    bad_entries: list[BadEntry] = field(default_factory=list)
     """Sound index: entries that failed verification, deleted."""
     fixed: int = 0
     """Sound index: inconsistencies of the store fixed."""

@@ -102,18 +102,19 @@ from .index import (
     damage_error,
     damaged,
     looks_read_only,
+    sql,
     sweep_interrupted_imports,
 )
 
 __all__ = [
     "DEFAULT_SIZE_LIMIT",
     "KINDS",
+    "BadEntry",
     "Cache",
     "CacheStats",
     "Entry",
     "Fallback",
     "GcReport",
-    "Problem",
     "default_cache_dir",
     "open_usable",
     "resolve_cache_dir",
@@ -175,7 +176,7 @@ class Entry:
 
 
 @dataclass(frozen=True)
-class Problem:
+class BadEntry:
     """An entry that fails verification."""
 
     key: str
@@ -436,7 +437,7 @@ class Cache:
 
     def _open_read_only(self, why: BaseException) -> ReadOnlyIndex:
         index = ReadOnlyIndex(self.directory)
-        rows = index._sql("SELECT value FROM R1Meta WHERE name = 'format'").fetchall()
+        rows = sql(index)("SELECT value FROM R1Meta WHERE name = 'format'").fetchall()
         if rows and rows[0][0] != FORMAT:
             raise CacheError(f"the cache at {self.directory} has layout {rows[0][0]!r}; "
                              f"this r1build reads layout {FORMAT}")
@@ -472,26 +473,26 @@ class Cache:
         name = f"{IMPORT_MARK}{os.getpid()}"
         try:
             with self._dc.transact(retry=True):
-                self._dc._sql("INSERT OR REPLACE INTO R1Meta VALUES (?, ?)", (name, time.time()))
+                sql(self._dc)("INSERT OR REPLACE INTO R1Meta VALUES (?, ?)", (name, time.time()))
             yield
         finally:
             with contextlib.suppress(sqlite3.Error, diskcache.Timeout), self._dc.transact(retry=True):
-                self._dc._sql("DELETE FROM R1Meta WHERE name = ?", (name,))
+                sql(self._dc)("DELETE FROM R1Meta WHERE name = ?", (name,))
 
     @staticmethod
     def _prepare(dc: diskcache.Cache) -> bool:
         """Create r1build's own tables once; True when this call made the cache (it is new)."""
-        sql = dc._sql  # diskcache's per-thread connection
+        execute = sql(dc)
         with contextlib.suppress(sqlite3.OperationalError):
-            rows = sql("SELECT value FROM R1Meta WHERE name = 'format'").fetchall()
+            rows = execute("SELECT value FROM R1Meta WHERE name = 'format'").fetchall()
             if rows:
                 Cache._check_format(dc, rows[0][0])
                 return False
         with dc.transact(retry=False):
-            sql("CREATE TABLE IF NOT EXISTS R1Meta (name TEXT PRIMARY KEY, value)")
-            sql("CREATE TABLE IF NOT EXISTS R1Stats (name TEXT PRIMARY KEY, value INTEGER NOT NULL)")
-            fresh = bool(sql("INSERT OR IGNORE INTO R1Meta VALUES ('format', ?)", (FORMAT,)).rowcount == 1)
-            ((fmt,),) = sql("SELECT value FROM R1Meta WHERE name = 'format'").fetchall()
+            execute("CREATE TABLE IF NOT EXISTS R1Meta (name TEXT PRIMARY KEY, value)")
+            execute("CREATE TABLE IF NOT EXISTS R1Stats (name TEXT PRIMARY KEY, value INTEGER NOT NULL)")
+            fresh = bool(execute("INSERT OR IGNORE INTO R1Meta VALUES ('format', ?)", (FORMAT,)).rowcount == 1)
+            ((fmt,),) = execute("SELECT value FROM R1Meta WHERE name = 'format'").fetchall()
         Cache._check_format(dc, fmt)
         return fresh
 
@@ -516,7 +517,7 @@ class Cache:
         try:
             with self._dc.transact(retry=False):
                 for name, n in items:
-                    self._dc._sql(upsert, (name, n))
+                    sql(self._dc)(upsert, (name, n))
         except (diskcache.Timeout, sqlite3.Error) as exc:
             emit(Note("warning", f"could not record cache statistics in {self.directory}: {exc}"))
 
@@ -554,7 +555,7 @@ class Cache:
         if self._off:
             return []
         try:
-            return list(self._dc._sql(statement, params).fetchall())
+            return list(sql(self._dc)(statement, params).fetchall())
         except sqlite3.Error as exc:
             if self.tolerant:
                 self._turn_off(exc)
@@ -604,7 +605,7 @@ class Cache:
             now = time.time()
             if touch and not self.read_only and now - float(used or 0) >= self.touch_after:
                 with contextlib.suppress(sqlite3.Error):  # the last-used time is a hint: never fail a read
-                    self._dc._sql("UPDATE Cache SET access_time = ? WHERE rowid = ?", (now, rowid))
+                    sql(self._dc)("UPDATE Cache SET access_time = ? WHERE rowid = ?", (now, rowid))
             return raw
         return _Unreadable("its value file is missing")
 
@@ -783,7 +784,7 @@ class Cache:
                 out.append(_parse_decision(entry.key, payload))
         return sorted(out, key=lambda d: (d.kernel, d.arch, d.created))
 
-    def audit(self, *, repair: bool = False) -> list[Problem]:
+    def audit(self, *, repair: bool = False) -> list[BadEntry]:
         """Check every entry (digest, blob key, record shape); returns the bad ones, deleted when ``repair``."""
         if repair:
             self._refuse_read_only("repair it")
@@ -799,7 +800,7 @@ class Cache:
                 except _Corrupt as corrupt:
                     reason = corrupt.reason
             if reason is not None:
-                problems.append(Problem(entry.key, reason))
+                problems.append(BadEntry(entry.key, reason))
                 if repair:
                     self.delete(entry.key)
         return problems
@@ -811,7 +812,7 @@ class Cache:
     def integrity(self) -> str | None:
         """What SQLite's quick check finds wrong with the index (``cache.db``), or None when it is sound."""
         try:
-            rows = self._dc._sql("PRAGMA quick_check").fetchall()
+            rows = sql(self._dc)("PRAGMA quick_check").fetchall()
         except sqlite3.Error as exc:
             return str(exc)
         found = [str(r[0]) for r in rows if str(r[0]) != "ok"]

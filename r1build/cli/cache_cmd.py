@@ -290,7 +290,7 @@ def cmd_repair(args: argparse.Namespace, console: Console) -> int:
 
 def _repair(args: argparse.Namespace, console: Console, *, exit_on_damage: int) -> int:
     """Repair and report; ``exit_on_damage``: the exit code when something had to be repaired."""
-    from ..cache.repair import repair_cache
+    from ..cache import repair_cache
 
     with sink(console.event):
         report = repair_cache(getattr(args, "cache_dir", None))

@@ -21,7 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..cache.store import Cache
+from ..cache import Cache
 from ..errors import format_subprocess_failure
 from ..events import Progress, Stage, emit
 from ..judge import Job

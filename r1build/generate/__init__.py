@@ -23,7 +23,7 @@ import threading
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
-from ..cache.store import Cache
+from ..cache import Cache
 from ..judge import Evaluator
 from ..manifest.archs import parse_arch
 from ..manifest.model import KernelSpec, Manifest

@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from ..cache.store import Cache
+from ..cache import Cache
 from ..errors import EndpointSilentError, EvaluationError, R1BuildError
 from ..events import Note, Progress, Stage, emit
 from ..judge import Evaluator, Job

@@ -20,12 +20,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import ConfigError
 from ..manifest.model import Generation
+from ..settings import BASE_URL_ENV, env_settings
 
 __all__ = ["BASE_URL_ENV", "PROFILES", "REDACTED", "Endpoint", "Profile", "endpoint_configured", "public_url",
            "redact", "resolve_endpoint"]
-
-BASE_URL_ENV = "R1BUILD_BASE_URL"
-"""Environment variable that overrides the endpoint URL of any profile."""
 
 _NO_KEY = "EMPTY"
 """Sent as the key to endpoints that need none (vLLM and SGLang accept any)."""
@@ -155,7 +153,7 @@ def endpoint_configured(generation: Generation, environ: Mapping[str, str] = os.
     """Whether generation may run: a URL is configured (manifest or ``R1BUILD_BASE_URL``) or the profile's API
     key variable is set."""
     profile = PROFILES[generation.provider]
-    if generation.base_url or environ.get(BASE_URL_ENV):
+    if generation.base_url or env_settings(environ).base_url:
         return True
     return any(environ.get(name) for name in _key_envs(generation, profile))
 
@@ -165,10 +163,11 @@ def resolve_endpoint(generation: Generation, environ: Mapping[str, str] = os.env
     profile = PROFILES.get(generation.provider)
     if profile is None:
         raise ConfigError(f"unknown provider {generation.provider!r} (known: {', '.join(PROFILES)})")
-    url = environ.get(BASE_URL_ENV) or generation.base_url or profile.base_url
+    from_env = env_settings(environ).base_url
+    url = from_env or generation.base_url or profile.base_url
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        source = BASE_URL_ENV if environ.get(BASE_URL_ENV) else "generation.base-url"
+        source = BASE_URL_ENV if from_env else "generation.base-url"
         raise ConfigError(f"{source}: {public_url(url) or url!r} is not an http(s) URL")
     names = _key_envs(generation, profile)
     key_env = next((name for name in names if environ.get(name)), None)

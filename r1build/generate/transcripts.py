@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..cache.store import Cache
+from ..cache import Cache
 from ..keys import canonical_json
 from .client import Exchange
 from .providers import redact

@@ -7,12 +7,15 @@ from .lockfile import (
     LockEntry,
     Staleness,
     check_lock,
+    inputs_of,
     load_lock,
     lock_path,
     read_lock,
     require_fresh,
+    unlockable,
     write_lock,
 )
+from .salvage import salvage_lock
 from .vendor import Vendored, find_vendored, vendor_winners
 
 __all__ = [
@@ -22,10 +25,13 @@ __all__ = [
     "Vendored",
     "check_lock",
     "find_vendored",
+    "inputs_of",
     "load_lock",
     "lock_path",
     "read_lock",
     "require_fresh",
+    "salvage_lock",
+    "unlockable",
     "vendor_winners",
     "write_lock",
 ]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..errors import LockError, StaleLockError
 from ..keys import decision_key, digest_json, generation_settings, normalized_spec
-from ..manifest.convert import Problem, convert
+from ..manifest.convert import ConversionProblem, convert
 from ..manifest.locate import format_path, locate
 from ..manifest.model import KernelSpec, Manifest
 from ..records import Provenance, Validation
@@ -157,7 +157,7 @@ def read_lock(path: Path) -> Lock | None:
         data["version"] = LOCK_VERSION
     try:
         lock: Lock = convert(Lock, data)
-    except Problem as problem:
+    except ConversionProblem as problem:
         line = locate(text, problem.path)
         where = f"{path}:{line}" if line else str(path)
         raise LockError(

@@ -25,7 +25,7 @@ from pathlib import Path
 from ..errors import LockError
 from ..events import Note, emit
 from ..keys import decision_key
-from ..manifest.convert import Problem, convert
+from ..manifest.convert import ConversionProblem, convert
 from ..manifest.model import Manifest
 from .lockfile import Lock, LockEntry, lock_path, upgrade_v1_entry
 from .verify import entry_problem, manifest_problem
@@ -97,7 +97,7 @@ def _read_table(manifest: Manifest, table: str) -> LockEntry | str:
         entry: LockEntry = convert(LockEntry, item)
     except tomllib.TOMLDecodeError as exc:
         return f"unreadable ({exc})"
-    except Problem as exc:
+    except ConversionProblem as exc:
         return f"{'.'.join(str(p) for p in exc.path) or 'entry'}: {exc.message}"
     except (KeyError, ValueError):
         return "not one [[kernel]] table"

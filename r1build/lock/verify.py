@@ -40,11 +40,11 @@ _SHORT = re.compile(r"[0-9a-f]{16}")
 _TEXT = re.compile(r"[\x20-\x5b\x5d-\x7e]{1,200}")  # printable ASCII without backslash, one line
 _PATH = re.compile(r"[A-Za-z0-9_.+-]+(?:/[A-Za-z0-9_.+-]+)*")
 
-Problem = tuple[str, str]
+FieldProblem = tuple[str, str]
 """(field as written in the lock, what is wrong with it)."""
 
 
-def entry_problem(e: LockEntry) -> Problem | None:
+def entry_problem(e: LockEntry) -> FieldProblem | None:
     """The first field of a lock entry that does not verify, or None."""
     if not _IDENT.fullmatch(e.name):
         return "name", f"{e.name!r} is not a C identifier"
@@ -98,7 +98,7 @@ def entry_problem(e: LockEntry) -> Problem | None:
     return None
 
 
-def manifest_problem(manifest: Manifest, spec: KernelSpec, e: LockEntry) -> Problem | None:
+def manifest_problem(manifest: Manifest, spec: KernelSpec, e: LockEntry) -> FieldProblem | None:
     """What a current entry claims that the manifest contradicts, or None."""
     for name, value in e.defines.items():
         allowed = spec.tunables.get(name)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .archs import ARCHS, DEFAULT_ARCHS, ArchInfo, arch_info, parse_arch
 from .load import find_manifest, load_manifest, remote_url_problem
-from .model import DTYPES, Arg, Budget, Generation, KernelSpec, Limits, Manifest, Settings, Tolerance
+from .model import DTYPES, Arg, Budget, Generation, KernelSpec, Limits, Manifest, ProjectSettings, Tolerance
 from .reference import load_reference
 
 __all__ = [
@@ -18,7 +18,7 @@ __all__ = [
     "KernelSpec",
     "Limits",
     "Manifest",
-    "Settings",
+    "ProjectSettings",
     "Tolerance",
     "arch_info",
     "find_manifest",

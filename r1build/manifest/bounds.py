@@ -2,7 +2,7 @@
 the JSON schema. Strings anywhere must hold no control characters (tab and line breaks aside).
 
 A field declares its range with :func:`bounded` (``registers: int | None = bounded(None, ge=1, le=255)``);
-:func:`check_numbers` walks a converted manifest record and raises a :class:`~.convert.Problem` at the first
+:func:`check_numbers` walks a converted manifest record and raises a :class:`~.convert.ConversionProblem` at the first
 number that is out of its range, and at any number that is not finite (NaN or infinity), wherever it sits.
 """
 
@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .convert import KeyPath, Problem, field_key
+from .convert import ConversionProblem, KeyPath, field_key
 
 __all__ = ["Bounds", "bounded", "check_numbers", "field_bounds"]
 
@@ -83,18 +83,18 @@ def field_bounds(f: dataclasses.Field[Any]) -> Bounds | None:
 
 def _finite(value: object, path: KeyPath) -> None:
     if isinstance(value, float) and not math.isfinite(value):
-        raise Problem(path, f"must be a finite number, got {value}")
+        raise ConversionProblem(path, f"must be a finite number, got {value}")
     if isinstance(value, str) and any((ord(c) < 32 and c not in "\t\n\r") or ord(c) == 127 for c in value):
-        raise Problem(path, f"holds a control character: {value!r}")
+        raise ConversionProblem(path, f"holds a control character: {value!r}")
     if isinstance(value, list):
         for i, item in enumerate(value):
             _finite(item, (*path, i))
 
 
 def check_numbers(record: object, path: KeyPath = ()) -> None:
-    """Raise :class:`Problem` at the first non-finite number, number outside its field's range or string with a
-    control character in ``record``
-    (a converted manifest dataclass; nested records, lists and tables are walked)."""
+    """Raise :class:`ConversionProblem` at the first non-finite number, number outside its field's range or
+    string with a control character in ``record`` (a converted manifest dataclass; nested records, lists and
+    tables are walked)."""
     if isinstance(record, list):
         for i, item in enumerate(record):
             check_numbers(item, (*path, i))
@@ -116,4 +116,4 @@ def check_numbers(record: object, path: KeyPath = ()) -> None:
         if bounds is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
             problem = bounds.problem(value)
             if problem is not None:
-                raise Problem(where, problem)
+                raise ConversionProblem(where, problem)

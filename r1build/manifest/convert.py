@@ -1,7 +1,7 @@
 """Turning parsed TOML into the typed model, driven by the dataclasses' type hints.
 
-Every problem becomes a :class:`Problem` with the key path it concerns, so the loader can point at the file and
-line. Unknown keys get a did-you-mean.
+Every problem becomes a :class:`ConversionProblem` with the key path it concerns, so the loader can point at the
+file and line. Unknown keys get a did-you-mean.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
-__all__ = ["KeyPath", "Problem", "convert", "did_you_mean", "field_key"]
+__all__ = ["ConversionProblem", "KeyPath", "convert", "did_you_mean", "field_key"]
 
 KeyPath = tuple[str | int, ...]
 T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class Problem(Exception):
+class ConversionProblem(Exception):
     """One conversion problem at ``path``."""
 
     path: KeyPath
@@ -62,7 +62,7 @@ def _describe(value: object) -> str:
 
 
 def convert(tp: Any, value: object, path: KeyPath = (), *, kebab: bool = True) -> Any:
-    """Convert ``value`` to type ``tp``, raising :class:`Problem` for the first thing wrong.
+    """Convert ``value`` to type ``tp``, raising :class:`ConversionProblem` for the first thing wrong.
 
     ``kebab``: dataclass fields are spelled in kebab-case (TOML); snake_case otherwise (JSON records).
     """
@@ -81,40 +81,40 @@ def convert(tp: Any, value: object, path: KeyPath = (), *, kebab: bool = True) -
                 continue
             try:
                 return convert(option, value, path, kebab=kebab)
-            except Problem:
+            except ConversionProblem:
                 continue
-        raise Problem(path, f"expected {_type_name(tp)}, got {_describe(value)}")
+        raise ConversionProblem(path, f"expected {_type_name(tp)}, got {_describe(value)}")
     if origin is Literal:
         if value not in get_args(tp):
             choices = [str(a) for a in get_args(tp)]
             hint = did_you_mean(str(value), choices)
-            raise Problem(path, f"must be one of {', '.join(map(repr, choices))}, got {value!r}{hint}")
+            raise ConversionProblem(path, f"must be one of {', '.join(map(repr, choices))}, got {value!r}{hint}")
         return value
     if origin is list:
         if not isinstance(value, list):
-            raise Problem(path, f"expected an array, got {_describe(value)}")
+            raise ConversionProblem(path, f"expected an array, got {_describe(value)}")
         (item,) = get_args(tp)
         return [convert(item, v, (*path, i), kebab=kebab) for i, v in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
-            raise Problem(path, f"expected a table, got {_describe(value)}")
+            raise ConversionProblem(path, f"expected a table, got {_describe(value)}")
         _, item = get_args(tp)
         return {str(k): convert(item, v, (*path, str(k)), kebab=kebab) for k, v in value.items()}
     if tp is bool:
         if not isinstance(value, bool):
-            raise Problem(path, f"expected a boolean, got {_describe(value)}")
+            raise ConversionProblem(path, f"expected a boolean, got {_describe(value)}")
         return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise Problem(path, f"expected an integer, got {_describe(value)}")
+            raise ConversionProblem(path, f"expected an integer, got {_describe(value)}")
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise Problem(path, f"expected a number, got {_describe(value)}")
+            raise ConversionProblem(path, f"expected a number, got {_describe(value)}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):
-            raise Problem(path, f"expected a string, got {_describe(value)}")
+            raise ConversionProblem(path, f"expected a string, got {_describe(value)}")
         return value
     raise TypeError(f"unsupported type in the manifest model: {tp!r}")  # a bug in the model, not the input
 
@@ -128,17 +128,17 @@ def _shape(cls: type, kebab: bool) -> tuple[dict[str, dataclasses.Field[Any]], d
 
 def _convert_dataclass(cls: type[T], value: object, path: KeyPath, kebab: bool) -> T:
     if not isinstance(value, dict):
-        raise Problem(path, f"expected a table, got {_describe(value)}")
+        raise ConversionProblem(path, f"expected a table, got {_describe(value)}")
     shape_of: type = cls
     fields, hints = _shape(shape_of, kebab)
     for key in value:
         if key not in fields:
             hint = did_you_mean(str(key), list(fields))
-            raise Problem((*path, str(key)), f"unknown key {key!r}{hint}")
+            raise ConversionProblem((*path, str(key)), f"unknown key {key!r}{hint}")
     kwargs: dict[str, Any] = {}
     for key, f in fields.items():
         if key in value:
             kwargs[f.name] = convert(hints[f.name], value[key], (*path, key), kebab=kebab)
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise Problem((*path, key), f"missing required key {key!r}")
+            raise ConversionProblem((*path, key), f"missing required key {key!r}")
     return cls(**kwargs)

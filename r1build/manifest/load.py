@@ -15,12 +15,12 @@ from ..errors import ManifestError
 from ..signing import parse_public_key, public_key_problem
 from .archs import parse_arch
 from .bounds import check_numbers
-from .convert import KeyPath, Problem, convert, did_you_mean, field_key
+from .convert import ConversionProblem, KeyPath, convert, did_you_mean, field_key
 from .flags import defined_macro, flag_problem
 from .flops import flops_problem
 from .identifiers import Kind, name_problem
 from .locate import format_path, locate
-from .model import DTYPE_BYTES, DTYPES, INTEGER_DTYPES, Arg, KernelSpec, Manifest, Settings
+from .model import DTYPE_BYTES, DTYPES, INTEGER_DTYPES, Arg, KernelSpec, Manifest, ProjectSettings
 from .reference import (
     ReferenceProblem,
     check_reference_statically,
@@ -120,18 +120,18 @@ def load_manifest(path: Path, *, check_references: bool = True) -> Manifest:
     raw_kernels = data.get("kernel", [])
     settings_data = {k: val for k, val in data.items() if k != "kernel"}
     try:
-        settings = convert(Settings, settings_data)
+        settings = convert(ProjectSettings, settings_data)
         if not isinstance(raw_kernels, list):
-            raise Problem(("kernel",), "expected an array of tables ([[kernel]])")
+            raise ConversionProblem(("kernel",), "expected an array of tables ([[kernel]])")
         kernels = [convert(KernelSpec, item, ("kernel", i)) for i, item in enumerate(raw_kernels)]
         check_numbers(settings)
         for i, spec in enumerate(kernels):
             check_numbers(spec, ("kernel", i))
-    except Problem as problem:
+    except ConversionProblem as problem:
         message = problem.message
         if len(problem.path) == 1 and message.startswith("unknown key"):
             message = f"unknown key {problem.path[0]!r}" + did_you_mean(
-                str(problem.path[0]), [*[field_key(k) for k in Settings.__dataclass_fields__], "kernel"]
+                str(problem.path[0]), [*[field_key(k) for k in ProjectSettings.__dataclass_fields__], "kernel"]
             )
         raise v.fail(problem.path, message) from None
     if not kernels:
@@ -180,7 +180,7 @@ def _canonical_archs(v: _Validator, archs: list[str], where: KeyPath) -> list[st
     return out
 
 
-def _validate_settings(v: _Validator, settings: Settings) -> Settings:
+def _validate_settings(v: _Validator, settings: ProjectSettings) -> ProjectSettings:
     from dataclasses import replace
 
     archs = _canonical_archs(v, settings.archs, ("archs",))
@@ -281,7 +281,7 @@ def remote_url_problem(url: str) -> str | None:
     return None
 
 
-def _check_project_paths(v: _Validator, settings: Settings, manifest: Path) -> None:
+def _check_project_paths(v: _Validator, settings: ProjectSettings, manifest: Path) -> None:
     """``lock-file`` and ``vendor-dir`` name places r1build writes (and, for vendor-dir, deletes in): they must
     stay inside the project (the manifest's folder), also through symbolic links; vendor-dir is never the
     project's root, and the lock never the manifest or a folder."""

@@ -22,7 +22,7 @@ __all__ = [
     "Limits",
     "Manifest",
     "Prices",
-    "Settings",
+    "ProjectSettings",
     "Tolerance",
 ]
 
@@ -257,7 +257,7 @@ class CacheSettings:
 
 
 @dataclass(frozen=True)
-class Settings:
+class ProjectSettings:
     """Manifest-wide settings."""
 
     archs: list[str] = field(default_factory=lambda: ["sm_80", "sm_90"])
@@ -288,7 +288,7 @@ class Manifest:
 
     path: Path
     """The file it was read from."""
-    settings: Settings
+    settings: ProjectSettings
     """Manifest-wide settings."""
     kernels: list[KernelSpec]
     """The kernels, in declaration order."""

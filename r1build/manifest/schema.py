@@ -107,7 +107,7 @@ def _object_schema(cls: type, defs: dict[str, Any], skip: tuple[str, ...] = ()) 
 def generate_schema() -> dict[str, Any]:
     """The JSON schema of a manifest (kernels.toml, or the [tool.r1build] table)."""
     defs: dict[str, Any] = {}
-    root = _object_schema(model.Settings, defs)
+    root = _object_schema(model.ProjectSettings, defs)
     root["properties"]["kernel"] = {
         "type": "array",
         "description": "The kernels, one [[kernel]] table each.",
