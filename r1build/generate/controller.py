@@ -206,6 +206,9 @@ class _Search:
         self.budget = spec.budget
         self.usage = Usage()
         self.entries: dict[str, _Entry] = {}
+        self.generated: set[str] = set()
+        """Digests of the generated entries, and of those that passed (progress counts them without a scan)."""
+        self.generated_passed: set[str] = set()
         self.by_norm: dict[tuple[str, str], str] = {}
         self.transcripts: list[tuple[tuple[int, int], str]] = []
         self.seeds = list(seeds)
@@ -234,13 +237,12 @@ class _Search:
 
     def progress(self) -> None:
         total = min(self.budget.candidates, self.budget.rounds * self.budget.samples)
-        generated = [e for e in self.entries.values() if e.candidate.origin.kind == "generated"]
         emit(Progress(
             f"generate {self.spec.name}/{self.arch}", self.finished_samples, total,
             {
                 "round": f"{self.round + 1}/{self.budget.rounds}",
-                "candidates": len(generated),
-                "passed": sum(1 for e in generated if e.result is not None and e.result.ok),
+                "candidates": len(self.generated),
+                "passed": len(self.generated_passed),
                 "tokens": self.usage.completion_tokens + self.live_tokens(),
                 "spend": f"${self.usage.cost_usd:.4f}",
             },
@@ -324,7 +326,7 @@ class _Search:
         known = self.by_norm.get(key)
         if known is None:
             self.by_norm[key] = candidate.digest
-            self.entries[candidate.digest] = _Entry(candidate, order, messages, answer)
+            self._enter(_Entry(candidate, order, messages, answer))
             return True
         self.usage.duplicates += 1 if candidate.origin.kind == "generated" else 0
         entry = self.entries[known]
@@ -334,9 +336,16 @@ class _Search:
             entry.candidate, entry.order, entry.messages, entry.answer = candidate, order, messages, answer
             return False
         del self.entries[known]
+        self.generated.discard(known)
+        self.generated_passed.discard(known)
         self.by_norm[key] = candidate.digest
-        self.entries[candidate.digest] = _Entry(candidate, order, messages, answer)
+        self._enter(_Entry(candidate, order, messages, answer))
         return True
+
+    def _enter(self, entry: _Entry) -> None:
+        self.entries[entry.candidate.digest] = entry
+        if entry.candidate.origin.kind == "generated":
+            self.generated.add(entry.candidate.digest)
 
     async def judge(self, candidates: Sequence[Candidate]) -> None:
         """Judge candidates with the evaluator (in a worker thread) and record the results."""
@@ -350,6 +359,8 @@ class _Search:
             entry = self.entries.get(candidate.digest)
             if entry is not None:  # None: replaced meanwhile by an earlier sample's copy
                 entry.result = result
+                if result.ok and candidate.digest in self.generated:
+                    self.generated_passed.add(candidate.digest)
 
     async def judge_loop(self) -> None:
         """Judge queued candidates in batches until the round's sentinel arrives."""

@@ -334,6 +334,8 @@ def test_progress_events(project: Project, judge: MarkerJudge) -> None:
     last = progress[-1]
     assert last.fields["round"] == "1/1" and last.fields["tokens"] == 1000 and last.fields["spend"] == "$0.0022"
     assert last.completed == 2 and last.total == 2
+    # counted as entries come and go, not by a scan: both samples gave the same kernel, one candidate, passed
+    assert (last.fields["candidates"], last.fields["passed"]) == (1, 1), last.fields
 
 
 def test_replay_reproduces_without_network(project: Project, judge: MarkerJudge) -> None:
