@@ -15,11 +15,12 @@ from .records import Candidate, Result
 
 __all__ = ["CHECKS_VERSION", "Evaluator", "Job"]
 
-CHECKS_VERSION = 1
+CHECKS_VERSION = 2
 """Version of the GPU evaluator's checks (correctness plan, behaviour checks, floors, allowlists). Bumped whenever
 a change to them could turn a pass into a rejection: every measured decision and lock entry records the version
 that judged it, ``status`` shows those judged by an older one, ``--locked`` warns about them and
-``r1build resolve --refresh`` judges them again."""
+``r1build resolve --refresh`` judges them again. Version 2: the ``moved`` call's buffers are at addresses the
+candidate's library was never handed before (version 1 could reuse an earlier request's)."""
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,12 @@ extern "C" __global__ void r1_fma_peak(float* out, int iters, float b, float c) 
 """
 
 
+_FRESH_STEP = 256
+"""Bytes between the candidate addresses of a fresh allocation (keeps every array 256-byte aligned)."""
+_FRESH_SLOTS = 128
+"""How many candidate addresses a fresh allocation offers (its extra size is ``_FRESH_STEP`` times this)."""
+
+
 class ContextLost(Exception):
     """The CUDA context is unusable; the worker must exit after replying."""
 
@@ -121,6 +127,8 @@ class Worker:
         self.stream = cupy.cuda.Stream(non_blocking=True)
         self.baseline_state = self.device_state()
         self.libs: dict[str, tuple[Any, Any]] = {}
+        self.pointers_seen: dict[str, set[int]] = {}
+        """Per library: every array address handed to its entry point, so that buffer set 1 is never one of them."""
         self._kernels: dict[str, Any] = {}
         self._flush: Any = None
         self._flush_us = 0.0
@@ -345,17 +353,27 @@ class Worker:
         self.fresh_stream()
         sets: dict[int, tuple[list[Any], list[Any], list[Any]]] = {}
 
+        seen = self.pointers_seen.setdefault(str(h["lib"]), set())
+
+        def fresh(a: dict[str, Any]) -> Any:
+            """An allocation for array ``a`` whose address this library has never been handed: the memory pool
+            gives a request the blocks of the one before, so a memo keyed on pointers would still hit."""
+            whole = cp.empty(int(a["total"]) + _FRESH_STEP * _FRESH_SLOTS, dtype=cp.uint8)
+            base = int(whole.data.ptr) + int(a["start"])
+            k = next((k for k in range(_FRESH_SLOTS) if base + _FRESH_STEP * k not in seen), _FRESH_SLOTS - 1)
+            return whole[_FRESH_STEP * k: _FRESH_STEP * k + int(a["total"])]
+
         def buffer_set(which: int) -> tuple[list[Any], list[Any], list[Any]]:
             """Allocations (guard-filled), call arguments and array regions of set ``which``; set 1 is made
-            while set 0 is alive, so its addresses differ."""
+            while set 0 is alive, at addresses never handed to this library before (the ``moved`` call)."""
             if which not in sets:
-                shift = 256 * which  # even where the allocator hands back set 0's memory, the pointers differ
                 with self.stream:
-                    whole = [cp.empty(int(a["total"]) + shift, dtype=cp.uint8) for a in arrays]
-                    allocs = [w[shift:] for w in whole]
+                    allocs = [cp.empty(int(a["total"]), dtype=cp.uint8) if which == 0 else fresh(a)
+                              for a in arrays]
                     for alloc, a in zip(allocs, arrays, strict=True):
                         alloc.fill(int(a["guard_byte"]))
                 pointers = [int(alloc.data.ptr) + int(a["start"]) for alloc, a in zip(allocs, arrays, strict=True)]
+                seen.update(pointers)
                 regions = [alloc[int(a["start"]): int(a["start"]) + int(a["nbytes"])]
                            for alloc, a in zip(allocs, arrays, strict=True)]
                 sets[which] = (allocs, self._args(h["args"], pointers), regions)
