@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from ..events import sink
-from ..judge import CHECKS_VERSION
-from ..keys import decision_key
-from ..lock import check_lock, find_vendored, load_lock, lock_path, vendor_winners
+from ..lock import check_lock, load_lock, lock_path, vendor_winners
 from ..manifest import Manifest
-from ..records import Decision, Provenance, Validation
+from ..overview import StatusRow, project_records
 from ..reference_check import check_references
-from ..resolve import Resolution, ResolveOptions, emit_resolution, lock_refusal, resolve, stale_checks
-from ..selection import decision_winner
+from ..resolve import Resolution, ResolveOptions, emit_resolution, resolve
 from .common import add_cache_arg, add_manifest_arg, load_from_args, open_cache, parse_archs
 from .render import Console, render_unresolved
 
@@ -88,92 +85,9 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-@dataclass(frozen=True)
-class StatusRow:
-    """One line of ``r1build status``."""
-
-    kernel: str
-    arch: str
-    state: str
-    provenance: Provenance | None
-    validation: Validation | None
-    """``validated`` or ``unvalidated`` for a winner; None where there is none."""
-    checks: int | None
-    """Version of the GPU checks that validated the winner (older than this r1build's: a note says so)."""
-    pending: int
-    """Generated candidates of this kernel x arch's cached decision that wait for a GPU of the arch."""
-    time_us: float | None
-    gpu: str | None
-    winner: str | None
-    source: str | None
-    note: str
-
-
-def _notes(*parts: str) -> str:
-    return "; ".join(p for p in parts if p)
-
-
-def _pending_note(decision: Decision | None, arch: str) -> tuple[int, str]:
-    pending = [c for c in decision.candidates if decision.validation(c) == "pending"] if decision else []
-    if not pending:
-        return 0, ""
-    return len(pending), f"{len(pending)} generated pending a GPU of {arch} (`r1build resolve --refresh` there)"
-
-
-def _checks_note(validation: Validation | None, checks: int | None) -> str:
-    if validation != "validated" or not stale_checks(checks):
-        return ""
-    return f"judged by GPU checks v{checks or 0}, now v{CHECKS_VERSION}: `r1build resolve --refresh` re-judges"
-
-
 def _status_rows(manifest: Manifest, args: argparse.Namespace) -> list[StatusRow]:
-    lock = load_lock(manifest)
-    rows = []
     with open_cache(args, manifest=manifest) as cache:
-        vendor_dir = manifest.root / manifest.settings.vendor_dir
-        for spec in manifest.kernels:
-            for arch in manifest.archs_of(spec):
-                key = decision_key(manifest, spec, arch)
-                entry = lock.entry(spec.name, arch) if lock else None
-                decision = cache.get_decision(key)
-                pending, pending_note = _pending_note(decision, arch)
-                if entry is not None and entry.key == key:
-                    if cache.get_blob(entry.source) is not None:
-                        where = "cache"
-                    elif find_vendored(vendor_dir, spec.name, entry.source) is not None:
-                        where = "vendored"
-                    else:
-                        where = "repo" if entry.provenance in ("baseline", "file", "tuned") else "missing"
-                    refused = lock_refusal(entry, decision)
-                    state = "locked" if where != "missing" else "locked, source missing"
-                    if refused:
-                        state = "locked, refused"
-                    rows.append(StatusRow(spec.name, arch, state, entry.provenance, entry.validation, entry.checks,
-                                          pending, entry.time_us, entry.gpu, entry.winner[:12], where,
-                                          _notes(refused or "", _checks_note(entry.validation, entry.checks),
-                                                 pending_note)))
-                    continue
-                stale = "lock stale" if entry is not None else "not locked"
-                winner = decision_winner(decision) if decision is not None else None
-                if decision is not None and winner is not None:
-                    result = decision.result_of(winner.digest)
-                    t = result.timing.median_us if result and result.timing else None
-                    validation = decision.validation(winner)
-                    checks = decision.checks if validation == "validated" else None
-                    rows.append(StatusRow(spec.name, arch, "cached", winner.provenance(), validation, checks, pending,
-                                          t, decision.device if t is not None else None, winner.digest[:12],
-                                          "cache", _notes(stale, _checks_note(validation, checks), pending_note)))
-                elif decision is not None:
-                    rejected = sum(decision.validation(c) == "rejected" for c in decision.candidates)
-                    rows.append(StatusRow(spec.name, arch, "no winner", None, None, None, pending, None, None, None,
-                                          None, _notes(stale, f"{rejected} rejected", pending_note)))
-                elif spec.baseline is not None:
-                    rows.append(StatusRow(spec.name, arch, "baseline only", "baseline", None, None, 0, None, None,
-                                          None, "repo", stale))
-                else:
-                    rows.append(StatusRow(spec.name, arch, "unresolved", None, None, None, 0, None, None, None, None,
-                                          stale))
-    return rows
+        return [r.status for r in project_records(manifest, cache)]
 
 
 def _fmt_time(t: float | None) -> str:

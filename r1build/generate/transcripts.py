@@ -16,25 +16,19 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..cache import Cache
 from ..keys import canonical_json
+from ..transcript_doc import KIND, LINKS_NAMESPACE, SCHEMA, parse_transcript
 from .client import Exchange
 from .providers import redact
 
 __all__ = ["KIND", "LINKS_NAMESPACE", "SCHEMA", "StoredAnswer", "link_transcripts", "load_transcript",
            "store_transcript", "transcript_payload"]
 
-LINKS_NAMESPACE = "generation"
-"""Cache JSON namespace that links a search's transcripts (and, for ``r1build generate``, its candidates and
-results), keyed by decision key."""
-
-KIND = "r1build.transcript"
-SCHEMA = 1
 
 
 @dataclass(frozen=True)
@@ -126,16 +120,10 @@ def link_transcripts(cache: Cache, key: str, *, kernel: str, arch: str, transcri
 
 def load_transcript(cache: Cache, digest: str) -> StoredAnswer | None:
     """A transcript's answer, or None when the blob is missing, corrupt or not a transcript."""
-    text = cache.get_text(digest)
-    if text is None:
+    parsed = parse_transcript(cache.get_text(digest))
+    if parsed is None:
         return None
-    try:
-        doc = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(doc, dict) or doc.get("kind") != KIND:
-        return None
-    answer = doc.get("answer") if isinstance(doc.get("answer"), dict) else None
+    doc, answer = parsed
     try:
         return StoredAnswer(
             digest=digest,

@@ -1,0 +1,43 @@
+"""``r1build report``: one self-contained HTML page of the manifest's winners and searches."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from ..events import sink
+from .common import add_cache_arg, add_manifest_arg, load_from_args, open_cache
+from .render import Console
+
+__all__ = ["register"]
+
+
+def register(sub: Any) -> None:
+    """Add ``report``."""
+    p = sub.add_parser("report", help="write one self-contained HTML page of the winners and the searches")
+    add_manifest_arg(p)
+    add_cache_arg(p, remote=True)
+    p.add_argument("-o", "--output", type=Path, default=Path("report.html"), metavar="FILE",
+                   help="where to write the page (default: report.html)")
+    p.set_defaults(func=cmd_report)
+
+
+def cmd_report(args: argparse.Namespace, console: Console) -> int:
+    from ..report import build_report
+
+    manifest = load_from_args(args, check_references=False)
+    output: Path = args.output
+    if output.is_dir():
+        raise UsageError(f"--output {output} is a folder; name the HTML file to write")
+    with sink(console.event), open_cache(args, manifest=manifest) as cache:
+        page = build_report(manifest, cache)
+    try:
+        tmp = output.with_name(f".{output.name}.tmp")
+        tmp.write_text(page, encoding="utf-8")
+        tmp.replace(output)
+    except OSError as exc:
+        raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
+    console.print(f"wrote {output} ({len(page) / 1e6:.1f} MB, {len(manifest.kernels)} kernels)")
+    return 0

@@ -1,0 +1,263 @@
+"""What a project's records say, read once for every view of them.
+
+``r1build status`` (its table and ``--json``), ``r1build report`` and ``r1build export-dataset`` all read the
+lock, the cache's decisions and the searches' links and transcripts through :func:`project_records`: one
+:class:`KernelRecords` per kernel × arch of the manifest. Nothing here writes, judges or asks a model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .cache import Cache
+from .judge import CHECKS_VERSION
+from .keys import decision_key
+from .lock import LockEntry, find_vendored, load_lock
+from .manifest import KernelSpec, Manifest
+from .records import CandidateRef, Decision, Provenance, Result, Validation
+from .resolve import lock_refusal, stale_checks
+from .selection import decision_winner
+from .transcript_doc import LINKS_NAMESPACE, parse_transcript
+
+__all__ = ["KernelRecords", "SampleRecord", "SearchRecord", "StatusRow", "project_records"]
+
+@dataclass(frozen=True)
+class StatusRow:
+    """One line of ``r1build status``."""
+
+    kernel: str
+    arch: str
+    state: str
+    provenance: Provenance | None
+    validation: Validation | None
+    """``validated`` or ``unvalidated`` for a winner; None where there is none."""
+    checks: int | None
+    """Version of the GPU checks that validated the winner (older than this r1build's: a note says so)."""
+    pending: int
+    """Generated candidates of this kernel x arch's cached decision that wait for a GPU of the arch."""
+    time_us: float | None
+    gpu: str | None
+    winner: str | None
+    source: str | None
+    note: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class SampleRecord:
+    """One sample of a search, from its transcript."""
+
+    digest: str
+    """The transcript blob's digest."""
+    round: int
+    """Round of the sample."""
+    sample: int
+    """Index of the sample in its round."""
+    model: str
+    """Model that was asked."""
+    requests: int
+    """HTTP attempts, retries included."""
+    prompt_tokens: int
+    """Prompt tokens of every attempt."""
+    completion_tokens: int
+    """Completion tokens of every attempt (reasoning included)."""
+    reasoning_tokens: int
+    """Reasoning tokens of the answer, where reported."""
+    started: str
+    """ISO time the sample started."""
+    elapsed_s: float
+    """Seconds the sample took."""
+    finish_reason: str | None
+    """The answer's finish reason; None when no answer arrived."""
+    messages: list[dict[str, str]] = field(default_factory=list)
+    """The messages sent (the prompt; reasoning is never among them)."""
+    reasoning: str = ""
+    """The answer's reasoning."""
+    content: str | None = None
+    """The answer's content, when one arrived."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchRecord:
+    """A search's link under its decision key and its samples."""
+
+    stop_reason: str
+    """Why the search ended (a :data:`~r1build.generate.budget.StopReason`, ``fatal`` or ``interrupted``)."""
+    cause: str
+    """The stop in words."""
+    created: str
+    """ISO time the link was written (the search's end)."""
+    samples: list[SampleRecord]
+    """Samples whose transcripts could be read, by round and sample."""
+    missing: int = 0
+    """Transcripts linked but missing or unreadable in the cache."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelRecords:
+    """Everything recorded for one kernel × arch of the manifest."""
+
+    spec: KernelSpec
+    """The kernel."""
+    arch: str
+    """Canonical arch."""
+    key: str
+    """The decision key the manifest asks now."""
+    entry: LockEntry | None
+    """The lock's entry for this kernel × arch (maybe answering an older key: :attr:`current`)."""
+    decision: Decision | None
+    """The cached decision of :attr:`key`."""
+    search: SearchRecord | None
+    """The search linked under :attr:`key`, when asked for and recorded."""
+    status: StatusRow
+    """The ``r1build status`` row."""
+
+    @property
+    def current(self) -> bool:
+        """Whether the lock's entry answers the manifest's current question."""
+        return self.entry is not None and self.entry.key == self.key
+
+    def ref_of(self, digest: str) -> CandidateRef | None:
+        """The decision's candidate with variant digest ``digest``."""
+        return next((c for c in self.decision.candidates if c.digest == digest), None) if self.decision else None
+
+    def baseline_result(self) -> Result | None:
+        """The untuned baseline's result in the decision, if judged."""
+        if self.decision is None:
+            return None
+        ref = next((c for c in self.decision.candidates if c.origin.kind == "baseline" and not c.defines), None)
+        return self.decision.result_of(ref.digest) if ref else None
+
+    def winner_result(self) -> Result | None:
+        """The result of the winner (the lock's when current, else the decision's), if the decision holds it."""
+        if self.decision is None:
+            return None
+        if self.current and self.entry is not None:
+            return self.decision.result_of(self.entry.winner)
+        winner = decision_winner(self.decision)
+        return self.decision.result_of(winner.digest) if winner else None
+
+
+def _notes(*parts: str) -> str:
+    return "; ".join(p for p in parts if p)
+
+
+def _pending_note(decision: Decision | None, arch: str) -> tuple[int, str]:
+    pending = [c for c in decision.candidates if decision.validation(c) == "pending"] if decision else []
+    if not pending:
+        return 0, ""
+    return len(pending), f"{len(pending)} generated pending a GPU of {arch} (`r1build resolve --refresh` there)"
+
+
+def _checks_note(validation: Validation | None, checks: int | None) -> str:
+    if validation != "validated" or not stale_checks(checks):
+        return ""
+    return f"judged by GPU checks v{checks or 0}, now v{CHECKS_VERSION}: `r1build resolve --refresh` re-judges"
+
+
+def _status_row(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Cache, entry: LockEntry | None,
+                decision: Decision | None) -> StatusRow:
+    pending, pending_note = _pending_note(decision, arch)
+    if entry is not None and entry.key == key:
+        vendor_dir = manifest.root / manifest.settings.vendor_dir
+        if cache.get_blob(entry.source) is not None:
+            where = "cache"
+        elif find_vendored(vendor_dir, spec.name, entry.source) is not None:
+            where = "vendored"
+        else:
+            where = "repo" if entry.provenance in ("baseline", "file", "tuned") else "missing"
+        refused = lock_refusal(entry, decision)
+        state = "locked" if where != "missing" else "locked, source missing"
+        if refused:
+            state = "locked, refused"
+        return StatusRow(spec.name, arch, state, entry.provenance, entry.validation, entry.checks, pending,
+                         entry.time_us, entry.gpu, entry.winner[:12], where,
+                         _notes(refused or "", _checks_note(entry.validation, entry.checks), pending_note))
+    stale = "lock stale" if entry is not None else "not locked"
+    winner = decision_winner(decision) if decision is not None else None
+    if decision is not None and winner is not None:
+        result = decision.result_of(winner.digest)
+        t = result.timing.median_us if result and result.timing else None
+        validation = decision.validation(winner)
+        checks = decision.checks if validation == "validated" else None
+        return StatusRow(spec.name, arch, "cached", winner.provenance(), validation, checks, pending, t,
+                         decision.device if t is not None else None, winner.digest[:12], "cache",
+                         _notes(stale, _checks_note(validation, checks), pending_note))
+    if decision is not None:
+        rejected = sum(decision.validation(c) == "rejected" for c in decision.candidates)
+        return StatusRow(spec.name, arch, "no winner", None, None, None, pending, None, None, None, None,
+                         _notes(stale, f"{rejected} rejected", pending_note))
+    if spec.baseline is not None:
+        return StatusRow(spec.name, arch, "baseline only", "baseline", None, None, 0, None, None, None, "repo", stale)
+    return StatusRow(spec.name, arch, "unresolved", None, None, None, 0, None, None, None, None, stale)
+
+
+def _int(value: Any) -> int:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+
+
+def _sample(digest: str, text: str | None, *, full: bool) -> SampleRecord | None:
+    """A sample from a transcript's text; None when it is missing or not a transcript."""
+    parsed = parse_transcript(text)
+    if parsed is None:
+        return None
+    doc, answer = parsed
+    attempts = [a for a in doc.get("attempts") or [] if isinstance(a, dict)]
+    request: dict[str, Any] = doc["request"] if isinstance(doc.get("request"), dict) else {}
+    messages = [{"role": str(m.get("role")), "content": str(m.get("content"))}
+                for m in request.get("messages") or [] if isinstance(m, dict)] if full else []
+    try:
+        return SampleRecord(
+            digest=digest, round=int(doc["round"]), sample=int(doc["sample"]), model=str(doc.get("model") or ""),
+            requests=len(attempts), prompt_tokens=sum(_int(a.get("prompt_tokens")) for a in attempts),
+            completion_tokens=sum(_int(a.get("completion_tokens")) for a in attempts),
+            reasoning_tokens=_int(answer.get("reasoning_tokens")) if answer else 0,
+            started=str(doc.get("started") or ""), elapsed_s=float(doc.get("elapsed_s") or 0.0),
+            finish_reason=str(answer["finish_reason"]) if answer and answer.get("finish_reason") else None,
+            messages=messages, reasoning=str(answer.get("reasoning") or "") if answer and full else "",
+            content=str(answer["content"]) if answer and full and answer.get("content") is not None else None,
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _search(cache: Cache, key: str, decision: Decision | None, *, full: bool) -> SearchRecord | None:
+    link = cache.get_json(LINKS_NAMESPACE, key)
+    link = link if isinstance(link, dict) else {}
+    digests = [str(d) for d in link.get("transcripts") or []] or (decision.transcripts if decision else [])
+    if not link and not digests:
+        return None
+    samples = []
+    missing = 0
+    for digest in digests:
+        sample = _sample(digest, cache.get_text(digest), full=full)
+        if sample is None:
+            missing += 1
+        else:
+            samples.append(sample)
+    samples.sort(key=lambda s: (s.round, s.sample))
+    return SearchRecord(stop_reason=str(link.get("stop_reason") or "unknown"), cause=str(link.get("cause") or ""),
+                        created=str(link.get("created") or (decision.created if decision else "")),
+                        samples=samples, missing=missing)
+
+
+def project_records(manifest: Manifest, cache: Cache, *, searches: bool = False,
+                    transcripts: bool = False) -> list[KernelRecords]:
+    """Every kernel × arch of ``manifest`` with what the lock and ``cache`` record of it, in manifest order.
+
+    ``searches``: also read each search's link and its transcripts' spend; ``transcripts``: also keep each
+    sample's messages, reasoning and answer (for a dataset).
+    """
+    lock = load_lock(manifest)
+    out = []
+    for spec in manifest.kernels:
+        for arch in manifest.archs_of(spec):
+            key = decision_key(manifest, spec, arch)
+            entry = lock.entry(spec.name, arch) if lock else None
+            decision = cache.get_decision(key)
+            out.append(KernelRecords(
+                spec=spec, arch=arch, key=key, entry=entry, decision=decision,
+                search=_search(cache, key, decision, full=transcripts) if searches or transcripts else None,
+                status=_status_row(manifest, spec, arch, key, cache, entry, decision),
+            ))
+    return out

@@ -1,0 +1,33 @@
+"""Fixtures of the report and dataset tests: the generate stage's chat server and project helpers, Chromium."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "generate"))
+
+from chromium import chromium
+from gen_support import Project
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Project:
+    (tmp_path / "proj").mkdir()
+    return Project(tmp_path / "proj", tmp_path / "cache")
+
+
+@pytest.fixture
+def browser() -> str:
+    found = chromium()
+    if found is None:
+        pytest.skip("chromium is not installed (Debian: apt-get install chromium; .ci/run installs it)")
+    return found
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("R1BUILD_BASE_URL", "DEEPSEEK_API_KEY", "OPENAI_API_KEY", "R1BUILD_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)

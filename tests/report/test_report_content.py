@@ -1,0 +1,100 @@
+"""What the report says about a real search (the local chat server, real nvcc, the GPU stand-in's verdicts), read
+from the same records as ``r1build status --json``; escaping; the plotly extra named when it is missing."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+from gen_support import Project
+from searches import INJECTION, PRICES, run_search
+
+from r1build.cache import Cache
+from r1build.cli.main import main
+from r1build.manifest import load_manifest
+from r1build.overview import project_records
+from r1build.report import build_report
+from r1build.report.summary import failure_groups, provenance_row, search_points, spend_row, winner_row
+
+
+@pytest.fixture
+def searched(project: Project, clean_env: None, monkeypatch: pytest.MonkeyPatch) -> Project:
+    run_search(project, monkeypatch)
+    return project
+
+
+def test_status_json_and_the_report_read_the_same_records(searched: Project,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    assert main(["status", "-m", str(searched.root), "--cache-dir", str(searched.cache_dir), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["kernels"]
+    manifest = load_manifest(searched.root / "kernels.toml")
+    with Cache(searched.cache_dir) as cache:
+        records = project_records(manifest, cache, searches=True)
+    assert rows == [asdict(r.status) for r in records]
+    (row,) = rows
+    assert (row["state"], row["provenance"], row["validation"], row["time_us"]) == ("locked", "generated",
+                                                                                     "validated", 20.0)
+
+
+def test_the_report_rows_of_a_real_search(searched: Project) -> None:
+    manifest = load_manifest(searched.root / "kernels.toml")
+    with Cache(searched.cache_dir) as cache:
+        (records,) = project_records(manifest, cache, searches=True)
+    winner = winner_row(records)
+    assert (winner.time_us, winner.baseline_us, winner.label, winner.gpu) == (20.0, 40.0, "r1 s2", "Test GPU")
+    assert winner.speedup_vs_baseline == pytest.approx(2.0)
+
+    points = search_points(records)
+    assert [p.label for p in points] == ["vadd.cu", "r0 s0", "r0 s1", "r0 s2", "r1 s0", "r1 s2"]
+    assert [p.verdict for p in points] == ["passed on GPU", "compile_error", "incorrect", "passed on GPU",
+                                           "passed on GPU", "passed on GPU"]
+    assert [p.best_us for p in points] == [40.0, 40.0, 40.0, 30.0, 25.0, 20.0]  # never rises
+    assert [p.winner for p in points] == [False] * 5 + [True]
+
+    groups = failure_groups([records])
+    assert [(g.status, g.count) for g in groups] == [("compile_error", 1), ("incorrect", 1)]
+    assert INJECTION in groups[0].example and "/" not in groups[0].example.split(":")[0]  # no command, no path
+    assert "nvcc" not in groups[0].example
+
+    spend = spend_row(records, manifest.settings.generation.prices)
+    assert spend is not None
+    assert (spend.samples, spend.requests, spend.prompt_tokens, spend.stop_reason) == (6, 6, 600, "rounds")
+    assert spend.cost_usd == pytest.approx((600 * PRICES["input-per-mtok"]
+                                            + spend.completion_tokens * PRICES["output-per-mtok"]) / 1e6)
+    assert spend.completion_tokens > 0 and 0 < spend.wall_s < 60
+
+    provenance = provenance_row(records)
+    assert provenance is not None and provenance.current
+    assert provenance.origin == "deepseek-reasoner round 1 sample 2" and provenance.time_us == 20.0
+
+
+def test_the_page_escapes_what_the_records_say(searched: Project) -> None:
+    manifest = load_manifest(searched.root / "kernels.toml")
+    with Cache(searched.cache_dir) as cache:
+        page = build_report(manifest, cache)
+    assert INJECTION not in page  # markup from a compiler error is text, never markup
+    assert "&lt;img src=x onerror=&quot;console.error(1)&quot;&gt;" in page
+    assert "<script src=" not in page and "<link" not in page  # nothing fetched
+    assert str(searched.root) not in page and str(searched.cache_dir) not in page
+
+
+def test_report_without_plotly_names_the_extra(project: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    project.write(baseline=True)
+    monkeypatch.setitem(sys.modules, "plotly", None)
+    monkeypatch.setitem(sys.modules, "plotly.graph_objects", None)
+    out = tmp_path / "r.html"
+    assert main(["report", "-m", str(project.root), "--cache-dir", str(project.cache_dir), "-o", str(out)]) == 2
+    assert "pip install 'r1build[report]'" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_report_into_a_folder_is_a_usage_error(project: Project, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    project.write(baseline=True)
+    assert main(["report", "-m", str(project.root), "--cache-dir", str(project.cache_dir), "-o", str(tmp_path)]) == 2
+    assert "is a folder" in capsys.readouterr().err
