@@ -11,6 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "generate"))
 
 from chromium import chromium
 from gen_support import Project
+from searches import run_search
 
 
 @pytest.fixture
@@ -31,3 +32,10 @@ def browser() -> str:
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("R1BUILD_BASE_URL", "DEEPSEEK_API_KEY", "OPENAI_API_KEY", "R1BUILD_OFFLINE"):
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def searched(project: Project, clean_env: None, monkeypatch: pytest.MonkeyPatch) -> Project:
+    """The project after a real search (:func:`searches.run_search`)."""
+    run_search(project, monkeypatch)
+    return project

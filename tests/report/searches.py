@@ -11,6 +11,7 @@ from gen_support import KEY, Project, answer, kernel_source
 from resolve_support import install_gpu_double
 
 from r1build.cli.main import main
+from r1build.generate.prompts import DEFAULT_DIRECTIONS
 from r1build.records import Candidate
 
 __all__ = ["INJECTION", "PRICES", "run_search"]
@@ -29,21 +30,26 @@ def _time_us(candidate: Candidate) -> float:
 def run_search(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two rounds of three samples: round 0 gives a kernel at 30 µs, one that does not compile (its ``#error``
     holds :data:`INJECTION`) and one the GPU finds wrong; round 1 gives kernels at 20 µs and 25 µs and an answer
-    without code. The baseline takes 40 µs."""
+    without code, in that order of samples. The baseline takes 40 µs."""
     project.write(baseline=True, generation={"prices": PRICES},
                   budget={"rounds": 2, "samples": 3, "candidates": 6, "patience": 2})
     install_gpu_double(monkeypatch, reject=lambda c: "// WRONG" in c.source, time_us=_time_us)
 
+    answers = [
+        Answer(answer(kernel_source(1, time_us=30.0)), reasoning="Coalesced loads, one element each."),
+        Answer(answer(kernel_source(5, extra=f"#error {INJECTION}\n")), reasoning="Markup in an error."),
+        Answer(answer(kernel_source(2, extra="// WRONG\n")), reasoning="A wrong one."),
+        Answer(answer(kernel_source(3, time_us=20.0)), reasoning="Grid-stride loop, wider blocks."),
+        Answer(answer(kernel_source(4, time_us=25.0)), reasoning="Vectorized float4."),
+        Answer("I would explain it in words instead.", reasoning="No code this time."),
+    ]
+
     def reply(request: Request) -> Answer:
-        second = len(request.messages) > 1 or "so far" in request.prompt
-        n = len(server.requests)
-        if not second:
-            return [Answer(answer(kernel_source(1, time_us=30.0)), reasoning="Coalesced loads, one element each."),
-                    Answer(answer(kernel_source(5, extra=f"#error {INJECTION}\n")), reasoning="Markup in an error."),
-                    Answer(answer(kernel_source(2, extra="// WRONG\n")), reasoning="A wrong one.")][n % 3]
-        return [Answer(answer(kernel_source(3, time_us=20.0)), reasoning="Grid-stride loop, wider blocks."),
-                Answer(answer(kernel_source(4, time_us=25.0)), reasoning="Vectorized float4."),
-                Answer("I would explain it in words instead.", reasoning="No code this time.")][n % 3]
+        # sample s of round r asks for direction r * 3 + s (the provider ignores temperature): requests arrive in
+        # any order, and each sample still gets its own answer
+        k = next(i for i, d in enumerate(DEFAULT_DIRECTIONS)
+                 if f"attempt: {d}." in request.prompt or f"focusing on {d}." in request.prompt)
+        return answers[k]
 
     with ChatServer(reply) as server:
         monkeypatch.setenv("R1BUILD_BASE_URL", server.url)

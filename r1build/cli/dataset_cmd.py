@@ -1,0 +1,45 @@
+"""``r1build export-dataset``: the searches as a chat fine-tuning set (JSON lines)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from ..events import sink
+from .common import add_cache_arg, add_manifest_arg, load_from_args, open_cache
+from .render import Console
+
+__all__ = ["register"]
+
+
+def register(sub: Any) -> None:
+    """Add ``export-dataset``."""
+    p = sub.add_parser("export-dataset", help="write every generated candidate as a chat fine-tuning record (JSONL)")
+    add_manifest_arg(p)
+    add_cache_arg(p, remote=True)
+    p.add_argument("-o", "--output", type=Path, default=Path("r1build-dataset.jsonl"), metavar="FILE",
+                   help="where to write the records (default: r1build-dataset.jsonl)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--passed-only", action="store_true", help="only candidates that passed their judge")
+    which.add_argument("--winners-only", action="store_true", help="only each kernel x arch's winner")
+    p.set_defaults(func=cmd_export_dataset)
+
+
+def cmd_export_dataset(args: argparse.Namespace, console: Console) -> int:
+    from ..dataset import DatasetFilter, dataset_records, write_dataset
+
+    manifest = load_from_args(args, check_references=False)
+    output: Path = args.output
+    if output.is_dir():
+        raise UsageError(f"--output {output} is a folder; name the JSONL file to write")
+    which: DatasetFilter = "winners" if args.winners_only else "passed" if args.passed_only else "all"
+    with sink(console.event), open_cache(args, manifest=manifest) as cache:
+        records = dataset_records(manifest, cache, which=which)
+    try:
+        write_dataset(records, output)
+    except OSError as exc:
+        raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
+    console.print(f"wrote {output}: {len(records)} records ({which})")
+    return 0
