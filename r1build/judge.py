@@ -20,7 +20,9 @@ CHECKS_VERSION = 2
 a change to them could turn a pass into a rejection: every measured decision and lock entry records the version
 that judged it, ``status`` shows those judged by an older one, ``--locked`` warns about them and
 ``r1build resolve --refresh`` judges them again. Version 2: the ``moved`` call's buffers are at addresses the
-candidate's library was never handed before (version 1 could reuse an earlier request's)."""
+candidate's library was never handed before (version 1 could reuse an earlier request's), and a compute-sanitizer
+run that does not finish (past twice its time limit, or ended early) rejects the candidate instead of passing it
+with a note."""
 
 
 @dataclass(frozen=True)

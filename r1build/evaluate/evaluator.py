@@ -542,6 +542,9 @@ class GpuEvaluator:
         if outcome.tool == "racecheck":
             return (f"nondeterministic: a race between threads on shared memory (compute-sanitizer racecheck at "
                     f"{shapes}): {outcome.detail}")
+        if outcome.verdict == "unfinished":
+            return (f"not validated: compute-sanitizer {outcome.tool} at {shapes} did not run to the end "
+                    f"({outcome.detail}); a candidate is judged only by a finished run")
         return f"compute-sanitizer {outcome.tool} at {shapes}: {outcome.detail}"
 
     def _run_checks(self, state: _JobState, slot: _Slot, entry: _Entry, lib: Library, plans: list[ShapePlan]
@@ -710,8 +713,10 @@ class GpuEvaluator:
             if outcome.verdict == "finding":
                 entry.result = self._result(state, entry, "incorrect", self._finding_detail(state, outcome))
                 return
-            if outcome.verdict == "inconclusive" and outcome.detail != "canceled":
-                self._note(f"{state.job.spec.name}: {outcome.detail}", state.job.spec.name, state.arch)
+            if outcome.verdict == "unfinished":
+                status: Status = "timed_out" if "did not finish" in outcome.detail else "crashed"
+                entry.result = self._result(state, entry, status, self._finding_detail(state, outcome))
+                return
 
     # -- timing ------------------------------------------------------------------------------------------
     def _floors(self, slot: _Slot) -> DeviceFloors | None:

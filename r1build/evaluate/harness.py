@@ -6,7 +6,8 @@ arrays uninitialized (initcheck reports a kernel that reads them before writing)
 non-blocking stream and synchronizes. ``python harness.py --probe`` only initializes CUDA and allocates, to find
 out whether the sanitizer works on this machine at all.
 
-Exit status: 0 when every call returned success, 3 when a call or a CUDA call failed (the message on stderr).
+Exit status: 0 when every call returned success (and the last line printed is ``DONE`` with the number of shapes),
+3 when a call or a CUDA call failed (the message on stderr).
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ import os
 import sys
 from pathlib import Path
 from typing import Any
+
+DONE = "r1build-harness: done, shapes:"
+"""Printed after the last shape: a run that exits 0 without it (a candidate that ended the process early) did
+not check every shape."""
 
 _CTYPES: dict[str, Any] = {
     "ptr": ctypes.c_void_p, "bool": ctypes.c_bool,
@@ -81,6 +86,7 @@ def run(job: dict[str, Any], base: Path) -> None:
         drv.check("cuCtxSynchronize")
         for ptr in pointers:
             drv.check("cuMemFree_v2", ctypes.c_uint64(ptr))
+    print(f"{DONE} {len(job['shapes'])}", flush=True)
 
 
 def main(argv: list[str]) -> int:

@@ -3,13 +3,18 @@
 Each run drives the candidate's own shared library through :mod:`.harness` (standard library only, so a run
 costs the sanitizer's start and little else), with the same scrubbed environment as the workers. Where the
 sanitizer cannot run at all (not installed, or the machine's runtime does not support it: a probe finds out
-once), the checks are skipped and the evaluator says so; a run that ends without a verdict (timeout, the
-sanitizer's own failure) is inconclusive, never a rejection.
+once), the checks are skipped and the evaluator says so. Once the probe has passed, a run that ends without a
+verdict is the candidate's failure, not a pass: a run past the time limit (tried a second time with twice the limit,
+in case the machine was only busy), or one that exits without the harness's last line (the candidate ended the
+process, or crashed the sanitizer), is ``unfinished`` and rejects the candidate; without that a kernel that is slow
+or exits only under the sanitizer would skip memcheck, racecheck and initcheck. Only a canceled run (the candidate
+already failed elsewhere) is ``canceled``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -22,11 +27,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from .harness import DONE
+
 __all__ = ["TOOLS", "SanitizerOutcome", "SanitizerRunner", "find_sanitizer", "summarize_report", "uses_shared_memory"]
 
 TOOLS = ("memcheck", "racecheck", "initcheck")
 ERROR_EXIT = 86
 HARNESS = Path(__file__).with_name("harness.py")
+_TIMED_OUT = "\x00timed out"
+"""What :meth:`SanitizerRunner._run` returns as output for a run killed at its time limit."""
 
 _SHARED_SASS = re.compile(r"\b(?:LDS|STS|LDSM|STSM|ATOMS|LDGSTS|UBLKCP|UTMALDG|UTMASTG|UTMAREDG|HGMMA|QGMMA|IGMMA|"
                           r"BGMMA|SYNCS)\b")
@@ -42,10 +51,10 @@ class SanitizerOutcome:
 
     tool: str
     """memcheck, racecheck or initcheck."""
-    verdict: Literal["clean", "finding", "inconclusive"]
-    """``finding`` rejects the candidate; ``inconclusive`` does not."""
+    verdict: Literal["clean", "finding", "unfinished", "canceled"]
+    """``finding`` and ``unfinished`` reject the candidate; ``canceled`` runs were not needed."""
     detail: str = ""
-    """The first finding (what, where, which thread) and the summary; or why the run was inconclusive."""
+    """The first finding (what, where, which thread) and the summary; or why the run did not finish."""
 
 
 def find_sanitizer(nvcc: str | None = None, environ: Mapping[str, str] | None = None) -> str | None:
@@ -120,7 +129,8 @@ class SanitizerRunner:
         self._procs: dict[str, set[subprocess.Popen[bytes]]] = {}
         self._canceled: set[str] = set()
 
-    def _run(self, args: list[str], cwd: Path, key: str = "") -> tuple[int | None, str]:
+    def _run(self, args: list[str], cwd: Path, key: str = "", timeout_s: float | None = None
+             ) -> tuple[int | None, str]:
         cmd = [self.executable, *args]
         with self._lock:
             if key and key in self._canceled:
@@ -132,11 +142,11 @@ class SanitizerRunner:
                 return None, f"cannot start {self.executable}: {exc}"
             self._procs.setdefault(key, set()).add(proc)
         try:
-            out, _ = proc.communicate(timeout=self.timeout_s)
+            out, _ = proc.communicate(timeout=timeout_s or self.timeout_s)
         except subprocess.TimeoutExpired:
             self._kill(proc)
-            out, _ = proc.communicate()
-            return None, out.decode(errors="replace")
+            proc.communicate()
+            return None, _TIMED_OUT
         finally:
             with self._lock:
                 self._procs.get(key, set()).discard(proc)
@@ -165,9 +175,14 @@ class SanitizerRunner:
 
     def _probe(self, workdir: Path) -> str | None:
         if self._available is None:
-            code, out = self._run(["--tool", "memcheck", "--error-exitcode", str(ERROR_EXIT), sys.executable,
-                                   str(HARNESS), "--probe"], workdir)
-            if code == 0:
+            probe = ["--tool", "memcheck", "--error-exitcode", str(ERROR_EXIT), sys.executable, str(HARNESS),
+                     "--probe"]
+            code, out = self._run(probe, workdir)
+            if code is None and out == _TIMED_OUT:  # a busy machine: once more, with twice the time
+                code, out = self._run(probe, workdir, timeout_s=2 * self.timeout_s)
+            if code is None and out == _TIMED_OUT:
+                self._available = f"compute-sanitizer's probe did not finish within {2 * self.timeout_s:g} s"
+            elif code == 0:
                 self._available = True
             else:
                 tail = out.strip().splitlines()[-3:] if out.strip() else []
@@ -179,15 +194,27 @@ class SanitizerRunner:
         args = ["--tool", tool, "--error-exitcode", str(ERROR_EXIT), "--print-limit", "10"]
         if tool == "racecheck":
             args += ["--racecheck-report", "hazard"]
-        code, out = self._run([*args, sys.executable, str(HARNESS), str(job_file)], job_file.parent, str(job_file))
+        cmd = [*args, sys.executable, str(HARNESS), str(job_file)]
+        code, out = self._run(cmd, job_file.parent, str(job_file))
+        if code is None and out == _TIMED_OUT:  # past the limit: once more, with twice the time
+            code, out = self._run(cmd, job_file.parent, str(job_file), 2 * self.timeout_s)
+            if code is None and out == _TIMED_OUT:
+                return SanitizerOutcome(tool, "unfinished", f"{tool} did not finish within {self.timeout_s:g} s, "
+                                                            f"nor within {2 * self.timeout_s:g} s when tried again")
+        if code is None and out == "canceled":
+            return SanitizerOutcome(tool, "canceled", "canceled")
         if code is None:
-            if out == "canceled":
-                return SanitizerOutcome(tool, "inconclusive", "canceled")
-            return SanitizerOutcome(tool, "inconclusive", f"{tool} did not finish within {self.timeout_s:g} s")
-        found = summarize_report(out)
-        if code == ERROR_EXIT or (found is not None and code != 0):
+            return SanitizerOutcome(tool, "unfinished", out[:500])  # it could not start
+        if code == ERROR_EXIT:
+            found = summarize_report(out)
             return SanitizerOutcome(tool, "finding", found or f"{tool} reported errors")
+        lines = out.strip().splitlines()
         if code != 0:
-            tail = " ".join(out.strip().splitlines()[-2:])
-            return SanitizerOutcome(tool, "inconclusive", f"{tool} run failed (exit {code}): {tail}"[:500])
+            tail = " ".join(lines[-2:])
+            return SanitizerOutcome(tool, "unfinished", f"{tool} run failed (exit {code}): {tail}"[:500])
+        shapes = len(json.loads(job_file.read_text()).get("shapes", []))
+        if f"{DONE} {shapes}" not in (line.strip() for line in lines):
+            tail = " ".join(lines[-2:]) or "no output"
+            return SanitizerOutcome(tool, "unfinished", f"{tool} run ended before the last shape was called "
+                                                        f"(exit 0 without the harness's last line): {tail}"[:500])
         return SanitizerOutcome(tool, "clean")

@@ -67,6 +67,64 @@ def test_cancel_stops_a_running_sanitizer(tmp_path: Path) -> None:
     time.sleep(0.3)
     runner.cancel(job)
     t.join(10)
-    assert outcomes and outcomes[0].verdict == "inconclusive" and outcomes[0].detail == "canceled"
+    assert outcomes and outcomes[0].verdict == "canceled"
     assert time.monotonic() - start < 5
     assert runner.run("racecheck", job).detail == "canceled"  # later runs of a canceled job never start
+
+
+def _runner_with(tmp_path: Path, script: str, timeout_s: float = 30) -> tuple[object, Path]:
+    """A SanitizerRunner whose 'compute-sanitizer' is ``script`` (the runner's own logic, no GPU), and a job of
+    two shapes."""
+    from r1build.evaluate.sanitize import SanitizerRunner
+
+    fake = tmp_path / "compute-sanitizer"
+    fake.write_text("#!/bin/sh\n" + script)
+    fake.chmod(0o755)
+    job = tmp_path / "job.json"
+    job.write_text('{"shapes": [{}, {}]}')
+    return SanitizerRunner(str(fake), {"PATH": "/usr/bin:/bin"}, timeout_s=timeout_s), job
+
+
+def test_a_run_counts_as_clean_only_when_the_harness_called_every_shape(tmp_path: Path) -> None:
+    from r1build.evaluate.harness import DONE
+    from r1build.evaluate.sanitize import SanitizerRunner
+
+    runner, job = _runner_with(tmp_path, f"echo 'r1build-harness: shape 0'\necho '{DONE} 2'\n"
+                                         "echo '========= ERROR SUMMARY: 0 errors'\n")
+    assert isinstance(runner, SanitizerRunner)
+    assert runner.run("memcheck", job).verdict == "clean"
+    # exit 0 after the first shape: the candidate ended the process (or the sanitizer), nothing was checked after
+    runner, job = _runner_with(tmp_path, "echo 'r1build-harness: shape 0'\nexit 0\n")
+    assert isinstance(runner, SanitizerRunner)
+    early = runner.run("initcheck", job)
+    assert early.verdict == "unfinished" and "before the last shape" in early.detail
+    runner, job = _runner_with(tmp_path, f"echo '{DONE} 1'\n")  # the count of another job
+    assert isinstance(runner, SanitizerRunner)
+    assert runner.run("initcheck", job).verdict == "unfinished"
+    runner, job = _runner_with(tmp_path, "echo 'Segmentation fault'\nexit 139\n")
+    assert isinstance(runner, SanitizerRunner)
+    crashed = runner.run("memcheck", job)
+    assert crashed.verdict == "unfinished" and "exit 139" in crashed.detail
+
+
+def test_a_run_past_its_limit_is_tried_once_more_with_twice_the_time_then_rejects(tmp_path: Path) -> None:
+    import time
+
+    from r1build.evaluate.harness import DONE
+    from r1build.evaluate.sanitize import SanitizerRunner
+
+    count = tmp_path / "count"
+    # the first run is slow (a busy machine), the second finishes in time
+    runner, job = _runner_with(tmp_path, f"echo x >> {count}\n"
+                                         f"if [ $(wc -l < {count}) -eq 1 ]; then sleep 5; fi\necho '{DONE} 2'\n",
+                               timeout_s=0.5)
+    assert isinstance(runner, SanitizerRunner)
+    assert runner.run("initcheck", job).verdict == "clean"
+    assert count.read_text().count("x") == 2
+    # slow every time: unfinished, naming both limits
+    runner, job = _runner_with(tmp_path, "sleep 5\n", timeout_s=0.3)
+    assert isinstance(runner, SanitizerRunner)
+    start = time.monotonic()
+    slow = runner.run("initcheck", job)
+    assert slow.verdict == "unfinished" and "0.3 s" in slow.detail and "0.6 s" in slow.detail
+    assert time.monotonic() - start < 4
