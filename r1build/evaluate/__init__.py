@@ -4,7 +4,7 @@
 measure on (an empty list without cupy or a GPU); :func:`expand_variants` lists the candidates a manifest itself
 provides (baseline, hand-written files, tunable value sets).
 
-Names are imported on first use, so the GPU worker (``python -m r1build.evaluate.worker``) and the sanitizer
+Names are imported on first use, so the GPU worker (``python -m r1build.evaluate.child.worker``) and the sanitizer
 harness start without loading the gate, the cache or the evaluator.
 """
 

@@ -31,10 +31,11 @@ from numpy.typing import NDArray
 
 from ..manifest.model import KernelSpec
 from .checks import Verdict, arg_items, run_reference, tweak_one
+from .child.messages import BenchFill, BenchShapeRequest, TimedShape
+from .child.protocol import CAPTURE_ERRORS
 from .compare import Mismatch, compare_output
 from .floors import DeviceFloors, bytes_moved, shape_key
 from .inputs import ArrayLayout, generate_inputs, poison_bytes
-from .protocol import CAPTURE_ERRORS
 from .timing import array_requests
 
 __all__ = ["IMPLAUSIBLE", "IMPLAUSIBLE_WARM", "BenchPlan", "BenchShape", "implausible", "judge_bench", "plan_bench",
@@ -121,14 +122,14 @@ def plan_bench(spec: KernelSpec, reference: Callable[..., Any], l2_bytes: int, d
     return BenchPlan(shapes, directory)
 
 
-def _fill(spec: KernelSpec, bench_set: BenchSet) -> dict[str, Any]:
+def _fill(spec: KernelSpec, bench_set: BenchSet) -> BenchFill:
     outs = [a for a in spec.args if a.is_array]
     return {"files": bench_set.files,
             "poison": [poison_bytes(a.dtype, bench_set.poison).hex() if f is None else None
                        for a, f in zip(outs, bench_set.files, strict=True)]}
 
 
-def shape_requests(spec: KernelSpec, plan: BenchPlan, out_dir: Path) -> list[dict[str, Any]]:
+def shape_requests(spec: KernelSpec, plan: BenchPlan, out_dir: Path) -> list[BenchShapeRequest]:
     """The ``shapes`` of a worker ``time`` request: arrays, arguments, input sets, the tweaked set."""
     out_dir.mkdir(parents=True, exist_ok=True)
     return [{"arrays": array_requests(spec, shape.sizes), "args": arg_items(spec, shape.sizes),
@@ -152,7 +153,7 @@ def _compare(spec: KernelSpec, bench_set: BenchSet, paths: Sequence[str | None])
     return None
 
 
-def judge_bench(spec: KernelSpec, plan: BenchPlan, replies: Sequence[Mapping[str, Any]]) -> Verdict | None:
+def judge_bench(spec: KernelSpec, plan: BenchPlan, replies: Sequence[TimedShape]) -> Verdict | None:
     """The first failure among the checks of every benchmark shape (see the module docstring), or None."""
     for shape, reply in zip(plan.shapes, replies, strict=False):
         where = f"at the benchmark shape {shape.key}"

@@ -36,6 +36,8 @@ from ..errors import EvaluationError
 from ..manifest.model import KernelSpec, Tolerance
 from ..manifest.outputs import call_reference
 from ..manifest.reference import ReferenceProblem
+from .child.messages import ArgItem, CallRequest, CheckReply, CheckRequest, Mode
+from .child.protocol import CAPTURE_ERRORS
 from .compare import Mismatch, check_guards, check_unchanged, compare_outputs
 from .floors import shape_key
 from .inputs import (
@@ -49,7 +51,6 @@ from .inputs import (
     reference_kwargs,
     scalar_values,
 )
-from .protocol import CAPTURE_ERRORS
 
 __all__ = [
     "CallPlan",
@@ -66,7 +67,6 @@ __all__ = [
     "run_reference",
 ]
 
-Mode = Literal["direct", "capture", "graph", "smem", "tweak", "moved"]
 SMEM_PATTERNS = (0xFFFFFFFF, 0x4B4B4B4B)
 """Patterns shared memory is pre-filled with: NaN as float, -1 as int; then 1.3e7 as float."""
 
@@ -173,10 +173,10 @@ def _scalar_for_ctypes(dtype: str, value: int | float) -> int | float | bool:
     return int(value)
 
 
-def arg_items(spec: KernelSpec, sizes: Mapping[str, int]) -> list[dict[str, Any]]:
+def arg_items(spec: KernelSpec, sizes: Mapping[str, int]) -> list[ArgItem]:
     """The entry point's arguments for one shape: ``{"array": j}`` (j-th array argument) or ``{"scalar": v}``."""
     scalars = scalar_values(spec, sizes)
-    items: list[dict[str, Any]] = []
+    items: list[ArgItem] = []
     j = 0
     for arg in spec.args:
         if arg.is_array:
@@ -249,10 +249,10 @@ def _poisons(plan: ShapePlan, call: CallPlan) -> dict[str, bytes]:
     return {lay.name: poison_bytes(lay.dtype, call.index) for lay in plan.layouts if lay.role == "out"}
 
 
-def check_request(spec: KernelSpec, plan: ShapePlan, lib: str) -> tuple[dict[str, Any], list[bytes]]:
+def check_request(spec: KernelSpec, plan: ShapePlan, lib: str) -> tuple[CheckRequest, list[bytes]]:
     """The worker request that runs one shape's calls."""
     buffers: list[bytes] = []
-    calls = []
+    calls: list[CallRequest] = []
     for call in plan.calls:
         inputs: dict[str, int] = {}
         poison: dict[str, str] = {}
@@ -264,7 +264,7 @@ def check_request(spec: KernelSpec, plan: ShapePlan, lib: str) -> tuple[dict[str
                 buffers.append(np.ascontiguousarray(call.inputs[lay.name]).tobytes())
         calls.append({"mode": call.mode, "inputs": inputs, "poison": poison, "smem_pattern": call.smem_pattern,
                       "buffers": call.buffers})
-    header = {
+    header: CheckRequest = {
         "op": "check", "lib": lib, "args": arg_items(spec, plan.sizes), "calls": calls,
         "arrays": [{"total": lay.total, "start": lay.start, "nbytes": lay.nbytes, "guard_byte": GUARD_BYTE}
                    for lay in plan.layouts],
@@ -349,7 +349,7 @@ def diagnosis_plan(plan: ShapePlan, index: int) -> ShapePlan:
     return replace(plan, calls=calls)
 
 
-def diagnose(plan: ShapePlan, index: int, verdict: Verdict, repeat: ShapePlan, reply: Mapping[str, Any],
+def diagnose(plan: ShapePlan, index: int, verdict: Verdict, repeat: ShapePlan, reply: CheckReply,
              buffers: Sequence[bytes], tolerance: Tolerance) -> Verdict:
     """The failure of call ``index`` explained by the calls of :func:`diagnosis_plan`, in this order: outputs
     that depend on earlier calls (inputs that passed the first time now fail), nondeterminism (identical calls,
@@ -404,7 +404,7 @@ def diagnose(plan: ShapePlan, index: int, verdict: Verdict, repeat: ShapePlan, r
     return verdict
 
 
-def judge_shape(spec: KernelSpec, plan: ShapePlan, reply: Mapping[str, Any], buffers: Sequence[bytes]
+def judge_shape(spec: KernelSpec, plan: ShapePlan, reply: CheckReply, buffers: Sequence[bytes]
                 ) -> Verdict | None:
     """The first failure in a worker's reply to :func:`check_request`, or None when every call passed."""
     n = len(plan.layouts)

@@ -26,11 +26,11 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 
@@ -56,6 +56,7 @@ from .checks import (
     needs_diagnosis,
     plan_checks,
 )
+from .child.messages import CheckReply, FloorsRequest, LoadRequest, SanitizeArray, SanitizeJob, SanitizeShape, TimeReply
 from .devices import GpuInfo, archs_of, detect_gpus, gpu_runs_arch, visible_devices_value
 from .floors import FLOORS_NAMESPACE, DeviceFloors, bytes_moved
 from .library import Library, LibraryFailure, build_library
@@ -118,7 +119,7 @@ class _SanitizeJob:
     """compute-sanitizer inputs of one kernel on one arch, shared by its candidates."""
 
     directory: Path
-    shapes: list[dict[str, Any]]
+    shapes: list[SanitizeShape]
     """Harness shapes (the inputs are files in ``directory``)."""
 
 
@@ -314,7 +315,7 @@ class GpuEvaluator:
         workdir = self._root / f"gpu{gpu.index}"
         (workdir / "home").mkdir(parents=True, exist_ok=True)
         env = self._environment(gpu, workdir / "home")
-        worker = WorkerHandle([sys.executable, "-m", "r1build.evaluate.worker"], env, workdir, name="worker")
+        worker = WorkerHandle([sys.executable, "-m", "r1build.evaluate.child.worker"], env, workdir, name="worker")
         sanitizer = None
         if self.sanitize:
             try:
@@ -480,7 +481,7 @@ class GpuEvaluator:
             slot.generation = slot.worker.generation
             slot.loaded.clear()
 
-    def _request(self, slot: _Slot, header: dict[str, Any], buffers: Sequence[bytes] = (), *,
+    def _request(self, slot: _Slot, header: Mapping[str, Any], buffers: Sequence[bytes] = (), *,
                  timeout_s: float) -> tuple[dict[str, Any], list[bytes]]:
         self._ensure_worker(slot)
         return slot.worker.request(header, buffers, timeout_s=timeout_s)
@@ -491,8 +492,9 @@ class GpuEvaluator:
         self._ensure_worker(slot)
         if key in slot.loaded:
             return None
-        reply, _ = self._request(slot, {"op": "load", "lib": key, "path": str(lib.path), "entry": state.job.spec.name,
-                                        "argtypes": arg_codes(state.job.spec)}, timeout_s=self.call_timeout_s)
+        load: LoadRequest = {"op": "load", "lib": key, "path": str(lib.path), "entry": state.job.spec.name,
+                             "argtypes": arg_codes(state.job.spec)}
+        reply, _ = self._request(slot, load, timeout_s=self.call_timeout_s)
         if not reply.get("ok"):
             return f"the library could not be loaded: {reply.get('error')}"
         slot.loaded.add(key)
@@ -559,13 +561,14 @@ class GpuEvaluator:
                 where = f"at {plan.key}"
                 header, buffers = check_request(state.job.spec, plan, key)
                 reply, data = self._request(slot, header, buffers, timeout_s=self.call_timeout_s)
-                verdict = judge_shape(state.job.spec, plan, reply, data)
+                verdict = judge_shape(state.job.spec, plan, cast(CheckReply, reply), data)
                 if verdict is not None and needs_diagnosis(plan, verdict) and not reply.get("exiting"):
                     assert verdict.call is not None
                     repeat = diagnosis_plan(plan, verdict.call)
                     header, buffers = check_request(state.job.spec, repeat, key)
                     reply, data = self._request(slot, header, buffers, timeout_s=self.call_timeout_s)
-                    verdict = diagnose(plan, verdict.call, verdict, repeat, reply, data, state.job.spec.tolerance)
+                    verdict = diagnose(plan, verdict.call, verdict, repeat, cast(CheckReply, reply), data,
+                                       state.job.spec.tolerance)
                 if verdict is not None:
                     return verdict
         except WorkerTimedOut:
@@ -614,7 +617,7 @@ class GpuEvaluator:
         library.add_done_callback(ready)
         plan.add_done_callback(ready)
 
-    def _sanitize_inputs(self, job: Job, sjob: _SanitizeJob, plans: list[ShapePlan]) -> list[dict[str, Any]]:
+    def _sanitize_inputs(self, job: Job, sjob: _SanitizeJob, plans: list[ShapePlan]) -> list[SanitizeShape]:
         with self._lock:
             if sjob.shapes or sjob.directory.exists():
                 return sjob.shapes
@@ -623,9 +626,9 @@ class GpuEvaluator:
             small.sort(key=lambda p: bytes_moved(spec, p.sizes))
             sjob.directory.mkdir(parents=True, exist_ok=True)
             for si, plan in enumerate(small[-2:]):
-                arrays = []
+                arrays: list[SanitizeArray] = []
                 for lay in plan.layouts:
-                    item: dict[str, Any] = {"nbytes": lay.nbytes, "input": None}
+                    item: SanitizeArray = {"nbytes": lay.nbytes, "input": None}
                     if lay.role != "out":
                         name = f"in-{si}-{lay.name}.bin"
                         data = np.ascontiguousarray(plan.calls[0].inputs[lay.name]).tobytes()
@@ -654,8 +657,9 @@ class GpuEvaluator:
                 return
             import json
 
-            job_file.write_text(json.dumps({"lib": str(lib.path), "entry": job.spec.name,
-                                            "argtypes": arg_codes(job.spec), "shapes": shapes}))
+            sanitize_job: SanitizeJob = {"lib": str(lib.path), "entry": job.spec.name,
+                                         "argtypes": arg_codes(job.spec), "shapes": shapes}
+            job_file.write_text(json.dumps(sanitize_job))
             tools = [t for t in TOOLS if t != "racecheck" or uses_shared_memory(lib.path, self._cuobjdump())]
             runs = [self._submit(self._run_tool, slot, tool, job_file) for tool in tools]
         except BaseException as exc:
@@ -725,7 +729,8 @@ class GpuEvaluator:
         cached = DeviceFloors.from_json(self.cache.get_json(FLOORS_NAMESPACE, slot.gpu.key))
         if cached is None:
             try:
-                reply, _ = self._request(slot, {"op": "floors"}, timeout_s=self.timing_timeout_s)
+                floors: FloorsRequest = {"op": "floors"}
+                reply, _ = self._request(slot, floors, timeout_s=self.timing_timeout_s)
             except (WorkerDied, WorkerTimedOut) as exc:
                 self._note(f"measuring the floors of {slot.gpu.name} failed: {exc}")
                 return None
@@ -788,7 +793,7 @@ class GpuEvaluator:
                 if error.startswith("returned"):
                     return Verdict("incorrect", f"while timing at the benchmark shapes: the call {error}")
                 return Verdict("crashed", f"while timing at the benchmark shapes: {error}")
-            verdict = judge_bench(spec, bench, reply["shapes"])
+            verdict = judge_bench(spec, bench, cast(TimeReply, reply)["shapes"])
         except WorkerTimedOut:
             return Verdict("timed_out", f"at a benchmark shape a call made no progress for {self.timing_timeout_s:g} "
                                         "s; the worker was killed (a deadlock between blocks at the benchmark size?)")

@@ -1,7 +1,7 @@
 """Child processes that run untrusted candidate code: a scrubbed environment, and a worker handle that survives
 whatever the worker does (crash, hang, garbage on the wire) by killing and restarting it.
 
-The worker is a separate Python process speaking :mod:`r1build.evaluate.protocol` over two private pipes (its
+The worker is a separate Python process speaking :mod:`r1build.evaluate.child.protocol` over two private pipes (its
 stdout and stderr go to a log file, since candidate code may print). It starts in its own session so a kill
 reaches everything it started. While it works it sends ``{"tick": ...}`` frames; each one restarts the reply
 deadline, so a long batch of calls is fine while a single hung call is caught within one call's timeout.
@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .protocol import PeerClosed, PeerTimeout, ProtocolError, read_message, write_message
+from .child.protocol import PeerClosed, PeerTimeout, ProtocolError, read_message, write_message
 
 __all__ = [
     "WorkerDied",
@@ -153,7 +153,7 @@ class WorkerHandle:
         self.hello = header
         return header
 
-    def request(self, header: dict[str, Any], buffers: Sequence[bytes | bytearray | memoryview] = (), *,
+    def request(self, header: Mapping[str, Any], buffers: Sequence[bytes | bytearray | memoryview] = (), *,
                 timeout_s: float) -> tuple[dict[str, Any], list[bytes]]:
         """Send one request and wait for its reply; ``timeout_s`` bounds the silence between frames.
 

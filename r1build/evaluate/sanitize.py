@@ -27,13 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from .harness import DONE
+from .child.harness import DONE
 
 __all__ = ["TOOLS", "SanitizerOutcome", "SanitizerRunner", "find_sanitizer", "summarize_report", "uses_shared_memory"]
 
 TOOLS = ("memcheck", "racecheck", "initcheck")
 ERROR_EXIT = 86
-HARNESS = Path(__file__).with_name("harness.py")
+HARNESS = Path(__file__).parent / "child" / "harness.py"
 _TIMED_OUT = "\x00timed out"
 """What :meth:`SanitizerRunner._run` returns as output for a run killed at its time limit."""
 

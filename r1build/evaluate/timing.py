@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from ..manifest.model import KernelSpec
 from ..records import Timing
+from .child.messages import ArrayRequest, BenchShapeRequest, ReferenceShape, TimeReferenceRequest, TimeRequest
 from .floors import DeviceFloors, floor_us, shape_key
 from .inputs import array_shape, numpy_dtype, scalar_values
 
@@ -45,20 +45,21 @@ def summarize(samples: Sequence[float]) -> SampleStats:
     return SampleStats(median, spread, int(arr.size))
 
 
-def array_requests(spec: KernelSpec, sizes: Mapping[str, int]) -> list[dict[str, Any]]:
+def array_requests(spec: KernelSpec, sizes: Mapping[str, int]) -> list[ArrayRequest]:
     """How the worker allocates each array argument at ``sizes``: name, dtype, role, shape, count, item size."""
-    out = []
+    out: list[ArrayRequest] = []
     for arg in spec.args:
         if not arg.is_array:
             continue
         shape = array_shape(arg, sizes)
+        assert arg.role is not None  # every array argument has one (the manifest checks it)
         out.append({"name": arg.name, "dtype": arg.dtype, "role": arg.role, "shape": list(shape),
                     "count": int(np.prod(shape, dtype=np.int64)), "itemsize": numpy_dtype(arg.dtype).itemsize})
     return out
 
 
-def time_request(lib: str, shapes: list[dict[str, Any]], *, budget_s: float = 0.3, min_samples: int = 20,
-                 max_samples: int = 200, graph_below_us: float = 10.0, sample_us: float = 500.0) -> dict[str, Any]:
+def time_request(lib: str, shapes: list[BenchShapeRequest], *, budget_s: float = 0.3, min_samples: int = 20,
+                 max_samples: int = 200, graph_below_us: float = 10.0, sample_us: float = 500.0) -> TimeRequest:
     """The worker request that times one library at every benchmark shape (``shapes`` from
     :func:`~.bench_checks.shape_requests`; see the worker's ``_time_shape`` for how a sample is made)."""
     return {
@@ -67,9 +68,9 @@ def time_request(lib: str, shapes: list[dict[str, Any]], *, budget_s: float = 0.
     }
 
 
-def reference_request(spec: KernelSpec, root: str) -> dict[str, Any]:
+def reference_request(spec: KernelSpec, root: str) -> TimeReferenceRequest:
     """The worker request that times the numpy reference run on cupy arrays at every benchmark shape."""
-    shapes = []
+    shapes: list[ReferenceShape] = []
     for sizes in spec.bench_shapes:
         arrays = [a for a in array_requests(spec, sizes) if a["role"] != "out"]
         shapes.append({"arrays": arrays, "scalars": scalar_values(spec, sizes)})

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from r1build.evaluate.child.protocol import PeerClosed, PeerTimeout, ProtocolError, read_message, write_message
 from r1build.evaluate.process import WorkerDied, WorkerHandle, WorkerTimedOut, scrubbed_environment
-from r1build.evaluate.protocol import PeerClosed, PeerTimeout, ProtocolError, read_message, write_message
 
 ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = textwrap.dedent('''
     import os, signal, sys, time
-    from r1build.evaluate.protocol import read_message, write_message
+    from r1build.evaluate.child.protocol import read_message, write_message
     rfd, wfd = int(sys.argv[1]), int(sys.argv[2])
     write_message(wfd, {"ok": True, "pid": os.getpid()})
     while True:

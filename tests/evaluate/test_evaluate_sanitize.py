@@ -86,7 +86,7 @@ def _runner_with(tmp_path: Path, script: str, timeout_s: float = 30) -> tuple[ob
 
 
 def test_a_run_counts_as_clean_only_when_the_harness_called_every_shape(tmp_path: Path) -> None:
-    from r1build.evaluate.harness import DONE
+    from r1build.evaluate.child.harness import DONE
     from r1build.evaluate.sanitize import SanitizerRunner
 
     runner, job = _runner_with(tmp_path, f"echo 'r1build-harness: shape 0'\necho '{DONE} 2'\n"
@@ -110,7 +110,7 @@ def test_a_run_counts_as_clean_only_when_the_harness_called_every_shape(tmp_path
 def test_a_run_past_its_limit_is_tried_once_more_with_twice_the_time_then_rejects(tmp_path: Path) -> None:
     import time
 
-    from r1build.evaluate.harness import DONE
+    from r1build.evaluate.child.harness import DONE
     from r1build.evaluate.sanitize import SanitizerRunner
 
     count = tmp_path / "count"

@@ -1,7 +1,8 @@
 """A minimal driver for one candidate under compute-sanitizer: run by path, standard library only.
 
-``python harness.py job.json`` allocates every array with the CUDA driver API (exact sizes, so memcheck sees an
-access one element past the end), uploads ``in`` / ``inout`` data from the files the job names, leaves ``out``
+``python harness.py job.json`` (a :class:`~.messages.SanitizeJob`; run by path, so it reads the file without
+importing that module) allocates every array with the CUDA driver API (exact sizes, so memcheck sees an access
+one element past the end), uploads ``in`` / ``inout`` data from the files the job names, leaves ``out``
 arrays uninitialized (initcheck reports a kernel that reads them before writing), calls the entry point on a
 non-blocking stream and synchronizes. ``python harness.py --probe`` only initializes CUDA and allocates, to find
 out whether the sanitizer works on this machine at all.

@@ -1,6 +1,6 @@
 """The GPU worker: a child process that loads candidate libraries and calls them on the GPU.
 
-Run as ``python -m r1build.evaluate.worker <request fd> <reply fd>`` by :class:`~.process.WorkerHandle`, with a
+Run as ``python -m r1build.evaluate.child.worker <request fd> <reply fd>`` by :class:`~.process.WorkerHandle`, with a
 scrubbed environment and ``CUDA_VISIBLE_DEVICES`` naming one GPU. It knows nothing about specs or tolerances: it
 allocates what it is told, uploads what it is sent, calls the entry point through the candidate contract on its
 own non-blocking stream, and sends back raw bytes and timings. Judging happens in the parent (``compare``), which
@@ -38,9 +38,31 @@ import resource
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, Literal
 
+from .messages import (
+    ArgItem,
+    ArrayAlloc,
+    BenchFill,
+    BenchShapeRequest,
+    CallRecord,
+    CallRequest,
+    CheckReply,
+    CheckRequest,
+    FloorsReply,
+    FloorsRequest,
+    Hello,
+    LoadRequest,
+    ReferenceShape,
+    ReferenceShapeReply,
+    Reply,
+    TimedShape,
+    TimeReferenceReply,
+    TimeReferenceRequest,
+    TimeReply,
+    TimeRequest,
+)
 from .protocol import CAPTURE_ERRORS, PeerClosed, read_message, write_message
 
 __all__ = ["main"]
@@ -138,7 +160,7 @@ class Worker:
         self._events: list[tuple[Any, Any]] = []
 
     # -- plumbing ----------------------------------------------------------------------------------------
-    def hello(self) -> dict[str, Any]:
+    def hello(self) -> Hello:
         return {
             "ok": True, "device": self.name, "capability": list(self.capability), "sm_count": self.sm_count,
             "l2_bytes": self.l2_bytes, "memory": self.memory, "smem_optin": self.smem_optin,
@@ -282,7 +304,7 @@ class Worker:
         return cp.empty(max(count, 1), dtype=np_name)
 
     # -- operations --------------------------------------------------------------------------------------
-    def op_load(self, h: dict[str, Any], _bufs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
+    def op_load(self, h: LoadRequest, _bufs: list[bytes]) -> tuple[Reply, list[bytes]]:
         key = str(h["lib"])
         if key not in self.libs:
             lib = ctypes.CDLL(str(h["path"]), mode=os.RTLD_LOCAL | os.RTLD_NOW)
@@ -292,7 +314,7 @@ class Worker:
             self.libs[key] = (lib, fn)
         return {"ok": True}, []
 
-    def _args(self, spec: Sequence[Any], pointers: Sequence[int]) -> list[Any]:
+    def _args(self, spec: Sequence[ArgItem], pointers: Sequence[int]) -> list[Any]:
         out: list[Any] = []
         for item in spec:
             out.append(pointers[item["array"]] if "array" in item else item["scalar"])
@@ -344,7 +366,7 @@ class Worker:
         access-policy window, a priority) never reach the next."""
         self.stream = self.cp.cuda.Stream(non_blocking=True)
 
-    def op_check(self, h: dict[str, Any], bufs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
+    def op_check(self, h: CheckRequest, bufs: list[bytes]) -> tuple[CheckReply, list[bytes]]:
         import numpy as np
 
         cp = self.cp
@@ -355,7 +377,7 @@ class Worker:
 
         seen = self.pointers_seen.setdefault(str(h["lib"]), set())
 
-        def fresh(a: dict[str, Any]) -> Any:
+        def fresh(a: ArrayAlloc) -> Any:
             """An allocation for array ``a`` whose address this library has never been handed: the memory pool
             gives a request the blocks of the one before, so a memo keyed on pointers would still hit."""
             whole = cp.empty(int(a["total"]) + _FRESH_STEP * _FRESH_SLOTS, dtype=cp.uint8)
@@ -379,7 +401,7 @@ class Worker:
                 sets[which] = (allocs, self._args(h["args"], pointers), regions)
             return sets[which]
 
-        def upload(call: dict[str, Any]) -> None:
+        def upload(call: CallRequest) -> None:
             regions = buffer_set(int(call.get("buffers", 0)))[2]
             for j, src in call["inputs"].items():
                 region = regions[int(j)]
@@ -391,18 +413,18 @@ class Worker:
                     one = np.frombuffer(bytes.fromhex(pattern), dtype=np.uint8)
                     region.set(np.tile(one, region.size // one.size), stream=self.stream)
 
-        results: list[dict[str, Any]] = []
+        results: list[CallRecord] = []
         out: list[bytes] = []
         exiting = False
         for i, call in enumerate(h["calls"]):
-            record: dict[str, Any] = {"rc": 0, "error": None, "capture_error": None}
+            record: CallRecord = {"rc": 0, "error": None, "capture_error": None}
             try:
                 mode = call["mode"]
                 allocs, args, _ = buffer_set(int(call.get("buffers", 0)))
                 if mode != "graph":
                     upload(call)
                 if mode == "smem":
-                    self.poison_shared(int(call["smem_pattern"]))
+                    self.poison_shared(int(call["smem_pattern"] or 0))
                 if mode != "graph":
                     # inputs, poison and the shared-memory fill are in place before the call, whatever stream
                     # the candidate (wrongly) uses: a violation then shows as such, not as a race with uploads
@@ -441,7 +463,7 @@ class Worker:
             self.tick(i)
         return {"ok": True, "calls": results, "exiting": exiting}, out
 
-    def _capture_only(self, fn: Any, args: list[Any], record: dict[str, Any]) -> None:
+    def _capture_only(self, fn: Any, args: list[Any], record: CallRecord) -> None:
         """Capture the call into a graph on the stream (global mode) and throw the graph away: touching the
         legacy default stream or synchronizing the device fails the capture."""
         self.stream.begin_capture(getattr(self.rt, "streamCaptureModeGlobal", 0))
@@ -457,8 +479,8 @@ class Worker:
         except self.rt.CUDARuntimeError as exc:
             self.settle("after capturing the call", exc)
 
-    def _graph_call(self, fn: Any, args: list[Any], call: dict[str, Any], record: dict[str, Any],
-                    upload: Callable[[dict[str, Any]], None]) -> None:
+    def _graph_call(self, fn: Any, args: list[Any], call: CallRequest, record: CallRecord,
+                    upload: Callable[[CallRequest], None]) -> None:
         mode = getattr(self.rt, "streamCaptureModeGlobal", 0)
         graph = None
         self.stream.begin_capture(mode)
@@ -485,7 +507,7 @@ class Worker:
         except self.rt.CUDARuntimeError as exc:
             self.settle("launching the captured graph", exc)
 
-    def _fill(self, arrays: list[Any], shape: dict[str, Any], fill: dict[str, Any]) -> None:
+    def _fill(self, arrays: list[Any], shape: BenchShapeRequest, fill: BenchFill) -> None:
         """Upload one input set into ``arrays``: ``in``/``inout`` from the files the parent wrote, ``out``
         poisoned (bytes repeated over the array)."""
         import numpy as np
@@ -498,16 +520,16 @@ class Worker:
             if path is not None:
                 raw.set(np.fromfile(path, dtype=np.uint8), stream=self.stream)
             else:
-                one = np.frombuffer(bytes.fromhex(fill["poison"][j]), dtype=np.uint8)
+                one = np.frombuffer(bytes.fromhex(fill["poison"][j] or "00"), dtype=np.uint8)
                 raw.set(np.tile(one, int(a["count"])), stream=self.stream)
 
-    def _set_for(self, shape: dict[str, Any], fill: dict[str, Any]) -> tuple[list[Any], list[Any]]:
+    def _set_for(self, shape: BenchShapeRequest, fill: BenchFill) -> tuple[list[Any], list[Any]]:
         arrays = [self.typed_empty(a["dtype"], int(a["count"])) for a in shape["arrays"]]
         self._fill(arrays, shape, fill)
         self.stream.synchronize()
         return arrays, self._args(shape["args"], [int(arr.data.ptr) for arr in arrays])
 
-    def _save_outputs(self, arrays: list[Any], shape: dict[str, Any], tag: str) -> list[str | None]:
+    def _save_outputs(self, arrays: list[Any], shape: BenchShapeRequest, tag: str) -> list[str | None]:
         """Write every ``out``/``inout`` array to a file for the parent to judge (the whole device idle first)."""
         from pathlib import Path
 
@@ -522,12 +544,11 @@ class Worker:
             paths.append(str(path))
         return paths
 
-    def _bench_checks(self, fn: Any, shape: dict[str, Any], sets: list[tuple[list[Any], list[Any]]],
-                      tag: str) -> dict[str, Any]:
+    def _bench_checks(self, fn: Any, shape: BenchShapeRequest, sets: list[tuple[list[Any], list[Any]]],
+                      tag: str, out: TimedShape) -> TimedShape:
         """After the timed calls of one benchmark shape: the outputs they left in every input set (for ``inout``
         arrays, of one more call on fresh inputs), one call on set 0 with one input element changed and the same
-        pointers, a capture of the call on its stream, and the device state."""
-        out: dict[str, Any] = {"outputs": []}
+        pointers, a capture of the call on its stream, and the device state; added to ``out``."""
         has_inout = any(a["role"] == "inout" for a in shape["arrays"])
 
         def call(args: list[Any]) -> str | None:
@@ -540,16 +561,18 @@ class Worker:
                 self.stream.synchronize()
                 failed = call(args)
                 if failed:
-                    return {**out, "check_error": failed}
+                    out["check_error"] = failed
+                    return out
             out["outputs"].append(self._save_outputs(arrays, shape, f"{tag}-set{k}"))
         arrays, args = sets[0]
         self._fill(arrays, shape, shape["tweak"])
         self.stream.synchronize()
         failed = call(args)
         if failed:
-            return {**out, "check_error": failed}
+            out["check_error"] = failed
+            return out
         out["tweak_outputs"] = self._save_outputs(arrays, shape, f"{tag}-tweak")
-        record: dict[str, Any] = {"rc": 0, "capture_error": None}
+        record: CallRecord = {"rc": 0, "error": None, "capture_error": None}
         self._capture_only(fn, args, record)
         out["capture_error"] = record["capture_error"]
         out["capture_rc"] = record["rc"]
@@ -580,7 +603,7 @@ class Worker:
             self.tick(done)  # progress: the parent's deadline is per step, so a hang shows in seconds
         return samples
 
-    def op_time(self, h: dict[str, Any], _bufs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
+    def op_time(self, h: TimeRequest, _bufs: list[bytes]) -> tuple[TimeReply, list[bytes]]:
         fn = self.fn(str(h["lib"]))
         budget_us = float(h.get("budget_s", 0.3)) * 1e6
         min_n, max_n = int(h.get("min_samples", 20)), int(h.get("max_samples", 200))
@@ -591,7 +614,7 @@ class Worker:
         for si, shape in enumerate(h["shapes"]):
             try:
                 timed, sets = self._time_shape(fn, shape, budget_us, min_n, max_n, graph_below, sample_us)
-                timed.update(self._bench_checks(fn, shape, sets, f"{h['lib'].replace(':', '-')}-s{si}"))
+                timed = self._bench_checks(fn, shape, sets, f"{h['lib'].replace(':', '-')}-s{si}", timed)
                 del sets
                 shapes_out.append(timed)
             except self.rt.CUDARuntimeError as exc:
@@ -601,9 +624,9 @@ class Worker:
             self.tick(si)
         return {"ok": True, "shapes": shapes_out}, []
 
-    def _time_shape(self, fn: Any, shape: dict[str, Any], budget_us: float, min_n: int, max_n: int,
+    def _time_shape(self, fn: Any, shape: BenchShapeRequest, budget_us: float, min_n: int, max_n: int,
                     graph_below: float, sample_us: float
-                    ) -> tuple[dict[str, Any], list[tuple[list[Any], list[Any]]]]:
+                    ) -> tuple[TimedShape, list[tuple[list[Any], list[Any]]]]:
         """Samples of one benchmark shape, over the input sets the parent made (rotated call by call).
 
         A call shorter than ``graph_below`` us is timed as a CUDA graph of many back-to-back calls (no flush in
@@ -649,7 +672,7 @@ class Worker:
             self.stream.synchronize()
             n = max(min_n, min(max_n, int(budget_us / (reps * t_est))))
             samples = self._measure(lambda _k: graph.launch(self.stream), n, reps, False, 50, host_us)
-            mode = "graph"
+            mode: Literal["graph", "events"] = "graph"
         else:
             # one launch per sample: back-to-back launches would add the gap between kernels to every call
             reps = 1
@@ -663,16 +686,17 @@ class Worker:
         return {"samples_us": samples, "mode": mode, "calls_per_sample": reps, "sets": rotation,
                 "estimate_us": t_est, "launch_overhead_us": overhead if mode == "events" else 0.0,
                 "empty_kernel_us": self._empty_us,
-                "big_sets": big}, sets
+                "big_sets": big, "outputs": []}, sets
 
-    def op_time_reference(self, h: dict[str, Any], _bufs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
+    def op_time_reference(self, h: TimeReferenceRequest, _bufs: list[bytes]) -> tuple[TimeReferenceReply,
+                                                                                            list[bytes]]:
         """Time the numpy reference computed by cupy: the reference module's ``numpy`` (and the numpy functions
         it imported by name) rebound to cupy in this process, so every array it makes is a cupy array."""
         from pathlib import Path
 
         import numpy
 
-        from ..manifest.reference import load_reference
+        from ...manifest.reference import load_reference
 
         fn = load_reference(Path(h["root"]), str(h["reference"]))
         names = fn.__globals__
@@ -683,7 +707,7 @@ class Worker:
                 names[name] = self.cp
             elif callable(value) and home.startswith("numpy") and own and hasattr(self.cp, own):
                 names[name] = getattr(self.cp, own)
-        out: list[dict[str, Any]] = []
+        out: list[ReferenceShapeReply] = []
         for si, shape in enumerate(h["shapes"]):
             try:
                 out.append({"samples_us": self._time_reference_shape(fn, shape)})
@@ -694,7 +718,7 @@ class Worker:
             self.tick(si)
         return {"ok": True, "shapes": out}, []
 
-    def _time_reference_shape(self, fn: Callable[..., Any], shape: dict[str, Any]) -> list[float]:
+    def _time_reference_shape(self, fn: Callable[..., Any], shape: ReferenceShape) -> list[float]:
         kwargs: dict[str, Any] = dict(shape["scalars"])
         for a in shape["arrays"]:
             arr = self.typed_empty(a["dtype"], int(a["count"]))[: int(a["count"])].reshape(a["shape"])
@@ -716,7 +740,7 @@ class Worker:
                 samples.append(self.cp.cuda.get_elapsed_time(e0, e1) * 1000.0)
         return samples
 
-    def op_floors(self, _h: dict[str, Any], _bufs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
+    def op_floors(self, _h: FloorsRequest, _bufs: list[bytes]) -> tuple[FloorsReply, list[bytes]]:
         cp = self.cp
         e0, e1 = self.event_pair(0)
 
@@ -774,7 +798,8 @@ def main(argv: Sequence[str]) -> int:
         write_message(reply_fd, {"error": f"{type(exc).__name__}: {exc}"})
         return 2
     write_message(reply_fd, hello)
-    ops: dict[str, Callable[[dict[str, Any], list[bytes]], tuple[dict[str, Any], list[bytes]]]] = {
+    # the header is parsed JSON: each handler reads it as its request's record (messages.py)
+    ops: dict[str, Callable[[Any, list[bytes]], tuple[Mapping[str, Any], list[bytes]]]] = {
         "load": worker.op_load, "check": worker.op_check, "time": worker.op_time,
         "time_reference": worker.op_time_reference, "floors": worker.op_floors,
         "ping": lambda _h, _b: ({"ok": True}, []),
@@ -790,7 +815,7 @@ def main(argv: Sequence[str]) -> int:
         handler = ops.get(str(op))
         out: list[bytes] = []
         if handler is None:
-            reply: dict[str, Any] = {"ok": False, "error": f"unknown op {op!r}"}
+            reply: Mapping[str, Any] = {"ok": False, "error": f"unknown op {op!r}"}
         else:
             try:
                 reply, out = handler(header, buffers)
@@ -799,9 +824,10 @@ def main(argv: Sequence[str]) -> int:
             except CallFailed as exc:
                 reply = {"ok": False, "error": str(exc)}
             except Exception as exc:
-                reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000]}
+                failed: Reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000]}
                 if not worker.context_ok():
-                    reply.update(fatal=True, exiting=True)
+                    failed["fatal"] = failed["exiting"] = True
+                reply = failed
         out_ok = True
         try:
             write_message(reply_fd, reply, out)

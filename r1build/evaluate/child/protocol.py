@@ -12,7 +12,7 @@ import os
 import select
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = ["CAPTURE_ERRORS", "MAGIC", "PeerClosed", "PeerTimeout", "ProtocolError", "read_message", "write_message"]
@@ -40,7 +40,7 @@ class PeerTimeout(Exception):
     """The peer sent nothing before the deadline."""
 
 
-def write_message(fd: int, header: dict[str, Any], buffers: Sequence[bytes | bytearray | memoryview] = ()) -> None:
+def write_message(fd: int, header: Mapping[str, Any], buffers: Sequence[bytes | bytearray | memoryview] = ()) -> None:
     """Send one frame. Raises :class:`PeerClosed` when the reader has gone."""
     body = json.dumps(header, separators=(",", ":"), allow_nan=True).encode()
     parts: list[bytes | bytearray | memoryview] = [_HEAD.pack(MAGIC, len(body), len(buffers)), body]

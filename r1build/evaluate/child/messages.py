@@ -1,0 +1,261 @@
+"""Every message between the evaluator and its children, as typed records both sides import.
+
+The wire format is a JSON header plus raw buffers (:mod:`.protocol`), so each record is a ``TypedDict``: the
+parent builds them (``checks``, ``timing``, ``bench_checks``, ``evaluator``), the worker reads them, and a type
+checker holds both sides to one definition. Standard library only: the harness and the worker import it.
+
+Requests (``op``): ``load``, ``check``, ``time``, ``time_reference``, ``floors``, ``ping``, ``exit``; each reply
+has ``ok`` and, on failure, ``error`` (``fatal``/``exiting`` when the worker's CUDA context is gone). While a
+request runs the worker may send :class:`Tick` messages (progress, so a hang shows in seconds). The sanitizer's
+job file is :class:`SanitizeJob`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal, TypedDict
+
+if TYPE_CHECKING:  # annotations are not evaluated at run time (PEP 563), so Python 3.10 needs nothing more
+    from typing_extensions import NotRequired
+
+__all__ = [
+    "ArgItem",
+    "ArrayAlloc",
+    "ArrayRequest",
+    "BenchFill",
+    "BenchShapeRequest",
+    "CallRecord",
+    "CallRequest",
+    "CheckReply",
+    "CheckRequest",
+    "FloorsReply",
+    "FloorsRequest",
+    "Hello",
+    "LoadRequest",
+    "Mode",
+    "ReferenceShape",
+    "ReferenceShapeReply",
+    "Reply",
+    "Role",
+    "SanitizeArray",
+    "SanitizeJob",
+    "SanitizeShape",
+    "Tick",
+    "TimeReferenceReply",
+    "TimeReferenceRequest",
+    "TimeReply",
+    "TimeRequest",
+    "TimedShape",
+]
+
+Role = Literal["in", "out", "inout"]
+"""What the call does with an array: reads it, writes it, or both."""
+
+Mode = Literal["direct", "capture", "graph", "smem", "tweak", "moved"]
+"""How the worker makes one checking call (see ``checks.py``); ``tweak`` and ``moved`` run as ``direct``."""
+
+
+class ArgItem(TypedDict, total=False):
+    """One argument of the entry point: the ``array``-th array argument's pointer, or a ``scalar`` value."""
+
+    array: int
+    scalar: int | float | bool
+
+
+class Reply(TypedDict):
+    """What every reply carries."""
+
+    ok: bool
+    error: NotRequired[str]
+    fatal: NotRequired[bool]
+    exiting: NotRequired[bool]
+
+
+class Tick(TypedDict):
+    """Progress inside a request (a shape or a batch of samples done)."""
+
+    tick: int
+
+
+class Hello(TypedDict):
+    """The worker's first message: the device it has."""
+
+    ok: bool
+    device: str
+    capability: list[int]
+    sm_count: int
+    l2_bytes: int
+    memory: int
+    smem_optin: int
+    clock_khz: int
+    driver: int
+    runtime: int
+    cupy: str
+    pid: int
+
+
+class LoadRequest(TypedDict):
+    """dlopen one candidate library and bind its entry point."""
+
+    op: Literal["load"]
+    lib: str
+    path: str
+    entry: str
+    argtypes: list[str]
+
+
+# -- check: one shape's calls into the same buffers ------------------------------------------------------------
+class ArrayAlloc(TypedDict):
+    """One array's allocation: ``total`` bytes filled with ``guard_byte``, the array at ``start``."""
+
+    total: int
+    start: int
+    nbytes: int
+    guard_byte: int
+
+
+class CallRequest(TypedDict):
+    """One call of a ``check`` request: inputs (array index → buffer index), outputs' poison (hex), mode."""
+
+    mode: Mode
+    inputs: dict[str, int]
+    poison: dict[str, str]
+    smem_pattern: int | None
+    buffers: int
+
+
+class CheckRequest(TypedDict):
+    op: Literal["check"]
+    lib: str
+    args: list[ArgItem]
+    calls: list[CallRequest]
+    arrays: list[ArrayAlloc]
+
+
+class CallRecord(TypedDict):
+    """What one checking call did (every allocation's bytes follow as buffers)."""
+
+    rc: int
+    error: str | None
+    capture_error: str | None
+    device_state: NotRequired[str | None]
+    fatal: NotRequired[bool]
+
+
+class CheckReply(Reply):
+    calls: NotRequired[list[CallRecord]]
+
+
+# -- time: samples at every benchmark shape, then the checks of what the timed calls left ---------------------
+class ArrayRequest(TypedDict):
+    """An array argument as the worker allocates it at one shape."""
+
+    name: str
+    dtype: str
+    role: Role
+    shape: list[int]
+    count: int
+    itemsize: int
+
+
+class BenchFill(TypedDict):
+    """One input set: per array, a file of its bytes (``in``/``inout``) or None and a poison (``out``)."""
+
+    files: list[str | None]
+    poison: list[str | None]
+
+
+class BenchShapeRequest(TypedDict):
+    arrays: list[ArrayRequest]
+    args: list[ArgItem]
+    sets: list[BenchFill]
+    tweak: BenchFill
+    out_dir: str
+
+
+class TimeRequest(TypedDict):
+    op: Literal["time"]
+    lib: str
+    budget_s: float
+    min_samples: int
+    max_samples: int
+    graph_below_us: float
+    sample_us: float
+    shapes: list[BenchShapeRequest]
+
+
+class TimedShape(TypedDict):
+    """The samples of one benchmark shape and the checks of the outputs the timed calls left."""
+
+    samples_us: list[float]
+    mode: Literal["graph", "events"]
+    calls_per_sample: int
+    sets: int
+    estimate_us: float
+    launch_overhead_us: float
+    empty_kernel_us: float
+    big_sets: bool
+    outputs: list[list[str | None]]
+    tweak_outputs: NotRequired[list[str | None]]
+    check_error: NotRequired[str]
+    capture_error: NotRequired[str | None]
+    capture_rc: NotRequired[int]
+    device_state: NotRequired[str | None]
+
+
+class TimeReply(Reply):
+    shapes: NotRequired[list[TimedShape]]
+
+
+# -- time_reference: the numpy reference on cupy arrays ---------------------------------------------------------
+class ReferenceShape(TypedDict):
+    arrays: list[ArrayRequest]
+    scalars: dict[str, int | float]
+
+
+class TimeReferenceRequest(TypedDict):
+    op: Literal["time_reference"]
+    root: str
+    reference: str
+    shapes: list[ReferenceShape]
+
+
+class ReferenceShapeReply(TypedDict, total=False):
+    samples_us: list[float]
+    error: str
+
+
+class TimeReferenceReply(Reply):
+    shapes: NotRequired[list[ReferenceShapeReply]]
+
+
+# -- floors: the device's bandwidth and fp32 peak ---------------------------------------------------------------
+class FloorsRequest(TypedDict):
+    op: Literal["floors"]
+
+
+class FloorsReply(Reply):
+    bandwidth_bps: NotRequired[float]
+    fp32_flops: NotRequired[float]
+    sgemm_flops: NotRequired[float]
+    fma_flops: NotRequired[float]
+
+
+# -- the sanitizer harness's job file ----------------------------------------------------------------------------
+class SanitizeArray(TypedDict):
+    """One array of a sanitized shape: its size, and the file of its input bytes (``in``/``inout``)."""
+
+    nbytes: int
+    input: str | None
+
+
+class SanitizeShape(TypedDict):
+    key: str
+    arrays: list[SanitizeArray]
+    args: list[ArgItem]
+
+
+class SanitizeJob(TypedDict):
+    lib: str
+    entry: str
+    argtypes: list[str]
+    shapes: list[SanitizeShape]
