@@ -53,6 +53,7 @@ from typing import Any
 from .. import __version__
 from ..errors import BundleError, SignatureError
 from ..events import Note, emit
+from ..filemode import as_user_file
 from ..keys import canonical_json, digest_bytes
 from ..records import Decision, from_json
 from ..signing import PrivateKey, TrustedKeys, entry_payload, sign, verify
@@ -204,6 +205,7 @@ def export_bundle(cache: Cache, path: Path | str, keys: Iterable[str] | None = N
         _remove_stale_temps(path)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.p{os.getpid()}.", suffix=".tmp", dir=path.parent)
         try:
+            as_user_file(fd)  # the mode of any file the user writes, not mkstemp's 0600
             with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w") as zf:
                 zf.comment = _COMMENT_PREFIX + digest_bytes(index_bytes).encode()
                 _write_member(zf, INDEX_NAME, index_bytes)

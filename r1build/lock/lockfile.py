@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import LockError, StaleLockError
+from ..filemode import as_user_file
 from ..keys import decision_key, digest_json, generation_settings, normalized_spec
 from ..manifest.convert import ConversionProblem, convert
 from ..manifest.locate import format_path, locate
@@ -266,6 +267,7 @@ def write_lock(path: Path, lock: Lock) -> bool:
         pass
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".kernels.lock.", suffix=".tmp")
     try:
+        as_user_file(fd)  # mkstemp's 0600 would make a committed lock unreadable to the rest of the team
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
             f.write(text)
         os.replace(tmp, path)
