@@ -10,6 +10,7 @@ exit code 2 at the CLI / PEP 517 boundary; everything else to exit code 1::
     │   │   └── StaleLockError         --locked and the lock does not match the manifest
     │   ├── BundleError                a cache bundle that is malformed or tampered with
     │   ├── ConfigError                settings / environment (missing API key, bad endpoint, bad signing key)
+    │   │   └── MissingExtraError      an optional dependency a command needs is not installed (names the extra)
     │   ├── SignatureError             a signed decision or bundle entry that is unsigned, malformed, signed by
     │   │                                  an untrusted key, or altered (names the key id)
     │   └── UsageError                 command-line misuse
@@ -49,6 +50,7 @@ __all__ = [
     "GenerationError",
     "LockError",
     "ManifestError",
+    "MissingExtraError",
     "NoWinnerError",
     "R1BuildError",
     "RemoteCacheError",
@@ -108,6 +110,16 @@ class BundleError(UserError):
 
 class ConfigError(UserError):
     """Settings or environment: a missing API key, an unknown provider."""
+
+
+class MissingExtraError(ConfigError):
+    """A command needs an optional dependency that is not installed: openai to generate, numpy to check the
+    references, cupy to measure on a GPU. The message names the extra that installs it (:mod:`r1build.extras`)."""
+
+    def __init__(self, message: str, *, extra: str) -> None:
+        self.extra = extra
+        """The extra of r1build that installs what is missing (``generate``, ``cuda13`` ...)."""
+        super().__init__(message)
 
 
 class SignatureError(UserError):

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Literal
 from .cache import Cache
 from .errors import CompileError, EndpointSilentError, LockError, NoWinnerError, ResolveError, UsageError
 from .events import Note, Stage, emit
+from .extras import CUPY, GENERATE
 from .judge import CHECKS_VERSION, Evaluator, Job
 from .keys import decision_key, digest_bytes
 from .lock import (
@@ -82,6 +83,10 @@ class ResolveOptions:
     """Fail unless the lock is present and current; use only what it names."""
     refresh: bool = False
     """Ignore cached decisions and the lock, and judge again."""
+    frozen: bool = False
+    """Use the lock as it is, never check it against the manifest (``--frozen``): every kernel × arch takes its
+    entry, stale or not (each entry's fields and winner are still verified), one without an entry is an error,
+    and nothing is generated, measured or written to the lock."""
     use_gpu: bool | None = None
     """Measure on local GPUs on a miss. None: when one is visible."""
     write_lock: bool = True
@@ -218,6 +223,14 @@ def _may_generate(manifest: Manifest, options: ResolveOptions, cache: Cache) -> 
     generation = manifest.settings.generation
     if not endpoint_configured(generation, options.environ):
         return False
+    if not GENERATE.installed():
+        if not options.build:
+            raise GENERATE.missing()  # generating is asked for: say which extra installs it (exit 2)
+        # a build has the user's own sources to fall back on, as with an endpoint that is down
+        emit(Note("warning", f"the build opted in to generating, but openai is not installed in the build "
+                             f"environment ({GENERATE.install_hint()}; for an isolated build, `r1build[generate]` in "
+                             "[build-system] requires): not generating in this build"))
+        return False
     url = resolve_endpoint(generation, options.environ).display_url
     if cache.degraded is not None:
         emit(Note("warning", f"not asking the LLM at {url}: the cache cannot keep what it would cost "
@@ -228,6 +241,11 @@ def _may_generate(manifest: Manifest, options: ResolveOptions, cache: Cache) -> 
         emit(Note("warning", f"the LLM endpoint {url} is unreachable ({why}): not generating in this run"))
         return False
     return True
+
+
+def _nvidia_driver() -> bool:
+    """Whether an NVIDIA kernel driver is loaded (a GPU that cupy could use), without loading CUDA."""
+    return Path("/proc/driver/nvidia/version").exists()
 
 
 class _Judges:
@@ -264,6 +282,13 @@ class _Judges:
             return None
         if self._gpu_archs is None:
             self._gpu_archs = set()
+            if not CUPY.installed():
+                if self.use_gpu:  # measuring was asked for (a build's R1BUILD_EVALUATE=1)
+                    raise CUPY.missing()
+                if _nvidia_driver():
+                    emit(Note("info", f"an NVIDIA driver is present but cupy is not installed, so nothing is "
+                                      f"measured on a GPU: {CUPY.install_hint()}"))
+                return None
             try:
                 from .evaluate import GpuEvaluator, detect_gpus
             except ImportError:
@@ -428,12 +453,14 @@ def _lookup(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Ca
     """The winner from the lock or a cached decision, without any work (:class:`Unresolved` when the cached
     decision has none that may win); None on a miss."""
     entry = lock.entry(spec.name, arch) if lock else None
+    if entry is not None and options.frozen:
+        key = entry.key  # the lock as it is: its entry answers, whatever the manifest says now
     refusal = (lock_refusal(entry, cache.get_decision(key))
                if entry is not None and entry.key == key and not options.refresh else None)
     if entry is not None and refusal is not None:
         message = (f"{spec.name}/{arch}: the locked winner {entry.winner[:12]} ({entry.provenance}, "
                    f"{entry.validation}) may not be used: {refusal}")
-        if options.locked:
+        if options.locked or options.frozen:
             raise LockError(f"{message}. Run `r1build resolve` (on a GPU of {arch} for a generated kernel) to "
                             "decide again and update the lock")
         emit(Note("warning", f"{message}; deciding again", spec.name, arch))
@@ -454,12 +481,15 @@ def _lookup(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Ca
                                 f"digest of its source and defines ({candidate.digest[:16]})")
             return Resolved(spec, arch, key, candidate, state, entry.provenance, entry.validation, entry.time_us,
                             entry.gpu, entry.toolchain, checks=entry.checks)
-        if options.locked:
+        if options.locked or options.frozen:
             raise ResolveError(
                 f"{spec.name}/{arch}: the lock names source {entry.source[:16]}, which is neither in the cache "
                 f"({cache.directory}) nor vendored in {manifest.settings.vendor_dir}; import a cache bundle "
                 "(`r1build cache import`), commit vendored sources (`r1build vendor`), or resolve without --locked"
             )
+    if options.frozen:
+        raise LockError(f"{spec.name}/{arch}: --frozen and {lock_path(manifest).name} has no entry for it; "
+                        "run `r1build lock` (or resolve without --frozen)")
     if not options.refresh:
         decision = cache.get_decision(key)
         if decision is not None:
@@ -556,8 +586,12 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
                          f"{', '.join(s.name for s in manifest.kernels)})")
     if options.locked and options.refresh:
         raise UsageError("--locked uses only what the lock names and --refresh judges again: choose one")
+    if options.frozen and (options.refresh or options.recover_lock):
+        raise UsageError("--frozen uses the lock as it is: it cannot be combined with --refresh or rebuild the lock")
     path = lock_path(manifest)
     lock = _read_lock(manifest, options)
+    if options.frozen and lock is None:
+        raise LockError(f"--frozen uses {path} as it is, and there is none; run `r1build lock` first")
     plan = {s.name: [a for a in manifest.archs_of(s) if options.archs is None or a in options.archs] for s in specs}
     if options.locked:
         lock = require_fresh(manifest, lock, plan if (options.kernels or options.archs) else None)
@@ -570,7 +604,7 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
                 found.append((spec, arch, key, _lookup(manifest, spec, arch, key, cache, lock, options)))
         # the manifest's own candidates of each kernel with a miss, read once for the GPU's head start and the work
         seeds: dict[str, list[Candidate]] = {}
-        if not options.locked and any(hit is None for *_, hit in found):
+        if not options.locked and not options.frozen and any(hit is None for *_, hit in found):
             from .evaluate.variants import expand_variants
 
             seeds = {spec.name: expand_variants(manifest, spec) for spec, _, _, hit in found if hit is None}
@@ -602,9 +636,10 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
         new_entries[(r.spec.name, r.arch)] = _lock_entry(manifest, r, new_entries.get((r.spec.name, r.arch)))
     new_lock = Lock(manifest=manifest.path.name, kernel=sorted(new_entries.values(), key=lambda e: (e.name, e.arch)))
     changed = False
-    if options.write_lock and not options.locked and (new_lock.kernel or path.exists()):
+    as_is = options.locked or options.frozen
+    if options.write_lock and not as_is and (new_lock.kernel or path.exists()):
         changed = write_lock(path, new_lock)
-    return Resolution(manifest, entries, new_lock if not options.locked else (lock or new_lock), changed, failed)
+    return Resolution(manifest, entries, new_lock if not as_is else (lock or new_lock), changed, failed)
 
 
 def emit_resolution(resolution: Resolution, out_dir: Path) -> Path:

@@ -6,7 +6,9 @@ variable                    meaning
 ``R1BUILD_OFFLINE=1``       never call an LLM endpoint: every command and every build
 ``R1BUILD_GENERATE=1``      let a *build* (pip, build, uv) call the configured endpoint on a miss; builds
                             never do otherwise
-``R1BUILD_LOCKED=1``        a build fails unless ``kernels.lock`` is present and current
+``R1BUILD_LOCKED=1``        a build, and every command that reads the lock, fails unless ``kernels.lock`` is
+                            present and current (the CLI's ``--locked``)
+``R1BUILD_FROZEN=1``        commands use ``kernels.lock`` as it is, never checking it (the CLI's ``--frozen``)
 ``R1BUILD_EVALUATE=1``      let a build measure on a local GPU on a miss
 ``R1BUILD_CACHE_DIR``       the cache directory (platformdirs' user cache folder otherwise)
 ``R1BUILD_VERBOSE=1``       build lines for every stage's end (gate registers, cache hits)
@@ -67,7 +69,10 @@ class EnvSettings:
     generate: bool | None = None
     """``R1BUILD_GENERATE``: a build may call the configured endpoint on a miss (builds never do otherwise)."""
     locked: bool | None = None
-    """``R1BUILD_LOCKED``: a build fails unless the lock is present and current."""
+    """``R1BUILD_LOCKED``: a build, and every command that reads the lock, fails unless the lock is present and
+    current."""
+    frozen: bool | None = None
+    """``R1BUILD_FROZEN``: commands use the lock as it is, never checking it against the manifest."""
     evaluate: bool | None = None
     """``R1BUILD_EVALUATE``: a build may measure on a local GPU on a miss."""
     cache_dir: Path | None = None
@@ -138,6 +143,7 @@ def env_settings(environ: Mapping[str, str] | None = None) -> EnvSettings:
         offline=_flag(env, "R1BUILD_OFFLINE"),
         generate=_flag(env, "R1BUILD_GENERATE"),
         locked=_flag(env, "R1BUILD_LOCKED"),
+        frozen=_flag(env, "R1BUILD_FROZEN"),
         evaluate=_flag(env, "R1BUILD_EVALUATE"),
         cache_dir=Path(raw_dir).expanduser() if raw_dir else None,
         verbose=bool(_flag(env, "R1BUILD_VERBOSE")),

@@ -117,7 +117,7 @@ def _prepare(project: Path, options: BuildOptions) -> Path:
         from ..toolchain import toolchain
         from .inputs import manifest_inputs
 
-        inputs = manifest_inputs(load_manifest(find_manifest(project)))
+        inputs = manifest_inputs(load_manifest(find_manifest(project), check_references=False))
         write_stamp(project, options, inputs, cmake_file, toolchain().nvcc)
     return cmake_file
 
@@ -134,7 +134,7 @@ def _for_sdist(config_settings: HookSettings) -> ConfigSettings:
 
     project = Path.cwd()
     settings = _plain_settings(config_settings)
-    manifest = load_manifest(find_manifest(project))
+    manifest = load_manifest(find_manifest(project), check_references=False)
     check_offline_buildable(project, manifest)
     return sdist_settings(project, manifest, settings)
 

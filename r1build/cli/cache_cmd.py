@@ -1,4 +1,5 @@
-"""``r1build cache``: ``stats``, ``ls``, ``verify``, ``repair``, ``gc``, ``export``, ``import``, ``push``.
+"""``r1build cache``: ``dir``, ``stats``, ``ls``, ``verify``, ``repair``, ``gc``, ``prune``, ``clean``, ``export``,
+``import``, ``push``. Every sub-command that reports takes ``--json``.
 
 ``export --signing-key FILE`` (or ``R1BUILD_SIGNING_KEY``) signs the bundle's entries; ``import -m MANIFEST``
 refuses, with a warning each, entries not signed by a key in the manifest's ``[cache] trusted-keys``.
@@ -20,7 +21,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..cache import KINDS, BundleSummary, Cache, Entry, export_bundle, import_bundle
+from ..cache import KINDS, BundleSummary, Cache, Entry, export_bundle, import_bundle, resolve_cache_dir
+from ..cache.prune import clean_cache, prune_cache
 from ..errors import UsageError
 from ..events import sink
 from ..manifest import Manifest, find_manifest, load_manifest
@@ -71,6 +73,11 @@ def register(sub: Any) -> None:
     commands = cache.add_subparsers(dest="cache_command", metavar="SUBCOMMAND", parser_class=type(cache))
     commands.required = True
 
+    p = commands.add_parser("dir", help="print the cache directory (--cache-dir, else $R1BUILD_CACHE_DIR, else the "
+                                        "user cache folder)")
+    add_cache_arg(p)
+    p.set_defaults(func=cmd_dir)
+
     p = commands.add_parser("stats", help="entries, size and hit/miss statistics")
     add_cache_arg(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -89,17 +96,21 @@ def register(sub: Any) -> None:
                    help="check the remote cache instead: digests and signatures of what is there (every object "
                         "where it can list, else the decisions the lock names and their blobs)")
     add_manifest_arg(p)
+    _add_json(p)
     p.set_defaults(func=cmd_verify)
 
-    p = commands.add_parser("repair", help="delete bad entries; rebuild a damaged index from what still verifies")
-    add_cache_arg(p)
-    p.set_defaults(func=cmd_repair)
+    _simple(commands, "repair", cmd_repair, "delete bad entries; rebuild a damaged index from what still verifies")
 
     p = commands.add_parser("gc", help="delete corrupt entries and evict the least recently used")
     add_cache_arg(p)
     p.add_argument("--max-size", type=parse_size, metavar="SIZE",
                    help="new size limit, kept for later runs (e.g. 2G, 500M)")
+    _add_json(p)
     p.set_defaults(func=cmd_gc)
+
+    _simple(commands, "prune", cmd_prune, "delete the blobs no decision, gate result or record names (older than "
+                                          "an hour), and corrupt entries")
+    _simple(commands, "clean", cmd_clean, "delete every entry of the cache")
 
     p = commands.add_parser("export", help="write entries into one bundle file")
     add_cache_arg(p)
@@ -109,6 +120,7 @@ def register(sub: Any) -> None:
     p.add_argument("--signing-key", type=Path, metavar="FILE",
                    help="sign the entries with this Ed25519 private key (default: $R1BUILD_SIGNING_KEY; "
                         "unsigned without either)")
+    _add_json(p)
     p.set_defaults(func=cmd_export)
 
     p = commands.add_parser("import", help="verify a bundle, then add its entries")
@@ -117,13 +129,61 @@ def register(sub: Any) -> None:
     p.add_argument("-m", "--manifest", type=Path, metavar="PATH",
                    help="check signatures against this manifest's [cache] trusted-keys (kernels.toml, a "
                         "pyproject.toml or a folder with one); unsigned and untrusted entries are refused")
+    _add_json(p)
     p.set_defaults(func=cmd_import)
 
     p = commands.add_parser("push", help="publish the local decisions and gate results (and the blobs they "
                                          "name) to the remote cache, signed with the team's key")
     add_cache_arg(p, remote=True)
     add_manifest_arg(p)
+    _add_json(p)
     p.set_defaults(func=cmd_push, remote_write=True)
+
+
+def _simple(commands: Any, name: str, func: Any, helptext: str) -> None:
+    """A sub-command that takes ``--cache-dir`` and ``--json`` only."""
+    p = commands.add_parser(name, help=helptext)
+    add_cache_arg(p)
+    _add_json(p)
+    p.set_defaults(func=func)
+
+
+def _add_json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _json(console: Console, doc: Any) -> None:
+    console.json(json.dumps(doc, indent=2))
+
+
+# -- dir / clean / prune ----------------------------------------------------------------------------------------
+def cmd_dir(args: argparse.Namespace, console: Console) -> int:
+    console.print(str(resolve_cache_dir(getattr(args, "cache_dir", None))))
+    return 0
+
+
+def cmd_clean(args: argparse.Namespace, console: Console) -> int:
+    with sink(console.event), open_cache(args, existing=True) as cache:
+        cleaned = clean_cache(cache)
+    return _maintained(args, console, cache, cleaned,
+                       f"deleted {cleaned.entries} entries ({format_size(cleaned.bytes)})")
+
+
+def cmd_prune(args: argparse.Namespace, console: Console) -> int:
+    with sink(console.event), open_cache(args, existing=True) as cache:
+        pruned = prune_cache(cache)
+    return _maintained(args, console, cache, pruned,
+                       f"deleted {pruned.blobs} blobs nothing names ({format_size(pruned.bytes)}) and "
+                       f"{pruned.corrupt} corrupt entries; {pruned.kept} entries kept")
+
+
+def _maintained(args: argparse.Namespace, console: Console, cache: Cache, report: Any, text: str) -> int:
+    """Report what a maintenance command did: ``report`` (a dataclass) as JSON, else ``text``."""
+    if args.json:
+        _json(console, {"directory": str(cache.directory), **asdict(report)})
+    else:
+        console.print(f"{cache.directory}: {text}")
+    return 0
 
 
 # -- stats ----------------------------------------------------------------------------------------------------
@@ -229,11 +289,18 @@ def cmd_verify(args: argparse.Namespace, console: Console) -> int:
     with sink(console.event), open_cache(args, existing=True) as cache:
         damage = cache.integrity()
         if damage is not None:
+            if args.json:
+                _json(console, {"directory": str(cache.directory), "index_damage": damage, "entries": None,
+                                "problems": []})
             console.error(f"the cache index {cache.directory / 'cache.db'} is damaged ({damage}); "
                           "`r1build cache repair` rebuilds it from what still verifies")
             return 1
         total = len(cache.entries())
         problems = cache.audit()
+    if args.json:
+        _json(console, {"directory": str(cache.directory), "index_damage": None, "entries": total,
+                        "problems": [asdict(p) for p in problems]})
+        return 1 if problems else 0
     if not problems:
         console.print(f"{total} entries verified in {cache.directory}: all intact")
         return 0
@@ -264,6 +331,10 @@ def _verify_remote(args: argparse.Namespace, console: Console) -> int:
             checked, problems = layer.audit(keys)
         finally:
             layer.close()
+    if args.json:
+        _json(console, {"remote": layer.url, "checked": checked,
+                        "problems": [{"key": p.key, "kind": p.kind, "reason": p.reason} for p in problems]})
+        return 1 if problems else 0
     if not problems:
         console.print(f"{checked} objects verified on {layer.url}: digests and signatures intact")
         return 0
@@ -280,6 +351,9 @@ def cmd_push(args: argparse.Namespace, console: Console) -> int:
             published, present = layer.push(cache)
         finally:
             layer.close()
+    if args.json:
+        _json(console, {"remote": layer.url, "published": published, "present": present})
+        return 0
     console.print(f"{layer.url}: published {published} records (blobs first), {present} already there")
     return 0
 
@@ -294,6 +368,10 @@ def _repair(args: argparse.Namespace, console: Console, *, exit_on_damage: int) 
 
     with sink(console.event):
         report = repair_cache(getattr(args, "cache_dir", None))
+    damaged = report.rebuilt or bool(report.bad_entries) or bool(report.fixed)
+    if getattr(args, "json", False):
+        _json(console, asdict(report))
+        return exit_on_damage if damaged else 0
     if report.rebuilt:
         kept = ", ".join(f"{n} {kind}{'s' if n != 1 else ''}" for kind, n in report.recovered.items() if n)
         console.warning(f"the index of {report.directory} was damaged ({report.damage}); moved it aside to "
@@ -312,6 +390,9 @@ def _repair(args: argparse.Namespace, console: Console, *, exit_on_damage: int) 
 def cmd_gc(args: argparse.Namespace, console: Console) -> int:
     with sink(console.event), open_cache(args, existing=True) as cache:
         report = cache.gc(size_limit=args.max_size)
+    if args.json:
+        _json(console, {"directory": str(cache.directory), **asdict(report)})
+        return 0
     console.print(f"deleted {report.corrupt} corrupt, evicted {report.evicted}, fixed {report.repaired} "
                   f"inconsistencies; {format_size(report.volume_before)} -> {format_size(report.volume)} "
                   f"(limit {format_size(report.size_limit)})")
@@ -322,6 +403,10 @@ def cmd_gc(args: argparse.Namespace, console: Console) -> int:
 def _counts(summary: BundleSummary) -> str:
     parts = [f"{n} {kind}{'s' if n != 1 else ''}" for kind, n in summary.entries.items() if n]
     return ", ".join(parts) or "nothing"
+
+
+def _summary_doc(summary: BundleSummary) -> dict[str, Any]:
+    return {**asdict(summary), "total": summary.total}
 
 
 def cmd_export(args: argparse.Namespace, console: Console) -> int:
@@ -335,6 +420,9 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
                 raise UsageError(f"no cached decisions for {', '.join(args.kernel)} "
                                  f"(cached kernels: {', '.join(known) or 'none'})")
         summary = export_bundle(cache, args.path, keys, signing_key=load_private_key(args.signing_key))
+    if args.json:
+        _json(console, _summary_doc(summary))
+        return 0
     console.print(f"wrote {summary.total} entries ({_counts(summary)}; {format_size(summary.payload_bytes)}) "
                   f"to {summary.path} ({format_size(summary.file_bytes)})")
     if summary.signed_by:
@@ -353,6 +441,9 @@ def cmd_import(args: argparse.Namespace, console: Console) -> int:
         trusted = trusted_keys(load_manifest(find_manifest(args.manifest), check_references=False))
     with sink(console.event), Cache(getattr(args, "cache_dir", None)) as cache:
         summary = import_bundle(cache, args.path, trusted=trusted)
+    if args.json:
+        _json(console, {**_summary_doc(summary), "signatures_checked": bool(trusted)})
+        return 0
     console.print(f"{summary.path}: {summary.total} entries ({_counts(summary)}) verified; "
                   f"added {len(summary.added)}, replaced {len(summary.replaced)}, "
                   f"unchanged {len(summary.unchanged)}, kept local {len(summary.kept)}")

@@ -14,8 +14,9 @@ __all__ = ["add_cache_arg", "add_manifest_arg", "load_from_args", "open_cache", 
 
 def add_manifest_arg(parser: argparse.ArgumentParser) -> None:
     """``-m/--manifest``: a manifest file or a directory holding one."""
-    parser.add_argument("-m", "--manifest", type=Path, default=Path.cwd(), metavar="PATH",
-                        help="kernels.toml, a pyproject.toml with [tool.r1build], or a folder with one (default: .)")
+    parser.add_argument("-m", "--manifest", type=Path, default=None, metavar="PATH",
+                        help="kernels.toml, a pyproject.toml with [tool.r1build], or a folder with one (default: "
+                             "the nearest in the current folder or a folder above it)")
 
 
 def add_cache_arg(parser: argparse.ArgumentParser, *, remote: bool = False) -> None:
@@ -35,8 +36,10 @@ def add_cache_arg(parser: argparse.ArgumentParser, *, remote: bool = False) -> N
 
 
 def load_from_args(args: argparse.Namespace, *, check_references: bool = True) -> Manifest:
-    """The manifest named by ``--manifest``."""
-    return load_manifest(find_manifest(args.manifest), check_references=check_references)
+    """The manifest named by ``--manifest``; without it, the nearest one from the current folder up."""
+    given: Path | None = args.manifest
+    path = find_manifest(given, walk_up=False) if given is not None else find_manifest(Path.cwd(), walk_up=True)
+    return load_manifest(path, check_references=check_references)
 
 
 def open_cache(args: argparse.Namespace, *, existing: bool = False, manifest: Manifest | None = None) -> Cache:

@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import datetime
 import importlib
+import json
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..cache import Cache
 from ..errors import CacheError, ConfigError, UsageError
 from ..events import sink
+from ..extras import GENERATE
 from ..judge import Evaluator
 from ..keys import decision_key
 from ..manifest import KernelSpec, Manifest
@@ -43,6 +45,7 @@ def register(sub: Any) -> None:
     p.add_argument("--arch", action="append", metavar="ARCH", help="only these archs (repeat or comma-separate)")
     add_manifest_arg(p)
     add_cache_arg(p)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("replay", help="re-extract a kernel's candidates from stored transcripts and judge them "
@@ -54,6 +57,7 @@ def register(sub: Any) -> None:
     p.add_argument("--no-gpu", action="store_true", help="judge with the static gate even where a GPU is present")
     add_manifest_arg(p)
     add_cache_arg(p)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_replay)
 
 
@@ -101,6 +105,15 @@ def _table(console: Console, arch: str, candidates: Sequence[Candidate], results
     console.table(columns, rows, title=f"{title} {arch}")
 
 
+def _rows(candidates: Sequence[Candidate], results: Sequence[Result]) -> list[dict[str, Any]]:
+    """The candidates and their results, as ``--json`` reports them."""
+    return [{"candidate": c.digest, "origin": _origin(c), "provenance": c.provenance(), "status": r.status,
+             "stage": r.stage, "time_us": r.timing.median_us if r.timing is not None else None,
+             "share_of_floor": r.timing.share_of_floor if r.timing is not None else None,
+             "registers": r.gate.registers if r.gate is not None else None, "detail": _first_line(r.detail, 300)}
+            for c, r in zip(candidates, results, strict=True)]
+
+
 def _gpu_for(cache: Cache, arch: str) -> Evaluator | None:
     """The GPU evaluator for ``arch`` when the evaluate stage offers one and a GPU of that arch is visible (the
     same rule as the resolver's)."""
@@ -116,6 +129,7 @@ def _gpu_for(cache: Cache, arch: str) -> Evaluator | None:
 
 
 def cmd_generate(args: argparse.Namespace, console: Console) -> int:
+    GENERATE.require()
     from ..evaluate.variants import expand_variants
     from ..gate.static import StaticGate
     from ..generate import endpoint_configured, search
@@ -134,6 +148,7 @@ def cmd_generate(args: argparse.Namespace, console: Console) -> int:
                           f"{' or '.join(keys)}, or {BASE_URL_ENV}, or base-url in [generation] of {manifest.path}")
     seeds = expand_variants(manifest, spec)
     failed: list[str] = []
+    report: list[dict[str, Any]] = []
     with sink(console.event), open_cache(args) as cache:
         if cache.degraded is not None:
             raise CacheError(f"not generating: the cache at {cache.directory} cannot keep what the requests would "
@@ -155,10 +170,18 @@ def cmd_generate(args: argparse.Namespace, console: Console) -> int:
                 "stop_reason": outcome.stop_reason,
                 "cause": outcome.cause,
             })
-            _table(console, arch, outcome.candidates, outcome.results, f"generate {spec.name}")
             u = outcome.usage
             generated = outcome.generated()
             passed = sum(1 for _, r in generated if r.ok)
+            if not passed:
+                failed.append(f"{arch} ({_why_none_passed(outcome)})")
+            if args.json:
+                report.append({"kernel": spec.name, "arch": arch, "generated": len(generated), "passed": passed,
+                               "rounds": outcome.rounds, "usage": dataclasses.asdict(u),
+                               "stop_reason": outcome.stop_reason, "cause": outcome.cause,
+                               "candidates": _rows(outcome.candidates, outcome.results)})
+                continue
+            _table(console, arch, outcome.candidates, outcome.results, f"generate {spec.name}")
             faults = ", ".join(f"{k} {v}" for k, v in sorted(u.failures.items())) or "none"
             approx = "~" if u.estimated else ""
             console.print(
@@ -167,8 +190,8 @@ def cmd_generate(args: argparse.Namespace, console: Console) -> int:
                 f"({u.retries} retries); {approx}{u.prompt_tokens} prompt + {approx}{u.completion_tokens} completion "
                 f"tokens, ${u.cost_usd:.4f}; faults: {faults}; stopped ({outcome.stop_reason}): {outcome.cause}"
             )
-            if not passed:
-                failed.append(f"{arch} ({_why_none_passed(outcome)})")
+    if args.json:
+        console.json(json.dumps({"kernel": spec.name, "archs": report}, indent=2))
     if failed:
         console.error(f"no generated candidate of {spec.name} passed the gate on {'; '.join(failed)}")
         return 1
@@ -199,6 +222,7 @@ def _stored_transcripts(cache: Cache, manifest: Manifest, spec: KernelSpec, arch
 
 
 def cmd_replay(args: argparse.Namespace, console: Console) -> int:
+    GENERATE.require()  # re-extracting answers runs the generate stage's code, which loads the openai client
     from ..evaluate.variants import expand_variants
     from ..gate.static import StaticGate
     from ..generate import replay
@@ -209,6 +233,7 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
     archs = _archs(manifest, spec, args)
     seeds = expand_variants(manifest, spec)
     status = 0
+    report: list[dict[str, Any]] = []
     with sink(console.event), open_cache(args) as cache:
         gate = StaticGate(cache)
         for arch in archs:
@@ -222,23 +247,40 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
             evaluator = None if args.no_gpu else _gpu_for(cache, arch)
             outcome = replay(manifest, spec, arch, evaluator=evaluator or gate, cache=cache,
                              transcripts=transcripts, seeds=seeds)
-            _table(console, arch, outcome.candidates, outcome.results, f"replay {spec.name}")
             winner = select_winner(outcome.candidates, outcome.results)
             generated = outcome.generated()
+            stored = decision.winner.digest if decision is not None and decision.winner is not None else None
+            verdict = None
+            if stored is not None:
+                replayed = next((r for c, r in zip(outcome.candidates, outcome.results, strict=True)
+                                 if c.digest == stored), None)
+                if winner is not None and winner.digest == stored:
+                    verdict = "confirmed"
+                elif all(r.stage == "gate" for r in outcome.results) and replayed is not None and replayed.ok:
+                    verdict = "passes the gate"
+                else:
+                    verdict = "differs"
+                    status = 1
+            if args.json:
+                report.append({"kernel": spec.name, "arch": arch, "transcripts": transcripts,
+                               "generated": len(generated), "passed": sum(1 for _, r in generated if r.ok),
+                               "winner": winner.digest if winner else None, "stored_winner": stored,
+                               "stored_winner_verdict": verdict,
+                               "candidates": _rows(outcome.candidates, outcome.results)})
+                continue
+            _table(console, arch, outcome.candidates, outcome.results, f"replay {spec.name}")
             console.print(f"{spec.name} {arch}: {len(transcripts)} transcript(s), {len(generated)} generated "
                           f"candidate(s), {sum(1 for _, r in generated if r.ok)} passed; winner: "
                           f"{winner.digest[:12] + ' (' + _origin(winner) + ')' if winner else 'none'}")
-            if decision is not None and decision.winner is not None:
-                same = winner is not None and winner.digest == decision.winner.digest
-                replayed = next((r for c, r in zip(outcome.candidates, outcome.results, strict=True)
-                                 if c.digest == decision.winner.digest), None)
-                if same:
-                    console.print(f"{spec.name} {arch}: the stored decision's winner is confirmed")
-                elif all(r.stage == "gate" for r in outcome.results) and replayed is not None and replayed.ok:
-                    console.warning(f"{spec.name} {arch}: the stored winner {decision.winner.digest[:12]} passes the "
-                                    f"static gate; only a GPU of {arch} can confirm it was the right choice")
-                else:
-                    console.error(f"{spec.name} {arch}: the stored decision chose {decision.winner.digest[:12]}, "
-                                  "the replay does not")
-                    status = 1
+            if stored is None:
+                continue
+            if verdict == "confirmed":
+                console.print(f"{spec.name} {arch}: the stored decision's winner is confirmed")
+            elif verdict == "passes the gate":
+                console.warning(f"{spec.name} {arch}: the stored winner {stored[:12]} passes the "
+                                f"static gate; only a GPU of {arch} can confirm it was the right choice")
+            else:
+                console.error(f"{spec.name} {arch}: the stored decision chose {stored[:12]}, the replay does not")
+    if args.json:
+        console.json(json.dumps({"kernel": spec.name, "archs": report}, indent=2))
     return status

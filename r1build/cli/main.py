@@ -11,6 +11,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from types import ModuleType
+from typing import Any
 
 from .. import __version__
 from ..errors import NoWinnerError, R1BuildError, UsageError
@@ -23,6 +24,16 @@ COMMAND_MODULES = ("project", "cache_cmd", "generate_cmd", "key_cmd", "report_cm
 
 
 class _Parser(argparse.ArgumentParser):
+    """Every parser, the commands' included, takes the output options, so ``r1build status -v`` works as
+    ``r1build -v status`` does (their defaults are suppressed, so a sub-command never resets the main's)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                          help="more logging (-vv for debug)")
+        self.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                          help="only warnings, errors and results (no notes or progress)")
+
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(f"{self.prog}: {message}")
 
@@ -35,7 +46,6 @@ def build_parser() -> argparse.ArgumentParser:
     """The full argument parser."""
     parser = _Parser(prog="r1build", description="CUDA kernels from kernels.toml, chosen per GPU arch.")
     parser.add_argument("--version", action="version", version=f"r1build {__version__}")
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for module in _modules():
@@ -49,9 +59,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
-        console.verbose = args.verbose
+        verbose: int = getattr(args, "verbose", 0)
+        quiet: bool = getattr(args, "quiet", False)
+        if verbose and quiet:
+            raise UsageError("-v/--verbose and -q/--quiet: choose one")
+        console.verbose, console.quiet = verbose, quiet
         logging.basicConfig(
-            level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
+            level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
             format="%(levelname)s %(name)s: %(message)s",
             stream=sys.stderr,
         )

@@ -8,12 +8,14 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from ..errors import UsageError
 from ..events import sink
+from ..extras import CHECK
 from ..lock import check_lock, load_lock, lock_path, vendor_winners
 from ..manifest import Manifest
 from ..overview import StatusRow, project_records
-from ..reference_check import check_references
 from ..resolve import Resolution, ResolveOptions, emit_resolution, resolve
+from ..settings import env_settings
 from .common import add_cache_arg, add_manifest_arg, load_from_args, open_cache, parse_archs
 from .render import Console, render_unresolved
 
@@ -27,7 +29,9 @@ def register(sub: Any) -> None:
     add_cache_arg(p, remote=True)
     p.add_argument("--locked", action="store_true",
                    help="also verify the lock as a locked build does: current, every field, every winner's source "
-                        "found and matching its digest, no winner the cache records as rejected, and the static gate")
+                        "found and matching its digest, no winner the cache records as rejected, and the static gate "
+                        "(also R1BUILD_LOCKED=1)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("status", help="kernel × arch → state, provenance, time, digest")
@@ -42,7 +46,12 @@ def register(sub: Any) -> None:
         add_manifest_arg(p)
         add_cache_arg(p, remote=True)
         p.add_argument("--offline", action="store_true", help="never call an LLM (also R1BUILD_OFFLINE=1)")
-        p.add_argument("--locked", action="store_true", help="fail unless the lock is present and current")
+        p.add_argument("--locked", action="store_true",
+                       help="fail unless the lock is present and current (also R1BUILD_LOCKED=1)")
+        if name == "resolve":
+            p.add_argument("--frozen", action="store_true",
+                           help="use the lock as it is, never check it against the manifest; write nothing to it "
+                                "(also R1BUILD_FROZEN=1)")
         p.add_argument("--refresh", action="store_true", help="ignore cached decisions and judge again")
         p.add_argument("--arch", action="append", metavar="ARCH", help="only these archs (repeat or comma-separate)")
         p.add_argument("--kernel", action="append", metavar="NAME", help="only these kernels")
@@ -57,28 +66,44 @@ def register(sub: Any) -> None:
     p = sub.add_parser("vendor", help="write the locked winners' sources into the repository")
     add_manifest_arg(p)
     add_cache_arg(p, remote=True)
+    p.add_argument("--frozen", action="store_true",
+                   help="vendor what the lock names as it is, even where it is stale (also R1BUILD_FROZEN=1)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_vendor)
 
 
 def cmd_check(args: argparse.Namespace, console: Console) -> int:
+    CHECK.require()  # the references are numpy code, run here on the CPU
+    from ..reference_check import check_references
+
     manifest = load_from_args(args)
     with sink(console.event):
         calls = check_references(manifest)
     archs = sorted({a for s in manifest.kernels for a in manifest.archs_of(s)})
-    names = ", ".join(s.name for s in manifest.kernels)
-    console.print(f"{manifest.path}: ok, {len(manifest.kernels)} kernels ({names}) for {', '.join(archs)}; every "
-                  f"reference checked on the CPU at every test shape ({calls} calls)")
+    names = [s.name for s in manifest.kernels]
+    doc: dict[str, Any] = {"manifest": str(manifest.path), "kernels": names, "archs": archs, "reference_calls": calls}
+    if not args.json:
+        console.print(f"{manifest.path}: ok, {len(names)} kernels ({', '.join(names)}) for {', '.join(archs)}; every "
+                      f"reference checked on the CPU at every test shape ({calls} calls)")
     name = lock_path(manifest).name
-    if args.locked:
+    if args.locked or env_settings().locked:
         # exactly what `resolve --locked` and a locked build do, short of writing the generated files
         with sink(console.event), open_cache(args, manifest=manifest) as cache:
             resolution = resolve(manifest, cache, ResolveOptions(locked=True, offline=True, use_gpu=False,
                                                                  write_lock=False))
-        where = ", ".join(sorted({r.state for r in resolution.entries}))
-        console.print(f"{name}: current and verified ({len(resolution.entries)} winners; sources: {where})")
+        where = sorted({r.state for r in resolution.entries})
+        if args.json:
+            console.json(json.dumps({**doc, "lock": {"current": True, "verified": True, "stale": []}}, indent=2))
+        else:
+            console.print(f"{name}: current and verified ({len(resolution.entries)} winners; sources: "
+                          f"{', '.join(where)})")
         return 0
     staleness = check_lock(manifest, load_lock(manifest))
-    if staleness:
+    if args.json:
+        stale = [{"kernel": k, "arch": a, "reason": why} for k, a, why in staleness.problems]
+        console.json(json.dumps({**doc, "lock": {"current": not staleness, "verified": False, "stale": stale}},
+                                indent=2))
+    elif staleness:
         console.warning(f"{name} is not current:\n{staleness.render()}")
     else:
         console.print(f"{name}: current")
@@ -132,10 +157,24 @@ def _render_resolution(resolution: Resolution, console: Console, as_json: bool) 
         console.print(f"updated {lock_path(resolution.manifest)}")
 
 
+def _lock_mode(args: argparse.Namespace) -> tuple[bool, bool]:
+    """``(locked, frozen)`` from the flags, else ``R1BUILD_LOCKED`` / ``R1BUILD_FROZEN``; frozen wins over a
+    locked that comes from the environment."""
+    locked_flag, frozen_flag = getattr(args, "locked", False), getattr(args, "frozen", False)
+    if locked_flag and frozen_flag:
+        raise UsageError("--locked checks the lock and --frozen uses it without checking: choose one")
+    env = env_settings()
+    frozen = frozen_flag or (bool(env.frozen) and not locked_flag)
+    locked = not frozen and (locked_flag or bool(env.locked))
+    return locked, frozen
+
+
 def _options(args: argparse.Namespace, write_lock: bool) -> ResolveOptions:
+    locked, frozen = _lock_mode(args)
     return ResolveOptions(
         archs=parse_archs(args.arch), kernels=args.kernel, offline=True if args.offline else None,
-        locked=args.locked, refresh=args.refresh, use_gpu=False if args.no_gpu else None, write_lock=write_lock,
+        locked=locked, frozen=frozen, refresh=args.refresh, use_gpu=False if args.no_gpu else None,
+        write_lock=write_lock,
     )
 
 
@@ -173,13 +212,18 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_vendor(args: argparse.Namespace, console: Console) -> int:
     manifest = load_from_args(args, check_references=False)
+    _, frozen = _lock_mode(args)
     with sink(console.event), open_cache(args, manifest=manifest) as cache:
-        resolution = resolve(manifest, cache, ResolveOptions(locked=True, offline=True, use_gpu=False,
-                                                             write_lock=False))
+        resolution = resolve(manifest, cache, ResolveOptions(locked=not frozen, frozen=frozen, offline=True,
+                                                             use_gpu=False, write_lock=False))
     resolution.require_complete()
     vendor_dir = manifest.root / manifest.settings.vendor_dir
     done = vendor_winners(manifest.root, vendor_dir,
                           sorted({(r.spec.name, r.candidate.source) for r in resolution.entries}))
+    if args.json:
+        console.json(json.dumps({"vendor_dir": str(vendor_dir), "vendored": [str(p) for p in done.kept],
+                                 "removed": [str(p) for p in done.removed]}, indent=2))
+        return 0
     for path in done.kept:
         console.print(f"vendored {path.relative_to(manifest.root)}")
     for path in done.removed:

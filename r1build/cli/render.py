@@ -31,6 +31,8 @@ class Console:
                                width=None if sys.stderr.isatty() else 160)
         self.verbose = verbose
         """0: notes and progress of long work; 1: also stages and every progress line; 2: debug logging."""
+        self.quiet = False
+        """``--quiet``: no notes, stages or progress on stderr; warnings, errors and results only."""
         self._progress: dict[str, tuple[str, float]] = {}
 
     def close(self) -> None:
@@ -77,8 +79,10 @@ class Console:
                 self.error(prefix + event.message)
             elif event.level == "warning":
                 self.warning(prefix + event.message)
-            else:
+            elif not self.quiet:
                 self.err.print(escape(prefix + event.message))
+        elif self.quiet:
+            return
         elif isinstance(event, Stage):
             if self.verbose and event.done and event.detail:
                 where = "/".join(x for x in (event.kernel, event.arch) if x)

@@ -21,20 +21,32 @@ import contextvars
 import os
 import threading
 from collections.abc import Coroutine, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..cache import Cache
 from ..judge import Evaluator
 from ..manifest.archs import parse_arch
 from ..manifest.model import KernelSpec, Manifest
 from ..records import Candidate
-from .controller import SearchOutcome, Usage, replay_search, run_search
 from .providers import PROFILES, Endpoint, endpoint_configured, resolve_endpoint
+
+if TYPE_CHECKING:
+    from .controller import SearchOutcome, Usage
 
 __all__ = ["PROFILES", "Endpoint", "SearchOutcome", "Usage", "endpoint_configured", "replay", "resolve_endpoint",
            "search"]
 
 T = TypeVar("T")
+
+
+def __getattr__(name: str) -> Any:
+    # the controller imports the openai client (the ``generate`` extra): only a search or a replay loads it, so
+    # endpoint_configured and the providers work where openai is not installed
+    if name in ("SearchOutcome", "Usage"):
+        from . import controller
+
+        return getattr(controller, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
@@ -73,6 +85,8 @@ def search(manifest: Manifest, spec: KernelSpec, arch: str, *, evaluator: Evalua
     is reported as a :class:`~r1build.events.Note`. However it ends, the transcripts stored are linked under the
     decision key for ``replay``.
     """
+    from .controller import run_search
+
     endpoint = resolve_endpoint(manifest.settings.generation, environ)
     return _run(run_search(manifest, spec, parse_arch(arch), evaluator=evaluator, cache=cache, endpoint=endpoint,
                            seeds=seeds))
@@ -82,5 +96,7 @@ def replay(manifest: Manifest, spec: KernelSpec, arch: str, *, evaluator: Evalua
            transcripts: Sequence[str], seeds: Sequence[Candidate] = ()) -> SearchOutcome:
     """Re-extract the candidates of stored ``transcripts`` (blob digests) and judge them again with
     ``evaluator``; no network. ``seeds`` are judged with them and come first."""
+    from .controller import replay_search
+
     return _run(replay_search(manifest, spec, parse_arch(arch), evaluator=evaluator, cache=cache,
                               transcripts=transcripts, seeds=seeds))

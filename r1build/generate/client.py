@@ -35,10 +35,14 @@ from http import HTTPStatus
 from types import TracebackType
 from typing import Any, Literal, Protocol, cast, get_args
 
-import openai
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
-
 from ..errors import ConfigError, GenerationError, R1BuildError
+from ..extras import GENERATE
+
+try:
+    import openai
+    from openai.types.chat import ChatCompletion, ChatCompletionChunk
+except ImportError:  # the generate extra is not installed: the command that needs it says which to install
+    raise GENERATE.missing() from None
 from ..manifest.model import Generation
 from .budget import StopReason, estimate_tokens
 from .providers import Endpoint

@@ -47,12 +47,9 @@ MAX_VARIANTS = 4096
 """Most value sets a kernel's tunables may give (the product of their value counts)."""
 
 
-def find_manifest(start: Path) -> Path:
-    """The manifest for a path: a file itself, or ``kernels.toml`` / pyproject.toml with [tool.r1build] in it."""
-    if start.is_file():
-        return start
+def _manifest_in(folder: Path) -> Path | None:
     for name in ("kernels.toml", "pyproject.toml"):
-        candidate = start / name
+        candidate = folder / name
         if candidate.is_file():
             if name == "pyproject.toml":
                 try:
@@ -62,7 +59,22 @@ def find_manifest(start: Path) -> Path:
                 if "r1build" not in data.get("tool", {}):
                     continue
             return candidate
-    raise ManifestError(f"no kernels.toml (or pyproject.toml with [tool.r1build]) in {start}", file=str(start))
+    return None
+
+
+def find_manifest(start: Path, *, walk_up: bool = False) -> Path:
+    """The manifest for a path: a file itself, or ``kernels.toml`` / pyproject.toml with [tool.r1build] in it.
+    With ``walk_up`` (a command run without ``-m``), the nearest such file in ``start`` or a folder above it, as
+    cargo finds Cargo.toml."""
+    if start.is_file():
+        return start
+    folders = [start, *start.absolute().parents] if walk_up else [start]
+    for folder in folders:
+        found = _manifest_in(folder)
+        if found is not None:
+            return found
+    where = f"{start} or any folder above it" if walk_up else str(start)
+    raise ManifestError(f"no kernels.toml (or pyproject.toml with [tool.r1build]) in {where}", file=str(start))
 
 
 class _Validator:

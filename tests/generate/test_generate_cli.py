@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from chat_server import Answer, ChatServer, Fault
 from gen_support import KEY, Project, answer, broken_source, kernel_source
@@ -43,6 +45,27 @@ def test_generate_then_replay(project: Project, endpoint_env: None, monkeypatch:
     out, _ = capsys.readouterr()
     assert "replay vadd sm_90" in out and "2 transcript(s), 2 generated candidate(s), 1 passed" in out
     assert "winner:" in out and "(baseline vadd.cu)" in out
+
+
+def test_generate_and_replay_report_json(project: Project, endpoint_env: None, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    project.write(baseline=True, budget={"rounds": 1, "samples": 2})
+    replies = [Answer(answer(broken_source("vadd_typo"))), Answer(answer(kernel_source(1)))]
+    with ChatServer(replies) as server:
+        monkeypatch.setenv("R1BUILD_BASE_URL", server.url)
+        assert cli(project, "generate", "vadd", "--arch", "90", "--json") == 0
+    doc = json.loads(capsys.readouterr().out)
+    (arch,) = doc["archs"]
+    assert doc["kernel"] == "vadd" and arch["arch"] == "sm_90"
+    assert arch["generated"] == 2 and arch["passed"] == 1 and arch["usage"]["requests"] == 2
+    statuses = sorted(c["status"] for c in arch["candidates"] if c["provenance"] == "generated")
+    assert statuses == ["compile_error", "passed"]
+
+    monkeypatch.delenv("R1BUILD_BASE_URL")
+    assert cli(project, "replay", "vadd", "--no-gpu", "--json") == 0
+    (arch,) = json.loads(capsys.readouterr().out)["archs"]
+    assert len(arch["transcripts"]) == 2 and arch["generated"] == 2 and arch["passed"] == 1
+    assert arch["winner"] is not None and arch["stored_winner"] is None
 
 
 def test_replay_confirms_a_stored_decision(project: Project, endpoint_env: None, monkeypatch: pytest.MonkeyPatch,

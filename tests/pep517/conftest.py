@@ -45,7 +45,9 @@ def build_env(tmp_path_factory: pytest.TempPathFactory, r1build_wheel: Path) -> 
     subprocess.run(args, check=True, timeout=300)
     env = BuildEnv(root=venv, wheels=r1build_wheel, cache_dir=base / "r1build-cache", isolated=not system_site)
     (wheel,) = r1build_wheel.glob("r1build-*.whl")
-    requirements: list[str | Path] = [wheel]
+    # with the generate extra, so the builds that opt in to generating reach the endpoint (test_light_build.py
+    # builds in a venv without it)
+    requirements: list[str | Path] = [f"r1build[generate] @ {wheel.as_uri()}"]
     if find_cuobjdump(env) is None:
         requirements.append("nvidia-cuda-cuobjdump")
     env.check([env.python, "-m", "pip", "install", "-q", *requirements], cwd=base)
