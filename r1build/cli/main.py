@@ -20,7 +20,7 @@ from .render import Console, render_unresolved
 __all__ = ["main"]
 
 # Each module registers its sub-commands: ``register(subparsers) -> None``; handlers are ``func(args, console)``.
-COMMAND_MODULES = ("project", "cache_cmd", "generate_cmd", "key_cmd", "report_cmd", "dataset_cmd")
+COMMAND_MODULES = ("project", "cache_cmd", "generate_cmd", "key_cmd", "report_cmd", "dataset_cmd", "doctor_cmd")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1,0 +1,92 @@
+"""``r1build doctor``: one report of nvcc, archs, GPUs, cupy, the endpoint (a real local server), the cache and the
+project, as a table or JSON; exit 1 only where something a command needs is broken."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+from damage import wreck_index
+
+from r1build.cache import Cache
+from r1build.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "generate"))
+from chat_server import Answer, ChatServer  # noqa: E402
+
+
+def _doctor(capsys: pytest.CaptureFixture[str], *args: str, code: int = 0) -> dict[str, dict[str, str]]:
+    capsys.readouterr()
+    assert main(["doctor", "--json", *args]) == code
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ok"] is (code == 0)
+    return {f["name"]: f for f in doc["findings"]}
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for var in ("DEEPSEEK_API_KEY", "OPENAI_API_KEY", "R1BUILD_BASE_URL", "R1BUILD_OFFLINE", "R1BUILD_REMOTE_CACHE"):
+        monkeypatch.delenv(var, raising=False)
+    dest = tmp_path / "tiny"
+    shutil.copytree(ROOT / "tests" / "packages" / "tiny", dest)
+    monkeypatch.chdir(dest)
+    return dest
+
+
+def test_doctor_reports_each_part(project: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    found = _doctor(capsys)
+    assert list(found)[:3] == ["r1build", "nvcc", "archs"]
+    assert found["nvcc"]["level"] == "ok" and "CUDA" in found["nvcc"]["detail"]
+    assert "sm_90" in found["archs"]["detail"]
+    assert found["cupy"]["level"] in ("ok", "note", "warning")
+    assert found["endpoint"]["level"] == "note" and "none configured" in found["endpoint"]["detail"]
+    assert found["cache"]["level"] == "note" and str(cache_dir) in found["cache"]["detail"]
+    assert found["manifest"]["detail"].startswith(str(project / "kernels.toml"))
+    assert found["lock"]["level"] == "warning" and "no lock file" in found["lock"]["detail"]
+
+    with ChatServer([Answer("unused")]) as server:
+        monkeypatch.setenv("R1BUILD_BASE_URL", server.url)
+        found = _doctor(capsys)
+        assert found["endpoint"]["level"] == "ok" and server.url in found["endpoint"]["detail"]
+        assert server.chat_requests() == []  # a connection, never a request
+        monkeypatch.setenv("R1BUILD_OFFLINE", "1")
+        assert "not probed" in _doctor(capsys)["endpoint"]["detail"]
+    monkeypatch.delenv("R1BUILD_OFFLINE")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("R1BUILD_BASE_URL", f"http://127.0.0.1:{port}/v1")
+    assert _doctor(capsys)["endpoint"]["level"] == "warning"
+
+    with Cache(cache_dir) as cache:
+        cache.put_text("x")
+    assert "1 entries" in _doctor(capsys)["cache"]["detail"]
+    capsys.readouterr()
+    assert main(["doctor"]) == 0
+    table = capsys.readouterr().out
+    assert "r1build doctor" in table and "nvcc" in table and "endpoint" in table
+
+
+def test_doctor_exits_1_on_what_is_broken(project: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    with Cache(cache_dir) as cache:
+        cache.put_text("x")
+    wreck_index(cache_dir, "random")
+    found = _doctor(capsys, code=1)
+    assert found["cache"]["level"] == "error" and "cache repair" in found["cache"]["detail"]
+    shutil.rmtree(cache_dir)
+
+    monkeypatch.setenv("R1BUILD_NVCC", str(project / "no-such-nvcc"))
+    found = _doctor(capsys, code=1)
+    assert found["nvcc"]["level"] == "error" and "no-such-nvcc" in found["nvcc"]["detail"]
+    monkeypatch.delenv("R1BUILD_NVCC")
+
+    assert _doctor(capsys, "-m", str(project / "missing"), code=1)["manifest"]["level"] == "error"
+    monkeypatch.chdir(project.parent)  # no manifest from here up: only a note
+    assert _doctor(capsys)["manifest"]["level"] == "note"
