@@ -14,7 +14,7 @@ from .errors import ToolchainError
 from .keys import digest_bytes
 from .settings import env_settings
 
-__all__ = ["Toolchain", "find_nvcc", "toolchain"]
+__all__ = ["GpuArchs", "Toolchain", "find_nvcc", "gpu_archs", "toolchain"]
 
 
 @dataclass(frozen=True)
@@ -68,3 +68,59 @@ def _toolchain(nvcc: str) -> Toolchain:
 def toolchain() -> Toolchain:
     """The toolchain in use (cached per process)."""
     return _toolchain(find_nvcc())
+
+
+@dataclass(frozen=True)
+class GpuArchs:
+    """The archs an nvcc can compile for, as it lists them."""
+
+    real: tuple[str, ...]
+    """Machine-code archs (``nvcc --list-gpu-code``), e.g. ``sm_90``, by number."""
+    virtual: tuple[str, ...]
+    """PTX archs (``nvcc --list-gpu-arch``), e.g. ``compute_90``."""
+    specific: tuple[str, ...]
+    """Arch-specific ``a`` archs (``sm_90a``): those ``nvcc --help`` allows for ``--gpu-architecture``."""
+
+    def supports(self, arch: str, *, sass: bool, ptx: bool) -> bool:
+        """Whether this nvcc embeds the asked code of a canonical arch (``sm_90``, ``sm_90a``)."""
+        if arch.endswith("a"):
+            return arch in self.specific
+        number = arch.removeprefix("sm_")
+        return (not sass or arch in self.real) and (not ptx or f"compute_{number}" in self.virtual)
+
+    def describe(self) -> str:
+        """The archs, for a message: ``sm_75, sm_80, ... (and sm_90a, ...)``."""
+        text = ", ".join(self.real)
+        return text + (f" (and {', '.join(self.specific)})" if self.specific else "")
+
+
+def _output(nvcc: str, flag: str) -> str:
+    try:
+        proc = subprocess.run([nvcc, flag], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ToolchainError(f"cannot run {nvcc} {flag}: {exc}") from None
+    if proc.returncode != 0:
+        raise ToolchainError(f"{nvcc} {flag} failed with code {proc.returncode}: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+_ALLOWED = re.compile(r"--gpu-architecture\b.*?Allowed values for this option:(?P<values>.*?)(?:\n\s*\n|\Z)",
+                      re.DOTALL)
+
+
+@functools.lru_cache(maxsize=4)
+def _gpu_archs(nvcc: str, version_text: str) -> GpuArchs:
+    del version_text  # part of the cache key: the same path may hold another nvcc later
+    def by_number(names: list[str]) -> tuple[str, ...]:
+        return tuple(sorted(set(names), key=lambda a: (int(re.sub(r"\D", "", a)), a)))
+
+    real = re.findall(r"^sm_\d+$", _output(nvcc, "--list-gpu-code"), re.MULTILINE)
+    virtual = re.findall(r"^compute_\d+$", _output(nvcc, "--list-gpu-arch"), re.MULTILINE)
+    m = _ALLOWED.search(_output(nvcc, "--help"))
+    specific = re.findall(r"'compute_(\d+a)'", m.group("values")) if m else []
+    return GpuArchs(by_number(real), by_number(virtual), by_number([f"sm_{n}" for n in specific]))
+
+
+def gpu_archs(tc: Toolchain) -> GpuArchs:
+    """What ``tc`` compiles for, asked once per nvcc identity (path and ``--version`` text) and process."""
+    return _gpu_archs(tc.nvcc, tc.version_text)

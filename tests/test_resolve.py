@@ -177,8 +177,11 @@ def test_cli_corrupt_lock_and_usage_errors(root_copy: Path, cache_dir: Path) -> 
     assert "Traceback" not in proc.stderr
     proc = _cli("check", "--locked", cwd=root_copy)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    proc = _cli("resolve", "--arch", "sm_61", cwd=root_copy)
-    assert proc.returncode == 2 and "unknown GPU architecture 'sm_61'" in proc.stderr
+    proc = _cli("resolve", "--arch", "sm61", cwd=root_copy)
+    assert proc.returncode == 2 and "'sm61' is not a GPU architecture" in proc.stderr
+    proc = _cli("resolve", "--arch", "sm_61", cwd=root_copy)  # a spelling nvcc 12 and 13 no longer compile for
+    assert proc.returncode == 2 and "--arch sm_61 is not supported by the installed CUDA" in proc.stderr
+    assert "sm_90" in proc.stderr and "Traceback" not in proc.stderr
     proc = _cli("frobnicate", cwd=root_copy)
     assert proc.returncode == 2 and "invalid choice" in proc.stderr
     proc = _cli("resolve", "--kernel", "nope", "--offline", cwd=root_copy)

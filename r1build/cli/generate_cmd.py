@@ -130,14 +130,17 @@ def _gpu_for(cache: Cache, arch: str) -> Evaluator | None:
 
 def cmd_generate(args: argparse.Namespace, console: Console) -> int:
     GENERATE.require()
+    from ..arch_support import require_supported_archs
     from ..evaluate.variants import expand_variants
     from ..gate.static import StaticGate
     from ..generate import endpoint_configured, search
     from ..generate.providers import BASE_URL_ENV, PROFILES
+    from ..toolchain import toolchain
 
     manifest = load_from_args(args)
     spec = _kernel(manifest, args.kernel)
     archs = _archs(manifest, spec, args)
+    require_supported_archs(manifest, toolchain(), archs)
     generation = manifest.settings.generation
     if env_settings().offline:
         raise ConfigError("R1BUILD_OFFLINE is set: `r1build generate` would call the LLM endpoint; unset it, or use "

@@ -7,11 +7,17 @@ A host project uses it in two lines::
 
 Decisions, and why:
 
-* **one OBJECT library per variant**, its ``CUDA_ARCHITECTURES`` exactly the archs that variant won, as real
-  code (``80-real``): every arch gets the machine code that was gated (and measured) for it, and nothing else.
-* **no PTX**, not even for the highest arch: PTX would let a newer GPU JIT-compile code nobody tested there.
-  A GPU outside the manifest's archs gets ``cudaErrorNoKernelImageForDevice`` from the call; add its arch to
-  the manifest instead.
+* **one OBJECT library per variant**, its ``CUDA_ARCHITECTURES`` exactly the archs that variant won, each with
+  the code its spelling asks for (:mod:`r1build.manifest.archs`): ``80-real`` machine code, ``90`` machine code
+  and PTX, ``90-virtual`` PTX alone. By default the kernel's highest arch carries its PTX, so a GPU newer than
+  every target JIT-compiles it (untested there, but running) instead of failing with
+  ``cudaErrorNoKernelImageForDevice``; ``ptx = false`` in the manifest turns that off.
+* **hidden visibility** (``CUDA_VISIBILITY_PRESET hidden``, unless the manifest's ``visibility`` is
+  ``default``): the entry points link into the host's extension but are not exported from it, so two
+  extensions built with r1build and loaded into one process never call each other's kernels.
+* **reproducible objects**: nvcc names anonymous namespaces after the source's absolute path, which would make
+  every checkout build different bytes; each translation unit is compiled as if its path were its file name
+  (``-Xcudafe --orig_src_path_name=<file>``, unique per project since file names carry the variant digest).
 * **the static CUDA runtime** (``CUDA::cudart_static``) by default: an extension module built this way needs
   only the driver on the machine it runs on, not a matching ``libcudart.so``. Streams are driver handles, so
   streams created by another copy of the runtime (PyTorch, CuPy) work. ``-DR1BUILD_CUDART=shared`` links
@@ -30,7 +36,7 @@ import re
 import shlex
 from collections.abc import Sequence
 
-from ..manifest.archs import arch_info
+from ..manifest.archs import ArchTarget, arch_info
 from ..manifest.model import Manifest
 from .plan import MARKER, KernelPlan, arch_order, describe_origin
 from .sources import DISPATCH_NAME
@@ -48,8 +54,11 @@ def _quote(text: str) -> str:
     return f'"{escaped}"'
 
 
-def _cuda_archs(archs: Sequence[str]) -> str:
-    return ";".join(f"{arch_info(a).number}-real" for a in sorted(archs, key=arch_order))
+def _cuda_archs(targets: Sequence[ArchTarget]) -> str:
+    """CMake's ``CUDA_ARCHITECTURES`` of these targets: ``80-real``, ``90`` (machine code and PTX), ``90-virtual``."""
+    suffix = {(True, False): "-real", (False, True): "-virtual", (True, True): ""}
+    ordered = sorted(targets, key=lambda t: arch_order(t.arch))
+    return ";".join(f"{arch_info(t.arch).number}{suffix[t.sass, t.ptx]}" for t in ordered)
 
 
 def _split_flags(flags: Sequence[str]) -> tuple[str | None, list[str]]:
@@ -65,14 +74,17 @@ def _split_flags(flags: Sequence[str]) -> tuple[str | None, list[str]]:
 
 
 def _object_library(
-    target: str, source: str, archs: Sequence[str], standard: str | None, flags: Sequence[str]
+    target: str, source: str, targets: Sequence[ArchTarget], manifest: Manifest, standard: str | None,
+    flags: Sequence[str],
 ) -> list[str]:
     props = [
-        f'CUDA_ARCHITECTURES "{_cuda_archs(archs)}"',
+        f'CUDA_ARCHITECTURES "{_cuda_archs(targets)}"',
         "POSITION_INDEPENDENT_CODE ON",
         "CUDA_SEPARABLE_COMPILATION OFF",
         "CUDA_RUNTIME_LIBRARY None",
     ]
+    if manifest.settings.visibility == "hidden":
+        props += ["CUDA_VISIBILITY_PRESET hidden"]
     if standard:
         props += [f"CUDA_STANDARD {standard}", "CUDA_STANDARD_REQUIRED ON", "CUDA_EXTENSIONS OFF"]
     lines = [
@@ -81,6 +93,7 @@ def _object_library(
         *(f"  {p}" for p in props),
         ")",
     ]
+    lines.append(f"target_compile_options({target} PRIVATE {_quote(f'SHELL:-Xcudafe --orig_src_path_name={source}')})")
     if flags:
         lines.append(f"target_compile_options({target} PRIVATE {_quote('SHELL:' + shlex.join(flags))})")
     return lines
@@ -97,9 +110,9 @@ def render_cmake(manifest: Manifest, plans: Sequence[KernelPlan]) -> str:
         "#   include(${R1BUILD_KERNELS_CMAKE})",
         f"#   target_link_libraries(ext PRIVATE {alias})",
         "#",
-        "# Each variant is compiled for exactly the archs it won, as real code without PTX; a GPU of another arch",
-        "# gets cudaErrorNoKernelImageForDevice. The CUDA runtime is linked statically unless R1BUILD_CUDART is",
-        "# set to shared.",
+        "# Each variant is compiled for exactly the archs it won (PTX where the manifest's archs and its ptx",
+        "# setting ask for it); the entry points have hidden visibility unless the manifest asks otherwise. The",
+        "# CUDA runtime is linked statically unless R1BUILD_CUDART is set to shared.",
         "include_guard(GLOBAL)",
         "if(CMAKE_VERSION VERSION_LESS 3.18)",
         '  message(FATAL_ERROR "r1build kernels need CMake 3.18 or newer, this is ${CMAKE_VERSION}")',
@@ -118,13 +131,15 @@ def render_cmake(manifest: Manifest, plans: Sequence[KernelPlan]) -> str:
         for variant in p.variants:
             target = f"r1build_{variant.stem}"
             lines += ["", f"# {variant.kernel} for {', '.join(variant.archs)}: {describe_origin(variant.candidate)}"]
-            lines += _object_library(target, variant.file_name, variant.archs, standard, flags)
+            targets = [p.target(arch) for arch in variant.archs]
+            lines += _object_library(target, variant.file_name, targets, manifest, standard, flags)
             lines.append(f'list(APPEND _r1build_objects "$<TARGET_OBJECTS:{target}>")')
     dispatched = [p for p in plans if p.dispatched]
     if dispatched:
         archs = sorted({a for p in dispatched for a in p.archs}, key=arch_order)
         lines += ["", "# the per-arch dispatcher of " + ", ".join(p.spec.name for p in dispatched)]
-        lines += _object_library("r1build_dispatch", DISPATCH_NAME, archs, standard, flags)
+        host_only = [ArchTarget(arch, "sass") for arch in archs]  # the dispatcher holds no device code
+        lines += _object_library("r1build_dispatch", DISPATCH_NAME, host_only, manifest, standard, flags)
         lines.append('target_include_directories(r1build_dispatch PRIVATE "${_r1build_dir}")')
         lines.append('list(APPEND _r1build_objects "$<TARGET_OBJECTS:r1build_dispatch>")')
 

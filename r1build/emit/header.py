@@ -34,11 +34,11 @@ def render_header(plans: Sequence[KernelPlan]) -> str:
     ]
     for p in plans:
         lines.append("")
-        lines += _comment(f"{p.spec.name}: {p.spec.description}")
+        lines += _comment(f"{p.entry}: {p.spec.description}")
         for arch in p.archs:
             variant = p.variant_for(arch)
             lines.append(f"//   {arch}: {describe_origin(variant.candidate)} (variant {variant.stem})")
-        lines.append(f"{signature(p.spec)};")
+        lines.append(f"{signature(p.spec, p.entry)};")
     lines += [
         "",
         "#ifdef __cplusplus",

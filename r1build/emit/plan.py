@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..manifest.archs import arch_info, parse_arch
+from ..manifest.archs import ArchTarget, arch_info, parse_arch
 from ..manifest.model import KernelSpec, Manifest
 from ..records import Candidate
 
@@ -48,6 +48,8 @@ class Variant:
     """Canonical archs this variant serves, in :func:`arch_order`."""
     renamed: bool
     """Whether the entry point is renamed (the kernel has several variants and a dispatcher)."""
+    prefix: str = ""
+    """The manifest's ``symbol-prefix``, put before every symbol this variant exports."""
 
     @property
     def stem(self) -> str:
@@ -61,8 +63,9 @@ class Variant:
 
     @property
     def symbol(self) -> str:
-        """The entry point this variant's translation unit exports."""
-        return self.stem if self.renamed else self.kernel
+        """The entry point this variant's translation unit defines: ``<prefix><kernel>``, or its stem when
+        renamed."""
+        return self.prefix + (self.stem if self.renamed else self.kernel)
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,19 @@ class KernelPlan:
     """The kernel."""
     variants: tuple[Variant, ...]
     """Distinct winning variants, ordered by the first arch each serves."""
+    prefix: str = ""
+    """The manifest's ``symbol-prefix``."""
+    targets: tuple[ArchTarget, ...] = ()
+    """The code embedded for each arch (machine code alone for an arch not listed)."""
+
+    def target(self, arch: str) -> ArchTarget:
+        """What is embedded for one of the kernel's archs."""
+        return next((t for t in self.targets if t.arch == arch), ArchTarget(arch, "sass"))
+
+    @property
+    def entry(self) -> str:
+        """The C name the header declares and the library defines: ``<prefix><kernel>``."""
+        return self.prefix + self.spec.name
 
     @property
     def dispatched(self) -> bool:
@@ -154,11 +170,14 @@ def plan(manifest: Manifest, winners: Sequence[Winner]) -> list[KernelPlan]:
         for arch in sorted(per_arch, key=arch_order):
             groups.setdefault(per_arch[arch].candidate.digest, []).append(arch)
         renamed = len(groups) > 1
+        prefix = manifest.settings.symbol_prefix
         variants = tuple(
-            Variant(name, per_arch[archs[0]].candidate, tuple(archs), renamed) for archs in groups.values()
+            Variant(name, per_arch[archs[0]].candidate, tuple(archs), renamed, prefix) for archs in groups.values()
         )
         stems = {v.stem for v in variants}
         if len(stems) != len(variants):  # pragma: no cover - a 48-bit prefix collision
             raise ValueError(f"variants of kernel {name} share a {DIGEST_CHARS}-character digest prefix")
-        plans.append(KernelPlan(specs[name], variants))
+        spec = specs[name]
+        targets = tuple(manifest.target(spec, arch) for arch in sorted(per_arch, key=arch_order))
+        plans.append(KernelPlan(spec, variants, prefix, targets))
     return plans

@@ -9,8 +9,9 @@ The dispatcher defines the real ``extern "C" <kernel>(...)``. It looks up the ru
 capability once per device (``cudaGetDevice`` + ``cudaDeviceGetAttribute``, cached in a static table) and calls:
 the variant built for exactly that capability (an ``a`` arch such as ``sm_90a`` preferred over its plain
 sibling); else the variant of the highest plain arch with the same major and a minor not above the device's
-(cubins run on later minors of their major); else it returns ``cudaErrorNoKernelImageForDevice``, as a launch
-of a kernel without code for the device would.
+(cubins run on later minors of their major); else the variant carrying the PTX of the highest plain arch not
+above the device's (the driver JIT-compiles it for a newer GPU); else it returns
+``cudaErrorNoKernelImageForDevice``, as a launch of a kernel without code for the device would.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def render_variant(variant: Variant) -> str:
         f"// for {', '.join(variant.archs)}: {describe_origin(candidate)}",
     ]
     lines += [f"#define {name} {candidate.defines[name]}" for name in sorted(candidate.defines)]
-    if variant.renamed:
+    if variant.symbol != variant.kernel:
         lines.append(f"#define {variant.kernel} {variant.symbol}")
     source = candidate.source if candidate.source.endswith("\n") else candidate.source + "\n"
     return "\n".join(lines) + "\n\n" + source
@@ -58,8 +59,8 @@ def _dispatch_function(p: KernelPlan) -> list[str]:
 
     lines = [
         "",
-        f"// {p.spec.name}: " + ", ".join(f"{a} -> {p.variant_for(a).symbol}" for a in p.archs),
-        f'extern "C" {signature(p.spec)} {{',
+        f"// {p.entry}: " + ", ".join(f"{a} -> {p.variant_for(a).symbol}" for a in p.archs),
+        f'extern "C" {signature(p.spec, p.entry)} {{',
         "    int r1build_cc = 0;",
         "    const cudaError_t r1build_err = r1build_capability(&r1build_cc);",
         "    if (r1build_err != cudaSuccess) return r1build_err;",
@@ -71,6 +72,8 @@ def _dispatch_function(p: KernelPlan) -> list[str]:
         major, minor = arch_info(arch).capability
         condition = f"r1build_cc / 10 == {major}" + (f" && r1build_cc % 10 >= {minor}" if minor else "")
         lines.append(f"    if ({condition}) return {p.variant_for(arch).symbol}({call_args});")
+    for arch in (a for a in plain if p.target(a).ptx):  # the driver JIT-compiles PTX for any later GPU
+        lines.append(f"    if (r1build_cc >= {_capability(arch)}) return {p.variant_for(arch).symbol}({call_args});")
     lines += ["    return cudaErrorNoKernelImageForDevice;", "}"]
     return lines
 

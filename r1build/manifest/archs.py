@@ -1,15 +1,27 @@
 """GPU architectures: parsing the spellings users write, and what each target offers a kernel.
 
-Accepted spellings of one arch: ``sm_90``, ``90``, ``9.0``, ``compute_90``, CMake's ``90-real`` /
-``90-virtual``, and the arch-specific ``sm_90a`` / ``90a``. The canonical form is ``sm_90`` (``sm_90a``).
+An arch is written as nvcc or CMake write it, and the spelling also says which code the build embeds for it
+(what nvcc and CMake's ``CUDA_ARCHITECTURES`` mean by it):
+
+* ``sm_90`` or ``9.0``: machine code (SASS); the kernel's highest such arch also gets PTX when the manifest's
+  ``ptx`` is on (the default), so GPUs newer than every target can JIT-compile it;
+* ``90-real``: machine code only, never PTX;
+* ``90``: machine code and PTX (CMake's meaning);
+* ``90-virtual`` or ``compute_90``: PTX only (nvcc's and CMake's virtual arch).
+
+``a`` archs (``sm_90a``, ``90a``, ...) take the same spellings. The canonical name of an arch is ``sm_90``
+(``sm_90a``): kernels are resolved, locked and cached per canonical arch, whatever code is embedded for it.
+Which archs exist is the installed nvcc's to say (:mod:`r1build.arch_support`); this module only knows their
+spellings and, for the prompts and the resource limits, the facts of the ones on record in :data:`ARCHS`.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Literal
 
-__all__ = ["ARCHS", "DEFAULT_ARCHS", "ArchInfo", "arch_info", "parse_arch"]
+__all__ = ["ARCHS", "DEFAULT_ARCHS", "ArchInfo", "ArchTarget", "Code", "arch_info", "parse_arch", "parse_target"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +62,10 @@ _KIB = 1024
 ARCHS: dict[str, ArchInfo] = {
     info.arch: info
     for info in (
+        ArchInfo("sm_70", (7, 0), "Volta", "Tesla V100", 80, 96 * _KIB, 96 * _KIB, 255, 65536, 1024,
+                 "1st gen: wmma fp16"),
+        ArchInfo("sm_72", (7, 2), "Volta", "Jetson AGX Xavier", 8, 48 * _KIB, 96 * _KIB, 255, 65536, 1024,
+                 "1st gen: wmma fp16, int8"),
         ArchInfo("sm_75", (7, 5), "Turing", "Tesla T4", 40, 64 * _KIB, 64 * _KIB, 255, 65536, 1024,
                  "2nd gen: mma.sync / wmma fp16, int8"),
         ArchInfo("sm_80", (8, 0), "Ampere", "A100", 108, 163 * _KIB, 164 * _KIB, 255, 65536, 1024,
@@ -82,35 +98,119 @@ ARCHS: dict[str, ArchInfo] = {
 DEFAULT_ARCHS: tuple[str, ...] = ("sm_80", "sm_90")
 """Targets used when neither the manifest nor the command line names any."""
 
+Code = Literal["default", "sass", "ptx", "sass+ptx"]
+"""What a spelling asks to embed: ``default`` (``sm_90``, ``9.0``: machine code, PTX by the manifest's ``ptx``
+rule), ``sass`` (``90-real``), ``ptx`` (``90-virtual``, ``compute_90``) or ``sass+ptx`` (``90``)."""
+
+_SPELLINGS = "sm_90, 9.0, 90, 90-real, 90-virtual, compute_90 (and sm_90a, 90a-real, ...)"
 _PATTERNS = (
-    re.compile(r"^(?:sm_|compute_)?(?P<num>\d{2,3})(?P<suffix>a?)(?:-(?:real|virtual))?$"),
+    re.compile(r"^(?P<kind>sm_|compute_)(?P<num>\d{2,3})(?P<suffix>a?)$"),
+    re.compile(r"^(?P<num>\d{2,3})(?P<suffix>a?)(?:-(?P<cmake>real|virtual))?$"),
     re.compile(r"^(?P<major>\d{1,2})\.(?P<minor>\d)(?P<suffix>a?)$"),
 )
 
 
-def parse_arch(text: str | int) -> str:
-    """Canonical ``sm_XY`` for any accepted spelling; :class:`ValueError` naming the known ones otherwise."""
+@dataclass(frozen=True)
+class ArchTarget:
+    """One target arch as written, with the code to embed for it."""
+
+    arch: str
+    """Canonical name, e.g. ``sm_90``."""
+    code: Code
+    """What the spelling asks for (``default`` until :func:`settle_codes` decides)."""
+    key: tuple[str | int, ...] = ()
+    """Where the manifest spells it (``("archs", 1)``), for messages; empty for an arch made in code."""
+
+    @property
+    def sass(self) -> bool:
+        """Whether machine code of this arch is embedded."""
+        return self.code in ("default", "sass", "sass+ptx")
+
+    @property
+    def ptx(self) -> bool:
+        """Whether PTX of this arch is embedded."""
+        return self.code in ("ptx", "sass+ptx")
+
+
+def parse_target(text: str | int) -> ArchTarget:
+    """The canonical arch and the code a spelling asks for; :class:`ValueError` naming the accepted spellings for
+    text that spells no arch. Whether the installed nvcc knows the arch is checked where nvcc is used."""
     raw = str(text).strip().lower()
     for pattern in _PATTERNS:
         m = pattern.match(raw)
         if not m:
             continue
         groups = m.groupdict()
-        num = groups["num"] if "num" in groups else f"{groups['major']}{groups['minor']}"
-        canonical = f"sm_{num}{groups['suffix']}"
-        if canonical in ARCHS:
-            return canonical
-        break
-    known = ", ".join(ARCHS)
-    raise ValueError(f"unknown GPU architecture {text!r} (known: {known})")
+        num = groups["num"] if groups.get("num") else f"{groups['major']}{groups['minor']}"
+        if int(num.lstrip("0") or "0") < 10:
+            break
+        code: Code
+        if groups.get("kind") == "compute_" or groups.get("cmake") == "virtual":
+            code = "ptx"
+        elif groups.get("cmake") == "real":
+            code = "sass"
+        elif "kind" not in groups and "major" not in groups:  # CMake's bare number
+            code = "sass+ptx"
+        else:
+            code = "default"
+        return ArchTarget(f"sm_{num}{groups['suffix']}", code)
+    raise ValueError(f"{str(text)!r} is not a GPU architecture (spellings: {_SPELLINGS})")
+
+
+def parse_arch(text: str | int) -> str:
+    """Canonical ``sm_XY`` for any accepted spelling; :class:`ValueError` naming the spellings otherwise."""
+    return parse_target(text).arch
+
+
+def merge_targets(targets: list[ArchTarget]) -> list[ArchTarget]:
+    """One target per canonical arch, in first-written order; two spellings of one arch embed what either asks
+    for (``90-real`` and ``90-virtual`` make ``90``; ``sm_90`` beside an explicit spelling takes that one's)."""
+    merged: dict[str, ArchTarget] = {}
+    for target in targets:
+        seen = merged.get(target.arch)
+        if seen is None or seen.code == "default":
+            merged[target.arch] = target if seen is None or target.code != "default" else seen
+        elif target.code not in ("default", seen.code):
+            merged[target.arch] = replace(seen, code="sass+ptx")
+    return list(merged.values())
+
+
+def settle_codes(targets: list[ArchTarget], ptx: bool) -> list[ArchTarget]:
+    """Every target's code decided: ``default`` becomes machine code, and with ``ptx`` the highest arch of the
+    list that is not an ``a`` arch also gets PTX when it was spelled ``sm_XY`` / ``X.Y`` (an explicit
+    ``90-real`` keeps machine code only; an arch already carrying PTX needs no more)."""
+    plain = [t for t in targets if not t.arch.endswith("a")]
+    highest = max(plain, key=lambda t: arch_info(t.arch).capability, default=None)
+    settled = []
+    for target in targets:
+        if target.code != "default":
+            settled.append(target)
+        elif ptx and target is highest:
+            settled.append(replace(target, code="sass+ptx"))
+        else:
+            settled.append(replace(target, code="sass"))
+    return settled
+
+
+def _capability(arch: str) -> tuple[int, int]:
+    num = arch.removeprefix("sm_").rstrip("a")
+    return int(num[:-1]), int(num[-1])
 
 
 def arch_info(arch: str) -> ArchInfo:
-    """Facts about an arch given in any accepted spelling."""
-    return ARCHS[parse_arch(arch)]
+    """Facts about an arch given in any accepted spelling. An arch nvcc knows but this table does not (``sm_88``)
+    gets the facts of the nearest arch on record below it, with its own name and capability."""
+    canonical = parse_arch(arch)
+    if canonical in ARCHS:
+        return ARCHS[canonical]
+    capability = _capability(canonical)
+    lower = [info for info in ARCHS.values() if not info.arch.endswith("a") and info.capability <= capability]
+    basis = max(lower, key=lambda info: info.capability) if lower else ARCHS["sm_70"]
+    return replace(basis, arch=canonical, capability=capability,
+                   example_gpu=f"no GPU on record (the facts of {basis.arch}'s {basis.example_gpu})")
 
 
 def arch_for_capability(major: int, minor: int) -> str | None:
-    """The plain (non ``a``) arch of a compute capability, if known."""
+    """The plain (non ``a``) arch of a compute capability, if on record."""
     canonical = f"sm_{major}{minor}"
     return canonical if canonical in ARCHS else None

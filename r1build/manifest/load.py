@@ -8,12 +8,13 @@ from __future__ import annotations
 import re
 import sys
 import urllib.parse
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..errors import ManifestError
 from ..signing import parse_public_key, public_key_problem
-from .archs import parse_arch
+from .archs import ArchTarget, merge_targets, parse_target, settle_codes
 from .bounds import check_numbers
 from .convert import ConversionProblem, KeyPath, convert, did_you_mean, field_key
 from .flags import defined_macro, flag_problem
@@ -38,6 +39,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 __all__ = ["find_manifest", "load_manifest", "located_error", "remote_url_problem"]
 
 _CMAKE_TARGET = re.compile(r"[A-Za-z0-9_.+\-]+(?:::[A-Za-z0-9_.+\-]+)*")
+_SYMBOL_PREFIX = re.compile(r"(?!r1build)(?!.*__)[A-Za-z][A-Za-z0-9_]{0,31}", re.IGNORECASE)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _REFERENCE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*", re.ASCII)
 TEST_SHAPE_BYTES = 1 << 30
@@ -150,6 +152,7 @@ def load_manifest(path: Path, *, check_references: bool = True) -> Manifest:
         raise v.fail(("kernel",), "the manifest declares no kernels ([[kernel]] tables)")
     _check_flag_macros(v, settings.nvcc_flags, kernels)
 
+    raw_settings = settings
     settings = _validate_settings(v, settings)
     _check_project_paths(v, settings, path)
     digests: dict[str, str] = {}
@@ -175,26 +178,42 @@ def load_manifest(path: Path, *, check_references: bool = True) -> Manifest:
         except ReferenceProblem as exc:
             raise v.fail(("kernel", i, "reference"), str(exc)) from None
         validated.append(spec)
-    return Manifest(path=path, settings=settings, kernels=validated, reference_digests=digests)
+    targets = _settled_targets(raw_settings, settings, kernels)
+    return Manifest(path=path, settings=settings, kernels=validated, reference_digests=digests, targets=targets)
+
+
+def _arch_targets(v: _Validator, archs: list[str], where: KeyPath) -> list[ArchTarget]:
+    targets: list[ArchTarget] = []
+    for j, arch in enumerate(archs):
+        try:
+            targets.append(replace(parse_target(arch), key=(*where, j)))
+        except ValueError as exc:
+            raise v.fail((*where, j), str(exc)) from None
+    if not targets:
+        raise v.fail(where, "at least one arch is needed")
+    return merge_targets(targets)
 
 
 def _canonical_archs(v: _Validator, archs: list[str], where: KeyPath) -> list[str]:
-    out: list[str] = []
-    for j, arch in enumerate(archs):
-        try:
-            canonical = parse_arch(arch)
-        except ValueError as exc:
-            raise v.fail((*where, j), str(exc)) from None
-        if canonical not in out:
-            out.append(canonical)
-    if not out:
-        raise v.fail(where, "at least one arch is needed")
-    return out
+    return [t.arch for t in _arch_targets(v, archs, where)]
+
+
+def _settled_targets(
+    raw: ProjectSettings, settings: ProjectSettings, kernels: list[KernelSpec]
+) -> dict[str, tuple[ArchTarget, ...]]:
+    """Each kernel's archs as spelled (its own, else the manifest's), with the code embedded for each decided.
+    Run on a manifest that validated, so every spelling parses."""
+    v = _Validator(Path(), "", ())
+    shared = _arch_targets(v, raw.archs, ("archs",))
+    return {
+        spec.name: tuple(settle_codes(
+            _arch_targets(v, spec.archs, ("kernel", i, "archs")) if spec.archs is not None else shared, settings.ptx
+        ))
+        for i, spec in enumerate(kernels)
+    }
 
 
 def _validate_settings(v: _Validator, settings: ProjectSettings) -> ProjectSettings:
-    from dataclasses import replace
-
     archs = _canonical_archs(v, settings.archs, ("archs",))
     if not _CMAKE_TARGET.fullmatch(settings.target):
         raise v.fail(("target",), f"{settings.target!r} is not a CMake target name (letters, digits, _ . + - "
@@ -209,6 +228,9 @@ def _validate_settings(v: _Validator, settings: ProjectSettings) -> ProjectSetti
     for j, t in enumerate(g.temperatures):
         if not 0.0 <= t <= 2.0:
             raise v.fail(("generation", "temperatures", j), f"must be in 0..2, got {t:g}")
+    if settings.symbol_prefix and not _SYMBOL_PREFIX.fullmatch(settings.symbol_prefix):
+        raise v.fail(("symbol-prefix",), f"{settings.symbol_prefix!r} cannot start C names: letters, digits and "
+                                         "_, not starting with a digit, _ or 'r1build', without '__'")
     if g.base_url is not None:
         problem = _url_problem(g.base_url)
         if problem is not None:
@@ -368,7 +390,6 @@ def _check_shapes(v: _Validator, shapes: list[dict[str, int]], sizes: dict[str, 
 
 
 def _validate_kernel(v: _Validator, i: int, spec: KernelSpec, root: Path) -> KernelSpec:
-    from dataclasses import replace
 
     at: KeyPath = ("kernel", i)
     _check_ident(v, spec.name, (*at, "name"), "kernel name", "kernel")

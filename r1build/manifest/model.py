@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from .archs import ArchTarget, settle_codes
 from .bounds import bounded
 
 __all__ = [
@@ -53,6 +54,7 @@ INTEGER_DTYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16"
 
 Role = Literal["in", "out", "inout"]
 Provider = Literal["deepseek", "vllm", "sglang", "nim", "openai"]
+Visibility = Literal["hidden", "default"]
 
 
 @dataclass(frozen=True)
@@ -261,7 +263,23 @@ class ProjectSettings:
     """Manifest-wide settings."""
 
     archs: list[str] = field(default_factory=lambda: ["sm_80", "sm_90"])
-    """Target GPU archs of every kernel (``sm_90``, ``90``, ``9.0`` and ``90-real`` are accepted)."""
+    """Target GPU archs of every kernel, as nvcc and CMake spell them, which also says the code embedded:
+    ``sm_90`` / ``9.0`` machine code (and PTX for the highest, see ``ptx``), ``90-real`` machine code only,
+    ``90`` machine code and PTX, ``90-virtual`` / ``compute_90`` PTX only; ``a`` archs alike (``sm_90a``). Any
+    arch the installed nvcc lists (``nvcc --list-gpu-code``) is accepted."""
+    ptx: bool = True
+    """Embed the PTX of each kernel's highest arch spelled ``sm_XY`` / ``X.Y`` (not an ``a`` arch) beside its
+    machine code, so a GPU newer than every target JIT-compiles it instead of failing with
+    ``cudaErrorNoKernelImageForDevice``. ``false``: machine code only, but for archs spelled ``90``,
+    ``90-virtual`` or ``compute_90``."""
+    visibility: Visibility = "hidden"
+    """Symbol visibility of the kernels' entry points in the objects built: ``hidden`` (they link into your
+    extension but are not exported from it, so two extensions with a kernel of the same name never call each
+    other's) or ``default`` (exported, for a shared library whose users call the kernels)."""
+    symbol_prefix: str = ""
+    """Prefix of every kernel's C name in the generated header and objects (``mylib_`` makes ``softmax_rows``
+    ``mylib_softmax_rows``), so kernel libraries of several projects link into one binary; a C identifier
+    start, not beginning with ``_`` or ``r1build``, without ``__``. Candidates still define the plain name."""
     target: str = "r1build::kernels"
     """Name of the CMake target the generated CMake file defines (an ALIAS of ``r1build_kernels``): letters,
     digits, ``_ . + -``, parts joined by ``::``."""
@@ -294,6 +312,8 @@ class Manifest:
     """The kernels, in declaration order."""
     reference_digests: dict[str, str] = field(default_factory=dict)
     """Kernel name to sha256 of its reference module's source."""
+    targets: dict[str, tuple[ArchTarget, ...]] = field(default_factory=dict)
+    """Kernel name to its target archs as spelled, each with the code to embed (decided at load)."""
 
     @property
     def root(self) -> Path:
@@ -310,3 +330,11 @@ class Manifest:
     def archs_of(self, spec: KernelSpec) -> list[str]:
         """The canonical target archs of one kernel."""
         return list(spec.archs) if spec.archs is not None else list(self.settings.archs)
+
+    def target(self, spec: KernelSpec, arch: str) -> ArchTarget:
+        """The code embedded for one of a kernel's archs (canonical): what the load decided, else the default
+        rule over its archs (a manifest built in code)."""
+        targets = self.targets.get(spec.name) or tuple(
+            settle_codes([ArchTarget(a, "default") for a in self.archs_of(spec)], self.settings.ptx)
+        )
+        return next((t for t in targets if t.arch == arch), ArchTarget(arch, "sass"))

@@ -6,6 +6,7 @@ A broken project fails in the backend's process with the exit code of its error 
 
 from __future__ import annotations
 
+import os
 import re
 import zipfile
 from pathlib import Path
@@ -17,10 +18,37 @@ pytestmark = pytest.mark.slow
 
 
 def _elf_archs(env: BuildEnv, shared_object: Path) -> set[str]:
+    return _fatbin_archs(env, shared_object, "elf")
+
+
+def _fatbin_archs(env: BuildEnv, shared_object: Path, kind: str) -> set[str]:
+    """The archs of the machine code (``elf``) or PTX (``ptx``) cuobjdump lists in a binary."""
     cuobjdump = find_cuobjdump(env)
     assert cuobjdump is not None, "cuobjdump is neither installed nor in the venv"
-    listing = env.check([cuobjdump, "--list-elf", shared_object], cwd=shared_object.parent)
-    return set(re.findall(r"\.(sm_\d+a?)\.cubin", listing))
+    proc = env.run([cuobjdump, f"--list-{kind}", shared_object], cwd=shared_object.parent)
+    assert proc.returncode == 0, proc.stdout  # "No PTX file found" (exit 0) where there is none
+    return set(re.findall(rf"\.(sm_\d+a?)\.{'cubin' if kind == 'elf' else 'ptx'}", proc.stdout))
+
+
+def _module_of(wheel: Path, dest: Path, name: str = "tiny") -> Path:
+    """The extension module of a wheel, unpacked into ``dest``."""
+    with zipfile.ZipFile(wheel) as zf:
+        (module,) = [n for n in zf.namelist() if re.fullmatch(rf"{name}\..*\.so", n)]
+        zf.extract(module, dest)
+    return dest / module
+
+
+def _tiny_wheel(env: BuildEnv, tmp_path: Path, archs: str) -> Path:
+    """tests/packages/tiny with its ``archs = ["sm_90"]`` line replaced, built with pip; the wheel."""
+    project = copy_project(PACKAGES / "tiny", tmp_path / "tiny")
+    manifest = project / "kernels.toml"
+    manifest.write_text(manifest.read_text(encoding="utf-8").replace('archs = ["sm_90"]', archs), encoding="utf-8")
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = env.pip_wheel(project, out, isolated=False)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    (wheel,) = out.glob("tiny-0.1.0-*.whl")
+    return wheel
 
 
 def test_bad_manifest_exits_2_with_the_place_of_the_mistake(build_env: BuildEnv, tmp_path: Path) -> None:
@@ -76,10 +104,9 @@ def test_tiny_project_builds_with_device_code_for_its_arch(build_env: BuildEnv, 
     assert "the baseline scale.cu is chosen by the static gate alone, unvalidated" in proc.stdout
     (wheel,) = out.glob("tiny-0.1.0-*.whl")
 
-    with zipfile.ZipFile(wheel) as zf:
-        (module,) = [n for n in zf.namelist() if re.fullmatch(r"tiny\..*\.so", n)]
-        zf.extract(module, tmp_path / "unpacked")
-    assert _elf_archs(build_env, tmp_path / "unpacked" / module) == {"sm_90"}
+    module = _module_of(wheel, tmp_path / "unpacked")
+    assert _elf_archs(build_env, module) == {"sm_90"}
+    assert _fatbin_archs(build_env, module, "ptx") == {"sm_90"}  # PTX of the highest arch, for newer GPUs
 
     generated = project / ".r1build" / "generated"
     assert (generated / "r1build_kernels.cmake").is_file()
@@ -101,3 +128,80 @@ def test_baseline_with_another_signature_fails_the_build_at_the_gate(build_env: 
     assert ('the definition of scale does not match the declared signature extern "C" cudaError_t '
             "scale(const float* x, float* y, int64_t n, cudaStream_t stream)") in hook.stdout
     assert not list(out.glob("*.whl"))
+
+
+@pytest.mark.parametrize(("archs", "elf", "ptx"), [
+    ('archs = ["sm_80", "sm_90"]\nptx = false', {"sm_80", "sm_90"}, set()),
+    ('archs = ["compute_80", "90-real"]', {"sm_90"}, {"sm_80"}),
+])
+def test_manifest_archs_choose_the_machine_code_and_ptx_in_the_wheel(
+    build_env: BuildEnv, tmp_path: Path, archs: str, elf: set[str], ptx: set[str]
+) -> None:
+    module = _module_of(_tiny_wheel(build_env, tmp_path, archs), tmp_path / "unpacked")
+    assert (_fatbin_archs(build_env, module, "elf"), _fatbin_archs(build_env, module, "ptx")) == (elf, ptx)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("ptx", "expected"), [(True, 0), (False, -209)])
+def test_a_wheel_for_an_older_arch_runs_on_this_gpu_through_its_ptx(
+    build_env: BuildEnv, tmp_path: Path, ptx: bool, expected: int
+) -> None:
+    """Built for sm_80 alone and run on the GPU here (sm_90 on an H200): the driver JIT-compiles the embedded
+    PTX and the kernel computes the right values; without the PTX the same wheel has no code for this GPU
+    (cudaErrorNoKernelImageForDevice, 209)."""
+    import subprocess
+
+    caps = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True,
+                          text=True, check=True).stdout.split()
+    if not caps or caps[0].startswith("8."):
+        pytest.skip(f"needs a GPU that sm_80 machine code does not run on (this one: {caps})")
+    archs = 'archs = ["sm_80"]' + ("" if ptx else "\nptx = false")
+    wheel = _tiny_wheel(build_env, tmp_path, archs)
+    module = _module_of(wheel, tmp_path / "unpacked")
+    assert _fatbin_archs(build_env, module, "elf") == {"sm_80"}
+    assert _fatbin_archs(build_env, module, "ptx") == ({"sm_80"} if ptx else set())
+    target = tmp_path / "site"
+    build_env.check([build_env.python, "-m", "pip", "install", "--no-deps", "--target", target, wheel], cwd=tmp_path)
+    code = "import tiny; print(tiny.scale_check(100003))"
+    result = build_env.check([build_env.python, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(target)})
+    assert int(result.strip()) == expected, result
+
+
+def _build_twin(env: BuildEnv, tmp_path: Path, name: str, visibility: str | None) -> Path:
+    """tests/packages/twin built as the module ``name``; twin_b's ``scale`` returns cudaErrorNotSupported (801)
+    for a negative n where twin_a's returns cudaErrorInvalidValue (1). Installed into its own folder."""
+    project = copy_project(PACKAGES / "twin", tmp_path / name)
+    if name == "twin_b":
+        source = project / "scale.cu"
+        source.write_text(source.read_text().replace("return cudaErrorInvalidValue;", "return cudaErrorNotSupported;"))
+    if visibility is not None:
+        manifest = project / "kernels.toml"
+        manifest.write_text(f'visibility = "{visibility}"\n' + manifest.read_text())
+    out = tmp_path / f"{name}-wheel"
+    out.mkdir()
+    env.check([env.python, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", out,
+               "--config-settings", f"cmake.define.TWIN={name}", project], cwd=tmp_path)
+    (wheel,) = out.glob("twin-0.1.0-*.whl")
+    target = tmp_path / f"{name}-site"
+    env.check([env.python, "-m", "pip", "install", "--no-deps", "--target", target, wheel], cwd=tmp_path)
+    (module,) = target.glob(f"{name}.*.so")
+    return module
+
+
+@pytest.mark.parametrize(("visibility", "calls"), [(None, "1 801"), ("default", "1 1")])
+def test_two_extensions_with_one_kernel_name_each_call_their_own(
+    build_env: BuildEnv, tmp_path: Path, visibility: str | None, calls: str
+) -> None:
+    """Loaded into one process with RTLD_GLOBAL (as frameworks that share symbols between extensions load
+    theirs), two extensions that both define ``scale`` each call their own: r1build's entry points are hidden,
+    so the extension's call is bound inside it and nothing is exported for another to interpose. The control:
+    with ``visibility = "default"`` the second extension's call lands in the first one's ``scale``."""
+    modules = [_build_twin(build_env, tmp_path, name, visibility) for name in ("twin_a", "twin_b")]
+    for module in modules:
+        exported = build_env.check(["nm", "-D", "--defined-only", module], cwd=tmp_path).split()
+        assert ("scale" in exported) == (visibility == "default"), exported
+        assert f"PyInit_{module.name.split('.')[0]}" in exported
+    code = ("import os, sys; sys.setdlopenflags(os.RTLD_NOW | os.RTLD_GLOBAL); import twin_a, twin_b; "
+            "print(twin_a.negative(), twin_b.negative())")
+    path = os.pathsep.join(str(m.parent) for m in modules)
+    assert build_env.check([build_env.python, "-c", code], cwd=tmp_path, env={"PYTHONPATH": path}).strip() == calls
