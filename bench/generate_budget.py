@@ -33,16 +33,15 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests" / "generate"))
 
 import openai  # noqa: E402
 from _report import command_line, host_info, utc_now, write_results  # noqa: E402
-from chat_server import Answer, ChatServer, Request, vadd_answer  # noqa: E402
 from generate_overhead import MANIFEST, ConstantJudge  # noqa: E402
 
 from r1build.cache import Cache  # noqa: E402
 from r1build.generate import search  # noqa: E402
 from r1build.manifest import load_manifest  # noqa: E402
+from tests.generate.chat_server import Answer, ChatServer, Request, vadd_answer  # noqa: E402
 
 REASONING_TOKENS = 6000
 """Words of reasoning in each answer (one token each, as the server counts them)."""

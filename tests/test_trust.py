@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from resolve_support import install_gpu_double
 
 from r1build.cache import Cache
 from r1build.cli.main import main
@@ -31,6 +30,7 @@ from r1build.manifest import Manifest, load_manifest
 from r1build.records import Candidate, CandidateRef, Decision, Origin, Result, Timing
 from r1build.resolve import ResolveOptions, prepare_build, resolve
 from r1build.selection import decision_winner, select_winner
+from tests.resolve_support import install_gpu_double
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "tests" / "packages" / "rejected"

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from evaluate_support import ROOT
 
 from r1build.manifest import Manifest, load_manifest
+from tests.evaluate.evaluate_support import ROOT
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from evaluate_support import CorpusKernel, corpus_kernels
 
 from r1build.cache import Cache
 from r1build.evaluate import GpuEvaluator, expand_variants
@@ -16,6 +15,7 @@ from r1build.judge import Job
 from r1build.manifest import Manifest
 from r1build.records import Candidate, Origin, Result
 from r1build.selection import median_error
+from tests.evaluate.evaluate_support import CorpusKernel, corpus_kernels
 
 
 @pytest.fixture(scope="module")

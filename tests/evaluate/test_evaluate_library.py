@@ -7,7 +7,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from evaluate_support import CORPUS
 
 from r1build.cache import Cache
 from r1build.evaluate import GpuEvaluator, detect_gpus, expand_variants
@@ -18,6 +17,7 @@ from r1build.judge import Job
 from r1build.manifest import Manifest
 from r1build.records import Candidate, Origin
 from r1build.toolchain import toolchain
+from tests.evaluate.evaluate_support import CORPUS
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists(),
                                 reason="nvcc not installed")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -50,7 +51,7 @@ CHILD = textwrap.dedent('''
 
 
 @pytest.fixture
-def handle(tmp_path: Path) -> WorkerHandle:
+def handle(tmp_path: Path) -> Iterator[WorkerHandle]:
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     env = scrubbed_environment(

@@ -314,15 +314,15 @@ class ChatServer:
         reply = reply.for_request(request)
         if (request.body or {}).get("stream") and not reply.ignore_stream:
             return await self._stream(request, reply, writer)
-        message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+        said: dict[str, Any] = {"role": "assistant", "content": reply.content}
         if reply.reasoning:
-            message[reply.reasoning_field] = reply.reasoning
+            said[reply.reasoning_field] = reply.reasoning
         payload: dict[str, Any] = {
             "id": f"chatcmpl-{len(self.requests)}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": self.model,
-            "choices": [{"index": 0, "message": message, "finish_reason": reply.finish_reason}],
+            "choices": [{"index": 0, "message": said, "finish_reason": reply.finish_reason}],
         }
         if reply.usage:
             payload["usage"] = self._usage(reply)

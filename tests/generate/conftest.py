@@ -7,7 +7,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from gen_support import MarkerJudge, Project
+
+from tests.generate.gen_support import MarkerJudge, Project
 
 
 @pytest.fixture

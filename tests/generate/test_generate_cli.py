@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from chat_server import Answer, ChatServer, Fault
-from gen_support import KEY, Project, answer, broken_source, kernel_source
 
 from r1build.cli.generate_cmd import GENERATION_NAMESPACE
 from r1build.cli.main import main
 from r1build.keys import decision_key
 from r1build.records import Candidate, CandidateRef, Decision, Origin
+from tests.generate.chat_server import Answer, ChatServer, Fault
+from tests.generate.gen_support import KEY, Project, answer, broken_source, kernel_source
 
 
 @pytest.fixture

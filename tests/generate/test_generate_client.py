@@ -7,13 +7,13 @@ import time
 from typing import Any
 
 import pytest
-from chat_server import Answer, ChatServer, Fault, Raw, Stall
-from gen_support import KEY
 
 from r1build.errors import ConfigError, GenerationError
 from r1build.generate.client import Attempt, ChatClient, Exchange, Meter, parse_retry_after
 from r1build.generate.providers import resolve_endpoint
 from r1build.manifest.model import Generation
+from tests.generate.chat_server import Answer, ChatServer, Fault, Raw, Stall
+from tests.generate.gen_support import KEY
 
 FAST = {"retries": 2, "retry_backoff_s": 0.01, "request_timeout_s": 5.0}
 

@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 import pytest
-from gen_support import SIGNATURE, kernel_source
 
 from r1build.generate.extract import (
     extract_source,
@@ -16,6 +15,7 @@ from r1build.generate.extract import (
     strip_think,
     tunable_variants,
 )
+from tests.generate.gen_support import SIGNATURE, kernel_source
 
 R1_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "r1-kernelbench" / "level1_r1_best1.jsonl"
 

@@ -16,8 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chat_server import Answer, ChatServer, Fault, Reply, Request, Stall
-from gen_support import KEY, MarkerJudge, Project, answer, broken_source, env_for, kernel_source
 
 from r1build.cli.main import main
 from r1build.errors import GenerationError
@@ -26,6 +24,8 @@ from r1build.generate import SearchOutcome, replay, search
 from r1build.generate.transcripts import LINKS_NAMESPACE
 from r1build.keys import decision_key
 from r1build.manifest import Manifest
+from tests.generate.chat_server import Answer, ChatServer, Fault, Reply, Request, Stall
+from tests.generate.gen_support import KEY, MarkerJudge, Project, answer, broken_source, env_for, kernel_source
 
 FAST = {"retry-backoff-s": 0.01, "request-timeout-s": 5}
 

@@ -9,14 +9,14 @@ import time
 from pathlib import Path
 
 import pytest
-from chat_server import Answer, ChatServer
-from damage import wreck_index
-from gen_support import KEY, Project, answer, kernel_source
 
 from r1build.build import kernel_settings
 from r1build.cli.main import main
 from r1build.events import Event, Note, sink
 from r1build.lock import read_lock
+from tests.damage import wreck_index
+from tests.generate.chat_server import Answer, ChatServer
+from tests.generate.gen_support import KEY, Project, answer, kernel_source
 
 
 @pytest.fixture
@@ -122,7 +122,7 @@ def test_an_endpoint_that_never_answers_fails_resolve_but_not_a_build(project: P
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     """Reachable but down in all but name (every request a 503): ``r1build resolve`` names the cause and exits
     1; an opted-in build warns and builds with the baseline."""
-    from chat_server import Fault
+    from tests.generate.chat_server import Fault
 
     project.write(baseline=True, budget={"rounds": 1, "samples": 2},
                   generation={"retries": 0, "max-consecutive-failures": 2})

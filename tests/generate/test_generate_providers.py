@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from gen_support import KEY, SIGNATURE, Project, kernel_source
 
 from r1build.errors import ConfigError
 from r1build.generate import endpoint_configured, resolve_endpoint
@@ -11,6 +10,7 @@ from r1build.generate.prompts import Judged, feedback_prompt, task_prompt, trim_
 from r1build.generate.providers import public_url
 from r1build.manifest.model import Arg, Generation, KernelSpec
 from r1build.records import GateReport, Result, Timing
+from tests.generate.gen_support import KEY, SIGNATURE, Project, kernel_source
 
 
 def test_endpoint_configured() -> None:

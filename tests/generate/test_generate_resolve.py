@@ -6,14 +6,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from chat_server import Answer, ChatServer, Fault
-from gen_support import KEY, Project, answer, broken_source, kernel_source
-from resolve_support import install_gpu_double
 
 from r1build.cli.main import main
 from r1build.judge import CHECKS_VERSION
 from r1build.keys import decision_key
 from r1build.lock import read_lock
+from tests.generate.chat_server import Answer, ChatServer, Fault
+from tests.generate.gen_support import KEY, Project, answer, broken_source, kernel_source
+from tests.resolve_support import install_gpu_double
 
 
 @pytest.fixture
@@ -26,7 +26,7 @@ def test_resolve_generates_on_a_miss_and_refresh_rejudges_without_the_model(
     project: Project, clean_env: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     manifest = project.write(baseline=True, budget={"rounds": 1, "samples": 3})
-    replies = [
+    replies: list[Answer | Fault] = [
         Fault(429, headers={"retry-after": "0"}),
         Answer(answer(kernel_source(1)), reasoning="first try"),
         Answer(answer(broken_source("vadd_typo")), reasoning="second"),

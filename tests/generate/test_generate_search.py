@@ -8,8 +8,6 @@ import threading
 from typing import Any
 
 import pytest
-from chat_server import Answer, ChatServer, Fault, Reply, Request, Stall
-from gen_support import KEY, MarkerJudge, Project, answer, broken_source, env_for, kernel_source
 
 from r1build.errors import ConfigError, GenerationError
 from r1build.evaluate.variants import expand_variants
@@ -17,6 +15,8 @@ from r1build.events import Event, Note, Progress, sink
 from r1build.generate import SearchOutcome, replay, search
 from r1build.manifest import Manifest
 from r1build.records import Candidate, Origin
+from tests.generate.chat_server import Answer, ChatServer, Fault, Reply, Request, Stall
+from tests.generate.gen_support import KEY, MarkerJudge, Project, answer, broken_source, env_for, kernel_source
 
 
 def run(project: Project, manifest: Manifest, server: ChatServer, judge: Any, *, seeds: list[Candidate] | None = None,

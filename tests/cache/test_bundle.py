@@ -6,7 +6,6 @@ import dataclasses
 import json
 import os
 import zipfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,45 +15,13 @@ from r1build.cache import Cache, export_bundle, import_bundle, read_bundle, refe
 from r1build.errors import BundleError
 from r1build.judge import CHECKS_VERSION
 from r1build.keys import canonical_json, digest_bytes
-from r1build.records import CandidateRef, Decision, Origin, Result, Timing, to_json
-
-LARGE = 40_000  # stored as a file by diskcache
-
-
-def make_decision(cache: Cache, key: str, kernel: str, *, measured: bool = True, note: str = "") -> Decision:
-    source = cache.put_text(f"// {kernel} {key}\nextern \"C\" int {kernel}() {{ return 0; }}\n")
-    transcript = cache.put_text(f"<think>{kernel} {key}</think>")
-    ref = CandidateRef(source, source, Origin("generated", model="r1", round=1, sample=0, transcript=transcript))
-    loser_source = cache.put_text(f"// slower {kernel} {key}\n")
-    loser = CandidateRef(loser_source, loser_source, Origin("baseline", path=f"kernels/{kernel}.cu"))
-    results = [Result(candidate=source, arch="sm_90", status="passed", stage="evaluate" if measured else "gate",
-                      timing=Timing(median_us=10.0, spread=0.01, samples=40) if measured else None),
-               Result(candidate=loser_source, arch="sm_90", status="incorrect", detail="max abs error 3.1")]
-    decision = Decision(key=key, kernel=kernel, arch="sm_90", winner=ref, candidates=[ref, loser], results=results,
-                        transcripts=[], measured=measured,
-                        device="H200" if measured else None, toolchain="nvcc 13.0",
-                        created=f"2026-01-0{1 + len(note)}T00:00:00+00:00")
-    cache.put_decision(decision)
-    return decision
-
-
-def contents(cache: Cache) -> dict[str, bytes | None]:
-    return {e.key: cache.peek(e.key) for e in cache.entries()}
+from r1build.records import Decision, to_json
+from tests.cache.bundle_support import LARGE, contents, filled, make_decision, rewrite
 
 
 @pytest.fixture
 def source(tmp_path: Path) -> Cache:
     return filled(Cache(tmp_path / "source"))
-
-
-def filled(cache: Cache) -> Cache:
-    """``cache`` with two decisions (and their blobs), a large blob, a gate result and a JSON document."""
-    make_decision(cache, "d" * 64, "matmul")
-    make_decision(cache, "e" * 64, "softmax_rows")
-    cache.put_blob(os.urandom(LARGE))
-    cache.put_gate("g" * 64, Result(candidate="v" * 64, arch="sm_80", status="compile_error", detail="error: x"))
-    cache.put_json("floors", "NVIDIA H200", {"bandwidth_gbs": 4800.0})
-    return cache
 
 
 @pytest.fixture
@@ -175,27 +142,6 @@ def test_import_replaces_a_corrupt_local_blob(source: Cache, fresh: Cache, bundl
 
 
 # -- tampered bundles -----------------------------------------------------------------------------------------
-def rewrite(src: Path, dst: Path, *, index: Callable[[dict[str, Any]], None] | None = None,
-            members: Callable[[dict[str, bytes]], None] | None = None, fix_digest: bool = True) -> Path:
-    """Rebuild a bundle as a tamperer with zip tools would, optionally recomputing the index digest."""
-    with zipfile.ZipFile(src) as zf:
-        data = {name: zf.read(name) for name in zf.namelist()}
-        comment = zf.comment
-    doc = json.loads(data["index.json"])
-    if index is not None:
-        index(doc)
-        data["index.json"] = canonical_json(doc)
-    if members is not None:
-        members(data)
-    if fix_digest:
-        comment = b"r1build-bundle index sha256=" + digest_bytes(data["index.json"]).encode()
-    with zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as zf:
-        zf.comment = comment
-        for name, payload in data.items():
-            zf.writestr(name, payload)
-    return dst
-
-
 def entry(doc: dict[str, Any], kind: str) -> dict[str, Any]:
     return next(e for e in doc["entries"] if e["kind"] == kind)
 

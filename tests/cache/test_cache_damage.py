@@ -15,7 +15,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from damage import read_only_tree, wreck_index
 
 from r1build.cache import Cache, export_bundle, open_usable
 from r1build.cli.main import main
@@ -23,6 +22,7 @@ from r1build.errors import CacheError, CacheLocationError
 from r1build.events import Note
 from r1build.keys import digest_bytes
 from r1build.records import CandidateRef, Decision, Origin, Result
+from tests.damage import read_only_tree, wreck_index
 
 LARGE = 40_000  # kept as a file by diskcache
 SMALL = 1500  # kept inside cache.db
@@ -138,7 +138,7 @@ def test_project_commands_run_with_a_damaged_cache(tmp_path: Path) -> None:
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc is not installed")
     project = tmp_path / "tiny"
-    shutil.copytree(Path(__file__).parent / "packages" / "tiny", project)
+    shutil.copytree(Path(__file__).resolve().parents[1] / "packages" / "tiny", project)
     d = tmp_path / "cache"
     where = ["-m", str(project), "--cache-dir", str(d)]
 

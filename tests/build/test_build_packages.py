@@ -12,7 +12,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from buildenv import PACKAGES, BuildEnv, copy_project, find_cuobjdump
+
+from tests.build.buildenv import PACKAGES, BuildEnv, copy_project, find_cuobjdump
 
 pytestmark = pytest.mark.slow
 
@@ -87,7 +88,8 @@ def test_stale_lock_with_r1build_locked_names_the_kernel(build_env: BuildEnv, tm
     assert any(re.match(r"^\s+scale/sm_90: stale\b", line) for line in lines[start + 1:]), hook.stdout
 
     # the same through pip and the config setting
-    pip_wheel = [build_env.python, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation", "-w", out]
+    pip_wheel: list[str | Path] = [build_env.python, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation",
+                                   "-w", out]
     locked = build_env.run([*pip_wheel, "--config-settings", "r1build.locked=1", project], cwd=tmp_path)
     assert locked.returncode != 0
     assert "Traceback" not in locked.stdout

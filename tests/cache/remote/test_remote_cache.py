@@ -13,8 +13,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from remote_servers import TOKEN, FaultServer, Nginx
-from remote_support import measured_root, measured_tiny, push, root_project, tiny_project, trust_nothing
 
 from r1build.cache import Cache
 from r1build.cache.remote import RemoteLayer, blob_key, open_store, record_key
@@ -24,6 +22,15 @@ from r1build.keys import digest_bytes
 from r1build.lock import read_lock
 from r1build.records import Decision, from_json, to_json
 from r1build.signing import KeyPair, TrustedKeys
+from tests.cache.remote.remote_servers import TOKEN, FaultServer, Moto, Nginx, Remote
+from tests.cache.remote.remote_support import (
+    measured_root,
+    measured_tiny,
+    push,
+    root_project,
+    tiny_project,
+    trust_nothing,
+)
 
 LOCKED = ("resolve", "--locked", "--no-gpu")
 
@@ -39,7 +46,7 @@ def _remote_warnings(text: str) -> list[str]:
 
 
 @pytest.fixture
-def seeded(remote, team_key: KeyPair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def seeded(remote: Remote, team_key: KeyPair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
            capsys: pytest.CaptureFixture[str]) -> tuple[Path, str]:
     """tiny, locked on machine A and published to ``remote``: (project, the decision's key)."""
     project = tiny_project(tmp_path / "tiny", team_key.public.line)
@@ -49,7 +56,7 @@ def seeded(remote, team_key: KeyPair, tmp_path: Path, monkeypatch: pytest.Monkey
     return project, key
 
 
-def test_two_machines_share_decisions_and_gate_results(remote, seeded, tmp_path: Path,
+def test_two_machines_share_decisions_and_gate_results(remote: Remote, seeded: tuple[Path, str], tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     project, key = seeded
@@ -78,8 +85,8 @@ def root_machine_a(tmp_path_factory: pytest.TempPathFactory, team_key: KeyPair) 
 
 
 def test_a_fresh_cache_resolves_the_root_manifests_decisions_from_the_remote(
-        remote, root_machine_a, team_key: KeyPair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+        remote: Remote, root_machine_a: tuple[Path, Path, list[str]], team_key: KeyPair, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     project, a, keys = root_machine_a
     push(project, a, remote.url, team_key)
     b = tmp_path / "b"
@@ -94,7 +101,7 @@ def test_a_fresh_cache_resolves_the_root_manifests_decisions_from_the_remote(
     assert code == 0, out
 
 
-def test_read_only_by_default_and_writing_needs_the_key(remote, team_key: KeyPair, tmp_path: Path,
+def test_read_only_by_default_and_writing_needs_the_key(remote: Remote, team_key: KeyPair, tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     project = tiny_project(tmp_path / "tiny", team_key.public.line)
@@ -118,7 +125,7 @@ def test_read_only_by_default_and_writing_needs_the_key(remote, team_key: KeyPai
     store.close()
 
 
-def test_a_run_that_may_write_publishes_what_it_stores(remote, team_key: KeyPair, tmp_path: Path,
+def test_a_run_that_may_write_publishes_what_it_stores(remote: Remote, team_key: KeyPair, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     project = tiny_project(tmp_path / "tiny", team_key.public.line)
@@ -145,7 +152,7 @@ def _tamper(remote, key: str, change) -> None:  # type: ignore[no-untyped-def]
     store.close()
 
 
-def test_a_tampered_object_is_detected_reported_and_never_used(remote, seeded, tmp_path: Path,
+def test_a_tampered_object_is_detected_reported_and_never_used(remote: Remote, seeded: tuple[Path, str], tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     project, key = seeded
@@ -158,8 +165,9 @@ def test_a_tampered_object_is_detected_reported_and_never_used(remote, seeded, t
     assert decision.winner is not None
     # the source blob: one byte changed; the decision: its time improved, digest line recomputed, signature kept
     _tamper(remote, blob_key(decision.winner.source), lambda raw: raw.replace(b"2.0f", b"3.0f"))
-    forged = replace(decision, results=[replace(decision.results[0], timing=replace(decision.results[0].timing,
-                                                                                     median_us=0.1))])
+    timing = decision.results[0].timing
+    assert timing is not None
+    forged = replace(decision, results=[replace(decision.results[0], timing=replace(timing, median_us=0.1))])
     _tamper(remote, record_key("decision", key),
             lambda raw: digest_bytes(to_json(forged)).encode() + b"\n" + raw.split(b"\n", 2)[1] + b"\n"
             + to_json(forged))
@@ -181,7 +189,7 @@ def test_a_tampered_object_is_detected_reported_and_never_used(remote, seeded, t
 
 
 def test_unsigned_and_untrusted_decisions_are_refused_and_the_build_goes_on(
-        remote, team_key: KeyPair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        remote: Remote, team_key: KeyPair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     stranger = KeyPair.generate()
     project = tiny_project(tmp_path / "tiny", team_key.public.line)
@@ -204,8 +212,8 @@ def test_unsigned_and_untrusted_decisions_are_refused_and_the_build_goes_on(
     assert any("unsigned" in w for w in _remote_warnings(out)), out
 
 
-def test_a_project_that_trusts_no_key_uses_nothing_from_a_remote(remote, seeded, tmp_path: Path,
-                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_project_that_trusts_no_key_uses_nothing_from_a_remote(
+        remote: Remote, seeded: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     project, key = seeded
     trust_nothing(project)
     code, out = _cli(capsys, *LOCKED, "-m", str(project), "--cache-dir", str(tmp_path / "b"), "--remote-cache",
@@ -222,8 +230,8 @@ def _layer(url: str, key: KeyPair) -> RemoteLayer:
                        signing_key=key.private)
 
 
-def test_eight_concurrent_writers_of_the_same_and_different_entries(remote, seeded, team_key: KeyPair,
-                                                                    tmp_path: Path) -> None:
+def test_eight_concurrent_writers_of_the_same_and_different_entries(remote: Remote, seeded: tuple[Path, str],
+                                                                    team_key: KeyPair, tmp_path: Path) -> None:
     _, key = seeded
     with Cache(tmp_path / "a") as cache:
         decision = cache.get_decision(key)
@@ -354,7 +362,7 @@ def test_a_server_killed_mid_upload_exposes_no_object_and_loses_nothing(
         server.stop()
 
 
-def test_an_s3_upload_cut_mid_body_exposes_no_object(moto, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_an_s3_upload_cut_mid_body_exposes_no_object(moto: Moto, tmp_path: Path) -> None:
     import boto3
 
     client = boto3.client("s3", endpoint_url=moto.endpoint, region_name="us-east-1", aws_access_key_id="testing",
@@ -384,7 +392,7 @@ def test_a_remote_that_answers_garbage_is_a_miss(team_key: KeyPair, tmp_path: Pa
     assert _remote_warnings(out) and all("is corrupt" in w for w in _remote_warnings(out)), out
 
 
-def test_notes_go_to_the_sink_not_stdout(remote, seeded, tmp_path: Path) -> None:
+def test_notes_go_to_the_sink_not_stdout(remote: Remote, seeded: tuple[Path, str], tmp_path: Path) -> None:
     project, key = seeded
     seen: list[Note] = []
     from r1build.cache.remote import attach_remote
@@ -425,7 +433,7 @@ def test_a_server_dying_during_a_blob_upload_never_gets_the_decision(team_key: K
 
 
 def test_a_measuring_run_that_may_write_publishes_its_decision_after_its_blobs(
-        remote, team_key: KeyPair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        remote: Remote, team_key: KeyPair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     from tests.resolve_support import install_gpu_double
 

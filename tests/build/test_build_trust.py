@@ -10,9 +10,9 @@ import stat
 from pathlib import Path
 
 import pytest
-from buildenv import PACKAGES, BuildEnv, copy_project
 
 from r1build.keys import variant_digest
+from tests.build.buildenv import PACKAGES, BuildEnv, copy_project
 
 pytestmark = pytest.mark.slow
 
@@ -97,7 +97,8 @@ def test_the_gate_and_cmake_use_the_same_nvcc_and_the_lock_says_which(build_env:
     assert cmake, calls  # CMake compiled the kernel's generated source with the same nvcc
 
     # a CMAKE_CUDA_COMPILER of one's own that is not the nvcc the gate uses is refused before anything runs
-    pip_wheel = [build_env.python, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation", "-w", out]
+    pip_wheel: list[str | Path] = [build_env.python, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation",
+                                   "-w", out]
     other = build_env.run([*pip_wheel, "--config-settings", f"cmake.define.CMAKE_CUDA_COMPILER={shutil.which('nvcc')}",
                            project], cwd=tmp_path, env=env)
     assert other.returncode != 0

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-from remote_servers import Moto, Nginx, moto_binary, nginx_binary
 
 from r1build.signing import KeyPair
+from tests.cache.remote.remote_servers import Moto, Nginx, Remote, moto_binary, nginx_binary
 
 _prefixes = itertools.count()
 
@@ -38,29 +36,6 @@ def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Moto]:
                  aws_secret_access_key="testing").create_bucket(Bucket="team-cache")
     yield server
     server.stop()
-
-
-@dataclass
-class Remote:
-    """One remote under a prefix of its own: its URL, the backend's name and where its objects are on disk
-    (nginx) or how to reach them (s3)."""
-
-    backend: str
-    url: str
-    nginx: Nginx | None = None
-    moto: Moto | None = None
-
-    def path_of(self, key: str) -> Path:
-        """The file nginx keeps an object in (http only)."""
-        assert self.nginx is not None
-        return self.nginx.root / self.url.split("/", 3)[3] / key
-
-    def s3(self) -> object:
-        import boto3
-
-        assert self.moto is not None
-        return boto3.client("s3", endpoint_url=self.moto.endpoint, region_name="us-east-1",
-                            aws_access_key_id="testing", aws_secret_access_key="testing")
 
 
 @pytest.fixture(params=["http", "s3"])

@@ -23,7 +23,7 @@ from r1build.manifest.cdecl import declaration, signature
 from r1build.records import Candidate, Origin
 from r1build.toolchain import toolchain
 
-PACKAGES = Path(__file__).resolve().parent / "packages"
+PACKAGES = Path(__file__).resolve().parents[1] / "packages"
 
 try:
     toolchain()

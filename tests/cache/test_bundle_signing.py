@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_bundle import contents, filled, rewrite
 
 from r1build.cache import Cache, export_bundle, import_bundle, read_bundle
 from r1build.errors import BundleError
 from r1build.events import Note
 from r1build.signing import KeyPair, TrustedKeys, entry_payload, verify, write_private_key
+from tests.cache.bundle_support import contents, filled, rewrite
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from r1build.manifest import Arg, KernelSpec, Manifest, load_manifest
 from r1build.records import Candidate, Origin
 from r1build.toolchain import Toolchain, toolchain
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

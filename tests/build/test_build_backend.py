@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import io
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
-from buildenv import PACKAGES, copy_project
 
 from r1build.build import KERNELS_DEFINE, kernel_settings
 from r1build.build.boundary import StderrRenderer, frontend_boundary
@@ -17,6 +17,7 @@ from r1build.build.stamp import STAMP_NAME
 from r1build.errors import CompileError, ConfigError, ManifestError, StaleLockError
 from r1build.events import Event, Note, Progress, Stage, emit, sink
 from r1build.manifest import find_manifest, load_manifest
+from tests.build.buildenv import PACKAGES, copy_project
 
 
 def test_options_default_to_unset() -> None:
@@ -220,7 +221,7 @@ def locked_tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return project
 
 
-def _build_events(project: Path, settings: dict[str, str | list[str]]) -> list[Event]:
+def _build_events(project: Path, settings: Mapping[str, str | list[str]]) -> list[Event]:
     seen: list[Event] = []
     with sink(seen.append):
         kernel_settings(settings, project)

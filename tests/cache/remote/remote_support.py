@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Literal
 
 from r1build.cache import Cache
 from r1build.cache.remote import RemoteLayer, open_store
@@ -15,7 +16,7 @@ from r1build.manifest import load_manifest
 from r1build.records import Candidate, CandidateRef, Decision, Origin, Result, Timing
 from r1build.signing import KeyPair, trusted_keys
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TINY = ROOT / "tests" / "packages" / "tiny"
 
 __all__ = ["ROOT", "TINY", "measured_root", "measured_tiny", "push", "root_project", "tiny_project", "trust",
@@ -92,7 +93,7 @@ def measured_root(project: Path, cache_dir: Path) -> list[str]:
                 continue
             spec = m.kernel(entry.name)
             assert entry.origin is not None and entry.time_us is not None
-            kind = "baseline" if entry.origin == spec.baseline else "file"
+            kind: Literal["baseline", "file"] = "baseline" if entry.origin == spec.baseline else "file"
             candidate = Candidate((project / entry.origin).read_text(encoding="utf-8"), Origin(kind, entry.origin),
                                   dict(entry.defines))
             assert candidate.digest == entry.winner, entry

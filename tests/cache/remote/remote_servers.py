@@ -16,9 +16,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["FaultServer", "Moto", "Nginx", "free_port", "moto_binary", "nginx_binary", "wait_for_port"]
+__all__ = ["FaultServer", "Moto", "Nginx", "Remote", "free_port", "moto_binary", "nginx_binary", "wait_for_port"]
 
 TOKEN = "team-token-123"
 """The bearer token nginx's ``/auth/`` location wants."""
@@ -205,3 +206,26 @@ class FaultServer:
         self._stop.set()
         self._thread.join()
         self._sock.close()
+
+
+@dataclass
+class Remote:
+    """One remote under a prefix of its own: its URL, the backend's name and where its objects are on disk
+    (nginx) or how to reach them (s3)."""
+
+    backend: str
+    url: str
+    nginx: Nginx | None = None
+    moto: Moto | None = None
+
+    def path_of(self, key: str) -> Path:
+        """The file nginx keeps an object in (http only)."""
+        assert self.nginx is not None
+        return self.nginx.root / self.url.split("/", 3)[3] / key
+
+    def s3(self) -> object:
+        import boto3
+
+        assert self.moto is not None
+        return boto3.client("s3", endpoint_url=self.moto.endpoint, region_name="us-east-1",
+                            aws_access_key_id="testing", aws_secret_access_key="testing")

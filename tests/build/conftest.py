@@ -19,7 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from buildenv import ROOT, BuildEnv, find_cuobjdump
+
+from tests.build.buildenv import ROOT, BuildEnv, find_cuobjdump
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,7 @@ from r1build.errors import CacheError
 from r1build.events import Note
 from r1build.records import CandidateRef, Decision, GateReport, Origin, Result, Timing
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SMALL = 1500  # kept inside cache.db by diskcache (values under 32 KiB)
 LARGE = 40_000  # kept as a file by diskcache
 

@@ -102,7 +102,7 @@ def test_corrupt_lock(root_copy: Path, edit: object, message: str) -> None:
 def test_committed_locks_are_current(project: str) -> None:
     """The repository's own locks fit their manifests: a change to key derivation must come with a re-lock
     (`r1build lock --offline -m PROJECT`, or a GPU run for measured winners)."""
-    root = Path(__file__).resolve().parents[1] / project
+    root = Path(__file__).resolve().parents[2] / project
     m = load_manifest(root / "kernels.toml", check_references=False)
     staleness = check_lock(m, load_lock(m))  # every field verified, current entries against the manifest
     assert not staleness, staleness.render()

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from buildenv import SAMPLE, BuildEnv, copy_project, find_cuobjdump, unpack_sdist
+
+from tests.build.buildenv import SAMPLE, BuildEnv, copy_project, find_cuobjdump, unpack_sdist
 
 if sys.version_info >= (3, 11):
     import tomllib

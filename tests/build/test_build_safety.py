@@ -9,22 +9,19 @@ from __future__ import annotations
 
 import re
 import socket
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from buildenv import PACKAGES, ROOT, BuildEnv, copy_project
-from damage import read_only_tree, wreck_index
 
 from r1build.keys import decision_key
 from r1build.lock import read_lock, write_lock
 from r1build.manifest import load_manifest
 from r1build.records import Candidate, Origin
-
-sys.path.insert(0, str(ROOT / "tests" / "generate"))
-from chat_server import Answer, ChatServer
+from tests.build.buildenv import PACKAGES, BuildEnv, copy_project
+from tests.damage import read_only_tree, wreck_index
+from tests.generate.chat_server import Answer, ChatServer
 
 pytestmark = pytest.mark.slow
 

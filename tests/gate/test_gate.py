@@ -20,7 +20,7 @@ from r1build.manifest.model import KernelSpec
 from r1build.records import Candidate, Origin, Result
 from r1build.toolchain import Toolchain, toolchain
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 try:
     TOOLCHAIN: Toolchain | None = toolchain()

@@ -99,7 +99,7 @@ def test_generated_winner_whose_source_is_nowhere_fails_check_locked(locked: Pat
 
 
 def test_committed_sample_lock_verifies_field_by_field() -> None:
-    root = Path(__file__).resolve().parents[1] / "sample_project"
+    root = Path(__file__).resolve().parents[2] / "sample_project"
     m = load_manifest(root / "kernels.toml", check_references=False)
     lock = load_lock(m)
     assert lock is not None and any(e.defines for e in lock.kernel)

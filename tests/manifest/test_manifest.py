@@ -11,7 +11,7 @@ from r1build.errors import ManifestError
 from r1build.manifest import load_manifest, parse_arch
 from r1build.manifest.schema import SCHEMA_PATH, render_schema, update_readme
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_root_manifest_loads() -> None:

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from remote_support import measured_tiny, push, tiny_project
 
 from r1build.build.options import split_settings
 from r1build.cache import Cache
@@ -18,9 +17,11 @@ from r1build.manifest import load_manifest
 from r1build.resolve import prepare_build
 from r1build.settings import env_settings
 from r1build.signing import KeyPair
+from tests.cache.remote.remote_servers import Nginx
+from tests.cache.remote.remote_support import measured_tiny, push, tiny_project
 
 
-def test_a_build_reads_the_remote_named_by_its_config_setting(nginx, team_key: KeyPair, tmp_path: Path,
+def test_a_build_reads_the_remote_named_by_its_config_setting(nginx: Nginx, team_key: KeyPair, tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     project = tiny_project(tmp_path / "tiny", team_key.public.line)
     key = measured_tiny(project, tmp_path / "a")
@@ -77,7 +78,7 @@ def test_a_bad_remote_url_on_the_command_line_is_exit_2(team_key: KeyPair, tmp_p
     assert "not an http://, https:// or s3:// URL" in capsys.readouterr().err
 
 
-def test_the_remote_keeps_a_decision_whole_across_keys(nginx, team_key: KeyPair, tmp_path: Path,
+def test_the_remote_keeps_a_decision_whole_across_keys(nginx: Nginx, team_key: KeyPair, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     """A valid signed record copied under another key is refused: the signature covers the key."""
