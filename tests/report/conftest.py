@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "generate"))
-
-from chromium import chromium
-from gen_support import Project
-from searches import run_search
+from tests.generate.gen_support import Project
+from tests.report.chromium import chromium
+from tests.report.searches import run_search
 
 
 @pytest.fixture

@@ -6,13 +6,13 @@ from __future__ import annotations
 import re
 
 import pytest
-from chat_server import Answer, ChatServer, Request
-from gen_support import KEY, Project, answer, kernel_source
-from resolve_support import install_gpu_double
 
 from r1build.cli.main import main
 from r1build.generate.prompts import DEFAULT_DIRECTIONS
 from r1build.records import Candidate
+from tests.generate.chat_server import Answer, ChatServer, Request
+from tests.generate.gen_support import KEY, Project, answer, kernel_source
+from tests.resolve_support import install_gpu_double
 
 __all__ = ["INJECTION", "PRICES", "run_search"]
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from gen_support import KEY, Project
 
 import r1build
 from r1build.cli.main import main
+from tests.generate.gen_support import KEY, Project
 
 SCHEMA = json.loads((Path(r1build.__file__).parent / "dataset.schema.json").read_text())
 

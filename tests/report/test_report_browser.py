@@ -7,11 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from chromium import open_page
-from gen_support import Project
-from searches import INJECTION, run_search
 
 from r1build.cli.main import main
+from r1build.manifest import load_manifest
+from tests.generate.gen_support import Project
+from tests.report.chromium import open_page
+from tests.report.searches import INJECTION, run_search
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,9 +65,7 @@ def test_the_root_manifest_report_shows_every_kernel_in_chromium(browser: str, t
     page = tmp_path / "root.html"
     assert main(["report", "-m", str(ROOT), "--cache-dir", str(tmp_path / "cache"), "-o", str(page)]) == 0
     seen = _load(page)
-    import tomllib
-
-    names = [k["name"] for k in tomllib.loads((ROOT / "kernels.toml").read_text())["kernel"]]
+    names = [k.name for k in load_manifest(ROOT / "kernels.toml", check_references=False).kernels]
     assert seen["headings"] == names
     assert "NVIDIA H200" in str(seen["text"])  # the lock's provenance: measured on the H200
 

@@ -9,8 +9,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
-from gen_support import Project
-from searches import INJECTION, PRICES
 
 from r1build.cache import Cache
 from r1build.cli.main import main
@@ -18,6 +16,8 @@ from r1build.manifest import load_manifest
 from r1build.overview import project_records
 from r1build.report import build_report
 from r1build.report.summary import failure_groups, provenance_row, search_points, spend_row, winner_row
+from tests.generate.gen_support import Project
+from tests.report.searches import INJECTION, PRICES
 
 
 def test_status_json_and_the_report_read_the_same_records(searched: Project,
