@@ -41,10 +41,12 @@ def test_outputs_of_the_timed_calls_and_the_memo_probe_are_judged(root_manifest:
     out = tmp_path / "out"
     out.mkdir()
 
-    def reply(outputs: list[NDArray[Any]], tweak: NDArray[Any]) -> dict[str, object]:
+    def reply(outputs: list[NDArray[Any]], tweak: NDArray[Any], **changed: Any) -> Any:
+        """The part of a worker's timed shape (:class:`~r1build.evaluate.child.messages.TimedShape`) the
+        checks read."""
         return {"outputs": [[None, None, _write(out / f"s{k}.bin", o)] for k, o in enumerate(outputs)],
                 "tweak_outputs": [None, None, _write(out / "t.bin", tweak)], "capture_error": None,
-                "capture_rc": 0, "device_state": None}
+                "capture_rc": 0, "device_state": None, **changed}
 
     good = [s.expected["out"].astype(np.float32) for s in shape.sets]
     tweak = shape.tweak.expected["out"].astype(np.float32)
@@ -57,9 +59,9 @@ def test_outputs_of_the_timed_calls_and_the_memo_probe_are_judged(root_manifest:
     memo = judge_bench(spec, plan, [reply(good, good[0])])  # the tweaked call returned set 1's result
     assert memo is not None and "depends on earlier calls" in memo.detail
 
-    captured = judge_bench(spec, plan, [{**reply(good, tweak), "capture_rc": 901}])
+    captured = judge_bench(spec, plan, [reply(good, tweak, capture_rc=901)])
     assert captured is not None and "outside the given stream" in captured.detail
-    state = judge_bench(spec, plan, [{**reply(good, tweak), "device_state": "cudaLimitPersistingL2CacheSize"}])
+    state = judge_bench(spec, plan, [reply(good, tweak, device_state="cudaLimitPersistingL2CacheSize")])
     assert state is not None and state.status == "rejected" and "device state" in state.detail
 
 

@@ -41,7 +41,8 @@ def _allocs(plan: ShapePlan, call: int, outputs: dict[str, np.ndarray[Any, Any]]
     return out
 
 
-def _reply(plan: ShapePlan, calls: int | None = None, **first: Any) -> dict[str, Any]:
+def _reply(plan: ShapePlan, calls: int | None = None, **first: Any) -> Any:
+    """The part of a worker's check reply (:class:`~r1build.evaluate.child.messages.CheckReply`) the verdict reads."""
     n = len(plan.calls) if calls is None else calls
     records = [{"rc": 0, "error": None, "capture_error": None} for _ in range(n)]
     records[-1].update(first)
@@ -181,7 +182,7 @@ def test_diagnosis_tells_races_from_shared_memory_reads(root_manifest: Manifest)
     c = _allocs(repeat, 0, {"out": np.array([2.5], np.float32)})
     moved_ok = _allocs(repeat, 7)
     first_ok = _allocs(repeat, 8)
-    ok = {"ok": True, "calls": [{"rc": 0, "error": None}] * 10}
+    ok: Any = {"ok": True, "calls": [{"rc": 0, "error": None}] * 10}  # a check reply, as far as diagnose reads it
 
     def run(*runs: list[bytes]) -> Verdict:
         return diagnose(plan, 3, failing, repeat, ok, [x for r in runs for x in r], spec.tolerance)
