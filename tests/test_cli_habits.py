@@ -170,7 +170,9 @@ def test_json_on_every_command_that_reports(locked: Path, tmp_path: Path,
     assert checked["kernels"] == ["silu_mul"] and checked["lock"] == {"current": True, "verified": True,
                                                                       "stale": []}
     vendored = doc(["vendor", "--json", "-m", str(locked)])
-    assert [Path(str(p)).name.startswith("silu_mul__") for p in vendored["vendored"]] == [True]  # type: ignore[union-attr]
+    paths = vendored["vendored"]
+    assert isinstance(paths, list)
+    assert [Path(str(p)).name.startswith("silu_mul__") for p in paths] == [True]
     assert doc(["cache", "verify", "--json"])["problems"] == []
     assert "evicted" in doc(["cache", "gc", "--json"])
     bundle = tmp_path / "team.r1b"

@@ -6,18 +6,16 @@ from __future__ import annotations
 import json
 import shutil
 import socket
-import sys
 from pathlib import Path
 
 import pytest
-from damage import wreck_index
 
 from r1build.cache import Cache
 from r1build.cli.main import main
+from tests.damage import wreck_index
+from tests.generate.chat_server import Answer, ChatServer
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "generate"))
-from chat_server import Answer, ChatServer  # noqa: E402
 
 
 def _doctor(capsys: pytest.CaptureFixture[str], *args: str, code: int = 0) -> dict[str, dict[str, str]]:

@@ -15,7 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from buildenv import PACKAGES, BuildEnv, copy_project
+
+from tests.build.buildenv import PACKAGES, BuildEnv, copy_project
 
 pytestmark = pytest.mark.slow
 
