@@ -25,7 +25,10 @@ exit code 2 at the CLI / PEP 517 boundary; everything else to exit code 1::
     │   └── NoWinnerError              no candidate of a kernel × arch may win (the table of why, as data)
     ├── GenerationError                the LLM provider failed in a way that ends the run (401, 402, ...)
     │   └── EndpointSilentError        ... or never answered (5xx, cut streams, timeouts): a build goes on
-    └── EvaluationError                the GPU evaluator could not run at all
+    ├── EvaluationError                the GPU evaluator could not run at all
+    └── ClusterError                   the Dask cluster of a `--cluster` resolve was lost mid-run, or lost a job
+        └── ClusterRefusedError        ... is unreachable at the start, or its workers run another r1build or
+                                           CUDA version: exit 2
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ __all__ = [
     "CacheDamagedError",
     "CacheError",
     "CacheLocationError",
+    "ClusterError",
+    "ClusterRefusedError",
     "CompileError",
     "ConfigError",
     "EndpointSilentError",
@@ -204,6 +209,16 @@ class EndpointSilentError(GenerationError):
 
 class EvaluationError(R1BuildError):
     """The GPU evaluator could not run at all."""
+
+
+class ClusterError(R1BuildError):
+    """The Dask cluster of a ``--cluster`` resolve failed during the run: the scheduler was lost, or a job was lost
+    with the workers that ran it. What was measured before is cached, so a re-run continues."""
+
+
+class ClusterRefusedError(ClusterError, UserError):
+    """The cluster cannot be used at all: its scheduler is unreachable at the start, the address is malformed, the
+    ``cluster`` extra is missing, or its workers run another r1build or CUDA version than this one."""
 
 
 def format_subprocess_failure(cmd: Sequence[str], returncode: int, output: str, *, limit: int = 4000) -> str:

@@ -185,6 +185,9 @@ class Result:
     """GPU name when judged on a GPU."""
     toolchain: str = ""
     """nvcc identity that compiled it."""
+    host: str | None = None
+    """Host name of the cluster worker whose GPU judged it (``r1build resolve --cluster``); None when judged by
+    this machine."""
 
     @property
     def ok(self) -> bool:

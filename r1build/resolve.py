@@ -57,6 +57,7 @@ from .settings import env_settings
 from .toolchain import toolchain
 
 if TYPE_CHECKING:
+    from .cluster.session import ClusterEvaluator
     from .evaluate import GpuEvaluator
     from .gate.static import StaticGate
 
@@ -100,6 +101,9 @@ class ResolveOptions:
     build: bool = False
     """Resolving for a build (the PEP 517 backend): an endpoint that never answers is a warning, and the build
     goes on with the user's own sources, instead of an error."""
+    cluster: str | None = None
+    """Address of a Dask scheduler: GPU jobs run on its workers of each arch, gate compiles on its compile slots
+    (:mod:`r1build.cluster`), instead of on local GPUs and cores. None: this machine only."""
 
 
 @dataclass(frozen=True)
@@ -252,11 +256,16 @@ def _nvidia_driver() -> bool:
 class _Judges:
     """The evaluators available in this run, made on first use."""
 
-    def __init__(self, cache: Cache, use_gpu: bool | None) -> None:
+    def __init__(self, cache: Cache, use_gpu: bool | None, cluster: str | None = None,
+                 cluster_timeout_s: float = 10.0) -> None:
         self.cache = cache
         self.use_gpu = use_gpu
+        self.cluster = cluster
+        """The Dask scheduler whose workers judge instead of this machine (None: this machine)."""
+        self._cluster_timeout_s = cluster_timeout_s
+        self._cluster: ClusterEvaluator | None = None
         self._gate: StaticGate | None = None
-        self._gpu: GpuEvaluator | None = None
+        self._gpu: GpuEvaluator | ClusterEvaluator | None = None
         self._gpu_archs: set[str] | None = None
         self._endpoint: bool | None = None
 
@@ -273,14 +282,31 @@ class _Judges:
     @property
     def gate(self) -> StaticGate:
         if self._gate is None:
-            from .gate.static import StaticGate
+            if self.cluster is not None:
+                self._gate = self._on_cluster().gate()
+            else:
+                from .gate.static import StaticGate
 
-            self._gate = StaticGate(self.cache)
+                self._gate = StaticGate(self.cache)
         return self._gate
+
+    def _on_cluster(self) -> ClusterEvaluator:
+        """The cluster's evaluator, connected on first use (:class:`~r1build.errors.ClusterRefusedError` when it
+        cannot be used)."""
+        if self._cluster is None:
+            from .cluster.session import ClusterEvaluator
+
+            self._cluster = ClusterEvaluator(self.cluster or "", self.cache, timeout_s=self._cluster_timeout_s)
+            self._gpu = self._cluster
+        return self._cluster
 
     def gpu_for(self, arch: str) -> Evaluator | None:
         if self.use_gpu is False:
             return None
+        if self.cluster is not None:
+            cluster = self._on_cluster()
+            self._gpu_archs = set(cluster.archs)
+            return cluster if arch in self._gpu_archs else None
         if self._gpu_archs is None:
             self._gpu_archs = set()
             if not CUPY.installed():
@@ -303,6 +329,16 @@ class _Judges:
     def gpu_archs(self) -> set[str]:
         """Archs a local GPU can measure (empty until a GPU was looked for, or without one)."""
         return set(self._gpu_archs or ())
+
+    def unmeasured(self, arch: str) -> str:
+        """Why no GPU judges ``arch`` in this run."""
+        if self.use_gpu is False:
+            return "GPU measuring is off (--no-gpu, or a build without R1BUILD_EVALUATE=1)"
+        known = ", ".join(sorted(self.gpu_archs()))
+        if self.cluster is not None:
+            return (f"no worker of the cluster at {self.cluster} has a GPU of {arch} (GPU archs there: "
+                    f"{known or 'none'})")
+        return f"no local GPU of this arch (GPUs here: {known})" if known else "no local GPU"
 
     def prepare(self, jobs: Sequence[Job]) -> None:
         """Start the CPU work (gate, library builds) of every GPU job ahead, so the GPU never waits for nvcc."""
@@ -525,12 +561,7 @@ def _gated(manifest: Manifest, spec: KernelSpec, arch: str, key: str, judges: _J
     winner = select_winner(seeds, results)
     if winner is None:
         return unresolved(spec.name, arch, [CandidateRef.of(c) for c in seeds], results)
-    if judges.use_gpu is False:
-        why = "GPU measuring is off (--no-gpu, or a build without R1BUILD_EVALUATE=1)"
-    elif judges.gpu_archs():
-        why = f"no local GPU of this arch (GPUs here: {', '.join(sorted(judges.gpu_archs()))})"
-    else:
-        why = "no local GPU"
+    why = judges.unmeasured(arch)
     name = winner.origin.path or winner.origin.kind
     emit(Note("warning", f"{why}: the {winner.provenance()} {name} is chosen by the static gate alone, "
                          "unvalidated", spec.name, arch))
@@ -597,7 +628,7 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
     plan = {s.name: [a for a in manifest.archs_of(s) if options.archs is None or a in options.archs] for s in specs}
     if options.locked:
         lock = require_fresh(manifest, lock, plan if (options.kernels or options.archs) else None)
-    judges = _Judges(cache, options.use_gpu)
+    judges = _Judges(cache, options.use_gpu, options.cluster, manifest.settings.evaluation.connect_timeout_s)
     try:
         found: list[tuple[KernelSpec, str, str, Resolved | Unresolved | None]] = []
         for spec in specs:

@@ -22,6 +22,8 @@ variable                    meaning
 ``R1BUILD_BASE_URL``        the LLM endpoint's URL, overriding the provider profile's and the manifest's
 ``R1BUILD_NVCC``            the nvcc to gate and build with (before ``CUDACXX``, ``CUDA_HOME``, ``PATH``)
 ``R1BUILD_COMPUTE_SANITIZER`` the compute-sanitizer the GPU evaluator runs (before ``PATH`` and nvcc's folder)
+``R1BUILD_CLUSTER``         the Dask scheduler (``tls://host:8786``) whose workers ``r1build resolve`` measures
+                            and compiles on; ``--cluster`` overrides it, it overrides ``[evaluation] cluster``
 ==========================  =============================================================================
 
 Flags accept 1/0, true/false, yes/no, on/off (any case); an empty variable is unset. Anything else is a
@@ -97,6 +99,8 @@ class EnvSettings:
     """``R1BUILD_NVCC``: the nvcc to use, as given."""
     compute_sanitizer: str | None = None
     """``R1BUILD_COMPUTE_SANITIZER``: the compute-sanitizer executable, as given."""
+    cluster: str | None = None
+    """``R1BUILD_CLUSTER``: the Dask scheduler address a resolve evaluates on, as given."""
 
 
 def _flag(environ: Mapping[str, str], name: str) -> bool | None:
@@ -155,4 +159,5 @@ def env_settings(environ: Mapping[str, str] | None = None) -> EnvSettings:
         base_url=env.get(BASE_URL_ENV) or None,
         nvcc=env.get("R1BUILD_NVCC") or None,
         compute_sanitizer=env.get("R1BUILD_COMPUTE_SANITIZER") or None,
+        cluster=env.get("R1BUILD_CLUSTER", "").strip() or None,
     )

@@ -8,6 +8,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from ..cluster import cluster_address
 from ..errors import UsageError
 from ..events import sink
 from ..extras import CHECK
@@ -56,6 +57,9 @@ def register(sub: Any) -> None:
         p.add_argument("--arch", action="append", metavar="ARCH", help="only these archs (repeat or comma-separate)")
         p.add_argument("--kernel", action="append", metavar="NAME", help="only these kernels")
         p.add_argument("--no-gpu", action="store_true", help="do not measure on local GPUs")
+        p.add_argument("--cluster", metavar="ADDRESS",
+                       help="measure on the GPU workers of this Dask scheduler (tls://host:8786) and compile on its "
+                            "compile slots (default: $R1BUILD_CLUSTER, else the manifest's [evaluation] cluster)")
         p.add_argument("--json", action="store_true", help="machine-readable output")
         if name == "resolve":
             p.add_argument("--out", type=Path, metavar="DIR", help="also write the generated .cu, header and CMake")
@@ -169,19 +173,20 @@ def _lock_mode(args: argparse.Namespace) -> tuple[bool, bool]:
     return locked, frozen
 
 
-def _options(args: argparse.Namespace, write_lock: bool) -> ResolveOptions:
+def _options(args: argparse.Namespace, manifest: Manifest, write_lock: bool) -> ResolveOptions:
     locked, frozen = _lock_mode(args)
     return ResolveOptions(
         archs=parse_archs(args.arch), kernels=args.kernel, offline=True if args.offline else None,
         locked=locked, frozen=frozen, refresh=args.refresh, use_gpu=False if args.no_gpu else None,
         write_lock=write_lock,
+        cluster=cluster_address(manifest, args.cluster),
     )
 
 
 def cmd_resolve(args: argparse.Namespace, console: Console) -> int:
     manifest = load_from_args(args, check_references=False)
     with sink(console.event), open_cache(args, manifest=manifest) as cache:
-        resolution = resolve(manifest, cache, _options(args, write_lock=True))
+        resolution = resolve(manifest, cache, _options(args, manifest, write_lock=True))
         if args.out and not resolution.unresolved:
             cmake = emit_resolution(resolution, args.out)
             console.print(f"generated {cmake}")
@@ -201,7 +206,7 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
             return 1
         console.print(f"{lock_path(manifest)}: current")
         return 0
-    options = replace(_options(args, write_lock=True), recover_lock=True)
+    options = replace(_options(args, manifest, write_lock=True), recover_lock=True)
     with sink(console.event), open_cache(args, manifest=manifest) as cache:
         resolution = resolve(manifest, cache, options)
     _render_resolution(resolution, console, args.json)

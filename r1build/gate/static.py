@@ -192,6 +192,12 @@ class StaticGate:
         emit(Stage("gate", spec.name, arch, done=True, detail=detail))
         return results
 
+    def compile_verdict(self, manifest: Manifest, spec: KernelSpec, arch: str, candidate: Candidate
+                        ) -> tuple[Result, bool]:
+        """The verdict of one compile before the limits, and whether it may be cached: what a cluster worker
+        computes for the resolving machine's gate (:mod:`r1build.cluster`), which applies the limits and caches."""
+        return self._compile_one(manifest, spec, _Task(parse_arch(arch), candidate, ""))
+
     # -- internals ---------------------------------------------------------------------------------------
     def _compile_all(self, manifest: Manifest, spec: KernelSpec, tasks: list[_Task]) -> list[tuple[str, Result]]:
         def one(task: _Task) -> tuple[str, Result]:

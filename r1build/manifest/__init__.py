@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .archs import ARCHS, DEFAULT_ARCHS, ArchInfo, arch_info, parse_arch
-from .load import find_manifest, load_manifest, remote_url_problem
+from .load import cluster_address_problem, find_manifest, load_manifest, remote_url_problem
 from .model import DTYPES, Arg, Budget, Generation, KernelSpec, Limits, Manifest, ProjectSettings, Tolerance
 from .reference import load_reference
 
@@ -21,6 +21,7 @@ __all__ = [
     "ProjectSettings",
     "Tolerance",
     "arch_info",
+    "cluster_address_problem",
     "find_manifest",
     "load_manifest",
     "load_reference",

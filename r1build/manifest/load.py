@@ -36,7 +36,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-__all__ = ["find_manifest", "load_manifest", "located_error", "remote_url_problem"]
+__all__ = ["cluster_address_problem", "find_manifest", "load_manifest", "located_error", "remote_url_problem"]
 
 _CMAKE_TARGET = re.compile(r"[A-Za-z0-9_.+\-]+(?:::[A-Za-z0-9_.+\-]+)*")
 _SYMBOL_PREFIX = re.compile(r"(?!r1build)(?!.*__)[A-Za-z][A-Za-z0-9_]{0,31}", re.IGNORECASE)
@@ -247,6 +247,10 @@ def _validate_settings(v: _Validator, settings: ProjectSettings) -> ProjectSetti
         problem = remote_url_problem(settings.cache.url)
         if problem is not None:
             raise v.fail(("cache", "url"), problem)
+    if settings.evaluation.cluster is not None:
+        problem = cluster_address_problem(settings.evaluation.cluster)
+        if problem is not None:
+            raise v.fail(("evaluation", "cluster"), problem)
     return replace(settings, archs=archs)
 
 
@@ -293,6 +297,30 @@ def _url_problem(url: str) -> str | None:
         return f"{url!r}: an endpoint URL has no query or fragment"
     if parts.username is not None or parts.password is not None:
         return "an endpoint URL holds no credentials (name the key's variable in api-key-env)"
+    return None
+
+
+def cluster_address_problem(address: str) -> str | None:
+    """Why ``address`` is not a Dask scheduler address (``tls://host:port``, ``tcp://host:port`` or ``host:port``),
+    or None."""
+    if not address.isprintable() or any(c.isspace() for c in address):
+        return f"{address!r} is not a scheduler address (it holds whitespace or control characters)"
+    scheme, sep, rest = address.partition("://")
+    if not sep:
+        scheme, rest = "tcp", address
+    if scheme not in ("tcp", "tls"):
+        return f"{address!r}: a scheduler address starts with tls:// or tcp:// (got {scheme}://)"
+    try:
+        parts = urllib.parse.urlsplit(f"//{rest}")
+        port = parts.port
+    except ValueError as exc:
+        return f"{address!r} is not a scheduler address: {exc}"
+    if not parts.hostname or parts.path or parts.query or parts.fragment:
+        return f"{address!r} is not a scheduler address: give {scheme}://host:port"
+    if parts.username is not None or parts.password is not None:
+        return f"{address!r}: a scheduler address holds no credentials (use Dask's TLS settings)"
+    if port is None:
+        return f"{address!r} names no port (the scheduler's default is 8786)"
     return None
 
 

@@ -18,6 +18,7 @@ __all__ = [
     "Arg",
     "Budget",
     "CacheSettings",
+    "EvaluationSettings",
     "Generation",
     "KernelSpec",
     "Limits",
@@ -259,6 +260,19 @@ class CacheSettings:
 
 
 @dataclass(frozen=True)
+class EvaluationSettings:
+    """Where GPU evaluation runs (the ``[evaluation]`` table): on this machine's GPUs, or on a Dask cluster of GPU
+    hosts (``r1build worker``)."""
+
+    cluster: str | None = None
+    """Address of the Dask scheduler whose workers measure every target arch they have and spread the gate's
+    compiles: ``tls://host:8786`` (or ``tcp://`` on a trusted network only); none, local GPUs only.
+    ``R1BUILD_CLUSTER`` and ``r1build resolve --cluster`` override it."""
+    connect_timeout_s: float = bounded(10.0, gt=0, le=600)
+    """Seconds to wait for the scheduler at the start; an unreachable one ends the resolve (exit 2)."""
+
+
+@dataclass(frozen=True)
 class ProjectSettings:
     """Manifest-wide settings."""
 
@@ -298,6 +312,8 @@ class ProjectSettings:
     """Candidate generation settings."""
     cache: CacheSettings = field(default_factory=CacheSettings)
     """The shared cache: the remote cache's URL, and the public keys trusted to sign decisions."""
+    evaluation: EvaluationSettings = field(default_factory=EvaluationSettings)
+    """Where GPU evaluation runs: a Dask cluster of GPU hosts, or this machine's GPUs."""
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ _SECTIONS = {
     "Generation": "`[generation]`",
     "Prices": "`generation.prices`",
     "CacheSettings": "`[cache]` (the remote cache and the keys trusted to sign what it holds)",
+    "EvaluationSettings": "`[evaluation]` (where GPU evaluation runs: this machine, or a Dask cluster)",
 }
 
 

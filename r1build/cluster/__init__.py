@@ -1,0 +1,26 @@
+"""Evaluation on a Dask cluster of GPU hosts (``r1build resolve --cluster``, ``r1build worker``).
+
+Dask distributed does the scheduling: each GPU job (one kernel × arch and its candidates) is a task for a worker
+whose resources name the arch (``sm_90``), and runs the local GPU evaluator there (:mod:`.tasks`); each gate
+compile is a task for a ``compile`` slot (:mod:`.gate`). The resolving machine surveys the workers and refuses a
+cluster of other r1build or nvcc versions (:mod:`.facts`), and stays the one writer of its cache and lock
+(:mod:`.session`). ``r1build worker`` starts one Dask worker per visible GPU and one for compiles (:mod:`.workers`).
+
+Dask is an optional dependency (``pip install 'r1build[cluster]'``): nothing here imports it until a cluster is
+used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..manifest.model import Manifest
+from ..settings import env_settings
+
+__all__ = ["cluster_address"]
+
+
+def cluster_address(manifest: Manifest, flag: str | None, environ: Mapping[str, str] | None = None) -> str | None:
+    """The scheduler a resolve evaluates on: ``--cluster``, else ``R1BUILD_CLUSTER``, else ``[evaluation]
+    cluster``; None for this machine's GPUs."""
+    return flag or env_settings(environ).cluster or manifest.settings.evaluation.cluster

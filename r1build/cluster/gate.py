@@ -1,0 +1,65 @@
+"""The static gate of a cluster resolve: the same verdicts, keys and cache as :class:`~r1build.gate.static.StaticGate`,
+with each compile that misses the cache run on a ``compile`` slot of the cluster. The resolving machine looks the
+verdicts up, applies the limits and stores them: it stays the one writer of its cache."""
+
+from __future__ import annotations
+
+import queue
+from concurrent.futures import CancelledError
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ClusterError
+from ..gate.static import StaticGate
+from ..manifest.model import KernelSpec, Manifest
+from ..records import Result
+from .tasks import compile_verdict
+
+if TYPE_CHECKING:
+    from ..cache.store import Cache
+    from .session import ClusterEvaluator
+
+__all__ = ["ClusterGate"]
+
+
+class ClusterGate(StaticGate):
+    """A :class:`StaticGate` whose compiles run on the cluster's compile slots (here, where the cluster has none)."""
+
+    def __init__(self, cache: Cache, cluster: ClusterEvaluator, **kwargs: Any) -> None:
+        super().__init__(cache, **kwargs)
+        self.cluster = cluster
+        self.remote_compiles = 0
+        """Compiles the cluster's workers ran for this gate."""
+
+    def _compile_all(self, manifest: Manifest, spec: KernelSpec, tasks: list[Any]) -> list[tuple[str, Result]]:
+        from ..cluster.session import COMPILE_RESOURCE
+
+        if not tasks or self.cluster.inventory.compile_slots == 0:
+            return super()._compile_all(manifest, spec, tasks)
+        client = self.cluster.client
+        futures = {client.submit(compile_verdict, manifest, spec, t.arch, t.candidate, self.timeout_s,
+                                 resources={COMPILE_RESOURCE: 1}, pure=False): t for t in tasks}
+        arrived: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        for future in futures:
+            future.add_done_callback(arrived.put)
+        done: list[tuple[str, Result]] = []
+        try:
+            for _ in futures:
+                future = arrived.get()
+                task = futures[future]
+                try:
+                    result, cacheable = future.result()
+                except CancelledError:
+                    raise ClusterError(f"{spec.name}: lost the Dask scheduler at {self.cluster.address} while "
+                                       "compiling; what was measured before is cached, so running the same "
+                                       "command again continues") from None
+                except Exception as exc:
+                    raise ClusterError(f"{spec.name}/{task.arch}: a gate compile failed on the cluster: "
+                                       f"{type(exc).__name__}: {exc}") from exc
+                if cacheable:
+                    self.cache.put_gate(task.key, result)
+                with self._lock:
+                    self.remote_compiles += 1
+                done.append((task.key, result))
+        finally:
+            client.cancel([f for f in futures if not f.done()])
+        return done

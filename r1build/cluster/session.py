@@ -1,0 +1,362 @@
+"""The resolving machine's side of a cluster: connect to the Dask scheduler, survey its workers (refusing mixed
+versions), and hand GPU jobs to workers of their arch (:class:`ClusterEvaluator`).
+
+Dask does the scheduling, placement, retries after a lost worker and transport: every GPU job is one task with the
+resource of its arch (``sm_90: 1``), every gate compile one task with the ``compile`` resource. Nothing here queues
+or retries by itself.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import ipaddress
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import CancelledError
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ClusterError, ClusterRefusedError, EvaluationError
+from ..events import Note, Progress, emit
+from ..judge import CHECKS_VERSION, Job
+from ..keys import decision_key, digest_json
+from ..manifest.archs import ARCHS, parse_arch
+from ..manifest.load import cluster_address_problem
+from ..manifest.model import Manifest
+from ..records import Result, from_json
+from ..toolchain import toolchain
+from .facts import ProcessFacts, mismatch, process_facts
+from .tasks import PROGRESS_TOPIC, JobOutcome, ProjectFiles, WorkerEvaluator, evaluate_job, project_files, worker_facts
+
+if TYPE_CHECKING:
+    from distributed import Client, Future
+
+    from ..cache.store import Cache
+    from .gate import ClusterGate
+
+__all__ = ["COMPILE_RESOURCE", "ClusterEvaluator", "Inventory", "WorkerInfo", "connect"]
+
+COMPILE_RESOURCE = "compile"
+"""The Dask resource of a worker slot that runs static-gate compiles."""
+OUTCOMES_NAMESPACE = "cluster-outcome"
+"""Cache namespace of GPU job outcomes that arrived and were not yet turned into a decision (a re-run after a lost
+scheduler takes them from there instead of measuring again)."""
+
+log = logging.getLogger("r1build.cluster")
+
+
+def _import_client() -> type[Client]:
+    try:
+        from distributed import Client
+    except ImportError:
+        raise ClusterRefusedError("evaluating on a cluster needs Dask: pip install 'r1build[cluster]'") from None
+    return Client
+
+
+def _loopback(address: str) -> bool:
+    host = address.partition("://")[2] or address
+    host = host.rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def connect(address: str, *, timeout_s: float) -> Client:
+    """A Dask client of the scheduler at ``address`` (TLS and credentials from Dask's own configuration);
+    :class:`~r1build.errors.ClusterRefusedError` when it is malformed or unreachable within ``timeout_s``."""
+    problem = cluster_address_problem(address)
+    if problem is not None:
+        raise ClusterRefusedError(f"cluster: {problem}")
+    client_class = _import_client()
+    if (address.startswith("tcp://") or "://" not in address) and not _loopback(address):
+        emit(Note("warning", f"the scheduler at {address} is reached over plain TCP: anyone who can reach it "
+                             "can run code on its workers; use tls:// with Dask's TLS settings (README, "
+                             "Evaluating on a cluster)"))
+    try:
+        return client_class(address, timeout=f"{timeout_s}s", set_as_default=False)
+    except (OSError, TimeoutError) as exc:
+        raise ClusterRefusedError(
+            f"the Dask scheduler at {address} is unreachable ({exc}); start it (`dask scheduler`) and its workers "
+            f"(`r1build worker --scheduler {address}`), or resolve without --cluster") from None
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """One worker of the cluster, as surveyed at connect."""
+
+    address: str
+    name: str
+    host: str
+    archs: list[str]
+    """GPU archs it advertises (its resources named like archs)."""
+    compile_slots: int
+    """Its ``compile`` resource."""
+    facts: ProcessFacts
+
+
+@dataclass
+class Inventory:
+    """The workers of a cluster and what they can do."""
+
+    workers: list[WorkerInfo] = field(default_factory=list)
+
+    @property
+    def archs(self) -> dict[str, list[WorkerInfo]]:
+        """Arch → the workers with a GPU of it."""
+        out: dict[str, list[WorkerInfo]] = {}
+        for w in self.workers:
+            for arch in w.archs:
+                out.setdefault(arch, []).append(w)
+        return dict(sorted(out.items()))
+
+    @property
+    def compile_slots(self) -> int:
+        """Gate compiles the cluster runs at once."""
+        return sum(w.compile_slots for w in self.workers)
+
+    def describe(self) -> str:
+        """One line: the GPU workers per arch and the compile slots."""
+        gpus = "; ".join(f"{arch}: " + ", ".join(f"{w.name} ({', '.join(w.facts.gpus) or 'GPU not listed'})"
+                                                 for w in workers)
+                         for arch, workers in self.archs.items()) or "no GPU workers"
+        return f"{len(self.workers)} workers; {gpus}; {self.compile_slots} compile slots"
+
+
+def _arch_resource(name: str) -> str | None:
+    if not name.startswith("sm_"):
+        return None
+    try:
+        arch = parse_arch(name)
+    except ValueError:
+        return None
+    return arch if arch in ARCHS else None
+
+
+def survey(client: Client, address: str, *, timeout_s: float, here: ProcessFacts | None = None) -> Inventory:
+    """Every worker's resources and facts; :class:`~r1build.errors.ClusterRefusedError` when there is none, or one
+    runs another r1build or nvcc than this machine."""
+    try:
+        client.wait_for_workers(1, timeout=timeout_s)
+    except (TimeoutError, OSError):
+        raise ClusterRefusedError(f"the Dask scheduler at {address} has no workers (waited {timeout_s:g} s); start "
+                                  f"them with `r1build worker --scheduler {address}`") from None
+    info = client.scheduler_info(n_workers=-1)["workers"]
+    facts: dict[str, Any] = client.run(worker_facts)
+    here = here or process_facts(with_gpus=False)
+    workers = []
+    problems = []
+    for addr, winfo in sorted(info.items(), key=lambda kv: str(kv[1].get("name"))):
+        wfacts = facts.get(addr)
+        if not isinstance(wfacts, ProcessFacts):
+            continue  # joined after the facts were asked for: not used in this run
+        name = str(winfo.get("name", addr))
+        problem = mismatch(here, wfacts, name)
+        if problem is not None:
+            problems.append(problem)
+        resources = winfo.get("resources") or {}
+        archs = sorted({a for r in resources if (a := _arch_resource(r)) is not None})
+        workers.append(WorkerInfo(addr, name, str(winfo.get("host", wfacts.host)), archs,
+                                  int(resources.get(COMPILE_RESOURCE, 0)), wfacts))
+    if problems:
+        raise ClusterRefusedError(f"the cluster at {address} runs other versions than this machine "
+                                  f"({here.describe()}):\n  " + "\n  ".join(problems))
+    return Inventory(workers)
+
+
+@dataclass
+class _Submitted:
+    tag: str
+    job: Job
+    arch: str
+    future: Future[JobOutcome] | None = None
+    outcome: JobOutcome | None = None
+    consumed: bool = False
+    """Handed to the resolver, whose decision now holds it: no longer stored as an outcome."""
+
+
+class ClusterEvaluator:
+    """Judges GPU jobs on the workers of a Dask cluster; implements :class:`~r1build.judge.Evaluator` for every
+    arch in :attr:`archs`, with :meth:`prepare` (submit every job at once, so every GPU is busy) and :meth:`close`.
+
+    Each job is one Dask task restricted to workers with the resource of its arch; the worker runs the local GPU
+    evaluator (:func:`~r1build.cluster.tasks.evaluate_job`). Outcomes are stored in the cache as they arrive (and
+    their gate verdicts), so a resolve that loses the scheduler, re-run, continues where it stopped.
+    """
+
+    factory: Callable[[], WorkerEvaluator] | None = None
+    """What makes the evaluator inside each worker (pickled with every job); None: the local GPU evaluator
+    (:func:`~r1build.cluster.tasks.local_gpu_evaluator`). The CPU tests put a stand-in for the GPU here."""
+
+    def __init__(self, address: str, cache: Cache, *, timeout_s: float = 10.0) -> None:
+        self.address = address
+        self.cache = cache
+        self._client = connect(address, timeout_s=timeout_s)
+        try:
+            self.inventory = survey(self._client, address, timeout_s=timeout_s)
+        except BaseException:
+            self._client.close()
+            raise
+        self.archs = frozenset(self.inventory.archs)
+        """Archs some worker has a GPU of."""
+        self._lock = threading.Lock()
+        self._jobs: dict[str, _Submitted] = {}
+        self._projects: dict[str, ProjectFiles] = {}
+        self._running: set[str] = set()
+        self._context = contextvars.copy_context()
+        self._gate: ClusterGate | None = None
+        self._client.subscribe_topic(PROGRESS_TOPIC, self._on_event)
+        emit(Note("info", f"cluster {address}: {self.inventory.describe()}"))
+        emit(Note("info", f"Dask dashboard: {self._client.dashboard_link}"))
+
+    # -- public ------------------------------------------------------------------------------------------
+    @property
+    def client(self) -> Client:
+        """The Dask client."""
+        return self._client
+
+    def gate(self) -> ClusterGate:
+        """The static gate whose compiles run on the cluster's compile slots (locally where it has none)."""
+        if self._gate is None:
+            from .gate import ClusterGate
+
+            self._gate = ClusterGate(self.cache, self)
+        return self._gate
+
+    def prepare(self, jobs: Sequence[Job]) -> None:
+        """Submit every job of an arch some worker has, biggest first, so that all GPUs start at once."""
+        for job in sorted(jobs, key=lambda j: -len(j.candidates)):
+            if parse_arch(job.arch) in self.archs:
+                self._submit(job)
+
+    def evaluate(self, job: Job) -> list[Result]:
+        """One result per candidate of ``job``, judged on a worker of its arch."""
+        arch = parse_arch(job.arch)
+        if arch not in self.archs:
+            raise EvaluationError(f"no worker of the cluster at {self.address} has a GPU of {arch}")
+        sub = self._submit(job)
+        outcome = sub.outcome if sub.outcome is not None else self._wait(sub)
+        with self._lock:  # from here on the resolver's decision holds it
+            sub.consumed = True
+            self.cache.delete(f"json/{OUTCOMES_NAMESPACE}/{sub.tag}")
+        return outcome.results
+
+    def close(self) -> None:
+        """Cancel what is still queued and disconnect."""
+        with self._lock:
+            pending = [s.future for s in self._jobs.values() if s.future is not None and not s.future.done()]
+        try:
+            if pending:
+                self._client.cancel(pending)
+        except Exception as exc:  # the scheduler is gone already
+            log.debug("cancelling on close: %s", exc)
+        self._client.close()
+
+    # -- internals ---------------------------------------------------------------------------------------
+    def _tag(self, job: Job, arch: str) -> str:
+        return digest_json({
+            "key": decision_key(job.manifest, job.spec, arch),
+            "candidates": [c.digest for c in job.candidates],
+            "baseline": job.baseline.digest if job.baseline is not None else None,
+            "checks": CHECKS_VERSION,
+            "toolchain": toolchain().ident,
+        })
+
+    def _project(self, manifest: Manifest) -> ProjectFiles:
+        key = str(manifest.path)
+        if key not in self._projects:
+            self._projects[key] = project_files(manifest, manifest.kernels)
+        return self._projects[key]
+
+    def _submit(self, job: Job) -> _Submitted:
+        from ..gate.static import gate_key
+
+        arch = parse_arch(job.arch)
+        tag = self._tag(job, arch)
+        with self._lock:
+            if tag in self._jobs:
+                return self._jobs[tag]
+            sub = self._jobs[tag] = _Submitted(tag, job, arch)
+        stored = self.cache.get_json(OUTCOMES_NAMESPACE, tag)
+        if stored is not None:
+            try:
+                sub.outcome = from_json(JobOutcome, stored)
+            except ValueError:
+                sub.outcome = None
+            if sub.outcome is not None and len(sub.outcome.results) == len(job.candidates):
+                emit(Note("info", "taking the results measured before the cluster was lost", job.spec.name, arch))
+                self._progress(arch)
+                return sub
+            sub.outcome = None
+        tc = toolchain()
+        keys = [gate_key(job.manifest, job.spec, arch, c, tc) for c in job.candidates]
+        known = {k: v for k in keys if (v := self.cache.get_gate(k)) is not None}
+        args: list[Any] = [job, self._project(job.manifest), keys, known, tag]
+        if self.factory is not None:
+            args.append(self.factory)
+        sub.future = self._client.submit(evaluate_job, *args, resources={arch: 1}, pure=False,
+                                         priority=len(job.candidates), key=f"r1build-{job.spec.name}-{arch}-{tag[:16]}")
+        sub.future.add_done_callback(lambda f, tag=tag: self._arrived(tag, f))
+        self._progress(arch)
+        return sub
+
+    def _arrived(self, tag: str, future: Future[JobOutcome]) -> None:
+        """A job's future finished (on a thread of the Dask client): store its outcome and gate verdicts now, so a
+        scheduler lost later loses nothing measured."""
+        sub = self._jobs[tag]
+        if future.status == "finished":
+            try:
+                outcome = future.result()
+                for key, verdict in outcome.gates.items():
+                    self.cache.put_gate(key, verdict)
+                with self._lock:
+                    if not sub.consumed:
+                        self.cache.put_json(OUTCOMES_NAMESPACE, tag, asdict(outcome))
+                    sub.outcome = outcome
+            except Exception as exc:  # the resolver gets it from the future all the same
+                log.debug("storing the outcome of %s: %s", tag, exc)
+        with self._lock:
+            self._running.discard(tag)
+        self._progress(sub.arch)
+
+    def _wait(self, sub: _Submitted) -> JobOutcome:
+        assert sub.future is not None
+        name = f"{sub.job.spec.name}/{sub.arch}"
+        try:
+            outcome = sub.future.result()
+        except CancelledError:
+            raise ClusterError(f"{name}: lost the Dask scheduler at {self.address} during the run; what was "
+                               "measured before is cached, so running the same command again continues") from None
+        except EvaluationError:
+            raise
+        except Exception as exc:
+            if type(exc).__name__ == "KilledWorker":
+                raise ClusterError(f"{name}: the job was lost with the workers that died running it ({exc}); what was "
+                                   "measured before is cached, so running the same command again continues") from None
+            raise ClusterError(f"{name}: the job failed on the cluster: {type(exc).__name__}: {exc}") from exc
+        self._progress(sub.arch)
+        return outcome
+
+    def _on_event(self, event: Any) -> None:
+        _, message = event if isinstance(event, tuple) else (None, event)
+        tag = message.get("job") if isinstance(message, dict) else None
+        with self._lock:
+            sub = self._jobs.get(tag) if isinstance(tag, str) else None
+            if sub is None:
+                return  # another resolve's job
+            if sub.outcome is None:
+                self._running.add(sub.tag)
+        self._progress(sub.arch)
+
+    def _progress(self, arch: str) -> None:
+        with self._lock:
+            subs = [s for s in self._jobs.values() if s.arch == arch]
+            finished = {s.tag for s in subs if s.outcome is not None or (s.future is not None and s.future.done())}
+            running = sum(s.tag in self._running and s.tag not in finished for s in subs)
+        event = Progress(f"cluster {arch}", len(finished), len(subs),
+                         {"queued": len(subs) - len(finished) - running, "running": running,
+                          "workers": len(self.inventory.archs.get(arch, []))})
+        self._context.copy().run(emit, event)

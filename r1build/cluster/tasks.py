@@ -1,0 +1,220 @@
+"""What runs inside a Dask worker: one static-gate compile, or one GPU job through the local evaluator.
+
+A GPU job runs exactly what ``r1build resolve`` runs on a machine with a GPU: :class:`~r1build.evaluate.GpuEvaluator`
+(gate, library builds, correctness checks, sanitizers, timing in an isolated worker process with a scrubbed
+environment), one per Dask worker process, kept for the worker's life so its GPU worker process, floors and
+compiles are reused from job to job. Its cache is a scratch one of its own: the resolving machine is the one writer
+of the project's cache and lock, and gets every verdict back with the job's results.
+
+The project's reference modules travel with each job (:class:`ProjectFiles`) and are written once per content
+digest under the worker's temporary folder; candidate sources travel inside the job.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..errors import ClusterRefusedError, EvaluationError
+from ..judge import Job
+from ..keys import digest_bytes, digest_json
+from ..manifest.model import KernelSpec, Manifest
+from ..manifest.reference import reference_file
+from ..records import Candidate, Result
+
+__all__ = ["PROGRESS_TOPIC", "JobOutcome", "ProjectFiles", "WorkerEvaluator", "compile_verdict", "evaluate_job",
+           "local_gpu_evaluator", "project_files", "worker_facts"]
+
+PROGRESS_TOPIC = "r1build-jobs"
+"""The Dask event topic a worker logs ``{"job": key, "state": "running"}`` to when it starts a GPU job."""
+
+_MAX_PROJECT_BYTES = 16 << 20
+_MAX_PROJECT_FILES = 2000
+_SKIP_DIRS = frozenset({"__pycache__", "node_modules", "site-packages"})
+
+
+class WorkerEvaluator(Protocol):
+    """What judges a GPU job inside a worker (the local GPU evaluator, or a test's stand-in for the GPU)."""
+
+    def evaluate(self, job: Job) -> list[Result]:
+        """One result per candidate of ``job``."""
+        ...
+
+
+@dataclass(frozen=True)
+class ProjectFiles:
+    """The project files a GPU job needs on a worker: every reference module, and the Python files beside it."""
+
+    manifest_name: str
+    """The manifest's file name (``kernels.toml``, ``pyproject.toml``)."""
+    files: dict[str, bytes] = field(default_factory=dict)
+    """Path relative to the manifest's folder → bytes."""
+
+    @property
+    def digest(self) -> str:
+        """Identity of the content (the folder a worker writes it to)."""
+        return digest_json({"manifest": self.manifest_name,
+                            "files": {k: digest_bytes(v) for k, v in self.files.items()}})
+
+
+def project_files(manifest: Manifest, specs: Sequence[KernelSpec]) -> ProjectFiles:
+    """The reference modules of ``specs`` and the ``.py`` files under their folders (a module at the project's top
+    level brings the top-level ``.py`` files only), as a reference importing its neighbours finds them locally.
+    :class:`~r1build.errors.ClusterRefusedError` when that is more than a job should carry."""
+    root = manifest.root.resolve()
+    files: dict[str, bytes] = {}
+    for spec in specs:
+        path = reference_file(manifest.root, spec.reference).resolve()
+        folder = path.parent
+        found = list(folder.glob("*.py")) if folder == root else [
+            p for p in folder.rglob("*.py")
+            if not any(part.startswith(".") or part in _SKIP_DIRS for part in p.relative_to(folder).parts[:-1])]
+        for p in [path, *found]:
+            rel = p.relative_to(root).as_posix()
+            if rel not in files and p.is_file():
+                files[rel] = p.read_bytes()
+    size = sum(len(v) for v in files.values())
+    if size > _MAX_PROJECT_BYTES or len(files) > _MAX_PROJECT_FILES:
+        raise ClusterRefusedError(f"the reference modules of {manifest.path} and the Python files beside them are "
+                                  f"{len(files)} files, {size >> 20} MiB: too much to send with every GPU job; keep "
+                                  "the references in a folder of their own")
+    return ProjectFiles(manifest.path.name, files)
+
+
+def _materialize(project: ProjectFiles) -> Path:
+    """The project's files in a folder of this worker (written once per content, atomically)."""
+    base = Path(tempfile.gettempdir()) / "r1build-cluster" / "projects"
+    target = base / project.digest[:32]
+    if target.is_dir():
+        return target
+    base.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".incoming-", dir=base))
+    root = scratch.resolve()
+    for rel, data in project.files.items():
+        path = (scratch / rel).resolve()
+        if root not in path.parents:  # the resolving machine wrote these names; refuse any that leave the folder
+            raise EvaluationError(f"project file {rel!r} leaves the project folder")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    try:
+        scratch.rename(target)
+    except OSError:  # another job of the same project got there first
+        shutil.rmtree(scratch, ignore_errors=True)
+    return target
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """What a worker sends back for one GPU job."""
+
+    results: list[Result]
+    """One per candidate, in order: exactly what the local evaluator returned, with the host recorded."""
+    gates: dict[str, Result]
+    """The static gate's verdicts (before limits) the job's evaluator holds, by gate key, for the resolving
+    machine's cache."""
+    host: str
+    """Host name of the worker."""
+    worker: str
+    """The Dask worker's name."""
+
+
+_lock = threading.Lock()
+_evaluators: dict[str, WorkerEvaluator] = {}
+
+
+def local_gpu_evaluator() -> WorkerEvaluator:
+    """The evaluator of a GPU worker: the local GPU evaluator on the GPUs this process sees (one, under
+    ``r1build worker``, which sets ``CUDA_VISIBLE_DEVICES`` per worker)."""
+    from ..evaluate import GpuEvaluator, detect_gpus
+
+    gpus = detect_gpus()
+    if not gpus:
+        raise EvaluationError(f"worker on {socket.gethostname()} advertises a GPU arch but sees no GPU (cupy "
+                              "missing, no driver, or CUDA_VISIBLE_DEVICES empty)")
+    return GpuEvaluator(None, gpus=gpus)
+
+
+def _evaluator(factory: Callable[[], WorkerEvaluator]) -> WorkerEvaluator:
+    """One evaluator per factory for this worker's life (a factory arrives unpickled with every job, so it is
+    known by its repr: a module-level function, or a partial of one with its arguments)."""
+    key = repr(factory)
+    with _lock:
+        if key not in _evaluators:
+            _evaluators[key] = factory()
+        return _evaluators[key]
+
+
+def _worker_name() -> str:
+    try:
+        from distributed import get_worker
+
+        return str(get_worker().name)
+    except (ImportError, ValueError):
+        return f"pid {os.getpid()}"
+
+
+def _log(message: dict[str, Any]) -> None:
+    try:
+        from distributed import get_worker
+
+        get_worker().log_event(PROGRESS_TOPIC, message)
+    except (ImportError, ValueError):
+        pass
+
+
+def evaluate_job(job: Job, project: ProjectFiles, gate_keys: Sequence[str], known: dict[str, Result], tag: str,
+                 factory: Callable[[], WorkerEvaluator] = local_gpu_evaluator) -> JobOutcome:
+    """Judge one GPU job on this worker (the Dask task of a cluster resolve). ``gate_keys`` name the gate
+    verdicts of the job's candidates, ``known`` the ones the resolving machine already has (not compiled again),
+    ``tag`` the job in progress events."""
+    _log({"job": tag, "state": "running", "worker": _worker_name()})
+    root = _materialize(project)
+    here = replace(job, manifest=replace(job.manifest, path=root / project.manifest_name))
+    evaluator = _evaluator(factory)
+    cache = getattr(evaluator, "cache", None)
+    if cache is not None:
+        for key, verdict in known.items():
+            cache.put_gate(key, verdict)
+    results = evaluator.evaluate(here)
+    host = socket.gethostname()
+    results = [replace(r, host=host) if r.stage == "evaluate" else r for r in results]
+    gates: dict[str, Result] = {}
+    if cache is not None:
+        for key in gate_keys:
+            verdict = cache.get_gate(key)
+            if verdict is not None and key not in known:
+                gates[key] = verdict
+    return JobOutcome(results, gates, host, _worker_name())
+
+
+_gates: dict[float, Any] = {}
+
+
+def compile_verdict(manifest: Manifest, spec: KernelSpec, arch: str, candidate: Candidate,
+                    timeout_s: float) -> tuple[Result, bool]:
+    """One static-gate compile on this worker: the verdict before limits and whether it may be cached (the
+    resolving machine applies the limits and caches it)."""
+    from ..cache.store import Cache
+    from ..gate.static import StaticGate
+
+    with _lock:
+        gate = _gates.get(timeout_s)
+        if gate is None:
+            scratch = Path(tempfile.mkdtemp(prefix="r1build-cluster-gate-"))
+            gate = _gates[timeout_s] = StaticGate(Cache(scratch / "cache"), jobs=1, timeout_s=timeout_s)
+    result, cacheable = gate.compile_verdict(manifest, spec, arch, candidate)
+    return result, cacheable
+
+
+def worker_facts() -> Any:
+    """This worker's :class:`~r1build.cluster.facts.ProcessFacts` (run on every worker at connect)."""
+    from .facts import process_facts
+
+    return process_facts()

@@ -1,0 +1,110 @@
+"""``r1build worker``: the Dask workers of one host, one per visible GPU and one for compiles.
+
+Each GPU worker is a Dask worker (under its nanny, which restarts it when it dies) that sees exactly one GPU
+(``CUDA_VISIBLE_DEVICES``), advertises the GPU's archs as resources (``sm_90=2,sm_90a=2`` on an H200: two jobs at
+once, so that the next job's compiles overlap the GPU's checks and timing, which the evaluator keeps one at a
+time), and is named after the host, the device and the GPU. The compile worker advertises ``compile=N`` for the
+static gate. TLS and authentication come from Dask's own configuration, as for ``dask worker``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ClusterRefusedError
+from ..evaluate.devices import GpuInfo, archs_of, visible_devices_value
+from ..manifest.load import cluster_address_problem
+
+__all__ = ["WorkerPlan", "plan_workers", "run_workers"]
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    """One Dask worker to start."""
+
+    name: str
+    """Its name in the cluster (``host-gpu0``, ``host-compile``)."""
+    nthreads: int
+    """Tasks it runs at once."""
+    resources: dict[str, float]
+    """What it advertises: GPU archs, or ``compile``."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Environment of its process (``CUDA_VISIBLE_DEVICES`` for a GPU worker)."""
+    gpu: str | None = None
+    """The GPU's name, for a GPU worker."""
+
+    def dask_command(self, scheduler: str) -> str:
+        """The equivalent plain ``dask worker`` command line."""
+        env = " ".join(f"{k}={v}" for k, v in self.env.items())
+        res = ",".join(f"{k}={v:g}" for k, v in self.resources.items())
+        return (f"{env + ' ' if env else ''}dask worker {scheduler} --nworkers 1 --nthreads {self.nthreads} "
+                f"--resources {res} --name {self.name}")
+
+
+def plan_workers(gpus: Sequence[GpuInfo], *, compile_slots: int, jobs_per_gpu: int = 2,
+                 host: str | None = None) -> list[WorkerPlan]:
+    """The workers of one host: one per GPU in ``gpus``, and one with ``compile_slots`` compile slots (none when
+    0)."""
+    host = host or socket.gethostname().split(".")[0]
+    plans = []
+    for gpu in gpus:
+        resources = {arch: float(jobs_per_gpu) for arch in archs_of(gpu)}
+        plans.append(WorkerPlan(f"{host}-gpu{gpu.index}", jobs_per_gpu, resources,
+                                {"CUDA_VISIBLE_DEVICES": visible_devices_value(gpu.index)}, gpu.name))
+    if compile_slots > 0:
+        from .session import COMPILE_RESOURCE
+
+        plans.append(WorkerPlan(f"{host}-compile", compile_slots, {COMPILE_RESOURCE: float(compile_slots)}))
+    return plans
+
+
+async def _serve(scheduler: str, plans: Sequence[WorkerPlan], ready: Callable[[], None],
+                 timeout_s: float) -> None:
+    from distributed import Nanny
+
+    nannies: list[Any] = [
+        Nanny(scheduler, nthreads=p.nthreads, resources=p.resources, name=p.name, env=p.env,
+              death_timeout=timeout_s, dashboard=False, memory_limit=0)
+        for p in plans
+    ]
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        try:
+            await asyncio.wait_for(asyncio.gather(*(n.start() for n in nannies)), timeout_s)
+        except (OSError, TimeoutError, asyncio.TimeoutError) as exc:
+            raise ClusterRefusedError(f"the Dask scheduler at {scheduler} is unreachable ({exc or 'timed out'})") \
+                from None
+        ready()
+        finished = asyncio.ensure_future(asyncio.gather(*(n.finished() for n in nannies)))
+        stopped = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({finished, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+    finally:
+        await asyncio.gather(*(n.close(timeout=10) for n in nannies), return_exceptions=True)
+
+
+def run_workers(scheduler: str, plans: Sequence[WorkerPlan], *, ready: Callable[[], None] = lambda: None,
+                timeout_s: float = 60.0) -> None:
+    """Start the planned workers, connected to ``scheduler``, and serve until SIGINT or SIGTERM (or until every
+    worker has ended). :class:`~r1build.errors.ClusterRefusedError` when the address is malformed, Dask is not
+    installed or the scheduler is unreachable within ``timeout_s``."""
+    problem = cluster_address_problem(scheduler)
+    if problem is not None:
+        raise ClusterRefusedError(f"--scheduler: {problem}")
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        raise ClusterRefusedError("r1build worker needs Dask: pip install 'r1build[cluster]'") from None
+    if not plans:
+        raise ClusterRefusedError("nothing to start: no GPU is visible and compile slots are 0")
+    asyncio.run(_serve(scheduler, plans, ready, timeout_s))
