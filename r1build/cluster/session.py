@@ -12,6 +12,7 @@ import contextvars
 import ipaddress
 import logging
 import threading
+import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError
 from dataclasses import asdict, dataclass, field
@@ -207,6 +208,7 @@ class ClusterEvaluator:
         self._projects: dict[str, ProjectFiles] = {}
         self._running: set[str] = set()
         self._context = contextvars.copy_context()
+        self._session = uuid.uuid4().hex
         self._gate: ClusterGate | None = None
         self._client.subscribe_topic(PROGRESS_TOPIC, self._on_event)
         emit(Note("info", f"cluster {address}: {self.inventory.describe()}"))
@@ -294,7 +296,7 @@ class ClusterEvaluator:
         tc = toolchain()
         keys = [gate_key(job.manifest, job.spec, arch, c, tc) for c in job.candidates]
         known = {k: v for k in keys if (v := self.cache.get_gate(k)) is not None}
-        args: list[Any] = [job, self._project(job.manifest), keys, known, tag]
+        args: list[Any] = [job, self._project(job.manifest), keys, known, tag, self._session]
         if self.factory is not None:
             args.append(self.factory)
         sub.future = self._client.submit(evaluate_job, *args, resources={arch: 1}, pure=False,

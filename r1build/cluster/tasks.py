@@ -2,9 +2,9 @@
 
 A GPU job runs exactly what ``r1build resolve`` runs on a machine with a GPU: :class:`~r1build.evaluate.GpuEvaluator`
 (gate, library builds, correctness checks, sanitizers, timing in an isolated worker process with a scrubbed
-environment), one per Dask worker process, kept for the worker's life so its GPU worker process, floors and
-compiles are reused from job to job. Its cache is a scratch one of its own: the resolving machine is the one writer
-of the project's cache and lock, and gets every verdict back with the job's results.
+environment), one per Dask worker process and resolve, so its GPU worker process and compiles serve every job of
+one resolve. Its cache is a scratch one of the worker's (gate verdicts, the GPU's floors): the resolving machine is
+the one writer of the project's cache and lock, and gets every verdict back with the job's results.
 
 The project's reference modules travel with each job (:class:`ProjectFiles`) and are written once per content
 digest under the worker's temporary folder; candidate sources travel inside the job.
@@ -30,7 +30,7 @@ from ..manifest.reference import reference_file
 from ..records import Candidate, Result
 
 __all__ = ["PROGRESS_TOPIC", "JobOutcome", "ProjectFiles", "WorkerEvaluator", "compile_verdict", "evaluate_job",
-           "local_gpu_evaluator", "project_files", "worker_facts"]
+           "local_gpu_evaluator", "project_files", "worker_cache", "worker_facts"]
 
 PROGRESS_TOPIC = "r1build-jobs"
 """The Dask event topic a worker logs ``{"job": key, "state": "running"}`` to when it starts a GPU job."""
@@ -125,8 +125,21 @@ class JobOutcome:
     """The Dask worker's name."""
 
 
-_lock = threading.Lock()
-_evaluators: dict[str, WorkerEvaluator] = {}
+_lock = threading.RLock()  # reentrant: a factory may open worker_cache() under it
+_evaluators: dict[tuple[str, str], WorkerEvaluator] = {}
+_active: dict[tuple[str, str], int] = {}
+_scratch: list[Any] = []
+
+
+def worker_cache() -> Any:
+    """This worker process's scratch cache: the static gate's verdicts and the GPU's floors, kept across
+    resolves (both depend only on their keys). Never the project's cache."""
+    from ..cache.store import Cache
+
+    with _lock:
+        if not _scratch:
+            _scratch.append(Cache(Path(tempfile.gettempdir()) / "r1build-cluster" / f"cache-{os.getpid()}"))
+        return _scratch[0]
 
 
 def local_gpu_evaluator() -> WorkerEvaluator:
@@ -138,17 +151,30 @@ def local_gpu_evaluator() -> WorkerEvaluator:
     if not gpus:
         raise EvaluationError(f"worker on {socket.gethostname()} advertises a GPU arch but sees no GPU (cupy "
                               "missing, no driver, or CUDA_VISIBLE_DEVICES empty)")
-    return GpuEvaluator(None, gpus=gpus)
+    return GpuEvaluator(worker_cache(), gpus=gpus)
 
 
-def _evaluator(factory: Callable[[], WorkerEvaluator]) -> WorkerEvaluator:
-    """One evaluator per factory for this worker's life (a factory arrives unpickled with every job, so it is
-    known by its repr: a module-level function, or a partial of one with its arguments)."""
-    key = repr(factory)
+def _evaluator(factory: Callable[[], WorkerEvaluator], session: str) -> tuple[tuple[str, str], WorkerEvaluator]:
+    """The evaluator of one resolve (``session``) in this worker: made at its first job, so what a GPU evaluator
+    remembers in memory (libraries, sanitizer verdicts) lasts one resolve, as on a machine that resolves locally;
+    the evaluators of earlier resolves that have no job running are closed then. A factory arrives unpickled
+    with every job, so it is known by its repr (a module-level function, or a partial of one)."""
+    key = (repr(factory), session)
     with _lock:
         if key not in _evaluators:
+            for old in [k for k in _evaluators if k[0] == key[0] and not _active.get(k)]:
+                close = getattr(_evaluators.pop(old), "close", None)
+                _active.pop(old, None)
+                if close is not None:
+                    close()
             _evaluators[key] = factory()
-        return _evaluators[key]
+        _active[key] = _active.get(key, 0) + 1
+        return key, _evaluators[key]
+
+
+def _release(key: tuple[str, str]) -> None:
+    with _lock:
+        _active[key] = _active.get(key, 1) - 1
 
 
 def _worker_name() -> str:
@@ -170,19 +196,22 @@ def _log(message: dict[str, Any]) -> None:
 
 
 def evaluate_job(job: Job, project: ProjectFiles, gate_keys: Sequence[str], known: dict[str, Result], tag: str,
-                 factory: Callable[[], WorkerEvaluator] = local_gpu_evaluator) -> JobOutcome:
+                 session: str, factory: Callable[[], WorkerEvaluator] = local_gpu_evaluator) -> JobOutcome:
     """Judge one GPU job on this worker (the Dask task of a cluster resolve). ``gate_keys`` name the gate
     verdicts of the job's candidates, ``known`` the ones the resolving machine already has (not compiled again),
-    ``tag`` the job in progress events."""
+    ``tag`` the job in progress events, ``session`` the resolve it belongs to."""
     _log({"job": tag, "state": "running", "worker": _worker_name()})
     root = _materialize(project)
     here = replace(job, manifest=replace(job.manifest, path=root / project.manifest_name))
-    evaluator = _evaluator(factory)
-    cache = getattr(evaluator, "cache", None)
-    if cache is not None:
-        for key, verdict in known.items():
-            cache.put_gate(key, verdict)
-    results = evaluator.evaluate(here)
+    held, evaluator = _evaluator(factory, session)
+    try:
+        cache = getattr(evaluator, "cache", None)
+        if cache is not None:
+            for key, verdict in known.items():
+                cache.put_gate(key, verdict)
+        results = evaluator.evaluate(here)
+    finally:
+        _release(held)
     host = socket.gethostname()
     results = [replace(r, host=host) if r.stage == "evaluate" else r for r in results]
     gates: dict[str, Result] = {}
@@ -201,14 +230,12 @@ def compile_verdict(manifest: Manifest, spec: KernelSpec, arch: str, candidate: 
                     timeout_s: float) -> tuple[Result, bool]:
     """One static-gate compile on this worker: the verdict before limits and whether it may be cached (the
     resolving machine applies the limits and caches it)."""
-    from ..cache.store import Cache
     from ..gate.static import StaticGate
 
     with _lock:
         gate = _gates.get(timeout_s)
         if gate is None:
-            scratch = Path(tempfile.mkdtemp(prefix="r1build-cluster-gate-"))
-            gate = _gates[timeout_s] = StaticGate(Cache(scratch / "cache"), jobs=1, timeout_s=timeout_s)
+            gate = _gates[timeout_s] = StaticGate(worker_cache(), jobs=1, timeout_s=timeout_s)
     result, cacheable = gate.compile_verdict(manifest, spec, arch, candidate)
     return result, cacheable
 

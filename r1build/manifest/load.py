@@ -303,6 +303,8 @@ def _url_problem(url: str) -> str | None:
 def cluster_address_problem(address: str) -> str | None:
     """Why ``address`` is not a Dask scheduler address (``tls://host:port``, ``tcp://host:port`` or ``host:port``),
     or None."""
+    if "@" in address:  # never repeated: it would show the password
+        return "a scheduler address holds no credentials (Dask's TLS settings authenticate; see the README)"
     if not address.isprintable() or any(c.isspace() for c in address):
         return f"{address!r} is not a scheduler address (it holds whitespace or control characters)"
     scheme, sep, rest = address.partition("://")
@@ -317,8 +319,6 @@ def cluster_address_problem(address: str) -> str | None:
         return f"{address!r} is not a scheduler address: {exc}"
     if not parts.hostname or parts.path or parts.query or parts.fragment:
         return f"{address!r} is not a scheduler address: give {scheme}://host:port"
-    if parts.username is not None or parts.password is not None:
-        return f"{address!r}: a scheduler address holds no credentials (use Dask's TLS settings)"
     if port is None:
         return f"{address!r} names no port (the scheduler's default is 8786)"
     return None

@@ -1,0 +1,151 @@
+"""Setting a cluster up: the address (flag, environment, manifest), ``r1build worker``, the version survey, and what
+a GPU job carries of the project."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from cluster_support import TestCluster, tiny_project
+from distributed import Client
+
+from r1build.cli.main import main
+from r1build.cluster import cluster_address
+from r1build.cluster.facts import mismatch, process_facts
+from r1build.cluster.tasks import project_files
+from r1build.cluster.workers import plan_workers
+from r1build.evaluate.devices import GpuInfo
+from r1build.gate.static import StaticGate
+from r1build.manifest import load_manifest
+
+pytestmark = pytest.mark.usefixtures("no_endpoint")
+
+H200 = GpuInfo(name="NVIDIA H200", arch="sm_90", index=1, memory=141 << 30, capability=(9, 0))
+A100 = GpuInfo(name="NVIDIA A100-SXM4-80GB", arch="sm_80", index=0, memory=80 << 30, capability=(8, 0))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_the_address_comes_from_the_flag_then_the_environment_then_the_manifest(tmp_path: Path) -> None:
+    project = tiny_project(tmp_path / "p", ["sm_90"], variants=False, evaluation='cluster = "tls://sched.lan:8786"')
+    manifest = load_manifest(project / "kernels.toml")
+    env = {"R1BUILD_CLUSTER": "tls://from-env:8786"}
+    assert cluster_address(manifest, "tls://flag:1", env) == "tls://flag:1"
+    assert cluster_address(manifest, None, env) == "tls://from-env:8786"
+    assert cluster_address(manifest, None, {}) == "tls://sched.lan:8786"
+    assert manifest.settings.evaluation.connect_timeout_s == 10.0
+
+
+@pytest.mark.parametrize(("value", "why"), [
+    ("http://sched:8786", "starts with tls:// or tcp://"),
+    ("tls://sched", "names no port"),
+    ("tcp://user:secret@sched:8786", "holds no credentials"),
+    ("tls://sched:8786/path", "give tls://host:port"),
+    ("tls://sched :8786", "whitespace"),
+])
+def test_a_bad_cluster_address_in_the_manifest_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          value: str, why: str) -> None:
+    project = tiny_project(tmp_path / "p", ["sm_90"], variants=False, evaluation=f"cluster = {value!r}")
+    assert main(["check", "-m", str(project)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "kernels.toml:5: evaluation.cluster:" in err and why in err and "secret" not in err
+
+
+def test_a_bad_cluster_flag_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    project = tiny_project(tmp_path / "p", ["sm_90"], variants=False)
+    assert main(["resolve", "-m", str(project), "--cache-dir", str(tmp_path / "c"), "--offline",
+                 "--cluster", "udp://x:1"]) == 2
+    assert "cluster: 'udp://x:1': a scheduler address starts with tls:// or tcp://" in capsys.readouterr().err
+
+
+def test_a_worker_with_another_nvcc_or_none_is_named() -> None:
+    here = process_facts(with_gpus=False)
+    other = dataclasses.replace(here, toolchain="cuda_12.4.r12.4/compiler.34097967_0", host="gpu7")
+    why = mismatch(here, other, "gpu7-gpu0")
+    assert why is not None and "worker gpu7-gpu0 on gpu7 compiles with nvcc cuda_12.4" in why
+    none = dataclasses.replace(here, toolchain=None, toolchain_problem="nvcc not found")
+    assert "has no usable nvcc (nvcc not found)" in (mismatch(here, none, "w") or "")
+    edited = dataclasses.replace(here, code="0" * 16)
+    assert "runs r1build 0.1.0 (code 0000000000000000)" in (mismatch(here, edited, "w") or "")
+    assert mismatch(here, here, "w") is None
+
+
+def test_worker_plan_one_per_gpu_and_one_for_compiles() -> None:
+    plans = plan_workers([A100, H200], compile_slots=8, jobs_per_gpu=2, host="node3")
+    assert [(p.name, p.nthreads, p.resources, p.env, p.gpu) for p in plans] == [
+        ("node3-gpu0", 2, {"sm_80": 2.0}, {"CUDA_VISIBLE_DEVICES": "0"}, "NVIDIA A100-SXM4-80GB"),
+        ("node3-gpu1", 2, {"sm_90": 2.0, "sm_90a": 2.0}, {"CUDA_VISIBLE_DEVICES": "1"}, "NVIDIA H200"),
+        ("node3-compile", 8, {"compile": 8.0}, {}, None),
+    ]
+    assert plans[1].dask_command("tls://s:8786") == (
+        "CUDA_VISIBLE_DEVICES=1 dask worker tls://s:8786 --nworkers 1 --nthreads 2 --resources sm_90=2,sm_90a=2 "
+        "--name node3-gpu1")
+    assert [p.name for p in plan_workers([H200], compile_slots=0, host="n")] == ["n-gpu1"]
+
+
+def test_worker_dry_run_prints_the_plan(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["worker", "--scheduler", "tls://sched:8786", "--compile-slots", "3", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "compile=3" in out and "dask worker tls://sched:8786 --nworkers 1 --nthreads 3 --resources compile=3" in out
+
+
+def test_worker_with_an_unreachable_scheduler_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    port = _free_port()
+    assert main(["worker", "--scheduler", f"tcp://127.0.0.1:{port}", "--compile-slots", "1",
+                 "--timeout-s", "2"]) == 2
+    assert f"the Dask scheduler at tcp://127.0.0.1:{port} is unreachable" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # a worker process and three nvcc compiles: about 10 s on 2 shared cores
+def test_r1build_worker_joins_and_takes_the_gate_compiles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """``r1build worker`` as a user starts it, on a scheduler of the test's: it joins with its compile slots, the
+    resolve's compiles run on it, and SIGTERM ends it cleanly."""
+    def compiled_here(*args: object, **kwargs: object) -> object:
+        raise AssertionError("a gate compile ran on the resolving machine")
+
+    monkeypatch.setattr(StaticGate, "_compile_one", compiled_here)
+    project = tiny_project(tmp_path / "p", ["sm_90"])
+    with TestCluster({}) as cluster:
+        worker = subprocess.Popen([sys.executable, "-m", "r1build.cli.main", "worker", "--scheduler", cluster.address,
+                                   "--compile-slots", "2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+        try:
+            with Client(cluster.address, set_as_default=False) as client:
+                client.wait_for_workers(1, timeout=60)
+                (info,) = client.scheduler_info(n_workers=-1)["workers"].values()
+            assert info["name"].endswith("-compile") and info["resources"] == {"compile": 2.0}
+            code = main(["resolve", "-m", str(project), "--cache-dir", str(tmp_path / "cache"), "--offline",
+                         "--no-gpu", "--cluster", cluster.address])
+            assert code == 0, capsys.readouterr().err
+            assert "1 workers; no GPU workers; 2 compile slots" in capsys.readouterr().err
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            output = worker.communicate(timeout=60)[0].decode()
+    assert worker.returncode == 0, output
+    assert f"connected to {cluster.address}" in output
+
+
+def test_a_job_carries_the_reference_and_its_neighbours(tmp_path: Path) -> None:
+    project = tiny_project(tmp_path / "p", ["sm_90"], variants=False)
+    (project / "helpers.py").write_text("TWO = 2\n")
+    (project / "sub").mkdir()
+    (project / "sub" / "deep.py").write_text("x = 1\n")
+    files = project_files(load_manifest(project / "kernels.toml"), load_manifest(project / "kernels.toml").kernels)
+    # a top-level reference brings the top-level Python files, never the folders below
+    assert sorted(files.files) == ["helpers.py", "reference.py"] and files.manifest_name == "kernels.toml"
+    started = time.monotonic()
+    assert files.digest == project_files(load_manifest(project / "kernels.toml"),
+                                         load_manifest(project / "kernels.toml").kernels).digest
+    assert time.monotonic() - started < 5
