@@ -20,7 +20,8 @@ from .render import Console, render_unresolved
 __all__ = ["main"]
 
 # Each module registers its sub-commands: ``register(subparsers) -> None``; handlers are ``func(args, console)``.
-COMMAND_MODULES = ("project", "cache_cmd", "generate_cmd", "key_cmd", "report_cmd", "dataset_cmd", "doctor_cmd", "worker_cmd")
+COMMAND_MODULES = ("project", "cache_cmd", "generate_cmd", "key_cmd", "report_cmd", "dataset_cmd", "doctor_cmd",
+                   "worker_cmd")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -69,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             format="%(levelname)s %(name)s: %(message)s",
             stream=sys.stderr,
         )
-        if args.command != "worker" and not args.verbose:
+        if args.command != "worker" and not verbose:
             # a cluster resolve reports what Dask's client logs (a lost scheduler, a refused connection) itself
             logging.getLogger("distributed").setLevel(logging.CRITICAL)
         code: int = args.func(args, console)
