@@ -21,7 +21,9 @@ __all__ = [
     "Decision",
     "GateReport",
     "JudgeStage",
+    "KernelProfile",
     "Origin",
+    "Profile",
     "Provenance",
     "Result",
     "Status",
@@ -164,6 +166,38 @@ class Timing:
 
 
 @dataclass(frozen=True, kw_only=True)
+class KernelProfile:
+    """What Nsight Compute measured for one kernel launch of a candidate's call (:mod:`r1build.profile`)."""
+
+    kernel: str
+    """The ``__global__`` function's name."""
+    duration_us: float | None = None
+    """``gpu__time_duration.sum`` in microseconds."""
+    achieved_occupancy_pct: float | None = None
+    """Active warps as a share of the SM's maximum, in percent."""
+    dram_pct: float | None = None
+    """DRAM throughput as a share of its peak, in percent."""
+    l2_pct: float | None = None
+    """L2 throughput as a share of its peak, in percent."""
+    sm_pct: float | None = None
+    """SM (compute) throughput as a share of its peak, in percent."""
+    shared_bank_conflicts: int | None = None
+    """Shared-memory bank conflicts of loads and stores together."""
+    stalls: dict[str, float] = field(default_factory=dict)
+    """Warp stall reasons (``long_scoreboard``, ``barrier`` ...) in cycles per issued instruction."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Profile:
+    """Nsight Compute's findings for one call of a candidate at its first benchmark shape."""
+
+    tool: str
+    """The ncu version that measured it."""
+    kernels: list[KernelProfile] = field(default_factory=list)
+    """Every kernel the call launched, in launch order."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Result:
     """The typed outcome of judging one candidate variant on one arch."""
 
@@ -188,6 +222,8 @@ class Result:
     host: str | None = None
     """Host name of the cluster worker whose GPU judged it (``r1build resolve --cluster``); None when judged by
     this machine."""
+    profile: Profile | None = None
+    """Nsight Compute's findings, for a finalist profiled on a GPU with ncu (:mod:`r1build.profile`)."""
 
     @property
     def ok(self) -> bool:

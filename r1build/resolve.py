@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from .cluster.session import ClusterEvaluator
     from .evaluate import GpuEvaluator
     from .gate.static import StaticGate
+    from .profile import Profiler
 
 __all__ = ["Resolution", "ResolveOptions", "Resolved", "lock_refusal", "prepare_build", "project_source", "resolve",
            "stale_checks"]
@@ -268,6 +269,7 @@ class _Judges:
         self._gpu: GpuEvaluator | ClusterEvaluator | None = None
         self._gpu_archs: set[str] | None = None
         self._endpoint: bool | None = None
+        self._profiler: Profiler | Literal[False] | None = None
 
     def endpoint(self, manifest: Manifest, options: ResolveOptions) -> bool:
         """Whether an LLM endpoint may be used (decided at the first miss: importing openai is slow)."""
@@ -325,6 +327,21 @@ class _Judges:
                 self._gpu = evaluator
                 self._gpu_archs = set(evaluator.archs)
         return self._gpu if arch in self._gpu_archs else None
+
+    def profiler_for(self, arch: str) -> Profiler | None:
+        """The Nsight Compute profiler for a search that the local GPU evaluator measures on ``arch``; None for
+        any other judge, or without ncu (then one note says so)."""
+        if self._gpu is None or self.gpu_for(arch) is not self._gpu:
+            return None
+        if self._profiler is None:
+            from .profile import Profiler, find_ncu
+
+            ncu = find_ncu()
+            self._profiler = Profiler(ncu) if ncu else False
+            if not ncu:
+                emit(Note("info", "ncu (Nsight Compute) not found: finalists are not profiled (put ncu on PATH or "
+                                  "set R1BUILD_NCU)"))
+        return self._profiler or None
 
     def gpu_archs(self) -> set[str]:
         """Archs a local GPU can measure (empty until a GPU was looked for, or without one)."""
@@ -407,7 +424,8 @@ def _decide(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Ca
 
         emit(Stage("generate", spec.name, arch))
         try:
-            outcome = search(manifest, spec, arch, evaluator=evaluator or judges.gate, cache=cache, seeds=seeds)
+            outcome = search(manifest, spec, arch, evaluator=evaluator or judges.gate, cache=cache, seeds=seeds,
+                             profiler=judges.profiler_for(arch))
         except EndpointSilentError as exc:
             if not options.build:
                 raise

@@ -24,6 +24,8 @@ variable                    meaning
 ``R1BUILD_COMPUTE_SANITIZER`` the compute-sanitizer the GPU evaluator runs (before ``PATH`` and nvcc's folder)
 ``R1BUILD_CLUSTER``         the Dask scheduler (``tls://host:8786``) whose workers ``r1build resolve`` measures
                             and compiles on; ``--cluster`` overrides it, it overrides ``[evaluation] cluster``
+``R1BUILD_NCU``             the Nsight Compute (``ncu``) that profiles a search's finalists (before ``PATH`` and
+                            the CUDA folder); ``off`` turns profiling off
 ==========================  =============================================================================
 
 Flags accept 1/0, true/false, yes/no, on/off (any case); an empty variable is unset. Anything else is a
@@ -101,6 +103,8 @@ class EnvSettings:
     """``R1BUILD_COMPUTE_SANITIZER``: the compute-sanitizer executable, as given."""
     cluster: str | None = None
     """``R1BUILD_CLUSTER``: the Dask scheduler address a resolve evaluates on, as given."""
+    ncu: str | None = None
+    """``R1BUILD_NCU``: the ncu executable that profiles finalists, as given (``off`` turns profiling off)."""
 
 
 def _flag(environ: Mapping[str, str], name: str) -> bool | None:
@@ -160,4 +164,5 @@ def env_settings(environ: Mapping[str, str] | None = None) -> EnvSettings:
         nvcc=env.get("R1BUILD_NVCC") or None,
         compute_sanitizer=env.get("R1BUILD_COMPUTE_SANITIZER") or None,
         cluster=env.get("R1BUILD_CLUSTER", "").strip() or None,
+        ncu=env.get("R1BUILD_NCU") or None,
     )

@@ -41,7 +41,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..cache import Cache
 from ..errors import EndpointSilentError, EvaluationError, R1BuildError
@@ -57,10 +57,16 @@ from .prompts import DEFAULT_DIRECTIONS, Judged, feedback_prompt, task_prompt
 from .providers import Endpoint
 from .transcripts import link_transcripts, load_transcript, store_transcript, transcript_payload
 
+if TYPE_CHECKING:
+    from ..profile import Profiler
+
 __all__ = ["MIN_GAIN", "SampleLoss", "SearchOutcome", "Usage", "replay_search", "run_search"]
 
 MIN_GAIN = 0.02
 """Smallest relative speed-up of the best kernel that counts as an improvement for ``patience``."""
+
+FINALISTS = 2
+"""With a profiler, the fastest candidates of each round (and of the seeds) profiled under Nsight Compute."""
 
 FAILED = ("compile_error", "rejected", "incorrect", "crashed", "timed_out")
 
@@ -195,8 +201,9 @@ def _defines_key(defines: dict[str, int | str]) -> str:
 
 class _Search:
     def __init__(self, manifest: Manifest, spec: KernelSpec, arch: str, *, evaluator: Evaluator, cache: Cache,
-                 endpoint: Endpoint | None, seeds: Sequence[Candidate]) -> None:
+                 endpoint: Endpoint | None, seeds: Sequence[Candidate], profiler: Profiler | None = None) -> None:
         self.manifest = manifest
+        self.profiler = profiler
         self.spec = spec
         self.arch = arch
         self.evaluator = evaluator
@@ -596,6 +603,28 @@ class _Search:
                 judging.cancel()
                 raise outcome
         await judging
+        await self.profile_finalists([e for e in self.entries.values() if e.candidate.origin.kind == "generated"
+                                      and e.candidate.origin.round == round_no])
+
+    async def profile_finalists(self, entries: Sequence[_Entry]) -> None:
+        """Profile the fastest timed ``entries`` under Nsight Compute (:data:`FINALISTS` of them) and keep the
+        findings with their results, so the next round's feedback says what bounds them. A profile that fails
+        turns profiling off for the rest of the search, with a note."""
+        timed = sorted((e for e in entries if e.result is not None and e.result.ok and e.result.timing is not None
+                        and e.result.profile is None), key=lambda e: e.result.timing.median_us)  # type: ignore[union-attr]
+        for entry in timed[:FINALISTS]:
+            if self.profiler is None:
+                return
+            try:
+                profile = await asyncio.to_thread(self.profiler.profile, self.manifest, self.spec, self.arch,
+                                                  entry.candidate)
+            except R1BuildError as exc:
+                self.note("warning", f"profiling {entry.label} under Nsight Compute failed, profiling is off for "
+                                     f"this search: {exc}")
+                self.profiler = None
+                return
+            assert entry.result is not None
+            entry.result = replace(entry.result, profile=profile)
 
     def best_time(self) -> float | None:
         best = self.ranked_best(1)
@@ -630,6 +659,7 @@ class _Search:
         for i, seed in enumerate(self.seeds):
             self.admit(seed, (0, i, 0), messages=[], answer="")
         await self.judge([e.candidate for e in self.entries.values()])
+        await self.profile_finalists(list(self.entries.values()))
         assert self.endpoint is not None
         slots = asyncio.Semaphore(self.generation.max_concurrency)
         stale = 0
@@ -713,9 +743,12 @@ class _Search:
 
 
 async def run_search(manifest: Manifest, spec: KernelSpec, arch: str, *, evaluator: Evaluator, cache: Cache,
-                     endpoint: Endpoint, seeds: Sequence[Candidate]) -> SearchOutcome:
-    """Search for candidates of ``spec`` on ``arch`` (see the module docstring)."""
-    search = _Search(manifest, spec, arch, evaluator=evaluator, cache=cache, endpoint=endpoint, seeds=seeds)
+                     endpoint: Endpoint, seeds: Sequence[Candidate],
+                     profiler: Profiler | None = None) -> SearchOutcome:
+    """Search for candidates of ``spec`` on ``arch`` (see the module docstring); with ``profiler``, each round's
+    finalists are profiled under Nsight Compute and the findings go into the next round's feedback."""
+    search = _Search(manifest, spec, arch, evaluator=evaluator, cache=cache, endpoint=endpoint, seeds=seeds,
+                     profiler=profiler)
     outcome = await search.run()
     u = outcome.usage
     generated = outcome.generated()

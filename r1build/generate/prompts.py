@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from ..manifest.archs import arch_info
 from ..manifest.model import KernelSpec, Manifest
 from ..manifest.reference import ReferenceProblem, reference_file
+from ..profile.summary import profile_summary
 from ..records import Result
 
 __all__ = ["DEFAULT_DIRECTIONS", "Judged", "compiler_message", "feedback_prompt", "format_shape", "signature",
@@ -265,7 +266,8 @@ def describe(judged: Judged, spec: KernelSpec) -> str:
             text += f", {t.share_of_floor:.0%} of the hardware floor ({t.floor_us:.2f} us)"
         if t.speedup_vs_baseline is not None:
             text += f", {t.speedup_vs_baseline:.2f}x the baseline's speed"
-        return f"{text}{defines}.{gate}"
+        profiled = f" Nsight Compute: {profile_summary(r.profile)}." if r.profile is not None else ""
+        return f"{text}{defines}.{gate}{profiled}"
     if r.status == "passed":
         return f"It compiled for {r.arch} and passed the static checks{defines} (not timed on a GPU yet).{gate}"
     detail = trim_log(compiler_message(r.detail)) if r.detail else "(no detail)"

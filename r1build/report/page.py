@@ -198,10 +198,13 @@ def _winner_rows_html(rows: Sequence[WinnerRow]) -> str:
 
 
 def _points_html(points: Sequence[SearchPoint]) -> str:
+    profiled = any(p.profile for p in points)
     return _table(
-        ["#", "candidate", "provenance", "verdict", "time", "best so far", "share of floor", "reason"],
+        ["#", "candidate", "provenance", "verdict", "time", "best so far", "share of floor", "reason",
+         *(["Nsight Compute"] if profiled else [])],
         [[str(p.index), f"<code>{_e(p.label)}</code>" + (" ★" if p.winner else ""), _e(p.provenance),
-          _verdict(p.verdict), _us(p.time_us), _us(p.best_us), _pct(p.share_of_floor), _e(p.reason)]
+          _verdict(p.verdict), _us(p.time_us), _us(p.best_us), _pct(p.share_of_floor), _e(p.reason),
+          *([_e(p.profile)] if profiled else [])]
          for p in points],
         numeric=(0, 4, 5, 6),
     )

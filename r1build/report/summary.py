@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from ..manifest.model import Prices
 from ..overview import KernelRecords
+from ..profile.summary import profile_summary
 from ..records import CandidateRef, Result
 
 __all__ = ["FailureGroup", "ProvenanceRow", "SearchPoint", "SpendRow", "Verdict", "WinnerRow", "candidate_label",
@@ -121,6 +122,8 @@ class SearchPoint:
     reason: str
     """Why it failed, in one line; empty when it passed."""
     winner: bool
+    profile: str = ""
+    """Nsight Compute's findings in one line, for a profiled finalist."""
 
 
 def search_points(records: KernelRecords) -> list[SearchPoint]:
@@ -148,6 +151,7 @@ def search_points(records: KernelRecords) -> list[SearchPoint]:
             share_of_floor=timing.share_of_floor if timing else None,
             reason=first_line(result.detail) if result and not result.ok else "",
             winner=winner is not None and winner.candidate == ref.digest,
+            profile=profile_summary(result.profile) if result and result.profile else "",
         ))
     return points
 

@@ -1,0 +1,105 @@
+"""Profiler feedback: a round's finalists run under Nsight Compute (``ncu``) with a small fixed metric set.
+
+Where ncu is found (``R1BUILD_NCU``, else ``PATH``, else the CUDA toolkit's folder) and a local GPU measures a
+search, :class:`Profiler` compiles a small host program around a finalist (:mod:`.harness`: the candidate's
+object, built as the gate builds it, linked with a ``main`` that calls it at the first benchmark shape), runs it
+under ncu (:func:`.ncu.ncu_command`) and reads the CSV into a :class:`~r1build.records.Profile`
+(:func:`.ncu.parse_ncu_csv`), stored with the candidate's result. :func:`.summary.profile_summary` turns it into
+the line the next round's feedback and the report show. Where ncu is missing, nothing is profiled and one note
+says so; ``R1BUILD_NCU=off`` turns it off.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from ..errors import EvaluationError
+from ..gate.nvcc import compile_variant, gencode
+from ..manifest.cdecl import declaration
+from ..manifest.model import KernelSpec, Manifest
+from ..records import Candidate, Profile
+from ..settings import env_settings
+from ..toolchain import toolchain
+from .harness import HARNESS_ERRORS, harness_source
+from .ncu import ncu_command, parse_ncu_csv
+from .summary import profile_summary
+
+__all__ = ["Profiler", "find_ncu", "profile_summary"]
+
+_OFF = frozenset({"0", "off", "false", "no"})
+
+
+def find_ncu(environ: Mapping[str, str] | None = None) -> str | None:
+    """The ncu to profile with: ``R1BUILD_NCU`` (``off`` turns profiling off), else ``PATH``, else
+    ``$CUDA_HOME/bin`` or ``/usr/local/cuda/bin``; None when there is none."""
+    env = os.environ if environ is None else environ
+    given = env_settings(env).ncu
+    if given is not None:
+        return None if given.strip().lower() in _OFF else given
+    found = shutil.which("ncu")
+    if found:
+        return found
+    for home in (env.get("CUDA_HOME"), env.get("CUDA_PATH"), "/usr/local/cuda"):
+        if home and (Path(home) / "bin" / "ncu").is_file():
+            return str(Path(home) / "bin" / "ncu")
+    return None
+
+
+@functools.lru_cache(maxsize=4)
+def _version(ncu: str) -> str:
+    try:
+        out = subprocess.run([ncu, "--version"], capture_output=True, text=True, timeout=60, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise EvaluationError(f"cannot run {ncu}: {exc}") from None
+    m = re.search(r"Version (\S+)", out)
+    return f"ncu {m.group(1)}" if m else "ncu"
+
+
+class Profiler:
+    """Profiles one candidate at a time under ncu (see the module docstring)."""
+
+    def __init__(self, ncu: str, *, timeout_s: float = 300.0) -> None:
+        self.ncu = ncu
+        self.timeout_s = timeout_s
+
+    @property
+    def tool(self) -> str:
+        """The ncu version, as recorded with every profile."""
+        return _version(self.ncu)
+
+    def profile(self, manifest: Manifest, spec: KernelSpec, arch: str, candidate: Candidate) -> Profile:
+        """Nsight Compute's findings for one call of ``candidate`` at the spec's first benchmark shape;
+        :class:`~r1build.errors.EvaluationError` naming what failed."""
+        shape = (spec.bench_shapes or spec.test_shapes)[0]
+        tc = toolchain()
+        flags = list(manifest.settings.nvcc_flags)
+        with tempfile.TemporaryDirectory(prefix="r1build-ncu-") as tmp:
+            work = Path(tmp)
+            built = compile_variant(candidate.source, candidate.defines, arch, name="candidate", flags=flags,
+                                    toolchain=tc, workdir=work, timeout_s=self.timeout_s,
+                                    declaration=declaration(spec))
+            if not built.ok:
+                raise EvaluationError(f"the candidate did not compile for profiling: {built.output[-500:]}")
+            (work / "harness.cu").write_text(harness_source(spec, shape), encoding="utf-8")
+            link = [tc.nvcc, *flags, "-gencode", gencode(arch), "harness.cu", "candidate.o", "-o", "harness"]
+            made = subprocess.run(link, cwd=work, capture_output=True, text=True, timeout=self.timeout_s,
+                                  check=False)
+            if made.returncode != 0:
+                raise EvaluationError(f"the profiling harness did not build: {(made.stdout + made.stderr)[-500:]}")
+            run = subprocess.run(ncu_command(self.ncu, ["./harness"]), cwd=work, capture_output=True, text=True,
+                                 timeout=self.timeout_s, check=False)
+        if run.returncode != 0:
+            why = HARNESS_ERRORS.get(run.returncode, f"ncu exited with {run.returncode}")
+            raise EvaluationError(f"profiling failed ({why}): {(run.stderr or run.stdout)[-500:].strip()}")
+        try:
+            kernels = parse_ncu_csv(run.stdout)
+        except ValueError as exc:
+            raise EvaluationError(f"ncu's output could not be read: {exc}: {run.stderr[-300:].strip()}") from None
+        return Profile(tool=self.tool, kernels=kernels)

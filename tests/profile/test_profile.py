@@ -1,0 +1,122 @@
+"""Profiler feedback on the CPU: ncu's CSV (as it prints it) into typed records, the one-line summary, where ncu
+is found, the harness compiled and linked with real nvcc, and the findings in the next round's feedback."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from chat_server import Answer, ChatServer
+from gen_support import KEY, MarkerJudge, Project, answer, kernel_source
+from ncu_samples import ONE_KERNEL, TWO_KERNELS
+
+from r1build.gate.nvcc import compile_variant, gencode
+from r1build.generate.controller import run_search
+from r1build.generate.providers import resolve_endpoint
+from r1build.manifest import Manifest
+from r1build.manifest.cdecl import declaration
+from r1build.manifest.model import KernelSpec
+from r1build.profile import find_ncu
+from r1build.profile.harness import harness_source
+from r1build.profile.ncu import METRICS, ncu_command, parse_ncu_csv
+from r1build.profile.summary import profile_summary
+from r1build.records import Candidate, Profile
+from r1build.toolchain import toolchain
+
+
+def test_one_kernel_is_read_with_every_metric() -> None:
+    (k,) = parse_ncu_csv(ONE_KERNEL)
+    assert k.kernel == "vadd_kernel"
+    assert k.duration_us == pytest.approx(94.752)  # 94,752 ns
+    assert (k.achieved_occupancy_pct, k.dram_pct, k.l2_pct, k.sm_pct) == (82.41, 91.37, 44.12, 17.80)
+    assert k.shared_bank_conflicts == 0
+    assert k.stalls["long_scoreboard"] == 14.87 and len(k.stalls) == 18
+
+
+def test_two_kernels_in_launch_order_and_the_summary_takes_the_longest() -> None:
+    first, second = parse_ncu_csv(TWO_KERNELS)
+    assert (first.kernel, second.kernel) == ("partial_sums<256>", "final_sum")
+    assert second.shared_bank_conflicts == 2048 and "sleeping" not in second.stalls  # n/a is no number
+    text = profile_summary(Profile(tool="ncu 2025.3.1.0", kernels=[first, second]))
+    assert text == ("memory-bound at 91% of DRAM peak; top stall: long scoreboard (14.9 cycles per instruction); "
+                    "achieved occupancy 82% (kernel partial_sums<256>, the longest of 2)")
+
+
+def test_a_kernel_far_from_every_peak_is_latency_bound() -> None:
+    _, short = parse_ncu_csv(TWO_KERNELS)
+    text = profile_summary(Profile(tool="ncu", kernels=[short]))
+    # 'selected' is issuing, not a stall: barrier is the top stall
+    assert text == ("latency-bound (no unit near its peak: DRAM 2%, L2 6%, SM 10%); top stall: barrier "
+                    "(6.4 cycles per instruction); achieved occupancy 24%; 2,048 shared-memory bank conflicts")
+
+
+def test_output_without_a_table_is_an_error() -> None:
+    with pytest.raises(ValueError, match="no CSV table"):
+        parse_ncu_csv("==PROF== Connected to process 1\n==ERROR== the profiler failed\n")
+    with pytest.raises(ValueError, match="lacks the columns"):
+        parse_ncu_csv('"ID","Kernel Name"\n"0","k"\n')
+
+
+def test_ncu_is_found_and_can_be_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert find_ncu({"R1BUILD_NCU": "off"}) is None
+    assert find_ncu({"R1BUILD_NCU": "/opt/nsight/ncu"}) == "/opt/nsight/ncu"
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert find_ncu({"CUDA_HOME": str(tmp_path / "none")}) in (None, "/usr/local/cuda/bin/ncu")
+    cmd = ncu_command("ncu", ["./harness"])
+    assert cmd[-1] == "./harness" and ",".join(METRICS) in cmd and "--profile-from-start" in cmd
+
+
+def test_the_harness_compiles_and_links_with_the_candidate(tmp_path: Path) -> None:
+    """Every root kernel's harness builds with real nvcc around its baseline (running it needs the GPU)."""
+    from r1build.manifest import load_manifest
+
+    manifest = load_manifest(Path(__file__).resolve().parents[2] / "kernels.toml")
+    tc = toolchain()
+    for spec in manifest.kernels:
+        work = tmp_path / spec.name
+        work.mkdir()
+        assert spec.baseline is not None
+        source = (manifest.root / spec.baseline).read_text()
+        built = compile_variant(source, {}, "sm_90", name="candidate", flags=list(manifest.settings.nvcc_flags),
+                                toolchain=tc, workdir=work, timeout_s=300, declaration=declaration(spec))
+        assert built.ok, built.output
+        (work / "harness.cu").write_text(harness_source(spec, spec.bench_shapes[0]))
+        link = subprocess.run([tc.nvcc, *manifest.settings.nvcc_flags, "-gencode", gencode("sm_90"), "harness.cu",
+                               "candidate.o", "-o", "harness"], cwd=work, capture_output=True, text=True, check=False)
+        assert link.returncode == 0, link.stdout + link.stderr
+        assert (work / "harness").is_file()
+
+
+@dataclass
+class RecordedProfiler:
+    """Stands in for the GPU part (the harness run under ncu): ncu's recorded output, read by the real parser."""
+
+    profiled: list[str] = field(default_factory=list)
+
+    def profile(self, manifest: Manifest, spec: KernelSpec, arch: str, candidate: Candidate) -> Profile:
+        self.profiled.append(candidate.digest)
+        return Profile(tool="ncu 2025.3.1.0", kernels=parse_ncu_csv(ONE_KERNEL))
+
+
+def test_the_findings_go_into_the_next_rounds_feedback(tmp_path: Path) -> None:
+    judge = MarkerJudge()
+    project = Project(tmp_path, tmp_path / "cache")
+    manifest = project.write(budget={"rounds": 2, "samples": 2, "candidates": 4, "patience": 2})
+    spec = manifest.kernel("vadd")
+    replies = [Answer(answer(kernel_source(1, time_us=30.0))), Answer(answer(kernel_source(2, time_us=40.0))),
+               Answer(answer(kernel_source(3, time_us=20.0)))]
+    profiler = RecordedProfiler()
+    with ChatServer(replies) as server, project.cache() as cache:
+        endpoint = resolve_endpoint(manifest.settings.generation, {"R1BUILD_BASE_URL": server.url,
+                                                                   "DEEPSEEK_API_KEY": KEY})
+        outcome = asyncio.run(run_search(manifest, spec, "sm_90", evaluator=judge, cache=cache, endpoint=endpoint,
+                                         seeds=[], profiler=profiler))  # type: ignore[arg-type]
+        later = [r.prompt for r in server.requests if "so far" in r.prompt or len(r.messages) > 1]
+    assert len(profiler.profiled) >= 2  # round 0's two finalists (and round 1's)
+    assert later and all("Nsight Compute: memory-bound at 91% of DRAM peak; top stall: long scoreboard" in p
+                         for p in later)
+    profiled = [r for r in outcome.results if r.profile is not None]
+    assert profiled and profiled[0].profile.kernels[0].kernel == "vadd_kernel"  # type: ignore[union-attr]
