@@ -10,22 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import numpy as np
-
 from ..manifest.cdecl import declaration
-from ..manifest.model import DTYPES, INTEGER_DTYPES, KernelSpec
+from ..manifest.model import DTYPE_BYTES, DTYPES, INTEGER_DTYPES, KernelSpec
 
 __all__ = ["HARNESS_ERRORS", "harness_source"]
 
 HARNESS_ERRORS = {3: "an allocation failed", 4: "a call returned an error", 5: "a synchronization failed"}
 """The harness's exit statuses and what they mean."""
-
-_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "bool": 1}
-
-
-def _itemsize(dtype: str) -> int:
-    return _ITEMSIZE.get(dtype) or int(np.dtype(dtype).itemsize)
-
 
 def _scalar(dtype: str, value: bool | int | float) -> str:
     ctype = DTYPES[dtype]
@@ -47,7 +38,7 @@ def harness_source(spec: KernelSpec, sizes: Mapping[str, int]) -> str:
             count = 1
             for dim in arg.shape:
                 count *= dim if isinstance(dim, int) else int(sizes[dim])
-            nbytes = max(1, count) * _itemsize(arg.dtype)
+            nbytes = max(1, count) * DTYPE_BYTES[arg.dtype]
             fill = "0" if arg.dtype in INTEGER_DTYPES or arg.dtype == "bool" else "0x3c"
             lines += [f"    void* a{i} = nullptr;",
                       f"    if (cudaMalloc(&a{i}, {nbytes}ULL) != cudaSuccess) return 3;",
