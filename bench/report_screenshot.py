@@ -17,12 +17,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests" / "report"))
 
 from _report import command_line, host_info, utc_now  # noqa: E402
-from chromium import open_page  # noqa: E402
 
 from r1build.cli.main import main as r1build_main  # noqa: E402
+from tests.report.chromium import open_page  # noqa: E402
 
 PROBE = "[...document.querySelectorAll('section.kernel h2')].map(h => h.textContent).join(', ')"
 

@@ -9,9 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from chat_server import Answer, ChatServer
-from gen_support import KEY, MarkerJudge, Project, answer, kernel_source
-from ncu_samples import ONE_KERNEL, TWO_KERNELS
 
 from r1build.gate.nvcc import compile_variant, gencode
 from r1build.generate.controller import run_search
@@ -25,6 +22,9 @@ from r1build.profile.ncu import METRICS, ncu_command, parse_ncu_csv
 from r1build.profile.summary import profile_summary
 from r1build.records import Candidate, Profile
 from r1build.toolchain import toolchain
+from tests.generate.chat_server import Answer, ChatServer
+from tests.generate.gen_support import KEY, MarkerJudge, Project, answer, kernel_source
+from tests.profile.ncu_samples import ONE_KERNEL, TWO_KERNELS
 
 
 def test_one_kernel_is_read_with_every_metric() -> None:

@@ -6,8 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from chat_server import Answer, ChatServer
-from gen_support import KEY, Project, answer, kernel_source
 
 from r1build.cache import Cache
 from r1build.cli.main import main
@@ -15,6 +13,8 @@ from r1build.keys import decision_key
 from r1build.manifest import load_manifest
 from r1build.profile import Profiler, find_ncu, profile_summary
 from r1build.records import Candidate, Origin
+from tests.generate.chat_server import Answer, ChatServer
+from tests.generate.gen_support import KEY, Project, answer, kernel_source
 
 pytestmark = pytest.mark.gpu
 
