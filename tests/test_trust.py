@@ -187,15 +187,17 @@ def test_stale_checks_are_shown_warned_and_rejudged(project: Path, cache_dir: Pa
                                     measured=True, device="NVIDIA H200", checks=CHECKS_VERSION - 1))
     argv = ["-m", str(project), "--kernel", "scale", *OFFLINE]
     assert main(["resolve", *argv]) == 0
-    assert "validated by version 0 of the GPU checks, these are version 1" in capsys.readouterr().err
+    assert (f"validated by version {CHECKS_VERSION - 1} of the GPU checks, these are version {CHECKS_VERSION}"
+            in capsys.readouterr().err)
     entry = _locked(project)["scale"]
     assert (entry.validation, entry.checks, entry.time_us) == ("validated", CHECKS_VERSION - 1, 5.0)
     assert main(["status", "-m", str(project), "--json"]) == 0
     rows = {r["kernel"]: r for r in json.loads(capsys.readouterr().out)["kernels"]}
     assert rows["scale"]["validation"] == "validated" and rows["scale"]["checks"] == CHECKS_VERSION - 1
-    assert "judged by GPU checks v0, now v1" in rows["scale"]["note"]
+    assert f"judged by GPU checks v{CHECKS_VERSION - 1}, now v{CHECKS_VERSION}" in rows["scale"]["note"]
     assert main(["resolve", "--locked", *argv]) == 0
-    assert "warning: scale/sm_90: the locked winner was validated by version 0" in capsys.readouterr().err
+    assert (f"warning: scale/sm_90: the locked winner was validated by version {CHECKS_VERSION - 1}"
+            in capsys.readouterr().err)
     # a refresh where a GPU of the arch is judges it again with these checks
     install_gpu_double(monkeypatch, reject=lambda c: False, time_us=lambda c: 4.0)
     assert main(["resolve", "-m", str(project), "--kernel", "scale", "--offline", "--refresh"]) == 0

@@ -1,0 +1,52 @@
+"""The correctness checks of one candidate on one GPU: every test shape's calls, and a diagnosis of a failure.
+
+:func:`run_checks` sends the requests :mod:`.checks` plans to a :class:`~.slots.Slot`'s worker and judges the
+replies there; a hang or a crash of the worker becomes the candidate's verdict.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+from ..manifest.model import KernelSpec
+from .checks import ShapePlan, Verdict, check_request, diagnose, diagnosis_plan, judge_shape, needs_diagnosis
+from .child.messages import CheckReply
+from .library import Library
+from .process import WorkerDied, WorkerTimedOut
+from .slots import Slot, library_key
+
+__all__ = ["run_checks"]
+
+
+def run_checks(slot: Slot, spec: KernelSpec, lib: Library, plans: list[ShapePlan], *, timeout_s: float
+               ) -> Verdict | None:
+    """The first failure of ``lib`` over every shape's calls (each call within ``timeout_s``), explained by
+    repeating the failing call where that can name the cause; None when every call passed."""
+    key = library_key(lib)
+    where = "while loading"
+    try:
+        for plan in plans:
+            failed = slot.load(spec, lib, timeout_s=timeout_s)  # again after a worker restart
+            if failed is not None:
+                return Verdict("crashed", failed)
+            where = f"at {plan.key}"
+            header, buffers = check_request(spec, plan, key)
+            reply, data = slot.request(header, buffers, timeout_s=timeout_s)
+            verdict = judge_shape(spec, plan, cast(CheckReply, reply), data)
+            if verdict is not None and needs_diagnosis(plan, verdict) and not reply.get("exiting"):
+                assert verdict.call is not None
+                repeat = diagnosis_plan(plan, verdict.call)
+                header, buffers = check_request(spec, repeat, key)
+                reply, data = slot.request(header, buffers, timeout_s=timeout_s)
+                verdict = diagnose(plan, verdict.call, verdict, repeat, cast(CheckReply, reply), data,
+                                   spec.tolerance)
+            if verdict is not None:
+                return verdict
+    except WorkerTimedOut:
+        return Verdict("timed_out", f"a call did not return within {timeout_s:g} s {where}; the worker was killed "
+                                    "(an endless loop, a deadlock between blocks, or a grid far larger than the "
+                                    "data?)")
+    except WorkerDied as exc:
+        tail = f"; its last output: {exc.log[-600:]}" if exc.log else ""
+        return Verdict("crashed", f"the worker process died {where} ({exc}){tail}")
+    return None

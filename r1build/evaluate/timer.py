@@ -1,0 +1,139 @@
+"""Timing on one GPU: the device's floors, the reference on cupy, and each candidate at every benchmark shape.
+
+:class:`Timer` asks a :class:`~.slots.Slot`'s worker for samples (requests built by :mod:`.timing`), judges what
+the timed calls left at the benchmark shapes (:mod:`.bench_checks`) and rejects times below the hardware floor.
+The evaluator calls it with the GPU quiet (no sanitizer runs beside it).
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from ..errors import EvaluationError
+from ..judge import Job
+from ..manifest.reference import load_reference
+from .bench_checks import BenchPlan, implausible, judge_bench, plan_bench, shape_requests
+from .checks import Verdict
+from .child.messages import FloorsRequest, TimeReply
+from .floors import FLOORS_NAMESPACE, DeviceFloors
+from .library import Library
+from .process import WorkerDied, WorkerTimedOut
+from .sanitizing import KernelKey
+from .slots import Slot, library_key
+from .timing import SampleStats, reference_request, summarize, time_request
+
+if TYPE_CHECKING:
+    from ..cache.store import Cache
+
+__all__ = ["Timer"]
+
+
+class Timer:
+    """Timing requests of one evaluator (see the module docstring)."""
+
+    def __init__(self, *, cache: Callable[[], Cache], submit: Callable[..., Future[Any]],
+                 note: Callable[..., None], root: Path, seed: int, call_timeout_s: float, timeout_s: float,
+                 budget_s: float) -> None:
+        self._cache = cache
+        self._submit = submit
+        self._note = note
+        self._root = root
+        self._seed = seed
+        self._call_timeout_s = call_timeout_s
+        self.timeout_s = timeout_s
+        """Longest a benchmark shape may go without progress."""
+        self._budget_s = budget_s
+        self._lock = threading.Lock()
+        self._plans: dict[tuple[KernelKey, int], Future[BenchPlan]] = {}
+
+    def floors(self, slot: Slot) -> DeviceFloors | None:
+        """The slot's bandwidth and fp32 peak: measured once per device and cached."""
+        if slot.floors is not None:
+            return slot.floors
+        cache = self._cache()
+        cached = DeviceFloors.from_json(cache.get_json(FLOORS_NAMESPACE, slot.gpu.key))
+        if cached is None:
+            try:
+                floors: FloorsRequest = {"op": "floors"}
+                reply, _ = slot.request(floors, timeout_s=self.timeout_s)
+            except (WorkerDied, WorkerTimedOut) as exc:
+                self._note(f"measuring the floors of {slot.gpu.name} failed: {exc}")
+                return None
+            if not reply.get("ok"):
+                self._note(f"measuring the floors of {slot.gpu.name} failed: {reply.get('error')}")
+                return None
+            cached = DeviceFloors(slot.gpu.name, float(reply["bandwidth_bps"]), float(reply["fp32_flops"]))
+            cache.put_json(FLOORS_NAMESPACE, slot.gpu.key, cached.to_json())
+        slot.floors = cached
+        return cached
+
+    def reference_us(self, job: Job, slot: Slot) -> float | None:
+        """The median time of the numpy reference run on cupy at the first benchmark shape, where it runs."""
+        header = reference_request(job.spec, str(job.manifest.root))
+        try:
+            reply, _ = slot.request(header, timeout_s=self.timeout_s)
+        except (WorkerDied, WorkerTimedOut) as exc:
+            self._note(f"{job.spec.name}: timing the reference with cupy failed: {exc}", job.spec.name)
+            return None
+        shapes = reply.get("shapes") or []
+        if not reply.get("ok") or not shapes or "samples_us" not in shapes[0]:
+            why = shapes[0].get("error") if shapes else reply.get("error")
+            self._note(f"{job.spec.name}: the reference does not run under cupy ({why}); no speedup over "
+                       "the reference", job.spec.name)
+            return None
+        return summarize(shapes[0]["samples_us"]).median_us
+
+    def bench_plan(self, job: Job, arch: str, slot: Slot) -> Future[BenchPlan]:
+        """The benchmark-shape checks of a job's kernel for GPUs of this slot's L2 size (made once, on the CPU
+        pool: the reference runs at the benchmark shapes)."""
+        l2 = slot.gpu.l2_bytes or (40 << 20)
+        key = (KernelKey.of(job, arch), l2)
+        with self._lock:
+            if key not in self._plans:
+                reference = load_reference(job.manifest.root, job.spec.reference)
+                directory = self._root / "bench" / f"{job.spec.name}-{len(self._plans)}"
+                self._plans[key] = self._submit(plan_bench, job.spec, reference, l2, directory, seed=self._seed)
+            return self._plans[key]
+
+    def time(self, job: Job, slot: Slot, lib: Library, bench: Future[BenchPlan], floors: DeviceFloors | None
+             ) -> Verdict | list[SampleStats]:
+        """Samples of one candidate at every benchmark shape, or why it fails there (what the timed calls left,
+        a time below the hardware floor, a hang or a crash)."""
+        spec = job.spec
+        try:
+            plan = bench.result()
+        except EvaluationError as exc:
+            return Verdict("crashed", f"the reference failed at the benchmark shapes: {exc}")
+        out_dir = slot.workdir / "bench-out" / lib.digest[:24]
+        try:
+            failed = slot.load(spec, lib, timeout_s=self._call_timeout_s)
+            if failed is not None:
+                return Verdict("crashed", failed)
+            header = time_request(library_key(lib), shape_requests(spec, plan, out_dir), budget_s=self._budget_s)
+            reply, _ = slot.request(header, timeout_s=self.timeout_s)
+            if not reply.get("ok"):
+                error = str(reply.get("error"))
+                if error.startswith("returned"):
+                    return Verdict("incorrect", f"while timing at the benchmark shapes: the call {error}")
+                return Verdict("crashed", f"while timing at the benchmark shapes: {error}")
+            shapes = cast(TimeReply, reply)["shapes"]
+            verdict = judge_bench(spec, plan, shapes)
+        except WorkerTimedOut:
+            return Verdict("timed_out", f"at a benchmark shape a call made no progress for {self.timeout_s:g} "
+                                        "s; the worker was killed (a deadlock between blocks at the benchmark size?)")
+        except WorkerDied as exc:
+            return Verdict("crashed", f"the worker process died while timing ({exc}): {exc.log[-600:]}")
+        finally:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        if verdict is not None:
+            return verdict
+        stats = [summarize(s["samples_us"]) for s in shapes]
+        if floors is not None:
+            warm = [s.get("mode") == "graph" for s in shapes]
+            return implausible(spec, [s.median_us for s in stats], floors, warm) or stats
+        return stats
