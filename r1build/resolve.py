@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Literal
 
 from .arch_support import require_supported_archs
 from .cache import Cache
+from .cache.claim import claim
 from .errors import CompileError, EndpointSilentError, LockError, NoWinnerError, ResolveError, UsageError
 from .events import Note, Stage, emit
 from .extras import CUPY, GENERATE
@@ -381,6 +382,32 @@ def _stored_candidates(cache: Cache, previous: Decision | None) -> list[Candidat
     return out
 
 
+def _generated_before(cache: Cache, key: str) -> tuple[list[Candidate], list[str]]:
+    """The generated candidates (sources still in the cache) and transcripts that ``r1build generate`` recorded
+    under ``key``: a resolve judges them rather than asking the model for the same answers again."""
+    from .records import from_json
+    from .transcript_doc import LINKS_NAMESPACE
+
+    doc = cache.get_json(LINKS_NAMESPACE, key)
+    if not isinstance(doc, dict) or not isinstance(doc.get("candidates"), list):
+        return [], []
+    refs = []
+    for item in doc["candidates"]:
+        try:
+            refs.append(from_json(CandidateRef, item))
+        except (TypeError, ValueError, KeyError):
+            return [], []  # a record this version cannot read: generate again rather than guess
+    found = []
+    for ref in refs:
+        source = cache.get_text(ref.source) if ref.origin.kind == "generated" else None
+        if source is not None:
+            candidate = Candidate(source, ref.origin, dict(ref.defines))
+            if candidate.digest == ref.digest:
+                found.append(candidate)
+    transcripts = [str(t) for t in doc.get("transcripts", []) if isinstance(t, str)]
+    return found, transcripts if found else []
+
+
 def _baseline_of(seeds: Sequence[Candidate]) -> Candidate | None:
     """The untuned baseline among the manifest's own candidates (:func:`expand_variants` puts it first)."""
     return seeds[0] if seeds and seeds[0].origin.kind == "baseline" else None
@@ -407,13 +434,16 @@ def _decide(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Ca
     """
     previous = cache.get_decision(key) if options.refresh else None
     stored = _stored_candidates(cache, previous)
+    earlier: list[str] = []  # the transcripts of what `r1build generate` produced for this key
+    if not stored and not options.refresh:
+        stored, earlier = _generated_before(cache, key)
     generate = judges.endpoint(manifest, options) and not stored
     evaluator = judges.gpu_for(arch)
     if evaluator is None and not generate and (not stored or (previous is not None and previous.on_gpu)):
         # nothing to do, or only the gate to judge again what a GPU measured: keep the measured decision
         return None
     baseline = _baseline_of(seeds)
-    transcripts: list[str] = list(previous.transcripts) if stored and previous else []
+    transcripts: list[str] = list(previous.transcripts) if stored and previous else earlier
     if stored:
         emit(Note("info", f"judging {len(stored)} stored generated candidate(s) again (no new requests)",
                   spec.name, arch))
@@ -555,8 +585,17 @@ def _lookup(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Ca
 def _work(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Cache, options: ResolveOptions,
           judges: _Judges, seeds: list[Candidate], kept: Resolved | None = None) -> Resolved | Unresolved:
     """A miss (or a refresh): measure and/or generate; else what the lock or cache had (``kept``, for a refresh
-    on a machine that cannot judge this arch); else the static gate on the user's own sources."""
-    decision = _decide(manifest, spec, arch, key, cache, judges, options, seeds)
+    on a machine that cannot judge this arch); else the static gate on the user's own sources.
+
+    One process at a time decides a key (:func:`~r1build.cache.claim.claim`): concurrent resolves of one
+    manifest wait for the first and use the decision it stored instead of asking the model again."""
+    with claim(cache.directory, key, what=f"{spec.name}/{arch}"):
+        reused = None if options.refresh else cache.get_decision(key)  # stored while this one waited
+        if reused is not None:
+            found = _from_decision(manifest, spec, arch, key, cache, reused, "cached")
+            if found is not None:
+                return found
+        decision = _decide(manifest, spec, arch, key, cache, judges, options, seeds)
     if decision is not None:
         how: State = "generated" if decision.transcripts else ("measured" if decision.measured else "gated")
         resolved = _from_decision(manifest, spec, arch, key, cache, decision, how)

@@ -134,12 +134,14 @@ _MEMO_KINDS = frozenset({"decision", "gate"})
 _MEMO_SIZE = 256
 
 _HEADER = 65  # 64 hex digits of sha256 and a newline before every payload
-_CACHE_FILE = re.compile(r"^(cache\.db(-wal|-shm|-journal)?|cache\.db\.damaged-[0-9TZ]+(-wal|-shm)?|[0-9a-f]{2})$")
+_CACHE_FILE = re.compile(
+    r"^(cache\.db(-wal|-shm|-journal)?|cache\.db\.damaged-[0-9TZ]+(-wal|-shm)?|[0-9a-f]{2}|claims)$")
 
 
 def _cache_file(name: str) -> bool:
     """Whether a name is one diskcache itself creates (another process may be creating the cache right now, and
-    SQLite creates ``cache.db`` only at its first statement), or a damaged index that repair moved aside."""
+    SQLite creates ``cache.db`` only at its first statement), a damaged index that repair moved aside, or the
+    folder of the per-key claims (:mod:`r1build.cache.claim`)."""
     return _CACHE_FILE.match(name) is not None
 T = TypeVar("T")
 
