@@ -25,6 +25,7 @@ from ..cache import KINDS, BundleSummary, Cache, Entry, export_bundle, import_bu
 from ..cache.prune import clean_cache, prune_cache
 from ..errors import UsageError
 from ..events import sink
+from ..judge import CHECKS_VERSION
 from ..manifest import Manifest, find_manifest, load_manifest
 from ..records import Decision, from_json
 from ..signing import TrustedKeys, load_private_key, trusted_keys
@@ -225,6 +226,7 @@ def _decision_row(cache: Cache, entry: Entry) -> dict[str, Any]:
         "winner": decision.winner.digest if decision.winner else None,
         "provenance": decision.winner.provenance() if decision.winner else None,
         "measured": decision.measured,
+        "checks": decision.checks,
         "device": decision.device,
         "created": decision.created,
     })
@@ -245,9 +247,9 @@ def cmd_ls(args: argparse.Namespace, console: Console) -> int:
         return 0
     if args.kind == "decision":
         console.table(
-            ["decision", "kernel", "arch", "winner", "measured", "created"],
+            ["decision", "kernel", "arch", "winner", "measured", "checks", "created"],
             [[r["key"].split("/", 1)[1][:12], r.get("kernel", "(corrupt)"), r.get("arch"),
-              _winner(r), "yes" if r.get("measured") else "no", r.get("created")] for r in rows])
+              _winner(r), "yes" if r.get("measured") else "no", _checks(r), r.get("created")] for r in rows])
     else:
         console.table(["key", "size", "last used", "what"],
                       [[_short(r["key"]), format_size(r["size"]), r["used"][:16].replace("T", " "), _what(r)]
@@ -267,6 +269,14 @@ def _winner(row: dict[str, Any]) -> str:
     if row.get("winner") is None:
         return "none"
     return f"{row['provenance']} {str(row['winner'])[:12]}"
+
+
+def _checks(row: dict[str, Any]) -> str:
+    """The version of the GPU checks that judged a measured decision, marked stale when older than these."""
+    if not row.get("measured"):
+        return "-"
+    version = int(row.get("checks") or 0)
+    return f"v{version}" + (f" (stale: now v{CHECKS_VERSION})" if version < CHECKS_VERSION else "")
 
 
 def _what(row: dict[str, Any]) -> str:

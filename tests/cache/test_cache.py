@@ -399,8 +399,10 @@ def test_cli_stats_and_ls(tmp_path: Path, cli: Cli) -> None:
     (row,) = json.loads(out)
     assert (row["kernel"], row["arch"], row["provenance"], row["created"]) == \
         ("matmul", "sm_90", "generated", "2026-01-02T03:04:05+00:00")
+    assert row["checks"] is None  # judged before versions were kept
     code, out, _ = cli("cache", "ls", "--kind", "decision", "--cache-dir", str(d))
     assert code == 0 and "matmul" in out and "generated" in out and "2026-01-02" in out
+    assert "v0 (stale: now v" in out  # measured by checks older than these
     code, out, _ = cli("cache", "ls", "--cache-dir", str(d))
     assert code == 0 and "4 entries" in out and "json/floors/H200" in out
 
