@@ -15,7 +15,7 @@ import threading
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ClusterError, ClusterRefusedError, EvaluationError
@@ -168,6 +168,22 @@ def survey(client: Client, address: str, *, timeout_s: float, here: ProcessFacts
     return Inventory(workers)
 
 
+def _joined(job: Job, results: list[Result]) -> list[Result]:
+    """The results of a job's parts (:meth:`ClusterEvaluator._parts`) in the job's order, each timing's speedup
+    over the baseline set from the baseline's time, as the local evaluator sets it within one job."""
+    by_digest = {r.candidate: r for r in results}
+    base = by_digest.get(job.baseline.digest) if job.baseline is not None else None
+    base_us = base.timing.median_us if base is not None and base.ok and base.timing is not None else None
+    out = []
+    for candidate in job.candidates:
+        result = by_digest[candidate.digest]
+        if result.timing is not None:
+            speedup = round(base_us / result.timing.median_us, 4) if base_us and result.timing.median_us else None
+            result = replace(result, timing=replace(result.timing, speedup_vs_baseline=speedup))
+        out.append(result)
+    return out
+
+
 @dataclass
 class _Submitted:
     tag: str
@@ -232,19 +248,25 @@ class ClusterEvaluator:
         """Submit every job of an arch some worker has, biggest first, so that all GPUs start at once."""
         for job in sorted(jobs, key=lambda j: -len(j.candidates)):
             if parse_arch(job.arch) in self.archs:
-                self._submit(job)
+                for part in self._parts(job):
+                    self._submit(part)
 
     def evaluate(self, job: Job) -> list[Result]:
-        """One result per candidate of ``job``, judged on a worker of its arch."""
+        """One result per candidate of ``job``, judged on workers of its arch."""
         arch = parse_arch(job.arch)
         if arch not in self.archs:
             raise EvaluationError(f"no worker of the cluster at {self.address} has a GPU of {arch}")
-        sub = self._submit(job)
-        outcome = sub.outcome if sub.outcome is not None else self._wait(sub)
-        with self._lock:  # from here on the resolver's decision holds it
-            sub.consumed = True
-            self.cache.delete(f"json/{OUTCOMES_NAMESPACE}/{sub.tag}")
-        return outcome.results
+        parts = self._parts(job)
+        subs = [self._submit(part) for part in parts]
+        results: list[Result] = []
+        for sub in subs:
+            outcome = sub.outcome if sub.outcome is not None else self._wait(sub)
+            results += outcome.results
+        with self._lock:  # from here on the resolver's decision holds them
+            for sub in subs:
+                sub.consumed = True
+                self.cache.delete(f"json/{OUTCOMES_NAMESPACE}/{sub.tag}")
+        return results if len(parts) == 1 else _joined(job, results)
 
     def close(self) -> None:
         """Cancel what is still queued and disconnect."""
@@ -266,6 +288,24 @@ class ClusterEvaluator:
             "checks": CHECKS_VERSION,
             "toolchain": toolchain().ident,
         })
+
+    def _parts(self, job: Job) -> list[Job]:
+        """The job as it is, or, where several workers have its arch, split in as many parts of its candidates,
+        so that a large job keeps every GPU of the arch busy. The baseline is judged in the first part (added to it
+        where the job does not list it), and no part times a baseline of its own: the speedups over the baseline
+        are set when the parts are joined (:func:`_joined`)."""
+        workers = len(self.inventory.archs.get(parse_arch(job.arch), []))
+        count = min(workers, len(job.candidates))
+        if count < 2:
+            return [job]
+        candidates = list(job.candidates)
+        if job.baseline is not None and all(c.digest != job.baseline.digest for c in candidates):
+            candidates.insert(0, job.baseline)
+        elif job.baseline is not None:  # the baseline first: its part runs first, biggest
+            candidates.sort(key=lambda c: c.digest != job.baseline.digest)  # type: ignore[union-attr]
+        size = -(-len(candidates) // count)
+        return [replace(job, candidates=candidates[i:i + size], baseline=None)
+                for i in range(0, len(candidates), size)]
 
     def _project(self, manifest: Manifest) -> ProjectFiles:
         key = str(manifest.path)

@@ -200,7 +200,7 @@ def evaluate_job(job: Job, project: ProjectFiles, gate_keys: Sequence[str], know
     """Judge one GPU job on this worker (the Dask task of a cluster resolve). ``gate_keys`` name the gate
     verdicts of the job's candidates, ``known`` the ones the resolving machine already has (not compiled again),
     ``tag`` the job in progress events, ``session`` the resolve it belongs to."""
-    _log({"job": tag, "state": "running", "worker": _worker_name()})
+    _log({"job": tag, "state": "running", "name": _worker_name()})
     root = _materialize(project)
     here = replace(job, manifest=replace(job.manifest, path=root / project.manifest_name))
     held, evaluator = _evaluator(factory, session)
