@@ -50,22 +50,22 @@ class TestCluster:
         self.scheduler: Any = None
         self.nannies: dict[str, Any] = {}
         try:
-            self._call(self._start(workers, nthreads))
+            self.address: str = self._call(self._start(workers, nthreads))
         except BaseException:
             self.close()
             raise
-        self.address: str = self.scheduler.address
 
     def _call(self, coro: Any, timeout_s: float = 120) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
 
-    async def _start(self, workers: dict[str, dict[str, float]], nthreads: int) -> None:
+    async def _start(self, workers: dict[str, dict[str, float]], nthreads: int) -> str:
         self.scheduler = await Scheduler(host="127.0.0.1", port=0, dashboard_address=":0")
         nannies = {name: Nanny(self.scheduler.address, nthreads=nthreads, resources=resources, name=name,
                                host="127.0.0.1", dashboard=False, memory_limit=0, death_timeout=30)
                    for name, resources in workers.items()}
         await asyncio.gather(*nannies.values())
         self.nannies = nannies
+        return str(self.scheduler.address)
 
     def worker_pid(self, name: str) -> int:
         """The process id of worker ``name``."""

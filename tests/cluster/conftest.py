@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("distributed", reason="the cluster tests need the cluster extra (distributed)")
 
-from cluster_support import TestCluster
+from tests.cluster.cluster_support import TestCluster
 
 
 @pytest.fixture(scope="module")

@@ -13,13 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cluster_support import TestCluster
 from distributed import Client
 
 from r1build.cache import Cache
 from r1build.cli.main import main
 from r1build.evaluate import detect_gpus
 from r1build.lock import read_lock
+from tests.cluster.cluster_support import TestCluster
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("no_endpoint")]
 

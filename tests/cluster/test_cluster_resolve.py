@@ -14,11 +14,10 @@ import socket
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import dask
 import pytest
-from cluster_support import FakeGpu, TestCluster, fake_time_us, tiny_project
-from resolve_support import install_gpu_double
 
 from r1build.cache import Cache
 from r1build.cli.main import main
@@ -28,15 +27,17 @@ from r1build.gate.static import StaticGate
 from r1build.lock import read_lock
 from r1build.manifest import load_manifest
 from r1build.resolve import ResolveOptions, resolve
+from tests.cluster.cluster_support import FakeGpu, TestCluster, fake_time_us, tiny_project
+from tests.resolve_support import install_gpu_double
 
 pytestmark = pytest.mark.usefixtures("no_endpoint")
 
 
-def _use_fake(monkeypatch: pytest.MonkeyPatch, **kwargs: object) -> None:
+def _use_fake(monkeypatch: pytest.MonkeyPatch, **kwargs: Any) -> None:
     monkeypatch.setattr(ClusterEvaluator, "factory", functools.partial(FakeGpu, **kwargs))
 
 
-def _records(where: Path) -> list[dict[str, object]]:
+def _records(where: Path) -> list[dict[str, Any]]:
     return [json.loads(p.read_text()) for p in sorted(where.glob("*.json"))]
 
 
@@ -227,3 +228,27 @@ def test_mixed_versions_are_refused(tmp_path: Path, shared_cluster: TestCluster,
     assert code == 2
     assert f"the cluster at {shared_cluster.address} runs other versions than this machine" in err
     assert "worker w90" in err and "runs r1build 0.1.0" in err and "this machine r1build 0.0.9" in err
+
+
+@pytest.mark.slow  # two worker processes and three nvcc compiles: about 10 s on 2 shared cores
+def test_a_job_is_split_over_the_workers_of_its_arch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three variants, two workers of sm_90: each takes a part, the baseline in the first; the decision lists
+    every result once, in the job's order, each speedup over the baseline from the baseline's time."""
+    project = tiny_project(tmp_path / "p", ["sm_90"])
+    records = tmp_path / "records"
+    records.mkdir()
+    _use_fake(monkeypatch, record_dir=str(records))
+    with TestCluster({"a": {"sm_90": 1}, "b": {"sm_90": 1}}) as cluster:
+        assert main(["resolve", "-m", str(project), "--cache-dir", str(tmp_path / "cache"), "--offline",
+                     "--cluster", cluster.address]) == 0
+    parts = _records(records)
+    assert sorted(len(r["candidates"]) for r in parts) == [1, 2] and {r["worker"] for r in parts} == {"a", "b"}
+    with Cache(tmp_path / "cache") as cache:
+        (decision,) = cache.decisions()
+    assert [r.candidate for r in decision.results] == [c.digest for c in decision.candidates]
+    baseline = next(c for c in decision.candidates if c.origin.kind == "baseline" and not c.defines)
+    assert baseline.digest in parts[0]["candidates"] or baseline.digest in parts[1]["candidates"]
+    base_us = decision.result_of(baseline.digest).timing.median_us  # type: ignore[union-attr]
+    for result in decision.results:
+        assert result.timing is not None
+        assert result.timing.speedup_vs_baseline == round(base_us / result.timing.median_us, 4)

@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-from cluster_support import TestCluster, tiny_project
 from distributed import Client
 
 from r1build.cli.main import main
@@ -24,6 +23,7 @@ from r1build.cluster.workers import plan_workers
 from r1build.evaluate.devices import GpuInfo
 from r1build.gate.static import StaticGate
 from r1build.manifest import load_manifest
+from tests.cluster.cluster_support import TestCluster, tiny_project
 
 pytestmark = pytest.mark.usefixtures("no_endpoint")
 
