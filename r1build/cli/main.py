@@ -21,7 +21,7 @@ __all__ = ["main"]
 
 # Each module registers its sub-commands: ``register(subparsers) -> None``; handlers are ``func(args, console)``.
 COMMAND_MODULES = ("project", "cache_cmd", "generate_cmd", "key_cmd", "report_cmd", "dataset_cmd", "doctor_cmd",
-                   "worker_cmd")
+                   "worker_cmd", "completions")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -45,7 +45,11 @@ class Console:
 
     def json(self, text: str) -> None:
         """Raw JSON to stdout."""
-        sys.stdout.write(text + "\n")
+        self.raw(text if text.endswith("\n") else text + "\n")
+
+    def raw(self, text: str) -> None:
+        """Text to stdout exactly as given (no markup, no wrapping): a script, a document."""
+        sys.stdout.write(text)
         sys.stdout.flush()
 
     def error(self, message: str) -> None:
