@@ -207,3 +207,25 @@ def test_two_extensions_with_one_kernel_name_each_call_their_own(
             "print(twin_a.negative(), twin_b.negative())")
     path = os.pathsep.join(str(m.parent) for m in modules)
     assert build_env.check([build_env.python, "-c", code], cwd=tmp_path, env={"PYTHONPATH": path}).strip() == calls
+
+
+def test_wheels_are_byte_identical_from_any_checkout_path(build_env: BuildEnv, tmp_path: Path) -> None:
+    """The same project built from two checkouts at different paths gives the same wheel, byte for byte, and
+    the wheel's timestamps are SOURCE_DATE_EPOCH's."""
+    epoch = 1_700_000_000
+    wheels = []
+    for where in ("a", "a-much-longer-checkout-path/of/the/same/project"):
+        project = copy_project(PACKAGES / "tiny", tmp_path / where / "tiny")
+        out = tmp_path / where / "out"
+        out.mkdir()
+        proc = build_env.pip_wheel(project, out, isolated=False, env={"SOURCE_DATE_EPOCH": str(epoch)})
+        assert proc.returncode == 0, proc.stdout[-6000:]
+        (wheel,) = out.glob("tiny-0.1.0-*.whl")
+        wheels.append(wheel.read_bytes())
+    assert wheels[0] == wheels[1]
+    import datetime
+    import io
+
+    stamp = datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).timetuple()[:6]
+    with zipfile.ZipFile(io.BytesIO(wheels[0])) as zf:
+        assert {info.date_time for info in zf.infolist()} == {stamp}
