@@ -50,6 +50,7 @@ __all__ = [
     "get_requires_for_build_sdist",
     "get_requires_for_build_wheel",
     "kernel_settings",
+    "prepare_kernels",
 ]
 
 KERNELS_DEFINE = "cmake.define.R1BUILD_KERNELS_CMAKE"
@@ -71,13 +72,18 @@ def kernel_settings(config_settings: HookSettings, project_dir: Path | None = No
     options, rest = split_settings(config_settings)
     project = (project_dir or Path.cwd()).resolve()
     rest[COMPILER_DEFINE] = _one_compiler(rest.get(COMPILER_DEFINE))
+    rest[KERNELS_DEFINE] = prepare_kernels(project, options).resolve().as_posix()
+    return rest
+
+
+def prepare_kernels(project: Path, options: BuildOptions) -> Path:
+    """The generated CMake file of ``project``: the last locked build's where its stamp holds, else resolved and
+    emitted now."""
     cmake_file = read_valid_stamp(project, options)
     if cmake_file is not None:
         emit(Note("info", f"kernels and lock unchanged since the last locked build: using {cmake_file.parent}"))
-    else:
-        cmake_file = _prepare(project, options)
-    rest[KERNELS_DEFINE] = cmake_file.resolve().as_posix()
-    return rest
+        return cmake_file
+    return _prepare(project, options)
 
 
 def _one_compiler(given: str | list[str] | None) -> str:
@@ -149,9 +155,16 @@ def build_wheel(wheel_directory: str, config_settings: HookSettings = None,
 
 def build_editable(wheel_directory: str, config_settings: HookSettings = None,
                    metadata_directory: str | None = None) -> str:
-    """PEP 660: resolve the kernels, then build the editable wheel with scikit-build-core."""
+    """PEP 660: resolve the kernels, then build the editable wheel with scikit-build-core. CMake gets a wrapper
+    that resolves the kernels again when their inputs change (:mod:`r1build.build.editable`), so a rebuild on
+    import (scikit-build-core's ``editable.rebuild``) builds edited kernels too."""
+    from .editable import write_editable
+
     with frontend_boundary():
         settings = kernel_settings(config_settings)
+        options, _rest = split_settings(config_settings)
+        cmake_file = Path(str(settings[KERNELS_DEFINE]))
+        settings[KERNELS_DEFINE] = write_editable(Path.cwd().resolve(), options, cmake_file).as_posix()
     return _skbuild.build_editable(wheel_directory, settings, metadata_directory)
 
 

@@ -41,14 +41,14 @@ from ..manifest.model import Manifest
 from .plan import MARKER, KernelPlan, arch_order, describe_origin
 from .sources import DISPATCH_NAME
 
-__all__ = ["CMAKE_NAME", "LIBRARY", "render_cmake"]
+__all__ = ["CMAKE_NAME", "LIBRARY", "cmake_quote", "render_cmake"]
 
 CMAKE_NAME = "r1build_kernels.cmake"
 LIBRARY = "r1build_kernels"
 _STD = re.compile(r"^--?std=c\+\+(\d+)$")
 
 
-def _quote(text: str) -> str:
+def cmake_quote(text: str) -> str:
     """A CMake quoted argument holding ``text`` literally."""
     escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$").replace(";", "\\;")
     return f'"{escaped}"'
@@ -93,9 +93,10 @@ def _object_library(
         *(f"  {p}" for p in props),
         ")",
     ]
-    lines.append(f"target_compile_options({target} PRIVATE {_quote(f'SHELL:-Xcudafe --orig_src_path_name={source}')})")
+    path_free = cmake_quote(f"SHELL:-Xcudafe --orig_src_path_name={source}")
+    lines.append(f"target_compile_options({target} PRIVATE {path_free})")
     if flags:
-        lines.append(f"target_compile_options({target} PRIVATE {_quote('SHELL:' + shlex.join(flags))})")
+        lines.append(f"target_compile_options({target} PRIVATE {cmake_quote('SHELL:' + shlex.join(flags))})")
     return lines
 
 

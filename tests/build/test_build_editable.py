@@ -1,0 +1,81 @@
+"""An editable install (pip install -e, scikit-build-core's rebuild on import) builds edited kernels: a changed
+baseline, manifest, lock or candidate is resolved and compiled again on the next import, and nothing is when
+nothing changed."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.build.buildenv import PACKAGES, BuildEnv, copy_project, find_cuobjdump
+
+pytestmark = pytest.mark.slow
+
+REFRESH = "the kernels' inputs changed, resolving them again"
+IMPORT = "import tiny; print('scale_empty', tiny.scale_empty()); print('module', tiny.__file__)"
+
+
+def _import(env: BuildEnv, cwd: Path) -> tuple[int, Path, str]:
+    """Import the editable module in a fresh interpreter (which rebuilds first where something changed): what
+    scale_empty() returns, the module's file, and everything printed, the rebuild's output included."""
+    out = env.check([env.python, "-c", IMPORT], cwd=cwd, env={"SKBUILD_EDITABLE_VERBOSE": "1"})
+    value = re.search(r"^scale_empty (-?\d+)$", out, re.MULTILINE)
+    module = re.search(r"^module (.+)$", out, re.MULTILINE)
+    assert value and module, out
+    return int(value.group(1)), Path(module.group(1)), out
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert old in text, (path, old)
+    path.write_text(text.replace(old, new), encoding="utf-8")
+
+
+def test_editable_install_rebuilds_edited_kernels_on_import(build_env: BuildEnv, tmp_path: Path) -> None:
+    project = copy_project(PACKAGES / "tiny", tmp_path / "tiny")
+    build_env.check([build_env.python, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "-e", project,
+                     "-Ceditable.rebuild=true", "-Cbuild-dir=build/{wheel_tag}"], cwd=tmp_path)
+    elsewhere = tmp_path / "elsewhere"  # import from outside the project, as a user of the package would
+    elsewhere.mkdir()
+    value, module, _ = _import(build_env, elsewhere)
+    assert value == 0
+
+    # nothing changed: the rebuild runs no r1build
+    _, _, out = _import(build_env, elsewhere)
+    assert REFRESH not in out, out
+
+    # the baseline: its new behaviour is what the module calls
+    _edit(project / "scale.cu", "if (n <= 0) return cudaSuccess;", "if (n <= 0) return cudaErrorInvalidValue;")
+    value, _, out = _import(build_env, elsewhere)
+    assert value == 1 and REFRESH in out, out
+
+    # the manifest: another arch's machine code in the module
+    _edit(project / "kernels.toml", 'archs = ["sm_90"]', 'archs = ["sm_80", "sm_90"]')
+    value, module, out = _import(build_env, elsewhere)
+    assert value == 1, out
+    cuobjdump = find_cuobjdump(build_env)
+    assert cuobjdump is not None
+    listing = build_env.check([cuobjdump, "--list-elf", module], cwd=tmp_path)
+    assert set(re.findall(r"\.(sm_\d+)\.cubin", listing)) == {"sm_80", "sm_90"}, listing
+
+    # a lock appears (r1build lock), then a candidate is declared and edited: each import resolves again
+    build_env.check(["r1build", "lock", "-m", project], cwd=tmp_path)
+    _, _, out = _import(build_env, elsewhere)
+    assert REFRESH in out, out
+    (project / "other.cu").write_text((project / "scale.cu").read_text(encoding="utf-8"), encoding="utf-8")
+    _edit(project / "kernels.toml", 'baseline = "scale.cu"', 'baseline = "scale.cu"\ncandidates = ["other.cu"]')
+    _, _, out = _import(build_env, elsewhere)
+    assert REFRESH in out, out
+    _edit(project / "other.cu", "cudaErrorInvalidValue", "cudaErrorInvalidConfiguration")
+    value, _, out = _import(build_env, elsewhere)
+    assert REFRESH in out and value == 1, out  # the locked winner is still the baseline
+
+    # a manifest broken by an edit: the import fails with r1build's message, and a fix builds again
+    _edit(project / "kernels.toml", "test-shapes", "test-shapez")
+    broken = build_env.run([build_env.python, "-c", IMPORT], cwd=elsewhere)
+    assert broken.returncode != 0 and "unknown key 'test-shapez'" in broken.stdout, broken.stdout
+    _edit(project / "kernels.toml", "test-shapez", "test-shapes")
+    value, _, _ = _import(build_env, elsewhere)
+    assert value == 1
