@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from .cluster.session import ClusterEvaluator
     from .evaluate import GpuEvaluator
     from .gate.static import StaticGate
+    from .perfmodel import PerfModel
     from .profile import Profiler
 
 __all__ = ["Resolution", "ResolveOptions", "Resolved", "lock_refusal", "prepare_build", "project_source", "resolve",
@@ -370,6 +371,16 @@ class _Judges:
             self._gpu.close()
 
 
+def _perf_model(manifest: Manifest, evaluator: Evaluator | None) -> PerfModel | None:
+    """The performance model a search on a GPU uses, when ``R1BUILD_PERF_MODEL`` asks for one."""
+    settings = env_settings()
+    if evaluator is None or settings.perf_model is None:
+        return None
+    from .perfmodel import PerfModel
+
+    return PerfModel(manifest, mode=settings.perf_model, skip_factor=settings.perf_model_skip)
+
+
 def _stored_candidates(cache: Cache, previous: Decision | None) -> list[Candidate]:
     """The generated candidates of an earlier decision whose sources are still in the cache."""
     out = []
@@ -455,7 +466,7 @@ def _decide(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Ca
         emit(Stage("generate", spec.name, arch))
         try:
             outcome = search(manifest, spec, arch, evaluator=evaluator or judges.gate, cache=cache, seeds=seeds,
-                             profiler=judges.profiler_for(arch))
+                             profiler=judges.profiler_for(arch), perf_model=_perf_model(manifest, evaluator))
         except EndpointSilentError as exc:
             if not options.build:
                 raise

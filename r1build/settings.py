@@ -24,6 +24,10 @@ variable                    meaning
 ``R1BUILD_COMPUTE_SANITIZER`` the compute-sanitizer the GPU evaluator runs (before ``PATH`` and nvcc's folder)
 ``R1BUILD_CLUSTER``         the Dask scheduler (``tls://host:8786``) whose workers ``r1build resolve`` measures
                             and compiles on; ``--cluster`` overrides it, it overrides ``[evaluation] cluster``
+``R1BUILD_PERF_MODEL``      ``order`` or ``skip``: a search orders (and skips) GPU work by the performance model's
+                            predictions (:mod:`r1build.perfmodel`); off when unset or ``off``
+``R1BUILD_PERF_MODEL_SKIP`` with ``skip``: skip candidates predicted more than this many times slower than the
+                            best measured so far (3 when unset)
 ``R1BUILD_NCU``             the Nsight Compute (``ncu``) that profiles a search's finalists (before ``PATH`` and
                             the CUDA folder); ``off`` turns profiling off
 ==========================  =============================================================================
@@ -41,6 +45,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from .errors import ConfigError
 
@@ -103,6 +108,10 @@ class EnvSettings:
     """``R1BUILD_COMPUTE_SANITIZER``: the compute-sanitizer executable, as given."""
     cluster: str | None = None
     """``R1BUILD_CLUSTER``: the Dask scheduler address a resolve evaluates on, as given."""
+    perf_model: Literal["order", "skip"] | None = None
+    """``R1BUILD_PERF_MODEL``: how a search uses the performance model (None: not at all)."""
+    perf_model_skip: float = 3.0
+    """``R1BUILD_PERF_MODEL_SKIP``: the factor over the best measured time beyond which ``skip`` skips."""
     ncu: str | None = None
     """``R1BUILD_NCU``: the ncu executable that profiles finalists, as given (``off`` turns profiling off)."""
 
@@ -165,4 +174,30 @@ def env_settings(environ: Mapping[str, str] | None = None) -> EnvSettings:
         compute_sanitizer=env.get("R1BUILD_COMPUTE_SANITIZER") or None,
         cluster=env.get("R1BUILD_CLUSTER", "").strip() or None,
         ncu=env.get("R1BUILD_NCU") or None,
+        perf_model=_perf_model(env),
+        perf_model_skip=_perf_model_skip(env),
     )
+
+
+def _perf_model(environ: Mapping[str, str]) -> Literal["order", "skip"] | None:
+    value = environ.get("R1BUILD_PERF_MODEL", "").strip().lower()
+    if value in ("", "off", "0", "no", "false"):
+        return None
+    if value == "order":
+        return "order"
+    if value == "skip":
+        return "skip"
+    raise ConfigError(f"R1BUILD_PERF_MODEL must be off, order or skip (got {value!r})")
+
+
+def _perf_model_skip(environ: Mapping[str, str]) -> float:
+    value = environ.get("R1BUILD_PERF_MODEL_SKIP", "").strip()
+    if not value:
+        return 3.0
+    try:
+        factor = float(value)
+    except ValueError:
+        factor = 0.0
+    if not 1.0 < factor < 1e6:
+        raise ConfigError(f"R1BUILD_PERF_MODEL_SKIP must be a factor above 1 (got {value!r})")
+    return factor

@@ -31,6 +31,7 @@ from ..records import Candidate
 from .providers import PROFILES, Endpoint, endpoint_configured, resolve_endpoint
 
 if TYPE_CHECKING:
+    from ..perfmodel import PerfModel
     from ..profile import Profiler
     from .controller import SearchOutcome, Usage
 
@@ -76,7 +77,7 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
 
 def search(manifest: Manifest, spec: KernelSpec, arch: str, *, evaluator: Evaluator, cache: Cache,
            seeds: Sequence[Candidate], environ: Mapping[str, str] = os.environ,
-           profiler: Profiler | None = None) -> SearchOutcome:
+           profiler: Profiler | None = None, perf_model: PerfModel | None = None) -> SearchOutcome:
     """Search for candidates of ``spec`` on ``arch`` with R1, judged by ``evaluator``.
 
     ``seeds`` (baseline, hand-written candidates and their variants) are judged first and come first in the
@@ -86,13 +87,14 @@ def search(manifest: Manifest, spec: KernelSpec, arch: str, *, evaluator: Evalua
     from URL: 20 requests, all HTTP 503 Service Unavailable``); every other fault costs a retry or a sample and
     is reported as a :class:`~r1build.events.Note`. However it ends, the transcripts stored are linked under the
     decision key for ``replay``. With ``profiler`` (:class:`r1build.profile.Profiler`, where ncu and a local GPU
-    are), each round's finalists are profiled and the findings fed back.
+    are), each round's finalists are profiled and the findings fed back; with ``perf_model``
+    (:class:`r1build.perfmodel.PerfModel`), GPU work is ordered (and skipped) by its predictions.
     """
     from .controller import run_search
 
     endpoint = resolve_endpoint(manifest.settings.generation, environ)
     return _run(run_search(manifest, spec, parse_arch(arch), evaluator=evaluator, cache=cache, endpoint=endpoint,
-                           seeds=seeds, profiler=profiler))
+                           seeds=seeds, profiler=profiler, perf_model=perf_model))
 
 
 def replay(manifest: Manifest, spec: KernelSpec, arch: str, *, evaluator: Evaluator, cache: Cache,

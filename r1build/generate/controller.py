@@ -58,6 +58,7 @@ from .providers import Endpoint
 from .transcripts import link_transcripts, load_transcript, store_transcript, transcript_payload
 
 if TYPE_CHECKING:
+    from ..perfmodel import PerfModel
     from ..profile import Profiler
 
 __all__ = ["MIN_GAIN", "SampleLoss", "SearchOutcome", "Usage", "replay_search", "run_search"]
@@ -201,9 +202,11 @@ def _defines_key(defines: dict[str, int | str]) -> str:
 
 class _Search:
     def __init__(self, manifest: Manifest, spec: KernelSpec, arch: str, *, evaluator: Evaluator, cache: Cache,
-                 endpoint: Endpoint | None, seeds: Sequence[Candidate], profiler: Profiler | None = None) -> None:
+                 endpoint: Endpoint | None, seeds: Sequence[Candidate], profiler: Profiler | None = None,
+                 perf_model: PerfModel | None = None) -> None:
         self.manifest = manifest
         self.profiler = profiler
+        self.perf_model = perf_model
         self.spec = spec
         self.arch = arch
         self.evaluator = evaluator
@@ -355,9 +358,24 @@ class _Search:
             self.generated.add(entry.candidate.digest)
 
     async def judge(self, candidates: Sequence[Candidate]) -> None:
-        """Judge candidates with the evaluator (in a worker thread) and record the results."""
+        """Judge candidates with the evaluator (in a worker thread) and record the results. With a performance
+        model (:mod:`r1build.perfmodel`), generated candidates go to the evaluator in predicted order, and in its
+        ``skip`` mode those predicted far slower than the best time so far are not judged (their result says so)."""
         if not candidates:
             return
+        skipped: list[Result] = []
+        if self.perf_model is not None and all(c.origin.kind == "generated" for c in candidates):
+            candidates, skipped = await asyncio.to_thread(self.perf_model.plan, self.spec, self.arch, candidates,
+                                                          self.best_time())
+            if skipped:
+                self.note("info", f"the performance model skipped {len(skipped)} candidate(s) predicted more than "
+                                  f"{self.perf_model.skip_factor:g}x slower than the best measured so far")
+            for result in skipped:
+                entry = self.entries.get(result.candidate)
+                if entry is not None:
+                    entry.result = result
+            if not candidates:
+                return
         job = Job(self.manifest, self.spec, self.arch, list(candidates), baseline=self.baseline)
         results = await asyncio.to_thread(self.evaluator.evaluate, job)
         if len(results) != len(candidates):
@@ -743,12 +761,13 @@ class _Search:
 
 
 async def run_search(manifest: Manifest, spec: KernelSpec, arch: str, *, evaluator: Evaluator, cache: Cache,
-                     endpoint: Endpoint, seeds: Sequence[Candidate],
-                     profiler: Profiler | None = None) -> SearchOutcome:
+                     endpoint: Endpoint, seeds: Sequence[Candidate], profiler: Profiler | None = None,
+                     perf_model: PerfModel | None = None) -> SearchOutcome:
     """Search for candidates of ``spec`` on ``arch`` (see the module docstring); with ``profiler``, each round's
-    finalists are profiled under Nsight Compute and the findings go into the next round's feedback."""
+    finalists are profiled under Nsight Compute and the findings go into the next round's feedback; with
+    ``perf_model``, generated candidates are judged in predicted order (and some skipped, in its skip mode)."""
     search = _Search(manifest, spec, arch, evaluator=evaluator, cache=cache, endpoint=endpoint, seeds=seeds,
-                     profiler=profiler)
+                     profiler=profiler, perf_model=perf_model)
     outcome = await search.run()
     u = outcome.usage
     generated = outcome.generated()
