@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +39,7 @@ class Finding:
 
 
 def _nvcc() -> tuple[list[Finding], str | None]:
-    from .toolchain import toolchain
+    from .toolchain import gpu_archs, toolchain
 
     try:
         tc = toolchain()
@@ -48,14 +47,14 @@ def _nvcc() -> tuple[list[Finding], str | None]:
         return [Finding("nvcc", "error", str(exc)), Finding("archs", "error", "no nvcc to ask")], None
     found = [Finding("nvcc", "ok", f"{tc.nvcc}: CUDA {tc.release} ({tc.ident})")]
     try:
-        proc = subprocess.run([tc.nvcc, "--list-gpu-code"], capture_output=True, text=True, timeout=60, check=False)
-        codes = [c for c in proc.stdout.split() if c.startswith("sm_")] if proc.returncode == 0 else []
-    except (OSError, subprocess.TimeoutExpired):
-        codes = []
-    if codes:
-        found.append(Finding("archs", "ok", ", ".join(codes)))
+        known = gpu_archs(tc)  # the table manifests are checked against
+    except R1BuildError as exc:
+        found.append(Finding("archs", "warning", str(exc)))
     else:
-        found.append(Finding("archs", "warning", f"{tc.nvcc} --list-gpu-code listed no archs"))
+        if known.real:
+            found.append(Finding("archs", "ok", known.describe()))
+        else:
+            found.append(Finding("archs", "warning", f"{tc.nvcc} --list-gpu-code listed no archs"))
     return found, tc.release
 
 
