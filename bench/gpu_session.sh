@@ -66,6 +66,24 @@ rest() {  # correctness work beside the cheats: the sample's build and tests, th
   } > "$OUT/rest.log" 2>&1
 }
 
+verify() {  # after a change to the evaluator: the timing test alone, then the GPU tests side by side
+  {
+    echo "== the root kernels' timing test, alone on the GPU"
+    R1BUILD_CACHE_DIR=/tmp/c-timing timeout 150 python3 -m pytest tests/evaluate/test_evaluate_gpu.py \
+      -k root_kernels -v -rfE --tb=short -p no:cacheprovider 2>&1 | tail -15
+  } > "$OUT/verify.log" 2>&1
+  timeout "${VERIFY_LIMIT:-300}" python3 -m pytest tests/evaluate/test_evaluate_cheats.py -k "run1 or gate" -v \
+    -rfE --tb=line -p no:cacheprovider > "$OUT/cheats.log" 2>&1 &
+  R1BUILD_CACHE_DIR=/tmp/c-corpus timeout "${VERIFY_LIMIT:-300}" python3 -m pytest tests/evaluate -m gpu \
+    --ignore=tests/evaluate/test_evaluate_cheats.py -k "not root_kernels" -v -rfE --tb=short --durations=5 \
+    -p no:cacheprovider > "$OUT/corpus.log" 2>&1 &
+  R1BUILD_CACHE_DIR=/tmp/c-outside timeout "${VERIFY_LIMIT:-300}" python3 -m pytest tests -m gpu \
+    --ignore tests/evaluate -v -rfE --tb=short --durations=10 -p no:cacheprovider --continue-on-collection-errors \
+    > "$OUT/rest.log" 2>&1 &
+  wait
+  for f in verify cheats corpus rest; do tail -n 3 "$OUT/$f.log"; done
+}
+
 # phases to run (default: all, the cheats beside the rest); e.g. `bash bench/gpu_session.sh quiet cheats` in one
 # call and `bash bench/gpu_session.sh rest` in the next, where one call's 10 minutes are not enough for all
 if [ $# -eq 0 ]; then
