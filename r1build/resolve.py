@@ -360,10 +360,30 @@ class _Judges:
         return f"no local GPU of this arch (GPUs here: {known})" if known else "no local GPU"
 
     def prepare(self, jobs: Sequence[Job]) -> None:
-        """Start the CPU work (gate, library builds) of every GPU job ahead, so the GPU never waits for nvcc."""
+        """Start the CPU work (gate, library builds) of every GPU job ahead, so the GPU never waits for nvcc; and
+        gate the jobs no GPU here can take, each kernel's candidates for all those archs at once (one nvcc per
+        candidate for all its archs; the verdicts are cached for the gate-only resolution that follows)."""
         gpu_jobs = [job for job in jobs if self.gpu_for(job.arch) is not None]
         if gpu_jobs and self._gpu is not None:
             self._gpu.prepare(gpu_jobs)
+        by_kernel: dict[str, list[Job]] = {}
+        for job in jobs:
+            if self.gpu_for(job.arch) is None:
+                by_kernel.setdefault(job.spec.name, []).append(job)
+        if not by_kernel or self.cache.degraded is not None:  # nothing to gate, or nowhere to keep the verdicts
+            return
+        gate = self.gate
+
+        def judge(kernel_jobs: list[Job]) -> None:
+            first = kernel_jobs[0]
+            gate.judge(first.manifest, first.spec, [(job.arch, c) for job in kernel_jobs for c in job.candidates])
+
+        from .gate.nvcc import COMPILE_SLOTS
+
+        with ThreadPoolExecutor(max_workers=min(COMPILE_SLOTS, len(by_kernel))) as pool:
+            for future in [pool.submit(contextvars.copy_context().run, judge, kernel_jobs)
+                           for kernel_jobs in by_kernel.values()]:
+                future.result()
 
     def close(self) -> None:
         """Stop GPU workers."""

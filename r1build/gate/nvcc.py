@@ -1,12 +1,18 @@
-"""Compiling one candidate variant for one arch with nvcc, and reading ptxas's resource report.
+"""Compiling one candidate variant with nvcc, for one arch or several at once, and reading ptxas's resource report.
 
 The compile is exactly what the gate judges: the manifest's ``nvcc-flags``, ``-Xptxas -v`` for the report, one
-``-gencode`` for the arch (real code only: the gate asks whether *this* arch's machine code is fine) and
+``-gencode`` per arch (real code only: the gate asks whether *these* archs' machine code is fine) and
 ``-DNAME=value`` per tunable parameter, the kernel's declaration as a pre-included header (the entry point as
 the public header declares it, so a definition with another signature is a compile error), ``-c`` to a host
 object in a scratch directory. nvcc runs inside that
 directory on relative file names, so its messages name ``<kernel>.cu`` rather than a temporary path: the log is
 the same on every machine, fit for the cache and for feeding back to a model.
+
+One variant for several archs is one nvcc (the front end and host compile run once, ptxas once per arch), and
+the ptxas report is split per arch (:func:`split_ptxas_report`). Every nvcc of the process waits for one of the
+process's compile slots (:data:`COMPILE_SLOTS`, one per core this process may run on), whoever starts it: the
+gate's threads, the resolver's per-kernel threads and the GPU evaluator's library builds share them, so a cold
+resolve of many kernels never runs more compilers than cores.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -27,7 +34,20 @@ from ..manifest.archs import arch_info
 from ..records import GateReport
 from ..toolchain import Toolchain
 
-__all__ = ["DECLARATION_NAME", "Compilation", "compile_variant", "gencode", "nvcc_command", "parse_ptxas_report"]
+__all__ = ["COMPILE_SLOTS", "DECLARATION_NAME", "Compilation", "compile_variant", "gencode", "nvcc_command",
+           "parse_ptxas_report", "split_ptxas_report"]
+
+
+def _cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+COMPILE_SLOTS = _cores()
+"""Most nvcc processes this process runs at once (the cores it may run on)."""
+_SLOTS = threading.BoundedSemaphore(COMPILE_SLOTS)
 
 DECLARATION_NAME = "r1build_declaration.h"
 """File name of the pre-included declaration in the scratch directory."""
@@ -44,9 +64,13 @@ class Compilation:
     output: str
     """nvcc's stdout and stderr together (compiler messages and the ptxas report)."""
     report: GateReport
-    """Resources from the ptxas report (zeros where ptxas said nothing) and the wall seconds taken."""
+    """Resources from the ptxas report (zeros where ptxas said nothing; the largest over the archs when several)
+    and the wall seconds taken."""
     object_path: Path | None
     """The host object, when the compile succeeded."""
+    reports: Mapping[str, GateReport] | None = None
+    """Each arch's resources, from its part of the report (the wall seconds shared evenly); None when a compile
+    for several archs failed or its report could not be split (compile each arch alone then)."""
 
     @property
     def ok(self) -> bool:
@@ -65,14 +89,20 @@ def gencode(arch: str) -> str:
     return f"arch=compute_{number},code=sm_{number}"
 
 
+def _archs(arch: str | Sequence[str]) -> list[str]:
+    return [arch] if isinstance(arch, str) else list(arch)
+
+
 def nvcc_command(
-    nvcc: str, flags: Sequence[str], arch: str, defines: Mapping[str, int | str], source: str, output: str,
-    *, pre_include: str | None = None,
+    nvcc: str, flags: Sequence[str], arch: str | Sequence[str], defines: Mapping[str, int | str], source: str,
+    output: str, *, pre_include: str | None = None,
 ) -> list[str]:
-    """The gate's nvcc command line for one variant (defines sorted by name, so the line is stable);
-    :class:`ValueError` for a define that is not an identifier set to a plain number or identifier."""
+    """The gate's nvcc command line for one variant and one arch or several (defines sorted by name, so the line
+    is stable); :class:`ValueError` for a define that is not an identifier set to a plain number or identifier."""
     check_defines(defines)
-    cmd = [nvcc, *flags, "-Xptxas", "-v", "-gencode", gencode(arch)]
+    cmd = [nvcc, *flags, "-Xptxas", "-v"]
+    for one in _archs(arch):
+        cmd += ["-gencode", gencode(one)]
     cmd += [f"-D{name}={defines[name]}" for name in sorted(defines)]
     if pre_include is not None:
         cmd += ["--pre-include", pre_include]
@@ -127,10 +157,38 @@ def parse_ptxas_report(output: str, compile_s: float = 0.0) -> GateReport:
     )
 
 
+_GMEM = re.compile(r"^ptxas info\s*: \d+ bytes gmem")
+_FOR_ARCH = re.compile(r"Compiling entry function '[^']+' for '(?P<arch>sm_\w+)'")
+
+
+def split_ptxas_report(output: str, archs: Sequence[str]) -> dict[str, str] | None:
+    """Each arch's part of the ptxas report of one nvcc for ``archs`` (ptxas runs once per arch, each run
+    starting with its ``bytes gmem`` line and naming its arch in every ``Compiling entry function ... for``
+    line); None when the parts cannot be told apart for certain."""
+    parts: list[list[str]] = []
+    for line in output.splitlines():
+        if _GMEM.match(line):
+            parts.append([])
+        if parts:
+            parts[-1].append(line)
+    if len(parts) != len(archs):
+        return None
+    out: dict[str, str] = {}
+    for lines in parts:
+        named = {m["arch"] for m in map(_FOR_ARCH.search, lines) if m}
+        if len(named) != 1:
+            return None
+        (arch,) = named
+        if arch not in archs or arch in out:
+            return None
+        out[arch] = "\n".join(lines)
+    return out
+
+
 def compile_variant(
     source: str,
     defines: Mapping[str, int | str],
-    arch: str,
+    arch: str | Sequence[str],
     *,
     name: str,
     flags: Sequence[str],
@@ -139,17 +197,25 @@ def compile_variant(
     timeout_s: float,
     declaration: str | None = None,
 ) -> Compilation:
-    """Compile ``source`` as ``<workdir>/<name>.cu`` for ``arch`` into ``<workdir>/<name>.o``, with
-    ``declaration`` (a header's text) pre-included when given.
+    """Compile ``source`` as ``<workdir>/<name>.cu`` for ``arch`` (one, or several at once) into
+    ``<workdir>/<name>.o``, with ``declaration`` (a header's text) pre-included when given. The compile waits for
+    one of the process's compile slots; ``timeout_s`` counts from when it starts.
 
     A compile that fails or runs past ``timeout_s`` is a :class:`Compilation` that is not ``ok``; only an nvcc
     that cannot be started at all raises :class:`~r1build.errors.ToolchainError`.
     """
+    with _SLOTS:
+        return _compile(source, defines, _archs(arch), name=name, flags=flags, toolchain=toolchain, workdir=workdir,
+                        timeout_s=timeout_s, declaration=declaration)
+
+
+def _compile(source: str, defines: Mapping[str, int | str], archs: list[str], *, name: str, flags: Sequence[str],
+             toolchain: Toolchain, workdir: Path, timeout_s: float, declaration: str | None) -> Compilation:
     src, obj = f"{name}.cu", f"{name}.o"
     (workdir / src).write_text(source, encoding="utf-8")
     if declaration is not None:
         (workdir / DECLARATION_NAME).write_text(declaration, encoding="utf-8")
-    cmd = nvcc_command(toolchain.nvcc, flags, arch, defines, src, obj,
+    cmd = nvcc_command(toolchain.nvcc, flags, archs, defines, src, obj,
                        pre_include=DECLARATION_NAME if declaration is not None else None)
     start = time.perf_counter()
     try:
@@ -176,4 +242,8 @@ def compile_variant(
     elapsed = time.perf_counter() - start
     made = workdir / obj
     ok = proc.returncode == 0 and made.is_file()
-    return Compilation(tuple(cmd), proc.returncode, output, parse_ptxas_report(output, elapsed), made if ok else None)
+    parts = split_ptxas_report(output, archs) if ok and len(archs) > 1 else None
+    reports = ({a: parse_ptxas_report(parts[a], elapsed / len(archs)) for a in archs} if parts is not None
+               else {archs[0]: parse_ptxas_report(output, elapsed)} if ok and len(archs) == 1 else None)
+    return Compilation(tuple(cmd), proc.returncode, output, parse_ptxas_report(output, elapsed), made if ok else None,
+                       reports)

@@ -200,32 +200,59 @@ class StaticGate:
 
     # -- internals ---------------------------------------------------------------------------------------
     def _compile_all(self, manifest: Manifest, spec: KernelSpec, tasks: list[_Task]) -> list[tuple[str, Result]]:
-        def one(task: _Task) -> tuple[str, Result]:
-            result, cacheable = self._compile_one(manifest, spec, task)
-            if cacheable:
-                self.cache.put_gate(task.key, result)
-            return task.key, result
+        """Compile every task: one nvcc per candidate variant for all its archs (the ptxas report split per arch);
+        how many run at once is bounded by the process's compile slots (:data:`.nvcc.COMPILE_SLOTS`)."""
+        groups: dict[str, list[_Task]] = {}
+        for task in tasks:
+            groups.setdefault(task.candidate.digest, []).append(task)
 
-        if len(tasks) <= 1 or self.jobs == 1:
-            return [one(task) for task in tasks]
+        def one(group: list[_Task]) -> list[tuple[str, Result]]:
+            out = []
+            for task, (result, cacheable) in zip(group, self._compile_group(manifest, spec, group), strict=True):
+                if cacheable:
+                    self.cache.put_gate(task.key, result)
+                out.append((task.key, result))
+            return out
+
+        if len(groups) <= 1 or self.jobs == 1:
+            return [pair for group in groups.values() for pair in one(group)]
         done: list[tuple[str, Result]] = []
-        with ThreadPoolExecutor(max_workers=min(self.jobs, len(tasks)), thread_name_prefix="r1build-gate") as pool:
+        workers = min(self.jobs, len(groups))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="r1build-gate") as pool:
             # each task runs in a copy of the caller's context, so its events reach the caller's sink
-            futures: list[Future[tuple[str, Result]]] = [pool.submit(contextvars.copy_context().run, one, task)
-                                                         for task in tasks]
+            futures: list[Future[list[tuple[str, Result]]]] = [
+                pool.submit(contextvars.copy_context().run, one, group) for group in groups.values()]
             for future in as_completed(futures):
-                done.append(future.result())
+                done.extend(future.result())
         return done
 
-    def _compile_one(self, manifest: Manifest, spec: KernelSpec, task: _Task) -> tuple[Result, bool]:
-        """The verdict of one compile before limits, and whether it may be cached (timeouts are not: a loaded
-        machine is the likelier cause than the candidate)."""
-        tc = self.toolchain
+    def _compile_group(self, manifest: Manifest, spec: KernelSpec, group: list[_Task]) -> list[tuple[Result, bool]]:
+        """The verdicts of one candidate variant on each task's arch: one compile for all of them, or one per arch
+        when that compile fails (so each arch's error is its own) or its report cannot be split."""
+        if len(group) > 1:
+            together = self._compile_one(manifest, spec, group)
+            if together is not None:
+                return together
+        out: list[tuple[Result, bool]] = []
+        for task in group:
+            alone = self._compile_one(manifest, spec, [task])
+            assert alone is not None  # one arch: always a verdict
+            out += alone
+        return out
 
-        def verdict(status: Status, detail: str = "", report: GateReport | None = None) -> Result:
+    def _compile_one(self, manifest: Manifest, spec: KernelSpec, tasks: list[_Task]
+                     ) -> list[tuple[Result, bool]] | None:
+        """The verdict of one compile of one variant for the tasks' archs, before limits, each with whether it
+        may be cached (timeouts are not: a loaded machine is the likelier cause than the candidate); None when a
+        compile for several archs did not succeed or its report could not be split per arch."""
+        tc = self.toolchain
+        archs = [t.arch for t in tasks]
+        candidate = tasks[0].candidate
+
+        def verdict(arch: str, status: Status, detail: str = "", report: GateReport | None = None) -> Result:
             return Result(
-                candidate=task.candidate.digest,
-                arch=task.arch,
+                candidate=candidate.digest,
+                arch=arch,
                 status=status,
                 stage="gate",
                 detail=detail,
@@ -235,9 +262,9 @@ class StaticGate:
 
         with tempfile.TemporaryDirectory(prefix="r1build-gate-") as scratch:
             compiled: Compilation = compile_variant(
-                task.candidate.source,
-                task.candidate.defines,
-                task.arch,
+                candidate.source,
+                candidate.defines,
+                archs if len(archs) > 1 else archs[0],
                 name=spec.name,
                 flags=manifest.settings.nvcc_flags,
                 toolchain=tc,
@@ -247,18 +274,21 @@ class StaticGate:
             )
             with self._lock:
                 self.compiles += 1
+            if len(archs) > 1 and (not compiled.ok or compiled.reports is None):
+                return None
             if compiled.timed_out:
                 detail = f"nvcc did not finish within {self.timeout_s:g} s\n" + format_subprocess_failure(
                     compiled.command, -1, compiled.output
                 )
-                return verdict("compile_error", detail), False
+                return [(verdict(archs[0], "compile_error", detail), False)]
             if not compiled.ok or compiled.object_path is None:
                 detail = format_subprocess_failure(compiled.command, compiled.returncode or 1, compiled.output)
-                return verdict("compile_error", _signature_hint(spec, compiled.output) + detail), True
+                return [(verdict(archs[0], "compile_error", _signature_hint(spec, compiled.output) + detail), True)]
             check = check_object(compiled.object_path, spec.name)
+        reports = compiled.reports or {archs[0]: compiled.report}
         if not check.ok:
-            return verdict("rejected", check.reason(spec.name), compiled.report), True
-        return verdict("passed", report=compiled.report), True
+            return [(verdict(a, "rejected", check.reason(spec.name), reports[a]), True) for a in archs]
+        return [(verdict(a, "passed", report=reports[a]), True) for a in archs]
 
     @staticmethod
     def _apply_limits(result: Result, spec: KernelSpec, arch: str) -> Result:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import platform
+import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +15,7 @@ from r1build.cache import Cache
 from r1build.errors import ToolchainError
 from r1build.events import Event, Progress, Stage, sink
 from r1build.gate import StaticGate, gate_for_archs, is_allowed, parse_ptxas_report
+from r1build.gate.nvcc import COMPILE_SLOTS, compile_variant, split_ptxas_report
 from r1build.gate.symbols import denied_reason
 from r1build.judge import Job
 from r1build.manifest import Limits, Manifest, load_manifest
@@ -106,7 +109,7 @@ def baseline_results(manifest: Manifest, cache_path: Path) -> dict[tuple[str, st
             pairs = [(arch, cand) for arch in ("sm_80", "sm_90") for cand in variants]
             for (arch, cand), result in zip(pairs, gate.judge(manifest, spec, pairs), strict=True):
                 out[(f"{spec.name}{cand.defines.get('TILE', '')}", arch)] = result
-        assert gate.compiles == len(out) == 14
+        assert len(out) == 14 and gate.compiles == 7  # one nvcc per variant for both archs
     return out
 
 
@@ -521,3 +524,108 @@ def test_events_from_the_gate_threads_reach_the_callers_sink(manifest: Manifest,
     with sink(seen.append):
         gate.evaluate(Job(manifest, silu, "sm_90", candidates))
     assert sum(isinstance(e, Note) and e.message == "from a gate thread" for e in seen) == 2
+
+
+# -- compiles: one nvcc per variant for all its archs, bounded by the process's compile slots ------------------
+
+TWO_KERNELS = """
+__device__ __noinline__ float pick(float x) { float a[16]; for (int i = 0; i < 16; ++i) a[i] = x * i;
+                                              return a[(int)x & 15]; }
+__global__ void local_array(float* x) { x[threadIdx.x] = pick(x[threadIdx.x]); }
+__global__ void shared_tile(float* x) { __shared__ float s[256]; s[threadIdx.x] = x[0]; __syncthreads();
+                                        x[threadIdx.x] = s[255 - threadIdx.x]; }
+"""
+
+
+def test_the_report_of_one_compile_for_three_archs_splits_into_each_archs(tmp_path: Path) -> None:
+    assert TOOLCHAIN is not None
+    archs = ["sm_80", "sm_89", "sm_90"]
+    joint = compile_variant(TWO_KERNELS, {}, archs, name="t", flags=["-O3"], toolchain=TOOLCHAIN, workdir=tmp_path,
+                            timeout_s=300)
+    assert joint.ok and joint.reports is not None and sorted(joint.reports) == archs
+    parts = split_ptxas_report(joint.output, archs)
+    assert parts is not None and all(f"for '{a}'" in parts[a] and "for 'sm_" not in parts[a].replace(f"for '{a}'", "")
+                                     for a in archs)
+    for arch in archs:
+        (tmp_path / arch).mkdir()
+        alone = compile_variant(TWO_KERNELS, {}, arch, name="t", flags=["-O3"], toolchain=TOOLCHAIN,
+                                workdir=tmp_path / arch, timeout_s=300)
+        assert alone.ok
+        assert dataclasses.replace(joint.reports[arch], compile_s=0) == dataclasses.replace(alone.report, compile_s=0)
+        assert joint.reports[arch].shared_bytes == 1024 and joint.reports[arch].stack_frame == 64
+    # what cannot be told apart for certain is not split: a missing part, an arch named twice, an unknown arch
+    assert split_ptxas_report(joint.output, archs[:2]) is None
+    assert split_ptxas_report(joint.output.replace("for 'sm_89'", "for 'sm_80'"), archs) is None
+    assert split_ptxas_report(joint.output, ["sm_80", "sm_89", "sm_86"]) is None
+    assert parse_ptxas_report("") == parse_ptxas_report("nothing here")
+
+
+def test_the_gate_compiles_a_variant_once_for_all_archs(manifest: Manifest, tmp_path: Path) -> None:
+    spec = manifest.kernel("silu_mul")
+    source = (ROOT / "kernels" / "silu_mul_vec4.cu").read_text(encoding="utf-8")
+    variants = [Candidate(source, Origin("file", "kernels/silu_mul_vec4.cu"), {"BLOCK": b}) for b in (128, 256)]
+    pairs = [(arch, c) for c in variants for arch in ("sm_80", "sm_90")]
+    spec = dataclasses.replace(spec, limits=dataclasses.replace(spec.limits, spill_bytes=None))
+    with Cache(tmp_path / "joint") as cache:
+        gate = StaticGate(cache)
+        joint = gate.judge(manifest, spec, pairs)
+        assert gate.compiles == 2  # one nvcc per variant, both archs
+    with Cache(tmp_path / "alone") as cache:
+        gate = StaticGate(cache)
+        alone = [gate.judge(manifest, spec, [pair])[0] for pair in pairs]
+        assert gate.compiles == 4
+    assert [r.status for r in joint] == ["passed"] * 4
+    strip = [dataclasses.replace(r, gate=dataclasses.replace(r.gate, compile_s=0) if r.gate else None)
+             for r in joint + alone]
+    assert strip[:4] == strip[4:]
+
+
+def test_a_joint_compile_that_fails_is_judged_arch_by_arch(manifest: Manifest, tmp_path: Path) -> None:
+    spec = manifest.kernel("silu_mul")
+    # fine for sm_90, an error for sm_80 only: each arch gets its own verdict and log
+    kernel = ("__global__ void k(float* y) {\n#if __CUDA_ARCH__ == 800\n#error not for sm_80\n#endif\n"
+              "    y[threadIdx.x] = 1.0f;\n}\n")
+    candidate = silu_candidate("    k<<<1, 32, 0, stream>>>(out);", kernel=kernel)
+    with Cache(tmp_path / "cache") as cache:
+        gate = StaticGate(cache)
+        sm80, sm90 = gate.judge(manifest, spec, [("sm_80", candidate), ("sm_90", candidate)])
+        assert gate.compiles == 3  # the joint compile, then each arch alone
+    assert sm80.status == "compile_error" and "not for sm_80" in sm80.detail
+    assert sm90.status == "passed" and sm90.gate is not None and sm90.gate.registers > 0
+
+
+def test_never_more_compilers_than_slots(manifest: Manifest, tmp_path: Path) -> None:
+    """Several threads each asking the gate for several compiles (as the resolver's per-kernel threads do): the
+    nvcc processes running at once, counted by a wrapper on the way in and out, never exceed the slots."""
+    real = shutil.which("nvcc") or (TOOLCHAIN.nvcc if TOOLCHAIN else "nvcc")
+    log = tmp_path / "nvcc.log"
+    wrapper = tmp_path / "nvcc"
+    wrapper.write_text(f'#!/bin/sh\necho "+ $(date +%s%N)" >> {log}\nsleep 0.3\n"{real}" "$@"\nrc=$?\n'
+                       f'echo "- $(date +%s%N)" >> {log}\nexit $rc\n')
+    wrapper.chmod(0o755)
+    assert TOOLCHAIN is not None
+    tc = Toolchain(nvcc=str(wrapper), version_text=TOOLCHAIN.version_text)
+    spec = manifest.kernel("silu_mul")
+    threads = max(3, COMPILE_SLOTS + 1)
+    with Cache(tmp_path / "cache") as cache:
+        gate = StaticGate(cache, toolchain=tc)
+        results: list[str] = []
+
+        def ask(t: int) -> None:
+            pairs = [("sm_90", silu_candidate(f"    n += {t * 10 + i};")) for i in range(2)]
+            results.extend(r.status for r in gate.judge(manifest, spec, pairs))
+
+        workers = [threading.Thread(target=ask, args=(t,)) for t in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+    assert results == ["passed"] * (2 * threads)
+    events = sorted((int(stamp), 1 if sign == "+" else -1)
+                    for sign, stamp in (line.split() for line in log.read_text().splitlines()))
+    running = peak = 0
+    for _, step in events:
+        running += step
+        peak = max(peak, running)
+    assert len(events) == 2 * 2 * threads and peak <= COMPILE_SLOTS, (peak, COMPILE_SLOTS)
+    assert peak >= min(2, COMPILE_SLOTS)  # the compiles did overlap: the bound is what held them
