@@ -11,7 +11,7 @@ import difflib
 import functools
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
@@ -64,59 +64,109 @@ def _describe(value: object) -> str:
 def convert(tp: Any, value: object, path: KeyPath = (), *, kebab: bool = True) -> Any:
     """Convert ``value`` to type ``tp``, raising :class:`ConversionProblem` for the first thing wrong.
 
-    ``kebab``: dataclass fields are spelled in kebab-case (TOML); snake_case otherwise (JSON records).
+    ``kebab``: dataclass fields are spelled in kebab-case (TOML); snake_case otherwise (JSON records). The type is
+    read once per process into a converter (:func:`_converter`): a record's first read pays no type
+    introspection per value.
     """
+    return _converter(tp, kebab)(value, path)
+
+
+Converter = Callable[[object, KeyPath], Any]
+
+
+@functools.cache
+def _converter(tp: Any, kebab: bool) -> Converter:
+    """The converter of one type (built once; dataclass fields resolved on first use, so types may nest)."""
     origin = get_origin(tp)
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        return _convert_dataclass(tp, value, path, kebab)
+        return _dataclass_converter(tp, kebab)
     if origin in (Union, types.UnionType):
-        options = get_args(tp)
-        if value is None and type(None) in options:
+        return _union_converter(tp, kebab)
+    if origin is Literal:
+        allowed = get_args(tp)
+
+        def literal(value: object, path: KeyPath) -> Any:
+            if value not in allowed:
+                choices = [str(a) for a in allowed]
+                hint = did_you_mean(str(value), choices)
+                raise ConversionProblem(path, f"must be one of {', '.join(map(repr, choices))}, got {value!r}{hint}")
+            return value
+
+        return literal
+    if origin is list:
+        (item_type,) = get_args(tp)
+
+        def array(value: object, path: KeyPath) -> Any:
+            if not isinstance(value, list):
+                raise ConversionProblem(path, f"expected an array, got {_describe(value)}")
+            item = _converter(item_type, kebab)
+            return [item(v, (*path, i)) for i, v in enumerate(value)]
+
+        return array
+    if origin is dict:
+        _, value_type = get_args(tp)
+
+        def table(value: object, path: KeyPath) -> Any:
+            if not isinstance(value, dict):
+                raise ConversionProblem(path, f"expected a table, got {_describe(value)}")
+            item = _converter(value_type, kebab)
+            return {str(k): item(v, (*path, str(k))) for k, v in value.items()}
+
+        return table
+    scalar = _SCALARS.get(tp)
+    if scalar is None:
+        raise TypeError(f"unsupported type in the manifest model: {tp!r}")  # a bug in the model, not the input
+    return scalar
+
+
+def _union_converter(tp: Any, kebab: bool) -> Converter:
+    options = get_args(tp)
+    nullable = type(None) in options
+    real = [o for o in options if o is not type(None)]
+    resolved: list[Converter] = []  # the options' converters, looked up at the first call (types may nest)
+
+    def union(value: object, path: KeyPath) -> Any:
+        if value is None and nullable:
             return None
-        real = [o for o in options if o is not type(None)]
-        if len(real) == 1:
-            return convert(real[0], value, path, kebab=kebab)
-        for option in options:
-            if option is type(None):
-                continue
+        if not resolved:
+            resolved.extend(_converter(o, kebab) for o in real)
+        if len(resolved) == 1:
+            return resolved[0](value, path)
+        for option in resolved:
             try:
-                return convert(option, value, path, kebab=kebab)
+                return option(value, path)
             except ConversionProblem:
                 continue
         raise ConversionProblem(path, f"expected {_type_name(tp)}, got {_describe(value)}")
-    if origin is Literal:
-        if value not in get_args(tp):
-            choices = [str(a) for a in get_args(tp)]
-            hint = did_you_mean(str(value), choices)
-            raise ConversionProblem(path, f"must be one of {', '.join(map(repr, choices))}, got {value!r}{hint}")
-        return value
-    if origin is list:
-        if not isinstance(value, list):
-            raise ConversionProblem(path, f"expected an array, got {_describe(value)}")
-        (item,) = get_args(tp)
-        return [convert(item, v, (*path, i), kebab=kebab) for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConversionProblem(path, f"expected a table, got {_describe(value)}")
-        _, item = get_args(tp)
-        return {str(k): convert(item, v, (*path, str(k)), kebab=kebab) for k, v in value.items()}
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConversionProblem(path, f"expected a boolean, got {_describe(value)}")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConversionProblem(path, f"expected an integer, got {_describe(value)}")
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConversionProblem(path, f"expected a number, got {_describe(value)}")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConversionProblem(path, f"expected a string, got {_describe(value)}")
-        return value
-    raise TypeError(f"unsupported type in the manifest model: {tp!r}")  # a bug in the model, not the input
+
+    return union
+
+
+def _bool(value: object, path: KeyPath) -> bool:
+    if not isinstance(value, bool):
+        raise ConversionProblem(path, f"expected a boolean, got {_describe(value)}")
+    return value
+
+
+def _int(value: object, path: KeyPath) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConversionProblem(path, f"expected an integer, got {_describe(value)}")
+    return value
+
+
+def _float(value: object, path: KeyPath) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConversionProblem(path, f"expected a number, got {_describe(value)}")
+    return float(value)
+
+
+def _str(value: object, path: KeyPath) -> str:
+    if not isinstance(value, str):
+        raise ConversionProblem(path, f"expected a string, got {_describe(value)}")
+    return value
+
+
+_SCALARS: dict[Any, Converter] = {bool: _bool, int: _int, float: _float, str: _str}
 
 
 @functools.cache
@@ -126,19 +176,52 @@ def _shape(cls: type, kebab: bool) -> tuple[dict[str, dataclasses.Field[Any]], d
     return fields, typing.get_type_hints(cls)
 
 
+def _dataclass_converter(cls: type, kebab: bool) -> Converter:
+    def record(value: object, path: KeyPath) -> Any:
+        return _convert_dataclass(cls, value, path, kebab)
+
+    return record
+
+
+def _exact(tp: Any) -> tuple[type | None, bool]:
+    """For a field of a plain scalar type (or an optional one): the type whose values pass as they are, and
+    whether None does; (None, False) for anything else (its converter decides)."""
+    nullable = False
+    if get_origin(tp) in (Union, types.UnionType):
+        real = [o for o in get_args(tp) if o is not type(None)]
+        if len(real) != 1:
+            return None, False
+        nullable, tp = True, real[0]
+    return (tp, nullable) if tp in (str, int, float, bool) else (None, False)
+
+
+@functools.cache
+def _plan(cls: type, kebab: bool
+          ) -> tuple[dict[str, dataclasses.Field[Any]], list[tuple[str, str, Converter, bool, type | None, bool]]]:
+    """The init fields of a dataclass by key, and for each: its key, name, converter, whether it is required,
+    and the type whose values (and whether None) pass unconverted."""
+    fields, hints = _shape(cls, kebab)
+    steps = [(key, f.name, _converter(hints[f.name], kebab),
+              f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING, *_exact(hints[f.name]))
+             for key, f in fields.items()]
+    return fields, steps
+
+
 def _convert_dataclass(cls: type[T], value: object, path: KeyPath, kebab: bool) -> T:
     if not isinstance(value, dict):
         raise ConversionProblem(path, f"expected a table, got {_describe(value)}")
     shape_of: type = cls
-    fields, hints = _shape(shape_of, kebab)
+    fields, steps = _plan(shape_of, kebab)
     for key in value:
         if key not in fields:
             hint = did_you_mean(str(key), list(fields))
             raise ConversionProblem((*path, str(key)), f"unknown key {key!r}{hint}")
     kwargs: dict[str, Any] = {}
-    for key, f in fields.items():
+    for key, name, conv, required, exact, nullable in steps:
         if key in value:
-            kwargs[f.name] = convert(hints[f.name], value[key], (*path, key), kebab=kebab)
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            v = value[key]
+            # a value of exactly the field's scalar type is what its converter would return (bool is not int)
+            kwargs[name] = v if type(v) is exact or (v is None and nullable) else conv(v, (*path, key))
+        elif required:
             raise ConversionProblem((*path, key), f"missing required key {key!r}")
     return cls(**kwargs)
