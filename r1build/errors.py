@@ -33,8 +33,6 @@ exit code 2 at the CLI / PEP 517 boundary; everything else to exit code 1::
 
 from __future__ import annotations
 
-import shlex
-import textwrap
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
@@ -224,5 +222,8 @@ class ClusterRefusedError(ClusterError, UserError):
 def format_subprocess_failure(cmd: Sequence[str], returncode: int, output: str, *, limit: int = 4000) -> str:
     """Command, return code and indented output, the output cut to ``limit`` characters from its end."""
     text = output if len(output) <= limit else "...\n" + output[-limit:]
+    import shlex
+    import textwrap
+
     body = textwrap.indent(text.rstrip() or "(no output)", "    ")
     return f"command: {shlex.join(cmd)}\nreturn code: {returncode}\noutput:\n{body}"

@@ -1,8 +1,19 @@
-"""The CUDA toolchain: finding nvcc and identifying it by its ``--version`` output."""
+"""The CUDA toolchain: finding nvcc and identifying it by its ``--version`` output.
+
+``nvcc --version`` costs a process (tens of milliseconds, more through a wrapper script), so its output is
+remembered by the binary's identity: the path found, the file it resolves to, and that file's size, modification
+time and inode. A file in the cache directory (``nvcc-versions.json``) keeps the last few, each with the sha256
+of its text, checked on read; a changed, moved or replaced nvcc has another identity and runs again. A wrapper
+script is identified by itself: after replacing the compiler a wrapper runs, touch the wrapper (or delete the
+file) so the next run asks it again.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -11,10 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ToolchainError
-from .keys import digest_bytes
 from .settings import env_settings
 
-__all__ = ["GpuArchs", "Toolchain", "find_nvcc", "gpu_archs", "toolchain"]
+__all__ = ["MEMO_NAME", "GpuArchs", "Toolchain", "find_nvcc", "gpu_archs", "nvcc_identity", "toolchain",
+           "version_digest"]
+
+MEMO_NAME = "nvcc-versions.json"
+"""The file in the cache directory that remembers ``nvcc --version`` by the binary's identity."""
+_MEMO_KEEP = 8
 
 
 @dataclass(frozen=True)
@@ -30,7 +45,7 @@ class Toolchain:
     def ident(self) -> str:
         """Short stable identity, e.g. ``cuda_13.0.r13.0/compiler.36424714_0``; the digest if unparsable."""
         m = re.search(r"Build (\S+)", self.version_text)
-        return m.group(1) if m else "nvcc-" + digest_bytes(self.version_text.encode())[:16]
+        return m.group(1) if m else "nvcc-" + hashlib.sha256(self.version_text.encode()).hexdigest()[:16]
 
     @property
     def release(self) -> str:
@@ -54,19 +69,87 @@ def find_nvcc() -> str:
     return found
 
 
-@functools.lru_cache(maxsize=4)
+def nvcc_identity(nvcc: str) -> str | None:
+    """The identity of the nvcc at ``nvcc``: the path, the file it resolves to, its size, modification and change
+    times and inode; None when it cannot be read."""
+    try:
+        real = Path(nvcc if os.sep in nvcc else (shutil.which(nvcc) or nvcc)).resolve()
+        st = real.stat()
+    except OSError:
+        return None
+    return f"{nvcc}\0{real}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0{st.st_ino}"
+
+
+def _memo_file() -> Path:
+    from .cache.location import default_cache_dir
+
+    return default_cache_dir() / MEMO_NAME
+
+
+def _remembered(identity: str) -> str | None:
+    try:
+        entry = json.loads(_memo_file().read_text(encoding="utf-8")).get(identity)
+        text, digest = entry["text"], entry["sha256"]
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+    if not isinstance(text, str) or hashlib.sha256(text.encode()).hexdigest() != digest:
+        return None
+    return text
+
+
+def _remember(identity: str, text: str) -> None:
+    """Keep ``text`` for ``identity`` (the newest few identities); silently nothing where it cannot be written."""
+    path = _memo_file()
+    try:
+        memo = json.loads(path.read_text(encoding="utf-8"))
+        memo = memo if isinstance(memo, dict) else {}
+    except (OSError, ValueError):
+        memo = {}
+    memo.pop(identity, None)
+    memo[identity] = {"text": text, "sha256": hashlib.sha256(text.encode()).hexdigest()}
+    memo = dict(list(memo.items())[-_MEMO_KEEP:])
+    tmp = path.with_name(f".{MEMO_NAME}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(memo, indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+
+
 def _toolchain(nvcc: str) -> Toolchain:
+    """The toolchain of ``nvcc``, known in this process by its identity (a replaced binary is asked again)."""
+    return _identified(nvcc, nvcc_identity(nvcc))
+
+
+@functools.lru_cache(maxsize=8)
+def _identified(nvcc: str, identity: str | None) -> Toolchain:
+    text = _remembered(identity) if identity is not None else None
+    if text is not None:
+        return Toolchain(nvcc=nvcc, version_text=text)
     try:
         proc = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ToolchainError(f"cannot run {nvcc} --version: {exc}") from None
     if proc.returncode != 0:
         raise ToolchainError(f"{nvcc} --version failed with code {proc.returncode}: {proc.stderr.strip()}")
-    return Toolchain(nvcc=nvcc, version_text=proc.stdout.strip())
+    text = proc.stdout.strip()
+    if identity is not None and identity == nvcc_identity(nvcc):  # unchanged while it ran
+        _remember(identity, text)
+    return Toolchain(nvcc=nvcc, version_text=text)
+
+
+def version_digest(nvcc: str) -> str | None:
+    """sha256 of ``nvcc --version``'s text (remembered by the binary's identity); None when it cannot answer."""
+    try:
+        return hashlib.sha256(_toolchain(nvcc).version_text.encode()).hexdigest()
+    except ToolchainError:
+        return None
 
 
 def toolchain() -> Toolchain:
-    """The toolchain in use (cached per process)."""
+    """The toolchain in use (cached per process, and remembered by the binary's identity across processes)."""
     return _toolchain(find_nvcc())
 
 

@@ -3,9 +3,10 @@
 A ``--locked`` build takes every kernel × arch from the lock, so its output is a function of files on disk: the
 manifest, the lock (which names every winner by digest), the references, the hand-written sources, the
 vendored winners, and the toolchain that gated them. After a locked ``prepare_build`` succeeds, the backend
-records the digests of all of those, of the generated files, of ``nvcc --version`` and of the build's context
-(r1build's own code, options, environment) in ``.r1build/build-stamp.json``. The next locked build of the
-project checks them (hashing a few small files and one ``nvcc --version``: a few milliseconds) and, when every
+records the digests of all of those, of the generated files, of ``nvcc --version`` (remembered by the binary's
+identity, see :mod:`r1build.toolchain`) and of the build's context (r1build's own code, options, environment) in
+``.r1build/build-stamp.json``. The next locked build of the project checks them (hashing a few small files: a
+few milliseconds) and, when every
 one matches, uses the generated CMake file as it is instead of opening the cache and resolving again: a warm
 rebuild then costs what a plain scikit-build-core rebuild costs.
 
@@ -19,13 +20,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .. import __version__
+from ..fingerprint import code_fingerprint, path_digest
 from .options import BuildOptions
 
 __all__ = ["STAMP_NAME", "Stamp", "build_context", "path_digest", "read_valid_stamp", "write_stamp"]
@@ -58,63 +59,18 @@ class Stamp:
     """Project-relative path of the generated CMake file."""
 
 
-def path_digest(path: Path) -> str | None:
-    """sha256 of a file's bytes, of a folder's names and contents (recursively), or None when absent."""
-    if path.is_file():
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    if path.is_dir():
-        h = hashlib.sha256()
-        for child in sorted(path.iterdir(), key=lambda p: p.name):
-            h.update(child.name.encode() + b"\0" + (path_digest(child) or "-").encode() + b"\n")
-        return "dir:" + h.hexdigest()
-    return None
-
-
-def _code_fingerprint() -> Iterable[str]:
-    package = Path(__file__).resolve().parents[1]
-    for root, dirs, files in os.walk(package):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        for name in sorted(files):
-            if name.endswith((".py", ".json")):
-                path = Path(root, name)
-                st = path.stat()
-                yield f"{path.relative_to(package).as_posix()}:{st.st_size}:{st.st_mtime_ns}"
-
-
 def build_context(options: BuildOptions) -> str:
     """Digest of everything besides project files that a locked resolution's outcome could depend on."""
     parts = [f"r1build {__version__}", sys.executable, sys.version, repr(options)]
     parts += [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("R1BUILD_") or k in _ENV_KEYS]
-    parts += _code_fingerprint()
+    parts += code_fingerprint()
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
-class _VersionQuery:
-    """``nvcc --version``, started at once and read when needed, so it runs while files are hashed."""
-
-    def __init__(self, nvcc: str) -> None:
-        try:
-            self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
-                [nvcc, "--version"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL
-            )
-        except OSError:
-            self._proc = None
-
-    def digest(self) -> str | None:
-        """sha256 of the output, or None when nvcc could not answer."""
-        if self._proc is None:
-            return None
-        try:
-            out, _ = self._proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.communicate()
-            return None
-        return hashlib.sha256(out).hexdigest() if self._proc.returncode == 0 else None
-
-
 def _toolchain_digest(nvcc: str) -> str | None:
-    return _VersionQuery(nvcc).digest()
+    from ..toolchain import version_digest
+
+    return version_digest(nvcc)
 
 
 def _stamp_file(project: Path) -> Path:
@@ -139,9 +95,7 @@ def read_valid_stamp(project: Path, options: BuildOptions) -> Path | None:
         return None
     if stamp.format != _FORMAT:
         return None
-    version = _VersionQuery(stamp.nvcc)  # runs while the rest is checked
     if stamp.context != build_context(options):
-        version.digest()
         return None
     inputs = dict(stamp.inputs)
     for name in _ALWAYS:
@@ -152,8 +106,7 @@ def read_valid_stamp(project: Path, options: BuildOptions) -> Path | None:
         and cmake_file.is_file()
         and path_digest(cmake_file.parent) == stamp.outputs
     )
-    same_toolchain = version.digest() == stamp.toolchain  # always waited for: no process left behind
-    return cmake_file if unchanged and same_toolchain else None
+    return cmake_file if unchanged and _toolchain_digest(stamp.nvcc) == stamp.toolchain else None
 
 
 def write_stamp(project: Path, options: BuildOptions, inputs: Iterable[Path], cmake_file: Path,

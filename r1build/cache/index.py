@@ -18,6 +18,7 @@ from diskcache.core import ENOVAL, UNKNOWN
 
 from ..errors import CacheDamagedError, CacheError
 from ..events import Note, emit
+from .rows import DBNAME
 
 __all__ = [
     "DBNAME",
@@ -32,8 +33,6 @@ __all__ = [
     "sweep_interrupted_imports",
 ]
 
-DBNAME = "cache.db"
-"""diskcache's database file in the cache directory."""
 IMPORT_MARK = "import/"
 """Prefix of the ``R1Meta`` rows of imports in progress: ``import/<pid>`` -> start time."""
 DAMAGED_WORDS = ("not a database", "malformed", "disk image", "file is encrypted")

@@ -26,11 +26,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from diskcache.core import MODE_BINARY, MODE_RAW
-
 from ..errors import CacheDamagedError, CacheLocationError
 from ..records import Decision, from_json
-from .index import DBNAME as _DBNAME
+from .rows import DBNAME as _DBNAME
+from .rows import MODE_BINARY, MODE_RAW
 from .store import KINDS, BadEntry, Cache, _Corrupt, _verified, check_payload, kind_of, resolve_cache_dir
 
 __all__ = ["RepairReport", "repair_cache"]

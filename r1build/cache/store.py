@@ -85,16 +85,11 @@ from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
 import diskcache
-from diskcache.core import MODE_BINARY, MODE_RAW
 
 from ..errors import CacheError, CacheLocationError
 from ..events import Note, emit
 from ..keys import canonical_json, digest_bytes
 from ..records import Decision, Result, from_json, to_json
-from ..settings import env_settings
-from .index import (
-    DBNAME as _DBNAME,
-)
 from .index import (
     IMPORT_MARK,
     PidDisk,
@@ -105,6 +100,9 @@ from .index import (
     sql,
     sweep_interrupted_imports,
 )
+from .location import default_cache_dir, resolve_cache_dir
+from .rows import DBNAME as _DBNAME
+from .rows import row_bytes
 
 __all__ = [
     "DEFAULT_SIZE_LIMIT",
@@ -135,7 +133,8 @@ _MEMO_SIZE = 256
 
 _HEADER = 65  # 64 hex digits of sha256 and a newline before every payload
 _CACHE_FILE = re.compile(
-    r"^(cache\.db(-wal|-shm|-journal)?|cache\.db\.damaged-[0-9TZ]+(-wal|-shm)?|[0-9a-f]{2}|claims)$")
+    r"^(cache\.db(-wal|-shm|-journal)?|cache\.db\.damaged-[0-9TZ]+(-wal|-shm)?|[0-9a-f]{2}|claims"
+    r"|\.?nvcc-versions\.json(\.\d+\.tmp)?)$")  # nvcc-versions: the toolchain's memo (r1build.toolchain)
 
 
 def _cache_file(name: str) -> bool:
@@ -144,21 +143,6 @@ def _cache_file(name: str) -> bool:
     folder of the per-key claims (:mod:`r1build.cache.claim`)."""
     return _CACHE_FILE.match(name) is not None
 T = TypeVar("T")
-
-
-def default_cache_dir() -> Path:
-    """``$R1BUILD_CACHE_DIR`` or the platform's user cache directory (platformdirs)."""
-    env = env_settings().cache_dir
-    if env is not None:
-        return env
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("r1build", appauthor=False))
-
-
-def resolve_cache_dir(flag: str | Path | None = None) -> Path:
-    """The cache directory: ``flag`` (e.g. ``--cache-dir``) when given, else :func:`default_cache_dir`."""
-    return Path(flag).expanduser() if flag else default_cache_dir()
 
 
 @dataclass(frozen=True)
@@ -383,6 +367,10 @@ class Cache:
         self._scratch: Path | None = None
         self.remote: Fallback | None = None
         """The layer behind this cache (the remote cache), asked on a miss; None for none."""
+        self.read_log: dict[str, str | None] | None = None
+        """When a dict: every entry this cache reads, by full key, and the sha256 of the bytes it found stored
+        (None: no entry; ``unreadable``: a row whose value could not be read). The CLI's warm path records it
+        to prove later that a command would read the same bytes again."""
         self._dc: Any = self._open(size_limit, create)
 
     # -- lifecycle ---------------------------------------------------------------------------------------
@@ -593,23 +581,26 @@ class Cache:
             rows = self._query("SELECT rowid, access_time, mode, filename, value FROM Cache"
                                " WHERE key = ? AND raw = 1", (key,))
             if not rows:
-                return None
+                return self._logged(key, None)
             rowid, used, mode, filename, value = rows[0]
-            if mode == MODE_RAW and isinstance(value, bytes):
-                raw = bytes(value)
-            elif mode != MODE_BINARY or not filename:
-                return _Unreadable("stored as a value of another type")
-            else:
-                try:
-                    raw = (self.directory / str(filename)).read_bytes()
-                except OSError:
-                    continue  # replaced or evicted meanwhile: look again
+            raw = row_bytes(self.directory, mode, filename, value)
+            if raw is None:
+                continue  # its value file was replaced or evicted meanwhile: look again
+            if isinstance(raw, str):
+                return self._logged(key, _Unreadable(raw))
             now = time.time()
             if touch and not self.read_only and now - float(used or 0) >= self.touch_after:
                 with contextlib.suppress(sqlite3.Error):  # the last-used time is a hint: never fail a read
                     sql(self._dc)("UPDATE Cache SET access_time = ? WHERE rowid = ?", (now, rowid))
-            return raw
-        return _Unreadable("its value file is missing")
+            return self._logged(key, raw)
+        return self._logged(key, _Unreadable("its value file is missing"))
+
+    def _logged(self, key: str, stored: bytes | _Unreadable | None) -> bytes | _Unreadable | None:
+        """``stored``, noted in :attr:`read_log` when one is kept."""
+        if self.read_log is not None:
+            self.read_log[key] = (digest_bytes(stored) if isinstance(stored, bytes)
+                                  else None if stored is None else "unreadable")
+        return stored
 
     def _read(self, key: str) -> Any | None:
         """The verified value under ``key`` (bytes for blobs, a record, a JSON value), counting a hit or miss."""

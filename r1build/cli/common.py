@@ -8,6 +8,7 @@ from pathlib import Path
 from ..cache import Cache, open_usable
 from ..errors import UsageError
 from ..manifest import Manifest, find_manifest, load_manifest, parse_arch
+from . import fastpath
 
 __all__ = ["add_cache_arg", "add_manifest_arg", "load_from_args", "open_cache", "parse_archs"]
 
@@ -39,7 +40,11 @@ def load_from_args(args: argparse.Namespace, *, check_references: bool = True) -
     """The manifest named by ``--manifest``; without it, the nearest one from the current folder up."""
     given: Path | None = args.manifest
     path = find_manifest(given, walk_up=False) if given is not None else find_manifest(Path.cwd(), walk_up=True)
-    return load_manifest(path, check_references=check_references)
+    manifest = load_manifest(path, check_references=check_references)
+    recorder = fastpath.active()
+    if recorder is not None:
+        recorder.seen_manifest(given, manifest)
+    return manifest
 
 
 def open_cache(args: argparse.Namespace, *, existing: bool = False, manifest: Manifest | None = None) -> Cache:
@@ -57,6 +62,9 @@ def open_cache(args: argparse.Namespace, *, existing: bool = False, manifest: Ma
                          signing_key=getattr(args, "signing_key", None))
     cache = Cache(directory, create=False) if existing else open_usable(directory)
     cache.remote = layer
+    recorder = fastpath.active()
+    if recorder is not None:
+        recorder.seen_cache(cache)
     return cache
 
 

@@ -5,17 +5,17 @@ Exit codes: 0 ok, 1 failure, 2 bad input or usage. A user error never shows a tr
 
 from __future__ import annotations
 
-import argparse
 import importlib
-import logging
 import sys
 from collections.abc import Sequence
-from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import __version__
-from ..errors import NoWinnerError, R1BuildError, UsageError
-from .render import Console, render_unresolved
+from . import fastpath
+
+if TYPE_CHECKING:
+    import argparse
+    from types import ModuleType
 
 __all__ = ["main"]
 
@@ -24,27 +24,30 @@ COMMAND_MODULES = ("project", "cache_cmd", "generate_cmd", "key_cmd", "report_cm
                    "worker_cmd", "completions")
 
 
-class _Parser(argparse.ArgumentParser):
-    """Every parser, the commands' included, takes the output options, so ``r1build status -v`` works as
-    ``r1build -v status`` does (their defaults are suppressed, so a sub-command never resets the main's)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
-                          help="more logging (-vv for debug)")
-        self.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
-                          help="only warnings, errors and results (no notes or progress)")
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(f"{self.prog}: {message}")
-
-
 def _modules() -> list[ModuleType]:
     return [importlib.import_module(f"{__package__}.{name}") for name in COMMAND_MODULES]
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser."""
+    import argparse  # here, not at import: a replayed command never parses
+
+    from ..errors import UsageError
+
+    class _Parser(argparse.ArgumentParser):
+        """Every parser, the commands' included, takes the output options, so ``r1build status -v`` works as
+        ``r1build -v status`` does (their defaults are suppressed, so a sub-command never resets the main's)."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                              help="more logging (-vv for debug)")
+            self.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                              help="only warnings, errors and results (no notes or progress)")
+
+        def error(self, message: str) -> None:  # type: ignore[override]
+            raise UsageError(f"{self.prog}: {message}")
+
     parser = _Parser(prog="r1build", description="CUDA kernels from kernels.toml, chosen per GPU arch.")
     parser.add_argument("--version", action="version", version=f"r1build {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -55,7 +58,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit code (also used by the console script through SystemExit)."""
+    """Run the CLI; returns the exit code (also used by the console script through SystemExit).
+
+    Run as its own process (``argv`` None), a read-only command whose inputs are unchanged since its last run
+    answers from its record (:mod:`.fastpath`) before anything heavy is imported."""
+    if argv is not None:
+        return _main(argv)
+    argv = sys.argv[1:]
+    code = fastpath.replay(argv)
+    if code is not None:
+        return code
+    result: list[int] = []
+    with fastpath.recording(argv, result):
+        result.append(_main(argv))
+    return result[0]
+
+
+def _main(argv: Sequence[str]) -> int:
+    import logging
+
+    from ..errors import NoWinnerError, R1BuildError, UsageError
+    from .render import Console, render_unresolved
+
     console = Console()
     try:
         parser = build_parser()
@@ -65,6 +89,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if verbose and quiet:
             raise UsageError("-v/--verbose and -q/--quiet: choose one")
         console.verbose, console.quiet = verbose, quiet
+        recorder = fastpath.active()
+        if recorder is not None:
+            recorder.allowed = fastpath.Recorder.keeps(args)
         logging.basicConfig(
             level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
             format="%(levelname)s %(name)s: %(message)s",

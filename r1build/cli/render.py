@@ -1,20 +1,21 @@
-"""Rendering for the CLI: events from the library, tables, errors. Built on rich."""
+"""Rendering for the CLI: events from the library, tables, errors. On a terminal, rich (imported only then:
+it costs tens of milliseconds); elsewhere (pipes, files, CI logs) plain text and plain tables."""
 
 from __future__ import annotations
 
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
-
-from rich.console import Console as RichConsole
-from rich.markup import escape
-from rich.table import Table
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ..events import Event, Note, Progress, Stage
-from ..records import Unresolved
 
-__all__ = ["Console", "render_unresolved"]
+if TYPE_CHECKING:
+    from rich.console import Console as RichConsole
+
+    from ..records import Unresolved
+
+__all__ = ["Console", "plain_table", "render_unresolved"]
 
 
 class Console:
@@ -24,16 +25,38 @@ class Console:
     """Least seconds between two progress lines of one task (the last one always shows)."""
 
     def __init__(self, verbose: int = 0) -> None:
-        # piped output (CI logs, `| less`) gets wide tables instead of rich's 80-column default
-        self.out = RichConsole(file=sys.stdout, highlight=False, soft_wrap=True,
-                               width=None if sys.stdout.isatty() else 160)
-        self.err = RichConsole(file=sys.stderr, highlight=False, soft_wrap=True,
-                               width=None if sys.stderr.isatty() else 160)
         self.verbose = verbose
         """0: notes and progress of long work; 1: also stages and every progress line; 2: debug logging."""
         self.quiet = False
         """``--quiet``: no notes, stages or progress on stderr; warnings, errors and results only."""
         self._progress: dict[str, tuple[str, float]] = {}
+        self._rich: dict[int, RichConsole] = {}
+
+    def _stream(self, to_stderr: bool) -> TextIO:
+        return sys.stderr if to_stderr else sys.stdout
+
+    def _console(self, stream: TextIO) -> RichConsole | None:
+        """rich's console for ``stream`` when it is a terminal; None (plain text) otherwise."""
+        if not stream.isatty():
+            return None
+        key = id(stream)
+        if key not in self._rich:
+            from rich.console import Console as RichConsole
+
+            self._rich[key] = RichConsole(file=stream, highlight=False, soft_wrap=True)
+        return self._rich[key]
+
+    def _say(self, text: str, *, to_stderr: bool, markup: str = "") -> None:
+        """One line: with rich's ``markup`` around ``prefix`` on a terminal, plain otherwise."""
+        stream = self._stream(to_stderr)
+        rich = self._console(stream)
+        if rich is None:
+            stream.write(text + "\n")
+            stream.flush()
+            return
+        from rich.markup import escape
+
+        rich.print(f"{markup}{escape(text)}[/]" if markup else escape(text))
 
     def close(self) -> None:
         """Finish any open progress line."""
@@ -41,7 +64,7 @@ class Console:
 
     def print(self, text: str = "") -> None:
         """A plain line on stdout (no markup interpretation)."""
-        self.out.print(escape(text))
+        self._say(text, to_stderr=False)
 
     def json(self, text: str) -> None:
         """Raw JSON to stdout."""
@@ -54,25 +77,45 @@ class Console:
 
     def error(self, message: str) -> None:
         """An error on stderr."""
-        self.err.print(f"[bold red]error:[/] {escape(message)}")
+        self._prefixed("error:", "bold red", message)
 
     def warning(self, message: str) -> None:
         """A warning on stderr."""
-        self.err.print(f"[yellow]warning:[/] {escape(message)}")
+        self._prefixed("warning:", "yellow", message)
+
+    def _prefixed(self, prefix: str, style: str, message: str) -> None:
+        rich = self._console(sys.stderr)
+        if rich is None:
+            self._say(f"{prefix} {message}", to_stderr=True)
+            return
+        from rich.markup import escape
+
+        rich.print(f"[{style}]{prefix}[/] {escape(message)}")
 
     def err_line(self, text: str) -> None:
         """A plain line on stderr (no markup interpretation)."""
-        self.err.print(escape(text))
+        self._say(text, to_stderr=True)
 
     def table(self, columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None, *,
               to_stderr: bool = False) -> None:
-        """A table on stdout (on stderr with ``to_stderr``, for a table that explains an error)."""
+        """A table on stdout (on stderr with ``to_stderr``, for a table that explains an error): rich's on a
+        terminal, columns aligned with spaces elsewhere."""
+        cells = [["" if v is None else str(v) for v in row] for row in rows]
+        stream = self._stream(to_stderr)
+        rich = self._console(stream)
+        if rich is None:
+            stream.write(plain_table(columns, cells, title))
+            stream.flush()
+            return
+        from rich.markup import escape
+        from rich.table import Table
+
         table = Table(title=title, show_lines=False)
         for col in columns:
             table.add_column(col)
-        for row in rows:
-            table.add_row(*(escape("" if v is None else str(v)) for v in row))
-        (self.err if to_stderr else self.out).print(table)
+        for row in cells:
+            table.add_row(*(escape(v) for v in row))
+        rich.print(table)
 
     def event(self, event: Event) -> None:
         """Render one library event (installed as the event sink)."""
@@ -84,13 +127,13 @@ class Console:
             elif event.level == "warning":
                 self.warning(prefix + event.message)
             elif not self.quiet:
-                self.err.print(escape(prefix + event.message))
+                self.err_line(prefix + event.message)
         elif self.quiet:
             return
         elif isinstance(event, Stage):
             if self.verbose and event.done and event.detail:
                 where = "/".join(x for x in (event.kernel, event.arch) if x)
-                self.err.print(f"[dim]{escape(event.stage)} {escape(where)}: {escape(event.detail)}[/]")
+                self._say(f"{event.stage} {where}: {event.detail}", to_stderr=True, markup="[dim]")
         elif isinstance(event, Progress):
             self._render_progress(event)
 
@@ -108,7 +151,18 @@ class Console:
         if line == last_line or (not finished and not self.verbose and now - last_time < self.PROGRESS_INTERVAL_S):
             return
         self._progress[event.task] = (line, now)
-        self.err.print(f"[cyan]{escape(line)}[/]")
+        self._say(line, to_stderr=True, markup="[cyan]")
+
+
+def plain_table(columns: Sequence[str], rows: Sequence[Sequence[str]], title: str | None = None) -> str:
+    """A table as text: a title line, the header, a rule, one line per row, columns aligned with spaces."""
+    widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(cell.ljust(w) for cell, w in zip(cells, widths, strict=True)).rstrip() + "\n"
+
+    head = f"{title}\n" if title else ""
+    return head + line(columns) + line(["-" * w for w in widths]) + "".join(line(r) for r in rows)
 
 
 def render_unresolved(console: Console, unresolved: Sequence[Unresolved]) -> None:

@@ -1,0 +1,315 @@
+"""The warm path of read-only commands: ``status``, ``resolve --locked`` and ``check --locked``, run again with
+nothing changed, print what their last run printed without importing the resolver, GPU or LLM code.
+
+After such a command succeeds (exit 0) in a process of its own (the ``r1build`` console script, not a call of
+:func:`r1build.cli.main.main` with arguments), a *record* is stored in the cache it used, under ``json/replay/``
+and a key that digests everything the answer could depend on besides files and the cache: the arguments, the
+working directory, the environment (all of it, a shell's ``_``, ``OLDPWD`` and ``SHLVL`` aside), whether stdout
+and stderr are terminals and their size, the Python, and r1build's own code (its files' sizes and times). The
+record holds what the run printed (stdout and stderr, in order) and what it read:
+
+- files: the manifest, the places a manifest is looked for, the lock, the vendored folder, and every kernel's
+  reference module, baseline and candidate files, each by the sha256 of its bytes and its real path (a file
+  swapped for a link to the same bytes differs);
+- the modules the run imported (the references among them): those inside the project by sha256, the others by
+  size and modification time;
+- every cache entry read, by key, with the sha256 of the bytes stored (an absent or unreadable entry included);
+- the nvcc the run would use, by its identity (:func:`r1build.toolchain.nvcc_identity`).
+
+The next run with the same key checks all of it (hashing the files, reading the cache's rows read-only) and,
+when everything matches, prints the record; any difference, anything it cannot read, or no record runs the
+command in full, which records again. A run that read through a remote cache and missed locally is not
+recorded (the remote may answer next time), nor is a run on a degraded cache. What this path skips: the cache's
+hit statistics (a replayed run counts nothing) and files a reference reads at run time other than modules.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from .. import __version__
+from ..fingerprint import code_fingerprint, path_digest
+
+if TYPE_CHECKING:
+    import argparse
+
+    from ..cache import Cache
+    from ..manifest import Manifest
+
+__all__ = ["NAMESPACE", "Recorder", "active", "eligible", "record_key", "replay"]
+
+NAMESPACE = "replay"
+"""The cache's JSON namespace of records (``json/replay/<key>``)."""
+_FORMAT = 1
+_VOLATILE = frozenset({"_", "OLDPWD", "SHLVL"})
+
+
+def _cache_flag(argv: Sequence[str]) -> str | None:
+    """The value of ``--cache-dir`` as given (where the record is looked for; the record names the cache it
+    checks, so a guess that is wrong only finds no record)."""
+    for i, arg in enumerate(argv):
+        if arg == "--cache-dir" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--cache-dir="):
+            return arg.partition("=")[2]
+    return None
+
+
+def _record_dir(argv: Sequence[str]) -> Path:
+    from ..cache.location import resolve_cache_dir
+
+    return resolve_cache_dir(_cache_flag(argv)).resolve()
+
+
+def _terminal() -> list[Any]:
+    ttys = [stream.isatty() for stream in (sys.stdout, sys.stderr)]
+    size = list(os.get_terminal_size(sys.stdout.fileno() if ttys[0] else sys.stderr.fileno())) if any(ttys) else []
+    return [ttys, size]
+
+
+def record_key(argv: Sequence[str]) -> str:
+    """The key of the record for this command line in this process's context."""
+    env = sorted((k, v) for k, v in os.environ.items() if k not in _VOLATILE)
+    parts = [_FORMAT, __version__, sys.executable, sys.version, str(Path.cwd()), list(argv), env, _terminal(),
+             list(code_fingerprint())]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+
+
+def _stored_digest(raw: bytes | str | None) -> str | None:
+    if raw is None:
+        return None
+    return hashlib.sha256(raw).hexdigest() if isinstance(raw, bytes) else "unreadable"
+
+
+def _file_state(path: Path) -> str | None:
+    """Real path and digest of a file or folder (None when absent)."""
+    digest = path_digest(path)
+    return None if digest is None else f"{path.resolve()}:{digest}"
+
+
+def _installed(path: str) -> bool:
+    return f"-packages{os.sep}" in path
+
+
+def _module_state(path: str, root: str) -> str | None:
+    try:
+        if path.startswith(root) and not _installed(path):
+            return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        st = Path(path).stat()
+    except OSError:
+        return None
+    return f"{st.st_size}:{st.st_mtime_ns}"
+
+
+def _nvcc_state() -> str | None:
+    from ..errors import ToolchainError
+    from ..toolchain import find_nvcc, nvcc_identity
+
+    try:
+        return nvcc_identity(find_nvcc())
+    except ToolchainError:
+        return None
+
+
+def _load_record(directory: Path, key: str) -> dict[str, Any] | None:
+    from ..cache.rows import stored_values
+
+    full = f"json/{NAMESPACE}/{key}"
+    raw = (stored_values(directory, [full]) or {}).get(full)
+    if not isinstance(raw, bytes) or raw[64:65] != b"\n":
+        return None
+    payload = raw[65:]
+    if hashlib.sha256(payload).hexdigest() != raw[:64].decode("ascii", "replace"):
+        return None
+    record = json.loads(payload)
+    return record if isinstance(record, dict) and record.get("format") == _FORMAT else None
+
+
+def _still_holds(record: dict[str, Any]) -> bool:
+    """Whether everything the recorded run read is as it was."""
+    from ..cache.rows import stored_values
+
+    if any(_file_state(Path(p)) != state for p, state in record["files"].items()):
+        return False
+    root = record["root"]
+    if any(_module_state(p, root) != state for p, state in record["modules"].items()):
+        return False
+    if _nvcc_state() != record["nvcc"]:
+        return False
+    reads: dict[str, str | None] = record["reads"]
+    stored = stored_values(Path(record["cache"]), reads)
+    if stored is None:
+        return False
+    return all(_stored_digest(stored.get(k)) == digest for k, digest in reads.items())
+
+
+def replay(argv: Sequence[str]) -> int | None:
+    """Print the record of this command line and return its exit code when everything it read still holds;
+    None otherwise (run the command)."""
+    if not eligible(argv):
+        return None
+    try:
+        record = _load_record(_record_dir(argv), record_key(argv))
+        if record is None or not _still_holds(record):
+            return None
+    except Exception:
+        return None
+    for fd, text in record["output"]:
+        (sys.stdout if fd == 1 else sys.stderr).write(text)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return int(record["code"])
+
+
+def eligible(argv: Sequence[str]) -> bool:
+    """Whether a command line may be answered by a record at all (the parsed arguments decide for certain when
+    the record is written, see :meth:`Recorder.keeps`)."""
+    words = [a for a in argv if not a.startswith("-")]
+    return bool(words) and words[0] in ("status", "resolve", "check")
+
+
+class _Tee:
+    """A text stream that also keeps what is written to it."""
+
+    def __init__(self, stream: TextIO, fd: int, log: list[tuple[int, str]]) -> None:
+        self._stream = stream
+        self._fd = fd
+        self._log = log
+
+    def write(self, text: str) -> int:
+        self._log.append((self._fd, text))
+        return self._stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+class Recorder:
+    """Watches one full run of an eligible command and stores its record when it may be replayed."""
+
+    def __init__(self, argv: Sequence[str], key: str) -> None:
+        self.argv = list(argv)
+        self.key = key
+        self.output: list[tuple[int, str]] = []
+        self.manifest: Manifest | None = None
+        self.manifest_arg: Path | None = None
+        self.caches: list[Cache] = []
+        self.modules_before = frozenset(sys.modules)
+        self.allowed = False
+        """Set from the parsed arguments (:meth:`keeps`)."""
+
+    def seen_manifest(self, arg: Path | None, manifest: Manifest) -> None:
+        """The command loaded ``manifest`` from the ``-m`` value ``arg`` (None: found from the working folder
+        up)."""
+        self.manifest, self.manifest_arg = manifest, arg
+
+    def seen_cache(self, cache: Cache) -> None:
+        """The command opened ``cache``: its reads are noted from now on."""
+        cache.read_log = {}
+        self.caches.append(cache)
+
+    @staticmethod
+    def keeps(args: argparse.Namespace) -> bool:
+        """Whether the parsed command is one whose answer depends only on what a record watches."""
+        if getattr(args, "verbose", 0) or getattr(args, "remote_write", False) or getattr(args, "out", None):
+            return False
+        return args.command == "status" or (args.command in ("resolve", "check") and bool(args.locked))
+
+    def _files(self, manifest: Manifest) -> list[Path]:
+        from ..lock import lock_path
+        from ..manifest.reference import reference_file
+
+        paths = [manifest.path, lock_path(manifest), manifest.root / manifest.settings.vendor_dir]
+        paths += [reference_file(manifest.root, spec.reference) for spec in manifest.kernels]  # not in sys.modules
+        # where a manifest is looked for: the -m folder, or (no -m) every folder from here up to the one found
+        if self.manifest_arg is None:
+            here = Path.cwd().absolute()
+            top = manifest.path.absolute().parent
+            folders = [here, *(p for p in here.parents if p == top or top in p.parents)]
+        else:
+            folders = [self.manifest_arg] if self.manifest_arg.is_dir() else []
+        for folder in folders:
+            paths += [folder / "kernels.toml", folder / "pyproject.toml"]
+        for spec in manifest.kernels:
+            paths += [manifest.root / rel for rel in (spec.baseline, *spec.candidates) if rel is not None]
+        return paths
+
+    def record(self, code: int) -> dict[str, Any] | None:
+        """What to store for a run that ended with ``code``; None when it may not be replayed."""
+        manifest = self.manifest
+        if code != 0 or not self.allowed or manifest is None or len(self.caches) != 1:
+            return None
+        cache = self.caches[0]
+        reads = dict(cache.read_log or {})
+        if cache.degraded is not None or (cache.remote is not None and any(v is None for v in reads.values())):
+            return None
+        if cache.directory.resolve() != _record_dir(self.argv):
+            return None
+        root = str(manifest.root.resolve()) + os.sep
+        package = str(Path(__file__).resolve().parents[1]) + os.sep
+        stdlib = str(Path(os.__file__).resolve().parent) + os.sep
+        modules: dict[str, str | None] = {}
+        for name in set(sys.modules) - self.modules_before:
+            path = getattr(sys.modules.get(name), "__file__", None)
+            if isinstance(path, str) and not path.startswith(package) and (_installed(path)
+                                                                           or not path.startswith(stdlib)):
+                modules[path] = _module_state(path, root)
+        return {
+            "format": _FORMAT,
+            "files": {str(p): _file_state(p) for p in self._files(manifest)},
+            "root": root,
+            "modules": modules,
+            "nvcc": _nvcc_state(),
+            "cache": str(cache.directory.resolve()),
+            "reads": reads,
+            "output": self.output,
+            "code": code,
+        }
+
+    def store(self, code: int) -> None:
+        """Store the record of this run in its cache (nothing when it may not be replayed)."""
+        from ..cache import Cache
+
+        record = self.record(code)
+        if record is None:
+            return
+        with Cache(record["cache"], create=False) as cache:
+            cache.put_json(NAMESPACE, self.key, record)
+
+
+_ACTIVE: list[Recorder] = []
+
+
+def active() -> Recorder | None:
+    """The recorder of the run in progress, when this process's command may be recorded."""
+    return _ACTIVE[-1] if _ACTIVE else None
+
+
+@contextmanager
+def recording(argv: Sequence[str], result: list[int]) -> Iterator[Recorder | None]:
+    """Record the run of ``argv`` (when eligible): stdout and stderr are kept as they are written; at the end,
+    ``result[0]`` (the exit code) decides whether the record is stored. Failing to store costs nothing."""
+    if not eligible(argv):
+        yield None
+        return
+    recorder = Recorder(argv, record_key(argv))
+    out, err = sys.stdout, sys.stderr
+    sys.stdout = _Tee(out, 1, recorder.output)
+    sys.stderr = _Tee(err, 2, recorder.output)
+    _ACTIVE.append(recorder)
+    try:
+        yield recorder
+    finally:
+        sys.stdout, sys.stderr = out, err
+        _ACTIVE.remove(recorder)
+    try:
+        recorder.store(result[0] if result else 1)
+    except Exception:
+        return

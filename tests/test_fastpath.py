@@ -1,0 +1,144 @@
+"""The warm path of read-only commands (r1build/cli/fastpath.py) and the nvcc version memo: a command whose inputs
+are unchanged answers from its record without importing the resolver; any change to what it read runs it in
+full. Each command runs in a process of its own, as a user runs it (the warm path is for the console script)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from r1build import toolchain as toolchain_mod
+from r1build.cache import Cache
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(project: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, str, str, bool]:
+    """``r1build ARGS -m project`` in a fresh process: exit code, stdout, stderr, and whether the full path ran
+    (the resolver or the manifest loader was imported)."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "r1build.cli.main", *args, "-m", str(project)],
+                          capture_output=True, text=True, env=env or dict(os.environ), cwd=project, check=False)
+    imported = {line.rpartition("|")[2].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    stderr = "\n".join(line for line in proc.stderr.splitlines() if not line.startswith("import time:"))
+    return proc.returncode, proc.stdout, stderr, "r1build.manifest.load" in imported
+
+
+def warm(project: Path, *args: str) -> tuple[int, str, str]:
+    """Run twice; the second run must be the warm path, with the same answer as the first."""
+    first = run(project, *args)
+    second = run(project, *args)
+    assert not second[3], f"{args}: the second run imported the full path"
+    assert first[:3] == second[:3], (first, second)
+    return first[:3]
+
+
+def test_status_replays_and_sees_every_change(locked: Path, cache_dir: Path) -> None:
+    code, out, _ = warm(locked, "status")
+    assert code == 0 and "locked" in out and "silu_mul" in out
+
+    # a cache entry the answer read: the decision behind the lock is removed
+    with Cache(cache_dir) as cache:
+        keys = [e.key for e in cache.entries("decision")]
+        assert keys
+        for key in keys:
+            cache.delete(key)
+    code, out, _, full = run(locked, "status")
+    assert full and code == 0
+    assert not run(locked, "status")[3]
+
+    # the manifest: a comment is still a change (the full path decides it is the same answer)
+    toml = locked / "kernels.toml"
+    toml.write_text(toml.read_text(encoding="utf-8") + "\n# edited\n", encoding="utf-8")
+    code, out2, _, full = run(locked, "status")
+    assert full and code == 0 and out2 == out
+    assert not run(locked, "status")[3]  # recorded again
+
+    # a file the lock's winner comes from
+    source = locked / "kernels" / "silu_mul_vec4.cu"
+    source.write_text(source.read_text(encoding="utf-8") + "\n// edited\n", encoding="utf-8")
+    assert run(locked, "status")[3]
+    assert not run(locked, "status")[3]
+
+    # the lock
+    lock = locked / "kernels.lock"
+    saved = lock.read_bytes()
+    lock.unlink()
+    code, out3, _, full = run(locked, "status")
+    assert full and "not locked" in out3
+    lock.write_bytes(saved)
+    assert run(locked, "status")[3]
+
+    # the cache itself
+    shutil.rmtree(cache_dir)
+    assert run(locked, "status")[3]
+
+
+def test_locked_resolve_fails_at_once_when_the_lock_goes_stale(locked: Path) -> None:
+    code, out, _ = warm(locked, "resolve", "--locked", "--no-gpu")
+    assert code == 0 and "silu_mul" in out
+    # the tolerance is part of the decision key: the lock no longer answers the manifest
+    toml = locked / "kernels.toml"
+    text = toml.read_text(encoding="utf-8")
+    assert "rtol = 1e-5" in text
+    toml.write_text(text.replace("rtol = 1e-5", "rtol = 2e-5", 1), encoding="utf-8")
+    code, _, err, full = run(locked, "resolve", "--locked", "--no-gpu")
+    assert full and code == 2 and "silu_mul" in err
+
+
+def test_check_locked_watches_the_references(locked: Path) -> None:
+    code, out, _ = warm(locked, "check", "--locked")
+    assert code == 0 and "current and verified" in out
+    reference = locked / "kernels" / "reference.py"
+    reference.write_text(reference.read_text(encoding="utf-8").replace("def silu_mul(", "def silu_mul(*_a, **_k):\n"
+                                                                        "    raise RuntimeError('broken')\n\n\n"
+                                                                        "def _old_silu_mul(", 1), encoding="utf-8")
+    code, _, err, full = run(locked, "check", "--locked")
+    assert full and code == 2 and "broken" in err
+
+
+def test_output_and_failures_are_never_recorded_wrongly(locked: Path) -> None:
+    # a failing command is not recorded: it runs in full every time
+    lock = locked / "kernels.lock"
+    lock.write_text("garbage = [\n", encoding="utf-8")
+    first = run(locked, "resolve", "--locked", "--no-gpu")
+    second = run(locked, "resolve", "--locked", "--no-gpu")
+    assert first[0] == second[0] == 2 and first[3] and second[3]
+    # a command that writes (resolve without --locked) is never answered from a record
+    lock.unlink()
+    for _ in range(2):
+        code, _, _, full = run(locked, "resolve", "--offline", "--no-gpu")
+        assert code == 0 and full
+
+
+def test_nvcc_version_is_remembered_by_identity(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = shutil.which("nvcc")
+    if real is None:
+        pytest.skip("nvcc not installed")
+    calls = tmp_path / "calls"
+    wrapper = tmp_path / "nvcc"
+    wrapper.write_text(f'#!/bin/sh\necho x >> {calls}\nexec {real} "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("R1BUILD_NVCC", str(wrapper))
+    monkeypatch.setenv("R1BUILD_CACHE_DIR", str(tmp_path / "cache"))
+    code = "from r1build.toolchain import toolchain; print(toolchain().ident)"
+    idents = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+              for _ in range(3)]
+    assert len(set(idents)) == 1 and idents[0].strip()
+    assert calls.read_text().count("x") == 1  # one process ran nvcc; the others remembered it
+    # another nvcc behind the same path (here: the wrapper rewritten) is asked again
+    wrapper.write_text(f'#!/bin/sh\necho x >> {calls}\n[ "$1" = --version ] && {{ {real} --version; echo patched; '
+                       f'exit 0; }}\nexec {real} "$@"\n')
+    out = subprocess.run([sys.executable, "-c", "from r1build.toolchain import toolchain; "
+                          "print(toolchain().version_text)"], capture_output=True, text=True, check=True).stdout
+    assert "patched" in out and calls.read_text().count("x") == 2
+    # a memo whose text does not match its digest is not used
+    memo = tmp_path / "cache" / toolchain_mod.MEMO_NAME
+    memo.write_text(memo.read_text().replace("patched", "tampered"))
+    out = subprocess.run([sys.executable, "-c", "from r1build.toolchain import toolchain; "
+                          "print(toolchain().version_text)"], capture_output=True, text=True, check=True).stdout
+    assert "patched" in out and "tampered" not in out and calls.read_text().count("x") == 3
