@@ -196,7 +196,9 @@ class StaticGate:
                         ) -> tuple[Result, bool]:
         """The verdict of one compile before the limits, and whether it may be cached: what a cluster worker
         computes for the resolving machine's gate (:mod:`r1build.cluster`), which applies the limits and caches."""
-        return self._compile_one(manifest, spec, _Task(parse_arch(arch), candidate, ""))
+        verdicts = self._compile_one(manifest, spec, [_Task(parse_arch(arch), candidate, "")])
+        assert verdicts is not None  # one arch: always a verdict
+        return verdicts[0]
 
     # -- internals ---------------------------------------------------------------------------------------
     def _compile_all(self, manifest: Manifest, spec: KernelSpec, tasks: list[_Task]) -> list[tuple[str, Result]]:

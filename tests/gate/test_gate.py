@@ -513,7 +513,7 @@ def test_events_from_the_gate_threads_reach_the_callers_sink(manifest: Manifest,
     gate = StaticGate(cache, jobs=2)
     real = gate._compile_one
 
-    def noisy(*args: object, **kwargs: object) -> tuple[Result, bool]:
+    def noisy(*args: object, **kwargs: object) -> list[tuple[Result, bool]] | None:
         emit(Note("warning", "from a gate thread"))
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
