@@ -708,7 +708,7 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
         raise UsageError("--locked uses only what the lock names and --refresh judges again: choose one")
     if options.frozen and (options.refresh or options.recover_lock):
         raise UsageError("--frozen uses the lock as it is: it cannot be combined with --refresh or rebuild the lock")
-    require_supported_archs(manifest, toolchain(), options.archs)
+    require_supported_archs(manifest, toolchain(), options.archs, cache)
     path = lock_path(manifest)
     lock = _read_lock(manifest, options)
     if options.frozen and lock is None:

@@ -24,8 +24,8 @@ from pathlib import Path
 from .errors import ToolchainError
 from .settings import env_settings
 
-__all__ = ["MEMO_NAME", "GpuArchs", "Toolchain", "find_nvcc", "gpu_archs", "nvcc_identity", "toolchain",
-           "version_digest"]
+__all__ = ["MEMO_NAME", "GpuArchs", "Toolchain", "find_nvcc", "gpu_archs", "gpu_archs_from_json", "nvcc_identity",
+           "toolchain", "version_digest"]
 
 MEMO_NAME = "nvcc-versions.json"
 """The file in the cache directory that remembers ``nvcc --version`` by the binary's identity."""
@@ -207,3 +207,14 @@ def _gpu_archs(nvcc: str, version_text: str) -> GpuArchs:
 def gpu_archs(tc: Toolchain) -> GpuArchs:
     """What ``tc`` compiles for, asked once per nvcc identity (path and ``--version`` text) and process."""
     return _gpu_archs(tc.nvcc, tc.version_text)
+
+
+def gpu_archs_from_json(doc: object) -> GpuArchs | None:
+    """A :class:`GpuArchs` stored as JSON (its three lists), or None for anything else."""
+    if not isinstance(doc, dict):
+        return None
+    lists = [doc.get(name) for name in ("real", "virtual", "specific")]
+    if not all(isinstance(v, list) and all(isinstance(a, str) for a in v) for v in lists):
+        return None
+    real, virtual, specific = (tuple(v) for v in lists if isinstance(v, list))
+    return GpuArchs(real, virtual, specific)

@@ -143,3 +143,27 @@ def test_a_manifest_built_in_code_gets_the_default_rule() -> None:
     bare = replace(m, targets={})
     assert bare.target(m.kernel("silu_mul"), "sm_90") == ArchTarget("sm_90", "sass+ptx")
     assert bare.target(m.kernel("silu_mul"), "sm_80") == ArchTarget("sm_80", "sass")
+
+
+def test_the_table_is_kept_in_the_cache_under_the_nvccs_identity(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from r1build.arch_support import ARCHS_NAMESPACE, known_archs
+    from r1build.cache import Cache
+    from r1build.keys import digest_json
+
+    tc = require_toolchain()
+    with Cache(tmp_path / "cache") as cache:
+        asked = known_archs(tc, cache)
+        assert asked == gpu_archs(tc)
+        key = digest_json({"nvcc": tc.nvcc, "version": tc.version_text})
+        stored = cache.get_json(ARCHS_NAMESPACE, key)
+        assert stored is not None and stored["real"] == list(asked.real)
+        # what is stored is what is used (another answer stored under this nvcc's identity is believed) ...
+        cache.put_json(ARCHS_NAMESPACE, key, {"real": ["sm_90"], "virtual": ["compute_90"], "specific": []})
+        assert known_archs(tc, cache).real == ("sm_90",)
+        # ... another nvcc (another --version text) is asked itself, and a malformed document is asked again
+        other = replace(tc, version_text=tc.version_text + "\nanother build")
+        assert known_archs(other, cache) == asked
+        cache.put_json(ARCHS_NAMESPACE, key, {"real": "sm_90"})
+        assert known_archs(tc, cache) == asked
