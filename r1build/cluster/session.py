@@ -146,15 +146,19 @@ def survey(client: Client, address: str, *, timeout_s: float, here: ProcessFacts
         raise ClusterRefusedError(f"the Dask scheduler at {address} has no workers (waited {timeout_s:g} s); start "
                                   f"them with `r1build worker --scheduler {address}`") from None
     info = client.scheduler_info(n_workers=-1)["workers"]
-    facts: dict[str, Any] = client.run(worker_facts)
+    facts: dict[str, Any] = client.run(worker_facts, on_error="return")
     here = here or process_facts(with_gpus=False)
     workers = []
     problems = []
     for addr, winfo in sorted(info.items(), key=lambda kv: str(kv[1].get("name"))):
         wfacts = facts.get(addr)
+        name = str(winfo.get("name", addr))
+        if isinstance(wfacts, BaseException):  # no r1build there, or one too different to answer
+            problems.append(f"worker {name} could not say which r1build it runs ({type(wfacts).__name__}: "
+                            f"{wfacts}): install the same r1build on every host")
+            continue
         if not isinstance(wfacts, ProcessFacts):
             continue  # joined after the facts were asked for: not used in this run
-        name = str(winfo.get("name", addr))
         problem = mismatch(here, wfacts, name)
         if problem is not None:
             problems.append(problem)

@@ -172,3 +172,8 @@ def tiny_project(where: Path, archs: list[str], *, variants: bool = True, evalua
         text = text.replace("[[kernel]]", f"[evaluation]\n{evaluation}\n\n[[kernel]]", 1)
     toml.write_text(text, encoding="utf-8")
     return where
+
+
+def facts_of_a_worker_without_r1build() -> Any:
+    """What ``Client.run`` gets from a worker where r1build is not installed (run there by the tests)."""
+    raise ModuleNotFoundError("No module named 'r1build'")

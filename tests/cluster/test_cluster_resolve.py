@@ -252,3 +252,19 @@ def test_a_job_is_split_over_the_workers_of_its_arch(tmp_path: Path, monkeypatch
     for result in decision.results:
         assert result.timing is not None
         assert result.timing.speedup_vs_baseline == round(base_us / result.timing.median_us, 4)
+
+
+def test_a_worker_without_r1build_is_refused(tmp_path: Path, shared_cluster: TestCluster,
+                                             monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from r1build.cluster import session
+    from tests.cluster.cluster_support import facts_of_a_worker_without_r1build
+
+    monkeypatch.setattr(session, "worker_facts", facts_of_a_worker_without_r1build)
+    project = tiny_project(tmp_path / "p", ["sm_90"], variants=False)
+    code = main(["resolve", "-m", str(project), "--cache-dir", str(tmp_path / "cache"), "--offline", "--cluster",
+                 shared_cluster.address])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and "Traceback" not in err
+    assert ("worker w90 could not say which r1build it runs (ModuleNotFoundError: No module named 'r1build'): "
+            "install the same r1build on every host") in err
