@@ -218,9 +218,13 @@ class ClusterEvaluator:
         self._client = connect(address, timeout_s=timeout_s)
         try:
             self.inventory = survey(self._client, address, timeout_s=timeout_s)
-        except BaseException:
+        except ClusterRefusedError:
             self._client.close()
             raise
+        except Exception as exc:  # the scheduler went away while answering
+            self._client.close()
+            raise ClusterRefusedError(f"the Dask scheduler at {address} failed while listing its workers: "
+                                      f"{type(exc).__name__}: {exc}") from None
         self.archs = frozenset(self.inventory.archs)
         """Archs some worker has a GPU of."""
         self._lock = threading.Lock()
@@ -343,8 +347,15 @@ class ClusterEvaluator:
         args: list[Any] = [job, self._project(job.manifest), keys, known, tag, self._session]
         if self.factory is not None:
             args.append(self.factory)
-        sub.future = self._client.submit(evaluate_job, *args, resources={arch: 1}, pure=False,
-                                         priority=len(job.candidates), key=f"r1build-{job.spec.name}-{arch}-{tag[:16]}")
+        try:
+            sub.future = self._client.submit(evaluate_job, *args, resources={arch: 1}, pure=False,
+                                             priority=len(job.candidates),
+                                             key=f"r1build-{job.spec.name}-{arch}-{tag[:16]}")
+        except Exception as exc:  # the client is closed: the scheduler went away between two jobs
+            with self._lock:
+                del self._jobs[tag]
+            raise ClusterError(f"{job.spec.name}/{arch}: lost the Dask scheduler at {self.address} ({exc}); what "
+                               "was measured before is cached, so running the same command again continues") from None
         sub.future.add_done_callback(lambda f, tag=tag: self._arrived(tag, f))
         self._progress(arch)
         return sub

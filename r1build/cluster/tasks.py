@@ -33,7 +33,8 @@ __all__ = ["PROGRESS_TOPIC", "JobOutcome", "ProjectFiles", "WorkerEvaluator", "c
            "local_gpu_evaluator", "project_files", "worker_cache", "worker_facts"]
 
 PROGRESS_TOPIC = "r1build-jobs"
-"""The Dask event topic a worker logs ``{"job": key, "state": "running"}`` to when it starts a GPU job."""
+"""The Dask event topic a worker logs ``{"job": tag, "state": "running", "name": worker name}`` to when it starts a
+GPU job (Dask adds the worker's address as ``worker``)."""
 
 _MAX_PROJECT_BYTES = 16 << 20
 _MAX_PROJECT_FILES = 2000
@@ -205,6 +206,10 @@ def evaluate_job(job: Job, project: ProjectFiles, gate_keys: Sequence[str], know
     here = replace(job, manifest=replace(job.manifest, path=root / project.manifest_name))
     held, evaluator = _evaluator(factory, session)
     try:
+        archs = getattr(evaluator, "archs", None)
+        if archs is not None and job.arch not in archs:  # a worker started with the wrong resources
+            raise EvaluationError(f"worker {_worker_name()} on {socket.gethostname()} advertises {job.arch}, but "
+                                  f"its GPUs run {', '.join(sorted(archs)) or 'nothing'}: fix its --resources")
         cache = getattr(evaluator, "cache", None)
         if cache is not None:
             for key, verdict in known.items():

@@ -122,6 +122,8 @@ class FakeGpu:
     """The GPU name put on results."""
     die_once: str | None = None
     """A marker file: the first job that finds it absent creates it and kills this worker process mid-job."""
+    archs: frozenset[str] | None = None
+    """The archs its GPU runs, as the local GPU evaluator says (None: whatever the worker advertises)."""
     hold_arch: str | None = None
     """Jobs of this arch wait (up to 60 s) until ``release`` exists."""
     release: str | None = None

@@ -268,3 +268,17 @@ def test_a_worker_without_r1build_is_refused(tmp_path: Path, shared_cluster: Tes
     assert code == 2 and "Traceback" not in err
     assert ("worker w90 could not say which r1build it runs (ModuleNotFoundError: No module named 'r1build'): "
             "install the same r1build on every host") in err
+
+
+def test_a_worker_advertising_an_arch_its_gpu_does_not_run_is_reported(
+        tmp_path: Path, shared_cluster: TestCluster, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A worker started with the wrong resources never passes the gate's verdicts off as its GPU's."""
+    _use_fake(monkeypatch, archs=frozenset({"sm_80"}))
+    project = tiny_project(tmp_path / "p", ["sm_90"], variants=False)
+    code = main(["resolve", "-m", str(project), "--cache-dir", str(tmp_path / "cache"), "--offline", "--cluster",
+                 shared_cluster.address])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 1 and "worker w90 on" in err and "advertises sm_90, but its GPUs run sm_80" in err
+    with Cache(tmp_path / "cache") as cache:
+        assert cache.decisions() == []
