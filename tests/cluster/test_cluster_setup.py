@@ -149,3 +149,32 @@ def test_a_job_carries_the_reference_and_its_neighbours(tmp_path: Path) -> None:
     assert files.digest == project_files(load_manifest(project / "kernels.toml"),
                                          load_manifest(project / "kernels.toml").kernels).digest
     assert time.monotonic() - started < 5
+
+
+def test_a_split_job_judges_its_baseline_once_and_joins_in_order(tmp_path: Path) -> None:
+    """A generation round's job (the baseline not among its candidates) over two workers: the baseline is judged
+    in the first part only, and the joined results are the job's, in order, with speedups over the baseline."""
+    from r1build.cluster.facts import process_facts
+    from r1build.cluster.session import ClusterEvaluator, Inventory, WorkerInfo, _joined
+    from r1build.judge import Job
+    from r1build.records import Candidate, Origin, Result, Timing
+
+    manifest = load_manifest(tiny_project(tmp_path / "p", ["sm_90"], variants=False) / "kernels.toml")
+    base = Candidate("// base", Origin("baseline", "scale.cu"))
+    generated = [Candidate(f"// g{i}", Origin("generated", model="m", round=1, sample=i)) for i in range(3)]
+    evaluator = ClusterEvaluator.__new__(ClusterEvaluator)  # the splitting alone: no scheduler needed
+    facts = process_facts(with_gpus=False)
+    evaluator.inventory = Inventory([WorkerInfo(f"tcp://h:{i}", f"w{i}", "h", ["sm_90"], 0, facts) for i in (1, 2)])
+    job = Job(manifest, manifest.kernels[0], "sm_90", generated, base)
+    parts = evaluator._parts(job)
+    assert [[c.digest for c in p.candidates] for p in parts] == [[base.digest, generated[0].digest],
+                                                                  [generated[1].digest, generated[2].digest]]
+    assert all(p.baseline is None for p in parts)
+    times = {base.digest: 20.0, generated[0].digest: 10.0, generated[1].digest: 40.0}
+    results = [Result(candidate=c.digest, arch="sm_90", status="passed", stage="evaluate",
+                      timing=Timing(median_us=times[c.digest], spread=0.01, samples=9)) if c.digest in times else
+               Result(candidate=c.digest, arch="sm_90", status="incorrect", stage="evaluate", detail="x")
+               for p in parts for c in p.candidates]
+    joined = _joined(job, results)
+    assert [r.candidate for r in joined] == [c.digest for c in generated]
+    assert [r.timing.speedup_vs_baseline if r.timing else None for r in joined] == [2.0, 0.5, None]
