@@ -29,6 +29,12 @@ Identical candidates (same normalized source and tunable values) are judged once
 stored in the cache, and the search links them under its decision key however it ends (budget, fatal error,
 Ctrl-C), so ``r1build replay`` finds them. The controller knows nothing of how candidates are judged: it calls an
 :class:`~r1build.judge.Evaluator`.
+
+The pieces, in the order a reader meets them: :class:`_Pool` holds the distinct candidates a search knows, in
+preference order (:class:`Order`), with their results, and ranks them; :func:`_read_answer` and
+:meth:`_Pool.admit_answer` are the one path from an answer to candidates, taken by the live search and by
+:func:`replay_search` alike; :class:`_Search` runs the rounds (plans, samples, stops) around a pool. Budgets (stop
+reasons, the token and money ledger) are :mod:`.budget`'s.
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from ..cache import Cache
 from ..errors import EndpointSilentError, EvaluationError, R1BuildError
@@ -61,7 +67,7 @@ if TYPE_CHECKING:
     from ..perfmodel import PerfModel
     from ..profile import Profiler
 
-__all__ = ["MIN_GAIN", "SampleLoss", "SearchOutcome", "Usage", "replay_search", "run_search"]
+__all__ = ["MIN_GAIN", "Order", "SampleLoss", "SearchOutcome", "Usage", "replay_search", "run_search"]
 
 MIN_GAIN = 0.02
 """Smallest relative speed-up of the best kernel that counts as an improvement for ``patience``."""
@@ -143,15 +149,42 @@ class SearchOutcome:
         return [(c, r) for c, r in zip(self.candidates, self.results, strict=True) if c.origin.kind == "generated"]
 
 
+class Order(NamedTuple):
+    """A candidate's place in preference order: the seeds first, in the manifest's order, then generated ones by
+    round, sample and tunable variant. Of identical candidates the earliest is kept, and ties in time go to it."""
+
+    generated: int
+    """0 for a seed, 1 for a generated candidate."""
+    round: int
+    """Round of a generated candidate (0 for seeds)."""
+    sample: int
+    """Sample in its round; a seed's index among the seeds."""
+    variant: int
+    """Index of its tunable value set (0 without tunables)."""
+
+    @classmethod
+    def seed(cls, index: int) -> Order:
+        """The ``index``-th seed's place."""
+        return cls(0, 0, index, 0)
+
+    @classmethod
+    def answer(cls, round_no: int, sample: int, variant: int) -> Order:
+        """The place of variant ``variant`` of the answer of round ``round_no``, sample ``sample``."""
+        return cls(1, round_no, sample, variant)
+
+
 @dataclass
-class _Entry:
-    """A distinct candidate the search knows."""
+class _Known:
+    """A distinct candidate the search knows, with what a later round needs to build on it."""
 
     candidate: Candidate
-    order: tuple[int, int, int]
+    order: Order
     messages: list[dict[str, str]] = field(default_factory=list)
+    """The task the model was given (a generated candidate's first user message), to continue the conversation."""
     answer: str = ""
+    """The answer's content without its reasoning, sent back when the conversation continues."""
     result: Result | None = None
+    """Its result, once judged."""
 
     @property
     def label(self) -> str:
@@ -200,31 +233,220 @@ def _defines_key(defines: dict[str, int | str]) -> str:
     return canonical_json(defines).decode()
 
 
-class _Search:
-    def __init__(self, manifest: Manifest, spec: KernelSpec, arch: str, *, evaluator: Evaluator, cache: Cache,
-                 endpoint: Endpoint | None, seeds: Sequence[Candidate], profiler: Profiler | None = None,
-                 perf_model: PerfModel | None = None) -> None:
+class _Pool:
+    """The distinct candidates a search (or a replay) knows, in preference order, with their results.
+
+    Of candidates with the same normalized source and values, the one earliest in preference order is kept,
+    whatever order the answers arrived in, so a replay (which reads transcripts in order) keeps the same one. The
+    pool judges candidates with the evaluator and ranks those that passed: by time where there are timings, else
+    by preference order. The seeds are admitted first, in their order.
+    """
+
+    def __init__(self, manifest: Manifest, spec: KernelSpec, arch: str, *, evaluator: Evaluator, usage: Usage,
+                 seeds: Sequence[Candidate], perf_model: PerfModel | None = None) -> None:
         self.manifest = manifest
-        self.profiler = profiler
-        self.perf_model = perf_model
         self.spec = spec
         self.arch = arch
         self.evaluator = evaluator
+        self.perf_model = perf_model
+        """Orders (and in its skip mode, skips) generated candidates before the evaluator sees them."""
+        self.usage = usage
+        """Where duplicates are counted."""
+        self.known: dict[str, _Known] = {}
+        """The candidates kept, by variant digest."""
+        self.generated: set[str] = set()
+        """Digests of the generated candidates kept, and of those that passed (counted without a scan: progress
+        reports them at every event)."""
+        self.generated_passed: set[str] = set()
+        self.by_norm: dict[tuple[str, str], str] = {}
+        """(normalized source digest, tunable values) -> the variant digest kept for them."""
+        self.baseline = next((c for c in seeds if c.origin.kind == "baseline"), None)
+        """The baseline among the seeds, which the evaluator times the others against."""
+        for i, seed in enumerate(seeds):
+            self.admit(seed, Order.seed(i), messages=[], answer="")
+
+    def admit(self, candidate: Candidate, order: Order, *, messages: list[dict[str, str]], answer: str) -> bool:
+        """Register a candidate; returns whether it must be judged.
+
+        A later arrival that is earlier in order replaces the kept one: for free when the text is the same, and
+        judged once more when only comments or layout differ.
+        """
+        key = (normalized_digest(candidate.source), _defines_key(candidate.defines))
+        kept = self.by_norm.get(key)
+        if kept is None:
+            self.by_norm[key] = candidate.digest
+            self._keep(_Known(candidate, order, messages, answer))
+            return True
+        self.usage.duplicates += 1 if candidate.origin.kind == "generated" else 0
+        known = self.known[kept]
+        if order >= known.order:
+            return False
+        if candidate.digest == kept:
+            known.candidate, known.order, known.messages, known.answer = candidate, order, messages, answer
+            return False
+        del self.known[kept]
+        self.generated.discard(kept)
+        self.generated_passed.discard(kept)
+        self.by_norm[key] = candidate.digest
+        self._keep(_Known(candidate, order, messages, answer))
+        return True
+
+    def _keep(self, known: _Known) -> None:
+        self.known[known.candidate.digest] = known
+        if known.candidate.origin.kind == "generated":
+            self.generated.add(known.candidate.digest)
+
+    def admit_answer(self, source: str, *, model: str, round_no: int, sample: int, transcript: str,
+                     messages: list[dict[str, str]], answer: str) -> list[Candidate]:
+        """The candidates of the code ``source`` extracted from the answer of round ``round_no``, sample
+        ``sample``: one per value set of the kernel's tunables, placed by :meth:`Order.answer`. Returns those that
+        must be judged."""
+        fresh = []
+        for variant, defines in enumerate(tunable_variants(source, self.spec.tunables)):
+            origin = Origin("generated", model=model, round=round_no, sample=sample, transcript=transcript)
+            candidate = Candidate(source, origin, defines)
+            if self.admit(candidate, Order.answer(round_no, sample, variant), messages=messages, answer=answer):
+                fresh.append(candidate)
+        return fresh
+
+    async def judge(self, candidates: Sequence[Candidate]) -> None:
+        """Judge candidates with the evaluator (in a worker thread) and record the results. With a performance
+        model (:mod:`r1build.perfmodel`), generated candidates go to the evaluator in predicted order, and in its
+        ``skip`` mode those predicted far slower than the best time so far are not judged (their result says so)."""
+        if not candidates:
+            return
+        if self.perf_model is not None and all(c.origin.kind == "generated" for c in candidates):
+            candidates, skipped = await asyncio.to_thread(self.perf_model.plan, self.spec, self.arch, candidates,
+                                                          self.best_time())
+            if skipped:
+                emit(Note("info", f"the performance model skipped {len(skipped)} candidate(s) predicted more than "
+                                  f"{self.perf_model.skip_factor:g}x slower than the best measured so far",
+                          kernel=self.spec.name, arch=self.arch))
+            for result in skipped:
+                known = self.known.get(result.candidate)
+                if known is not None:
+                    known.result = result
+            if not candidates:
+                return
+        job = Job(self.manifest, self.spec, self.arch, list(candidates), baseline=self.baseline)
+        results = await asyncio.to_thread(self.evaluator.evaluate, job)
+        if len(results) != len(candidates):
+            raise EvaluationError(f"the evaluator returned {len(results)} results for {len(candidates)} candidates")
+        for candidate, result in zip(candidates, results, strict=True):
+            known = self.known.get(candidate.digest)
+            if known is not None:  # None: replaced meanwhile by an earlier sample's copy
+                known.result = result
+                if result.ok and candidate.digest in self.generated:
+                    self.generated_passed.add(candidate.digest)
+
+    def in_order(self) -> list[_Known]:
+        """Every candidate kept, in preference order."""
+        return sorted(self.known.values(), key=lambda k: k.order)
+
+    def generated_known(self) -> list[_Known]:
+        """The generated candidates kept."""
+        return [self.known[d] for d in self.generated]
+
+    def ranked_best(self, limit: int = 2) -> list[_Known]:
+        """The best candidates that passed: the fastest where timed, else generated ones first in order."""
+        passed = [k for k in self.known.values() if k.result is not None and k.result.ok]
+        timed = [k for k in passed if k.result is not None and k.result.timing is not None]
+        if timed:
+            return sorted(timed, key=lambda k: (k.result.timing.median_us, k.order))[:limit]  # type: ignore[union-attr]
+        generated = [k for k in passed if k.candidate.origin.kind == "generated"]
+        return sorted(generated or passed, key=lambda k: k.order)[:limit]
+
+    def recent_failures(self, limit: int) -> list[_Known]:
+        """The latest candidates that failed, one variant per source (one is enough to repair it)."""
+        failed = [k for k in self.known.values() if k.result is not None and k.result.status in FAILED]
+        failed.sort(key=lambda k: k.order, reverse=True)
+        seen: set[str] = set()
+        out = []
+        for k in failed:
+            if k.candidate.source_digest not in seen:
+                seen.add(k.candidate.source_digest)
+                out.append(k)
+        return out[:limit]
+
+    def best_time(self) -> float | None:
+        """The best kernel's median time, when one was timed."""
+        best = self.ranked_best(1)
+        if best and best[0].result is not None and best[0].result.timing is not None:
+            return best[0].result.timing.median_us
+        return None
+
+    def target_reached(self, target_share: float) -> bool:
+        """Whether the best kernel reached ``target_share`` of the floor."""
+        best = self.ranked_best(1)
+        if not best or best[0].result is None or best[0].result.timing is None:
+            return False
+        share = best[0].result.timing.share_of_floor
+        return share is not None and share >= target_share
+
+    def timed(self) -> bool:
+        """Whether any candidate was timed (a GPU judged)."""
+        return any(k.result is not None and k.result.timing is not None for k in self.known.values())
+
+
+def _read_answer(finish_reason: str | None, content: str, kernel: str,
+                 usage: Usage) -> tuple[Extraction | None, SampleLoss | None]:
+    """The one reading of a complete answer, by the search and by replay: its extraction, and why it gives no
+    candidate (cut off at ``max_tokens``, stopped by the content filter, no code block), counted in ``usage``.
+    The extraction is None where the answer was cut off or filtered."""
+    if finish_reason == "length":
+        usage.count("truncated")
+        return None, "truncated"
+    if finish_reason == "content_filter":
+        usage.count("content_filter")
+        return None, "content_filter"
+    extraction = extract_source(content, kernel)
+    if extraction.source is None:
+        usage.count("no_code")
+        return extraction, "no_code"
+    return extraction, None
+
+
+def _outcome(pool: _Pool, usage: Usage, transcripts: list[str], reason: StopReason, rounds: int,
+             cause: str) -> SearchOutcome:
+    """The outcome of a search or replay: the judged candidates in preference order, with their results."""
+    judged = [k for k in pool.in_order() if k.result is not None]
+    return SearchOutcome(
+        candidates=[k.candidate for k in judged],
+        results=[k.result for k in judged if k.result is not None],
+        transcripts=transcripts,
+        usage=usage,
+        stop_reason=reason,
+        rounds=rounds,
+        cause=cause,
+    )
+
+
+class _Search:
+    """One live search for one kernel on one arch: rounds of samples around a :class:`_Pool`.
+
+    State, by concern: the request side (``client``, ``pacer``, ``ledger``, ``meters`` of the attempts in flight,
+    ``tasks`` of the samples in flight, ``deadline``); the round in progress (``round``, ``round_notes`` fed back
+    to the next round, ``queue`` of candidates waiting to be judged, ``finished_samples``); the stop
+    (``stop_reason``, ``cause``, ``fatal``); and what it spent and produced (``usage``, ``faults`` by label,
+    ``transcripts`` by round and sample, ``pool``).
+    """
+
+    def __init__(self, manifest: Manifest, spec: KernelSpec, arch: str, *, evaluator: Evaluator, cache: Cache,
+                 endpoint: Endpoint, seeds: Sequence[Candidate], profiler: Profiler | None = None,
+                 perf_model: PerfModel | None = None) -> None:
+        self.manifest = manifest
+        self.profiler = profiler
+        self.spec = spec
+        self.arch = arch
         self.cache = cache
         self.endpoint = endpoint
         self.generation = manifest.settings.generation
         self.budget = spec.budget
         self.usage = Usage()
-        self.entries: dict[str, _Entry] = {}
-        self.generated: set[str] = set()
-        """Digests of the generated entries, and of those that passed (progress counts them without a scan)."""
-        self.generated_passed: set[str] = set()
-        self.by_norm: dict[tuple[str, str], str] = {}
+        self.pool = _Pool(manifest, spec, arch, evaluator=evaluator, usage=self.usage, seeds=seeds,
+                          perf_model=perf_model)
         self.transcripts: list[tuple[tuple[int, int], str]] = []
-        self.seeds = list(seeds)
-        self.baseline = next((c for c in self.seeds if c.origin.kind == "baseline"), None)
-        self.start = time.monotonic()
-        self.deadline = self.start + self.budget.wall_time_s
+        self.deadline = time.monotonic() + self.budget.wall_time_s
         self.stop_reason: StopReason | None = None
         self.cause = ""
         self.fatal: R1BuildError | None = None
@@ -233,10 +455,9 @@ class _Search:
         self.pacer = Pacer(self.generation.retry_backoff_s, self.generation.max_consecutive_failures, self.deadline,
                            random.Random())
         self.faults: Counter[str] = Counter()
-        self.timed_rounds = 0
         self.tasks: set[asyncio.Task[None]] = set()
         self.queue: asyncio.Queue[Candidate | None] = asyncio.Queue()
-        self.round_notes: Counter[str] = Counter()
+        self.round_notes: Counter[SampleLoss] = Counter()
         self.finished_samples = 0
         self.round = 0
         self.client: ChatClient | None = None
@@ -251,8 +472,8 @@ class _Search:
             f"generate {self.spec.name}/{self.arch}", self.finished_samples, total,
             {
                 "round": f"{self.round + 1}/{self.budget.rounds}",
-                "candidates": len(self.generated),
-                "passed": len(self.generated_passed),
+                "candidates": len(self.pool.generated),
+                "passed": len(self.pool.generated_passed),
                 "tokens": self.usage.completion_tokens + self.live_tokens(),
                 "spend": f"${self.usage.cost_usd:.4f}",
             },
@@ -261,9 +482,6 @@ class _Search:
     def live_tokens(self) -> int:
         """Estimated tokens of the attempts in flight (progress only: accounting waits for their usage)."""
         return sum(m.tokens for m in self.meters)
-
-    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
-        return self.ledger.cost(prompt_tokens, completion_tokens)
 
     def sync_usage(self) -> None:
         """Tokens and money of :attr:`usage` from the ledger."""
@@ -322,71 +540,7 @@ class _Search:
             return self.pacer.cause
         return reason.replace("_", " ")
 
-    # -- candidates --------------------------------------------------------------------------------------
-    def admit(self, candidate: Candidate, order: tuple[int, int, int], *, messages: list[dict[str, str]],
-              answer: str) -> bool:
-        """Register a candidate; returns whether it must be judged.
-
-        Of candidates with the same normalized source and values, the one earliest in preference order is kept,
-        whatever order the answers arrived in, so a replay (which reads transcripts in order) keeps the same one.
-        A later arrival that is earlier in order replaces the kept one: for free when the text is the same, and
-        judged once more when only comments or layout differ.
-        """
-        key = (normalized_digest(candidate.source), _defines_key(candidate.defines))
-        known = self.by_norm.get(key)
-        if known is None:
-            self.by_norm[key] = candidate.digest
-            self._enter(_Entry(candidate, order, messages, answer))
-            return True
-        self.usage.duplicates += 1 if candidate.origin.kind == "generated" else 0
-        entry = self.entries[known]
-        if order >= entry.order:
-            return False
-        if candidate.digest == known:
-            entry.candidate, entry.order, entry.messages, entry.answer = candidate, order, messages, answer
-            return False
-        del self.entries[known]
-        self.generated.discard(known)
-        self.generated_passed.discard(known)
-        self.by_norm[key] = candidate.digest
-        self._enter(_Entry(candidate, order, messages, answer))
-        return True
-
-    def _enter(self, entry: _Entry) -> None:
-        self.entries[entry.candidate.digest] = entry
-        if entry.candidate.origin.kind == "generated":
-            self.generated.add(entry.candidate.digest)
-
-    async def judge(self, candidates: Sequence[Candidate]) -> None:
-        """Judge candidates with the evaluator (in a worker thread) and record the results. With a performance
-        model (:mod:`r1build.perfmodel`), generated candidates go to the evaluator in predicted order, and in its
-        ``skip`` mode those predicted far slower than the best time so far are not judged (their result says so)."""
-        if not candidates:
-            return
-        skipped: list[Result] = []
-        if self.perf_model is not None and all(c.origin.kind == "generated" for c in candidates):
-            candidates, skipped = await asyncio.to_thread(self.perf_model.plan, self.spec, self.arch, candidates,
-                                                          self.best_time())
-            if skipped:
-                self.note("info", f"the performance model skipped {len(skipped)} candidate(s) predicted more than "
-                                  f"{self.perf_model.skip_factor:g}x slower than the best measured so far")
-            for result in skipped:
-                entry = self.entries.get(result.candidate)
-                if entry is not None:
-                    entry.result = result
-            if not candidates:
-                return
-        job = Job(self.manifest, self.spec, self.arch, list(candidates), baseline=self.baseline)
-        results = await asyncio.to_thread(self.evaluator.evaluate, job)
-        if len(results) != len(candidates):
-            raise EvaluationError(f"the evaluator returned {len(results)} results for {len(candidates)} candidates")
-        for candidate, result in zip(candidates, results, strict=True):
-            entry = self.entries.get(candidate.digest)
-            if entry is not None:  # None: replaced meanwhile by an earlier sample's copy
-                entry.result = result
-                if result.ok and candidate.digest in self.generated:
-                    self.generated_passed.add(candidate.digest)
-
+    # -- judging ---------------------------------------------------------------------------------------
     async def judge_loop(self) -> None:
         """Judge queued candidates in batches until the round's sentinel arrives."""
         done = False
@@ -395,46 +549,27 @@ class _Search:
             while not self.queue.empty():
                 batch.append(self.queue.get_nowait())
             done = None in batch
-            await self.judge([c for c in batch if c is not None])
+            await self.pool.judge([c for c in batch if c is not None])
             self.progress()
 
     # -- planning ----------------------------------------------------------------------------------------
     def directions(self) -> list[str]:
         if self.generation.directions:
             return list(self.generation.directions)
-        if self.endpoint is not None and not self.endpoint.profile.honours_temperature:
+        if not self.endpoint.profile.honours_temperature:
             return list(DEFAULT_DIRECTIONS)
         return []
 
-    def judged(self, entry: _Entry) -> Judged:
-        assert entry.result is not None
-        return Judged(entry.label, entry.candidate.source, entry.result, dict(entry.candidate.defines))
-
-    def ranked_best(self, limit: int = 2) -> list[_Entry]:
-        passed = [e for e in self.entries.values() if e.result is not None and e.result.ok]
-        timed = [e for e in passed if e.result is not None and e.result.timing is not None]
-        if timed:
-            return sorted(timed, key=lambda e: (e.result.timing.median_us, e.order))[:limit]  # type: ignore[union-attr]
-        generated = [e for e in passed if e.candidate.origin.kind == "generated"]
-        return sorted(generated or passed, key=lambda e: e.order)[:limit]
-
-    def recent_failures(self, limit: int) -> list[_Entry]:
-        failed = [e for e in self.entries.values() if e.result is not None and e.result.status in FAILED]
-        failed.sort(key=lambda e: e.order, reverse=True)
-        seen: set[str] = set()
-        out = []
-        for e in failed:  # one variant per source is enough to repair it
-            if e.candidate.source_digest not in seen:
-                seen.add(e.candidate.source_digest)
-                out.append(e)
-        return out[:limit]
+    def judged(self, known: _Known) -> Judged:
+        assert known.result is not None
+        return Judged(known.label, known.candidate.source, known.result, dict(known.candidate.defines))
 
     def plan(self, round_no: int, count: int) -> list[_Plan]:
         directions = self.directions()
         temps = self.generation.temperatures
-        honours = self.endpoint is not None and self.endpoint.profile.honours_temperature
-        best = self.ranked_best()
-        failures = self.recent_failures(max(count, 3))
+        honours = self.endpoint.profile.honours_temperature
+        best = self.pool.ranked_best()
+        failures = self.pool.recent_failures(max(count, 3))
         parents = [e for pair in itertools.zip_longest(best, failures) for e in pair if e is not None]
         if round_no == 0:
             parents = []
@@ -494,7 +629,7 @@ class _Search:
             if reason is not None:
                 self.stop(reason)
                 return
-            assert self.client is not None and self.endpoint is not None
+            assert self.client is not None
             exchange = Exchange(plan.messages, self.client.params(temperature=plan.temperature,
                                                                   max_tokens=self.generation.max_tokens))
             spend = _SampleSpend(self, estimate_tokens(sum(len(m["content"]) for m in plan.messages)))
@@ -556,20 +691,15 @@ class _Search:
             return None
         if completion.finish_reason == "stop":
             self.ledger.observe(exchange.attempts[-1].completion_tokens)
-        if completion.finish_reason == "length":
-            usage.count("truncated")
-            self.round_notes["truncated"] += 1
+        extraction, loss = _read_answer(completion.finish_reason, completion.content, self.spec.name, usage)
+        if loss is not None and loss != "content_filter":
+            self.round_notes[loss] += 1  # fed back to the next round (:meth:`answer_notes`)
+        if loss == "truncated":
             self.note("warning", f"{where}: the answer was cut off at max_tokens ({exchange.params['max_tokens']});"
                                  " not a candidate")
-            return None
-        if completion.finish_reason == "content_filter":
-            usage.count("content_filter")
+        elif loss == "content_filter":
             self.note("warning", f"{where}: the answer was stopped by the provider's content filter")
-            return None
-        extraction = extract_source(completion.content, self.spec.name)
-        if extraction.source is None:
-            usage.count("no_code")
-            self.round_notes["no_code"] += 1
+        elif loss == "no_code" and extraction is not None:
             self.note("warning", f"{where}: no CUDA code block in the answer ({extraction.reason})")
         return extraction
 
@@ -593,16 +723,14 @@ class _Search:
 
     def enqueue(self, round_no: int, sample: int, plan: _Plan, exchange: Exchange, extraction: Extraction,
                 transcript: str) -> None:
-        if extraction.source is None or exchange.completion is None or self.endpoint is None:
+        """Queue for judging the candidates of a sample's answer that the pool did not know."""
+        if extraction.source is None or exchange.completion is None:
             return
         answer = strip_think(exchange.completion.content).strip()
-        for variant, defines in enumerate(tunable_variants(extraction.source, self.spec.tunables)):
-            origin = Origin("generated", model=self.endpoint.model, round=round_no, sample=sample,
-                            transcript=transcript)
-            candidate = Candidate(extraction.source, origin, defines)
-            if self.admit(candidate, (1, round_no * 100000 + sample, variant), messages=plan.messages[:1],
-                          answer=answer):
-                self.queue.put_nowait(candidate)
+        for candidate in self.pool.admit_answer(extraction.source, model=self.endpoint.model, round_no=round_no,
+                                                sample=sample, transcript=transcript, messages=plan.messages[:1],
+                                                answer=answer):
+            self.queue.put_nowait(candidate)
 
     # -- rounds ------------------------------------------------------------------------------------------
     async def run_round(self, round_no: int, count: int, slots: asyncio.Semaphore) -> None:
@@ -621,44 +749,27 @@ class _Search:
                 judging.cancel()
                 raise outcome
         await judging
-        await self.profile_finalists([e for e in self.entries.values() if e.candidate.origin.kind == "generated"
-                                      and e.candidate.origin.round == round_no])
+        await self.profile_finalists([k for k in self.pool.generated_known() if k.candidate.origin.round == round_no])
 
-    async def profile_finalists(self, entries: Sequence[_Entry]) -> None:
-        """Profile the fastest timed ``entries`` under Nsight Compute (:data:`FINALISTS` of them) and keep the
+    async def profile_finalists(self, known: Sequence[_Known]) -> None:
+        """Profile the fastest timed of ``known`` under Nsight Compute (:data:`FINALISTS` of them) and keep the
         findings with their results, so the next round's feedback says what bounds them. A profile that fails
         turns profiling off for the rest of the search, with a note."""
-        timed = sorted((e for e in entries if e.result is not None and e.result.ok and e.result.timing is not None
-                        and e.result.profile is None), key=lambda e: e.result.timing.median_us)  # type: ignore[union-attr]
-        for entry in timed[:FINALISTS]:
+        timed = sorted((k for k in known if k.result is not None and k.result.ok and k.result.timing is not None
+                        and k.result.profile is None), key=lambda k: k.result.timing.median_us)  # type: ignore[union-attr]
+        for finalist in timed[:FINALISTS]:
             if self.profiler is None:
                 return
             try:
                 profile = await asyncio.to_thread(self.profiler.profile, self.manifest, self.spec, self.arch,
-                                                  entry.candidate)
+                                                  finalist.candidate)
             except R1BuildError as exc:
-                self.note("warning", f"profiling {entry.label} under Nsight Compute failed, profiling is off for "
+                self.note("warning", f"profiling {finalist.label} under Nsight Compute failed, profiling is off for "
                                      f"this search: {exc}")
                 self.profiler = None
                 return
-            assert entry.result is not None
-            entry.result = replace(entry.result, profile=profile)
-
-    def best_time(self) -> float | None:
-        best = self.ranked_best(1)
-        if best and best[0].result is not None and best[0].result.timing is not None:
-            return best[0].result.timing.median_us
-        return None
-
-    def target_reached(self) -> bool:
-        best = self.ranked_best(1)
-        if not best or best[0].result is None or best[0].result.timing is None:
-            return False
-        share = best[0].result.timing.share_of_floor
-        return share is not None and share >= self.budget.target_share
-
-    def timed(self) -> bool:
-        return any(e.result is not None and e.result.timing is not None for e in self.entries.values())
+            assert finalist.result is not None
+            finalist.result = replace(finalist.result, profile=profile)
 
     async def run(self) -> SearchOutcome:
         """The search; its transcripts are linked under the decision key however it ends."""
@@ -674,11 +785,9 @@ class _Search:
         return outcome
 
     async def _run(self) -> SearchOutcome:
-        for i, seed in enumerate(self.seeds):
-            self.admit(seed, (0, i, 0), messages=[], answer="")
-        await self.judge([e.candidate for e in self.entries.values()])
-        await self.profile_finalists(list(self.entries.values()))
-        assert self.endpoint is not None
+        pool = self.pool
+        await pool.judge([k.candidate for k in pool.in_order()])  # the seeds: the first feedback knows the bar
+        await self.profile_finalists(list(pool.known.values()))
         slots = asyncio.Semaphore(self.generation.max_concurrency)
         stale = 0
         rounds_done = 0
@@ -686,11 +795,11 @@ class _Search:
             self.client = client
             for round_no in range(self.budget.rounds):
                 self.round = round_no
-                reason = "target" if self.target_reached() else self.exhausted()
+                reason = "target" if pool.target_reached(self.budget.target_share) else self.exhausted()
                 if reason is not None:
                     self.stop(reason)
                     break
-                before = self.best_time()
+                before = pool.best_time()
                 count = min(self.budget.samples, self.budget.candidates - self.usage.samples)
                 await self.run_round(round_no, count, slots)
                 if self.fatal is not None:
@@ -699,15 +808,13 @@ class _Search:
                 if self.stop_reason is not None:
                     break
                 self.progress()
-                after = self.best_time()
-                if not self.timed():
+                after = pool.best_time()
+                if not pool.timed():
                     # nothing could be timed (no GPU): patience does not count this round
-                    if any(e.result is not None and e.result.ok and e.candidate.origin.kind == "generated"
-                           for e in self.entries.values()):
+                    if pool.generated_passed:
                         self.stop("passed_gate")
                         break
                     continue
-                self.timed_rounds += 1
                 if after is not None and (before is None or after < before * (1.0 - MIN_GAIN)):
                     stale = 0
                 else:
@@ -716,15 +823,16 @@ class _Search:
                     self.stop("patience")
                     break
             else:
-                self.stop("target" if self.target_reached() else "rounds")
+                self.stop("target" if pool.target_reached(self.budget.target_share) else "rounds")
         if self.usage.answers == 0 and self.usage.requests > 0:
             raise EndpointSilentError(self.no_answer())
         reason = self.stop_reason or "rounds"
-        return self.outcome(reason, rounds_done)
+        self.transcripts.sort()
+        return _outcome(pool, self.usage, [d for _, d in self.transcripts], reason, rounds_done,
+                        self.describe_stop(reason))
 
     def no_answer(self) -> str:
         """Why no request got an answer, in words."""
-        assert self.endpoint is not None
         url = self.endpoint.display_url
         where = f"{self.spec.name}/{self.arch}"
         if set(self.faults) == {"connection failed"}:
@@ -739,25 +847,10 @@ class _Search:
 
     def link(self, reason: StopReason, cause: str) -> None:
         """Link the transcripts stored so far under the decision key (``r1build replay`` finds them there)."""
-        if self.endpoint is None:
-            return
         self.transcripts.sort()
         link_transcripts(self.cache, decision_key(self.manifest, self.spec, self.arch), kernel=self.spec.name,
                          arch=self.arch, transcripts=[d for _, d in self.transcripts], stop_reason=reason,
                          cause=cause)
-
-    def outcome(self, reason: StopReason, rounds: int) -> SearchOutcome:
-        entries = sorted((e for e in self.entries.values() if e.result is not None), key=lambda e: e.order)
-        self.transcripts.sort()
-        return SearchOutcome(
-            candidates=[e.candidate for e in entries],
-            results=[e.result for e in entries if e.result is not None],
-            transcripts=[d for _, d in self.transcripts],
-            usage=self.usage,
-            stop_reason=reason,
-            rounds=rounds,
-            cause=self.describe_stop(reason) if reason != "replay" else "a replay of stored transcripts",
-        )
 
 
 async def run_search(manifest: Manifest, spec: KernelSpec, arch: str, *, evaluator: Evaluator, cache: Cache,
@@ -780,41 +873,36 @@ async def run_search(manifest: Manifest, spec: KernelSpec, arch: str, *, evaluat
 
 async def replay_search(manifest: Manifest, spec: KernelSpec, arch: str, *, evaluator: Evaluator, cache: Cache,
                         transcripts: Sequence[str], seeds: Sequence[Candidate] = ()) -> SearchOutcome:
-    """Re-extract the candidates of stored transcripts and judge them again, with no network."""
-    search = _Search(manifest, spec, arch, evaluator=evaluator, cache=cache, endpoint=None, seeds=seeds)
-    for i, seed in enumerate(seeds):
-        search.admit(seed, (0, i, 0), messages=[], answer="")
+    """Re-extract the candidates of stored transcripts and judge them again, with no network: the answers go
+    through the search's own path (:func:`_read_answer`, :meth:`_Pool.admit_answer`), in round and sample order,
+    so the same candidates are kept in the same order."""
+    usage = Usage()
+    pool = _Pool(manifest, spec, arch, evaluator=evaluator, usage=usage, seeds=seeds)
     stored = []
     for digest in transcripts:
         answer = load_transcript(cache, digest)
         if answer is None:
-            search.usage.count("missing_transcript")
-            search.note("warning", f"transcript {digest[:12]} is missing or unreadable in the cache; skipped")
+            usage.count("missing_transcript")
+            emit(Note("warning", f"transcript {digest[:12]} is missing or unreadable in the cache; skipped",
+                      kernel=spec.name, arch=arch))
             continue
         stored.append(answer)
     stored.sort(key=lambda a: (a.round, a.sample))
     for answer in stored:
-        search.transcripts.append(((answer.round, answer.sample), answer.digest))
-        search.usage.samples += 1
+        usage.samples += 1
         if answer.content is None:
             continue
-        search.usage.answers += 1
-        search.usage.prompt_tokens += int(answer.usage.get("prompt_tokens") or 0)
-        search.usage.completion_tokens += int(answer.usage.get("completion_tokens") or 0)
-        search.usage.reasoning_tokens += int(answer.usage.get("reasoning_tokens") or 0)
-        if answer.finish_reason in ("length", "content_filter"):
-            search.usage.count("truncated" if answer.finish_reason == "length" else "content_filter")
-            continue
-        extraction = extract_source(answer.content, spec.name)
-        if extraction.source is None:
-            search.usage.count("no_code")
-            continue
-        for variant, defines in enumerate(tunable_variants(extraction.source, spec.tunables)):
-            origin = Origin("generated", model=answer.model, round=answer.round, sample=answer.sample,
-                            transcript=answer.digest)
-            search.admit(Candidate(extraction.source, origin, defines),
-                         (1, answer.round * 100000 + answer.sample, variant), messages=[], answer="")
-    search.usage.cost_usd = search.cost(search.usage.prompt_tokens, search.usage.completion_tokens)
-    await search.judge([e.candidate for e in sorted(search.entries.values(), key=lambda e: e.order)])
-    rounds = len({a.round for a in stored})
-    return search.outcome("replay", rounds)
+        usage.answers += 1
+        usage.prompt_tokens += int(answer.usage.get("prompt_tokens") or 0)
+        usage.completion_tokens += int(answer.usage.get("completion_tokens") or 0)
+        usage.reasoning_tokens += int(answer.usage.get("reasoning_tokens") or 0)
+        extraction, _ = _read_answer(answer.finish_reason, answer.content, spec.name, usage)
+        if extraction is not None and extraction.source is not None:
+            pool.admit_answer(extraction.source, model=answer.model, round_no=answer.round, sample=answer.sample,
+                              transcript=answer.digest, messages=[], answer="")
+    generation = manifest.settings.generation
+    usage.cost_usd = Ledger(spec.budget, generation.prices, generation.max_tokens).cost(usage.prompt_tokens,
+                                                                                        usage.completion_tokens)
+    await pool.judge([k.candidate for k in pool.in_order()])
+    return _outcome(pool, usage, [a.digest for a in stored], "replay", len({a.round for a in stored}),
+                    "a replay of stored transcripts")
