@@ -15,20 +15,21 @@ from .judge import CHECKS_VERSION
 from .keys import decision_key
 from .lock import LockEntry, find_vendored, load_lock
 from .manifest import KernelSpec, Manifest
-from .records import CandidateRef, Decision, Provenance, Result, Validation
+from .records import CandidateRef, Decision, Provenance, Result, SourceFrom, Standing, Validation
 from .resolve import lock_refusal, stale_checks
 from .selection import decision_winner
 from .transcript_doc import LINKS_NAMESPACE, parse_transcript
 
 __all__ = ["KernelRecords", "SampleRecord", "SearchRecord", "StatusRow", "project_records"]
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StatusRow:
     """One line of ``r1build status``."""
 
     kernel: str
     arch: str
-    state: str
+    state: Standing
+    """Where the kernel × arch stands (:data:`~r1build.records.Standing`)."""
     provenance: Provenance | None
     validation: Validation | None
     """``validated`` or ``unvalidated`` for a winner; None where there is none."""
@@ -39,7 +40,8 @@ class StatusRow:
     time_us: float | None
     gpu: str | None
     winner: str | None
-    source: str | None
+    source: SourceFrom | None
+    """Where the winner's source is read from (:data:`~r1build.records.SourceFrom`)."""
     note: str
 
 
@@ -160,6 +162,7 @@ def _status_row(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache
     pending, pending_note = _pending_note(decision, arch)
     if entry is not None and entry.key == key:
         vendor_dir = manifest.root / manifest.settings.vendor_dir
+        where: SourceFrom
         if cache.get_blob(entry.source) is not None:
             where = "cache"
         elif find_vendored(vendor_dir, spec.name, entry.source) is not None:
@@ -167,12 +170,13 @@ def _status_row(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache
         else:
             where = "repo" if entry.provenance in ("baseline", "file", "tuned") else "missing"
         refused = lock_refusal(entry, decision)
-        state = "locked" if where != "missing" else "locked, source missing"
+        state: Standing = "locked" if where != "missing" else "locked, source missing"
         if refused:
             state = "locked, refused"
-        return StatusRow(spec.name, arch, state, entry.provenance, entry.validation, entry.checks, pending,
-                         entry.time_us, entry.gpu, entry.winner[:12], where,
-                         _notes(refused or "", _checks_note(entry.validation, entry.checks), pending_note))
+        return StatusRow(kernel=spec.name, arch=arch, state=state, provenance=entry.provenance,
+                         validation=entry.validation, checks=entry.checks, pending=pending, time_us=entry.time_us,
+                         gpu=entry.gpu, winner=entry.winner[:12], source=where,
+                         note=_notes(refused or "", _checks_note(entry.validation, entry.checks), pending_note))
     stale = "lock stale" if entry is not None else "not locked"
     winner = decision_winner(decision) if decision is not None else None
     if decision is not None and winner is not None:
@@ -180,16 +184,20 @@ def _status_row(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache
         t = result.timing.median_us if result and result.timing else None
         validation = decision.validation(winner)
         checks = decision.checks if validation == "validated" else None
-        return StatusRow(spec.name, arch, "cached", winner.provenance(), validation, checks, pending, t,
-                         decision.device if t is not None else None, winner.digest[:12], "cache",
-                         _notes(stale, _checks_note(validation, checks), pending_note))
+        return StatusRow(kernel=spec.name, arch=arch, state="cached", provenance=winner.provenance(),
+                         validation=validation, checks=checks, pending=pending, time_us=t,
+                         gpu=decision.device if t is not None else None, winner=winner.digest[:12], source="cache",
+                         note=_notes(stale, _checks_note(validation, checks), pending_note))
     if decision is not None:
         rejected = sum(decision.validation(c) == "rejected" for c in decision.candidates)
-        return StatusRow(spec.name, arch, "no winner", None, None, None, pending, None, None, None, None,
-                         _notes(stale, f"{rejected} rejected", pending_note))
+        return StatusRow(kernel=spec.name, arch=arch, state="no winner", provenance=None, validation=None,
+                         checks=None, pending=pending, time_us=None, gpu=None, winner=None, source=None,
+                         note=_notes(stale, f"{rejected} rejected", pending_note))
     if spec.baseline is not None:
-        return StatusRow(spec.name, arch, "baseline only", "baseline", None, None, 0, None, None, None, "repo", stale)
-    return StatusRow(spec.name, arch, "unresolved", None, None, None, 0, None, None, None, None, stale)
+        return StatusRow(kernel=spec.name, arch=arch, state="baseline only", provenance="baseline", validation=None,
+                         checks=None, pending=0, time_us=None, gpu=None, winner=None, source="repo", note=stale)
+    return StatusRow(kernel=spec.name, arch=arch, state="unresolved", provenance=None, validation=None, checks=None,
+                     pending=0, time_us=None, gpu=None, winner=None, source=None, note=stale)
 
 
 def _int(value: Any) -> int:

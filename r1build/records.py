@@ -19,6 +19,7 @@ __all__ = [
     "CandidateOutcome",
     "CandidateRef",
     "Decision",
+    "Found",
     "GateReport",
     "JudgeStage",
     "KernelProfile",
@@ -26,6 +27,8 @@ __all__ = [
     "Profile",
     "Provenance",
     "Result",
+    "SourceFrom",
+    "Standing",
     "Status",
     "Timing",
     "Unresolved",
@@ -59,6 +62,23 @@ Validation = Literal["validated", "unvalidated", "pending", "rejected"]
 - ``pending``: a generated candidate that passed the static gate and waits for a GPU of that arch; never a winner;
 - ``rejected``: some check (gate or GPU) failed; never a winner.
 """
+
+# -- where a winner stands: the words the resolver, ``status`` and the CLI share -------------------------------
+Found = Literal["locked", "vendored", "cached", "measured", "generated", "gated"]
+"""How a run found a kernel × arch's winner (``state`` in ``r1build resolve``): the lock's, its source from the
+cache or the project's own files (``locked``) or the vendored folder (``vendored``); a ``cached`` decision's; or
+work in this run: ``measured`` on a GPU, a search that ``generated`` candidates, or the static gate alone judging
+the user's own sources (``gated``)."""
+
+SourceFrom = Literal["cache", "vendored", "repo", "missing"]
+"""Where a winner's source is read from: the ``cache``, the ``vendored`` folder, the project's own files
+(``repo``: the baseline or a ``candidates`` file), or nowhere (``missing``)."""
+
+Standing = Literal["locked", "locked, source missing", "locked, refused", "cached", "no winner", "baseline only",
+                   "unresolved"]
+"""Where a kernel × arch stands before any work (``state`` in ``r1build status``): a lock entry of its current key
+(whose source is found, or ``missing``, or which may not be used: ``refused``), else a ``cached`` decision with a
+winner, one with ``no winner``, or nothing yet (``baseline only`` to fall back on, or ``unresolved``)."""
 
 T = TypeVar("T")
 

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from .arch_support import require_supported_archs
 from .cache import Cache
@@ -52,7 +52,18 @@ from .lock import (
 )
 from .manifest import KernelSpec, Manifest, find_manifest, load_manifest
 from .reach import unreachable
-from .records import Candidate, CandidateRef, Decision, Origin, Provenance, Result, Unresolved, Validation
+from .records import (
+    Candidate,
+    CandidateRef,
+    Decision,
+    Found,
+    Origin,
+    Provenance,
+    Result,
+    SourceFrom,
+    Unresolved,
+    Validation,
+)
 from .selection import decision_winner, rejection, select_winner, unresolved
 from .settings import env_settings
 from .toolchain import toolchain
@@ -64,13 +75,8 @@ if TYPE_CHECKING:
     from .perfmodel import PerfModel
     from .profile import Profiler
 
-__all__ = ["Resolution", "ResolveOptions", "Resolved", "lock_refusal", "prepare_build", "project_source", "resolve",
-           "stale_checks"]
-
-State = Literal["locked", "vendored", "cached", "measured", "generated", "gated"]
-"""How a winner was found: from the lock (its source in the cache or the manifest's files, or ``vendored``), a
-``cached`` decision, or work in this run: ``measured`` on a GPU, a search that ``generated`` candidates, or the
-static gate alone judging the user's own sources (``gated``)."""
+__all__ = ["Resolution", "ResolveOptions", "Resolved", "WinnerSource", "lock_refusal", "prepare_build",
+           "project_source", "resolve", "stale_checks"]
 
 
 @dataclass(frozen=True)
@@ -117,7 +123,7 @@ class Resolved:
     arch: str
     key: str
     candidate: Candidate
-    state: State
+    state: Found
     provenance: Provenance
     validation: Validation
     """``validated`` or ``unvalidated`` (a winner is never pending or rejected)."""
@@ -175,22 +181,29 @@ def _manifest_file_with_digest(manifest: Manifest, spec: KernelSpec, digest: str
     return None
 
 
-def _source_for(manifest: Manifest, spec: KernelSpec, cache: Cache, digest: str) -> tuple[str, State] | None:
+class WinnerSource(NamedTuple):
+    """A winner's source text, verified by its digest, and where it was read from."""
+
+    text: str
+    where: SourceFrom
+
+
+def _source_for(manifest: Manifest, spec: KernelSpec, cache: Cache, digest: str) -> WinnerSource | None:
     text = cache.get_text(digest)
     if text is not None:
-        return text, "locked"
+        return WinnerSource(text, "cache")
     return project_source(manifest, spec, digest)
 
 
-def project_source(manifest: Manifest, spec: KernelSpec, digest: str) -> tuple[str, State] | None:
+def project_source(manifest: Manifest, spec: KernelSpec, digest: str) -> WinnerSource | None:
     """The source with ``digest`` from the project alone (the vendored folder, the manifest's own files), verified:
     what a build with no cache, say from an sdist, can find."""
     vendored = find_vendored(manifest.root / manifest.settings.vendor_dir, spec.name, digest)
     if vendored is not None:
-        return vendored, "vendored"
+        return WinnerSource(vendored, "vendored")
     own = _manifest_file_with_digest(manifest, spec, digest)
     if own is not None:
-        return own, "locked"
+        return WinnerSource(own, "repo")
     return None
 
 
@@ -474,12 +487,13 @@ def _decide(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Ca
         # nothing to do, or only the gate to judge again what a GPU measured: keep the measured decision
         return None
     baseline = _baseline_of(seeds)
-    transcripts: list[str] = list(previous.transcripts) if stored and previous else earlier
+    judged: _Judged
     if stored:
         emit(Note("info", f"judging {len(stored)} stored generated candidate(s) again (no new requests)",
                   spec.name, arch))
         candidates = seeds + [c for c in stored if c.digest not in {s.digest for s in seeds}]
         results = (evaluator or judges.gate).evaluate(Job(manifest, spec, arch, candidates, baseline))
+        judged = _Judged(candidates, results, list(previous.transcripts) if previous else earlier)
     elif generate:
         from .generate import search
 
@@ -496,14 +510,30 @@ def _decide(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Ca
             if evaluator is None:
                 return None
             return _decide(manifest, spec, arch, key, cache, judges, options, seeds)
-        candidates, results, transcripts = outcome.candidates, outcome.results, outcome.transcripts
+        judged = _Judged(outcome.candidates, outcome.results, outcome.transcripts)
     else:
         assert evaluator is not None
         emit(Stage("evaluate", spec.name, arch))
-        candidates = seeds
-        results = evaluator.evaluate(Job(manifest, spec, arch, seeds, baseline))
+        judged = _Judged(seeds, evaluator.evaluate(Job(manifest, spec, arch, seeds, baseline)), [])
     if evaluator is None:
-        results = _with_known_rejections(candidates, results, cache.get_decision(key))
+        judged = replace(judged, results=_with_known_rejections(judged.candidates, judged.results,
+                                                                 cache.get_decision(key)))
+    return _record_decision(spec, arch, key, cache, judged)
+
+
+@dataclass(frozen=True)
+class _Judged:
+    """What the work on a miss judged: the candidates in preference order, their results, and the transcripts of
+    the search that generated some of them."""
+
+    candidates: Sequence[Candidate]
+    results: Sequence[Result]
+    transcripts: Sequence[str]
+
+
+def _record_decision(spec: KernelSpec, arch: str, key: str, cache: Cache, judged: _Judged) -> Decision:
+    """The decision of what was judged, stored in the cache with every candidate's source."""
+    candidates, results = judged.candidates, judged.results
     for c in candidates:
         cache.put_text(c.source)
     winner = select_winner(candidates, results)
@@ -517,7 +547,7 @@ def _decide(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Ca
         winner=CandidateRef.of(winner) if winner else None,
         candidates=[CandidateRef.of(c) for c in candidates],
         results=list(results),
-        transcripts=list(transcripts),
+        transcripts=list(judged.transcripts),
         measured=measured,
         device=device,
         toolchain=toolchain().ident,
@@ -529,7 +559,7 @@ def _decide(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Ca
 
 
 def _from_decision(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Cache, decision: Decision,
-                   state: State) -> Resolved | Unresolved | None:
+                   state: Found) -> Resolved | Unresolved | None:
     """The decision's winner; :class:`Unresolved` when none of its candidates may win; None when the winner's
     source is gone from the cache."""
     winner = decision_winner(decision)
@@ -547,7 +577,7 @@ def _from_decision(manifest: Manifest, spec: KernelSpec, arch: str, key: str, ca
     validation = decision.validation(winner)
     if validation == "validated" and state == "cached" and stale_checks(decision.checks):
         _note_stale_checks(spec, arch, "cached", decision.checks)
-    candidate = Candidate(found[0], winner.origin, dict(winner.defines))
+    candidate = Candidate(found.text, winner.origin, dict(winner.defines))
     return Resolved(
         spec, arch, key, candidate, state, winner.provenance(), validation,
         time_us=result.timing.median_us if result and result.timing else None,
@@ -583,7 +613,7 @@ def _lookup(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Ca
     elif entry is not None and entry.key == key and not options.refresh:
         found = _source_for(manifest, spec, cache, entry.source)
         if found is not None:
-            source, state = found
+            state: Found = "vendored" if found.where == "vendored" else "locked"
             tc = toolchain().ident
             if entry.toolchain and entry.toolchain != tc:
                 emit(Note("warning", f"locked with nvcc {entry.toolchain}, gating and building with {tc} "
@@ -591,7 +621,7 @@ def _lookup(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Ca
                           spec.name, arch))
             if entry.validation == "validated" and stale_checks(entry.checks):
                 _note_stale_checks(spec, arch, "locked", entry.checks)
-            candidate = Candidate(source, _origin_of(spec, entry), dict(entry.defines))
+            candidate = Candidate(found.text, _origin_of(spec, entry), dict(entry.defines))
             if candidate.digest != entry.winner:  # verified when read; checked again where it is used
                 raise LockError(f"{lock_path(manifest)}: {spec.name}/{arch}: winner {entry.winner[:16]} is not the "
                                 f"digest of its source and defines ({candidate.digest[:16]})")
@@ -628,7 +658,7 @@ def _work(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Cach
                 return found
         decision = _decide(manifest, spec, arch, key, cache, judges, options, seeds)
     if decision is not None:
-        how: State = "generated" if decision.transcripts else ("measured" if decision.measured else "gated")
+        how: Found = "generated" if decision.transcripts else ("measured" if decision.measured else "gated")
         resolved = _from_decision(manifest, spec, arch, key, cache, decision, how)
         if resolved is not None:
             return resolved
@@ -696,6 +726,17 @@ def _read_lock(manifest: Manifest, options: ResolveOptions) -> Lock | None:
         return salvage_lock(manifest, damage).lock
 
 
+@dataclass(frozen=True)
+class _Question:
+    """One kernel × arch to resolve: its decision key, and what the lock or the cache answered without any work
+    (None: a miss)."""
+
+    spec: KernelSpec
+    arch: str
+    key: str
+    hit: Resolved | Unresolved | None
+
+
 def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = None) -> Resolution:
     """Resolve every kernel × arch; update the lock unless ``locked`` or told not to."""
     options = options or ResolveOptions()
@@ -718,25 +759,27 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
         lock = require_fresh(manifest, lock, plan if (options.kernels or options.archs) else None)
     judges = _Judges(cache, options.use_gpu, options.cluster, manifest.settings.evaluation.connect_timeout_s)
     try:
-        found: list[tuple[KernelSpec, str, str, Resolved | Unresolved | None]] = []
+        questions: list[_Question] = []
         for spec in specs:
             for arch in plan[spec.name]:
                 key = decision_key(manifest, spec, arch)
-                found.append((spec, arch, key, _lookup(manifest, spec, arch, key, cache, lock, options)))
+                questions.append(_Question(spec, arch, key, _lookup(manifest, spec, arch, key, cache, lock, options)))
+        misses = [q for q in questions if q.hit is None]
         # the manifest's own candidates of each kernel with a miss, read once for the GPU's head start and the work
         seeds: dict[str, list[Candidate]] = {}
-        if not options.locked and not options.frozen and any(hit is None for *_, hit in found):
+        if not options.locked and not options.frozen and misses:
             from .evaluate.variants import expand_variants
 
-            seeds = {spec.name: expand_variants(manifest, spec) for spec, _, _, hit in found if hit is None}
+            seeds = {q.spec.name: expand_variants(manifest, q.spec) for q in misses}
             if not judges.endpoint(manifest, options):
-                judges.prepare([Job(manifest, spec, arch, seeds[spec.name], _baseline_of(seeds[spec.name]))
-                                for spec, arch, _, hit in found if hit is None])
+                judges.prepare([Job(manifest, q.spec, q.arch, seeds[q.spec.name], _baseline_of(seeds[q.spec.name]))
+                                for q in misses])
         outcomes: list[Resolved | Unresolved] = []
-        for spec, arch, key, hit in found:
-            if hit is not None:
-                outcomes.append(hit)
+        for q in questions:
+            if q.hit is not None:
+                outcomes.append(q.hit)
                 continue
+            spec, arch, key = q.spec, q.arch, q.key
             if options.locked:  # _lookup answers every current entry or raises; nothing may be judged anew
                 raise ResolveError(f"{spec.name}/{arch}: --locked and the lock has no usable entry for it")
             kept = None

@@ -116,7 +116,7 @@ def check_offline_buildable(project_dir: Path, manifest: Manifest) -> None:
             entry = lock.entry(spec.name, arch) if lock else None
             if entry is not None and entry.key == decision_key(manifest, spec, arch):
                 found = project_source(manifest, spec, entry.source)
-                if found is None or (found[1] == "vendored" and not carried):
+                if found is None or (found.where == "vendored" and not carried):
                     missing.append(f"{spec.name}/{arch} ({entry.provenance}, source {entry.source[:16]})")
                 continue
             if spec.baseline is None and not spec.candidates:

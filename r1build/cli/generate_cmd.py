@@ -1,27 +1,23 @@
-"""Generation commands: ``generate`` (R1 + the static gate, no GPU needed) and ``replay`` (from transcripts)."""
+"""Generation commands: ``generate`` (R1 + the static gate, no GPU needed) and ``replay`` (from transcripts); the
+work is :mod:`r1build.kernel_search`'s, this module parses and renders."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
-import importlib
 import json
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..cache import Cache
-from ..errors import CacheError, ConfigError, UsageError
+from ..errors import UsageError
 from ..events import sink
 from ..extras import GENERATE
-from ..judge import Evaluator
-from ..keys import decision_key
+from ..kernel_search import generate_kernel, replay_kernel, require_endpoint
 from ..manifest import KernelSpec, Manifest
 from ..manifest.convert import did_you_mean
-from ..records import Candidate, CandidateRef, Result
-from ..settings import env_settings
+from ..records import Candidate, Result
 from .common import add_cache_arg, add_manifest_arg, load_from_args, open_cache, parse_archs
 from .render import Console
 
@@ -29,12 +25,7 @@ if TYPE_CHECKING:
     from ..generate import SearchOutcome
     from ..generate.controller import SampleLoss
 
-__all__ = ["GENERATION_NAMESPACE", "register"]
-
-GENERATION_NAMESPACE = "generation"
-"""Cache JSON namespace of ``r1build generate`` runs, keyed by decision key (transcripts, candidates, results):
-:data:`r1build.generate.transcripts.LINKS_NAMESPACE`, where the search itself links its transcripts however it
-ends (not imported here: importing the generate stage loads the openai client, too slow for every command)."""
+__all__ = ["register"]
 
 
 def register(sub: Any) -> None:
@@ -114,65 +105,20 @@ def _rows(candidates: Sequence[Candidate], results: Sequence[Result]) -> list[di
             for c, r in zip(candidates, results, strict=True)]
 
 
-def _gpu_for(cache: Cache, arch: str) -> Evaluator | None:
-    """The GPU evaluator for ``arch`` when the evaluate stage offers one and a GPU of that arch is visible (the
-    same rule as the resolver's)."""
-    try:
-        evaluate = importlib.import_module(f"{__package__.rpartition('.')[0]}.evaluate")
-        gpu_evaluator, detect_gpus = evaluate.GpuEvaluator, evaluate.detect_gpus
-    except (ImportError, AttributeError):
-        return None
-    if not detect_gpus():
-        return None
-    evaluator = gpu_evaluator(cache)
-    return evaluator if arch in evaluator.archs else None
-
-
 def cmd_generate(args: argparse.Namespace, console: Console) -> int:
     GENERATE.require()
     from ..arch_support import require_supported_archs
-    from ..evaluate.variants import expand_variants
-    from ..gate.static import StaticGate
-    from ..generate import endpoint_configured, search
-    from ..generate.providers import BASE_URL_ENV, PROFILES
     from ..toolchain import toolchain
 
     manifest = load_from_args(args)
     spec = _kernel(manifest, args.kernel)
     archs = _archs(manifest, spec, args)
     require_supported_archs(manifest, toolchain(), archs)
-    generation = manifest.settings.generation
-    if env_settings().offline:
-        raise ConfigError("R1BUILD_OFFLINE is set: `r1build generate` would call the LLM endpoint; unset it, or use "
-                          "`r1build replay` to judge stored answers again with no network")
-    if not endpoint_configured(generation):
-        keys = (generation.api_key_env,) if generation.api_key_env else PROFILES[generation.provider].key_envs
-        raise ConfigError(f"no LLM endpoint configured for provider {generation.provider!r}: set "
-                          f"{' or '.join(keys)}, or {BASE_URL_ENV}, or base-url in [generation] of {manifest.path}")
-    seeds = expand_variants(manifest, spec)
+    require_endpoint(manifest)
     failed: list[str] = []
     report: list[dict[str, Any]] = []
     with sink(console.event), open_cache(args) as cache:
-        if cache.degraded is not None:
-            raise CacheError(f"not generating: the cache at {cache.directory} cannot keep what the requests would "
-                             f"cost ({cache.degraded})")
-        gate = StaticGate(cache)
-        for arch in archs:
-            outcome = search(manifest, spec, arch, evaluator=gate, cache=cache, seeds=seeds)
-            for candidate in outcome.candidates:
-                cache.put_text(candidate.source)
-            key = decision_key(manifest, spec, arch)
-            cache.put_json(GENERATION_NAMESPACE, key, {
-                "kernel": spec.name,
-                "arch": arch,
-                "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                "transcripts": outcome.transcripts,
-                "candidates": [dataclasses.asdict(CandidateRef.of(c)) for c in outcome.candidates],
-                "results": [dataclasses.asdict(r) for r in outcome.results],
-                "usage": dataclasses.asdict(outcome.usage),
-                "stop_reason": outcome.stop_reason,
-                "cause": outcome.cause,
-            })
+        for arch, outcome in generate_kernel(manifest, spec, archs, cache):
             u = outcome.usage
             generated = outcome.generated()
             passed = sum(1 for _, r in generated if r.ok)
@@ -213,66 +159,30 @@ def _why_none_passed(outcome: SearchOutcome) -> str:
     return f"{answers}; stopped: {outcome.cause}"
 
 
-def _stored_transcripts(cache: Cache, manifest: Manifest, spec: KernelSpec, arch: str) -> tuple[list[str], Any]:
-    key = decision_key(manifest, spec, arch)
-    decision = cache.get_decision(key)
-    if decision is not None and decision.transcripts:
-        return list(decision.transcripts), decision
-    doc = cache.get_json(GENERATION_NAMESPACE, key)
-    if isinstance(doc, dict) and isinstance(doc.get("transcripts"), list):
-        return [str(t) for t in doc["transcripts"]], decision
-    return [], decision
-
-
 def cmd_replay(args: argparse.Namespace, console: Console) -> int:
     GENERATE.require()  # re-extracting answers runs the generate stage's code, which loads the openai client
-    from ..evaluate.variants import expand_variants
-    from ..gate.static import StaticGate
-    from ..generate import replay
-    from ..selection import select_winner
-
     manifest = load_from_args(args)
     spec = _kernel(manifest, args.kernel)
     archs = _archs(manifest, spec, args)
-    seeds = expand_variants(manifest, spec)
     status = 0
     report: list[dict[str, Any]] = []
     with sink(console.event), open_cache(args) as cache:
-        gate = StaticGate(cache)
-        for arch in archs:
-            decision = None
-            transcripts = list(args.transcript or [])
-            if not transcripts:
-                transcripts, decision = _stored_transcripts(cache, manifest, spec, arch)
-            if not transcripts:
-                raise UsageError(f"no stored transcripts for {spec.name} on {arch} in {cache.directory}: run "
-                                 f"`r1build generate {spec.name}` or `r1build resolve` first, or pass --transcript")
-            evaluator = None if args.no_gpu else _gpu_for(cache, arch)
-            outcome = replay(manifest, spec, arch, evaluator=evaluator or gate, cache=cache,
-                             transcripts=transcripts, seeds=seeds)
-            winner = select_winner(outcome.candidates, outcome.results)
+        for done in replay_kernel(manifest, spec, archs, cache, transcripts=args.transcript or (),
+                                  use_gpu=not args.no_gpu):
+            arch, outcome, winner, verdict = done.arch, done.outcome, done.winner, done.verdict
             generated = outcome.generated()
-            stored = decision.winner.digest if decision is not None and decision.winner is not None else None
-            verdict = None
-            if stored is not None:
-                replayed = next((r for c, r in zip(outcome.candidates, outcome.results, strict=True)
-                                 if c.digest == stored), None)
-                if winner is not None and winner.digest == stored:
-                    verdict = "confirmed"
-                elif all(r.stage == "gate" for r in outcome.results) and replayed is not None and replayed.ok:
-                    verdict = "passes the gate"
-                else:
-                    verdict = "differs"
-                    status = 1
+            stored = done.stored.winner.digest if done.stored is not None and done.stored.winner else None
+            if verdict == "differs":
+                status = 1
             if args.json:
-                report.append({"kernel": spec.name, "arch": arch, "transcripts": transcripts,
+                report.append({"kernel": spec.name, "arch": arch, "transcripts": done.transcripts,
                                "generated": len(generated), "passed": sum(1 for _, r in generated if r.ok),
                                "winner": winner.digest if winner else None, "stored_winner": stored,
                                "stored_winner_verdict": verdict,
                                "candidates": _rows(outcome.candidates, outcome.results)})
                 continue
             _table(console, arch, outcome.candidates, outcome.results, f"replay {spec.name}")
-            console.print(f"{spec.name} {arch}: {len(transcripts)} transcript(s), {len(generated)} generated "
+            console.print(f"{spec.name} {arch}: {len(done.transcripts)} transcript(s), {len(generated)} generated "
                           f"candidate(s), {sum(1 for _, r in generated if r.ok)} passed; winner: "
                           f"{winner.digest[:12] + ' (' + _origin(winner) + ')' if winner else 'none'}")
             if stored is None:

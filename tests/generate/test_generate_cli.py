@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from r1build.cli.generate_cmd import GENERATION_NAMESPACE
 from r1build.cli.main import main
 from r1build.keys import decision_key
 from r1build.records import Candidate, CandidateRef, Decision, Origin
+from r1build.transcript_doc import LINKS_NAMESPACE
 from tests.generate.chat_server import Answer, ChatServer, Fault
 from tests.generate.gen_support import KEY, Project, answer, broken_source, kernel_source
 
@@ -78,13 +78,13 @@ def test_replay_confirms_a_stored_decision(project: Project, endpoint_env: None,
     spec = manifest.kernel("vadd")
     key = decision_key(manifest, spec, "sm_90")
     with project.cache() as cache:
-        doc = cache.get_json(GENERATION_NAMESPACE, key)
+        doc = cache.get_json(LINKS_NAMESPACE, key)
         assert isinstance(doc, dict)
         transcripts = doc["transcripts"]
         ref = CandidateRef.of(Candidate(kernel_source(1), Origin("generated")))
         cache.put_decision(Decision(key=key, kernel="vadd", arch="sm_90", winner=ref, candidates=[ref], results=[],
                                     transcripts=transcripts))
-        cache.put_json(GENERATION_NAMESPACE, key, {})    # the decision's transcripts are the ones replayed
+        cache.put_json(LINKS_NAMESPACE, key, {})    # the decision's transcripts are the ones replayed
     assert cli(project, "replay", "vadd", "--no-gpu") == 0
     out, err = capsys.readouterr()
     # the gate alone never makes a generated candidate a winner: it can only say the stored one still passes it
