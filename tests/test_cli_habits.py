@@ -14,6 +14,8 @@ from r1build.cache.prune import prune_cache
 from r1build.cli.main import main
 from r1build.lock import read_lock
 
+pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
+
 STALE_FROM = 'description = "out[i] = silu'
 STALE_TO = 'description = "Changed: out[i] = silu'
 

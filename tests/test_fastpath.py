@@ -15,6 +15,8 @@ import pytest
 from r1build import toolchain as toolchain_mod
 from r1build.cache import Cache
 
+pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -22,6 +22,8 @@ from r1build.manifest import load_manifest
 from r1build.records import Candidate, CandidateRef, Decision, Origin, Result, Timing
 from r1build.resolve import ResolveOptions, emit_resolution, resolve
 
+pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
+
 ONE = ResolveOptions(kernels=["silu_mul"], archs=["sm_90"], use_gpu=False, offline=True)
 
 

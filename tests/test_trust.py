@@ -32,6 +32,8 @@ from r1build.resolve import ResolveOptions, prepare_build, resolve
 from r1build.selection import decision_winner, select_winner
 from tests.resolve_support import install_gpu_double
 
+pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "tests" / "packages" / "rejected"
 OFFLINE = ["--offline", "--no-gpu"]

@@ -19,6 +19,8 @@ from r1build.events import Event, Note, Progress, Stage, emit, sink
 from r1build.manifest import find_manifest, load_manifest
 from tests.build.buildenv import PACKAGES, copy_project
 
+pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
+
 
 def test_options_default_to_unset() -> None:
     options, rest = split_settings(None, environ={})

@@ -323,6 +323,7 @@ print(json.dumps(counts))
 """
 
 
+@pytest.mark.slow
 def test_two_processes_hammer_one_cache(tmp_path: Path) -> None:
     d = tmp_path / "fresh" / "cache"  # neither process finds it: both create it at the same time
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -468,6 +469,7 @@ def test_full_cli_has_the_cache_command(capsys: pytest.CaptureFixture[str]) -> N
     assert "export" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_many_opens_of_one_fresh_directory_at_once(tmp_path: Path) -> None:
     """Builds that start together all open a cache directory nobody has created yet: none may mistake the
     half-made cache of another for a folder of foreign files."""

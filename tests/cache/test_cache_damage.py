@@ -24,6 +24,8 @@ from r1build.keys import digest_bytes
 from r1build.records import CandidateRef, Decision, Origin, Result
 from tests.damage import read_only_tree, wreck_index
 
+pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
+
 LARGE = 40_000  # kept as a file by diskcache
 SMALL = 1500  # kept inside cache.db
 

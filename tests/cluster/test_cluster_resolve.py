@@ -30,7 +30,7 @@ from r1build.resolve import ResolveOptions, resolve
 from tests.cluster.cluster_support import FakeGpu, TestCluster, fake_time_us, tiny_project
 from tests.resolve_support import install_gpu_double
 
-pytestmark = pytest.mark.usefixtures("no_endpoint")
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_endpoint")]
 
 
 def _use_fake(monkeypatch: pytest.MonkeyPatch, **kwargs: Any) -> None:

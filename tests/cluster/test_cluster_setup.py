@@ -100,6 +100,7 @@ def test_worker_dry_run_prints_the_plan(capsys: pytest.CaptureFixture[str]) -> N
     assert "compile=3" in out and "dask worker tls://sched:8786 --nworkers 1 --nthreads 3 --resources compile=3" in out
 
 
+@pytest.mark.slow
 def test_worker_with_an_unreachable_scheduler_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     port = _free_port()
     assert main(["worker", "--scheduler", f"tcp://127.0.0.1:{port}", "--compile-slots", "1",

@@ -27,6 +27,8 @@ from r1build.manifest import Manifest
 from r1build.records import Candidate, Origin, Result
 from r1build.toolchain import toolchain
 
+pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
+
 CHEATS = Path(__file__).resolve().parent / "cheats"
 
 

@@ -19,6 +19,8 @@ from r1build.records import Candidate, Origin
 from r1build.toolchain import toolchain
 from tests.evaluate.evaluate_support import CORPUS
 
+pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
+
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists(),
                                 reason="nvcc not installed")
 

@@ -30,7 +30,7 @@ try:
 except ToolchainError:  # pragma: no cover - every development and CI machine has nvcc
     TOOLCHAIN = None
 
-pytestmark = pytest.mark.skipif(TOOLCHAIN is None, reason="nvcc not found")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(TOOLCHAIN is None, reason="nvcc not found")]
 
 SILU_SIGNATURE = (
     'extern "C" cudaError_t silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream)'

@@ -49,6 +49,8 @@ test-shapes = [{ n = 3 }]
 bench-shapes = [{ n = 1024 }]
 """
 
+pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
+
 REFERENCE = """\
 import numpy as np
 

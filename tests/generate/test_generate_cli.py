@@ -13,6 +13,8 @@ from r1build.transcript_doc import LINKS_NAMESPACE
 from tests.generate.chat_server import Answer, ChatServer, Fault
 from tests.generate.gen_support import KEY, Project, answer, broken_source, kernel_source
 
+pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
+
 
 @pytest.fixture
 def endpoint_env(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -27,6 +27,8 @@ from r1build.manifest import Manifest
 from tests.generate.chat_server import Answer, ChatServer, Fault, Reply, Request, Stall
 from tests.generate.gen_support import KEY, MarkerJudge, Project, answer, broken_source, env_for, kernel_source
 
+pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
+
 FAST = {"retry-backoff-s": 0.01, "request-timeout-s": 5}
 
 

@@ -18,6 +18,8 @@ from tests.damage import wreck_index
 from tests.generate.chat_server import Answer, ChatServer
 from tests.generate.gen_support import KEY, Project, answer, kernel_source
 
+pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
+
 
 @pytest.fixture
 def keyed_env(monkeypatch: pytest.MonkeyPatch, project: Project) -> pytest.MonkeyPatch:

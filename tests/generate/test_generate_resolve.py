@@ -15,6 +15,8 @@ from tests.generate.chat_server import Answer, ChatServer, Fault
 from tests.generate.gen_support import KEY, Project, answer, broken_source, kernel_source
 from tests.resolve_support import install_gpu_double
 
+pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
+
 
 @pytest.fixture
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -69,6 +69,7 @@ def test_transcripts_hold_everything_but_the_key(project: Project, judge: Marker
     assert KEY.encode() not in project.cache_bytes()
 
 
+@pytest.mark.slow
 def test_compile_errors_flow_back_through_the_real_gate(project: Project) -> None:
     """Round 0's answer does not compile (real nvcc); round 1's prompt carries the compiler's error and the
     earlier answer's content without its reasoning, and the fixed kernel passes."""

@@ -17,6 +17,8 @@ from r1build.transcript_doc import LINKS_NAMESPACE
 from tests.generate.chat_server import Answer, ChatServer
 from tests.generate.gen_support import KEY, Project, answer, kernel_source
 
+pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

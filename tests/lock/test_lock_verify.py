@@ -19,6 +19,8 @@ from r1build.keys import digest_bytes, variant_digest
 from r1build.lock import load_lock, read_lock
 from r1build.manifest import load_manifest
 
+pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
+
 VEC4 = "kernels/silu_mul_vec4.cu"
 
 

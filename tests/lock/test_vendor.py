@@ -17,6 +17,8 @@ from r1build.cli.main import main
 from r1build.keys import digest_bytes
 from r1build.lock.vendor import RECORD_NAME, vendor_file_name
 
+pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
+
 README = "# my project\nhand-written, precious\n"
 HAND = "// hand-written, not r1build's\n__global__ void gelu_fast() {}\n"
 

@@ -22,6 +22,8 @@ from r1build.toolchain import toolchain
 from tests.generate.chat_server import Answer, ChatServer
 from tests.generate.gen_support import KEY, MarkerJudge, Project, answer, kernel_source
 
+pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

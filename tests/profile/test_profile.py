@@ -26,6 +26,8 @@ from tests.generate.chat_server import Answer, ChatServer
 from tests.generate.gen_support import KEY, MarkerJudge, Project, answer, kernel_source
 from tests.profile.ncu_samples import ONE_KERNEL, TWO_KERNELS
 
+pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
+
 
 def test_one_kernel_is_read_with_every_metric() -> None:
     (k,) = parse_ncu_csv(ONE_KERNEL)

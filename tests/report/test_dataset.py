@@ -16,6 +16,8 @@ import r1build
 from r1build.cli.main import main
 from tests.generate.gen_support import KEY, Project
 
+pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
+
 SCHEMA = json.loads((Path(r1build.__file__).parent / "dataset.schema.json").read_text())
 
 

@@ -14,6 +14,8 @@ from tests.generate.gen_support import Project
 from tests.report.chromium import open_page
 from tests.report.searches import INJECTION, run_search
 
+pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
+
 ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = """JSON.stringify({

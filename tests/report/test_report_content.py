@@ -19,6 +19,8 @@ from r1build.report.summary import failure_groups, provenance_row, search_points
 from tests.generate.gen_support import Project
 from tests.report.searches import INJECTION, PRICES
 
+pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
+
 
 def test_status_json_and_the_report_read_the_same_records(searched: Project,
                                                           capsys: pytest.CaptureFixture[str]) -> None:

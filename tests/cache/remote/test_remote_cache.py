@@ -32,6 +32,8 @@ from tests.cache.remote.remote_support import (
     trust_nothing,
 )
 
+pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
+
 LOCKED = ("resolve", "--locked", "--no-gpu")
 
 

@@ -21,6 +21,7 @@ from tests.cache.remote.remote_servers import Nginx
 from tests.cache.remote.remote_support import measured_tiny, push, tiny_project
 
 
+@pytest.mark.slow
 def test_a_build_reads_the_remote_named_by_its_config_setting(nginx: Nginx, team_key: KeyPair, tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     project = tiny_project(tmp_path / "tiny", team_key.public.line)
@@ -78,6 +79,7 @@ def test_a_bad_remote_url_on_the_command_line_is_exit_2(team_key: KeyPair, tmp_p
     assert "not an http://, https:// or s3:// URL" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_remote_keeps_a_decision_whole_across_keys(nginx: Nginx, team_key: KeyPair, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
