@@ -126,7 +126,9 @@ def make_plain(r1_project: Path, dest: Path, archs: list[str]) -> Path:
     assert "r1build.build" not in pyproject, "the sample's pyproject.toml changed shape: update make_plain"
     (dest / "pyproject.toml").write_text(pyproject, encoding="utf-8")
     shutil.copy2(r1_project / "README.md", dest / "README.md")
-    cuda_archs = ";".join(f"{a.removeprefix('sm_')}-real" for a in archs)
+    # the code r1build embeds by default: machine code of each arch, and PTX of the highest too ("90")
+    numbers = [a.removeprefix("sm_") for a in archs]
+    cuda_archs = ";".join([f"{n}-real" for n in numbers[:-1]] + numbers[-1:])
     listed = " ".join(f"kernels/{p.name}" for p in sources)
     (dest / "CMakeLists.txt").write_text(PLAIN_CMAKE.format(sources=listed, archs=cuda_archs), encoding="utf-8")
     return dest
