@@ -46,6 +46,11 @@ def test_spellings_say_what_code_is_embedded(spelling: str | int, arch: str, cod
     assert (target.arch, target.code) == (arch, code)
 
 
+def test_family_archs_are_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="'sm_100f' is a family-specific arch, which r1build does not target yet"):
+        parse_target("sm_100f")
+
+
 def test_two_spellings_of_one_arch_embed_what_either_asks_for() -> None:
     merged = merge_targets([parse_target(s) for s in ("90-real", "sm_80", "compute_90", "sm_80")])
     assert [(t.arch, t.code) for t in merged] == [("sm_90", "sass+ptx"), ("sm_80", "default")]

@@ -109,6 +109,8 @@ _PATTERNS = (
     re.compile(r"^(?P<major>\d{1,2})\.(?P<minor>\d)(?P<suffix>a?)$"),
 )
 
+_FAMILY = re.compile(r"^(?:sm_|compute_)?\d{2,3}f(?:-(?:real|virtual))?$")
+
 
 @dataclass(frozen=True)
 class ArchTarget:
@@ -154,6 +156,9 @@ def parse_target(text: str | int) -> ArchTarget:
         else:
             code = "default"
         return ArchTarget(f"sm_{num}{groups['suffix']}", code)
+    if _FAMILY.match(raw):
+        raise ValueError(f"{str(text)!r} is a family-specific arch, which r1build does not target yet: use the plain "
+                         "arch (sm_100) or the arch-specific one (sm_100a)")
     raise ValueError(f"{str(text)!r} is not a GPU architecture (spellings: {_SPELLINGS})")
 
 
