@@ -241,6 +241,17 @@ def require_toolchain() -> Toolchain:
         pytest.skip(str(exc))
 
 
+def cmake_build(host: Path, build: Path, cmake_file: Path, tc: Toolchain) -> None:
+    """Configure and build the CMake project ``host`` in ``build`` with the generated kernels and ``tc``'s nvcc."""
+    env = {k: v for k, v in os.environ.items() if k != "CUDAARCHS"} | {"CUDACXX": tc.nvcc}
+    for cmd in (
+        ["cmake", "-S", str(host), "-B", str(build), "-G", "Ninja", f"-DR1BUILD_KERNELS_CMAKE={cmake_file}"],
+        ["cmake", "--build", str(build)],
+    ):
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, timeout=300)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 HOST_CMAKE = """cmake_minimum_required(VERSION 3.18)
 project(host LANGUAGES C CXX)
 include(${R1BUILD_KERNELS_CMAKE})
@@ -273,13 +284,7 @@ def test_cmake_builds_a_host_program_with_per_arch_code(manifest: Manifest, tmp_
     (host / "main.cpp").write_text(HOST_MAIN)
     (host / "check.c").write_text(HOST_C)
     build = tmp_path / "build"
-    env = {k: v for k, v in os.environ.items() if k != "CUDAARCHS"} | {"CUDACXX": tc.nvcc}
-    for cmd in (
-        ["cmake", "-S", str(host), "-B", str(build), "-G", "Ninja", f"-DR1BUILD_KERNELS_CMAKE={generated.cmake_file}"],
-        ["cmake", "--build", str(build)],
-    ):
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, timeout=300)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
+    cmake_build(host, build, generated.cmake_file, tc)
 
     run = subprocess.run([str(build / "host")], capture_output=True, text=True, check=False, timeout=60)
     assert run.returncode == 0 and run.stdout.startswith("silu_mul -> ") and run.stdout.endswith("c 1\n")
@@ -369,3 +374,70 @@ def test_default_visibility_exports_the_entry_points(manifest: Manifest) -> None
 
     exported = replace(manifest, settings=replace(manifest.settings, visibility="default"))
     assert "VISIBILITY_PRESET" not in render_files(exported, mixed_winners(exported))[CMAKE_NAME]
+
+
+GPU_HOST_CMAKE = """cmake_minimum_required(VERSION 3.18)
+project(gpuhost LANGUAGES CXX)
+include(${R1BUILD_KERNELS_CMAKE})
+add_executable(gpuhost main.cpp)
+target_link_libraries(gpuhost PRIVATE r1build::kernels)
+"""
+GPU_HOST_MAIN = r"""#include "r1build_kernels.h"
+#include <cmath>
+#include <cstdio>
+#include <vector>
+// silu_mul on the GPU present, checked on the CPU: prints "ok <capability>" or what failed.
+int main() {
+    const long n = 100003;
+    std::vector<float> gate(n), up(n), out(n);
+    for (long i = 0; i < n; ++i) { gate[i] = (i % 211) * 0.05f - 5.0f; up[i] = (i % 97) * 0.01f - 0.5f; }
+    float *g = nullptr, *u = nullptr, *o = nullptr;
+    cudaError_t err = cudaMalloc(&g, n * 4);
+    if (err == cudaSuccess) err = cudaMalloc(&u, n * 4);
+    if (err == cudaSuccess) err = cudaMalloc(&o, n * 4);
+    if (err == cudaSuccess) err = cudaMemcpy(g, gate.data(), n * 4, cudaMemcpyHostToDevice);
+    if (err == cudaSuccess) err = cudaMemcpy(u, up.data(), n * 4, cudaMemcpyHostToDevice);
+    if (err == cudaSuccess) err = silu_mul(g, u, o, n, nullptr);
+    if (err == cudaSuccess) err = cudaMemcpy(out.data(), o, n * 4, cudaMemcpyDeviceToHost);
+    if (err != cudaSuccess) { std::printf("error %s\n", cudaGetErrorName(err)); return 1; }
+    long wrong = 0;
+    for (long i = 0; i < n; ++i) {
+        const double x = gate[i], want = x / (1.0 + std::exp(-x)) * up[i];
+        wrong += std::fabs(out[i] - want) > 1e-5 + 1e-4 * std::fabs(want);
+    }
+    int major = 0, minor = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+    if (wrong) { std::printf("wrong %ld\n", wrong); return 1; }
+    std::printf("ok %d%d\n", major, minor);
+    return 0;
+}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.gpu
+def test_a_gpu_newer_than_every_variant_runs_the_one_carrying_ptx(manifest: Manifest, tmp_path: Path) -> None:
+    """silu_mul with one variant for sm_80 and another for sm_86 (the highest, so it carries PTX), built into a
+    program and run on the GPU present (sm_90 on an H200): no variant's machine code runs there, so the
+    dispatcher must call the sm_86 variant, whose PTX the driver JIT-compiles; the outputs are checked."""
+    from dataclasses import replace
+
+    tc = require_toolchain()
+    older = replace(manifest, settings=replace(manifest.settings, archs=["sm_80", "sm_86"]), targets={})
+    silu = replace(manifest.kernel("silu_mul"), archs=None)
+    older = replace(older, kernels=[silu])
+    winners = [Winner(silu, "sm_80", source_of(manifest, "kernels/silu_mul.cu")),
+               Winner(silu, "sm_86", source_of(manifest, "kernels/silu_mul_vec4.cu", "file", BLOCK=256))]
+    generated = write_generated(tmp_path / "generated", older, winners)
+    assert "r1build_cc >= 86" in (generated.out_dir / DISPATCH_NAME).read_text()
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "CMakeLists.txt").write_text(GPU_HOST_CMAKE)
+    (host / "main.cpp").write_text(GPU_HOST_MAIN)
+    build = tmp_path / "build"
+    cmake_build(host, build, generated.cmake_file, tc)
+    run = subprocess.run([str(build / "gpuhost")], capture_output=True, text=True, check=False, timeout=120)
+    assert run.returncode == 0 and run.stdout.startswith("ok "), run.stdout + run.stderr
+    if run.stdout.split()[1].startswith("8"):
+        pytest.skip("this GPU runs the sm_80/sm_86 machine code itself: the PTX path is not what ran")
