@@ -441,3 +441,37 @@ def test_a_gpu_newer_than_every_variant_runs_the_one_carrying_ptx(manifest: Mani
     assert run.returncode == 0 and run.stdout.startswith("ok "), run.stdout + run.stderr
     if run.stdout.split()[1].startswith("8"):
         pytest.skip("this GPU runs the sm_80/sm_86 machine code itself: the PTX path is not what ran")
+
+
+PREFIXED_MAIN = """#include "r1build_kernels.h"
+#include <cstdio>
+int main() {
+    const cudaError_t err = mylib_silu_mul(nullptr, nullptr, nullptr, 0, nullptr);
+    std::printf("%d %p %p\\n", static_cast<int>(err), reinterpret_cast<void*>(&mylib_matmul),
+                reinterpret_cast<void*>(&mylib_transpose));
+    return 0;
+}
+"""
+
+
+@pytest.mark.slow
+def test_a_symbol_prefix_renames_what_the_objects_define(manifest: Manifest, tmp_path: Path) -> None:
+    """With symbol-prefix = "mylib_", the program links against mylib_* only: the candidates' own extern "C"
+    names (silu_mul, matmul, transpose) and the variants' are defined nowhere."""
+    from dataclasses import replace
+
+    tc = require_toolchain()
+    prefixed = replace(manifest, settings=replace(manifest.settings, symbol_prefix="mylib_"))
+    generated = write_generated(tmp_path / "generated", prefixed, mixed_winners(prefixed))
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "CMakeLists.txt").write_text(HOST_CMAKE.replace(" check.c", ""))
+    (host / "main.cpp").write_text(PREFIXED_MAIN)
+    build = tmp_path / "build"
+    cmake_build(host, build, generated.cmake_file, tc)
+    table = subprocess.run(["nm", "--defined-only", str(build / "host")], capture_output=True, text=True,
+                           check=True).stdout
+    defined = {line.split()[-1] for line in table.splitlines() if line.strip()}
+    assert {"mylib_silu_mul", "mylib_matmul", "mylib_transpose"} <= defined
+    assert not defined & {"silu_mul", "matmul", "transpose"}
+    assert sum(name.startswith("mylib_silu_mul__") for name in defined) == 2
