@@ -10,7 +10,8 @@ Each generated candidate whose transcript is in the cache becomes one record (sc
 - ``candidate``: variant digest, source digest, tunable values, model, round, sample;
 - ``verdict`` (the result's status: ``passed``, ``compile_error``, ``rejected``, ``incorrect``, ``crashed``,
   ``timed_out``), ``stage`` (``gate`` or ``evaluate``), ``validation``, ``reason`` (one line, empty when passed),
-  ``time_us``, ``speedup_vs_baseline``, ``share_of_floor``, ``floor_us``, ``gpu``, ``winner``.
+  ``time_us``, ``speedup_vs_baseline``, ``share_of_floor``, ``floor_us``, ``gpu``, ``profile`` (Nsight Compute's
+  findings in one line, for a profiled finalist), ``winner``.
 
 No record holds an API key or a local path: transcripts are stored scrubbed of every configured secret, and each
 string of a record is scrubbed again of the key variables set now and of this machine's absolute paths (the
@@ -32,6 +33,7 @@ from .generate.prompts import signature
 from .generate.providers import PROFILES, redact
 from .manifest import Manifest
 from .overview import KernelRecords, SampleRecord, project_records
+from .profile.summary import profile_summary
 from .report.summary import first_line
 
 __all__ = ["SCHEMA", "DatasetFilter", "dataset_records", "write_dataset"]
@@ -136,6 +138,7 @@ def _records_of(records: KernelRecords, which: DatasetFilter) -> Iterator[dict[s
             "share_of_floor": timing.share_of_floor if timing else None,
             "floor_us": timing.floor_us if timing else None,
             "gpu": result.device if timing else None,
+            "profile": profile_summary(result.profile) if result.profile else None,
             "winner": is_winner,
         }
 

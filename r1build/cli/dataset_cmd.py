@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ def register(sub: Any) -> None:
     which = p.add_mutually_exclusive_group()
     which.add_argument("--passed-only", action="store_true", help="only candidates that passed their judge")
     which.add_argument("--winners-only", action="store_true", help="only each kernel x arch's winner")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_export_dataset)
 
 
@@ -41,5 +43,8 @@ def cmd_export_dataset(args: argparse.Namespace, console: Console) -> int:
         write_dataset(records, output)
     except OSError as exc:
         raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
+    if args.json:
+        console.json(json.dumps({"output": str(output), "records": len(records), "filter": which}, indent=2))
+        return 0
     console.print(f"wrote {output}: {len(records)} records ({which})")
     return 0

@@ -91,7 +91,14 @@ def winner_row(records: KernelRecords) -> WinnerRow:
     if speedup is None and base_us and time_us:
         speedup = base_us / time_us
     ref = records.ref_of(result.candidate) if result else None
-    label = candidate_label(ref) if ref else (status.provenance or "-")
+    entry = records.entry if records.current else None
+    if ref is not None:
+        label = candidate_label(ref)
+    elif entry is not None:  # the lock's words, when no decision is cached
+        label = (f"r{entry.round} s{entry.sample}" if entry.provenance == "generated" else entry.origin or "-")
+        label += "".join(f" {k}={v}" for k, v in sorted(entry.defines.items()))
+    else:
+        label = status.provenance or "-"
     return WinnerRow(
         kernel=status.kernel, arch=status.arch, state=status.state, provenance=status.provenance or "-",
         validation=status.validation or "-", label=label, time_us=time_us, baseline_us=base_us,

@@ -59,12 +59,17 @@ def test_every_generated_candidate_is_one_chat_record(searched: Project, tmp_pat
     assert re.search(r"(?<![\w.])/(tmp|home|root|usr)/", text) is None  # no absolute local path at all
 
 
-def test_the_filters(searched: Project, tmp_path: Path) -> None:
+def test_the_filters(searched: Project, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     passed = _export(searched, tmp_path / "passed.jsonl", "--passed-only")
     assert sorted(r["time_us"] for r in passed) == [20.0, 25.0, 30.0]  # type: ignore[type-var]
     winners = _export(searched, tmp_path / "winners.jsonl", "--winners-only")
     assert [(r["time_us"], r["winner"]) for r in winners] == [(20.0, True)]
     assert main(["export-dataset", "-m", str(searched.root), "--passed-only", "--winners-only"]) == 2
+    capsys.readouterr()
+    out = tmp_path / "w.jsonl"
+    assert main(["export-dataset", "-m", str(searched.root), "--cache-dir", str(searched.cache_dir), "-o", str(out),
+                 "--winners-only", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"output": str(out), "records": 1, "filter": "winners"}
 
 
 def test_the_dataset_round_trips_through_a_json_lines_reader(searched: Project, tmp_path: Path) -> None:

@@ -70,6 +70,7 @@ def test_the_root_manifest_report_shows_every_kernel_in_chromium(browser: str, t
     names = [k.name for k in load_manifest(ROOT / "kernels.toml", check_references=False).kernels]
     assert seen["headings"] == names
     assert "NVIDIA H200" in str(seen["text"])  # the lock's provenance: measured on the H200
+    assert "kernels/silu_mul_vec4.cu BLOCK=256" in str(seen["text"])  # the locked winner, named by the lock
 
 
 def test_the_browser_check_sees_a_console_error(browser: str, tmp_path: Path) -> None:
