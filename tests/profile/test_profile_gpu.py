@@ -53,7 +53,10 @@ def test_ncu_findings_reach_a_real_rounds_feedback(ncu: str, tmp_path: Path, mon
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "proj").mkdir()
     project = Project(tmp_path / "proj", tmp_path / "cache")
-    manifest = project.write(baseline=True, budget={"rounds": 2, "samples": 2, "candidates": 4, "patience": 2})
+    # target-share 1.0: the search must reach round 1 (whose prompts carry round 0's findings) even when the
+    # baseline is already near the floor
+    manifest = project.write(baseline=True, budget={"rounds": 2, "samples": 2, "candidates": 4, "patience": 2,
+                                                    "target-share": 1.0})
     replies = [Answer(answer(kernel_source(1))), Answer(answer(kernel_source(2))), Answer(answer(kernel_source(3)))]
     with ChatServer(replies) as server:
         monkeypatch.setenv("R1BUILD_BASE_URL", server.url)
