@@ -2,7 +2,8 @@
 
 A locked offline build needs none of them, so the build backend's requirements stay small: generation needs
 ``openai`` (``r1build[generate]``), ``r1build check`` runs the numpy references (``r1build[check]``), GPU
-evaluation needs cupy (``r1build[cuda13]`` or ``r1build[cuda12]``). Each is imported only where it is used; a
+evaluation needs cupy (``r1build[cuda13]`` or ``r1build[cuda12]``), ``r1build report`` draws with plotly
+(``r1build[report]``). Each is imported only where it is used; a
 command that needs one that is missing fails with :class:`~r1build.errors.MissingExtraError` (exit 2) naming
 the extra.
 """
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 from .errors import MissingExtraError
 
-__all__ = ["CHECK", "CUPY", "GENERATE", "Extra", "installed"]
+__all__ = ["CHECK", "CUPY", "GENERATE", "PLOTLY", "Extra", "installed"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ GENERATE = Extra("openai", ("generate",), "generating candidates with an LLM (ge
                                           "endpoint configured)")
 CHECK = Extra("numpy", ("check",), "running the numpy references (r1build check)")
 CUPY = Extra("cupy", ("cuda13", "cuda12"), "measuring candidates on a GPU")
+PLOTLY = Extra("plotly", ("report",), "drawing the figures of r1build report")
 
 
 def installed(module: str) -> bool:

@@ -12,7 +12,7 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import ConfigError
+from ..extras import PLOTLY
 from ..manifest.model import Manifest
 from ..overview import KernelRecords
 from .summary import (
@@ -56,7 +56,7 @@ def _plotly() -> Any:
     try:
         import plotly.graph_objects as go
     except ImportError:
-        raise ConfigError("r1build report draws its figures with plotly: pip install 'r1build[report]'") from None
+        raise PLOTLY.missing() from None
     return go
 
 
