@@ -31,8 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from .arch_support import require_supported_archs
-from .cache import Cache
-from .cache.claim import claim
+from .cache import Cache, claim
 from .errors import CompileError, EndpointSilentError, LockError, NoWinnerError, ResolveError, UsageError
 from .events import Note, Stage, emit
 from .extras import CUPY, GENERATE

@@ -81,7 +81,7 @@ def nvcc_identity(nvcc: str) -> str | None:
 
 
 def _memo_file() -> Path:
-    from .cache.location import default_cache_dir
+    from .cache import default_cache_dir
 
     return default_cache_dir() / MEMO_NAME
 

@@ -1,7 +1,8 @@
 """Cache stage: content-addressed blobs and decision records on diskcache; stats, gc, bundles.
 
-The names below are imported on first use (PEP 562), so a module of this package that needs neither diskcache
-nor the records (:mod:`.rows`, read by the CLI's warm path) costs only itself.
+The names below are imported on first use (PEP 562), so a name that needs neither diskcache nor the records
+(:func:`stored_values`, :func:`resolve_cache_dir`, read by the CLI's warm path) costs only its own module, and
+every module outside this package imports from here, not from the modules inside.
 """
 
 from __future__ import annotations
@@ -11,27 +12,22 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .bundle import BundleEntry, BundleSummary, export_bundle, import_bundle, read_bundle, referenced_blobs
+    from .claim import claim
+    from .location import default_cache_dir, resolve_cache_dir
+    from .prune import Cleaned, Pruned, clean_cache, prune_cache
     from .repair import RepairReport, repair_cache
-    from .store import (
-        DEFAULT_SIZE_LIMIT,
-        KINDS,
-        BadEntry,
-        Cache,
-        CacheStats,
-        Entry,
-        GcReport,
-        default_cache_dir,
-        open_usable,
-        resolve_cache_dir,
-    )
+    from .rows import stored_values
+    from .store import DEFAULT_SIZE_LIMIT, KINDS, BadEntry, Cache, CacheStats, Entry, GcReport, open_usable
 
 _WHERE = {
     "BundleEntry": "bundle", "BundleSummary": "bundle", "export_bundle": "bundle", "import_bundle": "bundle",
     "read_bundle": "bundle", "referenced_blobs": "bundle",
     "RepairReport": "repair", "repair_cache": "repair",
     "DEFAULT_SIZE_LIMIT": "store", "KINDS": "store", "BadEntry": "store", "Cache": "store", "CacheStats": "store",
-    "Entry": "store", "GcReport": "store", "default_cache_dir": "store", "open_usable": "store",
-    "resolve_cache_dir": "store",
+    "Entry": "store", "GcReport": "store", "open_usable": "store",
+    "default_cache_dir": "location", "resolve_cache_dir": "location",
+    "claim": "claim", "Cleaned": "prune", "Pruned": "prune", "clean_cache": "prune", "prune_cache": "prune",
+    "stored_values": "rows",
 }
 
 __all__ = [
@@ -42,17 +38,23 @@ __all__ = [
     "BundleSummary",
     "Cache",
     "CacheStats",
+    "Cleaned",
     "Entry",
     "GcReport",
+    "Pruned",
     "RepairReport",
+    "claim",
+    "clean_cache",
     "default_cache_dir",
     "export_bundle",
     "import_bundle",
     "open_usable",
+    "prune_cache",
     "read_bundle",
     "referenced_blobs",
     "repair_cache",
     "resolve_cache_dir",
+    "stored_values",
 ]
 
 

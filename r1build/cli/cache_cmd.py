@@ -21,8 +21,17 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..cache import KINDS, BundleSummary, Cache, Entry, export_bundle, import_bundle, resolve_cache_dir
-from ..cache.prune import clean_cache, prune_cache
+from ..cache import (
+    KINDS,
+    BundleSummary,
+    Cache,
+    Entry,
+    clean_cache,
+    export_bundle,
+    import_bundle,
+    prune_cache,
+    resolve_cache_dir,
+)
 from ..errors import UsageError
 from ..events import sink
 from ..judge import CHECKS_VERSION

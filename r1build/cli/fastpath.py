@@ -63,7 +63,7 @@ def _cache_flag(argv: Sequence[str]) -> str | None:
 
 
 def _record_dir(argv: Sequence[str]) -> Path:
-    from ..cache.location import resolve_cache_dir
+    from ..cache import resolve_cache_dir
 
     return resolve_cache_dir(_cache_flag(argv)).resolve()
 
@@ -119,7 +119,7 @@ def _nvcc_state() -> str | None:
 
 
 def _load_record(directory: Path, key: str) -> dict[str, Any] | None:
-    from ..cache.rows import stored_values
+    from ..cache import stored_values
 
     full = f"json/{NAMESPACE}/{key}"
     raw = (stored_values(directory, [full]) or {}).get(full)
@@ -134,7 +134,7 @@ def _load_record(directory: Path, key: str) -> dict[str, Any] | None:
 
 def _still_holds(record: dict[str, Any]) -> bool:
     """Whether everything the recorded run read is as it was."""
-    from ..cache.rows import stored_values
+    from ..cache import stored_values
 
     if any(_file_state(Path(p)) != state for p, state in record["files"].items()):
         return False

@@ -15,7 +15,7 @@ from ..records import Result
 from .tasks import compile_verdict
 
 if TYPE_CHECKING:
-    from ..cache.store import Cache
+    from ..cache import Cache
     from .session import ClusterEvaluator
 
 __all__ = ["ClusterGate"]

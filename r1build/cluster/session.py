@@ -33,7 +33,7 @@ from .tasks import PROGRESS_TOPIC, JobOutcome, ProjectFiles, WorkerEvaluator, ev
 if TYPE_CHECKING:
     from distributed import Client, Future
 
-    from ..cache.store import Cache
+    from ..cache import Cache
     from .gate import ClusterGate
 
 __all__ = ["COMPILE_RESOURCE", "ClusterEvaluator", "Inventory", "WorkerInfo", "connect"]

@@ -135,7 +135,7 @@ _scratch: list[Any] = []
 def worker_cache() -> Any:
     """This worker process's scratch cache: the static gate's verdicts and the GPU's floors, kept across
     resolves (both depend only on their keys). Never the project's cache."""
-    from ..cache.store import Cache
+    from ..cache import Cache
 
     with _lock:
         if not _scratch:
