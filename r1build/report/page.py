@@ -111,7 +111,10 @@ def _winners_figure(go: Any, rows: Sequence[WinnerRow]) -> str:
                                   ("hardware floor", [r.floor_us for r in timed], "#1f77b4")):
         fig.add_trace(go.Bar(name=label, x=names, y=values, marker_color=colour,
                              hovertemplate="%{x}<br>" + label + ": %{y:.2f} µs<extra></extra>"))
-    fig.update_layout(barmode="group", yaxis={"title": "µs per call (log)", "type": "log"}, height=380,
+    shown = [v for r in timed for v in (r.time_us, r.baseline_us, r.floor_us) if v is not None and v > 0]
+    log = max(shown) / min(shown) > 20  # kernels of very different sizes: a log axis keeps each visible
+    fig.update_layout(barmode="group", yaxis={"title": "µs per call" + (" (log)" if log else ""),
+                                              "type": "log" if log else "linear"}, height=380,
                       margin={"t": 30, "b": 40}, legend={"orientation": "h"})
     return _figure(fig, "fig-winners")
 

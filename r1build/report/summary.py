@@ -177,7 +177,7 @@ class FailureGroup:
     """``kernel/arch`` of each failure, distinct, in order."""
 
 
-_POSITION = re.compile(r"^\S+?\(\d+\): ")
+_POSITION = re.compile(r"^\S+?(?:\(\d+\)|:\d+(?::\d+)?): ")
 _NUMBER = re.compile(r"(?<![A-Za-z_])[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 
