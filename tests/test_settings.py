@@ -71,9 +71,7 @@ def test_a_bad_verbose_flag_is_a_clean_build_error(monkeypatch: pytest.MonkeyPat
     assert StderrRenderer(out).verbose is True
 
 
-# evaluate/sanitize.py still reads R1BUILD_COMPUTE_SANITIZER itself (the evaluate stage is being restructured apart;
-# EnvSettings.compute_sanitizer is there for it)
-_NOT_YET = {"evaluate/sanitize.py"}
+_NOT_YET: set[str] = set()
 
 
 def test_only_the_settings_module_reads_r1build_variables() -> None:

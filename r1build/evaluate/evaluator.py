@@ -56,7 +56,7 @@ from .timer import Timer
 from .timing import SampleStats, build_timing
 
 if TYPE_CHECKING:
-    from ..cache.store import Cache
+    from ..cache import Cache
 
 __all__ = ["GpuEvaluator"]
 
@@ -69,7 +69,7 @@ def _trim(text: str) -> str:
 
 
 @dataclass
-class _Entry:
+class _Candidacy:
     """One candidate of one job, as it moves through the stages."""
 
     candidate: Candidate
@@ -91,7 +91,7 @@ class _JobState:
     job: Job
     arch: str
     slot: Slot | None
-    entries: list[_Entry]
+    entries: list[_Candidacy]
     plan: Future[list[ShapePlan]] | None = None
     bench: Future[BenchPlan] | None = None
 
@@ -234,7 +234,7 @@ class GpuEvaluator:
     @property
     def cache(self) -> Cache:
         if self._cache is None:
-            from ..cache.store import Cache
+            from ..cache import Cache
 
             self._cache = Cache(self._root / "cache")
         return self._cache
@@ -289,13 +289,13 @@ class GpuEvaluator:
                     toolchain=self.toolchain, workdir=workdir, declaration=declaration(job.spec))
             return self._libs[key]
 
-    def _entries(self, job: Job) -> list[_Entry]:
-        entries = [_Entry(c, True, i) for i, c in enumerate(job.candidates)]
+    def _entries(self, job: Job) -> list[_Candidacy]:
+        entries = [_Candidacy(c, True, i) for i, c in enumerate(job.candidates)]
         if job.baseline is not None and all(c.digest != job.baseline.digest for c in job.candidates):
-            entries.append(_Entry(job.baseline, False, len(entries)))
+            entries.append(_Candidacy(job.baseline, False, len(entries)))
         return entries
 
-    def _queue(self, job: Job, arch: str, entries: list[_Entry]) -> tuple[Future[list[Result]],
+    def _queue(self, job: Job, arch: str, entries: list[_Candidacy]) -> tuple[Future[list[Result]],
                                                                           Future[list[ShapePlan]]]:
         """The gate and plan futures of a job (made once, reused by a later call), and its library builds."""
         kernel = KernelKey.of(job, arch)
@@ -386,17 +386,17 @@ class GpuEvaluator:
                 emit(Progress("evaluate: timing", timed, len(states), {"device": slot.gpu.name}))
             self._phase("timing_s", start)
 
-    def _result(self, state: _JobState, entry: _Entry, status: Status, detail: str = "", **kw: Any) -> Result:
+    def _result(self, state: _JobState, entry: _Candidacy, status: Status, detail: str = "", **kw: Any) -> Result:
         gate = entry.gate.result()[entry.index] if entry.gate is not None else None
         return Result(candidate=entry.candidate.digest, arch=state.arch, status=status, stage="evaluate",
                       detail=_trim(detail), gate=gate.gate if gate else None,
                       device=state.slot.gpu.name if state.slot else None,
                       toolchain=gate.toolchain if gate else self.toolchain.ident, **kw)
 
-    def _cancel_sanitizers(self, state: _JobState, entry: _Entry) -> None:
+    def _cancel_sanitizers(self, state: _JobState, entry: _Candidacy) -> None:
         self._sanitizing.cancel(state.job, state.arch, entry.candidate, entry.sanitize_file)
 
-    def _check_entry(self, state: _JobState, slot: Slot, entry: _Entry) -> None:
+    def _check_entry(self, state: _JobState, slot: Slot, entry: _Candidacy) -> None:
         assert entry.gate is not None and entry.library is not None and state.plan is not None
         start = time.perf_counter()
         gate = entry.gate.result()[entry.index]
@@ -421,7 +421,7 @@ class GpuEvaluator:
             entry.result = self._result(state, entry, verdict.status, race or verdict.detail)
             self._cancel_sanitizers(state, entry)
 
-    def _finish_sanitizers(self, state: _JobState, entry: _Entry) -> None:
+    def _finish_sanitizers(self, state: _JobState, entry: _Candidacy) -> None:
         if entry.result is not None or entry.sanitizers is None:
             self._cancel_sanitizers(state, entry)
             return

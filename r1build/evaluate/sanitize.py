@@ -59,8 +59,10 @@ class SanitizerOutcome:
 
 def find_sanitizer(nvcc: str | None = None, environ: Mapping[str, str] | None = None) -> str | None:
     """compute-sanitizer from ``R1BUILD_COMPUTE_SANITIZER``, ``PATH``, next to nvcc or in /usr/local/cuda."""
+    from ..settings import env_settings
+
     env = os.environ if environ is None else environ
-    explicit = env.get("R1BUILD_COMPUTE_SANITIZER")
+    explicit = env_settings(env).compute_sanitizer
     if explicit:
         return explicit if Path(explicit).is_file() else None
     found = shutil.which("compute-sanitizer", path=env.get("PATH"))

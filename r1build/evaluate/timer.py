@@ -28,7 +28,7 @@ from .slots import Slot, library_key
 from .timing import SampleStats, reference_request, summarize, time_request
 
 if TYPE_CHECKING:
-    from ..cache.store import Cache
+    from ..cache import Cache
 
 __all__ = ["Timer"]
 
