@@ -5,6 +5,8 @@ nothing changed."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -79,3 +81,26 @@ def test_editable_install_rebuilds_edited_kernels_on_import(build_env: BuildEnv,
     _edit(project / "kernels.toml", "test-shapez", "test-shapes")
     value, _, _ = _import(build_env, elsewhere)
     assert value == 1
+
+
+def test_an_isolated_editable_install_says_how_to_rebuild_kernels(build_env: BuildEnv, tmp_path: Path) -> None:
+    """Rebuilding kernels on import runs r1build with the Python that built the install; in an environment where
+    r1build was only in the isolated build environment, an edited kernel fails the import with a message that
+    names the fix instead of a bare CMake error."""
+    if not build_env.isolated:
+        pytest.skip("R1BUILD_TEST_SYSTEM_SITE=1: builds here are not isolated")
+    bare = BuildEnv(root=tmp_path / "bare", wheels=build_env.wheels, cache_dir=build_env.cache_dir, isolated=True)
+    subprocess.run([sys.executable, "-m", "venv", str(bare.root)], check=True, timeout=300)
+    project = copy_project(PACKAGES / "tiny", tmp_path / "tiny")
+    bare.check([bare.python, "-m", "pip", "install", "--no-deps", "--find-links", bare.wheels, "-e", project,
+                "-Ceditable.rebuild=true", "-Cbuild-dir=build/{wheel_tag}"], cwd=tmp_path)
+    assert bare.run([bare.python, "-c", "import r1build"], cwd=tmp_path).returncode != 0  # only the build had it
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    # (an isolated build's configure also depended on files of its environment, gone now, so the first import
+    # after the install already configures again)
+    _edit(project / "scale.cu", "if (n <= 0) return cudaSuccess;", "if (n <= 0) return cudaErrorInvalidValue;")
+    broken = bare.run([bare.python, "-c", IMPORT], cwd=elsewhere)
+    assert broken.returncode != 0, broken.stdout
+    assert "install the build requirements beside the package and pip install --no-build-isolation -e" in (
+        " ".join(broken.stdout.split())), broken.stdout
