@@ -5,7 +5,8 @@ each in the build directory it used before, so a warm build is what a developer'
 a fresh Python process runs the backend's ``build_wheel`` hook the way a frontend does, scikit-build-core
 re-runs CMake's configure step, Ninja finds nothing to do, and the wheel is packed.
 
-* **r1build**: a copy of ``sample_project/`` built by ``r1build.build`` with ``R1BUILD_LOCKED=1`` and a warm
+* **r1build**: a copy of ``sample_project/`` built by ``r1build.build`` (r1build a byte-compiled snapshot of the
+  checkout, as an installed wheel has it) with ``R1BUILD_LOCKED=1`` and a warm
   cache: the backend's warm-build stamp (``r1build/build/stamp.py``) proves that nothing resolution reads has
   changed, so the generated files are used as they are.
 * **r1build, resolving**: the same with the stamp deleted before each build: every kernel × arch is resolved
@@ -29,8 +30,10 @@ Writes ``bench/results/warm_build.json`` and ``.md``; exits 1 when the ratio mis
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -134,6 +137,11 @@ def make_plain(r1_project: Path, dest: Path, archs: list[str]) -> Path:
     return dest
 
 
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 class Builder:
     """Builds one project into one persistent build directory and times it."""
 
@@ -149,6 +157,9 @@ class Builder:
         self.backend = re.search(r'build-backend = "([^"]+)"',
                                  (project / "pyproject.toml").read_text(encoding="utf-8")).group(1)  # type: ignore[union-attr]
         self.times: list[float] = []
+        self.cpu: list[float] = []
+        """CPU seconds of each timed build's process tree (user + system): on a machine shared with other work,
+        far steadier than the wall time."""
         self.compiles: list[int] = []
         self.reused = 0
 
@@ -164,14 +175,17 @@ class Builder:
     def build(self, *, record: bool) -> str:
         if self.forget is not None:
             self.forget.unlink(missing_ok=True)
+        cpu0 = _children_cpu()
         start = time.perf_counter()
         proc = subprocess.run(self.command(), cwd=self.project, env=self.env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, timeout=1200, check=False)
         elapsed = time.perf_counter() - start
+        cpu = _children_cpu() - cpu0
         if proc.returncode != 0:
             sys.exit(f"{self.name} build failed ({proc.returncode}):\n{proc.stdout[-6000:]}")
         if record:
             self.times.append(elapsed)
+            self.cpu.append(cpu)
             self.compiles.append(len(re.findall(r"Building (?:CUDA|CXX) object", proc.stdout)))
             self.reused += "unchanged since the last locked build" in proc.stdout
         return proc.stdout
@@ -199,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     python_dir = work / "python"
     shutil.rmtree(python_dir, ignore_errors=True)
     shutil.copytree(ROOT / "r1build", python_dir / "r1build", ignore=shutil.ignore_patterns("__pycache__"))
+    compileall.compile_dir(str(python_dir / "r1build"), quiet=1)  # byte-compiled, as pip installs a wheel
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(python_dir), env.get("PYTHONPATH", "")) if p)
     env["R1BUILD_CACHE_DIR"] = str(work / "cache")
@@ -270,6 +285,10 @@ def main(argv: list[str] | None = None) -> int:
         "stamp_reused": f"{r1.reused}/{len(r1.times)}",
         "lock_refreshed_in_copy": lock_refreshed,
         "paired_ratio": round(statistics.median(a / b for a, b in zip(r1.times, plain.times, strict=True)), 4),
+        "r1build_cpu_s": [round(t, 4) for t in r1.cpu],
+        "plain_cpu_s": [round(t, 4) for t in plain.cpu],
+        "cpu_ratio": round(statistics.median(r1.cpu) / statistics.median(plain.cpu), 4),
+        "paired_cpu_ratio": round(statistics.median(a / b for a, b in zip(r1.cpu, plain.cpu, strict=True)), 4),
         "resolving_s": [round(t, 4) for t in resolving.times],
         "resolving_median_s": round(resolving_median, 4),
         "resolving_ratio": round(resolving_median / plain_median, 4),
@@ -312,6 +331,11 @@ def render_markdown(r: dict[str, Any]) -> str:
         f"**ratio r1build / plain: {r['ratio']:.3f}** ({verdict} the target <= {r['target']:.2f}; aim {r['aim']:.2f}); "
         f"the warm-build stamp was used in {r['stamp_reused']} r1build builds. Median of the per-round ratios "
         f"(each r1build build over the plain build of the same round): {r['paired_ratio']:.3f}.",
+        "",
+        f"CPU time of each build's process tree (user + system; on a shared machine far steadier than the wall "
+        f"time): r1build median {statistics.median(r['r1build_cpu_s']):.3f} s, plain "
+        f"{statistics.median(r['plain_cpu_s']):.3f} s, **ratio {r['cpu_ratio']:.3f}**; median of the per-round "
+        f"ratios {r['paired_cpu_ratio']:.3f}.",
         "",
         f"Resolving on every build instead: ratio {r['resolving_ratio']:.3f}.",
         "",
