@@ -212,16 +212,20 @@ def _convert_dataclass(cls: type[T], value: object, path: KeyPath, kebab: bool) 
         raise ConversionProblem(path, f"expected a table, got {_describe(value)}")
     shape_of: type = cls
     fields, steps = _plan(shape_of, kebab)
-    for key in value:
-        if key not in fields:
-            hint = did_you_mean(str(key), list(fields))
-            raise ConversionProblem((*path, str(key)), f"unknown key {key!r}{hint}")
+    if not value.keys() <= fields.keys():
+        for key in value:
+            if key not in fields:
+                hint = did_you_mean(str(key), list(fields))
+                raise ConversionProblem((*path, str(key)), f"unknown key {key!r}{hint}")
     kwargs: dict[str, Any] = {}
     for key, name, conv, required, exact, nullable in steps:
-        if key in value:
-            v = value[key]
+        v = value.get(key, _ABSENT)
+        if v is not _ABSENT:
             # a value of exactly the field's scalar type is what its converter would return (bool is not int)
             kwargs[name] = v if type(v) is exact or (v is None and nullable) else conv(v, (*path, key))
         elif required:
             raise ConversionProblem((*path, key), f"missing required key {key!r}")
     return cls(**kwargs)
+
+
+_ABSENT = object()
