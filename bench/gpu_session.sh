@@ -57,6 +57,7 @@ rest() {  # correctness work beside the cheats: the sample's build and tests, th
     echo "sample build rc=$rc in $(( (t1 - t0) / 1000000 )) ms"; tail -15 /tmp/sample_build.log
     (cd /tmp && PYTHONPATH=/tmp/sample-site:$PYTHONPATH timeout 60 python3 -m pytest /tmp/sample/tests \
       -q -rfE --tb=short -p no:cacheprovider 2>&1) | tail -25
+    [ -n "${SAMPLE_ONLY:-}" ] && return
     echo "== the bad-kernel corpus and the other evaluate GPU tests"
     R1BUILD_CACHE_DIR=/tmp/r1build-cache-rest timeout 150 python3 -m pytest tests/evaluate -q -rfE --tb=short \
       -p no:cacheprovider -m gpu --ignore=tests/evaluate/test_evaluate_cheats.py 2>&1 | tail -30
@@ -82,6 +83,28 @@ verify() {  # after a change to the evaluator: the timing test alone, then the G
     > "$OUT/rest.log" 2>&1 &
   wait
   for f in verify cheats corpus rest; do tail -n 3 "$OUT/$f.log"; done
+}
+
+final() {  # the session's last call: the root resolved alone (cache kept for the perf model and the report), the
+  # perf model measured against it, then the sample's locked build and tests beside every GPU test outside
+  # tests/evaluate; the cache exported for the report screenshot made on the CPU machine
+  {
+    echo "== r1build resolve of the root manifest (fresh cache, no lock), alone on the GPU"
+    rm -rf /tmp/root && mkdir /tmp/root && cp -r kernels.toml kernels /tmp/root/ && rm -rf /tmp/root/kernels/_r1build
+    R1BUILD_CACHE_DIR=/tmp/r1build-cache-root timeout 130 python3 -m r1build.cli.main resolve -m /tmp/root \
+      --offline > /tmp/resolve_root.out 2>&1; echo "resolve rc=$?"; tail -16 /tmp/resolve_root.out
+    cp /tmp/root/kernels.lock "$OUT/root_kernels.lock"
+    echo "== the performance model against measured times"
+    timeout 150 python3 bench/perf_model.py --measure --cache-dir /tmp/r1build-cache-root --out "$OUT" 2>&1 | tail -25
+    R1BUILD_CACHE_DIR=/tmp/r1build-cache-root timeout 60 python3 -m r1build.cli.main cache export "$OUT/h200.r1b" \
+      2>&1 | tail -2
+  } > "$OUT/final.log" 2>&1
+  rest &
+  R1BUILD_TEST_SYSTEM_SITE=1 R1BUILD_CACHE_DIR=/tmp/c-outside timeout "${FINAL_LIMIT:-280}" python3 -m pytest tests -m gpu \
+    --ignore tests/evaluate -v -rfE --tb=short --durations=15 -p no:cacheprovider --continue-on-collection-errors \
+    > "$OUT/outside.log" 2>&1 &
+  wait
+  for f in final rest outside; do tail -n 4 "$OUT/$f.log"; done
 }
 
 # phases to run (default: all, the cheats beside the rest); e.g. `bash bench/gpu_session.sh quiet cheats` in one
