@@ -100,7 +100,9 @@ final() {  # the session's last call: the root resolved alone (cache kept for th
       2>&1 | tail -2
   } > "$OUT/final.log" 2>&1
   rest &
-  R1BUILD_TEST_SYSTEM_SITE=1 R1BUILD_CACHE_DIR=/tmp/c-outside timeout "${FINAL_LIMIT:-280}" python3 -m pytest tests -m gpu \
+  # the build tests' venv sees this Python's packages (the machine has no index): its site-packages on the path
+  local site; site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  PYTHONPATH="$PYTHONPATH:$site" R1BUILD_TEST_SYSTEM_SITE=1 R1BUILD_CACHE_DIR=/tmp/c-outside timeout "${FINAL_LIMIT:-280}" python3 -m pytest tests -m gpu \
     --ignore tests/evaluate -v -rfE --tb=short --durations=15 -p no:cacheprovider --continue-on-collection-errors \
     > "$OUT/outside.log" 2>&1 &
   wait
