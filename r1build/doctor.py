@@ -47,14 +47,15 @@ def _nvcc() -> tuple[list[Finding], str | None]:
         return [Finding("nvcc", "error", str(exc)), Finding("archs", "error", "no nvcc to ask")], None
     found = [Finding("nvcc", "ok", f"{tc.nvcc}: CUDA {tc.release} ({tc.ident})")]
     try:
-        known = gpu_archs(tc)  # the table manifests are checked against
+        archs = gpu_archs(tc)  # the table every command reads: machine code, PTX, arch-specific
     except R1BuildError as exc:
         found.append(Finding("archs", "warning", str(exc)))
+        return found, tc.release
+    if archs.real:
+        ptx = ", ".join(a.replace("compute_", "") for a in archs.virtual)
+        found.append(Finding("archs", "ok", f"{archs.describe()}; PTX for {ptx}"))
     else:
-        if known.real:
-            found.append(Finding("archs", "ok", known.describe()))
-        else:
-            found.append(Finding("archs", "warning", f"{tc.nvcc} --list-gpu-code listed no archs"))
+        found.append(Finding("archs", "warning", f"{tc.nvcc} lists no archs it compiles for"))
     return found, tc.release
 
 
