@@ -17,7 +17,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,6 +127,8 @@ def _identified(nvcc: str, identity: str | None) -> Toolchain:
     text = _remembered(identity) if identity is not None else None
     if text is not None:
         return Toolchain(nvcc=nvcc, version_text=text)
+    import subprocess  # here: a remembered version (the CLI's warm path) never needs the module
+
     try:
         proc = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -178,6 +179,8 @@ class GpuArchs:
 
 
 def _output(nvcc: str, flag: str) -> str:
+    import subprocess
+
     try:
         proc = subprocess.run([nvcc, flag], capture_output=True, text=True, timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
