@@ -34,8 +34,10 @@ def peak_concurrency(log: Path) -> tuple[int, int]:
     """(compiles, most running at once) from a wrapper's log."""
     if not log.exists():
         return 0, 0
-    events = sorted((int(stamp), 1 if sign == "+" else -1)
-                    for sign, stamp in (line.split() for line in log.read_text().splitlines() if line.strip()))
+    events = sorted(
+        (int(stamp), 1 if sign == "+" else -1)
+        for sign, stamp in (line.split() for line in log.read_text().splitlines() if line.strip())
+    )
     running = peak = 0
     for _, step in events:
         running += step

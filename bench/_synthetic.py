@@ -47,8 +47,9 @@ def write_project(root: Path, kernels: int, archs: Sequence[str]) -> Path:
     for i, name in enumerate(names):
         factor = i + 2
         (root / "kernels" / f"{name}.cu").write_text(SOURCE.format(name=name, factor=factor), encoding="utf-8")
-        refs.append(f"\n\ndef {name}(x: np.ndarray, n: int) -> np.ndarray:\n"
-                    f"    return ({factor} * x).astype(np.float32)\n")
+        refs.append(
+            f"\n\ndef {name}(x: np.ndarray, n: int) -> np.ndarray:\n    return ({factor} * x).astype(np.float32)\n"
+        )
         toml.append(KERNEL.format(name=name, factor=factor))
     (root / "reference.py").write_text("".join(refs), encoding="utf-8")
     manifest = root / "kernels.toml"

@@ -46,16 +46,39 @@ def sample_decision(cache: Cache, candidates: int) -> Decision:
     for i in range(candidates):
         source = cache.put_text(f"// candidate {i}\n" + "x = x * 2.0f + 1.0f;\n" * 200)
         transcript = cache.put_text(f"<think>candidate {i}</think>" * 50)
-        refs.append(CandidateRef(source, source, Origin("generated", model="deepseek-reasoner", round=i // 4,
-                                                        sample=i % 4, transcript=transcript), {"BLOCK": 256}))
-        results.append(Result(candidate=source, arch="sm_90", status="passed", stage="evaluate",
-                              gate=GateReport(registers=32 + i),
-                              timing=Timing(median_us=10.0 + i, spread=0.02, samples=50, floor_us=8.0,
-                                            share_of_floor=0.8),
-                              device="NVIDIA H200", toolchain="nvcc 13.0"))
-    decision = Decision(key=f"{candidates:064d}", kernel="softmax_rows", arch="sm_90", winner=refs[0], candidates=refs,
-                        results=results, transcripts=[], measured=True, device="NVIDIA H200",
-                        toolchain="nvcc 13.0", created="2026-01-01T00:00:00+00:00")
+        refs.append(
+            CandidateRef(
+                source,
+                source,
+                Origin("generated", model="deepseek-reasoner", round=i // 4, sample=i % 4, transcript=transcript),
+                {"BLOCK": 256},
+            )
+        )
+        results.append(
+            Result(
+                candidate=source,
+                arch="sm_90",
+                status="passed",
+                stage="evaluate",
+                gate=GateReport(registers=32 + i),
+                timing=Timing(median_us=10.0 + i, spread=0.02, samples=50, floor_us=8.0, share_of_floor=0.8),
+                device="NVIDIA H200",
+                toolchain="nvcc 13.0",
+            )
+        )
+    decision = Decision(
+        key=f"{candidates:064d}",
+        kernel="softmax_rows",
+        arch="sm_90",
+        winner=refs[0],
+        candidates=refs,
+        results=results,
+        transcripts=[],
+        measured=True,
+        device="NVIDIA H200",
+        toolchain="nvcc 13.0",
+        created="2026-01-01T00:00:00+00:00",
+    )
     cache.put_decision(decision)
     return decision
 
@@ -121,9 +144,12 @@ def main() -> int:
             first_reads[f"get_decision, {n} candidates, first read in a process"] = first
         results = {name: measure(read, args.iterations) for name, read in reads.items()}
         results |= {name: measure(read, max(1, args.iterations // 5)) for name, read in first_reads.items()}
-        host = host_info(diskcache=diskcache.__version__, sqlite=sqlite3.sqlite_version,
-                         filesystem=filesystem_of(cache_dir),
-                         device="none: cache reads run on the host CPU and disk, no GPU involved")
+        host = host_info(
+            diskcache=diskcache.__version__,
+            sqlite=sqlite3.sqlite_version,
+            filesystem=filesystem_of(cache_dir),
+            device="none: cache reads run on the host CPU and disk, no GPU involved",
+        )
         cache.close()
 
     target_us = args.target_ms * 1000
@@ -154,8 +180,10 @@ def main() -> int:
         "",
         "| read | mean µs | median µs | p90 µs | p99 µs | max µs |",
         "|---|---:|---:|---:|---:|---:|",
-        *[f"| {name} | {r['mean_us']} | {r['median_us']} | {r['p90_us']} | {r['p99_us']} | {r['max_us']} |"
-          for name, r in results.items()],
+        *[
+            f"| {name} | {r['mean_us']} | {r['median_us']} | {r['p90_us']} | {r['p99_us']} | {r['max_us']} |"
+            for name, r in results.items()
+        ],
         "",
         "The first read of a decision in a process (the read a resolve pays: it parses the record) is part of the "
         "target; a repeat read returns the record parsed before, by payload digest, its bytes still read and "

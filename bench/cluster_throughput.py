@@ -57,9 +57,22 @@ def start_workers(address: str, gpus: list[int], compile_slots: int, log: Path) 
     """``r1build worker`` on these GPUs, joined to the scheduler (returns once every worker is in)."""
     from distributed import Client
 
-    proc = subprocess.Popen([sys.executable, "-m", "r1build.cli.main", "worker", "--scheduler", address,
-                             "--gpus", ",".join(map(str, gpus)), "--compile-slots", str(compile_slots)],
-                            stdout=log.open("ab"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "r1build.cli.main",
+            "worker",
+            "--scheduler",
+            address,
+            "--gpus",
+            ",".join(map(str, gpus)),
+            "--compile-slots",
+            str(compile_slots),
+        ],
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+    )
     with Client(address, set_as_default=False) as client:
         client.wait_for_workers(len(gpus) + (1 if compile_slots else 0), timeout=300)
     return proc
@@ -87,11 +100,15 @@ def one_run(manifest_path: Path, arch: str, address: str) -> dict[str, Any]:
     manifest = load_manifest(manifest_path)
     with Client(address, set_as_default=False) as client:
         seen = len(client.get_events(PROGRESS_TOPIC))
-    with tempfile.TemporaryDirectory(prefix="r1build-bench-") as tmp, Cache(Path(tmp) / "cache") as cache, \
-            sink(lambda event: None):
+    with (
+        tempfile.TemporaryDirectory(prefix="r1build-bench-") as tmp,
+        Cache(Path(tmp) / "cache") as cache,
+        sink(lambda event: None),
+    ):
         start = time.perf_counter()
-        resolution = resolve(manifest, cache, ResolveOptions(offline=True, archs=[arch], cluster=address,
-                                                             write_lock=False))
+        resolution = resolve(
+            manifest, cache, ResolveOptions(offline=True, archs=[arch], cluster=address, write_lock=False)
+        )
         wall = time.perf_counter() - start
         decisions = cache.decisions()
     judged = sum(1 for d in decisions for r in d.results if r.stage == "evaluate")
@@ -130,8 +147,10 @@ def main() -> int:
     most = min(args.gpus or len(same), len(same))
     counts = [1] if most == 1 else [1, most]
     configs: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="r1build-bench-cluster-") as tmp, \
-            LocalCluster(n_workers=0, host="127.0.0.1", dashboard_address=":0") as scheduler:
+    with (
+        tempfile.TemporaryDirectory(prefix="r1build-bench-cluster-") as tmp,
+        LocalCluster(n_workers=0, host="127.0.0.1", dashboard_address=":0") as scheduler,
+    ):
         address = scheduler.scheduler_address
         manifest_path = project_copy(args.manifest, Path(tmp) / "project")
         for n in counts:
@@ -141,10 +160,14 @@ def main() -> int:
                 runs = [one_run(manifest_path, arch, address) for _ in range(args.runs)]
             finally:
                 stop_workers(proc, address)
-            configs[str(n)] = {"gpus": [f"{g.name} (device {g.index})" for g in gpus if g.index in same[:n]],
-                               "runs": runs}
-            print(f"{n} worker(s): " + ", ".join(f"{r['candidates_per_min']}/min in {r['wall_s']} s"
-                                                 for r in runs), file=sys.stderr)
+            configs[str(n)] = {
+                "gpus": [f"{g.name} (device {g.index})" for g in gpus if g.index in same[:n]],
+                "runs": runs,
+            }
+            print(
+                f"{n} worker(s): " + ", ".join(f"{r['candidates_per_min']}/min in {r['wall_s']} s" for r in runs),
+                file=sys.stderr,
+            )
     one = configs["1"]["runs"][-1]["candidates_per_min"]
     ratio = None
     if len(counts) > 1 and one:
@@ -175,8 +198,9 @@ def main() -> int:
     for n, config in configs.items():
         for i, run in enumerate(config["runs"], 1):
             jobs = ", ".join(f"{w}: {c}" for w, c in run["jobs_per_worker"].items())
-            lines.append(f"| {n} | {i} | {run['wall_s']} | {run['judged_on_gpu']} | {run['candidates_per_min']} "
-                         f"| {jobs} |")
+            lines.append(
+                f"| {n} | {i} | {run['wall_s']} | {run['judged_on_gpu']} | {run['candidates_per_min']} | {jobs} |"
+            )
     lines.append("")
     if ratio is None:
         lines.append(f"One GPU of {arch} visible: the one-worker figure alone ({one}/min); the N ÷ 1 ratio needs two.")

@@ -77,19 +77,35 @@ def one_run(manifest_path: Path, *, one_at_a_time: bool = False) -> dict[str, An
         for c, r in zip(job.candidates, res, strict=True):
             rows.append(row(job, c, r, winner))
     n = sum(len(j.candidates) for j in jobs)
-    return {"wall_s": wall, "candidates": n, "per_minute": n / wall * 60.0, "rows": rows, "stats": stats,
-            "unmeasured": unmeasured, "device": device, "mode": "one job at a time" if one_at_a_time else "all"}
+    return {
+        "wall_s": wall,
+        "candidates": n,
+        "per_minute": n / wall * 60.0,
+        "rows": rows,
+        "stats": stats,
+        "unmeasured": unmeasured,
+        "device": device,
+        "mode": "one job at a time" if one_at_a_time else "all",
+    }
 
 
 def row(job: Job, c: Candidate, r: Result, winner: Candidate | None) -> dict[str, Any]:
     t = r.timing
     return {
-        "kernel": job.spec.name, "arch": job.arch, "candidate": label(c), "digest": c.digest[:12],
-        "winner": winner is not None and winner.digest == c.digest, "status": r.status,
-        "detail": r.detail[:300], "time_us": t.median_us if t else None, "spread": t.spread if t else None,
-        "samples": t.samples if t else None, "floor_us": t.floor_us if t else None,
+        "kernel": job.spec.name,
+        "arch": job.arch,
+        "candidate": label(c),
+        "digest": c.digest[:12],
+        "winner": winner is not None and winner.digest == c.digest,
+        "status": r.status,
+        "detail": r.detail[:300],
+        "time_us": t.median_us if t else None,
+        "spread": t.spread if t else None,
+        "samples": t.samples if t else None,
+        "floor_us": t.floor_us if t else None,
         "share_of_floor": t.share_of_floor if t else None,
-        "vs_baseline": t.speedup_vs_baseline if t else None, "vs_cupy": t.speedup_vs_reference if t else None,
+        "vs_baseline": t.speedup_vs_baseline if t else None,
+        "vs_cupy": t.speedup_vs_reference if t else None,
         "registers": r.gate.registers if r.gate else None,
     }
 
@@ -101,15 +117,22 @@ def resolve_run(manifest_path: Path) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory(prefix="r1build-bench-resolve-") as tmp:
         work = Path(tmp) / "project"
-        shutil.copytree(manifest_path.parent, work, ignore=shutil.ignore_patterns(
-            ".git", ".whl", ".venv", "bench", "tests", "*.lock", "_r1build", "__pycache__", ".r1build"))
+        shutil.copytree(
+            manifest_path.parent,
+            work,
+            ignore=shutil.ignore_patterns(
+                ".git", ".whl", ".venv", "bench", "tests", "*.lock", "_r1build", "__pycache__", ".r1build"
+            ),
+        )
         manifest = load(work / manifest_path.name)
         with Cache(Path(tmp) / "cache") as cache:
             start = time.perf_counter()
             resolution = resolve(manifest, cache, ResolveOptions(refresh=True, offline=True, use_gpu=True))
             wall = time.perf_counter() - start
-        winners = [{"kernel": e.spec.name, "arch": e.arch, "state": e.state, "provenance": e.provenance,
-                    "time_us": e.time_us} for e in resolution.entries]
+        winners = [
+            {"kernel": e.spec.name, "arch": e.arch, "state": e.state, "provenance": e.provenance, "time_us": e.time_us}
+            for e in resolution.entries
+        ]
         n = sum(len(expand_variants(manifest, s)) for s in manifest.kernels)
     return {"wall_s": wall, "measured_candidates": n, "per_minute": n / wall * 60.0, "winners": winners}
 
@@ -151,31 +174,49 @@ def markdown(report: dict[str, Any]) -> str:
             f"| {r['kernel']} | {r['arch']} | {name} | {r['status']} | {fmt(r['time_us'], '.2f')} "
             f"| {fmt(None if r['spread'] is None else r['spread'] * 100, '.2f', '%')} | {fmt(r['floor_us'], '.2f')} "
             f"| {fmt(r['share_of_floor'], '.3f')} | {fmt(r['vs_baseline'], '.2f')} | {fmt(r['vs_cupy'], '.2f')} "
-            f"| {fmt(t2, '.2f')} | {fmt(None if diff is None else diff * 100, '.2f', '%')} |")
+            f"| {fmt(t2, '.2f')} | {fmt(None if diff is None else diff * 100, '.2f', '%')} |"
+        )
     failed = [r for r in first["rows"] if r["status"] != "passed"]
     if failed:
         lines += [""] + [f"- {r['kernel']} {r['candidate']}: {r['status']}: {r['detail']}" for r in failed]
-    lines += ["", "Winners in bold. Unmeasured (no local GPU of that arch): "
-              + (", ".join(first["unmeasured"]) or "none") + ".", "",
-              "| run | candidates | wall s | candidates per minute | worker restarts |",
-              "|---|---:|---:|---:|---:|"]
+    lines += [
+        "",
+        "Winners in bold. Unmeasured (no local GPU of that arch): " + (", ".join(first["unmeasured"]) or "none") + ".",
+        "",
+        "| run | candidates | wall s | candidates per minute | worker restarts |",
+        "|---|---:|---:|---:|---:|",
+    ]
     for i, run in enumerate(runs, 1):
-        how = ("evaluate_all of every job" if run["mode"] == "all"
-               else "prepare(all jobs), then evaluate(job) one at a time")
-        lines.append(f"| {i}: {how}, cold (fresh cache and builds) | {run['candidates']} | {run['wall_s']:.1f} "
-                     f"| {run['per_minute']:.1f} | {int(run['stats'].get('worker_restarts', 0))} |")
+        how = (
+            "evaluate_all of every job"
+            if run["mode"] == "all"
+            else "prepare(all jobs), then evaluate(job) one at a time"
+        )
+        lines.append(
+            f"| {i}: {how}, cold (fresh cache and builds) | {run['candidates']} | {run['wall_s']:.1f} "
+            f"| {run['per_minute']:.1f} | {int(run['stats'].get('worker_restarts', 0))} |"
+        )
     if report.get("resolve"):
         res = report["resolve"]
-        lines.append(f"| r1build.resolve --refresh --offline (all archs, gate of every winner) "
-                     f"| {res['measured_candidates']} | {res['wall_s']:.1f} | {res['per_minute']:.1f} | |")
+        lines.append(
+            f"| r1build.resolve --refresh --offline (all archs, gate of every winner) "
+            f"| {res['measured_candidates']} | {res['wall_s']:.1f} | {res['per_minute']:.1f} | |"
+        )
     phases = first["stats"]
-    lines += ["", "Run 1, seconds in each phase of the GPU thread: waiting for builds and the gate "
-              f"{phases.get('wait_build_s', 0):.1f}, correctness checks {phases.get('checks_s', 0):.1f}, "
-              f"waiting for compute-sanitizer {phases.get('wait_sanitizer_s', 0):.1f}, timing (floors, cupy "
-              f"reference, candidates) {phases.get('timing_s', 0):.1f}; {int(phases.get('sanitizer_runs', 0))} "
-              f"compute-sanitizer runs took {phases.get('sanitizer_s', 0):.1f} s together."]
-    lines += ["", "Targets: " + "; ".join(f"{k}: {'met' if v['met'] else 'MISSED'} ({v['value']})"
-                                        for k, v in report["targets"].items()), ""]
+    lines += [
+        "",
+        "Run 1, seconds in each phase of the GPU thread: waiting for builds and the gate "
+        f"{phases.get('wait_build_s', 0):.1f}, correctness checks {phases.get('checks_s', 0):.1f}, "
+        f"waiting for compute-sanitizer {phases.get('wait_sanitizer_s', 0):.1f}, timing (floors, cupy "
+        f"reference, candidates) {phases.get('timing_s', 0):.1f}; {int(phases.get('sanitizer_runs', 0))} "
+        f"compute-sanitizer runs took {phases.get('sanitizer_s', 0):.1f} s together.",
+    ]
+    lines += [
+        "",
+        "Targets: "
+        + "; ".join(f"{k}: {'met' if v['met'] else 'MISSED'} ({v['value']})" for k, v in report["targets"].items()),
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -194,8 +235,11 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(args.runs + 1):
         run = one_run(args.manifest.resolve(), one_at_a_time=i == args.runs)
         runs.append(run)
-        print(f"run {i + 1} ({run['mode']}): {run['candidates']} candidates in {run['wall_s']:.1f} s "
-              f"({run['per_minute']:.1f}/min)", flush=True)
+        print(
+            f"run {i + 1} ({run['mode']}): {run['candidates']} candidates in {run['wall_s']:.1f} s "
+            f"({run['per_minute']:.1f}/min)",
+            flush=True,
+        )
     resolved = None if args.no_resolve else resolve_run(args.manifest.resolve())
     if resolved:
         print(f"resolve: {resolved['wall_s']:.1f} s ({resolved['per_minute']:.1f}/min)", flush=True)
@@ -211,21 +255,31 @@ def main(argv: list[str] | None = None) -> int:
                 diffs.append(abs(o["time_us"] - r["time_us"]) / r["time_us"])
     best_rate = min(run["per_minute"] for run in runs)
     targets = {
-        "candidates per minute >= 30 (every run)": {"met": best_rate >= TARGET_PER_MINUTE,
-                                        "value": ", ".join(f"{run['per_minute']:.1f}" for run in runs)},
-        "median error <= 0.5% at >= 50 us": {"met": all(e <= TARGET_MEDIAN_ERROR for e in errors),
-                                             "value": f"max {max(errors) * 100:.2f}%" if errors else "no such kernel"},
-        "repeat within 3%": {"met": all(d <= TARGET_REPEAT for d in diffs),
-                             "value": f"max {max(diffs) * 100:.2f}%" if diffs else "one run"},
-        "every manifest candidate passes": {"met": all(r["status"] == "passed" for r in rows),
-                                            "value": f"{sum(r['status'] == 'passed' for r in rows)}/{len(rows)}"},
+        "candidates per minute >= 30 (every run)": {
+            "met": best_rate >= TARGET_PER_MINUTE,
+            "value": ", ".join(f"{run['per_minute']:.1f}" for run in runs),
+        },
+        "median error <= 0.5% at >= 50 us": {
+            "met": all(e <= TARGET_MEDIAN_ERROR for e in errors),
+            "value": f"max {max(errors) * 100:.2f}%" if errors else "no such kernel",
+        },
+        "repeat within 3%": {
+            "met": all(d <= TARGET_REPEAT for d in diffs),
+            "value": f"max {max(diffs) * 100:.2f}%" if diffs else "one run",
+        },
+        "every manifest candidate passes": {
+            "met": all(r["status"] == "passed" for r in rows),
+            "value": f"{sum(r['status'] == 'passed' for r in rows)}/{len(rows)}",
+        },
     }
     report = {
         "command": command_line(__file__, argv),
         "date": utc_now(),
         "device": f"{gpus[0].name} ({len(gpus)} visible, {gpus[0].arch}, {gpus[0].memory / 2**30:.0f} GiB)",
         "host": host_info(),
-        "runs": runs, "resolve": resolved, "targets": targets,
+        "runs": runs,
+        "resolve": resolved,
+        "targets": targets,
     }
     write_results(args.out, "evaluate_root", report, markdown(report))
     return 0 if all(t["met"] for t in targets.values()) else 1

@@ -49,7 +49,7 @@ REASONING_TOKENS = 6000
 PRICES = {"input": 0.55, "output": 2.19}
 """DeepSeek's list prices per million tokens."""
 
-SETTINGS = f"""prices = {{ input-per-mtok = {PRICES['input']}, output-per-mtok = {PRICES['output']} }}
+SETTINGS = f"""prices = {{ input-per-mtok = {PRICES["input"]}, output-per-mtok = {PRICES["output"]} }}
 max-tokens = 8192"""
 """What differs from the overhead benchmark's manifest in [generation] (its max-tokens is replaced)."""
 
@@ -88,9 +88,14 @@ class Script:
             n = self.count
             self.count += 1
         prompt = sum(len(str(m.get("content", ""))) for m in request.messages) // 4
-        reply = Answer(vadd_answer(n), reasoning="think " * REASONING_TOKENS,
-                       prompt_tokens=prompt, usage=self.usage, honour_max_tokens=True,
-                       chunk_chars=self.chunk_chars)
+        reply = Answer(
+            vadd_answer(n),
+            reasoning="think " * REASONING_TOKENS,
+            prompt_tokens=prompt,
+            usage=self.usage,
+            honour_max_tokens=True,
+            chunk_chars=self.chunk_chars,
+        )
         sent = reply.for_request(request)
         with self.lock:
             self.served_tokens += sent.tokens()
@@ -109,8 +114,15 @@ def run_case(name: str, case: dict[str, Any], work: Path) -> dict[str, Any]:
     script = Script(chunk_chars=case["chunk_chars"], usage=case["usage"])
     with ChatServer(script) as server, Cache(work / "cache") as cache:
         start = time.perf_counter()
-        outcome = search(manifest, spec, "sm_90", evaluator=ConstantJudge(), cache=cache, seeds=[],
-                         environ={"R1BUILD_BASE_URL": server.url})
+        outcome = search(
+            manifest,
+            spec,
+            "sm_90",
+            evaluator=ConstantJudge(),
+            cache=cache,
+            seeds=[],
+            environ={"R1BUILD_BASE_URL": server.url},
+        )
         wall = time.perf_counter() - start
     u = outcome.usage
     served_usd = (script.served_prompt_tokens * PRICES["input"] + script.served_tokens * PRICES["output"]) / 1e6
@@ -141,11 +153,15 @@ def run_case(name: str, case: dict[str, Any], work: Path) -> dict[str, Any]:
         doc["within_budget"] = u.completion_tokens <= limit
     else:
         limit_usd = 0.05
-        one_prompt = script.largest_prompt * PRICES["input"] / 1e6   # the most a prompt estimate can be off
+        one_prompt = script.largest_prompt * PRICES["input"] / 1e6  # the most a prompt estimate can be off
         doc["money_budget_usd"] = limit_usd
         doc["within_budget"] = u.cost_usd <= limit_usd + one_prompt
-    doc["ok"] = bool(doc["within_budget"] and doc["cancelled"] == 0 and doc["candidates_kept"] >= 1
-                     and doc["candidates_kept"] == u.answers - doc["truncated"])
+    doc["ok"] = bool(
+        doc["within_budget"]
+        and doc["cancelled"] == 0
+        and doc["candidates_kept"] >= 1
+        and doc["candidates_kept"] == u.answers - doc["truncated"]
+    )
     return doc
 
 
@@ -171,13 +187,18 @@ def markdown(result: dict[str, Any]) -> str:
             approx = "~" if c["estimated"] else ""
             accounted = f"{approx}{c['completion_tokens_accounted']:,} tokens"
             served = f"{c['completion_tokens_served']:,} tokens"
-        lines.append(f"| {c['case']} | `{c['budget']}` | {accounted} | {served} | {c['requests']} | {c['answers']} "
-                     f"| {c['candidates_kept']} | {c['truncated']} | {c['cancelled']} | {c['stop_reason']} "
-                     f"| {'yes' if c['ok'] else 'NO'} |")
+        lines.append(
+            f"| {c['case']} | `{c['budget']}` | {accounted} | {served} | {c['requests']} | {c['answers']} "
+            f"| {c['candidates_kept']} | {c['truncated']} | {c['cancelled']} | {c['stop_reason']} "
+            f"| {'yes' if c['ok'] else 'NO'} |"
+        )
     lines += ["", "Stops, in the search's words:", ""]
     lines += [f"- {c['case']}: {c['cause']}; max_tokens sent: {c['max_tokens_sent']}" for c in result["cases"]]
-    lines += ["", "Without usage the count is the text's length (4 characters a token), so it can differ from the "
-                  "server's own count; it is never the number of stream chunks."]
+    lines += [
+        "",
+        "Without usage the count is the text's length (4 characters a token), so it can differ from the "
+        "server's own count; it is never the number of stream chunks.",
+    ]
     return "\n".join(lines) + "\n"
 
 

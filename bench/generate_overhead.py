@@ -92,16 +92,19 @@ class ConstantJudge:
 
     def evaluate(self, job: Job) -> list[Result]:
         timing = Timing(median_us=100.0, spread=0.01, samples=10, floor_us=10.0, share_of_floor=0.1)
-        return [Result(candidate=c.digest, arch=job.arch, status="passed", stage="evaluate",
-                       timing=timing) for c in job.candidates]
+        return [
+            Result(candidate=c.digest, arch=job.arch, status="passed", stage="evaluate", timing=timing)
+            for c in job.candidates
+        ]
 
 
 @contextmanager
 def server(delay: float = 0.0) -> Iterator[str]:
     """The chat server in a process of its own; yields its base URL."""
     script = ROOT / "tests" / "generate" / "chat_server.py"
-    proc = subprocess.Popen([sys.executable, str(script), "--delay", str(delay)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), "--delay", str(delay)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout is not None
         url = proc.stdout.readline().strip()
@@ -131,8 +134,9 @@ def run_search(work: Path, url: str, manifest: Manifest) -> tuple[SearchOutcome,
     env = {"R1BUILD_BASE_URL": url}
     with Cache(work / "cache") as cache:
         wall, cpu = time.perf_counter(), time.process_time()
-        outcome = search(manifest, manifest.kernel("vadd"), "sm_90", evaluator=ConstantJudge(), cache=cache,
-                         seeds=[], environ=env)
+        outcome = search(
+            manifest, manifest.kernel("vadd"), "sm_90", evaluator=ConstantJudge(), cache=cache, seeds=[], environ=env
+        )
         return outcome, time.perf_counter() - wall, time.process_time() - cpu
 
 
@@ -142,8 +146,12 @@ def bare_client(url: str, prompt: str, n: int, in_flight: int = 1) -> tuple[floa
     async def one(client: openai.AsyncOpenAI, slots: asyncio.Semaphore) -> None:
         async with slots:
             stream: Any = await client.chat.completions.create(
-                model="m", messages=[{"role": "user", "content": prompt}], max_tokens=4096, stream=True,
-                stream_options={"include_usage": True})
+                model="m",
+                messages=[{"role": "user", "content": prompt}],
+                max_tokens=4096,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
             parts = []
             async for chunk in stream:
                 if chunk.choices and chunk.choices[0].delta.content:
@@ -230,12 +238,21 @@ def main() -> int:
             stats(url, reset=True)
             outcome, wall, _ = run_search(work, url, manifest)
             seen = stats(url)
-            caps.append({"cap": cap, "requests": seen["requests"], "answers": outcome.usage.answers,
-                         "candidates": len(outcome.candidates), "max_in_flight": seen["max_in_flight"],
-                         "wall_s": round(wall, 3), "ideal_s": round(0.25 * -(-CONCURRENT // cap), 3)})
+            caps.append(
+                {
+                    "cap": cap,
+                    "requests": seen["requests"],
+                    "answers": outcome.usage.answers,
+                    "candidates": len(outcome.candidates),
+                    "max_in_flight": seen["max_in_flight"],
+                    "wall_s": round(wall, 3),
+                    "ideal_s": round(0.25 * -(-CONCURRENT // cap), 3),
+                }
+            )
     result["concurrency"] = caps
-    caps_ok = all(c["answers"] == c["requests"] == c["candidates"] == CONCURRENT and c["max_in_flight"] == c["cap"]
-                  for c in caps)
+    caps_ok = all(
+        c["answers"] == c["requests"] == c["candidates"] == CONCURRENT and c["max_in_flight"] == c["cap"] for c in caps
+    )
     result["target_ms"] = TARGET_MS
     result["wide_target_ms"] = WIDE_TARGET_MS
     result["ok"] = own <= TARGET_MS and wide_own <= WIDE_TARGET_MS and caps_ok
@@ -269,8 +286,11 @@ def main() -> int:
         f"| {CONCURRENT} requests held 0.25 s each | requests | answers | candidates | most in flight | wall s | "
         "ideal s |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
-        *[f"| cap {c['cap']} | {c['requests']} | {c['answers']} | {c['candidates']} | {c['max_in_flight']} | "
-          f"{c['wall_s']:.2f} | {c['ideal_s']:.2f} |" for c in caps],
+        *[
+            f"| cap {c['cap']} | {c['requests']} | {c['answers']} | {c['candidates']} | {c['max_in_flight']} | "
+            f"{c['wall_s']:.2f} | {c['ideal_s']:.2f} |"
+            for c in caps
+        ],
         "",
         f"Target: controller overhead at most {TARGET_MS:.0f} ms per candidate ({WIDE_TARGET_MS:.0f} ms at {WIDE} in "
         f"flight), and all {CONCURRENT} requests complete with the cap respected: "

@@ -59,8 +59,7 @@ def _wheel(ref: str, work: Path) -> Path:
         with tarfile.open(archive) as tar:
             tar.extractall(source, filter="data")
     out = work / f"wheel-{ref}"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(source)],
-                   check=True)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(source)], check=True)
     (wheel,) = out.glob("r1build-*.whl")
     return wheel
 
@@ -69,8 +68,11 @@ def _install(wheel: Path, venv: Path) -> tuple[float, dict[str, Any]]:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
     start = time.perf_counter()
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(wheel),
-                    "scikit-build-core"], check=True, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(wheel), "scikit-build-core"],
+        check=True,
+        stderr=subprocess.DEVNULL,
+    )
     took = time.perf_counter() - start
     out = subprocess.run([str(python), "-c", _MEASURE], check=True, stdout=subprocess.PIPE, text=True).stdout
     return took, json.loads(out)
@@ -108,8 +110,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="r1build-footprint-") as tmp:
         before = measure(args.before, args.runs, Path(tmp))
         after = measure(args.after, args.runs, Path(tmp))
-    doc = {"date": utc_now(), "command": command_line(__file__), "host": host_info(), "before": before,
-           "after": after}
+    doc = {"date": utc_now(), "command": command_line(__file__), "host": host_info(), "before": before, "after": after}
     gone = sorted(set(before["distributions"]) - set(after["distributions"]), key=str.lower)
     md = [
         "# Install footprint of a host build's requirements (r1build + scikit-build-core)",
@@ -126,10 +127,16 @@ def main() -> int:
         "| --- | --- | --- | --- |",
     ]
     for name, r in (("before", before), ("after", after)):
-        md.append(f"| {name} ({r['ref']}) | {len(r['distributions'])} | {_mb(r['bytes'])} | "
-                  f"{r['install_s_median']:.1f} s |")
-    md += ["", f"No longer installed by a host build: {', '.join(gone) or 'nothing'}.", "",
-           "Largest distributions after:", ""]
+        md.append(
+            f"| {name} ({r['ref']}) | {len(r['distributions'])} | {_mb(r['bytes'])} | {r['install_s_median']:.1f} s |"
+        )
+    md += [
+        "",
+        f"No longer installed by a host build: {', '.join(gone) or 'nothing'}.",
+        "",
+        "Largest distributions after:",
+        "",
+    ]
     biggest = sorted(after["distributions"].items(), key=lambda kv: -kv[1]["bytes"])[:8]
     md += [f"- {name} {d['version']}: {_mb(d['bytes'])}" for name, d in biggest]
     write_results(args.out, "install_footprint", doc, "\n".join(md))

@@ -49,7 +49,7 @@ def ranks(values: list[float]) -> np.ndarray:
         j = i
         while j + 1 < len(arr) and arr[order[j + 1]] == arr[order[i]]:
             j += 1
-        out[order[i:j + 1]] = (i + j) / 2 + 1
+        out[order[i : j + 1]] = (i + j) / 2 + 1
         i = j + 1
     return out
 
@@ -75,8 +75,11 @@ def replay(predicted: list[float], measured: list[float], threshold: float) -> d
         judged.append(i)
         best = measured[i] if best is None else min(best, measured[i])
     fastest = min(measured)
-    return {"jobs": len(judged), "of": len(predicted),
-            "same_winner": best is not None and best <= fastest * SAME_WINNER}
+    return {
+        "jobs": len(judged),
+        "of": len(predicted),
+        "same_winner": best is not None and best <= fastest * SAME_WINNER,
+    }
 
 
 def candidates_of(manifest: Manifest, spec: KernelSpec, arch: str, cache: Cache | None) -> list[Candidate]:
@@ -91,8 +94,9 @@ def candidates_of(manifest: Manifest, spec: KernelSpec, arch: str, cache: Cache 
     return out
 
 
-def measured_times(manifest: Manifest, spec: KernelSpec, arch: str, candidates: list[Candidate],
-                   cache: Cache | None, evaluator: Any) -> dict[str, float]:
+def measured_times(
+    manifest: Manifest, spec: KernelSpec, arch: str, candidates: list[Candidate], cache: Cache | None, evaluator: Any
+) -> dict[str, float]:
     """Median microseconds by variant digest: the cached decision's, then the GPU's for the rest."""
     times: dict[str, float] = {}
     decision = cache.get_decision(decision_key(manifest, spec, arch)) if cache is not None else None
@@ -141,45 +145,81 @@ def main(argv: list[str] | None = None) -> int:
             rows = []
             for c in candidates:
                 p = predictions[c.digest]
-                rows.append({"candidate": (c.origin.path or f"r{c.origin.round} s{c.origin.sample}")
-                             + "".join(f" {k}={v}" for k, v in sorted(c.defines.items())),
-                             "predicted_us": round(p.lower_bound_us, 3) if p else None,
-                             "occupancy": round(p.occupancy, 3) if p else None,
-                             "width_bits": p.width_bits if p else None,
-                             "measured_us": round(times[c.digest], 3) if c.digest in times else None})
+                rows.append(
+                    {
+                        "candidate": (c.origin.path or f"r{c.origin.round} s{c.origin.sample}")
+                        + "".join(f" {k}={v}" for k, v in sorted(c.defines.items())),
+                        "predicted_us": round(p.lower_bound_us, 3) if p else None,
+                        "occupancy": round(p.occupancy, 3) if p else None,
+                        "width_bits": p.width_bits if p else None,
+                        "measured_us": round(times[c.digest], 3) if c.digest in times else None,
+                    }
+                )
             both = [r for r in rows if r["predicted_us"] is not None and r["measured_us"] is not None]
             pred = [float(r["predicted_us"]) for r in both]
             meas = [float(r["measured_us"]) for r in both]
-            kernels.append({"kernel": spec.name, "rows": rows, "spearman": spearman(pred, meas),
-                            "replay": {str(t): replay(pred, meas, t) for t in THRESHOLDS} if both else {}})
+            kernels.append(
+                {
+                    "kernel": spec.name,
+                    "rows": rows,
+                    "spearman": spearman(pred, meas),
+                    "replay": {str(t): replay(pred, meas, t) for t in THRESHOLDS} if both else {},
+                }
+            )
     finally:
         if evaluator is not None:
             evaluator.close()
         if cache is not None:
             cache.close()
-    rhos = [(k["spearman"], len([r for r in k["rows"] if r["measured_us"] is not None])) for k in kernels
-            if k["spearman"] is not None]
+    rhos = [
+        (k["spearman"], len([r for r in k["rows"] if r["measured_us"] is not None]))
+        for k in kernels
+        if k["spearman"] is not None
+    ]
     weighted = sum(r * n for r, n in rhos) / sum(n for _, n in rhos) if rhos else None
-    doc = {"date": utc_now(), "command": command_line(__file__, argv), "device": device, "arch": args.arch,
-           "host": host_info(), "kernels": kernels, "spearman_weighted": weighted}
-    lines = [f"# Performance model vs measured ({args.arch})", "",
-             f"{doc['date']}, device {device}, `{doc['command']}`", "",
-             "| kernel | candidate | predicted us | measured us | occupancy | access bits |",
-             "|---|---|---|---|---|---|"]
+    doc = {
+        "date": utc_now(),
+        "command": command_line(__file__, argv),
+        "device": device,
+        "arch": args.arch,
+        "host": host_info(),
+        "kernels": kernels,
+        "spearman_weighted": weighted,
+    }
+    lines = [
+        f"# Performance model vs measured ({args.arch})",
+        "",
+        f"{doc['date']}, device {device}, `{doc['command']}`",
+        "",
+        "| kernel | candidate | predicted us | measured us | occupancy | access bits |",
+        "|---|---|---|---|---|---|",
+    ]
     for k in kernels:
         for r in k["rows"]:
-            lines.append(f"| {k['kernel']} | {r['candidate']} | {r['predicted_us']} | {r['measured_us'] or '-'} | "
-                         f"{r['occupancy']} | {r['width_bits']} |")
-    lines += ["", "| kernel | Spearman rho | " + " | ".join(f"jobs at {t}x (same winner)" for t in THRESHOLDS) + " |",
-              "|---|---|" + "---|" * len(THRESHOLDS)]
+            lines.append(
+                f"| {k['kernel']} | {r['candidate']} | {r['predicted_us']} | {r['measured_us'] or '-'} | "
+                f"{r['occupancy']} | {r['width_bits']} |"
+            )
+    lines += [
+        "",
+        "| kernel | Spearman rho | " + " | ".join(f"jobs at {t}x (same winner)" for t in THRESHOLDS) + " |",
+        "|---|---|" + "---|" * len(THRESHOLDS),
+    ]
     for k in kernels:
-        cells = [f"{k['replay'][str(t)]['jobs']}/{k['replay'][str(t)]['of']} "
-                 f"({'yes' if k['replay'][str(t)]['same_winner'] else 'NO'})" if k["replay"] else "-"
-                 for t in THRESHOLDS]
+        cells = [
+            f"{k['replay'][str(t)]['jobs']}/{k['replay'][str(t)]['of']} "
+            f"({'yes' if k['replay'][str(t)]['same_winner'] else 'NO'})"
+            if k["replay"]
+            else "-"
+            for t in THRESHOLDS
+        ]
         rho = "-" if k["spearman"] is None else f"{k['spearman']:.2f}"
         lines.append(f"| {k['kernel']} | {rho} | " + " | ".join(cells) + " |")
-    lines += ["", f"Spearman rho, weighted by measured candidates per kernel (kernels with 3 or more): "
-              f"{'-' if weighted is None else f'{weighted:.2f}'}"]
+    lines += [
+        "",
+        f"Spearman rho, weighted by measured candidates per kernel (kernels with 3 or more): "
+        f"{'-' if weighted is None else f'{weighted:.2f}'}",
+    ]
     write_results(args.out, "perf_model", doc, "\n".join(lines))
     return 0
 

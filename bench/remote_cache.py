@@ -50,8 +50,10 @@ PREPARE = (
     "print(f'prepare_build_s={time.perf_counter() - t0:.6f}')\n"
 )
 BUILD = "import sys, r1build.build as b; print(b.build_wheel(sys.argv[1], {'build-dir': sys.argv[2]}))"
-BOTO3 = ("import time; t0 = time.perf_counter(); import boto3; boto3.session.Session().client('s3'); "
-         "print(f'{time.perf_counter() - t0:.6f}')")
+BOTO3 = (
+    "import time; t0 = time.perf_counter(); import boto3; boto3.session.Session().client('s3'); "
+    "print(f'{time.perf_counter() - t0:.6f}')"
+)
 CONFIGS = ("warm local", "cold local + http remote", "cold local + s3 remote", "cold local, no remote")
 
 
@@ -82,22 +84,31 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _bench(args: argparse.Namespace, argv: list[str] | None, work: Path, nginx: Nginx, moto: Moto,
-           load_start: float) -> int:
+def _bench(
+    args: argparse.Namespace, argv: list[str] | None, work: Path, nginx: Nginx, moto: Moto, load_start: float
+) -> int:
     import boto3
 
     key = KeyPair.generate()
     base = {k: v for k, v in os.environ.items() if not k.startswith(("R1BUILD_", "DEEPSEEK", "OPENAI", "NVIDIA_API"))}
     base["PYTHONPATH"] = str(ROOT)
     s3_env = base | moto.env()
-    boto3.client("s3", endpoint_url=moto.endpoint, region_name="us-east-1", aws_access_key_id="testing",
-                 aws_secret_access_key="testing").create_bucket(Bucket="bench")
+    boto3.client(
+        "s3",
+        endpoint_url=moto.endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    ).create_bucket(Bucket="bench")
     remotes = {"http": (f"{nginx.url}/bench", base), "s3": ("s3://bench/cache", s3_env)}
 
     root = root_project(work / "root", key.public.line)
     sample = work / "sample_project"
-    shutil.copytree(ROOT / "sample_project", sample,
-                    ignore=shutil.ignore_patterns(".r1build", "build", "dist", "__pycache__", "tests"))
+    shutil.copytree(
+        ROOT / "sample_project",
+        sample,
+        ignore=shutil.ignore_patterns(".r1build", "build", "dist", "__pycache__", "tests"),
+    )
     trust(sample, key.public.line)
     warm = {"root": work / "a-root", "sample": work / "a-sample"}
     os.environ.update({"PYTHONPATH": str(ROOT)})
@@ -105,8 +116,11 @@ def _bench(args: argparse.Namespace, argv: list[str] | None, work: Path, nginx: 
     cli = [sys.executable, "-m", "r1build.cli.main"]
     for name, project in (("root", root), ("sample", sample)):
         for url, env in remotes.values():
-            run([*cli, "cache", "push", "-m", str(project), "--cache-dir", str(warm[name]), "--remote-cache", url],
-                env | {"R1BUILD_SIGNING_KEY": key.private.raw_base64()}, ROOT)
+            run(
+                [*cli, "cache", "push", "-m", str(project), "--cache-dir", str(warm[name]), "--remote-cache", url],
+                env | {"R1BUILD_SIGNING_KEY": key.private.raw_base64()},
+                ROOT,
+            )
 
     counter = iter(range(10**6))
 
@@ -119,8 +133,11 @@ def _bench(args: argparse.Namespace, argv: list[str] | None, work: Path, nginx: 
         url, env = remotes["http" if "http" in config else "s3"]
         return env | fresh | {"R1BUILD_REMOTE_CACHE": url}
 
-    series: dict[str, dict[str, list[float]]] = {"resolve_locked_root": {}, "prepare_build_sample": {},
-                                                  "locked_build_sample": {}}
+    series: dict[str, dict[str, list[float]]] = {
+        "resolve_locked_root": {},
+        "prepare_build_sample": {},
+        "locked_build_sample": {},
+    }
     notes: dict[str, str] = {}
     for config in CONFIGS:
         reps = args.reps if config != "cold local, no remote" else max(1, min(args.reps, 3))
@@ -130,16 +147,20 @@ def _bench(args: argparse.Namespace, argv: list[str] | None, work: Path, nginx: 
             notes.setdefault(f"root: {config}", next((ln for ln in out.splitlines() if "remote cache" in ln), ""))
             stamp = sample / ".r1build" / "build-stamp.json"
             stamp.unlink(missing_ok=True)
-            t, out = run([sys.executable, "-c", PREPARE, str(sample), str(work / "generated")],
-                         env_for(config, "sample"), sample)
+            t, out = run(
+                [sys.executable, "-c", PREPARE, str(sample), str(work / "generated")], env_for(config, "sample"), sample
+            )
             series["prepare_build_sample"].setdefault(config, []).append(float(out.strip().rpartition("=")[2]))
         for _ in range(args.build_reps):
             if "s3" in config:
                 continue  # the whole build adds nvcc and CMake, the same for both remotes: http stands for both
             build_dir = work / f"build{next(counter)}"
             (sample / ".r1build" / "build-stamp.json").unlink(missing_ok=True)
-            t, _ = run([sys.executable, "-c", BUILD, str(work / "wheels"), str(build_dir)],
-                       env_for(config, "sample") | {"R1BUILD_LOCKED": "1"}, sample)
+            t, _ = run(
+                [sys.executable, "-c", BUILD, str(work / "wheels"), str(build_dir)],
+                env_for(config, "sample") | {"R1BUILD_LOCKED": "1"},
+                sample,
+            )
             series["locked_build_sample"].setdefault(config, []).append(t)
             shutil.rmtree(build_dir, ignore_errors=True)
         print(f"{config}: done", file=sys.stderr)
@@ -150,8 +171,12 @@ def _bench(args: argparse.Namespace, argv: list[str] | None, work: Path, nginx: 
         "benchmark": "remote_cache",
         "date": utc_now(),
         "command": command_line(__file__, argv),
-        "host": host_info(device="none: no GPU is used (decisions come from the lock's H200 measurements)",
-                          nginx=nginx_version(nginx), moto=_version("moto"), boto3=_version("boto3")),
+        "host": host_info(
+            device="none: no GPU is used (decisions come from the lock's H200 measurements)",
+            nginx=nginx_version(nginx),
+            moto=_version("moto"),
+            boto3=_version("boto3"),
+        ),
         "load_average_1min": {"start": round(load_start, 2), "end": round(os.getloadavg()[0], 2)},
         "decisions": decisions,
         "reps": args.reps,
@@ -207,8 +232,10 @@ def render_markdown(r: dict[str, Any]) -> str:
     ]
     for config in CONFIGS:
         build = m["locked_build_sample"].get(config)
-        lines.append(f"| {config} | {m['resolve_locked_root'][config]:.3f} | {m['prepare_build_sample'][config]:.3f} | "
-                     f"{_build_cell(config, build)} |")
+        lines.append(
+            f"| {config} | {m['resolve_locked_root'][config]:.3f} | {m['prepare_build_sample'][config]:.3f} | "
+            f"{_build_cell(config, build)} |"
+        )
     warm_root = m["resolve_locked_root"]["warm local"]
     http_root = m["resolve_locked_root"]["cold local + http remote"]
     none_root = m["resolve_locked_root"]["cold local, no remote"]

@@ -68,12 +68,19 @@ def main() -> int:
     assert load.screenshot is not None
     png.write_bytes(load.screenshot)
     info = host_info()
-    note = (f"# r1build report screenshot\n\n- date: {utc_now()}\n- command: `{command_line(__file__)}`\n"
-            f"- host: {info}\n- page: {size / 1e6:.1f} MB, kernels shown: {load.value}\n"
-            "- loaded in headless Chromium with no console error and no network request\n"
-            + ("- the search: the report tests' (local chat server, real nvcc, the tests' GPU stand-in's verdicts "
-               "and times: no GPU)\n" if args.demo else "") + "\n"
-            f"![report]({png.name})\n")
+    note = (
+        f"# r1build report screenshot\n\n- date: {utc_now()}\n- command: `{command_line(__file__)}`\n"
+        f"- host: {info}\n- page: {size / 1e6:.1f} MB, kernels shown: {load.value}\n"
+        "- loaded in headless Chromium with no console error and no network request\n"
+        + (
+            "- the search: the report tests' (local chat server, real nvcc, the tests' GPU stand-in's verdicts "
+            "and times: no GPU)\n"
+            if args.demo
+            else ""
+        )
+        + "\n"
+        f"![report]({png.name})\n"
+    )
     (args.out / f"{args.name}.md").write_text(note)
     print(note)
     return 0

@@ -65,8 +65,9 @@ def cold_lock(work: Path, env: dict[str, str]) -> dict[str, Any]:
     wrapper, log = nvcc_wrapper(work / "wrapped-nvcc", find_nvcc())
     cmd = [sys.executable, "-m", "r1build.cli.main", "lock", "--offline", "--no-gpu", "-m", str(work / "project")]
     cpu0, t0 = children_cpu(), time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env | {"R1BUILD_NVCC": str(wrapper)}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        cmd, env=env | {"R1BUILD_NVCC": str(wrapper)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     sampler = MemorySampler(proc.pid)
     output, _ = proc.communicate()
     peak_rss = sampler.stop()
@@ -74,9 +75,15 @@ def cold_lock(work: Path, env: dict[str, str]) -> dict[str, Any]:
     if proc.returncode != 0:
         sys.exit(f"the cold lock failed ({proc.returncode}):\n{output[-4000:]}")
     compiles, most = peak_concurrency(log)
-    return {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "compiles": compiles, "most_at_once": most,
-            "cores": os.cpu_count(), "peak_compiler_memory_gib": round(peak_rss / 2**30, 2),
-            "cpu_per_compile_s": round(cpu / compiles, 2) if compiles else None}
+    return {
+        "wall_s": round(wall, 1),
+        "cpu_s": round(cpu, 1),
+        "compiles": compiles,
+        "most_at_once": most,
+        "cores": os.cpu_count(),
+        "peak_compiler_memory_gib": round(peak_rss / 2**30, 2),
+        "cpu_per_compile_s": round(cpu / compiles, 2) if compiles else None,
+    }
 
 
 def time_command(args: list[str], env: dict[str, str], runs: int) -> dict[str, Any]:
@@ -91,9 +98,14 @@ def time_command(args: list[str], env: dict[str, str], runs: int) -> dict[str, A
         subprocess.run(cmd, env=env, capture_output=True, check=True)
         wall.append((time.perf_counter() - t0) * 1000)
         cpu.append((children_cpu() - c0) * 1000)
-    return {"min_ms": round(min(wall), 1), "median_ms": round(statistics.median(wall), 1),
-            "max_ms": round(max(wall), 1), "cpu_min_ms": round(min(cpu), 1),
-            "cpu_median_ms": round(statistics.median(cpu), 1), "runs": runs}
+    return {
+        "min_ms": round(min(wall), 1),
+        "median_ms": round(statistics.median(wall), 1),
+        "max_ms": round(max(wall), 1),
+        "cpu_min_ms": round(min(cpu), 1),
+        "cpu_median_ms": round(statistics.median(cpu), 1),
+        "runs": runs,
+    }
 
 
 def main() -> int:
@@ -119,14 +131,16 @@ def main() -> int:
         else:
             project.mkdir()
             shutil.copy(ROOT / "kernels.toml", project / "kernels.toml")
-            shutil.copytree(ROOT / "kernels", project / "kernels",
-                            ignore=shutil.ignore_patterns("_r1build", "__pycache__"))
+            shutil.copytree(
+                ROOT / "kernels", project / "kernels", ignore=shutil.ignore_patterns("_r1build", "__pycache__")
+            )
             name, what, target = "resolve_locked", "kernels.toml (root)", TARGET_MS
         env["R1BUILD_CACHE_DIR"] = str(work / "cache")
         cold = cold_lock(work, env)
         load_start = os.getloadavg()[0]
-        commands = {label: time_command([*argv, "-m", str(project)], env, args.runs)
-                    for label, argv in COMMANDS.items()}
+        commands = {
+            label: time_command([*argv, "-m", str(project)], env, args.runs) for label, argv in COMMANDS.items()
+        }
         manifest = load_manifest(project / "kernels.toml", check_references=False)
         inproc = []
         os.environ["R1BUILD_CACHE_DIR"] = str(work / "cache")
@@ -179,8 +193,11 @@ def markdown(r: dict[str, Any]) -> str:
         "",
         "| warm command (fresh process) | min | median | max | CPU min | CPU median |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
-        *[f"| `r1build {label}` | {c['min_ms']:.0f} ms | {c['median_ms']:.0f} ms | {c['max_ms']:.0f} ms | "
-          f"{c['cpu_min_ms']:.0f} ms | {c['cpu_median_ms']:.0f} ms |" for label, c in r["commands"].items()],
+        *[
+            f"| `r1build {label}` | {c['min_ms']:.0f} ms | {c['median_ms']:.0f} ms | {c['max_ms']:.0f} ms | "
+            f"{c['cpu_min_ms']:.0f} ms | {c['cpu_median_ms']:.0f} ms |"
+            for label, c in r["commands"].items()
+        ],
         f"| `python -c pass` | {r['python_pass_min_ms']:.0f} ms | | | | |",
         f"| `resolve()` in one process (full path) | {r['in_process_resolve_ms']['min']:.1f} ms | "
         f"{r['in_process_resolve_ms']['median']:.1f} ms | | | |",

@@ -50,7 +50,7 @@ from r1build.toolchain import toolchain  # noqa: E402
 TARGET = 0.02
 LONG_US = 50.0
 
-_DRIVER = r'''
+_DRIVER = r"""
 import ctypes, json, os, statistics, sys
 import numpy as np, cupy as cp
 job = json.loads(sys.argv[1])
@@ -85,26 +85,40 @@ else:
         assert fn(*args, stream.ptr) == 0
     stream.synchronize()
 print(json.dumps({"events_us": statistics.median(times) if times else None}))
-'''
+"""
 
 
 def ncu_times(ncu: str, job: dict[str, Any], workdir: Path) -> tuple[float, int]:
     """Median ncu duration per call (us) and kernels per call."""
     driver = workdir / "driver.py"
     driver.write_text(_DRIVER)
-    cmd = [ncu, "--clock-control", "none", "--cache-control", "all", "--metrics", "gpu__time_duration.sum",
-           "--csv", "--print-units", "base", sys.executable, str(driver), json.dumps({**job, "events": False})]
+    cmd = [
+        ncu,
+        "--clock-control",
+        "none",
+        "--cache-control",
+        "all",
+        "--metrics",
+        "gpu__time_duration.sum",
+        "--csv",
+        "--print-units",
+        "base",
+        sys.executable,
+        str(driver),
+        json.dumps({**job, "events": False}),
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
     if out.returncode != 0:
         raise RuntimeError(f"ncu failed ({out.returncode}): {out.stderr[-2000:]}{out.stdout[-2000:]}")
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith('"')]
     rows = list(csv.DictReader(io.StringIO("\n".join(lines))))
-    durations = [float(r["Metric Value"].replace(",", "")) for r in rows
-                 if r.get("Metric Name") == "gpu__time_duration.sum"]
+    durations = [
+        float(r["Metric Value"].replace(",", "")) for r in rows if r.get("Metric Name") == "gpu__time_duration.sum"
+    ]
     units = {r.get("Metric Unit") for r in rows if r.get("Metric Name") == "gpu__time_duration.sum"}
     scale = 1e-3 if units <= {"nsecond", "ns"} else (1.0 if units <= {"usecond", "us"} else 1e3)
     per_call = max(1, len(durations) // job["calls"])
-    calls = [sum(durations[i * per_call:(i + 1) * per_call]) * scale for i in range(len(durations) // per_call)]
+    calls = [sum(durations[i * per_call : (i + 1) * per_call]) * scale for i in range(len(durations) // per_call)]
     return statistics.median(calls[1:] if len(calls) > 2 else calls), per_call
 
 
@@ -123,8 +137,11 @@ def main(argv: list[str] | None = None) -> int:
     arch = gpu.arch
     manifest = load_manifest(args.manifest)
     rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="r1build-ncu-") as tmp, Cache(Path(tmp) / "cache") as cache, \
-            GpuEvaluator(cache, sanitize=False) as evaluator:
+    with (
+        tempfile.TemporaryDirectory(prefix="r1build-ncu-") as tmp,
+        Cache(Path(tmp) / "cache") as cache,
+        GpuEvaluator(cache, sanitize=False) as evaluator,
+    ):
         for spec in manifest.kernels:
             if arch not in manifest.archs_of(spec):
                 continue
@@ -136,48 +153,96 @@ def main(argv: list[str] | None = None) -> int:
                     candidates.append(c)
             results = evaluator.evaluate(Job(manifest, spec, arch, candidates, candidates[0]))
             sizes = spec.bench_shapes[0]
-            arrays = [{"count": int(__import__("numpy").prod(array_shape(a, sizes))),
-                       "dtype": str(numpy_dtype(a.dtype))} for a in spec.args if a.is_array]
+            arrays = [
+                {"count": int(__import__("numpy").prod(array_shape(a, sizes))), "dtype": str(numpy_dtype(a.dtype))}
+                for a in spec.args
+                if a.is_array
+            ]
             for c, r in zip(candidates, results, strict=True):
-                row: dict[str, Any] = {"kernel": spec.name, "candidate": Path(c.origin.path or "?").name,
-                                       "defines": dict(c.defines), "status": r.status}
+                row: dict[str, Any] = {
+                    "kernel": spec.name,
+                    "candidate": Path(c.origin.path or "?").name,
+                    "defines": dict(c.defines),
+                    "status": r.status,
+                }
                 if r.timing is None:
                     row["detail"] = r.detail[:300]
                     rows.append(row)
                     continue
-                lib = build_library(c, spec.name, arch, flags=manifest.settings.nvcc_flags, toolchain=toolchain(),
-                                    workdir=Path(tmp) / "build" / c.digest[:16])
+                lib = build_library(
+                    c,
+                    spec.name,
+                    arch,
+                    flags=manifest.settings.nvcc_flags,
+                    toolchain=toolchain(),
+                    workdir=Path(tmp) / "build" / c.digest[:16],
+                )
                 assert isinstance(lib, Library), lib
-                job = {"lib": str(lib.path), "entry": spec.name, "codes": arg_codes(spec),
-                       "items": arg_items(spec, sizes), "arrays": arrays, "calls": args.calls,
-                       "l2": gpu.l2_bytes or (50 << 20)}
+                job = {
+                    "lib": str(lib.path),
+                    "entry": spec.name,
+                    "codes": arg_codes(spec),
+                    "items": arg_items(spec, sizes),
+                    "arrays": arrays,
+                    "calls": args.calls,
+                    "l2": gpu.l2_bytes or (50 << 20),
+                }
                 ncu_us, kernels = ncu_times(ncu, job, Path(tmp))
-                ev = subprocess.run([sys.executable, "-c", _DRIVER, json.dumps({**job, "events": True})],
-                                    capture_output=True, text=True, check=True, env=os.environ)
+                ev = subprocess.run(
+                    [sys.executable, "-c", _DRIVER, json.dumps({**job, "events": True})],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                    env=os.environ,
+                )
                 events_us = json.loads(ev.stdout.strip().splitlines()[-1])["events_us"]
                 ours = r.timing.median_us
-                row.update(r1build_us=round(ours, 3), ncu_us=round(ncu_us, 3), kernels_per_call=kernels,
-                           driver_events_us=round(events_us, 3), spread=r.timing.spread,
-                           ratio=round(ours / ncu_us, 4))
+                row.update(
+                    r1build_us=round(ours, 3),
+                    ncu_us=round(ncu_us, 3),
+                    kernels_per_call=kernels,
+                    driver_events_us=round(events_us, 3),
+                    spread=r.timing.spread,
+                    ratio=round(ours / ncu_us, 4),
+                )
                 rows.append(row)
-                print(f"{spec.name:14s} {row['candidate']:22s} r1build {ours:10.3f} us  ncu {ncu_us:10.3f} us  "
-                      f"events {events_us:10.3f} us  ratio {ours / ncu_us:.4f}", flush=True)
+                print(
+                    f"{spec.name:14s} {row['candidate']:22s} r1build {ours:10.3f} us  ncu {ncu_us:10.3f} us  "
+                    f"events {events_us:10.3f} us  ratio {ours / ncu_us:.4f}",
+                    flush=True,
+                )
     long_rows = [row for row in rows if row.get("ncu_us", 0) >= LONG_US]
     worst = max((abs(row["ratio"] - 1) for row in long_rows), default=None)
-    doc = {"date": utc_now(), "command": command_line("bench/timing_vs_ncu.py", argv),
-           "host": host_info(gpu=gpu.name), "target": TARGET, "rows": rows,
-           "worst_relative_difference_at_50us_or_more": worst, "met": worst is not None and worst <= TARGET}
-    lines = ["# r1build timing vs Nsight Compute", "", f"{doc['date']}, {gpu.name}, `{doc['command']}`", "",
-             "| kernel | candidate | r1build us | ncu us | driver events us | r1build/ncu | spread |",
-             "|---|---|---|---|---|---|---|"]
+    doc = {
+        "date": utc_now(),
+        "command": command_line("bench/timing_vs_ncu.py", argv),
+        "host": host_info(gpu=gpu.name),
+        "target": TARGET,
+        "rows": rows,
+        "worst_relative_difference_at_50us_or_more": worst,
+        "met": worst is not None and worst <= TARGET,
+    }
+    lines = [
+        "# r1build timing vs Nsight Compute",
+        "",
+        f"{doc['date']}, {gpu.name}, `{doc['command']}`",
+        "",
+        "| kernel | candidate | r1build us | ncu us | driver events us | r1build/ncu | spread |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for row in rows:
         if "ncu_us" in row:
-            lines.append(f"| {row['kernel']} | {row['candidate']} | {row['r1build_us']} | {row['ncu_us']} | "
-                         f"{row['driver_events_us']} | {row['ratio']:.4f} | {row['spread']:.4f} |")
+            lines.append(
+                f"| {row['kernel']} | {row['candidate']} | {row['r1build_us']} | {row['ncu_us']} | "
+                f"{row['driver_events_us']} | {row['ratio']:.4f} | {row['spread']:.4f} |"
+            )
         else:
             lines.append(f"| {row['kernel']} | {row['candidate']} | {row['status']} | | | | |")
-    lines += ["", f"Worst difference for kernels of {LONG_US:g} us and more: "
-              f"{worst * 100 if worst is not None else float('nan'):.2f}% (target {TARGET * 100:g}%)."]
+    lines += [
+        "",
+        f"Worst difference for kernels of {LONG_US:g} us and more: "
+        f"{worst * 100 if worst is not None else float('nan'):.2f}% (target {TARGET * 100:g}%).",
+    ]
     write_results(args.out, "timing_vs_ncu", doc, "\n".join(lines) + "\n")
     return 0 if doc["met"] else 1
 

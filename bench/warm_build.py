@@ -145,8 +145,17 @@ def _children_cpu() -> float:
 class Builder:
     """Builds one project into one persistent build directory and times it."""
 
-    def __init__(self, name: str, project: Path, build_dir: Path, wheel_dir: Path, env: dict[str, str],
-                 frontend: str, *, forget: Path | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        project: Path,
+        build_dir: Path,
+        wheel_dir: Path,
+        env: dict[str, str],
+        frontend: str,
+        *,
+        forget: Path | None = None,
+    ) -> None:
         self.name = name
         self.forget = forget
         self.project = project
@@ -154,8 +163,9 @@ class Builder:
         self.wheel_dir = wheel_dir
         self.env = env
         self.frontend = frontend
-        self.backend = re.search(r'build-backend = "([^"]+)"',
-                                 (project / "pyproject.toml").read_text(encoding="utf-8")).group(1)  # type: ignore[union-attr]
+        self.backend = re.search(
+            r'build-backend = "([^"]+)"', (project / "pyproject.toml").read_text(encoding="utf-8")
+        ).group(1)  # type: ignore[union-attr]
         self.times: list[float] = []
         self.cpu: list[float] = []
         """CPU seconds of each timed build's process tree (user + system): on a machine shared with other work,
@@ -166,10 +176,24 @@ class Builder:
     def command(self) -> list[str]:
         """The build command: the backend's hook in a fresh process, or pip wheel without isolation."""
         if self.frontend == "pip":
-            return [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation",
-                    "-w", str(self.wheel_dir), "--config-settings", f"build-dir={self.build_dir}", str(self.project)]
-        code = (f"import sys, {self.backend} as backend; "
-                "print(backend.build_wheel(sys.argv[1], {'build-dir': sys.argv[2]}))")
+            return [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "-v",
+                "--no-deps",
+                "--no-build-isolation",
+                "-w",
+                str(self.wheel_dir),
+                "--config-settings",
+                f"build-dir={self.build_dir}",
+                str(self.project),
+            ]
+        code = (
+            f"import sys, {self.backend} as backend; "
+            "print(backend.build_wheel(sys.argv[1], {'build-dir': sys.argv[2]}))"
+        )
         return [sys.executable, "-c", code, str(self.wheel_dir), str(self.build_dir)]
 
     def build(self, *, record: bool) -> str:
@@ -177,8 +201,16 @@ class Builder:
             self.forget.unlink(missing_ok=True)
         cpu0 = _children_cpu()
         start = time.perf_counter()
-        proc = subprocess.run(self.command(), cwd=self.project, env=self.env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, timeout=1200, check=False)
+        proc = subprocess.run(
+            self.command(),
+            cwd=self.project,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=1200,
+            check=False,
+        )
         elapsed = time.perf_counter() - start
         cpu = _children_cpu() - cpu0
         if proc.returncode != 0:
@@ -194,8 +226,12 @@ class Builder:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=11, help="warm builds of each kind (default 11)")
-    parser.add_argument("--frontend", choices=["hook", "pip"], default="hook",
-                        help="how to invoke the backend (default: its hook in a fresh process)")
+    parser.add_argument(
+        "--frontend",
+        choices=["hook", "pip"],
+        default="hook",
+        help="how to invoke the backend (default: its hook in a fresh process)",
+    )
     parser.add_argument("--workdir", type=Path, default=None, help="where the copies and build dirs go (temp)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="results folder")
     args = parser.parse_args(argv)
@@ -221,11 +257,24 @@ def main(argv: list[str] | None = None) -> int:
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
 
     r1 = Builder("r1build", r1_project, work / "r1build" / "build", work / "r1build" / "wheels", env, args.frontend)
-    resolving = Builder("r1build, resolving", r1_project, work / "r1build" / "build", work / "r1build" / "wheels",
-                        env, args.frontend, forget=r1_project / ".r1build" / "build-stamp.json")
+    resolving = Builder(
+        "r1build, resolving",
+        r1_project,
+        work / "r1build" / "build",
+        work / "r1build" / "wheels",
+        env,
+        args.frontend,
+        forget=r1_project / ".r1build" / "build-stamp.json",
+    )
     # the committed lock is used as it is when current; otherwise the copy is locked anew (no GPU: baselines)
-    lock = subprocess.run([sys.executable, "-m", "r1build.cli.main", "lock", "--offline", "-m", str(r1_project)],
-                          env=env | {"R1BUILD_LOCKED": ""}, capture_output=True, text=True, timeout=600, check=False)
+    lock = subprocess.run(
+        [sys.executable, "-m", "r1build.cli.main", "lock", "--offline", "-m", str(r1_project)],
+        env=env | {"R1BUILD_LOCKED": ""},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     if lock.returncode != 0:
         sys.exit(f"r1build lock failed ({lock.returncode}):\n{lock.stdout}{lock.stderr}")
     lock_refreshed = "updated" in lock.stdout + lock.stderr
@@ -242,8 +291,9 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work / "plain")
     make_plain(r1_project, plain_project, archs)
     plain_env = {k: v for k, v in env.items() if not k.startswith("R1BUILD_")}
-    plain = Builder("plain", plain_project, work / "plain" / "build", work / "plain" / "wheels", plain_env,
-                    args.frontend)
+    plain = Builder(
+        "plain", plain_project, work / "plain" / "build", work / "plain" / "wheels", plain_env, args.frontend
+    )
     print("cold build of the plain copy ...", file=sys.stderr)
     plain.build(record=False)
 
@@ -253,13 +303,23 @@ def main(argv: list[str] | None = None) -> int:
     prepare: list[float] = []
     builders = [r1, plain, resolving]
     for rep in range(args.reps):
-        for builder in builders[rep % 3:] + builders[: rep % 3]:
+        for builder in builders[rep % 3 :] + builders[: rep % 3]:
             builder.build(record=True)
-        out = subprocess.run([sys.executable, "-c", PREPARE, str(r1_project)], cwd=r1_project, env=env,
-                             capture_output=True, text=True, check=True, timeout=600).stdout
+        out = subprocess.run(
+            [sys.executable, "-c", PREPARE, str(r1_project)],
+            cwd=r1_project,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=600,
+        ).stdout
         prepare.append(float(out.strip().rpartition("=")[2]))
-        print(f"rep {rep + 1}/{args.reps}: r1build {r1.times[-1]:.3f} s, plain {plain.times[-1]:.3f} s, "
-              f"resolving {resolving.times[-1]:.3f} s, prepare_build {prepare[-1]:.3f} s", file=sys.stderr)
+        print(
+            f"rep {rep + 1}/{args.reps}: r1build {r1.times[-1]:.3f} s, plain {plain.times[-1]:.3f} s, "
+            f"resolving {resolving.times[-1]:.3f} s, prepare_build {prepare[-1]:.3f} s",
+            file=sys.stderr,
+        )
 
     r1_median = statistics.median(r1.times)
     plain_median = statistics.median(plain.times)
@@ -294,8 +354,11 @@ def main(argv: list[str] | None = None) -> int:
         "resolving_ratio": round(resolving_median / plain_median, 4),
         "prepare_build_s": [round(t, 4) for t in prepare],
         "prepare_build_median_s": round(statistics.median(prepare), 4),
-        "warm_compiles": {"r1build": max(r1.compiles), "plain": max(plain.compiles),
-                          "resolving": max(resolving.compiles)},
+        "warm_compiles": {
+            "r1build": max(r1.compiles),
+            "plain": max(plain.compiles),
+            "resolving": max(resolving.compiles),
+        },
         "passed": ratio <= TARGET and r1.reused == len(r1.times),
     }
     write_results(args.out, "warm_build", result, render_markdown(result))

@@ -74,10 +74,15 @@ def _scrubber(manifest: Manifest, cache: Cache, environ: Mapping[str, str]) -> _
     if manifest.settings.generation.api_key_env:
         names.add(manifest.settings.generation.api_key_env)
     secrets = tuple(sorted({environ[n] for n in names if environ.get(n)}, key=len, reverse=True))
-    places = {str(manifest.root.resolve()): "<project>", str(manifest.root): "<project>",
-              str(Path(cache.directory).resolve()): "<cache>", str(Path.home()): "~"}
-    return _Scrubber(secrets, tuple(sorted(((p, n) for p, n in places.items() if len(p) > 1),
-                                           key=lambda x: len(x[0]), reverse=True)))
+    places = {
+        str(manifest.root.resolve()): "<project>",
+        str(manifest.root): "<project>",
+        str(Path(cache.directory).resolve()): "<cache>",
+        str(Path.home()): "~",
+    }
+    return _Scrubber(
+        secrets, tuple(sorted(((p, n) for p, n in places.items() if len(p) > 1), key=lambda x: len(x[0]), reverse=True))
+    )
 
 
 def _spec(records: KernelRecords) -> dict[str, Any]:
@@ -86,8 +91,15 @@ def _spec(records: KernelRecords) -> dict[str, Any]:
         "name": spec.name,
         "description": spec.description,
         "signature": signature(spec),
-        "args": [{"name": a.name, "dtype": a.dtype, "shape": list(a.shape) if a.shape is not None else None,
-                  "role": a.role if a.is_array else None} for a in spec.args],
+        "args": [
+            {
+                "name": a.name,
+                "dtype": a.dtype,
+                "shape": list(a.shape) if a.shape is not None else None,
+                "role": a.role if a.is_array else None,
+            }
+            for a in spec.args
+        ],
         "test_shapes": [dict(s) for s in spec.test_shapes],
         "bench_shapes": [dict(s) for s in spec.bench_shapes],
         "tolerance": {"rtol": spec.tolerance.rtol, "atol": spec.tolerance.atol},
@@ -127,8 +139,14 @@ def _records_of(records: KernelRecords, which: DatasetFilter) -> Iterator[dict[s
             "kernel": records.spec.name,
             "arch": records.arch,
             "spec": spec,
-            "candidate": {"digest": ref.digest, "source": ref.source, "defines": dict(ref.defines),
-                          "model": ref.origin.model, "round": ref.origin.round, "sample": ref.origin.sample},
+            "candidate": {
+                "digest": ref.digest,
+                "source": ref.source,
+                "defines": dict(ref.defines),
+                "model": ref.origin.model,
+                "round": ref.origin.round,
+                "sample": ref.origin.sample,
+            },
             "verdict": result.status,
             "stage": result.stage,
             "validation": decision.validation(ref),
@@ -143,8 +161,9 @@ def _records_of(records: KernelRecords, which: DatasetFilter) -> Iterator[dict[s
         }
 
 
-def dataset_records(manifest: Manifest, cache: Cache, *, which: DatasetFilter = "all",
-                    environ: Mapping[str, str] = os.environ) -> list[dict[str, Any]]:
+def dataset_records(
+    manifest: Manifest, cache: Cache, *, which: DatasetFilter = "all", environ: Mapping[str, str] = os.environ
+) -> list[dict[str, Any]]:
     """The dataset's records for ``manifest`` from ``cache`` (see the module docstring), in manifest order,
     then search order."""
     scrub = _scrubber(manifest, cache, environ)

@@ -65,21 +65,35 @@ def _gpus(release: str | None) -> list[Finding]:
         level: Level = "warning" if driver else "note"
         where = "an NVIDIA driver is loaded, but " if driver else "no NVIDIA driver seen; "
         extra = "cuda12" if release and release.startswith("12.") else "cuda13"
-        return [Finding("cupy", level, f"{where}cupy is not installed, so nothing is measured on a GPU: "
-                                       f"pip install 'r1build[{extra}]'")]
-    versions = [f"{d} {importlib.metadata.version(d)}" for d in ("cupy-cuda13x", "cupy-cuda12x", "cupy")
-                if _dist_version(d)]
+        return [
+            Finding(
+                "cupy",
+                level,
+                f"{where}cupy is not installed, so nothing is measured on a GPU: pip install 'r1build[{extra}]'",
+            )
+        ]
+    versions = [
+        f"{d} {importlib.metadata.version(d)}" for d in ("cupy-cuda13x", "cupy-cuda12x", "cupy") if _dist_version(d)
+    ]
     found = [Finding("cupy", "ok", ", ".join(versions) or "installed")]
     from .evaluate import detect_gpus
 
     gpus = detect_gpus()
     if gpus:
-        found.append(Finding("gpus", "ok", "; ".join(f"{g.index}: {g.name} ({g.arch}, {g.memory / 2**30:.0f} GiB)"
-                                                     for g in gpus)))
+        found.append(
+            Finding(
+                "gpus", "ok", "; ".join(f"{g.index}: {g.name} ({g.arch}, {g.memory / 2**30:.0f} GiB)" for g in gpus)
+            )
+        )
     else:
-        found.append(Finding("gpus", "warning" if driver else "note",
-                             "no GPU visible to cupy" + (" (a driver is loaded: check CUDA_VISIBLE_DEVICES and the "
-                                                         "driver's version)" if driver else "")))
+        found.append(
+            Finding(
+                "gpus",
+                "warning" if driver else "note",
+                "no GPU visible to cupy"
+                + (" (a driver is loaded: check CUDA_VISIBLE_DEVICES and the driver's version)" if driver else ""),
+            )
+        )
     return found
 
 
@@ -95,14 +109,26 @@ def _generation(manifest: object | None, environ: Mapping[str, str], offline: bo
     from .manifest import Manifest
     from .manifest.model import Generation
 
-    found = [Finding("openai", "ok", f"openai {_dist_version('openai')}") if GENERATE.installed() else
-             Finding("openai", "note", f"not installed: generation needs {GENERATE.install_hint()}")]
-    found.append(Finding("numpy", "ok", f"numpy {_dist_version('numpy')}") if CHECK.installed() else
-                 Finding("numpy", "note", f"not installed: r1build check needs {CHECK.install_hint()}"))
+    found = [
+        Finding("openai", "ok", f"openai {_dist_version('openai')}")
+        if GENERATE.installed()
+        else Finding("openai", "note", f"not installed: generation needs {GENERATE.install_hint()}")
+    ]
+    found.append(
+        Finding("numpy", "ok", f"numpy {_dist_version('numpy')}")
+        if CHECK.installed()
+        else Finding("numpy", "note", f"not installed: r1build check needs {CHECK.install_hint()}")
+    )
     generation = manifest.settings.generation if isinstance(manifest, Manifest) else Generation()
     if not endpoint_configured(generation, environ):
-        found.append(Finding("endpoint", "note", f"none configured for provider {generation.provider!r} (no key "
-                                                 "variable or base URL set): resolve judges without generating"))
+        found.append(
+            Finding(
+                "endpoint",
+                "note",
+                f"none configured for provider {generation.provider!r} (no key "
+                "variable or base URL set): resolve judges without generating",
+            )
+        )
         return found
     try:
         endpoint = resolve_endpoint(generation, environ)
@@ -110,8 +136,11 @@ def _generation(manifest: object | None, environ: Mapping[str, str], offline: bo
         found.append(Finding("endpoint", "error", str(exc)))
         return found
     if offline:
-        found.append(Finding("endpoint", "note", f"{endpoint.display_url} ({endpoint.model}): not probed, "
-                                                 "R1BUILD_OFFLINE is set"))
+        found.append(
+            Finding(
+                "endpoint", "note", f"{endpoint.display_url} ({endpoint.model}): not probed, R1BUILD_OFFLINE is set"
+            )
+        )
         return found
     from .reach import unreachable
 
@@ -133,8 +162,13 @@ def _cache(cache_dir: Path | None) -> list[Finding]:
         with Cache(directory, create=False) as cache:
             damage = cache.integrity()
             if damage is not None:
-                return [Finding("cache", "error", f"{directory}: the index is damaged ({damage}); "
-                                                  "`r1build cache repair` rebuilds it")]
+                return [
+                    Finding(
+                        "cache",
+                        "error",
+                        f"{directory}: the index is damaged ({damage}); `r1build cache repair` rebuilds it",
+                    )
+                ]
             entries = len(cache.entries())
             volume, limit = cache.volume(), cache.size_limit
             writable = os.access(directory, os.W_OK)
@@ -163,18 +197,31 @@ def _project(manifest_path: Path | None) -> tuple[list[Finding], object | None]:
     except R1BuildError as exc:
         found.append(Finding("lock", "error", str(exc)))
     else:
-        found.append(Finding("lock", "warning", "not current:\n" + staleness.render()) if staleness else
-                     Finding("lock", "ok", "current"))
+        found.append(
+            Finding("lock", "warning", "not current:\n" + staleness.render())
+            if staleness
+            else Finding("lock", "ok", "current")
+        )
     remote = env_settings().remote_cache or manifest.settings.cache.url
     if remote:
-        found.append(Finding("remote cache", "ok" if manifest.settings.cache.trusted_keys else "warning",
-                             f"{remote}" + ("" if manifest.settings.cache.trusted_keys else
-                                            ": no [cache] trusted-keys, so nothing from it is used")))
+        found.append(
+            Finding(
+                "remote cache",
+                "ok" if manifest.settings.cache.trusted_keys else "warning",
+                f"{remote}"
+                + (
+                    ""
+                    if manifest.settings.cache.trusted_keys
+                    else ": no [cache] trusted-keys, so nothing from it is used"
+                ),
+            )
+        )
     return found, manifest
 
 
-def diagnose(*, manifest_path: Path | None = None, cache_dir: Path | None = None,
-             environ: Mapping[str, str] | None = None) -> list[Finding]:
+def diagnose(
+    *, manifest_path: Path | None = None, cache_dir: Path | None = None, environ: Mapping[str, str] | None = None
+) -> list[Finding]:
     """Every finding, in report order. ``manifest_path``: ``-m`` (None: the nearest manifest from the current
     folder up, and none found is only a note)."""
     env = dict(os.environ if environ is None else environ)

@@ -82,8 +82,9 @@ class UserError(R1BuildError):
 class ManifestError(UserError):
     """A problem in a manifest, located by file, line and key."""
 
-    def __init__(self, message: str, *, file: str | None = None, line: int | None = None,
-                 key: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, file: str | None = None, line: int | None = None, key: str | None = None
+    ) -> None:
         self.message = message
         self.file = file
         self.line = line
@@ -129,8 +130,13 @@ class SignatureError(UserError):
     """A signature that cannot be trusted: absent, malformed, by a key the project does not list, or not matching
     what it signs. Remote decisions and bundle entries that fail are refused (a warning each), not fatal."""
 
-    def __init__(self, message: str, *, reason: Literal["unsigned", "malformed", "untrusted", "invalid"],
-                 key_id: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: Literal["unsigned", "malformed", "untrusted", "invalid"],
+        key_id: str | None = None,
+    ) -> None:
         self.reason = reason
         """Which check failed: ``unsigned``, ``malformed``, ``untrusted`` (key not listed) or ``invalid`` (the
         signature does not match)."""
@@ -190,8 +196,10 @@ class NoWinnerError(ResolveError):
         for u in self.unresolved:
             parts.append(f"{u.kernel}/{u.arch}: no candidate may win; nothing is emitted or locked for it")
             for o in u.outcomes:
-                parts.append(f"  {o.candidate[:12]} {o.provenance} ({o.origin}): {o.validation} by "
-                             f"{o.stage or '-'} ({o.status or '-'}): {o.reason}")
+                parts.append(
+                    f"  {o.candidate[:12]} {o.provenance} ({o.origin}): {o.validation} by "
+                    f"{o.stage or '-'} ({o.status or '-'}): {o.reason}"
+                )
             parts.append(f"  fix: {u.fix}")
         return "\n".join(parts)
 

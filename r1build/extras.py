@@ -39,8 +39,10 @@ class Extra:
 
     def missing(self) -> MissingExtraError:
         """The error of a command that needs it where it is not installed."""
-        return MissingExtraError(f"{self.purpose} needs the {self.module} package, which is not installed: "
-                                 f"{self.install_hint()}", extra=self.extras[0])
+        return MissingExtraError(
+            f"{self.purpose} needs the {self.module} package, which is not installed: {self.install_hint()}",
+            extra=self.extras[0],
+        )
 
     def require(self) -> None:
         """Raise :meth:`missing` unless the module is installed."""
@@ -48,8 +50,9 @@ class Extra:
             raise self.missing()
 
 
-GENERATE = Extra("openai", ("generate",), "generating candidates with an LLM (generate, replay, resolve with an "
-                                          "endpoint configured)")
+GENERATE = Extra(
+    "openai", ("generate",), "generating candidates with an LLM (generate, replay, resolve with an endpoint configured)"
+)
 CHECK = Extra("numpy", ("check",), "running the numpy references (r1build check)")
 CUPY = Extra("cupy", ("cuda13", "cuda12"), "measuring candidates on a GPU")
 PLOTLY = Extra("plotly", ("report",), "drawing the figures of r1build report")

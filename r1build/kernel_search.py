@@ -108,16 +108,19 @@ def require_endpoint(manifest: Manifest) -> None:
 
     generation = manifest.settings.generation
     if env_settings().offline:
-        raise ConfigError("R1BUILD_OFFLINE is set: `r1build generate` would call the LLM endpoint; unset it, or use "
-                          "`r1build replay` to judge stored answers again with no network")
+        raise ConfigError(
+            "R1BUILD_OFFLINE is set: `r1build generate` would call the LLM endpoint; unset it, or use "
+            "`r1build replay` to judge stored answers again with no network"
+        )
     if not endpoint_configured(generation):
         keys = (generation.api_key_env,) if generation.api_key_env else PROFILES[generation.provider].key_envs
-        raise ConfigError(f"no LLM endpoint configured for provider {generation.provider!r}: set "
-                          f"{' or '.join(keys)}, or {BASE_URL_ENV}, or base-url in [generation] of {manifest.path}")
+        raise ConfigError(
+            f"no LLM endpoint configured for provider {generation.provider!r}: set "
+            f"{' or '.join(keys)}, or {BASE_URL_ENV}, or base-url in [generation] of {manifest.path}"
+        )
 
 
-def generate_kernel(manifest: Manifest, spec: KernelSpec, archs: Sequence[str],
-                    cache: Cache) -> Iterator[ArchSearch]:
+def generate_kernel(manifest: Manifest, spec: KernelSpec, archs: Sequence[str], cache: Cache) -> Iterator[ArchSearch]:
     """Search for candidates of ``spec`` on each of ``archs``, judged by the static gate, seeded with the
     manifest's own candidates; yields each arch's outcome once its sources and :class:`GenerationRecord` are in
     ``cache``. :class:`~r1build.errors.CacheError` first when the cache cannot keep what the requests cost."""
@@ -127,8 +130,10 @@ def generate_kernel(manifest: Manifest, spec: KernelSpec, archs: Sequence[str],
 
     seeds = expand_variants(manifest, spec)
     if cache.degraded is not None:
-        raise CacheError(f"not generating: the cache at {cache.directory} cannot keep what the requests would "
-                         f"cost ({cache.degraded})")
+        raise CacheError(
+            f"not generating: the cache at {cache.directory} cannot keep what the requests would "
+            f"cost ({cache.degraded})"
+        )
     gate = StaticGate(cache)
     for arch in archs:
         outcome = search(manifest, spec, arch, evaluator=gate, cache=cache, seeds=seeds)
@@ -149,8 +154,9 @@ def generate_kernel(manifest: Manifest, spec: KernelSpec, archs: Sequence[str],
         yield ArchSearch(arch, outcome)
 
 
-def _stored_transcripts(cache: Cache, manifest: Manifest, spec: KernelSpec,
-                        arch: str) -> tuple[list[str], Decision | None]:
+def _stored_transcripts(
+    cache: Cache, manifest: Manifest, spec: KernelSpec, arch: str
+) -> tuple[list[str], Decision | None]:
     """The transcripts of the cached decision of ``spec`` on ``arch``, else of its :class:`GenerationRecord`."""
     key = decision_key(manifest, spec, arch)
     decision = cache.get_decision(key)
@@ -179,15 +185,23 @@ def _verdict(outcome: SearchOutcome, winner: Candidate | None, stored: Decision 
         return None
     if winner is not None and winner.digest == stored.winner.digest:
         return "confirmed"
-    replayed = next((r for c, r in zip(outcome.candidates, outcome.results, strict=True)
-                     if c.digest == stored.winner.digest), None)
+    replayed = next(
+        (r for c, r in zip(outcome.candidates, outcome.results, strict=True) if c.digest == stored.winner.digest), None
+    )
     if all(r.stage == "gate" for r in outcome.results) and replayed is not None and replayed.ok:
         return "passes the gate"
     return "differs"
 
 
-def replay_kernel(manifest: Manifest, spec: KernelSpec, archs: Sequence[str], cache: Cache, *,
-                  transcripts: Sequence[str] = (), use_gpu: bool = True) -> Iterator[Replay]:
+def replay_kernel(
+    manifest: Manifest,
+    spec: KernelSpec,
+    archs: Sequence[str],
+    cache: Cache,
+    *,
+    transcripts: Sequence[str] = (),
+    use_gpu: bool = True,
+) -> Iterator[Replay]:
     """Replay ``transcripts`` (blob digests), else each arch's stored ones, judged with the manifest's own
     candidates by a local GPU of the arch (unless ``use_gpu`` is false) or the static gate; yields each arch's
     :class:`Replay`. :class:`~r1build.errors.UsageError` for an arch with no transcripts to replay."""
@@ -203,10 +217,13 @@ def replay_kernel(manifest: Manifest, spec: KernelSpec, archs: Sequence[str], ca
         if not chosen:
             chosen, stored = _stored_transcripts(cache, manifest, spec, arch)
         if not chosen:
-            raise UsageError(f"no stored transcripts for {spec.name} on {arch} in {cache.directory}: run "
-                             f"`r1build generate {spec.name}` or `r1build resolve` first, or pass --transcript")
+            raise UsageError(
+                f"no stored transcripts for {spec.name} on {arch} in {cache.directory}: run "
+                f"`r1build generate {spec.name}` or `r1build resolve` first, or pass --transcript"
+            )
         evaluator = _gpu_for(cache, arch) if use_gpu else None
-        outcome = replay(manifest, spec, arch, evaluator=evaluator or gate, cache=cache, transcripts=chosen,
-                         seeds=seeds)
+        outcome = replay(
+            manifest, spec, arch, evaluator=evaluator or gate, cache=cache, transcripts=chosen, seeds=seeds
+        )
         winner = select_winner(outcome.candidates, outcome.results)
         yield Replay(arch, chosen, outcome, winner, stored, _verdict(outcome, winner, stored))

@@ -22,6 +22,7 @@ from .transcript_doc import LINKS_NAMESPACE, parse_transcript
 
 __all__ = ["KernelRecords", "SampleRecord", "SearchRecord", "StatusRow", "project_records"]
 
+
 @dataclass(frozen=True, kw_only=True)
 class StatusRow:
     """One line of ``r1build status``."""
@@ -157,8 +158,15 @@ def _checks_note(validation: Validation | None, checks: int | None) -> str:
     return f"judged by GPU checks v{checks or 0}, now v{CHECKS_VERSION}: `r1build resolve --refresh` re-judges"
 
 
-def _status_row(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Cache, entry: LockEntry | None,
-                decision: Decision | None) -> StatusRow:
+def _status_row(
+    manifest: Manifest,
+    spec: KernelSpec,
+    arch: str,
+    key: str,
+    cache: Cache,
+    entry: LockEntry | None,
+    decision: Decision | None,
+) -> StatusRow:
     pending, pending_note = _pending_note(decision, arch)
     if entry is not None and entry.key == key:
         vendor_dir = manifest.root / manifest.settings.vendor_dir
@@ -173,10 +181,20 @@ def _status_row(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache
         state: Standing = "locked" if where != "missing" else "locked, source missing"
         if refused:
             state = "locked, refused"
-        return StatusRow(kernel=spec.name, arch=arch, state=state, provenance=entry.provenance,
-                         validation=entry.validation, checks=entry.checks, pending=pending, time_us=entry.time_us,
-                         gpu=entry.gpu, winner=entry.winner[:12], source=where,
-                         note=_notes(refused or "", _checks_note(entry.validation, entry.checks), pending_note))
+        return StatusRow(
+            kernel=spec.name,
+            arch=arch,
+            state=state,
+            provenance=entry.provenance,
+            validation=entry.validation,
+            checks=entry.checks,
+            pending=pending,
+            time_us=entry.time_us,
+            gpu=entry.gpu,
+            winner=entry.winner[:12],
+            source=where,
+            note=_notes(refused or "", _checks_note(entry.validation, entry.checks), pending_note),
+        )
     stale = "lock stale" if entry is not None else "not locked"
     winner = decision_winner(decision) if decision is not None else None
     if decision is not None and winner is not None:
@@ -184,20 +202,65 @@ def _status_row(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache
         t = result.timing.median_us if result and result.timing else None
         validation = decision.validation(winner)
         checks = decision.checks if validation == "validated" else None
-        return StatusRow(kernel=spec.name, arch=arch, state="cached", provenance=winner.provenance(),
-                         validation=validation, checks=checks, pending=pending, time_us=t,
-                         gpu=decision.device if t is not None else None, winner=winner.digest[:12], source="cache",
-                         note=_notes(stale, _checks_note(validation, checks), pending_note))
+        return StatusRow(
+            kernel=spec.name,
+            arch=arch,
+            state="cached",
+            provenance=winner.provenance(),
+            validation=validation,
+            checks=checks,
+            pending=pending,
+            time_us=t,
+            gpu=decision.device if t is not None else None,
+            winner=winner.digest[:12],
+            source="cache",
+            note=_notes(stale, _checks_note(validation, checks), pending_note),
+        )
     if decision is not None:
         rejected = sum(decision.validation(c) == "rejected" for c in decision.candidates)
-        return StatusRow(kernel=spec.name, arch=arch, state="no winner", provenance=None, validation=None,
-                         checks=None, pending=pending, time_us=None, gpu=None, winner=None, source=None,
-                         note=_notes(stale, f"{rejected} rejected", pending_note))
+        return StatusRow(
+            kernel=spec.name,
+            arch=arch,
+            state="no winner",
+            provenance=None,
+            validation=None,
+            checks=None,
+            pending=pending,
+            time_us=None,
+            gpu=None,
+            winner=None,
+            source=None,
+            note=_notes(stale, f"{rejected} rejected", pending_note),
+        )
     if spec.baseline is not None:
-        return StatusRow(kernel=spec.name, arch=arch, state="baseline only", provenance="baseline", validation=None,
-                         checks=None, pending=0, time_us=None, gpu=None, winner=None, source="repo", note=stale)
-    return StatusRow(kernel=spec.name, arch=arch, state="unresolved", provenance=None, validation=None, checks=None,
-                     pending=0, time_us=None, gpu=None, winner=None, source=None, note=stale)
+        return StatusRow(
+            kernel=spec.name,
+            arch=arch,
+            state="baseline only",
+            provenance="baseline",
+            validation=None,
+            checks=None,
+            pending=0,
+            time_us=None,
+            gpu=None,
+            winner=None,
+            source="repo",
+            note=stale,
+        )
+    return StatusRow(
+        kernel=spec.name,
+        arch=arch,
+        state="unresolved",
+        provenance=None,
+        validation=None,
+        checks=None,
+        pending=0,
+        time_us=None,
+        gpu=None,
+        winner=None,
+        source=None,
+        note=stale,
+    )
 
 
 def _int(value: Any) -> int:
@@ -212,17 +275,30 @@ def _sample(digest: str, text: str | None, *, full: bool) -> SampleRecord | None
     doc, answer = parsed
     attempts = [a for a in doc.get("attempts") or [] if isinstance(a, dict)]
     request: dict[str, Any] = doc["request"] if isinstance(doc.get("request"), dict) else {}
-    messages = [{"role": str(m.get("role")), "content": str(m.get("content"))}
-                for m in request.get("messages") or [] if isinstance(m, dict)] if full else []
+    messages = (
+        [
+            {"role": str(m.get("role")), "content": str(m.get("content"))}
+            for m in request.get("messages") or []
+            if isinstance(m, dict)
+        ]
+        if full
+        else []
+    )
     try:
         return SampleRecord(
-            digest=digest, round=int(doc["round"]), sample=int(doc["sample"]), model=str(doc.get("model") or ""),
-            requests=len(attempts), prompt_tokens=sum(_int(a.get("prompt_tokens")) for a in attempts),
+            digest=digest,
+            round=int(doc["round"]),
+            sample=int(doc["sample"]),
+            model=str(doc.get("model") or ""),
+            requests=len(attempts),
+            prompt_tokens=sum(_int(a.get("prompt_tokens")) for a in attempts),
             completion_tokens=sum(_int(a.get("completion_tokens")) for a in attempts),
             reasoning_tokens=_int(answer.get("reasoning_tokens")) if answer else 0,
-            started=str(doc.get("started") or ""), elapsed_s=float(doc.get("elapsed_s") or 0.0),
+            started=str(doc.get("started") or ""),
+            elapsed_s=float(doc.get("elapsed_s") or 0.0),
             finish_reason=str(answer["finish_reason"]) if answer and answer.get("finish_reason") else None,
-            messages=messages, reasoning=str(answer.get("reasoning") or "") if answer and full else "",
+            messages=messages,
+            reasoning=str(answer.get("reasoning") or "") if answer and full else "",
             content=str(answer["content"]) if answer and full and answer.get("content") is not None else None,
         )
     except (KeyError, TypeError, ValueError):
@@ -244,13 +320,18 @@ def _search(cache: Cache, key: str, decision: Decision | None, *, full: bool) ->
         else:
             samples.append(sample)
     samples.sort(key=lambda s: (s.round, s.sample))
-    return SearchRecord(stop_reason=str(link.get("stop_reason") or "unknown"), cause=str(link.get("cause") or ""),
-                        created=str(link.get("created") or (decision.created if decision else "")),
-                        samples=samples, missing=missing)
+    return SearchRecord(
+        stop_reason=str(link.get("stop_reason") or "unknown"),
+        cause=str(link.get("cause") or ""),
+        created=str(link.get("created") or (decision.created if decision else "")),
+        samples=samples,
+        missing=missing,
+    )
 
 
-def project_records(manifest: Manifest, cache: Cache, *, searches: bool = False,
-                    transcripts: bool = False) -> list[KernelRecords]:
+def project_records(
+    manifest: Manifest, cache: Cache, *, searches: bool = False, transcripts: bool = False
+) -> list[KernelRecords]:
     """Every kernel × arch of ``manifest`` with what the lock and ``cache`` record of it, in manifest order.
 
     ``searches``: also read each search's link and its transcripts' spend; ``transcripts``: also keep each
@@ -263,9 +344,15 @@ def project_records(manifest: Manifest, cache: Cache, *, searches: bool = False,
             key = decision_key(manifest, spec, arch)
             entry = lock.entry(spec.name, arch) if lock else None
             decision = cache.get_decision(key)
-            out.append(KernelRecords(
-                spec=spec, arch=arch, key=key, entry=entry, decision=decision,
-                search=_search(cache, key, decision, full=transcripts) if searches or transcripts else None,
-                status=_status_row(manifest, spec, arch, key, cache, entry, decision),
-            ))
+            out.append(
+                KernelRecords(
+                    spec=spec,
+                    arch=arch,
+                    key=key,
+                    entry=entry,
+                    decision=decision,
+                    search=_search(cache, key, decision, full=transcripts) if searches or transcripts else None,
+                    status=_status_row(manifest, spec, arch, key, cache, entry, decision),
+                )
+            )
     return out

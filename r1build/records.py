@@ -74,8 +74,9 @@ SourceFrom = Literal["cache", "vendored", "repo", "missing"]
 """Where a winner's source is read from: the ``cache``, the ``vendored`` folder, the project's own files
 (``repo``: the baseline or a ``candidates`` file), or nowhere (``missing``)."""
 
-Standing = Literal["locked", "locked, source missing", "locked, refused", "cached", "no winner", "baseline only",
-                   "unresolved"]
+Standing = Literal[
+    "locked", "locked, source missing", "locked, refused", "cached", "no winner", "baseline only", "unresolved"
+]
 """Where a kernel × arch stands before any work (``state`` in ``r1build status``): a lock entry of its current key
 (whose source is found, or ``missing``, or which may not be used: ``refused``), else a ``cached`` decision with a
 winner, one with ``no winner``, or nothing yet (``baseline only`` to fall back on, or ``unresolved``)."""

@@ -35,8 +35,13 @@ def check_references(manifest: Manifest) -> int:
     for i, spec in enumerate(manifest.kernels):
         key = ("kernel", i, "reference")
         if not has_bfloat16 and any(a.dtype == "bfloat16" for a in spec.args):
-            emit(Note("warning", "bfloat16 arguments: the reference is not run without the ml_dtypes package",
-                      kernel=spec.name))
+            emit(
+                Note(
+                    "warning",
+                    "bfloat16 arguments: the reference is not run without the ml_dtypes package",
+                    kernel=spec.name,
+                )
+            )
             continue
         try:
             reference = load_reference(manifest.root, spec.reference)
@@ -49,7 +54,8 @@ def check_references(manifest: Manifest) -> int:
                     call_reference(reference, spec, sizes, reference_kwargs(spec, sizes, inputs))
                 except ReferenceProblem as exc:
                     raise located_error(
-                        manifest, key,
+                        manifest,
+                        key,
                         f"the reference {spec.reference} of kernel {spec.name!r} at test shape {_shape_text(sizes)} "
                         f"({dist} inputs): {exc}",
                     ) from None

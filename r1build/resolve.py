@@ -74,8 +74,17 @@ if TYPE_CHECKING:
     from .perfmodel import PerfModel
     from .profile import Profiler
 
-__all__ = ["Resolution", "ResolveOptions", "Resolved", "WinnerSource", "lock_refusal", "prepare_build",
-           "project_source", "resolve", "stale_checks"]
+__all__ = [
+    "Resolution",
+    "ResolveOptions",
+    "Resolved",
+    "WinnerSource",
+    "lock_refusal",
+    "prepare_build",
+    "project_source",
+    "resolve",
+    "stale_checks",
+]
 
 
 @dataclass(frozen=True)
@@ -158,9 +167,15 @@ def stale_checks(checks: int | None) -> bool:
 
 
 def _note_stale_checks(spec: KernelSpec, arch: str, what: str, checks: int | None) -> None:
-    emit(Note("warning", f"the {what} winner was validated by version {checks or 0} of the GPU checks, these are "
-                         f"version {CHECKS_VERSION}: `r1build resolve --refresh` on a GPU of {arch} judges it again",
-              spec.name, arch))
+    emit(
+        Note(
+            "warning",
+            f"the {what} winner was validated by version {checks or 0} of the GPU checks, these are "
+            f"version {CHECKS_VERSION}: `r1build resolve --refresh` on a GPU of {arch} judges it again",
+            spec.name,
+            arch,
+        )
+    )
 
 
 def _origin_of(spec: KernelSpec, entry: LockEntry) -> Origin:
@@ -247,14 +262,20 @@ def _may_generate(manifest: Manifest, options: ResolveOptions, cache: Cache) -> 
         if not options.build:
             raise GENERATE.missing()  # generating is asked for: say which extra installs it (exit 2)
         # a build has the user's own sources to fall back on, as with an endpoint that is down
-        emit(Note("warning", f"the build opted in to generating, but openai is not installed in the build "
-                             f"environment ({GENERATE.install_hint()}; for an isolated build, `r1build[generate]` in "
-                             "[build-system] requires): not generating in this build"))
+        emit(
+            Note(
+                "warning",
+                f"the build opted in to generating, but openai is not installed in the build "
+                f"environment ({GENERATE.install_hint()}; for an isolated build, `r1build[generate]` in "
+                "[build-system] requires): not generating in this build",
+            )
+        )
         return False
     url = resolve_endpoint(generation, options.environ).display_url
     if cache.degraded is not None:
-        emit(Note("warning", f"not asking the LLM at {url}: the cache cannot keep what it would cost "
-                             f"({cache.degraded})"))
+        emit(
+            Note("warning", f"not asking the LLM at {url}: the cache cannot keep what it would cost ({cache.degraded})")
+        )
         return False
     why = unreachable(url)
     if why is not None:
@@ -271,8 +292,9 @@ def _nvidia_driver() -> bool:
 class _Judges:
     """The evaluators available in this run, made on first use."""
 
-    def __init__(self, cache: Cache, use_gpu: bool | None, cluster: str | None = None,
-                 cluster_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, cache: Cache, use_gpu: bool | None, cluster: str | None = None, cluster_timeout_s: float = 10.0
+    ) -> None:
         self.cache = cache
         self.use_gpu = use_gpu
         self.cluster = cluster
@@ -329,8 +351,13 @@ class _Judges:
                 if self.use_gpu:  # measuring was asked for (a build's R1BUILD_EVALUATE=1)
                     raise CUPY.missing()
                 if _nvidia_driver():
-                    emit(Note("info", f"an NVIDIA driver is present but cupy is not installed, so nothing is "
-                                      f"measured on a GPU: {CUPY.install_hint()}"))
+                    emit(
+                        Note(
+                            "info",
+                            f"an NVIDIA driver is present but cupy is not installed, so nothing is "
+                            f"measured on a GPU: {CUPY.install_hint()}",
+                        )
+                    )
                 return None
             try:
                 from .evaluate import GpuEvaluator, detect_gpus
@@ -353,8 +380,13 @@ class _Judges:
             ncu = find_ncu()
             self._profiler = Profiler(ncu) if ncu else False
             if not ncu:
-                emit(Note("info", "ncu (Nsight Compute) not found: finalists are not profiled (put ncu on PATH or "
-                                  "set R1BUILD_NCU)"))
+                emit(
+                    Note(
+                        "info",
+                        "ncu (Nsight Compute) not found: finalists are not profiled (put ncu on PATH or "
+                        "set R1BUILD_NCU)",
+                    )
+                )
         return self._profiler or None
 
     def gpu_archs(self) -> set[str]:
@@ -367,8 +399,9 @@ class _Judges:
             return "GPU measuring is off (--no-gpu, or a build without R1BUILD_EVALUATE=1)"
         known = ", ".join(sorted(self.gpu_archs()))
         if self.cluster is not None:
-            return (f"no worker of the cluster at {self.cluster} has a GPU of {arch} (GPU archs there: "
-                    f"{known or 'none'})")
+            return (
+                f"no worker of the cluster at {self.cluster} has a GPU of {arch} (GPU archs there: {known or 'none'})"
+            )
         return f"no local GPU of this arch (GPUs here: {known})" if known else "no local GPU"
 
     def prepare(self, jobs: Sequence[Job]) -> None:
@@ -393,8 +426,9 @@ class _Judges:
         from .gate.nvcc import COMPILE_SLOTS
 
         with ThreadPoolExecutor(max_workers=min(COMPILE_SLOTS, len(by_kernel))) as pool:
-            for future in [pool.submit(contextvars.copy_context().run, judge, kernel_jobs)
-                           for kernel_jobs in by_kernel.values()]:
+            for future in [
+                pool.submit(contextvars.copy_context().run, judge, kernel_jobs) for kernel_jobs in by_kernel.values()
+            ]:
                 future.result()
 
     def close(self) -> None:
@@ -456,8 +490,9 @@ def _baseline_of(seeds: Sequence[Candidate]) -> Candidate | None:
     return seeds[0] if seeds and seeds[0].origin.kind == "baseline" else None
 
 
-def _with_known_rejections(candidates: Sequence[Candidate], results: Sequence[Result],
-                           prior: Decision | None) -> list[Result]:
+def _with_known_rejections(
+    candidates: Sequence[Candidate], results: Sequence[Result], prior: Decision | None
+) -> list[Result]:
     """Gate-only ``results``, where ``prior`` (the cached decision of the same key) records a GPU's rejection of
     a candidate, carry that rejection: the static gate passing a kernel does not undo what a GPU found."""
     out = list(results)
@@ -468,8 +503,16 @@ def _with_known_rejections(candidates: Sequence[Candidate], results: Sequence[Re
     return out
 
 
-def _decide(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Cache, judges: _Judges,
-            options: ResolveOptions, seeds: list[Candidate]) -> Decision | None:
+def _decide(
+    manifest: Manifest,
+    spec: KernelSpec,
+    arch: str,
+    key: str,
+    cache: Cache,
+    judges: _Judges,
+    options: ResolveOptions,
+    seeds: list[Candidate],
+) -> Decision | None:
     """Real work on a miss: measure (GPU) and/or generate; None when neither is possible.
 
     With ``--refresh``, the generated candidates of the earlier decision are judged again (on a GPU now, say)
@@ -488,8 +531,11 @@ def _decide(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Ca
     baseline = _baseline_of(seeds)
     judged: _Judged
     if stored:
-        emit(Note("info", f"judging {len(stored)} stored generated candidate(s) again (no new requests)",
-                  spec.name, arch))
+        emit(
+            Note(
+                "info", f"judging {len(stored)} stored generated candidate(s) again (no new requests)", spec.name, arch
+            )
+        )
         candidates = seeds + [c for c in stored if c.digest not in {s.digest for s in seeds}]
         results = (evaluator or judges.gate).evaluate(Job(manifest, spec, arch, candidates, baseline))
         judged = _Judged(candidates, results, list(previous.transcripts) if previous else earlier)
@@ -498,8 +544,16 @@ def _decide(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Ca
 
         emit(Stage("generate", spec.name, arch))
         try:
-            outcome = search(manifest, spec, arch, evaluator=evaluator or judges.gate, cache=cache, seeds=seeds,
-                             profiler=judges.profiler_for(arch), perf_model=_perf_model(manifest, evaluator))
+            outcome = search(
+                manifest,
+                spec,
+                arch,
+                evaluator=evaluator or judges.gate,
+                cache=cache,
+                seeds=seeds,
+                profiler=judges.profiler_for(arch),
+                perf_model=_perf_model(manifest, evaluator),
+            )
         except EndpointSilentError as exc:
             if not options.build:
                 raise
@@ -515,8 +569,9 @@ def _decide(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Ca
         emit(Stage("evaluate", spec.name, arch))
         judged = _Judged(seeds, evaluator.evaluate(Job(manifest, spec, arch, seeds, baseline)), [])
     if evaluator is None:
-        judged = replace(judged, results=_with_known_rejections(judged.candidates, judged.results,
-                                                                 cache.get_decision(key)))
+        judged = replace(
+            judged, results=_with_known_rejections(judged.candidates, judged.results, cache.get_decision(key))
+        )
     return _record_decision(spec, arch, key, cache, judged)
 
 
@@ -557,17 +612,25 @@ def _record_decision(spec: KernelSpec, arch: str, key: str, cache: Cache, judged
     return decision
 
 
-def _from_decision(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Cache, decision: Decision,
-                   state: Found) -> Resolved | Unresolved | None:
+def _from_decision(
+    manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Cache, decision: Decision, state: Found
+) -> Resolved | Unresolved | None:
     """The decision's winner; :class:`Unresolved` when none of its candidates may win; None when the winner's
     source is gone from the cache."""
     winner = decision_winner(decision)
     if winner is None:
         return unresolved(spec.name, arch, decision.candidates, decision.results)
     if decision.winner is not None and winner.digest != decision.winner.digest:
-        emit(Note("warning", f"the cached decision's winner {decision.winner.digest[:12]} "
-                             f"({decision.validation(decision.winner)}) may not win: using {winner.digest[:12]} "
-                             f"({winner.provenance()}) from the same decision", spec.name, arch))
+        emit(
+            Note(
+                "warning",
+                f"the cached decision's winner {decision.winner.digest[:12]} "
+                f"({decision.validation(decision.winner)}) may not win: using {winner.digest[:12]} "
+                f"({winner.provenance()}) from the same decision",
+                spec.name,
+                arch,
+            )
+        )
     found = _source_for(manifest, spec, cache, winner.source)
     if found is None:
         emit(Note("warning", f"cached decision names source {winner.source[:12]} which is gone", spec.name, arch))
@@ -578,7 +641,13 @@ def _from_decision(manifest: Manifest, spec: KernelSpec, arch: str, key: str, ca
         _note_stale_checks(spec, arch, "cached", decision.checks)
     candidate = Candidate(found.text, winner.origin, dict(winner.defines))
     return Resolved(
-        spec, arch, key, candidate, state, winner.provenance(), validation,
+        spec,
+        arch,
+        key,
+        candidate,
+        state,
+        winner.provenance(),
+        validation,
         time_us=result.timing.median_us if result and result.timing else None,
         gpu=(result.device or decision.device) if result and result.timing else None,
         toolchain=decision.toolchain or None,
@@ -593,21 +662,29 @@ def lock_refusal(entry: LockEntry, decision: Decision | None) -> str | None:
     return unlockable(entry) or (rejection(decision, entry.winner) if decision is not None else None)
 
 
-def _lookup(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Cache, lock: Lock | None,
-            options: ResolveOptions) -> Resolved | Unresolved | None:
+def _lookup(
+    manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Cache, lock: Lock | None, options: ResolveOptions
+) -> Resolved | Unresolved | None:
     """The winner from the lock or a cached decision, without any work (:class:`Unresolved` when the cached
     decision has none that may win); None on a miss."""
     entry = lock.entry(spec.name, arch) if lock else None
     if entry is not None and options.frozen:
         key = entry.key  # the lock as it is: its entry answers, whatever the manifest says now
-    refusal = (lock_refusal(entry, cache.get_decision(key))
-               if entry is not None and entry.key == key and not options.refresh else None)
+    refusal = (
+        lock_refusal(entry, cache.get_decision(key))
+        if entry is not None and entry.key == key and not options.refresh
+        else None
+    )
     if entry is not None and refusal is not None:
-        message = (f"{spec.name}/{arch}: the locked winner {entry.winner[:12]} ({entry.provenance}, "
-                   f"{entry.validation}) may not be used: {refusal}")
+        message = (
+            f"{spec.name}/{arch}: the locked winner {entry.winner[:12]} ({entry.provenance}, "
+            f"{entry.validation}) may not be used: {refusal}"
+        )
         if options.locked or options.frozen:
-            raise LockError(f"{message}. Run `r1build resolve` (on a GPU of {arch} for a generated kernel) to "
-                            "decide again and update the lock")
+            raise LockError(
+                f"{message}. Run `r1build resolve` (on a GPU of {arch} for a generated kernel) to "
+                "decide again and update the lock"
+            )
         emit(Note("warning", f"{message}; deciding again", spec.name, arch))
     elif entry is not None and entry.key == key and not options.refresh:
         found = _source_for(manifest, spec, cache, entry.source)
@@ -615,17 +692,36 @@ def _lookup(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Ca
             state: Found = "vendored" if found.where == "vendored" else "locked"
             tc = toolchain().ident
             if entry.toolchain and entry.toolchain != tc:
-                emit(Note("warning", f"locked with nvcc {entry.toolchain}, gating and building with {tc} "
-                                     f"({toolchain().nvcc}); `r1build resolve --refresh` re-evaluates",
-                          spec.name, arch))
+                emit(
+                    Note(
+                        "warning",
+                        f"locked with nvcc {entry.toolchain}, gating and building with {tc} "
+                        f"({toolchain().nvcc}); `r1build resolve --refresh` re-evaluates",
+                        spec.name,
+                        arch,
+                    )
+                )
             if entry.validation == "validated" and stale_checks(entry.checks):
                 _note_stale_checks(spec, arch, "locked", entry.checks)
             candidate = Candidate(found.text, _origin_of(spec, entry), dict(entry.defines))
             if candidate.digest != entry.winner:  # verified when read; checked again where it is used
-                raise LockError(f"{lock_path(manifest)}: {spec.name}/{arch}: winner {entry.winner[:16]} is not the "
-                                f"digest of its source and defines ({candidate.digest[:16]})")
-            return Resolved(spec, arch, key, candidate, state, entry.provenance, entry.validation, entry.time_us,
-                            entry.gpu, entry.toolchain, checks=entry.checks)
+                raise LockError(
+                    f"{lock_path(manifest)}: {spec.name}/{arch}: winner {entry.winner[:16]} is not the "
+                    f"digest of its source and defines ({candidate.digest[:16]})"
+                )
+            return Resolved(
+                spec,
+                arch,
+                key,
+                candidate,
+                state,
+                entry.provenance,
+                entry.validation,
+                entry.time_us,
+                entry.gpu,
+                entry.toolchain,
+                checks=entry.checks,
+            )
         if options.locked or options.frozen:
             raise ResolveError(
                 f"{spec.name}/{arch}: the lock names source {entry.source[:16]}, which is neither in the cache "
@@ -633,8 +729,10 @@ def _lookup(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Ca
                 "(`r1build cache import`), commit vendored sources (`r1build vendor`), or resolve without --locked"
             )
     if options.frozen:
-        raise LockError(f"{spec.name}/{arch}: --frozen and {lock_path(manifest).name} has no entry for it; "
-                        "run `r1build lock` (or resolve without --frozen)")
+        raise LockError(
+            f"{spec.name}/{arch}: --frozen and {lock_path(manifest).name} has no entry for it; "
+            "run `r1build lock` (or resolve without --frozen)"
+        )
     if not options.refresh:
         decision = cache.get_decision(key)
         if decision is not None:
@@ -642,8 +740,17 @@ def _lookup(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Ca
     return None
 
 
-def _work(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Cache, options: ResolveOptions,
-          judges: _Judges, seeds: list[Candidate], kept: Resolved | None = None) -> Resolved | Unresolved:
+def _work(
+    manifest: Manifest,
+    spec: KernelSpec,
+    arch: str,
+    key: str,
+    cache: Cache,
+    options: ResolveOptions,
+    judges: _Judges,
+    seeds: list[Candidate],
+    kept: Resolved | None = None,
+) -> Resolved | Unresolved:
     """A miss (or a refresh): measure and/or generate; else what the lock or cache had (``kept``, for a refresh
     on a machine that cannot judge this arch); else the static gate on the user's own sources.
 
@@ -662,14 +769,21 @@ def _work(manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Cach
         if resolved is not None:
             return resolved
     elif kept is not None:
-        emit(Note("info", "nothing here can judge this arch again (no GPU of it, no endpoint): keeping the "
-                          f"{kept.state} winner", spec.name, arch))
+        emit(
+            Note(
+                "info",
+                f"nothing here can judge this arch again (no GPU of it, no endpoint): keeping the {kept.state} winner",
+                spec.name,
+                arch,
+            )
+        )
         return kept
     return _gated(manifest, spec, arch, key, judges, seeds)
 
 
-def _gated(manifest: Manifest, spec: KernelSpec, arch: str, key: str, judges: _Judges,
-           seeds: list[Candidate]) -> Resolved | Unresolved:
+def _gated(
+    manifest: Manifest, spec: KernelSpec, arch: str, key: str, judges: _Judges, seeds: list[Candidate]
+) -> Resolved | Unresolved:
     """No GPU of this arch and nothing to generate with: the static gate judges the user's own sources (baseline,
     ``candidates`` files, their tunable values); the first that passes in preference order wins, unvalidated.
     Nothing is cached as a decision (the gate's verdicts are), so a GPU measures on the next miss."""
@@ -680,10 +794,15 @@ def _gated(manifest: Manifest, spec: KernelSpec, arch: str, key: str, judges: _J
         return unresolved(spec.name, arch, [CandidateRef.of(c) for c in seeds], results)
     why = judges.unmeasured(arch)
     name = winner.origin.path or winner.origin.kind
-    emit(Note("warning", f"{why}: the {winner.provenance()} {name} is chosen by the static gate alone, "
-                         "unvalidated", spec.name, arch))
-    return Resolved(spec, arch, key, winner, "gated", winner.provenance(), "unvalidated",
-                    toolchain=toolchain().ident)
+    emit(
+        Note(
+            "warning",
+            f"{why}: the {winner.provenance()} {name} is chosen by the static gate alone, unvalidated",
+            spec.name,
+            arch,
+        )
+    )
+    return Resolved(spec, arch, key, winner, "gated", winner.provenance(), "unvalidated", toolchain=toolchain().ident)
 
 
 def _gate_emitted(manifest: Manifest, judges: _Judges, entries: Sequence[Resolved]) -> list[Resolved]:
@@ -695,8 +814,13 @@ def _gate_emitted(manifest: Manifest, judges: _Judges, entries: Sequence[Resolve
         groups.setdefault(r.spec.name, []).append(i)
     with ThreadPoolExecutor(max_workers=max(1, len(groups))) as pool:
         futures = {
-            name: pool.submit(contextvars.copy_context().run, gate.judge, manifest, entries[idx[0]].spec,
-                              [(entries[i].arch, entries[i].candidate) for i in idx])
+            name: pool.submit(
+                contextvars.copy_context().run,
+                gate.judge,
+                manifest,
+                entries[idx[0]].spec,
+                [(entries[i].arch, entries[i].candidate) for i in idx],
+            )
             for name, idx in groups.items()
         }
         verdicts = {name: future.result() for name, future in futures.items()}
@@ -709,8 +833,15 @@ def _gate_emitted(manifest: Manifest, judges: _Judges, entries: Sequence[Resolve
                     f"{r.spec.name}/{r.arch}: the {r.state} winner ({r.provenance}) fails the static gate: "
                     f"{result.status}\n{result.detail}"
                 )
-            emit(Stage("gate", r.spec.name, r.arch, done=True,
-                       detail=f"{result.gate.registers if result.gate else '?'} registers"))
+            emit(
+                Stage(
+                    "gate",
+                    r.spec.name,
+                    r.arch,
+                    done=True,
+                    detail=f"{result.gate.registers if result.gate else '?'} registers",
+                )
+            )
             out[i] = replace(r, gate=result)
     return out
 
@@ -742,8 +873,9 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
     specs = [s for s in manifest.kernels if options.kernels is None or s.name in options.kernels]
     unknown = sorted(set(options.kernels or []) - {s.name for s in manifest.kernels})
     if unknown:
-        raise UsageError(f"unknown kernel(s): {', '.join(unknown)} (declared: "
-                         f"{', '.join(s.name for s in manifest.kernels)})")
+        raise UsageError(
+            f"unknown kernel(s): {', '.join(unknown)} (declared: {', '.join(s.name for s in manifest.kernels)})"
+        )
     if options.locked and options.refresh:
         raise UsageError("--locked uses only what the lock names and --refresh judges again: choose one")
     if options.frozen and (options.refresh or options.recover_lock):
@@ -771,8 +903,12 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
 
             seeds = {q.spec.name: expand_variants(manifest, q.spec) for q in misses}
             if not judges.endpoint(manifest, options):
-                judges.prepare([Job(manifest, q.spec, q.arch, seeds[q.spec.name], _baseline_of(seeds[q.spec.name]))
-                                for q in misses])
+                judges.prepare(
+                    [
+                        Job(manifest, q.spec, q.arch, seeds[q.spec.name], _baseline_of(seeds[q.spec.name]))
+                        for q in misses
+                    ]
+                )
         outcomes: list[Resolved | Unresolved] = []
         for q in questions:
             if q.hit is not None:
@@ -816,9 +952,17 @@ def emit_resolution(resolution: Resolution, out_dir: Path) -> Path:
     return emitted.cmake_file
 
 
-def prepare_build(project_dir: Path, *, locked: bool = False, generate: bool = False, evaluate: bool = False,
-                  cache_dir: Path | None = None, out_dir: Path | None = None,
-                  archs: Sequence[str] | None = None, remote_cache: str | None = None) -> Path:
+def prepare_build(
+    project_dir: Path,
+    *,
+    locked: bool = False,
+    generate: bool = False,
+    evaluate: bool = False,
+    cache_dir: Path | None = None,
+    out_dir: Path | None = None,
+    archs: Sequence[str] | None = None,
+    remote_cache: str | None = None,
+) -> Path:
     """What the build backend calls before CMake: resolve and emit; returns the generated CMake file.
 
     A build is locked-or-offline unless the person building opts in: it never calls an LLM endpoint unless
@@ -839,14 +983,25 @@ def prepare_build(project_dir: Path, *, locked: bool = False, generate: bool = F
         resolution = resolve(
             manifest,
             cache,
-            ResolveOptions(archs=list(archs) if archs else None, offline=not generate, locked=locked,
-                           use_gpu=evaluate, write_lock=False, build=True),
+            ResolveOptions(
+                archs=list(archs) if archs else None,
+                offline=not generate,
+                locked=locked,
+                use_gpu=evaluate,
+                write_lock=False,
+                build=True,
+            ),
         )
         if not generate and (resolution.unresolved or any(r.state == "gated" for r in resolution.entries)):
             from .generate import endpoint_configured
 
             if endpoint_configured(manifest.settings.generation, os.environ):
-                emit(Note("info", "an LLM endpoint is configured, but a build never calls it unless the person "
-                                  "building opts in (R1BUILD_GENERATE=1 or --config-settings r1build.generate=1); "
-                                  "`r1build resolve` and `r1build vendor` make the lock and sources a build uses"))
+                emit(
+                    Note(
+                        "info",
+                        "an LLM endpoint is configured, but a build never calls it unless the person "
+                        "building opts in (R1BUILD_GENERATE=1 or --config-settings r1build.generate=1); "
+                        "`r1build resolve` and `r1build vendor` make the lock and sources a build uses",
+                    )
+                )
         return emit_resolution(resolution, out_dir or project_dir / ".r1build" / "generated")

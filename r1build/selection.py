@@ -35,8 +35,17 @@ from .records import (
     validation_of,
 )
 
-__all__ = ["MIN_LEAD", "beats", "decision_winner", "may_win", "median_error", "outcomes", "rejection",
-           "select_winner", "unresolved"]
+__all__ = [
+    "MIN_LEAD",
+    "beats",
+    "decision_winner",
+    "may_win",
+    "median_error",
+    "outcomes",
+    "rejection",
+    "select_winner",
+    "unresolved",
+]
 
 MIN_LEAD = 0.02
 """Smallest relative lead that counts as faster, whatever the measured spread."""
@@ -120,8 +129,11 @@ def _first_error(detail: str) -> str:
         return ""
     if not lines[0].startswith("command:"):
         return lines[0]
-    errors = [line for line in lines if re.search(r"\berror\b", line, re.IGNORECASE) and not line.startswith(
-        ("command:", "return code:"))]
+    errors = [
+        line
+        for line in lines
+        if re.search(r"\berror\b", line, re.IGNORECASE) and not line.startswith(("command:", "return code:"))
+    ]
     meaningful = [line for line in lines if not line.startswith(("command:", "return code:", "output:"))]
     return (errors or meaningful or lines)[0]
 
@@ -130,8 +142,10 @@ def _reason(validation: Validation, result: Result | None, arch: str) -> str:
     if result is None:
         return "never judged"
     if validation == "pending":
-        return (f"passed the static gate; a generated candidate waits for a GPU of {arch} to judge it "
-                "(`r1build resolve --refresh` on a machine with one)")
+        return (
+            f"passed the static gate; a generated candidate waits for a GPU of {arch} to judge it "
+            "(`r1build resolve --refresh` on a machine with one)"
+        )
     line = _first_error(result.detail) or result.status.replace("_", " ")
     if len(line) > 160 and ". " in line[:160]:  # a long explanation: its first sentence names what failed
         line = line[: line.index(". ") + 1]
@@ -151,11 +165,17 @@ def outcomes(candidates: Sequence[CandidateRef], results: Sequence[Result], arch
     for ref in candidates:
         result = by_digest.get(ref.digest)
         validation = validation_of(ref.origin.kind, result)
-        rows.append(CandidateOutcome(
-            candidate=ref.digest, provenance=provenance_of(ref.origin, ref.defines), origin=_origin_text(ref.origin),
-            validation=validation, stage=result.stage if result else None, status=result.status if result else None,
-            reason=_reason(validation, result, arch),
-        ))
+        rows.append(
+            CandidateOutcome(
+                candidate=ref.digest,
+                provenance=provenance_of(ref.origin, ref.defines),
+                origin=_origin_text(ref.origin),
+                validation=validation,
+                stage=result.stage if result else None,
+                status=result.status if result else None,
+                reason=_reason(validation, result, arch),
+            )
+        )
     return rows
 
 
@@ -163,13 +183,19 @@ def unresolved(kernel: str, arch: str, candidates: Sequence[CandidateRef], resul
     """A kernel × arch where no candidate may win, with each candidate's standing and what to do about it."""
     rows = outcomes(candidates, results, arch)
     if any(row.validation == "pending" for row in rows):
-        fix = (f"judge the pending generated candidates on a GPU of {arch} (`r1build resolve --refresh` there, or "
-               "import a bundle from such a machine), or add a hand-written `baseline` that passes")
+        fix = (
+            f"judge the pending generated candidates on a GPU of {arch} (`r1build resolve --refresh` there, or "
+            "import a bundle from such a machine), or add a hand-written `baseline` that passes"
+        )
     elif not rows:
-        fix = ("add `baseline = \"path.cu\"` to the kernel, import a cache bundle (`r1build cache import`), vendor "
-               "winners from a machine that has them (`r1build vendor`), or configure an LLM endpoint and run "
-               "`r1build resolve`")
+        fix = (
+            'add `baseline = "path.cu"` to the kernel, import a cache bundle (`r1build cache import`), vendor '
+            "winners from a machine that has them (`r1build vendor`), or configure an LLM endpoint and run "
+            "`r1build resolve`"
+        )
     else:
-        fix = ("fix the baseline or add a `candidates` file that passes (the table says why each failed), or "
-               "configure an LLM endpoint to generate more")
+        fix = (
+            "fix the baseline or add a `candidates` file that passes (the table says why each failed), or "
+            "configure an LLM endpoint to generate more"
+        )
     return Unresolved(kernel=kernel, arch=arch, outcomes=rows, fix=fix)

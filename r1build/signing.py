@@ -122,8 +122,7 @@ class PrivateKey:
         """The matching public key."""
         from cryptography.hazmat.primitives import serialization
 
-        return PublicKey(self.key.public_key().public_bytes(serialization.Encoding.Raw,
-                                                            serialization.PublicFormat.Raw))
+        return PublicKey(self.key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw))
 
     @property
     def key_id(self) -> str:
@@ -137,15 +136,17 @@ class PrivateKey:
         """The key as an unencrypted PKCS#8 PEM file."""
         from cryptography.hazmat.primitives import serialization
 
-        return self.key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                      serialization.NoEncryption())
+        return self.key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
 
     def raw_base64(self) -> str:
         """The base64 of the 32 raw private bytes (the one-line form for ``R1BUILD_SIGNING_KEY``)."""
         from cryptography.hazmat.primitives import serialization
 
-        raw = self.key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
-                                     serialization.NoEncryption())
+        raw = self.key.private_bytes(
+            serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+        )
         return base64.b64encode(raw).decode()
 
 
@@ -172,8 +173,10 @@ def public_key_problem(line: str) -> str | None:
     """Why ``line`` is not a public key line ``ed25519:<base64 of 32 bytes>`` (None when it is one)."""
     algorithm, sep, data = line.partition(":")
     if line.startswith("ssh-"):
-        return (f"{_shown(line)} is an OpenSSH public key; list keys as '{ALGORITHM}:<base64 of the raw public "
-                "key>' (`r1build key public FILE` prints one)")
+        return (
+            f"{_shown(line)} is an OpenSSH public key; list keys as '{ALGORITHM}:<base64 of the raw public "
+            "key>' (`r1build key public FILE` prints one)"
+        )
     if not sep:
         return f"{_shown(line)} is not a public key line (expected '{ALGORITHM}:<base64 of the raw public key>')"
     if algorithm != ALGORITHM:
@@ -211,22 +214,27 @@ def parse_private_key(data: bytes, what: str) -> PrivateKey:
             else:
                 key = serialization.load_pem_private_key(text, password=None)
         except TypeError:
-            raise ConfigError(f"{what}: the private key is encrypted; r1build reads unencrypted keys "
-                              "(keep the file mode 0600, or put the key in R1BUILD_SIGNING_KEY)") from None
+            raise ConfigError(
+                f"{what}: the private key is encrypted; r1build reads unencrypted keys "
+                "(keep the file mode 0600, or put the key in R1BUILD_SIGNING_KEY)"
+            ) from None
         except (ValueError, UnsupportedAlgorithm) as exc:
             raise ConfigError(f"{what}: not a readable private key ({exc})") from None
         if not isinstance(key, Ed25519PrivateKey):
-            raise ConfigError(f"{what}: the private key is a {type(key).__name__.removeprefix('_')}, not an "
-                              f"{ALGORITHM} key (`r1build key generate` makes one)")
+            raise ConfigError(
+                f"{what}: the private key is a {type(key).__name__.removeprefix('_')}, not an "
+                f"{ALGORITHM} key (`r1build key generate` makes one)"
+            )
         return PrivateKey(key)
     try:
         raw = _b64decode(text.decode("ascii"))
     except (UnicodeDecodeError, ValueError):
-        raise ConfigError(f"{what}: not an {ALGORITHM} private key (expected a PEM file as `r1build key generate` "
-                          f"writes, or the base64 of the {_RAW_KEY_BYTES} raw private bytes)") from None
+        raise ConfigError(
+            f"{what}: not an {ALGORITHM} private key (expected a PEM file as `r1build key generate` "
+            f"writes, or the base64 of the {_RAW_KEY_BYTES} raw private bytes)"
+        ) from None
     if len(raw) != _RAW_KEY_BYTES:
-        raise ConfigError(f"{what}: an {ALGORITHM} private key is {_RAW_KEY_BYTES} bytes, this base64 holds "
-                          f"{len(raw)}")
+        raise ConfigError(f"{what}: an {ALGORITHM} private key is {_RAW_KEY_BYTES} bytes, this base64 holds {len(raw)}")
     return PrivateKey(Ed25519PrivateKey.from_private_bytes(raw))
 
 
@@ -238,8 +246,7 @@ def read_private_key_file(path: Path) -> PrivateKey:
         with path.open("rb") as fh:
             data = fh.read(_MAX_KEY_FILE_BYTES + 1)
     except FileNotFoundError:
-        raise ConfigError(f"signing key {path}: no such file (`r1build key generate --out {path}` makes one)") \
-            from None
+        raise ConfigError(f"signing key {path}: no such file (`r1build key generate --out {path}` makes one)") from None
     except OSError as exc:
         raise ConfigError(f"signing key {path}: cannot read ({exc.strerror})") from None
     if len(data) > _MAX_KEY_FILE_BYTES:
@@ -325,35 +332,49 @@ def verify(payload: bytes, signature: str | None, trusted: TrustedKeys) -> str:
     """The id of the trusted key that signed ``payload``; :class:`SignatureError` when ``signature`` is absent,
     malformed, by a key not in ``trusted``, or not a signature of ``payload``."""
     if signature is None or not signature.strip():
-        raise SignatureError("unsigned: no signature (sign with `--signing-key FILE` or R1BUILD_SIGNING_KEY)",
-                             reason="unsigned")
+        raise SignatureError(
+            "unsigned: no signature (sign with `--signing-key FILE` or R1BUILD_SIGNING_KEY)", reason="unsigned"
+        )
     parts = signature.split(":")
     if len(parts) != 3:
-        raise SignatureError(f"malformed signature {_shown(signature)}: expected "
-                             f"'{ALGORITHM}:<key id>:<base64 signature>'", reason="malformed")
+        raise SignatureError(
+            f"malformed signature {_shown(signature)}: expected '{ALGORITHM}:<key id>:<base64 signature>'",
+            reason="malformed",
+        )
     algorithm, kid, data = parts
     if algorithm != ALGORITHM:
-        raise SignatureError(f"signature algorithm {_shown(algorithm)} is not supported (only {ALGORITHM!r})",
-                             reason="malformed")
+        raise SignatureError(
+            f"signature algorithm {_shown(algorithm)} is not supported (only {ALGORITHM!r})", reason="malformed"
+        )
     if not _KEY_ID.fullmatch(kid):
-        raise SignatureError(f"malformed signature: key id {_shown(kid)} is not 16 lower-case hex digits",
-                             reason="malformed")
+        raise SignatureError(
+            f"malformed signature: key id {_shown(kid)} is not 16 lower-case hex digits", reason="malformed"
+        )
     try:
         raw = _b64decode(data)
     except ValueError as exc:
-        raise SignatureError(f"malformed signature by key {kid}: the signature is {exc}", reason="malformed",
-                             key_id=kid) from None
+        raise SignatureError(
+            f"malformed signature by key {kid}: the signature is {exc}", reason="malformed", key_id=kid
+        ) from None
     if len(raw) != _SIGNATURE_BYTES:
-        raise SignatureError(f"malformed signature by key {kid}: an {ALGORITHM} signature is {_SIGNATURE_BYTES} "
-                             f"bytes, this one is {len(raw)}", reason="malformed", key_id=kid)
+        raise SignatureError(
+            f"malformed signature by key {kid}: an {ALGORITHM} signature is {_SIGNATURE_BYTES} "
+            f"bytes, this one is {len(raw)}",
+            reason="malformed",
+            key_id=kid,
+        )
     public = trusted.keys.get(kid)
     if public is None:
         listed = ", ".join(trusted.ids) if trusted else "none: [cache] trusted-keys is empty"
-        raise SignatureError(f"signed by key {kid}, which is not a trusted key (trusted: {listed})",
-                             reason="untrusted", key_id=kid)
+        raise SignatureError(
+            f"signed by key {kid}, which is not a trusted key (trusted: {listed})", reason="untrusted", key_id=kid
+        )
     if not public.verifies(payload, raw):
-        raise SignatureError(f"the signature by trusted key {kid} does not match: the signed content or the "
-                             "signature was altered", reason="invalid", key_id=kid)
+        raise SignatureError(
+            f"the signature by trusted key {kid} does not match: the signed content or the signature was altered",
+            reason="invalid",
+            key_id=kid,
+        )
     return kid
 
 
@@ -362,8 +383,7 @@ def entry_payload(key: str, payload: bytes) -> bytes:
     :data:`ENTRY_STATEMENT`, the full key and the sha256 of the payload."""
     from .keys import canonical_json  # keys imports the manifest model, which imports this module
 
-    return canonical_json({"statement": ENTRY_STATEMENT, "key": key,
-                           "sha256": hashlib.sha256(payload).hexdigest()})
+    return canonical_json({"statement": ENTRY_STATEMENT, "key": key, "sha256": hashlib.sha256(payload).hexdigest()})
 
 
 def _shown(text: str, limit: int = 40) -> str:

@@ -23,8 +23,17 @@ from pathlib import Path
 from .errors import ToolchainError
 from .settings import env_settings
 
-__all__ = ["MEMO_NAME", "GpuArchs", "Toolchain", "find_nvcc", "gpu_archs", "gpu_archs_from_json", "nvcc_identity",
-           "toolchain", "version_digest"]
+__all__ = [
+    "MEMO_NAME",
+    "GpuArchs",
+    "Toolchain",
+    "find_nvcc",
+    "gpu_archs",
+    "gpu_archs_from_json",
+    "nvcc_identity",
+    "toolchain",
+    "version_digest",
+]
 
 MEMO_NAME = "nvcc-versions.json"
 """The file in the cache directory that remembers ``nvcc --version`` by the binary's identity."""
@@ -190,13 +199,13 @@ def _output(nvcc: str, flag: str) -> str:
     return proc.stdout
 
 
-_ALLOWED = re.compile(r"--gpu-architecture\b.*?Allowed values for this option:(?P<values>.*?)(?:\n\s*\n|\Z)",
-                      re.DOTALL)
+_ALLOWED = re.compile(r"--gpu-architecture\b.*?Allowed values for this option:(?P<values>.*?)(?:\n\s*\n|\Z)", re.DOTALL)
 
 
 @functools.lru_cache(maxsize=4)
 def _gpu_archs(nvcc: str, version_text: str) -> GpuArchs:
     del version_text  # part of the cache key: the same path may hold another nvcc later
+
     def by_number(names: list[str]) -> tuple[str, ...]:
         return tuple(sorted(set(names), key=lambda a: (int(re.sub(r"\D", "", a)), a)))
 

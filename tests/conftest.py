@@ -106,13 +106,26 @@ def locked(root_copy: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch) ->
     vec4 = Candidate((root_copy / VEC4).read_text(encoding="utf-8"), Origin("file", VEC4), {"BLOCK": 256})
     with Cache(cache_dir) as cache:
         cache.put_text(vec4.source)
-        result = Result(candidate=vec4.digest, arch="sm_90", status="passed", stage="evaluate",
-                        timing=Timing(median_us=41.5, spread=0.01, samples=200),
-                        device="NVIDIA H200")
-        cache.put_decision(Decision(key=decision_key(m, spec, "sm_90"), kernel=spec.name, arch="sm_90",
-                                    winner=CandidateRef.of(vec4),
-                                    candidates=[CandidateRef.of(vec4)], results=[result], measured=True,
-                                    device="NVIDIA H200"))
+        result = Result(
+            candidate=vec4.digest,
+            arch="sm_90",
+            status="passed",
+            stage="evaluate",
+            timing=Timing(median_us=41.5, spread=0.01, samples=200),
+            device="NVIDIA H200",
+        )
+        cache.put_decision(
+            Decision(
+                key=decision_key(m, spec, "sm_90"),
+                kernel=spec.name,
+                arch="sm_90",
+                winner=CandidateRef.of(vec4),
+                candidates=[CandidateRef.of(vec4)],
+                results=[result],
+                measured=True,
+                device="NVIDIA H200",
+            )
+        )
     assert main(["lock", "-m", str(root_copy), "--offline", "--no-gpu"]) == 0
     entry = read_lock(root_copy / "kernels.lock").entry("silu_mul", "sm_90")  # type: ignore[union-attr]
     assert entry is not None and entry.defines == {"BLOCK": 256} and entry.winner == vec4.digest

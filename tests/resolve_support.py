@@ -34,19 +34,37 @@ class GpuDouble:
             if not gated.ok:
                 out.append(gated)
             elif self.reject(c):
-                out.append(Result(candidate=c.digest, arch=job.arch, status="incorrect", stage="evaluate",
-                                  detail="n=7: 1 of 7 elements differ",
-                                  device="Test GPU"))
+                out.append(
+                    Result(
+                        candidate=c.digest,
+                        arch=job.arch,
+                        status="incorrect",
+                        stage="evaluate",
+                        detail="n=7: 1 of 7 elements differ",
+                        device="Test GPU",
+                    )
+                )
             else:
-                out.append(Result(candidate=c.digest, arch=job.arch, status="passed", stage="evaluate",
-                                  timing=Timing(median_us=self.time_us(c), spread=0.01, samples=50),
-                                  device="Test GPU"))
+                out.append(
+                    Result(
+                        candidate=c.digest,
+                        arch=job.arch,
+                        status="passed",
+                        stage="evaluate",
+                        timing=Timing(median_us=self.time_us(c), spread=0.01, samples=50),
+                        device="Test GPU",
+                    )
+                )
         return out
 
 
-def install_gpu_double(monkeypatch: pytest.MonkeyPatch, reject: Callable[[Candidate], bool],
-                       time_us: Callable[[Candidate], float] = lambda c: 10.0) -> None:
+def install_gpu_double(
+    monkeypatch: pytest.MonkeyPatch,
+    reject: Callable[[Candidate], bool],
+    time_us: Callable[[Candidate], float] = lambda c: 10.0,
+) -> None:
     """Make the resolver see a GPU of sm_90 (and only of it) that judges like :class:`GpuDouble`."""
+
     def gpu_for(self: _Judges, arch: str) -> GpuDouble | None:
         return GpuDouble(self, reject, time_us) if arch == "sm_90" and self.use_gpu is not False else None
 

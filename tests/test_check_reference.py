@@ -47,8 +47,11 @@ def pair(x, rows, cols):
 
 # (id, what the function returns (or a statement replacing the return), fragment of the message)
 CASES = [
-    ("raises", "1 / 0 if rows == 3 else (y, z, c)", "at test shape rows=3, cols=97 (signed inputs): raised "
-                                                    "ZeroDivisionError"),
+    (
+        "raises",
+        "1 / 0 if rows == 3 else (y, z, c)",
+        "at test shape rows=3, cols=97 (signed inputs): raised ZeroDivisionError",
+    ),
     ("raises-on-large-inputs", "(y, z, c) if np.abs(x).max() < 50 else x[99999]", "(large inputs): raised IndexError"),
     ("exits", "__import__('sys').exit(3)", "raised SystemExit: 3"),
     ("too-few", "(y, z)", "returned 2 values for 3 outputs (y, z, c)"),
@@ -57,8 +60,11 @@ CASES = [
     ("none", "(y, None, c)", "returned nothing for output 'z'"),
     ("unknown-dict-key", "{'y': y, 'z': z, 'count': c}", "returned a dict with count, which are not outputs"),
     ("missing-dict-key", "{'y': y, 'z': z}", "returned nothing for output 'c'"),
-    ("wrong-shape", "(y[:, :-1], z, c)",
-     "at test shape rows=1, cols=1 (signed inputs): output 'y' has shape (1, 0), the spec declares (1, 1)"),
+    (
+        "wrong-shape",
+        "(y[:, :-1], z, c)",
+        "at test shape rows=1, cols=1 (signed inputs): output 'y' has shape (1, 0), the spec declares (1, 1)",
+    ),
     ("transposed", "(y.T, z, c)", "output 'y' has shape (97, 3), the spec declares (3, 97)"),
     ("flattened", "(y.reshape(-1), z, c)", "output 'y' has shape (291,), the spec declares (3, 97)"),
     ("int-for-float", "(y.astype(np.int64), z, c)", "output 'y' has dtype int64, the spec declares float32"),
@@ -79,7 +85,8 @@ def project(root: Path, body: str) -> Path:
 
 @pytest.mark.parametrize(("body", "fragment"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_check_runs_the_reference_and_names_kernel_shape_and_reference(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], body: str, fragment: str) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], body: str, fragment: str
+) -> None:
     path = project(tmp_path / "p", body)
     code = main(["check", "-m", str(path)])
     out = capsys.readouterr()
@@ -92,9 +99,16 @@ def test_check_runs_the_reference_and_names_kernel_shape_and_reference(
     assert fragment in line, line
 
 
-@pytest.mark.parametrize("body", ["(y, z, c)", "[y, z, c]", "{'c': c, 'z': z, 'y': y}",
-                                  "(y.astype(np.float64), z, c.astype(np.int64))",
-                                  "(y[:, :, None], z, c)"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        "(y, z, c)",
+        "[y, z, c]",
+        "{'c': c, 'z': z, 'y': y}",
+        "(y.astype(np.float64), z, c.astype(np.int64))",
+        "(y[:, :, None], z, c)",
+    ],
+)
 def test_good_references_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str], body: str) -> None:
     path = project(tmp_path / "p", body)
     assert main(["check", "-m", str(path)]) == 0, capsys.readouterr()
@@ -109,8 +123,9 @@ def test_one_element_output_may_come_back_as_a_scalar(tmp_path: Path) -> None:
     got = reference_outputs(spec, one, (np.float32(2.0), np.True_, np.int32(1)))
     assert got["y"].shape == (1, 1) and got["c"].shape == (1,)
     with pytest.raises(ReferenceProblem, match="shape"):
-        reference_outputs(spec, {"rows": 2, "cols": 1}, (np.zeros((2, 1), np.float32), np.zeros((2, 1), bool),
-                                                         np.int32(1)))
+        reference_outputs(
+            spec, {"rows": 2, "cols": 1}, (np.zeros((2, 1), np.float32), np.zeros((2, 1), bool), np.int32(1))
+        )
 
 
 def test_the_repository_references_pass(capsys: pytest.CaptureFixture[str]) -> None:

@@ -35,9 +35,12 @@ def test_frozen_uses_a_stale_lock_as_it_is(locked: Path, capsys: pytest.CaptureF
 
     assert main(["resolve", "--frozen", "--no-gpu", "--json", "-m", str(locked)]) == 0
     doc = json.loads(capsys.readouterr().out)
-    entry = read_lock(locked / "kernels.lock").entry("silu_mul", "sm_90")  # type: ignore[union-attr]
+    lock = read_lock(locked / "kernels.lock")
+    entry = lock.entry("silu_mul", "sm_90") if lock is not None else None
+    assert entry is not None
     assert [(k["kernel"], k["state"], k["winner"]) for k in doc["kernels"]] == [
-        ("silu_mul", "locked", entry.winner[:12])]  # type: ignore[union-attr]
+        ("silu_mul", "locked", entry.winner[:12])
+    ]
     assert doc["lock_changed"] is False
     assert (locked / "kernels.lock").read_bytes() == before
 
@@ -49,8 +52,9 @@ def test_frozen_uses_a_stale_lock_as_it_is(locked: Path, capsys: pytest.CaptureF
 
 def test_frozen_without_a_lock_or_an_entry_is_an_error(locked: Path, capsys: pytest.CaptureFixture[str]) -> None:
     toml = locked / "kernels.toml"
-    toml.write_text(toml.read_text(encoding="utf-8").replace('archs = ["sm_90"]', 'archs = ["sm_80", "sm_90"]', 1),
-                    encoding="utf-8")
+    toml.write_text(
+        toml.read_text(encoding="utf-8").replace('archs = ["sm_90"]', 'archs = ["sm_80", "sm_90"]', 1), encoding="utf-8"
+    )
     capsys.readouterr()
     assert main(["resolve", "--frozen", "-m", str(locked)]) == 2
     assert "silu_mul/sm_80: --frozen and kernels.lock has no entry for it" in capsys.readouterr().err
@@ -60,8 +64,9 @@ def test_frozen_without_a_lock_or_an_entry_is_an_error(locked: Path, capsys: pyt
     assert not (locked / "kernels.lock").exists()
 
 
-def test_the_environment_sets_locked_and_frozen(locked: Path, monkeypatch: pytest.MonkeyPatch,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_environment_sets_locked_and_frozen(
+    locked: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     before = (locked / "kernels.lock").read_bytes()
     _make_stale(locked)
     monkeypatch.setenv("R1BUILD_LOCKED", "1")
@@ -83,8 +88,9 @@ def test_the_environment_sets_locked_and_frozen(locked: Path, monkeypatch: pytes
     assert (locked / "kernels.lock").read_bytes() != before
 
 
-def test_the_manifest_is_found_from_a_subfolder(locked: Path, monkeypatch: pytest.MonkeyPatch,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_manifest_is_found_from_a_subfolder(
+    locked: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     deep = locked / "src" / "deep"
     deep.mkdir(parents=True)
     # a pyproject.toml without [tool.r1build] on the way up is not the manifest
@@ -98,8 +104,9 @@ def test_the_manifest_is_found_from_a_subfolder(locked: Path, monkeypatch: pytes
     assert "no kernels.toml" in capsys.readouterr().err
 
 
-def test_nothing_above_says_where_it_looked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_nothing_above_says_where_it_looked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.chdir(tmp_path)
     assert main(["status"]) == 2
     err = capsys.readouterr().err
@@ -158,8 +165,7 @@ def test_cache_dir_clean_and_prune(locked: Path, cache_dir: Path, capsys: pytest
     assert not (locked / "nothing-here").exists()
 
 
-def test_json_on_every_command_that_reports(locked: Path, tmp_path: Path,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_json_on_every_command_that_reports(locked: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     capsys.readouterr()
 
     def doc(argv: list[str], code: int = 0) -> dict[str, object]:
@@ -169,8 +175,7 @@ def test_json_on_every_command_that_reports(locked: Path, tmp_path: Path,
         return parsed
 
     checked = doc(["check", "--locked", "--json", "-m", str(locked)])
-    assert checked["kernels"] == ["silu_mul"] and checked["lock"] == {"current": True, "verified": True,
-                                                                      "stale": []}
+    assert checked["kernels"] == ["silu_mul"] and checked["lock"] == {"current": True, "verified": True, "stale": []}
     vendored = doc(["vendor", "--json", "-m", str(locked)])
     paths = vendored["vendored"]
     assert isinstance(paths, list)

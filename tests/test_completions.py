@@ -28,13 +28,14 @@ def _run(argv: list[str]) -> list[str]:
 
 
 def _bash(script: Path, words: list[str]) -> list[str]:
-    code = (f"source {shlex.quote(str(script))}; COMP_WORDS=({' '.join(shlex.quote(w) for w in words)}); "
-            f'COMP_CWORD={len(words) - 1}; _r1build; printf "%s\\n" "${{COMPREPLY[@]}}"')
+    code = (
+        f"source {shlex.quote(str(script))}; COMP_WORDS=({' '.join(shlex.quote(w) for w in words)}); "
+        f'COMP_CWORD={len(words) - 1}; _r1build; printf "%s\\n" "${{COMPREPLY[@]}}"'
+    )
     return _run(["bash", "-c", code])
 
 
-def test_bash_completes_commands_options_choices_and_files(tmp_path: Path,
-                                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_bash_completes_commands_options_choices_and_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     script = _script("bash", tmp_path, capsys)
     top = _bash(script, ["r1build", ""])
     assert {"check", "resolve", "lock", "vendor", "cache", "doctor", "completions", "--version"} <= set(top)
@@ -55,11 +56,13 @@ def test_zsh_completes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     script = _script("zsh", tmp_path, capsys)
     _run(["zsh", "-n", str(script)])
     # compsys' builtins stand in as functions that print what they are given
-    stubs = "compadd() { shift; print -l -- \"$@\" }; compdef() { : }; _files() { print -- FILES }"
+    stubs = 'compadd() { shift; print -l -- "$@" }; compdef() { : }; _files() { print -- FILES }'
 
     def complete(words: list[str]) -> list[str]:
-        code = (f"{stubs}; source {shlex.quote(str(script))}; words=({' '.join(shlex.quote(w) for w in words)}); "
-                f"CURRENT={len(words)}; _r1build")
+        code = (
+            f"{stubs}; source {shlex.quote(str(script))}; words=({' '.join(shlex.quote(w) for w in words)}); "
+            f"CURRENT={len(words)}; _r1build"
+        )
         return _run(["zsh", "-f", "-c", code])
 
     assert "prune" in complete(["r1build", "cache", ""])

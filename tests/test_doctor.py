@@ -36,8 +36,9 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return dest
 
 
-def test_doctor_reports_each_part(project: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch,
-                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_doctor_reports_each_part(
+    project: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     found = _doctor(capsys)
     assert list(found)[:3] == ["r1build", "nvcc", "archs"]
     assert found["nvcc"]["level"] == "ok" and "CUDA" in found["nvcc"]["detail"]
@@ -71,8 +72,9 @@ def test_doctor_reports_each_part(project: Path, cache_dir: Path, monkeypatch: p
     assert "r1build doctor" in table and "nvcc" in table and "endpoint" in table
 
 
-def test_doctor_exits_1_on_what_is_broken(project: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_doctor_exits_1_on_what_is_broken(
+    project: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     with Cache(cache_dir) as cache:
         cache.put_text("x")
     wreck_index(cache_dir, "random")

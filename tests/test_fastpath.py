@@ -23,8 +23,14 @@ ROOT = Path(__file__).resolve().parents[1]
 def run(project: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, str, str, bool]:
     """``r1build ARGS -m project`` in a fresh process: exit code, stdout, stderr, and whether the full path ran
     (the resolver or the manifest loader was imported)."""
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "r1build.cli.main", *args, "-m", str(project)],
-                          capture_output=True, text=True, env=env or dict(os.environ), cwd=project, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "r1build.cli.main", *args, "-m", str(project)],
+        capture_output=True,
+        text=True,
+        env=env or dict(os.environ),
+        cwd=project,
+        check=False,
+    )
     imported = {line.rpartition("|")[2].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
     stderr = "\n".join(line for line in proc.stderr.splitlines() if not line.startswith("import time:"))
     return proc.returncode, proc.stdout, stderr, "r1build.manifest.load" in imported
@@ -96,9 +102,12 @@ def test_check_locked_watches_the_references(locked: Path) -> None:
     code, out, _ = warm(locked, "check", "--locked")
     assert code == 0 and "current and verified" in out
     reference = locked / "kernels" / "reference.py"
-    reference.write_text(reference.read_text(encoding="utf-8").replace("def silu_mul(", "def silu_mul(*_a, **_k):\n"
-                                                                        "    raise RuntimeError('broken')\n\n\n"
-                                                                        "def _old_silu_mul(", 1), encoding="utf-8")
+    reference.write_text(
+        reference.read_text(encoding="utf-8").replace(
+            "def silu_mul(", "def silu_mul(*_a, **_k):\n    raise RuntimeError('broken')\n\n\ndef _old_silu_mul(", 1
+        ),
+        encoding="utf-8",
+    )
     code, _, err, full = run(locked, "check", "--locked")
     assert full and code == 2 and "broken" in err
 
@@ -128,19 +137,31 @@ def test_nvcc_version_is_remembered_by_identity(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setenv("R1BUILD_NVCC", str(wrapper))
     monkeypatch.setenv("R1BUILD_CACHE_DIR", str(tmp_path / "cache"))
     code = "from r1build.toolchain import toolchain; print(toolchain().ident)"
-    idents = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-              for _ in range(3)]
+    idents = [
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        for _ in range(3)
+    ]
     assert len(set(idents)) == 1 and idents[0].strip()
     assert calls.read_text().count("x") == 1  # one process ran nvcc; the others remembered it
     # another nvcc behind the same path (here: the wrapper rewritten) is asked again
-    wrapper.write_text(f'#!/bin/sh\necho x >> {calls}\n[ "$1" = --version ] && {{ {real} --version; echo patched; '
-                       f'exit 0; }}\nexec {real} "$@"\n')
-    out = subprocess.run([sys.executable, "-c", "from r1build.toolchain import toolchain; "
-                          "print(toolchain().version_text)"], capture_output=True, text=True, check=True).stdout
+    wrapper.write_text(
+        f'#!/bin/sh\necho x >> {calls}\n[ "$1" = --version ] && {{ {real} --version; echo patched; '
+        f'exit 0; }}\nexec {real} "$@"\n'
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", "from r1build.toolchain import toolchain; print(toolchain().version_text)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "patched" in out and calls.read_text().count("x") == 2
     # a memo whose text does not match its digest is not used
     memo = tmp_path / "cache" / toolchain_mod.MEMO_NAME
     memo.write_text(memo.read_text().replace("patched", "tampered"))
-    out = subprocess.run([sys.executable, "-c", "from r1build.toolchain import toolchain; "
-                          "print(toolchain().version_text)"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", "from r1build.toolchain import toolchain; print(toolchain().version_text)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "patched" in out and "tampered" not in out and calls.read_text().count("x") == 3

@@ -40,8 +40,10 @@ def test_offline_resolve_gates_the_baseline_and_locks_it_unvalidated(root_copy: 
     (entry,) = res.entries
     assert (entry.state, entry.provenance, entry.validation) == ("gated", "baseline", "unvalidated")
     assert entry.gate is not None and entry.gate.ok and entry.gate.gate is not None
-    assert any(isinstance(n, Note) and n.level == "warning" and "baseline" in n.message
-               and "unvalidated" in n.message for n in notes)
+    assert any(
+        isinstance(n, Note) and n.level == "warning" and "baseline" in n.message and "unvalidated" in n.message
+        for n in notes
+    )
     lock = read_lock(root_copy / "kernels.lock")
     assert lock is not None
     e = lock.entry("silu_mul", "sm_90")
@@ -58,17 +60,35 @@ def test_offline_resolve_gates_the_baseline_and_locks_it_unvalidated(root_copy: 
 def test_a_cached_decision_wins_and_is_locked_with_its_time(root_copy: Path, cache_dir: Path) -> None:
     m = load_manifest(root_copy / "kernels.toml")
     spec = m.kernel("silu_mul")
-    vec4 = Candidate((root_copy / "kernels/silu_mul_vec4.cu").read_text(encoding="utf-8"),
-                     Origin("file", "kernels/silu_mul_vec4.cu"), {"BLOCK": 256})
+    vec4 = Candidate(
+        (root_copy / "kernels/silu_mul_vec4.cu").read_text(encoding="utf-8"),
+        Origin("file", "kernels/silu_mul_vec4.cu"),
+        {"BLOCK": 256},
+    )
     key = decision_key(m, spec, "sm_90")
     with Cache(cache_dir) as cache:
         cache.put_text(vec4.source)
-        result = Result(candidate=vec4.digest, arch="sm_90", status="passed", stage="evaluate",
-                        timing=Timing(median_us=41.5, spread=0.01, samples=200),
-                        device="NVIDIA H200")
-        cache.put_decision(Decision(key=key, kernel=spec.name, arch="sm_90", winner=CandidateRef.of(vec4),
-                                    candidates=[CandidateRef.of(vec4)],
-                                    results=[result], measured=True, device="NVIDIA H200", toolchain="cuda_13.0"))
+        result = Result(
+            candidate=vec4.digest,
+            arch="sm_90",
+            status="passed",
+            stage="evaluate",
+            timing=Timing(median_us=41.5, spread=0.01, samples=200),
+            device="NVIDIA H200",
+        )
+        cache.put_decision(
+            Decision(
+                key=key,
+                kernel=spec.name,
+                arch="sm_90",
+                winner=CandidateRef.of(vec4),
+                candidates=[CandidateRef.of(vec4)],
+                results=[result],
+                measured=True,
+                device="NVIDIA H200",
+                toolchain="cuda_13.0",
+            )
+        )
         res = resolve(m, cache, ONE)
     (entry,) = res.entries
     assert (entry.state, entry.provenance, entry.time_us, entry.gpu) == ("cached", "tuned", 41.5, "NVIDIA H200")
@@ -93,15 +113,18 @@ def test_locked_fails_on_a_stale_lock_naming_the_kernel(root_copy: Path, cache_d
 
 
 def test_without_a_baseline_a_hand_written_file_wins_by_the_gate_and_with_none_it_names_the_fix(
-        root_copy: Path, cache_dir: Path) -> None:
+    root_copy: Path, cache_dir: Path
+) -> None:
     toml = root_copy / "kernels.toml"
     toml.write_text(toml.read_text(encoding="utf-8").replace('baseline = "kernels/silu_mul.cu"\n', ""), "utf-8")
     with Cache(cache_dir) as cache:
         (entry,) = resolve(load_manifest(toml), cache, ONE).entries
     assert (entry.provenance, entry.validation, entry.candidate.origin.path) == (
-        "tuned", "unvalidated", "kernels/silu_mul_vec4.cu")
-    toml.write_text(toml.read_text(encoding="utf-8").replace('candidates = ["kernels/silu_mul_vec4.cu"]', ""),
-                    "utf-8")
+        "tuned",
+        "unvalidated",
+        "kernels/silu_mul_vec4.cu",
+    )
+    toml.write_text(toml.read_text(encoding="utf-8").replace('candidates = ["kernels/silu_mul_vec4.cu"]', ""), "utf-8")
     with Cache(cache_dir) as cache:
         res = resolve(load_manifest(toml), cache, ONE)
     assert not res.entries and [(u.kernel, u.arch, u.outcomes) for u in res.unresolved] == [("silu_mul", "sm_90", [])]
@@ -110,21 +133,40 @@ def test_without_a_baseline_a_hand_written_file_wins_by_the_gate_and_with_none_i
         res.require_complete()
 
 
-def test_vendored_winners_build_a_fresh_clone_with_no_cache(root_copy: Path, tmp_path: Path,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_vendored_winners_build_a_fresh_clone_with_no_cache(
+    root_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _env_without_endpoints(monkeypatch)
     m = load_manifest(root_copy / "kernels.toml")
     spec = m.kernel("silu_mul")
-    vec4 = Candidate((root_copy / "kernels/silu_mul_vec4.cu").read_text(encoding="utf-8") + "// generated\n",
-                     Origin("generated", model="deepseek-reasoner", round=1, sample=3), {"BLOCK": 128})
+    vec4 = Candidate(
+        (root_copy / "kernels/silu_mul_vec4.cu").read_text(encoding="utf-8") + "// generated\n",
+        Origin("generated", model="deepseek-reasoner", round=1, sample=3),
+        {"BLOCK": 128},
+    )
     first = tmp_path / "cache-a"
     with Cache(first) as cache:
         cache.put_text(vec4.source)
-        r = Result(candidate=vec4.digest, arch="sm_90", status="passed", stage="evaluate",
-                   timing=Timing(median_us=40.0, spread=0.01, samples=100), device="H200")
-        cache.put_decision(Decision(key=decision_key(m, spec, "sm_90"), kernel=spec.name, arch="sm_90",
-                                    winner=CandidateRef.of(vec4),
-                                    candidates=[CandidateRef.of(vec4)], results=[r], measured=True, device="H200"))
+        r = Result(
+            candidate=vec4.digest,
+            arch="sm_90",
+            status="passed",
+            stage="evaluate",
+            timing=Timing(median_us=40.0, spread=0.01, samples=100),
+            device="H200",
+        )
+        cache.put_decision(
+            Decision(
+                key=decision_key(m, spec, "sm_90"),
+                kernel=spec.name,
+                arch="sm_90",
+                winner=CandidateRef.of(vec4),
+                candidates=[CandidateRef.of(vec4)],
+                results=[r],
+                measured=True,
+                device="H200",
+            )
+        )
     args = ["-m", str(root_copy), "--cache-dir", str(first)]
     assert main(["lock", *args, "--kernel", "silu_mul", "--arch", "sm_90", "--no-gpu", "--offline"]) == 0
     assert main(["vendor", *args]) == 2  # the lock covers one kernel only: vendor needs a current lock
@@ -150,8 +192,14 @@ def test_vendored_winners_build_a_fresh_clone_with_no_cache(root_copy: Path, tmp
 
 
 def _cli(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "r1build.cli.main", *argv], cwd=cwd, capture_output=True,
-                          text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "r1build.cli.main", *argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 @pytest.mark.parametrize(
@@ -208,11 +256,27 @@ def test_two_concurrent_resolves_share_one_cache(root_copy: Path, tmp_path: Path
     other = tmp_path / "other"
     shutil.copytree(root_copy, other)
     cache = tmp_path / "shared-cache"
-    argv = ["resolve", "--offline", "--no-gpu", "--kernel", "silu_mul", "--kernel", "sum_all", "--arch", "sm_90",
-            "--cache-dir", str(cache), "--out"]
+    argv = [
+        "resolve",
+        "--offline",
+        "--no-gpu",
+        "--kernel",
+        "silu_mul",
+        "--kernel",
+        "sum_all",
+        "--arch",
+        "sm_90",
+        "--cache-dir",
+        str(cache),
+        "--out",
+    ]
     procs = [
-        subprocess.Popen([sys.executable, "-m", "r1build.cli.main", *argv, str(d / "gen"), "-m", str(d)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-m", "r1build.cli.main", *argv, str(d / "gen"), "-m", str(d)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for d in (root_copy, other)
     ]
     outs = [p.communicate(timeout=300) for p in procs]
@@ -231,7 +295,22 @@ def test_refresh_without_a_gpu_keeps_measured_winners(root_copy: Path, cache_dir
     shutil.copy(root / "kernels.lock", root_copy / "kernels.lock")  # measured on an H200 for sm_90
     before = read_lock(root_copy / "kernels.lock").entry("silu_mul", "sm_90")  # type: ignore[union-attr]
     assert before is not None and before.time_us is not None and before.provenance == "tuned"
-    assert main(["resolve", "-m", str(root_copy), "--refresh", "--offline", "--no-gpu", "--kernel", "silu_mul",
-                 "--arch", "sm_90"]) == 0
+    assert (
+        main(
+            [
+                "resolve",
+                "-m",
+                str(root_copy),
+                "--refresh",
+                "--offline",
+                "--no-gpu",
+                "--kernel",
+                "silu_mul",
+                "--arch",
+                "sm_90",
+            ]
+        )
+        == 0
+    )
     after = read_lock(root_copy / "kernels.lock").entry("silu_mul", "sm_90")  # type: ignore[union-attr]
     assert after == before

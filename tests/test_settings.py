@@ -26,8 +26,16 @@ FLAGS = {
 
 @pytest.mark.parametrize("name", sorted(FLAGS))
 def test_every_flag_takes_the_same_words(name: str) -> None:
-    for word, value in (("1", True), ("Yes", True), ("on", True), ("TRUE", True), ("0", False), ("off", False),
-                        ("no", False), ("false", False)):
+    for word, value in (
+        ("1", True),
+        ("Yes", True),
+        ("on", True),
+        ("TRUE", True),
+        ("0", False),
+        ("off", False),
+        ("no", False),
+        ("false", False),
+    ):
         assert getattr(env_settings({name: word}), FLAGS[name]) is value, word
     with pytest.raises(ConfigError, match=name):
         env_settings({name: "maybe"})
@@ -41,8 +49,13 @@ def test_unset_flags_are_not_said() -> None:
 
 
 def test_paths_and_urls_as_given() -> None:
-    settings = env_settings({"R1BUILD_BASE_URL": "http://127.0.0.1:9/v1", "R1BUILD_NVCC": "/opt/cuda/bin/nvcc",
-                             "R1BUILD_COMPUTE_SANITIZER": "/opt/cuda/bin/compute-sanitizer"})
+    settings = env_settings(
+        {
+            "R1BUILD_BASE_URL": "http://127.0.0.1:9/v1",
+            "R1BUILD_NVCC": "/opt/cuda/bin/nvcc",
+            "R1BUILD_COMPUTE_SANITIZER": "/opt/cuda/bin/compute-sanitizer",
+        }
+    )
     assert settings.base_url == "http://127.0.0.1:9/v1"
     assert settings.nvcc == "/opt/cuda/bin/nvcc"
     assert settings.compute_sanitizer == "/opt/cuda/bin/compute-sanitizer"
@@ -56,8 +69,9 @@ def test_r1build_nvcc_comes_before_cudacxx(monkeypatch: pytest.MonkeyPatch) -> N
     assert find_nvcc() == "/from/cudacxx/nvcc"
 
 
-def test_a_bad_verbose_flag_is_a_clean_build_error(monkeypatch: pytest.MonkeyPatch,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_bad_verbose_flag_is_a_clean_build_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("R1BUILD_VERBOSE", "very")
     with pytest.raises(SystemExit) as info, frontend_boundary():
         pass
@@ -78,7 +92,8 @@ def test_only_the_settings_module_reads_r1build_variables() -> None:
     package = Path(r1build.__file__).parent
     reads = re.compile(r"""(?:environ|env|getenv)(?:\.get)?[(\[]\s*["']R1BUILD_""")
     offenders = [
-        str(path.relative_to(package)) for path in sorted(package.rglob("*.py"))
+        str(path.relative_to(package))
+        for path in sorted(package.rglob("*.py"))
         if path.name != "settings.py" and reads.search(path.read_text())
     ]
     assert sorted(set(offenders) - _NOT_YET) == []

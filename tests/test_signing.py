@@ -98,8 +98,7 @@ def test_tampered_signature_is_refused(pair: KeyPair) -> None:
     algorithm, kid, data = sign(RECORD, pair.private).split(":")
     raw = bytearray(base64.b64decode(data))
     raw[10] ^= 0x01
-    err = refusal(RECORD, f"{algorithm}:{kid}:{base64.b64encode(bytes(raw)).decode()}",
-                  TrustedKeys.of([pair.public]))
+    err = refusal(RECORD, f"{algorithm}:{kid}:{base64.b64encode(bytes(raw)).decode()}", TrustedKeys.of([pair.public]))
     assert err.reason == "invalid" and err.key_id == pair.public.key_id
 
 
@@ -123,15 +122,17 @@ def test_untrusted_key_is_refused(pair: KeyPair, other: KeyPair) -> None:
 @pytest.mark.parametrize(
     ("mangle", "message"),
     [
-        (lambda s: s.replace("ed25519:", "rsa:", 1), "signature algorithm \"rsa\" is not supported"),
-        (lambda s: s.replace("ed25519:", "ED25519:", 1), "signature algorithm \"ED25519\" is not supported"),
+        (lambda s: s.replace("ed25519:", "rsa:", 1), 'signature algorithm "rsa" is not supported'),
+        (lambda s: s.replace("ed25519:", "ED25519:", 1), 'signature algorithm "ED25519" is not supported'),
         (lambda s: s.split(":", 1)[1], "malformed signature"),
         (lambda s: s + ":extra", "malformed signature"),
-        (lambda s: "ed25519:xyz:" + s.split(":")[2], "key id \"xyz\" is not 16 lower-case hex digits"),
+        (lambda s: "ed25519:xyz:" + s.split(":")[2], 'key id "xyz" is not 16 lower-case hex digits'),
         (lambda s: s[:-4] + "!!!!", "the signature is not base64"),
-        (lambda s: ":".join(s.split(":")[:2]) + ":" + base64.b64encode(b"short").decode(),
-         "an ed25519 signature is 64 bytes, this one is 5"),
-        (lambda s: "garbage", "malformed signature \"garbage\""),
+        (
+            lambda s: ":".join(s.split(":")[:2]) + ":" + base64.b64encode(b"short").decode(),
+            "an ed25519 signature is 64 bytes, this one is 5",
+        ),
+        (lambda s: "garbage", 'malformed signature "garbage"'),
     ],
     ids=["rsa", "upper-case", "no-algorithm", "four-parts", "bad-key-id", "not-base64", "short", "garbage"],
 )
@@ -153,7 +154,7 @@ def test_entry_payload_binds_key_and_content(pair: KeyPair) -> None:
     ("line", "message"),
     [
         ("AAAA", "is not a public key line"),
-        ("rsa:" + base64.b64encode(b"k" * 32).decode(), "key algorithm \"rsa\" is not supported"),
+        ("rsa:" + base64.b64encode(b"k" * 32).decode(), 'key algorithm "rsa" is not supported'),
         ("ed25519:not base64!", "is not base64"),
         ("ed25519:" + base64.b64encode(b"k" * 31).decode(), "public key is 32 bytes, this one is 31"),
     ],
@@ -219,8 +220,11 @@ def test_an_openssl_rsa_key_is_named(tmp_path: Path) -> None:
 
     rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     path = tmp_path / "rsa.pem"
-    path.write_bytes(rsa_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    path.write_bytes(
+        rsa_key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
     with pytest.raises(ConfigError, match="RSAPrivateKey, not an ed25519 key"):
         read_private_key_file(path)
 
@@ -260,19 +264,21 @@ def test_no_cache_table_trusts_nothing(root_copy: Path) -> None:
 @pytest.mark.parametrize(
     ("body", "message", "key"),
     [
-        ('trusted-keys = [\n  "{good}",\n  "ed25519:AAAA",\n]', "public key is 32 bytes, this one is 3",
-         "cache.trusted-keys[1]"),
-        ('trusted-keys = [\n  "ssh-ed25519 AAAAC3Nza",\n]', "is an OpenSSH public key",
-         "cache.trusted-keys[0]"),
+        (
+            'trusted-keys = [\n  "{good}",\n  "ed25519:AAAA",\n]',
+            "public key is 32 bytes, this one is 3",
+            "cache.trusted-keys[1]",
+        ),
+        ('trusted-keys = [\n  "ssh-ed25519 AAAAC3Nza",\n]', "is an OpenSSH public key", "cache.trusted-keys[0]"),
         ('trusted-keys = [\n  "{good}",\n  "{good}",\n]', "is listed twice (also item 0)", "cache.trusted-keys[1]"),
-        ('trusted-key = ["{good}"]', "unknown key 'trusted-key' (did you mean 'trusted-keys'?)",
-         "cache.trusted-key"),
+        ('trusted-key = ["{good}"]', "unknown key 'trusted-key' (did you mean 'trusted-keys'?)", "cache.trusted-key"),
         ('trusted-keys = "{good}"', "expected", "cache.trusted-keys"),
     ],
     ids=["short", "ssh-format", "twice", "did-you-mean", "not-a-list"],
 )
-def test_bad_trusted_keys_name_file_line_and_key(root_copy: Path, pair: KeyPair, body: str, message: str,
-                                                 key: str) -> None:
+def test_bad_trusted_keys_name_file_line_and_key(
+    root_copy: Path, pair: KeyPair, body: str, message: str, key: str
+) -> None:
     path = with_cache_table(root_copy, body.replace("{good}", pair.public.line))
     with pytest.raises(ManifestError) as info:
         load_manifest(path)
@@ -287,15 +293,17 @@ def test_bad_trusted_keys_name_file_line_and_key(root_copy: Path, pair: KeyPair,
 
 def test_unknown_table_key_suggests_cache(root_copy: Path) -> None:
     path = root_copy / "kernels.toml"
-    path.write_text(path.read_text(encoding="utf-8") + '\n[cashe]\ntrusted-keys = []\n', encoding="utf-8")
+    path.write_text(path.read_text(encoding="utf-8") + "\n[cashe]\ntrusted-keys = []\n", encoding="utf-8")
     with pytest.raises(ManifestError, match="did you mean 'cache'"):
         load_manifest(path)
 
 
 def test_trusted_keys_in_pyproject(root_copy: Path, pair: KeyPair) -> None:
     text = (root_copy / "kernels.toml").read_text(encoding="utf-8")
-    body = [{"[[kernel]]": "[[tool.r1build.kernel]]", "[generation]": "[tool.r1build.generation]"}.get(line, line)
-            for line in text.splitlines()]
+    body = [
+        {"[[kernel]]": "[[tool.r1build.kernel]]", "[generation]": "[tool.r1build.generation]"}.get(line, line)
+        for line in text.splitlines()
+    ]
     header = '[project]\nname = "x"\nversion = "0"\n\n[tool.r1build]\n'
     tail = f'\n[tool.r1build.cache]\ntrusted-keys = ["{pair.public.line}", "ed25519:AA=="]\n'
     (root_copy / "pyproject.toml").write_text(header + "\n".join(body) + tail, encoding="utf-8")
@@ -355,8 +363,11 @@ def test_cli_key_refusals(tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPa
     assert code == 2 and "cannot write the key file" in err
     junk = tmp_path / "junk.pem"
     junk.write_text("hello\n")
-    for bad, message in ((junk, "not an ed25519 private key"), (tmp_path / "absent.pem", "no such file"),
-                         (tmp_path, "a folder, not a key file")):
+    for bad, message in (
+        (junk, "not an ed25519 private key"),
+        (tmp_path / "absent.pem", "no such file"),
+        (tmp_path, "a folder, not a key file"),
+    ):
         code, out, err = cli("key", "public", str(bad))
         assert code == 2 and message in err and out == "" and "Traceback" not in err
     monkeypatch.chdir(tmp_path)
@@ -370,11 +381,18 @@ def test_loading_a_manifest_does_not_import_cryptography(root_copy: Path, pair: 
     import sys
 
     path = with_cache_table(root_copy, f'trusted-keys = ["{pair.public.line}"]')
-    code = ("import sys; from r1build.manifest import load_manifest; "
-            f"m = load_manifest(__import__('pathlib').Path({str(path)!r}), check_references=False); "
-            "assert not [n for n in sys.modules if n.startswith('cryptography')], 'imported'; "
-            "print(len(m.settings.cache.trusted_keys))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
-                          cwd=Path(__file__).resolve().parents[1])
+    code = (
+        "import sys; from r1build.manifest import load_manifest; "
+        f"m = load_manifest(__import__('pathlib').Path({str(path)!r}), check_references=False); "
+        "assert not [n for n in sys.modules if n.startswith('cryptography')], 'imported'; "
+        "print(len(m.settings.cache.trusted_keys))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "1"

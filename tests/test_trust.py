@@ -56,8 +56,14 @@ def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
 
 
 def _cli(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "r1build.cli.main", *argv], cwd=cwd, capture_output=True,
-                          text=True, timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "r1build.cli.main", *argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def _locked(project: Path) -> dict[str, LockEntry]:
@@ -65,17 +71,37 @@ def _locked(project: Path) -> dict[str, LockEntry]:
     return {e.name: e for e in lock.kernel} if lock else {}
 
 
-def _gpu_verdict(manifest: Manifest, kernel: str, candidate: Candidate, *, status: str = "incorrect",
-                 detail: str = "n=7: wrote 1 element past the end of y (guard band)", checks: int = CHECKS_VERSION,
-                 ) -> Decision:
+def _gpu_verdict(
+    manifest: Manifest,
+    kernel: str,
+    candidate: Candidate,
+    *,
+    status: str = "incorrect",
+    detail: str = "n=7: wrote 1 element past the end of y (guard band)",
+    checks: int = CHECKS_VERSION,
+) -> Decision:
     """The decision record a GPU run writes when it rejects ``candidate`` (the kernel's only one)."""
     spec = manifest.kernel(kernel)
-    result = Result(candidate=candidate.digest, arch="sm_90", status=status, stage="evaluate", detail=detail,  # type: ignore[arg-type]
-                    device="NVIDIA H200")
+    result = Result(
+        candidate=candidate.digest,
+        arch="sm_90",
+        status=status,  # type: ignore[arg-type]
+        stage="evaluate",
+        detail=detail,
+        device="NVIDIA H200",
+    )
     ref = CandidateRef.of(candidate)
-    return Decision(key=decision_key(manifest, spec, "sm_90"), kernel=kernel, arch="sm_90", winner=None,
-                    candidates=[ref], results=[result], measured=False,
-                    device="NVIDIA H200", checks=checks)
+    return Decision(
+        key=decision_key(manifest, spec, "sm_90"),
+        kernel=kernel,
+        arch="sm_90",
+        winner=None,
+        candidates=[ref],
+        results=[result],
+        measured=False,
+        device="NVIDIA H200",
+        checks=checks,
+    )
 
 
 def _drop_kernel(toml: Path, name: str) -> None:
@@ -89,7 +115,8 @@ def _baseline(project: Path, kernel: str) -> Candidate:
 
 
 def test_a_kernel_nothing_passes_fails_the_resolve_with_a_table_and_the_rest_is_locked(
-        project: Path, cache_dir: Path) -> None:
+    project: Path, cache_dir: Path
+) -> None:
     proc = _cli("resolve", *OFFLINE, "--out", str(project / "gen"), cwd=project)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
@@ -110,7 +137,9 @@ def test_a_kernel_nothing_passes_fails_the_resolve_with_a_table_and_the_rest_is_
     assert proc.returncode == 1
     (leaky,) = json.loads(proc.stdout)["unresolved"]
     assert [(o["provenance"], o["validation"], o["stage"], o["status"]) for o in leaky["outcomes"]] == [
-        ("baseline", "rejected", "gate", "rejected"), ("file", "rejected", "gate", "compile_error")]
+        ("baseline", "rejected", "gate", "rejected"),
+        ("file", "rejected", "gate", "compile_error"),
+    ]
     # the build fails the same way (the PEP 517 backend calls prepare_build)
     with pytest.raises(NoWinnerError) as info:
         prepare_build(project, cache_dir=cache_dir)
@@ -119,7 +148,8 @@ def test_a_kernel_nothing_passes_fails_the_resolve_with_a_table_and_the_rest_is_
 
 
 def test_a_lock_entry_the_cache_knows_rejected_fails_locked_builds_and_vendoring(
-        project: Path, cache_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    project: Path, cache_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     toml = project / "kernels.toml"
     _drop_kernel(toml, "leaky")
     assert main(["resolve", "-m", str(project), *OFFLINE]) == 0  # the gate passes both
@@ -131,12 +161,18 @@ def test_a_lock_entry_the_cache_knows_rejected_fails_locked_builds_and_vendoring
     for argv in (["resolve", "--locked", "--no-gpu"], ["check", "--locked"], ["vendor"]):
         assert main([*argv, "-m", str(project)]) == 2, argv
         err = capsys.readouterr().err
-        assert "overrun" in err and "the GPU checks (NVIDIA H200) rejected it (incorrect: n=7: wrote 1 element past " \
-               "the end of y (guard band))" in err, (argv, err)
+        assert (
+            "overrun" in err
+            and "the GPU checks (NVIDIA H200) rejected it (incorrect: n=7: wrote 1 element past "
+            "the end of y (guard band))"
+            in err
+        ), (argv, err)
     assert main(["status", "-m", str(project), "--json"]) == 0
     rows = {r["kernel"]: r for r in json.loads(capsys.readouterr().out)["kernels"]}
-    assert rows["overrun"]["state"] == "locked, refused" and "the GPU checks (NVIDIA H200) rejected it" in \
-        rows["overrun"]["note"]
+    assert (
+        rows["overrun"]["state"] == "locked, refused"
+        and "the GPU checks (NVIDIA H200) rejected it" in rows["overrun"]["note"]
+    )
     assert rows["scale"]["state"] == "locked"
     with pytest.raises(LockError, match=r"overrun/sm_90: the locked winner .* may not be used: the GPU checks"):
         prepare_build(project, locked=True, cache_dir=cache_dir)
@@ -148,7 +184,8 @@ def test_a_lock_entry_the_cache_knows_rejected_fails_locked_builds_and_vendoring
 
 
 def test_a_gpu_rejection_on_refresh_drops_the_lock_entry_and_keeps_the_rest(
-        project: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    project: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The issue's case: a baseline that fails the GPU checks is never kept as a fallback winner."""
     m = load_manifest(project / "kernels.toml")
     options = ResolveOptions(kernels=["scale", "overrun"], offline=True, use_gpu=False)
@@ -161,36 +198,59 @@ def test_a_gpu_rejection_on_refresh_drops_the_lock_entry_and_keeps_the_rest(
         decision = cache.get_decision(decision_key(m, m.kernel("overrun"), "sm_90"))
     ((u,),) = [res.unresolved]
     assert (u.kernel, [(o.validation, o.stage, o.reason) for o in u.outcomes]) == (
-        "overrun", [("rejected", "evaluate", "n=7: 1 of 7 elements differ")])
+        "overrun",
+        [("rejected", "evaluate", "n=7: 1 of 7 elements differ")],
+    )
     assert decision is not None and decision.winner is None and decision.checks == CHECKS_VERSION
     locked = _locked(project)
     assert set(locked) == {"scale"}
     assert (locked["scale"].validation, locked["scale"].checks, locked["scale"].gpu) == (
-        "validated", CHECKS_VERSION, "Test GPU")
+        "validated",
+        CHECKS_VERSION,
+        "Test GPU",
+    )
     # later resolves find the cached rejection; a gate-only machine does not bring the baseline back
     with Cache(cache_dir) as cache:
         again = resolve(m, cache, options)
     assert [u.kernel for u in again.unresolved] == ["overrun"] and "overrun" not in _locked(project)
 
 
-def test_stale_checks_are_shown_warned_and_rejudged(project: Path, cache_dir: Path,
-                                                    monkeypatch: pytest.MonkeyPatch,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_stale_checks_are_shown_warned_and_rejudged(
+    project: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     m = load_manifest(project / "kernels.toml")
     spec = m.kernel("scale")
     scale = _baseline(project, "scale")
     key = decision_key(m, spec, "sm_90")
-    old = Result(candidate=scale.digest, arch="sm_90", status="passed", stage="evaluate",
-                 timing=Timing(median_us=5.0, spread=0.01, samples=50), device="NVIDIA H200")
+    old = Result(
+        candidate=scale.digest,
+        arch="sm_90",
+        status="passed",
+        stage="evaluate",
+        timing=Timing(median_us=5.0, spread=0.01, samples=50),
+        device="NVIDIA H200",
+    )
     with Cache(cache_dir) as cache:  # measured by checks older than these
         cache.put_text(scale.source)
-        cache.put_decision(Decision(key=key, kernel="scale", arch="sm_90", winner=CandidateRef.of(scale),
-                                    candidates=[CandidateRef.of(scale)], results=[old],
-                                    measured=True, device="NVIDIA H200", checks=CHECKS_VERSION - 1))
+        cache.put_decision(
+            Decision(
+                key=key,
+                kernel="scale",
+                arch="sm_90",
+                winner=CandidateRef.of(scale),
+                candidates=[CandidateRef.of(scale)],
+                results=[old],
+                measured=True,
+                device="NVIDIA H200",
+                checks=CHECKS_VERSION - 1,
+            )
+        )
     argv = ["-m", str(project), "--kernel", "scale", *OFFLINE]
     assert main(["resolve", *argv]) == 0
-    assert (f"validated by version {CHECKS_VERSION - 1} of the GPU checks, these are version {CHECKS_VERSION}"
-            in capsys.readouterr().err)
+    assert (
+        f"validated by version {CHECKS_VERSION - 1} of the GPU checks, these are version {CHECKS_VERSION}"
+        in capsys.readouterr().err
+    )
     entry = _locked(project)["scale"]
     assert (entry.validation, entry.checks, entry.time_us) == ("validated", CHECKS_VERSION - 1, 5.0)
     assert main(["status", "-m", str(project), "--json"]) == 0
@@ -198,8 +258,10 @@ def test_stale_checks_are_shown_warned_and_rejudged(project: Path, cache_dir: Pa
     assert rows["scale"]["validation"] == "validated" and rows["scale"]["checks"] == CHECKS_VERSION - 1
     assert f"judged by GPU checks v{CHECKS_VERSION - 1}, now v{CHECKS_VERSION}" in rows["scale"]["note"]
     assert main(["resolve", "--locked", *argv]) == 0
-    assert (f"warning: scale/sm_90: the locked winner was validated by version {CHECKS_VERSION - 1}"
-            in capsys.readouterr().err)
+    assert (
+        f"warning: scale/sm_90: the locked winner was validated by version {CHECKS_VERSION - 1}"
+        in capsys.readouterr().err
+    )
     # a refresh where a GPU of the arch is judges it again with these checks
     install_gpu_double(monkeypatch, reject=lambda c: False, time_us=lambda c: 4.0)
     assert main(["resolve", "-m", str(project), "--kernel", "scale", "--offline", "--refresh"]) == 0
@@ -213,8 +275,9 @@ def test_stale_checks_are_shown_warned_and_rejudged(project: Path, cache_dir: Pa
     assert "checks" not in rows["scale"]["note"]
 
 
-def test_an_unvalidated_generated_lock_entry_is_refused(project: Path, cache_dir: Path,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_unvalidated_generated_lock_entry_is_refused(
+    project: Path, cache_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A lock written before validation was recorded (version 1) that names a generated winner no GPU measured:
     it reads as ``unvalidated``, and a generated winner is never used so."""
     m = load_manifest(project / "kernels.toml")
@@ -223,14 +286,27 @@ def test_an_unvalidated_generated_lock_entry_is_refused(project: Path, cache_dir
     generated = Candidate(source, Origin("generated", model="deepseek-reasoner", round=0, sample=1))
     with Cache(cache_dir) as cache:
         cache.put_text(source)
-    entry = LockEntry(name="scale", arch="sm_90", key=decision_key(m, spec, "sm_90"), winner=generated.digest,
-                      source=generated.source_digest, provenance="generated", validation="unvalidated",
-                      model="deepseek-reasoner", round=0, sample=1)
+    entry = LockEntry(
+        name="scale",
+        arch="sm_90",
+        key=decision_key(m, spec, "sm_90"),
+        winner=generated.digest,
+        source=generated.source_digest,
+        provenance="generated",
+        validation="unvalidated",
+        model="deepseek-reasoner",
+        round=0,
+        sample=1,
+    )
     text = write_lock(project / "kernels.lock", Lock(kernel=[entry]))
     assert text
     lock_file = project / "kernels.lock"
-    lock_file.write_text(lock_file.read_text(encoding="utf-8").replace("version = 2", "version = 1")
-                         .replace('validation = "unvalidated"\n', ""), encoding="utf-8")
+    lock_file.write_text(
+        lock_file.read_text(encoding="utf-8")
+        .replace("version = 2", "version = 1")
+        .replace('validation = "unvalidated"\n', ""),
+        encoding="utf-8",
+    )
     assert read_lock(lock_file).kernel[0].validation == "unvalidated"  # type: ignore[union-attr]
     assert main(["resolve", "--locked", "-m", str(project), "--kernel", "scale", *OFFLINE]) == 2
     assert "a generated winner is locked only once a GPU of its arch validated it" in capsys.readouterr().err
@@ -239,7 +315,8 @@ def test_an_unvalidated_generated_lock_entry_is_refused(project: Path, cache_dir
 
 
 def test_a_cached_decision_naming_a_gate_only_generated_winner_gives_the_baseline(
-        project: Path, cache_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    project: Path, cache_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A decision recorded by an older r1build (or imported in a bundle) that chose a generated kernel on the gate
     alone: the resolver re-selects among its candidates, and the generated one stays pending."""
     m = load_manifest(project / "kernels.toml")
@@ -250,9 +327,16 @@ def test_a_cached_decision_naming_a_gate_only_generated_winner_gives_the_baselin
     with Cache(cache_dir) as cache:
         for c in (base, generated):
             cache.put_text(c.source)
-        cache.put_decision(Decision(key=decision_key(m, m.kernel("scale"), "sm_90"), kernel="scale", arch="sm_90",
-                                    winner=refs[1], candidates=refs,
-                                    results=results))
+        cache.put_decision(
+            Decision(
+                key=decision_key(m, m.kernel("scale"), "sm_90"),
+                kernel="scale",
+                arch="sm_90",
+                winner=refs[1],
+                candidates=refs,
+                results=results,
+            )
+        )
     assert main(["resolve", "-m", str(project), "--kernel", "scale", *OFFLINE]) == 0
     assert "may not win: using" in capsys.readouterr().err
     entry = _locked(project)["scale"]
@@ -265,25 +349,39 @@ def test_a_cached_decision_naming_a_gate_only_generated_winner_gives_the_baselin
 def test_selection_never_picks_a_rejected_or_gate_only_generated_candidate() -> None:
     base = Candidate("// base", Origin("baseline", "b.cu"))
     gen = Candidate("// gen", Origin("generated", model="m", round=0, sample=0))
-    gated = [Result(candidate=base.digest, arch="sm_90", status="passed"),
-             Result(candidate=gen.digest, arch="sm_90", status="passed")]
+    gated = [
+        Result(candidate=base.digest, arch="sm_90", status="passed"),
+        Result(candidate=gen.digest, arch="sm_90", status="passed"),
+    ]
     assert select_winner([gen, base], gated[::-1]) is base  # gate alone: the user's source, never the generated
     assert select_winner([gen], [gated[1]]) is None
-    timed = Result(candidate=gen.digest, arch="sm_90", status="passed", stage="evaluate",
-                   timing=Timing(median_us=1.0, spread=0.01, samples=9))
+    timed = Result(
+        candidate=gen.digest,
+        arch="sm_90",
+        status="passed",
+        stage="evaluate",
+        timing=Timing(median_us=1.0, spread=0.01, samples=9),
+    )
     rejected = Result(candidate=base.digest, arch="sm_90", status="incorrect", stage="evaluate")
     assert select_winner([base, gen], [rejected, timed]) is gen
     # a decision recorded with a pending generated winner (an older r1build, a bundle) gives the baseline
     refs = [CandidateRef.of(base), CandidateRef.of(gen)]
     old = Decision(key="k" * 64, kernel="x", arch="sm_90", winner=refs[1], candidates=refs, results=gated)
     assert decision_winner(old) == refs[0]
-    assert decision_winner(Decision(key="k" * 64, kernel="x", arch="sm_90", winner=refs[0], candidates=refs,
-                                    results=[rejected, gated[1]])) is None
+    assert (
+        decision_winner(
+            Decision(
+                key="k" * 64, kernel="x", arch="sm_90", winner=refs[0], candidates=refs, results=[rejected, gated[1]]
+            )
+        )
+        is None
+    )
 
 
 @pytest.mark.gpu
 def test_on_a_gpu_a_baseline_that_writes_past_the_end_is_never_locked_or_emitted(
-        project: Path, cache_dir: Path, tmp_path: Path) -> None:
+    project: Path, cache_dir: Path, tmp_path: Path
+) -> None:
     """The issue's case on a real GPU: ``overrun`` passes the gate and fails the GPU checks at n = 7."""
     _drop_kernel(project / "kernels.toml", "leaky")
     gen = project / "gen"

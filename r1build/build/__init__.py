@@ -105,9 +105,11 @@ def _one_compiler(given: str | list[str] | None) -> str:
         value = given if isinstance(given, str) else given[-1]
         other = shutil.which(value) or value
         if os.path.realpath(other) != os.path.realpath(path):
-            raise ConfigError(f"config setting {COMPILER_DEFINE}={value} is not the nvcc r1build gates with "
-                              f"({path}); set R1BUILD_NVCC (or CUDACXX) to it, so the gate and the build use one "
-                              "compiler")
+            raise ConfigError(
+                f"config setting {COMPILER_DEFINE}={value} is not the nvcc r1build gates with "
+                f"({path}); set R1BUILD_NVCC (or CUDACXX) to it, so the gate and the build use one "
+                "compiler"
+            )
     return str(Path(path).absolute())
 
 
@@ -116,8 +118,14 @@ def _prepare(project: Path, options: BuildOptions) -> Path:
     from ..resolve import prepare_build
 
     forget_stamp(project)
-    cmake_file = prepare_build(project, locked=options.locked, generate=options.generate, evaluate=options.evaluate,
-                               cache_dir=options.cache_dir, remote_cache=options.remote_cache)
+    cmake_file = prepare_build(
+        project,
+        locked=options.locked,
+        generate=options.generate,
+        evaluate=options.evaluate,
+        cache_dir=options.cache_dir,
+        remote_cache=options.remote_cache,
+    )
     if options.locked:
         from ..manifest import find_manifest, load_manifest
         from ..toolchain import toolchain
@@ -145,16 +153,18 @@ def _for_sdist(config_settings: HookSettings) -> ConfigSettings:
     return sdist_settings(project, manifest, settings)
 
 
-def build_wheel(wheel_directory: str, config_settings: HookSettings = None,
-                metadata_directory: str | None = None) -> str:
+def build_wheel(
+    wheel_directory: str, config_settings: HookSettings = None, metadata_directory: str | None = None
+) -> str:
     """PEP 517: resolve the kernels, then build the wheel with scikit-build-core; returns its file name."""
     with frontend_boundary():
         settings = kernel_settings(config_settings)
     return _skbuild.build_wheel(wheel_directory, settings, metadata_directory)
 
 
-def build_editable(wheel_directory: str, config_settings: HookSettings = None,
-                   metadata_directory: str | None = None) -> str:
+def build_editable(
+    wheel_directory: str, config_settings: HookSettings = None, metadata_directory: str | None = None
+) -> str:
     """PEP 660: resolve the kernels, then build the editable wheel with scikit-build-core. CMake gets a wrapper
     that resolves the kernels again when their inputs change (:mod:`r1build.build.editable`), so a rebuild on
     import (scikit-build-core's ``editable.rebuild``) builds edited kernels too."""

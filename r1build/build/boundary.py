@@ -31,8 +31,9 @@ class StderrRenderer:
     to ``R1BUILD_VERBOSE=1`` in the environment; notes (warnings, information) always are.
     """
 
-    def __init__(self, stream: TextIO | None = None, *, progress_every_s: float = 5.0,
-                 verbose: bool | None = None) -> None:
+    def __init__(
+        self, stream: TextIO | None = None, *, progress_every_s: float = 5.0, verbose: bool | None = None
+    ) -> None:
         self.stream = stream
         self.progress_every_s = progress_every_s
         self.verbose = env_settings().verbose if verbose is None else verbose

@@ -82,7 +82,7 @@ def split_settings(
     rest: ConfigSettings = {}
     for key, value in (config_settings or {}).items():
         if key.startswith(PREFIX):
-            name = key[len(PREFIX):]
+            name = key[len(PREFIX) :]
             if name not in _KEYS:
                 from ..manifest.convert import did_you_mean
 
@@ -101,8 +101,10 @@ def split_settings(
     generate = bool(flag("generate", env.generate))
     offline = bool(flag("offline", env.offline))
     if generate and offline:
-        said = [f"{PREFIX}generate" if "generate" in ours else "R1BUILD_GENERATE",
-                f"{PREFIX}offline" if "offline" in ours else "R1BUILD_OFFLINE"]
+        said = [
+            f"{PREFIX}generate" if "generate" in ours else "R1BUILD_GENERATE",
+            f"{PREFIX}offline" if "offline" in ours else "R1BUILD_OFFLINE",
+        ]
         raise ConfigError(f"{said[0]} asks this build to call the LLM endpoint, {said[1]} forbids it: drop one")
     evaluate = bool(flag("evaluate", env.evaluate))
 
@@ -114,5 +116,6 @@ def split_settings(
         cache_dir = env.cache_dir.resolve()
 
     remote = ours.get("remote-cache") or None
-    return BuildOptions(locked=locked, generate=generate, evaluate=evaluate, cache_dir=cache_dir,
-                        remote_cache=remote), rest
+    return BuildOptions(
+        locked=locked, generate=generate, evaluate=evaluate, cache_dir=cache_dir, remote_cache=remote
+    ), rest

@@ -86,8 +86,13 @@ def sdist_settings(project_dir: Path, manifest: Manifest, config: ConfigSettings
         try:
             rel = path.relative_to(project)
         except ValueError:
-            emit(Note("warning", f"{path} is outside the project folder {project}: the sdist cannot carry it, so a "
-                                 "wheel built from the sdist will not find it"))
+            emit(
+                Note(
+                    "warning",
+                    f"{path} is outside the project folder {project}: the sdist cannot carry it, so a "
+                    "wheel built from the sdist will not find it",
+                )
+            )
             continue
         includes.append(_pattern(rel, directory=path.is_dir()))
     pyproject = _pyproject_sdist(project)
@@ -138,6 +143,11 @@ def check_offline_buildable(project_dir: Path, manifest: Manifest) -> None:
     if from_baseline:
         where = "every kernel" if lock is None else ", ".join(from_baseline)
         what = f"there is no {path.name}" if lock is None else f"{path.name} has no current entry for {where}"
-        emit(Note("warning", f"{what}: a wheel built from this sdist uses the hand-written sources that pass the "
-                             f"static gate for {where}, unvalidated; run `r1build lock` and `r1build vendor` before "
-                             "packaging to ship the chosen winners"))
+        emit(
+            Note(
+                "warning",
+                f"{what}: a wheel built from this sdist uses the hand-written sources that pass the "
+                f"static gate for {where}, unvalidated; run `r1build lock` and `r1build vendor` before "
+                "packaging to ship the chosen winners",
+            )
+        )

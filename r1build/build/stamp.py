@@ -109,8 +109,7 @@ def read_valid_stamp(project: Path, options: BuildOptions) -> Path | None:
     return cmake_file if unchanged and _toolchain_digest(stamp.nvcc) == stamp.toolchain else None
 
 
-def write_stamp(project: Path, options: BuildOptions, inputs: Iterable[Path], cmake_file: Path,
-                nvcc: str) -> bool:
+def write_stamp(project: Path, options: BuildOptions, inputs: Iterable[Path], cmake_file: Path, nvcc: str) -> bool:
     """Record a successful locked resolution; False (and no stamp) when unlocked or something cannot be
     recorded."""
     target = _stamp_file(project)
@@ -127,8 +126,7 @@ def write_stamp(project: Path, options: BuildOptions, inputs: Iterable[Path], cm
     if not options.locked or rel_cmake is None or toolchain is None or outputs is None:
         target.unlink(missing_ok=True)
         return False
-    stamp = Stamp(_FORMAT, build_context(options), nvcc, toolchain, dict(sorted(recorded.items())), outputs,
-                  rel_cmake)
+    stamp = Stamp(_FORMAT, build_context(options), nvcc, toolchain, dict(sorted(recorded.items())), outputs, rel_cmake)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:

@@ -166,8 +166,9 @@ def _selection(cache: Cache, keys: Iterable[str] | None) -> list[str]:
     return sorted(chosen | referenced)
 
 
-def export_bundle(cache: Cache, path: Path | str, keys: Iterable[str] | None = None, *,
-                  signing_key: PrivateKey | None = None) -> BundleSummary:
+def export_bundle(
+    cache: Cache, path: Path | str, keys: Iterable[str] | None = None, *, signing_key: PrivateKey | None = None
+) -> BundleSummary:
     """Write a bundle of every intact entry, or of ``keys`` (full keys; a decision brings the blobs it names).
     With ``signing_key`` every entry but blobs is signed (a version 2 bundle).
 
@@ -229,7 +230,7 @@ def _remove_stale_temps(path: Path) -> None:
     gone); a running export's file is left alone."""
     prefix = f".{path.name}.p"
     for tmp in path.parent.glob(f"{glob.escape(prefix)}*.tmp"):
-        pid = tmp.name[len(prefix):].split(".", 1)[0]
+        pid = tmp.name[len(prefix) :].split(".", 1)[0]
         if pid.isdigit() and process_gone(int(pid)):
             tmp.unlink(missing_ok=True)
             emit(Note("info", f"removed {tmp}, left by an interrupted export (process {pid})"))
@@ -257,8 +258,12 @@ def import_bundle(cache: Cache, path: Path | str, *, trusted: TrustedKeys | None
     """
     path = Path(path)
     entries, payloads = read_bundle(path)
-    summary = BundleSummary(str(path), entries=_per_kind(e.kind for e in entries),
-                            payload_bytes=sum(e.size for e in entries), file_bytes=path.stat().st_size)
+    summary = BundleSummary(
+        str(path),
+        entries=_per_kind(e.kind for e in entries),
+        payload_bytes=sum(e.size for e in entries),
+        file_bytes=path.stat().st_size,
+    )
     if trusted:
         entries = _trusted_entries(entries, payloads, trusted, summary)
     order = sorted(entries, key=lambda e: (e.kind != "blob", e.key))  # blobs before what names them
@@ -279,8 +284,9 @@ def import_bundle(cache: Cache, path: Path | str, *, trusted: TrustedKeys | None
     return summary
 
 
-def _trusted_entries(entries: list[BundleEntry], payloads: dict[str, bytes], trusted: TrustedKeys,
-                     summary: BundleSummary) -> list[BundleEntry]:
+def _trusted_entries(
+    entries: list[BundleEntry], payloads: dict[str, bytes], trusted: TrustedKeys, summary: BundleSummary
+) -> list[BundleEntry]:
     """The entries to import: blobs, and the others whose signature a trusted key made; a warning for each other."""
     kept: list[BundleEntry] = []
     for entry in entries:
@@ -288,8 +294,9 @@ def _trusted_entries(entries: list[BundleEntry], payloads: dict[str, bytes], tru
             kept.append(entry)
             continue
         try:
-            summary.verified[entry.key] = verify(entry_payload(entry.key, payloads[entry.sha256]), entry.signature,
-                                                 trusted)
+            summary.verified[entry.key] = verify(
+                entry_payload(entry.key, payloads[entry.sha256]), entry.signature, trusted
+            )
         except SignatureError as exc:
             summary.refused[entry.key] = str(exc)
             emit(Note("warning", f"{summary.path}: refused {entry.key}: {exc}"))
@@ -317,8 +324,7 @@ def read_bundle(path: Path | str) -> tuple[list[BundleEntry], dict[str, bytes]]:
         raise
     except FileNotFoundError:
         raise BundleError(f"{path}: no such bundle") from None
-    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError,
-            RuntimeError) as exc:
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError, RuntimeError) as exc:
         raise BundleError(f"{path}: not a readable bundle ({exc})") from None
 
 
@@ -339,7 +345,7 @@ def _read(zf: zipfile.ZipFile, path: Path) -> tuple[list[BundleEntry], dict[str,
     index_bytes = _member(zf, members[INDEX_NAME], bad)
     if not zf.comment.startswith(_COMMENT_PREFIX):
         raise bad("the zip comment carries no index digest (not an r1build bundle?)")
-    if zf.comment[len(_COMMENT_PREFIX):].decode("ascii", "replace") != digest_bytes(index_bytes):
+    if zf.comment[len(_COMMENT_PREFIX) :].decode("ascii", "replace") != digest_bytes(index_bytes):
         raise bad(f"{INDEX_NAME} does not match its digest: the index was altered")
     entries = _parse_index(index_bytes, bad)
 
@@ -373,8 +379,7 @@ def _member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, bad: _Bad, key: str | No
     try:
         with zf.open(info) as fh:
             data: bytes = fh.read(info.file_size + 1)
-    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError,
-            RuntimeError) as exc:
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError, RuntimeError) as exc:
         raise bad(f"{what} is damaged ({exc})") from None
     return data
 
@@ -388,8 +393,10 @@ def _parse_index(data: bytes, bad: _Bad) -> list[BundleEntry]:
         raise bad(f"{INDEX_NAME} is not an r1build bundle index")
     version = doc.get("version")
     if version not in _VERSIONS or isinstance(version, bool):
-        raise bad(f"bundle version {version!r} is not supported (this r1build reads versions "
-                  f"{', '.join(map(str, _VERSIONS))})")
+        raise bad(
+            f"bundle version {version!r} is not supported (this r1build reads versions "
+            f"{', '.join(map(str, _VERSIONS))})"
+        )
     raw_entries = doc.get("entries")
     if not isinstance(raw_entries, list):
         raise bad(f"{INDEX_NAME}: 'entries' is not a list")
@@ -398,8 +405,7 @@ def _parse_index(data: bytes, bad: _Bad) -> list[BundleEntry]:
     for i, item in enumerate(raw_entries):
         where = f"{INDEX_NAME} entry {i}"
         signed = version >= 2 and isinstance(item, dict) and item.get("kind") != "blob"
-        if not isinstance(item, dict) or set(item) - {"signature"} != _FIELDS or ("signature" in item
-                                                                                  and not signed):
+        if not isinstance(item, dict) or set(item) - {"signature"} != _FIELDS or ("signature" in item and not signed):
             fields = "key, kind, sha256, size" + (" and optionally signature" if signed else "")
             raise bad(f"{where}: expected exactly the fields {fields}")
         key, kind, sha, size = item["key"], item["kind"], item["sha256"], item["size"]
@@ -423,4 +429,3 @@ def _parse_index(data: bytes, bad: _Bad) -> list[BundleEntry]:
         seen.add(key)
         entries.append(BundleEntry(key, kind, sha, size, signature))
     return entries
-

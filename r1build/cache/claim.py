@@ -38,8 +38,7 @@ def claim(directory: Path, name: str, *, what: str) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            emit(Note("info", f"another r1build process is deciding {what}: waiting for it, then using its "
-                              "decision"))
+            emit(Note("info", f"another r1build process is deciding {what}: waiting for it, then using its decision"))
             fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:

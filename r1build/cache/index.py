@@ -46,8 +46,10 @@ def damaged(exc: BaseException) -> bool:
 
 def damage_error(directory: Path, exc: BaseException) -> CacheDamagedError:
     """The error for a damaged index, naming the fix."""
-    error = CacheDamagedError(f"the cache index {directory / DBNAME} is damaged ({exc}); "
-                              f"`r1build cache repair --cache-dir {directory}` rebuilds it")
+    error = CacheDamagedError(
+        f"the cache index {directory / DBNAME} is damaged ({exc}); "
+        f"`r1build cache repair --cache-dir {directory}` rebuilds it"
+    )
     error.reason = str(exc)
     return error
 
@@ -155,15 +157,16 @@ class ReadOnlyIndex:
 
 def sweep_interrupted_imports(dc: diskcache.Cache, directory: Path) -> None:
     """Remove the value files of imports whose process is gone (killed before its transaction committed)."""
-    rows = sql(dc)("SELECT name FROM R1Meta WHERE substr(name, 1, ?) = ?",
-                   (len(IMPORT_MARK), IMPORT_MARK)).fetchall()
+    rows = sql(dc)("SELECT name FROM R1Meta WHERE substr(name, 1, ?) = ?", (len(IMPORT_MARK), IMPORT_MARK)).fetchall()
     for (name,) in rows:
-        pid_text = str(name)[len(IMPORT_MARK):]
+        pid_text = str(name)[len(IMPORT_MARK) :]
         if not pid_text.isdigit() or not process_gone(int(pid_text)):
             continue
         pid = int(pid_text)
-        referenced = {str(f) for (f,) in sql(dc)("SELECT filename FROM Cache WHERE filename LIKE ?",
-                                                 (f"%.p{pid}.val",)).fetchall()}
+        referenced = {
+            str(f)
+            for (f,) in sql(dc)("SELECT filename FROM Cache WHERE filename LIKE ?", (f"%.p{pid}.val",)).fetchall()
+        }
         removed = 0
         freed = 0
         for path in directory.glob(f"[0-9a-f][0-9a-f]/[0-9a-f][0-9a-f]/*.p{pid}.val"):
@@ -176,6 +179,10 @@ def sweep_interrupted_imports(dc: diskcache.Cache, directory: Path) -> None:
         with dc.transact(retry=True):
             sql(dc)("DELETE FROM R1Meta WHERE name = ?", (name,))
         if removed:
-            emit(Note("info", f"removed {removed} file(s) ({freed} bytes) left in {directory} by an "
-                              f"interrupted cache import (process {pid})"))
-
+            emit(
+                Note(
+                    "info",
+                    f"removed {removed} file(s) ({freed} bytes) left in {directory} by an "
+                    f"interrupted cache import (process {pid})",
+                )
+            )

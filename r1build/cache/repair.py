@@ -67,8 +67,10 @@ def repair_cache(directory: Path | str | None = None) -> RepairReport:
     read-only one."""
     d = resolve_cache_dir(directory)
     if not (d / _DBNAME).is_file():
-        raise CacheLocationError(f"{d} holds no r1build cache (no {_DBNAME}): nothing to repair; is the path "
-                                 "mistyped (--cache-dir, R1BUILD_CACHE_DIR)?")
+        raise CacheLocationError(
+            f"{d} holds no r1build cache (no {_DBNAME}): nothing to repair; is the path "
+            "mistyped (--cache-dir, R1BUILD_CACHE_DIR)?"
+        )
     try:
         cache = Cache(d, create=False)
     except CacheDamagedError as exc:
@@ -99,8 +101,9 @@ def _old_rows(db: Path) -> Iterator[tuple[str, int, str | None, bytes | None]]:
                 continue
             for rowid in rowids:
                 try:
-                    row = con.execute("SELECT key, mode, filename, value FROM Cache WHERE rowid = ?",
-                                      (rowid,)).fetchone()
+                    row = con.execute(
+                        "SELECT key, mode, filename, value FROM Cache WHERE rowid = ?", (rowid,)
+                    ).fetchone()
                 except sqlite3.Error:
                     continue
                 if row is not None and isinstance(row[0], str):

@@ -53,10 +53,11 @@ def stored_values(directory: Path, keys: Iterable[str]) -> dict[str, bytes | str
         return None
     try:
         for start in range(0, len(wanted), 500):
-            chunk = wanted[start:start + 500]
+            chunk = wanted[start : start + 500]
             marks = ",".join("?" * len(chunk))
-            rows = con.execute(f"SELECT key, mode, filename, value FROM Cache WHERE raw = 1 AND key IN ({marks})",
-                               chunk).fetchall()
+            rows = con.execute(
+                f"SELECT key, mode, filename, value FROM Cache WHERE raw = 1 AND key IN ({marks})", chunk
+            ).fetchall()
             for key, mode, filename, value in rows:
                 got = row_bytes(directory, mode, filename, value)
                 out[str(key)] = got if got is not None else "its value file is missing"

@@ -134,7 +134,8 @@ _MEMO_SIZE = 256
 _HEADER = 65  # 64 hex digits of sha256 and a newline before every payload
 _CACHE_FILE = re.compile(
     r"^(cache\.db(-wal|-shm|-journal)?|cache\.db\.damaged-[0-9TZ]+(-wal|-shm)?|[0-9a-f]{2}|claims"
-    r"|\.?nvcc-versions\.json(\.\d+\.tmp)?)$")  # nvcc-versions: the toolchain's memo (r1build.toolchain)
+    r"|\.?nvcc-versions\.json(\.\d+\.tmp)?)$"
+)  # nvcc-versions: the toolchain's memo (r1build.toolchain)
 
 
 def _cache_file(name: str) -> bool:
@@ -142,6 +143,8 @@ def _cache_file(name: str) -> bool:
     SQLite creates ``cache.db`` only at its first statement), a damaged index that repair moved aside, or the
     folder of the per-key claims (:mod:`r1build.cache.claim`)."""
     return _CACHE_FILE.match(name) is not None
+
+
 T = TypeVar("T")
 
 
@@ -347,9 +350,16 @@ class Cache:
     first read or write that fails in the middle of a run instead of raising (see :func:`open_usable`).
     """
 
-    def __init__(self, directory: Path | str | None = None, *, size_limit: int | None = None,
-                 timeout: float = DEFAULT_TIMEOUT, touch_after: float = TOUCH_AFTER, create: bool = True,
-                 tolerant: bool = False) -> None:
+    def __init__(
+        self,
+        directory: Path | str | None = None,
+        *,
+        size_limit: int | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        touch_after: float = TOUCH_AFTER,
+        create: bool = True,
+        tolerant: bool = False,
+    ) -> None:
         self.directory = resolve_cache_dir(directory)
         self.timeout = timeout
         self._lock = threading.Lock()
@@ -395,8 +405,7 @@ class Cache:
         while True:
             dc: diskcache.Cache | None = None
             try:
-                dc = diskcache.Cache(str(d), timeout=self.timeout, eviction_policy="least-recently-used",
-                                     disk=PidDisk)
+                dc = diskcache.Cache(str(d), timeout=self.timeout, eviction_policy="least-recently-used", disk=PidDisk)
                 fresh = self._prepare(dc)
                 if size_limit is not None:
                     dc.reset("size_limit", size_limit)
@@ -429,18 +438,25 @@ class Cache:
         index = ReadOnlyIndex(self.directory)
         rows = sql(index)("SELECT value FROM R1Meta WHERE name = 'format'").fetchall()
         if rows and rows[0][0] != FORMAT:
-            raise CacheError(f"the cache at {self.directory} has layout {rows[0][0]!r}; "
-                             f"this r1build reads layout {FORMAT}")
+            raise CacheError(
+                f"the cache at {self.directory} has layout {rows[0][0]!r}; this r1build reads layout {FORMAT}"
+            )
         self.read_only = True
         self.degraded = f"read-only: {why}"
-        emit(Note("warning", f"the cache at {self.directory} is read-only for this process ({why}): reading it, "
-                             "storing nothing new"))
+        emit(
+            Note(
+                "warning",
+                f"the cache at {self.directory} is read-only for this process ({why}): reading it, storing nothing new",
+            )
+        )
         return index
 
     def _refuse_read_only(self, what: str) -> None:
         if self.read_only:
-            raise CacheError(f"the cache at {self.directory} is read-only for this process: cannot {what} "
-                             "(use a cache of your own with --cache-dir or R1BUILD_CACHE_DIR, or ask its owner)")
+            raise CacheError(
+                f"the cache at {self.directory} is read-only for this process: cannot {what} "
+                "(use a cache of your own with --cache-dir or R1BUILD_CACHE_DIR, or ask its owner)"
+            )
 
     def _turn_off(self, exc: BaseException) -> None:
         """Tolerant caches: stop using the cache for the rest of the run, with one warning."""
@@ -448,8 +464,13 @@ class Cache:
             first = self.degraded is None or self.read_only
             self.degraded = f"turned off after an error: {exc}"
         if first:
-            emit(Note("warning", f"the cache at {self.directory} failed ({exc}); going on without it for the rest "
-                                 f"of this run (`r1build cache verify --cache-dir {self.directory}` checks it)"))
+            emit(
+                Note(
+                    "warning",
+                    f"the cache at {self.directory} failed ({exc}); going on without it for the rest "
+                    f"of this run (`r1build cache verify --cache-dir {self.directory}` checks it)",
+                )
+            )
 
     @property
     def _off(self) -> bool:
@@ -494,16 +515,18 @@ class Cache:
     def flush_stats(self) -> None:
         """Add this process's hit/miss/corrupt counts to the lifetime totals and reset them."""
         with self._lock:
-            items = [(f"{name}/{kind}", n) for name, counter in
-                     (("hit", self._hits), ("miss", self._misses), ("corrupt", self._corrupt))
-                     for kind, n in counter.items() if n]
+            items = [
+                (f"{name}/{kind}", n)
+                for name, counter in (("hit", self._hits), ("miss", self._misses), ("corrupt", self._corrupt))
+                for kind, n in counter.items()
+                if n
+            ]
             self._hits.clear()
             self._misses.clear()
             self._corrupt.clear()
         if not items or self.read_only or self._off:
             return
-        upsert = ("INSERT INTO R1Stats VALUES (?, ?) "
-                  "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value")
+        upsert = "INSERT INTO R1Stats VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = value + excluded.value"
         try:
             with self._dc.transact(retry=False):
                 for name, n in items:
@@ -578,8 +601,9 @@ class Cache:
         the only write a read makes, and a rare one.
         """
         for _ in range(3):
-            rows = self._query("SELECT rowid, access_time, mode, filename, value FROM Cache"
-                               " WHERE key = ? AND raw = 1", (key,))
+            rows = self._query(
+                "SELECT rowid, access_time, mode, filename, value FROM Cache WHERE key = ? AND raw = 1", (key,)
+            )
             if not rows:
                 return self._logged(key, None)
             rowid, used, mode, filename, value = rows[0]
@@ -598,8 +622,9 @@ class Cache:
     def _logged(self, key: str, stored: bytes | _Unreadable | None) -> bytes | _Unreadable | None:
         """``stored``, noted in :attr:`read_log` when one is kept."""
         if self.read_log is not None:
-            self.read_log[key] = (digest_bytes(stored) if isinstance(stored, bytes)
-                                  else None if stored is None else "unreadable")
+            self.read_log[key] = (
+                digest_bytes(stored) if isinstance(stored, bytes) else None if stored is None else "unreadable"
+            )
         return stored
 
     def _read(self, key: str) -> Any | None:
@@ -754,8 +779,10 @@ class Cache:
     # -- maintenance -------------------------------------------------------------------------------------
     def entries(self, kind: str | None = None) -> list[Entry]:
         """Stored entries (of one kind), sorted by key; reading them does not count or refresh them."""
-        statement = ("SELECT key, size + COALESCE(length(value), 0), store_time, access_time FROM Cache"
-                     " WHERE raw = 1 AND typeof(key) = 'text'")
+        statement = (
+            "SELECT key, size + COALESCE(length(value), 0), store_time, access_time FROM Cache"
+            " WHERE raw = 1 AND typeof(key) = 'text'"
+        )
         params: tuple[Any, ...] = ()
         if kind is not None:
             statement += " AND substr(key, 1, ?) = ?"

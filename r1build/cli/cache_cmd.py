@@ -83,8 +83,9 @@ def register(sub: Any) -> None:
     commands = cache.add_subparsers(dest="cache_command", metavar="SUBCOMMAND", parser_class=type(cache))
     commands.required = True
 
-    p = commands.add_parser("dir", help="print the cache directory (--cache-dir, else $R1BUILD_CACHE_DIR, else the "
-                                        "user cache folder)")
+    p = commands.add_parser(
+        "dir", help="print the cache directory (--cache-dir, else $R1BUILD_CACHE_DIR, else the user cache folder)"
+    )
     add_cache_arg(p)
     p.set_defaults(func=cmd_dir)
 
@@ -102,9 +103,12 @@ def register(sub: Any) -> None:
     p = commands.add_parser("verify", help="check the index and every entry's digest; exit 1 if any is bad")
     add_cache_arg(p, remote=True)
     p.add_argument("--repair", action="store_true", help="repair what is bad (as `cache repair` does)")
-    p.add_argument("--remote", action="store_true",
-                   help="check the remote cache instead: digests and signatures of what is there (every object "
-                        "where it can list, else the decisions the lock names and their blobs)")
+    p.add_argument(
+        "--remote",
+        action="store_true",
+        help="check the remote cache instead: digests and signatures of what is there (every object "
+        "where it can list, else the decisions the lock names and their blobs)",
+    )
     add_manifest_arg(p)
     _add_json(p)
     p.set_defaults(func=cmd_verify)
@@ -113,37 +117,57 @@ def register(sub: Any) -> None:
 
     p = commands.add_parser("gc", help="delete corrupt entries and evict the least recently used")
     add_cache_arg(p)
-    p.add_argument("--max-size", type=parse_size, metavar="SIZE",
-                   help="new size limit, kept for later runs (e.g. 2G, 500M)")
+    p.add_argument(
+        "--max-size", type=parse_size, metavar="SIZE", help="new size limit, kept for later runs (e.g. 2G, 500M)"
+    )
     _add_json(p)
     p.set_defaults(func=cmd_gc)
 
-    _simple(commands, "prune", cmd_prune, "delete the blobs no decision, gate result or record names (older than "
-                                          "an hour), and corrupt entries")
+    _simple(
+        commands,
+        "prune",
+        cmd_prune,
+        "delete the blobs no decision, gate result or record names (older than an hour), and corrupt entries",
+    )
     _simple(commands, "clean", cmd_clean, "delete every entry of the cache")
 
     p = commands.add_parser("export", help="write entries into one bundle file")
     add_cache_arg(p)
     p.add_argument("path", type=Path, metavar="PATH", help="bundle file to write")
-    p.add_argument("--kernel", action="append", metavar="NAME",
-                   help="only this kernel's decisions and the blobs they name (repeatable)")
-    p.add_argument("--signing-key", type=Path, metavar="FILE",
-                   help="sign the entries with this Ed25519 private key (default: $R1BUILD_SIGNING_KEY; "
-                        "unsigned without either)")
+    p.add_argument(
+        "--kernel",
+        action="append",
+        metavar="NAME",
+        help="only this kernel's decisions and the blobs they name (repeatable)",
+    )
+    p.add_argument(
+        "--signing-key",
+        type=Path,
+        metavar="FILE",
+        help="sign the entries with this Ed25519 private key (default: $R1BUILD_SIGNING_KEY; unsigned without either)",
+    )
     _add_json(p)
     p.set_defaults(func=cmd_export)
 
     p = commands.add_parser("import", help="verify a bundle, then add its entries")
     add_cache_arg(p)
     p.add_argument("path", type=Path, metavar="PATH", help="bundle file to read")
-    p.add_argument("-m", "--manifest", type=Path, metavar="PATH",
-                   help="check signatures against this manifest's [cache] trusted-keys (kernels.toml, a "
-                        "pyproject.toml or a folder with one); unsigned and untrusted entries are refused")
+    p.add_argument(
+        "-m",
+        "--manifest",
+        type=Path,
+        metavar="PATH",
+        help="check signatures against this manifest's [cache] trusted-keys (kernels.toml, a "
+        "pyproject.toml or a folder with one); unsigned and untrusted entries are refused",
+    )
     _add_json(p)
     p.set_defaults(func=cmd_import)
 
-    p = commands.add_parser("push", help="publish the local decisions and gate results (and the blobs they "
-                                         "name) to the remote cache, signed with the team's key")
+    p = commands.add_parser(
+        "push",
+        help="publish the local decisions and gate results (and the blobs they "
+        "name) to the remote cache, signed with the team's key",
+    )
     add_cache_arg(p, remote=True)
     add_manifest_arg(p)
     _add_json(p)
@@ -175,16 +199,22 @@ def cmd_dir(args: argparse.Namespace, console: Console) -> int:
 def cmd_clean(args: argparse.Namespace, console: Console) -> int:
     with sink(console.event), open_cache(args, existing=True) as cache:
         cleaned = clean_cache(cache)
-    return _maintained(args, console, cache, cleaned,
-                       f"deleted {cleaned.entries} entries ({format_size(cleaned.bytes)})")
+    return _maintained(
+        args, console, cache, cleaned, f"deleted {cleaned.entries} entries ({format_size(cleaned.bytes)})"
+    )
 
 
 def cmd_prune(args: argparse.Namespace, console: Console) -> int:
     with sink(console.event), open_cache(args, existing=True) as cache:
         pruned = prune_cache(cache)
-    return _maintained(args, console, cache, pruned,
-                       f"deleted {pruned.blobs} blobs nothing names ({format_size(pruned.bytes)}) and "
-                       f"{pruned.corrupt} corrupt entries; {pruned.kept} entries kept")
+    return _maintained(
+        args,
+        console,
+        cache,
+        pruned,
+        f"deleted {pruned.blobs} blobs nothing names ({format_size(pruned.bytes)}) and "
+        f"{pruned.corrupt} corrupt entries; {pruned.kept} entries kept",
+    )
 
 
 def _maintained(args: argparse.Namespace, console: Console, cache: Cache, report: Any, text: str) -> int:
@@ -209,13 +239,28 @@ def cmd_stats(args: argparse.Namespace, console: Console) -> int:
     share = stats.volume / stats.size_limit if stats.size_limit else 0.0
     console.print(f"cache: {stats.directory}")
     console.print(f"size:  {format_size(stats.volume)} of {format_size(stats.size_limit)} ({share:.0%})")
-    rows = [[kind, stats.entries[kind], format_size(stats.bytes[kind]), stats.lifetime_hits[kind],
-             stats.lifetime_misses[kind], stats.lifetime_corrupt[kind]] for kind in KINDS]
-    rows.append(["total", sum(stats.entries.values()), format_size(sum(stats.bytes.values())),
-                 sum(stats.lifetime_hits.values()), sum(stats.lifetime_misses.values()),
-                 sum(stats.lifetime_corrupt.values())])
-    console.table(["kind", "entries", "bytes", "hits", "misses", "corrupt"], rows,
-                  title="entries and lifetime reads")
+    rows = [
+        [
+            kind,
+            stats.entries[kind],
+            format_size(stats.bytes[kind]),
+            stats.lifetime_hits[kind],
+            stats.lifetime_misses[kind],
+            stats.lifetime_corrupt[kind],
+        ]
+        for kind in KINDS
+    ]
+    rows.append(
+        [
+            "total",
+            sum(stats.entries.values()),
+            format_size(sum(stats.bytes.values())),
+            sum(stats.lifetime_hits.values()),
+            sum(stats.lifetime_misses.values()),
+            sum(stats.lifetime_corrupt.values()),
+        ]
+    )
+    console.table(["kind", "entries", "bytes", "hits", "misses", "corrupt"], rows, title="entries and lifetime reads")
     rate = stats.rate(stats.lifetime_hits, stats.lifetime_misses)
     console.print("hit rate: " + ("no reads yet" if rate is None else f"{rate:.1%}"))
     return 0
@@ -229,16 +274,18 @@ def _decision_row(cache: Cache, entry: Entry) -> dict[str, Any]:
         row["corrupt"] = True
         return row
     decision = from_json(Decision, payload)
-    row.update({
-        "kernel": decision.kernel,
-        "arch": decision.arch,
-        "winner": decision.winner.digest if decision.winner else None,
-        "provenance": decision.winner.provenance() if decision.winner else None,
-        "measured": decision.measured,
-        "checks": decision.checks,
-        "device": decision.device,
-        "created": decision.created,
-    })
+    row.update(
+        {
+            "kernel": decision.kernel,
+            "arch": decision.arch,
+            "winner": decision.winner.digest if decision.winner else None,
+            "provenance": decision.winner.provenance() if decision.winner else None,
+            "measured": decision.measured,
+            "checks": decision.checks,
+            "device": decision.device,
+            "created": decision.created,
+        }
+    )
     return row
 
 
@@ -246,8 +293,11 @@ def cmd_ls(args: argparse.Namespace, console: Console) -> int:
     with sink(console.event), open_cache(args, existing=True) as cache:
         entries = cache.entries(args.kind)
         rows: list[dict[str, Any]] = [
-            _decision_row(cache, e) if e.kind == "decision" else
-            {"key": e.key, "kind": e.kind, "size": e.size, "used": _when(e.used)} for e in entries]
+            _decision_row(cache, e)
+            if e.kind == "decision"
+            else {"key": e.key, "kind": e.kind, "size": e.size, "used": _when(e.used)}
+            for e in entries
+        ]
     if args.json:
         console.json(json.dumps(rows, indent=2))
         return 0
@@ -257,12 +307,24 @@ def cmd_ls(args: argparse.Namespace, console: Console) -> int:
     if args.kind == "decision":
         console.table(
             ["decision", "kernel", "arch", "winner", "measured", "checks", "created"],
-            [[r["key"].split("/", 1)[1][:12], r.get("kernel", "(corrupt)"), r.get("arch"),
-              _winner(r), "yes" if r.get("measured") else "no", _checks(r), r.get("created")] for r in rows])
+            [
+                [
+                    r["key"].split("/", 1)[1][:12],
+                    r.get("kernel", "(corrupt)"),
+                    r.get("arch"),
+                    _winner(r),
+                    "yes" if r.get("measured") else "no",
+                    _checks(r),
+                    r.get("created"),
+                ]
+                for r in rows
+            ],
+        )
     else:
-        console.table(["key", "size", "last used", "what"],
-                      [[_short(r["key"]), format_size(r["size"]), r["used"][:16].replace("T", " "), _what(r)]
-                       for r in rows])
+        console.table(
+            ["key", "size", "last used", "what"],
+            [[_short(r["key"]), format_size(r["size"]), r["used"][:16].replace("T", " "), _what(r)] for r in rows],
+        )
     console.print(f"{len(rows)} {'entry' if len(rows) == 1 else 'entries'}")
     return 0
 
@@ -300,8 +362,10 @@ def _what(row: dict[str, Any]) -> str:
 def cmd_verify(args: argparse.Namespace, console: Console) -> int:
     if args.remote:
         if args.repair:
-            raise UsageError("--repair works on the local cache; a remote's objects are immutable (the team's "
-                             "writer replaces a bad decision by publishing it again)")
+            raise UsageError(
+                "--repair works on the local cache; a remote's objects are immutable (the team's "
+                "writer replaces a bad decision by publishing it again)"
+            )
         return _verify_remote(args, console)
     if args.repair:
         return _repair(args, console, exit_on_damage=1)
@@ -309,16 +373,27 @@ def cmd_verify(args: argparse.Namespace, console: Console) -> int:
         damage = cache.integrity()
         if damage is not None:
             if args.json:
-                _json(console, {"directory": str(cache.directory), "index_damage": damage, "entries": None,
-                                "problems": []})
-            console.error(f"the cache index {cache.directory / 'cache.db'} is damaged ({damage}); "
-                          "`r1build cache repair` rebuilds it from what still verifies")
+                _json(
+                    console,
+                    {"directory": str(cache.directory), "index_damage": damage, "entries": None, "problems": []},
+                )
+            console.error(
+                f"the cache index {cache.directory / 'cache.db'} is damaged ({damage}); "
+                "`r1build cache repair` rebuilds it from what still verifies"
+            )
             return 1
         total = len(cache.entries())
         problems = cache.audit()
     if args.json:
-        _json(console, {"directory": str(cache.directory), "index_damage": None, "entries": total,
-                        "problems": [asdict(p) for p in problems]})
+        _json(
+            console,
+            {
+                "directory": str(cache.directory),
+                "index_damage": None,
+                "entries": total,
+                "problems": [asdict(p) for p in problems],
+            },
+        )
         return 1 if problems else 0
     if not problems:
         console.print(f"{total} entries verified in {cache.directory}: all intact")
@@ -332,8 +407,9 @@ def _layer(args: argparse.Namespace) -> tuple[Manifest, RemoteLayer]:
     from ..cache.remote import remote_layer
 
     manifest = load_from_args(args, check_references=False)
-    layer = remote_layer(manifest, url=args.remote_cache, write=bool(args.remote_write) or None,
-                         signing_key=args.signing_key)
+    layer = remote_layer(
+        manifest, url=args.remote_cache, write=bool(args.remote_write) or None, signing_key=args.signing_key
+    )
     if layer is None:
         raise UsageError("no remote cache: give --remote-cache URL, R1BUILD_REMOTE_CACHE or the manifest's [cache] url")
     return manifest, layer
@@ -351,14 +427,23 @@ def _verify_remote(args: argparse.Namespace, console: Console) -> int:
         finally:
             layer.close()
     if args.json:
-        _json(console, {"remote": layer.url, "checked": checked,
-                        "problems": [{"key": p.key, "kind": p.kind, "reason": p.reason} for p in problems]})
+        _json(
+            console,
+            {
+                "remote": layer.url,
+                "checked": checked,
+                "problems": [{"key": p.key, "kind": p.kind, "reason": p.reason} for p in problems],
+            },
+        )
         return 1 if problems else 0
     if not problems:
         console.print(f"{checked} objects verified on {layer.url}: digests and signatures intact")
         return 0
-    console.table(["object", "problem"], [[p.key, f"{p.kind}: {p.reason}"] for p in problems],
-                  title=f"objects on {layer.url} that must not be used")
+    console.table(
+        ["object", "problem"],
+        [[p.key, f"{p.kind}: {p.reason}"] for p in problems],
+        title=f"objects on {layer.url} that must not be used",
+    )
     console.print(f"{len(problems)} bad of {checked} checked; builds skip them (a miss) with a warning")
     return 1
 
@@ -393,16 +478,25 @@ def _repair(args: argparse.Namespace, console: Console, *, exit_on_damage: int) 
         return exit_on_damage if damaged else 0
     if report.rebuilt:
         kept = ", ".join(f"{n} {kind}{'s' if n != 1 else ''}" for kind, n in report.recovered.items() if n)
-        console.warning(f"the index of {report.directory} was damaged ({report.damage}); moved it aside to "
-                        f"{report.moved_aside} (delete it when you no longer need it)")
-        console.print(f"rebuilt the index from what still verifies: kept {kept or 'nothing'}; dropped "
-                      f"{report.dropped} unreadable or unverifiable; removed {report.removed_files} old value files")
+        console.warning(
+            f"the index of {report.directory} was damaged ({report.damage}); moved it aside to "
+            f"{report.moved_aside} (delete it when you no longer need it)"
+        )
+        console.print(
+            f"rebuilt the index from what still verifies: kept {kept or 'nothing'}; dropped "
+            f"{report.dropped} unreadable or unverifiable; removed {report.removed_files} old value files"
+        )
         return exit_on_damage
     if report.bad_entries:
-        console.table(["key", "problem"], [[p.key, p.reason] for p in report.bad_entries],
-                      title="entries that failed verification (deleted)")
-    console.print(f"{report.directory}: index sound; deleted {len(report.bad_entries)} of {report.checked} entries, "
-                  f"fixed {report.fixed} inconsistencies")
+        console.table(
+            ["key", "problem"],
+            [[p.key, p.reason] for p in report.bad_entries],
+            title="entries that failed verification (deleted)",
+        )
+    console.print(
+        f"{report.directory}: index sound; deleted {len(report.bad_entries)} of {report.checked} entries, "
+        f"fixed {report.fixed} inconsistencies"
+    )
     return exit_on_damage if report.bad_entries or report.fixed else 0
 
 
@@ -412,9 +506,11 @@ def cmd_gc(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         _json(console, {"directory": str(cache.directory), **asdict(report)})
         return 0
-    console.print(f"deleted {report.corrupt} corrupt, evicted {report.evicted}, fixed {report.repaired} "
-                  f"inconsistencies; {format_size(report.volume_before)} -> {format_size(report.volume)} "
-                  f"(limit {format_size(report.size_limit)})")
+    console.print(
+        f"deleted {report.corrupt} corrupt, evicted {report.evicted}, fixed {report.repaired} "
+        f"inconsistencies; {format_size(report.volume_before)} -> {format_size(report.volume)} "
+        f"(limit {format_size(report.size_limit)})"
+    )
     return 0
 
 
@@ -436,19 +532,23 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
             keys = [f"decision/{d.key}" for d in decisions if d.kernel in args.kernel]
             if not keys:
                 known = sorted({d.kernel for d in decisions})
-                raise UsageError(f"no cached decisions for {', '.join(args.kernel)} "
-                                 f"(cached kernels: {', '.join(known) or 'none'})")
+                raise UsageError(
+                    f"no cached decisions for {', '.join(args.kernel)} (cached kernels: {', '.join(known) or 'none'})"
+                )
         summary = export_bundle(cache, args.path, keys, signing_key=load_private_key(args.signing_key))
     if args.json:
         _json(console, _summary_doc(summary))
         return 0
-    console.print(f"wrote {summary.total} entries ({_counts(summary)}; {format_size(summary.payload_bytes)}) "
-                  f"to {summary.path} ({format_size(summary.file_bytes)})")
+    console.print(
+        f"wrote {summary.total} entries ({_counts(summary)}; {format_size(summary.payload_bytes)}) "
+        f"to {summary.path} ({format_size(summary.file_bytes)})"
+    )
     if summary.signed_by:
         console.print(f"signed every entry but blobs with key {summary.signed_by}")
     else:
-        console.print("unsigned (no --signing-key or R1BUILD_SIGNING_KEY): projects that list trusted keys "
-                      "refuse its entries")
+        console.print(
+            "unsigned (no --signing-key or R1BUILD_SIGNING_KEY): projects that list trusted keys refuse its entries"
+        )
     if summary.missing:
         console.warning(f"{len(summary.missing)} entries absent or corrupt, left out: {', '.join(summary.missing)}")
     return 0
@@ -463,13 +563,17 @@ def cmd_import(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         _json(console, {**_summary_doc(summary), "signatures_checked": bool(trusted)})
         return 0
-    console.print(f"{summary.path}: {summary.total} entries ({_counts(summary)}) verified; "
-                  f"added {len(summary.added)}, replaced {len(summary.replaced)}, "
-                  f"unchanged {len(summary.unchanged)}, kept local {len(summary.kept)}")
+    console.print(
+        f"{summary.path}: {summary.total} entries ({_counts(summary)}) verified; "
+        f"added {len(summary.added)}, replaced {len(summary.replaced)}, "
+        f"unchanged {len(summary.unchanged)}, kept local {len(summary.kept)}"
+    )
     if trusted:
         signers = ", ".join(sorted(set(summary.verified.values()))) or "none"
-        console.print(f"signatures: {len(summary.verified)} entries signed by trusted keys ({signers}), "
-                      f"{len(summary.refused)} refused")
+        console.print(
+            f"signatures: {len(summary.verified)} entries signed by trusted keys ({signers}), "
+            f"{len(summary.refused)} refused"
+        )
     elif args.manifest is not None:
         console.print("signatures not checked: the manifest lists no [cache] trusted-keys")
     else:

@@ -15,25 +15,46 @@ __all__ = ["add_cache_arg", "add_manifest_arg", "load_from_args", "open_cache", 
 
 def add_manifest_arg(parser: argparse.ArgumentParser) -> None:
     """``-m/--manifest``: a manifest file or a directory holding one."""
-    parser.add_argument("-m", "--manifest", type=Path, default=None, metavar="PATH",
-                        help="kernels.toml, a pyproject.toml with [tool.r1build], or a folder with one (default: "
-                             "the nearest in the current folder or a folder above it)")
+    parser.add_argument(
+        "-m",
+        "--manifest",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="kernels.toml, a pyproject.toml with [tool.r1build], or a folder with one (default: "
+        "the nearest in the current folder or a folder above it)",
+    )
 
 
 def add_cache_arg(parser: argparse.ArgumentParser, *, remote: bool = False) -> None:
     """``--cache-dir``; with ``remote``, also ``--remote-cache URL`` and ``--remote-write``."""
-    parser.add_argument("--cache-dir", type=Path, default=None, metavar="DIR",
-                        help="cache directory (default: $R1BUILD_CACHE_DIR or the user cache folder)")
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="cache directory (default: $R1BUILD_CACHE_DIR or the user cache folder)",
+    )
     if remote:
-        parser.add_argument("--remote-cache", metavar="URL",
-                            help="remote cache behind the local one: http(s)://host/prefix or s3://bucket/prefix "
-                                 "(default: $R1BUILD_REMOTE_CACHE, else the manifest's [cache] url)")
-        parser.add_argument("--remote-write", action="store_true",
-                            help="publish new decisions to the remote cache, signed with the team's key "
-                                 "(also R1BUILD_REMOTE_WRITE=1); read-only otherwise")
-        parser.add_argument("--signing-key", type=Path, metavar="FILE",
-                            help="the team's Ed25519 private key that signs what --remote-write publishes "
-                                 "(default: $R1BUILD_SIGNING_KEY)")
+        parser.add_argument(
+            "--remote-cache",
+            metavar="URL",
+            help="remote cache behind the local one: http(s)://host/prefix or s3://bucket/prefix "
+            "(default: $R1BUILD_REMOTE_CACHE, else the manifest's [cache] url)",
+        )
+        parser.add_argument(
+            "--remote-write",
+            action="store_true",
+            help="publish new decisions to the remote cache, signed with the team's key "
+            "(also R1BUILD_REMOTE_WRITE=1); read-only otherwise",
+        )
+        parser.add_argument(
+            "--signing-key",
+            type=Path,
+            metavar="FILE",
+            help="the team's Ed25519 private key that signs what --remote-write publishes "
+            "(default: $R1BUILD_SIGNING_KEY)",
+        )
 
 
 def load_from_args(args: argparse.Namespace, *, check_references: bool = True) -> Manifest:
@@ -57,9 +78,12 @@ def open_cache(args: argparse.Namespace, *, existing: bool = False, manifest: Ma
         return Cache(directory, create=False) if existing else open_usable(directory)
     from ..cache.remote import remote_layer
 
-    layer = remote_layer(manifest, url=getattr(args, "remote_cache", None),
-                         write=True if getattr(args, "remote_write", False) else None,
-                         signing_key=getattr(args, "signing_key", None))
+    layer = remote_layer(
+        manifest,
+        url=getattr(args, "remote_cache", None),
+        write=True if getattr(args, "remote_write", False) else None,
+        signing_key=getattr(args, "signing_key", None),
+    )
     cache = Cache(directory, create=False) if existing else open_usable(directory)
     cache.remote = layer
     recorder = fastpath.active()

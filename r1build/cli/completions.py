@@ -203,9 +203,15 @@ def _fish_values(tree: dict[str, _Node]) -> str:
     lines = []
     for path, node in sorted(tree.items()):
         for option in node.files:
-            lines += [f"        case {shlex.quote(path + '|' + option)}",
-                      "            __fish_complete_path (commandline -ct)", "            return"]
+            lines += [
+                f"        case {shlex.quote(path + '|' + option)}",
+                "            __fish_complete_path (commandline -ct)",
+                "            return",
+            ]
         for option, values in node.choices.items():
-            lines += [f"        case {shlex.quote(path + '|' + option)}",
-                      f"            string split ' ' -- {_q(values)}", "            return"]
+            lines += [
+                f"        case {shlex.quote(path + '|' + option)}",
+                f"            string split ' ' -- {_q(values)}",
+                "            return",
+            ]
     return "\n".join(lines)

@@ -20,8 +20,14 @@ def register(sub: Any) -> None:
     p = sub.add_parser("export-dataset", help="write every generated candidate as a chat fine-tuning record (JSONL)")
     add_manifest_arg(p)
     add_cache_arg(p, remote=True)
-    p.add_argument("-o", "--output", type=Path, default=Path("r1build-dataset.jsonl"), metavar="FILE",
-                   help="where to write the records (default: r1build-dataset.jsonl)")
+    p.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        default=Path("r1build-dataset.jsonl"),
+        metavar="FILE",
+        help="where to write the records (default: r1build-dataset.jsonl)",
+    )
     which = p.add_mutually_exclusive_group()
     which.add_argument("--passed-only", action="store_true", help="only candidates that passed their judge")
     which.add_argument("--winners-only", action="store_true", help="only each kernel x arch's winner")

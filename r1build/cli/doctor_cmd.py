@@ -23,8 +23,11 @@ _STYLE = {"ok": "ok", "note": "note", "warning": "WARNING", "error": "ERROR"}
 
 def register(sub: Any) -> None:
     """Add ``doctor``."""
-    p = sub.add_parser("doctor", help="what this machine offers r1build: nvcc, archs, GPUs, cupy, the LLM endpoint, "
-                                      "the cache and the project, in one report")
+    p = sub.add_parser(
+        "doctor",
+        help="what this machine offers r1build: nvcc, archs, GPUs, cupy, the LLM endpoint, "
+        "the cache and the project, in one report",
+    )
     add_manifest_arg(p)
     add_cache_arg(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -38,6 +41,7 @@ def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         console.json(json.dumps({"ok": not failed, "findings": [asdict(f) for f in findings]}, indent=2))
     else:
-        console.table(["what", "", "found"], [[f.name, _STYLE[f.level], f.detail] for f in findings],
-                      title="r1build doctor")
+        console.table(
+            ["what", "", "found"], [[f.name, _STYLE[f.level], f.detail] for f in findings], title="r1build doctor"
+        )
     return 1 if failed else 0

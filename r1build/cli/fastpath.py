@@ -77,8 +77,17 @@ def _terminal() -> list[Any]:
 def record_key(argv: Sequence[str]) -> str:
     """The key of the record for this command line in this process's context."""
     env = sorted((k, v) for k, v in os.environ.items() if k not in _VOLATILE)
-    parts = [_FORMAT, __version__, sys.executable, sys.version, str(Path.cwd()), list(argv), env, _terminal(),
-             list(code_fingerprint())]
+    parts = [
+        _FORMAT,
+        __version__,
+        sys.executable,
+        sys.version,
+        str(Path.cwd()),
+        list(argv),
+        env,
+        _terminal(),
+        list(code_fingerprint()),
+    ]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
@@ -258,8 +267,11 @@ class Recorder:
         modules: dict[str, str | None] = {}
         for name in set(sys.modules) - self.modules_before:
             path = getattr(sys.modules.get(name), "__file__", None)
-            if isinstance(path, str) and not path.startswith(package) and (_installed(path)
-                                                                           or not path.startswith(stdlib)):
+            if (
+                isinstance(path, str)
+                and not path.startswith(package)
+                and (_installed(path) or not path.startswith(stdlib))
+            ):
                 modules[path] = _module_state(path, root)
         return {
             "format": _FORMAT,

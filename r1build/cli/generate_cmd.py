@@ -30,8 +30,10 @@ __all__ = ["register"]
 
 def register(sub: Any) -> None:
     """Add ``generate`` and ``replay``."""
-    p = sub.add_parser("generate", help="generate candidates for one kernel with R1 and judge them with the static "
-                                        "gate (no GPU needed)")
+    p = sub.add_parser(
+        "generate",
+        help="generate candidates for one kernel with R1 and judge them with the static gate (no GPU needed)",
+    )
     p.add_argument("kernel", metavar="KERNEL", help="kernel name from the manifest")
     p.add_argument("--arch", action="append", metavar="ARCH", help="only these archs (repeat or comma-separate)")
     add_manifest_arg(p)
@@ -39,12 +41,17 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_generate)
 
-    p = sub.add_parser("replay", help="re-extract a kernel's candidates from stored transcripts and judge them "
-                                      "again (no network)")
+    p = sub.add_parser(
+        "replay", help="re-extract a kernel's candidates from stored transcripts and judge them again (no network)"
+    )
     p.add_argument("kernel", metavar="KERNEL", help="kernel name from the manifest")
     p.add_argument("--arch", action="append", metavar="ARCH", help="only these archs (repeat or comma-separate)")
-    p.add_argument("--transcript", action="append", metavar="DIGEST",
-                   help="replay these transcript blobs instead of the stored decision's (repeatable)")
+    p.add_argument(
+        "--transcript",
+        action="append",
+        metavar="DIGEST",
+        help="replay these transcript blobs instead of the stored decision's (repeatable)",
+    )
     p.add_argument("--no-gpu", action="store_true", help="judge with the static gate even where a GPU is present")
     add_manifest_arg(p)
     add_cache_arg(p)
@@ -57,8 +64,9 @@ def _kernel(manifest: Manifest, name: str) -> KernelSpec:
         return manifest.kernel(name)
     except KeyError:
         names = [s.name for s in manifest.kernels]
-        raise UsageError(f"no kernel {name!r} in {manifest.path}{did_you_mean(name, names)} "
-                         f"(kernels: {', '.join(names)})") from None
+        raise UsageError(
+            f"no kernel {name!r} in {manifest.path}{did_you_mean(name, names)} (kernels: {', '.join(names)})"
+        ) from None
 
 
 def _archs(manifest: Manifest, spec: KernelSpec, args: argparse.Namespace) -> list[str]:
@@ -80,8 +88,7 @@ def _first_line(text: str, limit: int = 70) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def _table(console: Console, arch: str, candidates: Sequence[Candidate], results: Sequence[Result],
-           title: str) -> None:
+def _table(console: Console, arch: str, candidates: Sequence[Candidate], results: Sequence[Result], title: str) -> None:
     timed = any(r.timing is not None for r in results)
     columns = ["candidate", "origin", "status", *(["time us", "floor"] if timed else []), "regs", "detail"]
     rows = []
@@ -98,11 +105,20 @@ def _table(console: Console, arch: str, candidates: Sequence[Candidate], results
 
 def _rows(candidates: Sequence[Candidate], results: Sequence[Result]) -> list[dict[str, Any]]:
     """The candidates and their results, as ``--json`` reports them."""
-    return [{"candidate": c.digest, "origin": _origin(c), "provenance": c.provenance(), "status": r.status,
-             "stage": r.stage, "time_us": r.timing.median_us if r.timing is not None else None,
-             "share_of_floor": r.timing.share_of_floor if r.timing is not None else None,
-             "registers": r.gate.registers if r.gate is not None else None, "detail": _first_line(r.detail, 300)}
-            for c, r in zip(candidates, results, strict=True)]
+    return [
+        {
+            "candidate": c.digest,
+            "origin": _origin(c),
+            "provenance": c.provenance(),
+            "status": r.status,
+            "stage": r.stage,
+            "time_us": r.timing.median_us if r.timing is not None else None,
+            "share_of_floor": r.timing.share_of_floor if r.timing is not None else None,
+            "registers": r.gate.registers if r.gate is not None else None,
+            "detail": _first_line(r.detail, 300),
+        }
+        for c, r in zip(candidates, results, strict=True)
+    ]
 
 
 def cmd_generate(args: argparse.Namespace, console: Console) -> int:
@@ -125,10 +141,19 @@ def cmd_generate(args: argparse.Namespace, console: Console) -> int:
             if not passed:
                 failed.append(f"{arch} ({_why_none_passed(outcome)})")
             if args.json:
-                report.append({"kernel": spec.name, "arch": arch, "generated": len(generated), "passed": passed,
-                               "rounds": outcome.rounds, "usage": dataclasses.asdict(u),
-                               "stop_reason": outcome.stop_reason, "cause": outcome.cause,
-                               "candidates": _rows(outcome.candidates, outcome.results)})
+                report.append(
+                    {
+                        "kernel": spec.name,
+                        "arch": arch,
+                        "generated": len(generated),
+                        "passed": passed,
+                        "rounds": outcome.rounds,
+                        "usage": dataclasses.asdict(u),
+                        "stop_reason": outcome.stop_reason,
+                        "cause": outcome.cause,
+                        "candidates": _rows(outcome.candidates, outcome.results),
+                    }
+                )
                 continue
             _table(console, arch, outcome.candidates, outcome.results, f"generate {spec.name}")
             faults = ", ".join(f"{k} {v}" for k, v in sorted(u.failures.items())) or "none"
@@ -151,8 +176,11 @@ def _why_none_passed(outcome: SearchOutcome) -> str:
     """What became of the answers of a search in which no generated candidate passed, and why it stopped."""
     u = outcome.usage
     statuses = Counter(r.status.replace("_", " ") for _, r in outcome.generated())
-    lost: dict[SampleLoss, str] = {"no_code": "without code", "truncated": "cut off at max-tokens",
-                                   "content_filter": "filtered"}
+    lost: dict[SampleLoss, str] = {
+        "no_code": "without code",
+        "truncated": "cut off at max-tokens",
+        "content_filter": "filtered",
+    }
     parts = [f"{n} {status}" for status, n in statuses.most_common()]
     parts += [f"{u.failures[k]} {what}" for k, what in lost.items() if u.failures.get(k)]
     answers = f"{u.answers} answer(s) of {u.samples} sample(s)" + (f": {', '.join(parts)}" if parts else "")
@@ -167,31 +195,44 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
     status = 0
     report: list[dict[str, Any]] = []
     with sink(console.event), open_cache(args) as cache:
-        for done in replay_kernel(manifest, spec, archs, cache, transcripts=args.transcript or (),
-                                  use_gpu=not args.no_gpu):
+        for done in replay_kernel(
+            manifest, spec, archs, cache, transcripts=args.transcript or (), use_gpu=not args.no_gpu
+        ):
             arch, outcome, winner, verdict = done.arch, done.outcome, done.winner, done.verdict
             generated = outcome.generated()
             stored = done.stored.winner.digest if done.stored is not None and done.stored.winner else None
             if verdict == "differs":
                 status = 1
             if args.json:
-                report.append({"kernel": spec.name, "arch": arch, "transcripts": done.transcripts,
-                               "generated": len(generated), "passed": sum(1 for _, r in generated if r.ok),
-                               "winner": winner.digest if winner else None, "stored_winner": stored,
-                               "stored_winner_verdict": verdict,
-                               "candidates": _rows(outcome.candidates, outcome.results)})
+                report.append(
+                    {
+                        "kernel": spec.name,
+                        "arch": arch,
+                        "transcripts": done.transcripts,
+                        "generated": len(generated),
+                        "passed": sum(1 for _, r in generated if r.ok),
+                        "winner": winner.digest if winner else None,
+                        "stored_winner": stored,
+                        "stored_winner_verdict": verdict,
+                        "candidates": _rows(outcome.candidates, outcome.results),
+                    }
+                )
                 continue
             _table(console, arch, outcome.candidates, outcome.results, f"replay {spec.name}")
-            console.print(f"{spec.name} {arch}: {len(done.transcripts)} transcript(s), {len(generated)} generated "
-                          f"candidate(s), {sum(1 for _, r in generated if r.ok)} passed; winner: "
-                          f"{winner.digest[:12] + ' (' + _origin(winner) + ')' if winner else 'none'}")
+            console.print(
+                f"{spec.name} {arch}: {len(done.transcripts)} transcript(s), {len(generated)} generated "
+                f"candidate(s), {sum(1 for _, r in generated if r.ok)} passed; winner: "
+                f"{winner.digest[:12] + ' (' + _origin(winner) + ')' if winner else 'none'}"
+            )
             if stored is None:
                 continue
             if verdict == "confirmed":
                 console.print(f"{spec.name} {arch}: the stored decision's winner is confirmed")
             elif verdict == "passes the gate":
-                console.warning(f"{spec.name} {arch}: the stored winner {stored[:12]} passes the "
-                                f"static gate; only a GPU of {arch} can confirm it was the right choice")
+                console.warning(
+                    f"{spec.name} {arch}: the stored winner {stored[:12]} passes the "
+                    f"static gate; only a GPU of {arch} can confirm it was the right choice"
+                )
             else:
                 console.error(f"{spec.name} {arch}: the stored decision chose {stored[:12]}, the replay does not")
     if args.json:

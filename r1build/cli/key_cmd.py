@@ -28,8 +28,13 @@ def register(sub: Any) -> None:
     commands.required = True
 
     p = commands.add_parser("generate", help="write a new private key file (mode 0600), print its public key")
-    p.add_argument("--out", type=Path, default=DEFAULT_KEY_FILE, metavar="FILE",
-                   help=f"private key file to write (default: ./{DEFAULT_KEY_FILE}); never commit it")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_KEY_FILE,
+        metavar="FILE",
+        help=f"private key file to write (default: ./{DEFAULT_KEY_FILE}); never commit it",
+    )
     p.add_argument("--force", action="store_true", help="replace an existing file")
     p.set_defaults(func=cmd_generate)
 
@@ -41,8 +46,10 @@ def register(sub: Any) -> None:
 def cmd_generate(args: argparse.Namespace, console: Console) -> int:
     pair = KeyPair.generate()
     write_private_key(args.out, pair.private, overwrite=args.force)
-    console.err_line(f"wrote the private key {args.out} (mode 0600, key id {pair.public.key_id}): keep it secret, "
-                     "out of the repository and the cache; sign with --signing-key FILE or R1BUILD_SIGNING_KEY")
+    console.err_line(
+        f"wrote the private key {args.out} (mode 0600, key id {pair.public.key_id}): keep it secret, "
+        "out of the repository and the cache; sign with --signing-key FILE or R1BUILD_SIGNING_KEY"
+    )
     console.err_line("trust it in kernels.toml ([cache]) or pyproject.toml ([tool.r1build.cache]):")
     console.err_line(f'  trusted-keys = ["{pair.public.line}"]')
     console.print(pair.public.line)

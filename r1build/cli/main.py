@@ -20,8 +20,17 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 # Each module registers its sub-commands: ``register(subparsers) -> None``; handlers are ``func(args, console)``.
-COMMAND_MODULES = ("project", "cache_cmd", "generate_cmd", "key_cmd", "report_cmd", "dataset_cmd", "doctor_cmd",
-                   "worker_cmd", "completions")
+COMMAND_MODULES = (
+    "project",
+    "cache_cmd",
+    "generate_cmd",
+    "key_cmd",
+    "report_cmd",
+    "dataset_cmd",
+    "doctor_cmd",
+    "worker_cmd",
+    "completions",
+)
 
 
 def _modules() -> list[ModuleType]:
@@ -40,10 +49,16 @@ def build_parser() -> argparse.ArgumentParser:
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            self.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
-                              help="more logging (-vv for debug)")
-            self.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
-                              help="only warnings, errors and results (no notes or progress)")
+            self.add_argument(
+                "-v", "--verbose", action="count", default=argparse.SUPPRESS, help="more logging (-vv for debug)"
+            )
+            self.add_argument(
+                "-q",
+                "--quiet",
+                action="store_true",
+                default=argparse.SUPPRESS,
+                help="only warnings, errors and results (no notes or progress)",
+            )
 
         def error(self, message: str) -> None:  # type: ignore[override]
             raise UsageError(f"{self.prog}: {message}")

@@ -28,10 +28,13 @@ def register(sub: Any) -> None:
     p = sub.add_parser("check", help="validate the manifest (and with --locked, everything a locked build relies on)")
     add_manifest_arg(p)
     add_cache_arg(p, remote=True)
-    p.add_argument("--locked", action="store_true",
-                   help="also verify the lock as a locked build does: current, every field, every winner's source "
-                        "found and matching its digest, no winner the cache records as rejected, and the static gate "
-                        "(also R1BUILD_LOCKED=1)")
+    p.add_argument(
+        "--locked",
+        action="store_true",
+        help="also verify the lock as a locked build does: current, every field, every winner's source "
+        "found and matching its digest, no winner the cache records as rejected, and the static gate "
+        "(also R1BUILD_LOCKED=1)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_check)
 
@@ -41,25 +44,34 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_status)
 
-    for name, helptext in (("resolve", "resolve every kernel × arch to a winner and update the lock"),
-                           ("lock", "write kernels.lock for the current manifest")):
+    for name, helptext in (
+        ("resolve", "resolve every kernel × arch to a winner and update the lock"),
+        ("lock", "write kernels.lock for the current manifest"),
+    ):
         p = sub.add_parser(name, help=helptext)
         add_manifest_arg(p)
         add_cache_arg(p, remote=True)
         p.add_argument("--offline", action="store_true", help="never call an LLM (also R1BUILD_OFFLINE=1)")
-        p.add_argument("--locked", action="store_true",
-                       help="fail unless the lock is present and current (also R1BUILD_LOCKED=1)")
+        p.add_argument(
+            "--locked", action="store_true", help="fail unless the lock is present and current (also R1BUILD_LOCKED=1)"
+        )
         if name == "resolve":
-            p.add_argument("--frozen", action="store_true",
-                           help="use the lock as it is, never check it against the manifest; write nothing to it "
-                                "(also R1BUILD_FROZEN=1)")
+            p.add_argument(
+                "--frozen",
+                action="store_true",
+                help="use the lock as it is, never check it against the manifest; write nothing to it "
+                "(also R1BUILD_FROZEN=1)",
+            )
         p.add_argument("--refresh", action="store_true", help="ignore cached decisions and judge again")
         p.add_argument("--arch", action="append", metavar="ARCH", help="only these archs (repeat or comma-separate)")
         p.add_argument("--kernel", action="append", metavar="NAME", help="only these kernels")
         p.add_argument("--no-gpu", action="store_true", help="do not measure on local GPUs")
-        p.add_argument("--cluster", metavar="ADDRESS",
-                       help="measure on the GPU workers of this Dask scheduler (tls://host:8786) and compile on its "
-                            "compile slots (default: $R1BUILD_CLUSTER, else the manifest's [evaluation] cluster)")
+        p.add_argument(
+            "--cluster",
+            metavar="ADDRESS",
+            help="measure on the GPU workers of this Dask scheduler (tls://host:8786) and compile on its "
+            "compile slots (default: $R1BUILD_CLUSTER, else the manifest's [evaluation] cluster)",
+        )
         p.add_argument("--json", action="store_true", help="machine-readable output")
         if name == "resolve":
             p.add_argument("--out", type=Path, metavar="DIR", help="also write the generated .cu, header and CMake")
@@ -70,8 +82,11 @@ def register(sub: Any) -> None:
     p = sub.add_parser("vendor", help="write the locked winners' sources into the repository")
     add_manifest_arg(p)
     add_cache_arg(p, remote=True)
-    p.add_argument("--frozen", action="store_true",
-                   help="vendor what the lock names as it is, even where it is stale (also R1BUILD_FROZEN=1)")
+    p.add_argument(
+        "--frozen",
+        action="store_true",
+        help="vendor what the lock names as it is, even where it is stale (also R1BUILD_FROZEN=1)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_vendor)
 
@@ -87,26 +102,31 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
     names = [s.name for s in manifest.kernels]
     doc: dict[str, Any] = {"manifest": str(manifest.path), "kernels": names, "archs": archs, "reference_calls": calls}
     if not args.json:
-        console.print(f"{manifest.path}: ok, {len(names)} kernels ({', '.join(names)}) for {', '.join(archs)}; every "
-                      f"reference checked on the CPU at every test shape ({calls} calls)")
+        console.print(
+            f"{manifest.path}: ok, {len(names)} kernels ({', '.join(names)}) for {', '.join(archs)}; every "
+            f"reference checked on the CPU at every test shape ({calls} calls)"
+        )
     name = lock_path(manifest).name
     if args.locked or env_settings().locked:
         # exactly what `resolve --locked` and a locked build do, short of writing the generated files
         with sink(console.event), open_cache(args, manifest=manifest) as cache:
-            resolution = resolve(manifest, cache, ResolveOptions(locked=True, offline=True, use_gpu=False,
-                                                                 write_lock=False))
+            resolution = resolve(
+                manifest, cache, ResolveOptions(locked=True, offline=True, use_gpu=False, write_lock=False)
+            )
         where = sorted({r.state for r in resolution.entries})
         if args.json:
             console.json(json.dumps({**doc, "lock": {"current": True, "verified": True, "stale": []}}, indent=2))
         else:
-            console.print(f"{name}: current and verified ({len(resolution.entries)} winners; sources: "
-                          f"{', '.join(where)})")
+            console.print(
+                f"{name}: current and verified ({len(resolution.entries)} winners; sources: {', '.join(where)})"
+            )
         return 0
     staleness = check_lock(manifest, load_lock(manifest))
     if args.json:
         stale = [{"kernel": k, "arch": a, "reason": why} for k, a, why in staleness.problems]
-        console.json(json.dumps({**doc, "lock": {"current": not staleness, "verified": False, "stale": stale}},
-                                indent=2))
+        console.json(
+            json.dumps({**doc, "lock": {"current": not staleness, "verified": False, "stale": stale}}, indent=2)
+        )
     elif staleness:
         console.warning(f"{name} is not current:\n{staleness.render()}")
     else:
@@ -134,8 +154,21 @@ def cmd_status(args: argparse.Namespace, console: Console) -> int:
         return 0
     console.table(
         ["kernel", "arch", "state", "provenance", "validation", "time", "gpu", "winner", "source", "note"],
-        [[r.kernel, r.arch, r.state, r.provenance or "-", r.validation or "-", _fmt_time(r.time_us), r.gpu or "-",
-          r.winner or "-", r.source or "-", r.note] for r in rows],
+        [
+            [
+                r.kernel,
+                r.arch,
+                r.state,
+                r.provenance or "-",
+                r.validation or "-",
+                _fmt_time(r.time_us),
+                r.gpu or "-",
+                r.winner or "-",
+                r.source or "-",
+                r.note,
+            ]
+            for r in rows
+        ],
         title=f"r1build status: {manifest.path}",
     )
     return 0
@@ -143,19 +176,49 @@ def cmd_status(args: argparse.Namespace, console: Console) -> int:
 
 def _render_resolution(resolution: Resolution, console: Console, as_json: bool) -> None:
     rows: list[dict[str, Any]] = [
-        {"kernel": r.spec.name, "arch": r.arch, "state": r.state, "provenance": r.provenance,
-         "validation": r.validation, "time_us": r.time_us, "gpu": r.gpu, "winner": r.candidate.digest[:12],
-         "registers": r.gate.gate.registers if r.gate and r.gate.gate else None}
+        {
+            "kernel": r.spec.name,
+            "arch": r.arch,
+            "state": r.state,
+            "provenance": r.provenance,
+            "validation": r.validation,
+            "time_us": r.time_us,
+            "gpu": r.gpu,
+            "winner": r.candidate.digest[:12],
+            "registers": r.gate.gate.registers if r.gate and r.gate.gate else None,
+        }
         for r in resolution.entries
     ]
     if as_json:
-        console.json(json.dumps({"kernels": rows, "unresolved": [asdict(u) for u in resolution.unresolved],
-                                 "lock_changed": resolution.lock_changed}, indent=2))
+        console.json(
+            json.dumps(
+                {
+                    "kernels": rows,
+                    "unresolved": [asdict(u) for u in resolution.unresolved],
+                    "lock_changed": resolution.lock_changed,
+                },
+                indent=2,
+            )
+        )
         return
     if rows:
-        console.table(["kernel", "arch", "state", "provenance", "validation", "time", "gpu", "winner", "regs"],
-                      [[x["kernel"], x["arch"], x["state"], x["provenance"], x["validation"],
-                        _fmt_time(x["time_us"]), x["gpu"] or "-", x["winner"], x["registers"]] for x in rows])
+        console.table(
+            ["kernel", "arch", "state", "provenance", "validation", "time", "gpu", "winner", "regs"],
+            [
+                [
+                    x["kernel"],
+                    x["arch"],
+                    x["state"],
+                    x["provenance"],
+                    x["validation"],
+                    _fmt_time(x["time_us"]),
+                    x["gpu"] or "-",
+                    x["winner"],
+                    x["registers"],
+                ]
+                for x in rows
+            ],
+        )
     render_unresolved(console, resolution.unresolved)
     if resolution.lock_changed:
         console.print(f"updated {lock_path(resolution.manifest)}")
@@ -176,8 +239,13 @@ def _lock_mode(args: argparse.Namespace) -> tuple[bool, bool]:
 def _options(args: argparse.Namespace, manifest: Manifest, write_lock: bool) -> ResolveOptions:
     locked, frozen = _lock_mode(args)
     return ResolveOptions(
-        archs=parse_archs(args.arch), kernels=args.kernel, offline=True if args.offline else None,
-        locked=locked, frozen=frozen, refresh=args.refresh, use_gpu=False if args.no_gpu else None,
+        archs=parse_archs(args.arch),
+        kernels=args.kernel,
+        offline=True if args.offline else None,
+        locked=locked,
+        frozen=frozen,
+        refresh=args.refresh,
+        use_gpu=False if args.no_gpu else None,
         write_lock=write_lock,
         cluster=cluster_address(manifest, args.cluster),
     )
@@ -191,8 +259,9 @@ def cmd_resolve(args: argparse.Namespace, console: Console) -> int:
             cmake = emit_resolution(resolution, args.out)
             console.print(f"generated {cmake}")
         elif args.out:
-            console.warning(f"nothing written to {args.out}: {len(resolution.unresolved)} kernel x arch without a "
-                            "winner (below)")
+            console.warning(
+                f"nothing written to {args.out}: {len(resolution.unresolved)} kernel x arch without a winner (below)"
+            )
     _render_resolution(resolution, console, args.json)
     return 1 if resolution.unresolved else 0
 
@@ -219,15 +288,27 @@ def cmd_vendor(args: argparse.Namespace, console: Console) -> int:
     manifest = load_from_args(args, check_references=False)
     _, frozen = _lock_mode(args)
     with sink(console.event), open_cache(args, manifest=manifest) as cache:
-        resolution = resolve(manifest, cache, ResolveOptions(locked=not frozen, frozen=frozen, offline=True,
-                                                             use_gpu=False, write_lock=False))
+        resolution = resolve(
+            manifest,
+            cache,
+            ResolveOptions(locked=not frozen, frozen=frozen, offline=True, use_gpu=False, write_lock=False),
+        )
     resolution.require_complete()
     vendor_dir = manifest.root / manifest.settings.vendor_dir
-    done = vendor_winners(manifest.root, vendor_dir,
-                          sorted({(r.spec.name, r.candidate.source) for r in resolution.entries}))
+    done = vendor_winners(
+        manifest.root, vendor_dir, sorted({(r.spec.name, r.candidate.source) for r in resolution.entries})
+    )
     if args.json:
-        console.json(json.dumps({"vendor_dir": str(vendor_dir), "vendored": [str(p) for p in done.kept],
-                                 "removed": [str(p) for p in done.removed]}, indent=2))
+        console.json(
+            json.dumps(
+                {
+                    "vendor_dir": str(vendor_dir),
+                    "vendored": [str(p) for p in done.kept],
+                    "removed": [str(p) for p in done.removed],
+                },
+                indent=2,
+            )
+        )
         return 0
     for path in done.kept:
         console.print(f"vendored {path.relative_to(manifest.root)}")

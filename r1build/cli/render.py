@@ -96,8 +96,14 @@ class Console:
         """A plain line on stderr (no markup interpretation)."""
         self._say(text, to_stderr=True)
 
-    def table(self, columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None, *,
-              to_stderr: bool = False) -> None:
+    def table(
+        self,
+        columns: Sequence[str],
+        rows: Sequence[Sequence[Any]],
+        title: str | None = None,
+        *,
+        to_stderr: bool = False,
+    ) -> None:
         """A table on stdout (on stderr with ``to_stderr``, for a table that explains an error): rich's on a
         terminal, columns aligned with spaces elsewhere."""
         cells = [["" if v is None else str(v) for v in row] for row in rows]
@@ -169,8 +175,13 @@ def render_unresolved(console: Console, unresolved: Sequence[Unresolved]) -> Non
     """One table per kernel x arch where no candidate may win: each candidate, who rejected it and why."""
     for u in unresolved:
         console.error(f"{u.kernel}/{u.arch}: no candidate may win; nothing is emitted or locked for it")
-        console.table(["candidate", "provenance", "origin", "state", "stage", "result", "reason"],
-                      [[o.candidate[:12], o.provenance, o.origin, o.validation, o.stage or "-", o.status or "-",
-                        o.reason] for o in u.outcomes],
-                      title=f"{u.kernel} on {u.arch}", to_stderr=True)
+        console.table(
+            ["candidate", "provenance", "origin", "state", "stage", "result", "reason"],
+            [
+                [o.candidate[:12], o.provenance, o.origin, o.validation, o.stage or "-", o.status or "-", o.reason]
+                for o in u.outcomes
+            ],
+            title=f"{u.kernel} on {u.arch}",
+            to_stderr=True,
+        )
         console.err_line(f"fix: {u.fix}")

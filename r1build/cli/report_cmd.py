@@ -20,8 +20,14 @@ def register(sub: Any) -> None:
     p = sub.add_parser("report", help="write one self-contained HTML page of the winners and the searches")
     add_manifest_arg(p)
     add_cache_arg(p, remote=True)
-    p.add_argument("-o", "--output", type=Path, default=Path("report.html"), metavar="FILE",
-                   help="where to write the page (default: report.html)")
+    p.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        default=Path("report.html"),
+        metavar="FILE",
+        help="where to write the page (default: report.html)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_report)
 
@@ -42,8 +48,12 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
     except OSError as exc:
         raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
     if args.json:
-        console.json(json.dumps({"output": str(output), "bytes": len(page.encode()),
-                                 "kernels": [s.name for s in manifest.kernels]}, indent=2))
+        console.json(
+            json.dumps(
+                {"output": str(output), "bytes": len(page.encode()), "kernels": [s.name for s in manifest.kernels]},
+                indent=2,
+            )
+        )
         return 0
     console.print(f"wrote {output} ({len(page) / 1e6:.1f} MB, {len(manifest.kernels)} kernels)")
     return 0

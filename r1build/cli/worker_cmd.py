@@ -15,19 +15,43 @@ __all__ = ["register"]
 def register(sub: Any) -> None:
     """Add the ``worker`` command."""
     p = sub.add_parser("worker", help="start this host's Dask workers: one per visible GPU, and one for compiles")
-    p.add_argument("--scheduler", required=True, metavar="ADDRESS",
-                   help="the Dask scheduler (tls://host:8786; TLS from Dask's configuration, as for `dask worker`)")
-    p.add_argument("--gpus", metavar="LIST", help="only these device ordinals, comma-separated (default: every "
-                                                   "visible GPU of a known arch)")
-    p.add_argument("--compile-slots", type=int, metavar="N",
-                   help="static-gate compiles at once on this host (default: the CPU count; 0: none)")
-    p.add_argument("--jobs-per-gpu", type=int, default=2, metavar="N",
-                   help="GPU jobs a GPU worker takes at once: 2 (the default) lets the next job compile while the "
-                        "GPU checks and times the current one, one at a time")
-    p.add_argument("--timeout-s", type=float, default=60.0, metavar="S",
-                   help="seconds to wait for the scheduler at the start (default 60)")
-    p.add_argument("--dry-run", action="store_true",
-                   help="print the workers and the equivalent `dask worker` commands, start nothing")
+    p.add_argument(
+        "--scheduler",
+        required=True,
+        metavar="ADDRESS",
+        help="the Dask scheduler (tls://host:8786; TLS from Dask's configuration, as for `dask worker`)",
+    )
+    p.add_argument(
+        "--gpus",
+        metavar="LIST",
+        help="only these device ordinals, comma-separated (default: every visible GPU of a known arch)",
+    )
+    p.add_argument(
+        "--compile-slots",
+        type=int,
+        metavar="N",
+        help="static-gate compiles at once on this host (default: the CPU count; 0: none)",
+    )
+    p.add_argument(
+        "--jobs-per-gpu",
+        type=int,
+        default=2,
+        metavar="N",
+        help="GPU jobs a GPU worker takes at once: 2 (the default) lets the next job compile while the "
+        "GPU checks and times the current one, one at a time",
+    )
+    p.add_argument(
+        "--timeout-s",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="seconds to wait for the scheduler at the start (default 60)",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the workers and the equivalent `dask worker` commands, start nothing",
+    )
     p.set_defaults(func=cmd_worker)
 
 
@@ -47,20 +71,28 @@ def cmd_worker(args: argparse.Namespace, console: Console) -> int:
             raise UsageError(f"--gpus: {args.gpus!r} is not a comma-separated list of device ordinals") from None
         missing = wanted - {g.index for g in gpus}
         if missing:
-            raise UsageError(f"--gpus: no visible GPU {', '.join(map(str, sorted(missing)))} (visible: "
-                             f"{', '.join(str(g.index) for g in gpus) or 'none'})")
+            raise UsageError(
+                f"--gpus: no visible GPU {', '.join(map(str, sorted(missing)))} (visible: "
+                f"{', '.join(str(g.index) for g in gpus) or 'none'})"
+            )
         gpus = [g for g in gpus if g.index in wanted]
     slots = args.compile_slots if args.compile_slots is not None else (os.cpu_count() or 1)
     plans = plan_workers(gpus, compile_slots=slots, jobs_per_gpu=args.jobs_per_gpu)
-    console.table(["worker", "threads", "resources", "GPU"],
-                  [[p.name, p.nthreads, ", ".join(f"{k}={v:g}" for k, v in p.resources.items()), p.gpu or "-"]
-                   for p in plans], title=f"r1build workers for {args.scheduler}")
+    console.table(
+        ["worker", "threads", "resources", "GPU"],
+        [[p.name, p.nthreads, ", ".join(f"{k}={v:g}" for k, v in p.resources.items()), p.gpu or "-"] for p in plans],
+        title=f"r1build workers for {args.scheduler}",
+    )
     if not gpus:
         console.warning("no GPU visible here (cupy missing, no driver, or none): compile slots only")
     if args.dry_run:
         for p in plans:
             console.print(p.dask_command(args.scheduler))
         return 0
-    run_workers(args.scheduler, plans, timeout_s=args.timeout_s,
-                ready=lambda: console.err_line(f"connected to {args.scheduler}; serving until Ctrl-C"))
+    run_workers(
+        args.scheduler,
+        plans,
+        timeout_s=args.timeout_s,
+        ready=lambda: console.err_line(f"connected to {args.scheduler}; serving until Ctrl-C"),
+    )
     return 0

@@ -68,19 +68,30 @@ def process_facts(*, with_gpus: bool = True) -> ProcessFacts:
         from ..evaluate.devices import detect_gpus
 
         gpus = [f"{g.name} ({g.arch})" for g in detect_gpus()]
-    return ProcessFacts(version=__version__, code=package_digest(), toolchain=ident, toolchain_problem=problem,
-                        host=socket.gethostname(), python=platform.python_version(), gpus=gpus)
+    return ProcessFacts(
+        version=__version__,
+        code=package_digest(),
+        toolchain=ident,
+        toolchain_problem=problem,
+        host=socket.gethostname(),
+        python=platform.python_version(),
+        gpus=gpus,
+    )
 
 
 def mismatch(here: ProcessFacts, worker: ProcessFacts, name: str) -> str | None:
     """Why worker ``name`` may not judge for this process (another r1build, another nvcc, or none), or None."""
     if (worker.version, worker.code) != (here.version, here.code):
-        return (f"worker {name} on {worker.host} runs r1build {worker.version} (code {worker.code}), this machine "
-                f"r1build {here.version} (code {here.code}): install the same r1build on every host")
+        return (
+            f"worker {name} on {worker.host} runs r1build {worker.version} (code {worker.code}), this machine "
+            f"r1build {here.version} (code {here.code}): install the same r1build on every host"
+        )
     if worker.toolchain is None:
         return f"worker {name} on {worker.host} has no usable nvcc ({worker.toolchain_problem})"
     if worker.toolchain != here.toolchain:
-        return (f"worker {name} on {worker.host} compiles with nvcc {worker.toolchain}, this machine with "
-                f"{here.toolchain}: every host needs the same CUDA toolkit, so that gate verdicts and measurements "
-                "mean the same")
+        return (
+            f"worker {name} on {worker.host} compiles with nvcc {worker.toolchain}, this machine with "
+            f"{here.toolchain}: every host needs the same CUDA toolkit, so that gate verdicts and measurements "
+            "mean the same"
+        )
     return None

@@ -36,8 +36,19 @@ class ClusterGate(StaticGate):
         if not tasks or self.cluster.inventory.compile_slots == 0:
             return super()._compile_all(manifest, spec, tasks)
         client = self.cluster.client
-        futures = {client.submit(compile_verdict, manifest, spec, t.arch, t.candidate, self.timeout_s,
-                                 resources={COMPILE_RESOURCE: 1}, pure=False): t for t in tasks}
+        futures = {
+            client.submit(
+                compile_verdict,
+                manifest,
+                spec,
+                t.arch,
+                t.candidate,
+                self.timeout_s,
+                resources={COMPILE_RESOURCE: 1},
+                pure=False,
+            ): t
+            for t in tasks
+        }
         arrived: queue.SimpleQueue[Any] = queue.SimpleQueue()
         for future in futures:
             future.add_done_callback(arrived.put)
@@ -49,12 +60,15 @@ class ClusterGate(StaticGate):
                 try:
                     result, cacheable = future.result()
                 except CancelledError:
-                    raise ClusterError(f"{spec.name}: lost the Dask scheduler at {self.cluster.address} while "
-                                       "compiling; what was measured before is cached, so running the same "
-                                       "command again continues") from None
+                    raise ClusterError(
+                        f"{spec.name}: lost the Dask scheduler at {self.cluster.address} while "
+                        "compiling; what was measured before is cached, so running the same "
+                        "command again continues"
+                    ) from None
                 except Exception as exc:
-                    raise ClusterError(f"{spec.name}/{task.arch}: a gate compile failed on the cluster: "
-                                       f"{type(exc).__name__}: {exc}") from exc
+                    raise ClusterError(
+                        f"{spec.name}/{task.arch}: a gate compile failed on the cluster: {type(exc).__name__}: {exc}"
+                    ) from exc
                 if cacheable:
                     self.cache.put_gate(task.key, result)
                 with self._lock:

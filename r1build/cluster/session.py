@@ -74,15 +74,21 @@ def connect(address: str, *, timeout_s: float) -> Client:
         raise ClusterRefusedError(f"cluster: {problem}")
     client_class = _import_client()
     if (address.startswith("tcp://") or "://" not in address) and not _loopback(address):
-        emit(Note("warning", f"the scheduler at {address} is reached over plain TCP: anyone who can reach it "
-                             "can run code on its workers; use tls:// with Dask's TLS settings (README, "
-                             "Evaluating on a cluster)"))
+        emit(
+            Note(
+                "warning",
+                f"the scheduler at {address} is reached over plain TCP: anyone who can reach it "
+                "can run code on its workers; use tls:// with Dask's TLS settings (README, "
+                "Evaluating on a cluster)",
+            )
+        )
     try:
         return client_class(address, timeout=f"{timeout_s}s", set_as_default=False)
     except (OSError, TimeoutError) as exc:
         raise ClusterRefusedError(
             f"the Dask scheduler at {address} is unreachable ({exc}); start it (`dask scheduler`) and its workers "
-            f"(`r1build worker --scheduler {address}`), or resolve without --cluster") from None
+            f"(`r1build worker --scheduler {address}`), or resolve without --cluster"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -121,9 +127,13 @@ class Inventory:
 
     def describe(self) -> str:
         """One line: the GPU workers per arch and the compile slots."""
-        gpus = "; ".join(f"{arch}: " + ", ".join(f"{w.name} ({', '.join(w.facts.gpus) or 'GPU not listed'})"
-                                                 for w in workers)
-                         for arch, workers in self.archs.items()) or "no GPU workers"
+        gpus = (
+            "; ".join(
+                f"{arch}: " + ", ".join(f"{w.name} ({', '.join(w.facts.gpus) or 'GPU not listed'})" for w in workers)
+                for arch, workers in self.archs.items()
+            )
+            or "no GPU workers"
+        )
         return f"{len(self.workers)} workers; {gpus}; {self.compile_slots} compile slots"
 
 
@@ -143,8 +153,10 @@ def survey(client: Client, address: str, *, timeout_s: float, here: ProcessFacts
     try:
         client.wait_for_workers(1, timeout=timeout_s)
     except (TimeoutError, OSError):
-        raise ClusterRefusedError(f"the Dask scheduler at {address} has no workers (waited {timeout_s:g} s); start "
-                                  f"them with `r1build worker --scheduler {address}`") from None
+        raise ClusterRefusedError(
+            f"the Dask scheduler at {address} has no workers (waited {timeout_s:g} s); start "
+            f"them with `r1build worker --scheduler {address}`"
+        ) from None
     info = client.scheduler_info(n_workers=-1)["workers"]
     facts: dict[str, Any] = client.run(worker_facts, on_error="return")
     here = here or process_facts(with_gpus=False)
@@ -154,8 +166,10 @@ def survey(client: Client, address: str, *, timeout_s: float, here: ProcessFacts
         wfacts = facts.get(addr)
         name = str(winfo.get("name", addr))
         if isinstance(wfacts, BaseException):  # no r1build there, or one too different to answer
-            problems.append(f"worker {name} could not say which r1build it runs ({type(wfacts).__name__}: "
-                            f"{wfacts}): install the same r1build on every host")
+            problems.append(
+                f"worker {name} could not say which r1build it runs ({type(wfacts).__name__}: "
+                f"{wfacts}): install the same r1build on every host"
+            )
             continue
         if not isinstance(wfacts, ProcessFacts):
             continue  # joined after the facts were asked for: not used in this run
@@ -164,11 +178,16 @@ def survey(client: Client, address: str, *, timeout_s: float, here: ProcessFacts
             problems.append(problem)
         resources = winfo.get("resources") or {}
         archs = sorted({a for r in resources if (a := _arch_resource(r)) is not None})
-        workers.append(WorkerInfo(addr, name, str(winfo.get("host", wfacts.host)), archs,
-                                  int(resources.get(COMPILE_RESOURCE, 0)), wfacts))
+        workers.append(
+            WorkerInfo(
+                addr, name, str(winfo.get("host", wfacts.host)), archs, int(resources.get(COMPILE_RESOURCE, 0)), wfacts
+            )
+        )
     if problems:
-        raise ClusterRefusedError(f"the cluster at {address} runs other versions than this machine "
-                                  f"({here.describe()}):\n  " + "\n  ".join(problems))
+        raise ClusterRefusedError(
+            f"the cluster at {address} runs other versions than this machine "
+            f"({here.describe()}):\n  " + "\n  ".join(problems)
+        )
     return Inventory(workers)
 
 
@@ -223,8 +242,9 @@ class ClusterEvaluator:
             raise
         except Exception as exc:  # the scheduler went away while answering
             self._client.close()
-            raise ClusterRefusedError(f"the Dask scheduler at {address} failed while listing its workers: "
-                                      f"{type(exc).__name__}: {exc}") from None
+            raise ClusterRefusedError(
+                f"the Dask scheduler at {address} failed while listing its workers: {type(exc).__name__}: {exc}"
+            ) from None
         self.archs = frozenset(self.inventory.archs)
         """Archs some worker has a GPU of."""
         self._lock = threading.Lock()
@@ -289,13 +309,15 @@ class ClusterEvaluator:
 
     # -- internals ---------------------------------------------------------------------------------------
     def _tag(self, job: Job, arch: str) -> str:
-        return digest_json({
-            "key": decision_key(job.manifest, job.spec, arch),
-            "candidates": [c.digest for c in job.candidates],
-            "baseline": job.baseline.digest if job.baseline is not None else None,
-            "checks": CHECKS_VERSION,
-            "toolchain": toolchain().ident,
-        })
+        return digest_json(
+            {
+                "key": decision_key(job.manifest, job.spec, arch),
+                "candidates": [c.digest for c in job.candidates],
+                "baseline": job.baseline.digest if job.baseline is not None else None,
+                "checks": CHECKS_VERSION,
+                "toolchain": toolchain().ident,
+            }
+        )
 
     def _parts(self, job: Job) -> list[Job]:
         """The job as it is, or, where several workers have its arch, split in as many parts of its candidates,
@@ -312,8 +334,9 @@ class ClusterEvaluator:
         elif job.baseline is not None:  # the baseline first: its part runs first, biggest
             candidates.sort(key=lambda c: c.digest != job.baseline.digest)  # type: ignore[union-attr]
         size = -(-len(candidates) // count)
-        return [replace(job, candidates=candidates[i:i + size], baseline=None)
-                for i in range(0, len(candidates), size)]
+        return [
+            replace(job, candidates=candidates[i : i + size], baseline=None) for i in range(0, len(candidates), size)
+        ]
 
     def _project(self, manifest: Manifest) -> ProjectFiles:
         key = str(manifest.path)
@@ -348,14 +371,21 @@ class ClusterEvaluator:
         if self.factory is not None:
             args.append(self.factory)
         try:
-            sub.future = self._client.submit(evaluate_job, *args, resources={arch: 1}, pure=False,
-                                             priority=len(job.candidates),
-                                             key=f"r1build-{job.spec.name}-{arch}-{tag[:16]}")
+            sub.future = self._client.submit(
+                evaluate_job,
+                *args,
+                resources={arch: 1},
+                pure=False,
+                priority=len(job.candidates),
+                key=f"r1build-{job.spec.name}-{arch}-{tag[:16]}",
+            )
         except Exception as exc:  # the client is closed: the scheduler went away between two jobs
             with self._lock:
                 del self._jobs[tag]
-            raise ClusterError(f"{job.spec.name}/{arch}: lost the Dask scheduler at {self.address} ({exc}); what "
-                               "was measured before is cached, so running the same command again continues") from None
+            raise ClusterError(
+                f"{job.spec.name}/{arch}: lost the Dask scheduler at {self.address} ({exc}); what "
+                "was measured before is cached, so running the same command again continues"
+            ) from None
         sub.future.add_done_callback(lambda f, tag=tag: self._arrived(tag, f))
         self._progress(arch)
         return sub
@@ -385,14 +415,18 @@ class ClusterEvaluator:
         try:
             outcome = sub.future.result()
         except CancelledError:
-            raise ClusterError(f"{name}: lost the Dask scheduler at {self.address} during the run; what was "
-                               "measured before is cached, so running the same command again continues") from None
+            raise ClusterError(
+                f"{name}: lost the Dask scheduler at {self.address} during the run; what was "
+                "measured before is cached, so running the same command again continues"
+            ) from None
         except EvaluationError:
             raise
         except Exception as exc:
             if type(exc).__name__ == "KilledWorker":
-                raise ClusterError(f"{name}: the job was lost with the workers that died running it ({exc}); what was "
-                                   "measured before is cached, so running the same command again continues") from None
+                raise ClusterError(
+                    f"{name}: the job was lost with the workers that died running it ({exc}); what was "
+                    "measured before is cached, so running the same command again continues"
+                ) from None
             raise ClusterError(f"{name}: the job failed on the cluster: {type(exc).__name__}: {exc}") from exc
         self._progress(sub.arch)
         return outcome
@@ -413,7 +447,14 @@ class ClusterEvaluator:
             subs = [s for s in self._jobs.values() if s.arch == arch]
             finished = {s.tag for s in subs if s.outcome is not None or (s.future is not None and s.future.done())}
             running = sum(s.tag in self._running and s.tag not in finished for s in subs)
-        event = Progress(f"cluster {arch}", len(finished), len(subs),
-                         {"queued": len(subs) - len(finished) - running, "running": running,
-                          "workers": len(self.inventory.archs.get(arch, []))})
+        event = Progress(
+            f"cluster {arch}",
+            len(finished),
+            len(subs),
+            {
+                "queued": len(subs) - len(finished) - running,
+                "running": running,
+                "workers": len(self.inventory.archs.get(arch, [])),
+            },
+        )
         self._context.copy().run(emit, event)

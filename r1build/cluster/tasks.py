@@ -29,8 +29,18 @@ from ..manifest.model import KernelSpec, Manifest
 from ..manifest.reference import reference_file
 from ..records import Candidate, Result
 
-__all__ = ["PROGRESS_TOPIC", "JobOutcome", "ProjectFiles", "WorkerEvaluator", "compile_verdict", "evaluate_job",
-           "local_gpu_evaluator", "project_files", "worker_cache", "worker_facts"]
+__all__ = [
+    "PROGRESS_TOPIC",
+    "JobOutcome",
+    "ProjectFiles",
+    "WorkerEvaluator",
+    "compile_verdict",
+    "evaluate_job",
+    "local_gpu_evaluator",
+    "project_files",
+    "worker_cache",
+    "worker_facts",
+]
 
 PROGRESS_TOPIC = "r1build-jobs"
 """The Dask event topic a worker logs ``{"job": tag, "state": "running", "name": worker name}`` to when it starts a
@@ -61,8 +71,9 @@ class ProjectFiles:
     @property
     def digest(self) -> str:
         """Identity of the content (the folder a worker writes it to)."""
-        return digest_json({"manifest": self.manifest_name,
-                            "files": {k: digest_bytes(v) for k, v in self.files.items()}})
+        return digest_json(
+            {"manifest": self.manifest_name, "files": {k: digest_bytes(v) for k, v in self.files.items()}}
+        )
 
 
 def project_files(manifest: Manifest, specs: Sequence[KernelSpec]) -> ProjectFiles:
@@ -74,18 +85,26 @@ def project_files(manifest: Manifest, specs: Sequence[KernelSpec]) -> ProjectFil
     for spec in specs:
         path = reference_file(manifest.root, spec.reference).resolve()
         folder = path.parent
-        found = list(folder.glob("*.py")) if folder == root else [
-            p for p in folder.rglob("*.py")
-            if not any(part.startswith(".") or part in _SKIP_DIRS for part in p.relative_to(folder).parts[:-1])]
+        found = (
+            list(folder.glob("*.py"))
+            if folder == root
+            else [
+                p
+                for p in folder.rglob("*.py")
+                if not any(part.startswith(".") or part in _SKIP_DIRS for part in p.relative_to(folder).parts[:-1])
+            ]
+        )
         for p in [path, *found]:
             rel = p.relative_to(root).as_posix()
             if rel not in files and p.is_file():
                 files[rel] = p.read_bytes()
     size = sum(len(v) for v in files.values())
     if size > _MAX_PROJECT_BYTES or len(files) > _MAX_PROJECT_FILES:
-        raise ClusterRefusedError(f"the reference modules of {manifest.path} and the Python files beside them are "
-                                  f"{len(files)} files, {size >> 20} MiB: too much to send with every GPU job; keep "
-                                  "the references in a folder of their own")
+        raise ClusterRefusedError(
+            f"the reference modules of {manifest.path} and the Python files beside them are "
+            f"{len(files)} files, {size >> 20} MiB: too much to send with every GPU job; keep "
+            "the references in a folder of their own"
+        )
     return ProjectFiles(manifest.path.name, files)
 
 
@@ -150,8 +169,10 @@ def local_gpu_evaluator() -> WorkerEvaluator:
 
     gpus = detect_gpus()
     if not gpus:
-        raise EvaluationError(f"worker on {socket.gethostname()} advertises a GPU arch but sees no GPU (cupy "
-                              "missing, no driver, or CUDA_VISIBLE_DEVICES empty)")
+        raise EvaluationError(
+            f"worker on {socket.gethostname()} advertises a GPU arch but sees no GPU (cupy "
+            "missing, no driver, or CUDA_VISIBLE_DEVICES empty)"
+        )
     return GpuEvaluator(worker_cache(), gpus=gpus)
 
 
@@ -196,8 +217,15 @@ def _log(message: dict[str, Any]) -> None:
         pass
 
 
-def evaluate_job(job: Job, project: ProjectFiles, gate_keys: Sequence[str], known: dict[str, Result], tag: str,
-                 session: str, factory: Callable[[], WorkerEvaluator] = local_gpu_evaluator) -> JobOutcome:
+def evaluate_job(
+    job: Job,
+    project: ProjectFiles,
+    gate_keys: Sequence[str],
+    known: dict[str, Result],
+    tag: str,
+    session: str,
+    factory: Callable[[], WorkerEvaluator] = local_gpu_evaluator,
+) -> JobOutcome:
     """Judge one GPU job on this worker (the Dask task of a cluster resolve). ``gate_keys`` name the gate
     verdicts of the job's candidates, ``known`` the ones the resolving machine already has (not compiled again),
     ``tag`` the job in progress events, ``session`` the resolve it belongs to."""
@@ -208,8 +236,10 @@ def evaluate_job(job: Job, project: ProjectFiles, gate_keys: Sequence[str], know
     try:
         archs = getattr(evaluator, "archs", None)
         if archs is not None and job.arch not in archs:  # a worker started with the wrong resources
-            raise EvaluationError(f"worker {_worker_name()} on {socket.gethostname()} advertises {job.arch}, but "
-                                  f"its GPUs run {', '.join(sorted(archs)) or 'nothing'}: fix its --resources")
+            raise EvaluationError(
+                f"worker {_worker_name()} on {socket.gethostname()} advertises {job.arch}, but "
+                f"its GPUs run {', '.join(sorted(archs)) or 'nothing'}: fix its --resources"
+            )
         cache = getattr(evaluator, "cache", None)
         if cache is not None:
             for key, verdict in known.items():
@@ -231,8 +261,9 @@ def evaluate_job(job: Job, project: ProjectFiles, gate_keys: Sequence[str], know
 _gates: dict[float, Any] = {}
 
 
-def compile_verdict(manifest: Manifest, spec: KernelSpec, arch: str, candidate: Candidate,
-                    timeout_s: float) -> tuple[Result, bool]:
+def compile_verdict(
+    manifest: Manifest, spec: KernelSpec, arch: str, candidate: Candidate, timeout_s: float
+) -> tuple[Result, bool]:
     """One static-gate compile on this worker: the verdict before limits and whether it may be cached (the
     resolving machine applies the limits and caches it)."""
     from ..gate.static import StaticGate

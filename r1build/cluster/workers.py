@@ -43,20 +43,30 @@ class WorkerPlan:
         """The equivalent plain ``dask worker`` command line."""
         env = " ".join(f"{k}={v}" for k, v in self.env.items())
         res = ",".join(f"{k}={v:g}" for k, v in self.resources.items())
-        return (f"{env + ' ' if env else ''}dask worker {scheduler} --nworkers 1 --nthreads {self.nthreads} "
-                f"--resources {res} --name {self.name}")
+        return (
+            f"{env + ' ' if env else ''}dask worker {scheduler} --nworkers 1 --nthreads {self.nthreads} "
+            f"--resources {res} --name {self.name}"
+        )
 
 
-def plan_workers(gpus: Sequence[GpuInfo], *, compile_slots: int, jobs_per_gpu: int = 2,
-                 host: str | None = None) -> list[WorkerPlan]:
+def plan_workers(
+    gpus: Sequence[GpuInfo], *, compile_slots: int, jobs_per_gpu: int = 2, host: str | None = None
+) -> list[WorkerPlan]:
     """The workers of one host: one per GPU in ``gpus``, and one with ``compile_slots`` compile slots (none when
     0)."""
     host = host or socket.gethostname().split(".")[0]
     plans = []
     for gpu in gpus:
         resources = {arch: float(jobs_per_gpu) for arch in archs_of(gpu)}
-        plans.append(WorkerPlan(f"{host}-gpu{gpu.index}", jobs_per_gpu, resources,
-                                {"CUDA_VISIBLE_DEVICES": visible_devices_value(gpu.index)}, gpu.name))
+        plans.append(
+            WorkerPlan(
+                f"{host}-gpu{gpu.index}",
+                jobs_per_gpu,
+                resources,
+                {"CUDA_VISIBLE_DEVICES": visible_devices_value(gpu.index)},
+                gpu.name,
+            )
+        )
     if compile_slots > 0:
         from .session import COMPILE_RESOURCE
 
@@ -64,13 +74,20 @@ def plan_workers(gpus: Sequence[GpuInfo], *, compile_slots: int, jobs_per_gpu: i
     return plans
 
 
-async def _serve(scheduler: str, plans: Sequence[WorkerPlan], ready: Callable[[], None],
-                 timeout_s: float) -> None:
+async def _serve(scheduler: str, plans: Sequence[WorkerPlan], ready: Callable[[], None], timeout_s: float) -> None:
     from distributed import Nanny
 
     nannies: list[Any] = [
-        Nanny(scheduler, nthreads=p.nthreads, resources=p.resources, name=p.name, env=p.env,
-              death_timeout=timeout_s, dashboard=False, memory_limit=0)
+        Nanny(
+            scheduler,
+            nthreads=p.nthreads,
+            resources=p.resources,
+            name=p.name,
+            env=p.env,
+            death_timeout=timeout_s,
+            dashboard=False,
+            memory_limit=0,
+        )
         for p in plans
     ]
     stop = asyncio.Event()
@@ -82,8 +99,9 @@ async def _serve(scheduler: str, plans: Sequence[WorkerPlan], ready: Callable[[]
         try:
             await asyncio.wait_for(asyncio.gather(*(n.start() for n in nannies)), timeout_s)
         except (OSError, TimeoutError, asyncio.TimeoutError) as exc:
-            raise ClusterRefusedError(f"the Dask scheduler at {scheduler} is unreachable ({exc or 'timed out'})") \
-                from None
+            raise ClusterRefusedError(
+                f"the Dask scheduler at {scheduler} is unreachable ({exc or 'timed out'})"
+            ) from None
         ready()
         finished = asyncio.ensure_future(asyncio.gather(*(n.finished() for n in nannies)))
         stopped = asyncio.ensure_future(stop.wait())
@@ -93,8 +111,9 @@ async def _serve(scheduler: str, plans: Sequence[WorkerPlan], ready: Callable[[]
         await asyncio.gather(*(n.close(timeout=10) for n in nannies), return_exceptions=True)
 
 
-def run_workers(scheduler: str, plans: Sequence[WorkerPlan], *, ready: Callable[[], None] = lambda: None,
-                timeout_s: float = 60.0) -> None:
+def run_workers(
+    scheduler: str, plans: Sequence[WorkerPlan], *, ready: Callable[[], None] = lambda: None, timeout_s: float = 60.0
+) -> None:
     """Start the planned workers, connected to ``scheduler``, and serve until SIGINT or SIGTERM (or until every
     worker has ended). :class:`~r1build.errors.ClusterRefusedError` when the address is malformed, Dask is not
     installed or the scheduler is unreachable within ``timeout_s``."""

@@ -74,7 +74,11 @@ def _split_flags(flags: Sequence[str]) -> tuple[str | None, list[str]]:
 
 
 def _object_library(
-    target: str, source: str, targets: Sequence[ArchTarget], manifest: Manifest, standard: str | None,
+    target: str,
+    source: str,
+    targets: Sequence[ArchTarget],
+    manifest: Manifest,
+    standard: str | None,
     flags: Sequence[str],
 ) -> list[str]:
     props = [

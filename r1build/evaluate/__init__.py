@@ -33,9 +33,16 @@ __all__ = [
 ]
 
 _HOME = {
-    "DeviceFloors": "floors", "GpuEvaluator": "evaluator", "GpuInfo": "devices", "archs_of": "devices",
-    "bytes_moved": "floors", "detect_gpus": "devices", "eval_flops": "floors", "expand_variants": "variants",
-    "floor_us": "floors", "tunable_value_sets": "variants",
+    "DeviceFloors": "floors",
+    "GpuEvaluator": "evaluator",
+    "GpuInfo": "devices",
+    "archs_of": "devices",
+    "bytes_moved": "floors",
+    "detect_gpus": "devices",
+    "eval_flops": "floors",
+    "expand_variants": "variants",
+    "floor_us": "floors",
+    "tunable_value_sets": "variants",
 }
 
 

@@ -38,8 +38,16 @@ from .floors import DeviceFloors, bytes_moved, shape_key
 from .inputs import ArrayLayout, generate_inputs, poison_bytes
 from .timing import array_requests
 
-__all__ = ["IMPLAUSIBLE", "IMPLAUSIBLE_WARM", "BenchPlan", "BenchShape", "implausible", "judge_bench", "plan_bench",
-           "rotation_for"]
+__all__ = [
+    "IMPLAUSIBLE",
+    "IMPLAUSIBLE_WARM",
+    "BenchPlan",
+    "BenchShape",
+    "implausible",
+    "judge_bench",
+    "plan_bench",
+    "rotation_for",
+]
 
 IMPLAUSIBLE = 1.5
 """A median more than this many times faster than the memory floor is not a measurement of the work."""
@@ -103,8 +111,9 @@ def _write_set(spec: KernelSpec, directory: Path, tag: str, inputs: Mapping[str,
     return files
 
 
-def plan_bench(spec: KernelSpec, reference: Callable[..., Any], l2_bytes: int, directory: Path, *,
-               seed: int = 0) -> BenchPlan:
+def plan_bench(
+    spec: KernelSpec, reference: Callable[..., Any], l2_bytes: int, directory: Path, *, seed: int = 0
+) -> BenchPlan:
     """Input sets, reference outputs and input files of every benchmark shape (the reference runs here)."""
     directory.mkdir(parents=True, exist_ok=True)
     shapes = []
@@ -116,25 +125,40 @@ def plan_bench(spec: KernelSpec, reference: Callable[..., Any], l2_bytes: int, d
             expected = run_reference(reference, spec, sizes, inputs)
             sets.append(BenchSet(inputs, expected, _write_set(spec, directory, f"s{si}-set{k}", inputs), 0))
         tweaked = tweak_one(sets[0].inputs, seed * 7919 + 1000 * si + 999)
-        tweak = BenchSet(tweaked, run_reference(reference, spec, sizes, tweaked),
-                         _write_set(spec, directory, f"s{si}-tweak", tweaked), 1)
+        tweak = BenchSet(
+            tweaked,
+            run_reference(reference, spec, sizes, tweaked),
+            _write_set(spec, directory, f"s{si}-tweak", tweaked),
+            1,
+        )
         shapes.append(BenchShape(dict(sizes), shape_key(spec, sizes), sets, tweak))
     return BenchPlan(shapes, directory)
 
 
 def _fill(spec: KernelSpec, bench_set: BenchSet) -> BenchFill:
     outs = [a for a in spec.args if a.is_array]
-    return {"files": bench_set.files,
-            "poison": [poison_bytes(a.dtype, bench_set.poison).hex() if f is None else None
-                       for a, f in zip(outs, bench_set.files, strict=True)]}
+    return {
+        "files": bench_set.files,
+        "poison": [
+            poison_bytes(a.dtype, bench_set.poison).hex() if f is None else None
+            for a, f in zip(outs, bench_set.files, strict=True)
+        ],
+    }
 
 
 def shape_requests(spec: KernelSpec, plan: BenchPlan, out_dir: Path) -> list[BenchShapeRequest]:
     """The ``shapes`` of a worker ``time`` request: arrays, arguments, input sets, the tweaked set."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    return [{"arrays": array_requests(spec, shape.sizes), "args": arg_items(spec, shape.sizes),
-             "sets": [_fill(spec, s) for s in shape.sets], "tweak": _fill(spec, shape.tweak),
-             "out_dir": str(out_dir)} for shape in plan.shapes]
+    return [
+        {
+            "arrays": array_requests(spec, shape.sizes),
+            "args": arg_items(spec, shape.sizes),
+            "sets": [_fill(spec, s) for s in shape.sets],
+            "tweak": _fill(spec, shape.tweak),
+            "out_dir": str(out_dir),
+        }
+        for shape in plan.shapes
+    ]
 
 
 def _compare(spec: KernelSpec, bench_set: BenchSet, paths: Sequence[str | None]) -> Mismatch | None:
@@ -162,9 +186,12 @@ def judge_bench(spec: KernelSpec, plan: BenchPlan, replies: Sequence[TimedShape]
         rc = int(reply.get("capture_rc") or 0)
         if reply.get("capture_error") or rc in CAPTURE_ERRORS:
             why = reply.get("capture_error") or f"returned {rc}"
-            return Verdict("incorrect", f"work outside the given stream: capturing the call into a CUDA graph on "
-                                        f"its stream failed {where} ({why}), though it passed at the test shapes",
-                           kind="stream")
+            return Verdict(
+                "incorrect",
+                f"work outside the given stream: capturing the call into a CUDA graph on "
+                f"its stream failed {where} ({why}), though it passed at the test shapes",
+                kind="stream",
+            )
         if reply.get("check_error"):
             return Verdict("incorrect", f"the call {reply['check_error']} {where}", kind="returned")
         outputs = reply.get("outputs") or []
@@ -173,18 +200,27 @@ def judge_bench(spec: KernelSpec, plan: BenchPlan, replies: Sequence[TimedShape]
         for k, (bench_set, paths) in enumerate(zip(shape.sets, outputs, strict=False)):
             found = _compare(spec, bench_set, paths)
             if found is not None:
-                return Verdict("incorrect", f"wrong outputs of the timed calls {where} (input set {k + 1} of "
-                                            f"{len(shape.sets)}): {found.message}", kind=found.kind)
+                return Verdict(
+                    "incorrect",
+                    f"wrong outputs of the timed calls {where} (input set {k + 1} of "
+                    f"{len(shape.sets)}): {found.message}",
+                    kind=found.kind,
+                )
         found = _compare(spec, shape.tweak, reply.get("tweak_outputs") or [])
         if found is not None:
-            return Verdict("incorrect", f"the result depends on earlier calls {where}: with one input element "
-                                        f"changed and the same pointers the outputs are wrong ({found.message}); "
-                                        "a memo of earlier results?", kind=found.kind)
+            return Verdict(
+                "incorrect",
+                f"the result depends on earlier calls {where}: with one input element "
+                f"changed and the same pointers the outputs are wrong ({found.message}); "
+                "a memo of earlier results?",
+                kind=found.kind,
+            )
     return None
 
 
-def implausible(spec: KernelSpec, medians_us: Sequence[float], floors: DeviceFloors,
-                warm: Sequence[bool] = ()) -> Verdict | None:
+def implausible(
+    spec: KernelSpec, medians_us: Sequence[float], floors: DeviceFloors, warm: Sequence[bool] = ()
+) -> Verdict | None:
     """A rejection when a benchmark shape's median is more than :data:`IMPLAUSIBLE` times faster than the memory
     floor (:data:`IMPLAUSIBLE_WARM` where the shape was timed warm, ``warm[i]``); the arithmetic floor is left
     out: tensor cores and lower precisions can beat the fp32 peak."""
@@ -193,9 +229,13 @@ def implausible(spec: KernelSpec, medians_us: Sequence[float], floors: DeviceFlo
         floor = moved / floors.bandwidth_bps * 1e6
         limit = IMPLAUSIBLE_WARM if i < len(warm) and warm[i] else IMPLAUSIBLE
         if median > 0 and floor / median > limit:
-            return Verdict("rejected", f"implausible time at the benchmark shape {shape_key(spec, sizes)}: "
-                                       f"{median:.4g} us is {floor / median:.1f}x faster than the memory floor "
-                                       f"allows ({moved} bytes the call must move at the measured "
-                                       f"{floors.bandwidth_bps / 1e9:.0f} GB/s take {floor:.4g} us); the timed "
-                                       "calls cannot have done the work", kind="implausible")
+            return Verdict(
+                "rejected",
+                f"implausible time at the benchmark shape {shape_key(spec, sizes)}: "
+                f"{median:.4g} us is {floor / median:.1f}x faster than the memory floor "
+                f"allows ({moved} bytes the call must move at the measured "
+                f"{floors.bandwidth_bps / 1e9:.0f} GB/s take {floor:.4g} us); the timed "
+                "calls cannot have done the work",
+                kind="implausible",
+            )
     return None

@@ -18,8 +18,9 @@ from .slots import Slot, library_key
 __all__ = ["run_checks"]
 
 
-def run_checks(slot: Slot, spec: KernelSpec, lib: Library, plans: list[ShapePlan], *, timeout_s: float
-               ) -> Verdict | None:
+def run_checks(
+    slot: Slot, spec: KernelSpec, lib: Library, plans: list[ShapePlan], *, timeout_s: float
+) -> Verdict | None:
     """The first failure of ``lib`` over every shape's calls (each call within ``timeout_s``), explained by
     repeating the failing call where that can name the cause; None when every call passed."""
     key = library_key(lib)
@@ -38,14 +39,16 @@ def run_checks(slot: Slot, spec: KernelSpec, lib: Library, plans: list[ShapePlan
                 repeat = diagnosis_plan(plan, verdict.call)
                 header, buffers = check_request(spec, repeat, key)
                 reply, data = slot.request(header, buffers, timeout_s=timeout_s)
-                verdict = diagnose(plan, verdict.call, verdict, repeat, cast(CheckReply, reply), data,
-                                   spec.tolerance)
+                verdict = diagnose(plan, verdict.call, verdict, repeat, cast(CheckReply, reply), data, spec.tolerance)
             if verdict is not None:
                 return verdict
     except WorkerTimedOut:
-        return Verdict("timed_out", f"a call did not return within {timeout_s:g} s {where}; the worker was killed "
-                                    "(an endless loop, a deadlock between blocks, or a grid far larger than the "
-                                    "data?)")
+        return Verdict(
+            "timed_out",
+            f"a call did not return within {timeout_s:g} s {where}; the worker was killed "
+            "(an endless loop, a deadlock between blocks, or a grid far larger than the "
+            "data?)",
+        )
     except WorkerDied as exc:
         tail = f"; its last output: {exc.log[-600:]}" if exc.log else ""
         return Verdict("crashed", f"the worker process died {where} ({exc}){tail}")

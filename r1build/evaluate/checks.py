@@ -88,9 +88,19 @@ _MOVED = 1
 """Index of the call whose inputs the ``moved`` call repeats at new addresses."""
 
 _CODES = {
-    "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8", "uint16": "u16",
-    "uint32": "u32", "uint64": "u64", "float32": "f32", "float64": "f64", "bool": "bool",
-    "float16": "u16", "bfloat16": "u16",
+    "int8": "i8",
+    "int16": "i16",
+    "int32": "i32",
+    "int64": "i64",
+    "uint8": "u8",
+    "uint16": "u16",
+    "uint32": "u32",
+    "uint64": "u64",
+    "float32": "f32",
+    "float64": "f64",
+    "bool": "bool",
+    "float16": "u16",
+    "bfloat16": "u16",
 }
 
 
@@ -187,8 +197,9 @@ def arg_items(spec: KernelSpec, sizes: Mapping[str, int]) -> list[ArgItem]:
     return items
 
 
-def run_reference(reference: Callable[..., Any], spec: KernelSpec, sizes: Mapping[str, int],
-                  inputs: Mapping[str, NDArray[Any]]) -> dict[str, NDArray[Any]]:
+def run_reference(
+    reference: Callable[..., Any], spec: KernelSpec, sizes: Mapping[str, int], inputs: Mapping[str, NDArray[Any]]
+) -> dict[str, NDArray[Any]]:
     """The reference's outputs by name, checked against the declared shapes and dtypes as ``r1build check``
     checks them (:func:`~r1build.manifest.outputs.call_reference`); integer outputs in their declared dtype."""
     try:
@@ -262,32 +273,50 @@ def check_request(spec: KernelSpec, plan: ShapePlan, lib: str) -> tuple[CheckReq
             else:
                 inputs[str(j)] = len(buffers)
                 buffers.append(np.ascontiguousarray(call.inputs[lay.name]).tobytes())
-        calls.append({"mode": call.mode, "inputs": inputs, "poison": poison, "smem_pattern": call.smem_pattern,
-                      "buffers": call.buffers})
+        calls.append(
+            {
+                "mode": call.mode,
+                "inputs": inputs,
+                "poison": poison,
+                "smem_pattern": call.smem_pattern,
+                "buffers": call.buffers,
+            }
+        )
     header: CheckRequest = {
-        "op": "check", "lib": lib, "args": arg_items(spec, plan.sizes), "calls": calls,
-        "arrays": [{"total": lay.total, "start": lay.start, "nbytes": lay.nbytes, "guard_byte": GUARD_BYTE}
-                   for lay in plan.layouts],
+        "op": "check",
+        "lib": lib,
+        "args": arg_items(spec, plan.sizes),
+        "calls": calls,
+        "arrays": [
+            {"total": lay.total, "start": lay.start, "nbytes": lay.nbytes, "guard_byte": GUARD_BYTE}
+            for lay in plan.layouts
+        ],
     }
     return header, buffers
 
 
-_STREAM_RULE = ("The contract: launch every kernel, copy and memset of the call on the `stream` argument "
-                "(or on streams joined to it with events); never on the default stream, a private stream or "
-                "cudaStreamPerThread, and no synchronizing calls.")
+_STREAM_RULE = (
+    "The contract: launch every kernel, copy and memset of the call on the `stream` argument "
+    "(or on streams joined to it with events); never on the default stream, a private stream or "
+    "cudaStreamPerThread, and no synchronizing calls."
+)
 
 
-_STATE_RULE = ("The contract: a call launches work on its stream and nothing else: no device limits "
-               "(cudaDeviceSetLimit, persisting L2), no stream or access-policy attributes, no allocation, no "
-               "synchronization; whatever it changes would change every later candidate's time.")
+_STATE_RULE = (
+    "The contract: a call launches work on its stream and nothing else: no device limits "
+    "(cudaDeviceSetLimit, persisting L2), no stream or access-policy attributes, no allocation, no "
+    "synchronization; whatever it changes would change every later candidate's time."
+)
 
 
 def _where(plan: ShapePlan, index: int) -> str:
     return f"at {plan.key} (call {index + 1} of {len(plan.calls)}: {plan.calls[index].label})"
 
 
-_EARLIER = ("the result depends on earlier calls (state kept between calls: a memo of earlier results keyed on the "
-            "pointers or on sampled values, a __device__ accumulator or flag never reset)")
+_EARLIER = (
+    "the result depends on earlier calls (state kept between calls: a memo of earlier results keyed on the "
+    "pointers or on sampled values, a __device__ accumulator or flag never reset)"
+)
 
 
 def _first_direct(plan: ShapePlan) -> int | None:
@@ -301,31 +330,58 @@ def _mismatch_detail(plan: ShapePlan, index: int, found: Mismatch) -> Verdict:
     if found.kind in ("guard", "input"):
         return Verdict("incorrect", f"{found.message} {where}", index, found.kind)
     if call.mode == "graph":
-        return Verdict("incorrect", f"work outside the given stream: replaying only the CUDA graph captured from "
-                                    f"the call on its stream gave wrong outputs ({found.message}) {where}. "
-                                    + _STREAM_RULE, index, found.kind)
+        return Verdict(
+            "incorrect",
+            f"work outside the given stream: replaying only the CUDA graph captured from "
+            f"the call on its stream gave wrong outputs ({found.message}) {where}. " + _STREAM_RULE,
+            index,
+            found.kind,
+        )
     if call.mode == "smem":
-        return Verdict("incorrect", f"reads shared memory it never wrote: {found.message} {where}, while the "
-                                    "same inputs passed with shared memory left as it was", index, found.kind)
+        return Verdict(
+            "incorrect",
+            f"reads shared memory it never wrote: {found.message} {where}, while the "
+            "same inputs passed with shared memory left as it was",
+            index,
+            found.kind,
+        )
     if call.mode == "tweak":
-        return Verdict("incorrect", f"{_EARLIER}: with one input element changed and the same pointers the "
-                                    f"outputs are wrong ({found.message}) {where}", index, found.kind)
+        return Verdict(
+            "incorrect",
+            f"{_EARLIER}: with one input element changed and the same pointers the "
+            f"outputs are wrong ({found.message}) {where}",
+            index,
+            found.kind,
+        )
     if call.mode == "moved":
-        return Verdict("incorrect", f"identical inputs at new addresses give wrong outputs ({found.message}) "
-                                    f"{where}, though they passed in the first buffers: {_EARLIER}, or on the "
-                                    "addresses", index, found.kind)
+        return Verdict(
+            "incorrect",
+            f"identical inputs at new addresses give wrong outputs ({found.message}) "
+            f"{where}, though they passed in the first buffers: {_EARLIER}, or on the "
+            "addresses",
+            index,
+            found.kind,
+        )
     first = _first_direct(plan)
     if first is not None and index > first and found.kind == "unwritten":
-        return Verdict("incorrect", f"{_EARLIER}: {found.message} {where}, though an earlier call into the same "
-                                    "buffers wrote every element", index, found.kind)
+        return Verdict(
+            "incorrect",
+            f"{_EARLIER}: {found.message} {where}, though an earlier call into the same buffers wrote every element",
+            index,
+            found.kind,
+        )
     return Verdict("incorrect", f"{found.message} {where}", index, found.kind)
 
 
 def needs_diagnosis(plan: ShapePlan, verdict: Verdict) -> bool:
     """Whether an output failure could come from a race, from state kept across calls or from reading unwritten
     shared memory, which repeating calls tells apart (:func:`diagnosis_plan`)."""
-    return (verdict.status == "incorrect" and verdict.call is not None
-            and plan.calls[verdict.call].mode != "capture" and verdict.kind in ("value", "nan", "unwritten"))
+    return (
+        verdict.status == "incorrect"
+        and verdict.call is not None
+        and plan.calls[verdict.call].mode != "capture"
+        and verdict.kind in ("value", "nan", "unwritten")
+    )
 
 
 _REPEATS = 6
@@ -344,13 +400,22 @@ def diagnosis_plan(plan: ShapePlan, index: int) -> ShapePlan:
     calls.append(replace(call, mode="smem", smem_pattern=b, index=100))
     calls.append(replace(call, mode="smem", smem_pattern=a, index=101, buffers=1 - call.buffers))
     if first is not None and first < index:
-        calls += [replace(plan.calls[first], mode="smem", smem_pattern=a, buffers=call.buffers, index=102 + j)
-                  for j in range(2)]
+        calls += [
+            replace(plan.calls[first], mode="smem", smem_pattern=a, buffers=call.buffers, index=102 + j)
+            for j in range(2)
+        ]
     return replace(plan, calls=calls)
 
 
-def diagnose(plan: ShapePlan, index: int, verdict: Verdict, repeat: ShapePlan, reply: CheckReply,
-             buffers: Sequence[bytes], tolerance: Tolerance) -> Verdict:
+def diagnose(
+    plan: ShapePlan,
+    index: int,
+    verdict: Verdict,
+    repeat: ShapePlan,
+    reply: CheckReply,
+    buffers: Sequence[bytes],
+    tolerance: Tolerance,
+) -> Verdict:
     """The failure of call ``index`` explained by the calls of :func:`diagnosis_plan`, in this order: outputs
     that depend on earlier calls (inputs that passed the first time now fail), nondeterminism (identical calls,
     different outputs), a memo of the pointers (the same inputs pass at other addresses), a dependence on shared
@@ -358,54 +423,88 @@ def diagnose(plan: ShapePlan, index: int, verdict: Verdict, repeat: ShapePlan, r
     records = reply.get("calls", [])
     n = len(repeat.layouts)
     runs = len(repeat.calls)
-    if not reply.get("ok") or len(records) < runs or any(r.get("error") for r in records[:runs]) \
-            or len(buffers) < runs * n:
-        why = reply.get("error") or next((r.get("error") or r.get("device_state") for r in records
-                                          if r.get("error") or r.get("device_state")), None)
-        return replace(verdict, detail=f"{verdict.detail} (repeating the call to name the cause failed after "
-                                       f"{len(records)} of {runs} calls: {why or 'no reason given'})")
+    if (
+        not reply.get("ok")
+        or len(records) < runs
+        or any(r.get("error") for r in records[:runs])
+        or len(buffers) < runs * n
+    ):
+        why = reply.get("error") or next(
+            (r.get("error") or r.get("device_state") for r in records if r.get("error") or r.get("device_state")), None
+        )
+        return replace(
+            verdict,
+            detail=f"{verdict.detail} (repeating the call to name the cause failed after "
+            f"{len(records)} of {runs} calls: {why or 'no reason given'})",
+        )
     outs = [j for j, lay in enumerate(repeat.layouts) if lay.role != "in"]
 
     def datas(run: int) -> list[bytes]:
-        return list(buffers[run * n:(run + 1) * n])
+        return list(buffers[run * n : (run + 1) * n])
 
     def payload(run: int) -> list[bytes]:
-        return [datas(run)[j][repeat.layouts[j].start: repeat.layouts[j].start + repeat.layouts[j].nbytes]
-                for j in outs]
+        return [
+            datas(run)[j][repeat.layouts[j].start : repeat.layouts[j].start + repeat.layouts[j].nbytes] for j in outs
+        ]
 
     def wrong(run: int) -> Mismatch | None:
         call = repeat.calls[run]
-        return compare_outputs(repeat.layouts, datas(run), call.expected, tolerance, _poisons(repeat, call),
-                               scale_atol=call.dist == "large")
+        return compare_outputs(
+            repeat.layouts,
+            datas(run),
+            call.expected,
+            tolerance,
+            _poisons(repeat, call),
+            scale_atol=call.dist == "large",
+        )
 
     where = _where(plan, index)
     moved = _REPEATS + 1
     if runs == _REPEATS + 4:
         again = [wrong(r) for r in (runs - 2, runs - 1)]
         if again[0] is not None and again[1] is not None:
-            return Verdict("incorrect", f"{_EARLIER}: the inputs of the first call, which gave the right outputs "
-                                        f"then, give wrong outputs when repeated ({again[0].message}); first "
-                                        f"failure {where}: {verdict.detail}", index, verdict.kind)
+            return Verdict(
+                "incorrect",
+                f"{_EARLIER}: the inputs of the first call, which gave the right outputs "
+                f"then, give wrong outputs when repeated ({again[0].message}); first "
+                f"failure {where}: {verdict.detail}",
+                index,
+                verdict.kind,
+            )
     same = payload(0)
     if any(payload(r) != same for r in range(1, _REPEATS)):
-        return Verdict("incorrect", "nondeterministic: identical calls (same inputs, same shared-memory contents "
-                                    "before the call) gave different outputs, a race between threads or blocks (a "
-                                    "missing __syncthreads, a non-atomic update of one element from several "
-                                    f"blocks); first failure {where}: {verdict.detail}", index, verdict.kind)
+        return Verdict(
+            "incorrect",
+            "nondeterministic: identical calls (same inputs, same shared-memory contents "
+            "before the call) gave different outputs, a race between threads or blocks (a "
+            "missing __syncthreads, a non-atomic update of one element from several "
+            f"blocks); first failure {where}: {verdict.detail}",
+            index,
+            verdict.kind,
+        )
     if wrong(0) is not None and wrong(moved) is None:
-        return Verdict("incorrect", f"{_EARLIER}: the same inputs give the right outputs at other addresses and "
-                                    f"wrong ones, every time, in the buffers of the earlier calls; first failure "
-                                    f"{where}: {verdict.detail}", index, verdict.kind)
+        return Verdict(
+            "incorrect",
+            f"{_EARLIER}: the same inputs give the right outputs at other addresses and "
+            f"wrong ones, every time, in the buffers of the earlier calls; first failure "
+            f"{where}: {verdict.detail}",
+            index,
+            verdict.kind,
+        )
     if payload(_REPEATS) != same:
-        return Verdict("incorrect", "reads shared memory it never wrote: the same inputs give different outputs "
-                                    f"depending on what shared memory held before the call (pre-filled with "
-                                    f"0x{SMEM_PATTERNS[0]:08x}, then 0x{SMEM_PATTERNS[1]:08x}); first failure "
-                                    f"{where}: {verdict.detail}", index, verdict.kind)
+        return Verdict(
+            "incorrect",
+            "reads shared memory it never wrote: the same inputs give different outputs "
+            f"depending on what shared memory held before the call (pre-filled with "
+            f"0x{SMEM_PATTERNS[0]:08x}, then 0x{SMEM_PATTERNS[1]:08x}); first failure "
+            f"{where}: {verdict.detail}",
+            index,
+            verdict.kind,
+        )
     return verdict
 
 
-def judge_shape(spec: KernelSpec, plan: ShapePlan, reply: CheckReply, buffers: Sequence[bytes]
-                ) -> Verdict | None:
+def judge_shape(spec: KernelSpec, plan: ShapePlan, reply: CheckReply, buffers: Sequence[bytes]) -> Verdict | None:
     """The first failure in a worker's reply to :func:`check_request`, or None when every call passed."""
     n = len(plan.layouts)
     records = reply.get("calls", [])
@@ -416,24 +515,34 @@ def judge_shape(spec: KernelSpec, plan: ShapePlan, reply: CheckReply, buffers: S
         call = plan.calls[i]
         rc = int(rec.get("rc") or 0)
         if rec.get("device_state") and not rec.get("fatal"):
-            return Verdict("rejected", f"changed device state: {rec['device_state']} {where}. {_STATE_RULE}", i,
-                           "state")
+            return Verdict(
+                "rejected", f"changed device state: {rec['device_state']} {where}. {_STATE_RULE}", i, "state"
+            )
         captured = call.mode in ("graph", "capture")
-        if call.mode == "capture" and rc and rc not in CAPTURE_ERRORS and not rec.get("fatal") \
-                and i + 1 < len(records):
+        if call.mode == "capture" and rc and rc not in CAPTURE_ERRORS and not rec.get("fatal") and i + 1 < len(records):
             continue  # an error returned while capturing: the next call, not captured, returns the call's own
         if rc and rc not in CAPTURE_ERRORS and not rec.get("fatal"):
             # the call's own error (an invalid launch configuration, say), even where it also spoilt a capture
-            return Verdict("incorrect", f"the call {rec.get('error') or f'returned error {rc}'} {where}; the "
-                                        "contract: return cudaSuccess after launching on the stream, and a CUDA "
-                                        "error only for arguments it cannot handle", i, "returned")
+            return Verdict(
+                "incorrect",
+                f"the call {rec.get('error') or f'returned error {rc}'} {where}; the "
+                "contract: return cudaSuccess after launching on the stream, and a CUDA "
+                "error only for arguments it cannot handle",
+                i,
+                "returned",
+            )
         if captured and not rec.get("fatal") and (rec.get("capture_error") or rc in CAPTURE_ERRORS):
             why = rec.get("capture_error") or rec.get("error") or f"returned {rc}"
-            return Verdict("incorrect", f"work outside the given stream: capturing the call into a CUDA graph "
-                                        f"on its stream failed ({why}) {where}. " + _STREAM_RULE, i, "stream")
+            return Verdict(
+                "incorrect",
+                f"work outside the given stream: capturing the call into a CUDA graph "
+                f"on its stream failed ({why}) {where}. " + _STREAM_RULE,
+                i,
+                "stream",
+            )
         if rec.get("error"):
             return Verdict("crashed", f"{rec['error']} {where}", i, "crash")
-        datas = buffers[i * n:(i + 1) * n]
+        datas = buffers[i * n : (i + 1) * n]
         if len(datas) != n:
             return Verdict("crashed", f"the worker returned no data {where}")
         if call.mode == "capture":
@@ -447,8 +556,14 @@ def judge_shape(spec: KernelSpec, plan: ShapePlan, reply: CheckReply, buffers: S
                 found = check_unchanged(lay, data, call.inputs[lay.name])
                 if found is not None:
                     return _mismatch_detail(plan, i, found)
-        found = compare_outputs(plan.layouts, list(datas), call.expected, spec.tolerance, _poisons(plan, call),
-                                scale_atol=call.dist == "large")
+        found = compare_outputs(
+            plan.layouts,
+            list(datas),
+            call.expected,
+            spec.tolerance,
+            _poisons(plan, call),
+            scale_atol=call.dist == "large",
+        )
         if found is not None:
             return _mismatch_detail(plan, i, found)
     if len(records) < len(plan.calls):

@@ -28,8 +28,7 @@ from numpy.typing import NDArray
 from ..manifest.model import Tolerance
 from .inputs import GUARD_BYTE, ArrayLayout, numpy_dtype
 
-__all__ = [
-    "Mismatch", "check_guards", "check_unchanged", "compare_output", "compare_outputs", "format_value"]
+__all__ = ["Mismatch", "check_guards", "check_unchanged", "compare_output", "compare_outputs", "format_value"]
 
 
 @dataclass(frozen=True)
@@ -59,32 +58,34 @@ def check_guards(layout: ArrayLayout, data: bytes) -> Mismatch | None:
     """Whether the guard bands around one array are intact."""
     view = np.frombuffer(data, dtype=np.uint8)
     if view.size != layout.total:
-        return Mismatch("guard", f"{layout.name}: allocation came back with {view.size} bytes, "
-                                 f"expected {layout.total}")
+        return Mismatch("guard", f"{layout.name}: allocation came back with {view.size} bytes, expected {layout.total}")
     front = view[: layout.start]
-    back = view[layout.start + layout.nbytes:]
+    back = view[layout.start + layout.nbytes :]
     bad_front = np.flatnonzero(front != GUARD_BYTE)
     bad_back = np.flatnonzero(back != GUARD_BYTE)
     if bad_front.size == 0 and bad_back.size == 0:
         return None
     parts = []
     if bad_front.size:
-        parts.append(f"{bad_front.size} bytes before its start (up to {layout.start - int(bad_front[0])} bytes "
-                     "before it)")
+        parts.append(
+            f"{bad_front.size} bytes before its start (up to {layout.start - int(bad_front[0])} bytes before it)"
+        )
     if bad_back.size:
         parts.append(f"{bad_back.size} bytes past its end (up to {int(bad_back[-1]) + 1} bytes past it)")
-    return Mismatch("guard", f"out-of-bounds write: {layout.name} was written outside its {layout.nbytes} bytes: "
-                             + " and ".join(parts))
+    return Mismatch(
+        "guard",
+        f"out-of-bounds write: {layout.name} was written outside its {layout.nbytes} bytes: " + " and ".join(parts),
+    )
 
 
 def _payload(layout: ArrayLayout, data: bytes) -> NDArray[Any]:
-    raw = np.frombuffer(data, dtype=np.uint8)[layout.start: layout.start + layout.nbytes]
+    raw = np.frombuffer(data, dtype=np.uint8)[layout.start : layout.start + layout.nbytes]
     return raw.view(numpy_dtype(layout.dtype)).reshape(layout.shape)
 
 
 def check_unchanged(layout: ArrayLayout, data: bytes, uploaded: NDArray[Any]) -> Mismatch | None:
     """Whether an ``in`` array still holds exactly what was uploaded (bitwise)."""
-    got = np.frombuffer(data, dtype=np.uint8)[layout.start: layout.start + layout.nbytes]
+    got = np.frombuffer(data, dtype=np.uint8)[layout.start : layout.start + layout.nbytes]
     want = np.ascontiguousarray(uploaded).view(np.uint8).reshape(-1)
     diff = np.flatnonzero(got != want)
     if diff.size == 0:
@@ -94,20 +95,30 @@ def check_unchanged(layout: ArrayLayout, data: bytes, uploaded: NDArray[Any]) ->
     changed = int(np.unique(diff // itemsize).size)
     flat_want = np.ascontiguousarray(uploaded).reshape(-1)
     flat_got = _payload(layout, data).reshape(-1)
-    return Mismatch("input", f"modified its input {layout.name} (role in): {changed} elements changed, first at "
-                             f"{_index(first, layout.shape)}: was {format_value(flat_want[first])}, now "
-                             f"{format_value(flat_got[first])}")
+    return Mismatch(
+        "input",
+        f"modified its input {layout.name} (role in): {changed} elements changed, first at "
+        f"{_index(first, layout.shape)}: was {format_value(flat_want[first])}, now "
+        f"{format_value(flat_got[first])}",
+    )
 
 
-def compare_output(layout: ArrayLayout, data: bytes, expected: NDArray[Any], tolerance: Tolerance,
-                   poison: bytes, *, scale_atol: bool = False) -> Mismatch | None:
+def compare_output(
+    layout: ArrayLayout,
+    data: bytes,
+    expected: NDArray[Any],
+    tolerance: Tolerance,
+    poison: bytes,
+    *,
+    scale_atol: bool = False,
+) -> Mismatch | None:
     """Whether one output array matches the reference (see the module docstring for the rules)."""
     got = _payload(layout, data)
     n = got.size
     if n == 0:
         return None
     itemsize = got.dtype.itemsize
-    raw = np.frombuffer(data, dtype=np.uint8)[layout.start: layout.start + layout.nbytes].reshape(n, itemsize)
+    raw = np.frombuffer(data, dtype=np.uint8)[layout.start : layout.start + layout.nbytes].reshape(n, itemsize)
     if len(poison) == itemsize:
         left = np.all(raw == np.frombuffer(poison, dtype=np.uint8), axis=1)
     else:  # inout arrays start from their inputs, not from poison
@@ -128,22 +139,30 @@ def compare_output(layout: ArrayLayout, data: bytes, expected: NDArray[Any], tol
         left &= g != w
     if left.any():
         idx = np.flatnonzero(left)
-        return Mismatch("unwritten", f"left {idx.size} of {n} elements of {layout.name} unwritten (still the "
-                                     f"poison pattern 0x{poison.hex()}), first at {_index(int(idx[0]), layout.shape)}")
+        return Mismatch(
+            "unwritten",
+            f"left {idx.size} of {n} elements of {layout.name} unwritten (still the "
+            f"poison pattern 0x{poison.hex()}), first at {_index(int(idx[0]), layout.shape)}",
+        )
     if is_float:
         bad_nan = np.isnan(g) & ~ref_nan
         if bad_nan.any():
             idx = np.flatnonzero(bad_nan)
-            return Mismatch("nan", f"{idx.size} of {n} elements of {layout.name} are NaN where the reference is "
-                                   f"not, first at {_index(int(idx[0]), layout.shape)} (expected "
-                                   f"{format_value(w[idx[0]])})")
+            return Mismatch(
+                "nan",
+                f"{idx.size} of {n} elements of {layout.name} are NaN where the reference is "
+                f"not, first at {_index(int(idx[0]), layout.shape)} (expected "
+                f"{format_value(w[idx[0]])})",
+            )
         missing_nan = ref_nan & ~np.isnan(g)
         bad_inf = (np.isinf(g) | np.isinf(w)) & (g != w) & ~ref_nan
         wrong_special = missing_nan | bad_inf
         if wrong_special.any():
             i = int(np.flatnonzero(wrong_special)[0])
-            return Mismatch("value", f"{layout.name}{_index(i, layout.shape)} is {format_value(g[i])}, expected "
-                                     f"{format_value(w[i])}")
+            return Mismatch(
+                "value",
+                f"{layout.name}{_index(i, layout.shape)} is {format_value(g[i])}, expected {format_value(w[i])}",
+            )
         finite = np.isfinite(w)
         g, w = np.where(finite, g, 0.0), np.where(finite, w, 0.0)
     err = np.abs(g - w)
@@ -158,26 +177,37 @@ def compare_output(layout: ArrayLayout, data: bytes, expected: NDArray[Any], tol
         return None
     where = int(np.argmax(err - allowed))
     scaled = f" scaled by {scale:.3g}" if scale != 1 else ""
-    detail = (f"{int(over.sum())} of {n} elements of {layout.name} differ beyond the tolerance (rtol="
-              f"{tolerance.rtol:g}, atol={tolerance.atol:g}{scaled}); worst at {_index(where, layout.shape)}: got "
-              f"{format_value(g[where])}, "
-              f"expected {format_value(w[where])}; relative error norm {rel:.3g}")
+    detail = (
+        f"{int(over.sum())} of {n} elements of {layout.name} differ beyond the tolerance (rtol="
+        f"{tolerance.rtol:g}, atol={tolerance.atol:g}{scaled}); worst at {_index(where, layout.shape)}: got "
+        f"{format_value(g[where])}, "
+        f"expected {format_value(w[where])}; relative error norm {rel:.3g}"
+    )
     if not over.any():
-        detail = (f"{layout.name}: relative error norm {rel:.3g} exceeds the tolerance (rtol={tolerance.rtol:g}) "
-                  f"(largest error at {_index(where, layout.shape)}: got {format_value(g[where])}, expected "
-                  f"{format_value(w[where])})")
+        detail = (
+            f"{layout.name}: relative error norm {rel:.3g} exceeds the tolerance (rtol={tolerance.rtol:g}) "
+            f"(largest error at {_index(where, layout.shape)}: got {format_value(g[where])}, expected "
+            f"{format_value(w[where])})"
+        )
     return Mismatch("value", detail)
 
 
-def compare_outputs(layouts: list[ArrayLayout], datas: list[bytes], expected: Mapping[str, NDArray[Any]],
-                    tolerance: Tolerance, poisons: Mapping[str, bytes], *, scale_atol: bool = False
-                    ) -> Mismatch | None:
+def compare_outputs(
+    layouts: list[ArrayLayout],
+    datas: list[bytes],
+    expected: Mapping[str, NDArray[Any]],
+    tolerance: Tolerance,
+    poisons: Mapping[str, bytes],
+    *,
+    scale_atol: bool = False,
+) -> Mismatch | None:
     """Check every output array of one call (declaration order); the first mismatch."""
     for layout, data in zip(layouts, datas, strict=True):
         if layout.role == "in":
             continue
-        found = compare_output(layout, data, expected[layout.name], tolerance, poisons.get(layout.name, b""),
-                               scale_atol=scale_atol)
+        found = compare_output(
+            layout, data, expected[layout.name], tolerance, poisons.get(layout.name, b""), scale_atol=scale_atol
+        )
         if found is not None:
             return found
     return None

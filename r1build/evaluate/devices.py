@@ -82,15 +82,17 @@ def detect_gpus() -> list[GpuInfo]:
         if arch is None:
             continue
         name = props["name"]
-        gpus.append(GpuInfo(
-            name=name.decode() if isinstance(name, bytes) else str(name),
-            arch=arch,
-            index=index,
-            memory=int(props["totalGlobalMem"]),
-            capability=(major, minor),
-            sm_count=int(props.get("multiProcessorCount", 0)),
-            l2_bytes=int(props.get("l2CacheSize", 0)),
-        ))
+        gpus.append(
+            GpuInfo(
+                name=name.decode() if isinstance(name, bytes) else str(name),
+                arch=arch,
+                index=index,
+                memory=int(props["totalGlobalMem"]),
+                capability=(major, minor),
+                sm_count=int(props.get("multiProcessorCount", 0)),
+                l2_bytes=int(props.get("l2CacheSize", 0)),
+            )
+        )
     return gpus
 
 

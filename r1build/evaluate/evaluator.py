@@ -111,10 +111,21 @@ class GpuEvaluator:
     when None). Use as a context manager or call :meth:`close`; workers also end when this process does.
     """
 
-    def __init__(self, cache: Cache | None = None, *, gpus: Sequence[GpuInfo] | None = None,
-                 gate: Evaluator | None = None, toolchain: Toolchain | None = None, sanitize: bool = True,
-                 seed: int = 0, call_timeout_s: float = 10.0, timing_timeout_s: float = 30.0,
-                 timing_budget_s: float = 0.3, jobs: int | None = None, workdir: Path | None = None) -> None:
+    def __init__(
+        self,
+        cache: Cache | None = None,
+        *,
+        gpus: Sequence[GpuInfo] | None = None,
+        gate: Evaluator | None = None,
+        toolchain: Toolchain | None = None,
+        sanitize: bool = True,
+        seed: int = 0,
+        call_timeout_s: float = 10.0,
+        timing_timeout_s: float = 30.0,
+        timing_budget_s: float = 0.3,
+        jobs: int | None = None,
+        workdir: Path | None = None,
+    ) -> None:
         self.gpus = list(gpus) if gpus is not None else detect_gpus()
         """The GPUs evaluated on."""
         self.sanitize = sanitize
@@ -135,19 +146,28 @@ class GpuEvaluator:
         self._cache = cache
         self._gate = gate
         self._toolchain = toolchain
-        self._pool = ThreadPoolExecutor(max_workers=max(2, jobs or os.cpu_count() or 2),
-                                        thread_name_prefix="r1build-evaluate")
+        self._pool = ThreadPoolExecutor(
+            max_workers=max(2, jobs or os.cpu_count() or 2), thread_name_prefix="r1build-evaluate"
+        )
         self._libs: dict[tuple[str, str], Future[Library | LibraryFailure]] = {}
         self._gates: dict[tuple[KernelKey, tuple[str, ...]], Future[list[Result]]] = {}
         self._plans: dict[KernelKey, Future[list[ShapePlan]]] = {}
         self._lock = threading.Lock()
         self._slots = [make_slot(gpu, self._root, sanitize=sanitize, nvcc=self._nvcc()) for gpu in self.gpus]
         self._notes: set[str] = set()
-        self._sanitizing = Sanitizing(self._slots, submit=self._submit, note=self._note, count=self._count,
-                                      cuobjdump=self._cuobjdump)
-        self._timer = Timer(cache=lambda: self.cache, submit=self._submit, note=self._note, root=self._root,
-                            seed=seed, call_timeout_s=call_timeout_s, timeout_s=timing_timeout_s,
-                            budget_s=timing_budget_s)
+        self._sanitizing = Sanitizing(
+            self._slots, submit=self._submit, note=self._note, count=self._count, cuobjdump=self._cuobjdump
+        )
+        self._timer = Timer(
+            cache=lambda: self.cache,
+            submit=self._submit,
+            note=self._note,
+            root=self._root,
+            seed=seed,
+            call_timeout_s=call_timeout_s,
+            timeout_s=timing_timeout_s,
+            budget_s=timing_budget_s,
+        )
         self._finalizer = weakref.finalize(self, _cleanup, self._slots, self._pool, self._root, self._own_root)
         for slot in self._slots:  # a worker takes seconds to start: begin now, while the first compiles run
             self._warm(slot)
@@ -186,8 +206,10 @@ class GpuEvaluator:
             except BaseException as exc:
                 errors.append(exc)
 
-        threads = [threading.Thread(target=contextvars.copy_context().run, args=(drive, s), name=f"r1build-gpu{i}")
-                   for i, s in by_slot.items()]
+        threads = [
+            threading.Thread(target=contextvars.copy_context().run, args=(drive, s), name=f"r1build-gpu{i}")
+            for i, s in by_slot.items()
+        ]
         for t in threads:
             t.start()
         gate_only = {i: self._gate_only(s) for i, s in enumerate(states) if s.slot is None}
@@ -198,10 +220,16 @@ class GpuEvaluator:
             if isinstance(exc, EvaluationError):
                 raise exc
             raise EvaluationError(f"GPU evaluation failed: {type(exc).__name__}: {exc}") from exc
-        return [gate_only[i] if s.slot is None else
-                [e.result or self._result(s, e, "crashed", "no verdict: the evaluator lost track of it")
-                 for e in s.entries if e.visible]
-                for i, s in enumerate(states)]
+        return [
+            gate_only[i]
+            if s.slot is None
+            else [
+                e.result or self._result(s, e, "crashed", "no verdict: the evaluator lost track of it")
+                for e in s.entries
+                if e.visible
+            ]
+            for i, s in enumerate(states)
+        ]
 
     def prepare(self, jobs: Sequence[Job]) -> None:
         """Start the CPU work of jobs that will be evaluated later (gate, library builds, correctness plans), so
@@ -285,8 +313,15 @@ class GpuEvaluator:
             if key not in self._libs:
                 workdir = self._root / "build" / arch / candidate.digest[:24]
                 self._libs[key] = self._submit(
-                    build_library, candidate, job.spec.name, arch, flags=job.manifest.settings.nvcc_flags,
-                    toolchain=self.toolchain, workdir=workdir, declaration=declaration(job.spec))
+                    build_library,
+                    candidate,
+                    job.spec.name,
+                    arch,
+                    flags=job.manifest.settings.nvcc_flags,
+                    toolchain=self.toolchain,
+                    workdir=workdir,
+                    declaration=declaration(job.spec),
+                )
             return self._libs[key]
 
     def _entries(self, job: Job) -> list[_Candidacy]:
@@ -295,16 +330,18 @@ class GpuEvaluator:
             entries.append(_Candidacy(job.baseline, False, len(entries)))
         return entries
 
-    def _queue(self, job: Job, arch: str, entries: list[_Candidacy]) -> tuple[Future[list[Result]],
-                                                                          Future[list[ShapePlan]]]:
+    def _queue(
+        self, job: Job, arch: str, entries: list[_Candidacy]
+    ) -> tuple[Future[list[Result]], Future[list[ShapePlan]]]:
         """The gate and plan futures of a job (made once, reused by a later call), and its library builds."""
         kernel = KernelKey.of(job, arch)
         gate_key = (kernel, tuple(e.candidate.digest for e in entries))
         with self._lock:
             gate = self._gates.get(gate_key)
             if gate is None:
-                gate = self._submit(self.gate.evaluate,
-                                    Job(job.manifest, job.spec, arch, [e.candidate for e in entries]))
+                gate = self._submit(
+                    self.gate.evaluate, Job(job.manifest, job.spec, arch, [e.candidate for e in entries])
+                )
                 self._gates[gate_key] = gate
             plan = self._plans.get(kernel)
             if plan is None:
@@ -357,10 +394,15 @@ class GpuEvaluator:
 
     def _gate_only(self, state: _JobState) -> list[Result]:
         known = ", ".join(sorted(self.archs)) or "none"
-        self._note(f"no local GPU runs {state.arch} (measurable here: {known}); {state.job.spec.name} keeps the "
-                   f"static gate's verdicts for {state.arch}", state.job.spec.name, state.arch)
-        return self.gate.evaluate(Job(state.job.manifest, state.job.spec, state.arch, state.job.candidates,
-                                      state.job.baseline))
+        self._note(
+            f"no local GPU runs {state.arch} (measurable here: {known}); {state.job.spec.name} keeps the "
+            f"static gate's verdicts for {state.arch}",
+            state.job.spec.name,
+            state.arch,
+        )
+        return self.gate.evaluate(
+            Job(state.job.manifest, state.job.spec, state.arch, state.job.candidates, state.job.baseline)
+        )
 
     # -- the GPU side: checks, then the sanitizers' outcomes, then timing alone ---------------------------
     def _run_slot(self, states: list[_JobState]) -> None:
@@ -388,10 +430,17 @@ class GpuEvaluator:
 
     def _result(self, state: _JobState, entry: _Candidacy, status: Status, detail: str = "", **kw: Any) -> Result:
         gate = entry.gate.result()[entry.index] if entry.gate is not None else None
-        return Result(candidate=entry.candidate.digest, arch=state.arch, status=status, stage="evaluate",
-                      detail=_trim(detail), gate=gate.gate if gate else None,
-                      device=state.slot.gpu.name if state.slot else None,
-                      toolchain=gate.toolchain if gate else self.toolchain.ident, **kw)
+        return Result(
+            candidate=entry.candidate.digest,
+            arch=state.arch,
+            status=status,
+            stage="evaluate",
+            detail=_trim(detail),
+            gate=gate.gate if gate else None,
+            device=state.slot.gpu.name if state.slot else None,
+            toolchain=gate.toolchain if gate else self.toolchain.ident,
+            **kw,
+        )
 
     def _cancel_sanitizers(self, state: _JobState, entry: _Candidacy) -> None:
         self._sanitizing.cancel(state.job, state.arch, entry.candidate, entry.sanitize_file)
@@ -416,8 +465,9 @@ class GpuEvaluator:
         self._phase("checks_s", start)
         self._count("checked", 1)
         if verdict is not None:
-            race = self._sanitizing.race_found(state.job, state.arch, entry.sanitizers, verdict,
-                                               wait_s=max(60.0, 6 * self.call_timeout_s))
+            race = self._sanitizing.race_found(
+                state.job, state.arch, entry.sanitizers, verdict, wait_s=max(60.0, 6 * self.call_timeout_s)
+            )
             entry.result = self._result(state, entry, verdict.status, race or verdict.detail)
             self._cancel_sanitizers(state, entry)
 
@@ -454,6 +504,7 @@ class GpuEvaluator:
         for entry in survivors:
             if entry.stats is None:
                 continue
-            timing = build_timing(state.job.spec, entry.stats, floors=floors, baseline_us=baseline_us,
-                                  reference_us=reference_us)
+            timing = build_timing(
+                state.job.spec, entry.stats, floors=floors, baseline_us=baseline_us, reference_us=reference_us
+            )
             entry.result = self._result(state, entry, "passed", timing=timing)

@@ -42,8 +42,12 @@ class DeviceFloors:
     """Measurement schema version."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"device": self.device, "bandwidth_bps": self.bandwidth_bps, "fp32_flops": self.fp32_flops,
-                "schema": self.schema}
+        return {
+            "device": self.device,
+            "bandwidth_bps": self.bandwidth_bps,
+            "fp32_flops": self.fp32_flops,
+            "schema": self.schema,
+        }
 
     @classmethod
     def from_json(cls, obj: Any) -> DeviceFloors | None:

@@ -48,8 +48,10 @@ GUARD_BYTES = 64 * 1024
 # this family left in an output means "never written", and a NaN a kernel computed is reported as a NaN.
 # (exponent|sign bits, payload mask with the quiet bit clear, item size)
 _SNAN: dict[str, tuple[int, int, int]] = {
-    "float16": (0x7C00, 0x01FF, 2), "bfloat16": (0x7F80, 0x003F, 2),
-    "float32": (0x7F800000, 0x003FFFFF, 4), "float64": (0x7FF0000000000000, 0x0007FFFFFFFFFFFF, 8),
+    "float16": (0x7C00, 0x01FF, 2),
+    "bfloat16": (0x7F80, 0x003F, 2),
+    "float32": (0x7F800000, 0x003FFFFF, 4),
+    "float64": (0x7FF0000000000000, 0x0007FFFFFFFFFFFF, 8),
 }
 _SUBNORMAL_MIN_EXP = {"float16": -24, "bfloat16": -133, "float32": -149, "float64": -1074}
 _SUBNORMAL_SPAN = {"float16": 10, "bfloat16": 7, "float32": 23, "float64": 52}
@@ -147,8 +149,7 @@ def generate_inputs(spec: KernelSpec, sizes: Mapping[str, int], dist: str, seed:
     return out
 
 
-def reference_kwargs(spec: KernelSpec, sizes: Mapping[str, int], inputs: Mapping[str, NDArray[Any]]
-                     ) -> dict[str, Any]:
+def reference_kwargs(spec: KernelSpec, sizes: Mapping[str, int], inputs: Mapping[str, NDArray[Any]]) -> dict[str, Any]:
     """Keyword arguments of the reference: ``in`` / ``inout`` arrays (copies) and every scalar."""
     kwargs: dict[str, Any] = {name: np.array(value, copy=True) for name, value in inputs.items()}
     kwargs.update(scalar_values(spec, sizes))

@@ -49,20 +49,39 @@ class LibraryFailure:
     """Compiler output or the symbol check's reason."""
 
 
-def build_library(candidate: Candidate, entry: str, arch: str, *, flags: Sequence[str], toolchain: Toolchain,
-                  workdir: Path, timeout_s: float = 300.0, declaration: str | None = None
-                  ) -> Library | LibraryFailure:
+def build_library(
+    candidate: Candidate,
+    entry: str,
+    arch: str,
+    *,
+    flags: Sequence[str],
+    toolchain: Toolchain,
+    workdir: Path,
+    timeout_s: float = 300.0,
+    declaration: str | None = None,
+) -> Library | LibraryFailure:
     """Compile, check and link one variant in ``workdir`` (created if missing), with the entry point's
     ``declaration`` pre-included as the gate compiles it."""
     workdir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     name = f"v_{candidate.digest[:16]}"
-    compiled = compile_variant(candidate.source, candidate.defines, arch, name=name,
-                               flags=[*flags, "-Xcompiler", "-fPIC"], toolchain=toolchain, workdir=workdir,
-                               timeout_s=timeout_s, declaration=declaration)
+    compiled = compile_variant(
+        candidate.source,
+        candidate.defines,
+        arch,
+        name=name,
+        flags=[*flags, "-Xcompiler", "-fPIC"],
+        toolchain=toolchain,
+        workdir=workdir,
+        timeout_s=timeout_s,
+        declaration=declaration,
+    )
     if not compiled.ok or compiled.object_path is None:
-        why = "nvcc timed out" if compiled.timed_out else format_subprocess_failure(
-            list(compiled.command), compiled.returncode or 0, compiled.output)
+        why = (
+            "nvcc timed out"
+            if compiled.timed_out
+            else format_subprocess_failure(list(compiled.command), compiled.returncode or 0, compiled.output)
+        )
         return LibraryFailure("compile_error", why)
     symbols = check_object(compiled.object_path, entry)
     if not symbols.ok:
@@ -70,13 +89,15 @@ def build_library(candidate: Candidate, entry: str, arch: str, *, flags: Sequenc
     so = workdir / f"{name}.so"
     cmd = [toolchain.nvcc, "-shared", "-o", so.name, compiled.object_path.name]
     try:
-        proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, errors="replace",
-                              timeout=timeout_s, check=False)
+        proc = subprocess.run(
+            cmd, cwd=workdir, capture_output=True, text=True, errors="replace", timeout=timeout_s, check=False
+        )
     except subprocess.TimeoutExpired:
         return LibraryFailure("compile_error", f"linking the shared library did not finish within {timeout_s:g} s")
     except OSError as exc:
         raise ToolchainError(f"cannot run {toolchain.nvcc}: {exc}") from None
     if proc.returncode != 0 or not so.is_file():
-        return LibraryFailure("compile_error", format_subprocess_failure(cmd, proc.returncode,
-                                                                         proc.stdout + proc.stderr))
+        return LibraryFailure(
+            "compile_error", format_subprocess_failure(cmd, proc.returncode, proc.stdout + proc.stderr)
+        )
     return Library(so, candidate.digest, arch, time.perf_counter() - start)

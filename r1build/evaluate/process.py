@@ -30,23 +30,37 @@ __all__ = [
     "scrubbed_environment",
 ]
 
-_KEEP = frozenset({
-    "PATH", "LD_LIBRARY_PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONHOME",
-    "CUDA_HOME", "CUDA_PATH", "CUDA_MODULE_LOADING", "CUDA_DEVICE_ORDER",
-    "R1BUILD_NVCC", "CUDACXX",
-    # Keep NVLink multicast off everywhere the host asks for it (shared machines).
-    "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
-})
+_KEEP = frozenset(
+    {
+        "PATH",
+        "LD_LIBRARY_PATH",
+        "LANG",
+        "LC_ALL",
+        "LC_CTYPE",
+        "TZ",
+        "PYTHONHOME",
+        "CUDA_HOME",
+        "CUDA_PATH",
+        "CUDA_MODULE_LOADING",
+        "CUDA_DEVICE_ORDER",
+        "R1BUILD_NVCC",
+        "CUDACXX",
+        # Keep NVLink multicast off everywhere the host asks for it (shared machines).
+        "NCCL_NVLS_ENABLE",
+        "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+        "NVSHMEM_DISABLE_NVLS",
+    }
+)
 _KEEP_PREFIXES = ("CUPY_",)
 _SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION", re.IGNORECASE)
 
 
-def scrubbed_environment(base: Mapping[str, str], *, home: Path, extra: Mapping[str, str] | None = None
-                         ) -> dict[str, str]:
+def scrubbed_environment(
+    base: Mapping[str, str], *, home: Path, extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The environment for a process that runs candidate code: only what CUDA, Python and cupy need (an
     allowlist), never anything that looks like a credential, ``HOME`` and ``TMPDIR`` pointed at ``home``."""
-    env = {k: v for k, v in base.items()
-           if (k in _KEEP or k.startswith(_KEEP_PREFIXES)) and not _SECRET.search(k)}
+    env = {k: v for k, v in base.items() if (k in _KEEP or k.startswith(_KEEP_PREFIXES)) and not _SECRET.search(k)}
     env["HOME"] = str(home)
     env["TMPDIR"] = str(home)
     env["CUPY_CACHE_DIR"] = str(home / "cupy")
@@ -96,8 +110,15 @@ class WorkerTimedOut(Exception):
 class WorkerHandle:
     """One worker process, started on first use and restarted after it dies or is killed."""
 
-    def __init__(self, command: Sequence[str], env: Mapping[str, str], workdir: Path, *, name: str = "worker",
-                 start_timeout_s: float = 180.0) -> None:
+    def __init__(
+        self,
+        command: Sequence[str],
+        env: Mapping[str, str],
+        workdir: Path,
+        *,
+        name: str = "worker",
+        start_timeout_s: float = 180.0,
+    ) -> None:
         self.command = list(command)
         self.env = dict(env)
         self.workdir = workdir
@@ -129,8 +150,14 @@ class WorkerHandle:
             with self.log_path.open("ab") as log:
                 self._proc = subprocess.Popen(
                     [*self.command, str(req_r), str(rep_w)],
-                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                    cwd=self.workdir, pass_fds=(req_r, rep_w), start_new_session=True, close_fds=True,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=self.env,
+                    cwd=self.workdir,
+                    pass_fds=(req_r, rep_w),
+                    start_new_session=True,
+                    close_fds=True,
                 )
         finally:
             os.close(req_r)
@@ -145,16 +172,18 @@ class WorkerHandle:
         except (PeerClosed, ProtocolError) as exc:
             code = self._wait(5.0)
             self._reap()
-            raise WorkerDied(f"{self.name} failed to start ({describe_exit(code)}): {exc}", code,
-                             log_tail(self.log_path)) from None
+            raise WorkerDied(
+                f"{self.name} failed to start ({describe_exit(code)}): {exc}", code, log_tail(self.log_path)
+            ) from None
         if header.get("error"):
             self.kill()
             raise WorkerDied(f"{self.name} failed to start: {header['error']}", None, log_tail(self.log_path))
         self.hello = header
         return header
 
-    def request(self, header: Mapping[str, Any], buffers: Sequence[bytes | bytearray | memoryview] = (), *,
-                timeout_s: float) -> tuple[dict[str, Any], list[bytes]]:
+    def request(
+        self, header: Mapping[str, Any], buffers: Sequence[bytes | bytearray | memoryview] = (), *, timeout_s: float
+    ) -> tuple[dict[str, Any], list[bytes]]:
         """Send one request and wait for its reply; ``timeout_s`` bounds the silence between frames.
 
         Raises :class:`WorkerTimedOut` (the worker was killed) or :class:`WorkerDied` (it exited, or sent

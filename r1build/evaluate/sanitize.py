@@ -37,12 +37,17 @@ HARNESS = Path(__file__).parent / "child" / "harness.py"
 _TIMED_OUT = "\x00timed out"
 """What :meth:`SanitizerRunner._run` returns as output for a run killed at its time limit."""
 
-_SHARED_SASS = re.compile(r"\b(?:LDS|STS|LDSM|STSM|ATOMS|LDGSTS|UBLKCP|UTMALDG|UTMASTG|UTMAREDG|HGMMA|QGMMA|IGMMA|"
-                          r"BGMMA|SYNCS)\b")
+_SHARED_SASS = re.compile(
+    r"\b(?:LDS|STS|LDSM|STSM|ATOMS|LDGSTS|UBLKCP|UTMALDG|UTMASTG|UTMAREDG|HGMMA|QGMMA|IGMMA|"
+    r"BGMMA|SYNCS)\b"
+)
 _PREFIX = re.compile(r"^=+ ?")
 _SUMMARY = re.compile(r"(ERROR SUMMARY: (\d+) errors?)|(RACECHECK SUMMARY: .*\((\d+) errors?, \d+ warnings?\))")
-_FINDING = re.compile(r"Invalid |Race reported|Uninitialized|Misaligned|out of bounds|Barrier error|"
-                      r"Program hit|Malloc/Free error|Error: ", re.IGNORECASE)
+_FINDING = re.compile(
+    r"Invalid |Race reported|Uninitialized|Misaligned|out of bounds|Barrier error|"
+    r"Program hit|Malloc/Free error|Error: ",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True)
@@ -72,8 +77,10 @@ def find_sanitizer(nvcc: str | None = None, environ: Mapping[str, str] | None = 
     if nvcc:
         bin_dir = Path(nvcc).resolve().parent
         candidates += [bin_dir / "compute-sanitizer", bin_dir.parent / "compute-sanitizer" / "compute-sanitizer"]
-    candidates += [Path("/usr/local/cuda/bin/compute-sanitizer"),
-                   Path("/usr/local/cuda/compute-sanitizer/compute-sanitizer")]
+    candidates += [
+        Path("/usr/local/cuda/bin/compute-sanitizer"),
+        Path("/usr/local/cuda/compute-sanitizer/compute-sanitizer"),
+    ]
     return next((str(c) for c in candidates if c.is_file()), None)
 
 
@@ -84,8 +91,14 @@ def uses_shared_memory(library: Path, cuobjdump: str | None) -> bool:
     if cuobjdump is None:
         return True
     try:
-        proc = subprocess.run([cuobjdump, "-sass", str(library)], capture_output=True, text=True, errors="replace",
-                              timeout=60, check=False)
+        proc = subprocess.run(
+            [cuobjdump, "-sass", str(library)],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=60,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return True
     if proc.returncode != 0 or "Function" not in proc.stdout:
@@ -109,7 +122,7 @@ def summarize_report(output: str, limit: int = 6) -> str | None:
     block: list[str] = []
     if first is not None:
         block.append(lines[first].strip())
-        for line in lines[first + 1:]:
+        for line in lines[first + 1 :]:
             if not line.startswith((" ", "\t")) or len(block) >= limit:
                 break
             block.append(line.strip())
@@ -131,15 +144,21 @@ class SanitizerRunner:
         self._procs: dict[str, set[subprocess.Popen[bytes]]] = {}
         self._canceled: set[str] = set()
 
-    def _run(self, args: list[str], cwd: Path, key: str = "", timeout_s: float | None = None
-             ) -> tuple[int | None, str]:
+    def _run(self, args: list[str], cwd: Path, key: str = "", timeout_s: float | None = None) -> tuple[int | None, str]:
         cmd = [self.executable, *args]
         with self._lock:
             if key and key in self._canceled:
                 return None, "canceled"
             try:
-                proc = subprocess.Popen(cmd, cwd=cwd, env=self.env, stdin=subprocess.DEVNULL,
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+                proc = subprocess.Popen(
+                    cmd,
+                    cwd=cwd,
+                    env=self.env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
             except OSError as exc:
                 return None, f"cannot start {self.executable}: {exc}"
             self._procs.setdefault(key, set()).add(proc)
@@ -177,8 +196,7 @@ class SanitizerRunner:
 
     def _probe(self, workdir: Path) -> str | None:
         if self._available is None:
-            probe = ["--tool", "memcheck", "--error-exitcode", str(ERROR_EXIT), sys.executable, str(HARNESS),
-                     "--probe"]
+            probe = ["--tool", "memcheck", "--error-exitcode", str(ERROR_EXIT), sys.executable, str(HARNESS), "--probe"]
             code, out = self._run(probe, workdir)
             if code is None and out == _TIMED_OUT:  # a busy machine: once more, with twice the time
                 code, out = self._run(probe, workdir, timeout_s=2 * self.timeout_s)
@@ -201,8 +219,12 @@ class SanitizerRunner:
         if code is None and out == _TIMED_OUT:  # past the limit: once more, with twice the time
             code, out = self._run(cmd, job_file.parent, str(job_file), 2 * self.timeout_s)
             if code is None and out == _TIMED_OUT:
-                return SanitizerOutcome(tool, "unfinished", f"{tool} did not finish within {self.timeout_s:g} s, "
-                                                            f"nor within {2 * self.timeout_s:g} s when tried again")
+                return SanitizerOutcome(
+                    tool,
+                    "unfinished",
+                    f"{tool} did not finish within {self.timeout_s:g} s, "
+                    f"nor within {2 * self.timeout_s:g} s when tried again",
+                )
         if code is None and out == "canceled":
             return SanitizerOutcome(tool, "canceled", "canceled")
         if code is None:
@@ -217,6 +239,11 @@ class SanitizerRunner:
         shapes = len(json.loads(job_file.read_text()).get("shapes", []))
         if f"{DONE} {shapes}" not in (line.strip() for line in lines):
             tail = " ".join(lines[-2:]) or "no output"
-            return SanitizerOutcome(tool, "unfinished", f"{tool} run ended before the last shape was called "
-                                                        f"(exit 0 without the harness's last line): {tail}"[:500])
+            return SanitizerOutcome(
+                tool,
+                "unfinished",
+                f"{tool} run ended before the last shape was called (exit 0 without the harness's last line): {tail}"[
+                    :500
+                ],
+            )
         return SanitizerOutcome(tool, "clean")

@@ -62,8 +62,15 @@ class _Inputs:
 class Sanitizing:
     """The sanitizer runs of one evaluator (see the module docstring)."""
 
-    def __init__(self, slots: list[Slot], *, submit: Submit, note: Callable[[str], None],
-                 count: Callable[[str, float], None], cuobjdump: Callable[[], str | None]) -> None:
+    def __init__(
+        self,
+        slots: list[Slot],
+        *,
+        submit: Submit,
+        note: Callable[[str], None],
+        count: Callable[[str, float], None],
+        cuobjdump: Callable[[], str | None],
+    ) -> None:
         self._slots = slots
         self._submit = submit
         self._note = note
@@ -82,8 +89,14 @@ class Sanitizing:
         with self._lock:
             return self._runs.get((KernelKey.of(job, arch), candidate.digest))
 
-    def start(self, job: Job, arch: str, candidate: Candidate, library: Future[Library | LibraryFailure],
-              plan: Future[list[ShapePlan]]) -> None:
+    def start(
+        self,
+        job: Job,
+        arch: str,
+        candidate: Candidate,
+        library: Future[Library | LibraryFailure],
+        plan: Future[list[ShapePlan]],
+    ) -> None:
         """Start compute-sanitizer on a variant as soon as its library and the job's plan exist, before (and
         whatever) the correctness checks say: its runs then overlap the checks, and a caller that prepared
         several jobs finds them done. A variant that fails its checks has its runs canceled."""
@@ -136,8 +149,9 @@ class Sanitizing:
                 return status, self.detail(job, arch, outcome)
         return None
 
-    def race_found(self, job: Job, arch: str, runs: Future[list[SanitizerOutcome]] | None, verdict: Verdict,
-                   wait_s: float) -> str | None:
+    def race_found(
+        self, job: Job, arch: str, runs: Future[list[SanitizerOutcome]] | None, verdict: Verdict, wait_s: float
+    ) -> str | None:
         """For wrong outputs of a kernel racecheck examines: its finding, when it has one. A race shows in the
         outputs only now and then, racecheck finds it every time, so the reason is the same every run."""
         if verdict.kind not in ("value", "nan", "unwritten") or runs is None:
@@ -156,11 +170,15 @@ class Sanitizing:
             inputs = self._inputs.get(KernelKey.of(job, arch))
         shapes = ", ".join(s["key"] for s in inputs.shapes) if inputs else "small shapes"
         if outcome.tool == "racecheck" and outcome.verdict == "finding":
-            return (f"nondeterministic: a race between threads on shared memory (compute-sanitizer racecheck at "
-                    f"{shapes}): {outcome.detail}")
+            return (
+                f"nondeterministic: a race between threads on shared memory (compute-sanitizer racecheck at "
+                f"{shapes}): {outcome.detail}"
+            )
         if outcome.verdict == "unfinished":
-            return (f"not validated: compute-sanitizer {outcome.tool} at {shapes} did not run to the end "
-                    f"({outcome.detail}); a candidate is judged only by a finished run")
+            return (
+                f"not validated: compute-sanitizer {outcome.tool} at {shapes} did not run to the end "
+                f"({outcome.detail}); a candidate is judged only by a finished run"
+            )
         return f"compute-sanitizer {outcome.tool} at {shapes}: {outcome.detail}"
 
     # -- the runs ------------------------------------------------------------------------------------------
@@ -186,8 +204,16 @@ class Sanitizing:
                 inputs.shapes.append({"key": plan.key, "arrays": arrays, "args": arg_items(spec, plan.sizes)})
             return inputs.shapes
 
-    def _run_all(self, job: Job, slot: Slot, inputs: _Inputs, library: Future[Library | LibraryFailure],
-                 plan: Future[list[ShapePlan]], done: Future[list[SanitizerOutcome]], job_file: Path) -> None:
+    def _run_all(
+        self,
+        job: Job,
+        slot: Slot,
+        inputs: _Inputs,
+        library: Future[Library | LibraryFailure],
+        plan: Future[list[ShapePlan]],
+        done: Future[list[SanitizerOutcome]],
+        job_file: Path,
+    ) -> None:
         """Every tool over one candidate, each its own run on the CPU pool; ``done`` gets their outcomes."""
         try:
             lib = library.result()
@@ -204,12 +230,17 @@ class Sanitizing:
             if not shapes:
                 done.set_result([])
                 return
-            sanitize_job: SanitizeJob = {"lib": str(lib.path), "entry": job.spec.name,
-                                         "argtypes": arg_codes(job.spec), "shapes": shapes}
+            sanitize_job: SanitizeJob = {
+                "lib": str(lib.path),
+                "entry": job.spec.name,
+                "argtypes": arg_codes(job.spec),
+                "shapes": shapes,
+            }
             job_file.write_text(json.dumps(sanitize_job))
             tools = [t for t in TOOLS if t != "racecheck" or uses_shared_memory(lib.path, self._cuobjdump())]
-            runs: list[Future[SanitizerOutcome]] = [self._submit(self._run_tool, slot, tool, job_file)
-                                                    for tool in tools]
+            runs: list[Future[SanitizerOutcome]] = [
+                self._submit(self._run_tool, slot, tool, job_file) for tool in tools
+            ]
         except BaseException as exc:
             done.set_exception(exc)
             return

@@ -95,16 +95,18 @@ class Slot:
             self.worker.start()
         except (WorkerDied, WorkerTimedOut) as exc:
             tail = getattr(exc, "log", "")
-            raise EvaluationError(f"the GPU worker for {self.gpu.name} (device {self.gpu.index}) cannot start: "
-                                  f"{exc}\n{tail}") from None
+            raise EvaluationError(
+                f"the GPU worker for {self.gpu.name} (device {self.gpu.index}) cannot start: {exc}\n{tail}"
+            ) from None
         if self.worker.generation != self.generation:
             if self.generation:
                 self.restarts += 1
             self.generation = self.worker.generation
             self.loaded.clear()
 
-    def request(self, header: Mapping[str, Any], buffers: Sequence[bytes] = (), *, timeout_s: float
-                ) -> tuple[dict[str, Any], list[bytes]]:
+    def request(
+        self, header: Mapping[str, Any], buffers: Sequence[bytes] = (), *, timeout_s: float
+    ) -> tuple[dict[str, Any], list[bytes]]:
         """One request to the worker (started first when needed); raises what :meth:`WorkerHandle.request`
         raises."""
         self.ensure_worker()
@@ -116,8 +118,13 @@ class Slot:
         self.ensure_worker()
         if key in self.loaded:
             return None
-        load: LoadRequest = {"op": "load", "lib": key, "path": str(lib.path), "entry": spec.name,
-                             "argtypes": arg_codes(spec)}
+        load: LoadRequest = {
+            "op": "load",
+            "lib": key,
+            "path": str(lib.path),
+            "entry": spec.name,
+            "argtypes": arg_codes(spec),
+        }
         reply, _ = self.request(load, timeout_s=timeout_s)
         if not reply.get("ok"):
             return f"the library could not be loaded: {reply.get('error')}"
@@ -134,10 +141,14 @@ def worker_environment(gpu: GpuInfo, home: Path) -> dict[str, str]:
     """The scrubbed environment of a worker (and of sanitizer runs) for one GPU."""
     package_parent = str(Path(__file__).resolve().parents[2])
     path = [package_parent, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
-    return scrubbed_environment(os.environ, home=home, extra={
-        "PYTHONPATH": os.pathsep.join(path),
-        "CUDA_VISIBLE_DEVICES": visible_devices_value(gpu.index),
-    })
+    return scrubbed_environment(
+        os.environ,
+        home=home,
+        extra={
+            "PYTHONPATH": os.pathsep.join(path),
+            "CUDA_VISIBLE_DEVICES": visible_devices_value(gpu.index),
+        },
+    )
 
 
 def make_slot(gpu: GpuInfo, root: Path, *, sanitize: bool, nvcc: str | None) -> Slot:

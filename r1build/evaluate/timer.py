@@ -36,9 +36,18 @@ __all__ = ["Timer"]
 class Timer:
     """Timing requests of one evaluator (see the module docstring)."""
 
-    def __init__(self, *, cache: Callable[[], Cache], submit: Callable[..., Future[Any]],
-                 note: Callable[..., None], root: Path, seed: int, call_timeout_s: float, timeout_s: float,
-                 budget_s: float) -> None:
+    def __init__(
+        self,
+        *,
+        cache: Callable[[], Cache],
+        submit: Callable[..., Future[Any]],
+        note: Callable[..., None],
+        root: Path,
+        seed: int,
+        call_timeout_s: float,
+        timeout_s: float,
+        budget_s: float,
+    ) -> None:
         self._cache = cache
         self._submit = submit
         self._note = note
@@ -83,8 +92,10 @@ class Timer:
         shapes = reply.get("shapes") or []
         if not reply.get("ok") or not shapes or "samples_us" not in shapes[0]:
             why = shapes[0].get("error") if shapes else reply.get("error")
-            self._note(f"{job.spec.name}: the reference does not run under cupy ({why}); no speedup over "
-                       "the reference", job.spec.name)
+            self._note(
+                f"{job.spec.name}: the reference does not run under cupy ({why}); no speedup over the reference",
+                job.spec.name,
+            )
             return None
         return summarize(shapes[0]["samples_us"]).median_us
 
@@ -100,8 +111,9 @@ class Timer:
                 self._plans[key] = self._submit(plan_bench, job.spec, reference, l2, directory, seed=self._seed)
             return self._plans[key]
 
-    def time(self, job: Job, slot: Slot, lib: Library, bench: Future[BenchPlan], floors: DeviceFloors | None
-             ) -> Verdict | list[SampleStats]:
+    def time(
+        self, job: Job, slot: Slot, lib: Library, bench: Future[BenchPlan], floors: DeviceFloors | None
+    ) -> Verdict | list[SampleStats]:
         """Samples of one candidate at every benchmark shape, or why it fails there (what the timed calls left,
         a time below the hardware floor, a hang or a crash)."""
         spec = job.spec
@@ -124,8 +136,11 @@ class Timer:
             shapes = cast(TimeReply, reply)["shapes"]
             verdict = judge_bench(spec, plan, shapes)
         except WorkerTimedOut:
-            return Verdict("timed_out", f"at a benchmark shape a call made no progress for {self.timeout_s:g} "
-                                        "s; the worker was killed (a deadlock between blocks at the benchmark size?)")
+            return Verdict(
+                "timed_out",
+                f"at a benchmark shape a call made no progress for {self.timeout_s:g} "
+                "s; the worker was killed (a deadlock between blocks at the benchmark size?)",
+            )
         except WorkerDied as exc:
             return Verdict("crashed", f"the worker process died while timing ({exc}): {exc.log[-600:]}")
         finally:

@@ -53,18 +53,40 @@ def array_requests(spec: KernelSpec, sizes: Mapping[str, int]) -> list[ArrayRequ
             continue
         shape = array_shape(arg, sizes)
         assert arg.role is not None  # every array argument has one (the manifest checks it)
-        out.append({"name": arg.name, "dtype": arg.dtype, "role": arg.role, "shape": list(shape),
-                    "count": int(np.prod(shape, dtype=np.int64)), "itemsize": numpy_dtype(arg.dtype).itemsize})
+        out.append(
+            {
+                "name": arg.name,
+                "dtype": arg.dtype,
+                "role": arg.role,
+                "shape": list(shape),
+                "count": int(np.prod(shape, dtype=np.int64)),
+                "itemsize": numpy_dtype(arg.dtype).itemsize,
+            }
+        )
     return out
 
 
-def time_request(lib: str, shapes: list[BenchShapeRequest], *, budget_s: float = 0.3, min_samples: int = 20,
-                 max_samples: int = 200, graph_below_us: float = 10.0, sample_us: float = 500.0) -> TimeRequest:
+def time_request(
+    lib: str,
+    shapes: list[BenchShapeRequest],
+    *,
+    budget_s: float = 0.3,
+    min_samples: int = 20,
+    max_samples: int = 200,
+    graph_below_us: float = 10.0,
+    sample_us: float = 500.0,
+) -> TimeRequest:
     """The worker request that times one library at every benchmark shape (``shapes`` from
     :func:`~.bench_checks.shape_requests`; see the worker's ``_time_shape`` for how a sample is made)."""
     return {
-        "op": "time", "lib": lib, "budget_s": budget_s, "min_samples": min_samples, "max_samples": max_samples,
-        "graph_below_us": graph_below_us, "sample_us": sample_us, "shapes": shapes,
+        "op": "time",
+        "lib": lib,
+        "budget_s": budget_s,
+        "min_samples": min_samples,
+        "max_samples": max_samples,
+        "graph_below_us": graph_below_us,
+        "sample_us": sample_us,
+        "shapes": shapes,
     }
 
 
@@ -77,8 +99,14 @@ def reference_request(spec: KernelSpec, root: str) -> TimeReferenceRequest:
     return {"op": "time_reference", "root": root, "reference": spec.reference, "shapes": shapes}
 
 
-def build_timing(spec: KernelSpec, stats: Sequence[SampleStats], *, floors: DeviceFloors | None,
-                 baseline_us: float | None, reference_us: float | None) -> Timing:
+def build_timing(
+    spec: KernelSpec,
+    stats: Sequence[SampleStats],
+    *,
+    floors: DeviceFloors | None,
+    baseline_us: float | None,
+    reference_us: float | None,
+) -> Timing:
     """The record of one candidate's timings; the first benchmark shape ranks."""
     first = stats[0]
     floor = floor_us(spec, spec.bench_shapes[0], floors) if floors is not None else None
@@ -90,6 +118,7 @@ def build_timing(spec: KernelSpec, stats: Sequence[SampleStats], *, floors: Devi
         share_of_floor=round(floor / first.median_us, 4) if floor is not None and first.median_us > 0 else None,
         speedup_vs_baseline=round(baseline_us / first.median_us, 4) if baseline_us and first.median_us else None,
         speedup_vs_reference=round(reference_us / first.median_us, 4) if reference_us and first.median_us else None,
-        shapes={shape_key(spec, sizes): round(s.median_us, 4) for sizes, s in zip(spec.bench_shapes, stats,
-                                                                                   strict=False)},
+        shapes={
+            shape_key(spec, sizes): round(s.median_us, 4) for sizes, s in zip(spec.bench_shapes, stats, strict=False)
+        },
     )

@@ -17,8 +17,7 @@ def tunable_value_sets(spec: KernelSpec, names: list[str] | None = None) -> list
     chosen = [n for n in spec.tunables if names is None or n in names]
     if not chosen:
         return [{}]
-    return [dict(zip(chosen, values, strict=True))
-            for values in itertools.product(*(spec.tunables[n] for n in chosen))]
+    return [dict(zip(chosen, values, strict=True)) for values in itertools.product(*(spec.tunables[n] for n in chosen))]
 
 
 def tunables_named(spec: KernelSpec, source: str) -> list[str]:

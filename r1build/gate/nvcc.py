@@ -34,8 +34,16 @@ from ..manifest.archs import arch_info
 from ..records import GateReport
 from ..toolchain import Toolchain
 
-__all__ = ["COMPILE_SLOTS", "DECLARATION_NAME", "Compilation", "compile_variant", "gencode", "nvcc_command",
-           "parse_ptxas_report", "split_ptxas_report"]
+__all__ = [
+    "COMPILE_SLOTS",
+    "DECLARATION_NAME",
+    "Compilation",
+    "compile_variant",
+    "gencode",
+    "nvcc_command",
+    "parse_ptxas_report",
+    "split_ptxas_report",
+]
 
 
 def _cores() -> int:
@@ -94,8 +102,14 @@ def _archs(arch: str | Sequence[str]) -> list[str]:
 
 
 def nvcc_command(
-    nvcc: str, flags: Sequence[str], arch: str | Sequence[str], defines: Mapping[str, int | str], source: str,
-    output: str, *, pre_include: str | None = None,
+    nvcc: str,
+    flags: Sequence[str],
+    arch: str | Sequence[str],
+    defines: Mapping[str, int | str],
+    source: str,
+    output: str,
+    *,
+    pre_include: str | None = None,
 ) -> list[str]:
     """The gate's nvcc command line for one variant and one arch or several (defines sorted by name, so the line
     is stable); :class:`ValueError` for a define that is not an identifier set to a plain number or identifier."""
@@ -205,18 +219,44 @@ def compile_variant(
     that cannot be started at all raises :class:`~r1build.errors.ToolchainError`.
     """
     with _SLOTS:
-        return _compile(source, defines, _archs(arch), name=name, flags=flags, toolchain=toolchain, workdir=workdir,
-                        timeout_s=timeout_s, declaration=declaration)
+        return _compile(
+            source,
+            defines,
+            _archs(arch),
+            name=name,
+            flags=flags,
+            toolchain=toolchain,
+            workdir=workdir,
+            timeout_s=timeout_s,
+            declaration=declaration,
+        )
 
 
-def _compile(source: str, defines: Mapping[str, int | str], archs: list[str], *, name: str, flags: Sequence[str],
-             toolchain: Toolchain, workdir: Path, timeout_s: float, declaration: str | None) -> Compilation:
+def _compile(
+    source: str,
+    defines: Mapping[str, int | str],
+    archs: list[str],
+    *,
+    name: str,
+    flags: Sequence[str],
+    toolchain: Toolchain,
+    workdir: Path,
+    timeout_s: float,
+    declaration: str | None,
+) -> Compilation:
     src, obj = f"{name}.cu", f"{name}.o"
     (workdir / src).write_text(source, encoding="utf-8")
     if declaration is not None:
         (workdir / DECLARATION_NAME).write_text(declaration, encoding="utf-8")
-    cmd = nvcc_command(toolchain.nvcc, flags, archs, defines, src, obj,
-                       pre_include=DECLARATION_NAME if declaration is not None else None)
+    cmd = nvcc_command(
+        toolchain.nvcc,
+        flags,
+        archs,
+        defines,
+        src,
+        obj,
+        pre_include=DECLARATION_NAME if declaration is not None else None,
+    )
     start = time.perf_counter()
     try:
         # a session of its own, so a timeout stops nvcc's children (cudafe++, cicc, ptxas) as well
@@ -243,7 +283,13 @@ def _compile(source: str, defines: Mapping[str, int | str], archs: list[str], *,
     made = workdir / obj
     ok = proc.returncode == 0 and made.is_file()
     parts = split_ptxas_report(output, archs) if ok and len(archs) > 1 else None
-    reports = ({a: parse_ptxas_report(parts[a], elapsed / len(archs)) for a in archs} if parts is not None
-               else {archs[0]: parse_ptxas_report(output, elapsed)} if ok and len(archs) == 1 else None)
-    return Compilation(tuple(cmd), proc.returncode, output, parse_ptxas_report(output, elapsed), made if ok else None,
-                       reports)
+    reports = (
+        {a: parse_ptxas_report(parts[a], elapsed / len(archs)) for a in archs}
+        if parts is not None
+        else {archs[0]: parse_ptxas_report(output, elapsed)}
+        if ok and len(archs) == 1
+        else None
+    )
+    return Compilation(
+        tuple(cmd), proc.returncode, output, parse_ptxas_report(output, elapsed), made if ok else None, reports
+    )

@@ -100,11 +100,13 @@ def _signature_hint(spec: KernelSpec, output: str) -> str:
     declaration compiled in front of it (nvcc's own words are less direct about it)."""
     lines = output.splitlines()
     for i, line in enumerate(lines):
-        near = " ".join(lines[i:i + 2])
+        near = " ".join(lines[i : i + 2])
         if _SIGNATURE_CLASH.search(line) and re.search(rf"\b{re.escape(spec.name)}\b", near):
-            return (f'the definition of {spec.name} does not match the declared signature extern "C" '
-                    f"{signature(spec)}: the parameter types (const included), their order and the return type "
-                    "must be exactly these\n")
+            return (
+                f'the definition of {spec.name} does not match the declared signature extern "C" '
+                f"{signature(spec)}: the parameter types (const included), their order and the return type "
+                "must be exactly these\n"
+            )
     return ""
 
 
@@ -192,8 +194,9 @@ class StaticGate:
         emit(Stage("gate", spec.name, arch, done=True, detail=detail))
         return results
 
-    def compile_verdict(self, manifest: Manifest, spec: KernelSpec, arch: str, candidate: Candidate
-                        ) -> tuple[Result, bool]:
+    def compile_verdict(
+        self, manifest: Manifest, spec: KernelSpec, arch: str, candidate: Candidate
+    ) -> tuple[Result, bool]:
         """The verdict of one compile before the limits, and whether it may be cached: what a cluster worker
         computes for the resolving machine's gate (:mod:`r1build.cluster`), which applies the limits and caches."""
         verdicts = self._compile_one(manifest, spec, [_Task(parse_arch(arch), candidate, "")])
@@ -223,7 +226,8 @@ class StaticGate:
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="r1build-gate") as pool:
             # each task runs in a copy of the caller's context, so its events reach the caller's sink
             futures: list[Future[list[tuple[str, Result]]]] = [
-                pool.submit(contextvars.copy_context().run, one, group) for group in groups.values()]
+                pool.submit(contextvars.copy_context().run, one, group) for group in groups.values()
+            ]
             for future in as_completed(futures):
                 done.extend(future.result())
         return done
@@ -242,8 +246,9 @@ class StaticGate:
             out += alone
         return out
 
-    def _compile_one(self, manifest: Manifest, spec: KernelSpec, tasks: list[_Task]
-                     ) -> list[tuple[Result, bool]] | None:
+    def _compile_one(
+        self, manifest: Manifest, spec: KernelSpec, tasks: list[_Task]
+    ) -> list[tuple[Result, bool]] | None:
         """The verdict of one compile of one variant for the tasks' archs, before limits, each with whether it
         may be cached (timeouts are not: a loaded machine is the likelier cause than the candidate); None when a
         compile for several archs did not succeed or its report could not be split per arch."""

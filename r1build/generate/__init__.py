@@ -35,8 +35,16 @@ if TYPE_CHECKING:
     from ..profile import Profiler
     from .controller import SearchOutcome, Usage
 
-__all__ = ["PROFILES", "Endpoint", "SearchOutcome", "Usage", "endpoint_configured", "replay", "resolve_endpoint",
-           "search"]
+__all__ = [
+    "PROFILES",
+    "Endpoint",
+    "SearchOutcome",
+    "Usage",
+    "endpoint_configured",
+    "replay",
+    "resolve_endpoint",
+    "search",
+]
 
 T = TypeVar("T")
 
@@ -75,9 +83,18 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
     return box["value"]  # type: ignore[no-any-return]
 
 
-def search(manifest: Manifest, spec: KernelSpec, arch: str, *, evaluator: Evaluator, cache: Cache,
-           seeds: Sequence[Candidate], environ: Mapping[str, str] = os.environ,
-           profiler: Profiler | None = None, perf_model: PerfModel | None = None) -> SearchOutcome:
+def search(
+    manifest: Manifest,
+    spec: KernelSpec,
+    arch: str,
+    *,
+    evaluator: Evaluator,
+    cache: Cache,
+    seeds: Sequence[Candidate],
+    environ: Mapping[str, str] = os.environ,
+    profiler: Profiler | None = None,
+    perf_model: PerfModel | None = None,
+) -> SearchOutcome:
     """Search for candidates of ``spec`` on ``arch`` with R1, judged by ``evaluator``.
 
     ``seeds`` (baseline, hand-written candidates and their variants) are judged first and come first in the
@@ -93,15 +110,37 @@ def search(manifest: Manifest, spec: KernelSpec, arch: str, *, evaluator: Evalua
     from .controller import run_search
 
     endpoint = resolve_endpoint(manifest.settings.generation, environ)
-    return _run(run_search(manifest, spec, parse_arch(arch), evaluator=evaluator, cache=cache, endpoint=endpoint,
-                           seeds=seeds, profiler=profiler, perf_model=perf_model))
+    return _run(
+        run_search(
+            manifest,
+            spec,
+            parse_arch(arch),
+            evaluator=evaluator,
+            cache=cache,
+            endpoint=endpoint,
+            seeds=seeds,
+            profiler=profiler,
+            perf_model=perf_model,
+        )
+    )
 
 
-def replay(manifest: Manifest, spec: KernelSpec, arch: str, *, evaluator: Evaluator, cache: Cache,
-           transcripts: Sequence[str], seeds: Sequence[Candidate] = ()) -> SearchOutcome:
+def replay(
+    manifest: Manifest,
+    spec: KernelSpec,
+    arch: str,
+    *,
+    evaluator: Evaluator,
+    cache: Cache,
+    transcripts: Sequence[str],
+    seeds: Sequence[Candidate] = (),
+) -> SearchOutcome:
     """Re-extract the candidates of stored ``transcripts`` (blob digests) and judge them again with
     ``evaluator``; no network. ``seeds`` are judged with them and come first."""
     from .controller import replay_search
 
-    return _run(replay_search(manifest, spec, parse_arch(arch), evaluator=evaluator, cache=cache,
-                              transcripts=transcripts, seeds=seeds))
+    return _run(
+        replay_search(
+            manifest, spec, parse_arch(arch), evaluator=evaluator, cache=cache, transcripts=transcripts, seeds=seeds
+        )
+    )

@@ -27,18 +27,18 @@ from ..manifest.model import Budget, Prices
 __all__ = ["MIN_REQUEST_TOKENS", "STOP_REASONS", "Ledger", "Reservation", "StopReason", "estimate_tokens"]
 
 StopReason = Literal[
-    "rounds",            # every round of the budget ran
-    "candidates",        # the candidate budget (samples started) is spent
-    "tokens",            # the token budget is spent
-    "money",             # the money budget is spent
-    "wall_time",         # the wall-clock budget is spent, or a pause the server asked for would outlast it
-    "target",            # the best kernel reached the target share of the floor
-    "patience",          # rounds in which candidates were timed brought no faster kernel
-    "passed_gate",       # without timings, a generated candidate passed the gate: nothing can rank more
+    "rounds",  # every round of the budget ran
+    "candidates",  # the candidate budget (samples started) is spent
+    "tokens",  # the token budget is spent
+    "money",  # the money budget is spent
+    "wall_time",  # the wall-clock budget is spent, or a pause the server asked for would outlast it
+    "target",  # the best kernel reached the target share of the floor
+    "patience",  # rounds in which candidates were timed brought no faster kernel
+    "passed_gate",  # without timings, a generated candidate passed the gate: nothing can rank more
     "endpoint_failing",  # the circuit breaker: too many requests in a row failed with no answer
-    "fatal",             # the provider refused in a way that ends the run (401, 402, ...)
-    "interrupted",       # Ctrl-C
-    "replay",            # a replay of stored transcripts (no search)
+    "fatal",  # the provider refused in a way that ends the run (401, 402, ...)
+    "interrupted",  # Ctrl-C
+    "replay",  # a replay of stored transcripts (no search)
 ]
 """Why a search ended."""
 

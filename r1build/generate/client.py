@@ -47,29 +47,42 @@ from ..manifest.model import Generation
 from .budget import StopReason, estimate_tokens
 from .providers import Endpoint
 
-__all__ = ["FAULT_KINDS", "MAX_BACKOFF_S", "RETRYABLE", "Attempt", "ChatClient", "Completion", "Exchange",
-           "FaultKind", "Meter", "Pacer", "Spend", "parse_retry_after"]
+__all__ = [
+    "FAULT_KINDS",
+    "MAX_BACKOFF_S",
+    "RETRYABLE",
+    "Attempt",
+    "ChatClient",
+    "Completion",
+    "Exchange",
+    "FaultKind",
+    "Meter",
+    "Pacer",
+    "Spend",
+    "parse_retry_after",
+]
 
 MAX_BACKOFF_S = 60.0
 """Longest pause between two attempts when the server does not ask for longer."""
 
 FaultKind = Literal[
-    "rate_limited",   # HTTP 429
-    "server_error",   # HTTP 5xx, 408, 409, 425
-    "connection",     # the connection could not be made or broke before the response
-    "timeout",        # no complete answer within the request's deadline
-    "bad_response",   # a body that does not parse or does not fit the protocol
-    "stream_cut",     # a stream that ended before its finish chunk
-    "fatal",          # a status that ends the run (400, 401, 402, 403, 404, 422, other 4xx)
-    "cancelled",      # the search was interrupted or ended by a fatal error while the request was in flight
-    "stopped",        # no retry: the search stopped (circuit breaker, a pause beyond the wall-time budget)
+    "rate_limited",  # HTTP 429
+    "server_error",  # HTTP 5xx, 408, 409, 425
+    "connection",  # the connection could not be made or broke before the response
+    "timeout",  # no complete answer within the request's deadline
+    "bad_response",  # a body that does not parse or does not fit the protocol
+    "stream_cut",  # a stream that ended before its finish chunk
+    "fatal",  # a status that ends the run (400, 401, 402, 403, 404, 422, other 4xx)
+    "cancelled",  # the search was interrupted or ended by a fatal error while the request was in flight
+    "stopped",  # no retry: the search stopped (circuit breaker, a pause beyond the wall-time budget)
 ]
 """What went wrong with one HTTP attempt (or, for ``cancelled`` and ``stopped``, with a sample)."""
 
 FAULT_KINDS: tuple[str, ...] = get_args(FaultKind)
 
 RETRYABLE: frozenset[FaultKind] = frozenset(
-    {"rate_limited", "server_error", "connection", "timeout", "bad_response", "stream_cut"})
+    {"rate_limited", "server_error", "connection", "timeout", "bad_response", "stream_cut"}
+)
 """Fault kinds that cost a retry; anything else that fails a sample is final for that sample."""
 
 _FATAL_HINTS = {
@@ -201,8 +214,15 @@ class Exchange:
 
 
 class _Fault(Exception):
-    def __init__(self, kind: FaultKind, message: str, *, status: int | None = None,
-                 retry_after: float | None = None, label: str = "") -> None:
+    def __init__(
+        self,
+        kind: FaultKind,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+        label: str = "",
+    ) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
@@ -278,14 +298,18 @@ class Pacer:
         self.resume_at = max(self.resume_at, now + wait)
         if self.stopped is None:
             if self.streak >= self.breaker:
-                self.stop("endpoint_failing", f"the endpoint failed {self.streak} requests in a row with no answer: "
-                                              f"{self.describe_streak()}")
+                self.stop(
+                    "endpoint_failing",
+                    f"the endpoint failed {self.streak} requests in a row with no answer: {self.describe_streak()}",
+                )
             elif self.resume_at > self.deadline:
                 left = max(0.0, self.deadline - now)
-                asked = f"asked to wait {retry_after:g} s (retry-after)" if retry_after is not None else \
-                    f"needs a pause of {wait:.1f} s after {label}"
-                self.stop("wall_time", f"the server {asked}, longer than the {left:.1f} s left of the wall-time "
-                                       "budget")
+                asked = (
+                    f"asked to wait {retry_after:g} s (retry-after)"
+                    if retry_after is not None
+                    else f"needs a pause of {wait:.1f} s after {label}"
+                )
+                self.stop("wall_time", f"the server {asked}, longer than the {left:.1f} s left of the wall-time budget")
         return max(0.0, self.resume_at - now)
 
     def stop(self, reason: StopReason, cause: str) -> None:
@@ -313,7 +337,7 @@ def describe_faults(faults: Counter[str]) -> str:
     if not faults:
         return "no request failed"
     if len(faults) == 1:
-        (label, _), = faults.items()
+        ((label, _),) = faults.items()
         if label == "a cut stream":
             return f"every stream was cut ({total} requests)"
         if label.startswith("timed out"):
@@ -368,12 +392,19 @@ class ChatClient:
     """Sends samples to one endpoint; use as an async context manager. ``pacer`` is shared by every sample sent
     through this client (one made from the settings when not given, with no deadline)."""
 
-    def __init__(self, endpoint: Endpoint, generation: Generation, *, pacer: Pacer | None = None,
-                 rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        generation: Generation,
+        *,
+        pacer: Pacer | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
         self.endpoint = endpoint
         self.generation = generation
-        self.pacer = pacer or Pacer(generation.retry_backoff_s, generation.max_consecutive_failures, float("inf"),
-                                    rng or random.Random())
+        self.pacer = pacer or Pacer(
+            generation.retry_backoff_s, generation.max_consecutive_failures, float("inf"), rng or random.Random()
+        )
         self._client: openai.AsyncOpenAI | None = None
 
     async def __aenter__(self) -> ChatClient:
@@ -386,8 +417,9 @@ class ChatClient:
         )
         return self
 
-    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None,
-                        tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if self._client is not None:
             await self._client.close()
             self._client = None
@@ -399,8 +431,11 @@ class ChatClient:
 
     def params(self, *, temperature: float | None, max_tokens: int) -> dict[str, Any]:
         """Request parameters for one sample (besides the messages)."""
-        params: dict[str, Any] = {"model": self.endpoint.model, "max_tokens": max_tokens,
-                                  "stream": self.generation.stream}
+        params: dict[str, Any] = {
+            "model": self.endpoint.model,
+            "max_tokens": max_tokens,
+            "stream": self.generation.stream,
+        }
         if self.endpoint.profile.honours_temperature and temperature is not None:
             params["temperature"] = temperature
             params["top_p"] = self.generation.top_p
@@ -420,9 +455,15 @@ class ChatClient:
         return GenerationError(text)
 
     # -- one sample --------------------------------------------------------------------------------------
-    async def complete(self, exchange: Exchange, *, deadline: float, meter: Meter | None = None,
-                       spend: Spend | None = None,
-                       report: Callable[[Attempt, float | None], None] | None = None) -> Exchange:
+    async def complete(
+        self,
+        exchange: Exchange,
+        *,
+        deadline: float,
+        meter: Meter | None = None,
+        spend: Spend | None = None,
+        report: Callable[[Attempt, float | None], None] | None = None,
+    ) -> Exchange:
         """Ask for the answer ``exchange`` describes, retrying what may be retried, until ``deadline``
         (``time.monotonic``); the attempts and the outcome are recorded in ``exchange`` as they happen.
 
@@ -442,8 +483,14 @@ class ChatClient:
     def _prompt_estimate(self, messages: list[dict[str, str]]) -> int:
         return estimate_tokens(sum(len(m["content"]) for m in messages))
 
-    async def _attempts(self, exchange: Exchange, deadline: float, meter: Meter, spend: Spend | None,
-                        report: Callable[[Attempt, float | None], None] | None) -> None:
+    async def _attempts(
+        self,
+        exchange: Exchange,
+        deadline: float,
+        meter: Meter,
+        spend: Spend | None,
+        report: Callable[[Attempt, float | None], None] | None,
+    ) -> None:
         start = time.monotonic()
         retries = self.generation.retries
         pacer = self.pacer
@@ -477,13 +524,15 @@ class ChatClient:
             try:
                 completion = await asyncio.wait_for(self._once(exchange.messages, params, partial, meter, now), limit)
             except asyncio.TimeoutError:
-                fault = _Fault("timeout", f"no complete answer within {limit:.1f} s",
-                               label=f"timed out after {limit:.3g} s")
+                fault = _Fault(
+                    "timeout", f"no complete answer within {limit:.1f} s", label=f"timed out after {limit:.3g} s"
+                )
             except _Fault as f:
                 fault = f
             except asyncio.CancelledError:
-                attempt = self._failed_attempt(exchange, now - start, time.monotonic() - now, params, partial,
-                                               _Fault("cancelled", "cancelled"))
+                attempt = self._failed_attempt(
+                    exchange, now - start, time.monotonic() - now, params, partial, _Fault("cancelled", "cancelled")
+                )
                 if spend is not None:
                     spend.charge(prompt_tokens=attempt.prompt_tokens, completion_tokens=attempt.completion_tokens)
                 raise
@@ -491,9 +540,15 @@ class ChatClient:
                 tokens = completion.completion_tokens
                 if not completion.usage_reported:  # an estimate: the server cannot have sent more than asked
                     tokens = min(tokens, params["max_tokens"])
-                attempt = Attempt(now - start, completion.latency_s, "ok", max_tokens=params["max_tokens"],
-                                  prompt_tokens=completion.prompt_tokens or self._prompt_estimate(exchange.messages),
-                                  completion_tokens=tokens, usage_reported=completion.usage_reported)
+                attempt = Attempt(
+                    now - start,
+                    completion.latency_s,
+                    "ok",
+                    max_tokens=params["max_tokens"],
+                    prompt_tokens=completion.prompt_tokens or self._prompt_estimate(exchange.messages),
+                    completion_tokens=tokens,
+                    usage_reported=completion.usage_reported,
+                )
                 exchange.attempts.append(attempt)
                 if spend is not None:
                     spend.charge(prompt_tokens=attempt.prompt_tokens, completion_tokens=attempt.completion_tokens)
@@ -518,25 +573,50 @@ class ChatClient:
             if wait is None:
                 return
 
-    def _failed_attempt(self, exchange: Exchange, started: float, latency: float, params: dict[str, Any],
-                        partial: _Partial, fault: _Fault) -> Attempt:
+    def _failed_attempt(
+        self,
+        exchange: Exchange,
+        started: float,
+        latency: float,
+        params: dict[str, Any],
+        partial: _Partial,
+        fault: _Fault,
+    ) -> Attempt:
         """Record a failed attempt; what it cost is estimated from the text received (the prompt counts once
         the server started answering)."""
         chars = sum(len(p) for p in partial.content) + sum(len(p) for p in partial.reasoning)
         if chars:
-            exchange.partial = Completion("".join(partial.content), "".join(partial.reasoning), None, 0,
-                                          estimate_tokens(chars), 0, False, None, None, latency,
-                                          partial.first_token_s)
-        attempt = Attempt(started, latency, fault.kind, fault.status, self.redact(fault.message), fault.retry_after,
-                          max_tokens=params.get("max_tokens"),
-                          prompt_tokens=self._prompt_estimate(exchange.messages) if chars else 0,
-                          completion_tokens=min(estimate_tokens(chars), params.get("max_tokens") or chars),
-                          label=fault.label or fault.kind)
+            exchange.partial = Completion(
+                "".join(partial.content),
+                "".join(partial.reasoning),
+                None,
+                0,
+                estimate_tokens(chars),
+                0,
+                False,
+                None,
+                None,
+                latency,
+                partial.first_token_s,
+            )
+        attempt = Attempt(
+            started,
+            latency,
+            fault.kind,
+            fault.status,
+            self.redact(fault.message),
+            fault.retry_after,
+            max_tokens=params.get("max_tokens"),
+            prompt_tokens=self._prompt_estimate(exchange.messages) if chars else 0,
+            completion_tokens=min(estimate_tokens(chars), params.get("max_tokens") or chars),
+            label=fault.label or fault.kind,
+        )
         exchange.attempts.append(attempt)
         return attempt
 
-    async def _once(self, messages: list[dict[str, str]], params: dict[str, Any], partial: _Partial,
-                    meter: Meter, started: float) -> Completion:
+    async def _once(
+        self, messages: list[dict[str, str]], params: dict[str, Any], partial: _Partial, meter: Meter, started: float
+    ) -> Completion:
         assert self._client is not None, "use ChatClient as an async context manager"
         try:
             if params.get("stream"):
@@ -547,48 +627,75 @@ class ChatClient:
             text = _error_text(exc)
             label = status_label(status, getattr(exc.response, "reason_phrase", None))
             if status == 429:
-                raise _Fault("rate_limited", f"HTTP 429: {text}", status=status,
-                             retry_after=parse_retry_after(exc.response.headers), label=label) from None
+                raise _Fault(
+                    "rate_limited",
+                    f"HTTP 429: {text}",
+                    status=status,
+                    retry_after=parse_retry_after(exc.response.headers),
+                    label=label,
+                ) from None
             if status >= 500 or status in (408, 409, 425):
-                raise _Fault("server_error", f"HTTP {status}: {text}", status=status,
-                             retry_after=parse_retry_after(exc.response.headers), label=label) from None
+                raise _Fault(
+                    "server_error",
+                    f"HTTP {status}: {text}",
+                    status=status,
+                    retry_after=parse_retry_after(exc.response.headers),
+                    label=label,
+                ) from None
             raise _Fault("fatal", text, status=status, label=label) from None
         except openai.APITimeoutError:
-            raise _Fault("timeout", "the HTTP client timed out",
-                         label=f"timed out after {self.generation.request_timeout_s:g} s") from None
+            raise _Fault(
+                "timeout", "the HTTP client timed out", label=f"timed out after {self.generation.request_timeout_s:g} s"
+            ) from None
         except openai.APIConnectionError as exc:
             cause = exc.__cause__ or exc.__context__
             detail = f" ({type(cause).__name__}: {cause})" if cause else ""
             kind: FaultKind = "stream_cut" if partial.chunks else "connection"
-            raise _Fault(kind, f"connection failed{detail}",
-                         label="a cut stream" if partial.chunks else "connection failed") from None
+            raise _Fault(
+                kind, f"connection failed{detail}", label="a cut stream" if partial.chunks else "connection failed"
+            ) from None
         except openai.APIResponseValidationError as exc:
-            raise _Fault("bad_response", f"the response does not fit the protocol: {exc.message}",
-                         label="a malformed response") from None
+            raise _Fault(
+                "bad_response", f"the response does not fit the protocol: {exc.message}", label="a malformed response"
+            ) from None
         except openai.APIError as exc:
-            raise _Fault("bad_response", f"error event in the stream: {exc.message}",
-                         label="an error event in the stream") from None
+            raise _Fault(
+                "bad_response", f"error event in the stream: {exc.message}", label="an error event in the stream"
+            ) from None
         except ValueError as exc:  # JSON that does not parse, pydantic validation
-            raise _Fault("bad_response", f"the response is not valid JSON: {str(exc)[:200]}",
-                         label="a malformed response") from None
+            raise _Fault(
+                "bad_response", f"the response is not valid JSON: {str(exc)[:200]}", label="a malformed response"
+            ) from None
 
     async def _plain(self, messages: list[dict[str, str]], params: dict[str, Any], started: float) -> Completion:
         assert self._client is not None
         response: Any = await self._client.chat.completions.create(messages=cast(Any, messages), **params)
         if not isinstance(response, ChatCompletion) or not response.choices:
-            raise _Fault("bad_response", f"the response is not a chat completion: {str(response)[:200]}",
-                         label="a malformed response")
+            raise _Fault(
+                "bad_response",
+                f"the response is not a chat completion: {str(response)[:200]}",
+                label="a malformed response",
+            )
         choice = response.choices[0]
         message = choice.message
         extra = message.model_extra or {}
         reasoning = extra.get("reasoning_content") or extra.get("reasoning") or ""
         content = message.content or ""
         usage = response.usage
-        return _completion(content, str(reasoning), choice.finish_reason, usage, response.model, response.id,
-                           time.monotonic() - started, None)
+        return _completion(
+            content,
+            str(reasoning),
+            choice.finish_reason,
+            usage,
+            response.model,
+            response.id,
+            time.monotonic() - started,
+            None,
+        )
 
-    async def _streamed(self, messages: list[dict[str, str]], params: dict[str, Any], partial: _Partial,
-                        meter: Meter, started: float) -> Completion:
+    async def _streamed(
+        self, messages: list[dict[str, str]], params: dict[str, Any], partial: _Partial, meter: Meter, started: float
+    ) -> Completion:
         assert self._client is not None
         stream: Any = await self._client.chat.completions.create(messages=cast(Any, messages), **params)
         content_type = str(stream.response.headers.get("content-type", ""))
@@ -605,8 +712,11 @@ class ChatClient:
         try:
             async for chunk in stream:
                 if not isinstance(chunk, ChatCompletionChunk):
-                    raise _Fault("bad_response", f"a stream chunk is not a completion chunk: {str(chunk)[:200]}",
-                                 label="a malformed response")
+                    raise _Fault(
+                        "bad_response",
+                        f"a stream chunk is not a completion chunk: {str(chunk)[:200]}",
+                        label="a malformed response",
+                    )
                 model = model or chunk.model
                 ident = ident or chunk.id
                 if chunk.usage is not None:
@@ -633,12 +743,26 @@ class ChatClient:
             await stream.close()
         if finish is None:
             if model is None:
-                raise _Fault("stream_cut", "the response carried no stream events (not server-sent events, or an "
-                                           "empty stream)", label="an empty stream")
-            raise _Fault("stream_cut", f"the stream ended before its finish chunk, after {partial.chunks} deltas",
-                         label="a cut stream")
-        return _completion("".join(partial.content), "".join(partial.reasoning), finish, usage, model, ident,
-                           time.monotonic() - started, partial.first_token_s)
+                raise _Fault(
+                    "stream_cut",
+                    "the response carried no stream events (not server-sent events, or an empty stream)",
+                    label="an empty stream",
+                )
+            raise _Fault(
+                "stream_cut",
+                f"the stream ended before its finish chunk, after {partial.chunks} deltas",
+                label="a cut stream",
+            )
+        return _completion(
+            "".join(partial.content),
+            "".join(partial.reasoning),
+            finish,
+            usage,
+            model,
+            ident,
+            time.monotonic() - started,
+            partial.first_token_s,
+        )
 
 
 def _from_json(body: bytes, latency: float) -> Completion:
@@ -646,12 +770,14 @@ def _from_json(body: bytes, latency: float) -> Completion:
     try:
         data = json.loads(body)
     except ValueError as exc:
-        raise _Fault("bad_response", f"the response is not valid JSON: {str(exc)[:200]}",
-                     label="a malformed response") from None
+        raise _Fault(
+            "bad_response", f"the response is not valid JSON: {str(exc)[:200]}", label="a malformed response"
+        ) from None
     choices = data.get("choices") if isinstance(data, dict) else None
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise _Fault("bad_response", f"the response is not a chat completion: {str(data)[:200]}",
-                     label="a malformed response")
+        raise _Fault(
+            "bad_response", f"the response is not a chat completion: {str(data)[:200]}", label="a malformed response"
+        )
     raw_message = choices[0].get("message")
     message: dict[str, Any] = raw_message if isinstance(raw_message, dict) else {}
     content = str(message.get("content") or "")
@@ -659,22 +785,61 @@ def _from_json(body: bytes, latency: float) -> Completion:
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else None
     tokens = usage.get("completion_tokens") if usage else None
     if usage is None or not isinstance(tokens, int):
-        return Completion(content, reasoning, choices[0].get("finish_reason"), 0,
-                          estimate_tokens(len(content) + len(reasoning)), 0, False, data.get("model"), data.get("id"),
-                          latency, None)
+        return Completion(
+            content,
+            reasoning,
+            choices[0].get("finish_reason"),
+            0,
+            estimate_tokens(len(content) + len(reasoning)),
+            0,
+            False,
+            data.get("model"),
+            data.get("id"),
+            latency,
+            None,
+        )
     details = usage.get("completion_tokens_details")
     reasoning_tokens = details.get("reasoning_tokens") if isinstance(details, dict) else None
-    return Completion(content, reasoning, choices[0].get("finish_reason"),
-                      int(usage.get("prompt_tokens") or 0), tokens, int(reasoning_tokens or 0), True,
-                      data.get("model"), data.get("id"), latency, None)
+    return Completion(
+        content,
+        reasoning,
+        choices[0].get("finish_reason"),
+        int(usage.get("prompt_tokens") or 0),
+        tokens,
+        int(reasoning_tokens or 0),
+        True,
+        data.get("model"),
+        data.get("id"),
+        latency,
+        None,
+    )
 
 
-def _completion(content: str, reasoning: str, finish: str | None, usage: Any, model: str | None,
-                ident: str | None, latency: float, first: float | None) -> Completion:
+def _completion(
+    content: str,
+    reasoning: str,
+    finish: str | None,
+    usage: Any,
+    model: str | None,
+    ident: str | None,
+    latency: float,
+    first: float | None,
+) -> Completion:
     if usage is not None and getattr(usage, "completion_tokens", None) is not None:
         details = getattr(usage, "completion_tokens_details", None)
         reasoning_tokens = getattr(details, "reasoning_tokens", None) if details is not None else None
-        return Completion(content, reasoning, finish, int(usage.prompt_tokens or 0), int(usage.completion_tokens),
-                          int(reasoning_tokens or 0), True, model, ident, latency, first)
+        return Completion(
+            content,
+            reasoning,
+            finish,
+            int(usage.prompt_tokens or 0),
+            int(usage.completion_tokens),
+            int(reasoning_tokens or 0),
+            True,
+            model,
+            ident,
+            latency,
+            first,
+        )
     estimate = estimate_tokens(len(content) + len(reasoning))
     return Completion(content, reasoning, finish, 0, estimate, 0, False, model, ident, latency, first)

@@ -78,12 +78,12 @@ FINALISTS = 2
 FAILED = ("compile_error", "rejected", "incorrect", "crashed", "timed_out")
 
 SampleLoss = Literal[
-    "truncated",           # the answer was cut off at max_tokens
-    "no_code",             # the answer had no CUDA code block
-    "content_filter",      # the provider's filter stopped the answer
-    "cancelled",           # interrupted or ended by a fatal error while in flight
-    "gave_up",             # every attempt failed (the faults are counted by kind too)
-    "kept_partial",        # not a loss: an answer cut off mid-stream whose complete code was kept
+    "truncated",  # the answer was cut off at max_tokens
+    "no_code",  # the answer had no CUDA code block
+    "content_filter",  # the provider's filter stopped the answer
+    "cancelled",  # interrupted or ended by a fatal error while in flight
+    "gave_up",  # every attempt failed (the faults are counted by kind too)
+    "kept_partial",  # not a loss: an answer cut off mid-stream whose complete code was kept
     "missing_transcript",  # replay: a transcript blob is gone
 ]
 """Why a sample gave no candidate (besides the faults of its attempts, counted by
@@ -242,8 +242,17 @@ class _Pool:
     by preference order. The seeds are admitted first, in their order.
     """
 
-    def __init__(self, manifest: Manifest, spec: KernelSpec, arch: str, *, evaluator: Evaluator, usage: Usage,
-                 seeds: Sequence[Candidate], perf_model: PerfModel | None = None) -> None:
+    def __init__(
+        self,
+        manifest: Manifest,
+        spec: KernelSpec,
+        arch: str,
+        *,
+        evaluator: Evaluator,
+        usage: Usage,
+        seeds: Sequence[Candidate],
+        perf_model: PerfModel | None = None,
+    ) -> None:
         self.manifest = manifest
         self.spec = spec
         self.arch = arch
@@ -296,8 +305,17 @@ class _Pool:
         if known.candidate.origin.kind == "generated":
             self.generated.add(known.candidate.digest)
 
-    def admit_answer(self, source: str, *, model: str, round_no: int, sample: int, transcript: str,
-                     messages: list[dict[str, str]], answer: str) -> list[Candidate]:
+    def admit_answer(
+        self,
+        source: str,
+        *,
+        model: str,
+        round_no: int,
+        sample: int,
+        transcript: str,
+        messages: list[dict[str, str]],
+        answer: str,
+    ) -> list[Candidate]:
         """The candidates of the code ``source`` extracted from the answer of round ``round_no``, sample
         ``sample``: one per value set of the kernel's tunables, placed by :meth:`Order.answer`. Returns those that
         must be judged."""
@@ -316,12 +334,19 @@ class _Pool:
         if not candidates:
             return
         if self.perf_model is not None and all(c.origin.kind == "generated" for c in candidates):
-            candidates, skipped = await asyncio.to_thread(self.perf_model.plan, self.spec, self.arch, candidates,
-                                                          self.best_time())
+            candidates, skipped = await asyncio.to_thread(
+                self.perf_model.plan, self.spec, self.arch, candidates, self.best_time()
+            )
             if skipped:
-                emit(Note("info", f"the performance model skipped {len(skipped)} candidate(s) predicted more than "
-                                  f"{self.perf_model.skip_factor:g}x slower than the best measured so far",
-                          kernel=self.spec.name, arch=self.arch))
+                emit(
+                    Note(
+                        "info",
+                        f"the performance model skipped {len(skipped)} candidate(s) predicted more than "
+                        f"{self.perf_model.skip_factor:g}x slower than the best measured so far",
+                        kernel=self.spec.name,
+                        arch=self.arch,
+                    )
+                )
             for result in skipped:
                 known = self.known.get(result.candidate)
                 if known is not None:
@@ -388,8 +413,9 @@ class _Pool:
         return any(k.result is not None and k.result.timing is not None for k in self.known.values())
 
 
-def _read_answer(finish_reason: str | None, content: str, kernel: str,
-                 usage: Usage) -> tuple[Extraction | None, SampleLoss | None]:
+def _read_answer(
+    finish_reason: str | None, content: str, kernel: str, usage: Usage
+) -> tuple[Extraction | None, SampleLoss | None]:
     """The one reading of a complete answer, by the search and by replay: its extraction, and why it gives no
     candidate (cut off at ``max_tokens``, stopped by the content filter, no code block), counted in ``usage``.
     The extraction is None where the answer was cut off or filtered."""
@@ -406,8 +432,9 @@ def _read_answer(finish_reason: str | None, content: str, kernel: str,
     return extraction, None
 
 
-def _outcome(pool: _Pool, usage: Usage, transcripts: list[str], reason: StopReason, rounds: int,
-             cause: str) -> SearchOutcome:
+def _outcome(
+    pool: _Pool, usage: Usage, transcripts: list[str], reason: StopReason, rounds: int, cause: str
+) -> SearchOutcome:
     """The outcome of a search or replay: the judged candidates in preference order, with their results."""
     judged = [k for k in pool.in_order() if k.result is not None]
     return SearchOutcome(
@@ -431,9 +458,19 @@ class _Search:
     ``transcripts`` by round and sample, ``pool``).
     """
 
-    def __init__(self, manifest: Manifest, spec: KernelSpec, arch: str, *, evaluator: Evaluator, cache: Cache,
-                 endpoint: Endpoint, seeds: Sequence[Candidate], profiler: Profiler | None = None,
-                 perf_model: PerfModel | None = None) -> None:
+    def __init__(
+        self,
+        manifest: Manifest,
+        spec: KernelSpec,
+        arch: str,
+        *,
+        evaluator: Evaluator,
+        cache: Cache,
+        endpoint: Endpoint,
+        seeds: Sequence[Candidate],
+        profiler: Profiler | None = None,
+        perf_model: PerfModel | None = None,
+    ) -> None:
         self.manifest = manifest
         self.profiler = profiler
         self.spec = spec
@@ -443,8 +480,9 @@ class _Search:
         self.generation = manifest.settings.generation
         self.budget = spec.budget
         self.usage = Usage()
-        self.pool = _Pool(manifest, spec, arch, evaluator=evaluator, usage=self.usage, seeds=seeds,
-                          perf_model=perf_model)
+        self.pool = _Pool(
+            manifest, spec, arch, evaluator=evaluator, usage=self.usage, seeds=seeds, perf_model=perf_model
+        )
         self.transcripts: list[tuple[tuple[int, int], str]] = []
         self.deadline = time.monotonic() + self.budget.wall_time_s
         self.stop_reason: StopReason | None = None
@@ -452,8 +490,9 @@ class _Search:
         self.fatal: R1BuildError | None = None
         self.meters: set[Meter] = set()
         self.ledger = Ledger(self.budget, self.generation.prices, self.generation.max_tokens)
-        self.pacer = Pacer(self.generation.retry_backoff_s, self.generation.max_consecutive_failures, self.deadline,
-                           random.Random())
+        self.pacer = Pacer(
+            self.generation.retry_backoff_s, self.generation.max_consecutive_failures, self.deadline, random.Random()
+        )
         self.faults: Counter[str] = Counter()
         self.tasks: set[asyncio.Task[None]] = set()
         self.queue: asyncio.Queue[Candidate | None] = asyncio.Queue()
@@ -468,16 +507,20 @@ class _Search:
 
     def progress(self) -> None:
         total = min(self.budget.candidates, self.budget.rounds * self.budget.samples)
-        emit(Progress(
-            f"generate {self.spec.name}/{self.arch}", self.finished_samples, total,
-            {
-                "round": f"{self.round + 1}/{self.budget.rounds}",
-                "candidates": len(self.pool.generated),
-                "passed": len(self.pool.generated_passed),
-                "tokens": self.usage.completion_tokens + self.live_tokens(),
-                "spend": f"${self.usage.cost_usd:.4f}",
-            },
-        ))
+        emit(
+            Progress(
+                f"generate {self.spec.name}/{self.arch}",
+                self.finished_samples,
+                total,
+                {
+                    "round": f"{self.round + 1}/{self.budget.rounds}",
+                    "candidates": len(self.pool.generated),
+                    "passed": len(self.pool.generated_passed),
+                    "tokens": self.usage.completion_tokens + self.live_tokens(),
+                    "spend": f"${self.usage.cost_usd:.4f}",
+                },
+            )
+        )
 
     def live_tokens(self) -> int:
         """Estimated tokens of the attempts in flight (progress only: accounting waits for their usage)."""
@@ -506,8 +549,10 @@ class _Search:
             self.stop_reason = reason
             self.cause = cause or (self.pacer.cause if reason == self.pacer.stopped else "")
             if self.meters and reason != "fatal":
-                self.note("info", f"stopping ({reason.replace('_', ' ')}): letting {len(self.meters)} request(s) "
-                                  "in flight finish")
+                self.note(
+                    "info",
+                    f"stopping ({reason.replace('_', ' ')}): letting {len(self.meters)} request(s) in flight finish",
+                )
         if reason != "fatal":
             return
         current = asyncio.current_task()
@@ -582,20 +627,34 @@ class _Search:
             if not parents:
                 text = task_prompt(self.manifest, self.spec, self.arch, direction=direction)
                 if notes and round_no > 0:
-                    text += "\n" + feedback_prompt(self.spec, parent=None, parent_in_conversation=False, best=[],
-                                                   failures=[], notes=notes, direction=None)
+                    text += "\n" + feedback_prompt(
+                        self.spec,
+                        parent=None,
+                        parent_in_conversation=False,
+                        best=[],
+                        failures=[],
+                        notes=notes,
+                        direction=None,
+                    )
                 plans.append(_Plan([{"role": "user", "content": text}], temperature, direction, None))
                 continue
             parent = parents[s % len(parents)]
             in_conversation = parent.candidate.origin.kind == "generated" and bool(parent.messages)
             feedback = feedback_prompt(
-                self.spec, parent=self.judged(parent), parent_in_conversation=in_conversation,
-                best=[self.judged(b) for b in best], failures=[self.judged(f) for f in failures[:4]],
-                notes=notes, direction=direction,
+                self.spec,
+                parent=self.judged(parent),
+                parent_in_conversation=in_conversation,
+                best=[self.judged(b) for b in best],
+                failures=[self.judged(f) for f in failures[:4]],
+                notes=notes,
+                direction=direction,
             )
             if in_conversation:
-                messages = [parent.messages[0], {"role": "assistant", "content": parent.answer},
-                            {"role": "user", "content": feedback}]
+                messages = [
+                    parent.messages[0],
+                    {"role": "assistant", "content": parent.answer},
+                    {"role": "user", "content": feedback},
+                ]
             else:
                 first = task_prompt(self.manifest, self.spec, self.arch, direction=None)
                 messages = [{"role": "user", "content": first + "\n" + feedback}]
@@ -608,8 +667,10 @@ class _Search:
         if n["no_code"]:
             notes.append(f"{n['no_code']} answer(s) had no ```cuda block with the kernel.")
         if n["truncated"]:
-            notes.append(f"{n['truncated']} answer(s) were cut off at the token limit before the final code: "
-                         "keep the reasoning focused and the final answer complete.")
+            notes.append(
+                f"{n['truncated']} answer(s) were cut off at the token limit before the final code: "
+                "keep the reasoning focused and the final answer complete."
+            )
         return notes
 
     # -- one sample --------------------------------------------------------------------------------------
@@ -630,16 +691,22 @@ class _Search:
                 self.stop(reason)
                 return
             assert self.client is not None
-            exchange = Exchange(plan.messages, self.client.params(temperature=plan.temperature,
-                                                                  max_tokens=self.generation.max_tokens))
+            exchange = Exchange(
+                plan.messages, self.client.params(temperature=plan.temperature, max_tokens=self.generation.max_tokens)
+            )
             spend = _SampleSpend(self, estimate_tokens(sum(len(m["content"]) for m in plan.messages)))
             meter = Meter()
             self.usage.samples += 1
             self.meters.add(meter)
             started, t0 = _now_iso(), time.monotonic()
             try:
-                await self.client.complete(exchange, deadline=self.deadline, meter=meter, spend=spend,
-                                           report=lambda a, w: self.report(round_no, sample, a, w))
+                await self.client.complete(
+                    exchange,
+                    deadline=self.deadline,
+                    meter=meter,
+                    spend=spend,
+                    report=lambda a, w: self.report(round_no, sample, a, w),
+                )
             finally:
                 self.meters.discard(meter)
                 if spend.held is not None:  # cancelled before the request was sent
@@ -649,14 +716,26 @@ class _Search:
                     extraction = None
                 else:
                     extraction = self.settle(round_no, sample, exchange)
-                    digest = store_transcript(self.cache, transcript_payload(
-                        kernel=self.spec.name, arch=self.arch, round=round_no, sample=sample,
-                        provider=self.endpoint.profile.name, endpoint=self.endpoint.display_url,
-                        model=self.endpoint.model, direction=plan.direction, temperature=plan.temperature,
-                        parent=plan.parent, exchange=exchange,
-                        extraction=self.extraction_doc(extraction) if extraction else None,
-                        started=started, elapsed_s=time.monotonic() - t0,
-                    ), secrets=self.endpoint.secrets)
+                    digest = store_transcript(
+                        self.cache,
+                        transcript_payload(
+                            kernel=self.spec.name,
+                            arch=self.arch,
+                            round=round_no,
+                            sample=sample,
+                            provider=self.endpoint.profile.name,
+                            endpoint=self.endpoint.display_url,
+                            model=self.endpoint.model,
+                            direction=plan.direction,
+                            temperature=plan.temperature,
+                            parent=plan.parent,
+                            exchange=exchange,
+                            extraction=self.extraction_doc(extraction) if extraction else None,
+                            started=started,
+                            elapsed_s=time.monotonic() - t0,
+                        ),
+                        secrets=self.endpoint.secrets,
+                    )
                     self.transcripts.append(((round_no, sample), digest))
                     self.finished_samples += 1
             if exchange.fatal is not None:
@@ -695,8 +774,10 @@ class _Search:
         if loss is not None and loss != "content_filter":
             self.round_notes[loss] += 1  # fed back to the next round (:meth:`answer_notes`)
         if loss == "truncated":
-            self.note("warning", f"{where}: the answer was cut off at max_tokens ({exchange.params['max_tokens']});"
-                                 " not a candidate")
+            self.note(
+                "warning",
+                f"{where}: the answer was cut off at max_tokens ({exchange.params['max_tokens']}); not a candidate",
+            )
         elif loss == "content_filter":
             self.note("warning", f"{where}: the answer was stopped by the provider's content filter")
         elif loss == "no_code" and extraction is not None:
@@ -715,21 +796,30 @@ class _Search:
             return
         exchange.completion = replace(partial, content=kept, finish_reason="partial")
         self.usage.count("kept_partial")
-        self.note("info", f"round {round_no} sample {sample}: the answer was cut off ({exchange.failure}) after "
-                          "complete code: kept")
+        self.note(
+            "info",
+            f"round {round_no} sample {sample}: the answer was cut off ({exchange.failure}) after complete code: kept",
+        )
 
     def extraction_doc(self, extraction: Extraction) -> dict[str, Any]:
         return {"reason": extraction.reason, "blocks": extraction.blocks}
 
-    def enqueue(self, round_no: int, sample: int, plan: _Plan, exchange: Exchange, extraction: Extraction,
-                transcript: str) -> None:
+    def enqueue(
+        self, round_no: int, sample: int, plan: _Plan, exchange: Exchange, extraction: Extraction, transcript: str
+    ) -> None:
         """Queue for judging the candidates of a sample's answer that the pool did not know."""
         if extraction.source is None or exchange.completion is None:
             return
         answer = strip_think(exchange.completion.content).strip()
-        for candidate in self.pool.admit_answer(extraction.source, model=self.endpoint.model, round_no=round_no,
-                                                sample=sample, transcript=transcript, messages=plan.messages[:1],
-                                                answer=answer):
+        for candidate in self.pool.admit_answer(
+            extraction.source,
+            model=self.endpoint.model,
+            round_no=round_no,
+            sample=sample,
+            transcript=transcript,
+            messages=plan.messages[:1],
+            answer=answer,
+        ):
             self.queue.put_nowait(candidate)
 
     # -- rounds ------------------------------------------------------------------------------------------
@@ -755,17 +845,26 @@ class _Search:
         """Profile the fastest timed of ``known`` under Nsight Compute (:data:`FINALISTS` of them) and keep the
         findings with their results, so the next round's feedback says what bounds them. A profile that fails
         turns profiling off for the rest of the search, with a note."""
-        timed = sorted((k for k in known if k.result is not None and k.result.ok and k.result.timing is not None
-                        and k.result.profile is None), key=lambda k: k.result.timing.median_us)  # type: ignore[union-attr]
+        timed = sorted(
+            (
+                k
+                for k in known
+                if k.result is not None and k.result.ok and k.result.timing is not None and k.result.profile is None
+            ),
+            key=lambda k: k.result.timing.median_us,  # type: ignore[union-attr]
+        )
         for finalist in timed[:FINALISTS]:
             if self.profiler is None:
                 return
             try:
-                profile = await asyncio.to_thread(self.profiler.profile, self.manifest, self.spec, self.arch,
-                                                  finalist.candidate)
+                profile = await asyncio.to_thread(
+                    self.profiler.profile, self.manifest, self.spec, self.arch, finalist.candidate
+                )
             except R1BuildError as exc:
-                self.note("warning", f"profiling {finalist.label} under Nsight Compute failed, profiling is off for "
-                                     f"this search: {exc}")
+                self.note(
+                    "warning",
+                    f"profiling {finalist.label} under Nsight Compute failed, profiling is off for this search: {exc}",
+                )
                 self.profiler = None
                 return
             assert finalist.result is not None
@@ -828,16 +927,19 @@ class _Search:
             raise EndpointSilentError(self.no_answer())
         reason = self.stop_reason or "rounds"
         self.transcripts.sort()
-        return _outcome(pool, self.usage, [d for _, d in self.transcripts], reason, rounds_done,
-                        self.describe_stop(reason))
+        return _outcome(
+            pool, self.usage, [d for _, d in self.transcripts], reason, rounds_done, self.describe_stop(reason)
+        )
 
     def no_answer(self) -> str:
         """Why no request got an answer, in words."""
         url = self.endpoint.display_url
         where = f"{self.spec.name}/{self.arch}"
         if set(self.faults) == {"connection failed"}:
-            return (f"{where}: no request reached {url}: every attempt failed to connect ({self.usage.requests} "
-                    "requests; is the server running, is the URL right?)")
+            return (
+                f"{where}: no request reached {url}: every attempt failed to connect ({self.usage.requests} "
+                "requests; is the server running, is the URL right?)"
+            )
         text = f"{where}: no answer from {url}: {describe_faults(self.faults)}"
         if self.stop_reason == "endpoint_failing":
             return f"{text} (stopped after {self.generation.max_consecutive_failures} failed requests in a row)"
@@ -848,31 +950,73 @@ class _Search:
     def link(self, reason: StopReason, cause: str) -> None:
         """Link the transcripts stored so far under the decision key (``r1build replay`` finds them there)."""
         self.transcripts.sort()
-        link_transcripts(self.cache, decision_key(self.manifest, self.spec, self.arch), kernel=self.spec.name,
-                         arch=self.arch, transcripts=[d for _, d in self.transcripts], stop_reason=reason,
-                         cause=cause)
+        link_transcripts(
+            self.cache,
+            decision_key(self.manifest, self.spec, self.arch),
+            kernel=self.spec.name,
+            arch=self.arch,
+            transcripts=[d for _, d in self.transcripts],
+            stop_reason=reason,
+            cause=cause,
+        )
 
 
-async def run_search(manifest: Manifest, spec: KernelSpec, arch: str, *, evaluator: Evaluator, cache: Cache,
-                     endpoint: Endpoint, seeds: Sequence[Candidate], profiler: Profiler | None = None,
-                     perf_model: PerfModel | None = None) -> SearchOutcome:
+async def run_search(
+    manifest: Manifest,
+    spec: KernelSpec,
+    arch: str,
+    *,
+    evaluator: Evaluator,
+    cache: Cache,
+    endpoint: Endpoint,
+    seeds: Sequence[Candidate],
+    profiler: Profiler | None = None,
+    perf_model: PerfModel | None = None,
+) -> SearchOutcome:
     """Search for candidates of ``spec`` on ``arch`` (see the module docstring); with ``profiler``, each round's
     finalists are profiled under Nsight Compute and the findings go into the next round's feedback; with
     ``perf_model``, generated candidates are judged in predicted order (and some skipped, in its skip mode)."""
-    search = _Search(manifest, spec, arch, evaluator=evaluator, cache=cache, endpoint=endpoint, seeds=seeds,
-                     profiler=profiler, perf_model=perf_model)
+    search = _Search(
+        manifest,
+        spec,
+        arch,
+        evaluator=evaluator,
+        cache=cache,
+        endpoint=endpoint,
+        seeds=seeds,
+        profiler=profiler,
+        perf_model=perf_model,
+    )
     outcome = await search.run()
     u = outcome.usage
     generated = outcome.generated()
-    emit(Stage("generate", spec.name, arch, done=True, detail=(
-        f"{len(generated)} generated, {sum(1 for _, r in generated if r.ok)} passed, in {outcome.rounds} round(s); "
-        f"{u.samples} samples, {u.requests} requests, {u.completion_tokens} tokens, ${u.cost_usd:.4f}; "
-        f"stopped: {outcome.cause}")))
+    emit(
+        Stage(
+            "generate",
+            spec.name,
+            arch,
+            done=True,
+            detail=(
+                f"{len(generated)} generated, {sum(1 for _, r in generated if r.ok)} passed, "
+                f"in {outcome.rounds} round(s); "
+                f"{u.samples} samples, {u.requests} requests, {u.completion_tokens} tokens, ${u.cost_usd:.4f}; "
+                f"stopped: {outcome.cause}"
+            ),
+        )
+    )
     return outcome
 
 
-async def replay_search(manifest: Manifest, spec: KernelSpec, arch: str, *, evaluator: Evaluator, cache: Cache,
-                        transcripts: Sequence[str], seeds: Sequence[Candidate] = ()) -> SearchOutcome:
+async def replay_search(
+    manifest: Manifest,
+    spec: KernelSpec,
+    arch: str,
+    *,
+    evaluator: Evaluator,
+    cache: Cache,
+    transcripts: Sequence[str],
+    seeds: Sequence[Candidate] = (),
+) -> SearchOutcome:
     """Re-extract the candidates of stored transcripts and judge them again, with no network: the answers go
     through the search's own path (:func:`_read_answer`, :meth:`_Pool.admit_answer`), in round and sample order,
     so the same candidates are kept in the same order."""
@@ -883,8 +1027,14 @@ async def replay_search(manifest: Manifest, spec: KernelSpec, arch: str, *, eval
         answer = load_transcript(cache, digest)
         if answer is None:
             usage.count("missing_transcript")
-            emit(Note("warning", f"transcript {digest[:12]} is missing or unreadable in the cache; skipped",
-                      kernel=spec.name, arch=arch))
+            emit(
+                Note(
+                    "warning",
+                    f"transcript {digest[:12]} is missing or unreadable in the cache; skipped",
+                    kernel=spec.name,
+                    arch=arch,
+                )
+            )
             continue
         stored.append(answer)
     stored.sort(key=lambda a: (a.round, a.sample))
@@ -898,11 +1048,25 @@ async def replay_search(manifest: Manifest, spec: KernelSpec, arch: str, *, eval
         usage.reasoning_tokens += int(answer.usage.get("reasoning_tokens") or 0)
         extraction, _ = _read_answer(answer.finish_reason, answer.content, spec.name, usage)
         if extraction is not None and extraction.source is not None:
-            pool.admit_answer(extraction.source, model=answer.model, round_no=answer.round, sample=answer.sample,
-                              transcript=answer.digest, messages=[], answer="")
+            pool.admit_answer(
+                extraction.source,
+                model=answer.model,
+                round_no=answer.round,
+                sample=answer.sample,
+                transcript=answer.digest,
+                messages=[],
+                answer="",
+            )
     generation = manifest.settings.generation
-    usage.cost_usd = Ledger(spec.budget, generation.prices, generation.max_tokens).cost(usage.prompt_tokens,
-                                                                                        usage.completion_tokens)
+    usage.cost_usd = Ledger(spec.budget, generation.prices, generation.max_tokens).cost(
+        usage.prompt_tokens, usage.completion_tokens
+    )
     await pool.judge([k.candidate for k in pool.in_order()])
-    return _outcome(pool, usage, [a.digest for a in stored], "replay", len({a.round for a in stored}),
-                    "a replay of stored transcripts")
+    return _outcome(
+        pool,
+        usage,
+        [a.digest for a in stored],
+        "replay",
+        len({a.round for a in stored}),
+        "a replay of stored transcripts",
+    )

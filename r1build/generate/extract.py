@@ -23,8 +23,17 @@ from dataclasses import dataclass
 
 from ..keys import digest_bytes
 
-__all__ = ["MAX_VARIANTS", "Block", "Extraction", "complete_part", "extract_source", "fenced_blocks",
-           "normalized_digest", "strip_think", "tunable_variants"]
+__all__ = [
+    "MAX_VARIANTS",
+    "Block",
+    "Extraction",
+    "complete_part",
+    "extract_source",
+    "fenced_blocks",
+    "normalized_digest",
+    "strip_think",
+    "tunable_variants",
+]
 
 MAX_VARIANTS = 8
 """Most tunable value sets tried for one generated source."""
@@ -65,7 +74,7 @@ def strip_think(content: str) -> str:
     there (the answer was all thinking)."""
     end = content.rfind("</think>")
     if end >= 0:
-        return content[end + len("</think>"):]
+        return content[end + len("</think>") :]
     if content.lstrip().startswith("<think>"):
         return ""
     return content
@@ -173,7 +182,7 @@ def _normalized_text(source: str) -> str:
             while j < n and source[j] != c and source[j] != "\n":
                 j += 2 if source[j] == "\\" else 1
             flush()
-            out.append(source[i:j + 1])
+            out.append(source[i : j + 1])
             i = j + 1
         elif source.startswith("//", i):
             j = source.find("\n", i)
@@ -208,8 +217,9 @@ def _guarded(source: str, name: str) -> bool:
     return re.search(rf"#\s*(?:ifndef\s+{name}\b|if\s+!\s*defined\s*\(?\s*{name}\b)", source) is not None
 
 
-def tunable_variants(source: str, spec_tunables: Mapping[str, list[int | str]],
-                     limit: int = MAX_VARIANTS) -> list[dict[str, int | str]]:
+def tunable_variants(
+    source: str, spec_tunables: Mapping[str, list[int | str]], limit: int = MAX_VARIANTS
+) -> list[dict[str, int | str]]:
     """Value sets to try for a generated source: the kernel's tunables and those the source declares with
     ``// @tunable NAME: v1, v2``, each only where the source guards the macro with ``#ifndef NAME``. At most
     ``limit`` sets; ``[{}]`` when there is nothing to tune."""

@@ -24,8 +24,17 @@ from ..manifest.reference import ReferenceProblem, reference_file
 from ..profile.summary import profile_summary
 from ..records import Result
 
-__all__ = ["DEFAULT_DIRECTIONS", "Judged", "compiler_message", "feedback_prompt", "format_shape", "signature",
-           "task_prompt", "trim_log", "trim_source"]
+__all__ = [
+    "DEFAULT_DIRECTIONS",
+    "Judged",
+    "compiler_message",
+    "feedback_prompt",
+    "format_shape",
+    "signature",
+    "task_prompt",
+    "trim_log",
+    "trim_source",
+]
 
 DEFAULT_DIRECTIONS: tuple[str, ...] = (
     "coalesced global memory access",
@@ -106,8 +115,7 @@ def compiler_message(detail: str) -> str:
     text = detail
     if text.lstrip().startswith("command:") or "\noutput:\n" in text:
         head, sep, output = text.partition("\noutput:\n")
-        kept = [ln for ln in head.splitlines()
-                if ln.strip() and not ln.startswith(("command:", "return code:"))]
+        kept = [ln for ln in head.splitlines() if ln.strip() and not ln.startswith(("command:", "return code:"))]
         text = "\n".join([*kept, textwrap.dedent(output)]) if sep else "\n".join(kept)
     lines = [ln for ln in text.splitlines() if not ln.strip().startswith(("command:", "return code:"))]
     return _ABSOLUTE_PATH.sub(r"\1", "\n".join(lines)).strip()
@@ -122,8 +130,14 @@ def _reference_source(manifest: Manifest, spec: KernelSpec) -> str | None:
         return None
     func = spec.reference.partition(":")[2]
     imports = [ast.get_source_segment(text, n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
-    body = next((ast.get_source_segment(text, n) for n in tree.body
-                 if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == func), None)
+    body = next(
+        (
+            ast.get_source_segment(text, n)
+            for n in tree.body
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == func
+        ),
+        None,
+    )
     if body is None:
         return None
     head = "\n".join(i for i in imports if i and "__future__" not in i)
@@ -135,8 +149,11 @@ def _arg_rows(spec: KernelSpec) -> list[str]:
     for arg in spec.args:
         if arg.is_array:
             dims = " x ".join(str(d) for d in arg.shape or [])
-            kind = {"in": "input array (read only)", "out": "output array (write every element)",
-                    "inout": "array read and written"}[arg.role or "in"]
+            kind = {
+                "in": "input array (read only)",
+                "out": "output array (write every element)",
+                "inout": "array read and written",
+            }[arg.role or "in"]
             rows.append(f"| {arg.name} | {arg.c_type()} | {kind} | [{dims}] ({arg.dtype}, row-major, contiguous) |")
         elif arg.is_size:
             rows.append(f"| {arg.name} | {arg.c_type()} | size | any value >= 1 |")
@@ -150,8 +167,13 @@ def _limits(manifest: Manifest, spec: KernelSpec, arch: str) -> list[str]:
     info = arch_info(arch)
     limits = spec.limits
     regs = limits.registers or info.regs_per_thread
-    spills = ("no spilling at all (0 bytes)" if limits.spill_bytes == 0 else
-              "spilling allowed" if limits.spill_bytes is None else f"at most {limits.spill_bytes} bytes of spills")
+    spills = (
+        "no spilling at all (0 bytes)"
+        if limits.spill_bytes == 0
+        else "spilling allowed"
+        if limits.spill_bytes is None
+        else f"at most {limits.spill_bytes} bytes of spills"
+    )
     shared = limits.shared_bytes or info.smem_per_block
     return [
         f"- at most {regs} registers per thread (ptxas report); {spills};",
@@ -167,9 +189,12 @@ def task_prompt(manifest: Manifest, spec: KernelSpec, arch: str, *, direction: s
     info = arch_info(arch)
     extra = sorted({_INCLUDES[a.dtype] for a in spec.args if a.dtype in _INCLUDES})
     includes = ["<cuda_runtime.h>", "<cstdint>", *extra]
-    alignment = (f"Every array pointer is aligned to {spec.alignment} bytes." if spec.alignment else
-                 "Array pointers are only aligned to their element size (arrays may start at an offset): check "
-                 "the alignment before using vector loads, or handle an unaligned head.")
+    alignment = (
+        f"Every array pointer is aligned to {spec.alignment} bytes."
+        if spec.alignment
+        else "Array pointers are only aligned to their element size (arrays may start at an offset): check "
+        "the alignment before using vector loads, or handle an unaligned head."
+    )
     tol = spec.tolerance
     lines = [
         f"Write a fast CUDA kernel for an NVIDIA {info.family} GPU ({arch}). It will be compiled, checked "
@@ -191,8 +216,7 @@ def task_prompt(manifest: Manifest, spec: KernelSpec, arch: str, *, direction: s
         "default stream, no streams of its own (the verifier replays it from a graph).",
         "- Everything except this function is internal: kernels, helpers and constants are `static` or in an "
         "anonymous namespace, because several variants are linked into one library.",
-        f"- Include what it uses ({', '.join(includes)}); no other libraries (no cuBLAS, CUTLASS, Thrust, "
-        "PyTorch).",
+        f"- Include what it uses ({', '.join(includes)}); no other libraries (no cuBLAS, CUTLASS, Thrust, PyTorch).",
         "- Pointers are device pointers; arrays are row-major and contiguous. Every size can be any value >= 1: "
         "handle tails (1, primes, non-multiples of 32).",
         f"- {alignment}",
@@ -230,8 +254,10 @@ def task_prompt(manifest: Manifest, spec: KernelSpec, arch: str, *, direction: s
     ]
     if spec.tunables:
         for name, values in spec.tunables.items():
-            lines.append(f"- `{name}` is tried with the values {', '.join(str(v) for v in values)} "
-                         f"(`-D{name}=value`); if you use it, guard a default with `#ifndef {name}`.")
+            lines.append(
+                f"- `{name}` is tried with the values {', '.join(str(v) for v in values)} "
+                f"(`-D{name}=value`); if you use it, guard a default with `#ifndef {name}`."
+            )
     lines += [
         "- You may expose your own compile-time parameters: guard each with `#ifndef NAME` / `#define NAME "
         "default` / `#endif` and declare the values to try on one line, `// @tunable NAME: 128, 256, 512`. "
@@ -255,8 +281,10 @@ def describe(judged: Judged, spec: KernelSpec) -> str:
     gate = ""
     if r.gate is not None:
         g = r.gate
-        gate = (f" ptxas: {g.registers} registers per thread, {g.spill_stores + g.spill_loads} bytes of spills, "
-                f"{g.shared_bytes} bytes of static shared memory.")
+        gate = (
+            f" ptxas: {g.registers} registers per thread, {g.spill_stores + g.spill_loads} bytes of spills, "
+            f"{g.shared_bytes} bytes of static shared memory."
+        )
     if r.status == "passed" and r.timing is not None:
         t = r.timing
         shape = format_shape(spec.bench_shapes[0]) if spec.bench_shapes else "the ranking shape"
@@ -289,15 +317,25 @@ def _summary(judged: Judged, spec: KernelSpec, limit: int = 400) -> str:
     return " ".join(head + (errors or rest)[:3])[:limit]
 
 
-def feedback_prompt(spec: KernelSpec, *, parent: Judged | None, parent_in_conversation: bool,
-                    best: Sequence[Judged], failures: Sequence[Judged], notes: Sequence[str],
-                    direction: str | None) -> str:
+def feedback_prompt(
+    spec: KernelSpec,
+    *,
+    parent: Judged | None,
+    parent_in_conversation: bool,
+    best: Sequence[Judged],
+    failures: Sequence[Judged],
+    notes: Sequence[str],
+    direction: str | None,
+) -> str:
     """A later round's request: what happened to ``parent`` (the kernel this conversation continues from),
     the best kernels so far, the other failures, and what to do next."""
     lines: list[str] = []
     if parent is not None:
-        lines += [f"## Result of {'your kernel' if parent_in_conversation else parent.label}",
-                  describe(parent, spec), ""]
+        lines += [
+            f"## Result of {'your kernel' if parent_in_conversation else parent.label}",
+            describe(parent, spec),
+            "",
+        ]
         if not parent_in_conversation:
             lines += ["```cuda", trim_source(parent.source).rstrip(), "```", ""]
     others = [b for b in best if parent is None or b.source != parent.source]

@@ -22,8 +22,17 @@ from ..errors import ConfigError
 from ..manifest.model import Generation
 from ..settings import BASE_URL_ENV, env_settings
 
-__all__ = ["BASE_URL_ENV", "PROFILES", "REDACTED", "Endpoint", "Profile", "endpoint_configured", "public_url",
-           "redact", "resolve_endpoint"]
+__all__ = [
+    "BASE_URL_ENV",
+    "PROFILES",
+    "REDACTED",
+    "Endpoint",
+    "Profile",
+    "endpoint_configured",
+    "public_url",
+    "redact",
+    "resolve_endpoint",
+]
 
 _NO_KEY = "EMPTY"
 """Sent as the key to endpoints that need none (vLLM and SGLang accept any)."""
@@ -52,16 +61,46 @@ class Profile:
 PROFILES: dict[str, Profile] = {
     p.name: p
     for p in (
-        Profile("deepseek", "https://api.deepseek.com", "deepseek-reasoner", ("DEEPSEEK_API_KEY",),
-                key_required=True, honours_temperature=False),
-        Profile("vllm", "http://127.0.0.1:8000/v1", "deepseek-ai/DeepSeek-R1", ("VLLM_API_KEY", "OPENAI_API_KEY"),
-                key_required=False, honours_temperature=True),
-        Profile("sglang", "http://127.0.0.1:30000/v1", "deepseek-ai/DeepSeek-R1", ("OPENAI_API_KEY",),
-                key_required=False, honours_temperature=True),
-        Profile("nim", "https://integrate.api.nvidia.com/v1", "deepseek-ai/deepseek-r1",
-                ("NVIDIA_API_KEY", "OPENAI_API_KEY"), key_required=True, honours_temperature=True),
-        Profile("openai", "https://api.openai.com/v1", "deepseek-ai/DeepSeek-R1", ("OPENAI_API_KEY",),
-                key_required=True, honours_temperature=True),
+        Profile(
+            "deepseek",
+            "https://api.deepseek.com",
+            "deepseek-reasoner",
+            ("DEEPSEEK_API_KEY",),
+            key_required=True,
+            honours_temperature=False,
+        ),
+        Profile(
+            "vllm",
+            "http://127.0.0.1:8000/v1",
+            "deepseek-ai/DeepSeek-R1",
+            ("VLLM_API_KEY", "OPENAI_API_KEY"),
+            key_required=False,
+            honours_temperature=True,
+        ),
+        Profile(
+            "sglang",
+            "http://127.0.0.1:30000/v1",
+            "deepseek-ai/DeepSeek-R1",
+            ("OPENAI_API_KEY",),
+            key_required=False,
+            honours_temperature=True,
+        ),
+        Profile(
+            "nim",
+            "https://integrate.api.nvidia.com/v1",
+            "deepseek-ai/deepseek-r1",
+            ("NVIDIA_API_KEY", "OPENAI_API_KEY"),
+            key_required=True,
+            honours_temperature=True,
+        ),
+        Profile(
+            "openai",
+            "https://api.openai.com/v1",
+            "deepseek-ai/DeepSeek-R1",
+            ("OPENAI_API_KEY",),
+            key_required=True,
+            honours_temperature=True,
+        ),
     )
 }
 

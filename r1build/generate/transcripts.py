@@ -26,9 +26,16 @@ from ..transcript_doc import KIND, LINKS_NAMESPACE, SCHEMA, parse_transcript
 from .client import Exchange
 from .providers import redact
 
-__all__ = ["KIND", "LINKS_NAMESPACE", "SCHEMA", "StoredAnswer", "link_transcripts", "load_transcript",
-           "store_transcript", "transcript_payload"]
-
+__all__ = [
+    "KIND",
+    "LINKS_NAMESPACE",
+    "SCHEMA",
+    "StoredAnswer",
+    "link_transcripts",
+    "load_transcript",
+    "store_transcript",
+    "transcript_payload",
+]
 
 
 @dataclass(frozen=True)
@@ -55,10 +62,23 @@ class StoredAnswer:
     """Token counts recorded with the answer."""
 
 
-def transcript_payload(*, kernel: str, arch: str, round: int, sample: int, provider: str, endpoint: str,
-                       model: str, direction: str | None, temperature: float | None, parent: str | None,
-                       exchange: Exchange, extraction: dict[str, Any] | None, started: str,
-                       elapsed_s: float) -> dict[str, Any]:
+def transcript_payload(
+    *,
+    kernel: str,
+    arch: str,
+    round: int,
+    sample: int,
+    provider: str,
+    endpoint: str,
+    model: str,
+    direction: str | None,
+    temperature: float | None,
+    parent: str | None,
+    exchange: Exchange,
+    extraction: dict[str, Any] | None,
+    started: str,
+    elapsed_s: float,
+) -> dict[str, Any]:
     """The JSON document of one sample."""
     completion = exchange.completion
     answer = dataclasses.asdict(completion) if completion is not None else None
@@ -105,17 +125,22 @@ def store_transcript(cache: Cache, payload: dict[str, Any], *, secrets: Sequence
     return cache.put_text(canonical_json(_scrubbed(payload, secrets) if secrets else payload).decode())
 
 
-def link_transcripts(cache: Cache, key: str, *, kernel: str, arch: str, transcripts: Sequence[str],
-                     stop_reason: str, cause: str) -> None:
+def link_transcripts(
+    cache: Cache, key: str, *, kernel: str, arch: str, transcripts: Sequence[str], stop_reason: str, cause: str
+) -> None:
     """Link a search's transcripts under its decision ``key``."""
-    cache.put_json(LINKS_NAMESPACE, key, {
-        "kernel": kernel,
-        "arch": arch,
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "transcripts": list(transcripts),
-        "stop_reason": stop_reason,
-        "cause": cause,
-    })
+    cache.put_json(
+        LINKS_NAMESPACE,
+        key,
+        {
+            "kernel": kernel,
+            "arch": arch,
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "transcripts": list(transcripts),
+            "stop_reason": stop_reason,
+            "cause": cause,
+        },
+    )
 
 
 def load_transcript(cache: Cache, digest: str) -> StoredAnswer | None:
@@ -135,7 +160,8 @@ def load_transcript(cache: Cache, digest: str) -> StoredAnswer | None:
             content=str(answer["content"]) if answer is not None else None,
             finish_reason=answer.get("finish_reason") if answer is not None else None,
             usage={k: answer.get(k) for k in ("prompt_tokens", "completion_tokens", "reasoning_tokens")}
-            if answer is not None else {},
+            if answer is not None
+            else {},
         )
     except (KeyError, TypeError, ValueError):
         return None

@@ -161,9 +161,7 @@ def read_lock(path: Path) -> Lock | None:
     except ConversionProblem as problem:
         line = locate(text, problem.path)
         where = f"{path}:{line}" if line else str(path)
-        raise LockError(
-            f"{where}: {format_path(problem.path)}: {problem.message}; {REBUILD}"
-        ) from None
+        raise LockError(f"{where}: {format_path(problem.path)}: {problem.message}; {REBUILD}") from None
     if lock.version != LOCK_VERSION:
         raise LockError(f"{path}: lock version {lock.version} is not supported (this r1build writes {LOCK_VERSION})")
     seen: dict[tuple[str, str], int] = {}
@@ -242,8 +240,25 @@ def _key(k: str) -> str:
 def render_lock(lock: Lock) -> str:
     """The lock's TOML text: deterministic, sorted, one table per kernel × arch."""
     lines = [_HEADER, f"version = {lock.version}", f"manifest = {_value(lock.manifest)}"]
-    order = ["name", "arch", "provenance", "validation", "origin", "defines", "model", "round", "sample", "time-us",
-             "gpu", "checks", "toolchain", "key", "winner", "source", "inputs"]
+    order = [
+        "name",
+        "arch",
+        "provenance",
+        "validation",
+        "origin",
+        "defines",
+        "model",
+        "round",
+        "sample",
+        "time-us",
+        "gpu",
+        "checks",
+        "toolchain",
+        "key",
+        "winner",
+        "source",
+        "inputs",
+    ]
     for e in sorted(lock.kernel, key=lambda e: (e.name, e.arch)):
         lines.append("")
         lines.append("[[kernel]]")

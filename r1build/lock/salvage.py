@@ -104,8 +104,11 @@ def _read_table(manifest: Manifest, table: str) -> LockEntry | str:
     problem = entry_problem(entry)
     if problem is None:
         spec = next((s for s in manifest.kernels if s.name == entry.name), None)
-        if spec is not None and entry.arch in manifest.archs_of(spec) \
-                and entry.key == decision_key(manifest, spec, entry.arch):
+        if (
+            spec is not None
+            and entry.arch in manifest.archs_of(spec)
+            and entry.key == decision_key(manifest, spec, entry.arch)
+        ):
             problem = manifest_problem(manifest, spec, entry)
     if problem is not None:
         return f"{entry.name}/{entry.arch}: {problem[0]}: {problem[1]}"
@@ -116,8 +119,13 @@ def salvage_lock(manifest: Manifest, damage: LockError) -> Salvage:
     """Read the manifest's damaged lock entry by entry; notes say what is kept and what is dropped."""
     path: Path = lock_path(manifest)
     first_line = str(damage).splitlines()[0] if str(damage) else type(damage).__name__
-    emit(Note("warning", f"the lock cannot be used as it is ({first_line}); rebuilding it from the entries that "
-                         "still verify, the cache and the manifest"))
+    emit(
+        Note(
+            "warning",
+            f"the lock cannot be used as it is ({first_line}); rebuilding it from the entries that "
+            "still verify, the cache and the manifest",
+        )
+    )
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
@@ -142,8 +150,13 @@ def salvage_lock(manifest: Manifest, damage: LockError) -> Salvage:
         for _, side, line, other in options[1:]:
             if other != first:
                 what = "the other side of a merge conflict" if side != options[0][1] else "a second entry"
-                dropped.append((line, f"{name}/{arch}: {what} (winner {other.winner[:12]}); kept winner "
-                                      f"{first.winner[:12]}{' (current)' if not options[0][0] else ''}"))
+                dropped.append(
+                    (
+                        line,
+                        f"{name}/{arch}: {what} (winner {other.winner[:12]}); kept winner "
+                        f"{first.winner[:12]}{' (current)' if not options[0][0] else ''}",
+                    )
+                )
     for line, why in dict(dropped).items():
         emit(Note("warning", f"{path.name}:{line}: dropped {why}"))
     for e in kept.values():

@@ -60,8 +60,11 @@ class Bounds:
         """``≥ 1``, ``> 0, ≤ 1``, ``1..255``: the range for a reference table."""
         if self.ge is not None and self.le is not None:
             return f"{_num(self.ge)}..{_num(self.le)}"
-        parts = [f"{sign} {_num(bound)}" for sign, bound in
-                 (("≥", self.ge), (">", self.gt), ("≤", self.le), ("<", self.lt)) if bound is not None]
+        parts = [
+            f"{sign} {_num(bound)}"
+            for sign, bound in (("≥", self.ge), (">", self.gt), ("≤", self.le), ("<", self.lt))
+            if bound is not None
+        ]
         return ", ".join(parts)
 
 
@@ -69,8 +72,9 @@ def _num(value: float) -> str:
     return str(int(value)) if float(value).is_integer() and abs(value) < 1e15 else repr(value)
 
 
-def bounded(default: Any, *, ge: float | None = None, gt: float | None = None, le: float | None = None,
-            lt: float | None = None) -> Any:
+def bounded(
+    default: Any, *, ge: float | None = None, gt: float | None = None, le: float | None = None, lt: float | None = None
+) -> Any:
     """A dataclass field with ``default`` whose value must lie in the interval."""
     return dataclasses.field(default=default, metadata={"bounds": Bounds(ge=ge, gt=gt, le=le, lt=lt)})
 

@@ -196,14 +196,22 @@ def _exact(tp: Any) -> tuple[type | None, bool]:
 
 
 @functools.cache
-def _plan(cls: type, kebab: bool
-          ) -> tuple[dict[str, dataclasses.Field[Any]], list[tuple[str, str, Converter, bool, type | None, bool]]]:
+def _plan(
+    cls: type, kebab: bool
+) -> tuple[dict[str, dataclasses.Field[Any]], list[tuple[str, str, Converter, bool, type | None, bool]]]:
     """The init fields of a dataclass by key, and for each: its key, name, converter, whether it is required,
     and the type whose values (and whether None) pass unconverted."""
     fields, hints = _shape(cls, kebab)
-    steps = [(key, f.name, _converter(hints[f.name], kebab),
-              f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING, *_exact(hints[f.name]))
-             for key, f in fields.items()]
+    steps = [
+        (
+            key,
+            f.name,
+            _converter(hints[f.name], kebab),
+            f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+            *_exact(hints[f.name]),
+        )
+        for key, f in fields.items()
+    ]
     return fields, steps
 
 

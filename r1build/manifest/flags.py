@@ -13,23 +13,33 @@ import re
 __all__ = ["defined_macro", "flag_problem"]
 
 _RESERVED: tuple[tuple[str, str], ...] = (
-    (r"-arch|--gpu-architecture|-gencode|--generate-code|-code|--gpu-code|-arch-ls|--list-gpu-arch"
-     r"|-code-ls|--list-gpu-code",
-     "selects the GPU archs, which r1build sets from `archs` (one -gencode per target arch)"),
-    (r"-o|--output-file|-odir|--output-directory|-MF|--dependency-output|-MD|-MMD|-MP|-MT|--generate-dependencies"
-     r"-with-compile|--generate-nonsystem-dependencies-with-compile|--dependency-target-name|-keep|--keep|-keep-dir"
-     r"|--keep-dir|-save-temps|--save-temps|-time|--time|-fdevice-time-trace|--fdevice-time-trace",
-     "names output or scratch files, which r1build chooses"),
-    (r"-c|--compile|-cubin|--cubin|-ptx|--ptx|-fatbin|--fatbin|-E|--preprocess|-M|--generate-dependencies"
-     r"|-MM|-lib|--lib|-shared|--shared|-link|--link|-run|--run|-dlink|--device-link|-dryrun|--dryrun"
-     r"|-x|--x|-V|--version|-h|--help|-optix-ir|--optix-ir|-lto-ir|-dc|--device-c|-dw|--device-w"
-     r"|-rdc|--relocatable-device-code|-dlto|--dlink-time-opt|-ewp|--extensible-whole-program|-gen-opt-lto"
-     r"|--gen-opt-lto",
-     "changes what nvcc produces (r1build compiles each variant to an object and links them itself)"),
-    (r"-ccbin|--compiler-bindir|-allow-unsupported-compiler|--allow-unsupported-compiler",
-     "changes the host compiler, which must be the one the build uses"),
-    (r"-optf|--options-file|-include|--pre-include",
-     "reads flags or code from a file the manifest does not name as a candidate"),
+    (
+        r"-arch|--gpu-architecture|-gencode|--generate-code|-code|--gpu-code|-arch-ls|--list-gpu-arch"
+        r"|-code-ls|--list-gpu-code",
+        "selects the GPU archs, which r1build sets from `archs` (one -gencode per target arch)",
+    ),
+    (
+        r"-o|--output-file|-odir|--output-directory|-MF|--dependency-output|-MD|-MMD|-MP|-MT|--generate-dependencies"
+        r"-with-compile|--generate-nonsystem-dependencies-with-compile|--dependency-target-name|-keep|--keep|-keep-dir"
+        r"|--keep-dir|-save-temps|--save-temps|-time|--time|-fdevice-time-trace|--fdevice-time-trace",
+        "names output or scratch files, which r1build chooses",
+    ),
+    (
+        r"-c|--compile|-cubin|--cubin|-ptx|--ptx|-fatbin|--fatbin|-E|--preprocess|-M|--generate-dependencies"
+        r"|-MM|-lib|--lib|-shared|--shared|-link|--link|-run|--run|-dlink|--device-link|-dryrun|--dryrun"
+        r"|-x|--x|-V|--version|-h|--help|-optix-ir|--optix-ir|-lto-ir|-dc|--device-c|-dw|--device-w"
+        r"|-rdc|--relocatable-device-code|-dlto|--dlink-time-opt|-ewp|--extensible-whole-program|-gen-opt-lto"
+        r"|--gen-opt-lto",
+        "changes what nvcc produces (r1build compiles each variant to an object and links them itself)",
+    ),
+    (
+        r"-ccbin|--compiler-bindir|-allow-unsupported-compiler|--allow-unsupported-compiler",
+        "changes the host compiler, which must be the one the build uses",
+    ),
+    (
+        r"-optf|--options-file|-include|--pre-include",
+        "reads flags or code from a file the manifest does not name as a candidate",
+    ),
 )
 _TOKEN = re.compile(r"-[A-Za-z0-9_+\-=.,:/@%]*")
 
@@ -38,8 +48,7 @@ def flag_problem(flag: str) -> str | None:
     """Why ``flag`` cannot be one of the manifest's ``nvcc-flags``, or None."""
     if not _TOKEN.fullmatch(flag) or flag in ("-", "--"):
         if not flag.startswith("-"):
-            return (f"{flag!r} is not a flag (give flags that take a value as one token: -maxrregcount=64, "
-                    "-Xptxas=-O3)")
+            return f"{flag!r} is not a flag (give flags that take a value as one token: -maxrregcount=64, -Xptxas=-O3)"
         return f"{flag!r} holds whitespace, quotes or other characters a flag cannot have"
     name = flag.split("=", 1)[0]
     for pattern, why in _RESERVED:

@@ -14,8 +14,13 @@ from .convert import did_you_mean
 __all__ = ["flops_problem"]
 
 _BINARY: dict[type[ast.operator], Callable[[float, float], float]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
 }
 
 
@@ -52,8 +57,7 @@ def flops_problem(expr: str, size_names: Sequence[str], shapes: Sequence[Mapping
         tree = ast.parse(expr, mode="eval")
     except SyntaxError:
         return f"not an arithmetic expression: {expr!r}"
-    allowed = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Name, ast.Constant, ast.Load, ast.USub, ast.UAdd,
-               *_BINARY)
+    allowed = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Name, ast.Constant, ast.Load, ast.USub, ast.UAdd, *_BINARY)
     for node in ast.walk(tree):
         if not isinstance(node, allowed):
             return f"only sizes, numbers, parentheses and + - * / // % ** are allowed: {expr!r}"

@@ -39,7 +39,8 @@ _MACRO = re.compile(r"[A-Z][A-Z0-9_]*")
 
 Kind = Literal["kernel", "argument", "tunable"]
 
-_KEYWORDS = frozenset("""
+_KEYWORDS = frozenset(
+    """
     auto break case char const continue default do double else enum extern float for goto if inline int long
     register restrict return short signed sizeof static struct switch typedef union unsigned void volatile while
     _Alignas _Alignof _Atomic _Bool _Complex _Generic _Imaginary _Noreturn _Static_assert _Thread_local
@@ -50,20 +51,24 @@ _KEYWORDS = frozenset("""
     using virtual wchar_t xor xor_eq final override import module
     __global__ __device__ __host__ __shared__ __constant__ __managed__ __restrict__ __forceinline__ __noinline__
     __launch_bounds__ __grid_constant__
-""".split())
+""".split()
+)
 """Keywords of C11/C23, C++20 (alternative tokens and contextual ones included) and CUDA's qualifiers."""
 
-_CUDA_BUILTINS = frozenset("""
+_CUDA_BUILTINS = frozenset(
+    """
     threadIdx blockIdx blockDim gridDim warpSize clusterIdx clusterDim dim3
     cudaStream_t cudaError_t cudaSuccess size_t ssize_t ptrdiff_t nullptr_t max_align_t
     int8_t int16_t int32_t int64_t uint8_t uint16_t uint32_t uint64_t intptr_t uintptr_t intmax_t uintmax_t
     half half2 __half __half2 nv_bfloat16 nv_bfloat162 __nv_bfloat16 __nv_bfloat162 std
-""".split())
+""".split()
+)
 """CUDA's built-in variables, and the types a declaration or a kernel body names."""
 
 _VECTOR_TYPE = re.compile(r"(?:u?char|u?short|u?int|u?long|u?longlong|float|double)[1-4](?:_16a|_32a)?")
 
-_LIBC = frozenset("""
+_LIBC = frozenset(
+    """
     abort abs aligned_alloc atexit at_quick_exit atof atoi atol atoll bsearch calloc div exit free getenv labs
     ldiv llabs lldiv malloc mblen mbstowcs mbtowc qsort quick_exit rand realloc srand strtod strtof strtol strtold
     strtoll strtoul strtoull system wcstombs wctomb
@@ -79,31 +84,38 @@ _LIBC = frozenset("""
     signal raise setjmp longjmp errno assert offsetof va_start va_arg va_end va_copy main
     open close read write fork execve execv execvp kill sleep usleep pipe dup dup2 socket connect bind listen
     accept send recv mmap munmap dlopen dlsym pthread_create
-""".split())
+""".split()
+)
 """The C standard library's functions and macros (and the POSIX calls a kernel must not shadow)."""
 
-_LIBM = frozenset("""
+_LIBM = frozenset(
+    """
     acos acosh asin asinh atan atan2 atanh cbrt ceil copysign cos cosh erf erfc exp exp2 expm1 fabs fdim floor
     fma fmax fmin fmod frexp hypot ilogb ldexp lgamma llrint llround log log10 log1p log2 logb lrint lround modf
     nan nearbyint nextafter nexttoward pow remainder remquo rint round scalbln scalbn sin sinh sqrt tan tanh
     tgamma trunc fpclassify isfinite isinf isnan isnormal signbit isgreater isless
-""".split())
+""".split()
+)
 """libm's functions and classification macros; each also has ``f`` and ``l`` variants."""
 
-_CUDA_DEVICE = frozenset("""
+_CUDA_DEVICE = frozenset(
+    """
     min max umin umax llmin llmax ullmin ullmax rsqrt rsqrtf rcbrt rcbrtf sincos sincosf sincospi sincospif
     sinpi sinpif cospi cospif exp10 exp10f erfinv erfinvf erfcinv erfcinvf erfcx erfcxf normcdf normcdff
     normcdfinv normcdfinvf saturate fdivide fdividef norm normf norm3d norm4d rnorm rnormf j0 j1 jn y0 y1 yn
     atomicAdd atomicSub atomicExch atomicMin atomicMax atomicInc atomicDec atomicCAS atomicAnd atomicOr atomicXor
     clock64 malloc free printf assert make_float2 make_float4 make_int2 make_int4 make_uint4 make_double2
-""".split())
+""".split()
+)
 """CUDA's device functions that a kernel body calls by name."""
 
-_MACROS = frozenset("""
+_MACROS = frozenset(
+    """
     NULL EOF BUFSIZ FILENAME_MAX FOPEN_MAX TMP_MAX RAND_MAX EXIT_SUCCESS EXIT_FAILURE MB_CUR_MAX MB_LEN_MAX
     CHAR_BIT CHAR_MAX CHAR_MIN SIZE_MAX PTRDIFF_MAX PTRDIFF_MIN INFINITY NAN HUGE_VAL HUGE_VALF HUGE_VALL
     CLOCKS_PER_SEC SEEK_SET SEEK_CUR SEEK_END NDEBUG
-""".split())
+""".split()
+)
 """Standard macros a tunable must not redefine (``NDEBUG`` changes what ``assert`` does in every header)."""
 
 _RESERVED_MACRO = re.compile(
@@ -153,8 +165,10 @@ def name_problem(name: str, kind: Kind) -> str | None:
         return "is a macro of the C library or the CUDA headers"
     if kind == "tunable":
         if not _MACRO.fullmatch(name):
-            return ("is not an upper-case macro name (tunables are passed as -DNAME=value, which a lower-case "
-                    "name would substitute into the CUDA headers)")
+            return (
+                "is not an upper-case macro name (tunables are passed as -DNAME=value, which a lower-case "
+                "name would substitute into the CUDA headers)"
+            )
         return None
     if name in _CUDA_BUILTINS or _VECTOR_TYPE.fullmatch(name):
         return "is a CUDA built-in variable or a type the generated code uses"
@@ -165,5 +179,5 @@ def name_problem(name: str, kind: Kind) -> str | None:
     if name in _LIBC or name in _MATH or name in _CUDA_DEVICE:
         return "is a function or macro of the C library, libm or CUDA's device functions"
     if kind == "kernel" and _exported(name):
-        return "is a symbol the C library or libm exports; an extern \"C\" function of that name would clash with it"
+        return 'is a symbol the C library or libm exports; an extern "C" function of that name would clash with it'
     return None

@@ -165,8 +165,10 @@ def load_manifest(path: Path, *, check_references: bool = True) -> Manifest:
             if kernels[other].name == spec.name:
                 message = f"duplicate kernel name {spec.name!r} (also kernel[{other}])"
             else:
-                message = (f"kernel name {spec.name!r} differs only in case from kernel[{other}]'s "
-                           f"{kernels[other].name!r}; the generated file names must differ on every file system")
+                message = (
+                    f"kernel name {spec.name!r} differs only in case from kernel[{other}]'s "
+                    f"{kernels[other].name!r}; the generated file names must differ on every file system"
+                )
             raise v.fail(("kernel", i, "name"), message)
         seen[spec.name.lower()] = i
         try:
@@ -206,9 +208,11 @@ def _settled_targets(
     v = _Validator(Path(), "", ())
     shared = _arch_targets(v, raw.archs, ("archs",))
     return {
-        spec.name: tuple(settle_codes(
-            _arch_targets(v, spec.archs, ("kernel", i, "archs")) if spec.archs is not None else shared, settings.ptx
-        ))
+        spec.name: tuple(
+            settle_codes(
+                _arch_targets(v, spec.archs, ("kernel", i, "archs")) if spec.archs is not None else shared, settings.ptx
+            )
+        )
         for i, spec in enumerate(kernels)
     }
 
@@ -216,8 +220,10 @@ def _settled_targets(
 def _validate_settings(v: _Validator, settings: ProjectSettings) -> ProjectSettings:
     archs = _canonical_archs(v, settings.archs, ("archs",))
     if not _CMAKE_TARGET.fullmatch(settings.target):
-        raise v.fail(("target",), f"{settings.target!r} is not a CMake target name (letters, digits, _ . + - "
-                                  "and '::' between parts)")
+        raise v.fail(
+            ("target",),
+            f"{settings.target!r} is not a CMake target name (letters, digits, _ . + - and '::' between parts)",
+        )
     for j, flag in enumerate(settings.nvcc_flags):
         problem = flag_problem(flag)
         if problem is not None:
@@ -229,8 +235,11 @@ def _validate_settings(v: _Validator, settings: ProjectSettings) -> ProjectSetti
         if not 0.0 <= t <= 2.0:
             raise v.fail(("generation", "temperatures", j), f"must be in 0..2, got {t:g}")
     if settings.symbol_prefix and not _SYMBOL_PREFIX.fullmatch(settings.symbol_prefix):
-        raise v.fail(("symbol-prefix",), f"{settings.symbol_prefix!r} cannot start C names: letters, digits and "
-                                         "_, not starting with a digit, _ or 'r1build', without '__'")
+        raise v.fail(
+            ("symbol-prefix",),
+            f"{settings.symbol_prefix!r} cannot start C names: letters, digits and "
+            "_, not starting with a digit, _ or 'r1build', without '__'",
+        )
     if g.base_url is not None:
         problem = _url_problem(g.base_url)
         if problem is not None:
@@ -338,8 +347,10 @@ def remote_url_problem(url: str) -> str | None:
     if parts.query or parts.fragment:
         return f"{url!r}: a remote cache URL has no query or fragment"
     if parts.username is not None or parts.password is not None:
-        return ("a remote cache URL holds no credentials (R1BUILD_REMOTE_TOKEN or R1BUILD_REMOTE_HEADER for "
-                "http(s), boto3's credential chain for s3)")
+        return (
+            "a remote cache URL holds no credentials (R1BUILD_REMOTE_TOKEN or R1BUILD_REMOTE_HEADER for "
+            "http(s), boto3's credential chain for s3)"
+        )
     return None
 
 
@@ -361,9 +372,12 @@ def _check_project_paths(v: _Validator, settings: ProjectSettings, manifest: Pat
         places[key] = real
     vendor, lock = places["vendor-dir"], places["lock-file"]
     if vendor == root:
-        raise v.fail(("vendor-dir",), f"{settings.vendor_dir!r} is the project's root: `r1build vendor` writes and "
-                                      "removes files in vendor-dir, so give it a folder of its own "
-                                      "(the default is 'kernels/_r1build')")
+        raise v.fail(
+            ("vendor-dir",),
+            f"{settings.vendor_dir!r} is the project's root: `r1build vendor` writes and "
+            "removes files in vendor-dir, so give it a folder of its own "
+            "(the default is 'kernels/_r1build')",
+        )
     if vendor.exists() and not vendor.is_dir():
         raise v.fail(("vendor-dir",), f"{settings.vendor_dir!r} is a file, not a folder")
     if lock == manifest.resolve() or lock.name == "pyproject.toml":
@@ -371,8 +385,11 @@ def _check_project_paths(v: _Validator, settings: ProjectSettings, manifest: Pat
     if lock.is_dir():
         raise v.fail(("lock-file",), f"{settings.lock_file!r} is a folder, not a file")
     if lock.is_relative_to(vendor):
-        raise v.fail(("lock-file",), f"{settings.lock_file!r} is inside vendor-dir ({settings.vendor_dir!r}), "
-                                     "which `r1build vendor` keeps to itself")
+        raise v.fail(
+            ("lock-file",),
+            f"{settings.lock_file!r} is inside vendor-dir ({settings.vendor_dir!r}), "
+            "which `r1build vendor` keeps to itself",
+        )
 
 
 def _normalized_value(dtype: str, value: bool | int | float) -> bool | int | float:
@@ -410,8 +427,9 @@ def _check_shapes(v: _Validator, shapes: list[dict[str, int]], sizes: dict[str, 
                 raise v.fail((*where, j, key), f"size {key} must be at least 1, got {value}")
             _, hi = integer_range(sizes[key])
             if value > hi:
-                raise v.fail((*where, j, key), f"size {key} = {value} does not fit its dtype {sizes[key]} "
-                                               f"(at most {hi})")
+                raise v.fail(
+                    (*where, j, key), f"size {key} = {value} does not fit its dtype {sizes[key]} (at most {hi})"
+                )
         missing = [s for s in sizes if s not in shape]
         if missing:
             raise v.fail((*where, j), f"shape does not give size(s) {', '.join(missing)}")
@@ -441,8 +459,11 @@ def _validate_kernel(v: _Validator, i: int, spec: KernelSpec, root: Path) -> Ker
             raise v.fail((*where, "dtype"), f"unknown dtype {arg.dtype!r}{did_you_mean(arg.dtype, list(DTYPES))}")
         if arg.is_array:
             if not arg.shape:
-                raise v.fail((*where, "shape"), "an array needs at least one dimension (shape = [1] for a single "
-                                                "element; leave shape out for a scalar argument)")
+                raise v.fail(
+                    (*where, "shape"),
+                    "an array needs at least one dimension (shape = [1] for a single "
+                    "element; leave shape out for a scalar argument)",
+                )
             if arg.role is None:
                 raise v.fail((*where, "role"), "an array argument needs a role: 'in', 'out' or 'inout'")
             if arg.value is not None:
@@ -463,9 +484,11 @@ def _validate_kernel(v: _Validator, i: int, spec: KernelSpec, root: Path) -> Ker
         for d, dim in enumerate(arg.shape or []):
             if isinstance(dim, str) and dim not in sizes:
                 hint = did_you_mean(dim, sizes)
-                raise v.fail((*at, "args", j, "shape", d),
-                             f"shape of {arg.name!r} uses undeclared size {dim!r}{hint} (declare it as an integer "
-                             f"scalar argument; sizes: {', '.join(sizes) or 'none'})")
+                raise v.fail(
+                    (*at, "args", j, "shape", d),
+                    f"shape of {arg.name!r} uses undeclared size {dim!r}{hint} (declare it as an integer "
+                    f"scalar argument; sizes: {', '.join(sizes) or 'none'})",
+                )
             if isinstance(dim, int) and dim < 1:
                 raise v.fail((*at, "args", j, "shape", d), "a fixed dimension must be at least 1")
     if not any(a.role in ("out", "inout") for a in spec.args):
@@ -474,9 +497,12 @@ def _validate_kernel(v: _Validator, i: int, spec: KernelSpec, root: Path) -> Ker
     for j, shape in enumerate(spec.test_shapes):
         total = sum(_array_bytes(arg, shape) for arg in spec.args if arg.is_array)
         if total > TEST_SHAPE_BYTES:
-            raise v.fail((*at, "test-shapes", j), f"the arrays take {total / (1 << 30):.1f} GiB at this shape, more "
-                                                  f"than the {TEST_SHAPE_BYTES >> 30} GiB a test shape may use (use "
-                                                  "bench-shapes for large sizes)")
+            raise v.fail(
+                (*at, "test-shapes", j),
+                f"the arrays take {total / (1 << 30):.1f} GiB at this shape, more "
+                f"than the {TEST_SHAPE_BYTES >> 30} GiB a test shape may use (use "
+                "bench-shapes for large sizes)",
+            )
     _check_shapes(v, spec.bench_shapes, size_dtypes, (*at, "bench-shapes"))
     for key, rel in [("baseline", spec.baseline), *[("candidates", c) for c in spec.candidates]]:
         if rel is not None and not (root / rel).is_file():
@@ -485,8 +511,10 @@ def _validate_kernel(v: _Validator, i: int, spec: KernelSpec, root: Path) -> Ker
     for tname, values in spec.tunables.items():
         _check_ident(v, tname, (*at, "tunables", tname), "tunable parameter", "tunable")
         if tname in names or tname == spec.name:
-            raise v.fail((*at, "tunables", tname), f"tunable {tname!r} has the name of an argument or the kernel, "
-                                                   "which its macro would replace")
+            raise v.fail(
+                (*at, "tunables", tname),
+                f"tunable {tname!r} has the name of an argument or the kernel, which its macro would replace",
+            )
         if not values:
             raise v.fail((*at, "tunables", tname), "needs at least one value")
         seen_values: set[str] = set()
@@ -508,8 +536,11 @@ def _validate_kernel(v: _Validator, i: int, spec: KernelSpec, root: Path) -> Ker
         if problem is not None:
             raise v.fail((*at, "flops"), problem)
     if not _REFERENCE.fullmatch(spec.reference):
-        raise v.fail((*at, "reference"), f"{spec.reference!r} is not of the form 'module:function' (a dotted "
-                                         "module path next to the manifest, a function name)")
+        raise v.fail(
+            (*at, "reference"),
+            f"{spec.reference!r} is not of the form 'module:function' (a dotted "
+            "module path next to the manifest, a function name)",
+        )
     try:
         reference_file(root, spec.reference)
     except ReferenceProblem as exc:

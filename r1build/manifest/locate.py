@@ -68,8 +68,12 @@ def locate(text: str, path: KeyPath, table: tuple[str, ...] = ()) -> int | None:
                     start = matching[0][0]
                 # block ends at the next header that is not inside this table
                 end = next(
-                    (h[0] for h in headers if (h[0] > start and h[2][: len(dotted)] != dotted)
-                     or (h[0] > start and h[1] and h[2] == dotted)),
+                    (
+                        h[0]
+                        for h in headers
+                        if (h[0] > start and h[2][: len(dotted)] != dotted)
+                        or (h[0] > start and h[1] and h[2] == dotted)
+                    ),
                     len(lines),
                 )
                 current = dotted
@@ -93,7 +97,7 @@ def locate(text: str, path: KeyPath, table: tuple[str, ...] = ()) -> int | None:
         # an index into an array of inline tables: the n-th '{' from the key's line on
         count = -1
         for j in range(start, end):
-            count += lines[j][(0 if j != start else lines[j].find("=") + 1):].count("{")
+            count += lines[j][(0 if j != start else lines[j].find("=") + 1) :].count("{")
             if count >= part:
                 start = j
                 best = j + 1

@@ -46,8 +46,19 @@ DTYPES: dict[str, str] = {
 """Supported dtypes (numpy names) and the C type of one element."""
 
 DTYPE_BYTES: dict[str, int] = {
-    "float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int8": 1, "int16": 2, "int32": 4, "int64": 8,
-    "uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8, "bool": 1,
+    "float16": 2,
+    "bfloat16": 2,
+    "float32": 4,
+    "float64": 8,
+    "int8": 1,
+    "int16": 2,
+    "int32": 4,
+    "int64": 8,
+    "uint8": 1,
+    "uint16": 2,
+    "uint32": 4,
+    "uint64": 8,
+    "bool": 1,
 }
 """Bytes of one element of each dtype."""
 

@@ -64,8 +64,10 @@ def reference_outputs(spec: KernelSpec, sizes: Mapping[str, int], result: object
         values = dict(zip([a.name for a in outs], result, strict=True))
     else:
         if len(outs) != 1:
-            raise ReferenceProblem(f"returned one value for {len(outs)} outputs ({names}); return a tuple in "
-                                  "declaration order or a dict by name")
+            raise ReferenceProblem(
+                f"returned one value for {len(outs)} outputs ({names}); return a tuple in "
+                "declaration order or a dict by name"
+            )
         values = {outs[0].name: result}
     checked: dict[str, NDArray[Any]] = {}
     for arg in outs:
@@ -82,14 +84,17 @@ def reference_outputs(spec: KernelSpec, sizes: Mapping[str, int], result: object
                 raise ReferenceProblem(f"output {arg.name!r} has shape {arr.shape}, the spec declares {shape}")
             arr = arr.reshape(shape)
         if not _dtype_fits(arr, arg.dtype):
-            raise ReferenceProblem(f"output {arg.name!r} has dtype {arr.dtype}, the spec declares {arg.dtype} "
-                                  f"(return {_family(arg.dtype)} values)")
+            raise ReferenceProblem(
+                f"output {arg.name!r} has dtype {arr.dtype}, the spec declares {arg.dtype} "
+                f"(return {_family(arg.dtype)} values)"
+            )
         checked[arg.name] = arr
     return checked
 
 
-def call_reference(reference: Callable[..., Any], spec: KernelSpec, sizes: Mapping[str, int],
-                   kwargs: Mapping[str, Any]) -> dict[str, NDArray[Any]]:
+def call_reference(
+    reference: Callable[..., Any], spec: KernelSpec, sizes: Mapping[str, int], kwargs: Mapping[str, Any]
+) -> dict[str, NDArray[Any]]:
     """Call the reference with ``kwargs`` (numpy's floating-point warnings silenced: overflow on large inputs is
     the reference's business) and check what it returns with :func:`reference_outputs`."""
     try:

@@ -11,8 +11,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-__all__ = ["ReferenceProblem", "check_reference_statically", "load_reference", "reference_file",
-           "reference_source_digest"]
+__all__ = [
+    "ReferenceProblem",
+    "check_reference_statically",
+    "load_reference",
+    "reference_file",
+    "reference_source_digest",
+]
 
 
 class ReferenceProblem(Exception):

@@ -44,9 +44,13 @@ def field_docs(cls: type) -> dict[str, str]:
     body = tree.body[0].body  # type: ignore[attr-defined]
     docs: dict[str, str] = {}
     for node, following in itertools.pairwise(body):
-        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-                and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
-                and isinstance(following.value.value, str)):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(following, ast.Expr)
+            and isinstance(following.value, ast.Constant)
+            and isinstance(following.value.value, str)
+        ):
             docs[node.target.id] = " ".join(following.value.value.split())
     return docs
 
@@ -136,8 +140,9 @@ def _type_cell(prop: dict[str, Any]) -> str:
         return " or ".join(str(p.get("type", "table")) for p in prop["anyOf"])
     if "$ref" in prop or prop.get("type") == "object":
         return "table"
-    bounds = Bounds(ge=prop.get("minimum"), gt=prop.get("exclusiveMinimum"), le=prop.get("maximum"),
-                    lt=prop.get("exclusiveMaximum")).render()
+    bounds = Bounds(
+        ge=prop.get("minimum"), gt=prop.get("exclusiveMinimum"), le=prop.get("maximum"), lt=prop.get("exclusiveMaximum")
+    ).render()
     return str(prop.get("type", "")) + (f" ({bounds})" if bounds else "")
 
 

@@ -62,5 +62,7 @@ def tunable_value_problem(value: int | str) -> str | None:
         return None
     if _NUMERIC_LITERAL.fullmatch(value) or _IDENT.fullmatch(value):
         return None
-    return (f"{value!r} is not an integer, a numeric literal or an identifier (a tunable's value is pasted into "
-            "the compile line and the generated source as one token)")
+    return (
+        f"{value!r} is not an integer, a numeric literal or an identifier (a tunable's value is pasted into "
+        "the compile line and the generated source as one token)"
+    )

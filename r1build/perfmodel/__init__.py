@@ -28,9 +28,14 @@ Mode = Literal["order", "skip"]
 
 def skipped_result(candidate: Candidate, arch: str, prediction: Prediction, best_us: float, factor: float) -> Result:
     """The result of a candidate the model skipped: rejected before the GPU, with the numbers that decided it."""
-    return Result(candidate=candidate.digest, arch=arch, status="rejected", stage="gate",
-                  detail=f"skipped by the performance model: predicted lower bound {prediction.lower_bound_us:.2f} us "
-                         f"is more than {factor:g}x the best measured {best_us:.2f} us")
+    return Result(
+        candidate=candidate.digest,
+        arch=arch,
+        status="rejected",
+        stage="gate",
+        detail=f"skipped by the performance model: predicted lower bound {prediction.lower_bound_us:.2f} us "
+        f"is more than {factor:g}x the best measured {best_us:.2f} us",
+    )
 
 
 @dataclass
@@ -48,17 +53,21 @@ class PerfModel:
         """The candidate's prediction at the spec's first benchmark shape; None when it does not compile."""
         key = (candidate.digest, arch)
         if key not in self._known:
-            features = compile_features(candidate, spec, arch, flags=list(self.manifest.settings.nvcc_flags),
-                                        toolchain=toolchain())
+            features = compile_features(
+                candidate, spec, arch, flags=list(self.manifest.settings.nvcc_flags), toolchain=toolchain()
+            )
             shape = (spec.bench_shapes or spec.test_shapes)[0]
             nbytes, flops = shape_work(spec, shape)
-            self._known[key] = None if features is None else predict(spec, arch, candidate, features,
-                                                                     bytes_moved=nbytes, flops=flops,
-                                                                     peaks=self.peaks)
+            self._known[key] = (
+                None
+                if features is None
+                else predict(spec, arch, candidate, features, bytes_moved=nbytes, flops=flops, peaks=self.peaks)
+            )
         return self._known[key]
 
-    def plan(self, spec: KernelSpec, arch: str, candidates: Sequence[Candidate],
-             best_us: float | None) -> tuple[list[Candidate], list[Result]]:
+    def plan(
+        self, spec: KernelSpec, arch: str, candidates: Sequence[Candidate], best_us: float | None
+    ) -> tuple[list[Candidate], list[Result]]:
         """``candidates`` in predicted order (those that do not compile last, for the gate to judge), and, in
         ``skip`` mode with a best time measured, the results of those skipped."""
         predicted = [(c, self.predict(spec, arch, c)) for c in candidates]
@@ -66,8 +75,12 @@ class PerfModel:
         keep: list[Candidate] = []
         skipped: list[Result] = []
         for candidate, prediction in ordered:
-            if (self.mode == "skip" and best_us is not None and prediction is not None
-                    and prediction.lower_bound_us > self.skip_factor * best_us):
+            if (
+                self.mode == "skip"
+                and best_us is not None
+                and prediction is not None
+                and prediction.lower_bound_us > self.skip_factor * best_us
+            ):
                 skipped.append(skipped_result(candidate, arch, prediction, best_us, self.skip_factor))
             else:
                 keep.append(candidate)

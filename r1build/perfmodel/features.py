@@ -68,11 +68,32 @@ class CodeFeatures:
     ptx: PtxFeatures
 
 
-_BITS = {"b8": 8, "u8": 8, "s8": 8, "b16": 16, "u16": 16, "s16": 16, "f16": 16, "bf16": 16, "b32": 32, "u32": 32,
-         "s32": 32, "f32": 32, "b64": 64, "u64": 64, "s64": 64, "f64": 64, "f16x2": 32, "bf16x2": 32, "b128": 128}
+_BITS = {
+    "b8": 8,
+    "u8": 8,
+    "s8": 8,
+    "b16": 16,
+    "u16": 16,
+    "s16": 16,
+    "f16": 16,
+    "bf16": 16,
+    "b32": 32,
+    "u32": 32,
+    "s32": 32,
+    "f32": 32,
+    "b64": 64,
+    "u64": 64,
+    "s64": 64,
+    "f64": 64,
+    "f16x2": 32,
+    "bf16x2": 32,
+    "b128": 128,
+}
 _INSTRUCTION = re.compile(r"^\s*(?:@!?%\w+\s+)?([a-z][\w.:]*)")
-_FP = re.compile(r"^(?:add|sub|mul|fma|mad|div|rcp|sqrt|rsqrt|ex2|lg2|sin|cos|tanh|max|min)(?:\.[\w]+)*\.(?:f16|f16x2|"
-                 r"bf16|bf16x2|f32|f64)$")
+_FP = re.compile(
+    r"^(?:add|sub|mul|fma|mad|div|rcp|sqrt|rsqrt|ex2|lg2|sin|cos|tanh|max|min)(?:\.[\w]+)*\.(?:f16|f16x2|"
+    r"bf16|bf16x2|f32|f64)$"
+)
 
 
 def _width(opcode: str) -> int:
@@ -118,14 +139,28 @@ def ptx_features(ptx: str) -> PtxFeatures:
             counts["atom"] += 1
         elif _FP.match(op):
             counts["fp"] += 1
-    return PtxFeatures(global_loads=dict(sorted(loads.items())), global_stores=dict(sorted(stores.items())),
-                       shared_loads=counts["ld.shared"], shared_stores=counts["st.shared"], fp_ops=counts["fp"],
-                       barriers=counts["bar"], atomics=counts["atom"], instructions=counts["all"],
-                       max_threads=max_threads)
+    return PtxFeatures(
+        global_loads=dict(sorted(loads.items())),
+        global_stores=dict(sorted(stores.items())),
+        shared_loads=counts["ld.shared"],
+        shared_stores=counts["st.shared"],
+        fp_ops=counts["fp"],
+        barriers=counts["bar"],
+        atomics=counts["atom"],
+        instructions=counts["all"],
+        max_threads=max_threads,
+    )
 
 
-def compile_features(candidate: Candidate, spec: KernelSpec, arch: str, *, flags: list[str], toolchain: Toolchain,
-                     timeout_s: float = 300.0) -> CodeFeatures | None:
+def compile_features(
+    candidate: Candidate,
+    spec: KernelSpec,
+    arch: str,
+    *,
+    flags: list[str],
+    toolchain: Toolchain,
+    timeout_s: float = 300.0,
+) -> CodeFeatures | None:
     """ptxas's report and the PTX counts of ``candidate`` for ``arch``; None when it does not compile."""
     check_defines(candidate.defines)
     with tempfile.TemporaryDirectory(prefix="r1build-perf-") as tmp:
@@ -133,10 +168,24 @@ def compile_features(candidate: Candidate, spec: KernelSpec, arch: str, *, flags
         (work / "candidate.cu").write_text(candidate.source, encoding="utf-8")
         (work / DECLARATION_NAME).write_text(declaration(spec), encoding="utf-8")
         (work / "keep").mkdir()
-        cmd = [toolchain.nvcc, *flags, "-Xptxas", "-v", "-gencode", gencode(arch),
-               *(f"-D{k}={candidate.defines[k]}" for k in sorted(candidate.defines)),
-               "--pre-include", DECLARATION_NAME, "--keep", "--keep-dir", "keep", "-cubin", "candidate.cu",
-               "-o", "candidate.cubin"]
+        cmd = [
+            toolchain.nvcc,
+            *flags,
+            "-Xptxas",
+            "-v",
+            "-gencode",
+            gencode(arch),
+            *(f"-D{k}={candidate.defines[k]}" for k in sorted(candidate.defines)),
+            "--pre-include",
+            DECLARATION_NAME,
+            "--keep",
+            "--keep-dir",
+            "keep",
+            "-cubin",
+            "candidate.cu",
+            "-o",
+            "candidate.cubin",
+        ]
         try:
             done = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=timeout_s, check=False)
         except OSError as exc:
@@ -146,5 +195,7 @@ def compile_features(candidate: Candidate, spec: KernelSpec, arch: str, *, flags
         ptx_files = sorted((work / "keep").glob("*.ptx"))
         if done.returncode != 0 or not ptx_files:
             return None
-        return CodeFeatures(report=parse_ptxas_report(done.stdout + done.stderr),
-                            ptx=ptx_features(ptx_files[0].read_text(encoding="utf-8", errors="replace")))
+        return CodeFeatures(
+            report=parse_ptxas_report(done.stdout + done.stderr),
+            ptx=ptx_features(ptx_files[0].read_text(encoding="utf-8", errors="replace")),
+        )

@@ -35,16 +35,32 @@ from .features import CodeFeatures
 __all__ = ["ARCH_PEAKS", "SM_LIMITS", "Prediction", "block_threads", "occupancy", "predict", "shape_work"]
 
 SM_LIMITS: dict[tuple[int, int], tuple[int, int]] = {
-    (7, 0): (64, 32), (7, 2): (64, 32), (7, 5): (32, 16), (8, 0): (64, 32), (8, 6): (48, 16), (8, 7): (48, 16),
-    (8, 9): (48, 24), (9, 0): (64, 32), (10, 0): (64, 32), (10, 3): (64, 32), (11, 0): (48, 24),
-    (12, 0): (48, 24), (12, 1): (48, 24),
+    (7, 0): (64, 32),
+    (7, 2): (64, 32),
+    (7, 5): (32, 16),
+    (8, 0): (64, 32),
+    (8, 6): (48, 16),
+    (8, 7): (48, 16),
+    (8, 9): (48, 24),
+    (9, 0): (64, 32),
+    (10, 0): (64, 32),
+    (10, 3): (64, 32),
+    (11, 0): (48, 24),
+    (12, 0): (48, 24),
+    (12, 1): (48, 24),
 }
 """Warps and blocks one SM holds at most, by compute capability (CUDA's occupancy tables)."""
 
 ARCH_PEAKS: dict[str, tuple[float, float]] = {
-    "sm_70": (0.9e12, 15.7e12), "sm_75": (0.32e12, 8.1e12), "sm_80": (1.55e12, 19.5e12),
-    "sm_86": (0.77e12, 38.7e12), "sm_89": (0.86e12, 91.6e12), "sm_90": (3.35e12, 67e12),
-    "sm_90a": (3.35e12, 67e12), "sm_100": (8.0e12, 80e12), "sm_100a": (8.0e12, 80e12),
+    "sm_70": (0.9e12, 15.7e12),
+    "sm_75": (0.32e12, 8.1e12),
+    "sm_80": (1.55e12, 19.5e12),
+    "sm_86": (0.77e12, 38.7e12),
+    "sm_89": (0.86e12, 91.6e12),
+    "sm_90": (3.35e12, 67e12),
+    "sm_90a": (3.35e12, 67e12),
+    "sm_100": (8.0e12, 80e12),
+    "sm_100a": (8.0e12, 80e12),
     "sm_120": (1.79e12, 104.8e12),
 }
 """Memory bandwidth (bytes/s) and fp32 peak (flops/s) of each arch's representative GPU, where no measured floor
@@ -121,15 +137,23 @@ def _width_factor(width: float | None) -> float:
     return 0.7
 
 
-def predict(spec: KernelSpec, arch: str, candidate: Candidate, features: CodeFeatures, *, bytes_moved: float,
-            flops: float, peaks: tuple[float, float] | None = None) -> Prediction:
+def predict(
+    spec: KernelSpec,
+    arch: str,
+    candidate: Candidate,
+    features: CodeFeatures,
+    *,
+    bytes_moved: float,
+    flops: float,
+    peaks: tuple[float, float] | None = None,
+) -> Prediction:
     """The prediction for ``candidate`` (see the module docstring), for one shape's ``bytes_moved`` and ``flops``;
     ``peaks``: (bandwidth bytes/s, fp32 flops/s), the arch's representative GPU's when None."""
     bandwidth, fp32 = peaks or ARCH_PEAKS.get(arch, ARCH_PEAKS["sm_90"])
     threads = block_threads(candidate, features)
     report = features.report
     occ = occupancy(arch, registers=report.registers, shared_bytes=report.shared_bytes, threads=threads)
-    occ_factor = 1.0 if occ >= 0.5 else max(occ, 1 / 64) ** 0.5 / 0.5 ** 0.5
+    occ_factor = 1.0 if occ >= 0.5 else max(occ, 1 / 64) ** 0.5 / 0.5**0.5
     ptx = features.ptx
     widths = [w for w in (ptx.widest("load"), ptx.widest("store")) if w is not None]
     width = sum(widths) / len(widths) if widths else None
@@ -143,10 +167,19 @@ def predict(spec: KernelSpec, arch: str, candidate: Candidate, features: CodeFea
         load_bytes = (ptx.widest("load") or 32) / 8
         reuse_us = flops / (2 * intensity) * load_bytes / (L2_FACTOR * bandwidth) * 1e6
     efficiency = occ_factor * _width_factor(width) / spill
-    bound = max(memory_us / (occ_factor * _width_factor(width)), compute_us / occ_factor,
-                reuse_us / occ_factor) * spill + LAUNCH_US
-    return Prediction(lower_bound_us=bound, memory_us=memory_us, compute_us=compute_us, occupancy=occ,
-                      threads=threads, width_bits=width, efficiency=efficiency)
+    bound = (
+        max(memory_us / (occ_factor * _width_factor(width)), compute_us / occ_factor, reuse_us / occ_factor) * spill
+        + LAUNCH_US
+    )
+    return Prediction(
+        lower_bound_us=bound,
+        memory_us=memory_us,
+        compute_us=compute_us,
+        occupancy=occ,
+        threads=threads,
+        width_bits=width,
+        efficiency=efficiency,
+    )
 
 
 def shape_work(spec: KernelSpec, sizes: Mapping[str, int]) -> tuple[float, float]:

@@ -82,19 +82,32 @@ class Profiler:
         flags = list(manifest.settings.nvcc_flags)
         with tempfile.TemporaryDirectory(prefix="r1build-ncu-") as tmp:
             work = Path(tmp)
-            built = compile_variant(candidate.source, candidate.defines, arch, name="candidate", flags=flags,
-                                    toolchain=tc, workdir=work, timeout_s=self.timeout_s,
-                                    declaration=declaration(spec))
+            built = compile_variant(
+                candidate.source,
+                candidate.defines,
+                arch,
+                name="candidate",
+                flags=flags,
+                toolchain=tc,
+                workdir=work,
+                timeout_s=self.timeout_s,
+                declaration=declaration(spec),
+            )
             if not built.ok:
                 raise EvaluationError(f"the candidate did not compile for profiling: {built.output[-500:]}")
             (work / "harness.cu").write_text(harness_source(spec, shape), encoding="utf-8")
             link = [tc.nvcc, *flags, "-gencode", gencode(arch), "harness.cu", "candidate.o", "-o", "harness"]
-            made = subprocess.run(link, cwd=work, capture_output=True, text=True, timeout=self.timeout_s,
-                                  check=False)
+            made = subprocess.run(link, cwd=work, capture_output=True, text=True, timeout=self.timeout_s, check=False)
             if made.returncode != 0:
                 raise EvaluationError(f"the profiling harness did not build: {(made.stdout + made.stderr)[-500:]}")
-            run = subprocess.run(ncu_command(self.ncu, ["./harness"]), cwd=work, capture_output=True, text=True,
-                                 timeout=self.timeout_s, check=False)
+            run = subprocess.run(
+                ncu_command(self.ncu, ["./harness"]),
+                cwd=work,
+                capture_output=True,
+                text=True,
+                timeout=self.timeout_s,
+                check=False,
+            )
         if run.returncode != 0:
             why = HARNESS_ERRORS.get(run.returncode, f"ncu exited with {run.returncode}")
             raise EvaluationError(f"profiling failed ({why}): {(run.stderr or run.stdout)[-500:].strip()}")

@@ -18,6 +18,7 @@ __all__ = ["HARNESS_ERRORS", "harness_source"]
 HARNESS_ERRORS = {3: "an allocation failed", 4: "a call returned an error", 5: "a synchronization failed"}
 """The harness's exit statuses and what they mean."""
 
+
 def _scalar(dtype: str, value: bool | int | float) -> str:
     ctype = DTYPES[dtype]
     if dtype == "bool":
@@ -29,9 +30,14 @@ def _scalar(dtype: str, value: bool | int | float) -> str:
 
 def harness_source(spec: KernelSpec, sizes: Mapping[str, int]) -> str:
     """The harness's CUDA C++ source for ``spec`` at ``sizes`` (one benchmark shape)."""
-    lines = [declaration(spec), "#include <cuda_profiler_api.h>", "", "int main() {",
-             "    cudaStream_t stream;",
-             "    if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) return 3;"]
+    lines = [
+        declaration(spec),
+        "#include <cuda_profiler_api.h>",
+        "",
+        "int main() {",
+        "    cudaStream_t stream;",
+        "    if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) return 3;",
+    ]
     call_args = []
     for i, arg in enumerate(spec.args):
         if arg.shape is not None:
@@ -40,9 +46,11 @@ def harness_source(spec: KernelSpec, sizes: Mapping[str, int]) -> str:
                 count *= dim if isinstance(dim, int) else int(sizes[dim])
             nbytes = max(1, count) * DTYPE_BYTES[arg.dtype]
             fill = "0" if arg.dtype in INTEGER_DTYPES or arg.dtype == "bool" else "0x3c"
-            lines += [f"    void* a{i} = nullptr;",
-                      f"    if (cudaMalloc(&a{i}, {nbytes}ULL) != cudaSuccess) return 3;",
-                      f"    if (cudaMemset(a{i}, {fill}, {nbytes}ULL) != cudaSuccess) return 3;"]
+            lines += [
+                f"    void* a{i} = nullptr;",
+                f"    if (cudaMalloc(&a{i}, {nbytes}ULL) != cudaSuccess) return 3;",
+                f"    if (cudaMemset(a{i}, {fill}, {nbytes}ULL) != cudaSuccess) return 3;",
+            ]
             const = "const " if arg.role == "in" else ""
             call_args.append(f"static_cast<{const}{DTYPES[arg.dtype]}*>(a{i})")
         elif arg.value is None:

@@ -28,20 +28,50 @@ BANK_ST = "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum"
 STALL_PREFIX = "smsp__average_warps_issue_stalled_"
 STALL_SUFFIX = "_per_issue_active.ratio"
 
-METRICS: tuple[str, ...] = (DURATION, OCCUPANCY, DRAM, L2, SM, BANK_LD, BANK_ST,
-                            f"regex:{STALL_PREFIX}.*{re.escape(STALL_SUFFIX)}")
+METRICS: tuple[str, ...] = (
+    DURATION,
+    OCCUPANCY,
+    DRAM,
+    L2,
+    SM,
+    BANK_LD,
+    BANK_ST,
+    f"regex:{STALL_PREFIX}.*{re.escape(STALL_SUFFIX)}",
+)
 """What ``--metrics`` asks for."""
 
-_TIME_SCALE = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3,
-               "second": 1e6, "s": 1e6}
+_TIME_SCALE = {
+    "nsecond": 1e-3,
+    "ns": 1e-3,
+    "usecond": 1.0,
+    "us": 1.0,
+    "msecond": 1e3,
+    "ms": 1e3,
+    "second": 1e6,
+    "s": 1e6,
+}
 
 
 def ncu_command(ncu: str, program: Sequence[str]) -> list[str]:
     """ncu profiling ``program`` between its ``cudaProfilerStart`` and ``cudaProfilerStop``, caches flushed
     and clocks left as they are (as r1build's own timing runs), CSV with base units."""
-    return [ncu, "--profile-from-start", "off", "--cache-control", "all", "--clock-control", "none",
-            "--print-kernel-base", "function", "--metrics", ",".join(METRICS), "--csv", "--print-units", "base",
-            *program]
+    return [
+        ncu,
+        "--profile-from-start",
+        "off",
+        "--cache-control",
+        "all",
+        "--clock-control",
+        "none",
+        "--print-kernel-base",
+        "function",
+        "--metrics",
+        ",".join(METRICS),
+        "--csv",
+        "--print-units",
+        "base",
+        *program,
+    ]
 
 
 def _number(text: str) -> float | None:
@@ -90,12 +120,21 @@ def parse_ncu_csv(text: str) -> list[KernelProfile]:
 
         unit, duration = metrics.get(DURATION, ("", None))
         conflicts = [v for v in (value(BANK_LD), value(BANK_ST)) if v is not None]
-        stalls = {name[len(STALL_PREFIX):-len(STALL_SUFFIX)]: v for name, (_, v) in metrics.items()
-                  if name.startswith(STALL_PREFIX) and name.endswith(STALL_SUFFIX) and v is not None}
-        out.append(KernelProfile(
-            kernel=names[ident],
-            duration_us=duration * _TIME_SCALE.get(unit.strip(), 1e-3) if duration is not None else None,
-            achieved_occupancy_pct=value(OCCUPANCY), dram_pct=value(DRAM), l2_pct=value(L2), sm_pct=value(SM),
-            shared_bank_conflicts=int(sum(conflicts)) if conflicts else None, stalls=dict(sorted(stalls.items())),
-        ))
+        stalls = {
+            name[len(STALL_PREFIX) : -len(STALL_SUFFIX)]: v
+            for name, (_, v) in metrics.items()
+            if name.startswith(STALL_PREFIX) and name.endswith(STALL_SUFFIX) and v is not None
+        }
+        out.append(
+            KernelProfile(
+                kernel=names[ident],
+                duration_us=duration * _TIME_SCALE.get(unit.strip(), 1e-3) if duration is not None else None,
+                achieved_occupancy_pct=value(OCCUPANCY),
+                dram_pct=value(DRAM),
+                l2_pct=value(L2),
+                sm_pct=value(SM),
+                shared_bank_conflicts=int(sum(conflicts)) if conflicts else None,
+                stalls=dict(sorted(stalls.items())),
+            )
+        )
     return out

@@ -26,8 +26,11 @@ def main_kernel(profile: Profile) -> KernelProfile | None:
 
 def bottleneck(kernel: KernelProfile) -> str:
     """What bounds the kernel, with the share of peak: memory (DRAM), L2, compute (SM), or latency."""
-    units = [(kernel.dram_pct, "memory-bound", "DRAM"), (kernel.l2_pct, "L2-bound", "L2"),
-             (kernel.sm_pct, "compute-bound", "SM")]
+    units = [
+        (kernel.dram_pct, "memory-bound", "DRAM"),
+        (kernel.l2_pct, "L2-bound", "L2"),
+        (kernel.sm_pct, "compute-bound", "SM"),
+    ]
     known = [(pct, word, unit) for pct, word, unit in units if pct is not None]
     if not known:
         return "no throughput measured"

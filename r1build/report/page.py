@@ -82,8 +82,9 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric: Seque
     """A table; cells are HTML already escaped by the caller."""
     head = "".join(f"<th>{_e(h)}</th>" for h in headers)
     body = "".join(
-        "<tr>" + "".join(f'<td class="num">{c}</td>' if i in numeric else f"<td>{c}</td>"
-                         for i, c in enumerate(row)) + "</tr>"
+        "<tr>"
+        + "".join(f'<td class="num">{c}</td>' if i in numeric else f"<td>{c}</td>" for i, c in enumerate(row))
+        + "</tr>"
         for row in rows
     )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
@@ -96,8 +97,15 @@ def _verdict(v: str) -> str:
 def _figure(fig: Any, div_id: str) -> str:
     import plotly.io as pio
 
-    return str(pio.to_html(fig, include_plotlyjs=False, full_html=False, div_id=div_id,
-                           config={"displaylogo": False, "responsive": True}))
+    return str(
+        pio.to_html(
+            fig,
+            include_plotlyjs=False,
+            full_html=False,
+            div_id=div_id,
+            config={"displaylogo": False, "responsive": True},
+        )
+    )
 
 
 def _winners_figure(go: Any, rows: Sequence[WinnerRow]) -> str:
@@ -106,16 +114,29 @@ def _winners_figure(go: Any, rows: Sequence[WinnerRow]) -> str:
         return '<p class="muted">No winner was timed on a GPU yet.</p>'
     names = [f"{r.kernel}/{r.arch}" for r in timed]
     fig = go.Figure()
-    for label, values, colour in (("winner", [r.time_us for r in timed], "#2ca02c"),
-                                  ("baseline", [r.baseline_us for r in timed], "#aaaaaa"),
-                                  ("hardware floor", [r.floor_us for r in timed], "#1f77b4")):
-        fig.add_trace(go.Bar(name=label, x=names, y=values, marker_color=colour,
-                             hovertemplate="%{x}<br>" + label + ": %{y:.2f} µs<extra></extra>"))
+    for label, values, colour in (
+        ("winner", [r.time_us for r in timed], "#2ca02c"),
+        ("baseline", [r.baseline_us for r in timed], "#aaaaaa"),
+        ("hardware floor", [r.floor_us for r in timed], "#1f77b4"),
+    ):
+        fig.add_trace(
+            go.Bar(
+                name=label,
+                x=names,
+                y=values,
+                marker_color=colour,
+                hovertemplate="%{x}<br>" + label + ": %{y:.2f} µs<extra></extra>",
+            )
+        )
     shown = [v for r in timed for v in (r.time_us, r.baseline_us, r.floor_us) if v is not None and v > 0]
     log = max(shown) / min(shown) > 20  # kernels of very different sizes: a log axis keeps each visible
-    fig.update_layout(barmode="group", yaxis={"title": "µs per call" + (" (log)" if log else ""),
-                                              "type": "log" if log else "linear"}, height=380,
-                      margin={"t": 30, "b": 40}, legend={"orientation": "h"})
+    fig.update_layout(
+        barmode="group",
+        yaxis={"title": "µs per call" + (" (log)" if log else ""), "type": "log" if log else "linear"},
+        height=380,
+        margin={"t": 30, "b": 40},
+        legend={"orientation": "h"},
+    )
     return _figure(fig, "fig-winners")
 
 
@@ -132,33 +153,44 @@ def _search_figures(go: Any, records: KernelRecords, points: Sequence[SearchPoin
         mine = [p for p in points if p.verdict == verdict]
         if not mine:
             continue
-        grid.add_trace(go.Scatter(
-            name=verdict, mode="markers", marker={"color": colour, "size": 12,
-                                                  "symbol": ["star" if p.winner else "circle" for p in mine]},
-            x=[(p.sample if p.sample is not None else p.index) + 0.15 * p.variant for p in mine],
-            y=[f"round {p.round}" if p.round is not None else "own sources" for p in mine],
-            text=[f"{p.label}<br>{p.verdict}" + (f"<br>{p.time_us:.2f} µs" if p.time_us is not None else "")
-                  + (f"<br>{html.escape(p.reason[:120])}" if p.reason else "") + ("<br>winner" if p.winner else "")
-                  for p in mine],
-            hovertemplate="%{text}<extra></extra>",
-        ))
+        grid.add_trace(
+            go.Scatter(
+                name=verdict,
+                mode="markers",
+                marker={"color": colour, "size": 12, "symbol": ["star" if p.winner else "circle" for p in mine]},
+                x=[(p.sample if p.sample is not None else p.index) + 0.15 * p.variant for p in mine],
+                y=[f"round {p.round}" if p.round is not None else "own sources" for p in mine],
+                text=[
+                    f"{p.label}<br>{p.verdict}"
+                    + (f"<br>{p.time_us:.2f} µs" if p.time_us is not None else "")
+                    + (f"<br>{html.escape(p.reason[:120])}" if p.reason else "")
+                    + ("<br>winner" if p.winner else "")
+                    for p in mine
+                ],
+                hovertemplate="%{text}<extra></extra>",
+            )
+        )
     judged = {(p.round, p.sample) for p in points if p.round is not None}
     lost = [s for s in (records.search.samples if records.search else []) if (s.round, s.sample) not in judged]
     if lost:
-        grid.add_trace(go.Scatter(
-            name="no candidate", mode="markers", marker={"color": VERDICT_COLOURS["not judged"], "size": 11,
-                                                         "symbol": "x"},
-            x=[s.sample for s in lost], y=[f"round {s.round}" for s in lost],
-            text=[f"r{s.round} s{s.sample}: no candidate ({s.finish_reason or 'no answer'})" for s in lost],
-            hovertemplate="%{text}<extra></extra>",
-        ))
+        grid.add_trace(
+            go.Scatter(
+                name="no candidate",
+                mode="markers",
+                marker={"color": VERDICT_COLOURS["not judged"], "size": 11, "symbol": "x"},
+                x=[s.sample for s in lost],
+                y=[f"round {s.round}" for s in lost],
+                text=[f"r{s.round} s{s.sample}: no candidate ({s.finish_reason or 'no answer'})" for s in lost],
+                hovertemplate="%{text}<extra></extra>",
+            )
+        )
         rounds = sorted({*rounds, *(s.round for s in lost)})
     grid.update_layout(
         title={"text": "candidates by round and sample (★ winner)", "font": {"size": 14}},
         height=160 + 40 * len(rounds),
-        xaxis={"title": "sample", "dtick": 1}, margin={"t": 40, "b": 40},
-        yaxis={"categoryorder": "array",
-               "categoryarray": ["own sources", *[f"round {r}" for r in rounds]][::-1]},
+        xaxis={"title": "sample", "dtick": 1},
+        margin={"t": 40, "b": 40},
+        yaxis={"categoryorder": "array", "categoryarray": ["own sources", *[f"round {r}" for r in rounds]][::-1]},
     )
     out = _figure(grid, f"fig-grid-{slug}")
     # 2. time per candidate in search order, with the best so far, the baseline and the floor
@@ -166,36 +198,88 @@ def _search_figures(go: Any, records: KernelRecords, points: Sequence[SearchPoin
     if not timed:
         return out + '<p class="muted">No candidate of this search was timed (no GPU of this arch judged it).</p>'
     line = go.Figure()
-    line.add_trace(go.Scatter(
-        name="time", mode="markers", x=[p.index for p in timed], y=[p.time_us for p in timed],
-        marker={"color": [VERDICT_COLOURS[p.verdict] for p in timed], "size": 10,
-                "symbol": ["star" if p.winner else "circle" for p in timed]},
-        text=[f"{p.label}: {p.time_us:.2f} µs" for p in timed], hovertemplate="%{text}<extra></extra>",
-    ))
+    line.add_trace(
+        go.Scatter(
+            name="time",
+            mode="markers",
+            x=[p.index for p in timed],
+            y=[p.time_us for p in timed],
+            marker={
+                "color": [VERDICT_COLOURS[p.verdict] for p in timed],
+                "size": 10,
+                "symbol": ["star" if p.winner else "circle" for p in timed],
+            },
+            text=[f"{p.label}: {p.time_us:.2f} µs" for p in timed],
+            hovertemplate="%{text}<extra></extra>",
+        )
+    )
     best = [p for p in points if p.best_us is not None]
-    line.add_trace(go.Scatter(name="best so far", mode="lines", line={"shape": "hv", "color": "#2ca02c"},
-                              x=[p.index for p in best], y=[p.best_us for p in best]))
+    line.add_trace(
+        go.Scatter(
+            name="best so far",
+            mode="lines",
+            line={"shape": "hv", "color": "#2ca02c"},
+            x=[p.index for p in best],
+            y=[p.best_us for p in best],
+        )
+    )
     row = winner_row(records)
     if row.floor_us is not None:
-        line.add_hline(y=row.floor_us, line_dash="dot", line_color="#1f77b4",
-                       annotation_text=f"floor {row.floor_us:.2f} µs")
+        line.add_hline(
+            y=row.floor_us, line_dash="dot", line_color="#1f77b4", annotation_text=f"floor {row.floor_us:.2f} µs"
+        )
     if row.baseline_us is not None:
-        line.add_hline(y=row.baseline_us, line_dash="dash", line_color="#888888",
-                       annotation_text=f"baseline {row.baseline_us:.2f} µs")
-    line.update_layout(title={"text": "time per candidate in search order", "font": {"size": 14}}, height=340,
-                       xaxis={"title": "candidate (search order)"}, yaxis={"title": "µs per call"},
-                       margin={"t": 40, "b": 40})
+        line.add_hline(
+            y=row.baseline_us,
+            line_dash="dash",
+            line_color="#888888",
+            annotation_text=f"baseline {row.baseline_us:.2f} µs",
+        )
+    line.update_layout(
+        title={"text": "time per candidate in search order", "font": {"size": 14}},
+        height=340,
+        xaxis={"title": "candidate (search order)"},
+        yaxis={"title": "µs per call"},
+        margin={"t": 40, "b": 40},
+    )
     return out + _figure(line, f"fig-time-{slug}")
 
 
 def _winner_rows_html(rows: Sequence[WinnerRow]) -> str:
     return _table(
-        ["kernel", "arch", "state", "winner", "provenance", "validation", "time", "baseline", "vs baseline",
-         "vs cupy", "floor", "share of floor", "GPU"],
-        [[f'<a href="#kernel-{_e(r.kernel)}">{_e(r.kernel)}</a>', _e(r.arch), _e(r.state),
-          f"<code>{_e(r.label)}</code>",
-          _e(r.provenance), _e(r.validation), _us(r.time_us), _us(r.baseline_us), _x(r.speedup_vs_baseline),
-          _x(r.speedup_vs_cupy), _us(r.floor_us), _pct(r.share_of_floor), _e(r.gpu or "-")] for r in rows],
+        [
+            "kernel",
+            "arch",
+            "state",
+            "winner",
+            "provenance",
+            "validation",
+            "time",
+            "baseline",
+            "vs baseline",
+            "vs cupy",
+            "floor",
+            "share of floor",
+            "GPU",
+        ],
+        [
+            [
+                f'<a href="#kernel-{_e(r.kernel)}">{_e(r.kernel)}</a>',
+                _e(r.arch),
+                _e(r.state),
+                f"<code>{_e(r.label)}</code>",
+                _e(r.provenance),
+                _e(r.validation),
+                _us(r.time_us),
+                _us(r.baseline_us),
+                _x(r.speedup_vs_baseline),
+                _x(r.speedup_vs_cupy),
+                _us(r.floor_us),
+                _pct(r.share_of_floor),
+                _e(r.gpu or "-"),
+            ]
+            for r in rows
+        ],
         numeric=(6, 7, 8, 9, 10, 11),
     )
 
@@ -203,12 +287,31 @@ def _winner_rows_html(rows: Sequence[WinnerRow]) -> str:
 def _points_html(points: Sequence[SearchPoint]) -> str:
     profiled = any(p.profile for p in points)
     return _table(
-        ["#", "candidate", "provenance", "verdict", "time", "best so far", "share of floor", "reason",
-         *(["Nsight Compute"] if profiled else [])],
-        [[str(p.index), f"<code>{_e(p.label)}</code>" + (" ★" if p.winner else ""), _e(p.provenance),
-          _verdict(p.verdict), _us(p.time_us), _us(p.best_us), _pct(p.share_of_floor), _e(p.reason),
-          *([_e(p.profile)] if profiled else [])]
-         for p in points],
+        [
+            "#",
+            "candidate",
+            "provenance",
+            "verdict",
+            "time",
+            "best so far",
+            "share of floor",
+            "reason",
+            *(["Nsight Compute"] if profiled else []),
+        ],
+        [
+            [
+                str(p.index),
+                f"<code>{_e(p.label)}</code>" + (" ★" if p.winner else ""),
+                _e(p.provenance),
+                _verdict(p.verdict),
+                _us(p.time_us),
+                _us(p.best_us),
+                _pct(p.share_of_floor),
+                _e(p.reason),
+                *([_e(p.profile)] if profiled else []),
+            ]
+            for p in points
+        ],
         numeric=(0, 4, 5, 6),
     )
 
@@ -216,52 +319,125 @@ def _points_html(points: Sequence[SearchPoint]) -> str:
 def _failures_html(groups: Sequence[FailureGroup]) -> str:
     if not groups:
         return '<p class="muted">No candidate failed.</p>'
-    return _table(["count", "verdict", "reason (numbers as #)", "example", "where"],
-                  [[str(g.count), _verdict(g.status), _e(g.reason), _e(g.example), _e(", ".join(g.where))]
-                   for g in groups], numeric=(0,))
+    return _table(
+        ["count", "verdict", "reason (numbers as #)", "example", "where"],
+        [[str(g.count), _verdict(g.status), _e(g.reason), _e(g.example), _e(", ".join(g.where))] for g in groups],
+        numeric=(0,),
+    )
 
 
 def _spend_html(rows: Sequence[SpendRow]) -> str:
     if not rows:
         return '<p class="muted">No search is recorded for this manifest (winners came from its own sources).</p>'
-    body = [[_e(r.kernel), _e(r.arch), _e(r.model), str(r.samples), str(r.requests), f"{r.prompt_tokens:,}",
-             f"{r.completion_tokens:,}", f"{r.reasoning_tokens:,}", f"${r.cost_usd:.4f}", f"{r.wall_s:.1f} s",
-             _e(r.stop_reason), _e(r.cause)] for r in rows]
-    body.append(["<b>total</b>", "", "", str(sum(r.samples for r in rows)), str(sum(r.requests for r in rows)),
-                 f"{sum(r.prompt_tokens for r in rows):,}", f"{sum(r.completion_tokens for r in rows):,}",
-                 f"{sum(r.reasoning_tokens for r in rows):,}", f"${sum(r.cost_usd for r in rows):.4f}",
-                 f"{sum(r.wall_s for r in rows):.1f} s", "", ""])
-    return _table(["kernel", "arch", "model", "samples", "requests", "prompt tokens", "completion tokens",
-                   "reasoning tokens", "money", "wall time", "stop", "cause"], body, numeric=(3, 4, 5, 6, 7, 8, 9))
+    body = [
+        [
+            _e(r.kernel),
+            _e(r.arch),
+            _e(r.model),
+            str(r.samples),
+            str(r.requests),
+            f"{r.prompt_tokens:,}",
+            f"{r.completion_tokens:,}",
+            f"{r.reasoning_tokens:,}",
+            f"${r.cost_usd:.4f}",
+            f"{r.wall_s:.1f} s",
+            _e(r.stop_reason),
+            _e(r.cause),
+        ]
+        for r in rows
+    ]
+    body.append(
+        [
+            "<b>total</b>",
+            "",
+            "",
+            str(sum(r.samples for r in rows)),
+            str(sum(r.requests for r in rows)),
+            f"{sum(r.prompt_tokens for r in rows):,}",
+            f"{sum(r.completion_tokens for r in rows):,}",
+            f"{sum(r.reasoning_tokens for r in rows):,}",
+            f"${sum(r.cost_usd for r in rows):.4f}",
+            f"{sum(r.wall_s for r in rows):.1f} s",
+            "",
+            "",
+        ]
+    )
+    return _table(
+        [
+            "kernel",
+            "arch",
+            "model",
+            "samples",
+            "requests",
+            "prompt tokens",
+            "completion tokens",
+            "reasoning tokens",
+            "money",
+            "wall time",
+            "stop",
+            "cause",
+        ],
+        body,
+        numeric=(3, 4, 5, 6, 7, 8, 9),
+    )
 
 
 def _provenance_html(rows: Sequence[ProvenanceRow]) -> str:
     if not rows:
         return '<p class="muted">The lock is empty or missing.</p>'
     return _table(
-        ["kernel", "arch", "current", "provenance", "origin", "values", "validation", "time", "GPU", "checks",
-         "toolchain", "winner", "decision key"],
-        [[_e(r.kernel), _e(r.arch), "yes" if r.current else "stale", _e(r.provenance), _e(r.origin),
-          _e(r.defines or "-"), _e(r.validation), _us(r.time_us), _e(r.gpu or "-"),
-          "-" if r.checks is None else f"v{r.checks}", _e(r.toolchain or "-"), f"<code>{_e(r.winner[:16])}</code>",
-          f"<code>{_e(r.key[:16])}</code>"] for r in rows],
+        [
+            "kernel",
+            "arch",
+            "current",
+            "provenance",
+            "origin",
+            "values",
+            "validation",
+            "time",
+            "GPU",
+            "checks",
+            "toolchain",
+            "winner",
+            "decision key",
+        ],
+        [
+            [
+                _e(r.kernel),
+                _e(r.arch),
+                "yes" if r.current else "stale",
+                _e(r.provenance),
+                _e(r.origin),
+                _e(r.defines or "-"),
+                _e(r.validation),
+                _us(r.time_us),
+                _e(r.gpu or "-"),
+                "-" if r.checks is None else f"v{r.checks}",
+                _e(r.toolchain or "-"),
+                f"<code>{_e(r.winner[:16])}</code>",
+                f"<code>{_e(r.key[:16])}</code>",
+            ]
+            for r in rows
+        ],
         numeric=(7,),
     )
 
 
 def _kernel_section(go: Any, name: str, records: Sequence[KernelRecords], extra: dict[str, str]) -> str:
     spec = records[0].spec
-    parts = [f'<section class="kernel" id="kernel-{_e(name)}"><h2>{_e(name)}</h2>',
-             f"<p>{_e(spec.description)}</p>"]
+    parts = [f'<section class="kernel" id="kernel-{_e(name)}"><h2>{_e(name)}</h2>', f"<p>{_e(spec.description)}</p>"]
     for r in records:
         points = search_points(r)
         parts.append(f"<h3>{_e(name)} on {_e(r.arch)}: {_e(r.status.state)}</h3>")
         if r.status.note:
             parts.append(f'<p class="muted">{_e(r.status.note)}</p>')
         if r.search is not None:
-            parts.append(f"<p>Search: stopped ({_e(r.search.stop_reason)}): {_e(r.search.cause)}; "
-                         f"{len(r.search.samples)} samples"
-                         + (f", {r.search.missing} transcripts missing" if r.search.missing else "") + ".</p>")
+            parts.append(
+                f"<p>Search: stopped ({_e(r.search.stop_reason)}): {_e(r.search.cause)}; "
+                f"{len(r.search.samples)} samples"
+                + (f", {r.search.missing} transcripts missing" if r.search.missing else "")
+                + ".</p>"
+            )
         if not points:
             parts.append('<p class="muted">No decision is cached for this question.</p>')
             continue
@@ -272,8 +448,7 @@ def _kernel_section(go: Any, name: str, records: Sequence[KernelRecords], extra:
     return "\n".join(parts)
 
 
-def render_report(manifest: Manifest, records: Sequence[KernelRecords], *,
-                  extra: dict[str, str] | None = None) -> str:
+def render_report(manifest: Manifest, records: Sequence[KernelRecords], *, extra: dict[str, str] | None = None) -> str:
     """The report page for ``records`` (from :func:`~r1build.overview.project_records` with ``searches``).
 
     ``extra``: more HTML (already escaped) for a kernel × arch, keyed ``kernel/arch``, shown after its search.
@@ -292,14 +467,19 @@ def render_report(manifest: Manifest, records: Sequence[KernelRecords], *,
         f"<h1>{_e(title)}</h1>",
         f"<p>{len(by_kernel)} kernels × their archs; winners against the baseline, the cupy reference and the "
         "hardware floor (bytes moved over the measured bandwidth, flops over the measured fp32 peak).</p>",
-        "<h2>Winners</h2>", _winner_rows_html(winners), _winners_figure(go, winners),
-        "<h2>Failure reasons</h2>", _failures_html(failure_groups(records)),
-        "<h2>Generation spend</h2>", _spend_html(spends),
-        "<h2>Provenance of the locked entries</h2>", _provenance_html(provenance),
+        "<h2>Winners</h2>",
+        _winner_rows_html(winners),
+        _winners_figure(go, winners),
+        "<h2>Failure reasons</h2>",
+        _failures_html(failure_groups(records)),
+        "<h2>Generation spend</h2>",
+        _spend_html(spends),
+        "<h2>Provenance of the locked entries</h2>",
+        _provenance_html(provenance),
         *(_kernel_section(go, name, rs, extra or {}) for name, rs in by_kernel.items()),
     ]
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{_e(title)}</title><style>{_STYLE}</style>"
         f"<script>{get_plotlyjs()}</script>"
         "</head><body>\n" + "\n".join(body) + "\n</body></html>\n"

@@ -20,9 +20,22 @@ from ..overview import KernelRecords
 from ..profile.summary import profile_summary
 from ..records import CandidateRef, Result
 
-__all__ = ["FailureGroup", "ProvenanceRow", "SearchPoint", "SpendRow", "Verdict", "WinnerRow", "candidate_label",
-           "failure_groups", "first_line", "provenance_row", "search_points", "spend_row", "verdict_of",
-           "winner_row"]
+__all__ = [
+    "FailureGroup",
+    "ProvenanceRow",
+    "SearchPoint",
+    "SpendRow",
+    "Verdict",
+    "WinnerRow",
+    "candidate_label",
+    "failure_groups",
+    "first_line",
+    "provenance_row",
+    "search_points",
+    "spend_row",
+    "verdict_of",
+    "winner_row",
+]
 
 Verdict = str
 """``passed on GPU``, ``passed gate``, or a failed :data:`~r1build.records.Status` (``compile_error`` ...)."""
@@ -95,15 +108,23 @@ def winner_row(records: KernelRecords) -> WinnerRow:
     if ref is not None:
         label = candidate_label(ref)
     elif entry is not None:  # the lock's words, when no decision is cached
-        label = (f"r{entry.round} s{entry.sample}" if entry.provenance == "generated" else entry.origin or "-")
+        label = f"r{entry.round} s{entry.sample}" if entry.provenance == "generated" else entry.origin or "-"
         label += "".join(f" {k}={v}" for k, v in sorted(entry.defines.items()))
     else:
         label = status.provenance or "-"
     return WinnerRow(
-        kernel=status.kernel, arch=status.arch, state=status.state, provenance=status.provenance or "-",
-        validation=status.validation or "-", label=label, time_us=time_us, baseline_us=base_us,
-        speedup_vs_baseline=speedup, speedup_vs_cupy=timing.speedup_vs_reference if timing else None,
-        floor_us=timing.floor_us if timing else None, share_of_floor=timing.share_of_floor if timing else None,
+        kernel=status.kernel,
+        arch=status.arch,
+        state=status.state,
+        provenance=status.provenance or "-",
+        validation=status.validation or "-",
+        label=label,
+        time_us=time_us,
+        baseline_us=base_us,
+        speedup_vs_baseline=speedup,
+        speedup_vs_cupy=timing.speedup_vs_reference if timing else None,
+        floor_us=timing.floor_us if timing else None,
+        share_of_floor=timing.share_of_floor if timing else None,
         gpu=(result.device if result and result.device else None) or status.gpu,
     )
 
@@ -151,15 +172,23 @@ def search_points(records: KernelRecords) -> list[SearchPoint]:
         slot = (o.round, o.sample) if o.kind == "generated" else (None, None)
         variant = seen.get(slot, 0) if o.kind == "generated" else 0
         seen[slot] = variant + 1
-        points.append(SearchPoint(
-            index=i, label=candidate_label(ref), round=o.round if o.kind == "generated" else None,
-            sample=o.sample if o.kind == "generated" else None, variant=variant, provenance=ref.provenance(),
-            verdict=verdict_of(result), time_us=timing.median_us if timing else None, best_us=best,
-            share_of_floor=timing.share_of_floor if timing else None,
-            reason=first_line(result.detail) if result and not result.ok else "",
-            winner=winner is not None and winner.candidate == ref.digest,
-            profile=profile_summary(result.profile) if result and result.profile else "",
-        ))
+        points.append(
+            SearchPoint(
+                index=i,
+                label=candidate_label(ref),
+                round=o.round if o.kind == "generated" else None,
+                sample=o.sample if o.kind == "generated" else None,
+                variant=variant,
+                provenance=ref.provenance(),
+                verdict=verdict_of(result),
+                time_us=timing.median_us if timing else None,
+                best_us=best,
+                share_of_floor=timing.share_of_floor if timing else None,
+                reason=first_line(result.detail) if result and not result.ok else "",
+                winner=winner is not None and winner.candidate == ref.digest,
+                profile=profile_summary(result.profile) if result and result.profile else "",
+            )
+        )
     return points
 
 
@@ -201,9 +230,13 @@ def failure_groups(all_records: Sequence[KernelRecords]) -> list[FailureGroup]:
             if group is None:
                 groups[key] = FailureGroup(status=result.status, reason=key[1], example=line, count=1, where=[where])
                 continue
-            groups[key] = FailureGroup(status=group.status, reason=group.reason, example=group.example,
-                                       count=group.count + 1,
-                                       where=group.where if where in group.where else [*group.where, where])
+            groups[key] = FailureGroup(
+                status=group.status,
+                reason=group.reason,
+                example=group.example,
+                count=group.count + 1,
+                where=group.where if where in group.where else [*group.where, where],
+            )
     return sorted(groups.values(), key=lambda g: (-g.count, g.status, g.reason))
 
 
@@ -245,12 +278,18 @@ def spend_row(records: KernelRecords, prices: Prices) -> SpendRow | None:
     spans = [(t, t + s.elapsed_s) for s in samples if (t := _time(s.started)) is not None]
     wall = max(e for _, e in spans) - min(b for b, _ in spans) if spans else 0.0
     return SpendRow(
-        kernel=records.spec.name, arch=records.arch,
+        kernel=records.spec.name,
+        arch=records.arch,
         model=", ".join(sorted({s.model for s in samples if s.model})) or "-",
-        samples=len(samples), requests=sum(s.requests for s in samples), prompt_tokens=prompt,
-        completion_tokens=completion, reasoning_tokens=sum(s.reasoning_tokens for s in samples),
+        samples=len(samples),
+        requests=sum(s.requests for s in samples),
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        reasoning_tokens=sum(s.reasoning_tokens for s in samples),
         cost_usd=(prompt * prices.input_per_mtok + completion * prices.output_per_mtok) / 1e6,
-        wall_s=wall, stop_reason=search.stop_reason, cause=search.cause,
+        wall_s=wall,
+        stop_reason=search.stop_reason,
+        cause=search.cause,
     )
 
 
@@ -282,9 +321,19 @@ def provenance_row(records: KernelRecords) -> ProvenanceRow | None:
     e = records.entry
     if e is None:
         return None
-    origin = (f"{e.model} round {e.round} sample {e.sample}" if e.provenance == "generated" else (e.origin or "-"))
+    origin = f"{e.model} round {e.round} sample {e.sample}" if e.provenance == "generated" else (e.origin or "-")
     return ProvenanceRow(
-        kernel=e.name, arch=e.arch, current=records.current, provenance=e.provenance, origin=origin,
-        defines=",".join(f"{k}={v}" for k, v in sorted(e.defines.items())), validation=e.validation,
-        time_us=e.time_us, gpu=e.gpu, checks=e.checks, toolchain=e.toolchain, winner=e.winner, key=e.key,
+        kernel=e.name,
+        arch=e.arch,
+        current=records.current,
+        provenance=e.provenance,
+        origin=origin,
+        defines=",".join(f"{k}={v}" for k, v in sorted(e.defines.items())),
+        validation=e.validation,
+        time_us=e.time_us,
+        gpu=e.gpu,
+        checks=e.checks,
+        toolchain=e.toolchain,
+        winner=e.winner,
+        key=e.key,
     )

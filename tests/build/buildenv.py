@@ -50,31 +50,41 @@ class BuildEnv:
         env.update(extra or {})
         return env
 
-    def run(self, args: Sequence[str | Path], *, cwd: Path, env: Mapping[str, str] | None = None,
-            timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, args: Sequence[str | Path], *, cwd: Path, env: Mapping[str, str] | None = None, timeout: float = 600
+    ) -> subprocess.CompletedProcess[str]:
         """Run a command in the venv; stdout and stderr together in ``.stdout``."""
         return subprocess.run(
-            [str(a) for a in args], cwd=cwd, env=self.env(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, timeout=timeout, check=False,
+            [str(a) for a in args],
+            cwd=cwd,
+            env=self.env(env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=timeout,
+            check=False,
         )
 
-    def check(self, args: Sequence[str | Path], *, cwd: Path, env: Mapping[str, str] | None = None,
-              timeout: float = 600) -> str:
+    def check(
+        self, args: Sequence[str | Path], *, cwd: Path, env: Mapping[str, str] | None = None, timeout: float = 600
+    ) -> str:
         """Run a command that must succeed; its output."""
         proc = self.run(args, cwd=cwd, env=env, timeout=timeout)
         assert proc.returncode == 0, f"{' '.join(map(str, args))} failed ({proc.returncode}):\n{proc.stdout[-6000:]}"
         return proc.stdout
 
-    def pip_wheel(self, source: Path, out: Path, *, env: Mapping[str, str] | None = None,
-                  isolated: bool | None = None) -> subprocess.CompletedProcess[str]:
+    def pip_wheel(
+        self, source: Path, out: Path, *, env: Mapping[str, str] | None = None, isolated: bool | None = None
+    ) -> subprocess.CompletedProcess[str]:
         """``pip wheel`` of a project folder or sdist, as a user would build it."""
         isolation = self.isolated if isolated is None else isolated
         args: list[str | Path] = [self.python, "-m", "pip", "wheel", "-v", "--no-deps", "-w", out, source]
         args += ["--find-links", self.wheels] if isolation else ["--no-build-isolation"]
         return self.run(args, cwd=out.parent, env=env)
 
-    def hook(self, project: Path, hook: str, out: Path,
-             env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    def hook(
+        self, project: Path, hook: str, out: Path, env: Mapping[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
         """Call one PEP 517 hook of ``r1build.build`` the way a frontend does: a fresh process in the project."""
         code = f"import r1build.build as backend; print(backend.{hook}({str(out)!r}))"
         return self.run([self.python, "-c", code], cwd=project, env=env)

@@ -31,7 +31,11 @@ def r1build_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     offline = ["--no-build-isolation"] if os.environ.get("R1BUILD_TEST_SYSTEM_SITE") == "1" else []
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", *offline, "-q", "-w", str(out), str(ROOT)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600, check=False,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=600,
+        check=False,
     )
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert list(out.glob("r1build-*.whl")), proc.stdout[-4000:]

@@ -30,8 +30,14 @@ def test_options_default_to_unset() -> None:
 
 def test_options_from_config_settings_are_taken_out_of_them() -> None:
     options, rest = split_settings(
-        {"r1build.locked": "true", "r1build.generate": "1", "r1build.evaluate": "yes", "r1build.offline": "0",
-         "r1build.cache-dir": "/tmp/c", "cmake.build-type": "Debug"},
+        {
+            "r1build.locked": "true",
+            "r1build.generate": "1",
+            "r1build.evaluate": "yes",
+            "r1build.offline": "0",
+            "r1build.cache-dir": "/tmp/c",
+            "cmake.build-type": "Debug",
+        },
         environ={},
     )
     assert options == BuildOptions(locked=True, generate=True, evaluate=True, cache_dir=Path("/tmp/c"))
@@ -39,8 +45,15 @@ def test_options_from_config_settings_are_taken_out_of_them() -> None:
 
 
 def test_options_from_the_environment() -> None:
-    options, _ = split_settings({}, environ={"R1BUILD_LOCKED": "1", "R1BUILD_GENERATE": "on",
-                                             "R1BUILD_EVALUATE": "1", "R1BUILD_CACHE_DIR": "/tmp/envcache"})
+    options, _ = split_settings(
+        {},
+        environ={
+            "R1BUILD_LOCKED": "1",
+            "R1BUILD_GENERATE": "on",
+            "R1BUILD_EVALUATE": "1",
+            "R1BUILD_CACHE_DIR": "/tmp/envcache",
+        },
+    )
     assert options == BuildOptions(locked=True, generate=True, evaluate=True, cache_dir=Path("/tmp/envcache"))
 
 
@@ -61,13 +74,16 @@ def test_generate_and_offline_together_are_a_contradiction() -> None:
     with pytest.raises(ConfigError, match=r"r1build.generate asks .* R1BUILD_OFFLINE forbids"):
         split_settings({"r1build.generate": "1"}, environ={"R1BUILD_OFFLINE": "1"})
     # an explicit offline=0 lifts the environment's offline
-    assert split_settings({"r1build.generate": "1", "r1build.offline": "0"},
-                          environ={"R1BUILD_OFFLINE": "1"})[0].generate is True
+    assert (
+        split_settings({"r1build.generate": "1", "r1build.offline": "0"}, environ={"R1BUILD_OFFLINE": "1"})[0].generate
+        is True
+    )
 
 
 def test_config_setting_beats_the_environment() -> None:
-    options, _ = split_settings({"r1build.locked": "0", "r1build.cache-dir": "/a"},
-                                environ={"R1BUILD_LOCKED": "1", "R1BUILD_CACHE_DIR": "/b"})
+    options, _ = split_settings(
+        {"r1build.locked": "0", "r1build.cache-dir": "/a"}, environ={"R1BUILD_LOCKED": "1", "R1BUILD_CACHE_DIR": "/b"}
+    )
     assert options.locked is False
     assert options.cache_dir == Path("/a")
 
@@ -87,8 +103,9 @@ def test_a_repeated_setting_with_one_value_is_accepted() -> None:
         ({"r1build.locked": ["1", "0"]}, {}, r"given 2 different values"),
     ],
 )
-def test_bad_options_are_config_errors(settings: dict[str, str | list[str]], environ: dict[str, str],
-                                       message: str) -> None:
+def test_bad_options_are_config_errors(
+    settings: dict[str, str | list[str]], environ: dict[str, str], message: str
+) -> None:
     with pytest.raises(ConfigError, match=message) as info:
         split_settings(settings, environ=environ)
     assert info.value.exit_code == 2
@@ -166,7 +183,12 @@ def test_sdist_settings_force_in_the_manifest_inputs_and_keep_user_lists(tmp_pat
     settings = sdist_settings(project, manifest, {"sdist.include": "extra.txt", "cmake.build-type": "Release"})
     assert settings["cmake.build-type"] == "Release"
     assert settings["sdist.include"] == [
-        "extra.txt", "/kernels.toml", "/kernels.lock", "/kernels/_r1build/", "/scale.cu", "/reference.py",
+        "extra.txt",
+        "/kernels.toml",
+        "/kernels.lock",
+        "/kernels/_r1build/",
+        "/scale.cu",
+        "/reference.py",
     ]
     assert settings["sdist.exclude"] == ["/notes/", "/.r1build/"]
 
@@ -181,8 +203,7 @@ def test_sdist_refuses_what_a_wheel_could_not_build_offline(tmp_path: Path) -> N
     seen: list[Event] = []
     with sink(seen.append):
         check_offline_buildable(project, load_manifest(toml))
-    assert any(isinstance(e, Note) and e.level == "warning" and "there is no kernels.lock" in e.message
-               for e in seen)
+    assert any(isinstance(e, Note) and e.level == "warning" and "there is no kernels.lock" in e.message for e in seen)
 
     text = toml.read_text()
     toml.write_text(text.replace('baseline = "scale.cu"', 'candidates = ["scale.cu"]'))
@@ -249,10 +270,21 @@ def test_a_warm_locked_build_reuses_the_generated_files(locked_tiny: Path) -> No
     assert not _reused(_build_events(locked_tiny, {}))
 
 
-@pytest.mark.parametrize("change", ["generated file removed", "generated file edited", "vendored file edited",
-                                    "vendored file added", "baseline edited", "environment", "manifest removed"])
-def test_any_change_to_what_resolution_reads_means_resolving_again(locked_tiny: Path, change: str,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "change",
+    [
+        "generated file removed",
+        "generated file edited",
+        "vendored file edited",
+        "vendored file added",
+        "baseline edited",
+        "environment",
+        "manifest removed",
+    ],
+)
+def test_any_change_to_what_resolution_reads_means_resolving_again(
+    locked_tiny: Path, change: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     locked = {"r1build.locked": "1"}
     _build_events(locked_tiny, locked)
     generated = locked_tiny / ".r1build" / "generated"
@@ -288,8 +320,9 @@ def test_any_change_to_what_resolution_reads_means_resolving_again(locked_tiny: 
     assert _reused(_build_events(locked_tiny, locked))
 
 
-def test_a_different_toolchain_means_resolving_again(locked_tiny: Path, tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_different_toolchain_means_resolving_again(
+    locked_tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     real = shutil.which("nvcc")
     assert real is not None
     wrapper = tmp_path / "nvcc"
@@ -300,7 +333,8 @@ def test_a_different_toolchain_means_resolving_again(locked_tiny: Path, tmp_path
     _build_events(locked_tiny, locked)
     assert _reused(_build_events(locked_tiny, locked))
     # same path, same environment, another answer to --version: an updated toolkit behind the same nvcc
-    wrapper.write_text(f'#!/bin/sh\n[ "$1" = --version ] && {{ {real} --version; echo patched; exit 0; }}\n'
-                       f'exec {real} "$@"\n')
+    wrapper.write_text(
+        f'#!/bin/sh\n[ "$1" = --version ] && {{ {real} --version; echo patched; exit 0; }}\nexec {real} "$@"\n'
+    )
     again = _build_events(locked_tiny, locked)
     assert not _reused(again) and _gated(again)

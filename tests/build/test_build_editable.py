@@ -37,8 +37,21 @@ def _edit(path: Path, old: str, new: str) -> None:
 
 def test_editable_install_rebuilds_edited_kernels_on_import(build_env: BuildEnv, tmp_path: Path) -> None:
     project = copy_project(PACKAGES / "tiny", tmp_path / "tiny")
-    build_env.check([build_env.python, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "-e", project,
-                     "-Ceditable.rebuild=true", "-Cbuild-dir=build/{wheel_tag}"], cwd=tmp_path)
+    build_env.check(
+        [
+            build_env.python,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-build-isolation",
+            "-e",
+            project,
+            "-Ceditable.rebuild=true",
+            "-Cbuild-dir=build/{wheel_tag}",
+        ],
+        cwd=tmp_path,
+    )
     elsewhere = tmp_path / "elsewhere"  # import from outside the project, as a user of the package would
     elsewhere.mkdir()
     value, module, _ = _import(build_env, elsewhere)
@@ -92,8 +105,22 @@ def test_an_isolated_editable_install_says_how_to_rebuild_kernels(build_env: Bui
     bare = BuildEnv(root=tmp_path / "bare", wheels=build_env.wheels, cache_dir=build_env.cache_dir, isolated=True)
     subprocess.run([sys.executable, "-m", "venv", str(bare.root)], check=True, timeout=300)
     project = copy_project(PACKAGES / "tiny", tmp_path / "tiny")
-    bare.check([bare.python, "-m", "pip", "install", "--no-deps", "--find-links", bare.wheels, "-e", project,
-                "-Ceditable.rebuild=true", "-Cbuild-dir=build/{wheel_tag}"], cwd=tmp_path)
+    bare.check(
+        [
+            bare.python,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--find-links",
+            bare.wheels,
+            "-e",
+            project,
+            "-Ceditable.rebuild=true",
+            "-Cbuild-dir=build/{wheel_tag}",
+        ],
+        cwd=tmp_path,
+    )
     assert bare.run([bare.python, "-c", "import r1build"], cwd=tmp_path).returncode != 0  # only the build had it
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -103,4 +130,5 @@ def test_an_isolated_editable_install_says_how_to_rebuild_kernels(build_env: Bui
     broken = bare.run([bare.python, "-c", IMPORT], cwd=elsewhere)
     assert broken.returncode != 0, broken.stdout
     assert "install the build requirements beside the package and pip install --no-build-isolation -e" in (
-        " ".join(broken.stdout.split())), broken.stdout
+        " ".join(broken.stdout.split())
+    ), broken.stdout

@@ -60,8 +60,12 @@ def test_bad_manifest_exits_2_with_the_place_of_the_mistake(build_env: BuildEnv,
     hook = build_env.hook(project, "build_wheel", out)
     assert hook.returncode == 2, hook.stdout
     assert "Traceback" not in hook.stdout
-    assert re.search(r"^r1build: error: \S*kernels\.toml:9: kernel\[0\]\.args\[1\]\.dtyp: unknown key 'dtyp' "
-                     r"\(did you mean 'dtype'\?\)$", hook.stdout, re.MULTILINE), hook.stdout
+    assert re.search(
+        r"^r1build: error: \S*kernels\.toml:9: kernel\[0\]\.args\[1\]\.dtyp: unknown key 'dtyp' "
+        r"\(did you mean 'dtype'\?\)$",
+        hook.stdout,
+        re.MULTILINE,
+    ), hook.stdout
 
     frontend = build_env.pip_wheel(project, out, isolated=False)
     assert frontend.returncode != 0
@@ -85,11 +89,20 @@ def test_stale_lock_with_r1build_locked_names_the_kernel(build_env: BuildEnv, tm
     lines = hook.stdout.splitlines()
     (start,) = [i for i, line in enumerate(lines) if line.startswith("r1build: error:")]
     assert "kernels.lock is out of date" in lines[start]
-    assert any(re.match(r"^\s+scale/sm_90: stale\b", line) for line in lines[start + 1:]), hook.stdout
+    assert any(re.match(r"^\s+scale/sm_90: stale\b", line) for line in lines[start + 1 :]), hook.stdout
 
     # the same through pip and the config setting
-    pip_wheel: list[str | Path] = [build_env.python, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation",
-                                   "-w", out]
+    pip_wheel: list[str | Path] = [
+        build_env.python,
+        "-m",
+        "pip",
+        "wheel",
+        "-v",
+        "--no-deps",
+        "--no-build-isolation",
+        "-w",
+        out,
+    ]
     locked = build_env.run([*pip_wheel, "--config-settings", "r1build.locked=1", project], cwd=tmp_path)
     assert locked.returncode != 0
     assert "Traceback" not in locked.stdout
@@ -127,15 +140,20 @@ def test_baseline_with_another_signature_fails_the_build_at_the_gate(build_env: 
     hook = build_env.hook(project, "build_wheel", out)
     assert hook.returncode == 1, hook.stdout
     assert "Traceback" not in hook.stdout
-    assert ('the definition of scale does not match the declared signature extern "C" cudaError_t '
-            "scale(const float* x, float* y, int64_t n, cudaStream_t stream)") in hook.stdout
+    assert (
+        'the definition of scale does not match the declared signature extern "C" cudaError_t '
+        "scale(const float* x, float* y, int64_t n, cudaStream_t stream)"
+    ) in hook.stdout
     assert not list(out.glob("*.whl"))
 
 
-@pytest.mark.parametrize(("archs", "elf", "ptx"), [
-    ('archs = ["sm_80", "sm_90"]\nptx = false', {"sm_80", "sm_90"}, set()),
-    ('archs = ["compute_80", "90-real"]', {"sm_90"}, {"sm_80"}),
-])
+@pytest.mark.parametrize(
+    ("archs", "elf", "ptx"),
+    [
+        ('archs = ["sm_80", "sm_90"]\nptx = false', {"sm_80", "sm_90"}, set()),
+        ('archs = ["compute_80", "90-real"]', {"sm_90"}, {"sm_80"}),
+    ],
+)
 def test_manifest_archs_choose_the_machine_code_and_ptx_in_the_wheel(
     build_env: BuildEnv, tmp_path: Path, archs: str, elf: set[str], ptx: set[str]
 ) -> None:
@@ -153,8 +171,9 @@ def test_a_wheel_for_an_older_arch_runs_on_this_gpu_through_its_ptx(
     (cudaErrorNoKernelImageForDevice, 209)."""
     import subprocess
 
-    caps = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True,
-                          text=True, check=True).stdout.split()
+    caps = subprocess.run(
+        ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True, text=True, check=True
+    ).stdout.split()
     if not caps or caps[0].startswith("8."):
         pytest.skip(f"needs a GPU that sm_80 machine code does not run on (this one: {caps})")
     archs = 'archs = ["sm_80"]' + ("" if ptx else "\nptx = false")
@@ -181,8 +200,22 @@ def _build_twin(env: BuildEnv, tmp_path: Path, name: str, visibility: str | None
         manifest.write_text(f'visibility = "{visibility}"\n' + manifest.read_text())
     out = tmp_path / f"{name}-wheel"
     out.mkdir()
-    env.check([env.python, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", out,
-               "--config-settings", f"cmake.define.TWIN={name}", project], cwd=tmp_path)
+    env.check(
+        [
+            env.python,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            out,
+            "--config-settings",
+            f"cmake.define.TWIN={name}",
+            project,
+        ],
+        cwd=tmp_path,
+    )
     (wheel,) = out.glob("twin-0.1.0-*.whl")
     target = tmp_path / f"{name}-site"
     env.check([env.python, "-m", "pip", "install", "--no-deps", "--target", target, wheel], cwd=tmp_path)
@@ -203,8 +236,10 @@ def test_two_extensions_with_one_kernel_name_each_call_their_own(
         exported = build_env.check(["nm", "-D", "--defined-only", module], cwd=tmp_path).split()
         assert ("scale" in exported) == (visibility == "default"), exported
         assert f"PyInit_{module.name.split('.')[0]}" in exported
-    code = ("import os, sys; sys.setdlopenflags(os.RTLD_NOW | os.RTLD_GLOBAL); import twin_a, twin_b; "
-            "print(twin_a.negative(), twin_b.negative())")
+    code = (
+        "import os, sys; sys.setdlopenflags(os.RTLD_NOW | os.RTLD_GLOBAL); import twin_a, twin_b; "
+        "print(twin_a.negative(), twin_b.negative())"
+    )
     path = os.pathsep.join(str(m.parent) for m in modules)
     assert build_env.check([build_env.python, "-c", code], cwd=tmp_path, env={"PYTHONPATH": path}).strip() == calls
 

@@ -47,8 +47,7 @@ def _tiny(build_env: BuildEnv, dest: Path, cache: Path) -> Path:
     text = manifest.read_text()
     text = text.replace("[[kernel]]", '[generation]\nprovider = "openai"\n\n[[kernel]]', 1)
     manifest.write_text(text + "budget = { rounds = 1, samples = 2 }\n")
-    build_env.check(["r1build", "lock", "--offline", "-m", project], cwd=project,
-                    env={"R1BUILD_CACHE_DIR": str(cache)})
+    build_env.check(["r1build", "lock", "--offline", "-m", project], cwd=project, env={"R1BUILD_CACHE_DIR": str(cache)})
     return project
 
 
@@ -61,14 +60,21 @@ def _lock_a_generated_winner(project: Path) -> str:
     (entry,) = lock.kernel
     assert entry.key == decision_key(manifest, manifest.kernel("scale"), "sm_90")
     candidate = Candidate(GENERATED, Origin("generated", model="deepseek-ai/DeepSeek-R1", round=0, sample=1))
-    generated = replace(entry, winner=candidate.digest, source=candidate.source_digest, provenance="generated",
-                        origin=None, model="deepseek-ai/DeepSeek-R1", round=0, sample=1)
+    generated = replace(
+        entry,
+        winner=candidate.digest,
+        source=candidate.source_digest,
+        provenance="generated",
+        origin=None,
+        model="deepseek-ai/DeepSeek-R1",
+        round=0,
+        sample=1,
+    )
     write_lock(project / "kernels.lock", replace(lock, kernel=[generated]))
     return candidate.source_digest
 
 
-def test_installing_never_spends_the_key_and_a_dead_endpoint_costs_seconds(build_env: BuildEnv,
-                                                                          tmp_path: Path) -> None:
+def test_installing_never_spends_the_key_and_a_dead_endpoint_costs_seconds(build_env: BuildEnv, tmp_path: Path) -> None:
     project = _tiny(build_env, tmp_path / "tiny", tmp_path / "lock-cache")
     source = _lock_a_generated_winner(project)
     out = tmp_path / "out"
@@ -106,8 +112,7 @@ def test_installing_never_spends_the_key_and_a_dead_endpoint_costs_seconds(build
 
 
 @pytest.mark.parametrize("damage", ["random bytes", "read-only", "missing"])
-def test_a_locked_vendored_build_succeeds_whatever_the_cache(build_env: BuildEnv, tmp_path: Path,
-                                                            damage: str) -> None:
+def test_a_locked_vendored_build_succeeds_whatever_the_cache(build_env: BuildEnv, tmp_path: Path, damage: str) -> None:
     cache = tmp_path / "cache"
     project = _tiny(build_env, tmp_path / "tiny", cache)
     build_env.check(["r1build", "vendor", "-m", project], cwd=project, env={"R1BUILD_CACHE_DIR": str(cache)})
@@ -125,8 +130,9 @@ def test_a_locked_vendored_build_succeeds_whatever_the_cache(build_env: BuildEnv
     else:
         blocker = tmp_path / "not-a-folder"
         blocker.write_text("")
-        proc = build_env.pip_wheel(project, out, env={**env, "R1BUILD_CACHE_DIR": str(blocker / "cache")},
-                                   isolated=False)
+        proc = build_env.pip_wheel(
+            project, out, env={**env, "R1BUILD_CACHE_DIR": str(blocker / "cache")}, isolated=False
+        )
     assert proc.returncode == 0, proc.stdout[-6000:]
     assert list(out.glob("tiny-0.1.0-*.whl"))
     warnings = [line for line in proc.stdout.splitlines() if line.strip().startswith("r1build: warning:")]

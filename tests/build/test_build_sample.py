@@ -64,8 +64,17 @@ def test_sdist_carries_manifest_lock_sources_and_vendored_winners(sample_build: 
         names = {name.partition("/")[2] for name in tar.getnames()}
     vendored = {p.relative_to(SAMPLE).as_posix() for p in (SAMPLE / "kernels" / "_r1build").glob("*.cu")}
     assert vendored
-    expected = {"kernels.toml", "kernels.lock", "references.py", "CMakeLists.txt", "src/ext.cpp",
-                "kernels/gelu.cu", "kernels/softmax_rows.cu", "kernels/reduce_sum.cu", "kernels/matmul_tiled.cu"}
+    expected = {
+        "kernels.toml",
+        "kernels.lock",
+        "references.py",
+        "CMakeLists.txt",
+        "src/ext.cpp",
+        "kernels/gelu.cu",
+        "kernels/softmax_rows.cu",
+        "kernels/reduce_sum.cu",
+        "kernels/matmul_tiled.cu",
+    }
     assert expected | vendored <= names
     assert not [n for n in names if n.startswith(".r1build")]
 
@@ -75,8 +84,9 @@ def test_wheel_from_sdist_used_the_lock_and_vendored_sources(sample_build: Sampl
     assert "chosen by the static gate alone" not in sample_build.log  # every kernel came from the lock
 
 
-def test_extension_holds_device_code_for_every_locked_arch(build_env: BuildEnv, sample_build: SampleBuild,
-                                                            tmp_path: Path) -> None:
+def test_extension_holds_device_code_for_every_locked_arch(
+    build_env: BuildEnv, sample_build: SampleBuild, tmp_path: Path
+) -> None:
     with zipfile.ZipFile(sample_build.wheel) as zf:
         (module,) = [n for n in zf.namelist() if re.fullmatch(r"r1sample/_ops\..*\.so", n)]
         zf.extract(module, tmp_path)
@@ -91,10 +101,12 @@ def test_extension_holds_device_code_for_every_locked_arch(build_env: BuildEnv, 
     assert all(elf_archs.count(arch) >= 4 for arch in locked), listing
 
 
-def test_installed_sample_imports_and_refuses_host_arrays(build_env: BuildEnv, sample_build: SampleBuild,
-                                                          tmp_path: Path) -> None:
-    build_env.check([build_env.python, "-m", "pip", "install", "--no-deps", "--force-reinstall", sample_build.wheel],
-                    cwd=tmp_path)
+def test_installed_sample_imports_and_refuses_host_arrays(
+    build_env: BuildEnv, sample_build: SampleBuild, tmp_path: Path
+) -> None:
+    build_env.check(
+        [build_env.python, "-m", "pip", "install", "--no-deps", "--force-reinstall", sample_build.wheel], cwd=tmp_path
+    )
     code = (
         "import numpy as np, r1sample\n"
         "print('devices', r1sample.device_count())\n"
@@ -113,10 +125,12 @@ def test_installed_sample_imports_and_refuses_host_arrays(build_env: BuildEnv, s
     assert "TypeError r1sample.reduce_sum: x must be an array on a CUDA device" in out
 
 
-def test_sample_test_suite_runs_against_the_installed_wheel(build_env: BuildEnv, sample_build: SampleBuild,
-                                                            tmp_path: Path) -> None:
-    build_env.check([build_env.python, "-m", "pip", "install", "--no-deps", "--force-reinstall", sample_build.wheel],
-                    cwd=tmp_path)
+def test_sample_test_suite_runs_against_the_installed_wheel(
+    build_env: BuildEnv, sample_build: SampleBuild, tmp_path: Path
+) -> None:
+    build_env.check(
+        [build_env.python, "-m", "pip", "install", "--no-deps", "--force-reinstall", sample_build.wheel], cwd=tmp_path
+    )
     build_env.check([build_env.python, "-m", "pip", "install", "-q", "pytest"], cwd=tmp_path)
     tests = copy_project(SAMPLE / "tests", tmp_path / "sample" / "tests")
     (tmp_path / "sample" / "pyproject.toml").write_text((SAMPLE / "pyproject.toml").read_text())

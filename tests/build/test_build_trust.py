@@ -25,16 +25,17 @@ def _locked_tiny(env: BuildEnv, tmp_path: Path) -> Path:
     return project
 
 
-def test_a_locked_build_refuses_cmake_code_in_a_lock_before_cmake_runs(build_env: BuildEnv,
-                                                                       tmp_path: Path) -> None:
+def test_a_locked_build_refuses_cmake_code_in_a_lock_before_cmake_runs(build_env: BuildEnv, tmp_path: Path) -> None:
     project = _locked_tiny(build_env, tmp_path)
     lock = project / "kernels.lock"
     text = lock.read_text(encoding="utf-8")
     source = re.search(r'^source = "([0-9a-f]{64})"$', text, re.MULTILINE).group(1)  # type: ignore[union-attr]
     injected = "128\nmessage(WARNING PWNED-BY-LOCK)"
     text = text.replace('provenance = "baseline"', 'provenance = "tuned"')
-    forged = (f'winner = "{variant_digest(source, {"BLOCK": injected})}"\n'
-              'defines = { BLOCK = "128\\nmessage(WARNING PWNED-BY-LOCK)" }')
+    forged = (
+        f'winner = "{variant_digest(source, {"BLOCK": injected})}"\n'
+        'defines = { BLOCK = "128\\nmessage(WARNING PWNED-BY-LOCK)" }'
+    )
     text = re.sub(r"^winner = .*$", lambda _: forged, text, flags=re.MULTILINE)
     lock.write_text(text, encoding="utf-8")
     out = tmp_path / "out"
@@ -43,9 +44,12 @@ def test_a_locked_build_refuses_cmake_code_in_a_lock_before_cmake_runs(build_env
     proc = build_env.pip_wheel(project, out, env={"R1BUILD_LOCKED": "1"}, isolated=False)
     assert proc.returncode != 0
     assert "Traceback" not in proc.stdout
-    assert re.search(r"r1build: error: \S*kernels\.lock:\d+: kernel\[0\] \(scale/sm_90\)\.defines: BLOCK: value "
-                     r"'128\\nmessage\(WARNING PWNED-BY-LOCK\)' is not an integer, a numeric literal or an "
-                     r"identifier", proc.stdout), proc.stdout[-4000:]
+    assert re.search(
+        r"r1build: error: \S*kernels\.lock:\d+: kernel\[0\] \(scale/sm_90\)\.defines: BLOCK: value "
+        r"'128\\nmessage\(WARNING PWNED-BY-LOCK\)' is not an integer, a numeric literal or an "
+        r"identifier",
+        proc.stdout,
+    ), proc.stdout[-4000:]
     assert "CMake Warning" not in proc.stdout and not (project / ".r1build" / "generated").exists()
     assert not list(out.glob("*.whl"))
 
@@ -74,12 +78,11 @@ def _fake_nvcc(tmp_path: Path) -> tuple[Path, Path]:
     return home, log
 
 
-def test_the_gate_and_cmake_use_the_same_nvcc_and_the_lock_says_which(build_env: BuildEnv,
-                                                                      tmp_path: Path) -> None:
+def test_the_gate_and_cmake_use_the_same_nvcc_and_the_lock_says_which(build_env: BuildEnv, tmp_path: Path) -> None:
     """Locked with the nvcc on PATH; built with CUDA_HOME naming another: r1build gates with CUDA_HOME's nvcc
     (its rule) and hands exactly that one to CMake, and says the lock was made with another."""
     project = _locked_tiny(build_env, tmp_path)
-    assert "toolchain = \"cuda_13.0.r13.0/compiler." in (project / "kernels.lock").read_text(encoding="utf-8")
+    assert 'toolchain = "cuda_13.0.r13.0/compiler.' in (project / "kernels.lock").read_text(encoding="utf-8")
     home, log = _fake_nvcc(tmp_path)
     out = tmp_path / "out"
     out.mkdir()
@@ -97,9 +100,21 @@ def test_the_gate_and_cmake_use_the_same_nvcc_and_the_lock_says_which(build_env:
     assert cmake, calls  # CMake compiled the kernel's generated source with the same nvcc
 
     # a CMAKE_CUDA_COMPILER of one's own that is not the nvcc the gate uses is refused before anything runs
-    pip_wheel: list[str | Path] = [build_env.python, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation",
-                                   "-w", out]
-    other = build_env.run([*pip_wheel, "--config-settings", f"cmake.define.CMAKE_CUDA_COMPILER={shutil.which('nvcc')}",
-                           project], cwd=tmp_path, env=env)
+    pip_wheel: list[str | Path] = [
+        build_env.python,
+        "-m",
+        "pip",
+        "wheel",
+        "-v",
+        "--no-deps",
+        "--no-build-isolation",
+        "-w",
+        out,
+    ]
+    other = build_env.run(
+        [*pip_wheel, "--config-settings", f"cmake.define.CMAKE_CUDA_COMPILER={shutil.which('nvcc')}", project],
+        cwd=tmp_path,
+        env=env,
+    )
     assert other.returncode != 0
     assert "is not the nvcc r1build gates with" in other.stdout and "Traceback" not in other.stdout

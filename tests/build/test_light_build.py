@@ -38,7 +38,9 @@ def light_env(tmp_path_factory: pytest.TempPathFactory, build_env: BuildEnv) -> 
 def _installed(env: BuildEnv) -> set[str]:
     out = env.run([env.python, "-m", "pip", "list", "--format=json"], cwd=env.root, env={"PIP_NO_COLOR": "1"})
     start = out.stdout.index("[")
-    return {re.sub(r"[-_.]+", "-", d["name"]).lower() for d in json.loads(out.stdout[start:out.stdout.rindex("]") + 1])}
+    return {
+        re.sub(r"[-_.]+", "-", d["name"]).lower() for d in json.loads(out.stdout[start : out.stdout.rindex("]") + 1])
+    }
 
 
 def _locked_tiny(env: BuildEnv, dest: Path) -> Path:
@@ -111,8 +113,12 @@ def test_a_build_that_opts_in_without_openai_warns_and_builds(light_env: BuildEn
     project = copy_project(PACKAGES / "tiny", tmp_path / "tiny")  # no lock: a miss
     out = tmp_path / "out"
     out.mkdir()
-    env = {"R1BUILD_OFFLINE": "0", "R1BUILD_GENERATE": "1", "R1BUILD_BASE_URL": "http://127.0.0.1:9/v1",
-           "R1BUILD_CACHE_DIR": str(tmp_path / "fresh-cache")}
+    env = {
+        "R1BUILD_OFFLINE": "0",
+        "R1BUILD_GENERATE": "1",
+        "R1BUILD_BASE_URL": "http://127.0.0.1:9/v1",
+        "R1BUILD_CACHE_DIR": str(tmp_path / "fresh-cache"),
+    }
     proc = light_env.pip_wheel(project, out, env=env, isolated=False)
     assert proc.returncode == 0, proc.stdout[-6000:]
     assert "openai is not installed in the build environment" in proc.stdout

@@ -17,18 +17,34 @@ LARGE = 40_000  # stored as a file by diskcache
 
 
 def make_decision(cache: Cache, key: str, kernel: str, *, measured: bool = True, note: str = "") -> Decision:
-    source = cache.put_text(f"// {kernel} {key}\nextern \"C\" int {kernel}() {{ return 0; }}\n")
+    source = cache.put_text(f'// {kernel} {key}\nextern "C" int {kernel}() {{ return 0; }}\n')
     transcript = cache.put_text(f"<think>{kernel} {key}</think>")
     ref = CandidateRef(source, source, Origin("generated", model="r1", round=1, sample=0, transcript=transcript))
     loser_source = cache.put_text(f"// slower {kernel} {key}\n")
     loser = CandidateRef(loser_source, loser_source, Origin("baseline", path=f"kernels/{kernel}.cu"))
-    results = [Result(candidate=source, arch="sm_90", status="passed", stage="evaluate" if measured else "gate",
-                      timing=Timing(median_us=10.0, spread=0.01, samples=40) if measured else None),
-               Result(candidate=loser_source, arch="sm_90", status="incorrect", detail="max abs error 3.1")]
-    decision = Decision(key=key, kernel=kernel, arch="sm_90", winner=ref, candidates=[ref, loser], results=results,
-                        transcripts=[], measured=measured,
-                        device="H200" if measured else None, toolchain="nvcc 13.0",
-                        created=f"2026-01-0{1 + len(note)}T00:00:00+00:00")
+    results = [
+        Result(
+            candidate=source,
+            arch="sm_90",
+            status="passed",
+            stage="evaluate" if measured else "gate",
+            timing=Timing(median_us=10.0, spread=0.01, samples=40) if measured else None,
+        ),
+        Result(candidate=loser_source, arch="sm_90", status="incorrect", detail="max abs error 3.1"),
+    ]
+    decision = Decision(
+        key=key,
+        kernel=kernel,
+        arch="sm_90",
+        winner=ref,
+        candidates=[ref, loser],
+        results=results,
+        transcripts=[],
+        measured=measured,
+        device="H200" if measured else None,
+        toolchain="nvcc 13.0",
+        created=f"2026-01-0{1 + len(note)}T00:00:00+00:00",
+    )
     cache.put_decision(decision)
     return decision
 
@@ -47,8 +63,14 @@ def filled(cache: Cache) -> Cache:
     return cache
 
 
-def rewrite(src: Path, dst: Path, *, index: Callable[[dict[str, Any]], None] | None = None,
-            members: Callable[[dict[str, bytes]], None] | None = None, fix_digest: bool = True) -> Path:
+def rewrite(
+    src: Path,
+    dst: Path,
+    *,
+    index: Callable[[dict[str, Any]], None] | None = None,
+    members: Callable[[dict[str, bytes]], None] | None = None,
+    fix_digest: bool = True,
+) -> Path:
     """Rebuild a bundle as a tamperer with zip tools would, optionally recomputing the index digest."""
     with zipfile.ZipFile(src) as zf:
         data = {name: zf.read(name) for name in zf.namelist()}

@@ -149,8 +149,11 @@ def entry(doc: dict[str, Any], kind: str) -> dict[str, Any]:
 def refused(fresh: Cache, path: Path, match: str) -> None:
     with pytest.raises(BundleError, match=match) as info:
         import_bundle(fresh, path)
-    assert "nothing was imported" in str(info.value) or "not a readable bundle" in str(info.value) \
+    assert (
+        "nothing was imported" in str(info.value)
+        or "not a readable bundle" in str(info.value)
         or "no such bundle" in str(info.value)
+    )
     assert info.value.exit_code == 2
     assert fresh.entries() == []
 
@@ -176,18 +179,21 @@ def test_altered_payload_with_valid_zip_is_refused(fresh: Cache, bundle: Path) -
         name = "entries/" + entry(doc, "decision")["sha256"]
         data[name] = data[name].replace(b"matmul", b"matmux")
 
-    refused(fresh, rewrite(bundle, bundle.with_name("t.zip"), members=flip),
-            r"entry decision/d{64}: payload does not match its sha256")
+    refused(
+        fresh,
+        rewrite(bundle, bundle.with_name("t.zip"), members=flip),
+        r"entry decision/d{64}: payload does not match its sha256",
+    )
 
 
 def test_altered_index_is_refused(fresh: Cache, bundle: Path) -> None:
     def drop_first(doc: dict[str, Any]) -> None:
         doc["entries"][0]["size"] += 1
 
-    refused(fresh, rewrite(bundle, bundle.with_name("a.zip"), index=drop_first, fix_digest=False),
-            "index was altered")
-    refused(fresh, rewrite(bundle, bundle.with_name("b.zip"), index=drop_first),
-            r"payload is \d+ bytes, the index says \d+")
+    refused(fresh, rewrite(bundle, bundle.with_name("a.zip"), index=drop_first, fix_digest=False), "index was altered")
+    refused(
+        fresh, rewrite(bundle, bundle.with_name("b.zip"), index=drop_first), r"payload is \d+ bytes, the index says \d+"
+    )
 
     def retarget(data: dict[str, bytes]) -> None:  # point a decision at the gate result's payload
         doc = json.loads(data["index.json"])
@@ -196,14 +202,14 @@ def test_altered_index_is_refused(fresh: Cache, bundle: Path) -> None:
         decision["sha256"], decision["size"] = gate["sha256"], gate["size"]
         data["index.json"] = canonical_json(doc)
 
-    refused(fresh, rewrite(bundle, bundle.with_name("c.zip"), members=retarget),
-            r"entry decision/d{64}: does not parse")
+    refused(
+        fresh, rewrite(bundle, bundle.with_name("c.zip"), members=retarget), r"entry decision/d{64}: does not parse"
+    )
 
     def wrong_blob_key(doc: dict[str, Any]) -> None:
         entry(doc, "blob")["key"] = "blob/" + "0" * 64
 
-    refused(fresh, rewrite(bundle, bundle.with_name("d.zip"), index=wrong_blob_key),
-            "is not its content's digest")
+    refused(fresh, rewrite(bundle, bundle.with_name("d.zip"), index=wrong_blob_key), "is not its content's digest")
 
 
 def test_decision_filed_under_another_key_is_refused(fresh: Cache, bundle: Path) -> None:
@@ -229,18 +235,22 @@ def test_unknown_entries_are_refused(fresh: Cache, bundle: Path) -> None:
     refused(fresh, rewrite(bundle, bundle.with_name("a.zip"), members=add_member), "is not listed in the index")
 
     def add_kind(doc: dict[str, Any]) -> None:
-        doc["entries"].append({"key": "plugin/x", "kind": "plugin", "sha256": digest_bytes(extra),
-                               "size": len(extra)})
+        doc["entries"].append({"key": "plugin/x", "kind": "plugin", "sha256": digest_bytes(extra), "size": len(extra)})
 
-    refused(fresh, rewrite(bundle, bundle.with_name("b.zip"), index=add_kind, members=add_member),
-            "unknown kind 'plugin'")
+    refused(
+        fresh, rewrite(bundle, bundle.with_name("b.zip"), index=add_kind, members=add_member), "unknown kind 'plugin'"
+    )
 
     def add_listed_without_payload(doc: dict[str, Any]) -> None:
-        doc["entries"].append({"key": "blob/" + digest_bytes(extra), "kind": "blob",
-                               "sha256": digest_bytes(extra), "size": len(extra)})
+        doc["entries"].append(
+            {"key": "blob/" + digest_bytes(extra), "kind": "blob", "sha256": digest_bytes(extra), "size": len(extra)}
+        )
 
-    refused(fresh, rewrite(bundle, bundle.with_name("c.zip"), index=add_listed_without_payload),
-            "payload entries/[0-9a-f]+ is missing")
+    refused(
+        fresh,
+        rewrite(bundle, bundle.with_name("c.zip"), index=add_listed_without_payload),
+        "payload entries/[0-9a-f]+ is missing",
+    )
 
     def add_field(doc: dict[str, Any]) -> None:
         doc["entries"][0]["mode"] = "0755"
@@ -283,8 +293,14 @@ def test_tampered_bundle_leaves_existing_cache_untouched(source: Cache, bundle: 
     def add(data: dict[str, bytes]) -> None:
         payload = to_json(extra_decision)
         doc = json.loads(data["index.json"])
-        doc["entries"].append({"key": "decision/" + "z" * 64, "kind": "decision",
-                               "sha256": digest_bytes(payload), "size": len(payload) + 1})
+        doc["entries"].append(
+            {
+                "key": "decision/" + "z" * 64,
+                "kind": "decision",
+                "sha256": digest_bytes(payload),
+                "size": len(payload) + 1,
+            }
+        )
         data["index.json"] = canonical_json(doc)
         data["entries/" + digest_bytes(payload)] = payload
 
@@ -296,8 +312,9 @@ def test_tampered_bundle_leaves_existing_cache_untouched(source: Cache, bundle: 
 
 
 # -- the CLI --------------------------------------------------------------------------------------------------
-def test_cli_export_import(source: Cache, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_export_import(
+    source: Cache, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from r1build.cli import main as cli_main
 
     monkeypatch.setenv("COLUMNS", "250")

@@ -68,8 +68,9 @@ def test_signed_export_layout(source: Cache, team: KeyPair, tmp_path: Path) -> N
     assert all("signature" not in e for e in index_of(tmp_path / "plain.r1bundle")["entries"])
 
 
-def test_signed_bundle_imports_when_trusted(source: Cache, fresh: Cache, team: KeyPair, stranger: KeyPair,
-                                            tmp_path: Path, notes: list[Note]) -> None:
+def test_signed_bundle_imports_when_trusted(
+    source: Cache, fresh: Cache, team: KeyPair, stranger: KeyPair, tmp_path: Path, notes: list[Note]
+) -> None:
     path = tmp_path / "signed.r1bundle"
     export_bundle(source, path, signing_key=team.private)
     summary = import_bundle(fresh, path, trusted=TrustedKeys.of([stranger.public, team.public]))
@@ -79,14 +80,16 @@ def test_signed_bundle_imports_when_trusted(source: Cache, fresh: Cache, team: K
     assert not [n for n in notes if n.level == "warning"]
 
 
-def test_untrusted_signer_is_refused_one_warning_each(source: Cache, fresh: Cache, team: KeyPair,
-                                                      stranger: KeyPair, tmp_path: Path, notes: list[Note]) -> None:
+def test_untrusted_signer_is_refused_one_warning_each(
+    source: Cache, fresh: Cache, team: KeyPair, stranger: KeyPair, tmp_path: Path, notes: list[Note]
+) -> None:
     path = tmp_path / "stranger.r1bundle"
     export_bundle(source, path, signing_key=stranger.private)
     summary = import_bundle(fresh, path, trusted=TrustedKeys.of([team.public]))
     assert sorted(summary.refused) == sorted(SIGNED)
-    assert all(f"signed by key {stranger.public.key_id}, which is not a trusted key" in why
-               for why in summary.refused.values())
+    assert all(
+        f"signed by key {stranger.public.key_id}, which is not a trusted key" in why for why in summary.refused.values()
+    )
     warnings = [n.message for n in notes if n.level == "warning"]
     assert len(warnings) == len(SIGNED)
     for key in SIGNED:
@@ -118,8 +121,9 @@ def _mangle_signature(doc: dict[str, Any], key: str) -> None:
     item["signature"] = f"{algorithm}:{kid}:{base64.b64encode(bytes(raw)).decode()}"
 
 
-def test_tampered_entries_are_refused_the_rest_imported(source: Cache, fresh: Cache, team: KeyPair,
-                                                        tmp_path: Path, notes: list[Note]) -> None:
+def test_tampered_entries_are_refused_the_rest_imported(
+    source: Cache, fresh: Cache, team: KeyPair, tmp_path: Path, notes: list[Note]
+) -> None:
     """A tamperer who rewrites the zip (index digest recomputed) can change a payload or a signature, not both
     consistently: each such entry is refused, every other signed entry still imports."""
     path = tmp_path / "signed.r1bundle"
@@ -146,8 +150,9 @@ def test_tampered_entries_are_refused_the_rest_imported(source: Cache, fresh: Ca
         a["signature"], b["signature"] = b["signature"], a["signature"]
 
     other = Cache(tmp_path / "other")
-    summary = import_bundle(other, rewrite(path, tmp_path / "swapped.r1bundle", index=swap),
-                            trusted=TrustedKeys.of([team.public]))
+    summary = import_bundle(
+        other, rewrite(path, tmp_path / "swapped.r1bundle", index=swap), trusted=TrustedKeys.of([team.public])
+    )
     assert sorted(summary.refused) == sorted([victim, forged])
     assert other.peek(victim) is None and other.peek(forged) is None
 
@@ -165,8 +170,11 @@ def test_signature_fields_are_checked_for_shape(source: Cache, fresh: Cache, tea
     def in_version_1(doc: dict[str, Any]) -> None:
         doc["version"] = 1
 
-    for mangle, message in ((numeric, "signature must be a string"), (on_a_blob, "expected exactly the fields"),
-                            (in_version_1, "expected exactly the fields key, kind, sha256, size")):
+    for mangle, message in (
+        (numeric, "signature must be a string"),
+        (on_a_blob, "expected exactly the fields"),
+        (in_version_1, "expected exactly the fields key, kind, sha256, size"),
+    ):
         with pytest.raises(BundleError, match=message):
             import_bundle(fresh, rewrite(path, tmp_path / f"{mangle.__name__}.zip", index=mangle))
         assert fresh.entries() == []
@@ -198,14 +206,22 @@ def trusting(root_copy: Path, *pairs: KeyPair) -> Path:
     return path
 
 
-def test_cli_export_signed_import_verified(source: Cache, team: KeyPair, stranger: KeyPair, root_copy: Path,
-                                           tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_export_signed_import_verified(
+    source: Cache,
+    team: KeyPair,
+    stranger: KeyPair,
+    root_copy: Path,
+    tmp_path: Path,
+    cli: Cli,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     key_file = tmp_path / "team.pem"
     write_private_key(key_file, team.private)
     source.close()
     bundle = tmp_path / "signed.r1bundle"
-    code, out, err = cli("cache", "export", str(bundle), "--cache-dir", str(tmp_path / "source"),
-                         "--signing-key", str(key_file))
+    code, out, err = cli(
+        "cache", "export", str(bundle), "--cache-dir", str(tmp_path / "source"), "--signing-key", str(key_file)
+    )
     assert code == 0, err
     assert f"signed every entry but blobs with key {team.public.key_id}" in out
     manifest = trusting(root_copy, team)
@@ -216,12 +232,14 @@ def test_cli_export_signed_import_verified(source: Cache, team: KeyPair, strange
 
     # the key from the environment; a stranger's signatures refused with a warning each
     monkeypatch.setenv("R1BUILD_SIGNING_KEY", stranger.private.raw_base64())
-    code, out, err = cli("cache", "export", str(tmp_path / "stranger.r1bundle"), "--cache-dir",
-                         str(tmp_path / "source"))
+    code, out, err = cli(
+        "cache", "export", str(tmp_path / "stranger.r1bundle"), "--cache-dir", str(tmp_path / "source")
+    )
     assert code == 0 and stranger.public.key_id in out
     monkeypatch.delenv("R1BUILD_SIGNING_KEY")
-    code, out, err = cli("cache", "import", str(tmp_path / "stranger.r1bundle"), "--cache-dir", str(tmp_path / "b"),
-                         "-m", str(manifest))
+    code, out, err = cli(
+        "cache", "import", str(tmp_path / "stranger.r1bundle"), "--cache-dir", str(tmp_path / "b"), "-m", str(manifest)
+    )
     assert code == 0
     assert "signatures: 0 entries signed by trusted keys (none), 4 refused" in out
     assert err.count("warning:") == 4 and err.count(stranger.public.key_id) == 4
@@ -242,16 +260,20 @@ def test_cli_unsigned_export_and_unchecked_import(source: Cache, root_copy: Path
         assert len(b.decisions()) == 2
 
 
-def test_cli_bad_signing_keys_and_manifests(source: Cache, tmp_path: Path, cli: Cli, root_copy: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_bad_signing_keys_and_manifests(
+    source: Cache, tmp_path: Path, cli: Cli, root_copy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     source.close()
     bundle = tmp_path / "x.r1bundle"
     junk = tmp_path / "junk.pem"
     junk.write_text("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")
-    for args, message in (((str(junk),), "not a readable private key"),
-                          ((str(tmp_path / "absent.pem"),), "no such file")):
-        code, _, err = cli("cache", "export", str(bundle), "--cache-dir", str(tmp_path / "source"),
-                           "--signing-key", *args)
+    for args, message in (
+        ((str(junk),), "not a readable private key"),
+        ((str(tmp_path / "absent.pem"),), "no such file"),
+    ):
+        code, _, err = cli(
+            "cache", "export", str(bundle), "--cache-dir", str(tmp_path / "source"), "--signing-key", *args
+        )
         assert code == 2 and message in err and "Traceback" not in err
         assert not bundle.exists()
     monkeypatch.setenv("R1BUILD_SIGNING_KEY", "c2VjcmV0")
@@ -260,8 +282,10 @@ def test_cli_bad_signing_keys_and_manifests(source: Cache, tmp_path: Path, cli: 
     assert "c2VjcmV0" not in err
     monkeypatch.delenv("R1BUILD_SIGNING_KEY")
     assert cli("cache", "export", str(bundle), "--cache-dir", str(tmp_path / "source"))[0] == 0
-    (root_copy / "kernels.toml").write_text((root_copy / "kernels.toml").read_text(encoding="utf-8")
-                                            + '\n[cache]\ntrusted-keys = ["ed25519:AA=="]\n', encoding="utf-8")
+    (root_copy / "kernels.toml").write_text(
+        (root_copy / "kernels.toml").read_text(encoding="utf-8") + '\n[cache]\ntrusted-keys = ["ed25519:AA=="]\n',
+        encoding="utf-8",
+    )
     code, _, err = cli("cache", "import", str(bundle), "--cache-dir", str(tmp_path / "c"), "-m", str(root_copy))
     assert code == 2 and "cache.trusted-keys[0]" in err and "kernels.toml:" in err
     assert not (tmp_path / "c").exists() or list((tmp_path / "c").iterdir()) == []

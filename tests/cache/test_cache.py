@@ -25,17 +25,35 @@ SMALL = 1500  # kept inside cache.db by diskcache (values under 32 KiB)
 LARGE = 40_000  # kept as a file by diskcache
 
 
-def make_decision(cache: Cache, key: str, kernel: str = "matmul", arch: str = "sm_90",
-                  measured: bool = True) -> Decision:
-    source = cache.put_text(f"// {kernel} {key}\nextern \"C\" int f() {{ return 1; }}\n")
+def make_decision(
+    cache: Cache, key: str, kernel: str = "matmul", arch: str = "sm_90", measured: bool = True
+) -> Decision:
+    source = cache.put_text(f'// {kernel} {key}\nextern "C" int f() {{ return 1; }}\n')
     transcript = cache.put_text(f"transcript for {kernel} {key}")
     ref = CandidateRef(source, source, Origin("generated", model="r1", round=0, sample=2, transcript=transcript))
     timing = Timing(median_us=12.5, spread=0.02, samples=50) if measured else None
-    result = Result(candidate=source, arch=arch, status="passed", stage="evaluate" if measured else "gate",
-                    gate=GateReport(registers=40), timing=timing, device="H200" if measured else None)
-    decision = Decision(key=key, kernel=kernel, arch=arch, winner=ref, candidates=[ref], results=[result],
-                        transcripts=[transcript], measured=measured,
-                        device="H200" if measured else None, toolchain="nvcc 13.0", created="2026-01-02T03:04:05+00:00")
+    result = Result(
+        candidate=source,
+        arch=arch,
+        status="passed",
+        stage="evaluate" if measured else "gate",
+        gate=GateReport(registers=40),
+        timing=timing,
+        device="H200" if measured else None,
+    )
+    decision = Decision(
+        key=key,
+        kernel=kernel,
+        arch=arch,
+        winner=ref,
+        candidates=[ref],
+        results=[result],
+        transcripts=[transcript],
+        measured=measured,
+        device="H200" if measured else None,
+        toolchain="nvcc 13.0",
+        created="2026-01-02T03:04:05+00:00",
+    )
     cache.put_decision(decision)
     return decision
 
@@ -220,7 +238,7 @@ def test_gc_evicts_down_to_max_size(tmp_path: Path) -> None:
         assert report.volume <= 400_000 < report.volume_before
         assert report.size_limit == cache.size_limit == 400_000
         evicted = [d for d in blobs if not cache.has_blob(d)]
-        assert evicted and evicted == blobs[:len(evicted)]  # the least recently used went first
+        assert evicted and evicted == blobs[: len(evicted)]  # the least recently used went first
         assert report.evicted == len(evicted)
     with Cache(tmp_path / "cache") as cache:
         assert cache.size_limit == 400_000  # the limit is kept for later runs
@@ -328,9 +346,16 @@ def test_two_processes_hammer_one_cache(tmp_path: Path) -> None:
     d = tmp_path / "fresh" / "cache"  # neither process finds it: both create it at the same time
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     start = time.time() + 2.0
-    procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(d), me, other, str(start), "2.0"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-             for me, other in (("a", "b"), ("b", "a"))]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, str(d), me, other, str(start), "2.0"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for me, other in (("a", "b"), ("b", "a"))
+    ]
     outputs = [p.communicate(timeout=120) for p in procs]
     for proc, (_, err) in zip(procs, outputs, strict=True):
         assert proc.returncode == 0, err
@@ -398,8 +423,12 @@ def test_cli_stats_and_ls(tmp_path: Path, cli: Cli) -> None:
     code, out, _ = cli("cache", "ls", "--kind", "decision", "--json", "--cache-dir", str(d))
     assert code == 0
     (row,) = json.loads(out)
-    assert (row["kernel"], row["arch"], row["provenance"], row["created"]) == \
-        ("matmul", "sm_90", "generated", "2026-01-02T03:04:05+00:00")
+    assert (row["kernel"], row["arch"], row["provenance"], row["created"]) == (
+        "matmul",
+        "sm_90",
+        "generated",
+        "2026-01-02T03:04:05+00:00",
+    )
     assert row["checks"] is None  # judged before versions were kept
     code, out, _ = cli("cache", "ls", "--kind", "decision", "--cache-dir", str(d))
     assert code == 0 and "matmul" in out and "generated" in out and "2026-01-02" in out
@@ -448,8 +477,17 @@ def test_cli_gc_and_bad_arguments(tmp_path: Path, cli: Cli) -> None:
     assert cli("cache", "ls", "--kind", "nope", "--cache-dir", str(d))[0] == 2
 
 
-@pytest.mark.parametrize(("text", "size"), [("2G", 2 * 1024**3), ("500M", 500 * 1024**2), ("1.5GiB", 3 * 1024**3 // 2),
-                                            ("64k", 65536), ("4096", 4096), ("10MB", 10 * 1024**2)])
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("2G", 2 * 1024**3),
+        ("500M", 500 * 1024**2),
+        ("1.5GiB", 3 * 1024**3 // 2),
+        ("64k", 65536),
+        ("4096", 4096),
+        ("10MB", 10 * 1024**2),
+    ],
+)
 def test_parse_size(text: str, size: int) -> None:
     from r1build.cli.cache_cmd import parse_size
 

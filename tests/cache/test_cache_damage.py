@@ -41,11 +41,27 @@ def _fill(d: Path) -> tuple[list[str], list[str], Decision]:
         small = [cache.put_blob(os.urandom(SMALL)) for _ in range(3)]
         source = cache.put_text("// a winner\n")
         ref = CandidateRef(source, source, Origin("baseline", path="k.cu"))
-        padding = [CandidateRef(digest_bytes(str(i).encode()), digest_bytes(str(i).encode()),
-                                Origin("generated", model="r1", round=0, sample=i)) for i in range(300)]
-        decision = Decision(key="k" * 64, kernel="k", arch="sm_90", winner=ref, candidates=[ref, *padding],
-                            results=[Result(candidate=source, arch="sm_90", status="passed")], transcripts=[],
-                            measured=False, device=None, toolchain="nvcc 13.0", created="2026-01-02T03:04:05+00:00")
+        padding = [
+            CandidateRef(
+                digest_bytes(str(i).encode()),
+                digest_bytes(str(i).encode()),
+                Origin("generated", model="r1", round=0, sample=i),
+            )
+            for i in range(300)
+        ]
+        decision = Decision(
+            key="k" * 64,
+            kernel="k",
+            arch="sm_90",
+            winner=ref,
+            candidates=[ref, *padding],
+            results=[Result(candidate=source, arch="sm_90", status="passed")],
+            transcripts=[],
+            measured=False,
+            device=None,
+            toolchain="nvcc 13.0",
+            created="2026-01-02T03:04:05+00:00",
+        )
         cache.put_decision(decision)
     return large, small, decision
 
@@ -66,8 +82,7 @@ def run_cli(capsys: pytest.CaptureFixture[str]) -> Cli:
 
 # -- damaged index --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("how", ["random", "truncated"])
-def test_a_damaged_index_costs_a_run_one_warning_and_loses_nothing(tmp_path: Path, notes: list[Note],
-                                                                   how: str) -> None:
+def test_a_damaged_index_costs_a_run_one_warning_and_loses_nothing(tmp_path: Path, notes: list[Note], how: str) -> None:
     d = tmp_path / "cache"
     large, small, decision = _fill(d)
     left = wreck_index(d, how)  # type: ignore[arg-type]
@@ -145,8 +160,13 @@ def test_project_commands_run_with_a_damaged_cache(tmp_path: Path) -> None:
     where = ["-m", str(project), "--cache-dir", str(d)]
 
     def r1build(*argv: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "r1build.cli.main", *argv, *where], capture_output=True,
-                              text=True, timeout=300, check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "r1build.cli.main", *argv, *where],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
 
     assert r1build("lock", "--offline").returncode == 0
     assert r1build("vendor").returncode == 0
@@ -213,8 +233,20 @@ def test_a_killed_import_leaves_no_orphans_after_the_next_open(tmp_path: Path, n
         kept = cache.put_blob(os.urandom(LARGE))
     before = {p for p in target.rglob("*.val")}
 
-    proc = subprocess.Popen([sys.executable, "-m", "r1build.cli.main", "cache", "import", str(tmp_path / "big.r1b"),
-                             "--cache-dir", str(target)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "r1build.cli.main",
+            "cache",
+            "import",
+            str(tmp_path / "big.r1b"),
+            "--cache-dir",
+            str(target),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     pattern = f"*.p{proc.pid}.val"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None and len(list(target.rglob(pattern))) < 3:
@@ -255,9 +287,22 @@ def test_a_cache_owned_by_another_user_is_read(tmp_path: Path) -> None:
             "print(sum(found), len(found))\n"
         )
         proc = subprocess.run(
-            [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", code, str(d),
-             *large, *small],
-            capture_output=True, text=True, timeout=120, check=False,
+            [
+                setpriv,
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                sys.executable,
+                "-c",
+                code,
+                str(d),
+                *large,
+                *small,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
             env={**os.environ, "HOME": str(shared), "PYTHONDONTWRITEBYTECODE": "1"},
         )
         assert proc.returncode == 0, proc.stderr
@@ -269,16 +314,20 @@ def test_a_cache_owned_by_another_user_is_read(tmp_path: Path) -> None:
         shutil.rmtree(shared, ignore_errors=True)
 
 
-def test_a_killed_export_leaves_its_temporary_file_only_until_the_next_export(tmp_path: Path,
-                                                                            notes: list[Note]) -> None:
+def test_a_killed_export_leaves_its_temporary_file_only_until_the_next_export(
+    tmp_path: Path, notes: list[Note]
+) -> None:
     d = tmp_path / "cache"
     with Cache(d) as cache:
         for _ in range(40):
             cache.put_blob(os.urandom(2 * 1024 * 1024))
     target = tmp_path / "out" / "team.r1b"
     target.parent.mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "r1build.cli.main", "cache", "export", str(target),
-                             "--cache-dir", str(d)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "r1build.cli.main", "cache", "export", str(target), "--cache-dir", str(d)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     pattern = f".team.r1b.p{proc.pid}.*.tmp"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None and not list(target.parent.glob(pattern)):

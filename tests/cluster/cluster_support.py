@@ -60,9 +60,19 @@ class TestCluster:
 
     async def _start(self, workers: dict[str, dict[str, float]], nthreads: int) -> str:
         self.scheduler = await Scheduler(host="127.0.0.1", port=0, dashboard_address=":0")
-        nannies = {name: Nanny(self.scheduler.address, nthreads=nthreads, resources=resources, name=name,
-                               host="127.0.0.1", dashboard=False, memory_limit=0, death_timeout=30)
-                   for name, resources in workers.items()}
+        nannies = {
+            name: Nanny(
+                self.scheduler.address,
+                nthreads=nthreads,
+                resources=resources,
+                name=name,
+                host="127.0.0.1",
+                dashboard=False,
+                memory_limit=0,
+                death_timeout=30,
+            )
+            for name, resources in workers.items()
+        }
         await asyncio.gather(*nannies.values())
         self.nannies = nannies
         return str(self.scheduler.address)
@@ -142,17 +152,31 @@ class FakeGpu:
                 time.sleep(0.05)
         if self.record_dir is not None:
             name = f"{job.spec.name}-{job.arch}-{time.monotonic_ns()}.json"
-            (Path(self.record_dir) / name).write_text(json.dumps(
-                {"worker": _worker_name(), "kernel": job.spec.name, "arch": job.arch,
-                 "candidates": [c.digest for c in job.candidates]}))
+            (Path(self.record_dir) / name).write_text(
+                json.dumps(
+                    {
+                        "worker": _worker_name(),
+                        "kernel": job.spec.name,
+                        "arch": job.arch,
+                        "candidates": [c.digest for c in job.candidates],
+                    }
+                )
+            )
         out = []
         for c, gated in zip(job.candidates, self.gate.evaluate(job), strict=True):
             if not gated.ok:
                 out.append(gated)
             else:
-                out.append(Result(candidate=c.digest, arch=job.arch, status="passed", stage="evaluate",
-                                  timing=Timing(median_us=fake_time_us(c), spread=0.01, samples=50),
-                                  device=self.device))
+                out.append(
+                    Result(
+                        candidate=c.digest,
+                        arch=job.arch,
+                        status="passed",
+                        stage="evaluate",
+                        timing=Timing(median_us=fake_time_us(c), spread=0.01, samples=50),
+                        device=self.device,
+                    )
+                )
         return out
 
 
@@ -163,13 +187,16 @@ def tiny_project(where: Path, archs: list[str], *, variants: bool = True, evalua
     shutil.copytree(TINY, where, ignore=shutil.ignore_patterns("__pycache__", "kernels.lock"))
     source = (where / "scale.cu").read_text(encoding="utf-8")
     block = source.replace("namespace {", "#ifndef BLOCK\n#define BLOCK 256\n#endif\n\nnamespace {", 1)
-    (where / "scale_block.cu").write_text(block.replace("(n + 255) / 256, 256", "(n + BLOCK - 1) / BLOCK, BLOCK"),
-                                          encoding="utf-8")
+    (where / "scale_block.cu").write_text(
+        block.replace("(n + 255) / 256, 256", "(n + BLOCK - 1) / BLOCK, BLOCK"), encoding="utf-8"
+    )
     toml = where / "kernels.toml"
     text = toml.read_text(encoding="utf-8").replace('archs = ["sm_90"]', "archs = " + json.dumps(archs))
     if variants:
-        text = text.replace('baseline = "scale.cu"', 'baseline = "scale.cu"\ncandidates = ["scale_block.cu"]\n'
-                                                     "tunables = { BLOCK = [128, 256] }")
+        text = text.replace(
+            'baseline = "scale.cu"',
+            'baseline = "scale.cu"\ncandidates = ["scale_block.cu"]\ntunables = { BLOCK = [128, 256] }',
+        )
     if evaluation:
         text = text.replace("[[kernel]]", f"[evaluation]\n{evaluation}\n\n[[kernel]]", 1)
     toml.write_text(text, encoding="utf-8")

@@ -31,9 +31,20 @@ CORPUS = ROOT / "tests" / "evaluate" / "corpus"
 def gpu_cluster() -> Iterator[TestCluster]:
     """A scheduler here and ``r1build worker`` on every visible GPU (and two compile slots)."""
     with TestCluster({}) as cluster:
-        worker = subprocess.Popen([sys.executable, "-m", "r1build.cli.main", "worker", "--scheduler",
-                                   cluster.address, "--compile-slots", "2"],
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        worker = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "r1build.cli.main",
+                "worker",
+                "--scheduler",
+                cluster.address,
+                "--compile-slots",
+                "2",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
         try:
             with Client(cluster.address, set_as_default=False) as client:
                 client.wait_for_workers(len(detect_gpus()) + 1, timeout=180)
@@ -61,14 +72,25 @@ def _silu_project(where: Path, extra: list[str]) -> Path:
     return where
 
 
-def test_cluster_resolve_measures_on_the_workers_gpus(tmp_path: Path, gpu_cluster: TestCluster,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_cluster_resolve_measures_on_the_workers_gpus(
+    tmp_path: Path, gpu_cluster: TestCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The GPU workers measure with the local evaluator's checks: a kernel that makes an illegal address and one
     that hangs are those candidates' results, the worker lives on, and the winner is validated on the GPU, with
     the GPU and the host recorded."""
     project = _silu_project(tmp_path, ["illegal_address.cu", "hang.cu"])
-    code = main(["resolve", "-m", str(project), "--cache-dir", str(tmp_path / "cache"), "--offline",
-                 "--cluster", gpu_cluster.address])
+    code = main(
+        [
+            "resolve",
+            "-m",
+            str(project),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--offline",
+            "--cluster",
+            gpu_cluster.address,
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 0, err
     assert re.search(r"cluster tcp://127\.0\.0\.1:\d+: \d+ workers; sm_\d+a?: ", err)
@@ -84,8 +106,21 @@ def test_cluster_resolve_measures_on_the_workers_gpus(tmp_path: Path, gpu_cluste
     # the same workers measure a second resolve (a crash and a hang cost candidates, not workers)
     again = tmp_path / "again"
     again.mkdir()
-    assert main(["resolve", "-m", str(_silu_project(again, [])), "--cache-dir", str(tmp_path / "cache2"),
-                 "--offline", "--cluster", gpu_cluster.address]) == 0
+    assert (
+        main(
+            [
+                "resolve",
+                "-m",
+                str(_silu_project(again, [])),
+                "--cache-dir",
+                str(tmp_path / "cache2"),
+                "--offline",
+                "--cluster",
+                gpu_cluster.address,
+            ]
+        )
+        == 0
+    )
 
 
 def test_two_gpus_both_take_jobs(tmp_path: Path, gpu_cluster: TestCluster) -> None:
@@ -95,8 +130,20 @@ def test_two_gpus_both_take_jobs(tmp_path: Path, gpu_cluster: TestCluster) -> No
         pytest.skip("needs two GPUs")
     shutil.copy(ROOT / "kernels.toml", tmp_path / "kernels.toml")
     shutil.copytree(ROOT / "kernels", tmp_path / "kernels", ignore=shutil.ignore_patterns("_r1build", "__pycache__"))
-    code = main(["resolve", "-m", str(tmp_path), "--cache-dir", str(tmp_path / "cache"), "--offline",
-                 "--arch", gpus[0].arch, "--cluster", gpu_cluster.address])
+    code = main(
+        [
+            "resolve",
+            "-m",
+            str(tmp_path),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--offline",
+            "--arch",
+            gpus[0].arch,
+            "--cluster",
+            gpu_cluster.address,
+        ]
+    )
     assert code == 0
     with Client(gpu_cluster.address, set_as_default=False) as client:
         logs = client.get_events("r1build-jobs")

@@ -43,14 +43,16 @@ def _records(where: Path) -> list[dict[str, Any]]:
 
 def _no_local_compiles(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail the test if this process compiles a candidate: every compile must run on a worker."""
+
     def compiled_here(*args: object, **kwargs: object) -> object:
         raise AssertionError("a gate compile ran on the resolving machine")
 
     monkeypatch.setattr(StaticGate, "_compile_one", compiled_here)
 
 
-def test_gpu_jobs_run_on_the_worker_of_their_arch(tmp_path: Path, shared_cluster: TestCluster,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gpu_jobs_run_on_the_worker_of_their_arch(
+    tmp_path: Path, shared_cluster: TestCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
     project = tiny_project(tmp_path / "p", ["sm_80", "sm_90", "sm_100"], variants=False)
     records = tmp_path / "records"
     records.mkdir()
@@ -81,12 +83,24 @@ def test_gpu_jobs_run_on_the_worker_of_their_arch(tmp_path: Path, shared_cluster
 
 
 @pytest.mark.slow  # nvcc compiles and worker processes: 10-20 s on 2 shared cores
-def test_gate_compiles_run_on_the_cluster(tmp_path: Path, shared_cluster: TestCluster,
-                                          monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_gate_compiles_run_on_the_cluster(
+    tmp_path: Path, shared_cluster: TestCluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     project = tiny_project(tmp_path / "p", ["sm_90"])
     _no_local_compiles(monkeypatch)
-    code = main(["resolve", "-m", str(project), "--cache-dir", str(tmp_path / "cache"), "--offline", "--no-gpu",
-                 "--cluster", shared_cluster.address])
+    code = main(
+        [
+            "resolve",
+            "-m",
+            str(project),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--offline",
+            "--no-gpu",
+            "--cluster",
+            shared_cluster.address,
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     with Cache(tmp_path / "cache") as cache:
         assert len(cache.entries("gate")) == 3  # every variant compiled on the compile slot and cached here
@@ -95,8 +109,9 @@ def test_gate_compiles_run_on_the_cluster(tmp_path: Path, shared_cluster: TestCl
 
 
 @pytest.mark.slow  # nvcc compiles and worker processes: 10-20 s on 2 shared cores
-def test_results_equal_a_local_resolve(tmp_path: Path, shared_cluster: TestCluster,
-                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_results_equal_a_local_resolve(
+    tmp_path: Path, shared_cluster: TestCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The same stand-in for the GPU, once on this machine and once in a worker: the same lock, the same
     decision but for the host that measured and the time it was made."""
     local = tiny_project(tmp_path / "local", ["sm_90"])
@@ -105,8 +120,21 @@ def test_results_equal_a_local_resolve(tmp_path: Path, shared_cluster: TestClust
         install_gpu_double(m, reject=lambda c: False, time_us=fake_time_us)
         assert main(["resolve", "-m", str(local), "--cache-dir", str(tmp_path / "c1"), "--offline"]) == 0
     _use_fake(monkeypatch)
-    assert main(["resolve", "-m", str(remote), "--cache-dir", str(tmp_path / "c2"), "--offline",
-                 "--cluster", shared_cluster.address]) == 0
+    assert (
+        main(
+            [
+                "resolve",
+                "-m",
+                str(remote),
+                "--cache-dir",
+                str(tmp_path / "c2"),
+                "--offline",
+                "--cluster",
+                shared_cluster.address,
+            ]
+        )
+        == 0
+    )
     assert (local / "kernels.lock").read_text() == (remote / "kernels.lock").read_text()
 
     def same(d: object) -> object:
@@ -129,8 +157,18 @@ def test_a_worker_killed_mid_job_costs_nothing(tmp_path: Path, monkeypatch: pyte
     marker = tmp_path / "died"
     _use_fake(monkeypatch, record_dir=str(records), die_once=str(marker))
     with TestCluster({"a": {"sm_90": 1}, "b": {"sm_90": 1}}) as cluster:
-        code = main(["resolve", "-m", str(project), "--cache-dir", str(tmp_path / "cache"), "--offline",
-                     "--cluster", cluster.address])
+        code = main(
+            [
+                "resolve",
+                "-m",
+                str(project),
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "--offline",
+                "--cluster",
+                cluster.address,
+            ]
+        )
     assert code == 0
     assert marker.read_text() in ("a", "b")  # a worker died mid-job
     assert len(_records(records)) == 1  # judged once, by the worker that lived
@@ -140,14 +178,24 @@ def test_a_worker_killed_mid_job_costs_nothing(tmp_path: Path, monkeypatch: pyte
     assert read_lock(project / "kernels.lock").entry("scale", "sm_90").validation == "validated"  # type: ignore
 
 
-def test_a_job_that_kills_every_worker_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_job_that_kills_every_worker_is_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     project = tiny_project(tmp_path / "p", ["sm_90"], variants=False)
     _use_fake(monkeypatch, die_once=str(tmp_path / "died"))
-    with dask.config.set({"distributed.scheduler.allowed-failures": 0}), \
-            TestCluster({"a": {"sm_90": 1}}) as cluster:
-        code = main(["resolve", "-m", str(project), "--cache-dir", str(tmp_path / "cache"), "--offline",
-                     "--cluster", cluster.address])
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}), TestCluster({"a": {"sm_90": 1}}) as cluster:
+        code = main(
+            [
+                "resolve",
+                "-m",
+                str(project),
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "--offline",
+                "--cluster",
+                cluster.address,
+            ]
+        )
     err = capsys.readouterr().err
     assert code == 1
     assert "scale/sm_90: the job was lost with the workers that died running it" in " ".join(err.split())
@@ -159,8 +207,12 @@ def test_scheduler_unreachable_at_start_is_exit_2(tmp_path: Path, capsys: pytest
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    project = tiny_project(tmp_path / "p", ["sm_90"], variants=False, evaluation=f'cluster = "tcp://127.0.0.1:{port}"\n'
-                                                                 "connect-timeout-s = 1")
+    project = tiny_project(
+        tmp_path / "p",
+        ["sm_90"],
+        variants=False,
+        evaluation=f'cluster = "tcp://127.0.0.1:{port}"\nconnect-timeout-s = 1',
+    )
     start = time.monotonic()
     code = main(["resolve", "-m", str(project), "--cache-dir", str(tmp_path / "cache"), "--offline"])
     err = " ".join(capsys.readouterr().err.split())
@@ -171,8 +223,9 @@ def test_scheduler_unreachable_at_start_is_exit_2(tmp_path: Path, capsys: pytest
 
 
 @pytest.mark.slow  # nvcc compiles and worker processes: 10-20 s on 2 shared cores
-def test_scheduler_lost_mid_run_then_a_rerun_continues(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_scheduler_lost_mid_run_then_a_rerun_continues(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """sm_90's job is measured while sm_80's is held back; the scheduler goes; the resolve fails clearly and
     keeps sm_90's results, which the next run takes instead of measuring again."""
     project = tiny_project(tmp_path / "p", ["sm_80", "sm_90"], variants=False)
@@ -183,9 +236,22 @@ def test_scheduler_lost_mid_run_then_a_rerun_continues(tmp_path: Path, monkeypat
     cache_dir = tmp_path / "cache"
     codes: list[int] = []
     with TestCluster({"w80": {"sm_80": 1}, "w90": {"sm_90": 1}}) as cluster:
-        run = threading.Thread(target=lambda: codes.append(main(
-            ["resolve", "-m", str(project), "--cache-dir", str(cache_dir), "--offline", "--cluster",
-             cluster.address])))
+        run = threading.Thread(
+            target=lambda: codes.append(
+                main(
+                    [
+                        "resolve",
+                        "-m",
+                        str(project),
+                        "--cache-dir",
+                        str(cache_dir),
+                        "--offline",
+                        "--cluster",
+                        cluster.address,
+                    ]
+                )
+            )
+        )
         run.start()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -203,27 +269,41 @@ def test_scheduler_lost_mid_run_then_a_rerun_continues(tmp_path: Path, monkeypat
 
     release.touch()
     with TestCluster({"w80": {"sm_80": 1}, "w90": {"sm_90": 1}}) as cluster:
-        code = main(["resolve", "-m", str(project), "--cache-dir", str(cache_dir), "--offline", "--cluster",
-                     cluster.address])
+        code = main(
+            ["resolve", "-m", str(project), "--cache-dir", str(cache_dir), "--offline", "--cluster", cluster.address]
+        )
     assert code == 0, capsys.readouterr().err
     assert sorted(r["arch"] for r in _records(records)) == ["sm_80", "sm_90"]  # sm_90 was not measured again
     lock = read_lock(project / "kernels.lock")
-    assert lock is not None and {e.arch: e.validation for e in lock.kernel} == {"sm_80": "validated",
-                                                                                 "sm_90": "validated"}
+    assert lock is not None and {e.arch: e.validation for e in lock.kernel} == {
+        "sm_80": "validated",
+        "sm_90": "validated",
+    }
     with Cache(cache_dir) as cache:
         assert cache.entries(f"json/{OUTCOMES_NAMESPACE}") == []  # every outcome is a decision now
 
 
-def test_mixed_versions_are_refused(tmp_path: Path, shared_cluster: TestCluster, monkeypatch: pytest.MonkeyPatch,
-                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_mixed_versions_are_refused(
+    tmp_path: Path, shared_cluster: TestCluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from r1build.cluster import session
     from r1build.cluster.facts import process_facts
 
     older = dataclasses.replace(process_facts(with_gpus=False), version="0.0.9")
     monkeypatch.setattr(session, "process_facts", lambda with_gpus=True: older)
     project = tiny_project(tmp_path / "p", ["sm_90"], variants=False)
-    code = main(["resolve", "-m", str(project), "--cache-dir", str(tmp_path / "cache"), "--offline", "--cluster",
-                 shared_cluster.address])
+    code = main(
+        [
+            "resolve",
+            "-m",
+            str(project),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--offline",
+            "--cluster",
+            shared_cluster.address,
+        ]
+    )
     err = " ".join(capsys.readouterr().err.split())
     assert code == 2
     assert f"the cluster at {shared_cluster.address} runs other versions than this machine" in err
@@ -239,8 +319,21 @@ def test_a_job_is_split_over_the_workers_of_its_arch(tmp_path: Path, monkeypatch
     records.mkdir()
     _use_fake(monkeypatch, record_dir=str(records))
     with TestCluster({"a": {"sm_90": 1}, "b": {"sm_90": 1}}) as cluster:
-        assert main(["resolve", "-m", str(project), "--cache-dir", str(tmp_path / "cache"), "--offline",
-                     "--cluster", cluster.address]) == 0
+        assert (
+            main(
+                [
+                    "resolve",
+                    "-m",
+                    str(project),
+                    "--cache-dir",
+                    str(tmp_path / "cache"),
+                    "--offline",
+                    "--cluster",
+                    cluster.address,
+                ]
+            )
+            == 0
+        )
     parts = _records(records)
     assert sorted(len(r["candidates"]) for r in parts) == [1, 2] and {r["worker"] for r in parts} == {"a", "b"}
     with Cache(tmp_path / "cache") as cache:
@@ -254,30 +347,52 @@ def test_a_job_is_split_over_the_workers_of_its_arch(tmp_path: Path, monkeypatch
         assert result.timing.speedup_vs_baseline == round(base_us / result.timing.median_us, 4)
 
 
-def test_a_worker_without_r1build_is_refused(tmp_path: Path, shared_cluster: TestCluster,
-                                             monkeypatch: pytest.MonkeyPatch,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_worker_without_r1build_is_refused(
+    tmp_path: Path, shared_cluster: TestCluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from r1build.cluster import session
     from tests.cluster.cluster_support import facts_of_a_worker_without_r1build
 
     monkeypatch.setattr(session, "worker_facts", facts_of_a_worker_without_r1build)
     project = tiny_project(tmp_path / "p", ["sm_90"], variants=False)
-    code = main(["resolve", "-m", str(project), "--cache-dir", str(tmp_path / "cache"), "--offline", "--cluster",
-                 shared_cluster.address])
+    code = main(
+        [
+            "resolve",
+            "-m",
+            str(project),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--offline",
+            "--cluster",
+            shared_cluster.address,
+        ]
+    )
     err = " ".join(capsys.readouterr().err.split())
     assert code == 2 and "Traceback" not in err
-    assert ("worker w90 could not say which r1build it runs (ModuleNotFoundError: No module named 'r1build'): "
-            "install the same r1build on every host") in err
+    assert (
+        "worker w90 could not say which r1build it runs (ModuleNotFoundError: No module named 'r1build'): "
+        "install the same r1build on every host"
+    ) in err
 
 
 def test_a_worker_advertising_an_arch_its_gpu_does_not_run_is_reported(
-        tmp_path: Path, shared_cluster: TestCluster, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, shared_cluster: TestCluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A worker started with the wrong resources never passes the gate's verdicts off as its GPU's."""
     _use_fake(monkeypatch, archs=frozenset({"sm_80"}))
     project = tiny_project(tmp_path / "p", ["sm_90"], variants=False)
-    code = main(["resolve", "-m", str(project), "--cache-dir", str(tmp_path / "cache"), "--offline", "--cluster",
-                 shared_cluster.address])
+    code = main(
+        [
+            "resolve",
+            "-m",
+            str(project),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--offline",
+            "--cluster",
+            shared_cluster.address,
+        ]
+    )
     err = " ".join(capsys.readouterr().err.split())
     assert code == 1 and "worker w90 on" in err and "advertises sm_90, but its GPUs run sm_80" in err
     with Cache(tmp_path / "cache") as cache:

@@ -47,15 +47,19 @@ def test_the_address_comes_from_the_flag_then_the_environment_then_the_manifest(
     assert manifest.settings.evaluation.connect_timeout_s == 10.0
 
 
-@pytest.mark.parametrize(("value", "why"), [
-    ("http://sched:8786", "starts with tls:// or tcp://"),
-    ("tls://sched", "names no port"),
-    ("tcp://user:secret@sched:8786", "holds no credentials"),
-    ("tls://sched:8786/path", "give tls://host:port"),
-    ("tls://sched :8786", "whitespace"),
-])
-def test_a_bad_cluster_address_in_the_manifest_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                          value: str, why: str) -> None:
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ("http://sched:8786", "starts with tls:// or tcp://"),
+        ("tls://sched", "names no port"),
+        ("tcp://user:secret@sched:8786", "holds no credentials"),
+        ("tls://sched:8786/path", "give tls://host:port"),
+        ("tls://sched :8786", "whitespace"),
+    ],
+)
+def test_a_bad_cluster_address_in_the_manifest_is_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str, why: str
+) -> None:
     project = tiny_project(tmp_path / "p", ["sm_90"], variants=False, evaluation=f"cluster = {value!r}")
     assert main(["check", "-m", str(project)]) == 2
     err = " ".join(capsys.readouterr().err.split())
@@ -64,8 +68,10 @@ def test_a_bad_cluster_address_in_the_manifest_is_exit_2(tmp_path: Path, capsys:
 
 def test_a_bad_cluster_flag_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     project = tiny_project(tmp_path / "p", ["sm_90"], variants=False)
-    assert main(["resolve", "-m", str(project), "--cache-dir", str(tmp_path / "c"), "--offline",
-                 "--cluster", "udp://x:1"]) == 2
+    assert (
+        main(["resolve", "-m", str(project), "--cache-dir", str(tmp_path / "c"), "--offline", "--cluster", "udp://x:1"])
+        == 2
+    )
     assert "cluster: 'udp://x:1': a scheduler address starts with tls:// or tcp://" in capsys.readouterr().err
 
 
@@ -90,7 +96,8 @@ def test_worker_plan_one_per_gpu_and_one_for_compiles() -> None:
     ]
     assert plans[1].dask_command("tls://s:8786") == (
         "CUDA_VISIBLE_DEVICES=1 dask worker tls://s:8786 --nworkers 1 --nthreads 2 --resources sm_90=2,sm_90a=2 "
-        "--name node3-gpu1")
+        "--name node3-gpu1"
+    )
     assert [p.name for p in plan_workers([H200], compile_slots=0, host="n")] == ["n-gpu1"]
 
 
@@ -103,32 +110,56 @@ def test_worker_dry_run_prints_the_plan(capsys: pytest.CaptureFixture[str]) -> N
 @pytest.mark.slow
 def test_worker_with_an_unreachable_scheduler_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     port = _free_port()
-    assert main(["worker", "--scheduler", f"tcp://127.0.0.1:{port}", "--compile-slots", "1",
-                 "--timeout-s", "2"]) == 2
+    assert main(["worker", "--scheduler", f"tcp://127.0.0.1:{port}", "--compile-slots", "1", "--timeout-s", "2"]) == 2
     assert f"the Dask scheduler at tcp://127.0.0.1:{port} is unreachable" in capsys.readouterr().err
 
 
 @pytest.mark.slow  # a worker process and three nvcc compiles: about 10 s on 2 shared cores
-def test_r1build_worker_joins_and_takes_the_gate_compiles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_r1build_worker_joins_and_takes_the_gate_compiles(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """``r1build worker`` as a user starts it, on a scheduler of the test's: it joins with its compile slots, the
     resolve's compiles run on it, and SIGTERM ends it cleanly."""
+
     def compiled_here(*args: object, **kwargs: object) -> object:
         raise AssertionError("a gate compile ran on the resolving machine")
 
     monkeypatch.setattr(StaticGate, "_compile_one", compiled_here)
     project = tiny_project(tmp_path / "p", ["sm_90"])
     with TestCluster({}) as cluster:
-        worker = subprocess.Popen([sys.executable, "-m", "r1build.cli.main", "worker", "--scheduler", cluster.address,
-                                   "--compile-slots", "2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+        worker = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "r1build.cli.main",
+                "worker",
+                "--scheduler",
+                cluster.address,
+                "--compile-slots",
+                "2",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+        )
         try:
             with Client(cluster.address, set_as_default=False) as client:
                 client.wait_for_workers(1, timeout=60)
                 (info,) = client.scheduler_info(n_workers=-1)["workers"].values()
             assert info["name"].endswith("-compile") and info["resources"] == {"compile": 2.0}
-            code = main(["resolve", "-m", str(project), "--cache-dir", str(tmp_path / "cache"), "--offline",
-                         "--no-gpu", "--cluster", cluster.address])
+            code = main(
+                [
+                    "resolve",
+                    "-m",
+                    str(project),
+                    "--cache-dir",
+                    str(tmp_path / "cache"),
+                    "--offline",
+                    "--no-gpu",
+                    "--cluster",
+                    cluster.address,
+                ]
+            )
             assert code == 0, capsys.readouterr().err
             assert "1 workers; no GPU workers; 2 compile slots" in capsys.readouterr().err
         finally:
@@ -147,8 +178,12 @@ def test_a_job_carries_the_reference_and_its_neighbours(tmp_path: Path) -> None:
     # a top-level reference brings the top-level Python files, never the folders below
     assert sorted(files.files) == ["helpers.py", "reference.py"] and files.manifest_name == "kernels.toml"
     started = time.monotonic()
-    assert files.digest == project_files(load_manifest(project / "kernels.toml"),
-                                         load_manifest(project / "kernels.toml").kernels).digest
+    assert (
+        files.digest
+        == project_files(
+            load_manifest(project / "kernels.toml"), load_manifest(project / "kernels.toml").kernels
+        ).digest
+    )
     assert time.monotonic() - started < 5
 
 
@@ -168,14 +203,25 @@ def test_a_split_job_judges_its_baseline_once_and_joins_in_order(tmp_path: Path)
     evaluator.inventory = Inventory([WorkerInfo(f"tcp://h:{i}", f"w{i}", "h", ["sm_90"], 0, facts) for i in (1, 2)])
     job = Job(manifest, manifest.kernels[0], "sm_90", generated, base)
     parts = evaluator._parts(job)
-    assert [[c.digest for c in p.candidates] for p in parts] == [[base.digest, generated[0].digest],
-                                                                  [generated[1].digest, generated[2].digest]]
+    assert [[c.digest for c in p.candidates] for p in parts] == [
+        [base.digest, generated[0].digest],
+        [generated[1].digest, generated[2].digest],
+    ]
     assert all(p.baseline is None for p in parts)
     times = {base.digest: 20.0, generated[0].digest: 10.0, generated[1].digest: 40.0}
-    results = [Result(candidate=c.digest, arch="sm_90", status="passed", stage="evaluate",
-                      timing=Timing(median_us=times[c.digest], spread=0.01, samples=9)) if c.digest in times else
-               Result(candidate=c.digest, arch="sm_90", status="incorrect", stage="evaluate", detail="x")
-               for p in parts for c in p.candidates]
+    results = [
+        Result(
+            candidate=c.digest,
+            arch="sm_90",
+            status="passed",
+            stage="evaluate",
+            timing=Timing(median_us=times[c.digest], spread=0.01, samples=9),
+        )
+        if c.digest in times
+        else Result(candidate=c.digest, arch="sm_90", status="incorrect", stage="evaluate", detail="x")
+        for p in parts
+        for c in p.candidates
+    ]
     joined = _joined(job, results)
     assert [r.candidate for r in joined] == [c.digest for c in generated]
     assert [r.timing.speedup_vs_baseline if r.timing else None for r in joined] == [2.0, 0.5, None]

@@ -427,8 +427,10 @@ def test_a_gpu_newer_than_every_variant_runs_the_one_carrying_ptx(manifest: Mani
     older = replace(manifest, settings=replace(manifest.settings, archs=["sm_80", "sm_86"]), targets={})
     silu = replace(manifest.kernel("silu_mul"), archs=None)
     older = replace(older, kernels=[silu])
-    winners = [Winner(silu, "sm_80", source_of(manifest, "kernels/silu_mul.cu")),
-               Winner(silu, "sm_86", source_of(manifest, "kernels/silu_mul_vec4.cu", "file", BLOCK=256))]
+    winners = [
+        Winner(silu, "sm_80", source_of(manifest, "kernels/silu_mul.cu")),
+        Winner(silu, "sm_86", source_of(manifest, "kernels/silu_mul_vec4.cu", "file", BLOCK=256)),
+    ]
     generated = write_generated(tmp_path / "generated", older, winners)
     assert "r1build_cc >= 86" in (generated.out_dir / DISPATCH_NAME).read_text()
     host = tmp_path / "host"
@@ -469,8 +471,9 @@ def test_a_symbol_prefix_renames_what_the_objects_define(manifest: Manifest, tmp
     (host / "main.cpp").write_text(PREFIXED_MAIN)
     build = tmp_path / "build"
     cmake_build(host, build, generated.cmake_file, tc)
-    table = subprocess.run(["nm", "--defined-only", str(build / "host")], capture_output=True, text=True,
-                           check=True).stdout
+    table = subprocess.run(
+        ["nm", "--defined-only", str(build / "host")], capture_output=True, text=True, check=True
+    ).stdout
     defined = {line.split()[-1] for line in table.splitlines() if line.strip()}
     assert {"mylib_silu_mul", "mylib_matmul", "mylib_transpose"} <= defined
     assert not defined & {"silu_mul", "matmul", "transpose"}

@@ -36,4 +36,3 @@ def corpus_kernels() -> list[CorpusKernel]:
         reasons = tuple(r.strip() for r in expect.group(2).split("|"))
         out.append(CorpusKernel(path, kernel.group(1), expect.group(1), reasons))
     return out
-

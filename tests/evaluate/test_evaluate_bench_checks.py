@@ -36,17 +36,25 @@ def test_outputs_of_the_timed_calls_and_the_memo_probe_are_judged(root_manifest:
     plan = plan_bench(spec, load_reference(root_manifest.root, spec.reference), 50 << 20, tmp_path / "in")
     shape = plan.shapes[0]
     assert len(shape.sets) == 4 and shape.key == "n=4099"
-    assert int((shape.tweak.inputs["gate"] != shape.sets[0].inputs["gate"]).sum()) + \
-        int((shape.tweak.inputs["up"] != shape.sets[0].inputs["up"]).sum()) == 1
+    assert (
+        int((shape.tweak.inputs["gate"] != shape.sets[0].inputs["gate"]).sum())
+        + int((shape.tweak.inputs["up"] != shape.sets[0].inputs["up"]).sum())
+        == 1
+    )
     out = tmp_path / "out"
     out.mkdir()
 
     def reply(outputs: list[NDArray[Any]], tweak: NDArray[Any], **changed: Any) -> Any:
         """The part of a worker's timed shape (:class:`~r1build.evaluate.child.messages.TimedShape`) the
         checks read."""
-        return {"outputs": [[None, None, _write(out / f"s{k}.bin", o)] for k, o in enumerate(outputs)],
-                "tweak_outputs": [None, None, _write(out / "t.bin", tweak)], "capture_error": None,
-                "capture_rc": 0, "device_state": None, **changed}
+        return {
+            "outputs": [[None, None, _write(out / f"s{k}.bin", o)] for k, o in enumerate(outputs)],
+            "tweak_outputs": [None, None, _write(out / "t.bin", tweak)],
+            "capture_error": None,
+            "capture_rc": 0,
+            "device_state": None,
+            **changed,
+        }
 
     good = [s.expected["out"].astype(np.float32) for s in shape.sets]
     tweak = shape.tweak.expected["out"].astype(np.float32)

@@ -97,16 +97,22 @@ CASES: list[Case] = [
     Case("memo_device_samples.cu", "evaluate", ("depends on earlier calls",)),
     Case("memo_host_pointers.cu", "evaluate", ("depends on earlier calls",)),
     # (c) private stream, host sync, free-and-reallocate: only when the stream is not being captured
-    Case("private_stream_uncaptured.cu", "gate",
-         symbols=("cudaStreamIsCapturing", "cudaStreamCreateWithFlags", "cudaEventRecord", "cudaStreamWaitEvent")),
+    Case(
+        "private_stream_uncaptured.cu",
+        "gate",
+        symbols=("cudaStreamIsCapturing", "cudaStreamCreateWithFlags", "cudaEventRecord", "cudaStreamWaitEvent"),
+    ),
     Case("host_sync_uncaptured.cu", "gate", symbols=("cudaStreamIsCapturing", "cudaStreamSynchronize")),
     Case("realloc_scratch_uncaptured.cu", "gate", symbols=("cudaStreamIsCapturing", "cudaFree", "cudaMalloc")),
     # (c) without a denied symbol: a device-to-host cudaMemcpyAsync into pageable memory waits for the stream,
     # and cannot be captured
     Case("host_readback.cu", "evaluate", ("outside the given stream", "captur", "synchroniz")),
     # (d) the same only above the test shapes
-    Case("private_streams_large.cu", "gate",
-         symbols=("cudaStreamCreateWithFlags", "cudaEventRecord", "cudaStreamWaitEvent")),
+    Case(
+        "private_streams_large.cu",
+        "gate",
+        symbols=("cudaStreamCreateWithFlags", "cudaEventRecord", "cudaStreamWaitEvent"),
+    ),
     Case("realloc_staging_large.cu", "gate", symbols=("cudaMalloc", "cudaFree")),
     # (e) software grid barriers: a deadlock, and a bounded spin that gives wrong results, at the benchmark size
     Case("grid_barrier_deadlock.cu", "evaluate", ("benchmark shape",)),
@@ -168,8 +174,9 @@ def gate_results(root_manifest: Manifest, tmp_path_factory: pytest.TempPathFacto
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_the_gate_compiles_every_case_and_rejects_the_forbidden_calls(gate_results: dict[str, Result],
-                                                                      case: Case) -> None:
+def test_the_gate_compiles_every_case_and_rejects_the_forbidden_calls(
+    gate_results: dict[str, Result], case: Case
+) -> None:
     result = gate_results[case.name]
     assert result.status != "compile_error", result.detail
     assert result.gate is not None and result.gate.registers > 0  # compiled for sm_90, with a ptxas report
@@ -182,8 +189,9 @@ def test_the_gate_compiles_every_case_and_rejects_the_forbidden_calls(gate_resul
 
 # -- on a GPU: the whole evaluator, three times ----------------------------------------------------------------
 @pytest.fixture(scope="module")
-def cheat_runs(root_manifest: Manifest, tmp_path_factory: pytest.TempPathFactory
-               ) -> Iterator[Callable[[int], dict[str, Result]]]:
+def cheat_runs(
+    root_manifest: Manifest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[[int], dict[str, Result]]]:
     """Evaluates every case on the GPU once per run asked for (a fresh evaluator and cache each), memoized."""
     done: dict[int, dict[str, Result]] = {}
 
@@ -197,8 +205,7 @@ def cheat_runs(root_manifest: Manifest, tmp_path_factory: pytest.TempPathFactory
 
 def _evaluate_cases(manifest: Manifest, workdir: Path) -> dict[str, Result]:
     """One job per kernel: its cases, then its baseline, which must still pass after them."""
-    with Cache(workdir / "cache") as cache, \
-            GpuEvaluator(cache, call_timeout_s=8.0, timing_timeout_s=10.0) as evaluator:
+    with Cache(workdir / "cache") as cache, GpuEvaluator(cache, call_timeout_s=8.0, timing_timeout_s=10.0) as evaluator:
         arch = min(a for a in evaluator.archs if not a.endswith("a"))
         jobs, names = [], []
         for kernel in sorted({c.kernel for c in CASES}):
@@ -225,17 +232,20 @@ def test_each_cheat_is_rejected_by_the_right_stage_for_the_right_reason(
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("run", RUNS, ids=[f"run{r}" for r in RUNS])
-def test_the_baselines_judged_after_the_cheats_still_pass(cheat_runs: Callable[[int], dict[str, Result]],
-                                                          run: int) -> None:
+def test_the_baselines_judged_after_the_cheats_still_pass(
+    cheat_runs: Callable[[int], dict[str, Result]], run: int
+) -> None:
     results = cheat_runs(run)
-    failed = {name: f"{r.status}: {r.detail[:300]}" for name, r in results.items()
-              if name.startswith("baseline:") and (r.status != "passed" or r.timing is None)}
+    failed = {
+        name: f"{r.status}: {r.detail[:300]}"
+        for name, r in results.items()
+        if name.startswith("baseline:") and (r.status != "passed" or r.timing is None)
+    }
     assert not failed, failed
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_each_cheat_gets_the_same_verdict_every_run(cheat_runs: Callable[[int], dict[str, Result]],
-                                                    case: Case) -> None:
+def test_each_cheat_gets_the_same_verdict_every_run(cheat_runs: Callable[[int], dict[str, Result]], case: Case) -> None:
     verdicts = {run: case.matched(cheat_runs(run)[case.name]) for run in RUNS}
     assert len(set(verdicts.values())) == 1, verdicts

@@ -36,7 +36,7 @@ def _allocs(plan: ShapePlan, call: int, outputs: dict[str, np.ndarray[Any, Any]]
         data = bytearray([GUARD_BYTE]) * lay.total
         value = c.inputs[lay.name] if lay.role == "in" else (outputs or c.expected)[lay.name]
         raw = np.ascontiguousarray(value).tobytes()
-        data[lay.start: lay.start + len(raw)] = raw
+        data[lay.start : lay.start + len(raw)] = raw
         out.append(bytes(data))
     return out
 
@@ -90,7 +90,7 @@ def test_correct_bytes_pass_and_each_fault_is_named(root_manifest: Manifest) -> 
     bad = list(good)
     gate_lay = plan.layouts[0]
     raw = bytearray(bad[3])
-    raw[gate_lay.start: gate_lay.start + 4] = np.float32(0.5).tobytes()
+    raw[gate_lay.start : gate_lay.start + 4] = np.float32(0.5).tobytes()
     bad[3] = bytes(raw)
     verdict = judge_shape(spec, plan, _reply(plan), bad)
     assert verdict is not None and "modified its input gate" in verdict.detail
@@ -98,7 +98,7 @@ def test_correct_bytes_pass_and_each_fault_is_named(root_manifest: Manifest) -> 
     # results skipped on a repeated call: call 4 leaves the poison
     bad = list(good)
     raw = bytearray(bad[3 * 3 + 2])
-    raw[out_lay.start: out_lay.start + out_lay.nbytes] = poison_bytes("float32", plan.calls[3].index) * 31
+    raw[out_lay.start : out_lay.start + out_lay.nbytes] = poison_bytes("float32", plan.calls[3].index) * 31
     bad[3 * 3 + 2] = bytes(raw)
     verdict = judge_shape(spec, plan, _reply(plan), bad)
     assert verdict is not None and "depends on earlier calls" in verdict.detail and verdict.call == 3
@@ -106,7 +106,7 @@ def test_correct_bytes_pass_and_each_fault_is_named(root_manifest: Manifest) -> 
     # a NaN the kernel computed is a NaN, not an unwritten element (the poison is a signalling NaN)
     bad = list(good)
     raw = bytearray(bad[2 * 3 + 2])
-    raw[out_lay.start: out_lay.start + 4] = bytes.fromhex("0000c07f")
+    raw[out_lay.start : out_lay.start + 4] = bytes.fromhex("0000c07f")
     bad[2 * 3 + 2] = bytes(raw)
     verdict = judge_shape(spec, plan, _reply(plan), bad)
     assert verdict is not None and verdict.kind == "nan" and "NaN" in verdict.detail
@@ -129,8 +129,7 @@ def test_stream_violations_and_crashes(root_manifest: Manifest) -> None:
     plan = plans[0]
     good = [b for i in range(len(plan.calls)) for b in _allocs(plan, i)]
     for calls in (1, 8):  # the capture probe, and the capture before the replay
-        capture = _reply(plan, calls, rc=906, capture_error="cudaErrorStreamCaptureInvalidated",
-                         error="returned 906")
+        capture = _reply(plan, calls, rc=906, capture_error="cudaErrorStreamCaptureInvalidated", error="returned 906")
         verdict = judge_shape(spec, plan, capture, good[: calls * 3])
         assert verdict is not None and "outside the given stream" in verdict.detail
         assert f"call {calls} of 10" in verdict.detail
@@ -141,15 +140,18 @@ def test_stream_violations_and_crashes(root_manifest: Manifest) -> None:
     replay_poisoned = list(good)
     out_lay = plan.layouts[2]
     raw = bytearray(replay_poisoned[7 * 3 + 2])
-    raw[out_lay.start: out_lay.start + 4] = poison_bytes("float32", plan.calls[7].index)
+    raw[out_lay.start : out_lay.start + 4] = poison_bytes("float32", plan.calls[7].index)
     replay_poisoned[7 * 3 + 2] = bytes(raw)
     verdict = judge_shape(spec, plan, _reply(plan), replay_poisoned)
     assert verdict is not None and "outside the given stream" in verdict.detail
 
     # an error returned while capturing (cudaErrorInvalidValue) is not the call's own: the next call names it
     both = _reply(plan, 2, rc=9, error="returned cudaErrorInvalidConfiguration: invalid configuration argument")
-    both["calls"][0].update(rc=1, error="returned cudaErrorInvalidValue: invalid argument",
-                            capture_error="cudaErrorStreamCaptureInvalidated")
+    both["calls"][0].update(
+        rc=1,
+        error="returned cudaErrorInvalidValue: invalid argument",
+        capture_error="cudaErrorStreamCaptureInvalidated",
+    )
     verdict = judge_shape(spec, plan, both, good[:6])
     assert verdict is not None and "cudaErrorInvalidConfiguration" in verdict.detail and verdict.call == 1
 

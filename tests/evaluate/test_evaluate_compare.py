@@ -19,7 +19,7 @@ def layout(n: int, dtype: str = "float32", role: str = "out") -> ArrayLayout:
 def alloc(lay: ArrayLayout, payload: NDArray[np.generic]) -> bytearray:
     data = bytearray([GUARD_BYTE]) * lay.total
     raw = np.ascontiguousarray(payload).tobytes()
-    data[lay.start: lay.start + len(raw)] = raw
+    data[lay.start : lay.start + len(raw)] = raw
     return data
 
 
@@ -53,7 +53,7 @@ def test_unwritten_and_nan_never_pass() -> None:
     poison = poison_bytes("float32", 0)
     out = ref.copy()
     raw = bytearray(alloc(lay, out))
-    raw[lay.start + 8: lay.start + 12] = poison
+    raw[lay.start + 8 : lay.start + 12] = poison
     found = compare_output(lay, bytes(raw), ref, TOL, poison)
     assert found is not None and found.kind == "unwritten" and "[2]" in found.message
     nan = ref.copy()
@@ -125,6 +125,6 @@ def test_integer_outputs() -> None:
     poison = poison_bytes("int32", 0)
     assert compare_output(lay, bytes(alloc(lay, ref)), ref, Tolerance(0, 0), poison) is None
     raw = bytearray(alloc(lay, ref))
-    raw[lay.start: lay.start + 4] = poison
+    raw[lay.start : lay.start + 4] = poison
     found = compare_output(lay, bytes(raw), ref, Tolerance(0, 0), poison)
     assert found is not None and found.kind == "unwritten"

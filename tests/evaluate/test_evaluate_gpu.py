@@ -73,8 +73,7 @@ def _check(kernel: CorpusKernel, result: Result) -> str | None:
 
 
 @pytest.mark.gpu
-def test_bad_kernel_corpus_is_rejected_for_the_right_reasons(evaluator: GpuEvaluator,
-                                                             root_manifest: Manifest) -> None:
+def test_bad_kernel_corpus_is_rejected_for_the_right_reasons(evaluator: GpuEvaluator, root_manifest: Manifest) -> None:
     arch = plain_arch(evaluator)
     by_kernel: dict[str, list[CorpusKernel]] = {}
     for kernel in corpus_kernels():
@@ -98,8 +97,11 @@ def test_bad_kernel_corpus_is_rejected_for_the_right_reasons(evaluator: GpuEvalu
                 problem = _check(bad[i // 2], result)
             else:
                 good_ok = result.status == "passed" and result.timing is not None
-                problem = None if good_ok else f"{job.spec.name}: a known-good kernel got {result.status}: " \
-                                               f"{result.detail[:300]}"
+                problem = (
+                    None
+                    if good_ok
+                    else f"{job.spec.name}: a known-good kernel got {result.status}: {result.detail[:300]}"
+                )
             if problem:
                 problems.append(problem)
     assert not problems, "\n".join(problems)
@@ -118,4 +120,4 @@ def test_corpus_headers_are_well_formed() -> None:
     kernels = corpus_kernels()
     assert len(kernels) >= 20
     assert {k.status for k in kernels} <= {"incorrect", "crashed", "timed_out", "rejected"}
-    assert all(Path(k.path).read_text().count("extern \"C\"") == 1 for k in kernels)
+    assert all(Path(k.path).read_text().count('extern "C"') == 1 for k in kernels)

@@ -49,7 +49,10 @@ def test_integer_and_bool_inputs(root_manifest: Manifest) -> None:
 
 def test_scalars_come_from_shape_and_values(root_manifest: Manifest) -> None:
     assert scalar_values(root_manifest.kernel("rmsnorm"), {"rows": 3, "cols": 5}) == {
-        "rows": 3, "cols": 5, "eps": pytest.approx(1e-6)}
+        "rows": 3,
+        "cols": 5,
+        "eps": pytest.approx(1e-6),
+    }
 
 
 def test_layout_offsets_misalign_each_array_differently(root_manifest: Manifest) -> None:

@@ -21,19 +21,27 @@ from tests.evaluate.evaluate_support import CORPUS
 
 pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
 
-needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists(),
-                                reason="nvcc not installed")
+needs_nvcc = pytest.mark.skipif(
+    shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists(), reason="nvcc not installed"
+)
 
 
 @needs_nvcc
 def test_builds_a_loadable_library_and_rejects_forbidden_symbols(root_manifest: Manifest, tmp_path: Path) -> None:
     spec = root_manifest.kernel("silu_mul")
     baseline = expand_variants(root_manifest, spec)[0]
-    lib = build_library(baseline, spec.name, "sm_90", flags=root_manifest.settings.nvcc_flags,
-                        toolchain=toolchain(), workdir=tmp_path / "ok")
+    lib = build_library(
+        baseline,
+        spec.name,
+        "sm_90",
+        flags=root_manifest.settings.nvcc_flags,
+        toolchain=toolchain(),
+        workdir=tmp_path / "ok",
+    )
     assert isinstance(lib, Library) and lib.path.suffix == ".so"
-    exported = subprocess.run(["nm", "-D", "--defined-only", str(lib.path)], capture_output=True, text=True,
-                              check=True).stdout
+    exported = subprocess.run(
+        ["nm", "-D", "--defined-only", str(lib.path)], capture_output=True, text=True, check=True
+    ).stdout
     assert " T silu_mul" in exported
 
     bad = Candidate((CORPUS / "forbidden_symbol.cu").read_text(), Origin("file", "forbidden_symbol.cu"))
@@ -76,8 +84,14 @@ def test_racecheck_is_only_needed_with_shared_memory(root_manifest: Manifest, tm
     found = {}
     for name in ("silu_mul", "rmsnorm"):
         spec = root_manifest.kernel(name)
-        lib = build_library(expand_variants(root_manifest, spec)[0], name, "sm_90", flags=["-O3"],
-                            toolchain=toolchain(), workdir=tmp_path / name)
+        lib = build_library(
+            expand_variants(root_manifest, spec)[0],
+            name,
+            "sm_90",
+            flags=["-O3"],
+            toolchain=toolchain(),
+            workdir=tmp_path / name,
+        )
         assert isinstance(lib, Library)
         sass = subprocess.run([cuobjdump, "-sass", str(lib.path)], capture_output=True, text=True, check=False)
         if "Function" not in sass.stdout:

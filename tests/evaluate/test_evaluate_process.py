@@ -15,7 +15,7 @@ from r1build.evaluate.process import WorkerDied, WorkerHandle, WorkerTimedOut, s
 
 ROOT = Path(__file__).resolve().parents[2]
 
-CHILD = textwrap.dedent('''
+CHILD = textwrap.dedent("""
     import os, signal, sys, time
     from r1build.evaluate.child.protocol import read_message, write_message
     rfd, wfd = int(sys.argv[1]), int(sys.argv[2])
@@ -47,7 +47,7 @@ CHILD = textwrap.dedent('''
         elif op == "fatal":
             write_message(wfd, {"ok": False, "error": "context lost", "exiting": True})
             sys.exit(3)
-''')
+""")
 
 
 @pytest.fixture
@@ -56,7 +56,9 @@ def handle(tmp_path: Path) -> Iterator[WorkerHandle]:
     script.write_text(CHILD)
     env = scrubbed_environment(
         {**os.environ, "OPENAI_API_KEY": "sk-secret", "DEEPSEEK_API_KEY": "x", "MY_TOKEN": "t", "RANDOM_VAR": "1"},
-        home=tmp_path, extra={"PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
+        home=tmp_path,
+        extra={"PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])},
+    )
     h = WorkerHandle([sys.executable, str(script)], env, tmp_path / "w", start_timeout_s=30)
     yield h
     h.close()

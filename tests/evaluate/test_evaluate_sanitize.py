@@ -89,8 +89,9 @@ def test_a_run_counts_as_clean_only_when_the_harness_called_every_shape(tmp_path
     from r1build.evaluate.child.harness import DONE
     from r1build.evaluate.sanitize import SanitizerRunner
 
-    runner, job = _runner_with(tmp_path, f"echo 'r1build-harness: shape 0'\necho '{DONE} 2'\n"
-                                         "echo '========= ERROR SUMMARY: 0 errors'\n")
+    runner, job = _runner_with(
+        tmp_path, f"echo 'r1build-harness: shape 0'\necho '{DONE} 2'\necho '========= ERROR SUMMARY: 0 errors'\n"
+    )
     assert isinstance(runner, SanitizerRunner)
     assert runner.run("memcheck", job).verdict == "clean"
     # exit 0 after the first shape: the candidate ended the process (or the sanitizer), nothing was checked after
@@ -115,9 +116,11 @@ def test_a_run_past_its_limit_is_tried_once_more_with_twice_the_time_then_reject
 
     count = tmp_path / "count"
     # the first run is slow (a busy machine), the second finishes in time
-    runner, job = _runner_with(tmp_path, f"echo x >> {count}\n"
-                                         f"if [ $(wc -l < {count}) -eq 1 ]; then sleep 5; fi\necho '{DONE} 2'\n",
-                               timeout_s=0.5)
+    runner, job = _runner_with(
+        tmp_path,
+        f"echo x >> {count}\nif [ $(wc -l < {count}) -eq 1 ]; then sleep 5; fi\necho '{DONE} 2'\n",
+        timeout_s=0.5,
+    )
     assert isinstance(runner, SanitizerRunner)
     assert runner.run("initcheck", job).verdict == "clean"
     assert count.read_text().count("x") == 2

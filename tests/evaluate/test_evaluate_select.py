@@ -12,8 +12,7 @@ def cand(i: int) -> Candidate:
     return Candidate(source=f"// {i}", origin=Origin("file", f"k{i}.cu"))
 
 
-def res(c: Candidate, us: float | None, spread: float = 0.005, status: Status = "passed", samples: int = 50
-        ) -> Result:
+def res(c: Candidate, us: float | None, spread: float = 0.005, status: Status = "passed", samples: int = 50) -> Result:
     timing = Timing(median_us=us, spread=spread, samples=samples) if us is not None else None
     return Result(candidate=c.digest, arch="sm_90", status=status, stage="evaluate", timing=timing)
 
@@ -27,8 +26,10 @@ def test_fastest_wins_only_beyond_the_noise() -> None:
     assert select_winner(cs[:2], [res(cs[0], 100, spread=1.0), res(cs[1], 90)]) is cs[0]
     # ... but single launches that scatter by 5% over 200 samples give a median good to well under 1%: a 4% lead
     # counts
-    assert select_winner(cs[:2], [res(cs[0], 100, spread=0.05, samples=200),
-                                  res(cs[1], 96, spread=0.05, samples=200)]) is cs[1]
+    assert (
+        select_winner(cs[:2], [res(cs[0], 100, spread=0.05, samples=200), res(cs[1], 96, spread=0.05, samples=200)])
+        is cs[1]
+    )
     # the earliest candidate tied with the fastest wins, not the fastest itself
     assert select_winner(cs[:3], [res(cs[0], 100), res(cs[1], 95), res(cs[2], 94)]) is cs[1]
 

@@ -10,7 +10,9 @@ def test_root_variants(root_manifest: Manifest) -> None:
     silu = expand_variants(root_manifest, root_manifest.kernel("silu_mul"))
     assert [(c.origin.kind, c.defines) for c in silu] == [
         ("baseline", {}),  # the baseline never names BLOCK: one variant
-        ("file", {"BLOCK": 128}), ("file", {"BLOCK": 256}), ("file", {"BLOCK": 512}),
+        ("file", {"BLOCK": 128}),
+        ("file", {"BLOCK": 256}),
+        ("file", {"BLOCK": 512}),
     ]
     matmul = expand_variants(root_manifest, root_manifest.kernel("matmul"))
     assert [c.defines for c in matmul] == [{}, {"TILE": 16}, {"TILE": 32}]

@@ -177,41 +177,78 @@ LAUNCH = "    silu<<<64, 256, 0, stream>>>(gate, up, out, n);"
 # One launcher per class of CUDA runtime call the candidate contract forbids: (class, code before the launch,
 # the symbol the gate must name, a phrase of the reason it gives).
 DENIED_CLASSES: list[tuple[str, str, str, str]] = [
-    ("alloc", "    static float* scratch = nullptr;\n    if (!scratch) cudaMalloc(&scratch, 4096);",
-     "cudaMalloc", "allocates or frees memory"),
-    ("alloc_async",
-     "    void* tmp = nullptr;\n    cudaMallocAsync(&tmp, 4096, stream);\n    cudaFreeAsync(tmp, stream);",
-     "cudaMallocAsync", "forbids allocation"),
+    (
+        "alloc",
+        "    static float* scratch = nullptr;\n    if (!scratch) cudaMalloc(&scratch, 4096);",
+        "cudaMalloc",
+        "allocates or frees memory",
+    ),
+    (
+        "alloc_async",
+        "    void* tmp = nullptr;\n    cudaMallocAsync(&tmp, 4096, stream);\n    cudaFreeAsync(tmp, stream);",
+        "cudaMallocAsync",
+        "forbids allocation",
+    ),
     ("sync", "    cudaStreamSynchronize(stream);", "cudaStreamSynchronize", "waits for or polls the GPU"),
     ("sync_copy", "    cudaMemset(out, 0, 4);", "cudaMemset", "cudaMemsetAsync"),
-    ("stream_creation",
-     "    static cudaStream_t side = nullptr;\n    if (!side) cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking);",
-     "cudaStreamCreateWithFlags", "all work goes on the stream argument"),
-    ("event", "    cudaEvent_t e;\n    cudaEventCreateWithFlags(&e, cudaEventDisableTiming);\n"
-              "    cudaEventRecord(e, stream);", "cudaEventRecord", "nothing to join"),
-    ("host_callback", "    cudaLaunchHostFunc(stream, [](void*) {}, nullptr);", "cudaLaunchHostFunc",
-     "runs host code from the stream"),
-    ("device_limit", "    cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 1 << 20);", "cudaDeviceSetLimit",
-     "device-wide limits"),
-    ("stream_attribute",
-     "    cudaStreamAttrValue v = {};\n    v.accessPolicyWindow.base_ptr = out;\n"
-     "    v.accessPolicyWindow.num_bytes = 1 << 20;\n    v.accessPolicyWindow.hitRatio = 1.0f;\n"
-     "    v.accessPolicyWindow.hitProp = cudaAccessPropertyPersisting;\n"
-     "    cudaStreamSetAttribute(stream, cudaStreamAttributeAccessPolicyWindow, &v);",
-     "cudaStreamSetAttribute", "attributes of the caller's stream"),
-    ("capture_query",
-     "    cudaStreamCaptureStatus status;\n    cudaStreamIsCapturing(stream, &status);\n"
-     "    if (status == cudaStreamCaptureStatusNone) n = n / 2;",
-     "cudaStreamIsCapturing", "whether or not the stream is being captured"),
-    ("driver_entry_point",
-     "    void* fn = nullptr;\n    cudaDriverEntryPointQueryResult q;\n"
-     '    cudaGetDriverEntryPoint("cuMemAlloc", &fn, cudaEnableDefault, &q);',
-     "cudaGetDriverEntryPoint", "reaches the CUDA driver"),
+    (
+        "stream_creation",
+        "    static cudaStream_t side = nullptr;\n"
+        "    if (!side) cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking);",
+        "cudaStreamCreateWithFlags",
+        "all work goes on the stream argument",
+    ),
+    (
+        "event",
+        "    cudaEvent_t e;\n    cudaEventCreateWithFlags(&e, cudaEventDisableTiming);\n"
+        "    cudaEventRecord(e, stream);",
+        "cudaEventRecord",
+        "nothing to join",
+    ),
+    (
+        "host_callback",
+        "    cudaLaunchHostFunc(stream, [](void*) {}, nullptr);",
+        "cudaLaunchHostFunc",
+        "runs host code from the stream",
+    ),
+    (
+        "device_limit",
+        "    cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 1 << 20);",
+        "cudaDeviceSetLimit",
+        "device-wide limits",
+    ),
+    (
+        "stream_attribute",
+        "    cudaStreamAttrValue v = {};\n    v.accessPolicyWindow.base_ptr = out;\n"
+        "    v.accessPolicyWindow.num_bytes = 1 << 20;\n    v.accessPolicyWindow.hitRatio = 1.0f;\n"
+        "    v.accessPolicyWindow.hitProp = cudaAccessPropertyPersisting;\n"
+        "    cudaStreamSetAttribute(stream, cudaStreamAttributeAccessPolicyWindow, &v);",
+        "cudaStreamSetAttribute",
+        "attributes of the caller's stream",
+    ),
+    (
+        "capture_query",
+        "    cudaStreamCaptureStatus status;\n    cudaStreamIsCapturing(stream, &status);\n"
+        "    if (status == cudaStreamCaptureStatusNone) n = n / 2;",
+        "cudaStreamIsCapturing",
+        "whether or not the stream is being captured",
+    ),
+    (
+        "driver_entry_point",
+        "    void* fn = nullptr;\n    cudaDriverEntryPointQueryResult q;\n"
+        '    cudaGetDriverEntryPoint("cuMemAlloc", &fn, cudaEnableDefault, &q);',
+        "cudaGetDriverEntryPoint",
+        "reaches the CUDA driver",
+    ),
     ("per_thread_stream", "", "__cudaLaunchKernel_ptsz", "per-thread default stream"),
     ("device_reset", "    cudaDeviceReset();", "cudaDeviceReset", "caller's current device"),
-    ("unknown_runtime_call", "    int count = 0;\n    cudaGetDeviceCount(&count);\n"
-                             "    size_t freeb, total;\n    cudaMemGetInfo(&freeb, &total);",
-     "cudaMemGetInfo", "memory placement"),
+    (
+        "unknown_runtime_call",
+        "    int count = 0;\n    cudaGetDeviceCount(&count);\n"
+        "    size_t freeb, total;\n    cudaMemGetInfo(&freeb, &total);",
+        "cudaMemGetInfo",
+        "memory placement",
+    ),
 ]
 
 
@@ -504,8 +541,9 @@ def test_unknown_runtime_calls_are_denied_with_the_allowed_list() -> None:
     assert "cudaLaunchCooperativeKernel" in reason and "cudaMemsetAsync" in reason
 
 
-def test_events_from_the_gate_threads_reach_the_callers_sink(manifest: Manifest, silu: KernelSpec, cache: Cache,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_events_from_the_gate_threads_reach_the_callers_sink(
+    manifest: Manifest, silu: KernelSpec, cache: Cache, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Compiles run on a thread pool; what they emit (a corrupt cache entry, say) reaches the sink of the thread
     that asked, not only the log."""
     from r1build.events import Note, emit
@@ -519,8 +557,14 @@ def test_events_from_the_gate_threads_reach_the_callers_sink(manifest: Manifest,
 
     monkeypatch.setattr(gate, "_compile_one", noisy)
     seen: list[Event] = []
-    candidates = [Candidate(f"// {i}\n" + Path(manifest.root / silu.baseline).read_text(), Origin("file", f"{i}.cu"))
-                  for i in range(2)] if silu.baseline else []
+    candidates = (
+        [
+            Candidate(f"// {i}\n" + Path(manifest.root / silu.baseline).read_text(), Origin("file", f"{i}.cu"))
+            for i in range(2)
+        ]
+        if silu.baseline
+        else []
+    )
     with sink(seen.append):
         gate.evaluate(Job(manifest, silu, "sm_90", candidates))
     assert sum(isinstance(e, Note) and e.message == "from a gate thread" for e in seen) == 2
@@ -540,16 +584,19 @@ __global__ void shared_tile(float* x) { __shared__ float s[256]; s[threadIdx.x] 
 def test_the_report_of_one_compile_for_three_archs_splits_into_each_archs(tmp_path: Path) -> None:
     assert TOOLCHAIN is not None
     archs = ["sm_80", "sm_89", "sm_90"]
-    joint = compile_variant(TWO_KERNELS, {}, archs, name="t", flags=["-O3"], toolchain=TOOLCHAIN, workdir=tmp_path,
-                            timeout_s=300)
+    joint = compile_variant(
+        TWO_KERNELS, {}, archs, name="t", flags=["-O3"], toolchain=TOOLCHAIN, workdir=tmp_path, timeout_s=300
+    )
     assert joint.ok and joint.reports is not None and sorted(joint.reports) == archs
     parts = split_ptxas_report(joint.output, archs)
-    assert parts is not None and all(f"for '{a}'" in parts[a] and "for 'sm_" not in parts[a].replace(f"for '{a}'", "")
-                                     for a in archs)
+    assert parts is not None and all(
+        f"for '{a}'" in parts[a] and "for 'sm_" not in parts[a].replace(f"for '{a}'", "") for a in archs
+    )
     for arch in archs:
         (tmp_path / arch).mkdir()
-        alone = compile_variant(TWO_KERNELS, {}, arch, name="t", flags=["-O3"], toolchain=TOOLCHAIN,
-                                workdir=tmp_path / arch, timeout_s=300)
+        alone = compile_variant(
+            TWO_KERNELS, {}, arch, name="t", flags=["-O3"], toolchain=TOOLCHAIN, workdir=tmp_path / arch, timeout_s=300
+        )
         assert alone.ok
         assert dataclasses.replace(joint.reports[arch], compile_s=0) == dataclasses.replace(alone.report, compile_s=0)
         assert joint.reports[arch].shared_bytes == 1024 and joint.reports[arch].stack_frame == 64
@@ -575,16 +622,19 @@ def test_the_gate_compiles_a_variant_once_for_all_archs(manifest: Manifest, tmp_
         alone = [gate.judge(manifest, spec, [pair])[0] for pair in pairs]
         assert gate.compiles == 4
     assert [r.status for r in joint] == ["passed"] * 4
-    strip = [dataclasses.replace(r, gate=dataclasses.replace(r.gate, compile_s=0) if r.gate else None)
-             for r in joint + alone]
+    strip = [
+        dataclasses.replace(r, gate=dataclasses.replace(r.gate, compile_s=0) if r.gate else None) for r in joint + alone
+    ]
     assert strip[:4] == strip[4:]
 
 
 def test_a_joint_compile_that_fails_is_judged_arch_by_arch(manifest: Manifest, tmp_path: Path) -> None:
     spec = manifest.kernel("silu_mul")
     # fine for sm_90, an error for sm_80 only: each arch gets its own verdict and log
-    kernel = ("__global__ void k(float* y) {\n#if __CUDA_ARCH__ == 800\n#error not for sm_80\n#endif\n"
-              "    y[threadIdx.x] = 1.0f;\n}\n")
+    kernel = (
+        "__global__ void k(float* y) {\n#if __CUDA_ARCH__ == 800\n#error not for sm_80\n#endif\n"
+        "    y[threadIdx.x] = 1.0f;\n}\n"
+    )
     candidate = silu_candidate("    k<<<1, 32, 0, stream>>>(out);", kernel=kernel)
     with Cache(tmp_path / "cache") as cache:
         gate = StaticGate(cache)
@@ -600,8 +650,10 @@ def test_never_more_compilers_than_slots(manifest: Manifest, tmp_path: Path) -> 
     real = shutil.which("nvcc") or (TOOLCHAIN.nvcc if TOOLCHAIN else "nvcc")
     log = tmp_path / "nvcc.log"
     wrapper = tmp_path / "nvcc"
-    wrapper.write_text(f'#!/bin/sh\necho "+ $(date +%s%N)" >> {log}\nsleep 0.3\n"{real}" "$@"\nrc=$?\n'
-                       f'echo "- $(date +%s%N)" >> {log}\nexit $rc\n')
+    wrapper.write_text(
+        f'#!/bin/sh\necho "+ $(date +%s%N)" >> {log}\nsleep 0.3\n"{real}" "$@"\nrc=$?\n'
+        f'echo "- $(date +%s%N)" >> {log}\nexit $rc\n'
+    )
     wrapper.chmod(0o755)
     assert TOOLCHAIN is not None
     tc = Toolchain(nvcc=str(wrapper), version_text=TOOLCHAIN.version_text)
@@ -621,8 +673,10 @@ def test_never_more_compilers_than_slots(manifest: Manifest, tmp_path: Path) -> 
         for w in workers:
             w.join()
     assert results == ["passed"] * (2 * threads)
-    events = sorted((int(stamp), 1 if sign == "+" else -1)
-                    for sign, stamp in (line.split() for line in log.read_text().splitlines()))
+    events = sorted(
+        (int(stamp), 1 if sign == "+" else -1)
+        for sign, stamp in (line.split() for line in log.read_text().splitlines())
+    )
     running = peak = 0
     for _, step in events:
         running += step

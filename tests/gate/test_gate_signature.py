@@ -61,46 +61,97 @@ def sig(x, alpha, flag, n):
 
 HEAD = "#include <cuda_runtime.h>\n#include <cuda_fp16.h>\n#include <cstdint>\n\n"
 BODY = "{ (void)stream; return cudaSuccess; }\n"
-EXACT = ('extern "C" cudaError_t sig(const __half* x, uint8_t* y, float alpha, bool flag, int64_t n, '
-         "cudaStream_t stream)")
+EXACT = (
+    'extern "C" cudaError_t sig(const __half* x, uint8_t* y, float alpha, bool flag, int64_t n, cudaStream_t stream)'
+)
 
 # (id, source after HEAD, expected status, fragment of the detail)
 CASES = [
     ("exact", EXACT + " " + BODY, "passed", ""),
-    ("same-types-other-spelling",
-     'extern "C" cudaError_t sig(const __half* in, unsigned char* out, const float a, bool f, const int64_t count, '
-     "cudaStream_t stream) " + BODY, "passed", ""),
-    ("restrict-qualified", EXACT.replace("__half* x", "__half* __restrict__ x").replace("uint8_t* y",
-                                                                                       "uint8_t* __restrict__ y")
-     + " " + BODY, "passed", ""),
-    ("definition-without-extern-c-after-the-declaration",
-     "cudaError_t sig(const __half* x, uint8_t* y, float alpha, bool flag, int64_t n, cudaStream_t stream) " + BODY,
-     "passed", ""),
-    ("int32-size", EXACT.replace("int64_t n", "int32_t n") + " " + BODY, "compile_error",
-     "does not match the declared signature"),
-    ("long-long-size", EXACT.replace("int64_t n", "long long n") + " " + BODY, "compile_error",
-     "does not match the declared signature"),
-    ("missing-const", EXACT.replace("const __half* x", "__half* x") + " " + BODY, "compile_error",
-     "does not match the declared signature"),
-    ("float-for-half", EXACT.replace("const __half* x", "const float* x") + " " + BODY, "compile_error",
-     "does not match the declared signature"),
-    ("double-scalar", EXACT.replace("float alpha", "double alpha") + " " + BODY, "compile_error",
-     "does not match the declared signature"),
-    ("int-return", EXACT.replace("cudaError_t sig", "int sig") + " { (void)stream; return 0; }\n", "compile_error",
-     "does not match the declared signature"),
-    ("no-stream", EXACT.replace(", cudaStream_t stream", "") + " { return cudaSuccess; }\n", "compile_error",
-     "does not match the declared signature"),
-    ("extra-parameter", EXACT.replace("int64_t n,", "int64_t n, int extra,") + " " + BODY, "compile_error",
-     "does not match the declared signature"),
-    ("static-definition", EXACT.replace('extern "C" ', "static ") + " " + BODY, "compile_error",
-     "does not match the declared signature"),
+    (
+        "same-types-other-spelling",
+        'extern "C" cudaError_t sig(const __half* in, unsigned char* out, const float a, bool f, const int64_t count, '
+        "cudaStream_t stream) " + BODY,
+        "passed",
+        "",
+    ),
+    (
+        "restrict-qualified",
+        EXACT.replace("__half* x", "__half* __restrict__ x").replace("uint8_t* y", "uint8_t* __restrict__ y")
+        + " "
+        + BODY,
+        "passed",
+        "",
+    ),
+    (
+        "definition-without-extern-c-after-the-declaration",
+        "cudaError_t sig(const __half* x, uint8_t* y, float alpha, bool flag, int64_t n, cudaStream_t stream) " + BODY,
+        "passed",
+        "",
+    ),
+    (
+        "int32-size",
+        EXACT.replace("int64_t n", "int32_t n") + " " + BODY,
+        "compile_error",
+        "does not match the declared signature",
+    ),
+    (
+        "long-long-size",
+        EXACT.replace("int64_t n", "long long n") + " " + BODY,
+        "compile_error",
+        "does not match the declared signature",
+    ),
+    (
+        "missing-const",
+        EXACT.replace("const __half* x", "__half* x") + " " + BODY,
+        "compile_error",
+        "does not match the declared signature",
+    ),
+    (
+        "float-for-half",
+        EXACT.replace("const __half* x", "const float* x") + " " + BODY,
+        "compile_error",
+        "does not match the declared signature",
+    ),
+    (
+        "double-scalar",
+        EXACT.replace("float alpha", "double alpha") + " " + BODY,
+        "compile_error",
+        "does not match the declared signature",
+    ),
+    (
+        "int-return",
+        EXACT.replace("cudaError_t sig", "int sig") + " { (void)stream; return 0; }\n",
+        "compile_error",
+        "does not match the declared signature",
+    ),
+    (
+        "no-stream",
+        EXACT.replace(", cudaStream_t stream", "") + " { return cudaSuccess; }\n",
+        "compile_error",
+        "does not match the declared signature",
+    ),
+    (
+        "extra-parameter",
+        EXACT.replace("int64_t n,", "int64_t n, int extra,") + " " + BODY,
+        "compile_error",
+        "does not match the declared signature",
+    ),
+    (
+        "static-definition",
+        EXACT.replace('extern "C" ', "static ") + " " + BODY,
+        "compile_error",
+        "does not match the declared signature",
+    ),
     ("empty", "", "rejected", "does not define the entry point"),
     ("declaration-only", EXACT + ";\n", "rejected", "does not define the entry point"),
-    ("another-symbol", EXACT.replace(" sig(", " sig2(") + " " + BODY, "rejected",
-     "does not define the entry point"),
-    ("cxx-linkage-overload",
-     "cudaError_t sig(const __half* x, uint8_t* y, float alpha, bool flag, int n, cudaStream_t stream) " + BODY,
-     "rejected", "does not define the entry point"),
+    ("another-symbol", EXACT.replace(" sig(", " sig2(") + " " + BODY, "rejected", "does not define the entry point"),
+    (
+        "cxx-linkage-overload",
+        "cudaError_t sig(const __half* x, uint8_t* y, float alpha, bool flag, int n, cudaStream_t stream) " + BODY,
+        "rejected",
+        "does not define the entry point",
+    ),
 ]
 
 
@@ -154,8 +205,10 @@ def test_bad_signature_project_fails_lock_at_the_gate(tmp_path: Path, capsys: py
     assert main([*argv, "--json"]) == 1
     (row,) = json.loads(capsys.readouterr().out)["unresolved"][0]["outcomes"]
     assert (row["provenance"], row["stage"], row["status"]) == ("baseline", "gate", "compile_error")
-    assert row["reason"].startswith('the definition of scale does not match the declared signature extern "C" '
-                                    "cudaError_t scale(const float* x, float* y, int64_t n, cudaStream_t stream)")
+    assert row["reason"].startswith(
+        'the definition of scale does not match the declared signature extern "C" '
+        "cudaError_t scale(const float* x, float* y, int64_t n, cudaStream_t stream)"
+    )
 
 
 def test_bad_reference_project_fails_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -164,5 +217,7 @@ def test_bad_reference_project_fails_check(tmp_path: Path, capsys: pytest.Captur
     code = main(["check", "-m", str(project)])
     out = capsys.readouterr()
     assert code == 2, out
-    assert (f"{project / 'kernels.toml'}:13: kernel[0].reference: the reference reference:scale of kernel 'scale' "
-            "at test shape n=1 (signed inputs): output 'y' has shape (0,), the spec declares (1,)") in out.err
+    assert (
+        f"{project / 'kernels.toml'}:13: kernel[0].reference: the reference reference:scale of kernel 'scale' "
+        "at test shape n=1 (signed inputs): output 'y' has shape (0,), the spec declares (1,)"
+    ) in out.err

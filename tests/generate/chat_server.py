@@ -95,15 +95,22 @@ class Answer:
         reply = self
         if self.echo_key:
             key = _bearer(request)
-            reply = replace(reply, content=f"{reply.content}\nYou sent the key {key}.",
-                            reasoning=f"{reply.reasoning} The key is {key}." if reply.reasoning else "")
+            reply = replace(
+                reply,
+                content=f"{reply.content}\nYou sent the key {key}.",
+                reasoning=f"{reply.reasoning} The key is {key}." if reply.reasoning else "",
+            )
         limit = (request.body or {}).get("max_tokens")
         tokens = reply.tokens()
         if self.honour_max_tokens and isinstance(limit, int) and tokens > limit:
             keep = limit / tokens
-            reply = replace(reply, reasoning=reply.reasoning[:int(len(reply.reasoning) * keep)],
-                            content=reply.content[:int(len(reply.content) * keep)], completion_tokens=limit,
-                            finish_reason="length")
+            reply = replace(
+                reply,
+                reasoning=reply.reasoning[: int(len(reply.reasoning) * keep)],
+                content=reply.content[: int(len(reply.content) * keep)],
+                completion_tokens=limit,
+                finish_reason="length",
+            )
         return reply
 
 
@@ -268,8 +275,14 @@ class ChatServer:
         writer.write(head.encode("latin-1"))
         await writer.drain()
 
-    async def _send_body(self, writer: asyncio.StreamWriter, status: int, content_type: str, body: bytes,
-                         extra: dict[str, str] | None = None) -> None:
+    async def _send_body(
+        self,
+        writer: asyncio.StreamWriter,
+        status: int,
+        content_type: str,
+        body: bytes,
+        extra: dict[str, str] | None = None,
+    ) -> None:
         headers = {"content-type": content_type, "content-length": str(len(body)), **(extra or {})}
         await self._send_head(writer, status, headers)
         writer.write(body)
@@ -292,8 +305,9 @@ class ChatServer:
         assert self._stop is not None
         if isinstance(reply, Stall):
             if reply.after_headers:
-                await self._send_head(writer, 200, {"content-type": "text/event-stream",
-                                                    "transfer-encoding": "chunked"})
+                await self._send_head(
+                    writer, 200, {"content-type": "text/event-stream", "transfer-encoding": "chunked"}
+                )
                 await self._chunk(writer, b": keep-alive\n\n")
             await self._stop.wait()
             return False
@@ -332,9 +346,12 @@ class ChatServer:
     @staticmethod
     def _usage(reply: Answer) -> dict[str, Any]:
         tokens = reply.tokens()
-        return {"prompt_tokens": reply.prompt_tokens, "completion_tokens": tokens,
-                "total_tokens": reply.prompt_tokens + tokens,
-                "completion_tokens_details": {"reasoning_tokens": len(reply.reasoning.split())}}
+        return {
+            "prompt_tokens": reply.prompt_tokens,
+            "completion_tokens": tokens,
+            "total_tokens": reply.prompt_tokens + tokens,
+            "completion_tokens_details": {"reasoning_tokens": len(reply.reasoning.split())},
+        }
 
     @staticmethod
     async def _chunk(writer: asyncio.StreamWriter, data: bytes) -> None:
@@ -342,17 +359,22 @@ class ChatServer:
         await writer.drain()
 
     async def _stream(self, request: Request, reply: Answer, writer: asyncio.StreamWriter) -> bool:
-        await self._send_head(writer, 200, {"content-type": "text/event-stream", "cache-control": "no-cache",
-                                            "transfer-encoding": "chunked"})
+        await self._send_head(
+            writer,
+            200,
+            {"content-type": "text/event-stream", "cache-control": "no-cache", "transfer-encoding": "chunked"},
+        )
         for _ in range(reply.keepalives):
             await self._chunk(writer, b": keep-alive\n\n")
         ident = f"chatcmpl-{len(self.requests)}"
         base = {"id": ident, "object": "chat.completion.chunk", "created": int(time.time()), "model": self.model}
         deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
         step = max(1, reply.chunk_chars)
-        deltas += [{reply.reasoning_field: reply.reasoning[i:i + step], "content": None}
-                   for i in range(0, len(reply.reasoning), step)]
-        deltas += [{"content": reply.content[i:i + step]} for i in range(0, len(reply.content), step)]
+        deltas += [
+            {reply.reasoning_field: reply.reasoning[i : i + step], "content": None}
+            for i in range(0, len(reply.reasoning), step)
+        ]
+        deltas += [{"content": reply.content[i : i + step]} for i in range(0, len(reply.content), step)]
         events = [{**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
         events.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": reply.finish_reason}]})
         options = (request.body or {}).get("stream_options") or {}

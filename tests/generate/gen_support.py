@@ -52,10 +52,7 @@ def kernel_source(variant: int = 0, *, time_us: float | None = None, extra: str 
 
 def broken_source(message: str = "vadd_typo") -> str:
     """A ``vadd`` that does not compile (an undefined identifier)."""
-    return (
-        "#include <cuda_runtime.h>\n#include <cstdint>\n"
-        f"{SIGNATURE} {{\n    return {message};\n}}\n"
-    )
+    return f"#include <cuda_runtime.h>\n#include <cstdint>\n{SIGNATURE} {{\n    return {message};\n}}\n"
 
 
 def answer(source: str, *, prose: str = "Here is the kernel.") -> str:
@@ -65,12 +62,12 @@ def answer(source: str, *, prose: str = "Here is the kernel.") -> str:
 
 BASELINE = kernel_source(99)
 
-REFERENCE = '''import numpy as np
+REFERENCE = """import numpy as np
 
 
 def vadd(a, b, n):
     return (a.astype(np.float64) + b).astype(np.float32)
-'''
+"""
 
 
 def _toml(value: Any) -> str:
@@ -92,16 +89,32 @@ class Project:
     root: Path
     cache_dir: Path
 
-    def write(self, *, generation: dict[str, Any] | None = None, budget: dict[str, Any] | None = None,
-              baseline: bool = False, tunables: dict[str, list[int]] | None = None,
-              limits: dict[str, int] | None = None) -> Manifest:
-        gen = {"provider": "deepseek", "max-concurrency": 4, "max-tokens": 4096, "request-timeout-s": 5,
-               "retries": 2, "retry-backoff-s": 0.01, **(generation or {})}
+    def write(
+        self,
+        *,
+        generation: dict[str, Any] | None = None,
+        budget: dict[str, Any] | None = None,
+        baseline: bool = False,
+        tunables: dict[str, list[int]] | None = None,
+        limits: dict[str, int] | None = None,
+    ) -> Manifest:
+        gen = {
+            "provider": "deepseek",
+            "max-concurrency": 4,
+            "max-tokens": 4096,
+            "request-timeout-s": 5,
+            "retries": 2,
+            "retry-backoff-s": 0.01,
+            **(generation or {}),
+        }
         bud = {"candidates": 8, "rounds": 2, "samples": 4, "wall-time-s": 30, "patience": 1, **(budget or {})}
         lines = ['archs = ["sm_90"]', "", "[generation]"]
         lines += [f"{k} = {_toml(v)}" for k, v in gen.items()]
         lines += [
-            "", "[[kernel]]", 'name = "vadd"', 'description = "out[i] = a[i] + b[i] for i in [0, n)."',
+            "",
+            "[[kernel]]",
+            'name = "vadd"',
+            'description = "out[i] = a[i] + b[i] for i in [0, n)."',
             "args = [",
             '  { name = "a", dtype = "float32", shape = ["n"], role = "in" },',
             '  { name = "b", dtype = "float32", shape = ["n"], role = "in" },',
@@ -161,18 +174,31 @@ class MarkerJudge:
     def _one(self, spec: KernelSpec, arch: str, digest: str, source: str) -> Result:
         error = re.search(r"#error (.*)", source)
         if error:
-            return Result(candidate=digest, arch=arch, status="compile_error",
-                          detail=f"vadd.cu(3): error: {error.group(1)}")
+            return Result(
+                candidate=digest, arch=arch, status="compile_error", detail=f"vadd.cu(3): error: {error.group(1)}"
+            )
         if f'extern "C" cudaError_t {spec.name}(' not in source:
             return Result(candidate=digest, arch=arch, status="rejected", detail=f"does not export {spec.name}")
         if "// WRONG" in source:
-            return Result(candidate=digest, arch=arch, status="incorrect", stage="evaluate",
-                          detail="n=1000: 1000 of 1000 elements differ, max abs error 0.5 at index 3")
+            return Result(
+                candidate=digest,
+                arch=arch,
+                status="incorrect",
+                stage="evaluate",
+                detail="n=1000: 1000 of 1000 elements differ, max abs error 0.5 at index 3",
+            )
         report = GateReport(registers=16)
         timed = re.search(r"// time_us: ([0-9.]+)", source)
         if timed:
             t = float(timed.group(1))
             timing = Timing(median_us=t, spread=0.01, samples=20, floor_us=FLOOR_US, share_of_floor=FLOOR_US / t)
-            return Result(candidate=digest, arch=arch, status="passed", stage="evaluate", gate=report, timing=timing,
-                          device="TestGPU")
+            return Result(
+                candidate=digest,
+                arch=arch,
+                status="passed",
+                stage="evaluate",
+                gate=report,
+                timing=timing,
+                device="TestGPU",
+            )
         return Result(candidate=digest, arch=arch, status="passed", gate=report)

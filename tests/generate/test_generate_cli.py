@@ -20,15 +20,16 @@ pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or se
 def endpoint_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("R1BUILD_BASE_URL", "DEEPSEEK_API_KEY", "OPENAI_API_KEY"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("COLUMNS", "200")   # tables one row per line
+    monkeypatch.setenv("COLUMNS", "200")  # tables one row per line
 
 
 def cli(project: Project, *args: str) -> int:
     return main([*args, "--manifest", str(project.root), "--cache-dir", str(project.cache_dir)])
 
 
-def test_generate_then_replay(project: Project, endpoint_env: None, monkeypatch: pytest.MonkeyPatch,
-                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_generate_then_replay(
+    project: Project, endpoint_env: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     project.write(baseline=True, budget={"rounds": 1, "samples": 2})
     replies = [Answer(answer(broken_source("vadd_typo")), reasoning="r"), Answer(answer(kernel_source(1)))]
     with ChatServer(replies) as server:
@@ -42,15 +43,16 @@ def test_generate_then_replay(project: Project, endpoint_env: None, monkeypatch:
     assert "generate vadd/sm_90:" in err and "round=1/1" in err and "spend=$" in err
     assert KEY.encode() not in project.cache_bytes()
 
-    monkeypatch.delenv("R1BUILD_BASE_URL")           # replay needs no network
+    monkeypatch.delenv("R1BUILD_BASE_URL")  # replay needs no network
     assert cli(project, "replay", "vadd", "--arch", "sm_90", "--no-gpu") == 0
     out, _ = capsys.readouterr()
     assert "replay vadd sm_90" in out and "2 transcript(s), 2 generated candidate(s), 1 passed" in out
     assert "winner:" in out and "(baseline vadd.cu)" in out
 
 
-def test_generate_and_replay_report_json(project: Project, endpoint_env: None, monkeypatch: pytest.MonkeyPatch,
-                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_generate_and_replay_report_json(
+    project: Project, endpoint_env: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     project.write(baseline=True, budget={"rounds": 1, "samples": 2})
     replies = [Answer(answer(broken_source("vadd_typo"))), Answer(answer(kernel_source(1)))]
     with ChatServer(replies) as server:
@@ -70,8 +72,9 @@ def test_generate_and_replay_report_json(project: Project, endpoint_env: None, m
     assert arch["winner"] is not None and arch["stored_winner"] is None
 
 
-def test_replay_confirms_a_stored_decision(project: Project, endpoint_env: None, monkeypatch: pytest.MonkeyPatch,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_replay_confirms_a_stored_decision(
+    project: Project, endpoint_env: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     manifest = project.write(budget={"rounds": 1, "samples": 1})
     with ChatServer([Answer(answer(kernel_source(1)))]) as server:
         monkeypatch.setenv("R1BUILD_BASE_URL", server.url)
@@ -84,9 +87,12 @@ def test_replay_confirms_a_stored_decision(project: Project, endpoint_env: None,
         assert isinstance(doc, dict)
         transcripts = doc["transcripts"]
         ref = CandidateRef.of(Candidate(kernel_source(1), Origin("generated")))
-        cache.put_decision(Decision(key=key, kernel="vadd", arch="sm_90", winner=ref, candidates=[ref], results=[],
-                                    transcripts=transcripts))
-        cache.put_json(LINKS_NAMESPACE, key, {})    # the decision's transcripts are the ones replayed
+        cache.put_decision(
+            Decision(
+                key=key, kernel="vadd", arch="sm_90", winner=ref, candidates=[ref], results=[], transcripts=transcripts
+            )
+        )
+        cache.put_json(LINKS_NAMESPACE, key, {})  # the decision's transcripts are the ones replayed
     assert cli(project, "replay", "vadd", "--no-gpu") == 0
     out, err = capsys.readouterr()
     # the gate alone never makes a generated candidate a winner: it can only say the stored one still passes it
@@ -95,8 +101,17 @@ def test_replay_confirms_a_stored_decision(project: Project, endpoint_env: None,
 
     with project.cache() as cache:
         other = CandidateRef.of(Candidate(kernel_source(2), Origin("generated")))
-        cache.put_decision(Decision(key=key, kernel="vadd", arch="sm_90", winner=other, candidates=[other], results=[],
-                                    transcripts=transcripts))
+        cache.put_decision(
+            Decision(
+                key=key,
+                kernel="vadd",
+                arch="sm_90",
+                winner=other,
+                candidates=[other],
+                results=[],
+                transcripts=transcripts,
+            )
+        )
     assert cli(project, "replay", "vadd", "--no-gpu") == 1
     _, err = capsys.readouterr()
     assert "the replay does not" in err
@@ -116,8 +131,14 @@ def test_generate_unknown_kernel(project: Project, endpoint_env: None, capsys: p
 
 
 @pytest.mark.parametrize(("status", "code"), [(401, 2), (402, 1)])
-def test_generate_fatal_status(project: Project, endpoint_env: None, monkeypatch: pytest.MonkeyPatch,
-                               capsys: pytest.CaptureFixture[str], status: int, code: int) -> None:
+def test_generate_fatal_status(
+    project: Project,
+    endpoint_env: None,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    status: int,
+    code: int,
+) -> None:
     project.write(budget={"rounds": 1, "samples": 2})
     with ChatServer([Fault(status, message="go away")]) as server:
         monkeypatch.setenv("R1BUILD_BASE_URL", server.url)
@@ -127,8 +148,9 @@ def test_generate_fatal_status(project: Project, endpoint_env: None, monkeypatch
     assert f"HTTP {status}" in err and "go away" in err and "Traceback" not in err and KEY not in err
 
 
-def test_generate_with_nothing_passing(project: Project, endpoint_env: None, monkeypatch: pytest.MonkeyPatch,
-                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_generate_with_nothing_passing(
+    project: Project, endpoint_env: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     project.write(budget={"rounds": 2, "samples": 2, "patience": 3})
     with ChatServer([Answer("no code today"), Answer("cut", finish_reason="length")]) as server:
         monkeypatch.setenv("R1BUILD_BASE_URL", server.url)

@@ -18,18 +18,29 @@ from tests.generate.gen_support import KEY
 FAST = {"retries": 2, "retry_backoff_s": 0.01, "request_timeout_s": 5.0}
 
 
-def ask(server: ChatServer, *, deadline_s: float = 20.0, provider: str = "deepseek", temperature: float = 0.6,
-        **settings: Any) -> tuple[Exchange, list[tuple[Attempt, float | None]]]:
+def ask(
+    server: ChatServer,
+    *,
+    deadline_s: float = 20.0,
+    provider: str = "deepseek",
+    temperature: float = 0.6,
+    **settings: Any,
+) -> tuple[Exchange, list[tuple[Attempt, float | None]]]:
     generation = Generation(provider=provider, **{**FAST, **settings})  # type: ignore[arg-type]
     endpoint = resolve_endpoint(generation, {"R1BUILD_BASE_URL": server.url, "DEEPSEEK_API_KEY": KEY})
     reports: list[tuple[Attempt, float | None]] = []
 
     async def go() -> Exchange:
         async with ChatClient(endpoint, generation) as client:
-            exchange = Exchange([{"role": "user", "content": "write vadd"}],
-                                client.params(temperature=temperature, max_tokens=1000))
-            return await client.complete(exchange, deadline=time.monotonic() + deadline_s, meter=Meter(),
-                                         report=lambda a, w: reports.append((a, w)))
+            exchange = Exchange(
+                [{"role": "user", "content": "write vadd"}], client.params(temperature=temperature, max_tokens=1000)
+            )
+            return await client.complete(
+                exchange,
+                deadline=time.monotonic() + deadline_s,
+                meter=Meter(),
+                report=lambda a, w: reports.append((a, w)),
+            )
 
     return asyncio.run(go()), reports
 
@@ -37,8 +48,13 @@ def ask(server: ChatServer, *, deadline_s: float = 20.0, provider: str = "deepse
 @pytest.mark.parametrize("stream", [True, False])
 @pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
 def test_answer_with_reasoning(stream: bool, field: str) -> None:
-    reply = Answer("the answer ```cuda\nx\n```", reasoning="step one. step two.", reasoning_field=field,
-                   chunk_chars=4, completion_tokens=123)
+    reply = Answer(
+        "the answer ```cuda\nx\n```",
+        reasoning="step one. step two.",
+        reasoning_field=field,
+        chunk_chars=4,
+        completion_tokens=123,
+    )
     with ChatServer([reply]) as server:
         exchange, reports = ask(server, stream=stream)
     c = exchange.completion
@@ -47,8 +63,8 @@ def test_answer_with_reasoning(stream: bool, field: str) -> None:
     assert (c.prompt_tokens, c.completion_tokens, c.usage_reported) == (100, 123, True)
     body = server.chat_requests()[0].body
     assert body is not None and body["stream"] is stream
-    assert [m["role"] for m in body["messages"]] == ["user"]       # no system prompt
-    assert "n" not in body                                          # one sample per request
+    assert [m["role"] for m in body["messages"]] == ["user"]  # no system prompt
+    assert "n" not in body  # one sample per request
     assert server.chat_requests()[0].headers["authorization"] == f"Bearer {KEY}"
 
 
@@ -65,8 +81,7 @@ def test_sampling_parameters_follow_the_profile() -> None:
 
 @pytest.mark.parametrize("usage", [True, False])
 def test_stream_answered_without_streaming(usage: bool) -> None:
-    reply = Answer("plain ```cuda\nx\n```", reasoning="thought", ignore_stream=True, usage=usage,
-                   completion_tokens=42)
+    reply = Answer("plain ```cuda\nx\n```", reasoning="thought", ignore_stream=True, usage=usage, completion_tokens=42)
     with ChatServer([reply]) as server:
         exchange, reports = ask(server)
     c = exchange.completion
@@ -102,9 +117,18 @@ def test_retry_after_forms() -> None:
     assert parse_retry_after({}) is None
 
 
-@pytest.mark.parametrize("fault", [Fault(500), Fault(503), Raw(b"<html>not json</html>"), Raw(b"[1, 2]"),
-                                   Answer("cut", cut_after=2), Answer("dropped " * 50, chunk_chars=8, drop_after=3)],
-                         ids=["500", "503", "not-json", "json-not-object", "stream-ends-early", "connection-drop"])
+@pytest.mark.parametrize(
+    "fault",
+    [
+        Fault(500),
+        Fault(503),
+        Raw(b"<html>not json</html>"),
+        Raw(b"[1, 2]"),
+        Answer("cut", cut_after=2),
+        Answer("dropped " * 50, chunk_chars=8, drop_after=3),
+    ],
+    ids=["500", "503", "not-json", "json-not-object", "stream-ends-early", "connection-drop"],
+)
 def test_transient_faults_are_retried(fault: Any) -> None:
     with ChatServer([fault, Answer("ok")]) as server:
         exchange, reports = ask(server)
@@ -129,10 +153,16 @@ def test_retries_are_bounded() -> None:
     assert "still down" in reports[-1][0].message
 
 
-@pytest.mark.parametrize(("status", "error", "hint"), [
-    (400, GenerationError, "malformed"), (401, ConfigError, "DEEPSEEK_API_KEY"), (402, GenerationError, "credit"),
-    (404, ConfigError, "unknown model"), (422, GenerationError, "parameters"),
-])
+@pytest.mark.parametrize(
+    ("status", "error", "hint"),
+    [
+        (400, GenerationError, "malformed"),
+        (401, ConfigError, "DEEPSEEK_API_KEY"),
+        (402, GenerationError, "credit"),
+        (404, ConfigError, "unknown model"),
+        (422, GenerationError, "parameters"),
+    ],
+)
 def test_fatal_statuses_are_not_retried(status: int, error: type[Exception], hint: str) -> None:
     with ChatServer([Fault(status, message=f"nope, key {KEY} is bad"), Answer("never")]) as server:
         exchange, reports = ask(server)

@@ -103,8 +103,12 @@ def test_normalized_digest_ignores_comments_and_layout_not_strings() -> None:
 def test_tunable_variants() -> None:
     guarded = "#ifndef BLOCK\n#define BLOCK 256\n#endif\n// @tunable VEC: 1, 2, 4\n#ifndef VEC\n#define VEC 4\n#endif\n"
     assert tunable_variants(guarded, {"BLOCK": [128, 256]}) == [
-        {"BLOCK": 128, "VEC": 1}, {"BLOCK": 128, "VEC": 2}, {"BLOCK": 128, "VEC": 4},
-        {"BLOCK": 256, "VEC": 1}, {"BLOCK": 256, "VEC": 2}, {"BLOCK": 256, "VEC": 4},
+        {"BLOCK": 128, "VEC": 1},
+        {"BLOCK": 128, "VEC": 2},
+        {"BLOCK": 128, "VEC": 4},
+        {"BLOCK": 256, "VEC": 1},
+        {"BLOCK": 256, "VEC": 2},
+        {"BLOCK": 256, "VEC": 4},
     ]
     # a spec tunable the source does not guard is not passed (it would be redefined, or mean nothing)
     assert tunable_variants("#define BLOCK 256\n", {"BLOCK": [128, 256]}) == [{}]
@@ -113,7 +117,9 @@ def test_tunable_variants() -> None:
     many = "".join(f"// @tunable P{i}: 1, 2, 3\n#ifndef P{i}\n#define P{i} 1\n#endif\n" for i in range(4))
     assert len(tunable_variants(many, {})) == 8
     assert tunable_variants("#if !defined(TILE)\n#define TILE 16\n#endif\n", {"TILE": [16, 32]}) == [
-        {"TILE": 16}, {"TILE": 32}]
+        {"TILE": 16},
+        {"TILE": 32},
+    ]
 
 
 @pytest.mark.skipif(not R1_DATA.is_file(), reason=f"real R1 answers not available at {R1_DATA}")

@@ -32,12 +32,26 @@ pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or se
 FAST = {"retry-backoff-s": 0.01, "request-timeout-s": 5}
 
 
-def run(project: Project, manifest: Manifest, server: ChatServer, judge: Any = None, *,
-        environ: dict[str, str] | None = None, events: list[Event] | None = None) -> SearchOutcome:
+def run(
+    project: Project,
+    manifest: Manifest,
+    server: ChatServer,
+    judge: Any = None,
+    *,
+    environ: dict[str, str] | None = None,
+    events: list[Event] | None = None,
+) -> SearchOutcome:
     spec = manifest.kernel("vadd")
     with project.cache() as cache, sink((events if events is not None else []).append):
-        return search(manifest, spec, "sm_90", evaluator=judge or MarkerJudge(), cache=cache, seeds=[],
-                      environ=environ or env_for(server.url))
+        return search(
+            manifest,
+            spec,
+            "sm_90",
+            evaluator=judge or MarkerJudge(),
+            cache=cache,
+            seeds=[],
+            environ=environ or env_for(server.url),
+        )
 
 
 def counting(make: Any) -> Any:
@@ -88,12 +102,13 @@ def test_retry_after_as_an_http_date(project: Project) -> None:
         outcome = run(project, manifest, server)
     first, second = server.chat_requests()
     assert len(outcome.candidates) == 1
-    assert second.received - first.received >= 0.9     # an HTTP date has whole seconds: between 1 and 2 s
+    assert second.received - first.received >= 0.9  # an HTTP date has whole seconds: between 1 and 2 s
 
 
 def test_a_pause_longer_than_the_wall_time_left_stops_the_search(project: Project, stopwatch: Any) -> None:
-    manifest = project.write(budget={"rounds": 2, "samples": 3, "wall-time-s": 20},
-                             generation={**FAST, "max-concurrency": 1})
+    manifest = project.write(
+        budget={"rounds": 2, "samples": 3, "wall-time-s": 20}, generation={**FAST, "max-concurrency": 1}
+    )
     replies: list[Reply] = [Answer(answer(kernel_source(1))), Fault(429, headers={"retry-after": "300"})]
     with ChatServer(replies) as server:
         outcome = run(project, manifest, server)
@@ -105,43 +120,62 @@ def test_a_pause_longer_than_the_wall_time_left_stops_the_search(project: Projec
 
 def test_backoff_is_shared_and_does_not_restart_each_round(project: Project) -> None:
     """Without retry-after, the pause doubles with each failure in a row whichever sample or round it is in."""
-    manifest = project.write(budget={"rounds": 4, "samples": 1, "patience": 9},
-                             generation={"retry-backoff-s": 0.1, "retries": 0, "max-concurrency": 1,
-                                         "max-consecutive-failures": 20})
-    replies: list[Reply] = [Answer(answer(kernel_source(1, time_us=50))), Fault(500), Fault(500),
-                            Answer(answer(kernel_source(2, time_us=40)))]
+    manifest = project.write(
+        budget={"rounds": 4, "samples": 1, "patience": 9},
+        generation={"retry-backoff-s": 0.1, "retries": 0, "max-concurrency": 1, "max-consecutive-failures": 20},
+    )
+    replies: list[Reply] = [
+        Answer(answer(kernel_source(1, time_us=50))),
+        Fault(500),
+        Fault(500),
+        Answer(answer(kernel_source(2, time_us=40))),
+    ]
     with ChatServer(replies) as server:
         outcome = run(project, manifest, server)
     times = [r.received for r in server.chat_requests()]
     gaps = [b - a for a, b in itertools.pairwise(times)]
-    assert len(times) == 4 and len(outcome.candidates) == 2   # one sample a round; rounds 1 and 2 failed
-    assert gaps[1] >= 0.075                     # the first failure's pause held round 2 back ...
-    assert gaps[2] >= 0.15                      # ... and the second failure's doubled it: no restart per round
+    assert len(times) == 4 and len(outcome.candidates) == 2  # one sample a round; rounds 1 and 2 failed
+    assert gaps[1] >= 0.075  # the first failure's pause held round 2 back ...
+    assert gaps[2] >= 0.15  # ... and the second failure's doubled it: no restart per round
 
 
 # -- the circuit breaker and the last line ----------------------------------------------------------------------
 def test_circuit_breaker_names_the_cause(project: Project, stopwatch: Any) -> None:
-    manifest = project.write(budget={"rounds": 4, "samples": 4},
-                             generation={**FAST, "retries": 3, "max-concurrency": 2, "max-consecutive-failures": 5})
+    manifest = project.write(
+        budget={"rounds": 4, "samples": 4},
+        generation={**FAST, "retries": 3, "max-concurrency": 2, "max-consecutive-failures": 5},
+    )
     with ChatServer([Fault(503)]) as server, pytest.raises(GenerationError) as caught:
         run(project, manifest, server)
     message = str(caught.value)
     assert message.startswith(f"vadd/sm_90: no answer from {server.url}: ")
     assert "requests, all HTTP 503 Service Unavailable" in message
     assert "stopped after 5 failed requests in a row" in message
-    assert 5 <= len(server.chat_requests()) <= 6      # the breaker, and at most one more already in flight
+    assert 5 <= len(server.chat_requests()) <= 6  # the breaker, and at most one more already in flight
     assert stopwatch() < 5
 
 
-@pytest.mark.parametrize(("reply", "settings", "cause"), [
-    (Answer("cut " * 50, chunk_chars=20, cut_after=3), {}, "every stream was cut"),
-    (Stall(), {"request-timeout-s": 0.3}, "all timed out after 0.3 s"),
-], ids=["streams-cut", "timeouts"])
-def test_the_last_line_names_the_real_cause(project: Project, monkeypatch: pytest.MonkeyPatch,
-                                            capsys: pytest.CaptureFixture[str], reply: Reply,
-                                            settings: dict[str, Any], cause: str) -> None:
-    project.write(baseline=True, budget={"rounds": 2, "samples": 2},
-                  generation={**FAST, "retries": 1, "max-consecutive-failures": 4, **settings})
+@pytest.mark.parametrize(
+    ("reply", "settings", "cause"),
+    [
+        (Answer("cut " * 50, chunk_chars=20, cut_after=3), {}, "every stream was cut"),
+        (Stall(), {"request-timeout-s": 0.3}, "all timed out after 0.3 s"),
+    ],
+    ids=["streams-cut", "timeouts"],
+)
+def test_the_last_line_names_the_real_cause(
+    project: Project,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    reply: Reply,
+    settings: dict[str, Any],
+    cause: str,
+) -> None:
+    project.write(
+        baseline=True,
+        budget={"rounds": 2, "samples": 2},
+        generation={**FAST, "retries": 1, "max-consecutive-failures": 4, **settings},
+    )
     for name in ("OPENAI_API_KEY",):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("COLUMNS", "200")
@@ -155,10 +189,14 @@ def test_the_last_line_names_the_real_cause(project: Project, monkeypatch: pytes
     assert "passed the gate" not in last and "Traceback" not in err
 
 
-def test_resolve_surfaces_the_cause(project: Project, monkeypatch: pytest.MonkeyPatch,
-                                    capsys: pytest.CaptureFixture[str]) -> None:
-    project.write(baseline=True, budget={"rounds": 2, "samples": 2},
-                  generation={**FAST, "retries": 1, "max-consecutive-failures": 3})
+def test_resolve_surfaces_the_cause(
+    project: Project, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project.write(
+        baseline=True,
+        budget={"rounds": 2, "samples": 2},
+        generation={**FAST, "retries": 1, "max-consecutive-failures": 3},
+    )
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with ChatServer([Fault(503)]) as server:
         monkeypatch.setenv("R1BUILD_BASE_URL", server.url)
@@ -170,8 +208,10 @@ def test_resolve_surfaces_the_cause(project: Project, monkeypatch: pytest.Monkey
 
 def test_an_answer_resets_the_breaker(project: Project) -> None:
     """Failures interleaved with answers never trip the breaker."""
-    manifest = project.write(budget={"rounds": 1, "samples": 6, "candidates": 6},
-                             generation={**FAST, "retries": 2, "max-concurrency": 1, "max-consecutive-failures": 2})
+    manifest = project.write(
+        budget={"rounds": 1, "samples": 6, "candidates": 6},
+        generation={**FAST, "retries": 2, "max-concurrency": 1, "max-consecutive-failures": 2},
+    )
     with ChatServer(counting(lambda n, r: Fault(502) if n % 2 == 0 else Answer(answer(kernel_source(n))))) as server:
         outcome = run(project, manifest, server)
     assert outcome.stop_reason == "passed_gate" and len(outcome.candidates) == 6
@@ -181,20 +221,27 @@ def test_an_answer_resets_the_breaker(project: Project) -> None:
 # -- tokens and money -------------------------------------------------------------------------------------------
 def large(n: int, request: Request, *, tokens: int = 3000, usage: bool = True) -> Answer:
     """A large answer (about ``tokens`` tokens of reasoning) cut at max_tokens like a real server."""
-    return Answer(answer(kernel_source(n, time_us=50.0)), reasoning="step " * tokens,
-                  completion_tokens=tokens + 150 if usage else None, usage=usage, honour_max_tokens=True,
-                  chunk_chars=2000)
+    return Answer(
+        answer(kernel_source(n, time_us=50.0)),
+        reasoning="step " * tokens,
+        completion_tokens=tokens + 150 if usage else None,
+        usage=usage,
+        honour_max_tokens=True,
+        chunk_chars=2000,
+    )
 
 
 def test_token_budget_holds_and_answers_in_flight_are_kept(project: Project) -> None:
-    manifest = project.write(budget={"tokens": 10000, "rounds": 3, "samples": 4, "candidates": 12, "patience": 9},
-                             generation={**FAST, "max-concurrency": 4, "max-tokens": 4096})
+    manifest = project.write(
+        budget={"tokens": 10000, "rounds": 3, "samples": 4, "candidates": 12, "patience": 9},
+        generation={**FAST, "max-concurrency": 4, "max-tokens": 4096},
+    )
     with ChatServer(counting(lambda n, r: large(n, r, tokens=2000))) as server:
         outcome = run(project, manifest, server)
     u = outcome.usage
     sent = [int((r.body or {})["max_tokens"]) for r in server.chat_requests()]
     assert outcome.stop_reason == "tokens" and "of 10,000 completion tokens" in outcome.cause
-    assert u.completion_tokens <= 10000 and sum(sent) > 10000   # what was held came back when unused
+    assert u.completion_tokens <= 10000 and sum(sent) > 10000  # what was held came back when unused
     assert "cancelled" not in u.failures and u.answers == len(sent)
     with project.cache() as cache:
         docs = [json.loads(cache.get_text(d) or "") for d in outcome.transcripts]
@@ -209,18 +256,21 @@ def test_token_budget_holds_and_answers_in_flight_are_kept(project: Project) -> 
 def test_tokens_without_reported_usage_count_text_not_chunks(project: Project) -> None:
     manifest = project.write(budget={"rounds": 1, "samples": 2}, generation=FAST)
     reply = Answer(answer(kernel_source(1)), reasoning="x" * 8000, usage=False, chunk_chars=10)
-    with ChatServer(counting(lambda n, r: Answer(answer(kernel_source(n)), reasoning="x" * 8000, usage=False,
-                                                 chunk_chars=10))) as server:
+    with ChatServer(
+        counting(lambda n, r: Answer(answer(kernel_source(n)), reasoning="x" * 8000, usage=False, chunk_chars=10))
+    ) as server:
         outcome = run(project, manifest, server)
     text = len(reply.content) + len(reply.reasoning)
     assert outcome.usage.estimated
-    assert abs(outcome.usage.completion_tokens - 2 * (text // 4)) <= 2      # ~2,100, not ~1,600 chunks
+    assert abs(outcome.usage.completion_tokens - 2 * (text // 4)) <= 2  # ~2,100, not ~1,600 chunks
 
 
 def test_money_budget_is_never_exceeded_by_more_than_one_request(project: Project) -> None:
     prices = {"input-per-mtok": 1.0, "output-per-mtok": 2.0}
-    manifest = project.write(budget={"money-usd": 0.02, "rounds": 4, "samples": 4, "candidates": 16, "patience": 9},
-                             generation={**FAST, "max-concurrency": 4, "max-tokens": 4096, "prices": prices})
+    manifest = project.write(
+        budget={"money-usd": 0.02, "rounds": 4, "samples": 4, "candidates": 16, "patience": 9},
+        generation={**FAST, "max-concurrency": 4, "max-tokens": 4096, "prices": prices},
+    )
     with ChatServer(counting(lambda n, r: large(n, r, tokens=5000))) as server:
         outcome = run(project, manifest, server)
     u = outcome.usage
@@ -242,8 +292,15 @@ def test_compiler_messages_reach_the_feedback_without_local_noise(project: Proje
         return Answer(answer(broken_source(f"typo_{n}")))
 
     with ChatServer(counting(make)) as server, project.cache() as cache:
-        search(manifest, manifest.kernel("vadd"), "sm_90", evaluator=StaticGate(cache), cache=cache, seeds=[],
-               environ=env_for(server.url))
+        search(
+            manifest,
+            manifest.kernel("vadd"),
+            "sm_90",
+            evaluator=StaticGate(cache),
+            cache=cache,
+            seeds=[],
+            environ=env_for(server.url),
+        )
     later = "\n".join(json.dumps(r.messages) for r in server.chat_requests()[2:])
     assert 'identifier \\"typo_0\\" is undefined' in later and 'identifier \\"typo_1\\" is undefined' in later
     for noise in ("command:", "return code", "bin/nvcc", "-o vadd.o", "/tmp/", "/usr/", str(Path.cwd())):
@@ -263,8 +320,11 @@ def test_a_short_key_echoed_back_is_redacted_and_nothing_else(project: Project) 
     short = "k3y"
     manifest = project.write(budget={"rounds": 1, "samples": 2}, generation={**FAST, "api-key-env": "SHORT_KEY"})
     source = kernel_source(1, extra="// k3yboard and monk3y stay as they are\n")
-    replies: list[Reply] = [Fault(500, echo_key=True), Answer(answer(source), reasoning="thinking", echo_key=True),
-                            Answer(answer(kernel_source(2)), echo_key=True)]
+    replies: list[Reply] = [
+        Fault(500, echo_key=True),
+        Answer(answer(source), reasoning="thinking", echo_key=True),
+        Answer(answer(kernel_source(2)), echo_key=True),
+    ]
     environ = {"R1BUILD_BASE_URL": "", "SHORT_KEY": short}
     with ChatServer(replies) as server:
         environ["R1BUILD_BASE_URL"] = server.url
@@ -275,17 +335,26 @@ def test_a_short_key_echoed_back_is_redacted_and_nothing_else(project: Project) 
     assert not re.search(rb"(?<![\w-])k3y(?![\w-])", stored)
     assert b"k3yboard and monk3y" in stored
     with project.cache() as cache:
-        again = replay(manifest, manifest.kernel("vadd"), "sm_90", evaluator=MarkerJudge(), cache=cache,
-                       transcripts=outcome.transcripts)
+        again = replay(
+            manifest,
+            manifest.kernel("vadd"),
+            "sm_90",
+            evaluator=MarkerJudge(),
+            cache=cache,
+            transcripts=outcome.transcripts,
+        )
     assert sorted(c.source for c in again.candidates) == sorted(c.source for c in outcome.candidates)
 
 
 # -- transcripts linked on every exit path ----------------------------------------------------------------------
-def test_transcripts_are_linked_after_a_fatal_error(project: Project, monkeypatch: pytest.MonkeyPatch,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_transcripts_are_linked_after_a_fatal_error(
+    project: Project, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     manifest = project.write(budget={"rounds": 2, "samples": 2}, generation={**FAST, "max-concurrency": 1})
-    with ChatServer([Answer(answer(kernel_source(1))), Fault(402, message="no credit")]) as server, \
-            pytest.raises(GenerationError, match="HTTP 402"):
+    with (
+        ChatServer([Answer(answer(kernel_source(1))), Fault(402, message="no credit")]) as server,
+        pytest.raises(GenerationError, match="HTTP 402"),
+    ):
         run(project, manifest, server)
     doc = link(project, manifest)
     assert doc["stop_reason"] == "fatal" and "HTTP 402" in doc["cause"] and len(doc["transcripts"]) == 2
@@ -315,8 +384,10 @@ def test_transcripts_are_linked_after_ctrl_c(project: Project) -> None:
 
 
 def test_transcripts_are_linked_after_a_budget_stop(project: Project) -> None:
-    manifest = project.write(budget={"tokens": 5000, "rounds": 3, "samples": 2, "patience": 9},
-                             generation={**FAST, "max-concurrency": 2, "max-tokens": 4096})
+    manifest = project.write(
+        budget={"tokens": 5000, "rounds": 3, "samples": 2, "patience": 9},
+        generation={**FAST, "max-concurrency": 2, "max-tokens": 4096},
+    )
     with ChatServer(counting(large)) as server:
         outcome = run(project, manifest, server)
     doc = link(project, manifest)
@@ -337,11 +408,12 @@ def test_http_date_is_parsed_into_seconds_from_now() -> None:
 def test_an_answer_cut_off_after_complete_code_is_kept(project: Project, stopwatch: Any, complete: bool) -> None:
     """The wall-time deadline cuts a stream that had already delivered the whole kernel (paid for): the
     candidate is kept, and replay finds the same one; a stream cut inside the code keeps nothing."""
-    manifest = project.write(budget={"rounds": 1, "samples": 1, "wall-time-s": 1.0},
-                             generation={**FAST, "request-timeout-s": 30})
+    manifest = project.write(
+        budget={"rounds": 1, "samples": 1, "wall-time-s": 1.0}, generation={**FAST, "request-timeout-s": 30}
+    )
     text = answer(kernel_source(1)) + " More prose follows, and it never ends."
-    events = text.index("```", text.index("```") + 3) + 3    # characters up to the closing fence
-    cut = events // 40 + 2 if complete else events // 80      # chunks of 40 characters (plus the role chunk)
+    events = text.index("```", text.index("```") + 3) + 3  # characters up to the closing fence
+    cut = events // 40 + 2 if complete else events // 80  # chunks of 40 characters (plus the role chunk)
     with ChatServer([Answer(text, chunk_chars=40, stall_after=cut)]) as server:
         if complete:
             outcome = run(project, manifest, server)
@@ -355,7 +427,13 @@ def test_an_answer_cut_off_after_complete_code_is_kept(project: Project, stopwat
     assert outcome.usage.failures.get("kept_partial") == 1 and outcome.stop_reason == "wall_time"
     with project.cache() as cache:
         doc = json.loads(cache.get_text(outcome.transcripts[0]) or "")
-        again = replay(manifest, manifest.kernel("vadd"), "sm_90", evaluator=MarkerJudge(), cache=cache,
-                       transcripts=outcome.transcripts)
+        again = replay(
+            manifest,
+            manifest.kernel("vadd"),
+            "sm_90",
+            evaluator=MarkerJudge(),
+            cache=cache,
+            transcripts=outcome.transcripts,
+        )
     assert doc["answer"]["finish_reason"] == "partial" and doc["failure"] == "timeout"
     assert [c.digest for c in again.candidates] == [c.digest for c in outcome.candidates]

@@ -42,8 +42,9 @@ def _closed_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_r1build_offline_holds_for_every_command(project: Project, keyed_env: pytest.MonkeyPatch,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_r1build_offline_holds_for_every_command(
+    project: Project, keyed_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     project.write(baseline=True, budget={"rounds": 1, "samples": 2})
     where = ["--manifest", str(project.root)]
     with ChatServer(_answers()) as server:
@@ -65,11 +66,11 @@ def test_r1build_offline_holds_for_every_command(project: Project, keyed_env: py
     assert online_requests >= 2
 
 
-def test_an_unreachable_endpoint_costs_seconds_and_a_warning(project: Project, keyed_env: pytest.MonkeyPatch,
-                                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_unreachable_endpoint_costs_seconds_and_a_warning(
+    project: Project, keyed_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     # the defaults a user has: four retries with backoff from 2 s (half a minute of retries per request)
-    project.write(baseline=True, generation={"retries": 4, "retry-backoff-s": 2.0},
-                  budget={"rounds": 1, "samples": 2})
+    project.write(baseline=True, generation={"retries": 4, "retry-backoff-s": 2.0}, budget={"rounds": 1, "samples": 2})
     keyed_env.setenv("R1BUILD_BASE_URL", f"http://127.0.0.1:{_closed_port()}/v1")
     start = time.monotonic()
     assert main(["resolve", "--manifest", str(project.root), "--no-gpu"]) == 0
@@ -88,8 +89,9 @@ def _build(project: Path, settings: dict[str, str | list[str]]) -> list[Note]:
     return [e for e in seen if isinstance(e, Note)]
 
 
-def test_a_build_asks_the_model_only_when_the_person_building_opts_in(project: Project,
-                                                                       keyed_env: pytest.MonkeyPatch) -> None:
+def test_a_build_asks_the_model_only_when_the_person_building_opts_in(
+    project: Project, keyed_env: pytest.MonkeyPatch
+) -> None:
     project.write(baseline=True, budget={"rounds": 1, "samples": 2})
     with ChatServer(_answers()) as server:
         keyed_env.setenv("R1BUILD_BASE_URL", server.url)
@@ -102,8 +104,9 @@ def test_a_build_asks_the_model_only_when_the_person_building_opts_in(project: P
     assert generated >= 2, opted_in
 
 
-def test_a_cache_that_cannot_keep_results_is_no_reason_to_pay(project: Project, keyed_env: pytest.MonkeyPatch,
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_cache_that_cannot_keep_results_is_no_reason_to_pay(
+    project: Project, keyed_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     project.write(baseline=True, budget={"rounds": 1, "samples": 2})
     from r1build.cache import Cache
 
@@ -119,15 +122,16 @@ def test_a_cache_that_cannot_keep_results_is_no_reason_to_pay(project: Project, 
     assert "damaged" in err and "cannot keep what it would cost" in err
 
 
-def test_an_endpoint_that_never_answers_fails_resolve_but_not_a_build(project: Project,
-                                                                      keyed_env: pytest.MonkeyPatch,
-                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_endpoint_that_never_answers_fails_resolve_but_not_a_build(
+    project: Project, keyed_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Reachable but down in all but name (every request a 503): ``r1build resolve`` names the cause and exits
     1; an opted-in build warns and builds with the baseline."""
     from tests.generate.chat_server import Fault
 
-    project.write(baseline=True, budget={"rounds": 1, "samples": 2},
-                  generation={"retries": 0, "max-consecutive-failures": 2})
+    project.write(
+        baseline=True, budget={"rounds": 1, "samples": 2}, generation={"retries": 0, "max-consecutive-failures": 2}
+    )
     with ChatServer([Fault(503, "overloaded")] * 40) as server:
         keyed_env.setenv("R1BUILD_BASE_URL", server.url)
         assert main(["resolve", "--manifest", str(project.root), "--no-gpu"]) == 1

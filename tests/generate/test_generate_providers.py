@@ -58,20 +58,25 @@ def test_task_prompt_carries_the_spec(project: Project) -> None:
     spec = manifest.kernel("vadd")
     text = task_prompt(manifest, spec, "sm_90", direction="warp shuffles")
     for needle in (
-        SIGNATURE,                                    # the exact signature
+        SIGNATURE,  # the exact signature
         "| a | const float* | input array (read only) | [n]",
         "| out | float* | output array",
-        "out[i] = a[i] + b[i]",                       # the description
-        "def vadd(a, b, n):",                         # the reference's source
-        "n=1; n=1000",                                # correctness shapes
-        "n=16777216",                                  # benchmark shape
-        "132 SMs", "227 KiB per block", "at most 255 per thread", "Tensor cores: 4th gen",
-        "at most 64 registers per thread", "no spilling",
+        "out[i] = a[i] + b[i]",  # the description
+        "def vadd(a, b, n):",  # the reference's source
+        "n=1; n=1000",  # correctness shapes
+        "n=16777216",  # benchmark shape
+        "132 SMs",
+        "227 KiB per block",
+        "at most 255 per thread",
+        "Tensor cores: 4th gen",
+        "at most 64 registers per thread",
+        "no spilling",
         "nvcc -O3 -std=c++17 -arch=sm_90",
         "`BLOCK` is tried with the values 128, 256",
         "// @tunable NAME: 128, 256, 512",
         "Optimization direction for this attempt: warp shuffles",
-        "anonymous namespace", "`stream`",
+        "anonymous namespace",
+        "`stream`",
         "```cuda fenced block",
     ):
         assert needle in text, needle
@@ -79,28 +84,49 @@ def test_task_prompt_carries_the_spec(project: Project) -> None:
 
 def test_feedback_prompt() -> None:
     gate = GateReport(registers=40, spill_stores=8, spill_loads=8, shared_bytes=4096)
-    log = "\n".join([f"note {i}: instantiated from here" for i in range(60)]
-                    + ["vadd.cu(12): error: identifier \"tid\" is undefined", "1 error detected"])
-    failed = Judged("round 0 sample 1", kernel_source(1),
-                    Result(candidate="d1", arch="sm_90", status="compile_error", detail=log))
-    fast = Judged("round 0 sample 2", kernel_source(2),
-                  Result(candidate="d2", arch="sm_90", status="passed", gate=gate, device="H200",
-                         timing=Timing(median_us=12.5, spread=0.01, samples=20, floor_us=10.0, share_of_floor=0.8,
-                                       speedup_vs_baseline=1.5)))
-    wrong = Judged("round 0 sample 3", kernel_source(3),
-                   Result(candidate="d3", arch="sm_90", status="incorrect",
-                          detail="n=1000: max abs error 0.5 at index 3"))
-    spec_text = feedback_prompt(_spec(), parent=failed, parent_in_conversation=True, best=[fast],
-                                failures=[wrong], notes=["2 answer(s) had no ```cuda block with the kernel."],
-                                direction="vectorized loads")
+    log = "\n".join(
+        [f"note {i}: instantiated from here" for i in range(60)]
+        + ['vadd.cu(12): error: identifier "tid" is undefined', "1 error detected"]
+    )
+    failed = Judged(
+        "round 0 sample 1", kernel_source(1), Result(candidate="d1", arch="sm_90", status="compile_error", detail=log)
+    )
+    fast = Judged(
+        "round 0 sample 2",
+        kernel_source(2),
+        Result(
+            candidate="d2",
+            arch="sm_90",
+            status="passed",
+            gate=gate,
+            device="H200",
+            timing=Timing(
+                median_us=12.5, spread=0.01, samples=20, floor_us=10.0, share_of_floor=0.8, speedup_vs_baseline=1.5
+            ),
+        ),
+    )
+    wrong = Judged(
+        "round 0 sample 3",
+        kernel_source(3),
+        Result(candidate="d3", arch="sm_90", status="incorrect", detail="n=1000: max abs error 0.5 at index 3"),
+    )
+    spec_text = feedback_prompt(
+        _spec(),
+        parent=failed,
+        parent_in_conversation=True,
+        best=[fast],
+        failures=[wrong],
+        notes=["2 answer(s) had no ```cuda block with the kernel."],
+        direction="vectorized loads",
+    )
     assert 'identifier "tid" is undefined' in spec_text
-    assert "note 59" not in spec_text           # trimmed to the errors
+    assert "note 59" not in spec_text  # trimmed to the errors
     assert "12.50 us" in spec_text and "80% of the hardware floor (10.00 us)" in spec_text
     assert "1.50x the baseline" in spec_text and "40 registers per thread, 16 bytes of spills" in spec_text
-    assert kernel_source(2).strip() in spec_text    # the best kernel's source, as it is not the parent
+    assert kernel_source(2).strip() in spec_text  # the best kernel's source, as it is not the parent
     assert "max abs error 0.5" in spec_text
     assert "no ```cuda block" in spec_text
-    assert spec_text.count(kernel_source(1).strip()) == 0   # the parent's own code is in the conversation
+    assert spec_text.count(kernel_source(1).strip()) == 0  # the parent's own code is in the conversation
     assert "Fix it, focusing on vectorized loads" in spec_text
 
 
@@ -111,6 +137,10 @@ def test_trim_log_keeps_errors() -> None:
 
 
 def _spec() -> KernelSpec:
-    args = [Arg("a", "float32", ["n"], "in"), Arg("b", "float32", ["n"], "in"), Arg("out", "float32", ["n"], "out"),
-            Arg("n", "int64")]
+    args = [
+        Arg("a", "float32", ["n"], "in"),
+        Arg("b", "float32", ["n"], "in"),
+        Arg("out", "float32", ["n"], "out"),
+        Arg("n", "int64"),
+    ]
     return KernelSpec("vadd", "add", args, "ref:vadd", [{"n": 1}], [{"n": 1048576}])

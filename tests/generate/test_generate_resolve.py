@@ -108,12 +108,17 @@ def test_without_a_gpu_a_generated_candidate_is_pending_until_a_gpu_judges_it(
     entry = read_lock(project.root / "kernels.lock").entry("vadd", "sm_90")  # type: ignore[union-attr]
     assert entry is not None
     assert (entry.provenance, entry.validation, entry.checks, entry.model) == (
-        "generated", "validated", CHECKS_VERSION, "deepseek-reasoner")
+        "generated",
+        "validated",
+        CHECKS_VERSION,
+        "deepseek-reasoner",
+    )
 
 
 @pytest.mark.gpu
-def test_resolve_generates_and_measures_on_the_gpu(project: Project, clean_env: None,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_resolve_generates_and_measures_on_the_gpu(
+    project: Project, clean_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The closed loop on a real GPU: generated candidates are validated and timed, the second round's prompt
     carries the measured times, and the decision is a measured one."""
     # the floor itself as the target share: no early stop at the floor, so the second round (with feedback) runs
@@ -128,8 +133,9 @@ def test_resolve_generates_and_measures_on_the_gpu(project: Project, clean_env: 
     with project.cache() as cache:
         decision = cache.get_decision(key)
     assert decision is not None and decision.measured and decision.device
-    generated = [r for ref, r in zip(decision.candidates, decision.results, strict=True)
-                 if ref.origin.kind == "generated"]
+    generated = [
+        r for ref, r in zip(decision.candidates, decision.results, strict=True) if ref.origin.kind == "generated"
+    ]
     assert generated and all(r.status == "passed" and r.timing is not None for r in generated)
     assert len(prompts) == 4 and any("It is correct and takes " in p and " us on " in p for p in prompts[2:])
     entry = read_lock(project.root / "kernels.lock").entry("vadd", "sm_90")  # type: ignore[union-attr]

@@ -19,13 +19,26 @@ from tests.generate.chat_server import Answer, ChatServer, Fault, Reply, Request
 from tests.generate.gen_support import KEY, MarkerJudge, Project, answer, broken_source, env_for, kernel_source
 
 
-def run(project: Project, manifest: Manifest, server: ChatServer, judge: Any, *, seeds: list[Candidate] | None = None,
-        events: list[Event] | None = None) -> SearchOutcome:
+def run(
+    project: Project,
+    manifest: Manifest,
+    server: ChatServer,
+    judge: Any,
+    *,
+    seeds: list[Candidate] | None = None,
+    events: list[Event] | None = None,
+) -> SearchOutcome:
     spec = manifest.kernel("vadd")
     with project.cache() as cache, sink((events if events is not None else []).append):
-        return search(manifest, spec, "sm_90", evaluator=judge, cache=cache,
-                      seeds=seeds if seeds is not None else expand_variants(manifest, spec),
-                      environ=env_for(server.url))
+        return search(
+            manifest,
+            spec,
+            "sm_90",
+            evaluator=judge,
+            cache=cache,
+            seeds=seeds if seeds is not None else expand_variants(manifest, spec),
+            environ=env_for(server.url),
+        )
 
 
 def by_round(server: ChatServer) -> list[Request]:
@@ -52,8 +65,10 @@ def test_valid_kernels(project: Project, judge: MarkerJudge) -> None:
 
 def test_transcripts_hold_everything_but_the_key(project: Project, judge: MarkerJudge) -> None:
     manifest = project.write(budget={"rounds": 1, "samples": 2})
-    replies: list[Reply] = [Fault(500, message=f"upstream echoed Bearer {KEY}"),
-               Answer(answer(kernel_source(1)), reasoning="deep thought", completion_tokens=77)]
+    replies: list[Reply] = [
+        Fault(500, message=f"upstream echoed Bearer {KEY}"),
+        Answer(answer(kernel_source(1)), reasoning="deep thought", completion_tokens=77),
+    ]
     with ChatServer(replies) as server:
         outcome = run(project, manifest, server, judge)
     with project.cache() as cache:
@@ -85,8 +100,9 @@ def test_compile_errors_flow_back_through_the_real_gate(project: Project) -> Non
 
     with ChatServer(script) as server, project.cache() as cache:
         spec = manifest.kernel("vadd")
-        outcome = search(manifest, spec, "sm_90", evaluator=StaticGate(cache), cache=cache, seeds=[],
-                         environ=env_for(server.url))
+        outcome = search(
+            manifest, spec, "sm_90", evaluator=StaticGate(cache), cache=cache, seeds=[], environ=env_for(server.url)
+        )
     assert [r.status for r in outcome.results] == ["compile_error", "passed"]
     second = server.chat_requests()[1]
     roles = [m["role"] for m in second.messages]
@@ -99,8 +115,7 @@ def test_compile_errors_flow_back_through_the_real_gate(project: Project) -> Non
 
 
 def test_feedback_carries_time_share_and_mismatches(project: Project, judge: MarkerJudge) -> None:
-    manifest = project.write(baseline=True, budget={"rounds": 2, "samples": 2, "target-share": 0.99,
-                                                    "patience": 3})
+    manifest = project.write(baseline=True, budget={"rounds": 2, "samples": 2, "target-share": 0.99, "patience": 3})
     first = [Answer(answer(kernel_source(1, time_us=20.0))), Answer(answer(kernel_source(2) + "// WRONG\n"))]
 
     def script(request: Request) -> Answer:
@@ -144,7 +159,7 @@ def test_identical_candidates_are_judged_once(project: Project, judge: MarkerJud
         outcome = run(project, manifest, server, judge)
     generated = outcome.generated()
     assert len(generated) == 1 and generated[0][0].source in (same, relaid)
-    assert outcome.usage.duplicates == 3       # two copies of the first, one copy of the baseline
+    assert outcome.usage.duplicates == 3  # two copies of the first, one copy of the baseline
     assert len(set(judge.judged)) == len(judge.judged)
     # the baseline, and the first kernel once (twice at most: once more when an earlier sample's re-laid copy
     # arrived after a later sample's, so that the earliest sample's text is the one kept)
@@ -153,13 +168,17 @@ def test_identical_candidates_are_judged_once(project: Project, judge: MarkerJud
 
 def test_tunables_of_generated_sources(project: Project, judge: MarkerJudge) -> None:
     manifest = project.write(budget={"rounds": 1, "samples": 1}, tunables={"BLOCK": [128, 256]})
-    extra = ("#ifndef BLOCK\n#define BLOCK 256\n#endif\n"
-             "// @tunable UNROLL: 1, 4\n#ifndef UNROLL\n#define UNROLL 1\n#endif\n")
+    extra = (
+        "#ifndef BLOCK\n#define BLOCK 256\n#endif\n// @tunable UNROLL: 1, 4\n#ifndef UNROLL\n#define UNROLL 1\n#endif\n"
+    )
     with ChatServer([Answer(answer(kernel_source(1, extra=extra)))]) as server:
         outcome = run(project, manifest, server, judge, seeds=[])
     assert [c.defines for c in outcome.candidates] == [
-        {"BLOCK": 128, "UNROLL": 1}, {"BLOCK": 128, "UNROLL": 4}, {"BLOCK": 256, "UNROLL": 1},
-        {"BLOCK": 256, "UNROLL": 4}]
+        {"BLOCK": 128, "UNROLL": 1},
+        {"BLOCK": 128, "UNROLL": 4},
+        {"BLOCK": 256, "UNROLL": 1},
+        {"BLOCK": 256, "UNROLL": 4},
+    ]
 
 
 def test_faults_are_reported_and_retried_only_where_they_should(project: Project, judge: MarkerJudge) -> None:
@@ -180,27 +199,36 @@ def test_faults_are_reported_and_retried_only_where_they_should(project: Project
         return plan[sample][min(n, len(plan[sample]) - 1)]
 
     events: list[Event] = []
-    directions = [f"SAMPLE={i}" for i in range(4)]   # each sample's prompt names it, so the script can tell them apart
+    directions = [f"SAMPLE={i}" for i in range(4)]  # each sample's prompt names it, so the script can tell them apart
     manifest = project.write(budget={"rounds": 1, "samples": 4}, generation={"retries": 1, "directions": directions})
     with ChatServer(script) as server:
         outcome = run(project, manifest, server, judge, seeds=[], events=events)
-    assert seen == {0: 2, 1: 2, 2: 2, 3: 1}          # truncation is final, 5xx gives up after the retries
+    assert seen == {0: 2, 1: 2, 2: 2, 3: 1}  # truncation is final, 5xx gives up after the retries
     assert sorted(c.origin.sample or 0 for c in outcome.candidates) == [0, 2]
-    assert outcome.usage.failures == {"rate_limited": 1, "server_error": 2, "stream_cut": 1, "gave_up": 1,
-                                      "truncated": 1}
+    assert outcome.usage.failures == {
+        "rate_limited": 1,
+        "server_error": 2,
+        "stream_cut": 1,
+        "gave_up": 1,
+        "truncated": 1,
+    }
     assert outcome.usage.requests == 7 and outcome.usage.retries == 3
     warnings = [e.message for e in events if isinstance(e, Note) and e.level == "warning"]
     assert any("HTTP 429" in w and "retrying" in w for w in warnings)
     assert any("HTTP 502" in w and "giving up" in w for w in warnings)
 
 
-@pytest.mark.parametrize(("status", "error"), [(401, ConfigError), (402, GenerationError), (400, GenerationError),
-                                               (422, GenerationError)])
-def test_fatal_status_ends_the_search(project: Project, judge: MarkerJudge, status: int,
-                                      error: type[Exception]) -> None:
+@pytest.mark.parametrize(
+    ("status", "error"), [(401, ConfigError), (402, GenerationError), (400, GenerationError), (422, GenerationError)]
+)
+def test_fatal_status_ends_the_search(
+    project: Project, judge: MarkerJudge, status: int, error: type[Exception]
+) -> None:
     manifest = project.write(budget={"rounds": 2, "samples": 3}, generation={"max-concurrency": 1})
-    with (ChatServer([Fault(status, message="refused"), Answer(answer(kernel_source(1)))]) as server,
-          pytest.raises(error, match=f"HTTP {status}")):
+    with (
+        ChatServer([Fault(status, message="refused"), Answer(answer(kernel_source(1)))]) as server,
+        pytest.raises(error, match=f"HTTP {status}"),
+    ):
         run(project, manifest, server, judge)
     assert len(server.chat_requests()) == 1
     assert KEY.encode() not in project.cache_bytes()
@@ -228,15 +256,19 @@ def test_candidate_and_round_budgets(project: Project, judge: MarkerJudge) -> No
 
 
 def test_token_budget(project: Project, judge: MarkerJudge) -> None:
-    manifest = project.write(budget={"tokens": 2500, "rounds": 5, "samples": 2, "patience": 9},
-                             generation={"max-concurrency": 1})
+    manifest = project.write(
+        budget={"tokens": 2500, "rounds": 5, "samples": 2, "patience": 9}, generation={"max-concurrency": 1}
+    )
     counter = iter(range(1000))
 
     def script(request: Request) -> Answer:
         """Like a real server: 1000 tokens per answer unless max_tokens cuts it first."""
         limit = int((request.body or {})["max_tokens"])
-        return Answer(answer(kernel_source(next(counter), time_us=50.0)), completion_tokens=min(1000, limit),
-                      finish_reason="stop" if limit >= 1000 else "length")
+        return Answer(
+            answer(kernel_source(next(counter), time_us=50.0)),
+            completion_tokens=min(1000, limit),
+            finish_reason="stop" if limit >= 1000 else "length",
+        )
 
     with ChatServer(script) as server:
         outcome = run(project, manifest, server, judge, seeds=[])
@@ -249,12 +281,15 @@ def test_token_budget(project: Project, judge: MarkerJudge) -> None:
 
 
 def test_money_budget(project: Project, judge: MarkerJudge) -> None:
-    prices = {"input-per-mtok": 1000.0, "output-per-mtok": 1000.0}   # $0.001 per token
-    manifest = project.write(budget={"money-usd": 2.5, "rounds": 4, "samples": 2, "patience": 9},
-                             generation={"max-concurrency": 1, "prices": prices})
+    prices = {"input-per-mtok": 1000.0, "output-per-mtok": 1000.0}  # $0.001 per token
+    manifest = project.write(
+        budget={"money-usd": 2.5, "rounds": 4, "samples": 2, "patience": 9},
+        generation={"max-concurrency": 1, "prices": prices},
+    )
     counter = iter(range(1000))
-    with ChatServer(lambda r: Answer(answer(kernel_source(next(counter), time_us=50.0)), prompt_tokens=500,
-                                     completion_tokens=500)) as server:
+    with ChatServer(
+        lambda r: Answer(answer(kernel_source(next(counter), time_us=50.0)), prompt_tokens=500, completion_tokens=500)
+    ) as server:
         outcome = run(project, manifest, server, judge, seeds=[])
     # two answers cost $2.00; a third would not fit with its prompt alone (~$0.8 by the prompt's length)
     assert outcome.stop_reason == "money"
@@ -262,8 +297,9 @@ def test_money_budget(project: Project, judge: MarkerJudge) -> None:
 
 
 def test_wall_time_budget(project: Project, judge: MarkerJudge, stopwatch: Any) -> None:
-    manifest = project.write(budget={"wall-time-s": 1.0, "rounds": 3, "samples": 2},
-                             generation={"request-timeout-s": 30})
+    manifest = project.write(
+        budget={"wall-time-s": 1.0, "rounds": 3, "samples": 2}, generation={"request-timeout-s": 30}
+    )
     with ChatServer([Answer(answer(kernel_source(1, time_us=50.0))), Stall()]) as server:
         outcome = run(project, manifest, server, judge, seeds=[])
     assert stopwatch() < 2.5
@@ -273,8 +309,7 @@ def test_wall_time_budget(project: Project, judge: MarkerJudge, stopwatch: Any) 
 
 
 def test_concurrency_cap(project: Project, judge: MarkerJudge) -> None:
-    manifest = project.write(budget={"rounds": 1, "samples": 12, "candidates": 12},
-                             generation={"max-concurrency": 3})
+    manifest = project.write(budget={"rounds": 1, "samples": 12, "candidates": 12}, generation={"max-concurrency": 3})
     counter = iter(range(1000))
     with ChatServer(lambda r: Answer(answer(kernel_source(next(counter))), delay=0.05)) as server:
         outcome = run(project, manifest, server, judge, seeds=[])
@@ -285,8 +320,11 @@ def test_judging_overlaps_with_requests(project: Project) -> None:
     """Candidates are judged (in a worker thread) while other answers are still streaming."""
     judge = MarkerJudge(delay_s=0.05)
     manifest = project.write(budget={"rounds": 1, "samples": 3})
-    replies = {0: Answer(answer(kernel_source(0))), 1: Answer(answer(kernel_source(1)), delay=0.5),
-               2: Answer(answer(kernel_source(2)), delay=0.5)}
+    replies = {
+        0: Answer(answer(kernel_source(0))),
+        1: Answer(answer(kernel_source(1)), delay=0.5),
+        2: Answer(answer(kernel_source(2)), delay=0.5),
+    }
     counter = iter(range(3))
     with ChatServer(lambda r: replies[next(counter)]) as server:
         run(project, manifest, server, judge, seeds=[])
@@ -326,8 +364,9 @@ def test_patience(project: Project, judge: MarkerJudge) -> None:
 
 
 def test_progress_events(project: Project, judge: MarkerJudge) -> None:
-    manifest = project.write(budget={"rounds": 1, "samples": 2},
-                             generation={"prices": {"input-per-mtok": 1.0, "output-per-mtok": 2.0}})
+    manifest = project.write(
+        budget={"rounds": 1, "samples": 2}, generation={"prices": {"input-per-mtok": 1.0, "output-per-mtok": 2.0}}
+    )
     events: list[Event] = []
     with ChatServer([Answer(answer(kernel_source(1)), completion_tokens=500)]) as server:
         run(project, manifest, server, judge, seeds=[], events=events)
@@ -340,22 +379,33 @@ def test_progress_events(project: Project, judge: MarkerJudge) -> None:
 
 
 def test_replay_reproduces_without_network(project: Project, judge: MarkerJudge) -> None:
-    manifest = project.write(baseline=True, budget={"rounds": 2, "samples": 3, "patience": 2},
-                             tunables={"BLOCK": [64, 128]})
+    manifest = project.write(
+        baseline=True, budget={"rounds": 2, "samples": 3, "patience": 2}, tunables={"BLOCK": [64, 128]}
+    )
     extra = "#ifndef BLOCK\n#define BLOCK 64\n#endif\n"
-    replies = [Answer(answer(kernel_source(1, time_us=40, extra=extra))), Answer("no code"),
-               Answer(answer(kernel_source(2, time_us=30)) + "\n", finish_reason="length"),
-               Answer(answer(kernel_source(3, time_us=20))),
-               Answer(answer(kernel_source(3, time_us=20).replace("    ", "  ") + "// same kernel, other layout\n")),
-               Answer(answer(broken_source()))]
+    replies = [
+        Answer(answer(kernel_source(1, time_us=40, extra=extra))),
+        Answer("no code"),
+        Answer(answer(kernel_source(2, time_us=30)) + "\n", finish_reason="length"),
+        Answer(answer(kernel_source(3, time_us=20))),
+        Answer(answer(kernel_source(3, time_us=20).replace("    ", "  ") + "// same kernel, other layout\n")),
+        Answer(answer(broken_source())),
+    ]
     counter = iter(range(100))
     with ChatServer(lambda r: replies[next(counter)]) as server:
         outcome = run(project, manifest, server, judge)
     spec = manifest.kernel("vadd")
     seeds = expand_variants(manifest, spec)
     with project.cache() as cache:
-        again = replay(manifest, spec, "sm_90", evaluator=MarkerJudge(), cache=cache,
-                       transcripts=list(reversed(outcome.transcripts)), seeds=seeds)
+        again = replay(
+            manifest,
+            spec,
+            "sm_90",
+            evaluator=MarkerJudge(),
+            cache=cache,
+            transcripts=list(reversed(outcome.transcripts)),
+            seeds=seeds,
+        )
     assert [c.digest for c in again.candidates] == [c.digest for c in outcome.candidates]
     assert [c.origin for c in again.candidates] == [c.origin for c in outcome.candidates]
     assert [r.status for r in again.results] == [r.status for r in outcome.results]
@@ -399,8 +449,9 @@ def test_temperature_schedule_and_directions(project: Project, judge: MarkerJudg
     def script(request: Request) -> Answer:
         return Answer(answer(kernel_source(next(counter))))
 
-    manifest = project.write(budget={"rounds": 1, "samples": 4},
-                             generation={"provider": "vllm", "temperatures": [0.5, 0.7]})
+    manifest = project.write(
+        budget={"rounds": 1, "samples": 4}, generation={"provider": "vllm", "temperatures": [0.5, 0.7]}
+    )
     with ChatServer(script) as server:
         run(project, manifest, server, judge, seeds=[])
     bodies = [r.body or {} for r in server.chat_requests()]
@@ -418,8 +469,10 @@ def test_temperature_schedule_and_directions(project: Project, judge: MarkerJudg
 
 def test_plain_answers(project: Project, judge: MarkerJudge) -> None:
     manifest = project.write(budget={"rounds": 1, "samples": 2}, generation={"stream": False})
-    replies = [Answer(answer(kernel_source(1)), reasoning="plain reasoning", reasoning_field="reasoning"),
-               Answer(answer(kernel_source(2)), reasoning="plain reasoning")]
+    replies = [
+        Answer(answer(kernel_source(1)), reasoning="plain reasoning", reasoning_field="reasoning"),
+        Answer(answer(kernel_source(2)), reasoning="plain reasoning"),
+    ]
     with ChatServer(replies) as server:
         outcome = run(project, manifest, server, judge, seeds=[])
     assert len(outcome.candidates) == 2 and all((r.body or {})["stream"] is False for r in server.chat_requests())
@@ -439,8 +492,9 @@ def test_key_echoed_in_an_answer_is_scrubbed_and_placeholders_are_not(project: P
     keyless = kernel_source(2, extra="// EMPTY slots are skipped\n")
     spec = manifest.kernel("vadd")
     with ChatServer([Answer(answer(keyless))]) as server, project.cache() as cache:
-        outcome = search(manifest, spec, "sm_90", evaluator=judge, cache=cache, seeds=[],
-                         environ={"R1BUILD_BASE_URL": server.url})
+        outcome = search(
+            manifest, spec, "sm_90", evaluator=judge, cache=cache, seeds=[], environ={"R1BUILD_BASE_URL": server.url}
+        )
         again = replay(manifest, spec, "sm_90", evaluator=judge, cache=cache, transcripts=outcome.transcripts)
     assert server.chat_requests()[0].headers["authorization"] == "Bearer EMPTY"
     assert [c.source for c in again.candidates] == [keyless] == [c.source for c in outcome.candidates]

@@ -33,12 +33,27 @@ def test_four_concurrent_resolves_send_the_requests_of_one(project: Project, cle
     # slow answers: every process has started and missed before the first one's decision is stored
     replies = [Answer(answer(kernel_source(1)), delay=3.0), Answer(answer(kernel_source(2)), delay=3.0)]
     with ChatServer(replies) as server:
-        env = {**os.environ, "R1BUILD_BASE_URL": server.url, "DEEPSEEK_API_KEY": KEY,
-               "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
-        argv = [sys.executable, "-m", "r1build.cli.main", "resolve", "--no-gpu", "-m", str(project.root),
-                "--cache-dir", str(project.cache_dir)]
-        procs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                 for _ in range(4)]
+        env = {
+            **os.environ,
+            "R1BUILD_BASE_URL": server.url,
+            "DEEPSEEK_API_KEY": KEY,
+            "PYTHONPATH": str(ROOT),
+            "COLUMNS": "200",
+        }
+        argv = [
+            sys.executable,
+            "-m",
+            "r1build.cli.main",
+            "resolve",
+            "--no-gpu",
+            "-m",
+            str(project.root),
+            "--cache-dir",
+            str(project.cache_dir),
+        ]
+        procs = [
+            subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)
+        ]
         outputs = [p.communicate(timeout=300) for p in procs]
         requests = len(server.chat_requests())
     for proc, (out, err) in zip(procs, outputs, strict=True):
@@ -53,9 +68,9 @@ def test_four_concurrent_resolves_send_the_requests_of_one(project: Project, cle
     assert decision is not None and len(decision.transcripts) == 2
 
 
-def test_a_resolve_judges_what_generate_produced(project: Project, clean_env: None,
-                                                 monkeypatch: pytest.MonkeyPatch,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_resolve_judges_what_generate_produced(
+    project: Project, clean_env: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     manifest = project.write(baseline=True, budget={"rounds": 1, "samples": 2})
     common = ["--manifest", str(project.root), "--cache-dir", str(project.cache_dir)]
     with ChatServer([Answer(answer(kernel_source(1))), Answer(answer(kernel_source(2)))]) as server:

@@ -17,11 +17,20 @@ def _lock_for(m: Manifest) -> Lock:
     entries = []
     for spec in m.kernels:
         for arch in m.archs_of(spec):
-            entries.append(LockEntry(
-                name=spec.name, arch=arch, key=decision_key(m, spec, arch), winner="b" * 64, source="b" * 64,
-                provenance="baseline", validation="unvalidated", inputs=inputs_of(m, spec), origin=spec.baseline,
-                toolchain="cuda_13.0",
-            ))
+            entries.append(
+                LockEntry(
+                    name=spec.name,
+                    arch=arch,
+                    key=decision_key(m, spec, arch),
+                    winner="b" * 64,
+                    source="b" * 64,
+                    provenance="baseline",
+                    validation="unvalidated",
+                    inputs=inputs_of(m, spec),
+                    origin=spec.baseline,
+                    toolchain="cuda_13.0",
+                )
+            )
     return Lock(manifest=m.path.name, kernel=list(reversed(entries)))
 
 
@@ -68,8 +77,9 @@ def test_removed_kernel_and_arch_are_reported(root_copy: Path) -> None:
     m = load_manifest(root_copy / "kernels.toml")
     write_lock(root_copy / "kernels.lock", _lock_for(m))
     toml = root_copy / "kernels.toml"
-    toml.write_text(toml.read_text(encoding="utf-8").replace('archs = ["sm_80", "sm_90"]', 'archs = ["sm_90"]', 1),
-                    encoding="utf-8")
+    toml.write_text(
+        toml.read_text(encoding="utf-8").replace('archs = ["sm_80", "sm_90"]', 'archs = ["sm_90"]', 1), encoding="utf-8"
+    )
     staleness = check_lock(load_manifest(toml), read_lock(root_copy / "kernels.lock"))
     assert ("silu_mul", "sm_80", "locked but no longer declared in the manifest") in staleness.problems
 
@@ -77,12 +87,14 @@ def test_removed_kernel_and_arch_are_reported(root_copy: Path) -> None:
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (lambda t: t.replace('version = 2', 'version = 7'), "lock version 7 is not supported"),
-        (lambda t: t.replace('provenance = "baseline"', 'provenance = baseline', 1), "invalid TOML"),
-        (lambda t: t.replace('provenance = "baseline"', 'provenanse = "baseline"', 1),
-         "unknown key 'provenanse' (did you mean 'provenance'?)"),
+        (lambda t: t.replace("version = 2", "version = 7"), "lock version 7 is not supported"),
+        (lambda t: t.replace('provenance = "baseline"', "provenance = baseline", 1), "invalid TOML"),
+        (
+            lambda t: t.replace('provenance = "baseline"', 'provenanse = "baseline"', 1),
+            "unknown key 'provenanse' (did you mean 'provenance'?)",
+        ),
         (lambda t: t.replace('winner = "' + "b" * 64, 'winner = "' + "z" * 64, 1), "not a sha256 digest"),
-        (lambda t: t.replace('name = "matmul"', 'name = 3', 1), "expected a string"),
+        (lambda t: t.replace('name = "matmul"', "name = 3", 1), "expected a string"),
         (lambda t: "\n".join(t.splitlines()[:30]) + '\n[[kernel]]\nname = "x"\n', "missing required key"),
     ],
     ids=["version", "toml", "unknown-key", "digest", "type", "truncated"],

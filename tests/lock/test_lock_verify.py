@@ -46,20 +46,35 @@ FAKE_SOURCE = digest_bytes(b"__global__ void evil() {}\n")
 
 Edit = Callable[[str], str]
 CASES: list[tuple[str, Edit, str, str]] = [
-    ("cmake-in-define", lambda t: _with_defines(t, '{ BLOCK = "128\\nmessage(WARNING pwned)" }',
-                                                {"BLOCK": INJECTED}, fix_winner=True),
-     "defines", "is not an integer, a numeric literal or an identifier"),
-    ("flag-in-define", lambda t: _with_defines(t, '{ BLOCK = "128 -DEVIL=1" }', {"BLOCK": "128 -DEVIL=1"},
-                                               fix_winner=True),
-     "defines", "is not an integer, a numeric literal or an identifier"),
+    (
+        "cmake-in-define",
+        lambda t: _with_defines(t, '{ BLOCK = "128\\nmessage(WARNING pwned)" }', {"BLOCK": INJECTED}, fix_winner=True),
+        "defines",
+        "is not an integer, a numeric literal or an identifier",
+    ),
+    (
+        "flag-in-define",
+        lambda t: _with_defines(t, '{ BLOCK = "128 -DEVIL=1" }', {"BLOCK": "128 -DEVIL=1"}, fix_winner=True),
+        "defines",
+        "is not an integer, a numeric literal or an identifier",
+    ),
     ("block-7", lambda t: _set(t, "defines", "{ BLOCK = 7 }"), "winner", "not the digest of the entry's source"),
-    ("block-7-forged", lambda t: _with_defines(t, "{ BLOCK = 7 }", {"BLOCK": 7}, fix_winner=True),
-     "defines", "BLOCK=7 is not one of the declared values [128, 256, 512]"),
+    (
+        "block-7-forged",
+        lambda t: _with_defines(t, "{ BLOCK = 7 }", {"BLOCK": 7}, fix_winner=True),
+        "defines",
+        "BLOCK=7 is not one of the declared values [128, 256, 512]",
+    ),
     ("winner-zeros", lambda t: _set(t, "winner", '"' + "0" * 64 + '"'), "winner", "not the digest"),
     ("source-edited", lambda t: _set(t, "source", f'"{FAKE_SOURCE}"'), "winner", "not the digest"),
-    ("source-forged", lambda t: _set(_set(t, "source", f'"{FAKE_SOURCE}"'), "winner",
-                                     f'"{variant_digest(FAKE_SOURCE, {"BLOCK": 256})}"'),
-     "source", f"is not the digest of {VEC4}"),
+    (
+        "source-forged",
+        lambda t: _set(
+            _set(t, "source", f'"{FAKE_SOURCE}"'), "winner", f'"{variant_digest(FAKE_SOURCE, {"BLOCK": 256})}"'
+        ),
+        "source",
+        f"is not the digest of {VEC4}",
+    ),
     ("arch", lambda t: _set(t, "arch", '"90"'), "arch", "not canonical"),
     ("gpu-newline", lambda t: _set(t, "gpu", '"H200\\n#error x"'), "gpu", "not one printable line"),
     ("time", lambda t: _set(t, "time-us", "-1.0"), "time-us", "not a positive time"),
@@ -69,8 +84,9 @@ CASES: list[tuple[str, Edit, str, str]] = [
 
 
 @pytest.mark.parametrize(("edit", "field", "message"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_check_locked_refuses_every_tampered_field(locked: Path, capsys: pytest.CaptureFixture[str],
-                                                   edit: Edit, field: str, message: str) -> None:
+def test_check_locked_refuses_every_tampered_field(
+    locked: Path, capsys: pytest.CaptureFixture[str], edit: Edit, field: str, message: str
+) -> None:
     path = locked / "kernels.lock"
     assert main(["check", "--locked", "-m", str(locked)]) == 0
     assert "kernels.lock: current and verified" in capsys.readouterr().out
@@ -83,8 +99,9 @@ def test_check_locked_refuses_every_tampered_field(locked: Path, capsys: pytest.
         assert message in flat and "r1build lock" in flat, (command, err)
 
 
-def test_generated_winner_whose_source_is_nowhere_fails_check_locked(locked: Path, tmp_path: Path,
-                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_generated_winner_whose_source_is_nowhere_fails_check_locked(
+    locked: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """An entry consistent in itself (a generated winner, digests recomputed) whose source no cache, vendored
     folder or manifest file holds: `check --locked` fails as the locked build would."""
     path = locked / "kernels.lock"
@@ -123,8 +140,9 @@ def test_lock_rebuilds_a_truncated_lock_and_others_name_it(locked: Path, capsys:
     assert main(["check", "--locked", "-m", str(locked)]) == 0
 
 
-def test_lock_resolves_a_merge_conflict_keeping_what_verifies(locked: Path, tmp_path: Path,
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_lock_resolves_a_merge_conflict_keeping_what_verifies(
+    locked: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Two branches locked silu_mul/sm_90 differently; git left conflict markers. With an empty cache, `r1build
     lock` keeps our verified entry (its source is the manifest's own file) and drops theirs, saying so."""
     import subprocess
@@ -137,15 +155,24 @@ def test_lock_resolves_a_merge_conflict_keeping_what_verifies(locked: Path, tmp_
     mine = read_lock(path).entry("silu_mul", "sm_90")  # type: ignore[union-attr]
     assert mine is not None
     base_source = digest_bytes((locked / "kernels/silu_mul.cu").read_bytes())
-    theirs_entry = LockEntry(name="silu_mul", arch="sm_90", key=mine.key, winner=base_source, source=base_source,
-                             provenance="baseline", validation="unvalidated", inputs=dict(mine.inputs),
-                             origin="kernels/silu_mul.cu",
-                             toolchain=mine.toolchain)
+    theirs_entry = LockEntry(
+        name="silu_mul",
+        arch="sm_90",
+        key=mine.key,
+        winner=base_source,
+        source=base_source,
+        provenance="baseline",
+        validation="unvalidated",
+        inputs=dict(mine.inputs),
+        origin="kernels/silu_mul.cu",
+        toolchain=mine.toolchain,
+    )
     (tmp_path / "ours").write_text(ours, encoding="utf-8")
     (tmp_path / "base").write_text(render_lock(Lock(manifest="kernels.toml")), encoding="utf-8")
     (tmp_path / "theirs").write_text(render_lock(Lock(manifest="kernels.toml", kernel=[theirs_entry])), "utf-8")
-    merged = subprocess.run(["git", "merge-file", "-p", "ours", "base", "theirs"], cwd=tmp_path,
-                            capture_output=True, text=True, check=False)
+    merged = subprocess.run(
+        ["git", "merge-file", "-p", "ours", "base", "theirs"], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
     assert merged.returncode > 0 and "<<<<<<<" in merged.stdout, merged
     path.write_text(merged.stdout, encoding="utf-8")
     empty = ["--cache-dir", str(tmp_path / "empty-cache")]

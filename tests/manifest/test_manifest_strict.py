@@ -131,33 +131,83 @@ CASES: list[tuple[str, str, str, str, str]] = [
     ("arg-printf", '{ name = "x", dtype', '{ name = "printf", dtype', "kernel[0].args[0].name", "C library"),
     ("arg-int64_t", '{ name = "x", dtype', '{ name = "int64_t", dtype', "kernel[0].args[0].name", "type"),
     ("arg-float4", '{ name = "x", dtype', '{ name = "float4", dtype', "kernel[0].args[0].name", "type"),
-    ("arg-cudaStream", '{ name = "x", dtype', '{ name = "cudaStreamCreate", dtype', "kernel[0].args[0].name",
-     "CUDA runtime"),
+    (
+        "arg-cudaStream",
+        '{ name = "x", dtype',
+        '{ name = "cudaStreamCreate", dtype',
+        "kernel[0].args[0].name",
+        "CUDA runtime",
+    ),
     ("arg-min", '{ name = "x", dtype', '{ name = "min", dtype', "kernel[0].args[0].name", "device functions"),
     ("arg-kernel-name", '{ name = "x", dtype', '{ name = "scale", dtype', "kernel[0].args[0].name", "kernel's name"),
     ("arg-stream", '{ name = "x", dtype', '{ name = "stream", dtype', "kernel[0].args[0].name", "implied"),
     ("arg-keyword-alt", '{ name = "x", dtype', '{ name = "and", dtype', "kernel[0].args[0].name", "keyword"),
     # values out of range for their dtype
-    ("int8-300", 'dtype = "int8", value = 3 }', 'dtype = "int8", value = 300 }', "kernel[0].args[3].value",
-     "out of range for int8"),
-    ("int8-float", 'dtype = "int8", value = 3 }', 'dtype = "int8", value = 2.5 }', "kernel[0].args[3].value",
-     "must be integers"),
-    ("uint-negative", 'dtype = "int8", value = 3 }', 'dtype = "uint16", value = -1 }', "kernel[0].args[3].value",
-     "out of range for uint16"),
-    ("int-bool", 'dtype = "int8", value = 3 }', 'dtype = "int8", value = true }', "kernel[0].args[3].value",
-     "must be numbers"),
-    ("bool-number", 'dtype = "bool", value = true }', 'dtype = "bool", value = 1 }', "kernel[0].args[4].value",
-     "true or false"),
-    ("float16-overflow", 'dtype = "float32", value = 2.0 }', 'dtype = "float16", value = 1e6 }',
-     "kernel[0].args[2].value", "out of range for float16"),
-    ("float-nan", 'dtype = "float32", value = 2.0 }', 'dtype = "float32", value = nan }', "kernel[0].args[2].value",
-     "finite"),
-    ("float-inf", 'dtype = "float32", value = 2.0 }', 'dtype = "float32", value = -inf }', "kernel[0].args[2].value",
-     "finite"),
+    (
+        "int8-300",
+        'dtype = "int8", value = 3 }',
+        'dtype = "int8", value = 300 }',
+        "kernel[0].args[3].value",
+        "out of range for int8",
+    ),
+    (
+        "int8-float",
+        'dtype = "int8", value = 3 }',
+        'dtype = "int8", value = 2.5 }',
+        "kernel[0].args[3].value",
+        "must be integers",
+    ),
+    (
+        "uint-negative",
+        'dtype = "int8", value = 3 }',
+        'dtype = "uint16", value = -1 }',
+        "kernel[0].args[3].value",
+        "out of range for uint16",
+    ),
+    (
+        "int-bool",
+        'dtype = "int8", value = 3 }',
+        'dtype = "int8", value = true }',
+        "kernel[0].args[3].value",
+        "must be numbers",
+    ),
+    (
+        "bool-number",
+        'dtype = "bool", value = true }',
+        'dtype = "bool", value = 1 }',
+        "kernel[0].args[4].value",
+        "true or false",
+    ),
+    (
+        "float16-overflow",
+        'dtype = "float32", value = 2.0 }',
+        'dtype = "float16", value = 1e6 }',
+        "kernel[0].args[2].value",
+        "out of range for float16",
+    ),
+    (
+        "float-nan",
+        'dtype = "float32", value = 2.0 }',
+        'dtype = "float32", value = nan }',
+        "kernel[0].args[2].value",
+        "finite",
+    ),
+    (
+        "float-inf",
+        'dtype = "float32", value = 2.0 }',
+        'dtype = "float32", value = -inf }',
+        "kernel[0].args[2].value",
+        "finite",
+    ),
     ("size-too-big", "{ n = 97 }", "{ n = 3000000000 }", "kernel[0].test-shapes[1].n", "does not fit its dtype int32"),
     ("bench-size-too-big", "{ n = 1048576 }", "{ n = 2147483648 }", "kernel[0].bench-shapes[0].n", "int32"),
-    ("shape-empty", 'shape = ["n"], role = "out"', 'shape = [], role = "out"', "kernel[0].args[1].shape",
-     "at least one dimension"),
+    (
+        "shape-empty",
+        'shape = ["n"], role = "out"',
+        'shape = [], role = "out"',
+        "kernel[0].args[1].shape",
+        "at least one dimension",
+    ),
     # tolerances, limits, budget, generation numbers
     ("rtol-nan", "rtol = 1e-5", "rtol = nan", "kernel[0].tolerance.rtol", "finite"),
     ("atol-inf", "atol = 1e-6", "atol = inf", "kernel[0].tolerance.atol", "finite"),
@@ -176,23 +226,52 @@ CASES: list[tuple[str, str, str, str, str]] = [
     ("top-p-high", "top-p = 0.95", "top-p = 2.0", "generation.top-p", "at most 1"),
     ("temperature-nan", "temperatures = [0.6]", "temperatures = [0.6, nan]", "generation.temperatures[1]", "finite"),
     ("temperature-high", "temperatures = [0.6]", "temperatures = [0.6, 3.0]", "generation.temperatures[1]", "0..2"),
-    ("price-negative", "input-per-mtok = 0.5", "input-per-mtok = -0.5", "generation.prices.input-per-mtok",
-     "at least 0"),
+    (
+        "price-negative",
+        "input-per-mtok = 0.5",
+        "input-per-mtok = -0.5",
+        "generation.prices.input-per-mtok",
+        "at least 0",
+    ),
     # the endpoint, the key's variable, the CMake target
-    ("url-no-scheme", 'base-url = "http://127.0.0.1:8000/v1"', 'base-url = "127.0.0.1:8000/v1"',
-     "generation.base-url", "not an http:// or https:// URL"),
-    ("url-file", 'base-url = "http://127.0.0.1:8000/v1"', 'base-url = "file:///etc/passwd"', "generation.base-url",
-     "http"),
+    (
+        "url-no-scheme",
+        'base-url = "http://127.0.0.1:8000/v1"',
+        'base-url = "127.0.0.1:8000/v1"',
+        "generation.base-url",
+        "not an http:// or https:// URL",
+    ),
+    (
+        "url-file",
+        'base-url = "http://127.0.0.1:8000/v1"',
+        'base-url = "file:///etc/passwd"',
+        "generation.base-url",
+        "http",
+    ),
     ("url-words", 'base-url = "http://127.0.0.1:8000/v1"', 'base-url = "not a url"', "generation.base-url", "URL"),
-    ("url-bad-port", 'base-url = "http://127.0.0.1:8000/v1"', 'base-url = "http://host:99999/v1"',
-     "generation.base-url", "Port"),
-    ("url-credentials", 'base-url = "http://127.0.0.1:8000/v1"', 'base-url = "https://me:secret@host/v1"',
-     "generation.base-url", "no credentials"),
-    ("control-character", "top-p = 0.95", 'model = "r1\\u0001"\ntop-p = 0.95',
-     "generation.model", "control character"),
+    (
+        "url-bad-port",
+        'base-url = "http://127.0.0.1:8000/v1"',
+        'base-url = "http://host:99999/v1"',
+        "generation.base-url",
+        "Port",
+    ),
+    (
+        "url-credentials",
+        'base-url = "http://127.0.0.1:8000/v1"',
+        'base-url = "https://me:secret@host/v1"',
+        "generation.base-url",
+        "no credentials",
+    ),
+    ("control-character", "top-p = 0.95", 'model = "r1\\u0001"\ntop-p = 0.95', "generation.model", "control character"),
     ("kernel-name-long", 'name = "scale"', 'name = "' + "k" * 101 + '"', "kernel[0].name", "longer than 100"),
-    ("api-key-env", 'api-key-env = "MY_KEY"', 'api-key-env = "MY KEY"', "generation.api-key-env",
-     "environment variable"),
+    (
+        "api-key-env",
+        'api-key-env = "MY_KEY"',
+        'api-key-env = "MY KEY"',
+        "generation.api-key-env",
+        "environment variable",
+    ),
     ("target-cmake", 'target = "tiny::kernels"', 'target = "tiny) message(WARNING x"', "target", "CMake target"),
     # nvcc flags that select archs, outputs or the compiler, or are not one flag
     ("flag-arch", '"-O3", "-std=c++17"', '"-O3", "-arch=sm_80"', "nvcc-flags[1]", "archs"),
@@ -207,31 +286,43 @@ CASES: list[tuple[str, str, str, str, str]] = [
     ("flag-not-flag", '"-O3", "-std=c++17"', '"-O3", "evil.cu"', "nvcc-flags[1]", "not a flag"),
     ("flag-cmake", '"-O3", "-std=c++17"', '"-O3;-DX"', "nvcc-flags[0]", "characters"),
     ("flag-defines-tunable", '"-O3", "-std=c++17"', '"-O3", "-DBLOCK=64"', "nvcc-flags[1]", "a tunable of kernel[0]"),
-    ("flag-defines-arg", '"-O3", "-std=c++17"', '"-O3", "-Dalpha=beta"', "nvcc-flags[1]",
-     "an argument of kernel[0]"),
+    ("flag-defines-arg", '"-O3", "-std=c++17"', '"-O3", "-Dalpha=beta"', "nvcc-flags[1]", "an argument of kernel[0]"),
     ("flag-undefines-kernel", '"-O3", "-std=c++17"', '"-O3", "-Uscale"', "nvcc-flags[1]", "the name of kernel[0]"),
     ("flag-dependency-file", '"-O3", "-std=c++17"', '"-O3", "-MD"', "nvcc-flags[1]", "output"),
     ("flag-lto", '"-O3", "-std=c++17"', '"-O3", "-dlto"', "nvcc-flags[1]", "produces"),
     # tunables: values are one token, names are macros that clash with nothing
     ("tunable-flag", "BLOCK = [128, 256]", 'BLOCK = ["128 -DEVIL=1"]', "kernel[0].tunables.BLOCK[0]", "one token"),
     ("tunable-newline", "BLOCK = [128, 256]", 'BLOCK = ["64\\n#error"]', "kernel[0].tunables.BLOCK[0]", "one token"),
-    ("tunable-code", "BLOCK = [128, 256]", 'BLOCK = [128, "(1); system(0)"]', "kernel[0].tunables.BLOCK[1]",
-     "one token"),
+    (
+        "tunable-code",
+        "BLOCK = [128, 256]",
+        'BLOCK = [128, "(1); system(0)"]',
+        "kernel[0].tunables.BLOCK[1]",
+        "one token",
+    ),
     ("tunable-empty-string", "BLOCK = [128, 256]", 'BLOCK = [""]', "kernel[0].tunables.BLOCK[0]", "one token"),
     ("tunable-duplicate", "BLOCK = [128, 256]", 'BLOCK = [128, "128"]', "kernel[0].tunables.BLOCK[1]", "duplicate"),
     ("tunable-none", "BLOCK = [128, 256]", "BLOCK = []", "kernel[0].tunables.BLOCK", "at least one value"),
     ("tunable-lowercase", "BLOCK = [128, 256]", "block = [128, 256]", "kernel[0].tunables.block", "upper-case"),
     ("tunable-arg-name", "BLOCK = [128, 256]", "x = [128, 256]", "kernel[0].tunables.x", "upper-case"),
     ("tunable-std-macro", "BLOCK = [128, 256]", "INT_MAX = [128, 256]", "kernel[0].tunables.INT_MAX", "macro"),
-    ("tunable-cuda-macro", "BLOCK = [128, 256]", "CUDART_VERSION = [1]", "kernel[0].tunables.CUDART_VERSION",
-     "macro"),
+    ("tunable-cuda-macro", "BLOCK = [128, 256]", "CUDART_VERSION = [1]", "kernel[0].tunables.CUDART_VERSION", "macro"),
     ("tunable-reserved", "BLOCK = [128, 256]", "__CUDA_ARCH__ = [1]", "kernel[0].tunables.__CUDA_ARCH__", "reserved"),
     ("tunable-ndebug", "BLOCK = [128, 256]", "NDEBUG = [1]", "kernel[0].tunables.NDEBUG", "macro"),
-    ("tunable-generated", "BLOCK = [128, 256]", "R1BUILD_KERNELS_H_ = [1]", "kernel[0].tunables.R1BUILD_KERNELS_H_",
-     "generates"),
-    ("tunable-explosion", 'VEC = ["1", "0x2"]', ", ".join(f"{t} = [{', '.join(map(str, range(1, 21)))}]"
-                                                   for t in ("VEC", "TM", "TN")),
-     "kernel[0].tunables.TN", "value sets"),
+    (
+        "tunable-generated",
+        "BLOCK = [128, 256]",
+        "R1BUILD_KERNELS_H_ = [1]",
+        "kernel[0].tunables.R1BUILD_KERNELS_H_",
+        "generates",
+    ),
+    (
+        "tunable-explosion",
+        'VEC = ["1", "0x2"]',
+        ", ".join(f"{t} = [{', '.join(map(str, range(1, 21)))}]" for t in ("VEC", "TM", "TN")),
+        "kernel[0].tunables.TN",
+        "value sets",
+    ),
     ("arg-macro", '{ name = "x", dtype', '{ name = "NULL", dtype', "kernel[0].args[0].name", "macro"),
     ("arg-limit-macro", '{ name = "x", dtype', '{ name = "INT_MAX", dtype', "kernel[0].args[0].name", "macro"),
     ("kernel-header-guard", 'name = "scale"', 'name = "R1BUILD_KERNELS_H_"', "kernel[0].name", "generates"),
@@ -243,16 +334,27 @@ CASES: list[tuple[str, str, str, str, str]] = [
     ("alignment-not-pow2", "budget = {", "alignment = 24\nbudget = {", "kernel[0].alignment", "power of two"),
     ("alignment-too-big", "budget = {", "alignment = 4096\nbudget = {", "kernel[0].alignment", "at most 256"),
     ("test-shape-too-big", "{ n = 97 }", "{ n = 1000000000 }", "kernel[0].test-shapes[1]", "GiB"),
-    ("reference-path", 'reference = "reference:scale"', 'reference = "../reference:scale"', "kernel[0].reference",
-     "module:function"),
-    ("reference-code", 'reference = "reference:scale"', 'reference = "reference:scale(1)"', "kernel[0].reference",
-     "module:function"),
+    (
+        "reference-path",
+        'reference = "reference:scale"',
+        'reference = "../reference:scale"',
+        "kernel[0].reference",
+        "module:function",
+    ),
+    (
+        "reference-code",
+        'reference = "reference:scale"',
+        'reference = "reference:scale(1)"',
+        "kernel[0].reference",
+        "module:function",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("old", "new", "key", "fragment"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_check_exits_2_naming_file_line_and_key(tmp_path: Path, capsys: pytest.CaptureFixture[str], old: str,
-                                                new: str, key: str, fragment: str) -> None:
+def test_check_exits_2_naming_file_line_and_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], old: str, new: str, key: str, fragment: str
+) -> None:
     assert BASE.count(old) == 1, old
     text = BASE.replace(old, new)
     path = write_project(tmp_path / "p", text)
@@ -267,7 +369,7 @@ def test_check_exits_2_naming_file_line_and_key(tmp_path: Path, capsys: pytest.C
 
 
 def test_kernel_names_differing_only_in_case(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    second = BASE[BASE.index("[[kernel]]"):].replace('name = "scale"', 'name = "Scale"')
+    second = BASE[BASE.index("[[kernel]]") :].replace('name = "scale"', 'name = "Scale"')
     path = write_project(tmp_path / "p", BASE + "\n" + second)
     code, output = run_check(capsys, path)
     assert code == 2, output
@@ -280,8 +382,9 @@ def test_the_base_manifest_is_valid(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 
 @pytest.mark.parametrize("command", ["status", "lock"])
-def test_other_commands_refuse_the_same_manifest(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                 command: str) -> None:
+def test_other_commands_refuse_the_same_manifest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
     path = write_project(tmp_path / "p", BASE.replace("BLOCK = [128, 256]", 'BLOCK = ["64\\n#error"]'))
     if command == "lock":
         code = main(["lock", "-m", str(path), "--offline", "--no-gpu", "--cache-dir", str(tmp_path / "cache")])
@@ -296,16 +399,22 @@ def test_other_commands_refuse_the_same_manifest(tmp_path: Path, capsys: pytest.
 
 def test_a_subprocess_check_exits_2_without_a_traceback(tmp_path: Path) -> None:
     path = write_project(tmp_path / "p", BASE.replace("rtol = 1e-5", "rtol = nan"))
-    proc = subprocess.run([sys.executable, "-m", "r1build.cli.main", "check", "-m", str(path)],
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "r1build.cli.main", "check", "-m", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 2, proc.stderr
     assert "kernel[0].tolerance.rtol: must be a finite number, got nan" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
 def test_values_are_exact_and_take_their_dtype(tmp_path: Path) -> None:
-    text = (BASE.replace('dtype = "int8", value = 3 }', 'dtype = "int64", value = 9223372036854775807 }')
-            .replace('dtype = "float32", value = 2.0 }', 'dtype = "float32", value = 2 }'))
+    text = BASE.replace('dtype = "int8", value = 3 }', 'dtype = "int64", value = 9223372036854775807 }').replace(
+        'dtype = "float32", value = 2.0 }', 'dtype = "float32", value = 2 }'
+    )
     spec = load_manifest(write_project(tmp_path / "p", text)).kernels[0]
     values = {a.name: a.value for a in spec.args}
     assert values["k"] == 2**63 - 1 and isinstance(values["k"], int)
@@ -318,15 +427,28 @@ def test_values_are_exact_and_take_their_dtype(tmp_path: Path) -> None:
 
 
 def test_integer_valued_floats_and_literals_stay_valid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    text = (BASE.replace('dtype = "int8", value = 3 }', 'dtype = "int8", value = -128 }')
-            .replace('VEC = ["1", "0x2"]', 'VEC = ["1u", "0x2", "1.5f", "float", "-1"]')
-            .replace('"-O3", "-std=c++17"', '"-O3", "-std=c++17", "--use_fast_math", "-Xptxas=-O3", "-lineinfo"'))
+    text = (
+        BASE.replace('dtype = "int8", value = 3 }', 'dtype = "int8", value = -128 }')
+        .replace('VEC = ["1", "0x2"]', 'VEC = ["1u", "0x2", "1.5f", "float", "-1"]')
+        .replace('"-O3", "-std=c++17"', '"-O3", "-std=c++17", "--use_fast_math", "-Xptxas=-O3", "-lineinfo"')
+    )
     code, output = run_check(capsys, write_project(tmp_path / "p", text))
     assert code == 0, output
 
 
-@pytest.mark.parametrize(("name", "kind"), [("x", "argument"), ("n", "argument"), ("gamma", "argument"),
-                                            ("index", "argument"), ("_tmp", "argument"), ("softmax_rows", "kernel"),
-                                            ("silu_mul", "kernel"), ("TILE_M", "tunable"), ("ELEMS", "tunable")])
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("x", "argument"),
+        ("n", "argument"),
+        ("gamma", "argument"),
+        ("index", "argument"),
+        ("_tmp", "argument"),
+        ("softmax_rows", "kernel"),
+        ("silu_mul", "kernel"),
+        ("TILE_M", "tunable"),
+        ("ELEMS", "tunable"),
+    ],
+)
 def test_ordinary_names_pass(name: str, kind: str) -> None:
     assert name_problem(name, kind) is None  # type: ignore[arg-type]

@@ -91,8 +91,7 @@ def test_vectorized_code_is_predicted_faster_and_every_root_variant_is_predicted
     model = PerfModel(root_manifest)
     spec = root_manifest.kernel("silu_mul")
     variants = expand_variants(root_manifest, spec)
-    predictions = {(c.origin.path, tuple(sorted(c.defines.items()))): model.predict(spec, "sm_90", c)
-                   for c in variants}
+    predictions = {(c.origin.path, tuple(sorted(c.defines.items()))): model.predict(spec, "sm_90", c) for c in variants}
     assert all(p is not None and p.lower_bound_us > p.memory_us for p in predictions.values())
     scalar = predictions[("kernels/silu_mul.cu", ())]
     vec4 = predictions[("kernels/silu_mul_vec4.cu", (("BLOCK", 256),))]
@@ -118,14 +117,20 @@ def test_a_search_skips_what_the_model_predicts_far_slower(tmp_path: Path) -> No
     model = PerfModel(manifest, mode="skip", skip_factor=2.0)
     replies = [Answer(answer(kernel_source(1, time_us=5.0))), Answer(answer(kernel_source(2, time_us=6.0)))]
     with ChatServer(replies) as server, project.cache() as cache:
-        endpoint = resolve_endpoint(manifest.settings.generation, {"R1BUILD_BASE_URL": server.url,
-                                                                   "DEEPSEEK_API_KEY": KEY})
-        outcome = asyncio.run(run_search(manifest, spec, "sm_90", evaluator=judge, cache=cache, endpoint=endpoint,
-                                         seeds=seeds, perf_model=model))
+        endpoint = resolve_endpoint(
+            manifest.settings.generation, {"R1BUILD_BASE_URL": server.url, "DEEPSEEK_API_KEY": KEY}
+        )
+        outcome = asyncio.run(
+            run_search(
+                manifest, spec, "sm_90", evaluator=judge, cache=cache, endpoint=endpoint, seeds=seeds, perf_model=model
+            )
+        )
     generated = outcome.generated()
     assert len(generated) == 2
-    assert all(r.status == "rejected" and "skipped by the performance model" in r.detail and "2x" in r.detail
-               for _, r in generated)
+    assert all(
+        r.status == "rejected" and "skipped by the performance model" in r.detail and "2x" in r.detail
+        for _, r in generated
+    )
     assert judge.judged == [s.digest for s in seeds]  # only the seeds reached the judge
 
 

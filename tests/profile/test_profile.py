@@ -43,16 +43,20 @@ def test_two_kernels_in_launch_order_and_the_summary_takes_the_longest() -> None
     assert (first.kernel, second.kernel) == ("partial_sums<256>", "final_sum")
     assert second.shared_bank_conflicts == 2048 and "sleeping" not in second.stalls  # n/a is no number
     text = profile_summary(Profile(tool="ncu 2025.3.1.0", kernels=[first, second]))
-    assert text == ("memory-bound at 91% of DRAM peak; top stall: long scoreboard (14.9 cycles per instruction); "
-                    "achieved occupancy 82% (kernel partial_sums<256>, the longest of 2)")
+    assert text == (
+        "memory-bound at 91% of DRAM peak; top stall: long scoreboard (14.9 cycles per instruction); "
+        "achieved occupancy 82% (kernel partial_sums<256>, the longest of 2)"
+    )
 
 
 def test_a_kernel_far_from_every_peak_is_latency_bound() -> None:
     _, short = parse_ncu_csv(TWO_KERNELS)
     text = profile_summary(Profile(tool="ncu", kernels=[short]))
     # 'selected' is issuing, not a stall: barrier is the top stall
-    assert text == ("latency-bound (no unit near its peak: DRAM 2%, L2 6%, SM 10%); top stall: barrier "
-                    "(6.4 cycles per instruction); achieved occupancy 24%; 2,048 shared-memory bank conflicts")
+    assert text == (
+        "latency-bound (no unit near its peak: DRAM 2%, L2 6%, SM 10%); top stall: barrier "
+        "(6.4 cycles per instruction); achieved occupancy 24%; 2,048 shared-memory bank conflicts"
+    )
 
 
 def test_output_without_a_table_is_an_error() -> None:
@@ -83,12 +87,35 @@ def test_the_harness_compiles_and_links_with_the_candidate(tmp_path: Path) -> No
         work.mkdir()
         assert spec.baseline is not None
         source = (manifest.root / spec.baseline).read_text()
-        built = compile_variant(source, {}, "sm_90", name="candidate", flags=list(manifest.settings.nvcc_flags),
-                                toolchain=tc, workdir=work, timeout_s=300, declaration=declaration(spec))
+        built = compile_variant(
+            source,
+            {},
+            "sm_90",
+            name="candidate",
+            flags=list(manifest.settings.nvcc_flags),
+            toolchain=tc,
+            workdir=work,
+            timeout_s=300,
+            declaration=declaration(spec),
+        )
         assert built.ok, built.output
         (work / "harness.cu").write_text(harness_source(spec, spec.bench_shapes[0]))
-        link = subprocess.run([tc.nvcc, *manifest.settings.nvcc_flags, "-gencode", gencode("sm_90"), "harness.cu",
-                               "candidate.o", "-o", "harness"], cwd=work, capture_output=True, text=True, check=False)
+        link = subprocess.run(
+            [
+                tc.nvcc,
+                *manifest.settings.nvcc_flags,
+                "-gencode",
+                gencode("sm_90"),
+                "harness.cu",
+                "candidate.o",
+                "-o",
+                "harness",
+            ],
+            cwd=work,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert link.returncode == 0, link.stdout + link.stderr
         assert (work / "harness").is_file()
 
@@ -109,17 +136,32 @@ def test_the_findings_go_into_the_next_rounds_feedback(tmp_path: Path) -> None:
     project = Project(tmp_path, tmp_path / "cache")
     manifest = project.write(budget={"rounds": 2, "samples": 2, "candidates": 4, "patience": 2})
     spec = manifest.kernel("vadd")
-    replies = [Answer(answer(kernel_source(1, time_us=30.0))), Answer(answer(kernel_source(2, time_us=40.0))),
-               Answer(answer(kernel_source(3, time_us=20.0)))]
+    replies = [
+        Answer(answer(kernel_source(1, time_us=30.0))),
+        Answer(answer(kernel_source(2, time_us=40.0))),
+        Answer(answer(kernel_source(3, time_us=20.0))),
+    ]
     profiler = RecordedProfiler()
     with ChatServer(replies) as server, project.cache() as cache:
-        endpoint = resolve_endpoint(manifest.settings.generation, {"R1BUILD_BASE_URL": server.url,
-                                                                   "DEEPSEEK_API_KEY": KEY})
-        outcome = asyncio.run(run_search(manifest, spec, "sm_90", evaluator=judge, cache=cache, endpoint=endpoint,
-                                         seeds=[], profiler=profiler))  # type: ignore[arg-type]
+        endpoint = resolve_endpoint(
+            manifest.settings.generation, {"R1BUILD_BASE_URL": server.url, "DEEPSEEK_API_KEY": KEY}
+        )
+        outcome = asyncio.run(
+            run_search(
+                manifest,
+                spec,
+                "sm_90",
+                evaluator=judge,
+                cache=cache,
+                endpoint=endpoint,
+                seeds=[],
+                profiler=profiler,  # type: ignore[arg-type]
+            )
+        )
         later = [r.prompt for r in server.requests if "so far" in r.prompt or len(r.messages) > 1]
     assert len(profiler.profiled) >= 2  # round 0's two finalists (and round 1's)
-    assert later and all("Nsight Compute: memory-bound at 91% of DRAM peak; top stall: long scoreboard" in p
-                         for p in later)
+    assert later and all(
+        "Nsight Compute: memory-bound at 91% of DRAM peak; top stall: long scoreboard" in p for p in later
+    )
     profiled = [r for r in outcome.results if r.profile is not None]
     assert profiled and profiled[0].profile.kernels[0].kernel == "vadd_kernel"  # type: ignore[union-attr]

@@ -44,19 +44,26 @@ def test_ncu_profiles_the_root_baselines(ncu: str) -> None:
         assert main_kernel.achieved_occupancy_pct is not None and main_kernel.stalls
         print(name, profile_summary(profile))
     # silu_mul streams three arrays: memory-bound
-    assert "memory-bound" in profile_summary(profiler.profile(
-        manifest, manifest.kernel("silu_mul"), "sm_90",
-        Candidate((manifest.root / "kernels/silu_mul.cu").read_text(), Origin("baseline"))))
+    assert "memory-bound" in profile_summary(
+        profiler.profile(
+            manifest,
+            manifest.kernel("silu_mul"),
+            "sm_90",
+            Candidate((manifest.root / "kernels/silu_mul.cu").read_text(), Origin("baseline")),
+        )
+    )
 
 
-def test_ncu_findings_reach_a_real_rounds_feedback(ncu: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_ncu_findings_reach_a_real_rounds_feedback(
+    ncu: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "proj").mkdir()
     project = Project(tmp_path / "proj", tmp_path / "cache")
     # target-share 1.0: the search must reach round 1 (whose prompts carry round 0's findings) even when the
     # baseline is already near the floor
-    manifest = project.write(baseline=True, budget={"rounds": 2, "samples": 2, "candidates": 4, "patience": 2,
-                                                    "target-share": 1.0})
+    manifest = project.write(
+        baseline=True, budget={"rounds": 2, "samples": 2, "candidates": 4, "patience": 2, "target-share": 1.0}
+    )
     replies = [Answer(answer(kernel_source(1))), Answer(answer(kernel_source(2))), Answer(answer(kernel_source(3)))]
     with ChatServer(replies) as server:
         monkeypatch.setenv("R1BUILD_BASE_URL", server.url)

@@ -99,8 +99,12 @@ def _errors(events: list[dict[str, Any]]) -> list[str]:
             d = p.get("exceptionDetails", {})
             out.append(f"exception: {d.get('exception', {}).get('description') or d.get('text')}")
         elif e.get("method") == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
-            out.append("console." + p["type"] + ": " + " ".join(str(a.get("value", a.get("description", "")))
-                                                                for a in p.get("args", [])))
+            out.append(
+                "console."
+                + p["type"]
+                + ": "
+                + " ".join(str(a.get("value", a.get("description", ""))) for a in p.get("args", []))
+            )
         elif e.get("method") == "Log.entryAdded" and p.get("entry", {}).get("level") == "error":
             out.append(f"log: {p['entry'].get('text')} {p['entry'].get('url', '')}".strip())
         elif e.get("method") == "Network.loadingFailed":
@@ -108,8 +112,9 @@ def _errors(events: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def open_page(path: Path, probe: str, *, screenshot: bool = False, width: int = 1300,
-              timeout: float = 60.0) -> PageLoad:
+def open_page(
+    path: Path, probe: str, *, screenshot: bool = False, width: int = 1300, timeout: float = 60.0
+) -> PageLoad:
     """Load ``path`` in a fresh headless Chromium, wait for its load event, evaluate ``probe`` (a JavaScript
     expression whose value is returned by value) and report what happened."""
     binary = chromium()
@@ -118,11 +123,24 @@ def open_page(path: Path, probe: str, *, screenshot: bool = False, width: int = 
     with tempfile.TemporaryDirectory(prefix="r1build-chromium-") as tmp:
         profile = Path(tmp)
         proc = subprocess.Popen(
-            [binary, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--no-default-browser-check",
-             "--disable-extensions", "--disable-background-networking", "--disable-component-update",
-             "--disable-sync", "--remote-debugging-port=0", f"--user-data-dir={profile}",
-             f"--window-size={width},1000", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                binary,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--no-default-browser-check",
+                "--disable-extensions",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--remote-debugging-port=0",
+                f"--user-data-dir={profile}",
+                f"--window-size={width},1000",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         try:
             port = _port(profile, proc, timeout)
@@ -144,9 +162,11 @@ def open_page(path: Path, probe: str, *, screenshot: bool = False, width: int = 
                     shot = session.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
                     load.screenshot = base64.b64decode(shot["data"])
                 load.errors += _errors(session.events)
-                load.requests = [str(e["params"]["request"]["url"]) for e in session.events
-                                 if e.get("method") == "Network.requestWillBeSent"
-                                 and e["params"]["request"]["url"] != url]
+                load.requests = [
+                    str(e["params"]["request"]["url"])
+                    for e in session.events
+                    if e.get("method") == "Network.requestWillBeSent" and e["params"]["request"]["url"] != url
+                ]
                 return load
         finally:
             proc.terminate()

@@ -31,8 +31,9 @@ def run_search(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two rounds of three samples: round 0 gives a kernel at 30 µs, one that does not compile (its ``#error``
     holds :data:`INJECTION`) and one the GPU finds wrong; round 1 gives kernels at 20 µs and 25 µs and an answer
     without code, in that order of samples. The baseline takes 40 µs."""
-    project.write(baseline=True, generation={"prices": PRICES},
-                  budget={"rounds": 2, "samples": 3, "candidates": 6, "patience": 2})
+    project.write(
+        baseline=True, generation={"prices": PRICES}, budget={"rounds": 2, "samples": 3, "candidates": 6, "patience": 2}
+    )
     install_gpu_double(monkeypatch, reject=lambda c: "// WRONG" in c.source, time_us=_time_us)
 
     answers = [
@@ -47,8 +48,11 @@ def run_search(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
     def reply(request: Request) -> Answer:
         # sample s of round r asks for direction r * 3 + s (the provider ignores temperature): requests arrive in
         # any order, and each sample still gets its own answer
-        k = next(i for i, d in enumerate(DEFAULT_DIRECTIONS)
-                 if f"attempt: {d}." in request.prompt or f"focusing on {d}." in request.prompt)
+        k = next(
+            i
+            for i, d in enumerate(DEFAULT_DIRECTIONS)
+            if f"attempt: {d}." in request.prompt or f"focusing on {d}." in request.prompt
+        )
         return answers[k]
 
     with ChatServer(reply) as server:

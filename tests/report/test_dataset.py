@@ -31,13 +31,13 @@ def _export(project: Project, out: Path, *flags: str) -> list[dict[str, object]]
     return records
 
 
-def test_every_generated_candidate_is_one_chat_record(searched: Project, tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_generated_candidate_is_one_chat_record(
+    searched: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("DEEPSEEK_API_KEY", KEY)  # a key in the environment while exporting: never in the file
     records = _export(searched, tmp_path / "all.jsonl")
     seen = [(r["candidate"]["round"], r["candidate"]["sample"], r["verdict"]) for r in records]  # type: ignore[index]
-    assert seen == [(0, 0, "passed"), (0, 1, "compile_error"), (0, 2, "incorrect"), (1, 0, "passed"),
-                    (1, 1, "passed")]
+    assert seen == [(0, 0, "passed"), (0, 1, "compile_error"), (0, 2, "incorrect"), (1, 0, "passed"), (1, 1, "passed")]
     by_time = {r["time_us"]: r for r in records}
     best = by_time[20.0]
     assert best["winner"] is True and best["speedup_vs_baseline"] == pytest.approx(2.0)
@@ -67,8 +67,22 @@ def test_the_filters(searched: Project, tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["export-dataset", "-m", str(searched.root), "--passed-only", "--winners-only"]) == 2
     capsys.readouterr()
     out = tmp_path / "w.jsonl"
-    assert main(["export-dataset", "-m", str(searched.root), "--cache-dir", str(searched.cache_dir), "-o", str(out),
-                 "--winners-only", "--json"]) == 0
+    assert (
+        main(
+            [
+                "export-dataset",
+                "-m",
+                str(searched.root),
+                "--cache-dir",
+                str(searched.cache_dir),
+                "-o",
+                str(out),
+                "--winners-only",
+                "--json",
+            ]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out) == {"output": str(out), "records": 1, "filter": "winners"}
 
 
@@ -84,5 +98,8 @@ def test_the_dataset_round_trips_through_a_json_lines_reader(searched: Project, 
     assert loaded.column_names == sorted(records[0])
     for row, record in zip(loaded, records, strict=True):
         assert row["messages"] == record["messages"]
-        assert (row["verdict"], row["time_us"], row["winner"]) == (record["verdict"], record["time_us"],
-                                                                   record["winner"])
+        assert (row["verdict"], row["time_us"], row["winner"]) == (
+            record["verdict"],
+            record["time_us"],
+            record["winner"],
+        )

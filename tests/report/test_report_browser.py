@@ -40,7 +40,11 @@ def _load(page: Path) -> dict[str, object]:
 
 
 def test_the_report_of_a_real_search_opens_in_chromium(
-    browser: str, project: Project, clean_env: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+    browser: str,
+    project: Project,
+    clean_env: None,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     run_search(project, monkeypatch)
@@ -54,8 +58,18 @@ def test_the_report_of_a_real_search_opens_in_chromium(
     assert seen["figures"] == 3 and int(seen["drawn"]) >= 3  # type: ignore[call-overload]
     assert int(seen["points"]) >= 7  # type: ignore[call-overload]
     text = str(seen["text"])
-    for shown in ("r1 s0", "r0 s1", "compile_error", "incorrect", "passed on GPU", INJECTION, "rounds",
-                  "deepseek-reasoner", "20.00 µs", "2.00×"):  # the winner at 20 µs, twice the baseline's speed
+    for shown in (
+        "r1 s0",
+        "r0 s1",
+        "compile_error",
+        "incorrect",
+        "passed on GPU",
+        INJECTION,
+        "rounds",
+        "deepseek-reasoner",
+        "20.00 µs",
+        "2.00×",
+    ):  # the winner at 20 µs, twice the baseline's speed
         assert shown in text, shown
     # the same records give the same page
     again = tmp_path / "again.html"
@@ -76,8 +90,9 @@ def test_the_root_manifest_report_shows_every_kernel_in_chromium(browser: str, t
 def test_the_browser_check_sees_a_console_error(browser: str, tmp_path: Path) -> None:
     """The control: a page that throws and logs an error is reported, so a clean report is a real finding."""
     page = tmp_path / "broken.html"
-    page.write_text("<!DOCTYPE html><html><body><h1>x</h1><script>console.error('boom');"
-                    "undefinedFunction();</script></body></html>")
+    page.write_text(
+        "<!DOCTYPE html><html><body><h1>x</h1><script>console.error('boom');undefinedFunction();</script></body></html>"
+    )
     load = open_page(page, "document.querySelector('h1').textContent")
     assert load.value == "x"
     assert any("boom" in e for e in load.errors) and any("undefinedFunction" in e for e in load.errors)

@@ -22,8 +22,9 @@ from tests.report.searches import INJECTION, PRICES
 pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
 
 
-def test_status_json_and_the_report_read_the_same_records(searched: Project,
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_status_json_and_the_report_read_the_same_records(
+    searched: Project, capsys: pytest.CaptureFixture[str]
+) -> None:
     capsys.readouterr()
     assert main(["status", "-m", str(searched.root), "--cache-dir", str(searched.cache_dir), "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["kernels"]
@@ -32,8 +33,12 @@ def test_status_json_and_the_report_read_the_same_records(searched: Project,
         records = project_records(manifest, cache, searches=True)
     assert rows == [asdict(r.status) for r in records]
     (row,) = rows
-    assert (row["state"], row["provenance"], row["validation"], row["time_us"]) == ("locked", "generated",
-                                                                                     "validated", 20.0)
+    assert (row["state"], row["provenance"], row["validation"], row["time_us"]) == (
+        "locked",
+        "generated",
+        "validated",
+        20.0,
+    )
 
 
 def test_the_report_rows_of_a_real_search(searched: Project) -> None:
@@ -46,8 +51,14 @@ def test_the_report_rows_of_a_real_search(searched: Project) -> None:
 
     points = search_points(records)
     assert [p.label for p in points] == ["vadd.cu", "r0 s0", "r0 s1", "r0 s2", "r1 s0", "r1 s1"]
-    assert [p.verdict for p in points] == ["passed on GPU", "passed on GPU", "compile_error", "incorrect",
-                                           "passed on GPU", "passed on GPU"]
+    assert [p.verdict for p in points] == [
+        "passed on GPU",
+        "passed on GPU",
+        "compile_error",
+        "incorrect",
+        "passed on GPU",
+        "passed on GPU",
+    ]
     assert [p.best_us for p in points] == [40.0, 30.0, 30.0, 30.0, 20.0, 20.0]  # never rises
     assert [p.winner for p in points] == [False] * 4 + [True, False]
 
@@ -59,8 +70,9 @@ def test_the_report_rows_of_a_real_search(searched: Project) -> None:
     spend = spend_row(records, manifest.settings.generation.prices)
     assert spend is not None
     assert (spend.samples, spend.requests, spend.prompt_tokens, spend.stop_reason) == (6, 6, 600, "rounds")
-    assert spend.cost_usd == pytest.approx((600 * PRICES["input-per-mtok"]
-                                            + spend.completion_tokens * PRICES["output-per-mtok"]) / 1e6)
+    assert spend.cost_usd == pytest.approx(
+        (600 * PRICES["input-per-mtok"] + spend.completion_tokens * PRICES["output-per-mtok"]) / 1e6
+    )
     assert spend.completion_tokens > 0 and 0 < spend.wall_s < 60
 
     provenance = provenance_row(records)
@@ -78,8 +90,9 @@ def test_the_page_escapes_what_the_records_say(searched: Project) -> None:
     assert str(searched.root) not in page and str(searched.cache_dir) not in page
 
 
-def test_report_without_plotly_names_the_extra(project: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_report_without_plotly_names_the_extra(
+    project: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     project.write(baseline=True)
     monkeypatch.setitem(sys.modules, "plotly", None)
     monkeypatch.setitem(sys.modules, "plotly.graph_objects", None)
@@ -89,8 +102,9 @@ def test_report_without_plotly_names_the_extra(project: Project, tmp_path: Path,
     assert not out.exists()
 
 
-def test_report_into_a_folder_is_a_usage_error(project: Project, tmp_path: Path,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_report_into_a_folder_is_a_usage_error(
+    project: Project, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     project.write(baseline=True)
     assert main(["report", "-m", str(project.root), "--cache-dir", str(project.cache_dir), "-o", str(tmp_path)]) == 2
     assert "is a folder" in capsys.readouterr().err

@@ -31,8 +31,9 @@ __all__ = [
 ]
 
 
-def remote_layer(manifest: Manifest, *, url: str | None = None, write: bool | None = None,
-                 signing_key: Path | None = None) -> RemoteLayer | None:
+def remote_layer(
+    manifest: Manifest, *, url: str | None = None, write: bool | None = None, signing_key: Path | None = None
+) -> RemoteLayer | None:
     """The remote layer this run uses, or None when no remote is configured.
 
     ``url``, ``write`` and ``signing_key`` (a key file) are the command line's (None: not given); then the
@@ -53,14 +54,22 @@ def remote_layer(manifest: Manifest, *, url: str | None = None, write: bool | No
     if writing:
         key = load_private_key(signing_key)
         if key is None:
-            raise ConfigError(f"writing to the remote cache {chosen} needs the team's signing key: --signing-key "
-                              "FILE or R1BUILD_SIGNING_KEY (`r1build key generate` makes one); without it the remote "
-                              "is only read")
+            raise ConfigError(
+                f"writing to the remote cache {chosen} needs the team's signing key: --signing-key "
+                "FILE or R1BUILD_SIGNING_KEY (`r1build key generate` makes one); without it the remote "
+                "is only read"
+            )
     return RemoteLayer(store, trusted=trusted_keys(manifest), signing_key=key)
 
 
-def attach_remote(cache: Cache, manifest: Manifest, *, url: str | None = None, write: bool | None = None,
-                  signing_key: Path | None = None) -> Cache:
+def attach_remote(
+    cache: Cache,
+    manifest: Manifest,
+    *,
+    url: str | None = None,
+    write: bool | None = None,
+    signing_key: Path | None = None,
+) -> Cache:
     """``cache`` with the configured remote layer behind it (unchanged when none is configured)."""
     cache.remote = remote_layer(manifest, url=url, write=write, signing_key=signing_key)
     return cache

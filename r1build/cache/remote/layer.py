@@ -95,7 +95,7 @@ def _split_record(raw: bytes) -> tuple[str, str, bytes]:
     second = raw.find(b"\n", first + 1)
     if first != 64 or second < 0:
         raise ValueError("not a record object (digest and signature lines, then the record)")
-    return raw[:64].decode("ascii", "replace"), raw[first + 1:second].decode("ascii", "replace"), raw[second + 1:]
+    return raw[:64].decode("ascii", "replace"), raw[first + 1 : second].decode("ascii", "replace"), raw[second + 1 :]
 
 
 class RemoteLayer:
@@ -148,8 +148,13 @@ class RemoteLayer:
                 if first:
                     self.down = str(exc)
             if first:
-                self._say(Note("warning", f"remote cache {self.url} is unavailable ({exc}); going on without it "
-                                          "for this run (local cache, lock and the manifest's sources)"))
+                self._say(
+                    Note(
+                        "warning",
+                        f"remote cache {self.url} is unavailable ({exc}); going on without it "
+                        "for this run (local cache, lock and the manifest's sources)",
+                    )
+                )
             raise _Off from None
 
     def _problem(self, problem: RemoteProblem) -> None:
@@ -241,8 +246,13 @@ class RemoteLayer:
                 continue
             data = cache.peek(f"blob/{digest}")
             if data is None:
-                self._say(Note("warning", f"not publishing {kind}/{key[:16]} to {self.url}: blob {digest[:16]}, "
-                                          "which it names, is not in the local cache"))
+                self._say(
+                    Note(
+                        "warning",
+                        f"not publishing {kind}/{key[:16]} to {self.url}: blob {digest[:16]}, "
+                        "which it names, is not in the local cache",
+                    )
+                )
                 return False
             self._call(lambda d=digest, b=data: self.store.put(blob_key(d), b))  # type: ignore[misc]
             with self._lock:
@@ -327,12 +337,25 @@ class RemoteLayer:
         with self._lock:
             counts, self.counts = self.counts, Counter()
         if counts["untrusted"] and self.down is None:
-            emit(Note("warning", f"remote cache {self.url}: its decisions and gate results were not used: "
-                                 "[cache] trusted-keys is empty, so no signature can be trusted"))
-        parts = [f"{counts[name]} {label}" for name, label in (
-            ("decision", "decisions fetched"), ("gate", "gate results fetched"), ("blobs", "blobs fetched"),
-            ("published", "records published"),
-            ("uploaded", "blobs uploaded"), ("corrupt", "corrupt objects skipped"),
-            ("refused", "records refused")) if counts[name]]
+            emit(
+                Note(
+                    "warning",
+                    f"remote cache {self.url}: its decisions and gate results were not used: "
+                    "[cache] trusted-keys is empty, so no signature can be trusted",
+                )
+            )
+        parts = [
+            f"{counts[name]} {label}"
+            for name, label in (
+                ("decision", "decisions fetched"),
+                ("gate", "gate results fetched"),
+                ("blobs", "blobs fetched"),
+                ("published", "records published"),
+                ("uploaded", "blobs uploaded"),
+                ("corrupt", "corrupt objects skipped"),
+                ("refused", "records refused"),
+            )
+            if counts[name]
+        ]
         if parts:
             emit(Note("info", f"remote cache {self.url}: {', '.join(parts)}"))

@@ -68,10 +68,18 @@ from .protocol import CAPTURE_ERRORS, PeerClosed, read_message, write_message
 __all__ = ["main"]
 
 _CTYPES: dict[str, Any] = {
-    "ptr": ctypes.c_void_p, "bool": ctypes.c_bool,
-    "i8": ctypes.c_int8, "i16": ctypes.c_int16, "i32": ctypes.c_int32, "i64": ctypes.c_int64,
-    "u8": ctypes.c_uint8, "u16": ctypes.c_uint16, "u32": ctypes.c_uint32, "u64": ctypes.c_uint64,
-    "f32": ctypes.c_float, "f64": ctypes.c_double,
+    "ptr": ctypes.c_void_p,
+    "bool": ctypes.c_bool,
+    "i8": ctypes.c_int8,
+    "i16": ctypes.c_int16,
+    "i32": ctypes.c_int32,
+    "i64": ctypes.c_int64,
+    "u8": ctypes.c_uint8,
+    "u16": ctypes.c_uint16,
+    "u32": ctypes.c_uint32,
+    "u64": ctypes.c_uint64,
+    "f32": ctypes.c_float,
+    "f64": ctypes.c_double,
 }
 
 _HELPERS = r"""
@@ -162,10 +170,18 @@ class Worker:
     # -- plumbing ----------------------------------------------------------------------------------------
     def hello(self) -> Hello:
         return {
-            "ok": True, "device": self.name, "capability": list(self.capability), "sm_count": self.sm_count,
-            "l2_bytes": self.l2_bytes, "memory": self.memory, "smem_optin": self.smem_optin,
-            "clock_khz": self.clock_khz, "driver": int(self.rt.driverGetVersion()),
-            "runtime": int(self.rt.runtimeGetVersion()), "cupy": str(self.cp.__version__), "pid": os.getpid(),
+            "ok": True,
+            "device": self.name,
+            "capability": list(self.capability),
+            "sm_count": self.sm_count,
+            "l2_bytes": self.l2_bytes,
+            "memory": self.memory,
+            "smem_optin": self.smem_optin,
+            "clock_khz": self.clock_khz,
+            "driver": int(self.rt.driverGetVersion()),
+            "runtime": int(self.rt.runtimeGetVersion()),
+            "cupy": str(self.cp.__version__),
+            "pid": os.getpid(),
         }
 
     def tick(self, n: int) -> None:
@@ -278,9 +294,12 @@ class Worker:
             self._sink = self.cp.zeros(1, dtype=self.cp.uint32)
         words = self.smem_optin // 4
         with self.stream:
-            kernel((2 * self.sm_count,), (1024,),
-                   (self.cp.uint32(pattern & 0xFFFFFFFF), self.cp.uint32(words), self._sink),
-                   shared_mem=self.smem_optin)
+            kernel(
+                (2 * self.sm_count,),
+                (1024,),
+                (self.cp.uint32(pattern & 0xFFFFFFFF), self.cp.uint32(words), self._sink),
+                shared_mem=self.smem_optin,
+            )
 
     def random_fill(self, arr: Any, dtype: str) -> None:
         cp = self.cp
@@ -321,11 +340,15 @@ class Worker:
         return out
 
     # -- device state a candidate must leave as it found it -------------------------------------------------
-    _LIMITS: ClassVar[dict[int, str]] = {0: "cudaLimitStackSize", 1: "cudaLimitPrintfFifoSize",
-                                         2: "cudaLimitMallocHeapSize",
-                                         3: "cudaLimitDevRuntimeSyncDepth",
-                                         4: "cudaLimitDevRuntimePendingLaunchCount",
-                                         5: "cudaLimitMaxL2FetchGranularity", 6: "cudaLimitPersistingL2CacheSize"}
+    _LIMITS: ClassVar[dict[int, str]] = {
+        0: "cudaLimitStackSize",
+        1: "cudaLimitPrintfFifoSize",
+        2: "cudaLimitMallocHeapSize",
+        3: "cudaLimitDevRuntimeSyncDepth",
+        4: "cudaLimitDevRuntimePendingLaunchCount",
+        5: "cudaLimitMaxL2FetchGranularity",
+        6: "cudaLimitPersistingL2CacheSize",
+    }
 
     def device_state(self) -> dict[str, int]:
         """What a candidate could change that would change another's behaviour or time: the device limits, and
@@ -346,8 +369,11 @@ class Worker:
         if not differs:
             return None
         # the driver itself grows the stack for kernels with deep frames: restored, never held against a kernel
-        changed = [f"{name} from {self.baseline_state.get(name)} to {now[name]}" for name in differs
-                   if name != "cudaLimitStackSize"]
+        changed = [
+            f"{name} from {self.baseline_state.get(name)} to {now[name]}"
+            for name in differs
+            if name != "cudaLimitStackSize"
+        ]
         for code, name in self._LIMITS.items():
             if name in self.baseline_state and now.get(name) != self.baseline_state[name]:
                 with contextlib.suppress(Exception):
@@ -383,21 +409,22 @@ class Worker:
             whole = cp.empty(int(a["total"]) + _FRESH_STEP * _FRESH_SLOTS, dtype=cp.uint8)
             base = int(whole.data.ptr) + int(a["start"])
             k = next((k for k in range(_FRESH_SLOTS) if base + _FRESH_STEP * k not in seen), _FRESH_SLOTS - 1)
-            return whole[_FRESH_STEP * k: _FRESH_STEP * k + int(a["total"])]
+            return whole[_FRESH_STEP * k : _FRESH_STEP * k + int(a["total"])]
 
         def buffer_set(which: int) -> tuple[list[Any], list[Any], list[Any]]:
             """Allocations (guard-filled), call arguments and array regions of set ``which``; set 1 is made
             while set 0 is alive, at addresses never handed to this library before (the ``moved`` call)."""
             if which not in sets:
                 with self.stream:
-                    allocs = [cp.empty(int(a["total"]), dtype=cp.uint8) if which == 0 else fresh(a)
-                              for a in arrays]
+                    allocs = [cp.empty(int(a["total"]), dtype=cp.uint8) if which == 0 else fresh(a) for a in arrays]
                     for alloc, a in zip(allocs, arrays, strict=True):
                         alloc.fill(int(a["guard_byte"]))
                 pointers = [int(alloc.data.ptr) + int(a["start"]) for alloc, a in zip(allocs, arrays, strict=True)]
                 seen.update(pointers)
-                regions = [alloc[int(a["start"]): int(a["start"]) + int(a["nbytes"])]
-                           for alloc, a in zip(allocs, arrays, strict=True)]
+                regions = [
+                    alloc[int(a["start"]) : int(a["start"]) + int(a["nbytes"])]
+                    for alloc, a in zip(allocs, arrays, strict=True)
+                ]
                 sets[which] = (allocs, self._args(h["args"], pointers), regions)
             return sets[which]
 
@@ -457,8 +484,11 @@ class Worker:
             # an error the call returns while its stream is captured may be the capture's, not the call's:
             # the calls that follow return the call's own
             probe_error = mode == "capture" and record["rc"] and int(record["rc"]) not in CAPTURE_ERRORS
-            if exiting or record.get("device_state") or (
-                    (record["error"] or record["capture_error"]) and not probe_error):
+            if (
+                exiting
+                or record.get("device_state")
+                or ((record["error"] or record["capture_error"]) and not probe_error)
+            ):
                 break
             self.tick(i)
         return {"ok": True, "calls": results, "exiting": exiting}, out
@@ -479,8 +509,9 @@ class Worker:
         except self.rt.CUDARuntimeError as exc:
             self.settle("after capturing the call", exc)
 
-    def _graph_call(self, fn: Any, args: list[Any], call: CallRequest, record: CallRecord,
-                    upload: Callable[[CallRequest], None]) -> None:
+    def _graph_call(
+        self, fn: Any, args: list[Any], call: CallRequest, record: CallRecord, upload: Callable[[CallRequest], None]
+    ) -> None:
         mode = getattr(self.rt, "streamCaptureModeGlobal", 0)
         graph = None
         self.stream.begin_capture(mode)
@@ -544,8 +575,9 @@ class Worker:
             paths.append(str(path))
         return paths
 
-    def _bench_checks(self, fn: Any, shape: BenchShapeRequest, sets: list[tuple[list[Any], list[Any]]],
-                      tag: str, out: TimedShape) -> TimedShape:
+    def _bench_checks(
+        self, fn: Any, shape: BenchShapeRequest, sets: list[tuple[list[Any], list[Any]]], tag: str, out: TimedShape
+    ) -> TimedShape:
         """After the timed calls of one benchmark shape: the outputs they left in every input set (for ``inout``
         arrays, of one more call on fresh inputs), one call on set 0 with one input element changed and the same
         pointers, a capture of the call on its stream, and the device state; added to ``out``."""
@@ -579,8 +611,9 @@ class Worker:
         out["device_state"] = self.restore_state()
         return out
 
-    def _measure(self, launch: Callable[[int], None], n: int, per_sample: int, flush: bool, batch: int,
-                 host_us: float) -> list[float]:
+    def _measure(
+        self, launch: Callable[[int], None], n: int, per_sample: int, flush: bool, batch: int, host_us: float
+    ) -> list[float]:
         """``n`` samples of ``launch(k)``, each between two events; the stream is held by a spin kernel while a
         batch is queued, so host overhead never shows in the GPU timeline."""
         samples: list[float] = []
@@ -624,9 +657,16 @@ class Worker:
             self.tick(si)
         return {"ok": True, "shapes": shapes_out}, []
 
-    def _time_shape(self, fn: Any, shape: BenchShapeRequest, budget_us: float, min_n: int, max_n: int,
-                    graph_below: float, sample_us: float
-                    ) -> tuple[TimedShape, list[tuple[list[Any], list[Any]]]]:
+    def _time_shape(
+        self,
+        fn: Any,
+        shape: BenchShapeRequest,
+        budget_us: float,
+        min_n: int,
+        max_n: int,
+        graph_below: float,
+        sample_us: float,
+    ) -> tuple[TimedShape, list[tuple[list[Any], list[Any]]]]:
         """Samples of one benchmark shape, over the input sets the parent made (rotated call by call).
 
         A call shorter than ``graph_below`` us is timed as a CUDA graph of many back-to-back calls (no flush in
@@ -683,13 +723,19 @@ class Worker:
             raw = self._measure(call, n, 1, True, batch, host_us)
             samples = [max(t - overhead, 0.0) for t in raw]
             mode = "events"
-        return {"samples_us": samples, "mode": mode, "calls_per_sample": reps, "sets": rotation,
-                "estimate_us": t_est, "launch_overhead_us": overhead if mode == "events" else 0.0,
-                "empty_kernel_us": self._empty_us,
-                "big_sets": big, "outputs": []}, sets
+        return {
+            "samples_us": samples,
+            "mode": mode,
+            "calls_per_sample": reps,
+            "sets": rotation,
+            "estimate_us": t_est,
+            "launch_overhead_us": overhead if mode == "events" else 0.0,
+            "empty_kernel_us": self._empty_us,
+            "big_sets": big,
+            "outputs": [],
+        }, sets
 
-    def op_time_reference(self, h: TimeReferenceRequest, _bufs: list[bytes]) -> tuple[TimeReferenceReply,
-                                                                                            list[bytes]]:
+    def op_time_reference(self, h: TimeReferenceRequest, _bufs: list[bytes]) -> tuple[TimeReferenceReply, list[bytes]]:
         """Time the numpy reference computed by cupy: the reference module's ``numpy`` (and the numpy functions
         it imported by name) rebound to cupy in this process, so every array it makes is a cupy array."""
         from pathlib import Path
@@ -760,8 +806,13 @@ class Worker:
             bandwidth = self._bandwidth(timed)
             sgemm = self._sgemm(timed)
             fma = self._fma(timed)
-        return {"ok": True, "bandwidth_bps": bandwidth, "fp32_flops": max(sgemm, fma), "sgemm_flops": sgemm,
-                "fma_flops": fma}, []
+        return {
+            "ok": True,
+            "bandwidth_bps": bandwidth,
+            "fp32_flops": max(sgemm, fma),
+            "sgemm_flops": sgemm,
+            "fma_flops": fma,
+        }, []
 
     def _bandwidth(self, timed: Callable[[Callable[[], None], int], float]) -> float:
         n = min(2 << 30, self.memory // 8)
@@ -800,8 +851,11 @@ def main(argv: Sequence[str]) -> int:
     write_message(reply_fd, hello)
     # the header is parsed JSON: each handler reads it as its request's record (messages.py)
     ops: dict[str, Callable[[Any, list[bytes]], tuple[Mapping[str, Any], list[bytes]]]] = {
-        "load": worker.op_load, "check": worker.op_check, "time": worker.op_time,
-        "time_reference": worker.op_time_reference, "floors": worker.op_floors,
+        "load": worker.op_load,
+        "check": worker.op_check,
+        "time": worker.op_time,
+        "time_reference": worker.op_time_reference,
+        "floors": worker.op_floors,
         "ping": lambda _h, _b: ({"ok": True}, []),
     }
     while True:

@@ -32,8 +32,13 @@ def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Moto]:
     import boto3
 
     server = Moto().start()
-    boto3.client("s3", endpoint_url=server.endpoint, region_name="us-east-1", aws_access_key_id="testing",
-                 aws_secret_access_key="testing").create_bucket(Bucket="team-cache")
+    boto3.client(
+        "s3",
+        endpoint_url=server.endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    ).create_bucket(Bucket="team-cache")
     yield server
     server.stop()
 
@@ -59,7 +64,17 @@ def team_key() -> KeyPair:
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("DEEPSEEK_API_KEY", "OPENAI_API_KEY", "R1BUILD_BASE_URL", "NVIDIA_API_KEY", "R1BUILD_EVALUATE",
-                "R1BUILD_REMOTE_CACHE", "R1BUILD_REMOTE_WRITE", "R1BUILD_SIGNING_KEY", "R1BUILD_REMOTE_TOKEN",
-                "R1BUILD_REMOTE_HEADER", "R1BUILD_REMOTE_TIMEOUT"):
+    for var in (
+        "DEEPSEEK_API_KEY",
+        "OPENAI_API_KEY",
+        "R1BUILD_BASE_URL",
+        "NVIDIA_API_KEY",
+        "R1BUILD_EVALUATE",
+        "R1BUILD_REMOTE_CACHE",
+        "R1BUILD_REMOTE_WRITE",
+        "R1BUILD_SIGNING_KEY",
+        "R1BUILD_REMOTE_TOKEN",
+        "R1BUILD_REMOTE_HEADER",
+        "R1BUILD_REMOTE_TIMEOUT",
+    ):
         monkeypatch.delenv(var, raising=False)

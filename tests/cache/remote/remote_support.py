@@ -19,8 +19,17 @@ from r1build.signing import KeyPair, trusted_keys
 ROOT = Path(__file__).resolve().parents[3]
 TINY = ROOT / "tests" / "packages" / "tiny"
 
-__all__ = ["ROOT", "TINY", "measured_root", "measured_tiny", "push", "root_project", "tiny_project", "trust",
-           "trust_nothing"]
+__all__ = [
+    "ROOT",
+    "TINY",
+    "measured_root",
+    "measured_tiny",
+    "push",
+    "root_project",
+    "tiny_project",
+    "trust",
+    "trust_nothing",
+]
 
 
 def trust(project: Path, *public_keys: str, url: str | None = None, timeout_s: float | None = None) -> None:
@@ -38,7 +47,7 @@ def trust_nothing(project: Path) -> None:
     """Empty the project's ``[cache] trusted-keys`` (the table :func:`trust` added, the last in the file)."""
     toml = project / "kernels.toml"
     text = toml.read_text(encoding="utf-8")
-    toml.write_text(text[:text.index("trusted-keys")] + "trusted-keys = []\n", encoding="utf-8")
+    toml.write_text(text[: text.index("trusted-keys")] + "trusted-keys = []\n", encoding="utf-8")
 
 
 def tiny_project(dest: Path, *public_keys: str, url: str | None = None, timeout_s: float | None = None) -> Path:
@@ -55,14 +64,29 @@ def measured_tiny(project: Path, cache_dir: Path, time_us: float = 3.5) -> str:
     spec = m.kernel("scale")
     scale = Candidate((project / "scale.cu").read_text(encoding="utf-8"), Origin("baseline", "scale.cu"))
     key = decision_key(m, spec, "sm_90")
-    result = Result(candidate=scale.digest, arch="sm_90", status="passed", stage="evaluate",
-                    timing=Timing(median_us=time_us, spread=0.01, samples=50),
-                    device="NVIDIA H200")
+    result = Result(
+        candidate=scale.digest,
+        arch="sm_90",
+        status="passed",
+        stage="evaluate",
+        timing=Timing(median_us=time_us, spread=0.01, samples=50),
+        device="NVIDIA H200",
+    )
     with Cache(cache_dir) as cache:
         cache.put_text(scale.source)
-        cache.put_decision(Decision(key=key, kernel="scale", arch="sm_90", winner=CandidateRef.of(scale),
-                                    candidates=[CandidateRef.of(scale)],
-                                    results=[result], measured=True, device="NVIDIA H200", checks=CHECKS_VERSION))
+        cache.put_decision(
+            Decision(
+                key=key,
+                kernel="scale",
+                arch="sm_90",
+                winner=CandidateRef.of(scale),
+                candidates=[CandidateRef.of(scale)],
+                results=[result],
+                measured=True,
+                device="NVIDIA H200",
+                checks=CHECKS_VERSION,
+            )
+        )
     assert main(["lock", "-m", str(project), "--offline", "--no-gpu", "--cache-dir", str(cache_dir)]) == 0
     entry = read_lock(project / "kernels.lock").entry("scale", "sm_90")  # type: ignore[union-attr]
     assert entry is not None and entry.time_us == time_us and entry.key == key
@@ -94,29 +118,48 @@ def measured_root(project: Path, cache_dir: Path) -> list[str]:
             spec = m.kernel(entry.name)
             assert entry.origin is not None and entry.time_us is not None
             kind: Literal["baseline", "file"] = "baseline" if entry.origin == spec.baseline else "file"
-            candidate = Candidate((project / entry.origin).read_text(encoding="utf-8"), Origin(kind, entry.origin),
-                                  dict(entry.defines))
+            candidate = Candidate(
+                (project / entry.origin).read_text(encoding="utf-8"), Origin(kind, entry.origin), dict(entry.defines)
+            )
             assert candidate.digest == entry.winner, entry
-            result = Result(candidate=candidate.digest, arch=entry.arch, status="passed", stage="evaluate",
-                            timing=Timing(median_us=entry.time_us, spread=0.01, samples=50), device=entry.gpu)
+            result = Result(
+                candidate=candidate.digest,
+                arch=entry.arch,
+                status="passed",
+                stage="evaluate",
+                timing=Timing(median_us=entry.time_us, spread=0.01, samples=50),
+                device=entry.gpu,
+            )
             cache.put_text(candidate.source)
-            cache.put_decision(Decision(key=entry.key, kernel=entry.name, arch=entry.arch,
-                                        winner=CandidateRef.of(candidate),
-                                        candidates=[CandidateRef.of(candidate)], results=[result], measured=True,
-                                        device=entry.gpu,
-                                        checks=entry.checks))
+            cache.put_decision(
+                Decision(
+                    key=entry.key,
+                    kernel=entry.name,
+                    arch=entry.arch,
+                    winner=CandidateRef.of(candidate),
+                    candidates=[CandidateRef.of(candidate)],
+                    results=[result],
+                    measured=True,
+                    device=entry.gpu,
+                    checks=entry.checks,
+                )
+            )
             keys.append(entry.key)
     assert keys
-    assert main(["resolve", "--locked", "--no-gpu", "--offline", "-m", str(project), "--cache-dir",
-                 str(cache_dir)]) == 0
+    assert (
+        main(["resolve", "--locked", "--no-gpu", "--offline", "-m", str(project), "--cache-dir", str(cache_dir)]) == 0
+    )
     return keys
 
 
 def push(project: Path, cache_dir: Path, url: str, key: KeyPair) -> tuple[int, int]:
     """Machine A publishes its cache to ``url``, signed with ``key`` (as ``r1build cache push`` does):
     (published, already there)."""
-    layer = RemoteLayer(open_store(url, timeout=10, header=None), trusted=trusted_keys(load_manifest(
-        project / "kernels.toml")), signing_key=key.private)
+    layer = RemoteLayer(
+        open_store(url, timeout=10, header=None),
+        trusted=trusted_keys(load_manifest(project / "kernels.toml")),
+        signing_key=key.private,
+    )
     try:
         with Cache(cache_dir) as cache:
             return layer.push(cache)

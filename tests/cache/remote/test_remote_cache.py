@@ -48,8 +48,13 @@ def _remote_warnings(text: str) -> list[str]:
 
 
 @pytest.fixture
-def seeded(remote: Remote, team_key: KeyPair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-           capsys: pytest.CaptureFixture[str]) -> tuple[Path, str]:
+def seeded(
+    remote: Remote,
+    team_key: KeyPair,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> tuple[Path, str]:
     """tiny, locked on machine A and published to ``remote``: (project, the decision's key)."""
     project = tiny_project(tmp_path / "tiny", team_key.public.line)
     key = measured_tiny(project, tmp_path / "a")
@@ -58,9 +63,13 @@ def seeded(remote: Remote, team_key: KeyPair, tmp_path: Path, monkeypatch: pytes
     return project, key
 
 
-def test_two_machines_share_decisions_and_gate_results(remote: Remote, seeded: tuple[Path, str], tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_two_machines_share_decisions_and_gate_results(
+    remote: Remote,
+    seeded: tuple[Path, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     project, key = seeded
     monkeypatch.setenv("R1BUILD_REMOTE_CACHE", remote.url)
     b = tmp_path / "b"
@@ -87,59 +96,114 @@ def root_machine_a(tmp_path_factory: pytest.TempPathFactory, team_key: KeyPair) 
 
 
 def test_a_fresh_cache_resolves_the_root_manifests_decisions_from_the_remote(
-        remote: Remote, root_machine_a: tuple[Path, Path, list[str]], team_key: KeyPair, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    remote: Remote,
+    root_machine_a: tuple[Path, Path, list[str]],
+    team_key: KeyPair,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     project, a, keys = root_machine_a
     push(project, a, remote.url, team_key)
     b = tmp_path / "b"
-    code, out = _cli(capsys, *LOCKED, "-m", str(project), "--cache-dir", str(b), "--remote-cache", remote.url,
-                     "--json")
+    code, out = _cli(capsys, *LOCKED, "-m", str(project), "--cache-dir", str(b), "--remote-cache", remote.url, "--json")
     assert code == 0, out
     assert f"{len(keys)} decisions fetched" in out and not _remote_warnings(out), out
     with Cache(b) as cache:
         assert all(cache.peek(f"decision/{k}") is not None for k in keys)
-    code, out = _cli(capsys, "check", "--locked", "-m", str(project), "--cache-dir", str(tmp_path / "c"),
-                     "--remote-cache", remote.url)
+    code, out = _cli(
+        capsys,
+        "check",
+        "--locked",
+        "-m",
+        str(project),
+        "--cache-dir",
+        str(tmp_path / "c"),
+        "--remote-cache",
+        remote.url,
+    )
     assert code == 0, out
 
 
-def test_read_only_by_default_and_writing_needs_the_key(remote: Remote, team_key: KeyPair, tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_read_only_by_default_and_writing_needs_the_key(
+    remote: Remote,
+    team_key: KeyPair,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     project = tiny_project(tmp_path / "tiny", team_key.public.line)
     key = measured_tiny(project, tmp_path / "a")
     monkeypatch.setenv("R1BUILD_SIGNING_KEY", team_key.private.raw_base64())
     # a key in the environment is not permission: without --remote-write nothing is published
-    code, out = _cli(capsys, "lock", "-m", str(project), "--offline", "--no-gpu", "--cache-dir", str(tmp_path / "a"),
-                     "--remote-cache", remote.url)
+    code, out = _cli(
+        capsys,
+        "lock",
+        "-m",
+        str(project),
+        "--offline",
+        "--no-gpu",
+        "--cache-dir",
+        str(tmp_path / "a"),
+        "--remote-cache",
+        remote.url,
+    )
     assert code == 0, out
     store = open_store(remote.url, timeout=5, header=None)
     assert store.get(record_key("decision", key)) is None
     monkeypatch.delenv("R1BUILD_SIGNING_KEY")
-    code, out = _cli(capsys, "resolve", "--refresh", "--offline", "--no-gpu", "-m", str(project), "--cache-dir",
-                     str(tmp_path / "a"), "--remote-cache", remote.url, "--remote-write")
+    code, out = _cli(
+        capsys,
+        "resolve",
+        "--refresh",
+        "--offline",
+        "--no-gpu",
+        "-m",
+        str(project),
+        "--cache-dir",
+        str(tmp_path / "a"),
+        "--remote-cache",
+        remote.url,
+        "--remote-write",
+    )
     assert code == 2 and "needs the team's signing key" in out and "Traceback" not in out, out
     monkeypatch.setenv("R1BUILD_REMOTE_WRITE", "1")
-    code, out = _cli(capsys, "cache", "push", "-m", str(project), "--cache-dir", str(tmp_path / "a"),
-                     "--remote-cache", remote.url)
+    code, out = _cli(
+        capsys, "cache", "push", "-m", str(project), "--cache-dir", str(tmp_path / "a"), "--remote-cache", remote.url
+    )
     assert code == 2 and "needs the team's signing key" in out, out
     assert store.get(record_key("decision", key)) is None
     store.close()
 
 
-def test_a_run_that_may_write_publishes_what_it_stores(remote: Remote, team_key: KeyPair, tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_run_that_may_write_publishes_what_it_stores(
+    remote: Remote,
+    team_key: KeyPair,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     project = tiny_project(tmp_path / "tiny", team_key.public.line)
     monkeypatch.setenv("R1BUILD_SIGNING_KEY", team_key.private.raw_base64())
     monkeypatch.setenv("R1BUILD_REMOTE_WRITE", "1")
-    code, out = _cli(capsys, "lock", "-m", str(project), "--offline", "--no-gpu", "--cache-dir", str(tmp_path / "a"),
-                     "--remote-cache", remote.url)
+    code, out = _cli(
+        capsys,
+        "lock",
+        "-m",
+        str(project),
+        "--offline",
+        "--no-gpu",
+        "--cache-dir",
+        str(tmp_path / "a"),
+        "--remote-cache",
+        remote.url,
+    )
     assert code == 0 and "1 records published" in out, out  # the baseline's gate result (no GPU: no decision)
     monkeypatch.delenv("R1BUILD_REMOTE_WRITE")
     monkeypatch.delenv("R1BUILD_SIGNING_KEY")
-    code, out = _cli(capsys, *LOCKED, "-m", str(project), "--cache-dir", str(tmp_path / "b"), "--remote-cache",
-                     remote.url)
+    code, out = _cli(
+        capsys, *LOCKED, "-m", str(project), "--cache-dir", str(tmp_path / "b"), "--remote-cache", remote.url
+    )
     assert code == 0 and "1 gate results fetched" in out, out
 
 
@@ -154,9 +218,13 @@ def _tamper(remote, key: str, change) -> None:  # type: ignore[no-untyped-def]
     store.close()
 
 
-def test_a_tampered_object_is_detected_reported_and_never_used(remote: Remote, seeded: tuple[Path, str], tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch,
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_tampered_object_is_detected_reported_and_never_used(
+    remote: Remote,
+    seeded: tuple[Path, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     project, key = seeded
     lock_before = (project / "kernels.lock").read_bytes()
     store = open_store(remote.url, timeout=5, header=None)
@@ -170,9 +238,11 @@ def test_a_tampered_object_is_detected_reported_and_never_used(remote: Remote, s
     timing = decision.results[0].timing
     assert timing is not None
     forged = replace(decision, results=[replace(decision.results[0], timing=replace(timing, median_us=0.1))])
-    _tamper(remote, record_key("decision", key),
-            lambda raw: digest_bytes(to_json(forged)).encode() + b"\n" + raw.split(b"\n", 2)[1] + b"\n"
-            + to_json(forged))
+    _tamper(
+        remote,
+        record_key("decision", key),
+        lambda raw: digest_bytes(to_json(forged)).encode() + b"\n" + raw.split(b"\n", 2)[1] + b"\n" + to_json(forged),
+    )
     b = tmp_path / "b"
     code, out = _cli(capsys, *LOCKED, "-m", str(project), "--cache-dir", str(b), "--remote-cache", remote.url)
     assert code == 0, out
@@ -191,8 +261,12 @@ def test_a_tampered_object_is_detected_reported_and_never_used(remote: Remote, s
 
 
 def test_unsigned_and_untrusted_decisions_are_refused_and_the_build_goes_on(
-        remote: Remote, team_key: KeyPair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    remote: Remote,
+    team_key: KeyPair,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     stranger = KeyPair.generate()
     project = tiny_project(tmp_path / "tiny", team_key.public.line)
     key = measured_tiny(project, tmp_path / "a")
@@ -206,20 +280,22 @@ def test_unsigned_and_untrusted_decisions_are_refused_and_the_build_goes_on(
     with Cache(b) as cache:
         assert cache.peek(f"decision/{key}") is None
     # unsigned: the signature line empty
-    _tamper(remote, record_key("decision", key),
-            lambda raw: raw.split(b"\n", 1)[0] + b"\n\n" + raw.split(b"\n", 2)[2])
-    code, out = _cli(capsys, *LOCKED, "-m", str(project), "--cache-dir", str(tmp_path / "c"), "--remote-cache",
-                     remote.url)
+    _tamper(remote, record_key("decision", key), lambda raw: raw.split(b"\n", 1)[0] + b"\n\n" + raw.split(b"\n", 2)[2])
+    code, out = _cli(
+        capsys, *LOCKED, "-m", str(project), "--cache-dir", str(tmp_path / "c"), "--remote-cache", remote.url
+    )
     assert code == 0, out
     assert any("unsigned" in w for w in _remote_warnings(out)), out
 
 
 def test_a_project_that_trusts_no_key_uses_nothing_from_a_remote(
-        remote: Remote, seeded: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    remote: Remote, seeded: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     project, key = seeded
     trust_nothing(project)
-    code, out = _cli(capsys, *LOCKED, "-m", str(project), "--cache-dir", str(tmp_path / "b"), "--remote-cache",
-                     remote.url)
+    code, out = _cli(
+        capsys, *LOCKED, "-m", str(project), "--cache-dir", str(tmp_path / "b"), "--remote-cache", remote.url
+    )
     assert code == 0, out
     (warning,) = _remote_warnings(out)  # one line, not one per record
     assert "trusted-keys is empty" in warning, out
@@ -228,12 +304,14 @@ def test_a_project_that_trusts_no_key_uses_nothing_from_a_remote(
 
 
 def _layer(url: str, key: KeyPair) -> RemoteLayer:
-    return RemoteLayer(open_store(url, timeout=10, header=None), trusted=TrustedKeys.of([key.public]),
-                       signing_key=key.private)
+    return RemoteLayer(
+        open_store(url, timeout=10, header=None), trusted=TrustedKeys.of([key.public]), signing_key=key.private
+    )
 
 
-def test_eight_concurrent_writers_of_the_same_and_different_entries(remote: Remote, seeded: tuple[Path, str],
-                                                                    team_key: KeyPair, tmp_path: Path) -> None:
+def test_eight_concurrent_writers_of_the_same_and_different_entries(
+    remote: Remote, seeded: tuple[Path, str], team_key: KeyPair, tmp_path: Path
+) -> None:
     _, key = seeded
     with Cache(tmp_path / "a") as cache:
         decision = cache.get_decision(key)
@@ -272,8 +350,9 @@ def test_eight_concurrent_writers_of_the_same_and_different_entries(remote: Remo
     assert not problems and checked >= 10
 
 
-def _one_warning_and_locked(capsys: pytest.CaptureFixture[str], project: Path, cache_dir: Path, url: str,
-                            *, within: float) -> str:
+def _one_warning_and_locked(
+    capsys: pytest.CaptureFixture[str], project: Path, cache_dir: Path, url: str, *, within: float
+) -> str:
     t0 = time.monotonic()
     code, out = _cli(capsys, *LOCKED, "-m", str(project), "--cache-dir", str(cache_dir), "--remote-cache", url)
     elapsed = time.monotonic() - t0
@@ -283,8 +362,9 @@ def _one_warning_and_locked(capsys: pytest.CaptureFixture[str], project: Path, c
     return _remote_warnings(out)[0]
 
 
-def test_a_remote_down_at_start_costs_one_warning(team_key: KeyPair, tmp_path: Path,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_remote_down_at_start_costs_one_warning(
+    team_key: KeyPair, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     project = tiny_project(tmp_path / "tiny", team_key.public.line)
     measured_tiny(project, tmp_path / "a")
     with socket.socket() as s:
@@ -297,21 +377,22 @@ def test_a_remote_down_at_start_costs_one_warning(team_key: KeyPair, tmp_path: P
     assert "is unavailable" in warning
 
 
-def test_a_slow_remote_costs_one_timeout(team_key: KeyPair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_slow_remote_costs_one_timeout(
+    team_key: KeyPair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     project = tiny_project(tmp_path / "tiny", team_key.public.line, timeout_s=0.5)
     measured_tiny(project, tmp_path / "a")
     with socket.socket() as server:  # accepts connections, never answers
         server.bind(("127.0.0.1", 0))
         server.listen(16)
         port = server.getsockname()[1]
-        warning = _one_warning_and_locked(capsys, project, tmp_path / "b", f"http://127.0.0.1:{port}/team",
-                                          within=30)
+        warning = _one_warning_and_locked(capsys, project, tmp_path / "b", f"http://127.0.0.1:{port}/team", within=30)
     assert "no answer within 0.5 s" in warning
 
 
-def test_a_forbidden_remote_and_the_token(nginx: Nginx, team_key: KeyPair, tmp_path: Path,
-                                          monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_forbidden_remote_and_the_token(
+    nginx: Nginx, team_key: KeyPair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     project = tiny_project(tmp_path / "tiny", team_key.public.line)
     measured_tiny(project, tmp_path / "a")
     warning = _one_warning_and_locked(capsys, project, tmp_path / "b", f"{nginx.url}/forbidden", within=30)
@@ -319,12 +400,14 @@ def test_a_forbidden_remote_and_the_token(nginx: Nginx, team_key: KeyPair, tmp_p
     url = f"{nginx.url}/auth/team"
     monkeypatch.setenv("R1BUILD_REMOTE_TOKEN", "wrong")
     monkeypatch.setenv("R1BUILD_SIGNING_KEY", team_key.private.raw_base64())
-    code, out = _cli(capsys, "cache", "push", "-m", str(project), "--cache-dir", str(tmp_path / "a"),
-                     "--remote-cache", url)
+    code, out = _cli(
+        capsys, "cache", "push", "-m", str(project), "--cache-dir", str(tmp_path / "a"), "--remote-cache", url
+    )
     assert code == 1 and "HTTP 403" in out and "Traceback" not in out, out
     monkeypatch.setenv("R1BUILD_REMOTE_TOKEN", TOKEN)
-    code, out = _cli(capsys, "cache", "push", "-m", str(project), "--cache-dir", str(tmp_path / "a"),
-                     "--remote-cache", url)
+    code, out = _cli(
+        capsys, "cache", "push", "-m", str(project), "--cache-dir", str(tmp_path / "a"), "--remote-cache", url
+    )
     assert code == 0 and "published 2 records" in out, out
     assert TOKEN not in out
 
@@ -332,14 +415,17 @@ def test_a_forbidden_remote_and_the_token(nginx: Nginx, team_key: KeyPair, tmp_p
 def _partial_put(port: int, path: str, total: int, sent: int) -> socket.socket:
     """A PUT that announces ``total`` bytes and sends ``sent`` of them (the connection stays open)."""
     conn = socket.create_connection(("127.0.0.1", port))
-    head = (f"PUT {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {total}\r\n"
-            "Content-Type: application/octet-stream\r\n\r\n")
+    head = (
+        f"PUT {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {total}\r\n"
+        "Content-Type: application/octet-stream\r\n\r\n"
+    )
     conn.sendall(head.encode() + b"x" * sent)
     return conn
 
 
 def test_a_server_killed_mid_upload_exposes_no_object_and_loses_nothing(
-        team_key: KeyPair, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    team_key: KeyPair, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     server = Nginx(tmp_path / "nginx").start()
     try:
         project = tiny_project(tmp_path / "tiny", team_key.public.line)
@@ -367,8 +453,13 @@ def test_a_server_killed_mid_upload_exposes_no_object_and_loses_nothing(
 def test_an_s3_upload_cut_mid_body_exposes_no_object(moto: Moto, tmp_path: Path) -> None:
     import boto3
 
-    client = boto3.client("s3", endpoint_url=moto.endpoint, region_name="us-east-1", aws_access_key_id="testing",
-                          aws_secret_access_key="testing")
+    client = boto3.client(
+        "s3",
+        endpoint_url=moto.endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
     whole = _partial_put(moto.port, "/team-cache/cut/whole", 4096, 4096)  # the control: the same PUT, complete
     assert whole.recv(4096).startswith(b"HTTP/1.1 200")
     whole.close()
@@ -381,15 +472,24 @@ def test_an_s3_upload_cut_mid_body_exposes_no_object(moto: Moto, tmp_path: Path)
     client.close()
 
 
-def test_a_remote_that_answers_garbage_is_a_miss(team_key: KeyPair, tmp_path: Path,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_remote_that_answers_garbage_is_a_miss(
+    team_key: KeyPair, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     project = tiny_project(tmp_path / "tiny", team_key.public.line)
     measured_tiny(project, tmp_path / "a")
     body = b"\x00garbage\xff" * 100
     reply = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body
     with FaultServer(lambda request: reply) as server:
-        code, out = _cli(capsys, *LOCKED, "-m", str(project), "--cache-dir", str(tmp_path / "b"),
-                         "--remote-cache", f"http://127.0.0.1:{server.port}/team")
+        code, out = _cli(
+            capsys,
+            *LOCKED,
+            "-m",
+            str(project),
+            "--cache-dir",
+            str(tmp_path / "b"),
+            "--remote-cache",
+            f"http://127.0.0.1:{server.port}/team",
+        )
     assert code == 0, out
     assert _remote_warnings(out) and all("is corrupt" in w for w in _remote_warnings(out)), out
 
@@ -400,19 +500,23 @@ def test_notes_go_to_the_sink_not_stdout(remote: Remote, seeded: tuple[Path, str
     from r1build.cache.remote import attach_remote
     from r1build.manifest import load_manifest
 
-    with sink(lambda e: seen.append(e) if isinstance(e, Note) else None), \
-            attach_remote(Cache(tmp_path / "b"), load_manifest(project / "kernels.toml"), url=remote.url) as cache:
+    with (
+        sink(lambda e: seen.append(e) if isinstance(e, Note) else None),
+        attach_remote(Cache(tmp_path / "b"), load_manifest(project / "kernels.toml"), url=remote.url) as cache,
+    ):
         assert cache.get_decision(key) is not None
         assert cache.get_decision(key) is not None  # the second read is local
     assert [n.message for n in seen] == [f"remote cache {remote.url}: 1 decisions fetched"]
 
 
-def test_a_server_dying_during_a_blob_upload_never_gets_the_decision(team_key: KeyPair, tmp_path: Path,
-                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_server_dying_during_a_blob_upload_never_gets_the_decision(
+    team_key: KeyPair, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The publisher's side of a crash: the connection drops in the middle of a blob's body; the decision that
     names the blob is never sent, the run goes on with one warning, and the local cache keeps everything."""
     project = tiny_project(tmp_path / "tiny", team_key.public.line)
     key = measured_tiny(project, tmp_path / "a")
+
     def answer(request: bytes) -> bytes | None:
         if request.startswith(b"HEAD"):
             return b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
@@ -435,21 +539,35 @@ def test_a_server_dying_during_a_blob_upload_never_gets_the_decision(team_key: K
 
 
 def test_a_measuring_run_that_may_write_publishes_its_decision_after_its_blobs(
-        remote: Remote, team_key: KeyPair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    remote: Remote,
+    team_key: KeyPair,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     from tests.resolve_support import install_gpu_double
 
     project = tiny_project(tmp_path / "tiny", team_key.public.line)
     install_gpu_double(monkeypatch, reject=lambda c: False, time_us=lambda c: 2.5)
     monkeypatch.setenv("R1BUILD_SIGNING_KEY", team_key.private.raw_base64())
-    code, out = _cli(capsys, "resolve", "--offline", "-m", str(project), "--cache-dir", str(tmp_path / "a"),
-                     "--remote-cache", remote.url, "--remote-write")
+    code, out = _cli(
+        capsys,
+        "resolve",
+        "--offline",
+        "-m",
+        str(project),
+        "--cache-dir",
+        str(tmp_path / "a"),
+        "--remote-cache",
+        remote.url,
+        "--remote-write",
+    )
     assert code == 0 and "records published" in out and "blobs uploaded" in out, out
     monkeypatch.undo()  # machine B: no GPU (the double is gone), no key, no endpoint
     for var in ("R1BUILD_SIGNING_KEY", "DEEPSEEK_API_KEY", "OPENAI_API_KEY", "R1BUILD_BASE_URL", "NVIDIA_API_KEY"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("R1BUILD_REMOTE_CACHE", remote.url)
-    for name, value in (remote.moto.env().items() if remote.moto else ()):
+    for name, value in remote.moto.env().items() if remote.moto else ():
         monkeypatch.setenv(name, value)
     code, out = _cli(capsys, *LOCKED, "-m", str(project), "--cache-dir", str(tmp_path / "b"), "--json")
     assert code == 0 and "1 decisions fetched" in out and not _remote_warnings(out), out

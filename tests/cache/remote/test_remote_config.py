@@ -22,25 +22,31 @@ from tests.cache.remote.remote_support import measured_tiny, push, tiny_project
 
 
 @pytest.mark.slow
-def test_a_build_reads_the_remote_named_by_its_config_setting(nginx: Nginx, team_key: KeyPair, tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_build_reads_the_remote_named_by_its_config_setting(
+    nginx: Nginx, team_key: KeyPair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     project = tiny_project(tmp_path / "tiny", team_key.public.line)
     key = measured_tiny(project, tmp_path / "a")
     url = f"{nginx.url}/build-setting"
     assert push(project, tmp_path / "a", url, team_key) == (2, 0)
     options, rest = split_settings({"r1build.remote-cache": url, "build-dir": "b"}, environ={})
     assert options.remote_cache == url and rest == {"build-dir": "b"}
-    cmake = prepare_build(project, locked=True, cache_dir=tmp_path / "b", out_dir=tmp_path / "gen",
-                          remote_cache=options.remote_cache)
+    cmake = prepare_build(
+        project, locked=True, cache_dir=tmp_path / "b", out_dir=tmp_path / "gen", remote_cache=options.remote_cache
+    )
     assert cmake.is_file()
     with Cache(tmp_path / "b") as cache:
         assert cache.peek(f"decision/{key}") is not None  # the build took it from the remote
 
 
 def test_the_manifest_url_is_checked_where_it_is_written(team_key: KeyPair, tmp_path: Path) -> None:
-    for i, (url, says) in enumerate((("ftp://host/x", "not an http://, https:// or s3:// URL"),
-                                     ("https://user:pw@host/x", "holds no credentials"),
-                                     ("https://host/x?token=1", "no query"))):
+    for i, (url, says) in enumerate(
+        (
+            ("ftp://host/x", "not an http://, https:// or s3:// URL"),
+            ("https://user:pw@host/x", "holds no credentials"),
+            ("https://host/x?token=1", "no query"),
+        )
+    ):
         project = tiny_project(tmp_path / str(i), team_key.public.line, url=url)
         with pytest.raises(ManifestError) as err:
             load_manifest(project / "kernels.toml")
@@ -48,21 +54,31 @@ def test_the_manifest_url_is_checked_where_it_is_written(team_key: KeyPair, tmp_
 
 
 def test_the_environment_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    env = env_settings({"R1BUILD_REMOTE_CACHE": " s3://b/p ", "R1BUILD_REMOTE_WRITE": "yes",
-                        "R1BUILD_REMOTE_TIMEOUT": "2.5", "R1BUILD_REMOTE_HEADER": "X-Team-Key: abc:def"})
+    env = env_settings(
+        {
+            "R1BUILD_REMOTE_CACHE": " s3://b/p ",
+            "R1BUILD_REMOTE_WRITE": "yes",
+            "R1BUILD_REMOTE_TIMEOUT": "2.5",
+            "R1BUILD_REMOTE_HEADER": "X-Team-Key: abc:def",
+        }
+    )
     assert (env.remote_cache, env.remote_write, env.remote_timeout) == ("s3://b/p", True, 2.5)
     assert env.remote_header == ("X-Team-Key", "abc:def") and "abc" not in repr(env)
     assert env_settings({"R1BUILD_REMOTE_TOKEN": "t0k"}).remote_header == ("Authorization", "Bearer t0k")
-    for bad in ({"R1BUILD_REMOTE_TIMEOUT": "soon"}, {"R1BUILD_REMOTE_TIMEOUT": "0"},
-                {"R1BUILD_REMOTE_HEADER": "no colon"}, {"R1BUILD_REMOTE_TOKEN": "a", "R1BUILD_REMOTE_HEADER": "X: b"},
-                {"R1BUILD_REMOTE_WRITE": "maybe"}):
+    for bad in (
+        {"R1BUILD_REMOTE_TIMEOUT": "soon"},
+        {"R1BUILD_REMOTE_TIMEOUT": "0"},
+        {"R1BUILD_REMOTE_HEADER": "no colon"},
+        {"R1BUILD_REMOTE_TOKEN": "a", "R1BUILD_REMOTE_HEADER": "X: b"},
+        {"R1BUILD_REMOTE_WRITE": "maybe"},
+    ):
         with pytest.raises(ConfigError):
             env_settings(bad)
 
 
-def test_an_s3_remote_without_boto3_names_the_extra(team_key: KeyPair, tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_s3_remote_without_boto3_names_the_extra(
+    team_key: KeyPair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setitem(sys.modules, "boto3", None)  # as if not installed
     with pytest.raises(ConfigError, match=r"pip install 'r1build\[s3\]'"):
         open_store("s3://bucket/prefix", timeout=1, header=None)
@@ -72,17 +88,18 @@ def test_an_s3_remote_without_boto3_names_the_extra(team_key: KeyPair, tmp_path:
     assert "r1build[s3]" in err and "Traceback" not in err
 
 
-def test_a_bad_remote_url_on_the_command_line_is_exit_2(team_key: KeyPair, tmp_path: Path,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_bad_remote_url_on_the_command_line_is_exit_2(
+    team_key: KeyPair, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     project = tiny_project(tmp_path / "tiny", team_key.public.line)
     assert main(["resolve", "--locked", "-m", str(project), "--remote-cache", "gopher://x/y"]) == 2
     assert "not an http://, https:// or s3:// URL" in capsys.readouterr().err
 
 
 @pytest.mark.slow
-def test_the_remote_keeps_a_decision_whole_across_keys(nginx: Nginx, team_key: KeyPair, tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_remote_keeps_a_decision_whole_across_keys(
+    nginx: Nginx, team_key: KeyPair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A valid signed record copied under another key is refused: the signature covers the key."""
     project = tiny_project(tmp_path / "tiny", team_key.public.line)
     key = measured_tiny(project, tmp_path / "a")
