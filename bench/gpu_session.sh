@@ -49,6 +49,7 @@ cheats() {
 rest() {  # correctness work beside the cheats: the sample's build and tests, the corpus, the other GPU tests
   {
     echo "== sample_project: locked build on the GPU machine, then its tests"
+    [ -d /tmp/sample ] || cp -r sample_project /tmp/sample  # the vendored winners as committed
     rm -rf /tmp/sample-site
     t0=$(date +%s%N)
     R1BUILD_LOCKED=1 R1BUILD_CACHE_DIR=/tmp/r1build-cache-sample timeout 120 python3 -m pip install -q \
@@ -102,11 +103,24 @@ final() {  # the session's last call: the root resolved alone (cache kept for th
   rest &
   # the build tests' venv sees this Python's packages (the machine has no index): its site-packages on the path
   local site; site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-  PYTHONPATH="$PYTHONPATH:$site" R1BUILD_TEST_SYSTEM_SITE=1 R1BUILD_CACHE_DIR=/tmp/c-outside timeout "${FINAL_LIMIT:-280}" python3 -m pytest tests -m gpu \
+  PYTHONPATH="$PYTHONPATH:$site" R1BUILD_TEST_SITE_PATH="/tmp/site:$site" R1BUILD_TEST_SYSTEM_SITE=1 R1BUILD_CACHE_DIR=/tmp/c-outside timeout "${FINAL_LIMIT:-280}" python3 -m pytest tests -m gpu \
     --ignore tests/evaluate -v -rfE --tb=short --durations=15 -p no:cacheprovider --continue-on-collection-errors \
     > "$OUT/outside.log" 2>&1 &
   wait
   for f in final rest outside; do tail -n 4 "$OUT/$f.log"; done
+}
+
+recheck() {  # the tests the final phase failed, after their fixes: PTX wheels, the loop's second round, ncu
+  rest &
+  local site; site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  PYTHONPATH="$PYTHONPATH:$site" R1BUILD_TEST_SITE_PATH="/tmp/site:$site" R1BUILD_TEST_SYSTEM_SITE=1 \
+    timeout "${RECHECK_LIMIT:-190}" python3 -m pytest -m gpu -v -rfE --tb=short -p no:cacheprovider \
+    tests/build/test_build_packages.py::test_a_wheel_for_an_older_arch_runs_on_this_gpu_through_its_ptx \
+    > "$OUT/recheck_ptx.log" 2>&1 &
+  timeout "${RECHECK_LIMIT:-190}" python3 -m pytest -m gpu -v -rfE --tb=short -p no:cacheprovider \
+    tests/generate/test_generate_resolve.py tests/profile/test_profile_gpu.py > "$OUT/recheck_loop.log" 2>&1 &
+  wait
+  for f in rest recheck_ptx recheck_loop; do tail -n 4 "$OUT/$f.log"; done
 }
 
 # phases to run (default: all, the cheats beside the rest); e.g. `bash bench/gpu_session.sh quiet cheats` in one

@@ -47,6 +47,10 @@ class BuildEnv:
             PIP_DISABLE_PIP_VERSION_CHECK="1",
             PYTHONDONTWRITEBYTECODE="1",
         )
+        # a machine without a package index: where its packages live (never this checkout), see conftest.py
+        site_path = os.environ.get("R1BUILD_TEST_SITE_PATH")
+        if site_path:
+            env["PYTHONPATH"] = site_path
         env.update(extra or {})
         return env
 

@@ -5,9 +5,10 @@ its frontend (pip) or the backend's hooks with that venv's Python, in a copy of 
 folder, with ``R1BUILD_CACHE_DIR`` pointing at a per-session cache and ``R1BUILD_OFFLINE=1``. pip's own cache
 is used, so only the first session on a machine downloads anything.
 
-``R1BUILD_TEST_SYSTEM_SITE=1`` makes the venv with ``--system-site-packages`` and builds without build
-isolation: for a machine whose package index is out of reach but whose Python already has r1build's
-dependencies, nanobind and, for the sample's GPU tests, cupy or torch.
+``R1BUILD_TEST_SYSTEM_SITE=1`` makes the venv with ``--system-site-packages``, installs r1build without its
+dependencies and builds without build isolation: for a machine whose package index is out of reach but whose
+Python already has r1build's dependencies, nanobind and, for the sample's GPU tests, cupy or torch
+(``R1BUILD_TEST_SITE_PATH``, a PYTHONPATH, names where they are when that Python is itself a venv).
 """
 
 from __future__ import annotations
@@ -57,5 +58,6 @@ def build_env(tmp_path_factory: pytest.TempPathFactory, r1build_wheel: Path) -> 
     requirements: list[str | Path] = [f"r1build[generate] @ {wheel.as_uri()}"]
     if find_cuobjdump(env) is None:
         requirements.append("nvidia-cuda-cuobjdump")
-    env.check([env.python, "-m", "pip", "install", "-q", *requirements], cwd=base)
+    offline = ["--no-deps"] if system_site else []  # the machine's Python has them (see the docstring)
+    env.check([env.python, "-m", "pip", "install", "-q", *offline, *requirements], cwd=base)
     yield env

@@ -213,7 +213,7 @@ CASES: list[tuple[str, str, str, str, str]] = [
     ("atol-inf", "atol = 1e-6", "atol = inf", "kernel[0].tolerance.atol", "finite"),
     ("rtol-negative", "rtol = 1e-5", "rtol = -1e-5", "kernel[0].tolerance.rtol", "at least 0"),
     ("rtol-one", "rtol = 1e-5", "rtol = 1.0", "kernel[0].tolerance.rtol", "below 1"),
-    ("target-share-high", "target-share = 0.9", "target-share = 1.5", "kernel[0].budget.target-share", "at most 1"),
+    ("target-share-high", "target-share = 0.9", "target-share = 1.6", "kernel[0].budget.target-share", "at most 1.5"),
     ("target-share-zero", "target-share = 0.9", "target-share = 0.0", "kernel[0].budget.target-share", "above 0"),
     ("target-share-nan", "target-share = 0.9", "target-share = nan", "kernel[0].budget.target-share", "finite"),
     ("wall-time-inf", "wall-time-s = 60.0", "wall-time-s = inf", "kernel[0].budget.wall-time-s", "finite"),

@@ -43,8 +43,9 @@ def test_ncu_profiles_the_root_baselines(ncu: str) -> None:
         assert main_kernel.dram_pct is not None and main_kernel.dram_pct > 0
         assert main_kernel.achieved_occupancy_pct is not None and main_kernel.stalls
         print(name, profile_summary(profile))
-    # silu_mul streams three arrays: memory-bound
-    assert "memory-bound" in profile_summary(
+    # silu_mul streams three arrays: its summary names what bounds it (memory or latency: the baseline's one
+    # element per thread reaches about 40% of DRAM peak on an H200) and its top stall
+    summary = profile_summary(
         profiler.profile(
             manifest,
             manifest.kernel("silu_mul"),
@@ -52,6 +53,7 @@ def test_ncu_profiles_the_root_baselines(ncu: str) -> None:
             Candidate((manifest.root / "kernels/silu_mul.cu").read_text(), Origin("baseline")),
         )
     )
+    assert ("memory-bound" in summary or "latency-bound" in summary) and "top stall: " in summary, summary
 
 
 def test_ncu_findings_reach_a_real_rounds_feedback(
@@ -59,10 +61,10 @@ def test_ncu_findings_reach_a_real_rounds_feedback(
 ) -> None:
     (tmp_path / "proj").mkdir()
     project = Project(tmp_path / "proj", tmp_path / "cache")
-    # target-share 1.0: the search must reach round 1 (whose prompts carry round 0's findings) even when the
+    # target-share 1.5: the search must reach round 1 (whose prompts carry round 0's findings) even when the
     # baseline is already near the floor
     manifest = project.write(
-        baseline=True, budget={"rounds": 2, "samples": 2, "candidates": 4, "patience": 2, "target-share": 1.0}
+        baseline=True, budget={"rounds": 2, "samples": 2, "candidates": 4, "patience": 2, "target-share": 1.5}
     )
     replies = [Answer(answer(kernel_source(1))), Answer(answer(kernel_source(2))), Answer(answer(kernel_source(3)))]
     with ChatServer(replies) as server:
