@@ -122,8 +122,12 @@ def test_resolve_generates_and_measures_on_the_gpu(
     """The closed loop on a real GPU: generated candidates are validated and timed, the second round's prompt
     carries the measured times, and the decision is a measured one."""
     # target share 1.5, the implausibility bound: no early stop (a kernel can beat the copy-measured floor, so a
-    # share of 1.0 can be reached), so the second round (with feedback) runs
-    manifest = project.write(baseline=True, budget={"rounds": 2, "samples": 2, "patience": 2, "target-share": 1.5})
+    # share of 1.0 can be reached), so the second round (with feedback) runs; the test project's 30 s of wall time
+    # do not hold a real GPU's checks, sanitizer runs and timing of the baseline and the first round
+    manifest = project.write(
+        baseline=True,
+        budget={"rounds": 2, "samples": 2, "patience": 2, "target-share": 1.5, "wall-time-s": 600},
+    )
     replies = [Answer(answer(kernel_source(i + 1)), reasoning=f"try {i}") for i in range(4)]
     with ChatServer(replies) as server:
         monkeypatch.setenv("R1BUILD_BASE_URL", server.url)

@@ -64,7 +64,8 @@ def test_ncu_findings_reach_a_real_rounds_feedback(
     # target-share 1.5: the search must reach round 1 (whose prompts carry round 0's findings) even when the
     # baseline is already near the floor
     manifest = project.write(
-        baseline=True, budget={"rounds": 2, "samples": 2, "candidates": 4, "patience": 2, "target-share": 1.5}
+        baseline=True,
+        budget={"rounds": 2, "samples": 2, "candidates": 4, "patience": 2, "target-share": 1.5, "wall-time-s": 600},
     )
     replies = [Answer(answer(kernel_source(1))), Answer(answer(kernel_source(2))), Answer(answer(kernel_source(3)))]
     with ChatServer(replies) as server:
