@@ -247,21 +247,19 @@ class Sanitizing:
         if not runs:
             done.set_result([])
             return
-        pending = set(range(len(runs)))
         lock = threading.Lock()
 
-        def finished(index: int) -> None:
-            with lock:
-                pending.discard(index)
-                last = not pending
-            if last:
+        def finished(_: object) -> None:
+            with lock:  # the callback of the run that ends last sets the outcomes, once
+                if done.done() or not all(r.done() for r in runs):
+                    return
                 try:
                     done.set_result([r.result() for r in runs])
                 except BaseException as exc:
                     done.set_exception(exc)
 
-        for index, run in enumerate(runs):
-            run.add_done_callback(lambda _f, i=index: finished(i))  # type: ignore[misc]
+        for run in runs:
+            run.add_done_callback(finished)
 
     def _run_tool(self, slot: Slot, tool: str, job_file: Path) -> SanitizerOutcome:
         assert slot.sanitizer is not None

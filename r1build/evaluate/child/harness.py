@@ -24,7 +24,8 @@ DONE = "r1build-harness: done, shapes:"
 """Printed after the last shape: a run that exits 0 without it (a candidate that ended the process early) did
 not check every shape."""
 
-_CTYPES: dict[str, Any] = {
+CTYPES: dict[str, Any] = {
+    # ctypes of the entry point's parameter codes (``checks.arg_codes``); the GPU worker reads this table too
     "ptr": ctypes.c_void_p,
     "bool": ctypes.c_bool,
     "i8": ctypes.c_int8,
@@ -75,7 +76,7 @@ def run(job: dict[str, Any], base: Path) -> None:
     stream = _setup(drv)
     lib = ctypes.CDLL(str(job["lib"]), mode=os.RTLD_LOCAL | os.RTLD_NOW)
     fn = getattr(lib, str(job["entry"]))
-    fn.argtypes = [_CTYPES[c] for c in job["argtypes"]] + [ctypes.c_void_p]
+    fn.argtypes = [CTYPES[c] for c in job["argtypes"]] + [ctypes.c_void_p]
     fn.restype = ctypes.c_int
     for index, shape in enumerate(job["shapes"]):
         pointers = []

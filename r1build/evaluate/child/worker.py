@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
+from .harness import CTYPES
 from .messages import (
     ArgItem,
     ArrayAlloc,
@@ -66,21 +67,6 @@ from .messages import (
 from .protocol import CAPTURE_ERRORS, PeerClosed, read_message, write_message
 
 __all__ = ["main"]
-
-_CTYPES: dict[str, Any] = {
-    "ptr": ctypes.c_void_p,
-    "bool": ctypes.c_bool,
-    "i8": ctypes.c_int8,
-    "i16": ctypes.c_int16,
-    "i32": ctypes.c_int32,
-    "i64": ctypes.c_int64,
-    "u8": ctypes.c_uint8,
-    "u16": ctypes.c_uint16,
-    "u32": ctypes.c_uint32,
-    "u64": ctypes.c_uint64,
-    "f32": ctypes.c_float,
-    "f64": ctypes.c_double,
-}
 
 _HELPERS = r"""
 extern "C" __global__ void r1_spin(long long cycles) {
@@ -328,7 +314,7 @@ class Worker:
         if key not in self.libs:
             lib = ctypes.CDLL(str(h["path"]), mode=os.RTLD_LOCAL | os.RTLD_NOW)
             fn = getattr(lib, str(h["entry"]))
-            fn.argtypes = [_CTYPES[code] for code in h["argtypes"]] + [ctypes.c_void_p]
+            fn.argtypes = [CTYPES[code] for code in h["argtypes"]] + [ctypes.c_void_p]
             fn.restype = ctypes.c_int
             self.libs[key] = (lib, fn)
         return {"ok": True}, []
