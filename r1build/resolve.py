@@ -956,6 +956,7 @@ def prepare_build(
     project_dir: Path,
     *,
     locked: bool = False,
+    frozen: bool = False,
     generate: bool = False,
     evaluate: bool = False,
     cache_dir: Path | None = None,
@@ -967,9 +968,10 @@ def prepare_build(
 
     A build is locked-or-offline unless the person building opts in: it never calls an LLM endpoint unless
     ``generate`` (``R1BUILD_GENERATE=1`` / ``r1build.generate``), never measures on a GPU unless ``evaluate``
-    (``R1BUILD_EVALUATE=1``), and never writes the lock. On a miss it takes a cached decision, else the first of
-    the user's own sources that passes the gate (unvalidated); where none may win it raises
-    :class:`~r1build.errors.NoWinnerError` and writes nothing.
+    (``R1BUILD_EVALUATE=1``), and never writes the lock. ``locked``: fail unless the lock is current;
+    ``frozen``: build what the lock names as it is (:attr:`ResolveOptions.frozen`). On a miss it takes a cached
+    decision, else the first of the user's own sources that passes the gate (unvalidated); where none may win it
+    raises :class:`~r1build.errors.NoWinnerError` and writes nothing.
     The cache only speeds a build up: a broken, read-only or missing one costs a warning (see
     :func:`~r1build.cache.open_usable`); so does the remote cache behind it (``remote_cache``, else
     ``R1BUILD_REMOTE_CACHE``, else the manifest's ``[cache] url``), which a build only reads unless
@@ -987,6 +989,7 @@ def prepare_build(
                 archs=list(archs) if archs else None,
                 offline=not generate,
                 locked=locked,
+                frozen=frozen,
                 use_gpu=evaluate,
                 write_lock=False,
                 build=True,

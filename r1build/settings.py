@@ -8,7 +8,9 @@ variable                    meaning
                             never do otherwise
 ``R1BUILD_LOCKED=1``        a build, and every command that reads the lock, fails unless ``kernels.lock`` is
                             present and current (the CLI's ``--locked``)
-``R1BUILD_FROZEN=1``        commands use ``kernels.lock`` as it is, never checking it (the CLI's ``--frozen``)
+``R1BUILD_FROZEN=1``        commands that read the lock, and builds, use ``kernels.lock`` as it is, never
+                            checking it against the manifest (the CLI's ``--frozen``, a build's
+                            ``r1build.frozen``); wins over ``R1BUILD_LOCKED``
 ``R1BUILD_EVALUATE=1``      let a build measure on a local GPU on a miss
 ``R1BUILD_CACHE_DIR``       the cache directory (platformdirs' user cache folder otherwise)
 ``R1BUILD_VERBOSE=1``       build lines for every stage's end (gate registers, cache hits)
@@ -49,7 +51,7 @@ from typing import Literal
 
 from .errors import ConfigError
 
-__all__ = ["BASE_URL_ENV", "EnvSettings", "env_settings", "parse_flag"]
+__all__ = ["BASE_URL_ENV", "EnvSettings", "env_settings", "lock_mode", "parse_flag"]
 
 BASE_URL_ENV = "R1BUILD_BASE_URL"
 """The variable that overrides the LLM endpoint's URL of any provider profile (named in messages)."""
@@ -81,7 +83,7 @@ class EnvSettings:
     """``R1BUILD_LOCKED``: a build, and every command that reads the lock, fails unless the lock is present and
     current."""
     frozen: bool | None = None
-    """``R1BUILD_FROZEN``: commands use the lock as it is, never checking it against the manifest."""
+    """``R1BUILD_FROZEN``: commands and builds use the lock as it is, never checking it against the manifest."""
     evaluate: bool | None = None
     """``R1BUILD_EVALUATE``: a build may measure on a local GPU on a miss."""
     cache_dir: Path | None = None
@@ -201,3 +203,19 @@ def _perf_model_skip(environ: Mapping[str, str]) -> float:
     if not 1.0 < factor < 1e6:
         raise ConfigError(f"R1BUILD_PERF_MODEL_SKIP must be a factor above 1 (got {value!r})")
     return factor
+
+
+def lock_mode(
+    locked: bool | None, frozen: bool | None, env: EnvSettings, *, said: tuple[str, str] = ("--locked", "--frozen")
+) -> tuple[bool, bool]:
+    """``(locked, frozen)`` of a command or a build: what it was told (``locked`` / ``frozen``: the command
+    line's flags or the build's config settings; None: not said, False: said no), else ``R1BUILD_LOCKED`` /
+    ``R1BUILD_FROZEN``. Told both is a :class:`ConfigError` naming ``said``; what was told wins over the
+    environment, and a frozen from the environment wins over a locked from it (the more particular ask)."""
+    if locked and frozen:
+        raise ConfigError(f"{said[0]} checks the lock and {said[1]} uses it without checking: choose one")
+    if locked or frozen:
+        return bool(locked), bool(frozen)
+    env_frozen = bool(env.frozen) and frozen is None
+    env_locked = bool(env.locked) and locked is None
+    return env_locked and not env_frozen, env_frozen

@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from r1build.build import KERNELS_DEFINE, kernel_settings
 from r1build.cache import Cache
 from r1build.cache.prune import prune_cache
-from r1build.cli.main import main
+from r1build.cli.main import build_parser, main, output_options
+from r1build.errors import ConfigError, StaleLockError, UsageError
 from r1build.lock import read_lock
 
 pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
@@ -48,6 +50,48 @@ def test_frozen_uses_a_stale_lock_as_it_is(locked: Path, capsys: pytest.CaptureF
     assert main(["resolve", "--frozen", "--no-gpu", "--out", str(out), "-m", str(locked)]) == 0
     assert list(out.glob("*.cmake"))
     assert main(["resolve", "--frozen", "--locked", "-m", str(locked)]) == 2
+
+
+def test_a_frozen_build_and_check_use_a_stale_lock_as_it_is(
+    locked: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lock = read_lock(locked / "kernels.lock")
+    entry = lock.entry("silu_mul", "sm_90") if lock is not None else None
+    assert entry is not None
+    _make_stale(locked)
+    with pytest.raises(StaleLockError):
+        kernel_settings({"r1build.locked": "1"}, locked)
+    rest = kernel_settings({"r1build.frozen": "1"}, locked)
+    generated = Path(str(rest[KERNELS_DEFINE])).parent
+    # the lock's winner, its BLOCK=256 define and all, not the manifest's stale wish
+    sources = [p.read_text(encoding="utf-8") for p in generated.rglob("silu_mul__*.cu")]
+    assert [f"variant {entry.winner}" in text for text in sources] == [True]
+    monkeypatch.setenv("R1BUILD_FROZEN", "1")
+    assert kernel_settings({}, locked)[KERNELS_DEFINE] == rest[KERNELS_DEFINE]
+    with pytest.raises(ConfigError, match="choose one"):
+        kernel_settings({"r1build.locked": "1", "r1build.frozen": "1"}, locked)
+    capsys.readouterr()
+    assert main(["check", "--json", "-m", str(locked)]) == 0  # R1BUILD_FROZEN: used as it is
+    assert json.loads(capsys.readouterr().out)["lock"] == {
+        "current": None,
+        "verified": True,
+        "frozen": True,
+        "stale": [],
+    }
+    monkeypatch.delenv("R1BUILD_FROZEN")
+    assert main(["check", "--frozen", "-m", str(locked)]) == 0
+    assert "used as it is" in capsys.readouterr().out
+    assert main(["check", "--locked", "-m", str(locked)]) == 2
+    assert main(["check", "--locked", "--frozen", "-m", str(locked)]) == 2
+    assert "choose one" in capsys.readouterr().err
+    # a winner that no longer matches its digest is found even when frozen: entries are still verified
+    assert main(["vendor", "--frozen", "-m", str(locked)]) == 0
+    (locked / "kernels.lock").write_text(
+        (locked / "kernels.lock").read_text(encoding="utf-8").replace(entry.winner, "0" * 64), encoding="utf-8"
+    )
+    capsys.readouterr()
+    assert main(["check", "--frozen", "-m", str(locked)]) == 2
+    assert "Traceback" not in capsys.readouterr().err
 
 
 def test_frozen_without_a_lock_or_an_entry_is_an_error(locked: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -128,6 +172,28 @@ def test_verbose_and_quiet_after_the_subcommand(locked: Path, capsys: pytest.Cap
     assert "choose one" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("argv", "level"),
+    [
+        (["status"], (0, False)),
+        (["-v", "resolve", "-v"], (2, False)),
+        (["resolve", "-vv"], (2, False)),
+        (["-v", "cache", "-v", "ls", "-v"], (3, False)),
+        (["cache", "ls", "--verbose", "-q"], None),
+        (["-q", "cache", "ls"], (0, True)),
+        (["cache", "-q", "ls", "-q"], (0, True)),
+    ],
+)
+def test_verbose_counts_wherever_it_is_given(argv: list[str], level: tuple[int, bool] | None) -> None:
+    args = build_parser().parse_args(argv)
+    if level is None:
+        with pytest.raises(UsageError, match="choose one"):
+            output_options(args)
+        return
+    assert output_options(args) == level
+    assert (args.verbose, args.quiet) == level
+
+
 def _make_stale_again(project: Path) -> None:
     toml = project / "kernels.toml"
     toml.write_text(toml.read_text(encoding="utf-8").replace("Changed: ", "Changed again: ", 1), encoding="utf-8")
@@ -175,7 +241,8 @@ def test_json_on_every_command_that_reports(locked: Path, tmp_path: Path, capsys
         return parsed
 
     checked = doc(["check", "--locked", "--json", "-m", str(locked)])
-    assert checked["kernels"] == ["silu_mul"] and checked["lock"] == {"current": True, "verified": True, "stale": []}
+    assert checked["kernels"] == ["silu_mul"]
+    assert checked["lock"] == {"current": True, "verified": True, "frozen": False, "stale": []}
     vendored = doc(["vendor", "--json", "-m", str(locked)])
     paths = vendored["vendored"]
     assert isinstance(paths, list)

@@ -18,9 +18,9 @@ generated CMake file reaches CMake as ``-DR1BUILD_KERNELS_CMAKE=...`` through th
 
 A build never calls an LLM endpoint unless the person building opts in (``R1BUILD_GENERATE=1`` or the config
 setting ``r1build.generate``): installing a package never spends the installer's API key. Options: config
-settings ``r1build.locked``, ``r1build.generate``, ``r1build.offline``, ``r1build.evaluate``,
-``r1build.cache-dir`` or the environment (``R1BUILD_LOCKED=1``, ``R1BUILD_GENERATE=1``, ``R1BUILD_OFFLINE=1``,
-``R1BUILD_EVALUATE=1``, ``R1BUILD_CACHE_DIR``), see :mod:`r1build.build.options`.
+settings ``r1build.locked``, ``r1build.frozen``, ``r1build.generate``, ``r1build.offline``, ``r1build.evaluate``,
+``r1build.cache-dir`` or the environment (``R1BUILD_LOCKED=1``, ``R1BUILD_FROZEN=1``, ``R1BUILD_GENERATE=1``,
+``R1BUILD_OFFLINE=1``, ``R1BUILD_EVALUATE=1``, ``R1BUILD_CACHE_DIR``), see :mod:`r1build.build.options`.
 
 Every hook stands alone: frontends may call each in a fresh process, so nothing is kept between them.
 """
@@ -121,6 +121,7 @@ def _prepare(project: Path, options: BuildOptions) -> Path:
     cmake_file = prepare_build(
         project,
         locked=options.locked,
+        frozen=options.frozen,
         generate=options.generate,
         evaluate=options.evaluate,
         cache_dir=options.cache_dir,

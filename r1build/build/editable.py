@@ -90,6 +90,7 @@ def write_editable(project: Path, options: BuildOptions, cmake_file: Path) -> Pa
     """Record ``options`` and write the wrapper around ``cmake_file``; the wrapper's path."""
     record = {
         "locked": options.locked,
+        "frozen": options.frozen,
         "cache_dir": str(options.cache_dir) if options.cache_dir is not None else None,
         "remote_cache": options.remote_cache,
     }
@@ -106,6 +107,7 @@ def _recorded(project: Path) -> BuildOptions:
         cache_dir = record["cache_dir"]
         return BuildOptions(
             locked=bool(record["locked"]),
+            frozen=bool(record.get("frozen", False)),
             cache_dir=Path(cache_dir) if cache_dir else None,
             remote_cache=record["remote_cache"],
         )

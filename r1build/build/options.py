@@ -7,6 +7,9 @@ keys out before the rest goes on to it. A key given both ways takes the config s
 config setting    environment             meaning
 ================  ======================  ====================================================================
 r1build.locked    ``R1BUILD_LOCKED=1``    fail unless ``kernels.lock`` is present and current
+r1build.frozen    ``R1BUILD_FROZEN=1``    build what ``kernels.lock`` names as it is, never checking it against
+                                          the manifest (stale entries included, each still verified); a
+                                          kernel × arch without an entry fails (contradicts locked)
 r1build.generate  ``R1BUILD_GENERATE=1``  the person building opts in to calling the configured LLM endpoint on
                                           a miss (spending their key); without it a build never does
 r1build.offline   ``R1BUILD_OFFLINE=1``   never call an LLM endpoint (a build's default; contradicts generate)
@@ -32,7 +35,7 @@ from pathlib import Path
 from typing import TypeAlias
 
 from ..errors import ConfigError
-from ..settings import env_settings, parse_flag
+from ..settings import env_settings, lock_mode, parse_flag
 
 __all__ = ["PREFIX", "BuildOptions", "ConfigSettings", "split_settings"]
 
@@ -42,7 +45,7 @@ ConfigSettings: TypeAlias = dict[str, str | list[str]]
 PREFIX = "r1build."
 """Config settings under this prefix are r1build's; everything else is scikit-build-core's."""
 
-_KEYS = ("locked", "generate", "offline", "evaluate", "cache-dir", "remote-cache")
+_KEYS = ("locked", "frozen", "generate", "offline", "evaluate", "cache-dir", "remote-cache")
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,8 @@ class BuildOptions:
 
     locked: bool = False
     """Fail unless the lock is present and current (``--locked`` of the CLI)."""
+    frozen: bool = False
+    """Build what the lock names as it is, never checking it against the manifest (``--frozen`` of the CLI)."""
     generate: bool = False
     """The person building opted in to calling the configured LLM endpoint on a miss; never otherwise."""
     evaluate: bool = False
@@ -97,7 +102,10 @@ def split_settings(
     def flag(name: str, from_env: bool | None) -> bool | None:
         return parse_flag(PREFIX + name, ours[name]) if name in ours else from_env
 
-    locked = bool(flag("locked", env.locked))
+    # told by a config setting (None: not), else the environment; told both is an error (exit 2)
+    locked, frozen = lock_mode(
+        flag("locked", None), flag("frozen", None), env, said=(f"{PREFIX}locked", f"{PREFIX}frozen")
+    )
     generate = bool(flag("generate", env.generate))
     offline = bool(flag("offline", env.offline))
     if generate and offline:
@@ -117,5 +125,5 @@ def split_settings(
 
     remote = ours.get("remote-cache") or None
     return BuildOptions(
-        locked=locked, generate=generate, evaluate=evaluate, cache_dir=cache_dir, remote_cache=remote
+        locked=locked, frozen=frozen, generate=generate, evaluate=evaluate, cache_dir=cache_dir, remote_cache=remote
     ), rest

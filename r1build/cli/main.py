@@ -17,7 +17,10 @@ if TYPE_CHECKING:
     import argparse
     from types import ModuleType
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main", "output_options"]
+
+_VERBOSE = "verbose:"
+_QUIET = "quiet:"
 
 # Each module registers its sub-commands: ``register(subparsers) -> None``; handlers are ``func(args, console)``.
 COMMAND_MODULES = (
@@ -45,17 +48,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     class _Parser(argparse.ArgumentParser):
         """Every parser, the commands' included, takes the output options, so ``r1build status -v`` works as
-        ``r1build -v status`` does (their defaults are suppressed, so a sub-command never resets the main's)."""
+        ``r1build -v status`` does. Each parser counts into a destination of its own (a sub-command's parser
+        fills a fresh namespace that then overwrites its parent's), and :func:`output_options` adds them up:
+        ``r1build -v resolve -v`` is ``-vv``, as with uv and cargo."""
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.add_argument(
-                "-v", "--verbose", action="count", default=argparse.SUPPRESS, help="more logging (-vv for debug)"
+                "-v",
+                "--verbose",
+                action="count",
+                dest=f"{_VERBOSE}{self.prog}",
+                default=argparse.SUPPRESS,
+                help="more logging (-vv for debug); counted wherever it is given",
             )
             self.add_argument(
                 "-q",
                 "--quiet",
                 action="store_true",
+                dest=f"{_QUIET}{self.prog}",
                 default=argparse.SUPPRESS,
                 help="only warnings, errors and results (no notes or progress)",
             )
@@ -70,6 +81,21 @@ def build_parser() -> argparse.ArgumentParser:
     for module in _modules():
         module.register(sub)
     return parser
+
+
+def output_options(args: argparse.Namespace) -> tuple[int, bool]:
+    """``(verbose, quiet)`` of parsed arguments: every ``-v`` given before and after the command(s) counted,
+    ``-q`` given anywhere. Also set on ``args`` as ``verbose`` and ``quiet``.
+    :class:`~r1build.errors.UsageError` for both."""
+    from ..errors import UsageError
+
+    given = vars(args)
+    verbose = sum(int(v) for k, v in given.items() if k.startswith(_VERBOSE))
+    quiet = any(bool(v) for k, v in given.items() if k.startswith(_QUIET))
+    if verbose and quiet:
+        raise UsageError("-v/--verbose and -q/--quiet: choose one")
+    args.verbose, args.quiet = verbose, quiet
+    return verbose, quiet
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -92,17 +118,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str]) -> int:
     import logging
 
-    from ..errors import NoWinnerError, R1BuildError, UsageError
+    from ..errors import NoWinnerError, R1BuildError
     from .render import Console, render_unresolved
 
     console = Console()
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
-        verbose: int = getattr(args, "verbose", 0)
-        quiet: bool = getattr(args, "quiet", False)
-        if verbose and quiet:
-            raise UsageError("-v/--verbose and -q/--quiet: choose one")
+        verbose, quiet = output_options(args)
         console.verbose, console.quiet = verbose, quiet
         recorder = fastpath.active()
         if recorder is not None:

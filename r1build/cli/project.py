@@ -9,14 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from ..cluster import cluster_address
-from ..errors import UsageError
 from ..events import sink
 from ..extras import CHECK
 from ..lock import check_lock, load_lock, lock_path, vendor_winners
 from ..manifest import Manifest
 from ..overview import StatusRow, project_records
 from ..resolve import Resolution, ResolveOptions, emit_resolution, resolve
-from ..settings import env_settings
+from ..settings import env_settings, lock_mode
 from .common import add_cache_arg, add_manifest_arg, load_from_args, open_cache, parse_archs
 from .render import Console, render_unresolved
 
@@ -34,6 +33,12 @@ def register(sub: Any) -> None:
         help="also verify the lock as a locked build does: current, every field, every winner's source "
         "found and matching its digest, no winner the cache records as rejected, and the static gate "
         "(also R1BUILD_LOCKED=1)",
+    )
+    p.add_argument(
+        "--frozen",
+        action="store_true",
+        help="verify the lock's entries as a frozen build uses them, as they are, without checking the lock "
+        "against the manifest (also R1BUILD_FROZEN=1)",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_check)
@@ -107,15 +112,30 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
             f"reference checked on the CPU at every test shape ({calls} calls)"
         )
     name = lock_path(manifest).name
-    if args.locked or env_settings().locked:
-        # exactly what `resolve --locked` and a locked build do, short of writing the generated files
+    locked, frozen = _lock_mode(args)
+    if locked or frozen:
+        # exactly what `resolve --locked` (`--frozen`) and a locked (frozen) build do, short of writing the
+        # generated files
         with sink(console.event), open_cache(args, manifest=manifest) as cache:
             resolution = resolve(
-                manifest, cache, ResolveOptions(locked=True, offline=True, use_gpu=False, write_lock=False)
+                manifest,
+                cache,
+                ResolveOptions(locked=locked, frozen=frozen, offline=True, use_gpu=False, write_lock=False),
             )
         where = sorted({r.state for r in resolution.entries})
         if args.json:
-            console.json(json.dumps({**doc, "lock": {"current": True, "verified": True, "stale": []}}, indent=2))
+            lock_doc: dict[str, Any] = {
+                "current": None if frozen else True,
+                "verified": True,
+                "frozen": frozen,
+                "stale": [],
+            }
+            console.json(json.dumps({**doc, "lock": lock_doc}, indent=2))
+        elif frozen:
+            console.print(
+                f"{name}: used as it is (--frozen: not checked against the manifest); its "
+                f"{len(resolution.entries)} winners verified (sources: {', '.join(where)})"
+            )
         else:
             console.print(
                 f"{name}: current and verified ({len(resolution.entries)} winners; sources: {', '.join(where)})"
@@ -124,9 +144,8 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
     staleness = check_lock(manifest, load_lock(manifest))
     if args.json:
         stale = [{"kernel": k, "arch": a, "reason": why} for k, a, why in staleness.problems]
-        console.json(
-            json.dumps({**doc, "lock": {"current": not staleness, "verified": False, "stale": stale}}, indent=2)
-        )
+        lock_doc = {"current": not staleness, "verified": False, "frozen": False, "stale": stale}
+        console.json(json.dumps({**doc, "lock": lock_doc}, indent=2))
     elif staleness:
         console.warning(f"{name} is not current:\n{staleness.render()}")
     else:
@@ -225,15 +244,9 @@ def _render_resolution(resolution: Resolution, console: Console, as_json: bool) 
 
 
 def _lock_mode(args: argparse.Namespace) -> tuple[bool, bool]:
-    """``(locked, frozen)`` from the flags, else ``R1BUILD_LOCKED`` / ``R1BUILD_FROZEN``; frozen wins over a
-    locked that comes from the environment."""
-    locked_flag, frozen_flag = getattr(args, "locked", False), getattr(args, "frozen", False)
-    if locked_flag and frozen_flag:
-        raise UsageError("--locked checks the lock and --frozen uses it without checking: choose one")
-    env = env_settings()
-    frozen = frozen_flag or (bool(env.frozen) and not locked_flag)
-    locked = not frozen and (locked_flag or bool(env.locked))
-    return locked, frozen
+    """``(locked, frozen)`` from the flags, else ``R1BUILD_LOCKED`` / ``R1BUILD_FROZEN``
+    (:func:`r1build.settings.lock_mode`)."""
+    return lock_mode(getattr(args, "locked", False) or None, getattr(args, "frozen", False) or None, env_settings())
 
 
 def _options(args: argparse.Namespace, manifest: Manifest, write_lock: bool) -> ResolveOptions:

@@ -88,6 +88,32 @@ def test_config_setting_beats_the_environment() -> None:
     assert options.cache_dir == Path("/a")
 
 
+@pytest.mark.parametrize(
+    ("settings", "environ", "mode"),
+    [
+        ({"r1build.frozen": "1"}, {}, (False, True)),
+        ({}, {"R1BUILD_FROZEN": "1"}, (False, True)),
+        ({}, {"R1BUILD_FROZEN": "1", "R1BUILD_LOCKED": "1"}, (False, True)),  # as the CLI: frozen over locked
+        ({"r1build.locked": "1"}, {"R1BUILD_FROZEN": "1"}, (True, False)),  # what the build was told wins
+        ({"r1build.frozen": "1"}, {"R1BUILD_LOCKED": "1"}, (False, True)),
+        ({"r1build.frozen": "0"}, {"R1BUILD_FROZEN": "1", "R1BUILD_LOCKED": "1"}, (True, False)),
+        ({"r1build.frozen": "0", "r1build.locked": "0"}, {"R1BUILD_FROZEN": "1", "R1BUILD_LOCKED": "1"}, (0, 0)),
+    ],
+)
+def test_frozen_builds_as_the_cli_resolves(
+    settings: dict[str, str | list[str]], environ: dict[str, str], mode: tuple[bool, bool]
+) -> None:
+    options, rest = split_settings(settings, environ=environ)
+    assert (options.locked, options.frozen) == mode
+    assert rest == {}
+
+
+def test_locked_and_frozen_settings_together_are_a_contradiction() -> None:
+    with pytest.raises(ConfigError, match=r"r1build.locked checks the lock and r1build.frozen uses it") as info:
+        split_settings({"r1build.locked": "1", "r1build.frozen": "1"}, environ={})
+    assert info.value.exit_code == 2
+
+
 def test_a_repeated_setting_with_one_value_is_accepted() -> None:
     options, _ = split_settings({"r1build.locked": ["1", "1"]}, environ={})
     assert options.locked is True
