@@ -47,17 +47,31 @@ def label(c: Candidate) -> str:
     return name
 
 
-def one_run(manifest_path: Path, *, one_at_a_time: bool = False) -> dict[str, Any]:
+def replicated(candidates: list[Candidate], copies: int) -> list[Candidate]:
+    """``copies`` distinct copies of every candidate (a comment line differs, so each is compiled, checked,
+    sanitized and timed on its own): more work of the same kind, to measure throughput at scale."""
+    if copies <= 1:
+        return candidates
+    return candidates + [
+        Candidate(source=f"{c.source}\n// r1build bench copy {i}\n", origin=c.origin, defines=c.defines)
+        for i in range(1, copies)
+        for c in candidates
+    ]
+
+
+def one_run(
+    manifest_path: Path, *, one_at_a_time: bool = False, copies: int = 1, evaluator_options: dict[str, Any]
+) -> dict[str, Any]:
     """Evaluate every kernel x measurable arch once, from cold (fresh cache, fresh builds): all jobs in one
     ``evaluate_all``, or (``one_at_a_time``) ``prepare`` of every job and then one ``evaluate`` per job, the way
     a resolver that walks kernel by kernel calls it."""
     manifest = load_manifest(manifest_path)
     with tempfile.TemporaryDirectory(prefix="r1build-bench-") as tmp, Cache(Path(tmp) / "cache") as cache:
         start = time.perf_counter()
-        with GpuEvaluator(cache) as evaluator:
+        with GpuEvaluator(cache, **evaluator_options) as evaluator:
             jobs, unmeasured = [], []
             for spec in manifest.kernels:
-                candidates = expand_variants(manifest, spec)
+                candidates = replicated(expand_variants(manifest, spec), copies)
                 for arch in (parse_arch(a) for a in manifest.archs_of(spec)):
                     if arch in evaluator.archs:
                         jobs.append(Job(manifest, spec, arch, candidates, candidates[0]))
@@ -86,6 +100,7 @@ def one_run(manifest_path: Path, *, one_at_a_time: bool = False) -> dict[str, An
         "unmeasured": unmeasured,
         "device": device,
         "mode": "one job at a time" if one_at_a_time else "all",
+        "copies": copies,
     }
 
 
@@ -202,6 +217,7 @@ def markdown(report: dict[str, Any]) -> str:
             f"| r1build.resolve --refresh --offline (all archs, gate of every winner) "
             f"| {res['measured_candidates']} | {res['wall_s']:.1f} | {res['per_minute']:.1f} | |"
         )
+    lines += ["", *breakdown(first)]
     phases = first["stats"]
     lines += [
         "",
@@ -220,20 +236,63 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def breakdown(run: dict[str, Any]) -> list[str]:
+    """Where a candidate's time goes (run 1): seconds per candidate of each kind of work (CPU work summed over
+    the threads that did it) and of the GPU thread's wall time, so the next bottleneck is visible."""
+    st = run["stats"]
+    n = max(1, run["candidates"])
+    cpu = [
+        ("static gate (nvcc per arch, ptxas report, symbols)", "gate_s"),
+        ("shared-library builds (nvcc, symbol check, link)", "build_s"),
+        (f"compute-sanitizer ({int(st.get('sanitizer_runs', 0))} runs)", "sanitizer_s"),
+    ]
+    gpu = [
+        ("waiting for builds and the gate", "wait_build_s"),
+        ("correctness checks", "checks_s"),
+        ("waiting for compute-sanitizer", "wait_sanitizer_s"),
+        ("floors and the cupy reference", "reference_s"),
+        ("timing candidates", "time_candidates_s"),
+    ]
+    lines = [
+        f"Per candidate (run 1, {run['candidates']} candidates, {run['wall_s']:.1f} s wall):",
+        "",
+        "| work | where | total s | ms per candidate |",
+        "|---|---|---:|---:|",
+    ]
+    lines += [f"| {name} | CPU pool | {st.get(k, 0):.1f} | {st.get(k, 0) / n * 1e3:.0f} |" for name, k in cpu]
+    lines += [f"| {name} | GPU thread | {st.get(k, 0):.1f} | {st.get(k, 0) / n * 1e3:.0f} |" for name, k in gpu]
+    accounted = sum(st.get(k, 0) for _, k in gpu)
+    lines.append(
+        f"| other (start, gate-only archs, results) | GPU thread | {run['wall_s'] - accounted:.1f} "
+        f"| {(run['wall_s'] - accounted) / n * 1e3:.0f} |"
+    )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--manifest", type=Path, default=ROOT / "kernels.toml")
     parser.add_argument("--runs", type=int, default=2, help="runs of evaluate_all (one more runs job by job)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument("--no-resolve", action="store_true", help="skip the run through r1build.resolve")
+    parser.add_argument("--no-job-by-job", action="store_true", help="skip the run that evaluates job by job")
+    parser.add_argument(
+        "--copies", type=int, default=1, help="evaluate this many distinct copies of every candidate (throughput)"
+    )
+    parser.add_argument(
+        "--sanitize-batch", type=int, default=None, help="candidates per compute-sanitizer run (1: one run each)"
+    )
     args = parser.parse_args(argv)
+    options: dict[str, Any] = {} if args.sanitize_batch is None else {"sanitize_batch": args.sanitize_batch}
     gpus = detect_gpus()
     if not gpus:
         print("no GPU visible (cupy missing or no device): nothing to measure", file=sys.stderr)
         return 2
     runs = []
-    for i in range(args.runs + 1):
-        run = one_run(args.manifest.resolve(), one_at_a_time=i == args.runs)
+    for i in range(args.runs + (0 if args.no_job_by_job else 1)):
+        run = one_run(
+            args.manifest.resolve(), one_at_a_time=i == args.runs, copies=args.copies, evaluator_options=options
+        )
         runs.append(run)
         print(
             f"run {i + 1} ({run['mode']}): {run['candidates']} candidates in {run['wall_s']:.1f} s "

@@ -79,11 +79,20 @@ verify() {  # after a change to the evaluator: the timing test alone, then the G
   R1BUILD_CACHE_DIR=/tmp/c-corpus timeout "${VERIFY_LIMIT:-300}" python3 -m pytest tests/evaluate -m gpu \
     --ignore=tests/evaluate/test_evaluate_cheats.py -k "not root_kernels" -v -rfE --tb=short --durations=5 \
     -p no:cacheprovider > "$OUT/corpus.log" 2>&1 &
-  R1BUILD_CACHE_DIR=/tmp/c-outside timeout "${VERIFY_LIMIT:-300}" python3 -m pytest tests -m gpu \
+  local site; site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  PYTHONPATH="$PYTHONPATH:$site" R1BUILD_TEST_SITE_PATH="/tmp/site:$site" R1BUILD_TEST_SYSTEM_SITE=1 \
+    R1BUILD_CACHE_DIR=/tmp/c-outside timeout "${VERIFY_LIMIT:-300}" python3 -m pytest tests -m gpu \
     --ignore tests/evaluate -v -rfE --tb=short --durations=10 -p no:cacheprovider --continue-on-collection-errors \
     > "$OUT/rest.log" 2>&1 &
   wait
   for f in verify cheats corpus rest; do tail -n 3 "$OUT/$f.log"; done
+}
+
+throughput() {  # GPU evaluation at scale, alone on the GPU: COPIES distinct copies of every root candidate
+  timeout "${THROUGHPUT_LIMIT:-300}" python3 bench/evaluate_root.py --runs 1 --no-job-by-job --no-resolve \
+    --copies "${COPIES:-6}" ${THROUGHPUT_ARGS:-} --out "$OUT/bench" > "$OUT/throughput.log" 2>&1
+  echo "exit $?" >> "$OUT/throughput.log"
+  tail -n 3 "$OUT/throughput.log"
 }
 
 final() {  # the session's last call: the root resolved alone (cache kept for the perf model and the report), the

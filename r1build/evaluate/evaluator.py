@@ -5,8 +5,9 @@ Per job (one kernel, one arch), in this order:
 1. the static gate judges every candidate (:class:`~r1build.gate.static.StaticGate`, cached), while the same
    variants are built as shared libraries for the arch (:mod:`.library`) on the CPU cores;
 2. a worker process on a GPU of that arch runs the correctness plan (:mod:`.checks`) of each library that passed;
-   compute-sanitizer runs (:mod:`.sanitize`) start as soon as a library is built, overlapping the worker's
-   checks, and are canceled for a candidate that fails them;
+   compute-sanitizer runs (:mod:`.sanitizing`: a run per kernel, tool and batch of built libraries, split until
+   a finding names its candidate) start as soon as libraries are built, overlapping the worker's checks; a
+   candidate that fails them leaves its batches;
 3. once every check and sanitizer run of the GPU's jobs is in, the GPU times the survivors, the baseline and the
    reference (with cupy) alone: sanitizer runs of jobs prepared for later wait while it times.
 
@@ -49,8 +50,7 @@ from .checking import run_checks
 from .checks import ShapePlan, plan_checks
 from .devices import GpuInfo, archs_of, detect_gpus, gpu_runs_arch
 from .library import Library, LibraryFailure, build_library
-from .sanitize import SanitizerOutcome
-from .sanitizing import KernelKey, Sanitizing
+from .sanitizing import KernelKey, SanitizeRuns, Sanitizing
 from .slots import Slot, make_slot
 from .timer import Timer
 from .timing import SampleStats, build_timing
@@ -81,8 +81,7 @@ class _Candidacy:
     gate: Future[list[Result]] | None = None
     library: Future[Library | LibraryFailure] | None = None
     result: Result | None = None
-    sanitizers: Future[list[SanitizerOutcome]] | None = None
-    sanitize_file: Path | None = None
+    sanitizers: SanitizeRuns | None = None
     stats: list[SampleStats] | None = None
 
 
@@ -108,7 +107,7 @@ class GpuEvaluator:
     """Judges candidates on local GPUs; implements :class:`~r1build.judge.Evaluator`.
 
     ``cache`` stores the static gate's verdicts and the per-device floors (a private cache in the work directory
-    when None). Use as a context manager or call :meth:`close`; workers also end when this process does.
+    when None). ``sanitize_batch``: most candidates in one compute-sanitizer run (1: a run per candidate). Use as a context manager or call :meth:`close`; workers also end when this process does.
     """
 
     def __init__(
@@ -125,6 +124,7 @@ class GpuEvaluator:
         timing_budget_s: float = 0.3,
         jobs: int | None = None,
         workdir: Path | None = None,
+        sanitize_batch: int = 16,
     ) -> None:
         self.gpus = list(gpus) if gpus is not None else detect_gpus()
         """The GPUs evaluated on."""
@@ -156,7 +156,12 @@ class GpuEvaluator:
         self._slots = [make_slot(gpu, self._root, sanitize=sanitize, nvcc=self._nvcc()) for gpu in self.gpus]
         self._notes: set[str] = set()
         self._sanitizing = Sanitizing(
-            self._slots, submit=self._submit, note=self._note, count=self._count, cuobjdump=self._cuobjdump
+            self._slots,
+            submit=self._submit,
+            note=self._note,
+            count=self._count,
+            cuobjdump=self._cuobjdump,
+            batch=sanitize_batch,
         )
         self._timer = Timer(
             cache=lambda: self.cache,
@@ -181,7 +186,9 @@ class GpuEvaluator:
     @property
     def stats(self) -> dict[str, float]:
         """Counters of this evaluator's work (candidates, built, checked, timed, worker restarts, sanitizer
-        runs) and seconds per phase."""
+        runs and splits) and seconds per phase: on the CPU pool ``gate_s``, ``build_s``, ``sanitizer_s`` (summed
+        over threads); on the GPU thread ``wait_build_s``, ``checks_s``, ``wait_sanitizer_s``, ``reference_s``,
+        ``time_candidates_s``."""
         with self._lock:
             return {**self._stats, "worker_restarts": sum(s.restarts for s in self._slots)}
 
@@ -302,6 +309,14 @@ class GpuEvaluator:
     def _phase(self, name: str, start: float) -> None:
         self._count(name, time.perf_counter() - start)
 
+    def _timed(self, counter: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)``, its wall seconds added to ``counter``."""
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self._phase(counter, start)
+
     def _submit(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> Future[T]:
         """Run ``fn`` on the CPU pool with the caller's context (so events reach the caller's sink)."""
         return self._pool.submit(contextvars.copy_context().run, fn, *args, **kwargs)
@@ -313,6 +328,8 @@ class GpuEvaluator:
             if key not in self._libs:
                 workdir = self._root / "build" / arch / candidate.digest[:24]
                 self._libs[key] = self._submit(
+                    self._timed,
+                    "build_s",
                     build_library,
                     candidate,
                     job.spec.name,
@@ -340,7 +357,10 @@ class GpuEvaluator:
             gate = self._gates.get(gate_key)
             if gate is None:
                 gate = self._submit(
-                    self.gate.evaluate, Job(job.manifest, job.spec, arch, [e.candidate for e in entries])
+                    self._timed,
+                    "gate_s",
+                    self.gate.evaluate,
+                    Job(job.manifest, job.spec, arch, [e.candidate for e in entries]),
                 )
                 self._gates[gate_key] = gate
             plan = self._plans.get(kernel)
@@ -384,9 +404,7 @@ class GpuEvaluator:
         for entry in entries:
             entry.gate = gate
             entry.library = self._library(job, entry.candidate, arch)
-            found = self._sanitizing.runs(job, arch, entry.candidate)
-            if found is not None:
-                entry.sanitizers, entry.sanitize_file = found
+            entry.sanitizers = self._sanitizing.runs(job, arch, entry.candidate)
         state = _JobState(job, arch, slot, entries)
         state.plan = plan
         state.bench = self._timer.bench_plan(job, arch, slot)
@@ -443,7 +461,7 @@ class GpuEvaluator:
         )
 
     def _cancel_sanitizers(self, state: _JobState, entry: _Candidacy) -> None:
-        self._sanitizing.cancel(state.job, state.arch, entry.candidate, entry.sanitize_file)
+        self._sanitizing.cancel(state.job, state.arch, entry.candidate, entry.sanitizers)
 
     def _check_entry(self, state: _JobState, slot: Slot, entry: _Candidacy) -> None:
         assert entry.gate is not None and entry.library is not None and state.plan is not None
@@ -475,7 +493,7 @@ class GpuEvaluator:
         if entry.result is not None or entry.sanitizers is None:
             self._cancel_sanitizers(state, entry)
             return
-        found = self._sanitizing.verdict(state.job, state.arch, entry.sanitizers.result())
+        found = self._sanitizing.verdict(state.job, state.arch, entry.sanitizers.outcomes.result())
         if found is not None:
             entry.result = self._result(state, entry, *found)
 
@@ -484,8 +502,11 @@ class GpuEvaluator:
         if not survivors:
             return
         assert state.bench is not None
+        start = time.perf_counter()
         floors = self._timer.floors(slot)
         reference_us = self._timer.reference_us(state.job, slot)
+        self._phase("reference_s", start)
+        start = time.perf_counter()
         for entry in survivors:
             assert entry.library is not None
             lib = entry.library.result()
@@ -496,6 +517,7 @@ class GpuEvaluator:
                 self._count("timed", 1)
             else:
                 entry.result = self._result(state, entry, outcome.status, outcome.detail)
+        self._phase("time_candidates_s", start)
         baseline_us = None
         if state.job.baseline is not None:
             base = next((e for e in state.entries if e.candidate.digest == state.job.baseline.digest), None)

@@ -1,7 +1,12 @@
-"""compute-sanitizer runs on small shapes: memcheck, racecheck and initcheck, one process per tool and candidate.
+"""compute-sanitizer runs on small shapes: memcheck, racecheck and initcheck, one process per tool and batch.
 
-Each run drives the candidate's own shared library through :mod:`.harness` (standard library only, so a run
-costs the sanitizer's start and little else), with the same scrubbed environment as the workers. Where the
+Each run drives candidates' own shared libraries through :mod:`.child.harness` (standard library only, so a run
+costs the sanitizer's start and little else), one library after another, with the same scrubbed environment as
+the workers. A run's output is read as it comes: the harness's markers (with a token the job file holds) say which
+library runs, so a run that stops making progress is killed, and a report or a crash points at the library whose
+markers it came between (:attr:`BatchRun.suspect`). A run judges its libraries only as a whole: clean when it
+finished with no report; anything else a batch of several says is split by :mod:`.sanitizing` until one library
+remains, whose own run is its verdict. Where the
 sanitizer cannot run at all (not installed, or the machine's runtime does not support it: a probe finds out
 once), the checks are skipped and the evaluator says so. Once the probe has passed, a run that ends without a
 verdict is the candidate's failure, not a pass: a run past the time limit (tried a second time with twice the limit,
@@ -22,20 +27,27 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from .child.harness import DONE
+from .child.harness import BEGIN, DONE, END
 
-__all__ = ["TOOLS", "SanitizerOutcome", "SanitizerRunner", "find_sanitizer", "summarize_report", "uses_shared_memory"]
+__all__ = [
+    "TOOLS",
+    "BatchRun",
+    "SanitizerOutcome",
+    "SanitizerRunner",
+    "find_sanitizer",
+    "summarize_report",
+    "uses_shared_memory",
+]
 
 TOOLS = ("memcheck", "racecheck", "initcheck")
 ERROR_EXIT = 86
 HARNESS = Path(__file__).parent / "child" / "harness.py"
-_TIMED_OUT = "\x00timed out"
-"""What :meth:`SanitizerRunner._run` returns as output for a run killed at its time limit."""
 
 _SHARED_SASS = re.compile(
     r"\b(?:LDS|STS|LDSM|STSM|ATOMS|LDGSTS|UBLKCP|UTMALDG|UTMASTG|UTMAREDG|HGMMA|QGMMA|IGMMA|"
@@ -131,8 +143,59 @@ def summarize_report(output: str, limit: int = 6) -> str | None:
     return "; ".join(block)
 
 
+@dataclass(frozen=True)
+class BatchRun:
+    """What one run over a batch of libraries says."""
+
+    outcome: SanitizerOutcome
+    """The run as a whole: ``clean`` holds for every library of the batch; otherwise, for a batch of one, the
+    library's verdict."""
+    suspect: int | None = None
+    """For a run that is not clean: the library the harness's markers point at (the one running when the first
+    report came, or when the run stopped), if any."""
+
+
+@dataclass
+class _Proc:
+    """One finished (or killed) process."""
+
+    code: int | None
+    output: str
+    why: Literal["exited", "stalled", "canceled", "not_started"]
+
+
+@dataclass
+class _Live:
+    """What the markers of a running harness said so far."""
+
+    token: str
+    current: int | None = None
+    progress: float = 0.0
+
+
+def read_markers(output: str, token: str) -> tuple[int | None, int | None, set[int]]:
+    """From a harness's output: the library that had begun when the first sanitizer report came (None when no
+    report, or one before any library), the last library begun, and the libraries ended."""
+    first_report = last_begun = None
+    ended: set[int] = set()
+    for raw in output.splitlines():
+        line = raw.strip()
+        words = line.split()
+        marked = len(words) >= 2 and words[-1] == token and words[-2].isdigit()
+        if marked and line.startswith(BEGIN):
+            last_begun = int(words[-2])
+        elif marked and line.startswith(END):
+            ended.add(int(words[-2]))
+        elif line.startswith("=") and first_report is None and _FINDING.search(line) and not _SUMMARY.search(line):
+            first_report = last_begun
+    return first_report, last_begun, ended
+
+
 class SanitizerRunner:
-    """Runs compute-sanitizer over the harness for one GPU."""
+    """Runs compute-sanitizer over the harness for one GPU.
+
+    ``timeout_s`` bounds a run's silence: a run whose harness printed no marker for that long is killed (a library
+    alone is tried once more with twice the time, in case the machine was only busy)."""
 
     def __init__(self, executable: str, env: Mapping[str, str], *, timeout_s: float = 90.0) -> None:
         self.executable = executable
@@ -142,13 +205,16 @@ class SanitizerRunner:
         self._probe_lock = threading.Lock()
         self._lock = threading.Lock()
         self._procs: dict[str, set[subprocess.Popen[bytes]]] = {}
+        self._live: dict[str, _Live] = {}
         self._canceled: set[str] = set()
 
-    def _run(self, args: list[str], cwd: Path, key: str = "", timeout_s: float | None = None) -> tuple[int | None, str]:
+    def _run(self, args: list[str], cwd: Path, key: str = "", timeout_s: float | None = None, token: str = "") -> _Proc:
         cmd = [self.executable, *args]
+        limit = timeout_s or self.timeout_s
+        live = _Live(token, progress=time.monotonic())
         with self._lock:
             if key and key in self._canceled:
-                return None, "canceled"
+                return _Proc(None, "", "canceled")
             try:
                 proc = subprocess.Popen(
                     cmd,
@@ -160,20 +226,47 @@ class SanitizerRunner:
                     start_new_session=True,
                 )
             except OSError as exc:
-                return None, f"cannot start {self.executable}: {exc}"
+                return _Proc(None, f"cannot start {self.executable}: {exc}", "not_started")
             self._procs.setdefault(key, set()).add(proc)
+            self._live[key] = live
+        lines: list[str] = []
+        stdout = proc.stdout
+        assert stdout is not None
+
+        def read() -> None:
+            for raw in stdout:
+                line = raw.decode(errors="replace")
+                lines.append(line)
+                words = line.split()
+                marked = token and len(words) >= 2 and words[-1] == token and words[-2].isdigit()
+                if marked and line.startswith((BEGIN, END)):
+                    live.current = int(words[-2]) if line.startswith(BEGIN) else None
+                    live.progress = time.monotonic()
+
+        reader = threading.Thread(target=read, name="r1build-sanitizer-output", daemon=True)
+        reader.start()
+        stalled = False
         try:
-            out, _ = proc.communicate(timeout=timeout_s or self.timeout_s)
-        except subprocess.TimeoutExpired:
-            self._kill(proc)
-            proc.communicate()
-            return None, _TIMED_OUT
+            while True:
+                try:
+                    proc.wait(timeout=0.25)
+                    break
+                except subprocess.TimeoutExpired:
+                    if time.monotonic() - live.progress > limit:
+                        stalled = True
+                        self._kill(proc)
         finally:
+            reader.join()
+            stdout.close()
             with self._lock:
                 self._procs.get(key, set()).discard(proc)
+                self._live.pop(key, None)
+        output = "".join(lines)
         if key in self._canceled:
-            return None, "canceled"
-        return proc.returncode, out.decode(errors="replace")
+            return _Proc(None, output, "canceled")
+        if stalled:
+            return _Proc(None, output, "stalled")
+        return _Proc(proc.returncode, output, "exited")
 
     @staticmethod
     def _kill(proc: subprocess.Popen[bytes]) -> None:
@@ -189,6 +282,12 @@ class SanitizerRunner:
         for proc in procs:
             self._kill(proc)
 
+    def running(self, job_file: Path) -> int | None:
+        """The library a run of ``job_file`` is calling now (by its markers), if any."""
+        with self._lock:
+            live = self._live.get(str(job_file))
+            return live.current if live is not None else None
+
     def available(self, workdir: Path) -> str | None:
         """None when the sanitizer works here; else why not (probed once)."""
         with self._probe_lock:
@@ -197,53 +296,70 @@ class SanitizerRunner:
     def _probe(self, workdir: Path) -> str | None:
         if self._available is None:
             probe = ["--tool", "memcheck", "--error-exitcode", str(ERROR_EXIT), sys.executable, str(HARNESS), "--probe"]
-            code, out = self._run(probe, workdir)
-            if code is None and out == _TIMED_OUT:  # a busy machine: once more, with twice the time
-                code, out = self._run(probe, workdir, timeout_s=2 * self.timeout_s)
-            if code is None and out == _TIMED_OUT:
+            done = self._run(probe, workdir)
+            if done.why == "stalled":  # a busy machine: once more, with twice the time
+                done = self._run(probe, workdir, timeout_s=2 * self.timeout_s)
+            if done.why == "stalled":
                 self._available = f"compute-sanitizer's probe did not finish within {2 * self.timeout_s:g} s"
-            elif code == 0:
+            elif done.code == 0:
                 self._available = True
             else:
+                out = done.output
                 tail = out.strip().splitlines()[-3:] if out.strip() else []
-                self._available = f"compute-sanitizer does not run here ({'; '.join(tail) or f'exit {code}'})"
+                self._available = f"compute-sanitizer does not run here ({'; '.join(tail) or f'exit {done.code}'})"
         return None if self._available is True else str(self._available)
 
-    def run(self, tool: str, job_file: Path) -> SanitizerOutcome:
-        """One tool over one harness job."""
+    def run(self, tool: str, job_file: Path) -> BatchRun:
+        """One tool over the libraries of one harness job (:class:`~.child.messages.SanitizeJob`)."""
+        job = json.loads(job_file.read_text())
+        token, libs, shapes = str(job["token"]), len(job["libs"]), len(job["shapes"])
         args = ["--tool", tool, "--error-exitcode", str(ERROR_EXIT), "--print-limit", "10"]
         if tool == "racecheck":
             args += ["--racecheck-report", "hazard"]
         cmd = [*args, sys.executable, str(HARNESS), str(job_file)]
-        code, out = self._run(cmd, job_file.parent, str(job_file))
-        if code is None and out == _TIMED_OUT:  # past the limit: once more, with twice the time
-            code, out = self._run(cmd, job_file.parent, str(job_file), 2 * self.timeout_s)
-            if code is None and out == _TIMED_OUT:
-                return SanitizerOutcome(
+        key = str(job_file)
+        done = self._run(cmd, job_file.parent, key, token=token)
+        if done.why == "stalled" and libs == 1:  # past the limit: once more, with twice the time
+            done = self._run(cmd, job_file.parent, key, 2 * self.timeout_s, token=token)
+            if done.why == "stalled":
+                return BatchRun(
+                    SanitizerOutcome(
+                        tool,
+                        "unfinished",
+                        f"{tool} did not finish within {self.timeout_s:g} s, "
+                        f"nor within {2 * self.timeout_s:g} s when tried again",
+                    ),
+                    0,
+                )
+        if done.why == "canceled":
+            return BatchRun(SanitizerOutcome(tool, "canceled", "canceled"))
+        if done.why == "not_started":
+            return BatchRun(SanitizerOutcome(tool, "unfinished", done.output[:500]), 0 if libs == 1 else None)
+        first_report, last_begun, ended = read_markers(done.output, token)
+        finished = f"{DONE} {shapes} libraries {libs} {token}" in (line.strip() for line in done.output.splitlines())
+        hung = last_begun if last_begun is not None and last_begun not in ended else None
+        if done.why == "stalled":
+            return BatchRun(
+                SanitizerOutcome(tool, "unfinished", f"{tool} made no progress for {self.timeout_s:g} s"), hung
+            )
+        lines = done.output.strip().splitlines()
+        if done.code == ERROR_EXIT:
+            found = summarize_report(done.output)
+            return BatchRun(SanitizerOutcome(tool, "finding", found or f"{tool} reported errors"), first_report)
+        if done.code != 0:
+            tail = " ".join(lines[-2:])
+            return BatchRun(
+                SanitizerOutcome(tool, "unfinished", f"{tool} run failed (exit {done.code}): {tail}"[:500]), hung
+            )
+        if not finished or len(ended) != libs:
+            tail = " ".join(lines[-2:]) or "no output"
+            return BatchRun(
+                SanitizerOutcome(
                     tool,
                     "unfinished",
-                    f"{tool} did not finish within {self.timeout_s:g} s, "
-                    f"nor within {2 * self.timeout_s:g} s when tried again",
-                )
-        if code is None and out == "canceled":
-            return SanitizerOutcome(tool, "canceled", "canceled")
-        if code is None:
-            return SanitizerOutcome(tool, "unfinished", out[:500])  # it could not start
-        if code == ERROR_EXIT:
-            found = summarize_report(out)
-            return SanitizerOutcome(tool, "finding", found or f"{tool} reported errors")
-        lines = out.strip().splitlines()
-        if code != 0:
-            tail = " ".join(lines[-2:])
-            return SanitizerOutcome(tool, "unfinished", f"{tool} run failed (exit {code}): {tail}"[:500])
-        shapes = len(json.loads(job_file.read_text()).get("shapes", []))
-        if f"{DONE} {shapes}" not in (line.strip() for line in lines):
-            tail = " ".join(lines[-2:]) or "no output"
-            return SanitizerOutcome(
-                tool,
-                "unfinished",
-                f"{tool} run ended before the last shape was called (exit 0 without the harness's last line): {tail}"[
-                    :500
-                ],
+                    f"{tool} run ended before the last shape was called (exit 0 without the harness's last line): "
+                    f"{tail}"[:500],
+                ),
+                hung,
             )
-        return SanitizerOutcome(tool, "clean")
+        return BatchRun(SanitizerOutcome(tool, "clean"))

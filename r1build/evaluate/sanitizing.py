@@ -1,19 +1,28 @@
-"""compute-sanitizer over the evaluator's candidates: started as soon as a variant is built, beside its checks.
+"""compute-sanitizer over the evaluator's candidates: batched per kernel and tool, beside the checks.
 
 :class:`Sanitizing` owns the runs of one evaluator: per kernel × arch the small shapes' inputs (written once,
-shared by its candidates), per candidate the future of its memcheck, racecheck and initcheck outcomes, their
+shared by its candidates); per candidate the future of its memcheck, racecheck and initcheck outcomes, their
 cancellation when the candidate fails elsewhere, and the reasons a finding or an unfinished run becomes.
+
+A sanitizer's start costs seconds, a candidate's calls on small shapes a fraction of one, so a run takes a batch:
+the candidates of one kernel and tool whose libraries are built (gathered for a moment while their siblings'
+compiles end, at most ``batch`` of them, at most two runs per kernel and tool at once). A run that finishes with no
+report clears its whole batch. Anything else (a report, a crash, a run that stalls) is never taken on trust: the
+batch is split where the harness's markers point (those before the suspect, the suspect alone, those after; in
+halves when the markers say nothing) and each part runs again, until a candidate alone in its run gets that run's
+verdict. So a finding is always a candidate's own, and a pass is always a whole clean run.
 :mod:`.sanitize` runs one tool; this module decides when, on what, and what the outcome means.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +35,17 @@ from .child.messages import SanitizeArray, SanitizeJob, SanitizeShape
 from .devices import gpu_runs_arch
 from .floors import bytes_moved
 from .library import Library, LibraryFailure
-from .sanitize import TOOLS, SanitizerOutcome, uses_shared_memory
+from .sanitize import TOOLS, BatchRun, SanitizerOutcome, uses_shared_memory
 from .slots import Slot
 
-__all__ = ["KernelKey", "Sanitizing"]
+__all__ = ["KernelKey", "SanitizeRuns", "Sanitizing"]
 
 SANITIZE_MAX_BYTES = 2 << 20
 """Shapes whose arrays together exceed this are too large for a quick sanitizer run."""
+GATHER_S = 1.5
+"""Longest a batch waits for the libraries of its kernel still being built."""
+RUNS_PER_QUEUE = 2
+"""Runs of one kernel and tool at once."""
 
 Submit = Callable[..., "Future[Any]"]
 
@@ -57,6 +70,62 @@ class _Inputs:
     directory: Path
     shapes: list[SanitizeShape]
     """Harness shapes (the inputs are files in ``directory``)."""
+    unready: int = 0
+    """Candidates started whose libraries are not built yet (a batch waits a moment for them)."""
+
+
+class SanitizeRuns:
+    """One candidate's runs: a future per tool, and ``outcomes`` once every tool has its verdict."""
+
+    def __init__(self) -> None:
+        self.outcomes: Future[list[SanitizerOutcome]] = Future()
+        """Every tool's outcome, in :data:`~.sanitize.TOOLS` order (tools that do not apply left out)."""
+        self.canceled = False
+        self.library: Path | None = None
+        self._tools: dict[str, SanitizerOutcome | None] = {}
+        self._lock = threading.Lock()
+
+    def expect(self, tools: list[str]) -> None:
+        with self._lock:
+            self._tools = dict.fromkeys(tools)
+        if not tools:
+            self._finish()
+
+    def settle(self, tool: str, outcome: SanitizerOutcome) -> None:
+        """Record one tool's verdict (the first one counts)."""
+        with self._lock:
+            if self._tools.get(tool) is not None or tool not in self._tools:
+                return
+            self._tools[tool] = outcome
+            if any(o is None for o in self._tools.values()):
+                return
+        self._finish()
+
+    def fail(self, exc: BaseException) -> None:
+        if not self.outcomes.done():
+            self.outcomes.set_exception(exc)
+
+    def _finish(self) -> None:
+        with self._lock:
+            if self.outcomes.done():
+                return
+            self.outcomes.set_result([o for o in self._tools.values() if o is not None])
+
+
+@dataclass
+class _Queue:
+    """The candidates of one kernel × arch waiting for one tool, and its runs."""
+
+    kernel: KernelKey
+    tool: str
+    slot: Slot
+    inputs: _Inputs
+    pending: list[SanitizeRuns] = field(default_factory=list)
+    """Ready candidates not in a run yet."""
+    parts: list[list[SanitizeRuns]] = field(default_factory=list)
+    """Parts of split batches, run as they are (never merged again, so splitting ends)."""
+    running: int = 0
+    gathering: bool = False
 
 
 class Sanitizing:
@@ -70,22 +139,27 @@ class Sanitizing:
         note: Callable[[str], None],
         count: Callable[[str, float], None],
         cuobjdump: Callable[[], str | None],
+        batch: int = 16,
     ) -> None:
         self._slots = slots
         self._submit = submit
         self._note = note
         self._count = count
         self._cuobjdump = cuobjdump
+        self.batch = max(1, batch)
+        """Most candidates in one run."""
         self._lock = threading.Lock()
         self._inputs: dict[KernelKey, _Inputs] = {}
-        self._runs: dict[tuple[KernelKey, str], tuple[Future[list[SanitizerOutcome]], Path]] = {}
+        self._runs: dict[tuple[KernelKey, str], SanitizeRuns] = {}
+        self._queues: dict[tuple[KernelKey, str], _Queue] = {}
+        self._files = 0
 
     def slot_for(self, arch: str) -> Slot | None:
         """The GPU that sanitizes candidates of ``arch``: the first one of that arch with a sanitizer."""
         return next((s for s in self._slots if gpu_runs_arch(s.gpu, arch) and s.sanitizer is not None), None)
 
-    def runs(self, job: Job, arch: str, candidate: Candidate) -> tuple[Future[list[SanitizerOutcome]], Path] | None:
-        """The outcomes (a future) and job file of a candidate's runs, when they were started."""
+    def runs(self, job: Job, arch: str, candidate: Candidate) -> SanitizeRuns | None:
+        """A candidate's runs, when they were started."""
         with self._lock:
             return self._runs.get((KernelKey.of(job, arch), candidate.digest))
 
@@ -97,7 +171,7 @@ class Sanitizing:
         library: Future[Library | LibraryFailure],
         plan: Future[list[ShapePlan]],
     ) -> None:
-        """Start compute-sanitizer on a variant as soon as its library and the job's plan exist, before (and
+        """Queue compute-sanitizer on a variant as soon as its library and the job's plan exist, before (and
         whatever) the correctness checks say: its runs then overlap the checks, and a caller that prepared
         several jobs finds them done. A variant that fails its checks has its runs canceled."""
         slot = self.slot_for(arch)
@@ -111,9 +185,9 @@ class Sanitizing:
             inputs = self._inputs[kernel]
             if (kernel, candidate.digest) in self._runs:
                 return
-            done: Future[list[SanitizerOutcome]] = Future()
-            job_file = inputs.directory / f"job-{candidate.digest[:16]}-{len(self._runs)}.json"
-            self._runs[kernel, candidate.digest] = (done, job_file)
+            runs = SanitizeRuns()
+            self._runs[kernel, candidate.digest] = runs
+            inputs.unready += 1
         started = threading.Event()
         started_lock = threading.Lock()
 
@@ -122,22 +196,26 @@ class Sanitizing:
                 if not (library.done() and plan.done()) or started.is_set():
                     return
                 started.set()
-            self._submit(self._run_all, job, slot, inputs, library, plan, done, job_file)
+            self._submit(self._ready, job, slot, kernel, inputs, library, plan, runs)
 
         library.add_done_callback(ready)
         plan.add_done_callback(ready)
 
-    def cancel(self, job: Job, arch: str, candidate: Candidate, job_file: Path | None) -> None:
-        """Stop a failed candidate's runs; a later evaluation of it starts afresh."""
-        slot = self.slot_for(arch)
-        if slot is None or slot.sanitizer is None or job_file is None:
+    def cancel(self, job: Job, arch: str, candidate: Candidate, runs: SanitizeRuns | None) -> None:
+        """Drop a failed candidate's runs (a batch it is in goes on without it, or is stopped when the candidate
+        is the one it calls now); a later evaluation of it starts afresh."""
+        if runs is None:
             return
-        slot.sanitizer.cancel(job_file)
-        key = (KernelKey.of(job, arch), candidate.digest)
+        kernel = KernelKey.of(job, arch)
         with self._lock:
-            found = self._runs.get(key)
-            if found is not None and found[1] == job_file:
-                del self._runs[key]
+            runs.canceled = True
+            if self._runs.get((kernel, candidate.digest)) is runs:
+                del self._runs[kernel, candidate.digest]
+            for queue in self._queues.values():
+                if queue.kernel == kernel and runs in queue.pending:
+                    queue.pending.remove(runs)
+        for tool in TOOLS:
+            runs.settle(tool, SanitizerOutcome(tool, "canceled", "canceled"))
 
     def verdict(self, job: Job, arch: str, outcomes: list[SanitizerOutcome]) -> tuple[Status, str] | None:
         """What a candidate's finished runs make of it: a finding, or a run that did not finish, rejects."""
@@ -149,15 +227,13 @@ class Sanitizing:
                 return status, self.detail(job, arch, outcome)
         return None
 
-    def race_found(
-        self, job: Job, arch: str, runs: Future[list[SanitizerOutcome]] | None, verdict: Verdict, wait_s: float
-    ) -> str | None:
+    def race_found(self, job: Job, arch: str, runs: SanitizeRuns | None, verdict: Verdict, wait_s: float) -> str | None:
         """For wrong outputs of a kernel racecheck examines: its finding, when it has one. A race shows in the
         outputs only now and then, racecheck finds it every time, so the reason is the same every run."""
         if verdict.kind not in ("value", "nan", "unwritten") or runs is None:
             return None
         try:
-            outcomes = runs.result(timeout=wait_s)
+            outcomes = runs.outcomes.result(timeout=wait_s)
         except Exception:
             return None
         found = next((o for o in outcomes if o.tool == "racecheck" and o.verdict == "finding"), None)
@@ -182,6 +258,165 @@ class Sanitizing:
         return f"compute-sanitizer {outcome.tool} at {shapes}: {outcome.detail}"
 
     # -- the runs ------------------------------------------------------------------------------------------
+    def _ready(
+        self,
+        job: Job,
+        slot: Slot,
+        kernel: KernelKey,
+        inputs: _Inputs,
+        library: Future[Library | LibraryFailure],
+        plan: Future[list[ShapePlan]],
+        runs: SanitizeRuns,
+    ) -> None:
+        """A candidate's library is built: decide its tools and queue it for each."""
+        queues: list[_Queue] = []
+        try:
+            lib = library.result()
+            runner = slot.sanitizer
+            if isinstance(lib, LibraryFailure) or runner is None or runs.canceled:
+                runs.expect([])
+                return
+            unavailable = runner.available(slot.workdir)
+            if unavailable is not None:
+                self._note(unavailable + "; memcheck, racecheck and initcheck are skipped")
+                runs.expect([])
+                return
+            if not self._shapes(job, inputs, plan.result()):
+                runs.expect([])
+                return
+            runs.library = lib.path
+            tools = [t for t in TOOLS if t != "racecheck" or uses_shared_memory(lib.path, self._cuobjdump())]
+            runs.expect(tools)
+            with self._lock:
+                for tool in tools:
+                    queue = self._queues.get((kernel, tool))
+                    if queue is None:
+                        queue = self._queues[kernel, tool] = _Queue(kernel, tool, slot, inputs)
+                    if not runs.canceled:
+                        queue.pending.append(runs)
+                    queues.append(queue)
+        except BaseException as exc:
+            runs.fail(exc)
+        finally:
+            with self._lock:  # counted as ready only now, so a gathering batch waits for it
+                inputs.unready -= 1
+        for queue in queues:
+            self._dispatch(job, queue)
+
+    def _dispatch(self, job: Job, queue: _Queue) -> None:
+        """Start the queue's next runs while it has room: parts of split batches first, then a new batch."""
+        while True:
+            with self._lock:
+                if queue.running >= RUNS_PER_QUEUE:
+                    return
+                if queue.parts:
+                    part = [r for r in queue.parts.pop(0) if not r.canceled]
+                    if not part:
+                        continue
+                elif queue.pending and not queue.gathering:
+                    queue.gathering = True
+                    queue.running += 1
+                    self._submit(self._gather_and_run, job, queue)
+                    continue
+                else:
+                    return
+                queue.running += 1
+            self._submit(self._run_batch, job, queue, part)
+
+    def _gather_and_run(self, job: Job, queue: _Queue) -> None:
+        """Wait a moment for siblings still being built (unless the batch is full), then run what is pending."""
+        deadline = time.monotonic() + (GATHER_S if self.batch > 1 else 0.0)
+        while time.monotonic() < deadline:
+            with self._lock:
+                if len(queue.pending) >= self.batch or queue.inputs.unready == 0:
+                    break
+            time.sleep(0.05)
+        with self._lock:
+            part, queue.pending = queue.pending[: self.batch], queue.pending[self.batch :]
+            queue.gathering = False
+        if part:
+            self._run_batch(job, queue, part)
+        else:
+            with self._lock:
+                queue.running -= 1
+            self._dispatch(job, queue)
+
+    def _run_batch(self, job: Job, queue: _Queue, part: list[SanitizeRuns]) -> None:
+        """One run over ``part``; a clean run clears it, a batch of one gets its verdict, anything else splits."""
+        try:
+            members = [r for r in part if not r.canceled and r.library is not None]
+            if members:
+                found = self._run_tool(job, queue, members)
+                self._settle(queue, members, found)
+        except BaseException as exc:
+            for runs in part:
+                runs.fail(exc)
+        finally:
+            with self._lock:
+                queue.running -= 1
+        self._dispatch(job, queue)
+
+    def _settle(self, queue: _Queue, members: list[SanitizeRuns], found: BatchRun) -> None:
+        tool, outcome = queue.tool, found.outcome
+        live = [r for r in members if not r.canceled]
+        if outcome.verdict == "clean":
+            for runs in members:
+                runs.settle(tool, outcome)
+            return
+        if len(members) == 1 and outcome.verdict != "canceled":
+            members[0].settle(tool, outcome)
+            return
+        if outcome.verdict == "canceled":  # stopped for a canceled member: the others run again
+            parts = [live]
+        elif found.suspect is not None and found.suspect < len(members):
+            s = found.suspect
+            parts = [members[:s], [members[s]], members[s + 1 :]]
+            self._count("sanitizer_splits", 1)
+        else:
+            half = (len(members) + 1) // 2
+            parts = [members[:half], members[half:]]
+            self._count("sanitizer_splits", 1)
+        with self._lock:
+            queue.parts.extend([r for r in p if not r.canceled] for p in parts if p)
+
+    def _run_tool(self, job: Job, queue: _Queue, members: list[SanitizeRuns]) -> BatchRun:
+        runner = queue.slot.sanitizer
+        assert runner is not None
+        with self._lock:
+            self._files += 1
+            job_file = queue.inputs.directory / f"run-{queue.tool}-{self._files}.json"
+        sanitize_job: SanitizeJob = {
+            "libs": [str(r.library) for r in members],
+            "entry": job.spec.name,
+            "argtypes": arg_codes(job.spec),
+            "shapes": queue.inputs.shapes,
+            "token": secrets.token_hex(8),
+        }
+        job_file.write_text(json.dumps(sanitize_job))
+        stop = threading.Event()
+
+        def watch() -> None:  # a canceled member stops the run when it is the one running (it may hang)
+            while not stop.wait(0.5):
+                now = runner.running(job_file)
+                if (now is not None and now < len(members) and members[now].canceled) or all(
+                    r.canceled for r in members
+                ):
+                    runner.cancel(job_file)
+                    return
+
+        watcher = threading.Thread(target=watch, name="r1build-sanitizer-watch", daemon=True)
+        with queue.slot.quiet.shared():
+            start = time.perf_counter()
+            watcher.start()
+            try:
+                found = runner.run(queue.tool, job_file)
+            finally:
+                stop.set()
+                watcher.join()
+            self._count("sanitizer_runs", 1)
+            self._count("sanitizer_s", time.perf_counter() - start)
+        return found
+
     def _shapes(self, job: Job, inputs: _Inputs, plans: list[ShapePlan]) -> list[SanitizeShape]:
         """The two largest small shapes of the kernel, their inputs written once."""
         with self._lock:
@@ -203,69 +438,3 @@ class Sanitizing:
                     arrays.append(item)
                 inputs.shapes.append({"key": plan.key, "arrays": arrays, "args": arg_items(spec, plan.sizes)})
             return inputs.shapes
-
-    def _run_all(
-        self,
-        job: Job,
-        slot: Slot,
-        inputs: _Inputs,
-        library: Future[Library | LibraryFailure],
-        plan: Future[list[ShapePlan]],
-        done: Future[list[SanitizerOutcome]],
-        job_file: Path,
-    ) -> None:
-        """Every tool over one candidate, each its own run on the CPU pool; ``done`` gets their outcomes."""
-        try:
-            lib = library.result()
-            runner = slot.sanitizer
-            if isinstance(lib, LibraryFailure) or runner is None:
-                done.set_result([])
-                return
-            unavailable = runner.available(slot.workdir)
-            if unavailable is not None:
-                self._note(unavailable + "; memcheck, racecheck and initcheck are skipped")
-                done.set_result([])
-                return
-            shapes = self._shapes(job, inputs, plan.result())
-            if not shapes:
-                done.set_result([])
-                return
-            sanitize_job: SanitizeJob = {
-                "lib": str(lib.path),
-                "entry": job.spec.name,
-                "argtypes": arg_codes(job.spec),
-                "shapes": shapes,
-            }
-            job_file.write_text(json.dumps(sanitize_job))
-            tools = [t for t in TOOLS if t != "racecheck" or uses_shared_memory(lib.path, self._cuobjdump())]
-            runs: list[Future[SanitizerOutcome]] = [
-                self._submit(self._run_tool, slot, tool, job_file) for tool in tools
-            ]
-        except BaseException as exc:
-            done.set_exception(exc)
-            return
-        if not runs:
-            done.set_result([])
-            return
-        lock = threading.Lock()
-
-        def finished(_: object) -> None:
-            with lock:  # the callback of the run that ends last sets the outcomes, once
-                if done.done() or not all(r.done() for r in runs):
-                    return
-                try:
-                    done.set_result([r.result() for r in runs])
-                except BaseException as exc:
-                    done.set_exception(exc)
-
-        for run in runs:
-            run.add_done_callback(finished)
-
-    def _run_tool(self, slot: Slot, tool: str, job_file: Path) -> SanitizerOutcome:
-        assert slot.sanitizer is not None
-        with slot.quiet.shared():
-            start = time.perf_counter()
-            outcome = slot.sanitizer.run(tool, job_file)
-            self._count("sanitizer_runs", 1)
-            self._count("sanitizer_s", time.perf_counter() - start)
-        return outcome

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from r1build.evaluate.sanitize import find_sanitizer, summarize_report
+from r1build.evaluate.sanitize import SanitizerRunner, find_sanitizer, summarize_report
 
 # Shaped like compute-sanitizer's output (written for this test).
 MEMCHECK = """\
@@ -48,86 +48,233 @@ def test_find_sanitizer(tmp_path: Path) -> None:
     assert find_sanitizer(None, {"PATH": str(tmp_path)}) == str(exe)
 
 
+# A stand-in for compute-sanitizer (the runner's and the batching's own logic, no GPU): it reads the harness job
+# (its last argument) and, per library, prints the harness's markers and acts on the library's name: "good" is
+# clean, "bad" gets a report between its markers (and the run exits 86 at the end, as --error-exitcode makes it),
+# "hang" sleeps, "exit" ends the process early with status 0, "crash" ends it with 139. Each run appends its
+# library names to calls.log.
+FAKE = """\
+import json, os, sys, time
+if sys.argv[-1] == "--probe":
+    sys.exit(0)
+job_path = sys.argv[-1]
+job = json.load(open(job_path))
+here = os.path.dirname(os.path.abspath(__file__))
+with open(os.path.join(here, "calls.log"), "a") as log:
+    log.write(" ".join(os.path.basename(p) for p in job["libs"]) + "\\n")
+token, errors = job["token"], 0
+print("========= COMPUTE-SANITIZER", flush=True)
+for i, lib in enumerate(job["libs"]):
+    name = os.path.basename(lib)
+    print(f"r1build-harness: begin {i} {token}", flush=True)
+    if "hang" in name:
+        time.sleep(60)
+    if "exit" in name:
+        sys.exit(0)
+    if "crash" in name:
+        print("Segmentation fault", flush=True)
+        sys.exit(139)
+    if "bad" in name:
+        errors += 1
+        print(f"========= Invalid __global__ write of size 4 bytes in {name}", flush=True)
+        print("=========     by thread (3,0,0) in block (0,0,0)", flush=True)
+    print(f"r1build-harness: end {i} {token}", flush=True)
+print(f"r1build-harness: done, shapes: {len(job['shapes'])} libraries {len(job['libs'])} {token}", flush=True)
+print(f"========= ERROR SUMMARY: {errors} error{'' if errors == 1 else 's'}", flush=True)
+sys.exit(86 if errors else 0)
+"""
+
+
+def _fake_sanitizer(tmp_path: Path, prologue: str = "") -> Path:
+    import sys
+
+    script = tmp_path / "fake_sanitizer.py"
+    script.write_text(prologue + FAKE)
+    exe = tmp_path / "compute-sanitizer"
+    exe.write_text(f'#!/bin/sh\nexec {sys.executable} {script} "$@"\n')
+    exe.chmod(0o755)
+    return exe
+
+
+def _job(tmp_path: Path, *libs: str, shapes: int = 2) -> Path:
+    import json
+
+    job = tmp_path / f"job-{'-'.join(libs)}.json"
+    job.write_text(
+        json.dumps(
+            {
+                "libs": [str(tmp_path / n) for n in libs],
+                "entry": "k",
+                "argtypes": [],
+                "shapes": [{}] * shapes,
+                "token": "t0k3n",
+            }
+        )
+    )
+    return job
+
+
+def _runner(tmp_path: Path, prologue: str = "", timeout_s: float = 30) -> SanitizerRunner:
+    return SanitizerRunner(str(_fake_sanitizer(tmp_path, prologue)), {"PATH": "/usr/bin:/bin"}, timeout_s=timeout_s)
+
+
 def test_cancel_stops_a_running_sanitizer(tmp_path: Path) -> None:
     import threading
     import time
 
-    from r1build.evaluate.sanitize import SanitizerRunner
-
-    fake = tmp_path / "compute-sanitizer"
-    fake.write_text("#!/bin/sh\nsleep 60\n")
-    fake.chmod(0o755)
-    runner = SanitizerRunner(str(fake), {"PATH": "/usr/bin:/bin"}, timeout_s=30)
-    job = tmp_path / "job.json"
-    job.write_text("{}")
+    runner = _runner(tmp_path)
+    job = _job(tmp_path, "hang.so")
     outcomes = []
     t = threading.Thread(target=lambda: outcomes.append(runner.run("memcheck", job)))
     start = time.monotonic()
     t.start()
-    time.sleep(0.3)
+    time.sleep(1.0)
+    assert runner.running(job) == 0  # the markers say which library runs
     runner.cancel(job)
     t.join(10)
-    assert outcomes and outcomes[0].verdict == "canceled"
-    assert time.monotonic() - start < 5
-    assert runner.run("racecheck", job).detail == "canceled"  # later runs of a canceled job never start
+    assert outcomes and outcomes[0].outcome.verdict == "canceled"
+    assert time.monotonic() - start < 6
+    assert runner.run("racecheck", job).outcome.detail == "canceled"  # later runs of a canceled job never start
 
 
-def _runner_with(tmp_path: Path, script: str, timeout_s: float = 30) -> tuple[object, Path]:
-    """A SanitizerRunner whose 'compute-sanitizer' is ``script`` (the runner's own logic, no GPU), and a job of
-    two shapes."""
-    from r1build.evaluate.sanitize import SanitizerRunner
+def test_a_run_is_clean_only_when_the_harness_called_every_library_at_every_shape(tmp_path: Path) -> None:
+    runner = _runner(tmp_path)
+    assert runner.run("memcheck", _job(tmp_path, "good-1.so", "good-2.so")).outcome.verdict == "clean"
+    # exit 0 in the second library: it ended the process, nothing after it was checked; the markers name it
+    early = runner.run("initcheck", _job(tmp_path, "good-1.so", "exit-2.so", "good-3.so"))
+    assert early.outcome.verdict == "unfinished" and "before the last shape" in early.outcome.detail
+    assert early.suspect == 1
+    crashed = runner.run("memcheck", _job(tmp_path, "good-1.so", "crash-2.so"))
+    assert crashed.outcome.verdict == "unfinished" and "exit 139" in crashed.outcome.detail and crashed.suspect == 1
+    found = runner.run("memcheck", _job(tmp_path, "good-1.so", "good-2.so", "bad-3.so", "bad-4.so"))
+    assert found.outcome.verdict == "finding" and "Invalid __global__ write" in found.outcome.detail
+    assert found.suspect == 2  # where the first report came
 
-    fake = tmp_path / "compute-sanitizer"
-    fake.write_text("#!/bin/sh\n" + script)
-    fake.chmod(0o755)
-    job = tmp_path / "job.json"
-    job.write_text('{"shapes": [{}, {}]}')
-    return SanitizerRunner(str(fake), {"PATH": "/usr/bin:/bin"}, timeout_s=timeout_s), job
 
-
-def test_a_run_counts_as_clean_only_when_the_harness_called_every_shape(tmp_path: Path) -> None:
-    from r1build.evaluate.child.harness import DONE
-    from r1build.evaluate.sanitize import SanitizerRunner
-
-    runner, job = _runner_with(
-        tmp_path, f"echo 'r1build-harness: shape 0'\necho '{DONE} 2'\necho '========= ERROR SUMMARY: 0 errors'\n"
-    )
-    assert isinstance(runner, SanitizerRunner)
-    assert runner.run("memcheck", job).verdict == "clean"
-    # exit 0 after the first shape: the candidate ended the process (or the sanitizer), nothing was checked after
-    runner, job = _runner_with(tmp_path, "echo 'r1build-harness: shape 0'\nexit 0\n")
-    assert isinstance(runner, SanitizerRunner)
-    early = runner.run("initcheck", job)
-    assert early.verdict == "unfinished" and "before the last shape" in early.detail
-    runner, job = _runner_with(tmp_path, f"echo '{DONE} 1'\n")  # the count of another job
-    assert isinstance(runner, SanitizerRunner)
-    assert runner.run("initcheck", job).verdict == "unfinished"
-    runner, job = _runner_with(tmp_path, "echo 'Segmentation fault'\nexit 139\n")
-    assert isinstance(runner, SanitizerRunner)
-    crashed = runner.run("memcheck", job)
-    assert crashed.verdict == "unfinished" and "exit 139" in crashed.detail
+def test_markers_without_the_jobs_token_do_not_count(tmp_path: Path) -> None:
+    # a library that prints the harness's last line itself (without the token) and ends the process
+    prologue = "import sys\nprint('r1build-harness: done, shapes: 2 libraries 1 guess', flush=True)\nsys.exit(0)\n"
+    runner = _runner(tmp_path, prologue)
+    assert runner.run("memcheck", _job(tmp_path, "good-1.so")).outcome.verdict == "unfinished"
 
 
 def test_a_run_past_its_limit_is_tried_once_more_with_twice_the_time_then_rejects(tmp_path: Path) -> None:
     import time
 
-    from r1build.evaluate.child.harness import DONE
-    from r1build.evaluate.sanitize import SanitizerRunner
-
     count = tmp_path / "count"
     # the first run is slow (a busy machine), the second finishes in time
-    runner, job = _runner_with(
-        tmp_path,
-        f"echo x >> {count}\nif [ $(wc -l < {count}) -eq 1 ]; then sleep 5; fi\necho '{DONE} 2'\n",
-        timeout_s=0.5,
+    prologue = (
+        f"import time\nwith open({str(count)!r}, 'a') as f: f.write('x')\n"
+        f"if open({str(count)!r}).read() == 'x': time.sleep(5)\n"
     )
-    assert isinstance(runner, SanitizerRunner)
-    assert runner.run("initcheck", job).verdict == "clean"
-    assert count.read_text().count("x") == 2
+    runner = _runner(tmp_path, prologue, timeout_s=1.0)
+    assert runner.run("initcheck", _job(tmp_path, "good-1.so")).outcome.verdict == "clean"
+    assert count.read_text() == "xx"
     # slow every time: unfinished, naming both limits
-    runner, job = _runner_with(tmp_path, "sleep 5\n", timeout_s=0.3)
-    assert isinstance(runner, SanitizerRunner)
+    runner = _runner(tmp_path, timeout_s=0.5)
     start = time.monotonic()
-    slow = runner.run("initcheck", job)
-    assert slow.verdict == "unfinished" and "0.3 s" in slow.detail and "0.6 s" in slow.detail
-    assert time.monotonic() - start < 4
+    slow = runner.run("initcheck", _job(tmp_path, "hang-1.so"))
+    assert slow.outcome.verdict == "unfinished" and "0.5 s" in slow.outcome.detail and "1 s" in slow.outcome.detail
+    assert time.monotonic() - start < 5
+    # in a batch, a library that makes no progress is named, not retried: the batch is split
+    stalled = runner.run("initcheck", _job(tmp_path, "good-1.so", "hang-2.so", "good-3.so"))
+    assert stalled.outcome.verdict == "unfinished" and stalled.suspect == 1
+
+
+def _sanitizing_runs(
+    tmp_path: Path, names: list[str], *, batch: int
+) -> tuple[dict[str, list[tuple[str, str]]], list[list[str]], dict[str, float]]:
+    """Every name a candidate library of the root manifest's silu_mul, sanitized through :class:`Sanitizing`
+    with the stand-in sanitizer; each library's outcomes by name, the runs made, and the counters."""
+    import threading
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    from r1build.evaluate.checks import plan_checks
+    from r1build.evaluate.devices import GpuInfo
+    from r1build.evaluate.library import Library, LibraryFailure
+    from r1build.evaluate.process import WorkerHandle
+    from r1build.evaluate.sanitizing import Sanitizing
+    from r1build.evaluate.slots import Slot
+    from r1build.judge import Job
+    from r1build.manifest import load_manifest
+    from r1build.manifest.reference import load_reference
+    from r1build.records import Candidate, Origin
+    from tests.evaluate.evaluate_support import ROOT
+
+    manifest = load_manifest(ROOT / "kernels.toml")
+    spec = next(s for s in manifest.kernels if s.name == "silu_mul")
+    gpu = GpuInfo("Stand-in GPU", "sm_90", 0, 1 << 30)
+    work = tmp_path / "gpu0"
+    work.mkdir()
+    runner = SanitizerRunner(str(_fake_sanitizer(tmp_path)), {"PATH": "/usr/bin:/bin"}, timeout_s=1.0)
+    slot = Slot(gpu, WorkerHandle(["true"], {}, work, name="unused"), runner, work)
+    counters: dict[str, float] = {}
+    lock = threading.Lock()
+
+    def count(name: str, value: float) -> None:
+        with lock:
+            counters[name] = counters.get(name, 0.0) + value
+
+    with ThreadPoolExecutor(8) as pool:
+        sanitizing = Sanitizing(
+            [slot], submit=pool.submit, note=lambda _: None, count=count, cuobjdump=lambda: None, batch=batch
+        )
+        job = Job(manifest, spec, "sm_90", [])
+        plan = pool.submit(plan_checks, spec, load_reference(manifest.root, spec.reference), seed=0)
+        runs = {}
+        libraries: dict[str, Future[Library | LibraryFailure]] = {}
+        for name in names:
+            candidate = Candidate(source=f"// {name}\n", origin=Origin("generated", None))
+            libraries[name] = Future()
+            sanitizing.start(job, "sm_90", candidate, libraries[name], plan)
+            found = sanitizing.runs(job, "sm_90", candidate)
+            assert found is not None
+            runs[name] = found
+        for name in names:  # the libraries' builds end
+            libraries[name].set_result(Library(tmp_path / name, name, "sm_90", 0.0))
+        outcomes: dict[str, list[tuple[str, str]]] = {
+            name: [(o.tool, o.verdict) for o in r.outcomes.result(timeout=60)] for name, r in runs.items()
+        }
+    calls = [line.split() for line in (tmp_path / "calls.log").read_text().splitlines()]
+    return outcomes, calls, counters
+
+
+def test_a_batch_clears_its_candidates_in_one_run_per_tool(tmp_path: Path) -> None:
+    names = [f"good-{i}.so" for i in range(10)]
+    outcomes, calls, _ = _sanitizing_runs(tmp_path, names, batch=16)
+    assert all(o == [("memcheck", "clean"), ("racecheck", "clean"), ("initcheck", "clean")] for o in outcomes.values())
+    assert len(calls) == 3 and all(sorted(c) == sorted(names) for c in calls)
+
+
+def test_a_finding_in_a_batch_is_split_until_it_names_its_candidate(tmp_path: Path) -> None:
+    names = [f"good-{i}.so" for i in range(12)]
+    names[3], names[8] = "bad-3.so", "crash-8.so"
+    outcomes, calls, counters = _sanitizing_runs(tmp_path, names, batch=16)
+    for name, found in outcomes.items():
+        verdicts = {v for _, v in found}
+        if name == "bad-3.so":
+            assert verdicts == {"finding"}
+        elif name == "crash-8.so":
+            assert verdicts == {"unfinished"}
+        else:
+            assert verdicts == {"clean"}, name
+    # the culprits ran alone (their verdicts are their own runs), every good library was in a clean run
+    assert ["bad-3.so"] in calls and ["crash-8.so"] in calls
+    # per tool: the first run, then at most three runs per culprit (those before it, it alone, those after), not
+    # one run per candidate
+    assert len(calls) <= 3 * 7 < 3 * len(names) and counters["sanitizer_splits"] >= 3
+
+
+def test_one_candidate_per_run_when_the_batch_is_one(tmp_path: Path) -> None:
+    names = ["good-0.so", "bad-1.so", "good-2.so"]
+    outcomes, calls, _ = _sanitizing_runs(tmp_path, names, batch=1)
+    assert all(len(c) == 1 for c in calls) and len(calls) == 9
+    assert {v for _, v in outcomes["bad-1.so"]} == {"finding"}
+    assert {v for _, v in outcomes["good-2.so"]} == {"clean"}
+
+
+def test_a_hanging_candidate_in_a_batch_costs_its_batch_one_stall(tmp_path: Path) -> None:
+    names = ["good-0.so", "hang-1.so", "good-2.so", "good-3.so"]
+    outcomes, _, _ = _sanitizing_runs(tmp_path, names, batch=16)
+    assert {v for _, v in outcomes["hang-1.so"]} == {"unfinished"}
+    assert all({v for _, v in outcomes[n]} == {"clean"} for n in names if n != "hang-1.so")

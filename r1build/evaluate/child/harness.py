@@ -1,14 +1,17 @@
-"""A minimal driver for one candidate under compute-sanitizer: run by path, standard library only.
+"""A minimal driver of candidates under compute-sanitizer: run by path, standard library only.
 
 ``python harness.py job.json`` (a :class:`~.messages.SanitizeJob`; run by path, so it reads the file without
-importing that module) allocates every array with the CUDA driver API (exact sizes, so memcheck sees an access
-one element past the end), uploads ``in`` / ``inout`` data from the files the job names, leaves ``out``
-arrays uninitialized (initcheck reports a kernel that reads them before writing), calls the entry point on a
-non-blocking stream and synchronizes. ``python harness.py --probe`` only initializes CUDA and allocates, to find
-out whether the sanitizer works on this machine at all.
+importing that module) calls every library the job names, one after another, at every shape: it allocates every
+array with the CUDA driver API (exact sizes, so memcheck sees an access one element past the end), uploads
+``in`` / ``inout`` data from the files the job names, leaves ``out`` arrays uninitialized (initcheck reports a
+kernel that reads them before writing), calls the entry point on a non-blocking stream, synchronizes and frees.
+Around each library it prints ``BEGIN <i> <token>`` and ``END <i> <token>`` (the parent reads them live: which
+candidate runs, where a report or a hang came); the last line is ``DONE`` with the shape and library counts and
+the token. ``python harness.py --probe`` only initializes CUDA and allocates, to find out whether the sanitizer
+works on this machine at all.
 
-Exit status: 0 when every call returned success (and the last line printed is ``DONE`` with the number of shapes),
-3 when a call or a CUDA call failed (the message on stderr).
+Exit status: 0 when every call returned success (and the last line printed is ``DONE``), 3 when a call or a CUDA
+call failed (the message on stderr).
 """
 
 from __future__ import annotations
@@ -21,8 +24,12 @@ from pathlib import Path
 from typing import Any
 
 DONE = "r1build-harness: done, shapes:"
-"""Printed after the last shape: a run that exits 0 without it (a candidate that ended the process early) did
-not check every shape."""
+"""Printed after the last library's last shape (``DONE <shapes> libraries <n> <token>``): a run that exits 0
+without it (a candidate that ended the process early) did not check every candidate at every shape."""
+BEGIN = "r1build-harness: begin"
+"""Printed before a library is loaded (``BEGIN <index> <token>``)."""
+END = "r1build-harness: end"
+"""Printed once a library's last shape was called and synchronized (``END <index> <token>``)."""
 
 CTYPES: dict[str, Any] = {
     # ctypes of the entry point's parameter codes (``checks.arg_codes``); the GPU worker reads this table too
@@ -71,32 +78,39 @@ def _alloc(drv: _Driver, nbytes: int) -> int:
     return int(ptr.value)
 
 
+def _call(drv: _Driver, stream: ctypes.c_void_p, fn: Any, shape: dict[str, Any], base: Path) -> None:
+    pointers = []
+    for array in shape["arrays"]:
+        ptr = _alloc(drv, int(array["nbytes"]))
+        pointers.append(ptr)
+        if array.get("input"):
+            data = (base / array["input"]).read_bytes()
+            buf = ctypes.create_string_buffer(data, len(data))
+            drv.check("cuMemcpyHtoD_v2", ctypes.c_uint64(ptr), buf, ctypes.c_size_t(len(data)))
+    args = [pointers[a["array"]] if "array" in a else a["scalar"] for a in shape["args"]]
+    rc = fn(*args, stream)
+    if rc != 0:
+        raise RuntimeError(f"the call returned CUDA error {rc} at {shape['key']}")
+    drv.check("cuStreamSynchronize", stream)
+    drv.check("cuCtxSynchronize")
+    for ptr in pointers:
+        drv.check("cuMemFree_v2", ctypes.c_uint64(ptr))
+
+
 def run(job: dict[str, Any], base: Path) -> None:
     drv = _Driver()
     stream = _setup(drv)
-    lib = ctypes.CDLL(str(job["lib"]), mode=os.RTLD_LOCAL | os.RTLD_NOW)
-    fn = getattr(lib, str(job["entry"]))
-    fn.argtypes = [CTYPES[c] for c in job["argtypes"]] + [ctypes.c_void_p]
-    fn.restype = ctypes.c_int
-    for index, shape in enumerate(job["shapes"]):
-        pointers = []
-        for array in shape["arrays"]:
-            ptr = _alloc(drv, int(array["nbytes"]))
-            pointers.append(ptr)
-            if array.get("input"):
-                data = (base / array["input"]).read_bytes()
-                buf = ctypes.create_string_buffer(data, len(data))
-                drv.check("cuMemcpyHtoD_v2", ctypes.c_uint64(ptr), buf, ctypes.c_size_t(len(data)))
-        args = [pointers[a["array"]] if "array" in a else a["scalar"] for a in shape["args"]]
-        print(f"r1build-harness: shape {index}", flush=True)
-        rc = fn(*args, stream)
-        if rc != 0:
-            raise RuntimeError(f"the call returned CUDA error {rc} at shape {index}")
-        drv.check("cuStreamSynchronize", stream)
-        drv.check("cuCtxSynchronize")
-        for ptr in pointers:
-            drv.check("cuMemFree_v2", ctypes.c_uint64(ptr))
-    print(f"{DONE} {len(job['shapes'])}", flush=True)
+    token = str(job["token"])
+    for index, path in enumerate(job["libs"]):
+        print(f"{BEGIN} {index} {token}", flush=True)
+        lib = ctypes.CDLL(str(path), mode=os.RTLD_LOCAL | os.RTLD_NOW)
+        fn = getattr(lib, str(job["entry"]))
+        fn.argtypes = [CTYPES[c] for c in job["argtypes"]] + [ctypes.c_void_p]
+        fn.restype = ctypes.c_int
+        for shape in job["shapes"]:
+            _call(drv, stream, fn, shape, base)
+        print(f"{END} {index} {token}", flush=True)
+    print(f"{DONE} {len(job['shapes'])} libraries {len(job['libs'])} {token}", flush=True)
 
 
 def main(argv: list[str]) -> int:

@@ -255,7 +255,12 @@ class SanitizeShape(TypedDict):
 
 
 class SanitizeJob(TypedDict):
-    lib: str
+    """One compute-sanitizer run: every library in ``libs`` called at every shape, one after another."""
+
+    libs: list[str]
+    """The candidates' shared libraries, in the order the harness calls them."""
     entry: str
     argtypes: list[str]
     shapes: list[SanitizeShape]
+    token: str
+    """A fresh random word the harness prints in its markers: output that lacks it was not the harness's."""
