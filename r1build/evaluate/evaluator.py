@@ -107,7 +107,8 @@ class GpuEvaluator:
     """Judges candidates on local GPUs; implements :class:`~r1build.judge.Evaluator`.
 
     ``cache`` stores the static gate's verdicts and the per-device floors (a private cache in the work directory
-    when None). ``sanitize_batch``: most candidates in one compute-sanitizer run (1: a run per candidate). Use as a context manager or call :meth:`close`; workers also end when this process does.
+    when None). ``sanitize_batch``: most candidates in one compute-sanitizer run (1: a run per candidate). Use as
+    a context manager or call :meth:`close`; workers also end when this process does.
     """
 
     def __init__(
