@@ -22,26 +22,52 @@ __all__ = ["build_parser", "main", "output_options"]
 _VERBOSE = "verbose:"
 _QUIET = "quiet:"
 
-# Each module registers its sub-commands: ``register(subparsers) -> None``; handlers are ``func(args, console)``.
-COMMAND_MODULES = (
-    "project",
-    "cache_cmd",
-    "generate_cmd",
-    "key_cmd",
-    "report_cmd",
-    "dataset_cmd",
-    "doctor_cmd",
-    "worker_cmd",
-    "completions",
-)
+COMMANDS: dict[str, str] = {
+    "check": "project",
+    "status": "project",
+    "resolve": "project",
+    "lock": "project",
+    "vendor": "project",
+    "cache": "cache_cmd",
+    "generate": "generate_cmd",
+    "replay": "generate_cmd",
+    "key": "key_cmd",
+    "report": "report_cmd",
+    "export-dataset": "dataset_cmd",
+    "doctor": "doctor_cmd",
+    "worker": "worker_cmd",
+    "completions": "completions",
+}
+"""Each sub-command → the module of this package that registers it (``register(subparsers) -> None``, handlers
+``func(args, console)``). A command line imports the one module its command needs: a module costs its imports
+(the resolver, the cache, the LLM client...) and a command pays only for its own."""
 
 
-def _modules() -> list[ModuleType]:
-    return [importlib.import_module(f"{__package__}.{name}") for name in COMMAND_MODULES]
+def command_of(argv: Sequence[str]) -> str | None:
+    """The sub-command ``argv`` names: its first word that is not an option (the main parser's options take no
+    value); None without one."""
+    return next((arg for arg in argv if not arg.startswith("-")), None)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser."""
+def _modules(argv: Sequence[str] | None) -> list[ModuleType]:
+    """The command modules a parser for ``argv`` needs: the named command's alone; every one for the full parser
+    (``argv`` None), for the main parser's ``--help`` and for a word that is no command (argparse's error lists
+    the commands); none when no command is named (``--version``, or the error that a command is required)."""
+    names = dict.fromkeys(COMMANDS.values())
+    if argv is not None:
+        command = command_of(argv)
+        before = argv[: argv.index(command)] if command is not None else argv
+        if not {"-h", "--help"} & set(before):  # the main parser's help lists every command
+            if command in COMMANDS:
+                names = {COMMANDS[command]: None}
+            elif command is None:
+                names = {}
+    return [importlib.import_module(f"{__package__}.{name}") for name in names]
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The argument parser: with ``argv``, one that knows just enough to parse it (see :func:`_modules`);
+    without, the full parser (every command, as ``--help`` and the completion scripts show them)."""
     import argparse  # here, not at import: a replayed command never parses
 
     from ..errors import UsageError
@@ -78,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"r1build {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    for module in _modules():
+    for module in _modules(argv):
         module.register(sub)
     return parser
 
@@ -123,7 +149,7 @@ def _main(argv: Sequence[str]) -> int:
 
     console = Console()
     try:
-        parser = build_parser()
+        parser = build_parser(argv)
         args = parser.parse_args(argv)
         verbose, quiet = output_options(args)
         console.verbose, console.quiet = verbose, quiet
