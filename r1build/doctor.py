@@ -19,7 +19,7 @@ from typing import Literal
 from . import __version__
 from .errors import R1BuildError
 from .extras import CHECK, CUPY, GENERATE
-from .settings import env_settings
+from .settings import EnvSettings, env_settings, lock_mode
 
 __all__ = ["Finding", "Level", "diagnose"]
 
@@ -180,7 +180,7 @@ def _cache(cache_dir: Path | None) -> list[Finding]:
     return [Finding("cache", "ok", detail)]
 
 
-def _project(manifest_path: Path | None) -> tuple[list[Finding], object | None]:
+def _project(manifest_path: Path | None, env: EnvSettings) -> tuple[list[Finding], object | None]:
     from .lock import check_lock, load_lock
     from .manifest import find_manifest, load_manifest
 
@@ -197,12 +197,8 @@ def _project(manifest_path: Path | None) -> tuple[list[Finding], object | None]:
     except R1BuildError as exc:
         found.append(Finding("lock", "error", str(exc)))
     else:
-        found.append(
-            Finding("lock", "warning", "not current:\n" + staleness.render())
-            if staleness
-            else Finding("lock", "ok", "current")
-        )
-    remote = env_settings().remote_cache or manifest.settings.cache.url
+        found.append(_lock_finding(staleness.render() if staleness else None, env))
+    remote = env.remote_cache or manifest.settings.cache.url
     if remote:
         found.append(
             Finding(
@@ -219,6 +215,21 @@ def _project(manifest_path: Path | None) -> tuple[list[Finding], object | None]:
     return found, manifest
 
 
+def _lock_finding(stale: str | None, env: EnvSettings) -> Finding:
+    """The lock's finding: current, or what is stale, an error where ``R1BUILD_LOCKED`` makes every command that
+    reads the lock fail on it, a note where ``R1BUILD_FROZEN`` uses it as it is."""
+    if stale is None:
+        return Finding("lock", "ok", "current")
+    locked, frozen = lock_mode(None, None, env)
+    if frozen:
+        return Finding("lock", "note", "not current, used as it is (R1BUILD_FROZEN):\n" + stale)
+    if locked:
+        return Finding(
+            "lock", "error", "not current, and R1BUILD_LOCKED makes the commands that read it fail:\n" + stale
+        )
+    return Finding("lock", "warning", "not current:\n" + stale)
+
+
 def diagnose(
     *, manifest_path: Path | None = None, cache_dir: Path | None = None, environ: Mapping[str, str] | None = None
 ) -> list[Finding]:
@@ -226,11 +237,12 @@ def diagnose(
     folder up, and none found is only a note)."""
     env = dict(os.environ if environ is None else environ)
     found = [Finding("r1build", "ok", f"r1build {__version__}")]
-    project, manifest = _project(manifest_path)
+    settings = env_settings(env)
+    project, manifest = _project(manifest_path, settings)
     nvcc, release = _nvcc()
     found += nvcc
     found += _gpus(release)
-    found += _generation(manifest, env, bool(env_settings(env).offline))
+    found += _generation(manifest, env, bool(settings.offline))
     found += _cache(cache_dir)
     found += project
     return found

@@ -119,9 +119,37 @@ def test_the_environment_sets_locked_and_frozen(
     assert main(["lock", "-m", str(locked)]) == 2
     assert main(["check", "-m", str(locked)]) == 2  # check verifies the lock as --locked does
     assert (locked / "kernels.lock").read_bytes() == before
+    # every command that reports from the lock refuses a stale one, naming it; doctor calls it an error
+    for argv in (
+        ["status"],
+        ["report", "-o", str(locked / "report.html")],
+        ["export-dataset", "-o", str(locked / "set.jsonl")],
+        ["vendor"],
+    ):
+        assert main([*argv, "-m", str(locked)]) == 2, argv
+        err = capsys.readouterr().err
+        assert "kernels.lock is out of date" in err and "silu_mul" in err and "Traceback" not in err, argv
+    assert not (locked / "report.html").exists() and not (locked / "set.jsonl").exists()
+    assert main(["doctor", "--json", "-m", str(locked)]) == 1
+    findings = {f["name"]: f for f in json.loads(capsys.readouterr().out)["findings"]}
+    assert findings["lock"]["level"] == "error" and "R1BUILD_LOCKED" in findings["lock"]["detail"]
+    assert (locked / "kernels.lock").read_bytes() == before
+    monkeypatch.delenv("R1BUILD_LOCKED")
+    assert main(["status", "--locked", "-m", str(locked)]) == 2  # the flag, without the variable
+    assert main(["status", "-m", str(locked)]) == 0
+    assert main(["report", "--locked", "-o", str(locked / "report.html"), "-m", str(locked)]) == 2
+    assert main(["export-dataset", "--locked", "-o", str(locked / "set.jsonl"), "-m", str(locked)]) == 2
+    assert main(["doctor", "--json", "-m", str(locked)]) == 0
+    monkeypatch.setenv("R1BUILD_LOCKED", "1")
     monkeypatch.setenv("R1BUILD_FROZEN", "1")  # frozen over a locked from the environment
     assert main(["resolve", "--no-gpu", "-m", str(locked)]) == 0
     assert main(["vendor", "-m", str(locked)]) == 0
+    assert main(["status", "-m", str(locked)]) == 0
+    assert main(["report", "-o", str(locked / "report.html"), "-m", str(locked)]) == 0
+    capsys.readouterr()
+    assert main(["doctor", "--json", "-m", str(locked)]) == 0
+    findings = {f["name"]: f for f in json.loads(capsys.readouterr().out)["findings"]}
+    assert findings["lock"]["level"] == "note" and "R1BUILD_FROZEN" in findings["lock"]["detail"]
     assert list((locked / "kernels" / "_r1build").glob("silu_mul__*.cu"))
     monkeypatch.setenv("R1BUILD_FROZEN", "maybe")
     assert main(["resolve", "-m", str(locked)]) == 2

@@ -18,6 +18,7 @@ FLAGS = {
     "R1BUILD_OFFLINE": "offline",
     "R1BUILD_GENERATE": "generate",
     "R1BUILD_LOCKED": "locked",
+    "R1BUILD_FROZEN": "frozen",
     "R1BUILD_EVALUATE": "evaluate",
     "R1BUILD_VERBOSE": "verbose",
     "R1BUILD_REMOTE_WRITE": "remote_write",
@@ -97,3 +98,19 @@ def test_only_the_settings_module_reads_r1build_variables() -> None:
         if path.name != "settings.py" and reads.search(path.read_text())
     ]
     assert sorted(set(offenders) - _NOT_YET) == []
+
+
+def test_every_variable_is_documented_in_settings_and_the_readme() -> None:
+    """The variables the settings module reads are the ones its table and the README's table list."""
+    from r1build import settings
+
+    source = Path(settings.__file__).read_text(encoding="utf-8")
+    doc = settings.__doc__ or ""
+    body = source[source.index('"""', source.index('"""') + 3) + 3 :]  # the code after the module docstring
+    read = set(re.findall(r'"(R1BUILD_[A-Z_]+)"', body)) | {settings.BASE_URL_ENV}
+    in_table = set(re.findall(r"^``(R1BUILD_[A-Z_]+)", doc, re.MULTILINE))
+    readme = (Path(r1build.__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    in_readme = set(re.findall(r"^\| `(R1BUILD_[A-Z_]+)` \|", readme, re.MULTILINE))
+    assert len(read) >= 19
+    assert in_table == read
+    assert in_readme == read

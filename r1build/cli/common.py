@@ -10,7 +10,15 @@ from ..errors import UsageError
 from ..manifest import Manifest, find_manifest, load_manifest, parse_arch
 from . import fastpath
 
-__all__ = ["add_cache_arg", "add_manifest_arg", "load_from_args", "open_cache", "parse_archs"]
+__all__ = [
+    "add_cache_arg",
+    "add_locked_arg",
+    "add_manifest_arg",
+    "load_from_args",
+    "open_cache",
+    "parse_archs",
+    "require_current_lock",
+]
 
 
 def add_manifest_arg(parser: argparse.ArgumentParser) -> None:
@@ -55,6 +63,27 @@ def add_cache_arg(parser: argparse.ArgumentParser, *, remote: bool = False) -> N
             help="the team's Ed25519 private key that signs what --remote-write publishes "
             "(default: $R1BUILD_SIGNING_KEY)",
         )
+
+
+def add_locked_arg(parser: argparse.ArgumentParser) -> None:
+    """``--locked`` of a command that reads the lock without writing it: fail unless it is current."""
+    parser.add_argument(
+        "--locked",
+        action="store_true",
+        help="fail unless kernels.lock is present and current (also R1BUILD_LOCKED=1)",
+    )
+
+
+def require_current_lock(args: argparse.Namespace, manifest: Manifest) -> None:
+    """With ``--locked`` or ``R1BUILD_LOCKED`` (and no ``R1BUILD_FROZEN``, which uses the lock as it is), a
+    :class:`~r1build.errors.StaleLockError` (exit 2) naming what is stale unless the lock is present and current:
+    a command that reports from the lock does not report from a stale one."""
+    from ..lock import load_lock, require_fresh
+    from ..settings import env_settings, lock_mode
+
+    locked, _frozen = lock_mode(getattr(args, "locked", False) or None, None, env_settings())
+    if locked:
+        require_fresh(manifest, load_lock(manifest))
 
 
 def load_from_args(args: argparse.Namespace, *, check_references: bool = True) -> Manifest:

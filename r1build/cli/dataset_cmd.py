@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..events import sink
-from .common import add_cache_arg, add_manifest_arg, load_from_args, open_cache
+from .common import add_cache_arg, add_locked_arg, add_manifest_arg, load_from_args, open_cache, require_current_lock
 from .render import Console
 
 __all__ = ["register"]
@@ -31,6 +31,7 @@ def register(sub: Any) -> None:
     which = p.add_mutually_exclusive_group()
     which.add_argument("--passed-only", action="store_true", help="only candidates that passed their judge")
     which.add_argument("--winners-only", action="store_true", help="only each kernel x arch's winner")
+    add_locked_arg(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_export_dataset)
 
@@ -39,6 +40,7 @@ def cmd_export_dataset(args: argparse.Namespace, console: Console) -> int:
     from ..dataset import DatasetFilter, dataset_records, write_dataset
 
     manifest = load_from_args(args, check_references=False)
+    require_current_lock(args, manifest)
     output: Path = args.output
     if output.is_dir():
         raise UsageError(f"--output {output} is a folder; name the JSONL file to write")

@@ -16,7 +16,15 @@ from ..manifest import Manifest
 from ..overview import StatusRow, project_records
 from ..resolve import Resolution, ResolveOptions, emit_resolution, resolve
 from ..settings import env_settings, lock_mode
-from .common import add_cache_arg, add_manifest_arg, load_from_args, open_cache, parse_archs
+from .common import (
+    add_cache_arg,
+    add_locked_arg,
+    add_manifest_arg,
+    load_from_args,
+    open_cache,
+    parse_archs,
+    require_current_lock,
+)
 from .render import Console, render_unresolved
 
 __all__ = ["register"]
@@ -46,6 +54,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("status", help="kernel × arch → state, provenance, time, digest")
     add_manifest_arg(p)
     add_cache_arg(p, remote=True)
+    add_locked_arg(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_status)
 
@@ -166,6 +175,7 @@ def _fmt_time(t: float | None) -> str:
 
 def cmd_status(args: argparse.Namespace, console: Console) -> int:
     manifest = load_from_args(args, check_references=False)
+    require_current_lock(args, manifest)
     with sink(console.event):
         rows = _status_rows(manifest, args)
     if args.json:

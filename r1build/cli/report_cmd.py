@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..events import sink
-from .common import add_cache_arg, add_manifest_arg, load_from_args, open_cache
+from .common import add_cache_arg, add_locked_arg, add_manifest_arg, load_from_args, open_cache, require_current_lock
 from .render import Console
 
 __all__ = ["register"]
@@ -28,6 +28,7 @@ def register(sub: Any) -> None:
         metavar="FILE",
         help="where to write the page (default: report.html)",
     )
+    add_locked_arg(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_report)
 
@@ -36,6 +37,7 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
     from ..report import build_report
 
     manifest = load_from_args(args, check_references=False)
+    require_current_lock(args, manifest)
     output: Path = args.output
     if output.is_dir():
         raise UsageError(f"--output {output} is a folder; name the HTML file to write")
