@@ -123,7 +123,7 @@ class ResolveOptions:
     (:mod:`r1build.cluster`), instead of on local GPUs and cores. None: this machine only."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Resolved:
     """The winner of one kernel on one arch and how it was found."""
 
@@ -160,20 +160,49 @@ class Resolution:
             raise NoWinnerError(self.unresolved)
 
 
+@dataclass(frozen=True)
+class _Question:
+    """One kernel × arch to resolve, and the decision key that names it."""
+
+    spec: KernelSpec
+    arch: str
+    key: str
+
+    def job(self, manifest: Manifest, candidates: Sequence[Candidate]) -> Job:
+        """The job of judging ``candidates`` for this kernel × arch (the baseline among them named)."""
+        return Job(manifest, self.spec, self.arch, list(candidates), _baseline_of(candidates))
+
+    def note(self, level: Literal["info", "warning"], message: str) -> None:
+        """Emit a note about this kernel × arch."""
+        emit(Note(level, message, self.spec.name, self.arch))
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What every question of one resolve run shares."""
+
+    manifest: Manifest
+    cache: Cache
+    options: ResolveOptions
+    judges: _Judges
+    lock: Lock | None
+    """The verified lock (None: none)."""
+
+
 def stale_checks(checks: int | None) -> bool:
     """Whether a verdict of the GPU checks of version ``checks`` (None: before versions were recorded) was made
     by older checks than this r1build's."""
     return (checks or 0) < CHECKS_VERSION
 
 
-def _note_stale_checks(spec: KernelSpec, arch: str, what: str, checks: int | None) -> None:
+def _note_stale_checks(q: _Question, what: str, checks: int | None) -> None:
     emit(
         Note(
             "warning",
             f"the {what} winner was validated by version {checks or 0} of the GPU checks, these are "
-            f"version {CHECKS_VERSION}: `r1build resolve --refresh` on a GPU of {arch} judges it again",
-            spec.name,
-            arch,
+            f"version {CHECKS_VERSION}: `r1build resolve --refresh` on a GPU of {q.arch} judges it again",
+            q.spec.name,
+            q.arch,
         )
     )
 
@@ -503,76 +532,63 @@ def _with_known_rejections(
     return out
 
 
-def _decide(
-    manifest: Manifest,
-    spec: KernelSpec,
-    arch: str,
-    key: str,
-    cache: Cache,
-    judges: _Judges,
-    options: ResolveOptions,
-    seeds: list[Candidate],
-) -> Decision | None:
+def _decide(run: _Run, q: _Question, seeds: list[Candidate]) -> Decision | None:
     """Real work on a miss: measure (GPU) and/or generate; None when neither is possible.
 
     With ``--refresh``, the generated candidates of the earlier decision are judged again (on a GPU now, say)
     rather than asking the model anew: a refresh re-evaluates, it does not re-generate.
     """
-    previous = cache.get_decision(key) if options.refresh else None
+    cache, judges, options = run.cache, run.judges, run.options
+    previous = cache.get_decision(q.key) if options.refresh else None
     stored = _stored_candidates(cache, previous)
     earlier: list[str] = []  # the transcripts of what `r1build generate` produced for this key
     if not stored and not options.refresh:
-        stored, earlier = _generated_before(cache, key)
-    generate = judges.endpoint(manifest, options) and not stored
-    evaluator = judges.gpu_for(arch)
+        stored, earlier = _generated_before(cache, q.key)
+    generate = judges.endpoint(run.manifest, options) and not stored
+    evaluator = judges.gpu_for(q.arch)
     if evaluator is None and not generate and (not stored or (previous is not None and previous.on_gpu)):
         # nothing to do, or only the gate to judge again what a GPU measured: keep the measured decision
         return None
-    baseline = _baseline_of(seeds)
     judged: _Judged
     if stored:
-        emit(
-            Note(
-                "info", f"judging {len(stored)} stored generated candidate(s) again (no new requests)", spec.name, arch
-            )
-        )
+        q.note("info", f"judging {len(stored)} stored generated candidate(s) again (no new requests)")
         candidates = seeds + [c for c in stored if c.digest not in {s.digest for s in seeds}]
-        results = (evaluator or judges.gate).evaluate(Job(manifest, spec, arch, candidates, baseline))
+        results = (evaluator or judges.gate).evaluate(q.job(run.manifest, candidates))
         judged = _Judged(candidates, results, list(previous.transcripts) if previous else earlier)
     elif generate:
         from .generate import search
 
-        emit(Stage("generate", spec.name, arch))
+        emit(Stage("generate", q.spec.name, q.arch))
         try:
             outcome = search(
-                manifest,
-                spec,
-                arch,
+                run.manifest,
+                q.spec,
+                q.arch,
                 evaluator=evaluator or judges.gate,
                 cache=cache,
                 seeds=seeds,
-                profiler=judges.profiler_for(arch),
-                perf_model=_perf_model(manifest, evaluator),
+                profiler=judges.profiler_for(q.arch),
+                perf_model=_perf_model(run.manifest, evaluator),
             )
         except EndpointSilentError as exc:
             if not options.build:
                 raise
             # a build has the user's own sources to fall back on: go on as if no endpoint were configured
-            emit(Note("warning", f"{exc}; building without generated candidates", spec.name, arch))
+            q.note("warning", f"{exc}; building without generated candidates")
             judges.silence_endpoint()
             if evaluator is None:
                 return None
-            return _decide(manifest, spec, arch, key, cache, judges, options, seeds)
+            return _decide(run, q, seeds)
         judged = _Judged(outcome.candidates, outcome.results, outcome.transcripts)
     else:
         assert evaluator is not None
-        emit(Stage("evaluate", spec.name, arch))
-        judged = _Judged(seeds, evaluator.evaluate(Job(manifest, spec, arch, seeds, baseline)), [])
+        emit(Stage("evaluate", q.spec.name, q.arch))
+        judged = _Judged(seeds, evaluator.evaluate(q.job(run.manifest, seeds)), [])
     if evaluator is None:
         judged = replace(
-            judged, results=_with_known_rejections(judged.candidates, judged.results, cache.get_decision(key))
+            judged, results=_with_known_rejections(judged.candidates, judged.results, cache.get_decision(q.key))
         )
-    return _record_decision(spec, arch, key, cache, judged)
+    return _record_decision(q, cache, judged)
 
 
 @dataclass(frozen=True)
@@ -585,7 +601,7 @@ class _Judged:
     transcripts: Sequence[str]
 
 
-def _record_decision(spec: KernelSpec, arch: str, key: str, cache: Cache, judged: _Judged) -> Decision:
+def _record_decision(q: _Question, cache: Cache, judged: _Judged) -> Decision:
     """The decision of what was judged, stored in the cache with every candidate's source."""
     candidates, results = judged.candidates, judged.results
     for c in candidates:
@@ -595,9 +611,9 @@ def _record_decision(spec: KernelSpec, arch: str, key: str, cache: Cache, judged
     on_gpu = any(r.stage == "evaluate" for r in results)
     device = next((r.device for r in results if r.device), None)
     decision = Decision(
-        key=key,
-        kernel=spec.name,
-        arch=arch,
+        key=q.key,
+        kernel=q.spec.name,
+        arch=q.arch,
         winner=CandidateRef.of(winner) if winner else None,
         candidates=[CandidateRef.of(c) for c in candidates],
         results=list(results),
@@ -612,42 +628,35 @@ def _record_decision(spec: KernelSpec, arch: str, key: str, cache: Cache, judged
     return decision
 
 
-def _from_decision(
-    manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Cache, decision: Decision, state: Found
-) -> Resolved | Unresolved | None:
+def _from_decision(run: _Run, q: _Question, decision: Decision, state: Found) -> Resolved | Unresolved | None:
     """The decision's winner; :class:`Unresolved` when none of its candidates may win; None when the winner's
     source is gone from the cache."""
     winner = decision_winner(decision)
     if winner is None:
-        return unresolved(spec.name, arch, decision.candidates, decision.results)
+        return unresolved(q.spec.name, q.arch, decision.candidates, decision.results)
     if decision.winner is not None and winner.digest != decision.winner.digest:
-        emit(
-            Note(
-                "warning",
-                f"the cached decision's winner {decision.winner.digest[:12]} "
-                f"({decision.validation(decision.winner)}) may not win: using {winner.digest[:12]} "
-                f"({winner.provenance()}) from the same decision",
-                spec.name,
-                arch,
-            )
+        q.note(
+            "warning",
+            f"the cached decision's winner {decision.winner.digest[:12]} "
+            f"({decision.validation(decision.winner)}) may not win: using {winner.digest[:12]} "
+            f"({winner.provenance()}) from the same decision",
         )
-    found = _source_for(manifest, spec, cache, winner.source)
+    found = _source_for(run.manifest, q.spec, run.cache, winner.source)
     if found is None:
-        emit(Note("warning", f"cached decision names source {winner.source[:12]} which is gone", spec.name, arch))
+        q.note("warning", f"cached decision names source {winner.source[:12]} which is gone")
         return None
     result = decision.result_of(winner.digest)
     validation = decision.validation(winner)
     if validation == "validated" and state == "cached" and stale_checks(decision.checks):
-        _note_stale_checks(spec, arch, "cached", decision.checks)
-    candidate = Candidate(found.text, winner.origin, dict(winner.defines))
+        _note_stale_checks(q, "cached", decision.checks)
     return Resolved(
-        spec,
-        arch,
-        key,
-        candidate,
-        state,
-        winner.provenance(),
-        validation,
+        spec=q.spec,
+        arch=q.arch,
+        key=q.key,
+        candidate=Candidate(found.text, winner.origin, dict(winner.defines)),
+        state=state,
+        provenance=winner.provenance(),
+        validation=validation,
         time_us=result.timing.median_us if result and result.timing else None,
         gpu=(result.device or decision.device) if result and result.timing else None,
         toolchain=decision.toolchain or None,
@@ -662,19 +671,16 @@ def lock_refusal(entry: LockEntry, decision: Decision | None) -> str | None:
     return unlockable(entry) or (rejection(decision, entry.winner) if decision is not None else None)
 
 
-def _lookup(
-    manifest: Manifest, spec: KernelSpec, arch: str, key: str, cache: Cache, lock: Lock | None, options: ResolveOptions
-) -> Resolved | Unresolved | None:
+def _lookup(run: _Run, q: _Question) -> Resolved | Unresolved | None:
     """The winner from the lock or a cached decision, without any work (:class:`Unresolved` when the cached
     decision has none that may win); None on a miss."""
-    entry = lock.entry(spec.name, arch) if lock else None
+    manifest, cache, options = run.manifest, run.cache, run.options
+    spec, arch = q.spec, q.arch
+    entry = run.lock.entry(spec.name, arch) if run.lock else None
     if entry is not None and options.frozen:
-        key = entry.key  # the lock as it is: its entry answers, whatever the manifest says now
-    refusal = (
-        lock_refusal(entry, cache.get_decision(key))
-        if entry is not None and entry.key == key and not options.refresh
-        else None
-    )
+        q = replace(q, key=entry.key)  # the lock as it is: its entry answers, whatever the manifest says now
+    answers = entry is not None and entry.key == q.key and not options.refresh
+    refusal = lock_refusal(entry, cache.get_decision(q.key)) if entry is not None and answers else None
     if entry is not None and refusal is not None:
         message = (
             f"{spec.name}/{arch}: the locked winner {entry.winner[:12]} ({entry.provenance}, "
@@ -685,43 +691,11 @@ def _lookup(
                 f"{message}. Run `r1build resolve` (on a GPU of {arch} for a generated kernel) to "
                 "decide again and update the lock"
             )
-        emit(Note("warning", f"{message}; deciding again", spec.name, arch))
-    elif entry is not None and entry.key == key and not options.refresh:
+        q.note("warning", f"{message}; deciding again")
+    elif entry is not None and answers:
         found = _source_for(manifest, spec, cache, entry.source)
         if found is not None:
-            state: Found = "vendored" if found.where == "vendored" else "locked"
-            tc = toolchain().ident
-            if entry.toolchain and entry.toolchain != tc:
-                emit(
-                    Note(
-                        "warning",
-                        f"locked with nvcc {entry.toolchain}, gating and building with {tc} "
-                        f"({toolchain().nvcc}); `r1build resolve --refresh` re-evaluates",
-                        spec.name,
-                        arch,
-                    )
-                )
-            if entry.validation == "validated" and stale_checks(entry.checks):
-                _note_stale_checks(spec, arch, "locked", entry.checks)
-            candidate = Candidate(found.text, _origin_of(spec, entry), dict(entry.defines))
-            if candidate.digest != entry.winner:  # verified when read; checked again where it is used
-                raise LockError(
-                    f"{lock_path(manifest)}: {spec.name}/{arch}: winner {entry.winner[:16]} is not the "
-                    f"digest of its source and defines ({candidate.digest[:16]})"
-                )
-            return Resolved(
-                spec,
-                arch,
-                key,
-                candidate,
-                state,
-                entry.provenance,
-                entry.validation,
-                entry.time_us,
-                entry.gpu,
-                entry.toolchain,
-                checks=entry.checks,
-            )
+            return _from_lock(run, q, entry, found)
         if options.locked or options.frozen:
             raise ResolveError(
                 f"{spec.name}/{arch}: the lock names source {entry.source[:16]}, which is neither in the cache "
@@ -734,75 +708,93 @@ def _lookup(
             "run `r1build lock` (or resolve without --frozen)"
         )
     if not options.refresh:
-        decision = cache.get_decision(key)
+        decision = cache.get_decision(q.key)
         if decision is not None:
-            return _from_decision(manifest, spec, arch, key, cache, decision, "cached")
+            return _from_decision(run, q, decision, "cached")
     return None
 
 
-def _work(
-    manifest: Manifest,
-    spec: KernelSpec,
-    arch: str,
-    key: str,
-    cache: Cache,
-    options: ResolveOptions,
-    judges: _Judges,
-    seeds: list[Candidate],
-    kept: Resolved | None = None,
-) -> Resolved | Unresolved:
+def _from_lock(run: _Run, q: _Question, entry: LockEntry, found: WinnerSource) -> Resolved:
+    """The lock entry's winner, its source ``found`` (verified by digest) in the cache or the project."""
+    tc = toolchain().ident
+    if entry.toolchain and entry.toolchain != tc:
+        q.note(
+            "warning",
+            f"locked with nvcc {entry.toolchain}, gating and building with {tc} "
+            f"({toolchain().nvcc}); `r1build resolve --refresh` re-evaluates",
+        )
+    if entry.validation == "validated" and stale_checks(entry.checks):
+        _note_stale_checks(q, "locked", entry.checks)
+    candidate = Candidate(found.text, _origin_of(q.spec, entry), dict(entry.defines))
+    if candidate.digest != entry.winner:  # verified when read; checked again where it is used
+        raise LockError(
+            f"{lock_path(run.manifest)}: {q.spec.name}/{q.arch}: winner {entry.winner[:16]} is not the "
+            f"digest of its source and defines ({candidate.digest[:16]})"
+        )
+    return Resolved(
+        spec=q.spec,
+        arch=q.arch,
+        key=q.key,
+        candidate=candidate,
+        state="vendored" if found.where == "vendored" else "locked",
+        provenance=entry.provenance,
+        validation=entry.validation,
+        time_us=entry.time_us,
+        gpu=entry.gpu,
+        toolchain=entry.toolchain,
+        checks=entry.checks,
+    )
+
+
+def _work(run: _Run, q: _Question, seeds: list[Candidate], kept: Resolved | None = None) -> Resolved | Unresolved:
     """A miss (or a refresh): measure and/or generate; else what the lock or cache had (``kept``, for a refresh
     on a machine that cannot judge this arch); else the static gate on the user's own sources.
 
     One process at a time decides a key (:func:`~r1build.cache.claim.claim`): concurrent resolves of one
     manifest wait for the first and use the decision it stored instead of asking the model again."""
-    with claim(cache.directory, key, what=f"{spec.name}/{arch}"):
-        reused = None if options.refresh else cache.get_decision(key)  # stored while this one waited
+    with claim(run.cache.directory, q.key, what=f"{q.spec.name}/{q.arch}"):
+        reused = None if run.options.refresh else run.cache.get_decision(q.key)  # stored while this one waited
         if reused is not None:
-            found = _from_decision(manifest, spec, arch, key, cache, reused, "cached")
+            found = _from_decision(run, q, reused, "cached")
             if found is not None:
                 return found
-        decision = _decide(manifest, spec, arch, key, cache, judges, options, seeds)
+        decision = _decide(run, q, seeds)
     if decision is not None:
         how: Found = "generated" if decision.transcripts else ("measured" if decision.measured else "gated")
-        resolved = _from_decision(manifest, spec, arch, key, cache, decision, how)
+        resolved = _from_decision(run, q, decision, how)
         if resolved is not None:
             return resolved
     elif kept is not None:
-        emit(
-            Note(
-                "info",
-                f"nothing here can judge this arch again (no GPU of it, no endpoint): keeping the {kept.state} winner",
-                spec.name,
-                arch,
-            )
+        q.note(
+            "info",
+            f"nothing here can judge this arch again (no GPU of it, no endpoint): keeping the {kept.state} winner",
         )
         return kept
-    return _gated(manifest, spec, arch, key, judges, seeds)
+    return _gated(run, q, seeds)
 
 
-def _gated(
-    manifest: Manifest, spec: KernelSpec, arch: str, key: str, judges: _Judges, seeds: list[Candidate]
-) -> Resolved | Unresolved:
+def _gated(run: _Run, q: _Question, seeds: list[Candidate]) -> Resolved | Unresolved:
     """No GPU of this arch and nothing to generate with: the static gate judges the user's own sources (baseline,
     ``candidates`` files, their tunable values); the first that passes in preference order wins, unvalidated.
     Nothing is cached as a decision (the gate's verdicts are), so a GPU measures on the next miss."""
-    results = judges.gate.evaluate(Job(manifest, spec, arch, seeds, _baseline_of(seeds))) if seeds else []
-    results = _with_known_rejections(seeds, results, judges.cache.get_decision(key))
+    results = run.judges.gate.evaluate(q.job(run.manifest, seeds)) if seeds else []
+    results = _with_known_rejections(seeds, results, run.cache.get_decision(q.key))
     winner = select_winner(seeds, results)
     if winner is None:
-        return unresolved(spec.name, arch, [CandidateRef.of(c) for c in seeds], results)
-    why = judges.unmeasured(arch)
+        return unresolved(q.spec.name, q.arch, [CandidateRef.of(c) for c in seeds], results)
+    why = run.judges.unmeasured(q.arch)
     name = winner.origin.path or winner.origin.kind
-    emit(
-        Note(
-            "warning",
-            f"{why}: the {winner.provenance()} {name} is chosen by the static gate alone, unvalidated",
-            spec.name,
-            arch,
-        )
+    q.note("warning", f"{why}: the {winner.provenance()} {name} is chosen by the static gate alone, unvalidated")
+    return Resolved(
+        spec=q.spec,
+        arch=q.arch,
+        key=q.key,
+        candidate=winner,
+        state="gated",
+        provenance=winner.provenance(),
+        validation="unvalidated",
+        toolchain=toolchain().ident,
     )
-    return Resolved(spec, arch, key, winner, "gated", winner.provenance(), "unvalidated", toolchain=toolchain().ident)
 
 
 def _gate_emitted(manifest: Manifest, judges: _Judges, entries: Sequence[Resolved]) -> list[Resolved]:
@@ -857,13 +849,10 @@ def _read_lock(manifest: Manifest, options: ResolveOptions) -> Lock | None:
 
 
 @dataclass(frozen=True)
-class _Question:
-    """One kernel × arch to resolve: its decision key, and what the lock or the cache answered without any work
-    (None: a miss)."""
+class _Looked:
+    """One question and what the lock or the cache answered without any work (None: a miss)."""
 
-    spec: KernelSpec
-    arch: str
-    key: str
+    question: _Question
     hit: Resolved | Unresolved | None
 
 
@@ -889,13 +878,14 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
     if options.locked:
         lock = require_fresh(manifest, lock, plan if (options.kernels or options.archs) else None)
     judges = _Judges(cache, options.use_gpu, options.cluster, manifest.settings.evaluation.connect_timeout_s)
+    run = _Run(manifest, cache, options, judges, lock)
     try:
-        questions: list[_Question] = []
+        looked: list[_Looked] = []
         for spec in specs:
             for arch in plan[spec.name]:
-                key = decision_key(manifest, spec, arch)
-                questions.append(_Question(spec, arch, key, _lookup(manifest, spec, arch, key, cache, lock, options)))
-        misses = [q for q in questions if q.hit is None]
+                q = _Question(spec, arch, decision_key(manifest, spec, arch))
+                looked.append(_Looked(q, _lookup(run, q)))
+        misses = [x.question for x in looked if x.hit is None]
         # the manifest's own candidates of each kernel with a miss, read once for the GPU's head start and the work
         seeds: dict[str, list[Candidate]] = {}
         if not options.locked and not options.frozen and misses:
@@ -903,25 +893,20 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
 
             seeds = {q.spec.name: expand_variants(manifest, q.spec) for q in misses}
             if not judges.endpoint(manifest, options):
-                judges.prepare(
-                    [
-                        Job(manifest, q.spec, q.arch, seeds[q.spec.name], _baseline_of(seeds[q.spec.name]))
-                        for q in misses
-                    ]
-                )
+                judges.prepare([q.job(manifest, seeds[q.spec.name]) for q in misses])
         outcomes: list[Resolved | Unresolved] = []
-        for q in questions:
-            if q.hit is not None:
-                outcomes.append(q.hit)
+        for x in looked:
+            if x.hit is not None:
+                outcomes.append(x.hit)
                 continue
-            spec, arch, key = q.spec, q.arch, q.key
+            q = x.question
             if options.locked:  # _lookup answers every current entry or raises; nothing may be judged anew
-                raise ResolveError(f"{spec.name}/{arch}: --locked and the lock has no usable entry for it")
+                raise ResolveError(f"{q.spec.name}/{q.arch}: --locked and the lock has no usable entry for it")
             kept = None
             if options.refresh:  # what a refresh falls back to where nothing can judge this arch again
-                old = _lookup(manifest, spec, arch, key, cache, lock, replace(options, refresh=False))
+                old = _lookup(replace(run, options=replace(options, refresh=False)), q)
                 kept = old if isinstance(old, Resolved) else None
-            outcomes.append(_work(manifest, spec, arch, key, cache, options, judges, seeds.get(spec.name, []), kept))
+            outcomes.append(_work(run, q, seeds.get(q.spec.name, []), kept))
         entries = _gate_emitted(manifest, judges, [o for o in outcomes if isinstance(o, Resolved)])
         failed = [o for o in outcomes if isinstance(o, Unresolved)]
     finally:
