@@ -13,11 +13,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .bundle import BundleEntry, BundleSummary, export_bundle, import_bundle, read_bundle, referenced_blobs
     from .claim import claim
+    from .codec import KINDS
     from .location import default_cache_dir, resolve_cache_dir
+    from .opening import DEFAULT_SIZE_LIMIT
     from .prune import Cleaned, Pruned, clean_cache, prune_cache
     from .repair import RepairReport, repair_cache
+    from .reports import BadEntry, CacheStats, Entry, GcReport
     from .rows import stored_values
-    from .store import DEFAULT_SIZE_LIMIT, KINDS, BadEntry, Cache, CacheStats, Entry, GcReport, open_usable
+    from .store import Cache, open_usable
 
 _WHERE = {
     "BundleEntry": "bundle",
@@ -28,13 +31,13 @@ _WHERE = {
     "referenced_blobs": "bundle",
     "RepairReport": "repair",
     "repair_cache": "repair",
-    "DEFAULT_SIZE_LIMIT": "store",
-    "KINDS": "store",
-    "BadEntry": "store",
+    "DEFAULT_SIZE_LIMIT": "opening",
+    "KINDS": "codec",
+    "BadEntry": "reports",
     "Cache": "store",
-    "CacheStats": "store",
-    "Entry": "store",
-    "GcReport": "store",
+    "CacheStats": "reports",
+    "Entry": "reports",
+    "GcReport": "reports",
     "open_usable": "store",
     "default_cache_dir": "location",
     "resolve_cache_dir": "location",

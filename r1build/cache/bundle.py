@@ -57,8 +57,9 @@ from ..filemode import as_user_file
 from ..keys import canonical_json, digest_bytes
 from ..records import Decision, from_json
 from ..signing import PrivateKey, TrustedKeys, entry_payload, sign, verify
+from .codec import KINDS, check_payload, kind_of
 from .index import process_gone
-from .store import KINDS, Cache, check_payload, kind_of
+from .store import Cache
 
 __all__ = [
     "BUNDLE_FORMAT",

@@ -28,9 +28,12 @@ from pathlib import Path
 
 from ..errors import CacheDamagedError, CacheLocationError
 from ..records import Decision, from_json
+from .codec import KINDS, Corrupt, check_payload, kind_of, verified
+from .location import resolve_cache_dir
+from .reports import BadEntry
 from .rows import DBNAME as _DBNAME
 from .rows import MODE_BINARY, MODE_RAW
-from .store import KINDS, BadEntry, Cache, _Corrupt, _verified, check_payload, kind_of, resolve_cache_dir
+from .store import Cache
 
 __all__ = ["RepairReport", "repair_cache"]
 
@@ -145,8 +148,8 @@ def _rebuild(d: Path, damage: str) -> RepairReport:
             continue
         try:
             raw = path.read_bytes()
-            digest, payload = _verified(raw)
-        except (OSError, _Corrupt):
+            digest, payload = verified(raw)
+        except (OSError, Corrupt):
             report.dropped += 1
             continue
         if not _keep(kept, _filed(payload, digest), raw):
@@ -190,8 +193,8 @@ def _rebuild(d: Path, damage: str) -> RepairReport:
 def _keep(kept: dict[str, bytes], key: str, raw: bytes) -> bool:
     """Keep ``raw`` (header and payload) under ``key`` when it verifies and fits the key."""
     try:
-        _, payload = _verified(raw)
-    except _Corrupt:
+        _, payload = verified(raw)
+    except Corrupt:
         return False
     if check_payload(key, payload) is not None:
         return False

@@ -40,11 +40,12 @@ from ...events import Note, emit
 from ...keys import digest_bytes
 from ...records import Decision, from_json
 from ..bundle import referenced_blobs
-from ..store import check_payload
+from ..codec import check_payload
 from .store import RemoteStore, RemoteUnavailable
 
 if TYPE_CHECKING:
     from ...signing import PrivateKey, TrustedKeys
+    from ..storage import Storage
     from ..store import Cache
 
 __all__ = ["RECORD_KINDS", "ROOT", "RemoteLayer", "RemoteProblem", "blob_key", "record_key"]
@@ -99,7 +100,7 @@ def _split_record(raw: bytes) -> tuple[str, str, bytes]:
 
 
 class RemoteLayer:
-    """The remote behind a local :class:`~r1build.cache.Cache` (its :class:`~r1build.cache.store.Fallback`)."""
+    """The remote behind a local :class:`~r1build.cache.Cache` (its :class:`~r1build.cache.storage.Fallback`)."""
 
     def __init__(self, store: RemoteStore, *, trusted: TrustedKeys, signing_key: PrivateKey | None = None) -> None:
         self.store = store
@@ -229,12 +230,12 @@ class RemoteLayer:
             self.counts[kind] += 1
         return payload
 
-    def stored(self, cache: Cache, kind: str, key: str, payload: bytes) -> None:
+    def stored(self, cache: Storage, kind: str, key: str, payload: bytes) -> None:
         if self.signing_key is not None:
             with contextlib.suppress(_Off):
                 self.publish(cache, kind, key, payload)
 
-    def publish(self, cache: Cache, kind: str, key: str, payload: bytes) -> bool:
+    def publish(self, cache: Storage, kind: str, key: str, payload: bytes) -> bool:
         """Upload a record, after every blob it names (from ``cache``); whether it was published. Raises
         :class:`_Off` when the remote is off (said once)."""
         from ...signing import sign

@@ -1,0 +1,137 @@
+"""Opening a cache directory: refusing a location that is no cache, creating r1build's own tables in a new one,
+checking the layout version of an old one, waiting while another process creates it, and falling back to a
+read-only index where this process may not write (how the index itself is read then: :mod:`.index`)."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import diskcache
+
+from ..errors import CacheError, CacheLocationError
+from ..events import Note, emit
+from .index import PidDisk, ReadOnlyIndex, damage_error, damaged, looks_read_only, sql, sweep_interrupted_imports
+from .rows import DBNAME
+
+__all__ = ["DEFAULT_SIZE_LIMIT", "FORMAT", "Opened", "open_index"]
+
+DEFAULT_SIZE_LIMIT = 4 * 1024**3
+"""Size limit of a new cache, in bytes."""
+FORMAT = 1
+"""Layout version of the cache directory, recorded in ``cache.db``."""
+
+_CACHE_FILE = re.compile(
+    r"^(cache\.db(-wal|-shm|-journal)?|cache\.db\.damaged-[0-9TZ]+(-wal|-shm)?|[0-9a-f]{2}|claims"
+    r"|\.?nvcc-versions\.json(\.\d+\.tmp)?)$"
+)  # nvcc-versions: the toolchain's memo (r1build.toolchain)
+
+
+def _cache_file(name: str) -> bool:
+    """Whether a name is one diskcache itself creates (another process may be creating the cache right now, and
+    SQLite creates ``cache.db`` only at its first statement), a damaged index that repair moved aside, or the
+    folder of the per-key claims (:mod:`r1build.cache.claim`)."""
+    return _CACHE_FILE.match(name) is not None
+
+
+@dataclass(frozen=True)
+class Opened:
+    """An opened index, and why it is read-only (None: writable)."""
+
+    index: Any
+    """The diskcache ``Cache``, or a :class:`~r1build.cache.index.ReadOnlyIndex`."""
+    read_only: BaseException | None
+
+
+def open_index(directory: Path, *, timeout: float, size_limit: int | None, create: bool) -> Opened:
+    """Open (``create``: or create) the cache index in ``directory``; a new cache gets the default size limit,
+    ``size_limit`` replaces the stored one. :class:`~r1build.errors.CacheLocationError` for a location that is
+    no cache, :class:`~r1build.errors.CacheError` (or its damage subclass) when it cannot be opened."""
+    d = directory
+    try:
+        if d.exists() and not d.is_dir():
+            raise CacheLocationError(f"cache directory {d} is not a directory")
+        if not create and not (d / DBNAME).is_file():
+            raise CacheLocationError(
+                f"{d} holds no r1build cache (no {DBNAME}): nothing has been cached there, or the path is "
+                "mistyped (--cache-dir, R1BUILD_CACHE_DIR)"
+            )
+        if d.is_dir() and not (d / DBNAME).exists() and any(not _cache_file(p.name) for p in d.iterdir()):
+            raise CacheLocationError(f"{d} is not empty and holds no r1build cache; choose a new or empty directory")
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CacheError(f"cannot create the cache directory {d}: {exc}") from None
+    deadline = time.monotonic() + timeout
+    while True:
+        dc: diskcache.Cache | None = None
+        try:
+            dc = diskcache.Cache(str(d), timeout=timeout, eviction_policy="least-recently-used", disk=PidDisk)
+            fresh = _prepare(dc)
+            if size_limit is not None:
+                dc.reset("size_limit", size_limit)
+            elif fresh:
+                dc.reset("size_limit", DEFAULT_SIZE_LIMIT)
+            sweep_interrupted_imports(dc, d)
+            return Opened(dc, None)
+        except (sqlite3.OperationalError, diskcache.Timeout) as exc:
+            if dc is not None:
+                dc.close()
+            busy = isinstance(exc, diskcache.Timeout) or "locked" in str(exc) or "busy" in str(exc)
+            if not busy and (d / DBNAME).is_file() and looks_read_only(exc, d):
+                return _open_read_only(d, exc)
+            if not busy or time.monotonic() > deadline:
+                raise _unusable(d, exc) from None
+            time.sleep(0.02)
+        except (OSError, sqlite3.Error) as exc:
+            if dc is not None:
+                dc.close()
+            if isinstance(exc, OSError) and (d / DBNAME).is_file() and looks_read_only(exc, d):
+                return _open_read_only(d, exc)
+            raise _unusable(d, exc) from None
+
+
+def _unusable(directory: Path, exc: BaseException) -> CacheError:
+    if damaged(exc):
+        return damage_error(directory, exc)
+    return CacheError(f"cannot open the cache at {directory}: {exc}")
+
+
+def _open_read_only(directory: Path, why: BaseException) -> Opened:
+    index = ReadOnlyIndex(directory)
+    rows = sql(index)("SELECT value FROM R1Meta WHERE name = 'format'").fetchall()
+    if rows and rows[0][0] != FORMAT:
+        raise CacheError(f"the cache at {directory} has layout {rows[0][0]!r}; this r1build reads layout {FORMAT}")
+    emit(
+        Note(
+            "warning",
+            f"the cache at {directory} is read-only for this process ({why}): reading it, storing nothing new",
+        )
+    )
+    return Opened(index, why)
+
+
+def _prepare(dc: diskcache.Cache) -> bool:
+    """Create r1build's own tables once; True when this call made the cache (it is new)."""
+    execute = sql(dc)
+    with contextlib.suppress(sqlite3.OperationalError):
+        rows = execute("SELECT value FROM R1Meta WHERE name = 'format'").fetchall()
+        if rows:
+            _check_format(dc, rows[0][0])
+            return False
+    with dc.transact(retry=False):
+        execute("CREATE TABLE IF NOT EXISTS R1Meta (name TEXT PRIMARY KEY, value)")
+        execute("CREATE TABLE IF NOT EXISTS R1Stats (name TEXT PRIMARY KEY, value INTEGER NOT NULL)")
+        fresh = bool(execute("INSERT OR IGNORE INTO R1Meta VALUES ('format', ?)", (FORMAT,)).rowcount == 1)
+        ((fmt,),) = execute("SELECT value FROM R1Meta WHERE name = 'format'").fetchall()
+    _check_format(dc, fmt)
+    return fresh
+
+
+def _check_format(dc: diskcache.Cache, fmt: object) -> None:
+    if fmt != FORMAT:
+        raise CacheError(f"the cache at {dc.directory} has layout {fmt!r}; this r1build reads layout {FORMAT}")
