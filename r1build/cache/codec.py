@@ -21,6 +21,7 @@ __all__ = [
     "KINDS",
     "Corrupt",
     "Kind",
+    "RecordKind",
     "check_payload",
     "decode",
     "kind_of",
@@ -35,6 +36,8 @@ Kind = Literal["blob", "decision", "gate", "json"]
 """The kinds of entries, each a key prefix."""
 KINDS: tuple[Kind, ...] = get_args(Kind)
 """The kinds of entries, in the order reports list them."""
+RecordKind = Literal["decision", "gate"]
+"""The kinds of entries that are typed records (and that a remote layer signs)."""
 HEADER = 65
 """Bytes before every payload: 64 hex digits of its sha256 and a newline."""
 

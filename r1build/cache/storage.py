@@ -27,7 +27,7 @@ import diskcache
 from ..errors import CacheError
 from ..events import Note, emit
 from ..keys import digest_bytes
-from .codec import HEADER, Corrupt, check_payload, decode, kind_of, pack, parse, verified
+from .codec import HEADER, Corrupt, RecordKind, check_payload, decode, kind_of, pack, parse, verified
 from .index import IMPORT_MARK, damage_error, damaged, sql
 from .location import resolve_cache_dir
 from .opening import open_index
@@ -51,11 +51,11 @@ class Fallback(Protocol):
     def blob(self, digest: str) -> bytes | None:
         """The bytes whose sha256 is ``digest``, verified; None when absent, unusable or unreachable."""
 
-    def record(self, kind: str, key: str) -> bytes | None:
+    def record(self, kind: RecordKind, key: str) -> bytes | None:
         """The payload of the record (``decision`` or ``gate``) under ``key``, its digest, shape and signature
         verified; None otherwise."""
 
-    def stored(self, cache: Storage, kind: str, key: str, payload: bytes) -> None:
+    def stored(self, cache: Storage, kind: RecordKind, key: str, payload: bytes) -> None:
         """A record was stored locally (``payload`` under ``<kind>/<key>``): publish it if allowed."""
 
     def close(self) -> None:

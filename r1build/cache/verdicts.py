@@ -5,16 +5,13 @@ stored here is handed to it, which publishes it when the run may write to the re
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from ..records import Decision, Result, to_json
-from .codec import Corrupt, parse
+from .codec import Corrupt, RecordKind, parse
 from .storage import Storage
 
-__all__ = ["RecordKind", "Verdicts"]
-
-RecordKind = Literal["decision", "gate"]
-"""The kinds of entries that are typed records (and that a remote layer signs)."""
+__all__ = ["Verdicts"]
 
 
 class Verdicts(Storage):
@@ -38,12 +35,12 @@ class Verdicts(Storage):
         value = self._read_record("gate", key)
         return value if isinstance(value, Result) else None
 
-    def _put_record(self, kind: str, key: str, payload: bytes) -> None:
+    def _put_record(self, kind: RecordKind, key: str, payload: bytes) -> None:
         self._put(f"{kind}/{key}", payload)
         if self.remote is not None:
             self.remote.stored(self, kind, key, payload)
 
-    def _read_record(self, kind: str, key: str) -> Any | None:
+    def _read_record(self, kind: RecordKind, key: str) -> Any | None:
         """The local record under ``<kind>/<key>``, else the remote layer's (stored here on the way)."""
         value = self._read(f"{kind}/{key}")
         if value is None and self.remote is not None:

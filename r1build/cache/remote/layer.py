@@ -33,14 +33,14 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, TypeVar, get_args
 
 from ...errors import RemoteCacheError, SignatureError
 from ...events import Note, emit
 from ...keys import digest_bytes
 from ...records import Decision, from_json
 from ..bundle import referenced_blobs
-from ..codec import check_payload
+from ..codec import RecordKind, check_payload
 from .store import RemoteStore, RemoteUnavailable
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ __all__ = ["RECORD_KINDS", "ROOT", "RemoteLayer", "RemoteProblem", "blob_key", "
 
 ROOT = "r1build-v1"
 """Where r1build's objects live under a store's prefix (the layout's version)."""
-RECORD_KINDS = ("decision", "gate")
+RECORD_KINDS: tuple[RecordKind, ...] = get_args(RecordKind)
 """The kinds of signed records on a remote."""
 T = TypeVar("T")
 
