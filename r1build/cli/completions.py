@@ -165,7 +165,12 @@ _r1build() {{
     esac
     compadd -- ${{=$(_r1build_words "$cmdpath")}}
 }}
-compdef _r1build r1build
+# autoloaded from $fpath by compinit (this file is the body of _r1build): complete now; sourced: register
+if [[ ${{zsh_eval_context[-1]}} == loadautofunc ]]; then
+    _r1build "$@"
+else
+    compdef _r1build r1build
+fi
 """
 
 
