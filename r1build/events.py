@@ -11,10 +11,17 @@ import contextvars
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Literal
 
-__all__ = ["Event", "Note", "Progress", "Stage", "emit", "sink"]
+__all__ = ["Event", "Level", "Note", "Progress", "Stage", "StageName", "emit", "sink"]
 
 log = logging.getLogger("r1build")
+
+Level = Literal["info", "warning", "error"]
+"""How much a note matters to a user."""
+StageName = Literal["generate", "gate", "evaluate"]
+"""The pipeline stages a :class:`Stage` event names: a search that generates, and the two judges (the words of
+:data:`~r1build.records.JudgeStage`)."""
 
 
 @dataclass(frozen=True)
@@ -24,9 +31,9 @@ class Event:
 
 @dataclass(frozen=True)
 class Note(Event):
-    """A message worth showing a user: ``level`` is ``info``, ``warning`` or ``error``."""
+    """A message worth showing a user."""
 
-    level: str
+    level: Level
     message: str
     kernel: str | None = None
     arch: str | None = None
@@ -36,7 +43,7 @@ class Note(Event):
 class Stage(Event):
     """A pipeline stage started or finished for one kernel and arch."""
 
-    stage: str
+    stage: StageName
     kernel: str
     arch: str | None = None
     done: bool = False

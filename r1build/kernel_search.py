@@ -82,7 +82,7 @@ class ArchSearch(NamedTuple):
     """What it produced."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Replay:
     """One arch's replay."""
 
@@ -226,4 +226,11 @@ def replay_kernel(
             manifest, spec, arch, evaluator=evaluator or gate, cache=cache, transcripts=chosen, seeds=seeds
         )
         winner = select_winner(outcome.candidates, outcome.results)
-        yield Replay(arch, chosen, outcome, winner, stored, _verdict(outcome, winner, stored))
+        yield Replay(
+            arch=arch,
+            transcripts=chosen,
+            outcome=outcome,
+            winner=winner,
+            stored=stored,
+            verdict=_verdict(outcome, winner, stored),
+        )

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 from .arch_support import require_supported_archs
 from .cache import Cache, claim
 from .errors import CompileError, EndpointSilentError, LockError, NoWinnerError, ResolveError, UsageError
-from .events import Note, Stage, emit
+from .events import Level, Note, Stage, emit
 from .extras import CUPY, GENERATE
 from .judge import CHECKS_VERSION, Evaluator, Job
 from .keys import decision_key, digest_bytes
@@ -87,7 +87,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ResolveOptions:
     """How to resolve."""
 
@@ -172,7 +172,7 @@ class _Question:
         """The job of judging ``candidates`` for this kernel × arch (the baseline among them named)."""
         return Job(manifest, self.spec, self.arch, list(candidates), _baseline_of(candidates))
 
-    def note(self, level: Literal["info", "warning"], message: str) -> None:
+    def note(self, level: Level, message: str) -> None:
         """Emit a note about this kernel × arch."""
         emit(Note(level, message, self.spec.name, self.arch))
 

@@ -75,7 +75,7 @@ def parse_flag(name: str, value: str) -> bool:
     raise ConfigError(f"{name} must be one of 1/0, true/false, yes/no, on/off (got {value!r})")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EnvSettings:
     """r1build's environment variables, parsed. A flag that is unset is None, so callers can tell "not said"
     from "said no" (a config setting, or a command-line flag, may then decide)."""

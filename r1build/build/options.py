@@ -48,7 +48,7 @@ PREFIX = "r1build."
 _KEYS = ("locked", "frozen", "generate", "offline", "evaluate", "cache-dir", "remote-cache")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BuildOptions:
     """How the backend resolves kernels before CMake runs."""
 

@@ -39,7 +39,7 @@ _ENV_KEYS = ("PATH", "CUDACXX", "CUDA_HOME", "CUDA_PATH")
 _ALWAYS = ("kernels.toml", "pyproject.toml")  # where a manifest may be found: a new one changes the answer
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Stamp:
     """What one successful locked resolution depended on and produced."""
 
@@ -126,7 +126,15 @@ def write_stamp(project: Path, options: BuildOptions, inputs: Iterable[Path], cm
     if not options.locked or rel_cmake is None or toolchain is None or outputs is None:
         target.unlink(missing_ok=True)
         return False
-    stamp = Stamp(_FORMAT, build_context(options), nvcc, toolchain, dict(sorted(recorded.items())), outputs, rel_cmake)
+    stamp = Stamp(
+        format=_FORMAT,
+        context=build_context(options),
+        nvcc=nvcc,
+        toolchain=toolchain,
+        inputs=dict(sorted(recorded.items())),
+        outputs=outputs,
+        cmake_file=rel_cmake,
+    )
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:

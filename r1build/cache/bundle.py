@@ -104,7 +104,7 @@ class BundleEntry:
     """Signed bundles: ``ed25519:<key id>:<base64>`` over :func:`~r1build.signing.entry_payload` (not blobs)."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class BundleSummary:
     """What an export wrote or an import did."""
 
@@ -179,7 +179,7 @@ def export_bundle(
     """
     path = Path(path)
     wanted = _selection(cache, keys)
-    summary = BundleSummary(str(path))
+    summary = BundleSummary(path=str(path))
     index: list[dict[str, Any]] = []
     payloads: dict[str, bytes] = {}
     for key in wanted:
@@ -260,7 +260,7 @@ def import_bundle(cache: Cache, path: Path | str, *, trusted: TrustedKeys | None
     path = Path(path)
     entries, payloads = read_bundle(path)
     summary = BundleSummary(
-        str(path),
+        path=str(path),
         entries=_per_kind(e.kind for e in entries),
         payload_bytes=sum(e.size for e in entries),
         file_bytes=path.stat().st_size,

@@ -38,7 +38,7 @@ from .store import Cache
 __all__ = ["RepairReport", "repair_cache"]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RepairReport:
     """What :func:`repair_cache` did."""
 
@@ -82,7 +82,7 @@ def repair_cache(directory: Path | str | None = None) -> RepairReport:
         cache._refuse_read_only("repair it")
         damage = cache.integrity()
         if damage is None:
-            report = RepairReport(str(d), checked=len(cache.entries()))
+            report = RepairReport(directory=str(d), checked=len(cache.entries()))
             report.bad_entries = cache.audit(repair=True)
             report.fixed = cache.gc(size_limit=None).repaired
             return report
@@ -126,7 +126,7 @@ def _filed(payload: bytes, digest: str) -> str:
 
 
 def _rebuild(d: Path, damage: str) -> RepairReport:
-    report = RepairReport(str(d), rebuilt=True, damage=damage)
+    report = RepairReport(directory=str(d), rebuilt=True, damage=damage)
     db = d / _DBNAME
     old_files = sorted(p for p in d.glob("[0-9a-f][0-9a-f]/[0-9a-f][0-9a-f]/*.val") if p.is_file())
     kept: dict[str, bytes] = {}

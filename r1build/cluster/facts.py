@@ -29,7 +29,7 @@ def package_digest() -> str:
     return h.hexdigest()[:16]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ProcessFacts:
     """One process's r1build, CUDA toolchain, host and GPUs."""
 

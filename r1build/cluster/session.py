@@ -91,7 +91,7 @@ def connect(address: str, *, timeout_s: float) -> Client:
         ) from None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WorkerInfo:
     """One worker of the cluster, as surveyed at connect."""
 
@@ -180,7 +180,12 @@ def survey(client: Client, address: str, *, timeout_s: float, here: ProcessFacts
         archs = sorted({a for r in resources if (a := _arch_resource(r)) is not None})
         workers.append(
             WorkerInfo(
-                addr, name, str(winfo.get("host", wfacts.host)), archs, int(resources.get(COMPILE_RESOURCE, 0)), wfacts
+                address=addr,
+                name=name,
+                host=str(winfo.get("host", wfacts.host)),
+                archs=archs,
+                compile_slots=int(resources.get(COMPILE_RESOURCE, 0)),
+                facts=wfacts,
             )
         )
     if problems:

@@ -26,7 +26,7 @@ _KNOWN = frozenset({CMAKE_NAME, HEADER_NAME, DISPATCH_NAME})
 _SUFFIXES = frozenset({".cu", ".h", ".cmake"})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Emitted:
     """The generated files of one emission."""
 

@@ -61,7 +61,7 @@ DECLARATION_NAME = "r1build_declaration.h"
 """File name of the pre-included declaration in the scratch directory."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Compilation:
     """The outcome of one nvcc run."""
 
@@ -278,7 +278,13 @@ def _compile(
             os.killpg(proc.pid, signal.SIGKILL)
         partial, _ = proc.communicate()
         message = f"{partial}\nnvcc did not finish within {timeout_s:g} s and was stopped."
-        return Compilation(tuple(cmd), None, message.strip(), GateReport(compile_s=timeout_s), None)
+        return Compilation(
+            command=tuple(cmd),
+            returncode=None,
+            output=message.strip(),
+            report=GateReport(compile_s=timeout_s),
+            object_path=None,
+        )
     elapsed = time.perf_counter() - start
     made = workdir / obj
     ok = proc.returncode == 0 and made.is_file()
@@ -291,5 +297,10 @@ def _compile(
         else None
     )
     return Compilation(
-        tuple(cmd), proc.returncode, output, parse_ptxas_report(output, elapsed), made if ok else None, reports
+        command=tuple(cmd),
+        returncode=proc.returncode,
+        output=output,
+        report=parse_ptxas_report(output, elapsed),
+        object_path=made if ok else None,
+        reports=reports,
     )

@@ -68,7 +68,7 @@ class Reservation:
     """Money held: the prompt estimate and ``max_tokens`` at the configured prices."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Ledger:
     """Tokens and money spent and held by requests in flight, against a kernel's budget."""
 

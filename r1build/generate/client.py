@@ -119,7 +119,7 @@ class Spend(Protocol):
         """What the attempt just made really cost (replaces what :meth:`reserve` held)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Attempt:
     """One HTTP request of a sample."""
 
@@ -147,7 +147,7 @@ class Attempt:
     """The fault in a few words, for the cause of a stop (``HTTP 503 Service Unavailable``, ``a cut stream``)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Completion:
     """A finished answer."""
 
@@ -541,9 +541,9 @@ class ChatClient:
                 if not completion.usage_reported:  # an estimate: the server cannot have sent more than asked
                     tokens = min(tokens, params["max_tokens"])
                 attempt = Attempt(
-                    now - start,
-                    completion.latency_s,
-                    "ok",
+                    started_s=now - start,
+                    latency_s=completion.latency_s,
+                    outcome="ok",
                     max_tokens=params["max_tokens"],
                     prompt_tokens=completion.prompt_tokens or self._prompt_estimate(exchange.messages),
                     completion_tokens=tokens,
@@ -587,25 +587,25 @@ class ChatClient:
         chars = sum(len(p) for p in partial.content) + sum(len(p) for p in partial.reasoning)
         if chars:
             exchange.partial = Completion(
-                "".join(partial.content),
-                "".join(partial.reasoning),
-                None,
-                0,
-                estimate_tokens(chars),
-                0,
-                False,
-                None,
-                None,
-                latency,
-                partial.first_token_s,
+                content="".join(partial.content),
+                reasoning="".join(partial.reasoning),
+                finish_reason=None,
+                prompt_tokens=0,
+                completion_tokens=estimate_tokens(chars),
+                reasoning_tokens=0,
+                usage_reported=False,
+                model=None,
+                response_id=None,
+                latency_s=latency,
+                first_token_s=partial.first_token_s,
             )
         attempt = Attempt(
-            started,
-            latency,
-            fault.kind,
-            fault.status,
-            self.redact(fault.message),
-            fault.retry_after,
+            started_s=started,
+            latency_s=latency,
+            outcome=fault.kind,
+            status=fault.status,
+            message=self.redact(fault.message),
+            retry_after_s=fault.retry_after,
             max_tokens=params.get("max_tokens"),
             prompt_tokens=self._prompt_estimate(exchange.messages) if chars else 0,
             completion_tokens=min(estimate_tokens(chars), params.get("max_tokens") or chars),
@@ -786,32 +786,32 @@ def _from_json(body: bytes, latency: float) -> Completion:
     tokens = usage.get("completion_tokens") if usage else None
     if usage is None or not isinstance(tokens, int):
         return Completion(
-            content,
-            reasoning,
-            choices[0].get("finish_reason"),
-            0,
-            estimate_tokens(len(content) + len(reasoning)),
-            0,
-            False,
-            data.get("model"),
-            data.get("id"),
-            latency,
-            None,
+            content=content,
+            reasoning=reasoning,
+            finish_reason=choices[0].get("finish_reason"),
+            prompt_tokens=0,
+            completion_tokens=estimate_tokens(len(content) + len(reasoning)),
+            reasoning_tokens=0,
+            usage_reported=False,
+            model=data.get("model"),
+            response_id=data.get("id"),
+            latency_s=latency,
+            first_token_s=None,
         )
     details = usage.get("completion_tokens_details")
     reasoning_tokens = details.get("reasoning_tokens") if isinstance(details, dict) else None
     return Completion(
-        content,
-        reasoning,
-        choices[0].get("finish_reason"),
-        int(usage.get("prompt_tokens") or 0),
-        tokens,
-        int(reasoning_tokens or 0),
-        True,
-        data.get("model"),
-        data.get("id"),
-        latency,
-        None,
+        content=content,
+        reasoning=reasoning,
+        finish_reason=choices[0].get("finish_reason"),
+        prompt_tokens=int(usage.get("prompt_tokens") or 0),
+        completion_tokens=tokens,
+        reasoning_tokens=int(reasoning_tokens or 0),
+        usage_reported=True,
+        model=data.get("model"),
+        response_id=data.get("id"),
+        latency_s=latency,
+        first_token_s=None,
     )
 
 
@@ -829,17 +829,29 @@ def _completion(
         details = getattr(usage, "completion_tokens_details", None)
         reasoning_tokens = getattr(details, "reasoning_tokens", None) if details is not None else None
         return Completion(
-            content,
-            reasoning,
-            finish,
-            int(usage.prompt_tokens or 0),
-            int(usage.completion_tokens),
-            int(reasoning_tokens or 0),
-            True,
-            model,
-            ident,
-            latency,
-            first,
+            content=content,
+            reasoning=reasoning,
+            finish_reason=finish,
+            prompt_tokens=int(usage.prompt_tokens or 0),
+            completion_tokens=int(usage.completion_tokens),
+            reasoning_tokens=int(reasoning_tokens or 0),
+            usage_reported=True,
+            model=model,
+            response_id=ident,
+            latency_s=latency,
+            first_token_s=first,
         )
     estimate = estimate_tokens(len(content) + len(reasoning))
-    return Completion(content, reasoning, finish, 0, estimate, 0, False, model, ident, latency, first)
+    return Completion(
+        content=content,
+        reasoning=reasoning,
+        finish_reason=finish,
+        prompt_tokens=0,
+        completion_tokens=estimate,
+        reasoning_tokens=0,
+        usage_reported=False,
+        model=model,
+        response_id=ident,
+        latency_s=latency,
+        first_token_s=first,
+    )

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from ..cache import Cache
 from ..errors import EndpointSilentError, EvaluationError, R1BuildError
-from ..events import Note, Progress, Stage, emit
+from ..events import Level, Note, Progress, Stage, emit
 from ..judge import Evaluator, Job
 from ..keys import canonical_json, decision_key
 from ..manifest.model import KernelSpec, Manifest
@@ -90,7 +90,7 @@ SampleLoss = Literal[
 :data:`~r1build.generate.client.FaultKind`)."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Usage:
     """What a search spent and what went wrong along the way."""
 
@@ -123,7 +123,7 @@ class Usage:
         self.failures[kind] = self.failures.get(kind, 0) + n
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SearchOutcome:
     """What a search (or a replay) produced."""
 
@@ -489,7 +489,7 @@ class _Search:
         self.cause = ""
         self.fatal: R1BuildError | None = None
         self.meters: set[Meter] = set()
-        self.ledger = Ledger(self.budget, self.generation.prices, self.generation.max_tokens)
+        self.ledger = Ledger(budget=self.budget, prices=self.generation.prices, max_tokens=self.generation.max_tokens)
         self.pacer = Pacer(
             self.generation.retry_backoff_s, self.generation.max_consecutive_failures, self.deadline, random.Random()
         )
@@ -502,7 +502,7 @@ class _Search:
         self.client: ChatClient | None = None
 
     # -- bookkeeping -------------------------------------------------------------------------------------
-    def note(self, level: str, message: str) -> None:
+    def note(self, level: Level, message: str) -> None:
         emit(Note(level, message, kernel=self.spec.name, arch=self.arch))
 
     def progress(self) -> None:
@@ -1058,7 +1058,7 @@ async def replay_search(
                 answer="",
             )
     generation = manifest.settings.generation
-    usage.cost_usd = Ledger(spec.budget, generation.prices, generation.max_tokens).cost(
+    usage.cost_usd = Ledger(budget=spec.budget, prices=generation.prices, max_tokens=generation.max_tokens).cost(
         usage.prompt_tokens, usage.completion_tokens
     )
     await pool.judge([k.candidate for k in pool.in_order()])

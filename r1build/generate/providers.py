@@ -38,7 +38,7 @@ _NO_KEY = "EMPTY"
 """Sent as the key to endpoints that need none (vLLM and SGLang accept any)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Profile:
     """Defaults and rules of one provider."""
 
@@ -62,42 +62,42 @@ PROFILES: dict[str, Profile] = {
     p.name: p
     for p in (
         Profile(
-            "deepseek",
-            "https://api.deepseek.com",
-            "deepseek-reasoner",
-            ("DEEPSEEK_API_KEY",),
+            name="deepseek",
+            base_url="https://api.deepseek.com",
+            model="deepseek-reasoner",
+            key_envs=("DEEPSEEK_API_KEY",),
             key_required=True,
             honours_temperature=False,
         ),
         Profile(
-            "vllm",
-            "http://127.0.0.1:8000/v1",
-            "deepseek-ai/DeepSeek-R1",
-            ("VLLM_API_KEY", "OPENAI_API_KEY"),
+            name="vllm",
+            base_url="http://127.0.0.1:8000/v1",
+            model="deepseek-ai/DeepSeek-R1",
+            key_envs=("VLLM_API_KEY", "OPENAI_API_KEY"),
             key_required=False,
             honours_temperature=True,
         ),
         Profile(
-            "sglang",
-            "http://127.0.0.1:30000/v1",
-            "deepseek-ai/DeepSeek-R1",
-            ("OPENAI_API_KEY",),
+            name="sglang",
+            base_url="http://127.0.0.1:30000/v1",
+            model="deepseek-ai/DeepSeek-R1",
+            key_envs=("OPENAI_API_KEY",),
             key_required=False,
             honours_temperature=True,
         ),
         Profile(
-            "nim",
-            "https://integrate.api.nvidia.com/v1",
-            "deepseek-ai/deepseek-r1",
-            ("NVIDIA_API_KEY", "OPENAI_API_KEY"),
+            name="nim",
+            base_url="https://integrate.api.nvidia.com/v1",
+            model="deepseek-ai/deepseek-r1",
+            key_envs=("NVIDIA_API_KEY", "OPENAI_API_KEY"),
             key_required=True,
             honours_temperature=True,
         ),
         Profile(
-            "openai",
-            "https://api.openai.com/v1",
-            "deepseek-ai/DeepSeek-R1",
-            ("OPENAI_API_KEY",),
+            name="openai",
+            base_url="https://api.openai.com/v1",
+            model="deepseek-ai/DeepSeek-R1",
+            key_envs=("OPENAI_API_KEY",),
             key_required=True,
             honours_temperature=True,
         ),
@@ -144,7 +144,7 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     return re.sub("|".join(patterns), REDACTED, text)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Endpoint:
     """A resolved endpoint: profile, URL, model and the key (hidden from ``repr``)."""
 
@@ -218,4 +218,11 @@ def resolve_endpoint(generation: Generation, environ: Mapping[str, str] = os.env
         )
     api_key = environ[key_env] if key_env else _NO_KEY
     others = tuple(environ[name] for name in names if name != key_env and environ.get(name))
-    return Endpoint(profile, url.rstrip("/"), generation.model or profile.model, key_env, api_key, others)
+    return Endpoint(
+        profile=profile,
+        base_url=url.rstrip("/"),
+        model=generation.model or profile.model,
+        key_env=key_env,
+        api_key=api_key,
+        other_keys=others,
+    )

@@ -130,7 +130,7 @@ class Limits:
     """Most static shared memory per block in bytes; the arch's limit when absent."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Budget:
     """How much a kernel's search for candidates may spend (used by generation)."""
 
@@ -164,7 +164,7 @@ class Prices:
     """US dollars per million completion tokens (reasoning included)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Generation:
     """How candidates are generated on a cache miss. Without an endpoint, resolution is offline."""
 
@@ -206,7 +206,7 @@ class Generation:
     """Token prices for spend accounting."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class KernelSpec:
     """One kernel: its contract, its reference and how to test and time it."""
 
@@ -285,7 +285,7 @@ class EvaluationSettings:
     """Seconds to wait for the scheduler at the start; an unreachable one ends the resolve (exit 2)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ProjectSettings:
     """Manifest-wide settings."""
 

@@ -200,7 +200,12 @@ def test_a_split_job_judges_its_baseline_once_and_joins_in_order(tmp_path: Path)
     generated = [Candidate(f"// g{i}", Origin("generated", model="m", round=1, sample=i)) for i in range(3)]
     evaluator = ClusterEvaluator.__new__(ClusterEvaluator)  # the splitting alone: no scheduler needed
     facts = process_facts(with_gpus=False)
-    evaluator.inventory = Inventory([WorkerInfo(f"tcp://h:{i}", f"w{i}", "h", ["sm_90"], 0, facts) for i in (1, 2)])
+    evaluator.inventory = Inventory(
+        [
+            WorkerInfo(address=f"tcp://h:{i}", name=f"w{i}", host="h", archs=["sm_90"], compile_slots=0, facts=facts)
+            for i in (1, 2)
+        ]
+    )
     job = Job(manifest, manifest.kernels[0], "sm_90", generated, base)
     parts = evaluator._parts(job)
     assert [[c.digest for c in p.candidates] for p in parts] == [

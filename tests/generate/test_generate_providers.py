@@ -143,4 +143,11 @@ def _spec() -> KernelSpec:
         Arg("out", "float32", ["n"], "out"),
         Arg("n", "int64"),
     ]
-    return KernelSpec("vadd", "add", args, "ref:vadd", [{"n": 1}], [{"n": 1048576}])
+    return KernelSpec(
+        name="vadd",
+        description="add",
+        args=args,
+        reference="ref:vadd",
+        test_shapes=[{"n": 1}],
+        bench_shapes=[{"n": 1048576}],
+    )
