@@ -57,6 +57,7 @@ def test_bash_completes_commands_options_choices_and_files(tmp_path: Path, capsy
 BASH_COMPLETION = Path("/usr/share/bash-completion/bash_completion")
 
 
+@pytest.mark.slow  # three bash processes that load bash-completion
 @pytest.mark.skipif(not BASH_COMPLETION.is_file(), reason="bash-completion is not installed")
 def test_bash_completion_loads_the_installed_script(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Installed where the README says (``~/.local/share/bash-completion/completions/r1build``, here under
@@ -112,6 +113,7 @@ zpty -d z
 """
 
 
+@pytest.mark.slow  # six interactive zsh sessions, each running compinit
 @pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed")
 def test_zsh_completes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Installed as the README says (``r1build completions zsh > "${fpath[1]}/_r1build"``), compinit registers

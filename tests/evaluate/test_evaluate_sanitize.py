@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from r1build.evaluate.sanitize import SanitizerRunner, find_sanitizer, summarize_report
 
 # Shaped like compute-sanitizer's output (written for this test).
@@ -158,6 +160,7 @@ def test_markers_without_the_jobs_token_do_not_count(tmp_path: Path) -> None:
     assert runner.run("memcheck", _job(tmp_path, "good-1.so")).outcome.verdict == "unfinished"
 
 
+@pytest.mark.slow  # seconds of wall time: runs that stall until their limit
 def test_a_run_past_its_limit_is_tried_once_more_with_twice_the_time_then_rejects(tmp_path: Path) -> None:
     import time
 
@@ -273,6 +276,7 @@ def test_one_candidate_per_run_when_the_batch_is_one(tmp_path: Path) -> None:
     assert {v for _, v in outcomes["good-2.so"]} == {"clean"}
 
 
+@pytest.mark.slow  # seconds of wall time: runs that stall until their limit
 def test_a_hanging_candidate_in_a_batch_costs_its_batch_one_stall(tmp_path: Path) -> None:
     names = ["good-0.so", "hang-1.so", "good-2.so", "good-3.so"]
     outcomes, _, _ = _sanitizing_runs(tmp_path, names, batch=16)
