@@ -10,9 +10,9 @@ variable                    meaning
 ``R1BUILD_GENERATE=1``      let a *build* (pip, build, uv) call the configured endpoint on a miss; builds
                             never do otherwise
 ``R1BUILD_LOCKED=1``        a build, and every command that reads the lock (``resolve``, ``lock``, ``check``,
-                            ``status``, ``report``, ``export-dataset``; ``vendor`` always does), fails unless
-                            ``kernels.lock`` is present and current (the CLI's ``--locked``, a build's
-                            ``r1build.locked``); ``doctor`` calls a stale lock an error
+                            ``status``, ``report``, ``export-dataset``, ``cache verify --remote``; ``vendor``
+                            always does), fails unless ``kernels.lock`` is present and current (the CLI's
+                            ``--locked``, a build's ``r1build.locked``); ``doctor`` calls a stale lock an error
 ``R1BUILD_FROZEN=1``        commands that read the lock, and builds, use ``kernels.lock`` as it is, never
                             checking it against the manifest (the CLI's ``--frozen``, a build's
                             ``r1build.frozen``); wins over ``R1BUILD_LOCKED``

@@ -125,6 +125,7 @@ def test_the_environment_sets_locked_and_frozen(
         ["report", "-o", str(locked / "report.html")],
         ["export-dataset", "-o", str(locked / "set.jsonl")],
         ["vendor"],
+        ["cache", "verify", "--remote", "--remote-cache", "http://127.0.0.1:9/team"],  # refused before any request
     ):
         assert main([*argv, "-m", str(locked)]) == 2, argv
         err = capsys.readouterr().err

@@ -38,7 +38,7 @@ from ..judge import CHECKS_VERSION
 from ..manifest import Manifest, find_manifest, load_manifest
 from ..records import Decision, from_json
 from ..signing import TrustedKeys, load_private_key, trusted_keys
-from .common import add_cache_arg, add_manifest_arg, load_from_args, open_cache
+from .common import add_cache_arg, add_manifest_arg, load_from_args, open_cache, require_current_lock
 from .render import Console
 
 if TYPE_CHECKING:
@@ -419,6 +419,7 @@ def _verify_remote(args: argparse.Namespace, console: Console) -> int:
     from ..lock import load_lock
 
     manifest, layer = _layer(args)
+    require_current_lock(args, manifest)  # R1BUILD_LOCKED: the keys to check come from a current lock only
     lock = load_lock(manifest)
     keys = sorted({e.key for e in lock.kernel}) if lock is not None else []
     with sink(console.event):
