@@ -283,6 +283,9 @@ def main(argv: list[str] | None = None) -> int:
         "--sanitize-batch", type=int, default=None, help="candidates per compute-sanitizer run (1: one run each)"
     )
     args = parser.parse_args(argv)
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(relativeCreated)8.0f ms %(name)s: %(message)s")
     options: dict[str, Any] = {} if args.sanitize_batch is None else {"sanitize_batch": args.sanitize_batch}
     gpus = detect_gpus()
     if not gpus:

@@ -95,10 +95,11 @@ class _JobState:
     bench: Future[BenchPlan] | None = None
 
 
-def _cleanup(slots: list[Slot], pool: ThreadPoolExecutor, root: Path, own_root: bool) -> None:
+def _cleanup(slots: list[Slot], pools: list[ThreadPoolExecutor], root: Path, own_root: bool) -> None:
     for slot in slots:
         slot.worker.close()
-    pool.shutdown(wait=False, cancel_futures=True)
+    for pool in pools:
+        pool.shutdown(wait=False, cancel_futures=True)
     if own_root:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -174,7 +175,9 @@ class GpuEvaluator:
             timeout_s=timing_timeout_s,
             budget_s=timing_budget_s,
         )
-        self._finalizer = weakref.finalize(self, _cleanup, self._slots, self._pool, self._root, self._own_root)
+        self._finalizer = weakref.finalize(
+            self, _cleanup, self._slots, [self._pool, self._sanitizing.pool], self._root, self._own_root
+        )
         for slot in self._slots:  # a worker takes seconds to start: begin now, while the first compiles run
             self._warm(slot)
 

@@ -16,12 +16,15 @@ verdict. So a finding is always a candidate's own, and a pass is always a whole 
 
 from __future__ import annotations
 
+import contextvars
 import json
+import logging
+import os
 import secrets
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +42,8 @@ from .sanitize import TOOLS, BatchRun, SanitizerOutcome, uses_shared_memory
 from .slots import Slot
 
 __all__ = ["KernelKey", "SanitizeRuns", "Sanitizing"]
+
+log = logging.getLogger(__name__)
 
 SANITIZE_MAX_BYTES = 2 << 20
 """Shapes whose arrays together exceed this are too large for a quick sanitizer run."""
@@ -153,6 +158,11 @@ class Sanitizing:
         self._runs: dict[tuple[KernelKey, str], SanitizeRuns] = {}
         self._queues: dict[tuple[KernelKey, str], _Queue] = {}
         self._files = 0
+        self.pool = ThreadPoolExecutor(max_workers=max(4, os.cpu_count() or 4), thread_name_prefix="r1build-sanitize")
+        """Where runs wait for their processes (not the evaluator's compile pool, which they would hold)."""
+
+    def _spawn(self, fn: Callable[..., object], *args: object) -> None:
+        self.pool.submit(contextvars.copy_context().run, fn, *args)
 
     def slot_for(self, arch: str) -> Slot | None:
         """The GPU that sanitizes candidates of ``arch``: the first one of that arch with a sanitizer."""
@@ -316,12 +326,12 @@ class Sanitizing:
                 elif queue.pending and not queue.gathering:
                     queue.gathering = True
                     queue.running += 1
-                    self._submit(self._gather_and_run, job, queue)
+                    self._spawn(self._gather_and_run, job, queue)
                     continue
                 else:
                     return
                 queue.running += 1
-            self._submit(self._run_batch, job, queue, part)
+            self._spawn(self._run_batch, job, queue, part)
 
     def _gather_and_run(self, job: Job, queue: _Queue) -> None:
         """Wait a moment for siblings still being built (unless the batch is full), then run what is pending."""
@@ -413,8 +423,19 @@ class Sanitizing:
             finally:
                 stop.set()
                 watcher.join()
+            seconds = time.perf_counter() - start
             self._count("sanitizer_runs", 1)
-            self._count("sanitizer_s", time.perf_counter() - start)
+            self._count("sanitizer_s", seconds)
+        log.info(
+            "%s %s/%s: %d candidates in %.1f s: %s%s",
+            queue.tool,
+            queue.kernel.kernel,
+            queue.kernel.arch,
+            len(members),
+            seconds,
+            found.outcome.verdict,
+            "" if found.suspect is None else f" (markers point at #{found.suspect})",
+        )
         return found
 
     def _shapes(self, job: Job, inputs: _Inputs, plans: list[ShapePlan]) -> list[SanitizeShape]:
