@@ -1,6 +1,6 @@
-"""How the cache's index (``cache.db``, diskcache's SQLite database) is opened when it is not simply there and
-writable: telling damage from a read-only location, reading a read-only index, naming value files after the
-process that writes them, and removing the files of an import that was killed.
+"""How the cache's index (``cache.db``, diskcache's SQLite database) is reached and opened when it is not simply
+there and writable: r1build's own connections to it, telling damage from a read-only location, reading a read-only
+index, naming value files after the process that writes them, and removing the files of an import that was killed.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import contextlib
 import os
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +23,13 @@ from .rows import DBNAME
 __all__ = [
     "DBNAME",
     "IMPORT_MARK",
+    "Connections",
     "PidDisk",
     "ReadOnlyIndex",
     "damage_error",
     "damaged",
     "looks_read_only",
     "process_gone",
-    "sql",
     "sweep_interrupted_imports",
 ]
 
@@ -61,12 +61,63 @@ def looks_read_only(exc: BaseException, directory: Path) -> bool:
     return not os.access(directory, os.W_OK) or not os.access(directory / DBNAME, os.W_OK)
 
 
-def sql(index: Any) -> Callable[..., sqlite3.Cursor]:
-    """``execute`` of the index's SQLite connection for this thread, for r1build's own tables and queries.
+class Connections:
+    """r1build's own SQLite connections to ``cache.db``, one per thread (and per process, after a fork), for its
+    own tables (``R1Meta``, ``R1Stats``) and its plain reads of diskcache's ``Cache`` table: diskcache's own
+    connection is private to it. Autocommit, like diskcache's; :meth:`transaction` for a batch."""
 
-    diskcache keeps that connection behind its private ``_sql``; this is the one place that reads it (a
-    :class:`ReadOnlyIndex` answers it too), so a diskcache that renames it breaks here alone."""
-    return index._sql  # type: ignore[no-any-return]
+    def __init__(self, database: str, *, timeout: float = 60.0, uri: bool = False, tune: bool = False) -> None:
+        self.database = database
+        self.timeout = timeout
+        self.uri = uri
+        self.tune = tune
+        """Set diskcache's per-connection pragmas (synchronous, cache and mmap size) on each connection."""
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+
+    def _connection(self) -> sqlite3.Connection:
+        con: sqlite3.Connection | None = getattr(self._local, "con", None)
+        if con is not None and self._local.pid == os.getpid():
+            return con
+        con = sqlite3.connect(
+            self.database, timeout=self.timeout, uri=self.uri, isolation_level=None, check_same_thread=False
+        )
+        if self.tune:
+            for pragma in _TUNING:
+                con.execute(pragma)
+        self._local.con, self._local.pid = con, os.getpid()
+        with self._lock:
+            self._all.append(con)
+        return con
+
+    def execute(self, statement: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
+        """Run one statement on this thread's connection."""
+        return self._connection().execute(statement, params)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Hold the write lock for a batch of statements: other processes see all of them or none."""
+        con = self._connection()
+        con.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        con.execute("COMMIT")
+
+    def close(self) -> None:
+        """Close every thread's connection (a thread that runs a statement again opens a new one)."""
+        with self._lock:
+            connections, self._all = self._all, []
+        for con in connections:
+            con.close()
+        self._local = threading.local()
+
+
+_TUNING = ("PRAGMA synchronous = 1", "PRAGMA cache_size = 8192", "PRAGMA mmap_size = 67108864")
+"""diskcache's per-connection defaults (``sqlite_*`` settings): WAL commits without a sync each, and its caches."""
 
 
 def _value_name(filename: str, pid: int) -> str:
@@ -103,11 +154,7 @@ class ReadOnlyIndex:
 
     def __init__(self, directory: Path) -> None:
         self.directory = str(directory)
-        self._local = threading.local()
-        self._all: list[sqlite3.Connection] = []
-        self._all_lock = threading.Lock()
         base = (directory / DBNAME).resolve().as_uri()
-        self._uri = ""
         last: sqlite3.Error | None = None
         for query in ("?mode=ro", "?immutable=1"):
             try:
@@ -119,45 +166,34 @@ class ReadOnlyIndex:
             except sqlite3.Error as exc:
                 last = exc
                 continue
-            self._uri = base + query
+            self.connections = Connections(base + query, uri=True)
+            """The connections every read of this index uses."""
             return
         if last is not None and damaged(last):
             raise damage_error(directory, last)
         raise CacheError(f"cannot read the cache at {directory}: {last}")
 
-    @property
-    def _sql(self) -> Callable[..., sqlite3.Cursor]:
-        con = getattr(self._local, "con", None)
-        if con is None:
-            con = sqlite3.connect(self._uri, uri=True, isolation_level=None, check_same_thread=False)
-            self._local.con = con
-            with self._all_lock:
-                self._all.append(con)
-        return con.execute
-
     def reset(self, key: str, value: Any = ENOVAL) -> Any:
         if value is not ENOVAL:
             raise sqlite3.OperationalError("attempt to write a readonly database")
-        rows = self._sql("SELECT value FROM Settings WHERE key = ?", (key,)).fetchall()
+        rows = self.connections.execute("SELECT value FROM Settings WHERE key = ?", (key,)).fetchall()
         return rows[0][0] if rows else 0
 
     def volume(self) -> int:
-        ((pages,),) = self._sql("PRAGMA page_count").fetchall()
-        ((page_size,),) = self._sql("PRAGMA page_size").fetchall()
+        ((pages,),) = self.connections.execute("PRAGMA page_count").fetchall()
+        ((page_size,),) = self.connections.execute("PRAGMA page_size").fetchall()
         return int(pages) * int(page_size) + int(self.reset("size") or 0)
 
     def close(self) -> None:
         """Close every thread's connection (a thread that reads again opens a new one)."""
-        with self._all_lock:
-            connections, self._all = self._all, []
-        for con in connections:
-            con.close()
-        self._local = threading.local()
+        self.connections.close()
 
 
-def sweep_interrupted_imports(dc: diskcache.Cache, directory: Path) -> None:
+def sweep_interrupted_imports(sql: Connections, directory: Path) -> None:
     """Remove the value files of imports whose process is gone (killed before its transaction committed)."""
-    rows = sql(dc)("SELECT name FROM R1Meta WHERE substr(name, 1, ?) = ?", (len(IMPORT_MARK), IMPORT_MARK)).fetchall()
+    rows = sql.execute(
+        "SELECT name FROM R1Meta WHERE substr(name, 1, ?) = ?", (len(IMPORT_MARK), IMPORT_MARK)
+    ).fetchall()
     for (name,) in rows:
         pid_text = str(name)[len(IMPORT_MARK) :]
         if not pid_text.isdigit() or not process_gone(int(pid_text)):
@@ -165,7 +201,7 @@ def sweep_interrupted_imports(dc: diskcache.Cache, directory: Path) -> None:
         pid = int(pid_text)
         referenced = {
             str(f)
-            for (f,) in sql(dc)("SELECT filename FROM Cache WHERE filename LIKE ?", (f"%.p{pid}.val",)).fetchall()
+            for (f,) in sql.execute("SELECT filename FROM Cache WHERE filename LIKE ?", (f"%.p{pid}.val",)).fetchall()
         }
         removed = 0
         freed = 0
@@ -176,8 +212,7 @@ def sweep_interrupted_imports(dc: diskcache.Cache, directory: Path) -> None:
                 freed += path.stat().st_size
                 path.unlink()
                 removed += 1
-        with dc.transact(retry=True):
-            sql(dc)("DELETE FROM R1Meta WHERE name = ?", (name,))
+        sql.execute("DELETE FROM R1Meta WHERE name = ?", (name,))
         if removed:
             emit(
                 Note(

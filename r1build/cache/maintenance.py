@@ -14,7 +14,6 @@ import diskcache
 from ..errors import CacheError
 from ..records import Decision
 from .codec import HEADER, KINDS, Corrupt, decode, known_kind, parse_decision
-from .index import sql
 from .reports import BadEntry, CacheStats, Entry, GcReport
 from .storage import Storage, Unreadable
 
@@ -87,7 +86,7 @@ class Maintenance(Storage):
     def integrity(self) -> str | None:
         """What SQLite's quick check finds wrong with the index (``cache.db``), or None when it is sound."""
         try:
-            rows = sql(self._dc)("PRAGMA quick_check").fetchall()
+            rows = self._sql.execute("PRAGMA quick_check").fetchall()
         except sqlite3.Error as exc:
             return str(exc)
         found = [str(r[0]) for r in rows if str(r[0]) != "ok"]

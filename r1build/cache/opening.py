@@ -16,7 +16,15 @@ import diskcache
 
 from ..errors import CacheError, CacheLocationError
 from ..events import Note, emit
-from .index import PidDisk, ReadOnlyIndex, damage_error, damaged, looks_read_only, sql, sweep_interrupted_imports
+from .index import (
+    Connections,
+    PidDisk,
+    ReadOnlyIndex,
+    damage_error,
+    damaged,
+    looks_read_only,
+    sweep_interrupted_imports,
+)
 from .rows import DBNAME
 
 __all__ = ["DEFAULT_SIZE_LIMIT", "FORMAT", "Opened", "open_index"]
@@ -41,10 +49,11 @@ def _cache_file(name: str) -> bool:
 
 @dataclass(frozen=True)
 class Opened:
-    """An opened index, and why it is read-only (None: writable)."""
+    """An opened index, r1build's own connections to it, and why it is read-only (None: writable)."""
 
     index: Any
     """The diskcache ``Cache``, or a :class:`~r1build.cache.index.ReadOnlyIndex`."""
+    connections: Connections
     read_only: BaseException | None
 
 
@@ -69,16 +78,18 @@ def open_index(directory: Path, *, timeout: float, size_limit: int | None, creat
     deadline = time.monotonic() + timeout
     while True:
         dc: diskcache.Cache | None = None
+        connections = Connections(str(d / DBNAME), timeout=timeout, tune=True)
         try:
             dc = diskcache.Cache(str(d), timeout=timeout, eviction_policy="least-recently-used", disk=PidDisk)
-            fresh = _prepare(dc)
+            fresh = _prepare(connections, d)
             if size_limit is not None:
                 dc.reset("size_limit", size_limit)
             elif fresh:
                 dc.reset("size_limit", DEFAULT_SIZE_LIMIT)
-            sweep_interrupted_imports(dc, d)
-            return Opened(dc, None)
+            sweep_interrupted_imports(connections, d)
+            return Opened(dc, connections, None)
         except (sqlite3.OperationalError, diskcache.Timeout) as exc:
+            connections.close()
             if dc is not None:
                 dc.close()
             busy = isinstance(exc, diskcache.Timeout) or "locked" in str(exc) or "busy" in str(exc)
@@ -88,6 +99,7 @@ def open_index(directory: Path, *, timeout: float, size_limit: int | None, creat
                 raise _unusable(d, exc) from None
             time.sleep(0.02)
         except (OSError, sqlite3.Error) as exc:
+            connections.close()
             if dc is not None:
                 dc.close()
             if isinstance(exc, OSError) and (d / DBNAME).is_file() and looks_read_only(exc, d):
@@ -103,7 +115,7 @@ def _unusable(directory: Path, exc: BaseException) -> CacheError:
 
 def _open_read_only(directory: Path, why: BaseException) -> Opened:
     index = ReadOnlyIndex(directory)
-    rows = sql(index)("SELECT value FROM R1Meta WHERE name = 'format'").fetchall()
+    rows = index.connections.execute("SELECT value FROM R1Meta WHERE name = 'format'").fetchall()
     if rows and rows[0][0] != FORMAT:
         raise CacheError(f"the cache at {directory} has layout {rows[0][0]!r}; this r1build reads layout {FORMAT}")
     emit(
@@ -112,26 +124,25 @@ def _open_read_only(directory: Path, why: BaseException) -> Opened:
             f"the cache at {directory} is read-only for this process ({why}): reading it, storing nothing new",
         )
     )
-    return Opened(index, why)
+    return Opened(index, index.connections, why)
 
 
-def _prepare(dc: diskcache.Cache) -> bool:
+def _prepare(sql: Connections, directory: Path) -> bool:
     """Create r1build's own tables once; True when this call made the cache (it is new)."""
-    execute = sql(dc)
     with contextlib.suppress(sqlite3.OperationalError):
-        rows = execute("SELECT value FROM R1Meta WHERE name = 'format'").fetchall()
+        rows = sql.execute("SELECT value FROM R1Meta WHERE name = 'format'").fetchall()
         if rows:
-            _check_format(dc, rows[0][0])
+            _check_format(directory, rows[0][0])
             return False
-    with dc.transact(retry=False):
-        execute("CREATE TABLE IF NOT EXISTS R1Meta (name TEXT PRIMARY KEY, value)")
-        execute("CREATE TABLE IF NOT EXISTS R1Stats (name TEXT PRIMARY KEY, value INTEGER NOT NULL)")
-        fresh = bool(execute("INSERT OR IGNORE INTO R1Meta VALUES ('format', ?)", (FORMAT,)).rowcount == 1)
-        ((fmt,),) = execute("SELECT value FROM R1Meta WHERE name = 'format'").fetchall()
-    _check_format(dc, fmt)
+    with sql.transaction():
+        sql.execute("CREATE TABLE IF NOT EXISTS R1Meta (name TEXT PRIMARY KEY, value)")
+        sql.execute("CREATE TABLE IF NOT EXISTS R1Stats (name TEXT PRIMARY KEY, value INTEGER NOT NULL)")
+        fresh = bool(sql.execute("INSERT OR IGNORE INTO R1Meta VALUES ('format', ?)", (FORMAT,)).rowcount == 1)
+        ((fmt,),) = sql.execute("SELECT value FROM R1Meta WHERE name = 'format'").fetchall()
+    _check_format(directory, fmt)
     return fresh
 
 
-def _check_format(dc: diskcache.Cache, fmt: object) -> None:
+def _check_format(directory: Path, fmt: object) -> None:
     if fmt != FORMAT:
-        raise CacheError(f"the cache at {dc.directory} has layout {fmt!r}; this r1build reads layout {FORMAT}")
+        raise CacheError(f"the cache at {directory} has layout {fmt!r}; this r1build reads layout {FORMAT}")

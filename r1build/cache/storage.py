@@ -28,7 +28,7 @@ from ..errors import CacheError
 from ..events import Note, emit
 from ..keys import digest_bytes
 from .codec import HEADER, Corrupt, RecordKind, check_payload, decode, kind_of, pack, parse, verified
-from .index import IMPORT_MARK, damage_error, damaged, sql
+from .index import IMPORT_MARK, Connections, damage_error, damaged
 from .location import resolve_cache_dir
 from .opening import open_index
 from .rows import row_bytes
@@ -114,6 +114,7 @@ class Storage:
             self.read_only = True
             self.degraded = f"read-only: {opened.read_only}"
         self._dc: Any = opened.index
+        self._sql: Connections = opened.connections
 
     def _refuse_read_only(self, what: str) -> None:
         if self.read_only:
@@ -147,12 +148,14 @@ class Storage:
         self._refuse_read_only("import into it")
         name = f"{IMPORT_MARK}{os.getpid()}"
         try:
-            with self._dc.transact(retry=True):
-                sql(self._dc)("INSERT OR REPLACE INTO R1Meta VALUES (?, ?)", (name, time.time()))
+            self._sql.execute("INSERT OR REPLACE INTO R1Meta VALUES (?, ?)", (name, time.time()))
+        except sqlite3.Error as exc:
+            raise CacheError(f"cannot import into the cache at {self.directory}: {exc}") from None
+        try:
             yield
         finally:
-            with contextlib.suppress(sqlite3.Error, diskcache.Timeout), self._dc.transact(retry=True):
-                sql(self._dc)("DELETE FROM R1Meta WHERE name = ?", (name,))
+            with contextlib.suppress(sqlite3.Error):
+                self._sql.execute("DELETE FROM R1Meta WHERE name = ?", (name,))
 
     def flush_stats(self) -> None:
         """Add this process's hit/miss/corrupt counts to the lifetime totals and reset them."""
@@ -170,9 +173,9 @@ class Storage:
             return
         upsert = "INSERT INTO R1Stats VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = value + excluded.value"
         try:
-            with self._dc.transact(retry=False):
+            with self._sql.transaction():
                 for name, n in items:
-                    sql(self._dc)(upsert, (name, n))
+                    self._sql.execute(upsert, (name, n))
         except (diskcache.Timeout, sqlite3.Error) as exc:
             emit(Note("warning", f"could not record cache statistics in {self.directory}: {exc}"))
 
@@ -182,6 +185,7 @@ class Storage:
             self.remote.close()
         self.flush_stats()
         self._dc.close()
+        self._sql.close()
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
 
@@ -210,7 +214,7 @@ class Storage:
         if self._off:
             return []
         try:
-            return list(sql(self._dc)(statement, params).fetchall())
+            return list(self._sql.execute(statement, params).fetchall())
         except sqlite3.Error as exc:
             if self.tolerant:
                 self._turn_off(exc)
@@ -257,7 +261,7 @@ class Storage:
             now = time.time()
             if touch and not self.read_only and now - float(used or 0) >= self.touch_after:
                 with contextlib.suppress(sqlite3.Error):  # the last-used time is a hint: never fail a read
-                    sql(self._dc)("UPDATE Cache SET access_time = ? WHERE rowid = ?", (now, rowid))
+                    self._sql.execute("UPDATE Cache SET access_time = ? WHERE rowid = ?", (now, rowid))
             return self._logged(key, raw)
         return self._logged(key, Unreadable("its value file is missing"))
 
