@@ -108,6 +108,16 @@ def test_stale_lock_with_r1build_locked_names_the_kernel(build_env: BuildEnv, tm
     assert "Traceback" not in locked.stdout
     assert "scale" in locked.stdout
 
+    # told both, the build refuses; frozen, it builds what the stale lock names, as it is
+    both = ["--config-settings", "r1build.locked=1", "--config-settings", "r1build.frozen=1"]
+    refused = build_env.run([*pip_wheel, *both, project], cwd=tmp_path)
+    assert refused.returncode != 0 and "Traceback" not in refused.stdout
+    assert "r1build.locked checks the lock and r1build.frozen uses it without checking: choose one" in refused.stdout
+    assert not list(out.glob("*.whl"))
+    frozen = build_env.run([*pip_wheel, "--config-settings", "r1build.frozen=1", project], cwd=tmp_path)
+    assert frozen.returncode == 0, frozen.stdout[-6000:]
+    assert len(list(out.glob("tiny-0.1.0-*.whl"))) == 1
+
 
 def test_tiny_project_builds_with_device_code_for_its_arch(build_env: BuildEnv, tmp_path: Path) -> None:
     project = copy_project(PACKAGES / "tiny", tmp_path / "tiny")
