@@ -866,9 +866,14 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
             f"unknown kernel(s): {', '.join(unknown)} (declared: {', '.join(s.name for s in manifest.kernels)})"
         )
     if options.locked and options.refresh:
-        raise UsageError("--locked uses only what the lock names and --refresh judges again: choose one")
+        raise UsageError(
+            "--locked (or R1BUILD_LOCKED) uses only what the lock names and --refresh judges again: choose one"
+        )
     if options.frozen and (options.refresh or options.recover_lock):
-        raise UsageError("--frozen uses the lock as it is: it cannot be combined with --refresh or rebuild the lock")
+        raise UsageError(
+            "--frozen (or R1BUILD_FROZEN) uses the lock as it is: it cannot be combined with --refresh or "
+            "rebuild the lock"
+        )
     require_supported_archs(manifest, toolchain(), options.archs, cache)
     path = lock_path(manifest)
     lock = _read_lock(manifest, options)

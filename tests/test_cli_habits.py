@@ -152,6 +152,11 @@ def test_the_environment_sets_locked_and_frozen(
     findings = {f["name"]: f for f in json.loads(capsys.readouterr().out)["findings"]}
     assert findings["lock"]["level"] == "note" and "R1BUILD_FROZEN" in findings["lock"]["detail"]
     assert list((locked / "kernels" / "_r1build").glob("silu_mul__*.cu"))
+    capsys.readouterr()
+    assert main(["lock", "--no-gpu", "-m", str(locked)]) == 2
+    assert "R1BUILD_FROZEN is set: frozen runs never write the lock" in capsys.readouterr().err
+    assert main(["resolve", "--refresh", "-m", str(locked)]) == 2
+    assert "--frozen (or R1BUILD_FROZEN) uses the lock as it is" in capsys.readouterr().err
     monkeypatch.setenv("R1BUILD_FROZEN", "maybe")
     assert main(["resolve", "-m", str(locked)]) == 2
     assert "R1BUILD_FROZEN must be one of" in capsys.readouterr().err

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..cluster import cluster_address
+from ..errors import UsageError
 from ..events import sink
 from ..extras import CHECK
 from ..lock import check_lock, load_lock, lock_path, vendor_winners
@@ -299,6 +300,11 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
         console.print(f"{lock_path(manifest)}: current")
         return 0
     options = replace(_options(args, manifest, write_lock=True), recover_lock=True)
+    if options.frozen:  # lock takes no --frozen: the variable said it
+        raise UsageError(
+            "R1BUILD_FROZEN is set: frozen runs never write the lock, and `r1build lock` writes it; unset the "
+            "variable, or use `r1build lock --check`"
+        )
     with sink(console.event), open_cache(args, manifest=manifest) as cache:
         resolution = resolve(manifest, cache, options)
     _render_resolution(resolution, console, args.json)
