@@ -1,7 +1,7 @@
 """``r1build completions bash|zsh|fish``: scripts made from the parser, run in the real shells: bash, and bash
 through bash-completion's loader; an interactive zsh whose compinit loads the script from $fpath and completes on
-a TAB; fish (each skips, saying so, where its shell or bash-completion is not installed; .ci/run installs zsh and
-bash-completion)."""
+a TAB; fish (each skips, saying so, where its shell or bash-completion is not installed; .ci/run installs zsh,
+bash-completion and fish)."""
 
 from __future__ import annotations
 
@@ -57,7 +57,6 @@ def test_bash_completes_commands_options_choices_and_files(tmp_path: Path, capsy
 BASH_COMPLETION = Path("/usr/share/bash-completion/bash_completion")
 
 
-@pytest.mark.slow  # three bash processes that load bash-completion
 @pytest.mark.skipif(not BASH_COMPLETION.is_file(), reason="bash-completion is not installed")
 def test_bash_completion_loads_the_installed_script(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Installed where the README says (``~/.local/share/bash-completion/completions/r1build``, here under
