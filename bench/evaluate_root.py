@@ -15,10 +15,14 @@ sample count: see r1build/selection.py); the same kernel within 3% between runs.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import faulthandler
 import shutil
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +33,7 @@ from _report import command_line, host_info, utc_now, write_results  # noqa: E40
 
 from r1build.cache import Cache  # noqa: E402
 from r1build.evaluate import GpuEvaluator, detect_gpus, expand_variants  # noqa: E402
+from r1build.events import Event, Progress, sink  # noqa: E402
 from r1build.judge import Job  # noqa: E402
 from r1build.manifest import load_manifest  # noqa: E402
 from r1build.manifest.archs import parse_arch  # noqa: E402
@@ -59,6 +64,37 @@ def replicated(candidates: list[Candidate], copies: int) -> list[Candidate]:
     ]
 
 
+@contextlib.contextmanager
+def watching(evaluator: GpuEvaluator, every_s: float = 10.0) -> Iterator[None]:
+    """While evaluating: the evaluator's counters every ``every_s`` seconds and progress events on stderr, and
+    every thread's stack once a minute (where a slow run spends its time)."""
+    stop = threading.Event()
+    start = time.perf_counter()
+
+    def report() -> None:
+        while not stop.wait(every_s):
+            st = {k: round(v, 1) for k, v in evaluator.stats.items() if v}
+            print(f"[{time.perf_counter() - start:6.1f} s] {st}", file=sys.stderr, flush=True)
+
+    def progress(event: Event) -> None:
+        if isinstance(event, Progress) and (event.completed == event.total or event.completed % 10 == 0):
+            print(
+                f"[{time.perf_counter() - start:6.1f} s] {event.task} {event.completed}/{event.total}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    thread = threading.Thread(target=report, daemon=True)
+    thread.start()
+    faulthandler.dump_traceback_later(60, repeat=True, file=sys.stderr)
+    try:
+        with sink(progress):
+            yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+        stop.set()
+
+
 def one_run(
     manifest_path: Path, *, one_at_a_time: bool = False, copies: int = 1, evaluator_options: dict[str, Any]
 ) -> dict[str, Any]:
@@ -68,7 +104,7 @@ def one_run(
     manifest = load_manifest(manifest_path)
     with tempfile.TemporaryDirectory(prefix="r1build-bench-") as tmp, Cache(Path(tmp) / "cache") as cache:
         start = time.perf_counter()
-        with GpuEvaluator(cache, **evaluator_options) as evaluator:
+        with GpuEvaluator(cache, **evaluator_options) as evaluator, watching(evaluator):
             jobs, unmeasured = [], []
             for spec in manifest.kernels:
                 candidates = replicated(expand_variants(manifest, spec), copies)
