@@ -3,10 +3,10 @@ its workers (:class:`FakeGpu`), and copies of the tiny project (:func:`tiny_proj
 
 :class:`FakeGpu` is what a worker's evaluator factory makes in these tests instead of the local GPU evaluator:
 the real static gate (nvcc, symbol allowlist) first, then a verdict and a time chosen by the test, like
-``tests/resolve_support.GpuDouble`` on the resolving machine. Dask, the workers, the scheduling by arch resource,
-the transport and the cache writes are all real; only the GPU is not. It also leaves a file per job it judged in
-``record_dir`` (which worker, which kernel and arch), and can kill its own worker process or hold a job back, for
-the fault tests.
+``tests.resolve.resolve_support.GpuDouble`` on the resolving machine. Dask, the workers, the scheduling by arch
+resource, the transport and the cache writes are all real; only the GPU is not. It also leaves a file per job it
+judged in ``record_dir`` (which worker, which kernel and arch), and can kill its own worker process or hold a job
+back, for the fault tests.
 """
 
 from __future__ import annotations

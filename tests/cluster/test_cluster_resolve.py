@@ -28,7 +28,7 @@ from r1build.lock import read_lock
 from r1build.manifest import load_manifest
 from r1build.resolve import ResolveOptions, resolve
 from tests.cluster.cluster_support import FakeGpu, TestCluster, fake_time_us, tiny_project
-from tests.resolve_support import install_gpu_double
+from tests.resolve.resolve_support import install_gpu_double
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_endpoint")]
 

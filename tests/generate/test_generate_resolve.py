@@ -13,7 +13,7 @@ from r1build.keys import decision_key
 from r1build.lock import read_lock
 from tests.generate.chat_server import Answer, ChatServer, Fault
 from tests.generate.gen_support import KEY, Project, answer, broken_source, kernel_source
-from tests.resolve_support import install_gpu_double
+from tests.resolve.resolve_support import install_gpu_double
 
 pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
 

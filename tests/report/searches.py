@@ -12,7 +12,7 @@ from r1build.generate.prompts import DEFAULT_DIRECTIONS
 from r1build.records import Candidate
 from tests.generate.chat_server import Answer, ChatServer, Request
 from tests.generate.gen_support import KEY, Project, answer, kernel_source
-from tests.resolve_support import install_gpu_double
+from tests.resolve.resolve_support import install_gpu_double
 
 __all__ = ["INJECTION", "PRICES", "run_search"]
 

@@ -545,7 +545,7 @@ def test_a_measuring_run_that_may_write_publishes_its_decision_after_its_blobs(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from tests.resolve_support import install_gpu_double
+    from tests.resolve.resolve_support import install_gpu_double
 
     project = tiny_project(tmp_path / "tiny", team_key.public.line)
     install_gpu_double(monkeypatch, reject=lambda c: False, time_us=lambda c: 2.5)

@@ -30,11 +30,11 @@ from r1build.manifest import Manifest, load_manifest
 from r1build.records import Candidate, CandidateRef, Decision, Origin, Result, Timing
 from r1build.resolve import ResolveOptions, prepare_build, resolve
 from r1build.selection import decision_winner, select_winner
-from tests.resolve_support import install_gpu_double
+from tests.resolve.resolve_support import install_gpu_double
 
 pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "tests" / "packages" / "rejected"
 OFFLINE = ["--offline", "--no-gpu"]
 

@@ -14,7 +14,7 @@ import pytest
 
 from r1build.judge import Job
 from r1build.records import Candidate, Result, Timing
-from r1build.resolve import _Judges
+from r1build.resolve.judges import Judges as _Judges
 
 __all__ = ["GpuDouble", "install_gpu_double"]
 

@@ -1,0 +1,217 @@
+"""The judges of one resolve run, made on first use: the static gate (local or on a cluster's compile slots),
+the GPU evaluator of each arch (local GPUs or a cluster's workers), the Nsight Compute profiler, and whether the
+LLM endpoint may be asked at all."""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from ..cache import Cache
+from ..events import Note, emit
+from ..extras import CUPY, GENERATE
+from ..judge import Evaluator, Job
+from ..manifest import Manifest
+from ..reach import unreachable
+from ..settings import env_settings
+from .model import ResolveOptions
+
+if TYPE_CHECKING:
+    from ..cluster.session import ClusterEvaluator
+    from ..evaluate import GpuEvaluator
+    from ..gate.static import StaticGate
+    from ..profile import Profiler
+
+
+def _may_generate(manifest: Manifest, options: ResolveOptions, cache: Cache) -> bool:
+    """Whether this run may ask the LLM: not ``offline`` (the option, else ``R1BUILD_OFFLINE``), an endpoint
+    configured, a cache that can keep what it costs, and the endpoint reachable at all (one TCP connection, so
+    an endpoint that is down costs seconds and a warning, never a failed build)."""
+    offline = options.offline if options.offline is not None else env_settings(options.environ).offline
+    if offline:
+        return False
+    from ..generate import endpoint_configured, resolve_endpoint
+
+    generation = manifest.settings.generation
+    if not endpoint_configured(generation, options.environ):
+        return False
+    if not GENERATE.installed():
+        if not options.build:
+            raise GENERATE.missing()  # generating is asked for: say which extra installs it (exit 2)
+        # a build has the user's own sources to fall back on, as with an endpoint that is down
+        emit(
+            Note(
+                "warning",
+                f"the build opted in to generating, but openai is not installed in the build "
+                f"environment ({GENERATE.install_hint()}; for an isolated build, `r1build[generate]` in "
+                "[build-system] requires): not generating in this build",
+            )
+        )
+        return False
+    url = resolve_endpoint(generation, options.environ).display_url
+    if cache.degraded is not None:
+        emit(
+            Note("warning", f"not asking the LLM at {url}: the cache cannot keep what it would cost ({cache.degraded})")
+        )
+        return False
+    why = unreachable(url)
+    if why is not None:
+        emit(Note("warning", f"the LLM endpoint {url} is unreachable ({why}): not generating in this run"))
+        return False
+    return True
+
+
+def _nvidia_driver() -> bool:
+    """Whether an NVIDIA kernel driver is loaded (a GPU that cupy could use), without loading CUDA."""
+    return Path("/proc/driver/nvidia/version").exists()
+
+
+class Judges:
+    """The evaluators available in this run, made on first use."""
+
+    def __init__(
+        self, cache: Cache, use_gpu: bool | None, cluster: str | None = None, cluster_timeout_s: float = 10.0
+    ) -> None:
+        self.cache = cache
+        self.use_gpu = use_gpu
+        self.cluster = cluster
+        """The Dask scheduler whose workers judge instead of this machine (None: this machine)."""
+        self._cluster_timeout_s = cluster_timeout_s
+        self._cluster: ClusterEvaluator | None = None
+        self._gate: StaticGate | None = None
+        self._gpu: GpuEvaluator | ClusterEvaluator | None = None
+        self._gpu_archs: set[str] | None = None
+        self._endpoint: bool | None = None
+        self._profiler: Profiler | Literal[False] | None = None
+
+    def endpoint(self, manifest: Manifest, options: ResolveOptions) -> bool:
+        """Whether an LLM endpoint may be used (decided at the first miss: importing openai is slow)."""
+        if self._endpoint is None:
+            self._endpoint = _may_generate(manifest, options, self.cache)
+        return self._endpoint
+
+    def silence_endpoint(self) -> None:
+        """No more requests in this run: the endpoint never answered (a build goes on without it)."""
+        self._endpoint = False
+
+    @property
+    def gate(self) -> StaticGate:
+        if self._gate is None:
+            if self.cluster is not None:
+                self._gate = self._on_cluster().gate()
+            else:
+                from ..gate.static import StaticGate
+
+                self._gate = StaticGate(self.cache)
+        return self._gate
+
+    def _on_cluster(self) -> ClusterEvaluator:
+        """The cluster's evaluator, connected on first use (:class:`~r1build.errors.ClusterRefusedError` when it
+        cannot be used)."""
+        if self._cluster is None:
+            from ..cluster.session import ClusterEvaluator
+
+            self._cluster = ClusterEvaluator(self.cluster or "", self.cache, timeout_s=self._cluster_timeout_s)
+            self._gpu = self._cluster
+        return self._cluster
+
+    def gpu_for(self, arch: str) -> Evaluator | None:
+        if self.use_gpu is False:
+            return None
+        if self.cluster is not None:
+            cluster = self._on_cluster()
+            self._gpu_archs = set(cluster.archs)
+            return cluster if arch in self._gpu_archs else None
+        if self._gpu_archs is None:
+            self._gpu_archs = set()
+            if not CUPY.installed():
+                if self.use_gpu:  # measuring was asked for (a build's R1BUILD_EVALUATE=1)
+                    raise CUPY.missing()
+                if _nvidia_driver():
+                    emit(
+                        Note(
+                            "info",
+                            f"an NVIDIA driver is present but cupy is not installed, so nothing is "
+                            f"measured on a GPU: {CUPY.install_hint()}",
+                        )
+                    )
+                return None
+            try:
+                from ..evaluate import GpuEvaluator, detect_gpus
+            except ImportError:
+                return None
+            if detect_gpus():
+                evaluator = GpuEvaluator(self.cache, gate=self.gate)
+                self._gpu = evaluator
+                self._gpu_archs = set(evaluator.archs)
+        return self._gpu if arch in self._gpu_archs else None
+
+    def profiler_for(self, arch: str) -> Profiler | None:
+        """The Nsight Compute profiler for a search that the local GPU evaluator measures on ``arch``; None for
+        any other judge, or without ncu (then one note says so)."""
+        if self._gpu is None or self.gpu_for(arch) is not self._gpu:
+            return None
+        if self._profiler is None:
+            from ..profile import Profiler, find_ncu
+
+            ncu = find_ncu()
+            self._profiler = Profiler(ncu) if ncu else False
+            if not ncu:
+                emit(
+                    Note(
+                        "info",
+                        "ncu (Nsight Compute) not found: finalists are not profiled (put ncu on PATH or "
+                        "set R1BUILD_NCU)",
+                    )
+                )
+        return self._profiler or None
+
+    def gpu_archs(self) -> set[str]:
+        """Archs a local GPU can measure (empty until a GPU was looked for, or without one)."""
+        return set(self._gpu_archs or ())
+
+    def unmeasured(self, arch: str) -> str:
+        """Why no GPU judges ``arch`` in this run."""
+        if self.use_gpu is False:
+            return "GPU measuring is off (--no-gpu, or a build without R1BUILD_EVALUATE=1)"
+        known = ", ".join(sorted(self.gpu_archs()))
+        if self.cluster is not None:
+            return (
+                f"no worker of the cluster at {self.cluster} has a GPU of {arch} (GPU archs there: {known or 'none'})"
+            )
+        return f"no local GPU of this arch (GPUs here: {known})" if known else "no local GPU"
+
+    def prepare(self, jobs: Sequence[Job]) -> None:
+        """Start the CPU work (gate, library builds) of every GPU job ahead, so the GPU never waits for nvcc; and
+        gate the jobs no GPU here can take, each kernel's candidates for all those archs at once (one nvcc per
+        candidate for all its archs; the verdicts are cached for the gate-only resolution that follows)."""
+        gpu_jobs = [job for job in jobs if self.gpu_for(job.arch) is not None]
+        if gpu_jobs and self._gpu is not None:
+            self._gpu.prepare(gpu_jobs)
+        by_kernel: dict[str, list[Job]] = {}
+        for job in jobs:
+            if self.gpu_for(job.arch) is None:
+                by_kernel.setdefault(job.spec.name, []).append(job)
+        if not by_kernel or self.cache.degraded is not None:  # nothing to gate, or nowhere to keep the verdicts
+            return
+        gate = self.gate
+
+        def judge(kernel_jobs: list[Job]) -> None:
+            first = kernel_jobs[0]
+            gate.judge(first.manifest, first.spec, [(job.arch, c) for job in kernel_jobs for c in job.candidates])
+
+        from ..gate.nvcc import COMPILE_SLOTS
+
+        with ThreadPoolExecutor(max_workers=min(COMPILE_SLOTS, len(by_kernel))) as pool:
+            for future in [
+                pool.submit(contextvars.copy_context().run, judge, kernel_jobs) for kernel_jobs in by_kernel.values()
+            ]:
+                future.result()
+
+    def close(self) -> None:
+        """Stop GPU workers."""
+        if self._gpu is not None:
+            self._gpu.close()

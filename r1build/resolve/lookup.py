@@ -1,0 +1,161 @@
+"""Answers without work: a kernel × arch's winner from the lock (when its entry answers the current decision key
+and may be used) or from a cached decision; None on a miss."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Literal
+
+from ..errors import LockError, ResolveError
+from ..events import Note, emit
+from ..judge import CHECKS_VERSION
+from ..lock import LockEntry, lock_path, unlockable
+from ..manifest import KernelSpec
+from ..records import Candidate, Decision, Found, Origin, Unresolved
+from ..selection import decision_winner, rejection, unresolved
+from ..toolchain import toolchain
+from .model import Question, Resolved, Run
+from .sources import WinnerSource, source_for
+
+
+def stale_checks(checks: int | None) -> bool:
+    """Whether a verdict of the GPU checks of version ``checks`` (None: before versions were recorded) was made
+    by older checks than this r1build's."""
+    return (checks or 0) < CHECKS_VERSION
+
+
+def _note_stale_checks(q: Question, what: str, checks: int | None) -> None:
+    emit(
+        Note(
+            "warning",
+            f"the {what} winner was validated by version {checks or 0} of the GPU checks, these are "
+            f"version {CHECKS_VERSION}: `r1build resolve --refresh` on a GPU of {q.arch} judges it again",
+            q.spec.name,
+            q.arch,
+        )
+    )
+
+
+def _origin_of(spec: KernelSpec, entry: LockEntry) -> Origin:
+    if entry.provenance == "generated":
+        return Origin("generated", model=entry.model, round=entry.round, sample=entry.sample)
+    kind: Literal["baseline", "file"] = "baseline" if entry.origin == spec.baseline else "file"
+    return Origin(kind, path=entry.origin)
+
+
+def from_decision(run: Run, q: Question, decision: Decision, state: Found) -> Resolved | Unresolved | None:
+    """The decision's winner; :class:`Unresolved` when none of its candidates may win; None when the winner's
+    source is gone from the cache."""
+    winner = decision_winner(decision)
+    if winner is None:
+        return unresolved(q.spec.name, q.arch, decision.candidates, decision.results)
+    if decision.winner is not None and winner.digest != decision.winner.digest:
+        q.note(
+            "warning",
+            f"the cached decision's winner {decision.winner.digest[:12]} "
+            f"({decision.validation(decision.winner)}) may not win: using {winner.digest[:12]} "
+            f"({winner.provenance()}) from the same decision",
+        )
+    found = source_for(run.manifest, q.spec, run.cache, winner.source)
+    if found is None:
+        q.note("warning", f"cached decision names source {winner.source[:12]} which is gone")
+        return None
+    result = decision.result_of(winner.digest)
+    validation = decision.validation(winner)
+    if validation == "validated" and state == "cached" and stale_checks(decision.checks):
+        _note_stale_checks(q, "cached", decision.checks)
+    return Resolved(
+        spec=q.spec,
+        arch=q.arch,
+        key=q.key,
+        candidate=Candidate(found.text, winner.origin, dict(winner.defines)),
+        state=state,
+        provenance=winner.provenance(),
+        validation=validation,
+        time_us=result.timing.median_us if result and result.timing else None,
+        gpu=(result.device or decision.device) if result and result.timing else None,
+        toolchain=decision.toolchain or None,
+        checks=(decision.checks or 0) if validation == "validated" else None,
+    )
+
+
+def lock_refusal(entry: LockEntry, decision: Decision | None) -> str | None:
+    """Why the lock's entry may not be used: its own fields (a pending or rejected winner, a generated one no GPU
+    validated), or ``decision`` (the cached decision of its key) recording its winner as rejected; None when it
+    may."""
+    return unlockable(entry) or (rejection(decision, entry.winner) if decision is not None else None)
+
+
+def lookup(run: Run, q: Question) -> Resolved | Unresolved | None:
+    """The winner from the lock or a cached decision, without any work (:class:`Unresolved` when the cached
+    decision has none that may win); None on a miss."""
+    manifest, cache, options = run.manifest, run.cache, run.options
+    spec, arch = q.spec, q.arch
+    entry = run.lock.entry(spec.name, arch) if run.lock else None
+    if entry is not None and options.frozen:
+        q = replace(q, key=entry.key)  # the lock as it is: its entry answers, whatever the manifest says now
+    answers = entry is not None and entry.key == q.key and not options.refresh
+    refusal = lock_refusal(entry, cache.get_decision(q.key)) if entry is not None and answers else None
+    if entry is not None and refusal is not None:
+        message = (
+            f"{spec.name}/{arch}: the locked winner {entry.winner[:12]} ({entry.provenance}, "
+            f"{entry.validation}) may not be used: {refusal}"
+        )
+        if options.locked or options.frozen:
+            raise LockError(
+                f"{message}. Run `r1build resolve` (on a GPU of {arch} for a generated kernel) to "
+                "decide again and update the lock"
+            )
+        q.note("warning", f"{message}; deciding again")
+    elif entry is not None and answers:
+        found = source_for(manifest, spec, cache, entry.source)
+        if found is not None:
+            return _from_lock(run, q, entry, found)
+        if options.locked or options.frozen:
+            raise ResolveError(
+                f"{spec.name}/{arch}: the lock names source {entry.source[:16]}, which is neither in the cache "
+                f"({cache.directory}) nor vendored in {manifest.settings.vendor_dir}; import a cache bundle "
+                "(`r1build cache import`), commit vendored sources (`r1build vendor`), or resolve without --locked"
+            )
+    if options.frozen:
+        raise LockError(
+            f"{spec.name}/{arch}: --frozen and {lock_path(manifest).name} has no entry for it; "
+            "run `r1build lock` (or resolve without --frozen)"
+        )
+    if not options.refresh:
+        decision = cache.get_decision(q.key)
+        if decision is not None:
+            return from_decision(run, q, decision, "cached")
+    return None
+
+
+def _from_lock(run: Run, q: Question, entry: LockEntry, found: WinnerSource) -> Resolved:
+    """The lock entry's winner, its source ``found`` (verified by digest) in the cache or the project."""
+    tc = toolchain().ident
+    if entry.toolchain and entry.toolchain != tc:
+        q.note(
+            "warning",
+            f"locked with nvcc {entry.toolchain}, gating and building with {tc} "
+            f"({toolchain().nvcc}); `r1build resolve --refresh` re-evaluates",
+        )
+    if entry.validation == "validated" and stale_checks(entry.checks):
+        _note_stale_checks(q, "locked", entry.checks)
+    candidate = Candidate(found.text, _origin_of(q.spec, entry), dict(entry.defines))
+    if candidate.digest != entry.winner:  # verified when read; checked again where it is used
+        raise LockError(
+            f"{lock_path(run.manifest)}: {q.spec.name}/{q.arch}: winner {entry.winner[:16]} is not the "
+            f"digest of its source and defines ({candidate.digest[:16]})"
+        )
+    return Resolved(
+        spec=q.spec,
+        arch=q.arch,
+        key=q.key,
+        candidate=candidate,
+        state="vendored" if found.where == "vendored" else "locked",
+        provenance=entry.provenance,
+        validation=entry.validation,
+        time_us=entry.time_us,
+        gpu=entry.gpu,
+        toolchain=entry.toolchain,
+        checks=entry.checks,
+    )

@@ -1,0 +1,82 @@
+"""What a build uses: the generated files of a resolution, and :func:`prepare_build`, which the PEP 517 backend
+calls before CMake (locked-or-offline unless the person building opts in)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..events import Note, emit
+from ..manifest import find_manifest, load_manifest
+from .model import Resolution, ResolveOptions
+from .run import resolve
+
+
+def emit_resolution(resolution: Resolution, out_dir: Path) -> Path:
+    """Write the generated directory for a resolution; returns the CMake file. :class:`NoWinnerError` when some
+    kernel × arch has no winner: nothing is written then."""
+    from ..emit import Winner, write_generated
+
+    resolution.require_complete()
+    winners = [Winner(r.spec, r.arch, r.candidate) for r in resolution.entries]
+    emitted = write_generated(out_dir, resolution.manifest, winners)
+    return emitted.cmake_file
+
+
+def prepare_build(
+    project_dir: Path,
+    *,
+    locked: bool = False,
+    frozen: bool = False,
+    generate: bool = False,
+    evaluate: bool = False,
+    cache_dir: Path | None = None,
+    out_dir: Path | None = None,
+    archs: Sequence[str] | None = None,
+    remote_cache: str | None = None,
+) -> Path:
+    """What the build backend calls before CMake: resolve and emit; returns the generated CMake file.
+
+    A build is locked-or-offline unless the person building opts in: it never calls an LLM endpoint unless
+    ``generate`` (``R1BUILD_GENERATE=1`` / ``r1build.generate``), never measures on a GPU unless ``evaluate``
+    (``R1BUILD_EVALUATE=1``), and never writes the lock. ``locked``: fail unless the lock is current;
+    ``frozen``: build what the lock names as it is (:attr:`ResolveOptions.frozen`). On a miss it takes a cached
+    decision, else the first of the user's own sources that passes the gate (unvalidated); where none may win it
+    raises :class:`~r1build.errors.NoWinnerError` and writes nothing.
+    The cache only speeds a build up: a broken, read-only or missing one costs a warning (see
+    :func:`~r1build.cache.open_usable`); so does the remote cache behind it (``remote_cache``, else
+    ``R1BUILD_REMOTE_CACHE``, else the manifest's ``[cache] url``), which a build only reads unless
+    ``R1BUILD_REMOTE_WRITE=1``.
+    """
+    from ..cache import open_usable
+    from ..cache.remote import attach_remote
+
+    manifest = load_manifest(find_manifest(project_dir), check_references=False)
+    with attach_remote(open_usable(cache_dir), manifest, url=remote_cache) as cache:
+        resolution = resolve(
+            manifest,
+            cache,
+            ResolveOptions(
+                archs=list(archs) if archs else None,
+                offline=not generate,
+                locked=locked,
+                frozen=frozen,
+                use_gpu=evaluate,
+                write_lock=False,
+                build=True,
+            ),
+        )
+        if not generate and (resolution.unresolved or any(r.state == "gated" for r in resolution.entries)):
+            from ..generate import endpoint_configured
+
+            if endpoint_configured(manifest.settings.generation, os.environ):
+                emit(
+                    Note(
+                        "info",
+                        "an LLM endpoint is configured, but a build never calls it unless the person "
+                        "building opts in (R1BUILD_GENERATE=1 or --config-settings r1build.generate=1); "
+                        "`r1build resolve` and `r1build vendor` make the lock and sources a build uses",
+                    )
+                )
+        return emit_resolution(resolution, out_dir or project_dir / ".r1build" / "generated")

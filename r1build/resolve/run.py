@@ -1,0 +1,182 @@
+"""One resolve run: every kernel × arch of the manifest looked up, the misses worked out (the GPU's CPU work
+started ahead), every winner through the static gate, and the lock updated."""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+
+from ..arch_support import require_supported_archs
+from ..cache import Cache
+from ..errors import CompileError, LockError, ResolveError, UsageError
+from ..events import Stage, emit
+from ..keys import decision_key
+from ..lock import Lock, LockEntry, inputs_of, load_lock, lock_path, require_fresh, salvage_lock, write_lock
+from ..manifest import Manifest
+from ..records import Candidate, Unresolved
+from ..toolchain import toolchain
+from .judges import Judges
+from .lookup import lookup
+from .model import Question, Resolution, Resolved, ResolveOptions, Run
+from .work import work
+
+
+def _lock_entry(manifest: Manifest, r: Resolved, previous: LockEntry | None) -> LockEntry:
+    if r.state in ("locked", "vendored") and previous is not None:
+        return previous
+    c = r.candidate
+    return LockEntry(
+        name=r.spec.name,
+        arch=r.arch,
+        key=r.key,
+        winner=c.digest,
+        source=c.source_digest,
+        provenance=r.provenance,
+        validation=r.validation,
+        inputs=inputs_of(manifest, r.spec),
+        origin=c.origin.path,
+        defines=dict(c.defines),
+        model=c.origin.model,
+        round=c.origin.round,
+        sample=c.origin.sample,
+        time_us=r.time_us,
+        gpu=r.gpu,
+        checks=r.checks if r.validation == "validated" else None,
+        toolchain=r.toolchain,
+    )
+
+
+def _gate_emitted(manifest: Manifest, judges: Judges, entries: Sequence[Resolved]) -> list[Resolved]:
+    """Every winner through the static gate for its arch, all kernels at once (compiles run in parallel; cached
+    verdicts cost nothing). A winner that fails is a :class:`CompileError`: nothing broken is emitted."""
+    gate = judges.gate
+    groups: dict[str, list[int]] = {}
+    for i, r in enumerate(entries):
+        groups.setdefault(r.spec.name, []).append(i)
+    with ThreadPoolExecutor(max_workers=max(1, len(groups))) as pool:
+        futures = {
+            name: pool.submit(
+                contextvars.copy_context().run,
+                gate.judge,
+                manifest,
+                entries[idx[0]].spec,
+                [(entries[i].arch, entries[i].candidate) for i in idx],
+            )
+            for name, idx in groups.items()
+        }
+        verdicts = {name: future.result() for name, future in futures.items()}
+    out = list(entries)
+    for name, idx in groups.items():
+        for i, result in zip(idx, verdicts[name], strict=True):
+            r = entries[i]
+            if not result.ok:
+                raise CompileError(
+                    f"{r.spec.name}/{r.arch}: the {r.state} winner ({r.provenance}) fails the static gate: "
+                    f"{result.status}\n{result.detail}"
+                )
+            emit(
+                Stage(
+                    "gate",
+                    r.spec.name,
+                    r.arch,
+                    done=True,
+                    detail=f"{result.gate.registers if result.gate else '?'} registers",
+                )
+            )
+            out[i] = replace(r, gate=result)
+    return out
+
+
+def _read_lock(manifest: Manifest, options: ResolveOptions) -> Lock | None:
+    """The verified lock; with ``recover_lock`` (and not ``locked``), what can be saved of a damaged one."""
+    try:
+        return load_lock(manifest)
+    except LockError as damage:
+        if not options.recover_lock or options.locked:
+            raise
+        return salvage_lock(manifest, damage).lock
+
+
+@dataclass(frozen=True)
+class _Looked:
+    """One question and what the lock or the cache answered without any work (None: a miss)."""
+
+    question: Question
+    hit: Resolved | Unresolved | None
+
+
+def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = None) -> Resolution:
+    """Resolve every kernel × arch; update the lock unless ``locked`` or told not to."""
+    options = options or ResolveOptions()
+    specs = [s for s in manifest.kernels if options.kernels is None or s.name in options.kernels]
+    unknown = sorted(set(options.kernels or []) - {s.name for s in manifest.kernels})
+    if unknown:
+        raise UsageError(
+            f"unknown kernel(s): {', '.join(unknown)} (declared: {', '.join(s.name for s in manifest.kernels)})"
+        )
+    if options.locked and options.refresh:
+        raise UsageError(
+            "--locked (or R1BUILD_LOCKED) uses only what the lock names and --refresh judges again: choose one"
+        )
+    if options.frozen and (options.refresh or options.recover_lock):
+        raise UsageError(
+            "--frozen (or R1BUILD_FROZEN) uses the lock as it is: it cannot be combined with --refresh or "
+            "rebuild the lock"
+        )
+    require_supported_archs(manifest, toolchain(), options.archs, cache)
+    path = lock_path(manifest)
+    lock = _read_lock(manifest, options)
+    if options.frozen and lock is None:
+        raise LockError(f"--frozen uses {path} as it is, and there is none; run `r1build lock` first")
+    plan = {s.name: [a for a in manifest.archs_of(s) if options.archs is None or a in options.archs] for s in specs}
+    if options.locked:
+        lock = require_fresh(manifest, lock, plan if (options.kernels or options.archs) else None)
+    judges = Judges(cache, options.use_gpu, options.cluster, manifest.settings.evaluation.connect_timeout_s)
+    run = Run(manifest, cache, options, judges, lock)
+    try:
+        looked: list[_Looked] = []
+        for spec in specs:
+            for arch in plan[spec.name]:
+                q = Question(spec, arch, decision_key(manifest, spec, arch))
+                looked.append(_Looked(q, lookup(run, q)))
+        misses = [x.question for x in looked if x.hit is None]
+        # the manifest's own candidates of each kernel with a miss, read once for the GPU's head start and the work
+        seeds: dict[str, list[Candidate]] = {}
+        if not options.locked and not options.frozen and misses:
+            from ..evaluate.variants import expand_variants
+
+            seeds = {q.spec.name: expand_variants(manifest, q.spec) for q in misses}
+            if not judges.endpoint(manifest, options):
+                judges.prepare([q.job(manifest, seeds[q.spec.name]) for q in misses])
+        outcomes: list[Resolved | Unresolved] = []
+        for x in looked:
+            if x.hit is not None:
+                outcomes.append(x.hit)
+                continue
+            q = x.question
+            if options.locked:  # lookup answers every current entry or raises; nothing may be judged anew
+                raise ResolveError(f"{q.spec.name}/{q.arch}: --locked and the lock has no usable entry for it")
+            kept = None
+            if options.refresh:  # what a refresh falls back to where nothing can judge this arch again
+                old = lookup(replace(run, options=replace(options, refresh=False)), q)
+                kept = old if isinstance(old, Resolved) else None
+            outcomes.append(work(run, q, seeds.get(q.spec.name, []), kept))
+        entries = _gate_emitted(manifest, judges, [o for o in outcomes if isinstance(o, Resolved)])
+        failed = [o for o in outcomes if isinstance(o, Unresolved)]
+    finally:
+        judges.close()
+    new_entries = {(e.name, e.arch): e for e in (lock.kernel if lock else [])}
+    declared = {(s.name, a) for s in manifest.kernels for a in manifest.archs_of(s)}
+    # where nothing may win, no entry is kept: the lock never names a rejected or pending winner
+    dropped = {(u.kernel, u.arch) for u in failed}
+    new_entries = {k: v for k, v in new_entries.items() if k in declared and k not in dropped}
+    for r in entries:
+        new_entries[(r.spec.name, r.arch)] = _lock_entry(manifest, r, new_entries.get((r.spec.name, r.arch)))
+    new_lock = Lock(manifest=manifest.path.name, kernel=sorted(new_entries.values(), key=lambda e: (e.name, e.arch)))
+    changed = False
+    as_is = options.locked or options.frozen
+    if options.write_lock and not as_is and (new_lock.kernel or path.exists()):
+        changed = write_lock(path, new_lock)
+    return Resolution(manifest, entries, new_lock if not as_is else (lock or new_lock), changed, failed)

@@ -1,0 +1,48 @@
+"""Where a winner's source text is found, verified by its digest: the cache, the vendored folder, or the
+manifest's own files (what a build without a cache, say from an sdist, can find)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ..cache import Cache
+from ..keys import digest_bytes
+from ..lock import find_vendored
+from ..manifest import KernelSpec, Manifest
+from ..records import SourceFrom
+
+
+def _manifest_file_with_digest(manifest: Manifest, spec: KernelSpec, digest: str) -> str | None:
+    for rel in [spec.baseline, *spec.candidates]:
+        if rel is None:
+            continue
+        data = (manifest.root / rel).read_bytes()
+        if digest_bytes(data) == digest:
+            return data.decode()
+    return None
+
+
+class WinnerSource(NamedTuple):
+    """A winner's source text, verified by its digest, and where it was read from."""
+
+    text: str
+    where: SourceFrom
+
+
+def source_for(manifest: Manifest, spec: KernelSpec, cache: Cache, digest: str) -> WinnerSource | None:
+    text = cache.get_text(digest)
+    if text is not None:
+        return WinnerSource(text, "cache")
+    return project_source(manifest, spec, digest)
+
+
+def project_source(manifest: Manifest, spec: KernelSpec, digest: str) -> WinnerSource | None:
+    """The source with ``digest`` from the project alone (the vendored folder, the manifest's own files), verified:
+    what a build with no cache, say from an sdist, can find."""
+    vendored = find_vendored(manifest.root / manifest.settings.vendor_dir, spec.name, digest)
+    if vendored is not None:
+        return WinnerSource(vendored, "vendored")
+    own = _manifest_file_with_digest(manifest, spec, digest)
+    if own is not None:
+        return WinnerSource(own, "repo")
+    return None
