@@ -16,11 +16,11 @@ import hashlib
 import json
 import os
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ToolchainError
+from .nvcc_lookup import NvccPlace, first_nvcc, nvcc_identity, nvcc_places
 from .settings import env_settings
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "gpu_archs",
     "gpu_archs_from_json",
     "nvcc_identity",
+    "nvcc_lookup",
     "toolchain",
     "version_digest",
 ]
@@ -64,28 +65,16 @@ class Toolchain:
 
 def find_nvcc() -> str:
     """nvcc from ``R1BUILD_NVCC``, ``CUDACXX``, ``CUDA_HOME``/``CUDA_PATH`` or ``PATH``."""
-    explicit = env_settings().nvcc or os.environ.get("CUDACXX")
-    if explicit:
-        return explicit
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        home = os.environ.get(var)
-        if home and (Path(home) / "bin" / "nvcc").is_file():
-            return str(Path(home) / "bin" / "nvcc")
-    found = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").is_file() else None)
+    found = first_nvcc(nvcc_lookup())
     if not found:
         raise ToolchainError("nvcc not found: put it on PATH or set CUDACXX / CUDA_HOME / R1BUILD_NVCC")
     return found
 
 
-def nvcc_identity(nvcc: str) -> str | None:
-    """The identity of the nvcc at ``nvcc``: the path, the file it resolves to, its size, modification and change
-    times and inode; None when it cannot be read."""
-    try:
-        real = Path(nvcc if os.sep in nvcc else (shutil.which(nvcc) or nvcc)).resolve()
-        st = real.stat()
-    except OSError:
-        return None
-    return f"{nvcc}\0{real}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0{st.st_ino}"
+def nvcc_lookup() -> list[NvccPlace]:
+    """The places :func:`find_nvcc` looks, in order (what a warm-build stamp keeps, to look again)."""
+    given = env_settings().nvcc or os.environ.get("CUDACXX")
+    return nvcc_places(given, [os.environ.get(var) for var in ("CUDA_HOME", "CUDA_PATH")])
 
 
 def _memo_file() -> Path:

@@ -22,27 +22,31 @@ settings ``r1build.locked``, ``r1build.frozen``, ``r1build.generate``, ``r1build
 ``r1build.cache-dir`` or the environment (``R1BUILD_LOCKED=1``, ``R1BUILD_FROZEN=1``, ``R1BUILD_GENERATE=1``,
 ``R1BUILD_OFFLINE=1``, ``R1BUILD_EVALUATE=1``, ``R1BUILD_CACHE_DIR``), see :mod:`r1build.build.options`.
 
-Every hook stands alone: frontends may call each in a fresh process, so nothing is kept between them.
+Every hook stands alone: frontends may call each in a fresh process, so nothing is kept between them. A warm
+locked ``build_wheel`` imports nothing of r1build but the warm-build stamp (:mod:`r1build.build.stamp`) until
+the stamp fails to hold: what it adds to scikit-build-core's own rebuild is a millisecond or two.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 from scikit_build_core import build as _skbuild
 
-from ..events import Note, emit
-from .boundary import frontend_boundary
-from .options import BuildOptions, ConfigSettings, split_settings
-from .stamp import forget_stamp, read_valid_stamp, write_stamp
+from .stamp import read_warm_stamp
+
+if TYPE_CHECKING:
+    from .options import BuildOptions, ConfigSettings
 
 __all__ = [
     "COMPILER_DEFINE",
     "KERNELS_DEFINE",
-    "BuildOptions",
+    "PREFIX",
     "build_editable",
     "build_sdist",
     "build_wheel",
@@ -51,15 +55,26 @@ __all__ = [
     "get_requires_for_build_wheel",
     "kernel_settings",
     "prepare_kernels",
+    "warm_kernel_settings",
 ]
 
+PREFIX = "r1build."
+"""Config settings under this prefix are r1build's (:mod:`r1build.build.options`); everything else is
+scikit-build-core's."""
 KERNELS_DEFINE = "cmake.define.R1BUILD_KERNELS_CMAKE"
 """The config setting that carries the generated CMake file to CMake as ``R1BUILD_KERNELS_CMAKE``."""
 COMPILER_DEFINE = "cmake.define.CMAKE_CUDA_COMPILER"
 """The config setting that hands CMake the nvcc the gate used, so the gate and the build use one compiler."""
+REUSED = "kernels and lock unchanged since the last locked build: using {}"
+"""The note of a build that uses the generated files of the last locked build as they are."""
 
 HookSettings: TypeAlias = "Mapping[str, str | list[str]] | None"
 """Config settings as a frontend hands them to a hook."""
+
+
+def _ours(config_settings: HookSettings) -> dict[str, str | list[str]]:
+    """r1build's config settings as given (``r1build.*``)."""
+    return {k: v for k, v in (config_settings or {}).items() if k.startswith(PREFIX)}
 
 
 def kernel_settings(config_settings: HookSettings, project_dir: Path | None = None) -> ConfigSettings:
@@ -69,21 +84,61 @@ def kernel_settings(config_settings: HookSettings, project_dir: Path | None = No
     A locked build whose inputs are all unchanged since the last locked build reuses its generated files (see
     :mod:`r1build.build.stamp`); every other build resolves.
     """
+    from .options import split_settings
+
     options, rest = split_settings(config_settings)
     project = (project_dir or Path.cwd()).resolve()
     rest[COMPILER_DEFINE] = _one_compiler(rest.get(COMPILER_DEFINE))
-    rest[KERNELS_DEFINE] = prepare_kernels(project, options).resolve().as_posix()
+    rest[KERNELS_DEFINE] = prepare_kernels(project, options, _ours(config_settings)).resolve().as_posix()
     return rest
 
 
-def prepare_kernels(project: Path, options: BuildOptions) -> Path:
+def warm_kernel_settings(config_settings: HookSettings) -> ConfigSettings | None:
+    """What :func:`kernel_settings` returns, when the stamp of the last locked build holds for these config
+    settings in the working directory (:func:`~r1build.build.stamp.read_warm_stamp`); None otherwise, and then
+    :func:`kernel_settings` decides. Nothing of r1build is imported here beyond the stamp."""
+    try:
+        warm = read_warm_stamp(Path.cwd().resolve(), _ours(config_settings))
+    except OSError:
+        return None
+    if warm is None:
+        return None
+    cmake_file, nvcc = warm
+    rest = {k: v for k, v in (config_settings or {}).items() if not k.startswith(PREFIX)}
+    compiler = _compiler(rest.get(COMPILER_DEFINE), nvcc)
+    if compiler is None:  # another nvcc named for CMake: kernel_settings says so
+        return None
+    rest[COMPILER_DEFINE] = compiler
+    rest[KERNELS_DEFINE] = cmake_file.resolve().as_posix()
+    from .boundary import StderrRenderer
+
+    StderrRenderer(verbose=False).line(REUSED.format(cmake_file.parent))
+    return rest
+
+
+def prepare_kernels(project: Path, options: BuildOptions, given: Mapping[str, str | list[str]] | None = None) -> Path:
     """The generated CMake file of ``project``: the last locked build's where its stamp holds, else resolved and
-    emitted now."""
+    emitted now (``given``: the ``r1build.*`` config settings that parsed to ``options``, which a stamp keeps
+    for :func:`build_wheel`'s warm path)."""
+    from ..events import Note, emit
+    from .stamp import read_valid_stamp
+
     cmake_file = read_valid_stamp(project, options)
     if cmake_file is not None:
-        emit(Note("info", f"kernels and lock unchanged since the last locked build: using {cmake_file.parent}"))
+        emit(Note("info", REUSED.format(cmake_file.parent)))
         return cmake_file
-    return _prepare(project, options)
+    return _prepare(project, options, given)
+
+
+def _compiler(given: str | list[str] | None, nvcc: str) -> str | None:
+    """``nvcc`` as CMake's ``CMAKE_CUDA_COMPILER`` (an absolute path); None when the config setting ``given``
+    names another compiler."""
+    path = shutil.which(nvcc) or nvcc
+    if given is not None:
+        value = given if isinstance(given, str) else given[-1]
+        if os.path.realpath(shutil.which(value) or value) != os.path.realpath(path):
+            return None
+    return str(Path(path).absolute())
 
 
 def _one_compiler(given: str | list[str] | None) -> str:
@@ -94,28 +149,25 @@ def _one_compiler(given: str | list[str] | None) -> str:
     judge code with one compiler and the build compile it with another. A ``CMAKE_CUDA_COMPILER`` given as a
     config setting must name the same nvcc, else :class:`~r1build.errors.ConfigError`.
     """
-    import os
-
     from ..errors import ConfigError
     from ..toolchain import find_nvcc
 
     found = find_nvcc()
-    path = shutil.which(found) or found
-    if given is not None:
-        value = given if isinstance(given, str) else given[-1]
-        other = shutil.which(value) or value
-        if os.path.realpath(other) != os.path.realpath(path):
-            raise ConfigError(
-                f"config setting {COMPILER_DEFINE}={value} is not the nvcc r1build gates with "
-                f"({path}); set R1BUILD_NVCC (or CUDACXX) to it, so the gate and the build use one "
-                "compiler"
-            )
-    return str(Path(path).absolute())
+    compiler = _compiler(given, found)
+    if compiler is None:
+        value = given if isinstance(given, str) else (given or [""])[-1]
+        raise ConfigError(
+            f"config setting {COMPILER_DEFINE}={value} is not the nvcc r1build gates with "
+            f"({shutil.which(found) or found}); set R1BUILD_NVCC (or CUDACXX) to it, so the gate and the build "
+            "use one compiler"
+        )
+    return compiler
 
 
-def _prepare(project: Path, options: BuildOptions) -> Path:
+def _prepare(project: Path, options: BuildOptions, given: Mapping[str, str | list[str]] | None) -> Path:
     """Resolve and emit; after a locked success, stamp the inputs so the next warm locked build can skip this."""
     from ..resolve import prepare_build
+    from .stamp import forget_stamp, write_stamp
 
     forget_stamp(project)
     cmake_file = prepare_build(
@@ -129,16 +181,25 @@ def _prepare(project: Path, options: BuildOptions) -> Path:
     )
     if options.locked:
         from ..manifest import find_manifest, load_manifest
-        from ..toolchain import toolchain
+        from ..toolchain import find_nvcc, nvcc_lookup
         from .inputs import manifest_inputs
 
         inputs = manifest_inputs(load_manifest(find_manifest(project), check_references=False))
-        write_stamp(project, options, inputs, cmake_file, toolchain().nvcc)
+        write_stamp(project, options, given, inputs, cmake_file, (find_nvcc(), nvcc_lookup()))
     return cmake_file
+
+
+def _boundary() -> AbstractContextManager[object]:
+    """:func:`~r1build.build.boundary.frontend_boundary`, imported when a hook needs it."""
+    from .boundary import frontend_boundary
+
+    return frontend_boundary()
 
 
 def _plain_settings(config_settings: HookSettings) -> ConfigSettings:
     """Config settings for hooks that resolve nothing: r1build's keys checked and taken out."""
+    from .options import split_settings
+
     _options, rest = split_settings(config_settings)
     return rest
 
@@ -157,9 +218,12 @@ def _for_sdist(config_settings: HookSettings) -> ConfigSettings:
 def build_wheel(
     wheel_directory: str, config_settings: HookSettings = None, metadata_directory: str | None = None
 ) -> str:
-    """PEP 517: resolve the kernels, then build the wheel with scikit-build-core; returns its file name."""
-    with frontend_boundary():
-        settings = kernel_settings(config_settings)
+    """PEP 517: resolve the kernels (unless a warm locked build's stamp holds), then build the wheel with
+    scikit-build-core; returns its file name."""
+    settings = warm_kernel_settings(config_settings)
+    if settings is None:
+        with _boundary():
+            settings = kernel_settings(config_settings)
     return _skbuild.build_wheel(wheel_directory, settings, metadata_directory)
 
 
@@ -170,8 +234,9 @@ def build_editable(
     that resolves the kernels again when their inputs change (:mod:`r1build.build.editable`), so a rebuild on
     import (scikit-build-core's ``editable.rebuild``) builds edited kernels too."""
     from .editable import write_editable
+    from .options import split_settings
 
-    with frontend_boundary():
+    with _boundary():
         settings = kernel_settings(config_settings)
         options, _rest = split_settings(config_settings)
         cmake_file = Path(str(settings[KERNELS_DEFINE]))
@@ -181,28 +246,28 @@ def build_editable(
 
 def build_sdist(sdist_directory: str, config_settings: HookSettings = None) -> str:
     """PEP 517: the sdist, carrying manifest, lock, references, sources and vendored winners, not ``.r1build/``."""
-    with frontend_boundary():
+    with _boundary():
         settings = _for_sdist(config_settings)
     return _skbuild.build_sdist(sdist_directory, settings)
 
 
 def get_requires_for_build_wheel(config_settings: HookSettings = None) -> list[str]:
     """PEP 517: scikit-build-core's extra requirements (cmake / ninja where the system has none)."""
-    with frontend_boundary():
+    with _boundary():
         settings = _plain_settings(config_settings)
     return _skbuild.get_requires_for_build_wheel(settings)
 
 
 def get_requires_for_build_editable(config_settings: HookSettings = None) -> list[str]:
     """PEP 660: as for a wheel."""
-    with frontend_boundary():
+    with _boundary():
         settings = _plain_settings(config_settings)
     return _skbuild.get_requires_for_build_editable(settings)
 
 
 def get_requires_for_build_sdist(config_settings: HookSettings = None) -> list[str]:
     """PEP 517: scikit-build-core's requirements for an sdist."""
-    with frontend_boundary():
+    with _boundary():
         settings = _plain_settings(config_settings)
     return _skbuild.get_requires_for_build_sdist(settings)
 
@@ -213,13 +278,13 @@ if hasattr(_skbuild, "prepare_metadata_for_build_wheel"):
 
     def prepare_metadata_for_build_wheel(metadata_directory: str, config_settings: HookSettings = None) -> str:
         """PEP 517: the wheel's metadata (no kernels needed); returns the ``.dist-info`` folder name."""
-        with frontend_boundary():
+        with _boundary():
             settings = _plain_settings(config_settings)
         return _skbuild.prepare_metadata_for_build_wheel(metadata_directory, settings)
 
     def prepare_metadata_for_build_editable(metadata_directory: str, config_settings: HookSettings = None) -> str:
         """PEP 660: the editable wheel's metadata."""
-        with frontend_boundary():
+        with _boundary():
             settings = _plain_settings(config_settings)
         return _skbuild.prepare_metadata_for_build_editable(metadata_directory, settings)
 

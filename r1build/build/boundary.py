@@ -3,7 +3,8 @@
 Frontends show a backend's stderr as it is, often inside a box of their own, so lines here are plain text
 with an ``r1build:`` prefix (no colour, no progress bars). An :class:`~r1build.errors.R1BuildError` becomes one
 clean message and ``SystemExit(exc.exit_code)``: a user error (exit 2) never shows a traceback. Anything else
-is a bug and keeps its traceback.
+is a bug and keeps its traceback. Importing this module costs nothing beyond the standard library: a warm
+build's one line is written through :meth:`StderrRenderer.line` before anything else of r1build is imported.
 """
 
 from __future__ import annotations
@@ -13,11 +14,10 @@ import logging
 import sys
 import time
 from collections.abc import Iterator
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from ..errors import R1BuildError
-from ..events import Event, Note, Progress, Stage, sink
-from ..settings import env_settings
+if TYPE_CHECKING:
+    from ..events import Event
 
 __all__ = ["StderrRenderer", "frontend_boundary"]
 
@@ -36,7 +36,11 @@ class StderrRenderer:
     ) -> None:
         self.stream = stream
         self.progress_every_s = progress_every_s
-        self.verbose = env_settings().verbose if verbose is None else verbose
+        if verbose is None:
+            from ..settings import env_settings
+
+            verbose = env_settings().verbose
+        self.verbose = verbose
         self._progress_shown: dict[str, float] = {}
 
     def line(self, text: str) -> None:
@@ -47,6 +51,8 @@ class StderrRenderer:
 
     def __call__(self, event: Event) -> None:
         """The event sink."""
+        from ..events import Note, Progress, Stage
+
         if isinstance(event, Note):
             where = "/".join(x for x in (event.kernel, event.arch) if x)
             level = "" if event.level == "info" else f"{event.level}: "
@@ -84,6 +90,10 @@ def _events_not_logged() -> Iterator[None]:
 @contextlib.contextmanager
 def frontend_boundary(renderer: StderrRenderer | None = None) -> Iterator[StderrRenderer]:
     """Install the stderr renderer as the event sink; turn r1build errors into a message and an exit code."""
+    from ..errors import R1BuildError
+    from ..events import sink
+    from ..settings import env_settings
+
     render = renderer or StderrRenderer(verbose=False)
     try:
         if renderer is None:

@@ -36,14 +36,13 @@ from typing import TypeAlias
 
 from ..errors import ConfigError
 from ..settings import env_settings, lock_mode, parse_flag
+from . import PREFIX
 
 __all__ = ["PREFIX", "BuildOptions", "ConfigSettings", "split_settings"]
 
 ConfigSettings: TypeAlias = dict[str, str | list[str]]
 """PEP 517 config settings as frontends pass them: a repeated key arrives as a list."""
 
-PREFIX = "r1build."
-"""Config settings under this prefix are r1build's; everything else is scikit-build-core's."""
 
 _KEYS = ("locked", "frozen", "generate", "offline", "evaluate", "cache-dir", "remote-cache")
 

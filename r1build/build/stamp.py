@@ -3,16 +3,25 @@
 A ``--locked`` build takes every kernel × arch from the lock, so its output is a function of files on disk: the
 manifest, the lock (which names every winner by digest), the references, the hand-written sources, the
 vendored winners, and the toolchain that gated them. After a locked ``prepare_build`` succeeds, the backend
-records the digests of all of those, of the generated files, of ``nvcc --version`` (remembered by the binary's
-identity, see :mod:`r1build.toolchain`) and of the build's context (r1build's own code, options, environment) in
-``.r1build/build-stamp.json``. The next locked build of the project checks them (hashing a few small files: a
-few milliseconds) and, when every
-one matches, uses the generated CMake file as it is instead of opening the cache and resolving again: a warm
-rebuild then costs what a plain scikit-build-core rebuild costs.
+records in ``.r1build/build-stamp.json``: the digests of all of those and of the generated files; the nvcc (the
+places it was looked for, in order, the one found, and that binary's identity: path, real file, size, times and
+inode, as the remembered ``nvcc --version`` is keyed in :mod:`r1build.toolchain`); the build's context
+(r1build's own code by its files' sizes and times, the Python, the project folder, the ``R1BUILD_*``, ``PATH``
+and CUDA variables); and the options, both as the ``r1build.*`` config settings were given and as parsed.
+
+The next locked build of the project checks all of it (a few small files hashed, a folder walked, a few
+``stat`` calls: about a millisecond) and, when every one matches, uses the generated CMake file as it is instead
+of opening the cache and resolving again: a warm rebuild then costs what a plain scikit-build-core rebuild
+costs. The backend's ``build_wheel`` asks first with the config settings as given (:func:`read_warm_stamp`: the
+same settings in the same context parse to the same options, which were locked when the stamp was written), so
+a warm build imports nothing of r1build but this module; everything else asks with the parsed options
+(:func:`read_valid_stamp`).
 
 Unlocked builds neither write nor read a stamp: without ``--locked`` the cache can change a kernel's winner (an
 imported bundle, a decision made by ``r1build resolve``) without any file here changing. Anything unreadable,
 missing or different means "resolve again"; a stamp only ever skips work whose result is proven unchanged.
+This module imports the standard library and r1build's light :mod:`~r1build.fingerprint` and
+:mod:`~r1build.nvcc_lookup` only.
 """
 
 from __future__ import annotations
@@ -21,34 +30,58 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeAlias, TypedDict
 
 from .. import __version__
 from ..fingerprint import code_fingerprint, path_digest
-from .options import BuildOptions
+from ..nvcc_lookup import first_nvcc, nvcc_identity
 
-__all__ = ["STAMP_NAME", "Stamp", "build_context", "path_digest", "read_valid_stamp", "write_stamp"]
+if TYPE_CHECKING:
+    from .options import BuildOptions
+
+__all__ = [
+    "STAMP_NAME",
+    "Stamp",
+    "build_context",
+    "forget_stamp",
+    "path_digest",
+    "read_valid_stamp",
+    "read_warm_stamp",
+    "write_stamp",
+]
 
 STAMP_NAME = "build-stamp.json"
 """The stamp's file name inside the project's ``.r1build/`` folder."""
 
-_FORMAT = 1
+_FORMAT = 2
 _ENV_KEYS = ("PATH", "CUDACXX", "CUDA_HOME", "CUDA_PATH")
 _ALWAYS = ("kernels.toml", "pyproject.toml")  # where a manifest may be found: a new one changes the answer
 
+Given: TypeAlias = "Mapping[str, str | list[str]]"
+"""r1build's config settings (``r1build.*``) as a frontend passed them."""
 
-@dataclass(frozen=True, kw_only=True)
-class Stamp:
-    """What one successful locked resolution depended on and produced."""
+
+class Stamp(TypedDict):
+    """What one successful locked resolution depended on and produced (the stamp file's JSON object)."""
 
     format: int
     """Stamp format version."""
     context: str
-    """Digest of r1build's code (file sizes and times), the options, the relevant environment and Python."""
+    """Digest of r1build's code (file sizes and times), the Python, the project folder and the environment's
+    ``R1BUILD_*``, ``PATH`` and CUDA variables."""
+    given: dict[str, str | list[str]] | None
+    """The ``r1build.*`` config settings the build was given (None: not known, e.g. an editable install's
+    refresh, which has its recorded options only)."""
+    options: str
+    """The options they parsed to (their repr)."""
     nvcc: str
-    """The nvcc that gated the winners."""
+    """The nvcc that gated the winners (CMake's CUDA compiler too)."""
+    nvcc_places: list[list[str]]
+    """Where it was looked for, in order (:func:`r1build.nvcc_lookup.nvcc_places`)."""
+    nvcc_identity: str
+    """Its identity (:func:`r1build.nvcc_lookup.nvcc_identity`): another binary behind the path is another nvcc."""
     toolchain: str
     """sha256 of its ``--version`` output."""
     inputs: dict[str, str | None]
@@ -59,18 +92,22 @@ class Stamp:
     """Project-relative path of the generated CMake file."""
 
 
-def build_context(options: BuildOptions) -> str:
-    """Digest of everything besides project files that a locked resolution's outcome could depend on."""
-    parts = [f"r1build {__version__}", sys.executable, sys.version, repr(options)]
+_FIELDS = frozenset(Stamp.__annotations__)
+
+
+def build_context(project: Path) -> str:
+    """Digest of everything besides project files and options that a locked resolution's outcome could depend on."""
+    parts = [f"r1build {__version__}", sys.executable, sys.version, str(project)]
     parts += [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("R1BUILD_") or k in _ENV_KEYS]
     parts += code_fingerprint()
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
-def _toolchain_digest(nvcc: str) -> str | None:
-    from ..toolchain import version_digest
-
-    return version_digest(nvcc)
+def _given(given: Given | None) -> dict[str, str | list[str]] | None:
+    """``given`` as JSON keeps it (lists as lists)."""
+    if given is None:
+        return None
+    return {k: v if isinstance(v, str) else list(v) for k, v in sorted(given.items())}
 
 
 def _stamp_file(project: Path) -> Path:
@@ -84,52 +121,104 @@ def _relative(project: Path, path: Path) -> str | None:
         return None
 
 
-def read_valid_stamp(project: Path, options: BuildOptions) -> Path | None:
-    """The generated CMake file when a stamp proves the last locked resolution still holds; else None."""
-    if not options.locked:
-        return None
+def _load(project: Path) -> Stamp | None:
     try:
         data = json.loads(_stamp_file(project).read_text(encoding="utf-8"))
-        stamp = Stamp(**data)
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError):
         return None
-    if stamp.format != _FORMAT:
+    if not isinstance(data, dict) or data.keys() != _FIELDS or data["format"] != _FORMAT:
         return None
-    if stamp.context != build_context(options):
-        return None
-    inputs = dict(stamp.inputs)
-    for name in _ALWAYS:
-        inputs.setdefault(name, None)
-    cmake_file = project / stamp.cmake_file
-    unchanged = (
-        all(path_digest(project / rel) == digest for rel, digest in inputs.items())
-        and cmake_file.is_file()
-        and path_digest(cmake_file.parent) == stamp.outputs
-    )
-    return cmake_file if unchanged and _toolchain_digest(stamp.nvcc) == stamp.toolchain else None
+    stamp: Stamp = data  # type: ignore[assignment]  # its keys checked just now, its values where they are used
+    return stamp
 
 
-def write_stamp(project: Path, options: BuildOptions, inputs: Iterable[Path], cmake_file: Path, nvcc: str) -> bool:
-    """Record a successful locked resolution; False (and no stamp) when unlocked or something cannot be
-    recorded."""
+def _holds(project: Path, stamp: Stamp) -> Path | None:
+    """The generated CMake file when the context, the nvcc, the inputs and the generated files are as recorded."""
+    try:
+        if stamp["context"] != build_context(project):
+            return None
+        nvcc = first_nvcc(stamp["nvcc_places"])
+        if nvcc is None or nvcc != stamp["nvcc"] or nvcc_identity(nvcc) != stamp["nvcc_identity"]:
+            return None
+        inputs = dict(stamp["inputs"])
+        for name in _ALWAYS:
+            inputs.setdefault(name, None)
+        if any(path_digest(project / rel) != digest for rel, digest in inputs.items()):
+            return None
+        cmake_file = project / stamp["cmake_file"]
+        if not cmake_file.is_file() or path_digest(cmake_file.parent) != stamp["outputs"]:
+            return None
+    except (OSError, TypeError, ValueError, AttributeError):  # unreadable, or a stamp of the wrong shape
+        return None
+    return cmake_file
+
+
+def read_valid_stamp(project: Path, options: BuildOptions) -> Path | None:
+    """The generated CMake file when a stamp proves the last locked resolution still holds for a build with
+    ``options``; else None."""
+    if not options.locked:
+        return None
+    stamp = _load(project)
+    if stamp is None or stamp["options"] != repr(options):
+        return None
+    return _holds(project, stamp)
+
+
+def read_warm_stamp(project: Path, given: Given) -> tuple[Path, str] | None:
+    """The generated CMake file and the nvcc when a stamp proves the last locked resolution still holds for a
+    build given the ``r1build.*`` config settings ``given`` (options not parsed: the stamp's were the same
+    settings in the same context, and locked); else None."""
+    stamp = _load(project)
+    if stamp is None or stamp["given"] is None or stamp["given"] != _given(given):
+        return None
+    cmake_file = _holds(project, stamp)
+    return None if cmake_file is None else (cmake_file, stamp["nvcc"])
+
+
+def write_stamp(
+    project: Path,
+    options: BuildOptions,
+    given: Given | None,
+    inputs: Iterable[Path],
+    cmake_file: Path,
+    nvcc: tuple[str, Sequence[Sequence[str]]],
+) -> bool:
+    """Record a successful locked resolution that gated with ``nvcc`` (the path and the places it was found
+    from); False (and no stamp) when unlocked or something cannot be recorded."""
+    from ..toolchain import version_digest
+
     target = _stamp_file(project)
+    path, places = nvcc
     rel_cmake = _relative(project, cmake_file)
-    toolchain = _toolchain_digest(nvcc)
+    identity = nvcc_identity(path)
+    toolchain = version_digest(path)
     recorded: dict[str, str | None] = {name: path_digest(project / name) for name in _ALWAYS}
-    for path in inputs:
-        rel = _relative(project, path)
+    for input_path in inputs:
+        rel = _relative(project, input_path)
         if rel is None:  # outside the project: cannot be watched from here
             target.unlink(missing_ok=True)
             return False
-        recorded[rel] = path_digest(path)
+        recorded[rel] = path_digest(input_path)
     outputs = path_digest(cmake_file.parent)
-    if not options.locked or rel_cmake is None or toolchain is None or outputs is None:
+    if (
+        not options.locked
+        or rel_cmake is None
+        or toolchain is None
+        or outputs is None
+        or identity is None
+        or identity != nvcc_identity(path)  # replaced while it was asked
+        or first_nvcc(places) != path
+    ):
         target.unlink(missing_ok=True)
         return False
     stamp = Stamp(
         format=_FORMAT,
-        context=build_context(options),
-        nvcc=nvcc,
+        context=build_context(project),
+        given=_given(given),
+        options=repr(options),
+        nvcc=path,
+        nvcc_places=[list(place) for place in places],
+        nvcc_identity=identity,
         toolchain=toolchain,
         inputs=dict(sorted(recorded.items())),
         outputs=outputs,
@@ -138,7 +227,7 @@ def write_stamp(project: Path, options: BuildOptions, inputs: Iterable[Path], cm
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(json.dumps(asdict(stamp), indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        tmp.write_text(json.dumps(stamp, indent=1, sort_keys=True) + "\n", encoding="utf-8")
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)

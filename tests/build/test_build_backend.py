@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import io
+import json
+import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
-from r1build.build import KERNELS_DEFINE, kernel_settings
+from r1build.build import COMPILER_DEFINE, KERNELS_DEFINE, kernel_settings, warm_kernel_settings
 from r1build.build.boundary import StderrRenderer, frontend_boundary
 from r1build.build.options import BuildOptions, split_settings
 from r1build.build.sdist import sdist_settings
@@ -296,6 +300,12 @@ def test_a_warm_locked_build_reuses_the_generated_files(locked_tiny: Path) -> No
     assert not _reused(_build_events(locked_tiny, {}))
 
 
+def _warm(project: Path, settings: Mapping[str, str | list[str]], monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Whether ``build_wheel``'s warm path (config settings as given, nothing parsed) uses the stamp."""
+    monkeypatch.chdir(project)
+    return warm_kernel_settings(settings) is not None
+
+
 @pytest.mark.parametrize(
     "change",
     [
@@ -304,6 +314,8 @@ def test_a_warm_locked_build_reuses_the_generated_files(locked_tiny: Path) -> No
         "vendored file edited",
         "vendored file added",
         "baseline edited",
+        "manifest edited",
+        "lock edited",
         "environment",
         "manifest removed",
     ],
@@ -313,6 +325,7 @@ def test_any_change_to_what_resolution_reads_means_resolving_again(
 ) -> None:
     locked = {"r1build.locked": "1"}
     _build_events(locked_tiny, locked)
+    assert _warm(locked_tiny, locked, monkeypatch)
     generated = locked_tiny / ".r1build" / "generated"
     vendored = locked_tiny / "kernels" / "_r1build"
     (vendored_file,) = vendored.glob("scale__*.cu")
@@ -328,13 +341,21 @@ def test_any_change_to_what_resolution_reads_means_resolving_again(
     elif change == "baseline edited":
         baseline = locked_tiny / "scale.cu"
         baseline.write_text(baseline.read_text() + "// edited\n")
+    elif change == "manifest edited":  # a comment: flags, archs and tolerances live here too
+        toml = locked_tiny / "kernels.toml"
+        toml.write_text(toml.read_text() + "\n# edited\n")
+    elif change == "lock edited":
+        lock = locked_tiny / "kernels.lock"
+        lock.write_text(lock.read_text() + "\n# edited\n")
     elif change == "environment":
         monkeypatch.setenv("R1BUILD_SOMETHING", "1")
     if change == "manifest removed":
         (locked_tiny / "kernels.toml").rename(locked_tiny / "manifest.toml")
+        assert not _warm(locked_tiny, locked, monkeypatch)
         with pytest.raises(ManifestError):
             _build_events(locked_tiny, locked)
         return
+    assert not _warm(locked_tiny, locked, monkeypatch)
     if change == "baseline edited":  # the lock no longer fits: resolving again says so
         with pytest.raises(StaleLockError, match="scale/sm_90"):
             _build_events(locked_tiny, locked)
@@ -344,6 +365,62 @@ def test_any_change_to_what_resolution_reads_means_resolving_again(
     assert _gated(again)
     assert generated_file.read_text() == (locked_tiny / ".r1build" / "generated" / generated_file.name).read_text()
     assert _reused(_build_events(locked_tiny, locked))
+    assert _warm(locked_tiny, locked, monkeypatch)
+
+
+def test_the_warm_path_needs_the_same_config_settings_and_compiler(
+    locked_tiny: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _build_events(locked_tiny, {"r1build.locked": "1"})
+    assert _warm(locked_tiny, {"r1build.locked": "1", "cmake.build-type": "Release"}, monkeypatch)
+    # other r1build settings, even ones that parse to the same options: the warm path does not parse them
+    assert not _warm(locked_tiny, {"r1build.locked": "true"}, monkeypatch)
+    assert _reused(_build_events(locked_tiny, {"r1build.locked": "true"}))  # the parsed options are the same
+    assert not _warm(locked_tiny, {}, monkeypatch)
+    # CMake told to use another compiler: the full path refuses it
+    other = {"r1build.locked": "1", COMPILER_DEFINE: "/usr/bin/true"}
+    assert not _warm(locked_tiny, other, monkeypatch)
+    with pytest.raises(ConfigError, match="is not the nvcc r1build gates with"):
+        _build_events(locked_tiny, other)
+
+
+def test_a_warm_build_imports_nothing_of_r1build_but_the_stamp(locked_tiny: Path) -> None:
+    _build_events(locked_tiny, {"r1build.locked": "1"})
+    code = (
+        "import json, sys, r1build.build as b\n"
+        "settings = b.warm_kernel_settings({'r1build.locked': '1'})\n"
+        "print(json.dumps([settings, sorted(m for m in sys.modules if m.startswith('r1build'))]))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=locked_tiny, capture_output=True, text=True, check=True, env=dict(os.environ)
+    )
+    settings, modules = json.loads(proc.stdout)
+    assert settings[KERNELS_DEFINE].endswith("r1build_kernels.cmake") and settings[COMPILER_DEFINE]
+    assert "kernels and lock unchanged since the last locked build" in proc.stderr
+    light = {"r1build.build.stamp", "r1build.build.boundary", "r1build.fingerprint", "r1build.nvcc_lookup"}
+    assert set(modules) == {"r1build", "r1build.build", *light}
+
+
+def test_a_new_nvcc_ahead_on_path_means_resolving_again(
+    locked_tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = shutil.which("nvcc")
+    assert real is not None
+    for var in ("R1BUILD_NVCC", "CUDACXX", "CUDA_HOME", "CUDA_PATH"):
+        monkeypatch.delenv(var, raising=False)
+    ahead = tmp_path / "ahead"
+    ahead.mkdir()
+    monkeypatch.setenv("PATH", f"{ahead}{os.pathsep}{os.environ['PATH']}")
+    locked = {"r1build.locked": "1"}
+    _build_events(locked_tiny, locked)
+    assert _warm(locked_tiny, locked, monkeypatch)
+    # the same environment, but PATH now finds another nvcc first: the gate would use it
+    (ahead / "nvcc").write_text(f'#!/bin/sh\nexec {real} "$@"\n')
+    (ahead / "nvcc").chmod(0o755)
+    assert not _warm(locked_tiny, locked, monkeypatch)
+    again = _build_events(locked_tiny, locked)
+    assert not _reused(again) and _gated(again)
+    assert _warm(locked_tiny, locked, monkeypatch)
 
 
 def test_a_different_toolchain_means_resolving_again(
@@ -362,5 +439,6 @@ def test_a_different_toolchain_means_resolving_again(
     wrapper.write_text(
         f'#!/bin/sh\n[ "$1" = --version ] && {{ {real} --version; echo patched; exit 0; }}\nexec {real} "$@"\n'
     )
+    assert not _warm(locked_tiny, locked, monkeypatch)
     again = _build_events(locked_tiny, locked)
     assert not _reused(again) and _gated(again)
