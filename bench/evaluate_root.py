@@ -281,6 +281,7 @@ def breakdown(run: dict[str, Any]) -> list[str]:
         ("static gate (nvcc per arch, ptxas report, symbols)", "gate_s"),
         ("shared-library builds (nvcc, symbol check, link)", "build_s"),
         (f"compute-sanitizer ({int(st.get('sanitizer_runs', 0))} runs)", "sanitizer_s"),
+        ("judging what the timed calls left (benchmark shapes)", "judge_bench_s"),
     ]
     gpu = [
         ("waiting for builds and the gate", "wait_build_s"),
@@ -288,6 +289,7 @@ def breakdown(run: dict[str, Any]) -> list[str]:
         ("waiting for compute-sanitizer", "wait_sanitizer_s"),
         ("floors and the cupy reference", "reference_s"),
         ("timing candidates", "time_candidates_s"),
+        ("waiting for the judging of the timed calls", "wait_judge_s"),
     ]
     lines = [
         f"Per candidate (run 1, {run['candidates']} candidates, {run['wall_s']:.1f} s wall):",

@@ -169,6 +169,7 @@ class GpuEvaluator:
             cache=lambda: self.cache,
             submit=self._submit,
             note=self._note,
+            count=self._count,
             root=self._root,
             seed=seed,
             call_timeout_s=call_timeout_s,
@@ -191,8 +192,8 @@ class GpuEvaluator:
     def stats(self) -> dict[str, float]:
         """Counters of this evaluator's work (candidates, built, checked, timed, worker restarts, sanitizer
         runs and splits) and seconds per phase: on the CPU pool ``gate_s``, ``build_s``, ``sanitizer_s`` (summed
-        over threads); on the GPU thread ``wait_build_s``, ``checks_s``, ``wait_sanitizer_s``, ``reference_s``,
-        ``time_candidates_s``."""
+        over threads) and ``judge_bench_s``; on the GPU thread ``wait_build_s``, ``checks_s``,
+        ``wait_sanitizer_s``, ``reference_s``, ``time_candidates_s``, ``wait_judge_s``."""
         with self._lock:
             return {**self._stats, "worker_restarts": sum(s.restarts for s in self._slots)}
 
@@ -511,17 +512,22 @@ class GpuEvaluator:
         reference_us = self._timer.reference_us(state.job, slot)
         self._phase("reference_s", start)
         start = time.perf_counter()
-        for entry in survivors:
+        judged = []
+        for entry in survivors:  # the GPU times one after another; the CPU pool judges what each left
             assert entry.library is not None
             lib = entry.library.result()
             assert isinstance(lib, Library)
-            outcome = self._timer.time(state.job, slot, lib, state.bench, floors)
+            judged.append(self._timer.time(state.job, slot, lib, state.bench, floors))
+        self._phase("time_candidates_s", start)
+        start = time.perf_counter()
+        for entry, future in zip(survivors, judged, strict=True):
+            outcome = future.result()
             if isinstance(outcome, list):
                 entry.stats = outcome
                 self._count("timed", 1)
             else:
                 entry.result = self._result(state, entry, outcome.status, outcome.detail)
-        self._phase("time_candidates_s", start)
+        self._phase("wait_judge_s", start)
         baseline_us = None
         if state.job.baseline is not None:
             base = next((e for e in state.entries if e.candidate.digest == state.job.baseline.digest), None)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
@@ -16,10 +17,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import EvaluationError
 from ..judge import Job
+from ..manifest.model import KernelSpec
 from ..manifest.reference import load_reference
 from .bench_checks import BenchPlan, implausible, judge_bench, plan_bench, shape_requests
 from .checks import Verdict
-from .child.messages import FloorsRequest, TimeReply
+from .child.messages import FloorsRequest, TimedShape, TimeReply
 from .floors import FLOORS_NAMESPACE, DeviceFloors
 from .library import Library
 from .process import WorkerDied, WorkerTimedOut
@@ -42,6 +44,7 @@ class Timer:
         cache: Callable[[], Cache],
         submit: Callable[..., Future[Any]],
         note: Callable[..., None],
+        count: Callable[[str, float], None],
         root: Path,
         seed: int,
         call_timeout_s: float,
@@ -51,6 +54,7 @@ class Timer:
         self._cache = cache
         self._submit = submit
         self._note = note
+        self._count = count
         self._root = root
         self._seed = seed
         self._call_timeout_s = call_timeout_s
@@ -113,38 +117,60 @@ class Timer:
 
     def time(
         self, job: Job, slot: Slot, lib: Library, bench: Future[BenchPlan], floors: DeviceFloors | None
-    ) -> Verdict | list[SampleStats]:
+    ) -> Future[Verdict | list[SampleStats]]:
         """Samples of one candidate at every benchmark shape, or why it fails there (what the timed calls left,
-        a time below the hardware floor, a hang or a crash)."""
+        a time below the hardware floor, a hang or a crash). The GPU part runs now; what the calls left is
+        judged on the CPU pool (the future), so the GPU times the next candidate meanwhile."""
         spec = job.spec
+        done: Future[Verdict | list[SampleStats]] = Future()
         try:
             plan = bench.result()
         except EvaluationError as exc:
-            return Verdict("crashed", f"the reference failed at the benchmark shapes: {exc}")
+            done.set_result(Verdict("crashed", f"the reference failed at the benchmark shapes: {exc}"))
+            return done
         out_dir = slot.workdir / "bench-out" / lib.digest[:24]
         try:
             failed = slot.load(spec, lib, timeout_s=self._call_timeout_s)
             if failed is not None:
-                return Verdict("crashed", failed)
+                done.set_result(Verdict("crashed", failed))
+                return done
             header = time_request(library_key(lib), shape_requests(spec, plan, out_dir), budget_s=self._budget_s)
             reply, _ = slot.request(header, timeout_s=self.timeout_s)
             if not reply.get("ok"):
                 error = str(reply.get("error"))
                 if error.startswith("returned"):
-                    return Verdict("incorrect", f"while timing at the benchmark shapes: the call {error}")
-                return Verdict("crashed", f"while timing at the benchmark shapes: {error}")
-            shapes = cast(TimeReply, reply)["shapes"]
-            verdict = judge_bench(spec, plan, shapes)
+                    verdict = Verdict("incorrect", f"while timing at the benchmark shapes: the call {error}")
+                else:
+                    verdict = Verdict("crashed", f"while timing at the benchmark shapes: {error}")
+                done.set_result(verdict)
+                shutil.rmtree(out_dir, ignore_errors=True)
+                return done
         except WorkerTimedOut:
-            return Verdict(
-                "timed_out",
-                f"at a benchmark shape a call made no progress for {self.timeout_s:g} "
-                "s; the worker was killed (a deadlock between blocks at the benchmark size?)",
+            shutil.rmtree(out_dir, ignore_errors=True)
+            done.set_result(
+                Verdict(
+                    "timed_out",
+                    f"at a benchmark shape a call made no progress for {self.timeout_s:g} "
+                    "s; the worker was killed (a deadlock between blocks at the benchmark size?)",
+                )
             )
+            return done
         except WorkerDied as exc:
-            return Verdict("crashed", f"the worker process died while timing ({exc}): {exc.log[-600:]}")
+            shutil.rmtree(out_dir, ignore_errors=True)
+            done.set_result(Verdict("crashed", f"the worker process died while timing ({exc}): {exc.log[-600:]}"))
+            return done
+        return self._submit(self._judge, spec, plan, cast(TimeReply, reply)["shapes"], floors, out_dir)
+
+    def _judge(
+        self, spec: KernelSpec, plan: BenchPlan, shapes: list[TimedShape], floors: DeviceFloors | None, out_dir: Path
+    ) -> Verdict | list[SampleStats]:
+        """What the timed calls left, and whether the times are possible (on the CPU pool)."""
+        start = time.perf_counter()
+        try:
+            verdict = judge_bench(spec, plan, shapes)
         finally:
             shutil.rmtree(out_dir, ignore_errors=True)
+            self._count("judge_bench_s", time.perf_counter() - start)
         if verdict is not None:
             return verdict
         stats = [summarize(s["samples_us"]) for s in shapes]

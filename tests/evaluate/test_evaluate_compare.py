@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from numpy.typing import NDArray
 
 from r1build.evaluate.compare import check_guards, check_unchanged, compare_output
@@ -128,3 +129,40 @@ def test_integer_outputs() -> None:
     raw[lay.start : lay.start + 4] = poison
     found = compare_output(lay, bytes(raw), ref, Tolerance(0, 0), poison)
     assert found is not None and found.kind == "unwritten"
+
+
+def test_the_quick_path_accepts_only_what_the_full_rules_accept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outputs near the tolerance, with NaN, infinities and poison: the verdict with the quick path is the
+    verdict of the full rules alone."""
+    from r1build.evaluate import compare
+    from r1build.evaluate.inputs import ArrayLayout, poison_bytes
+    from r1build.manifest.model import Tolerance
+
+    rng = np.random.default_rng(7)
+    tol = Tolerance(rtol=1e-5, atol=1e-6)
+    poison = poison_bytes("float32", 0)
+    cases = []
+    for k in range(60):
+        want = rng.standard_normal(4096)
+        got = want.astype(np.float32)
+        bump = rng.integers(0, 4)
+        i = int(rng.integers(0, want.size))
+        if bump == 1:  # just inside or just outside one element's tolerance
+            got[i] = np.float32(want[i] + (1.0 + rng.uniform(-0.5, 0.5) * 1e-1) * (1e-6 + 1e-5 * abs(want[i])))
+        elif bump == 2:
+            got[i] = np.nan if k % 2 else np.inf
+        elif bump == 3:
+            got = got.copy()
+            got.view(np.uint8).reshape(-1, 4)[i] = np.frombuffer(poison, dtype=np.uint8)
+        if k % 7 == 0:
+            want[i] = np.nan
+        cases.append((got, want))
+    for got, want in cases:
+        data = got.tobytes()
+        layout = ArrayLayout("y", "out", "float32", want.shape, len(data), 0, 0, 0)
+        quick = compare.compare_output(layout, data, want, tol, poison)
+        with monkeypatch.context() as m:
+            m.setattr(compare, "_clearly_matches", lambda *a, **k: False)
+            full = compare.compare_output(layout, data, want, tol, poison)
+        assert (quick is None) == (full is None)
+        assert quick == full
