@@ -11,7 +11,9 @@ What other stages call:
 Modules: :mod:`.providers` (profiles, endpoint, keys and their redaction), :mod:`.client` (one sample,
 retries, the shared pause and circuit breaker, deadlines), :mod:`.budget` (stop reasons, the token and money
 ledger), :mod:`.prompts`, :mod:`.extract` (code out of answers, normalized digests, tunables),
-:mod:`.controller` (rounds, feedback, stops), :mod:`.transcripts`.
+:mod:`.pool` (the distinct candidates of a search, the one path from an answer to candidates, ranking),
+:mod:`.controller` (rounds, feedback, stops), :mod:`.stored_search` (a search from stored transcripts),
+:mod:`.outcome` (what a search produced and spent), :mod:`.transcripts`.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from .providers import PROFILES, Endpoint, endpoint_configured, resolve_endpoint
 if TYPE_CHECKING:
     from ..perfmodel import PerfModel
     from ..profile import Profiler
-    from .controller import SearchOutcome, Usage
+    from .outcome import SearchOutcome, Usage
 
 __all__ = [
     "PROFILES",

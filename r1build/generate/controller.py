@@ -30,11 +30,12 @@ stored in the cache, and the search links them under its decision key however it
 Ctrl-C), so ``r1build replay`` finds them. The controller knows nothing of how candidates are judged: it calls an
 :class:`~r1build.judge.Evaluator`.
 
-The pieces, in the order a reader meets them: :class:`_Pool` holds the distinct candidates a search knows, in
-preference order (:class:`Order`), with their results, and ranks them; :func:`_read_answer` and
-:meth:`_Pool.admit_answer` are the one path from an answer to candidates, taken by the live search and by
-:func:`replay_search` alike; :class:`_Search` runs the rounds (plans, samples, stops) around a pool. Budgets (stop
-reasons, the token and money ledger) are :mod:`.budget`'s.
+The pieces, in the order a reader meets them: :class:`~.pool.Pool` (:mod:`.pool`) holds the distinct candidates
+a search knows, in preference order (:class:`~.pool.Order`), with their results, and ranks them;
+:func:`~.pool.read_answer` and :meth:`~.pool.Pool.admit_answer` are the one path from an answer to candidates,
+taken by the live search and by :func:`~.stored_search.replay_search` (:mod:`.stored_search`) alike;
+:class:`_Search`, here, runs the rounds (plans, samples, stops) around a pool. What a search produced and spent is
+:mod:`.outcome`'s; budgets (stop reasons, the token and money ledger) are :mod:`.budget`'s.
 """
 
 from __future__ import annotations
@@ -46,22 +47,25 @@ import random
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from ..cache import Cache
-from ..errors import EndpointSilentError, EvaluationError, R1BuildError
+from ..errors import EndpointSilentError, R1BuildError
 from ..events import Level, Note, Progress, Stage, emit
-from ..judge import Evaluator, Job
-from ..keys import canonical_json, decision_key
+from ..judge import Evaluator
+from ..keys import decision_key
 from ..manifest.model import KernelSpec, Manifest
-from ..records import Candidate, Origin, Result
+from ..records import Candidate
 from .budget import Ledger, Reservation, StopReason, estimate_tokens
-from .client import Attempt, ChatClient, Exchange, FaultKind, Meter, Pacer, describe_faults
-from .extract import Extraction, complete_part, extract_source, normalized_digest, strip_think, tunable_variants
+from .client import Attempt, ChatClient, Exchange, Meter, Pacer, describe_faults
+from .extract import Extraction, complete_part, strip_think
+from .outcome import SampleLoss, SearchOutcome, Usage
+from .pool import Known, Order, Pool, outcome_of, read_answer
 from .prompts import DEFAULT_DIRECTIONS, Judged, feedback_prompt, task_prompt
 from .providers import Endpoint
-from .transcripts import link_transcripts, load_transcript, store_transcript, transcript_payload
+from .stored_search import replay_search
+from .transcripts import link_transcripts, store_transcript, transcript_payload
 
 if TYPE_CHECKING:
     from ..perfmodel import PerfModel
@@ -74,124 +78,6 @@ MIN_GAIN = 0.02
 
 FINALISTS = 2
 """With a profiler, the fastest candidates of each round (and of the seeds) profiled under Nsight Compute."""
-
-FAILED = ("compile_error", "rejected", "incorrect", "crashed", "timed_out")
-
-SampleLoss = Literal[
-    "truncated",  # the answer was cut off at max_tokens
-    "no_code",  # the answer had no CUDA code block
-    "content_filter",  # the provider's filter stopped the answer
-    "cancelled",  # interrupted or ended by a fatal error while in flight
-    "gave_up",  # every attempt failed (the faults are counted by kind too)
-    "kept_partial",  # not a loss: an answer cut off mid-stream whose complete code was kept
-    "missing_transcript",  # replay: a transcript blob is gone
-]
-"""Why a sample gave no candidate (besides the faults of its attempts, counted by
-:data:`~r1build.generate.client.FaultKind`)."""
-
-
-@dataclass(kw_only=True)
-class Usage:
-    """What a search spent and what went wrong along the way."""
-
-    samples: int = 0
-    """Samples started (one wanted answer each)."""
-    requests: int = 0
-    """HTTP requests sent, retries included."""
-    retries: int = 0
-    """Requests that were retries."""
-    answers: int = 0
-    """Samples that got a complete answer."""
-    prompt_tokens: int = 0
-    """Prompt tokens (reported; estimated where a server reported none)."""
-    completion_tokens: int = 0
-    """Completion tokens, reasoning included (plus those of attempts that failed mid-stream)."""
-    reasoning_tokens: int = 0
-    """Reasoning tokens, where reported."""
-    cost_usd: float = 0.0
-    """Money spent at the configured prices."""
-    estimated: bool = False
-    """Whether some counts are estimates (a server reported no usage, or a stream was cut)."""
-    duplicates: int = 0
-    """Generated candidates identical to an earlier one (judged once)."""
-    failures: dict[FaultKind | SampleLoss, int] = field(default_factory=dict)
-    """Faults of attempts by kind (:data:`~r1build.generate.client.FaultKind`) and samples that ended without a
-    candidate (:data:`SampleLoss`)."""
-
-    def count(self, kind: FaultKind | SampleLoss, n: int = 1) -> None:
-        """Add to a failure count."""
-        self.failures[kind] = self.failures.get(kind, 0) + n
-
-
-@dataclass(kw_only=True)
-class SearchOutcome:
-    """What a search (or a replay) produced."""
-
-    candidates: list[Candidate]
-    """Distinct candidates in preference order: seeds first, then generated ones by round and sample."""
-    results: list[Result]
-    """One result per candidate, in the same order."""
-    transcripts: list[str]
-    """Digests of the transcript blobs, by round and sample."""
-    usage: Usage
-    """Requests, tokens, money and faults."""
-    stop_reason: StopReason
-    """Why the search ended."""
-    rounds: int = 0
-    """Rounds completed."""
-    cause: str = ""
-    """The stop in words, naming its real cause (``the token budget is spent: 24,800 of 25,000 tokens``,
-    ``the endpoint failed 12 requests in a row with no answer: 12 requests, all HTTP 503 Service
-    Unavailable``)."""
-
-    def generated(self) -> list[tuple[Candidate, Result]]:
-        """Generated candidates with their results."""
-        return [(c, r) for c, r in zip(self.candidates, self.results, strict=True) if c.origin.kind == "generated"]
-
-
-class Order(NamedTuple):
-    """A candidate's place in preference order: the seeds first, in the manifest's order, then generated ones by
-    round, sample and tunable variant. Of identical candidates the earliest is kept, and ties in time go to it."""
-
-    generated: int
-    """0 for a seed, 1 for a generated candidate."""
-    round: int
-    """Round of a generated candidate (0 for seeds)."""
-    sample: int
-    """Sample in its round; a seed's index among the seeds."""
-    variant: int
-    """Index of its tunable value set (0 without tunables)."""
-
-    @classmethod
-    def seed(cls, index: int) -> Order:
-        """The ``index``-th seed's place."""
-        return cls(0, 0, index, 0)
-
-    @classmethod
-    def answer(cls, round_no: int, sample: int, variant: int) -> Order:
-        """The place of variant ``variant`` of the answer of round ``round_no``, sample ``sample``."""
-        return cls(1, round_no, sample, variant)
-
-
-@dataclass
-class _Known:
-    """A distinct candidate the search knows, with what a later round needs to build on it."""
-
-    candidate: Candidate
-    order: Order
-    messages: list[dict[str, str]] = field(default_factory=list)
-    """The task the model was given (a generated candidate's first user message), to continue the conversation."""
-    answer: str = ""
-    """The answer's content without its reasoning, sent back when the conversation continues."""
-    result: Result | None = None
-    """Its result, once judged."""
-
-    @property
-    def label(self) -> str:
-        o = self.candidate.origin
-        if o.kind == "generated":
-            return f"round {o.round} sample {o.sample}"
-        return f"the {o.kind} {o.path}" if o.path else f"the {o.kind}"
 
 
 @dataclass
@@ -229,227 +115,8 @@ def _now_iso() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def _defines_key(defines: dict[str, int | str]) -> str:
-    return canonical_json(defines).decode()
-
-
-class _Pool:
-    """The distinct candidates a search (or a replay) knows, in preference order, with their results.
-
-    Of candidates with the same normalized source and values, the one earliest in preference order is kept,
-    whatever order the answers arrived in, so a replay (which reads transcripts in order) keeps the same one. The
-    pool judges candidates with the evaluator and ranks those that passed: by time where there are timings, else
-    by preference order. The seeds are admitted first, in their order.
-    """
-
-    def __init__(
-        self,
-        manifest: Manifest,
-        spec: KernelSpec,
-        arch: str,
-        *,
-        evaluator: Evaluator,
-        usage: Usage,
-        seeds: Sequence[Candidate],
-        perf_model: PerfModel | None = None,
-    ) -> None:
-        self.manifest = manifest
-        self.spec = spec
-        self.arch = arch
-        self.evaluator = evaluator
-        self.perf_model = perf_model
-        """Orders (and in its skip mode, skips) generated candidates before the evaluator sees them."""
-        self.usage = usage
-        """Where duplicates are counted."""
-        self.known: dict[str, _Known] = {}
-        """The candidates kept, by variant digest."""
-        self.generated: set[str] = set()
-        """Digests of the generated candidates kept, and of those that passed (counted without a scan: progress
-        reports them at every event)."""
-        self.generated_passed: set[str] = set()
-        self.by_norm: dict[tuple[str, str], str] = {}
-        """(normalized source digest, tunable values) -> the variant digest kept for them."""
-        self.baseline = next((c for c in seeds if c.origin.kind == "baseline"), None)
-        """The baseline among the seeds, which the evaluator times the others against."""
-        for i, seed in enumerate(seeds):
-            self.admit(seed, Order.seed(i), messages=[], answer="")
-
-    def admit(self, candidate: Candidate, order: Order, *, messages: list[dict[str, str]], answer: str) -> bool:
-        """Register a candidate; returns whether it must be judged.
-
-        A later arrival that is earlier in order replaces the kept one: for free when the text is the same, and
-        judged once more when only comments or layout differ.
-        """
-        key = (normalized_digest(candidate.source), _defines_key(candidate.defines))
-        kept = self.by_norm.get(key)
-        if kept is None:
-            self.by_norm[key] = candidate.digest
-            self._keep(_Known(candidate, order, messages, answer))
-            return True
-        self.usage.duplicates += 1 if candidate.origin.kind == "generated" else 0
-        known = self.known[kept]
-        if order >= known.order:
-            return False
-        if candidate.digest == kept:
-            known.candidate, known.order, known.messages, known.answer = candidate, order, messages, answer
-            return False
-        del self.known[kept]
-        self.generated.discard(kept)
-        self.generated_passed.discard(kept)
-        self.by_norm[key] = candidate.digest
-        self._keep(_Known(candidate, order, messages, answer))
-        return True
-
-    def _keep(self, known: _Known) -> None:
-        self.known[known.candidate.digest] = known
-        if known.candidate.origin.kind == "generated":
-            self.generated.add(known.candidate.digest)
-
-    def admit_answer(
-        self,
-        source: str,
-        *,
-        model: str,
-        round_no: int,
-        sample: int,
-        transcript: str,
-        messages: list[dict[str, str]],
-        answer: str,
-    ) -> list[Candidate]:
-        """The candidates of the code ``source`` extracted from the answer of round ``round_no``, sample
-        ``sample``: one per value set of the kernel's tunables, placed by :meth:`Order.answer`. Returns those that
-        must be judged."""
-        fresh = []
-        for variant, defines in enumerate(tunable_variants(source, self.spec.tunables)):
-            origin = Origin("generated", model=model, round=round_no, sample=sample, transcript=transcript)
-            candidate = Candidate(source, origin, defines)
-            if self.admit(candidate, Order.answer(round_no, sample, variant), messages=messages, answer=answer):
-                fresh.append(candidate)
-        return fresh
-
-    async def judge(self, candidates: Sequence[Candidate]) -> None:
-        """Judge candidates with the evaluator (in a worker thread) and record the results. With a performance
-        model (:mod:`r1build.perfmodel`), generated candidates go to the evaluator in predicted order, and in its
-        ``skip`` mode those predicted far slower than the best time so far are not judged (their result says so)."""
-        if not candidates:
-            return
-        if self.perf_model is not None and all(c.origin.kind == "generated" for c in candidates):
-            candidates, skipped = await asyncio.to_thread(
-                self.perf_model.plan, self.spec, self.arch, candidates, self.best_time()
-            )
-            if skipped:
-                emit(
-                    Note(
-                        "info",
-                        f"the performance model skipped {len(skipped)} candidate(s) predicted more than "
-                        f"{self.perf_model.skip_factor:g}x slower than the best measured so far",
-                        kernel=self.spec.name,
-                        arch=self.arch,
-                    )
-                )
-            for result in skipped:
-                known = self.known.get(result.candidate)
-                if known is not None:
-                    known.result = result
-            if not candidates:
-                return
-        job = Job(self.manifest, self.spec, self.arch, list(candidates), baseline=self.baseline)
-        results = await asyncio.to_thread(self.evaluator.evaluate, job)
-        if len(results) != len(candidates):
-            raise EvaluationError(f"the evaluator returned {len(results)} results for {len(candidates)} candidates")
-        for candidate, result in zip(candidates, results, strict=True):
-            known = self.known.get(candidate.digest)
-            if known is not None:  # None: replaced meanwhile by an earlier sample's copy
-                known.result = result
-                if result.ok and candidate.digest in self.generated:
-                    self.generated_passed.add(candidate.digest)
-
-    def in_order(self) -> list[_Known]:
-        """Every candidate kept, in preference order."""
-        return sorted(self.known.values(), key=lambda k: k.order)
-
-    def generated_known(self) -> list[_Known]:
-        """The generated candidates kept."""
-        return [self.known[d] for d in self.generated]
-
-    def ranked_best(self, limit: int = 2) -> list[_Known]:
-        """The best candidates that passed: the fastest where timed, else generated ones first in order."""
-        passed = [k for k in self.known.values() if k.result is not None and k.result.ok]
-        timed = [k for k in passed if k.result is not None and k.result.timing is not None]
-        if timed:
-            return sorted(timed, key=lambda k: (k.result.timing.median_us, k.order))[:limit]  # type: ignore[union-attr]
-        generated = [k for k in passed if k.candidate.origin.kind == "generated"]
-        return sorted(generated or passed, key=lambda k: k.order)[:limit]
-
-    def recent_failures(self, limit: int) -> list[_Known]:
-        """The latest candidates that failed, one variant per source (one is enough to repair it)."""
-        failed = [k for k in self.known.values() if k.result is not None and k.result.status in FAILED]
-        failed.sort(key=lambda k: k.order, reverse=True)
-        seen: set[str] = set()
-        out = []
-        for k in failed:
-            if k.candidate.source_digest not in seen:
-                seen.add(k.candidate.source_digest)
-                out.append(k)
-        return out[:limit]
-
-    def best_time(self) -> float | None:
-        """The best kernel's median time, when one was timed."""
-        best = self.ranked_best(1)
-        if best and best[0].result is not None and best[0].result.timing is not None:
-            return best[0].result.timing.median_us
-        return None
-
-    def target_reached(self, target_share: float) -> bool:
-        """Whether the best kernel reached ``target_share`` of the floor."""
-        best = self.ranked_best(1)
-        if not best or best[0].result is None or best[0].result.timing is None:
-            return False
-        share = best[0].result.timing.share_of_floor
-        return share is not None and share >= target_share
-
-    def timed(self) -> bool:
-        """Whether any candidate was timed (a GPU judged)."""
-        return any(k.result is not None and k.result.timing is not None for k in self.known.values())
-
-
-def _read_answer(
-    finish_reason: str | None, content: str, kernel: str, usage: Usage
-) -> tuple[Extraction | None, SampleLoss | None]:
-    """The one reading of a complete answer, by the search and by replay: its extraction, and why it gives no
-    candidate (cut off at ``max_tokens``, stopped by the content filter, no code block), counted in ``usage``.
-    The extraction is None where the answer was cut off or filtered."""
-    if finish_reason == "length":
-        usage.count("truncated")
-        return None, "truncated"
-    if finish_reason == "content_filter":
-        usage.count("content_filter")
-        return None, "content_filter"
-    extraction = extract_source(content, kernel)
-    if extraction.source is None:
-        usage.count("no_code")
-        return extraction, "no_code"
-    return extraction, None
-
-
-def _outcome(
-    pool: _Pool, usage: Usage, transcripts: list[str], reason: StopReason, rounds: int, cause: str
-) -> SearchOutcome:
-    """The outcome of a search or replay: the judged candidates in preference order, with their results."""
-    judged = [k for k in pool.in_order() if k.result is not None]
-    return SearchOutcome(
-        candidates=[k.candidate for k in judged],
-        results=[k.result for k in judged if k.result is not None],
-        transcripts=transcripts,
-        usage=usage,
-        stop_reason=reason,
-        rounds=rounds,
-        cause=cause,
-    )
-
-
 class _Search:
-    """One live search for one kernel on one arch: rounds of samples around a :class:`_Pool`.
+    """One live search for one kernel on one arch: rounds of samples around a :class:`Pool`.
 
     State, by concern: the request side (``client``, ``pacer``, ``ledger``, ``meters`` of the attempts in flight,
     ``tasks`` of the samples in flight, ``deadline``); the round in progress (``round``, ``round_notes`` fed back
@@ -480,7 +147,7 @@ class _Search:
         self.generation = manifest.settings.generation
         self.budget = spec.budget
         self.usage = Usage()
-        self.pool = _Pool(
+        self.pool = Pool(
             manifest, spec, arch, evaluator=evaluator, usage=self.usage, seeds=seeds, perf_model=perf_model
         )
         self.transcripts: list[tuple[tuple[int, int], str]] = []
@@ -605,7 +272,7 @@ class _Search:
             return list(DEFAULT_DIRECTIONS)
         return []
 
-    def judged(self, known: _Known) -> Judged:
+    def judged(self, known: Known) -> Judged:
         assert known.result is not None
         return Judged(known.label, known.candidate.source, known.result, dict(known.candidate.defines))
 
@@ -770,7 +437,7 @@ class _Search:
             return None
         if completion.finish_reason == "stop":
             self.ledger.observe(exchange.attempts[-1].completion_tokens)
-        extraction, loss = _read_answer(completion.finish_reason, completion.content, self.spec.name, usage)
+        extraction, loss = read_answer(completion.finish_reason, completion.content, self.spec.name, usage)
         if loss is not None and loss != "content_filter":
             self.round_notes[loss] += 1  # fed back to the next round (:meth:`answer_notes`)
         if loss == "truncated":
@@ -841,7 +508,7 @@ class _Search:
         await judging
         await self.profile_finalists([k for k in self.pool.generated_known() if k.candidate.origin.round == round_no])
 
-    async def profile_finalists(self, known: Sequence[_Known]) -> None:
+    async def profile_finalists(self, known: Sequence[Known]) -> None:
         """Profile the fastest timed of ``known`` under Nsight Compute (:data:`FINALISTS` of them) and keep the
         findings with their results, so the next round's feedback says what bounds them. A profile that fails
         turns profiling off for the rest of the search, with a note."""
@@ -927,7 +594,7 @@ class _Search:
             raise EndpointSilentError(self.no_answer())
         reason = self.stop_reason or "rounds"
         self.transcripts.sort()
-        return _outcome(
+        return outcome_of(
             pool, self.usage, [d for _, d in self.transcripts], reason, rounds_done, self.describe_stop(reason)
         )
 
@@ -1005,68 +672,3 @@ async def run_search(
         )
     )
     return outcome
-
-
-async def replay_search(
-    manifest: Manifest,
-    spec: KernelSpec,
-    arch: str,
-    *,
-    evaluator: Evaluator,
-    cache: Cache,
-    transcripts: Sequence[str],
-    seeds: Sequence[Candidate] = (),
-) -> SearchOutcome:
-    """Re-extract the candidates of stored transcripts and judge them again, with no network: the answers go
-    through the search's own path (:func:`_read_answer`, :meth:`_Pool.admit_answer`), in round and sample order,
-    so the same candidates are kept in the same order."""
-    usage = Usage()
-    pool = _Pool(manifest, spec, arch, evaluator=evaluator, usage=usage, seeds=seeds)
-    stored = []
-    for digest in transcripts:
-        answer = load_transcript(cache, digest)
-        if answer is None:
-            usage.count("missing_transcript")
-            emit(
-                Note(
-                    "warning",
-                    f"transcript {digest[:12]} is missing or unreadable in the cache; skipped",
-                    kernel=spec.name,
-                    arch=arch,
-                )
-            )
-            continue
-        stored.append(answer)
-    stored.sort(key=lambda a: (a.round, a.sample))
-    for answer in stored:
-        usage.samples += 1
-        if answer.content is None:
-            continue
-        usage.answers += 1
-        usage.prompt_tokens += int(answer.usage.get("prompt_tokens") or 0)
-        usage.completion_tokens += int(answer.usage.get("completion_tokens") or 0)
-        usage.reasoning_tokens += int(answer.usage.get("reasoning_tokens") or 0)
-        extraction, _ = _read_answer(answer.finish_reason, answer.content, spec.name, usage)
-        if extraction is not None and extraction.source is not None:
-            pool.admit_answer(
-                extraction.source,
-                model=answer.model,
-                round_no=answer.round,
-                sample=answer.sample,
-                transcript=answer.digest,
-                messages=[],
-                answer="",
-            )
-    generation = manifest.settings.generation
-    usage.cost_usd = Ledger(budget=spec.budget, prices=generation.prices, max_tokens=generation.max_tokens).cost(
-        usage.prompt_tokens, usage.completion_tokens
-    )
-    await pool.judge([k.candidate for k in pool.in_order()])
-    return _outcome(
-        pool,
-        usage,
-        [a.digest for a in stored],
-        "replay",
-        len({a.round for a in stored}),
-        "a replay of stored transcripts",
-    )
