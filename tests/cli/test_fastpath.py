@@ -17,7 +17,7 @@ from r1build.cache import Cache
 
 pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(project: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, str, str, bool]:
