@@ -320,11 +320,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sanitize-batch", type=int, default=None, help="candidates per compute-sanitizer run (1: one run each)"
     )
+    parser.add_argument("--check-workers", type=int, default=None, help="check workers per GPU")
     args = parser.parse_args(argv)
     import logging
 
     logging.basicConfig(level=logging.INFO, format="%(relativeCreated)8.0f ms %(name)s: %(message)s")
     options: dict[str, Any] = {} if args.sanitize_batch is None else {"sanitize_batch": args.sanitize_batch}
+    if args.check_workers is not None:
+        options["check_workers"] = args.check_workers
     gpus = detect_gpus()
     if not gpus:
         print("no GPU visible (cupy missing or no device): nothing to measure", file=sys.stderr)

@@ -4,7 +4,8 @@ Per job (one kernel, one arch), in this order:
 
 1. the static gate judges every candidate (:class:`~r1build.gate.static.StaticGate`, cached), while the same
    variants are built as shared libraries for the arch (:mod:`.library`) on the CPU cores;
-2. a worker process on a GPU of that arch runs the correctness plan (:mod:`.checks`) of each library that passed;
+2. worker processes on a GPU of that arch (``check_workers`` side by side) run the correctness plan
+   (:mod:`.checks`) of each library that passed;
    compute-sanitizer runs (:mod:`.sanitizing`: a run per kernel, tool and batch of built libraries, split until
    a finding names its candidate) start as soon as libraries are built, overlapping the worker's checks; a
    candidate that fails them leaves its batches;
@@ -25,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+import queue
 import shutil
 import tempfile
 import threading
@@ -108,8 +110,9 @@ class GpuEvaluator:
     """Judges candidates on local GPUs; implements :class:`~r1build.judge.Evaluator`.
 
     ``cache`` stores the static gate's verdicts and the per-device floors (a private cache in the work directory
-    when None). ``sanitize_batch``: most candidates in one compute-sanitizer run (1: a run per candidate). Use as
-    a context manager or call :meth:`close`; workers also end when this process does.
+    when None). ``sanitize_batch``: most candidates in one compute-sanitizer run (1: a run per candidate).
+    ``check_workers``: worker processes per GPU that run correctness checks side by side (timing uses one, alone).
+    Use as a context manager or call :meth:`close`; workers also end when this process does.
     """
 
     def __init__(
@@ -127,6 +130,7 @@ class GpuEvaluator:
         jobs: int | None = None,
         workdir: Path | None = None,
         sanitize_batch: int = 16,
+        check_workers: int = 4,
     ) -> None:
         self.gpus = list(gpus) if gpus is not None else detect_gpus()
         """The GPUs evaluated on."""
@@ -156,6 +160,15 @@ class GpuEvaluator:
         self._plans: dict[KernelKey, Future[list[ShapePlan]]] = {}
         self._lock = threading.Lock()
         self._slots = [make_slot(gpu, self._root, sanitize=sanitize, nvcc=self._nvcc()) for gpu in self.gpus]
+        self._checkers = {
+            id(slot): [slot]
+            + [
+                make_slot(slot.gpu, self._root, sanitize=False, nvcc=None, name=f"gpu{slot.gpu.index}-check{k}")
+                for k in range(1, max(1, check_workers))
+            ]
+            for slot in self._slots
+        }
+        every_slot = [c for checkers in self._checkers.values() for c in checkers]
         self._notes: set[str] = set()
         self._sanitizing = Sanitizing(
             self._slots,
@@ -177,9 +190,9 @@ class GpuEvaluator:
             budget_s=timing_budget_s,
         )
         self._finalizer = weakref.finalize(
-            self, _cleanup, self._slots, [self._pool, self._sanitizing.pool], self._root, self._own_root
+            self, _cleanup, every_slot, [self._pool, self._sanitizing.pool], self._root, self._own_root
         )
-        for slot in self._slots:  # a worker takes seconds to start: begin now, while the first compiles run
+        for slot in every_slot:  # a worker takes seconds to start: begin now, while the first compiles run
             self._warm(slot)
 
     # -- public ------------------------------------------------------------------------------------------
@@ -195,7 +208,8 @@ class GpuEvaluator:
         over threads) and ``judge_bench_s``; on the GPU thread ``wait_build_s``, ``checks_s``,
         ``wait_sanitizer_s``, ``reference_s``, ``time_candidates_s``, ``wait_judge_s``."""
         with self._lock:
-            return {**self._stats, "worker_restarts": sum(s.restarts for s in self._slots)}
+            restarts = sum(c.restarts for checkers in self._checkers.values() for c in checkers)
+            return {**self._stats, "worker_restarts": restarts}
 
     def evaluate(self, job: Job) -> list[Result]:
         """One result per candidate of ``job``, in order."""
@@ -251,8 +265,9 @@ class GpuEvaluator:
             arch = parse_arch(job.arch)
             if any(gpu_runs_arch(s.gpu, arch) for s in self._slots):
                 self._queue(job, arch, self._entries(job))
-        for slot in self._slots:
-            self._warm(slot)
+        for checkers in self._checkers.values():
+            for slot in checkers:
+                self._warm(slot)
 
     def close(self) -> None:
         """Stop the workers and remove the work directory."""
@@ -432,13 +447,7 @@ class GpuEvaluator:
         slot = states[0].slot
         assert slot is not None
         with slot.busy:
-            total = sum(len(s.entries) for s in states)
-            done = 0
-            for state in states:
-                for entry in state.entries:
-                    self._check_entry(state, slot, entry)
-                    done += 1
-                    emit(Progress("evaluate: checks", done, total, {"device": slot.gpu.name}))
+            self._check_all(slot, states)
             start = time.perf_counter()
             for state in states:
                 for entry in state.entries:
@@ -450,6 +459,37 @@ class GpuEvaluator:
                     self._time_job(state, slot)
                 emit(Progress("evaluate: timing", timed, len(states), {"device": slot.gpu.name}))
             self._phase("timing_s", start)
+
+    def _check_all(self, slot: Slot, states: list[_JobState]) -> None:
+        """Every candidate's correctness checks, on the GPU's check workers at once (the slot's own worker and
+        its siblings: separate processes on the same GPU, each one candidate at a time)."""
+        idle: queue.SimpleQueue[Slot] = queue.SimpleQueue()
+        checkers = self._checkers[id(slot)]
+        for checker in checkers:
+            idle.put(checker)
+        total = sum(len(s.entries) for s in states)
+        done = [0]
+        lock = threading.Lock()
+
+        def check(state: _JobState, entry: _Candidacy) -> None:
+            checker = idle.get()
+            try:
+                with contextlib.nullcontext() if checker is slot else checker.busy:
+                    self._check_entry(state, checker, entry)
+            finally:
+                idle.put(checker)
+            with lock:
+                done[0] += 1
+                emit(Progress("evaluate: checks", done[0], total, {"device": slot.gpu.name}))
+
+        with ThreadPoolExecutor(len(checkers), thread_name_prefix="r1build-check") as pool:
+            futures = [
+                pool.submit(contextvars.copy_context().run, check, state, entry)
+                for state in states
+                for entry in state.entries
+            ]
+            for future in futures:
+                future.result()
 
     def _result(self, state: _JobState, entry: _Candidacy, status: Status, detail: str = "", **kw: Any) -> Result:
         gate = entry.gate.result()[entry.index] if entry.gate is not None else None

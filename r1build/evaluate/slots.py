@@ -151,9 +151,10 @@ def worker_environment(gpu: GpuInfo, home: Path) -> dict[str, str]:
     )
 
 
-def make_slot(gpu: GpuInfo, root: Path, *, sanitize: bool, nvcc: str | None) -> Slot:
-    """The slot of ``gpu`` with its work directory under ``root``; its worker starts on first use."""
-    workdir = root / f"gpu{gpu.index}"
+def make_slot(gpu: GpuInfo, root: Path, *, sanitize: bool, nvcc: str | None, name: str | None = None) -> Slot:
+    """The slot of ``gpu`` with its work directory under ``root`` (``name``, ``gpu<index>`` by default); its
+    worker starts on first use."""
+    workdir = root / (name or f"gpu{gpu.index}")
     (workdir / "home").mkdir(parents=True, exist_ok=True)
     env = worker_environment(gpu, workdir / "home")
     worker = WorkerHandle([sys.executable, "-m", WORKER_MODULE], env, workdir, name="worker")
