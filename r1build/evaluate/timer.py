@@ -63,6 +63,7 @@ class Timer:
         self._budget_s = budget_s
         self._lock = threading.Lock()
         self._plans: dict[tuple[KernelKey, int], Future[BenchPlan]] = {}
+        self._timings = 0
 
     def floors(self, slot: Slot) -> DeviceFloors | None:
         """The slot's bandwidth and fp32 peak: measured once per device and cached."""
@@ -128,7 +129,9 @@ class Timer:
         except EvaluationError as exc:
             done.set_result(Verdict("crashed", f"the reference failed at the benchmark shapes: {exc}"))
             return done
-        out_dir = slot.workdir / "bench-out" / lib.digest[:24]
+        with self._lock:  # its own folder per timing: the judging of an earlier timing of the library may still read
+            self._timings += 1
+            out_dir = slot.workdir / "bench-out" / f"{lib.digest[:24]}-{self._timings}"
         try:
             failed = slot.load(spec, lib, timeout_s=self._call_timeout_s)
             if failed is not None:
