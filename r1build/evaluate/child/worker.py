@@ -102,8 +102,6 @@ extern "C" __global__ void r1_fma_peak(float* out, int iters, float b, float c) 
 """
 
 
-_INPUT_CACHE_BYTES = 8 << 30
-"""Most bytes of benchmark input files a worker keeps read (beyond, it forgets them all and reads again)."""
 _FRESH_STEP = 256
 """Bytes between the candidate addresses of a fresh allocation (keeps every array 256-byte aligned)."""
 _FRESH_SLOTS = 128
@@ -152,10 +150,6 @@ class Worker:
         self._flush_us = 0.0
         self._overhead_us = 0.0
         self._empty_us = 0.0
-        self._inputs: dict[tuple[str, int, int], Any] = {}
-        """Benchmark input files read before (by path, size and modification time): the parent writes a kernel's
-        input sets once and every candidate of the kernel is timed on them."""
-        self._inputs_bytes = 0
         self._sink: Any = None
         self._events: list[tuple[Any, Any]] = []
 
@@ -531,48 +525,20 @@ class Worker:
             self.settle("launching the captured graph", exc)
 
     def _fill(self, arrays: list[Any], shape: BenchShapeRequest, fill: BenchFill) -> None:
-        """Upload one input set into ``arrays``: ``in``/``inout`` from the files the parent wrote (read once per
-        worker), ``out`` poisoned (the pattern repeated over the array, filled on the device)."""
+        """Upload one input set into ``arrays``: ``in``/``inout`` from the files the parent wrote, ``out``
+        poisoned (bytes repeated over the array)."""
+        import numpy as np
+
         for j, (arr, a) in enumerate(zip(arrays, shape["arrays"], strict=True)):
             if not int(a["count"]):
                 continue
             raw = arr.view(self.cp.uint8)[: int(a["count"]) * int(a["itemsize"])]
             path = fill["files"][j]
             if path is not None:
-                raw.set(self._input_file(path), stream=self.stream)
+                raw.set(np.fromfile(path, dtype=np.uint8), stream=self.stream)
             else:
-                self._poison(raw, bytes.fromhex(fill["poison"][j] or "00"))
-
-    def _input_file(self, path: str) -> Any:
-        from pathlib import Path
-
-        import numpy as np
-
-        st = Path(path).stat()
-        key = (path, st.st_size, st.st_mtime_ns)
-        data = self._inputs.get(key)
-        if data is None:
-            data = np.fromfile(path, dtype=np.uint8)
-            if self._inputs_bytes + data.nbytes > _INPUT_CACHE_BYTES:
-                self._inputs.clear()
-                self._inputs_bytes = 0
-            self._inputs[key] = data
-            self._inputs_bytes += data.nbytes
-        return data
-
-    def _poison(self, raw: Any, pattern: bytes) -> None:
-        """Fill the bytes ``raw`` with ``pattern`` repeated: one fill of words on the device where the pattern
-        is one word (every poison is one element), else through the host."""
-        import numpy as np
-
-        words = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
-        if len(pattern) in words and raw.size % len(pattern) == 0:
-            word = words[len(pattern)]
-            with self.stream:
-                raw.view(word).fill(word(int.from_bytes(pattern, "little")))
-            return
-        one = np.frombuffer(pattern, dtype=np.uint8)
-        raw.set(np.tile(one, raw.size // max(1, one.size)), stream=self.stream)
+                one = np.frombuffer(bytes.fromhex(fill["poison"][j] or "00"), dtype=np.uint8)
+                raw.set(np.tile(one, int(a["count"])), stream=self.stream)
 
     def _set_for(self, shape: BenchShapeRequest, fill: BenchFill) -> tuple[list[Any], list[Any]]:
         arrays = [self.typed_empty(a["dtype"], int(a["count"])) for a in shape["arrays"]]
