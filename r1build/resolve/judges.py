@@ -69,6 +69,14 @@ def _nvidia_driver() -> bool:
     return Path("/proc/driver/nvidia/version").exists()
 
 
+def gate_batch() -> int:
+    """How many of a kernel's own candidates a gate-only resolution compiles at once, in preference order: one
+    per compile slot, so a batch takes one round of the cores."""
+    from ..gate.nvcc import COMPILE_SLOTS
+
+    return max(1, COMPILE_SLOTS)
+
+
 class Judges:
     """The evaluators available in this run, made on first use."""
 
@@ -186,8 +194,9 @@ class Judges:
 
     def prepare(self, jobs: Sequence[Job]) -> None:
         """Start the CPU work (gate, library builds) of every GPU job ahead, so the GPU never waits for nvcc; and
-        gate the jobs no GPU here can take, each kernel's candidates for all those archs at once (one nvcc per
-        candidate for all its archs; the verdicts are cached for the gate-only resolution that follows)."""
+        gate the first batch (:func:`gate_batch`) of the jobs no GPU here can take, each kernel's for all those
+        archs at once (one nvcc per candidate for all its archs; the verdicts are cached for the gate-only
+        resolution that follows, which gates further only where no candidate of that batch may win)."""
         gpu_jobs = [job for job in jobs if self.gpu_for(job.arch) is not None]
         if gpu_jobs and self._gpu is not None:
             self._gpu.prepare(gpu_jobs)
@@ -198,10 +207,12 @@ class Judges:
         if not by_kernel or self.cache.degraded is not None:  # nothing to gate, or nowhere to keep the verdicts
             return
         gate = self.gate
+        batch = gate_batch()
 
         def judge(kernel_jobs: list[Job]) -> None:
             first = kernel_jobs[0]
-            gate.judge(first.manifest, first.spec, [(job.arch, c) for job in kernel_jobs for c in job.candidates])
+            pairs = [(job.arch, c) for job in kernel_jobs for c in job.candidates[:batch]]
+            gate.judge(first.manifest, first.spec, pairs)
 
         from ..gate.nvcc import COMPILE_SLOTS
 

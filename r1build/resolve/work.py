@@ -17,6 +17,7 @@ from ..records import Candidate, CandidateRef, Decision, Found, Result, Unresolv
 from ..selection import select_winner, unresolved
 from ..settings import env_settings
 from ..toolchain import toolchain
+from .judges import gate_batch
 from .lookup import from_decision
 from .model import Question, Resolved, Run
 
@@ -211,10 +212,19 @@ def work(run: Run, q: Question, seeds: list[Candidate], kept: Resolved | None = 
 def _gated(run: Run, q: Question, seeds: list[Candidate]) -> Resolved | Unresolved:
     """No GPU of this arch and nothing to generate with: the static gate judges the user's own sources (baseline,
     ``candidates`` files, their tunable values); the first that passes in preference order wins, unvalidated.
+    They are gated in that order a batch at a time (:func:`~.judges.gate_batch`), up to the first batch holding a
+    winner: the rest could not change it, and a kernel with many tunable value sets would otherwise compile all.
     Nothing is cached as a decision (the gate's verdicts are), so a GPU measures on the next miss."""
-    results = run.judges.gate.evaluate(q.job(run.manifest, seeds)) if seeds else []
-    results = _with_known_rejections(seeds, results, run.cache.get_decision(q.key))
-    winner = select_winner(seeds, results)
+    prior = run.cache.get_decision(q.key)
+    results: list[Result] = []
+    winner = None
+    batch = gate_batch()
+    for start in range(0, len(seeds), batch):
+        chunk = seeds[start : start + batch]
+        results += _with_known_rejections(chunk, run.judges.gate.evaluate(q.job(run.manifest, chunk)), prior)
+        winner = select_winner(seeds[: len(results)], results)
+        if winner is not None:
+            break
     if winner is None:
         return unresolved(q.spec.name, q.arch, [CandidateRef.of(c) for c in seeds], results)
     why = run.judges.unmeasured(q.arch)

@@ -112,6 +112,41 @@ def test_locked_fails_on_a_stale_lock_naming_the_kernel(root_copy: Path, cache_d
         resolve(m2, cache, ResolveOptions(**{**ONE.__dict__, "locked": True}))
 
 
+def _gated_variants(cache_dir: Path) -> int:
+    with Cache(cache_dir) as cache:
+        return len(cache.entries("gate"))
+
+
+def test_a_gate_only_resolve_compiles_its_own_sources_up_to_the_first_batch_with_a_winner(
+    root_copy: Path, cache_dir: Path
+) -> None:
+    """With no GPU the first of the user's own sources that passes the gate wins, so only the batches up to it
+    are compiled (a batch per round of the cores), not every tunable value set of every file."""
+    from r1build.evaluate.variants import expand_variants
+    from r1build.gate.nvcc import COMPILE_SLOTS
+
+    m = load_manifest(root_copy / "kernels.toml")
+    seeds = expand_variants(m, m.kernel("silu_mul"))
+    assert len(seeds) > 2  # a baseline and several tuned variants of the hand-written file
+    with Cache(cache_dir) as cache:
+        (entry,) = resolve(m, cache, ONE).entries
+    assert (entry.provenance, entry.candidate.digest) == ("baseline", seeds[0].digest)
+    first = min(COMPILE_SLOTS, len(seeds))
+    assert _gated_variants(cache_dir) == first
+    # every variant of the baseline fails to compile: the gate goes on, batch by batch, to the first hand-written one
+    (root_copy / "kernels/silu_mul.cu").write_text("#error broken on purpose (BLOCK)\n", encoding="utf-8")
+    m = load_manifest(root_copy / "kernels.toml")
+    seeds = expand_variants(m, m.kernel("silu_mul"))
+    winner = next(i for i, c in enumerate(seeds) if c.origin.kind == "file")
+    assert winner > 1  # the broken baseline names BLOCK: one variant per value and its own defaults
+    second = root_copy / "second-cache"  # a cold cache: what the first resolve gated does not count here
+    with Cache(second) as cache:
+        (entry,) = resolve(m, cache, ONE).entries
+    assert (entry.provenance, entry.candidate.digest) == ("tuned", seeds[winner].digest)
+    batches = -(-(winner + 1) // COMPILE_SLOTS)
+    assert _gated_variants(second) == min(batches * COMPILE_SLOTS, len(seeds))
+
+
 def test_without_a_baseline_a_hand_written_file_wins_by_the_gate_and_with_none_it_names_the_fix(
     root_copy: Path, cache_dir: Path
 ) -> None:
