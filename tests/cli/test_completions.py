@@ -87,28 +87,41 @@ def test_bash_completion_loads_the_installed_script(tmp_path: Path, capsys: pyte
     assert {"check", "resolve", "lock", "vendor", "cache", "doctor"} <= set(complete(["r1build", ""]))
 
 
-# Drives a real interactive zsh in a pseudo-terminal (zsh/zpty): compinit finds the script in $fpath, a TAB runs
-# the completion system, and a compadd wrapper prints what the completion offers (then the shell exits).
+# Drives a real interactive zsh in a pseudo-terminal (zsh/zpty): compinit finds the script in $fpath; once the
+# shell has read its set-up it is sent the line and a TAB, which runs the completion system, and a compadd wrapper
+# prints what the completion offers (then the shell exits). Past $TIMEOUT seconds it says what the shell wrote.
+# compinit -D: no dump file (never -d FILE: that turns dumping back on, and compdump renames its temporary file
+# onto FILE, which as root replaced /dev/null with a plain file); HOME and ZDOTDIR are the test's folder.
 _ZSH_DRIVER = r"""
 zmodload zsh/zpty || exit 3
+zmodload zsh/datetime
 zpty z zsh -f -i
 zpty -w z "PS1='' PROMPT='' RPROMPT=''; unsetopt prompt_sp"
-zpty -w z "fpath=($FPATH_DIR \$fpath); autoload -Uz compinit; compinit -u -D -d /dev/null"
+zpty -w z "fpath=($FPATH_DIR \$fpath); autoload -Uz compinit; compinit -u -D"
 zpty -w z 'print -r -- "DEF"":${_comps[r1build]}"'
 zpty -w z 'compadd () { if [[ ${@[1,(i)(-|--)]} == *-(O|A|D)\ * ]]; then builtin compadd "$@"; return $?; fi;
   typeset -a hits; builtin compadd -A hits "$@"; local r=$? h; for h in $hits; do print -r -- "MATCH"":$h"; done;
   return $r }'
 zpty -w z '_capture_end () { print "END""OF"; exit }; comppostfuncs=(_capture_end)'
-zpty -n -w z "$LINE"$'	'
-while zpty -r z line; do
-  line=${line%%$'
-'}; line=${line%%$'
-'}
+zpty -w z 'print "READ""Y"'
+float deadline=$(( EPOCHREALTIME + TIMEOUT ))
+typeset -a raw
+integer typed=0
+while (( EPOCHREALTIME < deadline )); do
+  if ! zpty -r -t z line; then sleep 0.02; continue; fi
+  raw+=("$line")
+  line=${line%%$'\n'}; line=${line%%$'\r'}
+  if [[ $line == *READY* ]] && (( ! typed )); then
+    typed=1
+    zpty -n -w z "$LINE"$'\t'
+  fi
   [[ $line == *DEF:* ]] && print -r -- "DEF:${line##*DEF:}"
   [[ $line == *MATCH:* ]] && print -r -- "${line##*MATCH:}"
-  [[ $line == *ENDOF* ]] && break
+  if [[ $line == *ENDOF* ]]; then zpty -d z; exit 0; fi
 done
+print -u2 -r -- "no completion within $TIMEOUT s; the shell wrote:" ${(q+)raw}
 zpty -d z
+exit 4
 """
 
 
@@ -126,9 +139,10 @@ def test_zsh_completes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     (tmp_path / "kernels.toml").write_text("")
 
     def complete(line: str) -> list[str]:
-        env = {**os.environ, "FPATH_DIR": str(fpath), "LINE": line, "HOME": str(tmp_path)}
+        env = {**os.environ, "FPATH_DIR": str(fpath), "LINE": line, "TIMEOUT": "120"}
+        env.update(HOME=str(tmp_path), ZDOTDIR=str(tmp_path))
         proc = subprocess.run(
-            ["zsh", "-f", str(driver)], capture_output=True, text=True, timeout=60, env=env, check=False
+            ["zsh", "-f", str(driver)], capture_output=True, text=True, timeout=180, env=env, check=False
         )
         assert proc.returncode == 0, proc.stderr
         lines = [x for x in proc.stdout.splitlines() if x]
