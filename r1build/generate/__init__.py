@@ -8,8 +8,9 @@ What other stages call:
   :class:`SearchOutcome`;
 - :func:`replay` re-extracts the candidates of stored transcripts and judges them again, with no network.
 
-Modules: :mod:`.providers` (profiles, endpoint, keys and their redaction), :mod:`.client` (one sample,
-retries, the shared pause and circuit breaker, deadlines), :mod:`.budget` (stop reasons, the token and money
+Modules: :mod:`.providers` (profiles, endpoint, keys and their redaction), :mod:`.client` (one sample
+through the openai client: retries, deadlines, the wire), :mod:`.exchange` (the records of a sample's attempts and
+answer), :mod:`.pacing` (the shared pause and circuit breaker), :mod:`.budget` (stop reasons, the token and money
 ledger), :mod:`.prompts`, :mod:`.extract` (code out of answers, normalized digests, tunables),
 :mod:`.pool` (the distinct candidates of a search, the one path from an answer to candidates, ranking),
 :mod:`.controller` (rounds, feedback, stops), :mod:`.stored_search` (a search from stored transcripts),

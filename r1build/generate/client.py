@@ -10,7 +10,7 @@
   a pause that would end after the search's deadline stops the search instead of sleeping through it, and a run
   of failures with no answer in between trips the circuit breaker.
 - Each attempt's cost is counted from the usage the server reports, or from the length of the text received
-  (never from the number of chunks), and handed to a :class:`Spend`, which also sets each attempt's
+  (never from the number of chunks), and handed to a :class:`~.exchange.Spend`, which also sets each attempt's
   ``max_tokens`` from what remains of the budget.
 - Every attempt runs under an overall deadline (``asyncio.wait_for``), not only the HTTP client's per-read
   timeout, so a connection that stalls for ever costs one attempt, never an unbounded wait.
@@ -24,16 +24,13 @@ message this module produces passes through :meth:`ChatClient.redact`, which rem
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import json
 import random
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http import HTTPStatus
 from types import TracebackType
-from typing import Any, Literal, Protocol, cast, get_args
+from typing import Any, cast
 
 from ..errors import ConfigError, GenerationError, R1BuildError
 from ..extras import GENERATE
@@ -44,7 +41,9 @@ try:
 except ImportError:  # the generate extra is not installed: the command that needs it says which to install
     raise GENERATE.missing() from None
 from ..manifest.model import Generation
-from .budget import StopReason, estimate_tokens
+from .budget import estimate_tokens
+from .exchange import FAULT_KINDS, RETRYABLE, Attempt, Completion, Exchange, FaultKind, Meter, Spend
+from .pacing import MAX_BACKOFF_S, Pacer, parse_retry_after, status_label
 from .providers import Endpoint
 
 __all__ = [
@@ -62,29 +61,6 @@ __all__ = [
     "parse_retry_after",
 ]
 
-MAX_BACKOFF_S = 60.0
-"""Longest pause between two attempts when the server does not ask for longer."""
-
-FaultKind = Literal[
-    "rate_limited",  # HTTP 429
-    "server_error",  # HTTP 5xx, 408, 409, 425
-    "connection",  # the connection could not be made or broke before the response
-    "timeout",  # no complete answer within the request's deadline
-    "bad_response",  # a body that does not parse or does not fit the protocol
-    "stream_cut",  # a stream that ended before its finish chunk
-    "fatal",  # a status that ends the run (400, 401, 402, 403, 404, 422, other 4xx)
-    "cancelled",  # the search was interrupted or ended by a fatal error while the request was in flight
-    "stopped",  # no retry: the search stopped (circuit breaker, a pause beyond the wall-time budget)
-]
-"""What went wrong with one HTTP attempt (or, for ``cancelled`` and ``stopped``, with a sample)."""
-
-FAULT_KINDS: tuple[str, ...] = get_args(FaultKind)
-
-RETRYABLE: frozenset[FaultKind] = frozenset(
-    {"rate_limited", "server_error", "connection", "timeout", "bad_response", "stream_cut"}
-)
-"""Fault kinds that cost a retry; anything else that fails a sample is final for that sample."""
-
 _FATAL_HINTS = {
     400: "the server refused the request as malformed",
     401: "the API key was rejected",
@@ -94,123 +70,6 @@ _FATAL_HINTS = {
     413: "the prompt is too large for the server",
     422: "the server could not process the request's parameters",
 }
-
-
-@dataclass(eq=False)
-class Meter:
-    """Text received so far by the attempt in flight of one sample, for live progress (not for accounting)."""
-
-    chars: int = 0
-    """Characters of reasoning and content received by the attempt in flight."""
-
-    @property
-    def tokens(self) -> int:
-        """Estimated tokens received by the attempt in flight."""
-        return estimate_tokens(self.chars)
-
-
-class Spend(Protocol):
-    """What the budget says about each attempt of one sample."""
-
-    async def reserve(self) -> int | StopReason:
-        """``max_tokens`` for the next attempt (held from the budget), or the budget that allows none."""
-
-    def charge(self, *, prompt_tokens: int, completion_tokens: int) -> None:
-        """What the attempt just made really cost (replaces what :meth:`reserve` held)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Attempt:
-    """One HTTP request of a sample."""
-
-    started_s: float
-    """Seconds after the sample started."""
-    latency_s: float
-    """Seconds the attempt took."""
-    outcome: Literal["ok"] | FaultKind
-    """``ok`` or the fault kind."""
-    status: int | None = None
-    """HTTP status, when there was one."""
-    message: str = ""
-    """What went wrong, redacted."""
-    retry_after_s: float | None = None
-    """What the server asked to wait."""
-    max_tokens: int | None = None
-    """The attempt's ``max_tokens``."""
-    prompt_tokens: int = 0
-    """Prompt tokens it cost (reported, else estimated from the messages' length; 0 when refused)."""
-    completion_tokens: int = 0
-    """Completion tokens it cost (reported, else estimated from the length of the text received)."""
-    usage_reported: bool = False
-    """Whether the counts are the server's."""
-    label: str = ""
-    """The fault in a few words, for the cause of a stop (``HTTP 503 Service Unavailable``, ``a cut stream``)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Completion:
-    """A finished answer."""
-
-    content: str
-    """The answer text (may still hold ``<think>`` when the server has no reasoning parser)."""
-    reasoning: str
-    """Reasoning from ``reasoning_content`` / ``reasoning`` fields."""
-    finish_reason: str | None
-    """``stop``, ``length``, ``content_filter`` ..."""
-    prompt_tokens: int
-    """Prompt tokens (reported, else estimated)."""
-    completion_tokens: int
-    """Completion tokens including reasoning (reported, else estimated)."""
-    reasoning_tokens: int
-    """Reasoning tokens, where reported."""
-    usage_reported: bool
-    """Whether the server reported usage (else the counts are estimates)."""
-    model: str | None
-    """Model the server says answered."""
-    response_id: str | None
-    """The server's id of the completion."""
-    latency_s: float
-    """Seconds from request to last byte."""
-    first_token_s: float | None
-    """Seconds to the first streamed delta."""
-
-
-@dataclass
-class Exchange:
-    """A sample: its request, every attempt, and the answer or why there is none."""
-
-    messages: list[dict[str, str]]
-    """Messages sent (reasoning is never among them)."""
-    params: dict[str, Any]
-    """Request parameters besides the messages."""
-    attempts: list[Attempt] = field(default_factory=list)
-    """Every HTTP attempt, in order."""
-    completion: Completion | None = None
-    """The answer, when one arrived."""
-    failure: FaultKind | None = None
-    """The last fault kind when no answer arrived."""
-    fatal: R1BuildError | None = None
-    """The error that must end the run (401, 402, ...), when one happened."""
-    budget: StopReason | None = None
-    """The budget that allowed no further attempt, when one did not."""
-    partial: Completion | None = None
-    """What the last failed attempt received before it failed (``finish_reason`` None), when it received text:
-    the controller keeps it when it holds complete code."""
-
-    @property
-    def prompt_tokens(self) -> int:
-        """Prompt tokens of every attempt."""
-        return sum(a.prompt_tokens for a in self.attempts)
-
-    @property
-    def completion_tokens(self) -> int:
-        """Completion tokens of every attempt (those of attempts that failed mid-stream included)."""
-        return sum(a.completion_tokens for a in self.attempts)
-
-    @property
-    def estimated(self) -> bool:
-        """Whether some attempt's counts are estimates."""
-        return any(not a.usage_reported and (a.prompt_tokens or a.completion_tokens) for a in self.attempts)
 
 
 class _Fault(Exception):
@@ -231,149 +90,12 @@ class _Fault(Exception):
         self.label = label
 
 
-def status_label(status: int, reason: str | None = None) -> str:
-    """``HTTP 503 Service Unavailable``."""
-    if not reason:
-        try:
-            reason = HTTPStatus(status).phrase
-        except ValueError:
-            reason = ""
-    return f"HTTP {status} {reason}".rstrip()
-
-
-@dataclass
-class Pacer:
-    """The pause and the circuit breaker shared by every sample of a search.
-
-    A failed attempt sets a pause before which no request of any sample leaves: what the server asked for
-    (``retry-after``), else an exponential backoff. The backoff grows with each failure that happens after the
-    last pause began (failures of requests that were already in flight do not compound it) and starts again from
-    ``backoff_s`` once an answer arrives. A pause that would end after ``deadline`` stops the search
-    (``wall_time``); ``breaker`` failed attempts in a row with no answer in between stop it too
-    (``endpoint_failing``). Stopped, no attempt is sent any more; requests already in flight finish.
-    """
-
-    backoff_s: float
-    """The first backoff."""
-    breaker: int
-    """Failed attempts in a row that stop the search."""
-    deadline: float
-    """The search's deadline (``time.monotonic``)."""
-    rng: random.Random = field(default_factory=random.Random)
-    resume_at: float = 0.0
-    """No request leaves before this (``time.monotonic``)."""
-    streak: int = 0
-    """Failed attempts in a row, all samples together, with no answer in between."""
-    streak_faults: Counter[str] = field(default_factory=Counter)
-    """The streak's faults by label."""
-    level: int = 0
-    """How many times the backoff doubled."""
-    level_since: float = 0.0
-    """When the backoff last grew."""
-    stopped: StopReason | None = None
-    """Why no request may leave any more."""
-    cause: str = ""
-    """The stop in words."""
-
-    def answered(self) -> None:
-        """An answer arrived: the streak and the backoff start again."""
-        self.streak = 0
-        self.streak_faults.clear()
-        self.level = 0
-
-    def failed(self, label: str, started: float, retry_after: float | None) -> float:
-        """Record a failed attempt that started at ``started``; returns the pause from now before the next
-        request (the search may be stopped by it: see :attr:`stopped`)."""
-        now = time.monotonic()
-        self.streak += 1
-        self.streak_faults[label] += 1
-        if retry_after is not None:
-            wait = retry_after
-        else:
-            if started >= self.level_since or self.level == 0:
-                self.level += 1
-                self.level_since = now
-            base = self.backoff_s * 2.0 ** (self.level - 1)
-            wait = min(MAX_BACKOFF_S, base * self.rng.uniform(0.75, 1.25))
-        self.resume_at = max(self.resume_at, now + wait)
-        if self.stopped is None:
-            if self.streak >= self.breaker:
-                self.stop(
-                    "endpoint_failing",
-                    f"the endpoint failed {self.streak} requests in a row with no answer: {self.describe_streak()}",
-                )
-            elif self.resume_at > self.deadline:
-                left = max(0.0, self.deadline - now)
-                asked = (
-                    f"asked to wait {retry_after:g} s (retry-after)"
-                    if retry_after is not None
-                    else f"needs a pause of {wait:.1f} s after {label}"
-                )
-                self.stop("wall_time", f"the server {asked}, longer than the {left:.1f} s left of the wall-time budget")
-        return max(0.0, self.resume_at - now)
-
-    def stop(self, reason: StopReason, cause: str) -> None:
-        """No request may leave any more."""
-        if self.stopped is None:
-            self.stopped, self.cause = reason, cause
-
-    def describe_streak(self) -> str:
-        """The streak's faults in words: ``20 requests, all HTTP 503 Service Unavailable``."""
-        return describe_faults(self.streak_faults)
-
-    async def turn(self) -> bool:
-        """Wait for the shared pause to end; False when the search stopped meanwhile (send nothing)."""
-        while self.stopped is None:
-            wait = self.resume_at - time.monotonic()
-            if wait <= 0:
-                return True
-            await asyncio.sleep(wait)
-        return False
-
-
-def describe_faults(faults: Counter[str]) -> str:
-    """Failed requests by fault in words."""
-    total = sum(faults.values())
-    if not faults:
-        return "no request failed"
-    if len(faults) == 1:
-        ((label, _),) = faults.items()
-        if label == "a cut stream":
-            return f"every stream was cut ({total} requests)"
-        if label.startswith("timed out"):
-            return f"{total} requests, all {label}"
-        return f"{total} requests, all {label}"
-    parts = ", ".join(f"{n} {label}" for label, n in faults.most_common())
-    return f"{total} requests: {parts}"
-
-
 @dataclass
 class _Partial:
     content: list[str] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)
     chunks: int = 0
     first_token_s: float | None = None
-
-
-def parse_retry_after(headers: Any) -> float | None:
-    """Seconds a response asks to wait (``retry-after-ms``, ``retry-after`` as seconds or HTTP date)."""
-    if headers is None:
-        return None
-    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value is None:
-            continue
-        try:
-            return max(0.0, float(value) / scale)
-        except ValueError:
-            pass
-        if name == "retry-after":
-            try:
-                when = email.utils.parsedate_to_datetime(value)
-            except (TypeError, ValueError):
-                return None
-            return max(0.0, when.timestamp() - time.time())
-    return None
 
 
 def _error_text(exc: openai.APIStatusError) -> str:

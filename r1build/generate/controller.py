@@ -58,9 +58,11 @@ from ..keys import decision_key
 from ..manifest.model import KernelSpec, Manifest
 from ..records import Candidate
 from .budget import Ledger, Reservation, StopReason, estimate_tokens
-from .client import Attempt, ChatClient, Exchange, Meter, Pacer, describe_faults
+from .client import ChatClient
+from .exchange import Attempt, Exchange, Meter
 from .extract import Extraction, complete_part, strip_think
 from .outcome import SampleLoss, SearchOutcome, Usage
+from .pacing import Pacer, describe_faults
 from .pool import Known, Order, Pool, outcome_of, read_answer
 from .prompts import DEFAULT_DIRECTIONS, Judged, feedback_prompt, task_prompt
 from .providers import Endpoint

@@ -8,7 +8,7 @@ from typing import Literal
 
 from ..records import Candidate, Result
 from .budget import StopReason
-from .client import FaultKind
+from .exchange import FaultKind
 
 SampleLoss = Literal[
     "truncated",  # the answer was cut off at max_tokens
@@ -20,7 +20,7 @@ SampleLoss = Literal[
     "missing_transcript",  # replay: a transcript blob is gone
 ]
 """Why a sample gave no candidate (besides the faults of its attempts, counted by
-:data:`~r1build.generate.client.FaultKind`)."""
+:data:`~r1build.generate.exchange.FaultKind`)."""
 
 
 @dataclass(kw_only=True)
@@ -48,7 +48,7 @@ class Usage:
     duplicates: int = 0
     """Generated candidates identical to an earlier one (judged once)."""
     failures: dict[FaultKind | SampleLoss, int] = field(default_factory=dict)
-    """Faults of attempts by kind (:data:`~r1build.generate.client.FaultKind`) and samples that ended without a
+    """Faults of attempts by kind (:data:`~r1build.generate.exchange.FaultKind`) and samples that ended without a
     candidate (:data:`SampleLoss`)."""
 
     def count(self, kind: FaultKind | SampleLoss, n: int = 1) -> None:

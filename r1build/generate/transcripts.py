@@ -23,7 +23,7 @@ from typing import Any
 from ..cache import Cache
 from ..keys import canonical_json
 from ..transcript_doc import KIND, LINKS_NAMESPACE, SCHEMA, parse_transcript
-from .client import Exchange
+from .exchange import Exchange
 from .providers import redact
 
 __all__ = [
