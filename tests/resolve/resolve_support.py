@@ -14,7 +14,7 @@ import pytest
 
 from r1build.judge import Job
 from r1build.records import Candidate, Result, Timing
-from r1build.resolve.judges import Judges as _Judges
+from r1build.resolve.judges import Judges
 
 __all__ = ["GpuDouble", "install_gpu_double"]
 
@@ -24,7 +24,7 @@ class GpuDouble:
     """Stands in for the GPU evaluator of sm_90 (see the module docstring): the real static gate first, then
     ``reject(candidate)`` says which fail the GPU checks and ``time_us(candidate)`` how fast the others are."""
 
-    judges: _Judges
+    judges: Judges
     reject: Callable[[Candidate], bool]
     time_us: Callable[[Candidate], float]
 
@@ -65,8 +65,8 @@ def install_gpu_double(
 ) -> None:
     """Make the resolver see a GPU of sm_90 (and only of it) that judges like :class:`GpuDouble`."""
 
-    def gpu_for(self: _Judges, arch: str) -> GpuDouble | None:
+    def gpu_for(self: Judges, arch: str) -> GpuDouble | None:
         return GpuDouble(self, reject, time_us) if arch == "sm_90" and self.use_gpu is not False else None
 
-    monkeypatch.setattr(_Judges, "gpu_for", gpu_for)
-    monkeypatch.setattr(_Judges, "gpu_archs", lambda self: {"sm_90"})
+    monkeypatch.setattr(Judges, "gpu_for", gpu_for)
+    monkeypatch.setattr(Judges, "gpu_archs", lambda self: {"sm_90"})
