@@ -13,11 +13,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["Event", "Level", "Note", "Progress", "Stage", "StageName", "emit", "sink"]
+__all__ = ["Event", "Note", "NoteLevel", "Progress", "Stage", "StageName", "emit", "sink"]
 
 log = logging.getLogger("r1build")
 
-Level = Literal["info", "warning", "error"]
+NoteLevel = Literal["info", "warning", "error"]
 """How much a note matters to a user."""
 StageName = Literal["generate", "gate", "evaluate"]
 """The pipeline stages a :class:`Stage` event names: a search that generates, and the two judges (the words of
@@ -33,7 +33,7 @@ class Event:
 class Note(Event):
     """A message worth showing a user."""
 
-    level: Level
+    level: NoteLevel
     message: str
     kernel: str | None = None
     arch: str | None = None

@@ -20,7 +20,7 @@ __all__ = [
     "HEADER",
     "KINDS",
     "Corrupt",
-    "Kind",
+    "EntryKind",
     "RecordKind",
     "check_payload",
     "decode",
@@ -32,9 +32,9 @@ __all__ = [
     "verified",
 ]
 
-Kind = Literal["blob", "decision", "gate", "json"]
+EntryKind = Literal["blob", "decision", "gate", "json"]
 """The kinds of entries, each a key prefix."""
-KINDS: tuple[Kind, ...] = get_args(Kind)
+KINDS: tuple[EntryKind, ...] = get_args(EntryKind)
 """The kinds of entries, in the order reports list them."""
 RecordKind = Literal["decision", "gate"]
 """The kinds of entries that are typed records (and that a remote layer signs)."""
@@ -47,10 +47,10 @@ def kind_of(key: str) -> str:
     return key.split("/", 1)[0]
 
 
-_KNOWN: dict[str, Kind] = {k: k for k in KINDS}
+_KNOWN: dict[str, EntryKind] = {k: k for k in KINDS}
 
 
-def known_kind(key: str) -> Kind | None:
+def known_kind(key: str) -> EntryKind | None:
     """The kind of a full key, None when it is none of :data:`KINDS`."""
     return _KNOWN.get(kind_of(key))
 

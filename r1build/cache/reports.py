@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .codec import Kind
+from .codec import EntryKind
 
 __all__ = ["BadEntry", "CacheStats", "Entry", "GcReport"]
 
@@ -16,7 +16,7 @@ class Entry:
 
     key: str
     """Full key, ``<kind>/...``."""
-    kind: Kind
+    kind: EntryKind
     """Its kind, the key's prefix."""
     size: int
     """Payload bytes."""

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..cache import Cache
 from ..errors import EndpointSilentError, R1BuildError
-from ..events import Level, Note, Progress, Stage, emit
+from ..events import Note, NoteLevel, Progress, Stage, emit
 from ..judge import Evaluator
 from ..keys import decision_key
 from ..manifest.model import KernelSpec, Manifest
@@ -171,7 +171,7 @@ class _Search:
         self.client: ChatClient | None = None
 
     # -- bookkeeping -------------------------------------------------------------------------------------
-    def note(self, level: Level, message: str) -> None:
+    def note(self, level: NoteLevel, message: str) -> None:
         emit(Note(level, message, kernel=self.spec.name, arch=self.arch))
 
     def progress(self) -> None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from ..cache import Cache
 from ..errors import NoWinnerError
-from ..events import Level, Note, emit
+from ..events import Note, NoteLevel, emit
 from ..judge import Job
 from ..lock import Lock
 from ..manifest import KernelSpec, Manifest
@@ -106,7 +106,7 @@ class Question:
         """The job of judging ``candidates`` for this kernel × arch (the baseline among them named)."""
         return Job(manifest, self.spec, self.arch, list(candidates), baseline_of(candidates))
 
-    def note(self, level: Level, message: str) -> None:
+    def note(self, level: NoteLevel, message: str) -> None:
         """Emit a note about this kernel × arch."""
         emit(Note(level, message, self.spec.name, self.arch))
 
