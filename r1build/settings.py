@@ -56,10 +56,14 @@ from typing import Literal
 
 from .errors import ConfigError
 
-__all__ = ["BASE_URL_ENV", "EnvSettings", "env_settings", "lock_mode", "parse_flag"]
+__all__ = ["BASE_URL_ENV", "EnvSettings", "PerfModelMode", "env_settings", "lock_mode", "parse_flag"]
 
 BASE_URL_ENV = "R1BUILD_BASE_URL"
 """The variable that overrides the LLM endpoint's URL of any provider profile (named in messages)."""
+
+PerfModelMode = Literal["order", "skip"]
+"""How a search uses the performance model (``R1BUILD_PERF_MODEL``): ``order`` GPU work by its predictions, or also
+``skip`` candidates predicted far slower than the best measured (:mod:`r1build.perfmodel`)."""
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})
@@ -115,7 +119,7 @@ class EnvSettings:
     """``R1BUILD_COMPUTE_SANITIZER``: the compute-sanitizer executable, as given."""
     cluster: str | None = None
     """``R1BUILD_CLUSTER``: the Dask scheduler address a resolve evaluates on, as given."""
-    perf_model: Literal["order", "skip"] | None = None
+    perf_model: PerfModelMode | None = None
     """``R1BUILD_PERF_MODEL``: how a search uses the performance model (None: not at all)."""
     perf_model_skip: float = 3.0
     """``R1BUILD_PERF_MODEL_SKIP``: the factor over the best measured time beyond which ``skip`` skips."""
@@ -186,7 +190,7 @@ def env_settings(environ: Mapping[str, str] | None = None) -> EnvSettings:
     )
 
 
-def _perf_model(environ: Mapping[str, str]) -> Literal["order", "skip"] | None:
+def _perf_model(environ: Mapping[str, str]) -> PerfModelMode | None:
     value = environ.get("R1BUILD_PERF_MODEL", "").strip().lower()
     if value in ("", "off", "0", "no", "false"):
         return None

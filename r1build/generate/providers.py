@@ -27,7 +27,7 @@ __all__ = [
     "PROFILES",
     "REDACTED",
     "Endpoint",
-    "Profile",
+    "ProviderProfile",
     "endpoint_configured",
     "public_url",
     "redact",
@@ -39,7 +39,7 @@ _NO_KEY = "EMPTY"
 
 
 @dataclass(frozen=True, kw_only=True)
-class Profile:
+class ProviderProfile:
     """Defaults and rules of one provider."""
 
     name: str
@@ -58,10 +58,10 @@ class Profile:
     """Whether ``stream_options.include_usage`` is understood."""
 
 
-PROFILES: dict[str, Profile] = {
+PROFILES: dict[str, ProviderProfile] = {
     p.name: p
     for p in (
-        Profile(
+        ProviderProfile(
             name="deepseek",
             base_url="https://api.deepseek.com",
             model="deepseek-reasoner",
@@ -69,7 +69,7 @@ PROFILES: dict[str, Profile] = {
             key_required=True,
             honours_temperature=False,
         ),
-        Profile(
+        ProviderProfile(
             name="vllm",
             base_url="http://127.0.0.1:8000/v1",
             model="deepseek-ai/DeepSeek-R1",
@@ -77,7 +77,7 @@ PROFILES: dict[str, Profile] = {
             key_required=False,
             honours_temperature=True,
         ),
-        Profile(
+        ProviderProfile(
             name="sglang",
             base_url="http://127.0.0.1:30000/v1",
             model="deepseek-ai/DeepSeek-R1",
@@ -85,7 +85,7 @@ PROFILES: dict[str, Profile] = {
             key_required=False,
             honours_temperature=True,
         ),
-        Profile(
+        ProviderProfile(
             name="nim",
             base_url="https://integrate.api.nvidia.com/v1",
             model="deepseek-ai/deepseek-r1",
@@ -93,7 +93,7 @@ PROFILES: dict[str, Profile] = {
             key_required=True,
             honours_temperature=True,
         ),
-        Profile(
+        ProviderProfile(
             name="openai",
             base_url="https://api.openai.com/v1",
             model="deepseek-ai/DeepSeek-R1",
@@ -105,7 +105,7 @@ PROFILES: dict[str, Profile] = {
 }
 
 
-def _key_envs(generation: Generation, profile: Profile) -> tuple[str, ...]:
+def _key_envs(generation: Generation, profile: ProviderProfile) -> tuple[str, ...]:
     return (generation.api_key_env,) if generation.api_key_env else profile.key_envs
 
 
@@ -148,7 +148,7 @@ def redact(text: str, secrets: Iterable[str]) -> str:
 class Endpoint:
     """A resolved endpoint: profile, URL, model and the key (hidden from ``repr``)."""
 
-    profile: Profile
+    profile: ProviderProfile
     """The provider profile."""
     base_url: str
     """URL the client talks to."""

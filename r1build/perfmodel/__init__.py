@@ -13,17 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 from ..manifest.model import KernelSpec, Manifest
 from ..records import Candidate, Result
+from ..settings import PerfModelMode
 from ..toolchain import toolchain
 from .features import CodeFeatures, compile_features, ptx_features
 from .predict import Prediction, predict, shape_work
 
 __all__ = ["CodeFeatures", "PerfModel", "Prediction", "compile_features", "ptx_features", "skipped_result"]
-
-Mode = Literal["order", "skip"]
 
 
 def skipped_result(candidate: Candidate, arch: str, prediction: Prediction, best_us: float, factor: float) -> Result:
@@ -43,7 +41,7 @@ class PerfModel:
     """Predictions for one manifest's candidates (see the module docstring), computed once per variant and arch."""
 
     manifest: Manifest
-    mode: Mode = "order"
+    mode: PerfModelMode = "order"
     skip_factor: float = 3.0
     peaks: tuple[float, float] | None = None
     """Measured (bandwidth bytes/s, fp32 flops/s); the arch's representative GPU's when None."""

@@ -14,18 +14,19 @@ import datetime
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from ..manifest.model import Prices
 from ..overview import KernelRecords
 from ..profile.summary import profile_summary
-from ..records import CandidateRef, Result
+from ..records import CandidateRef, Result, Status
 
 __all__ = [
     "FailureGroup",
     "ProvenanceRow",
+    "ReportVerdict",
     "SearchPoint",
     "SpendRow",
-    "Verdict",
     "WinnerRow",
     "candidate_label",
     "failure_groups",
@@ -37,11 +38,12 @@ __all__ = [
     "winner_row",
 ]
 
-Verdict = str
-"""``passed on GPU``, ``passed gate``, or a failed :data:`~r1build.records.Status` (``compile_error`` ...)."""
+ReportVerdict = Literal["not judged", "passed on GPU", "passed gate"] | Status
+"""How a result reads in the report: ``not judged``, ``passed on GPU``, ``passed gate``, or a failed
+:data:`~r1build.records.Status` (``compile_error`` ...)."""
 
 
-def verdict_of(result: Result | None) -> Verdict:
+def verdict_of(result: Result | None) -> ReportVerdict:
     """One word for a result: how far it passed, or how it failed."""
     if result is None:
         return "not judged"
@@ -142,7 +144,7 @@ class SearchPoint:
     variant: int
     """Index of this value set among the same answer's (0 for the first)."""
     provenance: str
-    verdict: Verdict
+    verdict: ReportVerdict
     time_us: float | None
     best_us: float | None
     """The fastest time among candidates that passed, up to and including this one."""
