@@ -13,8 +13,8 @@ through the openai client: retries, deadlines, the wire), :mod:`.exchange` (the 
 answer), :mod:`.pacing` (the shared pause and circuit breaker), :mod:`.budget` (stop reasons, the token and money
 ledger), :mod:`.prompts`, :mod:`.extract` (code out of answers, normalized digests, tunables),
 :mod:`.pool` (the distinct candidates of a search, the one path from an answer to candidates, ranking),
-:mod:`.controller` (rounds, feedback, stops), :mod:`.stored_search` (a search from stored transcripts),
-:mod:`.outcome` (what a search produced and spent), :mod:`.transcripts`.
+:mod:`.planning` (what each sample of a round asks), :mod:`.controller` (rounds, stops), :mod:`.stored_search`
+(a search from stored transcripts), :mod:`.outcome` (what a search produced and spent), :mod:`.transcripts`.
 """
 
 from __future__ import annotations

@@ -34,7 +34,8 @@ The pieces, in the order a reader meets them: :class:`~.pool.Pool` (:mod:`.pool`
 a search knows, in preference order (:class:`~.pool.Order`), with their results, and ranks them;
 :func:`~.pool.read_answer` and :meth:`~.pool.Pool.admit_answer` are the one path from an answer to candidates,
 taken by the live search and by :func:`~.stored_search.replay_search` (:mod:`.stored_search`) alike;
-:class:`_Search`, here, runs the rounds (plans, samples, stops) around a pool. What a search produced and spent is
+:class:`~.planning.Planner` (:mod:`.planning`) plans what each sample of a round asks; :class:`_Search`, here,
+runs the rounds (samples, judging, stops) around a pool. What a search produced and spent is
 :mod:`.outcome`'s; budgets (stop reasons, the token and money ledger) are :mod:`.budget`'s.
 """
 
@@ -42,7 +43,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import itertools
 import random
 import time
 from collections import Counter
@@ -63,8 +63,8 @@ from .exchange import Attempt, Exchange, Meter
 from .extract import Extraction, complete_part, strip_think
 from .outcome import SampleLoss, SearchOutcome, Usage
 from .pacing import Pacer, describe_faults
+from .planning import Plan, Planner
 from .pool import Known, Order, Pool, outcome_of, read_answer
-from .prompts import DEFAULT_DIRECTIONS, Judged, feedback_prompt, task_prompt
 from .providers import Endpoint
 from .stored_search import replay_search
 from .transcripts import link_transcripts, store_transcript, transcript_payload
@@ -103,14 +103,6 @@ class _SampleSpend:
         self.search.ledger.settle(self.held, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
         self.held = None
         self.search.sync_usage()
-
-
-@dataclass
-class _Plan:
-    messages: list[dict[str, str]]
-    temperature: float | None
-    direction: str | None
-    parent: str | None
 
 
 def _now_iso() -> str:
@@ -169,6 +161,14 @@ class _Search:
         self.finished_samples = 0
         self.round = 0
         self.client: ChatClient | None = None
+        self.planner = Planner(
+            manifest,
+            spec,
+            arch,
+            generation=self.generation,
+            honours_temperature=endpoint.profile.honours_temperature,
+            samples_per_round=self.budget.samples,
+        )
 
     # -- bookkeeping -------------------------------------------------------------------------------------
     def note(self, level: NoteLevel, message: str) -> None:
@@ -266,82 +266,6 @@ class _Search:
             await self.pool.judge([c for c in batch if c is not None])
             self.progress()
 
-    # -- planning ----------------------------------------------------------------------------------------
-    def directions(self) -> list[str]:
-        if self.generation.directions:
-            return list(self.generation.directions)
-        if not self.endpoint.profile.honours_temperature:
-            return list(DEFAULT_DIRECTIONS)
-        return []
-
-    def judged(self, known: Known) -> Judged:
-        assert known.result is not None
-        return Judged(known.label, known.candidate.source, known.result, dict(known.candidate.defines))
-
-    def plan(self, round_no: int, count: int) -> list[_Plan]:
-        directions = self.directions()
-        temps = self.generation.temperatures
-        honours = self.endpoint.profile.honours_temperature
-        best = self.pool.ranked_best()
-        failures = self.pool.recent_failures(max(count, 3))
-        parents = [e for pair in itertools.zip_longest(best, failures) for e in pair if e is not None]
-        if round_no == 0:
-            parents = []
-        notes = self.answer_notes()
-        plans = []
-        for s in range(count):
-            k = round_no * self.budget.samples + s
-            direction = directions[k % len(directions)] if directions else None
-            temperature = temps[k % len(temps)] if honours else None
-            if not parents:
-                text = task_prompt(self.manifest, self.spec, self.arch, direction=direction)
-                if notes and round_no > 0:
-                    text += "\n" + feedback_prompt(
-                        self.spec,
-                        parent=None,
-                        parent_in_conversation=False,
-                        best=[],
-                        failures=[],
-                        notes=notes,
-                        direction=None,
-                    )
-                plans.append(_Plan([{"role": "user", "content": text}], temperature, direction, None))
-                continue
-            parent = parents[s % len(parents)]
-            in_conversation = parent.candidate.origin.kind == "generated" and bool(parent.messages)
-            feedback = feedback_prompt(
-                self.spec,
-                parent=self.judged(parent),
-                parent_in_conversation=in_conversation,
-                best=[self.judged(b) for b in best],
-                failures=[self.judged(f) for f in failures[:4]],
-                notes=notes,
-                direction=direction,
-            )
-            if in_conversation:
-                messages = [
-                    parent.messages[0],
-                    {"role": "assistant", "content": parent.answer},
-                    {"role": "user", "content": feedback},
-                ]
-            else:
-                first = task_prompt(self.manifest, self.spec, self.arch, direction=None)
-                messages = [{"role": "user", "content": first + "\n" + feedback}]
-            plans.append(_Plan(messages, temperature, direction, parent.candidate.digest))
-        return plans
-
-    def answer_notes(self) -> list[str]:
-        notes = []
-        n = self.round_notes
-        if n["no_code"]:
-            notes.append(f"{n['no_code']} answer(s) had no ```cuda block with the kernel.")
-        if n["truncated"]:
-            notes.append(
-                f"{n['truncated']} answer(s) were cut off at the token limit before the final code: "
-                "keep the reasoning focused and the final answer complete."
-            )
-        return notes
-
     # -- one sample --------------------------------------------------------------------------------------
     def report(self, round_no: int, sample: int, attempt: Attempt, wait: float | None) -> None:
         if attempt.outcome != "ok":
@@ -353,7 +277,7 @@ class _Search:
         else:
             self.note("warning", f"{what}; retrying in {wait:.1f} s")
 
-    async def sample(self, round_no: int, sample: int, plan: _Plan, slots: asyncio.Semaphore) -> None:
+    async def sample(self, round_no: int, sample: int, plan: Plan, slots: asyncio.Semaphore) -> None:
         async with slots:
             reason = self.stop_reason or self.exhausted()
             if reason is not None:
@@ -441,7 +365,7 @@ class _Search:
             self.ledger.observe(exchange.attempts[-1].completion_tokens)
         extraction, loss = read_answer(completion.finish_reason, completion.content, self.spec.name, usage)
         if loss is not None and loss != "content_filter":
-            self.round_notes[loss] += 1  # fed back to the next round (:meth:`answer_notes`)
+            self.round_notes[loss] += 1  # fed back to the next round (:func:`~.planning.answer_notes`)
         if loss == "truncated":
             self.note(
                 "warning",
@@ -474,7 +398,7 @@ class _Search:
         return {"reason": extraction.reason, "blocks": extraction.blocks}
 
     def enqueue(
-        self, round_no: int, sample: int, plan: _Plan, exchange: Exchange, extraction: Extraction, transcript: str
+        self, round_no: int, sample: int, plan: Plan, exchange: Exchange, extraction: Extraction, transcript: str
     ) -> None:
         """Queue for judging the candidates of a sample's answer that the pool did not know."""
         if extraction.source is None or exchange.completion is None:
@@ -494,7 +418,7 @@ class _Search:
     # -- rounds ------------------------------------------------------------------------------------------
     async def run_round(self, round_no: int, count: int, slots: asyncio.Semaphore) -> None:
         self.round_notes.clear()
-        plans = self.plan(round_no, count)
+        plans = self.planner.plan(round_no, count, self.pool, self.round_notes)
         judging = asyncio.create_task(self.judge_loop())
         tasks = [asyncio.create_task(self.sample(round_no, s, plan, slots)) for s, plan in enumerate(plans)]
         self.tasks.update(tasks)
