@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import os
 import queue
 import shutil
@@ -95,6 +96,20 @@ class _JobState:
     entries: list[_Candidacy]
     plan: Future[list[ShapePlan]] | None = None
     bench: Future[BenchPlan] | None = None
+
+
+def _chain(source: Future[T], target: Future[T]) -> None:
+    """``target`` gets ``source``'s outcome once it has one."""
+
+    def copy(_: object) -> None:
+        if source.cancelled():
+            target.cancel()
+        elif source.exception() is not None:
+            target.set_exception(source.exception())
+        else:
+            target.set_result(source.result())
+
+    source.add_done_callback(copy)
 
 
 def _cleanup(slots: list[Slot], pools: list[ThreadPoolExecutor], root: Path, own_root: bool) -> None:
@@ -299,7 +314,7 @@ class GpuEvaluator:
         if self._gate is None:
             from ..gate.static import StaticGate
 
-            self._gate = StaticGate(self.cache, toolchain=self._toolchain)
+            self._gate = StaticGate(self.cache, toolchain=self._toolchain, keep_objects=self._root / "objects")
         return self._gate
 
     def _nvcc(self) -> str | None:
@@ -342,24 +357,40 @@ class GpuEvaluator:
         return self._pool.submit(contextvars.copy_context().run, fn, *args, **kwargs)
 
     # -- the CPU side: gate, builds, plans, started as early as possible ---------------------------------
-    def _library(self, job: Job, candidate: Candidate, arch: str) -> Future[Library | LibraryFailure]:
+    def _library(
+        self, job: Job, candidate: Candidate, arch: str, gate: Future[list[Result]] | None = None
+    ) -> Future[Library | LibraryFailure]:
+        """The variant's shared library for ``arch`` (built once). Where the gate keeps its objects, the build
+        starts once ``gate`` (the job's verdicts) is in and links the gate's object instead of compiling."""
         key = (candidate.digest, arch)
         with self._lock:
-            if key not in self._libs:
-                workdir = self._root / "build" / arch / candidate.digest[:24]
-                self._libs[key] = self._submit(
-                    self._timed,
-                    "build_s",
-                    build_library,
-                    candidate,
-                    job.spec.name,
-                    arch,
-                    flags=job.manifest.settings.nvcc_flags,
-                    toolchain=self.toolchain,
-                    workdir=workdir,
-                    declaration=declaration(job.spec),
-                )
-            return self._libs[key]
+            if key in self._libs:
+                return self._libs[key]
+            workdir = self._root / "build" / arch / candidate.digest[:24]
+            build = functools.partial(self._timed, "build_s", self._build, job, candidate, arch, workdir)
+            if gate is None or getattr(self.gate, "keep_objects", None) is None:
+                self._libs[key] = self._submit(build)
+                return self._libs[key]
+            done: Future[Library | LibraryFailure] = Future()
+            gate.add_done_callback(lambda _: _chain(self._submit(build), done))
+            self._libs[key] = done
+            return done
+
+    def _build(self, job: Job, candidate: Candidate, arch: str, workdir: Path) -> Library | LibraryFailure:
+        object_for = getattr(self.gate, "object_for", None)
+        compiled = object_for(candidate.digest, arch) if callable(object_for) else None
+        if compiled is not None:
+            self._count("linked_from_gate", 1)
+        return build_library(
+            candidate,
+            job.spec.name,
+            arch,
+            flags=job.manifest.settings.nvcc_flags,
+            toolchain=self.toolchain,
+            workdir=workdir,
+            declaration=declaration(job.spec),
+            compiled_object=compiled,
+        )
 
     def _entries(self, job: Job) -> list[_Candidacy]:
         entries = [_Candidacy(c, True, i) for i, c in enumerate(job.candidates)]
@@ -389,7 +420,8 @@ class GpuEvaluator:
                 plan = self._submit(plan_checks, job.spec, reference, seed=self.seed)
                 self._plans[kernel] = plan
         for entry in entries:
-            self._sanitizing.start(job, arch, entry.candidate, self._library(job, entry.candidate, arch), plan)
+            library = self._library(job, entry.candidate, arch, gate)
+            self._sanitizing.start(job, arch, entry.candidate, library, plan)
         return gate, plan
 
     def _warm(self, slot: Slot) -> None:

@@ -1,7 +1,8 @@
 """Shared libraries of candidate variants, built for the GPU's arch and checked before anything loads them.
 
 One variant is compiled exactly as the static gate compiles it (its :func:`~r1build.gate.nvcc.compile_variant`,
-the manifest's flags, real code for the arch) plus ``-Xcompiler -fPIC``, then its host object goes through the
+the manifest's flags, real code for the arch) plus ``-Xcompiler -fPIC`` (or the gate's own object of it is taken,
+where the gate kept one), then its host object goes through the
 gate's symbol check (:func:`~r1build.gate.symbols.check_object`): an object that needs symbols outside the
 allowlist is rejected, naming them, and is never linked, let alone loaded. Only then is it linked with
 ``nvcc -shared`` (the CUDA runtime linked statically, so the library needs nothing but libc and the driver).
@@ -9,6 +10,7 @@ allowlist is rejected, naming them, and is never linked, let alone loaded. Only 
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import time
 from collections.abc import Sequence
@@ -17,7 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 from ..errors import ToolchainError, format_subprocess_failure
-from ..gate.nvcc import compile_variant
+from ..gate.nvcc import PIC_FLAGS, compile_variant
 from ..gate.symbols import check_object
 from ..records import Candidate
 from ..toolchain import Toolchain
@@ -59,35 +61,43 @@ def build_library(
     workdir: Path,
     timeout_s: float = 300.0,
     declaration: str | None = None,
+    compiled_object: Path | None = None,
 ) -> Library | LibraryFailure:
     """Compile, check and link one variant in ``workdir`` (created if missing), with the entry point's
-    ``declaration`` pre-included as the gate compiles it."""
+    ``declaration`` pre-included as the gate compiles it; or, given the ``compiled_object`` of the gate's own
+    compile of the variant (position-independent, with code for ``arch`` and maybe other archs), check and link
+    that, without compiling again."""
     workdir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     name = f"v_{candidate.digest[:16]}"
-    compiled = compile_variant(
-        candidate.source,
-        candidate.defines,
-        arch,
-        name=name,
-        flags=[*flags, "-Xcompiler", "-fPIC"],
-        toolchain=toolchain,
-        workdir=workdir,
-        timeout_s=timeout_s,
-        declaration=declaration,
-    )
-    if not compiled.ok or compiled.object_path is None:
-        why = (
-            "nvcc timed out"
-            if compiled.timed_out
-            else format_subprocess_failure(list(compiled.command), compiled.returncode or 0, compiled.output)
+    if compiled_object is not None:
+        obj = workdir / f"{name}.o"
+        shutil.copyfile(compiled_object, obj)
+    else:
+        compiled = compile_variant(
+            candidate.source,
+            candidate.defines,
+            arch,
+            name=name,
+            flags=[*flags, *PIC_FLAGS],
+            toolchain=toolchain,
+            workdir=workdir,
+            timeout_s=timeout_s,
+            declaration=declaration,
         )
-        return LibraryFailure("compile_error", why)
-    symbols = check_object(compiled.object_path, entry)
+        if not compiled.ok or compiled.object_path is None:
+            why = (
+                "nvcc timed out"
+                if compiled.timed_out
+                else format_subprocess_failure(list(compiled.command), compiled.returncode or 0, compiled.output)
+            )
+            return LibraryFailure("compile_error", why)
+        obj = compiled.object_path
+    symbols = check_object(obj, entry)
     if not symbols.ok:
         return LibraryFailure("rejected", symbols.reason(entry))
     so = workdir / f"{name}.so"
-    cmd = [toolchain.nvcc, "-shared", "-o", so.name, compiled.object_path.name]
+    cmd = [toolchain.nvcc, "-shared", "-o", so.name, obj.name]
     try:
         proc = subprocess.run(
             cmd, cwd=workdir, capture_output=True, text=True, errors="replace", timeout=timeout_s, check=False

@@ -46,6 +46,11 @@ __all__ = [
 ]
 
 
+PIC_FLAGS = ("-Xcompiler", "-fPIC")
+"""What makes a compile's host code position-independent, for a shared library: a GPU evaluator's library builds
+and a gate that keeps its objects for them (the device code and the ptxas report are the same)."""
+
+
 def _cores() -> int:
     try:
         return max(1, len(os.sched_getaffinity(0)))

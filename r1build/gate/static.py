@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextvars
 import os
 import re
+import shutil
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -32,7 +33,7 @@ from ..manifest.model import KernelSpec, Limits, Manifest
 from ..records import Candidate, GateReport, Result, Status
 from ..toolchain import Toolchain
 from ..toolchain import toolchain as default_toolchain
-from .nvcc import Compilation, compile_variant
+from .nvcc import PIC_FLAGS, Compilation, compile_variant
 from .symbols import ALLOWLIST_VERSION, check_object
 
 __all__ = ["GATE_SCHEMA", "StaticGate", "gate_for_archs", "gate_key", "limit_violations"]
@@ -131,6 +132,7 @@ class StaticGate:
         toolchain: Toolchain | None = None,
         jobs: int | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        keep_objects: Path | None = None,
     ) -> None:
         self.cache = cache
         """Where verdicts are looked up and stored."""
@@ -142,8 +144,13 @@ class StaticGate:
         """nvcc runs this gate made (cache hits make none)."""
         self.cache_hits = 0
         """Verdicts this gate took from the cache."""
+        self.keep_objects = keep_objects
+        """Where the objects of passing compiles are kept (compiled position-independent), so a GPU evaluator
+        links its shared library from the gate's compile instead of compiling the variant again; None: not
+        kept."""
         self._toolchain = toolchain
         self._lock = threading.Lock()
+        self._objects: dict[tuple[str, str], Path] = {}
 
     @property
     def toolchain(self) -> Toolchain:
@@ -193,6 +200,13 @@ class StaticGate:
         detail += f"; {len(pending)} compiled, {total - len(pending)} from cache"
         emit(Stage("gate", spec.name, arch, done=True, detail=detail))
         return results
+
+    def object_for(self, digest: str, arch: str) -> Path | None:
+        """The kept object of a variant that passed this gate in this process with machine code for ``arch``
+        (with :attr:`keep_objects` only; a verdict from the cache has none)."""
+        with self._lock:
+            path = self._objects.get((digest, parse_arch(arch)))
+        return path if path is not None and path.is_file() else None
 
     def compile_verdict(
         self, manifest: Manifest, spec: KernelSpec, arch: str, candidate: Candidate
@@ -273,7 +287,7 @@ class StaticGate:
                 candidate.defines,
                 archs if len(archs) > 1 else archs[0],
                 name=spec.name,
-                flags=manifest.settings.nvcc_flags,
+                flags=[*manifest.settings.nvcc_flags, *(PIC_FLAGS if self.keep_objects is not None else ())],
                 toolchain=tc,
                 workdir=Path(scratch),
                 timeout_s=self.timeout_s,
@@ -292,10 +306,21 @@ class StaticGate:
                 detail = format_subprocess_failure(compiled.command, compiled.returncode or 1, compiled.output)
                 return [(verdict(archs[0], "compile_error", _signature_hint(spec, compiled.output) + detail), True)]
             check = check_object(compiled.object_path, spec.name)
+            if check.ok and self.keep_objects is not None:
+                self._keep(compiled.object_path, candidate.digest, archs)
         reports = compiled.reports or {archs[0]: compiled.report}
         if not check.ok:
             return [(verdict(a, "rejected", check.reason(spec.name), reports[a]), True) for a in archs]
         return [(verdict(a, "passed", report=reports[a]), True) for a in archs]
+
+    def _keep(self, obj: Path, digest: str, archs: list[str]) -> None:
+        assert self.keep_objects is not None
+        self.keep_objects.mkdir(parents=True, exist_ok=True)
+        kept = self.keep_objects / f"{digest[:32]}-{'-'.join(archs)}.o"
+        shutil.copyfile(obj, kept)
+        with self._lock:
+            for arch in archs:
+                self._objects[digest, arch] = kept
 
     @staticmethod
     def _apply_limits(result: Result, spec: KernelSpec, arch: str) -> Result:

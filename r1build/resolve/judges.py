@@ -5,6 +5,8 @@ LLM endpoint may be asked at all."""
 from __future__ import annotations
 
 import contextvars
+import shutil
+import tempfile
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -90,6 +92,7 @@ class Judges:
         self._cluster_timeout_s = cluster_timeout_s
         self._cluster: ClusterEvaluator | None = None
         self._gate: StaticGate | None = None
+        self._objects: Path | None = None
         self._gpu: GpuEvaluator | ClusterEvaluator | None = None
         self._gpu_archs: set[str] | None = None
         self._endpoint: bool | None = None
@@ -113,7 +116,11 @@ class Judges:
             else:
                 from ..gate.static import StaticGate
 
-                self._gate = StaticGate(self.cache)
+                # where a local GPU may evaluate, the gate keeps its objects: the GPU evaluator links its
+                # libraries from them instead of compiling each variant again
+                keep = self.use_gpu is not False and _nvidia_driver()
+                self._objects = Path(tempfile.mkdtemp(prefix="r1build-objects-")) if keep else None
+                self._gate = StaticGate(self.cache, keep_objects=self._objects)
         return self._gate
 
     def _on_cluster(self) -> ClusterEvaluator:
@@ -223,6 +230,8 @@ class Judges:
                 future.result()
 
     def close(self) -> None:
-        """Stop GPU workers."""
+        """Stop GPU workers; remove the gate's objects."""
         if self._gpu is not None:
             self._gpu.close()
+        if self._objects is not None:
+            shutil.rmtree(self._objects, ignore_errors=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 from pathlib import Path
@@ -99,3 +100,49 @@ def test_racecheck_is_only_needed_with_shared_memory(root_manifest: Manifest, tm
         found[name] = uses_shared_memory(lib.path, cuobjdump)
     assert found == {"silu_mul": False, "rmsnorm": True}
     assert uses_shared_memory(tmp_path / "missing.so", cuobjdump)  # cannot tell: assume it does
+
+
+@needs_nvcc
+def test_a_library_links_the_gates_own_object_instead_of_compiling_again(
+    root_manifest: Manifest, tmp_path: Path, cuobjdump: str
+) -> None:
+    from r1build.gate.static import StaticGate
+
+    spec = root_manifest.kernel("silu_mul")
+    variant = expand_variants(root_manifest, spec)[1]
+    with Cache(tmp_path / "cache") as cache:
+        gate = StaticGate(cache, keep_objects=tmp_path / "objects")
+        verdicts = gate.judge(root_manifest, spec, [("sm_80", variant), ("sm_90", variant)])
+        assert [v.status for v in verdicts] == ["passed", "passed"] and gate.compiles == 1  # both archs, one nvcc
+        kept = gate.object_for(variant.digest, "sm_90")
+        assert kept is not None and kept == gate.object_for(variant.digest, "80-real")
+        assert gate.object_for("0" * 64, "sm_90") is None
+        # a gate without kept objects, or a verdict from the cache, has none to give
+        again = StaticGate(cache, keep_objects=tmp_path / "objects2")
+        again.judge(root_manifest, spec, [("sm_90", variant)])
+        assert again.compiles == 0 and again.object_for(variant.digest, "sm_90") is None
+
+    nvcc_runs = tmp_path / "nvcc.log"
+    real = toolchain()
+    wrapper = tmp_path / "nvcc"
+    wrapper.write_text(f'#!/bin/sh\necho "$@" >> {nvcc_runs}\nexec {real.nvcc} "$@"\n')
+    wrapper.chmod(0o755)
+    counted = dataclasses.replace(real, nvcc=str(wrapper))
+    lib = build_library(
+        variant,
+        spec.name,
+        "sm_90",
+        flags=root_manifest.settings.nvcc_flags,
+        toolchain=counted,
+        workdir=tmp_path / "lib",
+        compiled_object=kept,
+    )
+    assert isinstance(lib, Library)
+    runs = nvcc_runs.read_text().splitlines()
+    assert len(runs) == 1 and runs[0].startswith("-shared")  # linked, not compiled
+    exported = subprocess.run(
+        ["nm", "-D", "--defined-only", str(lib.path)], capture_output=True, text=True, check=True
+    ).stdout
+    assert " T silu_mul" in exported
+    elves = subprocess.run([cuobjdump, "-lelf", str(lib.path)], capture_output=True, text=True, check=True).stdout
+    assert "sm_80" in elves and "sm_90" in elves  # the gate's compile carried code for both archs
