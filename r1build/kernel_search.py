@@ -26,7 +26,7 @@ from .manifest import KernelSpec, Manifest
 from .records import Candidate, CandidateRef, Decision, Result
 from .selection import select_winner
 from .settings import env_settings
-from .transcript_doc import LINKS_NAMESPACE
+from .transcript_doc import LINKS_NAMESPACE, read_links
 
 if TYPE_CHECKING:
     from .generate import SearchOutcome, Usage
@@ -162,10 +162,8 @@ def _stored_transcripts(
     decision = cache.get_decision(key)
     if decision is not None and decision.transcripts:
         return list(decision.transcripts), decision
-    doc = cache.get_json(LINKS_NAMESPACE, key)
-    if isinstance(doc, dict) and isinstance(doc.get("transcripts"), list):
-        return [str(t) for t in doc["transcripts"]], decision
-    return [], decision
+    links = read_links(cache, key)
+    return (links.transcripts if links is not None else []), decision
 
 
 def _gpu_for(cache: Cache, arch: str) -> Evaluator | None:

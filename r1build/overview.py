@@ -18,7 +18,7 @@ from .manifest import KernelSpec, Manifest
 from .records import CandidateRef, Decision, Provenance, Result, SourceFrom, Standing, Validation
 from .resolve import lock_refusal, stale_checks
 from .selection import decision_winner
-from .transcript_doc import LINKS_NAMESPACE, parse_transcript
+from .transcript_doc import parse_transcript, read_links
 
 __all__ = ["KernelRecords", "SampleRecord", "SearchRecord", "StatusRow", "project_records"]
 
@@ -306,10 +306,9 @@ def _sample(digest: str, text: str | None, *, full: bool) -> SampleRecord | None
 
 
 def _search(cache: Cache, key: str, decision: Decision | None, *, full: bool) -> SearchRecord | None:
-    link = cache.get_json(LINKS_NAMESPACE, key)
-    link = link if isinstance(link, dict) else {}
-    digests = [str(d) for d in link.get("transcripts") or []] or (decision.transcripts if decision else [])
-    if not link and not digests:
+    link = read_links(cache, key)
+    digests = (link.transcripts if link is not None else []) or (decision.transcripts if decision else [])
+    if link is None and not digests:
         return None
     samples = []
     missing = 0
@@ -321,9 +320,9 @@ def _search(cache: Cache, key: str, decision: Decision | None, *, full: bool) ->
             samples.append(sample)
     samples.sort(key=lambda s: (s.round, s.sample))
     return SearchRecord(
-        stop_reason=str(link.get("stop_reason") or "unknown"),
-        cause=str(link.get("cause") or ""),
-        created=str(link.get("created") or (decision.created if decision else "")),
+        stop_reason=(link.stop_reason if link is not None else None) or "unknown",
+        cause=link.cause if link is not None else "",
+        created=(link.created if link is not None else "") or (decision.created if decision else ""),
         samples=samples,
         missing=missing,
     )

@@ -50,27 +50,19 @@ def _stored_candidates(cache: Cache, previous: Decision | None) -> list[Candidat
 def _generated_before(cache: Cache, key: str) -> tuple[list[Candidate], list[str]]:
     """The generated candidates (sources still in the cache) and transcripts that ``r1build generate`` recorded
     under ``key``: a resolve judges them rather than asking the model for the same answers again."""
-    from ..records import from_json
-    from ..transcript_doc import LINKS_NAMESPACE
+    from ..transcript_doc import read_links
 
-    doc = cache.get_json(LINKS_NAMESPACE, key)
-    if not isinstance(doc, dict) or not isinstance(doc.get("candidates"), list):
+    links = read_links(cache, key)
+    if links is None or links.candidates is None:  # none, or a record this version cannot read: generate again
         return [], []
-    refs = []
-    for item in doc["candidates"]:
-        try:
-            refs.append(from_json(CandidateRef, item))
-        except (TypeError, ValueError, KeyError):
-            return [], []  # a record this version cannot read: generate again rather than guess
     found = []
-    for ref in refs:
+    for ref in links.candidates:
         source = cache.get_text(ref.source) if ref.origin.kind == "generated" else None
         if source is not None:
             candidate = Candidate(source, ref.origin, dict(ref.defines))
             if candidate.digest == ref.digest:
                 found.append(candidate)
-    transcripts = [str(t) for t in doc.get("transcripts", []) if isinstance(t, str)]
-    return found, transcripts if found else []
+    return found, links.transcripts if found else []
 
 
 def _with_known_rejections(
