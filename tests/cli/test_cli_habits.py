@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from r1build.build import KERNELS_DEFINE, kernel_settings
+from r1build.build import KERNELS_DEFINE, kernel_settings, prepare_kernels
+from r1build.build.editable import refresh, write_editable
+from r1build.build.options import BuildOptions
 from r1build.cache import Cache
 from r1build.cache.prune import prune_cache
 from r1build.cli.main import build_parser, main, output_options
@@ -92,6 +94,23 @@ def test_a_frozen_build_and_check_use_a_stale_lock_as_it_is(
     capsys.readouterr()
     assert main(["check", "--frozen", "-m", str(locked)]) == 2
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_an_editable_install_keeps_frozen(locked: Path) -> None:
+    """An editable install refreshes on import with its build's options: a frozen one goes on using the stale
+    lock as it is, where a locked one would fail."""
+    lock = read_lock(locked / "kernels.lock")
+    entry = lock.entry("silu_mul", "sm_90") if lock is not None else None
+    assert entry is not None
+    cmake_file = prepare_kernels(locked, BuildOptions(frozen=True))
+    write_editable(locked, BuildOptions(frozen=True), cmake_file)
+    _make_stale(locked)
+    refreshed = refresh(locked)
+    sources = [p.read_text(encoding="utf-8") for p in refreshed.parent.rglob("silu_mul__*.cu")]
+    assert [f"variant {entry.winner}" in text for text in sources] == [True]
+    write_editable(locked, BuildOptions(locked=True), cmake_file)
+    with pytest.raises(StaleLockError):
+        refresh(locked)
 
 
 def test_frozen_without_a_lock_or_an_entry_is_an_error(locked: Path, capsys: pytest.CaptureFixture[str]) -> None:
