@@ -7,17 +7,21 @@ A host project uses it in two lines::
 
 Decisions, and why:
 
-* **one OBJECT library per variant**, its ``CUDA_ARCHITECTURES`` exactly the archs that variant won, each with
-  the code its spelling asks for (:mod:`r1build.manifest.archs`): ``80-real`` machine code, ``90`` machine code
-  and PTX, ``90-virtual`` PTX alone. By default the kernel's highest arch carries its PTX, so a GPU newer than
-  every target JIT-compiles it (untested there, but running) instead of failing with
-  ``cudaErrorNoKernelImageForDevice``; ``ptx = false`` in the manifest turns that off.
+* **one STATIC library, each source compiled for exactly the archs its variant won**: per source, the
+  ``--generate-code`` options CMake itself writes for ``CUDA_ARCHITECTURES`` (the library's own is ``OFF``),
+  each with the code its spelling asks for (:mod:`r1build.manifest.archs`): ``80-real`` machine code, ``90``
+  machine code and PTX, ``90-virtual`` PTX alone. One target rather than one per variant: a warm rebuild's
+  configure step and scikit-build-core's reading of CMake's file API cost per target, and a rebuild with
+  nothing changed should cost what the same sources in a plain project cost. By default the kernel's highest
+  arch carries its PTX, so a GPU newer than every target JIT-compiles it (untested there, but running) instead
+  of failing with ``cudaErrorNoKernelImageForDevice``; ``ptx = false`` in the manifest turns that off.
 * **hidden visibility** (``CUDA_VISIBILITY_PRESET hidden``, unless the manifest's ``visibility`` is
   ``default``): the entry points link into the host's extension but are not exported from it, so two
   extensions built with r1build and loaded into one process never call each other's kernels.
 * **reproducible objects**: nvcc names anonymous namespaces after the source's absolute path, which would make
   every checkout build different bytes; each translation unit is compiled as if its path were its file name
-  (``-Xcudafe --orig_src_path_name=<file>``, unique per project since file names carry the variant digest).
+  (``-Xcudafe --orig_src_path_name=<file>``, a source's own option: unique per project since file names carry
+  the variant digest).
 * **the static CUDA runtime** (``CUDA::cudart_static``) by default: an extension module built this way needs
   only the driver on the machine it runs on, not a matching ``libcudart.so``. Streams are driver handles, so
   streams created by another copy of the runtime (PyTorch, CuPy) work. ``-DR1BUILD_CUDART=shared`` links
@@ -54,11 +58,15 @@ def cmake_quote(text: str) -> str:
     return f'"{escaped}"'
 
 
-def _cuda_archs(targets: Sequence[ArchTarget]) -> str:
-    """CMake's ``CUDA_ARCHITECTURES`` of these targets: ``80-real``, ``90`` (machine code and PTX), ``90-virtual``."""
-    suffix = {(True, False): "-real", (False, True): "-virtual", (True, True): ""}
-    ordered = sorted(targets, key=lambda t: arch_order(t.arch))
-    return ";".join(f"{arch_info(t.arch).number}{suffix[t.sass, t.ptx]}" for t in ordered)
+def _arch_options(targets: Sequence[ArchTarget]) -> list[str]:
+    """nvcc's options for these targets, as CMake writes them for ``CUDA_ARCHITECTURES`` ``80-real`` (machine
+    code), ``90`` (machine code and PTX) and ``90-virtual`` (PTX)."""
+    options = []
+    for t in sorted(targets, key=lambda t: arch_order(t.arch)):
+        number = arch_info(t.arch).number
+        codes = [f"compute_{number}"] * t.ptx + [f"sm_{number}"] * t.sass
+        options.append(f"--generate-code=arch=compute_{number},code=[{','.join(codes)}]")
+    return options
 
 
 def _split_flags(flags: Sequence[str]) -> tuple[str | None, list[str]]:
@@ -73,35 +81,15 @@ def _split_flags(flags: Sequence[str]) -> tuple[str | None, list[str]]:
     return standard, rest
 
 
-def _object_library(
-    target: str,
-    source: str,
-    targets: Sequence[ArchTarget],
-    manifest: Manifest,
-    standard: str | None,
-    flags: Sequence[str],
-) -> list[str]:
-    props = [
-        f'CUDA_ARCHITECTURES "{_cuda_archs(targets)}"',
-        "POSITION_INDEPENDENT_CODE ON",
-        "CUDA_SEPARABLE_COMPILATION OFF",
-        "CUDA_RUNTIME_LIBRARY None",
+def _source(source: str, targets: Sequence[ArchTarget]) -> list[str]:
+    """A source of the library with its own options: the archs it is compiled for, and its path as its file name
+    (a source's options are passed as they are: no ``SHELL:`` groups here)."""
+    options = ["-Xcudafe", f"--orig_src_path_name={source}", *_arch_options(targets)]
+    return [
+        f'list(APPEND _r1build_sources "${{_r1build_dir}}/{source}")',
+        f'set_source_files_properties("${{_r1build_dir}}/{source}" PROPERTIES COMPILE_OPTIONS',
+        f'  "{";".join(cmake_quote(option)[1:-1] for option in options)}")',
     ]
-    if manifest.settings.visibility == "hidden":
-        props += ["CUDA_VISIBILITY_PRESET hidden"]
-    if standard:
-        props += [f"CUDA_STANDARD {standard}", "CUDA_STANDARD_REQUIRED ON", "CUDA_EXTENSIONS OFF"]
-    lines = [
-        f'add_library({target} OBJECT "${{_r1build_dir}}/{source}")',
-        f"set_target_properties({target} PROPERTIES",
-        *(f"  {p}" for p in props),
-        ")",
-    ]
-    path_free = cmake_quote(f"SHELL:-Xcudafe --orig_src_path_name={source}")
-    lines.append(f"target_compile_options({target} PRIVATE {path_free})")
-    if flags:
-        lines.append(f"target_compile_options({target} PRIVATE {cmake_quote('SHELL:' + shlex.join(flags))})")
-    return lines
 
 
 def render_cmake(manifest: Manifest, plans: Sequence[KernelPlan]) -> str:
@@ -130,35 +118,40 @@ def render_cmake(manifest: Manifest, plans: Sequence[KernelPlan]) -> str:
         'set(R1BUILD_CUDART "static" CACHE STRING "CUDA runtime the r1build kernels link: static or shared")',
         "set_property(CACHE R1BUILD_CUDART PROPERTY STRINGS static shared)",
         'set(_r1build_dir "${CMAKE_CURRENT_LIST_DIR}")',
-        "set(_r1build_objects)",
+        "set(_r1build_sources)",
     ]
     for p in plans:
         for variant in p.variants:
-            target = f"r1build_{variant.stem}"
             lines += ["", f"# {variant.kernel} for {', '.join(variant.archs)}: {describe_origin(variant.candidate)}"]
-            targets = [p.target(arch) for arch in variant.archs]
-            lines += _object_library(target, variant.file_name, targets, manifest, standard, flags)
-            lines.append(f'list(APPEND _r1build_objects "$<TARGET_OBJECTS:{target}>")')
+            lines += _source(variant.file_name, [p.target(arch) for arch in variant.archs])
     dispatched = [p for p in plans if p.dispatched]
     if dispatched:
         archs = sorted({a for p in dispatched for a in p.archs}, key=arch_order)
         lines += ["", "# the per-arch dispatcher of " + ", ".join(p.spec.name for p in dispatched)]
-        host_only = [ArchTarget(arch, "sass") for arch in archs]  # the dispatcher holds no device code
-        lines += _object_library("r1build_dispatch", DISPATCH_NAME, host_only, manifest, standard, flags)
-        lines.append('target_include_directories(r1build_dispatch PRIVATE "${_r1build_dir}")')
-        lines.append('list(APPEND _r1build_objects "$<TARGET_OBJECTS:r1build_dispatch>")')
+        lines += _source(DISPATCH_NAME, [ArchTarget(arch, "sass") for arch in archs])  # no device code in it
 
     lines.append("")
     if plans:
         scope = "PUBLIC"
+        props = [
+            "CUDA_ARCHITECTURES OFF",  # each source has its own (above)
+            "POSITION_INDEPENDENT_CODE ON",
+            "CUDA_SEPARABLE_COMPILATION OFF",
+            "CUDA_RUNTIME_LIBRARY None",
+            "LINKER_LANGUAGE CUDA",
+        ]
+        if manifest.settings.visibility == "hidden":
+            props += ["CUDA_VISIBILITY_PRESET hidden"]
+        if standard:
+            props += [f"CUDA_STANDARD {standard}", "CUDA_STANDARD_REQUIRED ON", "CUDA_EXTENSIONS OFF"]
         lines += [
-            f"add_library({LIBRARY} STATIC ${{_r1build_objects}})",
+            f"add_library({LIBRARY} STATIC ${{_r1build_sources}})",
             f"set_target_properties({LIBRARY} PROPERTIES",
-            "  LINKER_LANGUAGE CUDA",
-            "  POSITION_INDEPENDENT_CODE ON",
-            "  CUDA_RUNTIME_LIBRARY None",
+            *(f"  {prop}" for prop in props),
             ")",
         ]
+        if flags:
+            lines.append(f"target_compile_options({LIBRARY} PRIVATE {cmake_quote('SHELL:' + shlex.join(flags))})")
     else:
         scope = "INTERFACE"
         lines += ["# no kernels: the header alone", f"add_library({LIBRARY} INTERFACE)"]
