@@ -17,7 +17,7 @@ from r1build.manifest import Manifest, load_manifest
 from r1build.records import Candidate, Origin
 
 pytestmark = [
-    pytest.mark.slow,  # a g++ compile with sanitizers and a run per variant: about 2 s each on 2 shared cores
+    pytest.mark.slow,  # a g++ compile with sanitizers and a run per variant: 1-2 s of CPU each
     pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed"),
 ]
 
@@ -47,7 +47,8 @@ def test_each_root_source_matches_its_reference_on_the_cpu(manifest: Manifest, t
             if candidate.origin in seen:
                 continue
             seen.add(candidate.origin)
-            why = bench.check_variant(manifest, spec, candidate, tmp_path / f"{spec.name}-{len(seen)}")
+            work = tmp_path / f"{spec.name}-{len(seen)}"
+            why = bench.check_variant(manifest, spec, candidate, work, extra=False)  # the test shapes: quick
             assert why is None, f"{spec.name} {candidate.origin.path} {candidate.defines}: {why}"
             checked.append(candidate.origin.path)
     assert len(checked) == len({*checked}) >= len(manifest.kernels)
@@ -71,5 +72,5 @@ def test_the_stand_in_catches_a_broken_kernel(
     source = (ROOT / path).read_text(encoding="utf-8")
     assert old in source
     broken = Candidate(source.replace(old, new, 1), Origin("file", path))
-    why = _bench().check_variant(manifest, manifest.kernel(kernel), broken, tmp_path / "broken")
+    why = _bench().check_variant(manifest, manifest.kernel(kernel), broken, tmp_path / "broken", extra=False)
     assert why is not None and expect in why, why
