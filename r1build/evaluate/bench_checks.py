@@ -169,7 +169,9 @@ def _compare(spec: KernelSpec, bench_set: BenchSet, paths: Sequence[str | None])
         data = Path(path).read_bytes()
         expected = bench_set.expected[arg.name]
         shape = tuple(np.shape(expected))
-        layout = ArrayLayout(arg.name, str(arg.role), arg.dtype, shape, len(data), 0, 0, 0)
+        layout = ArrayLayout(
+            name=arg.name, role=str(arg.role), dtype=arg.dtype, shape=shape, nbytes=len(data), front=0, offset=0, back=0
+        )
         poison = poison_bytes(arg.dtype, bench_set.poison) if arg.role == "out" else b""
         found = compare_output(layout, data, expected, spec.tolerance, poison)
         if found is not None:

@@ -104,7 +104,7 @@ _CODES = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CallPlan:
     """One call of a shape's sequence."""
 
@@ -251,7 +251,17 @@ def plan_checks(spec: KernelSpec, reference: Callable[..., Any], *, seed: int = 
             else:
                 inputs = generate_inputs(spec, sizes, dist, _seed(seed, spec.name, si, ci))
             expected = run_reference(reference, spec, sizes, inputs)
-            calls.append(CallPlan(dist, mode, ci, pattern, inputs, expected, buffers=int(mode == "moved")))
+            calls.append(
+                CallPlan(
+                    dist=dist,
+                    mode=mode,
+                    index=ci,
+                    smem_pattern=pattern,
+                    inputs=inputs,
+                    expected=expected,
+                    buffers=int(mode == "moved"),
+                )
+            )
         plans.append(ShapePlan(dict(sizes), shape_key(spec, sizes), layout_for(spec, sizes), calls))
     return plans
 

@@ -16,7 +16,7 @@ from ..manifest.archs import ARCHS, arch_for_capability, parse_arch
 __all__ = ["GpuInfo", "archs_of", "detect_gpus", "gpu_runs_arch", "visible_devices_value"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GpuInfo:
     """One visible GPU."""
 

@@ -71,7 +71,7 @@ def _trim(text: str) -> str:
     return text if len(text) <= _DETAIL_LIMIT else text[: _DETAIL_LIMIT - 3] + "..."
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Candidacy:
     """One candidate of one job, as it moves through the stages."""
 
@@ -88,7 +88,7 @@ class _Candidacy:
     stats: list[SampleStats] | None = None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _JobState:
     job: Job
     arch: str
@@ -393,9 +393,9 @@ class GpuEvaluator:
         )
 
     def _entries(self, job: Job) -> list[_Candidacy]:
-        entries = [_Candidacy(c, True, i) for i, c in enumerate(job.candidates)]
+        entries = [_Candidacy(candidate=c, visible=True, index=i) for i, c in enumerate(job.candidates)]
         if job.baseline is not None and all(c.digest != job.baseline.digest for c in job.candidates):
-            entries.append(_Candidacy(job.baseline, False, len(entries)))
+            entries.append(_Candidacy(candidate=job.baseline, visible=False, index=len(entries)))
         return entries
 
     def _queue(
@@ -448,7 +448,7 @@ class GpuEvaluator:
         entries = self._entries(job)
         self._count("candidates", len(job.candidates))
         if not slots:
-            return _JobState(job, arch, None, entries)
+            return _JobState(job=job, arch=arch, slot=None, entries=entries)
         slot = min(slots, key=lambda s: (load[id(s)], s.gpu.index))
         load[id(slot)] += len(entries)
         self._warm(slot)
@@ -457,7 +457,7 @@ class GpuEvaluator:
             entry.gate = gate
             entry.library = self._library(job, entry.candidate, arch)
             entry.sanitizers = self._sanitizing.runs(job, arch, entry.candidate)
-        state = _JobState(job, arch, slot, entries)
+        state = _JobState(job=job, arch=arch, slot=slot, entries=entries)
         state.plan = plan
         state.bench = self._timer.bench_plan(job, arch, slot)
         return state

@@ -172,7 +172,7 @@ def poison_bytes(dtype: str, index: int) -> bytes:
     return bytes([byte]) * size
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ArrayLayout:
     """Where one array argument lives inside its allocation during validation."""
 
@@ -222,5 +222,16 @@ def layout_for(spec: KernelSpec, sizes: Mapping[str, int], *, guard: int = GUARD
             offset = itemsize * (1 + i % 3)
             while offset % 16 == 0:
                 offset += itemsize
-        out.append(ArrayLayout(arg.name, arg.role or "in", arg.dtype, shape, nbytes, guard, offset, guard))
+        out.append(
+            ArrayLayout(
+                name=arg.name,
+                role=arg.role or "in",
+                dtype=arg.dtype,
+                shape=shape,
+                nbytes=nbytes,
+                front=guard,
+                offset=offset,
+                back=guard,
+            )
+        )
     return out

@@ -117,7 +117,7 @@ class SanitizeRuns:
             self.outcomes.set_result([o for o in self._tools.values() if o is not None])
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Queue:
     """The candidates of one kernel × arch waiting for one tool, and its runs."""
 
@@ -301,7 +301,7 @@ class Sanitizing:
                 for tool in tools:
                     queue = self._queues.get((kernel, tool))
                     if queue is None:
-                        queue = self._queues[kernel, tool] = _Queue(kernel, tool, slot, inputs)
+                        queue = self._queues[kernel, tool] = _Queue(kernel=kernel, tool=tool, slot=slot, inputs=inputs)
                     if not runs.canceled:
                         queue.pending.append(runs)
                     queues.append(queue)

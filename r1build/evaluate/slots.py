@@ -67,7 +67,7 @@ class Quiet:
                 self._cond.notify_all()
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Slot:
     """One GPU: its worker, sanitizer runner and measured floors."""
 
@@ -163,4 +163,4 @@ def make_slot(gpu: GpuInfo, root: Path, *, sanitize: bool, nvcc: str | None, nam
         exe = find_sanitizer(nvcc)
         if exe is not None:
             sanitizer = SanitizerRunner(exe, env)
-    return Slot(gpu, worker, sanitizer, workdir)
+    return Slot(gpu=gpu, worker=worker, sanitizer=sanitizer, workdir=workdir)

@@ -14,7 +14,8 @@ TOL = Tolerance(rtol=1e-5, atol=1e-6)
 
 
 def layout(n: int, dtype: str = "float32", role: str = "out") -> ArrayLayout:
-    return ArrayLayout("y", role, dtype, (n,), n * np.dtype(dtype).itemsize, 64, 4, 64)
+    nbytes = n * np.dtype(dtype).itemsize
+    return ArrayLayout(name="y", role=role, dtype=dtype, shape=(n,), nbytes=nbytes, front=64, offset=4, back=64)
 
 
 def alloc(lay: ArrayLayout, payload: NDArray[np.generic]) -> bytearray:
@@ -159,7 +160,9 @@ def test_the_quick_path_accepts_only_what_the_full_rules_accept(monkeypatch: pyt
         cases.append((got, want))
     for got, want in cases:
         data = got.tobytes()
-        layout = ArrayLayout("y", "out", "float32", want.shape, len(data), 0, 0, 0)
+        layout = ArrayLayout(
+            name="y", role="out", dtype="float32", shape=want.shape, nbytes=len(data), front=0, offset=0, back=0
+        )
         quick = compare.compare_output(layout, data, want, tol, poison)
         with monkeypatch.context() as m:
             m.setattr(compare, "_clearly_matches", lambda *a, **k: False)

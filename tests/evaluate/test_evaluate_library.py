@@ -60,7 +60,9 @@ def test_devices_without_cupy_or_gpu() -> None:
         import cupy  # noqa: F401
     except ImportError:
         assert detect_gpus() == []
-    h200 = GpuInfo("NVIDIA H200", "sm_90", 0, 141 << 30, (9, 0), 132, 60 << 20)
+    h200 = GpuInfo(
+        name="NVIDIA H200", arch="sm_90", index=0, memory=141 << 30, capability=(9, 0), sm_count=132, l2_bytes=60 << 20
+    )
     assert archs_of(h200) == ["sm_90", "sm_90a"]
     assert gpu_runs_arch(h200, "90-real") and gpu_runs_arch(h200, "sm_90a")
     assert not gpu_runs_arch(h200, "sm_80") and not gpu_runs_arch(h200, "nonsense")

@@ -206,11 +206,11 @@ def _sanitizing_runs(
 
     manifest = load_manifest(ROOT / "kernels.toml")
     spec = next(s for s in manifest.kernels if s.name == "silu_mul")
-    gpu = GpuInfo("Stand-in GPU", "sm_90", 0, 1 << 30)
+    gpu = GpuInfo(name="Stand-in GPU", arch="sm_90", index=0, memory=1 << 30)
     work = tmp_path / "gpu0"
     work.mkdir()
     runner = SanitizerRunner(str(_fake_sanitizer(tmp_path)), {"PATH": "/usr/bin:/bin"}, timeout_s=1.0)
-    slot = Slot(gpu, WorkerHandle(["true"], {}, work, name="unused"), runner, work)
+    slot = Slot(gpu=gpu, worker=WorkerHandle(["true"], {}, work, name="unused"), sanitizer=runner, workdir=work)
     counters: dict[str, float] = {}
     lock = threading.Lock()
 
