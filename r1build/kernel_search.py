@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from .cache import Cache
 from .errors import CacheError, ConfigError, UsageError
-from .judge import Evaluator
 from .keys import decision_key
 from .manifest import KernelSpec, Manifest
 from .records import Candidate, CandidateRef, Decision, Result
@@ -166,18 +165,6 @@ def _stored_transcripts(
     return (links.transcripts if links is not None else []), decision
 
 
-def _gpu_for(cache: Cache, arch: str) -> Evaluator | None:
-    """The GPU evaluator for ``arch`` when a GPU of that arch is visible (the resolver's rule)."""
-    try:
-        from .evaluate import GpuEvaluator, detect_gpus
-    except ImportError:
-        return None
-    if not detect_gpus():
-        return None
-    evaluator = GpuEvaluator(cache)
-    return evaluator if arch in evaluator.archs else None
-
-
 def _verdict(outcome: SearchOutcome, winner: Candidate | None, stored: Decision | None) -> ReplayVerdict | None:
     if stored is None or stored.winner is None:
         return None
@@ -204,31 +191,34 @@ def replay_kernel(
     candidates by a local GPU of the arch (unless ``use_gpu`` is false) or the static gate; yields each arch's
     :class:`Replay`. :class:`~r1build.errors.UsageError` for an arch with no transcripts to replay."""
     from .evaluate.variants import expand_variants
-    from .gate.static import StaticGate
     from .generate import replay
+    from .resolve.judges import Judges
 
     seeds = expand_variants(manifest, spec)
-    gate = StaticGate(cache)
-    for arch in archs:
-        stored: Decision | None = None
-        chosen = list(transcripts)
-        if not chosen:
-            chosen, stored = _stored_transcripts(cache, manifest, spec, arch)
-        if not chosen:
-            raise UsageError(
-                f"no stored transcripts for {spec.name} on {arch} in {cache.directory}: run "
-                f"`r1build generate {spec.name}` or `r1build resolve` first, or pass --transcript"
+    # the resolver's judges: a local GPU of the arch where one is visible (the same rule and notes as a
+    # resolve), else the static gate; their GPU workers end with the replay
+    judges = Judges(cache, use_gpu=None if use_gpu else False)
+    try:
+        for arch in archs:
+            stored: Decision | None = None
+            chosen = list(transcripts)
+            if not chosen:
+                chosen, stored = _stored_transcripts(cache, manifest, spec, arch)
+            if not chosen:
+                raise UsageError(
+                    f"no stored transcripts for {spec.name} on {arch} in {cache.directory}: run "
+                    f"`r1build generate {spec.name}` or `r1build resolve` first, or pass --transcript"
+                )
+            evaluator = judges.gpu_for(arch) or judges.gate
+            outcome = replay(manifest, spec, arch, evaluator=evaluator, cache=cache, transcripts=chosen, seeds=seeds)
+            winner = select_winner(outcome.candidates, outcome.results)
+            yield Replay(
+                arch=arch,
+                transcripts=chosen,
+                outcome=outcome,
+                winner=winner,
+                stored=stored,
+                verdict=_verdict(outcome, winner, stored),
             )
-        evaluator = _gpu_for(cache, arch) if use_gpu else None
-        outcome = replay(
-            manifest, spec, arch, evaluator=evaluator or gate, cache=cache, transcripts=chosen, seeds=seeds
-        )
-        winner = select_winner(outcome.candidates, outcome.results)
-        yield Replay(
-            arch=arch,
-            transcripts=chosen,
-            outcome=outcome,
-            winner=winner,
-            stored=stored,
-            verdict=_verdict(outcome, winner, stored),
-        )
+    finally:
+        judges.close()
