@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from .bundle import BundleEntry, BundleSummary, export_bundle, import_bundle, read_bundle, referenced_blobs
     from .claim import claim
     from .codec import KINDS
+    from .listing import Listed, list_entries
     from .location import default_cache_dir, resolve_cache_dir
     from .opening import DEFAULT_SIZE_LIMIT
     from .prune import Cleaned, Pruned, clean_cache, prune_cache
@@ -47,6 +48,8 @@ _WHERE = {
     "clean_cache": "prune",
     "prune_cache": "prune",
     "stored_values": "rows",
+    "Listed": "listing",
+    "list_entries": "listing",
 }
 
 __all__ = [
@@ -60,6 +63,7 @@ __all__ = [
     "Cleaned",
     "Entry",
     "GcReport",
+    "Listed",
     "Pruned",
     "RepairReport",
     "claim",
@@ -67,6 +71,7 @@ __all__ = [
     "default_cache_dir",
     "export_bundle",
     "import_bundle",
+    "list_entries",
     "open_usable",
     "prune_cache",
     "read_bundle",

@@ -14,7 +14,6 @@ cannot be read); ``push`` publishes the local decisions and gate results to it, 
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import re
 from dataclasses import asdict
@@ -25,10 +24,10 @@ from ..cache import (
     KINDS,
     BundleSummary,
     Cache,
-    Entry,
     clean_cache,
     export_bundle,
     import_bundle,
+    list_entries,
     prune_cache,
     resolve_cache_dir,
 )
@@ -36,7 +35,6 @@ from ..errors import UsageError
 from ..events import sink
 from ..judge import CHECKS_VERSION
 from ..manifest import Manifest, find_manifest, load_manifest
-from ..records import Decision, from_json
 from ..signing import TrustedKeys, load_private_key, trusted_keys
 from .common import add_cache_arg, add_manifest_arg, load_from_args, open_cache, require_current_lock
 from .render import Console
@@ -69,12 +67,6 @@ def format_size(n: int) -> str:
             return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     raise AssertionError("unreachable")
-
-
-def _when(timestamp: float) -> str:
-    if not timestamp:
-        return ""
-    return _dt.datetime.fromtimestamp(timestamp, _dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def register(sub: Any) -> None:
@@ -267,37 +259,9 @@ def cmd_stats(args: argparse.Namespace, console: Console) -> int:
 
 
 # -- ls -------------------------------------------------------------------------------------------------------
-def _decision_row(cache: Cache, entry: Entry) -> dict[str, Any]:
-    row: dict[str, Any] = {"key": entry.key, "kind": entry.kind, "size": entry.size, "used": _when(entry.used)}
-    payload = cache.peek(entry.key)
-    if payload is None:
-        row["corrupt"] = True
-        return row
-    decision = from_json(Decision, payload)
-    row.update(
-        {
-            "kernel": decision.kernel,
-            "arch": decision.arch,
-            "winner": decision.winner.digest if decision.winner else None,
-            "provenance": decision.winner.provenance() if decision.winner else None,
-            "measured": decision.measured,
-            "checks": decision.checks,
-            "device": decision.device,
-            "created": decision.created,
-        }
-    )
-    return row
-
-
 def cmd_ls(args: argparse.Namespace, console: Console) -> int:
     with sink(console.event), open_cache(args, existing=True) as cache:
-        entries = cache.entries(args.kind)
-        rows: list[dict[str, Any]] = [
-            _decision_row(cache, e)
-            if e.kind == "decision"
-            else {"key": e.key, "kind": e.kind, "size": e.size, "used": _when(e.used)}
-            for e in entries
-        ]
+        rows = [listed.to_json() for listed in list_entries(cache, args.kind)]
     if args.json:
         console.json(json.dumps(rows, indent=2))
         return 0
