@@ -20,12 +20,12 @@ quiet() {  # what measures time, alone on the GPU
     python3 -c "import cupy, torch; print('cupy', cupy.__version__, 'torch', torch.__version__)"
     if [ -z "${SKIP_NCU:-}" ]; then
       echo "== timing vs ncu"
-      timeout 110 python3 bench/timing_vs_ncu.py --out "$OUT" 2>&1 | tail -12
+      timeout 200 python3 bench/timing_vs_ncu.py --out "$OUT" 2>&1 | tail -12
     fi
     echo "== r1build resolve of the root manifest on the GPU"
     rm -rf /tmp/root && mkdir /tmp/root && cp -r kernels.toml kernels /tmp/root/ && rm -rf /tmp/root/kernels/_r1build
     t0=$(date +%s%N)
-    R1BUILD_CACHE_DIR=/tmp/r1build-cache-root timeout 130 python3 -m r1build.cli.main resolve -m /tmp/root \
+    R1BUILD_CACHE_DIR=/tmp/r1build-cache-root timeout 400 python3 -m r1build.cli.main resolve -m /tmp/root \
       --offline --json > "$OUT/resolve_root.json" 2> /tmp/resolve_root.err; rc=$?
     t1=$(date +%s%N)
     echo "resolve rc=$rc in $(( (t1 - t0) / 1000000 )) ms"; tail -25 /tmp/resolve_root.err
@@ -71,7 +71,7 @@ rest() {  # correctness work beside the cheats: the sample's build and tests, th
 verify() {  # after a change to the evaluator: the timing test alone, then the GPU tests side by side
   {
     echo "== the root kernels' timing test, alone on the GPU"
-    R1BUILD_CACHE_DIR=/tmp/c-timing timeout 150 python3 -m pytest tests/evaluate/test_evaluate_gpu.py \
+    R1BUILD_CACHE_DIR=/tmp/c-timing timeout 400 python3 -m pytest tests/evaluate/test_evaluate_gpu.py \
       -k root_kernels -v -rfE --tb=short -p no:cacheprovider 2>&1 | tail -15
   } > "$OUT/verify.log" 2>&1
   timeout "${VERIFY_LIMIT:-300}" python3 -m pytest tests/evaluate/test_evaluate_cheats.py -k "run1 or gate" -v \
@@ -101,11 +101,11 @@ final() {  # the session's last call: the root resolved alone (cache kept for th
   {
     echo "== r1build resolve of the root manifest (fresh cache, no lock), alone on the GPU"
     rm -rf /tmp/root && mkdir /tmp/root && cp -r kernels.toml kernels /tmp/root/ && rm -rf /tmp/root/kernels/_r1build
-    R1BUILD_CACHE_DIR=/tmp/r1build-cache-root timeout 130 python3 -m r1build.cli.main resolve -m /tmp/root \
+    R1BUILD_CACHE_DIR=/tmp/r1build-cache-root timeout 400 python3 -m r1build.cli.main resolve -m /tmp/root \
       --offline > /tmp/resolve_root.out 2>&1; echo "resolve rc=$?"; tail -16 /tmp/resolve_root.out
     cp /tmp/root/kernels.lock "$OUT/root_kernels.lock"
     echo "== the performance model against measured times"
-    timeout 150 python3 bench/perf_model.py --measure --cache-dir /tmp/r1build-cache-root --out "$OUT" 2>&1 | tail -25
+    timeout 300 python3 bench/perf_model.py --measure --cache-dir /tmp/r1build-cache-root --out "$OUT" 2>&1 | tail -25
     R1BUILD_CACHE_DIR=/tmp/r1build-cache-root timeout 60 python3 -m r1build.cli.main cache export "$OUT/h200.r1b" \
       2>&1 | tail -2
   } > "$OUT/final.log" 2>&1
