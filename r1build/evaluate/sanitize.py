@@ -173,6 +173,20 @@ class _Live:
     progress: float = 0.0
 
 
+def marker(line: str, token: str) -> tuple[Literal["begin", "end"], int] | None:
+    """A harness marker (``BEGIN <i> <token>`` or ``END <i> <token>``) with this run's token: which, and the
+    library's index; None for any other line."""
+    line = line.strip()
+    words = line.split()
+    if len(words) < 2 or words[-1] != token or not words[-2].isdigit():
+        return None
+    if line.startswith(BEGIN):
+        return "begin", int(words[-2])
+    if line.startswith(END):
+        return "end", int(words[-2])
+    return None
+
+
 def read_markers(output: str, token: str) -> tuple[int | None, int | None, set[int]]:
     """From a harness's output: the library that had begun when the first sanitizer report came (None when no
     report, or one before any library), the last library begun, and the libraries ended."""
@@ -180,12 +194,11 @@ def read_markers(output: str, token: str) -> tuple[int | None, int | None, set[i
     ended: set[int] = set()
     for raw in output.splitlines():
         line = raw.strip()
-        words = line.split()
-        marked = len(words) >= 2 and words[-1] == token and words[-2].isdigit()
-        if marked and line.startswith(BEGIN):
-            last_begun = int(words[-2])
-        elif marked and line.startswith(END):
-            ended.add(int(words[-2]))
+        found = marker(line, token)
+        if found is not None and found[0] == "begin":
+            last_begun = found[1]
+        elif found is not None:
+            ended.add(found[1])
         elif line.startswith("=") and first_report is None and _FINDING.search(line) and not _SUMMARY.search(line):
             first_report = last_begun
     return first_report, last_begun, ended
@@ -237,10 +250,9 @@ class SanitizerRunner:
             for raw in stdout:
                 line = raw.decode(errors="replace")
                 lines.append(line)
-                words = line.split()
-                marked = token and len(words) >= 2 and words[-1] == token and words[-2].isdigit()
-                if marked and line.startswith((BEGIN, END)):
-                    live.current = int(words[-2]) if line.startswith(BEGIN) else None
+                found = marker(line, token) if token else None
+                if found is not None:
+                    live.current = found[1] if found[0] == "begin" else None
                     live.progress = time.monotonic()
 
         reader = threading.Thread(target=read, name="r1build-sanitizer-output", daemon=True)
