@@ -28,14 +28,12 @@ from _report import command_line, host_info, utc_now, write_results  # noqa: E40
 
 from r1build.evaluate.checks import (  # noqa: E402
     arg_codes,
-    arg_items,
     plan_checks,
 )
 from r1build.evaluate.devices import detect_gpus  # noqa: E402
-from r1build.evaluate.floors import bytes_moved  # noqa: E402
 from r1build.evaluate.library import Library, build_library  # noqa: E402
 from r1build.evaluate.sanitize import HARNESS, TOOLS, find_sanitizer  # noqa: E402
-from r1build.evaluate.sanitizing import SANITIZE_MAX_BYTES  # noqa: E402
+from r1build.evaluate.sanitizing import write_shapes  # noqa: E402
 from r1build.evaluate.slots import worker_environment  # noqa: E402
 from r1build.manifest import load_manifest  # noqa: E402
 from r1build.manifest.cdecl import declaration  # noqa: E402
@@ -79,20 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     spec = next(s for s in manifest.kernels if s.name == "silu_mul")
     source = (ROOT / "kernels" / "silu_mul_vec4.cu").read_text()
     plans = plan_checks(spec, load_reference(manifest.root, spec.reference))
-    small = sorted((p for p in plans if bytes_moved(spec, p.sizes) <= SANITIZE_MAX_BYTES), key=lambda p: p.key)[-2:]
     with tempfile.TemporaryDirectory(prefix="r1build-sanbench-") as tmp:
         work = Path(tmp)
-        shapes = []
-        for si, plan in enumerate(small):
-            arrays = []
-            for lay in plan.layouts:
-                item: dict[str, Any] = {"nbytes": lay.nbytes, "input": None}
-                if lay.role != "out":
-                    name = f"in-{si}-{lay.name}.bin"
-                    (work / name).write_bytes(plan.calls[0].inputs[lay.name].tobytes())
-                    item["input"] = name
-                arrays.append(item)
-            shapes.append({"key": plan.key, "arrays": arrays, "args": arg_items(spec, plan.sizes)})
+        shapes = write_shapes(spec, plans, work)
         candidates = [
             Candidate(source=f"{source}\n// copy {i}\n", origin=Origin("file", "kernels/silu_mul_vec4.cu"))
             for i in range(args.copies)

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..judge import Job
+from ..manifest.model import KernelSpec
 from ..records import Candidate, Status
 from .checks import ShapePlan, Verdict, arg_codes, arg_items
 from .child.messages import SanitizeArray, SanitizeJob, SanitizeShape
@@ -41,7 +42,7 @@ from .library import Library, LibraryFailure
 from .sanitize import TOOLS, BatchRun, SanitizerOutcome, uses_shared_memory
 from .slots import Slot
 
-__all__ = ["KernelKey", "SanitizeRuns", "Sanitizing"]
+__all__ = ["KernelKey", "SanitizeRuns", "Sanitizing", "write_shapes"]
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,8 @@ class _Inputs:
 
 
 class SanitizeRuns:
-    """One candidate's runs: a future per tool, and ``outcomes`` once every tool has its verdict."""
+    """One candidate's runs: each tool's verdict as its runs settle it, and ``outcomes`` once every tool has
+    one."""
 
     def __init__(self) -> None:
         self.outcomes: Future[list[SanitizerOutcome]] = Future()
@@ -368,7 +370,6 @@ class Sanitizing:
 
     def _settle(self, queue: _Queue, members: list[SanitizeRuns], found: BatchRun) -> None:
         tool, outcome = queue.tool, found.outcome
-        live = [r for r in members if not r.canceled]
         if outcome.verdict == "clean":
             for runs in members:
                 runs.settle(tool, outcome)
@@ -377,7 +378,7 @@ class Sanitizing:
             members[0].settle(tool, outcome)
             return
         if outcome.verdict == "canceled":  # stopped for a canceled member: the others run again
-            parts = [live]
+            parts = [members]
         elif found.suspect is not None and found.suspect < len(members):
             s = found.suspect
             parts = [members[:s], [members[s]], members[s + 1 :]]
@@ -386,8 +387,8 @@ class Sanitizing:
             half = (len(members) + 1) // 2
             parts = [members[:half], members[half:]]
             self._count("sanitizer_splits", 1)
-        with self._lock:
-            queue.parts.extend([r for r in p if not r.canceled] for p in parts if p)
+        with self._lock:  # canceled members are left out when a part is taken (_dispatch)
+            queue.parts.extend(p for p in parts if p)
 
     def _run_tool(self, job: Job, queue: _Queue, members: list[SanitizeRuns]) -> BatchRun:
         runner = queue.slot.sanitizer
@@ -439,23 +440,28 @@ class Sanitizing:
         return found
 
     def _shapes(self, job: Job, inputs: _Inputs, plans: list[ShapePlan]) -> list[SanitizeShape]:
-        """The two largest small shapes of the kernel, their inputs written once."""
+        """The kernel's sanitizer shapes, their inputs written once."""
         with self._lock:
-            if inputs.shapes or inputs.directory.exists():
-                return inputs.shapes
-            spec = job.spec
-            small = [p for p in plans if bytes_moved(spec, p.sizes) <= SANITIZE_MAX_BYTES]
-            small.sort(key=lambda p: bytes_moved(spec, p.sizes))
-            inputs.directory.mkdir(parents=True, exist_ok=True)
-            for si, plan in enumerate(small[-2:]):
-                arrays: list[SanitizeArray] = []
-                for lay in plan.layouts:
-                    item: SanitizeArray = {"nbytes": lay.nbytes, "input": None}
-                    if lay.role != "out":
-                        name = f"in-{si}-{lay.name}.bin"
-                        data = np.ascontiguousarray(plan.calls[0].inputs[lay.name]).tobytes()
-                        (inputs.directory / name).write_bytes(data)
-                        item["input"] = name
-                    arrays.append(item)
-                inputs.shapes.append({"key": plan.key, "arrays": arrays, "args": arg_items(spec, plan.sizes)})
+            if not (inputs.shapes or inputs.directory.exists()):
+                inputs.shapes = write_shapes(job.spec, plans, inputs.directory)
             return inputs.shapes
+
+
+def write_shapes(spec: KernelSpec, plans: list[ShapePlan], directory: Path) -> list[SanitizeShape]:
+    """The harness shapes of a kernel: its two largest small shapes (at most :data:`SANITIZE_MAX_BYTES`), their
+    input arrays written as files in ``directory``."""
+    small = [p for p in plans if bytes_moved(spec, p.sizes) <= SANITIZE_MAX_BYTES]
+    small.sort(key=lambda p: bytes_moved(spec, p.sizes))
+    directory.mkdir(parents=True, exist_ok=True)
+    shapes: list[SanitizeShape] = []
+    for si, plan in enumerate(small[-2:]):
+        arrays: list[SanitizeArray] = []
+        for lay in plan.layouts:
+            item: SanitizeArray = {"nbytes": lay.nbytes, "input": None}
+            if lay.role != "out":
+                name = f"in-{si}-{lay.name}.bin"
+                (directory / name).write_bytes(np.ascontiguousarray(plan.calls[0].inputs[lay.name]).tobytes())
+                item["input"] = name
+            arrays.append(item)
+        shapes.append({"key": plan.key, "arrays": arrays, "args": arg_items(spec, plan.sizes)})
+    return shapes
