@@ -34,7 +34,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -499,9 +499,6 @@ class GpuEvaluator:
         checkers = self._checkers[id(slot)]
         for checker in checkers:
             idle.put(checker)
-        total = sum(len(s.entries) for s in states)
-        done = [0]
-        lock = threading.Lock()
 
         def check(state: _JobState, entry: _Candidacy) -> None:
             checker = idle.get()
@@ -510,9 +507,6 @@ class GpuEvaluator:
                     self._check_entry(state, checker, entry)
             finally:
                 idle.put(checker)
-            with lock:
-                done[0] += 1
-                emit(Progress("evaluate: checks", done[0], total, {"device": slot.gpu.name}))
 
         with ThreadPoolExecutor(len(checkers), thread_name_prefix="r1build-check") as pool:
             futures = [
@@ -520,8 +514,9 @@ class GpuEvaluator:
                 for state in states
                 for entry in state.entries
             ]
-            for future in futures:
+            for done, future in enumerate(as_completed(futures), 1):  # progress from this thread, as they end
                 future.result()
+                emit(Progress("evaluate: checks", done, len(futures), {"device": slot.gpu.name}))
 
     def _result(self, state: _JobState, entry: _Candidacy, status: Status, detail: str = "", **kw: Any) -> Result:
         gate = entry.gate.result()[entry.index] if entry.gate is not None else None

@@ -35,6 +35,13 @@ if TYPE_CHECKING:
 __all__ = ["Timer"]
 
 
+def _settled(verdict: Verdict) -> Future[Verdict | list[SampleStats]]:
+    """A future that already holds ``verdict``."""
+    done: Future[Verdict | list[SampleStats]] = Future()
+    done.set_result(verdict)
+    return done
+
+
 class Timer:
     """Timing requests of one evaluator (see the module docstring)."""
 
@@ -122,47 +129,43 @@ class Timer:
         """Samples of one candidate at every benchmark shape, or why it fails there (what the timed calls left,
         a time below the hardware floor, a hang or a crash). The GPU part runs now; what the calls left is
         judged on the CPU pool (the future), so the GPU times the next candidate meanwhile."""
-        spec = job.spec
-        done: Future[Verdict | list[SampleStats]] = Future()
         try:
             plan = bench.result()
         except EvaluationError as exc:
-            done.set_result(Verdict("crashed", f"the reference failed at the benchmark shapes: {exc}"))
-            return done
+            return _settled(Verdict("crashed", f"the reference failed at the benchmark shapes: {exc}"))
         with self._lock:  # its own folder per timing: the judging of an earlier timing of the library may still read
             self._timings += 1
             out_dir = slot.workdir / "bench-out" / f"{lib.digest[:24]}-{self._timings}"
+        timed = self._run(job.spec, slot, lib, plan, out_dir)
+        if isinstance(timed, Verdict):
+            shutil.rmtree(out_dir, ignore_errors=True)
+            return _settled(timed)
+        return self._submit(self._judge, job.spec, plan, timed, floors, out_dir)
+
+    def _run(
+        self, spec: KernelSpec, slot: Slot, lib: Library, plan: BenchPlan, out_dir: Path
+    ) -> Verdict | list[TimedShape]:
+        """The worker's timing of one library (its outputs left in ``out_dir``), or why it failed."""
         try:
             failed = slot.load(spec, lib, timeout_s=self._call_timeout_s)
             if failed is not None:
-                done.set_result(Verdict("crashed", failed))
-                return done
+                return Verdict("crashed", failed)
             header = time_request(library_key(lib), shape_requests(spec, plan, out_dir), budget_s=self._budget_s)
             reply, _ = slot.request(header, timeout_s=self.timeout_s)
-            if not reply.get("ok"):
-                error = str(reply.get("error"))
-                if error.startswith("returned"):
-                    verdict = Verdict("incorrect", f"while timing at the benchmark shapes: the call {error}")
-                else:
-                    verdict = Verdict("crashed", f"while timing at the benchmark shapes: {error}")
-                done.set_result(verdict)
-                shutil.rmtree(out_dir, ignore_errors=True)
-                return done
         except WorkerTimedOut:
-            shutil.rmtree(out_dir, ignore_errors=True)
-            done.set_result(
-                Verdict(
-                    "timed_out",
-                    f"at a benchmark shape a call made no progress for {self.timeout_s:g} "
-                    "s; the worker was killed (a deadlock between blocks at the benchmark size?)",
-                )
+            return Verdict(
+                "timed_out",
+                f"at a benchmark shape a call made no progress for {self.timeout_s:g} "
+                "s; the worker was killed (a deadlock between blocks at the benchmark size?)",
             )
-            return done
         except WorkerDied as exc:
-            shutil.rmtree(out_dir, ignore_errors=True)
-            done.set_result(Verdict("crashed", f"the worker process died while timing ({exc}): {exc.log[-600:]}"))
-            return done
-        return self._submit(self._judge, spec, plan, cast(TimeReply, reply)["shapes"], floors, out_dir)
+            return Verdict("crashed", f"the worker process died while timing ({exc}): {exc.log[-600:]}")
+        if not reply.get("ok"):
+            error = str(reply.get("error"))
+            if error.startswith("returned"):
+                return Verdict("incorrect", f"while timing at the benchmark shapes: the call {error}")
+            return Verdict("crashed", f"while timing at the benchmark shapes: {error}")
+        return cast(TimeReply, reply)["shapes"]
 
     def _judge(
         self, spec: KernelSpec, plan: BenchPlan, shapes: list[TimedShape], floors: DeviceFloors | None, out_dir: Path
