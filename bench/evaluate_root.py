@@ -257,8 +257,8 @@ def markdown(report: dict[str, Any]) -> str:
     phases = first["stats"]
     lines += [
         "",
-        "Run 1, seconds in each phase of the GPU thread: waiting for builds and the gate "
-        f"{phases.get('wait_build_s', 0):.1f}, correctness checks {phases.get('checks_s', 0):.1f}, "
+        "Run 1, seconds in each phase of the GPU thread: builds and correctness checks "
+        f"{phases.get('check_phase_s', 0):.1f}, "
         f"waiting for compute-sanitizer {phases.get('wait_sanitizer_s', 0):.1f}, timing (floors, cupy "
         f"reference, candidates) {phases.get('timing_s', 0):.1f}; {int(phases.get('sanitizer_runs', 0))} "
         f"compute-sanitizer runs took {phases.get('sanitizer_s', 0):.1f} s together.",
@@ -283,10 +283,14 @@ def breakdown(run: dict[str, Any]) -> list[str]:
         (f"compute-sanitizer ({int(st.get('sanitizer_runs', 0))} runs)", "sanitizer_s"),
         ("judging what the timed calls left (benchmark shapes)", "judge_bench_s"),
     ]
-    gpu = [
+    workers = [
         ("waiting for builds and the gate", "wait_build_s"),
-        ("correctness checks", "checks_s"),
+        ("correctness checks (all but the shared-memory fills)", "checks_s"),
+    ]
+    gpu = [
+        ("check phase (builds awaited, checks on the check workers)", "check_phase_s"),
         ("waiting for compute-sanitizer", "wait_sanitizer_s"),
+        ("checks alone on the GPU (shared memory filled before the call)", "checks_alone_s"),
         ("floors and the cupy reference", "reference_s"),
         ("timing candidates", "time_candidates_s"),
         ("waiting for the judging of the timed calls", "wait_judge_s"),
@@ -298,6 +302,10 @@ def breakdown(run: dict[str, Any]) -> list[str]:
         "|---|---|---:|---:|",
     ]
     lines += [f"| {name} | CPU pool | {st.get(k, 0):.1f} | {st.get(k, 0) / n * 1e3:.0f} |" for name, k in cpu]
+    lines += [
+        f"| {name} | check workers (summed) | {st.get(k, 0):.1f} | {st.get(k, 0) / n * 1e3:.0f} |"
+        for name, k in workers
+    ]
     lines += [f"| {name} | GPU thread | {st.get(k, 0):.1f} | {st.get(k, 0) / n * 1e3:.0f} |" for name, k in gpu]
     accounted = sum(st.get(k, 0) for _, k in gpu)
     lines.append(

@@ -9,7 +9,17 @@ from __future__ import annotations
 from typing import cast
 
 from ..manifest.model import KernelSpec
-from .checks import ShapePlan, Verdict, check_request, diagnose, diagnosis_plan, judge_shape, needs_diagnosis
+from .checks import (
+    CheckPart,
+    ShapePlan,
+    Verdict,
+    check_request,
+    diagnose,
+    diagnosis_plan,
+    judge_shape,
+    needs_diagnosis,
+    part_of,
+)
 from .child.messages import CheckReply
 from .library import Library
 from .process import WorkerDied, WorkerTimedOut
@@ -19,14 +29,18 @@ __all__ = ["run_checks"]
 
 
 def run_checks(
-    slot: Slot, spec: KernelSpec, lib: Library, plans: list[ShapePlan], *, timeout_s: float
+    slot: Slot, spec: KernelSpec, lib: Library, plans: list[ShapePlan], *, timeout_s: float, part: CheckPart = "all"
 ) -> Verdict | None:
-    """The first failure of ``lib`` over every shape's calls (each call within ``timeout_s``), explained by
-    repeating the failing call where that can name the cause; None when every call passed."""
+    """The first failure of ``lib`` over every shape's calls of ``part`` (each call within ``timeout_s``),
+    explained by repeating the failing call where that can name the cause; None when every call passed. The
+    ``alone`` part must run with no other work on the GPU (the caller holds the GPU's quiet lock)."""
     key = library_key(lib)
     where = "while loading"
     try:
-        for plan in plans:
+        for whole in plans:
+            plan = part_of(whole, part)
+            if not plan.calls:
+                continue
             failed = slot.load(spec, lib, timeout_s=timeout_s)  # again after a worker restart
             if failed is not None:
                 return Verdict("crashed", failed)

@@ -14,7 +14,9 @@ no arithmetic produces), so an element left from an earlier call or never writte
 8.   ``graph``: the call is captured again, new inputs are uploaded, and only the graph is replayed: work on a
      private or per-thread stream never reaches the outputs;
 9-10. ``smem``: every SM's shared memory is filled with a pattern by a kernel launched just before the call
-     (two patterns), so a kernel reading shared memory it never wrote gives a different answer.
+     (two patterns), so a kernel reading shared memory it never wrote gives a different answer. These need the
+     GPU to themselves (:func:`part_of`): another process's kernels between the fill and the call, or a context
+     switch, can leave shared memory cleared, and a kernel reading zeros it never wrote may then pass.
 
 Outputs are read only once the whole device is idle, so work a kernel (wrongly) left on another stream has
 finished and the same kernel gets the same verdict every run. Pointers are offset from aligned allocations
@@ -63,9 +65,14 @@ __all__ = [
     "diagnosis_plan",
     "judge_shape",
     "needs_diagnosis",
+    "part_of",
     "plan_checks",
     "run_reference",
 ]
+
+CheckPart = Literal["all", "shared", "alone"]
+"""Which calls of a plan run: every one; those that keep their meaning with other work on the GPU (``shared``);
+or those that need the GPU to themselves (``alone``: the shared-memory fills)."""
 
 SMEM_PATTERNS = (0xFFFFFFFF, 0x4B4B4B4B)
 """Patterns shared memory is pre-filled with: NaN as float, -1 as int; then 1.3e7 as float."""
@@ -264,6 +271,13 @@ def plan_checks(spec: KernelSpec, reference: Callable[..., Any], *, seed: int = 
             )
         plans.append(ShapePlan(dict(sizes), shape_key(spec, sizes), layout_for(spec, sizes), calls))
     return plans
+
+
+def part_of(plan: ShapePlan, part: CheckPart) -> ShapePlan:
+    """The calls of ``plan`` that run in ``part`` (see :data:`CheckPart`), each keeping its index and poison."""
+    if part == "all":
+        return plan
+    return replace(plan, calls=[c for c in plan.calls if (c.mode == "smem") == (part == "alone")])
 
 
 def _poisons(plan: ShapePlan, call: CallPlan) -> dict[str, bytes]:

@@ -9,8 +9,9 @@ Per job (one kernel, one arch), in this order:
    compute-sanitizer runs (:mod:`.sanitizing`: a run per kernel, tool and batch of built libraries, split until
    a finding names its candidate) start as soon as libraries are built, overlapping the worker's checks; a
    candidate that fails them leaves its batches;
-3. once every check and sanitizer run of the GPU's jobs is in, the GPU times the survivors, the baseline and the
-   reference (with cupy) alone: sanitizer runs of jobs prepared for later wait while it times.
+3. once every check and sanitizer run of the GPU's jobs is in, the GPU runs the checks that need it to themselves
+   (shared memory filled before a call) and times the survivors, the baseline and the reference (with cupy)
+   alone: sanitizer runs of jobs prepared for later wait meanwhile.
 
 A crash, an illegal address or a hang costs the candidate (``crashed`` / ``timed_out``), never the run: the worker
 is killed if need be and restarted. Archs with no local GPU get the static gate's results (``stage="gate"``, no
@@ -220,8 +221,9 @@ class GpuEvaluator:
     def stats(self) -> dict[str, float]:
         """Counters of this evaluator's work (candidates, built, checked, timed, worker restarts, sanitizer
         runs and splits) and seconds per phase: on the CPU pool ``gate_s``, ``build_s``, ``sanitizer_s`` (summed
-        over threads) and ``judge_bench_s``; on the GPU thread ``wait_build_s``, ``checks_s``,
-        ``wait_sanitizer_s``, ``reference_s``, ``time_candidates_s``, ``wait_judge_s``."""
+        over threads) and ``judge_bench_s``; summed over the check workers ``wait_build_s`` and ``checks_s``; on the GPU
+        thread ``check_phase_s`` (wall), ``wait_sanitizer_s``, ``checks_alone_s``, ``reference_s``,
+        ``time_candidates_s``, ``wait_judge_s``."""
         with self._lock:
             restarts = sum(c.restarts for checkers in self._checkers.values() for c in checkers)
             return {**self._stats, "worker_restarts": restarts}
@@ -479,7 +481,9 @@ class GpuEvaluator:
         slot = states[0].slot
         assert slot is not None
         with slot.busy:
+            start = time.perf_counter()
             self._check_all(slot, states)
+            self._phase("check_phase_s", start)
             start = time.perf_counter()
             for state in states:
                 for entry in state.entries:
@@ -551,7 +555,7 @@ class GpuEvaluator:
             return
         self._count("built", 1)
         start = time.perf_counter()
-        verdict = run_checks(slot, state.job.spec, lib, plans, timeout_s=self.call_timeout_s)
+        verdict = run_checks(slot, state.job.spec, lib, plans, timeout_s=self.call_timeout_s, part="shared")
         self._phase("checks_s", start)
         self._count("checked", 1)
         if verdict is not None:
@@ -573,7 +577,21 @@ class GpuEvaluator:
         survivors = [e for e in state.entries if e.result is None]
         if not survivors:
             return
-        assert state.bench is not None
+        assert state.bench is not None and state.plan is not None
+        start = time.perf_counter()
+        for entry in survivors:  # the checks that need the GPU to themselves: shared memory filled before a call
+            assert entry.library is not None
+            lib = entry.library.result()
+            assert isinstance(lib, Library)
+            verdict = run_checks(
+                slot, state.job.spec, lib, state.plan.result(), timeout_s=self.call_timeout_s, part="alone"
+            )
+            if verdict is not None:
+                entry.result = self._result(state, entry, verdict.status, verdict.detail)
+        survivors = [e for e in survivors if e.result is None]
+        self._phase("checks_alone_s", start)
+        if not survivors:
+            return
         start = time.perf_counter()
         floors = self._timer.floors(slot)
         reference_us = self._timer.reference_us(state.job, slot)

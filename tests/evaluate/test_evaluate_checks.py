@@ -16,6 +16,7 @@ from r1build.evaluate.checks import (
     diagnosis_plan,
     judge_shape,
     needs_diagnosis,
+    part_of,
     plan_checks,
     run_reference,
 )
@@ -68,6 +69,30 @@ def test_plan_covers_every_shape_and_mode(root_manifest: Manifest) -> None:
     assert header["calls"][0]["poison"] == {"1": poison_bytes("float32", 0).hex()}
     assert arg_codes(spec) == ["ptr", "ptr", "i32", "i32"]
     assert arg_items(root_manifest.kernel("rmsnorm"), {"rows": 2, "cols": 3})[-1]["scalar"] == np.float32(1e-6)
+
+
+def test_the_shared_memory_fills_run_apart_from_the_other_calls(root_manifest: Manifest) -> None:
+    # a context switch between the fill and the call can clear shared memory, so the fills run with the GPU to
+    # themselves (in the timing phase) and every other call beside other work
+    spec, plans = _plan(root_manifest, "sum_all")
+    for plan in plans:
+        shared, alone = part_of(plan, "shared"), part_of(plan, "alone")
+        assert [c.mode for c in alone.calls] == ["smem", "smem"]
+        assert "smem" not in [c.mode for c in shared.calls]
+        assert sorted(c.index for c in shared.calls + alone.calls) == [c.index for c in plan.calls]
+        assert part_of(plan, "all") == plan
+        header, _ = check_request(spec, alone, "lib")
+        whole, _ = check_request(spec, plan, "lib")
+        # the same poisons and fills as in the whole sequence
+        assert [(c["poison"], c["smem_pattern"]) for c in header["calls"]] == [
+            (c["poison"], c["smem_pattern"]) for c in whole["calls"][-2:]
+        ]
+        good = [b for i in range(len(alone.calls)) for b in _allocs(alone, i)]
+        assert judge_shape(spec, alone, _reply(alone), good) is None
+        bad = list(good)
+        bad[-1] = bytes(len(bad[-1]))  # the second fill's call left zeros everywhere
+        verdict = judge_shape(spec, alone, _reply(alone), bad)
+        assert verdict is not None and verdict.call == 1 and "shared memory" in verdict.detail
 
 
 def test_correct_bytes_pass_and_each_fault_is_named(root_manifest: Manifest) -> None:

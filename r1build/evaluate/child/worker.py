@@ -436,12 +436,13 @@ class Worker:
                 allocs, args, _ = buffer_set(int(call.get("buffers", 0)))
                 if mode != "graph":
                     upload(call)
-                if mode == "smem":
-                    self.poison_shared(int(call["smem_pattern"] or 0))
-                if mode != "graph":
-                    # inputs, poison and the shared-memory fill are in place before the call, whatever stream
-                    # the candidate (wrongly) uses: a violation then shows as such, not as a race with uploads
+                    # inputs and poison are in place before the call, whatever stream the candidate (wrongly)
+                    # uses: a violation then shows as such, not as a race with uploads
                     self.stream.synchronize()
+                if mode == "smem":
+                    # the fill runs just before the call on its stream, with no pause for another context's
+                    # work to run in between (a context switch can leave shared memory cleared)
+                    self.poison_shared(int(call["smem_pattern"] or 0))
                 if mode == "graph":
                     self._graph_call(fn, args, call, record, upload)
                 elif mode == "capture":
