@@ -64,6 +64,7 @@ from .messages import (
     TimeReply,
     TimeRequest,
 )
+from .pristine import PristineInputs
 from .protocol import CAPTURE_ERRORS, PeerClosed, read_message, write_message
 
 __all__ = ["main"]
@@ -152,6 +153,8 @@ class Worker:
         self._empty_us = 0.0
         self._sink: Any = None
         self._events: list[tuple[Any, Any]] = []
+        self._pristine: PristineInputs | None = None
+        self._pinned: Any = None
 
     # -- plumbing ----------------------------------------------------------------------------------------
     def hello(self) -> Hello:
@@ -526,20 +529,31 @@ class Worker:
             self.settle("launching the captured graph", exc)
 
     def _fill(self, arrays: list[Any], shape: BenchShapeRequest, fill: BenchFill) -> None:
-        """Upload one input set into ``arrays``: ``in``/``inout`` from the files the parent wrote, ``out``
-        poisoned (bytes repeated over the array)."""
-        import numpy as np
-
+        """Upload one input set into ``arrays``: ``in``/``inout`` from the files the parent wrote (through the
+        checksummed device copies of :class:`~.pristine.PristineInputs`), ``out`` poisoned (bytes repeated over
+        the array, on the device)."""
+        if self._pristine is None:
+            self._pristine = PristineInputs(self.cp, limit_bytes=min(16 << 30, self.memory // 8))
         for j, (arr, a) in enumerate(zip(arrays, shape["arrays"], strict=True)):
             if not int(a["count"]):
                 continue
             raw = arr.view(self.cp.uint8)[: int(a["count"]) * int(a["itemsize"])]
             path = fill["files"][j]
             if path is not None:
-                raw.set(np.fromfile(path, dtype=np.uint8), stream=self.stream)
+                self._pristine.copy_into(path, raw, self.stream)
             else:
-                one = np.frombuffer(bytes.fromhex(fill["poison"][j] or "00"), dtype=np.uint8)
-                raw.set(np.tile(one, int(a["count"])), stream=self.stream)
+                self._poison(raw, bytes.fromhex(fill["poison"][j] or "00"))
+
+    def _poison(self, raw: Any, one: bytes) -> None:
+        """``one`` repeated over the uint8 device array ``raw`` (a whole number of repeats)."""
+        words = {1: self.cp.uint8, 2: self.cp.uint16, 4: self.cp.uint32, 8: self.cp.uint64}.get(len(one))
+        if words is not None and raw.size % len(one) == 0 and int(raw.data.ptr) % len(one) == 0:
+            with self.stream:
+                raw.view(words).fill(words(int.from_bytes(one, "little")))
+            return
+        import numpy as np
+
+        raw.set(np.tile(np.frombuffer(one, dtype=np.uint8), raw.size // len(one)), stream=self.stream)
 
     def _set_for(self, shape: BenchShapeRequest, fill: BenchFill) -> tuple[list[Any], list[Any]]:
         arrays = [self.typed_empty(a["dtype"], int(a["count"])) for a in shape["arrays"]]
@@ -548,8 +562,11 @@ class Worker:
         return arrays, self._args(shape["args"], [int(arr.data.ptr) for arr in arrays])
 
     def _save_outputs(self, arrays: list[Any], shape: BenchShapeRequest, tag: str) -> list[str | None]:
-        """Write every ``out``/``inout`` array to a file for the parent to judge (the whole device idle first)."""
+        """Write every ``out``/``inout`` array to a file for the parent to judge (the whole device idle first),
+        through one pinned host buffer."""
         from pathlib import Path
+
+        import numpy as np
 
         self.rt.deviceSynchronize()
         paths: list[str | None] = []
@@ -558,7 +575,14 @@ class Worker:
                 paths.append(None)
                 continue
             path = Path(shape["out_dir"]) / f"{tag}-{j}.bin"
-            arr[: int(a["count"])].get().tofile(path)
+            raw = arr.view(self.cp.uint8)[: int(a["count"]) * int(a["itemsize"])]
+            if self._pinned is None or self._pinned.size < raw.size:
+                memory = self.cp.cuda.alloc_pinned_memory(max(1, raw.size))
+                self._pinned = np.frombuffer(memory, dtype=np.uint8, count=max(1, raw.size))
+            host = self._pinned[: raw.size]
+            raw.get(stream=self.stream, out=host)
+            with path.open("wb") as f:
+                f.write(memoryview(host))
             paths.append(str(path))
         return paths
 
