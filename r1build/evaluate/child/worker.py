@@ -20,9 +20,9 @@ Operations (``op`` of a request):
     time the entry point per benchmark shape: warm-up, L2 flushed before each launch, rotated input sets,
     CUDA events on the stream, a CUDA graph of several calls when one call is shorter than ``graph_below_us``.
 ``time_reference``
-    time the spec's numpy reference called with cupy arrays (many numpy functions dispatch to cupy).
+    time the spec's numpy reference called with cupy arrays (many numpy functions dispatch to cupy; :mod:`.measures`).
 ``floors``
-    measure device bandwidth (device-to-device copy) and fp32 peak (SGEMM and an FMA kernel).
+    measure device bandwidth (device-to-device copy) and fp32 peak (SGEMM and an FMA kernel; :mod:`.measures`).
 
 A CUDA error that leaves the context unusable (illegal address, misaligned address, ...) is reported with
 ``"exiting": true`` and the worker exits; the parent starts a fresh one.
@@ -37,11 +37,11 @@ import os
 import resource
 import statistics
 import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 from .harness import CTYPES
+from .measures import floors, time_reference
 from .messages import (
     ArgItem,
     ArrayAlloc,
@@ -51,16 +51,10 @@ from .messages import (
     CallRequest,
     CheckReply,
     CheckRequest,
-    FloorsReply,
-    FloorsRequest,
     Hello,
     LoadRequest,
-    ReferenceShape,
-    ReferenceShapeReply,
     Reply,
     TimedShape,
-    TimeReferenceReply,
-    TimeReferenceRequest,
     TimeReply,
     TimeRequest,
 )
@@ -746,107 +740,6 @@ class Worker:
             "outputs": [],
         }, sets
 
-    def op_time_reference(self, h: TimeReferenceRequest, _bufs: list[bytes]) -> tuple[TimeReferenceReply, list[bytes]]:
-        """Time the numpy reference computed by cupy: the reference module's ``numpy`` (and the numpy functions
-        it imported by name) rebound to cupy in this process, so every array it makes is a cupy array."""
-        from pathlib import Path
-
-        import numpy
-
-        from ...manifest.reference import load_reference
-
-        fn = load_reference(Path(h["root"]), str(h["reference"]))
-        names = fn.__globals__
-        for name, value in list(names.items()):
-            home = str(getattr(value, "__module__", None) or "")
-            own = str(getattr(value, "__name__", None) or "")
-            if value is numpy:
-                names[name] = self.cp
-            elif callable(value) and home.startswith("numpy") and own and hasattr(self.cp, own):
-                names[name] = getattr(self.cp, own)
-        out: list[ReferenceShapeReply] = []
-        for si, shape in enumerate(h["shapes"]):
-            try:
-                out.append({"samples_us": self._time_reference_shape(fn, shape)})
-            except self.rt.CUDARuntimeError as exc:
-                self.settle("timing the reference", exc)
-            except Exception as exc:  # the reference does not run under cupy: report, do not fail
-                out.append({"error": f"{type(exc).__name__}: {exc}"[:500]})
-            self.tick(si)
-        return {"ok": True, "shapes": out}, []
-
-    def _time_reference_shape(self, fn: Callable[..., Any], shape: ReferenceShape) -> list[float]:
-        kwargs: dict[str, Any] = dict(shape["scalars"])
-        for a in shape["arrays"]:
-            arr = self.typed_empty(a["dtype"], int(a["count"]))[: int(a["count"])].reshape(a["shape"])
-            self.random_fill(arr, a["dtype"])
-            kwargs[a["name"]] = arr
-        e0, e1 = self.event_pair(0)
-        with self.stream:
-            for _ in range(2):
-                fn(**kwargs)
-            self.stream.synchronize()
-            samples: list[float] = []
-            deadline = time.monotonic() + 1.0
-            while len(samples) < 5 or (len(samples) < 30 and time.monotonic() < deadline):
-                self.flush_l2()
-                e0.record(self.stream)
-                fn(**kwargs)
-                e1.record(self.stream)
-                e1.synchronize()
-                samples.append(self.cp.cuda.get_elapsed_time(e0, e1) * 1000.0)
-        return samples
-
-    def op_floors(self, _h: FloorsRequest, _bufs: list[bytes]) -> tuple[FloorsReply, list[bytes]]:
-        cp = self.cp
-        e0, e1 = self.event_pair(0)
-
-        def timed(action: Callable[[], None], repeats: int) -> float:
-            action()
-            self.stream.synchronize()
-            times = []
-            for _ in range(repeats):
-                e0.record(self.stream)
-                action()
-                e1.record(self.stream)
-                e1.synchronize()
-                times.append(cp.cuda.get_elapsed_time(e0, e1) / 1000.0)
-            return float(statistics.median(times))
-
-        with self.stream:
-            bandwidth = self._bandwidth(timed)
-            sgemm = self._sgemm(timed)
-            fma = self._fma(timed)
-        return {
-            "ok": True,
-            "bandwidth_bps": bandwidth,
-            "fp32_flops": max(sgemm, fma),
-            "sgemm_flops": sgemm,
-            "fma_flops": fma,
-        }, []
-
-    def _bandwidth(self, timed: Callable[[Callable[[], None], int], float]) -> float:
-        n = min(2 << 30, self.memory // 8)
-        src = self.cp.empty(n, dtype=self.cp.uint8)
-        dst = self.cp.empty(n, dtype=self.cp.uint8)
-        src.fill(1)
-        return 2.0 * n / timed(lambda: dst.data.copy_from_device_async(src.data, n, self.stream), 10)
-
-    def _sgemm(self, timed: Callable[[Callable[[], None], int], float]) -> float:
-        cp, size = self.cp, 8192
-        a = cp.random.standard_normal((size, size), dtype=cp.float32)
-        b = cp.random.standard_normal((size, size), dtype=cp.float32)
-        c = cp.empty((size, size), dtype=cp.float32)
-        return 2.0 * size**3 / timed(lambda: cp.matmul(a, b, out=c), 5)
-
-    def _fma(self, timed: Callable[[Callable[[], None], int], float]) -> float:
-        cp = self.cp
-        kernel = self.kernel("r1_fma_peak")
-        blocks, threads, iters = self.sm_count * 8, 256, 1 << 15
-        sink = cp.empty(blocks * threads, dtype=cp.float32)
-        args = (sink, cp.int32(iters), cp.float32(0.999999), cp.float32(1e-6))
-        return 16.0 * iters * blocks * threads / timed(lambda: kernel((blocks,), (threads,), args), 5)
-
 
 def main(argv: Sequence[str]) -> int:
     """Serve requests until told to exit or the parent goes away."""
@@ -865,8 +758,8 @@ def main(argv: Sequence[str]) -> int:
         "load": worker.op_load,
         "check": worker.op_check,
         "time": worker.op_time,
-        "time_reference": worker.op_time_reference,
-        "floors": worker.op_floors,
+        "time_reference": lambda h, b: time_reference(worker, h, b),
+        "floors": lambda h, b: floors(worker, h, b),
         "ping": lambda _h, _b: ({"ok": True}, []),
     }
     while True:
