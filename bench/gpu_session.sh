@@ -31,6 +31,7 @@ quiet() {  # what measures time, alone on the GPU
     echo "resolve rc=$rc in $(( (t1 - t0) / 1000000 )) ms"; tail -25 /tmp/resolve_root.err
     R1BUILD_CACHE_DIR=/tmp/r1build-cache-root python3 -m r1build.cli.main status -m /tmp/root 2>&1
     cp /tmp/root/kernels.lock "$OUT/root_kernels.lock"
+    [ -n "${SKIP_SAMPLE:-}" ] && return
     echo "== sample_project: resolved again on the GPU (a fresh cache, no lock), vendored"
     rm -rf /tmp/sample && cp -r sample_project /tmp/sample && rm -rf /tmp/sample/.r1build /tmp/sample/kernels.lock
     R1BUILD_CACHE_DIR=/tmp/r1build-cache-sample timeout 100 python3 -m r1build.cli.main resolve -m /tmp/sample \
