@@ -6,6 +6,8 @@ replies there; a hang or a crash of the worker becomes the candidate's verdict.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import cast
 
 from ..manifest.model import KernelSpec
@@ -28,12 +30,25 @@ from .slots import Slot, library_key
 __all__ = ["run_checks"]
 
 
+def _no_count(_name: str, _seconds: float) -> None:
+    pass
+
+
 def run_checks(
-    slot: Slot, spec: KernelSpec, lib: Library, plans: list[ShapePlan], *, timeout_s: float, part: CheckPart = "all"
+    slot: Slot,
+    spec: KernelSpec,
+    lib: Library,
+    plans: list[ShapePlan],
+    *,
+    timeout_s: float,
+    part: CheckPart = "all",
+    count: Callable[[str, float], None] = _no_count,
 ) -> Verdict | None:
     """The first failure of ``lib`` over every shape's calls of ``part`` (each call within ``timeout_s``),
     explained by repeating the failing call where that can name the cause; None when every call passed. The
-    ``alone`` part must run with no other work on the GPU (the caller holds the GPU's quiet lock)."""
+    ``alone`` part must run with no other work on the GPU (the caller holds the GPU's quiet lock). ``count``
+    gets the seconds spent loading the library (``check_load_s``), building requests (``check_request_s``),
+    in the worker (``check_worker_s``) and judging replies (``check_judge_s``)."""
     key = library_key(lib)
     where = "while loading"
     try:
@@ -41,13 +56,21 @@ def run_checks(
             plan = part_of(whole, part)
             if not plan.calls:
                 continue
+            t0 = time.perf_counter()
             failed = slot.load(spec, lib, timeout_s=timeout_s)  # again after a worker restart
             if failed is not None:
                 return Verdict("crashed", failed)
             where = f"at {plan.key}"
+            t1 = time.perf_counter()
             header, buffers = check_request(spec, plan, key)
+            t2 = time.perf_counter()
             reply, data = slot.request(header, buffers, timeout_s=timeout_s)
+            t3 = time.perf_counter()
             verdict = judge_shape(spec, plan, cast(CheckReply, reply), data)
+            count("check_load_s", t1 - t0)
+            count("check_request_s", t2 - t1)
+            count("check_worker_s", t3 - t2)
+            count("check_judge_s", time.perf_counter() - t3)
             if verdict is not None and needs_diagnosis(plan, verdict) and not reply.get("exiting"):
                 assert verdict.call is not None
                 repeat = diagnosis_plan(plan, verdict.call)

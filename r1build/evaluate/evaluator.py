@@ -555,7 +555,9 @@ class GpuEvaluator:
             return
         self._count("built", 1)
         start = time.perf_counter()
-        verdict = run_checks(slot, state.job.spec, lib, plans, timeout_s=self.call_timeout_s, part="shared")
+        verdict = run_checks(
+            slot, state.job.spec, lib, plans, timeout_s=self.call_timeout_s, part="shared", count=self._count
+        )
         self._phase("checks_s", start)
         self._count("checked", 1)
         if verdict is not None:
