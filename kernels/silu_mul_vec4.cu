@@ -31,22 +31,27 @@ __global__ void __launch_bounds__(BLOCK) silu_mul_vec4_kernel(const float* __res
         const float4* u4 = reinterpret_cast<const float4*>(up);
         float4* o4 = reinterpret_cast<float4*>(out);
         for (int64_t base = first; base < n4; base += stride) {
-            float4 g[UNROLL] = {};
-            float4 u[UNROLL] = {};
+            if (base + static_cast<int64_t>(UNROLL - 1) * BLOCK < n4) {  // every item in range: no checks
+                float4 g[UNROLL], u[UNROLL];
 #pragma unroll
-            for (int j = 0; j < UNROLL; ++j) {
-                const int64_t i = base + static_cast<int64_t>(j) * BLOCK;
-                if (i < n4) {
-                    g[j] = g4[i];
-                    u[j] = u4[i];
+                for (int j = 0; j < UNROLL; ++j) {
+                    g[j] = g4[base + j * BLOCK];
+                    u[j] = u4[base + j * BLOCK];
                 }
-            }
 #pragma unroll
-            for (int j = 0; j < UNROLL; ++j) {
-                const int64_t i = base + static_cast<int64_t>(j) * BLOCK;
-                if (i < n4) {
-                    o4[i] = make_float4(silu_mul1(g[j].x, u[j].x), silu_mul1(g[j].y, u[j].y),
-                                        silu_mul1(g[j].z, u[j].z), silu_mul1(g[j].w, u[j].w));
+                for (int j = 0; j < UNROLL; ++j) {
+                    o4[base + j * BLOCK] = make_float4(silu_mul1(g[j].x, u[j].x), silu_mul1(g[j].y, u[j].y),
+                                                       silu_mul1(g[j].z, u[j].z), silu_mul1(g[j].w, u[j].w));
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < UNROLL; ++j) {
+                    const int64_t i = base + static_cast<int64_t>(j) * BLOCK;
+                    if (i < n4) {
+                        const float4 gj = g4[i], uj = u4[i];
+                        o4[i] = make_float4(silu_mul1(gj.x, uj.x), silu_mul1(gj.y, uj.y), silu_mul1(gj.z, uj.z),
+                                            silu_mul1(gj.w, uj.w));
+                    }
                 }
             }
         }
@@ -55,20 +60,21 @@ __global__ void __launch_bounds__(BLOCK) silu_mul_vec4_kernel(const float* __res
         if (tail < n) out[tail] = silu_mul1(gate[tail], up[tail]);
     } else {
         for (int64_t base = first; base < n; base += stride) {
-            float g[UNROLL] = {};
-            float u[UNROLL] = {};
+            if (base + static_cast<int64_t>(UNROLL - 1) * BLOCK < n) {  // every item in range: no checks
+                float g[UNROLL], u[UNROLL];
 #pragma unroll
-            for (int j = 0; j < UNROLL; ++j) {
-                const int64_t i = base + static_cast<int64_t>(j) * BLOCK;
-                if (i < n) {
-                    g[j] = gate[i];
-                    u[j] = up[i];
+                for (int j = 0; j < UNROLL; ++j) {
+                    g[j] = gate[base + j * BLOCK];
+                    u[j] = up[base + j * BLOCK];
                 }
-            }
 #pragma unroll
-            for (int j = 0; j < UNROLL; ++j) {
-                const int64_t i = base + static_cast<int64_t>(j) * BLOCK;
-                if (i < n) out[i] = silu_mul1(g[j], u[j]);
+                for (int j = 0; j < UNROLL; ++j) out[base + j * BLOCK] = silu_mul1(g[j], u[j]);
+            } else {
+#pragma unroll
+                for (int j = 0; j < UNROLL; ++j) {
+                    const int64_t i = base + static_cast<int64_t>(j) * BLOCK;
+                    if (i < n) out[i] = silu_mul1(gate[i], up[i]);
+                }
             }
         }
     }

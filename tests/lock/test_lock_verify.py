@@ -63,7 +63,7 @@ CASES: list[tuple[str, Edit, str, str]] = [
         "block-7-forged",
         lambda t: _with_defines(t, "{ BLOCK = 7 }", {"BLOCK": 7}, fix_winner=True),
         "defines",
-        "BLOCK=7 is not one of the declared values [128, 256, 512]",
+        "BLOCK=7 is not one of the declared values [64, 128, 192, 256, 384, 512]",
     ),
     ("winner-zeros", lambda t: _set(t, "winner", '"' + "0" * 64 + '"'), "winner", "not the digest"),
     ("source-edited", lambda t: _set(t, "source", f'"{FAKE_SOURCE}"'), "winner", "not the digest"),

@@ -20,7 +20,14 @@ def test_root_manifest_loads() -> None:
     assert names == ["silu_mul", "softmax_rows", "sum_all", "transpose", "matmul", "rmsnorm"]
     assert m.settings.archs == ["sm_80", "sm_90"]
     assert m.kernel("transpose").archs == ["sm_80", "sm_90"]
-    assert m.kernel("matmul").tunables == {"TILE": [16, 32]}
+    assert m.kernel("matmul").tunables == {
+        "TILE": [16, 32],
+        "BM": [64, 128],
+        "BN": [64, 128],
+        "BK": [8, 16],
+        "TM": [4, 8],
+        "TN": [4, 8],
+    }
     assert all(len(d) == 64 for d in m.reference_digests.values())
 
 

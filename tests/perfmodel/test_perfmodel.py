@@ -94,11 +94,11 @@ def test_vectorized_code_is_predicted_faster_and_every_root_variant_is_predicted
     predictions = {(c.origin.path, tuple(sorted(c.defines.items()))): model.predict(spec, "sm_90", c) for c in variants}
     assert all(p is not None and p.lower_bound_us > p.memory_us for p in predictions.values())
     scalar = predictions[("kernels/silu_mul.cu", ())]
-    vec4 = predictions[("kernels/silu_mul_vec4.cu", (("BLOCK", 256),))]
+    vec4 = predictions[("kernels/silu_mul_vec4.cu", (("BLOCK", 256), ("UNROLL", 1)))]
     assert vec4 is not None and scalar is not None and vec4.lower_bound_us < scalar.lower_bound_us
     assert vec4.width_bits == 128 and scalar.width_bits == 32
     matmul = root_manifest.kernel("matmul")
-    _, tile16, tile32 = expand_variants(root_manifest, matmul)
+    _, tile16, tile32 = expand_variants(root_manifest, matmul)[:3]  # the baseline's: no defines, TILE=16, TILE=32
     p16, p32 = model.predict(matmul, "sm_90", tile16), model.predict(matmul, "sm_90", tile32)
     assert p16 is not None and p32 is not None and p16.compute_us > p16.memory_us  # 2*m*n*k flops dominate
     assert p32.lower_bound_us < p16.lower_bound_us  # twice the reuse per global load
@@ -171,4 +171,4 @@ def test_the_bench_ranks_and_replays() -> None:
 def test_the_bench_predicts_on_the_cpu(tmp_path: Path) -> None:
     assert _bench().main(["--out", str(tmp_path)]) == 0
     text = (tmp_path / "perf_model.md").read_text()
-    assert "| silu_mul | kernels/silu_mul_vec4.cu BLOCK=256 |" in text and "predictions only" in text
+    assert "| silu_mul | kernels/silu_mul_vec4.cu BLOCK=256 UNROLL=1 |" in text and "predictions only" in text
