@@ -1,42 +1,79 @@
 """Digests of what a stamp watches: files and folders by their bytes, and r1build's own code by its files' sizes
 and times. Light on purpose (the standard library only): the build backend's warm-build stamp and the CLI's warm
-path check them before anything heavy is imported."""
+path check them before anything heavy is imported, so both work on plain ``os`` calls on strings (every warm
+build pays them; pathlib's objects cost more than the system calls here)."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
 __all__ = ["code_fingerprint", "path_digest"]
 
 _PACKAGE = Path(__file__).resolve().parent
+_ABSENT = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP})
+"""The errors that mean "no such file" to :meth:`pathlib.Path.is_file` (others are raised)."""
 
 
 def path_digest(path: Path) -> str | None:
     """sha256 of a file's bytes, of a folder's names and contents (recursively), or None when absent; a symbolic
     link inside a folder also counts by where it points, so a file swapped for a link to the same bytes differs."""
-    if path.is_file():
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    if path.is_dir():
+    return _digest(os.fspath(path))
+
+
+def _digest(path: str) -> str | None:
+    """:func:`path_digest` of a path given as a string (one ``stat``, then the bytes or the folder's entries)."""
+    try:
+        mode = os.stat(path).st_mode  # noqa: PTH116
+    except OSError as exc:
+        if exc.errno in _ABSENT:
+            return None
+        raise
+    except ValueError:  # e.g. an embedded NUL: no such file
+        return None
+    if stat.S_ISREG(mode):
+        with open(path, "rb") as f:  # noqa: PTH123
+            return hashlib.sha256(f.read()).hexdigest()
+    if stat.S_ISDIR(mode):
         h = hashlib.sha256()
-        for child in sorted(path.iterdir(), key=lambda p: p.name):
-            link = f"->{child.readlink()}" if child.is_symlink() else ""
-            h.update(child.name.encode() + link.encode() + b"\0" + (path_digest(child) or "-").encode() + b"\n")
+        with os.scandir(path) as it:
+            entries = sorted(it, key=lambda e: e.name)
+        for entry in entries:
+            link = f"->{Path(entry.path).readlink()}" if entry.is_symlink() else ""
+            h.update(entry.name.encode() + link.encode() + b"\0" + (_digest(entry.path) or "-").encode() + b"\n")
         return "dir:" + h.hexdigest()
     return None
 
 
 def code_fingerprint() -> Iterator[str]:
-    """One line per source file of the installed r1build (its path in the package, size and modification time).
-    Plain ``os`` calls on strings: every warm build and warm command pays this walk."""
-    base = str(_PACKAGE)
-    skip = len(base) + 1
-    for root, dirs, files in os.walk(base):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        for name in sorted(files):
-            if name.endswith((".py", ".json")):
-                path = os.path.join(root, name)  # noqa: PTH118 - pathlib costs more than the stat itself here
-                st = os.stat(path)  # noqa: PTH116
-                yield f"{path[skip:].replace(os.sep, '/')}:{st.st_size}:{st.st_mtime_ns}"
+    """One line per source file of the installed r1build (its path in the package, size and modification time),
+    in the order of a sorted top-down walk that skips ``__pycache__``, does not follow linked folders and passes
+    over folders it cannot list, as :func:`os.walk` does. Every warm build and warm command pays this walk."""
+    yield from _code_lines(str(_PACKAGE), "")
+
+
+def _code_lines(folder: str, prefix: str) -> Iterator[str]:
+    try:
+        with os.scandir(folder) as it:
+            entries = sorted(it, key=lambda e: e.name)
+    except OSError:
+        return
+    folders = []
+    for entry in entries:
+        try:
+            is_dir = entry.is_dir()
+        except OSError:
+            is_dir = False
+        if is_dir:
+            if entry.name != "__pycache__":
+                folders.append(entry)
+        elif entry.name.endswith((".py", ".json")):
+            st = entry.stat()
+            yield f"{prefix}{entry.name}:{st.st_size}:{st.st_mtime_ns}"
+    for entry in folders:
+        if not entry.is_symlink():
+            yield from _code_lines(entry.path, f"{prefix}{entry.name}/")

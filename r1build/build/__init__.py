@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -110,9 +111,9 @@ def warm_kernel_settings(config_settings: HookSettings) -> ConfigSettings | None
         return None
     rest[COMPILER_DEFINE] = compiler
     rest[KERNELS_DEFINE] = cmake_file.resolve().as_posix()
-    from .boundary import StderrRenderer
-
-    StderrRenderer(verbose=False).line(REUSED.format(cmake_file.parent))
+    # the line StderrRenderer.line writes, without importing the boundary for it
+    sys.stderr.write(f"r1build: {REUSED.format(cmake_file.parent)}\n")
+    sys.stderr.flush()
     return rest
 
 

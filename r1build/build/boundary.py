@@ -3,8 +3,9 @@
 Frontends show a backend's stderr as it is, often inside a box of their own, so lines here are plain text
 with an ``r1build:`` prefix (no colour, no progress bars). An :class:`~r1build.errors.R1BuildError` becomes one
 clean message and ``SystemExit(exc.exit_code)``: a user error (exit 2) never shows a traceback. Anything else
-is a bug and keeps its traceback. Importing this module costs nothing beyond the standard library: a warm
-build's one line is written through :meth:`StderrRenderer.line` before anything else of r1build is imported.
+is a bug and keeps its traceback. Importing this module costs nothing beyond the standard library; a warm
+build does not import it: :func:`r1build.build.warm_kernel_settings` writes its one line in the same form as
+:meth:`StderrRenderer.line` itself.
 """
 
 from __future__ import annotations

@@ -32,13 +32,15 @@ import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeAlias, TypedDict
+from typing import TYPE_CHECKING, TypeAlias
 
 from .. import __version__
 from ..fingerprint import code_fingerprint, path_digest
 from ..nvcc_lookup import first_nvcc, nvcc_identity
 
 if TYPE_CHECKING:
+    from typing import TypedDict
+
     from .options import BuildOptions
 
 __all__ = [
@@ -63,36 +65,43 @@ Given: TypeAlias = "Mapping[str, str | list[str]]"
 """r1build's config settings (``r1build.*``) as a frontend passed them."""
 
 
-class Stamp(TypedDict):
-    """What one successful locked resolution depended on and produced (the stamp file's JSON object)."""
+if TYPE_CHECKING:
 
-    format: int
-    """Stamp format version."""
-    context: str
-    """Digest of r1build's code (file sizes and times), the Python, the project folder and the environment's
-    ``R1BUILD_*``, ``PATH`` and CUDA variables."""
-    given: dict[str, str | list[str]] | None
-    """The ``r1build.*`` config settings the build was given (None: not known, e.g. an editable install's
-    refresh, which has its recorded options only)."""
-    options: str
-    """The options they parsed to (their repr)."""
-    nvcc: str
-    """The nvcc that gated the winners (CMake's CUDA compiler too)."""
-    nvcc_places: list[list[str]]
-    """Where it was looked for, in order (:func:`r1build.nvcc_lookup.nvcc_places`)."""
-    nvcc_identity: str
-    """Its identity (:func:`r1build.nvcc_lookup.nvcc_identity`): another binary behind the path is another nvcc."""
-    toolchain: str
-    """sha256 of its ``--version`` output."""
-    inputs: dict[str, str | None]
-    """Project-relative path of every file or folder resolution read → its digest (None: absent)."""
-    outputs: str
-    """Digest of the generated folder (every file's name and bytes)."""
-    cmake_file: str
-    """Project-relative path of the generated CMake file."""
+    class Stamp(TypedDict):
+        """What one successful locked resolution depended on and produced (the stamp file's JSON object)."""
 
+        format: int
+        """Stamp format version."""
+        context: str
+        """Digest of r1build's code (file sizes and times), the Python, the project folder and the environment's
+        ``R1BUILD_*``, ``PATH`` and CUDA variables."""
+        given: dict[str, str | list[str]] | None
+        """The ``r1build.*`` config settings the build was given (None: not known, e.g. an editable install's
+        refresh, which has its recorded options only)."""
+        options: str
+        """The options they parsed to (their repr)."""
+        nvcc: str
+        """The nvcc that gated the winners (CMake's CUDA compiler too)."""
+        nvcc_places: list[list[str]]
+        """Where it was looked for, in order (:func:`r1build.nvcc_lookup.nvcc_places`)."""
+        nvcc_identity: str
+        """Its identity (:func:`r1build.nvcc_lookup.nvcc_identity`): another binary behind the path is another nvcc."""
+        toolchain: str
+        """sha256 of its ``--version`` output."""
+        inputs: dict[str, str | None]
+        """Project-relative path of every file or folder resolution read → its digest (None: absent)."""
+        outputs: str
+        """Digest of the generated folder (every file's name and bytes)."""
+        cmake_file: str
+        """Project-relative path of the generated CMake file."""
 
-_FIELDS = frozenset(Stamp.__annotations__)
+else:  # at run time the same JSON object, a plain dict: no TypedDict class built at every warm build's import
+    Stamp = dict
+
+_FIELDS = frozenset(
+    "format context given options nvcc nvcc_places nvcc_identity toolchain inputs outputs cmake_file".split()
+)
+"""The keys of :class:`Stamp` (a stamp with other keys is not read)."""
 
 
 def build_context(project: Path) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import io
 import json
 import os
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from r1build.build import COMPILER_DEFINE, KERNELS_DEFINE, kernel_settings, warm_kernel_settings
+from r1build.build import COMPILER_DEFINE, KERNELS_DEFINE, kernel_settings, stamp, warm_kernel_settings
 from r1build.build.boundary import StderrRenderer, frontend_boundary
 from r1build.build.options import BuildOptions, split_settings
 from r1build.build.sdist import sdist_settings
@@ -397,8 +398,17 @@ def test_a_warm_build_imports_nothing_of_r1build_but_the_stamp(locked_tiny: Path
     settings, modules = json.loads(proc.stdout)
     assert settings[KERNELS_DEFINE].endswith("r1build_kernels.cmake") and settings[COMPILER_DEFINE]
     assert "kernels and lock unchanged since the last locked build" in proc.stderr
-    light = {"r1build.build.stamp", "r1build.build.boundary", "r1build.fingerprint", "r1build.nvcc_lookup"}
+    light = {"r1build.build.stamp", "r1build.fingerprint", "r1build.nvcc_lookup"}
     assert set(modules) == {"r1build", "r1build.build", *light}
+
+
+def test_a_stamp_has_exactly_the_fields_of_its_typed_dict() -> None:
+    # the TypedDict exists for type checkers only (no class built at a warm build's import): the keys a stamp
+    # must have are spelled out beside it, and must stay its fields
+    tree = ast.parse(Path(stamp.__file__).read_text(encoding="utf-8"))
+    typed = next(node for node in ast.walk(tree) if isinstance(node, ast.ClassDef) and node.name == "Stamp")
+    fields = {n.target.id for n in typed.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    assert fields == stamp._FIELDS
 
 
 def test_a_new_nvcc_ahead_on_path_means_resolving_again(
