@@ -36,8 +36,8 @@ def _digest(path: str) -> str | None:
     except ValueError:  # e.g. an embedded NUL: no such file
         return None
     if stat.S_ISREG(mode):
-        with open(path, "rb") as f:  # noqa: PTH123
-            return hashlib.sha256(f.read()).hexdigest()
+        with open(path, "rb", buffering=0) as f:  # noqa: PTH123 - unbuffered: one read of the whole file
+            return hashlib.sha256(f.readall()).hexdigest()
     if stat.S_ISDIR(mode):
         h = hashlib.sha256()
         with os.scandir(path) as it:
