@@ -25,7 +25,7 @@ quiet() {  # what measures time, alone on the GPU
     echo "== r1build resolve of the root manifest on the GPU"
     rm -rf /tmp/root && mkdir /tmp/root && cp -r kernels.toml kernels /tmp/root/ && rm -rf /tmp/root/kernels/_r1build
     t0=$(date +%s%N)
-    R1BUILD_CACHE_DIR=/tmp/r1build-cache-root timeout 400 python3 -m r1build.cli.main resolve -m /tmp/root \
+    R1BUILD_CACHE_DIR=/tmp/r1build-cache-root timeout "${RESOLVE_LIMIT:-400}" python3 -m r1build.cli.main resolve -m /tmp/root \
       --offline --json > "$OUT/resolve_root.json" 2> /tmp/resolve_root.err; rc=$?
     t1=$(date +%s%N)
     echo "resolve rc=$rc in $(( (t1 - t0) / 1000000 )) ms"; tail -25 /tmp/resolve_root.err
@@ -102,7 +102,7 @@ final() {  # the session's last call: the root resolved alone (cache kept for th
   {
     echo "== r1build resolve of the root manifest (fresh cache, no lock), alone on the GPU"
     rm -rf /tmp/root && mkdir /tmp/root && cp -r kernels.toml kernels /tmp/root/ && rm -rf /tmp/root/kernels/_r1build
-    R1BUILD_CACHE_DIR=/tmp/r1build-cache-root timeout 400 python3 -m r1build.cli.main resolve -m /tmp/root \
+    R1BUILD_CACHE_DIR=/tmp/r1build-cache-root timeout "${RESOLVE_LIMIT:-400}" python3 -m r1build.cli.main resolve -m /tmp/root \
       --offline > /tmp/resolve_root.out 2>&1; echo "resolve rc=$?"; tail -16 /tmp/resolve_root.out
     cp /tmp/root/kernels.lock "$OUT/root_kernels.lock"
     echo "== the performance model against measured times"

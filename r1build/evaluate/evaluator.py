@@ -4,14 +4,16 @@ Per job (one kernel, one arch), in this order:
 
 1. the static gate judges every candidate (:class:`~r1build.gate.static.StaticGate`, cached), while the same
    variants are built as shared libraries for the arch (:mod:`.library`) on the CPU cores;
-2. worker processes on a GPU of that arch (``check_workers`` side by side) run the correctness plan
-   (:mod:`.checks`) of each library that passed;
+2. check worker processes on a GPU of that arch (``check_workers`` side by side, in the background from
+   :meth:`GpuEvaluator.prepare` on, whatever job the GPU thread is at) run the correctness plan (:mod:`.checks`)
+   of each library as soon as it is built, holding the GPU's quiet lock shared;
    compute-sanitizer runs (:mod:`.sanitizing`: a run per kernel, tool and batch of built libraries, split until
    a finding names its candidate) start as soon as libraries are built, overlapping the worker's checks; a
    candidate that fails them leaves its batches;
-3. once every check and sanitizer run of the GPU's jobs is in, the GPU runs the checks that need it to themselves
-   (shared memory filled before a call) and times the survivors, the baseline and the reference (with cupy)
-   alone: sanitizer runs of jobs prepared for later wait meanwhile.
+3. job by job, once its checks and sanitizer runs are in, the GPU thread takes the GPU alone (checks and sanitizer
+   runs of other jobs wait) for the checks that need it to themselves (shared memory filled before a call) and
+   the timing of the survivors, the baseline and the reference (with cupy); what the timed calls left is judged
+   on the CPU pool while the checks of the next jobs go on.
 
 A crash, an illegal address or a hang costs the candidate (``crashed`` / ``timed_out``), never the run: the worker
 is killed if need be and restarted. Archs with no local GPU get the static gate's results (``stage="gate"``, no
@@ -35,7 +37,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -51,8 +53,9 @@ from ..toolchain import Toolchain
 from ..toolchain import toolchain as default_toolchain
 from .bench_checks import BenchPlan
 from .checking import run_checks
-from .checks import ShapePlan, plan_checks
+from .checks import ShapePlan, Verdict, plan_checks
 from .devices import GpuInfo, archs_of, detect_gpus, gpu_runs_arch
+from .floors import DeviceFloors
 from .library import Library, LibraryFailure, build_library
 from .sanitizing import KernelKey, SanitizeRuns, Sanitizing
 from .slots import Slot, make_slot
@@ -99,6 +102,20 @@ class _JobState:
     bench: Future[BenchPlan] | None = None
 
 
+@dataclass(frozen=True)
+class _Timed:
+    """A job's timed survivors, each with the future of its judging, and what their timings are set against."""
+
+    judged: list[tuple[_Candidacy, Future[Verdict | list[SampleStats]]]]
+    floors: DeviceFloors | None
+    reference_us: float | None
+
+
+_Checked = Result | tuple[Status, str] | None
+"""What a candidate's background correctness checks found: the gate's verdict where it failed there, a status and
+its reason, or None where every check that shares the GPU passed."""
+
+
 def _chain(source: Future[T], target: Future[T]) -> None:
     """``target`` gets ``source``'s outcome once it has one."""
 
@@ -127,7 +144,7 @@ class GpuEvaluator:
 
     ``cache`` stores the static gate's verdicts and the per-device floors (a private cache in the work directory
     when None). ``sanitize_batch``: most candidates in one compute-sanitizer run (1: a run per candidate).
-    ``check_workers``: worker processes per GPU that run correctness checks side by side (timing uses one, alone).
+    ``check_workers``: worker processes per GPU that run correctness checks side by side (timing has its own).
     Use as a context manager or call :meth:`close`; workers also end when this process does.
     """
 
@@ -176,15 +193,26 @@ class GpuEvaluator:
         self._plans: dict[KernelKey, Future[list[ShapePlan]]] = {}
         self._lock = threading.Lock()
         self._slots = [make_slot(gpu, self._root, sanitize=sanitize, nvcc=self._nvcc()) for gpu in self.gpus]
+        # the check workers of each GPU: processes of their own (the slot's worker is the GPU thread's, for timing)
         self._checkers = {
-            id(slot): [slot]
-            + [
+            id(slot): [
                 make_slot(slot.gpu, self._root, sanitize=False, nvcc=None, name=f"gpu{slot.gpu.index}-check{k}")
-                for k in range(1, max(1, check_workers))
+                for k in range(1, max(1, check_workers) + 1)
             ]
             for slot in self._slots
         }
-        every_slot = [c for checkers in self._checkers.values() for c in checkers]
+        self._free: dict[int, queue.SimpleQueue[Slot]] = {}
+        for slot in self._slots:
+            self._free[id(slot)] = queue.SimpleQueue()
+            for checker in self._checkers[id(slot)]:
+                self._free[id(slot)].put(checker)
+        self._check_pools = {
+            id(slot): ThreadPoolExecutor(len(self._checkers[id(slot)]), thread_name_prefix=f"r1build-check{i}")
+            for i, slot in enumerate(self._slots)
+        }
+        self._checks: dict[tuple[KernelKey, str], Future[_Checked]] = {}
+        every_slot = self._slots + [c for checkers in self._checkers.values() for c in checkers]
+        self._every_slot = every_slot
         self._notes: set[str] = set()
         self._sanitizing = Sanitizing(
             self._slots,
@@ -206,7 +234,12 @@ class GpuEvaluator:
             budget_s=timing_budget_s,
         )
         self._finalizer = weakref.finalize(
-            self, _cleanup, every_slot, [self._pool, self._sanitizing.pool], self._root, self._own_root
+            self,
+            _cleanup,
+            every_slot,
+            [*self._check_pools.values(), self._pool, self._sanitizing.pool],
+            self._root,
+            self._own_root,
         )
         for slot in every_slot:  # a worker takes seconds to start: begin now, while the first compiles run
             self._warm(slot)
@@ -225,7 +258,7 @@ class GpuEvaluator:
         thread ``check_phase_s`` (wall), ``wait_sanitizer_s``, ``checks_alone_s``, ``reference_s``,
         ``time_candidates_s``, ``wait_judge_s``."""
         with self._lock:
-            restarts = sum(c.restarts for checkers in self._checkers.values() for c in checkers)
+            restarts = sum(c.restarts for c in self._every_slot)
             return {**self._stats, "worker_restarts": restarts}
 
     def evaluate(self, job: Job) -> list[Result]:
@@ -282,9 +315,8 @@ class GpuEvaluator:
             arch = parse_arch(job.arch)
             if any(gpu_runs_arch(s.gpu, arch) for s in self._slots):
                 self._queue(job, arch, self._entries(job))
-        for checkers in self._checkers.values():
-            for slot in checkers:
-                self._warm(slot)
+        for slot in self._every_slot:
+            self._warm(slot)
 
     def close(self) -> None:
         """Stop the workers and remove the work directory."""
@@ -421,10 +453,42 @@ class GpuEvaluator:
                 reference = load_reference(job.manifest.root, job.spec.reference)
                 plan = self._submit(plan_checks, job.spec, reference, seed=self.seed)
                 self._plans[kernel] = plan
+        slot = next((s for s in self._slots if gpu_runs_arch(s.gpu, parse_arch(arch))), None)
         for entry in entries:
             library = self._library(job, entry.candidate, arch, gate)
             self._sanitizing.start(job, arch, entry.candidate, library, plan)
+            if slot is not None:
+                self._check_later(slot, job, arch, entry, gate, library, plan)
         return gate, plan
+
+    def _check_later(
+        self,
+        slot: Slot,
+        job: Job,
+        arch: str,
+        entry: _Candidacy,
+        gate: Future[list[Result]],
+        library: Future[Library | LibraryFailure],
+        plan: Future[list[ShapePlan]],
+    ) -> None:
+        """Start a candidate's correctness checks in the background (once): they run on the GPU's check workers as
+        soon as its library is built, whatever job the GPU thread is at, and pause while the GPU times."""
+        key = (KernelKey.of(job, arch), entry.candidate.digest)
+        with self._lock:
+            if key in self._checks:
+                return
+            self._checks[key] = self._check_pools[id(slot)].submit(
+                contextvars.copy_context().run,
+                self._check,
+                slot,
+                job,
+                arch,
+                entry.candidate,
+                entry.index,
+                gate,
+                library,
+                plan,
+            )
 
     def _warm(self, slot: Slot) -> None:
         """Start the worker and probe the sanitizer in the background (each takes seconds)."""
@@ -478,49 +542,45 @@ class GpuEvaluator:
 
     # -- the GPU side: checks, then the sanitizers' outcomes, then timing alone ---------------------------
     def _run_slot(self, states: list[_JobState]) -> None:
+        """The GPU's jobs in order: a job's background checks and sanitizer runs awaited, then its shared-memory
+        checks and timing with the GPU to itself (checks and sanitizer runs of other jobs wait meanwhile), then
+        the judging of what the timed calls left, on the CPU, while the checks of the next jobs go on."""
         slot = states[0].slot
         assert slot is not None
-        with slot.busy:
+        total = sum(len(state.entries) for state in states)
+        done = 0
+        for timed, state in enumerate(states, 1):
             start = time.perf_counter()
-            self._check_all(slot, states)
+            for entry in state.entries:
+                self._apply_checks(state, entry)
+                done += 1
+                emit(Progress("evaluate: checks", done, total, {"device": slot.gpu.name}))
             self._phase("check_phase_s", start)
             start = time.perf_counter()
-            for state in states:
-                for entry in state.entries:
-                    self._finish_sanitizers(state, entry)
+            for entry in state.entries:
+                self._finish_sanitizers(state, entry)
             self._phase("wait_sanitizer_s", start)
             start = time.perf_counter()
-            for timed, state in enumerate(states, 1):
-                with slot.quiet.exclusive():
-                    self._time_job(state, slot)
-                emit(Progress("evaluate: timing", timed, len(states), {"device": slot.gpu.name}))
+            with slot.busy, slot.quiet.exclusive():
+                timing = self._time_job(state, slot)
+            if timing is not None:
+                self._settle_timing(state, timing)
             self._phase("timing_s", start)
+            emit(Progress("evaluate: timing", timed, len(states), {"device": slot.gpu.name}))
 
-    def _check_all(self, slot: Slot, states: list[_JobState]) -> None:
-        """Every candidate's correctness checks, on the GPU's check workers at once (the slot's own worker and
-        its siblings: separate processes on the same GPU, each one candidate at a time)."""
-        idle: queue.SimpleQueue[Slot] = queue.SimpleQueue()
-        checkers = self._checkers[id(slot)]
-        for checker in checkers:
-            idle.put(checker)
-
-        def check(state: _JobState, entry: _Candidacy) -> None:
-            checker = idle.get()
-            try:
-                with contextlib.nullcontext() if checker is slot else checker.busy:
-                    self._check_entry(state, checker, entry)
-            finally:
-                idle.put(checker)
-
-        with ThreadPoolExecutor(len(checkers), thread_name_prefix="r1build-check") as pool:
-            futures = [
-                pool.submit(contextvars.copy_context().run, check, state, entry)
-                for state in states
-                for entry in state.entries
-            ]
-            for done, future in enumerate(as_completed(futures), 1):  # progress from this thread, as they end
-                future.result()
-                emit(Progress("evaluate: checks", done, len(futures), {"device": slot.gpu.name}))
+    def _apply_checks(self, state: _JobState, entry: _Candidacy) -> None:
+        """A candidate's background checks (started now where no earlier call did) become its result if it
+        failed them."""
+        assert entry.gate is not None and entry.library is not None and state.plan is not None
+        assert state.slot is not None
+        self._check_later(state.slot, state.job, state.arch, entry, entry.gate, entry.library, state.plan)
+        with self._lock:
+            future = self._checks[(KernelKey.of(state.job, state.arch), entry.candidate.digest)]
+        found = future.result()
+        if isinstance(found, Result):
+            entry.result = found
+        elif found is not None:
+            entry.result = self._result(state, entry, *found)
 
     def _result(self, state: _JobState, entry: _Candidacy, status: Status, detail: str = "", **kw: Any) -> Result:
         gate = entry.gate.result()[entry.index] if entry.gate is not None else None
@@ -536,36 +596,50 @@ class GpuEvaluator:
             **kw,
         )
 
-    def _cancel_sanitizers(self, state: _JobState, entry: _Candidacy) -> None:
-        self._sanitizing.cancel(state.job, state.arch, entry.candidate, entry.sanitizers)
-
-    def _check_entry(self, state: _JobState, slot: Slot, entry: _Candidacy) -> None:
-        assert entry.gate is not None and entry.library is not None and state.plan is not None
+    def _check(
+        self,
+        slot: Slot,
+        job: Job,
+        arch: str,
+        candidate: Candidate,
+        index: int,
+        gate: Future[list[Result]],
+        library: Future[Library | LibraryFailure],
+        plan: Future[list[ShapePlan]],
+    ) -> _Checked:
+        """One candidate's checks that share the GPU, on a free check worker (see :meth:`_check_later`)."""
+        runs = self._sanitizing.runs(job, arch, candidate)
         start = time.perf_counter()
-        gate = entry.gate.result()[entry.index]
-        if not gate.ok:
-            entry.result = gate
-            self._cancel_sanitizers(state, entry)
-            return
-        lib = entry.library.result()
-        plans = state.plan.result()
+        verdicts = gate.result()
+        if not verdicts[index].ok:
+            self._sanitizing.cancel(job, arch, candidate, runs)
+            return verdicts[index]
+        lib = library.result()
+        plans = plan.result()
         self._phase("wait_build_s", start)
         if isinstance(lib, LibraryFailure):
-            entry.result = self._result(state, entry, lib.status, lib.detail)
-            return
+            return (lib.status, lib.detail)
         self._count("built", 1)
-        start = time.perf_counter()
-        verdict = run_checks(
-            slot, state.job.spec, lib, plans, timeout_s=self.call_timeout_s, part="shared", count=self._count
-        )
-        self._phase("checks_s", start)
+        checker = self._free[id(slot)].get()
+        try:
+            with checker.busy, slot.quiet.shared():
+                start = time.perf_counter()
+                verdict = run_checks(
+                    checker, job.spec, lib, plans, timeout_s=self.call_timeout_s, part="shared", count=self._count
+                )
+                self._phase("checks_s", start)
+        finally:
+            self._free[id(slot)].put(checker)
         self._count("checked", 1)
-        if verdict is not None:
-            race = self._sanitizing.race_found(
-                state.job, state.arch, entry.sanitizers, verdict, wait_s=max(60.0, 6 * self.call_timeout_s)
-            )
-            entry.result = self._result(state, entry, verdict.status, race or verdict.detail)
-            self._cancel_sanitizers(state, entry)
+        if verdict is None:
+            return None
+        # not holding the quiet lock: the racecheck run this waits for may still have to start
+        race = self._sanitizing.race_found(job, arch, runs, verdict, wait_s=max(60.0, 6 * self.call_timeout_s))
+        self._sanitizing.cancel(job, arch, candidate, runs)
+        return (verdict.status, race or verdict.detail)
+
+    def _cancel_sanitizers(self, state: _JobState, entry: _Candidacy) -> None:
+        self._sanitizing.cancel(state.job, state.arch, entry.candidate, entry.sanitizers)
 
     def _finish_sanitizers(self, state: _JobState, entry: _Candidacy) -> None:
         if entry.result is not None or entry.sanitizers is None:
@@ -575,10 +649,12 @@ class GpuEvaluator:
         if found is not None:
             entry.result = self._result(state, entry, *found)
 
-    def _time_job(self, state: _JobState, slot: Slot) -> None:
+    def _time_job(self, state: _JobState, slot: Slot) -> _Timed | None:
+        """The GPU part of a job's timing (the caller holds the GPU alone): the shared-memory checks, the floors
+        and the reference, and each survivor's timed calls; what they left is judged on the CPU pool."""
         survivors = [e for e in state.entries if e.result is None]
         if not survivors:
-            return
+            return None
         assert state.bench is not None and state.plan is not None
         start = time.perf_counter()
         for entry in survivors:  # the checks that need the GPU to themselves: shared memory filled before a call
@@ -593,7 +669,7 @@ class GpuEvaluator:
         survivors = [e for e in survivors if e.result is None]
         self._phase("checks_alone_s", start)
         if not survivors:
-            return
+            return None
         start = time.perf_counter()
         floors = self._timer.floors(slot)
         reference_us = self._timer.reference_us(state.job, slot)
@@ -604,10 +680,14 @@ class GpuEvaluator:
             assert entry.library is not None
             lib = entry.library.result()
             assert isinstance(lib, Library)
-            judged.append(self._timer.time(state.job, slot, lib, state.bench, floors))
+            judged.append((entry, self._timer.time(state.job, slot, lib, state.bench, floors)))
         self._phase("time_candidates_s", start)
+        return _Timed(judged, floors, reference_us)
+
+    def _settle_timing(self, state: _JobState, timed: _Timed) -> None:
+        """Each timed survivor's result, once what its calls left is judged (the GPU is free meanwhile)."""
         start = time.perf_counter()
-        for entry, future in zip(survivors, judged, strict=True):
+        for entry, future in timed.judged:
             outcome = future.result()
             if isinstance(outcome, list):
                 entry.stats = outcome
@@ -620,10 +700,14 @@ class GpuEvaluator:
             base = next((e for e in state.entries if e.candidate.digest == state.job.baseline.digest), None)
             if base is not None and base.stats:
                 baseline_us = base.stats[0].median_us
-        for entry in survivors:
+        for entry, _ in timed.judged:
             if entry.stats is None:
                 continue
             timing = build_timing(
-                state.job.spec, entry.stats, floors=floors, baseline_us=baseline_us, reference_us=reference_us
+                state.job.spec,
+                entry.stats,
+                floors=timed.floors,
+                baseline_us=baseline_us,
+                reference_us=timed.reference_us,
             )
             entry.result = self._result(state, entry, "passed", timing=timing)
