@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from r1build.cli.main import main
+from r1build.lock import read_lock
 from r1build.manifest import load_manifest
 from tests.generate.gen_support import Project
 from tests.report.chromium import open_page
@@ -84,7 +85,14 @@ def test_the_root_manifest_report_shows_every_kernel_in_chromium(browser: str, t
     names = [k.name for k in load_manifest(ROOT / "kernels.toml", check_references=False).kernels]
     assert seen["headings"] == names
     assert "NVIDIA H200" in str(seen["text"])  # the lock's provenance: measured on the H200
-    assert "kernels/silu_mul_vec4.cu BLOCK=256" in str(seen["text"])  # the locked winner, named by the lock
+    # every tuned winner named as the lock names it: its source and its tunable values
+    lock = read_lock(ROOT / "kernels.lock")
+    assert lock is not None
+    tuned = [e for e in lock.kernel if e.provenance == "tuned"]
+    assert tuned, "the root lock holds no tuned winner to look for"
+    for entry in tuned:
+        label = str(entry.origin) + "".join(f" {k}={v}" for k, v in sorted(entry.defines.items()))
+        assert label in str(seen["text"]), label
 
 
 def test_the_browser_check_sees_a_console_error(browser: str, tmp_path: Path) -> None:
