@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import random
 import time
 from collections.abc import Callable
@@ -131,12 +132,17 @@ class ChatClient:
 
     async def __aenter__(self) -> ChatClient:
         t = self.generation.request_timeout_s
-        self._client = openai.AsyncOpenAI(
-            api_key=self.endpoint.api_key,
-            base_url=self.endpoint.base_url,
-            max_retries=0,
-            timeout=openai.Timeout(t, connect=min(30.0, t)),
-        )
+        try:
+            self._client = openai.AsyncOpenAI(
+                api_key=self.endpoint.api_key,
+                base_url=self.endpoint.base_url,
+                max_retries=0,
+                timeout=openai.Timeout(t, connect=min(30.0, t)),
+            )
+        except Exception as exc:  # the HTTP client refuses the URL (a port out of range, a bad character)
+            raise ConfigError(
+                self.redact(f"{self.endpoint.display_url!r} is not a URL the HTTP client can use: {exc}")
+            ) from None
         return self
 
     async def __aexit__(
@@ -400,9 +406,12 @@ class ChatClient:
             )
         choice = response.choices[0]
         message = choice.message
-        extra = message.model_extra or {}
-        reasoning = extra.get("reasoning_content") or extra.get("reasoning") or ""
-        content = message.content or ""
+        if message is None:  # a choice without a message: an empty answer, as in a plain body read by hand
+            content, reasoning = "", ""
+        else:
+            extra = message.model_extra or {}
+            reasoning = extra.get("reasoning_content") or extra.get("reasoning") or ""
+            content = message.content or ""
         usage = response.usage
         return _completion(
             content,
@@ -431,6 +440,7 @@ class ChatClient:
         usage: Any = None
         model: str | None = None
         ident: str | None = None
+        closing_usage = False  # the last chunk was the usage chunk (no choices): the server finished
         try:
             async for chunk in stream:
                 if not isinstance(chunk, ChatCompletionChunk):
@@ -443,10 +453,14 @@ class ChatClient:
                 ident = ident or chunk.id
                 if chunk.usage is not None:
                     usage = chunk.usage
-                if not chunk.choices:
+                closing_usage = chunk.usage is not None and not chunk.choices
+                # one sample per request: deltas of another choice (a server that answers n > 1) are not this one's
+                choice = next((c for c in chunk.choices or () if getattr(c, "index", 0) in (0, None)), None)
+                if choice is None:
                     continue
-                choice = chunk.choices[0]
                 delta = choice.delta
+                if delta is None:
+                    continue
                 extra = delta.model_extra or {}
                 piece_r = extra.get("reasoning_content") or extra.get("reasoning")
                 if piece_r:
@@ -461,8 +475,17 @@ class ChatClient:
                         partial.first_token_s = time.monotonic() - started
                 if choice.finish_reason is not None:
                     finish = choice.finish_reason
+        except openai.APIConnectionError:
+            if finish is None:
+                raise
+            # the connection broke after the finish chunk: the answer is whole, only usage or [DONE] was lost
         finally:
             await stream.close()
+        used = _count(getattr(usage, "completion_tokens", None))
+        if finish is None and closing_usage and used is not None:
+            # no finish reason, but the closing usage chunk came: the answer is whole; cut off if it used every
+            # token it could
+            finish = "length" if used >= params["max_tokens"] else "stop"
         if finish is None:
             if model is None:
                 raise _Fault(
@@ -487,6 +510,23 @@ class ChatClient:
         )
 
 
+def _count(value: Any) -> int | None:
+    """A token count a server reported, or None where it is no count (negative, not a number): then the text's
+    length is what the answer is charged, never a count that would give budget back."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        value = value.strip()
+        if not value.isdigit():
+            return None
+        return int(value)
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, float) and math.isfinite(value) and value >= 0:
+        return int(value)
+    return None
+
+
 def _from_json(body: bytes, latency: float) -> Completion:
     """A completion from a plain JSON body, read by hand (a streamed request answered without streaming)."""
     try:
@@ -505,8 +545,8 @@ def _from_json(body: bytes, latency: float) -> Completion:
     content = str(message.get("content") or "")
     reasoning = str(message.get("reasoning_content") or message.get("reasoning") or "")
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else None
-    tokens = usage.get("completion_tokens") if usage else None
-    if usage is None or not isinstance(tokens, int):
+    tokens = _count(usage.get("completion_tokens")) if usage else None
+    if usage is None or tokens is None:
         return Completion(
             content=content,
             reasoning=reasoning,
@@ -526,9 +566,9 @@ def _from_json(body: bytes, latency: float) -> Completion:
         content=content,
         reasoning=reasoning,
         finish_reason=choices[0].get("finish_reason"),
-        prompt_tokens=int(usage.get("prompt_tokens") or 0),
+        prompt_tokens=_count(usage.get("prompt_tokens")) or 0,
         completion_tokens=tokens,
-        reasoning_tokens=int(reasoning_tokens or 0),
+        reasoning_tokens=_count(reasoning_tokens) or 0,
         usage_reported=True,
         model=data.get("model"),
         response_id=data.get("id"),
@@ -547,16 +587,17 @@ def _completion(
     latency: float,
     first: float | None,
 ) -> Completion:
-    if usage is not None and getattr(usage, "completion_tokens", None) is not None:
+    tokens = _count(getattr(usage, "completion_tokens", None))
+    if usage is not None and tokens is not None:
         details = getattr(usage, "completion_tokens_details", None)
         reasoning_tokens = getattr(details, "reasoning_tokens", None) if details is not None else None
         return Completion(
             content=content,
             reasoning=reasoning,
             finish_reason=finish,
-            prompt_tokens=int(usage.prompt_tokens or 0),
-            completion_tokens=int(usage.completion_tokens),
-            reasoning_tokens=int(reasoning_tokens or 0),
+            prompt_tokens=_count(getattr(usage, "prompt_tokens", None)) or 0,
+            completion_tokens=tokens,
+            reasoning_tokens=_count(reasoning_tokens) or 0,
             usage_reported=True,
             model=model,
             response_id=ident,

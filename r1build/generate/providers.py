@@ -188,6 +188,14 @@ class Endpoint:
         return public_url(self.base_url)
 
 
+def _shown(url: str) -> str:
+    """``url`` as an error may show it: without a password (a URL too broken to parse has its user part cut)."""
+    if "@" in url:
+        scheme, sep, rest = url.partition("://")
+        return f"{scheme}{sep}{rest.rpartition('@')[2]}" if sep else url.rpartition("@")[2]
+    return url
+
+
 def endpoint_configured(generation: Generation, environ: Mapping[str, str] = os.environ) -> bool:
     """Whether generation may run: a URL is configured (manifest or ``R1BUILD_BASE_URL``) or the profile's API
     key variable is set."""
@@ -204,9 +212,13 @@ def resolve_endpoint(generation: Generation, environ: Mapping[str, str] = os.env
         raise ConfigError(f"unknown provider {generation.provider!r} (known: {', '.join(PROFILES)})")
     from_env = env_settings(environ).base_url
     url = from_env or generation.base_url or profile.base_url
-    parts = urlsplit(url)
+    source = BASE_URL_ENV if from_env else "generation.base-url"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - a port that is not a number from 0 to 65535 raises here
+    except ValueError as exc:  # an unclosed IPv6 bracket, a port out of range or not a number
+        raise ConfigError(f"{source}: {_shown(url)!r} is not a valid URL ({exc})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        source = BASE_URL_ENV if from_env else "generation.base-url"
         raise ConfigError(f"{source}: {public_url(url) or url!r} is not an http(s) URL")
     names = _key_envs(generation, profile)
     key_env = next((name for name in names if environ.get(name)), None)

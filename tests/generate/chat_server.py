@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
+import gzip
 import itertools
 import json
 import threading
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from http import HTTPStatus
 from typing import Any
 
-__all__ = ["Answer", "ChatServer", "Fault", "Raw", "Reply", "Request", "Stall", "vadd_answer"]
+__all__ = ["Answer", "ChatServer", "Events", "Fault", "Raw", "Reply", "Request", "Stall", "chunk", "vadd_answer"]
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,56 @@ class Raw:
     status: int = 200
     content_type: str = "application/json"
     delay: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
+    gzip: bool = False
+    """Send the body gzip-compressed, with ``content-encoding: gzip``."""
+
+
+@dataclass(frozen=True)
+class Events:
+    """A stream scripted event by event: each item is an event's data (a dict is sent as ``data: JSON``, bytes as
+    they are: malformed JSON, comments, named events), then ``data: [DONE]`` unless ``done`` is False, then the
+    chunked terminator, unless ``drop`` (the connection is cut instead) or ``stall`` (nothing more is sent until
+    the server stops)."""
+
+    events: Sequence[dict[str, Any] | bytes]
+    done: bool = True
+    drop: bool = False
+    stall: bool = False
+    status: int = 200
+    content_type: str = "text/event-stream"
+    headers: dict[str, str] = field(default_factory=dict)
+    chunk_delay: float = 0.0
+    """Seconds before each event."""
+
+
+def chunk(
+    content: str | None = None,
+    *,
+    reasoning: str | None = None,
+    finish: str | None = None,
+    usage: dict[str, Any] | None = None,
+    index: int = 0,
+    model: str = "deepseek-reasoner",
+    choices: bool = True,
+) -> dict[str, Any]:
+    """A ``chat.completion.chunk`` event for :class:`Events` (``choices=False``: an empty choices list, as the
+    usage chunk has)."""
+    delta: dict[str, Any] = {}
+    if content is not None:
+        delta["content"] = content
+    if reasoning is not None:
+        delta["reasoning_content"] = reasoning
+    event: dict[str, Any] = {
+        "id": "chatcmpl-events",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": index, "delta": delta, "finish_reason": finish}] if choices else [],
+    }
+    if usage is not None:
+        event["usage"] = usage
+    return event
 
 
 @dataclass(frozen=True)
@@ -151,7 +202,7 @@ class Stall:
     """Send the response headers (and a keep-alive) first, then stall."""
 
 
-Reply = Answer | Fault | Raw | Stall
+Reply = Answer | Events | Fault | Raw | Stall
 Script = Sequence[Reply] | Callable[[Request], Reply]
 
 
@@ -322,8 +373,14 @@ class ChatServer:
             return True
         if isinstance(reply, Raw):
             await asyncio.sleep(reply.delay)
-            await self._send_body(writer, reply.status, reply.content_type, reply.body)
+            raw, extra = reply.body, dict(reply.headers)
+            if reply.gzip:
+                raw = gzip.compress(raw)
+                extra["content-encoding"] = "gzip"
+            await self._send_body(writer, reply.status, reply.content_type, raw, extra)
             return True
+        if isinstance(reply, Events):
+            return await self._events(reply, writer)
         await asyncio.sleep(reply.delay)
         reply = reply.for_request(request)
         if (request.body or {}).get("stream") and not reply.ignore_stream:
@@ -357,6 +414,25 @@ class ChatServer:
     async def _chunk(writer: asyncio.StreamWriter, data: bytes) -> None:
         writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         await writer.drain()
+
+    async def _events(self, reply: Events, writer: asyncio.StreamWriter) -> bool:
+        headers = {"content-type": reply.content_type, "transfer-encoding": "chunked", **reply.headers}
+        await self._send_head(writer, reply.status, headers)
+        items = list(reply.events) + ([b"data: [DONE]\n\n"] if reply.done else [])
+        for item in items:
+            if reply.chunk_delay:
+                await asyncio.sleep(reply.chunk_delay)
+            data = item if isinstance(item, bytes) else b"data: " + json.dumps(item).encode() + b"\n\n"
+            await self._chunk(writer, data)
+        if reply.drop:
+            writer.transport.abort()
+            return False
+        if reply.stall:
+            assert self._stop is not None
+            await self._stop.wait()
+            return False
+        await self._chunk(writer, b"")
+        return True
 
     async def _stream(self, request: Request, reply: Answer, writer: asyncio.StreamWriter) -> bool:
         await self._send_head(

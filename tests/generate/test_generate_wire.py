@@ -1,0 +1,158 @@
+"""Answers that arrive bent, against the real local server: a connection cut after the answer was whole, a
+stream without a finish reason but with its closing usage, deltas of another choice, usage that is no count, a
+choice without a message, and URLs the HTTP client cannot use. None of them may cost a retry of an answer
+already received (paid for), give budget back, or end in a traceback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import pytest
+
+from r1build.cli.main import main
+from r1build.errors import ConfigError
+from r1build.generate.client import ChatClient, Exchange, Meter
+from r1build.generate.providers import resolve_endpoint
+from r1build.manifest.model import Generation
+from tests.generate.chat_server import Answer, ChatServer, Events, Raw, Reply, chunk
+from tests.generate.gen_support import KEY, Project
+
+USAGE = {"prompt_tokens": 10, "completion_tokens": 50, "total_tokens": 60}
+
+
+def ask(script: list[Reply], *, stream: bool = True, max_tokens: int = 1000) -> tuple[Exchange, int]:
+    """One sample against a server playing ``script``; the exchange and how many requests the server saw."""
+    generation = Generation(retries=2, retry_backoff_s=0.01, request_timeout_s=5.0, stream=stream)
+    with ChatServer(script) as server:
+        endpoint = resolve_endpoint(generation, {"R1BUILD_BASE_URL": server.url, "DEEPSEEK_API_KEY": KEY})
+
+        async def go() -> Exchange:
+            async with ChatClient(endpoint, generation) as client:
+                exchange = Exchange(
+                    [{"role": "user", "content": "write vadd"}], client.params(temperature=None, max_tokens=max_tokens)
+                )
+                return await client.complete(exchange, deadline=time.monotonic() + 20, meter=Meter())
+
+        return asyncio.run(go()), len(server.chat_requests())
+
+
+@pytest.mark.parametrize(
+    "events",
+    [
+        [chunk("the answer ```cuda\nx\n```"), chunk(finish="stop")],
+        [chunk("the answer ```cuda\nx\n```"), chunk(finish="stop"), chunk(choices=False, usage=USAGE)],
+    ],
+    ids=["before-usage", "before-done"],
+)
+def test_a_connection_cut_after_the_finish_chunk_keeps_the_answer(events: list[Any]) -> None:
+    """The answer was whole (its finish chunk came); only the usage chunk or [DONE] was lost to the cut: it is the
+    answer, not a fault that asks (and pays) for it again."""
+    exchange, requests = ask([Events(events, done=False, drop=True), Answer("asked again")])
+    c = exchange.completion
+    assert requests == 1 and c is not None
+    assert (c.content, c.finish_reason) == ("the answer ```cuda\nx\n```", "stop")
+    assert [a.outcome for a in exchange.attempts] == ["ok"]
+
+
+def test_a_cut_before_the_finish_chunk_is_still_retried() -> None:
+    exchange, requests = ask([Events([chunk("the answer ```cu")], done=False, drop=True), Answer("asked again")])
+    assert requests == 2 and exchange.completion is not None and exchange.completion.content == "asked again"
+    assert [a.outcome for a in exchange.attempts] == ["stream_cut", "ok"]
+
+
+@pytest.mark.parametrize(("used", "finish"), [(50, "stop"), (1000, "length")])
+def test_the_closing_usage_chunk_ends_a_stream_without_a_finish_reason(used: int, finish: str) -> None:
+    """A server that never sends a finish reason but closes with the usage chunk has finished: the answer is kept
+    (cut off at ``max_tokens`` when it used them all), not retried."""
+    usage = {**USAGE, "completion_tokens": used}
+    exchange, requests = ask([Events([chunk("the answer"), chunk(choices=False, usage=usage)]), Answer("again")])
+    c = exchange.completion
+    assert requests == 1 and c is not None
+    assert (c.content, c.finish_reason, c.completion_tokens, c.usage_reported) == ("the answer", finish, used, True)
+
+
+def test_without_finish_reason_or_closing_usage_a_stream_is_cut() -> None:
+    exchange, requests = ask([Events([chunk("the answer")]), Answer("asked again")])
+    assert requests == 2 and [a.outcome for a in exchange.attempts] == ["stream_cut", "ok"]
+
+
+def test_deltas_of_another_choice_are_not_mixed_in() -> None:
+    events = [
+        chunk("first "),
+        chunk("OTHER ", index=1),
+        chunk("half", finish="stop"),
+        chunk("CHOICE", index=1, finish="length"),
+    ]
+    exchange, _ = ask([Events(events)])
+    assert exchange.completion is not None
+    assert (exchange.completion.content, exchange.completion.finish_reason) == ("first half", "stop")
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [
+        {"prompt_tokens": -5, "completion_tokens": -1000},
+        {"prompt_tokens": 5, "completion_tokens": "lots"},
+        {"prompt_tokens": 5, "completion_tokens": None},
+        {"prompt_tokens": 5, "completion_tokens": True},
+    ],
+    ids=["negative", "text", "null", "boolean"],
+)
+@pytest.mark.parametrize("stream", [True, False])
+def test_usage_that_is_no_count_is_estimated_from_the_text(usage: dict[str, Any], stream: bool) -> None:
+    """Usage that cannot be a count neither fails the answer (asking again would pay twice) nor gives budget
+    back (a negative count): the answer is charged by its text's length, as where a server reports none."""
+    content = "x" * 400
+    body = (
+        b'{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,'
+        + b'"message":{"role":"assistant","content":"'
+        + content.encode()
+        + b'"},"finish_reason":"stop"}],"usage":'
+        + json.dumps(usage).encode()
+        + b"}"
+    )
+    reply: Reply = (
+        Events([chunk(content), chunk(finish="stop"), chunk(choices=False, usage=usage)]) if stream else Raw(body)
+    )
+    exchange, requests = ask([reply, Answer("asked again")], stream=stream)
+    c = exchange.completion
+    assert requests == 1 and c is not None and c.content == content
+    assert (c.completion_tokens, c.usage_reported) == (100, False)
+    attempt = exchange.attempts[0]
+    assert attempt.completion_tokens == 100 and attempt.prompt_tokens > 0
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_choice_without_a_message_is_an_empty_answer(stream: bool) -> None:
+    choice = {"index": 0, "message": None, "finish_reason": "stop"}
+    body = json.dumps({"id": "c", "object": "chat.completion", "created": 1, "model": "m", "choices": [choice]})
+    exchange, requests = ask([Raw(body.encode()), Answer("asked again")], stream=stream)
+    assert requests == 1 and exchange.completion is not None
+    assert (exchange.completion.content, exchange.completion.finish_reason) == ("", "stop")
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://127.0.0.1:99999/v1", "http://127.0.0.1:port/v1", "http://[::1/v1", "http://me:s3cret-pw@[::1/v1"],
+    ids=["port-out-of-range", "port-not-a-number", "unclosed-bracket", "with-password"],
+)
+def test_a_url_the_http_client_cannot_use_is_a_config_error(url: str) -> None:
+    with pytest.raises(ConfigError, match=r"R1BUILD_BASE_URL: .* is not a valid URL") as caught:
+        resolve_endpoint(Generation(), {"R1BUILD_BASE_URL": url, "DEEPSEEK_API_KEY": KEY})
+    assert "s3cret-pw" not in str(caught.value)
+
+
+@pytest.mark.slow
+def test_generate_with_a_bad_url_exits_2_without_a_traceback(
+    project: Project, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project.write(budget={"rounds": 1, "samples": 1})
+    monkeypatch.setenv("R1BUILD_BASE_URL", "http://127.0.0.1:99999/v1")
+    monkeypatch.setenv("DEEPSEEK_API_KEY", KEY)
+    code = main(["generate", "vadd", "--manifest", str(project.root), "--cache-dir", str(project.cache_dir)])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert "R1BUILD_BASE_URL: 'http://127.0.0.1:99999/v1' is not a valid URL (Port out of range" in err
