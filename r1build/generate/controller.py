@@ -57,6 +57,7 @@ from ..judge import Evaluator
 from ..keys import decision_key
 from ..manifest.model import KernelSpec, Manifest
 from ..records import Candidate
+from ..transcript_doc import parse_transcript, read_links
 from .budget import Ledger, Reservation, StopReason, estimate_tokens
 from .client import ChatClient
 from .exchange import Attempt, Exchange, Meter
@@ -415,12 +416,88 @@ class _Search:
         ):
             self.queue.put_nowait(candidate)
 
+    # -- an earlier search cut short ------------------------------------------------------------------------
+    def resume(self) -> dict[int, set[int]]:
+        """Continue the search of this decision key that Ctrl-C or a fatal error cut short (its links say so):
+        the answers it received join the pool (judged with the seeds) and what all its requests cost is charged
+        to this search's budget, so a re-run never asks, nor pays, for them again. Returns, by round, the samples
+        not to ask again: every one but those cancelled in flight or refused by the fatal error. A search that got
+        no answer at all is not continued (nothing was received: the next run asks anew)."""
+        links = read_links(self.cache, decision_key(self.manifest, self.spec, self.arch))
+        if links is None or links.candidates is not None or links.stop_reason not in ("interrupted", "fatal"):
+            return {}
+        stored = []
+        for digest in links.transcripts:
+            parsed = parse_transcript(self.cache.get_text(digest))
+            if parsed is None:
+                continue
+            doc, answer = parsed
+            try:
+                where = (int(doc["round"]), int(doc["sample"]))
+            except (KeyError, TypeError, ValueError):
+                continue
+            if doc.get("kernel") == self.spec.name and doc.get("arch") == self.arch:
+                stored.append((where, digest, doc, answer))
+        if not any(answer is not None for _, _, _, answer in stored):
+            return {}
+        done: dict[int, set[int]] = {}
+        usage = self.usage
+        stored.sort(key=lambda item: item[0])
+        for (round_no, sample), digest, doc, answer in stored:
+            attempts = [a for a in doc.get("attempts") or [] if isinstance(a, dict)]
+            self.ledger.settle(
+                None,
+                prompt_tokens=sum(_tokens(a.get("prompt_tokens")) for a in attempts),
+                completion_tokens=sum(_tokens(a.get("completion_tokens")) for a in attempts),
+            )
+            usage.requests += len(attempts)
+            usage.retries += max(0, len(attempts) - 1)
+            usage.estimated = usage.estimated or any(not a.get("usage_reported") for a in attempts)
+            self.transcripts.append(((round_no, sample), digest))
+            if answer is None and doc.get("failure") in ("cancelled", "fatal"):
+                continue  # cut off in flight, or refused by what cut the search short: asked again
+            done.setdefault(round_no, set()).add(sample)
+            usage.samples += 1
+            if answer is None:
+                usage.count("gave_up")
+                continue
+            usage.answers += 1
+            usage.reasoning_tokens += _tokens(answer.get("reasoning_tokens"))
+            finish, content = answer.get("finish_reason"), str(answer.get("content") or "")
+            if finish == "stop":
+                self.ledger.observe(_tokens(answer.get("completion_tokens")))
+            extraction, _ = read_answer(finish, content, self.spec.name, usage)
+            if extraction is not None and extraction.source is not None:
+                request = doc.get("request") if isinstance(doc.get("request"), dict) else {}
+                messages = [m for m in (request or {}).get("messages") or [] if isinstance(m, dict)][:1]
+                self.pool.admit_answer(
+                    extraction.source,
+                    model=str(doc.get("model") or self.endpoint.model),
+                    round_no=round_no,
+                    sample=sample,
+                    transcript=digest,
+                    messages=messages,
+                    answer=strip_think(content).strip(),
+                )
+        self.sync_usage()
+        self.note(
+            "info",
+            f"continuing the search cut short ({links.stop_reason}): {usage.answers} answer(s) of "
+            f"{usage.samples} sample(s) already received are kept, not asked again "
+            f"({usage.completion_tokens:,} completion tokens, ${usage.cost_usd:.4f} of the budget)",
+        )
+        return done
+
     # -- rounds ------------------------------------------------------------------------------------------
-    async def run_round(self, round_no: int, count: int, slots: asyncio.Semaphore) -> None:
+    async def run_round(
+        self, round_no: int, count: int, slots: asyncio.Semaphore, skip: frozenset[int] = frozenset()
+    ) -> None:
         self.round_notes.clear()
         plans = self.planner.plan(round_no, count, self.pool, self.round_notes)
         judging = asyncio.create_task(self.judge_loop())
-        tasks = [asyncio.create_task(self.sample(round_no, s, plan, slots)) for s, plan in enumerate(plans)]
+        tasks = [
+            asyncio.create_task(self.sample(round_no, s, plan, slots)) for s, plan in enumerate(plans) if s not in skip
+        ]
         self.tasks.update(tasks)
         try:
             outcomes = await asyncio.gather(*tasks, return_exceptions=True)
@@ -478,22 +555,26 @@ class _Search:
 
     async def _run(self) -> SearchOutcome:
         pool = self.pool
-        await pool.judge([k.candidate for k in pool.in_order()])  # the seeds: the first feedback knows the bar
+        done = self.resume()  # what a search of this key cut short already received
+        # the seeds (and the answers resumed): the first feedback knows the bar
+        await pool.judge([k.candidate for k in pool.in_order()])
         await self.profile_finalists(list(pool.known.values()))
         slots = asyncio.Semaphore(self.generation.max_concurrency)
         stale = 0
-        rounds_done = 0
+        first = max(done, default=0)  # the round that was cut short goes on where it stopped
+        rounds_done = first
         async with ChatClient(self.endpoint, self.generation, pacer=self.pacer) as client:
             self.client = client
-            for round_no in range(self.budget.rounds):
+            for round_no in range(first, self.budget.rounds):
                 self.round = round_no
                 reason = "target" if pool.target_reached(self.budget.target_share) else self.exhausted()
                 if reason is not None:
                     self.stop(reason)
                     break
                 before = pool.best_time()
-                count = min(self.budget.samples, self.budget.candidates - self.usage.samples)
-                await self.run_round(round_no, count, slots)
+                skip = frozenset(done.get(round_no, ()))
+                count = min(self.budget.samples, self.budget.candidates - self.usage.samples + len(skip))
+                await self.run_round(round_no, count, slots, skip)
                 if self.fatal is not None:
                     raise self.fatal
                 rounds_done += 1
@@ -552,6 +633,11 @@ class _Search:
             stop_reason=reason,
             cause=cause,
         )
+
+
+def _tokens(value: Any) -> int:
+    """A token count read back from a stored transcript (0 where it is none)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 async def run_search(
