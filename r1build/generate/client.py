@@ -73,6 +73,11 @@ _FATAL_HINTS = {
 }
 
 
+AFTER_FINISH_S = 5.0
+"""Seconds a stream may stay silent after its finish chunk (the usage chunk and ``[DONE]`` come at once) before
+the answer is taken as whole: a server or proxy that holds the connection open must not cost the answer."""
+
+
 class _Fault(Exception):
     def __init__(
         self,
@@ -129,6 +134,8 @@ class ChatClient:
             generation.retry_backoff_s, generation.max_consecutive_failures, float("inf"), rng or random.Random()
         )
         self._client: openai.AsyncOpenAI | None = None
+        self.after_finish_s = AFTER_FINISH_S
+        """How long a stream may stay silent after its finish chunk before the answer is taken as whole."""
 
     async def __aenter__(self) -> ChatClient:
         t = self.generation.request_timeout_s
@@ -441,8 +448,16 @@ class ChatClient:
         model: str | None = None
         ident: str | None = None
         closing_usage = False  # the last chunk was the usage chunk (no choices): the server finished
+        chunks = aiter(stream)
         try:
-            async for chunk in stream:
+            while True:
+                try:
+                    if finish is None:
+                        chunk = await anext(chunks)
+                    else:  # the answer is whole: what may follow (usage, [DONE]) comes at once or not at all
+                        chunk = await asyncio.wait_for(anext(chunks), self.after_finish_s)
+                except (StopAsyncIteration, asyncio.TimeoutError):  # the end, or silence after the finish chunk
+                    break
                 if not isinstance(chunk, ChatCompletionChunk):
                     raise _Fault(
                         "bad_response",

@@ -23,14 +23,22 @@ from tests.generate.gen_support import KEY, Project
 USAGE = {"prompt_tokens": 10, "completion_tokens": 50, "total_tokens": 60}
 
 
-def ask(script: list[Reply], *, stream: bool = True, max_tokens: int = 1000) -> tuple[Exchange, int]:
+def ask(
+    script: list[Reply],
+    *,
+    stream: bool = True,
+    max_tokens: int = 1000,
+    after_finish_s: float = 5.0,
+    timeout: float = 5.0,
+) -> tuple[Exchange, int]:
     """One sample against a server playing ``script``; the exchange and how many requests the server saw."""
-    generation = Generation(retries=2, retry_backoff_s=0.01, request_timeout_s=5.0, stream=stream)
+    generation = Generation(retries=2, retry_backoff_s=0.01, request_timeout_s=timeout, stream=stream)
     with ChatServer(script) as server:
         endpoint = resolve_endpoint(generation, {"R1BUILD_BASE_URL": server.url, "DEEPSEEK_API_KEY": KEY})
 
         async def go() -> Exchange:
             async with ChatClient(endpoint, generation) as client:
+                client.after_finish_s = after_finish_s
                 exchange = Exchange(
                     [{"role": "user", "content": "write vadd"}], client.params(temperature=None, max_tokens=max_tokens)
                 )
@@ -55,6 +63,32 @@ def test_a_connection_cut_after_the_finish_chunk_keeps_the_answer(events: list[A
     assert requests == 1 and c is not None
     assert (c.content, c.finish_reason) == ("the answer ```cuda\nx\n```", "stop")
     assert [a.outcome for a in exchange.attempts] == ["ok"]
+
+
+@pytest.mark.parametrize(
+    "events",
+    [
+        [chunk("the answer ```cuda\nx\n```"), chunk(finish="stop")],
+        [chunk("the answer ```cuda\nx\n```"), chunk(finish="stop"), chunk(choices=False, usage=USAGE)],
+    ],
+    ids=["after-finish", "after-usage"],
+)
+def test_a_connection_held_open_after_the_finish_chunk_keeps_the_answer(events: list[Any], stopwatch: Any) -> None:
+    """A server (or proxy) that holds the connection open after the answer's finish chunk, never sending [DONE]:
+    the answer is taken once the stream has been silent a moment, not timed out after ``request-timeout-s`` and
+    asked (and paid) for again."""
+    exchange, requests = ask([Events(events, done=False, stall=True), Answer("asked again")], after_finish_s=0.2)
+    c = exchange.completion
+    assert requests == 1 and c is not None and c.content == "the answer ```cuda\nx\n```"
+    assert stopwatch() < 2.5  # the request timeout is 5 s
+
+
+@pytest.mark.slow
+def test_a_stream_silent_before_its_finish_chunk_still_times_out(stopwatch: Any) -> None:
+    events = Events([chunk("the answer ```cu")], done=False, stall=True)
+    exchange, requests = ask([events, Answer("asked again")], after_finish_s=0.1, timeout=1.0)
+    assert requests == 2 and [a.outcome for a in exchange.attempts] == ["timeout", "ok"]
+    assert stopwatch() >= 1.0
 
 
 def test_a_cut_before_the_finish_chunk_is_still_retried() -> None:
