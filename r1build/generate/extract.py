@@ -20,6 +20,7 @@ import itertools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from ..keys import digest_bytes
 
@@ -27,6 +28,7 @@ __all__ = [
     "MAX_VARIANTS",
     "Block",
     "Extraction",
+    "ExtractionReason",
     "complete_part",
     "extract_source",
     "fenced_blocks",
@@ -41,7 +43,12 @@ MAX_VARIANTS = 8
 _CUDA_LANGS = frozenset({"cuda", "cu", "cuh", "cpp", "c++", "cxx", "cc", "c", "h", "hpp", "nvcc"})
 _PY_LANGS = frozenset({"python", "py", "python3"})
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`\n]*)$")
-_PY_STRING = re.compile(r"(?P<q>\"\"\"|''')(?P<body>.*?)(?P=q)", re.S)
+_GLUED_OPEN = re.compile(r"^(?P<lang>[^\s#]*)[ \t]*(?P<code>#[ \t]*(?:include|define|pragma|if|ifndef|ifdef)\b.*)$")
+"""An info string that runs into the first line of code: ``cuda #include <cuda_runtime.h>``."""
+_PY_STRING = re.compile(r"(?P<prefix>\b[rRbBuUfF]{1,2})?(?P<q>\"\"\"|''')(?P<body>.*?)(?P=q)", re.S)
+_PARAM_TOKEN = re.compile(r"[();{}]")
+_MAX_SIGNATURE = 4000
+"""Longest parameter list of the exported function looked at (a longer one is not a signature)."""
 _TUNABLE_DECL = re.compile(r"//\s*@tunable\s+(?P<name>[A-Za-z_]\w*)\s*[:=]\s*(?P<values>[^\n]+)")
 
 
@@ -57,13 +64,18 @@ class Block:
     """Whether a closing fence was found."""
 
 
+ExtractionReason = Literal["defines the export", "has a kernel", "cuda block", "no_code", "thinking_only", "empty"]
+"""How a source was found (the first three), or why none was: the answer holds no CUDA code outside its thinking
+(``no_code``), it is thinking only (an open ``<think>`` never closed), or it is empty."""
+
+
 @dataclass(frozen=True)
 class Extraction:
     """What extraction found in one answer."""
 
     source: str | None
     """The chosen translation unit, or None."""
-    reason: str
+    reason: ExtractionReason
     """Why nothing was chosen (``no_code``, ``thinking_only``), or how the source was found."""
     blocks: int
     """Fenced blocks in the answer (after the thinking)."""
@@ -75,15 +87,29 @@ def strip_think(content: str) -> str:
     end = content.rfind("</think>")
     if end >= 0:
         return content[end + len("</think>") :]
-    if content.lstrip().startswith("<think>"):
+    if content.lstrip().lstrip("\ufeff").lstrip().startswith("<think>"):
         return ""
     return content
 
 
-def fenced_blocks(text: str) -> list[Block]:
-    """Fenced code blocks in order; an unclosed last block runs to the end of the text."""
-    blocks: list[Block] = []
-    lines = text.splitlines()
+def _lines(text: str) -> list[str]:
+    """Lines split at LF (a CR before it dropped) only: ``str.splitlines`` would also split at form feeds,
+    vertical tabs and Unicode separators, which can stand inside a comment or a string literal of the code."""
+    return [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]
+
+
+def _glued_close(line: str, fence: str) -> str | None:
+    """The code of a line that ends with a closing fence glued to it (a brace then three backticks), else None."""
+    stripped = line.rstrip()
+    run = len(stripped) - len(stripped.rstrip(fence[0]))
+    code = stripped[:-run] if run else ""
+    return code if run >= len(fence) and code.strip() and code.rstrip()[-1] not in "`~" else None
+
+
+def _parse(text: str) -> list[tuple[Block, int]]:
+    """Each fenced block with the line after its closing fence (the number of lines for an unclosed block)."""
+    blocks: list[tuple[Block, int]] = []
+    lines = _lines(text)
     i = 0
     while i < len(lines):
         m = _FENCE.match(lines[i])
@@ -92,37 +118,55 @@ def fenced_blocks(text: str) -> list[Block]:
             continue
         fence, indent = m.group("fence"), len(m.group("indent"))
         info = m.group("info").strip()
-        lang = info.split()[0].lower().lstrip("{.").rstrip("}") if info else ""
         body: list[str] = []
+        glued = _GLUED_OPEN.match(info)
+        if glued:
+            info = glued.group("lang")
+            body.append(glued.group("code"))
+        lang = info.split()[0].lower().lstrip("{.").rstrip("}") if info else ""
         j = i + 1
         closed = False
         while j < len(lines):
-            stripped = lines[j].strip()
+            line = lines[j]
+            stripped = line.strip()
             if stripped and stripped[0] == fence[0] and set(stripped) == {fence[0]} and len(stripped) >= len(fence):
                 closed = True
                 break
-            line = lines[j]
+            opening = _FENCE.match(line)
+            if opening and opening.group("info").strip() and len(opening.group("fence")) >= len(fence):
+                j -= 1  # a new block opens (say ```cuda) before this one was closed: this one ends unclosed
+                break
+            last = _glued_close(line, fence)
+            line = line if last is None else last
             body.append(line[indent:] if line[:indent].strip() == "" else line.lstrip())
+            if last is not None:
+                closed = True
+                break
             j += 1
-        blocks.append(Block(lang, "\n".join(body).strip("\n") + "\n", closed))
+        blocks.append((Block(lang, "\n".join(body).strip("\n") + "\n", closed), min(j + 1, len(lines))))
         i = j + 1
     return blocks
 
 
+def fenced_blocks(text: str) -> list[Block]:
+    """Fenced code blocks in order; an unclosed last block runs to the end of the text. A closing fence glued to
+    the last line of code closes the block, and code on the opening fence's line (after the language) is the
+    block's first line."""
+    return [block for block, _ in _parse(text)]
+
+
 def complete_part(content: str, name: str) -> str | None:
-    """Of an answer cut off mid-stream, the part up to the last closing fence, when a closed block in it
-    defines the exported function ``name`` (complete code); None otherwise."""
-    lines = content.splitlines(keepends=True)
-    for i in range(len(lines) - 1, -1, -1):
-        if not _FENCE.match(lines[i].rstrip("\r\n")):
-            continue
-        prefix = "".join(lines[: i + 1])
-        blocks = fenced_blocks(strip_think(prefix))
-        if not blocks or not blocks[-1].closed:
-            continue
-        extraction = extract_source(prefix, name)
-        return prefix if extraction.source is not None and extraction.reason == "defines the export" else None
-    return None
+    """Of an answer cut off mid-stream, the part up to the last closing fence of the answer (after the
+    thinking), when a closed block in it defines the exported function ``name`` (complete code); None otherwise.
+    One pass over the answer, however many fences it holds."""
+    answer = strip_think(content)
+    closed = [end for block, end in _parse(answer) if block.closed]
+    if not closed:
+        return None
+    kept = "\n".join(answer.split("\n")[: closed[-1]])
+    prefix = content[: len(content) - len(answer)] + kept + ("\n" if len(kept) < len(answer) else "")
+    extraction = extract_source(prefix, name)
+    return prefix if extraction.source is not None and extraction.reason == "defines the export" else None
 
 
 def _looks_like_cuda(code: str) -> bool:
@@ -130,17 +174,67 @@ def _looks_like_cuda(code: str) -> bool:
 
 
 def _defines_export(code: str, name: str) -> bool:
-    pattern = rf'extern\s+"C"[^;{{]*?\b{re.escape(name)}\s*\([^;]*?\)\s*\{{'
-    return re.search(pattern, code, re.S) is not None
+    """Whether ``code`` defines ``name`` with C linkage: ``extern "C" ... name(...) {`` or a definition inside an
+    ``extern "C" { ... }`` block. One pass over the code, each parameter list looked at up to
+    :data:`_MAX_SIGNATURE` characters, so a long or degenerate answer costs linear time."""
+    tokens = re.compile(
+        rf'(?P<block>extern\s+"C"\s*\{{)|(?P<decl>extern\s+"C")|(?P<call>\b{re.escape(name)}\s*\()|[{{}};]'
+    )
+    braces: list[bool] = []  # for each open brace: whether it opens an extern "C" block
+    boundary = extern_at = -1
+    for m in tokens.finditer(code):
+        if m.group("block"):
+            braces.append(True)
+            boundary = m.end()
+        elif m.group("decl"):
+            extern_at = m.start()
+        elif m.group("call"):
+            if (extern_at > boundary or any(braces)) and _opens_body(code, m.end()):
+                return True
+        else:
+            token = m.group()
+            if token == "{":
+                braces.append(False)
+            elif token == "}" and braces:
+                braces.pop()
+            boundary = m.end()
+    return False
+
+
+def _opens_body(code: str, start: int) -> bool:
+    """Whether the parameter list opened just before ``start`` closes and is followed by a function body."""
+    depth = 1
+    for m in _PARAM_TOKEN.finditer(code, start, start + _MAX_SIGNATURE):
+        token = m.group()
+        if token == "(":
+            depth += 1
+        elif token == ")":
+            depth -= 1
+            if depth == 0:
+                return code[m.end() : m.end() + _MAX_SIGNATURE].lstrip().startswith("{")
+        else:
+            return False
+    return False
 
 
 def _cuda_pieces(block: Block) -> list[str]:
-    if block.lang in _CUDA_LANGS or (block.lang not in _PY_LANGS and _looks_like_cuda(block.code)):
+    """The CUDA sources in a block: a CUDA / C++ block whole; otherwise the Python strings that hold a kernel
+    (PyTorch ``load_inline`` answers, whatever the block's tag), else an untagged block that looks like CUDA."""
+    if block.lang in _CUDA_LANGS:
         return [block.code]
-    if block.lang in _PY_LANGS or "load_inline" in block.code:
-        strings = [m.group("body") for m in _PY_STRING.finditer(block.code) if "__global__" in m.group("body")]
+    strings = [_py_string(m) for m in _PY_STRING.finditer(block.code) if "__global__" in m.group("body")]
+    if strings:
         return [s.strip("\n") + "\n" for s in strings]
+    if block.lang not in _PY_LANGS and "load_inline" not in block.code and _looks_like_cuda(block.code):
+        return [block.code]
     return []
+
+
+def _py_string(m: re.Match[str]) -> str:
+    """The text of a triple-quoted Python string as the program sees it where that differs for code: an
+    f-string's doubled braces are single braces."""
+    body = m.group("body")
+    return body.replace("{{", "{").replace("}}", "}") if "f" in (m.group("prefix") or "").lower() else body
 
 
 def extract_source(content: str, name: str) -> Extraction:
@@ -149,10 +243,10 @@ def extract_source(content: str, name: str) -> Extraction:
     if not answer.strip():
         return Extraction(None, "thinking_only" if content.strip() else "empty", 0)
     blocks = fenced_blocks(answer)
-    pieces = [piece for block in blocks for piece in _cuda_pieces(block)]
+    pieces = [piece for block in blocks for piece in _cuda_pieces(block) if piece.strip()]
     if not blocks and _looks_like_cuda(answer) and answer.lstrip().startswith(("#include", "//", "/*")):
         pieces = [answer.strip("\n") + "\n"]
-    tiers: list[tuple[str, list[str]]] = [
+    tiers: list[tuple[ExtractionReason, list[str]]] = [
         ("defines the export", [code for code in pieces if _defines_export(code, name)]),
         ("has a kernel", [code for code in pieces if "__global__" in code]),
         ("cuda block", pieces),
