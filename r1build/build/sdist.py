@@ -18,7 +18,6 @@ else ``[tool.scikit-build.sdist]``) are kept and ours appended.
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -28,13 +27,9 @@ from ..events import Note, emit
 from ..keys import decision_key
 from ..lock import lock_path, read_lock
 from ..manifest import Manifest
+from ..manifest.tomltext import TomlProblem, parse_toml
 from .inputs import manifest_inputs
 from .options import ConfigSettings
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 __all__ = ["GENERATED_DIR", "check_offline_buildable", "sdist_settings"]
 
@@ -63,12 +58,16 @@ def _as_list(key: str, value: Any) -> list[str]:
 def _pyproject_sdist(project_dir: Path) -> dict[str, Any]:
     path = project_dir / "pyproject.toml"
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = parse_toml(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return {}
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    section = data.get("tool", {}).get("scikit-build", {}).get("sdist", {})
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    except TomlProblem as exc:
+        raise ConfigError(f"{path}:{exc.line}: {exc.message}" if exc.line else f"{path}: {exc.message}") from None
+    section: Any = data
+    for name in ("tool", "scikit-build", "sdist"):
+        section = section.get(name, {}) if isinstance(section, dict) else {}
     return section if isinstance(section, dict) else {}
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,13 +20,9 @@ from ..keys import decision_key, digest_json, generation_settings, normalized_sp
 from ..manifest.convert import ConversionProblem, convert
 from ..manifest.locate import format_path, locate
 from ..manifest.model import KernelSpec, Manifest
+from ..manifest.tomltext import TomlProblem, parse_toml
 from ..records import Provenance, Validation
 from .verify import entry_problem, manifest_problem
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 __all__ = [
     "LOCK_VERSION",
@@ -147,11 +142,10 @@ def read_lock(path: Path) -> Lock | None:
     except (OSError, UnicodeDecodeError) as exc:
         raise LockError(f"{path}: cannot read the lock: {exc}") from None
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        m = re.search(r"at line (\d+)", str(exc))
-        where = f"{path}:{m.group(1)}" if m else str(path)
-        raise LockError(f"{where}: corrupt lock (invalid TOML: {exc}); {REBUILD}") from None
+        data = parse_toml(text)
+    except TomlProblem as exc:
+        where = f"{path}:{exc.line}" if exc.line else str(path)
+        raise LockError(f"{where}: corrupt lock ({exc.message}); {REBUILD}") from None
     if data.get("version") == 1 and isinstance(data.get("kernel"), list):
         for table in data["kernel"]:
             upgrade_v1_entry(table)

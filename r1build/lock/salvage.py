@@ -18,7 +18,6 @@ every other kernel × arch is resolved again from the cache and the manifest, so
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,13 +26,9 @@ from ..events import Note, emit
 from ..keys import decision_key
 from ..manifest.convert import ConversionProblem, convert
 from ..manifest.model import Manifest
+from ..manifest.tomltext import TomlProblem, parse_toml
 from .lockfile import Lock, LockEntry, lock_path, upgrade_v1_entry
 from .verify import entry_problem, manifest_problem
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 __all__ = ["Salvage", "salvage_lock"]
 
@@ -91,12 +86,12 @@ def _tables(lines: Lines) -> list[tuple[int, str]]:
 def _read_table(manifest: Manifest, table: str) -> LockEntry | str:
     """The verified entry of one table, or why it cannot be used."""
     try:
-        data = tomllib.loads(table)
+        data = parse_toml(table)
         (item,) = data["kernel"]
         upgrade_v1_entry(item)  # the damaged lock may be a version 1 lock
         entry: LockEntry = convert(LockEntry, item)
-    except tomllib.TOMLDecodeError as exc:
-        return f"unreadable ({exc})"
+    except TomlProblem as exc:
+        return f"unreadable ({exc.message})"
     except ConversionProblem as exc:
         return f"{'.'.join(str(p) for p in exc.path) or 'entry'}: {exc.message}"
     except (KeyError, ValueError):

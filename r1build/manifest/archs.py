@@ -268,13 +268,13 @@ Code = Literal["default", "sass", "ptx", "sass+ptx"]
 rule), ``sass`` (``90-real``), ``ptx`` (``90-virtual``, ``compute_90``) or ``sass+ptx`` (``90``)."""
 
 _SPELLINGS = "sm_90, 9.0, 90, 90-real, 90-virtual, compute_90 (and sm_90a, 90a-real, ...)"
-_PATTERNS = (
-    re.compile(r"^(?P<kind>sm_|compute_)(?P<num>\d{2,3})(?P<suffix>a?)$"),
-    re.compile(r"^(?P<num>\d{2,3})(?P<suffix>a?)(?:-(?P<cmake>real|virtual))?$"),
-    re.compile(r"^(?P<major>\d{1,2})\.(?P<minor>\d)(?P<suffix>a?)$"),
+_PATTERNS = (  # ASCII digits: int() also reads fullwidth and other Unicode digits; nvcc does not
+    re.compile(r"^(?P<kind>sm_|compute_)(?P<num>[0-9]{2,3})(?P<suffix>a?)$"),
+    re.compile(r"^(?P<num>[0-9]{2,3})(?P<suffix>a?)(?:-(?P<cmake>real|virtual))?$"),
+    re.compile(r"^(?P<major>[0-9]{1,2})\.(?P<minor>[0-9])(?P<suffix>a?)$"),
 )
 
-_FAMILY = re.compile(r"^(?:sm_|compute_)?\d{2,3}f(?:-(?:real|virtual))?$")
+_FAMILY = re.compile(r"^(?:sm_|compute_)?[0-9]{2,3}f(?:-(?:real|virtual))?$")
 
 
 @dataclass(frozen=True)

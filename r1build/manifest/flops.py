@@ -43,6 +43,11 @@ def _evaluate(node: ast.AST, sizes: Mapping[str, int]) -> float:
     raise _Bad
 
 
+def _shown(expr: str) -> str:
+    """The expression for a message: whole when short, else its start."""
+    return repr(expr) if len(expr) <= 80 else repr(expr[:60]) + f"... ({len(expr)} characters)"
+
+
 def evaluate_flops(expr: str, sizes: Mapping[str, int]) -> float:
     """The value of a ``flops`` expression at ``sizes``; :class:`ValueError` saying why when it has none."""
     problem = flops_problem(expr, list(sizes), [sizes])
@@ -56,11 +61,13 @@ def flops_problem(expr: str, size_names: Sequence[str], shapes: Sequence[Mapping
     try:
         tree = ast.parse(expr, mode="eval")
     except SyntaxError:
-        return f"not an arithmetic expression: {expr!r}"
+        return f"not an arithmetic expression: {_shown(expr)}"
+    except (RecursionError, MemoryError):
+        return f"too long or too deeply nested to read ({len(expr)} characters): {_shown(expr)}"
     allowed = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Name, ast.Constant, ast.Load, ast.USub, ast.UAdd, *_BINARY)
     for node in ast.walk(tree):
         if not isinstance(node, allowed):
-            return f"only sizes, numbers, parentheses and + - * / // % ** are allowed: {expr!r}"
+            return f"only sizes, numbers, parentheses and + - * / // % ** are allowed: {_shown(expr)}"
         if isinstance(node, ast.Name) and node.id not in size_names:
             return f"{node.id!r} is not a size of this kernel{did_you_mean(node.id, list(size_names))}"
     for sizes in shapes:
@@ -68,9 +75,11 @@ def flops_problem(expr: str, size_names: Sequence[str], shapes: Sequence[Mapping
         try:
             value = _evaluate(tree, sizes)
         except _Bad:
-            return f"only sizes, numbers, parentheses and + - * / // % ** are allowed: {expr!r}"
+            return f"only sizes, numbers, parentheses and + - * / // % ** are allowed: {_shown(expr)}"
         except (ZeroDivisionError, OverflowError) as exc:
-            return f"{expr!r} cannot be evaluated at {where}: {exc}"
+            return f"{_shown(expr)} cannot be evaluated at {where}: {exc}"
+        except RecursionError:
+            return f"too long or too deeply nested to evaluate ({len(expr)} characters): {_shown(expr)}"
         if not math.isfinite(value) or value < 0:
-            return f"{expr!r} is {value:g} at {where}; the operation count must be finite and not negative"
+            return f"{_shown(expr)} is {value:g} at {where}; the operation count must be finite and not negative"
     return None

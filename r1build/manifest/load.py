@@ -6,7 +6,6 @@ Every error is a :class:`~r1build.errors.ManifestError` naming the file, the lin
 from __future__ import annotations
 
 import re
-import sys
 import urllib.parse
 from dataclasses import replace
 from pathlib import Path
@@ -29,12 +28,8 @@ from .reference import (
     reference_file,
     reference_source_digest,
 )
+from .tomltext import TomlProblem, parse_toml
 from .values import integer_range, tunable_value_problem, value_problem
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 __all__ = ["cluster_address_problem", "find_manifest", "load_manifest", "located_error", "remote_url_problem"]
 
@@ -45,6 +40,7 @@ _REFERENCE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*", re.ASCI
 TEST_SHAPE_BYTES = 1 << 30
 """Most bytes all arrays of a kernel may take at one test shape: ``check`` runs the reference there on the CPU,
 and correctness needs no more (bench-shapes are for large sizes)."""
+_MENTIONS_R1BUILD = re.compile(r"^\s*\[+\s*tool\s*\.\s*r1build\b", re.MULTILINE)
 MAX_VARIANTS = 4096
 """Most value sets a kernel's tunables may give (the product of their value counts)."""
 
@@ -52,29 +48,46 @@ MAX_VARIANTS = 4096
 def _manifest_in(folder: Path) -> Path | None:
     for name in ("kernels.toml", "pyproject.toml"):
         candidate = folder / name
+        if candidate.is_symlink() and not candidate.exists():
+            raise ManifestError(
+                f"a symbolic link to {candidate.readlink()}, which does not exist (or is a loop of links)",
+                file=str(candidate),
+            )
         if candidate.is_file():
-            if name == "pyproject.toml":
-                try:
-                    data = tomllib.loads(candidate.read_text(encoding="utf-8"))
-                except (tomllib.TOMLDecodeError, UnicodeDecodeError):
-                    continue
-                if "r1build" not in data.get("tool", {}):
-                    continue
+            if name == "pyproject.toml" and not _declares_r1build(candidate):
+                continue
             return candidate
     return None
+
+
+def _declares_r1build(pyproject: Path) -> bool:
+    """Whether a pyproject.toml holds ``[tool.r1build]``. One that cannot be read or parsed counts when its text
+    names that table, so loading it reports what is wrong with it instead of "no manifest here"."""
+    try:
+        text = pyproject.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    try:
+        tool = parse_toml(text).get("tool")
+    except TomlProblem:
+        return bool(_MENTIONS_R1BUILD.search(text))
+    return isinstance(tool, dict) and "r1build" in tool
 
 
 def find_manifest(start: Path, *, walk_up: bool = False) -> Path:
     """The manifest for a path: a file itself, or ``kernels.toml`` / pyproject.toml with [tool.r1build] in it.
     With ``walk_up`` (a command run without ``-m``), the nearest such file in ``start`` or a folder above it, as
     cargo finds Cargo.toml."""
-    if start.is_file():
-        return start
-    folders = [start, *start.absolute().parents] if walk_up else [start]
-    for folder in folders:
-        found = _manifest_in(folder)
-        if found is not None:
-            return found
+    try:
+        if start.is_file():
+            return start
+        folders = [start, *start.absolute().parents] if walk_up else [start]
+        for folder in folders:
+            found = _manifest_in(folder)
+            if found is not None:
+                return found
+    except OSError as exc:  # a name too long for the file system, a folder it may not look into
+        raise ManifestError(f"cannot look for a manifest there: {exc.strerror}", file=str(start)) from None
     where = f"{start} or any folder above it" if walk_up else str(start)
     raise ManifestError(f"no kernels.toml (or pyproject.toml with [tool.r1build]) in {where}", file=str(start))
 
@@ -102,14 +115,12 @@ def _parse(path: Path) -> tuple[str, dict[str, Any], tuple[str, ...]]:
     except UnicodeDecodeError:
         raise ManifestError("not UTF-8 text", file=str(path)) from None
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
-        line = int(m.group(1)) if m else None
-        message = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
-        raise ManifestError(f"invalid TOML: {message}", file=str(path), line=line) from None
+        data = parse_toml(text)
+    except TomlProblem as exc:
+        raise ManifestError(exc.message, file=str(path), line=exc.line) from None
     if path.name == "pyproject.toml":
-        section = data.get("tool", {}).get("r1build")
+        tool = data.get("tool")
+        section = tool.get("r1build") if isinstance(tool, dict) else None
         if not isinstance(section, dict):
             raise ManifestError("no [tool.r1build] table", file=str(path))
         return text, section, ("tool", "r1build")

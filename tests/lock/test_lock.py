@@ -96,8 +96,12 @@ def test_removed_kernel_and_arch_are_reported(root_copy: Path) -> None:
         (lambda t: t.replace('winner = "' + "b" * 64, 'winner = "' + "z" * 64, 1), "not a sha256 digest"),
         (lambda t: t.replace('name = "matmul"', "name = 3", 1), "expected a string"),
         (lambda t: "\n".join(t.splitlines()[:30]) + '\n[[kernel]]\nname = "x"\n', "missing required key"),
+        # tomllib lets these escape as RecursionError / ValueError: once a traceback and exit 1
+        (lambda t: t + "x = " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),
+        (lambda t: t.replace("version = 2", "version = " + "9" * 5000), "kernels.lock:3: corrupt lock (invalid TOML: an"),
+        (lambda t: "\ufeff" + t, "kernels.lock:1: corrupt lock (invalid TOML: the file starts with a byte-order mark"),
     ],
-    ids=["version", "toml", "unknown-key", "digest", "type", "truncated"],
+    ids=["version", "toml", "unknown-key", "digest", "type", "truncated", "deep", "huge-integer", "bom"],
 )
 def test_corrupt_lock(root_copy: Path, edit: object, message: str) -> None:
     m = load_manifest(root_copy / "kernels.toml")
@@ -118,3 +122,22 @@ def test_committed_locks_are_current(project: str) -> None:
     m = load_manifest(root / "kernels.toml", check_references=False)
     staleness = check_lock(m, load_lock(m))  # every field verified, current entries against the manifest
     assert not staleness, staleness.render()
+
+
+def test_salvage_drops_a_table_nested_too_deeply(root_copy: Path) -> None:
+    """`r1build lock` reads a damaged lock table by table: one tomllib cannot read without recursing past the limit
+    is dropped as unreadable (the others here are dropped too: their made-up sources match no file)."""
+    from r1build.lock.salvage import salvage_lock
+
+    m = load_manifest(root_copy / "kernels.toml")
+    path = root_copy / "kernels.lock"
+    write_lock(path, _lock_for(m))
+    text = path.read_text(encoding="utf-8").replace(
+        'provenance = "baseline"', "deep = " + "[" * 5000 + "]" * 5000 + '\nprovenance = "baseline"', 1
+    )
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(LockError) as info:
+        read_lock(path)
+    salvage = salvage_lock(m, info.value)
+    unreadable = [(line, why) for line, why in salvage.dropped if "nested too deeply" in why]
+    assert unreadable == [(6, "unreadable (invalid TOML: arrays or inline tables nested too deeply to read)")]

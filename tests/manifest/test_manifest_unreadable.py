@@ -1,0 +1,135 @@
+"""Manifests that are not TOML r1build can read, or not where r1build looks: each is exit 2 naming the file (and
+the line where there is one), never a traceback. tomllib lets some input escape as exceptions other than its own
+(nesting past the recursion limit, integers of thousands of digits), and a pyproject.toml may hold a ``tool``
+that is no table; these once ended ``r1build check`` with a traceback and exit 1."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from r1build.cli.main import main
+from r1build.manifest.tomltext import TomlProblem, parse_toml
+
+from .test_manifest_strict import BASE, run_check, write_project
+
+_DEEP = "[" * 5000 + "]" * 5000
+_NINES = "9" * 5000
+
+
+def _pyproject(manifest: str) -> str:
+    """BASE as a ``[tool.r1build]`` table of a pyproject.toml."""
+    out = []
+    for line in manifest.splitlines():
+        if line.startswith("[[kernel]]"):
+            line = "[[tool.r1build.kernel]]"
+        elif line.startswith("[generation"):
+            line = "[tool.r1build." + line[1:]
+        out.append(line)
+    return '[project]\nname = "x"\nversion = "0"\n\n[tool.r1build]\n' + "\n".join(out) + "\n"
+
+
+# (id, the manifest's text, a fragment of the message, the line it names or None)
+TEXTS: list[tuple[str, str, str, int | None]] = [
+    ("nested-arrays", BASE.replace('target = "tiny::kernels"', f"x = {_DEEP}"), "nested too deeply", None),
+    ("nested-tables", BASE + "x = " + "{a=" * 3000 + "1" + "}" * 3000 + "\n", "nested too deeply", None),
+    ("huge-integer", BASE.replace("top-p = 0.95", f"top-p = 0.95\nretries = {_NINES}"), "thousands of digits", 11),
+    ("huge-size", BASE.replace("{ n = 97 }", f"{{ n = {_NINES} }}"), "thousands of digits", 27),
+    ("byte-order-mark", "\ufeff" + BASE, "byte-order mark", 1),
+    ("flops-too-long", BASE.replace("budget = {", f'flops = "{"+".join(["n"] * 20000)}"\nbudget = {{'), "too long", 33),
+]
+
+
+@pytest.mark.parametrize(("text", "fragment", "line"), [c[1:] for c in TEXTS], ids=[c[0] for c in TEXTS])
+def test_unreadable_manifest_text_is_exit_2_naming_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, fragment: str, line: int | None
+) -> None:
+    path = write_project(tmp_path / "p", text)
+    code, output = run_check(capsys, path)
+    assert code == 2, output
+    assert "Traceback" not in output
+    assert f"error: {path}{f':{line}:' if line else ':'}" in output, output
+    assert fragment in output
+    assert len(output) < 1000, "the message quotes a whole 40 KB expression"
+
+
+@pytest.mark.parametrize(("text", "fragment", "line"), [c[1:] for c in TEXTS[:5]], ids=[c[0] for c in TEXTS[:5]])
+def test_the_same_text_in_pyproject_is_exit_2_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, fragment: str, line: int | None
+) -> None:
+    project = tmp_path / "p"
+    write_project(project).unlink()
+    pyproject = project / "pyproject.toml"
+    pyproject.write_text(("\ufeff" if text.startswith("\ufeff") else "") + _pyproject(text.lstrip("\ufeff")))
+    for argv in (["check", "-m", str(pyproject)], ["check", "-m", str(project)]):
+        assert main(argv) == 2
+        output = capsys.readouterr().err
+        assert f"error: {pyproject}" in output and fragment in output, (argv, output)
+
+
+@pytest.mark.parametrize(
+    ("tool", "fragment"),
+    [("tool = 1\n", "no [tool.r1build] table"), ('tool = "r1build"\n', "no [tool.r1build] table")],
+    ids=["integer", "string"],
+)
+def test_a_pyproject_whose_tool_is_no_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], tool: str, fragment: str
+) -> None:
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(tool, encoding="utf-8")
+    assert main(["check", "-m", str(pyproject)]) == 2
+    assert f"error: {pyproject}: {fragment}" in capsys.readouterr().err
+    # looked for from the folder: not a manifest, so not found (and no crash on `"r1build" in 1`)
+    assert main(["check", "-m", str(tmp_path)]) == 2
+    assert "no kernels.toml (or pyproject.toml with [tool.r1build])" in capsys.readouterr().err
+
+
+def test_a_broken_pyproject_that_names_tool_r1build_is_reported_not_skipped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = tmp_path / "p"
+    write_project(project).unlink()
+    pyproject = project / "pyproject.toml"
+    pyproject.write_text(_pyproject(BASE).replace('name = "scale"', 'name = "scale'), encoding="utf-8")
+    monkeypatch.chdir(project)
+    assert main(["check"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {pyproject}:" in err and "invalid TOML" in err, err
+    # a broken pyproject.toml of some other tool is still no manifest
+    pyproject.write_text('[tool.black]\nline-length = "\n', encoding="utf-8")
+    assert main(["check"]) == 2
+    assert "no kernels.toml (or pyproject.toml with [tool.r1build])" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("arch", ["sm_\uff190", "sm_\u0669\u0660", "\uff19.0", "\uff19\uff10-real"])
+def test_non_ascii_digits_are_no_arch(tmp_path: Path, capsys: pytest.CaptureFixture[str], arch: str) -> None:
+    """int() reads fullwidth and Arabic-Indic digits; nvcc, CMake and the lock do not."""
+    path = write_project(tmp_path / "p", BASE.replace('archs = ["sm_90"]', f'archs = ["{arch}"]'))
+    code, output = run_check(capsys, path)
+    assert code == 2, output
+    assert f"{path}:1: archs[0]: {arch!r} is not a GPU architecture" in output
+
+
+def test_a_manifest_path_too_long_for_the_file_system(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "-m", str(tmp_path / ("x" * 5000))]) == 2
+    assert "cannot look for a manifest there: File name too long" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("target", ["gone.toml", "kernels.toml"], ids=["dangling", "loop"])
+def test_a_manifest_that_is_a_broken_symbolic_link(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], target: str
+) -> None:
+    manifest = write_project(tmp_path / "p")
+    manifest.unlink()
+    manifest.symlink_to(tmp_path / "p" / target)
+    assert main(["check", "-m", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {manifest}: a symbolic link to {tmp_path / 'p' / target}, which does not exist" in err, err
+
+
+def test_parse_toml_keeps_tomllib_lines() -> None:
+    with pytest.raises(TomlProblem) as info:
+        parse_toml('a = 1\nb = "x\n')
+    assert info.value.line == 2 and info.value.message.startswith("invalid TOML: ")
+    assert parse_toml("a = 1\n") == {"a": 1}
