@@ -284,7 +284,7 @@ class ChatServer:
                     self.in_flight += 1
                     self.max_in_flight = max(self.max_in_flight, self.in_flight)
                 try:
-                    keep = await self._respond(request, writer)
+                    keep = await self._respond(request, reader, writer)
                 finally:
                     with self._lock:
                         self.in_flight -= 1
@@ -316,6 +316,18 @@ class ChatServer:
         body = json.loads(raw) if raw else None
         return Request(method, path, headers, body, time.monotonic())
 
+    async def _hold(self, reader: asyncio.StreamReader) -> None:
+        """Send nothing more until the server stops or the client hangs up (a request it gave up on is no longer
+        in flight)."""
+        assert self._stop is not None
+        stop = asyncio.ensure_future(self._stop.wait())
+        gone = asyncio.ensure_future(reader.read())  # the client sends nothing more: this is its hang-up
+        try:
+            await asyncio.wait({stop, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            gone.cancel()
+
     @staticmethod
     async def _send_head(writer: asyncio.StreamWriter, status: int, headers: dict[str, str]) -> None:
         try:
@@ -339,7 +351,7 @@ class ChatServer:
         writer.write(body)
         await writer.drain()
 
-    async def _respond(self, request: Request, writer: asyncio.StreamWriter) -> bool:
+    async def _respond(self, request: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         if request.path.endswith("/stats"):
             with self._lock:
                 chats = len(self.chat_requests())
@@ -360,7 +372,7 @@ class ChatServer:
                     writer, 200, {"content-type": "text/event-stream", "transfer-encoding": "chunked"}
                 )
                 await self._chunk(writer, b": keep-alive\n\n")
-            await self._stop.wait()
+            await self._hold(reader)
             return False
         if isinstance(reply, Fault):
             await asyncio.sleep(reply.delay)
@@ -380,11 +392,11 @@ class ChatServer:
             await self._send_body(writer, reply.status, reply.content_type, raw, extra)
             return True
         if isinstance(reply, Events):
-            return await self._events(reply, writer)
+            return await self._events(reply, reader, writer)
         await asyncio.sleep(reply.delay)
         reply = reply.for_request(request)
         if (request.body or {}).get("stream") and not reply.ignore_stream:
-            return await self._stream(request, reply, writer)
+            return await self._stream(request, reply, reader, writer)
         said: dict[str, Any] = {"role": "assistant", "content": reply.content}
         if reply.reasoning:
             said[reply.reasoning_field] = reply.reasoning
@@ -415,7 +427,7 @@ class ChatServer:
         writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         await writer.drain()
 
-    async def _events(self, reply: Events, writer: asyncio.StreamWriter) -> bool:
+    async def _events(self, reply: Events, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         headers = {"content-type": reply.content_type, "transfer-encoding": "chunked", **reply.headers}
         await self._send_head(writer, reply.status, headers)
         items = list(reply.events) + ([b"data: [DONE]\n\n"] if reply.done else [])
@@ -428,13 +440,14 @@ class ChatServer:
             writer.transport.abort()
             return False
         if reply.stall:
-            assert self._stop is not None
-            await self._stop.wait()
+            await self._hold(reader)
             return False
         await self._chunk(writer, b"")
         return True
 
-    async def _stream(self, request: Request, reply: Answer, writer: asyncio.StreamWriter) -> bool:
+    async def _stream(
+        self, request: Request, reply: Answer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bool:
         await self._send_head(
             writer,
             200,
@@ -464,8 +477,7 @@ class ChatServer:
                 writer.transport.abort()
                 return False
             if reply.stall_after is not None and n >= reply.stall_after:
-                assert self._stop is not None
-                await self._stop.wait()
+                await self._hold(reader)
                 return False
             if reply.chunk_delay:
                 await asyncio.sleep(reply.chunk_delay)
