@@ -268,6 +268,7 @@ def _compile(
         proc = subprocess.Popen(
             cmd,
             cwd=workdir,
+            stdin=subprocess.DEVNULL,  # never the caller's terminal: an #include "/dev/stdin" reads nothing
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

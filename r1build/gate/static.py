@@ -34,6 +34,7 @@ from ..records import Candidate, GateReport, Result, Status
 from ..toolchain import Toolchain
 from ..toolchain import toolchain as default_toolchain
 from .nvcc import PIC_FLAGS, Compilation, compile_variant
+from .source import source_problems
 from .symbols import ALLOWLIST_VERSION, check_object
 
 __all__ = ["GATE_SCHEMA", "StaticGate", "gate_for_archs", "gate_key", "limit_violations"]
@@ -111,6 +112,21 @@ def _signature_hint(spec: KernelSpec, output: str) -> str:
     return ""
 
 
+def _refused(arch: str, candidate: Candidate, tc: Toolchain) -> Result | None:
+    """The verdict on a generated candidate whose text may not be compiled at all (:mod:`.source`): rejected
+    before any compile and before the cache, so a verdict cached before a check existed cannot pass it; None
+    for every other candidate."""
+    if candidate.origin.kind != "generated":
+        return None
+    problems = source_problems(candidate.source)
+    if not problems:
+        return None
+    detail = "not compiled: " + "; ".join(problems) + "."
+    return Result(
+        candidate=candidate.digest, arch=arch, status="rejected", stage="gate", detail=detail, toolchain=tc.ident
+    )
+
+
 @dataclass(frozen=True)
 class _Task:
     arch: str
@@ -179,6 +195,10 @@ class StaticGate:
         for task in tasks:
             if task.key in verdicts or task.key in pending:
                 continue
+            refused = _refused(task.arch, task.candidate, tc)
+            if refused is not None:
+                verdicts[task.key] = refused
+                continue
             cached = self.cache.get_gate(task.key)
             if cached is not None:
                 verdicts[task.key] = cached
@@ -213,6 +233,9 @@ class StaticGate:
     ) -> tuple[Result, bool]:
         """The verdict of one compile before the limits, and whether it may be cached: what a cluster worker
         computes for the resolving machine's gate (:mod:`r1build.cluster`), which applies the limits and caches."""
+        refused = _refused(parse_arch(arch), candidate, self.toolchain)
+        if refused is not None:
+            return refused, False
         verdicts = self._compile_one(manifest, spec, [_Task(parse_arch(arch), candidate, "")])
         assert verdicts is not None  # one arch: always a verdict
         return verdicts[0]

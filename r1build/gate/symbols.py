@@ -27,13 +27,16 @@ Two more checks guard the contract rather than the machine:
   wrong for the candidate's own (``inline dim3 grid(int n) { return (n + TILE - 1) / TILE; }`` would run with
   one variant's ``TILE`` in every variant), so those are rejected as well.
 * **raw system calls**: inline assembly can reach the kernel without any symbol, so the host code's disassembly
-  must not contain ``syscall``, ``sysenter`` or ``int 0x80`` (``svc`` on aarch64).
+  must not contain ``syscall``, ``sysenter`` or ``int 0x80`` (``svc`` on aarch64). On x86-64, where an
+  instruction can hide inside another (a jump into the immediate of a ``mov`` whose bytes are ``0f 05``), the
+  raw bytes of every executable section are searched for those encodings as well.
 """
 
 from __future__ import annotations
 
 import re
 import shutil
+import struct
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,8 +45,9 @@ from ..errors import ToolchainError
 
 __all__ = ["ALLOWLIST_VERSION", "SymbolCheck", "check_object", "denied_reason", "is_allowed"]
 
-ALLOWLIST_VERSION = 2
-"""Part of the gate's cache key: bump it whenever a rule below changes, so old verdicts stop matching."""
+ALLOWLIST_VERSION = 3
+"""Part of the gate's cache key: bump it whenever a rule below changes, so old verdicts stop matching (3: the raw
+bytes of x86-64 executable sections are searched for system-call encodings)."""
 
 # -- the allowlist -----------------------------------------------------------------------------------------
 # The CUDA runtime, call by call: what a launcher needs to enqueue work on the stream it is given, and nothing
@@ -366,6 +370,35 @@ def _demangle(names: list[str]) -> list[str]:
     return sorted([*plain, *grouped])
 
 
+_X86_64 = 62
+_SHF_EXECINSTR = 0x4
+_SYSCALL_BYTES = re.compile(rb"\x0f\x05|\x0f\x34|\xcd\x80")
+
+
+def hidden_syscalls(obj: Path) -> int:
+    """System-call encodings (``syscall``, ``sysenter``, ``int 0x80``) anywhere in the bytes of the executable
+    sections of an x86-64 ELF object, whatever the disassembly makes of them; 0 for other objects."""
+    try:
+        data = obj.read_bytes()
+    except OSError:
+        return 0
+    if len(data) < 64 or data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:  # ELF64, little-endian
+        return 0
+    machine, _version, _entry, _phoff, shoff = struct.unpack_from("<HIQQQ", data, 18)
+    shentsize, shnum = struct.unpack_from("<HH", data, 58)
+    if machine != _X86_64 or shentsize < 64:
+        return 0
+    found = 0
+    for k in range(shnum):
+        at = shoff + k * shentsize
+        if at + 64 > len(data):
+            break
+        _name, kind, flags, _addr, offset, size = struct.unpack_from("<IIQQQQ", data, at)
+        if flags & _SHF_EXECINSTR and kind != 8:  # SHT_NOBITS has no bytes
+            found += len(_SYSCALL_BYTES.findall(data, offset, min(len(data), offset + size)))
+    return found
+
+
 def check_object(obj: Path, entry: str) -> SymbolCheck:
     """Inspect a host object from nvcc: its calls, its exports and its instructions."""
     nm = _tool("nm")
@@ -387,7 +420,7 @@ def check_object(obj: Path, entry: str) -> SymbolCheck:
     exported = [s for s in exported if "__device_stub__" not in s]
 
     disassembly = _run([_tool("objdump"), "-d", "--no-show-raw-insn", str(obj)])
-    raw = len(_RAW_SYSCALL.findall(disassembly))
+    raw = max(len(_RAW_SYSCALL.findall(disassembly)), hidden_syscalls(obj))
     return SymbolCheck(
         forbidden=_demangle(forbidden), exported=_demangle(exported), has_entry=has_entry, raw_syscalls=raw
     )

@@ -1,0 +1,114 @@
+"""What the static gate reads in a generated candidate's text before compiling it.
+
+Compiling is not harmless: the preprocessor and the host assembler read files at build time. A generated
+candidate that ``#include``\\ s ``/etc/...``, ``/proc/self/environ`` or ``~/.ssh/...`` gets that file's text quoted
+in the compiler's errors, which are cached and fed back to the model in the next prompt; one that includes
+``/dev/stdin`` or a FIFO stalls the compile; an inline-assembly ``.incbin`` embeds a file of the build machine in
+the object (and so in the library and a wheel built from it), and ``.include`` quotes it in the assembler's
+errors. So, before any compile, a generated candidate is rejected, with the reason, when it:
+
+* includes a header by an absolute path, a path with a ``..`` segment, a home (``~``) path or characters a
+  header name does not need, or names it through a macro (a computed ``#include``), or uses ``#embed``;
+* includes PyTorch's or Python's headers (``torch/extension.h``, ``ATen/``, ``c10/``, ``pybind11/``,
+  ``Python.h``): the candidate contract is a plain CUDA translation unit, not a PyTorch extension;
+* holds the assembler directives ``.incbin`` or ``.include`` (adjacent string literals joined first).
+
+Directives are found the way the preprocessor finds them: after line splices, with comments removed, with the
+``%:`` digraph and the ``??=`` trigraph read as ``#``. The manifest's own sources are trusted (README, Security)
+and not checked here: they may include project headers through the manifest's ``-I`` flags. What the text check
+cannot see (an assembler directive assembled by token pasting) the object checks of :mod:`.symbols` still
+bound: no call outside the allowlist, no system-call instruction.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["source_problems"]
+
+_SAFE_HEADER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./+-]*")
+_DIRECTIVE = re.compile(r"^[ \t]*(?:#|%:)[ \t]*(?P<name>include_next|include|import|embed)\b[ \t]*(?P<rest>.*)$", re.M)
+_HEADER = re.compile(r'(?:<(?P<angle>[^>\n]*)>|"(?P<quote>[^"\n]*)")[ \t]*$')
+_PYTORCH = re.compile(r"(?:torch|ATen|c10|pybind11|caffe2)/.*|Python\.h|torch\.h", re.I)
+_ASM_FILE = re.compile(r"\.(?:incbin|include)\b", re.I)
+_ADJACENT = re.compile(r'"[ \t\r\n]*(?:(?:u8|[uUL])?R?)"')
+
+
+def _without_comments(text: str) -> str:
+    """``text`` with each comment replaced by one space (newlines inside block comments kept), string and
+    character literals untouched."""
+    out: list[str] = []
+    i, n = 0, len(text)
+    start = 0
+    while i < n:
+        c = text[i]
+        if c in "\"'":
+            j = i + 1
+            while j < n and text[j] != c and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            i = j + 1
+        elif text.startswith("//", i):
+            out.append(text[start:i] + " ")
+            j = text.find("\n", i)
+            i = start = n if j < 0 else j
+        elif text.startswith("/*", i):
+            out.append(text[start:i] + " ")
+            j = text.find("*/", i + 2)
+            end = n if j < 0 else j + 2
+            out.append("\n" * text.count("\n", i, end))
+            i = start = end
+        else:
+            i += 1
+    out.append(text[start:])
+    return "".join(out)
+
+
+def _header_problem(name: str, header: str) -> str | None:
+    if _PYTORCH.fullmatch(header):
+        return (
+            f"#{name} <{header}>: a candidate is a plain CUDA C++ translation unit under the candidate contract "
+            '(an extern "C" launcher taking device pointers and a stream), not a PyTorch or Python extension; '
+            "include only CUDA and C++ standard headers"
+        )
+    if header.startswith(("/", "\\", "~")) or re.match(r"[A-Za-z]:", header):
+        return (
+            f"#{name} of {header!r}: an absolute or home path reads a file of the build machine; "
+            "include headers by name"
+        )
+    if ".." in re.split(r"[/\\]", header):
+        return f"#{name} of {header!r}: a '..' segment reaches outside the include directories"
+    if not _SAFE_HEADER.fullmatch(header):
+        return f"#{name} of {header!r}: a header name is letters, digits and _ . / + - only"
+    return None
+
+
+def source_problems(source: str) -> list[str]:
+    """Why a generated candidate's text may not be compiled at all, one sentence each (fed back to the model);
+    empty when the text is fine to compile."""
+    text = source.replace("??=", "#").replace("??/", "\\")
+    text = re.sub(r"\\[ \t]*\r?\n", "", text)  # line splices, as translation phase 2 removes them
+    text = _without_comments(text)
+    problems: list[str] = []
+    for m in _DIRECTIVE.finditer(text):
+        name, rest = m.group("name"), m.group("rest").strip()
+        if name == "embed":
+            problems.append("#embed reads a file of the build machine into the program; write the data out")
+            continue
+        header = _HEADER.match(rest)
+        if header is None:
+            problems.append(
+                f'#{name} {rest[:80]}: a computed include (a macro, not a <header> or "header" written out) '
+                "can name any file; write the header's name literally"
+            )
+            continue
+        problem = _header_problem(
+            name, header.group("angle") if header.group("angle") is not None else header.group("quote")
+        )
+        if problem is not None:
+            problems.append(problem)
+    if _ASM_FILE.search(_ADJACENT.sub("", text)):
+        problems.append(
+            "inline assembly uses .incbin or .include, which read files of the build machine while compiling; "
+            "device code needs neither (use asm only for PTX instructions inside kernels)"
+        )
+    return list(dict.fromkeys(problems))
