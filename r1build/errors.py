@@ -20,6 +20,7 @@ exit code 2 at the CLI / PEP 517 boundary; everything else to exit code 1::
     │   ├── CacheDamagedError          ... because its index (cache.db) is damaged: `r1build cache repair`
     │   └── RemoteCacheError           a remote cache that `cache push` / `cache verify --remote` needs failed
     ├── ToolchainError                 nvcc missing or unusable
+    │   └── NvccSettingError           ... where R1BUILD_NVCC / CUDACXX names it: exit 2, naming the variable
     ├── CompileError                   a compile that had to succeed failed (subprocess output attached)
     ├── ResolveError                   no winner, no baseline: nothing to emit for a kernel
     │   └── NoWinnerError              no candidate of a kernel × arch may win (the table of why, as data)
@@ -55,6 +56,7 @@ __all__ = [
     "ManifestError",
     "MissingExtraError",
     "NoWinnerError",
+    "NvccSettingError",
     "R1BuildError",
     "RemoteCacheError",
     "ResolveError",
@@ -172,6 +174,10 @@ class CacheDamagedError(CacheError):
 
 class ToolchainError(R1BuildError):
     """nvcc is missing or unusable."""
+
+
+class NvccSettingError(ToolchainError, UserError):
+    """The nvcc that ``R1BUILD_NVCC`` or ``CUDACXX`` names cannot be run or is no nvcc: the setting is wrong."""
 
 
 class CompileError(R1BuildError):

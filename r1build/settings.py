@@ -49,6 +49,7 @@ and endpoint (``AWS_*``) by boto3's own chain.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -147,19 +148,34 @@ def _timeout(environ: Mapping[str, str]) -> float | None:
     return seconds
 
 
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+"""An HTTP header name (RFC 9110's token)."""
+_HEADER_VALUE = re.compile(r"[\x20-\x7e\x80-\xff]+")
+"""An HTTP header value http.client sends: printable, no line break or other control character."""
+
+
 def _remote_header(environ: Mapping[str, str]) -> tuple[str, str] | None:
     token = environ.get("R1BUILD_REMOTE_TOKEN", "").strip()
     header = environ.get("R1BUILD_REMOTE_HEADER", "").strip()
     if token and header:
         raise ConfigError("set R1BUILD_REMOTE_TOKEN or R1BUILD_REMOTE_HEADER, not both")
     if token:
+        if not _HEADER_VALUE.fullmatch(token) or " " in token:
+            raise ConfigError(
+                "R1BUILD_REMOTE_TOKEN must be one printable word, with no spaces, line breaks or control characters "
+                "(its value is not shown)"
+            )
         return ("Authorization", f"Bearer {token}")
     if not header:
         return None
     name, colon, value = header.partition(":")
-    if not colon or not name.strip() or not value.strip() or any(c in name for c in " \t\r\n"):
-        raise ConfigError("R1BUILD_REMOTE_HEADER must be one header, `Name: value` (its value is not shown)")
-    return (name.strip(), value.strip())
+    name, value = name.strip(), value.strip()
+    if not colon or not _HEADER_NAME.fullmatch(name) or not _HEADER_VALUE.fullmatch(value):
+        raise ConfigError(
+            "R1BUILD_REMOTE_HEADER must be one header, `Name: value`, on one line and with no control characters "
+            "(its value is not shown)"
+        )
+    return (name, value)
 
 
 def env_settings(environ: Mapping[str, str] | None = None) -> EnvSettings:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import ConfigError, SignatureError
+from .filemode import replace_problem
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -273,6 +274,9 @@ def write_private_key(path: Path, key: PrivateKey, *, overwrite: bool = False) -
     file is an error unless ``overwrite``, when it is replaced atomically (a 0600 temporary file renamed over
     it). :class:`ConfigError` for a file that exists or cannot be written."""
     path = Path(path)
+    refused = replace_problem(path) if overwrite else None
+    if refused is not None:
+        raise ConfigError(f"cannot write the key file: {refused}")
     target = path.with_name(f".{path.name}.tmp{os.getpid()}") if overwrite else path
     try:
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

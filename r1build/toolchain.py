@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ToolchainError
+from .errors import NvccSettingError, ToolchainError
 from .nvcc_lookup import NvccPlace, first_nvcc, nvcc_identity, nvcc_places
 from .settings import env_settings
 
@@ -36,6 +36,7 @@ __all__ = [
     "version_digest",
 ]
 
+_RELEASE = re.compile(r"release \d+\.\d+")
 MEMO_NAME = "nvcc-versions.json"
 """The file in the cache directory that remembers ``nvcc --version`` by the binary's identity."""
 _MEMO_KEEP = 8
@@ -134,6 +135,11 @@ def _identified(nvcc: str, identity: str | None) -> Toolchain:
     if proc.returncode != 0:
         raise ToolchainError(f"{nvcc} --version failed with code {proc.returncode}: {proc.stderr.strip()}")
     text = proc.stdout.strip()
+    if not _RELEASE.search(text):
+        shown = text.splitlines()[0][:80] if text else "nothing"
+        raise ToolchainError(
+            f"{nvcc} is not nvcc: its --version printed {shown!r}, not 'Cuda compilation tools, release X.Y'"
+        )
     if identity is not None and identity == nvcc_identity(nvcc):  # unchanged while it ran
         _remember(identity, text)
     return Toolchain(nvcc=nvcc, version_text=text)
@@ -148,8 +154,17 @@ def version_digest(nvcc: str) -> str | None:
 
 
 def toolchain() -> Toolchain:
-    """The toolchain in use (cached per process, and remembered by the binary's identity across processes)."""
-    return _toolchain(find_nvcc())
+    """The toolchain in use (cached per process, and remembered by the binary's identity across processes).
+    :class:`~r1build.errors.NvccSettingError` when the nvcc that ``R1BUILD_NVCC`` or ``CUDACXX`` names cannot
+    answer ``--version`` as nvcc does."""
+    nvcc = find_nvcc()
+    try:
+        return _toolchain(nvcc)
+    except ToolchainError as exc:
+        variable = "R1BUILD_NVCC" if env_settings().nvcc else "CUDACXX" if os.environ.get("CUDACXX") else None
+        if variable is None:
+            raise
+        raise NvccSettingError(f"{variable}={nvcc} names no usable nvcc: {exc}") from None
 
 
 @dataclass(frozen=True)

@@ -123,6 +123,12 @@ def split_settings(
         cache_dir = env.cache_dir.resolve()
 
     remote = ours.get("remote-cache") or None
+    if remote is not None:
+        from ..manifest.load import remote_url_problem
+
+        problem = remote_url_problem(remote)
+        if problem is not None:
+            raise ConfigError(f"{PREFIX}remote-cache: {problem}")
     return BuildOptions(
         locked=locked, frozen=frozen, generate=generate, evaluate=evaluate, cache_dir=cache_dir, remote_cache=remote
     ), rest

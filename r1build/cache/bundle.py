@@ -53,7 +53,7 @@ from typing import Any
 from .. import __version__
 from ..errors import BundleError, SignatureError
 from ..events import Note, emit
-from ..filemode import as_user_file
+from ..filemode import as_user_file, replace_problem
 from ..keys import canonical_json, digest_bytes
 from ..records import Decision, from_json
 from ..signing import PrivateKey, TrustedKeys, entry_payload, sign, verify
@@ -202,6 +202,9 @@ def export_bundle(
         "entries": index,
     }
     index_bytes = canonical_json(doc)
+    refused = replace_problem(path)
+    if refused is not None:
+        raise BundleError(f"cannot write the bundle: {refused}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         _remove_stale_temps(path)

@@ -45,7 +45,8 @@ if TYPE_CHECKING:
 __all__ = ["format_size", "parse_size", "register"]
 
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
+_MAX_SIZE = 2**63
 
 
 def parse_size(text: str) -> int:
@@ -53,7 +54,10 @@ def parse_size(text: str) -> int:
     match = _SIZE.match(text)
     if match is None:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 2G, 500M, 64K or a byte count)")
-    value = int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    number = float(match.group(1)) * _UNITS[match.group(2).lower()]
+    if not number < _MAX_SIZE:  # SQLite's integers are 64-bit; inf is no size either
+        raise argparse.ArgumentTypeError(f"{text!r}: the size must be below 8 EiB")
+    value = int(number)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r}: the size must be positive")
     return value

@@ -136,4 +136,6 @@ def parse_archs(values: list[str] | None) -> list[str] | None:
                 raise UsageError(f"--arch: {exc}") from None
             if arch not in out:
                 out.append(arch)
+    if not out:
+        raise UsageError("--arch: no arch given (an empty value would resolve every arch)")
     return out

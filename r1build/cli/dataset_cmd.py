@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..events import sink
+from ..filemode import replace_problem
 from .common import add_cache_arg, add_locked_arg, add_manifest_arg, load_from_args, open_cache, require_current_lock
 from .render import Console
 
@@ -44,6 +45,9 @@ def cmd_export_dataset(args: argparse.Namespace, console: Console) -> int:
     output: Path = args.output
     if output.is_dir():
         raise UsageError(f"--output {output} is a folder; name the JSONL file to write")
+    refused = replace_problem(output)
+    if refused is not None:
+        raise UsageError(f"--output {refused}")
     which: DatasetFilter = "winners" if args.winners_only else "passed" if args.passed_only else "all"
     with sink(console.event), open_cache(args, manifest=manifest) as cache:
         records = dataset_records(manifest, cache, which=which)

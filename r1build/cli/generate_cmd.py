@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -189,6 +190,11 @@ def _why_none_passed(outcome: SearchOutcome) -> str:
 
 def cmd_replay(args: argparse.Namespace, console: Console) -> int:
     GENERATE.require()  # re-extracting answers runs the generate stage's code, which loads the openai client
+    for digest in args.transcript or ():
+        if not re.fullmatch(r"[0-9a-f]{64}", digest):
+            raise UsageError(
+                f"--transcript {digest!r} is not a transcript's digest (its sha256: 64 lowercase hex digits)"
+            )
     manifest = load_from_args(args)
     spec = _kernel(manifest, args.kernel)
     archs = _archs(manifest, spec, args)

@@ -276,6 +276,8 @@ def _options(args: argparse.Namespace, manifest: Manifest, write_lock: bool) -> 
 
 
 def cmd_resolve(args: argparse.Namespace, console: Console) -> int:
+    if args.out is not None and args.out.exists() and not args.out.is_dir():
+        raise UsageError(f"--out {args.out} is not a folder; name the folder to write the generated files into")
     manifest = load_from_args(args, check_references=False)
     with sink(console.event), open_cache(args, manifest=manifest) as cache:
         resolution = resolve(manifest, cache, _options(args, manifest, write_lock=True))

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..events import sink
+from ..filemode import replace_problem
 from .common import add_cache_arg, add_locked_arg, add_manifest_arg, load_from_args, open_cache, require_current_lock
 from .render import Console
 
@@ -41,6 +42,9 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
     output: Path = args.output
     if output.is_dir():
         raise UsageError(f"--output {output} is a folder; name the HTML file to write")
+    refused = replace_problem(output)
+    if refused is not None:
+        raise UsageError(f"--output {refused}")
     with sink(console.event), open_cache(args, manifest=manifest) as cache:
         page = build_report(manifest, cache)
     try:

@@ -22,5 +22,16 @@ __all__ = ["cluster_address"]
 
 def cluster_address(manifest: Manifest, flag: str | None, environ: Mapping[str, str] | None = None) -> str | None:
     """The scheduler a resolve evaluates on: ``--cluster``, else ``R1BUILD_CLUSTER``, else ``[evaluation]
-    cluster``; None for this machine's GPUs."""
-    return flag or env_settings(environ).cluster or manifest.settings.evaluation.cluster
+    cluster``; None for this machine's GPUs. :class:`~r1build.errors.ClusterRefusedError` naming the flag or the
+    variable that gives a malformed address (the manifest's was checked when it was loaded)."""
+    from ..errors import ClusterRefusedError
+    from ..manifest.load import cluster_address_problem
+
+    from_env = env_settings(environ).cluster
+    address = flag or from_env
+    if address:
+        problem = cluster_address_problem(address)
+        if problem is not None:
+            raise ClusterRefusedError(f"{'--cluster' if flag else 'R1BUILD_CLUSTER'}: {problem}")
+        return address
+    return manifest.settings.evaluation.cluster

@@ -403,6 +403,23 @@ def _check_project_paths(v: _Validator, settings: ProjectSettings, manifest: Pat
         )
 
 
+def _source_file_problem(root: Path, rel: str) -> str | None:
+    """Why the hand-written source ``rel`` (a baseline or a candidate) cannot be used, or None: it must be a file
+    of UTF-8 text (candidates are compiled, hashed and shown as text)."""
+    path = root / rel
+    if path.is_dir():
+        return f"{rel!r} is a folder, not a .cu file"
+    if not path.is_file():
+        return f"file {rel!r} not found (relative to {root})"
+    try:
+        path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        return f"file {rel!r} cannot be read: {exc.strerror}"
+    except UnicodeDecodeError as exc:
+        return f"file {rel!r} is not UTF-8 text (byte {exc.start} is {exc.object[exc.start]:#04x}); save it as UTF-8"
+    return None
+
+
 def _normalized_value(dtype: str, value: bool | int | float) -> bool | int | float:
     """A scalar's value as its dtype takes it: floats for float dtypes (``eps = 1`` is 1.0), integers for integer
     dtypes (``k = 3.0`` is 3)."""
@@ -516,8 +533,10 @@ def _validate_kernel(v: _Validator, i: int, spec: KernelSpec, root: Path) -> Ker
             )
     _check_shapes(v, spec.bench_shapes, size_dtypes, (*at, "bench-shapes"))
     for key, rel in [("baseline", spec.baseline), *[("candidates", c) for c in spec.candidates]]:
-        if rel is not None and not (root / rel).is_file():
-            raise v.fail((*at, key), f"file {rel!r} not found (relative to {root})")
+        if rel is not None:
+            problem = _source_file_problem(root, rel)
+            if problem is not None:
+                raise v.fail((*at, key), problem)
     variants = 1
     for tname, values in spec.tunables.items():
         _check_ident(v, tname, (*at, "tunables", tname), "tunable parameter", "tunable")

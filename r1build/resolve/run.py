@@ -131,6 +131,14 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
     if options.frozen and lock is None:
         raise LockError(f"--frozen uses {path} as it is, and there is none; run `r1build lock` first")
     plan = {s.name: [a for a in manifest.archs_of(s) if options.archs is None or a in options.archs] for s in specs}
+    targeted = {a for s in specs for a in manifest.archs_of(s)}
+    untargeted = [a for a in options.archs or () if a not in targeted]
+    if untargeted:
+        which = "no kernel" if options.kernels is None else f"none of {', '.join(sorted(options.kernels))}"
+        raise UsageError(
+            f"--arch {', '.join(untargeted)}: {which} targets it (targeted: {', '.join(sorted(targeted))}); "
+            "add it to the manifest's archs to resolve for it"
+        )
     if options.locked:
         lock = require_fresh(manifest, lock, plan if (options.kernels or options.archs) else None)
     judges = Judges(cache, options.use_gpu, options.cluster, manifest.settings.evaluation.connect_timeout_s)

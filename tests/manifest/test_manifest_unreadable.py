@@ -133,3 +133,33 @@ def test_parse_toml_keeps_tomllib_lines() -> None:
         parse_toml('a = 1\nb = "x\n')
     assert info.value.line == 2 and info.value.message.startswith("invalid TOML: ")
     assert parse_toml("a = 1\n") == {"a": 1}
+
+
+@pytest.mark.parametrize(
+    ("key", "data", "fragment"),
+    [
+        ("baseline", "// caf\u00e9\n".encode("latin-1"), "file 'scale.cu' is not UTF-8 text (byte 6 is 0xe9)"),
+        ("candidates", "// x\n".encode("utf-16"), "file 'other.cu' is not UTF-8 text (byte 0 is 0xff)"),
+        ("candidates", None, "'other.cu' is a folder, not a .cu file"),
+    ],
+    ids=["latin-1-baseline", "utf-16-candidate", "folder-candidate"],
+)
+def test_hand_written_sources_must_be_utf8_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str, data: bytes | None, fragment: str
+) -> None:
+    """Candidates are text: a baseline that is not UTF-8 once passed `check` and ended `lock` and builds with a
+    UnicodeDecodeError traceback."""
+    path = write_project(
+        tmp_path / "p", BASE.replace('baseline = "scale.cu"', 'baseline = "scale.cu"\ncandidates = ["other.cu"]')
+    )
+    target = path.parent / ("scale.cu" if key == "baseline" else "other.cu")
+    if data is None:
+        target.mkdir()
+    else:
+        target.write_bytes(data)
+    if key == "baseline":
+        (path.parent / "other.cu").write_text("// fine\n", encoding="utf-8")
+    for command in ("check", "status"):
+        code, output = run_check(capsys, path, command)
+        assert code == 2, output
+        assert f"error: {path}:" in output and f": kernel[0].{key}: {fragment}" in output, output

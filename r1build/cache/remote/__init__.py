@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ...errors import ConfigError
 from ...manifest import Manifest
+from ...manifest.load import remote_url_problem
 from ...settings import env_settings
 from ..store import Cache
 from .layer import RECORD_KINDS, ROOT, RemoteLayer, RemoteProblem, blob_key, record_key
@@ -47,6 +48,10 @@ def remote_layer(
     chosen = url or env.remote_cache or manifest.settings.cache.url
     if not chosen:
         return None
+    given = "--remote-cache" if url else "R1BUILD_REMOTE_CACHE" if env.remote_cache else None
+    problem = remote_url_problem(chosen) if given else None  # the manifest's was checked when it was loaded
+    if problem is not None:
+        raise ConfigError(f"{given}: {problem}")
     writing = write if write is not None else bool(env.remote_write)
     timeout = env.remote_timeout or manifest.settings.cache.timeout_s
     store = open_store(chosen, timeout=timeout, header=env.remote_header)

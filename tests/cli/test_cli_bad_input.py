@@ -1,0 +1,115 @@
+"""Bad command-line input and bad settings from the environment: exit 2, a message naming the flag or variable,
+never a traceback, and nothing of the user's replaced. Each case here once failed: a traceback (a header with a
+line break, a size beyond SQLite's integers), exit 1 (an R1BUILD_NVCC naming no nvcc), a misleading error (an
+arch the manifest lacks blamed on the manifest's archs for /bin/true), a silent no-op (``--arch`` of an arch no
+kernel targets, ``--arch ""``), a whole resolve before refusing ``--out`` naming a file, or a device replaced by
+a plain file (``cache export /dev/null`` as root)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from r1build.cache import Cache
+from r1build.cli.main import main
+
+from ..manifest.test_manifest_strict import write_project
+
+OFFLINE = ["--offline", "--no-gpu"]
+DIGEST = "ab" * 32
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The small valid project of the manifest tests (sm_90 only), with a cache of its own and no settings."""
+    for var in ("R1BUILD_NVCC", "CUDACXX", "R1BUILD_REMOTE_CACHE", "R1BUILD_CLUSTER", "R1BUILD_LOCKED"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("R1BUILD_CACHE_DIR", str(tmp_path / "cache"))
+    root = write_project(tmp_path / "p").parent
+    (root / "notes.txt").write_text("mine\n", encoding="utf-8")
+    return root
+
+
+# (id, argv with @P for the project, environment, a fragment of the error)
+CASES: list[tuple[str, list[str], dict[str, str], str]] = [
+    ("arch-untargeted", ["resolve", "--arch", "sm_80", *OFFLINE], {}, "--arch sm_80: no kernel targets it"),
+    ("arch-untargeted-lock", ["lock", "--arch", "sm_80", *OFFLINE], {}, "(targeted: sm_90)"),
+    ("arch-untargeted-kernel", ["resolve", "--kernel", "scale", "--arch", "sm_80", *OFFLINE], {}, "none of scale"),
+    ("arch-empty", ["resolve", "--arch", "", *OFFLINE], {}, "--arch: no arch given"),
+    ("arch-commas", ["resolve", "--arch", ",", *OFFLINE], {}, "--arch: no arch given"),
+    ("out-is-a-file", ["resolve", *OFFLINE, "--out", "@P/notes.txt"], {}, "notes.txt is not a folder"),
+    ("nvcc-missing", ["resolve", *OFFLINE], {"R1BUILD_NVCC": "@P/no-nvcc"}, "R1BUILD_NVCC=@P/no-nvcc names no usable"),
+    ("nvcc-a-folder", ["resolve", *OFFLINE], {"R1BUILD_NVCC": "@P"}, "R1BUILD_NVCC=@P names no usable nvcc"),
+    ("nvcc-not-nvcc", ["resolve", *OFFLINE], {"R1BUILD_NVCC": "/bin/true"}, "/bin/true is not nvcc"),
+    ("cudacxx-failing", ["check", "--locked"], {"CUDACXX": "/bin/false"}, "CUDACXX=/bin/false names no usable"),
+    ("remote-env", ["status"], {"R1BUILD_REMOTE_CACHE": "ftp://x"}, "R1BUILD_REMOTE_CACHE: 'ftp://x' is not"),
+    ("remote-flag", ["status", "--remote-cache", "gopher://x"], {}, "--remote-cache: 'gopher://x' is not"),
+    ("cluster-env", ["resolve", *OFFLINE], {"R1BUILD_CLUSTER": "nohost"}, "R1BUILD_CLUSTER: 'nohost' names no port"),
+    ("cluster-flag", ["resolve", *OFFLINE, "--cluster", "udp://h:1"], {}, "--cluster: 'udp://h:1'"),
+    (
+        "header-line-break",
+        ["status"],
+        {"R1BUILD_REMOTE_CACHE": "http://127.0.0.1:9", "R1BUILD_REMOTE_HEADER": "X-A: a\r\nX-B: b"},
+        "R1BUILD_REMOTE_HEADER must be one header",
+    ),
+    (
+        "header-not-latin1",
+        ["status"],
+        {"R1BUILD_REMOTE_CACHE": "http://127.0.0.1:9", "R1BUILD_REMOTE_HEADER": "X-A: \u2603"},
+        "R1BUILD_REMOTE_HEADER must be one header",
+    ),
+    (
+        "token-line-break",
+        ["status"],
+        {"R1BUILD_REMOTE_CACHE": "http://127.0.0.1:9", "R1BUILD_REMOTE_TOKEN": "abc\ndef"},
+        "R1BUILD_REMOTE_TOKEN must be one printable word",
+    ),
+    ("gc-size-huge", ["cache", "gc", "--max-size", "9" * 30 + "T"], {}, "the size must be below 8 EiB"),
+    ("gc-size-inf", ["cache", "gc", "--max-size", "9" * 400], {}, "the size must be below 8 EiB"),
+    ("gc-size-unicode", ["cache", "gc", "--max-size", "\uff11G"], {}, "is not a size"),
+    ("replay-not-a-digest", ["replay", "scale", "--transcript", "zzz"], {}, "--transcript 'zzz' is not a transcript"),
+]
+
+
+@pytest.mark.parametrize(("argv", "env", "fragment"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_arguments_and_settings_are_exit_2_naming_them(
+    project: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    env: dict[str, str],
+    fragment: str,
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value.replace("@P", str(project)))
+    code = main([*(a.replace("@P", str(project)) for a in argv), "-m", str(project)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert fragment.replace("@P", str(project)) in err, err
+    assert (project / "notes.txt").read_text(encoding="utf-8") == "mine\n"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["cache", "export", "@F"],
+        ["report", "-o", "@F", "-m", "@P"],
+        ["export-dataset", "-o", "@F", "-m", "@P"],
+        ["key", "generate", "--out", "@F", "--force"],
+    ],
+    ids=["bundle", "report", "dataset", "key"],
+)
+def test_what_r1build_writes_never_replaces_a_fifo_or_device(
+    project: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """Written to a temporary file renamed over the path: a FIFO (as /dev/null or /dev/stdout for root) would be
+    replaced by a plain file."""
+    with Cache(Path(os.environ["R1BUILD_CACHE_DIR"])) as cache:
+        cache.put_text("an entry to export")
+    fifo = project / "pipe"
+    os.mkfifo(fifo)
+    assert main([a.replace("@F", str(fifo)).replace("@P", str(project)) for a in argv]) == 2
+    assert f"{fifo} is not a regular file (a device, a FIFO or a socket)" in capsys.readouterr().err
+    assert fifo.is_fifo()
