@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..cache import Cache
+from ..defines import define_problem
 from ..errors import format_subprocess_failure
 from ..events import Progress, Stage, emit
 from ..judge import Job
@@ -113,12 +114,13 @@ def _signature_hint(spec: KernelSpec, output: str) -> str:
 
 
 def _refused(arch: str, candidate: Candidate, tc: Toolchain) -> Result | None:
-    """The verdict on a generated candidate whose text may not be compiled at all (:mod:`.source`): rejected
-    before any compile and before the cache, so a verdict cached before a check existed cannot pass it; None
-    for every other candidate."""
-    if candidate.origin.kind != "generated":
-        return None
-    problems = source_problems(candidate.source)
+    """The verdict on a candidate that may not be compiled at all: a define that is no plain value (which
+    :func:`~.nvcc.nvcc_command` refuses to write), or a generated candidate whose text reads files while
+    compiling (:mod:`.source`). Rejected before any compile and before the cache, so a verdict cached before a
+    check existed cannot pass it; None for every other candidate."""
+    problems = [f"-D{p}" for p in map(define_problem, candidate.defines, candidate.defines.values()) if p]
+    if candidate.origin.kind == "generated":
+        problems += source_problems(candidate.source)
     if not problems:
         return None
     detail = "not compiled: " + "; ".join(problems) + "."

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from ..defines import define_problem
 from ..keys import digest_bytes
 
 __all__ = [
@@ -245,7 +246,7 @@ def extract_source(content: str, name: str) -> Extraction:
     blocks = fenced_blocks(answer)
     pieces = [piece for block in blocks for piece in _cuda_pieces(block) if piece.strip()]
     if not blocks and _looks_like_cuda(answer) and answer.lstrip().startswith(("#include", "//", "/*")):
-        pieces = [answer.strip("\n") + "\n"]
+        pieces = ["\n".join(_lines(answer)).strip("\n") + "\n"]
     tiers: list[tuple[ExtractionReason, list[str]]] = [
         ("defines the export", [code for code in pieces if _defines_export(code, name)]),
         ("has a kernel", [code for code in pieces if "__global__" in code]),
@@ -307,6 +308,18 @@ def _parse_value(text: str) -> int | str:
         return text
 
 
+def _declared_values(name: str, text: str) -> list[int | str]:
+    """The values of one ``// @tunable NAME: v1, v2`` line that can be defines: each comma-separated part up to a
+    remark (``256 (threads)`` is 256, ``2; wider spills`` is 2, a trailing ``//`` comment goes), kept when what
+    is left is one plain number or identifier; ``"4"`` or ``1 << 8`` would reach the compile line, so they go."""
+    out: list[int | str] = []
+    for part in text.split("//", 1)[0].split(","):
+        value = _parse_value(re.split(r"[;(]", part, maxsplit=1)[0])
+        if value != "" and define_problem(name, value) is None:
+            out.append(value)
+    return out
+
+
 def _guarded(source: str, name: str) -> bool:
     return re.search(rf"#\s*(?:ifndef\s+{name}\b|if\s+!\s*defined\s*\(?\s*{name}\b)", source) is not None
 
@@ -320,7 +333,7 @@ def tunable_variants(
     values: dict[str, list[int | str]] = {}
     for m in _TUNABLE_DECL.finditer(source):
         name = m.group("name")
-        parsed = [_parse_value(v) for v in m.group("values").split(",") if v.strip()]
+        parsed = _declared_values(name, m.group("values"))
         if parsed and name not in values:
             values[name] = list(dict.fromkeys(parsed))
     for name, spec_values in spec_tunables.items():

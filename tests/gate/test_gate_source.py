@@ -115,6 +115,7 @@ def test_the_gate_refuses_to_compile_what_reads_files(manifest: Manifest, silu: 
     embeds = _candidate(f'__asm__(".section .rodata\\n.incbin \\"{secret}\\"\\n.previous");')
     torch = _candidate("#include <torch/extension.h>")
     mine = _candidate(f'#include "{secret}"', kind="file")
+    bad_define = dataclasses.replace(_candidate(""), defines={"BLOCK": "256 (threads per block)"})
     with Cache(tmp_path / "cache") as cache:
         gate = StaticGate(cache, jobs=1)
         assert TOOLCHAIN is not None
@@ -122,13 +123,15 @@ def test_the_gate_refuses_to_compile_what_reads_files(manifest: Manifest, silu: 
         passed = dataclasses.replace(gate.judge(manifest, silu, [("sm_90", mine)])[0], candidate=embeds.digest)
         assert passed.status == "passed" and gate.compiles == 1
         cache.put_gate(gate_key(manifest, silu, "sm_90", embeds, TOOLCHAIN), passed)
-        results = gate.evaluate(Job(manifest, silu, "sm_90", [reads, embeds, torch]))
-        assert gate.compiles == 1  # none of the three was compiled
-    assert [r.status for r in results] == ["rejected"] * 3
+        results = gate.evaluate(Job(manifest, silu, "sm_90", [reads, embeds, torch, bad_define]))
+        assert gate.compiles == 1  # none of the four was compiled
+    assert [r.status for r in results] == ["rejected"] * 4
     assert all(r.detail.startswith("not compiled: ") and "SWORDFISH" not in r.detail for r in results)
     assert "absolute or home path" in results[0].detail and str(secret) in results[0].detail
     assert ".incbin" in results[1].detail
     assert "not a PyTorch or Python extension" in results[2].detail
+    # a define that is no plain value is a verdict, not the ValueError nvcc's command line builder raises
+    assert "-DBLOCK: value '256 (threads per block)'" in results[3].detail
     verdict, cacheable = gate.compile_verdict(manifest, silu, "sm_90", reads)  # a cluster worker's view
     assert verdict.status == "rejected" and not cacheable and gate.compiles == 1
 

@@ -18,7 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from r1build.generate.extract import Extraction, ExtractionReason, complete_part, extract_source
+from r1build.defines import define_problem
+from r1build.generate.extract import (
+    Extraction,
+    ExtractionReason,
+    complete_part,
+    extract_source,
+    tunable_variants,
+)
 from tests.generate.gen_support import SIGNATURE, kernel_source
 
 R1_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "r1-kernelbench" / "level1_r1_best1.jsonl"
@@ -209,6 +216,7 @@ CASES: list[tuple[str, str, str | None, ExtractionReason]] = [
         "cuda block",
     ),
     ("a bare file", FINAL, FINAL, "defines the export"),
+    ("a bare file with CRLF", FINAL.replace("\n", "\r\n"), FINAL, "defines the export"),
     ("inline code only", "Use `__global__ void k()` with ```cuda __global__ void k(){}``` inline.", None, "no_code"),
 ]
 
@@ -274,6 +282,24 @@ def test_complete_part_ignores_code_inside_the_thinking() -> None:
     assert kept is not None and kept.endswith("```\n") and extract_source(kept, "vadd").source == FINAL
     glued = f"Final:\n```cuda\n{FINAL.rstrip()}```\nMore prose that was"
     assert complete_part(glued, "vadd") == f"Final:\n```cuda\n{FINAL.rstrip()}```\n"
+
+
+def test_tunable_declarations_with_prose_give_only_plain_values() -> None:
+    """``// @tunable`` lines as a model writes them, with remarks: each value that is no plain number or
+    identifier is left out (it reached nvcc's command line, whose builder raised, ending the search)."""
+    guards = "".join(f"#ifndef {n}\n#define {n} 1\n#endif\n" for n in ("BLOCK", "VEC", "MODE", "BAD"))
+    source = (
+        "// @tunable BLOCK: 128, 256 (threads per block)\n"
+        '// @tunable VEC: 1, 2; "4" is too wide\n'
+        "// @tunable MODE: kFast, kSafe // which path\n"
+        '// @tunable BAD: "a b", 1 << 8, -DEVIL\n' + guards
+    )
+    variants = tunable_variants(source, {})
+    assert {v["BLOCK"] for v in variants} == {128, 256}
+    assert {v["VEC"] for v in variants} == {1, 2}
+    assert {v["MODE"] for v in variants} == {"kFast", "kSafe"}
+    assert all("BAD" not in v for v in variants)
+    assert all(define_problem(k, x) is None for v in variants for k, x in v.items())
 
 
 def _rows() -> list[dict[str, typing.Any]]:
