@@ -113,6 +113,7 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
     manifest = load_from_args(args)
     with sink(console.event):
         calls = check_references(manifest)
+        _check_archs(manifest)
     archs = sorted({a for s in manifest.kernels for a in manifest.archs_of(s)})
     names = [s.name for s in manifest.kernels]
     doc: dict[str, Any] = {"manifest": str(manifest.path), "kernels": names, "archs": archs, "reference_calls": calls}
@@ -161,6 +162,24 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
     else:
         console.print(f"{name}: current")
     return 0
+
+
+def _check_archs(manifest: Manifest) -> None:
+    """Every target arch is one the nvcc in use compiles for (as resolve and builds require), where an nvcc is
+    found; without one, a note that they were not checked. An R1BUILD_NVCC / CUDACXX naming no nvcc is an error."""
+    from ..arch_support import require_supported_archs
+    from ..errors import NvccSettingError, ToolchainError
+    from ..events import Note, emit
+    from ..toolchain import toolchain
+
+    try:
+        tc = toolchain()
+    except NvccSettingError:
+        raise
+    except ToolchainError as exc:
+        emit(Note("info", f"archs not checked against nvcc ({exc})"))
+        return
+    require_supported_archs(manifest, tc)
 
 
 def _status_rows(manifest: Manifest, args: argparse.Namespace) -> list[StatusRow]:

@@ -113,3 +113,13 @@ def test_what_r1build_writes_never_replaces_a_fifo_or_device(
     assert main([a.replace("@F", str(fifo)).replace("@P", str(project)) for a in argv]) == 2
     assert f"{fifo} is not a regular file (a device, a FIFO or a socket)" in capsys.readouterr().err
     assert fifo.is_fifo()
+
+
+def test_check_refuses_an_arch_the_nvcc_in_use_lacks(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`check` said ok to archs nvcc does not compile for (sm_70 on CUDA 13; sm_99 on any), which every resolve
+    and build then refused."""
+    toml = project / "kernels.toml"
+    toml.write_text(toml.read_text(encoding="utf-8").replace('archs = ["sm_90"]', 'archs = ["sm_90", "sm_99"]'))
+    assert main(["check", "-m", str(project)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {toml}:1: archs[1]: sm_99 is not supported by the installed CUDA: nvcc " in err, err
