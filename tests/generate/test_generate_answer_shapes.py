@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from r1build.defines import define_problem
+from r1build.errors import ToolchainError
+from r1build.gate import StaticGate
 from r1build.generate.extract import (
     Extraction,
     ExtractionReason,
@@ -26,7 +28,9 @@ from r1build.generate.extract import (
     extract_source,
     tunable_variants,
 )
-from tests.generate.gen_support import SIGNATURE, kernel_source
+from r1build.records import Candidate, Origin
+from r1build.toolchain import toolchain
+from tests.generate.gen_support import SIGNATURE, Project, kernel_source
 
 R1_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "r1-kernelbench" / "level1_r1_best1.jsonl"
 
@@ -333,3 +337,30 @@ def test_every_real_answer_in_every_delivered_shape() -> None:
         assert whole is not None and "__global__" in whole, row["problem"]
         assert all(found[s].source == whole for s in ("think", "leaked", "crlf")), row["problem"]
         assert found["reasoning only"].reason == "thinking_only", row["problem"]
+
+
+@pytest.mark.slow
+def test_extracted_answers_compile_and_real_answers_are_refused_without_a_compile(project: Project) -> None:
+    """What extraction picks is what the gate judges: the sources the table's answers must extract to (the
+    final kernel in every layout, its extern "C" block form, a template, Unicode and control characters in a
+    comment) pass the real nvcc and object checks; the real KernelBench answers (PyTorch extensions) are
+    rejected, each with the reason, before any compile."""
+    try:
+        tc = toolchain()
+    except ToolchainError:
+        pytest.skip("nvcc not found")
+    manifest = project.write()
+    spec = manifest.kernel("vadd")
+    sources = sorted({s for _, _, s, reason in CASES if s is not None and reason == "defines the export"})
+    assert len(sources) == 4
+    with project.cache() as cache:
+        gate = StaticGate(cache, toolchain=tc, jobs=1)
+        origin = Origin("generated", model="test")
+        results = gate.judge(manifest, spec, [("sm_90", Candidate(s, origin)) for s in sources])
+        assert [r.status for r in results] == ["passed"] * 4, [r.detail for r in results]
+        if not R1_DATA.is_file():
+            return
+        real = [extract_source(f"```python\n{row['answer_code']}\n```", "vadd").source for row in _rows()]
+        verdicts = gate.judge(manifest, spec, [("sm_90", Candidate(s or "", origin)) for s in real])
+        assert gate.compiles == 4
+    assert all(v.status == "rejected" and "not a PyTorch or Python extension" in v.detail for v in verdicts)
