@@ -98,7 +98,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
             )
 
         def error(self, message: str) -> None:  # type: ignore[override]
-            raise UsageError(f"{self.prog}: {message}")
+            hint = _option_hint(parser, argv or (), message) if message.startswith("unrecognized arguments") else ""
+            raise UsageError(f"{self.prog}: {message}{hint}")
 
     parser = _Parser(prog="r1build", description="CUDA kernels from kernels.toml, chosen per GPU arch.")
     parser.add_argument("--version", action="version", version=f"r1build {__version__}")
@@ -107,6 +108,24 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     for module in _modules(argv):
         module.register(sub)
     return parser
+
+
+def _option_hint(parser: argparse.ArgumentParser, argv: Sequence[str], message: str) -> str:
+    """`` (did you mean '--locked'?)`` for an unrecognized option close to one of the command's own (``--lockd``),
+    or an empty string. The command is the chain of sub-commands ``argv`` names (``cache gc``)."""
+    import argparse
+
+    from ..manifest.convert import did_you_mean
+
+    command = parser
+    for word in (a for a in argv if not a.startswith("-")):
+        subs = [a for a in command._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs or word not in subs[0].choices:
+            break
+        command = subs[0].choices[word]
+    options = [o for action in command._actions for o in action.option_strings if o.startswith("--")]
+    given = [w.split("=", 1)[0] for w in message.partition(":")[2].split() if w.startswith("--")]
+    return next((hint for w in given if (hint := did_you_mean(w, options))), "")
 
 
 def output_options(args: argparse.Namespace) -> tuple[int, bool]:

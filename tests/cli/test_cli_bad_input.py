@@ -70,6 +70,9 @@ CASES: list[tuple[str, list[str], dict[str, str], str]] = [
     ("gc-size-inf", ["cache", "gc", "--max-size", "9" * 400], {}, "the size must be below 8 EiB"),
     ("gc-size-unicode", ["cache", "gc", "--max-size", "\uff11G"], {}, "is not a size"),
     ("replay-not-a-digest", ["replay", "scale", "--transcript", "zzz"], {}, "--transcript 'zzz' is not a transcript"),
+    ("flag-typo", ["check", "--lockd"], {}, "unrecognized arguments: --lockd (did you mean '--locked'?)"),
+    ("flag-typo-value", ["resolve", "--ofline=1"], {}, "(did you mean '--offline'?)"),
+    ("flag-typo-subcommand", ["cache", "gc", "--max-sise", "1G"], {}, "(did you mean '--max-size'?)"),
 ]
 
 
