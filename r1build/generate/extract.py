@@ -175,31 +175,11 @@ def _looks_like_cuda(code: str) -> bool:
 
 
 def _defines_export(code: str, name: str) -> bool:
-    """Whether ``code`` defines ``name`` with C linkage: ``extern "C" ... name(...) {`` or a definition inside an
-    ``extern "C" { ... }`` block. One pass over the code, each parameter list looked at up to
-    :data:`_MAX_SIGNATURE` characters, so a long or degenerate answer costs linear time."""
-    tokens = re.compile(
-        rf'(?P<block>extern\s+"C"\s*\{{)|(?P<decl>extern\s+"C")|(?P<call>\b{re.escape(name)}\s*\()|[{{}};]'
-    )
-    braces: list[bool] = []  # for each open brace: whether it opens an extern "C" block
-    boundary = extern_at = -1
-    for m in tokens.finditer(code):
-        if m.group("block"):
-            braces.append(True)
-            boundary = m.end()
-        elif m.group("decl"):
-            extern_at = m.start()
-        elif m.group("call"):
-            if (extern_at > boundary or any(braces)) and _opens_body(code, m.end()):
-                return True
-        else:
-            token = m.group()
-            if token == "{":
-                braces.append(False)
-            elif token == "}" and braces:
-                braces.pop()
-            boundary = m.end()
-    return False
+    """Whether ``code`` defines the function ``name``: ``name(...) {`` with any linkage spelled out (``extern
+    "C"``, an ``extern "C" { }`` block, or none: the declaration the gate pre-includes gives it C linkage). One
+    pass over the code, each parameter list looked at up to :data:`_MAX_SIGNATURE` characters, so a long or
+    degenerate answer costs linear time."""
+    return any(_opens_body(code, m.end()) for m in re.finditer(rf"\b{re.escape(name)}\s*\(", code))
 
 
 def _opens_body(code: str, start: int) -> bool:

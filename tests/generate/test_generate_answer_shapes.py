@@ -55,6 +55,7 @@ def _extern_block(source: str) -> str:
 
 
 FINAL_BLOCK = _extern_block(FINAL)
+FINAL_CXX = FINAL.replace('extern "C" ', "")
 PY_FINAL = (
     "import torch\nfrom torch.utils.cpp_extension import load_inline\n\n"
     f'cuda_source = r"""\n{FINAL}"""\n\n'
@@ -161,6 +162,12 @@ CASES: list[tuple[str, str, str | None, ExtractionReason]] = [
         'extern "C" block after a draft',
         f"{REASONING}Final:\n{_fence(FINAL_BLOCK)}",
         FINAL_BLOCK,
+        "defines the export",
+    ),
+    (
+        'final without extern "C" after a draft with it',
+        f"{REASONING}The header's declaration gives it C linkage, so:\n{_fence(FINAL_CXX)}",
+        FINAL_CXX,
         "defines the export",
     ),
     (
@@ -342,9 +349,9 @@ def test_every_real_answer_in_every_delivered_shape() -> None:
 @pytest.mark.slow
 def test_extracted_answers_compile_and_real_answers_are_refused_without_a_compile(project: Project) -> None:
     """What extraction picks is what the gate judges: the sources the table's answers must extract to (the
-    final kernel in every layout, its extern "C" block form, a template, Unicode and control characters in a
-    comment) pass the real nvcc and object checks; the real KernelBench answers (PyTorch extensions) are
-    rejected, each with the reason, before any compile."""
+    final kernel in every layout, with its entry point in an extern "C" block and without extern "C", a
+    template, Unicode and control characters in a comment) pass the real nvcc and object checks; the real
+    KernelBench answers (PyTorch extensions) are rejected, each with the reason, before any compile."""
     try:
         tc = toolchain()
     except ToolchainError:
@@ -352,15 +359,15 @@ def test_extracted_answers_compile_and_real_answers_are_refused_without_a_compil
     manifest = project.write()
     spec = manifest.kernel("vadd")
     sources = sorted({s for _, _, s, reason in CASES if s is not None and reason == "defines the export"})
-    assert len(sources) == 4
+    assert len(sources) == 5
     with project.cache() as cache:
         gate = StaticGate(cache, toolchain=tc, jobs=1)
         origin = Origin("generated", model="test")
         results = gate.judge(manifest, spec, [("sm_90", Candidate(s, origin)) for s in sources])
-        assert [r.status for r in results] == ["passed"] * 4, [r.detail for r in results]
+        assert [r.status for r in results] == ["passed"] * 5, [r.detail for r in results]
         if not R1_DATA.is_file():
             return
         real = [extract_source(f"```python\n{row['answer_code']}\n```", "vadd").source for row in _rows()]
         verdicts = gate.judge(manifest, spec, [("sm_90", Candidate(s or "", origin)) for s in real])
-        assert gate.compiles == 4
+        assert gate.compiles == 5
     assert all(v.status == "rejected" and "not a PyTorch or Python extension" in v.detail for v in verdicts)
