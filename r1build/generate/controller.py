@@ -156,6 +156,8 @@ class _Search:
             self.generation.retry_backoff_s, self.generation.max_consecutive_failures, self.deadline, random.Random()
         )
         self.faults: Counter[str] = Counter()
+        self.last_fault = ""
+        """What the last failed attempt said (redacted), for the error of a search that got no answer."""
         self.tasks: set[asyncio.Task[None]] = set()
         self.queue: asyncio.Queue[Candidate | None] = asyncio.Queue()
         self.round_notes: Counter[SampleLoss] = Counter()
@@ -272,6 +274,7 @@ class _Search:
         if attempt.outcome != "ok":
             self.usage.count(attempt.outcome)
             self.faults[attempt.label] += 1
+            self.last_fault = attempt.message
         what = f"round {round_no} sample {sample}: {attempt.message}"
         if wait is None:
             self.note("warning", f"{what}; giving up on this sample")
@@ -609,17 +612,19 @@ class _Search:
         """Why no request got an answer, in words."""
         url = self.endpoint.display_url
         where = f"{self.spec.name}/{self.arch}"
+        last = self.last_fault if len(self.last_fault) <= 300 else self.last_fault[:300] + "..."
+        said = f"; last error: {last}" if last else ""
         if set(self.faults) == {"connection failed"}:
             return (
                 f"{where}: no request reached {url}: every attempt failed to connect ({self.usage.requests} "
-                "requests; is the server running, is the URL right?)"
+                f"requests; is the server running, is the URL right?){said}"
             )
         text = f"{where}: no answer from {url}: {describe_faults(self.faults)}"
         if self.stop_reason == "endpoint_failing":
-            return f"{text} (stopped after {self.generation.max_consecutive_failures} failed requests in a row)"
+            return f"{text} (stopped after {self.generation.max_consecutive_failures} failed requests in a row){said}"
         if self.stop_reason in ("wall_time", "tokens", "money"):
             text += f"; then {self.describe_stop(self.stop_reason)}"
-        return text
+        return text + said
 
     def link(self, reason: StopReason, cause: str) -> None:
         """Link the transcripts stored so far under the decision key (``r1build replay`` finds them there)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import math
 import random
 import time
 from collections import Counter
@@ -92,7 +93,7 @@ class Pacer:
             elif self.resume_at > self.deadline:
                 left = max(0.0, self.deadline - now)
                 asked = (
-                    f"asked to wait {retry_after:g} s (retry-after)"
+                    f"asked to wait {_seconds(retry_after)} (retry-after)"
                     if retry_after is not None
                     else f"needs a pause of {wait:.1f} s after {label}"
                 )
@@ -116,6 +117,11 @@ class Pacer:
                 return True
             await asyncio.sleep(wait)
         return False
+
+
+def _seconds(value: float) -> str:
+    """A wait in words: ``300 s``, ``1,000,000,000 s``."""
+    return f"{value:g} s" if value < 1e5 else f"{value:,.0f} s"
 
 
 def describe_faults(faults: Counter[str]) -> str:
@@ -143,13 +149,15 @@ def parse_retry_after(headers: Any) -> float | None:
         if value is None:
             continue
         try:
-            return max(0.0, float(value) / scale)
+            seconds = float(value) / scale
         except ValueError:
             pass
+        else:  # "inf" or "nan" is no wait the server can mean (nor one a transcript can store): the backoff decides
+            return max(0.0, seconds) if math.isfinite(seconds) else None
         if name == "retry-after":
             try:
                 when = email.utils.parsedate_to_datetime(value)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError, IndexError):
                 return None
             return max(0.0, when.timestamp() - time.time())
     return None

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
+from r1build.cli.main import main
 from r1build.generate import search
 from tests.generate.chat_server import Answer, ChatServer, Fault, Raw, Reply, Request, Stall
-from tests.generate.gen_support import MarkerJudge, Project, answer, env_for, kernel_source
+from tests.generate.gen_support import KEY, MarkerJudge, Project, answer, env_for, kernel_source
 
 pytestmark = pytest.mark.slow  # a few seconds of timeouts
 
@@ -73,3 +74,44 @@ def test_invariants_hold_through_a_storm_of_faults(project: Project, stopwatch: 
     assert u.prompt_tokens == sum(a["prompt_tokens"] for d in docs for a in d["attempts"])
     assert u.answers == sum(1 for d in docs if d["answer"]) > 0
     assert stopwatch() < 30
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        (
+            Fault(429, message="You exceeded your current quota, check your plan"),
+            "all HTTP 429 Too Many Requests (stopped after 3 failed requests in a row); last error: HTTP 429: You "
+            "exceeded your current quota, check your plan",
+        ),
+        (
+            Fault(429, headers={"retry-after": "1000000000"}),
+            "asked to wait 1,000,000,000 s (retry-after), longer than",
+        ),
+        # no wait a transcript can store: the backoff decides, and the search ends with a clear error
+        (Fault(503, headers={"retry-after": "inf"}), "all HTTP 503 Service Unavailable (stopped after 3"),
+        (Fault(503, headers={"retry-after-ms": "1e400"}), "all HTTP 503 Service Unavailable (stopped after 3"),
+    ],
+    ids=["quota", "huge-retry-after", "infinite-retry-after", "overflowing-retry-after-ms"],
+)
+def test_the_error_of_a_search_with_no_answer_says_what_the_server_said(
+    project: Project,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    reply: Reply,
+    expected: str,
+) -> None:
+    project.write(
+        budget={"rounds": 2, "samples": 2},
+        generation={"retries": 1, "retry-backoff-s": 0.01, "max-consecutive-failures": 3, "max-concurrency": 1},
+    )
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("COLUMNS", "300")
+    with ChatServer([reply]) as server:
+        monkeypatch.setenv("R1BUILD_BASE_URL", server.url)
+        monkeypatch.setenv("DEEPSEEK_API_KEY", KEY)
+        code = main(["generate", "vadd", "--manifest", str(project.root), "--cache-dir", str(project.cache_dir)])
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]
+    assert code == 1 and "Traceback" not in err
+    assert last.startswith(f"error: vadd/sm_90: no answer from {server.url}: ") and expected in last, last
