@@ -59,6 +59,8 @@ CASES: list[tuple[str, str, str | None]] = [
     ("include_next", "#include_next </etc/passwd>\n", "absolute or home path"),
     ("import", '#import "../secret.h"\n', "'..' segment"),
     ("embed", '#embed "/etc/passwd"\n', "#embed"),
+    ("has_include of a path", '#if __has_include("/home/me/.ssh/id_rsa")\n#endif\n', "probes for a file"),
+    ("has_include of a header", "#if __has_include(<cuda_fp8.h>)\n#include <cuda_fp8.h>\n#endif\n", None),
     ("torch extension", "#include <torch/extension.h>\n", "not a PyTorch or Python extension"),
     ("ATen", "#include <ATen/cuda/CUDAContext.h>\n", "not a PyTorch or Python extension"),
     ("pybind11", "#include <pybind11/pybind11.h>\n", "not a PyTorch or Python extension"),
