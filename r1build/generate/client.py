@@ -417,16 +417,16 @@ class ChatClient:
             content, reasoning = "", ""
         else:
             extra = message.model_extra or {}
-            reasoning = extra.get("reasoning_content") or extra.get("reasoning") or ""
-            content = message.content or ""
+            reasoning = _text(extra.get("reasoning_content")) or _text(extra.get("reasoning")) or ""
+            content = _text(message.content) or ""
         usage = response.usage
         return _completion(
             content,
             str(reasoning),
-            choice.finish_reason,
+            _text(choice.finish_reason),
             usage,
-            response.model,
-            response.id,
+            _text(response.model),
+            _text(response.id),
             time.monotonic() - started,
             None,
         )
@@ -464,8 +464,8 @@ class ChatClient:
                         f"a stream chunk is not a completion chunk: {str(chunk)[:200]}",
                         label="a malformed response",
                     )
-                model = model or chunk.model
-                ident = ident or chunk.id
+                model = model or _text(chunk.model)
+                ident = ident or _text(chunk.id)
                 if chunk.usage is not None:
                     usage = chunk.usage
                 closing_usage = chunk.usage is not None and not chunk.choices
@@ -477,19 +477,20 @@ class ChatClient:
                 if delta is None:
                     continue
                 extra = delta.model_extra or {}
-                piece_r = extra.get("reasoning_content") or extra.get("reasoning")
+                piece_r = _text(extra.get("reasoning_content")) or _text(extra.get("reasoning"))
+                piece = _text(delta.content)  # text only: a number or an object is no part of an answer
                 if piece_r:
-                    partial.reasoning.append(str(piece_r))
-                    meter.chars += len(str(piece_r))
-                if delta.content:
-                    partial.content.append(delta.content)
-                    meter.chars += len(delta.content)
-                if piece_r or delta.content:
+                    partial.reasoning.append(piece_r)
+                    meter.chars += len(piece_r)
+                if piece:
+                    partial.content.append(piece)
+                    meter.chars += len(piece)
+                if piece_r or piece:
                     partial.chunks += 1
                     if partial.first_token_s is None:
                         partial.first_token_s = time.monotonic() - started
-                if choice.finish_reason is not None:
-                    finish = choice.finish_reason
+                if _text(choice.finish_reason) is not None:
+                    finish = _text(choice.finish_reason)
         except openai.APIConnectionError:
             if finish is None:
                 raise
@@ -525,6 +526,11 @@ class ChatClient:
         )
 
 
+def _text(value: Any) -> str | None:
+    """A string field of a response, or None where the server sent something else (a number, NaN, an object)."""
+    return value if isinstance(value, str) else None
+
+
 def _count(value: Any) -> int | None:
     """A token count a server reported, or None where it is no count (negative, not a number): then the text's
     length is what the answer is charged, never a count that would give budget back."""
@@ -557,21 +563,21 @@ def _from_json(body: bytes, latency: float) -> Completion:
         )
     raw_message = choices[0].get("message")
     message: dict[str, Any] = raw_message if isinstance(raw_message, dict) else {}
-    content = str(message.get("content") or "")
-    reasoning = str(message.get("reasoning_content") or message.get("reasoning") or "")
+    content = _text(message.get("content")) or ""
+    reasoning = _text(message.get("reasoning_content")) or _text(message.get("reasoning")) or ""
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else None
     tokens = _count(usage.get("completion_tokens")) if usage else None
     if usage is None or tokens is None:
         return Completion(
             content=content,
             reasoning=reasoning,
-            finish_reason=choices[0].get("finish_reason"),
+            finish_reason=_text(choices[0].get("finish_reason")),
             prompt_tokens=0,
             completion_tokens=estimate_tokens(len(content) + len(reasoning)),
             reasoning_tokens=0,
             usage_reported=False,
-            model=data.get("model"),
-            response_id=data.get("id"),
+            model=_text(data.get("model")),
+            response_id=_text(data.get("id")),
             latency_s=latency,
             first_token_s=None,
         )
@@ -580,13 +586,13 @@ def _from_json(body: bytes, latency: float) -> Completion:
     return Completion(
         content=content,
         reasoning=reasoning,
-        finish_reason=choices[0].get("finish_reason"),
+        finish_reason=_text(choices[0].get("finish_reason")),
         prompt_tokens=_count(usage.get("prompt_tokens")) or 0,
         completion_tokens=tokens,
         reasoning_tokens=_count(reasoning_tokens) or 0,
         usage_reported=True,
-        model=data.get("model"),
-        response_id=data.get("id"),
+        model=_text(data.get("model")),
+        response_id=_text(data.get("id")),
         latency_s=latency,
         first_token_s=None,
     )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -111,8 +112,12 @@ def round_s(value: float) -> float:
 
 
 def _scrubbed(value: Any, secrets: Sequence[str]) -> Any:
+    """``value`` with every string scrubbed of ``secrets``, and every number JSON cannot hold (NaN, infinity,
+    whatever a server sent) as null."""
     if isinstance(value, str):
-        return redact(value, secrets)
+        return redact(value, secrets) if secrets else value
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
     if isinstance(value, dict):
         return {_scrubbed(k, secrets): _scrubbed(v, secrets) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -122,7 +127,7 @@ def _scrubbed(value: Any, secrets: Sequence[str]) -> Any:
 
 def store_transcript(cache: Cache, payload: dict[str, Any], *, secrets: Sequence[str]) -> str:
     """Store a transcript, every string scrubbed of each of ``secrets``; returns its digest."""
-    return cache.put_text(canonical_json(_scrubbed(payload, secrets) if secrets else payload).decode())
+    return cache.put_text(canonical_json(_scrubbed(payload, secrets)).decode())
 
 
 def link_transcripts(

@@ -190,3 +190,59 @@ def test_generate_with_a_bad_url_exits_2_without_a_traceback(
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
     assert "R1BUILD_BASE_URL: 'http://127.0.0.1:99999/v1' is not a valid URL (Port out of range" in err
+
+
+def _raw_chunk(body: str) -> bytes:
+    return b"data: " + body.encode() + b"\n\n"
+
+
+def test_fields_that_are_no_text_are_left_out() -> None:
+    """Python's json reads NaN and Infinity, and the client does not check types: a model, an id, a delta or a
+    finish reason that is no string is left out, not joined into the answer or stored."""
+    head = '"object":"chat.completion.chunk","created":1'
+    events = Events(
+        [
+            _raw_chunk(f'{{"id":Infinity,{head},"model":NaN,"choices":[{{"index":0,"delta":{{"content":5}}}}]}}'),
+            _raw_chunk(
+                f'{{"id":"c",{head},"model":"m","choices":[{{"index":0,"delta":{{"reasoning_content":{{}}}}}}]}}'
+            ),
+            chunk("the answer"),
+            _raw_chunk(f'{{"id":"c",{head},"model":"m","choices":[{{"index":0,"delta":{{}},"finish_reason":7}}]}}'),
+            chunk(finish="stop"),
+        ]
+    )
+    exchange, requests = ask([events])
+    c = exchange.completion
+    assert requests == 1 and c is not None
+    assert (c.content, c.reasoning, c.finish_reason, c.response_id) == ("the answer", "", "stop", "c")
+    assert c.model == "m"
+
+
+@pytest.mark.slow
+def test_numbers_json_cannot_hold_do_not_end_the_search(project: Project) -> None:
+    """NaN and Infinity from the server (Python's json reads them) reach no transcript: storing one raised
+    ValueError (JSON has no NaN) out of the search, a traceback that lost the round."""
+    from r1build.generate import search
+    from tests.generate.gen_support import MarkerJudge, answer, env_for, kernel_source
+
+    manifest = project.write(budget={"rounds": 1, "samples": 1})
+    text = json.dumps(answer(kernel_source(1)))
+    body = (
+        '{"id":Infinity,"object":"chat.completion","created":1,"model":NaN,"choices":[{"index":0,"message":'
+        f'{{"role":"assistant","content":{text}}},"finish_reason":"stop"}}],'
+        '"usage":{"prompt_tokens":NaN,"completion_tokens":Infinity}}'
+    )
+    with ChatServer([Raw(body.encode())]) as server, project.cache() as cache:
+        outcome = search(
+            manifest,
+            manifest.kernel("vadd"),
+            "sm_90",
+            evaluator=MarkerJudge(),
+            cache=cache,
+            seeds=[],
+            environ=env_for(server.url),
+        )
+        doc = json.loads(cache.get_text(outcome.transcripts[0]) or "")
+    assert [c.source for c in outcome.candidates] == [kernel_source(1)]
+    assert doc["answer"]["model"] is None and doc["answer"]["response_id"] is None
+    assert doc["answer"]["usage_reported"] is False
