@@ -156,6 +156,8 @@ class _Search:
             self.generation.retry_backoff_s, self.generation.max_consecutive_failures, self.deadline, random.Random()
         )
         self.faults: Counter[str] = Counter()
+        self.link_as_we_go = False
+        """Whether each transcript is linked under the decision key as it is stored, not only when the search ends."""
         self.last_fault = ""
         """What the last failed attempt said (redacted), for the error of a search that got no answer."""
         self.tasks: set[asyncio.Task[None]] = set()
@@ -335,6 +337,8 @@ class _Search:
                     )
                     self.transcripts.append(((round_no, sample), digest))
                     self.finished_samples += 1
+                    if self.link_as_we_go:  # a process killed now (SIGTERM, SIGKILL) leaves them to resume from
+                        self.link("interrupted", "the process ended before the search did")
             if exchange.fatal is not None:
                 self.fatal = exchange.fatal
                 self.stop("fatal")
@@ -421,12 +425,15 @@ class _Search:
 
     # -- an earlier search cut short ------------------------------------------------------------------------
     def resume(self) -> dict[int, set[int]]:
-        """Continue the search of this decision key that Ctrl-C or a fatal error cut short (its links say so):
+        """Continue the search of this decision key that Ctrl-C, a fatal error or the end of its process cut short
+        (its links say so: a search links its transcripts as it stores them, and again however it ends):
         the answers it received join the pool (judged with the seeds) and what all its requests cost is charged
         to this search's budget, so a re-run never asks, nor pays, for them again. Returns, by round, the samples
         not to ask again: every one but those cancelled in flight or refused by the fatal error. A search that got
         no answer at all is not continued (nothing was received: the next run asks anew)."""
         links = read_links(self.cache, decision_key(self.manifest, self.spec, self.arch))
+        # what `r1build generate` recorded stays until this search ends (a resolve judges it if this one is killed)
+        self.link_as_we_go = links is None or links.candidates is None
         if links is None or links.candidates is not None or links.stop_reason not in ("interrupted", "fatal"):
             return {}
         stored = []

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -16,6 +19,7 @@ from r1build.errors import ConfigError, GenerationError
 from r1build.generate import SearchOutcome, search
 from r1build.keys import decision_key
 from r1build.manifest import Manifest
+from r1build.transcript_doc import read_links
 from tests.generate.chat_server import Answer, ChatServer, Fault, Reply, Request, Stall
 from tests.generate.gen_support import KEY, MarkerJudge, Project, answer, env_for, kernel_source
 
@@ -152,3 +156,45 @@ def test_resolve_after_a_fatal_error_keeps_what_was_received(
         assert decision is not None
         sources = {cache.get_text(ref.source) for ref in decision.candidates if ref.origin.kind == "generated"}
     assert sources == {kernel_source(1), kernel_source(2)}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_a_killed_process_leaves_its_answers_to_the_next_run(project: Project, sig: signal.Signals) -> None:
+    """A search links its transcripts as it stores them, so a process ended without a word (SIGTERM from CI or
+    docker stop, SIGKILL, the OOM killer) leaves what it received to the next run, which does not pay again."""
+    manifest = project.write(
+        budget={"rounds": 1, "samples": 2, "candidates": 2},
+        generation={"max-concurrency": 2, "directions": ["SAMPLE=0", "SAMPLE=1"]},
+    )
+    key = decision_key(manifest, manifest.kernel("vadd"), "sm_90")
+
+    def make(request: Request) -> Reply:
+        if "SAMPLE=1" in request.prompt:
+            return Stall()
+        return Answer(answer(kernel_source(0)), completion_tokens=600)
+
+    argv = [sys.executable, "-m", "r1build.cli.main", "generate", "vadd", "-m", str(project.root)]
+    with ChatServer(make) as server:
+        env = {**os.environ, **env_for(server.url), "R1BUILD_CACHE_DIR": str(project.cache_dir)}
+        env.pop("OPENAI_API_KEY", None)
+        process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and process.poll() is None:
+                with project.cache() as cache:
+                    links = read_links(cache, key)
+                if links is not None and links.transcripts:
+                    break
+                time.sleep(0.1)
+            assert process.poll() is None, "the search ended before it could be killed"
+        finally:
+            process.send_signal(sig)
+            process.wait(30)
+    assert links is not None and len(links.transcripts) == 1
+
+    with ChatServer(answers(1)) as server:
+        outcome = run(project, manifest, server)
+    asked = server.chat_requests()
+    assert len(asked) == 1 and "SAMPLE=1" in asked[0].prompt
+    assert sorted(c.source for c in outcome.candidates) == [kernel_source(0), kernel_source(1)]
+    assert outcome.usage.completion_tokens == 600 + 1000
