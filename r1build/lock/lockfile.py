@@ -272,14 +272,22 @@ def write_lock(path: Path, lock: Lock) -> bool:
     try:
         if path.read_text(encoding="utf-8") == text:
             return False
-    except (FileNotFoundError, UnicodeDecodeError):
-        pass
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".kernels.lock.", suffix=".tmp")
+    except (OSError, UnicodeDecodeError):
+        pass  # absent, unreadable or damaged: written below (or the reason it cannot be is said there)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)  # lock-file may name a folder not made yet
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".kernels.lock.", suffix=".tmp")
+    except OSError as exc:
+        why = f"{exc.filename} is a file, not a folder" if isinstance(exc, FileExistsError) else exc.strerror
+        raise LockError(f"{path}: cannot write the lock: {why or exc}") from None
     try:
         as_user_file(fd)  # mkstemp's 0600 would make a committed lock unreadable to the rest of the team
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
             f.write(text)
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise LockError(f"{path}: cannot write the lock: {exc.strerror or exc}") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

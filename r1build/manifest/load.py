@@ -377,9 +377,18 @@ def _check_project_paths(v: _Validator, settings: ProjectSettings, manifest: Pat
             raise v.fail((key,), f"{rel!r} must be a relative path inside the project ({root})")
         if ".." in re.split(r"[/\\]", rel):
             raise v.fail((key,), f"{rel!r} must stay inside the project ({root}): '..' is not allowed")
-        real = (root / pure).resolve()
+        try:
+            real = (root / pure).resolve()
+            blocked = next((p for p in real.parents if p.is_relative_to(root) and p.exists() and not p.is_dir()), None)
+            special = real.exists() and not real.is_dir() and not real.is_file()
+        except OSError as exc:  # a name too long for the file system
+            raise v.fail((key,), f"{rel!r} cannot be used: {exc.strerror}") from None
         if not real.is_relative_to(root):
             raise v.fail((key,), f"{rel!r} leads outside the project through a symbolic link (to {real})")
+        if blocked is not None:
+            raise v.fail((key,), f"{rel!r} cannot be created: {blocked.relative_to(root)} is a file, not a folder")
+        if special:
+            raise v.fail((key,), f"{rel!r} is not a regular file or folder (a FIFO, a device or a socket)")
         places[key] = real
     vendor, lock = places["vendor-dir"], places["lock-file"]
     if vendor == root:

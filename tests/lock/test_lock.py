@@ -98,7 +98,10 @@ def test_removed_kernel_and_arch_are_reported(root_copy: Path) -> None:
         (lambda t: "\n".join(t.splitlines()[:30]) + '\n[[kernel]]\nname = "x"\n', "missing required key"),
         # tomllib lets these escape as RecursionError / ValueError: once a traceback and exit 1
         (lambda t: t + "x = " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),
-        (lambda t: t.replace("version = 2", "version = " + "9" * 5000), "kernels.lock:3: corrupt lock (invalid TOML: an"),
+        (
+            lambda t: t.replace("version = 2", "version = " + "9" * 5000),
+            "kernels.lock:3: corrupt lock (invalid TOML: an",
+        ),
         (lambda t: "\ufeff" + t, "kernels.lock:1: corrupt lock (invalid TOML: the file starts with a byte-order mark"),
     ],
     ids=["version", "toml", "unknown-key", "digest", "type", "truncated", "deep", "huge-integer", "bom"],
@@ -141,3 +144,13 @@ def test_salvage_drops_a_table_nested_too_deeply(root_copy: Path) -> None:
     salvage = salvage_lock(m, info.value)
     unreadable = [(line, why) for line, why in salvage.dropped if "nested too deeply" in why]
     assert unreadable == [(6, "unreadable (invalid TOML: arrays or inline tables nested too deeply to read)")]
+
+
+def test_write_lock_makes_its_folder_and_says_when_it_cannot(tmp_path: Path) -> None:
+    """lock-file may name a folder not made yet (it once failed with a FileNotFoundError traceback); a lock that
+    cannot be written is a LockError naming it."""
+    path = tmp_path / "locks" / "kernels.lock"
+    assert write_lock(path, Lock()) and read_lock(path) == Lock()
+    (tmp_path / "file").write_text("x", encoding="utf-8")
+    with pytest.raises(LockError, match=r"file/kernels\.lock: cannot write the lock: .*/file is a file, not a folder"):
+        write_lock(tmp_path / "file" / "kernels.lock", Lock())

@@ -5,6 +5,7 @@ that is no table; these once ended ``r1build check`` with a traceback and exit 1
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -163,3 +164,35 @@ def test_hand_written_sources_must_be_utf8_files(
         code, output = run_check(capsys, path, command)
         assert code == 2, output
         assert f"error: {path}:" in output and f": kernel[0].{key}: {fragment}" in output, output
+
+
+@pytest.mark.parametrize(
+    ("setting", "setup", "fragment"),
+    [
+        (
+            'lock-file = "notes.txt/kernels.lock"',
+            "file",
+            "'notes.txt/kernels.lock' cannot be created: notes.txt is a file",
+        ),
+        ('vendor-dir = "notes.txt/vendored"', "file", "'notes.txt/vendored' cannot be created: notes.txt is a file"),
+        ('lock-file = "k.lock"', "fifo", "'k.lock' is not a regular file or folder (a FIFO, a device or a socket)"),
+        ('lock-file = "' + "a" * 300 + '"', None, "cannot be used: File name too long"),
+    ],
+    ids=["lock-under-a-file", "vendor-under-a-file", "lock-is-a-fifo", "lock-name-too-long"],
+)
+def test_project_paths_r1build_cannot_write_are_refused_when_loaded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], setting: str, setup: str | None, fragment: str
+) -> None:
+    """Before: a lock-file or vendor-dir under a file ended `lock` / `vendor` with a NotADirectoryError traceback,
+    a name too long for the file system every command, and a lock that is a FIFO hung every command reading it."""
+    path = write_project(
+        tmp_path / "p", BASE.replace('target = "tiny::kernels"', f'target = "tiny::kernels"\n{setting}')
+    )
+    if setup == "file":
+        (path.parent / "notes.txt").write_text("mine\n", encoding="utf-8")
+    elif setup == "fifo":
+        os.mkfifo(path.parent / "k.lock")
+    for command in ("check", "status"):
+        code, output = run_check(capsys, path, command)
+        assert code == 2, output
+        assert f"error: {path}:3: " in output and fragment in output, output
