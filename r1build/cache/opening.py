@@ -57,6 +57,13 @@ class Opened:
     read_only: BaseException | None
 
 
+def _dangling(path: Path) -> bool:
+    try:
+        return path.is_symlink() and not path.exists()
+    except OSError:
+        return False
+
+
 def open_index(directory: Path, *, timeout: float, size_limit: int | None, create: bool) -> Opened:
     """Open (``create``: or create) the cache index in ``directory``; a new cache gets the default size limit,
     ``size_limit`` replaces the stored one. :class:`~r1build.errors.CacheLocationError` for a location that is
@@ -74,7 +81,10 @@ def open_index(directory: Path, *, timeout: float, size_limit: int | None, creat
             raise CacheLocationError(f"{d} is not empty and holds no r1build cache; choose a new or empty directory")
         d.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise CacheError(f"cannot create the cache directory {d}: {exc}") from None
+        if not create:  # a maintenance command, given a path that can hold no cache (a name too long, say)
+            raise CacheLocationError(f"cannot use {d} as the cache directory: {exc.strerror}") from None
+        why = f"it is a symbolic link to {d.readlink()}, which does not exist" if _dangling(d) else str(exc)
+        raise CacheError(f"cannot create the cache directory {d}: {why}") from None
     deadline = time.monotonic() + timeout
     while True:
         dc: diskcache.Cache | None = None
