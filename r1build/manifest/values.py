@@ -59,6 +59,8 @@ def tunable_value_problem(value: int | str) -> str | None:
     """Why ``value`` cannot be a tunable's value (``-DNAME=value``, ``#define NAME value``), or None: it must be
     an integer, or a string holding one numeric literal (``128``, ``0x80``, ``1.5f``) or identifier (``float``)."""
     if isinstance(value, int):
+        if not -(2**63) <= value < 2**64:
+            return f"{value} does not fit in 64 bits: no C integer type holds it"
         return None
     if _NUMERIC_LITERAL.fullmatch(value) or _IDENT.fullmatch(value):
         return None

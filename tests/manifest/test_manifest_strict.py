@@ -301,6 +301,7 @@ CASES: list[tuple[str, str, str, str, str]] = [
         "one token",
     ),
     ("tunable-empty-string", "BLOCK = [128, 256]", 'BLOCK = [""]', "kernel[0].tunables.BLOCK[0]", "one token"),
+    ("tunable-huge", "BLOCK = [128, 256]", "BLOCK = [128, 2" + "0" * 22 + "]", "kernel[0].tunables.BLOCK[1]", "64 bit"),
     ("tunable-duplicate", "BLOCK = [128, 256]", 'BLOCK = [128, "128"]', "kernel[0].tunables.BLOCK[1]", "duplicate"),
     ("tunable-none", "BLOCK = [128, 256]", "BLOCK = []", "kernel[0].tunables.BLOCK", "at least one value"),
     ("tunable-lowercase", "BLOCK = [128, 256]", "block = [128, 256]", "kernel[0].tunables.block", "upper-case"),
