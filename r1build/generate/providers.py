@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
@@ -221,15 +222,23 @@ def resolve_endpoint(generation: Generation, environ: Mapping[str, str] = os.env
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(f"{source}: {public_url(url) or url!r} is not an http(s) URL")
     names = _key_envs(generation, profile)
-    key_env = next((name for name in names if environ.get(name)), None)
+    # a key pasted with a newline or spaces around it (`export KEY=$(cat file)`): those are no part of any key
+    key_env = next((name for name in names if environ.get(name, "").strip()), None)
     overridden = url != profile.base_url
     if key_env is None and profile.key_required and not overridden:
         raise ConfigError(
             f"provider {profile.name!r} needs an API key: set {' or '.join(names)} in the environment "
             f"(or point {BASE_URL_ENV} at a server that needs none)"
         )
-    api_key = environ[key_env] if key_env else _NO_KEY
-    others = tuple(environ[name] for name in names if name != key_env and environ.get(name))
+    api_key = environ[key_env].strip() if key_env else _NO_KEY
+    bad = next((i for i, ch in enumerate(api_key) if not " " < ch < "\x7f"), None)
+    if key_env is not None and bad is not None:  # an HTTP header cannot carry it: no request could be sent
+        what = unicodedata.name(api_key[bad], f"U+{ord(api_key[bad]):04X}")
+        raise ConfigError(
+            f"${key_env} holds a character no API key has and an HTTP header cannot carry ({what}, character "
+            f"{bad + 1} of {len(api_key)}); copy the key again"
+        )
+    others = tuple(environ[name].strip() for name in names if name != key_env and environ.get(name, "").strip())
     return Endpoint(
         profile=profile,
         base_url=url.rstrip("/"),

@@ -246,3 +246,40 @@ def test_numbers_json_cannot_hold_do_not_end_the_search(project: Project) -> Non
     assert [c.source for c in outcome.candidates] == [kernel_source(1)]
     assert doc["answer"]["model"] is None and doc["answer"]["response_id"] is None
     assert doc["answer"]["usage_reported"] is False
+
+
+def test_a_key_pasted_with_a_newline_is_sent_without_it() -> None:
+    """``export DEEPSEEK_API_KEY=$(cat key.txt)`` keeps the file's newline: httpx refused the header and every
+    request 'failed to connect' ('is the server running?'); no key has whitespace around it."""
+    with ChatServer([Answer("ok")]) as server:
+        endpoint = resolve_endpoint(Generation(), {"R1BUILD_BASE_URL": server.url, "DEEPSEEK_API_KEY": f" {KEY}\n"})
+        generation = Generation(retries=0)
+
+        async def go() -> Exchange:
+            async with ChatClient(endpoint, generation) as client:
+                exchange = Exchange([{"role": "user", "content": "x"}], client.params(temperature=None, max_tokens=300))
+                return await client.complete(exchange, deadline=time.monotonic() + 10)
+
+        exchange = asyncio.run(go())
+    assert exchange.completion is not None
+    assert server.chat_requests()[0].headers["authorization"] == f"Bearer {KEY}"
+    assert endpoint.secrets == (KEY,)
+
+
+@pytest.mark.parametrize(
+    ("key", "what"),
+    [
+        ("sk-abc\u201d123", "RIGHT DOUBLE QUOTATION MARK, character 7 of 10"),
+        ("sk-abc\r\nX-Injected: 1", "U+000D, character 7 of 21"),
+        ("sk-abc 123", "SPACE, character 7 of 10"),
+    ],
+    ids=["smart-quote", "header-injection", "inner-space"],
+)
+def test_a_key_no_header_can_carry_is_a_config_error(key: str, what: str) -> None:
+    """Before, a pasted smart quote failed every request as 'the response is not valid JSON: ascii codec ...' and
+    a CR LF as 'failed to connect': exit 1 blaming the server for the key."""
+    with pytest.raises(ConfigError) as caught:
+        resolve_endpoint(Generation(), {"DEEPSEEK_API_KEY": key})
+    message = str(caught.value)
+    assert message.startswith("$DEEPSEEK_API_KEY holds a character no API key has") and what in message
+    assert "sk-abc" not in message and caught.value.exit_code == 2
