@@ -322,6 +322,8 @@ def read_bundle(path: Path | str) -> tuple[list[BundleEntry], dict[str, bytes]]:
     """The index entries and payloads (by sha256) of a bundle, all verified; :class:`BundleError` otherwise."""
     path = Path(path)
     try:
+        if path.exists() and not path.is_file() and not path.is_dir():  # zipfile would read /dev/zero to the end
+            raise BundleError(f"{path}: not a readable bundle (not a regular file: a device, a FIFO or a socket)")
         with zipfile.ZipFile(path, "r") as zf:
             return _read(zf, path)
     except BundleError:

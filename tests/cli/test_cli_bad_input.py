@@ -8,6 +8,8 @@ a plain file (``cache export /dev/null`` as root)."""
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -126,3 +128,26 @@ def test_check_refuses_an_arch_the_nvcc_in_use_lacks(project: Path, capsys: pyte
     assert main(["check", "-m", str(project)]) == 2
     err = capsys.readouterr().err
     assert f"error: {toml}:1: archs[1]: sm_99 is not supported by the installed CUDA: nvcc " in err, err
+
+
+def test_cache_import_refuses_a_fifo_or_device_without_reading_it(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """zipfile would block opening a FIFO and read /dev/zero until memory ran out (a MemoryError traceback)."""
+    fifo = project / "pipe"
+    os.mkfifo(fifo)
+
+    def unblock() -> None:  # so that a regression fails the test instead of hanging it
+        with fifo.open("wb"):
+            pass
+
+    timer = threading.Timer(10, unblock)
+    timer.daemon = True
+    timer.start()
+    started = time.monotonic()
+    try:
+        assert main(["cache", "import", str(fifo)]) == 2
+    finally:
+        timer.cancel()
+    assert time.monotonic() - started < 5
+    assert f"{fifo}: not a readable bundle (not a regular file" in capsys.readouterr().err
