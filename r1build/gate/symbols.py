@@ -30,6 +30,10 @@ Two more checks guard the contract rather than the machine:
   must not contain ``syscall``, ``sysenter`` or ``int 0x80`` (``svc`` on aarch64). On x86-64, where an
   instruction can hide inside another (a jump into the immediate of a ``mov`` whose bytes are ``0f 05``), the
   raw bytes of every executable section are searched for those encodings as well.
+* **load-time code**: nothing of the candidate's may run when its library is loaded or unloaded (constructors,
+  destructors, globals initialized by running code: ``.init_array``, ``.preinit_array``, ``.ctors``,
+  ``.fini_array``, ``.dtors``, ``.init``, ``.fini``), only nvcc's own fatbin registration: such code runs in every
+  process that loads the library, whether or not the kernel is called, outside every check of the call.
 """
 
 from __future__ import annotations
@@ -45,9 +49,10 @@ from ..errors import ToolchainError
 
 __all__ = ["ALLOWLIST_VERSION", "SymbolCheck", "check_object", "denied_reason", "is_allowed"]
 
-ALLOWLIST_VERSION = 3
+ALLOWLIST_VERSION = 4
 """Part of the gate's cache key: bump it whenever a rule below changes, so old verdicts stop matching (3: the raw
-bytes of x86-64 executable sections are searched for system-call encodings)."""
+bytes of x86-64 executable sections are searched for system-call encodings; 4: no host code runs at load or
+unload; _GLOBAL_OFFSET_TABLE_ allowed, which -fPIC compiles of ordinary code reference)."""
 
 # -- the allowlist -----------------------------------------------------------------------------------------
 # The CUDA runtime, call by call: what a launcher needs to enqueue work on the stream it is given, and nothing
@@ -188,6 +193,7 @@ _ALLOWED: tuple[tuple[str, str], ...] = (
     *_CUDA_ALLOWED,
     (r"__nv\w*", "nvcc's generated helpers"),
     (r"__fatbinwrap\w*|fatbinData", "embedded fatbin"),
+    (r"_GLOBAL_OFFSET_TABLE_", "the global offset table of position-independent code (-fPIC), defined by the linker"),
     # C++ runtime essentials: what any C++ translation unit may need from libstdc++ / libgcc.
     (
         r"_Znw[mj]|_Zna[mj]|_Znw[mj]St11align_val_t|_Zna[mj]St11align_val_t|_Znw[mj]RKSt9nothrow_t"
@@ -297,11 +303,15 @@ class SymbolCheck:
     """Whether the object defines the ``extern "C"`` entry point."""
     raw_syscalls: int = 0
     """System-call instructions in the host code."""
+    load_time: list[str] = field(default_factory=list)
+    """Functions of the candidate's that run when the library is loaded or unloaded, demangled."""
 
     @property
     def ok(self) -> bool:
         """Whether the object passes every check."""
-        return not self.forbidden and not self.exported and self.has_entry and not self.raw_syscalls
+        return (
+            not self.forbidden and not self.exported and self.has_entry and not self.raw_syscalls and not self.load_time
+        )
 
     def reason(self, entry: str) -> str:
         """Why the candidate is rejected, written to be fed back to a model; empty when ``ok``."""
@@ -317,6 +327,12 @@ class SymbolCheck:
                 "synchronization, no streams or events of its own, no processes, files, sockets, environment, "
                 "dynamic loading or console output. Report failures through the returned cudaError_t."
             )
+            if any("ios_base::Init" in name for name in self.forbidden):
+                parts.append(
+                    "std::ios_base::Init comes from <iostream>, which umbrella headers such as <cub/cub.cuh> "
+                    "include (with NVTX, which brings dlopen and getenv): include only the headers you use, e.g. "
+                    "<cub/block/block_reduce.cuh>."
+                )
         if self.exported:
             names = ", ".join(self.exported)
             parts.append(
@@ -328,6 +344,14 @@ class SymbolCheck:
             parts.append(f'does not define the entry point extern "C" cudaError_t {entry}(..., cudaStream_t stream).')
         if self.raw_syscalls:
             parts.append("host code contains raw system-call instructions (inline assembly); remove them.")
+        if self.load_time:
+            names = ", ".join(self.load_time)
+            parts.append(
+                f"runs host code when the library is loaded or unloaded: {names} (a constructor, a destructor or a "
+                "global initialized by running code). A kernel library does nothing until its entry point is "
+                "called: make tables constexpr, const arrays of literals or __constant__ data, and do any setup "
+                "inside the entry point."
+            )
         return " ".join(parts)
 
 
@@ -399,6 +423,45 @@ def hidden_syscalls(obj: Path) -> int:
     return found
 
 
+_LOAD_SECTIONS = re.compile(r"\.(?:init_array|preinit_array|ctors|fini_array|dtors)(?:\.\d+)?")
+_REGISTRATION = "__sti____cudaRegisterAll"
+_RELOCATION = re.compile(r"^[0-9a-f]+\s+\S+\s+(?P<target>[^\s+-]+)(?:(?P<sign>[+-])0x(?P<offset>[0-9a-f]+))?\s*$")
+_FUNCTION = re.compile(r"^(?P<value>[0-9a-f]+)\s.*\sF\s+(?P<section>\S+)\s+[0-9a-f]+\s+(?:\.hidden\s+)?(?P<name>\S+)$")
+
+
+def load_time_functions(obj: Path) -> list[str]:
+    """The (mangled) names of the functions an object runs when it is loaded or unloaded, other than nvcc's fatbin
+    registration; code placed in ``.init`` or ``.fini`` counts as one, named by its section."""
+    objdump = _tool("objdump")
+    functions: dict[tuple[str, int], str] = {}
+    sections: set[str] = set()
+    for line in _run([objdump, "-t", str(obj)]).splitlines():
+        m = _FUNCTION.match(line.strip())
+        if m:
+            functions[m["section"], int(m["value"], 16)] = m["name"]
+    found: list[str] = []
+    current: str | None = None
+    for line in _run([objdump, "-r", "-h", str(obj)]).splitlines():
+        fields = line.split()
+        if current is None and not found and len(fields) > 2 and re.fullmatch(r"\d{1,5}", fields[0]):
+            sections.add(fields[1])  # a section header line: "idx name size ..."
+            continue
+        if line.startswith("RELOCATION RECORDS FOR ["):
+            name = line[len("RELOCATION RECORDS FOR [") :].rstrip("]:")
+            current = name if _LOAD_SECTIONS.fullmatch(name) else None
+            continue
+        m = _RELOCATION.match(line.strip()) if current else None
+        if m is None:
+            continue
+        target, offset = m["target"], int(m["offset"] or "0", 16) * (-1 if m["sign"] == "-" else 1)
+        name = functions.get((target, offset), target) if target.startswith(".") else target
+        if _REGISTRATION not in name:
+            found.append(name if not name.startswith(".") else f"code at {target}+{offset:#x}")
+    found += [f"code in the {section} section" for section in sorted(sections & {".init", ".fini"})]
+    # the translation unit's dynamic initialization is named after a temporary file: name it by what it does
+    return ["the initialization of its globals" if re.match(r"_GLOBAL__sub_[ID]_", name) else name for name in found]
+
+
 def check_object(obj: Path, entry: str) -> SymbolCheck:
     """Inspect a host object from nvcc: its calls, its exports and its instructions."""
     nm = _tool("nm")
@@ -421,6 +484,11 @@ def check_object(obj: Path, entry: str) -> SymbolCheck:
 
     disassembly = _run([_tool("objdump"), "-d", "--no-show-raw-insn", str(obj)])
     raw = max(len(_RAW_SYSCALL.findall(disassembly)), hidden_syscalls(obj))
+    load_time = load_time_functions(obj)
     return SymbolCheck(
-        forbidden=_demangle(forbidden), exported=_demangle(exported), has_entry=has_entry, raw_syscalls=raw
+        forbidden=_demangle(forbidden),
+        exported=_demangle(exported),
+        has_entry=has_entry,
+        raw_syscalls=raw,
+        load_time=_demangle(load_time),
     )

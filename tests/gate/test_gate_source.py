@@ -196,3 +196,69 @@ def test_hidden_syscalls_reads_only_x86_64_elf_objects(tmp_path: Path) -> None:
     not_elf.write_bytes(b"\x0f\x05" * 64)
     assert hidden_syscalls(not_elf) == 0
     assert hidden_syscalls(tmp_path / "missing.o") == 0
+
+
+LOAD_TIME = {
+    "constructor": (
+        "static char buf[64];\nstatic void __attribute__((constructor, used)) init() { memset(buf, 1, 64); }"
+    ),
+    "global object": "static char buf[64];\nstruct Fill { Fill() { memset(buf, 2, 64); } };\nstatic Fill fill;",
+    "hand-made init_array entry": (
+        "static char buf[64];\nstatic void __attribute__((used)) g() { memset(buf, 3, 64); }\n"
+        '__attribute__((section(".init_array"), used)) static void (*entry)() = g;'
+    ),
+    "destructor": "static char buf[64];\nstatic void __attribute__((destructor, used)) fini() { memset(buf, 4, 64); }",
+}
+
+
+@pytest.mark.slow
+@needs_nvcc
+def test_host_code_that_runs_when_the_library_loads_is_rejected(
+    manifest: Manifest, silu: KernelSpec, tmp_path: Path
+) -> None:
+    """Constructors, destructors and globals initialized by running code run in every process that loads the
+    library, outside every check of the call: rejected, named. Ordinary code (std::vector in the launcher,
+    constexpr and constant tables, a function-local static, <cooperative_groups/reduce.h>) passes, compiled
+    position-independent too, as a GPU machine's gate compiles it (the object then references
+    _GLOBAL_OFFSET_TABLE_, which was rejected: the same source passed without a GPU and failed with one)."""
+    sources = [_candidate("#include <cstring>\n" + text) for text in LOAD_TIME.values()]
+    ordinary = _candidate(
+        "#include <vector>\n#include <array>\n#include <cooperative_groups/reduce.h>\n"
+        "namespace {\nconstexpr std::array<int, 3> kSizes = {1, 2, 3};\n"
+        "__constant__ float kCoeffs[2] = {0.5f, 1.5f};\n"
+        "__global__ void k(float* y, int m) { if (threadIdx.x < m) y[threadIdx.x] *= kCoeffs[threadIdx.x % 2]; }\n}",
+        body="    static int calls = 0;\n    ++calls;\n    std::vector<int> grid(2, kSizes[2]);\n"
+        "    k<<<grid[0], 32, 0, stream>>>(out, grid[1]);",
+    )
+    with Cache(tmp_path / "cache") as cache:
+        plain = StaticGate(cache, jobs=2).evaluate(Job(manifest, silu, "sm_90", [*sources, ordinary]))
+    with Cache(tmp_path / "pic-cache") as cache:  # the gate key does not tell -fPIC compiles apart
+        pic = StaticGate(cache, jobs=1, keep_objects=tmp_path / "objects")
+        [ordinary_pic] = pic.evaluate(Job(manifest, silu, "sm_90", [ordinary]))
+        assert pic.compiles == 1
+    for name, result in zip(LOAD_TIME, plain[:-1], strict=True):
+        assert result.status == "rejected", (name, result.detail)
+        assert "runs host code when the library is loaded or unloaded" in result.detail, (name, result.detail)
+    assert "init()" in plain[0].detail and "the initialization of its globals" in plain[1].detail
+    assert "fini()" in plain[3].detail
+    assert plain[-1].status == "passed", plain[-1].detail
+    assert ordinary_pic.status == "passed", ordinary_pic.detail
+
+
+@pytest.mark.slow
+@needs_nvcc
+def test_the_cub_umbrella_header_is_rejected_with_what_to_include_instead(
+    manifest: Manifest, silu: KernelSpec, tmp_path: Path
+) -> None:
+    kernel = (
+        "namespace {\n__global__ void k(float* y) {\n    using BR = cub::BlockReduce<float, 128>;\n"
+        "    __shared__ typename BR::TempStorage t;\n    float v = BR(t).Sum(y[threadIdx.x]);\n"
+        "    if (threadIdx.x == 0) y[0] = v;\n}\n}"
+    )
+    body = "    k<<<1, 128, 0, stream>>>(out);"
+    umbrella = _candidate("#include <cub/cub.cuh>\n" + kernel, body=body)
+    narrow = _candidate("#include <cub/block/block_reduce.cuh>\n" + kernel, body=body)
+    with Cache(tmp_path / "cache") as cache:
+        wide, exact = StaticGate(cache, jobs=2).evaluate(Job(manifest, silu, "sm_90", [umbrella, narrow]))
+    assert wide.status == "rejected" and "<cub/block/block_reduce.cuh>" in wide.detail, wide.detail
+    assert exact.status == "passed", exact.detail

@@ -56,6 +56,7 @@ def _extern_block(source: str) -> str:
 
 FINAL_BLOCK = _extern_block(FINAL)
 FINAL_CXX = FINAL.replace('extern "C" ', "")
+FINAL_BARE = FINAL.replace("#include <cuda_runtime.h>\n#include <cstdint>\n", "")
 PY_FINAL = (
     "import torch\nfrom torch.utils.cpp_extension import load_inline\n\n"
     f'cuda_source = r"""\n{FINAL}"""\n\n'
@@ -170,6 +171,7 @@ CASES: list[tuple[str, str, str | None, ExtractionReason]] = [
         FINAL_CXX,
         "defines the export",
     ),
+    ("missing includes", f"No includes needed:\n{_fence(FINAL_BARE)}", FINAL_BARE, "defines the export"),
     (
         "declaration block after the final",
         f"{_fence(FINAL)}The declaration for the header:\n{_fence(SIGNATURE + ';', 'cpp')}",
@@ -349,8 +351,9 @@ def test_every_real_answer_in_every_delivered_shape() -> None:
 @pytest.mark.slow
 def test_extracted_answers_compile_and_real_answers_are_refused_without_a_compile(project: Project) -> None:
     """What extraction picks is what the gate judges: the sources the table's answers must extract to (the
-    final kernel in every layout, with its entry point in an extern "C" block and without extern "C", a
-    template, Unicode and control characters in a comment) pass the real nvcc and object checks; the real
+    final kernel in every layout, with its entry point in an extern "C" block and without extern "C", without
+    its includes (the declaration pre-included brings them), a template, Unicode and control characters in a
+    comment) pass the real nvcc and object checks; the real
     KernelBench answers (PyTorch extensions) are rejected, each with the reason, before any compile."""
     try:
         tc = toolchain()
@@ -359,15 +362,15 @@ def test_extracted_answers_compile_and_real_answers_are_refused_without_a_compil
     manifest = project.write()
     spec = manifest.kernel("vadd")
     sources = sorted({s for _, _, s, reason in CASES if s is not None and reason == "defines the export"})
-    assert len(sources) == 5
+    assert len(sources) == 6
     with project.cache() as cache:
         gate = StaticGate(cache, toolchain=tc, jobs=1)
         origin = Origin("generated", model="test")
         results = gate.judge(manifest, spec, [("sm_90", Candidate(s, origin)) for s in sources])
-        assert [r.status for r in results] == ["passed"] * 5, [r.detail for r in results]
+        assert [r.status for r in results] == ["passed"] * 6, [r.detail for r in results]
         if not R1_DATA.is_file():
             return
         real = [extract_source(f"```python\n{row['answer_code']}\n```", "vadd").source for row in _rows()]
         verdicts = gate.judge(manifest, spec, [("sm_90", Candidate(s or "", origin)) for s in real])
-        assert gate.compiles == 5
+        assert gate.compiles == 6
     assert all(v.status == "rejected" and "not a PyTorch or Python extension" in v.detail for v in verdicts)
