@@ -212,8 +212,11 @@ def resolve_endpoint(generation: Generation, environ: Mapping[str, str] = os.env
     if profile is None:
         raise ConfigError(f"unknown provider {generation.provider!r} (known: {', '.join(PROFILES)})")
     from_env = env_settings(environ).base_url
-    url = from_env or generation.base_url or profile.base_url
+    url = (from_env or generation.base_url or profile.base_url).strip()  # a newline pasted with it is none of it
     source = BASE_URL_ENV if from_env else "generation.base-url"
+    inner = next((ch for ch in url if ch.isspace() or not ch.isprintable()), None)
+    if inner is not None:
+        raise ConfigError(f"{source}: {_shown(url)!r} is not a valid URL (it holds {inner!r})")
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - a port that is not a number from 0 to 65535 raises here

@@ -170,8 +170,15 @@ def test_a_choice_without_a_message_is_an_empty_answer(stream: bool) -> None:
 
 @pytest.mark.parametrize(
     "url",
-    ["http://127.0.0.1:99999/v1", "http://127.0.0.1:port/v1", "http://[::1/v1", "http://me:s3cret-pw@[::1/v1"],
-    ids=["port-out-of-range", "port-not-a-number", "unclosed-bracket", "with-password"],
+    [
+        "http://127.0.0.1:99999/v1",
+        "http://127.0.0.1:port/v1",
+        "http://[::1/v1",
+        "http://me:s3cret-pw@[::1/v1",
+        "http://api host/v1",
+        "http://127.0.0.1:8\t000/v1",
+    ],
+    ids=["port-out-of-range", "port-not-a-number", "unclosed-bracket", "with-password", "space", "tab"],
 )
 def test_a_url_the_http_client_cannot_use_is_a_config_error(url: str) -> None:
     with pytest.raises(ConfigError, match=r"R1BUILD_BASE_URL: .* is not a valid URL") as caught:
@@ -246,6 +253,11 @@ def test_numbers_json_cannot_hold_do_not_end_the_search(project: Project) -> Non
     assert [c.source for c in outcome.candidates] == [kernel_source(1)]
     assert doc["answer"]["model"] is None and doc["answer"]["response_id"] is None
     assert doc["answer"]["usage_reported"] is False
+
+
+def test_a_url_pasted_with_a_newline_is_used_without_it() -> None:
+    endpoint = resolve_endpoint(Generation(), {"R1BUILD_BASE_URL": " http://127.0.0.1:8000/v1/\n"})
+    assert endpoint.base_url == "http://127.0.0.1:8000/v1"
 
 
 def test_a_key_pasted_with_a_newline_is_sent_without_it() -> None:
