@@ -20,7 +20,9 @@ import pytest
 
 from r1build.defines import define_problem
 from r1build.errors import ToolchainError
+from r1build.events import Event, Note, sink
 from r1build.gate import StaticGate
+from r1build.generate import replay, search
 from r1build.generate.extract import (
     Extraction,
     ExtractionReason,
@@ -30,7 +32,8 @@ from r1build.generate.extract import (
 )
 from r1build.records import Candidate, Origin
 from r1build.toolchain import toolchain
-from tests.generate.gen_support import SIGNATURE, Project, kernel_source
+from tests.generate.chat_server import Answer, ChatServer
+from tests.generate.gen_support import SIGNATURE, MarkerJudge, Project, env_for, kernel_source
 
 R1_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "r1-kernelbench" / "level1_r1_best1.jsonl"
 
@@ -374,3 +377,54 @@ def test_extracted_answers_compile_and_real_answers_are_refused_without_a_compil
         verdicts = gate.judge(manifest, spec, [("sm_90", Candidate(s or "", origin)) for s in real])
         assert gate.compiles == 6
     assert all(v.status == "rejected" and "not a PyTorch or Python extension" in v.detail for v in verdicts)
+
+
+@pytest.mark.slow
+def test_a_search_over_answers_of_every_shape_keeps_each_candidate_and_counts_each_failure(
+    project: Project, judge: MarkerJudge
+) -> None:
+    """Answers in the real shapes, through a real local server and the whole search: each with code becomes its
+    candidate, each without is counted as ``no_code`` with its reason in a warning (never a traceback), and
+    replay of the stored transcripts extracts the same candidates."""
+    manifest = project.write(budget={"rounds": 1, "samples": 7, "candidates": 20}, generation={"max-concurrency": 2})
+    finals = [kernel_source(30 + i) for i in range(4)]
+    replies = [
+        Answer(f"<think>\n{REASONING}</think>\n\nFinal:\n```cuda\n{finals[0].rstrip()}```\nDone."),
+        Answer(
+            f"Final:\n{_fence(PY_FINAL.replace(FINAL, finals[1]), 'python')}".replace("\n", "\r\n"),
+            reasoning=REASONING,
+        ),
+        Answer(f"{REASONING}</think>\n```cuda #include <cuda_runtime.h>\n{finals[2].split(chr(10), 1)[1]}```\n"),
+        Answer(f"{REASONING}\n**Answer**\n{_fence(_extern_block(finals[3]))}"),
+        Answer(f"<think>\n{REASONING}"),
+        Answer("I would need to know the data layout before writing this kernel."),
+        Answer("Thinking out loud. " * 50_000),
+    ]
+    counter = iter(range(100))
+    events: list[Event] = []
+    with ChatServer(lambda r: replies[next(counter)]) as server, project.cache() as cache, sink(events.append):
+        outcome = search(
+            manifest,
+            manifest.kernel("vadd"),
+            "sm_90",
+            evaluator=judge,
+            cache=cache,
+            seeds=[],
+            environ=env_for(server.url),
+        )
+    # (samples run two at a time, so which sample got which reply is not fixed)
+    assert sorted(c.source for c in outcome.candidates) == sorted([*finals[:3], _extern_block(finals[3])])
+    assert outcome.usage.failures.get("no_code") == 3
+    warnings = sorted(e.message for e in events if isinstance(e, Note) and "no CUDA code block" in e.message)
+    assert [w.rsplit("(", 1)[1] for w in warnings] == ["thinking_only)", "no_code)", "no_code)"]
+    with project.cache() as cache:
+        again = replay(
+            manifest,
+            manifest.kernel("vadd"),
+            "sm_90",
+            evaluator=MarkerJudge(),
+            cache=cache,
+            transcripts=outcome.transcripts,
+        )
+    assert [c.digest for c in again.candidates] == [c.digest for c in outcome.candidates]
+    assert again.usage.failures.get("no_code") == 3
