@@ -186,10 +186,13 @@ def _project(manifest_path: Path | None, env: EnvSettings) -> tuple[list[Finding
 
     try:
         path = find_manifest(manifest_path) if manifest_path else find_manifest(Path.cwd(), walk_up=True)
-        manifest = load_manifest(path, check_references=False)
-    except R1BuildError as exc:
+    except R1BuildError as exc:  # none here: a note, unless -m named one
         level: Level = "error" if manifest_path else "note"
         return [Finding("manifest", level, str(exc))], None
+    try:
+        manifest = load_manifest(path, check_references=False)
+    except R1BuildError as exc:  # one was found, and every command that loads it would stop here
+        return [Finding("manifest", "error", str(exc))], None
     kernels = len(manifest.kernels)
     found = [Finding("manifest", "ok", f"{manifest.path}: {kernels} kernel{'s' if kernels != 1 else ''}")]
     try:

@@ -90,3 +90,14 @@ def test_doctor_exits_1_on_what_is_broken(
     assert _doctor(capsys, "-m", str(project / "missing"), code=1)["manifest"]["level"] == "error"
     monkeypatch.chdir(project.parent)  # no manifest from here up: only a note
     assert _doctor(capsys)["manifest"]["level"] == "note"
+
+
+def test_a_broken_manifest_found_from_here_is_an_error(
+    project: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without -m, finding no manifest is a note; finding one every command refuses was a note too (exit 0)."""
+    monkeypatch.setenv("R1BUILD_OFFLINE", "1")
+    toml = project / "kernels.toml"
+    toml.write_text(toml.read_text(encoding="utf-8").replace('name = "scale"', 'nme = "scale"'), encoding="utf-8")
+    found = _doctor(capsys, code=1)
+    assert found["manifest"]["level"] == "error" and "unknown key 'nme'" in found["manifest"]["detail"]
