@@ -32,7 +32,8 @@ Two more checks guard the contract rather than the machine:
   raw bytes of every executable section are searched for those encodings as well.
 * **load-time code**: nothing of the candidate's may run when its library is loaded or unloaded (constructors,
   destructors, globals initialized by running code: ``.init_array``, ``.preinit_array``, ``.ctors``,
-  ``.fini_array``, ``.dtors``, ``.init``, ``.fini``), only nvcc's own fatbin registration: such code runs in every
+  ``.fini_array``, ``.dtors``, ``.init``, ``.fini``; resolvers of indirect functions), only nvcc's own fatbin
+  registration: such code runs in every
   process that loads the library, whether or not the kernel is called, outside every check of the call.
 """
 
@@ -49,10 +50,11 @@ from ..errors import ToolchainError
 
 __all__ = ["ALLOWLIST_VERSION", "SymbolCheck", "check_object", "denied_reason", "is_allowed"]
 
-ALLOWLIST_VERSION = 4
+ALLOWLIST_VERSION = 5
 """Part of the gate's cache key: bump it whenever a rule below changes, so old verdicts stop matching (3: the raw
 bytes of x86-64 executable sections are searched for system-call encodings; 4: no host code runs at load or
-unload; _GLOBAL_OFFSET_TABLE_ allowed, which -fPIC compiles of ordinary code reference)."""
+unload; _GLOBAL_OFFSET_TABLE_ allowed, which -fPIC compiles of ordinary code reference; 5: ifunc resolvers count
+as load-time code)."""
 
 # -- the allowlist -----------------------------------------------------------------------------------------
 # The CUDA runtime, call by call: what a launcher needs to enqueue work on the stream it is given, and nothing
@@ -426,20 +428,25 @@ def hidden_syscalls(obj: Path) -> int:
 _LOAD_SECTIONS = re.compile(r"\.(?:init_array|preinit_array|ctors|fini_array|dtors)(?:\.\d+)?")
 _REGISTRATION = "__sti____cudaRegisterAll"
 _RELOCATION = re.compile(r"^[0-9a-f]+\s+\S+\s+(?P<target>[^\s+-]+)(?:(?P<sign>[+-])0x(?P<offset>[0-9a-f]+))?\s*$")
+_INDIRECT = re.compile(r"^[0-9a-f]+\s.*\si\s+\S+\s+[0-9a-f]+\s+(?:\.hidden\s+)?(?P<name>\S+)$")
 _FUNCTION = re.compile(r"^(?P<value>[0-9a-f]+)\s.*\sF\s+(?P<section>\S+)\s+[0-9a-f]+\s+(?:\.hidden\s+)?(?P<name>\S+)$")
 
 
 def load_time_functions(obj: Path) -> list[str]:
     """The (mangled) names of the functions an object runs when it is loaded or unloaded, other than nvcc's fatbin
-    registration; code placed in ``.init`` or ``.fini`` counts as one, named by its section."""
+    registration; code placed in ``.init`` or ``.fini`` counts as one, named by its section, and so does the
+    resolver of a GNU indirect function (``__attribute__((ifunc))``), which runs while the library is loaded."""
     objdump = _tool("objdump")
     functions: dict[tuple[str, int], str] = {}
     sections: set[str] = set()
+    found: list[str] = []
     for line in _run([objdump, "-t", str(obj)]).splitlines():
         m = _FUNCTION.match(line.strip())
         if m:
             functions[m["section"], int(m["value"], 16)] = m["name"]
-    found: list[str] = []
+        indirect = _INDIRECT.match(line.strip())
+        if indirect:  # an ifunc's resolver runs while the library's relocations are processed, before any call
+            found.append(f"the resolver of the indirect function {indirect['name']}")
     current: str | None = None
     for line in _run([objdump, "-r", "-h", str(obj)]).splitlines():
         fields = line.split()

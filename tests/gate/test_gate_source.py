@@ -208,6 +208,11 @@ LOAD_TIME = {
         '__attribute__((section(".init_array"), used)) static void (*entry)() = g;'
     ),
     "destructor": "static char buf[64];\nstatic void __attribute__((destructor, used)) fini() { memset(buf, 4, 64); }",
+    "indirect function": (
+        "static char buf[64];\nstatic int impl(int x) { return x + 1; }\n"
+        'extern "C" {\nstatic void* pick() { memset(buf, 5, 64); return (void*)impl; }\n'
+        'static int f(int) __attribute__((ifunc("pick"), used));\n}'
+    ),
 }
 
 
@@ -241,6 +246,7 @@ def test_host_code_that_runs_when_the_library_loads_is_rejected(
         assert "runs host code when the library is loaded or unloaded" in result.detail, (name, result.detail)
     assert "init()" in plain[0].detail and "the initialization of its globals" in plain[1].detail
     assert "fini()" in plain[3].detail
+    assert "the resolver of the indirect function f" in plain[4].detail
     assert plain[-1].status == "passed", plain[-1].detail
     assert ordinary_pic.status == "passed", ordinary_pic.detail
 
