@@ -9,7 +9,8 @@ errors. So, before any compile, a generated candidate is rejected, with the reas
 
 * includes a header by an absolute path, a path with a ``..`` segment, a home (``~``) path or characters a
   header name does not need, or names it through a macro (a computed ``#include``), or uses ``#embed``; or asks
-  ``__has_include`` about such a path (the answer shows in what compiles, and so in the feedback);
+  ``__has_include`` or ``#pragma GCC dependency`` about such a path (the answer shows in what compiles, and so
+  in the feedback);
 * includes PyTorch's or Python's headers (``torch/extension.h``, ``ATen/``, ``c10/``, ``pybind11/``,
   ``Python.h``): the candidate contract is a plain CUDA translation unit, not a PyTorch extension;
 * holds the assembler directives ``.incbin`` or ``.include`` (adjacent string literals joined first).
@@ -32,6 +33,7 @@ _DIRECTIVE = re.compile(r"^[ \t]*(?:#|%:)[ \t]*(?P<name>include_next|include|imp
 _HEADER = re.compile(r'(?:<(?P<angle>[^>\n]*)>|"(?P<quote>[^"\n]*)")[ \t]*$')
 _PYTORCH = re.compile(r"(?:torch|ATen|c10|pybind11|caffe2)/.*|Python\.h|torch\.h", re.I)
 _HAS_INCLUDE = re.compile(r'__has_include(?:_next)?\s*\(\s*(?:<(?P<angle>[^>\n]*)>|"(?P<quote>[^"\n]*)")')
+_DEPENDENCY = re.compile(r"\bGCC\s+dependency\b")
 _ASM_FILE = re.compile(r"\.(?:incbin|include)\b", re.I)
 _ADJACENT = re.compile(r'"[ \t\r\n]*(?:(?:u8|[uUL])?R?)"')
 
@@ -113,6 +115,8 @@ def source_problems(source: str) -> list[str]:
         problem = _header_problem("__has_include", probed)
         if problem is not None and not _PYTORCH.fullmatch(probed):  # asking whether PyTorch is there is harmless
             problems.append(problem.replace("reads a file", "probes for a file"))
+    if _DEPENDENCY.search(text):
+        problems.append("#pragma GCC dependency checks a file of the build machine while compiling; remove it")
     if _ASM_FILE.search(_ADJACENT.sub("", text)):
         problems.append(
             "inline assembly uses .incbin or .include, which read files of the build machine while compiling; "

@@ -60,6 +60,8 @@ CASES: list[tuple[str, str, str | None]] = [
     ("import", '#import "../secret.h"\n', "'..' segment"),
     ("embed", '#embed "/etc/passwd"\n', "#embed"),
     ("has_include of a path", '#if __has_include("/home/me/.ssh/id_rsa")\n#endif\n', "probes for a file"),
+    ("pragma GCC dependency", '#pragma GCC dependency "/etc/shadow"\n', "#pragma GCC dependency"),
+    ("_Pragma GCC dependency", '_Pragma("GCC dependency \\"/etc/shadow\\"")\n', "#pragma GCC dependency"),
     ("has_include of a header", "#if __has_include(<cuda_fp8.h>)\n#include <cuda_fp8.h>\n#endif\n", None),
     ("torch extension", "#include <torch/extension.h>\n", "not a PyTorch or Python extension"),
     ("ATen", "#include <ATen/cuda/CUDAContext.h>\n", "not a PyTorch or Python extension"),
