@@ -406,6 +406,8 @@ class ChatClient:
         assert self._client is not None
         response: Any = await self._client.chat.completions.create(messages=cast(Any, messages), **params)
         if not isinstance(response, ChatCompletion) or not response.choices:
+            if isinstance(response, ChatCompletion):
+                _error_in_place_of_an_answer((response.model_extra or {}).get("error"))
             raise _Fault(
                 "bad_response",
                 f"the response is not a chat completion: {str(response)[:200]}",
@@ -526,6 +528,19 @@ class ChatClient:
         )
 
 
+def _error_in_place_of_an_answer(error: Any) -> None:
+    """Raise the fault of a 200 response whose body is an error (gateways that report errors so), in its words."""
+    if not error:
+        return
+    message = error.get("message") if isinstance(error, dict) else error
+    text = message if isinstance(message, str) and message else json.dumps(error, default=str)
+    raise _Fault(
+        "bad_response",
+        f"an error in place of an answer (HTTP 200): {text[:300]}",
+        label="an error in place of an answer",
+    )
+
+
 def _text(value: Any) -> str | None:
     """A string field of a response, or None where the server sent something else (a number, NaN, an object)."""
     return value if isinstance(value, str) else None
@@ -558,6 +573,8 @@ def _from_json(body: bytes, latency: float) -> Completion:
         ) from None
     choices = data.get("choices") if isinstance(data, dict) else None
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        if isinstance(data, dict):
+            _error_in_place_of_an_answer(data.get("error"))
         raise _Fault(
             "bad_response", f"the response is not a chat completion: {str(data)[:200]}", label="a malformed response"
         )

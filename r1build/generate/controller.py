@@ -156,6 +156,8 @@ class _Search:
             self.generation.retry_backoff_s, self.generation.max_consecutive_failures, self.deadline, random.Random()
         )
         self.faults: Counter[str] = Counter()
+        self.model_warned = False
+        """Whether the search warned that another model answered."""
         self.link_as_we_go = False
         """Whether each transcript is linked under the decision key as it is stored, not only when the search ends."""
         self.last_fault = ""
@@ -363,6 +365,7 @@ class _Search:
         if completion is not None:
             usage.answers += 1
             usage.reasoning_tokens += completion.reasoning_tokens
+            self.check_model(completion.model)
         where = f"round {round_no} sample {sample}"
         if completion is None:
             kind = exchange.failure or "gave_up"
@@ -384,6 +387,22 @@ class _Search:
         elif loss == "no_code" and extraction is not None:
             self.note("warning", f"{where}: no CUDA code block in the answer ({extraction.reason})")
         return extraction
+
+    def check_model(self, answered: str | None) -> None:
+        """Warn, once a search, when the server says another model answered than the one asked for (a proxy or a
+        gateway that routes elsewhere: not R1's answers, maybe not R1's price); a version suffix is the same."""
+        asked = self.endpoint.model
+        if not answered or self.model_warned:
+            return
+        a, b = answered.lower(), asked.lower()
+        if a.startswith(b) or b.startswith(a) or a.rsplit("/", 1)[-1] == b.rsplit("/", 1)[-1]:
+            return
+        self.model_warned = True
+        self.note(
+            "warning",
+            f"{self.endpoint.display_url} answered as model {answered!r}, not {asked!r} that was asked for; the "
+            "transcripts record which model answered",
+        )
 
     def keep_partial(self, round_no: int, sample: int, exchange: Exchange) -> None:
         """An answer paid for but cut off (the wall-time deadline, a stream cut on the last retry) becomes the

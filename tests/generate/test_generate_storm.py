@@ -115,3 +115,31 @@ def test_the_error_of_a_search_with_no_answer_says_what_the_server_said(
     last = err.strip().splitlines()[-1]
     assert code == 1 and "Traceback" not in err
     assert last.startswith(f"error: vadd/sm_90: no answer from {server.url}: ") and expected in last, last
+
+
+@pytest.mark.parametrize(
+    ("served", "warned"),
+    [("deepseek-chat", True), ("deepseek-reasoner", False), ("deepseek-reasoner-0528", False)],
+    ids=["another-model", "the-model", "a-version-of-it"],
+)
+def test_a_server_that_answers_as_another_model_is_named_once(project: Project, served: str, warned: bool) -> None:
+    from r1build.events import Event, Note, sink
+
+    manifest = project.write(budget={"rounds": 1, "samples": 3}, generation={"max-concurrency": 1})
+    replies: list[Reply] = [Answer(answer(kernel_source(n))) for n in range(3)]
+    events: list[Event] = []
+    with ChatServer(replies, model=served) as server, project.cache() as cache, sink(events.append):
+        outcome = search(
+            manifest,
+            manifest.kernel("vadd"),
+            "sm_90",
+            evaluator=MarkerJudge(),
+            cache=cache,
+            seeds=[],
+            environ=env_for(server.url),
+        )
+        docs = [json.loads(cache.get_text(d) or "") for d in outcome.transcripts]
+    notes = [e.message for e in events if isinstance(e, Note) and "answered as model" in e.message]
+    expected = [f"{server.url} answered as model '{served}', not 'deepseek-reasoner' that was asked for"]
+    assert [n.split(";")[0] for n in notes] == (expected if warned else [])
+    assert {d["answer"]["model"] for d in docs} == {served} and len(outcome.candidates) == 3

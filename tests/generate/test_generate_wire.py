@@ -295,3 +295,15 @@ def test_a_key_no_header_can_carry_is_a_config_error(key: str, what: str) -> Non
     message = str(caught.value)
     assert message.startswith("$DEEPSEEK_API_KEY holds a character no API key has") and what in message
     assert "sk-abc" not in message and caught.value.exit_code == 2
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_an_error_body_with_status_200_is_named_in_its_words(stream: bool) -> None:
+    """Some gateways answer an error with status 200: it is retried like any malformed response, and it is said
+    in the server's words rather than as a dump of an empty completion."""
+    body = b'{"error": {"message": "Rate limit reached for requests", "code": "rate_limit_exceeded"}}'
+    exchange, requests = ask([Raw(body), Answer("asked again")], stream=stream)
+    assert requests == 2 and exchange.completion is not None
+    failed = exchange.attempts[0]
+    assert (failed.outcome, failed.label) == ("bad_response", "an error in place of an answer")
+    assert failed.message == "an error in place of an answer (HTTP 200): Rate limit reached for requests"
