@@ -17,7 +17,6 @@ import argparse
 import json
 import re
 from dataclasses import asdict
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..cache import (
@@ -36,7 +35,7 @@ from ..events import sink
 from ..judge import CHECKS_VERSION
 from ..manifest import Manifest, find_manifest, load_manifest
 from ..signing import TrustedKeys, load_private_key, trusted_keys
-from .common import add_cache_arg, add_manifest_arg, load_from_args, open_cache, require_current_lock
+from .common import add_cache_arg, add_manifest_arg, given_path, load_from_args, open_cache, require_current_lock
 from .render import Console
 
 if TYPE_CHECKING:
@@ -129,7 +128,7 @@ def register(sub: Any) -> None:
 
     p = commands.add_parser("export", help="write entries into one bundle file")
     add_cache_arg(p)
-    p.add_argument("path", type=Path, metavar="PATH", help="bundle file to write")
+    p.add_argument("path", type=given_path, metavar="PATH", help="bundle file to write")
     p.add_argument(
         "--kernel",
         action="append",
@@ -138,7 +137,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--signing-key",
-        type=Path,
+        type=given_path,
         metavar="FILE",
         help="sign the entries with this Ed25519 private key (default: $R1BUILD_SIGNING_KEY; unsigned without either)",
     )
@@ -147,11 +146,11 @@ def register(sub: Any) -> None:
 
     p = commands.add_parser("import", help="verify a bundle, then add its entries")
     add_cache_arg(p)
-    p.add_argument("path", type=Path, metavar="PATH", help="bundle file to read")
+    p.add_argument("path", type=given_path, metavar="PATH", help="bundle file to read")
     p.add_argument(
         "-m",
         "--manifest",
-        type=Path,
+        type=given_path,
         metavar="PATH",
         help="check signatures against this manifest's [cache] trusted-keys (kernels.toml, a "
         "pyproject.toml or a folder with one); unsigned and untrusted entries are refused",

@@ -14,6 +14,7 @@ __all__ = [
     "add_cache_arg",
     "add_locked_arg",
     "add_manifest_arg",
+    "given_path",
     "load_from_args",
     "open_cache",
     "parse_archs",
@@ -21,12 +22,20 @@ __all__ = [
 ]
 
 
+def given_path(text: str) -> Path:
+    """A path argument as argparse's ``type``: an empty one (``--out "$OUT"`` with OUT unset) is refused rather
+    than taken as the current folder, where it would write or look for files the user never named."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path (is the variable that should give it unset?)")
+    return Path(text)
+
+
 def add_manifest_arg(parser: argparse.ArgumentParser) -> None:
     """``-m/--manifest``: a manifest file or a directory holding one."""
     parser.add_argument(
         "-m",
         "--manifest",
-        type=Path,
+        type=given_path,
         default=None,
         metavar="PATH",
         help="kernels.toml, a pyproject.toml with [tool.r1build], or a folder with one (default: "
@@ -38,7 +47,7 @@ def add_cache_arg(parser: argparse.ArgumentParser, *, remote: bool = False) -> N
     """``--cache-dir``; with ``remote``, also ``--remote-cache URL`` and ``--remote-write``."""
     parser.add_argument(
         "--cache-dir",
-        type=Path,
+        type=given_path,
         default=None,
         metavar="DIR",
         help="cache directory (default: $R1BUILD_CACHE_DIR or the user cache folder)",
@@ -58,7 +67,7 @@ def add_cache_arg(parser: argparse.ArgumentParser, *, remote: bool = False) -> N
         )
         parser.add_argument(
             "--signing-key",
-            type=Path,
+            type=given_path,
             metavar="FILE",
             help="the team's Ed25519 private key that signs what --remote-write publishes "
             "(default: $R1BUILD_SIGNING_KEY)",

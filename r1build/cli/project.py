@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import asdict, replace
-from pathlib import Path
 from typing import Any
 
 from ..cluster import cluster_address
@@ -21,6 +20,7 @@ from .common import (
     add_cache_arg,
     add_locked_arg,
     add_manifest_arg,
+    given_path,
     load_from_args,
     open_cache,
     parse_archs,
@@ -89,7 +89,9 @@ def register(sub: Any) -> None:
         )
         p.add_argument("--json", action="store_true", help="machine-readable output")
         if name == "resolve":
-            p.add_argument("--out", type=Path, metavar="DIR", help="also write the generated .cu, header and CMake")
+            p.add_argument(
+                "--out", type=given_path, metavar="DIR", help="also write the generated .cu, header and CMake"
+            )
         else:
             p.add_argument("--check", action="store_true", help="exit 1 if the lock is not current; write nothing")
         p.set_defaults(func=cmd_resolve if name == "resolve" else cmd_lock)

@@ -10,7 +10,15 @@ from typing import Any
 from ..errors import UsageError
 from ..events import sink
 from ..filemode import replace_problem
-from .common import add_cache_arg, add_locked_arg, add_manifest_arg, load_from_args, open_cache, require_current_lock
+from .common import (
+    add_cache_arg,
+    add_locked_arg,
+    add_manifest_arg,
+    given_path,
+    load_from_args,
+    open_cache,
+    require_current_lock,
+)
 from .render import Console
 
 __all__ = ["register"]
@@ -24,7 +32,7 @@ def register(sub: Any) -> None:
     p.add_argument(
         "-o",
         "--output",
-        type=Path,
+        type=given_path,
         default=Path("report.html"),
         metavar="FILE",
         help="where to write the page (default: report.html)",
