@@ -27,6 +27,7 @@ import asyncio
 import json
 import math
 import random
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -76,6 +77,16 @@ _FATAL_HINTS = {
 AFTER_FINISH_S = 5.0
 """Seconds a stream may stay silent after its finish chunk (the usage chunk and ``[DONE]`` come at once) before
 the answer is taken as whole: a server or proxy that holds the connection open must not cost the answer."""
+
+
+_UNKNOWN_MODEL = re.compile(
+    r"\bmodel\b.*\b(not exists?|does not exist|doesn't exist|not found|unknown|invalid)\b"
+    r"|\b(unknown|invalid|no such)\b.*\bmodel\b",
+    re.IGNORECASE,
+)
+"""A refusal that names the model as unknown: the manifest's (or the profile's) model, a setting to fix."""
+_TOO_LONG = re.compile(r"maximum context length|context length|\bmax_tokens\b|\bmax_completion_tokens\b", re.I)
+"""A refusal that says the request asks for more tokens than the model takes: ``max-tokens``, a setting."""
 
 
 class _Fault(Exception):
@@ -187,6 +198,13 @@ class ChatClient:
             return ConfigError(f"{text} (key from {source})")
         if status in (403, 404):
             return ConfigError(f"{text} (model {self.endpoint.model!r})")
+        if status in (400, 422) and _UNKNOWN_MODEL.search(message):  # DeepSeek: 400 "Model Not Exist"
+            return ConfigError(f"{text} (model {self.endpoint.model!r}: set generation.model)")
+        if status in (400, 413, 422) and _TOO_LONG.search(message):  # vLLM: "maximum context length is ..."
+            return ConfigError(
+                f"{text} (generation.max-tokens is {self.generation.max_tokens}: lower it, or the prompt is too long "
+                "for the model's context)"
+            )
         return GenerationError(text)
 
     # -- one sample --------------------------------------------------------------------------------------

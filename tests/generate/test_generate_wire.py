@@ -17,7 +17,7 @@ from r1build.errors import ConfigError
 from r1build.generate.client import ChatClient, Exchange, Meter
 from r1build.generate.providers import resolve_endpoint
 from r1build.manifest.model import Generation
-from tests.generate.chat_server import Answer, ChatServer, Events, Raw, Reply, chunk
+from tests.generate.chat_server import Answer, ChatServer, Events, Fault, Raw, Reply, chunk
 from tests.generate.gen_support import KEY, Project
 
 USAGE = {"prompt_tokens": 10, "completion_tokens": 50, "total_tokens": 60}
@@ -307,3 +307,36 @@ def test_an_error_body_with_status_200_is_named_in_its_words(stream: bool) -> No
     failed = exchange.attempts[0]
     assert (failed.outcome, failed.label) == ("bad_response", "an error in place of an answer")
     assert failed.message == "an error in place of an answer (HTTP 200): Rate limit reached for requests"
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "hint"),
+    [
+        (400, "Model Not Exist", "(model 'deepseek-reasoner': set generation.model)"),
+        (404, "The model `deepseek-r2` does not exist.", "(model 'deepseek-reasoner')"),
+        (
+            400,
+            "This model's maximum context length is 32768 tokens. However, you requested 40000 tokens.",
+            f"(generation.max-tokens is {Generation().max_tokens:d}: lower it",
+        ),
+        (
+            422,
+            "max_tokens must be less than or equal to 8192",
+            f"(generation.max-tokens is {Generation().max_tokens:d}: lower it",
+        ),
+    ],
+    ids=["deepseek-unknown-model", "vllm-unknown-model", "context-length", "max-tokens-range"],
+)
+def test_a_refusal_of_a_setting_is_a_config_error(status: int, message: str, hint: str) -> None:
+    """The model name and max-tokens are settings: a server refusing them is exit 2 saying which, not exit 1 'the
+    server refused the request as malformed'."""
+    exchange, requests = ask([Fault(status, message=message), Answer("never")])
+    assert requests == 1 and isinstance(exchange.fatal, ConfigError)
+    assert message in str(exchange.fatal) and hint in str(exchange.fatal)
+
+
+def test_a_refusal_of_something_else_is_still_a_generation_error() -> None:
+    from r1build.errors import GenerationError
+
+    exchange, _ = ask([Fault(400, message="messages: roles must alternate")])
+    assert type(exchange.fatal) is GenerationError
