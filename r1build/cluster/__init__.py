@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from ..manifest.model import Manifest
 from ..settings import env_settings
 
-__all__ = ["cluster_address"]
+__all__ = ["cluster_address", "tls_problem"]
 
 
 def cluster_address(manifest: Manifest, flag: str | None, environ: Mapping[str, str] | None = None) -> str | None:
@@ -35,3 +35,24 @@ def cluster_address(manifest: Manifest, flag: str | None, environ: Mapping[str, 
             raise ClusterRefusedError(f"{'--cluster' if flag else 'R1BUILD_CLUSTER'}: {problem}")
         return address
     return manifest.settings.evaluation.cluster
+
+
+def tls_problem(address: str, role: str) -> str | None:
+    """Why a ``tls://`` ``address`` cannot be reached as ``role`` (``client`` or ``worker``), or None: Dask's
+    configuration must give that role a TLS context. Without one, Dask fails with a TypeError deep in its connect
+    (and a client then spends 20 s closing itself); a certificate file named there that cannot be read is said
+    here too."""
+    if not address.startswith("tls://"):
+        return None
+    from distributed.security import Security
+
+    try:
+        configured = Security().get_connection_args(role).get("ssl_context") is not None
+    except (OSError, ValueError) as exc:
+        return f"Dask's TLS settings cannot be used: {exc}"
+    if configured:
+        return None
+    return (
+        f"{address} is a tls:// address, and Dask's configuration holds no TLS settings for a {role} "
+        f"(distributed.comm.tls.ca-file, {role}.cert and {role}.key; README, Evaluating on a cluster)"
+    )

@@ -27,6 +27,7 @@ from ..manifest.load import cluster_address_problem
 from ..manifest.model import Manifest
 from ..records import Result, from_json
 from ..toolchain import toolchain
+from . import tls_problem
 from .facts import ProcessFacts, mismatch, process_facts
 from .tasks import PROGRESS_TOPIC, JobOutcome, ProjectFiles, WorkerEvaluator, evaluate_job, project_files, worker_facts
 
@@ -82,6 +83,9 @@ def connect(address: str, *, timeout_s: float) -> Client:
                 "Evaluating on a cluster)",
             )
         )
+    problem = tls_problem(address, "client")
+    if problem is not None:
+        raise ClusterRefusedError(f"cluster: {problem}")
     try:
         return client_class(address, timeout=f"{timeout_s}s", set_as_default=False)
     except (OSError, TimeoutError) as exc:

@@ -20,6 +20,7 @@ from typing import Any
 from ..errors import ClusterRefusedError
 from ..evaluate.devices import GpuInfo, archs_of, visible_devices_value
 from ..manifest.load import cluster_address_problem
+from . import tls_problem
 
 __all__ = ["WorkerPlan", "plan_workers", "run_workers"]
 
@@ -98,9 +99,13 @@ async def _serve(scheduler: str, plans: Sequence[WorkerPlan], ready: Callable[[]
     try:
         try:
             await asyncio.wait_for(asyncio.gather(*(n.start() for n in nannies)), timeout_s)
-        except (OSError, TimeoutError, asyncio.TimeoutError) as exc:
+        except (OSError, TimeoutError, asyncio.TimeoutError, RuntimeError) as exc:
+            # Dask wraps what stopped a nanny: RuntimeError("Nanny failed to start.") from the OSError
+            cause = exc.__cause__ if isinstance(exc, RuntimeError) else exc
+            if isinstance(exc, RuntimeError) and not isinstance(cause, (OSError, TimeoutError)):
+                raise
             raise ClusterRefusedError(
-                f"the Dask scheduler at {scheduler} is unreachable ({exc or 'timed out'})"
+                f"the Dask scheduler at {scheduler} is unreachable ({str(cause) or f'timed out after {timeout_s:g} s'})"
             ) from None
         ready()
         finished = asyncio.ensure_future(asyncio.gather(*(n.finished() for n in nannies)))
@@ -126,4 +131,7 @@ def run_workers(
         raise ClusterRefusedError("r1build worker needs Dask: pip install 'r1build[cluster]'") from None
     if not plans:
         raise ClusterRefusedError("nothing to start: no GPU is visible and compile slots are 0")
+    problem = tls_problem(scheduler, "worker")
+    if problem is not None:
+        raise ClusterRefusedError(f"--scheduler: {problem}")
     asyncio.run(_serve(scheduler, plans, ready, timeout_s))
