@@ -316,6 +316,14 @@ def cmd_resolve(args: argparse.Namespace, console: Console) -> int:
 def cmd_lock(args: argparse.Namespace, console: Console) -> int:
     manifest = load_from_args(args, check_references=False)
     if args.check:
+        if args.refresh:
+            raise UsageError("--check writes nothing and --refresh judges again: choose one")
+        _options(args, manifest, write_lock=False)  # --arch spellings, --cluster: refused as they are elsewhere
+        unknown = sorted(set(args.kernel or []) - {s.name for s in manifest.kernels})
+        if unknown:
+            raise UsageError(
+                f"unknown kernel(s): {', '.join(unknown)} (declared: {', '.join(s.name for s in manifest.kernels)})"
+            )
         staleness = check_lock(manifest, load_lock(manifest))
         if staleness:
             console.error(f"{lock_path(manifest)} is not current:\n{staleness.render()}")
