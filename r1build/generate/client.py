@@ -151,7 +151,7 @@ class ChatClient:
     async def __aenter__(self) -> ChatClient:
         t = self.generation.request_timeout_s
         try:
-            self._client = openai.AsyncOpenAI(
+            self._client = _Client(
                 api_key=self.endpoint.api_key,
                 base_url=self.endpoint.base_url,
                 max_retries=0,
@@ -544,6 +544,36 @@ class ChatClient:
             time.monotonic() - started,
             partial.first_token_s,
         )
+
+
+class _Client(openai.AsyncOpenAI):
+    """The official client, reading streams through :class:`_ChunkEvents` (its own hook for the decoder)."""
+
+    def _make_sse_decoder(self) -> Any:
+        return _ChunkEvents(super()._make_sse_decoder())
+
+
+class _ChunkEvents:
+    """The client's server-sent-events decoder, less the events that carry no chunk: an event with no data (only
+    ``id:`` or ``retry:`` fields) and one whose data is plain text (a proxy's ``event: ping`` / ``data: ping``
+    keep-alive). openai reads every event's data as JSON, so one of them failed the whole answer; JSON that does not
+    parse still does (it may be a chunk cut short)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    @staticmethod
+    def _chunk(event: Any) -> bool:
+        data = str(getattr(event, "data", "") or "").strip()
+        return data.startswith(("{", "["))
+
+    def iter_bytes(self, iterator: Any) -> Any:
+        return (event for event in self.inner.iter_bytes(iterator) if self._chunk(event))
+
+    async def aiter_bytes(self, iterator: Any) -> Any:
+        async for event in self.inner.aiter_bytes(iterator):
+            if self._chunk(event):
+                yield event
 
 
 def _error_in_place_of_an_answer(error: Any) -> None:

@@ -340,3 +340,23 @@ def test_a_refusal_of_something_else_is_still_a_generation_error() -> None:
 
     exchange, _ = ask([Fault(400, message="messages: roles must alternate")])
     assert type(exchange.fatal) is GenerationError
+
+
+@pytest.mark.parametrize(
+    "event",
+    [b"data: \n\n", b"event: ping\ndata: ping\n\n", b"id: 7\nretry: 100\n\n", b"data: keep-alive\n\n"],
+    ids=["empty-data", "ping-text", "id-and-retry-only", "text-keepalive"],
+)
+def test_events_that_carry_no_chunk_are_passed_over(event: bytes) -> None:
+    """A proxy's keep-alive events (no data, or text for data) are no part of the answer: openai reads every event's
+    data as JSON, and one of them failed the whole answer, asked (and paid) for again."""
+    events = Events([chunk("the "), event, chunk("answer"), event, chunk(finish="stop")])
+    exchange, requests = ask([events, Answer("asked again")])
+    assert requests == 1 and exchange.completion is not None
+    assert (exchange.completion.content, exchange.completion.finish_reason) == ("the answer", "stop")
+
+
+def test_json_cut_short_in_an_event_still_fails_the_attempt() -> None:
+    events = Events([chunk("the "), b'data: {"id": "c", "choices": [{"delta": {"cont\n\n', chunk(finish="stop")])
+    exchange, requests = ask([events, Answer("asked again")])
+    assert requests == 2 and [a.outcome for a in exchange.attempts] == ["bad_response", "ok"]
