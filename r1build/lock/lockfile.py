@@ -146,6 +146,10 @@ def read_lock(path: Path) -> Lock | None:
     except TomlProblem as exc:
         where = f"{path}:{exc.line}" if exc.line else str(path)
         raise LockError(f"{where}: corrupt lock ({exc.message}); {REBUILD}") from None
+    if "version" not in data:  # every lock r1build writes starts with it: an empty or cut file, or not a lock
+        raise LockError(
+            f"{path}: corrupt lock (no 'version = {LOCK_VERSION}' line: empty, cut short or not a lock); {REBUILD}"
+        )
     if data.get("version") == 1 and isinstance(data.get("kernel"), list):
         for table in data["kernel"]:
             upgrade_v1_entry(table)

@@ -103,8 +103,23 @@ def test_removed_kernel_and_arch_are_reported(root_copy: Path) -> None:
             "kernels.lock:3: corrupt lock (invalid TOML: an",
         ),
         (lambda t: "\ufeff" + t, "kernels.lock:1: corrupt lock (invalid TOML: the file starts with a byte-order mark"),
+        # read as a lock of no entries before: stale, never said to be damaged
+        (lambda t: "", "corrupt lock (no 'version = 2' line: empty, cut short or not a lock)"),
+        (lambda t: t.replace("version = 2\n", ""), "corrupt lock (no 'version = 2' line"),
     ],
-    ids=["version", "toml", "unknown-key", "digest", "type", "truncated", "deep", "huge-integer", "bom"],
+    ids=[
+        "version",
+        "toml",
+        "unknown-key",
+        "digest",
+        "type",
+        "truncated",
+        "deep",
+        "huge-integer",
+        "bom",
+        "empty",
+        "no-version",
+    ],
 )
 def test_corrupt_lock(root_copy: Path, edit: object, message: str) -> None:
     m = load_manifest(root_copy / "kernels.toml")
