@@ -71,7 +71,17 @@ def _kernel(manifest: Manifest, name: str) -> KernelSpec:
 
 
 def _archs(manifest: Manifest, spec: KernelSpec, args: argparse.Namespace) -> list[str]:
-    return parse_archs(args.arch) or manifest.archs_of(spec)
+    """``--arch`` (each one the kernel targets: a search for another would be paid for and never used), else every
+    arch of the kernel."""
+    targeted = manifest.archs_of(spec)
+    asked = parse_archs(args.arch) or targeted
+    untargeted = [a for a in asked if a not in targeted]
+    if untargeted:
+        raise UsageError(
+            f"--arch {', '.join(untargeted)}: {spec.name} does not target it (its archs: {', '.join(targeted)}); "
+            "add it to the manifest's archs first"
+        )
+    return asked
 
 
 def _origin(c: Candidate) -> str:

@@ -72,6 +72,8 @@ CASES: list[tuple[str, list[str], dict[str, str], str]] = [
     ("gc-size-inf", ["cache", "gc", "--max-size", "9" * 400], {}, "the size must be below 8 EiB"),
     ("gc-size-unicode", ["cache", "gc", "--max-size", "\uff11G"], {}, "is not a size"),
     ("replay-not-a-digest", ["replay", "scale", "--transcript", "zzz"], {}, "--transcript 'zzz' is not a transcript"),
+    ("generate-untargeted", ["generate", "scale", "--arch", "sm_80"], {}, "--arch sm_80: scale does not target it"),
+    ("replay-untargeted", ["replay", "scale", "--arch", "sm_80"], {}, "(its archs: sm_90)"),
     ("lock-check-refresh", ["lock", "--check", "--refresh"], {}, "--check writes nothing and --refresh judges"),
     ("lock-check-kernel", ["lock", "--check", "--kernel", "nope"], {}, "unknown kernel(s): nope (declared: scale)"),
     ("lock-check-arch", ["lock", "--check", "--arch", "bogus"], {}, "--arch: 'bogus' is not a GPU architecture"),
