@@ -459,10 +459,21 @@ class ChatClient:
         content_type = str(stream.response.headers.get("content-type", ""))
         if content_type.startswith("application/json"):  # a server that ignores "stream": the whole answer
             try:
-                body = await stream.response.aread()
+                body = await _read_whole(stream)
             finally:
                 await stream.close()
             return _from_json(body, time.monotonic() - started)
+        if not content_type.startswith("text/event-stream"):
+            # another type (text/plain, none): read it whole; JSON is the whole answer, anything else is read as
+            # events (the response keeps what was read)
+            try:
+                body = await _read_whole(stream)
+            except BaseException:
+                await stream.close()
+                raise
+            if body.lstrip().startswith(b"{"):
+                await stream.close()
+                return _from_json(body, time.monotonic() - started)
         finish: str | None = None
         usage: Any = None
         model: str | None = None
@@ -574,6 +585,19 @@ class _ChunkEvents:
         async for event in self.inner.aiter_bytes(iterator):
             if self._chunk(event):
                 yield event
+
+
+async def _read_whole(stream: Any) -> bytes:
+    """The whole body of a response the client did not read as events; a connection that breaks meanwhile is a
+    fault like any other (httpx's own error would otherwise escape: the client wraps only what it reads)."""
+    try:
+        body: bytes = await stream.response.aread()
+    except (asyncio.CancelledError, _Fault):
+        raise
+    except Exception as exc:
+        what = f"connection failed while reading the body ({type(exc).__name__}: {exc})"
+        raise _Fault("stream_cut", what, label="a cut stream") from None
+    return body
 
 
 def _error_in_place_of_an_answer(error: Any) -> None:

@@ -360,3 +360,35 @@ def test_json_cut_short_in_an_event_still_fails_the_attempt() -> None:
     events = Events([chunk("the "), b'data: {"id": "c", "choices": [{"delta": {"cont\n\n', chunk(finish="stop")])
     exchange, requests = ask([events, Answer("asked again")])
     assert requests == 2 and [a.outcome for a in exchange.attempts] == ["bad_response", "ok"]
+
+
+PLAIN = (
+    b'{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":'
+    b'"assistant","content":"the answer"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":9}}'
+)
+
+
+def test_a_whole_json_answer_cut_mid_body_is_a_fault_not_a_traceback() -> None:
+    """A server that ignores ``stream`` and drops the connection inside its JSON body: httpx's own error escaped
+    (the client wraps only what it reads itself) and ended the run with a traceback."""
+    cut = Events([PLAIN[:60]], done=False, drop=True, content_type="application/json")
+    exchange, requests = ask([cut, Answer("asked again")])
+    assert requests == 2 and [a.outcome for a in exchange.attempts] == ["stream_cut", "ok"]
+    assert "connection failed while reading the body" in exchange.attempts[0].message
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        (PLAIN, "text/plain"),
+        (PLAIN, ""),
+        (b"data: " + json.dumps(chunk("the answer", finish="stop")).encode() + b"\n\ndata: [DONE]\n\n", "text/plain"),
+    ],
+    ids=["json-as-text", "json-untyped", "events-as-text"],
+)
+def test_an_answer_under_another_content_type_is_read(body: bytes, content_type: str) -> None:
+    """A streamed request answered under a type that is neither events nor JSON: JSON is the whole answer (it was
+    'an empty stream', retried and not even counted), events are still read as events."""
+    exchange, requests = ask([Raw(body, content_type=content_type), Answer("asked again")])
+    c = exchange.completion
+    assert requests == 1 and c is not None and (c.content, c.finish_reason) == ("the answer", "stop")
