@@ -375,6 +375,8 @@ class ChatClient:
             if params.get("stream"):
                 return await self._streamed(messages, params, partial, meter, started)
             return await self._plain(messages, params, started)
+        except _Fault:
+            raise
         except openai.APIStatusError as exc:
             status = exc.status_code
             text = _error_text(exc)
@@ -418,6 +420,12 @@ class ChatClient:
         except ValueError as exc:  # JSON that does not parse, pydantic validation
             raise _Fault(
                 "bad_response", f"the response is not valid JSON: {str(exc)[:200]}", label="a malformed response"
+            ) from None
+        except Exception as exc:  # JSON of another shape (choices: [5]): the client does not check what it builds
+            raise _Fault(
+                "bad_response",
+                f"the response does not fit the protocol ({type(exc).__name__}: {str(exc)[:200]})",
+                label="a malformed response",
             ) from None
 
     async def _plain(self, messages: list[dict[str, str]], params: dict[str, Any], started: float) -> Completion:

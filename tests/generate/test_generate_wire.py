@@ -392,3 +392,23 @@ def test_an_answer_under_another_content_type_is_read(body: bytes, content_type:
     exchange, requests = ask([Raw(body, content_type=content_type), Answer("asked again")])
     c = exchange.completion
     assert requests == 1 and c is not None and (c.content, c.finish_reason) == ("the answer", "stop")
+
+
+@pytest.mark.parametrize(
+    ("reply", "stream"),
+    [
+        (Events([b'data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[5]}\n\n']), True),
+        (
+            Events([b'data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"delta":"hi"}]}\n\n']),
+            True,
+        ),
+        (Raw(b'{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[5]}'), False),
+    ],
+    ids=["stream-choice-a-number", "stream-delta-a-string", "plain-choice-a-number"],
+)
+def test_json_of_another_shape_is_a_malformed_response_not_a_traceback(reply: Reply, stream: bool) -> None:
+    """The client builds its objects from the JSON without checking it: a choice that is a number raised
+    AttributeError out of the run."""
+    exchange, requests = ask([reply, Answer("asked again")], stream=stream)
+    assert requests == 2 and [a.outcome for a in exchange.attempts] == ["bad_response", "ok"]
+    assert exchange.attempts[0].message.startswith("the response does not fit the protocol (AttributeError")
