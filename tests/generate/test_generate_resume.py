@@ -76,16 +76,28 @@ def test_a_search_cut_short_by_a_fatal_error_goes_on_from_its_answers(project: P
 
 
 def test_ctrl_c_then_a_rerun_asks_only_what_was_in_flight(project: Project) -> None:
-    def make(request: Request) -> Reply:
-        if "SAMPLE=2" in request.prompt:
-            threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
-            return Stall()
-        return Answer(answer(kernel_source(0 if "SAMPLE=0" in request.prompt else 1)), completion_tokens=500)
-
     manifest = project.write(
         budget={"rounds": 1, "samples": 3, "candidates": 3},
         generation={"max-concurrency": 3, "directions": ["SAMPLE=0", "SAMPLE=1", "SAMPLE=2"]},
     )
+    key = decision_key(manifest, manifest.kernel("vadd"), "sm_90")
+
+    def interrupt_once_two_are_stored() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with project.cache() as cache:
+                links = read_links(cache, key)
+            if links is not None and len(links.transcripts) >= 2:
+                break
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    def make(request: Request) -> Reply:
+        if "SAMPLE=2" in request.prompt:
+            threading.Thread(target=interrupt_once_two_are_stored, daemon=True).start()
+            return Stall()
+        return Answer(answer(kernel_source(0 if "SAMPLE=0" in request.prompt else 1)), completion_tokens=500)
+
     with ChatServer(make) as server, pytest.raises(KeyboardInterrupt):
         run(project, manifest, server)
     assert len(server.chat_requests()) == 3
