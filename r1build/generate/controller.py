@@ -79,6 +79,9 @@ __all__ = ["MIN_GAIN", "Order", "SampleLoss", "SearchOutcome", "Usage", "replay_
 MIN_GAIN = 0.02
 """Smallest relative speed-up of the best kernel that counts as an improvement for ``patience``."""
 
+LINK_EVERY_S = 1.0
+"""Seconds between two links of the transcripts of a search still running (what a killed process leaves)."""
+
 FINALISTS = 2
 """With a profiler, the fastest candidates of each round (and of the seeds) profiled under Nsight Compute."""
 
@@ -159,7 +162,14 @@ class _Search:
         self.model_warned = False
         """Whether the search warned that another model answered."""
         self.link_as_we_go = False
-        """Whether each transcript is linked under the decision key as it is stored, not only when the search ends."""
+        """Whether the transcripts are linked under the decision key as they are stored (within
+        :data:`LINK_EVERY_S`), not only when the search ends."""
+        self.linked_at = float("-inf")
+        """When the transcripts were last linked as those of a search cut short (``time.monotonic``)."""
+        self.link_due: asyncio.TimerHandle | None = None
+        """The link that is due, when one is."""
+        self.ended = False
+        """Whether the search linked how it ended."""
         self.last_fault = ""
         """What the last failed attempt said (redacted), for the error of a search that got no answer."""
         self.tasks: set[asyncio.Task[None]] = set()
@@ -340,7 +350,7 @@ class _Search:
                     self.transcripts.append(((round_no, sample), digest))
                     self.finished_samples += 1
                     if self.link_as_we_go:  # a process killed now (SIGTERM, SIGKILL) leaves them to resume from
-                        self.link("interrupted", "the process ended before the search did")
+                        self.link_soon()
             if exchange.fatal is not None:
                 self.fatal = exchange.fatal
                 self.stop("fatal")
@@ -574,13 +584,22 @@ class _Search:
         try:
             outcome = await self._run()
         except R1BuildError as exc:
-            self.link("fatal", str(exc))
+            self.end("fatal", str(exc))
             raise
         except (asyncio.CancelledError, KeyboardInterrupt):
-            self.link("interrupted", "interrupted before the search ended")
+            self.end("interrupted", "interrupted before the search ended")
             raise
-        self.link(outcome.stop_reason, outcome.cause)
+        self.end(outcome.stop_reason, outcome.cause)
         return outcome
+
+    def end(self, reason: StopReason, cause: str) -> None:
+        """Link the transcripts as the search ended, for good (a link of the search cut short that is still due
+        is not written)."""
+        self.ended = True
+        if self.link_due is not None:
+            self.link_due.cancel()
+            self.link_due = None
+        self.link(reason, cause)
 
     async def _run(self) -> SearchOutcome:
         pool = self.pool
@@ -651,6 +670,25 @@ class _Search:
         if self.stop_reason in ("wall_time", "tokens", "money"):
             text += f"; then {self.describe_stop(self.stop_reason)}"
         return text + said
+
+    def link_soon(self) -> None:
+        """Link the transcripts stored so far as those of a search cut short, now or, where the last such link is
+        less than :data:`LINK_EVERY_S` old, that much later (one write a second, not one a sample: hundreds of
+        samples in flight rewrite a growing list)."""
+        if self.link_due is not None:
+            return
+        wait = self.linked_at + LINK_EVERY_S - time.monotonic()
+        if wait <= 0:
+            self.link_cut_short()
+        else:
+            self.link_due = asyncio.get_running_loop().call_later(wait, self.link_cut_short)
+
+    def link_cut_short(self) -> None:
+        self.link_due = None
+        if self.ended:  # the search linked how it ended: that stays
+            return
+        self.linked_at = time.monotonic()
+        self.link("interrupted", "the process ended before the search did")
 
     def link(self, reason: StopReason, cause: str) -> None:
         """Link the transcripts stored so far under the decision key (``r1build replay`` finds them there)."""
