@@ -44,7 +44,7 @@ except ImportError:  # the generate extra is not installed: the command that nee
     raise GENERATE.missing() from None
 from ..manifest.model import Generation
 from .budget import estimate_tokens
-from .exchange import FAULT_KINDS, RETRYABLE, Attempt, Completion, Exchange, FaultKind, Meter, Spend
+from .exchange import FAULT_KINDS, RETRYABLE, Attempt, Completion, Exchange, FaultKind, Meter, Spend, utf8_text
 from .pacing import MAX_BACKOFF_S, Pacer, parse_retry_after, status_label
 from .providers import Endpoint
 
@@ -660,8 +660,9 @@ def _from_json(body: bytes, latency: float) -> Completion:
         )
     raw_message = choices[0].get("message")
     message: dict[str, Any] = raw_message if isinstance(raw_message, dict) else {}
-    content = _text(message.get("content")) or ""
-    reasoning = _text(message.get("reasoning_content")) or _text(message.get("reasoning")) or ""
+    content = utf8_text(_text(message.get("content")) or "")
+    reasoning = utf8_text(_text(message.get("reasoning_content")) or _text(message.get("reasoning")) or "")
+    model, ident = utf8_text(_text(data.get("model"))), utf8_text(_text(data.get("id")))
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else None
     tokens = _count(usage.get("completion_tokens")) if usage else None
     if usage is None or tokens is None:
@@ -673,8 +674,8 @@ def _from_json(body: bytes, latency: float) -> Completion:
             completion_tokens=estimate_tokens(len(content) + len(reasoning)),
             reasoning_tokens=0,
             usage_reported=False,
-            model=_text(data.get("model")),
-            response_id=_text(data.get("id")),
+            model=model,
+            response_id=ident,
             latency_s=latency,
             first_token_s=None,
         )
@@ -688,8 +689,8 @@ def _from_json(body: bytes, latency: float) -> Completion:
         completion_tokens=tokens,
         reasoning_tokens=_count(reasoning_tokens) or 0,
         usage_reported=True,
-        model=_text(data.get("model")),
-        response_id=_text(data.get("id")),
+        model=model,
+        response_id=ident,
         latency_s=latency,
         first_token_s=None,
     )
@@ -705,6 +706,8 @@ def _completion(
     latency: float,
     first: float | None,
 ) -> Completion:
+    content, reasoning = utf8_text(content), utf8_text(reasoning)
+    model, ident = utf8_text(model), utf8_text(ident)
     tokens = _count(getattr(usage, "completion_tokens", None))
     if usage is not None and tokens is not None:
         details = getattr(usage, "completion_tokens_details", None)

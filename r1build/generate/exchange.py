@@ -5,7 +5,7 @@ Standard library and records only (no ``openai``), so whatever reads a search's 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, get_args
+from typing import Any, Literal, Protocol, get_args, overload
 
 from ..errors import R1BuildError
 from .budget import StopReason, estimate_tokens
@@ -146,3 +146,20 @@ class Exchange:
     def estimated(self) -> bool:
         """Whether some attempt's counts are estimates."""
         return any(not a.usage_reported and (a.prompt_tokens or a.completion_tokens) for a in self.attempts)
+
+
+@overload
+def utf8_text(text: str) -> str: ...
+@overload
+def utf8_text(text: None) -> None: ...
+def utf8_text(text: str | None) -> str | None:
+    """``text`` as Unicode that UTF-8 can hold: JSON's ``\\ud83d`` escapes may leave surrogates (a server's bug,
+    or a pair split across two stream events): a round trip through UTF-16 joins a split pair again, and a lone one
+    becomes U+FFFD, instead of failing the answer where it is stored."""
+    if text is None or text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text

@@ -24,7 +24,7 @@ from typing import Any
 from ..cache import Cache
 from ..keys import canonical_json
 from ..transcript_doc import KIND, LINKS_NAMESPACE, SCHEMA, parse_transcript
-from .exchange import Exchange
+from .exchange import Exchange, utf8_text
 from .providers import redact
 
 __all__ = [
@@ -112,9 +112,11 @@ def round_s(value: float) -> float:
 
 
 def _scrubbed(value: Any, secrets: Sequence[str]) -> Any:
-    """``value`` with every string scrubbed of ``secrets``, and every number JSON cannot hold (NaN, infinity,
-    whatever a server sent) as null."""
+    """``value`` with every string scrubbed of ``secrets`` and held to what UTF-8 can hold (:func:`utf8_text`: a
+    server's error text is stored too), and every number JSON cannot hold (NaN, infinity, whatever a server sent)
+    as null."""
     if isinstance(value, str):
+        value = utf8_text(value)
         return redact(value, secrets) if secrets else value
     if isinstance(value, float) and not math.isfinite(value):
         return None

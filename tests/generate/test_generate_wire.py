@@ -412,3 +412,61 @@ def test_json_of_another_shape_is_a_malformed_response_not_a_traceback(reply: Re
     exchange, requests = ask([reply, Answer("asked again")], stream=stream)
     assert requests == 2 and [a.outcome for a in exchange.attempts] == ["bad_response", "ok"]
     assert exchange.attempts[0].message.startswith("the response does not fit the protocol (AttributeError")
+
+
+def test_surrogates_json_escapes_leave_become_text_utf8_can_hold() -> None:
+    """JSON's ``\\ud83d`` escapes can give Python strings no UTF-8 can hold: a pair split across two stream events is
+    joined again, a lone one becomes U+FFFD (storing the transcript raised UnicodeEncodeError before)."""
+    events = Events(
+        [
+            chunk("a \ud83d", reasoning="think \udc00"),
+            chunk("\ude00 b "),
+            chunk("c \udc00 d"),
+            chunk(finish="stop"),
+        ]
+    )
+    exchange, _ = ask([events])
+    c = exchange.completion
+    assert c is not None
+    assert (c.content, c.reasoning) == ("a \U0001f600 b c \ufffd d", "think \ufffd")
+    body = json.dumps(
+        {
+            "id": "r\udc01",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "deepseek-reasoner",
+            "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": "x \ud83d y"}, "finish_reason": "stop"}
+            ],
+        }
+    )
+    exchange, _ = ask([Raw(body.encode())], stream=False)
+    c = exchange.completion
+    assert c is not None and (c.content, c.response_id) == ("x \ufffd y", "r\ufffd")
+
+
+@pytest.mark.slow
+def test_a_lone_surrogate_does_not_end_the_search(project: Project) -> None:
+    """An error text and an answer with a lone surrogate are stored and the answer's kernel kept (a traceback out of
+    the search, in the transcript's canonical JSON, before)."""
+    from r1build.generate import search
+    from tests.generate.gen_support import MarkerJudge, answer, env_for, kernel_source
+
+    manifest = project.write(budget={"rounds": 1, "samples": 1})
+    text = answer(kernel_source(1)) + "\n(done \ud83d)"
+    error = Raw(json.dumps({"error": {"message": "overloaded \udc00"}}).encode(), status=503)
+    with ChatServer([error, Answer(text)]) as server, project.cache() as cache:
+        outcome = search(
+            manifest,
+            manifest.kernel("vadd"),
+            "sm_90",
+            evaluator=MarkerJudge(),
+            cache=cache,
+            seeds=[],
+            environ=env_for(server.url),
+        )
+        stored = cache.get_text(outcome.transcripts[0]) or ""
+    assert [c.source for c in outcome.candidates] == [kernel_source(1)]
+    doc = json.loads(stored)
+    assert doc["answer"]["content"].endswith("(done \ufffd)")
+    assert "overloaded \ufffd" in stored  # the failed attempt's words, stored with it
