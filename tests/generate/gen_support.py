@@ -14,12 +14,15 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from r1build.cache import Cache
-from r1build.judge import Job
+from r1build.judge import Evaluator, Job
 from r1build.manifest import KernelSpec, Manifest, load_manifest
 from r1build.records import GateReport, Result, Timing
+
+if TYPE_CHECKING:
+    from r1build.generate import SearchOutcome
 
 KEY = "sk-test-4f1c9a7e2b0d"
 """The API key every test sends; it must never reach the cache."""
@@ -202,3 +205,19 @@ class MarkerJudge:
                 device="TestGPU",
             )
         return Result(candidate=digest, arch=arch, status="passed", gate=report)
+
+
+def search_vadd(manifest: Manifest, cache: Cache, url: str, *, evaluator: Evaluator | None = None) -> SearchOutcome:
+    """A whole search for ``vadd`` on sm_90 against the server at ``url``: no seeds, judged by ``evaluator`` (a
+    :class:`MarkerJudge` when None)."""
+    from r1build.generate import search
+
+    return search(
+        manifest,
+        manifest.kernel("vadd"),
+        "sm_90",
+        evaluator=evaluator or MarkerJudge(),
+        cache=cache,
+        seeds=[],
+        environ=env_for(url),
+    )

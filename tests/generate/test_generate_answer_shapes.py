@@ -22,7 +22,7 @@ from r1build.defines import define_problem
 from r1build.errors import ToolchainError
 from r1build.events import Event, Note, sink
 from r1build.gate import StaticGate
-from r1build.generate import replay, search
+from r1build.generate import replay
 from r1build.generate.extract import (
     Extraction,
     ExtractionReason,
@@ -33,7 +33,7 @@ from r1build.generate.extract import (
 from r1build.records import Candidate, Origin
 from r1build.toolchain import toolchain
 from tests.generate.chat_server import Answer, ChatServer
-from tests.generate.gen_support import SIGNATURE, MarkerJudge, Project, env_for, kernel_source
+from tests.generate.gen_support import SIGNATURE, MarkerJudge, Project, kernel_source, search_vadd
 
 R1_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "r1-kernelbench" / "level1_r1_best1.jsonl"
 
@@ -403,15 +403,7 @@ def test_a_search_over_answers_of_every_shape_keeps_each_candidate_and_counts_ea
     counter = iter(range(100))
     events: list[Event] = []
     with ChatServer(lambda r: replies[next(counter)]) as server, project.cache() as cache, sink(events.append):
-        outcome = search(
-            manifest,
-            manifest.kernel("vadd"),
-            "sm_90",
-            evaluator=judge,
-            cache=cache,
-            seeds=[],
-            environ=env_for(server.url),
-        )
+        outcome = search_vadd(manifest, cache, server.url, evaluator=judge)
     # (samples run two at a time, so which sample got which reply is not fixed)
     assert sorted(c.source for c in outcome.candidates) == sorted([*finals[:3], _extern_block(finals[3])])
     assert outcome.usage.failures.get("no_code") == 3

@@ -16,27 +16,19 @@ import pytest
 
 from r1build.cli.main import main
 from r1build.errors import ConfigError, GenerationError
-from r1build.generate import SearchOutcome, search
+from r1build.generate import SearchOutcome
 from r1build.keys import decision_key
 from r1build.manifest import Manifest
 from r1build.transcript_doc import read_links
 from tests.generate.chat_server import Answer, ChatServer, Fault, Reply, Request, Stall
-from tests.generate.gen_support import KEY, MarkerJudge, Project, answer, env_for, kernel_source
+from tests.generate.gen_support import KEY, Project, answer, env_for, kernel_source, search_vadd
 
 pytestmark = pytest.mark.slow  # servers and searches, twice each
 
 
 def run(project: Project, manifest: Manifest, server: ChatServer) -> SearchOutcome:
     with project.cache() as cache:
-        return search(
-            manifest,
-            manifest.kernel("vadd"),
-            "sm_90",
-            evaluator=MarkerJudge(),
-            cache=cache,
-            seeds=[],
-            environ=env_for(server.url),
-        )
+        return search_vadd(manifest, cache, server.url)
 
 
 def answers(first: int, tokens: int = 1000) -> Any:

@@ -13,9 +13,8 @@ from typing import Any
 import pytest
 
 from r1build.cli.main import main
-from r1build.generate import search
 from tests.generate.chat_server import Answer, ChatServer, Fault, Raw, Reply, Request, Stall
-from tests.generate.gen_support import KEY, MarkerJudge, Project, answer, env_for, kernel_source
+from tests.generate.gen_support import KEY, Project, answer, kernel_source, search_vadd
 
 pytestmark = pytest.mark.slow  # a few seconds of timeouts
 
@@ -54,15 +53,7 @@ def test_invariants_hold_through_a_storm_of_faults(project: Project, stopwatch: 
         return fault or Answer(answer(kernel_source(n, time_us=100 - n)), completion_tokens=300 + n, chunk_chars=64)
 
     with ChatServer(script) as server, project.cache() as cache:
-        outcome = search(
-            manifest,
-            manifest.kernel("vadd"),
-            "sm_90",
-            evaluator=MarkerJudge(),
-            cache=cache,
-            seeds=[],
-            environ=env_for(server.url),
-        )
+        outcome = search_vadd(manifest, cache, server.url)
         docs = [json.loads(cache.get_text(d) or "") for d in outcome.transcripts]
     u = outcome.usage
     sent = len(server.chat_requests())
@@ -129,15 +120,7 @@ def test_a_server_that_answers_as_another_model_is_named_once(project: Project, 
     replies: list[Reply] = [Answer(answer(kernel_source(n))) for n in range(3)]
     events: list[Event] = []
     with ChatServer(replies, model=served) as server, project.cache() as cache, sink(events.append):
-        outcome = search(
-            manifest,
-            manifest.kernel("vadd"),
-            "sm_90",
-            evaluator=MarkerJudge(),
-            cache=cache,
-            seeds=[],
-            environ=env_for(server.url),
-        )
+        outcome = search_vadd(manifest, cache, server.url)
         docs = [json.loads(cache.get_text(d) or "") for d in outcome.transcripts]
     notes = [e.message for e in events if isinstance(e, Note) and "answered as model" in e.message]
     expected = [f"{server.url} answered as model '{served}', not 'deepseek-reasoner' that was asked for"]

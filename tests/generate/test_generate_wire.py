@@ -229,8 +229,7 @@ def test_fields_that_are_no_text_are_left_out() -> None:
 def test_numbers_json_cannot_hold_do_not_end_the_search(project: Project) -> None:
     """NaN and Infinity from the server (Python's json reads them) reach no transcript: storing one raised
     ValueError (JSON has no NaN) out of the search, a traceback that lost the round."""
-    from r1build.generate import search
-    from tests.generate.gen_support import MarkerJudge, answer, env_for, kernel_source
+    from tests.generate.gen_support import answer, kernel_source, search_vadd
 
     manifest = project.write(budget={"rounds": 1, "samples": 1})
     text = json.dumps(answer(kernel_source(1)))
@@ -240,15 +239,7 @@ def test_numbers_json_cannot_hold_do_not_end_the_search(project: Project) -> Non
         '"usage":{"prompt_tokens":NaN,"completion_tokens":Infinity}}'
     )
     with ChatServer([Raw(body.encode())]) as server, project.cache() as cache:
-        outcome = search(
-            manifest,
-            manifest.kernel("vadd"),
-            "sm_90",
-            evaluator=MarkerJudge(),
-            cache=cache,
-            seeds=[],
-            environ=env_for(server.url),
-        )
+        outcome = search_vadd(manifest, cache, server.url)
         doc = json.loads(cache.get_text(outcome.transcripts[0]) or "")
     assert [c.source for c in outcome.candidates] == [kernel_source(1)]
     assert doc["answer"]["model"] is None and doc["answer"]["response_id"] is None
@@ -449,22 +440,13 @@ def test_surrogates_json_escapes_leave_become_text_utf8_can_hold() -> None:
 def test_a_lone_surrogate_does_not_end_the_search(project: Project) -> None:
     """An error text and an answer with a lone surrogate are stored and the answer's kernel kept (a traceback out of
     the search, in the transcript's canonical JSON, before)."""
-    from r1build.generate import search
-    from tests.generate.gen_support import MarkerJudge, answer, env_for, kernel_source
+    from tests.generate.gen_support import answer, kernel_source, search_vadd
 
     manifest = project.write(budget={"rounds": 1, "samples": 1})
     text = answer(kernel_source(1)) + "\n(done \ud83d)"
     error = Raw(json.dumps({"error": {"message": "overloaded \udc00"}}).encode(), status=503)
     with ChatServer([error, Answer(text)]) as server, project.cache() as cache:
-        outcome = search(
-            manifest,
-            manifest.kernel("vadd"),
-            "sm_90",
-            evaluator=MarkerJudge(),
-            cache=cache,
-            seeds=[],
-            environ=env_for(server.url),
-        )
+        outcome = search_vadd(manifest, cache, server.url)
         stored = cache.get_text(outcome.transcripts[0]) or ""
     assert [c.source for c in outcome.candidates] == [kernel_source(1)]
     doc = json.loads(stored)
