@@ -18,7 +18,7 @@ from diskcache.core import ENOVAL, UNKNOWN
 
 from ..errors import CacheDamagedError, CacheError
 from ..events import Note, emit
-from .rows import DBNAME
+from .rows import DBNAME, value_file_problem
 
 __all__ = [
     "DBNAME",
@@ -132,6 +132,13 @@ class PidDisk(diskcache.Disk):  # type: ignore[misc]
         pid = os.getpid()
         return _value_name(filename, pid), _value_name(full_path, pid)
 
+    def remove(self, file_path: str) -> None:
+        """Delete a value file, only when it is one of the cache's own: a row of a planted or damaged index can
+        name any path (absolute, ``..``, through a symbolic link), and diskcache deletes what the row names
+        when its entry is replaced, deleted or evicted."""
+        if value_file_problem(self._directory, file_path) is None:
+            super().remove(file_path)
+
 
 def process_gone(pid: int) -> bool:
     if pid == os.getpid():
@@ -206,8 +213,9 @@ def sweep_interrupted_imports(sql: Connections, directory: Path) -> None:
         removed = 0
         freed = 0
         for path in directory.glob(f"[0-9a-f][0-9a-f]/[0-9a-f][0-9a-f]/*.p{pid}.val"):
-            if path.relative_to(directory).as_posix() in referenced:
-                continue
+            rel = path.relative_to(directory).as_posix()
+            if rel in referenced or value_file_problem(directory, rel) is not None:
+                continue  # in use, or reached through a planted symbolic link: not the import's file
             with contextlib.suppress(OSError):
                 freed += path.stat().st_size
                 path.unlink()

@@ -32,7 +32,7 @@ from .codec import KINDS, Corrupt, check_payload, kind_of, verified
 from .location import resolve_cache_dir
 from .reports import BadEntry
 from .rows import DBNAME as _DBNAME
-from .rows import MODE_BINARY, MODE_RAW
+from .rows import MODE_BINARY, MODE_RAW, read_value_file, value_file_problem
 from .store import Cache
 
 __all__ = ["RepairReport", "repair_cache"]
@@ -128,7 +128,11 @@ def _filed(payload: bytes, digest: str) -> str:
 def _rebuild(d: Path, damage: str) -> RepairReport:
     report = RepairReport(directory=str(d), rebuilt=True, damage=damage)
     db = d / _DBNAME
-    old_files = sorted(p for p in d.glob("[0-9a-f][0-9a-f]/[0-9a-f][0-9a-f]/*.val") if p.is_file())
+    old_files = sorted(  # never through a planted symbolic link: these files are deleted below
+        p
+        for p in d.glob("[0-9a-f][0-9a-f]/[0-9a-f][0-9a-f]/*.val")
+        if value_file_problem(d, p.relative_to(d).as_posix()) is None
+    )
     kept: dict[str, bytes] = {}
     named_files: set[str] = set()
     for key, mode, filename, value in _old_rows(db):
@@ -138,9 +142,10 @@ def _rebuild(d: Path, damage: str) -> RepairReport:
         elif mode == MODE_BINARY and filename:
             named_files.add(str(filename))
             try:
-                raw = (d / str(filename)).read_bytes()
+                found = read_value_file(d, filename)  # a row may name any path: only the cache's own files
             except OSError:
-                raw = None
+                found = None
+            raw = found if isinstance(found, bytes) else None
         if raw is None or not _keep(kept, key, raw):
             report.dropped += 1
     for path in old_files:

@@ -9,11 +9,23 @@ neither diskcache nor the store.
 
 from __future__ import annotations
 
+import os
+import re
 import sqlite3
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["DBNAME", "MODE_BINARY", "MODE_RAW", "UNREADABLE", "row_bytes", "stored_values"]
+__all__ = [
+    "DBNAME",
+    "MODE_BINARY",
+    "MODE_RAW",
+    "UNREADABLE",
+    "read_value_file",
+    "row_bytes",
+    "stored_values",
+    "value_file_problem",
+]
 
 DBNAME = "cache.db"
 """diskcache's database file in the cache directory."""
@@ -23,6 +35,50 @@ MODE_BINARY = 2
 """diskcache's mode of a value kept in a value file (``diskcache.core.MODE_BINARY``)."""
 UNREADABLE = "stored as a value of another type"
 """Why a row whose value is neither shape cannot be read."""
+_VALUE_FILE = re.compile(r"[0-9a-f]{2}/[0-9a-f]{2}/[0-9a-f]{1,64}(?:\.p[0-9]{1,10})?\.val")
+"""The name of a value file diskcache writes (with the writing process's id, :class:`~.index.PidDisk`)."""
+
+
+def value_file_problem(directory: Path | str, filename: object) -> str | None:
+    """Why the value file a row names must not be read, replaced or deleted (None when it may): a name other
+    than diskcache's ``xx/yy/<hex>.val`` (an absolute path, ``..``: a planted row pointing outside the cache),
+    or a symbolic link on the way (a planted link), or something that is not a plain file. A row of a hostile
+    or damaged ``cache.db`` can name any path; without this, deleting its entry deleted that file."""
+    name = str(filename)
+    if not _VALUE_FILE.fullmatch(name):
+        return f"its value file {name[:80]!r} is not a file of the cache (outside it, or not a name diskcache writes)"
+    first, second, _ = name.split("/")
+    base = Path(directory)
+    for part in (first, f"{first}/{second}", name):
+        try:
+            mode = os.lstat(base / part).st_mode
+        except FileNotFoundError:
+            return None  # gone (replaced or evicted meanwhile): the caller looks again
+        except OSError as exc:
+            return f"its value file {name} cannot be read ({exc.strerror})"
+        if stat.S_ISLNK(mode):
+            return f"its value file {name} leads outside the cache through a symbolic link ({part})"
+        if part == name and not stat.S_ISREG(mode):
+            return f"its value file {name} is not a plain file"
+    return None
+
+
+def read_value_file(directory: Path | str, filename: object) -> bytes | str | None:
+    """The bytes of the value file a row names; a reason (str) when it must not be read
+    (:func:`value_file_problem`); None when it is gone."""
+    problem = value_file_problem(directory, filename)
+    if problem is not None:
+        return problem
+    try:
+        fd = os.open(Path(directory) / str(filename), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"its value file {filename} cannot be read ({exc.strerror})"
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            return f"its value file {filename} is not a plain file"
+        return fh.read()
 
 
 def row_bytes(directory: Path, mode: object, filename: object, value: object) -> bytes | str | None:
@@ -33,7 +89,7 @@ def row_bytes(directory: Path, mode: object, filename: object, value: object) ->
     if mode != MODE_BINARY or not filename:
         return UNREADABLE
     try:
-        return (directory / str(filename)).read_bytes()
+        return read_value_file(directory, filename)
     except OSError:
         return None
 
