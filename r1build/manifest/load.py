@@ -302,21 +302,38 @@ def _check_flag_macros(v: _Validator, flags: list[str], kernels: list[KernelSpec
             raise v.fail(("nvcc-flags", j), f"{flag} defines {macro!r}, {used[macro]}")
 
 
+def _shown_url(url: str) -> str:
+    """``url`` quoted for a message, without what may be a secret: a ``user:password@`` (up to the last ``@``)
+    and a query or fragment (a token in ``?key=...``) are shown as ``***``."""
+    rest = url
+    scheme, sep, after = url.partition("://")
+    head = f"{scheme}{sep}" if sep else ""
+    if sep:
+        rest = after
+    if "@" in rest:
+        rest = "***@" + rest.rpartition("@")[2]
+    cut = min((i for i in (rest.find("?"), rest.find("#")) if i >= 0), default=-1)
+    if cut >= 0:
+        rest = rest[:cut] + rest[cut] + "***"
+    return repr(head + rest)
+
+
 def _url_problem(url: str) -> str | None:
-    """Why ``url`` is not an http(s) endpoint URL, or None."""
+    """Why ``url`` is not an http(s) endpoint URL, or None. The URL is quoted only through :func:`_shown_url`."""
+    shown = _shown_url(url)
+    if "@" in url:
+        return f"{shown}: an endpoint URL holds no credentials (name the key's variable in api-key-env)"
     if not url.isprintable() or any(c.isspace() for c in url):
-        return f"{url!r} is not a URL (it holds whitespace or control characters)"
+        return f"{shown} is not a URL (it holds whitespace or control characters)"
     try:
         parts = urllib.parse.urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError for a port that is not a number in 0..65535
     except ValueError as exc:
-        return f"{url!r} is not a URL: {exc}"
+        return f"{shown} is not a URL: {exc}"
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        return f"{url!r} is not an http:// or https:// URL with a host"
+        return f"{shown} is not an http:// or https:// URL with a host"
     if parts.query or parts.fragment:
-        return f"{url!r}: an endpoint URL has no query or fragment"
-    if parts.username is not None or parts.password is not None:
-        return "an endpoint URL holds no credentials (name the key's variable in api-key-env)"
+        return f"{shown}: an endpoint URL has no query or fragment"
     return None
 
 
@@ -345,23 +362,25 @@ def cluster_address_problem(address: str) -> str | None:
 
 
 def remote_url_problem(url: str) -> str | None:
-    """Why ``url`` is not a remote cache URL (``http(s)://host[/prefix]`` or ``s3://bucket[/prefix]``), or None."""
+    """Why ``url`` is not a remote cache URL (``http(s)://host[/prefix]`` or ``s3://bucket[/prefix]``), or None.
+    The URL is quoted only through :func:`_shown_url`: a password or token in it is never repeated."""
+    shown = _shown_url(url)
+    if "@" in url:
+        return (
+            f"{shown}: a remote cache URL holds no credentials (R1BUILD_REMOTE_TOKEN or R1BUILD_REMOTE_HEADER "
+            "for http(s), boto3's credential chain for s3)"
+        )
     if not url.isprintable() or any(c.isspace() for c in url):
-        return f"{url!r} is not a URL (it holds whitespace or control characters)"
+        return f"{shown} is not a URL (it holds whitespace or control characters)"
     try:
         parts = urllib.parse.urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError for a port that is not a number in 0..65535
     except ValueError as exc:
-        return f"{url!r} is not a URL: {exc}"
+        return f"{shown} is not a URL: {exc}"
     if parts.scheme not in ("http", "https", "s3") or not parts.hostname:
-        return f"{url!r} is not an http://, https:// or s3:// URL with a host (or bucket)"
+        return f"{shown} is not an http://, https:// or s3:// URL with a host (or bucket)"
     if parts.query or parts.fragment:
-        return f"{url!r}: a remote cache URL has no query or fragment"
-    if parts.username is not None or parts.password is not None:
-        return (
-            "a remote cache URL holds no credentials (R1BUILD_REMOTE_TOKEN or R1BUILD_REMOTE_HEADER for "
-            "http(s), boto3's credential chain for s3)"
-        )
+        return f"{shown}: a remote cache URL has no query or fragment (a token goes in R1BUILD_REMOTE_TOKEN)"
     return None
 
 

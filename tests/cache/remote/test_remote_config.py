@@ -119,3 +119,46 @@ def test_the_remote_keeps_a_decision_whole_across_keys(
     assert layer.record("gate", other) is None and layer.counts["refused"] == 1
     assert layer.record("decision", key) is not None
     layer.close()
+
+
+SECRET = "s3cretpw"
+LEAKY_URLS = (
+    f"https://bob:{SECRET}@cache.example.org/x?y=1",  # credentials and a query: each check names the URL
+    f"ftp://bob:{SECRET}@host/x",
+    f"https://bob:{SECRET}@host:99999/x",
+    f"https://bob:{SECRET} x@host/x",
+    f"https://bob:pa/{SECRET}@host/x",
+    f"https://host/x?token={SECRET}",
+    f"https://host/x#{SECRET}",
+)
+
+
+def test_a_password_or_token_in_a_url_is_never_repeated(
+    team_key: KeyPair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project = tiny_project(tmp_path / "tiny", team_key.public.line)
+    for url in LEAKY_URLS:
+        assert main(["resolve", "--locked", "-m", str(project), "--remote-cache", url]) == 2
+        out = capsys.readouterr().err
+        assert SECRET not in out and "***" in out and "--remote-cache" in out, out
+        monkeypatch.setenv("R1BUILD_REMOTE_CACHE", url)
+        assert main(["status", "-m", str(project)]) == 2
+        out = capsys.readouterr().err
+        assert SECRET not in out and "R1BUILD_REMOTE_CACHE" in out, out
+        monkeypatch.delenv("R1BUILD_REMOTE_CACHE")
+        with pytest.raises(ConfigError) as raised:
+            split_settings({"r1build.remote-cache": url}, environ={})
+        assert SECRET not in str(raised.value)
+    for i, url in enumerate(LEAKY_URLS):
+        for table in ("cache", "generation"):
+            where = tmp_path / f"{table}{i}"
+            manifest = tiny_project(where, team_key.public.line) / "kernels.toml"
+            text = manifest.read_text(encoding="utf-8")
+            key = "url" if table == "cache" else "base-url"
+            text = text.replace("\n[cache]\n", f'\n[cache]\n{key} = "{url}"\n') if table == "cache" else text
+            if table == "generation":
+                text += f'\n[generation]\nbase-url = "{url}"\n'
+            manifest.write_text(text, encoding="utf-8")
+            with pytest.raises(ManifestError) as err:
+                load_manifest(manifest)
+            assert SECRET not in str(err.value) and "***" in str(err.value) and key in str(err.value), err.value
