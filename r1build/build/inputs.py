@@ -5,15 +5,24 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..manifest import Manifest
+from ..manifest.flags import include_flag
 from ..manifest.reference import ReferenceProblem, reference_file
 
 __all__ = ["manifest_inputs"]
 
 
 def manifest_inputs(manifest: Manifest) -> list[Path]:
-    """Every existing file or folder the resolver reads, absolute: manifest, lock, references, sources, vendor."""
+    """Every existing file or folder the resolver reads, absolute: manifest, lock, references, sources, vendor,
+    and the folders of relative include paths in ``nvcc-flags`` (``-Iinclude``: the headers the sources include;
+    not the manifest's folder itself or one above it)."""
     root = manifest.root
     found: list[Path] = [manifest.path, root / manifest.settings.lock_file, root / manifest.settings.vendor_dir]
+    real_root = root.resolve()
+    for flag in manifest.settings.nvcc_flags:
+        for folder in (include_flag(flag) or ("", []))[1]:
+            path = (root / folder).resolve()
+            if not Path(folder).is_absolute() and path != real_root and path not in real_root.parents:
+                found.append(path)
     for spec in manifest.kernels:
         found.extend(root / rel for rel in [spec.baseline, *spec.candidates] if rel is not None)
         try:

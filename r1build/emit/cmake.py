@@ -30,17 +30,23 @@ Decisions, and why:
 * **position-independent code**, since the library ends up in a shared object (a Python extension).
 * **no absolute paths**: sources are found relative to ``CMAKE_CURRENT_LIST_DIR``, the directory of this file,
   which is also the public include directory (``r1build_kernels.h``).
-* **the manifest's nvcc flags**: ``-std=c++NN`` becomes ``CUDA_STANDARD``; the others are passed verbatim as one
-  ``SHELL:`` group so CMake neither splits nor de-duplicates them (``-Xptxas -O3`` stays a pair).
+* **the manifest's nvcc flags**: ``-std=c++NN`` becomes ``CUDA_STANDARD``; include search paths (``-Iinclude``,
+  ``-isystem=...``) become the library's include directories, a relative one under the manifest's folder (found
+  relative to this file, as the gate finds it), so the build sees the headers the gate compiled with; the others
+  are passed verbatim as one ``SHELL:`` group so CMake neither splits nor de-duplicates them (``-Xptxas -O3``
+  stays a pair).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from collections.abc import Sequence
+from pathlib import Path
 
 from ..manifest.archs import ArchTarget, arch_info
+from ..manifest.flags import include_flag
 from ..manifest.model import Manifest
 from .plan import MARKER, KernelPlan, arch_order, describe_origin
 from .sources import DISPATCH_NAME
@@ -69,16 +75,33 @@ def _arch_options(targets: Sequence[ArchTarget]) -> list[str]:
     return options
 
 
-def _split_flags(flags: Sequence[str]) -> tuple[str | None, list[str]]:
+def _split_flags(flags: Sequence[str]) -> tuple[str | None, list[tuple[bool, str]], list[str]]:
+    """The C++ standard, the include folders (whether a system one, the folder as written) and the other flags."""
     standard = None
+    includes: list[tuple[bool, str]] = []
     rest = []
     for flag in flags:
         m = _STD.match(flag)
+        found = include_flag(flag)
         if m:
             standard = m.group(1)
+        elif found is not None:
+            option, folders = found
+            system = option in ("-isystem=", "--system-include=")
+            includes += [(system, folder) for folder in folders]
         else:
             rest.append(flag)
-    return standard, rest
+    return standard, includes, rest
+
+
+def _include_lines(includes: Sequence[tuple[bool, str]], root: str) -> list[str]:
+    """``target_include_directories`` of the manifest's include folders, relative ones under ``root`` (a CMake
+    expression of the manifest's folder), in their order."""
+    lines = []
+    for system, folder in includes:
+        where = cmake_quote(folder) if Path(folder).is_absolute() else f'"{root}/{cmake_quote(folder)[1:-1]}"'
+        lines.append(f"target_include_directories({LIBRARY} {'SYSTEM ' if system else ''}PRIVATE {where})")
+    return lines
 
 
 def _source(source: str, targets: Sequence[ArchTarget]) -> list[str]:
@@ -92,9 +115,15 @@ def _source(source: str, targets: Sequence[ArchTarget]) -> list[str]:
     ]
 
 
-def render_cmake(manifest: Manifest, plans: Sequence[KernelPlan]) -> str:
-    """The CMake file's text."""
-    standard, flags = _split_flags(manifest.settings.nvcc_flags)
+def render_cmake(manifest: Manifest, plans: Sequence[KernelPlan], out_dir: Path | None = None) -> str:
+    """The CMake file's text, for the folder ``out_dir`` (where it is written: the manifest's folder is named
+    relative to it; None: by its absolute path)."""
+    standard, includes, flags = _split_flags(manifest.settings.nvcc_flags)
+    if out_dir is None:
+        root = cmake_quote(manifest.root.resolve().as_posix())[1:-1]
+    else:
+        relative = Path(os.path.relpath(manifest.root.resolve(), out_dir.resolve())).as_posix()
+        root = "${_r1build_dir}" + ("" if relative == "." else "/" + cmake_quote(relative)[1:-1])
     alias = manifest.settings.target
     lines = [
         f"# {MARKER} from the manifest's kernels: do not edit, it is rewritten on every build.",
@@ -150,6 +179,7 @@ def render_cmake(manifest: Manifest, plans: Sequence[KernelPlan]) -> str:
             *(f"  {prop}" for prop in props),
             ")",
         ]
+        lines += _include_lines(includes, root)
         if flags:
             lines.append(f"target_compile_options({LIBRARY} PRIVATE {cmake_quote('SHELL:' + shlex.join(flags))})")
     else:

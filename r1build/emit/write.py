@@ -46,14 +46,15 @@ class Emitted:
     """Stale generated files removed."""
 
 
-def render_files(manifest: Manifest, winners: Sequence[Winner]) -> dict[str, str]:
-    """Every generated file's name and text, sources first in emission order; writes nothing."""
+def render_files(manifest: Manifest, winners: Sequence[Winner], out_dir: Path | None = None) -> dict[str, str]:
+    """Every generated file's name and text, sources first in emission order, for the folder ``out_dir``;
+    writes nothing."""
     plans = plan(manifest, winners)
     files = {variant.file_name: render_variant(variant) for p in plans for variant in p.variants}
     if any(p.dispatched for p in plans):
         files[DISPATCH_NAME] = render_dispatcher(plans)
     files[HEADER_NAME] = render_header(plans)
-    files[CMAKE_NAME] = render_cmake(manifest, plans)
+    files[CMAKE_NAME] = render_cmake(manifest, plans, out_dir)
     return files
 
 
@@ -91,7 +92,7 @@ def write_generated(out_dir: Path, manifest: Manifest, winners: Sequence[Winner]
     :class:`ValueError` for inconsistent winners (two for one kernel and arch); :class:`~r1build.errors.R1BuildError`
     when the directory cannot be written.
     """
-    files = render_files(manifest, winners)
+    files = render_files(manifest, winners, out_dir)
     updated: list[Path] = []
     removed: list[Path] = []
     try:

@@ -47,6 +47,7 @@ from ..events import Note, Progress, emit
 from ..judge import Evaluator, Job
 from ..manifest.archs import parse_arch
 from ..manifest.cdecl import declaration
+from ..manifest.flags import rooted_flags
 from ..manifest.reference import load_reference
 from ..records import Candidate, Result, Status
 from ..toolchain import Toolchain
@@ -419,7 +420,7 @@ class GpuEvaluator:
             candidate,
             job.spec.name,
             arch,
-            flags=job.manifest.settings.nvcc_flags,
+            flags=rooted_flags(job.manifest.settings.nvcc_flags, job.manifest.root),
             toolchain=self.toolchain,
             workdir=workdir,
             declaration=declaration(job.spec),

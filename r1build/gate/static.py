@@ -30,6 +30,7 @@ from ..judge import Job
 from ..keys import digest_json
 from ..manifest.archs import arch_info, parse_arch
 from ..manifest.cdecl import declaration, signature
+from ..manifest.flags import rooted_flags
 from ..manifest.model import KernelSpec, Limits, Manifest
 from ..records import Candidate, GateReport, Result, Status
 from ..toolchain import Toolchain
@@ -312,7 +313,10 @@ class StaticGate:
                 candidate.defines,
                 archs if len(archs) > 1 else archs[0],
                 name=spec.name,
-                flags=[*manifest.settings.nvcc_flags, *(PIC_FLAGS if self.keep_objects is not None else ())],
+                flags=[
+                    *rooted_flags(manifest.settings.nvcc_flags, manifest.root),
+                    *(PIC_FLAGS if self.keep_objects is not None else ()),
+                ],
                 toolchain=tc,
                 workdir=Path(scratch),
                 timeout_s=self.timeout_s,

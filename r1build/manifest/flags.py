@@ -9,8 +9,10 @@ in the ``-flag=value`` form where it takes a value.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from pathlib import Path
 
-__all__ = ["defined_macro", "flag_problem"]
+__all__ = ["defined_macro", "flag_problem", "include_flag", "rooted_flags"]
 
 _RESERVED: tuple[tuple[str, str], ...] = (
     (
@@ -64,3 +66,31 @@ def defined_macro(flag: str) -> str | None:
     sets or removes, or None for other flags."""
     m = re.fullmatch(r"(?:-D|-U|--define-macro=|--undefine-macro=)([A-Za-z_][A-Za-z0-9_]*)(?:=.*)?", flag)
     return m.group(1) if m else None
+
+
+_INCLUDE = re.compile(r"(-I=?|--include-path=|-isystem=|--system-include=)(.+)")
+
+
+def include_flag(flag: str) -> tuple[str, list[str]] | None:
+    """``(option, folders)`` of an include search path flag (``-Iinc``, ``--include-path=a,b``,
+    ``-isystem=third_party``), or None for other flags."""
+    m = _INCLUDE.fullmatch(flag)
+    if m is None:
+        return None
+    return m.group(1), [part for part in m.group(2).split(",") if part]
+
+
+def rooted_flags(flags: Sequence[str], root: Path) -> list[str]:
+    """``flags`` as nvcc is given them: each relative include search path made absolute under ``root`` (the
+    manifest's folder). The manifest's own flags stay as written (they are part of the decision key, which must
+    not depend on where the project is checked out); a compile, which runs in a scratch folder, needs them
+    rooted, or ``-Iinclude`` finds nothing."""
+    out = []
+    for flag in flags:
+        found = include_flag(flag)
+        if found is None:
+            out.append(flag)
+            continue
+        option, folders = found
+        out.append(option + ",".join(str(root / d) if not Path(d).is_absolute() else d for d in folders))
+    return out

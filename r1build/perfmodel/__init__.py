@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..manifest.flags import rooted_flags
 from ..manifest.model import KernelSpec, Manifest
 from ..records import Candidate, Result
 from ..settings import PerfModelMode
@@ -52,7 +53,11 @@ class PerfModel:
         key = (candidate.digest, arch)
         if key not in self._known:
             features = compile_features(
-                candidate, spec, arch, flags=list(self.manifest.settings.nvcc_flags), toolchain=toolchain()
+                candidate,
+                spec,
+                arch,
+                flags=rooted_flags(self.manifest.settings.nvcc_flags, self.manifest.root),
+                toolchain=toolchain(),
             )
             shape = (spec.bench_shapes or spec.test_shapes)[0]
             nbytes, flops = shape_work(spec, shape)

@@ -23,6 +23,7 @@ from pathlib import Path
 from ..errors import EvaluationError
 from ..gate.nvcc import compile_variant, gencode
 from ..manifest.cdecl import declaration
+from ..manifest.flags import rooted_flags
 from ..manifest.model import KernelSpec, Manifest
 from ..records import Candidate, Profile
 from ..settings import env_settings
@@ -79,7 +80,7 @@ class Profiler:
         :class:`~r1build.errors.EvaluationError` naming what failed."""
         shape = (spec.bench_shapes or spec.test_shapes)[0]
         tc = toolchain()
-        flags = list(manifest.settings.nvcc_flags)
+        flags = rooted_flags(manifest.settings.nvcc_flags, manifest.root)
         with tempfile.TemporaryDirectory(prefix="r1build-ncu-") as tmp:
             work = Path(tmp)
             built = compile_variant(
