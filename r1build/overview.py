@@ -16,7 +16,7 @@ from .keys import decision_key
 from .lock import LockEntry, find_vendored, load_lock
 from .manifest import KernelSpec, Manifest
 from .records import CandidateRef, Decision, Provenance, Result, SourceFrom, Standing, Validation
-from .resolve import lock_refusal, stale_checks
+from .resolve import decision_refusal, lock_refusal, stale_checks
 from .selection import decision_winner
 from .transcript_doc import parse_transcript, read_links
 
@@ -196,6 +196,10 @@ def _status_row(
             note=_notes(refused or "", _checks_note(entry.validation, entry.checks), pending_note),
         )
     stale = "lock stale" if entry is not None else "not locked"
+    refused = decision_refusal(manifest, spec, arch, key, decision) if decision is not None else None
+    if refused is not None:  # as resolve sees it: no cached decision
+        stale = _notes(stale, f"cached decision refused: {refused}")
+        decision = None
     winner = decision_winner(decision) if decision is not None else None
     if decision is not None and winner is not None:
         result = decision.result_of(winner.digest)

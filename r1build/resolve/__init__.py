@@ -26,7 +26,7 @@ winner's source, verified) and :mod:`.prepare` (what a build calls).
 
 from __future__ import annotations
 
-from .lookup import lock_refusal, stale_checks
+from .lookup import decision_refusal, lock_refusal, stale_checks
 from .model import Resolution, Resolved, ResolveOptions
 from .prepare import emit_resolution, prepare_build
 from .run import resolve
@@ -37,6 +37,7 @@ __all__ = [
     "ResolveOptions",
     "Resolved",
     "WinnerSource",
+    "decision_refusal",
     "emit_resolution",
     "lock_refusal",
     "prepare_build",

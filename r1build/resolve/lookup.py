@@ -3,14 +3,16 @@ and may be used) or from a cached decision; None on a miss."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Literal
 
 from ..errors import LockError, ResolveError
 from ..events import Note, emit
 from ..judge import CHECKS_VERSION
-from ..lock import LockEntry, lock_path, unlockable
-from ..manifest import KernelSpec
+from ..lock import LockEntry, inputs_of, lock_path, unlockable
+from ..lock.verify import entry_problem, manifest_problem
+from ..manifest import KernelSpec, Manifest
 from ..records import Candidate, Decision, Found, Origin, Unresolved
 from ..selection import decision_winner, rejection, unresolved
 from ..toolchain import toolchain
@@ -43,12 +45,70 @@ def _origin_of(spec: KernelSpec, entry: LockEntry) -> Origin:
     return Origin(kind, path=entry.origin)
 
 
+def decision_refusal(manifest: Manifest, spec: KernelSpec, arch: str, key: str, decision: Decision) -> str | None:
+    """Why the winner of ``decision`` (the cached decision of ``key``, for ``spec`` on ``arch``) may not be used,
+    or None. A cache, a bundle or a remote (signed by a trusted key or not) is trusted for what was decided, never
+    for a decision that contradicts itself or the manifest: one of another kernel or arch, a winner whose digest
+    is not that of its source and defines, one claiming to be validated on a GPU with no time or GPU recorded,
+    or one that the lock written from it would refuse (a hand-written winner that is not the manifest's file of
+    that name, defines the kernel does not declare, free text that is not one line). r1build never records such
+    a decision itself; using it would put a lock in place that every later command refuses."""
+    winner = decision_winner(decision)
+    if winner is None:
+        return None
+    if decision.kernel != spec.name or decision.arch != arch:
+        return f"it is a decision for {decision.kernel!r} on {decision.arch!r}, not {spec.name} on {arch}"
+    result = decision.result_of(winner.digest)
+    validation = decision.validation(winner)
+    if result is not None and result.arch != arch:
+        return f"its winner {winner.digest[:12]} was judged for {result.arch!r}, not {arch}"
+    timing = result.timing if result is not None else None
+    gpu = ((result.device if result else None) or decision.device) if timing is not None else None
+    if validation == "validated":
+        if timing is None or not (math.isfinite(timing.median_us) and timing.median_us > 0):
+            return f"it records its winner {winner.digest[:12]} as validated on a GPU, but no time measured there"
+        if not gpu:
+            return f"it records its winner {winner.digest[:12]} as validated on a GPU, but names no GPU"
+    entry = LockEntry(
+        name=spec.name,
+        arch=arch,
+        key=key,
+        winner=winner.digest,
+        source=winner.source,
+        provenance=winner.provenance(),
+        validation=validation,
+        inputs=inputs_of(manifest, spec),
+        origin=winner.origin.path,
+        defines=dict(winner.defines),
+        model=winner.origin.model,
+        round=winner.origin.round,
+        sample=winner.origin.sample,
+        time_us=timing.median_us if timing is not None else None,
+        gpu=gpu,
+        checks=(decision.checks or 0) if validation == "validated" else None,
+        toolchain=decision.toolchain or None,
+    )
+    problem = entry_problem(entry) or manifest_problem(manifest, spec, entry)
+    if problem is not None:
+        field, why = problem
+        return f"its winner {winner.digest[:12]} does not verify ({field}: {why})"
+    return None
+
+
 def from_decision(run: Run, q: Question, decision: Decision, state: Found) -> Resolved | Unresolved | None:
     """The decision's winner; :class:`Unresolved` when none of its candidates may win; None when the winner's
-    source is gone from the cache."""
+    source is gone from the cache, or the decision may not be used (:func:`decision_refusal`, with a warning)."""
     winner = decision_winner(decision)
     if winner is None:
         return unresolved(q.spec.name, q.arch, decision.candidates, decision.results)
+    refused = decision_refusal(run.manifest, q.spec, q.arch, q.key, decision)
+    if refused is not None:
+        what = "cached decision" if state == "cached" else "decision just made"
+        message = f"the {what} {q.key[:16]} (cache {run.cache.directory}) is refused: {refused}; not using it"
+        if message not in run.refused:  # the claimed retry of a miss reads it again
+            run.refused.add(message)
+            q.note("warning", message)
+        return None
     if decision.winner is not None and winner.digest != decision.winner.digest:
         q.note(
             "warning",

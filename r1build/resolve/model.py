@@ -121,6 +121,8 @@ class Run:
     judges: Judges
     lock: Lock | None
     """The verified lock (None: none)."""
+    refused: set[str] = field(default_factory=set)
+    """Warnings about refused decisions already given this run (each is said once)."""
 
 
 def baseline_of(seeds: Sequence[Candidate]) -> Candidate | None:

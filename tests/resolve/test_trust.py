@@ -346,6 +346,101 @@ def test_a_cached_decision_naming_a_gate_only_generated_winner_gives_the_baselin
     assert row["pending"] == 1 and "1 generated pending a GPU of sm_90" in row["note"]
 
 
+_MEASURED = Timing(median_us=1.0, spread=0.01, samples=50)
+
+
+def _contradicting(base: Candidate, form: str) -> tuple[Candidate, Result, dict[str, str | None]]:
+    """A winner (its source another than the baseline's), its result, and the decision's other fields, as a
+    decision that contradicts itself or the manifest in one way: ``form``."""
+    other = base.source.replace("2.0f", "3.0f")
+    assert other != base.source
+    generated = Origin("generated", model="m", round=0, sample=0)
+    winner = Candidate(other, generated)
+    fields: dict[str, str | None] = {"kernel": "scale", "arch": "sm_90", "device": "H200"}
+    result = Result(
+        candidate=winner.digest, arch="sm_90", status="passed", stage="evaluate", timing=_MEASURED, device="H200"
+    )
+    if form == "generated source as the baseline":  # passes the gate only: an unvalidated "baseline" would win
+        winner = Candidate(other, Origin("baseline", "scale.cu"))
+        result = Result(candidate=winner.digest, arch="sm_90", status="passed")
+    elif form == "validated with no time":
+        result = Result(candidate=winner.digest, arch="sm_90", status="passed", stage="evaluate", device="H200")
+    elif form == "validated on no GPU":
+        result = Result(candidate=winner.digest, arch="sm_90", status="passed", stage="evaluate", timing=_MEASURED)
+        fields["device"] = None
+    elif form == "judged for another arch":
+        result = Result(
+            candidate=winner.digest, arch="sm_80", status="passed", stage="evaluate", timing=_MEASURED, device="A100"
+        )
+    elif form == "another kernel's":
+        fields["kernel"] = "leaky"
+    elif form == "defines nobody declared":
+        winner = Candidate(other, generated, {"BLOCK": 128})
+        result = Result(
+            candidate=winner.digest, arch="sm_90", status="passed", stage="evaluate", timing=_MEASURED, device="H200"
+        )
+    elif form == "a file outside the project":
+        winner = Candidate(other, Origin("file", "../../etc/passwd"))
+        result = Result(
+            candidate=winner.digest, arch="sm_90", status="passed", stage="evaluate", timing=_MEASURED, device="H200"
+        )
+    return winner, result, fields
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        "generated source as the baseline",
+        "validated with no time",
+        "validated on no GPU",
+        "judged for another arch",
+        "another kernel's",
+        "defines nobody declared",
+        "a file outside the project",
+        "winner digest not its source's",
+    ],
+)
+def test_a_cached_decision_that_contradicts_itself_or_the_manifest_is_refused(
+    project: Path, cache_dir: Path, capsys: pytest.CaptureFixture[str], form: str
+) -> None:
+    """A cache, a bundle or a remote is trusted for what was decided, never for a decision r1build could not
+    have recorded: it is refused with one warning naming it and the cache, status says so, resolve goes on as on
+    a miss (here: the baseline through the gate), and the lock it writes verifies."""
+    m = load_manifest(project / "kernels.toml")
+    key = decision_key(m, m.kernel("scale"), "sm_90")
+    base = _baseline(project, "scale")
+    winner, result, fields = _contradicting(base, form)
+    ref = CandidateRef.of(winner)
+    if form == "winner digest not its source's":
+        ref = CandidateRef("ab" * 32, winner.source_digest, winner.origin)
+        result = Result(candidate=ref.digest, arch="sm_90", status="passed", stage="evaluate", timing=_MEASURED)
+    with Cache(cache_dir) as cache:
+        cache.put_text(winner.source)
+        cache.put_decision(
+            Decision(
+                key=key,
+                kernel=str(fields["kernel"]),
+                arch=str(fields["arch"]),
+                winner=ref,
+                candidates=[ref],
+                results=[result],
+                measured=True,
+                device=fields["device"],
+                checks=CHECKS_VERSION,
+            )
+        )
+    assert main(["status", "-m", str(project), "--json"]) == 0
+    row = next(r for r in json.loads(capsys.readouterr().out)["kernels"] if r["kernel"] == "scale")
+    assert row["state"] == "baseline only" and "cached decision refused" in row["note"], row
+    assert main(["resolve", "-m", str(project), "--kernel", "scale", *OFFLINE]) == 0
+    err = capsys.readouterr().err
+    refusals = [line for line in err.splitlines() if "is refused" in line]
+    assert len(refusals) == 1 and key[:16] in refusals[0] and str(cache_dir) in refusals[0], err
+    entry = _locked(project)["scale"]
+    assert (entry.provenance, entry.validation, entry.winner) == ("baseline", "unvalidated", base.digest)
+    assert main(["resolve", "--locked", "-m", str(project), "--kernel", "scale", *OFFLINE]) == 0
+
+
 def test_selection_never_picks_a_rejected_or_gate_only_generated_candidate() -> None:
     base = Candidate("// base", Origin("baseline", "b.cu"))
     gen = Candidate("// gen", Origin("generated", model="m", round=0, sample=0))

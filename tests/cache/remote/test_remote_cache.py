@@ -18,9 +18,10 @@ from r1build.cache import Cache
 from r1build.cache.remote import RemoteLayer, blob_key, open_store, record_key
 from r1build.cli.main import main
 from r1build.events import Note, sink
-from r1build.keys import digest_bytes
+from r1build.keys import decision_key, digest_bytes
 from r1build.lock import read_lock
-from r1build.records import Decision, from_json, to_json
+from r1build.manifest import load_manifest
+from r1build.records import Candidate, CandidateRef, Decision, Origin, Result, from_json, to_json
 from r1build.signing import KeyPair, TrustedKeys
 from tests.cache.remote.remote_servers import TOKEN, FaultServer, Moto, Nginx, Remote
 from tests.cache.remote.remote_support import (
@@ -575,3 +576,40 @@ def test_a_measuring_run_that_may_write_publishes_its_decision_after_its_blobs(
     checked, problems = reader.audit([e.key for e in read_lock(project / "kernels.lock").kernel])  # type: ignore[union-attr]
     reader.close()
     assert checked >= 2 and not problems
+
+
+def test_a_trusted_signature_on_a_decision_that_contradicts_the_manifest_is_not_enough(
+    remote: Remote, team_key: KeyPair, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The team's key signed (a compromised machine, a bug) a decision whose winner claims to be the baseline
+    but is other code, judged by the gate alone: its signature verifies, and it is still refused, so machine B
+    gates the real baseline and writes a lock that every later command accepts."""
+    project = tiny_project(tmp_path / "tiny", team_key.public.line)
+    m = load_manifest(project / "kernels.toml")
+    key = decision_key(m, m.kernel("scale"), "sm_90")
+    base = Candidate((project / "scale.cu").read_text(encoding="utf-8"), Origin("baseline", "scale.cu"))
+    other = Candidate(base.source.replace("2.0f", "3.0f"), Origin("baseline", "scale.cu"))
+    assert other.digest != base.digest
+    with Cache(tmp_path / "a") as cache:
+        cache.put_text(other.source)
+        cache.put_decision(
+            Decision(
+                key=key,
+                kernel="scale",
+                arch="sm_90",
+                winner=CandidateRef.of(other),
+                candidates=[CandidateRef.of(other)],
+                results=[Result(candidate=other.digest, arch="sm_90", status="passed")],
+            )
+        )
+    assert push(project, tmp_path / "a", remote.url, team_key) == (1, 0)
+    b = ("--cache-dir", str(tmp_path / "b"), "--remote-cache", remote.url)
+    code, out = _cli(capsys, "resolve", "--no-gpu", "--offline", "-m", str(project), *b)
+    assert code == 0, out
+    assert "1 decisions fetched" in out, out  # the signature verified
+    (refused,) = [line for line in out.splitlines() if "is refused" in line]
+    assert key[:16] in refused and "is not the digest of scale.cu" in refused, out
+    entry = read_lock(project / "kernels.lock").entry("scale", "sm_90")  # type: ignore[union-attr]
+    assert entry is not None and entry.winner == base.digest
+    code, out = _cli(capsys, *LOCKED, "--offline", "-m", str(project), *b)
+    assert code == 0, out
