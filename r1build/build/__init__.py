@@ -206,14 +206,16 @@ def _plain_settings(config_settings: HookSettings) -> ConfigSettings:
 
 
 def _for_sdist(config_settings: HookSettings) -> ConfigSettings:
+    from ..cache.location import resolve_cache_dir
     from ..manifest import find_manifest, load_manifest
+    from .options import split_settings
     from .sdist import check_offline_buildable, sdist_settings
 
     project = Path.cwd()
-    settings = _plain_settings(config_settings)
+    options, settings = split_settings(config_settings)
     manifest = load_manifest(find_manifest(project), check_references=False)
     check_offline_buildable(project, manifest)
-    return sdist_settings(project, manifest, settings)
+    return sdist_settings(project, manifest, settings, cache_dir=resolve_cache_dir(options.cache_dir))
 
 
 def build_wheel(

@@ -2,7 +2,8 @@
 
 A wheel built from the sdist resolves again, with no cache and no network, so the sdist carries everything the
 resolver reads: the manifest, the lock, each kernel's reference module, baseline and hand-written candidates,
-and the vendored winners. It never carries ``.r1build/`` (generated files of an earlier build).
+and the vendored winners. It never carries ``.r1build/`` (generated files of an earlier build), nor the cache
+folder where it lies inside the project.
 
 Before it writes anything, :func:`check_offline_buildable` makes sure a wheel built from the sdist can be built
 with no cache, no network and no opt-in, and refuses (exit 2) an sdist that would not: a current lock entry whose
@@ -77,9 +78,18 @@ def _merged(key: str, config: ConfigSettings, pyproject: dict[str, Any], ours: I
     return list(dict.fromkeys([*base, *ours]))
 
 
-def sdist_settings(project_dir: Path, manifest: Manifest, config: ConfigSettings) -> ConfigSettings:
-    """``config`` with the manifest's inputs forced into the sdist and the generated folder kept out of it."""
+def sdist_settings(
+    project_dir: Path, manifest: Manifest, config: ConfigSettings, *, cache_dir: Path | None = None
+) -> ConfigSettings:
+    """``config`` with the manifest's inputs forced into the sdist and the generated folder kept out of it, and
+    the cache folder ``cache_dir`` too where it lies inside the project (``R1BUILD_CACHE_DIR=.r1build-cache``):
+    its decisions, transcripts and the build machine's paths are no part of a source distribution."""
     project = project_dir.resolve()
+    excludes = [_pattern(Path(GENERATED_DIR), directory=True)]
+    if cache_dir is not None:
+        cache = cache_dir.resolve()
+        if project in cache.parents:
+            excludes.append(_pattern(cache.relative_to(project), directory=True))
     includes: list[str] = []
     for path in manifest_inputs(manifest):
         try:
@@ -97,8 +107,7 @@ def sdist_settings(project_dir: Path, manifest: Manifest, config: ConfigSettings
     pyproject = _pyproject_sdist(project)
     merged: ConfigSettings = dict(config)
     merged["sdist.include"] = _merged("sdist.include", config, pyproject, includes)
-    generated = _pattern(Path(GENERATED_DIR), directory=True)
-    merged["sdist.exclude"] = _merged("sdist.exclude", config, pyproject, [generated])
+    merged["sdist.exclude"] = _merged("sdist.exclude", config, pyproject, excludes)
     return merged
 
 
