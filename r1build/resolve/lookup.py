@@ -17,7 +17,7 @@ from ..records import Candidate, Decision, Found, Origin, Unresolved
 from ..selection import decision_winner, rejection, unresolved
 from ..toolchain import toolchain
 from .model import Question, Resolved, Run
-from .sources import WinnerSource, source_for
+from .sources import WinnerSource, source_for, vendored_mismatch
 
 
 def stale_checks(checks: int | None) -> bool:
@@ -171,12 +171,19 @@ def lookup(run: Run, q: Question) -> Resolved | Unresolved | None:
         found = source_for(manifest, spec, cache, entry.source)
         if found is not None:
             return _from_lock(run, q, entry, found)
+        missing = (
+            f"the lock names source {entry.source[:16]}, which is neither in the cache ({cache.directory}) "
+            f"nor vendored in {manifest.settings.vendor_dir}" + vendored_mismatch(manifest, spec, entry.source)
+        )
         if options.locked or options.frozen:
             raise ResolveError(
-                f"{spec.name}/{arch}: the lock names source {entry.source[:16]}, which is neither in the cache "
-                f"({cache.directory}) nor vendored in {manifest.settings.vendor_dir}; import a cache bundle "
-                "(`r1build cache import`), commit vendored sources (`r1build vendor`), or resolve without --locked"
+                f"{spec.name}/{arch}: {missing}; import a cache bundle (`r1build cache import`), commit vendored "
+                "sources (`r1build vendor`), or resolve without " + ("--frozen" if options.frozen else "--locked")
             )
+        # the lock's winner is passed over: never silently (a build would ship another kernel than the locked one)
+        q.note(
+            "warning", f"{missing}: its {entry.provenance} winner {entry.winner[:12]} is passed over, deciding again"
+        )
     if options.frozen:
         raise LockError(
             f"{spec.name}/{arch}: --frozen and {lock_path(manifest).name} has no entry for it; "

@@ -8,6 +8,7 @@ from typing import NamedTuple
 from ..cache import Cache
 from ..keys import digest_bytes
 from ..lock import find_vendored
+from ..lock.vendor import vendor_file_name
 from ..manifest import KernelSpec, Manifest
 from ..records import SourceFrom
 
@@ -46,3 +47,20 @@ def project_source(manifest: Manifest, spec: KernelSpec, digest: str) -> WinnerS
     if own is not None:
         return WinnerSource(own, "repo")
     return None
+
+
+def vendored_mismatch(manifest: Manifest, spec: KernelSpec, digest: str) -> str:
+    """Why the vendored copy of the source ``digest`` could not be used where a file of its name is there (it was
+    edited since `r1build vendor` wrote it), as a clause to add to a message; empty otherwise."""
+    path = manifest.root / manifest.settings.vendor_dir / vendor_file_name(spec.name, digest)
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return ""
+    found = digest_bytes(data)
+    if found == digest:
+        return ""
+    return (
+        f" ({manifest.settings.vendor_dir}/{path.name} is there but was edited: its sha256 is {found[:16]}, "
+        "not the locked source's)"
+    )

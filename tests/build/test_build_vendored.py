@@ -1,0 +1,105 @@
+"""A lock naming a GPU-validated generated winner that only the vendored folder holds (the state of a project
+resolved where the GPU and the key were, then `r1build vendor`-ed), built with pip and an empty cache: the
+vendored copy is used; an edited or deleted copy is never used, and a build that goes on without the locked
+winner says so, naming the edited file, instead of shipping the baseline with only the baseline's warning."""
+
+from __future__ import annotations
+
+import zipfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from r1build.lock import read_lock, write_lock
+from r1build.lock.vendor import vendor_file_name
+from r1build.records import Candidate, Origin
+from tests.build.buildenv import PACKAGES, BuildEnv, copy_project
+
+pytestmark = pytest.mark.slow
+
+GENERATED = """#include <cuda_runtime.h>
+namespace { __global__ void k(const float* x, float* y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = x[i] + x[i]; } }
+extern "C" cudaError_t scale(const float* x, float* y, int n, cudaStream_t stream) {
+  k<<<(n + 127) / 128, 128, 0, stream>>>(x, y, n); return cudaGetLastError(); }
+"""
+
+
+def _vendored_project(build_env: BuildEnv, dest: Path) -> tuple[Path, Path, str]:
+    """tiny, locked to a validated generated winner vendored in kernels/_r1build: the project, the vendored
+    file and the winner's digest."""
+    project = copy_project(PACKAGES / "tiny", dest)
+    env = {"R1BUILD_CACHE_DIR": str(dest.parent / "lock-cache")}
+    build_env.check(["r1build", "lock", "--offline", "-m", project], cwd=project, env=env)
+    lock = read_lock(project / "kernels.lock")
+    assert lock is not None
+    (entry,) = lock.kernel
+    candidate = Candidate(GENERATED, Origin("generated", model="deepseek-reasoner", round=0, sample=1))
+    generated = replace(
+        entry,
+        winner=candidate.digest,
+        source=candidate.source_digest,
+        provenance="generated",
+        validation="validated",
+        origin=None,
+        model="deepseek-reasoner",
+        round=0,
+        sample=1,
+        time_us=12.5,
+        gpu="NVIDIA H200",
+        checks=2,
+    )
+    write_lock(project / "kernels.lock", replace(lock, kernel=[generated]))
+    vendored = project / "kernels" / "_r1build" / vendor_file_name("scale", candidate.source_digest)
+    vendored.parent.mkdir(parents=True)
+    vendored.write_text(GENERATED, encoding="utf-8")
+    return project, vendored, candidate.digest
+
+
+def _wheel_sources(wheel_dir: Path, project: Path) -> list[str]:
+    """The generated kernel sources the build compiled (their names carry the variant's digest)."""
+    assert list(wheel_dir.glob("tiny-0.1.0-*.whl"))
+    return sorted(p.name for p in (project / ".r1build" / "generated").glob("scale__*.cu"))
+
+
+def _warnings(log: str) -> list[str]:
+    return [line.strip() for line in log.splitlines() if line.strip().startswith("r1build: warning:")]
+
+
+def test_a_vendored_winner_builds_and_an_edited_one_is_named(build_env: BuildEnv, tmp_path: Path) -> None:
+    project, vendored, winner = _vendored_project(build_env, tmp_path / "tiny")
+    out = tmp_path / "out"
+    out.mkdir()
+    empty = {"R1BUILD_CACHE_DIR": str(tmp_path / "empty-cache")}
+
+    locked = build_env.pip_wheel(project, out, env={**empty, "R1BUILD_LOCKED": "1"}, isolated=False)
+    assert locked.returncode == 0, locked.stdout[-6000:]
+    assert _wheel_sources(out, project) == [f"scale__{winner[:12]}.cu"]
+    assert _warnings(locked.stdout) == []
+
+    vendored.write_text(GENERATED + "// edited\n", encoding="utf-8")
+    for wheel in out.glob("*.whl"):
+        wheel.unlink()
+    refused = build_env.pip_wheel(project, out, env={**empty, "R1BUILD_LOCKED": "1"}, isolated=False)
+    assert refused.returncode != 0 and "Traceback" not in refused.stdout
+    edited = f"kernels/_r1build/{vendored.name} is there but was edited"
+    assert edited in refused.stdout, refused.stdout[-4000:]
+    assert not list(out.glob("*.whl"))
+
+    # unlocked, the build goes on from the baseline, and says that it passed over the locked winner and why
+    plain = build_env.pip_wheel(project, out, env=empty, isolated=False)
+    assert plain.returncode == 0, plain.stdout[-6000:]
+    (passed_over,) = [w for w in _warnings(plain.stdout) if "is passed over" in w]
+    assert edited in passed_over and f"generated winner {winner[:12]}" in passed_over, passed_over
+    assert _wheel_sources(out, project) != [f"scale__{winner[:12]}.cu"]
+
+    vendored.unlink()
+    for wheel in out.glob("*.whl"):
+        wheel.unlink()
+    gone = build_env.pip_wheel(project, out, env=empty, isolated=False)
+    assert gone.returncode == 0, gone.stdout[-6000:]
+    (passed_over,) = [w for w in _warnings(gone.stdout) if "is passed over" in w]
+    assert "nor vendored in kernels/_r1build" in passed_over and "edited" not in passed_over, passed_over
+    with zipfile.ZipFile(next(out.glob("tiny-0.1.0-*.whl"))) as zf:
+        assert any(name.endswith(".so") for name in zf.namelist())
