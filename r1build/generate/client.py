@@ -99,12 +99,13 @@ class _Fault(Exception):
         retry_after: float | None = None,
         label: str = "",
     ) -> None:
+        message = utf8_text(message)  # a server's words: logged, stored and shown, so UTF-8 must hold them
         super().__init__(message)
         self.kind = kind
         self.message = message
         self.status = status
         self.retry_after = retry_after
-        self.label = label
+        self.label = utf8_text(label)
 
 
 @dataclass

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from typing import Any
 
@@ -437,11 +438,12 @@ def test_surrogates_json_escapes_leave_become_text_utf8_can_hold() -> None:
 
 
 @pytest.mark.slow
-def test_a_lone_surrogate_does_not_end_the_search(project: Project) -> None:
+def test_a_lone_surrogate_does_not_end_the_search(project: Project, caplog: pytest.LogCaptureFixture) -> None:
     """An error text and an answer with a lone surrogate are stored and the answer's kernel kept (a traceback out of
     the search, in the transcript's canonical JSON, before)."""
     from tests.generate.gen_support import answer, kernel_source, search_vadd
 
+    caplog.set_level(logging.DEBUG)
     manifest = project.write(budget={"rounds": 1, "samples": 1})
     text = answer(kernel_source(1)) + "\n(done \ud83d)"
     error = Raw(json.dumps({"error": {"message": "overloaded \udc00"}}).encode(), status=503)
@@ -452,3 +454,7 @@ def test_a_lone_surrogate_does_not_end_the_search(project: Project) -> None:
     doc = json.loads(stored)
     assert doc["answer"]["content"].endswith("(done \ufffd)")
     assert "overloaded \ufffd" in stored  # the failed attempt's words, stored with it
+    logged = [r.getMessage() for r in caplog.records]
+    assert any("overloaded \ufffd" in m for m in logged)  # and logged: a log file or pytest-xdist must hold it
+    for message in logged:
+        message.encode("utf-8")
