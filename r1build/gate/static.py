@@ -30,7 +30,7 @@ from ..judge import Job
 from ..keys import digest_json
 from ..manifest.archs import arch_info, parse_arch
 from ..manifest.cdecl import declaration, signature
-from ..manifest.flags import rooted_flags
+from ..manifest.flags import include_digest, rooted_flags
 from ..manifest.model import KernelSpec, Limits, Manifest
 from ..records import Candidate, GateReport, Result, Status
 from ..toolchain import Toolchain
@@ -50,9 +50,12 @@ DEFAULT_TIMEOUT_S = 300.0
 
 
 def gate_key(manifest: Manifest, spec: KernelSpec, arch: str, candidate: Candidate, toolchain: Toolchain) -> str:
-    """The cache key of one compile: everything that can change its verdict, and nothing else."""
+    """The cache key of one compile: everything that can change its verdict, and nothing else (with the headers
+    in the manifest's relative include folders, where it has any)."""
+    includes = include_digest(manifest.settings.nvcc_flags, manifest.root)
     return digest_json(
         {
+            **({"includes": includes} if includes is not None else {}),
             "schema": GATE_SCHEMA,
             "allowlist": ALLOWLIST_VERSION,
             "source": candidate.source_digest,

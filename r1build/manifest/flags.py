@@ -8,11 +8,15 @@ in the ``-flag=value`` form where it takes a value.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["defined_macro", "flag_problem", "include_flag", "rooted_flags"]
+from ..fingerprint import path_digest
+
+__all__ = ["defined_macro", "flag_problem", "include_digest", "include_flag", "rooted_flags"]
 
 _RESERVED: tuple[tuple[str, str], ...] = (
     (
@@ -94,3 +98,29 @@ def rooted_flags(flags: Sequence[str], root: Path) -> list[str]:
         option, folders = found
         out.append(option + ",".join(str(root / d) if not Path(d).is_absolute() else d for d in folders))
     return out
+
+
+def include_digest(flags: Sequence[str], root: Path) -> str | None:
+    """:func:`_include_digest`, once per process for the same flags and folder (a search keys hundreds of
+    compiles; the headers are read once)."""
+    return _include_digest(tuple(flags), root)
+
+
+@functools.lru_cache(maxsize=16)
+def _include_digest(flags: tuple[str, ...], root: Path) -> str | None:
+    """sha256 of what the relative include folders of ``flags`` hold (names and contents, recursively, in flag
+    order; an absent folder counts as absent; not the manifest's folder itself or one above it), or None where no
+    flag names one. The same headers give the same
+    digest in any checkout, so a compile's verdict can be keyed on them: a header edited, added or removed is a
+    new compile, and a verdict found in one checkout holds in another only where the headers are the same."""
+    h = hashlib.sha256()
+    seen = False
+    real_root = root.resolve()
+    for flag in flags:
+        for folder in (include_flag(flag) or ("", []))[1]:
+            path = (root / folder).resolve()
+            if Path(folder).is_absolute() or path == real_root or path in real_root.parents:
+                continue  # a system folder, or the project itself (its build outputs change every build)
+            seen = True
+            h.update(f"{folder}\0{path_digest(root / folder) or '-'}\n".encode())
+    return h.hexdigest() if seen else None

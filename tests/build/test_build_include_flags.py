@@ -91,3 +91,25 @@ def test_a_kernel_including_a_project_header_locks_ships_and_builds(build_env: B
     assert proc.returncode == 0, proc.stdout[-6000:]
     assert "Traceback" not in proc.stdout
     assert list(out.glob("tiny-0.1.0-*.whl"))
+
+
+@pytest.mark.slow
+def test_a_gate_verdict_is_keyed_on_the_headers_it_compiled_with(build_env: BuildEnv, tmp_path: Path) -> None:
+    """Two checkouts sharing one cache: the verdict of a checkout missing the header (a compile error) is not
+    the verdict of one that has it, and a header edited into an error is compiled again, not passed from the
+    cache."""
+    cache = {"R1BUILD_CACHE_DIR": str(tmp_path / "shared-cache")}
+    broken = _with_header(tmp_path / "a" / "tiny")
+    (broken / "inc" / "tiny_factor.cuh").unlink()
+    missing = build_env.run(["r1build", "lock", "--offline", "-m", broken], cwd=broken, env=cache)
+    assert missing.returncode == 1 and "tiny_factor.cuh: No such file or directory" in missing.stdout, missing.stdout
+
+    project = _with_header(tmp_path / "b" / "tiny")
+    build_env.check(["r1build", "lock", "--offline", "-m", project], cwd=project, env=cache)
+
+    (project / "inc" / "tiny_factor.cuh").write_text(HEADER + "#error edited into an error\n", encoding="utf-8")
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = build_env.pip_wheel(project, out, env={**cache, "R1BUILD_LOCKED": "1"}, isolated=False)
+    assert proc.returncode != 0 and "Traceback" not in proc.stdout
+    assert "r1build: error:" in proc.stdout and "edited into an error" in proc.stdout, proc.stdout[-4000:]
