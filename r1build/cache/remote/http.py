@@ -8,16 +8,23 @@ servers. The standard library's :mod:`http.client`, one keep-alive connection pe
 
 from __future__ import annotations
 
+import contextlib
 import http.client
+import socket
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 
 from .store import MAX_OBJECT, RemoteUnavailable
 
-__all__ = ["HttpStore"]
+__all__ = ["MIN_RATE", "HttpStore"]
 
 _STORED = frozenset({200, 201, 204})
+MIN_RATE = 256 * 1024
+"""Bytes a second a remote must at least move: a request may take ``timeout`` plus its bytes at this rate, so a
+server that answers a byte now and then (each within ``timeout``) is a timeout, not a hung build."""
+_CHUNK = 64 * 1024
 
 
 class HttpStore:
@@ -62,14 +69,27 @@ class HttpStore:
         for attempt in range(2):
             reused = getattr(self._local, "conn", None) is not None
             conn = self._connection()
+            # sending and the answer's head: within timeout plus the body's bytes at MIN_RATE, whatever the
+            # server trickles (the socket's timeout bounds each wait, not their sum)
+            limit = self._timeout + len(body or b"") / MIN_RATE
+            overdue = threading.Event()
+            watchdog = threading.Timer(limit, self._abort, (conn, overdue))
+            watchdog.daemon = True
+            watchdog.start()
             try:
-                conn.request(method, path, body=body, headers=headers)
-                response = conn.getresponse()
+                try:
+                    conn.request(method, path, body=body, headers=headers)
+                    response = conn.getresponse()
+                finally:
+                    watchdog.cancel()
+                if overdue.is_set():  # the watchdog cut a head that trickled in: what was read is not an answer
+                    self._drop()
+                    raise RemoteUnavailable(f"{method} {path}: no answer within {limit:g} s")
                 length = response.getheader("Content-Length")
                 if method == "GET" and length is not None and length.isdigit() and int(length) > MAX_OBJECT:
                     self._drop()
                     raise RemoteUnavailable(f"{method} {path}: an object of {length} bytes, over the limit")
-                data = response.read(MAX_OBJECT + 1) if method == "GET" else response.read()
+                data = self._body(response, MAX_OBJECT + 1 if method == "GET" else _CHUNK, f"{method} {path}")
                 if len(data) > MAX_OBJECT:
                     self._drop()
                     raise RemoteUnavailable(f"{method} {path}: an answer over {MAX_OBJECT} bytes")
@@ -78,6 +98,8 @@ class HttpStore:
                 return response.status, data
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as exc:
                 self._drop()
+                if overdue.is_set():
+                    raise RemoteUnavailable(f"{method} {path}: no answer within {limit:g} s") from None
                 if attempt == 0 and reused:
                     continue  # the server closed an idle keep-alive connection: once more on a new one
                 raise RemoteUnavailable(f"{method} {path}: {exc or type(exc).__name__}") from None
@@ -86,8 +108,42 @@ class HttpStore:
                 raise RemoteUnavailable(f"{method} {path}: no answer within {self._timeout:g} s") from None
             except (OSError, http.client.HTTPException) as exc:
                 self._drop()
+                if overdue.is_set():
+                    raise RemoteUnavailable(f"{method} {path}: no answer within {limit:g} s") from None
                 raise RemoteUnavailable(f"{method} {path}: {exc or type(exc).__name__}") from None
         raise AssertionError("unreachable")
+
+    @staticmethod
+    def _abort(conn: http.client.HTTPConnection, overdue: threading.Event) -> None:
+        """The watchdog: a request past its time has its socket shut, which ends the wait in its thread."""
+        overdue.set()
+        sock = conn.sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def _body(self, response: http.client.HTTPResponse, most: int, what: str) -> bytes:
+        """Up to ``most`` bytes of the answer's body, read as it arrives: it must come within the timeout plus
+        its bytes at :data:`MIN_RATE`, else :class:`RemoteUnavailable`. The rest of a longer body is not read."""
+        start = time.monotonic()
+        parts: list[bytes] = []
+        got = 0
+        while got < most:
+            if time.monotonic() - start > self._timeout + got / MIN_RATE:
+                self._drop()
+                raise RemoteUnavailable(
+                    f"{what}: the answer came slower than {MIN_RATE // 1024} KiB/s "
+                    f"({got} bytes in {time.monotonic() - start:.1f} s)"
+                )
+            part = response.read1(min(_CHUNK, most - got))
+            if not part:
+                response.read()  # the end (or a HEAD): read() lets http.client finish the response
+                break
+            parts.append(part)
+            got += len(part)
+        if got >= most and not response.isclosed():
+            self._drop()  # an answer longer than wanted: the connection cannot be reused
+        return b"".join(parts)
 
     def _fail(self, method: str, key: str, status: int) -> RemoteUnavailable:
         reason = http.client.responses.get(status, "")

@@ -391,6 +391,75 @@ def test_a_slow_remote_costs_one_timeout(
     assert "no answer within 0.5 s" in warning
 
 
+class _Trickler:
+    """A server on 127.0.0.1 that answers every request a byte at a time, each well within the client's
+    timeout: the head (``where="head"``: a long header line) or the body (``"body"``), 2000 bytes over about
+    20 s in all. A context manager; its threads end when it closes."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(16)
+        self._sock.settimeout(0.1)
+        self.port = int(self._sock.getsockname()[1])
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._serve)]
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            worker = threading.Thread(target=self._answer, args=(conn,))
+            self._threads.append(worker)
+            worker.start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                conn.recv(65536)
+                head = b"HTTP/1.1 200 OK\r\n"
+                if self.where == "head":
+                    conn.sendall(head + b"X-Pad: ")
+                else:
+                    conn.sendall(head + b"Content-Length: 2000\r\n\r\n")
+                for _ in range(2000):
+                    if self._stop.wait(0.01):
+                        return
+                    conn.sendall(b"a")
+                if self.where == "head":
+                    conn.sendall(b"\r\nContent-Length: 0\r\n\r\n")
+            except OSError:
+                return
+
+    def __enter__(self) -> _Trickler:
+        self._threads[0].start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in list(self._threads):
+            thread.join()
+        self._sock.close()
+
+
+@pytest.mark.parametrize("where", ["head", "body"])
+def test_a_remote_that_trickles_its_answer_costs_one_timeout(
+    team_key: KeyPair, tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    """Each byte comes within the timeout, so the socket's timeout alone never fires: the request as a whole
+    must (before, a 2000-byte answer took 20 s, and a longer one held the build for as long as the server
+    liked)."""
+    project = tiny_project(tmp_path / "tiny", team_key.public.line, timeout_s=0.5)
+    measured_tiny(project, tmp_path / "a")
+    with _Trickler(where) as server:
+        url = f"http://127.0.0.1:{server.port}/team"
+        warning = _one_warning_and_locked(capsys, project, tmp_path / "b", url, within=8)
+    assert "is unavailable" in warning and ("no answer within" in warning or "came slower than" in warning)
+
+
 def test_a_forbidden_remote_and_the_token(
     nginx: Nginx, team_key: KeyPair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
