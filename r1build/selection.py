@@ -23,6 +23,7 @@ import re
 from collections.abc import Sequence
 from typing import Protocol, TypeVar
 
+from .keys import variant_digest
 from .records import (
     CandidateOutcome,
     CandidateRef,
@@ -38,6 +39,7 @@ from .records import (
 __all__ = [
     "MIN_LEAD",
     "beats",
+    "decision_problem",
     "decision_winner",
     "may_win",
     "median_error",
@@ -108,6 +110,28 @@ def decision_winner(decision: Decision) -> CandidateRef | None:
         return decision.winner
     judged = [(ref, r) for ref in decision.candidates if (r := decision.result_of(ref.digest)) is not None]
     return select_winner([ref for ref, _ in judged], [r for _, r in judged])
+
+
+def decision_problem(decision: Decision) -> str | None:
+    """Why the winner :func:`decision_winner` gives contradicts the decision itself (None when it does not, or
+    when it gives none): a winner whose digest is not that of its source and defines, a result judged for
+    another arch, or one that counts as validated on a GPU with no time measured or no GPU named. r1build never
+    records such a decision (the GPU evaluator's passed results carry both); a cache, bundle or remote may."""
+    winner = decision_winner(decision)
+    if winner is None:
+        return None
+    if variant_digest(winner.source, winner.defines) != winner.digest:
+        return f"its winner {winner.digest[:12]} is not the digest of its source and defines"
+    result = decision.result_of(winner.digest)
+    if result is not None and result.arch != decision.arch:
+        return f"its winner {winner.digest[:12]} was judged for {result.arch!r}, not {decision.arch}"
+    if decision.validation(winner) == "validated":
+        timing = result.timing if result is not None else None
+        if timing is None or not (math.isfinite(timing.median_us) and timing.median_us > 0):
+            return f"it records its winner {winner.digest[:12]} as validated on a GPU, but no time measured there"
+        if not ((result.device if result else None) or decision.device):
+            return f"it records its winner {winner.digest[:12]} as validated on a GPU, but names no GPU"
+    return None
 
 
 def rejection(decision: Decision, digest: str) -> str | None:

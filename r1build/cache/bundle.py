@@ -29,7 +29,8 @@ What happens to entries the cache already has:
   replaced;
 * a decision that differs: the bundle's decision replaces the local one only when a GPU judged the bundle's and
   either none judged the local one (a bundle from a GPU machine upgrades a static-gate-only decision) or newer GPU
-  checks did (its ``checks`` version is higher); otherwise the local decision is kept (``kept``);
+  checks did (its ``checks`` version is higher, and not above this r1build's); never when it contradicts itself
+  (:func:`~r1build.selection.decision_problem`); otherwise the local decision is kept (``kept``);
 * a gate result or JSON document that differs: the local one is kept.
 
 A local entry that is corrupt is always replaced by the bundle's verified one.
@@ -311,9 +312,13 @@ def _trusted_entries(
 
 def _upgrades(local: bytes, incoming: bytes) -> bool:
     """Whether an incoming decision replaces a local one: judged on a GPU where the local one was not, or by
-    newer GPU checks."""
+    newer GPU checks (a version this r1build knows: a higher one is a claim it cannot weigh). Never one that
+    contradicts itself (:func:`~r1build.selection.decision_problem`): the good local one would be lost for it."""
+    from ..judge import CHECKS_VERSION
+    from ..selection import decision_problem
+
     new, old = from_json(Decision, incoming), from_json(Decision, local)
-    if not new.on_gpu:
+    if not new.on_gpu or (new.checks or 0) > CHECKS_VERSION or decision_problem(new) is not None:
         return False
     return not old.on_gpu or (new.checks or 0) > (old.checks or 0)
 

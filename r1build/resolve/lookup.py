@@ -3,7 +3,6 @@ and may be used) or from a cached decision; None on a miss."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from typing import Literal
 
@@ -14,7 +13,7 @@ from ..lock import LockEntry, inputs_of, lock_path, unlockable
 from ..lock.verify import entry_problem, manifest_problem
 from ..manifest import KernelSpec, Manifest
 from ..records import Candidate, Decision, Found, Origin, Unresolved
-from ..selection import decision_winner, rejection, unresolved
+from ..selection import decision_problem, decision_winner, rejection, unresolved
 from ..toolchain import toolchain
 from .model import Question, Resolved, Run
 from .sources import WinnerSource, source_for, vendored_mismatch
@@ -58,17 +57,13 @@ def decision_refusal(manifest: Manifest, spec: KernelSpec, arch: str, key: str, 
         return None
     if decision.kernel != spec.name or decision.arch != arch:
         return f"it is a decision for {decision.kernel!r} on {decision.arch!r}, not {spec.name} on {arch}"
+    problem = decision_problem(decision)
+    if problem is not None:
+        return problem
     result = decision.result_of(winner.digest)
     validation = decision.validation(winner)
-    if result is not None and result.arch != arch:
-        return f"its winner {winner.digest[:12]} was judged for {result.arch!r}, not {arch}"
     timing = result.timing if result is not None else None
     gpu = ((result.device if result else None) or decision.device) if timing is not None else None
-    if validation == "validated":
-        if timing is None or not (math.isfinite(timing.median_us) and timing.median_us > 0):
-            return f"it records its winner {winner.digest[:12]} as validated on a GPU, but no time measured there"
-        if not gpu:
-            return f"it records its winner {winner.digest[:12]} as validated on a GPU, but names no GPU"
     entry = LockEntry(
         name=spec.name,
         arch=arch,
@@ -88,9 +83,9 @@ def decision_refusal(manifest: Manifest, spec: KernelSpec, arch: str, key: str, 
         checks=(decision.checks or 0) if validation == "validated" else None,
         toolchain=decision.toolchain or None,
     )
-    problem = entry_problem(entry) or manifest_problem(manifest, spec, entry)
-    if problem is not None:
-        field, why = problem
+    field_problem = entry_problem(entry) or manifest_problem(manifest, spec, entry)
+    if field_problem is not None:
+        field, why = field_problem
         return f"its winner {winner.digest[:12]} does not verify ({field}: {why})"
     return None
 

@@ -117,6 +117,34 @@ def test_a_decision_judged_by_newer_gpu_checks_replaces_an_older_one(tmp_path: P
     assert import_bundle(new, tmp_path / "old.zip").kept == ["decision/" + "k" * 64]
 
 
+@pytest.mark.parametrize("claim", ["checks from a future r1build", "validated with no time", "winner not its source"])
+def test_a_bundle_decision_that_cannot_be_weighed_never_replaces_a_good_one(tmp_path: Path, claim: str) -> None:
+    """The upgrade rule (a GPU decision, newer checks) is the bundle's own claim: one this r1build cannot weigh
+    or that contradicts itself would cost the good local decision and bring nothing usable."""
+    mine, theirs = Cache(tmp_path / "mine"), Cache(tmp_path / "theirs")
+    good = make_decision(mine, "k" * 64, "matmul", measured=False)  # gate only: any sound GPU decision upgrades it
+    claimed = make_decision(theirs, "k" * 64, "matmul", note="theirs")
+    winner = claimed.winner
+    assert winner is not None and claimed.results[0].timing is not None
+    if claim == "checks from a future r1build":
+        claimed = dataclasses.replace(claimed, checks=CHECKS_VERSION + 1)
+    elif claim == "validated with no time":
+        claimed = dataclasses.replace(
+            claimed, results=[dataclasses.replace(claimed.results[0], timing=None), *claimed.results[1:]]
+        )
+    else:
+        claimed = dataclasses.replace(claimed, winner=dataclasses.replace(winner, source="f" * 64))
+    theirs.put_decision(claimed)
+    export_bundle(theirs, tmp_path / "theirs.zip")
+    summary = import_bundle(mine, tmp_path / "theirs.zip")
+    assert summary.kept == ["decision/" + "k" * 64] and summary.replaced == []
+    assert mine.get_decision("k" * 64) == good
+    sound = dataclasses.replace(make_decision(theirs, "k" * 64, "matmul", note="sound"), checks=CHECKS_VERSION)
+    theirs.put_decision(sound)
+    export_bundle(theirs, tmp_path / "sound.zip")
+    assert import_bundle(mine, tmp_path / "sound.zip").replaced == ["decision/" + "k" * 64]  # the control
+
+
 def test_differing_measured_decision_keeps_local(tmp_path: Path) -> None:
     a, b = Cache(tmp_path / "a"), Cache(tmp_path / "b")
     mine = make_decision(a, "k" * 64, "matmul")
