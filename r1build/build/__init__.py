@@ -89,7 +89,7 @@ def kernel_settings(config_settings: HookSettings, project_dir: Path | None = No
 
     options, rest = split_settings(config_settings)
     project = (project_dir or Path.cwd()).resolve()
-    rest[COMPILER_DEFINE] = _one_compiler(rest.get(COMPILER_DEFINE))
+    rest[COMPILER_DEFINE] = _one_compiler(rest.get(COMPILER_DEFINE), config_settings, project)
     rest[KERNELS_DEFINE] = prepare_kernels(project, options, _ours(config_settings)).resolve().as_posix()
     return rest
 
@@ -98,6 +98,8 @@ def warm_kernel_settings(config_settings: HookSettings) -> ConfigSettings | None
     """What :func:`kernel_settings` returns, when the stamp of the last locked build holds for these config
     settings in the working directory (:func:`~r1build.build.stamp.read_warm_stamp`); None otherwise, and then
     :func:`kernel_settings` decides. Nothing of r1build is imported here beyond the stamp."""
+    if _may_name_a_compiler(config_settings, Path.cwd()):  # the full path checks which (build.compiler)
+        return None
     try:
         warm = read_warm_stamp(Path.cwd().resolve(), _ours(config_settings))
     except OSError:
@@ -142,26 +144,49 @@ def _compiler(given: str | list[str] | None, nvcc: str) -> str | None:
     return str(Path(path).absolute())
 
 
-def _one_compiler(given: str | list[str] | None) -> str:
+def _may_name_a_compiler(config_settings: HookSettings, project: Path) -> bool:
+    """Whether the environment, the config setting ``cmake.args`` or pyproject.toml so much as mention
+    ``CMAKE_CUDA_COMPILER`` (a string test: :mod:`r1build.build.compiler` reads them properly)."""
+    name = "CMAKE_CUDA_COMPILER"
+    if any(name in os.environ.get(var, "") for var in ("CMAKE_ARGS", "SKBUILD_CMAKE_ARGS", "SKBUILD_CMAKE_DEFINE")):
+        return True
+    if name in str((config_settings or {}).get("cmake.args", "")):
+        return True
+    try:
+        return name.encode() in (project / "pyproject.toml").read_bytes()
+    except OSError:
+        return False
+
+
+def _one_compiler(
+    given: str | list[str] | None, config_settings: HookSettings = None, project: Path | None = None
+) -> str:
     """The nvcc the gate uses (:func:`r1build.toolchain.find_nvcc`), to be CMake's ``CMAKE_CUDA_COMPILER`` too.
 
     Left to itself, CMake picks its CUDA compiler by its own rules (``CUDACXX``, then ``PATH``), which need not
     be the nvcc r1build found (``R1BUILD_NVCC``, ``CUDACXX``, ``CUDA_HOME``, then ``PATH``): the gate would
     judge code with one compiler and the build compile it with another. A ``CMAKE_CUDA_COMPILER`` given as a
-    config setting must name the same nvcc, else :class:`~r1build.errors.ConfigError`.
+    config setting, or anywhere else scikit-build-core hands CMake one (``CMAKE_ARGS``, ``cmake.args``,
+    ``SKBUILD_CMAKE_DEFINE``, pyproject.toml: :func:`~r1build.build.compiler.compiler_requests` in ``project``),
+    must name the same nvcc, else :class:`~r1build.errors.ConfigError`.
     """
     from ..errors import ConfigError
     from ..toolchain import find_nvcc
+    from .compiler import compiler_requests
 
     found = find_nvcc()
+    value = given if isinstance(given, str) else (given or [""])[-1]
+    requests = [(f"config setting {COMPILER_DEFINE}", value)] if given is not None else []
+    requests += compiler_requests(config_settings, os.environ, project or Path.cwd())
+    for where, named in requests:
+        if _compiler(named, found) is None:
+            raise ConfigError(
+                f"{where} names {named} as CMake's CUDA compiler, which is not the nvcc r1build gates with "
+                f"({shutil.which(found) or found}); set R1BUILD_NVCC (or CUDACXX) to it instead, so the gate and "
+                "the build use one compiler"
+            )
     compiler = _compiler(given, found)
-    if compiler is None:
-        value = given if isinstance(given, str) else (given or [""])[-1]
-        raise ConfigError(
-            f"config setting {COMPILER_DEFINE}={value} is not the nvcc r1build gates with "
-            f"({shutil.which(found) or found}); set R1BUILD_NVCC (or CUDACXX) to it, so the gate and the build "
-            "use one compiler"
-        )
+    assert compiler is not None  # checked above
     return compiler
 
 

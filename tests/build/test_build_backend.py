@@ -6,6 +6,7 @@ import ast
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -383,6 +384,57 @@ def test_the_warm_path_needs_the_same_config_settings_and_compiler(
     assert not _warm(locked_tiny, other, monkeypatch)
     with pytest.raises(ConfigError, match="is not the nvcc r1build gates with"):
         _build_events(locked_tiny, other)
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        "CMAKE_ARGS",
+        "SKBUILD_CMAKE_ARGS",
+        "SKBUILD_CMAKE_DEFINE",
+        "config setting cmake.args",
+        "pyproject.toml [tool.scikit-build] cmake.args",
+        "pyproject.toml [tool.scikit-build] cmake.define.CMAKE_CUDA_COMPILER",
+    ],
+)
+def test_a_cuda_compiler_named_anywhere_else_must_be_the_gates(
+    locked_tiny: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """scikit-build-core puts cmake.args and CMAKE_ARGS on CMake's command line, where a -DCMAKE_CUDA_COMPILER
+    wins over the one r1build hands over: another nvcc named there is refused (the warm path too), the gate's
+    own is accepted."""
+    from r1build.toolchain import find_nvcc
+
+    settings: dict[str, str | list[str]] = {"r1build.locked": "1"}
+    _build_events(locked_tiny, settings)
+    assert _warm(locked_tiny, settings, monkeypatch)
+    pyproject = locked_tiny / "pyproject.toml"
+    original = pyproject.read_text(encoding="utf-8")
+
+    def name(compiler: str) -> dict[str, str | list[str]]:
+        monkeypatch.delenv(where, raising=False)
+        pyproject.write_text(original, encoding="utf-8")
+        if where == "CMAKE_ARGS":  # conda-forge's way: shell words
+            monkeypatch.setenv(where, f"-G Ninja -DCMAKE_CUDA_COMPILER:FILEPATH={compiler} -DFOO=1")
+        elif where == "SKBUILD_CMAKE_ARGS":
+            monkeypatch.setenv(where, f"-DFOO=1;-DCMAKE_CUDA_COMPILER={compiler}")
+        elif where == "SKBUILD_CMAKE_DEFINE":
+            monkeypatch.setenv(where, f"FOO=1;CMAKE_CUDA_COMPILER={compiler}")
+        elif where == "config setting cmake.args":
+            return {**settings, "cmake.args": ["-D", f"CMAKE_CUDA_COMPILER={compiler}"]}
+        elif where.endswith("cmake.args"):
+            pyproject.write_text(original + f'cmake.args = ["-DCMAKE_CUDA_COMPILER={compiler}"]\n', encoding="utf-8")
+        else:
+            pyproject.write_text(original + f'cmake.define.CMAKE_CUDA_COMPILER = "{compiler}"\n', encoding="utf-8")
+        return settings
+
+    other = name("/usr/bin/true")
+    assert not _warm(locked_tiny, other, monkeypatch)
+    with pytest.raises(ConfigError, match=f"^{re.escape(where)} names /usr/bin/true as CMake's CUDA compiler"):
+        _build_events(locked_tiny, other)
+    gates = str(Path(shutil.which(find_nvcc()) or find_nvcc()).absolute())
+    same = name(gates)
+    assert kernel_settings(same, locked_tiny)[COMPILER_DEFINE] == gates
 
 
 def test_a_warm_build_imports_nothing_of_r1build_but_the_stamp(locked_tiny: Path) -> None:
