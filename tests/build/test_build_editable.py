@@ -132,3 +132,38 @@ def test_an_isolated_editable_install_says_how_to_rebuild_kernels(build_env: Bui
     assert "install the build requirements beside the package and pip install --no-build-isolation -e" in (
         " ".join(broken.stdout.split())
     ), broken.stdout
+
+
+def test_an_editable_refresh_that_r1build_refuses_shows_why_not_the_isolation_hint(
+    build_env: BuildEnv, tmp_path: Path
+) -> None:
+    """An editable install made with r1build.locked, whose lock goes stale: the import fails with r1build's own
+    error (which kernel is stale), and is not blamed on an isolated build's missing r1build (it is there)."""
+    project = copy_project(PACKAGES / "tiny", tmp_path / "tiny")
+    build_env.check(["r1build", "lock", "--offline", "-m", project], cwd=project)
+    build_env.check(
+        [
+            build_env.python,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-build-isolation",
+            "-e",
+            project,
+            "-Ceditable.rebuild=true",
+            "-Cbuild-dir=build/{wheel_tag}",
+            "-Cr1build.locked=1",
+        ],
+        cwd=tmp_path,
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    assert _import(build_env, elsewhere)[0] == 0
+    _edit(project / "scale.cu", "if (n <= 0) return cudaSuccess;", "if (n <= 0) return cudaErrorInvalidValue;")
+    broken = build_env.run([build_env.python, "-c", IMPORT], cwd=elsewhere)
+    assert broken.returncode != 0, broken.stdout
+    flat = " ".join(broken.stdout.split())
+    assert "kernels.lock is out of date" in flat and "scale/sm_90: stale" in flat, broken.stdout[-4000:]
+    assert "r1build could not refresh the kernels (exit 2): see its error above" in flat, broken.stdout[-4000:]
+    assert "isolated build's r1build is gone" not in flat
