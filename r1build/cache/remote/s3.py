@@ -5,12 +5,16 @@ boto3's usual chain (``AWS_ACCESS_KEY_ID``..., ``~/.aws``, instance roles; ``AWS
 
 from __future__ import annotations
 
+import threading
 import urllib.parse
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from ...errors import ConfigError
+from .http import MIN_RATE
 from .store import MAX_OBJECT, RemoteUnavailable
+
+T = TypeVar("T")
 
 __all__ = ["S3Store"]
 
@@ -28,6 +32,7 @@ class S3Store:
             raise ConfigError(f"the remote cache {url} needs boto3: pip install 'r1build[s3]'") from None
         parts = urllib.parse.urlsplit(url)
         self.url = url
+        self._timeout = timeout
         self._bucket = parts.netloc
         self._prefix = parts.path.strip("/")
         config = Config(connect_timeout=timeout, read_timeout=timeout, retries={"max_attempts": 1, "mode": "standard"})
@@ -49,24 +54,67 @@ class S3Store:
         except BotoCoreError as exc:
             raise RemoteUnavailable(f"{what} s3://{self._bucket}/{self._key(key)}: {exc}") from None
 
+    def _within(self, what: str, key: str, work: Callable[[Callable[[int], None]], T], sent: int = 0) -> T:
+        """``work`` on a thread of its own, waited for as a whole: its request and the answer's head within the
+        timeout plus ``sent`` bytes at :data:`~.http.MIN_RATE`, then (``work`` calls its argument with the body's
+        length once the head is in) the body at that rate. botocore's timeouts bound each socket wait, not their
+        sum, so a server that trickles bytes would otherwise hold the build; past the time the call is left to
+        finish on its own (a daemon thread) and the remote is unavailable."""
+        head_in = threading.Event()
+        done = threading.Event()
+        box: dict[str, Any] = {}
+        body = [0]
+
+        def headed(length: int) -> None:
+            body[0] = length
+            head_in.set()
+
+        def run() -> None:
+            try:
+                box["value"] = work(headed)
+            except BaseException as exc:  # handed to the waiting thread
+                box["error"] = exc
+            finally:
+                head_in.set()
+                done.set()
+
+        threading.Thread(target=run, name="r1build-s3", daemon=True).start()
+        where = f"{what} s3://{self._bucket}/{self._key(key)}"
+        limit = self._timeout + sent / MIN_RATE
+        if not head_in.wait(limit):
+            raise RemoteUnavailable(f"{where}: no answer within {limit:g} s")
+        if not done.wait(self._timeout + body[0] / MIN_RATE):
+            raise RemoteUnavailable(f"{where}: the answer ({body[0]} bytes) came slower than {MIN_RATE // 1024} KiB/s")
+        if "error" in box:
+            raise box["error"]
+        return box["value"]  # type: ignore[no-any-return]
+
     def get(self, key: str) -> bytes | None:
         from botocore.exceptions import BotoCoreError
 
-        answer = self._call("GET", key, self._client.get_object)
-        if answer is None:
-            return None
-        if int(answer.get("ContentLength") or 0) > MAX_OBJECT:
+        def work(headed: Callable[[int], None]) -> bytes | None:
+            answer = self._call("GET", key, self._client.get_object)
+            if answer is None:
+                return None
+            length = int(answer.get("ContentLength") or 0)
+            if length > MAX_OBJECT:
+                raise RemoteUnavailable(f"GET s3://{self._bucket}/{self._key(key)}: an object over the size limit")
+            headed(length)
+            try:
+                return bytes(answer["Body"].read(MAX_OBJECT + 1))
+            except (BotoCoreError, OSError) as exc:
+                raise RemoteUnavailable(f"GET s3://{self._bucket}/{self._key(key)}: {exc}") from None
+
+        data = self._within("GET", key, work)
+        if data is not None and len(data) > MAX_OBJECT:
             raise RemoteUnavailable(f"GET s3://{self._bucket}/{self._key(key)}: an object over the size limit")
-        try:
-            return bytes(answer["Body"].read())
-        except (BotoCoreError, OSError) as exc:
-            raise RemoteUnavailable(f"GET s3://{self._bucket}/{self._key(key)}: {exc}") from None
+        return data
 
     def head(self, key: str) -> bool:
-        return self._call("HEAD", key, self._client.head_object) is not None
+        return self._within("HEAD", key, lambda _: self._call("HEAD", key, self._client.head_object)) is not None
 
     def put(self, key: str, data: bytes) -> None:
-        self._call("PUT", key, self._client.put_object, Body=data)
+        self._within("PUT", key, lambda _: self._call("PUT", key, self._client.put_object, Body=data), len(data))
 
     def keys(self, prefix: str) -> Iterator[str]:
         from botocore.exceptions import BotoCoreError, ClientError

@@ -445,17 +445,34 @@ class _Trickler:
         self._sock.close()
 
 
+@pytest.mark.parametrize("backend", ["http", "s3"])
 @pytest.mark.parametrize("where", ["head", "body"])
 def test_a_remote_that_trickles_its_answer_costs_one_timeout(
-    team_key: KeyPair, tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
+    team_key: KeyPair,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    where: str,
+    backend: str,
 ) -> None:
     """Each byte comes within the timeout, so the socket's timeout alone never fires: the request as a whole
     must (before, a 2000-byte answer took 20 s, and a longer one held the build for as long as the server
-    liked)."""
+    liked). For s3 the trickler is the S3 endpoint boto3 is pointed at."""
+    if backend == "s3":
+        pytest.importorskip("boto3", reason="boto3 is not installed (the s3 extra)")
     project = tiny_project(tmp_path / "tiny", team_key.public.line, timeout_s=0.5)
     measured_tiny(project, tmp_path / "a")
     with _Trickler(where) as server:
         url = f"http://127.0.0.1:{server.port}/team"
+        if backend == "s3":
+            for name, value in {
+                "AWS_ACCESS_KEY_ID": "testing",
+                "AWS_SECRET_ACCESS_KEY": "testing",
+                "AWS_DEFAULT_REGION": "us-east-1",
+                "AWS_ENDPOINT_URL": f"http://127.0.0.1:{server.port}",
+            }.items():
+                monkeypatch.setenv(name, value)
+            url = "s3://team-cache/team"
         warning = _one_warning_and_locked(capsys, project, tmp_path / "b", url, within=8)
     assert "is unavailable" in warning and ("no answer within" in warning or "came slower than" in warning)
 
