@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from ..manifest import Manifest
@@ -11,10 +12,12 @@ from ..manifest.reference import ReferenceProblem, reference_file
 __all__ = ["manifest_inputs"]
 
 
-def manifest_inputs(manifest: Manifest) -> list[Path]:
+def manifest_inputs(manifest: Manifest, *, resolve: bool = True) -> list[Path]:
     """Every existing file or folder the resolver reads, absolute: manifest, lock, references, sources, vendor,
     and the folders of relative include paths in ``nvcc-flags`` (``-Iinclude``: the headers the sources include;
-    not the manifest's folder itself or one above it)."""
+    not the manifest's folder itself or one above it). ``resolve=False``: each as the manifest names it (absolute,
+    symbolic links not followed), as an sdist packs it: a link inside the project to a file elsewhere is packed
+    as that file's bytes."""
     root = manifest.root
     found: list[Path] = [manifest.path, root / manifest.settings.lock_file, root / manifest.settings.vendor_dir]
     real_root = root.resolve()
@@ -22,7 +25,7 @@ def manifest_inputs(manifest: Manifest) -> list[Path]:
         for folder in (include_flag(flag) or ("", []))[1]:
             path = (root / folder).resolve()
             if not Path(folder).is_absolute() and path != real_root and path not in real_root.parents:
-                found.append(path)
+                found.append(root / folder)
     for spec in manifest.kernels:
         found.extend(root / rel for rel in [spec.baseline, *spec.candidates] if rel is not None)
         try:
@@ -38,5 +41,5 @@ def manifest_inputs(manifest: Manifest) -> list[Path]:
     unique: dict[Path, None] = {}
     for path in found:
         if path.exists():
-            unique.setdefault(path.resolve(), None)
+            unique.setdefault(path.resolve() if resolve else Path(os.path.abspath(path)), None)  # noqa: PTH100
     return list(unique)

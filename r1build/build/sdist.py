@@ -91,7 +91,7 @@ def sdist_settings(
         if project in cache.parents:
             excludes.append(_pattern(cache.relative_to(project), directory=True))
     includes: list[str] = []
-    for path in manifest_inputs(manifest):
+    for path in manifest_inputs(manifest, resolve=False):
         try:
             rel = path.relative_to(project)
         except ValueError:

@@ -51,3 +51,35 @@ def test_a_cache_inside_the_project_stays_out_of_the_sdist(build_env: BuildEnv, 
     wheel = build_env.pip_wheel(unpacked, out, env=env, isolated=False)
     assert wheel.returncode == 0, wheel.stdout[-6000:]
     assert list(out.glob("tiny-0.1.0-*.whl"))
+
+
+def test_a_source_linked_from_outside_the_project_is_carried_without_a_false_warning(
+    build_env: BuildEnv, tmp_path: Path
+) -> None:
+    """A baseline that is a symbolic link to a file shared between projects: the sdist packs the file's bytes
+    under the link's name (so a wheel from it finds it), and the build does not warn that it cannot."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    project = copy_project(PACKAGES / "tiny", tmp_path / "tiny")
+    (project / "scale.cu").rename(shared / "scale.cu")
+    (project / "scale.cu").symlink_to(Path("..") / "shared" / "scale.cu")
+    cache = {"R1BUILD_CACHE_DIR": str(tmp_path / "cache")}
+    build_env.check(["r1build", "lock", "--offline", "-m", project], cwd=project, env=cache)
+
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    proc = build_env.hook(project, "build_sdist", dist, env=cache)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    assert "outside the project folder" not in proc.stdout, proc.stdout
+    (sdist,) = dist.glob("tiny-*.tar.gz")
+    with tarfile.open(sdist) as tar:
+        member = tar.getmember("tiny-0.1.0/scale.cu")
+        assert member.isfile()
+
+    unpacked = unpack_sdist(sdist, tmp_path / "unpacked")
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {"R1BUILD_LOCKED": "1", "R1BUILD_CACHE_DIR": str(tmp_path / "empty-cache")}
+    wheel = build_env.pip_wheel(unpacked, out, env=env, isolated=False)
+    assert wheel.returncode == 0, wheel.stdout[-6000:]
+    assert list(out.glob("tiny-0.1.0-*.whl"))
