@@ -293,8 +293,13 @@ class RemoteLayer:
         """Check what is on the remote: every object where the backend can list, else the decisions under
         ``decision_keys`` (a lock's) and the blobs they name. Digests, shapes, signatures, and that each
         decision's blobs are there. Returns (objects checked, problems)."""
-        listed = self._required(lambda: self.store.keys(f"{ROOT}/"))
-        names = list(listed) if listed is not None else [record_key("decision", k) for k in decision_keys]
+
+        def listing() -> list[str] | None:  # listed whole here: a backend's listing fails as it is iterated
+            keys = self.store.keys(f"{ROOT}/")
+            return None if keys is None else list(keys)
+
+        listed = self._required(listing)
+        names = listed if listed is not None else [record_key("decision", k) for k in decision_keys]
         checked = 0
         problems: list[RemoteProblem] = []
         blobs_named: set[str] = set()

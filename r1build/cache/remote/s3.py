@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from ...errors import ConfigError
 from .http import MIN_RATE
-from .store import MAX_OBJECT, RemoteUnavailable
+from .store import MAX_OBJECT, RemoteUnavailable, without_credentials
 
 T = TypeVar("T")
 
@@ -50,9 +50,11 @@ class S3Store:
             code = str(exc.response.get("Error", {}).get("Code", ""))
             if code in _ABSENT:
                 return None
-            raise RemoteUnavailable(f"{what} s3://{self._bucket}/{self._key(key)}: {code or exc}") from None
+            why = without_credentials(code or str(exc))
+            raise RemoteUnavailable(f"{what} s3://{self._bucket}/{self._key(key)}: {why}") from None
         except BotoCoreError as exc:
-            raise RemoteUnavailable(f"{what} s3://{self._bucket}/{self._key(key)}: {exc}") from None
+            why = without_credentials(str(exc))
+            raise RemoteUnavailable(f"{what} s3://{self._bucket}/{self._key(key)}: {why}") from None
 
     def _within(self, what: str, key: str, work: Callable[[Callable[[int], None]], T], sent: int = 0) -> T:
         """``work`` on a thread of its own, waited for as a whole: its request and the answer's head within the
@@ -103,7 +105,8 @@ class S3Store:
             try:
                 return bytes(answer["Body"].read(MAX_OBJECT + 1))
             except (BotoCoreError, OSError) as exc:
-                raise RemoteUnavailable(f"GET s3://{self._bucket}/{self._key(key)}: {exc}") from None
+                why = without_credentials(str(exc))
+                raise RemoteUnavailable(f"GET s3://{self._bucket}/{self._key(key)}: {why}") from None
 
         data = self._within("GET", key, work)
         if data is not None and len(data) > MAX_OBJECT:
@@ -126,7 +129,7 @@ class S3Store:
                 for item in page.get("Contents", []):
                     yield str(item["Key"])[strip:]
         except (BotoCoreError, ClientError) as exc:
-            raise RemoteUnavailable(f"LIST s3://{self._bucket}/{full}: {exc}") from None
+            raise RemoteUnavailable(f"LIST s3://{self._bucket}/{full}: {without_credentials(str(exc))}") from None
 
     def close(self) -> None:
         """Close the client's connections."""

@@ -8,6 +8,7 @@ Backends do not verify content: the layer does, by digest and signature.
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 from collections.abc import Iterator
 from typing import Protocol
@@ -15,7 +16,7 @@ from typing import Protocol
 from ...errors import ConfigError
 from ...manifest import remote_url_problem
 
-__all__ = ["MAX_OBJECT", "RemoteStore", "RemoteUnavailable", "open_store"]
+__all__ = ["MAX_OBJECT", "RemoteStore", "RemoteUnavailable", "open_store", "without_credentials"]
 
 MAX_OBJECT = 64 * 1024**2
 """Largest object read from a remote (bytes): a larger answer is garbage, not a cache entry."""
@@ -23,6 +24,15 @@ MAX_OBJECT = 64 * 1024**2
 
 class RemoteUnavailable(Exception):
     """The remote did not answer usably (down, slow, refused, forbidden, mid-upload failure)."""
+
+
+_USERINFO = re.compile(r"(?<=//)[^/\s\"'<>@]*@")
+
+
+def without_credentials(text: str) -> str:
+    """``text`` (a library's error message) with any ``user:password@`` of a URL in it shown as ``***@``: an
+    endpoint from the environment (``AWS_ENDPOINT_URL``) may carry one, and botocore quotes it whole."""
+    return _USERINFO.sub("***@", text)
 
 
 class RemoteStore(Protocol):

@@ -699,3 +699,27 @@ def test_a_trusted_signature_on_a_decision_that_contradicts_the_manifest_is_not_
     assert entry is not None and entry.winner == base.digest
     code, out = _cli(capsys, *LOCKED, "--offline", "-m", str(project), *b)
     assert code == 0, out
+
+
+def test_an_s3_endpoint_that_is_down_never_shows_its_password_and_verify_says_exit_1(
+    team_key: KeyPair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """botocore quotes the endpoint URL whole in its errors, so a user:password in AWS_ENDPOINT_URL reached the
+    warning; and `cache verify --remote` raised a traceback when the listing failed (it fails as it is read)."""
+    pytest.importorskip("boto3", reason="boto3 is not installed (the s3 extra)")
+    project = tiny_project(tmp_path / "tiny", team_key.public.line)
+    measured_tiny(project, tmp_path / "a")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens once this closes
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": f"http://bob:s3cretpw@127.0.0.1:{port}",
+    }.items():
+        monkeypatch.setenv(name, value)
+    warning = _one_warning_and_locked(capsys, project, tmp_path / "b", "s3://team-cache/team", within=30)
+    assert "is unavailable" in warning and "s3cretpw" not in warning and "***@" in warning, warning
+    code, out = _cli(capsys, "cache", "verify", "--remote", "-m", str(project), "--remote-cache", "s3://team-cache/t")
+    assert code == 1 and "is unavailable" in out and "Traceback" not in out and "s3cretpw" not in out, out
