@@ -182,7 +182,7 @@ def _cache(cache_dir: Path | None) -> list[Finding]:
 
 def _project(manifest_path: Path | None, env: EnvSettings) -> tuple[list[Finding], object | None]:
     from .lock import check_lock, load_lock
-    from .manifest import find_manifest, load_manifest
+    from .manifest import find_manifest, load_manifest, remote_url_problem
 
     try:
         path = find_manifest(manifest_path) if manifest_path else find_manifest(Path.cwd(), walk_up=True)
@@ -202,7 +202,10 @@ def _project(manifest_path: Path | None, env: EnvSettings) -> tuple[list[Finding
     else:
         found.append(_lock_finding(staleness.render() if staleness else None, env))
     remote = env.remote_cache or manifest.settings.cache.url
-    if remote:
+    problem = remote_url_problem(remote) if remote else None  # the manifest's was checked when it was loaded
+    if problem is not None:  # never the URL itself: it may hold a password
+        found.append(Finding("remote cache", "error", f"R1BUILD_REMOTE_CACHE: {problem}"))
+    elif remote:
         found.append(
             Finding(
                 "remote cache",

@@ -101,3 +101,15 @@ def test_a_broken_manifest_found_from_here_is_an_error(
     toml.write_text(toml.read_text(encoding="utf-8").replace('name = "scale"', 'nme = "scale"'), encoding="utf-8")
     found = _doctor(capsys, code=1)
     assert found["manifest"]["level"] == "error" and "unknown key 'nme'" in found["manifest"]["detail"]
+
+
+def test_a_remote_cache_url_with_a_password_is_an_error_that_never_shows_it(
+    project: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """doctor printed R1BUILD_REMOTE_CACHE as it was, password and all, and called it ok."""
+    monkeypatch.setenv("R1BUILD_REMOTE_CACHE", "https://bob:s3cretpw@cache.example.org/team")
+    found = _doctor(capsys, code=1)
+    assert found["remote cache"]["level"] == "error", found
+    assert "s3cretpw" not in json.dumps(found) and "holds no credentials" in found["remote cache"]["detail"]
+    monkeypatch.setenv("R1BUILD_REMOTE_CACHE", "https://cache.example.org/team")
+    assert _doctor(capsys)["remote cache"]["detail"].startswith("https://cache.example.org/team")
