@@ -15,7 +15,16 @@ if TYPE_CHECKING:
 
     from ..records import Unresolved
 
-__all__ = ["Console", "plain_table", "render_unresolved"]
+__all__ = ["Console", "plain_table", "render_unresolved", "visible"]
+
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0)) if chr(c) not in "\n\t"}
+
+
+def visible(text: str) -> str:
+    """``text`` with control characters (but line breaks and tabs) shown as ``\\x1b``: what the CLI prints comes
+    in part from a cache, a bundle or a remote (kernel names, GPU and model names, compiler output), and an escape
+    sequence in it must not reach the terminal (retitle it, clear it, rewrite what was printed)."""
+    return text.translate(_CONTROL)
 
 
 class Console:
@@ -50,6 +59,7 @@ class Console:
         """One line: with rich's ``markup`` around ``prefix`` on a terminal, plain otherwise."""
         stream = self._stream(to_stderr)
         rich = self._console(stream)
+        text = visible(text)
         if rich is None:
             stream.write(text + "\n")
             stream.flush()
@@ -90,7 +100,7 @@ class Console:
             return
         from rich.markup import escape
 
-        rich.print(f"[{style}]{prefix}[/] {escape(message)}")
+        rich.print(f"[{style}]{prefix}[/] {escape(visible(message))}")
 
     def err_line(self, text: str) -> None:
         """A plain line on stderr (no markup interpretation)."""
@@ -106,7 +116,7 @@ class Console:
     ) -> None:
         """A table on stdout (on stderr with ``to_stderr``, for a table that explains an error): rich's on a
         terminal, columns aligned with spaces elsewhere."""
-        cells = [["" if v is None else str(v) for v in row] for row in rows]
+        cells = [["" if v is None else visible(str(v)) for v in row] for row in rows]
         stream = self._stream(to_stderr)
         rich = self._console(stream)
         if rich is None:
