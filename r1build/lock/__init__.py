@@ -17,6 +17,7 @@ from .lockfile import (
 )
 from .salvage import salvage_lock
 from .vendor import Vendored, find_vendored, vendor_winners
+from .verify import entry_problem, manifest_problem
 
 __all__ = [
     "Lock",
@@ -24,10 +25,12 @@ __all__ = [
     "Staleness",
     "Vendored",
     "check_lock",
+    "entry_problem",
     "find_vendored",
     "inputs_of",
     "load_lock",
     "lock_path",
+    "manifest_problem",
     "read_lock",
     "require_fresh",
     "salvage_lock",

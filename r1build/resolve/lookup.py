@@ -9,8 +9,7 @@ from typing import Literal
 from ..errors import LockError, ResolveError
 from ..events import Note, emit
 from ..judge import CHECKS_VERSION
-from ..lock import LockEntry, inputs_of, lock_path, unlockable
-from ..lock.verify import entry_problem, manifest_problem
+from ..lock import LockEntry, entry_problem, inputs_of, lock_path, manifest_problem, unlockable
 from ..manifest import KernelSpec, Manifest
 from ..records import Candidate, Decision, Found, Origin, Unresolved
 from ..selection import decision_problem, decision_winner, rejection, unresolved
