@@ -13,6 +13,7 @@ import diskcache
 
 from ..errors import CacheError
 from ..records import Decision
+from ..selection import decision_problem
 from .codec import HEADER, KINDS, Corrupt, decode, known_kind, parse_decision
 from .reports import BadEntry, CacheStats, Entry, GcReport
 from .storage import Storage, Unreadable
@@ -70,9 +71,11 @@ class Maintenance(Storage):
             reason = stored.reason if isinstance(stored, Unreadable) else None
             if reason is None:
                 try:
-                    decode(entry.key, stored)
+                    value = decode(entry.key, stored)
                 except Corrupt as corrupt:
                     reason = corrupt.reason
+                else:  # a decision that contradicts itself is never used (resolve refuses it): say so here too
+                    reason = decision_problem(value) if isinstance(value, Decision) else None
             if reason is not None:
                 problems.append(BadEntry(key=entry.key, reason=reason))
                 if repair:

@@ -14,6 +14,7 @@ import pytest
 from r1build.cache import Cache
 from r1build.cli.main import main
 from r1build.events import Note
+from r1build.records import CandidateRef, Decision, Origin, Result
 from tests.damage import wreck_index
 
 LARGE = 40_000  # kept as a value file by diskcache
@@ -111,3 +112,34 @@ def test_a_rebuilt_index_never_deletes_through_a_planted_folder_link(tmp_path: P
     code, out = run_cli("cache", "repair", "--cache-dir", str(d))
     assert code == 0, out
     assert sorted(p.relative_to(outside) for p in outside.rglob("*.val")) == kept
+
+
+def test_verify_names_a_decision_that_contradicts_itself_and_repair_removes_only_it(
+    tmp_path: Path, run_cli: Cli
+) -> None:
+    """A decision whose winner counts as validated on a GPU with no time measured: its digest verifies, but
+    resolve never uses it, and verify said the cache was intact."""
+    d = tmp_path / "cache"
+    with Cache(d) as cache:
+        source = cache.put_text("// a winner\n")
+        keep = cache.put_blob(os.urandom(LARGE))
+        ref = CandidateRef(source, source, Origin("generated", model="m", round=0, sample=0))
+        cache.put_decision(
+            Decision(
+                key="c" * 64,
+                kernel="k",
+                arch="sm_90",
+                winner=ref,
+                candidates=[ref],
+                results=[Result(candidate=source, arch="sm_90", status="passed", stage="evaluate", device="H200")],
+                measured=True,
+                device="H200",
+            )
+        )
+    code, out = run_cli("cache", "verify", "--cache-dir", str(d))
+    assert code == 1 and "decision/" + "c" * 64 in out and "validated on a GPU, but no time measured" in out, out
+    code, out = run_cli("cache", "repair", "--cache-dir", str(d))
+    assert code == 0, out
+    with Cache(d) as cache:
+        assert cache.peek("decision/" + "c" * 64) is None
+        assert cache.get_blob(keep) is not None and cache.get_text(source) == "// a winner\n"

@@ -39,6 +39,7 @@ from ...errors import RemoteCacheError, SignatureError
 from ...events import Note, emit
 from ...keys import digest_bytes
 from ...records import Decision, from_json
+from ...selection import decision_problem
 from ..bundle import referenced_blobs
 from ..codec import RecordKind, check_payload
 from .store import RemoteStore, RemoteUnavailable
@@ -116,6 +117,8 @@ class RemoteLayer:
         self._lock = threading.Lock()
         self._owner = threading.get_ident()
         self._pending: list[Note] = []
+        self._unusable: set[str] = set()
+        """Remote keys found corrupt or refused this run: not asked (nor warned about) again."""
 
     @property
     def write(self) -> bool:
@@ -161,6 +164,7 @@ class RemoteLayer:
     def _problem(self, problem: RemoteProblem) -> None:
         with self._lock:
             self.counts[problem.kind] += 1
+            self._unusable.add(problem.key)
         what = "is corrupt" if problem.kind == "corrupt" else "is refused"
         self._say(Note("warning", f"remote cache {self.url}: {problem.key} {what} ({problem.reason}); not using it"))
 
@@ -183,6 +187,8 @@ class RemoteLayer:
         if digest_bytes(payload) != digest:
             return None, RemoteProblem(where, "its record does not match its digest", "corrupt")
         reason = check_payload(f"{kind}/{key}", payload)
+        if reason is None and kind == "decision":  # one that contradicts itself is never used, signed or not
+            reason = decision_problem(from_json(Decision, payload))
         if reason is not None:
             return None, RemoteProblem(where, reason, "corrupt")
         try:
@@ -195,6 +201,8 @@ class RemoteLayer:
     def blob(self, digest: str) -> bytes | None:
         if threading.get_ident() == self._owner:
             self._flush()
+        if blob_key(digest) in self._unusable:
+            return None
         try:
             data = self._call(lambda: self.store.get(blob_key(digest)))
         except _Off:
@@ -215,6 +223,8 @@ class RemoteLayer:
         if not self.trusted:  # said once, at close, unless the remote turned out to be down anyway
             with self._lock:
                 self.counts["untrusted"] += 1
+            return None
+        if record_key(kind, key) in self._unusable:
             return None
         try:
             raw = self._call(lambda: self.store.get(record_key(kind, key)))

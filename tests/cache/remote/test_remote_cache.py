@@ -723,3 +723,44 @@ def test_an_s3_endpoint_that_is_down_never_shows_its_password_and_verify_says_ex
     assert "is unavailable" in warning and "s3cretpw" not in warning and "***@" in warning, warning
     code, out = _cli(capsys, "cache", "verify", "--remote", "-m", str(project), "--remote-cache", "s3://team-cache/t")
     assert code == 1 and "is unavailable" in out and "Traceback" not in out and "s3cretpw" not in out, out
+
+
+def test_a_signed_decision_that_contradicts_itself_is_corrupt_and_never_stored(
+    remote: Remote, team_key: KeyPair, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Signed by the team's key, but its winner counts as validated on a GPU with no time measured: r1build
+    never records that, so it is a corrupt object (one warning), not kept in the local cache, and verify names
+    it."""
+    project = tiny_project(tmp_path / "tiny", team_key.public.line)
+    m = load_manifest(project / "kernels.toml")
+    key = decision_key(m, m.kernel("scale"), "sm_90")
+    other = Candidate(
+        (project / "scale.cu").read_text(encoding="utf-8").replace("2.0f", "3.0f"),
+        Origin("generated", model="m", round=0, sample=0),
+    )
+    with Cache(tmp_path / "a") as cache:
+        cache.put_text(other.source)
+        cache.put_decision(
+            Decision(
+                key=key,
+                kernel="scale",
+                arch="sm_90",
+                winner=CandidateRef.of(other),
+                candidates=[CandidateRef.of(other)],
+                results=[Result(candidate=other.digest, arch="sm_90", status="passed", stage="evaluate")],
+                measured=True,
+                device="H200",
+            )
+        )
+    assert push(project, tmp_path / "a", remote.url, team_key) == (1, 0)
+    b = ("--cache-dir", str(tmp_path / "b"), "--remote-cache", remote.url)
+    code, out = _cli(capsys, "resolve", "--no-gpu", "--offline", "-m", str(project), *b)
+    assert code == 0, out
+    (corrupt,) = _remote_warnings(out)  # once, though the run looks the key up three times
+    assert "is corrupt" in corrupt and "validated on a GPU, but no time measured" in corrupt, out
+    with Cache(tmp_path / "b") as cache:
+        assert cache.peek(f"decision/{key}") is None
+    entry = read_lock(project / "kernels.lock").entry("scale", "sm_90")  # type: ignore[union-attr]
+    assert entry is not None and (entry.provenance, entry.validation) == ("baseline", "unvalidated")
+    code, out = _cli(capsys, "cache", "verify", "--remote", "-m", str(project), "--remote-cache", remote.url)
+    assert code == 1 and "no time measured" in out, out
