@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..events import Note, emit
-from ..manifest import find_manifest, load_manifest
+from ..manifest import Manifest, find_manifest, load_manifest
 from .model import Resolution, ResolveOptions
 from .run import resolve
 
@@ -22,6 +22,37 @@ def emit_resolution(resolution: Resolution, out_dir: Path) -> Path:
     winners = [Winner(r.spec, r.arch, r.candidate) for r in resolution.entries]
     emitted = write_generated(out_dir, resolution.manifest, winners)
     return emitted.cmake_file
+
+
+def _note_stale_lock(manifest: Manifest, archs: Sequence[str] | None) -> None:
+    """Warn, once, where a lock is there but does not fit the manifest: without ``--locked`` the build decides
+    those kernels × archs again (with no GPU and no opt-in: from the hand-written sources, unvalidated), so a
+    winner the lock names, GPU-validated perhaps, is not what the wheel gets. No lock at all says nothing here
+    (the resolution's own warnings cover it); a lock that cannot be read is the resolution's error."""
+    from ..errors import LockError
+    from ..lock import check_lock, lock_path, read_lock
+
+    try:
+        lock = read_lock(lock_path(manifest))
+    except (LockError, OSError):
+        return
+    if lock is None:
+        return
+    wanted = {spec.name: [a for a in manifest.archs_of(spec) if not archs or a in archs] for spec in manifest.kernels}
+    problems = []
+    for kernel, arch, why in check_lock(manifest, lock, wanted).problems:
+        entry = lock.entry(kernel, arch) if arch else None
+        named = f" ({entry.provenance}, {entry.validation} winner {entry.winner[:12]})" if entry else ""
+        problems.append(f"{kernel}/{arch}{named}: {why}")
+    if problems:
+        emit(
+            Note(
+                "warning",
+                f"{lock_path(manifest).name} is out of date with {manifest.path.name} ({'; '.join(problems)}): "
+                "this build decides those again, so the wheel need not hold what the lock names. Run `r1build "
+                "lock` (or `r1build resolve` on a GPU) and commit the lock; R1BUILD_LOCKED=1 makes this an error",
+            )
+        )
 
 
 def prepare_build(
@@ -53,6 +84,8 @@ def prepare_build(
     from ..cache.remote import attach_remote
 
     manifest = load_manifest(find_manifest(project_dir), check_references=False)
+    if not locked and not frozen:
+        _note_stale_lock(manifest, archs)
     with attach_remote(open_usable(cache_dir), manifest, url=remote_cache) as cache:
         resolution = resolve(
             manifest,

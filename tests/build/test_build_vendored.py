@@ -103,3 +103,29 @@ def test_a_vendored_winner_builds_and_an_edited_one_is_named(build_env: BuildEnv
     assert "nor vendored in kernels/_r1build" in passed_over and "edited" not in passed_over, passed_over
     with zipfile.ZipFile(next(out.glob("tiny-0.1.0-*.whl"))) as zf:
         assert any(name.endswith(".so") for name in zf.namelist())
+
+
+def test_an_unlocked_build_with_a_stale_lock_says_it_does_not_use_it(build_env: BuildEnv, tmp_path: Path) -> None:
+    """The manifest edited after locking (a description reworded): without R1BUILD_LOCKED the build decides the
+    kernel again and ships the baseline instead of the locked, GPU-validated winner; it says so, naming the entry
+    and why, and nothing is said where the lock is current."""
+    project, _vendored, winner = _vendored_project(build_env, tmp_path / "tiny")
+    out = tmp_path / "out"
+    out.mkdir()
+    empty = {"R1BUILD_CACHE_DIR": str(tmp_path / "empty-cache")}
+    current = build_env.pip_wheel(project, out, env=empty, isolated=False)
+    assert current.returncode == 0, current.stdout[-6000:]
+    assert _warnings(current.stdout) == []
+
+    manifest = project / "kernels.toml"
+    text = manifest.read_text(encoding="utf-8")
+    assert "y[i] = 2 * x[i]" in text
+    manifest.write_text(text.replace("y[i] = 2 * x[i]", "y[i] = x[i] * 2"), encoding="utf-8")
+    for wheel in out.glob("*.whl"):
+        wheel.unlink()
+    stale = build_env.pip_wheel(project, out, env=empty, isolated=False)
+    assert stale.returncode == 0, stale.stdout[-6000:]
+    (said,) = [w for w in _warnings(stale.stdout) if "kernels.lock is out of date" in w]
+    assert f"scale/sm_90 (generated, validated winner {winner[:12]}): stale: spec changed" in said, said
+    assert "R1BUILD_LOCKED=1 makes this an error" in said
+    assert _wheel_sources(out, project) != [f"scale__{winner[:12]}.cu"]
