@@ -251,7 +251,12 @@ class RemoteLayer:
         from ...signing import sign
 
         assert self.signing_key is not None, "publishing needs the signing key"
-        digests = referenced_blobs(from_json(Decision, payload)) if kind == "decision" else []
+        decision = from_json(Decision, payload) if kind == "decision" else None
+        problem = decision_problem(decision) if decision is not None else None
+        if problem is not None:  # readers would find it corrupt: the team's key does not sign it
+            self._say(Note("warning", f"not publishing {kind}/{key[:16]} to {self.url}: {problem}"))
+            return False
+        digests = referenced_blobs(decision) if decision is not None else []
         for digest in digests:
             if self._call(lambda d=digest: self.store.head(blob_key(d))):  # type: ignore[misc]
                 continue

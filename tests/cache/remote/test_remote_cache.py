@@ -16,13 +16,14 @@ import pytest
 
 from r1build.cache import Cache
 from r1build.cache.remote import RemoteLayer, blob_key, open_store, record_key
+from r1build.cache.remote.layer import signed_message
 from r1build.cli.main import main
 from r1build.events import Note, sink
 from r1build.keys import decision_key, digest_bytes
 from r1build.lock import read_lock
 from r1build.manifest import load_manifest
 from r1build.records import Candidate, CandidateRef, Decision, Origin, Result, from_json, to_json
-from r1build.signing import KeyPair, TrustedKeys
+from r1build.signing import KeyPair, TrustedKeys, sign
 from tests.cache.remote.remote_servers import TOKEN, FaultServer, Moto, Nginx, Remote
 from tests.cache.remote.remote_support import (
     measured_root,
@@ -752,7 +753,20 @@ def test_a_signed_decision_that_contradicts_itself_is_corrupt_and_never_stored(
                 device="H200",
             )
         )
-    assert push(project, tmp_path / "a", remote.url, team_key) == (1, 0)
+    layer = _layer(remote.url, team_key)
+    seen: list[Note] = []
+    with sink(lambda e: seen.append(e) if isinstance(e, Note) else None), Cache(tmp_path / "a") as cache:
+        assert layer.push(cache) == (0, 0)  # `cache push` does not sign it
+        layer.close()
+    assert any("not publishing decision" in n.message and "no time measured" in n.message for n in seen), seen
+    with Cache(tmp_path / "a") as cache:  # someone else's r1build did (or the team's key was used by hand)
+        forged = RemoteLayer(open_store(remote.url, timeout=10, header=None), trusted=TrustedKeys.of([team_key.public]))
+        payload = cache.peek(f"decision/{key}")
+        assert payload is not None
+        signature = sign(signed_message("decision", key, payload), team_key.private)
+        body = f"{digest_bytes(payload)}\n{signature}\n".encode() + payload
+        forged.store.put(record_key("decision", key), body)
+        forged.close()
     b = ("--cache-dir", str(tmp_path / "b"), "--remote-cache", remote.url)
     code, out = _cli(capsys, "resolve", "--no-gpu", "--offline", "-m", str(project), *b)
     assert code == 0, out
