@@ -78,7 +78,9 @@ def _ours(config_settings: HookSettings) -> dict[str, str | list[str]]:
     return {k: v for k, v in (config_settings or {}).items() if k.startswith(PREFIX)}
 
 
-def kernel_settings(config_settings: HookSettings, project_dir: Path | None = None) -> ConfigSettings:
+def kernel_settings(
+    config_settings: HookSettings, project_dir: Path | None = None, *, editable: bool = False
+) -> ConfigSettings:
     """Resolve and emit the kernels of ``project_dir`` (the working directory); the config settings for
     scikit-build-core, with the generated CMake file defined and r1build's own keys taken out.
 
@@ -90,7 +92,8 @@ def kernel_settings(config_settings: HookSettings, project_dir: Path | None = No
     options, rest = split_settings(config_settings)
     project = (project_dir or Path.cwd()).resolve()
     rest[COMPILER_DEFINE] = _one_compiler(rest.get(COMPILER_DEFINE), config_settings, project)
-    rest[KERNELS_DEFINE] = prepare_kernels(project, options, _ours(config_settings)).resolve().as_posix()
+    cmake_file = prepare_kernels(project, options, _ours(config_settings), editable=editable)
+    rest[KERNELS_DEFINE] = cmake_file.resolve().as_posix()
     return rest
 
 
@@ -119,10 +122,17 @@ def warm_kernel_settings(config_settings: HookSettings) -> ConfigSettings | None
     return rest
 
 
-def prepare_kernels(project: Path, options: BuildOptions, given: Mapping[str, str | list[str]] | None = None) -> Path:
+def prepare_kernels(
+    project: Path,
+    options: BuildOptions,
+    given: Mapping[str, str | list[str]] | None = None,
+    *,
+    editable: bool = False,
+) -> Path:
     """The generated CMake file of ``project``: the last locked build's where its stamp holds, else resolved and
     emitted now (``given``: the ``r1build.*`` config settings that parsed to ``options``, which a stamp keeps
-    for :func:`build_wheel`'s warm path)."""
+    for :func:`build_wheel`'s warm path; ``editable``: an editable build's, which emits into the project
+    always)."""
     from ..events import Note, emit
     from .stamp import read_valid_stamp
 
@@ -130,7 +140,7 @@ def prepare_kernels(project: Path, options: BuildOptions, given: Mapping[str, st
     if cmake_file is not None:
         emit(Note("info", REUSED.format(cmake_file.parent)))
         return cmake_file
-    return _prepare(project, options, given)
+    return _prepare(project, options, given, editable=editable)
 
 
 def _compiler(given: str | list[str] | None, nvcc: str) -> str | None:
@@ -190,12 +200,42 @@ def _one_compiler(
     return compiler
 
 
-def _prepare(project: Path, options: BuildOptions, given: Mapping[str, str | list[str]] | None) -> Path:
-    """Resolve and emit; after a locked success, stamp the inputs so the next warm locked build can skip this."""
+def _elsewhere(project: Path) -> Path | None:
+    """Where a wheel build writes its generated kernels when the project folder cannot be written (a read-only
+    checkout or mount, from which scikit-build-core itself builds fine): a temporary folder, removed when the
+    build's process ends (CMake has used it by then); None when ``.r1build/`` can be written."""
+    import atexit
+    import tempfile
+
+    folder = project / ".r1build"
+    try:
+        folder.mkdir(exist_ok=True)
+        probe = folder / f".probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+        return None
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+    from ..events import Note, emit
+
+    out = Path(tempfile.mkdtemp(prefix="r1build-generated-"))
+    atexit.register(shutil.rmtree, out, True)
+    emit(Note("info", f"{folder} cannot be written ({why}): the generated kernels go to {out}, for this build only"))
+    return out
+
+
+def _prepare(
+    project: Path, options: BuildOptions, given: Mapping[str, str | list[str]] | None, *, editable: bool = False
+) -> Path:
+    """Resolve and emit; after a locked success, stamp the inputs so the next warm locked build can skip this.
+    A wheel build of a project folder that cannot be written emits into a temporary folder and stamps nothing
+    (:func:`_elsewhere`); an editable one needs its folder, and fails saying so."""
     from ..resolve import prepare_build
     from .stamp import forget_stamp, write_stamp
 
-    forget_stamp(project)
+    out_dir = None if editable else _elsewhere(project)
+    if out_dir is None:
+        forget_stamp(project)
     cmake_file = prepare_build(
         project,
         locked=options.locked,
@@ -204,8 +244,9 @@ def _prepare(project: Path, options: BuildOptions, given: Mapping[str, str | lis
         evaluate=options.evaluate,
         cache_dir=options.cache_dir,
         remote_cache=options.remote_cache,
+        out_dir=out_dir,
     )
-    if options.locked:
+    if options.locked and out_dir is None:
         from ..manifest import find_manifest, load_manifest
         from ..toolchain import find_nvcc, nvcc_lookup
         from .inputs import manifest_inputs
@@ -265,7 +306,7 @@ def build_editable(
     from .options import split_settings
 
     with _boundary():
-        settings = kernel_settings(config_settings)
+        settings = kernel_settings(config_settings, editable=True)
         options, _rest = split_settings(config_settings)
         cmake_file = Path(str(settings[KERNELS_DEFINE]))
         settings[KERNELS_DEFINE] = write_editable(Path.cwd().resolve(), options, cmake_file).as_posix()

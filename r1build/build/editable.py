@@ -133,7 +133,7 @@ def refresh(project: Path) -> Path:
 
     options = replace(_recorded(project), generate=False, evaluate=False)
     emit(Note("info", f"editable install of {project}: the kernels' inputs changed, resolving them again"))
-    cmake_file = prepare_kernels(project, options)
+    cmake_file = prepare_kernels(project, options, editable=True)
     write_editable(project, options, cmake_file)
     return cmake_file
 
