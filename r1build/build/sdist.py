@@ -115,6 +115,7 @@ def check_offline_buildable(project_dir: Path, manifest: Manifest) -> None:
     """Refuse (:class:`~r1build.errors.LockError`, exit 2) an sdist whose wheel could not be built offline with
     no cache; warn where it would build from baselines instead of the lock (see the module doc)."""
     from ..resolve import project_source
+    from ..resolve.sources import vendored_mismatch
 
     project = project_dir.resolve()
     path = lock_path(manifest)
@@ -130,7 +131,8 @@ def check_offline_buildable(project_dir: Path, manifest: Manifest) -> None:
             if entry is not None and entry.key == decision_key(manifest, spec, arch):
                 found = project_source(manifest, spec, entry.source)
                 if found is None or (found.where == "vendored" and not carried):
-                    missing.append(f"{spec.name}/{arch} ({entry.provenance}, source {entry.source[:16]})")
+                    edited = vendored_mismatch(manifest, spec, entry.source)
+                    missing.append(f"{spec.name}/{arch} ({entry.provenance}, source {entry.source[:16]}){edited}")
                 continue
             if spec.baseline is None and not spec.candidates:
                 unresolvable.append(f"{spec.name}/{arch}")

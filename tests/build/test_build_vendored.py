@@ -86,6 +86,12 @@ def test_a_vendored_winner_builds_and_an_edited_one_is_named(build_env: BuildEnv
     edited = f"kernels/_r1build/{vendored.name} is there but was edited"
     assert edited in refused.stdout, refused.stdout[-4000:]
     assert not list(out.glob("*.whl"))
+    # an sdist of it is refused too, saying which file was edited
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    sdist = build_env.hook(project, "build_sdist", dist, env=empty)
+    assert sdist.returncode == 2 and "Traceback" not in sdist.stdout, sdist.stdout[-4000:]
+    assert "names winners this sdist would not carry" in sdist.stdout and edited in sdist.stdout, sdist.stdout
 
     # unlocked, the build goes on from the baseline, and says that it passed over the locked winner and why
     plain = build_env.pip_wheel(project, out, env=empty, isolated=False)
