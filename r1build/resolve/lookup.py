@@ -3,6 +3,7 @@ and may be used) or from a cached decision; None on a miss."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 from typing import Literal
 
@@ -15,7 +16,7 @@ from ..records import Candidate, Decision, Found, Origin, Unresolved
 from ..selection import decision_problem, decision_winner, rejection, unresolved
 from ..toolchain import toolchain
 from .model import Question, Resolved, Run
-from .sources import WinnerSource, source_for, vendored_mismatch
+from .sources import WinnerSource, project_source, source_for, vendored_mismatch
 
 
 def stale_checks(checks: int | None) -> bool:
@@ -162,7 +163,7 @@ def lookup(run: Run, q: Question) -> Resolved | Unresolved | None:
             )
         q.note("warning", f"{message}; deciding again")
     elif entry is not None and answers:
-        found = source_for(manifest, spec, cache, entry.source)
+        found = _lock_source(run, q, entry)
         if found is not None:
             return _from_lock(run, q, entry, found)
         missing = (
@@ -188,6 +189,32 @@ def lookup(run: Run, q: Question) -> Resolved | Unresolved | None:
         if decision is not None:
             return from_decision(run, q, decision, "cached")
     return None
+
+
+def _lock_source(run: Run, q: Question, entry: LockEntry) -> WinnerSource | None:
+    """The lock entry's winner source, verified: from the local cache or the project (vendored, the manifest's
+    files); from the remote cache only when a trusted decision of its key (local, or signed on the remote)
+    records that winner as validated. A lock (say from a pull request) names a digest, and anyone who may write
+    to the remote can put bytes under it: the two together must not bring code that no trusted key vouched for."""
+    cache = run.cache
+    local = cache.peek(f"blob/{entry.source}")
+    if local is not None:
+        with contextlib.suppress(UnicodeDecodeError):
+            return WinnerSource(local.decode(), "cache")
+    own = project_source(run.manifest, q.spec, entry.source)
+    if own is not None or cache.remote is None:
+        return own
+    decision = cache.get_decision(q.key)
+    ref = next((c for c in decision.candidates if c.digest == entry.winner), None) if decision else None
+    if decision is None or ref is None or decision.validation(ref) != "validated":
+        q.note(
+            "warning",
+            f"the remote cache is not asked for the locked source {entry.source[:16]}: no trusted decision of "
+            f"key {q.key[:16]} records winner {entry.winner[:12]} as validated (a lock alone cannot bring code "
+            "from a remote)",
+        )
+        return None
+    return source_for(run.manifest, q.spec, cache, entry.source)
 
 
 def _from_lock(run: Run, q: Question, entry: LockEntry, found: WinnerSource) -> Resolved:

@@ -19,10 +19,11 @@ from r1build.cache.remote import RemoteLayer, blob_key, open_store, record_key
 from r1build.cache.remote.layer import signed_message
 from r1build.cli.main import main
 from r1build.events import Note, sink
+from r1build.judge import CHECKS_VERSION
 from r1build.keys import decision_key, digest_bytes
 from r1build.lock import read_lock
 from r1build.manifest import load_manifest
-from r1build.records import Candidate, CandidateRef, Decision, Origin, Result, from_json, to_json
+from r1build.records import Candidate, CandidateRef, Decision, Origin, Result, Timing, from_json, to_json
 from r1build.signing import KeyPair, TrustedKeys, sign
 from tests.cache.remote.remote_servers import TOKEN, FaultServer, Moto, Nginx, Remote
 from tests.cache.remote.remote_support import (
@@ -778,3 +779,65 @@ def test_a_signed_decision_that_contradicts_itself_is_corrupt_and_never_stored(
     assert entry is not None and (entry.provenance, entry.validation) == ("baseline", "unvalidated")
     code, out = _cli(capsys, "cache", "verify", "--remote", "-m", str(project), "--remote-cache", remote.url)
     assert code == 1 and "no time measured" in out, out
+
+
+def test_a_lock_alone_cannot_bring_code_from_the_remote(
+    nginx: Nginx, team_key: KeyPair, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A lock (from a pull request, say) names a generated winner by digest; whoever may write to the remote puts
+    bytes under that digest. The source comes from the remote only when a trusted decision of the key records
+    that winner as validated: else the locked build fails naming it, as for any missing source."""
+    project = tiny_project(tmp_path / "tiny", team_key.public.line)
+    m = load_manifest(project / "kernels.toml")
+    key = decision_key(m, m.kernel("scale"), "sm_90")
+    generated = Candidate(
+        (project / "scale.cu").read_text(encoding="utf-8").replace("2.0f", "2.0f * 1.0f"),
+        Origin("generated", model="m", round=0, sample=0),
+    )
+    ref = CandidateRef.of(generated)
+    with Cache(tmp_path / "a") as cache:
+        cache.put_text(generated.source)
+        cache.put_decision(
+            Decision(
+                key=key,
+                kernel="scale",
+                arch="sm_90",
+                winner=ref,
+                candidates=[ref],
+                results=[
+                    Result(
+                        candidate=generated.digest,
+                        arch="sm_90",
+                        status="passed",
+                        stage="evaluate",
+                        timing=Timing(median_us=1.0, spread=0.01, samples=50),
+                        device="NVIDIA H200",
+                    )
+                ],
+                measured=True,
+                device="NVIDIA H200",
+                checks=CHECKS_VERSION,
+            )
+        )
+    assert main(["lock", "-m", str(project), "--offline", "--no-gpu", "--cache-dir", str(tmp_path / "a")]) == 0
+    entry = read_lock(project / "kernels.lock").entry("scale", "sm_90")  # type: ignore[union-attr]
+    assert entry is not None and entry.provenance == "generated" and entry.winner == generated.digest
+    capsys.readouterr()
+
+    bare = f"{nginx.url}/blob-only"  # the bytes under the digest, and no decision
+    store = open_store(bare, timeout=5, header=None)
+    store.put(blob_key(generated.source_digest), generated.source.encode())
+    store.close()
+    code, out = _cli(
+        capsys, *LOCKED, "--offline", "-m", str(project), "--cache-dir", str(tmp_path / "b"), "--remote-cache", bare
+    )
+    assert code != 0 and "a lock alone cannot bring code from a remote" in out, out
+    with Cache(tmp_path / "b") as cache:
+        assert cache.peek(f"blob/{generated.source_digest}") is None
+
+    signed = f"{nginx.url}/signed"  # the team's signed decision names it: the remote's bytes are used
+    assert push(project, tmp_path / "a", signed, team_key)[0] >= 1
+    code, out = _cli(
+        capsys, *LOCKED, "--offline", "-m", str(project), "--cache-dir", str(tmp_path / "c"), "--remote-cache", signed
+    )
+    assert code == 0, out
