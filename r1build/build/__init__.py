@@ -272,7 +272,7 @@ def _plain_settings(config_settings: HookSettings) -> ConfigSettings:
 
 
 def _for_sdist(config_settings: HookSettings) -> ConfigSettings:
-    from ..cache.location import resolve_cache_dir
+    from ..cache import resolve_cache_dir
     from ..manifest import find_manifest, load_manifest
     from .options import split_settings
     from .sdist import check_offline_buildable, sdist_settings

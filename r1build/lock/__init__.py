@@ -16,7 +16,7 @@ from .lockfile import (
     write_lock,
 )
 from .salvage import salvage_lock
-from .vendor import Vendored, find_vendored, vendor_winners
+from .vendor import Vendored, find_vendored, vendor_file_name, vendor_winners
 from .verify import entry_problem, manifest_problem
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "require_fresh",
     "salvage_lock",
     "unlockable",
+    "vendor_file_name",
     "vendor_winners",
     "write_lock",
 ]

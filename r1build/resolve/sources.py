@@ -7,8 +7,7 @@ from typing import NamedTuple
 
 from ..cache import Cache
 from ..keys import digest_bytes
-from ..lock import find_vendored
-from ..lock.vendor import vendor_file_name
+from ..lock import find_vendored, vendor_file_name
 from ..manifest import KernelSpec, Manifest
 from ..records import SourceFrom
 

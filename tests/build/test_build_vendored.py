@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from r1build.lock import read_lock, write_lock
-from r1build.lock.vendor import vendor_file_name
+from r1build.lock import read_lock, vendor_file_name, write_lock
 from r1build.records import Candidate, Origin
 from tests.build.buildenv import PACKAGES, BuildEnv, copy_project
 
