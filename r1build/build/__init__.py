@@ -207,12 +207,14 @@ def _elsewhere(project: Path) -> Path | None:
     import atexit
     import tempfile
 
-    folder = project / ".r1build"
+    folder = where = project / ".r1build"
     try:
         folder.mkdir(exist_ok=True)
-        probe = folder / f".probe-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
+        for where in (folder, folder / "generated"):  # the latter where an earlier build made it (as another user)
+            if where.is_dir():
+                probe = where / f".probe-{os.getpid()}"
+                probe.write_bytes(b"")
+                probe.unlink()
         return None
     except OSError as exc:
         why = exc.strerror or str(exc)
@@ -220,7 +222,7 @@ def _elsewhere(project: Path) -> Path | None:
 
     out = Path(tempfile.mkdtemp(prefix="r1build-generated-"))
     atexit.register(shutil.rmtree, out, True)
-    emit(Note("info", f"{folder} cannot be written ({why}): the generated kernels go to {out}, for this build only"))
+    emit(Note("info", f"{where} cannot be written ({why}): the generated kernels go to {out}, for this build only"))
     return out
 
 

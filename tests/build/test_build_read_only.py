@@ -38,3 +38,26 @@ def test_a_read_only_project_builds_the_same_wheel(build_env: BuildEnv, tmp_path
     assert not (read_only / ".r1build").exists()
     (wheel,) = out.glob("tiny-0.1.0-*.whl")
     assert wheel.read_bytes() == expected.read_bytes()
+
+
+def test_a_generated_folder_left_read_only_by_an_earlier_build(build_env: BuildEnv, tmp_path: Path) -> None:
+    """``.r1build/generated`` made by an earlier build that this one cannot write (another user's, say): the
+    build generates elsewhere instead of failing to write there."""
+    project = copy_project(PACKAGES / "tiny", tmp_path / "tiny")
+    out = tmp_path / "out"
+    out.mkdir()
+    cache = {"R1BUILD_CACHE_DIR": str(tmp_path / "cache")}
+    first = build_env.pip_wheel(project, out, env=cache, isolated=False)
+    assert first.returncode == 0, first.stdout[-6000:]
+    generated = project / ".r1build" / "generated"
+    before = {p.name: p.read_bytes() for p in generated.iterdir()}
+    source = project / "scale.cu"
+    source.write_text(source.read_text(encoding="utf-8") + "// edited\n", encoding="utf-8")
+    for wheel in out.glob("*.whl"):
+        wheel.unlink()
+    with read_only_tree(generated):
+        again = build_env.pip_wheel(project, out, env=cache, isolated=False)
+    assert again.returncode == 0, again.stdout[-6000:]
+    assert f"{generated} cannot be written" in again.stdout, again.stdout[-4000:]
+    assert list(out.glob("tiny-0.1.0-*.whl"))
+    assert {p.name: p.read_bytes() for p in generated.iterdir()} == before
