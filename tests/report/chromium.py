@@ -12,7 +12,9 @@ import base64
 import contextlib
 import itertools
 import json
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -120,7 +122,9 @@ def open_page(
     binary = chromium()
     if binary is None:
         raise RuntimeError("chromium is not installed")
-    with tempfile.TemporaryDirectory(prefix="r1build-chromium-") as tmp:
+    # the browser's helpers (zygote, crashpad) may still write to the profile as it goes: the whole process group
+    # is ended before the folder is removed, and a file one of them left behind does not fail the test
+    with tempfile.TemporaryDirectory(prefix="r1build-chromium-", ignore_cleanup_errors=True) as tmp:
         profile = Path(tmp)
         proc = subprocess.Popen(
             [
@@ -141,6 +145,7 @@ def open_page(
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            start_new_session=True,
         )
         try:
             port = _port(profile, proc, timeout)
@@ -169,9 +174,15 @@ def open_page(
                 ]
                 return load
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            _end_group(proc)
+
+
+def _end_group(proc: subprocess.Popen[bytes]) -> None:
+    """End the browser and every helper process it started (its own session, so its process group)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
