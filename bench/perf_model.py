@@ -119,6 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache-dir", type=Path, default=None, help="read measured times and generated candidates")
     parser.add_argument("--measure", action="store_true", help="time what no decision timed on the local GPU")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument(
+        "--kernel", action="append", default=[], help="only this kernel of the manifest (repeat for more; default: all)"
+    )
     args = parser.parse_args(argv)
     manifest = load_manifest(args.manifest)
     model = PerfModel(manifest)
@@ -139,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     kernels = []
     try:
         for spec in manifest.kernels:
+            if args.kernel and spec.name not in args.kernel:
+                continue
             candidates = candidates_of(manifest, spec, args.arch, cache)
             predictions = {c.digest: model.predict(spec, args.arch, c) for c in candidates}
             times = measured_times(manifest, spec, args.arch, candidates, cache, evaluator)

@@ -169,6 +169,8 @@ def test_the_bench_ranks_and_replays() -> None:
 
 
 def test_the_bench_predicts_on_the_cpu(tmp_path: Path) -> None:
-    assert _bench().main(["--out", str(tmp_path)]) == 0
+    # one kernel's 25 variants: all 165 took 73 s of the suite (the model's own tests above cover the others)
+    assert _bench().main(["--out", str(tmp_path), "--kernel", "silu_mul"]) == 0
     text = (tmp_path / "perf_model.md").read_text()
     assert "| silu_mul | kernels/silu_mul_vec4.cu BLOCK=256 UNROLL=1 |" in text and "predictions only" in text
+    assert "| softmax_rows |" not in text
