@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import re
 
+from ..cspans import spans
+
 __all__ = ["source_problems"]
 
 _SAFE_HEADER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./+-]*")
@@ -41,30 +43,9 @@ _ADJACENT = re.compile(r'"[ \t\r\n]*(?:(?:u8|[uUL])?R?)"')
 def _without_comments(text: str) -> str:
     """``text`` with each comment replaced by one space (newlines inside block comments kept), string and
     character literals untouched."""
-    out: list[str] = []
-    i, n = 0, len(text)
-    start = 0
-    while i < n:
-        c = text[i]
-        if c in "\"'":
-            j = i + 1
-            while j < n and text[j] != c and text[j] != "\n":
-                j += 2 if text[j] == "\\" else 1
-            i = j + 1
-        elif text.startswith("//", i):
-            out.append(text[start:i] + " ")
-            j = text.find("\n", i)
-            i = start = n if j < 0 else j
-        elif text.startswith("/*", i):
-            out.append(text[start:i] + " ")
-            j = text.find("*/", i + 2)
-            end = n if j < 0 else j + 2
-            out.append("\n" * text.count("\n", i, end))
-            i = start = end
-        else:
-            i += 1
-    out.append(text[start:])
-    return "".join(out)
+    return "".join(
+        " " + "\n" * text.count("\n", a, b) if kind == "comment" else text[a:b] for kind, a, b in spans(text)
+    )
 
 
 def _header_problem(name: str, header: str) -> str | None:

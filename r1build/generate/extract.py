@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from ..cspans import spans
 from ..defines import define_problem
 from ..keys import digest_bytes
 
@@ -249,27 +250,12 @@ def _normalized_text(source: str) -> str:
             out.append(text)
         code.clear()
 
-    i, n = 0, len(source)
-    while i < n:
-        c = source[i]
-        if c in "\"'":
-            j = i + 1
-            while j < n and source[j] != c and source[j] != "\n":
-                j += 2 if source[j] == "\\" else 1
+    for kind, a, b in spans(source):
+        if kind == "literal":
             flush()
-            out.append(source[i : j + 1])
-            i = j + 1
-        elif source.startswith("//", i):
-            j = source.find("\n", i)
-            code.append(" ")
-            i = n if j < 0 else j
-        elif source.startswith("/*", i):
-            j = source.find("*/", i + 2)
-            code.append(" ")
-            i = n if j < 0 else j + 2
+            out.append(source[a:b])
         else:
-            code.append(c)
-            i += 1
+            code.append(" " if kind == "comment" else source[a:b])
     flush()
     return " ".join(out)
 
