@@ -294,10 +294,15 @@ def breakdown(run: dict[str, Any]) -> list[str]:
     gpu = [
         ("check phase (builds awaited, checks on the check workers)", "check_phase_s"),
         ("waiting for compute-sanitizer", "wait_sanitizer_s"),
+        ("waiting to take the GPU alone (checks end, sanitizer runs stop)", "wait_quiet_s"),
         ("checks alone on the GPU (shared memory filled before the call)", "checks_alone_s"),
         ("floors and the cupy reference", "reference_s"),
         ("timing candidates", "time_candidates_s"),
-        ("waiting for the judging of the timed calls", "wait_judge_s"),
+    ]
+    timing = [
+        ("- uploading the input sets", "worker_sets_s"),
+        ("- estimates, warm-up and the timed samples", "worker_samples_s"),
+        ("- checks after the samples (calls, outputs to files, capture)", "worker_checks_s"),
     ]
     lines = [
         f"Per candidate (run 1, {run['candidates']} candidates, {run['wall_s']:.1f} s wall):",
@@ -311,6 +316,11 @@ def breakdown(run: dict[str, Any]) -> list[str]:
         for name, k in workers
     ]
     lines += [f"| {name} | GPU thread | {st.get(k, 0):.1f} | {st.get(k, 0) / n * 1e3:.0f} |" for name, k in gpu]
+    lines += [f"| {name} | timing worker | {st.get(k, 0):.1f} | {st.get(k, 0) / n * 1e3:.0f} |" for name, k in timing]
+    lines.append(
+        f"| waiting for the judging of the timed calls (the GPU goes on) | settling thread | "
+        f"{st.get('wait_judge_s', 0):.1f} | {st.get('wait_judge_s', 0) / n * 1e3:.0f} |"
+    )
     accounted = sum(st.get(k, 0) for _, k in gpu)
     lines.append(
         f"| other (start, gate-only archs, results) | GPU thread | {run['wall_s'] - accounted:.1f} "

@@ -10,10 +10,14 @@ Per job (one kernel, one arch), in this order:
    compute-sanitizer runs (:mod:`.sanitizing`: a run per kernel, tool and batch of built libraries, split until
    a finding names its candidate) start as soon as libraries are built, overlapping the worker's checks; a
    candidate that fails them leaves its batches;
-3. job by job, once its checks and sanitizer runs are in, the GPU thread takes the GPU alone (checks and sanitizer
-   runs of other jobs wait) for the checks that need it to themselves (shared memory filled before a call) and
-   the timing of the survivors, the baseline and the reference (with cupy); what the timed calls left is judged
-   on the CPU pool while the checks of the next jobs go on.
+3. job by job, once its checks and sanitizer runs are in, the GPU thread takes the GPU alone (new checks wait for
+   it, running sanitizer runs stop before their next call: :class:`~.slots.Quiet`) for the checks that need it to
+   themselves (shared memory filled before a call) and the timing of the survivors, the baseline and the
+   reference (with cupy); what the timed calls left is judged on the CPU pool, and a settling thread turns it into
+   the job's results while the GPU goes on with the next job.
+
+:meth:`GpuEvaluator.prepare` starts all of this for jobs a caller will evaluate one at a time (``r1build
+resolve``); :meth:`GpuEvaluator.evaluate` of such a job waits for that work.
 
 A crash, an illegal address or a hang costs the candidate (``crashed`` / ``timed_out``), never the run: the worker
 is killed if need be and restarted. Archs with no local GPU get the static gate's results (``stage="gate"``, no
@@ -38,7 +42,7 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -101,6 +105,17 @@ class _JobState:
     entries: list[_Candidacy]
     plan: Future[list[ShapePlan]] | None = None
     bench: Future[BenchPlan] | None = None
+    done: Future[None] = field(default_factory=Future)
+    """Set once every entry has its result (or to the error that stopped the GPU's work)."""
+
+
+_JobKey = tuple[KernelKey, int, tuple[str, ...], str | None]
+"""A job as :meth:`GpuEvaluator.prepare` remembers it: kernel, the spec object, candidates and baseline."""
+
+
+def _job_key(job: Job, arch: str) -> _JobKey:
+    baseline = job.baseline.digest if job.baseline is not None else None
+    return (KernelKey.of(job, arch), id(job.spec), tuple(c.digest for c in job.candidates), baseline)
 
 
 @dataclass(frozen=True)
@@ -211,6 +226,13 @@ class GpuEvaluator:
             id(slot): ThreadPoolExecutor(len(self._checkers[id(slot)]), thread_name_prefix=f"r1build-check{i}")
             for i, slot in enumerate(self._slots)
         }
+        # per GPU, one thread that waits for the judging of a job's timed calls while the GPU times the next job
+        self._settlers = {
+            id(slot): ThreadPoolExecutor(1, thread_name_prefix=f"r1build-settle{i}")
+            for i, slot in enumerate(self._slots)
+        }
+        self._ahead: dict[_JobKey, _JobState] = {}
+        self._closing = False
         self._checks: dict[tuple[KernelKey, str], Future[_Checked]] = {}
         every_slot = self._slots + [c for checkers in self._checkers.values() for c in checkers]
         self._every_slot = every_slot
@@ -238,7 +260,7 @@ class GpuEvaluator:
             self,
             _cleanup,
             every_slot,
-            [*self._check_pools.values(), self._pool, self._sanitizing.pool],
+            [*self._check_pools.values(), *self._settlers.values(), self._pool, self._sanitizing.pool],
             self._root,
             self._own_root,
         )
@@ -256,14 +278,21 @@ class GpuEvaluator:
         """Counters of this evaluator's work (candidates, built, checked, timed, worker restarts, sanitizer
         runs and splits) and seconds per phase: on the CPU pool ``gate_s``, ``build_s``, ``sanitizer_s`` (summed
         over threads) and ``judge_bench_s``; summed over the check workers ``wait_build_s`` and ``checks_s``; on the GPU
-        thread ``check_phase_s`` (wall), ``wait_sanitizer_s``, ``checks_alone_s``, ``reference_s``,
-        ``time_candidates_s``, ``wait_judge_s``."""
+        thread ``check_phase_s`` (wall), ``wait_sanitizer_s``, ``wait_quiet_s`` (for the GPU alone),
+        ``checks_alone_s``, ``reference_s``, ``time_candidates_s`` (of which the worker's ``worker_sets_s``,
+        ``worker_samples_s`` and ``worker_checks_s``); ``wait_judge_s`` on the thread that settles a job's
+        results while the GPU goes on."""
         with self._lock:
             restarts = sum(c.restarts for c in self._every_slot)
             return {**self._stats, "worker_restarts": restarts}
 
     def evaluate(self, job: Job) -> list[Result]:
-        """One result per candidate of ``job``, in order."""
+        """One result per candidate of ``job``, in order (the work :meth:`prepare` started for the same job, where
+        it did)."""
+        with self._lock:
+            ahead = self._ahead.pop(_job_key(job, parse_arch(job.arch)), None)
+        if ahead is not None:
+            return self._results(ahead)
         return self.evaluate_all([job])[0]
 
     def evaluate_all(self, jobs: Sequence[Job]) -> list[list[Result]]:
@@ -271,56 +300,37 @@ class GpuEvaluator:
         CPU cores compile and sanitize (faster than one :meth:`evaluate` after another)."""
         load = {id(slot): 0 for slot in self._slots}
         states = [self._start(job, load) for job in jobs]
-        by_slot: dict[int, list[_JobState]] = {}
-        for state in states:
-            if state.slot is not None:
-                by_slot.setdefault(self._slots.index(state.slot), []).append(state)
-        errors: list[BaseException] = []
-
-        def drive(slot_states: list[_JobState]) -> None:
-            try:
-                self._run_slot(slot_states)
-            except BaseException as exc:
-                errors.append(exc)
-
-        threads = [
-            threading.Thread(target=contextvars.copy_context().run, args=(drive, s), name=f"r1build-gpu{i}")
-            for i, s in by_slot.items()
-        ]
-        for t in threads:
-            t.start()
+        threads = self._drive(states)
         gate_only = {i: self._gate_only(s) for i, s in enumerate(states) if s.slot is None}
         for t in threads:
             t.join()
-        if errors:
-            exc = errors[0]
-            if isinstance(exc, EvaluationError):
-                raise exc
-            raise EvaluationError(f"GPU evaluation failed: {type(exc).__name__}: {exc}") from exc
-        return [
-            gate_only[i]
-            if s.slot is None
-            else [
-                e.result or self._result(s, e, "crashed", "no verdict: the evaluator lost track of it")
-                for e in s.entries
-                if e.visible
-            ]
-            for i, s in enumerate(states)
-        ]
+        return [gate_only[i] if s.slot is None else self._results(s) for i, s in enumerate(states)]
 
     def prepare(self, jobs: Sequence[Job]) -> None:
-        """Start the CPU work of jobs that will be evaluated later (gate, library builds, correctness plans), so
-        a caller that evaluates one job at a time (:meth:`evaluate`) does not wait for compiles job after job.
-        Starts the GPU workers too. Jobs of archs without a local GPU are ignored."""
+        """Start the work of jobs that will be evaluated later, one at a time (:meth:`evaluate`), so nothing waits
+        job after job: the CPU work at once (gate, library builds, correctness plans, sanitizer runs), and on each
+        GPU its jobs' checks and timing in this order. :meth:`evaluate` of the same job (the same spec, candidates
+        and baseline) then waits for that work instead of starting its own. Jobs of archs without a local GPU are
+        ignored."""
+        load = {id(slot): 0 for slot in self._slots}
+        states = []
         for job in jobs:
             arch = parse_arch(job.arch)
-            if any(gpu_runs_arch(s.gpu, arch) for s in self._slots):
-                self._queue(job, arch, self._entries(job))
+            key = _job_key(job, arch)
+            with self._lock:
+                if key in self._ahead or not any(gpu_runs_arch(s.gpu, arch) for s in self._slots):
+                    continue
+            state = self._start(job, load)
+            with self._lock:
+                self._ahead[key] = state
+            states.append(state)
+        self._drive(states)
         for slot in self._every_slot:
             self._warm(slot)
 
     def close(self) -> None:
         """Stop the workers and remove the work directory."""
+        self._closing = True
         self._finalizer()
 
     def __enter__(self) -> GpuEvaluator:
@@ -542,32 +552,88 @@ class GpuEvaluator:
         )
 
     # -- the GPU side: checks, then the sanitizers' outcomes, then timing alone ---------------------------
+    def _drive(self, states: list[_JobState]) -> list[threading.Thread]:
+        """Start a thread per GPU that works through its jobs among ``states`` (:meth:`_run_slot`)."""
+        by_slot: dict[int, list[_JobState]] = {}
+        for state in states:
+            if state.slot is not None:
+                by_slot.setdefault(self._slots.index(state.slot), []).append(state)
+        threads = [
+            threading.Thread(
+                target=contextvars.copy_context().run,
+                args=(self._run_slot, slot_states),
+                name=f"r1build-gpu{i}",
+                daemon=True,
+            )
+            for i, slot_states in by_slot.items()
+        ]
+        for t in threads:
+            t.start()
+        return threads
+
+    def _results(self, state: _JobState) -> list[Result]:
+        """The visible results of a job driven on a GPU, once they are all in."""
+        try:
+            state.done.result()
+        except EvaluationError:
+            raise
+        except BaseException as exc:
+            raise EvaluationError(f"GPU evaluation failed: {type(exc).__name__}: {exc}") from exc
+        return [
+            e.result or self._result(state, e, "crashed", "no verdict: the evaluator lost track of it")
+            for e in state.entries
+            if e.visible
+        ]
+
     def _run_slot(self, states: list[_JobState]) -> None:
         """The GPU's jobs in order: a job's background checks and sanitizer runs awaited, then its shared-memory
-        checks and timing with the GPU to itself (checks and sanitizer runs of other jobs wait meanwhile), then
-        the judging of what the timed calls left, on the CPU, while the checks of the next jobs go on."""
+        checks and timing with the GPU to itself (checks wait, sanitizer runs stop at their next call), then on
+        to the next job while the settling thread waits for the judging of what the timed calls left. Every
+        state's ``done`` is set, to the error where one stopped the work."""
         slot = states[0].slot
         assert slot is not None
         total = sum(len(state.entries) for state in states)
         done = 0
-        for timed, state in enumerate(states, 1):
-            start = time.perf_counter()
-            for entry in state.entries:
-                self._apply_checks(state, entry)
-                done += 1
-                emit(Progress("evaluate: checks", done, total, {"device": slot.gpu.name}))
-            self._phase("check_phase_s", start)
-            start = time.perf_counter()
-            for entry in state.entries:
-                self._finish_sanitizers(state, entry)
-            self._phase("wait_sanitizer_s", start)
-            start = time.perf_counter()
-            with slot.busy, slot.quiet.exclusive():
-                timing = self._time_job(state, slot)
+        settler = self._settlers[id(slot)]
+        handed = 0
+        try:
+            for timed, state in enumerate(states, 1):
+                if self._closing:
+                    raise EvaluationError("the GPU evaluator was closed before it got to this job")
+                start = time.perf_counter()
+                for entry in state.entries:
+                    self._apply_checks(state, entry)
+                    done += 1
+                    emit(Progress("evaluate: checks", done, total, {"device": slot.gpu.name}))
+                self._phase("check_phase_s", start)
+                start = time.perf_counter()
+                for entry in state.entries:
+                    self._finish_sanitizers(state, entry)
+                self._phase("wait_sanitizer_s", start)
+                start = time.perf_counter()
+                with slot.busy:
+                    waited = time.perf_counter()
+                    with slot.quiet.exclusive():
+                        self._phase("wait_quiet_s", waited)
+                        timing = self._time_job(state, slot)
+                self._phase("timing_s", start)
+                settler.submit(contextvars.copy_context().run, self._settle, state, timing)
+                handed = timed
+                emit(Progress("evaluate: timing", timed, len(states), {"device": slot.gpu.name}))
+        except BaseException as exc:
+            for state in states[handed:]:
+                if not state.done.done():
+                    state.done.set_exception(exc)
+
+    def _settle(self, state: _JobState, timing: _Timed | None) -> None:
+        """A job's results once the judging of its timed calls is in (on the settling thread)."""
+        try:
             if timing is not None:
                 self._settle_timing(state, timing)
-            self._phase("timing_s", start)
-            emit(Progress("evaluate: timing", timed, len(states), {"device": slot.gpu.name}))
+        except BaseException as exc:
+            state.done.set_exception(exc)
+        else:
+            state.done.set_result(None)
 
     def _apply_checks(self, state: _JobState, entry: _Candidacy) -> None:
         """A candidate's background checks (started now where no earlier call did) become its result if it

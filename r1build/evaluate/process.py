@@ -132,6 +132,7 @@ class WorkerHandle:
         self._proc: subprocess.Popen[bytes] | None = None
         self._to_child = -1
         self._from_child = -1
+        self._closed = False
 
     @property
     def running(self) -> bool:
@@ -139,9 +140,12 @@ class WorkerHandle:
         return self._proc is not None and self._proc.poll() is None
 
     def start(self) -> dict[str, Any]:
-        """Start the worker if it is not running; returns its hello message."""
+        """Start the worker if it is not running; returns its hello message. A closed handle starts nothing (raises
+        :class:`WorkerDied`): work still in flight when its owner closed it ends instead of leaving a process."""
         if self.running:
             return self.hello
+        if self._closed:
+            raise WorkerDied(f"{self.name} was closed", None, "")
         self._reap()
         self.workdir.mkdir(parents=True, exist_ok=True)
         req_r, req_w = os.pipe()
@@ -242,7 +246,8 @@ class WorkerHandle:
         self._proc = None
 
     def close(self, timeout_s: float = 10.0) -> None:
-        """Ask the worker to exit, then make sure it has."""
+        """Ask the worker to exit, then make sure it has; it is not started again."""
+        self._closed = True
         if self.running:
             with contextlib.suppress(PeerClosed, OSError):
                 write_message(self._to_child, {"op": "exit"})

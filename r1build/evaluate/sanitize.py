@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from .child.harness import BEGIN, DONE, END
+from .child.harness import BEGIN, DONE, END, HELD, RESUMED
 
 __all__ = [
     "TOOLS",
@@ -171,6 +171,22 @@ class _Live:
     token: str
     current: int | None = None
     progress: float = 0.0
+    held: str | None = None
+    """The generation of the hold the harness says it stopped for (None while it runs)."""
+
+
+def hold_marker(line: str, token: str) -> tuple[Literal["held", "resumed"], str] | None:
+    """A harness's ``HELD <generation> <token>`` or ``RESUMED <token>`` line with this run's token: which, and
+    the generation held for ("" for resumed); None for any other line."""
+    words = line.strip().split()
+    if not words or words[-1] != token:
+        return None
+    text = " ".join(words)
+    if text.startswith(HELD) and len(words) == len(HELD.split()) + 2:
+        return "held", words[-2]
+    if text.startswith(RESUMED) and len(words) == len(RESUMED.split()) + 1:
+        return "resumed", ""
+    return None
 
 
 def marker(line: str, token: str) -> tuple[Literal["begin", "end"], int] | None:
@@ -208,7 +224,8 @@ class SanitizerRunner:
     """Runs compute-sanitizer over the harness for one GPU.
 
     ``timeout_s`` bounds a run's silence: a run whose harness printed no marker for that long is killed (a library
-    alone is tried once more with twice the time, in case the machine was only busy)."""
+    alone is tried once more with twice the time, in case the machine was only busy). Time a harness spends held
+    (it said ``HELD`` and has not resumed) is not silence."""
 
     def __init__(self, executable: str, env: Mapping[str, str], *, timeout_s: float = 90.0) -> None:
         self.executable = executable
@@ -221,7 +238,15 @@ class SanitizerRunner:
         self._live: dict[str, _Live] = {}
         self._canceled: set[str] = set()
 
-    def _run(self, args: list[str], cwd: Path, key: str = "", timeout_s: float | None = None, token: str = "") -> _Proc:
+    def _run(
+        self,
+        args: list[str],
+        cwd: Path,
+        key: str = "",
+        timeout_s: float | None = None,
+        token: str = "",
+        hold: Path | None = None,
+    ) -> _Proc:
         cmd = [self.executable, *args]
         limit = timeout_s or self.timeout_s
         live = _Live(token, progress=time.monotonic())
@@ -254,6 +279,11 @@ class SanitizerRunner:
                 if found is not None:
                     live.current = found[1] if found[0] == "begin" else None
                     live.progress = time.monotonic()
+                    continue
+                hold = hold_marker(line, token) if token else None
+                if hold is not None:
+                    live.held = hold[1] if hold[0] == "held" else None
+                    live.progress = time.monotonic()
 
         reader = threading.Thread(target=read, name="r1build-sanitizer-output", daemon=True)
         reader.start()
@@ -264,7 +294,9 @@ class SanitizerRunner:
                     proc.wait(timeout=0.25)
                     break
                 except subprocess.TimeoutExpired:
-                    if time.monotonic() - live.progress > limit:
+                    if live.held is not None and hold is not None and hold.exists():  # held, not silent
+                        live.progress = time.monotonic()
+                    elif time.monotonic() - live.progress > limit:
                         stalled = True
                         self._kill(proc)
         finally:
@@ -300,6 +332,12 @@ class SanitizerRunner:
             live = self._live.get(str(job_file))
             return live.current if live is not None else None
 
+    def held(self, job_file: Path) -> str | None:
+        """The generation of the hold a run of ``job_file`` is stopped for now (by its markers), if any."""
+        with self._lock:
+            live = self._live.get(str(job_file))
+            return live.held if live is not None else None
+
     def available(self, workdir: Path) -> str | None:
         """None when the sanitizer works here; else why not (probed once)."""
         with self._probe_lock:
@@ -330,9 +368,10 @@ class SanitizerRunner:
             args += ["--racecheck-report", "hazard"]
         cmd = [*args, sys.executable, str(HARNESS), str(job_file)]
         key = str(job_file)
-        done = self._run(cmd, job_file.parent, key, token=token)
+        hold = Path(job["hold"]) if job.get("hold") else None
+        done = self._run(cmd, job_file.parent, key, token=token, hold=hold)
         if done.why == "stalled" and libs == 1:  # past the limit: once more, with twice the time
-            done = self._run(cmd, job_file.parent, key, 2 * self.timeout_s, token=token)
+            done = self._run(cmd, job_file.parent, key, 2 * self.timeout_s, token=token, hold=hold)
             if done.why == "stalled":
                 return BatchRun(
                     SanitizerOutcome(

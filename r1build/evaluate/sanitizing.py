@@ -7,10 +7,11 @@ cancellation when the candidate fails elsewhere, and the reasons a finding or an
 A sanitizer's start costs seconds, a candidate's calls on small shapes a fraction of one, so a run takes a batch:
 the candidates of one kernel and tool whose libraries are built (gathered for a moment while their siblings'
 compiles end, at most ``batch`` of them, at most two runs per kernel and tool at once). A run that finishes with no
-report clears its whole batch. Anything else (a report, a crash, a run that stalls) is never taken on trust: the
-batch is split where the harness's markers point (those before the suspect, the suspect alone, those after; in
-halves when the markers say nothing) and each part runs again, until a candidate alone in its run gets that run's
-verdict. So a finding is always a candidate's own, and a pass is always a whole clean run.
+report clears its whole batch. Runs go on while the GPU times a job: their harness stops before its next GPU work
+until the timing is done (:class:`~.slots.Quiet`). Anything else (a report, a crash, a run that stalls) is never
+taken on trust: the batch is split where the harness's markers point (those before the suspect, the suspect alone,
+those after; in halves when the markers say nothing) and each part runs again, until a candidate alone in its run
+gets that run's verdict. So a finding is always a candidate's own, and a pass is always a whole clean run.
 :mod:`.sanitize` runs one tool; this module decides when, on what, and what the outcome means.
 """
 
@@ -403,6 +404,9 @@ class Sanitizing:
             "shapes": queue.inputs.shapes,
             "token": secrets.token_hex(8),
         }
+        hold = queue.slot.quiet.hold_file
+        if hold is not None:
+            sanitize_job["hold"] = str(hold)
         job_file.write_text(json.dumps(sanitize_job))
         stop = threading.Event()
 
@@ -416,7 +420,7 @@ class Sanitizing:
                     return
 
         watcher = threading.Thread(target=watch, name="r1build-sanitizer-watch", daemon=True)
-        with queue.slot.quiet.shared():
+        with queue.slot.quiet.pausable(lambda: runner.held(job_file)):  # its harness stops while the GPU times
             start = time.perf_counter()
             watcher.start()
             try:

@@ -2,7 +2,7 @@
 
 A :class:`Slot` is the only way the parent talks to a worker: :meth:`Slot.request` (starting the worker when
 needed), :meth:`Slot.load` (a candidate library, again after every worker restart). :class:`Quiet` keeps the GPU
-quiet while it times: sanitizer runs share it, timing takes it alone.
+quiet while it times: checks share it, sanitizer runs stop at a hold, timing takes it alone.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import contextlib
 import os
 import sys
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,13 +33,31 @@ WORKER_MODULE = "r1build.evaluate.child.worker"
 
 
 class Quiet:
-    """Keeps the GPU quiet while it times: sanitizer runs share it, timing takes it alone (new runs wait, and
-    timing waits for the running ones to end)."""
+    """Keeps the GPU quiet while it times.
 
-    def __init__(self) -> None:
+    Checks share it: new ones wait while the GPU is timed, timing waits for the running ones to end. Sanitizer runs
+    are pausable (:meth:`pausable`): they start whenever they like, and while the GPU is taken alone the ``hold``
+    file exists, holding the generation of this taking; a run's harness stops before its next GPU work and says
+    so (``held()`` returns the generation), and timing starts once every running one has (or ended, or was started
+    under this very hold, so it stops before it touches CUDA). Without a hold file, runs are waited for like
+    checks."""
+
+    POLL_S = 0.005
+    """How often the taking looks again at whether the runs have stopped."""
+
+    def __init__(self, hold: Path | None = None) -> None:
         self._cond = threading.Condition()
         self._shared = 0
         self._exclusive = False
+        self._generation = 0
+        self._hold = hold
+        self._pausable: dict[int, tuple[Callable[[], str | None], int | None]] = {}
+        self._keys = 0
+
+    @property
+    def hold_file(self) -> Path | None:
+        """The file a sanitizer run's harness looks for before GPU work (None: runs are not pausable)."""
+        return self._hold
 
     @contextlib.contextmanager
     def shared(self) -> Iterator[None]:
@@ -54,17 +72,63 @@ class Quiet:
                 self._cond.notify_all()
 
     @contextlib.contextmanager
-    def exclusive(self) -> Iterator[None]:
+    def pausable(self, held: Callable[[], str | None]) -> Iterator[None]:
+        """A sanitizer run: ``held()`` is the generation of the hold its harness says it stopped for, if any."""
+        if self._hold is None:
+            with self.shared():
+                yield
+            return
         with self._cond:
-            self._cond.wait_for(lambda: not self._exclusive)
-            self._exclusive = True
-            self._cond.wait_for(lambda: self._shared == 0)
+            self._keys += 1
+            key = self._keys
+            self._pausable[key] = (held, self._generation if self._exclusive else None)
         try:
             yield
         finally:
             with self._cond:
-                self._exclusive = False
+                del self._pausable[key]
                 self._cond.notify_all()
+
+    def _still(self) -> bool:
+        """Whether nothing shares the GPU in this generation (the caller holds the condition)."""
+        if self._shared:
+            return False
+        now = str(self._generation)
+        return all(since == self._generation or held() == now for held, since in self._pausable.values())
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._exclusive)
+            self._exclusive = True
+            self._generation += 1
+            try:
+                if self._hold is not None:
+                    _write_atomically(self._hold, str(self._generation))
+                while not self._still():
+                    self._cond.wait(self.POLL_S)
+            except BaseException:
+                self._release()
+                raise
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._release()
+
+    def _release(self) -> None:
+        if self._hold is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self._hold.unlink()
+        self._exclusive = False
+        self._cond.notify_all()
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """``text`` as the whole of ``path``, never seen half written."""
+    part = path.with_name(path.name + ".part")
+    part.write_text(text)
+    os.replace(part, path)
 
 
 @dataclass(kw_only=True)
@@ -87,7 +151,7 @@ class Slot:
     busy: threading.Lock = field(default_factory=threading.Lock)
     """Held while a thread talks to the worker."""
     quiet: Quiet = field(default_factory=Quiet)
-    """Shared by sanitizer runs, taken alone while timing."""
+    """Shared by checks, paused sanitizer runs wait under it, taken alone while timing."""
 
     def ensure_worker(self) -> None:
         """Start the worker if needed; a worker that (re)started has forgotten its libraries."""
@@ -163,4 +227,4 @@ def make_slot(gpu: GpuInfo, root: Path, *, sanitize: bool, nvcc: str | None, nam
         exe = find_sanitizer(nvcc)
         if exe is not None:
             sanitizer = SanitizerRunner(exe, env)
-    return Slot(gpu=gpu, worker=worker, sanitizer=sanitizer, workdir=workdir)
+    return Slot(gpu=gpu, worker=worker, sanitizer=sanitizer, workdir=workdir, quiet=Quiet(workdir / "hold"))

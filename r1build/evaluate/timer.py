@@ -137,10 +137,24 @@ class Timer:
             self._timings += 1
             out_dir = slot.workdir / "bench-out" / f"{lib.digest[:24]}-{self._timings}"
         timed = self._run(job.spec, slot, lib, plan, out_dir)
+        if not isinstance(timed, Verdict):
+            self._count_seconds(timed)
         if isinstance(timed, Verdict):
             shutil.rmtree(out_dir, ignore_errors=True)
             return _settled(timed)
         return self._submit(self._judge, job.spec, plan, timed, floors, out_dir)
+
+    def _count_seconds(self, shapes: list[TimedShape]) -> None:
+        """The worker's account of its time (``worker_sets_s``, ``worker_samples_s``, ``worker_checks_s``): numbers
+        only, for the evaluator's statistics (a candidate shares the worker's process, so nothing is judged by them)."""
+        for shape in shapes:
+            seconds = shape.get("seconds")
+            if not isinstance(seconds, dict):
+                continue
+            for name in ("sets", "samples", "checks"):
+                value = seconds.get(name)
+                if isinstance(value, (int, float)) and 0 <= value < 1e6:
+                    self._count(f"worker_{name}_s", float(value))
 
     def _run(
         self, spec: KernelSpec, slot: Slot, lib: Library, plan: BenchPlan, out_dir: Path

@@ -121,3 +121,23 @@ def test_corpus_headers_are_well_formed() -> None:
     assert len(kernels) >= 20
     assert {k.status for k in kernels} <= {"incorrect", "crashed", "timed_out", "rejected"}
     assert all(Path(k.path).read_text().count('extern "C"') == 1 for k in kernels)
+
+
+@pytest.mark.gpu
+def test_prepared_jobs_are_timed_once_in_order_while_evaluate_takes_them_one_at_a_time(
+    evaluator: GpuEvaluator, root_manifest: Manifest
+) -> None:
+    arch = plain_arch(evaluator)
+    jobs = []
+    for name in ("silu_mul", "rmsnorm"):
+        spec = root_manifest.kernel(name)
+        candidates = expand_variants(root_manifest, spec)[:4]
+        jobs.append(Job(root_manifest, spec, arch, candidates, candidates[0]))
+    before = evaluator.stats["timed"]
+    evaluator.prepare(jobs)  # the GPU starts on both
+    results = [evaluator.evaluate(job) for job in jobs]  # each waits for what prepare started
+    assert [[r.status for r in rs] for rs in results] == [["passed"] * 4, ["passed"] * 4]
+    assert evaluator.stats["timed"] - before == 8  # once each, not again by evaluate
+    assert all(r.timing is not None and r.timing.speedup_vs_baseline is not None for rs in results for r in rs)
+    again = evaluator.evaluate(jobs[0])  # no longer prepared: evaluated afresh
+    assert [r.status for r in again] == ["passed"] * 4 and evaluator.stats["timed"] - before == 12

@@ -10,6 +10,11 @@ candidate runs, where a report or a hang came); the last line is ``DONE`` with t
 the token. ``python harness.py --probe`` only initializes CUDA and allocates, to find out whether the sanitizer
 works on this machine at all.
 
+A job may name a ``hold`` file: while it exists (the evaluator is timing on the GPU) the harness starts no GPU work.
+It looks before it touches CUDA and before every call (each call ends synchronized, so nothing of it is left on
+the GPU), and while held it prints ``HELD <generation> <token>`` (the file holds the generation: a hold lifted
+and taken again while the harness slept is a new one) and ``RESUMED <token>`` once the file is gone.
+
 Exit status: 0 when every call returned success (and the last line printed is ``DONE``), 3 when a call or a CUDA
 call failed (the message on stderr).
 """
@@ -20,6 +25,7 @@ import ctypes
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +36,12 @@ BEGIN = "r1build-harness: begin"
 """Printed before a library is loaded (``BEGIN <index> <token>``)."""
 END = "r1build-harness: end"
 """Printed once a library's last shape was called and synchronized (``END <index> <token>``)."""
+HELD = "r1build-harness: held"
+"""Printed when the harness stops for a hold (``HELD <generation> <token>``): no GPU work of it is running."""
+RESUMED = "r1build-harness: resumed"
+"""Printed when the hold file is gone and the harness goes on (``RESUMED <token>``)."""
+HOLD_POLL_S = 0.002
+"""How often a held harness looks whether its hold was lifted."""
 
 CTYPES: dict[str, Any] = {
     # ctypes of the entry point's parameter codes (``checks.arg_codes``); the GPU worker reads this table too
@@ -97,10 +109,39 @@ def _call(drv: _Driver, stream: ctypes.c_void_p, fn: Any, shape: dict[str, Any],
         drv.check("cuMemFree_v2", ctypes.c_uint64(ptr))
 
 
+def _generation(hold: str) -> str | None:
+    """The hold's generation ("" while the file is being written), or None when the file is gone (or cannot be
+    read: taken for lifted)."""
+    try:
+        return Path(hold).read_text().strip()
+    except OSError:
+        return None
+
+
+def wait_while_held(hold: str, token: str) -> None:
+    """Return once ``hold`` (a path, "" for none) does not exist; while it does, say so (see the module
+    docstring)."""
+    if not hold:
+        return
+    said = None
+    while True:
+        generation = _generation(hold)
+        if generation is None:
+            break
+        if generation and generation != said:
+            print(f"{HELD} {generation} {token}", flush=True)
+            said = generation
+        time.sleep(HOLD_POLL_S)
+    if said is not None:
+        print(f"{RESUMED} {token}", flush=True)
+
+
 def run(job: dict[str, Any], base: Path) -> None:
+    token = str(job["token"])
+    hold = str(job.get("hold") or "")
+    wait_while_held(hold, token)
     drv = _Driver()
     stream = _setup(drv)
-    token = str(job["token"])
     for index, path in enumerate(job["libs"]):
         print(f"{BEGIN} {index} {token}", flush=True)
         lib = ctypes.CDLL(str(path), mode=os.RTLD_LOCAL | os.RTLD_NOW)
@@ -108,6 +149,7 @@ def run(job: dict[str, Any], base: Path) -> None:
         fn.argtypes = [CTYPES[c] for c in job["argtypes"]] + [ctypes.c_void_p]
         fn.restype = ctypes.c_int
         for shape in job["shapes"]:
+            wait_while_held(hold, token)
             _call(drv, stream, fn, shape, base)
         print(f"{END} {index} {token}", flush=True)
     print(f"{DONE} {len(job['shapes'])} libraries {len(job['libs'])} {token}", flush=True)

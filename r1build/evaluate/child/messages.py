@@ -195,6 +195,9 @@ class TimedShape(TypedDict):
     empty_kernel_us: float
     big_sets: bool
     outputs: list[list[str | None]]
+    seconds: dict[str, float]
+    """Where the worker's time went: ``sets`` (uploading the input sets), ``samples`` (estimates, warm-up and the
+    timed samples), ``checks`` (the calls after them, their outputs written to files, the capture)."""
     tweak_outputs: NotRequired[list[str | None]]
     check_error: NotRequired[str]
     capture_error: NotRequired[str | None]
@@ -264,3 +267,6 @@ class SanitizeJob(TypedDict):
     shapes: list[SanitizeShape]
     token: str
     """A fresh random word the harness prints in its markers: output that lacks it was not the harness's."""
+    hold: NotRequired[str]
+    """A file whose existence stops the harness before its next GPU work (the evaluator is timing); it holds the
+    hold's generation, which the harness prints in its ``HELD`` marker."""

@@ -37,6 +37,7 @@ import os
 import resource
 import statistics
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
@@ -652,7 +653,9 @@ class Worker:
         for si, shape in enumerate(h["shapes"]):
             try:
                 timed, sets = self._time_shape(fn, shape, budget_us, min_n, max_n, graph_below, sample_us)
+                start = time.perf_counter()
                 timed = self._bench_checks(fn, shape, sets, f"{h['lib'].replace(':', '-')}-s{si}", timed)
+                timed["seconds"]["checks"] = time.perf_counter() - start
                 del sets
                 shapes_out.append(timed)
             except self.rt.CUDARuntimeError as exc:
@@ -682,7 +685,9 @@ class Worker:
         """
         set_bytes = max(1, sum(int(a["count"]) * int(a["itemsize"]) for a in shape["arrays"]))
         big = set_bytes >= 2 * self.l2_bytes
+        started = time.perf_counter()
         sets = [self._set_for(shape, fill) for fill in shape["sets"]]
+        sampling = time.perf_counter()
         rotation = len(sets)
         stream_ptr = self.stream.ptr
 
@@ -738,6 +743,7 @@ class Worker:
             "empty_kernel_us": self._empty_us,
             "big_sets": big,
             "outputs": [],
+            "seconds": {"sets": sampling - started, "samples": time.perf_counter() - sampling},
         }, sets
 
 
