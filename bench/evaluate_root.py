@@ -95,6 +95,16 @@ def watching(evaluator: GpuEvaluator, every_s: float = 10.0) -> Iterator[None]:
         stop.set()
 
 
+def machine_busy() -> tuple[float, float]:
+    """The machine's busy and total CPU time so far (jiffies of every core, from /proc/stat; zeros elsewhere)."""
+    try:
+        fields = [float(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    except (OSError, ValueError, IndexError):
+        return 0.0, 0.0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle and iowait
+    return sum(fields) - idle, sum(fields)
+
+
 def one_run(
     manifest_path: Path, *, one_at_a_time: bool = False, copies: int = 1, evaluator_options: dict[str, Any]
 ) -> dict[str, Any]:
@@ -104,6 +114,7 @@ def one_run(
     manifest = load_manifest(manifest_path)
     with tempfile.TemporaryDirectory(prefix="r1build-bench-") as tmp, Cache(Path(tmp) / "cache") as cache:
         start = time.perf_counter()
+        busy0, total0 = machine_busy()
         with GpuEvaluator(cache, **evaluator_options) as evaluator, watching(evaluator):
             jobs, unmeasured = [], []
             for spec in manifest.kernels:
@@ -119,7 +130,9 @@ def one_run(
             else:
                 results = evaluator.evaluate_all(jobs)
             wall = time.perf_counter() - start
+            busy1, total1 = machine_busy()
             stats = dict(evaluator.stats)
+            stats["machine_cpu_busy"] = (busy1 - busy0) / (total1 - total0) if total1 > total0 else 0.0
             device = evaluator.gpus[0].name
     rows = []
     for job, res in zip(jobs, results, strict=True):
@@ -261,7 +274,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"{phases.get('check_phase_s', 0):.1f}, "
         f"waiting for compute-sanitizer {phases.get('wait_sanitizer_s', 0):.1f}, timing (floors, cupy "
         f"reference, candidates) {phases.get('timing_s', 0):.1f}; {int(phases.get('sanitizer_runs', 0))} "
-        f"compute-sanitizer runs took {phases.get('sanitizer_s', 0):.1f} s together.",
+        f"compute-sanitizer runs took {phases.get('sanitizer_s', 0):.1f} s together; the machine's CPU cores were "
+        f"{phases.get('machine_cpu_busy', 0):.0%} busy over the run.",
     ]
     lines += [
         "",

@@ -15,14 +15,18 @@ timed calls, or behave only while its stream is captured. So every benchmark sha
    measured bandwidth) by more than :data:`IMPLAUSIBLE` (:data:`IMPLAUSIBLE_WARM` for calls timed warm, as a
    graph of back-to-back calls) is rejected, naming the ratio.
 
-Inputs travel to the worker as files in a directory of the job; outputs come back the same way.
+Inputs travel to the worker as files in a directory of the job; outputs come back the same way. The reference's
+outputs are saved there too, so the outputs can be judged in another process (:meth:`BenchPlan.for_judging`:
+the plan without its arrays), which reads both through memory maps.
 """
 
 from __future__ import annotations
 
 import math
+import mmap
+import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +37,7 @@ from ..manifest.model import KernelSpec
 from .checks import Verdict, arg_items, run_reference, tweak_one
 from .child.messages import BenchFill, BenchShapeRequest, TimedShape
 from .child.protocol import CAPTURE_ERRORS
-from .compare import Mismatch, compare_output
+from .compare import CHUNK, Mismatch, compare_output
 from .floors import DeviceFloors, bytes_moved, shape_key
 from .inputs import ArrayLayout, generate_inputs, poison_bytes
 from .timing import array_requests
@@ -66,6 +70,9 @@ class BenchSet:
     """Per array argument: the file holding its input bytes (None for ``out`` arrays, which are poisoned)."""
     poison: int
     """Poison index of the ``out`` arrays."""
+    expected_files: dict[str, str] = field(default_factory=dict)
+    """Per ``out``/``inout`` array: the reference's output saved as a ``.npy`` file (read where ``expected`` is
+    left out)."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +93,18 @@ class BenchPlan:
 
     shapes: list[BenchShape]
     directory: Path
+
+    def for_judging(self) -> BenchPlan:
+        """This plan without its arrays (the files stay): small to send to a judging process, which reads the
+        reference's outputs from their files."""
+
+        def light(bench_set: BenchSet) -> BenchSet:
+            return replace(bench_set, inputs={}, expected={})
+
+        return replace(
+            self,
+            shapes=[replace(s, sets=[light(b) for b in s.sets], tweak=light(s.tweak)) for s in self.shapes],
+        )
 
 
 def rotation_for(set_bytes: int, l2_bytes: int) -> int:
@@ -111,6 +130,18 @@ def _write_set(spec: KernelSpec, directory: Path, tag: str, inputs: Mapping[str,
     return files
 
 
+def _write_expected(
+    spec: KernelSpec, directory: Path, tag: str, expected: Mapping[str, NDArray[Any]]
+) -> dict[str, str]:
+    files = {}
+    for arg in spec.args:
+        if arg.is_array and arg.role != "in":
+            path = directory / f"{tag}-expected-{arg.name}.npy"
+            np.save(path, np.ascontiguousarray(expected[arg.name]))
+            files[arg.name] = str(path)
+    return files
+
+
 def plan_bench(
     spec: KernelSpec, reference: Callable[..., Any], l2_bytes: int, directory: Path, *, seed: int = 0
 ) -> BenchPlan:
@@ -123,13 +154,17 @@ def plan_bench(
         for k in range(rotation_for(set_bytes, l2_bytes)):
             inputs = generate_inputs(spec, sizes, "signed", seed * 7919 + 1000 * si + k + 1)
             expected = run_reference(reference, spec, sizes, inputs)
-            sets.append(BenchSet(inputs, expected, _write_set(spec, directory, f"s{si}-set{k}", inputs), 0))
+            tag = f"s{si}-set{k}"
+            files = _write_set(spec, directory, tag, inputs)
+            sets.append(BenchSet(inputs, expected, files, 0, _write_expected(spec, directory, tag, expected)))
         tweaked = tweak_one(sets[0].inputs, seed * 7919 + 1000 * si + 999)
+        tweak_expected = run_reference(reference, spec, sizes, tweaked)
         tweak = BenchSet(
             tweaked,
-            run_reference(reference, spec, sizes, tweaked),
+            tweak_expected,
             _write_set(spec, directory, f"s{si}-tweak", tweaked),
             1,
+            _write_expected(spec, directory, f"s{si}-tweak", tweak_expected),
         )
         shapes.append(BenchShape(dict(sizes), shape_key(spec, sizes), sets, tweak))
     return BenchPlan(shapes, directory)
@@ -161,26 +196,39 @@ def shape_requests(spec: KernelSpec, plan: BenchPlan, out_dir: Path) -> list[Ben
     ]
 
 
-def _compare(spec: KernelSpec, bench_set: BenchSet, paths: Sequence[str | None]) -> Mismatch | None:
+def _mapped(path: str) -> memoryview:
+    """A file's bytes, mapped rather than read (outputs of hundreds of MB are judged where they lie)."""
+    with Path(path).open("rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return memoryview(b"")
+        return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+
+
+def _compare(spec: KernelSpec, bench_set: BenchSet, paths: Sequence[str | None], chunk: int = CHUNK) -> Mismatch | None:
     arrays = [a for a in spec.args if a.is_array]
     for arg, path in zip(arrays, paths, strict=False):
         if path is None or arg.role == "in":
             continue
-        data = Path(path).read_bytes()
-        expected = bench_set.expected[arg.name]
+        data = _mapped(path)
+        expected = bench_set.expected.get(arg.name)
+        if expected is None:
+            expected = np.load(bench_set.expected_files[arg.name], mmap_mode="r")
         shape = tuple(np.shape(expected))
         layout = ArrayLayout(
             name=arg.name, role=str(arg.role), dtype=arg.dtype, shape=shape, nbytes=len(data), front=0, offset=0, back=0
         )
         poison = poison_bytes(arg.dtype, bench_set.poison) if arg.role == "out" else b""
-        found = compare_output(layout, data, expected, spec.tolerance, poison)
+        found = compare_output(layout, data, expected, spec.tolerance, poison, chunk=chunk)
         if found is not None:
             return found
     return None
 
 
-def judge_bench(spec: KernelSpec, plan: BenchPlan, replies: Sequence[TimedShape]) -> Verdict | None:
-    """The first failure among the checks of every benchmark shape (see the module docstring), or None."""
+def judge_bench(
+    spec: KernelSpec, plan: BenchPlan, replies: Sequence[TimedShape], *, chunk: int = CHUNK
+) -> Verdict | None:
+    """The first failure among the checks of every benchmark shape (see the module docstring), or None; outputs are
+    compared ``chunk`` elements at a time (:data:`~.compare.CACHED_CHUNK` in a process judging alone)."""
     for shape, reply in zip(plan.shapes, replies, strict=False):
         where = f"at the benchmark shape {shape.key}"
         if reply.get("device_state"):
@@ -200,7 +248,7 @@ def judge_bench(spec: KernelSpec, plan: BenchPlan, replies: Sequence[TimedShape]
         if len(outputs) < len(shape.sets):
             return Verdict("crashed", f"the worker returned no outputs {where}")
         for k, (bench_set, paths) in enumerate(zip(shape.sets, outputs, strict=False)):
-            found = _compare(spec, bench_set, paths)
+            found = _compare(spec, bench_set, paths, chunk)
             if found is not None:
                 return Verdict(
                     "incorrect",
@@ -208,7 +256,7 @@ def judge_bench(spec: KernelSpec, plan: BenchPlan, replies: Sequence[TimedShape]
                     f"{len(shape.sets)}): {found.message}",
                     kind=found.kind,
                 )
-        found = _compare(spec, shape.tweak, reply.get("tweak_outputs") or [])
+        found = _compare(spec, shape.tweak, reply.get("tweak_outputs") or [], chunk)
         if found is not None:
             return Verdict(
                 "incorrect",

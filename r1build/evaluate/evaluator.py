@@ -61,6 +61,7 @@ from .checking import run_checks
 from .checks import ShapePlan, Verdict, plan_checks
 from .devices import GpuInfo, archs_of, detect_gpus, gpu_runs_arch
 from .floors import DeviceFloors
+from .judge_pool import JudgePool
 from .library import Library, LibraryFailure, build_library
 from .sanitizing import KernelKey, SanitizeRuns, Sanitizing
 from .slots import Slot, make_slot
@@ -146,7 +147,8 @@ def _chain(source: Future[T], target: Future[T]) -> None:
     source.add_done_callback(copy)
 
 
-def _cleanup(slots: list[Slot], pools: list[ThreadPoolExecutor], root: Path, own_root: bool) -> None:
+def _cleanup(slots: list[Slot], pools: list[ThreadPoolExecutor], judges: JudgePool, root: Path, own_root: bool) -> None:
+    judges.close()
     for slot in slots:
         slot.worker.close()
     for pool in pools:
@@ -161,6 +163,8 @@ class GpuEvaluator:
     ``cache`` stores the static gate's verdicts and the per-device floors (a private cache in the work directory
     when None). ``sanitize_batch``: most candidates in one compute-sanitizer run (1: a run per candidate).
     ``check_workers``: worker processes per GPU that run correctness checks side by side (timing has its own).
+    ``judge_processes``: processes that judge the outputs of timed calls (:mod:`.judge_pool`; None: half the
+    cores, at most 8; 0: in the evaluator's own threads).
     Use as a context manager or call :meth:`close`; workers also end when this process does.
     """
 
@@ -180,6 +184,7 @@ class GpuEvaluator:
         workdir: Path | None = None,
         sanitize_batch: int = 16,
         check_workers: int = 4,
+        judge_processes: int | None = None,
     ) -> None:
         self.gpus = list(gpus) if gpus is not None else detect_gpus()
         """The GPUs evaluated on."""
@@ -245,6 +250,7 @@ class GpuEvaluator:
             cuobjdump=self._cuobjdump,
             batch=sanitize_batch,
         )
+        self._judges = JudgePool(judge_processes)
         self._timer = Timer(
             cache=lambda: self.cache,
             submit=self._submit,
@@ -255,12 +261,14 @@ class GpuEvaluator:
             call_timeout_s=call_timeout_s,
             timeout_s=timing_timeout_s,
             budget_s=timing_budget_s,
+            judges=self._judges,
         )
         self._finalizer = weakref.finalize(
             self,
             _cleanup,
             every_slot,
             [*self._check_pools.values(), *self._settlers.values(), self._pool, self._sanitizing.pool],
+            self._judges,
             self._root,
             self._own_root,
         )

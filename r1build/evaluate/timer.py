@@ -19,10 +19,11 @@ from ..errors import EvaluationError
 from ..judge import Job
 from ..manifest.model import KernelSpec
 from ..manifest.reference import load_reference
-from .bench_checks import BenchPlan, implausible, judge_bench, plan_bench, shape_requests
+from .bench_checks import BenchPlan, implausible, plan_bench, shape_requests
 from .checks import Verdict
 from .child.messages import FloorsRequest, TimedShape, TimeReply
 from .floors import FLOORS_NAMESPACE, DeviceFloors
+from .judge_pool import JudgePool
 from .library import Library
 from .process import WorkerDied, WorkerTimedOut
 from .sanitizing import KernelKey
@@ -57,6 +58,7 @@ class Timer:
         call_timeout_s: float,
         timeout_s: float,
         budget_s: float,
+        judges: JudgePool,
     ) -> None:
         self._cache = cache
         self._submit = submit
@@ -68,6 +70,7 @@ class Timer:
         self.timeout_s = timeout_s
         """Longest a benchmark shape may go without progress."""
         self._budget_s = budget_s
+        self._judges = judges
         self._lock = threading.Lock()
         self._plans: dict[tuple[KernelKey, int], Future[BenchPlan]] = {}
         self._timings = 0
@@ -184,10 +187,11 @@ class Timer:
     def _judge(
         self, spec: KernelSpec, plan: BenchPlan, shapes: list[TimedShape], floors: DeviceFloors | None, out_dir: Path
     ) -> Verdict | list[SampleStats]:
-        """What the timed calls left, and whether the times are possible (on the CPU pool)."""
+        """What the timed calls left (in a judging process), and whether the times are possible (on the CPU
+        pool)."""
         start = time.perf_counter()
         try:
-            verdict = judge_bench(spec, plan, shapes)
+            verdict = self._judges.judge(spec, plan, shapes)
         finally:
             shutil.rmtree(out_dir, ignore_errors=True)
             self._count("judge_bench_s", time.perf_counter() - start)

@@ -3,15 +3,19 @@ the outputs the timed calls left, the memo probe, and times the hardware does no
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from numpy.typing import NDArray
 
-from r1build.evaluate.bench_checks import IMPLAUSIBLE, implausible, judge_bench, plan_bench, rotation_for
+from r1build.evaluate.bench_checks import IMPLAUSIBLE, implausible, plan_bench, rotation_for
+from r1build.evaluate.bench_checks import judge_bench as _judge_bench
 from r1build.evaluate.floors import DeviceFloors, bytes_moved
+from r1build.evaluate.judge_pool import JudgePool
 from r1build.manifest import KernelSpec, Manifest, load_reference
 
 
@@ -31,7 +35,19 @@ def test_rotation_covers_three_times_the_l2() -> None:
     assert rotation_for(60 << 20, 50 << 20) == 3
 
 
-def test_outputs_of_the_timed_calls_and_the_memo_probe_are_judged(root_manifest: Manifest, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def pool() -> Iterator[JudgePool]:
+    judges = JudgePool(1)
+    yield judges
+    judges.close()
+
+
+@pytest.mark.parametrize("where", ["thread", "process"])
+def test_outputs_of_the_timed_calls_and_the_memo_probe_are_judged(
+    root_manifest: Manifest, tmp_path: Path, where: str, pool: JudgePool
+) -> None:
+    # in the evaluator's thread, or in a judging process that gets the plan without its arrays
+    judge_bench: Callable[..., Any] = _judge_bench if where == "thread" else pool.judge
     spec = _silu(root_manifest)
     plan = plan_bench(spec, load_reference(root_manifest.root, spec.reference), 50 << 20, tmp_path / "in")
     shape = plan.shapes[0]
@@ -84,3 +100,31 @@ def test_times_below_the_memory_floor_are_implausible(root_manifest: Manifest) -
     just_over = floor_us / IMPLAUSIBLE * 0.99
     assert implausible(spec, [just_over], floors) is not None
     assert implausible(spec, [just_over], floors, [True]) is None  # timed warm: up to 4x allowed
+
+
+def test_a_broken_judging_pool_costs_no_verdict(root_manifest: Manifest, tmp_path: Path) -> None:
+    import os
+    import signal
+
+    spec = _silu(root_manifest)
+    plan = plan_bench(spec, load_reference(root_manifest.root, spec.reference), 50 << 20, tmp_path / "in")
+    shape = plan.shapes[0]
+    light = plan.for_judging()
+    assert not light.shapes[0].sets[0].expected and light.shapes[0].sets[0].expected_files
+    out = tmp_path / "out"
+    out.mkdir()
+    outputs = [[None, None, _write(out / f"s{k}.bin", np.zeros(4099, np.float32))] for k in range(len(shape.sets))]
+    tweak = [None, None, _write(out / "t.bin", shape.tweak.expected["out"].astype(np.float32))]
+    reply: Any = {"outputs": outputs, "tweak_outputs": tweak, "capture_rc": 0}
+    judges = JudgePool(1)
+    try:
+        first = judges.judge(spec, plan, [reply])
+        assert first is not None and "input set 1 of 4" in first.detail
+        for pid in list(judges._pool._processes) if judges._pool is not None else []:
+            os.kill(pid, signal.SIGKILL)
+        again = judges.judge(spec, plan, [reply])  # found broken: judged here instead, the same verdict
+        assert again == first and judges._pool is None
+        assert judges.judge(spec, plan, [reply]) == first and judges._pool is not None  # a fresh pool next time
+    finally:
+        judges.close()
+    assert judges.judge(spec, plan, [reply]) == first  # closed: in the caller's thread
