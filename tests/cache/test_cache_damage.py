@@ -10,18 +10,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from r1build.cache import Cache, export_bundle, open_usable
-from r1build.cli.main import main
 from r1build.errors import CacheError, CacheLocationError
 from r1build.events import Note
 from r1build.keys import digest_bytes
 from r1build.records import CandidateRef, Decision, Origin, Result
+from tests.cache.conftest import Cli
 from tests.damage import read_only_tree, wreck_index
 
 pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
@@ -64,20 +63,6 @@ def _fill(d: Path) -> tuple[list[str], list[str], Decision]:
         )
         cache.put_decision(decision)
     return large, small, decision
-
-
-Cli = Callable[..., tuple[int, str]]
-
-
-@pytest.fixture
-def run_cli(capsys: pytest.CaptureFixture[str]) -> Cli:
-    def run(*argv: str) -> tuple[int, str]:
-        capsys.readouterr()
-        code = main(list(argv))
-        captured = capsys.readouterr()
-        return code, captured.out + captured.err
-
-    return run
 
 
 # -- damaged index --------------------------------------------------------------------------------------------

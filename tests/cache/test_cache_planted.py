@@ -6,31 +6,17 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from r1build.cache import Cache
-from r1build.cli.main import main
 from r1build.events import Note
 from r1build.records import CandidateRef, Decision, Origin, Result
+from tests.cache.conftest import Cli
 from tests.damage import wreck_index
 
 LARGE = 40_000  # kept as a value file by diskcache
-
-Cli = Callable[..., tuple[int, str]]
-
-
-@pytest.fixture
-def run_cli(capsys: pytest.CaptureFixture[str]) -> Cli:
-    def run(*argv: str) -> tuple[int, str]:
-        capsys.readouterr()
-        code = main(list(argv))
-        captured = capsys.readouterr()
-        return code, captured.out + captured.err
-
-    return run
 
 
 def _value_file(d: Path, key: str) -> str:
