@@ -24,6 +24,7 @@ __all__ = [
     "TINY",
     "measured_root",
     "measured_tiny",
+    "plant_decision",
     "push",
     "root_project",
     "tiny_project",
@@ -57,13 +58,43 @@ def tiny_project(dest: Path, *public_keys: str, url: str | None = None, timeout_
     return dest
 
 
+def plant_decision(
+    project: Path,
+    cache_dir: Path,
+    winner: Candidate,
+    result: Result,
+    *,
+    measured: bool = False,
+    device: str | None = None,
+    checks: int | None = None,
+) -> str:
+    """Store in ``cache_dir`` a decision for tiny's scale on sm_90 whose one candidate and winner is ``winner``
+    (its source stored too), judged by ``result``. Returns the decision key."""
+    m = load_manifest(project / "kernels.toml")
+    key = decision_key(m, m.kernel("scale"), "sm_90")
+    ref = CandidateRef.of(winner)
+    with Cache(cache_dir) as cache:
+        cache.put_text(winner.source)
+        cache.put_decision(
+            Decision(
+                key=key,
+                kernel="scale",
+                arch="sm_90",
+                winner=ref,
+                candidates=[ref],
+                results=[result],
+                measured=measured,
+                device=device,
+                checks=checks,
+            )
+        )
+    return key
+
+
 def measured_tiny(project: Path, cache_dir: Path, time_us: float = 3.5) -> str:
     """Machine A: the decision a GPU run records for tiny's scale on sm_90 (baseline measured), then
     ``r1build lock`` (which gates it and caches the gate result). Returns the decision key."""
-    m = load_manifest(project / "kernels.toml")
-    spec = m.kernel("scale")
     scale = Candidate((project / "scale.cu").read_text(encoding="utf-8"), Origin("baseline", "scale.cu"))
-    key = decision_key(m, spec, "sm_90")
     result = Result(
         candidate=scale.digest,
         arch="sm_90",
@@ -72,21 +103,7 @@ def measured_tiny(project: Path, cache_dir: Path, time_us: float = 3.5) -> str:
         timing=Timing(median_us=time_us, spread=0.01, samples=50),
         device="NVIDIA H200",
     )
-    with Cache(cache_dir) as cache:
-        cache.put_text(scale.source)
-        cache.put_decision(
-            Decision(
-                key=key,
-                kernel="scale",
-                arch="sm_90",
-                winner=CandidateRef.of(scale),
-                candidates=[CandidateRef.of(scale)],
-                results=[result],
-                measured=True,
-                device="NVIDIA H200",
-                checks=CHECKS_VERSION,
-            )
-        )
+    key = plant_decision(project, cache_dir, scale, result, measured=True, device="NVIDIA H200", checks=CHECKS_VERSION)
     assert main(["lock", "-m", str(project), "--offline", "--no-gpu", "--cache-dir", str(cache_dir)]) == 0
     entry = read_lock(project / "kernels.lock").entry("scale", "sm_90")  # type: ignore[union-attr]
     assert entry is not None and entry.time_us == time_us and entry.key == key

@@ -20,15 +20,16 @@ from r1build.cache.remote.layer import signed_message
 from r1build.cli.main import main
 from r1build.events import Note, sink
 from r1build.judge import CHECKS_VERSION
-from r1build.keys import decision_key, digest_bytes
+from r1build.keys import digest_bytes
 from r1build.lock import read_lock
 from r1build.manifest import load_manifest
-from r1build.records import Candidate, CandidateRef, Decision, Origin, Result, Timing, from_json, to_json
+from r1build.records import Candidate, Decision, Origin, Result, Timing, from_json, to_json
 from r1build.signing import KeyPair, TrustedKeys, sign
 from tests.cache.remote.remote_servers import TOKEN, FaultServer, Moto, Nginx, Remote
 from tests.cache.remote.remote_support import (
     measured_root,
     measured_tiny,
+    plant_decision,
     push,
     root_project,
     tiny_project,
@@ -588,7 +589,6 @@ def test_notes_go_to_the_sink_not_stdout(remote: Remote, seeded: tuple[Path, str
     project, key = seeded
     seen: list[Note] = []
     from r1build.cache.remote import attach_remote
-    from r1build.manifest import load_manifest
 
     with (
         sink(lambda e: seen.append(e) if isinstance(e, Note) else None),
@@ -674,23 +674,10 @@ def test_a_trusted_signature_on_a_decision_that_contradicts_the_manifest_is_not_
     but is other code, judged by the gate alone: its signature verifies, and it is still refused, so machine B
     gates the real baseline and writes a lock that every later command accepts."""
     project = tiny_project(tmp_path / "tiny", team_key.public.line)
-    m = load_manifest(project / "kernels.toml")
-    key = decision_key(m, m.kernel("scale"), "sm_90")
     base = Candidate((project / "scale.cu").read_text(encoding="utf-8"), Origin("baseline", "scale.cu"))
     other = Candidate(base.source.replace("2.0f", "3.0f"), Origin("baseline", "scale.cu"))
     assert other.digest != base.digest
-    with Cache(tmp_path / "a") as cache:
-        cache.put_text(other.source)
-        cache.put_decision(
-            Decision(
-                key=key,
-                kernel="scale",
-                arch="sm_90",
-                winner=CandidateRef.of(other),
-                candidates=[CandidateRef.of(other)],
-                results=[Result(candidate=other.digest, arch="sm_90", status="passed")],
-            )
-        )
+    key = plant_decision(project, tmp_path / "a", other, Result(candidate=other.digest, arch="sm_90", status="passed"))
     assert push(project, tmp_path / "a", remote.url, team_key) == (1, 0)
     b = ("--cache-dir", str(tmp_path / "b"), "--remote-cache", remote.url)
     code, out = _cli(capsys, "resolve", "--no-gpu", "--offline", "-m", str(project), *b)
@@ -735,26 +722,12 @@ def test_a_signed_decision_that_contradicts_itself_is_corrupt_and_never_stored(
     never records that, so it is a corrupt object (one warning), not kept in the local cache, and verify names
     it."""
     project = tiny_project(tmp_path / "tiny", team_key.public.line)
-    m = load_manifest(project / "kernels.toml")
-    key = decision_key(m, m.kernel("scale"), "sm_90")
     other = Candidate(
         (project / "scale.cu").read_text(encoding="utf-8").replace("2.0f", "3.0f"),
         Origin("generated", model="m", round=0, sample=0),
     )
-    with Cache(tmp_path / "a") as cache:
-        cache.put_text(other.source)
-        cache.put_decision(
-            Decision(
-                key=key,
-                kernel="scale",
-                arch="sm_90",
-                winner=CandidateRef.of(other),
-                candidates=[CandidateRef.of(other)],
-                results=[Result(candidate=other.digest, arch="sm_90", status="passed", stage="evaluate")],
-                measured=True,
-                device="H200",
-            )
-        )
+    passed = Result(candidate=other.digest, arch="sm_90", status="passed", stage="evaluate")
+    key = plant_decision(project, tmp_path / "a", other, passed, measured=True, device="H200")
     layer = _layer(remote.url, team_key)
     seen: list[Note] = []
     with sink(lambda e: seen.append(e) if isinstance(e, Note) else None), Cache(tmp_path / "a") as cache:
@@ -789,37 +762,21 @@ def test_a_lock_alone_cannot_bring_code_from_the_remote(
     bytes under that digest. The source comes from the remote only when a trusted decision of the key records
     that winner as validated: else the locked build fails naming it, as for any missing source."""
     project = tiny_project(tmp_path / "tiny", team_key.public.line)
-    m = load_manifest(project / "kernels.toml")
-    key = decision_key(m, m.kernel("scale"), "sm_90")
     generated = Candidate(
         (project / "scale.cu").read_text(encoding="utf-8").replace("2.0f", "2.0f * 1.0f"),
         Origin("generated", model="m", round=0, sample=0),
     )
-    ref = CandidateRef.of(generated)
-    with Cache(tmp_path / "a") as cache:
-        cache.put_text(generated.source)
-        cache.put_decision(
-            Decision(
-                key=key,
-                kernel="scale",
-                arch="sm_90",
-                winner=ref,
-                candidates=[ref],
-                results=[
-                    Result(
-                        candidate=generated.digest,
-                        arch="sm_90",
-                        status="passed",
-                        stage="evaluate",
-                        timing=Timing(median_us=1.0, spread=0.01, samples=50),
-                        device="NVIDIA H200",
-                    )
-                ],
-                measured=True,
-                device="NVIDIA H200",
-                checks=CHECKS_VERSION,
-            )
-        )
+    timed = Result(
+        candidate=generated.digest,
+        arch="sm_90",
+        status="passed",
+        stage="evaluate",
+        timing=Timing(median_us=1.0, spread=0.01, samples=50),
+        device="NVIDIA H200",
+    )
+    plant_decision(
+        project, tmp_path / "a", generated, timed, measured=True, device="NVIDIA H200", checks=CHECKS_VERSION
+    )
     assert main(["lock", "-m", str(project), "--offline", "--no-gpu", "--cache-dir", str(tmp_path / "a")]) == 0
     entry = read_lock(project / "kernels.lock").entry("scale", "sm_90")  # type: ignore[union-attr]
     assert entry is not None and entry.provenance == "generated" and entry.winner == generated.digest
