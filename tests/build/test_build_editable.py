@@ -19,6 +19,13 @@ REFRESH = "the kernels' inputs changed, resolving them again"
 IMPORT = "import tiny; print('scale_empty', tiny.scale_empty()); print('module', tiny.__file__)"
 
 
+def _install_editable(env: BuildEnv, project: Path, *options: str | Path, cwd: Path) -> None:
+    """``pip install -e`` of the project into the venv, rebuilding on import, with a build folder that stays
+    (scikit-build-core's editable.rebuild needs one)."""
+    args: list[str | Path] = [env.python, "-m", "pip", "install", "--no-deps", *options, "-e", project]
+    env.check([*args, "-Ceditable.rebuild=true", "-Cbuild-dir=build/{wheel_tag}"], cwd=cwd)
+
+
 def _import(env: BuildEnv, cwd: Path) -> tuple[int, Path, str]:
     """Import the editable module in a fresh interpreter (which rebuilds first where something changed): what
     scale_empty() returns, the module's file, and everything printed, the rebuild's output included."""
@@ -37,21 +44,7 @@ def _edit(path: Path, old: str, new: str) -> None:
 
 def test_editable_install_rebuilds_edited_kernels_on_import(build_env: BuildEnv, tmp_path: Path) -> None:
     project = copy_project(PACKAGES / "tiny", tmp_path / "tiny")
-    build_env.check(
-        [
-            build_env.python,
-            "-m",
-            "pip",
-            "install",
-            "--no-deps",
-            "--no-build-isolation",
-            "-e",
-            project,
-            "-Ceditable.rebuild=true",
-            "-Cbuild-dir=build/{wheel_tag}",
-        ],
-        cwd=tmp_path,
-    )
+    _install_editable(build_env, project, "--no-build-isolation", cwd=tmp_path)
     elsewhere = tmp_path / "elsewhere"  # import from outside the project, as a user of the package would
     elsewhere.mkdir()
     value, module, _ = _import(build_env, elsewhere)
@@ -105,22 +98,7 @@ def test_an_isolated_editable_install_says_how_to_rebuild_kernels(build_env: Bui
     bare = BuildEnv(root=tmp_path / "bare", wheels=build_env.wheels, cache_dir=build_env.cache_dir, isolated=True)
     subprocess.run([sys.executable, "-m", "venv", str(bare.root)], check=True, timeout=300)
     project = copy_project(PACKAGES / "tiny", tmp_path / "tiny")
-    bare.check(
-        [
-            bare.python,
-            "-m",
-            "pip",
-            "install",
-            "--no-deps",
-            "--find-links",
-            bare.wheels,
-            "-e",
-            project,
-            "-Ceditable.rebuild=true",
-            "-Cbuild-dir=build/{wheel_tag}",
-        ],
-        cwd=tmp_path,
-    )
+    _install_editable(bare, project, "--find-links", bare.wheels, cwd=tmp_path)
     assert bare.run([bare.python, "-c", "import r1build"], cwd=tmp_path).returncode != 0  # only the build had it
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -141,22 +119,7 @@ def test_an_editable_refresh_that_r1build_refuses_shows_why_not_the_isolation_hi
     error (which kernel is stale), and is not blamed on an isolated build's missing r1build (it is there)."""
     project = copy_project(PACKAGES / "tiny", tmp_path / "tiny")
     build_env.check(["r1build", "lock", "--offline", "-m", project], cwd=project)
-    build_env.check(
-        [
-            build_env.python,
-            "-m",
-            "pip",
-            "install",
-            "--no-deps",
-            "--no-build-isolation",
-            "-e",
-            project,
-            "-Ceditable.rebuild=true",
-            "-Cbuild-dir=build/{wheel_tag}",
-            "-Cr1build.locked=1",
-        ],
-        cwd=tmp_path,
-    )
+    _install_editable(build_env, project, "--no-build-isolation", "-Cr1build.locked=1", cwd=tmp_path)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     assert _import(build_env, elsewhere)[0] == 0
