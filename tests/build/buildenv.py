@@ -117,6 +117,14 @@ def unpack_sdist(sdist: Path, dest: Path) -> Path:
     return top
 
 
+def sdist_names(sdist: Path, top: str) -> set[str]:
+    """The paths an sdist holds, relative to its top folder ``top`` (every member must lie in it)."""
+    with tarfile.open(sdist) as tar:
+        names = tar.getnames()
+    assert all(name == top or name.startswith(f"{top}/") for name in names), sorted(names)
+    return {name[len(top) + 1 :] for name in names if name != top}
+
+
 def find_cuobjdump(env: BuildEnv) -> Path | None:
     """cuobjdump from PATH, the CUDA toolkit, or the ``nvidia-cuda-cuobjdump`` wheel in the venv."""
     found = shutil.which("cuobjdump")

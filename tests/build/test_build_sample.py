@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import re
 import sys
-import tarfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.build.buildenv import SAMPLE, BuildEnv, copy_project, find_cuobjdump, unpack_sdist
+from tests.build.buildenv import SAMPLE, BuildEnv, copy_project, find_cuobjdump, sdist_names, unpack_sdist
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -60,8 +59,7 @@ def _lock_archs() -> set[str]:
 
 
 def test_sdist_carries_manifest_lock_sources_and_vendored_winners(sample_build: SampleBuild) -> None:
-    with tarfile.open(sample_build.sdist) as tar:
-        names = {name.partition("/")[2] for name in tar.getnames()}
+    names = sdist_names(sample_build.sdist, "r1sample-0.1.0")
     vendored = {p.relative_to(SAMPLE).as_posix() for p in (SAMPLE / "kernels" / "_r1build").glob("*.cu")}
     assert vendored
     expected = {

@@ -9,16 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.build.buildenv import PACKAGES, BuildEnv, copy_project, unpack_sdist
+from tests.build.buildenv import PACKAGES, BuildEnv, copy_project, sdist_names, unpack_sdist
 
 pytestmark = pytest.mark.slow
 
 CARRIED = {"kernels.toml", "kernels.lock", "reference.py", "scale.cu", "pyproject.toml", "CMakeLists.txt", "tiny.c"}
-
-
-def _sdist_names(sdist: Path) -> set[str]:
-    with tarfile.open(sdist) as tar:
-        return {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
 
 
 @pytest.mark.parametrize("how", ["environment", "config setting"])
@@ -40,7 +35,7 @@ def test_a_cache_inside_the_project_stays_out_of_the_sdist(build_env: BuildEnv, 
         proc = build_env.run([build_env.python, "-c", code], cwd=project)
     assert proc.returncode == 0, proc.stdout[-6000:]
     (sdist,) = dist.glob("tiny-*.tar.gz")
-    names = _sdist_names(sdist)
+    names = sdist_names(sdist, "tiny-0.1.0")
     assert not [n for n in names if n.startswith(".r1cache")], sorted(names)
     assert names >= CARRIED, sorted(names)
 
