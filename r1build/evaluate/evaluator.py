@@ -250,7 +250,10 @@ class GpuEvaluator:
             cuobjdump=self._cuobjdump,
             batch=sanitize_batch,
         )
-        self._judges = JudgePool(judge_processes)
+        cpu = self._pool  # (not self._submit: the finalizer below must hold nothing that holds self)
+        self._judges = JudgePool(
+            judge_processes, submit=lambda fn, *a, **kw: cpu.submit(contextvars.copy_context().run, fn, *a, **kw)
+        )
         self._timer = Timer(
             cache=lambda: self.cache,
             submit=self._submit,

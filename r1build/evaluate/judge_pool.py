@@ -7,8 +7,9 @@ readers), so the comparisons run in processes of their own, which read the outpu
 through memory maps and go through them in cache-sized chunks (:data:`~.compare.CACHED_CHUNK`). The plan travels
 without its arrays (:meth:`~.bench_checks.BenchPlan.for_judging`).
 
-A pool that breaks (a judging process killed, say for memory) is replaced at the next call; the call that found
-it broken is judged in this process instead, so a verdict never depends on the pool.
+A pool that breaks (a judging process killed, say for memory) is replaced at the next call; the calls that found
+it broken are judged in this process instead (on the caller's executor), so a verdict never depends on the pool.
+No thread waits for a judging process: :meth:`JudgePool.submit` returns a future.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from __future__ import annotations
 import multiprocessing
 import os
 import threading
-from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from typing import Any
 
 from ..manifest.model import KernelSpec
 from .bench_checks import BenchPlan, judge_bench
@@ -28,45 +30,91 @@ from .compare import CACHED_CHUNK
 
 __all__ = ["JudgePool", "default_processes"]
 
+Submit = Callable[..., "Future[Any]"]
+
 
 def default_processes() -> int:
     """Half the cores, at most 8: judging shares the machine with compiles and compute-sanitizer runs."""
     return max(1, min(8, (os.cpu_count() or 2) // 2))
 
 
-class JudgePool:
-    """Judges benchmark-shape outputs in ``processes`` processes started on first use (0: in the caller's
-    thread)."""
+def _in_a_thread(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Future[Any]:
+    """``fn`` on a thread of its own (where no other executor is given)."""
+    done: Future[Any] = Future()
 
-    def __init__(self, processes: int | None = None) -> None:
+    def run() -> None:
+        try:
+            done.set_result(fn(*args, **kwargs))
+        except BaseException as exc:
+            done.set_exception(exc)
+
+    threading.Thread(target=run, name="r1build-judge", daemon=True).start()
+    return done
+
+
+class JudgePool:
+    """Judges benchmark-shape outputs in ``processes`` processes started on first use (0: on ``submit``, the
+    caller's executor, as it does where the pool is broken or closed)."""
+
+    def __init__(self, processes: int | None = None, *, submit: Submit | None = None) -> None:
         self.processes = default_processes() if processes is None else max(0, processes)
         """How many judging processes run at most."""
+        self._submit = submit or _in_a_thread
         self._lock = threading.Lock()
         self._pool: ProcessPoolExecutor | None = None
         self._light: dict[int, tuple[BenchPlan, BenchPlan]] = {}
         self._closed = False
 
-    def judge(self, spec: KernelSpec, plan: BenchPlan, shapes: Sequence[TimedShape]) -> Verdict | None:
-        """:func:`~.bench_checks.judge_bench` of one timing, in a judging process where there is one."""
+    def submit(self, spec: KernelSpec, plan: BenchPlan, shapes: Sequence[TimedShape]) -> Future[Verdict | None]:
+        """:func:`~.bench_checks.judge_bench` of one timing, in a judging process where there is one; no thread
+        waits for it."""
+        shapes = list(shapes)
         pool = self._get()
-        if pool is not None:
-            try:
-                return pool.submit(
-                    judge_bench, spec, self._for_judging(plan), list(shapes), chunk=CACHED_CHUNK
-                ).result()
-            except BrokenProcessPool:
-                with self._lock:
-                    if self._pool is pool:
-                        self._pool = None
-                pool.shutdown(wait=False, cancel_futures=True)
-        return judge_bench(spec, plan, shapes)
+        if pool is None:
+            return self._here(spec, plan, shapes)
+        try:
+            judged = pool.submit(judge_bench, spec, self._for_judging(plan), shapes, chunk=CACHED_CHUNK)
+        except (BrokenProcessPool, RuntimeError):  # broken, or shut down by close() meanwhile
+            self._drop(pool)
+            return self._here(spec, plan, shapes)
+        outcome: Future[Verdict | None] = Future()
+
+        def done(f: Future[Verdict | None]) -> None:
+            if f.cancelled() or isinstance(f.exception(), BrokenProcessPool):
+                self._drop(pool)
+                _copy(self._here(spec, plan, shapes), outcome)
+            elif f.exception() is not None:
+                outcome.set_exception(f.exception())
+            else:
+                outcome.set_result(f.result())
+
+        judged.add_done_callback(done)
+        return outcome
+
+    def judge(self, spec: KernelSpec, plan: BenchPlan, shapes: Sequence[TimedShape]) -> Verdict | None:
+        """:meth:`submit`, waited for."""
+        return self.submit(spec, plan, shapes).result()
 
     def close(self) -> None:
-        """Stop the judging processes (judgings after this run in the caller's thread)."""
+        """Stop the judging processes: judgings not started are canceled (and run on the caller's executor, if
+        anything still waits for them), running ones end first, so no process or semaphore is left behind."""
         with self._lock:
             pool, self._pool, self._closed = self._pool, None, True
         if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _here(self, spec: KernelSpec, plan: BenchPlan, shapes: list[TimedShape]) -> Future[Verdict | None]:
+        try:
+            return self._submit(judge_bench, spec, plan, shapes)
+        except RuntimeError:  # the caller's executor is shut down too: a thread of its own
+            return _in_a_thread(judge_bench, spec, plan, shapes)
+
+    def _drop(self, pool: ProcessPoolExecutor) -> None:
+        """Forget a broken pool (the next call starts a fresh one)."""
+        with self._lock:
+            if self._pool is pool:
+                self._pool = None
+        pool.shutdown(wait=False, cancel_futures=True)
 
     def _get(self) -> ProcessPoolExecutor | None:
         with self._lock:
@@ -81,3 +129,16 @@ class JudgePool:
             if held is None or held[0] is not plan:
                 held = self._light[id(plan)] = (plan, plan.for_judging())
             return held[1]
+
+
+def _copy(source: Future[Verdict | None], target: Future[Verdict | None]) -> None:
+    """``target`` gets ``source``'s outcome once it has one."""
+
+    def copy(f: Future[Verdict | None]) -> None:
+        exc = f.exception()
+        if exc is not None:
+            target.set_exception(exc)
+        else:
+            target.set_result(f.result())
+
+    source.add_done_callback(copy)

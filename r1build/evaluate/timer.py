@@ -145,7 +145,7 @@ class Timer:
         if isinstance(timed, Verdict):
             shutil.rmtree(out_dir, ignore_errors=True)
             return _settled(timed)
-        return self._submit(self._judge, job.spec, plan, timed, floors, out_dir)
+        return self._judge(job.spec, plan, timed, floors, out_dir)
 
     def _count_seconds(self, shapes: list[TimedShape]) -> None:
         """The worker's account of its time (``worker_sets_s``, ``worker_samples_s``, ``worker_checks_s``): numbers
@@ -186,17 +186,29 @@ class Timer:
 
     def _judge(
         self, spec: KernelSpec, plan: BenchPlan, shapes: list[TimedShape], floors: DeviceFloors | None, out_dir: Path
-    ) -> Verdict | list[SampleStats]:
-        """What the timed calls left (in a judging process), and whether the times are possible (on the CPU
-        pool)."""
+    ) -> Future[Verdict | list[SampleStats]]:
+        """What the timed calls left (judged in a judging process, no thread waiting for it), and whether the
+        times are possible."""
         start = time.perf_counter()
-        try:
-            verdict = self._judges.judge(spec, plan, shapes)
-        finally:
+        outcome: Future[Verdict | list[SampleStats]] = Future()
+
+        def judged(f: Future[Verdict | None]) -> None:
             shutil.rmtree(out_dir, ignore_errors=True)
             self._count("judge_bench_s", time.perf_counter() - start)
-        if verdict is not None:
-            return verdict
+            try:
+                verdict = f.result()
+                outcome.set_result(verdict if verdict is not None else self._plausible(spec, shapes, floors))
+            except BaseException as exc:
+                outcome.set_exception(exc)
+
+        self._judges.submit(spec, plan, shapes).add_done_callback(judged)
+        return outcome
+
+    @staticmethod
+    def _plausible(
+        spec: KernelSpec, shapes: list[TimedShape], floors: DeviceFloors | None
+    ) -> Verdict | list[SampleStats]:
+        """The samples' statistics, or a rejection where a time is below the hardware floor."""
         stats = [summarize(s["samples_us"]) for s in shapes]
         if floors is not None:
             warm = [s.get("mode") == "graph" for s in shapes]
