@@ -34,7 +34,10 @@ Submit = Callable[..., "Future[Any]"]
 
 
 def default_processes() -> int:
-    """Half the cores, at most 8: judging shares the machine with compiles and compute-sanitizer runs."""
+    """Half the cores, at most 8: judging shares the machine with compiles and compute-sanitizer runs. None (0) in
+    a daemonic process, which may not start processes of its own (a Dask worker's evaluator)."""
+    if multiprocessing.current_process().daemon:
+        return 0
     return max(1, min(8, (os.cpu_count() or 2) // 2))
 
 
@@ -118,7 +121,12 @@ class JudgePool:
 
     def _get(self) -> ProcessPoolExecutor | None:
         with self._lock:
-            if self._pool is None and self.processes and not self._closed:
+            if (
+                self._pool is None
+                and self.processes
+                and not self._closed
+                and not multiprocessing.current_process().daemon
+            ):
                 # spawned, not forked: the evaluator's process runs threads
                 self._pool = ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("spawn"))
             return self._pool

@@ -128,3 +128,23 @@ def test_a_broken_judging_pool_costs_no_verdict(root_manifest: Manifest, tmp_pat
     finally:
         judges.close()
     assert judges.judge(spec, plan, [reply]) == first  # closed: in the caller's thread
+
+
+def _pool_in_a_daemon(answer: Any) -> None:
+    """(In a daemonic process, as a Dask worker is.)"""
+    judges = JudgePool()
+    answer.put((judges.processes, judges._get() is None))
+    judges.close()
+
+
+def test_a_daemonic_process_judges_in_its_threads() -> None:
+    import multiprocessing
+
+    spawn = multiprocessing.get_context("spawn")
+    answer = spawn.Queue()
+    child = spawn.Process(target=_pool_in_a_daemon, args=(answer,), daemon=True)
+    child.start()
+    try:
+        assert answer.get(timeout=60) == (0, True)  # it may not start processes of its own
+    finally:
+        child.join(30)
