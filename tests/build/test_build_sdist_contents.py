@@ -4,6 +4,7 @@ nvcc paths, while the manifest, lock and sources are still carried, and a wheel 
 
 from __future__ import annotations
 
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -16,30 +17,50 @@ pytestmark = pytest.mark.slow
 CARRIED = {"kernels.toml", "kernels.lock", "reference.py", "scale.cu", "pyproject.toml", "CMakeLists.txt", "tiny.c"}
 
 
-@pytest.mark.parametrize("how", ["environment", "config setting"])
-def test_a_cache_inside_the_project_stays_out_of_the_sdist(build_env: BuildEnv, tmp_path: Path, how: str) -> None:
+def _sdist_files(sdist: Path) -> dict[str, bytes]:
+    """The regular files of an sdist and their bytes, by name."""
+    files: dict[str, bytes] = {}
+    with tarfile.open(sdist) as tar:
+        for member in tar.getmembers():
+            data = tar.extractfile(member) if member.isfile() else None
+            if data is not None:
+                files[member.name] = data.read()
+    return files
+
+
+def test_a_cache_inside_the_project_stays_out_of_the_sdist(build_env: BuildEnv, tmp_path: Path) -> None:
+    """The cache named inside the project both ways, by the environment and by the config setting: each sdist,
+    made from its own copy of the locked project, leaves the cache out and carries the rest; the two hold the
+    same files, byte for byte, so the wheel built from one is the wheel of either."""
     project = copy_project(PACKAGES / "tiny", tmp_path / "tiny")
     inside = {"R1BUILD_CACHE_DIR": str(project / ".r1cache")}
     build_env.check(["r1build", "lock", "--offline", "-m", project], cwd=project, env=inside)
     assert (project / ".r1cache" / "cache.db").is_file()  # the lock's decisions and gate results are in there
 
-    dist = tmp_path / "dist"
-    dist.mkdir()
-    if how == "environment":  # relative, as a CI script sets it: the backend runs in the project
-        proc = build_env.hook(project, "build_sdist", dist, env={"R1BUILD_CACHE_DIR": ".r1cache"})
-    else:
-        code = (
-            "import r1build.build as backend; "
-            f"print(backend.build_sdist({str(dist)!r}, {{'r1build.cache-dir': '.r1cache'}}))"
-        )
-        proc = build_env.run([build_env.python, "-c", code], cwd=project)
-    assert proc.returncode == 0, proc.stdout[-6000:]
-    (sdist,) = dist.glob("tiny-*.tar.gz")
-    names = sdist_names(sdist, "tiny-0.1.0")
-    assert not [n for n in names if n.startswith(".r1cache")], sorted(names)
-    assert names >= CARRIED, sorted(names)
+    sdists: dict[str, Path] = {}
+    listed: dict[str, set[str]] = {}
+    for how in ("environment", "config setting"):
+        own = shutil.copytree(project, tmp_path / how / "tiny", symlinks=True)  # as the lock left it, cache and all
+        dist = tmp_path / how / "dist"
+        dist.mkdir()
+        if how == "environment":  # relative, as a CI script sets it: the backend runs in the project
+            proc = build_env.hook(own, "build_sdist", dist, env={"R1BUILD_CACHE_DIR": ".r1cache"})
+        else:
+            code = (
+                "import r1build.build as backend; "
+                f"print(backend.build_sdist({str(dist)!r}, {{'r1build.cache-dir': '.r1cache'}}))"
+            )
+            proc = build_env.run([build_env.python, "-c", code], cwd=own)
+        assert proc.returncode == 0, (how, proc.stdout[-6000:])
+        (sdist,) = dist.glob("tiny-*.tar.gz")
+        names = sdist_names(sdist, "tiny-0.1.0")
+        assert not [n for n in names if n.startswith(".r1cache")], (how, sorted(names))
+        assert names >= CARRIED, (how, sorted(names))
+        sdists[how], listed[how] = sdist, names
+    assert listed["environment"] == listed["config setting"]
+    assert _sdist_files(sdists["environment"]) == _sdist_files(sdists["config setting"])
 
-    unpacked = unpack_sdist(sdist, tmp_path / "unpacked")
+    unpacked = unpack_sdist(sdists["environment"], tmp_path / "unpacked")
     out = tmp_path / "out"
     out.mkdir()
     env = {"R1BUILD_LOCKED": "1", "R1BUILD_CACHE_DIR": str(tmp_path / "empty-cache")}
