@@ -16,6 +16,7 @@ from r1build.keys import decision_key
 from r1build.lock import read_lock
 from r1build.manifest import load_manifest
 from r1build.records import Candidate, CandidateRef, Decision, Origin, Result, Timing
+from tests.gate_seed import seed_gate_verdicts
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -96,14 +97,12 @@ def narrow_root_manifest(root_copy: Path) -> Path:
     return toml
 
 
-@pytest.fixture
-def locked(root_copy: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The narrowed project, locked to a measured, tuned winner (silu_mul_vec4.cu with BLOCK=256)."""
-    for var in ("DEEPSEEK_API_KEY", "OPENAI_API_KEY", "R1BUILD_BASE_URL", "NVIDIA_API_KEY"):
-        monkeypatch.delenv(var, raising=False)
-    m = load_manifest(narrow_root_manifest(root_copy))
+def _lock_to_vec4(project: Path, cache_dir: Path) -> None:
+    """The narrowed ``project`` locked to silu_mul_vec4.cu with BLOCK=256: the decision a GPU run records for it
+    stored in ``cache_dir``, then ``r1build lock`` (which gates the winner)."""
+    m = load_manifest(project / "kernels.toml")
     spec = m.kernel("silu_mul")
-    vec4 = Candidate((root_copy / VEC4).read_text(encoding="utf-8"), Origin("file", VEC4), {"BLOCK": 256})
+    vec4 = Candidate((project / VEC4).read_text(encoding="utf-8"), Origin("file", VEC4), {"BLOCK": 256})
     with Cache(cache_dir) as cache:
         cache.put_text(vec4.source)
         result = Result(
@@ -126,9 +125,20 @@ def locked(root_copy: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch) ->
                 device="NVIDIA H200",
             )
         )
-    assert main(["lock", "-m", str(root_copy), "--offline", "--no-gpu"]) == 0
-    entry = read_lock(root_copy / "kernels.lock").entry("silu_mul", "sm_90")  # type: ignore[union-attr]
+    assert main(["lock", "-m", str(project), "--offline", "--no-gpu", "--cache-dir", str(cache_dir)]) == 0
+    entry = read_lock(project / "kernels.lock").entry("silu_mul", "sm_90")  # type: ignore[union-attr]
     assert entry is not None and entry.defines == {"BLOCK": 256} and entry.winner == vec4.digest
+
+
+@pytest.fixture
+def locked(root_copy: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The narrowed project, locked to a measured, tuned winner (silu_mul_vec4.cu with BLOCK=256). The cache
+    starts with the winner's gate verdict, computed once per process (tests/gate_seed.py)."""
+    for var in ("DEEPSEEK_API_KEY", "OPENAI_API_KEY", "R1BUILD_BASE_URL", "NVIDIA_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    narrow_root_manifest(root_copy)
+    seed_gate_verdicts(cache_dir, root_copy, _lock_to_vec4)
+    _lock_to_vec4(root_copy, cache_dir)
     return root_copy
 
 

@@ -24,6 +24,7 @@ from r1build.errors import CompileError, ConfigError, ManifestError, StaleLockEr
 from r1build.events import Event, Note, Progress, Stage, emit, sink
 from r1build.manifest import find_manifest, load_manifest
 from tests.build.buildenv import PACKAGES, copy_project
+from tests.gate_seed import seed_gate_verdicts
 
 pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
 
@@ -271,6 +272,12 @@ def locked_tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     project = copy_project(PACKAGES / "tiny", tmp_path / "tiny")
     monkeypatch.setenv("R1BUILD_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("R1BUILD_OFFLINE", "1")
+
+    def lock(copy: Path, cache: Path) -> None:
+        assert main(["lock", "--offline", "-m", str(copy), "--cache-dir", str(cache)]) == 0
+
+    # the baseline's gate verdict, compiled once per process (tests/gate_seed.py): this lock finds it cached
+    seed_gate_verdicts(tmp_path / "cache", project, lock)
     assert main(["lock", "--offline", "-m", str(project)]) == 0
     assert main(["vendor", "-m", str(project)]) == 0
     return project

@@ -15,6 +15,7 @@ from r1build.lock import read_lock
 from r1build.manifest import load_manifest
 from r1build.records import Candidate, CandidateRef, Decision, Origin, Result, Timing
 from r1build.signing import KeyPair, trusted_keys
+from tests.gate_seed import seed_gate_verdicts
 
 ROOT = Path(__file__).resolve().parents[3]
 TINY = ROOT / "tests" / "packages" / "tiny"
@@ -91,9 +92,7 @@ def plant_decision(
     return key
 
 
-def measured_tiny(project: Path, cache_dir: Path, time_us: float = 3.5) -> str:
-    """Machine A: the decision a GPU run records for tiny's scale on sm_90 (baseline measured), then
-    ``r1build lock`` (which gates it and caches the gate result). Returns the decision key."""
+def _measure_and_lock_tiny(project: Path, cache_dir: Path, time_us: float = 3.5) -> str:
     scale = Candidate((project / "scale.cu").read_text(encoding="utf-8"), Origin("baseline", "scale.cu"))
     result = Result(
         candidate=scale.digest,
@@ -108,6 +107,14 @@ def measured_tiny(project: Path, cache_dir: Path, time_us: float = 3.5) -> str:
     entry = read_lock(project / "kernels.lock").entry("scale", "sm_90")  # type: ignore[union-attr]
     assert entry is not None and entry.time_us == time_us and entry.key == key
     return key
+
+
+def measured_tiny(project: Path, cache_dir: Path, time_us: float = 3.5) -> str:
+    """Machine A: the decision a GPU run records for tiny's scale on sm_90 (baseline measured), then
+    ``r1build lock`` (which gates it and caches the gate result). Returns the decision key. The empty cache is
+    first seeded with the baseline's gate verdict, compiled once per process (tests/gate_seed.py)."""
+    seed_gate_verdicts(cache_dir, project, _measure_and_lock_tiny)
+    return _measure_and_lock_tiny(project, cache_dir, time_us)
 
 
 def root_project(dest: Path, *public_keys: str) -> Path:
