@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import EvaluationError
 from ..events import Note, Progress, emit
+from ..gate.compile_slots import ranked
 from ..judge import Evaluator, Job
 from ..manifest.archs import parse_arch
 from ..manifest.cdecl import declaration
@@ -212,6 +213,7 @@ class GpuEvaluator:
         self._libs: dict[tuple[str, str], Future[Library | LibraryFailure]] = {}
         self._gates: dict[tuple[KernelKey, tuple[str, ...]], Future[list[Result]]] = {}
         self._plans: dict[KernelKey, Future[list[ShapePlan]]] = {}
+        self._ranks: dict[KernelKey, int] = {}
         self._lock = threading.Lock()
         self._slots = [make_slot(gpu, self._root, sanitize=sanitize, nvcc=self._nvcc()) for gpu in self.gpus]
         # the check workers of each GPU: processes of their own (the slot's worker is the GPU thread's, for timing)
@@ -412,6 +414,14 @@ class GpuEvaluator:
         """Run ``fn`` on the CPU pool with the caller's context (so events reach the caller's sink)."""
         return self._pool.submit(contextvars.copy_context().run, fn, *args, **kwargs)
 
+    def _submit_ranked(self, rank: int | None, fn: Callable[..., T], *args: Any, **kwargs: Any) -> Future[T]:
+        """:meth:`_submit`, its compiles waiting for slots at ``rank`` (:mod:`~r1build.gate.compile_slots`): a
+        job's rank is its place in the order the GPU takes the jobs, so the first job's compiles end first."""
+        if rank is None:
+            return self._submit(fn, *args, **kwargs)
+        with ranked(rank):
+            return self._submit(fn, *args, **kwargs)
+
     # -- the CPU side: gate, builds, plans, started as early as possible ---------------------------------
     def _library(
         self, job: Job, candidate: Candidate, arch: str, gate: Future[list[Result]] | None = None
@@ -422,13 +432,14 @@ class GpuEvaluator:
         with self._lock:
             if key in self._libs:
                 return self._libs[key]
+            rank = self._ranks.get(KernelKey.of(job, arch))
             workdir = self._root / "build" / arch / candidate.digest[:24]
             build = functools.partial(self._timed, "build_s", self._build, job, candidate, arch, workdir)
             if gate is None or getattr(self.gate, "keep_objects", None) is None:
-                self._libs[key] = self._submit(build)
+                self._libs[key] = self._submit_ranked(rank, build)
                 return self._libs[key]
             done: Future[Library | LibraryFailure] = Future()
-            gate.add_done_callback(lambda _: _chain(self._submit(build), done))
+            gate.add_done_callback(lambda _: _chain(self._submit_ranked(rank, build), done))
             self._libs[key] = done
             return done
 
@@ -461,9 +472,11 @@ class GpuEvaluator:
         kernel = KernelKey.of(job, arch)
         gate_key = (kernel, tuple(e.candidate.digest for e in entries))
         with self._lock:
+            rank = self._ranks.setdefault(kernel, len(self._ranks))  # the GPU takes jobs in the order they come
             gate = self._gates.get(gate_key)
             if gate is None:
-                gate = self._submit(
+                gate = self._submit_ranked(
+                    rank,
                     self._timed,
                     "gate_s",
                     self.gate.evaluate,

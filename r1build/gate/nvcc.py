@@ -10,9 +10,7 @@ the same on every machine, fit for the cache and for feeding back to a model.
 
 One variant for several archs is one nvcc (the front end and host compile run once, ptxas once per arch), and
 the ptxas report is split per arch (:func:`split_ptxas_report`). Every nvcc of the process waits for one of the
-process's compile slots (:data:`COMPILE_SLOTS`, one per core this process may run on), whoever starts it: the
-gate's threads, the resolver's per-kernel threads and the GPU evaluator's library builds share them, so a cold
-resolve of many kernels never runs more compilers than cores.
+process's compile slots (:mod:`.compile_slots`: one per core, handed out by rank).
 """
 
 from __future__ import annotations
@@ -22,7 +20,6 @@ import os
 import re
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -33,6 +30,7 @@ from ..errors import ToolchainError
 from ..manifest.archs import arch_info
 from ..records import GateReport
 from ..toolchain import Toolchain
+from .compile_slots import COMPILE_SLOTS, compile_slot
 
 __all__ = [
     "COMPILE_SLOTS",
@@ -50,17 +48,6 @@ PIC_FLAGS = ("-Xcompiler", "-fPIC")
 """What makes a compile's host code position-independent, for a shared library: a GPU evaluator's library builds
 and a gate that keeps its objects for them (the device code and the ptxas report are the same)."""
 
-
-def _cores() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # not Linux
-        return max(1, os.cpu_count() or 1)
-
-
-COMPILE_SLOTS = _cores()
-"""Most nvcc processes this process runs at once (the cores it may run on)."""
-_SLOTS = threading.BoundedSemaphore(COMPILE_SLOTS)
 
 DECLARATION_NAME = "r1build_declaration.h"
 """File name of the pre-included declaration in the scratch directory."""
@@ -223,7 +210,7 @@ def compile_variant(
     A compile that fails or runs past ``timeout_s`` is a :class:`Compilation` that is not ``ok``; only an nvcc
     that cannot be started at all raises :class:`~r1build.errors.ToolchainError`.
     """
-    with _SLOTS:
+    with compile_slot():
         return _compile(
             source,
             defines,

@@ -1,0 +1,122 @@
+"""The process's compile slots: never more holders than slots, and a freed slot goes to the lowest rank waiting,
+first come first served among equals, unranked work last."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from r1build.cache import Cache
+from r1build.gate import StaticGate
+from r1build.gate.compile_slots import PrioritySlots
+from r1build.manifest import Manifest, load_manifest
+from tests.gate.test_gate import ROOT, silu_candidate
+
+
+def _waiters(slots: PrioritySlots, ranks: list[int | None]) -> tuple[list[int | None], list[threading.Thread]]:
+    """A thread per rank that waits for a slot (started in this order, a moment apart) and records its rank when
+    it gets one."""
+    got: list[int | None] = []
+    threads = []
+    for rank in ranks:
+
+        def take(rank: int | None = rank) -> None:
+            with slots.take(rank):
+                got.append(rank)
+                time.sleep(0.01)
+
+        t = threading.Thread(target=take)
+        t.start()
+        threads.append(t)
+        time.sleep(0.05)  # arrival order is their order here
+    return got, threads
+
+
+def test_a_freed_slot_goes_to_the_lowest_rank_then_the_earliest() -> None:
+    slots = PrioritySlots(1)
+    with slots.take(None):  # all slots held: everyone below waits
+        got, threads = _waiters(slots, [5, None, 2, 7, 2, 1, None])
+        assert got == []
+    for t in threads:
+        t.join(5)
+    assert got == [1, 2, 2, 5, 7, None, None]
+
+
+def test_never_more_holders_than_slots_and_all_are_served() -> None:
+    slots = PrioritySlots(3)
+    lock = threading.Lock()
+    running = peak = 0
+
+    def work(rank: int | None) -> None:
+        nonlocal running, peak
+        with slots.take(rank):
+            with lock:
+                running += 1
+                peak = max(peak, running)
+            time.sleep(0.005)
+            with lock:
+                running -= 1
+
+    threads = [threading.Thread(target=work, args=(r % 4 if r % 5 else None,)) for r in range(60)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert not any(t.is_alive() for t in threads)
+    assert peak == 3
+
+
+@pytest.fixture
+def one_slot(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int | None]]:
+    """The process's compile slots replaced by one slot that records the rank of each compile it lets run."""
+    from r1build.gate import compile_slots
+
+    order: list[int | None] = []
+
+    class Recording(PrioritySlots):
+        @contextlib.contextmanager
+        def take(self, rank: int | None) -> Iterator[None]:
+            with super().take(rank):
+                order.append(rank)
+                yield
+
+    monkeypatch.setattr(compile_slots, "_SLOTS", Recording(1))
+    yield order
+
+
+@pytest.mark.slow  # five nvcc compiles one after another
+def test_the_gate_compiles_the_lowest_ranked_work_first(tmp_path: Path, one_slot: list[int | None]) -> None:
+    """Three pieces of work ask the gate for compiles at once, one compile slot between them: a job ranked 1 that
+    started first, an unranked one, then a job ranked 0. Once they all wait, the rank-0 job's compiles go first,
+    then the rest of rank 1, then the unranked (the GPU evaluator ranks its jobs in the order its GPU takes them)."""
+    from r1build.gate.compile_slots import ranked
+
+    manifest: Manifest = load_manifest(ROOT / "kernels.toml")
+    spec = manifest.kernel("silu_mul")
+    results: list[str] = []
+    with Cache(tmp_path / "cache") as cache:
+        gate = StaticGate(cache, jobs=2)
+
+        def ask(rank: int | None, tag: int, count: int) -> None:
+            pairs = [("sm_90", silu_candidate(f"    n += {tag * 10 + i};")) for i in range(count)]
+            with ranked(rank) if rank is not None else contextlib.nullcontext():
+                results.extend(r.status for r in gate.judge(manifest, spec, pairs))
+
+        later = threading.Thread(target=ask, args=(1, 1, 2))
+        later.start()
+        while not one_slot:  # its first compile is running
+            time.sleep(0.01)
+        unranked = threading.Thread(target=ask, args=(None, 2, 1))
+        unranked.start()
+        time.sleep(0.1)
+        first = threading.Thread(target=ask, args=(0, 3, 2))
+        first.start()
+        for t in (later, unranked, first):
+            t.join(120)
+    assert results == ["passed"] * 5
+    assert one_slot == [1, 0, 0, 1, None]
