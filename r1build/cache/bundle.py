@@ -61,6 +61,7 @@ from ..signing import PrivateKey, TrustedKeys, entry_payload, sign, verify
 from .codec import KINDS, check_payload, kind_of
 from .index import process_gone
 from .store import Cache
+from .verdicts import is_signer_note
 
 __all__ = [
     "BUNDLE_FORMAT",
@@ -154,8 +155,8 @@ def referenced_blobs(decision: Decision) -> list[str]:
 
 def _selection(cache: Cache, keys: Iterable[str] | None) -> list[str]:
     """The keys to export: every entry, or ``keys`` with the blobs their decisions name."""
-    if keys is None:
-        return [e.key for e in cache.entries()]
+    if keys is None:  # signer notes are this machine's, not the bundle's to carry
+        return [e.key for e in cache.entries() if not is_signer_note(e.key)]
     chosen: set[str] = set()
     referenced: set[str] = set()
     for key in keys:
@@ -271,6 +272,7 @@ def import_bundle(cache: Cache, path: Path | str, *, trusted: TrustedKeys | None
     )
     if trusted:
         entries = _trusted_entries(entries, payloads, trusted, summary)
+    entries = [e for e in entries if not is_signer_note(e.key)]  # this machine's to make, never a bundle's
     order = sorted(entries, key=lambda e: (e.kind != "blob", e.key))  # blobs before what names them
     with cache.importing(), cache.transaction():
         for entry in order:
@@ -281,11 +283,15 @@ def import_bundle(cache: Cache, path: Path | str, *, trusted: TrustedKeys | None
                 summary.added.append(entry.key)
             elif local == payload:
                 summary.unchanged.append(entry.key)
+                continue
             elif entry.kind == "decision" and _upgrades(local, payload):
                 cache.put_raw(entry.key, payload)
                 summary.replaced.append(entry.key)
             else:
                 summary.kept.append(entry.key)
+                continue
+            if entry.kind in ("decision", "gate"):  # kept for its signature (checked), or on no signature at all
+                cache.note_signer(entry.key, summary.verified.get(entry.key))
     return summary
 
 

@@ -14,9 +14,10 @@ import diskcache
 from ..errors import CacheError
 from ..records import Decision
 from ..selection import decision_problem
-from .codec import HEADER, KINDS, Corrupt, decode, known_kind, parse_decision
+from .codec import HEADER, KINDS, Corrupt, decode, kind_of, known_kind, parse_decision
 from .reports import BadEntry, CacheStats, Entry, GcReport
 from .storage import Storage, Unreadable
+from .verdicts import is_signer_note, noted_record, signer_key
 
 __all__ = ["Maintenance"]
 
@@ -126,7 +127,13 @@ class Maintenance(Storage):
             oldest = self._query("SELECT key FROM Cache WHERE raw = 1 ORDER BY access_time LIMIT 1")
             if not oldest:
                 break
-            evicted += self.delete(oldest[0][0])
+            key = str(oldest[0][0])
+            # a record and its signer note go together: a note evicted alone would leave a record fetched for a
+            # signature looking like one made here, which no revocation of its key would reach
+            record = noted_record(key) if is_signer_note(key) else key
+            together = {key, record} | ({signer_key(record)} if kind_of(record) in ("decision", "gate") else set())
+            for one in sorted(together):
+                evicted += self.delete(one)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("always")

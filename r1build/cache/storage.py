@@ -20,7 +20,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import diskcache
 
@@ -31,6 +31,9 @@ from .codec import HEADER, Corrupt, RecordKind, check_payload, decode, kind_of, 
 from .index import IMPORT_MARK, Connections, damage_error, damaged
 from .location import resolve_cache_dir
 from .opening import open_index
+
+if TYPE_CHECKING:
+    from ..signing import TrustedKeys
 from .rows import row_bytes
 
 __all__ = ["DEFAULT_TIMEOUT", "TOUCH_AFTER", "Fallback", "Storage", "Unreadable"]
@@ -51,9 +54,9 @@ class Fallback(Protocol):
     def blob(self, digest: str) -> bytes | None:
         """The bytes whose sha256 is ``digest``, verified; None when absent, unusable or unreachable."""
 
-    def record(self, kind: RecordKind, key: str) -> bytes | None:
+    def record(self, kind: RecordKind, key: str) -> tuple[bytes, str] | None:
         """The payload of the record (``decision`` or ``gate``) under ``key``, its digest, shape and signature
-        verified; None otherwise."""
+        verified, with the id of the trusted key that signed it; None otherwise."""
 
     def stored(self, cache: Storage, kind: RecordKind, key: str, payload: bytes) -> None:
         """A record was stored locally (``payload`` under ``<kind>/<key>``): publish it if allowed."""
@@ -105,6 +108,11 @@ class Storage:
         self._scratch: Path | None = None
         self.remote: Fallback | None = None
         """The layer behind this cache (the remote cache), asked on a miss; None for none."""
+        self._revocations: set[str] = set()
+        self.trusted: TrustedKeys | None = None
+        """The keys the project trusts now (its manifest's ``trusted-keys``), set by the commands that read records
+        for a project: a record kept here on the strength of a signature (fetched from the remote cache, imported
+        from a signed bundle) whose signer is no longer among them is not used. None: no such check."""
         self.read_log: dict[str, str | None] | None = None
         """When a dict: every entry this cache reads, by full key, and the sha256 of the bytes it found stored
         (None: no entry; ``unreadable``: a row whose value could not be read). The CLI's warm path records it

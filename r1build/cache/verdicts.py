@@ -1,17 +1,50 @@
 """Decisions and gate verdicts in the cache: a :class:`~r1build.records.Decision` under its decision key, a
 static-gate :class:`~r1build.records.Result` under its gate key (source digest, arch, flags, toolchain). A record
 this cache misses is asked of the remote layer (its digest, shape and signature verified there) and kept here; one
-stored here is handed to it, which publishes it when the run may write to the remote."""
+stored here is handed to it, which publishes it when the run may write to the remote.
+
+A record kept on the strength of a signature (fetched from the remote cache, imported from a bundle whose
+signatures were checked) has its signer noted beside it (``json/signers/<kind>-<key>``, the key id). Where a
+command reads for a project (:attr:`~.storage.Storage.trusted` set from its manifest), such a record whose signer
+the project no longer trusts is not used: removing a key from ``trusted-keys`` revokes what it vouched for on every
+machine that fetched it, not only for later fetches (one warning per record; the remote is asked again, where a
+key still trusted may have signed it). A record made here, or imported without signature checks, has no signer:
+the machine's own cache is trusted for what it decided."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 from typing import Any
 
+from ..errors import CacheError
+from ..events import Note, emit
+from ..keys import canonical_json
 from ..records import Decision, Result, to_json
 from .codec import Corrupt, RecordKind, parse
 from .storage import Storage
 
-__all__ = ["Verdicts"]
+__all__ = ["SIGNERS", "Verdicts", "is_signer_note", "noted_record", "signer_key"]
+
+SIGNERS = "signers"
+"""The JSON namespace of the signer notes."""
+
+
+def signer_key(record_key: str) -> str:
+    """The full key of the signer note of the record under ``record_key`` (``decision/<key>``)."""
+    kind, _, key = record_key.partition("/")
+    return f"json/{SIGNERS}/{kind}-{key}"
+
+
+def is_signer_note(key: str) -> bool:
+    """Whether the full ``key`` is a signer note (this machine's, never exported or imported)."""
+    return key.startswith(f"json/{SIGNERS}/")
+
+
+def noted_record(note: str) -> str:
+    """The full key of the record a signer note is about (``json/signers/decision-<key>`` -> ``decision/<key>``)."""
+    kind, _, key = note.removeprefix(f"json/{SIGNERS}/").partition("-")
+    return f"{kind}/{key}"
 
 
 class Verdicts(Storage):
@@ -35,18 +68,64 @@ class Verdicts(Storage):
         value = self._read_record("gate", key)
         return value if isinstance(value, Result) else None
 
+    def note_signer(self, record_key: str, signer: str | None) -> None:
+        """Note (or, with None, forget) which trusted key's signature the record under ``record_key`` was kept
+        for."""
+        note = signer_key(record_key)
+        if signer is not None:
+            self._put(note, canonical_json({"key_id": signer}))
+        elif self.peek(note) is not None:
+            with contextlib.suppress(CacheError):
+                self.delete(note)
+
+    def signer_of(self, record_key: str) -> str | None:
+        """The id of the key whose signature the record under ``record_key`` was kept for; None for one made
+        here (or imported unchecked)."""
+        raw = self.peek(signer_key(record_key))  # not counted as a read: notes are no entries users look up
+        try:
+            note = json.loads(raw) if raw is not None else None
+        except ValueError:
+            return None
+        signer = note.get("key_id") if isinstance(note, dict) else None
+        return signer if isinstance(signer, str) else None
+
     def _put_record(self, kind: RecordKind, key: str, payload: bytes) -> None:
         self._put(f"{kind}/{key}", payload)
+        self.note_signer(f"{kind}/{key}", None)  # made here: no longer a signed record's
         if self.remote is not None:
             self.remote.stored(self, kind, key, payload)
 
+    def _revoked(self, kind: RecordKind, key: str) -> bool:
+        """Whether the record here under ``<kind>/<key>`` was kept for a signature the project no longer trusts
+        (said once per record)."""
+        if self.trusted is None:
+            return False
+        signer = self.signer_of(f"{kind}/{key}")
+        if signer is None or signer in self.trusted.keys:
+            return False
+        message = (
+            f"the cached {kind} {key[:16]} (cache {self.directory}) was kept for a signature by key {signer}, "
+            "which the manifest's trusted-keys no longer holds; not using it"
+        )
+        with self._lock:
+            said = message in self._revocations
+            self._revocations.add(message)
+        if not said:
+            emit(Note("warning", message))
+        return True
+
     def _read_record(self, kind: RecordKind, key: str) -> Any | None:
-        """The local record under ``<kind>/<key>``, else the remote layer's (stored here on the way)."""
+        """The local record under ``<kind>/<key>`` (unless its signer was revoked), else the remote layer's (kept
+        here on the way, its signer noted)."""
         value = self._read(f"{kind}/{key}")
+        if value is not None and self._revoked(kind, key):
+            value = None
         if value is None and self.remote is not None:
-            payload = self.remote.record(kind, key)
-            if payload is not None:
+            fetched = self.remote.record(kind, key)
+            if fetched is not None:
+                payload, signer = fetched
                 self._put(f"{kind}/{key}", payload)
+                self.note_signer(f"{kind}/{key}", signer)
                 try:
                     value = parse(f"{kind}/{key}", payload)
                 except Corrupt:  # the remote layer checked it; this is a second look, not a new rule

@@ -115,6 +115,7 @@ def open_cache(args: argparse.Namespace, *, existing: bool = False, manifest: Ma
     if manifest is None:
         return Cache(directory, create=False) if existing else open_usable(directory)
     from ..cache.remote import remote_layer
+    from ..signing import trusted_keys
 
     layer = remote_layer(
         manifest,
@@ -124,6 +125,7 @@ def open_cache(args: argparse.Namespace, *, existing: bool = False, manifest: Ma
     )
     cache = Cache(directory, create=False) if existing else open_usable(directory)
     cache.remote = layer
+    cache.trusted = trusted_keys(manifest)  # records kept for a key no longer trusted are not used
     recorder = fastpath.active()
     if recorder is not None:
         recorder.seen_cache(cache)

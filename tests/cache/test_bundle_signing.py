@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from r1build.cache import Cache, export_bundle, import_bundle, read_bundle
+from r1build.cache.verdicts import is_signer_note, signer_key
 from r1build.errors import BundleError
 from r1build.events import Note
 from r1build.signing import KeyPair, TrustedKeys, entry_payload, verify, write_private_key
@@ -76,7 +77,13 @@ def test_signed_bundle_imports_when_trusted(
     summary = import_bundle(fresh, path, trusted=TrustedKeys.of([stranger.public, team.public]))
     assert summary.refused == {}
     assert summary.verified == {key: team.public.key_id for key in SIGNED}
-    assert contents(fresh) == contents(source)
+    kept = contents(fresh)
+    signer_notes = {k for k in kept if is_signer_note(k)}
+    assert {k: v for k, v in kept.items() if k not in signer_notes} == contents(source)
+    # each record kept for its signature notes its signer (so removing that key from trusted-keys reaches it)
+    records = [k for k in SIGNED if k.startswith(("decision/", "gate/"))]
+    assert signer_notes == {signer_key(k) for k in records}
+    assert all(fresh.signer_of(k) == team.public.key_id for k in records)
     assert not [n for n in notes if n.level == "warning"]
 
 

@@ -75,6 +75,10 @@ def attach_remote(
     write: bool | None = None,
     signing_key: Path | None = None,
 ) -> Cache:
-    """``cache`` with the configured remote layer behind it (unchanged when none is configured)."""
+    """``cache`` with the configured remote layer behind it (none when none is configured), and the manifest's
+    trusted keys as the keys it trusts (:attr:`~r1build.cache.storage.Storage.trusted`)."""
+    from ...signing import trusted_keys
+
     cache.remote = remote_layer(manifest, url=url, write=write, signing_key=signing_key)
+    cache.trusted = trusted_keys(manifest)
     return cache

@@ -177,6 +177,12 @@ class RemoteLayer:
 
     def check_record(self, kind: str, key: str, raw: bytes) -> tuple[bytes | None, RemoteProblem | None]:
         """The usable payload of a record object, else why it must not be used."""
+        found, problem = self._checked(kind, key, raw)
+        return (found[0] if found is not None else None), problem
+
+    def _checked(self, kind: str, key: str, raw: bytes) -> tuple[tuple[bytes, str] | None, RemoteProblem | None]:
+        """The usable payload of a record object and the id of the trusted key that signed it, else why it must
+        not be used."""
         from ...signing import verify
 
         where = record_key(kind, key)
@@ -192,10 +198,10 @@ class RemoteLayer:
         if reason is not None:
             return None, RemoteProblem(where, reason, "corrupt")
         try:
-            verify(signed_message(kind, key, payload), signature, self.trusted)
+            signer = verify(signed_message(kind, key, payload), signature, self.trusted)
         except SignatureError as exc:
             return None, RemoteProblem(where, str(exc), "refused")
-        return payload, None
+        return (payload, signer), None
 
     # -- Fallback ----------------------------------------------------------------------------------------
     def blob(self, digest: str) -> bytes | None:
@@ -217,7 +223,7 @@ class RemoteLayer:
             self.counts["blobs"] += 1
         return data
 
-    def record(self, kind: str, key: str) -> bytes | None:
+    def record(self, kind: str, key: str) -> tuple[bytes, str] | None:
         if threading.get_ident() == self._owner:
             self._flush()
         if not self.trusted:  # said once, at close, unless the remote turned out to be down anyway
@@ -232,13 +238,14 @@ class RemoteLayer:
             return None
         if raw is None:
             return None
-        payload, problem = self.check_record(kind, key, raw)
-        if problem is not None:
-            self._problem(problem)
+        found, problem = self._checked(kind, key, raw)
+        if problem is not None or found is None:
+            if problem is not None:
+                self._problem(problem)
             return None
         with self._lock:
             self.counts[kind] += 1
-        return payload
+        return found
 
     def stored(self, cache: Storage, kind: str, key: str, payload: bytes) -> None:
         if self.signing_key is not None:

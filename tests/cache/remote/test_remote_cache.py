@@ -6,6 +6,7 @@ publishes them, signed; machine B starts empty and resolves from the remote with
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -17,6 +18,7 @@ import pytest
 from r1build.cache import Cache
 from r1build.cache.remote import RemoteLayer, blob_key, open_store, record_key
 from r1build.cache.remote.layer import signed_message
+from r1build.cache.verdicts import is_signer_note, noted_record, signer_key
 from r1build.cli.main import main
 from r1build.events import Note, sink
 from r1build.judge import CHECKS_VERSION
@@ -89,6 +91,71 @@ def test_two_machines_share_decisions_and_gate_results(
     assert code == 0, out
     code, out = _cli(capsys, "cache", "verify", "--remote", "-m", str(project))
     assert code == 0 and "digests and signatures intact" in out, out
+
+
+def test_a_key_removed_from_trusted_keys_revokes_what_was_fetched_for_it(
+    remote: Remote,
+    seeded: tuple[Path, str],
+    team_key: KeyPair,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    project, key = seeded
+    b = tmp_path / "b"
+    code, out = _cli(capsys, *LOCKED, "-m", str(project), "--cache-dir", str(b), "--remote-cache", remote.url)
+    assert code == 0 and "1 decisions fetched" in out, out
+    with Cache(b) as cache:  # kept on machine B for the team's signature, which it notes
+        assert cache.signer_of(f"decision/{key}") == team_key.public.key_id
+        gates = [e.key for e in cache.entries() if e.kind == "gate"]
+        assert gates and all(cache.signer_of(g) == team_key.public.key_id for g in gates)
+    # the team's key leaked: the project trusts a new one instead; machine B no longer uses what the old vouched for
+    new_key = KeyPair.generate()
+    toml = project / "kernels.toml"
+    toml.write_text(toml.read_text().replace(team_key.public.line, new_key.public.line))
+    code, out = _cli(capsys, "status", "-m", str(project), "--cache-dir", str(b), "--json")
+    revoked = [line for line in out.splitlines() if "no longer holds" in line]
+    assert len(revoked) == 1 and key[:16] in revoked[0] and team_key.public.key_id in revoked[0], out
+    assert '"state": "cached"' not in out, out
+    with Cache(b) as cache:
+        cache.trusted = TrustedKeys.of([new_key.public])
+        assert cache.get_decision(key) is None  # as a project command reads it
+        cache.trusted = None
+        assert cache.get_decision(key) is not None  # still there: trusting the old key again brings it back
+    # a decision made on this machine under the same key has no signer: trusted whatever the keys
+    with Cache(b) as cache:
+        decision = cache.get_decision(key)
+        assert decision is not None
+        cache.put_decision(decision)
+        assert cache.signer_of(f"decision/{key}") is None
+        cache.trusted = TrustedKeys.of([new_key.public])
+        assert cache.get_decision(key) is not None
+
+
+def test_gc_evicts_a_fetched_record_and_its_signer_note_together(
+    remote: Remote, seeded: tuple[Path, str], team_key: KeyPair, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sqlite3
+
+    project, key = seeded
+    b = tmp_path / "b"
+    assert _cli(capsys, *LOCKED, "-m", str(project), "--cache-dir", str(b), "--remote-cache", remote.url)[0] == 0
+    note = signer_key(f"decision/{key}")
+    with Cache(b) as cache:
+        big = f"blob/{cache.put_blob(os.urandom(1 << 20))}"  # a file of its own: evicting it frees its size
+    with sqlite3.connect(b / "cache.db") as db:  # the least recently used: the note, then the big blob
+        assert db.execute("UPDATE Cache SET access_time = 0 WHERE key = ?", (note,)).rowcount == 1
+        assert db.execute("UPDATE Cache SET access_time = 1 WHERE key = ?", (big,)).rowcount == 1
+    with Cache(b) as cache:
+        before = {e.key for e in cache.entries()}
+        report = cache.gc(size_limit=cache.volume() - 1)  # down to the limit once the big blob is gone
+        left = {e.key for e in cache.entries()}
+    # evicting the note evicts its record with it: never a fetched record left looking like one made here, nor a
+    # note without its record
+    gone = before - left
+    assert gone == {note, f"decision/{key}", big} and report.evicted == 3
+    assert all(noted_record(k) in left for k in left if is_signer_note(k))
+    assert all(signer_key(k) in left for k in left if k.startswith(("decision/", "gate/")) and signer_key(k) in before)
 
 
 @pytest.fixture(scope="module")
@@ -348,8 +415,9 @@ def test_eight_concurrent_writers_of_the_same_and_different_entries(
             t.join(60)
     assert not errors, errors
     reader = _layer(remote.url, team_key)
-    assert reader.record("decision", key) == payload
-    assert all(reader.record("decision", k) == p for k, p in others.items())
+    signer = team_key.public.key_id  # each record comes with the id of the trusted key that signed it
+    assert reader.record("decision", key) == (payload, signer)
+    assert all(reader.record("decision", k) == (p, signer) for k, p in others.items())
     checked, problems = reader.audit([key, *others])
     reader.close()
     assert not problems and checked >= 10
