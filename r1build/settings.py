@@ -40,7 +40,10 @@ variable                    meaning
 ==========================  =============================================================================
 
 Flags accept 1/0, true/false, yes/no, on/off (any case); an empty variable is unset. Anything else is a
-:class:`~r1build.errors.ConfigError` naming the variable. Variables that are not r1build's are read where they
+:class:`~r1build.errors.ConfigError` naming the variable. An ``R1BUILD_*`` variable that is none of these (a typo
+reads as unset, say ``R1BUILD_OFLINE=1`` that would have kept a build offline) is named in a warning by every
+command and build, with the closest one it may have meant (:func:`unknown_variables`); ``R1BUILD_TEST_*`` are the
+test suite's own. Variables that are not r1build's are read where they
 are used: the API keys by :mod:`r1build.generate.providers` (which receives the environment as a mapping),
 ``CUDACXX`` / ``CUDA_HOME`` / ``CUDA_PATH`` by :mod:`r1build.toolchain`, and an ``s3://`` remote's credentials
 and endpoint (``AWS_*``) by boto3's own chain.
@@ -57,9 +60,37 @@ from typing import Literal
 
 from .errors import ConfigError
 
-__all__ = ["BASE_URL_ENV", "EnvSettings", "PerfModelMode", "env_settings", "lock_mode", "parse_flag"]
+__all__ = [
+    "BASE_URL_ENV",
+    "VARIABLES",
+    "EnvSettings",
+    "PerfModelMode",
+    "env_settings",
+    "lock_mode",
+    "parse_flag",
+    "unknown_variables",
+]
 
 BASE_URL_ENV = "R1BUILD_BASE_URL"
+VARIABLES: tuple[str, ...] = tuple(re.findall(r"^``(R1BUILD_[A-Z_]+)", __doc__ or "", re.MULTILINE))
+"""Every variable r1build reads (the table above: a test holds it to the code and the README)."""
+
+
+def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
+    """A warning for each ``R1BUILD_*`` variable set in ``environ`` (the process environment when None) that
+    r1build does not read, naming the closest one it reads where one is close."""
+    import difflib
+
+    env = os.environ if environ is None else environ
+    out = []
+    for name in sorted(n for n in env if n.startswith("R1BUILD_") and n not in VARIABLES):
+        if name.removeprefix("R1BUILD_").startswith("TEST_"):  # the test suite's own
+            continue
+        close = difflib.get_close_matches(name, VARIABLES, n=1, cutoff=0.75)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        shown = name if name.isprintable() and len(name) <= 80 else repr(name[:80])
+        out.append(f"{shown} is set but r1build reads no such variable{hint}; it has no effect")
+    return out
 """The variable that overrides the LLM endpoint's URL of any provider profile (named in messages)."""
 
 PerfModelMode = Literal["order", "skip"]

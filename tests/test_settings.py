@@ -114,3 +114,28 @@ def test_every_variable_is_documented_in_settings_and_the_readme() -> None:
     assert len(read) >= 19
     assert in_table == read
     assert in_readme == read
+
+
+def test_an_r1build_variable_r1build_does_not_read_is_named_with_the_one_meant(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from r1build.cli.main import main
+    from r1build.settings import VARIABLES, unknown_variables
+
+    assert "R1BUILD_OFFLINE" in VARIABLES and "R1BUILD_BASE_URL" in VARIABLES and len(VARIABLES) >= 19
+    env = {"R1BUILD_OFLINE": "1", "R1BUILD_CACHE_DIR": "/x", "R1BUILD_TEST_SITE_PATH": "/y", "R1BUILD_Q\x1b[2J": "1"}
+    found = unknown_variables(env)
+    assert found[0].startswith("R1BUILD_OFLINE is set") and "did you mean R1BUILD_OFFLINE?" in found[0]
+    assert len(found) == 2 and "\x1b" not in found[1] and "did you mean" not in found[1]  # shown escaped
+    assert unknown_variables({"R1BUILD_OFFLINE": "1", "PATH": "/bin"}) == []
+    # every command says so (a typo must not silently leave a build online, unlocked...)
+    monkeypatch.setenv("R1BUILD_LOKCED", "1")
+    manifest = tmp_path / "kernels.toml"
+    manifest.write_text("")
+    main(["status", "-m", str(tmp_path), "--cache-dir", str(tmp_path / "c")])
+    err = capsys.readouterr().err
+    assert "warning: R1BUILD_LOKCED is set but r1build reads no such variable (did you mean R1BUILD_LOCKED?)" in err
+    # and every build (the PEP 517 boundary renders it before the build's own lines)
+    with frontend_boundary():
+        pass
+    assert "warning: R1BUILD_LOKCED is set" in capsys.readouterr().err

@@ -92,14 +92,16 @@ def _events_not_logged() -> Iterator[None]:
 def frontend_boundary(renderer: StderrRenderer | None = None) -> Iterator[StderrRenderer]:
     """Install the stderr renderer as the event sink; turn r1build errors into a message and an exit code."""
     from ..errors import R1BuildError
-    from ..events import sink
-    from ..settings import env_settings
+    from ..events import Note, sink
+    from ..settings import env_settings, unknown_variables
 
     render = renderer or StderrRenderer(verbose=False)
     try:
         if renderer is None:
             render.verbose = env_settings().verbose  # inside: a bad R1BUILD_VERBOSE is a clean error
         with _events_not_logged(), sink(render):
+            for message in unknown_variables():
+                render(Note("warning", message))
             yield render
     except R1BuildError as exc:
         sys.stdout.flush()

@@ -180,6 +180,11 @@ def _main(argv: Sequence[str]) -> int:
             format="%(levelname)s %(name)s: %(message)s",
             stream=sys.stderr,
         )
+        from ..events import Note
+        from ..settings import unknown_variables
+
+        for message in unknown_variables():
+            console.event(Note("warning", message))
         if args.command != "worker" and not verbose:
             # a cluster resolve reports what Dask's client logs (a lost scheduler, a refused connection) itself
             logging.getLogger("distributed").setLevel(logging.CRITICAL)
