@@ -70,7 +70,9 @@ def read_value_file(directory: Path | str, filename: object) -> bytes | str | No
     if problem is not None:
         return problem
     try:
-        fd = os.open(Path(directory) / str(filename), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        # O_NONBLOCK: a FIFO planted in its place must not hold the read until someone writes to it
+        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+        fd = os.open(Path(directory) / str(filename), flags)
     except FileNotFoundError:
         return None
     except OSError as exc:

@@ -3,6 +3,7 @@ commands say what is wrong and repair what can be repaired. A real killed import
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -326,3 +327,31 @@ def test_a_killed_export_leaves_its_temporary_file_only_until_the_next_export(
         export_bundle(cache, target)
     assert sorted(p.name for p in target.parent.iterdir()) == ["team.r1b"]
     assert any("interrupted export" in n.message for n in notes)
+
+
+def test_a_value_file_replaced_by_a_fifo_is_unreadable_at_once(
+    tmp_path: Path, notes: list[Note], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A FIFO where a value file was (planted, or a tool's mistake) must never hold a read until someone writes to
+    it (a build would hang): found before the read, it is an unreadable entry that `cache verify` names; swapped
+    in between that look and the open, the open does not wait and the read refuses it."""
+    from r1build.cache import rows
+
+    with Cache(tmp_path / "c") as cache:
+        digest = cache.put_blob(os.urandom(LARGE))
+    (value,) = [p for p in (tmp_path / "c").rglob("*.val")]
+    value.unlink()
+    os.mkfifo(value)
+    name = str(value.relative_to(tmp_path / "c"))
+    with ThreadPoolExecutor(2) as pool:
+        try:
+            with Cache(tmp_path / "c") as cache:  # another process's read: nothing of it remembered
+                assert pool.submit(cache.get_blob, digest).result(timeout=10) is None
+                assert any("not a plain file" in b.reason for b in cache.audit())
+            monkeypatch.setattr(rows, "value_file_problem", lambda *_: None)  # the swap came after the look
+            found = pool.submit(rows.read_value_file, tmp_path / "c", name).result(timeout=10)
+            assert found == f"its value file {name} is not a plain file"
+        finally:
+            for _ in range(2):  # (before the fix: let blocked reads go, so the test fails instead of hanging)
+                with contextlib.suppress(OSError):
+                    os.close(os.open(value, os.O_WRONLY | os.O_NONBLOCK))
