@@ -12,7 +12,7 @@ from ..errors import ClusterError
 from ..gate.static import StaticGate
 from ..manifest.model import KernelSpec, Manifest
 from ..records import Result
-from .tasks import compile_verdict
+from .tasks import compile_verdict, header_files
 
 if TYPE_CHECKING:
     from ..cache import Cache
@@ -36,6 +36,7 @@ class ClusterGate(StaticGate):
         if not tasks or self.cluster.inventory.compile_slots == 0:
             return super()._compile_all(manifest, spec, tasks)
         client = self.cluster.client
+        headers = header_files(manifest)  # a worker on another host has none of the project's include folders
         futures = {
             client.submit(
                 compile_verdict,
@@ -44,6 +45,7 @@ class ClusterGate(StaticGate):
                 t.arch,
                 t.candidate,
                 self.timeout_s,
+                headers,
                 resources={COMPILE_RESOURCE: 1},
                 pure=False,
             ): t

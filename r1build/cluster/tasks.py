@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from ..errors import ClusterRefusedError, EvaluationError
 from ..judge import Job
 from ..keys import digest_bytes, digest_json
+from ..manifest.flags import include_flag
 from ..manifest.model import KernelSpec, Manifest
 from ..manifest.reference import reference_file
 from ..records import Candidate, Result
@@ -61,7 +62,9 @@ class WorkerEvaluator(Protocol):
 
 @dataclass(frozen=True)
 class ProjectFiles:
-    """The project files a GPU job needs on a worker: every reference module, and the Python files beside it."""
+    """The project files a job needs on a worker: for a GPU job every reference module and the Python files beside
+    it; for any compile the headers under the manifest's relative include folders (``-Iinclude``), which a worker on
+    another host does not have."""
 
     manifest_name: str
     """The manifest's file name (``kernels.toml``, ``pyproject.toml``)."""
@@ -76,12 +79,35 @@ class ProjectFiles:
         )
 
 
+def _include_files(manifest: Manifest, root: Path) -> dict[str, bytes]:
+    """Every file under the manifest's relative include folders (not the project's own folder or one above it,
+    as :func:`~r1build.manifest.flags.include_digest` counts them), by path relative to ``root``."""
+    files: dict[str, bytes] = {}
+    for flag in manifest.settings.nvcc_flags:
+        for folder in (include_flag(flag) or ("", []))[1]:
+            path = (manifest.root / folder).resolve()
+            if Path(folder).is_absolute() or path == root or path in root.parents or root not in path.parents:
+                continue  # a system folder, the project itself, or a folder outside it: not the project's to send
+            # every file, hidden ones too: the folder's digest keys the gate's verdicts, here and on the worker
+            for p in sorted(path.rglob("*")) if path.is_dir() else []:
+                if p.is_file():
+                    files.setdefault(p.relative_to(root).as_posix(), p.read_bytes())
+    return files
+
+
+def header_files(manifest: Manifest) -> ProjectFiles:
+    """The headers under the manifest's relative include folders alone (what a compile on a worker needs).
+    :class:`~r1build.errors.ClusterRefusedError` when that is more than a job should carry."""
+    return _bounded(manifest, _include_files(manifest, manifest.root.resolve()))
+
+
 def project_files(manifest: Manifest, specs: Sequence[KernelSpec]) -> ProjectFiles:
     """The reference modules of ``specs`` and the ``.py`` files under their folders (a module at the project's top
-    level brings the top-level ``.py`` files only), as a reference importing its neighbours finds them locally.
-    :class:`~r1build.errors.ClusterRefusedError` when that is more than a job should carry."""
+    level brings the top-level ``.py`` files only), as a reference importing its neighbours finds them locally, and
+    the headers of :func:`header_files`. :class:`~r1build.errors.ClusterRefusedError` when that is more than a job
+    should carry."""
     root = manifest.root.resolve()
-    files: dict[str, bytes] = {}
+    files: dict[str, bytes] = _include_files(manifest, root)
     for spec in specs:
         path = reference_file(manifest.root, spec.reference).resolve()
         folder = path.parent
@@ -98,12 +124,16 @@ def project_files(manifest: Manifest, specs: Sequence[KernelSpec]) -> ProjectFil
             rel = p.relative_to(root).as_posix()
             if rel not in files and p.is_file():
                 files[rel] = p.read_bytes()
+    return _bounded(manifest, files)
+
+
+def _bounded(manifest: Manifest, files: dict[str, bytes]) -> ProjectFiles:
     size = sum(len(v) for v in files.values())
     if size > _MAX_PROJECT_BYTES or len(files) > _MAX_PROJECT_FILES:
         raise ClusterRefusedError(
-            f"the reference modules of {manifest.path} and the Python files beside them are "
-            f"{len(files)} files, {size >> 20} MiB: too much to send with every GPU job; keep "
-            "the references in a folder of their own"
+            f"the reference modules of {manifest.path}, the Python files beside them and the headers of its "
+            f"include folders are {len(files)} files, {size >> 20} MiB: too much to send with every job; keep "
+            "the references in a folder of their own, and include folders to the project's own headers"
         )
     return ProjectFiles(manifest.path.name, files)
 
@@ -262,11 +292,21 @@ _gates: dict[float, Any] = {}
 
 
 def compile_verdict(
-    manifest: Manifest, spec: KernelSpec, arch: str, candidate: Candidate, timeout_s: float
+    manifest: Manifest,
+    spec: KernelSpec,
+    arch: str,
+    candidate: Candidate,
+    timeout_s: float,
+    headers: ProjectFiles | None = None,
 ) -> tuple[Result, bool]:
     """One static-gate compile on this worker: the verdict before limits and whether it may be cached (the
-    resolving machine applies the limits and caches it)."""
+    resolving machine applies the limits and caches it). ``headers``: the project's include folders
+    (:func:`header_files`), written here and compiled against, since the manifest's folder is the resolving
+    machine's."""
     from ..gate.static import StaticGate
+
+    if headers is not None and headers.files:
+        manifest = replace(manifest, path=_materialize(headers) / headers.manifest_name)
 
     with _lock:
         gate = _gates.get(timeout_s)

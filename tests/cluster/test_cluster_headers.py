@@ -1,0 +1,45 @@
+"""A cluster worker on another host has none of the project's include folders (``nvcc-flags = ["-Iinc"]``): the
+jobs carry those headers, so a compile slot's gate verdict and a GPU job's build are what they are here, not a
+missing header."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from r1build.cluster.tasks import _materialize, compile_verdict, header_files, project_files
+from r1build.manifest import load_manifest
+from r1build.records import Candidate, Origin
+from tests.build.test_build_include_flags import _with_header
+
+
+def test_jobs_carry_the_headers_of_the_projects_include_folders(tmp_path: Path) -> None:
+    project = _with_header(tmp_path / "tiny")
+    (project / "inc" / "deeper").mkdir()
+    (project / "inc" / "deeper" / ".hidden.cuh").write_text("#pragma once\n")  # counted in the folder's digest
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "x.h").write_text("// not the project's\n")
+    toml = project / "kernels.toml"
+    toml.write_text(toml.read_text().replace('"-Iinc"', '"-Iinc", "-I../outside", "-I/usr/include", "-I."'))
+    manifest = load_manifest(toml)
+    headers = header_files(manifest)
+    assert sorted(headers.files) == ["inc/deeper/.hidden.cuh", "inc/tiny_factor.cuh"]
+    assert set(headers.files) <= set(project_files(manifest, manifest.kernels).files)  # GPU jobs carry them too
+    where = _materialize(headers)
+    assert (where / "inc" / "tiny_factor.cuh").read_bytes() == (project / "inc" / "tiny_factor.cuh").read_bytes()
+
+
+@pytest.mark.slow  # two nvcc compiles
+def test_a_compile_slot_on_another_host_finds_the_projects_headers(tmp_path: Path) -> None:
+    project = _with_header(tmp_path / "tiny")
+    manifest = load_manifest(project / "kernels.toml")
+    spec = manifest.kernel("scale")
+    candidate = Candidate((project / "scale.cu").read_text(), Origin("baseline", "scale.cu"))
+    headers = header_files(manifest)
+    shutil.rmtree(project / "inc")  # the worker's host: the resolving machine's folder is not there
+    alone, _ = compile_verdict(manifest, spec, "sm_90", candidate, 120.0)
+    assert alone.status == "compile_error" and "tiny_factor.cuh" in alone.detail
+    carried, cacheable = compile_verdict(manifest, spec, "sm_90", candidate, 120.0, headers)
+    assert carried.status == "passed" and cacheable, carried.detail
