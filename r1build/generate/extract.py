@@ -8,7 +8,9 @@ answer last. Without a reasoning parser on the server, the whole chain of though
 2. collects fenced blocks (backticks or tildes, any indentation, any info string; an unclosed last block counts);
 3. takes CUDA / C++ blocks, and CUDA source held in a Python string (PyTorch ``load_inline`` answers);
 4. picks the *last* block that defines the exported function, else the last block with a ``__global__`` kernel,
-   else the last CUDA-looking block (the gate then says what is missing).
+   else the last CUDA-looking block (the gate then says what is missing);
+5. where the chosen block launches kernels it does not define (a final answer written as a kernel block, then a
+   launcher block), puts before it the nearest block that defines each (before it, else after it).
 
 Candidates are compared by a normalized source digest (comments and whitespace runs removed, string literals
 kept), so the same kernel in different layouts is evaluated once.
@@ -51,6 +53,9 @@ _PY_STRING = re.compile(r"(?P<prefix>\b[rRbBuUfF]{1,2})?(?P<q>\"\"\"|''')(?P<bod
 _PARAM_TOKEN = re.compile(r"[();{}]")
 _MAX_SIGNATURE = 4000
 """Longest parameter list of the exported function looked at (a longer one is not a signature)."""
+_LAUNCH = re.compile(r"\b(?P<name>[A-Za-z_]\w*)\s*(?:<[^<>;{}()]*>\s*)?<<<")
+"""A kernel launch: ``name<<<``, or ``name<T, 4><<<`` for a template."""
+_STATEMENT_END = re.compile(r"[;{}]")
 _TUNABLE_DECL = re.compile(r"//\s*@tunable\s+(?P<name>[A-Za-z_]\w*)\s*[:=]\s*(?P<values>[^\n]+)")
 
 
@@ -199,6 +204,33 @@ def _opens_body(code: str, start: int) -> bool:
     return False
 
 
+def _defines_kernel(code: str, kernel: str) -> bool:
+    """Whether ``code`` defines the ``__global__`` function ``kernel`` (its body, not only a declaration)."""
+    for m in re.finditer(rf"\b{re.escape(kernel)}\s*\(", code):
+        head = code[max(0, m.start() - 400) : m.start()]
+        ends = [e.end() for e in _STATEMENT_END.finditer(head)]
+        if "__global__" in head[ends[-1] if ends else 0 :] and _opens_body(code, m.end()):
+            return True
+    return False
+
+
+def _with_kernels(pieces: list[str], index: int) -> str:
+    """``pieces[index]``, after the nearest other piece that defines each kernel it launches without defining it
+    (before it where there is one, else after it), in answer order."""
+    code = pieces[index]
+    missing = sorted({m.group("name") for m in _LAUNCH.finditer(code)} - {"__global__"})
+    missing = [k for k in missing if not _defines_kernel(code, k)]
+    taken: set[int] = set()
+    for kernel in missing:
+        nearest = [*range(index - 1, -1, -1), *range(index + 1, len(pieces))]
+        found = next((j for j in nearest if _defines_kernel(pieces[j], kernel)), None)
+        if found is not None:
+            taken.add(found)
+    if not taken:
+        return code
+    return "\n".join(pieces[j].rstrip("\n") for j in sorted(taken)) + "\n\n" + code
+
+
 def _cuda_pieces(block: Block) -> list[str]:
     """The CUDA sources in a block: a CUDA / C++ block whole; otherwise the Python strings that hold a kernel
     (PyTorch ``load_inline`` answers, whatever the block's tag), else an untagged block that looks like CUDA."""
@@ -228,14 +260,14 @@ def extract_source(content: str, name: str) -> Extraction:
     pieces = [piece for block in blocks for piece in _cuda_pieces(block) if piece.strip()]
     if not blocks and _looks_like_cuda(answer) and answer.lstrip().startswith(("#include", "//", "/*")):
         pieces = ["\n".join(_lines(answer)).strip("\n") + "\n"]
-    tiers: list[tuple[ExtractionReason, list[str]]] = [
-        ("defines the export", [code for code in pieces if _defines_export(code, name)]),
-        ("has a kernel", [code for code in pieces if "__global__" in code]),
-        ("cuda block", pieces),
+    tiers: list[tuple[ExtractionReason, list[int]]] = [
+        ("defines the export", [i for i, code in enumerate(pieces) if _defines_export(code, name)]),
+        ("has a kernel", [i for i, code in enumerate(pieces) if "__global__" in code]),
+        ("cuda block", list(range(len(pieces)))),
     ]
     for how, chosen in tiers:
         if chosen:
-            return Extraction(chosen[-1], how, len(blocks))
+            return Extraction(_with_kernels(pieces, chosen[-1]), how, len(blocks))
     return Extraction(None, "no_code", len(blocks))
 
 

@@ -73,8 +73,39 @@ REASONING = (
     "Wait, the launcher must return cudaGetLastError(). Also the tail: n % 256 != 0.\n\n"
 )
 
+KERNELS = FINAL[: FINAL.index(SIGNATURE)]
+"""The final answer's includes and kernel, as a block of its own."""
+LAUNCHER = FINAL[FINAL.index(SIGNATURE) :]
+"""The final answer's launcher, as a block of its own (it launches ``vadd_kernel``, defined in :data:`KERNELS`)."""
+JOINED = KERNELS.rstrip("\n") + "\n\n" + LAUNCHER
+"""What extraction makes of the two: one translation unit, the kernels first."""
+
 # (id, answer, the source extraction must pick or None, the reason it must give)
 CASES: list[tuple[str, str, str | None, ExtractionReason]] = [
+    (
+        "kernel block then launcher block",
+        f"The kernel:\n{_fence(KERNELS)}And the host function:\n{_fence(LAUNCHER, 'cpp')}",
+        JOINED,
+        "defines the export",
+    ),
+    (
+        "a draft kernel, the final kernel, then the launcher",
+        f"{_fence(DRAFT[: DRAFT.index(SIGNATURE)])}Better:\n{_fence(KERNELS)}Launch:\n{_fence(LAUNCHER)}",
+        JOINED,
+        "defines the export",
+    ),
+    (
+        "launcher block then kernel block",
+        f"Entry point:\n{_fence(LAUNCHER)}which launches:\n{_fence(KERNELS)}",
+        JOINED,
+        "defines the export",
+    ),
+    (
+        "a launcher whose kernel is nowhere",
+        f"Entry point:\n{_fence(LAUNCHER)}",
+        LAUNCHER,
+        "defines the export",
+    ),
     (
         "prose around one block",
         f"Here is the kernel.\n\n{_fence(FINAL)}\nIt handles the tail.",
@@ -364,18 +395,18 @@ def test_extracted_answers_compile_and_real_answers_are_refused_without_a_compil
         pytest.skip("nvcc not found")
     manifest = project.write()
     spec = manifest.kernel("vadd")
-    sources = sorted({s for _, _, s, reason in CASES if s is not None and reason == "defines the export"})
-    assert len(sources) == 6
+    sources = sorted({s for _, _, s, reason in CASES if s is not None and reason == "defines the export"} - {LAUNCHER})
+    assert len(sources) == 7 and JOINED in sources  # (a launcher whose kernel is nowhere cannot compile)
     with project.cache() as cache:
         gate = StaticGate(cache, toolchain=tc, jobs=1)
         origin = Origin("generated", model="test")
         results = gate.judge(manifest, spec, [("sm_90", Candidate(s, origin)) for s in sources])
-        assert [r.status for r in results] == ["passed"] * 6, [r.detail for r in results]
+        assert [r.status for r in results] == ["passed"] * 7, [r.detail for r in results]
         if not R1_DATA.is_file():
             return
         real = [extract_source(f"```python\n{row['answer_code']}\n```", "vadd").source for row in _rows()]
         verdicts = gate.judge(manifest, spec, [("sm_90", Candidate(s or "", origin)) for s in real])
-        assert gate.compiles == 6
+        assert gate.compiles == 7
     assert all(v.status == "rejected" and "not a PyTorch or Python extension" in v.detail for v in verdicts)
 
 
