@@ -18,7 +18,7 @@ import multiprocessing
 import os
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
@@ -143,6 +143,9 @@ def _copy(source: Future[Verdict | None], target: Future[Verdict | None]) -> Non
     """``target`` gets ``source``'s outcome once it has one."""
 
     def copy(f: Future[Verdict | None]) -> None:
+        if f.cancelled():  # the caller's executor shut down: whoever waits must not wait forever
+            target.set_exception(CancelledError("the judging was canceled: the evaluator is closing"))
+            return
         exc = f.exception()
         if exc is not None:
             target.set_exception(exc)

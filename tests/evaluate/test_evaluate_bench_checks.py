@@ -148,3 +148,36 @@ def test_a_daemonic_process_judges_in_its_threads() -> None:
         assert answer.get(timeout=60) == (0, True)  # it may not start processes of its own
     finally:
         child.join(30)
+
+
+def test_a_judging_canceled_with_its_executor_is_an_error_not_a_wait(
+    root_manifest: Manifest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pool broke, and the executor its calls fall back to has shut down (the evaluator is closing): whoever
+    waits for the verdict gets an error, never waits forever."""
+    from concurrent.futures import CancelledError, Future
+    from concurrent.futures.process import BrokenProcessPool
+
+    spec = _silu(root_manifest)
+    plan = plan_bench(spec, load_reference(root_manifest.root, spec.reference), 50 << 20, tmp_path / "in")
+
+    def canceled(*_: object, **__: object) -> Future[Any]:
+        f: Future[Any] = Future()
+        f.cancel()
+        return f
+
+    class Broken:
+        """A pool whose process died after the call was handed to it."""
+
+        def submit(self, *_: object, **__: object) -> Future[Any]:
+            f: Future[Any] = Future()
+            f.set_exception(BrokenProcessPool("a judging process was killed"))
+            return f
+
+        def shutdown(self, **_: object) -> None:
+            pass
+
+    judges = JudgePool(1, submit=canceled)
+    monkeypatch.setattr(judges, "_get", Broken)
+    with pytest.raises(CancelledError):
+        judges.submit(spec, plan, []).result(timeout=10)
