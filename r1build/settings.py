@@ -72,6 +72,15 @@ __all__ = [
 ]
 
 BASE_URL_ENV = "R1BUILD_BASE_URL"
+"""The variable that overrides the LLM endpoint's URL of any provider profile (named in messages)."""
+
+PerfModelMode = Literal["order", "skip"]
+"""How a search uses the performance model (``R1BUILD_PERF_MODEL``): ``order`` GPU work by its predictions, or also
+``skip`` candidates predicted far slower than the best measured (:mod:`r1build.perfmodel`)."""
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off", ""})
+
 VARIABLES: tuple[str, ...] = tuple(re.findall(r"^``(R1BUILD_[A-Z_]+)", __doc__ or "", re.MULTILINE))
 """Every variable r1build reads (the table above: a test holds it to the code and the README)."""
 
@@ -91,14 +100,6 @@ def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
         shown = name if name.isprintable() and len(name) <= 80 else repr(name[:80])
         out.append(f"{shown} is set but r1build reads no such variable{hint}; it has no effect")
     return out
-"""The variable that overrides the LLM endpoint's URL of any provider profile (named in messages)."""
-
-PerfModelMode = Literal["order", "skip"]
-"""How a search uses the performance model (``R1BUILD_PERF_MODEL``): ``order`` GPU work by its predictions, or also
-``skip`` candidates predicted far slower than the best measured (:mod:`r1build.perfmodel`)."""
-
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"0", "false", "no", "off", ""})
 
 
 def parse_flag(name: str, value: str) -> bool:
