@@ -61,7 +61,13 @@ class PrioritySlots:
         entry = (0 if rank is not None else 1, rank if rank is not None else 0, next(self._arrivals))
         with self._cond:
             heapq.heappush(self._waiting, entry)
-            self._cond.wait_for(lambda: self._free > 0 and self._waiting[0] == entry)
+            try:
+                self._cond.wait_for(lambda: self._free > 0 and self._waiting[0] == entry)
+            except BaseException:  # left while waiting (KeyboardInterrupt): its place in line goes with it
+                self._waiting.remove(entry)
+                heapq.heapify(self._waiting)
+                self._cond.notify_all()  # it may have been first in line, holding up a free slot
+                raise
             heapq.heappop(self._waiting)
             self._free -= 1
             self._cond.notify_all()  # the next in line may take another free slot

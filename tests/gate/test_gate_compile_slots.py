@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -120,3 +120,44 @@ def test_the_gate_compiles_the_lowest_ranked_work_first(tmp_path: Path, one_slot
             t.join(120)
     assert results == ["passed"] * 5
     assert one_slot == [1, 0, 0, 1, None]
+
+
+def test_a_waiter_that_leaves_while_waiting_does_not_block_the_rest() -> None:
+    """A wait for a slot ended by an exception (here a signal's, as Ctrl-C's KeyboardInterrupt would) takes its
+    place in line with it: a freed slot then goes to the next waiter instead of waiting for the one that left."""
+    import os
+    import signal
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise Interrupted
+
+    slots = PrioritySlots(1)
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    try:
+        with slots.take(None):
+
+            def send() -> None:  # once the main thread waits
+                _wait_until(lambda: len(slots._waiting) == 1)
+                os.kill(os.getpid(), signal.SIGUSR1)
+
+            sender = threading.Thread(target=send)
+            sender.start()
+            with pytest.raises(Interrupted), slots.take(0):  # the main thread waits, ranked first, and is interrupted
+                pass
+            sender.join(5)
+            got, threads = _waiters(slots, [3])
+        for t in threads:
+            t.join(5)
+        assert got == [3]
+        assert not any(t.is_alive() for t in threads)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
+def _wait_until(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 5
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
