@@ -56,6 +56,9 @@ _MAX_SIGNATURE = 4000
 _LAUNCH = re.compile(r"\b(?P<name>[A-Za-z_]\w*)\s*(?:<[^<>;{}()]*>\s*)?<<<")
 """A kernel launch: ``name<<<``, or ``name<T, 4><<<`` for a template."""
 _STATEMENT_END = re.compile(r"[;{}]")
+_MAX_LAUNCHED = 16
+"""Most kernels a chosen block launches that are looked for (in order of first launch): each is a pass over the
+answer's blocks, so an answer launching thousands of names (a repetition loop) still costs linear time."""
 _TUNABLE_DECL = re.compile(r"//\s*@tunable\s+(?P<name>[A-Za-z_]\w*)\s*[:=]\s*(?P<values>[^\n]+)")
 
 
@@ -218,8 +221,8 @@ def _with_kernels(pieces: list[str], index: int) -> str:
     """``pieces[index]``, after the nearest other piece that defines each kernel it launches without defining it
     (before it where there is one, else after it), in answer order."""
     code = pieces[index]
-    missing = sorted({m.group("name") for m in _LAUNCH.finditer(code)} - {"__global__"})
-    missing = [k for k in missing if not _defines_kernel(code, k)]
+    launched = list(dict.fromkeys(m.group("name") for m in _LAUNCH.finditer(code) if m.group("name") != "__global__"))
+    missing = [k for k in launched[:_MAX_LAUNCHED] if not _defines_kernel(code, k)]
     taken: set[int] = set()
     for kernel in missing:
         nearest = [*range(index - 1, -1, -1), *range(index + 1, len(pieces))]

@@ -295,6 +295,13 @@ def _degenerate_export(k: int) -> str:
     return "```cuda\n__global__ void k() {}\n" + 'extern "C" cudaError_t vadd(const float* a,\n' * k + "```\n"
 
 
+def _launches_without_end(k: int) -> str:
+    """Drafts, then a launcher in a repetition loop that launches ``k`` kernels no block defines."""
+    drafts = "```cuda\n__global__ void q(float* x) {}\n```\n" * 200
+    launches = "".join(f"  k{i}<<<1, 1>>>(x);\n" for i in range(k))
+    return drafts + '```cuda\nextern "C" void vadd(float* x) {\n' + launches + "}\n```\n"
+
+
 @pytest.mark.parametrize(
     ("label", "make", "limit_s"),
     [
@@ -304,6 +311,8 @@ def _degenerate_export(k: int) -> str:
         ("opening fences only", lambda: "```cuda\n" * 20000, 2.0),
         ("fences glued to prose", lambda: "see ```\n" * 20000, 2.0),
         ("2 MB of reasoning", lambda: f"<think>{REASONING * 4000}</think>{_fence(FINAL)}", 2.0),
+        # each launched name was looked for in the launcher and every other block (8000 names: 36 s)
+        ("kernels launched without end", lambda: _launches_without_end(8000), 2.0),
     ],
 )
 def test_huge_and_degenerate_answers_are_read_in_linear_time(
