@@ -88,10 +88,13 @@ def _include_files(manifest: Manifest, root: Path) -> dict[str, bytes]:
             path = (manifest.root / folder).resolve()
             if Path(folder).is_absolute() or path == root or path in root.parents or root not in path.parents:
                 continue  # a system folder, the project itself, or a folder outside it: not the project's to send
+            # under the folder as the flag names it (a link's name, not its target's): the worker's compile looks there
+            named = Path(os.path.normpath(root / folder))
+            where = named if root in named.parents else path
             # every file, hidden ones too: the folder's digest keys the gate's verdicts, here and on the worker
             for p in sorted(path.rglob("*")) if path.is_dir() else []:
                 if p.is_file():
-                    files.setdefault(p.relative_to(root).as_posix(), p.read_bytes())
+                    files.setdefault((where / p.relative_to(path)).relative_to(root).as_posix(), p.read_bytes())
     return files
 
 

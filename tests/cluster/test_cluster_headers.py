@@ -43,3 +43,14 @@ def test_a_compile_slot_on_another_host_finds_the_projects_headers(tmp_path: Pat
     assert alone.status == "compile_error" and "tiny_factor.cuh" in alone.detail
     carried, cacheable = compile_verdict(manifest, spec, "sm_90", candidate, 120.0, headers)
     assert carried.status == "passed" and cacheable, carried.detail
+
+
+def test_an_include_folder_that_is_a_link_is_carried_under_the_name_the_flag_gives(tmp_path: Path) -> None:
+    """``-Iinc`` where ``inc`` links to another folder of the project: the worker's compile looks in ``inc``, so
+    the headers travel under it (not under the folder the link points to)."""
+    project = _with_header(tmp_path / "tiny")
+    (project / "inc").rename(project / "headers")
+    (project / "inc").symlink_to("headers")
+    headers = header_files(load_manifest(project / "kernels.toml"))
+    assert sorted(headers.files) == ["inc/tiny_factor.cuh"]
+    assert (_materialize(headers) / "inc" / "tiny_factor.cuh").is_file()
