@@ -81,6 +81,12 @@ class Maintenance(Storage):
                 problems.append(BadEntry(key=entry.key, reason=reason))
                 if repair:
                     self.delete(entry.key)
+                    # a record and its signer note go together (as gc evicts them): a record left without its
+                    # note would look made here, which no revocation of its signer's key would reach
+                    record = noted_record(entry.key) if is_signer_note(entry.key) else entry.key
+                    for other in {record, signer_key(record)} - {entry.key}:
+                        if kind_of(record) in ("decision", "gate") and self._stored(other) is not None:
+                            self.delete(other)
         return problems
 
     def verify(self, *, repair: bool = False) -> list[str]:

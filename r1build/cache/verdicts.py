@@ -24,10 +24,12 @@ from ..records import Decision, Result, to_json
 from .codec import Corrupt, RecordKind, parse
 from .storage import Storage
 
-__all__ = ["SIGNERS", "Verdicts", "is_signer_note", "noted_record", "signer_key"]
+__all__ = ["SIGNERS", "UNREADABLE_SIGNER", "Verdicts", "is_signer_note", "noted_record", "signer_key"]
 
 SIGNERS = "signers"
 """The JSON namespace of the signer notes."""
+UNREADABLE_SIGNER = "(an unreadable signer note)"
+"""The signer of a record whose note is damaged: trusted by no manifest."""
 
 
 def signer_key(record_key: str) -> str:
@@ -80,14 +82,18 @@ class Verdicts(Storage):
 
     def signer_of(self, record_key: str) -> str | None:
         """The id of the key whose signature the record under ``record_key`` was kept for; None for one made
-        here (or imported unchecked)."""
-        raw = self.peek(signer_key(record_key))  # not counted as a read: notes are no entries users look up
+        here (or imported unchecked). A note that is there but cannot be read gives :data:`UNREADABLE_SIGNER`,
+        which no key is: a damaged note must not turn a record kept for a signature into one made here."""
+        note = signer_key(record_key)
+        raw = self.peek(note)  # not counted as a read: notes are no entries users look up
+        if raw is None:
+            return UNREADABLE_SIGNER if self._stored(note) is not None else None
         try:
-            note = json.loads(raw) if raw is not None else None
+            parsed = json.loads(raw)
         except ValueError:
-            return None
-        signer = note.get("key_id") if isinstance(note, dict) else None
-        return signer if isinstance(signer, str) else None
+            return UNREADABLE_SIGNER
+        signer = parsed.get("key_id") if isinstance(parsed, dict) else None
+        return signer if isinstance(signer, str) else UNREADABLE_SIGNER
 
     def _put_record(self, kind: RecordKind, key: str, payload: bytes) -> None:
         self._put(f"{kind}/{key}", payload)

@@ -18,7 +18,7 @@ import pytest
 from r1build.cache import Cache
 from r1build.cache.remote import RemoteLayer, blob_key, open_store, record_key
 from r1build.cache.remote.layer import signed_message
-from r1build.cache.verdicts import is_signer_note, noted_record, signer_key
+from r1build.cache.verdicts import UNREADABLE_SIGNER, is_signer_note, noted_record, signer_key
 from r1build.cli.main import main
 from r1build.events import Note, sink
 from r1build.judge import CHECKS_VERSION
@@ -130,6 +130,29 @@ def test_a_key_removed_from_trusted_keys_revokes_what_was_fetched_for_it(
         assert cache.signer_of(f"decision/{key}") is None
         cache.trusted = TrustedKeys.of([new_key.public])
         assert cache.get_decision(key) is not None
+
+
+def test_a_damaged_signer_note_never_makes_a_fetched_record_look_made_here(
+    remote: Remote, seeded: tuple[Path, str], team_key: KeyPair, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sqlite3
+
+    project, key = seeded
+    b = tmp_path / "b"
+    assert _cli(capsys, *LOCKED, "-m", str(project), "--cache-dir", str(b), "--remote-cache", remote.url)[0] == 0
+    note = signer_key(f"decision/{key}")
+    with sqlite3.connect(b / "cache.db") as db:  # the note's bytes no longer match their digest line
+        (value,) = db.execute("SELECT value FROM Cache WHERE key = ?", (note,)).fetchone()
+        damaged = bytes(value).replace(b"key_id", b"key_iX")
+        assert db.execute("UPDATE Cache SET value = ? WHERE key = ?", (damaged, note)).rowcount == 1
+    with Cache(b) as cache:
+        assert cache.signer_of(f"decision/{key}") == UNREADABLE_SIGNER
+        cache.trusted = TrustedKeys.of([team_key.public])  # even the key that signed it: the note says nothing
+        assert cache.get_decision(key) is None
+        # repair deletes the bad note and the record it was about, together
+        bad = cache.audit(repair=True)
+        assert [b.key for b in bad] == [note]
+        assert cache.peek(f"decision/{key}") is None and cache.peek(note) is None
 
 
 def test_gc_evicts_a_fetched_record_and_its_signer_note_together(
