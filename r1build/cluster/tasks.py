@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from ..errors import ClusterRefusedError, EvaluationError
 from ..judge import Job
@@ -83,6 +83,8 @@ def _include_files(manifest: Manifest, root: Path) -> dict[str, bytes]:
     """Every file under the manifest's relative include folders (not the project's own folder or one above it,
     as :func:`~r1build.manifest.flags.include_digest` counts them), by path relative to ``root``."""
     files: dict[str, bytes] = {}
+    pending: dict[str, Path] = {}
+    size = 0
     for flag in manifest.settings.nvcc_flags:
         for folder in (include_flag(flag) or ("", []))[1]:
             path = (manifest.root / folder).resolve()
@@ -94,8 +96,14 @@ def _include_files(manifest: Manifest, root: Path) -> dict[str, bytes]:
             # every file, hidden ones too: the folder's digest keys the gate's verdicts, here and on the worker
             for p in sorted(path.rglob("*")) if path.is_dir() else []:
                 if p.is_file():
-                    files.setdefault((where / p.relative_to(path)).relative_to(root).as_posix(), p.read_bytes())
-    return files
+                    rel = (where / p.relative_to(path)).relative_to(root).as_posix()
+                    if rel not in files:
+                        pending[rel] = p
+                        size += p.stat().st_size
+                        if size > _MAX_PROJECT_BYTES or len(pending) > _MAX_PROJECT_FILES:
+                            _refuse(manifest, len(pending), size, partial=True)  # before reading them all
+                        files[rel] = b""
+    return {rel: pending[rel].read_bytes() for rel in files}
 
 
 def header_files(manifest: Manifest) -> ProjectFiles:
@@ -133,12 +141,19 @@ def project_files(manifest: Manifest, specs: Sequence[KernelSpec]) -> ProjectFil
 def _bounded(manifest: Manifest, files: dict[str, bytes]) -> ProjectFiles:
     size = sum(len(v) for v in files.values())
     if size > _MAX_PROJECT_BYTES or len(files) > _MAX_PROJECT_FILES:
-        raise ClusterRefusedError(
-            f"the reference modules of {manifest.path}, the Python files beside them and the headers of its "
-            f"include folders are {len(files)} files, {size >> 20} MiB: too much to send with every job; keep "
-            "the references in a folder of their own, and include folders to the project's own headers"
-        )
+        _refuse(manifest, len(files), size)
     return ProjectFiles(manifest.path.name, files)
+
+
+def _refuse(manifest: Manifest, count: int, size: int, *, partial: bool = False) -> NoReturn:
+    """Refuse a job whose project files are ``count`` files of ``size`` bytes (``partial``: at least, counting
+    stopped there)."""
+    raise ClusterRefusedError(
+        f"the reference modules of {manifest.path}, the Python files beside them and the headers of its include "
+        f"folders are {'at least ' if partial else ''}{count} files, {size >> 20} MiB: too "
+        "much to send with every job; keep the references in a folder of their own, and include folders to the "
+        "project's own headers"
+    )
 
 
 def _materialize(project: ProjectFiles) -> Path:

@@ -54,3 +54,23 @@ def test_an_include_folder_that_is_a_link_is_carried_under_the_name_the_flag_giv
     headers = header_files(load_manifest(project / "kernels.toml"))
     assert sorted(headers.files) == ["inc/tiny_factor.cuh"]
     assert (_materialize(headers) / "inc" / "tiny_factor.cuh").is_file()
+
+
+def test_an_include_folder_too_big_to_send_is_refused_before_it_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from r1build.cluster import tasks
+    from r1build.errors import ClusterRefusedError
+
+    project = _with_header(tmp_path / "tiny")
+    for i in range(5):  # 5 files of 1 MiB, sparse: cheap to make, large to read
+        with (project / "inc" / f"blob{i}.bin").open("wb") as f:
+            f.truncate(1 << 20)
+    manifest = load_manifest(project / "kernels.toml")
+    monkeypatch.setattr(tasks, "_MAX_PROJECT_BYTES", 3 << 20)
+    read: list[Path] = []
+    real = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: read.append(self) or real(self))
+    with pytest.raises(ClusterRefusedError, match=r"at least 4 files, 4 MiB: too much to send"):
+        header_files(manifest)
+    assert read == []  # refused from the sizes on disk, nothing read into memory
