@@ -70,7 +70,12 @@ def test_an_include_folder_too_big_to_send_is_refused_before_it_is_read(
     monkeypatch.setattr(tasks, "_MAX_PROJECT_BYTES", 3 << 20)
     read: list[Path] = []
     real = Path.read_bytes
-    monkeypatch.setattr(Path, "read_bytes", lambda self: read.append(self) or real(self))
+
+    def reading(self: Path) -> bytes:
+        read.append(self)
+        return real(self)
+
+    monkeypatch.setattr(Path, "read_bytes", reading)
     with pytest.raises(ClusterRefusedError, match=r"at least 4 files, 4 MiB: too much to send"):
         header_files(manifest)
     assert read == []  # refused from the sizes on disk, nothing read into memory
