@@ -86,6 +86,21 @@ class BuildEnv:
         args += ["--find-links", self.wheels] if isolation else ["--no-build-isolation"]
         return self.run(args, cwd=out.parent, env=env)
 
+    def locked_wheel(
+        self, sdist: Path, work: Path, *, isolated: bool | None = None
+    ) -> tuple[Path, subprocess.CompletedProcess[str]]:
+        """The wheel ``pip wheel`` builds from ``sdist`` as an installer with no GPU, key or cache does
+        (``R1BUILD_LOCKED=1``, an empty cache; unpacked, built and cached under ``work``), asserted to build; with
+        pip's log."""
+        unpacked = unpack_sdist(sdist, work / "unpacked")
+        out = work / "wheels"
+        out.mkdir()
+        env = {"R1BUILD_LOCKED": "1", "R1BUILD_CACHE_DIR": str(work / "empty-cache")}
+        proc = self.pip_wheel(unpacked, out, env=env, isolated=isolated)
+        assert proc.returncode == 0, proc.stdout[-8000:]
+        (wheel,) = out.glob("*.whl")
+        return wheel, proc
+
     def hook(
         self, project: Path, hook: str, out: Path, env: Mapping[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:

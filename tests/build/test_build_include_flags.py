@@ -15,7 +15,7 @@ from r1build.emit import CMAKE_NAME, Winner, render_files
 from r1build.manifest import load_manifest
 from r1build.manifest.flags import rooted_flags
 from r1build.records import Candidate, Origin
-from tests.build.buildenv import PACKAGES, BuildEnv, copy_project, sdist_names, unpack_sdist
+from tests.build.buildenv import PACKAGES, BuildEnv, copy_project, sdist_names
 
 HEADER = "#pragma once\n#define TINY_FACTOR 2.0f\n"
 
@@ -81,14 +81,9 @@ def test_a_kernel_including_a_project_header_locks_ships_and_builds(build_env: B
     names = sdist_names(sdist, "tiny-0.1.0")
     assert "inc/tiny_factor.cuh" in names, sorted(names)
 
-    unpacked = unpack_sdist(sdist, tmp_path / "unpacked")
-    out = tmp_path / "out"
-    out.mkdir()
-    env = {"R1BUILD_LOCKED": "1", "R1BUILD_CACHE_DIR": str(tmp_path / "empty-cache")}
-    proc = build_env.pip_wheel(unpacked, out, env=env, isolated=False)
-    assert proc.returncode == 0, proc.stdout[-6000:]
+    wheel, proc = build_env.locked_wheel(sdist, tmp_path, isolated=False)
     assert "Traceback" not in proc.stdout
-    assert list(out.glob("tiny-0.1.0-*.whl"))
+    assert wheel.name.startswith("tiny-0.1.0-")
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.build.buildenv import SAMPLE, BuildEnv, copy_project, find_cuobjdump, sdist_names, unpack_sdist
+from tests.build.buildenv import SAMPLE, BuildEnv, copy_project, find_cuobjdump, sdist_names
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -43,13 +43,8 @@ def sample_build(build_env: BuildEnv, tmp_path_factory: pytest.TempPathFactory) 
     assert hook.returncode == 0, hook.stdout[-6000:]
     (sdist,) = dist.glob("r1sample-*.tar.gz")
 
-    unpacked = unpack_sdist(sdist, base / "unpacked")
-    wheels = base / "wheels"
-    wheels.mkdir()
-    empty_cache = {"R1BUILD_LOCKED": "1", "R1BUILD_CACHE_DIR": str(base / "empty-cache")}
-    proc = build_env.pip_wheel(unpacked, wheels, env=empty_cache)
-    assert proc.returncode == 0, proc.stdout[-8000:]
-    (wheel,) = wheels.glob("r1sample-*.whl")
+    wheel, proc = build_env.locked_wheel(sdist, base)
+    assert wheel.name.startswith("r1sample-")
     return SampleBuild(sdist=sdist, wheel=wheel, log=proc.stdout)
 
 
