@@ -93,6 +93,15 @@ def test_two_machines_share_decisions_and_gate_results(
     assert code == 0 and "digests and signatures intact" in out, out
 
 
+def _fetched_on_b(capsys: pytest.CaptureFixture[str], project: Path, remote: Remote, tmp_path: Path) -> Path:
+    """Machine B's cache (``tmp_path / "b"``) after a locked resolve of ``project`` fetched its decision from the
+    remote."""
+    b = tmp_path / "b"
+    code, out = _cli(capsys, *LOCKED, "-m", str(project), "--cache-dir", str(b), "--remote-cache", remote.url)
+    assert code == 0 and "1 decisions fetched" in out, out
+    return b
+
+
 def test_a_key_removed_from_trusted_keys_revokes_what_was_fetched_for_it(
     remote: Remote,
     seeded: tuple[Path, str],
@@ -102,9 +111,7 @@ def test_a_key_removed_from_trusted_keys_revokes_what_was_fetched_for_it(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     project, key = seeded
-    b = tmp_path / "b"
-    code, out = _cli(capsys, *LOCKED, "-m", str(project), "--cache-dir", str(b), "--remote-cache", remote.url)
-    assert code == 0 and "1 decisions fetched" in out, out
+    b = _fetched_on_b(capsys, project, remote, tmp_path)
     with Cache(b) as cache:  # kept on machine B for the team's signature, which it notes
         assert cache.signer_of(f"decision/{key}") == team_key.public.key_id
         gates = [e.key for e in cache.entries() if e.kind == "gate"]
@@ -113,7 +120,7 @@ def test_a_key_removed_from_trusted_keys_revokes_what_was_fetched_for_it(
     new_key = KeyPair.generate()
     toml = project / "kernels.toml"
     toml.write_text(toml.read_text().replace(team_key.public.line, new_key.public.line))
-    code, out = _cli(capsys, "status", "-m", str(project), "--cache-dir", str(b), "--json")
+    _, out = _cli(capsys, "status", "-m", str(project), "--cache-dir", str(b), "--json")
     revoked = [line for line in out.splitlines() if "no longer holds" in line]
     assert len(revoked) == 1 and key[:16] in revoked[0] and team_key.public.key_id in revoked[0], out
     assert '"state": "cached"' not in out, out
@@ -138,8 +145,7 @@ def test_a_damaged_signer_note_never_makes_a_fetched_record_look_made_here(
     import sqlite3
 
     project, key = seeded
-    b = tmp_path / "b"
-    assert _cli(capsys, *LOCKED, "-m", str(project), "--cache-dir", str(b), "--remote-cache", remote.url)[0] == 0
+    b = _fetched_on_b(capsys, project, remote, tmp_path)
     note = signer_key(f"decision/{key}")
     with sqlite3.connect(b / "cache.db") as db:  # the note's bytes no longer match their digest line
         (value,) = db.execute("SELECT value FROM Cache WHERE key = ?", (note,)).fetchone()
@@ -161,8 +167,7 @@ def test_gc_evicts_a_fetched_record_and_its_signer_note_together(
     import sqlite3
 
     project, key = seeded
-    b = tmp_path / "b"
-    assert _cli(capsys, *LOCKED, "-m", str(project), "--cache-dir", str(b), "--remote-cache", remote.url)[0] == 0
+    b = _fetched_on_b(capsys, project, remote, tmp_path)
     note = signer_key(f"decision/{key}")
     with Cache(b) as cache:
         big = f"blob/{cache.put_blob(os.urandom(1 << 20))}"  # a file of its own: evicting it frees its size
