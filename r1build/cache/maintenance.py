@@ -14,10 +14,10 @@ import diskcache
 from ..errors import CacheError
 from ..records import Decision
 from ..selection import decision_problem
-from .codec import HEADER, KINDS, Corrupt, decode, kind_of, known_kind, parse_decision
+from .codec import HEADER, KINDS, Corrupt, decode, known_kind, parse_decision
 from .reports import BadEntry, CacheStats, Entry, GcReport
 from .storage import Storage, Unreadable
-from .verdicts import is_signer_note, noted_record, signer_key
+from .verdicts import with_its_note
 
 __all__ = ["Maintenance"]
 
@@ -80,13 +80,9 @@ class Maintenance(Storage):
             if reason is not None:
                 problems.append(BadEntry(key=entry.key, reason=reason))
                 if repair:
-                    self.delete(entry.key)
-                    # a record and its signer note go together (as gc evicts them): a record left without its
-                    # note would look made here, which no revocation of its signer's key would reach
-                    record = noted_record(entry.key) if is_signer_note(entry.key) else entry.key
-                    for other in {record, signer_key(record)} - {entry.key}:
-                        if kind_of(record) in ("decision", "gate") and self._stored(other) is not None:
-                            self.delete(other)
+                    for key in sorted(with_its_note(entry.key)):  # a record and its signer note go together
+                        if key == entry.key or self._stored(key) is not None:
+                            self.delete(key)
         return problems
 
     def verify(self, *, repair: bool = False) -> list[str]:
@@ -133,13 +129,8 @@ class Maintenance(Storage):
             oldest = self._query("SELECT key FROM Cache WHERE raw = 1 ORDER BY access_time LIMIT 1")
             if not oldest:
                 break
-            key = str(oldest[0][0])
-            # a record and its signer note go together: a note evicted alone would leave a record fetched for a
-            # signature looking like one made here, which no revocation of its key would reach
-            record = noted_record(key) if is_signer_note(key) else key
-            together = {key, record} | ({signer_key(record)} if kind_of(record) in ("decision", "gate") else set())
-            for one in sorted(together):
-                evicted += self.delete(one)
+            for key in sorted(with_its_note(str(oldest[0][0]))):  # a record and its signer note go together
+                evicted += self.delete(key)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("always")

@@ -31,10 +31,10 @@ from .codec import HEADER, Corrupt, RecordKind, check_payload, decode, kind_of, 
 from .index import IMPORT_MARK, Connections, damage_error, damaged
 from .location import resolve_cache_dir
 from .opening import open_index
+from .rows import row_bytes
 
 if TYPE_CHECKING:
     from ..signing import TrustedKeys
-from .rows import row_bytes
 
 __all__ = ["DEFAULT_TIMEOUT", "TOUCH_AFTER", "Fallback", "Storage", "Unreadable"]
 

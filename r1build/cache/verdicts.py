@@ -24,7 +24,15 @@ from ..records import Decision, Result, to_json
 from .codec import Corrupt, RecordKind, parse
 from .storage import Storage
 
-__all__ = ["SIGNERS", "UNREADABLE_SIGNER", "Verdicts", "is_signer_note", "noted_record", "signer_key"]
+__all__ = [
+    "SIGNERS",
+    "UNREADABLE_SIGNER",
+    "Verdicts",
+    "is_signer_note",
+    "noted_record",
+    "signer_key",
+    "with_its_note",
+]
 
 SIGNERS = "signers"
 """The JSON namespace of the signer notes."""
@@ -47,6 +55,13 @@ def noted_record(note: str) -> str:
     """The full key of the record a signer note is about (``json/signers/decision-<key>`` -> ``decision/<key>``)."""
     kind, _, key = note.removeprefix(f"json/{SIGNERS}/").partition("-")
     return f"{kind}/{key}"
+
+
+def with_its_note(key: str) -> set[str]:
+    """``key`` and what goes with it: a decision or gate record and its signer note, from either of them (a record
+    left without its note would look made here, which no revocation of its signer's key would reach)."""
+    record = noted_record(key) if is_signer_note(key) else key
+    return {key, record, signer_key(record)} if record.startswith(("decision/", "gate/")) else {key}
 
 
 class Verdicts(Storage):

@@ -177,10 +177,10 @@ class RemoteLayer:
 
     def check_record(self, kind: str, key: str, raw: bytes) -> tuple[bytes | None, RemoteProblem | None]:
         """The usable payload of a record object, else why it must not be used."""
-        found, problem = self._checked(kind, key, raw)
-        return (found[0] if found is not None else None), problem
+        found = self._checked(kind, key, raw)
+        return (None, found) if isinstance(found, RemoteProblem) else (found[0], None)
 
-    def _checked(self, kind: str, key: str, raw: bytes) -> tuple[tuple[bytes, str] | None, RemoteProblem | None]:
+    def _checked(self, kind: str, key: str, raw: bytes) -> tuple[bytes, str] | RemoteProblem:
         """The usable payload of a record object and the id of the trusted key that signed it, else why it must
         not be used."""
         from ...signing import verify
@@ -189,19 +189,19 @@ class RemoteLayer:
         try:
             digest, signature, payload = _split_record(raw)
         except ValueError as exc:
-            return None, RemoteProblem(where, str(exc), "corrupt")
+            return RemoteProblem(where, str(exc), "corrupt")
         if digest_bytes(payload) != digest:
-            return None, RemoteProblem(where, "its record does not match its digest", "corrupt")
+            return RemoteProblem(where, "its record does not match its digest", "corrupt")
         reason = check_payload(f"{kind}/{key}", payload)
         if reason is None and kind == "decision":  # one that contradicts itself is never used, signed or not
             reason = decision_problem(from_json(Decision, payload))
         if reason is not None:
-            return None, RemoteProblem(where, reason, "corrupt")
+            return RemoteProblem(where, reason, "corrupt")
         try:
             signer = verify(signed_message(kind, key, payload), signature, self.trusted)
         except SignatureError as exc:
-            return None, RemoteProblem(where, str(exc), "refused")
-        return (payload, signer), None
+            return RemoteProblem(where, str(exc), "refused")
+        return payload, signer
 
     # -- Fallback ----------------------------------------------------------------------------------------
     def blob(self, digest: str) -> bytes | None:
@@ -238,10 +238,9 @@ class RemoteLayer:
             return None
         if raw is None:
             return None
-        found, problem = self._checked(kind, key, raw)
-        if problem is not None or found is None:
-            if problem is not None:
-                self._problem(problem)
+        found = self._checked(kind, key, raw)
+        if isinstance(found, RemoteProblem):
+            self._problem(found)
             return None
         with self._lock:
             self.counts[kind] += 1
