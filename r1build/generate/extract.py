@@ -224,8 +224,8 @@ def _with_kernels(pieces: list[str], index: int) -> str:
     launched = list(dict.fromkeys(m.group("name") for m in _LAUNCH.finditer(code) if m.group("name") != "__global__"))
     missing = [k for k in launched[:_MAX_LAUNCHED] if not _defines_kernel(code, k)]
     taken: set[int] = set()
+    nearest = [*range(index - 1, -1, -1), *range(index + 1, len(pieces))]
     for kernel in missing:
-        nearest = [*range(index - 1, -1, -1), *range(index + 1, len(pieces))]
         found = next((j for j in nearest if _defines_kernel(pieces[j], kernel)), None)
         if found is not None:
             taken.add(found)
