@@ -43,7 +43,7 @@ quiet() {  # what measures time, alone on the GPU
 
 cheats() {
   timeout "${CHEATS_LIMIT:-260}" python3 -m pytest tests/evaluate/test_evaluate_cheats.py -v -rfE --tb=line \
-    -p no:cacheprovider > "$OUT/cheats.log" 2>&1
+    -p no:cacheprovider -p no:benchmark > "$OUT/cheats.log" 2>&1
   echo "exit $?" >> "$OUT/cheats.log"
 }
 
@@ -58,14 +58,14 @@ rest() {  # correctness work beside the cheats: the sample's build and tests, th
     rc=$?; t1=$(date +%s%N)
     echo "sample build rc=$rc in $(( (t1 - t0) / 1000000 )) ms"; tail -15 /tmp/sample_build.log
     (cd /tmp && PYTHONPATH=/tmp/sample-site:$PYTHONPATH timeout 60 python3 -m pytest /tmp/sample/tests \
-      -q -rfE --tb=short -p no:cacheprovider 2>&1) | tail -25
+      -q -rfE --tb=short -p no:cacheprovider -p no:benchmark 2>&1) | tail -25
     [ -n "${SAMPLE_ONLY:-}" ] && return
     echo "== the bad-kernel corpus and the other evaluate GPU tests"
     R1BUILD_CACHE_DIR=/tmp/r1build-cache-rest timeout 150 python3 -m pytest tests/evaluate -q -rfE --tb=short \
-      -p no:cacheprovider -m gpu --ignore=tests/evaluate/test_evaluate_cheats.py 2>&1 | tail -30
+      -p no:cacheprovider -p no:benchmark -m gpu --ignore=tests/evaluate/test_evaluate_cheats.py 2>&1 | tail -30
     echo "== GPU tests outside tests/evaluate"
     R1BUILD_CACHE_DIR=/tmp/r1build-cache-rest timeout 90 python3 -m pytest tests -q -rfE --tb=short \
-      -p no:cacheprovider -m gpu --ignore tests/evaluate 2>&1 | tail -25
+      -p no:cacheprovider -p no:benchmark -m gpu --ignore tests/evaluate 2>&1 | tail -25
   } > "$OUT/rest.log" 2>&1
 }
 
@@ -73,17 +73,17 @@ verify() {  # after a change to the evaluator: the timing test alone, then the G
   {
     echo "== the root kernels' timing test, alone on the GPU"
     R1BUILD_CACHE_DIR=/tmp/c-timing timeout 400 python3 -m pytest tests/evaluate/test_evaluate_gpu.py \
-      -k root_kernels -v -rfE --tb=short -p no:cacheprovider 2>&1 | tail -15
+      -k root_kernels -v -rfE --tb=short -p no:cacheprovider -p no:benchmark 2>&1 | tail -15
   } > "$OUT/verify.log" 2>&1
   timeout "${VERIFY_LIMIT:-300}" python3 -m pytest tests/evaluate/test_evaluate_cheats.py -k "run1 or gate" -v \
-    -rfE --tb=line -p no:cacheprovider > "$OUT/cheats.log" 2>&1 &
+    -rfE --tb=line -p no:cacheprovider -p no:benchmark > "$OUT/cheats.log" 2>&1 &
   R1BUILD_CACHE_DIR=/tmp/c-corpus timeout "${VERIFY_LIMIT:-300}" python3 -m pytest tests/evaluate -m gpu \
     --ignore=tests/evaluate/test_evaluate_cheats.py -k "not root_kernels" -v -rfE --tb=short --durations=5 \
-    -p no:cacheprovider > "$OUT/corpus.log" 2>&1 &
+    -p no:cacheprovider -p no:benchmark > "$OUT/corpus.log" 2>&1 &
   local site; site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   PYTHONPATH="$PYTHONPATH:$site" R1BUILD_TEST_SITE_PATH="/tmp/site:$site" R1BUILD_TEST_SYSTEM_SITE=1 \
     R1BUILD_CACHE_DIR=/tmp/c-outside timeout "${VERIFY_LIMIT:-300}" python3 -m pytest tests -m gpu \
-    --ignore tests/evaluate -v -rfE --tb=short --durations=10 -p no:cacheprovider --continue-on-collection-errors \
+    --ignore tests/evaluate -v -rfE --tb=short --durations=10 -p no:cacheprovider -p no:benchmark --continue-on-collection-errors \
     > "$OUT/rest.log" 2>&1 &
   wait
   for f in verify cheats corpus rest; do tail -n 3 "$OUT/$f.log"; done
@@ -114,7 +114,7 @@ final() {  # the session's last call: the root resolved alone (cache kept for th
   # the build tests' venv sees this Python's packages (the machine has no index): its site-packages on the path
   local site; site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   PYTHONPATH="$PYTHONPATH:$site" R1BUILD_TEST_SITE_PATH="/tmp/site:$site" R1BUILD_TEST_SYSTEM_SITE=1 R1BUILD_CACHE_DIR=/tmp/c-outside timeout "${FINAL_LIMIT:-280}" python3 -m pytest tests -m gpu \
-    --ignore tests/evaluate -v -rfE --tb=short --durations=15 -p no:cacheprovider --continue-on-collection-errors \
+    --ignore tests/evaluate -v -rfE --tb=short --durations=15 -p no:cacheprovider -p no:benchmark --continue-on-collection-errors \
     > "$OUT/outside.log" 2>&1 &
   wait
   for f in final rest outside; do tail -n 4 "$OUT/$f.log"; done
@@ -124,10 +124,10 @@ recheck() {  # the tests the final phase failed, after their fixes: PTX wheels, 
   rest &
   local site; site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   PYTHONPATH="$PYTHONPATH:$site" R1BUILD_TEST_SITE_PATH="/tmp/site:$site" R1BUILD_TEST_SYSTEM_SITE=1 \
-    timeout "${RECHECK_LIMIT:-190}" python3 -m pytest -m gpu -v -rfE --tb=short -p no:cacheprovider \
+    timeout "${RECHECK_LIMIT:-190}" python3 -m pytest -m gpu -v -rfE --tb=short -p no:cacheprovider -p no:benchmark \
     tests/build/test_build_packages.py::test_a_wheel_for_an_older_arch_runs_on_this_gpu_through_its_ptx \
     > "$OUT/recheck_ptx.log" 2>&1 &
-  timeout "${RECHECK_LIMIT:-190}" python3 -m pytest -m gpu -v -rfE --tb=short -p no:cacheprovider \
+  timeout "${RECHECK_LIMIT:-190}" python3 -m pytest -m gpu -v -rfE --tb=short -p no:cacheprovider -p no:benchmark \
     tests/generate/test_generate_resolve.py tests/profile/test_profile_gpu.py > "$OUT/recheck_loop.log" 2>&1 &
   wait
   for f in rest recheck_ptx recheck_loop; do tail -n 4 "$OUT/$f.log"; done
