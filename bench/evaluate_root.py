@@ -33,6 +33,7 @@ from _report import command_line, host_info, utc_now, write_results  # noqa: E40
 
 from r1build.cache import Cache  # noqa: E402
 from r1build.evaluate import GpuEvaluator, detect_gpus, expand_variants  # noqa: E402
+from r1build.evaluate.timeline import milestones  # noqa: E402
 from r1build.events import Event, Progress, sink  # noqa: E402
 from r1build.judge import Job  # noqa: E402
 from r1build.manifest import load_manifest  # noqa: E402
@@ -133,6 +134,7 @@ def one_run(
             busy1, total1 = machine_busy()
             stats = dict(evaluator.stats)
             stats["machine_cpu_busy"] = (busy1 - busy0) / (total1 - total0) if total1 > total0 else 0.0
+            spans = evaluator.timeline.spans()
             device = evaluator.gpus[0].name
     rows = []
     for job, res in zip(jobs, results, strict=True):
@@ -150,6 +152,8 @@ def one_run(
         "device": device,
         "mode": "one job at a time" if one_at_a_time else "all",
         "copies": copies,
+        "milestones": milestones(spans),
+        "timeline": [vars(s) for s in spans],
     }
 
 
@@ -266,7 +270,7 @@ def markdown(report: dict[str, Any]) -> str:
             f"| r1build.resolve --refresh --offline (all archs, gate of every winner) "
             f"| {res['measured_candidates']} | {res['wall_s']:.1f} | {res['per_minute']:.1f} | |"
         )
-    lines += ["", *breakdown(first)]
+    lines += ["", *breakdown(first), "", *job_rows(first)]
     phases = first["stats"]
     lines += [
         "",
@@ -306,6 +310,7 @@ def breakdown(run: dict[str, Any]) -> list[str]:
         ("- judging the replies", "check_judge_s"),
     ]
     gpu = [
+        ("waiting for a job whose checks and sanitizer runs are all in", "wait_ready_s"),
         ("check phase (builds awaited, checks on the check workers)", "check_phase_s"),
         ("waiting for compute-sanitizer", "wait_sanitizer_s"),
         ("waiting to take the GPU alone (checks end, sanitizer runs stop)", "wait_quiet_s"),
@@ -343,6 +348,35 @@ def breakdown(run: dict[str, Any]) -> list[str]:
     return lines
 
 
+def job_rows(run: dict[str, Any]) -> list[str]:
+    """Per job of run 1, in the order the GPU thread reached it: when (seconds since the evaluator started) its
+    work of each kind ended, and how long the GPU thread waited at it."""
+    cols = [
+        ("gate", "gate"),
+        ("built", "built"),
+        ("checked", "checked"),
+        ("sanitized", "sanitized"),
+        ("GPU reached", "gpu_reached"),
+        ("wait ready s", "wait_ready_s"),
+        ("check phase s", "check_phase_s"),
+        ("wait sanitizer s", "wait_sanitizer_s"),
+        ("timing s", "timing_s"),
+        ("timed", "timed"),
+        ("settled", "settled"),
+        ("sanitizer runs", "sanitizer_runs"),
+    ]
+    lines = [
+        "Per job (run 1; times in seconds since the evaluator started, the last of each kind of work):",
+        "",
+        "| job | " + " | ".join(name for name, _ in cols) + " |",
+        "|---|" + "---:|" * len(cols),
+    ]
+    for row in run.get("milestones", []):
+        cells = [fmt(row.get(key), ".1f") if key != "sanitizer_runs" else str(row.get(key, 0)) for _, key in cols]
+        lines.append(f"| {row['job']} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--manifest", type=Path, default=ROOT / "kernels.toml")
@@ -357,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         "--sanitize-batch", type=int, default=None, help="candidates per compute-sanitizer run (1: one run each)"
     )
     parser.add_argument("--check-workers", type=int, default=None, help="check workers per GPU")
+    parser.add_argument("--in-order", action="store_true", help="time jobs in the order given, not the first one ready")
     args = parser.parse_args(argv)
     import logging
 
@@ -364,6 +399,8 @@ def main(argv: list[str] | None = None) -> int:
     options: dict[str, Any] = {} if args.sanitize_batch is None else {"sanitize_batch": args.sanitize_batch}
     if args.check_workers is not None:
         options["check_workers"] = args.check_workers
+    if args.in_order:
+        options["in_order"] = True
     gpus = detect_gpus()
     if not gpus:
         print("no GPU visible (cupy missing or no device): nothing to measure", file=sys.stderr)

@@ -1,17 +1,22 @@
 """What one compute-sanitizer run costs, and what each more candidate in the same run costs.
 
-Builds ``--copies`` distinct shared libraries of the root manifest's silu_mul_vec4 (and its baseline), then for
-each tool runs the harness over 1, 4 and all of them in one sanitizer process, recording the wall time of each run
-and when each of the harness's markers arrived (so a sanitizer that holds the application's output back shows as
-markers arriving together at the end). Writes ``sanitizer_batch.json`` and ``.md`` to ``--out``.
+Builds ``--copies`` distinct shared libraries of one of the root manifest's kernel files (``--kernel`` and
+``--file``; silu_mul_vec4.cu by default), then for each tool runs the harness over 1, 4 and all of them in one
+sanitizer process, recording the wall time and the CPU seconds of each run (its processes' user and system time:
+a run whose CPU seconds are close to its wall time is bound by the CPU, not the GPU) and when each of the harness's
+markers arrived (so a sanitizer that holds the application's output back shows as markers arriving together at the
+end); then ``--side`` single runs of ``--side-tool`` at once. Writes ``sanitizer_batch[-KERNEL].json`` and ``.md``
+to ``--out``.
 
-    python bench/sanitizer_batch.py [--copies 16] [--out bench/results]
+    python bench/sanitizer_batch.py [--copies 16] [--kernel silu_mul --file kernels/silu_mul_vec4.cu]
+        [--side 8 --side-tool memcheck] [--out bench/results]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import secrets
 import subprocess
 import sys
@@ -45,6 +50,7 @@ from r1build.toolchain import toolchain  # noqa: E402
 def timed_run(exe: str, env: dict[str, str], tool: str, job_file: Path) -> dict[str, Any]:
     """One sanitizer run; wall seconds and each marker's arrival (seconds after the start)."""
     cmd = [exe, "--tool", tool, "--error-exitcode", "86", sys.executable, str(HARNESS), str(job_file)]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=job_file.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     assert proc.stdout is not None
@@ -56,12 +62,19 @@ def timed_run(exe: str, env: dict[str, str], tool: str, job_file: Path) -> dict[
         if line.startswith("r1build-harness:"):
             marks.append((round(time.perf_counter() - start, 3), line.split()[1]))
     code = proc.wait()
-    return {"tool": tool, "wall_s": time.perf_counter() - start, "exit": code, "marks": marks, "tail": tail}
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # (runs side by side: the others' ended ones count too)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    wall = time.perf_counter() - start
+    return {"tool": tool, "wall_s": wall, "cpu_s": cpu, "exit": code, "marks": marks, "tail": tail}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--copies", type=int, default=16)
+    parser.add_argument("--kernel", default="silu_mul", help="the root manifest's kernel")
+    parser.add_argument("--file", default="kernels/silu_mul_vec4.cu", help="its source (defaults of its macros)")
+    parser.add_argument("--side", type=int, default=8, help="single runs side by side")
+    parser.add_argument("--side-tool", default="memcheck", choices=TOOLS)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = parser.parse_args(argv)
     gpus = detect_gpus()
@@ -74,15 +87,14 @@ def main(argv: list[str] | None = None) -> int:
         print("compute-sanitizer not found", file=sys.stderr)
         return 2
     manifest = load_manifest(ROOT / "kernels.toml")
-    spec = next(s for s in manifest.kernels if s.name == "silu_mul")
-    source = (ROOT / "kernels" / "silu_mul_vec4.cu").read_text()
+    spec = next(s for s in manifest.kernels if s.name == args.kernel)
+    source = (ROOT / args.file).read_text()
     plans = plan_checks(spec, load_reference(manifest.root, spec.reference))
     with tempfile.TemporaryDirectory(prefix="r1build-sanbench-") as tmp:
         work = Path(tmp)
         shapes = write_shapes(spec, plans, work)
         candidates = [
-            Candidate(source=f"{source}\n// copy {i}\n", origin=Origin("file", "kernels/silu_mul_vec4.cu"))
-            for i in range(args.copies)
+            Candidate(source=f"{source}\n// copy {i}\n", origin=Origin("file", args.file)) for i in range(args.copies)
         ]
         start = time.perf_counter()
         with ThreadPoolExecutor(16) as pool:
@@ -114,13 +126,24 @@ def main(argv: list[str] | None = None) -> int:
                 run = timed_run(exe, env, tool, job_file)
                 run["size"] = size
                 runs.append(run)
-                print(f"{tool} x{size}: {run['wall_s']:.2f} s exit {run['exit']}", flush=True)
-        # the same, several runs at once (as the evaluator does): 8 single runs side by side
+                print(
+                    f"{tool} x{size}: {run['wall_s']:.2f} s, {run['cpu_s']:.2f} CPU s, exit {run['exit']}", flush=True
+                )
+        # the same, several runs at once (as the evaluator does): single runs side by side
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         job_file = work / "job-1.json"
-        with ThreadPoolExecutor(8) as pool:
-            side = list(pool.map(lambda _: timed_run(exe, env, "memcheck", job_file)["wall_s"], range(8)))
-        parallel = {"runs": 8, "wall_s": time.perf_counter() - start, "each_s": side}
+        with ThreadPoolExecutor(args.side) as pool:
+            side = list(pool.map(lambda _: timed_run(exe, env, args.side_tool, job_file)["wall_s"], range(args.side)))
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        parallel = {
+            "runs": args.side,
+            "tool": args.side_tool,
+            "wall_s": time.perf_counter() - start,
+            "cpu_s": after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime,
+            "each_s": side,
+        }
+        print(f"{args.side} {args.side_tool} runs side by side: {parallel['wall_s']:.2f} s", flush=True)
     report = {
         "command": command_line(__file__, argv),
         "date": utc_now(),
@@ -136,25 +159,27 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"`{report['command']}` on {report['date']}: {report['device']}, {report['host']['cpus']} CPUs.",
         "",
-        f"{len(paths)} libraries of silu_mul_vec4 built in {build_s:.1f} s (16 threads).",
+        f"{len(paths)} libraries of {args.file} ({args.kernel}) built in {build_s:.1f} s (16 threads); sanitizer "
+        f"shapes {', '.join(s['key'] for s in shapes)}.",
         "",
-        "| tool | candidates in the run | wall s | s per candidate | first BEGIN at s | last END at s |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| tool | candidates in the run | wall s | CPU s | s per candidate | first BEGIN at s | last END at s |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in runs:
         begins = [t for t, w in r["marks"] if w == "begin"]
         ends = [t for t, w in r["marks"] if w == "end"]
         lines.append(
-            f"| {r['tool']} | {r['size']} | {r['wall_s']:.2f} | {r['wall_s'] / r['size']:.2f} "
+            f"| {r['tool']} | {r['size']} | {r['wall_s']:.2f} | {r['cpu_s']:.2f} | {r['wall_s'] / r['size']:.2f} "
             f"| {begins[0] if begins else ''} | {ends[-1] if ends else ''} |"
         )
     lines += [
         "",
-        f"8 single memcheck runs side by side: {parallel['wall_s']:.2f} s wall "
-        f"(each {min(side):.2f}-{max(side):.2f} s).",
+        f"{args.side} single {args.side_tool} runs side by side: {parallel['wall_s']:.2f} s wall, "
+        f"{parallel['cpu_s']:.1f} CPU s (each {min(side):.2f}-{max(side):.2f} s).",
         "",
     ]
-    write_results(args.out, "sanitizer_batch", report, "\n".join(lines))
+    name = "sanitizer_batch" if args.kernel == "silu_mul" else f"sanitizer_batch-{args.kernel}"
+    write_results(args.out, name, report, "\n".join(lines))
     return 0
 
 

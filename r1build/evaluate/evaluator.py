@@ -10,7 +10,8 @@ Per job (one kernel, one arch), in this order:
    compute-sanitizer runs (:mod:`.sanitizing`: a run per kernel, tool and batch of built libraries, split until
    a finding names its candidate) start as soon as libraries are built, overlapping the worker's checks; a
    candidate that fails them leaves its batches;
-3. job by job, once its checks and sanitizer runs are in, the GPU thread takes the GPU alone (new checks wait for
+3. job by job, the first in the order given whose checks and sanitizer runs are all in (a job still waiting for
+   its runs does not hold up a later one that is ready), the GPU thread takes the GPU alone (new checks wait for
    it, running sanitizer runs stop before their next call: :class:`~.slots.Quiet`) for the checks that need it to
    themselves (shared memory filled before a call) and the timing of the survivors, the baseline and the
    reference (with cupy); what the timed calls left is judged on the CPU pool, and a settling thread turns it into
@@ -30,6 +31,7 @@ worker and its quiet lock), :mod:`.checking` (a candidate's correctness checks),
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import contextvars
 import functools
@@ -66,6 +68,7 @@ from .judge_pool import JudgePool
 from .library import Library, LibraryFailure, build_library
 from .sanitizing import KernelKey, SanitizeRuns, Sanitizing
 from .slots import Slot, make_slot
+from .timeline import Timeline
 from .timer import Timer
 from .timing import SampleStats, build_timing
 
@@ -113,6 +116,11 @@ class _JobState:
 
 _JobKey = tuple[KernelKey, int, tuple[str, ...], str | None]
 """A job as :meth:`GpuEvaluator.prepare` remembers it: kernel, the spec object, candidates and baseline."""
+
+
+def _label(job: Job, arch: str) -> str:
+    """A job as the timeline names it."""
+    return f"{job.spec.name}/{arch}"
 
 
 def _job_key(job: Job, arch: str) -> _JobKey:
@@ -165,7 +173,8 @@ class GpuEvaluator:
     when None). ``sanitize_batch``: most candidates in one compute-sanitizer run (1: a run per candidate).
     ``check_workers``: worker processes per GPU that run correctness checks side by side (timing has its own).
     ``judge_processes``: processes that judge the outputs of timed calls (:mod:`.judge_pool`; None: half the
-    cores, at most 8; 0: in the evaluator's own threads).
+    cores, at most 8; 0: in the evaluator's own threads). ``in_order``: time jobs in the order given, each once
+    its background work is in, instead of the first one ready.
     Use as a context manager or call :meth:`close`; workers also end when this process does.
     """
 
@@ -186,11 +195,15 @@ class GpuEvaluator:
         sanitize_batch: int = 16,
         check_workers: int = 4,
         judge_processes: int | None = None,
+        in_order: bool = False,
     ) -> None:
         self.gpus = list(gpus) if gpus is not None else detect_gpus()
         """The GPUs evaluated on."""
         self.sanitize = sanitize
         """Whether compute-sanitizer runs (where it works)."""
+        self.in_order = in_order
+        """Whether a GPU times its jobs in the order given even when a later one is ready first (its checks and
+        sanitizer runs all in) and an earlier one is not."""
         self.seed = seed
         """Base seed of every generated input."""
         self.call_timeout_s = call_timeout_s
@@ -201,6 +214,8 @@ class GpuEvaluator:
         self.timing_budget_s = timing_budget_s
         """GPU seconds of samples per candidate and benchmark shape."""
         self._stats: dict[str, float] = {"candidates": 0, "built": 0, "checked": 0, "timed": 0}
+        self.timeline = Timeline()
+        """When each piece of work ran, per job (:mod:`.timeline`)."""
         self._own_root = workdir is None
         self._root = Path(tempfile.mkdtemp(prefix="r1build-evaluate-")) if workdir is None else workdir
         self._root.mkdir(parents=True, exist_ok=True)
@@ -249,6 +264,7 @@ class GpuEvaluator:
             submit=self._submit,
             note=self._note,
             count=self._count,
+            span=self.timeline.add,
             cuobjdump=self._cuobjdump,
             batch=sanitize_batch,
         )
@@ -399,16 +415,19 @@ class GpuEvaluator:
         with self._lock:
             self._stats[name] = self._stats.get(name, 0.0) + value
 
-    def _phase(self, name: str, start: float) -> None:
-        self._count(name, time.perf_counter() - start)
+    def _phase(self, name: str, start: float, job: str = "") -> None:
+        """The seconds since ``start`` added to counter ``name`` and kept as a span of ``job`` on the timeline."""
+        end = time.perf_counter()
+        self._count(name, end - start)
+        self.timeline.add(name, job, start, end)
 
-    def _timed(self, counter: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """``fn(*args, **kwargs)``, its wall seconds added to ``counter``."""
+    def _timed(self, counter: str, job: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)``, its wall seconds added to ``counter`` (a span of ``job``)."""
         start = time.perf_counter()
         try:
             return fn(*args, **kwargs)
         finally:
-            self._phase(counter, start)
+            self._phase(counter, start, job)
 
     def _submit(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> Future[T]:
         """Run ``fn`` on the CPU pool with the caller's context (so events reach the caller's sink)."""
@@ -434,7 +453,9 @@ class GpuEvaluator:
                 return self._libs[key]
             rank = self._ranks.get(KernelKey.of(job, arch))
             workdir = self._root / "build" / arch / candidate.digest[:24]
-            build = functools.partial(self._timed, "build_s", self._build, job, candidate, arch, workdir)
+            build = functools.partial(
+                self._timed, "build_s", _label(job, arch), self._build, job, candidate, arch, workdir
+            )
             if gate is None or getattr(self.gate, "keep_objects", None) is None:
                 self._libs[key] = self._submit_ranked(rank, build)
                 return self._libs[key]
@@ -479,6 +500,7 @@ class GpuEvaluator:
                     rank,
                     self._timed,
                     "gate_s",
+                    _label(job, arch),
                     self.gate.evaluate,
                     Job(job.manifest, job.spec, arch, [e.candidate for e in entries]),
                 )
@@ -619,38 +641,65 @@ class GpuEvaluator:
         total = sum(len(state.entries) for state in states)
         done = 0
         settler = self._settlers[id(slot)]
-        handed = 0
+        pending = list(states)
         try:
-            for timed, state in enumerate(states, 1):
-                if self._closing:
-                    raise EvaluationError("the GPU evaluator was closed before it got to this job")
+            for timed in range(1, len(states) + 1):
+                start = time.perf_counter()
+                state = pending.pop(self._next_ready(pending))
+                label = _label(state.job, state.arch)
+                self._phase("wait_ready_s", start, label)
                 start = time.perf_counter()
                 for entry in state.entries:
                     self._apply_checks(state, entry)
                     done += 1
                     emit(Progress("evaluate: checks", done, total, {"device": slot.gpu.name}))
-                self._phase("check_phase_s", start)
+                self._phase("check_phase_s", start, label)
                 start = time.perf_counter()
                 for entry in state.entries:
                     self._finish_sanitizers(state, entry)
-                self._phase("wait_sanitizer_s", start)
+                self._phase("wait_sanitizer_s", start, label)
                 start = time.perf_counter()
                 with slot.busy:
                     waited = time.perf_counter()
                     with slot.quiet.exclusive():
-                        self._phase("wait_quiet_s", waited)
+                        self._phase("wait_quiet_s", waited, label)
                         timing = self._time_job(state, slot)
-                self._phase("timing_s", start)
+                self._phase("timing_s", start, label)
                 settler.submit(contextvars.copy_context().run, self._settle, state, timing)
-                handed = timed
                 emit(Progress("evaluate: timing", timed, len(states), {"device": slot.gpu.name}))
         except BaseException as exc:
-            for state in states[handed:]:
+            for state in pending:
                 if not state.done.done():
                     state.done.set_exception(exc)
 
+    def _next_ready(self, pending: list[_JobState]) -> int:
+        """Which of ``pending`` the GPU takes next: the first, in the order given, whose background work (checks and
+        compute-sanitizer runs) is all in, waiting for the first to become so. A job whose sanitizer runs are still
+        going does not hold up one behind it that is ready; with ``in_order`` the first is taken as it comes."""
+        while True:
+            if self._closing:
+                raise EvaluationError("the GPU evaluator was closed before it got to this job")
+            if self.in_order:
+                return 0
+            waiting: list[Future[Any]] = []
+            for i, state in enumerate(pending):
+                unfinished = [f for f in self._background(state) if not f.done()]
+                if not unfinished:
+                    return i
+                waiting += unfinished
+            concurrent.futures.wait(waiting, timeout=1.0, return_when=concurrent.futures.FIRST_COMPLETED)
+
+    def _background(self, state: _JobState) -> list[Future[Any]]:
+        """The futures of a job's checks on the check workers and of its compute-sanitizer runs."""
+        kernel = KernelKey.of(state.job, state.arch)
+        with self._lock:
+            checks = [self._checks.get((kernel, e.candidate.digest)) for e in state.entries]
+        runs = [e.sanitizers.outcomes for e in state.entries if e.sanitizers is not None]
+        return [f for f in checks if f is not None] + runs
+
     def _settle(self, state: _JobState, timing: _Timed | None) -> None:
         """A job's results once the judging of its timed calls is in (on the settling thread)."""
+        start = time.perf_counter()
         try:
             if timing is not None:
                 self._settle_timing(state, timing)
@@ -658,6 +707,8 @@ class GpuEvaluator:
             state.done.set_exception(exc)
         else:
             state.done.set_result(None)
+        finally:
+            self.timeline.add("settle_s", _label(state.job, state.arch), start)
 
     def _apply_checks(self, state: _JobState, entry: _Candidacy) -> None:
         """A candidate's background checks (started now where no earlier call did) become its result if it
@@ -707,7 +758,7 @@ class GpuEvaluator:
             return verdicts[index]
         lib = library.result()
         plans = plan.result()
-        self._phase("wait_build_s", start)
+        self._phase("wait_build_s", start, _label(job, arch))
         if isinstance(lib, LibraryFailure):
             return (lib.status, lib.detail)
         self._count("built", 1)
@@ -718,7 +769,7 @@ class GpuEvaluator:
                 verdict = run_checks(
                     checker, job.spec, lib, plans, timeout_s=self.call_timeout_s, part="shared", count=self._count
                 )
-                self._phase("checks_s", start)
+                self._phase("checks_s", start, _label(job, arch))
         finally:
             self._free[id(slot)].put(checker)
         self._count("checked", 1)
@@ -758,13 +809,13 @@ class GpuEvaluator:
             if verdict is not None:
                 entry.result = self._result(state, entry, verdict.status, verdict.detail)
         survivors = [e for e in survivors if e.result is None]
-        self._phase("checks_alone_s", start)
+        self._phase("checks_alone_s", start, _label(state.job, state.arch))
         if not survivors:
             return None
         start = time.perf_counter()
         floors = self._timer.floors(slot)
         reference_us = self._timer.reference_us(state.job, slot)
-        self._phase("reference_s", start)
+        self._phase("reference_s", start, _label(state.job, state.arch))
         start = time.perf_counter()
         judged = []
         for entry in survivors:  # the GPU times one after another; the CPU pool judges what each left
@@ -772,7 +823,7 @@ class GpuEvaluator:
             lib = entry.library.result()
             assert isinstance(lib, Library)
             judged.append((entry, self._timer.time(state.job, slot, lib, state.bench, floors)))
-        self._phase("time_candidates_s", start)
+        self._phase("time_candidates_s", start, _label(state.job, state.arch))
         return _Timed(judged, floors, reference_us)
 
     def _settle_timing(self, state: _JobState, timed: _Timed) -> None:
@@ -785,7 +836,7 @@ class GpuEvaluator:
                 self._count("timed", 1)
             else:
                 entry.result = self._result(state, entry, outcome.status, outcome.detail)
-        self._phase("wait_judge_s", start)
+        self._phase("wait_judge_s", start, _label(state.job, state.arch))
         baseline_us = None
         if state.job.baseline is not None:
             base = next((e for e in state.entries if e.candidate.digest == state.job.baseline.digest), None)

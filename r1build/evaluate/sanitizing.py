@@ -4,14 +4,16 @@
 shared by its candidates); per candidate the future of its memcheck, racecheck and initcheck outcomes, their
 cancellation when the candidate fails elsewhere, and the reasons a finding or an unfinished run becomes.
 
-A sanitizer's start costs seconds, a candidate's calls on small shapes a fraction of one, so a run takes a batch:
-the candidates of one kernel and tool whose libraries are built (gathered for a moment while their siblings'
-compiles end, at most ``batch`` of them, at most two runs per kernel and tool at once). A run that finishes with no
-report clears its whole batch. Runs go on while the GPU times a job: their harness stops before its next GPU work
-until the timing is done (:class:`~.slots.Quiet`). Anything else (a report, a crash, a run that stalls) is never
-taken on trust: the batch is split where the harness's markers point (those before the suspect, the suspect alone,
-those after; in halves when the markers say nothing) and each part runs again, until a candidate alone in its run
-gets that run's verdict. So a finding is always a candidate's own, and a pass is always a whole clean run.
+A sanitizer's start costs seconds, a candidate's calls on small shapes a fraction of one, so a run takes a batch: the
+candidates of one kernel and tool whose libraries are built (gathered for a moment while their siblings' compiles end;
+at most ``batch`` of them, and no more than an even share of the kernel's candidates among the :data:`RUNS_PER_QUEUE`
+runs it may have at once, which start side by side). Sanitizer processes of all kernels together are at most one per
+core. A run that finishes with no report clears its whole batch. Runs go on while the GPU times a job: their harness
+stops before its next GPU work until the timing is done (:class:`~.slots.Quiet`). Anything else (a report, a crash, a
+run that stalls) is never taken on trust: the batch is split where the harness's markers point (those before the
+suspect, the suspect alone, those after; in halves when the markers say nothing) and each part runs again, until a
+candidate alone in its run gets that run's verdict. So a finding is always a candidate's own, and a pass is always a
+whole clean run.
 :mod:`.sanitize` runs one tool; this module decides when, on what, and what the outcome means.
 """
 
@@ -20,7 +22,7 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
-import os
+import math
 import secrets
 import threading
 import time
@@ -32,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from ..gate.compile_slots import PrioritySlots, cores
 from ..judge import Job
 from ..manifest.model import KernelSpec
 from ..records import Candidate, Status
@@ -52,7 +55,9 @@ SANITIZE_MAX_BYTES = 2 << 20
 GATHER_S = 1.5
 """Longest a batch waits for the libraries of its kernel still being built."""
 RUNS_PER_QUEUE = 2
-"""Runs of one kernel and tool at once."""
+"""Runs of one kernel and tool at once. More is slower: sanitizer runs share the one GPU, and on the H200 host eight
+a kernel (racecheck four candidates a run) took the root manifest from 102 to 120 s (bench/results/
+gpu_session_2026-12-02.md, call 4)."""
 
 Submit = Callable[..., "Future[Any]"]
 
@@ -78,6 +83,8 @@ class _Inputs:
     shapes: list[SanitizeShape]
     """Harness shapes (the inputs are files in ``directory``)."""
     unready: int = 0
+    total: int = 0
+    """Candidates of the kernel whose runs were started."""
     """Candidates started whose libraries are not built yet (a batch waits a moment for them)."""
 
 
@@ -146,23 +153,30 @@ class Sanitizing:
         submit: Submit,
         note: Callable[[str], None],
         count: Callable[[str, float], None],
+        span: Callable[[str, str, float], None] | None = None,
         cuobjdump: Callable[[], str | None],
         batch: int = 16,
+        processes: int | None = None,
     ) -> None:
         self._slots = slots
         self._submit = submit
         self._note = note
         self._count = count
+        self._span = span
         self._cuobjdump = cuobjdump
         self.batch = max(1, batch)
         """Most candidates in one run."""
+        self.processes = PrioritySlots(processes if processes is not None else cores())
+        """Sanitizer processes at once (first come, first served: a kernel's place in the GPU's order says nothing
+        of how long its runs take, and the longest must not start last)."""
         self._lock = threading.Lock()
         self._inputs: dict[KernelKey, _Inputs] = {}
         self._runs: dict[tuple[KernelKey, str], SanitizeRuns] = {}
         self._queues: dict[tuple[KernelKey, str], _Queue] = {}
         self._files = 0
-        self.pool = ThreadPoolExecutor(max_workers=max(4, os.cpu_count() or 4), thread_name_prefix="r1build-sanitize")
-        """Where runs wait for their processes (not the evaluator's compile pool, which they would hold)."""
+        self.pool = ThreadPoolExecutor(max_workers=4 * cores() + 4, thread_name_prefix="r1build-sanitize")
+        """Where runs wait for a place among :attr:`processes` and for their process (not the evaluator's compile
+        pool, which they would hold); more threads than places, so every run waiting is ranked."""
 
     def _spawn(self, fn: Callable[..., object], *args: object) -> None:
         self.pool.submit(contextvars.copy_context().run, fn, *args)
@@ -201,6 +215,7 @@ class Sanitizing:
             runs = SanitizeRuns()
             self._runs[kernel, candidate.digest] = runs
             inputs.unready += 1
+            inputs.total += 1
         started = threading.Event()
         started_lock = threading.Lock()
 
@@ -338,16 +353,19 @@ class Sanitizing:
 
     def _gather_and_run(self, job: Job, queue: _Queue) -> None:
         """Wait a moment for siblings still being built (unless the batch is full), then run what is pending."""
-        deadline = time.monotonic() + (GATHER_S if self.batch > 1 else 0.0)
+        with self._lock:  # an even share of the kernel's candidates among the runs it may have at once
+            size = max(1, min(self.batch, math.ceil(queue.inputs.total / RUNS_PER_QUEUE)))
+        deadline = time.monotonic() + (GATHER_S if size > 1 else 0.0)
         while time.monotonic() < deadline:
             with self._lock:
-                if len(queue.pending) >= self.batch or queue.inputs.unready == 0:
+                if len(queue.pending) >= size or queue.inputs.unready == 0:
                     break
             time.sleep(0.05)
         with self._lock:
-            part, queue.pending = queue.pending[: self.batch], queue.pending[self.batch :]
+            part, queue.pending = queue.pending[:size], queue.pending[size:]
             queue.gathering = False
         if part:
+            self._dispatch(job, queue)  # the rest of what waits starts beside this run, where there is room
             self._run_batch(job, queue, part)
         else:
             with self._lock:
@@ -420,7 +438,10 @@ class Sanitizing:
                     return
 
         watcher = threading.Thread(target=watch, name="r1build-sanitizer-watch", daemon=True)
-        with queue.slot.quiet.pausable(lambda: runner.held(job_file)):  # its harness stops while the GPU times
+        with (
+            self.processes.take(None),
+            queue.slot.quiet.pausable(lambda: runner.held(job_file)),  # its harness stops while the GPU times
+        ):
             start = time.perf_counter()
             watcher.start()
             try:
@@ -431,6 +452,8 @@ class Sanitizing:
             seconds = time.perf_counter() - start
             self._count("sanitizer_runs", 1)
             self._count("sanitizer_s", seconds)
+            if self._span is not None:
+                self._span("sanitizer_run", f"{queue.kernel.kernel}/{queue.kernel.arch}", start)
         log.info(
             "%s %s/%s: %d candidates in %.1f s: %s%s",
             queue.tool,

@@ -242,11 +242,24 @@ def _sanitizing_runs(
     return outcomes, calls, counters
 
 
-def test_a_batch_clears_its_candidates_in_one_run_per_tool(tmp_path: Path) -> None:
+def test_a_kernels_candidates_share_out_among_runs_that_each_clear_their_batch(tmp_path: Path) -> None:
+    from r1build.evaluate.sanitizing import RUNS_PER_QUEUE
+
     names = [f"good-{i}.so" for i in range(10)]
     outcomes, calls, _ = _sanitizing_runs(tmp_path, names, batch=16)
     assert all(o == [("memcheck", "clean"), ("racecheck", "clean"), ("initcheck", "clean")] for o in outcomes.values())
-    assert len(calls) == 3 and all(sorted(c) == sorted(names) for c in calls)
+    # per tool, the ten spread evenly over the runs a kernel and tool may have at once (not one run of ten that a
+    # slow tool makes the long pole), each library in exactly one run per tool
+    share = -(-len(names) // RUNS_PER_QUEUE)
+    assert max(len(c) for c in calls) == share and len(calls) == 3 * -(-len(names) // share)
+    assert sorted(n for c in calls for n in c) == sorted(names * 3)
+
+
+def test_a_batch_never_takes_more_than_its_size(tmp_path: Path) -> None:
+    names = [f"good-{i}.so" for i in range(10)]
+    outcomes, calls, _ = _sanitizing_runs(tmp_path, names, batch=2)
+    assert all({v for _, v in o} == {"clean"} for o in outcomes.values())
+    assert all(len(c) <= 2 for c in calls) and sorted(n for c in calls for n in c) == sorted(names * 3)
 
 
 def test_a_finding_in_a_batch_is_split_until_it_names_its_candidate(tmp_path: Path) -> None:
@@ -263,9 +276,13 @@ def test_a_finding_in_a_batch_is_split_until_it_names_its_candidate(tmp_path: Pa
             assert verdicts == {"clean"}, name
     # the culprits ran alone (their verdicts are their own runs), every good library was in a clean run
     assert ["bad-3.so"] in calls and ["crash-8.so"] in calls
-    # per tool: the first run, then at most three runs per culprit (those before it, it alone, those after), not
-    # one run per candidate
-    assert len(calls) <= 3 * 7 < 3 * len(names) and counters["sanitizer_splits"] >= 3
+    # per tool: the first runs (the twelve shared out), then at most three more runs per culprit (those before it,
+    # it alone, those after it), not one run per candidate
+    from r1build.evaluate.sanitizing import RUNS_PER_QUEUE
+
+    share = -(-len(names) // RUNS_PER_QUEUE)
+    assert len(calls) <= 3 * (-(-len(names) // share) + 3 * 2) < 3 * len(names)
+    assert counters["sanitizer_splits"] >= 3
 
 
 def test_one_candidate_per_run_when_the_batch_is_one(tmp_path: Path) -> None:

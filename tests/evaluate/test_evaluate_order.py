@@ -1,0 +1,49 @@
+"""The order a GPU takes its jobs in: the first, in the order given, whose checks and sanitizer runs are all in."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+from pathlib import Path
+
+from r1build.cache import Cache
+from r1build.evaluate import GpuEvaluator
+from r1build.evaluate.evaluator import _Candidacy, _JobState
+from r1build.evaluate.sanitizing import KernelKey, SanitizeRuns
+from r1build.judge import Job
+from r1build.manifest import load_manifest
+from r1build.records import Candidate, Origin
+from tests.evaluate.evaluate_support import ROOT
+
+
+def _state(evaluator: GpuEvaluator, kernel: str) -> tuple[_JobState, Future[object], SanitizeRuns]:
+    """A job of the root manifest's ``kernel`` with one candidate whose check and sanitizer runs are pending."""
+    manifest = load_manifest(ROOT / "kernels.toml")
+    spec = next(s for s in manifest.kernels if s.name == kernel)
+    candidate = Candidate(source=f"// {kernel}\n", origin=Origin("generated", None))
+    job = Job(manifest, spec, "sm_90", [candidate])
+    runs = SanitizeRuns()
+    check: Future[object] = Future()
+    evaluator._checks[(KernelKey.of(job, "sm_90"), candidate.digest)] = check  # type: ignore[assignment]
+    entry = _Candidacy(candidate=candidate, visible=True, index=0, sanitizers=runs)
+    return _JobState(job=job, arch="sm_90", slot=None, entries=[entry]), check, runs
+
+
+def test_a_job_still_sanitized_does_not_hold_up_a_ready_one(tmp_path: Path) -> None:
+    with Cache(tmp_path / "cache") as cache, GpuEvaluator(cache, gpus=[], workdir=tmp_path / "w") as evaluator:
+        first, first_check, first_runs = _state(evaluator, "matmul")
+        second, second_check, second_runs = _state(evaluator, "rmsnorm")
+        first_check.set_result(None)  # the first job's checks are in, its sanitizer runs are not
+        second_check.set_result(None)
+        second_runs.expect([])  # the second's are
+        assert evaluator._next_ready([first, second]) == 1
+        evaluator.in_order = True
+        assert evaluator._next_ready([first, second]) == 0
+        evaluator.in_order = False
+        # nothing ready: the GPU waits for the first job to become so, and takes the first in order then
+        third, third_check, third_runs = _state(evaluator, "softmax_rows")
+        threading.Timer(0.3, third_check.set_result, (None,)).start()
+        threading.Timer(0.2, third_runs.expect, ([],)).start()
+        assert evaluator._next_ready([first, third]) == 1
+        first_runs.expect([])
+        assert evaluator._next_ready([first, third]) == 0
