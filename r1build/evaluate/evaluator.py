@@ -123,6 +123,16 @@ def _label(job: Job, arch: str) -> str:
     return f"{job.spec.name}/{arch}"
 
 
+def largest_first(jobs: Sequence[Job]) -> list[int]:
+    """The order jobs are started in (their compiles ranked, their GPU assigned): most candidates first, the given
+    order among equals. The job with the most candidates has the most background work (compiles, checks, and
+    compute-sanitizer runs above all), and the GPU times whichever job is ready, so the longest work must not start
+    last: on the H200 the root manifest's matmul (35 candidates, 5th of 6) finished its racecheck runs 40 s after
+    every other job was ready (bench/results/gpu_session_2026-12-02.md). Starting the most loaded job first also
+    balances several GPUs (longest processing time first)."""
+    return sorted(range(len(jobs)), key=lambda i: -len(jobs[i].candidates))
+
+
 def _job_key(job: Job, arch: str) -> _JobKey:
     baseline = job.baseline.digest if job.baseline is not None else None
     return (KernelKey.of(job, arch), id(job.spec), tuple(c.digest for c in job.candidates), baseline)
@@ -328,7 +338,8 @@ class GpuEvaluator:
         """Several jobs at once: every compile starts at once, and each GPU works through its jobs while the
         CPU cores compile and sanitize (faster than one :meth:`evaluate` after another)."""
         load = {id(slot): 0 for slot in self._slots}
-        states = [self._start(job, load) for job in jobs]
+        started = {i: self._start(jobs[i], load) for i in largest_first(jobs)}
+        states = [started[i] for i in range(len(jobs))]
         threads = self._drive(states)
         gate_only = {i: self._gate_only(s) for i, s in enumerate(states) if s.slot is None}
         for t in threads:
@@ -342,18 +353,18 @@ class GpuEvaluator:
         and baseline) then waits for that work instead of starting its own. Jobs of archs without a local GPU are
         ignored."""
         load = {id(slot): 0 for slot in self._slots}
-        states = []
-        for job in jobs:
-            arch = parse_arch(job.arch)
-            key = _job_key(job, arch)
+        started: dict[int, _JobState] = {}
+        for i in largest_first(jobs):
+            arch = parse_arch(jobs[i].arch)
+            key = _job_key(jobs[i], arch)
             with self._lock:
                 if key in self._ahead or not any(gpu_runs_arch(s.gpu, arch) for s in self._slots):
                     continue
-            state = self._start(job, load)
+            state = self._start(jobs[i], load)
             with self._lock:
                 self._ahead[key] = state
-            states.append(state)
-        self._drive(states)
+            started[i] = state
+        self._drive([started[i] for i in sorted(started)])
         for slot in self._every_slot:
             self._warm(slot)
 
@@ -435,7 +446,7 @@ class GpuEvaluator:
 
     def _submit_ranked(self, rank: int | None, fn: Callable[..., T], *args: Any, **kwargs: Any) -> Future[T]:
         """:meth:`_submit`, its compiles waiting for slots at ``rank`` (:mod:`~r1build.gate.compile_slots`): a
-        job's rank is its place in the order the GPU takes the jobs, so the first job's compiles end first."""
+        job's rank is its place in the order jobs were started (:func:`largest_first`), so its compiles end first."""
         if rank is None:
             return self._submit(fn, *args, **kwargs)
         with ranked(rank):
@@ -493,7 +504,7 @@ class GpuEvaluator:
         kernel = KernelKey.of(job, arch)
         gate_key = (kernel, tuple(e.candidate.digest for e in entries))
         with self._lock:
-            rank = self._ranks.setdefault(kernel, len(self._ranks))  # the GPU takes jobs in the order they come
+            rank = self._ranks.setdefault(kernel, len(self._ranks))  # jobs are started largest first
             gate = self._gates.get(gate_key)
             if gate is None:
                 gate = self._submit_ranked(

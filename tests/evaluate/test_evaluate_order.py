@@ -47,3 +47,18 @@ def test_a_job_still_sanitized_does_not_hold_up_a_ready_one(tmp_path: Path) -> N
         assert evaluator._next_ready([first, third]) == 1
         first_runs.expect([])
         assert evaluator._next_ready([first, third]) == 0
+
+
+def test_jobs_start_with_the_most_candidates_first_and_keep_the_given_order_among_equals() -> None:
+    from r1build.evaluate.evaluator import largest_first
+
+    manifest = load_manifest(ROOT / "kernels.toml")
+    spec = manifest.kernels[0]
+
+    def job(n: int) -> Job:
+        return Job(
+            manifest, spec, "sm_90", [Candidate(source=f"// {i}\n", origin=Origin("generated", None)) for i in range(n)]
+        )
+
+    assert largest_first([job(3), job(35), job(3), job(12)]) == [1, 3, 0, 2]
+    assert largest_first([]) == []
