@@ -17,10 +17,12 @@ are unsigned, signed by a key not listed, or whose signature does not match; the
 keys, signatures are not checked and old unsigned (version 1) bundles import as before.
 
 Import reads and checks the whole bundle before it writes anything: the index digest, the index's shape and
-format version, that every payload member is listed and every listed payload is present, each payload's length
-and sha256, that a blob's key is its digest, and that each record parses as its kind (a decision's key must be
-the key it is filed under). Any failure raises :class:`~r1build.errors.BundleError` naming the problem, and the
-cache is left as it was. The verified entries are then written in one transaction.
+format version, that every payload member is listed and every listed payload is present, that no payload is over
+:data:`MAX_ENTRY_BYTES` and all of them together not over the cache's size limit (from the sizes the index and the
+zip directory declare, before a payload is inflated), each payload's length and sha256, that a blob's key is its
+digest, and that each record parses as its kind (a decision's key must be the key it is filed under). Any failure
+raises :class:`~r1build.errors.BundleError` naming the problem, and the cache is left as it was. The verified
+entries are then written in one transaction.
 
 What happens to entries the cache already has:
 
@@ -66,6 +68,7 @@ from .verdicts import is_signer_note
 __all__ = [
     "BUNDLE_FORMAT",
     "BUNDLE_VERSION",
+    "MAX_ENTRY_BYTES",
     "BundleEntry",
     "BundleSummary",
     "export_bundle",
@@ -85,6 +88,9 @@ INDEX_NAME = "index.json"
 PAYLOAD_DIR = "entries/"
 _COMMENT_PREFIX = b"r1build-bundle index sha256="
 _MAX_INDEX_BYTES = 64 * 1024**2
+MAX_ENTRY_BYTES = 64 * 1024**2
+"""Largest payload of one bundle entry, as of one remote cache object: no source, transcript or record comes
+near it, and a zip member that inflates beyond it is a decompression bomb, refused before it is read."""
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 _HEX = frozenset("0123456789abcdef")
 _Bad = Callable[[str], BundleError]
@@ -263,7 +269,7 @@ def import_bundle(cache: Cache, path: Path | str, *, trusted: TrustedKeys | None
     one of them: the others are refused, one warning each, and listed in ``refused``.
     """
     path = Path(path)
-    entries, payloads = read_bundle(path)
+    entries, payloads = read_bundle(path, max_bytes=cache.size_limit)
     summary = BundleSummary(
         path=str(path),
         entries=_per_kind(e.kind for e in entries),
@@ -329,14 +335,16 @@ def _upgrades(local: bytes, incoming: bytes) -> bool:
     return not old.on_gpu or (new.checks or 0) > (old.checks or 0)
 
 
-def read_bundle(path: Path | str) -> tuple[list[BundleEntry], dict[str, bytes]]:
-    """The index entries and payloads (by sha256) of a bundle, all verified; :class:`BundleError` otherwise."""
+def read_bundle(path: Path | str, *, max_bytes: int | None = None) -> tuple[list[BundleEntry], dict[str, bytes]]:
+    """The index entries and payloads (by sha256) of a bundle, all verified; :class:`BundleError` otherwise,
+    also for a payload over :data:`MAX_ENTRY_BYTES` or, with ``max_bytes``, payloads over that many bytes in all
+    (both told from the declared sizes, before anything is inflated: a small file may declare gigabytes)."""
     path = Path(path)
     try:
         if path.exists() and not path.is_file() and not path.is_dir():  # zipfile would read /dev/zero to the end
             raise BundleError(f"{path}: not a readable bundle (not a regular file: a device, a FIFO or a socket)")
         with zipfile.ZipFile(path, "r") as zf:
-            return _read(zf, path)
+            return _read(zf, path, max_bytes)
     except BundleError:
         raise
     except FileNotFoundError:
@@ -345,7 +353,7 @@ def read_bundle(path: Path | str) -> tuple[list[BundleEntry], dict[str, bytes]]:
         raise BundleError(f"{path}: not a readable bundle ({exc})") from None
 
 
-def _read(zf: zipfile.ZipFile, path: Path) -> tuple[list[BundleEntry], dict[str, bytes]]:
+def _read(zf: zipfile.ZipFile, path: Path, max_bytes: int | None) -> tuple[list[BundleEntry], dict[str, bytes]]:
     def bad(message: str) -> BundleError:
         return BundleError(f"{path}: {message}; nothing was imported")
 
@@ -370,6 +378,7 @@ def _read(zf: zipfile.ZipFile, path: Path) -> tuple[list[BundleEntry], dict[str,
     unknown = sorted(set(members) - listed - {INDEX_NAME})
     if unknown:
         raise bad(f"member {unknown[0]!r} is not listed in the index")
+    _check_sizes(entries, max_bytes, bad)
     payloads: dict[str, bytes] = {}
     for entry in entries:
         name = PAYLOAD_DIR + entry.sha256
@@ -389,6 +398,23 @@ def _read(zf: zipfile.ZipFile, path: Path) -> tuple[list[BundleEntry], dict[str,
         if reason is not None:
             raise bad(f"entry {entry.key}: {reason}")
     return entries, payloads
+
+
+def _check_sizes(entries: list[BundleEntry], max_bytes: int | None, bad: _Bad) -> None:
+    """Refuse a payload over :data:`MAX_ENTRY_BYTES`, or payloads over ``max_bytes`` together, from the sizes the
+    index declares (each is checked against its zip member's size before it is read)."""
+    for entry in entries:
+        if entry.size > MAX_ENTRY_BYTES:
+            raise bad(
+                f"entry {entry.key}: its payload of {entry.size} bytes is over the {MAX_ENTRY_BYTES} bytes an entry "
+                "may hold (no source, transcript or record is that large)"
+            )
+    total = sum({e.sha256: e.size for e in entries}.values())
+    if max_bytes is not None and total > max_bytes:
+        raise bad(
+            f"its payloads take {total} bytes, more than the cache's size limit of {max_bytes} bytes (importing "
+            "them would evict what the cache holds; `r1build cache gc --max-size` raises the limit)"
+        )
 
 
 def _member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, bad: _Bad, key: str | None = None) -> bytes:

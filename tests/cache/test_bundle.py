@@ -339,6 +339,54 @@ def test_tampered_bundle_leaves_existing_cache_untouched(source: Cache, bundle: 
     assert contents(source) == before
 
 
+def _bomb(path: Path, size: int) -> str:
+    """A valid bundle of one blob of ``size`` zero bytes: a few KiB on disk that inflate to ``size``."""
+    data = bytes(size)
+    digest = digest_bytes(data)
+    doc = {
+        "format": "r1build-bundle",
+        "version": 1,
+        "entries": [{"key": f"blob/{digest}", "kind": "blob", "sha256": digest, "size": size}],
+    }
+    index = canonical_json(doc)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.comment = b"r1build-bundle index sha256=" + digest_bytes(index).encode()
+        zf.writestr("index.json", index)
+        zf.writestr(f"entries/{digest}", data)
+    return digest
+
+
+def test_a_payload_over_the_entry_bound_is_refused_before_it_is_inflated(
+    fresh: Cache, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A decompression bomb (a small file declaring a huge payload) is refused from the sizes it declares: a
+    2 MB bundle of 1 GiB blobs took 4 GiB of memory and filled the cache before this bound."""
+    from r1build.cache import bundle as bundle_module
+
+    monkeypatch.setattr(bundle_module, "MAX_ENTRY_BYTES", 1024**2)
+    path = tmp_path / "bomb.zip"
+    _bomb(path, 1024**2 + 1)
+    assert path.stat().st_size < 10_000
+    read: list[str] = []
+    member = bundle_module._member
+
+    def counting(zf: zipfile.ZipFile, info: zipfile.ZipInfo, *args: Any) -> bytes:
+        read.append(info.filename)
+        return member(zf, info, *args)
+
+    monkeypatch.setattr(bundle_module, "_member", counting)
+    refused(fresh, path, r"its payload of 1048577 bytes is over the 1048576 bytes an entry may hold")
+    assert read == ["index.json"]
+    _bomb(path, 1024**2)  # at the bound: imported
+    assert import_bundle(fresh, path).added
+
+
+def test_payloads_over_the_cache_size_limit_are_refused(source: Cache, fresh: Cache, bundle: Path) -> None:
+    """Importing more than the cache may hold would evict what it holds: refused whole, nothing lost."""
+    fresh.set_size_limit(LARGE)  # the bundle's large blob alone is LARGE bytes, with the rest over the limit
+    refused(fresh, bundle, rf"its payloads take \d+ bytes, more than the cache's size limit of {LARGE} bytes")
+
+
 # -- the CLI --------------------------------------------------------------------------------------------------
 def test_cli_export_import(
     source: Cache, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
