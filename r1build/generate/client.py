@@ -114,6 +114,19 @@ class _Partial:
     reasoning: list[str] = field(default_factory=list)
     chunks: int = 0
     first_token_s: float | None = None
+    responded: bool = False
+    """Whether the response's status and headers arrived (the server was reached, and answered)."""
+
+
+_NOT_CONNECTED = frozenset({"ConnectError", "ProxyError"})
+"""The HTTP client's errors (by class name: httpx and its successors name them alike) for a connection that was
+never made: refused, a host that does not resolve, a proxy that would not connect."""
+
+
+def _never_connected(cause: BaseException | None) -> bool:
+    """Whether ``cause`` (what the client's connection error wraps) says no connection was made at all, as opposed
+    to one that the server (or a proxy) closed or reset before or while answering."""
+    return cause is None or any(c.__name__ in _NOT_CONNECTED for c in type(cause).__mro__)
 
 
 def _error_text(exc: openai.APIStatusError) -> str:
@@ -406,9 +419,15 @@ class ChatClient:
         except openai.APIConnectionError as exc:
             cause = exc.__cause__ or exc.__context__
             detail = f" ({type(cause).__name__}: {cause})" if cause else ""
-            kind: FaultKind = "stream_cut" if partial.chunks else "connection"
+            if partial.chunks or partial.responded:  # the server answered, then the connection broke
+                raise _Fault(
+                    "stream_cut", f"the connection broke during the response{detail}", label="a cut stream"
+                ) from None
+            if _never_connected(cause):
+                raise _Fault("connection", f"connection failed{detail}", label="connection failed") from None
+            # reached, but closed (or reset) before a whole response: no sign that the URL or the server is wrong
             raise _Fault(
-                kind, f"connection failed{detail}", label="a cut stream" if partial.chunks else "connection failed"
+                "connection", f"the server closed the connection before answering{detail}", label="a closed connection"
             ) from None
         except openai.APIResponseValidationError as exc:
             raise _Fault(
@@ -465,6 +484,7 @@ class ChatClient:
     ) -> Completion:
         assert self._client is not None
         stream: Any = await self._client.chat.completions.create(messages=cast(Any, messages), **params)
+        partial.responded = True
         content_type = str(stream.response.headers.get("content-type", ""))
         if content_type.startswith("application/json"):  # a server that ignores "stream": the whole answer
             try:

@@ -4,7 +4,8 @@ It speaks enough HTTP/1.1 (keep-alive, chunked transfer) and enough of the OpenA
 (plain JSON and server-sent events with keep-alive comments, ``reasoning_content`` / ``reasoning`` deltas,
 usage, in streams only when ``stream_options.include_usage`` asks for it) for the official ``openai`` client
 to talk to it, and it misbehaves on request: HTTP errors with ``retry-after`` (seconds or an HTTP date), bodies
-that are not JSON, streams that end early or drop the connection, stalls, echoes of the API key it was sent.
+that are not JSON, streams that end early or drop the connection, hang-ups without a response, stalls, echoes of
+the API key it was sent.
 Answers can be large and can honour ``max_tokens`` the way a real server does (cut off with
 ``finish_reason: length``).
 
@@ -27,7 +28,19 @@ from dataclasses import dataclass, field, replace
 from http import HTTPStatus
 from typing import Any
 
-__all__ = ["Answer", "ChatServer", "Events", "Fault", "Raw", "Reply", "Request", "Stall", "chunk", "vadd_answer"]
+__all__ = [
+    "Answer",
+    "ChatServer",
+    "Events",
+    "Fault",
+    "Hangup",
+    "Raw",
+    "Reply",
+    "Request",
+    "Stall",
+    "chunk",
+    "vadd_answer",
+]
 
 
 @dataclass(frozen=True)
@@ -202,7 +215,13 @@ class Stall:
     """Send the response headers (and a keep-alive) first, then stall."""
 
 
-Reply = Answer | Events | Fault | Raw | Stall
+@dataclass(frozen=True)
+class Hangup:
+    """Read the request and close the connection without a response (a server that crashed, a proxy that gave
+    up)."""
+
+
+Reply = Answer | Events | Fault | Hangup | Raw | Stall
 Script = Sequence[Reply] | Callable[[Request], Reply]
 
 
@@ -366,6 +385,9 @@ class ChatServer:
             return True
         reply = self._reply_for(request)
         assert self._stop is not None
+        if isinstance(reply, Hangup):
+            writer.transport.abort()
+            return False
         if isinstance(reply, Stall):
             if reply.after_headers:
                 await self._send_head(

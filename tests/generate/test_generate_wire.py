@@ -18,7 +18,7 @@ from r1build.errors import ConfigError
 from r1build.generate.client import ChatClient, Exchange, Meter
 from r1build.generate.providers import resolve_endpoint
 from r1build.manifest.model import Generation
-from tests.generate.chat_server import Answer, ChatServer, Events, Fault, Raw, Reply, chunk
+from tests.generate.chat_server import Answer, ChatServer, Events, Fault, Hangup, Raw, Reply, chunk
 from tests.generate.gen_support import KEY, Project
 
 USAGE = {"prompt_tokens": 10, "completion_tokens": 50, "total_tokens": 60}
@@ -367,6 +367,34 @@ def test_a_whole_json_answer_cut_mid_body_is_a_fault_not_a_traceback() -> None:
     exchange, requests = ask([cut, Answer("asked again")])
     assert requests == 2 and [a.outcome for a in exchange.attempts] == ["stream_cut", "ok"]
     assert "connection failed while reading the body" in exchange.attempts[0].message
+
+
+@pytest.mark.parametrize(
+    ("reply", "stream", "said"),
+    [
+        (Events([], done=False, drop=True), True, "every stream was cut (2 requests)"),
+        (Answer("role chunk only", drop_after=1), True, "every stream was cut (2 requests)"),
+        (Hangup(), True, "2 requests, all a closed connection"),
+        (Events([b'{"choi'], done=False, drop=True, content_type="application/json"), False, "a closed connection"),
+    ],
+    ids=["headers-then-cut", "role-chunk-then-cut", "hang-up", "plain-body-cut"],
+)
+def test_a_server_reached_that_closes_is_not_a_server_never_reached(
+    project: Project, reply: Reply, stream: bool, said: str
+) -> None:
+    """A server that answered (its status and headers came, or it read the request) and then closed the
+    connection was reported as one no request reached: 'every attempt failed to connect (is the server running,
+    is the URL right?)', sending the user after their URL for a server or proxy that broke mid-answer."""
+    from r1build.errors import GenerationError
+    from tests.generate.gen_support import search_vadd
+
+    manifest = project.write(budget={"rounds": 1, "samples": 1}, generation={"retries": 1, "stream": stream})
+    with ChatServer([reply]) as server, project.cache() as cache, pytest.raises(GenerationError) as caught:
+        search_vadd(manifest, cache, server.url)
+    message = str(caught.value)
+    assert len(server.chat_requests()) == 2
+    assert "no request reached" not in message and "failed to connect" not in message, message
+    assert f"no answer from {server.url}: " in message and said in message, message
 
 
 @pytest.mark.parametrize(
