@@ -132,6 +132,25 @@ def open_cache(args: argparse.Namespace, *, existing: bool = False, manifest: Ma
     return cache
 
 
+def refuse_overwriting(option: str, output: Path, manifest: Manifest, cache: Cache) -> None:
+    """A :class:`~r1build.errors.UsageError` when writing ``output`` would replace what the project is made of or
+    what the cache holds: one of the files a resolution reads (the manifest, the lock, a reference module, a
+    baseline or candidate source), a file already in one of its folders (the vendored winners, an include
+    folder), or anything in the cache folder. ``-o kernels.toml`` replaced the manifest with the report."""
+    from ..build.inputs import manifest_inputs
+
+    target = output.parent.resolve() / output.name  # a link at ``output`` is replaced, not what it points at
+    for path in manifest_inputs(manifest):
+        if target == path or (path.is_dir() and path in target.parents and target.exists()):
+            raise UsageError(
+                f"{option} {output}: that is {path}, which the project {manifest.path} is made of; writing there "
+                "would replace it (name another file)"
+            )
+    folder = cache.directory.resolve()
+    if target == folder or folder in target.parents:
+        raise UsageError(f"{option} {output}: that is inside the cache folder {folder} (name another file)")
+
+
 def parse_archs(values: list[str] | None) -> list[str] | None:
     """Canonical archs from ``--arch`` values (each may be comma separated)."""
     if not values:

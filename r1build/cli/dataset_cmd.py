@@ -17,6 +17,7 @@ from .common import (
     given_path,
     load_from_args,
     open_cache,
+    refuse_overwriting,
     require_current_lock,
 )
 from .render import Console
@@ -58,6 +59,7 @@ def cmd_export_dataset(args: argparse.Namespace, console: Console) -> int:
         raise UsageError(f"--output {refused}")
     which: DatasetFilter = "winners" if args.winners_only else "passed" if args.passed_only else "all"
     with sink(console.event), open_cache(args, manifest=manifest) as cache:
+        refuse_overwriting("--output", output, manifest, cache)
         records = dataset_records(manifest, cache, which=which)
     try:
         write_dataset(records, output)

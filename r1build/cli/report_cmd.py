@@ -17,6 +17,7 @@ from .common import (
     given_path,
     load_from_args,
     open_cache,
+    refuse_overwriting,
     require_current_lock,
 )
 from .render import Console
@@ -54,6 +55,7 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
     if refused is not None:
         raise UsageError(f"--output {refused}")
     with sink(console.event), open_cache(args, manifest=manifest) as cache:
+        refuse_overwriting("--output", output, manifest, cache)
         page = build_report(manifest, cache)
     try:
         tmp = output.with_name(f".{output.name}.tmp")

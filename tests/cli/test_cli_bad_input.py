@@ -159,3 +159,27 @@ def test_cache_import_refuses_a_fifo_or_device_without_reading_it(
         timer.cancel()
     assert time.monotonic() - started < 5
     assert f"{fifo}: not a readable bundle (not a regular file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["report", "export-dataset"])
+@pytest.mark.parametrize("target", ["kernels.toml", "reference.py", "scale.cu", "kernels.lock", "@C/cache.db"])
+def test_an_output_never_replaces_the_project_or_the_cache(
+    project: Path, capsys: pytest.CaptureFixture[str], command: str, target: str
+) -> None:
+    """``report -o kernels.toml`` replaced the manifest with the HTML page (and ``export-dataset -o kernels.lock``
+    the lock with JSON lines), exit 0; so did an output into the cache folder (its index)."""
+    cache_dir = Path(os.environ["R1BUILD_CACHE_DIR"])
+    with Cache(cache_dir) as cache:
+        cache.put_text("an entry")
+    (project / "kernels.lock").write_text("# a lock of mine\n", encoding="utf-8")
+    path = Path(target.replace("@C", str(cache_dir))) if target.startswith("@C") else project / target
+    before = path.read_bytes()
+    assert main([command, "-m", str(project), "-o", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"--output {path}: that is " in err, err
+    assert "Traceback" not in err
+    if target.startswith("@C"):  # the command reads the cache, which changes its index: still the cache
+        with Cache(cache_dir) as cache:
+            assert len(cache.entries()) == 1
+    else:
+        assert path.read_bytes() == before
