@@ -291,9 +291,10 @@ class ChatClient:
             try:
                 completion = await asyncio.wait_for(self._once(exchange.messages, params, partial, meter, now), limit)
             except asyncio.TimeoutError:
-                fault = _Fault(
-                    "timeout", f"no complete answer within {limit:.1f} s", label=f"timed out after {limit:.3g} s"
-                )
+                # cut short by the search's deadline, each attempt after what was left of it: one label for all
+                at_deadline = limit < self.generation.request_timeout_s
+                label = "timed out at the wall-time deadline" if at_deadline else f"timed out after {limit:.3g} s"
+                fault = _Fault("timeout", f"no complete answer within {limit:.1f} s", label=label)
             except _Fault as f:
                 fault = f
             except asyncio.CancelledError:

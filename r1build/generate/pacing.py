@@ -90,8 +90,9 @@ class Pacer:
                     "endpoint_failing",
                     f"the endpoint failed {self.streak} requests in a row with no answer: {self.describe_streak()}",
                 )
-            elif self.resume_at > self.deadline:
-                left = max(0.0, self.deadline - now)
+            elif self.resume_at > self.deadline and now < self.deadline:
+                # (with the deadline already past, the wall time stopped the search, not this pause)
+                left = self.deadline - now
                 asked = (
                     f"asked to wait {_seconds(retry_after)} (retry-after)"
                     if retry_after is not None

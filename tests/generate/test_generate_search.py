@@ -306,6 +306,20 @@ def test_wall_time_budget(project: Project, judge: MarkerJudge, stopwatch: Any) 
     assert outcome.stop_reason == "wall_time" and len(server.chat_requests()) == 2
     assert outcome.usage.failures == {"timeout": 1, "gave_up": 1}
     assert len(outcome.candidates) == 1
+    assert outcome.cause == "the wall-time budget (1 s) is spent", outcome.cause
+
+
+def test_a_request_cut_by_the_wall_time_blames_the_wall_time(project: Project, judge: MarkerJudge) -> None:
+    """Requests timed out by the search's deadline ended the search with a cause that blamed a pause: 'the
+    server needs a pause of 0.0 s after timed out after 0.455 s, longer than the 0.0 s left of the wall-time
+    budget' (the backoff after the timeout, set when no time was left anyway), and counted them apart by what each
+    had left of the deadline ('3 timed out after 0.456 s, 1 timed out after 0.455 s')."""
+    manifest = project.write(budget={"wall-time-s": 0.5}, generation={"request-timeout-s": 30})
+    with ChatServer([Stall()]) as server, pytest.raises(GenerationError) as caught:
+        run(project, manifest, server, judge, seeds=[])
+    message = str(caught.value)
+    assert "needs a pause" not in message and "then the wall-time budget (0.5 s) is spent" in message, message
+    assert "requests, all timed out at the wall-time deadline; then" in message, message
 
 
 def test_concurrency_cap(project: Project, judge: MarkerJudge) -> None:
