@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import NvccSettingError, ToolchainError
+from .filemode import write_atomically
 from .nvcc_lookup import NvccPlace, first_nvcc, nvcc_identity, nvcc_places
 from .settings import env_settings
 
@@ -106,14 +107,9 @@ def _remember(identity: str, text: str) -> None:
     memo.pop(identity, None)
     memo[identity] = {"text": text, "sha256": hashlib.sha256(text.encode()).hexdigest()}
     memo = dict(list(memo.items())[-_MEMO_KEEP:])
-    tmp = path.with_name(f".{MEMO_NAME}.{os.getpid()}.tmp")
-    try:
+    with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(memo, indent=1) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
+        write_atomically(path, json.dumps(memo, indent=1) + "\n")
 
 
 def _toolchain(nvcc: str) -> Toolchain:

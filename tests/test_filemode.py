@@ -51,3 +51,55 @@ def test_a_bundle_is_written_with_the_users_umask(user_umask: int, tmp_path: Pat
         summary = export_bundle(cache, tmp_path / "team.r1b")
     assert summary.total == 1
     assert _mode(tmp_path / "team.r1b") == 0o666 & ~user_umask
+
+
+def test_write_atomically_gives_the_user_mode_and_leaves_no_temporary_file(tmp_path: Path, user_umask: int) -> None:
+    from r1build.filemode import write_atomically
+
+    target = tmp_path / "out.json"
+    write_atomically(target, "one\n")
+    write_atomically(target, b"two\n")
+    assert target.read_bytes() == b"two\n" and _mode(target) == 0o666 & ~user_umask
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(OSError):  # the rename cannot replace a folder: the error is the caller's, the temp file gone
+        write_atomically(tmp_path / "folder", "x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "out.json"]
+
+
+def test_threads_writing_one_path_never_leave_it_torn(tmp_path: Path) -> None:
+    # each writer has a temporary file of its own (a name per process, as before, let two threads write into the
+    # same temporary file and rename each other's half-written bytes into place)
+    import threading
+
+    from r1build.filemode import write_atomically
+
+    target = tmp_path / "memo.json"
+    payloads = [bytes([k]) * (1 << 20) for k in range(6)]
+    errors: list[BaseException] = []
+    seen: set[bytes] = set()
+    done = threading.Event()
+
+    def writer(data: bytes) -> None:
+        try:
+            for _ in range(15):
+                write_atomically(target, data)
+        except BaseException as exc:
+            errors.append(exc)
+
+    def reader() -> None:
+        while not done.is_set():
+            if target.exists():
+                data = target.read_bytes()
+                seen.add(data if data in payloads else b"torn")
+
+    threads = [threading.Thread(target=writer, args=(p,)) for p in payloads]
+    watch = threading.Thread(target=reader)
+    watch.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    done.set()
+    watch.join()
+    assert not errors and b"torn" not in seen and target.read_bytes() in payloads
+    assert [p.name for p in tmp_path.iterdir()] == ["memo.json"]

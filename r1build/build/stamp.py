@@ -234,12 +234,9 @@ def write_stamp(
         cmake_file=rel_cmake,
     )
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps(stamp, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
+    from ..filemode import write_atomically  # here: a warm build reads stamps, and imports only what it needs
+
+    write_atomically(target, json.dumps(stamp, indent=1, sort_keys=True) + "\n")
     return True
 
 

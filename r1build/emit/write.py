@@ -8,12 +8,12 @@ names, or ``.cu`` / ``.h`` / ``.cmake`` files whose first line carries the gener
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import R1BuildError
+from ..filemode import write_atomically
 from ..manifest.model import Manifest
 from .cmake import CMAKE_NAME, render_cmake
 from .header import HEADER_NAME, render_header
@@ -77,12 +77,7 @@ def _write_if_changed(path: Path, data: bytes) -> bool:
             return False
     except FileNotFoundError:
         pass
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_atomically(path, data)
     return True
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EvaluationError
+from ..filemode import write_atomically
 from ..manifest.model import KernelSpec
 from .checks import arg_codes
 from .child.messages import LoadRequest
@@ -104,7 +105,7 @@ class Quiet:
             self._generation += 1
             try:
                 if self._hold is not None:
-                    _write_atomically(self._hold, str(self._generation))
+                    write_atomically(self._hold, str(self._generation))
                 while not self._still():
                     self._cond.wait(self.POLL_S)
             except BaseException:
@@ -122,13 +123,6 @@ class Quiet:
                 self._hold.unlink()
         self._exclusive = False
         self._cond.notify_all()
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """``text`` as the whole of ``path``, never seen half written."""
-    part = path.with_name(path.name + ".part")
-    part.write_text(text)
-    os.replace(part, path)
 
 
 @dataclass(kw_only=True)

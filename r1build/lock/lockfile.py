@@ -8,14 +8,12 @@ uv: ``--locked`` fails when the lock is missing or stale and says which kernel a
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import LockError, StaleLockError
-from ..filemode import as_user_file
+from ..filemode import write_atomically
 from ..keys import decision_key, digest_json, generation_settings, normalized_spec
 from ..manifest.convert import ConversionProblem, convert
 from ..manifest.locate import format_path, locate
@@ -280,21 +278,13 @@ def write_lock(path: Path, lock: Lock) -> bool:
         pass  # absent, unreadable or damaged: written below (or the reason it cannot be is said there)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)  # lock-file may name a folder not made yet
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".kernels.lock.", suffix=".tmp")
     except OSError as exc:
         why = f"{exc.filename} is a file, not a folder" if isinstance(exc, FileExistsError) else exc.strerror
         raise LockError(f"{path}: cannot write the lock: {why or exc}") from None
     try:
-        as_user_file(fd)  # mkstemp's 0600 would make a committed lock unreadable to the rest of the team
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-        os.replace(tmp, path)
+        write_atomically(path, text)  # as readable as any file the user writes: the rest of the team reads it
     except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
         raise LockError(f"{path}: cannot write the lock: {exc.strerror or exc}") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return True
 
 

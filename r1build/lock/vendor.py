@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import LockError
+from ..filemode import write_atomically
 from ..keys import digest_bytes
 
 __all__ = ["RECORD_NAME", "Vendored", "find_vendored", "vendor_file_name", "vendor_winners"]
@@ -106,15 +107,6 @@ def _adopt_legacy(vendor_dir: Path) -> dict[str, str]:
     return record
 
 
-def _write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def _save_record(vendor_dir: Path, record: dict[str, str]) -> None:
     text = (
         json.dumps(
@@ -127,7 +119,7 @@ def _save_record(vendor_dir: Path, record: dict[str, str]) -> None:
         )
         + "\n"
     )
-    _write(vendor_dir / RECORD_NAME, text.encode())
+    write_atomically(vendor_dir / RECORD_NAME, text)
 
 
 def _check_folder(root: Path, vendor_dir: Path) -> None:
@@ -188,7 +180,7 @@ def vendor_winners(root: Path, vendor_dir: Path, winners: Iterable[tuple[str, st
     for name, data in wanted.items():
         path = vendor_dir / name
         if record.get(name) != digest_bytes(data) or not path.is_file():
-            _write(path, data)
+            write_atomically(path, data)
             written.append(path)
     removed = []
     for name in sorted(set(record) - set(wanted)):
