@@ -183,7 +183,8 @@ def export_bundle(
 
     Entries that are absent or corrupt are left out with a warning and listed in ``missing``. The file is
     written to a temporary name next to ``path`` (carrying this process's id) and renamed, so a reader never
-    sees half a bundle; the temporary files of earlier, killed exports to ``path`` are removed first.
+    sees half a bundle; the temporary files of earlier, killed exports to ``path`` are removed first. A file
+    already at ``path`` is replaced only when it is a bundle or empty: :class:`BundleError` for anything else.
     """
     path = Path(path)
     wanted = _selection(cache, keys)
@@ -210,7 +211,7 @@ def export_bundle(
         "entries": index,
     }
     index_bytes = canonical_json(doc)
-    refused = replace_problem(path)
+    refused = replace_problem(path) or _not_a_bundle(path)
     if refused is not None:
         raise BundleError(f"cannot write the bundle: {refused}")
     try:
@@ -235,6 +236,20 @@ def export_bundle(
     summary.payload_bytes = sum(e["size"] for e in index)
     summary.file_bytes = path.stat().st_size
     return summary
+
+
+def _not_a_bundle(path: Path) -> str | None:
+    """Why an export may not replace the file at ``path``: it holds something else than a bundle (a manifest, a
+    lock, a source named by mistake). None for nothing there, an empty file (``mktemp``'s) or an r1build bundle."""
+    try:
+        if not path.is_file() or path.stat().st_size == 0:
+            return None
+        with zipfile.ZipFile(path) as zf:
+            if zf.comment.startswith(_COMMENT_PREFIX):
+                return None
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        pass
+    return f"{path} exists and is not an r1build bundle, which writing there would replace (name another file)"
 
 
 def _remove_stale_temps(path: Path) -> None:

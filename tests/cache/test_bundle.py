@@ -387,6 +387,26 @@ def test_payloads_over_the_cache_size_limit_are_refused(source: Cache, fresh: Ca
     refused(fresh, bundle, rf"its payloads take \d+ bytes, more than the cache's size limit of {LARGE} bytes")
 
 
+def test_export_replaces_only_a_bundle_or_an_empty_file(source: Cache, bundle: Path, tmp_path: Path) -> None:
+    """``cache export kernels.toml`` replaced the manifest with the bundle."""
+    manifest = tmp_path / "kernels.toml"
+    manifest.write_text('archs = ["sm_90"]\n', encoding="utf-8")
+    with pytest.raises(BundleError, match=r"kernels\.toml exists and is not an r1build bundle") as info:
+        export_bundle(source, manifest)
+    assert info.value.exit_code == 2
+    assert manifest.read_text(encoding="utf-8") == 'archs = ["sm_90"]\n'
+    other_zip = tmp_path / "other.zip"
+    with zipfile.ZipFile(other_zip, "w") as zf:
+        zf.writestr("a.txt", "mine")
+    with pytest.raises(BundleError, match=r"other\.zip exists and is not an r1build bundle"):
+        export_bundle(source, other_zip)
+    empty = tmp_path / "empty.r1b"  # as mktemp makes it
+    empty.touch()
+    for path in (empty, bundle):  # an empty file, or a bundle exported again
+        assert export_bundle(source, path).total == len(contents(source))
+        assert read_bundle(path)
+
+
 # -- the CLI --------------------------------------------------------------------------------------------------
 def test_cli_export_import(
     source: Cache, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
