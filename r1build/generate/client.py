@@ -129,7 +129,13 @@ def _never_connected(cause: BaseException | None) -> bool:
     return cause is None or any(c.__name__ in _NOT_CONNECTED for c in type(cause).__mro__)
 
 
+_MARKUP = re.compile(r"<(script|style)\b.*?</\1\s*>|<[^>]*>", re.IGNORECASE | re.DOTALL)
+"""What an HTML error page holds besides its words: tags, scripts and styles."""
+
+
 def _error_text(exc: openai.APIStatusError) -> str:
+    """What the server said with its error status: the JSON error's message, else its body's words (a proxy's
+    text or HTML page: ``upstream connect error ...``), else the client's ``Error code: 502``."""
     body = exc.body
     if isinstance(body, dict):
         inner = body.get("error", body)
@@ -137,7 +143,8 @@ def _error_text(exc: openai.APIStatusError) -> str:
         if isinstance(message, str) and message:
             return message
         return json.dumps(body)[:300]
-    text = exc.message or ""
+    words = " ".join(_MARKUP.sub(" ", body[:65536]).split()) if isinstance(body, str) else ""
+    text = words or exc.message or ""
     return text if len(text) <= 300 else text[:300] + "..."
 
 

@@ -369,6 +369,33 @@ def test_a_whole_json_answer_cut_mid_body_is_a_fault_not_a_traceback() -> None:
     assert "connection failed while reading the body" in exchange.attempts[0].message
 
 
+@pytest.mark.parametrize("stream", [True, False])
+@pytest.mark.parametrize(
+    ("body", "content_type", "said"),
+    [
+        (
+            b"upstream connect error or disconnect/reset before headers",
+            "text/plain",
+            "HTTP 502: upstream connect error or disconnect/reset before headers",
+        ),
+        (
+            b"<html><head><title>502 Bad Gateway</title><style>body{color:red}</style></head>\n<body><h1>502 Bad "
+            b"Gateway</h1><hr><center>nginx</center></body></html>",
+            "text/html",
+            "HTTP 502: 502 Bad Gateway 502 Bad Gateway nginx",
+        ),
+    ],
+    ids=["text", "html"],
+)
+def test_an_error_status_with_a_body_that_is_not_json_says_its_words(
+    body: bytes, content_type: str, said: str, stream: bool
+) -> None:
+    """A proxy's 502 in text or HTML (Envoy, nginx) was reported as 'HTTP 502: Error code: 502', its words lost."""
+    exchange, requests = ask([Raw(body, status=502, content_type=content_type), Answer("asked again")], stream=stream)
+    assert requests == 2 and [a.outcome for a in exchange.attempts] == ["server_error", "ok"]
+    assert exchange.attempts[0].message == said
+
+
 @pytest.mark.parametrize(
     ("reply", "stream", "said"),
     [
