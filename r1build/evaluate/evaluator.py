@@ -26,7 +26,8 @@ timing) and a note; :attr:`GpuEvaluator.archs` says which archs are measured.
 
 :class:`GpuEvaluator` is the face and the order of work; the pieces live beside it: :mod:`.slots` (one GPU, its
 worker and its quiet lock), :mod:`.checking` (a candidate's correctness checks), :mod:`.sanitizing`
-(compute-sanitizer runs and what they mean), :mod:`.timer` (floors, reference and candidate timing).
+(compute-sanitizer runs and what they mean), :mod:`.timer` (floors, reference and candidate timing), :mod:`.jobs`
+(the records a job and its candidates move through the stages in).
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -59,18 +59,17 @@ from ..manifest.reference import load_reference
 from ..records import Candidate, Result, Status
 from ..toolchain import Toolchain
 from ..toolchain import toolchain as default_toolchain
-from .bench_checks import BenchPlan
 from .checking import run_checks
-from .checks import ShapePlan, Verdict, plan_checks
+from .checks import ShapePlan, plan_checks
 from .devices import GpuInfo, archs_of, detect_gpus, gpu_runs_arch
-from .floors import DeviceFloors
+from .jobs import Candidacy, Checked, JobKey, JobState, Timed, chain, job_key, label, largest_first, trim
 from .judge_pool import JudgePool
 from .library import Library, LibraryFailure, build_library
-from .sanitizing import KernelKey, SanitizeRuns, Sanitizing
+from .sanitizing import KernelKey, Sanitizing
 from .slots import Slot, make_slot
 from .timeline import Timeline
 from .timer import Timer
-from .timing import SampleStats, build_timing
+from .timing import build_timing
 
 if TYPE_CHECKING:
     from ..cache import Cache
@@ -78,92 +77,6 @@ if TYPE_CHECKING:
 __all__ = ["GpuEvaluator"]
 
 T = TypeVar("T")
-_DETAIL_LIMIT = 4000
-
-
-def _trim(text: str) -> str:
-    return text if len(text) <= _DETAIL_LIMIT else text[: _DETAIL_LIMIT - 3] + "..."
-
-
-@dataclass(kw_only=True)
-class _Candidacy:
-    """One candidate of one job, as it moves through the stages."""
-
-    candidate: Candidate
-    visible: bool
-    """Whether its result is returned (a baseline that is not among the job's candidates is judged for the
-    speedup only)."""
-    index: int
-    """Position in its job's gate verdicts."""
-    gate: Future[list[Result]] | None = None
-    library: Future[Library | LibraryFailure] | None = None
-    result: Result | None = None
-    sanitizers: SanitizeRuns | None = None
-    stats: list[SampleStats] | None = None
-
-
-@dataclass(kw_only=True)
-class _JobState:
-    job: Job
-    arch: str
-    slot: Slot | None
-    entries: list[_Candidacy]
-    plan: Future[list[ShapePlan]] | None = None
-    bench: Future[BenchPlan] | None = None
-    done: Future[None] = field(default_factory=Future)
-    """Set once every entry has its result (or to the error that stopped the GPU's work)."""
-
-
-_JobKey = tuple[KernelKey, int, tuple[str, ...], str | None]
-"""A job as :meth:`GpuEvaluator.prepare` remembers it: kernel, the spec object, candidates and baseline."""
-
-
-def _label(job: Job, arch: str) -> str:
-    """A job as the timeline names it."""
-    return f"{job.spec.name}/{arch}"
-
-
-def largest_first(jobs: Sequence[Job]) -> list[int]:
-    """The order jobs are started in (their compiles ranked, their GPU assigned): most candidates first, the given
-    order among equals. The job with the most candidates has the most background work (compiles, checks, and
-    compute-sanitizer runs above all), and the GPU times whichever job is ready, so the longest work must not start
-    last: on the H200 the root manifest's matmul (35 candidates, 5th of 6) finished its racecheck runs 40 s after
-    every other job was ready (bench/results/gpu_session_2026-12-02.md). Starting the most loaded job first also
-    balances several GPUs (longest processing time first)."""
-    return sorted(range(len(jobs)), key=lambda i: -len(jobs[i].candidates))
-
-
-def _job_key(job: Job, arch: str) -> _JobKey:
-    baseline = job.baseline.digest if job.baseline is not None else None
-    return (KernelKey.of(job, arch), id(job.spec), tuple(c.digest for c in job.candidates), baseline)
-
-
-@dataclass(frozen=True)
-class _Timed:
-    """A job's timed survivors, each with the future of its judging, and what their timings are set against."""
-
-    judged: list[tuple[_Candidacy, Future[Verdict | list[SampleStats]]]]
-    floors: DeviceFloors | None
-    reference_us: float | None
-
-
-_Checked = Result | tuple[Status, str] | None
-"""What a candidate's background correctness checks found: the gate's verdict where it failed there, a status and
-its reason, or None where every check that shares the GPU passed."""
-
-
-def _chain(source: Future[T], target: Future[T]) -> None:
-    """``target`` gets ``source``'s outcome once it has one."""
-
-    def copy(_: object) -> None:
-        if source.cancelled():
-            target.cancel()
-        elif source.exception() is not None:
-            target.set_exception(source.exception())
-        else:
-            target.set_result(source.result())
-
-    source.add_done_callback(copy)
 
 
 def _cleanup(slots: list[Slot], pools: list[ThreadPoolExecutor], judges: JudgePool, root: Path, own_root: bool) -> None:
@@ -263,9 +176,9 @@ class GpuEvaluator:
             id(slot): ThreadPoolExecutor(1, thread_name_prefix=f"r1build-settle{i}")
             for i, slot in enumerate(self._slots)
         }
-        self._ahead: dict[_JobKey, _JobState] = {}
+        self._ahead: dict[JobKey, JobState] = {}
         self._closing = False
-        self._checks: dict[tuple[KernelKey, str], Future[_Checked]] = {}
+        self._checks: dict[tuple[KernelKey, str], Future[Checked]] = {}
         every_slot = self._slots + [c for checkers in self._checkers.values() for c in checkers]
         self._every_slot = every_slot
         self._notes: set[str] = set()
@@ -329,7 +242,7 @@ class GpuEvaluator:
         """One result per candidate of ``job``, in order (the work :meth:`prepare` started for the same job, where
         it did)."""
         with self._lock:
-            ahead = self._ahead.pop(_job_key(job, parse_arch(job.arch)), None)
+            ahead = self._ahead.pop(job_key(job, parse_arch(job.arch)), None)
         if ahead is not None:
             return self._results(ahead)
         return self.evaluate_all([job])[0]
@@ -353,10 +266,10 @@ class GpuEvaluator:
         and baseline) then waits for that work instead of starting its own. Jobs of archs without a local GPU are
         ignored."""
         load = {id(slot): 0 for slot in self._slots}
-        started: dict[int, _JobState] = {}
+        started: dict[int, JobState] = {}
         for i in largest_first(jobs):
             arch = parse_arch(jobs[i].arch)
-            key = _job_key(jobs[i], arch)
+            key = job_key(jobs[i], arch)
             with self._lock:
                 if key in self._ahead or not any(gpu_runs_arch(s.gpu, arch) for s in self._slots):
                     continue
@@ -465,13 +378,13 @@ class GpuEvaluator:
             rank = self._ranks.get(KernelKey.of(job, arch))
             workdir = self._root / "build" / arch / candidate.digest[:24]
             build = functools.partial(
-                self._timed, "build_s", _label(job, arch), self._build, job, candidate, arch, workdir
+                self._timed, "build_s", label(job, arch), self._build, job, candidate, arch, workdir
             )
             if gate is None or getattr(self.gate, "keep_objects", None) is None:
                 self._libs[key] = self._submit_ranked(rank, build)
                 return self._libs[key]
             done: Future[Library | LibraryFailure] = Future()
-            gate.add_done_callback(lambda _: _chain(self._submit_ranked(rank, build), done))
+            gate.add_done_callback(lambda _: chain(self._submit_ranked(rank, build), done))
             self._libs[key] = done
             return done
 
@@ -491,14 +404,14 @@ class GpuEvaluator:
             compiled_object=compiled,
         )
 
-    def _entries(self, job: Job) -> list[_Candidacy]:
-        entries = [_Candidacy(candidate=c, visible=True, index=i) for i, c in enumerate(job.candidates)]
+    def _entries(self, job: Job) -> list[Candidacy]:
+        entries = [Candidacy(candidate=c, visible=True, index=i) for i, c in enumerate(job.candidates)]
         if job.baseline is not None and all(c.digest != job.baseline.digest for c in job.candidates):
-            entries.append(_Candidacy(candidate=job.baseline, visible=False, index=len(entries)))
+            entries.append(Candidacy(candidate=job.baseline, visible=False, index=len(entries)))
         return entries
 
     def _queue(
-        self, job: Job, arch: str, entries: list[_Candidacy]
+        self, job: Job, arch: str, entries: list[Candidacy]
     ) -> tuple[Future[list[Result]], Future[list[ShapePlan]]]:
         """The gate and plan futures of a job (made once, reused by a later call), and its library builds."""
         kernel = KernelKey.of(job, arch)
@@ -511,7 +424,7 @@ class GpuEvaluator:
                     rank,
                     self._timed,
                     "gate_s",
-                    _label(job, arch),
+                    label(job, arch),
                     self.gate.evaluate,
                     Job(job.manifest, job.spec, arch, [e.candidate for e in entries]),
                 )
@@ -534,7 +447,7 @@ class GpuEvaluator:
         slot: Slot,
         job: Job,
         arch: str,
-        entry: _Candidacy,
+        entry: Candidacy,
         gate: Future[list[Result]],
         library: Future[Library | LibraryFailure],
         plan: Future[list[ShapePlan]],
@@ -575,14 +488,14 @@ class GpuEvaluator:
         if slot.sanitizer is not None:
             slot.sanitizer.available(slot.workdir)
 
-    def _start(self, job: Job, load: dict[int, int]) -> _JobState:
+    def _start(self, job: Job, load: dict[int, int]) -> JobState:
         """Queue the job's compiles and plan; assign it to the least loaded GPU of its arch."""
         arch = parse_arch(job.arch)
         slots = [s for s in self._slots if gpu_runs_arch(s.gpu, arch)]
         entries = self._entries(job)
         self._count("candidates", len(job.candidates))
         if not slots:
-            return _JobState(job=job, arch=arch, slot=None, entries=entries)
+            return JobState(job=job, arch=arch, slot=None, entries=entries)
         slot = min(slots, key=lambda s: (load[id(s)], s.gpu.index))
         load[id(slot)] += len(entries)
         self._warm(slot)
@@ -591,12 +504,12 @@ class GpuEvaluator:
             entry.gate = gate
             entry.library = self._library(job, entry.candidate, arch)
             entry.sanitizers = self._sanitizing.runs(job, arch, entry.candidate)
-        state = _JobState(job=job, arch=arch, slot=slot, entries=entries)
+        state = JobState(job=job, arch=arch, slot=slot, entries=entries)
         state.plan = plan
         state.bench = self._timer.bench_plan(job, arch, slot)
         return state
 
-    def _gate_only(self, state: _JobState) -> list[Result]:
+    def _gate_only(self, state: JobState) -> list[Result]:
         known = ", ".join(sorted(self.archs)) or "none"
         self._note(
             f"no local GPU runs {state.arch} (measurable here: {known}); {state.job.spec.name} keeps the "
@@ -609,9 +522,9 @@ class GpuEvaluator:
         )
 
     # -- the GPU side: checks, then the sanitizers' outcomes, then timing alone ---------------------------
-    def _drive(self, states: list[_JobState]) -> list[threading.Thread]:
+    def _drive(self, states: list[JobState]) -> list[threading.Thread]:
         """Start a thread per GPU that works through its jobs among ``states`` (:meth:`_run_slot`)."""
-        by_slot: dict[int, list[_JobState]] = {}
+        by_slot: dict[int, list[JobState]] = {}
         for state in states:
             if state.slot is not None:
                 by_slot.setdefault(self._slots.index(state.slot), []).append(state)
@@ -628,7 +541,7 @@ class GpuEvaluator:
             t.start()
         return threads
 
-    def _results(self, state: _JobState) -> list[Result]:
+    def _results(self, state: JobState) -> list[Result]:
         """The visible results of a job driven on a GPU, once they are all in."""
         try:
             state.done.result()
@@ -642,7 +555,7 @@ class GpuEvaluator:
             if e.visible
         ]
 
-    def _run_slot(self, states: list[_JobState]) -> None:
+    def _run_slot(self, states: list[JobState]) -> None:
         """The GPU's jobs in order: a job's background checks and sanitizer runs awaited, then its shared-memory
         checks and timing with the GPU to itself (checks wait, sanitizer runs stop at their next call), then on
         to the next job while the settling thread waits for the judging of what the timed calls left. Every
@@ -657,25 +570,25 @@ class GpuEvaluator:
             for timed in range(1, len(states) + 1):
                 start = time.perf_counter()
                 state = pending.pop(self._next_ready(pending))
-                label = _label(state.job, state.arch)
-                self._phase("wait_ready_s", start, label)
+                name = label(state.job, state.arch)
+                self._phase("wait_ready_s", start, name)
                 start = time.perf_counter()
                 for entry in state.entries:
                     self._apply_checks(state, entry)
                     done += 1
                     emit(Progress("evaluate: checks", done, total, {"device": slot.gpu.name}))
-                self._phase("check_phase_s", start, label)
+                self._phase("check_phase_s", start, name)
                 start = time.perf_counter()
                 for entry in state.entries:
                     self._finish_sanitizers(state, entry)
-                self._phase("wait_sanitizer_s", start, label)
+                self._phase("wait_sanitizer_s", start, name)
                 start = time.perf_counter()
                 with slot.busy:
                     waited = time.perf_counter()
                     with slot.quiet.exclusive():
-                        self._phase("wait_quiet_s", waited, label)
+                        self._phase("wait_quiet_s", waited, name)
                         timing = self._time_job(state, slot)
-                self._phase("timing_s", start, label)
+                self._phase("timing_s", start, name)
                 settler.submit(contextvars.copy_context().run, self._settle, state, timing)
                 emit(Progress("evaluate: timing", timed, len(states), {"device": slot.gpu.name}))
         except BaseException as exc:
@@ -683,7 +596,7 @@ class GpuEvaluator:
                 if not state.done.done():
                     state.done.set_exception(exc)
 
-    def _next_ready(self, pending: list[_JobState]) -> int:
+    def _next_ready(self, pending: list[JobState]) -> int:
         """Which of ``pending`` the GPU takes next: the first, in the order given, whose background work (checks and
         compute-sanitizer runs) is all in, waiting for the first to become so. A job whose sanitizer runs are still
         going does not hold up one behind it that is ready; with ``in_order`` the first is taken as it comes."""
@@ -700,7 +613,7 @@ class GpuEvaluator:
                 waiting += unfinished
             concurrent.futures.wait(waiting, timeout=1.0, return_when=concurrent.futures.FIRST_COMPLETED)
 
-    def _background(self, state: _JobState) -> list[Future[Any]]:
+    def _background(self, state: JobState) -> list[Future[Any]]:
         """The futures of a job's checks on the check workers and of its compute-sanitizer runs."""
         kernel = KernelKey.of(state.job, state.arch)
         with self._lock:
@@ -708,7 +621,7 @@ class GpuEvaluator:
         runs = [e.sanitizers.outcomes for e in state.entries if e.sanitizers is not None]
         return [f for f in checks if f is not None] + runs
 
-    def _settle(self, state: _JobState, timing: _Timed | None) -> None:
+    def _settle(self, state: JobState, timing: Timed | None) -> None:
         """A job's results once the judging of its timed calls is in (on the settling thread)."""
         start = time.perf_counter()
         try:
@@ -719,9 +632,9 @@ class GpuEvaluator:
         else:
             state.done.set_result(None)
         finally:
-            self.timeline.add("settle_s", _label(state.job, state.arch), start)
+            self.timeline.add("settle_s", label(state.job, state.arch), start)
 
-    def _apply_checks(self, state: _JobState, entry: _Candidacy) -> None:
+    def _apply_checks(self, state: JobState, entry: Candidacy) -> None:
         """A candidate's background checks (started now where no earlier call did) become its result if it
         failed them."""
         assert entry.gate is not None and entry.library is not None and state.plan is not None
@@ -735,14 +648,14 @@ class GpuEvaluator:
         elif found is not None:
             entry.result = self._result(state, entry, *found)
 
-    def _result(self, state: _JobState, entry: _Candidacy, status: Status, detail: str = "", **kw: Any) -> Result:
+    def _result(self, state: JobState, entry: Candidacy, status: Status, detail: str = "", **kw: Any) -> Result:
         gate = entry.gate.result()[entry.index] if entry.gate is not None else None
         return Result(
             candidate=entry.candidate.digest,
             arch=state.arch,
             status=status,
             stage="evaluate",
-            detail=_trim(detail),
+            detail=trim(detail),
             gate=gate.gate if gate else None,
             device=state.slot.gpu.name if state.slot else None,
             toolchain=gate.toolchain if gate else self.toolchain.ident,
@@ -759,7 +672,7 @@ class GpuEvaluator:
         gate: Future[list[Result]],
         library: Future[Library | LibraryFailure],
         plan: Future[list[ShapePlan]],
-    ) -> _Checked:
+    ) -> Checked:
         """One candidate's checks that share the GPU, on a free check worker (see :meth:`_check_later`)."""
         runs = self._sanitizing.runs(job, arch, candidate)
         start = time.perf_counter()
@@ -769,7 +682,7 @@ class GpuEvaluator:
             return verdicts[index]
         lib = library.result()
         plans = plan.result()
-        self._phase("wait_build_s", start, _label(job, arch))
+        self._phase("wait_build_s", start, label(job, arch))
         if isinstance(lib, LibraryFailure):
             return (lib.status, lib.detail)
         self._count("built", 1)
@@ -780,7 +693,7 @@ class GpuEvaluator:
                 verdict = run_checks(
                     checker, job.spec, lib, plans, timeout_s=self.call_timeout_s, part="shared", count=self._count
                 )
-                self._phase("checks_s", start, _label(job, arch))
+                self._phase("checks_s", start, label(job, arch))
         finally:
             self._free[id(slot)].put(checker)
         self._count("checked", 1)
@@ -791,10 +704,10 @@ class GpuEvaluator:
         self._sanitizing.cancel(job, arch, candidate, runs)
         return (verdict.status, race or verdict.detail)
 
-    def _cancel_sanitizers(self, state: _JobState, entry: _Candidacy) -> None:
+    def _cancel_sanitizers(self, state: JobState, entry: Candidacy) -> None:
         self._sanitizing.cancel(state.job, state.arch, entry.candidate, entry.sanitizers)
 
-    def _finish_sanitizers(self, state: _JobState, entry: _Candidacy) -> None:
+    def _finish_sanitizers(self, state: JobState, entry: Candidacy) -> None:
         if entry.result is not None or entry.sanitizers is None:
             self._cancel_sanitizers(state, entry)
             return
@@ -802,7 +715,7 @@ class GpuEvaluator:
         if found is not None:
             entry.result = self._result(state, entry, *found)
 
-    def _time_job(self, state: _JobState, slot: Slot) -> _Timed | None:
+    def _time_job(self, state: JobState, slot: Slot) -> Timed | None:
         """The GPU part of a job's timing (the caller holds the GPU alone): the shared-memory checks, the floors
         and the reference, and each survivor's timed calls; what they left is judged on the CPU pool."""
         survivors = [e for e in state.entries if e.result is None]
@@ -820,13 +733,13 @@ class GpuEvaluator:
             if verdict is not None:
                 entry.result = self._result(state, entry, verdict.status, verdict.detail)
         survivors = [e for e in survivors if e.result is None]
-        self._phase("checks_alone_s", start, _label(state.job, state.arch))
+        self._phase("checks_alone_s", start, label(state.job, state.arch))
         if not survivors:
             return None
         start = time.perf_counter()
         floors = self._timer.floors(slot)
         reference_us = self._timer.reference_us(state.job, slot)
-        self._phase("reference_s", start, _label(state.job, state.arch))
+        self._phase("reference_s", start, label(state.job, state.arch))
         start = time.perf_counter()
         judged = []
         for entry in survivors:  # the GPU times one after another; the CPU pool judges what each left
@@ -834,10 +747,10 @@ class GpuEvaluator:
             lib = entry.library.result()
             assert isinstance(lib, Library)
             judged.append((entry, self._timer.time(state.job, slot, lib, state.bench, floors)))
-        self._phase("time_candidates_s", start, _label(state.job, state.arch))
-        return _Timed(judged, floors, reference_us)
+        self._phase("time_candidates_s", start, label(state.job, state.arch))
+        return Timed(judged, floors, reference_us)
 
-    def _settle_timing(self, state: _JobState, timed: _Timed) -> None:
+    def _settle_timing(self, state: JobState, timed: Timed) -> None:
         """Each timed survivor's result, once what its calls left is judged (the GPU is free meanwhile)."""
         start = time.perf_counter()
         for entry, future in timed.judged:
@@ -847,7 +760,7 @@ class GpuEvaluator:
                 self._count("timed", 1)
             else:
                 entry.result = self._result(state, entry, outcome.status, outcome.detail)
-        self._phase("wait_judge_s", start, _label(state.job, state.arch))
+        self._phase("wait_judge_s", start, label(state.job, state.arch))
         baseline_us = None
         if state.job.baseline is not None:
             base = next((e for e in state.entries if e.candidate.digest == state.job.baseline.digest), None)

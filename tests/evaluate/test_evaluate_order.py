@@ -8,7 +8,7 @@ from pathlib import Path
 
 from r1build.cache import Cache
 from r1build.evaluate import GpuEvaluator
-from r1build.evaluate.evaluator import _Candidacy, _JobState
+from r1build.evaluate.jobs import Candidacy, JobState
 from r1build.evaluate.sanitizing import KernelKey, SanitizeRuns
 from r1build.judge import Job
 from r1build.manifest import load_manifest
@@ -16,7 +16,7 @@ from r1build.records import Candidate, Origin
 from tests.evaluate.evaluate_support import ROOT
 
 
-def _state(evaluator: GpuEvaluator, kernel: str) -> tuple[_JobState, Future[object], SanitizeRuns]:
+def _state(evaluator: GpuEvaluator, kernel: str) -> tuple[JobState, Future[object], SanitizeRuns]:
     """A job of the root manifest's ``kernel`` with one candidate whose check and sanitizer runs are pending."""
     manifest = load_manifest(ROOT / "kernels.toml")
     spec = next(s for s in manifest.kernels if s.name == kernel)
@@ -25,8 +25,8 @@ def _state(evaluator: GpuEvaluator, kernel: str) -> tuple[_JobState, Future[obje
     runs = SanitizeRuns()
     check: Future[object] = Future()
     evaluator._checks[(KernelKey.of(job, "sm_90"), candidate.digest)] = check  # type: ignore[assignment]
-    entry = _Candidacy(candidate=candidate, visible=True, index=0, sanitizers=runs)
-    return _JobState(job=job, arch="sm_90", slot=None, entries=[entry]), check, runs
+    entry = Candidacy(candidate=candidate, visible=True, index=0, sanitizers=runs)
+    return JobState(job=job, arch="sm_90", slot=None, entries=[entry]), check, runs
 
 
 def test_a_job_still_sanitized_does_not_hold_up_a_ready_one(tmp_path: Path) -> None:
@@ -50,7 +50,7 @@ def test_a_job_still_sanitized_does_not_hold_up_a_ready_one(tmp_path: Path) -> N
 
 
 def test_jobs_start_with_the_most_candidates_first_and_keep_the_given_order_among_equals() -> None:
-    from r1build.evaluate.evaluator import largest_first
+    from r1build.evaluate.jobs import largest_first
 
     manifest = load_manifest(ROOT / "kernels.toml")
     spec = manifest.kernels[0]

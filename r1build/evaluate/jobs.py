@@ -1,0 +1,130 @@
+"""A job as the GPU evaluator carries it through its stages: the records of a job and its candidates, and the
+small functions over them (the order jobs start in, how a job is named and remembered).
+
+:class:`JobState` is one kernel on one arch with its :class:`Candidacy` entries, each gaining its gate verdicts,
+library, sanitizer runs, timing statistics and finally its result; :class:`Timed` is what the GPU hands the
+settling thread after timing a job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from ..judge import Job
+from ..records import Candidate, Result, Status
+from .bench_checks import BenchPlan
+from .checks import ShapePlan, Verdict
+from .floors import DeviceFloors
+from .library import Library, LibraryFailure
+from .sanitizing import KernelKey, SanitizeRuns
+from .slots import Slot
+from .timing import SampleStats
+
+__all__ = [
+    "Candidacy",
+    "Checked",
+    "JobKey",
+    "JobState",
+    "Timed",
+    "chain",
+    "job_key",
+    "label",
+    "largest_first",
+    "trim",
+]
+
+T = TypeVar("T")
+DETAIL_LIMIT = 4000
+"""Longest reason a result keeps."""
+
+
+def trim(text: str) -> str:
+    """``text`` cut to :data:`DETAIL_LIMIT` characters."""
+    return text if len(text) <= DETAIL_LIMIT else text[: DETAIL_LIMIT - 3] + "..."
+
+
+@dataclass(kw_only=True)
+class Candidacy:
+    """One candidate of one job, as it moves through the stages."""
+
+    candidate: Candidate
+    visible: bool
+    """Whether its result is returned (a baseline that is not among the job's candidates is judged for the
+    speedup only)."""
+    index: int
+    """Position in its job's gate verdicts."""
+    gate: Future[list[Result]] | None = None
+    library: Future[Library | LibraryFailure] | None = None
+    result: Result | None = None
+    sanitizers: SanitizeRuns | None = None
+    stats: list[SampleStats] | None = None
+
+
+@dataclass(kw_only=True)
+class JobState:
+    """One kernel on one arch as the evaluator works through it."""
+
+    job: Job
+    arch: str
+    slot: Slot | None
+    entries: list[Candidacy]
+    plan: Future[list[ShapePlan]] | None = None
+    bench: Future[BenchPlan] | None = None
+    done: Future[None] = field(default_factory=Future)
+    """Set once every entry has its result (or to the error that stopped the GPU's work)."""
+
+
+JobKey = tuple[KernelKey, int, tuple[str, ...], str | None]
+"""A job as :meth:`GpuEvaluator.prepare` remembers it: kernel, the spec object, candidates and baseline."""
+
+
+def label(job: Job, arch: str) -> str:
+    """A job as the timeline names it."""
+    return f"{job.spec.name}/{arch}"
+
+
+def largest_first(jobs: Sequence[Job]) -> list[int]:
+    """The order jobs are started in (their compiles ranked, their GPU assigned): most candidates first, the given
+    order among equals. The job with the most candidates has the most background work (compiles, checks, and
+    compute-sanitizer runs above all), and the GPU times whichever job is ready, so the longest work must not start
+    last: on the H200 the root manifest's matmul (35 candidates, 5th of 6) finished its racecheck runs 40 s after
+    every other job was ready (bench/results/gpu_session_2026-12-02.md). Starting the most loaded job first also
+    balances several GPUs (longest processing time first)."""
+    return sorted(range(len(jobs)), key=lambda i: -len(jobs[i].candidates))
+
+
+def job_key(job: Job, arch: str) -> JobKey:
+    """How :meth:`~.evaluator.GpuEvaluator.prepare` remembers a job."""
+    baseline = job.baseline.digest if job.baseline is not None else None
+    return (KernelKey.of(job, arch), id(job.spec), tuple(c.digest for c in job.candidates), baseline)
+
+
+@dataclass(frozen=True)
+class Timed:
+    """A job's timed survivors, each with the future of its judging, and what their timings are set against."""
+
+    judged: list[tuple[Candidacy, Future[Verdict | list[SampleStats]]]]
+    floors: DeviceFloors | None
+    reference_us: float | None
+
+
+Checked = Result | tuple[Status, str] | None
+"""What a candidate's background correctness checks found: the gate's verdict where it failed there, a status and
+its reason, or None where every check that shares the GPU passed."""
+
+
+def chain(source: Future[T], target: Future[T]) -> None:
+    """``target`` gets ``source``'s outcome once it has one."""
+
+    def copy(_: object) -> None:
+        if source.cancelled():
+            target.cancel()
+        elif source.exception() is not None:
+            target.set_exception(source.exception())
+        else:
+            target.set_result(source.result())
+
+    source.add_done_callback(copy)
