@@ -38,6 +38,15 @@ GOOD = """\
 import numpy as np
 
 
+class Odd(Exception):
+    def __str__(self):
+        raise ValueError("a message that cannot be shown")
+
+
+def odd():
+    raise Odd()
+
+
 def pair(x, rows, cols):
     y = (2 * x).astype(np.float32)
     z = x > 0
@@ -54,6 +63,13 @@ CASES = [
     ),
     ("raises-on-large-inputs", "(y, z, c) if np.abs(x).max() < 50 else x[99999]", "(large inputs): raised IndexError"),
     ("exits", "__import__('sys').exit(3)", "raised SystemExit: 3"),
+    # an exception whose message raises in turn was a traceback (exit 1)
+    ("unprintable-exception", "odd()", "raised Odd: (its message cannot be shown: ValueError)"),
+    (
+        "unprintable-array-failure",
+        "(y, z, type('A', (), {'__array__': lambda self, *a, **k: odd()})())",
+        "output 'c' is not an array: Odd: (its message cannot be shown: ValueError)",
+    ),
     ("too-few", "(y, z)", "returned 2 values for 3 outputs (y, z, c)"),
     ("too-many", "(y, z, c, c)", "returned 4 values for 3 outputs"),
     ("one-for-three", "y", "returned one value for 3 outputs"),
@@ -141,3 +157,16 @@ def test_a_reference_module_that_exits_on_import(tmp_path: Path, capsys: pytest.
     err = capsys.readouterr().err
     assert code == 2, err
     assert "kernel[0].reference: importing" in err and "failed: SystemExit: 1" in err
+
+
+def test_a_reference_module_that_raises_an_unprintable_exception_on_import(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = project(tmp_path / "p", "(y, z, c)")
+    reference = path.parent / "reference.py"
+    reference.write_text(reference.read_text(encoding="utf-8") + "\nodd()\n", encoding="utf-8")
+    code = main(["check", "-m", str(path)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err
+    assert "failed: Odd: (its message cannot be shown: ValueError)" in err, err

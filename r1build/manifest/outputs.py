@@ -17,7 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .model import INTEGER_DTYPES, Arg, KernelSpec
-from .reference import ReferenceProblem
+from .reference import ReferenceProblem, failure_text
 
 __all__ = ["call_reference", "declared_shape", "reference_outputs"]
 
@@ -77,7 +77,7 @@ def reference_outputs(spec: KernelSpec, sizes: Mapping[str, int], result: object
         try:
             arr = np.asarray(value)
         except Exception as exc:  # user data: anything numpy cannot take is reported
-            raise ReferenceProblem(f"output {arg.name!r} is not an array: {type(exc).__name__}: {exc}") from None
+            raise ReferenceProblem(f"output {arg.name!r} is not an array: {failure_text(exc)}") from None
         shape = declared_shape(arg, sizes)
         if arr.shape != shape:
             if _squeezed(arr.shape) != _squeezed(shape):
@@ -102,5 +102,5 @@ def call_reference(
             warnings.simplefilter("ignore")
             result = reference(**kwargs)
     except (Exception, SystemExit) as exc:  # user code: any failure (sys.exit included) is reported
-        raise ReferenceProblem(f"raised {type(exc).__name__}: {exc}") from None
+        raise ReferenceProblem(f"raised {failure_text(exc)}") from None
     return reference_outputs(spec, sizes, result)

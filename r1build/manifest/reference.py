@@ -14,6 +14,7 @@ from typing import Any
 __all__ = [
     "ReferenceProblem",
     "check_reference_statically",
+    "failure_text",
     "load_reference",
     "reference_file",
     "reference_source_digest",
@@ -22,6 +23,17 @@ __all__ = [
 
 class ReferenceProblem(Exception):
     """The reference cannot be found or imported; the message says why."""
+
+
+def failure_text(exc: BaseException) -> str:
+    """``Type: message`` of an exception the user's code raised. Its message is user code too: one that cannot be
+    rendered (a ``__str__`` that raises or returns no string) is said to be so, instead of raising out of the error
+    report as a traceback."""
+    try:
+        message = str(exc)
+    except Exception as inner:  # user code: any failure is reported
+        message = f"(its message cannot be shown: {type(inner).__name__})"
+    return f"{type(exc).__name__}: {message}"
 
 
 def reference_file(root: Path, ref: str) -> Path:
@@ -83,7 +95,7 @@ def _load_module(path: Path, name: str) -> ModuleType:
     try:
         spec.loader.exec_module(module)
     except (Exception, SystemExit) as exc:  # user code: any failure (sys.exit included) is reported
-        raise ReferenceProblem(f"importing {path} failed: {type(exc).__name__}: {exc}") from exc
+        raise ReferenceProblem(f"importing {path} failed: {failure_text(exc)}") from exc
     finally:
         if root in sys.path:
             sys.path.remove(root)
