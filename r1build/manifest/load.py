@@ -191,6 +191,7 @@ def load_manifest(path: Path, *, check_references: bool = True) -> Manifest:
         except ReferenceProblem as exc:
             raise v.fail(("kernel", i, "reference"), str(exc)) from None
         validated.append(spec)
+    _check_lock_is_no_kernel_file(v, settings, path.parent, validated)
     targets = _settled_targets(raw_settings, settings, kernels)
     return Manifest(path=path, settings=settings, kernels=validated, reference_digests=digests, targets=targets)
 
@@ -429,6 +430,29 @@ def _check_project_paths(v: _Validator, settings: ProjectSettings, manifest: Pat
             f"{settings.lock_file!r} is inside vendor-dir ({settings.vendor_dir!r}), "
             "which `r1build vendor` keeps to itself",
         )
+
+
+def _check_lock_is_no_kernel_file(
+    v: _Validator, settings: ProjectSettings, root: Path, kernels: list[KernelSpec]
+) -> None:
+    """``lock-file`` is none of the files the kernels name (a baseline, a candidate, a reference module), which
+    writing the lock would replace: ``lock-file = "scale.cu"`` had ``r1build lock`` overwrite the baseline."""
+    lock = (root / settings.lock_file).resolve()
+    for i, spec in enumerate(kernels):
+        named = [("baseline", spec.baseline), *[("candidates", c) for c in spec.candidates]]
+        for key, rel in named:
+            if rel is not None and (root / rel).resolve() == lock:
+                raise v.fail(
+                    ("lock-file",),
+                    f"{settings.lock_file!r} is kernel[{i}] ({spec.name})'s {key} file, which writing the lock would "
+                    "overwrite",
+                )
+        if reference_file(root, spec.reference).resolve() == lock:
+            raise v.fail(
+                ("lock-file",),
+                f"{settings.lock_file!r} is kernel[{i}] ({spec.name})'s reference module, which writing the lock "
+                "would overwrite",
+            )
 
 
 def _source_file_problem(root: Path, rel: str) -> str | None:

@@ -196,3 +196,29 @@ def test_project_paths_r1build_cannot_write_are_refused_when_loaded(
         code, output = run_check(capsys, path, command)
         assert code == 2, output
         assert f"error: {path}:3: " in output and fragment in output, output
+
+
+@pytest.mark.parametrize(
+    ("setting", "fragment"),
+    [
+        ('lock-file = "scale.cu"', "'scale.cu' is kernel[0] (scale)'s baseline file, which writing the lock"),
+        ('lock-file = "./other.cu"', "'./other.cu' is kernel[0] (scale)'s candidates file, which writing the lock"),
+        ('lock-file = "reference.py"', "'reference.py' is kernel[0] (scale)'s reference module, which writing the"),
+    ],
+    ids=["baseline", "candidate", "reference"],
+)
+def test_a_lock_file_that_is_a_kernel_file_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], setting: str, fragment: str
+) -> None:
+    """``lock-file = "scale.cu"`` loaded, and ``r1build lock`` then overwrote the baseline with the lock (exit 0)."""
+    manifest = BASE.replace('baseline = "scale.cu"', 'baseline = "scale.cu"\ncandidates = ["other.cu"]')
+    path = write_project(
+        tmp_path / "p", manifest.replace('target = "tiny::kernels"', f'target = "tiny::kernels"\n{setting}')
+    )
+    (path.parent / "other.cu").write_text("// another candidate\n", encoding="utf-8")
+    before = {p.name: p.read_bytes() for p in path.parent.iterdir()}
+    for command in ("check", "status", "lock"):
+        code, output = run_check(capsys, path, command)
+        assert code == 2, output
+        assert f"error: {path}:3: lock-file: " in output and fragment in output, output
+    assert {p.name: p.read_bytes() for p in path.parent.iterdir() if p.name != "cache"} == before
