@@ -556,20 +556,21 @@ class GpuEvaluator:
         ]
 
     def _run_slot(self, states: list[JobState]) -> None:
-        """The GPU's jobs in order: a job's background checks and sanitizer runs awaited, then its shared-memory
-        checks and timing with the GPU to itself (checks wait, sanitizer runs stop at their next call), then on
-        to the next job while the settling thread waits for the judging of what the timed calls left. Every
-        state's ``done`` is set, to the error where one stopped the work."""
+        """The GPU's jobs, each once its background checks and sanitizer runs are in (:meth:`_next_ready`): its
+        shared-memory checks and timing with the GPU to itself (checks wait, sanitizer runs stop at their next
+        call), then on to the next job while the settling thread waits for the judging of what the timed calls
+        left. Every state's ``done`` is set, to the error where one stopped the work (the job at hand included)."""
         slot = states[0].slot
         assert slot is not None
         total = sum(len(state.entries) for state in states)
         done = 0
         settler = self._settlers[id(slot)]
         pending = list(states)
+        current: JobState | None = None  # taken from pending, not yet handed to the settling thread
         try:
             for timed in range(1, len(states) + 1):
                 start = time.perf_counter()
-                state = pending.pop(self._next_ready(pending))
+                state = current = pending.pop(self._next_ready(pending))
                 name = label(state.job, state.arch)
                 self._phase("wait_ready_s", start, name)
                 start = time.perf_counter()
@@ -590,9 +591,10 @@ class GpuEvaluator:
                         timing = self._time_job(state, slot)
                 self._phase("timing_s", start, name)
                 settler.submit(contextvars.copy_context().run, self._settle, state, timing)
+                current = None
                 emit(Progress("evaluate: timing", timed, len(states), {"device": slot.gpu.name}))
         except BaseException as exc:
-            for state in pending:
+            for state in ([current] if current is not None else []) + pending:
                 if not state.done.done():
                     state.done.set_exception(exc)
 

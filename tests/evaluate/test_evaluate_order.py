@@ -62,3 +62,30 @@ def test_jobs_start_with_the_most_candidates_first_and_keep_the_given_order_amon
 
     assert largest_first([job(3), job(35), job(3), job(12)]) == [1, 3, 0, 2]
     assert largest_first([]) == []
+
+
+def test_an_error_at_the_job_the_gpu_took_reaches_that_job_and_those_after_it(tmp_path: Path) -> None:
+    # a stand-in GPU: its worker never starts here (no cupy), which the evaluator's warm-up shrugs off
+    from r1build.evaluate.devices import GpuInfo
+
+    gpu = GpuInfo(name="Stand-in GPU", arch="sm_90", index=0, memory=1 << 30)
+    with (
+        Cache(tmp_path / "cache") as cache,
+        GpuEvaluator(cache, gpus=[gpu], sanitize=False, check_workers=1, workdir=tmp_path / "w") as evaluator,
+    ):
+        first, first_check, first_runs = _state(evaluator, "matmul")
+        second, _, _ = _state(evaluator, "rmsnorm")
+        for state in (first, second):
+            state.slot = evaluator._slots[0]
+            state.plan = Future()
+            for entry in state.entries:
+                entry.gate, entry.library = Future(), Future()
+        first_runs.expect([])
+        first_check.set_exception(RuntimeError("the check worker went away"))
+        done = threading.Thread(target=evaluator._run_slot, args=([first, second],))
+        done.start()
+        done.join(30)
+        assert not done.is_alive()
+        # the job at hand (taken off the pending list) gets the error, as does the one still waiting
+        assert isinstance(first.done.exception(timeout=1), RuntimeError)
+        assert isinstance(second.done.exception(timeout=1), RuntimeError)
