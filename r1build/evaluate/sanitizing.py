@@ -375,10 +375,11 @@ class Sanitizing:
     def _run_batch(self, job: Job, queue: _Queue, part: list[SanitizeRuns]) -> None:
         """One run over ``part``; a clean run clears it, a batch of one gets its verdict, anything else splits."""
         try:
-            members = [r for r in part if not r.canceled and r.library is not None]
-            if members:
-                found = self._run_tool(job, queue, members)
-                self._settle(queue, members, found)
+            with self.processes.take(None):  # a place first: candidates canceled while it waited are left out
+                members = [r for r in part if not r.canceled and r.library is not None]
+                if members:
+                    found = self._run_tool(job, queue, members)
+                    self._settle(queue, members, found)
         except BaseException as exc:
             for runs in part:
                 runs.fail(exc)
@@ -438,10 +439,7 @@ class Sanitizing:
                     return
 
         watcher = threading.Thread(target=watch, name="r1build-sanitizer-watch", daemon=True)
-        with (
-            self.processes.take(None),
-            queue.slot.quiet.pausable(lambda: runner.held(job_file)),  # its harness stops while the GPU times
-        ):
+        with queue.slot.quiet.pausable(lambda: runner.held(job_file)):  # its harness stops while the GPU times
             start = time.perf_counter()
             watcher.start()
             try:

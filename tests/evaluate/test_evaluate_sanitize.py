@@ -185,11 +185,15 @@ def test_a_run_past_its_limit_is_tried_once_more_with_twice_the_time_then_reject
 
 
 def _sanitizing_runs(
-    tmp_path: Path, names: list[str], *, batch: int
+    tmp_path: Path, names: list[str], *, batch: int, cancel_waiting: tuple[str, ...] = ()
 ) -> tuple[dict[str, list[tuple[str, str]]], list[list[str]], dict[str, float]]:
     """Every name a candidate library of the root manifest's silu_mul, sanitized through :class:`Sanitizing`
-    with the stand-in sanitizer; each library's outcomes by name, the runs made, and the counters."""
+    with the stand-in sanitizer; each library's outcomes by name, the runs made, and the counters. With
+    ``cancel_waiting``, one sanitizer process at a time, its place held until those names are canceled (their runs
+    queued and waiting for it)."""
+    import contextlib
     import threading
+    import time
     from concurrent.futures import Future, ThreadPoolExecutor
 
     from r1build.evaluate.checks import plan_checks
@@ -220,21 +224,33 @@ def _sanitizing_runs(
 
     with ThreadPoolExecutor(8) as pool:
         sanitizing = Sanitizing(
-            [slot], submit=pool.submit, note=lambda _: None, count=count, cuobjdump=lambda: None, batch=batch
+            [slot],
+            submit=pool.submit,
+            note=lambda _: None,
+            count=count,
+            cuobjdump=lambda: None,
+            batch=batch,
+            processes=1 if cancel_waiting else None,
         )
         job = Job(manifest, spec, "sm_90", [])
         plan = pool.submit(plan_checks, spec, load_reference(manifest.root, spec.reference), seed=0)
         runs = {}
+        candidates = {name: Candidate(source=f"// {name}\n", origin=Origin("generated", None)) for name in names}
         libraries: dict[str, Future[Library | LibraryFailure]] = {}
-        for name in names:
-            candidate = Candidate(source=f"// {name}\n", origin=Origin("generated", None))
-            libraries[name] = Future()
-            sanitizing.start(job, "sm_90", candidate, libraries[name], plan)
-            found = sanitizing.runs(job, "sm_90", candidate)
-            assert found is not None
-            runs[name] = found
-        for name in names:  # the libraries' builds end
-            libraries[name].set_result(Library(tmp_path / name, name, "sm_90", 0.0))
+        held = sanitizing.processes.take(None) if cancel_waiting else contextlib.nullcontext()
+        with held:
+            for name in names:
+                libraries[name] = Future()
+                sanitizing.start(job, "sm_90", candidates[name], libraries[name], plan)
+                found = sanitizing.runs(job, "sm_90", candidates[name])
+                assert found is not None
+                runs[name] = found
+            for name in names:  # the libraries' builds end
+                libraries[name].set_result(Library(tmp_path / name, name, "sm_90", 0.0))
+            if cancel_waiting:
+                time.sleep(2.5)  # gathered (1.5 s at most) and waiting for the one place
+                for name in cancel_waiting:
+                    sanitizing.cancel(job, "sm_90", candidates[name], runs[name])
         outcomes: dict[str, list[tuple[str, str]]] = {
             name: [(o.tool, o.verdict) for o in r.outcomes.result(timeout=60)] for name, r in runs.items()
         }
@@ -253,6 +269,14 @@ def test_a_kernels_candidates_share_out_among_runs_that_each_clear_their_batch(t
     share = -(-len(names) // RUNS_PER_QUEUE)
     assert max(len(c) for c in calls) == share and len(calls) == 3 * -(-len(names) // share)
     assert sorted(n for c in calls for n in c) == sorted(names * 3)
+
+
+def test_a_candidate_canceled_while_its_run_waits_for_a_place_is_left_out_of_it(tmp_path: Path) -> None:
+    names = ["good-0.so", "good-1.so", "good-2.so"]
+    outcomes, calls, _ = _sanitizing_runs(tmp_path, names, batch=16, cancel_waiting=("good-1.so",))
+    assert {v for _, v in outcomes["good-1.so"]} == {"canceled"}
+    assert all({v for _, v in outcomes[n]} == {"clean"} for n in ("good-0.so", "good-2.so"))
+    assert calls and all("good-1.so" not in c for c in calls)  # no process started for it, no run stopped for it
 
 
 def test_a_batch_never_takes_more_than_its_size(tmp_path: Path) -> None:
