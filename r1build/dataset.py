@@ -175,8 +175,6 @@ def dataset_records(
 
 def write_dataset(records: Sequence[dict[str, Any]], path: Path) -> None:
     """Write ``records`` as JSON lines (UTF-8) to ``path``, atomically."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        for record in records:
-            f.write(json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n")
-    tmp.replace(path)
+    from .filemode import write_atomically
+
+    write_atomically(path, "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in records))

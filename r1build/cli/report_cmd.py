@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..events import sink
-from ..filemode import replace_problem
+from ..filemode import replace_problem, write_atomically
 from .common import (
     add_cache_arg,
     add_locked_arg,
@@ -58,9 +58,7 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
         refuse_overwriting("--output", output, manifest, cache)
         page = build_report(manifest, cache)
     try:
-        tmp = output.with_name(f".{output.name}.tmp")
-        tmp.write_text(page, encoding="utf-8")
-        tmp.replace(output)
+        write_atomically(output, page)
     except OSError as exc:
         raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
     if args.json:
