@@ -312,7 +312,7 @@ class ProjectSettings:
     digits, ``_ . + -``, parts joined by ``::``."""
     lock_file: str = "kernels.lock"
     """Lock file, relative to the manifest; must stay inside the project (no ``..``, no absolute path, no symbolic link
-    leading out) and not be the manifest itself."""
+    leading out) and not be the manifest itself or a file a kernel names (a reference, baseline or candidate)."""
     vendor_dir: str = "kernels/_r1build"
     """Where ``r1build vendor`` writes the winners' sources, relative to the manifest: a folder of its own inside the
     project (not its root), since vendoring writes and removes files there (only those it wrote)."""
