@@ -2,9 +2,11 @@
 
 At every test shape the reference is called on inputs from each of the evaluator's distributions
 (:mod:`r1build.evaluate.inputs`: the inputs a GPU check feeds it), and what it returns is held to the declared
-outputs (:mod:`r1build.manifest.outputs`: count, shape, dtype). A reference that raises, or returns the wrong
-number, shape or dtype of outputs, is a :class:`~r1build.errors.ManifestError` at the kernel's ``reference`` key
-naming the shape, so it is found here rather than on a GPU.
+outputs (:mod:`r1build.manifest.outputs`: count, shape, dtype). A reference that raises, returns the wrong number,
+shape or dtype of outputs, or an output that is NaN in every element (of 16 or more; the evaluator wants NaN exactly
+where the reference has one, so no honest kernel could pass there and one writing NaN everywhere would), is a
+:class:`~r1build.errors.ManifestError` at the kernel's ``reference`` key naming the shape, so it is found here
+rather than on a GPU.
 """
 
 from __future__ import annotations
@@ -12,6 +14,10 @@ from __future__ import annotations
 import importlib.util
 import zlib
 from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
 
 from .evaluate.inputs import DISTRIBUTIONS, generate_inputs, reference_kwargs
 from .events import Note, emit
@@ -25,6 +31,21 @@ __all__ = ["check_references"]
 
 def _shape_text(sizes: Mapping[str, int]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sizes.items())
+
+
+NAN_MIN_ELEMENTS = 16
+"""Outputs this large that are NaN in every element are refused; a smaller one may be NaN by the kernel's own
+rule (``NaN where x <= 0`` at one element)."""
+
+
+def _all_nan(outputs: Mapping[str, NDArray[Any]]) -> str | None:
+    """The first output of :data:`NAN_MIN_ELEMENTS` elements or more that is NaN in every one, if any."""
+    for name, array in outputs.items():
+        if array.size >= NAN_MIN_ELEMENTS and np.issubdtype(array.dtype, np.floating):
+            with np.errstate(invalid="ignore"):
+                if bool(np.isnan(array).all()):
+                    return name
+    return None
 
 
 def check_references(manifest: Manifest) -> int:
@@ -51,7 +72,13 @@ def check_references(manifest: Manifest) -> int:
             for dist in DISTRIBUTIONS:
                 inputs = generate_inputs(spec, sizes, dist, zlib.crc32(f"check:{spec.name}:{j}:{dist}".encode()))
                 try:
-                    call_reference(reference, spec, sizes, reference_kwargs(spec, sizes, inputs))
+                    outputs = call_reference(reference, spec, sizes, reference_kwargs(spec, sizes, inputs))
+                    nan = _all_nan(outputs)
+                    if nan is not None:
+                        raise ReferenceProblem(
+                            f"output {nan!r} is NaN in every element: no kernel can be checked against it (only one "
+                            f"that writes NaN everywhere would match)"
+                        )
                 except ReferenceProblem as exc:
                     raise located_error(
                         manifest,

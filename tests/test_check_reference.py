@@ -89,6 +89,13 @@ CASES = [
     ("float-for-int", "(y, z, c.astype(np.float64))", "output 'c' has dtype float64, the spec declares int32"),
     ("object", "(y, z, [object()] * rows)", "output 'c' has dtype object"),
     ("string", "(y, z, 'abc')", "output 'c' has dtype <U3"),
+    # the evaluator wants NaN exactly where the reference has one: a NaN-everywhere output passes only NaN writers
+    (
+        "nan-everywhere",
+        "(np.full_like(y, np.nan), z, c)",
+        "(signed inputs): output 'y' is NaN in every element: no kernel can be checked against it",
+    ),
+    ("nan-at-large-inputs", "(y if np.abs(x).max() < 50 else y * np.nan, z, c)", "(large inputs): output 'y' is NaN"),
 ]
 
 
@@ -123,6 +130,7 @@ def test_check_runs_the_reference_and_names_kernel_shape_and_reference(
         "{'c': c, 'z': z, 'y': y}",
         "(y.astype(np.float64), z, c.astype(np.int64))",
         "(y[:, :, None], z, c)",
+        "(np.where(x > 0, y, np.nan).astype(np.float32), z, c)",  # NaN in some elements: the reference's business
     ],
 )
 def test_good_references_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str], body: str) -> None:
