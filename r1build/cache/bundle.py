@@ -68,11 +68,13 @@ from .verdicts import is_signer_note
 __all__ = [
     "BUNDLE_FORMAT",
     "BUNDLE_VERSION",
+    "MACHINE_LOCAL",
     "MAX_ENTRY_BYTES",
     "BundleEntry",
     "BundleSummary",
     "export_bundle",
     "import_bundle",
+    "is_machine_local",
     "read_bundle",
     "referenced_blobs",
 ]
@@ -147,6 +149,19 @@ class BundleSummary:
         return sum(self.entries.values())
 
 
+MACHINE_LOCAL = ("replay", "cluster-outcome")
+"""JSON namespaces of records that mean something only on the machine that made them, never carried by a bundle
+either way: the warm path's replay records (keyed by this machine's environment and working directory, holding the
+paths it read and what a command printed: :mod:`r1build.cli.fastpath`) and GPU job outcomes a cluster run has not
+yet turned into decisions (:mod:`r1build.cluster.session`). Signer notes are this machine's too
+(:func:`~.verdicts.is_signer_note`)."""
+
+
+def is_machine_local(key: str) -> bool:
+    """Whether the full ``key`` is a record of this machine's, left out of bundles and skipped on import."""
+    return is_signer_note(key) or any(key.startswith(f"json/{ns}/") for ns in MACHINE_LOCAL)
+
+
 # -- export ---------------------------------------------------------------------------------------------------
 def referenced_blobs(decision: Decision) -> list[str]:
     """Digests of the blobs a decision names: candidate sources and transcripts."""
@@ -161,11 +176,13 @@ def referenced_blobs(decision: Decision) -> list[str]:
 
 def _selection(cache: Cache, keys: Iterable[str] | None) -> list[str]:
     """The keys to export: every entry, or ``keys`` with the blobs their decisions name."""
-    if keys is None:  # signer notes are this machine's, not the bundle's to carry
-        return [e.key for e in cache.entries() if not is_signer_note(e.key)]
+    if keys is None:  # signer notes, replay records and pending outcomes are this machine's, not a bundle's
+        return [e.key for e in cache.entries() if not is_machine_local(e.key)]
     chosen: set[str] = set()
     referenced: set[str] = set()
     for key in keys:
+        if is_machine_local(key):
+            continue
         chosen.add(key)
         if kind_of(key) == "decision":
             payload = cache.peek(key)
@@ -293,7 +310,7 @@ def import_bundle(cache: Cache, path: Path | str, *, trusted: TrustedKeys | None
     )
     if trusted:
         entries = _trusted_entries(entries, payloads, trusted, summary)
-    entries = [e for e in entries if not is_signer_note(e.key)]  # this machine's to make, never a bundle's
+    entries = [e for e in entries if not is_machine_local(e.key)]  # this machine's to make, never a bundle's
     order = sorted(entries, key=lambda e: (e.kind != "blob", e.key))  # blobs before what names them
     with cache.importing(), cache.transaction():
         for entry in order:

@@ -65,6 +65,37 @@ def test_bundle_layout(bundle: Path, source: Cache) -> None:
     assert len(entries) == len(index["entries"]) and set(payloads) == {e.sha256 for e in entries}
 
 
+def test_this_machines_records_never_travel_in_a_bundle(source: Cache, fresh: Cache, tmp_path: Path) -> None:
+    # replay records (this machine's paths and printed output, keyed by its environment) and pending cluster
+    # outcomes: left out of an export, and skipped when a bundle carries them anyway
+    from r1build.cache.bundle import MACHINE_LOCAL
+    from r1build.cli.fastpath import NAMESPACE as REPLAY
+    from r1build.cluster.session import OUTCOMES_NAMESPACE
+
+    assert set(MACHINE_LOCAL) == {REPLAY, OUTCOMES_NAMESPACE}  # the owners' names, kept in step
+    source.put_json(REPLAY, "r" * 64, {"stdout": "/home/someone/project"})
+    source.put_json(OUTCOMES_NAMESPACE, "t" * 16, {"status": "passed"})
+    local = [f"json/{REPLAY}/{'r' * 64}", f"json/{OUTCOMES_NAMESPACE}/{'t' * 16}"]
+    everything = export_bundle(source, tmp_path / "all.r1b")
+    chosen = export_bundle(source, tmp_path / "chosen.r1b", keys=[*local, "decision/" + "d" * 64])
+    for path in (everything.path, chosen.path):
+        entries, _ = read_bundle(Path(path))
+        assert entries and not {e.key for e in entries} & set(local)
+    payload = source.peek(local[0])
+    assert payload is not None
+
+    def carry(doc: dict[str, Any]) -> None:
+        doc["entries"].append({"key": local[0], "kind": "json", "sha256": digest_bytes(payload), "size": len(payload)})
+
+    def add(members: dict[str, bytes]) -> None:
+        members[f"entries/{digest_bytes(payload)}"] = payload
+
+    crafted = rewrite(Path(everything.path), tmp_path / "crafted.r1b", index=carry, members=add)
+    summary = import_bundle(fresh, crafted)
+    assert fresh.peek(local[0]) is None and local[0] not in summary.added
+    assert "decision/" + "d" * 64 in summary.added
+
+
 def test_export_selected_decision_brings_its_blobs(source: Cache, fresh: Cache, tmp_path: Path) -> None:
     decision = source.get_decision("d" * 64)
     assert decision is not None
