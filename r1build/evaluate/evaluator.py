@@ -67,7 +67,7 @@ from .judge_pool import JudgePool
 from .library import Library, LibraryFailure, build_library
 from .sanitizing import KernelKey, Sanitizing
 from .slots import Slot, make_slot
-from .timeline import Timeline
+from .timeline import Meter
 from .timer import Timer
 from .timing import build_timing
 
@@ -136,8 +136,8 @@ class GpuEvaluator:
         samples), so a kernel that hangs only at the benchmark size costs seconds, not minutes."""
         self.timing_budget_s = timing_budget_s
         """GPU seconds of samples per candidate and benchmark shape."""
-        self._stats: dict[str, float] = {"candidates": 0, "built": 0, "checked": 0, "timed": 0}
-        self.timeline = Timeline()
+        self._meter = Meter()
+        self.timeline = self._meter.timeline
         """When each piece of work ran, per job (:mod:`.timeline`)."""
         self._own_root = workdir is None
         self._root = Path(tempfile.mkdtemp(prefix="r1build-evaluate-")) if workdir is None else workdir
@@ -186,7 +186,7 @@ class GpuEvaluator:
             self._slots,
             submit=self._submit,
             note=self._note,
-            count=self._count,
+            count=self._meter.count,
             span=self.timeline.add,
             cuobjdump=self._cuobjdump,
             batch=sanitize_batch,
@@ -199,7 +199,7 @@ class GpuEvaluator:
             cache=lambda: self.cache,
             submit=self._submit,
             note=self._note,
-            count=self._count,
+            count=self._meter.count,
             root=self._root,
             seed=seed,
             call_timeout_s=call_timeout_s,
@@ -236,7 +236,7 @@ class GpuEvaluator:
         results while the GPU goes on."""
         with self._lock:
             restarts = sum(c.restarts for c in self._every_slot)
-            return {**self._stats, "worker_restarts": restarts}
+        return {**self._meter.counters(), "worker_restarts": restarts}
 
     def evaluate(self, job: Job) -> list[Result]:
         """One result per candidate of ``job``, in order (the work :meth:`prepare` started for the same job, where
@@ -335,24 +335,6 @@ class GpuEvaluator:
             self._notes.add(message)
             emit(Note("warning", message, kernel, arch))
 
-    def _count(self, name: str, value: float) -> None:
-        with self._lock:
-            self._stats[name] = self._stats.get(name, 0.0) + value
-
-    def _phase(self, name: str, start: float, job: str = "") -> None:
-        """The seconds since ``start`` added to counter ``name`` and kept as a span of ``job`` on the timeline."""
-        end = time.perf_counter()
-        self._count(name, end - start)
-        self.timeline.add(name, job, start, end)
-
-    def _timed(self, counter: str, job: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """``fn(*args, **kwargs)``, its wall seconds added to ``counter`` (a span of ``job``)."""
-        start = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            self._phase(counter, start, job)
-
     def _submit(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> Future[T]:
         """Run ``fn`` on the CPU pool with the caller's context (so events reach the caller's sink)."""
         return self._pool.submit(contextvars.copy_context().run, fn, *args, **kwargs)
@@ -378,7 +360,7 @@ class GpuEvaluator:
             rank = self._ranks.get(KernelKey.of(job, arch))
             workdir = self._root / "build" / arch / candidate.digest[:24]
             build = functools.partial(
-                self._timed, "build_s", label(job, arch), self._build, job, candidate, arch, workdir
+                self._meter.timed, "build_s", label(job, arch), self._build, job, candidate, arch, workdir
             )
             if gate is None or getattr(self.gate, "keep_objects", None) is None:
                 self._libs[key] = self._submit_ranked(rank, build)
@@ -392,7 +374,7 @@ class GpuEvaluator:
         object_for = getattr(self.gate, "object_for", None)
         compiled = object_for(candidate.digest, arch) if callable(object_for) else None
         if compiled is not None:
-            self._count("linked_from_gate", 1)
+            self._meter.count("linked_from_gate", 1)
         return build_library(
             candidate,
             job.spec.name,
@@ -422,7 +404,7 @@ class GpuEvaluator:
             if gate is None:
                 gate = self._submit_ranked(
                     rank,
-                    self._timed,
+                    self._meter.timed,
                     "gate_s",
                     label(job, arch),
                     self.gate.evaluate,
@@ -493,7 +475,7 @@ class GpuEvaluator:
         arch = parse_arch(job.arch)
         slots = [s for s in self._slots if gpu_runs_arch(s.gpu, arch)]
         entries = self._entries(job)
-        self._count("candidates", len(job.candidates))
+        self._meter.count("candidates", len(job.candidates))
         if not slots:
             return JobState(job=job, arch=arch, slot=None, entries=entries)
         slot = min(slots, key=lambda s: (load[id(s)], s.gpu.index))
@@ -572,24 +554,24 @@ class GpuEvaluator:
                 start = time.perf_counter()
                 state = current = pending.pop(self._next_ready(pending))
                 name = label(state.job, state.arch)
-                self._phase("wait_ready_s", start, name)
+                self._meter.phase("wait_ready_s", start, name)
                 start = time.perf_counter()
                 for entry in state.entries:
                     self._apply_checks(state, entry)
                     done += 1
                     emit(Progress("evaluate: checks", done, total, {"device": slot.gpu.name}))
-                self._phase("check_phase_s", start, name)
+                self._meter.phase("check_phase_s", start, name)
                 start = time.perf_counter()
                 for entry in state.entries:
                     self._finish_sanitizers(state, entry)
-                self._phase("wait_sanitizer_s", start, name)
+                self._meter.phase("wait_sanitizer_s", start, name)
                 start = time.perf_counter()
                 with slot.busy:
                     waited = time.perf_counter()
                     with slot.quiet.exclusive():
-                        self._phase("wait_quiet_s", waited, name)
+                        self._meter.phase("wait_quiet_s", waited, name)
                         timing = self._time_job(state, slot)
-                self._phase("timing_s", start, name)
+                self._meter.phase("timing_s", start, name)
                 settler.submit(contextvars.copy_context().run, self._settle, state, timing)
                 current = None
                 emit(Progress("evaluate: timing", timed, len(states), {"device": slot.gpu.name}))
@@ -684,21 +666,21 @@ class GpuEvaluator:
             return verdicts[index]
         lib = library.result()
         plans = plan.result()
-        self._phase("wait_build_s", start, label(job, arch))
+        self._meter.phase("wait_build_s", start, label(job, arch))
         if isinstance(lib, LibraryFailure):
             return (lib.status, lib.detail)
-        self._count("built", 1)
+        self._meter.count("built", 1)
         checker = self._free[id(slot)].get()
         try:
             with checker.busy, slot.quiet.shared():
                 start = time.perf_counter()
                 verdict = run_checks(
-                    checker, job.spec, lib, plans, timeout_s=self.call_timeout_s, part="shared", count=self._count
+                    checker, job.spec, lib, plans, timeout_s=self.call_timeout_s, part="shared", count=self._meter.count
                 )
-                self._phase("checks_s", start, label(job, arch))
+                self._meter.phase("checks_s", start, label(job, arch))
         finally:
             self._free[id(slot)].put(checker)
-        self._count("checked", 1)
+        self._meter.count("checked", 1)
         if verdict is None:
             return None
         # not holding the quiet lock: the racecheck run this waits for may still have to start
@@ -735,13 +717,13 @@ class GpuEvaluator:
             if verdict is not None:
                 entry.result = self._result(state, entry, verdict.status, verdict.detail)
         survivors = [e for e in survivors if e.result is None]
-        self._phase("checks_alone_s", start, label(state.job, state.arch))
+        self._meter.phase("checks_alone_s", start, label(state.job, state.arch))
         if not survivors:
             return None
         start = time.perf_counter()
         floors = self._timer.floors(slot)
         reference_us = self._timer.reference_us(state.job, slot)
-        self._phase("reference_s", start, label(state.job, state.arch))
+        self._meter.phase("reference_s", start, label(state.job, state.arch))
         start = time.perf_counter()
         judged = []
         for entry in survivors:  # the GPU times one after another; the CPU pool judges what each left
@@ -749,7 +731,7 @@ class GpuEvaluator:
             lib = entry.library.result()
             assert isinstance(lib, Library)
             judged.append((entry, self._timer.time(state.job, slot, lib, state.bench, floors)))
-        self._phase("time_candidates_s", start, label(state.job, state.arch))
+        self._meter.phase("time_candidates_s", start, label(state.job, state.arch))
         return Timed(judged, floors, reference_us)
 
     def _settle_timing(self, state: JobState, timed: Timed) -> None:
@@ -759,10 +741,10 @@ class GpuEvaluator:
             outcome = future.result()
             if isinstance(outcome, list):
                 entry.stats = outcome
-                self._count("timed", 1)
+                self._meter.count("timed", 1)
             else:
                 entry.result = self._result(state, entry, outcome.status, outcome.detail)
-        self._phase("wait_judge_s", start, label(state.job, state.arch))
+        self._meter.phase("wait_judge_s", start, label(state.job, state.arch))
         baseline_us = None
         if state.job.baseline is not None:
             base = next((e for e in state.entries if e.candidate.digest == state.job.baseline.digest), None)

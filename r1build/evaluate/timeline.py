@@ -1,20 +1,26 @@
-"""When the evaluator did what: spans of named work per job, so a benchmark can show which job waited for what.
+"""How much and when the evaluator did what: counters, and spans of named work per job, so a benchmark can show
+which job waited for what.
 
 The evaluator's counters say how long each kind of work took in all; they cannot say that the GPU thread waited
 for the first job's sanitizer runs while the last job's were already done. A :class:`Timeline` keeps each piece of
 work as a :class:`Span` (what, the job, start and end in seconds since the timeline began, the thread), cheaply
 and thread-safely, up to a bound; :func:`milestones` turns them into a row per job: when its compiles, checks,
-sanitizer runs and timing ended, and when the GPU thread reached it.
+sanitizer runs and timing ended, and when the GPU thread reached it. A :class:`Meter` holds an evaluator's
+counters (candidates, builds, seconds per phase) and its timeline together: a phase is counted and kept as a span in
+one call.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["Span", "Timeline", "milestones"]
+__all__ = ["Meter", "Span", "Timeline", "milestones"]
+
+T = TypeVar("T")
 
 LIMIT = 100_000
 """Most spans one timeline keeps (later ones are counted, not kept)."""
@@ -66,6 +72,41 @@ class Timeline:
 
     def as_json(self) -> list[dict[str, Any]]:
         return [asdict(s) for s in self.spans()]
+
+
+class Meter:
+    """An evaluator's counters and its timeline, from any thread."""
+
+    def __init__(self, counters: tuple[str, ...] = ("candidates", "built", "checked", "timed")) -> None:
+        self.timeline = Timeline()
+        """When each piece of work ran, per job."""
+        self._stats: dict[str, float] = dict.fromkeys(counters, 0.0)
+        self._lock = threading.Lock()
+
+    def count(self, name: str, value: float) -> None:
+        """Add ``value`` to counter ``name``."""
+        with self._lock:
+            self._stats[name] = self._stats.get(name, 0.0) + value
+
+    def phase(self, name: str, start: float, job: str = "") -> None:
+        """The seconds since ``perf_counter()`` reading ``start`` added to counter ``name`` and kept as a span of
+        ``job``."""
+        end = time.perf_counter()
+        self.count(name, end - start)
+        self.timeline.add(name, job, start, end)
+
+    def timed(self, counter: str, job: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)``, its wall seconds a phase ``counter`` of ``job``."""
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.phase(counter, start, job)
+
+    def counters(self) -> dict[str, float]:
+        """A copy of the counters."""
+        with self._lock:
+            return dict(self._stats)
 
 
 _MILESTONES = {

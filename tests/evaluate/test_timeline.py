@@ -46,3 +46,17 @@ def test_milestones_take_the_last_end_of_each_kind_and_sum_the_waits() -> None:
     assert a["built"] == 3.0 and a["sanitized"] == 9.0 and a["sanitizer_runs"] == 2
     assert a["gpu_reached"] == 5.0 and a["wait_sanitizer_s"] == 3.5
     assert b["gpu_reached"] == 1.5 and b["timing_s"] == 3.0 and "sanitized" not in b
+
+
+def test_a_meter_counts_each_phase_and_keeps_it_as_a_span() -> None:
+    from r1build.evaluate.timeline import Meter
+
+    meter = Meter()
+    meter.count("built", 2)
+    assert meter.timed("build_s", "k/sm_90", lambda x: x * 2, 21) == 42
+    start = time.perf_counter()
+    meter.phase("checks_s", start, "k/sm_90")
+    counters = meter.counters()
+    assert counters["built"] == 2 and counters["candidates"] == 0
+    assert counters["build_s"] >= 0 and "checks_s" in counters
+    assert [(s.what, s.job) for s in meter.timeline.spans()] == [("build_s", "k/sm_90"), ("checks_s", "k/sm_90")]
