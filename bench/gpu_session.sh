@@ -96,6 +96,16 @@ throughput() {  # GPU evaluation at scale, alone on the GPU: COPIES distinct cop
   tail -n 3 "$OUT/throughput.log"
 }
 
+speed() {  # issue 11's figures, alone on the GPU: evaluate_all of the root's variants (with the per-job timeline),
+  # then `r1build resolve` of the root from a fresh cache (about 4 minutes together)
+  timeout "${THROUGHPUT_LIMIT:-200}" python3 bench/evaluate_root.py --runs 1 --no-job-by-job --no-resolve \
+    --copies "${COPIES:-1}" ${THROUGHPUT_ARGS:-} --out "$OUT/bench" > "$OUT/throughput.log" 2>&1
+  echo "exit $?" >> "$OUT/throughput.log"
+  grep -E "^run 1" "$OUT/throughput.log"
+  SKIP_NCU=1 SKIP_SAMPLE=1 RESOLVE_LIMIT="${RESOLVE_LIMIT:-200}" quiet
+  grep -E "resolve rc" "$OUT/quiet.log"
+}
+
 final() {  # the session's last call: the root resolved alone (cache kept for the perf model and the report), the
   # perf model measured against it, then the sample's locked build and tests beside every GPU test outside
   # tests/evaluate; the cache exported for the report screenshot made on the CPU machine
