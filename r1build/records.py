@@ -362,10 +362,14 @@ def to_json(record: Any) -> bytes:
 
 
 def from_json(cls: type[T], data: bytes | str | dict[str, Any]) -> T:
-    """A record of type ``cls`` from JSON; :class:`ValueError` when it does not fit."""
-    obj = json.loads(data) if isinstance(data, (bytes, str)) else data
+    """A record of type ``cls`` from JSON; :class:`ValueError` when it does not fit (JSON nested too deeply for
+    the parser included: such bytes come from remotes, bundles and cache folders, and must be a bad record, not a
+    :class:`RecursionError` that ends the run)."""
     try:
+        obj = json.loads(data) if isinstance(data, (bytes, str)) else data
         return convert(cls, obj, kebab=False)  # type: ignore[no-any-return]
     except ConversionProblem as problem:
         where = ".".join(str(p) for p in problem.path)
         raise ValueError(f"{cls.__name__} record does not fit at {where or 'top'}: {problem.message}") from None
+    except RecursionError:
+        raise ValueError(f"{cls.__name__} record is nested too deeply") from None

@@ -83,7 +83,10 @@ def _parse_gate(key: str, payload: bytes) -> Result:
 
 
 def _parse_json(key: str, payload: bytes) -> Any:
-    return json.loads(payload)
+    try:
+        return json.loads(payload)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
 
 
 _PARSERS: dict[str, Callable[[str, bytes], Any]] = {

@@ -1,0 +1,46 @@
+"""A hostile remote cache: a server that answers with objects crafted to hurt the reader, not just garbage.
+
+Fast: a thread-served socket on 127.0.0.1 (no nvcc, no resolve), the remote layer read directly.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from r1build.cache import Cache
+from r1build.cache.remote import RemoteLayer, open_store, record_key
+from r1build.keys import digest_bytes
+from r1build.signing import KeyPair, TrustedKeys
+from tests.cache.remote.remote_servers import FaultServer
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+"""JSON nested far deeper than the parser recurses: ``json.loads`` raises RecursionError, not ValueError."""
+
+
+def _answer(body: bytes) -> bytes:
+    return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body
+
+
+def test_a_record_nested_too_deeply_is_corrupt_not_a_crash(team_key: KeyPair, tmp_path: Path) -> None:
+    """Whoever can write to the remote (no key needed: the payload is parsed before its signature is checked)
+    served a record of deeply nested JSON under its right digest: the RecursionError ended every build that
+    asked for it, with a traceback, and `cache verify --remote` too. It is a corrupt object, a miss."""
+    record = digest_bytes(DEEP).encode() + b"\nunsigned\n" + DEEP
+    key = "a" * 64
+    with FaultServer(lambda request: _answer(record)) as server:
+        url = f"http://127.0.0.1:{server.port}/team"
+        layer = RemoteLayer(open_store(url, timeout=5, header=None), trusted=TrustedKeys.of([team_key.public]))
+        try:
+            assert layer.record("decision", key) is None
+            assert layer.record("gate", key) is None
+            assert layer.counts["corrupt"] == 2 and layer.down is None
+            _, problems = layer.audit([key])
+            assert [p.key for p in problems][:1] == [record_key("decision", key)]
+            assert "nested too deeply" in problems[0].reason
+        finally:
+            layer.close()
+    with Cache(tmp_path / "c") as cache:  # a planted cache folder: the same bytes stored locally are corrupt too
+        cache._put(f"decision/{key}", DEEP)
+        cache._put("json/notes/x", DEEP)
+        assert cache.get_decision(key) is None and cache.get_json("notes", "x") is None
+        assert {bad.key for bad in cache.audit()} == {f"decision/{key}", "json/notes/x"}
