@@ -83,9 +83,9 @@ class _Inputs:
     shapes: list[SanitizeShape]
     """Harness shapes (the inputs are files in ``directory``)."""
     unready: int = 0
+    """Candidates started whose libraries are not built yet (a batch waits a moment for them)."""
     total: int = 0
     """Candidates of the kernel whose runs were started."""
-    """Candidates started whose libraries are not built yet (a batch waits a moment for them)."""
 
 
 class SanitizeRuns:
@@ -167,8 +167,8 @@ class Sanitizing:
         self.batch = max(1, batch)
         """Most candidates in one run."""
         self.processes = PrioritySlots(processes if processes is not None else cores())
-        """Sanitizer processes at once (first come, first served: a kernel's place in the GPU's order says nothing
-        of how long its runs take, and the longest must not start last)."""
+        """Sanitizer processes at once, first come first served (not by the GPU's order of jobs: that says nothing of
+        how long a kernel's runs take, and the longest must not start last)."""
         self._lock = threading.Lock()
         self._inputs: dict[KernelKey, _Inputs] = {}
         self._runs: dict[tuple[KernelKey, str], SanitizeRuns] = {}
@@ -176,7 +176,7 @@ class Sanitizing:
         self._files = 0
         self.pool = ThreadPoolExecutor(max_workers=4 * cores() + 4, thread_name_prefix="r1build-sanitize")
         """Where runs wait for a place among :attr:`processes` and for their process (not the evaluator's compile
-        pool, which they would hold); more threads than places, so every run waiting is ranked."""
+        pool, which they would hold); more threads than places, so every run waiting is in line for one."""
 
     def _spawn(self, fn: Callable[..., object], *args: object) -> None:
         self.pool.submit(contextvars.copy_context().run, fn, *args)
