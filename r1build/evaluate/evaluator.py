@@ -18,7 +18,8 @@ Per job (one kernel, one arch), in this order:
    the job's results while the GPU goes on with the next job.
 
 :meth:`GpuEvaluator.prepare` starts all of this for jobs a caller will evaluate one at a time (``r1build
-resolve``); :meth:`GpuEvaluator.evaluate` of such a job waits for that work.
+resolve``); :meth:`GpuEvaluator.evaluate` of such a job waits for that work. Several jobs start with the one of the
+most candidates (:func:`~.jobs.largest_first`): its compiles go first, since its background work is the longest.
 
 A crash, an illegal address or a hang costs the candidate (``crashed`` / ``timed_out``), never the run: the worker
 is killed if need be and restarted. Archs with no local GPU get the static gate's results (``stage="gate"``, no
