@@ -37,6 +37,8 @@ variable                    meaning
                             best measured so far (3 when unset)
 ``R1BUILD_NCU``             the Nsight Compute (``ncu``) that profiles a search's finalists (before ``PATH`` and
                             the CUDA folder); ``off`` turns profiling off
+``R1BUILD_REFERENCE_TIMEOUT`` seconds one call of a kernel's numpy reference may take before it is reported as
+                            hanging (``check``, the GPU checks' plans; 300 when unset)
 ==========================  =============================================================================
 
 Flags accept 1/0, true/false, yes/no, on/off (any case); an empty variable is unset. Anything else is a
@@ -158,6 +160,8 @@ class EnvSettings:
     """``R1BUILD_PERF_MODEL_SKIP``: the factor over the best measured time beyond which ``skip`` skips."""
     ncu: str | None = None
     """``R1BUILD_NCU``: the ncu executable that profiles finalists, as given (``off`` turns profiling off)."""
+    reference_timeout: float = 300.0
+    """``R1BUILD_REFERENCE_TIMEOUT``: seconds one call of a numpy reference may take."""
 
 
 def _flag(environ: Mapping[str, str], name: str) -> bool | None:
@@ -235,6 +239,7 @@ def env_settings(environ: Mapping[str, str] | None = None) -> EnvSettings:
         ncu=env.get("R1BUILD_NCU") or None,
         perf_model=_perf_model(env),
         perf_model_skip=_perf_model_skip(env),
+        reference_timeout=_reference_timeout(env),
     )
 
 
@@ -260,6 +265,19 @@ def _perf_model_skip(environ: Mapping[str, str]) -> float:
     if not 1.0 < factor < 1e6:
         raise ConfigError(f"R1BUILD_PERF_MODEL_SKIP must be a factor above 1 (got {value!r})")
     return factor
+
+
+def _reference_timeout(environ: Mapping[str, str]) -> float:
+    value = environ.get("R1BUILD_REFERENCE_TIMEOUT", "").strip()
+    if not value:
+        return 300.0
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds <= 86400:
+        raise ConfigError(f"R1BUILD_REFERENCE_TIMEOUT must be a number of seconds in (0, 86400] (got {value!r})")
+    return seconds
 
 
 def lock_mode(

@@ -122,6 +122,39 @@ def test_check_runs_the_reference_and_names_kernel_shape_and_reference(
     assert fragment in line, line
 
 
+# (a busy loop of 4 s, not one for ever: the thread left behind would spin in this test process to its end)
+@pytest.mark.parametrize(
+    "body",
+    [
+        "exec('import time\\nt = time.monotonic()\\nwhile time.monotonic() - t < 4: pass')",
+        "__import__('time').sleep(60)",
+    ],
+    ids=["loops", "waits"],
+)
+def test_a_reference_that_never_returns_is_reported_within_its_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, body: str
+) -> None:
+    import time
+
+    monkeypatch.setenv("R1BUILD_REFERENCE_TIMEOUT", "0.5")
+    path = project(tmp_path / "p", body)
+    start = time.monotonic()
+    code = main(["check", "-m", str(path)])
+    text = "".join(capsys.readouterr())
+    assert code == 2 and "Traceback" not in text, text
+    assert "at test shape rows=1, cols=1 (signed inputs): did not return within 0.5 s" in text, text
+    assert time.monotonic() - start < 10
+
+
+def test_a_bad_reference_timeout_is_a_config_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("R1BUILD_REFERENCE_TIMEOUT", "soon")
+    path = project(tmp_path / "p", "(y, z, c)")
+    assert main(["check", "-m", str(path)]) == 2
+    assert "R1BUILD_REFERENCE_TIMEOUT must be a number of seconds" in "".join(capsys.readouterr())
+
+
 @pytest.mark.parametrize(
     "body",
     [

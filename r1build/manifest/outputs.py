@@ -9,6 +9,7 @@ back as a scalar); floating-point values for float outputs, integers for integer
 
 from __future__ import annotations
 
+import threading
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -93,14 +94,43 @@ def reference_outputs(spec: KernelSpec, sizes: Mapping[str, int], result: object
 
 
 def call_reference(
-    reference: Callable[..., Any], spec: KernelSpec, sizes: Mapping[str, int], kwargs: Mapping[str, Any]
+    reference: Callable[..., Any],
+    spec: KernelSpec,
+    sizes: Mapping[str, int],
+    kwargs: Mapping[str, Any],
+    *,
+    timeout_s: float | None = None,
 ) -> dict[str, NDArray[Any]]:
     """Call the reference with ``kwargs`` (numpy's floating-point warnings silenced: overflow on large inputs is
-    the reference's business) and check what it returns with :func:`reference_outputs`."""
-    try:
-        with warnings.catch_warnings(), np.errstate(all="ignore"):
-            warnings.simplefilter("ignore")
-            result = reference(**kwargs)
-    except (Exception, SystemExit) as exc:  # user code: any failure (sys.exit included) is reported
-        raise ReferenceProblem(f"raised {failure_text(exc)}") from None
-    return reference_outputs(spec, sizes, result)
+    the reference's business) and check what it returns with :func:`reference_outputs`. The call runs on a thread
+    of its own and is given ``timeout_s`` seconds (``R1BUILD_REFERENCE_TIMEOUT`` when None, 300 unset): a reference
+    that loops or waits for ever is a :class:`ReferenceProblem`, not a command that never ends (its thread is left
+    behind, a daemon that does not keep the process alive)."""
+    if timeout_s is None:
+        from ..settings import env_settings
+
+        timeout_s = env_settings().reference_timeout
+    outcome: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            with warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore")
+                outcome["result"] = reference(**kwargs)
+        except (Exception, SystemExit) as exc:  # user code: any failure (sys.exit included) is reported
+            outcome["error"] = exc
+        except BaseException as exc:  # KeyboardInterrupt raised in the reference itself: the caller's to see
+            outcome["interrupt"] = exc
+
+    thread = threading.Thread(target=call, name=f"r1build-reference-{spec.name}", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise ReferenceProblem(
+            f"did not return within {timeout_s:g} s (R1BUILD_REFERENCE_TIMEOUT): a loop or a wait that never ends?"
+        )
+    if "interrupt" in outcome:
+        raise outcome["interrupt"]
+    if "error" in outcome:
+        raise ReferenceProblem(f"raised {failure_text(outcome['error'])}") from None
+    return reference_outputs(spec, sizes, outcome.get("result"))
