@@ -171,17 +171,22 @@ def _flag(environ: Mapping[str, str], name: str) -> bool | None:
     return parse_flag(name, value)
 
 
-def _timeout(environ: Mapping[str, str]) -> float | None:
-    value = environ.get("R1BUILD_REMOTE_TIMEOUT", "").strip()
+def _seconds(environ: Mapping[str, str], name: str, most: float) -> float | None:
+    """Variable ``name`` as a number of seconds in (0, ``most``]; None when unset."""
+    value = environ.get(name, "").strip()
     if not value:
         return None
     try:
         seconds = float(value)
     except ValueError:
         seconds = -1.0
-    if not 0 < seconds <= 600:
-        raise ConfigError(f"R1BUILD_REMOTE_TIMEOUT must be a number of seconds in (0, 600] (got {value!r})")
+    if not 0 < seconds <= most:
+        raise ConfigError(f"{name} must be a number of seconds in (0, {most:g}] (got {value!r})")
     return seconds
+
+
+def _timeout(environ: Mapping[str, str]) -> float | None:
+    return _seconds(environ, "R1BUILD_REMOTE_TIMEOUT", 600)
 
 
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
@@ -239,7 +244,7 @@ def env_settings(environ: Mapping[str, str] | None = None) -> EnvSettings:
         ncu=env.get("R1BUILD_NCU") or None,
         perf_model=_perf_model(env),
         perf_model_skip=_perf_model_skip(env),
-        reference_timeout=_reference_timeout(env),
+        reference_timeout=_seconds(env, "R1BUILD_REFERENCE_TIMEOUT", 86400) or 300.0,
     )
 
 
@@ -265,19 +270,6 @@ def _perf_model_skip(environ: Mapping[str, str]) -> float:
     if not 1.0 < factor < 1e6:
         raise ConfigError(f"R1BUILD_PERF_MODEL_SKIP must be a factor above 1 (got {value!r})")
     return factor
-
-
-def _reference_timeout(environ: Mapping[str, str]) -> float:
-    value = environ.get("R1BUILD_REFERENCE_TIMEOUT", "").strip()
-    if not value:
-        return 300.0
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if not 0 < seconds <= 86400:
-        raise ConfigError(f"R1BUILD_REFERENCE_TIMEOUT must be a number of seconds in (0, 86400] (got {value!r})")
-    return seconds
 
 
 def lock_mode(
