@@ -19,6 +19,9 @@ T = TypeVar("T")
 __all__ = ["S3Store"]
 
 _ABSENT = frozenset({"404", "NoSuchKey", "NotFound"})
+_REDIRECTS = "the endpoint answers with redirects that never end (is it an S3 endpoint, not a login page or a proxy?)"
+"""Why a call ended in RecursionError: botocore answers a 301/302/307 that names no region by asking the bucket's
+region with a HeadBucket, which is redirected in turn, and so on until Python's recursion limit."""
 
 
 class S3Store:
@@ -55,6 +58,8 @@ class S3Store:
         except BotoCoreError as exc:
             why = without_credentials(str(exc))
             raise RemoteUnavailable(f"{what} s3://{self._bucket}/{self._key(key)}: {why}") from None
+        except RecursionError:
+            raise RemoteUnavailable(f"{what} s3://{self._bucket}/{self._key(key)}: {_REDIRECTS}") from None
 
     def _within(self, what: str, key: str, work: Callable[[Callable[[int], None]], T], sent: int = 0) -> T:
         """``work`` on a thread of its own, waited for as a whole: its request and the answer's head within the
@@ -130,6 +135,8 @@ class S3Store:
                     yield str(item["Key"])[strip:]
         except (BotoCoreError, ClientError) as exc:
             raise RemoteUnavailable(f"LIST s3://{self._bucket}/{full}: {without_credentials(str(exc))}") from None
+        except RecursionError:
+            raise RemoteUnavailable(f"LIST s3://{self._bucket}/{full}: {_REDIRECTS}") from None
 
     def close(self) -> None:
         """Close the client's connections."""

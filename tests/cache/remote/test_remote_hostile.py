@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from r1build.cache import Cache
-from r1build.cache.remote import RemoteLayer, open_store, record_key
+from r1build.cache.remote import RemoteLayer, RemoteUnavailable, blob_key, open_store, record_key
 from r1build.keys import digest_bytes
 from r1build.signing import KeyPair, TrustedKeys
 from tests.cache.remote.remote_servers import FaultServer
@@ -44,3 +46,32 @@ def test_a_record_nested_too_deeply_is_corrupt_not_a_crash(team_key: KeyPair, tm
         cache._put("json/notes/x", DEEP)
         assert cache.get_decision(key) is None and cache.get_json("notes", "x") is None
         assert {bad.key for bad in cache.audit()} == {f"decision/{key}", "json/notes/x"}
+
+
+@pytest.mark.parametrize("status", ["302 Found", "307 Temporary Redirect"])
+def test_an_s3_endpoint_that_redirects_is_unavailable_not_a_crash(
+    status: str, team_key: KeyPair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An s3:// remote whose endpoint answers with a redirect naming no region (a login page, a proxy): botocore
+    asks the bucket's region with a HeadBucket, redirected too, and so on until RecursionError, which ended the
+    build with a traceback. It is an unavailable remote: one warning, then the run goes on without it."""
+    pytest.importorskip("boto3", reason="boto3 is not installed (the s3 extra)")
+    reply = f"HTTP/1.1 {status}\r\nLocation: http://elsewhere.invalid/x\r\nContent-Length: 0\r\n"
+    with FaultServer(lambda request: reply.encode() + b"Connection: close\r\n\r\n") as server:
+        for name, value in {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{server.port}",
+        }.items():
+            monkeypatch.setenv(name, value)
+        store = open_store("s3://team-cache/team", timeout=5, header=None)
+        with pytest.raises(RemoteUnavailable, match="redirects that never end"):
+            list(store.keys("r1build-v1/") or ())
+        layer = RemoteLayer(store, trusted=TrustedKeys.of([team_key.public]))
+        try:
+            assert layer.blob("a" * 64) is None and layer.record("decision", "a" * 64) is None
+            assert layer.down is not None and "redirects that never end" in layer.down
+        finally:
+            layer.close()
+    assert any(blob_key("a" * 64) in line for line in server.requests)  # asked once, then the remote was off
