@@ -33,7 +33,6 @@ worker and its quiet lock), :mod:`.checking` (a candidate's correctness checks),
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import contextvars
 import functools
@@ -63,7 +62,19 @@ from ..toolchain import toolchain as default_toolchain
 from .checking import run_checks
 from .checks import ShapePlan, plan_checks
 from .devices import GpuInfo, archs_of, detect_gpus, gpu_runs_arch
-from .jobs import Candidacy, Checked, JobKey, JobState, Timed, chain, job_key, label, largest_first, trim
+from .jobs import (
+    Candidacy,
+    Checked,
+    JobKey,
+    JobState,
+    Readiness,
+    Timed,
+    chain,
+    job_key,
+    label,
+    largest_first,
+    trim,
+)
 from .judge_pool import JudgePool
 from .library import Library, LibraryFailure, build_library
 from .sanitizing import KernelKey, Sanitizing
@@ -550,10 +561,13 @@ class GpuEvaluator:
         settler = self._settlers[id(slot)]
         pending = list(states)
         current: JobState | None = None  # taken from pending, not yet handed to the settling thread
+        readiness = Readiness()
         try:
+            for state in states:
+                readiness.watch(state, self._background(state))
             for timed in range(1, len(states) + 1):
                 start = time.perf_counter()
-                state = current = pending.pop(self._next_ready(pending))
+                state = current = pending.pop(self._next_ready(pending, readiness))
                 name = label(state.job, state.arch)
                 self._meter.phase("wait_ready_s", start, name)
                 start = time.perf_counter()
@@ -581,22 +595,15 @@ class GpuEvaluator:
                 if not state.done.done():
                     state.done.set_exception(exc)
 
-    def _next_ready(self, pending: list[JobState]) -> int:
+    def _next_ready(self, pending: list[JobState], readiness: Readiness) -> int:
         """Which of ``pending`` the GPU takes next: the first, in the order given, whose background work (checks and
-        compute-sanitizer runs) is all in, waiting for the first to become so. A job whose sanitizer runs are still
-        going does not hold up one behind it that is ready; with ``in_order`` the first is taken as it comes."""
-        while True:
-            if self._closing:
-                raise EvaluationError("the GPU evaluator was closed before it got to this job")
-            if self.in_order:
-                return 0
-            waiting: list[Future[Any]] = []
-            for i, state in enumerate(pending):
-                unfinished = [f for f in self._background(state) if not f.done()]
-                if not unfinished:
-                    return i
-                waiting += unfinished
-            concurrent.futures.wait(waiting, timeout=1.0, return_when=concurrent.futures.FIRST_COMPLETED)
+        compute-sanitizer runs) is all in as ``readiness`` watches it, waiting for the first to become so. A job
+        whose sanitizer runs are still going does not hold up one behind it that is ready; with ``in_order`` the
+        first is taken as it comes."""
+        found = 0 if self.in_order and not self._closing else readiness.first(pending, lambda: self._closing)
+        if found is None or self._closing:
+            raise EvaluationError("the GPU evaluator was closed before it got to this job")
+        return found
 
     def _background(self, state: JobState) -> list[Future[Any]]:
         """The futures of a job's checks on the check workers and of its compute-sanitizer runs."""

@@ -8,10 +8,11 @@ settling thread after timing a job.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..judge import Job
 from ..records import Candidate, Result, Status
@@ -28,6 +29,7 @@ __all__ = [
     "Checked",
     "JobKey",
     "JobState",
+    "Readiness",
     "Timed",
     "chain",
     "job_key",
@@ -75,6 +77,8 @@ class JobState:
     bench: Future[BenchPlan] | None = None
     done: Future[None] = field(default_factory=Future)
     """Set once every entry has its result (or to the error that stopped the GPU's work)."""
+    ready: bool = False
+    """Whether its background work (checks, sanitizer runs) is all in, as a :class:`Readiness` watching it says."""
 
 
 JobKey = tuple[KernelKey, int, tuple[str, ...], str | None]
@@ -128,3 +132,42 @@ def chain(source: Future[T], target: Future[T]) -> None:
             target.set_result(source.result())
 
     source.add_done_callback(copy)
+
+
+class Readiness:
+    """Which jobs have all their background work in, told by their futures as each one ends: a GPU thread waiting
+    for the first ready job waits on one condition, instead of on every pending future again each time one ends
+    (thousands of futures for a large manifest)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+
+    def watch(self, state: JobState, futures: Sequence[Future[Any]]) -> None:
+        """Mark ``state`` ready once every one of ``futures`` is done (now, where none is left)."""
+        left = len(futures)
+
+        def one_done(_: object) -> None:
+            nonlocal left
+            with self._cond:
+                left -= 1
+                if left == 0:
+                    state.ready = True
+                    self._cond.notify_all()
+
+        if not futures:
+            with self._cond:
+                state.ready = True
+                self._cond.notify_all()
+        for future in futures:
+            future.add_done_callback(one_done)
+
+    def first(self, pending: Sequence[JobState], stop: Callable[[], bool], poll_s: float = 1.0) -> int | None:
+        """The index of the first ready job of ``pending``, waiting for one; None once ``stop()`` says so
+        (asked every ``poll_s`` seconds)."""
+        with self._cond:
+            while not stop():
+                found = next((i for i, state in enumerate(pending) if state.ready), None)
+                if found is not None:
+                    return found
+                self._cond.wait(poll_s)
+            return None

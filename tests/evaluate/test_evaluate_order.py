@@ -30,23 +30,49 @@ def _state(evaluator: GpuEvaluator, kernel: str) -> tuple[JobState, Future[objec
 
 
 def test_a_job_still_sanitized_does_not_hold_up_a_ready_one(tmp_path: Path) -> None:
+    from r1build.evaluate.jobs import Readiness
+
     with Cache(tmp_path / "cache") as cache, GpuEvaluator(cache, gpus=[], workdir=tmp_path / "w") as evaluator:
+        readiness = Readiness()
         first, first_check, first_runs = _state(evaluator, "matmul")
         second, second_check, second_runs = _state(evaluator, "rmsnorm")
+        third, third_check, third_runs = _state(evaluator, "softmax_rows")
+        for state in (first, second, third):
+            readiness.watch(state, evaluator._background(state))
         first_check.set_result(None)  # the first job's checks are in, its sanitizer runs are not
         second_check.set_result(None)
         second_runs.expect([])  # the second's are
-        assert evaluator._next_ready([first, second]) == 1
+        assert evaluator._next_ready([first, second], readiness) == 1
         evaluator.in_order = True
-        assert evaluator._next_ready([first, second]) == 0
+        assert evaluator._next_ready([first, second], readiness) == 0
         evaluator.in_order = False
         # nothing ready: the GPU waits for the first job to become so, and takes the first in order then
-        third, third_check, third_runs = _state(evaluator, "softmax_rows")
         threading.Timer(0.3, third_check.set_result, (None,)).start()
         threading.Timer(0.2, third_runs.expect, ([],)).start()
-        assert evaluator._next_ready([first, third]) == 1
+        assert evaluator._next_ready([first, third], readiness) == 1
         first_runs.expect([])
-        assert evaluator._next_ready([first, third]) == 0
+        assert evaluator._next_ready([first, third], readiness) == 0
+
+
+def test_readiness_counts_each_future_once_and_marks_a_job_with_none_ready_at_once() -> None:
+    from r1build.evaluate.jobs import JobState, Readiness
+
+    manifest = load_manifest(ROOT / "kernels.toml")
+    readiness = Readiness()
+    states = [JobState(job=Job(manifest, manifest.kernels[0], "sm_90", []), arch="sm_90", slot=None, entries=[])]
+    states.append(JobState(job=states[0].job, arch="sm_90", slot=None, entries=[]))
+    done: Future[object] = Future()
+    done.set_result(None)
+    later: list[Future[object]] = [Future() for _ in range(300)]
+    readiness.watch(states[0], [done, *later])
+    readiness.watch(states[1], [])
+    assert not states[0].ready and states[1].ready
+    for future in later[:-1]:
+        future.set_result(None)
+    assert not states[0].ready
+    assert readiness.first(states[:1], stop=lambda: True) is None  # told to stop: no wait
+    later[-1].set_exception(RuntimeError("a check worker went away"))  # failed work is in too
+    assert states[0].ready and readiness.first(states, stop=lambda: False) == 0
 
 
 def test_jobs_start_with_the_most_candidates_first_and_keep_the_given_order_among_equals() -> None:
