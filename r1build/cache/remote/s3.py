@@ -31,6 +31,7 @@ class S3Store:
         try:
             import boto3
             from botocore.config import Config
+            from botocore.exceptions import BotoCoreError
         except ImportError:
             raise ConfigError(f"the remote cache {url} needs boto3: pip install 'r1build[s3]'") from None
         parts = urllib.parse.urlsplit(url)
@@ -39,7 +40,12 @@ class S3Store:
         self._bucket = parts.netloc
         self._prefix = parts.path.strip("/")
         config = Config(connect_timeout=timeout, read_timeout=timeout, retries={"max_attempts": 1, "mode": "standard"})
-        self._client: Any = boto3.session.Session().client("s3", config=config)
+        try:
+            self._client: Any = boto3.session.Session().client("s3", config=config)
+        except (BotoCoreError, ValueError) as exc:  # the AWS_* settings: a bad endpoint, region, profile, config
+            raise ConfigError(
+                f"the remote cache {url}: boto3's configuration is not usable: {without_credentials(str(exc))}"
+            ) from None
 
     def _key(self, key: str) -> str:
         return f"{self._prefix}/{key}" if self._prefix else key

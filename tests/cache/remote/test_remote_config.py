@@ -162,3 +162,37 @@ def test_a_password_or_token_in_a_url_is_never_repeated(
             with pytest.raises(ManifestError) as err:
                 load_manifest(manifest)
             assert SECRET not in str(err.value) and "***" in str(err.value) and key in str(err.value), err.value
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ({"AWS_ENDPOINT_URL": f"http://bob:{SECRET}@host /x"}, "Invalid endpoint"),
+        ({"AWS_DEFAULT_REGION": "us east 1!"}, "region_name"),
+        ({"AWS_PROFILE": "no-such-profile"}, "no-such-profile"),
+        ({"AWS_ACCESS_KEY_ID": "AKIAONLYHALF"}, "Partial credentials"),
+    ],
+)
+def test_a_bad_boto3_configuration_is_exit_2_not_a_traceback(
+    env: dict[str, str],
+    says: str,
+    team_key: KeyPair,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """boto3 refuses to make a client for a malformed AWS_ENDPOINT_URL, region or profile, or half a key pair:
+    its ValueError or BotoCoreError went up through open_store as a traceback (exit 1). A user's configuration
+    error: exit 2, one line naming what boto3 said (a password in the endpoint not repeated)."""
+    pytest.importorskip("boto3", reason="boto3 is not installed (the s3 extra)")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match=says):
+        open_store("s3://bucket/prefix", timeout=1, header=None)
+    project = tiny_project(tmp_path / "tiny", team_key.public.line, url="s3://bucket/prefix")
+    assert main(["status", "-m", str(project), "--cache-dir", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err
+    assert "s3://bucket/prefix" in err and says in err and "Traceback" not in err and SECRET not in err, err
