@@ -391,6 +391,9 @@ def main(argv: list[str] | None = None) -> int:
         "--sanitize-batch", type=int, default=None, help="candidates per compute-sanitizer run (1: one run each)"
     )
     parser.add_argument("--check-workers", type=int, default=None, help="check workers per GPU")
+    parser.add_argument(
+        "--sanitize-runs", type=int, default=None, help="compute-sanitizer runs of a kernel and tool at once"
+    )
     parser.add_argument("--in-order", action="store_true", help="time jobs in the order given, not the first one ready")
     args = parser.parse_args(argv)
     import logging
@@ -399,6 +402,8 @@ def main(argv: list[str] | None = None) -> int:
     options: dict[str, Any] = {} if args.sanitize_batch is None else {"sanitize_batch": args.sanitize_batch}
     if args.check_workers is not None:
         options["check_workers"] = args.check_workers
+    if args.sanitize_runs is not None:
+        options["sanitize_runs"] = args.sanitize_runs
     if args.in_order:
         options["in_order"] = True
     gpus = detect_gpus()

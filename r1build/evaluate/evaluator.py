@@ -77,7 +77,7 @@ from .jobs import (
 )
 from .judge_pool import JudgePool
 from .library import Library, LibraryFailure, build_library
-from .sanitizing import KernelKey, Sanitizing
+from .sanitizing import RUNS_PER_QUEUE, KernelKey, Sanitizing
 from .slots import Slot, make_slot
 from .timeline import Meter
 from .timer import Timer
@@ -105,7 +105,8 @@ class GpuEvaluator:
     """Judges candidates on local GPUs; implements :class:`~r1build.judge.Evaluator`.
 
     ``cache`` stores the static gate's verdicts and the per-device floors (a private cache in the work directory
-    when None). ``sanitize_batch``: most candidates in one compute-sanitizer run (1: a run per candidate).
+    when None). ``sanitize_batch``: most candidates in one compute-sanitizer run (1: a run per candidate);
+    ``sanitize_runs``: runs of one kernel and tool at once.
     ``check_workers``: worker processes per GPU that run correctness checks side by side (timing has its own).
     ``judge_processes``: processes that judge the outputs of timed calls (:mod:`.judge_pool`; None: half the
     cores, at most 8; 0: in the evaluator's own threads). ``in_order``: time jobs in the order given, each once
@@ -128,6 +129,7 @@ class GpuEvaluator:
         jobs: int | None = None,
         workdir: Path | None = None,
         sanitize_batch: int = 16,
+        sanitize_runs: int = RUNS_PER_QUEUE,
         check_workers: int = 4,
         judge_processes: int | None = None,
         in_order: bool = False,
@@ -202,6 +204,7 @@ class GpuEvaluator:
             span=self.timeline.add,
             cuobjdump=self._cuobjdump,
             batch=sanitize_batch,
+            runs=sanitize_runs,
         )
         cpu = self._pool  # (not self._submit: the finalizer below must hold nothing that holds self)
         self._judges = JudgePool(

@@ -156,6 +156,7 @@ class Sanitizing:
         span: Callable[[str, str, float], None] | None = None,
         cuobjdump: Callable[[], str | None],
         batch: int = 16,
+        runs: int = RUNS_PER_QUEUE,
         processes: int | None = None,
     ) -> None:
         self._slots = slots
@@ -166,6 +167,8 @@ class Sanitizing:
         self._cuobjdump = cuobjdump
         self.batch = max(1, batch)
         """Most candidates in one run."""
+        self.runs = max(1, runs)
+        """Runs of one kernel and tool at once (:data:`RUNS_PER_QUEUE` by default)."""
         self.processes = PrioritySlots(processes if processes is not None else cores())
         """Sanitizer processes at once, first come first served (not by the GPU's order of jobs: that says nothing of
         how long a kernel's runs take, and the longest must not start last)."""
@@ -335,7 +338,7 @@ class Sanitizing:
         """Start the queue's next runs while it has room: parts of split batches first, then a new batch."""
         while True:
             with self._lock:
-                if queue.running >= RUNS_PER_QUEUE:
+                if queue.running >= self.runs:
                     return
                 if queue.parts:
                     part = [r for r in queue.parts.pop(0) if not r.canceled]
@@ -354,7 +357,7 @@ class Sanitizing:
     def _gather_and_run(self, job: Job, queue: _Queue) -> None:
         """Wait a moment for siblings still being built (unless the batch is full), then run what is pending."""
         with self._lock:  # an even share of the kernel's candidates among the runs it may have at once
-            size = max(1, min(self.batch, math.ceil(queue.inputs.total / RUNS_PER_QUEUE)))
+            size = max(1, min(self.batch, math.ceil(queue.inputs.total / self.runs)))
         deadline = time.monotonic() + (GATHER_S if size > 1 else 0.0)
         while time.monotonic() < deadline:
             with self._lock:
