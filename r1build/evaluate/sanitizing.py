@@ -167,7 +167,7 @@ class Sanitizing:
         self._cuobjdump = cuobjdump
         self.batch = max(1, batch)
         """Most candidates in one run."""
-        self.runs = max(1, runs)
+        self.per_queue = max(1, runs)
         """Runs of one kernel and tool at once (:data:`RUNS_PER_QUEUE` by default)."""
         self.processes = PrioritySlots(processes if processes is not None else cores())
         """Sanitizer processes at once, first come first served (not by the GPU's order of jobs: that says nothing of
@@ -338,7 +338,7 @@ class Sanitizing:
         """Start the queue's next runs while it has room: parts of split batches first, then a new batch."""
         while True:
             with self._lock:
-                if queue.running >= self.runs:
+                if queue.running >= self.per_queue:
                     return
                 if queue.parts:
                     part = [r for r in queue.parts.pop(0) if not r.canceled]
@@ -357,7 +357,7 @@ class Sanitizing:
     def _gather_and_run(self, job: Job, queue: _Queue) -> None:
         """Wait a moment for siblings still being built (unless the batch is full), then run what is pending."""
         with self._lock:  # an even share of the kernel's candidates among the runs it may have at once
-            size = max(1, min(self.batch, math.ceil(queue.inputs.total / self.runs)))
+            size = max(1, min(self.batch, math.ceil(queue.inputs.total / self.per_queue)))
         deadline = time.monotonic() + (GATHER_S if size > 1 else 0.0)
         while time.monotonic() < deadline:
             with self._lock:
