@@ -382,6 +382,11 @@ def remote_url_problem(url: str) -> str | None:
         return f"{shown} is not an http://, https:// or s3:// URL with a host (or bucket)"
     if parts.query or parts.fragment:
         return f"{shown}: a remote cache URL has no query or fragment (a token goes in R1BUILD_REMOTE_TOKEN)"
+    if parts.scheme != "s3":
+        try:  # what the socket layer does to a host name that is not ASCII (raising UnicodeError, not OSError)
+            parts.hostname.encode("idna")
+        except UnicodeError:
+            return f"{shown}: its host is no valid host name (an empty label, or one over 63 characters)"
     return None
 
 

@@ -13,7 +13,7 @@ from r1build.cache import Cache
 from r1build.cache.remote import open_store, record_key
 from r1build.cli.main import main
 from r1build.errors import ConfigError, ManifestError
-from r1build.manifest import load_manifest
+from r1build.manifest import load_manifest, remote_url_problem
 from r1build.resolve import prepare_build
 from r1build.settings import env_settings
 from r1build.signing import KeyPair
@@ -196,3 +196,21 @@ def test_a_bad_boto3_configuration_is_exit_2_not_a_traceback(
     assert main(["status", "-m", str(project), "--cache-dir", str(tmp_path / "c")]) == 2
     err = capsys.readouterr().err
     assert "s3://bucket/prefix" in err and says in err and "Traceback" not in err and SECRET not in err, err
+
+
+def test_a_host_name_the_socket_layer_cannot_encode_is_a_bad_url(
+    team_key: KeyPair, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A host that is not ASCII is encoded (IDNA) by the socket layer as it connects, and one it cannot encode (an
+    empty label, a label over 63 characters) raised UnicodeError there: the first request to the remote ended the
+    run with a traceback. It is a bad URL where it is given: exit 2, or the manifest's error."""
+    for i, url in enumerate(("http://caché..example.org/x", f"https://{'é' * 70}.org/x")):
+        project = tiny_project(tmp_path / f"cli{i}", team_key.public.line)
+        cache = str(tmp_path / "cache")
+        assert main(["status", "-m", str(project), "--cache-dir", cache, "--remote-cache", url]) == 2
+        err = capsys.readouterr().err
+        assert "--remote-cache" in err and "no valid host name" in err and "Traceback" not in err, err
+        project = tiny_project(tmp_path / f"manifest{i}", team_key.public.line, url=url)
+        with pytest.raises(ManifestError, match="no valid host name"):
+            load_manifest(project / "kernels.toml")
+    assert remote_url_problem("https://café.example.org/x") is None  # a host that is not ASCII but encodes is one
