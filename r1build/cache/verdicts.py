@@ -145,8 +145,10 @@ class Verdicts(Storage):
             fetched = self.remote.record(kind, key)
             if fetched is not None:
                 payload, signer = fetched
-                self._put(f"{kind}/{key}", payload)
+                # the note first: a run stopped between the two writes must not leave the record without it,
+                # which would make it look made here (trusted whatever keys the manifest lists later)
                 self.note_signer(f"{kind}/{key}", signer)
+                self._put(f"{kind}/{key}", payload)
                 try:
                     value = parse(f"{kind}/{key}", payload)
                 except Corrupt:  # the remote layer checked it; this is a second look, not a new rule

@@ -11,7 +11,9 @@ import pytest
 
 from r1build.cache import Cache
 from r1build.cache.remote import RemoteLayer, RemoteUnavailable, blob_key, open_store, record_key
+from r1build.cache.storage import Storage
 from r1build.keys import digest_bytes
+from r1build.records import Result, to_json
 from r1build.signing import KeyPair, TrustedKeys
 from tests.cache.remote.remote_servers import FaultServer
 
@@ -75,3 +77,50 @@ def test_an_s3_endpoint_that_redirects_is_unavailable_not_a_crash(
         finally:
             layer.close()
     assert any(blob_key("a" * 64) in line for line in server.requests)  # asked once, then the remote was off
+
+
+class _Layer:
+    """A remote layer that has one verified gate result, signed by ``signer``."""
+
+    def __init__(self, payload: bytes, signer: str) -> None:
+        self.payload, self.signer = payload, signer
+
+    def blob(self, digest: str) -> bytes | None:
+        return None
+
+    def record(self, kind: str, key: str) -> tuple[bytes, str] | None:
+        return (self.payload, self.signer) if kind == "gate" else None
+
+    def stored(self, cache: object, kind: str, key: str, payload: bytes) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_run_stopped_while_keeping_a_fetched_record_never_leaves_it_unsigned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fetched record was stored, then its signer noted: a run stopped in between (Ctrl-C, killed) left the
+    record with no note, that is made here, trusted even after its key left trusted-keys. The note comes first."""
+    payload = to_json(Result(candidate="c" * 64, arch="sm_90", status="passed"))
+    key = "g" * 64
+    with Cache(tmp_path / "c") as cache:
+        cache.remote = _Layer(payload, "0123456789abcdef")
+        real = Storage._put
+        writes: list[str] = []
+
+        def put(self: Storage, full: str, data: bytes, digest: str | None = None) -> None:
+            writes.append(full)
+            if len(writes) == 2:
+                raise KeyboardInterrupt  # stopped between the two writes
+            real(self, full, data, digest)
+
+        monkeypatch.setattr(Storage, "_put", put)
+        with pytest.raises(KeyboardInterrupt):
+            cache.get_gate(key)
+        monkeypatch.setattr(Storage, "_put", real)
+        cache.remote = None
+        cache.trusted = TrustedKeys.of([])
+        assert cache.get_gate(key) is None  # not there, or there and refused for its signer: never "made here"
+        assert cache.signer_of(f"gate/{key}") is not None or cache.peek(f"gate/{key}") is None
