@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ALGORITHM",
+    "DEFAULT_KEY_NAME",
     "KeyPair",
     "PrivateKey",
     "PublicKey",
@@ -67,6 +68,10 @@ _KEY_ID = re.compile(r"[0-9a-f]{16}")
 _MAX_KEY_FILE_BYTES = 64 * 1024
 ENTRY_STATEMENT = "r1build signed cache entry"
 """Domain of the bytes :func:`entry_payload` makes: a signature over one cannot pass for another kind of message."""
+
+DEFAULT_KEY_NAME = "r1build-signing-key.pem"
+"""The private key file ``r1build key generate`` writes without ``--out``, in the current folder (often a
+project's): an sdist never carries a file of this name (:mod:`r1build.build.sdist`)."""
 
 
 def _b64decode(text: str) -> bytes:

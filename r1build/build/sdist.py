@@ -2,8 +2,9 @@
 
 A wheel built from the sdist resolves again, with no cache and no network, so the sdist carries everything the
 resolver reads: the manifest, the lock, each kernel's reference module, baseline and hand-written candidates,
-and the vendored winners. It never carries ``.r1build/`` (generated files of an earlier build), nor the cache
-folder where it lies inside the project.
+and the vendored winners. It never carries ``.r1build/`` (generated files of an earlier build), the cache folder
+where it lies inside the project, nor a private key file of the name ``r1build key generate`` writes by default
+(in whatever folder that command ran).
 
 Before it writes anything, :func:`check_offline_buildable` makes sure a wheel built from the sdist can be built
 with no cache, no network and no opt-in, and refuses (exit 2) an sdist that would not: a current lock entry whose
@@ -29,6 +30,7 @@ from ..keys import decision_key
 from ..lock import lock_path, read_lock
 from ..manifest import Manifest
 from ..manifest.tomltext import TomlProblem, parse_toml
+from ..signing import DEFAULT_KEY_NAME
 from .inputs import manifest_inputs
 from .options import ConfigSettings
 
@@ -83,9 +85,19 @@ def sdist_settings(
 ) -> ConfigSettings:
     """``config`` with the manifest's inputs forced into the sdist and the generated folder kept out of it, and
     the cache folder ``cache_dir`` too where it lies inside the project (``R1BUILD_CACHE_DIR=.r1build-cache``):
-    its decisions, transcripts and the build machine's paths are no part of a source distribution."""
+    its decisions, transcripts and the build machine's paths are no part of a source distribution. So is a
+    private signing key that ``r1build key generate`` left in the project under its default name, in any folder
+    (with a warning where one is at the project's top)."""
     project = project_dir.resolve()
-    excludes = [_pattern(Path(GENERATED_DIR), directory=True)]
+    excludes = [_pattern(Path(GENERATED_DIR), directory=True), DEFAULT_KEY_NAME]  # in any folder
+    if (project / DEFAULT_KEY_NAME).exists():
+        emit(
+            Note(
+                "warning",
+                f"{DEFAULT_KEY_NAME} is a private signing key: left out of the sdist; keep it out of the project "
+                "folder (and out of the repository)",
+            )
+        )
     if cache_dir is not None:
         cache = cache_dir.resolve()
         if project in cache.parents:

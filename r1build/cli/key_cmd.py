@@ -12,12 +12,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ..signing import KeyPair, read_private_key_file, write_private_key
+from ..signing import DEFAULT_KEY_NAME, KeyPair, read_private_key_file, write_private_key
 from .render import Console
 
 __all__ = ["DEFAULT_KEY_FILE", "register"]
 
-DEFAULT_KEY_FILE = Path("r1build-signing-key.pem")
+DEFAULT_KEY_FILE = Path(DEFAULT_KEY_NAME)
 """Where ``key generate`` writes without ``--out`` (in the current folder)."""
 
 

@@ -223,7 +223,7 @@ def test_sdist_settings_force_in_the_manifest_inputs_and_keep_user_lists(tmp_pat
         "/scale.cu",
         "/reference.py",
     ]
-    assert settings["sdist.exclude"] == ["/notes/", "/.r1build/"]
+    assert settings["sdist.exclude"] == ["/notes/", "/.r1build/", "r1build-signing-key.pem"]
 
 
 def test_sdist_refuses_what_a_wheel_could_not_build_offline(tmp_path: Path) -> None:

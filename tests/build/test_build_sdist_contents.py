@@ -1,6 +1,7 @@
 """What an sdist holds when the cache folder lies inside the project (``R1BUILD_CACHE_DIR=.r1cache`` in CI, or
 the config setting ``r1build.cache-dir``): never the cache's database, blobs, transcripts or the build machine's
-nvcc paths, while the manifest, lock and sources are still carried, and a wheel still builds from it."""
+nvcc paths, while the manifest, lock and sources are still carried, and a wheel still builds from it. Nor the
+private key ``r1build key generate`` writes into the folder it runs in."""
 
 from __future__ import annotations
 
@@ -89,3 +90,28 @@ def test_a_source_linked_from_outside_the_project_is_carried_without_a_false_war
 
     wheel, _ = build_env.locked_wheel(sdist, tmp_path, isolated=False)
     assert wheel.name.startswith("tiny-0.1.0-")
+
+
+def test_a_signing_key_generated_in_the_project_stays_out_of_the_sdist(build_env: BuildEnv, tmp_path: Path) -> None:
+    """``r1build key generate`` run in the project (its default: ``./r1build-signing-key.pem``) and in a folder of
+    it: the sdist carries neither private key and says so, and carries everything else as before."""
+    project = copy_project(PACKAGES / "tiny", tmp_path / "tiny")
+    cache = {"R1BUILD_CACHE_DIR": str(tmp_path / "cache")}
+    build_env.check(["r1build", "lock", "--offline", "-m", project], cwd=project, env=cache)
+    (project / "keys").mkdir()
+    (project / "keys" / "notes.txt").write_text("kept\n")
+    for where in (project, project / "keys"):
+        build_env.check(["r1build", "key", "generate"], cwd=where)
+        assert (where / "r1build-signing-key.pem").read_bytes().startswith(b"-----BEGIN PRIVATE KEY-----")
+
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    proc = build_env.hook(project, "build_sdist", dist, env=cache)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    (sdist,) = dist.glob("tiny-*.tar.gz")
+    names = sdist_names(sdist, "tiny-0.1.0")
+    assert not [n for n in names if n.endswith(".pem")], sorted(names)
+    assert names >= {*CARRIED, "keys/notes.txt"}, sorted(names)
+    assert not [data for data in _sdist_files(sdist).values() if b"PRIVATE KEY" in data]
+    flat = " ".join(proc.stdout.split())
+    assert "r1build-signing-key.pem is a private signing key: left out of the sdist" in flat, proc.stdout
