@@ -87,12 +87,14 @@ def kernel_settings(
     A locked build whose inputs are all unchanged since the last locked build reuses its generated files (see
     :mod:`r1build.build.stamp`); every other build resolves.
     """
+    from .fresh import fresh_if_nvcc_changed
     from .options import split_settings
 
     options, rest = split_settings(config_settings)
     project = (project_dir or Path.cwd()).resolve()
-    rest[COMPILER_DEFINE] = _one_compiler(rest.get(COMPILER_DEFINE), config_settings, project)
+    compiler = rest[COMPILER_DEFINE] = _one_compiler(rest.get(COMPILER_DEFINE), config_settings, project)
     cmake_file = prepare_kernels(project, options, _ours(config_settings), editable=editable)
+    fresh_if_nvcc_changed(project, compiler, rest)
     rest[KERNELS_DEFINE] = cmake_file.resolve().as_posix()
     return rest
 

@@ -78,11 +78,18 @@ class BuildEnv:
         return proc.stdout
 
     def pip_wheel(
-        self, source: Path, out: Path, *, env: Mapping[str, str] | None = None, isolated: bool | None = None
+        self,
+        source: Path,
+        out: Path,
+        *,
+        env: Mapping[str, str] | None = None,
+        isolated: bool | None = None,
+        options: Sequence[str] = (),
     ) -> subprocess.CompletedProcess[str]:
-        """``pip wheel`` of a project folder or sdist, as a user would build it."""
+        """``pip wheel`` of a project folder or sdist, as a user would build it (``options``: more of pip's, such as
+        ``-Cbuild-dir=build``)."""
         isolation = self.isolated if isolated is None else isolated
-        args: list[str | Path] = [self.python, "-m", "pip", "wheel", "-v", "--no-deps", "-w", out, source]
+        args: list[str | Path] = [self.python, "-m", "pip", "wheel", "-v", "--no-deps", *options, "-w", out, source]
         args += ["--find-links", self.wheels] if isolation else ["--no-build-isolation"]
         return self.run(args, cwd=out.parent, env=env)
 
