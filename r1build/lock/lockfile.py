@@ -328,17 +328,21 @@ def check_lock(manifest: Manifest, lock: Lock | None, archs: dict[str, list[str]
     return Staleness(problems)
 
 
-def require_fresh(manifest: Manifest, lock: Lock | None, archs: dict[str, list[str]] | None = None) -> Lock:
-    """The lock, or :class:`StaleLockError` explaining which kernels are missing or stale (``--locked``)."""
+def require_fresh(
+    manifest: Manifest, lock: Lock | None, archs: dict[str, list[str]] | None = None, *, said: str = "--locked"
+) -> Lock:
+    """The lock, or :class:`StaleLockError` explaining which kernels are missing or stale (``said``: how the user
+    asked for a current lock, ``--locked`` or a build's ``r1build.locked``)."""
     staleness = check_lock(manifest, lock, archs)
     if staleness or lock is None:
-        raise stale_lock_error(manifest, staleness)
+        raise stale_lock_error(manifest, staleness, said=said)
     return lock
 
 
-def stale_lock_error(manifest: Manifest, staleness: Staleness) -> StaleLockError:
-    """The ``--locked`` error for a lock that does not fit the manifest, naming each kernel and why."""
+def stale_lock_error(manifest: Manifest, staleness: Staleness, *, said: str = "--locked") -> StaleLockError:
+    """The error of a lock asked to be current (``said``) that does not fit the manifest, naming each kernel and
+    why."""
     return StaleLockError(
-        f"{lock_path(manifest)} is out of date with {manifest.path.name} (--locked):\n{staleness.render()}\n"
+        f"{lock_path(manifest)} is out of date with {manifest.path.name} ({said}):\n{staleness.render()}\n"
         "run `r1build lock` to update it"
     )

@@ -173,7 +173,7 @@ def lookup(run: Run, q: Question) -> Resolved | Unresolved | None:
         if options.locked or options.frozen:
             raise ResolveError(
                 f"{spec.name}/{arch}: {missing}; import a cache bundle (`r1build cache import`), commit vendored "
-                "sources (`r1build vendor`), or resolve without " + ("--frozen" if options.frozen else "--locked")
+                "sources (`r1build vendor`), or resolve without " + options.mode_words[1 if options.frozen else 0]
             )
         # the lock's winner is passed over: never silently (a build would ship another kernel than the locked one)
         q.note(
@@ -181,8 +181,8 @@ def lookup(run: Run, q: Question) -> Resolved | Unresolved | None:
         )
     if options.frozen:
         raise LockError(
-            f"{spec.name}/{arch}: --frozen and {lock_path(manifest).name} has no entry for it; "
-            "run `r1build lock` (or resolve without --frozen)"
+            f"{spec.name}/{arch}: {options.mode_words[1]} and {lock_path(manifest).name} has no entry for it; "
+            f"run `r1build lock` (or resolve without {options.mode_words[1]})"
         )
     if not options.refresh:
         decision = cache.get_decision(q.key)

@@ -40,6 +40,9 @@ class ResolveOptions:
     """Use the lock as it is, never check it against the manifest (``--frozen``): every kernel × arch takes its
     entry, stale or not (each entry's fields and winner are still verified), one without an entry is an error,
     and nothing is generated, measured or written to the lock."""
+    mode_words: tuple[str, str] = ("--locked", "--frozen")
+    """How the caller's user asks for ``locked`` and ``frozen``, for messages: the command line's flags, or a
+    build's config settings and variables."""
     use_gpu: bool | None = None
     """Measure on local GPUs on a miss. None: when one is visible."""
     write_lock: bool = True

@@ -95,6 +95,7 @@ def prepare_build(
                 offline=not generate,
                 locked=locked,
                 frozen=frozen,
+                mode_words=("r1build.locked (R1BUILD_LOCKED)", "r1build.frozen (R1BUILD_FROZEN)"),
                 use_gpu=evaluate,
                 write_lock=False,
                 build=True,

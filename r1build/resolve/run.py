@@ -129,7 +129,7 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
     path = lock_path(manifest)
     lock = _read_lock(manifest, options)
     if options.frozen and lock is None:
-        raise LockError(f"--frozen uses {path} as it is, and there is none; run `r1build lock` first")
+        raise LockError(f"{options.mode_words[1]} uses {path} as it is, and there is none; run `r1build lock` first")
     plan = {s.name: [a for a in manifest.archs_of(s) if options.archs is None or a in options.archs] for s in specs}
     targeted = {a for s in specs for a in manifest.archs_of(s)}
     untargeted = [a for a in options.archs or () if a not in targeted]
@@ -140,7 +140,9 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
             "add it to the manifest's archs to resolve for it"
         )
     if options.locked:
-        lock = require_fresh(manifest, lock, plan if (options.kernels or options.archs) else None)
+        lock = require_fresh(
+            manifest, lock, plan if (options.kernels or options.archs) else None, said=options.mode_words[0]
+        )
     judges = Judges(cache, options.use_gpu, options.cluster, manifest.settings.evaluation.connect_timeout_s)
     run = Run(manifest, cache, options, judges, lock)
     try:
@@ -165,7 +167,9 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
                 continue
             q = x.question
             if options.locked:  # lookup answers every current entry or raises; nothing may be judged anew
-                raise ResolveError(f"{q.spec.name}/{q.arch}: --locked and the lock has no usable entry for it")
+                raise ResolveError(
+                    f"{q.spec.name}/{q.arch}: {options.mode_words[0]} and the lock has no usable entry for it"
+                )
             kept = None
             if options.refresh:  # what a refresh falls back to where nothing can judge this arch again
                 old = lookup(replace(run, options=replace(options, refresh=False)), q)

@@ -511,3 +511,18 @@ def test_a_different_toolchain_means_resolving_again(
     assert not _warm(locked_tiny, locked, monkeypatch)
     again = _build_events(locked_tiny, locked)
     assert not _reused(again) and _gated(again)
+
+
+def test_a_locked_build_names_its_own_setting_not_the_cli_flag(locked_tiny: Path) -> None:
+    # a build is locked by r1build.locked / R1BUILD_LOCKED, not by the CLI's --locked: its messages say so
+    from r1build.errors import LockError, StaleLockError
+
+    manifest = locked_tiny / "kernels.toml"
+    manifest.write_text(manifest.read_text(encoding="utf-8").replace("{ n = 97 }", "{ n = 98 }"), encoding="utf-8")
+    with pytest.raises(StaleLockError) as stale:
+        kernel_settings({"r1build.locked": "1"}, locked_tiny)
+    assert "(r1build.locked (R1BUILD_LOCKED))" in str(stale.value) and "--locked" not in str(stale.value)
+    (locked_tiny / "kernels.lock").unlink()
+    with pytest.raises(LockError) as frozen:
+        kernel_settings({"r1build.frozen": "1"}, locked_tiny)
+    assert str(frozen.value).startswith("r1build.frozen (R1BUILD_FROZEN) uses "), str(frozen.value)
