@@ -225,7 +225,10 @@ def cmd_status(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _render_resolution(resolution: Resolution, console: Console, as_json: bool) -> None:
+def _render_resolution(
+    resolution: Resolution, console: Console, as_json: bool, extra: dict[str, Any] | None = None
+) -> None:
+    """The resolution's table (or, with ``as_json``, one JSON document holding ``extra`` too) on stdout."""
     rows: list[dict[str, Any]] = [
         {
             "kernel": r.spec.name,
@@ -247,6 +250,7 @@ def _render_resolution(resolution: Resolution, console: Console, as_json: bool) 
                     "kernels": rows,
                     "unresolved": [asdict(u) for u in resolution.unresolved],
                     "lock_changed": resolution.lock_changed,
+                    **(extra or {}),
                 },
                 indent=2,
             )
@@ -302,14 +306,17 @@ def cmd_resolve(args: argparse.Namespace, console: Console) -> int:
     manifest = load_from_args(args, check_references=False)
     with sink(console.event), open_cache(args, manifest=manifest) as cache:
         resolution = resolve(manifest, cache, _options(args, manifest, write_lock=True))
+        generated = None
         if args.out and not resolution.unresolved:
-            cmake = emit_resolution(resolution, args.out)
-            console.print(f"generated {cmake}")
+            generated = emit_resolution(resolution, args.out)
+            if not args.json:  # --json: named in the document, so stdout stays one JSON document
+                console.print(f"generated {generated}")
         elif args.out:
             console.warning(
                 f"nothing written to {args.out}: {len(resolution.unresolved)} kernel x arch without a winner (below)"
             )
-    _render_resolution(resolution, console, args.json)
+    extra = {"generated": str(generated) if generated else None} if args.out else {}
+    _render_resolution(resolution, console, args.json, extra)
     return 1 if resolution.unresolved else 0
 
 
@@ -325,11 +332,14 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
                 f"unknown kernel(s): {', '.join(unknown)} (declared: {', '.join(s.name for s in manifest.kernels)})"
             )
         staleness = check_lock(manifest, load_lock(manifest))
-        if staleness:
+        if args.json:
+            stale = [{"kernel": k, "arch": a, "reason": why} for k, a, why in staleness.problems]
+            console.json(json.dumps({"lock": str(lock_path(manifest)), "current": not staleness, "stale": stale}))
+        elif staleness:
             console.error(f"{lock_path(manifest)} is not current:\n{staleness.render()}")
-            return 1
-        console.print(f"{lock_path(manifest)}: current")
-        return 0
+        else:
+            console.print(f"{lock_path(manifest)}: current")
+        return 1 if staleness else 0
     options = replace(_options(args, manifest, write_lock=True), recover_lock=True)
     if options.frozen:  # lock takes no --frozen: the variable said it
         raise UsageError(
@@ -339,7 +349,7 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
     with sink(console.event), open_cache(args, manifest=manifest) as cache:
         resolution = resolve(manifest, cache, options)
     _render_resolution(resolution, console, args.json)
-    if not resolution.lock_changed and not resolution.unresolved:
+    if not resolution.lock_changed and not resolution.unresolved and not args.json:  # JSON: "lock_changed"
         console.print(f"{lock_path(manifest)}: already current")
     return 1 if resolution.unresolved else 0
 

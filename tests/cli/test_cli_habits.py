@@ -311,3 +311,30 @@ def test_json_on_every_command_that_reports(locked: Path, tmp_path: Path, capsys
     capsys.readouterr()
     stale = doc(["check", "--json", "-m", str(locked)])
     assert stale["lock"]["current"] is False and stale["lock"]["stale"]  # type: ignore[index]
+
+
+def test_lock_and_resolve_out_keep_json_output_one_document(
+    locked: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``lock --json``, ``lock --check --json`` and ``resolve --out DIR --json`` print one JSON document on stdout,
+    with no human line before or after it."""
+    capsys.readouterr()
+
+    def doc(argv: list[str], code: int = 0) -> dict[str, object]:
+        assert main(argv) == code
+        parsed: dict[str, object] = json.loads(capsys.readouterr().out)
+        return parsed
+
+    assert doc(["lock", "--no-gpu", "--json", "-m", str(locked)])["lock_changed"] is False
+    assert doc(["lock", "--check", "--json", "-m", str(locked)]) == {
+        "lock": str(locked / "kernels.lock"),
+        "current": True,
+        "stale": [],
+    }
+    out = tmp_path / "generated"
+    resolved = doc(["resolve", "--locked", "--no-gpu", "--out", str(out), "--json", "-m", str(locked)])
+    assert resolved["generated"] == str(out / "r1build_kernels.cmake") and (out / "r1build_kernels.cmake").is_file()
+    _make_stale(locked)
+    capsys.readouterr()
+    stale = doc(["lock", "--check", "--json", "-m", str(locked)], code=1)
+    assert stale["current"] is False and stale["stale"]
