@@ -58,7 +58,11 @@ def register(sub: Any) -> None:
 def cmd_worker(args: argparse.Namespace, console: Console) -> int:
     from ..cluster.workers import plan_workers, run_workers
     from ..evaluate.devices import detect_gpus
+    from ..manifest.load import cluster_address_problem
 
+    problem = cluster_address_problem(args.scheduler)
+    if problem is not None:  # before anything is printed: --dry-run would show a malformed (or secret) address
+        raise UsageError(f"--scheduler: {problem}")
     if args.jobs_per_gpu < 1:
         raise UsageError("--jobs-per-gpu must be at least 1")
     if args.compile_slots is not None and args.compile_slots < 0:

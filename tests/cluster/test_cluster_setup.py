@@ -107,6 +107,17 @@ def test_worker_dry_run_prints_the_plan(capsys: pytest.CaptureFixture[str]) -> N
     assert "compile=3" in out and "dask worker tls://sched:8786 --nworkers 1 --nthreads 3 --resources compile=3" in out
 
 
+@pytest.mark.parametrize("address", ["http://sched:8786", "tls://admin:hunter2@sched:8786", "tls://sched"])
+def test_worker_dry_run_refuses_an_address_a_worker_would_refuse(
+    address: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--dry-run`` checks ``--scheduler`` as a real start does: exit 2, no `dask worker` command printed, and a
+    password in the address never shown."""
+    assert main(["worker", "--scheduler", address, "--compile-slots", "1", "--dry-run"]) == 2
+    out, err = capsys.readouterr()
+    assert "dask worker" not in out and "--scheduler:" in err and "hunter2" not in out + err
+
+
 @pytest.mark.slow
 def test_worker_with_an_unreachable_scheduler_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     port = _free_port()
