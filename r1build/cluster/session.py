@@ -86,12 +86,59 @@ def connect(address: str, *, timeout_s: float) -> Client:
     problem = tls_problem(address, "client")
     if problem is not None:
         raise ClusterRefusedError(f"cluster: {problem}")
+    _handshake(address, timeout_s)
     try:
         return client_class(address, timeout=f"{timeout_s}s", set_as_default=False)
-    except (OSError, TimeoutError) as exc:
+    except Exception as exc:  # it answered the handshake just before: gone since, or refusing this client
         raise ClusterRefusedError(
-            f"the Dask scheduler at {address} is unreachable ({exc}); start it (`dask scheduler`) and its workers "
-            f"(`r1build worker --scheduler {address}`), or resolve without --cluster"
+            f"the Dask scheduler at {address} answered, then failed to take this client ({_why(exc)}); "
+            "check that it runs and that its distributed version is this machine's"
+        ) from None
+
+
+def _why(exc: BaseException) -> str:
+    """What ``exc`` says, or its cause where it says nothing itself (Dask's FatalCommClosedError() over an
+    SSLError), or its type name."""
+    for e in (exc, exc.__cause__, exc.__context__):
+        if e is not None and str(e):
+            return str(e) if e is exc else f"{type(e).__name__}: {e}"
+    return type(exc).__name__
+
+
+def _handshake(address: str, timeout_s: float) -> None:
+    """Open one connection to the scheduler at ``address`` and exchange Dask's handshake, the whole within about
+    ``timeout_s``; :class:`~r1build.errors.ClusterRefusedError` naming what went wrong. A Dask client's own connect
+    waits for the handshake without a limit (a port that accepts and never answers hung a resolve for good) and
+    fails with whatever its parser meets where something else answers (an HTTP server's reply read as a frame
+    length: a MemoryError traceback), then spends 20 s closing itself."""
+    import asyncio
+
+    from distributed.comm.core import connect as dask_connect
+    from distributed.security import Security
+
+    async def attempt() -> None:
+        args = Security().get_connection_args("client")
+        # Dask retries the connection itself until timeout_s; the margin leaves its own error to say so
+        comm = await asyncio.wait_for(dask_connect(address, timeout=timeout_s, **args), timeout_s + 2)
+        await comm.close()
+
+    start = (
+        f"start it (`dask scheduler`) and its workers (`r1build worker --scheduler {address}`), or resolve "
+        "without --cluster"
+    )
+    try:
+        asyncio.run(attempt())
+    except TimeoutError:
+        raise ClusterRefusedError(
+            f"the scheduler at {address} took the connection but gave no Dask handshake within {timeout_s + 2:g} s: "
+            "is it a Dask scheduler, and does it expect TLS where the address says tcp://? (or the reverse)"
+        ) from None
+    except OSError as exc:
+        raise ClusterRefusedError(f"the Dask scheduler at {address} is unreachable ({_why(exc)}); {start}") from None
+    except Exception as exc:  # something else answers there
+        raise ClusterRefusedError(
+            f"what answers at {address} is no Dask scheduler (its reply could not be read: "
+            f"{type(exc).__name__}: {_why(exc)[:200]}); check the host and port, and tls:// versus tcp://"
         ) from None
 
 

@@ -5,7 +5,11 @@ though both are documented as exit 2."""
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -40,3 +44,69 @@ def test_a_worker_whose_scheduler_is_unreachable_within_dasks_own_timeout(capsys
         assert main(argv) == 2  # nothing listens on port 1
     err = capsys.readouterr().err
     assert "the Dask scheduler at tcp://127.0.0.1:1 is unreachable (Timed out trying to connect" in err, err
+
+
+@contextmanager
+def _listener(answer: Callable[[socket.socket], None]) -> Iterator[int]:
+    """A port on 127.0.0.1 where something that is no Dask scheduler takes each connection and ``answer``s it."""
+    held: list[socket.socket] = []
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+
+        def serve() -> None:
+            while True:
+                try:
+                    conn, _ = server.accept()
+                except OSError:  # closed: the test is over
+                    return
+                held.append(conn)
+                answer(conn)
+
+        threading.Thread(target=serve, daemon=True).start()
+        try:
+            yield server.getsockname()[1]
+        finally:
+            for conn in held:
+                conn.close()
+
+
+def _http(conn: socket.socket) -> None:
+    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+
+def _resolve_on(tmp_path: Path, port: int) -> list[str]:
+    project = tiny_project(
+        tmp_path / "p",
+        ["sm_90"],
+        variants=False,
+        evaluation=f'cluster = "tcp://127.0.0.1:{port}"\nconnect-timeout-s = 1',
+    )
+    return ["resolve", "-m", str(project), "--cache-dir", str(tmp_path / "c"), "--offline", "--no-gpu"]
+
+
+def test_a_port_where_something_else_answers_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An HTTP server at the address: Dask read its reply as a frame length and failed allocating exabytes, a
+    MemoryError traceback (exit 1) after 20 s of the half-made client closing itself."""
+    with _listener(_http) as port:
+        started = time.monotonic()
+        assert main(_resolve_on(tmp_path, port)) == 2
+        assert time.monotonic() - started < 10
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"what answers at tcp://127.0.0.1:{port} is no Dask scheduler" in err, err
+    assert "Traceback" not in err
+
+
+@pytest.mark.slow  # waits out the connect timeout (1 s, and 2 s of margin)
+def test_a_port_that_accepts_and_never_answers_is_exit_2_in_bounded_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A port that takes the connection and says nothing: Dask's client waits for the handshake without a limit,
+    and the resolve hung for good."""
+    with _listener(lambda conn: None) as port:
+        started = time.monotonic()
+        assert main(_resolve_on(tmp_path, port)) == 2
+        assert time.monotonic() - started < 10
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"the scheduler at tcp://127.0.0.1:{port} took the connection but gave no Dask handshake" in err, err
+    assert "Traceback" not in err
