@@ -319,12 +319,12 @@ def test_huge_and_degenerate_answers_are_read_in_linear_time(
     label: str, make: Callable[[], str], limit_s: float
 ) -> None:
     content = make()
-    start = time.perf_counter()
+    start = time.process_time()  # this process's CPU seconds: a loaded machine (xdist, CI) does not inflate them
     found = extract_source(content, "vadd")
     kept = complete_part(content, "vadd")
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     _well_formed(found)
-    assert elapsed < limit_s, f"{label}: {elapsed:.1f} s for {len(content):,} characters"
+    assert elapsed < limit_s, f"{label}: {elapsed:.1f} CPU s for {len(content):,} characters"
     if label == "2 MB of reasoning":
         assert found.source == FINAL and kept == content
 
