@@ -24,7 +24,7 @@ def test_a_kept_build_folder_builds_after_the_nvcc_changes(build_env: BuildEnv, 
     other.chmod(0o755)
     options = ["-Cbuild-dir=build"]
     logs = []
-    for n, nvcc in enumerate([None, str(other), None]):
+    for n, nvcc in enumerate([None, str(other)]):
         out = tmp_path / f"wheels{n}"
         out.mkdir()
         env = {"R1BUILD_NVCC": nvcc} if nvcc else {}
@@ -34,4 +34,4 @@ def test_a_kept_build_folder_builds_after_the_nvcc_changes(build_env: BuildEnv, 
         logs.append(proc.stdout)
     assert "nvcc changed" not in logs[0]
     assert "the nvcc changed since this project's last build" in logs[1] and str(other) in logs[1]
-    assert "cmake.fresh" in logs[2]  # and back again
+    assert "cmake.fresh" in logs[1]
