@@ -36,7 +36,7 @@ from ..judge import CHECKS_VERSION
 from ..manifest import Manifest, find_manifest, load_manifest
 from ..signing import TrustedKeys, load_private_key, trusted_keys
 from .common import add_cache_arg, add_manifest_arg, given_path, load_from_args, open_cache, require_current_lock
-from .render import Console
+from .render import Console, counted
 
 if TYPE_CHECKING:
     from ..cache.remote import RemoteLayer
@@ -463,7 +463,7 @@ def _repair(args: argparse.Namespace, console: Console, *, exit_on_damage: int) 
         )
     console.print(
         f"{report.directory}: index sound; deleted {len(report.bad_entries)} of {report.checked} entries, "
-        f"fixed {report.fixed} inconsistencies"
+        f"fixed {counted(report.fixed, 'inconsistency', 'inconsistencies')}"
     )
     return exit_on_damage if report.bad_entries or report.fixed else 0
 
@@ -475,8 +475,9 @@ def cmd_gc(args: argparse.Namespace, console: Console) -> int:
         _json(console, {"directory": str(cache.directory), **asdict(report)})
         return 0
     console.print(
-        f"deleted {report.corrupt} corrupt, evicted {report.evicted}, fixed {report.repaired} "
-        f"inconsistencies; {format_size(report.volume_before)} -> {format_size(report.volume)} "
+        f"deleted {report.corrupt} corrupt, evicted {report.evicted}, fixed "
+        f"{counted(report.repaired, 'inconsistency', 'inconsistencies')}; "
+        f"{format_size(report.volume_before)} -> {format_size(report.volume)} "
         f"(limit {format_size(report.size_limit)})"
     )
     return 0

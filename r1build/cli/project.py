@@ -26,7 +26,7 @@ from .common import (
     parse_archs,
     require_current_lock,
 )
-from .render import Console, render_unresolved
+from .render import Console, counted, render_unresolved
 
 __all__ = ["register"]
 
@@ -113,6 +113,7 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
     from ..reference_check import check_references
 
     manifest = load_from_args(args)
+    locked, frozen = _lock_mode(args)  # contradictory flags are said before any reference runs
     with sink(console.event):
         calls = check_references(manifest)
         _check_archs(manifest)
@@ -121,11 +122,11 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
     doc: dict[str, Any] = {"manifest": str(manifest.path), "kernels": names, "archs": archs, "reference_calls": calls}
     if not args.json:
         console.print(
-            f"{manifest.path}: ok, {len(names)} kernels ({', '.join(names)}) for {', '.join(archs)}; every "
+            f"{manifest.path}: ok, {counted(len(names), 'kernel')} ({', '.join(names)}) for {', '.join(archs)}; "
+            "every "
             f"reference checked on the CPU at every test shape ({calls} calls)"
         )
     name = lock_path(manifest).name
-    locked, frozen = _lock_mode(args)
     if locked or frozen:
         # exactly what `resolve --locked` (`--frozen`) and a locked (frozen) build do, short of writing the
         # generated files
@@ -147,11 +148,12 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
         elif frozen:
             console.print(
                 f"{name}: used as it is (--frozen: not checked against the manifest); its "
-                f"{len(resolution.entries)} winners verified (sources: {', '.join(where)})"
+                f"{counted(len(resolution.entries), 'winner')} verified (sources: {', '.join(where)})"
             )
         else:
             console.print(
-                f"{name}: current and verified ({len(resolution.entries)} winners; sources: {', '.join(where)})"
+                f"{name}: current and verified ({counted(len(resolution.entries), 'winner')}; sources: "
+                f"{', '.join(where)})"
             )
         return 0
     staleness = check_lock(manifest, load_lock(manifest))

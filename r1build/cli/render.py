@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
     from ..records import Unresolved
 
-__all__ = ["Console", "plain_table", "render_unresolved", "visible"]
+__all__ = ["Console", "counted", "plain_table", "render_unresolved", "visible"]
 
 _CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0)) if chr(c) not in "\n\t"}
 
@@ -25,6 +25,12 @@ def visible(text: str) -> str:
     in part from a cache, a bundle or a remote (kernel names, GPU and model names, compiler output), and an escape
     sequence in it must not reach the terminal (retitle it, clear it, rewrite what was printed)."""
     return text.translate(_CONTROL)
+
+
+def counted(n: int, one: str, many: str | None = None) -> str:
+    """``n`` and the noun that fits it: ``1 kernel``, ``2 kernels`` (``many``: the plural where it is not ``one``
+    plus s)."""
+    return f"{n} {one if n == 1 else (many or one + 's')}"
 
 
 class Console:

@@ -338,3 +338,19 @@ def test_lock_and_resolve_out_keep_json_output_one_document(
     capsys.readouterr()
     stale = doc(["lock", "--check", "--json", "-m", str(locked)], code=1)
     assert stale["current"] is False and stale["stale"]
+
+
+def test_check_says_contradictory_lock_flags_before_running_references_and_counts_in_english(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    from r1build.cli.main import main
+
+    project = tmp_path / "tiny"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "packages" / "tiny", project)
+    assert main(["check", "--locked", "--frozen", "-m", str(project)]) == 2
+    out = capsys.readouterr()
+    assert ": ok," not in out.out + out.err  # said at once, not after every reference ran and was reported ok
+    assert main(["check", "-m", str(project)]) == 0
+    assert ": ok, 1 kernel (scale) for sm_90;" in capsys.readouterr().out
