@@ -12,6 +12,7 @@ from ..errors import ClusterError
 from ..gate.static import StaticGate
 from ..manifest.model import KernelSpec, Manifest
 from ..records import Result
+from .checks import gate_verdict_problem
 from .tasks import compile_verdict, header_files
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ class ClusterGate(StaticGate):
                 future = arrived.get()
                 task = futures[future]
                 try:
-                    result, cacheable = future.result()
+                    sent = _checked(future.result(), task.candidate.digest, task.arch, self.toolchain.ident)
                 except CancelledError:
                     raise ClusterError(
                         f"{spec.name}: lost the Dask scheduler at {self.cluster.address} while "
@@ -71,6 +72,13 @@ class ClusterGate(StaticGate):
                     raise ClusterError(
                         f"{spec.name}/{task.arch}: a gate compile failed on the cluster: {type(exc).__name__}: {exc}"
                     ) from exc
+                if isinstance(sent, str):
+                    raise ClusterError(
+                        f"{spec.name}/{task.arch}: refused the gate verdict worker {self.cluster.worker_of(future)} "
+                        f"sent back: {sent}; nothing of it was kept. Check that every host runs the same r1build, "
+                        "or stop that worker"
+                    )
+                result, cacheable = sent
                 if cacheable:
                     self.cache.put_gate(task.key, result)
                 with self._lock:
@@ -79,3 +87,16 @@ class ClusterGate(StaticGate):
         finally:
             client.cancel([f for f in futures if not f.done()])
         return done
+
+
+def _checked(sent: object, candidate: str, arch: str, toolchain: str) -> tuple[Result, bool] | str:
+    """What a compile slot sent back for ``candidate`` on ``arch``: the pair
+    :func:`~r1build.cluster.tasks.compile_verdict` returns (a verdict the local gate could have given, and whether
+    it may be cached), or why it is not (:func:`~r1build.cluster.checks.gate_verdict_problem`)."""
+    if not (isinstance(sent, tuple) and len(sent) == 2 and isinstance(sent[1], bool)):
+        return f"a {type(sent).__name__} where a verdict and whether to cache it belong"
+    result, cacheable = sent
+    problem = gate_verdict_problem(result, candidate, arch, toolchain)
+    if problem is not None or not isinstance(result, Result):
+        return problem or "no result"
+    return result, cacheable

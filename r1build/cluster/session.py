@@ -28,6 +28,7 @@ from ..manifest.model import Manifest
 from ..records import Result, from_json
 from ..toolchain import toolchain
 from . import tls_problem
+from .checks import outcome_problem
 from .facts import ProcessFacts, mismatch, process_facts
 from .tasks import PROGRESS_TOPIC, JobOutcome, ProjectFiles, WorkerEvaluator, evaluate_job, project_files, worker_facts
 
@@ -270,6 +271,10 @@ class _Submitted:
     arch: str
     future: Future[JobOutcome] | None = None
     outcome: JobOutcome | None = None
+    gate_keys: list[str] = field(default_factory=list)
+    """The gate keys of its candidates, in order: the only ones its outcome may bring verdicts for."""
+    refused: str | None = None
+    """Why what its worker sent back was not taken (:func:`~r1build.cluster.checks.outcome_problem`)."""
     consumed: bool = False
     """Handed to the resolver, whose decision now holds it: no longer stored as an outcome."""
 
@@ -327,6 +332,16 @@ class ClusterEvaluator:
 
             self._gate = ClusterGate(self.cache, self)
         return self._gate
+
+    def worker_of(self, future: Future[Any]) -> str:
+        """The name of the worker that holds ``future``'s result, as the scheduler says (not as the result does)."""
+        try:
+            where = self._client.who_has([future]).get(future.key) or []
+        except Exception as exc:  # the scheduler is gone: name none
+            log.debug("asking who ran %s: %s", future.key, exc)
+            where = []
+        names = {w.address: w.name for w in self.inventory.workers}
+        return ", ".join(names.get(a, a) for a in where) or "unknown"
 
     def prepare(self, jobs: Sequence[Job]) -> None:
         """Submit every job of an arch some worker has, biggest first, so that all GPUs start at once."""
@@ -409,19 +424,19 @@ class ClusterEvaluator:
             if tag in self._jobs:
                 return self._jobs[tag]
             sub = self._jobs[tag] = _Submitted(tag, job, arch)
+        tc = toolchain()
+        keys = sub.gate_keys = [gate_key(job.manifest, job.spec, arch, c, tc) for c in job.candidates]
         stored = self.cache.get_json(OUTCOMES_NAMESPACE, tag)
         if stored is not None:
             try:
                 sub.outcome = from_json(JobOutcome, stored)
             except ValueError:
                 sub.outcome = None
-            if sub.outcome is not None and len(sub.outcome.results) == len(job.candidates):
+            if sub.outcome is not None and outcome_problem(job, sub.outcome, keys, tc.ident) is None:
                 emit(Note("info", "taking the results measured before the cluster was lost", job.spec.name, arch))
                 self._progress(arch)
                 return sub
             sub.outcome = None
-        tc = toolchain()
-        keys = [gate_key(job.manifest, job.spec, arch, c, tc) for c in job.candidates]
         known = {k: v for k in keys if (v := self.cache.get_gate(k)) is not None}
         args: list[Any] = [job, self._project(job.manifest), keys, known, tag, self._session]
         if self.factory is not None:
@@ -453,12 +468,19 @@ class ClusterEvaluator:
         if future.status == "finished":
             try:
                 outcome = future.result()
-                for key, verdict in outcome.gates.items():
-                    self.cache.put_gate(key, verdict)
-                with self._lock:
-                    if not sub.consumed:
-                        self.cache.put_json(OUTCOMES_NAMESPACE, tag, asdict(outcome))
-                    sub.outcome = outcome
+                problem = outcome_problem(sub.job, outcome, sub.gate_keys, toolchain().ident)
+                if problem is not None:  # nothing of it is kept, and _wait refuses it
+                    refused = f"{problem} (from worker {self.worker_of(future)})"
+                    with self._lock:
+                        sub.refused = refused
+                else:
+                    for key, verdict in outcome.gates.items():
+                        if self.cache.get_gate(key) is None:  # a verdict this machine has stays
+                            self.cache.put_gate(key, verdict)
+                    with self._lock:
+                        if not sub.consumed:
+                            self.cache.put_json(OUTCOMES_NAMESPACE, tag, asdict(outcome))
+                        sub.outcome = outcome
             except Exception as exc:  # the resolver gets it from the future all the same
                 log.debug("storing the outcome of %s: %s", tag, exc)
         with self._lock:
@@ -484,6 +506,16 @@ class ClusterEvaluator:
                     "measured before is cached, so running the same command again continues"
                 ) from None
             raise ClusterError(f"{name}: the job failed on the cluster: {type(exc).__name__}: {exc}") from exc
+        with self._lock:
+            refused = sub.refused
+        if refused is None:
+            problem = outcome_problem(sub.job, outcome, sub.gate_keys, toolchain().ident)
+            refused = None if problem is None else f"{problem} (from worker {self.worker_of(sub.future)})"
+        if refused is not None:
+            raise ClusterError(
+                f"{name}: refused what the cluster at {self.address} sent back: {refused}; nothing of it was kept. "
+                "Check that every host runs the same r1build, or stop that worker"
+            )
         self._progress(sub.arch)
         return outcome
 
