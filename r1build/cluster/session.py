@@ -13,6 +13,7 @@ import ipaddress
 import logging
 import threading
 import uuid
+import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError
 from dataclasses import asdict, dataclass, field, replace
@@ -88,13 +89,40 @@ def connect(address: str, *, timeout_s: float) -> Client:
     if problem is not None:
         raise ClusterRefusedError(f"cluster: {problem}")
     _handshake(address, timeout_s)
+    from distributed.versions import VersionMismatchWarning
+
     try:
-        return client_class(address, timeout=f"{timeout_s}s", set_as_default=False)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", VersionMismatchWarning)
+            client = client_class(address, timeout=f"{timeout_s}s", set_as_default=False)
     except Exception as exc:  # it answered the handshake just before: gone since, or refusing this client
         raise ClusterRefusedError(
             f"the Dask scheduler at {address} answered, then failed to take this client ({_why(exc)}); "
             "check that it runs and that its distributed version is this machine's"
         ) from None
+    for w in caught:
+        if isinstance(w.message, VersionMismatchWarning):
+            emit(Note("warning", _version_note(address, str(w.message))))
+        else:  # not ours to judge: on as it came
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return client
+
+
+def _version_note(address: str, text: str) -> str:
+    """One line for Dask's VersionMismatchWarning (a table of packages by client, scheduler and workers), which
+    Python's warnings printed as it is, with the file and line of Dask that raised it."""
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in text.splitlines()]
+    rows = [r for r in rows if len(r) > 1 and r[0] and not r[0].startswith("-")]
+    parts = [
+        f"{row[0]}: "
+        + ", ".join(f"{who.lower()} {version}" for who, version in zip(rows[0][1:], row[1:], strict=False))
+        for row in rows[1:]
+    ]
+    said = "; ".join(parts) if parts else " ".join(text.split())
+    return (
+        f"the Dask cluster at {address} mixes package versions ({said}): Dask may fail in ways it does not "
+        "explain; install the same dask and distributed on every host"
+    )
 
 
 def _why(exc: BaseException) -> str:

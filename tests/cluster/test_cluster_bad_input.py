@@ -110,3 +110,32 @@ def test_a_port_that_accepts_and_never_answers_is_exit_2_in_bounded_time(
     err = " ".join(capsys.readouterr().err.split())
     assert f"the scheduler at tcp://127.0.0.1:{port} took the connection but gave no Dask handshake" in err, err
     assert "Traceback" not in err
+
+
+def test_a_scheduler_of_other_dask_versions_is_one_warning_not_pythons(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dask's VersionMismatchWarning was printed by Python's warnings as it came: Dask's file and line, an ASCII
+    table and the source line, on stderr of a library that prints nothing."""
+    import warnings
+
+    import distributed.versions
+    from distributed.utils import asciitable
+    from distributed.versions import VersionMismatchWarning
+
+    from r1build.cluster.session import connect
+    from r1build.events import Event, Note, sink
+    from tests.cluster.cluster_support import TestCluster
+
+    table = asciitable(["Package", "Client", "Scheduler", "Workers"], [("distributed", "2026.8.0", "2023.1.0", None)])
+    said = {"warning": f"Mismatched versions found\n\n{table}\nNotes: \n-  lz4: a note", "error": ""}
+    monkeypatch.setattr(distributed.versions, "error_message", lambda *a, **k: said)  # as the scheduler calls it
+    events: list[Event] = []
+    with TestCluster({}) as cluster, warnings.catch_warnings(record=True) as caught, sink(events.append):
+        warnings.simplefilter("always")
+        connect(cluster.address, timeout_s=10).close()
+    assert not [w for w in caught if issubclass(w.category, VersionMismatchWarning)]
+    notes = [e.message for e in events if isinstance(e, Note) and e.level == "warning"]
+    assert notes == [
+        f"the Dask cluster at {cluster.address} mixes package versions (distributed: client 2026.8.0, scheduler "
+        "2023.1.0, workers None): Dask may fail in ways it does not explain; install the same dask and distributed "
+        "on every host"
+    ]
