@@ -47,6 +47,7 @@ class ClusterGate(StaticGate):
                 t.candidate,
                 self.timeout_s,
                 headers,
+                expected=self.cluster.inventory.here,
                 resources={COMPILE_RESOURCE: 1},
                 pure=False,
             ): t

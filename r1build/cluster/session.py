@@ -190,6 +190,9 @@ class Inventory:
     """The workers of a cluster and what they can do."""
 
     workers: list[WorkerInfo] = field(default_factory=list)
+    here: ProcessFacts | None = None
+    """The resolving machine's facts, which every task asks its worker to share (a worker that joins after the
+    survey included)."""
 
     @property
     def archs(self) -> dict[str, list[WorkerInfo]]:
@@ -273,7 +276,7 @@ def survey(client: Client, address: str, *, timeout_s: float, here: ProcessFacts
             f"the cluster at {address} runs other versions than this machine "
             f"({here.describe()}):\n  " + "\n  ".join(problems)
         )
-    return Inventory(workers)
+    return Inventory(workers, here)
 
 
 def _joined(job: Job, results: list[Result]) -> list[Result]:
@@ -473,6 +476,7 @@ class ClusterEvaluator:
             sub.future = self._client.submit(
                 evaluate_job,
                 *args,
+                expected=self.inventory.here,
                 resources={arch: 1},
                 pure=False,
                 priority=len(job.candidates),

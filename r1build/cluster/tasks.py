@@ -265,6 +265,28 @@ def _log(message: dict[str, Any]) -> None:
         pass
 
 
+_facts: list[Any] = []
+"""This worker process's :class:`~r1build.cluster.facts.ProcessFacts`, once computed."""
+
+
+def refuse_other(expected: Any) -> None:
+    """Refuse a task from a resolving machine whose r1build or nvcc is not this worker's (``expected``: its
+    :class:`~r1build.cluster.facts.ProcessFacts`; None asks nothing). The resolve surveys the workers present when
+    it starts; Dask gives work to one that joins later all the same, and such a worker must not judge with other
+    code or another compiler."""
+    if expected is None:
+        return
+    from .facts import mismatch, process_facts
+
+    with _lock:
+        if not _facts:
+            _facts.append(process_facts(with_gpus=False))
+        mine = _facts[0]
+    problem = mismatch(expected, mine, _worker_name())
+    if problem is not None:
+        raise ClusterRefusedError(f"{problem} (it joined the cluster after this resolve checked its workers)")
+
+
 def evaluate_job(
     job: Job,
     project: ProjectFiles,
@@ -273,10 +295,14 @@ def evaluate_job(
     tag: str,
     session: str,
     factory: Callable[[], WorkerEvaluator] = local_gpu_evaluator,
+    *,
+    expected: Any = None,
 ) -> JobOutcome:
     """Judge one GPU job on this worker (the Dask task of a cluster resolve). ``gate_keys`` name the gate
     verdicts of the job's candidates, ``known`` the ones the resolving machine already has (not compiled again),
-    ``tag`` the job in progress events, ``session`` the resolve it belongs to."""
+    ``tag`` the job in progress events, ``session`` the resolve it belongs to; ``expected``: the resolving
+    machine's facts, which this worker must share (:func:`refuse_other`)."""
+    refuse_other(expected)
     _log({"job": tag, "state": "running", "name": _worker_name()})
     root = _materialize(project)
     here = replace(job, manifest=replace(job.manifest, path=root / project.manifest_name))
@@ -316,12 +342,16 @@ def compile_verdict(
     candidate: Candidate,
     timeout_s: float,
     headers: ProjectFiles | None = None,
+    *,
+    expected: Any = None,
 ) -> tuple[Result, bool]:
     """One static-gate compile on this worker: the verdict before limits and whether it may be cached (the
     resolving machine applies the limits and caches it). ``headers``: the project's include folders
     (:func:`header_files`), written here and compiled against, since the manifest's folder is the resolving
-    machine's."""
+    machine's; ``expected``: the resolving machine's facts, which this worker must share (:func:`refuse_other`)."""
     from ..gate.static import StaticGate
+
+    refuse_other(expected)
 
     if headers is not None and headers.files:
         manifest = replace(manifest, path=_materialize(headers) / headers.manifest_name)

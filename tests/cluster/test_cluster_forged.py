@@ -126,9 +126,9 @@ class SwappingGpu(FakeGpu):
         return [replace(r, candidate=results[(i + 1) % len(results)].candidate) for i, r in enumerate(results)]
 
 
-def forged_compile(*args: Any) -> tuple[Result, bool]:
+def forged_compile(*args: Any, **kwargs: Any) -> tuple[Result, bool]:
     """A compile slot that sends the verdict of its compile as another candidate's."""
-    result, _ = compile_verdict(*args)
+    result, _ = compile_verdict(*args, **kwargs)
     return replace(result, candidate="0" * 64), True
 
 
