@@ -6,6 +6,8 @@ import shutil
 from pathlib import Path
 from typing import Literal
 
+import pytest
+
 from r1build.cache import Cache
 from r1build.cache.remote import RemoteLayer, open_store
 from r1build.cli.main import main
@@ -32,6 +34,17 @@ __all__ = [
     "trust",
     "trust_nothing",
 ]
+
+
+def s3_endpoint_at(monkeypatch: pytest.MonkeyPatch, port: int) -> None:
+    """boto3 pointed at a server on 127.0.0.1:``port`` (test credentials, a region), as an S3-compatible store."""
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+    }.items():
+        monkeypatch.setenv(name, value)
 
 
 def trust(project: Path, *public_keys: str, url: str | None = None, timeout_s: float | None = None) -> None:

@@ -34,6 +34,7 @@ from tests.cache.remote.remote_support import (
     plant_decision,
     push,
     root_project,
+    s3_endpoint_at,
     tiny_project,
     trust_nothing,
 )
@@ -565,13 +566,7 @@ def test_a_remote_that_trickles_its_answer_costs_one_timeout(
     with _Trickler(where) as server:
         url = f"http://127.0.0.1:{server.port}/team"
         if backend == "s3":
-            for name, value in {
-                "AWS_ACCESS_KEY_ID": "testing",
-                "AWS_SECRET_ACCESS_KEY": "testing",
-                "AWS_DEFAULT_REGION": "us-east-1",
-                "AWS_ENDPOINT_URL": f"http://127.0.0.1:{server.port}",
-            }.items():
-                monkeypatch.setenv(name, value)
+            s3_endpoint_at(monkeypatch, server.port)
             url = "s3://team-cache/team"
         warning = _one_warning_and_locked(capsys, project, tmp_path / "b", url, within=8)
     assert "is unavailable" in warning and ("no answer within" in warning or "came slower than" in warning)

@@ -16,6 +16,7 @@ from r1build.keys import digest_bytes
 from r1build.records import Result, to_json
 from r1build.signing import KeyPair, TrustedKeys
 from tests.cache.remote.remote_servers import FaultServer
+from tests.cache.remote.remote_support import s3_endpoint_at
 
 DEEP = b"[" * 100_000 + b"]" * 100_000
 """JSON nested far deeper than the parser recurses: ``json.loads`` raises RecursionError, not ValueError."""
@@ -60,13 +61,7 @@ def test_an_s3_endpoint_that_redirects_is_unavailable_not_a_crash(
     pytest.importorskip("boto3", reason="boto3 is not installed (the s3 extra)")
     reply = f"HTTP/1.1 {status}\r\nLocation: http://elsewhere.invalid/x\r\nContent-Length: 0\r\n"
     with FaultServer(lambda request: reply.encode() + b"Connection: close\r\n\r\n") as server:
-        for name, value in {
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{server.port}",
-        }.items():
-            monkeypatch.setenv(name, value)
+        s3_endpoint_at(monkeypatch, server.port)
         store = open_store("s3://team-cache/team", timeout=5, header=None)
         with pytest.raises(RemoteUnavailable, match="redirects that never end"):
             list(store.keys("r1build-v1/") or ())
