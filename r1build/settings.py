@@ -185,10 +185,6 @@ def _seconds(environ: Mapping[str, str], name: str, most: float) -> float | None
     return seconds
 
 
-def _timeout(environ: Mapping[str, str]) -> float | None:
-    return _seconds(environ, "R1BUILD_REMOTE_TIMEOUT", 600)
-
-
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 """An HTTP header name (RFC 9110's token)."""
 _HEADER_VALUE = re.compile(r"[\x20-\x7e\x80-\xff]+")
@@ -235,7 +231,7 @@ def env_settings(environ: Mapping[str, str] | None = None) -> EnvSettings:
         signing_key=env.get("R1BUILD_SIGNING_KEY", "").strip() or None,
         remote_cache=env.get("R1BUILD_REMOTE_CACHE", "").strip() or None,
         remote_write=_flag(env, "R1BUILD_REMOTE_WRITE"),
-        remote_timeout=_timeout(env),
+        remote_timeout=_seconds(env, "R1BUILD_REMOTE_TIMEOUT", 600),
         remote_header=_remote_header(env),
         base_url=env.get(BASE_URL_ENV) or None,
         nvcc=env.get("R1BUILD_NVCC") or None,
