@@ -445,7 +445,7 @@ def _repair(args: argparse.Namespace, console: Console, *, exit_on_damage: int) 
         _json(console, asdict(report))
         return exit_on_damage if damaged else 0
     if report.rebuilt:
-        kept = ", ".join(f"{n} {kind}{'s' if n != 1 else ''}" for kind, n in report.recovered.items() if n)
+        kept = ", ".join(counted(n, kind) for kind, n in report.recovered.items() if n)
         console.warning(
             f"the index of {report.directory} was damaged ({report.damage}); moved it aside to "
             f"{report.moved_aside} (delete it when you no longer need it)"
@@ -485,7 +485,7 @@ def cmd_gc(args: argparse.Namespace, console: Console) -> int:
 
 # -- export / import ------------------------------------------------------------------------------------------
 def _counts(summary: BundleSummary) -> str:
-    parts = [f"{n} {kind}{'s' if n != 1 else ''}" for kind, n in summary.entries.items() if n]
+    parts = [counted(n, kind) for kind, n in summary.entries.items() if n]
     return ", ".join(parts) or "nothing"
 
 
