@@ -31,7 +31,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from .child.harness import BEGIN, DONE, END, HELD, RESUMED
 
@@ -152,7 +152,20 @@ class BatchRun:
     library's verdict."""
     suspect: int | None = None
     """For a run that is not clean: the library the harness's markers point at (the one running when the first
-    report came, or when the run stopped), if any."""
+    report came, or when the run stopped), if any; with a queue job, its position in :attr:`claimed`."""
+    claimed: tuple[int, ...] | None = None
+    """With a queue job (``queue``): the entries this run took, lowest first (the libraries its outcome is about)."""
+
+
+def claims_of(queue: Path, token: str) -> tuple[int, ...]:
+    """The entries of a queue folder that the run with ``token`` took, lowest first."""
+    taken = []
+    for path in queue.glob("*.claim"):
+        stem = path.name.partition(".")[0]
+        with contextlib.suppress(OSError):
+            if stem.isdigit() and path.read_text() == token:
+                taken.append(int(stem))
+    return tuple(sorted(taken))
 
 
 @dataclass
@@ -362,7 +375,18 @@ class SanitizerRunner:
     def run(self, tool: str, job_file: Path) -> BatchRun:
         """One tool over the libraries of one harness job (:class:`~.child.messages.SanitizeJob`)."""
         job = json.loads(job_file.read_text())
-        token, libs, shapes = str(job["token"]), len(job["libs"]), len(job["shapes"])
+        queue = Path(job["queue"]) if job.get("queue") else None
+        found = self._run_job(tool, job_file, job)
+        if queue is None:
+            return found
+        claimed = claims_of(queue, str(job["token"]))  # markers count by entry number: a suspect becomes a position
+        suspect = found.suspect
+        return BatchRun(found.outcome, claimed.index(suspect) if suspect in claimed else None, claimed)
+
+    def _run_job(self, tool: str, job_file: Path, job: dict[str, Any]) -> BatchRun:
+        token, shapes = str(job["token"]), len(job["shapes"])
+        queue = Path(job["queue"]) if job.get("queue") else None
+        libs = len(job["libs"])
         args = ["--tool", tool, "--error-exitcode", str(ERROR_EXIT), "--print-limit", "10"]
         if tool == "racecheck":
             args += ["--racecheck-report", "hazard"]
@@ -370,7 +394,12 @@ class SanitizerRunner:
         key = str(job_file)
         hold = Path(job["hold"]) if job.get("hold") else None
         done = self._run(cmd, job_file.parent, key, token=token, hold=hold)
-        if done.why == "stalled" and libs == 1:  # past the limit: once more, with twice the time
+        if queue is not None:  # what it took, known now that it ended
+            taken = claims_of(queue, token)
+            libs, listed = len(taken), set(taken)
+        else:
+            listed = set(range(libs))
+        if done.why == "stalled" and libs == 1 and queue is None:  # past the limit: once more, with twice the time
             done = self._run(cmd, job_file.parent, key, 2 * self.timeout_s, token=token, hold=hold)
             if done.why == "stalled":
                 return BatchRun(
@@ -402,7 +431,7 @@ class SanitizerRunner:
             return BatchRun(
                 SanitizerOutcome(tool, "unfinished", f"{tool} run failed (exit {done.code}): {tail}"[:500]), hung
             )
-        if not finished or len(ended) != libs:
+        if not finished or ended != listed:
             tail = " ".join(lines[-2:]) or "no output"
             return BatchRun(
                 SanitizerOutcome(

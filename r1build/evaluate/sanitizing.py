@@ -4,25 +4,28 @@
 shared by its candidates); per candidate the future of its memcheck, racecheck and initcheck outcomes, their
 cancellation when the candidate fails elsewhere, and the reasons a finding or an unfinished run becomes.
 
-A sanitizer's start costs seconds, a candidate's calls on small shapes a fraction of one, so a run takes a batch: the
-candidates of one kernel and tool whose libraries are built (gathered for a moment while their siblings' compiles end;
-at most ``batch`` of them, and no more than an even share of the kernel's candidates among the :data:`RUNS_PER_QUEUE`
-runs it may have at once, which start side by side). Sanitizer processes of all kernels together are at most one per
-core. A run that finishes with no report clears its whole batch. Runs go on while the GPU times a job: their harness
-stops before its next GPU work until the timing is done (:class:`~.slots.Quiet`). Anything else (a report, a crash, a
-run that stalls) is never taken on trust: the batch is split where the harness's markers point (those before the
-suspect, the suspect alone, those after; in halves when the markers say nothing) and each part runs again, until a
-candidate alone in its run gets that run's verdict. So a finding is always a candidate's own, and a pass is always a
-whole clean run.
+A sanitizer's start costs seconds, a candidate's calls on small shapes a fraction of one, so a run takes many: the
+candidates of one kernel and tool wait in a queue folder (:mod:`.child.harness`), each added as soon as its library
+is built, and a run takes them one at a time until none is left (at most ``batch``). A kernel and tool has up to
+:data:`RUNS_PER_QUEUE` runs at once while other work waits for a place; a place that nobody waits for goes to the
+queue with the most candidates nobody took yet (:meth:`Sanitizing._steal`), so a kernel whose candidates are slow
+under a tool (racecheck of a tiled matmul) spreads over the idle cores at the end instead of running long after
+everything else has finished. Sanitizer processes of all kernels together are at most one per core. A run that
+finishes with no report clears what it took. Runs go on while the GPU times a job: their harness stops before its
+next GPU work until the timing is done (:class:`~.slots.Quiet`). Anything else (a report, a crash, a run that
+stalls) is never taken on trust: what the run took is split where the harness's markers point (those before the
+suspect, the suspect alone, those after; in halves when the markers say nothing) and each part runs again as a
+list, until a candidate alone in its run gets that run's verdict. So a finding is always a candidate's own, and a
+pass is always a whole clean run.
 :mod:`.sanitize` runs one tool; this module decides when, on what, and what the outcome means.
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import json
 import logging
-import math
 import secrets
 import threading
 import time
@@ -34,11 +37,13 @@ from typing import Any
 
 import numpy as np
 
+from ..filemode import write_atomically
 from ..gate.compile_slots import PrioritySlots, cores
 from ..judge import Job
 from ..manifest.model import KernelSpec
 from ..records import Candidate, Status
 from .checks import ShapePlan, Verdict, arg_codes, arg_items
+from .child.harness import claim
 from .child.messages import SanitizeArray, SanitizeJob, SanitizeShape
 from .devices import gpu_runs_arch
 from .floors import bytes_moved
@@ -48,16 +53,25 @@ from .slots import Slot
 
 __all__ = ["KernelKey", "SanitizeRuns", "Sanitizing", "write_shapes"]
 
+CANCELED = "canceled"
+"""Who takes the queue entry of a candidate that failed elsewhere (no run calls it)."""
+LISTED = "listed"
+"""Who takes the queue entries that run again as a list (:meth:`Sanitizing._relist`)."""
+
 log = logging.getLogger(__name__)
 
 SANITIZE_MAX_BYTES = 2 << 20
 """Shapes whose arrays together exceed this are too large for a quick sanitizer run."""
-GATHER_S = 1.5
-"""Longest a batch waits for the libraries of its kernel still being built."""
 RUNS_PER_QUEUE = 2
-"""Runs of one kernel and tool at once. More is slower: sanitizer runs share the one GPU, and on the H200 host eight
-a kernel (racecheck four candidates a run) took the root manifest from 102 to 120 s (bench/results/
-gpu_session_2026-12-02.md, call 4)."""
+"""Runs of one kernel and tool at once while other runs wait for a place. More is slower when every core is busy:
+sanitizer runs share the one GPU, and on the H200 host eight a kernel (racecheck four candidates a run) took the
+root manifest from 102 to 120 s (bench/results/gpu_session_2026-12-02.md, call 4). Places nobody waits for go to
+more runs (:data:`MOST_RUNS`)."""
+MOST_RUNS = 8
+"""Runs of one kernel and tool at once on places nobody waits for; another starts only while the queue holds at
+least :data:`TAKE_EACH` candidates nobody took for each run it has."""
+TAKE_EACH = 2
+"""Candidates left a run of a queue (its start costs about as much as two racecheck calls of a tiled matmul)."""
 
 Submit = Callable[..., "Future[Any]"]
 
@@ -82,10 +96,6 @@ class _Inputs:
     directory: Path
     shapes: list[SanitizeShape]
     """Harness shapes (the inputs are files in ``directory``)."""
-    unready: int = 0
-    """Candidates started whose libraries are not built yet (a batch waits a moment for them)."""
-    total: int = 0
-    """Candidates of the kernel whose runs were started."""
 
 
 class SanitizeRuns:
@@ -135,12 +145,27 @@ class _Queue:
     tool: str
     slot: Slot
     inputs: _Inputs
-    pending: list[SanitizeRuns] = field(default_factory=list)
-    """Ready candidates not in a run yet."""
+    folder: Path
+    """The queue folder the runs take candidates from (``<n>.lib``, ``<n>.claim``)."""
+    entries: dict[int, SanitizeRuns] = field(default_factory=dict)
+    """Every candidate added, by its entry number."""
+    open: set[int] = field(default_factory=set)
+    """Entries not seen taken yet (a run, or :meth:`Sanitizing.cancel`, may have taken them since)."""
     parts: list[list[SanitizeRuns]] = field(default_factory=list)
-    """Parts of split batches, run as they are (never merged again, so splitting ends)."""
+    """Parts of what a run took that was not clean, run again as lists (never merged again, so splitting ends)."""
     running: int = 0
-    gathering: bool = False
+    """Runs waiting for a place or running, counted against ``per_queue``."""
+    extra: int = 0
+    """Runs on places nobody waited for, beyond ``per_queue``."""
+    taking: int = 0
+    """Runs that take from the folder (as opposed to parts)."""
+    broken: BaseException | None = None
+    """Why runs of this queue cannot happen (the error reaches every candidate added)."""
+
+    def untaken(self) -> int:
+        """Entries nobody took yet (looked up in the folder)."""
+        self.open = {n for n in self.open if not (self.folder / f"{n}.claim").exists()}
+        return len(self.open)
 
 
 class Sanitizing:
@@ -217,8 +242,6 @@ class Sanitizing:
                 return
             runs = SanitizeRuns()
             self._runs[kernel, candidate.digest] = runs
-            inputs.unready += 1
-            inputs.total += 1
         started = threading.Event()
         started_lock = threading.Lock()
 
@@ -242,9 +265,16 @@ class Sanitizing:
             runs.canceled = True
             if self._runs.get((kernel, candidate.digest)) is runs:
                 del self._runs[kernel, candidate.digest]
-            for queue in self._queues.values():
-                if queue.kernel == kernel and runs in queue.pending:
-                    queue.pending.remove(runs)
+            waiting = [
+                (q.folder, n)
+                for q in self._queues.values()
+                if q.kernel == kernel
+                for n, r in q.entries.items()
+                if r is runs
+            ]
+        for folder, n in waiting:  # taken here, no run calls it; a run calling it now is stopped (_run_tool's watch)
+            with contextlib.suppress(OSError):
+                claim(folder, n, CANCELED)
         for tool in TOOLS:
             runs.settle(tool, SanitizerOutcome(tool, "canceled", "canceled"))
 
@@ -318,65 +348,79 @@ class Sanitizing:
             runs.library = lib.path
             tools = [t for t in TOOLS if t != "racecheck" or uses_shared_memory(lib.path, self._cuobjdump())]
             runs.expect(tools)
-            with self._lock:
-                for tool in tools:
-                    queue = self._queues.get((kernel, tool))
-                    if queue is None:
-                        queue = self._queues[kernel, tool] = _Queue(kernel=kernel, tool=tool, slot=slot, inputs=inputs)
-                    if not runs.canceled:
-                        queue.pending.append(runs)
-                    queues.append(queue)
+            for tool in tools:
+                queues.append(self._add(kernel, tool, slot, inputs, runs))
         except BaseException as exc:
             runs.fail(exc)
-        finally:
-            with self._lock:  # counted as ready only now, so a gathering batch waits for it
-                inputs.unready -= 1
         for queue in queues:
+            if queue.broken is not None:
+                runs.fail(queue.broken)
             self._dispatch(job, queue)
 
+    def _add(self, kernel: KernelKey, tool: str, slot: Slot, inputs: _Inputs, runs: SanitizeRuns) -> _Queue:
+        """Put a candidate in the tool's queue folder (the queue made on first use)."""
+        with self._lock:
+            queue = self._queues.get((kernel, tool))
+            if queue is None:
+                folder = inputs.directory / f"queue-{tool}"
+                queue = self._queues[kernel, tool] = _Queue(
+                    kernel=kernel, tool=tool, slot=slot, inputs=inputs, folder=folder
+                )
+                folder.mkdir(parents=True, exist_ok=True)
+            if runs.canceled or queue.broken is not None:
+                return queue
+            n = len(queue.entries)
+            assert runs.library is not None
+            write_atomically(queue.folder / f"{n}.lib", str(runs.library))
+            queue.entries[n] = runs
+            queue.open.add(n)
+        return queue
+
     def _dispatch(self, job: Job, queue: _Queue) -> None:
-        """Start the queue's next runs while it has room: parts of split batches first, then a new batch."""
+        """Start the queue's next runs while it has room: parts of split runs first, then runs that take from the
+        folder (no more of those than candidates nobody took); then lend idle places (:meth:`_steal`)."""
         while True:
             with self._lock:
-                if queue.running >= self.per_queue:
-                    return
+                if queue.running >= self.per_queue or queue.broken is not None:
+                    break
                 if queue.parts:
                     part = [r for r in queue.parts.pop(0) if not r.canceled]
                     if not part:
                         continue
-                elif queue.pending and not queue.gathering:
-                    queue.gathering = True
                     queue.running += 1
-                    self._spawn(self._gather_and_run, job, queue)
+                    self._spawn(self._run_batch, job, queue, part)
                     continue
-                else:
-                    return
-                queue.running += 1
-            self._spawn(self._run_batch, job, queue, part)
-
-    def _gather_and_run(self, job: Job, queue: _Queue) -> None:
-        """Wait a moment for siblings still being built (unless the batch is full), then run what is pending."""
-        with self._lock:  # an even share of the kernel's candidates among the runs it may have at once
-            size = max(1, min(self.batch, math.ceil(queue.inputs.total / self.per_queue)))
-        deadline = time.monotonic() + (GATHER_S if size > 1 else 0.0)
-        while time.monotonic() < deadline:
-            with self._lock:
-                if len(queue.pending) >= size or queue.inputs.unready == 0:
+                if queue.taking >= queue.untaken():
                     break
-            time.sleep(0.05)
-        with self._lock:
-            part, queue.pending = queue.pending[:size], queue.pending[size:]
-            queue.gathering = False
-        if part:
-            self._dispatch(job, queue)  # the rest of what waits starts beside this run, where there is room
-            self._run_batch(job, queue, part)
-        else:
+                queue.running += 1
+                queue.taking += 1
+            self._spawn(self._run_taking, job, queue, None)
+        self._steal(job)
+
+    def _steal(self, job: Job) -> None:
+        """Places nobody waits for go to more runs of the queue with the most candidates nobody took (up to
+        :data:`MOST_RUNS` a queue, while it holds :data:`TAKE_EACH` untaken candidates a run)."""
+        while True:
             with self._lock:
-                queue.running -= 1
-            self._dispatch(job, queue)
+                ranked = sorted(
+                    (q for q in self._queues.values() if q.broken is None and q.taking < MOST_RUNS),
+                    key=lambda q: q.untaken() - TAKE_EACH * q.taking,
+                    reverse=True,
+                )
+                queue = next((q for q in ranked if q.untaken() >= TAKE_EACH * (q.taking + 1)), None)
+                if queue is None:
+                    return
+                place = self.processes.take_now()
+                if place is None:
+                    return
+                queue.extra += 1
+                queue.taking += 1
+            self._count("sanitizer_extra_runs", 1)
+            self._spawn(self._run_taking, job, queue, place)
 
     def _run_batch(self, job: Job, queue: _Queue, part: list[SanitizeRuns]) -> None:
-        """One run over ``part``; a clean run clears it, a batch of one gets its verdict, anything else splits."""
+        """One run over the list ``part``; a clean run clears it, a run of one gets its verdict, anything else
+        splits."""
         try:
             with self.processes.take(None):  # a place first: candidates canceled while it waited are left out
                 members = [r for r in part if not r.canceled and r.library is not None]
@@ -390,6 +434,46 @@ class Sanitizing:
             with self._lock:
                 queue.running -= 1
         self._dispatch(job, queue)
+
+    def _run_taking(self, job: Job, queue: _Queue, place: contextlib.AbstractContextManager[None] | None) -> None:
+        """One run that takes candidates from the queue folder (on ``place``, or on the next free place)."""
+        try:
+            with place if place is not None else self.processes.take(None):
+                with self._lock:
+                    idle = queue.untaken() == 0
+                if not idle:
+                    found = self._run_tool(job, queue, None)
+                    with self._lock:
+                        members = [queue.entries[n] for n in found.claimed or () if n in queue.entries]
+                    if members or found.outcome.verdict in ("clean", "canceled"):
+                        self._settle(queue, members, found)
+                    else:  # it failed before it took one: what waits runs as a list (split as any run's batch)
+                        self._count("sanitizer_splits", 1)
+                        self._relist(queue)
+        except BaseException as exc:
+            with self._lock:
+                queue.broken = exc
+                waiting = [r for n, r in queue.entries.items() if n in queue.open]
+            for runs in waiting:
+                runs.fail(exc)
+        finally:
+            with self._lock:
+                queue.taking -= 1
+                if place is not None:
+                    queue.extra -= 1
+                else:
+                    queue.running -= 1
+        self._dispatch(job, queue)
+
+    def _relist(self, queue: _Queue) -> None:
+        """Take every entry nobody took yet and queue them as one list (a part)."""
+        with self._lock:
+            waiting = sorted(queue.open)
+        part = [queue.entries[n] for n in waiting if claim(queue.folder, n, LISTED)]
+        with self._lock:
+            queue.open -= set(waiting)
+            if part:
+                queue.parts.append(part)
 
     def _settle(self, queue: _Queue, members: list[SanitizeRuns], found: BatchRun) -> None:
         tool, outcome = queue.tool, found.outcome
@@ -413,31 +497,41 @@ class Sanitizing:
         with self._lock:  # canceled members are left out when a part is taken (_dispatch)
             queue.parts.extend(p for p in parts if p)
 
-    def _run_tool(self, job: Job, queue: _Queue, members: list[SanitizeRuns]) -> BatchRun:
+    def _run_tool(self, job: Job, queue: _Queue, members: list[SanitizeRuns] | None) -> BatchRun:
+        """One process of the queue's tool: over ``members``, or (None) over what it takes from the folder."""
         runner = queue.slot.sanitizer
         assert runner is not None
         with self._lock:
             self._files += 1
             job_file = queue.inputs.directory / f"run-{queue.tool}-{self._files}.json"
         sanitize_job: SanitizeJob = {
-            "libs": [str(r.library) for r in members],
+            "libs": [str(r.library) for r in members or ()],
             "entry": job.spec.name,
             "argtypes": arg_codes(job.spec),
             "shapes": queue.inputs.shapes,
             "token": secrets.token_hex(8),
         }
+        if members is None:
+            sanitize_job["queue"] = str(queue.folder)
+            sanitize_job["limit"] = self.batch
         hold = queue.slot.quiet.hold_file
         if hold is not None:
             sanitize_job["hold"] = str(hold)
         job_file.write_text(json.dumps(sanitize_job))
         stop = threading.Event()
 
+        def calling() -> SanitizeRuns | None:  # the candidate the run calls now, by its markers
+            now = runner.running(job_file)
+            if now is None:
+                return None
+            if members is None:
+                return queue.entries.get(now)
+            return members[now] if now < len(members) else None
+
         def watch() -> None:  # a canceled member stops the run when it is the one running (it may hang)
             while not stop.wait(0.5):
-                now = runner.running(job_file)
-                if (now is not None and now < len(members) and members[now].canceled) or all(
-                    r.canceled for r in members
-                ):
+                now = calling()
+                if (now is not None and now.canceled) or (members is not None and all(r.canceled for r in members)):
                     runner.cancel(job_file)
                     return
 
@@ -460,7 +554,7 @@ class Sanitizing:
             queue.tool,
             queue.kernel.kernel,
             queue.kernel.arch,
-            len(members),
+            len(members) if members is not None else len(found.claimed or ()),
             seconds,
             found.outcome.verdict,
             "" if found.suspect is None else f" (markers point at #{found.suspect})",

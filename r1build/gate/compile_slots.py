@@ -74,9 +74,28 @@ class PrioritySlots:
         try:
             yield
         finally:
-            with self._cond:
-                self._free += 1
-                self._cond.notify_all()
+            self._give_back()
+
+    def take_now(self) -> contextlib.AbstractContextManager[None] | None:
+        """A slot for the ``with`` block when one is free and nobody waits for it; None otherwise (nothing
+        taken): for work worth starting only on a place that would stay idle."""
+        with self._cond:
+            if self._free <= 0 or self._waiting:
+                return None
+            self._free -= 1
+        return self._held()
+
+    @contextlib.contextmanager
+    def _held(self) -> Iterator[None]:
+        try:
+            yield
+        finally:
+            self._give_back()
+
+    def _give_back(self) -> None:
+        with self._cond:
+            self._free += 1
+            self._cond.notify_all()
 
 
 COMPILE_SLOTS = cores()

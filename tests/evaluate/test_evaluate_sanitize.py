@@ -53,24 +53,31 @@ def test_find_sanitizer(tmp_path: Path) -> None:
 # A stand-in for compute-sanitizer (the runner's and the batching's own logic, no GPU): it reads the harness job
 # (its last argument) and, per library, prints the harness's markers and acts on the library's name: "good" is
 # clean, "bad" gets a report between its markers (and the run exits 86 at the end, as --error-exitcode makes it),
-# "hang" sleeps, "exit" ends the process early with status 0, "crash" ends it with 139. Each run appends its
-# library names to calls.log.
+# "hang" sleeps, "slow" takes 0.3 s, "exit" ends the process early with status 0, "crash" ends it with 139. It takes
+# the job's libraries the way the real harness does (its list, or one at a time from its queue folder: the harness's
+# own code), and appends a line per library to calls.log: the tool, the run's token and the library's name.
 FAKE = """\
 import json, os, sys, time
+sys.path.insert(0, {harness_dir!r})
+import harness
 if sys.argv[-1] == "--probe":
     sys.exit(0)
 job_path = sys.argv[-1]
 job = json.load(open(job_path))
 here = os.path.dirname(os.path.abspath(__file__))
-with open(os.path.join(here, "calls.log"), "a") as log:
-    log.write(" ".join(os.path.basename(p) for p in job["libs"]) + "\\n")
-token, errors = job["token"], 0
+token, errors, called = job["token"], 0, 0
+tool = sys.argv[sys.argv.index("--tool") + 1]
 print("========= COMPUTE-SANITIZER", flush=True)
-for i, lib in enumerate(job["libs"]):
+for i, lib in harness.libraries(job, token):
+    called += 1
     name = os.path.basename(lib)
+    with open(os.path.join(here, "calls.log"), "a") as log:
+        log.write(f"{tool} {token} {name}\\n")
     print(f"r1build-harness: begin {i} {token}", flush=True)
     if "hang" in name:
         time.sleep(60)
+    if "slow" in name:
+        time.sleep(0.3)
     if "exit" in name:
         sys.exit(0)
     if "crash" in name:
@@ -81,7 +88,7 @@ for i, lib in enumerate(job["libs"]):
         print(f"========= Invalid __global__ write of size 4 bytes in {name}", flush=True)
         print("=========     by thread (3,0,0) in block (0,0,0)", flush=True)
     print(f"r1build-harness: end {i} {token}", flush=True)
-print(f"r1build-harness: done, shapes: {len(job['shapes'])} libraries {len(job['libs'])} {token}", flush=True)
+print(f"r1build-harness: done, shapes: {len(job['shapes'])} libraries {called} {token}", flush=True)
 print(f"========= ERROR SUMMARY: {errors} error{'' if errors == 1 else 's'}", flush=True)
 sys.exit(86 if errors else 0)
 """
@@ -90,8 +97,10 @@ sys.exit(86 if errors else 0)
 def _fake_sanitizer(tmp_path: Path, prologue: str = "") -> Path:
     import sys
 
+    from r1build.evaluate.sanitize import HARNESS
+
     script = tmp_path / "fake_sanitizer.py"
-    script.write_text(prologue + FAKE)
+    script.write_text(prologue + FAKE.replace("{harness_dir!r}", repr(str(HARNESS.parent))))
     exe = tmp_path / "compute-sanitizer"
     exe.write_text(f'#!/bin/sh\nexec {sys.executable} {script} "$@"\n')
     exe.chmod(0o755)
@@ -185,12 +194,12 @@ def test_a_run_past_its_limit_is_tried_once_more_with_twice_the_time_then_reject
 
 
 def _sanitizing_runs(
-    tmp_path: Path, names: list[str], *, batch: int, cancel_waiting: tuple[str, ...] = ()
+    tmp_path: Path, names: list[str], *, batch: int, cancel_waiting: tuple[str, ...] = (), processes: int = 2
 ) -> tuple[dict[str, list[tuple[str, str]]], list[list[str]], dict[str, float]]:
     """Every name a candidate library of the root manifest's silu_mul, sanitized through :class:`Sanitizing`
-    with the stand-in sanitizer; each library's outcomes by name, the runs made, and the counters. With
-    ``cancel_waiting``, one sanitizer process at a time, its place held until those names are canceled (their runs
-    queued and waiting for it)."""
+    with the stand-in sanitizer and ``processes`` places; each library's outcomes by name, the runs made (the
+    names each called, runs that called none left out), and the counters. With ``cancel_waiting``, one sanitizer
+    process at a time, its place held until those names are canceled (their runs queued and waiting for it)."""
     import contextlib
     import threading
     import time
@@ -230,7 +239,7 @@ def _sanitizing_runs(
             count=count,
             cuobjdump=lambda: None,
             batch=batch,
-            processes=1 if cancel_waiting else None,
+            processes=1 if cancel_waiting else processes,
         )
         job = Job(manifest, spec, "sm_90", [])
         plan = pool.submit(plan_checks, spec, load_reference(manifest.root, spec.reference), seed=0)
@@ -254,21 +263,44 @@ def _sanitizing_runs(
         outcomes: dict[str, list[tuple[str, str]]] = {
             name: [(o.tool, o.verdict) for o in r.outcomes.result(timeout=60)] for name, r in runs.items()
         }
-    calls = [line.split() for line in (tmp_path / "calls.log").read_text().splitlines()]
-    return outcomes, calls, counters
+    return outcomes, list(_calls(tmp_path).values()), counters
 
 
-def test_a_kernels_candidates_share_out_among_runs_that_each_clear_their_batch(tmp_path: Path) -> None:
+def _calls(tmp_path: Path) -> dict[tuple[str, str], list[str]]:
+    """The stand-in's runs, by tool and token: the names each called, in order."""
+    runs: dict[tuple[str, str], list[str]] = {}
+    for line in (tmp_path / "calls.log").read_text().splitlines():
+        tool, token, name = line.split()
+        runs.setdefault((tool, token), []).append(name)
+    return runs
+
+
+def test_a_kernels_candidates_are_each_called_once_a_tool_by_runs_that_clear_what_they_took(tmp_path: Path) -> None:
+    names = [f"good-{i}.so" for i in range(10)]
+    outcomes, _, counters = _sanitizing_runs(tmp_path, names, batch=16)
+    assert all(o == [("memcheck", "clean"), ("racecheck", "clean"), ("initcheck", "clean")] for o in outcomes.values())
+    by_tool: dict[str, list[str]] = {}
+    for (tool, _token), called in _calls(tmp_path).items():
+        by_tool.setdefault(tool, []).extend(called)
+    assert {t: sorted(c) for t, c in by_tool.items()} == {
+        t: sorted(names) for t in ("memcheck", "racecheck", "initcheck")
+    }
+    assert counters["sanitizer_runs"] <= 3 * len(names)
+
+
+def test_places_nobody_waits_for_go_to_the_queue_with_the_most_candidates_left(tmp_path: Path) -> None:
+    """Two runs a kernel and tool while others wait for a place; idle places go to more runs of a queue that still
+    holds many candidates nobody took (each run takes one at a time), so slow candidates spread over them."""
     from r1build.evaluate.sanitizing import RUNS_PER_QUEUE
 
-    names = [f"good-{i}.so" for i in range(10)]
-    outcomes, calls, _ = _sanitizing_runs(tmp_path, names, batch=16)
-    assert all(o == [("memcheck", "clean"), ("racecheck", "clean"), ("initcheck", "clean")] for o in outcomes.values())
-    # per tool, the ten spread evenly over the runs a kernel and tool may have at once (not one run of ten that a
-    # slow tool makes the long pole), each library in exactly one run per tool
-    share = -(-len(names) // RUNS_PER_QUEUE)
-    assert max(len(c) for c in calls) == share and len(calls) == 3 * -(-len(names) // share)
-    assert sorted(n for c in calls for n in c) == sorted(names * 3)
+    names = [f"slow-{i}.so" for i in range(12)]
+    outcomes, _, counters = _sanitizing_runs(tmp_path, names, batch=16, processes=3 * RUNS_PER_QUEUE + 4)
+    assert all({v for _, v in o} == {"clean"} for o in outcomes.values())
+    runs = _calls(tmp_path)
+    per_tool = {tool: [c for (t, _), c in runs.items() if t == tool] for tool in ("memcheck", "racecheck", "initcheck")}
+    assert all(sorted(n for c in calls for n in c) == sorted(names) for calls in per_tool.values())
+    assert counters["sanitizer_extra_runs"] >= 1
+    assert max(len(calls) for calls in per_tool.values()) > RUNS_PER_QUEUE  # some tool ran on the idle places too
 
 
 def test_a_candidate_canceled_while_its_run_waits_for_a_place_is_left_out_of_it(tmp_path: Path) -> None:
@@ -300,12 +332,9 @@ def test_a_finding_in_a_batch_is_split_until_it_names_its_candidate(tmp_path: Pa
             assert verdicts == {"clean"}, name
     # the culprits ran alone (their verdicts are their own runs), every good library was in a clean run
     assert ["bad-3.so"] in calls and ["crash-8.so"] in calls
-    # per tool: the first runs (the twelve shared out), then at most three more runs per culprit (those before it,
-    # it alone, those after it), not one run per candidate
-    from r1build.evaluate.sanitizing import RUNS_PER_QUEUE
-
-    share = -(-len(names) // RUNS_PER_QUEUE)
-    assert len(calls) <= 3 * (-(-len(names) // share) + 3 * 2) < 3 * len(names)
+    # per tool: the first runs (two places: two runs taking from the queue), then at most three more runs per
+    # culprit (those before it, it alone, those after it), not one run per candidate
+    assert len(calls) <= 3 * (2 + 3 * 2) < 3 * len(names)
     assert counters["sanitizer_splits"] >= 3
 
 

@@ -47,6 +47,29 @@ def test_a_freed_slot_goes_to_the_lowest_rank_then_the_earliest() -> None:
     assert got == [1, 2, 2, 5, 7, None, None]
 
 
+def test_a_slot_taken_now_only_when_free_and_nobody_waits_for_it() -> None:
+    slots = PrioritySlots(2)
+    first = slots.take_now()
+    assert first is not None
+    with first:
+        with slots.take(None):
+            assert slots.take_now() is None  # both held
+        got, threads = _waiters(slots, [None])  # one free slot: the waiter has it at once
+        for t in threads:
+            t.join(5)
+        assert got == [None]
+        second = slots.take_now()
+        assert second is not None
+        with second:
+            got, threads = _waiters(slots, [3])  # both held: 3 waits
+            assert got == [] and slots.take_now() is None
+    for t in threads:  # the slots given back (by the with blocks): the waiter is served, none is lost
+        t.join(5)
+    assert got == [3]
+    with slots.take(None), slots.take(None):
+        pass
+
+
 def test_never_more_holders_than_slots_and_all_are_served() -> None:
     slots = PrioritySlots(3)
     lock = threading.Lock()

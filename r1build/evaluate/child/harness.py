@@ -10,6 +10,13 @@ candidate runs, where a report or a hang came); the last line is ``DONE`` with t
 the token. ``python harness.py --probe`` only initializes CUDA and allocates, to find out whether the sanitizer
 works on this machine at all.
 
+A job names its libraries either as a list (``libs``: the markers count from 0) or as a queue folder (``queue``)
+that several runs of one tool share: the evaluator adds ``<n>.lib`` files (a library's path) as candidates become
+ready, and a run takes the lowest one nobody took yet by linking a ``<n>.claim`` file holding its token into place
+(:func:`claim`: one taker wins), calls it, and looks again, until none is left or it took ``limit``; its markers
+count by ``n``. So a kernel whose candidates are slow under the sanitizer gets as many runs as there are free places,
+each taking work as it goes, instead of two fixed halves that run long after everything else has finished.
+
 A job may name a ``hold`` file: while it exists (the evaluator is timing on the GPU) the harness starts no GPU work.
 It looks before it touches CUDA and before every call (each call ends synchronized, so nothing of it is left on
 the GPU), and while held it prints ``HELD <generation> <token>`` (the file holds the generation: a hold lifted
@@ -26,6 +33,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -136,13 +144,58 @@ def wait_while_held(hold: str, token: str) -> None:
         print(f"{RESUMED} {token}", flush=True)
 
 
+def claim(queue: Path, n: int, owner: str) -> bool:
+    """Take entry ``n`` of a queue folder for ``owner`` (a run's token, or the evaluator's word for a candidate it
+    dropped): the ``<n>.claim`` file appears whole, holding ``owner``, for exactly one taker (a hard link fails
+    when the name exists)."""
+    tmp = queue / f".{n}.{owner}.{os.getpid()}.tmp"
+    tmp.write_text(owner)
+    try:
+        os.link(tmp, queue / f"{n}.claim")
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink()
+
+
+def entries(queue: Path) -> list[int]:
+    """The numbers of a queue folder's entries (``<n>.lib``), lowest first."""
+    found = []
+    for path in queue.iterdir():
+        stem, dot, ext = path.name.partition(".")
+        if dot and ext == "lib" and stem.isdigit():
+            found.append(int(stem))
+    return sorted(found)
+
+
+def libraries(job: dict[str, Any], token: str) -> Iterator[tuple[int, str]]:
+    """The job's libraries with their marker numbers: its list, or what it takes from its queue folder."""
+    if "queue" not in job:
+        yield from enumerate(str(p) for p in job["libs"])
+        return
+    queue, limit, taken, tried = Path(job["queue"]), int(job.get("limit") or 0), 0, set()
+    while not limit or taken < limit:
+        for n in entries(queue):
+            if n not in tried:
+                tried.add(n)
+                if claim(queue, n, token):
+                    break
+        else:
+            return
+        taken += 1
+        yield n, (queue / f"{n}.lib").read_text()
+
+
 def run(job: dict[str, Any], base: Path) -> None:
     token = str(job["token"])
     hold = str(job.get("hold") or "")
     wait_while_held(hold, token)
     drv = _Driver()
     stream = _setup(drv)
-    for index, path in enumerate(job["libs"]):
+    called = 0
+    for index, path in libraries(job, token):
+        called += 1
         print(f"{BEGIN} {index} {token}", flush=True)
         lib = ctypes.CDLL(str(path), mode=os.RTLD_LOCAL | os.RTLD_NOW)
         fn = getattr(lib, str(job["entry"]))
@@ -152,7 +205,7 @@ def run(job: dict[str, Any], base: Path) -> None:
             wait_while_held(hold, token)
             _call(drv, stream, fn, shape, base)
         print(f"{END} {index} {token}", flush=True)
-    print(f"{DONE} {len(job['shapes'])} libraries {len(job['libs'])} {token}", flush=True)
+    print(f"{DONE} {len(job['shapes'])} libraries {called} {token}", flush=True)
 
 
 def main(argv: list[str]) -> int:

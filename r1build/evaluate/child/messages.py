@@ -261,7 +261,12 @@ class SanitizeJob(TypedDict):
     """One compute-sanitizer run: every library in ``libs`` called at every shape, one after another."""
 
     libs: list[str]
-    """The candidates' shared libraries, in the order the harness calls them."""
+    """The candidates' shared libraries, in the order the harness calls them (empty when ``queue`` is given)."""
+    queue: NotRequired[str]
+    """A queue folder the harness takes libraries from instead, sharing it with other runs of the same tool (see
+    :mod:`.harness`)."""
+    limit: NotRequired[int]
+    """With ``queue``: the most libraries this run takes (0 or missing: no limit)."""
     entry: str
     argtypes: list[str]
     shapes: list[SanitizeShape]
