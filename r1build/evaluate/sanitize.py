@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from .child.harness import BEGIN, DONE, END, HELD, RESUMED
+from .child.harness import BEGIN, DONE, END, FAILED, HELD, RESUMED
 
 __all__ = [
     "TOOLS",
@@ -427,7 +427,8 @@ class SanitizerRunner:
             found = summarize_report(done.output)
             return BatchRun(SanitizerOutcome(tool, "finding", found or f"{tool} reported errors"), first_report)
         if done.code != 0:
-            tail = " ".join(lines[-2:])
+            said = [line.strip() for line in lines if line.startswith(FAILED)]  # the harness's own words, if any
+            tail = "; ".join([*said[-1:], " ".join(lines[-2:])])
             return BatchRun(
                 SanitizerOutcome(tool, "unfinished", f"{tool} run failed (exit {done.code}): {tail}"[:500]), hung
             )

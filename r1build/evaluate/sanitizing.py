@@ -67,7 +67,7 @@ RUNS_PER_QUEUE = 2
 sanitizer runs share the one GPU, and on the H200 host eight a kernel (racecheck four candidates a run) took the
 root manifest from 102 to 120 s (bench/results/gpu_session_2026-12-02.md, call 4). Places nobody waits for go to
 more runs (:data:`MOST_RUNS`)."""
-MOST_RUNS = 8
+MOST_RUNS = 4
 """Runs of one kernel and tool at once on places nobody waits for; another starts only while the queue holds at
 least :data:`TAKE_EACH` candidates nobody took for each run it has."""
 TAKE_EACH = 2
@@ -446,7 +446,7 @@ class Sanitizing:
                     with self._lock:
                         members = [queue.entries[n] for n in found.claimed or () if n in queue.entries]
                     if members or found.outcome.verdict in ("clean", "canceled"):
-                        self._settle(queue, members, found)
+                        self._settle(queue, members, found, took=True)
                     else:  # it failed before it took one: what waits runs as a list (split as any run's batch)
                         self._count("sanitizer_splits", 1)
                         self._relist(queue)
@@ -475,16 +475,19 @@ class Sanitizing:
             if part:
                 queue.parts.append(part)
 
-    def _settle(self, queue: _Queue, members: list[SanitizeRuns], found: BatchRun) -> None:
+    def _settle(self, queue: _Queue, members: list[SanitizeRuns], found: BatchRun, *, took: bool = False) -> None:
+        """What a run says of ``members``: a clean run clears them, a list of one gets its verdict, anything else
+        runs again in parts. A run that took its members from the folder (``took``) never gives a verdict, even of
+        one: it may have failed at its first call for want of the machine (a run alone, as a list, says)."""
         tool, outcome = queue.tool, found.outcome
         if outcome.verdict == "clean":
             for runs in members:
                 runs.settle(tool, outcome)
             return
-        if len(members) == 1 and outcome.verdict != "canceled":
+        if len(members) == 1 and outcome.verdict != "canceled" and not took:
             members[0].settle(tool, outcome)
             return
-        if outcome.verdict == "canceled":  # stopped for a canceled member: the others run again
+        if outcome.verdict == "canceled" or len(members) == 1:  # stopped for a canceled member, or one taken
             parts = [members]
         elif found.suspect is not None and found.suspect < len(members):
             s = found.suspect

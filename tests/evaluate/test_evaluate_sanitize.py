@@ -53,7 +53,9 @@ def test_find_sanitizer(tmp_path: Path) -> None:
 # A stand-in for compute-sanitizer (the runner's and the batching's own logic, no GPU): it reads the harness job
 # (its last argument) and, per library, prints the harness's markers and acts on the library's name: "good" is
 # clean, "bad" gets a report between its markers (and the run exits 86 at the end, as --error-exitcode makes it),
-# "hang" sleeps, "slow" takes 0.3 s, "exit" ends the process early with status 0, "crash" ends it with 139. It takes
+# "hang" sleeps, "slow" takes 0.3 s, "exit" ends the process early with status 0, "crash" ends it with 139, "oom"
+# fails as the harness does when a CUDA call fails (its words on stderr, exit 3), "flaky" does so the first time a
+# tool calls it. It takes
 # the job's libraries the way the real harness does (its list, or one at a time from its queue folder: the harness's
 # own code), and appends a line per library to calls.log: the tool, the run's token and the library's name.
 FAKE = """\
@@ -83,6 +85,14 @@ for i, lib in harness.libraries(job, token):
     if "crash" in name:
         print("Segmentation fault", flush=True)
         sys.exit(139)
+    if "flaky" in name and not os.path.exists(os.path.join(here, f"failed-{tool}")):
+        open(os.path.join(here, f"failed-{tool}"), "w").close()
+        name = "oom-" + name
+    if "oom" in name:
+        print(harness.FAILED, "cuMemAlloc_v2 failed: CUDA_ERROR_OUT_OF_MEMORY (2)", file=sys.stderr, flush=True)
+        print("========= Target application returned an error", flush=True)
+        print("========= ERROR SUMMARY: 0 errors", flush=True)
+        sys.exit(3)
     if "bad" in name:
         errors += 1
         print(f"========= Invalid __global__ write of size 4 bytes in {name}", flush=True)
@@ -157,6 +167,10 @@ def test_a_run_is_clean_only_when_the_harness_called_every_library_at_every_shap
     assert early.suspect == 1
     crashed = runner.run("memcheck", _job(tmp_path, "good-1.so", "crash-2.so"))
     assert crashed.outcome.verdict == "unfinished" and "exit 139" in crashed.outcome.detail and crashed.suspect == 1
+    # the harness's own words say what failed, not only the sanitizer's last lines
+    failed = runner.run("racecheck", _job(tmp_path, "oom-1.so"))
+    assert failed.outcome.verdict == "unfinished" and failed.suspect == 0
+    assert "exit 3): r1build-harness: failed: cuMemAlloc_v2 failed: CUDA_ERROR_OUT_OF_MEMORY" in failed.outcome.detail
     found = runner.run("memcheck", _job(tmp_path, "good-1.so", "good-2.so", "bad-3.so", "bad-4.so"))
     assert found.outcome.verdict == "finding" and "Invalid __global__ write" in found.outcome.detail
     assert found.suspect == 2  # where the first report came
@@ -288,6 +302,17 @@ def test_a_kernels_candidates_are_each_called_once_a_tool_by_runs_that_clear_wha
     assert counters["sanitizer_runs"] <= 3 * len(names)
 
 
+def test_a_run_that_took_one_candidate_and_failed_is_no_verdict_until_the_candidate_runs_alone(
+    tmp_path: Path,
+) -> None:
+    """A run that fails at the one candidate it took (here the machine short of memory for a moment) is no verdict:
+    the candidate runs again alone, as a list, and that run's outcome counts."""
+    names = ["good-0.so", "flaky-1.so", "good-2.so"]
+    outcomes, calls, _ = _sanitizing_runs(tmp_path, names, batch=1)
+    assert all({v for _, v in outcomes[n]} == {"clean"} for n in names)
+    assert calls.count(["flaky-1.so"]) == 2 * 3  # per tool: the run that failed, the run alone that passed
+
+
 def test_places_nobody_waits_for_go_to_the_queue_with_the_most_candidates_left(tmp_path: Path) -> None:
     """Two runs a kernel and tool while others wait for a place; idle places go to more runs of a queue that still
     holds many candidates nobody took (each run takes one at a time), so slow candidates spread over them."""
@@ -341,7 +366,9 @@ def test_a_finding_in_a_batch_is_split_until_it_names_its_candidate(tmp_path: Pa
 def test_one_candidate_per_run_when_the_batch_is_one(tmp_path: Path) -> None:
     names = ["good-0.so", "bad-1.so", "good-2.so"]
     outcomes, calls, _ = _sanitizing_runs(tmp_path, names, batch=1)
-    assert all(len(c) == 1 for c in calls) and len(calls) == 9
+    # one a run; bad-1's finding in a run that took it from the queue is its own only in a run of its own (a list)
+    assert all(len(c) == 1 for c in calls) and len(calls) == 9 + 3
+    assert calls.count(["bad-1.so"]) == 2 * 3
     assert {v for _, v in outcomes["bad-1.so"]} == {"finding"}
     assert {v for _, v in outcomes["good-2.so"]} == {"clean"}
 

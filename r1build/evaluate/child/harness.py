@@ -48,6 +48,8 @@ HELD = "r1build-harness: held"
 """Printed when the harness stops for a hold (``HELD <generation> <token>``): no GPU work of it is running."""
 RESUMED = "r1build-harness: resumed"
 """Printed when the hold file is gone and the harness goes on (``RESUMED <token>``)."""
+FAILED = "r1build-harness: failed:"
+"""Printed (on stderr) before the harness exits 3: what failed (a CUDA call, a call of the candidate)."""
 HOLD_POLL_S = 0.002
 """How often a held harness looks whether its hold was lifted."""
 
@@ -218,7 +220,7 @@ def main(argv: list[str]) -> int:
         path = Path(argv[1])
         run(json.loads(path.read_text()), path.parent)
     except Exception as exc:
-        print(f"r1build-harness: {exc}", file=sys.stderr, flush=True)
+        print(f"{FAILED} {exc}", file=sys.stderr, flush=True)
         return 3
     return 0
 
