@@ -553,14 +553,16 @@ class Sanitizing:
             if self._span is not None:
                 self._span("sanitizer_run", f"{queue.kernel.kernel}/{queue.kernel.arch}", start)
         log.info(
-            "%s %s/%s: %d candidates in %.1f s: %s%s",
+            "%s %s/%s: %d candidates %s in %.1f s: %s%s%s",
             queue.tool,
             queue.kernel.kernel,
             queue.kernel.arch,
             len(members) if members is not None else len(found.claimed or ()),
+            "listed" if members is not None else "taken",
             seconds,
             found.outcome.verdict,
             "" if found.suspect is None else f" (markers point at #{found.suspect})",
+            "" if found.outcome.verdict == "clean" else f": {found.outcome.detail}",
         )
         return found
 
