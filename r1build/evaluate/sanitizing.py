@@ -142,6 +142,8 @@ class _Queue:
     """The candidates of one kernel × arch waiting for one tool, and its runs."""
 
     kernel: KernelKey
+    spec: KernelSpec
+    """The kernel's spec (its entry point and parameters: what every run of this queue calls)."""
     tool: str
     slot: Slot
     inputs: _Inputs
@@ -349,22 +351,24 @@ class Sanitizing:
             tools = [t for t in TOOLS if t != "racecheck" or uses_shared_memory(lib.path, self._cuobjdump())]
             runs.expect(tools)
             for tool in tools:
-                queues.append(self._add(kernel, tool, slot, inputs, runs))
+                queues.append(self._add(job.spec, kernel, tool, slot, inputs, runs))
         except BaseException as exc:
             runs.fail(exc)
         for queue in queues:
             if queue.broken is not None:
                 runs.fail(queue.broken)
-            self._dispatch(job, queue)
+            self._dispatch(queue)
 
-    def _add(self, kernel: KernelKey, tool: str, slot: Slot, inputs: _Inputs, runs: SanitizeRuns) -> _Queue:
+    def _add(
+        self, spec: KernelSpec, kernel: KernelKey, tool: str, slot: Slot, inputs: _Inputs, runs: SanitizeRuns
+    ) -> _Queue:
         """Put a candidate in the tool's queue folder (the queue made on first use)."""
         with self._lock:
             queue = self._queues.get((kernel, tool))
             if queue is None:
                 folder = inputs.directory / f"queue-{tool}"
                 queue = self._queues[kernel, tool] = _Queue(
-                    kernel=kernel, tool=tool, slot=slot, inputs=inputs, folder=folder
+                    kernel=kernel, spec=spec, tool=tool, slot=slot, inputs=inputs, folder=folder
                 )
                 folder.mkdir(parents=True, exist_ok=True)
             if runs.canceled or queue.broken is not None:
@@ -376,7 +380,7 @@ class Sanitizing:
             queue.open.add(n)
         return queue
 
-    def _dispatch(self, job: Job, queue: _Queue) -> None:
+    def _dispatch(self, queue: _Queue) -> None:
         """Start the queue's next runs while it has room: parts of split runs first, then runs that take from the
         folder (no more of those than candidates nobody took); then lend idle places (:meth:`_steal`)."""
         while True:
@@ -388,16 +392,16 @@ class Sanitizing:
                     if not part:
                         continue
                     queue.running += 1
-                    self._spawn(self._run_batch, job, queue, part)
+                    self._spawn(self._run_batch, queue, part)
                     continue
                 if queue.taking >= queue.untaken():
                     break
                 queue.running += 1
                 queue.taking += 1
-            self._spawn(self._run_taking, job, queue, None)
-        self._steal(job)
+            self._spawn(self._run_taking, queue, None)
+        self._steal()
 
-    def _steal(self, job: Job) -> None:
+    def _steal(self) -> None:
         """Places nobody waits for go to more runs of the queue with the most candidates nobody took (up to
         :data:`MOST_RUNS` a queue, while it holds :data:`TAKE_EACH` untaken candidates a run)."""
         while True:
@@ -416,16 +420,16 @@ class Sanitizing:
                 queue.extra += 1
                 queue.taking += 1
             self._count("sanitizer_extra_runs", 1)
-            self._spawn(self._run_taking, job, queue, place)
+            self._spawn(self._run_taking, queue, place)
 
-    def _run_batch(self, job: Job, queue: _Queue, part: list[SanitizeRuns]) -> None:
+    def _run_batch(self, queue: _Queue, part: list[SanitizeRuns]) -> None:
         """One run over the list ``part``; a clean run clears it, a run of one gets its verdict, anything else
         splits."""
         try:
             with self.processes.take(None):  # a place first: candidates canceled while it waited are left out
                 members = [r for r in part if not r.canceled and r.library is not None]
                 if members:
-                    found = self._run_tool(job, queue, members)
+                    found = self._run_tool(queue, members)
                     self._settle(queue, members, found)
         except BaseException as exc:
             for runs in part:
@@ -433,16 +437,16 @@ class Sanitizing:
         finally:
             with self._lock:
                 queue.running -= 1
-        self._dispatch(job, queue)
+        self._dispatch(queue)
 
-    def _run_taking(self, job: Job, queue: _Queue, place: contextlib.AbstractContextManager[None] | None) -> None:
+    def _run_taking(self, queue: _Queue, place: contextlib.AbstractContextManager[None] | None) -> None:
         """One run that takes candidates from the queue folder (on ``place``, or on the next free place)."""
         try:
             with place if place is not None else self.processes.take(None):
                 with self._lock:
                     idle = queue.untaken() == 0
                 if not idle:
-                    found = self._run_tool(job, queue, None)
+                    found = self._run_tool(queue, None)
                     with self._lock:
                         members = [queue.entries[n] for n in found.claimed or () if n in queue.entries]
                     if members or found.outcome.verdict in ("clean", "canceled"):
@@ -463,7 +467,7 @@ class Sanitizing:
                     queue.extra -= 1
                 else:
                     queue.running -= 1
-        self._dispatch(job, queue)
+        self._dispatch(queue)
 
     def _relist(self, queue: _Queue) -> None:
         """Take every entry nobody took yet and queue them as one list (a part)."""
@@ -500,7 +504,7 @@ class Sanitizing:
         with self._lock:  # canceled members are left out when a part is taken (_dispatch)
             queue.parts.extend(p for p in parts if p)
 
-    def _run_tool(self, job: Job, queue: _Queue, members: list[SanitizeRuns] | None) -> BatchRun:
+    def _run_tool(self, queue: _Queue, members: list[SanitizeRuns] | None) -> BatchRun:
         """One process of the queue's tool: over ``members``, or (None) over what it takes from the folder."""
         runner = queue.slot.sanitizer
         assert runner is not None
@@ -509,8 +513,8 @@ class Sanitizing:
             job_file = queue.inputs.directory / f"run-{queue.tool}-{self._files}.json"
         sanitize_job: SanitizeJob = {
             "libs": [str(r.library) for r in members or ()],
-            "entry": job.spec.name,
-            "argtypes": arg_codes(job.spec),
+            "entry": queue.spec.name,
+            "argtypes": arg_codes(queue.spec),
             "shapes": queue.inputs.shapes,
             "token": secrets.token_hex(8),
         }
