@@ -395,6 +395,11 @@ def main(argv: list[str] | None = None) -> int:
         "--sanitize-runs", type=int, default=None, help="compute-sanitizer runs of a kernel and tool at once"
     )
     parser.add_argument("--in-order", action="store_true", help="time jobs in the order given, not the first one ready")
+    parser.add_argument(
+        "--time-before-sanitized",
+        action="store_true",
+        help="time a job once its checks are in, its compute-sanitizer runs going on (their findings applied after)",
+    )
     args = parser.parse_args(argv)
     import logging
 
@@ -406,6 +411,8 @@ def main(argv: list[str] | None = None) -> int:
         options["sanitize_runs"] = args.sanitize_runs
     if args.in_order:
         options["in_order"] = True
+    if args.time_before_sanitized:
+        options["time_before_sanitized"] = True
     gpus = detect_gpus()
     if not gpus:
         print("no GPU visible (cupy missing or no device): nothing to measure", file=sys.stderr)

@@ -110,7 +110,8 @@ class GpuEvaluator:
     ``check_workers``: worker processes per GPU that run correctness checks side by side (timing has its own).
     ``judge_processes``: processes that judge the outputs of timed calls (:mod:`.judge_pool`; None: half the
     cores, at most 8; 0: in the evaluator's own threads). ``in_order``: time jobs in the order given, each once
-    its background work is in, instead of the first one ready.
+    its background work is in, instead of the first one ready. ``time_before_sanitized``: a job is ready for timing
+    once its checks are in, its compute-sanitizer runs may go on (a finding then replaces the candidate's timing).
     Use as a context manager or call :meth:`close`; workers also end when this process does.
     """
 
@@ -133,6 +134,7 @@ class GpuEvaluator:
         check_workers: int = 4,
         judge_processes: int | None = None,
         in_order: bool = False,
+        time_before_sanitized: bool = False,
     ) -> None:
         self.gpus = list(gpus) if gpus is not None else detect_gpus()
         """The GPUs evaluated on."""
@@ -141,6 +143,9 @@ class GpuEvaluator:
         self.in_order = in_order
         """Whether a GPU times its jobs in the order given even when a later one is ready first (its checks and
         sanitizer runs all in) and an earlier one is not."""
+        self.time_before_sanitized = time_before_sanitized
+        """Whether a job is timed once its checks are in, before its compute-sanitizer runs end (the GPU waits for
+        no sanitizer; their verdicts are applied when the job settles, a finding replacing a pass)."""
         self.seed = seed
         """Base seed of every generated input."""
         self.call_timeout_s = call_timeout_s
@@ -580,7 +585,7 @@ class GpuEvaluator:
                     emit(Progress("evaluate: checks", done, total, {"device": slot.gpu.name}))
                 self._meter.phase("check_phase_s", start, name)
                 start = time.perf_counter()
-                for entry in state.entries:
+                for entry in state.entries if not self.time_before_sanitized else ():
                     self._finish_sanitizers(state, entry)
                 self._meter.phase("wait_sanitizer_s", start, name)
                 start = time.perf_counter()
@@ -614,6 +619,8 @@ class GpuEvaluator:
         with self._lock:
             checks = [self._checks.get((kernel, e.candidate.digest)) for e in state.entries]
         runs = [e.sanitizers.outcomes for e in state.entries if e.sanitizers is not None]
+        if self.time_before_sanitized:  # their verdicts are applied when the job settles
+            runs = []
         return [f for f in checks if f is not None] + runs
 
     def _settle(self, state: JobState, timing: Timed | None) -> None:
@@ -622,6 +629,9 @@ class GpuEvaluator:
         try:
             if timing is not None:
                 self._settle_timing(state, timing)
+            if self.time_before_sanitized:
+                for entry in state.entries:
+                    self._late_sanitizers(state, entry)
         except BaseException as exc:
             state.done.set_exception(exc)
         else:
@@ -704,6 +714,19 @@ class GpuEvaluator:
 
     def _finish_sanitizers(self, state: JobState, entry: Candidacy) -> None:
         if entry.result is not None or entry.sanitizers is None:
+            self._cancel_sanitizers(state, entry)
+            return
+        found = self._sanitizing.verdict(state.job, state.arch, entry.sanitizers.outcomes.result())
+        if found is not None:
+            entry.result = self._result(state, entry, *found)
+
+    def _late_sanitizers(self, state: JobState, entry: Candidacy) -> None:
+        """With :attr:`time_before_sanitized`, once the job is timed: a candidate that passed waits for its
+        compute-sanitizer runs, whose finding (or unfinished run) replaces the pass; one that failed has its runs
+        canceled."""
+        if entry.sanitizers is None:
+            return
+        if entry.result is not None and entry.result.status != "passed":
             self._cancel_sanitizers(state, entry)
             return
         found = self._sanitizing.verdict(state.job, state.arch, entry.sanitizers.outcomes.result())

@@ -115,3 +115,41 @@ def test_an_error_at_the_job_the_gpu_took_reaches_that_job_and_those_after_it(tm
         # the job at hand (taken off the pending list) gets the error, as does the one still waiting
         assert isinstance(first.done.exception(timeout=1), RuntimeError)
         assert isinstance(second.done.exception(timeout=1), RuntimeError)
+
+
+def test_timed_before_sanitized_a_job_is_ready_on_its_checks_and_a_later_finding_replaces_its_pass(
+    tmp_path: Path,
+) -> None:
+    """With ``time_before_sanitized`` the GPU takes a job whose checks are in while its sanitizer runs go on; when
+    the job settles, a finding replaces the candidate's pass, and a candidate that failed has its runs canceled."""
+    from r1build.evaluate.jobs import Readiness
+    from r1build.evaluate.sanitize import SanitizerOutcome
+    from r1build.records import Result
+
+    with (
+        Cache(tmp_path / "cache") as cache,
+        GpuEvaluator(cache, gpus=[], workdir=tmp_path / "w", time_before_sanitized=True) as evaluator,
+    ):
+        readiness = Readiness()
+        state, check, runs = _state(evaluator, "matmul")
+        readiness.watch(state, evaluator._background(state))
+        check.set_result(None)
+        assert evaluator._next_ready([state], readiness) == 0  # its sanitizer runs are not in
+        entry = state.entries[0]
+        entry.result = Result(candidate=entry.candidate.digest, arch="sm_90", status="passed", stage="evaluate")
+        runs.expect(["memcheck", "racecheck"])
+        runs.settle("memcheck", SanitizerOutcome("memcheck", "clean"))
+        threading.Timer(
+            0.2, runs.settle, ("racecheck", SanitizerOutcome("racecheck", "finding", "Race reported"))
+        ).start()
+        evaluator._settle(state, None)  # waits for the runs
+        state.done.result(timeout=5)
+        assert entry.result is not None and entry.result.status == "incorrect"
+        assert "race between threads on shared memory" in entry.result.detail
+        # a candidate that failed its timing's judging: its runs are canceled, its result stays
+        failed, failed_check, failed_runs = _state(evaluator, "rmsnorm")
+        failed.entries[0].result = Result(
+            candidate=failed.entries[0].candidate.digest, arch="sm_90", status="incorrect", stage="evaluate"
+        )
+        evaluator._settle(failed, None)
+        assert failed_runs.canceled and failed.entries[0].result.status == "incorrect"
