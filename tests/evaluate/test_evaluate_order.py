@@ -147,7 +147,7 @@ def test_timed_before_sanitized_a_job_is_ready_on_its_checks_and_a_later_finding
         assert entry.result is not None and entry.result.status == "incorrect"
         assert "race between threads on shared memory" in entry.result.detail
         # a candidate that failed its timing's judging: its runs are canceled, its result stays
-        failed, failed_check, failed_runs = _state(evaluator, "rmsnorm")
+        failed, _, failed_runs = _state(evaluator, "rmsnorm")
         failed.entries[0].result = Result(
             candidate=failed.entries[0].candidate.digest, arch="sm_90", status="incorrect", stage="evaluate"
         )
