@@ -109,12 +109,17 @@ speed() {  # issue 11's figures, alone on the GPU: evaluate_all of the root's va
 variants() {  # evaluate_all of the root's variants once per evaluator option set, alone on the GPU one after another
   # (about 95 s each; VARIANTS is a ;-separated list of bench/evaluate_root.py options, "" the defaults), each
   # run's tables (per candidate, per job) in $OUT/variant-<n>/evaluate_root.md
-  local n=0 args
+  # (a word NAME=value sets that variable for the run: TMPDIR=/dev/shm puts the evaluator's files in memory)
+  local n=0 args word
   IFS=';' read -r -a sets <<< "${VARIANTS:-;--time-before-sanitized;--check-workers 8;--time-before-sanitized --check-workers 8}"
   for args in "${sets[@]}"; do
     n=$((n + 1))
-    timeout "${THROUGHPUT_LIMIT:-150}" python3 bench/evaluate_root.py --runs 1 --no-job-by-job --no-resolve \
-      --copies 1 $args --out "$OUT/variant-$n" > /tmp/variant-$n.log 2>&1
+    local envs=() opts=()
+    for word in $args; do
+      case $word in --*) opts+=("$word") ;; *=*) envs+=("$word") ;; *) opts+=("$word") ;; esac
+    done
+    env "${envs[@]}" timeout "${THROUGHPUT_LIMIT:-150}" python3 bench/evaluate_root.py --runs 1 --no-job-by-job \
+      --no-resolve --copies 1 "${opts[@]}" --out "$OUT/variant-$n" > /tmp/variant-$n.log 2>&1
     echo "variant $n [$args]: $(grep -E "^run 1" /tmp/variant-$n.log || tail -n 1 /tmp/variant-$n.log)"
     rm -f "$OUT/variant-$n/evaluate_root.json"  # the tables are in its .md; few files come back from a call
   done | tee "$OUT/variants.log"
