@@ -13,7 +13,7 @@ from r1build.lock import read_lock
 from r1build.manifest import load_manifest
 from tests.generate.gen_support import Project
 from tests.report.chromium import open_page
-from tests.report.searches import INJECTION, run_search
+from tests.report.searches import INJECTION
 
 pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
 
@@ -41,16 +41,10 @@ def _load(page: Path) -> dict[str, object]:
 
 
 def test_the_report_of_a_real_search_opens_in_chromium(
-    browser: str,
-    project: Project,
-    clean_env: None,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    browser: str, searched: Project, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    run_search(project, monkeypatch)
     page = tmp_path / "report.html"
-    argv = ["report", "-m", str(project.root), "--cache-dir", str(project.cache_dir), "-o", str(page)]
+    argv = ["report", "-m", str(searched.root), "--cache-dir", str(searched.cache_dir), "-o", str(page)]
     assert main(argv) == 0
     assert f"wrote {page}" in capsys.readouterr().out
     seen = _load(page)

@@ -80,14 +80,16 @@ def test_the_report_rows_of_a_real_search(searched: Project) -> None:
     assert provenance.origin == "deepseek-reasoner round 1 sample 0" and provenance.time_us == 20.0
 
 
-def test_the_page_escapes_what_the_records_say(searched: Project) -> None:
+def test_the_page_escapes_what_the_records_say(searched: Project, search_template: Project) -> None:
     manifest = load_manifest(searched.root / "kernels.toml")
     with Cache(searched.cache_dir) as cache:
         page = build_report(manifest, cache)
     assert INJECTION not in page  # markup from a compiler error is text, never markup
     assert "&lt;img src=x onerror=&quot;console.error(1)&quot;&gt;" in page
     assert "<script src=" not in page and "<link" not in page  # nothing fetched
-    assert str(searched.root) not in page and str(searched.cache_dir) not in page
+    # no folder of the project or cache: the copy read here nor the one the search ran in
+    for place in (searched, search_template):
+        assert str(place.root) not in page and str(place.cache_dir) not in page
 
 
 def test_report_without_plotly_names_the_extra(
