@@ -115,6 +115,9 @@ class SanitizeRuns:
             self._tools = dict.fromkeys(tools)
         if not tools:
             self._finish()
+        if self.canceled:  # canceled while its tools were decided: the cancel found none to settle
+            for tool in tools:
+                self.settle(tool, SanitizerOutcome(tool, "canceled", "canceled"))
 
     def settle(self, tool: str, outcome: SanitizerOutcome) -> None:
         """Record one tool's verdict (the first one counts)."""

@@ -211,13 +211,22 @@ def test_a_run_past_its_limit_is_tried_once_more_with_twice_the_time_then_reject
 
 
 def _sanitizing_runs(
-    tmp_path: Path, names: list[str], *, batch: int, cancel_waiting: tuple[str, ...] = (), processes: int = 2
+    tmp_path: Path,
+    names: list[str],
+    *,
+    batch: int,
+    cancel_waiting: tuple[str, ...] = (),
+    cancel_deciding: tuple[str, ...] = (),
+    processes: int = 2,
+    wait_s: float = 60,
 ) -> tuple[dict[str, list[tuple[str, str]]], list[list[str]], dict[str, float]]:
     """Every name a candidate library of the root manifest's silu_mul (softmax_rows where the name says so),
     sanitized through :class:`Sanitizing`
     with the stand-in sanitizer and ``processes`` places; each library's outcomes by name, the runs made (the
     names each called, runs that called none left out), and the counters. With ``cancel_waiting``, one sanitizer
-    process at a time, its place held until those names are canceled (their runs queued and waiting for it)."""
+    process at a time, its place held until those names are canceled (their runs queued and waiting for it). With
+    ``cancel_deciding``, those names are canceled while their tools are being decided (when the look-up of their
+    shared memory asks for cuobjdump). Every outcome is waited for ``wait_s`` at most."""
     import contextlib
     import threading
     import time
@@ -227,7 +236,7 @@ def _sanitizing_runs(
     from r1build.evaluate.devices import GpuInfo
     from r1build.evaluate.library import Library, LibraryFailure
     from r1build.evaluate.process import WorkerHandle
-    from r1build.evaluate.sanitizing import Sanitizing
+    from r1build.evaluate.sanitizing import SanitizeRuns, Sanitizing
     from r1build.evaluate.slots import Slot
     from r1build.judge import Job
     from r1build.manifest import load_manifest
@@ -249,13 +258,17 @@ def _sanitizing_runs(
         with lock:
             counters[name] = counters.get(name, 0.0) + value
 
+    def deciding() -> None:  # in Sanitizing._ready, after it saw the candidate not canceled
+        for name in cancel_deciding:
+            sanitizing.cancel(job_of(name), "sm_90", candidates[name], runs[name])
+
     with ThreadPoolExecutor(8) as pool:
         sanitizing = Sanitizing(
             [slot],
             submit=pool.submit,
             note=lambda _: None,
             count=count,
-            cuobjdump=lambda: None,
+            cuobjdump=deciding,
             batch=batch,
             processes=1 if cancel_waiting else processes,
         )
@@ -267,7 +280,7 @@ def _sanitizing_runs(
         def job_of(name: str) -> Job:
             return jobs["softmax_rows" if "softmax_rows" in name else "silu_mul"]
 
-        runs = {}
+        runs: dict[str, SanitizeRuns] = {}
         candidates = {name: Candidate(source=f"// {name}\n", origin=Origin("generated", None)) for name in names}
         libraries: dict[str, Future[Library | LibraryFailure]] = {}
         held = sanitizing.processes.take(None) if cancel_waiting else contextlib.nullcontext()
@@ -286,7 +299,7 @@ def _sanitizing_runs(
                 for name in cancel_waiting:
                     sanitizing.cancel(job_of(name), "sm_90", candidates[name], runs[name])
         outcomes: dict[str, list[tuple[str, str]]] = {
-            name: [(o.tool, o.verdict) for o in r.outcomes.result(timeout=60)] for name, r in runs.items()
+            name: [(o.tool, o.verdict) for o in r.outcomes.result(timeout=wait_s)] for name, r in runs.items()
         }
     return outcomes, list(_calls(tmp_path).values()), counters
 
@@ -294,7 +307,8 @@ def _sanitizing_runs(
 def _calls(tmp_path: Path) -> dict[tuple[str, str], list[str]]:
     """The stand-in's runs, by tool and token: the names each called, in order."""
     runs: dict[tuple[str, str], list[str]] = {}
-    for line in (tmp_path / "calls.log").read_text().splitlines():
+    log = tmp_path / "calls.log"
+    for line in log.read_text().splitlines() if log.exists() else []:
         tool, token, name = line.split()
         runs.setdefault((tool, token), []).append(name)
     return runs
@@ -357,6 +371,16 @@ def test_a_candidate_canceled_while_its_run_waits_for_a_place_is_left_out_of_it(
     assert {v for _, v in outcomes["good-1.so"]} == {"canceled"}
     assert all({v for _, v in outcomes[n]} == {"clean"} for n in ("good-0.so", "good-2.so"))
     assert calls and all("good-1.so" not in c for c in calls)  # no process started for it, no run stopped for it
+
+
+def test_a_candidate_canceled_while_its_tools_are_decided_settles(tmp_path: Path) -> None:
+    """A candidate that fails its checks while its library is looked at for its tools (after Sanitizing._ready saw
+    it not canceled, before it knew the tools) is settled as canceled. It was left with no outcome: cancel found no
+    tools to settle and no queue entry to take, and _ready then queued it for none, so the evaluator waited for it
+    for ever (its job never ready, _finish_sanitizers blocked)."""
+    outcomes, _, _ = _sanitizing_runs(tmp_path, ["good-0.so"], batch=16, cancel_deciding=("good-0.so",), wait_s=5)
+    assert {v for _, v in outcomes["good-0.so"]} == {"canceled"}
+    assert not (tmp_path / "calls.log").exists()  # no run called it
 
 
 def test_a_batch_never_takes_more_than_its_size(tmp_path: Path) -> None:
