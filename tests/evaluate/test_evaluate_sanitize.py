@@ -426,3 +426,41 @@ def test_a_hanging_candidate_in_a_batch_costs_its_batch_one_stall(tmp_path: Path
     outcomes, _, _ = _sanitizing_runs(tmp_path, names, batch=16)
     assert {v for _, v in outcomes["hang-1.so"]} == {"unfinished"}
     assert all({v for _, v in outcomes[n]} == {"clean"} for n in names if n != "hang-1.so")
+
+
+def test_two_threads_of_one_process_taking_one_entry_for_one_owner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The evaluator takes entries in its own threads under one word (two runs of a queue that failed before taking
+    any relist what waits at once; two cancels): one thread takes the entry, the other is told it was taken. Both
+    wrote the same temporary file (``.<n>.<owner>.<pid>.tmp``): the first linked it into place and removed it, and
+    the second's link failed with FileNotFoundError, which broke the queue (every candidate failed with it)."""
+    import os
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from r1build.evaluate.child import harness
+
+    real = os.link
+    second_at_link = threading.Event()
+    arrived: list[str] = []
+    lock = threading.Lock()
+
+    def link(src: str, dst: str) -> None:  # the first waits until the second has written its file too
+        with lock:
+            arrived.append(src)
+            first = len(arrived) == 1
+        if first:
+            second_at_link.wait(2)
+        else:
+            second_at_link.set()
+            time.sleep(0.2)  # the first links and removes its temporary file meanwhile
+        real(src, dst)
+
+    monkeypatch.setattr(os, "link", link)
+    with ThreadPoolExecutor(2) as pool:
+        taken = [f.result() for f in [pool.submit(harness.claim, tmp_path, 0, "listed") for _ in range(2)]]
+    assert sorted(taken) == [False, True]
+    assert (tmp_path / "0.claim").read_text() == "listed"
+    assert [p.name for p in tmp_path.iterdir()] == ["0.claim"]  # no temporary file left

@@ -32,6 +32,7 @@ import ctypes
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -149,8 +150,9 @@ def wait_while_held(hold: str, token: str) -> None:
 def claim(queue: Path, n: int, owner: str) -> bool:
     """Take entry ``n`` of a queue folder for ``owner`` (a run's token, or the evaluator's word for a candidate it
     dropped): the ``<n>.claim`` file appears whole, holding ``owner``, for exactly one taker (a hard link fails
-    when the name exists)."""
-    tmp = queue / f".{n}.{owner}.{os.getpid()}.tmp"
+    when the name exists). The temporary file is the calling thread's own: the evaluator's threads take entries
+    under one word."""
+    tmp = queue / f".{n}.{owner}.{os.getpid()}.{threading.get_ident()}.tmp"
     tmp.write_text(owner)
     try:
         os.link(tmp, queue / f"{n}.claim")
