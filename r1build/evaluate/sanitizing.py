@@ -130,8 +130,9 @@ class SanitizeRuns:
         self._finish()
 
     def fail(self, exc: BaseException) -> None:
-        if not self.outcomes.done():
-            self.outcomes.set_exception(exc)
+        with self._lock:  # not between another thread's look and its setting (_finish)
+            if not self.outcomes.done():
+                self.outcomes.set_exception(exc)
 
     def _finish(self) -> None:
         with self._lock:
@@ -458,9 +459,9 @@ class Sanitizing:
                         self._count("sanitizer_splits", 1)
                         self._relist(queue)
         except BaseException as exc:
-            with self._lock:
+            with self._lock:  # every candidate without an outcome: those taken by runs or waiting in parts too
                 queue.broken = exc
-                waiting = [r for n, r in queue.entries.items() if n in queue.open]
+                waiting = list(queue.entries.values())
             for runs in waiting:
                 runs.fail(exc)
         finally:

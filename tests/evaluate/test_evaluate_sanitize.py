@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from r1build.evaluate.sanitize import SanitizerRunner, find_sanitizer, summarize_report
+from r1build.evaluate.sanitize import BatchRun, SanitizerRunner, find_sanitizer, summarize_report
+from r1build.evaluate.sanitizing import SanitizeRuns
 
 # Shaped like compute-sanitizer's output (written for this test).
 MEMCHECK = """\
@@ -236,7 +237,7 @@ def _sanitizing_runs(
     from r1build.evaluate.devices import GpuInfo
     from r1build.evaluate.library import Library, LibraryFailure
     from r1build.evaluate.process import WorkerHandle
-    from r1build.evaluate.sanitizing import SanitizeRuns, Sanitizing
+    from r1build.evaluate.sanitizing import Sanitizing
     from r1build.evaluate.slots import Slot
     from r1build.judge import Job
     from r1build.manifest import load_manifest
@@ -298,10 +299,16 @@ def _sanitizing_runs(
                 time.sleep(2.5)  # gathered (1.5 s at most) and waiting for the one place
                 for name in cancel_waiting:
                     sanitizing.cancel(job_of(name), "sm_90", candidates[name], runs[name])
-        outcomes: dict[str, list[tuple[str, str]]] = {
-            name: [(o.tool, o.verdict) for o in r.outcomes.result(timeout=wait_s)] for name, r in runs.items()
-        }
+        outcomes = {name: _verdicts(r, wait_s) for name, r in runs.items()}
     return outcomes, list(_calls(tmp_path).values()), counters
+
+
+def _verdicts(runs: SanitizeRuns, wait_s: float) -> list[tuple[str, str]]:
+    """Each tool's verdict, or ``("failed", <the exception's type>)`` when the runs failed."""
+    failed = runs.outcomes.exception(timeout=wait_s)
+    if failed is not None:
+        return [("failed", type(failed).__name__)]
+    return [(o.tool, o.verdict) for o in runs.outcomes.result()]
 
 
 def _calls(tmp_path: Path) -> dict[tuple[str, str], list[str]]:
@@ -464,3 +471,35 @@ def test_two_threads_of_one_process_taking_one_entry_for_one_owner(
     assert sorted(taken) == [False, True]
     assert (tmp_path / "0.claim").read_text() == "listed"
     assert [p.name for p in tmp_path.iterdir()] == ["0.claim"]  # no temporary file left
+
+
+def test_a_run_that_raises_leaves_no_candidate_of_its_queue_without_an_outcome(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run of a queue that raises (here the disk full once its process ended) breaks the queue, and the error
+    reaches every candidate of it that has no outcome yet. It reached only the entries not seen taken: those this
+    run took (seen taken by other queues' runs meanwhile) and any waiting as a part were left with no outcome."""
+    import json
+    import time
+
+    real = SanitizerRunner.run
+    raised: list[tuple[int, ...]] = []
+
+    def run(self: SanitizerRunner, tool: str, job_file: Path) -> BatchRun:
+        found = real(self, tool, job_file)
+        if tool == "memcheck" and "queue" in json.loads(job_file.read_text()) and found.claimed and not raised:
+            raised.append(found.claimed)
+            time.sleep(0.5)  # other queues' runs end meanwhile: their dispatch sees the entries it took taken
+            raise OSError(28, "No space left on device")
+        return found
+
+    monkeypatch.setattr(SanitizerRunner, "run", run)
+    names = [f"good-{i}.so" for i in range(6)]
+    outcomes, _, _ = _sanitizing_runs(tmp_path, names, batch=16, processes=4, wait_s=5)
+    failed = [n for n, o in outcomes.items() if o == [("failed", "OSError")]]
+    assert raised and len(failed) >= len(raised[0])
+    assert all(
+        o == [("memcheck", "clean"), ("racecheck", "clean"), ("initcheck", "clean")]
+        for n, o in outcomes.items()
+        if n not in failed
+    )
