@@ -108,11 +108,15 @@ class SanitizeRuns:
         self.canceled = False
         self.library: Path | None = None
         self._tools: dict[str, SanitizerOutcome | None] = {}
+        self._decided = False
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
 
     def expect(self, tools: list[str]) -> None:
         with self._lock:
             self._tools = dict.fromkeys(tools)
+            self._decided = True
+            self._changed.notify_all()
         if not tools:
             self._finish()
         if self.canceled:  # canceled while its tools were decided: the cancel found none to settle
@@ -125,6 +129,7 @@ class SanitizeRuns:
             if self._tools.get(tool) is not None or tool not in self._tools:
                 return
             self._tools[tool] = outcome
+            self._changed.notify_all()
             if any(o is None for o in self._tools.values()):
                 return
         self._finish()
@@ -133,6 +138,19 @@ class SanitizeRuns:
         with self._lock:  # not between another thread's look and its setting (_finish)
             if not self.outcomes.done():
                 self.outcomes.set_exception(exc)
+            self._changed.notify_all()
+
+    def outcome(self, tool: str, timeout_s: float) -> SanitizerOutcome | None:
+        """``tool``'s verdict as soon as it has one, whatever the other tools' runs are at; None when the tool does
+        not run on this candidate, its runs failed, or no verdict came within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while self._tools.get(tool) is None:
+                left = deadline - time.monotonic()
+                if self.outcomes.done() or (self._decided and tool not in self._tools) or left <= 0:
+                    return None
+                self._changed.wait(left)
+            return self._tools[tool]
 
     def _finish(self) -> None:
         with self._lock:
@@ -296,15 +314,13 @@ class Sanitizing:
 
     def race_found(self, job: Job, arch: str, runs: SanitizeRuns | None, verdict: Verdict, wait_s: float) -> str | None:
         """For wrong outputs of a kernel racecheck examines: its finding, when it has one. A race shows in the
-        outputs only now and then, racecheck finds it every time, so the reason is the same every run."""
+        outputs only now and then, racecheck finds it every time, so the reason is the same every run. Waits for
+        racecheck's verdict alone (none where racecheck does not run), not for memcheck's and initcheck's runs:
+        the caller cancels those once it has the reason."""
         if verdict.kind not in ("value", "nan", "unwritten") or runs is None:
             return None
-        try:
-            outcomes = runs.outcomes.result(timeout=wait_s)
-        except Exception:
-            return None
-        found = next((o for o in outcomes if o.tool == "racecheck" and o.verdict == "finding"), None)
-        return self.detail(job, arch, found) if found is not None else None
+        found = runs.outcome("racecheck", wait_s)
+        return self.detail(job, arch, found) if found is not None and found.verdict == "finding" else None
 
     def detail(self, job: Job, arch: str, outcome: SanitizerOutcome) -> str:
         """A compute-sanitizer outcome as a result's reason (a racecheck finding is named the same way whichever

@@ -54,11 +54,11 @@ def test_find_sanitizer(tmp_path: Path) -> None:
 # A stand-in for compute-sanitizer (the runner's and the batching's own logic, no GPU): it reads the harness job
 # (its last argument) and, per library, prints the harness's markers and acts on the library's name: "good" is
 # clean, "bad" gets a report between its markers (and the run exits 86 at the end, as --error-exitcode makes it),
-# "hang" sleeps, "slow" takes 0.3 s, "exit" ends the process early with status 0, "crash" ends it with 139, "oom"
-# fails as the harness does when a CUDA call fails (its words on stderr, exit 3), "flaky" does so the first time a
-# tool calls it. It takes
-# the job's libraries the way the real harness does (its list, or one at a time from its queue folder: the harness's
-# own code), and appends a line per library to calls.log: the tool, the run's token and the library's name.
+# "hang" sleeps, "stuck-<tool>" sleeps under that tool only, "slow" takes 0.3 s, "exit" ends the process early with
+# status 0, "crash" ends it with 139, "oom" fails as the harness does when a CUDA call fails (its words on stderr,
+# exit 3), "flaky" does so the first time a tool calls it. It takes the job's libraries the way the real harness
+# does (its list, or one at a time from its queue folder: the harness's own code), and appends a line per library
+# to calls.log: the tool, the run's token and the library's name.
 FAKE = """\
 import json, os, sys, time
 sys.path.insert(0, {harness_dir!r})
@@ -77,7 +77,7 @@ for i, lib in harness.libraries(job, token):
     with open(os.path.join(here, "calls.log"), "a") as log:
         log.write(f"{tool} {token} {name}\\n")
     print(f"r1build-harness: begin {i} {token}", flush=True)
-    if "hang" in name:
+    if "hang" in name or f"stuck-{tool}" in name:
         time.sleep(60)
     if "slow" in name:
         time.sleep(0.3)
@@ -218,6 +218,8 @@ def _sanitizing_runs(
     batch: int,
     cancel_waiting: tuple[str, ...] = (),
     cancel_deciding: tuple[str, ...] = (),
+    race_found: dict[str, tuple[str | None, float]] | None = None,
+    cuobjdump: str | None = None,
     processes: int = 2,
     wait_s: float = 60,
 ) -> tuple[dict[str, list[tuple[str, str]]], list[list[str]], dict[str, float]]:
@@ -227,13 +229,15 @@ def _sanitizing_runs(
     names each called, runs that called none left out), and the counters. With ``cancel_waiting``, one sanitizer
     process at a time, its place held until those names are canceled (their runs queued and waiting for it). With
     ``cancel_deciding``, those names are canceled while their tools are being decided (when the look-up of their
-    shared memory asks for cuobjdump). Every outcome is waited for ``wait_s`` at most."""
+    shared memory asks for cuobjdump, ``cuobjdump`` then). With ``race_found``, the names it holds fail their
+    checks with wrong values once built: each asks for a race as the evaluator does (its reason, or None, and the
+    seconds that took, put in the dict), then is canceled. Every outcome is waited for ``wait_s`` at most."""
     import contextlib
     import threading
     import time
     from concurrent.futures import Future, ThreadPoolExecutor
 
-    from r1build.evaluate.checks import plan_checks
+    from r1build.evaluate.checks import Verdict, plan_checks
     from r1build.evaluate.devices import GpuInfo
     from r1build.evaluate.library import Library, LibraryFailure
     from r1build.evaluate.process import WorkerHandle
@@ -259,9 +263,10 @@ def _sanitizing_runs(
         with lock:
             counters[name] = counters.get(name, 0.0) + value
 
-    def deciding() -> None:  # in Sanitizing._ready, after it saw the candidate not canceled
+    def deciding() -> str | None:  # in Sanitizing._ready, after it saw the candidate not canceled
         for name in cancel_deciding:
             sanitizing.cancel(job_of(name), "sm_90", candidates[name], runs[name])
+        return cuobjdump
 
     with ThreadPoolExecutor(8) as pool:
         sanitizing = Sanitizing(
@@ -295,6 +300,13 @@ def _sanitizing_runs(
                 runs[name] = found
             for name in names:  # the libraries' builds end
                 libraries[name].set_result(Library(tmp_path / name, name, "sm_90", 0.0))
+            for name in race_found or {}:  # as GpuEvaluator._check does for wrong values
+                assert race_found is not None
+                start = time.monotonic()
+                wrong = Verdict("incorrect", "wrong values", kind="value")
+                race = sanitizing.race_found(job_of(name), "sm_90", runs[name], wrong, wait_s=3.0)
+                race_found[name] = (race, time.monotonic() - start)
+                sanitizing.cancel(job_of(name), "sm_90", candidates[name], runs[name])
             if cancel_waiting:
                 time.sleep(2.5)  # gathered (1.5 s at most) and waiting for the one place
                 for name in cancel_waiting:
@@ -503,3 +515,27 @@ def test_a_run_that_raises_leaves_no_candidate_of_its_queue_without_an_outcome(
         for n, o in outcomes.items()
         if n not in failed
     )
+
+
+def test_a_race_is_asked_of_racecheck_alone(tmp_path: Path) -> None:
+    """A candidate whose checks found wrong values asks whether racecheck found a race (the reason then): the
+    answer comes with racecheck's verdict, or at once where racecheck does not run, not once memcheck's and
+    initcheck's runs end too. Before, race_found waited for every tool (60 s at most on the GPU), holding a check
+    thread of the evaluator all along, and the caller could cancel the runs it did not need only afterwards."""
+    found: dict[str, tuple[str | None, float]] = {"bad-stuck-memcheck-0.so": (None, 0.0)}
+    outcomes, _, _ = _sanitizing_runs(tmp_path, list(found), batch=16, race_found=found, wait_s=5)
+    race, seconds = found["bad-stuck-memcheck-0.so"]
+    assert race is not None and race.startswith("nondeterministic: a race") and seconds < 2.5
+    assert ("racecheck", "finding") in outcomes["bad-stuck-memcheck-0.so"]
+
+
+def test_no_race_is_waited_for_where_racecheck_does_not_run(tmp_path: Path) -> None:
+    cuobjdump = tmp_path / "cuobjdump"  # SASS without shared memory: racecheck is not run
+    cuobjdump.write_text("#!/bin/sh\necho 'Function : k'\necho '  FADD R0, R1, R2 ;'\n")
+    cuobjdump.chmod(0o755)
+    found: dict[str, tuple[str | None, float]] = {"stuck-memcheck-0.so": (None, 0.0)}
+    outcomes, _, _ = _sanitizing_runs(
+        tmp_path, list(found), batch=16, race_found=found, cuobjdump=str(cuobjdump), wait_s=5
+    )
+    assert found["stuck-memcheck-0.so"][0] is None and found["stuck-memcheck-0.so"][1] < 1.0
+    assert {t for t, _ in outcomes["stuck-memcheck-0.so"]} == {"memcheck", "initcheck"}
