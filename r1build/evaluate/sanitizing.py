@@ -490,14 +490,13 @@ class Sanitizing:
         self._dispatch(queue)
 
     def _relist(self, queue: _Queue) -> None:
-        """Take every entry nobody took yet and queue them as one list (a part)."""
+        """Take every entry nobody took yet and queue them as lists (parts) of at most ``batch``."""
         with self._lock:
             waiting = sorted(queue.open)
-        part = [queue.entries[n] for n in waiting if claim(queue.folder, n, LISTED)]
+        listed = [queue.entries[n] for n in waiting if claim(queue.folder, n, LISTED)]
         with self._lock:
             queue.open -= set(waiting)
-            if part:
-                queue.parts.append(part)
+            queue.parts.extend(listed[i : i + self.batch] for i in range(0, len(listed), self.batch))
 
     def _settle(self, queue: _Queue, members: list[SanitizeRuns], found: BatchRun, *, took: bool = False) -> None:
         """What a run says of ``members``: a clean run clears them, a list of one gets its verdict, anything else

@@ -56,7 +56,8 @@ def test_find_sanitizer(tmp_path: Path) -> None:
 # clean, "bad" gets a report between its markers (and the run exits 86 at the end, as --error-exitcode makes it),
 # "hang" sleeps, "stuck-<tool>" sleeps under that tool only, "slow" takes 0.3 s, "exit" ends the process early with
 # status 0, "crash" ends it with 139, "oom" fails as the harness does when a CUDA call fails (its words on stderr,
-# exit 3), "flaky" does so the first time a tool calls it. It takes the job's libraries the way the real harness
+# exit 3), "flaky" does so the first time a tool calls it; a file fail-start-<tool> beside it makes the next run of
+# that tool fail so before it takes or calls anything (and goes). It takes the job's libraries the way the real harness
 # does (its list, or one at a time from its queue folder: the harness's own code), and appends a line per library
 # to calls.log: the tool, the run's token and the library's name.
 FAKE = """\
@@ -71,6 +72,13 @@ here = os.path.dirname(os.path.abspath(__file__))
 token, errors, called = job["token"], 0, 0
 tool = sys.argv[sys.argv.index("--tool") + 1]
 print("========= COMPUTE-SANITIZER", flush=True)
+try:
+    os.remove(os.path.join(here, f"fail-start-{tool}"))  # where the file is, the tool's first run fails at its start
+except FileNotFoundError:
+    pass
+else:
+    print(harness.FAILED, "cuInit failed: CUDA_ERROR_OUT_OF_MEMORY (2)", file=sys.stderr, flush=True)
+    sys.exit(3)
 for i, lib in harness.libraries(job, token):
     called += 1
     name = os.path.basename(lib)
@@ -539,3 +547,14 @@ def test_no_race_is_waited_for_where_racecheck_does_not_run(tmp_path: Path) -> N
     )
     assert found["stuck-memcheck-0.so"][0] is None and found["stuck-memcheck-0.so"][1] < 1.0
     assert {t for t, _ in outcomes["stuck-memcheck-0.so"]} == {"memcheck", "initcheck"}
+
+
+def test_what_waits_when_a_run_fails_before_taking_any_runs_in_lists_of_at_most_the_batch(tmp_path: Path) -> None:
+    """A run that fails before it takes a candidate (its harness failing at its start) has what waits in the queue
+    run again as lists, each of at most the batch size like any run. It was one list of everything waiting."""
+    (tmp_path / "fail-start-memcheck").touch()
+    names = [f"good-{i}.so" for i in range(8)]
+    outcomes, calls, counters = _sanitizing_runs(tmp_path, names, batch=2)
+    assert not (tmp_path / "fail-start-memcheck").exists() and counters["sanitizer_splits"] >= 1
+    assert all(o == [("memcheck", "clean"), ("racecheck", "clean"), ("initcheck", "clean")] for o in outcomes.values())
+    assert all(len(c) <= 2 for c in calls), calls
