@@ -27,6 +27,7 @@ import contextvars
 import json
 import logging
 import secrets
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -94,8 +95,11 @@ class _Inputs:
     """The sanitizer inputs of one kernel × arch, shared by its candidates."""
 
     directory: Path
+    """This evaluator's own folder for the kernel, new (another evaluator may have left one in the same workdir)."""
     shapes: list[SanitizeShape]
     """Harness shapes (the inputs are files in ``directory``)."""
+    written: bool = False
+    """Whether ``shapes`` were decided and written (none when no shape is small enough)."""
 
 
 class SanitizeRuns:
@@ -259,8 +263,9 @@ class Sanitizing:
         kernel = KernelKey.of(job, arch)
         with self._lock:
             if kernel not in self._inputs:
-                directory = slot.workdir / "sanitize" / f"{job.spec.name}-{arch}-{len(self._inputs)}"
-                self._inputs[kernel] = _Inputs(directory, [])
+                (slot.workdir / "sanitize").mkdir(parents=True, exist_ok=True)
+                directory = tempfile.mkdtemp(prefix=f"{job.spec.name}-{arch}-", dir=slot.workdir / "sanitize")
+                self._inputs[kernel] = _Inputs(Path(directory), [])
             inputs = self._inputs[kernel]
             if (kernel, candidate.digest) in self._runs:
                 return
@@ -592,8 +597,9 @@ class Sanitizing:
     def _shapes(self, job: Job, inputs: _Inputs, plans: list[ShapePlan]) -> list[SanitizeShape]:
         """The kernel's sanitizer shapes, their inputs written once."""
         with self._lock:
-            if not (inputs.shapes or inputs.directory.exists()):
+            if not inputs.written:
                 inputs.shapes = write_shapes(job.spec, plans, inputs.directory)
+                inputs.written = True
             return inputs.shapes
 
 

@@ -261,7 +261,7 @@ def _sanitizing_runs(
     specs = {s.name: s for s in manifest.kernels if s.name in ("silu_mul", "softmax_rows")}
     gpu = GpuInfo(name="Stand-in GPU", arch="sm_90", index=0, memory=1 << 30)
     work = tmp_path / "gpu0"
-    work.mkdir()
+    work.mkdir(exist_ok=True)
     runner = SanitizerRunner(str(_fake_sanitizer(tmp_path)), {"PATH": "/usr/bin:/bin"}, timeout_s=1.0)
     slot = Slot(gpu=gpu, worker=WorkerHandle(["true"], {}, work, name="unused"), sanitizer=runner, workdir=work)
     counters: dict[str, float] = {}
@@ -558,3 +558,14 @@ def test_what_waits_when_a_run_fails_before_taking_any_runs_in_lists_of_at_most_
     assert not (tmp_path / "fail-start-memcheck").exists() and counters["sanitizer_splits"] >= 1
     assert all(o == [("memcheck", "clean"), ("racecheck", "clean"), ("initcheck", "clean")] for o in outcomes.values())
     assert all(len(c) <= 2 for c in calls), calls
+
+
+def test_a_second_sanitizing_over_the_same_work_folder_runs_every_tool(tmp_path: Path) -> None:
+    """Two evaluators, one after the other, over one work folder (GpuEvaluator's workdir): the second sanitizes as
+    the first did. It found the kernel's folder the first left and took it for its shapes written, with none: every
+    candidate passed with no sanitizer run (and the first's claim files would have looked like its own entries
+    taken)."""
+    everything = [("memcheck", "finding"), ("racecheck", "finding"), ("initcheck", "finding")]
+    first, _, _ = _sanitizing_runs(tmp_path, ["bad-0.so"], batch=16)
+    second, _, _ = _sanitizing_runs(tmp_path, ["bad-0.so"], batch=16, wait_s=5)
+    assert first == second == {"bad-0.so": everything}
