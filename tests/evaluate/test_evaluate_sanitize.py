@@ -569,3 +569,24 @@ def test_a_second_sanitizing_over_the_same_work_folder_runs_every_tool(tmp_path:
     first, _, _ = _sanitizing_runs(tmp_path, ["bad-0.so"], batch=16)
     second, _, _ = _sanitizing_runs(tmp_path, ["bad-0.so"], batch=16, wait_s=5)
     assert first == second == {"bad-0.so": everything}
+
+
+def test_a_run_that_finds_its_queue_empty_touches_no_cuda(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run that finds every entry of its queue taken (others took them while it started: runs on lent places do)
+    ends at once with no library called, without setting up CUDA. It created a context first, under the sanitizer
+    the slow part of a start, in which the GPU's timing waits for it (it reaches no hold check after that)."""
+    from r1build.evaluate.child import harness
+
+    def no_cuda() -> None:
+        raise AssertionError("CUDA was set up")
+
+    monkeypatch.setattr(harness, "_Driver", no_cuda)
+    queue = tmp_path / "queue"
+    queue.mkdir()
+    (queue / "0.lib").write_text(str(tmp_path / "good-0.so"))
+    assert harness.claim(queue, 0, "another-run")
+    job = {"queue": str(queue), "limit": 16, "libs": [], "entry": "k", "argtypes": [], "shapes": [{}], "token": "t0k"}
+    harness.run(job, tmp_path)
+    assert capsys.readouterr().out.splitlines() == [f"{harness.DONE} 1 libraries 0 t0k"]

@@ -15,7 +15,9 @@ that several runs of one tool share: the evaluator adds ``<n>.lib`` files (a lib
 ready, and a run takes the lowest one nobody took yet by linking a ``<n>.claim`` file holding its token into place
 (:func:`claim`: one taker wins), calls it, and looks again, until none is left or it took ``limit``; its markers
 count by ``n``. So a kernel whose candidates are slow under the sanitizer gets as many runs as there are free places,
-each taking work as it goes, instead of two fixed halves that run long after everything else has finished.
+each taking work as it goes, instead of two fixed halves that run long after everything else has finished. CUDA is
+set up at the first library, so a run that finds nothing left to take ends without a context (under the sanitizer
+the slow part of a start, and GPU memory).
 
 A job may name a ``hold`` file: while it exists (the evaluator is timing on the GPU) the harness starts no GPU work.
 It looks before it touches CUDA and before every call (each call ends synchronized, so nothing of it is left on
@@ -195,10 +197,14 @@ def run(job: dict[str, Any], base: Path) -> None:
     token = str(job["token"])
     hold = str(job.get("hold") or "")
     wait_while_held(hold, token)
-    drv = _Driver()
-    stream = _setup(drv)
+    cuda: tuple[_Driver, ctypes.c_void_p] | None = None
     called = 0
     for index, path in libraries(job, token):
+        if cuda is None:  # at the first library: a run that finds its queue empty never touches CUDA
+            wait_while_held(hold, token)
+            drv = _Driver()
+            cuda = drv, _setup(drv)
+        drv, stream = cuda
         called += 1
         print(f"{BEGIN} {index} {token}", flush=True)
         lib = ctypes.CDLL(str(path), mode=os.RTLD_LOCAL | os.RTLD_NOW)
