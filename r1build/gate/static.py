@@ -173,6 +173,7 @@ class StaticGate:
         self._toolchain = toolchain
         self._lock = threading.Lock()
         self._objects: dict[tuple[str, str], Path] = {}
+        self._along: dict[tuple[str, str], tuple[str, ...]] = {}
 
     @property
     def toolchain(self) -> Toolchain:
@@ -180,6 +181,16 @@ class StaticGate:
         if self._toolchain is None:
             self._toolchain = default_toolchain()
         return self._toolchain
+
+    def compile_along(self, kernel: str, candidates: Sequence[Candidate], archs: Sequence[str]) -> None:
+        """Whenever this gate next compiles one of ``candidates`` of ``kernel`` (for whatever arch it is asked),
+        the same nvcc compiles it for ``archs`` too, and those verdicts go into the cache: a resolve on a GPU
+        machine gets the gate-only arch's verdicts (sm_80 beside an H200) from the GPU arch's compiles instead of
+        an nvcc of their own. The caller asks for them later (:meth:`judge`), from the cache."""
+        with self._lock:
+            for c in candidates:
+                known = self._along.get((kernel, c.digest), ())
+                self._along[kernel, c.digest] = tuple(dict.fromkeys([*known, *map(parse_arch, archs)]))
 
     def evaluate(self, job: Job) -> list[Result]:
         """One result per candidate of ``job``, in order."""
@@ -212,11 +223,14 @@ class StaticGate:
                 pending[task.key] = task
         with self._lock:
             self.cache_hits += len(verdicts)
+        along = self._along_tasks(manifest, spec, list(pending.values()), tc)
 
         total = len(verdicts) + len(pending)
         progress = f"gate {spec.name}" + (f" {arch}" if arch else "")
         emit(Progress(progress, len(verdicts), total, {"cached": len(verdicts)}))
-        for key, result in self._compile_all(manifest, spec, list(pending.values())):
+        for key, result in self._compile_all(manifest, spec, [*pending.values(), *along]):
+            if key not in pending:  # a verdict compiled along (cached, not asked for here)
+                continue
             verdicts[key] = result
             emit(Progress(progress, len(verdicts), total, {"cached": total - len(pending)}))
 
@@ -247,6 +261,22 @@ class StaticGate:
         return verdicts[0]
 
     # -- internals ---------------------------------------------------------------------------------------
+    def _along_tasks(self, manifest: Manifest, spec: KernelSpec, pending: list[_Task], tc: Toolchain) -> list[_Task]:
+        """The compiles :meth:`compile_along` asked for, of the candidates about to be compiled: those archs
+        not among the pending ones, may be compiled and not in the cache already."""
+        with self._lock:
+            wanted = {t.candidate.digest: self._along.get((spec.name, t.candidate.digest), ()) for t in pending}
+        asked = {(t.candidate.digest, t.arch) for t in pending}
+        out: dict[str, _Task] = {}
+        for task in pending:
+            for extra in wanted[task.candidate.digest]:
+                if (task.candidate.digest, extra) in asked or _refused(extra, task.candidate, tc) is not None:
+                    continue
+                key = gate_key(manifest, spec, extra, task.candidate, tc)
+                if key not in out and self.cache.get_gate(key) is None:
+                    out[key] = _Task(extra, task.candidate, key)
+        return list(out.values())
+
     def _compile_all(self, manifest: Manifest, spec: KernelSpec, tasks: list[_Task]) -> list[tuple[str, Result]]:
         """Compile every task: one nvcc per candidate variant for all its archs (the ptxas report split per arch);
         how many run at once is bounded by the process's compile slots (:data:`.nvcc.COMPILE_SLOTS`)."""

@@ -17,6 +17,7 @@ from ..events import Note, emit
 from ..extras import CUPY, GENERATE
 from ..judge import Evaluator, Job
 from ..manifest import Manifest
+from ..manifest.archs import parse_arch
 from ..reach import unreachable
 from ..settings import env_settings
 from .model import ResolveOptions
@@ -201,24 +202,38 @@ class Judges:
 
     def prepare(self, jobs: Sequence[Job]) -> None:
         """Start the CPU work (gate, library builds) of every GPU job ahead, so the GPU never waits for nvcc; and
-        gate the first batch (:func:`gate_batch`) of the jobs no GPU here can take, each kernel's for all those
+        gate the first batch (:func:`gate_batch`) of the jobs no GPU here can take, each kernel's for all its
         archs at once (one nvcc per candidate for all its archs; the verdicts are cached for the gate-only
-        resolution that follows, which gates further only where no candidate of that batch may win)."""
+        resolution that follows, which gates further only where no candidate of that batch may win). Where a
+        local GPU judges another arch of the same kernel, that batch is compiled along with the GPU's own gate
+        compiles (:meth:`~r1build.gate.static.StaticGate.compile_along`) instead of by an nvcc of its own: the
+        resolve asks for those verdicts only after the GPU jobs (:func:`~.run.resolve`)."""
         gpu_jobs = [job for job in jobs if self.gpu_for(job.arch) is not None]
-        if gpu_jobs and self._gpu is not None:
-            self._gpu.prepare(gpu_jobs)
+        gpu_kernels = {job.spec.name for job in gpu_jobs}
+        batch = gate_batch()
         by_kernel: dict[str, list[Job]] = {}
         for job in jobs:
             if self.gpu_for(job.arch) is None:
                 by_kernel.setdefault(job.spec.name, []).append(job)
-        if not by_kernel or self.cache.degraded is not None:  # nothing to gate, or nowhere to keep the verdicts
+        keep = self.cache.degraded is None  # somewhere to keep the verdicts
+        # per kernel, the first batch's candidates that the gate compiles now (the others: along the GPU's)
+        now = {
+            name: {c.digest for job in kernel_jobs for c in job.candidates[:batch]}
+            for name, kernel_jobs in by_kernel.items()
+        }
+        if keep and self.cluster is None and any(name in gpu_kernels for name in by_kernel):
+            now.update(self._compile_along(gpu_jobs, by_kernel, batch))
+        if gpu_jobs and self._gpu is not None:
+            self._gpu.prepare(gpu_jobs)
+        by_kernel = {name: kernel_jobs for name, kernel_jobs in by_kernel.items() if now[name]}
+        if not by_kernel or not keep:  # nothing to gate, or nowhere to keep the verdicts
             return
         gate = self.gate
-        batch = gate_batch()
 
         def judge(kernel_jobs: list[Job]) -> None:
             first = kernel_jobs[0]
-            pairs = [(job.arch, c) for job in kernel_jobs for c in job.candidates[:batch]]
+            wanted = now[first.spec.name]
+            pairs = [(job.arch, c) for job in kernel_jobs for c in job.candidates[:batch] if c.digest in wanted]
             gate.judge(first.manifest, first.spec, pairs)
 
         from ..gate.nvcc import COMPILE_SLOTS
@@ -228,6 +243,39 @@ class Judges:
                 pool.submit(contextvars.copy_context().run, judge, kernel_jobs) for kernel_jobs in by_kernel.values()
             ]:
                 future.result()
+
+    def _compile_along(
+        self, gpu_jobs: Sequence[Job], by_kernel: dict[str, list[Job]], batch: int
+    ) -> dict[str, set[str]]:
+        """Have the gate compile the first batch of each gate-only job of a kernel with a GPU job along with that
+        GPU job's own gate compiles (one nvcc per candidate for all its archs); returns, per such kernel, the
+        digests that are left to gate now: those whose GPU verdicts are all in the cache already (the GPU job
+        compiles nothing for them)."""
+        from ..gate.static import gate_key
+
+        gate = self.gate
+        tc = gate.toolchain
+        gpu_archs: dict[str, list[str]] = {}
+        for job in gpu_jobs:
+            gpu_archs.setdefault(job.spec.name, []).append(job.arch)
+        left: dict[str, set[str]] = {}
+        for name, kernel_jobs in by_kernel.items():
+            if name not in gpu_archs:
+                continue
+            first = kernel_jobs[0]
+            candidates = list({c.digest: c for job in kernel_jobs for c in job.candidates[:batch]}.values())
+            cached = {
+                c.digest
+                for c in candidates
+                if all(
+                    self.cache.get_gate(gate_key(first.manifest, first.spec, parse_arch(a), c, tc)) is not None
+                    for a in gpu_archs[name]
+                )
+            }
+            left[name] = cached
+            for job in kernel_jobs:
+                gate.compile_along(name, [c for c in job.candidates[:batch] if c.digest not in cached], [job.arch])
+        return left
 
     def close(self) -> None:
         """Stop GPU workers; remove the gate's objects."""

@@ -4,6 +4,8 @@ started ahead), every winner through the static gate, and the lock updated."""
 from __future__ import annotations
 
 import contextvars
+import logging
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -107,9 +109,38 @@ class _Looked:
     hit: Resolved | Unresolved | None
 
 
+log = logging.getLogger("r1build.resolve")
+
+
+class _Phases:
+    """Debug log lines (``-vv``) of how long each phase of a resolve took and when it ended: where the time of a
+    resolve goes beside the work itself (issue 11)."""
+
+    def __init__(self) -> None:
+        self.start = self.last = time.perf_counter()
+
+    def done(self, what: str) -> None:
+        now = time.perf_counter()
+        log.debug("resolve: %s in %.3f s (%.3f s in)", what, now - self.last, now - self.start)
+        self.last = now
+
+
+def _work_order(looked: Sequence[_Looked], judges: Judges, options: ResolveOptions) -> list[int]:
+    """The misses of ``looked`` in the order they are worked: those a GPU judges first, then the gate-only ones,
+    each group in manifest order. The gate-only arch's verdicts of a kernel with a GPU job are compiled along with
+    that job's (:meth:`Judges.prepare`): asked for after it, they come from the cache, not from an nvcc of their
+    own. With ``locked`` or ``frozen`` (where the first miss is an error), manifest order."""
+    misses = [i for i, x in enumerate(looked) if x.hit is None]
+    if options.locked or options.frozen:
+        return misses
+    on_gpu = [i for i in misses if judges.gpu_for(looked[i].question.arch) is not None]
+    return on_gpu + [i for i in misses if i not in on_gpu]
+
+
 def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = None) -> Resolution:
     """Resolve every kernel × arch; update the lock unless ``locked`` or told not to."""
     options = options or ResolveOptions()
+    phases = _Phases()
     specs = [s for s in manifest.kernels if options.kernels is None or s.name in options.kernels]
     unknown = sorted(set(options.kernels or []) - {s.name for s in manifest.kernels})
     if unknown:
@@ -143,6 +174,7 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
         lock = require_fresh(
             manifest, lock, plan if (options.kernels or options.archs) else None, said=options.mode_words[0]
         )
+    phases.done("toolchain and arch check, lock read")
     judges = Judges(cache, options.use_gpu, options.cluster, manifest.settings.evaluation.connect_timeout_s)
     run = Run(manifest, cache, options, judges, lock)
     try:
@@ -152,19 +184,20 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
                 q = Question(spec, arch, decision_key(manifest, spec, arch))
                 looked.append(_Looked(q, lookup(run, q)))
         misses = [x.question for x in looked if x.hit is None]
+        phases.done(f"{len(looked)} looked up, {len(misses)} missed")
         # the manifest's own candidates of each kernel with a miss, read once for the GPU's head start and the work
         seeds: dict[str, list[Candidate]] = {}
         if not options.locked and not options.frozen and misses:
             from ..evaluate.variants import expand_variants
 
             seeds = {q.spec.name: expand_variants(manifest, q.spec) for q in misses}
+            phases.done(f"{sum(len(c) for c in seeds.values())} candidates expanded")
             if not judges.endpoint(manifest, options):
                 judges.prepare([q.job(manifest, seeds[q.spec.name]) for q in misses])
-        outcomes: list[Resolved | Unresolved] = []
-        for x in looked:
-            if x.hit is not None:
-                outcomes.append(x.hit)
-                continue
+                phases.done("prepared (GPUs found, evaluator started, gate-only batches gated)")
+        outcomes: list[Resolved | Unresolved | None] = [x.hit for x in looked]
+        for i in _work_order(looked, judges, options):
+            x = looked[i]
             q = x.question
             if options.locked:  # lookup answers every current entry or raises; nothing may be judged anew
                 raise ResolveError(
@@ -174,11 +207,14 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
             if options.refresh:  # what a refresh falls back to where nothing can judge this arch again
                 old = lookup(replace(run, options=replace(options, refresh=False)), q)
                 kept = old if isinstance(old, Resolved) else None
-            outcomes.append(work(run, q, seeds.get(q.spec.name, []), kept))
+            outcomes[i] = work(run, q, seeds.get(q.spec.name, []), kept)
+            phases.done(f"{q.spec.name}/{q.arch} worked")
         entries = _gate_emitted(manifest, judges, [o for o in outcomes if isinstance(o, Resolved)])
+        phases.done(f"{len(entries)} winners gated")
         failed = [o for o in outcomes if isinstance(o, Unresolved)]
     finally:
         judges.close()
+        phases.done("judges closed")
     new_entries = {(e.name, e.arch): e for e in (lock.kernel if lock else [])}
     declared = {(s.name, a) for s in manifest.kernels for a in manifest.archs_of(s)}
     # where nothing may win, no entry is kept: the lock never names a rejected or pending winner
@@ -191,4 +227,5 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
     as_is = options.locked or options.frozen
     if options.write_lock and not as_is and (new_lock.kernel or path.exists()):
         changed = write_lock(path, new_lock)
+        phases.done("lock written")
     return Resolution(manifest, entries, new_lock if not as_is else (lock or new_lock), changed, failed)
