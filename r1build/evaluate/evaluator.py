@@ -92,6 +92,8 @@ T = TypeVar("T")
 
 
 def _cleanup(slots: list[Slot], pools: list[ThreadPoolExecutor], judges: JudgePool, root: Path, own_root: bool) -> None:
+    for slot in slots:  # every worker at once: each exit tears a CUDA context down, waited for one by one below
+        slot.worker.ask_to_exit()
     judges.close()
     for slot in slots:
         slot.worker.close()

@@ -133,6 +133,7 @@ class WorkerHandle:
         self._to_child = -1
         self._from_child = -1
         self._closed = False
+        self._asked = 0  # the generation last asked to exit
 
     @property
     def running(self) -> bool:
@@ -245,13 +246,20 @@ class WorkerHandle:
             self._wait(0.1)
         self._proc = None
 
-    def close(self, timeout_s: float = 10.0) -> None:
-        """Ask the worker to exit, then make sure it has; it is not started again."""
+    def ask_to_exit(self) -> None:
+        """Ask the worker to exit without waiting for it (:meth:`close` waits); it is not started again. Closing
+        several workers, ask each first: their exits (each a CUDA context torn down) then overlap."""
         self._closed = True
-        if self.running:
+        if self.running and self._asked != self.generation:  # once to each process
+            self._asked = self.generation
             with contextlib.suppress(PeerClosed, OSError):
                 write_message(self._to_child, {"op": "exit"})
-            deadline = time.monotonic() + timeout_s
-            while self.running and time.monotonic() < deadline:
-                time.sleep(0.02)
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Ask the worker to exit (unless :meth:`ask_to_exit` did), then make sure it has; it is not started
+        again."""
+        self.ask_to_exit()
+        deadline = time.monotonic() + timeout_s
+        while self.running and time.monotonic() < deadline:
+            time.sleep(0.02)
         self.kill()
