@@ -5,8 +5,10 @@ LLM endpoint may be asked at all."""
 from __future__ import annotations
 
 import contextvars
+import logging
 import shutil
 import tempfile
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,6 +23,8 @@ from ..manifest.archs import parse_arch
 from ..reach import unreachable
 from ..settings import env_settings
 from .model import ResolveOptions
+
+log = logging.getLogger("r1build.resolve")
 
 if TYPE_CHECKING:
     from ..cluster.session import ClusterEvaluator
@@ -155,12 +159,21 @@ class Judges:
                         )
                     )
                 return None
+            start = time.perf_counter()
             try:
                 from ..evaluate import GpuEvaluator, detect_gpus
             except ImportError:
                 return None
-            if detect_gpus():
-                evaluator = GpuEvaluator(self.cache, gate=self.gate)
+            found = detect_gpus()
+            log.debug(
+                "judges: GPUs looked for in %.3f s (imports, cupy, CUDA set up): %d",
+                time.perf_counter() - start,
+                len(found),
+            )
+            if found:
+                start = time.perf_counter()
+                evaluator = GpuEvaluator(self.cache, gpus=found, gate=self.gate)
+                log.debug("judges: GPU evaluator made in %.3f s", time.perf_counter() - start)
                 self._gpu = evaluator
                 self._gpu_archs = set(evaluator.archs)
         return self._gpu if arch in self._gpu_archs else None

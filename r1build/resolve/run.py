@@ -121,7 +121,7 @@ class _Phases:
 
     def done(self, what: str) -> None:
         now = time.perf_counter()
-        log.debug("resolve: %s in %.3f s (%.3f s in)", what, now - self.last, now - self.start)
+        log.debug("resolve: %s in %.3f s (%.3f s in, clock %.3f)", what, now - self.last, now - self.start, time.time())
         self.last = now
 
 
