@@ -504,15 +504,16 @@ class Sanitizing:
             queue.parts.extend(listed[i : i + self.batch] for i in range(0, len(listed), self.batch))
 
     def _settle(self, queue: _Queue, members: list[SanitizeRuns], found: BatchRun, *, took: bool = False) -> None:
-        """What a run says of ``members``: a clean run clears them, a list of one gets its verdict, anything else
-        runs again in parts. A run that took its members from the folder (``took``) never gives a verdict, even of
-        one: it may have failed at its first call for want of the machine (a run alone, as a list, says)."""
+        """What a run says of ``members``: a clean run clears them, a run of one gets its verdict, anything else
+        runs again in parts. A run that took its one member from the folder (``took``) gives it a verdict only where
+        the markers point at it (a report or a stop while it was called); one that failed after the candidate's
+        calls ended (the harness's work between candidates) runs it again alone, as a list."""
         tool, outcome = queue.tool, found.outcome
         if outcome.verdict == "clean":
             for runs in members:
                 runs.settle(tool, outcome)
             return
-        if len(members) == 1 and outcome.verdict != "canceled" and not took:
+        if len(members) == 1 and outcome.verdict != "canceled" and (not took or found.suspect == 0):
             members[0].settle(tool, outcome)
             return
         if outcome.verdict == "canceled" or len(members) == 1:  # stopped for a canceled member, or one taken
