@@ -153,7 +153,15 @@ def gpu_shaped(batch: int) -> None:
             return [
                 r
                 if not r.ok
-                else Result(candidate=r.candidate, arch=job.arch, status="passed", stage="evaluate", timing=timing)
+                else Result(
+                    candidate=r.candidate,
+                    arch=job.arch,
+                    status="passed",
+                    stage="evaluate",
+                    gate=r.gate,
+                    timing=timing,
+                    device="stand-in GPU",
+                )
                 for r in self.judges.gate.evaluate(job)
             ]
 
