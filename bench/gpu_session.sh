@@ -112,11 +112,12 @@ speed() {  # issue 11's figures, alone on the GPU: evaluate_all of the root's va
 }
 
 variants() {  # evaluate_all of the root's variants once per evaluator option set, alone on the GPU one after another
-  # (about 95 s each; VARIANTS is a ;-separated list of bench/evaluate_root.py options, "" the defaults), each
+  # (about 95 s each; VARIANTS is a ;-separated list of bench/evaluate_root.py options, "" the defaults; by
+  # default each option alone against the defaults), each
   # run's tables (per candidate, per job) in $OUT/variant-<n>/evaluate_root.md
   # (a word NAME=value sets that variable for the run: TMPDIR=/dev/shm puts the evaluator's files in memory)
   local n=0 args word
-  IFS=';' read -r -a sets <<< "${VARIANTS:-;--time-before-sanitized;--check-workers 8;--time-before-sanitized --check-workers 8}"
+  IFS=';' read -r -a sets <<< "${VARIANTS:-;--time-before-sanitized;--check-workers 8;TMPDIR=/dev/shm}"
   for args in "${sets[@]}"; do
     n=$((n + 1))
     local envs=() opts=()
