@@ -26,6 +26,7 @@ import contextlib
 import contextvars
 import json
 import logging
+import os
 import secrets
 import tempfile
 import threading
@@ -549,6 +550,7 @@ class Sanitizing:
         hold = queue.slot.quiet.hold_file
         if hold is not None:
             sanitize_job["hold"] = str(hold)
+            sanitize_job["parent"] = os.getpid()
         job_file.write_text(json.dumps(sanitize_job))
         stop = threading.Event()
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import sys
 import threading
 import time
@@ -145,6 +146,50 @@ def test_the_harness_stops_while_the_hold_file_exists(tmp_path: Path) -> None:
     assert lines == [f"{HELD} 3 tok", f"{HELD} 4 tok", f"{RESUMED} tok"]
     assert [hold_marker(line, "tok") for line in lines] == [("held", "3"), ("held", "4"), ("resumed", "")]
     assert hold_marker(f"{HELD} 3 other", "tok") is None and hold_marker(f"{HELD} 3 4 tok", "tok") is None
+
+
+def test_a_held_harness_whose_evaluator_is_gone_ends_instead_of_waiting_for_ever(tmp_path: Path) -> None:
+    """The real harness, held by a hold file that an evaluator killed while timing left behind: it ends (exit 3,
+    saying why) within a second or so, before it touches CUDA, instead of holding its sanitizer for ever."""
+    import subprocess
+
+    from r1build.evaluate.child.harness import FAILED
+    from r1build.evaluate.sanitize import HARNESS
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a process id that no longer exists
+    hold = tmp_path / "hold"
+    hold.write_text("1")
+    job = tmp_path / "job.json"
+    job.write_text(
+        json.dumps(
+            {
+                "libs": [str(tmp_path / "never-loaded.so")],
+                "entry": "k",
+                "argtypes": [],
+                "shapes": [],
+                "token": "tok",
+                "hold": str(hold),
+                "parent": gone.pid,
+            }
+        )
+    )
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, str(HARNESS), str(job)], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == 3 and time.monotonic() - start < 10
+    assert done.stdout.splitlines() == [f"{HELD} 1 tok"]  # held, then gone: no library begun
+    assert f"{FAILED} held, and the evaluator that holds the GPU (process {gone.pid}) is gone" in done.stderr
+    # its evaluator alive (this process): it waits, and goes on once the hold is lifted
+    payload = json.loads(job.read_text())
+    payload.update(parent=os.getpid(), libs=[])
+    job.write_text(json.dumps(payload))
+    _later(1.2, hold.unlink)
+    done = subprocess.run(
+        [sys.executable, str(HARNESS), str(job)], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == 0 and done.stdout.splitlines()[-1] == "r1build-harness: done, shapes: 0 libraries 0 tok"
 
 
 # A stand-in compute-sanitizer that runs like the harness: it loads the real harness by path and, before each

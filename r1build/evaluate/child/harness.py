@@ -19,7 +19,8 @@ each taking work as it goes, instead of two fixed halves that run long after eve
 set up at the first library, so a run that finds nothing left to take ends without a context (under the sanitizer
 the slow part of a start, and GPU memory).
 
-A job may name a ``hold`` file: while it exists (the evaluator is timing on the GPU) the harness starts no GPU work.
+A job may name a ``hold`` file: while it exists (the evaluator is timing on the GPU) the harness starts no GPU work
+(and ends, exit 3, once the evaluator whose process id the job names as ``parent`` is gone).
 It looks before it touches CUDA and before every call (each call ends synchronized, so nothing of it is left on
 the GPU), and while held it prints ``HELD <generation> <token>`` (the file holds the generation: a hold lifted
 and taken again while the harness slept is a new one) and ``RESUMED <token>`` once the file is gone.
@@ -53,6 +54,8 @@ RESUMED = "r1build-harness: resumed"
 """Printed when the hold file is gone and the harness goes on (``RESUMED <token>``)."""
 FAILED = "r1build-harness: failed:"
 """Printed (on stderr) before the harness exits 3: what failed (a CUDA call, a call of the candidate)."""
+PARENT_POLL_S = 0.5
+"""How often a held harness looks whether the evaluator that holds the GPU still exists."""
 HOLD_POLL_S = 0.002
 """How often a held harness looks whether its hold was lifted."""
 
@@ -131,12 +134,25 @@ def _generation(hold: str) -> str | None:
         return None
 
 
-def wait_while_held(hold: str, token: str) -> None:
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's: it exists
+        return True
+    return True
+
+
+def wait_while_held(hold: str, token: str, parent: int = 0) -> None:
     """Return once ``hold`` (a path, "" for none) does not exist; while it does, say so (see the module
-    docstring)."""
+    docstring). With ``parent`` (the evaluator's process id), a hold whose evaluator is gone (killed while timing:
+    nobody will lift it) ends the harness instead of holding it, and the GPU memory of its sanitizer, for ever."""
     if not hold:
         return
     said = None
+    looked = time.monotonic()
     while True:
         generation = _generation(hold)
         if generation is None:
@@ -144,6 +160,10 @@ def wait_while_held(hold: str, token: str) -> None:
         if generation and generation != said:
             print(f"{HELD} {generation} {token}", flush=True)
             said = generation
+        if parent and time.monotonic() - looked >= PARENT_POLL_S:
+            looked = time.monotonic()
+            if not _alive(parent):
+                raise RuntimeError(f"held, and the evaluator that holds the GPU (process {parent}) is gone")
         time.sleep(HOLD_POLL_S)
     if said is not None:
         print(f"{RESUMED} {token}", flush=True)
@@ -196,12 +216,13 @@ def libraries(job: dict[str, Any], token: str) -> Iterator[tuple[int, str]]:
 def run(job: dict[str, Any], base: Path) -> None:
     token = str(job["token"])
     hold = str(job.get("hold") or "")
-    wait_while_held(hold, token)
+    parent = int(job.get("parent") or 0)
+    wait_while_held(hold, token, parent)
     cuda: tuple[_Driver, ctypes.c_void_p] | None = None
     called = 0
     for index, path in libraries(job, token):
         if cuda is None:  # at the first library: a run that finds its queue empty never touches CUDA
-            wait_while_held(hold, token)
+            wait_while_held(hold, token, parent)
             drv = _Driver()
             cuda = drv, _setup(drv)
         drv, stream = cuda
@@ -212,7 +233,7 @@ def run(job: dict[str, Any], base: Path) -> None:
         fn.argtypes = [CTYPES[c] for c in job["argtypes"]] + [ctypes.c_void_p]
         fn.restype = ctypes.c_int
         for shape in job["shapes"]:
-            wait_while_held(hold, token)
+            wait_while_held(hold, token, parent)
             _call(drv, stream, fn, shape, base)
         print(f"{END} {index} {token}", flush=True)
     print(f"{DONE} {len(job['shapes'])} libraries {called} {token}", flush=True)

@@ -272,6 +272,8 @@ class SanitizeJob(TypedDict):
     shapes: list[SanitizeShape]
     token: str
     """A fresh random word the harness prints in its markers: output that lacks it was not the harness's."""
+    parent: NotRequired[int]
+    """The evaluator's process id: a harness held while it is gone ends (nobody would lift the hold)."""
     hold: NotRequired[str]
     """A file whose existence stops the harness before its next GPU work (the evaluator is timing); it holds the
     hold's generation, which the harness prints in its ``HELD`` marker."""
