@@ -62,6 +62,26 @@ def parse_size(text: str) -> int:
     return value
 
 
+SMALLEST_LIMIT = 64 * 1024
+"""The smallest cache size limit ``cache gc --max-size`` takes: below it a limit holds nothing (one gate report or
+source can be larger), so every later run would evict what it cached."""
+
+
+def parse_limit(text: str) -> int:
+    """A cache size limit: :func:`parse_size`, at least :data:`SMALLEST_LIMIT` (``--max-size 1`` is a slip for
+    ``1G``, not a wish to empty the cache at every run)."""
+    value = parse_size(text)
+    if value < SMALLEST_LIMIT:
+        match = _SIZE.match(text)
+        unitless = match is not None and not match.group(2) and not text.strip().lower().endswith("b")
+        hint = f" (a number without a unit is bytes: did you mean {text.strip()}G?)" if unitless else ""
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is {format_size(value)}: a limit below {format_size(SMALLEST_LIMIT)} holds nothing, and every "
+            f"later run would evict what it cached{hint}"
+        )
+    return value
+
+
 def format_size(n: int) -> str:
     """Bytes for people: ``512 B``, ``4.0 KiB``, ``1.5 GiB``."""
     size = float(n)
@@ -113,7 +133,7 @@ def register(sub: Any) -> None:
     p = commands.add_parser("gc", help="delete corrupt entries and evict the least recently used")
     add_cache_arg(p)
     p.add_argument(
-        "--max-size", type=parse_size, metavar="SIZE", help="new size limit, kept for later runs (e.g. 2G, 500M)"
+        "--max-size", type=parse_limit, metavar="SIZE", help="new size limit, kept for later runs (e.g. 2G, 500M)"
     )
     _add_json(p)
     p.set_defaults(func=cmd_gc)
