@@ -183,9 +183,7 @@ class _Queue:
     parts: list[list[SanitizeRuns]] = field(default_factory=list)
     """Parts of what a run took that was not clean, run again as lists (never merged again, so splitting ends)."""
     running: int = 0
-    """Runs waiting for a place or running, counted against ``per_queue``."""
-    extra: int = 0
-    """Runs on places nobody waited for, beyond ``per_queue``."""
+    """Runs waiting for a place or running, counted against ``per_queue`` (not those on lent places)."""
     taking: int = 0
     """Runs that take from the folder (as opposed to parts)."""
     broken: BaseException | None = None
@@ -432,18 +430,14 @@ class Sanitizing:
         :data:`MOST_RUNS` a queue, while it holds :data:`TAKE_EACH` untaken candidates a run)."""
         while True:
             with self._lock:
-                ranked = sorted(
-                    (q for q in self._queues.values() if q.broken is None and q.taking < MOST_RUNS),
-                    key=lambda q: q.untaken() - TAKE_EACH * q.taking,
-                    reverse=True,
-                )
-                queue = next((q for q in ranked if q.untaken() >= TAKE_EACH * (q.taking + 1)), None)
-                if queue is None:
+                left = [(q.untaken(), q) for q in self._queues.values() if q.broken is None and q.taking < MOST_RUNS]
+                wanting = [(n - TAKE_EACH * q.taking, q) for n, q in left if n >= TAKE_EACH * (q.taking + 1)]
+                if not wanting:
                     return
+                queue = max(wanting, key=lambda w: w[0])[1]  # the first of the most left, as the queues were made
                 place = self.processes.take_now()
                 if place is None:
                     return
-                queue.extra += 1
                 queue.taking += 1
             self._count("sanitizer_extra_runs", 1)
             self._spawn(self._run_taking, queue, place)
@@ -489,9 +483,7 @@ class Sanitizing:
         finally:
             with self._lock:
                 queue.taking -= 1
-                if place is not None:
-                    queue.extra -= 1
-                else:
+                if place is None:  # a run on a lent place is not counted in running
                     queue.running -= 1
         self._dispatch(queue)
 
