@@ -376,17 +376,17 @@ class SanitizerRunner:
         """One tool over the libraries of one harness job (:class:`~.child.messages.SanitizeJob`)."""
         job = json.loads(job_file.read_text())
         queue = Path(job["queue"]) if job.get("queue") else None
-        found = self._run_job(tool, job_file, job)
+        found, taken = self._run_job(tool, job_file, job, queue)
         if queue is None:
             return found
-        claimed = claims_of(queue, str(job["token"]))  # markers count by entry number: a suspect becomes a position
-        suspect = found.suspect
-        return BatchRun(found.outcome, claimed.index(suspect) if suspect in claimed else None, claimed)
+        suspect = found.suspect  # markers count by entry number: a suspect becomes a position
+        return BatchRun(found.outcome, taken.index(suspect) if suspect in taken else None, taken)
 
-    def _run_job(self, tool: str, job_file: Path, job: dict[str, Any]) -> BatchRun:
-        token, shapes = str(job["token"]), len(job["shapes"])
-        queue = Path(job["queue"]) if job.get("queue") else None
-        libs = len(job["libs"])
+    def _run_job(
+        self, tool: str, job_file: Path, job: dict[str, Any], queue: Path | None
+    ) -> tuple[BatchRun, tuple[int, ...]]:
+        """The run's verdict (a suspect by its marker number) and, with a queue job, the entries it took."""
+        token = str(job["token"])
         args = ["--tool", tool, "--error-exitcode", str(ERROR_EXIT), "--print-limit", "10"]
         if tool == "racecheck":
             args += ["--racecheck-report", "hazard"]
@@ -394,23 +394,23 @@ class SanitizerRunner:
         key = str(job_file)
         hold = Path(job["hold"]) if job.get("hold") else None
         done = self._run(cmd, job_file.parent, key, token=token, hold=hold)
-        if queue is not None:  # what it took, known now that it ended
-            taken = claims_of(queue, token)
-            libs, listed = len(taken), set(taken)
-        else:
-            listed = set(range(libs))
-        if done.why == "stalled" and libs == 1 and queue is None:  # past the limit: once more, with twice the time
+        taken = claims_of(queue, token) if queue is not None else ()  # what it took, known now that it ended
+        listed = set(taken) if queue is not None else set(range(len(job["libs"])))
+        if done.why == "stalled" and len(listed) == 1 and queue is None:  # past the limit: once more, twice the time
             done = self._run(cmd, job_file.parent, key, 2 * self.timeout_s, token=token, hold=hold)
             if done.why == "stalled":
-                return BatchRun(
-                    SanitizerOutcome(
-                        tool,
-                        "unfinished",
-                        f"{tool} did not finish within {self.timeout_s:g} s, "
-                        f"nor within {2 * self.timeout_s:g} s when tried again",
-                    ),
-                    0,
+                outcome = SanitizerOutcome(
+                    tool,
+                    "unfinished",
+                    f"{tool} did not finish within {self.timeout_s:g} s, "
+                    f"nor within {2 * self.timeout_s:g} s when tried again",
                 )
+                return BatchRun(outcome, 0), taken
+        return self._verdict(tool, done, token, len(job["shapes"]), listed), taken
+
+    def _verdict(self, tool: str, done: _Proc, token: str, shapes: int, listed: set[int]) -> BatchRun:
+        """What a finished (or killed) run of the harness says of the libraries it called (``listed``)."""
+        libs = len(listed)
         if done.why == "canceled":
             return BatchRun(SanitizerOutcome(tool, "canceled", "canceled"))
         if done.why == "not_started":
