@@ -620,9 +620,12 @@ class GpuEvaluator:
         kernel = KernelKey.of(state.job, state.arch)
         with self._lock:
             checks = [self._checks.get((kernel, e.candidate.digest)) for e in state.entries]
-        runs = [e.sanitizers.outcomes for e in state.entries if e.sanitizers is not None]
-        if self.time_before_sanitized:  # their verdicts are applied when the job settles
-            runs = []
+        # with time_before_sanitized the sanitizers' verdicts are applied when the job settles, not awaited here
+        runs = (
+            []
+            if self.time_before_sanitized
+            else [e.sanitizers.outcomes for e in state.entries if e.sanitizers is not None]
+        )
         return [f for f in checks if f is not None] + runs
 
     def _settle(self, state: JobState, timing: Timed | None) -> None:
@@ -633,7 +636,7 @@ class GpuEvaluator:
                 self._settle_timing(state, timing)
             if self.time_before_sanitized:
                 for entry in state.entries:
-                    self._late_sanitizers(state, entry)
+                    self._finish_sanitizers(state, entry)
         except BaseException as exc:
             state.done.set_exception(exc)
         else:
@@ -715,20 +718,11 @@ class GpuEvaluator:
         self._sanitizing.cancel(state.job, state.arch, entry.candidate, entry.sanitizers)
 
     def _finish_sanitizers(self, state: JobState, entry: Candidacy) -> None:
-        if entry.result is not None or entry.sanitizers is None:
-            self._cancel_sanitizers(state, entry)
-            return
-        found = self._sanitizing.verdict(state.job, state.arch, entry.sanitizers.outcomes.result())
-        if found is not None:
-            entry.result = self._result(state, entry, *found)
-
-    def _late_sanitizers(self, state: JobState, entry: Candidacy) -> None:
-        """With :attr:`time_before_sanitized`, once the job is timed: a candidate that passed waits for its
-        compute-sanitizer runs, whose finding (or unfinished run) replaces the pass; one that failed has its runs
-        canceled."""
-        if entry.sanitizers is None:
-            return
-        if entry.result is not None and entry.result.status != "passed":
+        """A candidate's compute-sanitizer verdict, waited for: a finding (or an unfinished run) becomes its result.
+        One that has a verdict already has its runs canceled; with :attr:`time_before_sanitized` (called once the
+        job is timed) a pass is no such verdict: the finding replaces it."""
+        decided = entry.result is not None and not (self.time_before_sanitized and entry.result.ok)
+        if decided or entry.sanitizers is None:
             self._cancel_sanitizers(state, entry)
             return
         found = self._sanitizing.verdict(state.job, state.arch, entry.sanitizers.outcomes.result())
