@@ -423,6 +423,10 @@ class SanitizerRunner:
                 SanitizerOutcome(tool, "unfinished", f"{tool} made no progress for {self.timeout_s:g} s"), hung
             )
         lines = done.output.strip().splitlines()
+        if finished and not listed and first_report is None:
+            # the harness called nothing (its queue was empty when it looked): compute-sanitizer then exits 255,
+            # "Target application terminated before first instrumented API call", which says nothing of a candidate
+            return BatchRun(SanitizerOutcome(tool, "clean"))
         if done.code == ERROR_EXIT:
             found = summarize_report(done.output)
             return BatchRun(SanitizerOutcome(tool, "finding", found or f"{tool} reported errors"), first_report)

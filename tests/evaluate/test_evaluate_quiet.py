@@ -270,10 +270,13 @@ def test_a_real_sanitizer_run_stops_at_the_hold_before_it_touches_cuda(tmp_path:
     job_held["hold"] = str(quiet.hold_file)
     job.write_text(json.dumps(job_held))
     outcome: list[str] = []
+    said: list[str] = []
 
     def run() -> None:
         with quiet.pausable(lambda: runner.held(job)):
-            outcome.append(runner.run("memcheck", job).outcome.verdict)
+            found = runner.run("memcheck", job).outcome
+            outcome.append(found.verdict)
+            said.append(found.detail)
 
     with quiet.exclusive():
         t = threading.Thread(target=run)
@@ -284,7 +287,7 @@ def test_a_real_sanitizer_run_stops_at_the_hold_before_it_touches_cuda(tmp_path:
         assert runner.held(job) == "1"
         assert not outcome
     t.join(120)
-    assert outcome == ["clean"]
+    assert outcome == ["clean"], said
 
 
 def test_a_run_that_says_it_is_held_when_no_hold_is_out_is_still_killed_for_silence(tmp_path: Path) -> None:

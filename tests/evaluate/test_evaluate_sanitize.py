@@ -590,3 +590,20 @@ def test_a_run_that_finds_its_queue_empty_touches_no_cuda(
     job = {"queue": str(queue), "limit": 16, "libs": [], "entry": "k", "argtypes": [], "shapes": [{}], "token": "t0k"}
     harness.run(job, tmp_path)
     assert capsys.readouterr().out.splitlines() == [f"{harness.DONE} 1 libraries 0 t0k"]
+
+
+def test_a_run_that_called_nothing_is_clean_though_the_sanitizer_says_no_cuda_was_used(tmp_path: Path) -> None:
+    """The real compute-sanitizer exits 255 ("Target application terminated before first instrumented API call")
+    when the harness never set up CUDA: a run over an empty list, or one that found its queue taken. Nothing was
+    called, so nothing is unfinished; a run that called a library and then exits so is not clean."""
+    prologue = (
+        "import atexit, os, sys\n"
+        "def _no_cuda():\n"
+        "    print('========= Error: Target application terminated before first instrumented API call', flush=True)\n"
+        "    os._exit(255)\n"
+        "atexit.register(_no_cuda)\n"
+    )
+    runner = _runner(tmp_path, prologue)
+    assert runner.run("memcheck", _job(tmp_path)).outcome.verdict == "clean"
+    called = runner.run("memcheck", _job(tmp_path, "good-1.so")).outcome
+    assert called.verdict == "unfinished" and "exit 255" in called.detail
