@@ -301,6 +301,10 @@ def breakdown(run: dict[str, Any]) -> list[str]:
         (f"compute-sanitizer ({int(st.get('sanitizer_runs', 0))} runs)", "sanitizer_s"),
         ("judging what the timed calls left (benchmark shapes)", "judge_bench_s"),
     ]
+    judged = (
+        f"{int(st.get('outputs_judged_on_gpu', 0))} outputs judged on the GPU, "
+        f"{int(st.get('outputs_judged_on_cpu', 0))} written for the CPU"
+    )
     workers = [
         ("waiting for builds and the gate", "wait_build_s"),
         ("correctness checks (all but the shared-memory fills)", "checks_s"),
@@ -321,7 +325,8 @@ def breakdown(run: dict[str, Any]) -> list[str]:
     timing = [
         ("- uploading the input sets", "worker_sets_s"),
         ("- estimates, warm-up and the timed samples", "worker_samples_s"),
-        ("- checks after the samples (calls, outputs to files, capture)", "worker_checks_s"),
+        ("- checks after the samples (calls, outputs parked or to files, capture)", "worker_checks_s"),
+        (f"- the judge process on the GPU ({judged})", "judge_gpu_s"),
     ]
     lines = [
         f"Per candidate (run 1, {run['candidates']} candidates, {run['wall_s']:.1f} s wall):",
@@ -400,6 +405,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="time a job once its checks are in, its compute-sanitizer runs going on (their findings applied after)",
     )
+    parser.add_argument(
+        "--no-judge-on-gpu",
+        action="store_true",
+        help="write what the timed calls left to files for the CPU (as before the judge process)",
+    )
     args = parser.parse_args(argv)
     import logging
 
@@ -413,6 +423,8 @@ def main(argv: list[str] | None = None) -> int:
         options["in_order"] = True
     if args.time_before_sanitized:
         options["time_before_sanitized"] = True
+    if args.no_judge_on_gpu:
+        options["judge_on_gpu"] = False
     gpus = detect_gpus()
     if not gpus:
         print("no GPU visible (cupy missing or no device): nothing to measure", file=sys.stderr)

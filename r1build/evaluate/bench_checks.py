@@ -15,9 +15,10 @@ timed calls, or behave only while its stream is captured. So every benchmark sha
    measured bandwidth) by more than :data:`IMPLAUSIBLE` (:data:`IMPLAUSIBLE_WARM` for calls timed warm, as a
    graph of back-to-back calls) is rejected, naming the ratio.
 
-Inputs travel to the worker as files in a directory of the job; outputs come back the same way. The reference's
-outputs are saved there too, so the outputs can be judged in another process (:meth:`BenchPlan.for_judging`:
-the plan without its arrays), which reads both through memory maps.
+Inputs travel to the worker as files in a directory of the job. The reference's outputs are saved there too. What
+the timed calls left is judged on the GPU by the judge process where there is one (:mod:`.child.judge`: only a
+pass is taken from it); everything else comes back as files too, judged in another process
+(:meth:`BenchPlan.for_judging`: the plan without its arrays), which reads both through memory maps.
 """
 
 from __future__ import annotations
@@ -204,11 +205,22 @@ def _mapped(path: str) -> memoryview:
         return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
 
 
-def _compare(spec: KernelSpec, bench_set: BenchSet, paths: Sequence[str | None], chunk: int = CHUNK) -> Mismatch | None:
+def _compare(
+    spec: KernelSpec,
+    bench_set: BenchSet,
+    paths: Sequence[str | None],
+    judged: Sequence[bool] = (),
+    chunk: int = CHUNK,
+) -> Mismatch | None:
+    """The first output of one call that the rules find wrong; those the judge process found clear on the GPU
+    (``judged``) are not read again. An output that came back neither way is a mismatch."""
     arrays = [a for a in spec.args if a.is_array]
-    for arg, path in zip(arrays, paths, strict=False):
-        if path is None or arg.role == "in":
+    for j, arg in enumerate(arrays):
+        if arg.role == "in" or (j < len(judged) and judged[j]):
             continue
+        path = paths[j] if j < len(paths) else None
+        if path is None:
+            return Mismatch("unwritten", f"no output of {arg.name} came back from the worker")
         data = _mapped(path)
         expected = bench_set.expected.get(arg.name)
         if expected is None:
@@ -247,8 +259,9 @@ def judge_bench(
         outputs = reply.get("outputs") or []
         if len(outputs) < len(shape.sets):
             return Verdict("crashed", f"the worker returned no outputs {where}")
+        judged = reply.get("judged") or []
         for k, (bench_set, paths) in enumerate(zip(shape.sets, outputs, strict=False)):
-            found = _compare(spec, bench_set, paths, chunk)
+            found = _compare(spec, bench_set, paths, judged[k] if k < len(judged) else (), chunk)
             if found is not None:
                 return Verdict(
                     "incorrect",
@@ -256,7 +269,7 @@ def judge_bench(
                     f"{len(shape.sets)}): {found.message}",
                     kind=found.kind,
                 )
-        found = _compare(spec, shape.tweak, reply.get("tweak_outputs") or [], chunk)
+        found = _compare(spec, shape.tweak, reply.get("tweak_outputs") or [], reply.get("tweak_judged") or (), chunk)
         if found is not None:
             return Verdict(
                 "incorrect",

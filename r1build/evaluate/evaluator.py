@@ -94,9 +94,13 @@ T = TypeVar("T")
 def _cleanup(slots: list[Slot], pools: list[ThreadPoolExecutor], judges: JudgePool, root: Path, own_root: bool) -> None:
     for slot in slots:  # every worker at once: each exit tears a CUDA context down, waited for one by one below
         slot.worker.ask_to_exit()
+        if slot.judge is not None:
+            slot.judge.ask_to_exit()
     judges.close()
     for slot in slots:
         slot.worker.close()
+        if slot.judge is not None:
+            slot.judge.close()
     for pool in pools:
         pool.shutdown(wait=False, cancel_futures=True)
     if own_root:
@@ -114,6 +118,8 @@ class GpuEvaluator:
     cores, at most 8; 0: in the evaluator's own threads). ``in_order``: time jobs in the order given, each once
     its background work is in, instead of the first one ready. ``time_before_sanitized``: a job is ready for timing
     once its checks are in, its compute-sanitizer runs may go on (a finding then replaces the candidate's timing).
+    ``judge_on_gpu``: what the timed calls left is judged on the GPU by a process that never runs a candidate
+    (:mod:`.child.judge`; what it does not find clear still goes to the CPU's rules), else written to files.
     Use as a context manager or call :meth:`close`; workers also end when this process does.
     """
 
@@ -137,6 +143,7 @@ class GpuEvaluator:
         judge_processes: int | None = None,
         in_order: bool = False,
         time_before_sanitized: bool = False,
+        judge_on_gpu: bool = True,
     ) -> None:
         self.gpus = list(gpus) if gpus is not None else detect_gpus()
         """The GPUs evaluated on."""
@@ -174,7 +181,9 @@ class GpuEvaluator:
         self._plans: dict[KernelKey, Future[list[ShapePlan]]] = {}
         self._ranks: dict[KernelKey, int] = {}
         self._lock = threading.Lock()
-        self._slots = [make_slot(gpu, self._root, sanitize=sanitize, nvcc=self._nvcc()) for gpu in self.gpus]
+        self._slots = [
+            make_slot(gpu, self._root, sanitize=sanitize, nvcc=self._nvcc(), judge=judge_on_gpu) for gpu in self.gpus
+        ]
         # the check workers of each GPU: processes of their own (the slot's worker is the GPU thread's, for timing)
         self._checkers = {
             id(slot): [
@@ -489,6 +498,7 @@ class GpuEvaluator:
                     slot.ensure_worker()
             finally:
                 slot.busy.release()
+        slot.start_judge()
         if slot.sanitizer is not None:
             slot.sanitizer.available(slot.workdir)
 

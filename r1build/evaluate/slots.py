@@ -21,7 +21,7 @@ from ..errors import EvaluationError
 from ..filemode import write_atomically
 from ..manifest.model import KernelSpec
 from .checks import arg_codes
-from .child.messages import LoadRequest
+from .child.messages import JudgeRequest, LoadRequest
 from .devices import GpuInfo, visible_devices_value
 from .floors import DeviceFloors
 from .library import Library
@@ -146,6 +146,11 @@ class Slot:
     """Held while a thread talks to the worker."""
     quiet: Quiet = field(default_factory=Quiet)
     """Shared by checks, paused sanitizer runs wait under it, taken alone while timing."""
+    judge: WorkerHandle | None = None
+    """A second worker that is never sent a library: it judges what the timed calls left (:mod:`.child.judge`);
+    None where the outputs go to files."""
+    judge_lock: threading.Lock = field(default_factory=threading.Lock)
+    """Held while a thread starts or talks to the judge."""
 
     def ensure_worker(self) -> None:
         """Start the worker if needed; a worker that (re)started has forgotten its libraries."""
@@ -169,6 +174,28 @@ class Slot:
         raises."""
         self.ensure_worker()
         return self.worker.request(header, buffers, timeout_s=timeout_s)
+
+    def ask_judge(self, header: Mapping[str, Any], *, timeout_s: float) -> dict[str, Any] | None:
+        """One request to the judge process (started first when needed); None where there is none or it failed
+        (its work then goes to the CPU)."""
+        if self.judge is None:
+            return None
+        try:
+            with self.judge_lock:
+                self.judge.start()
+                reply, _ = self.judge.request(header, (), timeout_s=timeout_s)
+        except (WorkerDied, WorkerTimedOut):
+            return None
+        return reply if reply.get("ok") else None
+
+    def start_judge(self) -> None:
+        """Start the judge process ahead of its first use (its CUDA start and kernel compiles take seconds); quiet on
+        failure (the first request finds out again, and the outputs go to the CPU)."""
+        if self.judge is not None:
+            warm: JudgeRequest = {"op": "judge", "handle": "", "size": 0, "items": [], "rtol": 0.0, "atol": 0.0}
+            with self.judge_lock, contextlib.suppress(WorkerDied, WorkerTimedOut):
+                self.judge.start()
+                self.judge.request(warm, (), timeout_s=120.0)  # compiles its kernels
 
     def load(self, spec: KernelSpec, lib: Library, *, timeout_s: float) -> str | None:
         """Load a library into the worker; None when loaded, else why it failed (the candidate crashed)."""
@@ -209,9 +236,11 @@ def worker_environment(gpu: GpuInfo, home: Path) -> dict[str, str]:
     )
 
 
-def make_slot(gpu: GpuInfo, root: Path, *, sanitize: bool, nvcc: str | None, name: str | None = None) -> Slot:
+def make_slot(
+    gpu: GpuInfo, root: Path, *, sanitize: bool, nvcc: str | None, name: str | None = None, judge: bool = False
+) -> Slot:
     """The slot of ``gpu`` with its work directory under ``root`` (``name``, ``gpu<index>`` by default); its
-    worker starts on first use."""
+    worker (and with ``judge`` its judge process) starts on first use."""
     workdir = root / (name or f"gpu{gpu.index}")
     (workdir / "home").mkdir(parents=True, exist_ok=True)
     env = worker_environment(gpu, workdir / "home")
@@ -221,4 +250,11 @@ def make_slot(gpu: GpuInfo, root: Path, *, sanitize: bool, nvcc: str | None, nam
         exe = find_sanitizer(nvcc)
         if exe is not None:
             sanitizer = SanitizerRunner(exe, env)
-    return Slot(gpu=gpu, worker=worker, sanitizer=sanitizer, workdir=workdir, quiet=Quiet(workdir / "hold"))
+    judging = None
+    if judge:  # a home of its own: nothing a candidate's worker leaves there (cupy's kernel cache) reaches it
+        (workdir / "judge-home").mkdir(exist_ok=True)
+        judge_env = worker_environment(gpu, workdir / "judge-home")
+        judging = WorkerHandle([sys.executable, "-m", WORKER_MODULE], judge_env, workdir, name="judge")
+    return Slot(
+        gpu=gpu, worker=worker, sanitizer=sanitizer, workdir=workdir, quiet=Quiet(workdir / "hold"), judge=judging
+    )

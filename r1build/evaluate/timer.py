@@ -21,7 +21,17 @@ from ..manifest.model import KernelSpec
 from ..manifest.reference import load_reference
 from .bench_checks import BenchPlan, implausible, plan_bench, shape_requests
 from .checks import Verdict
-from .child.messages import FloorsRequest, TimedShape, TimeReply
+from .child.judge import park_layout, parked_size
+from .child.messages import (
+    BenchShapeRequest,
+    FloorsRequest,
+    JudgeItem,
+    JudgeRequest,
+    SaveItem,
+    SaveParkedRequest,
+    TimedShape,
+    TimeReply,
+)
 from .floors import FLOORS_NAMESPACE, DeviceFloors
 from .judge_pool import JudgePool
 from .library import Library
@@ -41,6 +51,14 @@ def _settled(verdict: Verdict) -> Future[Verdict | list[SampleStats]]:
     done: Future[Verdict | list[SampleStats]] = Future()
     done.set_result(verdict)
     return done
+
+
+def _set_flags(shape: TimedShape, k: int) -> list[bool]:
+    """The ``judged`` flags of input set ``k`` of ``shape`` (made when missing)."""
+    judged = shape.setdefault("judged", [])
+    while len(judged) <= k:
+        judged.append([])
+    return judged[k]
 
 
 class Timer:
@@ -167,8 +185,13 @@ class Timer:
             failed = slot.load(spec, lib, timeout_s=self._call_timeout_s)
             if failed is not None:
                 return Verdict("crashed", failed)
-            header = time_request(library_key(lib), shape_requests(spec, plan, out_dir), budget_s=self._budget_s)
+            requests = shape_requests(spec, plan, out_dir)
+            header = time_request(library_key(lib), requests, budget_s=self._budget_s, park=slot.judge is not None)
             reply, _ = slot.request(header, timeout_s=self.timeout_s)
+            if reply.get("ok") and reply.get("parked"):
+                not_saved = self._judge_parked(spec, slot, plan, requests, cast(TimeReply, reply), out_dir)
+                if not_saved is not None:
+                    return not_saved
         except WorkerTimedOut:
             return Verdict(
                 "timed_out",
@@ -183,6 +206,74 @@ class Timer:
                 return Verdict("incorrect", f"while timing at the benchmark shapes: the call {error}")
             return Verdict("crashed", f"while timing at the benchmark shapes: {error}")
         return cast(TimeReply, reply)["shapes"]
+
+    def _judge_parked(
+        self,
+        spec: KernelSpec,
+        slot: Slot,
+        plan: BenchPlan,
+        requests: list[BenchShapeRequest],
+        reply: TimeReply,
+        out_dir: Path,
+    ) -> Verdict | None:
+        """The judge's verdict on each parked output (:mod:`.child.judge`): one it finds clear is marked judged in
+        the reply's shapes, every other one the worker writes to a file for the CPU's rules (as without parking).
+        None, or why the worker could not write them. Raises what :meth:`Slot.request` raises."""
+        start = time.perf_counter()
+        shapes, parked = reply.get("shapes") or [], reply["parked"]
+        layout = park_layout(requests)
+        names = [a.name for a in spec.args if a.is_array]
+        clear = [False] * len(layout)
+        if int(parked.get("size") or 0) >= parked_size(layout):
+            items: list[JudgeItem] = []
+            for item in layout:
+                shape = plan.shapes[item["shape"]]
+                bench_set = shape.sets[item["set"]] if item["set"] < len(shape.sets) else shape.tweak
+                expected = bench_set.expected_files.get(names[item["array"]])
+                dtype = item["dtype"] if expected is not None else ""  # no file: not for the judge
+                items.append(
+                    {"offset": item["offset"], "nbytes": item["nbytes"], "dtype": dtype, "expected": expected or ""}
+                )
+            judge: JudgeRequest = {
+                "op": "judge",
+                "handle": str(parked["handle"]),
+                "size": int(parked["size"]),
+                "items": items,
+                "rtol": spec.tolerance.rtol,
+                "atol": spec.tolerance.atol,
+            }
+            said = slot.ask_judge(judge, timeout_s=self.timeout_s)
+            found = said.get("clear") if said is not None else None
+            if isinstance(found, list) and len(found) == len(layout):
+                clear = [x is True for x in found]
+        self._count("judge_gpu_s", time.perf_counter() - start)
+        self._count("outputs_judged_on_gpu", sum(clear))
+        saves: list[SaveItem] = []
+        for item, ok in zip(layout, clear, strict=True):
+            if item["shape"] >= len(shapes):
+                continue
+            shape_out = shapes[item["shape"]]
+            k, j, tweak = item["set"], item["array"], item["set"] >= len(plan.shapes[item["shape"]].sets)
+            outputs = shape_out["outputs"]
+            paths = shape_out.get("tweak_outputs") if tweak else outputs[k] if k < len(outputs) else None
+            if paths is None or j >= len(paths):
+                continue  # the call failed before it left this output (check_error says so)
+            if ok:
+                flags = shape_out.setdefault("tweak_judged", []) if tweak else _set_flags(shape_out, k)
+                flags.extend([False] * (j + 1 - len(flags)))
+                flags[j] = True
+                continue
+            path = out_dir / f"parked-s{item['shape']}-{k}-{j}.bin"
+            paths[j] = str(path)
+            saves.append({"offset": item["offset"], "nbytes": item["nbytes"], "path": str(path)})
+        if not saves:
+            return None
+        self._count("outputs_judged_on_cpu", len(saves))
+        save: SaveParkedRequest = {"op": "save_parked", "items": saves}
+        said_save, _ = slot.request(save, timeout_s=self.timeout_s)
+        if not said_save.get("ok"):
+            return Verdict("crashed", f"the worker could not write what the timed calls left: {said_save.get('error')}")
+        return None
 
     def _judge(
         self, spec: KernelSpec, plan: BenchPlan, shapes: list[TimedShape], floors: DeviceFloors | None, out_dir: Path

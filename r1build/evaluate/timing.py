@@ -75,10 +75,13 @@ def time_request(
     max_samples: int = 200,
     graph_below_us: float = 10.0,
     sample_us: float = 500.0,
+    park: bool = False,
 ) -> TimeRequest:
     """The worker request that times one library at every benchmark shape (``shapes`` from
-    :func:`~.bench_checks.shape_requests`; see the worker's ``_time_shape`` for how a sample is made)."""
+    :func:`~.bench_checks.shape_requests`; see the worker's ``_time_shape`` for how a sample is made); with
+    ``park``, what the timed calls left stays on the GPU for the judge process (:mod:`.child.judge`)."""
     return {
+        "park": park,
         "op": "time",
         "lib": lib,
         "budget_s": budget_s,

@@ -4,10 +4,10 @@ The wire format is a JSON header plus raw buffers (:mod:`.protocol`), so each re
 parent builds them (``checks``, ``timing``, ``bench_checks``, ``evaluator``), the worker reads them, and a type
 checker holds both sides to one definition. Standard library only: the harness and the worker import it.
 
-Requests (``op``): ``load``, ``check``, ``time``, ``time_reference``, ``floors``, ``ping``, ``exit``; each reply
-has ``ok`` and, on failure, ``error`` (``fatal``/``exiting`` when the worker's CUDA context is gone). While a
-request runs the worker may send :class:`Tick` messages (progress, so a hang shows in seconds). The sanitizer's
-job file is :class:`SanitizeJob`.
+Requests (``op``): ``load``, ``check``, ``time``, ``save_parked``, ``judge`` (to the judge process only),
+``time_reference``, ``floors``, ``ping``, ``exit``; each reply has ``ok`` and, on failure, ``error``
+(``fatal``/``exiting`` when the worker's CUDA context is gone). While a request runs the worker may send
+:class:`Tick` messages (progress, so a hang shows in seconds). The sanitizer's job file is :class:`SanitizeJob`.
 """
 
 from __future__ import annotations
@@ -30,8 +30,13 @@ __all__ = [
     "FloorsReply",
     "FloorsRequest",
     "Hello",
+    "JudgeItem",
+    "JudgeReply",
+    "JudgeRequest",
     "LoadRequest",
     "Mode",
+    "ParkedItem",
+    "ParkedOutputs",
     "ReferenceShape",
     "ReferenceShapeReply",
     "Reply",
@@ -39,6 +44,8 @@ __all__ = [
     "SanitizeArray",
     "SanitizeJob",
     "SanitizeShape",
+    "SaveItem",
+    "SaveParkedRequest",
     "Tick",
     "TimeReferenceReply",
     "TimeReferenceRequest",
@@ -181,6 +188,8 @@ class TimeRequest(TypedDict):
     graph_below_us: float
     sample_us: float
     shapes: list[BenchShapeRequest]
+    park: NotRequired[bool]
+    """Park what the timed calls left (:mod:`.judge`) instead of writing it to files."""
 
 
 class TimedShape(TypedDict):
@@ -199,14 +208,76 @@ class TimedShape(TypedDict):
     """Where the worker's time went: ``sets`` (uploading the input sets), ``samples`` (estimates, warm-up and the
     timed samples), ``checks`` (the calls after them, their outputs written to files, the capture)."""
     tweak_outputs: NotRequired[list[str | None]]
+    judged: NotRequired[list[list[bool]]]
+    """Per input set, per array: found clear on the GPU by the judge (no file; set by the parent)."""
+    tweak_judged: NotRequired[list[bool]]
+    """The same for the call on the tweaked set."""
     check_error: NotRequired[str]
     capture_error: NotRequired[str | None]
     capture_rc: NotRequired[int]
     device_state: NotRequired[str | None]
 
 
+class ParkedItem(TypedDict):
+    """Where one output of the timed calls lies in the worker's parked allocation (:func:`.judge.park_layout`)."""
+
+    shape: int
+    set: int
+    """The input set; the number of sets means the call on the tweaked set."""
+    array: int
+    """Index among the shape's arrays."""
+    offset: int
+    nbytes: int
+    dtype: str
+
+
+class ParkedOutputs(TypedDict):
+    """The worker's parked allocation: a CUDA IPC handle (hex) and its size."""
+
+    handle: str
+    size: int
+
+
 class TimeReply(Reply):
     shapes: NotRequired[list[TimedShape]]
+    parked: NotRequired[ParkedOutputs]
+    """With ``park``: where the outputs are (the ``outputs`` paths are then None)."""
+
+
+# -- judge (sent to the judge process only) and save_parked (to the worker) --------------------------------------
+class JudgeItem(TypedDict):
+    offset: int
+    nbytes: int
+    dtype: str
+    expected: str
+    """The reference's output, a ``.npy`` file."""
+
+
+class JudgeRequest(TypedDict):
+    op: Literal["judge"]
+    handle: str
+    size: int
+    items: list[JudgeItem]
+    rtol: float
+    atol: float
+
+
+class JudgeReply(Reply):
+    clear: NotRequired[list[bool]]
+    """Per item: passes the fast rule; False sends it to the CPU."""
+    note: NotRequired[str]
+    seconds: NotRequired[float]
+
+
+class SaveItem(TypedDict):
+    offset: int
+    nbytes: int
+    path: str
+
+
+class SaveParkedRequest(TypedDict):
+    op: Literal["save_parked"]
+    items: list[SaveItem]
 
 
 # -- time_reference: the numpy reference on cupy arrays ---------------------------------------------------------

@@ -3,9 +3,9 @@
 Run as ``python -m r1build.evaluate.child.worker <request fd> <reply fd>`` by :class:`~.process.WorkerHandle`, with a
 scrubbed environment and ``CUDA_VISIBLE_DEVICES`` naming one GPU. It knows nothing about specs or tolerances: it
 allocates what it is told, uploads what it is sent, calls the entry point through the candidate contract on its
-own non-blocking stream, and sends back raw bytes and timings. Judging happens in the parent (``compare``), which
-also means a candidate that corrupts this process cannot forge a verdict about itself beyond the bytes it leaves
-on the GPU.
+own non-blocking stream, and sends back raw bytes and timings. Judging happens in the parent (``compare``), or
+for the outputs of timed calls in a second worker process that never loads a library (``judge``), which also means
+a candidate that corrupts this process cannot forge a verdict about itself beyond the bytes it leaves on the GPU.
 
 Operations (``op`` of a request):
 
@@ -18,7 +18,13 @@ Operations (``op`` of a request):
     return every allocation's bytes after every call.
 ``time``
     time the entry point per benchmark shape: warm-up, L2 flushed before each launch, rotated input sets,
-    CUDA events on the stream, a CUDA graph of several calls when one call is shorter than ``graph_below_us``.
+    CUDA events on the stream, a CUDA graph of several calls when one call is shorter than ``graph_below_us``;
+    what the timed calls left goes to files, or (``park``) into one allocation another process reads.
+``save_parked``
+    write parked outputs to files.
+``judge``
+    in the judge process, which is never sent a library: compare another worker's parked outputs with the
+    reference's on this process's GPU (:mod:`.judge`).
 ``time_reference``
     time the spec's numpy reference called with cupy arrays (many numpy functions dispatch to cupy; :mod:`.measures`).
 ``floors``
@@ -42,6 +48,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 from .harness import CTYPES
+from .judge import OutputJudge, Parking, park_layout, parked_size
 from .measures import floors, time_reference
 from .messages import (
     ArgItem,
@@ -53,8 +60,12 @@ from .messages import (
     CheckReply,
     CheckRequest,
     Hello,
+    JudgeReply,
+    JudgeRequest,
     LoadRequest,
+    ParkedItem,
     Reply,
+    SaveParkedRequest,
     TimedShape,
     TimeReply,
     TimeRequest,
@@ -104,6 +115,10 @@ _FRESH_SLOTS = 128
 """How many candidate addresses a fresh allocation offers (its extra size is ``_FRESH_STEP`` times this)."""
 
 
+Parked = dict[tuple[int, int, int], ParkedItem]
+"""Places in the parked allocation by (shape, set, array)."""
+
+
 class ContextLost(Exception):
     """The CUDA context is unusable; the worker must exit after replying."""
 
@@ -150,6 +165,8 @@ class Worker:
         self._events: list[tuple[Any, Any]] = []
         self._pristine: PristineInputs | None = None
         self._pinned: Any = None
+        self._parking: Parking | None = None
+        self._judge: OutputJudge | None = None
 
     # -- plumbing ----------------------------------------------------------------------------------------
     def hello(self) -> Hello:
@@ -561,8 +578,6 @@ class Worker:
         through one pinned host buffer."""
         from pathlib import Path
 
-        import numpy as np
-
         self.rt.deviceSynchronize()
         paths: list[str | None] = []
         for j, (arr, a) in enumerate(zip(arrays, shape["arrays"], strict=True)):
@@ -571,22 +586,50 @@ class Worker:
                 continue
             path = Path(shape["out_dir"]) / f"{tag}-{j}.bin"
             raw = arr.view(self.cp.uint8)[: int(a["count"]) * int(a["itemsize"])]
-            if self._pinned is None or self._pinned.size < raw.size:
-                memory = self.cp.cuda.alloc_pinned_memory(max(1, raw.size))
-                self._pinned = np.frombuffer(memory, dtype=np.uint8, count=max(1, raw.size))
-            host = self._pinned[: raw.size]
+            host = self.host_buffer(int(raw.size))
             raw.get(stream=self.stream, out=host)
             with path.open("wb") as f:
                 f.write(memoryview(host))
             paths.append(str(path))
         return paths
 
+    def host_buffer(self, nbytes: int) -> Any:
+        """``nbytes`` of the worker's pinned host buffer (grown when needed)."""
+        import numpy as np
+
+        if self._pinned is None or self._pinned.size < nbytes:
+            memory = self.cp.cuda.alloc_pinned_memory(max(1, nbytes))
+            self._pinned = np.frombuffer(memory, dtype=np.uint8, count=max(1, nbytes))
+        return self._pinned[:nbytes]
+
+    def _outputs(
+        self, arrays: list[Any], shape: BenchShapeRequest, tag: str, where: tuple[int, int], parked: Parked | None
+    ) -> list[str | None]:
+        """What one call left in ``arrays``: written to files, or (``parked``) copied into the parked allocation
+        at the places of ``where`` (shape, set), the whole device idle first either way."""
+        if parked is None:
+            return self._save_outputs(arrays, shape, tag)
+        self.rt.deviceSynchronize()
+        assert self._parking is not None
+        for j, (arr, a) in enumerate(zip(arrays, shape["arrays"], strict=True)):
+            if a["role"] != "in":
+                self._parking.park(arr.view(self.cp.uint8), parked[(where[0], where[1], j)], self.stream)
+        return [None] * len(arrays)
+
     def _bench_checks(
-        self, fn: Any, shape: BenchShapeRequest, sets: list[tuple[list[Any], list[Any]]], tag: str, out: TimedShape
+        self,
+        fn: Any,
+        shape: BenchShapeRequest,
+        sets: list[tuple[list[Any], list[Any]]],
+        tag: str,
+        out: TimedShape,
+        si: int = 0,
+        parked: Parked | None = None,
     ) -> TimedShape:
-        """After the timed calls of one benchmark shape: the outputs they left in every input set (for ``inout``
-        arrays, of one more call on fresh inputs), one call on set 0 with one input element changed and the same
-        pointers, a capture of the call on its stream, and the device state; added to ``out``."""
+        """After the timed calls of one benchmark shape (``si``): the outputs they left in every input set (for
+        ``inout`` arrays, of one more call on fresh inputs), one call on set 0 with one input element changed and
+        the same pointers, a capture of the call on its stream, and the device state; added to ``out``. The
+        outputs go to files, or with ``parked`` into the parked allocation (:mod:`.judge`)."""
         has_inout = any(a["role"] == "inout" for a in shape["arrays"])
 
         def call(args: list[Any]) -> str | None:
@@ -601,7 +644,7 @@ class Worker:
                 if failed:
                     out["check_error"] = failed
                     return out
-            out["outputs"].append(self._save_outputs(arrays, shape, f"{tag}-set{k}"))
+            out["outputs"].append(self._outputs(arrays, shape, f"{tag}-set{k}", (si, k), parked))
         arrays, args = sets[0]
         self._fill(arrays, shape, shape["tweak"])
         self.stream.synchronize()
@@ -609,7 +652,7 @@ class Worker:
         if failed:
             out["check_error"] = failed
             return out
-        out["tweak_outputs"] = self._save_outputs(arrays, shape, f"{tag}-tweak")
+        out["tweak_outputs"] = self._outputs(arrays, shape, f"{tag}-tweak", (si, len(sets)), parked)
         record: CallRecord = {"rc": 0, "error": None, "capture_error": None}
         self._capture_only(fn, args, record)
         out["capture_error"] = record["capture_error"]
@@ -650,11 +693,13 @@ class Worker:
         sample_us = float(h.get("sample_us", 500.0))
         shapes_out = []
         self.fresh_stream()
+        parked, reply = self._reserve(h), TimeReply(ok=True)
         for si, shape in enumerate(h["shapes"]):
             try:
                 timed, sets = self._time_shape(fn, shape, budget_us, min_n, max_n, graph_below, sample_us)
                 start = time.perf_counter()
-                timed = self._bench_checks(fn, shape, sets, f"{h['lib'].replace(':', '-')}-s{si}", timed)
+                tag = f"{h['lib'].replace(':', '-')}-s{si}"
+                timed = self._bench_checks(fn, shape, sets, tag, timed, si, parked)
                 timed["seconds"]["checks"] = time.perf_counter() - start
                 del sets
                 shapes_out.append(timed)
@@ -663,7 +708,44 @@ class Worker:
             finally:
                 self.cp.get_default_memory_pool().free_all_blocks()
             self.tick(si)
-        return {"ok": True, "shapes": shapes_out}, []
+        if parked is not None and self._parking is not None:
+            try:
+                self.stream.synchronize()  # the judge reads the parked copies from another process
+            except self.rt.CUDARuntimeError as exc:
+                self.settle("parking the outputs", exc)
+            reply["parked"] = {"handle": self._parking.reserve(0), "size": self._parking.size}
+        reply["shapes"] = shapes_out
+        return reply, []
+
+    def _reserve(self, h: TimeRequest) -> Parked | None:
+        """With ``park``: the parked allocation reserved for this request's outputs, by place; None (outputs to
+        files) without it, or where they would take more than an eighth of the device's memory."""
+        if not h.get("park"):
+            return None
+        layout = park_layout(h["shapes"])
+        size = parked_size(layout)
+        if size > self.memory // 8:
+            return None
+        if self._parking is None:
+            self._parking = Parking(self.cp)
+        try:
+            self._parking.reserve(size)
+        except (self.rt.CUDARuntimeError, self.cp.cuda.memory.OutOfMemoryError):
+            return None
+        return {(i["shape"], i["set"], i["array"]): i for i in layout}
+
+    def op_save_parked(self, h: SaveParkedRequest, _bufs: list[bytes]) -> tuple[Reply, list[bytes]]:
+        """Write parked outputs to files (those the judge did not find clear, for the parent's full rules)."""
+        if self._parking is None:
+            return {"ok": False, "error": "nothing is parked"}, []
+        self._parking.save(h, self.host_buffer)
+        return {"ok": True}, []
+
+    def op_judge(self, h: JudgeRequest, bufs: list[bytes]) -> tuple[JudgeReply, list[bytes]]:
+        """Only in the judge process, which is never sent a library (:mod:`.judge`)."""
+        if self._judge is None:
+            self._judge = OutputJudge(self.cp, limit_bytes=min(16 << 30, self.memory // 8))
+        return self._judge.op_judge(h, bufs)
 
     def _time_shape(
         self,
@@ -764,6 +846,8 @@ def main(argv: Sequence[str]) -> int:
         "load": worker.op_load,
         "check": worker.op_check,
         "time": worker.op_time,
+        "save_parked": worker.op_save_parked,
+        "judge": worker.op_judge,
         "time_reference": lambda h, b: time_reference(worker, h, b),
         "floors": lambda h, b: floors(worker, h, b),
         "ping": lambda _h, _b: ({"ok": True}, []),

@@ -1,0 +1,183 @@
+"""The judge process's rule (:mod:`r1build.evaluate.child.judge`) run with numpy here (cupy on the GPU runs the
+same code): it passes only what the CPU's full rules pass; the parked layout; and judge_bench with outputs the
+judge found clear."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from r1build.evaluate.bench_checks import judge_bench, plan_bench
+from r1build.evaluate.child.judge import NORM_MARGIN, PARK_ALIGN, clearly_matches, park_layout, parked_size
+from r1build.evaluate.compare import compare_output
+from r1build.evaluate.inputs import ArrayLayout, poison_bytes
+from r1build.manifest import Manifest, load_reference
+from r1build.manifest.model import Tolerance
+
+
+def _cases(rng: np.random.Generator, n: int = 60) -> list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]]:
+    """Float32 outputs against float64 references: exact, one element near its tolerance, NaN, infinity, poison,
+    a NaN in the reference, a whole array just inside the norm bound."""
+    poison = np.frombuffer(poison_bytes("float32", 0), dtype=np.uint8)
+    cases = []
+    for k in range(n):
+        want = rng.standard_normal(4096)
+        got = want.astype(np.float32)
+        i = int(rng.integers(0, want.size))
+        kind = k % 6
+        if kind == 1:
+            got[i] = np.float32(want[i] + (1.0 + rng.uniform(-0.5, 0.5) * 1e-1) * (1e-6 + 1e-5 * abs(want[i])))
+        elif kind == 2:
+            got[i] = np.nan if k % 4 else np.inf
+        elif kind == 3:
+            got.view(np.uint8).reshape(-1, 4)[i] = poison
+        elif kind == 4:
+            want[i] = np.nan
+        elif kind == 5:  # every element off by about the elementwise bound: the norm decides
+            got = (want * (1 + rng.choice([-1, 1], want.size) * 0.99e-5 * rng.uniform(0.98, 1.0))).astype(np.float32)
+        cases.append((got, want))
+    return cases
+
+
+def test_the_judge_passes_only_what_the_full_rules_pass() -> None:
+    tol = Tolerance(rtol=1e-5, atol=1e-6)
+    poison = poison_bytes("float32", 0)
+    passed = 0
+    for chunk in (1 << 24, 1000):
+        for got, want in _cases(np.random.default_rng(11)):
+            data = got.tobytes()
+            layout = ArrayLayout(
+                name="y", role="out", dtype="float32", shape=want.shape, nbytes=len(data), front=0, offset=0, back=0
+            )
+            full = compare_output(layout, data, want, tol, poison)
+            with np.errstate(invalid="ignore"):  # the poison is a signalling NaN (cupy casts it quietly)
+                clear = clearly_matches(np, got, want, tol.rtol, tol.atol, chunk)
+            if clear:
+                assert full is None
+                passed += 1
+    assert passed >= 30  # the common case is decided on the GPU
+
+
+def test_the_norm_needs_a_margin_and_other_dtypes_go_to_the_cpu() -> None:
+    want = np.ones(10_000)
+    # every element exactly at the norm bound: the CPU may pass it, the judge leaves it to the CPU
+    at_bound = want * (1 + 1e-5)
+    assert not clearly_matches(np, at_bound, want, 1e-5, 0.0)
+    inside = want * (1 + 1e-5 * (1 - 100 * NORM_MARGIN))
+    assert clearly_matches(np, inside, want, 1e-5, 0.0)
+    assert not clearly_matches(np, np.arange(4, dtype=np.int32), np.arange(4, dtype=np.int32), 0.0, 0.0)
+    assert not clearly_matches(np, np.zeros(3, np.float32), np.zeros(4), 0.0, 0.0)  # sizes differ
+    assert clearly_matches(np, np.zeros(0, np.float32), np.zeros(0), 0.0, 0.0)
+
+
+def test_the_parked_layout_is_aligned_and_covers_each_output_once(root_manifest: Manifest) -> None:
+    arrays: list[Any] = [
+        {"name": "x", "dtype": "float32", "role": "in", "shape": [5], "count": 5, "itemsize": 4},
+        {"name": "y", "dtype": "float32", "role": "out", "shape": [5], "count": 5, "itemsize": 4},
+        {"name": "z", "dtype": "float64", "role": "inout", "shape": [3], "count": 3, "itemsize": 8},
+    ]
+    fill: Any = {"files": [], "poison": []}
+    shapes: Any = [
+        {"arrays": arrays, "args": [], "sets": [fill, fill], "tweak": fill, "out_dir": "."},
+        {"arrays": arrays[:2], "args": [], "sets": [fill], "tweak": fill, "out_dir": "."},
+    ]
+    layout = park_layout(shapes)
+    assert [(i["shape"], i["set"], i["array"]) for i in layout] == [
+        (0, 0, 1), (0, 0, 2), (0, 1, 1), (0, 1, 2), (0, 2, 1), (0, 2, 2), (1, 0, 1), (1, 1, 1),
+    ]  # fmt: skip
+    assert all(i["offset"] % PARK_ALIGN == 0 for i in layout)
+    ends = [i["offset"] + i["nbytes"] for i in layout]
+    assert all(end <= nxt["offset"] for end, nxt in zip(ends, layout[1:], strict=False))
+    assert parked_size(layout) == len(layout) * PARK_ALIGN
+
+
+def test_judge_bench_skips_what_the_judge_found_clear_and_nothing_else(root_manifest: Manifest, tmp_path: Path) -> None:
+    spec = replace(root_manifest.kernel("silu_mul"), bench_shapes=[{"n": 4099}])
+    plan = plan_bench(spec, load_reference(root_manifest.root, spec.reference), 50 << 20, tmp_path / "in")
+    sets = len(plan.shapes[0].sets)
+    wrong = tmp_path / "wrong.bin"
+    np.zeros(4099, np.float32).tofile(wrong)
+
+    def reply(**changed: Any) -> Any:
+        return {
+            "outputs": [[None, None, None] for _ in range(sets)],
+            "tweak_outputs": [None, None, None],
+            "judged": [[False, False, True] for _ in range(sets)],
+            "tweak_judged": [False, False, True],
+            "capture_error": None,
+            "capture_rc": 0,
+            "device_state": None,
+            **changed,
+        }
+
+    assert judge_bench(spec, plan, [reply()]) is None
+    # one set neither judged nor written: no output came back, never a pass
+    missing = reply(judged=[[False, False, True]] * (sets - 1) + [[False, False, False]])
+    verdict = judge_bench(spec, plan, [missing])
+    assert verdict is not None and verdict.status == "incorrect" and "no output of out came back" in verdict.detail
+    # one the judge left to the CPU: written, read and judged there with the full message
+    outputs: list[list[str | None]] = [[None, None, None] for _ in range(sets)]
+    outputs[1] = [None, None, str(wrong)]
+    judged = [[False, False, True] for _ in range(sets)]
+    judged[1] = [False, False, False]
+    found = judge_bench(spec, plan, [reply(outputs=outputs, judged=judged)])
+    assert found is not None and f"input set 2 of {sets}" in found.detail and "differ beyond" in found.detail
+
+
+@pytest.mark.gpu
+def test_the_judge_rule_on_cupy_and_in_its_kernel_is_the_rule_on_numpy() -> None:
+    cp = pytest.importorskip("cupy")
+    from r1build.evaluate.child.judge import OutputJudge
+
+    judge = OutputJudge(cp, 1 << 30)
+    judge.warm()
+    tol = Tolerance(rtol=1e-5, atol=1e-6)
+    for got, want in _cases(np.random.default_rng(5)):
+        with np.errstate(invalid="ignore"):
+            on_cpu = clearly_matches(np, got, want, tol.rtol, tol.atol)
+            wide = got.astype(np.float64)
+            wide_on_cpu = clearly_matches(np, wide, want, tol.rtol, tol.atol)
+        assert clearly_matches(cp, cp.asarray(got), cp.asarray(want), tol.rtol, tol.atol, 1000) == on_cpu
+        # the one-pass kernel the judge process runs, for float32 and float64 outputs
+        assert judge.clear(cp.asarray(got), cp.asarray(want), tol.rtol, tol.atol) == on_cpu
+        assert judge.clear(cp.asarray(wide), cp.asarray(want), tol.rtol, tol.atol) == wide_on_cpu
+
+
+@pytest.mark.gpu
+def test_the_judge_process_passes_the_honest_and_leaves_a_cheat_to_the_cpu(
+    root_manifest: Manifest, tmp_path: Path
+) -> None:
+    """The baseline and a kernel that skips its work above 2^20 elements, with the judge process and without it:
+    the same verdicts and the same words; with it, the baseline's outputs never became files."""
+    from r1build.cache import Cache
+    from r1build.evaluate import GpuEvaluator, expand_variants
+    from r1build.judge import Job
+    from r1build.records import Candidate, Origin
+
+    from .evaluate_support import ROOT
+
+    spec = root_manifest.kernel("silu_mul")
+    baseline = expand_variants(root_manifest, spec)[0]
+    skip = ROOT / "tests" / "evaluate" / "cheats" / "size_threshold_skip.cu"
+    cheat = Candidate(skip.read_text(), Origin("file", "cheats/size_threshold_skip.cu"))
+    outcome: dict[bool, tuple[list[tuple[str, str]], dict[str, float]]] = {}
+    for on_gpu in (True, False):
+        with (
+            Cache(tmp_path / f"cache-{on_gpu}") as cache,
+            GpuEvaluator(cache, call_timeout_s=8.0, timing_timeout_s=10.0, judge_on_gpu=on_gpu) as ev,
+        ):
+            arch = min(a for a in ev.archs if not a.endswith("a"))
+            results = ev.evaluate(Job(root_manifest, spec, arch, [baseline, cheat], baseline))
+            outcome[on_gpu] = ([(r.status, r.detail) for r in results], ev.stats)
+    (with_judge, stats), (without, plain) = outcome[True], outcome[False]
+    assert with_judge[0][0] == "passed" and with_judge[1][0] == "incorrect"
+    assert "wrong outputs of the timed calls" in with_judge[1][1]
+    assert with_judge == without
+    # every output of the baseline (each input set and the tweaked call) judged on the GPU; the cheat's first
+    # wrong one went to the CPU
+    assert stats.get("outputs_judged_on_gpu", 0) >= 3 and stats.get("outputs_judged_on_cpu", 0) >= 1
+    assert "outputs_judged_on_gpu" not in plain
