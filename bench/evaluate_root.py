@@ -406,6 +406,12 @@ def main(argv: list[str] | None = None) -> int:
         help="time a job once its checks are in, its compute-sanitizer runs going on (their findings applied after)",
     )
     parser.add_argument(
+        "--most-runs",
+        type=int,
+        default=None,
+        help="experiment: compute-sanitizer runs one kernel and tool may have on idle places (sanitizing.MOST_RUNS)",
+    )
+    parser.add_argument(
         "--no-judge-on-gpu",
         action="store_true",
         help="write what the timed calls left to files for the CPU (as before the judge process)",
@@ -425,6 +431,10 @@ def main(argv: list[str] | None = None) -> int:
         options["time_before_sanitized"] = True
     if args.no_judge_on_gpu:
         options["judge_on_gpu"] = False
+    if args.most_runs is not None:
+        from r1build.evaluate import sanitizing
+
+        sanitizing.MOST_RUNS = args.most_runs
     gpus = detect_gpus()
     if not gpus:
         print("no GPU visible (cupy missing or no device): nothing to measure", file=sys.stderr)

@@ -14,8 +14,9 @@ Per job (one kernel, one arch), in this order:
    its runs does not hold up a later one that is ready), the GPU thread takes the GPU alone (new checks wait for
    it, running sanitizer runs stop before their next call: :class:`~.slots.Quiet`) for the checks that need it to
    themselves (shared memory filled before a call) and the timing of the survivors, the baseline and the
-   reference (with cupy); what the timed calls left is judged on the CPU pool, and a settling thread turns it into
-   the job's results while the GPU goes on with the next job.
+   reference (with cupy); what the timed calls left is judged on the GPU by the slot's judge process, which never
+   runs a candidate (:mod:`.child.judge`; whatever it does not pass goes to files and the CPU pool's full rules),
+   and a settling thread turns it into the job's results while the GPU goes on with the next job.
 
 :meth:`GpuEvaluator.prepare` starts all of this for jobs a caller will evaluate one at a time (``r1build
 resolve``); :meth:`GpuEvaluator.evaluate` of such a job waits for that work. Several jobs start with the one of the
@@ -26,7 +27,7 @@ is killed if need be and restarted. Archs with no local GPU get the static gate'
 timing) and a note; :attr:`GpuEvaluator.archs` says which archs are measured.
 
 :class:`GpuEvaluator` is the face and the order of work; the pieces live beside it: :mod:`.slots` (one GPU, its
-worker and its quiet lock), :mod:`.checking` (a candidate's correctness checks), :mod:`.sanitizing`
+worker, judge process and quiet lock), :mod:`.checking` (a candidate's correctness checks), :mod:`.sanitizing`
 (compute-sanitizer runs and what they mean), :mod:`.timer` (floors, reference and candidate timing), :mod:`.jobs`
 (the records a job and its candidates move through the stages in).
 """
@@ -263,8 +264,9 @@ class GpuEvaluator:
         over threads) and ``judge_bench_s``; summed over the check workers ``wait_build_s`` and ``checks_s``; on the GPU
         thread ``check_phase_s`` (wall), ``wait_sanitizer_s``, ``wait_quiet_s`` (for the GPU alone),
         ``checks_alone_s``, ``reference_s``, ``time_candidates_s`` (of which the worker's ``worker_sets_s``,
-        ``worker_samples_s`` and ``worker_checks_s``); ``wait_judge_s`` on the thread that settles a job's
-        results while the GPU goes on."""
+        ``worker_samples_s`` and ``worker_checks_s``) and ``judge_gpu_s`` (the judge process, with
+        ``outputs_judged_on_gpu`` it passed and ``outputs_judged_on_cpu`` written for the CPU's rules);
+        ``wait_judge_s`` on the thread that settles a job's results while the GPU goes on."""
         with self._lock:
             restarts = sum(c.restarts for c in self._every_slot)
         return {**self._meter.counters(), "worker_restarts": restarts}
