@@ -130,7 +130,9 @@ _C_TYPES = {"float32": "float", "float64": "double"}
 
 class Parking:
     """The worker's side: one device allocation (grown when a candidate needs more) that the outputs of the timed
-    calls are copied into, and its IPC handle."""
+    calls are copied into, and its IPC handle. It lives in the process that runs candidates, and holds right answers
+    for inputs every candidate of the kernel gets: the worker zeroes it before each request that may run a
+    candidate (:meth:`wipe`), so no kernel finds the last candidate's outputs there."""
 
     def __init__(self, cupy: Any) -> None:
         self._cp = cupy
@@ -144,8 +146,15 @@ class Parking:
             self._memory = None  # the old one goes first: its bytes may be most of what a big shape needs
             self._memory = self._cp.cuda.Memory(max(nbytes, 1))
             self.size = max(nbytes, 1)
+            self._cp.cuda.runtime.memset(self._memory.ptr, 0, self.size)  # fresh memory may hold the old bytes
             self._handle = bytes(self._cp.cuda.runtime.ipcGetMemHandle(self._memory.ptr)).hex()
         return self._handle
+
+    def wipe(self, stream: Any) -> None:
+        """Zero the whole allocation and wait for it."""
+        if self._memory is not None:
+            self._cp.cuda.runtime.memsetAsync(self._memory.ptr, 0, self.size, stream.ptr)
+            stream.synchronize()
 
     def park(self, raw: Any, item: ParkedItem, stream: Any) -> None:
         """Copy the uint8 device array ``raw`` (one output) to its place (asynchronous on ``stream``)."""

@@ -115,6 +115,9 @@ _FRESH_SLOTS = 128
 """How many candidate addresses a fresh allocation offers (its extra size is ``_FRESH_STEP`` times this)."""
 
 
+_RUNS_CANDIDATES = frozenset({"load", "check", "time", "time_reference", "floors"})
+"""Requests before which the parked outputs are zeroed (any that may run a candidate's code, or a reference)."""
+
 Parked = dict[tuple[int, int, int], ParkedItem]
 """Places in the parked allocation by (shape, set, array)."""
 
@@ -165,7 +168,7 @@ class Worker:
         self._events: list[tuple[Any, Any]] = []
         self._pristine: PristineInputs | None = None
         self._pinned: Any = None
-        self._parking: Parking | None = None
+        self.parking: Parking | None = None
         self._judge: OutputJudge | None = None
 
     # -- plumbing ----------------------------------------------------------------------------------------
@@ -610,10 +613,10 @@ class Worker:
         if parked is None:
             return self._save_outputs(arrays, shape, tag)
         self.rt.deviceSynchronize()
-        assert self._parking is not None
+        assert self.parking is not None
         for j, (arr, a) in enumerate(zip(arrays, shape["arrays"], strict=True)):
             if a["role"] != "in":
-                self._parking.park(arr.view(self.cp.uint8), parked[(where[0], where[1], j)], self.stream)
+                self.parking.park(arr.view(self.cp.uint8), parked[(where[0], where[1], j)], self.stream)
         return [None] * len(arrays)
 
     def _bench_checks(
@@ -708,12 +711,12 @@ class Worker:
             finally:
                 self.cp.get_default_memory_pool().free_all_blocks()
             self.tick(si)
-        if parked is not None and self._parking is not None:
+        if parked is not None and self.parking is not None:
             try:
                 self.stream.synchronize()  # the judge reads the parked copies from another process
             except self.rt.CUDARuntimeError as exc:
                 self.settle("parking the outputs", exc)
-            reply["parked"] = {"handle": self._parking.reserve(0), "size": self._parking.size}
+            reply["parked"] = {"handle": self.parking.reserve(0), "size": self.parking.size}
         reply["shapes"] = shapes_out
         return reply, []
 
@@ -726,19 +729,20 @@ class Worker:
         size = parked_size(layout)
         if size > self.memory // 8:
             return None
-        if self._parking is None:
-            self._parking = Parking(self.cp)
+        if self.parking is None:
+            self.parking = Parking(self.cp)
         try:
-            self._parking.reserve(size)
-        except (self.rt.CUDARuntimeError, self.cp.cuda.memory.OutOfMemoryError):
+            self.parking.reserve(size)
+        except Exception:  # out of memory, or no IPC here: the outputs go to files, as without parking
+            self.parking = None
             return None
         return {(i["shape"], i["set"], i["array"]): i for i in layout}
 
     def op_save_parked(self, h: SaveParkedRequest, _bufs: list[bytes]) -> tuple[Reply, list[bytes]]:
         """Write parked outputs to files (those the judge did not find clear, for the parent's full rules)."""
-        if self._parking is None:
+        if self.parking is None:
             return {"ok": False, "error": "nothing is parked"}, []
-        self._parking.save(h, self.host_buffer)
+        self.parking.save(h, self.host_buffer)
         return {"ok": True}, []
 
     def op_judge(self, h: JudgeRequest, bufs: list[bytes]) -> tuple[JudgeReply, list[bytes]]:
@@ -862,6 +866,11 @@ def main(argv: Sequence[str]) -> int:
             return 0
         handler = ops.get(str(op))
         out: list[bytes] = []
+        if op in _RUNS_CANDIDATES and worker.parking is not None:
+            try:  # the last timing's parked outputs are judged (or saved) by now: gone before a candidate runs
+                worker.parking.wipe(worker.stream)
+            except Exception:
+                worker.parking = None  # a context that cannot memset is lost anyway; the request finds out
         if handler is None:
             reply: Mapping[str, Any] = {"ok": False, "error": f"unknown op {op!r}"}
         else:
