@@ -4,6 +4,7 @@ the reference (at the kernel's ``reference`` key and line)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -63,6 +64,8 @@ CASES = [
     ),
     ("raises-on-large-inputs", "(y, z, c) if np.abs(x).max() < 50 else x[99999]", "(large inputs): raised IndexError"),
     ("exits", "__import__('sys').exit(3)", "raised SystemExit: 3"),
+    # os._exit ended r1build itself with status 0: `check` passed with nothing checked
+    ("ends-the-process", "__import__('os')._exit(0)", "raised ProcessExitCalled: called os._exit(0)"),
     # an exception whose message raises in turn was a traceback (exit 1)
     ("unprintable-exception", "odd()", "raised Odd: (its message cannot be shown: ValueError)"),
     (
@@ -120,6 +123,7 @@ def test_check_runs_the_reference_and_names_kernel_shape_and_reference(
     lineno = MANIFEST.splitlines().index('reference = "reference:pair"') + 1
     assert f"{path}:{lineno}: kernel[0].reference: the reference reference:pair of kernel 'pair'" in line, line
     assert fragment in line, line
+    assert type(os._exit).__name__ == "builtin_function_or_method"  # the guard is gone once check returns
 
 
 # (a busy loop of 4 s, not one for ever: the thread left behind would spin in this test process to its end)
@@ -191,13 +195,23 @@ def test_the_repository_references_pass(capsys: pytest.CaptureFixture[str]) -> N
         assert main(["check", "-m", str(manifest)]) == 0, capsys.readouterr()
 
 
-def test_a_reference_module_that_exits_on_import(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("source", "said"),
+    [
+        ("import sys\nsys.exit(1)\n", "failed: SystemExit: 1"),
+        ("import os\nos._exit(0)\n", "failed: ProcessExitCalled: called os._exit(0)"),
+    ],
+    ids=["sys-exit", "os-exit"],
+)
+def test_a_reference_module_that_exits_on_import(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], source: str, said: str
+) -> None:
     path = project(tmp_path / "p", "(y, z, c)")
-    (path.parent / "reference.py").write_text("import sys\nsys.exit(1)\n", encoding="utf-8")
+    (path.parent / "reference.py").write_text(source, encoding="utf-8")
     code = main(["check", "-m", str(path)])
     err = capsys.readouterr().err
     assert code == 2, err
-    assert "kernel[0].reference: importing" in err and "failed: SystemExit: 1" in err
+    assert "kernel[0].reference: importing" in err and said in err, err
 
 
 def test_a_reference_module_that_raises_an_unprintable_exception_on_import(
@@ -211,3 +225,26 @@ def test_a_reference_module_that_raises_an_unprintable_exception_on_import(
     assert code == 2, err
     assert "Traceback" not in err
     assert "failed: Odd: (its message cannot be shown: ValueError)" in err, err
+
+
+def test_a_reference_that_lowers_the_recursion_limit_leaves_check_working(tmp_path: Path) -> None:
+    """It returns the right outputs; r1build's own code after it ran under its limit of 30 (a RecursionError
+    traceback, exit 1). In a process of its own: the limit is the process's, and a test runner's stack is deeper."""
+    import subprocess
+    import sys
+
+    path = project(tmp_path / "p", "(y, z, c)")
+    reference = path.parent / "reference.py"
+    text = reference.read_text(encoding="utf-8").replace(
+        "def pair(x, rows, cols):\n", "def pair(x, rows, cols):\n    __import__('sys').setrecursionlimit(30)\n"
+    )
+    reference.write_text(text, encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "r1build.cli.main", "check", "-m", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and "every reference checked" in done.stdout

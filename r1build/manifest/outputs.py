@@ -18,7 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .model import INTEGER_DTYPES, Arg, KernelSpec
-from .reference import ReferenceProblem, failure_text
+from .reference import EXIT_GUARD, ReferenceProblem, failure_text
 
 __all__ = ["call_reference", "declared_shape", "reference_outputs"]
 
@@ -123,8 +123,10 @@ def call_reference(
             outcome["interrupt"] = exc
 
     thread = threading.Thread(target=call, name=f"r1build-reference-{spec.name}", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
+    # guarded for as long as this call waits: a reference left running past its time keeps nothing from the process
+    with EXIT_GUARD.held():
+        thread.start()
+        thread.join(timeout_s)
     if thread.is_alive():
         raise ReferenceProblem(
             f"did not return within {timeout_s:g} s (R1BUILD_REFERENCE_TIMEOUT): a loop or a wait that never ends?"

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import importlib.util
+import os
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, NoReturn
 
 __all__ = [
+    "EXIT_GUARD",
+    "ProcessExitCalled",
     "ReferenceProblem",
     "check_reference_statically",
     "failure_text",
@@ -80,6 +85,53 @@ def check_reference_statically(root: Path, ref: str) -> None:
         raise ReferenceProblem(f"{path.name} has no function {func!r}{did_you_mean(func, names)}")
 
 
+class ProcessExitCalled(Exception):
+    """Raised in place of ``os._exit`` while a reference runs (see :class:`_ExitGuard`)."""
+
+
+def _refuse_exit(code: int) -> NoReturn:
+    raise ProcessExitCalled(
+        f"called os._exit({code}), which would end r1build itself with that status as if all were well; a "
+        "reference returns its outputs"
+    )
+
+
+class _ExitGuard:
+    """While a reference's module is imported or a call waits for it, ``os._exit`` raises instead of ending the
+    process: a reference that called it made ``r1build check`` exit 0 with nothing checked. ``sys.exit`` needs no
+    guard (it raises SystemExit, which is reported); nothing else of r1build calls ``os._exit`` in this process
+    (its pools start their processes by spawning, so none is forked with the guard in place). When the last
+    reference is done, a recursion limit it lowered is raised back (r1build's own code after it ended in a
+    RecursionError traceback)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running = 0
+        self._real = os._exit
+        self._limit = sys.getrecursionlimit()
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        with self._lock:
+            if self._running == 0:
+                self._limit = sys.getrecursionlimit()
+                setattr(os, "_exit", _refuse_exit)  # noqa: B010 (a module attribute replaced for a while)
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running -= 1
+                if self._running == 0:
+                    setattr(os, "_exit", self._real)  # noqa: B010
+                    if sys.getrecursionlimit() < self._limit:
+                        sys.setrecursionlimit(self._limit)
+
+
+EXIT_GUARD = _ExitGuard()
+"""Held while user code of a reference runs: importing its module, or a call (:func:`.outputs.call_reference`)."""
+
+
 _loaded: dict[Path, ModuleType] = {}
 
 
@@ -93,7 +145,8 @@ def _load_module(path: Path, name: str) -> ModuleType:
     root = str(path.parent)
     sys.path.insert(0, root)
     try:
-        spec.loader.exec_module(module)
+        with EXIT_GUARD.held():
+            spec.loader.exec_module(module)
     except (Exception, SystemExit) as exc:  # user code: any failure (sys.exit included) is reported
         raise ReferenceProblem(f"importing {path} failed: {failure_text(exc)}") from exc
     finally:
