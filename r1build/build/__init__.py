@@ -33,7 +33,7 @@ import os
 import shutil
 import sys
 from collections.abc import Mapping
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -228,6 +228,15 @@ def _elsewhere(project: Path) -> Path | None:
     return out
 
 
+def _remove_empty(folder: Path) -> None:
+    """``folder`` and the folders in it, where nothing else is in them (a failed build made them and wrote
+    nothing)."""
+    with suppress(OSError):
+        for below in sorted((p for p in folder.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+            below.rmdir()
+        folder.rmdir()
+
+
 def _prepare(
     project: Path, options: BuildOptions, given: Mapping[str, str | list[str]] | None, *, editable: bool = False
 ) -> Path:
@@ -237,19 +246,26 @@ def _prepare(
     from ..resolve import prepare_build
     from .stamp import forget_stamp, write_stamp
 
+    ours = project / ".r1build"
+    made = not ours.exists()  # by this build: a failure leaves no empty folder behind
     out_dir = None if editable else _elsewhere(project)
     if out_dir is None:
         forget_stamp(project)
-    cmake_file = prepare_build(
-        project,
-        locked=options.locked,
-        frozen=options.frozen,
-        generate=options.generate,
-        evaluate=options.evaluate,
-        cache_dir=options.cache_dir,
-        remote_cache=options.remote_cache,
-        out_dir=out_dir,
-    )
+    try:
+        cmake_file = prepare_build(
+            project,
+            locked=options.locked,
+            frozen=options.frozen,
+            generate=options.generate,
+            evaluate=options.evaluate,
+            cache_dir=options.cache_dir,
+            remote_cache=options.remote_cache,
+            out_dir=out_dir,
+        )
+    except BaseException:
+        if made:
+            _remove_empty(ours)
+        raise
     if options.locked and out_dir is None:
         from ..manifest import find_manifest, load_manifest
         from ..toolchain import find_nvcc, nvcc_lookup

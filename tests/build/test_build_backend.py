@@ -526,3 +526,22 @@ def test_a_locked_build_names_its_own_setting_not_the_cli_flag(locked_tiny: Path
     with pytest.raises(LockError) as frozen:
         kernel_settings({"r1build.frozen": "1"}, locked_tiny)
     assert str(frozen.value).startswith("r1build.frozen (R1BUILD_FROZEN) uses "), str(frozen.value)
+
+
+def test_a_failed_resolution_removes_only_the_empty_folder_it_made(tmp_path: Path) -> None:
+    """A manifest error before anything is generated: the ``.r1build/`` this build made goes with it; one that was
+    there before, with files of an earlier build, stays as it was."""
+    from r1build.build import _prepare
+
+    fresh = copy_project(PACKAGES / "bad_manifest", tmp_path / "fresh")
+    with pytest.raises(ManifestError):
+        _prepare(fresh, BuildOptions(), None)
+    assert not (fresh / ".r1build").exists()
+
+    earlier = copy_project(PACKAGES / "bad_manifest", tmp_path / "earlier")
+    kept = earlier / ".r1build" / "generated" / "kernels.cmake"
+    kept.parent.mkdir(parents=True)
+    kept.write_text("# an earlier build's\n", encoding="utf-8")
+    with pytest.raises(ManifestError):
+        _prepare(earlier, BuildOptions(), None)
+    assert kept.read_text(encoding="utf-8") == "# an earlier build's\n"

@@ -60,6 +60,7 @@ def test_bad_manifest_exits_2_with_the_place_of_the_mistake(build_env: BuildEnv,
     hook = build_env.hook(project, "build_wheel", out)
     assert hook.returncode == 2, hook.stdout
     assert "Traceback" not in hook.stdout
+    assert not (project / ".r1build").exists()  # the failed build leaves no empty folder of its own behind
     assert re.search(
         r"^r1build: error: \S*kernels\.toml:9: kernel\[0\]\.args\[1\]\.dtyp: unknown key 'dtyp' "
         r"\(did you mean 'dtype'\?\)$",
