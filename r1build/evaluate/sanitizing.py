@@ -187,7 +187,7 @@ class _Queue:
     taking: int = 0
     """Runs that take from the folder (as opposed to parts)."""
     broken: BaseException | None = None
-    """Why runs of this queue cannot happen (the error reaches every candidate added)."""
+    """While set, why runs of this queue cannot happen (the error reaches every candidate added meanwhile)."""
 
     def untaken(self) -> int:
         """Entries nobody took yet (looked up in the folder)."""
@@ -381,7 +381,7 @@ class Sanitizing:
         for queue in queues:
             if queue.broken is not None:
                 runs.fail(queue.broken)
-            self._dispatch(queue)
+            self._dispatch_or_break(queue)
 
     def _add(
         self, spec: KernelSpec, kernel: KernelKey, tool: str, slot: Slot, inputs: _Inputs, runs: SanitizeRuns
@@ -457,7 +457,7 @@ class Sanitizing:
         finally:
             with self._lock:
                 queue.running -= 1
-        self._dispatch(queue)
+        self._dispatch_or_break(queue)
 
     def _run_taking(self, queue: _Queue, place: contextlib.AbstractContextManager[None] | None) -> None:
         """One run that takes candidates from the queue folder (on ``place``, or on the next free place)."""
@@ -475,17 +475,40 @@ class Sanitizing:
                         self._count("sanitizer_splits", 1)
                         self._relist(queue)
         except BaseException as exc:
-            with self._lock:  # every candidate without an outcome: those taken by runs or waiting in parts too
-                queue.broken = exc
-                waiting = list(queue.entries.values())
-            for runs in waiting:
-                runs.fail(exc)
+            self._break(queue, exc)
         finally:
             with self._lock:
                 queue.taking -= 1
                 if place is None:  # a run on a lent place is not counted in running
                     queue.running -= 1
-        self._dispatch(queue)
+        self._dispatch_or_break(queue)
+
+    def _dispatch_or_break(self, queue: _Queue) -> None:
+        """:meth:`_dispatch`, whose errors (a claim that cannot be written, say) reach the queue's candidates
+        instead of the discarded future of the thread that called it (where they waited for ever)."""
+        try:
+            self._dispatch(queue)
+        except BaseException as exc:
+            self._break(queue, exc)
+
+    def _break(self, queue: _Queue, exc: BaseException) -> None:
+        """``exc`` reaches every candidate of the queue without an outcome (those taken by runs, or waiting in
+        parts, too); those nobody took are taken here so that no run calls them. Candidates added after that get
+        runs of their own: an error of one moment (a full disk) does not break the kernel's queue for the rest of
+        a long-lived evaluator's life."""
+        with self._lock:
+            queue.broken = exc  # candidates added meanwhile fail with it (_add, _ready)
+            waiting = list(queue.entries.values())
+            stale = sorted(queue.open)
+            queue.open.clear()
+            queue.parts.clear()
+        for n in stale:
+            with contextlib.suppress(OSError):
+                claim(queue.folder, n, LISTED)
+        for runs in waiting:
+            runs.fail(exc)
+        with self._lock:
+            queue.broken = None
 
     def _relist(self, queue: _Queue) -> None:
         """Take every entry nobody took yet and queue them as lists (parts) of at most ``batch``."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -607,3 +608,36 @@ def test_a_run_that_called_nothing_is_clean_though_the_sanitizer_says_no_cuda_wa
     assert runner.run("memcheck", _job(tmp_path)).outcome.verdict == "clean"
     called = runner.run("memcheck", _job(tmp_path, "good-1.so")).outcome
     assert called.verdict == "unfinished" and "exit 255" in called.detail
+
+
+def test_an_error_in_a_dispatch_after_a_run_reaches_the_queues_candidates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dispatch that follows a run ran in the run's thread, whose future nobody reads: an error there (here
+    memcheck's queue folder cannot be written any more once a run of it ended) vanished, and the candidates it
+    should have started runs for waited for ever. Now each gets an outcome: the error, or the verdict of a run that
+    was under way; the other tools' queues go on."""
+    from r1build.evaluate.sanitizing import Sanitizing
+
+    real = Sanitizing._dispatch
+    ended: list[bool] = []
+
+    def dispatch(self: Sanitizing, queue: Any) -> None:
+        if queue.tool == "memcheck" and ended:
+            raise OSError(28, "No space left on device")
+        real(self, queue)
+
+    real_settle = Sanitizing._settle
+
+    def settle(self: Sanitizing, queue: Any, *args: Any, **kwargs: Any) -> None:
+        real_settle(self, queue, *args, **kwargs)
+        if queue.tool == "memcheck":
+            ended.append(True)
+
+    monkeypatch.setattr(Sanitizing, "_dispatch", dispatch)
+    monkeypatch.setattr(Sanitizing, "_settle", settle)
+    names = [f"slow-{i}.so" for i in range(8)]
+    outcomes, _, _ = _sanitizing_runs(tmp_path, names, batch=1, processes=2, wait_s=20)
+    clean = [("memcheck", "clean"), ("racecheck", "clean"), ("initcheck", "clean")]
+    assert all(o in (clean, [("failed", "OSError")]) for o in outcomes.values()), outcomes
+    assert any(o == [("failed", "OSError")] for o in outcomes.values())
