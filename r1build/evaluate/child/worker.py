@@ -48,7 +48,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 from .harness import CTYPES
-from .judge import OutputJudge, Parking, park_layout, parked_size
+from .judge import OutputJudge, Parking
 from .measures import floors, time_reference
 from .messages import (
     ArgItem,
@@ -60,16 +60,13 @@ from .messages import (
     CheckReply,
     CheckRequest,
     Hello,
-    JudgeReply,
-    JudgeRequest,
     LoadRequest,
-    ParkedItem,
     Reply,
-    SaveParkedRequest,
     TimedShape,
     TimeReply,
     TimeRequest,
 )
+from .outputs import Parked, keep_outputs, op_judge, op_save_parked, reserve
 from .pristine import PristineInputs
 from .protocol import CAPTURE_ERRORS, PeerClosed, read_message, write_message
 
@@ -118,9 +115,6 @@ _FRESH_SLOTS = 128
 _RUNS_CANDIDATES = frozenset({"load", "check", "time", "time_reference", "floors"})
 """Requests before which the parked outputs are zeroed (any that may run a candidate's code, or a reference)."""
 
-Parked = dict[tuple[int, int, int], ParkedItem]
-"""Places in the parked allocation by (shape, set, array)."""
-
 
 class ContextLost(Exception):
     """The CUDA context is unusable; the worker must exit after replying."""
@@ -167,9 +161,12 @@ class Worker:
         self._sink: Any = None
         self._events: list[tuple[Any, Any]] = []
         self._pristine: PristineInputs | None = None
-        self._pinned: Any = None
+        self.pinned: Any = None
+        """The pinned host buffer outputs go through to their files (:func:`.outputs.host_buffer`)."""
         self.parking: Parking | None = None
-        self._judge: OutputJudge | None = None
+        """Where the outputs of the timed calls are parked for the judge process (:mod:`.outputs`)."""
+        self.judge: OutputJudge | None = None
+        """In the judge process: the reference's outputs and the rule (:mod:`.judge`)."""
 
     # -- plumbing ----------------------------------------------------------------------------------------
     def hello(self) -> Hello:
@@ -576,49 +573,6 @@ class Worker:
         self.stream.synchronize()
         return arrays, self._args(shape["args"], [int(arr.data.ptr) for arr in arrays])
 
-    def _save_outputs(self, arrays: list[Any], shape: BenchShapeRequest, tag: str) -> list[str | None]:
-        """Write every ``out``/``inout`` array to a file for the parent to judge (the whole device idle first),
-        through one pinned host buffer."""
-        from pathlib import Path
-
-        self.rt.deviceSynchronize()
-        paths: list[str | None] = []
-        for j, (arr, a) in enumerate(zip(arrays, shape["arrays"], strict=True)):
-            if a["role"] == "in":
-                paths.append(None)
-                continue
-            path = Path(shape["out_dir"]) / f"{tag}-{j}.bin"
-            raw = arr.view(self.cp.uint8)[: int(a["count"]) * int(a["itemsize"])]
-            host = self.host_buffer(int(raw.size))
-            raw.get(stream=self.stream, out=host)
-            with path.open("wb") as f:
-                f.write(memoryview(host))
-            paths.append(str(path))
-        return paths
-
-    def host_buffer(self, nbytes: int) -> Any:
-        """``nbytes`` of the worker's pinned host buffer (grown when needed)."""
-        import numpy as np
-
-        if self._pinned is None or self._pinned.size < nbytes:
-            memory = self.cp.cuda.alloc_pinned_memory(max(1, nbytes))
-            self._pinned = np.frombuffer(memory, dtype=np.uint8, count=max(1, nbytes))
-        return self._pinned[:nbytes]
-
-    def _outputs(
-        self, arrays: list[Any], shape: BenchShapeRequest, tag: str, where: tuple[int, int], parked: Parked | None
-    ) -> list[str | None]:
-        """What one call left in ``arrays``: written to files, or (``parked``) copied into the parked allocation
-        at the places of ``where`` (shape, set), the whole device idle first either way."""
-        if parked is None:
-            return self._save_outputs(arrays, shape, tag)
-        self.rt.deviceSynchronize()
-        assert self.parking is not None
-        for j, (arr, a) in enumerate(zip(arrays, shape["arrays"], strict=True)):
-            if a["role"] != "in":
-                self.parking.park(arr.view(self.cp.uint8), parked[(where[0], where[1], j)], self.stream)
-        return [None] * len(arrays)
-
     def _bench_checks(
         self,
         fn: Any,
@@ -647,7 +601,7 @@ class Worker:
                 if failed:
                     out["check_error"] = failed
                     return out
-            out["outputs"].append(self._outputs(arrays, shape, f"{tag}-set{k}", (si, k), parked))
+            out["outputs"].append(keep_outputs(self, arrays, shape, f"{tag}-set{k}", (si, k), parked))
         arrays, args = sets[0]
         self._fill(arrays, shape, shape["tweak"])
         self.stream.synchronize()
@@ -655,7 +609,7 @@ class Worker:
         if failed:
             out["check_error"] = failed
             return out
-        out["tweak_outputs"] = self._outputs(arrays, shape, f"{tag}-tweak", (si, len(sets)), parked)
+        out["tweak_outputs"] = keep_outputs(self, arrays, shape, f"{tag}-tweak", (si, len(sets)), parked)
         record: CallRecord = {"rc": 0, "error": None, "capture_error": None}
         self._capture_only(fn, args, record)
         out["capture_error"] = record["capture_error"]
@@ -696,7 +650,7 @@ class Worker:
         sample_us = float(h.get("sample_us", 500.0))
         shapes_out = []
         self.fresh_stream()
-        parked, reply = self._reserve(h), TimeReply(ok=True)
+        parked, reply = reserve(self, h), TimeReply(ok=True)
         for si, shape in enumerate(h["shapes"]):
             try:
                 timed, sets = self._time_shape(fn, shape, budget_us, min_n, max_n, graph_below, sample_us)
@@ -719,37 +673,6 @@ class Worker:
             reply["parked"] = {"handle": self.parking.reserve(0), "size": self.parking.size}
         reply["shapes"] = shapes_out
         return reply, []
-
-    def _reserve(self, h: TimeRequest) -> Parked | None:
-        """With ``park``: the parked allocation reserved for this request's outputs, by place; None (outputs to
-        files) without it, or where they would take more than an eighth of the device's memory."""
-        if not h.get("park"):
-            return None
-        layout = park_layout(h["shapes"])
-        size = parked_size(layout)
-        if size > self.memory // 8:
-            return None
-        if self.parking is None:
-            self.parking = Parking(self.cp)
-        try:
-            self.parking.reserve(size)
-        except Exception:  # out of memory, or no IPC here: the outputs go to files, as without parking
-            self.parking = None
-            return None
-        return {(i["shape"], i["set"], i["array"]): i for i in layout}
-
-    def op_save_parked(self, h: SaveParkedRequest, _bufs: list[bytes]) -> tuple[Reply, list[bytes]]:
-        """Write parked outputs to files (those the judge did not find clear, for the parent's full rules)."""
-        if self.parking is None:
-            return {"ok": False, "error": "nothing is parked"}, []
-        self.parking.save(h, self.host_buffer)
-        return {"ok": True}, []
-
-    def op_judge(self, h: JudgeRequest, bufs: list[bytes]) -> tuple[JudgeReply, list[bytes]]:
-        """Only in the judge process, which is never sent a library (:mod:`.judge`)."""
-        if self._judge is None:
-            self._judge = OutputJudge(self.cp, limit_bytes=min(16 << 30, self.memory // 8))
-        return self._judge.op_judge(h, bufs)
 
     def _time_shape(
         self,
@@ -850,8 +773,8 @@ def main(argv: Sequence[str]) -> int:
         "load": worker.op_load,
         "check": worker.op_check,
         "time": worker.op_time,
-        "save_parked": worker.op_save_parked,
-        "judge": worker.op_judge,
+        "save_parked": lambda h, b: op_save_parked(worker, h, b),
+        "judge": lambda h, b: op_judge(worker, h, b),
         "time_reference": lambda h, b: time_reference(worker, h, b),
         "floors": lambda h, b: floors(worker, h, b),
         "ping": lambda _h, _b: ({"ok": True}, []),

@@ -1,0 +1,102 @@
+"""Where the outputs of the timed calls go: files for the parent, or the parked allocation the judge process reads.
+
+Functions of the :class:`~.worker.Worker` that times a candidate (its ``time`` and ``save_parked`` ops) and of
+the one that judges (``judge``); see :mod:`.judge` for the parked allocation and the rule.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .judge import OutputJudge, Parking, park_layout, parked_size
+from .messages import BenchShapeRequest, JudgeReply, JudgeRequest, ParkedItem, Reply, SaveParkedRequest, TimeRequest
+
+if TYPE_CHECKING:
+    from .worker import Worker
+
+__all__ = ["Parked", "host_buffer", "keep_outputs", "op_judge", "op_save_parked", "reserve"]
+
+Parked = dict[tuple[int, int, int], ParkedItem]
+"""Places in the parked allocation by (shape, set, array)."""
+
+
+def host_buffer(worker: Worker, nbytes: int) -> Any:
+    """``nbytes`` of the worker's pinned host buffer (grown when needed)."""
+    import numpy as np
+
+    if worker.pinned is None or worker.pinned.size < nbytes:
+        memory = worker.cp.cuda.alloc_pinned_memory(max(1, nbytes))
+        worker.pinned = np.frombuffer(memory, dtype=np.uint8, count=max(1, nbytes))
+    return worker.pinned[:nbytes]
+
+
+def _save(worker: Worker, arrays: list[Any], shape: BenchShapeRequest, tag: str) -> list[str | None]:
+    """Write every ``out``/``inout`` array to a file for the parent to judge, through the pinned host buffer."""
+    paths: list[str | None] = []
+    for j, (arr, a) in enumerate(zip(arrays, shape["arrays"], strict=True)):
+        if a["role"] == "in":
+            paths.append(None)
+            continue
+        path = Path(shape["out_dir"]) / f"{tag}-{j}.bin"
+        raw = arr.view(worker.cp.uint8)[: int(a["count"]) * int(a["itemsize"])]
+        host = host_buffer(worker, int(raw.size))
+        raw.get(stream=worker.stream, out=host)
+        with path.open("wb") as f:
+            f.write(memoryview(host))
+        paths.append(str(path))
+    return paths
+
+
+def keep_outputs(
+    worker: Worker,
+    arrays: list[Any],
+    shape: BenchShapeRequest,
+    tag: str,
+    where: tuple[int, int],
+    parked: Parked | None,
+) -> list[str | None]:
+    """What one call left in ``arrays``, the whole device idle first: written to files (their paths), or with
+    ``parked`` copied into the parked allocation at the places of ``where`` (shape, set; no paths)."""
+    worker.rt.deviceSynchronize()
+    if parked is None:
+        return _save(worker, arrays, shape, tag)
+    assert worker.parking is not None
+    for j, (arr, a) in enumerate(zip(arrays, shape["arrays"], strict=True)):
+        if a["role"] != "in":
+            worker.parking.park(arr.view(worker.cp.uint8), parked[(where[0], where[1], j)], worker.stream)
+    return [None] * len(arrays)
+
+
+def reserve(worker: Worker, h: TimeRequest) -> Parked | None:
+    """With ``park``: the parked allocation reserved for this request's outputs, by place; None (outputs to files)
+    without it, where they would take more than an eighth of the device's memory, or where it cannot be had."""
+    if not h.get("park"):
+        return None
+    layout = park_layout(h["shapes"])
+    size = parked_size(layout)
+    if size > worker.memory // 8:
+        return None
+    if worker.parking is None:
+        worker.parking = Parking(worker.cp)
+    try:
+        worker.parking.reserve(size)
+    except Exception:  # out of memory, or no IPC here: the outputs go to files, as without parking
+        worker.parking = None
+        return None
+    return {(i["shape"], i["set"], i["array"]): i for i in layout}
+
+
+def op_save_parked(worker: Worker, h: SaveParkedRequest, _bufs: list[bytes]) -> tuple[Reply, list[bytes]]:
+    """Write parked outputs to files (those the judge did not find clear, for the parent's full rules)."""
+    if worker.parking is None:
+        return {"ok": False, "error": "nothing is parked"}, []
+    worker.parking.save(h, lambda n: host_buffer(worker, n))
+    return {"ok": True}, []
+
+
+def op_judge(worker: Worker, h: JudgeRequest, bufs: list[bytes]) -> tuple[JudgeReply, list[bytes]]:
+    """Only in the judge process, which is never sent a library (:mod:`.judge`)."""
+    if worker.judge is None:
+        worker.judge = OutputJudge(worker.cp, limit_bytes=min(16 << 30, worker.memory // 8))
+    return worker.judge.op_judge(h, bufs)
