@@ -5,7 +5,9 @@ the manifest's flags, real code for the arch) plus ``-Xcompiler -fPIC`` (or the 
 where the gate kept one), then its host object goes through the
 gate's symbol check (:func:`~r1build.gate.symbols.check_object`): an object that needs symbols outside the
 allowlist is rejected, naming them, and is never linked, let alone loaded. Only then is it linked with
-``nvcc -shared`` (the CUDA runtime linked statically, so the library needs nothing but libc and the driver).
+``nvcc -shared`` (the CUDA runtime linked statically, so the library needs nothing but libc and the driver), the
+link taking one of the process's compile slots as a compile does (:mod:`~r1build.gate.compile_slots`: within the
+cores, the first job's links before the later jobs' compiles).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from ..errors import ToolchainError, format_subprocess_failure
+from ..gate.compile_slots import compile_slot
 from ..gate.nvcc import PIC_FLAGS, compile_variant
 from ..gate.symbols import check_object
 from ..records import Candidate
@@ -99,9 +102,10 @@ def build_library(
     so = workdir / f"{name}.so"
     cmd = [toolchain.nvcc, "-shared", "-o", so.name, obj.name]
     try:
-        proc = subprocess.run(
-            cmd, cwd=workdir, capture_output=True, text=True, errors="replace", timeout=timeout_s, check=False
-        )
+        with compile_slot():  # an nvcc like any compile: within the process's cores, at the job's rank
+            proc = subprocess.run(
+                cmd, cwd=workdir, capture_output=True, text=True, errors="replace", timeout=timeout_s, check=False
+            )
     except subprocess.TimeoutExpired:
         return LibraryFailure("compile_error", f"linking the shared library did not finish within {timeout_s:g} s")
     except OSError as exc:

@@ -148,3 +148,29 @@ def test_a_library_links_the_gates_own_object_instead_of_compiling_again(
     assert " T silu_mul" in exported
     elves = subprocess.run([cuobjdump, "-lelf", str(lib.path)], capture_output=True, text=True, check=True).stdout
     assert "sm_80" in elves and "sm_90" in elves  # the gate's compile carried code for both archs
+
+    # the link is an nvcc like a compile: it waits for one of the process's compile slots (all held here)
+    import contextlib
+    import threading
+    import time
+
+    from r1build.gate import compile_slots
+
+    linked: list[Library | LibraryFailure] = []
+    with contextlib.ExitStack() as held:
+        for _ in range(compile_slots.COMPILE_SLOTS):
+            held.enter_context(compile_slots.compile_slot())
+        workdir = tmp_path / "lib2"
+
+        def build() -> None:
+            done = build_library(
+                variant, spec.name, "sm_90", flags=[], toolchain=real, workdir=workdir, compiled_object=kept
+            )
+            linked.append(done)
+
+        link = threading.Thread(target=build)
+        link.start()
+        time.sleep(1.0)
+        assert not linked and not (workdir / lib.path.name).exists()
+    link.join(120)
+    assert linked and isinstance(linked[0], Library)
