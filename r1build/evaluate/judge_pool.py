@@ -7,6 +7,8 @@ readers), so the comparisons run in processes of their own, which read the outpu
 through memory maps and go through them in cache-sized chunks (:data:`~.compare.CACHED_CHUNK`). The plan travels
 without its arrays (:meth:`~.bench_checks.BenchPlan.for_judging`).
 
+Where the judge process on the GPU passed every output (:mod:`.child.judge`), nothing is read from files and the
+rest of the judging runs on the caller's executor: the processes start only when some output needs the CPU's rules.
 A pool that breaks (a judging process killed, say for memory) is replaced at the next call; the calls that found
 it broken are judged in this process instead (on the caller's executor), so a verdict never depends on the pool.
 No thread waits for a judging process: :meth:`JudgePool.submit` returns a future.
@@ -72,6 +74,8 @@ class JudgePool:
         """:func:`~.bench_checks.judge_bench` of one timing, in a judging process where there is one; no thread
         waits for it."""
         shapes = list(shapes)
+        if not _reads_files(shapes):  # everything judged on the GPU (child/judge.py): nothing heavy left to do
+            return self._here(spec, plan, shapes)
         pool = self._get()
         if pool is None:
             return self._here(spec, plan, shapes)
@@ -137,6 +141,15 @@ class JudgePool:
             if held is None or held[0] is not plan:
                 held = self._light[id(plan)] = (plan, plan.for_judging())
             return held[1]
+
+
+def _reads_files(shapes: Sequence[TimedShape]) -> bool:
+    """Whether judging ``shapes`` reads any output from a file (else the judge process passed them all)."""
+    for shape in shapes:
+        for paths in [*(shape.get("outputs") or []), shape.get("tweak_outputs") or []]:
+            if any(path is not None for path in paths):
+                return True
+    return False
 
 
 def _copy(source: Future[Verdict | None], target: Future[Verdict | None]) -> None:

@@ -181,3 +181,31 @@ def test_the_judge_process_passes_the_honest_and_leaves_a_cheat_to_the_cpu(
     # wrong one went to the CPU
     assert stats.get("outputs_judged_on_gpu", 0) >= 3 and stats.get("outputs_judged_on_cpu", 0) >= 1
     assert "outputs_judged_on_gpu" not in plain
+
+
+def test_a_timing_the_judge_passed_whole_starts_no_judging_process(root_manifest: Manifest, tmp_path: Path) -> None:
+    """Nothing to read from files: the judging runs on the caller's executor, and the pool of judging processes
+    (spawned interpreters, seconds to start and to close) is never made. One output written for the CPU starts it."""
+    from r1build.evaluate.judge_pool import JudgePool
+
+    spec = replace(root_manifest.kernel("silu_mul"), bench_shapes=[{"n": 4099}])
+    plan = plan_bench(spec, load_reference(root_manifest.root, spec.reference), 50 << 20, tmp_path / "in")
+    sets = len(plan.shapes[0].sets)
+    reply: Any = {
+        "outputs": [[None, None, None] for _ in range(sets)],
+        "tweak_outputs": [None, None, None],
+        "judged": [[False, False, True] for _ in range(sets)],
+        "tweak_judged": [False, False, True],
+        "capture_rc": 0,
+    }
+    judges = JudgePool(1)
+    try:
+        assert judges.judge(spec, plan, [reply]) is None
+        assert judges._pool is None
+        wrong = tmp_path / "wrong.bin"
+        np.zeros(4099, np.float32).tofile(wrong)
+        reply["outputs"][0][2], reply["judged"][0][2] = str(wrong), False
+        found = judges.judge(spec, plan, [reply])
+        assert found is not None and "input set 1 of" in found.detail and judges._pool is not None
+    finally:
+        judges.close()
