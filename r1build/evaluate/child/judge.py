@@ -140,13 +140,16 @@ class Parking:
         self._handle = ""
         self.size = 0
 
-    def reserve(self, nbytes: int) -> str:
-        """An allocation of at least ``nbytes``; its IPC handle (hex)."""
+    def reserve(self, nbytes: int, stream: Any) -> str:
+        """An allocation of at least ``nbytes`` (a new one zeroed on ``stream`` and waited for: fresh memory may
+        hold the old one's bytes); its IPC handle (hex)."""
         if self._memory is None or self.size < nbytes:
-            self._memory = None  # the old one goes first: its bytes may be most of what a big shape needs
+            if self._memory is not None:  # the old one goes first (its bytes may be most of what a big shape needs)
+                self.wipe(stream)
+                self._memory = None
             self._memory = self._cp.cuda.Memory(max(nbytes, 1))
             self.size = max(nbytes, 1)
-            self._cp.cuda.runtime.memset(self._memory.ptr, 0, self.size)  # fresh memory may hold the old bytes
+            self.wipe(stream)
             self._handle = bytes(self._cp.cuda.runtime.ipcGetMemHandle(self._memory.ptr)).hex()
         return self._handle
 

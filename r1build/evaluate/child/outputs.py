@@ -65,13 +65,14 @@ def keep_outputs(
     for j, (arr, a) in enumerate(zip(arrays, shape["arrays"], strict=True)):
         if a["role"] != "in":
             worker.parking.park(arr.view(worker.cp.uint8), parked[(where[0], where[1], j)], worker.stream)
+    worker.stream.synchronize()  # copied before the candidate is called again (the capture after the tweak)
     return [None] * len(arrays)
 
 
 def reserve(worker: Worker, h: TimeRequest) -> Parked | None:
     """With ``park``: the parked allocation reserved for this request's outputs, by place; None (outputs to files)
     without it, where they would take more than an eighth of the device's memory, or where it cannot be had."""
-    if not h.get("park"):
+    if not h.get("park") or worker.park_failed:
         return None
     layout = park_layout(h["shapes"])
     size = parked_size(layout)
@@ -80,9 +81,9 @@ def reserve(worker: Worker, h: TimeRequest) -> Parked | None:
     if worker.parking is None:
         worker.parking = Parking(worker.cp)
     try:
-        worker.parking.reserve(size)
-    except Exception:  # out of memory, or no IPC here: the outputs go to files, as without parking
-        worker.parking = None
+        worker.parking.reserve(size, worker.stream)
+    except Exception:  # no IPC here, say: the outputs go to files, as without parking, from now on
+        worker.park_failed = True
         return None
     return {(i["shape"], i["set"], i["array"]): i for i in layout}
 

@@ -165,6 +165,8 @@ class Worker:
         """The pinned host buffer outputs go through to their files (:func:`.outputs.host_buffer`)."""
         self.parking: Parking | None = None
         """Where the outputs of the timed calls are parked for the judge process (:mod:`.outputs`)."""
+        self.park_failed = False
+        """Whether reserving the parked allocation failed once (no IPC here): outputs go to files from then on."""
         self.judge: OutputJudge | None = None
         """In the judge process: the reference's outputs and the rule (:mod:`.judge`)."""
 
@@ -670,7 +672,7 @@ class Worker:
                 self.stream.synchronize()  # the judge reads the parked copies from another process
             except self.rt.CUDARuntimeError as exc:
                 self.settle("parking the outputs", exc)
-            reply["parked"] = {"handle": self.parking.reserve(0), "size": self.parking.size}
+            reply["parked"] = {"handle": self.parking.reserve(0, self.stream), "size": self.parking.size}
         reply["shapes"] = shapes_out
         return reply, []
 
@@ -756,6 +758,19 @@ class Worker:
         }, sets
 
 
+def _wipe_parked(worker: Worker) -> str | None:
+    """Zero the parked outputs of the last timing (judged or saved by now) before a request that may run a
+    candidate; why that failed, or None. Their memory is not given back unzeroed: a later allocation of this context
+    could hand those bytes to a candidate."""
+    if worker.parking is None:
+        return None
+    try:
+        worker.parking.wipe(worker.stream)
+    except Exception as exc:
+        return f"zeroing the parked outputs failed ({type(exc).__name__}: {exc})"
+    return None
+
+
 def main(argv: Sequence[str]) -> int:
     """Serve requests until told to exit or the parent goes away."""
     request_fd, reply_fd = int(argv[1]), int(argv[2])
@@ -789,13 +804,11 @@ def main(argv: Sequence[str]) -> int:
             return 0
         handler = ops.get(str(op))
         out: list[bytes] = []
-        if op in _RUNS_CANDIDATES and worker.parking is not None:
-            try:  # the last timing's parked outputs are judged (or saved) by now: gone before a candidate runs
-                worker.parking.wipe(worker.stream)
-            except Exception:
-                worker.parking = None  # a context that cannot memset is lost anyway; the request finds out
-        if handler is None:
-            reply: Mapping[str, Any] = {"ok": False, "error": f"unknown op {op!r}"}
+        wiped = _wipe_parked(worker) if op in _RUNS_CANDIDATES else None
+        if wiped is not None:  # right answers may still lie there: no candidate runs, the worker starts afresh
+            reply: Mapping[str, Any] = {"ok": False, "error": wiped, "fatal": True, "exiting": True}
+        elif handler is None:
+            reply = {"ok": False, "error": f"unknown op {op!r}"}
         else:
             try:
                 reply, out = handler(header, buffers)
