@@ -5,6 +5,8 @@
 #      (sample_relock.tar);
 #   2. then at once: the cheat corpus three times (tests/evaluate/test_evaluate_cheats.py), beside the sample's
 #      locked build and its own tests on cupy and torch, the bad-kernel corpus and the other GPU tests.
+# Named phases run instead where given; after a change to the evaluator, `checks speed` fits one call (about 8
+# minutes: the correctness groups side by side, then issue 11's figures alone on the GPU).
 # Needs the wheels in .whl/ (diskcache, platformdirs, openai and its deps). Logs go to $OUT (at most 8 files).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -92,6 +94,22 @@ verify() {  # after a change to the evaluator: the timing test alone, then the G
     > "$OUT/rest.log" 2>&1 &
   wait
   for f in verify cheats corpus rest; do tail -n 3 "$OUT/$f.log"; done
+}
+
+checks() {  # the correctness groups side by side, limit CHECKS_LIMIT each: the cheat corpus once, the evaluate GPU
+  # tests (corpus, quiet, pristine, judge), every GPU test outside tests/evaluate; then `speed` may follow alone
+  local limit=${CHECKS_LIMIT:-230} site
+  timeout "$limit" python3 -m pytest tests/evaluate/test_evaluate_cheats.py -k "run1 or gate" -q -rfE --tb=line \
+    -p no:cacheprovider -p no:benchmark > "$OUT/cheats.log" 2>&1 &
+  R1BUILD_CACHE_DIR=/tmp/c-corpus timeout "$limit" python3 -m pytest tests/evaluate -m gpu \
+    --ignore=tests/evaluate/test_evaluate_cheats.py -k "not root_kernels" -q -rfE --tb=short -p no:cacheprovider \
+    -p no:benchmark > "$OUT/corpus.log" 2>&1 &
+  site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  PYTHONPATH="$PYTHONPATH:$site" R1BUILD_TEST_SITE_PATH="/tmp/site:$site" R1BUILD_TEST_SYSTEM_SITE=1 \
+    R1BUILD_CACHE_DIR=/tmp/c-outside timeout "$limit" python3 -m pytest tests -m gpu --ignore tests/evaluate -q -rfE \
+    --tb=short -p no:cacheprovider -p no:benchmark --continue-on-collection-errors > "$OUT/rest.log" 2>&1 &
+  wait
+  for f in cheats corpus rest; do echo "== $f"; tail -n 4 "$OUT/$f.log"; done
 }
 
 throughput() {  # GPU evaluation at scale, alone on the GPU: COPIES distinct copies of every root candidate
