@@ -439,8 +439,13 @@ class Sanitizing:
                 if place is None:
                     return
                 queue.taking += 1
+            try:
+                self._spawn(self._run_taking, queue, place)
+            except RuntimeError:  # the pool is shut down (the evaluator closes): the place goes back, unused
+                with place, self._lock:
+                    queue.taking -= 1
+                return
             self._count("sanitizer_extra_runs", 1)
-            self._spawn(self._run_taking, queue, place)
 
     def _run_batch(self, queue: _Queue, part: list[SanitizeRuns]) -> None:
         """One run over the list ``part``; a clean run clears it, a run of one gets its verdict, anything else

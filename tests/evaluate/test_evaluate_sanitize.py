@@ -9,6 +9,7 @@ import pytest
 
 from r1build.evaluate.sanitize import BatchRun, SanitizerRunner, find_sanitizer, summarize_report
 from r1build.evaluate.sanitizing import SanitizeRuns
+from r1build.manifest import Manifest
 
 # Shaped like compute-sanitizer's output (written for this test).
 MEMCHECK = """\
@@ -641,3 +642,46 @@ def test_an_error_in_a_dispatch_after_a_run_reaches_the_queues_candidates(
     clean = [("memcheck", "clean"), ("racecheck", "clean"), ("initcheck", "clean")]
     assert all(o in (clean, [("failed", "OSError")]) for o in outcomes.values()), outcomes
     assert any(o == [("failed", "OSError")] for o in outcomes.values())
+
+
+def test_a_place_lent_while_the_evaluator_closes_goes_back(tmp_path: Path, root_manifest: Manifest) -> None:
+    """Lending an idle place to a queue (take_now) then finding the run pool shut down (the evaluator closing)
+    kept that place taken for good; it goes back now, and the queue does not count the run."""
+    from concurrent.futures import Future
+
+    from r1build.evaluate.devices import GpuInfo
+    from r1build.evaluate.process import WorkerHandle
+    from r1build.evaluate.sanitizing import KernelKey, Sanitizing, _Inputs, _Queue
+    from r1build.evaluate.slots import Slot
+
+    def submit(*_: Any, **__: Any) -> Future[Any]:
+        raise AssertionError("nothing is submitted here")
+
+    sanitizing = Sanitizing(
+        [], submit=submit, note=lambda _: None, count=lambda *_: None, cuobjdump=lambda: None, processes=2
+    )
+    work = tmp_path / "gpu0"
+    work.mkdir()
+    slot = Slot(
+        gpu=GpuInfo(name="Stand-in", arch="sm_90", index=0, memory=1 << 30),
+        worker=WorkerHandle(["true"], {}, work, name="unused"),
+        sanitizer=None,
+        workdir=work,
+    )
+    folder = tmp_path / "queue"
+    folder.mkdir()
+    spec = root_manifest.kernel("silu_mul")
+    queue = _Queue(
+        kernel=KernelKey("m", "silu_mul", "sm_90"), spec=spec, tool="memcheck", slot=slot,
+        inputs=_Inputs(tmp_path, []), folder=folder,
+    )  # fmt: skip
+    for n in range(8):
+        (folder / f"{n}.lib").write_text(f"lib-{n}.so")
+        queue.entries[n] = SanitizeRuns()
+        queue.open.add(n)
+    sanitizing._queues[queue.kernel, "memcheck"] = queue
+    sanitizing.pool.shutdown()
+    sanitizing._steal()
+    assert queue.taking == 0
+    held = [sanitizing.processes.take_now(), sanitizing.processes.take_now()]
+    assert all(p is not None for p in held)  # both places free
