@@ -47,6 +47,9 @@ __all__ = [
 
 TOOLS = ("memcheck", "racecheck", "initcheck")
 ERROR_EXIT = 86
+NO_CUDA_EXIT = 255
+"""compute-sanitizer's exit status for a target that never set up CUDA ("Target application terminated before first
+instrumented API call"): a harness whose queue was taken before it looked."""
 HARNESS = Path(__file__).parent / "child" / "harness.py"
 
 _SHARED_SASS = re.compile(
@@ -423,7 +426,7 @@ class SanitizerRunner:
                 SanitizerOutcome(tool, "unfinished", f"{tool} made no progress for {self.timeout_s:g} s"), hung
             )
         lines = done.output.strip().splitlines()
-        if finished and not listed and first_report is None:
+        if finished and not listed and first_report is None and done.code in (0, NO_CUDA_EXIT):
             # the harness called nothing (its queue was empty when it looked): compute-sanitizer then exits 255,
             # "Target application terminated before first instrumented API call", which says nothing of a candidate
             return BatchRun(SanitizerOutcome(tool, "clean"))

@@ -186,8 +186,6 @@ class _Queue:
     """Runs waiting for a place or running, counted against ``per_queue`` (not those on lent places)."""
     taking: int = 0
     """Runs that take from the folder (as opposed to parts)."""
-    broken: BaseException | None = None
-    """While set, why runs of this queue cannot happen (the error reaches every candidate added meanwhile)."""
 
     def untaken(self) -> int:
         """Entries nobody took yet (looked up in the folder)."""
@@ -379,8 +377,6 @@ class Sanitizing:
         except BaseException as exc:
             runs.fail(exc)
         for queue in queues:
-            if queue.broken is not None:
-                runs.fail(queue.broken)
             self._dispatch_or_break(queue)
 
     def _add(
@@ -395,7 +391,7 @@ class Sanitizing:
                     kernel=kernel, spec=spec, tool=tool, slot=slot, inputs=inputs, folder=folder
                 )
                 folder.mkdir(parents=True, exist_ok=True)
-            if runs.canceled or queue.broken is not None:
+            if runs.canceled:
                 return queue
             n = len(queue.entries)
             assert runs.library is not None
@@ -409,7 +405,7 @@ class Sanitizing:
         folder (no more of those than candidates nobody took); then lend idle places (:meth:`_steal`)."""
         while True:
             with self._lock:
-                if queue.running >= self.per_queue or queue.broken is not None:
+                if queue.running >= self.per_queue:
                     break
                 if queue.parts:
                     part = [r for r in queue.parts.pop(0) if not r.canceled]
@@ -430,7 +426,7 @@ class Sanitizing:
         :data:`MOST_RUNS` a queue, while it holds :data:`TAKE_EACH` untaken candidates a run)."""
         while True:
             with self._lock:
-                left = [(q.untaken(), q) for q in self._queues.values() if q.broken is None and q.taking < MOST_RUNS]
+                left = [(q.untaken(), q) for q in self._queues.values() if q.taking < MOST_RUNS]
                 wanting = [(n - TAKE_EACH * q.taking, q) for n, q in left if n >= TAKE_EACH * (q.taking + 1)]
                 if not wanting:
                     return
@@ -502,7 +498,6 @@ class Sanitizing:
         runs of their own: an error of one moment (a full disk) does not break the kernel's queue for the rest of
         a long-lived evaluator's life."""
         with self._lock:
-            queue.broken = exc  # candidates added meanwhile fail with it (_add, _ready)
             waiting = list(queue.entries.values())
             stale = sorted(queue.open)
             queue.open.clear()
@@ -512,8 +507,6 @@ class Sanitizing:
                 claim(queue.folder, n, LISTED)
         for runs in waiting:
             runs.fail(exc)
-        with self._lock:
-            queue.broken = None
 
     def _relist(self, queue: _Queue) -> None:
         """Take every entry nobody took yet and queue them as lists (parts) of at most ``batch``."""
