@@ -238,6 +238,7 @@ def test_a_reference_that_lowers_the_recursion_limit_leaves_check_working(tmp_pa
     text = reference.read_text(encoding="utf-8").replace(
         "def pair(x, rows, cols):\n", "def pair(x, rows, cols):\n    __import__('sys').setrecursionlimit(30)\n"
     )
+    assert "setrecursionlimit(30)" in text
     reference.write_text(text, encoding="utf-8")
     done = subprocess.run(
         [sys.executable, "-m", "r1build.cli.main", "check", "-m", str(path)],
@@ -248,3 +249,22 @@ def test_a_reference_that_lowers_the_recursion_limit_leaves_check_working(tmp_pa
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Traceback" not in done.stderr and "every reference checked" in done.stdout
+
+
+def test_a_process_forked_while_a_reference_runs_ends_with_its_own_exit() -> None:
+    """The guard is this process's: a child forked meanwhile (a reference's multiprocessing pool ends its forked
+    workers with os._exit) exits with its status instead of raising and running on as a second r1build."""
+    import warnings
+
+    from r1build.manifest.reference import EXIT_GUARD, ProcessExitCalled
+
+    with EXIT_GUARD.held():
+        with warnings.catch_warnings():  # Python 3.12 warns of fork() in a process with threads (pytest-xdist's)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:  # the child
+            os._exit(7)
+        _, status = os.waitpid(pid, 0)
+        with pytest.raises(ProcessExitCalled):
+            os._exit(0)  # this process: refused
+    assert os.waitstatus_to_exitcode(status) == 7

@@ -89,33 +89,36 @@ class ProcessExitCalled(Exception):
     """Raised in place of ``os._exit`` while a reference runs (see :class:`_ExitGuard`)."""
 
 
-def _refuse_exit(code: int) -> NoReturn:
-    raise ProcessExitCalled(
-        f"called os._exit({code}), which would end r1build itself with that status as if all were well; a "
-        "reference returns its outputs"
-    )
-
-
 class _ExitGuard:
     """While a reference's module is imported or a call waits for it, ``os._exit`` raises instead of ending the
     process: a reference that called it made ``r1build check`` exit 0 with nothing checked. ``sys.exit`` needs no
-    guard (it raises SystemExit, which is reported); nothing else of r1build calls ``os._exit`` in this process
-    (its pools start their processes by spawning, so none is forked with the guard in place). When the last
-    reference is done, a recursion limit it lowered is raised back (r1build's own code after it ended in a
-    RecursionError traceback)."""
+    guard (it raises SystemExit, which is reported). Only this process is guarded: a process forked meanwhile (a
+    reference's multiprocessing pool; fork is Linux's default start) ends with the real ``os._exit``, as its
+    multiprocessing code does, instead of going on as a second r1build. When the last reference is done, a recursion
+    limit it lowered is raised back (r1build's own code after it ended in a RecursionError traceback)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._running = 0
         self._real = os._exit
         self._limit = sys.getrecursionlimit()
+        self._pid = os.getpid()
+
+    def _refuse(self, code: int) -> NoReturn:
+        if os.getpid() != self._pid:  # a forked child: its exit is its own
+            self._real(code)
+        raise ProcessExitCalled(
+            f"called os._exit({code}), which would end r1build itself with that status as if all were well; a "
+            "reference returns its outputs"
+        )
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
         with self._lock:
             if self._running == 0:
                 self._limit = sys.getrecursionlimit()
-                setattr(os, "_exit", _refuse_exit)  # noqa: B010 (a module attribute replaced for a while)
+                self._pid = os.getpid()
+                setattr(os, "_exit", self._refuse)  # noqa: B010 (a module attribute replaced for a while)
             self._running += 1
         try:
             yield
