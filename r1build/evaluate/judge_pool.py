@@ -144,7 +144,8 @@ class JudgePool:
 
 
 def _reads_files(shapes: Sequence[TimedShape]) -> bool:
-    """Whether judging ``shapes`` reads any output from a file (else the judge process passed them all)."""
+    """Whether judging ``shapes`` reads any output from a file (not when the judge process passed them all, nor
+    when a call failed before it left any)."""
     for shape in shapes:
         for paths in [*(shape.get("outputs") or []), shape.get("tweak_outputs") or []]:
             if any(path is not None for path in paths):

@@ -125,6 +125,10 @@ class Quiet:
         self._cond.notify_all()
 
 
+JUDGE_FAILURES = 2
+"""Failed requests after which a slot's judge process is closed for good (:meth:`Slot.ask_judge`)."""
+
+
 @dataclass(kw_only=True)
 class Slot:
     """One GPU: its worker, sanitizer runner and measured floors."""
@@ -151,6 +155,8 @@ class Slot:
     None where the outputs go to files."""
     judge_lock: threading.Lock = field(default_factory=threading.Lock)
     """Held while a thread starts or talks to the judge."""
+    judge_failures: int = 0
+    """Requests the judge failed (it died, hung, or cannot map another process's memory here)."""
 
     def ensure_worker(self) -> None:
         """Start the worker if needed; a worker that (re)started has forgotten its libraries."""
@@ -177,16 +183,22 @@ class Slot:
 
     def ask_judge(self, header: Mapping[str, Any], *, timeout_s: float) -> dict[str, Any] | None:
         """One request to the judge process (started first when needed); None where there is none or it failed
-        (its work then goes to the CPU)."""
+        (its work then goes to the CPU). After :data:`JUDGE_FAILURES` failures the judge is closed and the slot goes
+        on without one (a start that keeps failing, or no CUDA IPC here, would cost every timing)."""
         if self.judge is None:
             return None
-        try:
-            with self.judge_lock:
-                self.judge.start()
+        reply: dict[str, Any] | None = None
+        with self.judge_lock:
+            try:
                 reply, _ = self.judge.request(header, (), timeout_s=timeout_s)
-        except (WorkerDied, WorkerTimedOut):
-            return None
-        return reply if reply.get("ok") else None
+            except (WorkerDied, WorkerTimedOut):
+                reply = None
+            if reply is None or not reply.get("ok") or reply.get("note"):
+                self.judge_failures += 1
+                if self.judge_failures >= JUDGE_FAILURES:
+                    self.judge.close()
+                    self.judge = None
+        return reply if reply is not None and reply.get("ok") else None
 
     def start_judge(self) -> None:
         """Start the judge process ahead of its first use (its CUDA start and kernel compiles take seconds); quiet on
@@ -195,7 +207,7 @@ class Slot:
             warm: JudgeRequest = {"op": "judge", "handle": "", "size": 0, "items": [], "rtol": 0.0, "atol": 0.0}
             with self.judge_lock, contextlib.suppress(WorkerDied, WorkerTimedOut):
                 self.judge.start()
-                self.judge.request(warm, (), timeout_s=120.0)  # compiles its kernels
+                self.judge.request(warm, (), timeout_s=60.0)  # compiles its kernels
 
     def load(self, spec: KernelSpec, lib: Library, *, timeout_s: float) -> str | None:
         """Load a library into the worker; None when loaded, else why it failed (the candidate crashed)."""

@@ -243,6 +243,11 @@ class Timer:
                 "atol": spec.tolerance.atol,
             }
             said = slot.ask_judge(judge, timeout_s=self.timeout_s)
+            if slot.judge is None:  # closed just now, after its last failure
+                self._note(
+                    f"{slot.gpu.name}: the judge process failed {slot.judge_failures} times; what the timed calls "
+                    "leave is judged on the CPU from now on"
+                )
             found = said.get("clear") if said is not None else None
             if isinstance(found, list) and len(found) == len(layout):
                 clear = [x is True for x in found]

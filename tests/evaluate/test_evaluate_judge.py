@@ -74,7 +74,7 @@ def test_the_norm_needs_a_margin_and_other_dtypes_go_to_the_cpu() -> None:
     assert clearly_matches(np, np.zeros(0, np.float32), np.zeros(0), 0.0, 0.0)
 
 
-def test_the_parked_layout_is_aligned_and_covers_each_output_once(root_manifest: Manifest) -> None:
+def test_the_parked_layout_is_aligned_and_covers_each_output_once() -> None:
     arrays: list[Any] = [
         {"name": "x", "dtype": "float32", "role": "in", "shape": [5], "count": 5, "itemsize": 4},
         {"name": "y", "dtype": "float32", "role": "out", "shape": [5], "count": 5, "itemsize": 4},
@@ -209,3 +209,114 @@ def test_a_timing_the_judge_passed_whole_starts_no_judging_process(root_manifest
         assert found is not None and "input set 1 of" in found.detail and judges._pool is not None
     finally:
         judges.close()
+
+
+class _Slot:
+    """The two requests Timer._judge_parked makes of a GPU's slot (the judge's verdicts given, the worker's files
+    written here): the parent's side of the parked outputs on the CPU."""
+
+    def __init__(self, clear: list[bool] | None, wrong: bytes) -> None:
+        from r1build.evaluate.devices import GpuInfo
+
+        self.gpu = GpuInfo(name="Stand-in GPU", arch="sm_90", index=0, memory=1 << 30)
+        self.judge: object | None = object()
+        self.judge_failures = 0
+        self.clear = clear
+        self.wrong = wrong
+        self.asked: list[Any] = []
+        self.saved: list[Any] = []
+
+    def ask_judge(self, header: Any, *, timeout_s: float) -> dict[str, Any] | None:
+        self.asked.append(header)
+        if self.clear is None:  # the judge failed: closed after it
+            self.judge_failures, self.judge = 2, None
+            return None
+        return {"ok": True, "clear": self.clear}
+
+    def request(self, header: Any, *, timeout_s: float) -> tuple[dict[str, Any], list[bytes]]:
+        assert header["op"] == "save_parked"
+        for item in header["items"]:
+            Path(item["path"]).write_bytes(self.wrong[: item["nbytes"]])
+            self.saved.append(item)
+        return {"ok": True}, []
+
+
+def test_the_parent_marks_what_the_judge_passed_and_has_the_rest_written_for_the_cpu(
+    root_manifest: Manifest, tmp_path: Path
+) -> None:
+    from typing import cast
+
+    from r1build.evaluate.bench_checks import shape_requests
+    from r1build.evaluate.judge_pool import JudgePool
+    from r1build.evaluate.slots import Slot
+    from r1build.evaluate.timer import Timer
+
+    spec = replace(root_manifest.kernel("silu_mul"), bench_shapes=[{"n": 4099}])
+    plan = plan_bench(spec, load_reference(root_manifest.root, spec.reference), 50 << 20, tmp_path / "in")
+    sets = len(plan.shapes[0].sets)
+    notes: list[str] = []
+    timer = Timer(
+        cache=lambda: cast(Any, None), submit=lambda *a, **k: cast(Any, None), note=lambda m, *_: notes.append(m),
+        count=lambda *_: None, root=tmp_path, seed=0, call_timeout_s=1.0, timeout_s=1.0, budget_s=0.1,
+        judges=JudgePool(0),
+    )  # fmt: skip
+    out_dir = tmp_path / "out"
+    requests = shape_requests(spec, plan, out_dir)
+    layout = park_layout(requests)
+    assert [(i["set"], i["array"]) for i in layout] == [(k, 2) for k in range(sets + 1)]  # out, per set and tweak
+
+    def reply() -> Any:
+        shape = {"outputs": [[None, None, None] for _ in range(sets)], "tweak_outputs": [None, None, None]}
+        return {"ok": True, "shapes": [shape], "parked": {"handle": "ab", "size": parked_size(layout)}}
+
+    wrong = np.zeros(4099, np.float32).tobytes()
+    # the judge passes all but input set 2's output: that one is written for the CPU, which says what is wrong
+    slot = _Slot([k != 1 for k in range(sets + 1)], wrong)
+    got = reply()
+    assert timer._judge_parked(spec, cast(Slot, slot), plan, requests, got, out_dir) is None
+    asked = slot.asked[0]
+    assert [i["offset"] for i in asked["items"]] == [i["offset"] for i in layout]
+    assert asked["items"][1]["expected"] == plan.shapes[0].sets[1].expected_files["out"]
+    assert asked["items"][-1]["expected"] == plan.shapes[0].tweak.expected_files["out"]
+    assert [s["offset"] for s in slot.saved] == [layout[1]["offset"]]
+    shape = got["shapes"][0]
+    assert shape["judged"][0] == [False, False, True] and shape["judged"][1] == []
+    assert shape["outputs"][1][2] == slot.saved[0]["path"] and shape["tweak_judged"] == [False, False, True]
+    found = judge_bench(spec, plan, got["shapes"])
+    assert found is not None and f"input set 2 of {sets}" in found.detail
+    # an allocation smaller than the layout: nothing asked of the judge, everything written for the CPU
+    small = reply()
+    small["parked"]["size"] = 256
+    slot = _Slot([True] * (sets + 1), wrong)
+    assert timer._judge_parked(spec, cast(Slot, slot), plan, requests, small, out_dir) is None
+    assert not slot.asked and len(slot.saved) == sets + 1
+    # a judge that failed for good: everything to the CPU, and said once
+    slot = _Slot(None, wrong)
+    assert timer._judge_parked(spec, cast(Slot, slot), plan, requests, reply(), out_dir) is None
+    assert len(slot.saved) == sets + 1 and len(notes) == 1 and "judge process failed 2 times" in notes[0]
+
+
+def test_a_judge_that_keeps_failing_is_closed_and_the_slot_goes_on_without_it(tmp_path: Path) -> None:
+    """A judge process that cannot start (here it exits at once) costs each timing a start: after two failures the
+    slot has none, and its timings write their outputs for the CPU as without the judge."""
+    import sys
+
+    from r1build.evaluate.devices import GpuInfo
+    from r1build.evaluate.process import WorkerHandle
+    from r1build.evaluate.slots import Slot
+
+    work = tmp_path / "gpu0"
+    work.mkdir()
+    judge = WorkerHandle([sys.executable, "-c", "import sys; sys.exit(3)"], {}, work, name="judge", start_timeout_s=10)
+    slot = Slot(
+        gpu=GpuInfo(name="Stand-in GPU", arch="sm_90", index=0, memory=1 << 30),
+        worker=WorkerHandle(["true"], {}, work, name="unused"),
+        sanitizer=None,
+        workdir=work,
+        judge=judge,
+    )
+    header: Any = {"op": "judge", "handle": "", "size": 0, "items": [], "rtol": 0.0, "atol": 0.0}
+    assert slot.ask_judge(header, timeout_s=5) is None and slot.judge is judge
+    assert slot.ask_judge(header, timeout_s=5) is None and slot.judge is None
+    assert slot.judge_failures == 2 and not judge.running
+    assert slot.ask_judge(header, timeout_s=5) is None  # none asked any more

@@ -42,6 +42,11 @@ CHUNK = 1 << 24
 """Elements per pass of :func:`clearly_matches` on the GPU (128 MB float64 temporaries)."""
 
 
+def _aligned(nbytes: int) -> int:
+    """``nbytes`` (at least 1) rounded up to :data:`PARK_ALIGN`."""
+    return -(-max(nbytes, 1) // PARK_ALIGN) * PARK_ALIGN
+
+
 def park_layout(shapes: Sequence[BenchShapeRequest]) -> list[ParkedItem]:
     """Where each ``out``/``inout`` array of each set (``set == len(sets)``: the tweaked call) of each benchmark
     shape lies in the parked allocation; the worker parks by it and the parent judges by it."""
@@ -56,13 +61,13 @@ def park_layout(shapes: Sequence[BenchShapeRequest]) -> list[ParkedItem]:
                 items.append(
                     {"shape": si, "set": k, "array": j, "offset": offset, "nbytes": nbytes, "dtype": a["dtype"]}
                 )
-                offset += -(-max(nbytes, 1) // PARK_ALIGN) * PARK_ALIGN
+                offset += _aligned(nbytes)
     return items
 
 
 def parked_size(items: Sequence[ParkedItem]) -> int:
     """Bytes the parked allocation needs for ``items``."""
-    return max((i["offset"] + -(-max(i["nbytes"], 1) // PARK_ALIGN) * PARK_ALIGN for i in items), default=0)
+    return max((i["offset"] + _aligned(i["nbytes"]) for i in items), default=0)
 
 
 def clearly_matches(xp: Any, got: Any, want: Any, rtol: float, atol: float, chunk: int = CHUNK) -> bool:
@@ -89,6 +94,11 @@ def clearly_matches(xp: Any, got: Any, want: Any, rtol: float, atol: float, chun
             return False
         err_sq += float(xp.dot(err, err))
         ref_sq += float(xp.dot(w, w))
+    return _norm_within(err_sq, ref_sq, n, rtol, atol)
+
+
+def _norm_within(err_sq: float, ref_sq: float, n: int, rtol: float, atol: float) -> bool:
+    """The error norm below ``rtol * ||ref|| + atol * sqrt(n)`` by :data:`NORM_MARGIN`."""
     bound = rtol * ref_sq**0.5 + atol * n**0.5
     return bool(err_sq**0.5 <= bound * (1.0 - NORM_MARGIN))
 
@@ -151,6 +161,11 @@ class Parking:
             self.size = max(nbytes, 1)
             self.wipe(stream)
             self._handle = bytes(self._cp.cuda.runtime.ipcGetMemHandle(self._memory.ptr)).hex()
+        return self._handle
+
+    @property
+    def handle(self) -> str:
+        """The IPC handle (hex) of the allocation :meth:`reserve` made."""
         return self._handle
 
     def wipe(self, stream: Any) -> None:
@@ -221,12 +236,9 @@ class OutputJudge:
         err_sq, ref_sq = (float(x) for x in self._sums.get())
         if int(self._bad.get()[0]):
             return False
-        bound = rtol * ref_sq**0.5 + atol * n**0.5
-        return bool(err_sq**0.5 <= bound * (1.0 - NORM_MARGIN))
+        return _norm_within(err_sq, ref_sq, n, rtol, atol)
 
     def _open(self, handle: str) -> int:
-        if self._mapped is not None and self._mapped[0] == handle:
-            return self._mapped[1]
         self._close()
         rt = self._cp.cuda.runtime
         pointer = int(rt.ipcOpenMemHandle(bytes.fromhex(handle), rt.cudaIpcMemLazyEnablePeerAccess))
@@ -280,6 +292,7 @@ class OutputJudge:
                 continue
             clear.append(self.clear(got, want, float(h["rtol"]), float(h["atol"])))
         cp.cuda.Device().synchronize()
+        self._close()  # not kept: the worker frees the allocation when it grows it, or when it is restarted
         return {"ok": True, "clear": clear, "seconds": time.perf_counter() - started}, []
 
     def close(self) -> None:

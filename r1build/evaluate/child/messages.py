@@ -206,7 +206,7 @@ class TimedShape(TypedDict):
     outputs: list[list[str | None]]
     seconds: dict[str, float]
     """Where the worker's time went: ``sets`` (uploading the input sets), ``samples`` (estimates, warm-up and the
-    timed samples), ``checks`` (the calls after them, their outputs written to files, the capture)."""
+    timed samples), ``checks`` (the calls after them, their outputs parked or written to files, the capture)."""
     tweak_outputs: NotRequired[list[str | None]]
     judged: NotRequired[list[list[bool]]]
     """Per input set, per array: found clear on the GPU by the judge (no file; set by the parent)."""

@@ -71,12 +71,12 @@ def keep_outputs(
 
 def reserve(worker: Worker, h: TimeRequest) -> Parked | None:
     """With ``park``: the parked allocation reserved for this request's outputs, by place; None (outputs to files)
-    without it, where they would take more than an eighth of the device's memory, or where it cannot be had."""
+    without it, where they would take more than a sixteenth of the device's memory, or where it cannot be had."""
     if not h.get("park") or worker.park_failed:
         return None
     layout = park_layout(h["shapes"])
     size = parked_size(layout)
-    if size > worker.memory // 8:
+    if size > worker.memory // 16:  # beside the pristine inputs' eighth and the candidate's own arrays
         return None
     if worker.parking is None:
         worker.parking = Parking(worker.cp)
@@ -99,5 +99,5 @@ def op_save_parked(worker: Worker, h: SaveParkedRequest, _bufs: list[bytes]) -> 
 def op_judge(worker: Worker, h: JudgeRequest, bufs: list[bytes]) -> tuple[JudgeReply, list[bytes]]:
     """Only in the judge process, which is never sent a library (:mod:`.judge`)."""
     if worker.judge is None:
-        worker.judge = OutputJudge(worker.cp, limit_bytes=min(16 << 30, worker.memory // 8))
+        worker.judge = OutputJudge(worker.cp, limit_bytes=min(16 << 30, worker.memory // 16))
     return worker.judge.op_judge(h, bufs)

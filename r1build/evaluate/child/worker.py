@@ -672,7 +672,7 @@ class Worker:
                 self.stream.synchronize()  # the judge reads the parked copies from another process
             except self.rt.CUDARuntimeError as exc:
                 self.settle("parking the outputs", exc)
-            reply["parked"] = {"handle": self.parking.reserve(0, self.stream), "size": self.parking.size}
+            reply["parked"] = {"handle": self.parking.handle, "size": self.parking.size}
         reply["shapes"] = shapes_out
         return reply, []
 
