@@ -86,9 +86,9 @@ verify() {  # after a change to the evaluator: the timing test alone, then the G
   CHECKS_LIMIT="${VERIFY_LIMIT:-300}" checks
 }
 
-checks() {  # the correctness groups side by side, limit CHECKS_LIMIT each: the cheat corpus once, the evaluate GPU
+checks() {  # the correctness groups side by side, limit CHECKS_LIMIT (260 s) each: the cheat corpus once, the evaluate GPU
   # tests (corpus, quiet, pristine, judge), every GPU test outside tests/evaluate; then `speed` may follow alone
-  local limit=${CHECKS_LIMIT:-230} site
+  local limit=${CHECKS_LIMIT:-260} site
   timeout "$limit" python3 -m pytest tests/evaluate/test_evaluate_cheats.py -k "run1 or gate" -q -rfE --tb=line \
     -p no:cacheprovider -p no:benchmark > "$OUT/cheats.log" 2>&1 &
   R1BUILD_CACHE_DIR=/tmp/c-corpus timeout "$limit" python3 -m pytest tests/evaluate -m gpu \
