@@ -320,3 +320,25 @@ def test_a_judge_that_keeps_failing_is_closed_and_the_slot_goes_on_without_it(tm
     assert slot.ask_judge(header, timeout_s=5) is None and slot.judge is None
     assert slot.judge_failures == 2 and not judge.running
     assert slot.ask_judge(header, timeout_s=5) is None  # none asked any more
+
+
+def test_each_gpu_gets_one_judge_process_of_its_own_unless_turned_off(tmp_path: Path) -> None:
+    """The timing slot of each GPU has a judge (a worker process with a home of its own, so nothing a candidate's
+    worker leaves in its home, cupy's kernel cache, reaches it); the check workers have none; judge_on_gpu=False
+    gives none (the outputs go to files)."""
+    from r1build.cache import Cache
+    from r1build.evaluate import GpuEvaluator
+    from r1build.evaluate.devices import GpuInfo
+
+    gpu = GpuInfo(name="Stand-in GPU", arch="sm_90", index=0, memory=1 << 30)
+    with Cache(tmp_path / "cache") as cache:
+        for on in (True, False):
+            with GpuEvaluator(cache, gpus=[gpu], sanitize=False, workdir=tmp_path / f"w{on}", judge_on_gpu=on) as ev:
+                (slot,) = ev._slots
+                assert all(c.judge is None for c in ev._checkers[id(slot)])
+                if not on:
+                    assert slot.judge is None
+                    continue
+                assert slot.judge is not None and slot.judge.name == "judge"
+                homes = {slot.worker.env["HOME"], slot.judge.env["HOME"]}
+                assert len(homes) == 2 and slot.judge.env["CUPY_CACHE_DIR"].startswith(slot.judge.env["HOME"])
