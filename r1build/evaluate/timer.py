@@ -271,13 +271,13 @@ class Timer:
             path = out_dir / f"parked-s{item['shape']}-{k}-{j}.bin"
             paths[j] = str(path)
             saves.append({"offset": item["offset"], "nbytes": item["nbytes"], "path": str(path)})
-        if not saves:
-            return None
         self._count("outputs_judged_on_cpu", len(saves))
-        save: SaveParkedRequest = {"op": "save_parked", "items": saves}
+        save: SaveParkedRequest = {"op": "save_parked", "items": saves}  # sent with none too: the worker zeroes them
         said_save, _ = slot.request(save, timeout_s=self.timeout_s)
         if not said_save.get("ok"):
-            return Verdict("crashed", f"the worker could not write what the timed calls left: {said_save.get('error')}")
+            return Verdict(
+                "crashed", f"the worker could not write or zero what the timed calls left: {said_save.get('error')}"
+            )
         return None
 
     def _judge(

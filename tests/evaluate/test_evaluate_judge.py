@@ -225,6 +225,7 @@ class _Slot:
         self.wrong = wrong
         self.asked: list[Any] = []
         self.saved: list[Any] = []
+        self.requests = 0
 
     def ask_judge(self, header: Any, *, timeout_s: float) -> dict[str, Any] | None:
         self.asked.append(header)
@@ -235,6 +236,7 @@ class _Slot:
 
     def request(self, header: Any, *, timeout_s: float) -> tuple[dict[str, Any], list[bytes]]:
         assert header["op"] == "save_parked"
+        self.requests += 1
         for item in header["items"]:
             Path(item["path"]).write_bytes(self.wrong[: item["nbytes"]])
             self.saved.append(item)
@@ -284,6 +286,10 @@ def test_the_parent_marks_what_the_judge_passed_and_has_the_rest_written_for_the
     assert shape["outputs"][1][2] == slot.saved[0]["path"] and shape["tweak_judged"] == [False, False, True]
     found = judge_bench(spec, plan, got["shapes"])
     assert found is not None and f"input set 2 of {sets}" in found.detail
+    # all passed: nothing written, but the worker is told it may zero the parked outputs (save_parked of none)
+    slot = _Slot([True] * (sets + 1), wrong)
+    assert timer._judge_parked(spec, cast(Slot, slot), plan, requests, reply(), out_dir) is None
+    assert slot.requests == 1 and not slot.saved
     # an allocation smaller than the layout: nothing asked of the judge, everything written for the CPU
     small = reply()
     small["parked"]["size"] = 256

@@ -141,14 +141,17 @@ _C_TYPES = {"float32": "float", "float64": "double"}
 class Parking:
     """The worker's side: one device allocation (grown when a candidate needs more) that the outputs of the timed
     calls are copied into, and its IPC handle. It lives in the process that runs candidates, and holds right answers
-    for inputs every candidate of the kernel gets: the worker zeroes it before each request that may run a
-    candidate (:meth:`wipe`), so no kernel finds the last candidate's outputs there."""
+    for inputs every candidate of the kernel gets: the worker zeroes it once the parent is done with it
+    (``save_parked``, sent after every judging) and again, where that did not happen, before each request that may
+    run a candidate (:meth:`wipe`), so no kernel finds the last candidate's outputs there."""
 
     def __init__(self, cupy: Any) -> None:
         self._cp = cupy
         self._memory: Any = None
         self._handle = ""
         self.size = 0
+        self.dirty = False
+        """Whether outputs were parked since the allocation was last zeroed."""
 
     def reserve(self, nbytes: int, stream: Any) -> str:
         """An allocation of at least ``nbytes`` (a new one zeroed on ``stream`` and waited for: fresh memory may
@@ -159,6 +162,7 @@ class Parking:
                 self._memory = None
             self._memory = self._cp.cuda.Memory(max(nbytes, 1))
             self.size = max(nbytes, 1)
+            self.dirty = True  # fresh memory may hold the old one's bytes
             self.wipe(stream)
             self._handle = bytes(self._cp.cuda.runtime.ipcGetMemHandle(self._memory.ptr)).hex()
         return self._handle
@@ -169,14 +173,16 @@ class Parking:
         return self._handle
 
     def wipe(self, stream: Any) -> None:
-        """Zero the whole allocation and wait for it."""
-        if self._memory is not None:
+        """Zero the whole allocation and wait for it (nothing to do where nothing was parked since)."""
+        if self._memory is not None and self.dirty:
             self._cp.cuda.runtime.memsetAsync(self._memory.ptr, 0, self.size, stream.ptr)
             stream.synchronize()
+            self.dirty = False
 
     def park(self, raw: Any, item: ParkedItem, stream: Any) -> None:
         """Copy the uint8 device array ``raw`` (one output) to its place (asynchronous on ``stream``)."""
         n = min(int(raw.size), item["nbytes"])
+        self.dirty = True
         if n:
             self._cp.cuda.runtime.memcpyAsync(
                 self._memory.ptr + item["offset"], int(raw.data.ptr), n, 3, stream.ptr

@@ -89,10 +89,13 @@ def reserve(worker: Worker, h: TimeRequest) -> Parked | None:
 
 
 def op_save_parked(worker: Worker, h: SaveParkedRequest, _bufs: list[bytes]) -> tuple[Reply, list[bytes]]:
-    """Write parked outputs to files (those the judge did not find clear, for the parent's full rules)."""
+    """Write parked outputs to files (those the judge did not find clear, for the parent's full rules; none where it
+    passed them all), then zero the parked allocation: the parent is done with it. A failure here is the timing's
+    that parked them, not the next candidate's."""
     if worker.parking is None:
         return {"ok": False, "error": "nothing is parked"}, []
     worker.parking.save(h, lambda n: host_buffer(worker, n))
+    worker.parking.wipe(worker.stream)
     return {"ok": True}, []
 
 

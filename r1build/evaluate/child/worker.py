@@ -21,7 +21,7 @@ Operations (``op`` of a request):
     CUDA events on the stream, a CUDA graph of several calls when one call is shorter than ``graph_below_us``;
     what the timed calls left goes to files, or (``park``) into one allocation another process reads.
 ``save_parked``
-    write parked outputs to files.
+    write parked outputs to files (any the judge did not pass), then zero the parked allocation.
 ``judge``
     in the judge process, which is never sent a library: compare another worker's parked outputs with the
     reference's on this process's GPU (:mod:`.judge`).
@@ -759,9 +759,9 @@ class Worker:
 
 
 def _wipe_parked(worker: Worker) -> str | None:
-    """Zero the parked outputs of the last timing (judged or saved by now) before a request that may run a
-    candidate; why that failed, or None. Their memory is not given back unzeroed: a later allocation of this context
-    could hand those bytes to a candidate."""
+    """Zero the parked outputs of the last timing before a request that may run a candidate, where ``save_parked``
+    did not (it does after every judging; nothing to do then); why that failed, or None. Their memory is not given
+    back unzeroed: a later allocation of this context could hand those bytes to a candidate."""
     if worker.parking is None:
         return None
     try:
