@@ -206,8 +206,7 @@ class Slot:
         if self.judge is not None:
             warm: JudgeRequest = {"op": "judge", "handle": "", "size": 0, "items": [], "rtol": 0.0, "atol": 0.0}
             with self.judge_lock, contextlib.suppress(WorkerDied, WorkerTimedOut):
-                self.judge.start()
-                self.judge.request(warm, (), timeout_s=60.0)  # compiles its kernels
+                self.judge.request(warm, (), timeout_s=60.0)  # starts it and compiles its kernels
 
     def load(self, spec: KernelSpec, lib: Library, *, timeout_s: float) -> str | None:
         """Load a library into the worker; None when loaded, else why it failed (the candidate crashed)."""

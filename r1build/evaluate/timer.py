@@ -53,14 +53,6 @@ def _settled(verdict: Verdict) -> Future[Verdict | list[SampleStats]]:
     return done
 
 
-def _set_flags(shape: TimedShape, k: int) -> list[bool]:
-    """The ``judged`` flags of input set ``k`` of ``shape`` (made when missing)."""
-    judged = shape.setdefault("judged", [])
-    while len(judged) <= k:
-        judged.append([])
-    return judged[k]
-
-
 class Timer:
     """Timing requests of one evaluator (see the module docstring)."""
 
@@ -253,6 +245,10 @@ class Timer:
                 clear = [x is True for x in found]
         self._count("judge_gpu_s", time.perf_counter() - start)
         self._count("outputs_judged_on_gpu", sum(clear))
+        for si, shape_out in enumerate(shapes):  # every flag False until the judge passed that output
+            arrays = len(requests[si]["arrays"])
+            shape_out["judged"] = [[False] * arrays for _ in plan.shapes[si].sets]
+            shape_out["tweak_judged"] = [False] * arrays
         saves: list[SaveItem] = []
         for item, ok in zip(layout, clear, strict=True):
             if item["shape"] >= len(shapes):
@@ -264,9 +260,7 @@ class Timer:
             if paths is None or j >= len(paths):
                 continue  # the call failed before it left this output (check_error says so)
             if ok:
-                flags = shape_out.setdefault("tweak_judged", []) if tweak else _set_flags(shape_out, k)
-                flags.extend([False] * (j + 1 - len(flags)))
-                flags[j] = True
+                (shape_out["tweak_judged"] if tweak else shape_out["judged"][k])[j] = True
                 continue
             path = out_dir / f"parked-s{item['shape']}-{k}-{j}.bin"
             paths[j] = str(path)

@@ -282,7 +282,7 @@ def test_the_parent_marks_what_the_judge_passed_and_has_the_rest_written_for_the
     assert asked["items"][-1]["expected"] == plan.shapes[0].tweak.expected_files["out"]
     assert [s["offset"] for s in slot.saved] == [layout[1]["offset"]]
     shape = got["shapes"][0]
-    assert shape["judged"][0] == [False, False, True] and shape["judged"][1] == []
+    assert shape["judged"][0] == [False, False, True] and shape["judged"][1] == [False, False, False]
     assert shape["outputs"][1][2] == slot.saved[0]["path"] and shape["tweak_judged"] == [False, False, True]
     found = judge_bench(spec, plan, got["shapes"])
     assert found is not None and f"input set 2 of {sets}" in found.detail

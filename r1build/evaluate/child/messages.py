@@ -266,7 +266,7 @@ class JudgeReply(Reply):
     clear: NotRequired[list[bool]]
     """Per item: passes the fast rule; False sends it to the CPU."""
     note: NotRequired[str]
-    seconds: NotRequired[float]
+    """Why nothing could be judged (the parked allocation cannot be mapped here)."""
 
 
 class SaveItem(TypedDict):

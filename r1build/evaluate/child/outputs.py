@@ -31,19 +31,23 @@ def host_buffer(worker: Worker, nbytes: int) -> Any:
     return worker.pinned[:nbytes]
 
 
+def _to_file(worker: Worker, raw: Any, path: Path) -> None:
+    """The uint8 device array ``raw`` written to ``path`` through the pinned host buffer."""
+    host = host_buffer(worker, int(raw.size))
+    raw.get(stream=worker.stream, out=host)
+    with path.open("wb") as f:
+        f.write(memoryview(host))
+
+
 def _save(worker: Worker, arrays: list[Any], shape: BenchShapeRequest, tag: str) -> list[str | None]:
-    """Write every ``out``/``inout`` array to a file for the parent to judge, through the pinned host buffer."""
+    """Write every ``out``/``inout`` array to a file for the parent to judge."""
     paths: list[str | None] = []
     for j, (arr, a) in enumerate(zip(arrays, shape["arrays"], strict=True)):
         if a["role"] == "in":
             paths.append(None)
             continue
         path = Path(shape["out_dir"]) / f"{tag}-{j}.bin"
-        raw = arr.view(worker.cp.uint8)[: int(a["count"]) * int(a["itemsize"])]
-        host = host_buffer(worker, int(raw.size))
-        raw.get(stream=worker.stream, out=host)
-        with path.open("wb") as f:
-            f.write(memoryview(host))
+        _to_file(worker, arr.view(worker.cp.uint8)[: int(a["count"]) * int(a["itemsize"])], path)
         paths.append(str(path))
     return paths
 
@@ -94,7 +98,8 @@ def op_save_parked(worker: Worker, h: SaveParkedRequest, _bufs: list[bytes]) -> 
     that parked them, not the next candidate's."""
     if worker.parking is None:
         return {"ok": False, "error": "nothing is parked"}, []
-    worker.parking.save(h, lambda n: host_buffer(worker, n))
+    for item in h["items"]:
+        _to_file(worker, worker.parking.view(item["offset"], item["nbytes"]), Path(item["path"]))
     worker.parking.wipe(worker.stream)
     return {"ok": True}, []
 
