@@ -192,6 +192,18 @@ class StaticGate:
                 known = self._along.get((kernel, c.digest), ())
                 self._along[kernel, c.digest] = tuple(dict.fromkeys([*known, *map(parse_arch, archs)]))
 
+    def known(self, job: Job) -> int:
+        """How many of ``job``'s first candidates have a verdict without compiling (in the cache, or refused for
+        the arch): what :meth:`evaluate` of them would take without a compile."""
+        arch, tc = parse_arch(job.arch), self.toolchain
+        for n, c in enumerate(job.candidates):
+            if (
+                _refused(arch, c, tc) is None
+                and self.cache.get_gate(gate_key(job.manifest, job.spec, arch, c, tc)) is None
+            ):
+                return n
+        return len(job.candidates)
+
     def evaluate(self, job: Job) -> list[Result]:
         """One result per candidate of ``job``, in order."""
         arch = parse_arch(job.arch)

@@ -84,6 +84,14 @@ def gate_batch() -> int:
     return max(1, COMPILE_SLOTS)
 
 
+ALONG = 2
+"""How many of a gate-only job's candidates (the first, in preference order) go into the compiles of a GPU job of
+the same kernel. Few: while a GPU machine compiles, its cores are the evaluation's bottleneck (each arch more in an
+nvcc costs about a third of a compile), and the first candidate that passes wins a gate-only arch (the baseline,
+as a rule); where none of these passes, the gate-only resolution gates the next a batch at a time
+(:func:`~.work._gated`)."""
+
+
 class Judges:
     """The evaluators available in this run, made on first use."""
 
@@ -218,9 +226,10 @@ class Judges:
         gate the first batch (:func:`gate_batch`) of the jobs no GPU here can take, each kernel's for all its
         archs at once (one nvcc per candidate for all its archs; the verdicts are cached for the gate-only
         resolution that follows, which gates further only where no candidate of that batch may win). Where a
-        local GPU judges another arch of the same kernel, that batch is compiled along with the GPU's own gate
-        compiles (:meth:`~r1build.gate.static.StaticGate.compile_along`) instead of by an nvcc of its own: the
-        resolve asks for those verdicts only after the GPU jobs (:func:`~.run.resolve`)."""
+        local GPU judges another arch of the same kernel, only the first :data:`ALONG` candidates are compiled,
+        along with the GPU's own gate compiles (:meth:`~r1build.gate.static.StaticGate.compile_along`) instead
+        of by an nvcc of their own: the resolve asks for those verdicts only after the GPU jobs
+        (:func:`~.run.resolve`)."""
         gpu_jobs = [job for job in jobs if self.gpu_for(job.arch) is not None]
         gpu_kernels = {job.spec.name for job in gpu_jobs}
         batch = gate_batch()
@@ -235,7 +244,7 @@ class Judges:
             for name, kernel_jobs in by_kernel.items()
         }
         if keep and self.cluster is None and any(name in gpu_kernels for name in by_kernel):
-            now.update(self._compile_along(gpu_jobs, by_kernel, batch))
+            now.update(self._compile_along(gpu_jobs, by_kernel, min(ALONG, batch)))
         if gpu_jobs and self._gpu is not None:
             self._gpu.prepare(gpu_jobs)
         by_kernel = {name: kernel_jobs for name, kernel_jobs in by_kernel.items() if now[name]}
@@ -260,10 +269,10 @@ class Judges:
     def _compile_along(
         self, gpu_jobs: Sequence[Job], by_kernel: dict[str, list[Job]], batch: int
     ) -> dict[str, set[str]]:
-        """Have the gate compile the first batch of each gate-only job of a kernel with a GPU job along with that
-        GPU job's own gate compiles (one nvcc per candidate for all its archs); returns, per such kernel, the
-        digests that are left to gate now: those whose GPU verdicts are all in the cache already (the GPU job
-        compiles nothing for them)."""
+        """Have the gate compile the first ``batch`` candidates of each gate-only job of a kernel with a GPU job
+        along with that GPU job's own gate compiles (one nvcc per candidate for all its archs); returns, per such
+        kernel, the digests that are left to gate now: those whose GPU verdicts are all in the cache already (the
+        GPU job compiles nothing for them)."""
         from ..gate.static import gate_key
 
         gate = self.gate

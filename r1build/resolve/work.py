@@ -206,13 +206,16 @@ def _gated(run: Run, q: Question, seeds: list[Candidate]) -> Resolved | Unresolv
     ``candidates`` files, their tunable values); the first that passes in preference order wins, unvalidated.
     They are gated in that order a batch at a time (:func:`~.judges.gate_batch`), up to the first batch holding a
     winner: the rest could not change it, and a kernel with many tunable value sets would otherwise compile all.
-    Nothing is cached as a decision (the gate's verdicts are), so a GPU measures on the next miss."""
+    The first candidates whose verdicts need no compile (cached: compiled along with a GPU job's) are a batch of
+    their own, so a winner among them compiles nothing. Nothing is cached as a decision (the gate's verdicts
+    are), so a GPU measures on the next miss."""
     prior = run.cache.get_decision(q.key)
     results: list[Result] = []
     winner = None
     batch = gate_batch()
-    for start in range(0, len(seeds), batch):
-        chunk = seeds[start : start + batch]
+    first = run.judges.gate.known(q.job(run.manifest, seeds)) or batch
+    for start in [0, *range(first, len(seeds), batch)] if seeds else []:
+        chunk = seeds[start : start + (batch if start else first)]
         results += _with_known_rejections(chunk, run.judges.gate.evaluate(q.job(run.manifest, chunk)), prior)
         winner = select_winner(seeds[: len(results)], results)
         if winner is not None:

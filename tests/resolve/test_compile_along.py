@@ -1,6 +1,7 @@
 """A resolve on a machine whose GPU judges one arch (sm_90) and not the other (sm_80): each candidate is compiled
-once for all its archs (issue 11). The gate-only arch's first batch goes into the GPU arch's nvcc, and its
-resolution, worked after the GPU job, takes those verdicts from the cache. nvcc is a stand-in here (what is
+once for all its archs (issue 11). The gate-only arch's first candidates (:data:`~r1build.resolve.judges.ALONG`)
+go into the GPU arch's nvcc, and its resolution, worked after the GPU job, takes those verdicts from the cache and
+compiles more only where none of them passes. nvcc is a stand-in here (what is
 counted is which archs each compile was asked for), so these tests take well under a second."""
 
 from __future__ import annotations
@@ -12,21 +13,31 @@ import pytest
 
 from r1build.cache import Cache
 from r1build.evaluate.variants import expand_variants
+from r1build.gate import nvcc
 from r1build.gate.static import StaticGate
 from r1build.judge import Job
 from r1build.manifest import KernelSpec, Manifest, load_manifest
-from r1build.records import GateReport, Result
+from r1build.records import GateReport, Result, Status
 from r1build.resolve import ResolveOptions, resolve
-from r1build.resolve.judges import gate_batch
+from r1build.resolve.judges import ALONG, gate_batch
 from tests.resolve.resolve_support import install_gpu_double
 
 Compiles = list[tuple[str, tuple[str, ...]]]
 
 
+FAILS_ON_80: set[str] = set()
+"""Digests whose sm_80 compiles the stand-in fails (set by a test; cleared by the fixture)."""
+
+
 @pytest.fixture
 def compiles(monkeypatch: pytest.MonkeyPatch) -> Compiles:
-    """Every compile the gate makes, as (candidate digest, archs); each passes with a made-up report."""
+    """Every compile the gate makes, as (candidate digest, archs); each passes with a made-up report but those
+    of :data:`FAILS_ON_80` for sm_80."""
     calls: Compiles = []
+    FAILS_ON_80.clear()
+    # a batch of a 16-core machine's size (this one may have 2 cores: a batch no larger than ALONG would not tell
+    # the first candidates compiled along from the first batch)
+    monkeypatch.setattr(nvcc, "COMPILE_SLOTS", 16)
 
     def compile_one(
         self: StaticGate, manifest: Manifest, spec: KernelSpec, tasks: Sequence[object]
@@ -35,8 +46,12 @@ def compiles(monkeypatch: pytest.MonkeyPatch) -> Compiles:
         digest = tasks[0].candidate.digest  # type: ignore[attr-defined]
         calls.append((digest, archs))
         report = GateReport(registers=20)
+
+        def status(arch: str) -> Status:
+            return "compile_error" if arch == "sm_80" and digest in FAILS_ON_80 else "passed"
+
         return [
-            (Result(candidate=digest, arch=a, status="passed", gate=report, toolchain=self.toolchain.ident), True)
+            (Result(candidate=digest, arch=a, status=status(a), gate=report, toolchain=self.toolchain.ident), True)
             for a in archs
         ]
 
@@ -77,8 +92,8 @@ def test_a_resolve_compiles_each_candidate_once_for_both_archs(
         resolution = resolve(manifest, cache, ResolveOptions(offline=True))
     digests = [d for d, _ in compiles]
     assert sorted(digests) == sorted(c.digest for c in variants)  # every variant, each in one nvcc
-    batch = {c.digest for c in variants[: gate_batch()]}
-    assert all(archs == (("sm_90", "sm_80") if d in batch else ("sm_90",)) for d, archs in compiles)
+    along = {c.digest for c in variants[:ALONG]}
+    assert all(archs == (("sm_90", "sm_80") if d in along else ("sm_90",)) for d, archs in compiles)
     states = {(r.spec.name, r.arch): (r.state, r.provenance) for r in resolution.entries}
     assert states == {("silu_mul", "sm_80"): ("gated", "baseline"), ("silu_mul", "sm_90"): ("measured", "tuned")}
 
@@ -86,8 +101,8 @@ def test_a_resolve_compiles_each_candidate_once_for_both_archs(
 def test_gpu_verdicts_already_cached_leave_the_gate_only_batch_to_the_gate(
     root_copy: Path, compiles: Compiles, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Where the GPU job compiles nothing (its verdicts are cached), the gate-only arch's batch is gated ahead as
-    before, not left waiting for a compile that never comes."""
+    """Where the GPU job compiles nothing (its verdicts are cached), the gate-only arch's first candidates are
+    gated ahead, not left waiting for a compile that never comes."""
     install_gpu_double(monkeypatch, reject=lambda c: False)
     manifest = _silu_on_both_archs(root_copy)
     variants = expand_variants(manifest, manifest.kernels[0])
@@ -95,6 +110,23 @@ def test_gpu_verdicts_already_cached_leave_the_gate_only_batch_to_the_gate(
         StaticGate(cache).evaluate(Job(manifest, manifest.kernels[0], "sm_90", variants))
         compiles.clear()
         resolution = resolve(manifest, cache, ResolveOptions(offline=True))
-    batch = variants[: gate_batch()]
-    assert sorted(compiles) == sorted((c.digest, ("sm_80",)) for c in batch)
+    assert sorted(compiles) == sorted((c.digest, ("sm_80",)) for c in variants[:ALONG])
     assert {r.arch: r.state for r in resolution.entries} == {"sm_80": "gated", "sm_90": "measured"}
+
+
+def test_where_no_candidate_compiled_along_passes_the_next_batch_is_gated(
+    root_copy: Path, compiles: Compiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first candidates fail on sm_80: the gate-only resolution compiles the next batch (sm_80 alone, after
+    the GPU job) and the first of it that passes wins; nothing beyond that batch is compiled for sm_80."""
+    install_gpu_double(monkeypatch, reject=lambda c: False, time_us=lambda c: 10.0 - len(c.defines))
+    manifest = _silu_on_both_archs(root_copy)
+    variants = expand_variants(manifest, manifest.kernels[0])
+    assert len(variants) > ALONG + gate_batch()  # a batch after the next is left uncompiled
+    FAILS_ON_80.update(c.digest for c in variants[:ALONG])
+    with Cache(root_copy / "cache") as cache:
+        resolution = resolve(manifest, cache, ResolveOptions(offline=True))
+    on_80 = sorted(d for d, archs in compiles if "sm_80" in archs)
+    assert on_80 == sorted(c.digest for c in variants[: ALONG + gate_batch()])
+    entry = next(r for r in resolution.entries if r.arch == "sm_80")
+    assert entry.state == "gated" and entry.candidate.digest == variants[ALONG].digest
