@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import Protocol, TypeVar
 
 from .keys import variant_digest
+from .noise import median_error
 from .records import (
     CandidateOutcome,
     CandidateRef,
@@ -51,13 +52,6 @@ __all__ = [
 
 MIN_LEAD = 0.02
 """Smallest relative lead that counts as faster, whatever the measured spread."""
-
-
-def median_error(spread: float, samples: int) -> float:
-    """Relative standard error of a median from its relative p10-p90 ``spread`` over ``samples`` samples (the
-    p10-p90 width of a normal distribution is 2.56 standard deviations; a median's error is 1.25 times the
-    mean's)."""
-    return 1.2533 * (spread / 2.5631) / math.sqrt(max(1, samples))
 
 
 def beats(challenger: Result, holder: Result, min_lead: float = MIN_LEAD) -> bool:

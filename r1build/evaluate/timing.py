@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..manifest.model import KernelSpec
+from ..noise import STOP_ERROR, median_and_spread
 from ..records import Timing
 from .child.messages import ArrayRequest, BenchShapeRequest, ReferenceShape, TimeReferenceRequest, TimeRequest
 from .floors import DeviceFloors, floor_us, shape_key
@@ -36,13 +37,8 @@ class SampleStats:
 
 def summarize(samples: Sequence[float]) -> SampleStats:
     """Median and relative p10-p90 spread."""
-    if not samples:
-        raise ValueError("no samples")
-    arr = np.asarray(samples, dtype=np.float64)
-    median = float(np.median(arr))
-    p10, p90 = (float(x) for x in np.percentile(arr, [10, 90]))
-    spread = (p90 - p10) / median if median > 0 else 0.0
-    return SampleStats(median, spread, int(arr.size))
+    median, spread = median_and_spread(samples)
+    return SampleStats(float(median), float(spread), len(samples))
 
 
 def array_requests(spec: KernelSpec, sizes: Mapping[str, int]) -> list[ArrayRequest]:
@@ -73,13 +69,15 @@ def time_request(
     budget_s: float = 0.3,
     min_samples: int = 20,
     max_samples: int = 200,
+    stop_error: float = STOP_ERROR,
     graph_below_us: float = 10.0,
-    sample_us: float = 500.0,
     park: bool = False,
 ) -> TimeRequest:
     """The worker request that times one library at every benchmark shape (``shapes`` from
     :func:`~.bench_checks.shape_requests`; see the worker's ``_time_shape`` for how a sample is made); with
-    ``park``, what the timed calls left stays on the GPU for the judge process (:mod:`.child.judge`)."""
+    ``park``, what the timed calls left stays on the GPU for the judge process (:mod:`.child.judge`). A shape
+    takes at least ``min_samples`` samples, then more while its budget and ``max_samples`` allow and the standard
+    error of its median is above ``stop_error`` (:data:`~r1build.noise.STOP_ERROR`)."""
     return {
         "park": park,
         "op": "time",
@@ -87,8 +85,8 @@ def time_request(
         "budget_s": budget_s,
         "min_samples": min_samples,
         "max_samples": max_samples,
+        "stop_error": stop_error,
         "graph_below_us": graph_below_us,
-        "sample_us": sample_us,
         "shapes": shapes,
     }
 

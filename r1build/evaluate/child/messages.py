@@ -186,8 +186,9 @@ class TimeRequest(TypedDict):
     min_samples: int
     max_samples: int
     graph_below_us: float
-    sample_us: float
     shapes: list[BenchShapeRequest]
+    stop_error: NotRequired[float]
+    """Sampling a shape stops once its median's relative standard error is this small (:mod:`r1build.noise`)."""
     park: NotRequired[bool]
     """Park what the timed calls left (:mod:`.judge`) instead of writing it to files."""
 

@@ -47,6 +47,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
+from ...noise import settled
 from .harness import CTYPES
 from .judge import OutputJudge, Parking
 from .measures import floors, time_reference
@@ -620,13 +621,21 @@ class Worker:
         return out
 
     def _measure(
-        self, launch: Callable[[int], None], n: int, per_sample: int, flush: bool, batch: int, host_us: float
+        self,
+        launch: Callable[[int], None],
+        n: int,
+        per_sample: int,
+        flush: bool,
+        batch: int,
+        host_us: float,
+        enough: Callable[[list[float]], bool] | None = None,
     ) -> list[float]:
-        """``n`` samples of ``launch(k)``, each between two events; the stream is held by a spin kernel while a
-        batch is queued, so host overhead never shows in the GPU timeline."""
+        """Up to ``n`` samples of ``launch(k)``, each between two events; the stream is held by a spin kernel
+        while a batch is queued, so host overhead never shows in the GPU timeline. After each batch, ``enough``
+        (given the samples so far) may end the sampling early."""
         samples: list[float] = []
         done = 0
-        while done < n:
+        while done < n and not (enough is not None and done and enough(samples)):
             b = min(batch, n - done)
             self.spin(min(100_000.0, b * host_us))
             pairs = []
@@ -649,13 +658,13 @@ class Worker:
         budget_us = float(h.get("budget_s", 0.3)) * 1e6
         min_n, max_n = int(h.get("min_samples", 20)), int(h.get("max_samples", 200))
         graph_below = float(h.get("graph_below_us", 10.0))
-        sample_us = float(h.get("sample_us", 500.0))
+        stop_error = float(h.get("stop_error", 0.0))
         shapes_out = []
         self.fresh_stream()
         parked, reply = reserve(self, h), TimeReply(ok=True)
         for si, shape in enumerate(h["shapes"]):
             try:
-                timed, sets = self._time_shape(fn, shape, budget_us, min_n, max_n, graph_below, sample_us)
+                timed, sets = self._time_shape(fn, shape, budget_us, (min_n, max_n, stop_error), graph_below)
                 start = time.perf_counter()
                 tag = f"{h['lib'].replace(':', '-')}-s{si}"
                 timed = self._bench_checks(fn, shape, sets, tag, timed, si, parked)
@@ -681,19 +690,22 @@ class Worker:
         fn: Any,
         shape: BenchShapeRequest,
         budget_us: float,
-        min_n: int,
-        max_n: int,
+        counts: tuple[int, int, float],
         graph_below: float,
-        sample_us: float,
     ) -> tuple[TimedShape, list[tuple[list[Any], list[Any]]]]:
-        """Samples of one benchmark shape, over the input sets the parent made (rotated call by call).
+        """Samples of one benchmark shape, over the input sets the parent made (rotated call by call):
+        ``counts`` is the least and the most samples and the relative standard error of the median at which the
+        sampling stops between the two (0: never; :func:`r1build.noise.settled`), ``budget_us`` what the
+        samples may take in all.
 
         A call shorter than ``graph_below`` us is timed as a CUDA graph of many back-to-back calls (no flush in
         between: the per-call time of a small kernel includes the gap between kernels, and its inputs may be
         in L2). Otherwise each sample is L2 flush, event, one launch, event, and the launch overhead of such a
         sample beyond an empty kernel's own duration (:meth:`launch_overhead_us`) is subtracted, so the time is
-        the kernel's own duration with a cold L2. ``sample_us`` is kept for older callers and unused.
+        the kernel's own duration with a cold L2. The first batch holds the least number of samples; the
+        sampling may stop after any batch.
         """
+        min_n, max_n, stop_error = counts
         set_bytes = max(1, sum(int(a["count"]) * int(a["itemsize"]) for a in shape["arrays"]))
         big = set_bytes >= 2 * self.l2_bytes
         started = time.perf_counter()
@@ -732,7 +744,8 @@ class Worker:
             graph.launch(self.stream)
             self.stream.synchronize()
             n = max(min_n, min(max_n, int(budget_us / (reps * t_est))))
-            samples = self._measure(lambda _k: graph.launch(self.stream), n, reps, False, 50, host_us)
+            enough = (lambda got: settled(got, min_n, stop_error)) if stop_error > 0 else None
+            samples = self._measure(lambda _k: graph.launch(self.stream), n, reps, False, min_n, host_us, enough)
             mode: Literal["graph", "events"] = "graph"
         else:
             # one launch per sample: back-to-back launches would add the gap between kernels to every call
@@ -740,8 +753,12 @@ class Worker:
             flush_us = self.flush_time_us()
             n = max(min_n, min(max_n, int(budget_us / (t_est + flush_us))))
             overhead = self.launch_overhead_us()
-            batch = max(1, min(50, int(1e6 / t_est)))  # a batch takes about a second at most
-            raw = self._measure(call, n, 1, True, batch, host_us)
+            batch = max(1, min(min_n, int(1e6 / t_est)))  # a batch takes about a second at most
+
+            def enough(got: list[float]) -> bool:
+                return settled([max(t - overhead, 0.0) for t in got], min_n, stop_error)
+
+            raw = self._measure(call, n, 1, True, batch, host_us, enough if stop_error > 0 else None)
             samples = [max(t - overhead, 0.0) for t in raw]
             mode = "events"
         return {
