@@ -24,6 +24,8 @@ Writing
 Faults
     The first failed request (refused, timed out, an HTTP error, missing credentials) turns the remote off for
     the rest of the run with one warning line: a circuit breaker, so a down or slow remote costs one timeout.
+    A write the remote answers with a refusal (an HTTP 4xx, S3's AccessDenied: credentials that may read and not
+    write) turns publishing off instead, with its own warning line; reading goes on.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from ...records import Decision, from_json
 from ...selection import decision_problem
 from ..bundle import referenced_blobs
 from ..codec import RecordKind, check_payload
-from .store import RemoteStore, RemoteUnavailable
+from .store import RemoteRefused, RemoteStore, RemoteUnavailable
 
 if TYPE_CHECKING:
     from ...signing import PrivateKey, TrustedKeys
@@ -111,6 +113,8 @@ class RemoteLayer:
         """The key decisions are published with; None: read-only."""
         self.down: str | None = None
         """Why the remote is off for the rest of the run, or None."""
+        self.unwritable: str | None = None
+        """Why publishing is off for the rest of the run (the remote refused a write), or None."""
         self.counts: Counter[str] = Counter()
         """What happened: ``decision`` / ``gate`` / ``blobs`` fetched, ``published`` records, ``uploaded``
         blobs, ``corrupt`` and ``refused`` objects, ``untrusted`` lookups skipped (no trusted keys)."""
@@ -141,25 +145,55 @@ class RemoteLayer:
             emit(note)
 
     # -- faults ------------------------------------------------------------------------------------------
-    def _call(self, call: Callable[[], T]) -> T:
+    def _write(self, key: str, data: bytes) -> None:
+        """Put one object; a refusal turns publishing off (said once) and raises :class:`_Off`, as does a remote
+        that is off (:meth:`_call`)."""
+        if self.unwritable is not None:
+            raise _Off
+        try:
+            self._call(lambda: self.store.put(key, data), refusable=True)
+        except RemoteRefused as exc:
+            with self._lock:
+                first = self.unwritable is None
+                if first:
+                    self.unwritable = str(exc)
+            if first:
+                self._say(
+                    Note(
+                        "warning",
+                        f"remote cache {self.url} refused a write ({exc}); not publishing to it for the rest of "
+                        "this run (reading from it goes on)",
+                    )
+                )
+            raise _Off from None
+
+    def _call(self, call: Callable[[], T], *, refusable: bool = False) -> T:
+        """``call``'s answer; the first failure turns the remote off (said once) and raises :class:`_Off`. With
+        ``refusable`` (a write), a refusal is raised as it is, for :meth:`_write`."""
         if self.down is not None:
             raise _Off
         try:
             return call()
         except RemoteUnavailable as exc:
-            with self._lock:
-                first = self.down is None
-                if first:
-                    self.down = str(exc)
-            if first:
-                self._say(
-                    Note(
-                        "warning",
-                        f"remote cache {self.url} is unavailable ({exc}); going on without it "
-                        "for this run (local cache, lock and the manifest's sources)",
-                    )
-                )
+            if refusable and isinstance(exc, RemoteRefused):
+                raise
+            self._turn_off(exc)
             raise _Off from None
+
+    def _turn_off(self, exc: RemoteUnavailable) -> None:
+        """The remote is off for the rest of the run; the first time, say so."""
+        with self._lock:
+            first = self.down is None
+            if first:
+                self.down = str(exc)
+        if first:
+            self._say(
+                Note(
+                    "warning",
+                    f"remote cache {self.url} is unavailable ({exc}); going on without it "
+                    "for this run (local cache, lock and the manifest's sources)",
+                )
+            )
 
     def _problem(self, problem: RemoteProblem) -> None:
         with self._lock:
@@ -247,7 +281,7 @@ class RemoteLayer:
         return found
 
     def stored(self, cache: Storage, kind: str, key: str, payload: bytes) -> None:
-        if self.signing_key is not None:
+        if self.signing_key is not None and self.unwritable is None:
             with contextlib.suppress(_Off):
                 self.publish(cache, kind, key, payload)
 
@@ -276,12 +310,12 @@ class RemoteLayer:
                     )
                 )
                 return False
-            self._call(lambda d=digest, b=data: self.store.put(blob_key(d), b))  # type: ignore[misc]
+            self._write(blob_key(digest), data)
             with self._lock:
                 self.counts["uploaded"] += 1
         signature = sign(signed_message(kind, key, payload), self.signing_key)
         body = digest_bytes(payload).encode() + b"\n" + signature.encode() + b"\n" + payload
-        self._call(lambda: self.store.put(record_key(kind, key), body))
+        self._write(record_key(kind, key), body)
         with self._lock:
             self.counts["published"] += 1
         return True
@@ -291,6 +325,8 @@ class RemoteLayer:
         try:
             return self._call(call)
         except _Off:
+            if self.down is None and self.unwritable is not None:
+                raise RemoteCacheError(f"remote cache {self.url} refused a write: {self.unwritable}") from None
             raise RemoteCacheError(f"remote cache {self.url} is unavailable: {self.down}") from None
 
     def push(self, cache: Cache) -> tuple[int, int]:

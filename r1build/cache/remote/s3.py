@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from ...errors import ConfigError
 from .http import MIN_RATE
-from .store import MAX_OBJECT, RemoteUnavailable, without_credentials
+from .store import MAX_OBJECT, RemoteRefused, RemoteUnavailable, without_credentials
 
 T = TypeVar("T")
 
@@ -60,7 +60,9 @@ class S3Store:
             if code in _ABSENT:
                 return None
             why = without_credentials(code or str(exc))
-            raise RemoteUnavailable(f"{what} s3://{self._bucket}/{self._key(key)}: {why}") from None
+            status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+            error = RemoteRefused if 400 <= status < 500 else RemoteUnavailable
+            raise error(f"{what} s3://{self._bucket}/{self._key(key)}: {why}") from None
         except BotoCoreError as exc:
             why = without_credentials(str(exc))
             raise RemoteUnavailable(f"{what} s3://{self._bucket}/{self._key(key)}: {why}") from None

@@ -16,7 +16,7 @@ from typing import Protocol
 from ...errors import ConfigError
 from ...manifest import remote_url_problem
 
-__all__ = ["MAX_OBJECT", "RemoteStore", "RemoteUnavailable", "open_store", "without_credentials"]
+__all__ = ["MAX_OBJECT", "RemoteRefused", "RemoteStore", "RemoteUnavailable", "open_store", "without_credentials"]
 
 MAX_OBJECT = 64 * 1024**2
 """Largest object read from a remote (bytes): a larger answer is garbage, not a cache entry."""
@@ -24,6 +24,11 @@ MAX_OBJECT = 64 * 1024**2
 
 class RemoteUnavailable(Exception):
     """The remote did not answer usably (down, slow, refused, forbidden, mid-upload failure)."""
+
+
+class RemoteRefused(RemoteUnavailable):
+    """The remote answered, and said no to this request (an HTTP 4xx status, S3's AccessDenied): it is up, and
+    what was refused may be all it refuses (a team's readers may read, not write)."""
 
 
 _USERINFO = re.compile(r"(?<=//)[^/\s\"'<>@]*@")

@@ -85,6 +85,7 @@ http {{
       create_full_put_path on;
     }}
     location /forbidden/ {{ return 403; }}
+    location /readonly/ {{ limit_except GET {{ deny all; }} }}
   }}
 }}
 """
