@@ -15,8 +15,9 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
+from typing import Any
 
-from .store import MAX_OBJECT, RemoteUnavailable
+from .store import MAX_OBJECT, RemoteRefused, RemoteUnavailable
 
 __all__ = ["MIN_RATE", "HttpStore"]
 
@@ -25,6 +26,28 @@ MIN_RATE = 256 * 1024
 """Bytes a second a remote must at least move: a request may take ``timeout`` plus its bytes at this rate, so a
 server that answers a byte now and then (each within ``timeout``) is a timeout, not a hung build."""
 _CHUNK = 64 * 1024
+
+
+def _resolve(host: str, port: int, timeout: float) -> list[tuple[Any, Any, int, str, Any]]:
+    """``socket.getaddrinfo`` of ``host`` for a TCP connection, answered within ``timeout`` seconds (else an
+    OSError; the lookup is left to end on its own, in a daemon thread)."""
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def lookup() -> None:
+        try:
+            box["found"] = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except BaseException as exc:  # handed to the waiting thread
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=lookup, name="r1build-resolve", daemon=True).start()
+    if not done.wait(timeout):
+        raise OSError(f"resolving {host}: no answer within {timeout:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["found"]  # type: ignore[no-any-return]
 
 
 class HttpStore:
@@ -50,10 +73,33 @@ class HttpStore:
         if conn is None:
             cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
             conn = cls(self._host, self._port, timeout=self._timeout)
+            # the host name resolved within the timeout too: the socket's timeout does not bound the resolver,
+            # whose retries over unreachable name servers take 10-30 s, nor does the watchdog (no socket yet)
+            conn._create_connection = self._open  # type: ignore[attr-defined]
             self._local.conn = conn
             with self._guard:
                 self._opened.append(conn)
         return conn
+
+    def _open(
+        self, address: tuple[str, int], timeout: float | None = None, source: tuple[str, int] | None = None
+    ) -> socket.socket:
+        """A connected socket to ``address``, its name resolved within the timeout (an OSError past it)."""
+        host, port = address
+        found = _resolve(host, port, self._timeout)
+        error: OSError | None = None
+        for family, kind, proto, _, where in found:
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.settimeout(timeout)
+                if source is not None:
+                    sock.bind(source)
+                sock.connect(where)
+                return sock
+            except OSError as exc:
+                sock.close()
+                error = exc
+        raise error or OSError(f"{host}: no address to connect to")
 
     def _drop(self) -> None:
         conn = getattr(self._local, "conn", None)
@@ -147,7 +193,8 @@ class HttpStore:
 
     def _fail(self, method: str, key: str, status: int) -> RemoteUnavailable:
         reason = http.client.responses.get(status, "")
-        return RemoteUnavailable(f"{method} {self._prefix}/{key}: HTTP {status} {reason}".rstrip())
+        said = f"{method} {self._prefix}/{key}: HTTP {status} {reason}".rstrip()
+        return RemoteRefused(said) if 400 <= status < 500 else RemoteUnavailable(said)
 
     def get(self, key: str) -> bytes | None:
         status, data = self._request("GET", key)

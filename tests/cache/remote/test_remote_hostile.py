@@ -5,6 +5,9 @@ Fast: a thread-served socket on 127.0.0.1 (no nvcc, no resolve), the remote laye
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -119,3 +122,34 @@ def test_a_run_stopped_while_keeping_a_fetched_record_never_leaves_it_unsigned(
         cache.trusted = TrustedKeys.of([])
         assert cache.get_gate(key) is None  # not there, or there and refused for its signer: never "made here"
         assert cache.signer_of(f"gate/{key}") is not None or cache.peek(f"gate/{key}") is None
+
+
+def test_a_host_name_whose_lookup_hangs_costs_the_timeout_not_the_resolver_s(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A name server that does not answer (a machine without network, a broken resolver): the lookup of the
+    remote's host name is bounded by the remote's timeout like the rest of a request, not by the resolver's own
+    retries (tens of seconds, before any socket the watchdog could shut exists). A name that resolves connects
+    as before."""
+    real = socket.getaddrinfo
+    release = threading.Event()
+
+    def lookup(host: str, *args: object, **kwargs: object) -> object:
+        if host == "cache.hangs.test":
+            release.wait(30)  # the resolver's retries over name servers that never answer
+            raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+        return real(host, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(socket, "getaddrinfo", lookup)
+    store = open_store("http://cache.hangs.test:8080/team", timeout=0.5, header=None)
+    t0 = time.monotonic()
+    # the lookup's own bound or the request's watchdog, whichever says it first: both are the timeout
+    with pytest.raises(RemoteUnavailable, match=r"no answer within 0\.5 s"):
+        store.get("r1build-v1/blob/" + "0" * 64)
+    assert time.monotonic() - t0 < 3
+    release.set()
+    store.close()
+    with FaultServer(lambda first: _answer(b"x")) as server:
+        store = open_store(f"http://localhost:{server.port}/team", timeout=5, header=None)
+        assert store.get("r1build-v1/blob/" + "0" * 64) == b"x"  # through the bounded lookup
+        store.close()
