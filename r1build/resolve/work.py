@@ -213,7 +213,7 @@ def _gated(run: Run, q: Question, seeds: list[Candidate]) -> Resolved | Unresolv
     results: list[Result] = []
     winner = None
     batch = gate_batch()
-    first = run.judges.gate.known(q.job(run.manifest, seeds)) or batch
+    first = run.judges.gate.known(q.job(run.manifest, seeds[:batch])) or batch  # a look-up each: one batch at most
     for start in [0, *range(first, len(seeds), batch)] if seeds else []:
         chunk = seeds[start : start + (batch if start else first)]
         results += _with_known_rejections(chunk, run.judges.gate.evaluate(q.job(run.manifest, chunk)), prior)

@@ -56,8 +56,8 @@ def test_root_kernels_pass_with_timings(evaluator: GpuEvaluator, root_manifest: 
                 assert t.spread <= 0.10, f"{label}: spread {t.spread:.2%} at {t.median_us:.1f} us"
                 error = median_error(t.spread, t.samples)
                 assert error <= 0.005, f"{label}: median good to {error:.2%} at {t.median_us:.1f} us"
-            if t.median_us >= 1000 and t.spread <= 0.005:  # known to STOP_ERROR at the first batch: no more taken
-                assert t.samples == 20, f"{label}: {t.samples} samples, spread {t.spread:.2%}"
+            if t.median_us >= 1000 and t.spread <= 0.005:  # known to STOP_ERROR within two batches, not at the
+                assert t.samples <= 40, f"{label}: {t.samples} samples, spread {t.spread:.2%}"  # budget's 50-66
         baseline = results[0].timing
         assert baseline is not None and baseline.speedup_vs_baseline == pytest.approx(1.0)
     gpu = evaluator.gpus[0]

@@ -19,13 +19,16 @@ from typing import Any
 
 from .store import MAX_OBJECT, RemoteRefused, RemoteUnavailable
 
-__all__ = ["MIN_RATE", "HttpStore"]
+__all__ = ["MIN_RATE", "REFUSALS", "HttpStore"]
 
 _STORED = frozenset({200, 201, 204})
 MIN_RATE = 256 * 1024
 """Bytes a second a remote must at least move: a request may take ``timeout`` plus its bytes at this rate, so a
 server that answers a byte now and then (each within ``timeout``) is a timeout, not a hung build."""
 _CHUNK = 64 * 1024
+REFUSALS = frozenset({401, 403, 405})
+"""HTTP statuses that refuse a request for who asks or what it is (credentials, a method the location does not
+allow): the server is up and would say the same again. Others (408, 413, 429, 5xx) are a remote unavailable."""
 
 
 def _resolve(host: str, port: int, timeout: float) -> list[tuple[Any, Any, int, str, Any]]:
@@ -194,7 +197,7 @@ class HttpStore:
     def _fail(self, method: str, key: str, status: int) -> RemoteUnavailable:
         reason = http.client.responses.get(status, "")
         said = f"{method} {self._prefix}/{key}: HTTP {status} {reason}".rstrip()
-        return RemoteRefused(said) if 400 <= status < 500 else RemoteUnavailable(said)
+        return RemoteRefused(said) if status in REFUSALS else RemoteUnavailable(said)
 
     def get(self, key: str) -> bytes | None:
         status, data = self._request("GET", key)

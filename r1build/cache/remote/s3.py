@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from ...errors import ConfigError
-from .http import MIN_RATE
+from .http import MIN_RATE, REFUSALS
 from .store import MAX_OBJECT, RemoteRefused, RemoteUnavailable, without_credentials
 
 T = TypeVar("T")
@@ -61,7 +61,7 @@ class S3Store:
                 return None
             why = without_credentials(code or str(exc))
             status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
-            error = RemoteRefused if 400 <= status < 500 else RemoteUnavailable
+            error = RemoteRefused if status in REFUSALS else RemoteUnavailable
             raise error(f"{what} s3://{self._bucket}/{self._key(key)}: {why}") from None
         except BotoCoreError as exc:
             why = without_credentials(str(exc))

@@ -27,7 +27,7 @@ class RemoteUnavailable(Exception):
 
 
 class RemoteRefused(RemoteUnavailable):
-    """The remote answered, and said no to this request (an HTTP 4xx status, S3's AccessDenied): it is up, and
+    """The remote answered, and said no to this request (HTTP 401, 403 or 405, S3's AccessDenied): it is up, and
     what was refused may be all it refuses (a team's readers may read, not write)."""
 
 

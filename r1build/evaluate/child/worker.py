@@ -702,10 +702,11 @@ class Worker:
         between: the per-call time of a small kernel includes the gap between kernels, and its inputs may be
         in L2). Otherwise each sample is L2 flush, event, one launch, event, and the launch overhead of such a
         sample beyond an empty kernel's own duration (:meth:`launch_overhead_us`) is subtracted, so the time is
-        the kernel's own duration with a cold L2. The first batch holds the least number of samples; the
-        sampling may stop after any batch.
+        the kernel's own duration with a cold L2. The sampling may stop after any batch once it holds the least
+        number of samples and took a tenth of the budget (a window long enough to see the clocks drift).
         """
         min_n, max_n, stop_error = counts
+        least_s = budget_us / 1e6 / 10
         set_bytes = max(1, sum(int(a["count"]) * int(a["itemsize"]) for a in shape["arrays"]))
         big = set_bytes >= 2 * self.l2_bytes
         started = time.perf_counter()
@@ -744,8 +745,14 @@ class Worker:
             graph.launch(self.stream)
             self.stream.synchronize()
             n = max(min_n, min(max_n, int(budget_us / (reps * t_est))))
-            enough = (lambda got: settled(got, min_n, stop_error)) if stop_error > 0 else None
-            samples = self._measure(lambda _k: graph.launch(self.stream), n, reps, False, min_n, host_us, enough)
+            started = time.perf_counter()
+
+            def settled_graph(got: list[float]) -> bool:
+                return time.perf_counter() - started >= least_s and settled(got, min_n, stop_error)
+
+            batch = max(1, min_n)
+            enough = settled_graph if stop_error > 0 else None
+            samples = self._measure(lambda _k: graph.launch(self.stream), n, reps, False, batch, host_us, enough)
             mode: Literal["graph", "events"] = "graph"
         else:
             # one launch per sample: back-to-back launches would add the gap between kernels to every call
@@ -754,11 +761,13 @@ class Worker:
             n = max(min_n, min(max_n, int(budget_us / (t_est + flush_us))))
             overhead = self.launch_overhead_us()
             batch = max(1, min(min_n, int(1e6 / t_est)))  # a batch takes about a second at most
+            started = time.perf_counter()
 
-            def enough(got: list[float]) -> bool:
-                return settled([max(t - overhead, 0.0) for t in got], min_n, stop_error)
+            def settled_events(got: list[float]) -> bool:
+                net = [max(t - overhead, 0.0) for t in got]
+                return time.perf_counter() - started >= least_s and settled(net, min_n, stop_error)
 
-            raw = self._measure(call, n, 1, True, batch, host_us, enough if stop_error > 0 else None)
+            raw = self._measure(call, n, 1, True, batch, host_us, settled_events if stop_error > 0 else None)
             samples = [max(t - overhead, 0.0) for t in raw]
             mode = "events"
         return {

@@ -112,3 +112,19 @@ def test_s3_access_denied_on_a_write_is_a_refusal_and_a_server_error_is_not(
             store.put("r1build-v1/blob/" + "0" * 64, b"x")
         assert not isinstance(caught.value, RemoteRefused)
         store.close()
+
+
+@pytest.mark.parametrize(("status", "refused"), [(401, True), (403, True), (405, True), (413, False), (429, False)])
+def test_which_http_answers_to_a_put_are_refusals(status: int, refused: bool) -> None:
+    """Credentials or a method the location does not allow are a refusal (the server would say the same again);
+    a body too large or too many requests are not about who asks: the remote is unavailable, as before."""
+
+    def answer(first: bytes) -> bytes:
+        return f"HTTP/1.1 {status} Whatever\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".encode()
+
+    with FaultServer(answer) as server:
+        store = open_store(f"http://127.0.0.1:{server.port}/team", timeout=5, header=None)
+        with pytest.raises(RemoteUnavailable, match=f"HTTP {status}") as caught:
+            store.put("r1build-v1/blob/" + "0" * 64, b"x")
+        assert isinstance(caught.value, RemoteRefused) is refused
+        store.close()
