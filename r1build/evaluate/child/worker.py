@@ -745,10 +745,10 @@ class Worker:
             graph.launch(self.stream)
             self.stream.synchronize()
             n = max(min_n, min(max_n, int(budget_us / (reps * t_est))))
-            started = time.perf_counter()
+            since = time.perf_counter()
 
             def settled_graph(got: list[float]) -> bool:
-                return time.perf_counter() - started >= least_s and settled(got, min_n, stop_error)
+                return time.perf_counter() - since >= least_s and settled(got, min_n, stop_error)
 
             batch = max(1, min_n)
             enough = settled_graph if stop_error > 0 else None
@@ -761,11 +761,11 @@ class Worker:
             n = max(min_n, min(max_n, int(budget_us / (t_est + flush_us))))
             overhead = self.launch_overhead_us()
             batch = max(1, min(min_n, int(1e6 / t_est)))  # a batch takes about a second at most
-            started = time.perf_counter()
+            since = time.perf_counter()
 
             def settled_events(got: list[float]) -> bool:
                 net = [max(t - overhead, 0.0) for t in got]
-                return time.perf_counter() - started >= least_s and settled(net, min_n, stop_error)
+                return time.perf_counter() - since >= least_s and settled(net, min_n, stop_error)
 
             raw = self._measure(call, n, 1, True, batch, host_us, settled_events if stop_error > 0 else None)
             samples = [max(t - overhead, 0.0) for t in raw]
