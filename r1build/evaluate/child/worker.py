@@ -745,14 +745,10 @@ class Worker:
             graph.launch(self.stream)
             self.stream.synchronize()
             n = max(min_n, min(max_n, int(budget_us / (reps * t_est))))
-            since = time.perf_counter()
-
-            def settled_graph(got: list[float]) -> bool:
-                return time.perf_counter() - since >= least_s and settled(got, min_n, stop_error)
-
-            batch = max(1, min_n)
-            enough = settled_graph if stop_error > 0 else None
-            samples = self._measure(lambda _k: graph.launch(self.stream), n, reps, False, batch, host_us, enough)
+            enough = _stop_rule(min_n, stop_error, least_s)
+            samples = self._measure(
+                lambda _k: graph.launch(self.stream), n, reps, False, max(1, min_n), host_us, enough
+            )
             mode: Literal["graph", "events"] = "graph"
         else:
             # one launch per sample: back-to-back launches would add the gap between kernels to every call
@@ -761,13 +757,7 @@ class Worker:
             n = max(min_n, min(max_n, int(budget_us / (t_est + flush_us))))
             overhead = self.launch_overhead_us()
             batch = max(1, min(min_n, int(1e6 / t_est)))  # a batch takes about a second at most
-            since = time.perf_counter()
-
-            def settled_events(got: list[float]) -> bool:
-                net = [max(t - overhead, 0.0) for t in got]
-                return time.perf_counter() - since >= least_s and settled(net, min_n, stop_error)
-
-            raw = self._measure(call, n, 1, True, batch, host_us, settled_events if stop_error > 0 else None)
+            raw = self._measure(call, n, 1, True, batch, host_us, _stop_rule(min_n, stop_error, least_s, overhead))
             samples = [max(t - overhead, 0.0) for t in raw]
             mode = "events"
         return {
@@ -782,6 +772,21 @@ class Worker:
             "outputs": [],
             "seconds": {"sets": sampling - started, "samples": time.perf_counter() - sampling},
         }, sets
+
+
+def _stop_rule(least: int, error: float, least_s: float, overhead: float = 0.0) -> Callable[[list[float]], bool] | None:
+    """When a shape's sampling, started now, may stop: once its samples (less ``overhead``, as they are recorded)
+    number ``least`` and know their median to ``error`` (:func:`r1build.noise.settled`), and ``least_s`` seconds
+    have passed; None for ``error`` 0 (never)."""
+    if error <= 0:
+        return None
+    since = time.perf_counter()
+
+    def enough(got: list[float]) -> bool:
+        net = [max(t - overhead, 0.0) for t in got]
+        return time.perf_counter() - since >= least_s and settled(net, least, error)
+
+    return enough
 
 
 def _wipe_parked(worker: Worker) -> str | None:
