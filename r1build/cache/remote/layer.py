@@ -24,8 +24,8 @@ Writing
 Faults
     The first failed request (refused, timed out, an HTTP error, missing credentials) turns the remote off for
     the rest of the run with one warning line: a circuit breaker, so a down or slow remote costs one timeout.
-    A write the remote answers with a refusal (an HTTP 4xx, S3's AccessDenied: credentials that may read and not
-    write) turns publishing off instead, with its own warning line; reading goes on.
+    A write the remote answers with a refusal (HTTP 401, 403 or 405, S3's AccessDenied: credentials that may read
+    and not write) turns publishing off instead, with its own warning line; reading goes on.
 """
 
 from __future__ import annotations
@@ -145,19 +145,33 @@ class RemoteLayer:
             emit(note)
 
     # -- faults ------------------------------------------------------------------------------------------
-    def _write(self, key: str, data: bytes) -> None:
-        """Put one object; a refusal turns publishing off (said once) and raises :class:`_Off`, as does a remote
-        that is off (:meth:`_call`)."""
-        if self.unwritable is not None:
+    def _first(self, flag: str, why: str) -> bool:
+        """Set the reason ``flag`` (``down`` or ``unwritable``) to ``why`` unless set; whether this call set it."""
+        with self._lock:
+            first = getattr(self, flag) is None
+            if first:
+                setattr(self, flag, why)
+        return first
+
+    def _call(self, call: Callable[[], T]) -> T:
+        """``call``'s answer; the first failure turns the remote off (said once) and raises :class:`_Off`."""
+        if self.down is not None:
             raise _Off
         try:
-            self._call(lambda: self.store.put(key, data), refusable=True)
+            return call()
+        except RemoteUnavailable as exc:
+            self._turn_off(exc)
+            raise _Off from None
+
+    def _write(self, key: str, data: bytes) -> None:
+        """Put one object; a refusal turns publishing off (said once), any other failure the remote (:meth:`_call`),
+        and either raises :class:`_Off`."""
+        if self.down is not None or self.unwritable is not None:
+            raise _Off
+        try:
+            self.store.put(key, data)
         except RemoteRefused as exc:
-            with self._lock:
-                first = self.unwritable is None
-                if first:
-                    self.unwritable = str(exc)
-            if first:
+            if self._first("unwritable", str(exc)):
                 self._say(
                     Note(
                         "warning",
@@ -166,27 +180,13 @@ class RemoteLayer:
                     )
                 )
             raise _Off from None
-
-    def _call(self, call: Callable[[], T], *, refusable: bool = False) -> T:
-        """``call``'s answer; the first failure turns the remote off (said once) and raises :class:`_Off`. With
-        ``refusable`` (a write), a refusal is raised as it is, for :meth:`_write`."""
-        if self.down is not None:
-            raise _Off
-        try:
-            return call()
         except RemoteUnavailable as exc:
-            if refusable and isinstance(exc, RemoteRefused):
-                raise
             self._turn_off(exc)
             raise _Off from None
 
     def _turn_off(self, exc: RemoteUnavailable) -> None:
         """The remote is off for the rest of the run; the first time, say so."""
-        with self._lock:
-            first = self.down is None
-            if first:
-                self.down = str(exc)
-        if first:
+        if self._first("down", str(exc)):
             self._say(
                 Note(
                     "warning",
