@@ -10,7 +10,8 @@ exit code 2 at the CLI / PEP 517 boundary; everything else to exit code 1::
     │   │   └── StaleLockError         --locked and the lock does not match the manifest
     │   ├── BundleError                a cache bundle that is malformed or tampered with
     │   ├── ConfigError                settings / environment (missing API key, bad endpoint, bad signing key)
-    │   │   └── MissingExtraError      an optional dependency a command needs is not installed (names the extra)
+    │   │   ├── MissingExtraError      an optional dependency a command needs is not installed (names the extra)
+    │   │   └── SandboxUnavailableError  model-written code must be confined and no sandbox works here
     │   ├── SignatureError             a signed decision or bundle entry that is unsigned, malformed, signed by
     │   │                                  an untrusted key, or altered (names the key id)
     │   └── UsageError                 command-line misuse
@@ -60,6 +61,7 @@ __all__ = [
     "R1BuildError",
     "RemoteCacheError",
     "ResolveError",
+    "SandboxUnavailableError",
     "SignatureError",
     "StaleLockError",
     "ToolchainError",
@@ -116,6 +118,11 @@ class BundleError(UserError):
 
 class ConfigError(UserError):
     """Settings or environment: a missing API key, an unknown provider."""
+
+
+class SandboxUnavailableError(ConfigError):
+    """Model-written code is compiled and run only inside a sandbox (:mod:`r1build.sandbox`), and none works here;
+    the message says why and what to install, or how to run such code unconfined on purpose."""
 
 
 class MissingExtraError(ConfigError):

@@ -37,6 +37,9 @@ variable                    meaning
                             best measured so far (3 when unset)
 ``R1BUILD_NCU``             the Nsight Compute (``ncu``) that profiles a search's finalists (before ``PATH`` and
                             the CUDA folder); ``off`` turns profiling off
+``R1BUILD_SANDBOX``         ``bwrap`` (when unset) compiles and runs model-written code only inside Bubblewrap and
+                            refuses where it cannot run; ``off`` runs it unconfined, with every file this user can
+                            read and the network in its reach (a warning says so on every run)
 ``R1BUILD_REFERENCE_TIMEOUT`` seconds one call of a kernel's numpy reference may take before it is reported as
                             hanging (``check``, the GPU checks' plans; 300 when unset)
 ==========================  =============================================================================
@@ -64,9 +67,11 @@ from .errors import ConfigError
 
 __all__ = [
     "BASE_URL_ENV",
+    "SANDBOX_ENV",
     "VARIABLES",
     "EnvSettings",
     "PerfModelMode",
+    "SandboxSetting",
     "env_settings",
     "lock_mode",
     "parse_flag",
@@ -75,6 +80,12 @@ __all__ = [
 
 BASE_URL_ENV = "R1BUILD_BASE_URL"
 """The variable that overrides the LLM endpoint's URL of any provider profile (named in messages)."""
+
+SANDBOX_ENV = "R1BUILD_SANDBOX"
+"""The variable that turns the sandbox of model-written code off (named in messages)."""
+
+SandboxSetting = Literal["bwrap", "off"]
+"""How model-written code is confined (``R1BUILD_SANDBOX``): inside Bubblewrap, or not at all."""
 
 PerfModelMode = Literal["order", "skip"]
 """How a search uses the performance model (``R1BUILD_PERF_MODEL``): ``order`` GPU work by its predictions, or also
@@ -162,6 +173,9 @@ class EnvSettings:
     """``R1BUILD_NCU``: the ncu executable that profiles finalists, as given (``off`` turns profiling off)."""
     reference_timeout: float = 300.0
     """``R1BUILD_REFERENCE_TIMEOUT``: seconds one call of a numpy reference may take."""
+    sandbox: SandboxSetting = "bwrap"
+    """``R1BUILD_SANDBOX``: ``bwrap`` confines model-written code (refusing where no sandbox works), ``off`` runs it
+    unconfined."""
 
 
 def _flag(environ: Mapping[str, str], name: str) -> bool | None:
@@ -241,7 +255,17 @@ def env_settings(environ: Mapping[str, str] | None = None) -> EnvSettings:
         perf_model=_perf_model(env),
         perf_model_skip=_perf_model_skip(env),
         reference_timeout=_seconds(env, "R1BUILD_REFERENCE_TIMEOUT", 86400) or 300.0,
+        sandbox=_sandbox(env),
     )
+
+
+def _sandbox(environ: Mapping[str, str]) -> SandboxSetting:
+    value = environ.get(SANDBOX_ENV, "").strip().lower()
+    if value in ("", "bwrap", "on", "1", "yes", "true"):
+        return "bwrap"
+    if value in ("off", "0", "no", "false"):
+        return "off"
+    raise ConfigError(f"{SANDBOX_ENV} must be bwrap or off (got {value!r})")
 
 
 def _perf_model(environ: Mapping[str, str]) -> PerfModelMode | None:

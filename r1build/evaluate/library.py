@@ -12,6 +12,7 @@ cores, the first job's links before the later jobs' compiles).
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
@@ -25,6 +26,7 @@ from ..gate.compile_slots import compile_slot
 from ..gate.nvcc import PIC_FLAGS, compile_variant
 from ..gate.symbols import check_object
 from ..records import Candidate
+from ..sandbox import Confinement, sandbox_for
 from ..toolchain import Toolchain
 
 __all__ = ["Library", "LibraryFailure", "build_library"]
@@ -87,6 +89,7 @@ def build_library(
             workdir=workdir,
             timeout_s=timeout_s,
             declaration=declaration,
+            sandbox=sandbox_for(candidate.origin.kind),
         )
         if not compiled.ok or compiled.object_path is None:
             why = (
@@ -101,10 +104,18 @@ def build_library(
         return LibraryFailure("rejected", symbols.reason(entry))
     so = workdir / f"{name}.so"
     cmd = [toolchain.nvcc, "-shared", "-o", so.name, obj.name]
+    sandbox, confinement = sandbox_for(candidate.origin.kind), Confinement(workdir=workdir, toolkit=toolchain.nvcc)
     try:
         with compile_slot():  # an nvcc like any compile: within the process's cores, at the job's rank
             proc = subprocess.run(
-                cmd, cwd=workdir, capture_output=True, text=True, errors="replace", timeout=timeout_s, check=False
+                sandbox.command(cmd, confinement),
+                env=sandbox.environment(os.environ, confinement),
+                cwd=workdir,
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=timeout_s,
+                check=False,
             )
     except subprocess.TimeoutExpired:
         return LibraryFailure("compile_error", f"linking the shared library did not finish within {timeout_s:g} s")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import signal
 import subprocess
 import time
@@ -19,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..sandbox import scrubbed_environment
 from .child.protocol import PeerClosed, PeerTimeout, ProtocolError, read_message, write_message
 
 __all__ = [
@@ -29,47 +29,6 @@ __all__ = [
     "log_tail",
     "scrubbed_environment",
 ]
-
-_KEEP = frozenset(
-    {
-        "PATH",
-        "LD_LIBRARY_PATH",
-        "LANG",
-        "LC_ALL",
-        "LC_CTYPE",
-        "TZ",
-        "PYTHONHOME",
-        "CUDA_HOME",
-        "CUDA_PATH",
-        "CUDA_MODULE_LOADING",
-        "CUDA_DEVICE_ORDER",
-        "R1BUILD_NVCC",
-        "CUDACXX",
-        # Keep NVLink multicast off everywhere the host asks for it (shared machines).
-        "NCCL_NVLS_ENABLE",
-        "TORCH_SYMM_MEM_DISABLE_MULTICAST",
-        "NVSHMEM_DISABLE_NVLS",
-    }
-)
-_KEEP_PREFIXES = ("CUPY_",)
-_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION", re.IGNORECASE)
-
-
-def scrubbed_environment(
-    base: Mapping[str, str], *, home: Path, extra: Mapping[str, str] | None = None
-) -> dict[str, str]:
-    """The environment for a process that runs candidate code: only what CUDA, Python and cupy need (an
-    allowlist), never anything that looks like a credential, ``HOME`` and ``TMPDIR`` pointed at ``home``."""
-    env = {k: v for k, v in base.items() if (k in _KEEP or k.startswith(_KEEP_PREFIXES)) and not _SECRET.search(k)}
-    env["HOME"] = str(home)
-    env["TMPDIR"] = str(home)
-    env["CUPY_CACHE_DIR"] = str(home / "cupy")
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    env["PYTHONNOUSERSITE"] = "1"
-    for k, v in (extra or {}).items():
-        if not _SECRET.search(k):
-            env[k] = v
-    return env
 
 
 def describe_exit(returncode: int | None) -> str:

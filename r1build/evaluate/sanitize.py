@@ -29,10 +29,11 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from ..sandbox import Confinement, Sandbox, unconfined
 from .child.harness import BEGIN, DONE, END, FAILED, HELD, RESUMED
 
 __all__ = [
@@ -243,10 +244,22 @@ class SanitizerRunner:
     alone is tried once more with twice the time, in case the machine was only busy). Time a harness spends held
     (it said ``HELD`` and has not resumed) is not silence."""
 
-    def __init__(self, executable: str, env: Mapping[str, str], *, timeout_s: float = 90.0) -> None:
+    def __init__(
+        self,
+        executable: str,
+        env: Mapping[str, str],
+        *,
+        timeout_s: float = 90.0,
+        sandbox: Sandbox | None = None,
+        confinement: Confinement | None = None,
+    ) -> None:
         self.executable = executable
         self.env = dict(env)
         self.timeout_s = timeout_s
+        self.sandbox = sandbox or unconfined()
+        """Where a run is confined (:func:`r1build.sandbox.runner_sandbox`): the harness loads candidate libraries."""
+        self.confinement = confinement
+        """What a confined run may see; its working directory is each run's own."""
         self._available: str | bool | None = None
         self._probe_lock = threading.Lock()
         self._lock = threading.Lock()
@@ -264,6 +277,8 @@ class SanitizerRunner:
         hold: Path | None = None,
     ) -> _Proc:
         cmd = [self.executable, *args]
+        if self.confinement is not None:
+            cmd = self.sandbox.command(cmd, replace(self.confinement, workdir=cwd))
         limit = timeout_s or self.timeout_s
         live = _Live(token, progress=time.monotonic())
         with self._lock:

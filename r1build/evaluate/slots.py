@@ -13,19 +13,20 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ..errors import EvaluationError
 from ..filemode import write_atomically
 from ..manifest.model import KernelSpec
+from ..sandbox import Confinement, runner_sandbox, scrubbed_environment
 from .checks import arg_codes
 from .child.messages import JudgeRequest, LoadRequest
 from .devices import GpuInfo, visible_devices_value
 from .floors import DeviceFloors
 from .library import Library
-from .process import WorkerDied, WorkerHandle, WorkerTimedOut, scrubbed_environment
+from .process import WorkerDied, WorkerHandle, WorkerTimedOut
 from .sanitize import SanitizerRunner, find_sanitizer
 
 __all__ = ["Quiet", "Slot", "make_slot"]
@@ -255,12 +256,19 @@ def make_slot(
     workdir = root / (name or f"gpu{gpu.index}")
     (workdir / "home").mkdir(parents=True, exist_ok=True)
     env = worker_environment(gpu, workdir / "home")
-    worker = WorkerHandle([sys.executable, "-m", WORKER_MODULE], env, workdir, name="worker")
+    # what loads candidate libraries runs confined: the evaluator's folder (the libraries) read-only, its own
+    # folder writable, the GPU, r1build's Python; the judge, which never loads one, does not need to be
+    sandbox, confinement = runner_sandbox(), Confinement(workdir=workdir, readable=(root,), python=True, gpu=True)
+    worker = WorkerHandle(
+        sandbox.command([sys.executable, "-m", WORKER_MODULE], confinement), env, workdir, name="worker"
+    )
     sanitizer = None
     if sanitize:
         exe = find_sanitizer(nvcc)
         if exe is not None:
-            sanitizer = SanitizerRunner(exe, env)
+            sanitizer = SanitizerRunner(
+                exe, env, sandbox=sandbox, confinement=replace(confinement, toolkit=exe, writable=(workdir,))
+            )
     judging = None
     if judge:  # a home of its own: nothing a candidate's worker leaves there (cupy's kernel cache) reaches it
         (workdir / "judge-home").mkdir(exist_ok=True)

@@ -29,8 +29,10 @@ from ..defines import check_defines
 from ..errors import ToolchainError
 from ..manifest.archs import arch_info
 from ..records import GateReport
+from ..sandbox import Confinement, Sandbox, unconfined
 from ..toolchain import Toolchain
 from .compile_slots import COMPILE_SLOTS, compile_slot
+from .messages import own_messages
 
 __all__ = [
     "COMPILE_SLOTS",
@@ -202,10 +204,15 @@ def compile_variant(
     workdir: Path,
     timeout_s: float,
     declaration: str | None = None,
+    sandbox: Sandbox | None = None,
 ) -> Compilation:
     """Compile ``source`` as ``<workdir>/<name>.cu`` for ``arch`` (one, or several at once) into
     ``<workdir>/<name>.o``, with ``declaration`` (a header's text) pre-included when given. The compile waits for
     one of the process's compile slots; ``timeout_s`` counts from when it starts.
+
+    ``sandbox`` confines a model-written source (:func:`r1build.sandbox.sandbox_for`): nvcc then sees only the
+    toolkit, the system and ``workdir``, and the output keeps only the messages about the candidate's own file
+    (:func:`.messages.own_messages`). None compiles a trusted source as it is.
 
     A compile that fails or runs past ``timeout_s`` is a :class:`Compilation` that is not ``ok``; only an nvcc
     that cannot be started at all raises :class:`~r1build.errors.ToolchainError`.
@@ -221,6 +228,7 @@ def compile_variant(
             workdir=workdir,
             timeout_s=timeout_s,
             declaration=declaration,
+            sandbox=sandbox or unconfined(),
         )
 
 
@@ -235,6 +243,7 @@ def _compile(
     workdir: Path,
     timeout_s: float,
     declaration: str | None,
+    sandbox: Sandbox,
 ) -> Compilation:
     src, obj = f"{name}.cu", f"{name}.o"
     (workdir / src).write_text(source, encoding="utf-8")
@@ -249,11 +258,13 @@ def _compile(
         obj,
         pre_include=DECLARATION_NAME if declaration is not None else None,
     )
+    confinement = Confinement(workdir=workdir, toolkit=toolchain.nvcc)
     start = time.perf_counter()
     try:
         # a session of its own, so a timeout stops nvcc's children (cudafe++, cicc, ptxas) as well
         proc = subprocess.Popen(
-            cmd,
+            sandbox.command(cmd, confinement),
+            env=sandbox.environment(os.environ, confinement),
             cwd=workdir,
             stdin=subprocess.DEVNULL,  # never the caller's terminal: an #include "/dev/stdin" reads nothing
             stdout=subprocess.PIPE,
@@ -270,6 +281,8 @@ def _compile(
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         partial, _ = proc.communicate()
+        if sandbox.kind != "trusted":
+            partial = own_messages(partial, (src, DECLARATION_NAME))
         message = f"{partial}\nnvcc did not finish within {timeout_s:g} s and was stopped."
         return Compilation(
             command=tuple(cmd),
@@ -279,6 +292,8 @@ def _compile(
             object_path=None,
         )
     elapsed = time.perf_counter() - start
+    if sandbox.kind != "trusted":
+        output = own_messages(output, (src, DECLARATION_NAME))
     made = workdir / obj
     ok = proc.returncode == 0 and made.is_file()
     parts = split_ptxas_report(output, archs) if ok and len(archs) > 1 else None

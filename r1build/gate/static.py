@@ -33,6 +33,7 @@ from ..manifest.cdecl import declaration, signature
 from ..manifest.flags import include_digest, rooted_flags
 from ..manifest.model import KernelSpec, Limits, Manifest
 from ..records import Candidate, GateReport, Result, Status
+from ..sandbox import sandbox_for
 from ..toolchain import Toolchain
 from ..toolchain import toolchain as default_toolchain
 from .nvcc import PIC_FLAGS, Compilation, compile_variant
@@ -366,6 +367,7 @@ class StaticGate:
                 workdir=Path(scratch),
                 timeout_s=self.timeout_s,
                 declaration=declaration(spec),
+                sandbox=sandbox_for(candidate.origin.kind),
             )
             with self._lock:
                 self.compiles += 1

@@ -1,0 +1,158 @@
+"""Bubblewrap (``bwrap``): the sandbox command line for one :class:`~.policy.Confinement`.
+
+A confined process gets a new, empty root with only what it needs bound into it: ``/usr`` (programs, libraries,
+headers; the toolkit when it is under ``/usr/local``) and the ``/bin``, ``/lib``... links or folders of the host,
+read-only; the dynamic loader's cache; a fresh ``/tmp``, a ``/proc`` of its own PID namespace and a minimal
+``/dev``; then the confinement's own folders. Folders are bound shallowest first, and a secret folder (the home
+folder, the project) that lies inside a bound one is covered by an empty one before anything deeper is bound, so
+binding a virtual environment inside the project shows the environment and not the project.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from .environment import confined_environment
+
+if TYPE_CHECKING:
+    from .policy import Confinement, SandboxKind
+
+__all__ = ["Bubblewrap", "find_bwrap", "probe"]
+
+_NAMESPACES = ("--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL")
+_SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_LOADER = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives")
+_SYSTEM_ROOTS = (Path("/"), Path("/usr"), Path("/tmp"), Path("/dev"), Path("/proc"), Path("/sys"), Path("/etc"))
+
+Op = Literal["ro", "rw", "dev", "mask"]
+
+
+def find_bwrap() -> str | None:
+    """The ``bwrap`` on ``PATH`` (or Debian's ``/usr/bin/bwrap``), None when there is none."""
+    found = shutil.which("bwrap")
+    if found is None and os.access("/usr/bin/bwrap", os.X_OK):
+        found = "/usr/bin/bwrap"
+    return found
+
+
+@functools.lru_cache(maxsize=4)
+def probe(exe: str) -> str | None:
+    """None when ``exe`` can build a sandbox here (it runs ``true`` in one), else why not, in a few words."""
+    argv = [exe, *_NAMESPACES, *_system_binds(), "--proc", "/proc", "--dev", "/dev", "--", "true"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{exe} could not be run ({exc})"
+    if done.returncode != 0:
+        said = " ".join((done.stderr or done.stdout).split())[:300]
+        return f"{exe} cannot make a sandbox here ({said or f'exit code {done.returncode}'})"
+    return None
+
+
+def _system_binds() -> list[str]:
+    """``/usr`` and the host's top-level links or folders into it, read-only."""
+    out = ["--ro-bind", "/usr", "/usr"]
+    for place in _SYSTEM_LINKS:
+        if Path(place).is_symlink():
+            out += ["--symlink", str(Path(place).readlink()), place]
+        elif Path(place).is_dir():
+            out += ["--ro-bind", place, place]
+    for place in _LOADER:
+        out += ["--ro-bind-try", place, place]
+    return out
+
+
+def _gpu_nodes() -> list[str]:
+    """The NVIDIA device nodes of this host (``/dev/nvidia0``, ``nvidiactl``, ``nvidia-uvm``, ``nvidia-caps/*``)."""
+    dev = Path("/dev")
+    return sorted(str(p) for p in [*dev.glob("nvidia*"), *dev.glob("nvidia-caps/*")] if not p.is_dir())
+
+
+def _inside(child: Path, parent: Path) -> bool:
+    return child != parent and child.is_relative_to(parent)
+
+
+@dataclass(frozen=True)
+class Bubblewrap:
+    """The Bubblewrap sandbox: ``exe``, the Python places a confined worker needs, and the secret folders never
+    shown."""
+
+    exe: str
+    python: tuple[Path, ...] = ()
+    """What :func:`~.policy.python_places` found: prefixes, site-packages, r1build's package folder."""
+    secrets: tuple[Path, ...] = ()
+    """Folders covered by an empty one wherever a folder above them is bound (home, the project)."""
+
+    @property
+    def kind(self) -> SandboxKind:
+        return "bwrap"
+
+    def command(self, argv: Sequence[str], confinement: Confinement) -> list[str]:
+        """``argv`` inside a new sandbox for ``confinement``, run in its working directory."""
+        out = [self.exe, *_NAMESPACES, *_system_binds(), "--proc", "/proc", "--dev", "/dev"]
+        for op, place in self._places(confinement):
+            if op == "mask":
+                out += ["--tmpfs", str(place)]
+            elif op == "dev":
+                out += ["--dev-bind-try", str(place), str(place)]
+            else:
+                out += ["--ro-bind" if op == "ro" else "--bind", str(place), str(place)]
+        return [*out, "--chdir", str(confinement.workdir), "--", *argv]
+
+    def environment(self, base: Mapping[str, str], confinement: Confinement) -> dict[str, str]:
+        return confined_environment(base, confinement)
+
+    def _places(self, confinement: Confinement) -> list[tuple[Op, Path]]:
+        """What to bind or cover, shallowest first (a place deeper than a covered secret is bound after it)."""
+        places: dict[Path, Op] = {}
+        for place in self._readable(confinement):
+            places.setdefault(place, "ro")
+        for place in (*confinement.writable, confinement.workdir):
+            places[_absolute(place)] = "rw"
+        if confinement.gpu:
+            places.update({Path(node): "dev" for node in _gpu_nodes()})
+        bound = [p for p, op in places.items() if op in ("ro", "rw")] + [Path("/usr")]
+        for secret in self.secrets:
+            shown = secret not in places and any(_inside(secret, p) for p in bound)
+            if shown and not any(secret == root or _inside(root, secret) for root in _SYSTEM_ROOTS):
+                places[secret] = "mask"
+        for place, op in list(places.items()):  # a read-only place inside another, with no cover between, is shown
+            if op == "ro" and any(
+                _inside(place, up) and places[up] == "ro" and not _covered_between(places, up, place) for up in places
+            ):
+                del places[place]
+        order = {"mask": 0, "ro": 1, "rw": 1, "dev": 1}
+        ranked = sorted(places.items(), key=lambda item: (len(item[0].parts), order[item[1]], str(item[0])))
+        return [("mask", Path("/tmp")), *((op, place) for place, op in ranked)]
+
+    def _readable(self, confinement: Confinement) -> list[Path]:
+        out = [_absolute(p) for p in confinement.readable]
+        if confinement.toolkit:
+            tool = Path(confinement.toolkit)
+            out += [tool.parent, tool.resolve().parents[1]]
+        if confinement.python:
+            out += [p for p in self.python if not any(s == p or _inside(s, p) for s in self.secrets)]
+            out.append(Path(__file__).resolve().parents[1])
+        if confinement.gpu:
+            out += [Path("/sys")]
+        return [p for p in out if p.exists() and not _under_usr(p)]
+
+
+def _absolute(place: Path) -> Path:
+    """``place`` made absolute without following links (the path a program inside names it by)."""
+    return Path(os.path.abspath(place))  # noqa: PTH100
+
+
+def _covered_between(places: Mapping[Path, Op], up: Path, down: Path) -> bool:
+    return any(op == "mask" and _inside(p, up) and (p == down or _inside(down, p)) for p, op in places.items())
+
+
+def _under_usr(place: Path) -> bool:
+    return place == Path("/usr") or _inside(place, Path("/usr"))

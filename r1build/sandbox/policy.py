@@ -1,0 +1,156 @@
+"""The sandbox policy: what a confined process may see (:class:`Confinement`), which sandbox confines it
+(:class:`Sandbox`), and the one decision of whether a source is confined at all (:func:`sandbox_for`)."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Protocol
+
+from ..errors import SandboxUnavailableError
+from ..events import Note, emit
+from ..settings import SANDBOX_ENV, env_settings
+from .bwrap import Bubblewrap, find_bwrap, probe
+from .environment import confined_environment
+
+__all__ = [
+    "Confinement",
+    "Sandbox",
+    "SandboxKind",
+    "confined",
+    "runner_sandbox",
+    "sandbox_for",
+    "trusted_origin",
+    "unconfined",
+]
+
+SandboxKind = Literal["bwrap", "off", "trusted"]
+"""How a process runs: inside Bubblewrap, unconfined because ``R1BUILD_SANDBOX=off`` said so, or unconfined because
+what it runs is the user's own source (``trusted``)."""
+
+OFF_MEANING = (
+    f"{SANDBOX_ENV}=off: model-written code is compiled and run unconfined, with every file this user can read "
+    "and the network within its reach (a hostile answer can copy keys into a wheel or send them away)"
+)
+"""What turning the sandbox off means, said on every run that does."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Confinement:
+    """What one confined process may see besides the system's programs, libraries and headers and the toolkit."""
+
+    workdir: Path
+    """Its working directory, read-write (a compile's scratch folder, a worker's own folder)."""
+    readable: tuple[Path, ...] = ()
+    """Further folders or files it may read (the libraries under test, a tool's folder)."""
+    writable: tuple[Path, ...] = ()
+    """Further folders it may write."""
+    python: bool = False
+    """The Python that runs r1build (its prefixes and site-packages) and r1build's own package folder."""
+    gpu: bool = False
+    """The GPU's device nodes and the ``/sys`` entries the CUDA driver reads."""
+    toolkit: str | None = None
+    """The nvcc (or another toolkit program) whose toolkit folder it may read, where that is not under ``/usr``."""
+
+
+class Sandbox(Protocol):
+    """Runs a command confined (or not, for trusted work)."""
+
+    @property
+    def kind(self) -> SandboxKind:
+        """Which sandbox this is."""
+        ...
+
+    def command(self, argv: Sequence[str], confinement: Confinement) -> list[str]:
+        """``argv`` as run inside the sandbox (the same list where nothing confines it)."""
+        ...
+
+    def environment(self, base: Mapping[str, str], confinement: Confinement) -> dict[str, str]:
+        """The environment a confined command gets from ``base`` (scrubbed of credentials)."""
+        ...
+
+
+@dataclass(frozen=True)
+class _Unconfined:
+    kind: SandboxKind
+
+    def command(self, argv: Sequence[str], confinement: Confinement) -> list[str]:
+        return list(argv)
+
+    def environment(self, base: Mapping[str, str], confinement: Confinement) -> dict[str, str]:
+        if self.kind == "trusted":
+            return dict(base)
+        return confined_environment(base, confinement)
+
+
+def unconfined() -> Sandbox:
+    """The sandbox of trusted work (the user's own sources): none; commands run as given."""
+    return _Unconfined("trusted")
+
+
+def trusted_origin(kind: str) -> bool:
+    """Whether a candidate of this origin kind is the user's own source (``baseline``, ``file``), compiled and run
+    as any source of the project; everything else (``generated``) is confined."""
+    return kind in ("baseline", "file")
+
+
+def sandbox_for(origin_kind: str) -> Sandbox:
+    """The sandbox for a candidate of this origin kind: none for the user's own sources, else :func:`confined`."""
+    return unconfined() if trusted_origin(origin_kind) else confined()
+
+
+def confined(environ: Mapping[str, str] | None = None) -> Sandbox:
+    """The sandbox for model-written code: Bubblewrap where it runs; unconfined with a warning where
+    ``R1BUILD_SANDBOX=off``; else :class:`~r1build.errors.SandboxUnavailableError` saying why and what to do."""
+    if env_settings(environ).sandbox == "off":
+        _warn_off()
+        return _Unconfined("off")
+    exe = find_bwrap()
+    problem = "bubblewrap (bwrap) is not installed" if exe is None else probe(exe)
+    if exe is None or problem is not None:
+        raise SandboxUnavailableError(
+            f"model-written code is compiled and run only inside a sandbox, and none works here: {problem}. "
+            "Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; it needs unprivileged user "
+            f"namespaces), or set {SANDBOX_ENV}=off to run model-written code unconfined"
+        )
+    return Bubblewrap(exe, python=python_places(), secrets=secret_places())
+
+
+def runner_sandbox() -> Sandbox:
+    """The sandbox of a process that loads candidate libraries (a GPU or check worker, a sanitizer or profiler run):
+    :func:`confined`; where no sandbox works, none, since such a process then only ever gets the user's own sources
+    (a model-written one cannot be built into a library without a sandbox: :func:`sandbox_for` refuses)."""
+    try:
+        return confined()
+    except SandboxUnavailableError:
+        return unconfined()
+
+
+@functools.lru_cache(maxsize=1)
+def _warn_off() -> None:
+    emit(Note("warning", OFF_MEANING))
+
+
+def python_places() -> tuple[Path, ...]:
+    """What a confined Python needs to run r1build's worker: the interpreter's prefixes, the site-packages folders
+    on ``sys.path``, the folders of ``PYTHONPATH`` and r1build's own package folder (never the folder above it, which
+    may be a project checkout)."""
+    places = {Path(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
+    places |= {Path(p) for p in sys.path if p and Path(p).name in ("site-packages", "dist-packages")}
+    places |= {Path(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).is_absolute()}
+    places.add(Path(__file__).resolve().parents[1])
+    executable = Path(sys.executable)
+    places.add(executable.parent)
+    places.add(executable.resolve().parent)
+    return tuple(sorted(p for p in places if p.exists()))
+
+
+def secret_places() -> tuple[Path, ...]:
+    """Folders never shown inside a sandbox even where a folder above them is (they are covered by an empty one):
+    the home folder and the working directory (the project)."""
+    out = {Path.home(), Path.cwd()}
+    return tuple(sorted(p.resolve() for p in out if p.exists() and p != Path("/")))

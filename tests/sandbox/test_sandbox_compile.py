@@ -1,0 +1,157 @@
+"""Model-written sources are compiled in the real sandbox (Bubblewrap): a canary file of the building machine is
+never read into an object, a compiler message, a cached verdict, or a probe's answer, whatever the spelling; the
+sandbox alone holds (the text checks are bypassed here on purpose), and the gate's two layers together hold."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from r1build.cache import Cache
+from r1build.errors import SandboxUnavailableError, ToolchainError
+from r1build.gate import StaticGate
+from r1build.gate.nvcc import compile_variant
+from r1build.gate.source import source_problems
+from r1build.manifest import load_manifest
+from r1build.records import Candidate, Origin
+from r1build.sandbox import Confinement, Sandbox, confined, sandbox_for, unconfined
+from r1build.sandbox.bwrap import find_bwrap, probe
+from r1build.toolchain import Toolchain, toolchain
+
+ROOT = Path(__file__).resolve().parents[2]
+CANARY = "R1BUILD-CANARY-7f3a91"
+
+try:
+    TOOLCHAIN: Toolchain | None = toolchain()
+except ToolchainError:  # pragma: no cover - every development and CI machine has nvcc
+    TOOLCHAIN = None
+BWRAP = find_bwrap()
+needs_sandbox = pytest.mark.skipif(
+    BWRAP is None or probe(BWRAP) is not None, reason=f"no working bubblewrap here ({BWRAP and probe(BWRAP)})"
+)
+pytestmark = [pytest.mark.slow, needs_sandbox, pytest.mark.skipif(TOOLCHAIN is None, reason="nvcc not found")]
+
+KERNEL = """
+#include <cuda_runtime.h>
+namespace { __global__ void fill(float* x) { x[threadIdx.x] = 1.0f; } }
+extern "C" cudaError_t run(float* x, cudaStream_t s) { fill<<<1, 32, 0, s>>>(x); return cudaGetLastError(); }
+"""
+
+
+def attacks(secret: Path) -> dict[str, str]:
+    """One extra line (or few) per spelling that reads ``secret`` at compile time."""
+    p = str(secret)
+    octal = "".join(f"\\{ord(c):03o}" for c in ".incbin")
+    return {
+        "form feed include": f'#\finclude "{p}"\n',
+        "vertical tab include": f"#\vinclude <{p}>\n",
+        "digraph and splice": f'%:inc\\\nlude "{p}"\n',
+        "computed include": f'#define P "{p}"\n#include P\n',
+        "asm hex include": f'asm("\\x2einclude \\"{p}\\"");\n',
+        "asm octal incbin": f'asm("{octal} \\"{p}\\"");\n',
+        "asm unicode incbin": f'asm("\\u002eincbin \\"{p}\\"");\n',
+        "asm raw string incbin": f'asm(R"x(.incbin "{p}")x");\n',
+        "asm split incbin": f'asm(".inc" "bin \\"{p}\\"");\n',
+        "pragma dependency": f'_Pragma("GCC dependency \\"{p}\\"")\n',
+        "embed": f'const unsigned char blob[] = {{\n#embed "{p}"\n}};\n',
+    }
+
+
+@pytest.fixture
+def secret(tmp_path: Path) -> Path:
+    path = tmp_path / "home" / "team.pem"
+    path.parent.mkdir()
+    path.write_text(f"{CANARY} first line\n{CANARY} second line\n")
+    return path
+
+
+def _compile(source: str, workdir: Path, *, sandbox: Sandbox) -> tuple[str, bytes, bool]:
+    assert TOOLCHAIN is not None
+    workdir.mkdir()
+    done = compile_variant(
+        source,
+        {},
+        "sm_90",
+        name="run",
+        flags=[],
+        toolchain=TOOLCHAIN,
+        workdir=workdir,
+        timeout_s=120,
+        sandbox=sandbox,
+    )
+    made = done.object_path.read_bytes() if done.object_path is not None else b""
+    return done.output, made, done.ok
+
+
+@pytest.mark.parametrize("name", list(attacks(Path("/x"))))
+def test_the_sandbox_alone_keeps_every_spelling_away_from_the_file(name: str, secret: Path, tmp_path: Path) -> None:
+    source = attacks(secret)[name] + KERNEL
+    output, made, _ = _compile(source, tmp_path / "work", sandbox=confined())
+    assert CANARY not in output
+    assert CANARY.encode() not in made
+    # the text checks see every one of these too: the first layer
+    assert source_problems(source), name
+
+
+def test_unconfined_the_same_spelling_reads_the_file(secret: Path, tmp_path: Path) -> None:
+    """The control: without the sandbox, the octal-escaped .incbin (which passed the old text checks) puts the
+    file into the object, so the test above would see it if the sandbox let it through."""
+    source = attacks(secret)["asm octal incbin"] + KERNEL
+    _, made, ok = _compile(source, tmp_path / "work", sandbox=unconfined())
+    assert ok and CANARY.encode() in made
+
+
+def test_a_probe_finds_nothing_of_the_host(secret: Path, tmp_path: Path) -> None:
+    probe_source = f'#if __has_include("{secret}") || __has_include("/etc/hostname")\n#error FOUND\n#endif\n'
+    output, _, ok = _compile(probe_source + KERNEL, tmp_path / "confined", sandbox=confined())
+    assert ok, output
+    output, _, ok = _compile(probe_source + KERNEL, tmp_path / "plain", sandbox=unconfined())
+    assert not ok and "FOUND" in output  # the control: the probe does answer where nothing confines it
+
+
+def test_messages_keep_only_lines_about_the_candidate(tmp_path: Path) -> None:
+    """A header that is in reach (a system header) is still not quoted back: its error lines are left out."""
+    source = '#include "/usr/include/stdio.h"\n#define printf SECRET_LOOKING_TOKEN\n' + KERNEL
+    header = tmp_path / "work"
+    output, _, _ = _compile(source.replace("printf", "FILE"), header, sandbox=confined())
+    assert "/usr/include/stdio.h(" not in output and "stdio.h:" not in output.replace('"/usr/include/stdio.h"', "")
+
+
+def test_the_gate_never_caches_or_reports_the_canary(secret: Path, tmp_path: Path) -> None:
+    """Through the whole static gate (text checks, sandboxed nvcc, object checks, the cache): no verdict holds it."""
+    assert TOOLCHAIN is not None
+    manifest = load_manifest(ROOT / "kernels.toml")
+    spec = manifest.kernel("silu_mul")
+    cache = Cache(tmp_path / "cache")
+    gate = StaticGate(cache, toolchain=TOOLCHAIN)
+    baseline = (ROOT / "kernels" / "silu_mul.cu").read_text()
+    pairs = [
+        ("sm_90", Candidate(extra + baseline, Origin("generated", model="t"))) for extra in attacks(secret).values()
+    ]
+    results = gate.judge(manifest, spec, pairs)
+    assert all(r.status != "passed" for r in results)
+    assert all(CANARY not in r.detail for r in results)
+    stored = b"".join(p.read_bytes() for p in (tmp_path / "cache").rglob("*") if p.is_file())
+    assert CANARY.encode() not in stored
+
+
+def test_no_sandbox_means_no_model_written_compile(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Where bubblewrap cannot run, a generated source is not compiled at all (exit 2's error, saying what to do);
+    the user's own sources still are; R1BUILD_SANDBOX=off runs it unconfined."""
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on PATH, and /usr/bin/bwrap hidden below
+    monkeypatch.setattr("r1build.sandbox.policy.find_bwrap", lambda: None)
+    with pytest.raises(SandboxUnavailableError, match="bubblewrap") as raised:
+        sandbox_for("generated")
+    assert raised.value.exit_code == 2 and "R1BUILD_SANDBOX=off" in str(raised.value)
+    assert sandbox_for("baseline").kind == "trusted" and sandbox_for("file").kind == "trusted"
+    monkeypatch.setenv("R1BUILD_SANDBOX", "off")
+    assert sandbox_for("generated").kind == "off"
+
+
+def test_a_model_written_candidate_gets_a_scrubbed_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", CANARY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", CANARY)
+    env = confined().environment(dict(os.environ), Confinement(workdir=Path("/w")))
+    assert CANARY not in repr(env) and env["HOME"] == "/w"

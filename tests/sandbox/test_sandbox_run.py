@@ -1,0 +1,146 @@
+"""What a process that loads candidate libraries can reach: the real worker command of a GPU slot (as
+:func:`~r1build.evaluate.slots.make_slot` builds it) runs a probe in place of the worker module. The probe tries
+what a candidate's host code could: libc and raw system calls on canary files (the home folder, the project, the
+cache, the host's /tmp), the network, other processes' /proc, and its own environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from r1build.evaluate.devices import GpuInfo
+from r1build.evaluate.slots import WORKER_MODULE, make_slot
+from r1build.sandbox import Confinement
+from r1build.sandbox.bwrap import Bubblewrap, find_bwrap, probe
+from r1build.sandbox.policy import python_places
+
+BWRAP = find_bwrap()
+pytestmark = pytest.mark.skipif(
+    BWRAP is None or probe(BWRAP) is not None, reason=f"no working bubblewrap here ({BWRAP and probe(BWRAP)})"
+)
+CANARY = "R1BUILD-CANARY-c41d"
+
+PROBE = r"""
+import ctypes, json, os, socket, sys
+libc = ctypes.CDLL(None, use_errno=True)
+SYS_openat, AT_FDCWD, O_RDONLY = 257, -100, 0
+found = {}
+for path in json.loads(sys.argv[1]):
+    try:
+        with open(path) as f:
+            found["libc " + path] = f.read()
+    except OSError as e:
+        found["libc " + path] = type(e).__name__
+    fd = libc.syscall(SYS_openat, AT_FDCWD, path.encode(), O_RDONLY)  # a raw system call, no libc wrapper
+    if fd >= 0:
+        buf = ctypes.create_string_buffer(4096)
+        n = libc.read(fd, buf, 4096)
+        found["raw " + path] = buf.raw[:max(n, 0)].decode(errors="replace")
+    else:
+        found["raw " + path] = "refused"
+try:
+    socket.create_connection(("127.0.0.1", int(sys.argv[2])), timeout=2).sendall(b"R1BUILD-LEAK")
+    found["net"] = "connected"
+except OSError as e:
+    found["net"] = type(e).__name__
+found["pids"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+found["env"] = dict(os.environ)
+found["root"] = sorted(os.listdir("/"))
+print(json.dumps(found))
+"""
+
+
+class _Listener:
+    """A TCP server on the host's loopback that records whatever reaches it."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(4)
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.got: list[bytes] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            with conn:
+                self.got.append(conn.recv(100))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sock.close()
+
+
+def _canaries(tmp_path: Path) -> list[Path]:
+    """A canary in a home-like folder, a project beside the evaluator, a cache, and right beside the libraries."""
+    out = []
+    for where in ("home/.ssh/id_ed25519", "project/kernels.toml", "cache/decisions.db", "evaluate/secret.txt"):
+        path = tmp_path / where
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"{CANARY} {where}\n")
+        out.append(path)
+    return out
+
+
+def test_a_workers_host_code_reaches_no_file_network_or_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", CANARY)
+    monkeypatch.setenv("R1BUILD_SIGNING_KEY", CANARY)
+    canaries = _canaries(tmp_path)
+    root = tmp_path / "evaluate" / "run"
+    (root / "build").mkdir(parents=True)
+    (root / "build" / "lib.so").write_text("a library under test")
+    gpu = GpuInfo(name="none", arch="sm_90", index=0, memory=1 << 30)
+    slot = make_slot(gpu, root, sanitize=False, nvcc=None)
+    command = slot.worker.command
+    assert command[0] == BWRAP and command[-2:] == ["-m", WORKER_MODULE]
+    (slot.workdir / "probe.py").write_text(PROBE)
+    listener = _Listener()
+    try:
+        wanted = [*map(str, canaries), str(root / "build" / "lib.so"), "/etc/hostname", "/etc/shadow"]
+        run = [*command[:-2], str(slot.workdir / "probe.py"), json.dumps(wanted), str(listener.port)]
+        done = subprocess.run(
+            run, env=slot.worker.env, cwd=slot.workdir, capture_output=True, text=True, timeout=60, check=False
+        )
+    finally:
+        listener.close()
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert CANARY not in done.stdout
+    assert found[f"libc {root / 'build' / 'lib.so'}"] == "a library under test"  # what it needs is there
+    assert found["net"] != "connected" and listener.got == []
+    assert max(found["pids"]) < 10 and os.getpid() not in found["pids"]  # a PID namespace of its own
+    assert not any(k in found["env"] for k in ("OPENAI_API_KEY", "R1BUILD_SIGNING_KEY"))
+    assert "home" not in found["root"] and "var" not in found["root"]
+
+
+def test_a_secret_folder_around_a_bound_one_is_covered(tmp_path: Path) -> None:
+    """A virtual environment inside a project is shown; the project around it is not."""
+    assert BWRAP is not None
+    project = tmp_path / "project"
+    venv = project / ".venv"
+    venv.mkdir(parents=True)
+    (venv / "ok.txt").write_text("ok")
+    (project / "team.pem").write_text(CANARY)
+    box = Bubblewrap(BWRAP, python=(venv, *python_places()), secrets=(project,))
+    work = tmp_path / "work"
+    work.mkdir()
+    script = f"import os; print(open('{venv}/ok.txt').read(), sorted(os.listdir('{project}')))"
+    argv = box.command([sys.executable, "-c", script], Confinement(workdir=work, python=True))
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["ok", "['.venv']"]
