@@ -9,6 +9,7 @@ arithmetic, barriers, atomics, and the block size a ``__launch_bounds__`` fixes 
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import tempfile
@@ -22,6 +23,7 @@ from ..gate.nvcc import DECLARATION_NAME, gencode, parse_ptxas_report
 from ..manifest.cdecl import declaration
 from ..manifest.model import KernelSpec
 from ..records import Candidate, GateReport
+from ..sandbox import Confinement, sandbox_for
 from ..toolchain import Toolchain
 
 __all__ = ["CodeFeatures", "PtxFeatures", "compile_features", "ptx_features"]
@@ -186,8 +188,17 @@ def compile_features(
             "-o",
             "candidate.cubin",
         ]
+        sandbox, confinement = sandbox_for(candidate.origin.kind), Confinement(workdir=work, toolkit=toolchain.nvcc)
         try:
-            done = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=timeout_s, check=False)
+            done = subprocess.run(
+                sandbox.command(cmd, confinement),
+                env=sandbox.environment(os.environ, confinement),
+                cwd=work,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                check=False,
+            )
         except OSError as exc:
             raise ToolchainError(f"cannot run {toolchain.nvcc}: {exc}") from None
         except subprocess.TimeoutExpired:

@@ -26,6 +26,7 @@ from ..manifest.cdecl import declaration
 from ..manifest.flags import rooted_flags
 from ..manifest.model import KernelSpec, Manifest
 from ..records import Candidate, Profile
+from ..sandbox import Confinement, sandbox_for
 from ..settings import env_settings
 from ..toolchain import toolchain
 from .harness import HARNESS_ERRORS, harness_source
@@ -93,16 +94,28 @@ class Profiler:
                 workdir=work,
                 timeout_s=self.timeout_s,
                 declaration=declaration(spec),
+                sandbox=sandbox_for(candidate.origin.kind),
             )
             if not built.ok:
                 raise EvaluationError(f"the candidate did not compile for profiling: {built.output[-500:]}")
             (work / "harness.cu").write_text(harness_source(spec, shape), encoding="utf-8")
             link = [tc.nvcc, *flags, "-gencode", gencode(arch), "harness.cu", "candidate.o", "-o", "harness"]
-            made = subprocess.run(link, cwd=work, capture_output=True, text=True, timeout=self.timeout_s, check=False)
+            sandbox, confinement = sandbox_for(candidate.origin.kind), Confinement(workdir=work, toolkit=tc.nvcc)
+            made = subprocess.run(
+                sandbox.command(link, confinement),
+                env=sandbox.environment(os.environ, confinement),
+                cwd=work,
+                capture_output=True,
+                text=True,
+                timeout=self.timeout_s,
+                check=False,
+            )
             if made.returncode != 0:
                 raise EvaluationError(f"the profiling harness did not build: {(made.stdout + made.stderr)[-500:]}")
+            confinement = Confinement(workdir=work, toolkit=self.ncu, gpu=True)
             run = subprocess.run(
-                ncu_command(self.ncu, ["./harness"]),
+                sandbox.command(ncu_command(self.ncu, ["./harness"]), confinement),
+                env=sandbox.environment(os.environ, confinement),
                 cwd=work,
                 capture_output=True,
                 text=True,

@@ -17,8 +17,8 @@ from r1build.gate.source import source_problems
 from r1build.manifest import load_manifest
 from r1build.records import Candidate, Origin
 from r1build.sandbox import Confinement, Sandbox, confined, sandbox_for, unconfined
-from r1build.sandbox.bwrap import find_bwrap, probe
 from r1build.toolchain import Toolchain, toolchain
+from tests.sandbox.support import needs_sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
 CANARY = "R1BUILD-CANARY-7f3a91"
@@ -27,10 +27,6 @@ try:
     TOOLCHAIN: Toolchain | None = toolchain()
 except ToolchainError:  # pragma: no cover - every development and CI machine has nvcc
     TOOLCHAIN = None
-BWRAP = find_bwrap()
-needs_sandbox = pytest.mark.skipif(
-    BWRAP is None or probe(BWRAP) is not None, reason=f"no working bubblewrap here ({BWRAP and probe(BWRAP)})"
-)
 pytestmark = [pytest.mark.slow, needs_sandbox, pytest.mark.skipif(TOOLCHAIN is None, reason="nvcc not found")]
 
 KERNEL = """

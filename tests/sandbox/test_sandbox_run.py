@@ -18,13 +18,11 @@ import pytest
 from r1build.evaluate.devices import GpuInfo
 from r1build.evaluate.slots import WORKER_MODULE, make_slot
 from r1build.sandbox import Confinement
-from r1build.sandbox.bwrap import Bubblewrap, find_bwrap, probe
+from r1build.sandbox.bwrap import Bubblewrap
 from r1build.sandbox.policy import python_places
+from tests.sandbox.support import BWRAP, needs_sandbox
 
-BWRAP = find_bwrap()
-pytestmark = pytest.mark.skipif(
-    BWRAP is None or probe(BWRAP) is not None, reason=f"no working bubblewrap here ({BWRAP and probe(BWRAP)})"
-)
+pytestmark = needs_sandbox
 CANARY = "R1BUILD-CANARY-c41d"
 
 PROBE = r"""
