@@ -69,6 +69,7 @@ __all__ = [
     "BASE_URL_ENV",
     "SANDBOX_ENV",
     "VARIABLES",
+    "WORKER_VARIABLES",
     "EnvSettings",
     "PerfModelMode",
     "SandboxSetting",
@@ -96,6 +97,16 @@ _FALSE = frozenset({"0", "false", "no", "off", ""})
 
 VARIABLES: tuple[str, ...] = tuple(re.findall(r"^``(R1BUILD_[A-Z_]+)", __doc__ or "", re.MULTILINE))
 """Every variable r1build reads (the table above: a test holds it to the code and the README)."""
+
+WORKER_VARIABLES: tuple[str, ...] = (
+    "R1BUILD_NVCC",
+    "R1BUILD_COMPUTE_SANITIZER",
+    "R1BUILD_NCU",
+    "R1BUILD_REFERENCE_TIMEOUT",
+    "R1BUILD_VERBOSE",
+)
+"""The variables ``r1build worker`` keeps for its Dask workers (:mod:`r1build.cluster.workers`): what their tasks
+read (the GPU evaluator's tools and limits). None is a credential: every other ``R1BUILD_*`` is dropped there."""
 
 
 def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:

@@ -87,6 +87,12 @@ def register(sub: Any) -> None:
             help="measure on the GPU workers of this Dask scheduler (tls://host:8786) and compile on its "
             "compile slots (default: $R1BUILD_CLUSTER, else the manifest's [evaluation] cluster)",
         )
+        p.add_argument(
+            "--insecure-cluster",
+            action="store_true",
+            help="accept a plain tcp:// scheduler off this machine (unauthenticated: anyone who reaches it runs "
+            "code on its workers, and whoever answers there on this machine)",
+        )
         p.add_argument("--json", action="store_true", help="machine-readable output")
         if name == "resolve":
             p.add_argument(
@@ -298,7 +304,7 @@ def _options(args: argparse.Namespace, manifest: Manifest, write_lock: bool) -> 
         refresh=args.refresh,
         use_gpu=False if args.no_gpu else None,
         write_lock=write_lock,
-        cluster=cluster_address(manifest, args.cluster),
+        cluster=cluster_address(manifest, args.cluster, insecure=args.insecure_cluster),
     )
 
 

@@ -22,6 +22,12 @@ def register(sub: Any) -> None:
         help="the Dask scheduler (tls://host:8786; TLS from Dask's configuration, as for `dask worker`)",
     )
     p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="accept a plain tcp:// scheduler: unauthenticated, so anyone who can reach it or this host's worker "
+        "ports can run code on this host",
+    )
+    p.add_argument(
         "--gpus",
         metavar="LIST",
         help="only these device ordinals, comma-separated (default: every visible GPU of a known arch)",
@@ -52,21 +58,59 @@ def register(sub: Any) -> None:
         action="store_true",
         help="print the workers and the equivalent `dask worker` commands, start nothing",
     )
+    # given by the process itself when it re-executes with the scrubbed environment (cluster.workers.exec_scrubbed)
+    p.add_argument("--environment-scrubbed", dest="scrubbed", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_worker)
 
 
-def cmd_worker(args: argparse.Namespace, console: Console) -> int:
-    from ..cluster.workers import plan_workers, run_workers
-    from ..evaluate.devices import detect_gpus
+def _check_args(args: argparse.Namespace) -> None:
+    """:class:`UsageError` for arguments no worker can start with: a malformed (or plain TCP, unless
+    ``--insecure``) scheduler address, a count out of range."""
+    from ..cluster import plain_tcp
     from ..manifest.load import cluster_address_problem
 
     problem = cluster_address_problem(args.scheduler)
     if problem is not None:  # before anything is printed: --dry-run would show a malformed (or secret) address
         raise UsageError(f"--scheduler: {problem}")
+    if plain_tcp(args.scheduler) and not args.insecure:
+        raise UsageError(
+            f"--scheduler: {args.scheduler} is plain TCP, unencrypted and unauthenticated: anyone who can reach "
+            "the scheduler or this host's worker ports could run code on this host; use tls:// with Dask's TLS "
+            "settings (README, Evaluating on a cluster), or --insecure on a network you trust alone"
+        )
     if args.jobs_per_gpu < 1:
         raise UsageError("--jobs-per-gpu must be at least 1")
     if args.compile_slots is not None and args.compile_slots < 0:
         raise UsageError("--compile-slots must not be negative")
+
+
+def _scrubbed_argv(args: argparse.Namespace) -> list[str]:
+    """The command line this command re-executes itself with (:func:`~r1build.cluster.workers.exec_scrubbed`)."""
+    argv = ["worker", "--scheduler", args.scheduler, "--jobs-per-gpu", str(args.jobs_per_gpu)]
+    argv += ["--timeout-s", repr(args.timeout_s), "--environment-scrubbed"]
+    if args.gpus:
+        argv += ["--gpus", args.gpus]
+    if args.compile_slots is not None:
+        argv += ["--compile-slots", str(args.compile_slots)]
+    if args.insecure:
+        argv.append("--insecure")
+    return argv + ["-v"] * args.verbose + ["-q"] * args.quiet
+
+
+def cmd_worker(args: argparse.Namespace, console: Console) -> int:
+    from ..cluster import plain_tcp
+    from ..cluster.workers import check_scheduler, exec_scrubbed, plan_workers, run_workers
+    from ..evaluate.devices import detect_gpus
+
+    _check_args(args)
+    if not args.dry_run and not args.scrubbed:  # tasks must find no credential of this environment
+        check_scheduler(args.scheduler)
+        exec_scrubbed(_scrubbed_argv(args))
+    if args.insecure and plain_tcp(args.scheduler):
+        console.warning(
+            f"--insecure: the scheduler at {args.scheduler} is plain TCP, unencrypted and unauthenticated: anyone "
+            "who can reach it or this host's worker ports can run code on this host, as this user"
+        )
     gpus = detect_gpus()
     if args.gpus:
         try:

@@ -12,29 +12,62 @@ used.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 
 from ..manifest.model import Manifest
 from ..settings import env_settings
 
-__all__ = ["cluster_address", "tls_problem"]
+__all__ = ["cluster_address", "loopback", "plain_tcp", "tls_problem"]
 
 
-def cluster_address(manifest: Manifest, flag: str | None, environ: Mapping[str, str] | None = None) -> str | None:
+def plain_tcp(address: str) -> bool:
+    """Whether a scheduler address is plain TCP (``tcp://`` or no scheme): unencrypted and unauthenticated."""
+    return address.startswith("tcp://") or "://" not in address
+
+
+def loopback(address: str) -> bool:
+    """Whether a scheduler address names this machine's loopback interface (``localhost``, ``127.0.0.1``,
+    ``[::1]``)."""
+    host = address.partition("://")[2] or address
+    host = host.rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def cluster_address(
+    manifest: Manifest, flag: str | None, environ: Mapping[str, str] | None = None, *, insecure: bool = False
+) -> str | None:
     """The scheduler a resolve evaluates on: ``--cluster``, else ``R1BUILD_CLUSTER``, else ``[evaluation]
-    cluster``; None for this machine's GPUs. :class:`~r1build.errors.ClusterRefusedError` naming the flag or the
-    variable that gives a malformed address (the manifest's was checked when it was loaded)."""
+    cluster``; None for this machine's GPUs. :class:`~r1build.errors.ClusterRefusedError` naming the flag, the
+    variable or the manifest that gives a malformed address (the manifest's was checked when it was loaded), or a
+    plain ``tcp://`` address off the loopback interface unless ``insecure`` (``--insecure-cluster``): the
+    manifest of a cloned project cannot send a resolve to a scheduler nobody authenticates."""
     from ..errors import ClusterRefusedError
     from ..manifest.load import cluster_address_problem
 
     from_env = env_settings(environ).cluster
     address = flag or from_env
+    source = "--cluster" if flag else "R1BUILD_CLUSTER"
     if address:
         problem = cluster_address_problem(address)
         if problem is not None:
-            raise ClusterRefusedError(f"{'--cluster' if flag else 'R1BUILD_CLUSTER'}: {problem}")
-        return address
-    return manifest.settings.evaluation.cluster
+            raise ClusterRefusedError(f"{source}: {problem}")
+    else:
+        address = manifest.settings.evaluation.cluster
+        source = f"[evaluation] cluster of {manifest.path}"
+    if address and plain_tcp(address) and not loopback(address) and not insecure:
+        raise ClusterRefusedError(
+            f"{source}: {address} is plain TCP, unencrypted and unauthenticated: anyone who can reach the "
+            "scheduler could run code on its workers, and whoever answers there could run code on this machine; "
+            "use tls:// with Dask's TLS settings (README, Evaluating on a cluster), or --insecure-cluster on a "
+            "network you trust alone"
+        )
+    return address
 
 
 def tls_problem(address: str, role: str) -> str | None:

@@ -9,7 +9,6 @@ or retries by itself.
 from __future__ import annotations
 
 import contextvars
-import ipaddress
 import logging
 import threading
 import uuid
@@ -28,7 +27,7 @@ from ..manifest.load import cluster_address_problem
 from ..manifest.model import Manifest
 from ..records import Result, from_json
 from ..toolchain import toolchain
-from . import tls_problem
+from . import loopback, plain_tcp, tls_problem
 from .checks import outcome_problem
 from .facts import ProcessFacts, mismatch, process_facts
 from .tasks import PROGRESS_TOPIC, JobOutcome, ProjectFiles, WorkerEvaluator, evaluate_job, project_files, worker_facts
@@ -58,17 +57,6 @@ def _import_client() -> type[Client]:
     return Client
 
 
-def _loopback(address: str) -> bool:
-    host = address.partition("://")[2] or address
-    host = host.rsplit(":", 1)[0].strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def connect(address: str, *, timeout_s: float) -> Client:
     """A Dask client of the scheduler at ``address`` (TLS and credentials from Dask's own configuration);
     :class:`~r1build.errors.ClusterRefusedError` when it is malformed or unreachable within ``timeout_s``."""
@@ -76,13 +64,13 @@ def connect(address: str, *, timeout_s: float) -> Client:
     if problem is not None:
         raise ClusterRefusedError(f"cluster: {problem}")
     client_class = _import_client()
-    if (address.startswith("tcp://") or "://" not in address) and not _loopback(address):
+    if plain_tcp(address) and not loopback(address):  # allowed by --insecure-cluster alone
         emit(
             Note(
                 "warning",
-                f"the scheduler at {address} is reached over plain TCP: anyone who can reach it "
-                "can run code on its workers; use tls:// with Dask's TLS settings (README, "
-                "Evaluating on a cluster)",
+                f"the scheduler at {address} is reached over plain TCP (--insecure-cluster): anyone who can "
+                "reach it can run code on its workers, and whoever answers there can run code on this machine; "
+                "use tls:// with Dask's TLS settings (README, Evaluating on a cluster)",
             )
         )
     problem = tls_problem(address, "client")

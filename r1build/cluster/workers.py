@@ -5,24 +5,49 @@ Each GPU worker is a Dask worker (under its nanny, which restarts it when it die
 once, so that the next job's compiles overlap the GPU's checks and timing, which the evaluator keeps one at a
 time), and is named after the host, the device and the GPU. The compile worker advertises ``compile=N`` for the
 static gate. TLS and authentication come from Dask's own configuration, as for ``dask worker``.
+
+Whoever can submit to the scheduler runs code in these workers, so ``r1build worker`` first replaces itself
+(:func:`exec_scrubbed`, the same process id) by a process whose environment holds no credential
+(:func:`worker_process_environment`): the Dask nannies run in it, and the worker processes they spawn inherit it,
+so a task finds no API key or cloud credential in ``os.environ`` nor in ``/proc/<pid>/environ`` of its process or
+of its nanny (which shows the environment a process was executed with, whatever it changed since).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import socket
-from collections.abc import Callable, Sequence
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, NoReturn
 
 from ..errors import ClusterRefusedError
 from ..evaluate.devices import GpuInfo, archs_of, visible_devices_value
+from ..evaluate.process import scrubbed_environment
 from ..manifest.load import cluster_address_problem
+from ..settings import WORKER_VARIABLES
 from . import tls_problem
 
-__all__ = ["WorkerPlan", "plan_workers", "run_workers"]
+__all__ = [
+    "WorkerPlan",
+    "check_scheduler",
+    "exec_scrubbed",
+    "plan_workers",
+    "run_workers",
+    "worker_process_environment",
+]
+
+_KEPT = ("HOME", "TMPDIR", "USER", "LOGNAME", "PYTHONPATH", "CUDA_VISIBLE_DEVICES", "VIRTUAL_ENV", "CONDA_PREFIX")
+"""What a Dask worker keeps beyond a candidate's allowlist: its user, home (Dask's ``~/.config/dask``) and
+temporary folder (the workers' scratch caches), its Python path and the GPUs it may use."""
+_AS_THIS_HOST_HAS_THEM = ("HOME", "TMPDIR", "CUPY_CACHE_DIR", "PYTHONDONTWRITEBYTECODE", "PYTHONNOUSERSITE")
+"""What a candidate's environment sets to its own (a private home, no user site): a Dask worker's are this
+host's, or unset."""
 
 
 @dataclass(frozen=True)
@@ -116,12 +141,35 @@ async def _serve(scheduler: str, plans: Sequence[WorkerPlan], ready: Callable[[]
         await asyncio.gather(*(n.close(timeout=10) for n in nannies), return_exceptions=True)
 
 
-def run_workers(
-    scheduler: str, plans: Sequence[WorkerPlan], *, ready: Callable[[], None] = lambda: None, timeout_s: float = 60.0
-) -> None:
-    """Start the planned workers, connected to ``scheduler``, and serve until SIGINT or SIGTERM (or until every
-    worker has ended). :class:`~r1build.errors.ClusterRefusedError` when the address is malformed, Dask is not
-    installed or the scheduler is unreachable within ``timeout_s``."""
+def worker_process_environment(base: Mapping[str, str]) -> dict[str, str]:
+    """The environment of ``r1build worker``'s Dask nannies and workers, from ``base`` (this process's): the
+    allowlist of a candidate's process (:func:`~r1build.evaluate.process.scrubbed_environment`, which drops every
+    name that looks like a credential), plus :data:`_KEPT`, the ``R1BUILD_*`` variables of
+    :data:`~r1build.settings.WORKER_VARIABLES`, and every ``DASK_*`` variable: Dask's settings, the TLS key
+    file's path among them, which a task reads through ``dask.config`` in any case."""
+    extra = {k: base[k] for k in (*_KEPT, *WORKER_VARIABLES) if k in base}
+    env = scrubbed_environment(base, home=Path(base.get("HOME") or "/"), extra=extra)
+    for name in _AS_THIS_HOST_HAS_THEM:
+        if name in base:
+            env[name] = base[name]
+        else:
+            env.pop(name, None)
+    env.update({k: v for k, v in base.items() if k.startswith("DASK_")})
+    return env
+
+
+def exec_scrubbed(argv: Sequence[str]) -> NoReturn:
+    """Replace this process (same id) by ``python -m r1build.cli.main *argv`` with the
+    :func:`worker_process_environment` of this one: ``/proc/<pid>/environ`` then shows the scrubbed one."""
+    env = worker_process_environment(os.environ)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, "-m", "r1build.cli.main", *argv], env)
+
+
+def check_scheduler(scheduler: str) -> None:
+    """:class:`~r1build.errors.ClusterRefusedError` when ``scheduler`` is malformed, Dask is not installed, or
+    Dask's configuration gives a worker no TLS settings for a ``tls://`` address."""
     problem = cluster_address_problem(scheduler)
     if problem is not None:
         raise ClusterRefusedError(f"--scheduler: {problem}")
@@ -129,9 +177,18 @@ def run_workers(
         import distributed  # noqa: F401
     except ImportError:
         raise ClusterRefusedError("r1build worker needs Dask: pip install 'r1build[cluster]'") from None
-    if not plans:
-        raise ClusterRefusedError("nothing to start: no GPU is visible and compile slots are 0")
     problem = tls_problem(scheduler, "worker")
     if problem is not None:
         raise ClusterRefusedError(f"--scheduler: {problem}")
+
+
+def run_workers(
+    scheduler: str, plans: Sequence[WorkerPlan], *, ready: Callable[[], None] = lambda: None, timeout_s: float = 60.0
+) -> None:
+    """Start the planned workers, connected to ``scheduler``, and serve until SIGINT or SIGTERM (or until every
+    worker has ended). :class:`~r1build.errors.ClusterRefusedError` when the address is malformed, Dask is not
+    installed or the scheduler is unreachable within ``timeout_s``."""
+    check_scheduler(scheduler)
+    if not plans:
+        raise ClusterRefusedError("nothing to start: no GPU is visible and compile slots are 0")
     asyncio.run(_serve(scheduler, plans, ready, timeout_s))
