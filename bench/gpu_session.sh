@@ -14,6 +14,14 @@ mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 3
 export PYTHONPATH=/tmp/site:$PWD
 export PYTHONUNBUFFERED=1
+# the sandbox of model-written code (r1build/sandbox): the machine reaches no package index, so Debian's bubblewrap
+# travels in .sbx/ (apt-get download bubblewrap libcap2) and is unpacked here where the image lacks it
+if ! command -v bwrap >/dev/null 2>&1 && ls .sbx/bubblewrap_*.deb >/dev/null 2>&1; then
+  rm -rf /tmp/bw && for deb in .sbx/*.deb; do dpkg -x "$deb" /tmp/bw; done
+  cp /tmp/bw/usr/bin/bwrap /usr/local/bin/bwrap
+  ldd /usr/local/bin/bwrap | grep -q "not found" && cp -n /tmp/bw/usr/lib/x86_64-linux-gnu/libcap.so.2* /usr/lib/x86_64-linux-gnu/ 2>/dev/null
+fi
+echo "sandbox: $(bwrap --version 2>&1) $(python3 -c 'from r1build.sandbox.bwrap import find_bwrap, probe; e = find_bwrap(); print(e, probe(e) if e else "none")' 2>&1)"
 
 quiet() {  # what measures time, alone on the GPU
   {
@@ -84,6 +92,14 @@ verify() {  # after a change to the evaluator: the timing test alone, then the G
   } > "$OUT/verify.log" 2>&1
   tail -n 3 "$OUT/verify.log"
   CHECKS_LIMIT="${VERIFY_LIMIT:-300}" checks
+}
+
+sandbox() {  # the sandbox on the GPU: its tests (a slot's worker runs cupy confined), then a confined worker's start
+  timeout 120 python3 -m pytest tests/sandbox -q -rfEs --tb=short -p no:cacheprovider -p no:benchmark \
+    > "$OUT/sandbox.log" 2>&1
+  echo "exit $?" >> "$OUT/sandbox.log"
+  timeout 100 python3 bench/sandbox_overhead.py --gpu --out "$OUT" >> "$OUT/sandbox.log" 2>&1
+  tail -n 12 "$OUT/sandbox.log"
 }
 
 checks() {  # the correctness groups side by side, limit CHECKS_LIMIT (260 s) each: the cheat corpus once, the evaluate GPU

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,6 +52,10 @@ except OSError as e:
 found["pids"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
 found["env"] = dict(os.environ)
 found["root"] = sorted(os.listdir("/"))
+if len(sys.argv) > 3:  # on a GPU: CUDA works in here
+    import cupy
+    found["cuda"] = float((cupy.arange(1000, dtype=cupy.float32) * 2).sum())
+    found["device"] = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
 print(json.dumps(found))
 """
 
@@ -96,14 +101,37 @@ def _canaries(tmp_path: Path) -> list[Path]:
 
 
 def test_a_workers_host_code_reaches_no_file_network_or_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    found = _probe_a_worker(tmp_path, monkeypatch, gpu=None)
+    assert "cuda" not in found
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_a_gpu_worker_runs_cuda_inside_the_sandbox_and_reaches_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same probe through a slot of the real GPU, which also runs a cupy kernel in there."""
+    cupy = pytest.importorskip("cupy")
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except cupy.cuda.runtime.CUDARuntimeError:
+        count = 0
+    if count == 0:
+        pytest.skip("no GPU visible")
+    found = _probe_a_worker(tmp_path, monkeypatch, gpu=0)
+    assert found["cuda"] == 999000.0 and found["device"]
+
+
+def _probe_a_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, gpu: int | None) -> dict[str, Any]:
+    """Runs the probe with the command and environment of a slot's worker; checks what every run must show."""
     monkeypatch.setenv("OPENAI_API_KEY", CANARY)
     monkeypatch.setenv("R1BUILD_SIGNING_KEY", CANARY)
     canaries = _canaries(tmp_path)
     root = tmp_path / "evaluate" / "run"
     (root / "build").mkdir(parents=True)
     (root / "build" / "lib.so").write_text("a library under test")
-    gpu = GpuInfo(name="none", arch="sm_90", index=0, memory=1 << 30)
-    slot = make_slot(gpu, root, sanitize=False, nvcc=None)
+    info = GpuInfo(name="none", arch="sm_90", index=gpu or 0, memory=1 << 30)
+    slot = make_slot(info, root, sanitize=False, nvcc=None)
     command = slot.worker.command
     assert command[0] == BWRAP and command[-2:] == ["-m", WORKER_MODULE]
     (slot.workdir / "probe.py").write_text(PROBE)
@@ -111,19 +139,21 @@ def test_a_workers_host_code_reaches_no_file_network_or_secret(tmp_path: Path, m
     try:
         wanted = [*map(str, canaries), str(root / "build" / "lib.so"), "/etc/hostname", "/etc/shadow"]
         run = [*command[:-2], str(slot.workdir / "probe.py"), json.dumps(wanted), str(listener.port)]
+        run += ["cuda"] if gpu is not None else []
         done = subprocess.run(
-            run, env=slot.worker.env, cwd=slot.workdir, capture_output=True, text=True, timeout=60, check=False
+            run, env=slot.worker.env, cwd=slot.workdir, capture_output=True, text=True, timeout=120, check=False
         )
     finally:
         listener.close()
     assert done.returncode == 0, done.stderr
-    found = json.loads(done.stdout)
+    found: dict[str, Any] = json.loads(done.stdout)
     assert CANARY not in done.stdout
     assert found[f"libc {root / 'build' / 'lib.so'}"] == "a library under test"  # what it needs is there
     assert found["net"] != "connected" and listener.got == []
     assert max(found["pids"]) < 10 and os.getpid() not in found["pids"]  # a PID namespace of its own
     assert not any(k in found["env"] for k in ("OPENAI_API_KEY", "R1BUILD_SIGNING_KEY"))
     assert "home" not in found["root"] and "var" not in found["root"]
+    return found
 
 
 def test_a_secret_folder_around_a_bound_one_is_covered(tmp_path: Path) -> None:
