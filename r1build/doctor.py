@@ -196,7 +196,7 @@ def _project(manifest_path: Path | None, env: EnvSettings) -> tuple[list[Finding
     kernels = len(manifest.kernels)
     found = [Finding("manifest", "ok", f"{manifest.path}: {kernels} kernel{'s' if kernels != 1 else ''}")]
     try:
-        staleness = check_lock(manifest, load_lock(manifest))
+        staleness = check_lock(manifest, load_lock(manifest, frozen=lock_mode(None, None, env)[1]))
     except R1BuildError as exc:
         found.append(Finding("lock", "error", str(exc)))
     else:

@@ -13,9 +13,12 @@ variable                    meaning
                             ``status``, ``report``, ``export-dataset``, ``cache verify --remote``; ``vendor``
                             always does), fails unless ``kernels.lock`` is present and current (the CLI's
                             ``--locked``, a build's ``r1build.locked``); ``doctor`` calls a stale lock an error
-``R1BUILD_FROZEN=1``        commands that read the lock, and builds, use ``kernels.lock`` as it is, never
-                            checking it against the manifest (the CLI's ``--frozen``, a build's
-                            ``r1build.frozen``); wins over ``R1BUILD_LOCKED``
+``R1BUILD_FROZEN=1``        commands that read the lock, and builds, use ``kernels.lock`` as it is, without
+                            requiring it to be current: a stale entry is used, but every entry is still
+                            verified against the manifest (declared tunables and values, origin file and
+                            its digest, winner digest, a key naming no other kernel's decision) and one
+                            that fails is refused (the CLI's ``--frozen``, a build's ``r1build.frozen``);
+                            wins over ``R1BUILD_LOCKED``
 ``R1BUILD_EVALUATE=1``      let a build measure on a local GPU on a miss
 ``R1BUILD_CACHE_DIR``       the cache directory (platformdirs' user cache folder otherwise)
 ``R1BUILD_VERBOSE=1``       build lines for every stage's end (gate registers, cache hits)
@@ -149,7 +152,8 @@ class EnvSettings:
     """``R1BUILD_LOCKED``: a build, and every command that reads the lock, fails unless the lock is present and
     current."""
     frozen: bool | None = None
-    """``R1BUILD_FROZEN``: commands and builds use the lock as it is, never checking it against the manifest."""
+    """``R1BUILD_FROZEN``: commands and builds use the lock as it is, without requiring it to be current (each
+    entry still verified against the manifest)."""
     evaluate: bool | None = None
     """``R1BUILD_EVALUATE``: a build may measure on a local GPU on a miss."""
     cache_dir: Path | None = None

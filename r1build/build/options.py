@@ -7,9 +7,10 @@ keys out before the rest goes on to it. A key given both ways takes the config s
 config setting    environment             meaning
 ================  ======================  ====================================================================
 r1build.locked    ``R1BUILD_LOCKED=1``    fail unless ``kernels.lock`` is present and current
-r1build.frozen    ``R1BUILD_FROZEN=1``    build what ``kernels.lock`` names as it is, never checking it against
-                                          the manifest (stale entries included, each still verified); a
-                                          kernel × arch without an entry fails (contradicts locked)
+r1build.frozen    ``R1BUILD_FROZEN=1``    build what ``kernels.lock`` names as it is, without requiring it to
+                                          be current (stale entries included, each still verified against
+                                          the manifest); a kernel × arch without an entry fails (contradicts
+                                          locked)
 r1build.generate  ``R1BUILD_GENERATE=1``  the person building opts in to calling the configured LLM endpoint on
                                           a miss (spending their key); without it a build never does
 r1build.offline   ``R1BUILD_OFFLINE=1``   never call an LLM endpoint (a build's default; contradicts generate)
@@ -54,7 +55,8 @@ class BuildOptions:
     locked: bool = False
     """Fail unless the lock is present and current (``--locked`` of the CLI)."""
     frozen: bool = False
-    """Build what the lock names as it is, never checking it against the manifest (``--frozen`` of the CLI)."""
+    """Build what the lock names as it is, without requiring it to be current; each entry is still verified
+    against the manifest (``--frozen`` of the CLI)."""
     generate: bool = False
     """The person building opted in to calling the configured LLM endpoint on a miss; never otherwise."""
     evaluate: bool = False

@@ -21,11 +21,19 @@ when everything matches, prints the record; any difference, anything it cannot r
 command in full, which records again. A run that read through a remote cache and missed locally is not
 recorded (the remote may answer next time), nor is a run on a degraded cache. What this path skips: the cache's
 hit statistics (a replayed run counts nothing) and files a reference reads at run time other than modules.
+
+Whoever may write to the cache could otherwise write a record that names today's files and prints yesterday's
+answer (``check --locked`` saying "current and verified" of a lock every build refuses). So a record carries an
+HMAC-SHA256 over its command line's key and its contents, made with a secret kept outside every cache: a file of
+the user's state folder (``platformdirs.user_state_dir``), mode 0600, made on first use. A record whose MAC does
+not verify, or any doubt about the secret (missing, another user's, readable by others, inside the cache the
+record is in), means no replay and no record: the command runs in full.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
 import sys
@@ -47,7 +55,8 @@ __all__ = ["NAMESPACE", "Recorder", "active", "eligible", "record_key", "replay"
 
 NAMESPACE = "replay"
 """The cache's JSON namespace of records (``json/replay/<key>``)."""
-_FORMAT = 1
+_FORMAT = 2
+_KEY_NAME = "replay-record.key"
 _VOLATILE = frozenset({"_", "OLDPWD", "SHLVL"})
 
 
@@ -127,7 +136,63 @@ def _nvcc_state() -> str | None:
         return None
 
 
+def _secret_file() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_state_dir("r1build", appauthor=False)) / _KEY_NAME
+
+
+def _read_secret(path: Path) -> bytes | None:
+    """The secret in ``path`` when it is one, owned by this user and readable by no one else; None otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if os.name != "nt" and (st.st_mode & 0o077 or st.st_uid != os.getuid()):
+            return None
+        text = f.read(65).strip()
+    try:
+        secret = bytes.fromhex(text.decode("ascii"))
+    except ValueError:
+        return None
+    return secret if len(secret) == 32 else None
+
+
+def _secret(directory: Path, *, create: bool) -> bytes | None:
+    """The secret that signs the records of the cache in ``directory`` (``create``: made when there is none);
+    None when there is none to use."""
+    path = _secret_file()
+    if directory in path.resolve().parents:  # a writer of that cache could write the secret as well
+        return None
+    secret = _read_secret(path)
+    if secret is not None or not create or path.exists():
+        return secret
+    import secrets
+
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    part = path.with_name(f".{_KEY_NAME}.{os.getpid()}")
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            f.write(secrets.token_hex(32) + "\n")
+        os.link(part, path)  # whole or not at all; a process that made one first wins
+    except FileExistsError:
+        pass
+    finally:
+        part.unlink(missing_ok=True)
+    return _read_secret(path)
+
+
+def _mac(secret: bytes, key: str, record: dict[str, Any]) -> str:
+    """The HMAC of a record (all of it but its ``mac``) stored under ``key``."""
+    body = json.dumps({k: v for k, v in record.items() if k != "mac"}, sort_keys=True, separators=(",", ":"))
+    return hmac.new(secret, f"{key}\n{body}".encode(), hashlib.sha256).hexdigest()
+
+
 def _load_record(directory: Path, key: str) -> dict[str, Any] | None:
+    """The record of ``key`` in the cache in ``directory`` when its MAC verifies; None otherwise."""
     from ..cache import stored_values
 
     full = f"json/{NAMESPACE}/{key}"
@@ -138,7 +203,12 @@ def _load_record(directory: Path, key: str) -> dict[str, Any] | None:
     if hashlib.sha256(payload).hexdigest() != raw[:64].decode("ascii", "replace"):
         return None
     record = json.loads(payload)
-    return record if isinstance(record, dict) and record.get("format") == _FORMAT else None
+    if not isinstance(record, dict) or record.get("format") != _FORMAT or not isinstance(record.get("mac"), str):
+        return None
+    secret = _secret(directory, create=False)
+    if secret is None or not hmac.compare_digest(record["mac"], _mac(secret, key, record)):
+        return None
+    return record
 
 
 def _still_holds(record: dict[str, Any]) -> bool:
@@ -292,6 +362,10 @@ class Recorder:
         record = self.record(code)
         if record is None:
             return
+        secret = _secret(Path(record["cache"]), create=True)
+        if secret is None:
+            return
+        record["mac"] = _mac(secret, self.key, record)
         with Cache(record["cache"], create=False) as cache:
             cache.put_json(NAMESPACE, self.key, record)
 

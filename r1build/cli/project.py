@@ -46,8 +46,8 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--frozen",
         action="store_true",
-        help="verify the lock's entries as a frozen build uses them, as they are, without checking the lock "
-        "against the manifest (also R1BUILD_FROZEN=1)",
+        help="verify the lock's entries as a frozen build uses them, as they are, without requiring the lock "
+        "to be current (also R1BUILD_FROZEN=1)",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_check)
@@ -74,7 +74,7 @@ def register(sub: Any) -> None:
             p.add_argument(
                 "--frozen",
                 action="store_true",
-                help="use the lock as it is, never check it against the manifest; write nothing to it "
+                help="use the lock as it is, stale entries included (each still verified); write nothing to it "
                 "(also R1BUILD_FROZEN=1)",
             )
         p.add_argument("--refresh", action="store_true", help="ignore cached decisions and judge again")
@@ -153,7 +153,7 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
             console.json(json.dumps({**doc, "lock": lock_doc}, indent=2))
         elif frozen:
             console.print(
-                f"{name}: used as it is (--frozen: not checked against the manifest); its "
+                f"{name}: used as it is (--frozen: not required to be current); its "
                 f"{counted(len(resolution.entries), 'winner')} verified (sources: {', '.join(where)})"
             )
         else:

@@ -182,26 +182,31 @@ def _label(text: str) -> str:
     return text if re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", text) else repr(text[:64])
 
 
-def load_lock(manifest: Manifest) -> Lock | None:
-    """The manifest's lock, every field verified (:func:`read_lock`), and every entry that answers the manifest's
-    current question checked against it (:func:`~r1build.lock.verify.manifest_problem`); None when absent."""
+def load_lock(manifest: Manifest, *, frozen: bool = False) -> Lock | None:
+    """The manifest's lock, every field verified (:func:`read_lock`), and every entry that may be used checked
+    against the manifest (:func:`~r1build.lock.verify.manifest_problem`); None when absent. An entry may be used
+    when it answers the manifest's current question, or (``frozen``: the lock used as it is) when it is for a
+    kernel × arch the manifest declares, whatever its key: frozen tolerates a stale key, never an entry whose
+    defines, origin or source the manifest contradicts."""
     path = lock_path(manifest)
     lock = read_lock(path)
     if lock is None:
         return None
-    problem = _contradiction(manifest, lock)
+    problem = _contradiction(manifest, lock, frozen)
     if problem is not None:
         i, e, key, message = problem
         raise _entry_error(path, path.read_text(encoding="utf-8"), i, e, key, message)
     return lock
 
 
-def _contradiction(manifest: Manifest, lock: Lock) -> tuple[int, LockEntry, str, str] | None:
+def _contradiction(manifest: Manifest, lock: Lock, frozen: bool) -> tuple[int, LockEntry, str, str] | None:
     specs = {s.name: s for s in manifest.kernels}
     for i, e in enumerate(lock.kernel):
         spec = specs.get(e.name)
-        if spec is None or e.arch not in manifest.archs_of(spec) or e.key != decision_key(manifest, spec, e.arch):
-            continue  # stale or undeclared: reported by check_lock, never used
+        if spec is None or e.arch not in manifest.archs_of(spec):
+            continue  # undeclared: reported by check_lock, never used
+        if not frozen and e.key != decision_key(manifest, spec, e.arch):
+            continue  # stale: reported by check_lock, never used (a frozen run uses it as it is)
         problem = manifest_problem(manifest, spec, e)
         if problem:
             return (i, e, *problem)

@@ -6,9 +6,10 @@ Two levels, both run on every read of a lock:
   the defines are identifiers and plain numbers (:mod:`r1build.defines`), the winner *is* the digest of source +
   defines, the provenance and the GPU checks version agree with the other fields, and free text (model, GPU,
   toolchain) is one printable line;
-* :func:`manifest_problem`, an entry that answers the manifest's current question (its key is current): its
-  defines are one value set of the kernel's declared tunables and, for the manifest's own files, the origin is
-  one of them and the source digest is that file's.
+* :func:`manifest_problem`, an entry that may be used: one that answers the manifest's current question (its key
+  is current) or, for a frozen read, any entry of a declared kernel × arch, stale key and all: its defines are
+  one value set of the kernel's declared tunables and, for the manifest's own files, the origin is one of them
+  and the source digest is that file's.
 
 What neither can check here (the source's bytes) is checked where they are read: the cache, the vendored folder
 and the manifest's files all verify a source against its digest before it is used.

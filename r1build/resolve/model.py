@@ -37,9 +37,11 @@ class ResolveOptions:
     refresh: bool = False
     """Ignore cached decisions and the lock, and judge again."""
     frozen: bool = False
-    """Use the lock as it is, never check it against the manifest (``--frozen``): every kernel × arch takes its
-    entry, stale or not (each entry's fields and winner are still verified), one without an entry is an error,
-    and nothing is generated, measured or written to the lock."""
+    """Use the lock as it is, without requiring it to be current (``--frozen``): every kernel × arch takes its
+    entry, stale or not, each still verified against the manifest as a locked read verifies it (declared
+    tunables and values, origin file and its digest, winner digest, a key naming no other kernel × arch's
+    decision; :func:`~r1build.lock.load_lock`); one without an entry is an error, and nothing is generated,
+    measured or written to the lock."""
     mode_words: tuple[str, str] = ("--locked", "--frozen")
     """How the caller's user asks for ``locked`` and ``frozen``, for messages: the command line's flags, or a
     build's config settings and variables."""

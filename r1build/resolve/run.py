@@ -94,7 +94,7 @@ def _gate_emitted(manifest: Manifest, judges: Judges, entries: Sequence[Resolved
 def _read_lock(manifest: Manifest, options: ResolveOptions) -> Lock | None:
     """The verified lock; with ``recover_lock`` (and not ``locked``), what can be saved of a damaged one."""
     try:
-        return load_lock(manifest)
+        return load_lock(manifest, frozen=options.frozen)
     except LockError as damage:
         if not options.recover_lock or options.locked:
             raise

@@ -54,6 +54,31 @@ def test_a_locked_build_refuses_cmake_code_in_a_lock_before_cmake_runs(build_env
     assert not list(out.glob("*.whl"))
 
 
+def test_a_frozen_build_refuses_a_stale_entry_with_an_undeclared_define(build_env: BuildEnv, tmp_path: Path) -> None:
+    """Frozen tolerates a stale key, never an entry the manifest contradicts: a `tanhf = "sinf"` define the kernel
+    does not declare (winner digest recomputed, key stale) fails the build before CMake runs."""
+    project = _locked_tiny(build_env, tmp_path)
+    lock = project / "kernels.lock"
+    text = lock.read_text(encoding="utf-8")
+    source = re.search(r'^source = "([0-9a-f]{64})"$', text, re.MULTILINE).group(1)  # type: ignore[union-attr]
+    text = text.replace('provenance = "baseline"', 'provenance = "tuned"')
+    forged = f'winner = "{variant_digest(source, {"tanhf": "sinf"})}"\ndefines = {{ tanhf = "sinf" }}'
+    text = re.sub(r"^winner = .*$", lambda _: forged, text, flags=re.MULTILINE)
+    text = re.sub(r"^key = .*$", lambda _: f'key = "{"5" * 64}"', text, flags=re.MULTILINE)
+    lock.write_text(text, encoding="utf-8")
+    out = tmp_path / "out"
+    out.mkdir()
+
+    proc = build_env.pip_wheel(project, out, env={"R1BUILD_FROZEN": "1"}, isolated=False)
+    assert proc.returncode != 0 and "Traceback" not in proc.stdout
+    assert re.search(
+        r"r1build: error: \S*kernels\.lock:\d+: kernel\[0\] \(scale/sm_90\)\.defines: tanhf is not a tunable "
+        r"parameter of scale \(declared: none\)",
+        proc.stdout,
+    ), proc.stdout[-4000:]
+    assert not (project / ".r1build" / "generated").exists() and not list(out.glob("*.whl"))
+
+
 def _fake_nvcc(tmp_path: Path) -> tuple[Path, Path]:
     """A CUDA_HOME whose bin/nvcc reports another identity, logs every call and delegates to the real nvcc."""
     real = shutil.which("nvcc")

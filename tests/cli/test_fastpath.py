@@ -5,6 +5,7 @@ full. Each command runs in a process of its own, as a user runs it (the warm pat
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,8 @@ import pytest
 
 from r1build import toolchain as toolchain_mod
 from r1build.cache import Cache
+from r1build.cli import fastpath
+from r1build.keys import variant_digest
 
 pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
 
@@ -43,6 +46,60 @@ def warm(project: Path, *args: str) -> tuple[int, str, str]:
     assert not second[3], f"{args}: the second run imported the full path"
     assert first[:3] == second[:3], (first, second)
     return first[:3]
+
+
+@pytest.fixture(autouse=True)
+def _state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The user state folder of these runs (where the key that signs records is kept), away from the user's."""
+    state = tmp_path / "state"
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    return state
+
+
+def _undeclared_define(lock: Path) -> None:
+    """The lock's entry given a define silu_mul does not declare, its winner digest recomputed: every command and
+    build that reads the lock refuses it."""
+    text = lock.read_text(encoding="utf-8")
+    source = re.search(r'^source = "([0-9a-f]{64})"$', text, re.MULTILINE).group(1)  # type: ignore[union-attr]
+    defines: dict[str, int | str] = {"BLOCK": 256, "tanhf": "sinf"}
+    text = re.sub(r"^defines = .*$", 'defines = { BLOCK = 256, tanhf = "sinf" }', text, count=1, flags=re.MULTILINE)
+    text = re.sub(r"^winner = .*$", f'winner = "{variant_digest(source, defines)}"', text, count=1, flags=re.M)
+    lock.write_text(text, encoding="utf-8")
+
+
+def _forge_records(cache_dir: Path, lock: Path) -> int:
+    """What a writer of the cache can do: rewrite every stored record so that it names the lock as it is now,
+    keeping what the run printed (framed by the cache as any entry is). The number of records rewritten."""
+    state = fastpath._file_state(lock)
+    forged = 0
+    with Cache(cache_dir) as cache:
+        for entry in cache.entries():
+            if not entry.key.startswith(f"json/{fastpath.NAMESPACE}/"):
+                continue
+            key = entry.key.rpartition("/")[2]
+            record = cache.get_json(fastpath.NAMESPACE, key)
+            assert isinstance(record, dict)
+            record["files"][str(lock)] = state
+            cache.put_json(fastpath.NAMESPACE, key, record)
+            forged += 1
+    return forged
+
+
+@pytest.mark.parametrize(
+    "command", [("check", "--locked"), ("resolve", "--locked", "--no-gpu"), ("status",)], ids=lambda c: c[0]
+)
+def test_a_forged_record_never_answers(locked: Path, cache_dir: Path, command: tuple[str, ...]) -> None:
+    """A record a cache writer forged (here: one naming a lock every full run refuses) is never replayed: the
+    command runs in full and fails as the build does, instead of printing the old answer."""
+    code, out, _ = warm(locked, *command)
+    assert code == 0
+    lock = locked / "kernels.lock"
+    _undeclared_define(lock)
+    assert _forge_records(cache_dir, lock) >= 1
+    code, out2, err, full = run(locked, *command)
+    assert full and code == 2, (code, out2, err)
+    assert "current and verified" not in out2 and out2 != out
+    assert "tanhf is not a tunable parameter of silu_mul" in " ".join(err.split())
 
 
 def test_status_replays_and_sees_every_change(locked: Path, cache_dir: Path) -> None:
@@ -165,3 +222,15 @@ def test_nvcc_version_is_remembered_by_identity(tmp_path: Path, monkeypatch: pyt
         check=True,
     ).stdout
     assert "patched" in out and "tampered" not in out and calls.read_text().count("x") == 3
+
+
+def test_a_secret_others_may_read_signs_nothing(locked: Path, _state_home: Path) -> None:
+    """The secret that signs records is this user's alone: readable by others (a forger could sign with it), no
+    record is replayed or stored; made private again, the records it signed replay."""
+    warm(locked, "status")
+    (secret,) = _state_home.rglob("*.key")
+    assert secret.stat().st_mode & 0o777 == 0o600
+    secret.chmod(0o644)
+    assert run(locked, "status")[3] and run(locked, "status")[3]
+    secret.chmod(0o600)
+    assert not run(locked, "status")[3]

@@ -185,3 +185,79 @@ def test_lock_resolves_a_merge_conflict_keeping_what_verifies(
     assert f"silu_mul/sm_90: the other side of a merge conflict (winner {base_source[:12]})" in err, err
     assert path.read_text(encoding="utf-8") == ours
     assert main(["check", "--locked", "-m", str(locked), *empty]) == 0
+
+
+STALE_KEY = '"' + "5" * 64 + '"'  # a key no manifest makes: the entry is stale, which --frozen tolerates
+FROZEN_CASES: list[tuple[str, Edit, str, str]] = [
+    (
+        "undeclared-define",
+        lambda t: _with_defines(t, '{ BLOCK = 256, tanhf = "sinf" }', {"BLOCK": 256, "tanhf": "sinf"}, fix_winner=True),
+        "defines",
+        "tanhf is not a tunable parameter of silu_mul (declared: BLOCK, UNROLL)",
+    ),
+    CASES[3][:1] + CASES[3][1:],  # block-7-forged: a declared tunable, a value it does not allow
+    (
+        "source-forged",
+        lambda t: _set(
+            _set(t, "source", f'"{FAKE_SOURCE}"'), "winner", f'"{variant_digest(FAKE_SOURCE, {"BLOCK": 256})}"'
+        ),
+        "source",
+        f"is not the digest of {VEC4}",
+    ),
+    (
+        "origin-not-declared",
+        lambda t: _set(t, "origin", '"kernels/silu_mul_other.cu"'),
+        "origin",
+        "is neither the baseline nor a candidate file of silu_mul",
+    ),
+]
+
+
+@pytest.mark.parametrize(("edit", "field", "message"), [c[1:] for c in FROZEN_CASES], ids=[c[0] for c in FROZEN_CASES])
+def test_frozen_still_verifies_every_field_of_a_stale_entry(
+    locked: Path, capsys: pytest.CaptureFixture[str], edit: Edit, field: str, message: str
+) -> None:
+    """Frozen uses a stale entry as it is, never one whose fields the manifest contradicts: `check --frozen`,
+    `resolve --frozen` and `vendor --frozen` refuse it with exit 2, naming the entry and the field."""
+    path = locked / "kernels.lock"
+    path.write_text(_set(path.read_text(encoding="utf-8"), "key", STALE_KEY), encoding="utf-8")
+    assert main(["check", "--frozen", "-m", str(locked)]) == 0  # a stale key alone: used as it is
+    assert "used as it is" in capsys.readouterr().out
+    path.write_text(edit(path.read_text(encoding="utf-8")), encoding="utf-8")
+    for command in (["check", "--frozen"], ["resolve", "--frozen", "--no-gpu"], ["vendor", "--frozen"]):
+        assert main([*command, "-m", str(locked)]) == 2, command
+        captured = capsys.readouterr()
+        flat = " ".join(captured.err.split())
+        assert "verified" not in captured.out, (command, captured.out)
+        assert str(path) in flat and re.search(rf"kernel\[0\] \(silu_mul/sm_90\)\.{field}:", flat), (command, flat)
+        assert message in flat and "Traceback" not in flat, (command, flat)
+
+
+def test_frozen_refuses_a_key_naming_another_kernels_decision(
+    locked: Path, cache_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A stale key is tolerated by --frozen, but the key still has to be this entry's: one that names the cached
+    decision of another kernel × arch (here sm_80's) is refused, never read as this entry's verdict."""
+    from dataclasses import replace
+
+    from r1build.cache import Cache
+
+    path = locked / "kernels.lock"
+    entry = read_lock(path).entry("silu_mul", "sm_90")  # type: ignore[union-attr]
+    assert entry is not None
+    other = "6" * 64
+    with Cache(cache_dir) as cache:
+        decision = cache.get_decision(entry.key)
+        assert decision is not None
+        cache.put_decision(replace(decision, key=other, arch="sm_80"))
+    path.write_text(_set(path.read_text(encoding="utf-8"), "key", f'"{other}"'), encoding="utf-8")
+    capsys.readouterr()
+    for command in (["check", "--frozen"], ["resolve", "--frozen", "--no-gpu"]):
+        assert main([*command, "-m", str(locked)]) == 2, command
+        captured = capsys.readouterr()
+        flat = " ".join(captured.err.split())
+        assert "verified" not in captured.out, (command, captured.out)
+        assert f"{path}: silu_mul/sm_90: key {other[:16]} names the cached decision of silu_mul/sm_80" in flat, (
+            command,
+            flat,
+        )
