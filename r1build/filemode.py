@@ -7,15 +7,33 @@ never followed) and makes it 0600. :func:`as_user_file` gives it the mode a plai
 ``open()`` would (0666 less the umask), so a lock or a bundle is as readable as any file the user writes. The
 rename replaces whatever the path names, so :func:`replace_problem` refuses a path that is not a regular file:
 run as root, ``r1build cache export /dev/null`` would otherwise put a plain file in place of the device.
+
+The cache folder is another matter: it holds transcripts, prompts and compiler logs, so what r1build creates in
+it is private, whatever the umask, unless the folder itself says otherwise (:func:`folder_modes`):
+:func:`private_folder`, :func:`private_file` and ``write_atomically(..., mode=)`` give exact modes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from pathlib import Path
 
-__all__ = ["as_user_file", "replace_problem", "umask", "write_atomically"]
+__all__ = [
+    "as_user_file",
+    "folder_modes",
+    "private_file",
+    "private_folder",
+    "replace_problem",
+    "umask",
+    "write_atomically",
+]
+
+PRIVATE_FOLDER = 0o700
+"""Mode of a cache folder r1build creates (and of the folders inside a private one)."""
+PRIVATE_FILE = 0o600
+"""Mode of the files r1build creates in a private cache folder."""
 
 
 def umask() -> int:
@@ -37,6 +55,44 @@ def as_user_file(fd: int) -> None:
     os.fchmod(fd, 0o666 & ~umask())
 
 
+def folder_modes(folder: Path | str) -> tuple[int, int]:
+    """The modes of the sub-folders and files r1build creates in the cache ``folder``: :data:`PRIVATE_FOLDER` and
+    :data:`PRIVATE_FILE`, plus whatever the folder itself grants its group and others (sub-folders all of it, and
+    its set-group-id bit; files its read and write bits). r1build creates a cache folder 0700, so only a folder the
+    user made (or changed) to share (``mkdir -m 2770``, ``chmod g+rwx``) passes anything on."""
+    try:
+        mode = Path(folder).stat().st_mode
+    except OSError:
+        mode = PRIVATE_FOLDER
+    shared = mode & 0o077
+    return PRIVATE_FOLDER | shared | (mode & stat.S_ISGID), PRIVATE_FILE | (shared & 0o066)
+
+
+def private_folder(path: Path, mode: int = PRIVATE_FOLDER) -> None:
+    """Create the folder ``path`` (its missing parents as ``mkdir -p`` would) with exactly ``mode``, whatever the
+    umask; nothing when it exists (a folder another process made meanwhile included); :class:`FileExistsError`
+    for anything else there."""
+    if path.is_dir():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(mode & 0o777)
+    except FileExistsError:
+        if path.is_dir():
+            return
+        raise  # a file, or a link to nothing, in the way
+    path.chmod(mode)
+
+
+def private_file(path: Path | str, mode: int = PRIVATE_FILE, flags: int = os.O_WRONLY | os.O_EXCL) -> int:
+    """Open ``path`` (created with ``O_CREAT`` and ``flags``) and give it exactly ``mode`` when this process may
+    (a file of another user's, in a shared cache, keeps its own); the descriptor."""
+    fd = os.open(path, os.O_CREAT | flags | getattr(os, "O_CLOEXEC", 0), mode & 0o777)
+    with contextlib.suppress(PermissionError):
+        os.fchmod(fd, mode)
+    return fd
+
+
 def replace_problem(path: Path) -> str | None:
     """Why a file written by renaming a temporary file over ``path`` may not go there: it names a folder, a
     device, a FIFO or a socket (``/dev/null``, ``/dev/stdout``), which the rename would replace. None for a regular
@@ -52,17 +108,21 @@ def replace_problem(path: Path) -> str | None:
     return None
 
 
-def write_atomically(path: Path, data: bytes | str) -> None:
+def write_atomically(path: Path, data: bytes | str, *, mode: int | None = None) -> None:
     """``data`` (text as UTF-8, newlines as given) as the whole of ``path``, never seen half written: a temporary
-    file of its own beside ``path``, given the mode of a file the user writes, renamed over it. The temporary file
-    is gone whatever fails; :class:`OSError` is the caller's to word (the folder missing, no room, no permission)."""
+    file of its own beside ``path``, given ``mode`` (default: the mode of a file the user writes), renamed over it.
+    The temporary file is gone whatever fails; :class:`OSError` is the caller's to word (the folder missing, no
+    room, no permission)."""
     import tempfile  # here, not at the top: a warm build imports this module and never writes (3-5 ms of imports)
 
     raw = data.encode("utf-8") if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            as_user_file(f.fileno())
+            if mode is None:
+                as_user_file(f.fileno())
+            else:
+                os.fchmod(f.fileno(), mode)
             f.write(raw)
         os.replace(tmp, path)
     except BaseException:

@@ -48,6 +48,7 @@ __all__ = [
     "PublicKey",
     "TrustedKeys",
     "entry_payload",
+    "entry_statement",
     "key_id",
     "load_private_key",
     "parse_private_key",
@@ -390,9 +391,14 @@ def verify(payload: bytes, signature: str | None, trusted: TrustedKeys) -> str:
 def entry_payload(key: str, payload: bytes) -> bytes:
     """The bytes signed for the cache entry ``key`` holding ``payload``: canonical JSON binding the statement
     :data:`ENTRY_STATEMENT`, the full key and the sha256 of the payload."""
+    return entry_statement(key, hashlib.sha256(payload).hexdigest())
+
+
+def entry_statement(key: str, sha256: str) -> bytes:
+    """:func:`entry_payload` of a payload whose sha256 is known (a bundle's, checked as it is read)."""
     from .keys import canonical_json  # keys imports the manifest model, which imports this module
 
-    return canonical_json({"statement": ENTRY_STATEMENT, "key": key, "sha256": hashlib.sha256(payload).hexdigest()})
+    return canonical_json({"statement": ENTRY_STATEMENT, "key": key, "sha256": sha256})
 
 
 def _shown(text: str, limit: int = 40) -> str:

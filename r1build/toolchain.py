@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import NvccSettingError, ToolchainError
-from .filemode import write_atomically
+from .filemode import folder_modes, private_folder, write_atomically
 from .nvcc_lookup import NvccPlace, first_nvcc, nvcc_identity, nvcc_places
 from .settings import env_settings
 
@@ -108,8 +108,8 @@ def _remember(identity: str, text: str) -> None:
     memo[identity] = {"text": text, "sha256": hashlib.sha256(text.encode()).hexdigest()}
     memo = dict(list(memo.items())[-_MEMO_KEEP:])
     with contextlib.suppress(OSError):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomically(path, json.dumps(memo, indent=1) + "\n")
+        private_folder(path.parent)  # the cache folder, private when this makes it first
+        write_atomically(path, json.dumps(memo, indent=1) + "\n", mode=folder_modes(path.parent)[1])
 
 
 def _toolchain(nvcc: str) -> Toolchain:

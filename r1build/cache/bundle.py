@@ -17,12 +17,15 @@ are unsigned, signed by a key not listed, or whose signature does not match; the
 keys, signatures are not checked and old unsigned (version 1) bundles import as before.
 
 Import reads and checks the whole bundle before it writes anything: the index digest, the index's shape and
-format version, that every payload member is listed and every listed payload is present, that no payload is over
-:data:`MAX_ENTRY_BYTES` and all of them together not over the cache's size limit (from the sizes the index and the
-zip directory declare, before a payload is inflated), each payload's length and sha256, that a blob's key is its
-digest, and that each record parses as its kind (a decision's key must be the key it is filed under). Any failure
-raises :class:`~r1build.errors.BundleError` naming the problem, and the cache is left as it was. The verified
-entries are then written in one transaction.
+format version, that every payload member is listed and every listed payload is present, the bounds (from the sizes
+the index and the zip directory declare, before a payload is inflated: no payload over :data:`MAX_ENTRY_BYTES`, no
+record over :data:`MAX_RECORD_BYTES`, all of them together not over the cache's size limit nor over
+:data:`MAX_EXPANSION` times the bundle file beyond :data:`EXPANSION_ALLOWANCE`), each payload's length and sha256,
+that a blob's key is its digest, and that each record parses as its kind (a decision's key must be the key it is
+filed under). Any failure raises :class:`~r1build.errors.BundleError` naming the problem, and the cache is left as
+it was. The verified entries are then written in one transaction, each payload inflated again and checked again as
+it is written. Payloads are inflated :data:`CHUNK_BYTES` at a time; a blob over :data:`STREAM_FROM_BYTES` goes
+into its value file as it is inflated, so import never holds the bundle, nor a large blob, in memory.
 
 What happens to entries the cache already has:
 
@@ -42,13 +45,14 @@ from __future__ import annotations
 
 import datetime as _dt
 import glob
+import hashlib
 import json
 import os
 import tempfile
 import zipfile
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,7 +63,7 @@ from ..events import Note, emit
 from ..filemode import as_user_file, replace_problem
 from ..keys import canonical_json, digest_bytes
 from ..records import Decision, from_json
-from ..signing import PrivateKey, TrustedKeys, entry_payload, sign, verify
+from ..signing import PrivateKey, TrustedKeys, entry_payload, entry_statement, sign, verify
 from .codec import KINDS, check_payload, kind_of
 from .index import process_gone
 from .store import Cache
@@ -68,8 +72,13 @@ from .verdicts import is_signer_note
 __all__ = [
     "BUNDLE_FORMAT",
     "BUNDLE_VERSION",
+    "CHUNK_BYTES",
+    "EXPANSION_ALLOWANCE",
     "MACHINE_LOCAL",
     "MAX_ENTRY_BYTES",
+    "MAX_EXPANSION",
+    "MAX_RECORD_BYTES",
+    "STREAM_FROM_BYTES",
     "BundleEntry",
     "BundleSummary",
     "export_bundle",
@@ -93,6 +102,21 @@ _MAX_INDEX_BYTES = 64 * 1024**2
 MAX_ENTRY_BYTES = 64 * 1024**2
 """Largest payload of one bundle entry, as of one remote cache object: no source, transcript or record comes
 near it, and a zip member that inflates beyond it is a decompression bomb, refused before it is read."""
+MAX_RECORD_BYTES = 16 * 1024**2
+"""Largest payload of a record (a decision, gate result or JSON document), which import parses whole: a decision
+names its sources and transcripts by digest and takes kilobytes."""
+MAX_EXPANSION = 100
+"""Most bytes a bundle's payloads may take together, uncompressed, per byte of the bundle file (beyond
+:data:`EXPANSION_ALLOWANCE`). Sources, transcripts and records deflate 3 to 10 times; deflate itself tops out near
+1000 (long runs of one byte), which is what a decompression bomb uses: 1.2 MB inflating to 1.2 GB."""
+EXPANSION_ALLOWANCE = 256 * 1024**2
+"""Bytes a bundle's payloads may take uncompressed whatever their ratio to the bundle file (a small bundle of
+very repetitive transcripts is no threat at this size); the cache's size limit bounds every bundle too."""
+CHUNK_BYTES = 1024**2
+"""Import inflates payloads this many bytes at a time."""
+STREAM_FROM_BYTES = 4 * 1024**2
+"""A blob larger than this is stored as it is inflated (into its value file), never held whole; smaller ones
+and records (parsed whole) are read whole, one at a time."""
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 _HEX = frozenset("0123456789abcdef")
 _Bad = Callable[[str], BundleError]
@@ -296,56 +320,70 @@ def _per_kind(kinds: Iterable[str]) -> dict[str, int]:
 def import_bundle(cache: Cache, path: Path | str, *, trusted: TrustedKeys | None = None) -> BundleSummary:
     """Verify the whole bundle at ``path``, then add its entries to ``cache`` (see the module doc for conflicts).
 
-    Raises :class:`~r1build.errors.BundleError` for a bundle that is unreadable, malformed or tampered with; the
-    cache is then untouched. With ``trusted`` keys (non-empty), every entry but blobs must carry a signature by
-    one of them: the others are refused, one warning each, and listed in ``refused``.
+    Raises :class:`~r1build.errors.BundleError` for a bundle that is unreadable, malformed, tampered with or over
+    the bounds (:data:`MAX_ENTRY_BYTES`, :data:`MAX_EXPANSION`, the cache's size limit); the cache is then
+    untouched. With ``trusted`` keys (non-empty), every entry but blobs must carry a signature by one of them:
+    the others are refused, one warning each, and listed in ``refused``. Payloads are inflated a chunk at a time,
+    to check them and again to store them; only a record (to parse it) or a small blob is held whole.
     """
-    path = Path(path)
-    entries, payloads = read_bundle(path, max_bytes=cache.size_limit)
-    summary = BundleSummary(
-        path=str(path),
-        entries=_per_kind(e.kind for e in entries),
-        payload_bytes=sum(e.size for e in entries),
-        file_bytes=path.stat().st_size,
-    )
-    if trusted:
-        entries = _trusted_entries(entries, payloads, trusted, summary)
-    entries = [e for e in entries if not is_machine_local(e.key)]  # this machine's to make, never a bundle's
-    order = sorted(entries, key=lambda e: (e.kind != "blob", e.key))  # blobs before what names them
-    with cache.importing(), cache.transaction():
-        for entry in order:
-            payload = payloads[entry.sha256]
-            local = cache.peek(entry.key)
-            if local is None:
-                cache.put_raw(entry.key, payload)
-                summary.added.append(entry.key)
-            elif local == payload:
-                summary.unchanged.append(entry.key)
-                continue
-            elif entry.kind == "decision" and _upgrades(local, payload):
-                cache.put_raw(entry.key, payload)
-                summary.replaced.append(entry.key)
-            else:
-                summary.kept.append(entry.key)
-                continue
-            if entry.kind in ("decision", "gate"):  # kept for its signature (checked), or on no signature at all
-                cache.note_signer(entry.key, summary.verified.get(entry.key))
+    with _Opened(Path(path), cache.size_limit) as bundle:
+        summary = BundleSummary(
+            path=str(bundle.path),
+            entries=_per_kind(e.kind for e in bundle.entries),
+            payload_bytes=sum(e.size for e in bundle.entries),
+            file_bytes=bundle.file_bytes,
+        )
+        entries = bundle.entries
+        if trusted:
+            entries = _trusted_entries(entries, trusted, summary)
+        entries = [e for e in entries if not is_machine_local(e.key)]  # this machine's to make, never a bundle's
+        order = sorted(entries, key=lambda e: (e.kind != "blob", e.key))  # blobs before what names them
+        with cache.importing(), cache.transaction():
+            for entry in order:
+                _import_entry(cache, bundle, entry, summary)
     return summary
 
 
-def _trusted_entries(
-    entries: list[BundleEntry], payloads: dict[str, bytes], trusted: TrustedKeys, summary: BundleSummary
-) -> list[BundleEntry]:
-    """The entries to import: blobs, and the others whose signature a trusted key made; a warning for each other."""
+def _import_entry(cache: Cache, bundle: _Opened, entry: BundleEntry, summary: BundleSummary) -> None:
+    """Add one verified entry to ``cache`` (in the import's transaction), noting what was done in ``summary``."""
+    if entry.kind == "blob":  # its key is its digest: an intact local copy is the same bytes
+        if cache.peek(entry.key) is not None:
+            summary.unchanged.append(entry.key)
+        elif entry.size > STREAM_FROM_BYTES:
+            cache.put_stream(entry.key, entry.sha256, bundle.chunks(entry))
+            summary.added.append(entry.key)
+        else:
+            cache.put_raw(entry.key, bundle.payload(entry))
+            summary.added.append(entry.key)
+        return
+    payload = bundle.payload(entry)
+    local = cache.peek(entry.key)
+    if local is None:
+        cache.put_raw(entry.key, payload)
+        summary.added.append(entry.key)
+    elif local == payload:
+        summary.unchanged.append(entry.key)
+        return
+    elif entry.kind == "decision" and _upgrades(local, payload):
+        cache.put_raw(entry.key, payload)
+        summary.replaced.append(entry.key)
+    else:
+        summary.kept.append(entry.key)
+        return
+    if entry.kind in ("decision", "gate"):  # kept for its signature (checked), or on no signature at all
+        cache.note_signer(entry.key, summary.verified.get(entry.key))
+
+
+def _trusted_entries(entries: list[BundleEntry], trusted: TrustedKeys, summary: BundleSummary) -> list[BundleEntry]:
+    """The entries to import: blobs, and the others whose signature a trusted key made; a warning for each other.
+    (Each payload's sha256 was checked as the bundle was opened, and is again as it is stored.)"""
     kept: list[BundleEntry] = []
     for entry in entries:
         if entry.kind == "blob":
             kept.append(entry)
             continue
         try:
-            summary.verified[entry.key] = verify(
-                entry_payload(entry.key, payloads[entry.sha256]), entry.signature, trusted
-            )
+            summary.verified[entry.key] = verify(entry_statement(entry.key, entry.sha256), entry.signature, trusted)
         except SignatureError as exc:
             summary.refused[entry.key] = str(exc)
             emit(Note("warning", f"{summary.path}: refused {entry.key}: {exc}"))
@@ -369,26 +407,94 @@ def _upgrades(local: bytes, incoming: bytes) -> bool:
 
 def read_bundle(path: Path | str, *, max_bytes: int | None = None) -> tuple[list[BundleEntry], dict[str, bytes]]:
     """The index entries and payloads (by sha256) of a bundle, all verified; :class:`BundleError` otherwise,
-    also for a payload over :data:`MAX_ENTRY_BYTES` or, with ``max_bytes``, payloads over that many bytes in all
-    (both told from the declared sizes, before anything is inflated: a small file may declare gigabytes)."""
-    path = Path(path)
-    try:
-        if path.exists() and not path.is_file() and not path.is_dir():  # zipfile would read /dev/zero to the end
-            raise BundleError(f"{path}: not a readable bundle (not a regular file: a device, a FIFO or a socket)")
-        with zipfile.ZipFile(path, "r") as zf:
-            return _read(zf, path, max_bytes)
-    except BundleError:
-        raise
-    except FileNotFoundError:
-        raise BundleError(f"{path}: no such bundle") from None
-    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError, RuntimeError) as exc:
-        raise BundleError(f"{path}: not a readable bundle ({exc})") from None
+    also for a bundle over the bounds (:data:`MAX_ENTRY_BYTES`, :data:`MAX_EXPANSION`, ``max_bytes`` in all),
+    told from the declared sizes before anything is inflated. Holds every payload: import streams instead."""
+    with _Opened(Path(path), max_bytes) as bundle:
+        return bundle.entries, {e.sha256: bundle.payload(e) for e in bundle.entries}
 
 
-def _read(zf: zipfile.ZipFile, path: Path, max_bytes: int | None) -> tuple[list[BundleEntry], dict[str, bytes]]:
-    def bad(message: str) -> BundleError:
-        return BundleError(f"{path}: {message}; nothing was imported")
+_ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError, RuntimeError)
 
+
+class _Opened:
+    """A bundle opened and checked (index, members, bounds, every payload inflated once to check its length,
+    sha256 and shape), whose payloads can then be read again, a chunk at a time, checked again as they are."""
+
+    def __init__(self, path: Path, max_bytes: int | None) -> None:
+        self.path = path
+        try:
+            if path.exists() and not path.is_file() and not path.is_dir():  # zipfile would read /dev/zero to the end
+                raise BundleError(f"{path}: not a readable bundle (not a regular file: a device, a FIFO or a socket)")
+            self._zf = zipfile.ZipFile(path, "r")
+        except FileNotFoundError:
+            raise BundleError(f"{path}: no such bundle") from None
+        except _ZIP_ERRORS as exc:
+            raise BundleError(f"{path}: not a readable bundle ({exc})") from None
+        try:
+            self.file_bytes = os.fstat(self._zf.fp.fileno()).st_size if self._zf.fp else 0
+            self.entries, self._members = _checked_index(self._zf, path, self.file_bytes, max_bytes, self.bad)
+            self._check_payloads()
+        except BaseException:
+            self._zf.close()
+            raise
+
+    def bad(self, message: str) -> BundleError:
+        return BundleError(f"{self.path}: {message}; nothing was imported")
+
+    def __enter__(self) -> _Opened:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._zf.close()
+
+    def chunks(self, entry: BundleEntry) -> Iterator[bytes]:
+        """The payload of ``entry``, inflated :data:`CHUNK_BYTES` at a time; :class:`BundleError` (after the last
+        chunk at the latest) when its length or sha256 is not the index's."""
+        info = self._members[PAYLOAD_DIR + entry.sha256]
+        what = f"entry {entry.key} ({info.filename})"
+        digest, size = hashlib.sha256(), 0
+        try:
+            with self._zf.open(info) as fh:
+                while chunk := fh.read(CHUNK_BYTES):
+                    size += len(chunk)
+                    if size > entry.size:
+                        break
+                    digest.update(chunk)
+                    yield chunk
+        except _ZIP_ERRORS as exc:
+            raise self.bad(f"{what} is damaged ({exc})") from None
+        if size != entry.size:
+            raise self.bad(f"entry {entry.key}: payload is {size} bytes or more, the index says {entry.size}")
+        if digest.hexdigest() != entry.sha256:
+            raise self.bad(f"entry {entry.key}: payload does not match its sha256")
+
+    def payload(self, entry: BundleEntry) -> bytes:
+        """The whole payload of ``entry``, checked as :meth:`chunks` checks it."""
+        return b"".join(self.chunks(entry))
+
+    def _check_payloads(self) -> None:
+        """Inflate every payload once: its length and sha256, and that each record parses as its kind (a
+        decision's key must be the key it is filed under). Only a record is held, one at a time."""
+        by_digest: dict[str, list[BundleEntry]] = {}
+        for entry in self.entries:
+            by_digest.setdefault(entry.sha256, []).append(entry)
+        for group in by_digest.values():
+            if all(e.kind == "blob" for e in group):  # a blob's key is its digest, checked with the index
+                for _ in self.chunks(group[0]):
+                    pass
+                continue
+            data = self.payload(group[0])
+            for entry in group:
+                reason = check_payload(entry.key, data)
+                if reason is not None:
+                    raise self.bad(f"entry {entry.key}: {reason}")
+
+
+def _checked_index(
+    zf: zipfile.ZipFile, path: Path, file_bytes: int, max_bytes: int | None, bad: _Bad
+) -> tuple[list[BundleEntry], dict[str, zipfile.ZipInfo]]:
+    """The index's entries, and the zip members by name, once the index digest, its shape, the members (each
+    listed, each listed one present, of the size the index says) and the bounds are checked."""
     infos = zf.infolist()
     names = [i.filename for i in infos]
     duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -399,49 +505,46 @@ def _read(zf: zipfile.ZipFile, path: Path, max_bytes: int | None) -> tuple[list[
         raise bad(f"no {INDEX_NAME}")
     if members[INDEX_NAME].file_size > _MAX_INDEX_BYTES:
         raise bad(f"{INDEX_NAME} is too large")
-    index_bytes = _member(zf, members[INDEX_NAME], bad)
+    index_bytes = _index_member(zf, members[INDEX_NAME], bad)
     if not zf.comment.startswith(_COMMENT_PREFIX):
         raise bad("the zip comment carries no index digest (not an r1build bundle?)")
     if zf.comment[len(_COMMENT_PREFIX) :].decode("ascii", "replace") != digest_bytes(index_bytes):
         raise bad(f"{INDEX_NAME} does not match its digest: the index was altered")
     entries = _parse_index(index_bytes, bad)
-
     listed = {PAYLOAD_DIR + e.sha256 for e in entries}
     unknown = sorted(set(members) - listed - {INDEX_NAME})
     if unknown:
         raise bad(f"member {unknown[0]!r} is not listed in the index")
-    _check_sizes(entries, max_bytes, bad)
-    payloads: dict[str, bytes] = {}
+    _check_sizes(entries, file_bytes, max_bytes, bad)
     for entry in entries:
-        name = PAYLOAD_DIR + entry.sha256
-        info = members.get(name)
+        info = members.get(PAYLOAD_DIR + entry.sha256)
         if info is None:
-            raise bad(f"entry {entry.key}: its payload {name} is missing")
+            raise bad(f"entry {entry.key}: its payload {PAYLOAD_DIR + entry.sha256} is missing")
         if info.file_size != entry.size:
             raise bad(f"entry {entry.key}: payload is {info.file_size} bytes, the index says {entry.size}")
-        if entry.sha256 not in payloads:
-            data = _member(zf, info, bad, entry.key)
-            if len(data) != entry.size:
-                raise bad(f"entry {entry.key}: payload is {len(data)} bytes, the index says {entry.size}")
-            if digest_bytes(data) != entry.sha256:
-                raise bad(f"entry {entry.key}: payload does not match its sha256")
-            payloads[entry.sha256] = data
-        reason = check_payload(entry.key, payloads[entry.sha256])
-        if reason is not None:
-            raise bad(f"entry {entry.key}: {reason}")
-    return entries, payloads
+    return entries, members
 
 
-def _check_sizes(entries: list[BundleEntry], max_bytes: int | None, bad: _Bad) -> None:
-    """Refuse a payload over :data:`MAX_ENTRY_BYTES`, or payloads over ``max_bytes`` together, from the sizes the
-    index declares (each is checked against its zip member's size before it is read)."""
+def _check_sizes(entries: list[BundleEntry], file_bytes: int, max_bytes: int | None, bad: _Bad) -> None:
+    """Refuse a payload over :data:`MAX_ENTRY_BYTES` (a record: :data:`MAX_RECORD_BYTES`), payloads over
+    ``max_bytes`` together, or together over :data:`MAX_EXPANSION` times the bundle file (beyond
+    :data:`EXPANSION_ALLOWANCE`), from the sizes the index declares (each is checked against its zip member's
+    size, and its payload against it as it is inflated)."""
     for entry in entries:
-        if entry.size > MAX_ENTRY_BYTES:
+        limit = MAX_ENTRY_BYTES if entry.kind == "blob" else MAX_RECORD_BYTES
+        if entry.size > limit:
             raise bad(
-                f"entry {entry.key}: its payload of {entry.size} bytes is over the {MAX_ENTRY_BYTES} bytes an entry "
-                "may hold (no source, transcript or record is that large)"
+                f"entry {entry.key}: its payload of {entry.size} bytes is over the {limit} bytes "
+                f"{'an entry' if entry.kind == 'blob' else 'a record'} may hold (no source, transcript or record is "
+                "that large)"
             )
-    total = sum({e.sha256: e.size for e in entries}.values())
+    total = sum(e.size for e in entries)  # each entry is stored apart, even where payloads are shared
+    if total > max(EXPANSION_ALLOWANCE, MAX_EXPANSION * file_bytes):
+        raise bad(
+            f"its payloads would take {total} bytes uncompressed, {total // max(file_bytes, 1)} times the "
+            f"{file_bytes} bytes of the bundle: over the {MAX_EXPANSION} times (or {EXPANSION_ALLOWANCE} bytes) a "
+            "bundle may expand to (a decompression bomb?)"
+        )
     if max_bytes is not None and total > max_bytes:
         raise bad(
             f"its payloads take {total} bytes, more than the cache's size limit of {max_bytes} bytes (importing "
@@ -449,13 +552,12 @@ def _check_sizes(entries: list[BundleEntry], max_bytes: int | None, bad: _Bad) -
         )
 
 
-def _member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, bad: _Bad, key: str | None = None) -> bytes:
-    what = f"entry {key} ({info.filename})" if key else info.filename
+def _index_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, bad: _Bad) -> bytes:
     try:
         with zf.open(info) as fh:
             data: bytes = fh.read(info.file_size + 1)
-    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError, RuntimeError) as exc:
-        raise bad(f"{what} is damaged ({exc})") from None
+    except _ZIP_ERRORS as exc:
+        raise bad(f"{info.filename} is damaged ({exc})") from None
     return data
 
 

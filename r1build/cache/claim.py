@@ -16,6 +16,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from ..events import Note, emit
+from ..filemode import folder_modes, private_file, private_folder
 from ..keys import digest_bytes
 
 try:
@@ -49,7 +50,8 @@ def _open(directory: Path, name: str) -> int | None:
     if fcntl is None:
         return None
     folder = directory / "claims"
+    folder_mode, file_mode = folder_modes(directory)  # private unless the cache folder was made to share
     with suppress(OSError):
-        folder.mkdir(parents=True, exist_ok=True)
-        return os.open(folder / f"{digest_bytes(name.encode())[:32]}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+        private_folder(folder, folder_mode)
+        return private_file(folder / f"{digest_bytes(name.encode())[:32]}.lock", file_mode, os.O_RDWR)
     return None

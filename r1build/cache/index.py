@@ -18,6 +18,7 @@ from diskcache.core import ENOVAL, UNKNOWN
 
 from ..errors import CacheDamagedError, CacheError
 from ..events import Note, emit
+from ..filemode import folder_modes, private_file, private_folder
 from .rows import DBNAME, value_file_problem
 
 __all__ = [
@@ -125,7 +126,34 @@ def _value_name(filename: str, pid: int) -> str:
 
 
 class PidDisk(diskcache.Disk):  # type: ignore[misc]
-    """diskcache's file storage with the writing process's id in each value file's name."""
+    """diskcache's file storage with the writing process's id in each value file's name, its value files and their
+    two levels of folders made with the cache folder's modes (:func:`~r1build.filemode.folder_modes`: private
+    unless the folder was made to share), whatever the umask."""
+
+    def __init__(self, directory: str, **kwargs: Any) -> None:
+        super().__init__(directory, **kwargs)
+        self._folder_mode, self._file_mode = folder_modes(directory)
+
+    def _write(self, full_path: str, iterator: Any, mode: str, encoding: str | None = None) -> int:
+        """diskcache's ``_write`` (ten tries: another process may remove an empty folder meanwhile) with modes."""
+        folder = Path(full_path).parent
+        for attempt in range(10):
+            with contextlib.suppress(OSError):
+                private_folder(folder.parent, self._folder_mode)
+                private_folder(folder, self._folder_mode)
+            try:
+                fd = private_file(full_path, self._file_mode)
+            except OSError:
+                if attempt == 9:
+                    raise
+                continue
+            with os.fdopen(fd, "wb" if "b" in mode else "w", encoding=encoding) as writer:
+                size = 0
+                for chunk in iterator:
+                    size += len(chunk)
+                    writer.write(chunk)
+                return size
+        raise AssertionError("unreachable")
 
     def filename(self, key: Any = UNKNOWN, value: Any = UNKNOWN) -> tuple[str, str]:
         filename, full_path = super().filename(key, value)

@@ -5,6 +5,7 @@ read-only index where this process may not write (how the index itself is read t
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import sqlite3
 import time
@@ -16,6 +17,7 @@ import diskcache
 
 from ..errors import CacheError, CacheLocationError
 from ..events import Note, emit
+from ..filemode import folder_modes, private_file, private_folder
 from .index import (
     Connections,
     PidDisk,
@@ -79,12 +81,13 @@ def open_index(directory: Path, *, timeout: float, size_limit: int | None, creat
             )
         if d.is_dir() and not (d / DBNAME).exists() and any(not _cache_file(p.name) for p in d.iterdir()):
             raise CacheLocationError(f"{d} is not empty and holds no r1build cache; choose a new or empty directory")
-        d.mkdir(parents=True, exist_ok=True)
+        private_folder(d)
     except OSError as exc:
         if not create:  # a maintenance command, given a path that can hold no cache (a name too long, say)
             raise CacheLocationError(f"cannot use {d} as the cache directory: {exc.strerror}") from None
         why = f"it is a symbolic link to {d.readlink()}, which does not exist" if _dangling(d) else str(exc)
         raise CacheError(f"cannot create the cache directory {d}: {why}") from None
+    _create_index_file(d)
     deadline = time.monotonic() + timeout
     while True:
         dc: diskcache.Cache | None = None
@@ -115,6 +118,16 @@ def open_index(directory: Path, *, timeout: float, size_limit: int | None, creat
             if isinstance(exc, OSError) and (d / DBNAME).is_file() and looks_read_only(exc, d):
                 return _open_read_only(d, exc)
             raise _unusable(d, exc) from None
+
+
+def _create_index_file(directory: Path) -> None:
+    """An empty ``cache.db`` (SQLite takes it for a new database) with the folder's file mode, made before SQLite
+    makes it 0644 less the umask; its ``-wal`` and ``-shm`` files take the database's mode. Nothing where it
+    exists, or cannot be made (a cache this process may only read: opening says so)."""
+    if (directory / DBNAME).exists():
+        return
+    with contextlib.suppress(OSError):
+        os.close(private_file(directory / DBNAME, folder_modes(directory)[1]))
 
 
 def _unusable(directory: Path, exc: BaseException) -> CacheError:

@@ -11,13 +11,14 @@ listing, verifying and collecting garbage in :mod:`.maintenance`.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
 import sqlite3
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -70,6 +71,17 @@ class Unreadable:
 
     def __init__(self, reason: str) -> None:
         self.reason = reason
+
+
+class _Chunks:
+    """A reader (``read(n)``) of a value made of chunks, for diskcache to write a value file from."""
+
+    def __init__(self, *parts: Iterable[bytes]) -> None:
+        self._chunks = itertools.chain(*parts)
+
+    def read(self, size: int = -1) -> bytes:
+        """The next chunk (diskcache asks for 4 MiB, more than any chunk a bundle yields); b"" at the end."""
+        return next(self._chunks, b"")
 
 
 class Storage:
@@ -151,19 +163,18 @@ class Storage:
 
     @contextlib.contextmanager
     def importing(self) -> Iterator[None]:
-        """Mark an import in progress (committed before it writes anything), so that the files of a killed
-        import are removed at the next open; the mark is cleared when the block ends."""
+        """Mark an import in progress (committed before it writes anything), so that the files of a killed or
+        failed import are removed at the next open after its process is gone; the mark is cleared when the block
+        completes."""
         self._refuse_read_only("import into it")
         name = f"{IMPORT_MARK}{os.getpid()}"
         try:
             self._sql.execute("INSERT OR REPLACE INTO R1Meta VALUES (?, ?)", (name, time.time()))
         except sqlite3.Error as exc:
             raise CacheError(f"cannot import into the cache at {self.directory}: {exc}") from None
-        try:
-            yield
-        finally:
-            with contextlib.suppress(sqlite3.Error):
-                self._sql.execute("DELETE FROM R1Meta WHERE name = ?", (name,))
+        yield  # an import that fails keeps its mark: the value files it wrote go once this process is gone
+        with contextlib.suppress(sqlite3.Error):
+            self._sql.execute("DELETE FROM R1Meta WHERE name = ?", (name,))
 
     def flush_stats(self) -> None:
         """Add this process's hit/miss/corrupt counts to the lifetime totals and reset them."""
@@ -232,11 +243,14 @@ class Storage:
             raise CacheError(f"cannot read the cache at {self.directory}: {exc}") from None
 
     def _put(self, key: str, payload: bytes, digest: str | None = None) -> None:
+        self._set(key, pack(digest or digest_bytes(payload), payload))
+
+    def _set(self, key: str, raw: bytes | _Chunks) -> None:
+        """Store ``raw`` (the packed value, or a reader of it) under ``key``."""
         if self.read_only or self._off:
             return  # said once, when the cache was opened read-only or turned off
-        raw = pack(digest or digest_bytes(payload), payload)
         try:
-            self._dc.set(key, raw, retry=False)
+            self._dc.set(key, raw, read=isinstance(raw, _Chunks), retry=False)
         except diskcache.Timeout:
             if self.tolerant:
                 self._turn_off(self._locked(f"writing {key}"))
@@ -339,6 +353,13 @@ class Storage:
         if reason is not None:
             raise ValueError(f"cannot store {key}: {reason}")
         self._put(key, payload)
+
+    def put_stream(self, key: str, digest: str, chunks: Iterable[bytes]) -> None:
+        """Store the payload that ``chunks`` yield, whose sha256 is ``digest``, under the full ``key`` as a value
+        file written as the chunks come (a large blob of a bundle is never held whole). The producer of the chunks
+        checks them: an exception from it stores nothing (the value file it leaves is the import's, removed as an
+        interrupted import's once this process is gone)."""
+        self._set(key, _Chunks([digest.encode() + b"\n"], chunks))
 
     def delete(self, key: str) -> bool:
         """Remove one entry; whether it was there."""

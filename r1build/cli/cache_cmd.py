@@ -1,8 +1,9 @@
 """``r1build cache``: ``dir``, ``stats``, ``ls``, ``verify``, ``repair``, ``gc``, ``prune``, ``clean``, ``export``,
 ``import``, ``push``. Every sub-command that reports takes ``--json``.
 
-``export --signing-key FILE`` (or ``R1BUILD_SIGNING_KEY``) signs the bundle's entries; ``import -m MANIFEST``
-refuses, with a warning each, entries not signed by a key in the manifest's ``[cache] trusted-keys``.
+``export --signing-key FILE`` (or ``R1BUILD_SIGNING_KEY``) signs the bundle's entries; ``import`` refuses, with a
+warning each, entries not signed by a key in the ``[cache] trusted-keys`` of the manifest ``-m`` names, else of the
+nearest one from the current folder up (none: nothing to check against).
 
 Every sub-command but ``import`` needs an existing cache: on a path that holds none it says so (exit 2) rather
 than create an empty one. Exit codes: 0 ok; 1 when ``verify`` finds a bad entry or a damaged index (also with
@@ -17,6 +18,7 @@ import argparse
 import json
 import re
 from dataclasses import asdict
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..cache import (
@@ -33,7 +35,7 @@ from ..cache import (
 from ..errors import UsageError
 from ..events import sink
 from ..judge import CHECKS_VERSION
-from ..manifest import Manifest, find_manifest, load_manifest
+from ..manifest import Manifest, find_manifest, load_manifest, nearest_manifest
 from ..signing import TrustedKeys, load_private_key, trusted_keys
 from .common import add_cache_arg, add_manifest_arg, given_path, load_from_args, open_cache, require_current_lock
 from .render import Console, counted
@@ -173,7 +175,8 @@ def register(sub: Any) -> None:
         type=given_path,
         metavar="PATH",
         help="check signatures against this manifest's [cache] trusted-keys (kernels.toml, a "
-        "pyproject.toml or a folder with one); unsigned and untrusted entries are refused",
+        "pyproject.toml or a folder with one; default: the nearest in the current folder or a folder above it); "
+        "unsigned and untrusted entries are refused",
     )
     _add_json(p)
     p.set_defaults(func=cmd_import)
@@ -543,30 +546,41 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _import_manifest(given: Path | None) -> Manifest | None:
+    """The manifest whose trusted keys an import checks signatures against: ``-m``'s, else the nearest one from
+    the current folder up, as every project command finds it (a project that lists trusted keys is never
+    imported into unchecked by forgetting ``-m``); None outside any project."""
+    path = find_manifest(given) if given is not None else nearest_manifest(Path.cwd())
+    return None if path is None else load_manifest(path, check_references=False)
+
+
 def cmd_import(args: argparse.Namespace, console: Console) -> int:
-    trusted: TrustedKeys | None = None
-    if args.manifest is not None:
-        trusted = trusted_keys(load_manifest(find_manifest(args.manifest), check_references=False))
+    manifest = _import_manifest(args.manifest)
+    trusted: TrustedKeys | None = trusted_keys(manifest) if manifest is not None else None
     with sink(console.event), Cache(getattr(args, "cache_dir", None)) as cache:
         summary = import_bundle(cache, args.path, trusted=trusted)
     if args.json:
-        _json(console, {**_summary_doc(summary), "signatures_checked": bool(trusted)})
+        doc = {**_summary_doc(summary), "signatures_checked": bool(trusted)}
+        _json(console, {**doc, "manifest": str(manifest.path) if manifest is not None else None})
         return 0
     console.print(
         f"{summary.path}: {summary.total} entries ({_counts(summary)}) verified; "
         f"added {len(summary.added)}, replaced {len(summary.replaced)}, "
         f"unchanged {len(summary.unchanged)}, kept local {len(summary.kept)}"
     )
-    if trusted:
+    if trusted and manifest is not None:
         signers = ", ".join(sorted(set(summary.verified.values()))) or "none"
         console.print(
             f"signatures: {len(summary.verified)} entries signed by trusted keys ({signers}), "
-            f"{len(summary.refused)} refused"
+            f"{len(summary.refused)} refused (trusted-keys of {manifest.path})"
         )
-    elif args.manifest is not None:
-        console.print("signatures not checked: the manifest lists no [cache] trusted-keys")
+    elif manifest is not None:
+        console.print(f"signatures not checked: the manifest lists no [cache] trusted-keys ({manifest.path})")
     else:
-        console.print("signatures not checked (-m MANIFEST checks them against its [cache] trusted-keys)")
+        console.print(
+            "signatures not checked: no manifest here or above (-m MANIFEST checks them against its [cache] "
+            "trusted-keys)"
+        )
     for key in summary.replaced:
         console.print(f"replaced {key} (the bundle's decision was measured on a GPU)")
     for key in summary.kept:

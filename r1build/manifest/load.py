@@ -31,7 +31,14 @@ from .reference import (
 from .tomltext import TomlProblem, parse_toml
 from .values import integer_range, tunable_value_problem, value_problem
 
-__all__ = ["cluster_address_problem", "find_manifest", "load_manifest", "located_error", "remote_url_problem"]
+__all__ = [
+    "cluster_address_problem",
+    "find_manifest",
+    "load_manifest",
+    "located_error",
+    "nearest_manifest",
+    "remote_url_problem",
+]
 
 _CMAKE_TARGET = re.compile(r"[A-Za-z0-9_.+\-]+(?:::[A-Za-z0-9_.+\-]+)*")
 _SYMBOL_PREFIX = re.compile(r"(?!r1build)(?!.*__)[A-Za-z][A-Za-z0-9_]{0,31}", re.IGNORECASE)
@@ -78,6 +85,17 @@ def find_manifest(start: Path, *, walk_up: bool = False) -> Path:
     """The manifest for a path: a file itself, or ``kernels.toml`` / pyproject.toml with [tool.r1build] in it.
     With ``walk_up`` (a command run without ``-m``), the nearest such file in ``start`` or a folder above it, as
     cargo finds Cargo.toml."""
+    found = nearest_manifest(start, walk_up=walk_up)
+    if found is None:
+        where = f"{start} or any folder above it" if walk_up else str(start)
+        raise ManifestError(f"no kernels.toml (or pyproject.toml with [tool.r1build]) in {where}", file=str(start))
+    return found
+
+
+def nearest_manifest(start: Path, *, walk_up: bool = True) -> Path | None:
+    """:func:`find_manifest`, None where there is no manifest at all (a command that also works outside a
+    project); still :class:`ManifestError` for one that is there but unusable (a dangling link) or a folder
+    that cannot be looked into."""
     try:
         if start.is_file():
             return start
@@ -88,8 +106,7 @@ def find_manifest(start: Path, *, walk_up: bool = False) -> Path:
                 return found
     except OSError as exc:  # a name too long for the file system, a folder it may not look into
         raise ManifestError(f"cannot look for a manifest there: {exc.strerror}", file=str(start)) from None
-    where = f"{start} or any folder above it" if walk_up else str(start)
-    raise ManifestError(f"no kernels.toml (or pyproject.toml with [tool.r1build]) in {where}", file=str(start))
+    return None
 
 
 class _Validator:

@@ -268,8 +268,9 @@ class CacheSettings:
     trusted_keys: list[str] = field(default_factory=list)
     """Public keys whose signed decisions and bundle entries are accepted, each ``ed25519:<base64 of the 32-byte
     raw public key>`` as ``r1build key generate`` and ``r1build key public`` print it. With keys listed,
-    ``cache import -m`` refuses unsigned and untrusted decisions; with none, signatures are not checked there.
-    Decisions and gate results from the remote cache are always checked: with no key listed, none is used."""
+    ``cache import`` (in the project, or ``-m``) refuses unsigned and untrusted decisions; with none, signatures
+    are not checked there. Decisions and gate results from the remote cache are always checked: with no key
+    listed, none is used."""
 
 
 @dataclass(frozen=True)
