@@ -3,10 +3,10 @@
 Whatever a compile prints about another file may quote that file (the source line under an error, an assembler's
 listing), and compile output reaches the cache, the report and the next prompt. So the output of a confined
 compile keeps only messages whose first line names one of the candidate's own files, r1build's pre-included
-declaration, or no file at all (nvcc's and ptxas's own lines, the resource report, the closing count); a message
-about any other file is left out with its continuation lines, and one line at the end says how many were. The
-sandbox (:mod:`r1build.sandbox`) is what keeps other files out of reach; this keeps a file that is in reach (a system
-header, say) out of the feedback.
+declaration, the compile's own temporary files (the host assembly of the candidate), or no file at all (nvcc's
+and ptxas's own lines, the resource report, the closing count); a message about any other file is left out with
+its continuation lines, and one line at the end says how many were. The sandbox (:mod:`r1build.sandbox`) is what
+keeps other files out of reach; this keeps a file that is in reach (a system header, say) out of the feedback.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ _LOCATED = re.compile(r"^(?P<file>[^\s(:][^(:]*?)(?:\(\d+\)|:\d+(?::\d+)?)?:\s")
 _FILE_MENTION = re.compile(r"(?:In file included from|from)\s+(?P<file>\S+?)(?::\d+)*[:,]?$")
 _TOOL = re.compile(r"^(?:ptxas|nvcc|nvlink|fatbinary|cicc|cudafe\+\+|gcc|g\+\+|cc1plus|ld|collect2)\b", re.I)
 _CONTINUATION = re.compile(r"^(?:\s|\^|$)")
+_TEMPORARY = re.compile(r"(?:/[^\s:]*/)?(?:cc\w+\.s|tmpxft_[\w.-]+)")
+"""The compile's own temporary files (the host assembly, nvcc's intermediates): what they hold is the candidate's."""
 
 
 def own_messages(output: str, own: Sequence[str]) -> str:
@@ -59,4 +61,4 @@ def _about_own(line: str, own: Sequence[str]) -> bool:
 
 def _own_name(name: str, own: Sequence[str]) -> bool:
     name = name.strip().strip('"')
-    return name in own or name.startswith(tuple(f"{o}(" for o in own))
+    return name in own or name.startswith(tuple(f"{o}(" for o in own)) or _TEMPORARY.fullmatch(name) is not None
