@@ -268,8 +268,8 @@ def _prepare(
         raise
     if options.locked and out_dir is None:
         from ..manifest import find_manifest, load_manifest
+        from ..manifest.inputs import manifest_inputs
         from ..toolchain import find_nvcc, nvcc_lookup
-        from .inputs import manifest_inputs
 
         inputs = manifest_inputs(load_manifest(find_manifest(project), check_references=False))
         write_stamp(project, options, given, inputs, cmake_file, (find_nvcc(), nvcc_lookup()))

@@ -29,9 +29,9 @@ from ..events import Note, emit
 from ..keys import decision_key
 from ..lock import lock_path, read_lock
 from ..manifest import Manifest
+from ..manifest.inputs import manifest_inputs
 from ..manifest.tomltext import TomlProblem, parse_toml
 from ..signing import DEFAULT_KEY_NAME
-from .inputs import manifest_inputs
 from .options import ConfigSettings
 
 __all__ = ["GENERATED_DIR", "check_offline_buildable", "sdist_settings"]
