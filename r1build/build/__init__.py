@@ -291,6 +291,23 @@ def _plain_settings(config_settings: HookSettings) -> ConfigSettings:
     return rest
 
 
+def _keys_left_out(names: list[str], what: str) -> None:
+    """Warn of each private key taken out of the ``what`` (:mod:`r1build.build.keyfiles`)."""
+    if not names:
+        return
+    from ..events import Note, emit
+
+    with _boundary():
+        for name in names:
+            emit(
+                Note(
+                    "warning",
+                    f"{name} holds a private key: left out of the {what}; keep keys out of the project folder "
+                    "(and out of the repository)",
+                )
+            )
+
+
 def _for_sdist(config_settings: HookSettings) -> ConfigSettings:
     from ..cache import resolve_cache_dir
     from ..manifest import find_manifest, load_manifest
@@ -313,7 +330,11 @@ def build_wheel(
     if settings is None:
         with _boundary():
             settings = kernel_settings(config_settings)
-    return _skbuild.build_wheel(wheel_directory, settings, metadata_directory)
+    name = _skbuild.build_wheel(wheel_directory, settings, metadata_directory)
+    from .keyfiles import strip_wheel  # standard library only: a warm build's cost stays a millisecond or two
+
+    _keys_left_out(strip_wheel(Path(wheel_directory) / name), "wheel")
+    return name
 
 
 def build_editable(
@@ -337,7 +358,11 @@ def build_sdist(sdist_directory: str, config_settings: HookSettings = None) -> s
     """PEP 517: the sdist, carrying manifest, lock, references, sources and vendored winners, not ``.r1build/``."""
     with _boundary():
         settings = _for_sdist(config_settings)
-    return _skbuild.build_sdist(sdist_directory, settings)
+    name = _skbuild.build_sdist(sdist_directory, settings)
+    from .keyfiles import strip_sdist
+
+    _keys_left_out(strip_sdist(Path(sdist_directory) / name), "sdist")
+    return name
 
 
 def get_requires_for_build_wheel(config_settings: HookSettings = None) -> list[str]:

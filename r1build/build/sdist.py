@@ -4,7 +4,8 @@ A wheel built from the sdist resolves again, with no cache and no network, so th
 resolver reads: the manifest, the lock, each kernel's reference module, baseline and hand-written candidates,
 and the vendored winners. It never carries ``.r1build/`` (generated files of an earlier build), the cache folder
 where it lies inside the project, nor a private key file of the name ``r1build key generate`` writes by default
-(in whatever folder that command ran).
+(in whatever folder that command ran); a private key of any other name is taken out of the written sdist by its
+content (:mod:`r1build.build.keyfiles`).
 
 Before it writes anything, :func:`check_offline_buildable` makes sure a wheel built from the sdist can be built
 with no cache, no network and no opt-in, and refuses (exit 2) an sdist that would not: a current lock entry whose
