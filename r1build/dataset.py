@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .cache import Cache
+from .filemode import DATASET_SCHEMA_PREFIX
 from .generate.prompts import signature
 from .generate.providers import PROFILES, redact
 from .manifest import Manifest
@@ -38,7 +39,7 @@ from .report.summary import first_line
 
 __all__ = ["SCHEMA", "DatasetFilter", "dataset_records", "write_dataset"]
 
-SCHEMA = "r1build.dataset/1"
+SCHEMA = DATASET_SCHEMA_PREFIX + "1"
 """The ``schema`` field of every record; bumped when a field changes meaning or goes away."""
 
 DatasetFilter = Literal["all", "passed", "winners"]

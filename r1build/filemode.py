@@ -11,6 +11,11 @@ run as root, ``r1build cache export /dev/null`` would otherwise put a plain file
 The cache folder is another matter: it holds transcripts, prompts and compiler logs, so what r1build creates in
 it is private, whatever the umask, unless the folder itself says otherwise (:func:`folder_modes`):
 :func:`private_folder`, :func:`private_file` and ``write_atomically(..., mode=)`` give exact modes.
+
+An output a user names (``report -o``, ``export-dataset -o``) replaces only a file r1build wrote, unless
+``--force``: :func:`foreign_output` tells one by its content. A report page carries :data:`REPORT_MARKER` in its
+first bytes; a dataset's first line is a record whose ``schema`` starts with :data:`DATASET_SCHEMA_PREFIX`; an
+empty file (``mktemp``'s) may be replaced too. ``r1build report -o pyproject.toml`` replaced the project's file.
 """
 
 from __future__ import annotations
@@ -19,21 +24,38 @@ import contextlib
 import os
 import stat
 from pathlib import Path
+from typing import Literal
 
 __all__ = [
+    "DATASET_SCHEMA_PREFIX",
+    "REPORT_MARKER",
+    "OutputKind",
     "as_user_file",
     "folder_modes",
+    "foreign_output",
     "private_file",
     "private_folder",
     "replace_problem",
     "umask",
     "write_atomically",
+    "written_by_r1build",
 ]
 
 PRIVATE_FOLDER = 0o700
 """Mode of a cache folder r1build creates (and of the folders inside a private one)."""
 PRIVATE_FILE = 0o600
 """Mode of the files r1build creates in a private cache folder."""
+
+OutputKind = Literal["report", "dataset"]
+"""The outputs :func:`foreign_output` recognizes: an HTML report page, a JSONL dataset."""
+REPORT_MARKER = '<meta name="generator" content="r1build">'
+"""In the ``<head>`` of every report page, within its first KiB: what marks the page as r1build's."""
+DATASET_SCHEMA_PREFIX = "r1build.dataset/"
+"""How the ``schema`` field of every dataset record starts (:data:`r1build.dataset.SCHEMA`)."""
+_LEGACY_REPORT = b"<title>r1build report"
+"""The title of a report page written before :data:`REPORT_MARKER` was, which may be replaced as well."""
+_FIRST_LINE_LIMIT = 64 << 20
+"""The most of a dataset's first line read to recognize it (a record with its transcript is far smaller)."""
 
 
 def umask() -> int:
@@ -128,3 +150,30 @@ def write_atomically(path: Path, data: bytes | str, *, mode: int | None = None) 
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def written_by_r1build(head: bytes, kind: OutputKind) -> bool:
+    """Whether ``head``, the start of a file (for a dataset, at least its first line), is r1build's ``kind``."""
+    if kind == "report":
+        start = head[:1024]
+        return REPORT_MARKER.encode() in start or (start.startswith(b"<!DOCTYPE html>") and _LEGACY_REPORT in start)
+    import json
+
+    try:
+        record = json.loads(head.split(b"\n", 1)[0])
+    except ValueError:
+        return False
+    return isinstance(record, dict) and str(record.get("schema", "")).startswith(DATASET_SCHEMA_PREFIX)
+
+
+def foreign_output(path: Path, kind: OutputKind) -> bool:
+    """Whether writing ``kind`` at ``path`` would replace a file r1build did not write (or one it cannot read to
+    tell). False for nothing there, an empty file, or r1build's own ``kind``."""
+    try:
+        if not path.is_file() or path.stat().st_size == 0:
+            return False
+        with path.open("rb") as fh:
+            head = fh.readline(_FIRST_LINE_LIMIT) if kind == "dataset" else fh.read(1024)
+    except OSError:
+        return True
+    return not written_by_r1build(head, kind)

@@ -53,7 +53,8 @@ reads as unset, say ``R1BUILD_OFLINE=1`` that would have kept a build offline) i
 command and build, with the closest one it may have meant (:func:`unknown_variables`); ``R1BUILD_TEST_*`` are the
 test suite's own. Variables that are not r1build's are read where they
 are used: the API keys by :mod:`r1build.generate.providers` (which receives the environment as a mapping),
-``CUDACXX`` / ``CUDA_HOME`` / ``CUDA_PATH`` by :mod:`r1build.toolchain`, and an ``s3://`` remote's credentials
+``CUDACXX`` / ``CUDA_HOME`` / ``CUDA_PATH`` by :mod:`r1build.toolchain`, ``SOURCE_DATE_EPOCH`` by
+:mod:`r1build.build` (which sets it for a build where it is unset), and an ``s3://`` remote's credentials
 and endpoint (``AWS_*``) by boto3's own chain.
 """
 

@@ -32,8 +32,8 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from collections.abc import Mapping
-from contextlib import AbstractContextManager, suppress
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COMPILER_DEFINE",
+    "FIXED_EPOCH",
     "KERNELS_DEFINE",
     "PREFIX",
     "build_editable",
@@ -68,6 +69,12 @@ COMPILER_DEFINE = "cmake.define.CMAKE_CUDA_COMPILER"
 """The config setting that hands CMake the nvcc the gate used, so the gate and the build use one compiler."""
 REUSED = "kernels and lock unchanged since the last locked build: using {}"
 """The note of a build that uses the generated files of the last locked build as they are."""
+
+FIXED_EPOCH = 315_532_800
+"""1980-01-01T00:00:00Z, the first date a zip can hold: the timestamp of every file of a wheel or sdist built
+without ``SOURCE_DATE_EPOCH`` (scikit-build-core otherwise stamps a wheel's files with their modification
+times, which differ between checkouts), so the same inputs give the same bytes. A user's ``SOURCE_DATE_EPOCH``
+wins."""
 
 HookSettings: TypeAlias = "Mapping[str, str | list[str]] | None"
 """Config settings as a frontend hands them to a hook."""
@@ -268,8 +275,8 @@ def _prepare(
         raise
     if options.locked and out_dir is None:
         from ..manifest import find_manifest, load_manifest
+        from ..manifest.inputs import manifest_inputs
         from ..toolchain import find_nvcc, nvcc_lookup
-        from .inputs import manifest_inputs
 
         inputs = manifest_inputs(load_manifest(find_manifest(project), check_references=False))
         write_stamp(project, options, given, inputs, cmake_file, (find_nvcc(), nvcc_lookup()))
@@ -289,6 +296,42 @@ def _plain_settings(config_settings: HookSettings) -> ConfigSettings:
 
     _options, rest = split_settings(config_settings)
     return rest
+
+
+@contextmanager
+def _fixed_date() -> Iterator[None]:
+    """``SOURCE_DATE_EPOCH`` set to :data:`FIXED_EPOCH` for the build (scikit-build-core, CMake and the compilers
+    it runs) where the environment has none; restored after. A variable that is not r1build's, so read here
+    where it is used (:mod:`r1build.settings`)."""
+    if os.environ.get("SOURCE_DATE_EPOCH"):
+        yield
+        return
+    before = os.environ.get("SOURCE_DATE_EPOCH")
+    os.environ["SOURCE_DATE_EPOCH"] = str(FIXED_EPOCH)
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["SOURCE_DATE_EPOCH"]
+        else:
+            os.environ["SOURCE_DATE_EPOCH"] = before
+
+
+def _keys_left_out(names: list[str], what: str) -> None:
+    """Warn of each private key taken out of the ``what`` (:mod:`r1build.build.keyfiles`)."""
+    if not names:
+        return
+    from ..events import Note, emit
+
+    with _boundary():
+        for name in names:
+            emit(
+                Note(
+                    "warning",
+                    f"{name} holds a private key: left out of the {what}; keep keys out of the project folder "
+                    "(and out of the repository)",
+                )
+            )
 
 
 def _for_sdist(config_settings: HookSettings) -> ConfigSettings:
@@ -313,7 +356,12 @@ def build_wheel(
     if settings is None:
         with _boundary():
             settings = kernel_settings(config_settings)
-    return _skbuild.build_wheel(wheel_directory, settings, metadata_directory)
+    with _fixed_date():
+        name = _skbuild.build_wheel(wheel_directory, settings, metadata_directory)
+    from .keyfiles import strip_wheel  # standard library only: a warm build's cost stays a millisecond or two
+
+    _keys_left_out(strip_wheel(Path(wheel_directory) / name), "wheel")
+    return name
 
 
 def build_editable(
@@ -330,14 +378,20 @@ def build_editable(
         options, _rest = split_settings(config_settings)
         cmake_file = Path(str(settings[KERNELS_DEFINE]))
         settings[KERNELS_DEFINE] = write_editable(Path.cwd().resolve(), options, cmake_file).as_posix()
-    return _skbuild.build_editable(wheel_directory, settings, metadata_directory)
+    with _fixed_date():
+        return _skbuild.build_editable(wheel_directory, settings, metadata_directory)
 
 
 def build_sdist(sdist_directory: str, config_settings: HookSettings = None) -> str:
     """PEP 517: the sdist, carrying manifest, lock, references, sources and vendored winners, not ``.r1build/``."""
     with _boundary():
         settings = _for_sdist(config_settings)
-    return _skbuild.build_sdist(sdist_directory, settings)
+    with _fixed_date():
+        name = _skbuild.build_sdist(sdist_directory, settings)
+    from .keyfiles import strip_sdist
+
+    _keys_left_out(strip_sdist(Path(sdist_directory) / name), "sdist")
+    return name
 
 
 def get_requires_for_build_wheel(config_settings: HookSettings = None) -> list[str]:

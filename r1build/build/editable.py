@@ -9,7 +9,7 @@ every configure after the first the wrapper runs this module (``python -m r1buil
 with the Python that ran the build, which resolves and emits again as the build did (its ``locked``, cache
 and remote-cache options, kept in ``.r1build/editable.json``); then it includes what that wrote
 (``.r1build/editable-inputs.cmake``): every file the resolution reads
-(:func:`r1build.build.inputs.manifest_inputs`, and the project folder, where a new lock appears) as configure
+(:func:`r1build.manifest.inputs.manifest_inputs`, and the project folder, where a new lock appears) as configure
 dependencies, and the generated file. A refresh never calls an LLM endpoint or
 measures on a GPU, even when the editable build was asked to: importing a module must not spend anyone's key.
 
@@ -74,7 +74,7 @@ def _wrapper(project: Path) -> str:
 
 def _inputs(project: Path, cmake_file: Path) -> str:
     from ..manifest import find_manifest, load_manifest
-    from .inputs import manifest_inputs
+    from ..manifest.inputs import manifest_inputs
 
     manifest = load_manifest(find_manifest(project), check_references=False)
     watched = [project, *manifest_inputs(manifest)]  # the project folder: where a new lock appears

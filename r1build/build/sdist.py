@@ -4,7 +4,8 @@ A wheel built from the sdist resolves again, with no cache and no network, so th
 resolver reads: the manifest, the lock, each kernel's reference module, baseline and hand-written candidates,
 and the vendored winners. It never carries ``.r1build/`` (generated files of an earlier build), the cache folder
 where it lies inside the project, nor a private key file of the name ``r1build key generate`` writes by default
-(in whatever folder that command ran).
+(in whatever folder that command ran); a private key of any other name is taken out of the written sdist by its
+content (:mod:`r1build.build.keyfiles`).
 
 Before it writes anything, :func:`check_offline_buildable` makes sure a wheel built from the sdist can be built
 with no cache, no network and no opt-in, and refuses (exit 2) an sdist that would not: a current lock entry whose
@@ -29,9 +30,9 @@ from ..events import Note, emit
 from ..keys import decision_key
 from ..lock import lock_path, read_lock
 from ..manifest import Manifest
+from ..manifest.inputs import manifest_inputs
 from ..manifest.tomltext import TomlProblem, parse_toml
 from ..signing import DEFAULT_KEY_NAME
-from .inputs import manifest_inputs
 from .options import ConfigSettings
 
 __all__ = ["GENERATED_DIR", "check_offline_buildable", "sdist_settings"]

@@ -217,7 +217,12 @@ def _selection(cache: Cache, keys: Iterable[str] | None) -> list[str]:
 
 
 def export_bundle(
-    cache: Cache, path: Path | str, keys: Iterable[str] | None = None, *, signing_key: PrivateKey | None = None
+    cache: Cache,
+    path: Path | str,
+    keys: Iterable[str] | None = None,
+    *,
+    signing_key: PrivateKey | None = None,
+    force: bool = False,
 ) -> BundleSummary:
     """Write a bundle of every intact entry, or of ``keys`` (full keys; a decision brings the blobs it names).
     With ``signing_key`` every entry but blobs is signed (a version 2 bundle).
@@ -225,7 +230,8 @@ def export_bundle(
     Entries that are absent or corrupt are left out with a warning and listed in ``missing``. The file is
     written to a temporary name next to ``path`` (carrying this process's id) and renamed, so a reader never
     sees half a bundle; the temporary files of earlier, killed exports to ``path`` are removed first. A file
-    already at ``path`` is replaced only when it is a bundle or empty: :class:`BundleError` for anything else.
+    already at ``path`` is replaced only when it is a bundle or empty, or with ``force``: :class:`BundleError` for
+    anything else.
     """
     path = Path(path)
     wanted = _selection(cache, keys)
@@ -252,7 +258,7 @@ def export_bundle(
         "entries": index,
     }
     index_bytes = canonical_json(doc)
-    refused = replace_problem(path) or _not_a_bundle(path)
+    refused = replace_problem(path) or (None if force else _not_a_bundle(path))
     if refused is not None:
         raise BundleError(f"cannot write the bundle: {refused}")
     try:
@@ -290,7 +296,7 @@ def _not_a_bundle(path: Path) -> str | None:
                 return None
     except (zipfile.BadZipFile, OSError, ValueError, EOFError):
         pass
-    return f"{path} exists and is not an r1build bundle, which writing there would replace (name another file)"
+    return f"{path} exists and is not an r1build bundle, use --force to replace it, or name another path"
 
 
 def _remove_stale_temps(path: Path) -> None:

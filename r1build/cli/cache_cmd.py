@@ -37,7 +37,15 @@ from ..events import sink
 from ..judge import CHECKS_VERSION
 from ..manifest import Manifest, find_manifest, load_manifest, nearest_manifest
 from ..signing import TrustedKeys, load_private_key, trusted_keys
-from .common import add_cache_arg, add_manifest_arg, given_path, load_from_args, open_cache, require_current_lock
+from .common import (
+    add_cache_arg,
+    add_force_arg,
+    add_manifest_arg,
+    given_path,
+    load_from_args,
+    open_cache,
+    require_current_lock,
+)
 from .render import Console, counted
 
 if TYPE_CHECKING:
@@ -163,6 +171,7 @@ def register(sub: Any) -> None:
         metavar="FILE",
         help="sign the entries with this Ed25519 private key (default: $R1BUILD_SIGNING_KEY; unsigned without either)",
     )
+    add_force_arg(p, "a bundle")
     _add_json(p)
     p.set_defaults(func=cmd_export)
 
@@ -527,7 +536,9 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
                 raise UsageError(
                     f"no cached decisions for {', '.join(args.kernel)} (cached kernels: {', '.join(known) or 'none'})"
                 )
-        summary = export_bundle(cache, args.path, keys, signing_key=load_private_key(args.signing_key))
+        summary = export_bundle(
+            cache, args.path, keys, signing_key=load_private_key(args.signing_key), force=args.force
+        )
     if args.json:
         _json(console, _summary_doc(summary))
         return 0

@@ -7,17 +7,21 @@ from pathlib import Path
 
 from ..cache import Cache, open_usable
 from ..errors import UsageError
+from ..filemode import OutputKind, foreign_output
 from ..manifest import Manifest, find_manifest, load_manifest, parse_arch
 from . import fastpath
 
 __all__ = [
     "add_cache_arg",
+    "add_force_arg",
     "add_locked_arg",
     "add_manifest_arg",
     "given_path",
     "load_from_args",
     "open_cache",
     "parse_archs",
+    "refuse_foreign_output",
+    "refuse_overwriting",
     "require_current_lock",
 ]
 
@@ -137,7 +141,7 @@ def refuse_overwriting(option: str, output: Path, manifest: Manifest, cache: Cac
     what the cache holds: one of the files a resolution reads (the manifest, the lock, a reference module, a
     baseline or candidate source), a file already in one of its folders (the vendored winners, an include
     folder), or anything in the cache folder. ``-o kernels.toml`` replaced the manifest with the report."""
-    from ..build.inputs import manifest_inputs
+    from ..manifest.inputs import manifest_inputs
 
     target = output.parent.resolve() / output.name  # a link at ``output`` is replaced, not what it points at
     for path in manifest_inputs(manifest):
@@ -149,6 +153,24 @@ def refuse_overwriting(option: str, output: Path, manifest: Manifest, cache: Cac
     folder = cache.directory.resolve()
     if target == folder or folder in target.parents:
         raise UsageError(f"{option} {output}: that is inside the cache folder {folder} (name another file)")
+
+
+def add_force_arg(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--force``: replace a file at the output path that r1build did not write (``what`` it writes)."""
+    parser.add_argument(
+        "--force", action="store_true", help=f"replace a file at the output path that is not {what} r1build wrote"
+    )
+
+
+def refuse_foreign_output(option: str, output: Path, kind: OutputKind, *, force: bool) -> None:
+    """A :class:`~r1build.errors.UsageError` when ``output`` holds a file that is not an r1build ``kind``
+    (:func:`~r1build.filemode.foreign_output`) and ``--force`` was not given."""
+    if not force and foreign_output(output, kind):
+        what = "report page" if kind == "report" else "dataset"
+        raise UsageError(
+            f"{option} {output} exists and is not a {what} r1build wrote; use --force to replace it, or name "
+            "another path"
+        )
 
 
 def parse_archs(values: list[str] | None) -> list[str] | None:

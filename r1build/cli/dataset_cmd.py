@@ -12,11 +12,13 @@ from ..events import sink
 from ..filemode import replace_problem
 from .common import (
     add_cache_arg,
+    add_force_arg,
     add_locked_arg,
     add_manifest_arg,
     given_path,
     load_from_args,
     open_cache,
+    refuse_foreign_output,
     refuse_overwriting,
     require_current_lock,
 )
@@ -41,6 +43,7 @@ def register(sub: Any) -> None:
     which = p.add_mutually_exclusive_group()
     which.add_argument("--passed-only", action="store_true", help="only candidates that passed their judge")
     which.add_argument("--winners-only", action="store_true", help="only each kernel x arch's winner")
+    add_force_arg(p, "a dataset")
     add_locked_arg(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_export_dataset)
@@ -60,6 +63,7 @@ def cmd_export_dataset(args: argparse.Namespace, console: Console) -> int:
     which: DatasetFilter = "winners" if args.winners_only else "passed" if args.passed_only else "all"
     with sink(console.event), open_cache(args, manifest=manifest) as cache:
         refuse_overwriting("--output", output, manifest, cache)
+        refuse_foreign_output("--output", output, "dataset", force=args.force)
         records = dataset_records(manifest, cache, which=which)
     try:
         write_dataset(records, output)

@@ -98,6 +98,9 @@ def register(sub: Any) -> None:
             p.add_argument(
                 "--out", type=given_path, metavar="DIR", help="also write the generated .cu, header and CMake"
             )
+            p.add_argument(
+                "--force", action="store_true", help="replace files in --out DIR that r1build did not generate"
+            )
         else:
             p.add_argument("--check", action="store_true", help="exit 1 if the lock is not current; write nothing")
         p.set_defaults(func=cmd_resolve if name == "resolve" else cmd_lock)
@@ -316,7 +319,7 @@ def cmd_resolve(args: argparse.Namespace, console: Console) -> int:
         resolution = resolve(manifest, cache, _options(args, manifest, write_lock=True))
         generated = None
         if args.out and not resolution.unresolved:
-            generated = emit_resolution(resolution, args.out)
+            generated = emit_resolution(resolution, args.out, replace_foreign=args.force)
             if not args.json:  # --json: named in the document, so stdout stays one JSON document
                 console.print(f"generated {generated}")
         elif args.out:

@@ -12,11 +12,13 @@ from ..events import sink
 from ..filemode import replace_problem, write_atomically
 from .common import (
     add_cache_arg,
+    add_force_arg,
     add_locked_arg,
     add_manifest_arg,
     given_path,
     load_from_args,
     open_cache,
+    refuse_foreign_output,
     refuse_overwriting,
     require_current_lock,
 )
@@ -38,6 +40,7 @@ def register(sub: Any) -> None:
         metavar="FILE",
         help="where to write the page (default: report.html)",
     )
+    add_force_arg(p, "a report page")
     add_locked_arg(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_report)
@@ -56,6 +59,7 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
         raise UsageError(f"--output {refused}")
     with sink(console.event), open_cache(args, manifest=manifest) as cache:
         refuse_overwriting("--output", output, manifest, cache)
+        refuse_foreign_output("--output", output, "report", force=args.force)
         page = build_report(manifest, cache)
     try:
         write_atomically(output, page)

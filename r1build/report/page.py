@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..extras import PLOTLY
+from ..filemode import REPORT_MARKER
 from ..manifest.model import Manifest
 from ..overview import KernelRecords
 from .summary import (
@@ -479,7 +480,7 @@ def render_report(manifest: Manifest, records: Sequence[KernelRecords], *, extra
         *(_kernel_section(go, name, rs, extra or {}) for name, rs in by_kernel.items()),
     ]
     return (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">{REPORT_MARKER}'
         f"<title>{_e(title)}</title><style>{_STYLE}</style>"
         f"<script>{get_plotlyjs()}</script>"
         "</head><body>\n" + "\n".join(body) + "\n</body></html>\n"

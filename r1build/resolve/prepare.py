@@ -13,14 +13,15 @@ from .model import Resolution, ResolveOptions
 from .run import resolve
 
 
-def emit_resolution(resolution: Resolution, out_dir: Path) -> Path:
+def emit_resolution(resolution: Resolution, out_dir: Path, *, replace_foreign: bool = True) -> Path:
     """Write the generated directory for a resolution; returns the CMake file. :class:`NoWinnerError` when some
-    kernel × arch has no winner: nothing is written then."""
+    kernel × arch has no winner: nothing is written then. ``replace_foreign``: see
+    :func:`~r1build.emit.write_generated`."""
     from ..emit import Winner, write_generated
 
     resolution.require_complete()
     winners = [Winner(r.spec, r.arch, r.candidate) for r in resolution.entries]
-    emitted = write_generated(out_dir, resolution.manifest, winners)
+    emitted = write_generated(out_dir, resolution.manifest, winners, replace_foreign=replace_foreign)
     return emitted.cmake_file
 
 

@@ -255,6 +255,31 @@ def test_two_extensions_with_one_kernel_name_each_call_their_own(
     assert build_env.check([build_env.python, "-c", code], cwd=tmp_path, env={"PYTHONPATH": path}).strip() == calls
 
 
+def test_wheels_are_byte_identical_from_any_checkout_path_without_source_date_epoch(
+    build_env: BuildEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without SOURCE_DATE_EPOCH the wheel took each file's modification time (scikit-build-core's
+    ``wheel.reproducible`` is off by default), so two checkouts built at different times differed. r1build's
+    fixed date, 1980-01-01, stands in for it."""
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    wheels = []
+    for i, where in enumerate(("a", "a-much-longer-checkout-path/of/the/same/project")):
+        project = copy_project(PACKAGES / "tiny", tmp_path / where / "tiny")
+        for path in project.iterdir():  # checked out at different times
+            os.utime(path, (1_600_000_000 + i * 86_400,) * 2)
+        out = tmp_path / where / "out"
+        out.mkdir()
+        proc = build_env.pip_wheel(project, out, isolated=False)
+        assert proc.returncode == 0, proc.stdout[-6000:]
+        (wheel,) = out.glob("tiny-0.1.0-*.whl")
+        wheels.append(wheel.read_bytes())
+    import io
+
+    with zipfile.ZipFile(io.BytesIO(wheels[0])) as zf:
+        assert {info.date_time for info in zf.infolist()} == {(1980, 1, 1, 0, 0, 0)}
+    assert wheels[0] == wheels[1]
+
+
 def test_wheels_are_byte_identical_from_any_checkout_path(build_env: BuildEnv, tmp_path: Path) -> None:
     """The same project built from two checkouts at different paths gives the same wheel, byte for byte, and
     the wheel's timestamps are SOURCE_DATE_EPOCH's."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,86 @@ def test_a_signing_key_generated_in_the_project_stays_out_of_the_sdist(build_env
     assert not [data for data in _sdist_files(sdist).values() if b"PRIVATE KEY" in data]
     flat = " ".join(proc.stdout.split())
     assert "r1build-signing-key.pem is a private signing key: left out of the sdist" in flat, proc.stdout
+
+
+def _openssh_key() -> bytes:
+    """An Ed25519 private key in OpenSSH's format (``-----BEGIN OPENSSH PRIVATE KEY-----``)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    return Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+    )
+
+
+def test_private_keys_of_any_name_stay_out_of_the_sdist(build_env: BuildEnv, tmp_path: Path) -> None:
+    """``r1build key generate --out team.pem`` in the project went into the sdist: only the default name was left
+    out. Now any file holding a PEM private key is, told by its content, with a warning naming it: team.pem and
+    an OpenSSH key under an odd name, while a file that only mentions keys is carried."""
+    project = copy_project(PACKAGES / "tiny", tmp_path / "tiny")
+    cache = {"R1BUILD_CACHE_DIR": str(tmp_path / "cache")}
+    build_env.check(["r1build", "lock", "--offline", "-m", project], cwd=project, env=cache)
+    build_env.check(["r1build", "key", "generate", "--out", "team.pem"], cwd=project)
+    (project / "deploy").mkdir()
+    (project / "deploy" / "ci_identity.txt").write_bytes(b"# the CI's key\n" + _openssh_key())
+    (project / "deploy" / "README").write_text("keys go in ~/.ssh, never here (-----BEGIN ... PRIVATE KEY-----)\n")
+
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    proc = build_env.hook(project, "build_sdist", dist, env=cache)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    (sdist,) = dist.glob("tiny-*.tar.gz")
+    names = sdist_names(sdist, "tiny-0.1.0")
+    assert "team.pem" not in names and "deploy/ci_identity.txt" not in names, sorted(names)
+    assert names >= {*CARRIED, "deploy/README"}, sorted(names)
+    assert not [n for n, data in _sdist_files(sdist).items() if b"PRIVATE KEY-----\n" in data], sorted(names)
+    flat = " ".join(proc.stdout.split())
+    for name in ("team.pem", "deploy/ci_identity.txt"):
+        assert f"{name} holds a private key: left out of the sdist" in flat, proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        (b"-----BEGIN PRIVATE KEY-----\nMC4C\n-----END PRIVATE KEY-----\n", True),
+        (b"-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIIF\n", True),
+        (b"-----BEGIN RSA PRIVATE KEY-----\nMIIE\n", True),
+        (b"-----BEGIN EC PRIVATE KEY-----\nMHcC\n", True),
+        (b"-----BEGIN OPENSSH PRIVATE KEY-----\nb3Bl\n", True),
+        (b"-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQOY\n", True),
+        (
+            b"# a certificate, then its key\n-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+            b"-----BEGIN PRIVATE KEY-----\nMC4C\n",
+            True,
+        ),
+        (b"-----BEGIN PUBLIC KEY-----\nMCow\n", False),
+        (b"keys look like -----BEGIN PRIVATE KEY----- (never commit one)\n", False),
+    ],
+)
+def test_a_private_key_is_told_by_its_content(text: bytes, key: bool) -> None:
+    from r1build.build.keyfiles import holds_private_key
+
+    assert holds_private_key("any/name.txt", text) is key
+    assert holds_private_key("any/r1build-signing-key.pem", b"")
+
+
+def test_a_private_key_in_a_wheel_package_stays_out_of_the_wheel(build_env: BuildEnv, tmp_path: Path) -> None:
+    """scikit-build-core copies a package folder (``wheel.packages``) into the wheel whole: a key left in it
+    went with it. The wheel leaves it out, says so, and its RECORD no longer names it."""
+    project = copy_project(PACKAGES / "tiny", tmp_path / "tiny")
+    pyproject = project / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace("wheel.packages = []", 'wheel.packages = ["tinypkg"]'))
+    (project / "tinypkg").mkdir()
+    (project / "tinypkg" / "__init__.py").write_text("")
+    (project / "tinypkg" / "deploy.key").write_bytes(_openssh_key())
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = build_env.pip_wheel(project, out, isolated=False)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    (wheel,) = out.glob("tiny-0.1.0-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        (record,) = [n for n in names if n.endswith(".dist-info/RECORD")]
+        assert "tinypkg/deploy.key" not in zf.read(record).decode()
+    assert "tinypkg/__init__.py" in names and "tinypkg/deploy.key" not in names, names
+    assert "tinypkg/deploy.key holds a private key: left out of the wheel" in " ".join(proc.stdout.split())

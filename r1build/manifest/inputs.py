@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..manifest import Manifest
-from ..manifest.flags import include_flag
-from ..manifest.reference import ReferenceProblem, reference_file
+from .flags import include_flag
+from .model import Manifest
+from .reference import ReferenceProblem, reference_file
 
 __all__ = ["manifest_inputs"]
 
