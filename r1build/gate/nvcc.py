@@ -20,16 +20,18 @@ import os
 import re
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..defines import check_defines
-from ..errors import ToolchainError
+from ..errors import SandboxUnavailableError, ToolchainError
 from ..manifest.archs import arch_info
 from ..records import GateReport
 from ..sandbox import Confinement, Sandbox, unconfined
+from ..settings import SANDBOX_ENV
 from ..toolchain import Toolchain
 from .compile_slots import COMPILE_SLOTS, compile_slot
 from .messages import own_messages
@@ -218,7 +220,7 @@ def compile_variant(
     that cannot be started at all raises :class:`~r1build.errors.ToolchainError`.
     """
     with compile_slot():
-        return _compile(
+        done = _compile(
             source,
             defines,
             _archs(arch),
@@ -229,6 +231,43 @@ def compile_variant(
             timeout_s=timeout_s,
             declaration=declaration,
             sandbox=sandbox or unconfined(),
+        )
+    if sandbox is not None and sandbox.kind == "bwrap" and done.returncode not in (0, None):
+        _check_sandbox_compiles(sandbox, toolchain)
+    return done
+
+
+_SANDBOX_COMPILES: dict[str, str | None] = {}
+"""Per nvcc: None where a trivial kernel compiles inside the sandbox, else nvcc's output there."""
+_TRIVIAL = "__global__ void r1build_sandbox_check(float* x) { x[threadIdx.x] = 0.0f; }\n"
+
+
+def _check_sandbox_compiles(sandbox: Sandbox, toolchain: Toolchain) -> None:
+    """After a confined compile failed: :class:`~r1build.errors.SandboxUnavailableError` when the sandbox itself
+    cannot compile a trivial kernel with this nvcc (for its default arch; a toolkit it does not show, say), so that a
+    failure of the sandbox is never taken, and cached, as the candidate's compile error. Checked once per nvcc."""
+    key = toolchain.nvcc
+    if key not in _SANDBOX_COMPILES:
+        with tempfile.TemporaryDirectory(prefix="r1build-sandbox-check-") as scratch:
+            done = _compile(
+                _TRIVIAL,
+                {},
+                [],
+                name="check",
+                flags=[],
+                toolchain=toolchain,
+                workdir=Path(scratch),
+                timeout_s=300,
+                declaration=None,
+                sandbox=sandbox,
+            )
+        _SANDBOX_COMPILES[key] = None if done.ok else done.output
+    problem = _SANDBOX_COMPILES[key]
+    if problem is not None:
+        raise SandboxUnavailableError(
+            f"{toolchain.nvcc} cannot compile inside the sandbox of model-written code (a trivial kernel failed: "
+            f"{' '.join(problem.split())[:300]}); put the CUDA toolkit under /usr or name it with R1BUILD_NVCC, "
+            f"or set {SANDBOX_ENV}=off to compile unconfined"
         )
 
 

@@ -10,6 +10,7 @@ binding a virtual environment inside the project shows the environment and not t
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import shutil
@@ -95,7 +96,10 @@ class Bubblewrap:
         return "bwrap"
 
     def command(self, argv: Sequence[str], confinement: Confinement) -> list[str]:
-        """``argv`` inside a new sandbox for ``confinement``, run in its working directory."""
+        """``argv`` inside a new sandbox for ``confinement``, run in its working directory; :class:`FileNotFoundError`
+        (as starting it unconfined would raise) where ``argv[0]`` is no program here."""
+        if shutil.which(argv[0], path=os.environ.get("PATH", os.defpath)) is None:
+            raise FileNotFoundError(errno.ENOENT, "no such program", argv[0])
         out = [self.exe, *_NAMESPACES, *_system_binds(), "--proc", "/proc", "--dev", "/dev"]
         for op, place in self._places(confinement):
             if op == "mask":
@@ -133,15 +137,19 @@ class Bubblewrap:
         return [("mask", Path("/tmp")), *((op, place) for place, op in ranked)]
 
     def _readable(self, confinement: Confinement) -> list[Path]:
-        out = [_absolute(p) for p in confinement.readable]
-        if confinement.toolkit:
+        """The confinement's read-only places, and those of its toolkit and Python: never a place that is or holds a
+        secret folder (a wrapper script in the home folder shows its own folder, not the home)."""
+        found: list[Path] = []
+        if confinement.toolkit:  # its folder, and the toolkit's root where it sits in one (<root>/bin/nvcc)
             tool = Path(confinement.toolkit)
-            out += [tool.parent, tool.resolve().parents[1]]
+            found += [tool.parent, tool.resolve().parent]
+            found += [tool.resolve().parents[1]] if tool.resolve().parent.name == "bin" else []
         if confinement.python:
-            out += [p for p in self.python if not any(s == p or _inside(s, p) for s in self.secrets)]
-            out.append(Path(__file__).resolve().parents[1])
+            found += [*self.python, Path(__file__).resolve().parents[1]]
         if confinement.gpu:
-            out += [Path("/sys")]
+            found.append(Path("/sys"))
+        found = [p for p in found if not any(s == p or _inside(s, p) for s in self.secrets)]
+        out = [_absolute(p) for p in confinement.readable] + found
         return [p for p in out if p.exists() and not _under_usr(p)]
 
 

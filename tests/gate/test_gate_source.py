@@ -67,10 +67,10 @@ CASES: list[tuple[str, str, str | None]] = [
     ("ATen", "#include <ATen/cuda/CUDAContext.h>\n", "not a PyTorch or Python extension"),
     ("pybind11", "#include <pybind11/pybind11.h>\n", "not a PyTorch or Python extension"),
     ("Python.h", "#include <Python.h>\n", "not a PyTorch or Python extension"),
-    ("incbin", '__asm__(".section .rodata\\n.incbin \\"/etc/passwd\\"\\n.previous");\n', ".incbin or .include"),
-    ("assembler include", 'asm(".include \\"/etc/passwd\\"");\n', ".incbin or .include"),
-    ("incbin split in two literals", 'asm(".inc" "bin \\"/etc/passwd\\"");\n', ".incbin or .include"),
-    ("incbin in capitals", 'asm(".INCBIN \\"/etc/passwd\\"");\n', ".incbin or .include"),
+    ("incbin", '__asm__(".section .rodata\\n.incbin \\"/etc/passwd\\"\\n.previous");\n', ".incbin, .include or .file"),
+    ("assembler include", 'asm(".include \\"/etc/passwd\\"");\n', ".incbin, .include or .file"),
+    ("incbin split in two literals", 'asm(".inc" "bin \\"/etc/passwd\\"");\n', ".incbin, .include or .file"),
+    ("incbin in capitals", 'asm(".INCBIN \\"/etc/passwd\\"");\n', ".incbin, .include or .file"),
 ]
 
 

@@ -4,6 +4,7 @@ sandbox alone holds (the text checks are bypassed here on purpose), and the gate
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -141,6 +142,36 @@ def test_the_gate_never_caches_or_reports_the_canary(secret: Path, tmp_path: Pat
     assert all(CANARY not in r.detail for r in results)
     stored = b"".join(p.read_bytes() for p in (tmp_path / "cache").rglob("*") if p.is_file())
     assert CANARY.encode() not in stored
+
+
+def test_a_toolkit_the_sandbox_does_not_show_is_an_error_not_a_verdict(tmp_path: Path) -> None:
+    """An nvcc wrapper that runs a compiler from a folder the sandbox does not show fails every confined compile:
+    that is the sandbox's failure, said as such (exit 2's error), never cached as the candidate's compile error."""
+    assert TOOLCHAIN is not None
+    hidden = tmp_path / "hidden" / "nvcc"
+    hidden.parent.mkdir()
+    hidden.write_text(f'#!/bin/sh\nexec "{Path(TOOLCHAIN.nvcc).resolve()}" "$@"\n')
+    wrapper = tmp_path / "wrapper" / "nvcc"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f'#!/bin/sh\nexec "{hidden}" "$@"\n')
+    for script in (hidden, wrapper):
+        script.chmod(0o755)
+    odd = dataclasses.replace(TOOLCHAIN, nvcc=str(wrapper))
+    manifest = load_manifest(ROOT / "kernels.toml")
+    candidate = Candidate((ROOT / "kernels" / "silu_mul.cu").read_text() + "\n// a\n", Origin("generated", model="t"))
+    with Cache(tmp_path / "cache") as cache:
+        gate = StaticGate(cache, toolchain=odd)
+        with pytest.raises(SandboxUnavailableError, match="cannot compile inside the sandbox"):
+            gate.judge(manifest, manifest.kernel("silu_mul"), [("sm_90", candidate)])
+        assert (
+            StaticGate(cache, toolchain=TOOLCHAIN)
+            .judge(
+                manifest,
+                manifest.kernel("silu_mul"),
+                [("sm_90", dataclasses.replace(candidate, origin=Origin("file")))],
+            )[0]
+            .ok
+        )  # the same wrapper's compiles of the user's own sources run as before (here: the real nvcc)
 
 
 def test_no_sandbox_means_no_model_written_compile(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
