@@ -280,8 +280,9 @@ class EvaluationSettings:
 
     cluster: str | None = None
     """Address of the Dask scheduler whose workers measure every target arch they have and spread the gate's
-    compiles: ``tls://host:8786`` (or ``tcp://`` on a trusted network only); none, local GPUs only.
-    ``R1BUILD_CLUSTER`` and ``r1build resolve --cluster`` override it."""
+    compiles: ``tls://host:8786`` (a plain ``tcp://`` one off the loopback interface is refused unless ``resolve
+    --insecure-cluster`` says so); none, local GPUs only. ``R1BUILD_CLUSTER`` and ``r1build resolve --cluster``
+    override it."""
     connect_timeout_s: float = bounded(10.0, gt=0, le=600)
     """Seconds to wait for the scheduler at the start; an unreachable one ends the resolve (exit 2)."""
 
