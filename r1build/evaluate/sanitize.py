@@ -260,12 +260,19 @@ class SanitizerRunner:
         """Where a run is confined (:func:`r1build.sandbox.runner_sandbox`): the harness loads candidate libraries."""
         self.confinement = confinement
         """What a confined run may see; its working directory is each run's own."""
+
         self._available: str | bool | None = None
         self._probe_lock = threading.Lock()
         self._lock = threading.Lock()
         self._procs: dict[str, set[subprocess.Popen[bytes]]] = {}
         self._live: dict[str, _Live] = {}
         self._canceled: set[str] = set()
+
+    @property
+    def dies_with_evaluator(self) -> bool:
+        """Whether a run ends by itself when this process ends (a sandboxed one does: ``--die-with-parent``). Such a
+        run cannot look for this process by its id, which its own PID namespace does not show, and need not."""
+        return self.confinement is not None and self.sandbox.kind == "bwrap"
 
     def _run(
         self,

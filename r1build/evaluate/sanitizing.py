@@ -563,7 +563,9 @@ class Sanitizing:
         hold = queue.slot.quiet.hold_file
         if hold is not None:
             sanitize_job["hold"] = str(hold)
-            sanitize_job["parent"] = os.getpid()
+            sanitizer = queue.slot.sanitizer
+            if sanitizer is None or not sanitizer.dies_with_evaluator:  # a sandboxed run dies with this process
+                sanitize_job["parent"] = os.getpid()
         job_file.write_text(json.dumps(sanitize_job))
         stop = threading.Event()
 

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -172,3 +173,44 @@ def test_a_secret_folder_around_a_bound_one_is_covered(tmp_path: Path) -> None:
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["ok", "['.venv']"]
+
+
+def test_a_confined_sanitizer_run_dies_with_its_evaluator(tmp_path: Path) -> None:
+    """A sanitizer run's harness held by a hold file, started confined (as a slot's runner starts it) by a process
+    standing in for the evaluator: when that process is killed, the held harness ends too (``--die-with-parent``),
+    so the job names no evaluator process id to watch, which the run's own PID namespace would not show."""
+    from r1build.evaluate.sanitize import HARNESS, SanitizerRunner
+    from r1build.sandbox import confined
+
+    hold = tmp_path / "hold"
+    hold.write_text("1")
+    job = tmp_path / "job.json"
+    payload = {"libs": [], "entry": "k", "argtypes": [], "shapes": [], "token": "tok", "hold": str(hold)}
+    job.write_text(json.dumps(payload))
+    confinement = Confinement(workdir=tmp_path, python=True)
+    runner = SanitizerRunner("/bin/true", {}, sandbox=confined(), confinement=confinement)
+    assert runner.dies_with_evaluator and not SanitizerRunner("/bin/true", {}).dies_with_evaluator
+    inner = confined().command([sys.executable, str(HARNESS), str(job)], confinement)
+    evaluator = subprocess.Popen(
+        [sys.executable, "-c", f"import subprocess; subprocess.run({inner!r})"],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert evaluator.stdout is not None
+        assert evaluator.stdout.readline().startswith("r1build-harness: held 1 tok")
+        evaluator.kill()
+        evaluator.wait(10)
+        deadline = time.monotonic() + 10
+        while _harnesses(job) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _harnesses(job), "the held harness outlived its evaluator"
+    finally:
+        evaluator.kill()
+        evaluator.communicate()
+
+
+def _harnesses(job: Path) -> list[str]:
+    done = subprocess.run(["pgrep", "-f", str(job)], capture_output=True, text=True, check=False)
+    return done.stdout.split()
