@@ -177,6 +177,7 @@ def test_a_toolkit_the_sandbox_does_not_show_is_an_error_not_a_verdict(tmp_path:
 def test_no_sandbox_means_no_model_written_compile(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Where bubblewrap cannot run, a generated source is not compiled at all (exit 2's error, saying what to do);
     the user's own sources still are; R1BUILD_SANDBOX=off runs it unconfined."""
+    monkeypatch.delenv("R1BUILD_SANDBOX", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on PATH, and /usr/bin/bwrap hidden below
     monkeypatch.setattr("r1build.sandbox.policy.find_bwrap", lambda: None)
     with pytest.raises(SandboxUnavailableError, match="bubblewrap") as raised:
