@@ -30,17 +30,17 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
 
-from ..manifest.model import KernelSpec
+from ..manifest.model import Arg, KernelSpec
 from ..noise import median_error
 from .checks import Verdict, arg_items, run_reference, tweak_one
 from .child.messages import BenchFill, BenchShapeRequest, TimedShape
 from .child.protocol import CAPTURE_ERRORS
-from .compare import CHUNK, Mismatch, compare_output
+from .compare import CHUNK, Mismatch, check_unchanged, compare_output
 from .floors import DeviceFloors, bytes_moved, shape_key
 from .inputs import ArrayLayout, array_shape, generate_inputs, numpy_dtype, poison_bytes
 from .timing import SampleStats, array_requests
@@ -210,6 +210,27 @@ def _mapped(path: str) -> memoryview:
         return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
 
 
+def _input_changed(arg: Arg, bench_set: BenchSet, paths: Sequence[str | None], j: int) -> Mismatch | None:
+    """Whether the ``in`` array ``arg`` (the ``j``-th array) no longer holds the set's input after the calls, where
+    the worker sent its bytes (``paths[j]``; None: it did not)."""
+    path = paths[j] if j < len(paths) else None
+    uploaded_file = bench_set.files[j] if j < len(bench_set.files) else None
+    if path is None or uploaded_file is None:
+        return None
+    dtype = numpy_dtype(arg.dtype)
+    uploaded = bench_set.inputs.get(arg.name)
+    if uploaded is None:
+        uploaded = np.fromfile(uploaded_file, dtype=dtype)
+    data = _mapped(path)
+    shape = tuple(np.shape(uploaded))
+    layout = ArrayLayout(
+        name=arg.name, role="in", dtype=arg.dtype, shape=shape, nbytes=len(data), front=0, offset=0, back=0
+    )
+    if len(data) != np.asarray(uploaded).nbytes:
+        return Mismatch("input", f"{arg.name} (role in) came back with {len(data)} bytes, not its {uploaded.nbytes}")
+    return check_unchanged(layout, bytes(data), np.asarray(uploaded))
+
+
 def _compare(
     spec: KernelSpec,
     bench_set: BenchSet,
@@ -220,6 +241,10 @@ def _compare(
     """The first output of one call that the rules find wrong; those the judge process found clear on the GPU
     (``judged``) are not read again. An output that came back neither way is a mismatch."""
     arrays = [a for a in spec.args if a.is_array]
+    for j, arg in enumerate(arrays):  # an input the calls wrote into is named before the outputs it spoils
+        changed = _input_changed(arg, bench_set, paths, j) if arg.role == "in" else None
+        if changed is not None:
+            return changed
     for j, arg in enumerate(arrays):
         if arg.role == "in" or (j < len(judged) and judged[j]):
             continue
@@ -241,6 +266,41 @@ def _compare(
     return None
 
 
+CUDA_ERRORS = {
+    1: "cudaErrorInvalidValue",
+    2: "cudaErrorMemoryAllocation",
+    9: "cudaErrorInvalidConfiguration",
+    98: "cudaErrorInvalidDeviceFunction",
+    209: "cudaErrorNoKernelImageForDevice",
+    400: "cudaErrorInvalidResourceHandle",
+    700: "cudaErrorIllegalAddress",
+    701: "cudaErrorLaunchOutOfResources",
+    719: "cudaErrorLaunchFailure",
+    720: "cudaErrorCooperativeLaunchTooLarge",
+}
+"""Names of the CUDA runtime errors a launch returns most often (``cudaError_t``), for the codes the worker sends
+bare."""
+
+
+def _launch_failed(reply: TimedShape, where: str) -> Verdict | None:
+    """The call's own failure at the capture probe: what the worker read from ``cudaGetLastError`` after it
+    (``launch_error``; a launch that fails, an invalid configuration say, also invalidates the capture, which
+    then says only that), or the call's return code where it is not a capture error."""
+    said = cast(Mapping[str, Any], reply).get("launch_error")
+    if said:
+        return Verdict("incorrect", f"the call's launch failed {where}: {said}", kind="returned")
+    rc = int(reply.get("capture_rc") or 0)
+    if rc and rc not in CAPTURE_ERRORS:
+        name = CUDA_ERRORS.get(rc, "a CUDA error")
+        return Verdict(
+            "incorrect",
+            f"the call failed {where}: returned {name} ({rc}) when captured on its stream (a launch error, not "
+            "work outside the stream)",
+            kind="returned",
+        )
+    return None
+
+
 def judge_bench(
     spec: KernelSpec, plan: BenchPlan, replies: Sequence[TimedShape], *, chunk: int = CHUNK
 ) -> Verdict | None:
@@ -250,6 +310,9 @@ def judge_bench(
         where = f"at the benchmark shape {shape.key}"
         if reply.get("device_state"):
             return Verdict("rejected", f"changed device state {where}: {reply['device_state']}", kind="state")
+        failed = _launch_failed(reply, where)
+        if failed is not None:
+            return failed
         rc = int(reply.get("capture_rc") or 0)
         if reply.get("capture_error") or rc in CAPTURE_ERRORS:
             why = reply.get("capture_error") or f"returned {rc}"
@@ -267,6 +330,12 @@ def judge_bench(
         judged = reply.get("judged") or []
         for k, (bench_set, paths) in enumerate(zip(shape.sets, outputs, strict=False)):
             found = _compare(spec, bench_set, paths, judged[k] if k < len(judged) else (), chunk)
+            if found is not None and found.kind == "input":
+                return Verdict(
+                    "incorrect",
+                    f"the timed calls {where} (input set {k + 1} of {len(shape.sets)}) {found.message}",
+                    kind="input",
+                )
             if found is not None:
                 return Verdict(
                     "incorrect",

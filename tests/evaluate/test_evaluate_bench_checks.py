@@ -233,3 +233,54 @@ def test_a_judging_canceled_with_its_executor_is_an_error_not_a_wait(
     monkeypatch.setattr(judges, "_get", Broken)
     with pytest.raises(CancelledError):
         judges.submit(spec, plan, []).result(timeout=10)
+
+
+def test_an_input_written_at_the_benchmark_shape_and_a_launch_error_are_named(
+    root_manifest: Manifest, tmp_path: Path
+) -> None:
+    """Issue 27: a kernel that wrote into its input at the benchmark shape was rejected as "wrong outputs", and an
+    invalid launch configuration there as "capture invalidated". With the worker's bytes of an ``in`` array after
+    the timed calls (a file where it sends one), the reason says it modified an input; with the call's own error
+    (its return code, or ``launch_error``: what cudaGetLastError said), it names the launch error."""
+    spec = _silu(root_manifest)
+    plan = plan_bench(spec, load_reference(root_manifest.root, spec.reference), 50 << 20, tmp_path / "in")
+    shape = plan.shapes[0]
+    out = tmp_path / "out"
+    out.mkdir()
+    good = [_write(out / f"s{k}.bin", s.expected["out"].astype(np.float32)) for k, s in enumerate(shape.sets)]
+    tweak = _write(out / "t.bin", shape.tweak.expected["out"].astype(np.float32))
+    gate = shape.sets[1].inputs["gate"].astype(np.float32)
+    written = gate.copy()
+    written[5] = 0.0
+    outputs = [[None, None, g] for g in good]
+    outputs[1][0] = _write(out / "gate1.bin", written)
+    base: dict[str, Any] = {
+        "outputs": outputs,
+        "tweak_outputs": [None, None, tweak],
+        "capture_error": None,
+        "capture_rc": 0,
+    }
+    judge: Callable[..., Any] = _judge_bench  # replies built here: only the fields the checks read
+    verdict = judge(spec, plan, [base])
+    assert verdict is not None and verdict.kind == "input", verdict
+    assert verdict.detail.startswith(
+        "the timed calls at the benchmark shape n=4099 (input set 2 of 4) modified its input gate (role in): "
+        "1 elements changed, first at [5]"
+    ), verdict.detail
+    # a judging process gets the plan without its arrays: the input is read from its file
+    assert judge(spec, plan.for_judging(), [base]) == verdict
+    outputs[1][0] = _write(out / "gate1.bin", gate)  # unchanged: passes
+    assert judge(spec, plan, [base]) is None
+
+    invalidated = "CUDARuntimeError: cudaErrorStreamCaptureInvalidated: operation failed due to a previous error"
+    rc = judge(spec, plan, [{**base, "capture_error": invalidated, "capture_rc": 9}])
+    assert rc is not None and rc.kind == "returned", rc
+    assert rc.detail.startswith(
+        "the call failed at the benchmark shape n=4099: returned cudaErrorInvalidConfiguration (9)"
+    ), rc.detail
+    said = "cudaErrorInvalidConfiguration: invalid configuration argument"
+    launch = judge(spec, plan, [{**base, "capture_error": invalidated, "launch_error": said}])
+    assert launch is not None and launch.kind == "returned"
+    assert launch.detail.startswith(f"the call's launch failed at the benchmark shape n=4099: {said}"), launch.detail
+    stream = judge(spec, plan, [{**base, "capture_error": invalidated, "capture_rc": 0}])
+    assert stream is not None and "outside the given stream" in stream.detail
