@@ -1,7 +1,8 @@
 """Select stage: the winner per arch from typed results, noise-aware.
 
 Rules:
-- only candidates that may win are eligible (:func:`may_win`): passed on a GPU of the arch (``validated``), or
+- only candidates that may win are eligible (:func:`may_win`): passed on a GPU of the arch (``validated``, with a
+  time above zero: :func:`measured`), or
   passed the static gate alone when the user wrote the source (``unvalidated``: baseline, ``candidates`` files,
   their tunable values). A rejected candidate never wins, and a generated one never wins on the gate alone
   (it is ``pending`` until a GPU of the arch judges it);
@@ -30,6 +31,7 @@ from .records import (
     CandidateRef,
     Decision,
     Origin,
+    OriginKind,
     Result,
     Unresolved,
     Validation,
@@ -43,6 +45,7 @@ __all__ = [
     "decision_problem",
     "decision_winner",
     "may_win",
+    "measured",
     "median_error",
     "outcomes",
     "rejection",
@@ -79,11 +82,27 @@ def may_win(validation: Validation) -> bool:
     return validation in WINNABLE
 
 
+def measured(result: Result) -> bool:
+    """Whether ``result`` holds a time: a median that is finite and above zero (a time of zero is no
+    measurement: the timing saw none of the work)."""
+    t = result.timing
+    return t is not None and math.isfinite(t.median_us) and t.median_us > 0
+
+
+def _winnable(kind: OriginKind, result: Result) -> bool:
+    """Whether a candidate of origin ``kind`` may win by ``result``: its validation may (:func:`may_win`), a
+    timing it has is a time, and one validated on a GPU has one (as :func:`decision_problem` requires)."""
+    validation = validation_of(kind, result)
+    if not may_win(validation) or (result.timing is not None and not measured(result)):
+        return False
+    return validation != "validated" or measured(result)
+
+
 def select_winner(candidates: Sequence[C], results: Sequence[Result], *, min_lead: float = MIN_LEAD) -> C | None:
     """The winning candidate, or None when none may win. ``results[i]`` judges ``candidates[i]``."""
     if len(candidates) != len(results):
         raise ValueError("one result per candidate is needed")
-    eligible = [(c, r) for c, r in zip(candidates, results, strict=True) if may_win(validation_of(c.origin.kind, r))]
+    eligible = [(c, r) for c, r in zip(candidates, results, strict=True) if _winnable(c.origin.kind, r)]
     if not eligible:
         return None
     timed = [(c, r) for c, r in eligible if r.timing is not None]
@@ -120,8 +139,7 @@ def decision_problem(decision: Decision) -> str | None:
     if result is not None and result.arch != decision.arch:
         return f"its winner {winner.digest[:12]} was judged for {result.arch!r}, not {decision.arch}"
     if decision.validation(winner) == "validated":
-        timing = result.timing if result is not None else None
-        if timing is None or not (math.isfinite(timing.median_us) and timing.median_us > 0):
+        if result is None or not measured(result):
             return f"it records its winner {winner.digest[:12]} as validated on a GPU, but no time measured there"
         if not ((result.device if result else None) or decision.device):
             return f"it records its winner {winner.digest[:12]} as validated on a GPU, but names no GPU"

@@ -11,9 +11,10 @@ timed calls, or behave only while its stream is captured. So every benchmark sha
 3. a capture of the call into a CUDA graph on its stream (no legacy stream, synchronization or allocation at any
    size);
 4. the device state (limits, the default memory pool) unchanged;
-5. a time that the hardware allows: a median below the memory floor (the bytes the call must move over the
-   measured bandwidth) by more than :data:`IMPLAUSIBLE` (:data:`IMPLAUSIBLE_WARM` for calls timed warm, as a
-   graph of back-to-back calls) is rejected, naming the ratio.
+5. a time that the hardware allows: a median of zero (or negative, or not finite) is no time, and one below the
+   memory floor (the bytes the call must move over the measured bandwidth) by more than the floor's uncertainty
+   and the median's error (:func:`floor_margin`; :data:`IMPLAUSIBLE_WARM` times for calls timed warm, as a graph
+   of back-to-back calls) is rejected, naming the ratio.
 
 Inputs travel to the worker as files in a directory of the job. The reference's outputs are saved there too. What
 the timed calls left is judged on the GPU by the judge process where there is one (:mod:`.child.judge`: only a
@@ -29,36 +30,40 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
 
-from ..manifest.model import KernelSpec
+from ..manifest.model import Arg, KernelSpec
+from ..noise import median_error
 from .checks import Verdict, arg_items, run_reference, tweak_one
 from .child.messages import BenchFill, BenchShapeRequest, TimedShape
 from .child.protocol import CAPTURE_ERRORS
-from .compare import CHUNK, Mismatch, compare_output
+from .compare import CHUNK, Mismatch, check_unchanged, compare_output
 from .floors import DeviceFloors, bytes_moved, shape_key
-from .inputs import ArrayLayout, generate_inputs, poison_bytes
-from .timing import array_requests
+from .inputs import ArrayLayout, array_shape, generate_inputs, numpy_dtype, poison_bytes
+from .timing import SampleStats, array_requests
 
 __all__ = [
-    "IMPLAUSIBLE",
+    "BANDWIDTH_ERROR",
     "IMPLAUSIBLE_WARM",
     "BenchPlan",
     "BenchShape",
+    "floor_margin",
     "implausible",
     "judge_bench",
     "plan_bench",
     "rotation_for",
 ]
 
-IMPLAUSIBLE = 1.5
-"""A median more than this many times faster than the memory floor is not a measurement of the work."""
+BANDWIDTH_ERROR = 0.03
+"""The uncertainty of the measured bandwidth as a floor: it is a device-to-device copy's, and a kernel that only
+reads (or reads more than it writes) streams a few percent faster."""
 IMPLAUSIBLE_WARM = 4.0
-"""The same for a call timed as a CUDA graph of back-to-back calls (under 10 us), whose inputs may be read from
-L2, which is a few times faster than device memory."""
+"""A median more than this many times faster than the memory floor is not a measurement of the work, for a call
+timed as a CUDA graph of back-to-back calls (under 10 us), whose inputs may be read from L2, which is a few times
+faster than device memory."""
 
 
 @dataclass(frozen=True)
@@ -205,6 +210,27 @@ def _mapped(path: str) -> memoryview:
         return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
 
 
+def _input_changed(arg: Arg, bench_set: BenchSet, paths: Sequence[str | None], j: int) -> Mismatch | None:
+    """Whether the ``in`` array ``arg`` (the ``j``-th array) no longer holds the set's input after the calls, where
+    the worker sent its bytes (``paths[j]``; None: it did not)."""
+    path = paths[j] if j < len(paths) else None
+    uploaded_file = bench_set.files[j] if j < len(bench_set.files) else None
+    if path is None or uploaded_file is None:
+        return None
+    dtype = numpy_dtype(arg.dtype)
+    uploaded = bench_set.inputs.get(arg.name)
+    if uploaded is None:
+        uploaded = np.fromfile(uploaded_file, dtype=dtype)
+    data = _mapped(path)
+    shape = tuple(np.shape(uploaded))
+    layout = ArrayLayout(
+        name=arg.name, role="in", dtype=arg.dtype, shape=shape, nbytes=len(data), front=0, offset=0, back=0
+    )
+    if len(data) != np.asarray(uploaded).nbytes:
+        return Mismatch("input", f"{arg.name} (role in) came back with {len(data)} bytes, not its {uploaded.nbytes}")
+    return check_unchanged(layout, bytes(data), np.asarray(uploaded))
+
+
 def _compare(
     spec: KernelSpec,
     bench_set: BenchSet,
@@ -215,6 +241,10 @@ def _compare(
     """The first output of one call that the rules find wrong; those the judge process found clear on the GPU
     (``judged``) are not read again. An output that came back neither way is a mismatch."""
     arrays = [a for a in spec.args if a.is_array]
+    for j, arg in enumerate(arrays):  # an input the calls wrote into is named before the outputs it spoils
+        changed = _input_changed(arg, bench_set, paths, j) if arg.role == "in" else None
+        if changed is not None:
+            return changed
     for j, arg in enumerate(arrays):
         if arg.role == "in" or (j < len(judged) and judged[j]):
             continue
@@ -236,6 +266,41 @@ def _compare(
     return None
 
 
+CUDA_ERRORS = {
+    1: "cudaErrorInvalidValue",
+    2: "cudaErrorMemoryAllocation",
+    9: "cudaErrorInvalidConfiguration",
+    98: "cudaErrorInvalidDeviceFunction",
+    209: "cudaErrorNoKernelImageForDevice",
+    400: "cudaErrorInvalidResourceHandle",
+    700: "cudaErrorIllegalAddress",
+    701: "cudaErrorLaunchOutOfResources",
+    719: "cudaErrorLaunchFailure",
+    720: "cudaErrorCooperativeLaunchTooLarge",
+}
+"""Names of the CUDA runtime errors a launch returns most often (``cudaError_t``), for the codes the worker sends
+bare."""
+
+
+def _launch_failed(reply: TimedShape, where: str) -> Verdict | None:
+    """The call's own failure at the capture probe: what the worker read from ``cudaGetLastError`` after it
+    (``launch_error``; a launch that fails, an invalid configuration say, also invalidates the capture, which
+    then says only that), or the call's return code where it is not a capture error."""
+    said = cast(Mapping[str, Any], reply).get("launch_error")
+    if said:
+        return Verdict("incorrect", f"the call's launch failed {where}: {said}", kind="returned")
+    rc = int(reply.get("capture_rc") or 0)
+    if rc and rc not in CAPTURE_ERRORS:
+        name = CUDA_ERRORS.get(rc, "a CUDA error")
+        return Verdict(
+            "incorrect",
+            f"the call failed {where}: returned {name} ({rc}) when captured on its stream (a launch error, not "
+            "work outside the stream)",
+            kind="returned",
+        )
+    return None
+
+
 def judge_bench(
     spec: KernelSpec, plan: BenchPlan, replies: Sequence[TimedShape], *, chunk: int = CHUNK
 ) -> Verdict | None:
@@ -245,6 +310,9 @@ def judge_bench(
         where = f"at the benchmark shape {shape.key}"
         if reply.get("device_state"):
             return Verdict("rejected", f"changed device state {where}: {reply['device_state']}", kind="state")
+        failed = _launch_failed(reply, where)
+        if failed is not None:
+            return failed
         rc = int(reply.get("capture_rc") or 0)
         if reply.get("capture_error") or rc in CAPTURE_ERRORS:
             why = reply.get("capture_error") or f"returned {rc}"
@@ -262,6 +330,12 @@ def judge_bench(
         judged = reply.get("judged") or []
         for k, (bench_set, paths) in enumerate(zip(shape.sets, outputs, strict=False)):
             found = _compare(spec, bench_set, paths, judged[k] if k < len(judged) else (), chunk)
+            if found is not None and found.kind == "input":
+                return Verdict(
+                    "incorrect",
+                    f"the timed calls {where} (input set {k + 1} of {len(shape.sets)}) {found.message}",
+                    kind="input",
+                )
             if found is not None:
                 return Verdict(
                     "incorrect",
@@ -281,24 +355,67 @@ def judge_bench(
     return None
 
 
+def floor_margin(spec: KernelSpec, sizes: Mapping[str, int], l2_bytes: int) -> float:
+    """The memory floor's own relative uncertainty at ``sizes`` for a call timed cold (L2 flushed before it): the
+    bandwidth's (:data:`BANDWIDTH_ERROR`), plus the written bytes the L2 may still hold when the call ends, which
+    then reach memory after the timing (the L2's share of them: its size times their share of the traffic)."""
+    moved = bytes_moved(spec, sizes)
+    if moved <= 0:
+        return BANDWIDTH_ERROR
+    written = sum(
+        int(np.prod(array_shape(a, sizes), dtype=np.int64)) * numpy_dtype(a.dtype).itemsize
+        for a in spec.args
+        if a.is_array and a.role != "in"
+    )
+    held = min(written, l2_bytes * written / moved)
+    return BANDWIDTH_ERROR + held / moved
+
+
+def _not_a_time(spec: KernelSpec, sizes: Mapping[str, int], median: float) -> Verdict:
+    return Verdict(
+        "rejected",
+        f"timed at {median:.4g} us at the benchmark shape {shape_key(spec, sizes)}: that is not a time (a call "
+        "that does its work on the given stream takes some); the timing saw none of its work",
+        kind="implausible",
+    )
+
+
 def implausible(
-    spec: KernelSpec, medians_us: Sequence[float], floors: DeviceFloors, warm: Sequence[bool] = ()
+    spec: KernelSpec,
+    stats: Sequence[SampleStats],
+    floors: DeviceFloors | None,
+    warm: Sequence[bool] = (),
+    *,
+    l2_bytes: int = 0,
 ) -> Verdict | None:
-    """A rejection when a benchmark shape's median is more than :data:`IMPLAUSIBLE` times faster than the memory
-    floor (:data:`IMPLAUSIBLE_WARM` where the shape was timed warm, ``warm[i]``); the arithmetic floor is left
-    out: tensor cores and lower precisions can beat the fp32 peak."""
-    for i, (sizes, median) in enumerate(zip(spec.bench_shapes, medians_us, strict=False)):
+    """A rejection when a benchmark shape's median is not a time (zero, negative, not finite: with or without
+    ``floors``) or is below the memory floor by more than the floor's uncertainty (:func:`floor_margin`, for a
+    GPU of ``l2_bytes`` of L2) and three standard errors of the median (:func:`~r1build.noise.median_error`);
+    a shape timed warm (``warm[i]``: a graph of back-to-back calls whose inputs may come from L2, which no
+    measured floor covers) only below :data:`IMPLAUSIBLE_WARM` times faster than the floor. The arithmetic
+    floor is left out: tensor cores and lower precisions can beat the fp32 peak."""
+    for i, (sizes, s) in enumerate(zip(spec.bench_shapes, stats, strict=False)):
+        median = s.median_us
+        if not (math.isfinite(median) and median > 0):
+            return _not_a_time(spec, sizes, median)
+        if floors is None:
+            continue
         moved = bytes_moved(spec, sizes)
         floor = moved / floors.bandwidth_bps * 1e6
-        limit = IMPLAUSIBLE_WARM if i < len(warm) and warm[i] else IMPLAUSIBLE
-        if median > 0 and floor / median > limit:
+        if i < len(warm) and warm[i]:
+            lowest = 1.0 / IMPLAUSIBLE_WARM
+            allowed = f"a call timed warm, its inputs in L2, may reach {lowest:.2g}x"
+        else:
+            margin = floor_margin(spec, sizes, l2_bytes) + 3.0 * median_error(s.spread, s.samples)
+            lowest = 1.0 - margin
+            allowed = f"the floor's uncertainty and the median's error allow down to {lowest:.2f}x"
+        if median < floor * lowest:
             return Verdict(
                 "rejected",
-                f"implausible time at the benchmark shape {shape_key(spec, sizes)}: "
-                f"{median:.4g} us is {floor / median:.1f}x faster than the memory floor "
-                f"allows ({moved} bytes the call must move at the measured "
-                f"{floors.bandwidth_bps / 1e9:.0f} GB/s take {floor:.4g} us); the timed "
-                "calls cannot have done the work",
+                f"timed at {median / floor:.2g}x the memory floor at the benchmark shape {shape_key(spec, sizes)} "
+                f"({median:.4g} us against {floor:.4g} us): faster than the hardware allows, so the timing did not "
+                f"see all of its work (the {moved} bytes the call must move take {floor:.4g} us at the measured "
+                f"{floors.bandwidth_bps / 1e9:.0f} GB/s; {allowed})",
                 kind="implausible",
             )
     return None

@@ -42,6 +42,7 @@ __all__ = [
     "SanitizerOutcome",
     "SanitizerRunner",
     "find_sanitizer",
+    "racecheck_level",
     "summarize_report",
     "uses_shared_memory",
 ]
@@ -58,9 +59,11 @@ _SHARED_SASS = re.compile(
     r"BGMMA|SYNCS)\b"
 )
 _PREFIX = re.compile(r"^=+ ?")
-_SUMMARY = re.compile(r"(ERROR SUMMARY: (\d+) errors?)|(RACECHECK SUMMARY: .*\((\d+) errors?, \d+ warnings?\))")
+_SUMMARY = re.compile(
+    r"(ERROR SUMMARY: (\d+) errors?)|(RACECHECK SUMMARY: .*\((\d+) errors?, (\d+) warnings?(, \d+ infos?)?\))"
+)
 _FINDING = re.compile(
-    r"Invalid |Race reported|Uninitialized|Misaligned|out of bounds|Barrier error|"
+    r"Invalid |Race reported|hazard detected|Uninitialized|Misaligned|out of bounds|Barrier error|"
     r"Program hit|Malloc/Free error|Error: ",
     re.IGNORECASE,
 )
@@ -131,7 +134,7 @@ def summarize_report(output: str, limit: int = 6) -> str | None:
         m = _SUMMARY.search(line)
         if m:
             summary = line.strip()
-            errors += int(m.group(2) or m.group(4) or 0)
+            errors += int(m.group(2) or m.group(4) or 0) + int(m.group(5) or 0)  # racecheck: its warnings too
     first = next((i for i, line in enumerate(lines) if _FINDING.search(line) and not _SUMMARY.search(line)), None)
     if first is None and errors == 0:
         return None
@@ -145,6 +148,19 @@ def summarize_report(output: str, limit: int = 6) -> str | None:
     if summary:
         block.append(summary)
     return "; ".join(block)
+
+
+def racecheck_level(detail: str) -> Literal["error", "warning"] | None:
+    """The worst severity of the hazards a racecheck finding (:func:`summarize_report`) names: ``error`` when its
+    summary counts errors or a record is of that level, ``warning`` when it counts only warnings or only warning
+    records show, None when it does not say."""
+    counted = [(int(m.group(2) or m.group(4) or 0), int(m.group(5) or 0)) for m in _SUMMARY.finditer(detail)]
+    if counted:
+        errors, warnings = sum(e for e, _ in counted), sum(w for _, w in counted)
+        return "error" if errors else ("warning" if warnings else None)
+    if re.search(r"\b(?:ERROR|Error):", detail):
+        return "error"
+    return "warning" if re.search(r"\b(?:WARN|WARNING|Warning)\b", detail) else None
 
 
 @dataclass(frozen=True)
@@ -454,7 +470,8 @@ class SanitizerRunner:
             return BatchRun(SanitizerOutcome(tool, "clean"))
         if done.code == ERROR_EXIT:
             found = summarize_report(done.output)
-            return BatchRun(SanitizerOutcome(tool, "finding", found or f"{tool} reported errors"), first_report)
+            what = "hazards" if tool == "racecheck" else "errors"
+            return BatchRun(SanitizerOutcome(tool, "finding", found or f"{tool} reported {what}"), first_report)
         if done.code != 0:
             said = [line.strip() for line in lines if line.startswith(FAILED)]  # the harness's own words, if any
             tail = "; ".join([*said[-1:], " ".join(lines[-2:])])

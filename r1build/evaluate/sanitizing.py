@@ -50,10 +50,10 @@ from .child.messages import SanitizeArray, SanitizeJob, SanitizeShape
 from .devices import gpu_runs_arch
 from .floors import bytes_moved
 from .library import Library, LibraryFailure
-from .sanitize import TOOLS, BatchRun, SanitizerOutcome, uses_shared_memory
+from .sanitize import TOOLS, BatchRun, SanitizerOutcome, racecheck_level, uses_shared_memory
 from .slots import Slot
 
-__all__ = ["KernelKey", "SanitizeRuns", "Sanitizing", "write_shapes"]
+__all__ = ["KernelKey", "SanitizeRuns", "Sanitizing", "sanitizer_reason", "write_shapes"]
 
 CANCELED = "canceled"
 """Who takes the queue entry of a candidate that failed elsewhere (no run calls it)."""
@@ -76,6 +76,29 @@ TAKE_EACH = 2
 """Candidates left a run of a queue (its start costs about as much as two racecheck calls of a tiled matmul)."""
 
 Submit = Callable[..., "Future[Any]"]
+
+
+def sanitizer_reason(shapes: str, outcome: SanitizerOutcome) -> str:
+    """A compute-sanitizer outcome at ``shapes`` as a result's reason. A racecheck finding is named the same way
+    whichever path reports it: a race, unless racecheck counts only warnings: shared-memory hazards then (warning
+    level: accesses racecheck cannot prove ordered, such as warp-synchronous code without ``__syncwarp``), which
+    reject the candidate all the same."""
+    if outcome.tool == "racecheck" and outcome.verdict == "finding":
+        if racecheck_level(outcome.detail) == "warning":
+            return (
+                f"shared-memory hazards between threads (compute-sanitizer racecheck at {shapes}, warning level "
+                f"only): {outcome.detail}"
+            )
+        return (
+            f"nondeterministic: a race between threads on shared memory (compute-sanitizer racecheck at "
+            f"{shapes}): {outcome.detail}"
+        )
+    if outcome.verdict == "unfinished":
+        return (
+            f"not validated: compute-sanitizer {outcome.tool} at {shapes} did not run to the end "
+            f"({outcome.detail}); a candidate is judged only by a finished run"
+        )
+    return f"compute-sanitizer {outcome.tool} at {shapes}: {outcome.detail}"
 
 
 @dataclass(frozen=True)
@@ -325,22 +348,10 @@ class Sanitizing:
         return self.detail(job, arch, found) if found is not None and found.verdict == "finding" else None
 
     def detail(self, job: Job, arch: str, outcome: SanitizerOutcome) -> str:
-        """A compute-sanitizer outcome as a result's reason (a racecheck finding is named the same way whichever
-        path reports it)."""
+        """A compute-sanitizer outcome as a result's reason (:func:`sanitizer_reason`, at the kernel's shapes)."""
         with self._lock:
             inputs = self._inputs.get(KernelKey.of(job, arch))
-        shapes = ", ".join(s["key"] for s in inputs.shapes) if inputs else "small shapes"
-        if outcome.tool == "racecheck" and outcome.verdict == "finding":
-            return (
-                f"nondeterministic: a race between threads on shared memory (compute-sanitizer racecheck at "
-                f"{shapes}): {outcome.detail}"
-            )
-        if outcome.verdict == "unfinished":
-            return (
-                f"not validated: compute-sanitizer {outcome.tool} at {shapes} did not run to the end "
-                f"({outcome.detail}); a candidate is judged only by a finished run"
-            )
-        return f"compute-sanitizer {outcome.tool} at {shapes}: {outcome.detail}"
+        return sanitizer_reason(", ".join(s["key"] for s in inputs.shapes) if inputs else "small shapes", outcome)
 
     # -- the runs ------------------------------------------------------------------------------------------
     def _ready(

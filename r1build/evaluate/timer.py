@@ -155,7 +155,7 @@ class Timer:
         if isinstance(timed, Verdict):
             shutil.rmtree(out_dir, ignore_errors=True)
             return _settled(timed)
-        return self._judge(job.spec, plan, timed, floors, out_dir)
+        return self._judge(job.spec, plan, timed, floors, out_dir, slot.gpu.l2_bytes or (40 << 20))
 
     def _count_seconds(self, shapes: list[TimedShape]) -> None:
         """The worker's account of its time (``worker_sets_s``, ``worker_samples_s``, ``worker_checks_s``): numbers
@@ -275,7 +275,13 @@ class Timer:
         return None
 
     def _judge(
-        self, spec: KernelSpec, plan: BenchPlan, shapes: list[TimedShape], floors: DeviceFloors | None, out_dir: Path
+        self,
+        spec: KernelSpec,
+        plan: BenchPlan,
+        shapes: list[TimedShape],
+        floors: DeviceFloors | None,
+        out_dir: Path,
+        l2_bytes: int,
     ) -> Future[Verdict | list[SampleStats]]:
         """What the timed calls left (judged in a judging process, no thread waiting for it), and whether the
         times are possible."""
@@ -287,7 +293,7 @@ class Timer:
             self._count("judge_bench_s", time.perf_counter() - start)
             try:
                 verdict = f.result()
-                outcome.set_result(verdict if verdict is not None else self._plausible(spec, shapes, floors))
+                outcome.set_result(verdict if verdict is not None else self._plausible(spec, shapes, floors, l2_bytes))
             except BaseException as exc:
                 outcome.set_exception(exc)
 
@@ -296,11 +302,9 @@ class Timer:
 
     @staticmethod
     def _plausible(
-        spec: KernelSpec, shapes: list[TimedShape], floors: DeviceFloors | None
+        spec: KernelSpec, shapes: list[TimedShape], floors: DeviceFloors | None, l2_bytes: int
     ) -> Verdict | list[SampleStats]:
-        """The samples' statistics, or a rejection where a time is below the hardware floor."""
+        """The samples' statistics, or a rejection where a median is no time or below the hardware floor."""
         stats = [summarize(s["samples_us"]) for s in shapes]
-        if floors is not None:
-            warm = [s.get("mode") == "graph" for s in shapes]
-            return implausible(spec, [s.median_us for s in stats], floors, warm) or stats
-        return stats
+        warm = [s.get("mode") == "graph" for s in shapes]
+        return implausible(spec, stats, floors, warm, l2_bytes=l2_bytes) or stats

@@ -148,8 +148,9 @@ class Budget:
     """Most money spent, from the usage the provider reports and the configured prices; no limit when absent."""
     target_share: float = bounded(0.9, gt=0, le=1.5)
     """Stop early once the best candidate reaches this share of the hardware floor. The floor's bandwidth is
-    measured with a device-to-device copy, which a kernel can beat, so shares up to 1.5 occur (a faster time is
-    rejected as implausible, except for calls under 10 µs, timed warm): 1.5 in effect never stops early."""
+    measured with a device-to-device copy, which a kernel can beat, so shares a little above 1 occur (a time below
+    the floor by more than its uncertainty is rejected, except for calls under 10 µs, timed warm): 1.5 in effect
+    never stops early."""
     patience: int = bounded(2, ge=1)
     """Stop early after this many rounds without improvement."""
 

@@ -211,9 +211,13 @@ class Judges:
         return set(self._gpu_archs or ())
 
     def unmeasured(self, arch: str) -> str:
-        """Why no GPU judges ``arch`` in this run."""
+        """Why no GPU judges ``arch`` in this run; never that none is here when one of ``arch`` is (its decision
+        was then refused: the warning before says why)."""
         if self.use_gpu is False:
             return "GPU measuring is off (--no-gpu, or a build without R1BUILD_EVALUATE=1)"
+        if arch in self.gpu_archs():
+            where = f"the cluster at {self.cluster}" if self.cluster is not None else "here"
+            return f"the decision a GPU of {arch} {where} made could not be used (see the warning before)"
         known = ", ".join(sorted(self.gpu_archs()))
         if self.cluster is not None:
             return (

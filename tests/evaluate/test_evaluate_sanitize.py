@@ -685,3 +685,42 @@ def test_a_place_lent_while_the_evaluator_closes_goes_back(tmp_path: Path, root_
     assert queue.taking == 0
     held = [sanitizing.processes.take_now(), sanitizing.processes.take_now()]
     assert all(p is not None for p in held)  # both places free
+
+
+# racecheck's two report modes with warning-level hazards only (shaped like compute-sanitizer's output as NVIDIA's
+# racecheck documentation shows it: "analysis" mode's "Race reported between", "hazard" mode's per-byte records)
+RACECHECK_WARNINGS = """\
+========= COMPUTE-SANITIZER
+========= Warning: Race reported between Read access at k(const float *, float *, long)+0x60 in r.cu:12
+=========     and Write access at k(const float *, float *, long)+0x70 in r.cu:14 [2 hazards]
+=========
+========= RACECHECK SUMMARY: 1 hazard displayed (0 errors, 1 warning)
+"""
+RACECHECK_HAZARD_WARNINGS = """\
+========= COMPUTE-SANITIZER
+========= WARN:(Warp Level Programming) Potential WAR hazard detected at __shared__ 0x3 in block (0, 0, 0) :
+=========     Read Thread (31, 0, 0) at 0x00000170 in r.cu:4:k(const float *, float *, long)
+=========     Write Thread (0, 0, 0) at 0x000001a8 in r.cu:4:k(const float *, float *, long)
+=========     Current Value : 0, Incoming Value : 0
+=========
+========= RACECHECK SUMMARY: 2 hazards displayed (0 errors, 2 warnings)
+"""
+
+
+@pytest.mark.parametrize("report", [RACECHECK_WARNINGS, RACECHECK_HAZARD_WARNINGS])
+def test_racecheck_warnings_are_hazards_not_errors(report: str) -> None:
+    """Issue 27: racecheck runs with only warning-level hazards were called "errors"; they are hazards, and they
+    still reject the candidate."""
+    from r1build.evaluate.sanitize import SanitizerOutcome
+    from r1build.evaluate.sanitizing import sanitizer_reason
+
+    found = summarize_report(report)
+    assert found is not None and "hazard" in found and "0 errors" in found, found
+    reason = sanitizer_reason("n=7, n=97", SanitizerOutcome("racecheck", "finding", found))
+    assert "hazard" in reason and "warning" in reason and "error" not in reason.replace("0 errors", ""), reason
+    assert "racecheck at n=7, n=97" in reason
+    assert sanitizer_reason("n=7", SanitizerOutcome("racecheck", "finding", found)) == (
+        f"shared-memory hazards between threads (compute-sanitizer racecheck at n=7, warning level only): {found}"
+    )
+    errors = sanitizer_reason("n=7", SanitizerOutcome("racecheck", "finding", summarize_report(RACECHECK) or ""))
+    assert errors.startswith("nondeterministic: a race between threads on shared memory"), errors

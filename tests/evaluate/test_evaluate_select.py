@@ -38,6 +38,17 @@ def test_failures_and_untimed() -> None:
     cs = [cand(i) for i in range(3)]
     assert select_winner(cs, [res(cs[0], 10, status="incorrect"), res(cs[1], 50), res(cs[2], None)]) is cs[1]
     assert select_winner(cs, [res(cs[0], None, status="crashed")] * 3) is None
-    assert select_winner(cs, [res(cs[0], None), res(cs[1], None), res(cs[2], None)]) is cs[0]
+    gated = [Result(candidate=c.digest, arch="sm_90", status="passed", stage="gate") for c in cs]
+    assert select_winner(cs, gated) is cs[0]  # no GPU measured any: the first in preference order
     with pytest.raises(ValueError):
         select_winner(cs, [])
+
+
+@pytest.mark.parametrize("us", [None, 0.0, -1.0, float("nan"), float("inf")])
+def test_no_time_never_wins(us: float | None) -> None:
+    """Issue 27: a candidate timed at 0.0 us won, and the resolve then refused its own decision (a winner validated
+    on a GPU with no time). A result validated on a GPU wins only with a time above zero; one without never does,
+    even alone (:func:`~r1build.selection.decision_problem` would refuse it)."""
+    cs = [cand(i) for i in range(2)]
+    assert select_winner(cs, [res(cs[0], 6.63), res(cs[1], us)]) is cs[0]
+    assert select_winner(cs[1:], [res(cs[1], us)]) is None

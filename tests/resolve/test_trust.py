@@ -504,3 +504,37 @@ def test_on_a_gpu_a_baseline_that_writes_past_the_end_is_never_locked_or_emitted
     proc = _cli("resolve", "--offline", "--refresh", cwd=project)
     assert proc.returncode == 1 and set(_locked(project)) == {"scale"}
     assert _locked(project)["scale"].validation == "validated"
+
+
+def test_a_winner_timed_at_zero_falls_back_to_what_the_gpu_measured(
+    project: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 27: a candidate timed at 0.0 us won, the resolve refused its own decision (validated on a GPU with no
+    time) and fell back to the gate with "no local GPU of this arch (GPUs here: sm_90, ...)" on the sm_90 machine,
+    marking unvalidated the baseline that had passed there. A time of zero never wins; what was measured is used."""
+    toml = project / "kernels.toml"
+    toml.write_text(
+        toml.read_text(encoding="utf-8").replace(
+            'baseline = "scale.cu"\n', 'baseline = "scale.cu"\ncandidates = ["scale_fast.cu"]\n', 1
+        ),
+        encoding="utf-8",
+    )
+    (project / "scale_fast.cu").write_text((project / "scale.cu").read_text(encoding="utf-8") + "// fast\n")
+    install_gpu_double(monkeypatch, reject=lambda c: False, time_us=lambda c: 0.0 if "// fast" in c.source else 6.63)
+    assert main(["resolve", "-m", str(project), "--kernel", "scale", "--offline"]) == 0
+    err = capsys.readouterr().err
+    assert "no local GPU" not in err and "refused" not in err, err
+    entry = _locked(project)["scale"]
+    assert (entry.origin, entry.validation, entry.time_us, entry.gpu) == ("scale.cu", "validated", 6.63, "Test GPU")
+
+
+def test_the_fallback_never_says_a_gpu_of_the_arch_is_missing(cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 27: "no local GPU of this arch (GPUs here: sm_90, sm_90a)" was said of sm_90 on an sm_90 machine."""
+    from r1build.resolve.judges import Judges
+
+    monkeypatch.setattr(Judges, "gpu_archs", lambda self: {"sm_90", "sm_90a"})
+    with Cache(cache_dir) as cache:
+        judges = Judges(cache, use_gpu=None)
+        here = judges.unmeasured("sm_90")
+        assert "no local GPU" not in here and "GPU of sm_90 here" in here, here
+        assert judges.unmeasured("sm_100") == "no local GPU of this arch (GPUs here: sm_90, sm_90a)"
