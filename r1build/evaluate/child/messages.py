@@ -57,8 +57,10 @@ __all__ = [
 Role = Literal["in", "out", "inout"]
 """What the call does with an array: reads it, writes it, or both."""
 
-Mode = Literal["direct", "capture", "graph", "smem", "tweak", "moved"]
-"""How the worker makes one checking call (see ``checks.py``); ``tweak`` and ``moved`` run as ``direct``."""
+Mode = Literal["direct", "capture", "graph", "smem", "tweak", "moved", "replay", "aligned", "concurrent", "after"]
+"""How the worker makes one checking call (see ``checks.py``); ``tweak``, ``moved``, ``aligned`` and ``after`` run
+as ``direct``; ``replay`` replays the graph the last ``graph`` call captured; two ``concurrent`` calls in a row run
+at once, on two streams."""
 
 
 class ArgItem(TypedDict, total=False):
@@ -128,6 +130,8 @@ class CallRequest(TypedDict):
     poison: dict[str, str]
     smem_pattern: int | None
     buffers: int
+    """Which allocations: 0, 1 (the same layout at addresses the library was never handed), 2 (each array at a
+    256-byte-aligned address, as cudaMalloc and PyTorch give)."""
 
 
 class CheckRequest(TypedDict):

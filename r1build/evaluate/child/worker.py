@@ -14,8 +14,9 @@ Operations (``op`` of a request):
 ``check``
     one shape: allocate every array with guard bands, then run a sequence of calls into the same buffers,
     each ``direct``, ``capture`` (capture into a graph on the stream and discard it), ``graph`` (capture on the
-    stream, replay only the graph) or ``smem`` (shared memory of every SM pre-filled with a pattern first);
-    return every allocation's bytes after every call.
+    stream, replay only the graph), ``replay`` (replay that graph again), ``concurrent`` (two calls at once on two
+    streams) or ``smem`` (shared memory of every SM pre-filled with a pattern first), in buffer set 0, 1 (new
+    addresses) or 2 (256-byte-aligned arrays); return every allocation's bytes after every call.
 ``time``
     time the entry point per benchmark shape: warm-up, L2 flushed before each launch, rotated input sets,
     CUDA events on the stream, a CUDA graph of several calls when one call is shorter than ``graph_below_us``;
@@ -113,6 +114,12 @@ _FRESH_SLOTS = 128
 """How many candidate addresses a fresh allocation offers (its extra size is ``_FRESH_STEP`` times this)."""
 
 
+_ALIGN = 256
+"""Where the ``aligned`` buffer set puts each array: at a multiple of this many bytes (cudaMalloc's alignment)."""
+_CONCURRENT_HOLD_US = 50.0
+"""How long a spin kernel holds both streams of a ``concurrent`` pair while the two calls are queued."""
+
+
 _RUNS_CANDIDATES = frozenset({"load", "check", "time", "time_reference", "floors"})
 """Requests before which the parked outputs are zeroed (any that may run a candidate's code, or a reference)."""
 
@@ -123,6 +130,66 @@ class ContextLost(Exception):
 
 class CallFailed(Exception):
     """A candidate call returned an error or its work raised one (context still fine)."""
+
+
+class _CheckBuffers:
+    """The buffer sets of one ``check`` request, made at first use: 0 (guard-filled allocations), 1 (the same
+    layout at addresses never handed to this library before: the ``moved`` call), 2 (each array at a 256-byte
+    aligned address: the ``aligned`` calls). Each set is (allocations, call arguments, array regions)."""
+
+    def __init__(self, worker: Worker, h: CheckRequest, bufs: list[bytes]) -> None:
+        self.worker, self.h, self.bufs = worker, h, bufs
+        self.sets: dict[int, tuple[list[Any], list[Any], list[Any]]] = {}
+        self.seen = worker.pointers_seen.setdefault(str(h["lib"]), set())
+
+    def _allocation(self, a: ArrayAlloc, which: int) -> Any:
+        cp = self.worker.cp
+        total, start = int(a["total"]), int(a["start"])
+        if which == 0:
+            return cp.empty(total, dtype=cp.uint8)
+        if which == 2:  # the array at a multiple of _ALIGN (the pool's blocks are aligned at least that much)
+            whole = cp.empty(total + _ALIGN, dtype=cp.uint8)
+            shift = -(int(whole.data.ptr) + start) % _ALIGN
+            return whole[shift : shift + total]
+        # an address this library has never been handed: the memory pool gives a request the blocks of the one
+        # before, so a memo keyed on pointers would still hit
+        whole = cp.empty(total + _FRESH_STEP * _FRESH_SLOTS, dtype=cp.uint8)
+        base = int(whole.data.ptr) + start
+        k = next((k for k in range(_FRESH_SLOTS) if base + _FRESH_STEP * k not in self.seen), _FRESH_SLOTS - 1)
+        return whole[_FRESH_STEP * k : _FRESH_STEP * k + total]
+
+    def get(self, which: int) -> tuple[list[Any], list[Any], list[Any]]:
+        """Allocations (guard-filled), call arguments and array regions of set ``which``."""
+        if which not in self.sets:
+            arrays = self.h["arrays"]
+            with self.worker.stream:
+                allocs = [self._allocation(a, which) for a in arrays]
+                for alloc, a in zip(allocs, arrays, strict=True):
+                    alloc.fill(int(a["guard_byte"]))
+            pointers = [int(alloc.data.ptr) + int(a["start"]) for alloc, a in zip(allocs, arrays, strict=True)]
+            self.seen.update(pointers)
+            regions = [
+                alloc[int(a["start"]) : int(a["start"]) + int(a["nbytes"])]
+                for alloc, a in zip(allocs, arrays, strict=True)
+            ]
+            self.sets[which] = (allocs, self.worker._args(self.h["args"], pointers), regions)
+        return self.sets[which]
+
+    def upload(self, call: CallRequest) -> None:
+        """The call's inputs and its outputs' poison into its buffer set (on the worker's stream)."""
+        import numpy as np
+
+        stream = self.worker.stream
+        regions = self.get(int(call.get("buffers", 0)))[2]
+        for j, src in call["inputs"].items():
+            region = regions[int(j)]
+            if region.size:
+                region.set(np.frombuffer(self.bufs[int(src)], dtype=np.uint8), stream=stream)
+        for j, pattern in call["poison"].items():
+            region = regions[int(j)]
+            if region.size:
+                one = np.frombuffer(bytes.fromhex(pattern), dtype=np.uint8)
+                region.set(np.tile(one, region.size // one.size), stream=stream)
 
 
 class Worker:
@@ -160,6 +227,8 @@ class Worker:
         self._overhead_us = 0.0
         self._empty_us = 0.0
         self._sink: Any = None
+        self._side: Any = None
+        """The second stream of the ``concurrent`` calls."""
         self._events: list[tuple[Any, Any]] = []
         self._pristine: PristineInputs | None = None
         self.pinned: Any = None
@@ -395,78 +464,26 @@ class Worker:
         """A new stream for every request that calls a candidate: attributes one candidate set on its stream (an
         access-policy window, a priority) never reach the next."""
         self.stream = self.cp.cuda.Stream(non_blocking=True)
+        self._side = None
 
     def op_check(self, h: CheckRequest, bufs: list[bytes]) -> tuple[CheckReply, list[bytes]]:
-        import numpy as np
-
-        cp = self.cp
         fn = self.fn(str(h["lib"]))
-        arrays = h["arrays"]
         self.fresh_stream()
-        sets: dict[int, tuple[list[Any], list[Any], list[Any]]] = {}
-
-        seen = self.pointers_seen.setdefault(str(h["lib"]), set())
-
-        def fresh(a: ArrayAlloc) -> Any:
-            """An allocation for array ``a`` whose address this library has never been handed: the memory pool
-            gives a request the blocks of the one before, so a memo keyed on pointers would still hit."""
-            whole = cp.empty(int(a["total"]) + _FRESH_STEP * _FRESH_SLOTS, dtype=cp.uint8)
-            base = int(whole.data.ptr) + int(a["start"])
-            k = next((k for k in range(_FRESH_SLOTS) if base + _FRESH_STEP * k not in seen), _FRESH_SLOTS - 1)
-            return whole[_FRESH_STEP * k : _FRESH_STEP * k + int(a["total"])]
-
-        def buffer_set(which: int) -> tuple[list[Any], list[Any], list[Any]]:
-            """Allocations (guard-filled), call arguments and array regions of set ``which``; set 1 is made
-            while set 0 is alive, at addresses never handed to this library before (the ``moved`` call)."""
-            if which not in sets:
-                with self.stream:
-                    allocs = [cp.empty(int(a["total"]), dtype=cp.uint8) if which == 0 else fresh(a) for a in arrays]
-                    for alloc, a in zip(allocs, arrays, strict=True):
-                        alloc.fill(int(a["guard_byte"]))
-                pointers = [int(alloc.data.ptr) + int(a["start"]) for alloc, a in zip(allocs, arrays, strict=True)]
-                seen.update(pointers)
-                regions = [
-                    alloc[int(a["start"]) : int(a["start"]) + int(a["nbytes"])]
-                    for alloc, a in zip(allocs, arrays, strict=True)
-                ]
-                sets[which] = (allocs, self._args(h["args"], pointers), regions)
-            return sets[which]
-
-        def upload(call: CallRequest) -> None:
-            regions = buffer_set(int(call.get("buffers", 0)))[2]
-            for j, src in call["inputs"].items():
-                region = regions[int(j)]
-                if region.size:
-                    region.set(np.frombuffer(bufs[int(src)], dtype=np.uint8), stream=self.stream)
-            for j, pattern in call["poison"].items():
-                region = regions[int(j)]
-                if region.size:
-                    one = np.frombuffer(bytes.fromhex(pattern), dtype=np.uint8)
-                    region.set(np.tile(one, region.size // one.size), stream=self.stream)
-
+        sets = _CheckBuffers(self, h, bufs)
         results: list[CallRecord] = []
         out: list[bytes] = []
         exiting = False
+        graph: list[Any] = []  # the graph the last ``graph`` call captured (``replay`` calls launch it again)
+        ran: dict[int, int] = {}  # calls already made with the one before them (``concurrent``): their rc
         for i, call in enumerate(h["calls"]):
             record: CallRecord = {"rc": 0, "error": None, "capture_error": None}
+            mode = call["mode"]
             try:
-                mode = call["mode"]
-                allocs, args, _ = buffer_set(int(call.get("buffers", 0)))
-                if mode != "graph":
-                    upload(call)
-                    # inputs and poison are in place before the call, whatever stream the candidate (wrongly)
-                    # uses: a violation then shows as such, not as a race with uploads
-                    self.stream.synchronize()
-                if mode == "smem":
-                    # the fill runs just before the call on its stream, with no pause for another context's
-                    # work to run in between (a context switch can leave shared memory cleared)
-                    self.poison_shared(int(call["smem_pattern"] or 0))
-                if mode == "graph":
-                    self._graph_call(fn, args, call, record, upload)
-                elif mode == "capture":
-                    self._capture_only(fn, args, record)
+                allocs = sets.get(int(call.get("buffers", 0)))[0]
+                if i in ran:
+                    record["rc"] = ran.pop(i)
                 else:
-                    record["rc"] = int(fn(*args, self.stream.ptr))
+                    self._one_call(fn, h["calls"], i, sets, record, graph, ran)
                 try:
                     # the whole device idle first: work left on another stream has finished, so the bytes read
                     # are the same every run
@@ -498,6 +515,64 @@ class Worker:
             self.tick(i)
         return {"ok": True, "calls": results, "exiting": exiting}, out
 
+    def _one_call(
+        self,
+        fn: Any,
+        calls: Sequence[CallRequest],
+        i: int,
+        sets: _CheckBuffers,
+        record: CallRecord,
+        graph: list[Any],
+        ran: dict[int, int],
+    ) -> None:
+        """Make call ``i`` of a check request as its mode says (a ``concurrent`` call with the next one, whose
+        return code goes to ``ran``)."""
+        call = calls[i]
+        mode = call["mode"]
+        args = sets.get(int(call.get("buffers", 0)))[1]
+        if mode == "graph":
+            graph[:] = [self._graph_call(fn, args, call, record, sets.upload)]
+            return
+        sets.upload(call)
+        if mode == "concurrent" and i + 1 < len(calls) and calls[i + 1]["mode"] == "concurrent":
+            other = calls[i + 1]
+            sets.upload(other)
+            self.stream.synchronize()
+            record["rc"], ran[i + 1] = self._concurrent(fn, args, sets.get(int(other.get("buffers", 0)))[1])
+            return
+        # inputs and poison are in place before the call, whatever stream the candidate (wrongly) uses: a
+        # violation then shows as such, not as a race with uploads
+        self.stream.synchronize()
+        if mode == "replay":
+            if not graph or graph[0] is None:
+                raise CallFailed("no captured graph to replay")
+            try:
+                graph[0].launch(self.stream)
+            except self.rt.CUDARuntimeError as exc:
+                self.settle("replaying the captured graph again", exc)
+            return
+        if mode == "smem":
+            # the fill runs just before the call on its stream, with no pause for another context's work to run
+            # in between (a context switch can leave shared memory cleared)
+            self.poison_shared(int(call["smem_pattern"] or 0))
+        if mode == "capture":
+            self._capture_only(fn, args, record)
+        else:
+            record["rc"] = int(fn(*args, self.stream.ptr))
+
+    def _concurrent(self, fn: Any, first: list[Any], second: list[Any]) -> tuple[int, int]:
+        """Two calls that start at the same moment on two streams: both streams wait behind one spin kernel,
+        queued before either call, so neither call's kernels run before the other's are launched. Their rcs."""
+        if self._side is None:
+            self._side = self.cp.cuda.Stream(non_blocking=True)
+        gate = self.cp.cuda.Event(disable_timing=True)
+        self.spin(_CONCURRENT_HOLD_US)
+        gate.record(self.stream)
+        self._side.wait_event(gate)
+        rc_first = int(fn(*first, self.stream.ptr))
+        rc_second = int(fn(*second, self._side.ptr))
+        return rc_first, rc_second
+
     def _capture_only(self, fn: Any, args: list[Any], record: CallRecord) -> None:
         """Capture the call into a graph on the stream (global mode) and throw the graph away: touching the
         legacy default stream or synchronizing the device fails the capture."""
@@ -516,7 +591,9 @@ class Worker:
 
     def _graph_call(
         self, fn: Any, args: list[Any], call: CallRequest, record: CallRecord, upload: Callable[[CallRequest], None]
-    ) -> None:
+    ) -> Any:
+        """Capture the call on the stream, upload the call's inputs, replay only the graph; the graph (None where
+        the capture failed or the call returned an error)."""
         mode = getattr(self.rt, "streamCaptureModeGlobal", 0)
         graph = None
         self.stream.begin_capture(mode)
@@ -535,13 +612,14 @@ class Worker:
             except self.rt.CUDARuntimeError as exc:
                 self.settle("after a failed capture", exc)
             upload(call)
-            return
+            return None
         self.rt.deviceSynchronize()
         upload(call)
         try:
             graph.launch(self.stream)
         except self.rt.CUDARuntimeError as exc:
             self.settle("launching the captured graph", exc)
+        return graph
 
     def _fill(self, arrays: list[Any], shape: BenchShapeRequest, fill: BenchFill) -> None:
         """Upload one input set into ``arrays``: ``in``/``inout`` from the files the parent wrote (through the
