@@ -217,6 +217,12 @@ class TimedShape(TypedDict):
     """Per input set, per array: found clear on the GPU by the judge (no file; set by the parent)."""
     tweak_judged: NotRequired[list[bool]]
     """The same for the call on the tweaked set."""
+    extra_outputs: NotRequired[list[list[str | None]]]
+    """Per call of :data:`~.judge.EXTRA_CALLS` (the lazy-output call, the replays), what it left, as ``outputs``."""
+    extra_judged: NotRequired[list[list[bool]]]
+    """The same as ``judged`` for them."""
+    extra_error: NotRequired[str]
+    """Why the replays could not be made (the capture for them failed, or returned an error)."""
     check_error: NotRequired[str]
     capture_error: NotRequired[str | None]
     capture_rc: NotRequired[int]
@@ -228,7 +234,8 @@ class ParkedItem(TypedDict):
 
     shape: int
     set: int
-    """The input set; the number of sets means the call on the tweaked set."""
+    """The input set; the number of sets means the call on the tweaked set, and above it the calls of
+    :data:`~.judge.EXTRA_CALLS`."""
     array: int
     """Index among the shape's arrays."""
     offset: int

@@ -20,7 +20,9 @@ Operations (``op`` of a request):
 ``time``
     time the entry point per benchmark shape: warm-up, L2 flushed before each launch, rotated input sets,
     CUDA events on the stream, a CUDA graph of several calls when one call is shorter than ``graph_below_us``;
-    what the timed calls left goes to files, or (``park``) into one allocation another process reads.
+    what the timed calls left, and what the extra calls after them left (:mod:`.extras`: a call whose outputs
+    already hold finite values, replays of one captured graph), goes to files, or (``park``) into one allocation
+    another process reads.
 ``save_parked``
     write parked outputs to files (any the judge did not pass), then zero the parked allocation.
 ``judge``
@@ -49,6 +51,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 from ...noise import settled
+from .extras import graph_replays, lazy_output_call
 from .harness import CTYPES
 from .judge import OutputJudge, Parking
 from .measures import floors, time_reference
@@ -118,6 +121,10 @@ _ALIGN = 256
 """Where the ``aligned`` buffer set puts each array: at a multiple of this many bytes (cudaMalloc's alignment)."""
 _CONCURRENT_HOLD_US = 50.0
 """How long a spin kernel holds both streams of a ``concurrent`` pair while the two calls are queued."""
+
+
+_ROLES = frozenset({"in", "out", "inout"})
+"""Every role of an array."""
 
 
 _RUNS_CANDIDATES = frozenset({"load", "check", "time", "time_reference", "floors"})
@@ -621,14 +628,16 @@ class Worker:
             self.settle("launching the captured graph", exc)
         return graph
 
-    def _fill(self, arrays: list[Any], shape: BenchShapeRequest, fill: BenchFill) -> None:
-        """Upload one input set into ``arrays``: ``in``/``inout`` from the files the parent wrote (through the
-        checksummed device copies of :class:`~.pristine.PristineInputs`), ``out`` poisoned (bytes repeated over
-        the array, on the device)."""
+    def _fill(
+        self, arrays: list[Any], shape: BenchShapeRequest, fill: BenchFill, roles: frozenset[str] = _ROLES
+    ) -> None:
+        """Upload one input set into those of ``arrays`` whose role is in ``roles``: ``in``/``inout`` from the
+        files the parent wrote (through the checksummed device copies of :class:`~.pristine.PristineInputs`),
+        ``out`` poisoned (bytes repeated over the array, on the device)."""
         if self._pristine is None:
             self._pristine = PristineInputs(self.cp, limit_bytes=min(16 << 30, self.memory // 8))
         for j, (arr, a) in enumerate(zip(arrays, shape["arrays"], strict=True)):
-            if not int(a["count"]):
+            if not int(a["count"]) or a["role"] not in roles:
                 continue
             raw = arr.view(self.cp.uint8)[: int(a["count"]) * int(a["itemsize"])]
             path = fill["files"][j]
@@ -665,9 +674,10 @@ class Worker:
         parked: Parked | None = None,
     ) -> TimedShape:
         """After the timed calls of one benchmark shape (``si``): the outputs they left in every input set (for
-        ``inout`` arrays, of one more call on fresh inputs), one call on set 0 with one input element changed and
-        the same pointers, a capture of the call on its stream, and the device state; added to ``out``. The
-        outputs go to files, or with ``parked`` into the parked allocation (:mod:`.judge`)."""
+        ``inout`` arrays, of one more call on fresh inputs), the ``lazy`` call (:mod:`.extras`), one call on set 0
+        with one input element changed and the same pointers, a capture of the call on its stream, the replays of
+        one captured graph (:mod:`.extras`), and the device state; added to ``out``. The outputs go to files, or
+        with ``parked`` into the parked allocation (:mod:`.judge`)."""
         has_inout = any(a["role"] == "inout" for a in shape["arrays"])
 
         def call(args: list[Any]) -> str | None:
@@ -683,6 +693,10 @@ class Worker:
                     out["check_error"] = failed
                     return out
             out["outputs"].append(keep_outputs(self, arrays, shape, f"{tag}-set{k}", (si, k), parked))
+        failed = lazy_output_call(self, fn, shape, sets[0], (tag, si, parked), out)
+        if failed:
+            out["check_error"] = failed
+            return out
         arrays, args = sets[0]
         self._fill(arrays, shape, shape["tweak"])
         self.stream.synchronize()
@@ -695,6 +709,10 @@ class Worker:
         self._capture_only(fn, args, record)
         out["capture_error"] = record["capture_error"]
         out["capture_rc"] = record["rc"]
+        if not record["capture_error"] and not record["rc"]:
+            failed = graph_replays(self, fn, shape, sets[0], (tag, si, parked), out)
+            if failed:
+                out["extra_error"] = failed
         out["device_state"] = self.restore_state()
         return out
 
