@@ -217,6 +217,8 @@ class TimedShape(TypedDict):
     """Per input set, per array: found clear on the GPU by the judge (no file; set by the parent)."""
     tweak_judged: NotRequired[list[bool]]
     """The same for the call on the tweaked set."""
+    guarded: NotRequired[bool]
+    """Every array of the shape ended where unmapped memory begins (:mod:`.guarded`): a read past the end faults."""
     extra_outputs: NotRequired[list[list[str | None]]]
     """Per call of :data:`~.judge.EXTRA_CALLS` (the lazy-output call, the replays), what it left, as ``outputs``."""
     extra_judged: NotRequired[list[list[bool]]]

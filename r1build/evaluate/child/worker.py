@@ -52,6 +52,7 @@ from typing import Any, ClassVar, Literal
 
 from ...noise import settled
 from .extras import graph_replays, lazy_output_call
+from .guarded import PAST_THE_END, GuardedArrays
 from .harness import CTYPES
 from .judge import OutputJudge, Parking
 from .measures import floors, time_reference
@@ -236,6 +237,8 @@ class Worker:
         self._sink: Any = None
         self._side: Any = None
         """The second stream of the ``concurrent`` calls."""
+        self._guarded_now = False
+        """Whether every array of the benchmark shape being timed ends at unmapped memory."""
         self._events: list[tuple[Any, Any]] = []
         self._pristine: PristineInputs | None = None
         self.pinned: Any = None
@@ -246,6 +249,10 @@ class Worker:
         """Whether reserving the parked allocation failed once (no IPC here): outputs go to files from then on."""
         self.judge: OutputJudge | None = None
         """In the judge process: the reference's outputs and the rule (:mod:`.judge`)."""
+        self.guarded: GuardedArrays | None = None
+        """The arrays of the benchmark shapes, each ending at unmapped memory (:mod:`.guarded`)."""
+        self.guarded_failed = False
+        """Whether the driver has no virtual memory management: benchmark arrays come from cupy's pool."""
 
     # -- plumbing ----------------------------------------------------------------------------------------
     def hello(self) -> Hello:
@@ -399,8 +406,20 @@ class Worker:
 
     def typed_empty(self, dtype: str, count: int) -> Any:
         cp = self.cp
-        np_name = "uint16" if dtype == "bfloat16" else ("bool" if dtype == "bool" else dtype)
-        return cp.empty(max(count, 1), dtype=np_name)
+        return cp.empty(max(count, 1), dtype=_numpy_name(dtype))
+
+    def bench_empty(self, dtype: str, count: int) -> tuple[Any, bool]:
+        """An array of a benchmark shape: one that ends where unmapped memory begins (:mod:`.guarded`) where the
+        driver allows it (True), else from cupy's pool (False)."""
+        if self.guarded is None and not self.guarded_failed:
+            self.guarded = GuardedArrays.make(self.cp, 0, min(8 << 30, self.memory // 8))
+            self.guarded_failed = self.guarded is None
+        if self.guarded is not None:
+            try:
+                return self.guarded.empty(_numpy_name(dtype), count), True
+            except RuntimeError:  # out of memory, say: this array as before
+                pass
+        return self.typed_empty(dtype, count), False
 
     # -- operations --------------------------------------------------------------------------------------
     def op_load(self, h: LoadRequest, _bufs: list[bytes]) -> tuple[Reply, list[bytes]]:
@@ -658,7 +677,9 @@ class Worker:
         raw.set(np.tile(np.frombuffer(one, dtype=np.uint8), raw.size // len(one)), stream=self.stream)
 
     def _set_for(self, shape: BenchShapeRequest, fill: BenchFill) -> tuple[list[Any], list[Any]]:
-        arrays = [self.typed_empty(a["dtype"], int(a["count"])) for a in shape["arrays"]]
+        made = [self.bench_empty(a["dtype"], int(a["count"])) for a in shape["arrays"]]
+        arrays = [arr for arr, _ in made]
+        self._guarded_now = all(guarded for _, guarded in made)
         self._fill(arrays, shape, fill)
         self.stream.synchronize()
         return arrays, self._args(shape["args"], [int(arr.data.ptr) for arr in arrays])
@@ -761,16 +782,23 @@ class Worker:
         for si, shape in enumerate(h["shapes"]):
             try:
                 timed, sets = self._time_shape(fn, shape, budget_us, (min_n, max_n, stop_error), graph_below)
+                timed["guarded"] = self._guarded_now
                 start = time.perf_counter()
                 tag = f"{h['lib'].replace(':', '-')}-s{si}"
                 timed = self._bench_checks(fn, shape, sets, tag, timed, si, parked)
+                if timed.get("check_error") and not self.context_ok():
+                    raise CallFailed(str(timed["check_error"]))  # a fault the call's return code showed
                 timed["seconds"]["checks"] = time.perf_counter() - start
                 del sets
                 shapes_out.append(timed)
-            except self.rt.CUDARuntimeError as exc:
-                self.settle(f"timing shape {si}", exc)
+            except (self.rt.CUDARuntimeError, CallFailed) as exc:
+                if isinstance(exc, CallFailed) and self.context_ok():
+                    raise
+                self.settle(f"timing shape {si}" + (f" ({PAST_THE_END})" if self._guarded_now else ""), exc)
             finally:
                 self.cp.get_default_memory_pool().free_all_blocks()
+                if self.guarded is not None and self.context_ok():
+                    self.guarded.recycle()
             self.tick(si)
         if parked is not None and self.parking is not None:
             try:
@@ -868,6 +896,11 @@ class Worker:
             "outputs": [],
             "seconds": {"sets": sampling - started, "samples": time.perf_counter() - sampling},
         }, sets
+
+
+def _numpy_name(dtype: str) -> str:
+    """The numpy dtype an array of manifest dtype ``dtype`` is held in (bfloat16 as its bits)."""
+    return "uint16" if dtype == "bfloat16" else dtype
 
 
 def _stop_rule(least: int, error: float, least_s: float, overhead: float = 0.0) -> Callable[[list[float]], bool] | None:
