@@ -54,3 +54,50 @@ def test_the_ctypes_structures_match_the_toolkits_cuda_h(tmp_path: Path) -> None
         AccessDesc.flags.offset,
     ]
     assert ctypes.sizeof(AllocFlags) == 8
+
+
+_PROBE = r"""
+import sys
+import cupy as cp
+from r1build.evaluate.child.guarded import GuardedArrays
+
+cp.cuda.Device(0).use()
+guarded = GuardedArrays.make(cp, 0, 1 << 30)
+assert guarded is not None, "no virtual memory management"
+arr = guarded.empty("float32", int(sys.argv[1]))
+arr[...] = 1.0
+read = cp.RawKernel(
+    'extern "C" __global__ void r(const float* a, long long i, float* out) { out[0] = a[i]; }', "r"
+)
+out = cp.zeros(1, dtype=cp.float32)
+read((1,), (1,), (arr, cp.int64(arr.size - 1), out))  # the last element: fine
+cp.cuda.runtime.deviceSynchronize()
+assert float(out.get()[0]) == 1.0
+guarded.recycle()
+again = guarded.empty("float32", int(sys.argv[1]))
+assert again.data.ptr == arr.data.ptr  # the mapping is reused
+print("in bounds ok", flush=True)
+read((1,), (1,), (again, cp.int64(again.size), out))  # one element past the end
+cp.cuda.runtime.deviceSynchronize()
+print("no fault")
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("count", [1 << 24, 1_000_003])
+def test_a_read_one_element_past_a_guarded_array_faults(tmp_path: Path, count: int) -> None:
+    """On a GPU, in a process of its own (the fault ends its context): the last element reads fine, the one after
+    it is an illegal address (for an odd size, a read past the 256-byte rounding)."""
+    import sys
+
+    probe = tmp_path / "probe.py"
+    probe.write_text(_PROBE)
+    index = count if count % 64 == 0 else count + 64  # past the ALIGN rounding for an odd size
+    done = subprocess.run(
+        [sys.executable, str(probe), str(count)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert "in bounds ok" in done.stdout, done.stderr
+    if index == count:
+        assert "no fault" not in done.stdout and done.returncode != 0
+        assert "IllegalAddress" in done.stderr or "illegal" in done.stderr.lower(), done.stderr
