@@ -8,9 +8,10 @@ shuffles are real barriers; shared memory is refilled with NaN before each block
 array is its own allocation, exactly as long as the array: any out-of-bounds access fails) and UBSan (a float2 or
 float4 access the address does not allow fails). It is called at every test shape and more awkward ones, with
 the pointers at the GPU evaluator's offsets (4, 8, 12 bytes past a 16-byte boundary), all aligned (the vector
-paths the evaluator's offsets never take), all at one offset and mixed; inputs signed normal, small ties and
-large (x100). Outputs start as NaN and are compared like the evaluator does (``numpy.allclose`` at the spec's
-tolerance, ``atol`` scaled by the reference's rms for the large inputs). Needs g++ with libasan/libubsan, no GPU
+paths the evaluator's offsets never take), all at one offset and mixed; inputs signed normal, small ties,
+large (x100) and the evaluator's ``precision`` inputs (low mantissa bits a downcast drops). Outputs start as NaN
+and are compared like the evaluator does (``numpy.allclose`` at the spec's tolerance, ``atol`` scaled by the
+reference's rms for the large inputs). Needs g++ with libasan/libubsan, no GPU
 and no nvcc. Writes ``bench/results/kernels_on_cpu.json`` and ``.md``; exits 1 when any variant fails.
 
     python bench/kernels_on_cpu.py [--kernel NAME ...] [--jobs 2] [--out bench/results]
@@ -37,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from _report import command_line, host_info, utc_now, write_results  # noqa: E402
 
+from r1build.evaluate.inputs import precision_floats  # noqa: E402
 from r1build.evaluate.variants import expand_variants  # noqa: E402
 from r1build.manifest import load_manifest  # noqa: E402
 from r1build.manifest.model import Arg, KernelSpec, Manifest  # noqa: E402
@@ -80,6 +82,8 @@ CALLS = [
     ("evaluator", "signed"),
     ("evaluator", "ties"),
     ("evaluator", "large"),
+    ("evaluator", "precision"),
+    ("aligned", "precision"),
     ("aligned", "signed"),
     ("aligned", "ties"),
     ("same8", "signed"),
@@ -163,6 +167,8 @@ def plan_calls(spec: KernelSpec, shapes: list[dict[str, int]], seed: int) -> tup
                     data = np.full(size, np.nan, dtype=np.float32)
                 elif dist == "ties":
                     data = rng.integers(-3, 4, size).astype(np.float32)
+                elif dist == "precision":
+                    data = precision_floats(size, rng).astype(np.float32)
                 else:
                     data = (rng.standard_normal(size) * (100.0 if dist == "large" else 1.0)).astype(np.float32)
                 values[arg.name] = data.reshape(dims(arg, shape))

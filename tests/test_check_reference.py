@@ -174,7 +174,7 @@ def test_good_references_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     path = project(tmp_path / "p", body)
     assert main(["check", "-m", str(path)]) == 0, capsys.readouterr()
     # every distribution at every test shape
-    assert check_references(load_manifest(path)) == 2 * 4
+    assert check_references(load_manifest(path)) == 2 * 5
 
 
 def test_one_element_output_may_come_back_as_a_scalar(tmp_path: Path) -> None:

@@ -16,7 +16,10 @@ no arithmetic produces), so an element left from an earlier call or never writte
 9-10. ``smem``: every SM's shared memory is filled with a pattern by a kernel launched just before the call
      (two patterns), so a kernel reading shared memory it never wrote gives a different answer. These need the
      GPU to themselves (:func:`part_of`): another process's kernels between the fill and the call, or a context
-     switch, can leave shared memory cleared, and a kernel reading zeros it never wrote may then pass.
+     switch, can leave shared memory cleared, and a kernel reading zeros it never wrote may then pass;
+11.  ``direct`` with ``precision`` inputs, whose low mantissa bits TF32, bf16 and fp16 drop: last, so a failure
+     here alone is named as likely computing below float32 (:mod:`.precision`; a direct call whose outputs match
+     the reference on inputs rounded to TF32 or bf16 is named so at any call).
 
 Outputs are read only once the whole device is idle, so work a kernel (wrongly) left on another stream has
 finished and the same kernel gets the same verdict every run. Pointers are offset from aligned allocations
@@ -28,7 +31,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -53,6 +56,7 @@ from .inputs import (
     reference_kwargs,
     scalar_values,
 )
+from .precision import DOWNCASTS, downcast_inputs, name_downcast
 
 __all__ = [
     "CallPlan",
@@ -88,6 +92,7 @@ _SEQUENCE: tuple[tuple[str, Mode, int | None], ...] = (
     ("signed", "graph", None),
     ("signed", "smem", SMEM_PATTERNS[0]),
     ("signed", "smem", SMEM_PATTERNS[1]),
+    ("precision", "direct", None),
 )
 _TWEAKED = 4
 """Index of the call whose inputs the ``tweak`` call changes in one element."""
@@ -129,6 +134,10 @@ class CallPlan:
     """The reference's ``out`` / ``inout`` arrays for those inputs."""
     buffers: int = 0
     """Which set of allocations the call uses: 0, or 1 for the ``moved`` call (the same layout elsewhere)."""
+    downcasts: dict[str, dict[str, NDArray[Any]]] = field(default_factory=dict)
+    """``direct`` calls with float inputs that a downcast changes (all but ``ties``): the reference's outputs on
+    the inputs rounded to each format of :data:`~.precision.DOWNCASTS`, by format, to recognize a kernel
+    computing below float32."""
 
     @property
     def label(self) -> str:
@@ -249,7 +258,7 @@ def plan_checks(spec: KernelSpec, reference: Callable[..., Any], *, seed: int = 
     for si, sizes in enumerate(spec.test_shapes):
         calls: list[CallPlan] = []
         for ci, (dist, mode, pattern) in enumerate(_SEQUENCE):
-            if dist == "denormal" and not has_float:
+            if dist in ("denormal", "precision") and not has_float:
                 dist = "signed"
             if mode == "tweak":
                 inputs = tweak_one(calls[_TWEAKED].inputs, _seed(seed, spec.name, si, ci))
@@ -258,6 +267,12 @@ def plan_checks(spec: KernelSpec, reference: Callable[..., Any], *, seed: int = 
             else:
                 inputs = generate_inputs(spec, sizes, dist, _seed(seed, spec.name, si, ci))
             expected = run_reference(reference, spec, sizes, inputs)
+            downcasts = {}
+            if mode == "direct" and dist != "ties" and has_float:
+                downcasts = {
+                    fmt: run_reference(reference, spec, sizes, downcast_inputs(inputs, bits))
+                    for fmt, bits in DOWNCASTS.items()
+                }
             calls.append(
                 CallPlan(
                     dist=dist,
@@ -267,6 +282,7 @@ def plan_checks(spec: KernelSpec, reference: Callable[..., Any], *, seed: int = 
                     inputs=inputs,
                     expected=expected,
                     buffers=int(mode == "moved"),
+                    downcasts=downcasts,
                 )
             )
         plans.append(ShapePlan(dict(sizes), shape_key(spec, sizes), layout_for(spec, sizes), calls))
@@ -588,6 +604,10 @@ def judge_shape(spec: KernelSpec, plan: ShapePlan, reply: CheckReply, buffers: S
             _poisons(plan, call),
             scale_atol=call.dist == "large",
         )
+        if found is not None and call.downcasts:
+            found = name_downcast(
+                plan.layouts, list(datas), call.expected, call.downcasts, found, likely=call.dist == "precision"
+            )
         if found is not None:
             return _mismatch_detail(plan, i, found)
     if len(records) < len(plan.calls):

@@ -7,7 +7,9 @@ same data. Never zeros: zeros hide unwritten outputs and wrong indexing.
 * ``large``: large magnitudes (floats scaled by 100, so ``exp`` overflows float32 unless it is computed stably;
   integers near a quarter of the type's range);
 * ``ties``: few distinct values (-3..3), so maxima, sorts and comparisons meet equal elements;
-* ``denormal``: normal values with a quarter replaced by subnormals of the dtype (floats only).
+* ``denormal``: normal values with a quarter replaced by subnormals of the dtype (floats only);
+* ``precision``: positive floats exact in float32 whose low mantissa bits TF32, bf16 and fp16 drop, all rounding
+  the same way (:mod:`.precision`), so a kernel computing below float32 fails; integers as ``signed``.
 """
 
 from __future__ import annotations
@@ -31,11 +33,12 @@ __all__ = [
     "layout_for",
     "numpy_dtype",
     "poison_bytes",
+    "precision_floats",
     "reference_kwargs",
     "scalar_values",
 ]
 
-DISTRIBUTIONS = ("signed", "large", "ties", "denormal")
+DISTRIBUTIONS = ("signed", "large", "ties", "denormal", "precision")
 FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
 GUARD_BYTE = 0xC3
 """Fill of the guard bands around every buffer (0xC3C3C3C3 is -391.5 as float32: no kernel writes it by
@@ -100,11 +103,26 @@ def array_shape(arg: Arg, sizes: Mapping[str, int]) -> tuple[int, ...]:
     return tuple(dims)
 
 
+PRECISION_LOW_BITS = 0x6FFF
+"""The low 16 mantissa bits of every ``precision`` input: the 13 bits TF32 and fp16 drop hold just under half of
+their last place, the 16 bits bf16 drops 0.44 of its last place (see :mod:`.precision`)."""
+
+
+def precision_floats(n: int, rng: np.random.Generator) -> NDArray[np.float64]:
+    """``n`` values of the ``precision`` distribution: in [1, 16), 7 random mantissa bits on top of
+    :data:`PRECISION_LOW_BITS`, exact in float32."""
+    top = rng.integers(0, 128, n, dtype=np.int64)
+    mantissa = (top << 16) | PRECISION_LOW_BITS
+    return np.ldexp(1.0 + mantissa / 2.0**23, rng.integers(0, 4, n))
+
+
 def _floats(dist: str, dtype: str, n: int, rng: np.random.Generator) -> NDArray[np.float64]:
     if dist == "large":
         return rng.standard_normal(n) * 100.0
     if dist == "ties":
         return rng.integers(-3, 4, n).astype(np.float64)
+    if dist == "precision":
+        return precision_floats(n, rng)
     values = rng.standard_normal(n)
     if dist == "denormal":
         mask = rng.random(n) < 0.25

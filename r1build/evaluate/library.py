@@ -2,31 +2,28 @@
 
 One variant is compiled exactly as the static gate compiles it (its :func:`~r1build.gate.nvcc.compile_variant`,
 the manifest's flags, real code for the arch) plus ``-Xcompiler -fPIC`` (or the gate's own object of it is taken,
-where the gate kept one), then its host object goes through the
-gate's symbol check (:func:`~r1build.gate.symbols.check_object`): an object that needs symbols outside the
-allowlist is rejected, naming them, and is never linked, let alone loaded. Only then is it linked with
-``nvcc -shared`` (the CUDA runtime linked statically, so the library needs nothing but libc and the driver), the
-link taking one of the process's compile slots as a compile does (:mod:`~r1build.gate.compile_slots`: within the
-cores, the first job's links before the later jobs' compiles).
+where the gate kept one), then its host object goes through the gate's own check-and-link step
+(:func:`~r1build.gate.link.check_and_link`): an object that needs symbols outside the allowlist or reserves more
+static memory than the limit is rejected, naming them, and is never linked, let alone loaded; then it is linked
+with ``nvcc -shared`` (the CUDA runtime linked statically, so the library needs nothing but libc and the driver),
+the link taking one of the process's compile slots as a compile does (:mod:`~r1build.gate.compile_slots`: within
+the cores, the first job's links before the later jobs' compiles).
 """
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from ..errors import ToolchainError, format_subprocess_failure
-from ..gate.compile_slots import compile_slot
+from ..errors import format_subprocess_failure
+from ..gate.link import check_and_link
 from ..gate.nvcc import PIC_FLAGS, compile_variant
-from ..gate.symbols import check_object
 from ..records import Candidate
-from ..sandbox import Confinement, sandbox_for
+from ..sandbox import sandbox_for
 from ..toolchain import Toolchain
 
 __all__ = ["Library", "LibraryFailure", "build_library"]
@@ -99,30 +96,10 @@ def build_library(
             )
             return LibraryFailure("compile_error", why)
         obj = compiled.object_path
-    symbols = check_object(obj, entry)
-    if not symbols.ok:
-        return LibraryFailure("rejected", symbols.reason(entry))
-    so = workdir / f"{name}.so"
-    cmd = [toolchain.nvcc, "-shared", "-o", so.name, obj.name]
-    sandbox, confinement = sandbox_for(candidate.origin.kind), Confinement(workdir=workdir, toolkit=toolchain.nvcc)
-    try:
-        with compile_slot():  # an nvcc like any compile: within the process's cores, at the job's rank
-            proc = subprocess.run(
-                sandbox.command(cmd, confinement),
-                env=sandbox.environment(os.environ, confinement),
-                cwd=workdir,
-                capture_output=True,
-                text=True,
-                errors="replace",
-                timeout=timeout_s,
-                check=False,
-            )
-    except subprocess.TimeoutExpired:
-        return LibraryFailure("compile_error", f"linking the shared library did not finish within {timeout_s:g} s")
-    except OSError as exc:
-        raise ToolchainError(f"cannot run {toolchain.nvcc}: {exc}") from None
-    if proc.returncode != 0 or not so.is_file():
-        return LibraryFailure(
-            "compile_error", format_subprocess_failure(cmd, proc.returncode, proc.stdout + proc.stderr)
-        )
+    linked = check_and_link(
+        obj, entry, toolchain=toolchain, sandbox=sandbox_for(candidate.origin.kind), timeout_s=timeout_s
+    )
+    if linked.status != "passed" or linked.library is None:
+        return LibraryFailure("compile_error" if linked.status == "compile_error" else "rejected", linked.detail)
+    so = linked.library
     return Library(so, candidate.digest, arch, time.perf_counter() - start)

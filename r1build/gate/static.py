@@ -2,11 +2,12 @@
 
 For every candidate variant and arch it compiles with nvcc (:mod:`.nvcc`) beside the entry point's declaration
 as the public header states it (so only a definition of exactly the declared signature compiles), inspects the
-host object
-(:mod:`.symbols`) and holds the ptxas report against the kernel's limits. Verdicts are cached under a gate key
-(source digest, defines, arch, nvcc flags, toolchain identity, entry point and allowlist version), so a warm
-build compiles nothing twice. What is cached is the compile's verdict *before* the limits are applied: changing
-``limits`` in the manifest re-judges from the cached report without compiling again.
+host object (:mod:`.symbols`), limits its static memory (:mod:`.device_memory`), links it into the shared library
+the GPU side loads (:mod:`.link`, the GPU side's own step) and holds the ptxas report against the kernel's limits.
+Verdicts are cached under a gate key (source digest, defines, arch, nvcc flags, toolchain identity, entry point
+and allowlist version), so a warm build compiles nothing twice. What is cached is the compile's verdict *before*
+the limits are applied: changing ``limits`` in the manifest re-judges from the cached report without compiling
+again.
 """
 
 from __future__ import annotations
@@ -36,15 +37,18 @@ from ..records import Candidate, GateReport, Result, Status
 from ..sandbox import sandbox_for
 from ..toolchain import Toolchain
 from ..toolchain import toolchain as default_toolchain
+from .device_memory import STATIC_MEMORY_LIMIT
+from .link import check_and_link
 from .nvcc import PIC_FLAGS, Compilation, compile_variant
 from .source import source_problems
-from .symbols import ALLOWLIST_VERSION, check_object
+from .symbols import ALLOWLIST_VERSION
 
 __all__ = ["GATE_SCHEMA", "StaticGate", "gate_for_archs", "gate_key", "limit_violations"]
 
-GATE_SCHEMA = 2
+GATE_SCHEMA = 3
 """Bumped whenever what goes into a gate key, or what a cached gate result means, changes (2: candidates are
-compiled beside the declared signature, which is part of the key)."""
+compiled beside the declared signature, which is part of the key; 3: a passed variant is within the static memory
+limit and links into a shared library)."""
 
 DEFAULT_TIMEOUT_S = 300.0
 """Longest one nvcc compile may take before the candidate counts as a compile error."""
@@ -156,6 +160,7 @@ class StaticGate:
         jobs: int | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         keep_objects: Path | None = None,
+        static_memory_limit: int = STATIC_MEMORY_LIMIT,
     ) -> None:
         self.cache = cache
         """Where verdicts are looked up and stored."""
@@ -171,6 +176,8 @@ class StaticGate:
         """Where the objects of passing compiles are kept (compiled position-independent), so a GPU evaluator
         links its shared library from the gate's compile instead of compiling the variant again; None: not
         kept."""
+        self.static_memory_limit = static_memory_limit
+        """Most bytes of static memory a variant may reserve (:data:`.device_memory.STATIC_MEMORY_LIMIT`)."""
         self._toolchain = toolchain
         self._lock = threading.Lock()
         self._objects: dict[tuple[str, str], Path] = {}
@@ -359,10 +366,7 @@ class StaticGate:
                 candidate.defines,
                 archs if len(archs) > 1 else archs[0],
                 name=spec.name,
-                flags=[
-                    *rooted_flags(manifest.settings.nvcc_flags, manifest.root),
-                    *(PIC_FLAGS if self.keep_objects is not None else ()),
-                ],
+                flags=[*rooted_flags(manifest.settings.nvcc_flags, manifest.root), *PIC_FLAGS],
                 toolchain=tc,
                 workdir=Path(scratch),
                 timeout_s=self.timeout_s,
@@ -381,13 +385,18 @@ class StaticGate:
             if not compiled.ok or compiled.object_path is None:
                 detail = format_subprocess_failure(compiled.command, compiled.returncode or 1, compiled.output)
                 return [(verdict(archs[0], "compile_error", _signature_hint(spec, compiled.output) + detail), True)]
-            check = check_object(compiled.object_path, spec.name)
-            if check.ok and self.keep_objects is not None:
+            linked = check_and_link(
+                compiled.object_path,
+                spec.name,
+                toolchain=tc,
+                sandbox=sandbox_for(candidate.origin.kind),
+                timeout_s=self.timeout_s,
+                limit=self.static_memory_limit,
+            )
+            if linked.status == "passed" and self.keep_objects is not None:
                 self._keep(compiled.object_path, candidate.digest, archs)
         reports = compiled.reports or {archs[0]: compiled.report}
-        if not check.ok:
-            return [(verdict(a, "rejected", check.reason(spec.name), reports[a]), True) for a in archs]
-        return [(verdict(a, "passed", report=reports[a]), True) for a in archs]
+        return [(verdict(a, linked.status, linked.detail, reports[a]), linked.cacheable) for a in archs]
 
     def _keep(self, obj: Path, digest: str, archs: list[str]) -> None:
         assert self.keep_objects is not None

@@ -128,6 +128,8 @@ CASES: list[Case] = [
     Case("per_thread_default_stream.cu", "evaluate", ("outside the given stream",)),
     # (j) a sum accumulated in fp16: precision, not a race
     Case("fp16_accumulation.cu", "evaluate", ("tolerance",)),
+    # (n) a float32 matmul on TF32 tensor cores: inputs rounded to 10 mantissa bits (issue 27, item 8)
+    Case("tf32_matmul.cu", "evaluate", ("computes below float32",)),
     # (k) a real shared-memory race (racecheck names it too)
     Case("smem_race.cu", "evaluate", ("nondeterministic", "racecheck")),
     # (l) a CUDA error returned by the call

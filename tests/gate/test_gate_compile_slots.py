@@ -112,11 +112,12 @@ def one_slot(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int | None]]:
     yield order
 
 
-@pytest.mark.slow  # five nvcc compiles one after another
+@pytest.mark.slow  # five nvcc compiles and links one after another
 def test_the_gate_compiles_the_lowest_ranked_work_first(tmp_path: Path, one_slot: list[int | None]) -> None:
     """Three pieces of work ask the gate for compiles at once, one compile slot between them: a job ranked 1 that
     started first, an unranked one, then a job ranked 0. Once they all wait, the rank-0 job's compiles go first,
-    then the rest of rank 1, then the unranked (the GPU evaluator ranks its jobs in the order its GPU takes them)."""
+    then the rest of rank 1, then the unranked (the GPU evaluator ranks its jobs in the order its GPU takes them); a
+    link takes a slot as a compile does."""
     from r1build.gate.compile_slots import ranked
 
     manifest: Manifest = load_manifest(ROOT / "kernels.toml")
@@ -142,7 +143,9 @@ def test_the_gate_compiles_the_lowest_ranked_work_first(tmp_path: Path, one_slot
         for t in (later, unranked, first):
             t.join(120)
     assert results == ["passed"] * 5
-    assert one_slot == [1, 0, 0, 1, None]
+    # each compile and then its link (the gate links what it compiles): the rank-0 job's four, then rank 1's
+    # first link and its second compile and link, then the unranked compile and link
+    assert one_slot == [1, 0, 0, 0, 0, 1, 1, 1, None, None]
 
 
 def test_a_waiter_that_leaves_while_waiting_does_not_block_the_rest() -> None:
