@@ -511,7 +511,17 @@ def diagnose(
                 index,
                 verdict.kind,
             )
-    same = payload(0)
+    same, later, second = payload(0), payload(1), wrong(1)
+    if wrong(0) is None and second is not None and all(payload(r) == later for r in range(2, _REPEATS)):
+        # right once in these buffers, then the same wrong outputs every time: state kept, not a race
+        return Verdict(
+            "incorrect",
+            f"{_EARLIER}: repeated with the same inputs in the same buffers, the first call gave the right outputs "
+            f"and every later one the same wrong outputs ({second.message}); first failure {where}: "
+            f"{verdict.detail}",
+            index,
+            verdict.kind,
+        )
     if any(payload(r) != same for r in range(1, _REPEATS)):
         return Verdict(
             "incorrect",
