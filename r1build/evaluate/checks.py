@@ -13,6 +13,12 @@ no arithmetic produces), so an element left from an earlier call or never writte
 7.   ``moved``: the inputs of call 2, identical, in a second set of allocations (new addresses);
 8.   ``graph``: the call is captured again, new inputs are uploaded, and only the graph is replayed: work on a
      private or per-thread stream never reaches the outputs;
+     ``replay`` (last test shape): the same graph replayed three more times, fresh inputs written in place
+     before each: a result that depends on how often one captured graph is replayed shows;
+     ``aligned`` (where the arrays sit at odd offsets): every distribution again with each array at a
+     256-byte-aligned address, as cudaMalloc and PyTorch give them: a path taken only for aligned buffers runs;
+     ``concurrent`` and ``after`` (last test shape): two pairs of calls made at the same time on two streams with
+     different inputs (buffer sets 0 and 1), then one call alone: state shared between calls shows;
 9-10. ``smem``: every SM's shared memory is filled with a pattern by a kernel launched just before the call
      (two patterns), so a kernel reading shared memory it never wrote gives a different answer. These need the
      GPU to themselves (:func:`part_of`): another process's kernels between the fill and the call, or a context
@@ -90,6 +96,32 @@ _SEQUENCE: tuple[tuple[str, Mode, int | None], ...] = (
     ("denormal", "tweak", None),
     ("signed", "moved", None),
     ("signed", "graph", None),
+)
+_REPLAYS: tuple[tuple[str, Mode, int | None], ...] = (
+    ("large", "replay", None),
+    ("ties", "replay", None),
+    ("signed", "replay", None),
+)
+"""At the last test shape, after the ``graph`` call: the same graph replayed again, fresh inputs written in place
+before each replay (users capture once and replay thousands of times)."""
+_ALIGNED: tuple[tuple[str, Mode, int | None], ...] = (
+    ("signed", "aligned", None),
+    ("large", "aligned", None),
+    ("ties", "aligned", None),
+    ("denormal", "aligned", None),
+)
+"""Every distribution again with each array at a 256-byte-aligned address (what cudaMalloc and PyTorch hand out),
+where the layout puts the arrays at odd offsets (no declared alignment)."""
+_CONCURRENT: tuple[tuple[str, Mode, int | None], ...] = (
+    ("signed", "concurrent", None),
+    ("large", "concurrent", None),
+    ("ties", "concurrent", None),
+    ("signed", "concurrent", None),
+    ("large", "after", None),
+)
+"""At the last test shape: two pairs of calls made at once on two streams (different inputs, buffer sets 0 and 1),
+then one call alone: a kernel may be called concurrently on different streams."""
+_SMEM: tuple[tuple[str, Mode, int | None], ...] = (
     ("signed", "smem", SMEM_PATTERNS[0]),
     ("signed", "smem", SMEM_PATTERNS[1]),
     ("precision", "direct", None),
@@ -98,6 +130,24 @@ _TWEAKED = 4
 """Index of the call whose inputs the ``tweak`` call changes in one element."""
 _MOVED = 1
 """Index of the call whose inputs the ``moved`` call repeats at new addresses."""
+_NOT_DIAGNOSED = frozenset({"capture", "replay", "aligned", "concurrent", "after"})
+"""Modes whose failure repeating the call in the first buffers cannot explain (it names their cause itself)."""
+
+
+def _sequence(last: bool, offset: bool) -> tuple[tuple[str, Mode, int | None], ...]:
+    """The calls at one test shape: the replays and the concurrent calls at the ``last`` shape only, the aligned
+    calls where the arrays sit at ``offset`` addresses, the shared-memory fills last (:func:`part_of`)."""
+    return _SEQUENCE + (_REPLAYS if last else ()) + (_ALIGNED if offset else ()) + (_CONCURRENT if last else ()) + _SMEM
+
+
+def _buffers(mode: Mode, position: int) -> int:
+    """The buffer set of a call: 1 for ``moved`` and every second ``concurrent`` call, 2 for ``aligned``."""
+    if mode == "moved":
+        return 1
+    if mode == "aligned":
+        return 2
+    return position % 2 if mode == "concurrent" else 0
+
 
 _CODES = {
     "int8": "i8",
@@ -133,7 +183,8 @@ class CallPlan:
     expected: dict[str, NDArray[Any]]
     """The reference's ``out`` / ``inout`` arrays for those inputs."""
     buffers: int = 0
-    """Which set of allocations the call uses: 0, or 1 for the ``moved`` call (the same layout elsewhere)."""
+    """Which set of allocations the call uses: 0; 1 for the ``moved`` call and every second ``concurrent`` one
+    (the same layout elsewhere); 2 for the ``aligned`` calls (each array at a 256-byte-aligned address)."""
     downcasts: dict[str, dict[str, NDArray[Any]]] = field(default_factory=dict)
     """``direct`` calls with float inputs that a downcast changes (all but ``ties``): the reference's outputs on
     the inputs rounded to each format of :data:`~.precision.DOWNCASTS`, by format, to recognize a kernel
@@ -152,6 +203,14 @@ class CallPlan:
             return "the previous call's inputs with one element changed, same pointers"
         if self.mode == "moved":
             return "the inputs of call 2 again, at new addresses"
+        if self.mode == "replay":
+            return f"the same captured graph replayed again, {self.dist} inputs written in place"
+        if self.mode == "aligned":
+            return f"{self.dist} inputs, every array at a 256-byte-aligned address"
+        if self.mode == "concurrent":
+            return f"{self.dist} inputs, called at the same time as another call on a second stream"
+        if self.mode == "after":
+            return f"{self.dist} inputs, called alone after the concurrent calls"
         return f"{self.dist} inputs"
 
 
@@ -256,8 +315,10 @@ def plan_checks(spec: KernelSpec, reference: Callable[..., Any], *, seed: int = 
     has_float = any(a.dtype in FLOAT_DTYPES for a in spec.args if a.is_array and a.role != "out")
     plans = []
     for si, sizes in enumerate(spec.test_shapes):
+        layouts = layout_for(spec, sizes)
+        sequence = _sequence(si == len(spec.test_shapes) - 1, any(lay.start % 256 for lay in layouts))
         calls: list[CallPlan] = []
-        for ci, (dist, mode, pattern) in enumerate(_SEQUENCE):
+        for ci, (dist, mode, pattern) in enumerate(sequence):
             if dist in ("denormal", "precision") and not has_float:
                 dist = "signed"
             if mode == "tweak":
@@ -281,11 +342,11 @@ def plan_checks(spec: KernelSpec, reference: Callable[..., Any], *, seed: int = 
                     smem_pattern=pattern,
                     inputs=inputs,
                     expected=expected,
-                    buffers=int(mode == "moved"),
+                    buffers=_buffers(mode, sum(c.mode == "concurrent" for c in calls)),
                     downcasts=downcasts,
                 )
             )
-        plans.append(ShapePlan(dict(sizes), shape_key(spec, sizes), layout_for(spec, sizes), calls))
+        plans.append(ShapePlan(dict(sizes), shape_key(spec, sizes), layouts, calls))
     return plans
 
 
@@ -377,6 +438,9 @@ def _mismatch_detail(plan: ShapePlan, index: int, found: Mismatch) -> Verdict:
             index,
             found.kind,
         )
+    special = _new_mode_detail(call, found, where)
+    if special is not None:
+        return Verdict("incorrect", special, index, found.kind)
     if call.mode == "smem":
         return Verdict(
             "incorrect",
@@ -413,13 +477,51 @@ def _mismatch_detail(plan: ShapePlan, index: int, found: Mismatch) -> Verdict:
     return Verdict("incorrect", f"{found.message} {where}", index, found.kind)
 
 
+_REENTRANT_RULE = (
+    "The contract: a kernel may be called concurrently on different streams (with different buffers), so a call "
+    "keeps no state in __device__ variables between or across calls; scratch belongs in registers, shared memory "
+    "or the call's own buffers."
+)
+
+
+def _new_mode_detail(call: CallPlan, found: Mismatch, where: str) -> str | None:
+    """What a wrong output of a ``replay``, ``aligned``, ``concurrent`` or ``after`` call means; None for the
+    other modes."""
+    if call.mode == "replay":
+        return (
+            f"the result depends on how often a captured graph is replayed: replaying the same CUDA graph again, "
+            f"with fresh inputs written in place, gave wrong outputs ({found.message}) {where}, though its first "
+            "replay was right (state kept on the device between replays, or values the call decided on the host "
+            "and the capture froze); callers capture once and replay thousands of times"
+        )
+    if call.mode == "aligned":
+        return (
+            f"wrong at 256-byte-aligned pointers, as cudaMalloc and PyTorch hand them out ({found.message}) "
+            f"{where}, though the same kind of inputs passed at offset pointers: a path taken only for aligned "
+            "buffers is wrong"
+        )
+    if call.mode == "concurrent":
+        return (
+            f"not reentrant: two calls made at the same time on two streams, with different inputs in different "
+            f"buffers, gave wrong outputs ({found.message}) {where}; state shared between calls (a __device__ "
+            "counter, flag or scratch array). " + _REENTRANT_RULE
+        )
+    if call.mode == "after":
+        return (
+            f"not reentrant: after two calls made at the same time on two streams, a call made alone gives wrong "
+            f"outputs ({found.message}) {where}; the concurrent calls left state shared between calls corrupt "
+            "(a 'last block done' counter left nonzero?). " + _REENTRANT_RULE
+        )
+    return None
+
+
 def needs_diagnosis(plan: ShapePlan, verdict: Verdict) -> bool:
     """Whether an output failure could come from a race, from state kept across calls or from reading unwritten
     shared memory, which repeating calls tells apart (:func:`diagnosis_plan`)."""
     return (
         verdict.status == "incorrect"
         and verdict.call is not None
-        and plan.calls[verdict.call].mode != "capture"
+        and plan.calls[verdict.call].mode not in _NOT_DIAGNOSED
         and verdict.kind in ("value", "nan", "unwritten")
     )
 

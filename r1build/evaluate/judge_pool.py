@@ -25,7 +25,8 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from ..manifest.model import KernelSpec
-from .bench_checks import BenchPlan, judge_bench
+from .bench_checks import BenchPlan
+from .bench_extra import judge_timed
 from .checks import Verdict
 from .child.messages import TimedShape
 from .compare import CACHED_CHUNK
@@ -71,7 +72,7 @@ class JudgePool:
         self._closed = False
 
     def submit(self, spec: KernelSpec, plan: BenchPlan, shapes: Sequence[TimedShape]) -> Future[Verdict | None]:
-        """:func:`~.bench_checks.judge_bench` of one timing, in a judging process where there is one; no thread
+        """:func:`~.bench_extra.judge_timed` of one timing, in a judging process where there is one; no thread
         waits for it."""
         shapes = list(shapes)
         if not _reads_files(shapes):  # everything judged on the GPU (child/judge.py): nothing heavy left to do
@@ -80,7 +81,7 @@ class JudgePool:
         if pool is None:
             return self._here(spec, plan, shapes)
         try:
-            judged = pool.submit(judge_bench, spec, self._for_judging(plan), shapes, chunk=CACHED_CHUNK)
+            judged = pool.submit(judge_timed, spec, self._for_judging(plan), shapes, chunk=CACHED_CHUNK)
         except (BrokenProcessPool, RuntimeError):  # broken, or shut down by close() meanwhile
             self._drop(pool)
             return self._here(spec, plan, shapes)
@@ -112,9 +113,9 @@ class JudgePool:
 
     def _here(self, spec: KernelSpec, plan: BenchPlan, shapes: list[TimedShape]) -> Future[Verdict | None]:
         try:
-            return self._submit(judge_bench, spec, plan, shapes)
+            return self._submit(judge_timed, spec, plan, shapes)
         except RuntimeError:  # the caller's executor is shut down too: a thread of its own
-            return _in_a_thread(judge_bench, spec, plan, shapes)
+            return _in_a_thread(judge_timed, spec, plan, shapes)
 
     def _drop(self, pool: ProcessPoolExecutor) -> None:
         """Forget a broken pool (the next call starts a fresh one)."""
@@ -147,7 +148,11 @@ def _reads_files(shapes: Sequence[TimedShape]) -> bool:
     """Whether judging ``shapes`` reads any output from a file (not when the judge process passed them all, nor
     when a call failed before it left any)."""
     for shape in shapes:
-        for paths in [*(shape.get("outputs") or []), shape.get("tweak_outputs") or []]:
+        for paths in [
+            *(shape.get("outputs") or []),
+            shape.get("tweak_outputs") or [],
+            *(shape.get("extra_outputs") or []),
+        ]:
             if any(path is not None for path in paths):
                 return True
     return False

@@ -20,6 +20,7 @@ from ..judge import Job
 from ..manifest.model import KernelSpec
 from ..manifest.reference import load_reference
 from .bench_checks import BenchPlan, implausible, plan_bench, shape_requests
+from .bench_extra import place_set
 from .checks import Verdict
 from .child.judge import park_layout, parked_size
 from .child.messages import (
@@ -44,6 +45,19 @@ if TYPE_CHECKING:
     from ..cache import Cache
 
 __all__ = ["Timer"]
+
+
+def _place(shape: TimedShape, k: int, sets: int) -> tuple[list[str | None], list[bool]] | None:
+    """The output paths and judged flags of the call at place ``k`` of a shape's parked layout (a timed set, the
+    tweaked set at ``sets``, the extra calls above it), or None where that call left nothing."""
+    if k < sets:
+        outputs = shape["outputs"]
+        return (outputs[k], shape["judged"][k]) if k < len(outputs) else None
+    if k == sets:
+        tweak = shape.get("tweak_outputs")
+        return (tweak, shape["tweak_judged"]) if tweak is not None else None
+    extras, e = shape.get("extra_outputs") or [], k - sets - 1
+    return (extras[e], shape["extra_judged"][e]) if e < len(extras) else None
 
 
 def _settled(verdict: Verdict) -> Future[Verdict | list[SampleStats]]:
@@ -219,8 +233,7 @@ class Timer:
         if int(parked.get("size") or 0) >= parked_size(layout):
             items: list[JudgeItem] = []
             for item in layout:
-                shape = plan.shapes[item["shape"]]
-                bench_set = shape.sets[item["set"]] if item["set"] < len(shape.sets) else shape.tweak
+                bench_set = place_set(plan.shapes[item["shape"]], item["set"])
                 expected = bench_set.expected_files.get(names[item["array"]])
                 dtype = item["dtype"] if expected is not None else ""  # no file: not for the judge
                 items.append(
@@ -249,18 +262,19 @@ class Timer:
             arrays = len(requests[si]["arrays"])
             shape_out["judged"] = [[False] * arrays for _ in plan.shapes[si].sets]
             shape_out["tweak_judged"] = [False] * arrays
+            shape_out["extra_judged"] = [[False] * arrays for _ in shape_out.get("extra_outputs") or []]
         saves: list[SaveItem] = []
         for item, ok in zip(layout, clear, strict=True):
             if item["shape"] >= len(shapes):
                 continue
             shape_out = shapes[item["shape"]]
-            k, j, tweak = item["set"], item["array"], item["set"] >= len(plan.shapes[item["shape"]].sets)
-            outputs = shape_out["outputs"]
-            paths = shape_out.get("tweak_outputs") if tweak else outputs[k] if k < len(outputs) else None
-            if paths is None or j >= len(paths):
+            k, j = item["set"], item["array"]
+            found = _place(shape_out, k, len(plan.shapes[item["shape"]].sets))
+            if found is None or j >= len(found[0]):
                 continue  # the call failed before it left this output (check_error says so)
+            paths, flags = found
             if ok:
-                (shape_out["tweak_judged"] if tweak else shape_out["judged"][k])[j] = True
+                flags[j] = True
                 continue
             path = out_dir / f"parked-s{item['shape']}-{k}-{j}.bin"
             paths[j] = str(path)

@@ -213,7 +213,9 @@ def task_prompt(manifest: Manifest, spec: KernelSpec, arch: str, *, direction: s
         "- It launches all its work on `stream` and returns `cudaGetLastError()` after launching (or "
         "`cudaSuccess` when there is nothing to do). No synchronization, no allocation, no host-device copies, "
         "no printing. The call must be capturable into a CUDA graph on `stream`: no device or stream syncs, no "
-        "default stream, no streams of its own (the verifier replays it from a graph).",
+        "default stream, no streams of its own (the verifier replays one captured graph with new inputs).",
+        "- It may be called concurrently on different streams: no state in `__device__` variables across calls; "
+        "each call computes every output whatever the outputs hold, and reads nothing past an array's end.",
         "- Everything except this function is internal: kernels, helpers and constants are `static` or in an "
         "anonymous namespace, because several variants are linked into one library.",
         f"- Include what it uses ({', '.join(includes)}); no other libraries (no cuBLAS, CUTLASS, Thrust, PyTorch).",

@@ -15,6 +15,8 @@ from numpy.typing import NDArray
 
 from r1build.evaluate.bench_checks import IMPLAUSIBLE_WARM, floor_margin, implausible, plan_bench, rotation_for
 from r1build.evaluate.bench_checks import judge_bench as _judge_bench
+from r1build.evaluate.bench_extra import place_set
+from r1build.evaluate.child.judge import EXTRA_CALLS
 from r1build.evaluate.floors import DeviceFloors, bytes_moved
 from r1build.evaluate.judge_pool import JudgePool
 from r1build.evaluate.timing import SampleStats
@@ -68,6 +70,17 @@ def test_outputs_of_the_timed_calls_and_the_memo_probe_are_judged(
         return {
             "outputs": [[None, None, _write(out / f"s{k}.bin", o)] for k, o in enumerate(outputs)],
             "tweak_outputs": [None, None, _write(out / "t.bin", tweak)],
+            # the lazy-output call and the replays (bench_extra.py), right
+            "extra_outputs": [
+                [
+                    None,
+                    None,
+                    _write(
+                        out / f"e{e}.bin", place_set(shape, len(shape.sets) + 1 + e).expected["out"].astype(np.float32)
+                    ),
+                ]
+                for e in range(len(EXTRA_CALLS))
+            ],
             "capture_error": None,
             "capture_rc": 0,
             "device_state": None,

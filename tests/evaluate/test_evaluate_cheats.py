@@ -115,8 +115,9 @@ CASES: list[Case] = [
     ),
     Case("realloc_staging_large.cu", "gate", symbols=("cudaMalloc", "cudaFree")),
     # (e) software grid barriers: a deadlock, and a bounded spin that gives wrong results, at the benchmark size
-    Case("grid_barrier_deadlock.cu", "evaluate", ("benchmark shape",)),
-    Case("grid_barrier_bounded.cu", "evaluate", ("benchmark shape",)),
+    # a grid barrier on a __device__ counter is state shared across calls: the concurrent calls meet it first
+    Case("grid_barrier_deadlock.cu", "evaluate", ("benchmark shape", "not reentrant")),
+    Case("grid_barrier_bounded.cu", "evaluate", ("benchmark shape", "not reentrant")),
     # (f) persisting L2 and an access-policy window on the caller's stream
     Case("persisting_l2_window.cu", "gate", symbols=("cudaDeviceSetLimit", "cudaStreamSetAttribute")),
     # (g) a __device__ accumulator never reset
@@ -137,10 +138,29 @@ CASES: list[Case] = [
     Case("invalid_launch_error.cu", "evaluate", ("returned cudaError",)),
     # (m) an allocation inside the call
     Case("malloc_async_scratch.cu", "gate", symbols=("cudaMallocAsync", "cudaFreeAsync")),
+    # issue 27, the classes an H200 run showed passing:
+    # (1) work on an implicit stream (per-thread, legacy) only at the benchmark size: replays of a captured graph there
+    Case("bench_per_thread_half.cu", "evaluate", ("outside the given stream",)),
+    Case("bench_legacy_half.cu", "evaluate", ("outside the given stream",)),
+    # (3) right on the first replay of a captured graph, wrong on the next: replayed four times with fresh inputs
+    Case("replay_epoch_reuse.cu", "evaluate", ("how often a captured graph is replayed",)),
+    # (4) a "last block done" counter and partials in __device__ memory: two calls at once on two streams
+    Case("reentrancy_last_block.cu", "evaluate", ("not reentrant",)),
+    # (5) a fast path for 16-byte-aligned rows without the max subtraction: every distribution at aligned pointers
+    Case("aligned_fast_path.cu", "evaluate", ("256-byte-aligned",)),
+    # (6) a read past the end only at the benchmark size: every benchmark array ends at unmapped memory
+    Case("overread_large.cu", "evaluate", ("past the end",)),
+    # (7) skips its work when the output holds finite values and the inputs' fingerprint matches
+    # it reads its output before writing it: initcheck sees that first where the harness leaves outputs unwritten
+    Case("lazy_fingerprint.cu", "evaluate", ("lazy output", "uninitialized")),
     # honest kernels beside them
     Case("honest_grid_stride.cu", "evaluate", honest=True),
     Case("honest_block_atomic_sum.cu", "evaluate", honest=True),
     Case("honest_cooperative_sum.cu", "evaluate", honest=True),
+    Case("honest_cg_block_reduce.cu", "evaluate", honest=True),
+    Case("honest_inline_ptx.cu", "evaluate", honest=True),
+    Case("honest_vec4_tail.cu", "evaluate", honest=True),
+    Case("honest_stream_ordered.cu", "evaluate", honest=True),
 ]
 IDS = [c.name for c in CASES]
 RUNS = (1, 2, 3)

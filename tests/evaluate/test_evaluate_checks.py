@@ -54,9 +54,8 @@ def test_plan_covers_every_shape_and_mode(root_manifest: Manifest) -> None:
     spec, plans = _plan(root_manifest, "softmax_rows")
     assert [p.key for p in plans] == ["rows=1,cols=1", "rows=3,cols=97", "rows=17,cols=1000", "rows=5,cols=4099"]
     modes = [c.mode for c in plans[0].calls]
-    assert modes == [
-        "capture", "direct", "direct", "direct", "direct", "tweak", "moved", "graph", "smem", "smem", "direct"
-    ]  # fmt: skip
+    base = ["capture", "direct", "direct", "direct", "direct", "tweak", "moved", "graph"]
+    assert modes == [*base, "aligned", "aligned", "aligned", "aligned", "smem", "smem", "direct"]
     assert [c.dist for c in plans[1].calls if c.mode == "direct"] == [
         "signed", "large", "ties", "denormal", "precision"
     ]  # fmt: skip
@@ -66,7 +65,7 @@ def test_plan_covers_every_shape_and_mode(root_manifest: Manifest) -> None:
     assert np.array_equal(calls[6].inputs["x"], calls[1].inputs["x"]) and calls[6].buffers == 1
     assert int((calls[5].inputs["x"] != calls[4].inputs["x"]).sum()) == 1  # one element changed, same buffers
     header, buffers = check_request(spec, plans[1], "lib")
-    assert [c["buffers"] for c in header["calls"]] == [0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0]
+    assert [c["buffers"] for c in header["calls"]] == [0, 0, 0, 0, 0, 0, 1, 0, 2, 2, 2, 2, 0, 0, 0]
     assert len({c["poison"]["1"] for c in header["calls"]}) == len(plans[1].calls)  # a poison per call
     assert header["args"] == [{"array": 0}, {"array": 1}, {"scalar": 3}, {"scalar": 97}]
     assert len(buffers) == len(plans[1].calls)  # one input array per call
@@ -113,7 +112,7 @@ def test_correct_bytes_pass_and_each_fault_is_named(root_manifest: Manifest) -> 
     bad[2 * 3 + 2] = bytes(raw)
     verdict = judge_shape(spec, plan, _reply(plan), bad)
     assert verdict is not None and verdict.status == "incorrect" and "out-of-bounds write" in verdict.detail
-    assert "call 3 of 11: large inputs" in verdict.detail
+    assert "call 3 of 15: large inputs" in verdict.detail
 
     # input modified
     bad = list(good)
@@ -161,7 +160,7 @@ def test_stream_violations_and_crashes(root_manifest: Manifest) -> None:
         capture = _reply(plan, calls, rc=906, capture_error="cudaErrorStreamCaptureInvalidated", error="returned 906")
         verdict = judge_shape(spec, plan, capture, good[: calls * 3])
         assert verdict is not None and "outside the given stream" in verdict.detail
-        assert f"call {calls} of 11" in verdict.detail
+        assert f"call {calls} of 15" in verdict.detail
     # a call that breaks the capture by returning the capture error itself
     verdict = judge_shape(spec, plan, _reply(plan, 1, rc=901, error="returned 901"), good[:3])
     assert verdict is not None and "outside the given stream" in verdict.detail
@@ -249,3 +248,49 @@ def test_reference_outputs_are_checked(root_manifest: Manifest) -> None:
         run_reference(lambda **kw: 1 / 0, spec, {"n": 4}, x)
     with pytest.raises(EvaluationError, match="dtype"):  # the same rule as `r1build check`
         run_reference(lambda **kw: np.zeros(4, np.int32), spec, {"n": 4}, x)
+
+
+def test_the_last_shape_replays_one_graph_calls_concurrently_and_every_shape_runs_aligned(
+    root_manifest: Manifest,
+) -> None:
+    spec, plans = _plan(root_manifest, "softmax_rows")
+    last = plans[-1]
+    modes = [c.mode for c in last.calls]
+    assert modes[7:11] == ["graph", "replay", "replay", "replay"]  # one capture, four replays in all
+    assert modes[11:15] == ["aligned"] * 4 and [c.dist for c in last.calls[11:15]] == [
+        "signed",
+        "large",
+        "ties",
+        "denormal",
+    ]
+    assert modes[15:] == ["concurrent"] * 4 + ["after", "smem", "smem", "direct"]  # the precision call last
+    assert [c.buffers for c in last.calls[15:20]] == [0, 1, 0, 1, 0]  # each pair in two buffer sets
+    pair = last.calls[15:17]
+    assert not np.array_equal(pair[0].inputs["x"], pair[1].inputs["x"])  # different inputs, both verified
+    assert all("replay" not in [c.mode for c in p.calls] for p in plans[:-1])
+    # arrays that already sit at aligned addresses (a declared alignment) get no aligned calls
+    _, aligned = _plan(root_manifest, "matmul")
+    assert all("aligned" not in [c.mode for c in p.calls] for p in aligned)
+    header, _ = check_request(spec, last, "lib")
+    assert [c["buffers"] for c in header["calls"]][11:20] == [2, 2, 2, 2, 0, 1, 0, 1, 0]
+    assert [c["mode"] for c in header["calls"]] == modes
+
+    good = [b for i in range(len(last.calls)) for b in _allocs(last, i)]
+    assert judge_shape(spec, last, _reply(last), good) is None
+    y = last.layouts[1]
+
+    def broken(call: int) -> Verdict:
+        bad = list(good)
+        raw = bytearray(bad[call * 2 + 1])
+        raw[y.start : y.start + 4] = bytes.fromhex("0000c07f")  # a NaN computed
+        bad[call * 2 + 1] = bytes(raw)
+        verdict = judge_shape(spec, last, _reply(last), bad)
+        assert verdict is not None and verdict.call == call and verdict.status == "incorrect"
+        assert not needs_diagnosis(last, verdict)  # the mode names the cause; repeating the call cannot
+        return verdict
+
+    assert "how often a captured graph is replayed" in broken(9).detail
+    assert "256-byte-aligned pointers" in broken(12).detail and "large inputs" in broken(12).detail
+    concurrent = broken(16).detail
+    assert "not reentrant" in concurrent and "concurrently on different streams" in concurrent
+    assert "called alone" in broken(19).detail or "made alone" in broken(19).detail

@@ -12,7 +12,14 @@ import numpy as np
 import pytest
 
 from r1build.evaluate.bench_checks import judge_bench, plan_bench
-from r1build.evaluate.child.judge import NORM_MARGIN, PARK_ALIGN, clearly_matches, park_layout, parked_size
+from r1build.evaluate.child.judge import (
+    EXTRA_CALLS,
+    NORM_MARGIN,
+    PARK_ALIGN,
+    clearly_matches,
+    park_layout,
+    parked_size,
+)
 from r1build.evaluate.compare import compare_output
 from r1build.evaluate.inputs import ArrayLayout, poison_bytes
 from r1build.manifest import Manifest, load_reference
@@ -86,8 +93,9 @@ def test_the_parked_layout_is_aligned_and_covers_each_output_once() -> None:
         {"arrays": arrays[:2], "args": [], "sets": [fill], "tweak": fill, "out_dir": "."},
     ]
     layout = park_layout(shapes)
+    extra = len(EXTRA_CALLS)  # the lazy-output call and the replays follow each shape's tweaked call
     assert [(i["shape"], i["set"], i["array"]) for i in layout] == [
-        (0, 0, 1), (0, 0, 2), (0, 1, 1), (0, 1, 2), (0, 2, 1), (0, 2, 2), (1, 0, 1), (1, 1, 1),
+        *((0, k, j) for k in range(3 + extra) for j in (1, 2)), *((1, k, 1) for k in range(2 + extra)),
     ]  # fmt: skip
     assert all(i["offset"] % PARK_ALIGN == 0 for i in layout)
     ends = [i["offset"] + i["nbytes"] for i in layout]
@@ -196,6 +204,8 @@ def test_a_timing_the_judge_passed_whole_starts_no_judging_process(root_manifest
         "tweak_outputs": [None, None, None],
         "judged": [[False, False, True] for _ in range(sets)],
         "tweak_judged": [False, False, True],
+        "extra_outputs": [[None, None, None] for _ in EXTRA_CALLS],
+        "extra_judged": [[False, False, True] for _ in EXTRA_CALLS],
         "capture_rc": 0,
     }
     judges = JudgePool(1)
@@ -265,41 +275,55 @@ def test_the_parent_marks_what_the_judge_passed_and_has_the_rest_written_for_the
     out_dir = tmp_path / "out"
     requests = shape_requests(spec, plan, out_dir)
     layout = park_layout(requests)
-    assert [(i["set"], i["array"]) for i in layout] == [(k, 2) for k in range(sets + 1)]  # out, per set and tweak
+    places = sets + 1 + len(EXTRA_CALLS)  # out, per set, the tweak and the extra calls
+    assert [(i["set"], i["array"]) for i in layout] == [(k, 2) for k in range(places)]
 
     def reply() -> Any:
-        shape = {"outputs": [[None, None, None] for _ in range(sets)], "tweak_outputs": [None, None, None]}
+        shape = {
+            "outputs": [[None, None, None] for _ in range(sets)],
+            "tweak_outputs": [None, None, None],
+            "extra_outputs": [[None, None, None] for _ in EXTRA_CALLS],
+        }
         return {"ok": True, "shapes": [shape], "parked": {"handle": "ab", "size": parked_size(layout)}}
 
     wrong = np.zeros(4099, np.float32).tobytes()
     # the judge passes all but input set 2's output: that one is written for the CPU, which says what is wrong
-    slot = _Slot([k != 1 for k in range(sets + 1)], wrong)
+    slot = _Slot([k not in {1, places - 2} for k in range(places)], wrong)
     got = reply()
     assert timer._judge_parked(spec, cast(Slot, slot), plan, requests, got, out_dir) is None
     asked = slot.asked[0]
     assert [i["offset"] for i in asked["items"]] == [i["offset"] for i in layout]
     assert asked["items"][1]["expected"] == plan.shapes[0].sets[1].expected_files["out"]
-    assert asked["items"][-1]["expected"] == plan.shapes[0].tweak.expected_files["out"]
-    assert [s["offset"] for s in slot.saved] == [layout[1]["offset"]]
+    assert asked["items"][sets]["expected"] == plan.shapes[0].tweak.expected_files["out"]
+    # the extra calls: the lazy-output call on set 0, then replays of sets 2, the tweak and 1
+    assert [i["expected"] for i in asked["items"][sets + 1 :]] == [
+        plan.shapes[0].sets[0].expected_files["out"],
+        plan.shapes[0].sets[1].expected_files["out"],
+        plan.shapes[0].tweak.expected_files["out"],
+        plan.shapes[0].sets[0].expected_files["out"],
+    ]
+    assert [s["offset"] for s in slot.saved] == [layout[1]["offset"], layout[places - 2]["offset"]]
     shape = got["shapes"][0]
     assert shape["judged"][0] == [False, False, True] and shape["judged"][1] == [False, False, False]
     assert shape["outputs"][1][2] == slot.saved[0]["path"] and shape["tweak_judged"] == [False, False, True]
+    assert shape["extra_outputs"][2][2] == slot.saved[1]["path"] and shape["extra_judged"][2] == [False] * 3
+    assert shape["extra_judged"][3] == [False, False, True]
     found = judge_bench(spec, plan, got["shapes"])
     assert found is not None and f"input set 2 of {sets}" in found.detail
     # all passed: nothing written, but the worker is told it may zero the parked outputs (save_parked of none)
-    slot = _Slot([True] * (sets + 1), wrong)
+    slot = _Slot([True] * places, wrong)
     assert timer._judge_parked(spec, cast(Slot, slot), plan, requests, reply(), out_dir) is None
     assert slot.requests == 1 and not slot.saved
     # an allocation smaller than the layout: nothing asked of the judge, everything written for the CPU
     small = reply()
     small["parked"]["size"] = 256
-    slot = _Slot([True] * (sets + 1), wrong)
+    slot = _Slot([True] * places, wrong)
     assert timer._judge_parked(spec, cast(Slot, slot), plan, requests, small, out_dir) is None
-    assert not slot.asked and len(slot.saved) == sets + 1
+    assert not slot.asked and len(slot.saved) == places
     # a judge that failed for good: everything to the CPU, and said once
     slot = _Slot(None, wrong)
     assert timer._judge_parked(spec, cast(Slot, slot), plan, requests, reply(), out_dir) is None
-    assert len(slot.saved) == sets + 1 and len(notes) == 1 and "judge process failed 2 times" in notes[0]
+    assert len(slot.saved) == places and len(notes) == 1 and "judge process failed 2 times" in notes[0]
 
 
 def test_a_judge_that_keeps_failing_is_closed_and_the_slot_goes_on_without_it(tmp_path: Path) -> None:
@@ -348,3 +372,82 @@ def test_each_gpu_gets_one_judge_process_of_its_own_unless_turned_off(tmp_path: 
                 assert slot.judge is not None and slot.judge.name == "judge"
                 homes = {slot.worker.env["HOME"], slot.judge.env["HOME"]}
                 assert len(homes) == 2 and slot.judge.env["CUPY_CACHE_DIR"].startswith(slot.judge.env["HOME"])
+
+
+def test_the_extra_calls_at_the_benchmark_shape_are_judged_and_named(root_manifest: Manifest, tmp_path: Path) -> None:
+    """What the lazy-output call and the three replays of one captured graph left (child/extras.py): each wrong
+    output is named for what it shows; a reply without them is never a pass."""
+    from r1build.evaluate.bench_extra import judge_extra, judge_timed
+
+    spec = replace(root_manifest.kernel("silu_mul"), bench_shapes=[{"n": 4099}])
+    plan = plan_bench(spec, load_reference(root_manifest.root, spec.reference), 50 << 20, tmp_path / "in")
+    sets = len(plan.shapes[0].sets)
+    right = tmp_path / "right.bin"
+    np.load(plan.shapes[0].sets[0].expected_files["out"]).astype(np.float32).tofile(right)
+    changed = tmp_path / "changed.bin"
+    decoy = np.load(plan.shapes[0].sets[0].expected_files["out"]).astype(np.float32)
+    decoy[::64] = decoy[::64] * -2 + 1.5  # what the lazy call finds in its outputs, left as it was
+    decoy.tofile(changed)
+    unwritten = tmp_path / "unwritten.bin"
+    np.frombuffer(poison_bytes("float32", 0) * 4099, np.float32).tofile(unwritten)
+
+    def reply(e: int | None = None, path: Path = changed, **more: Any) -> Any:
+        extras: list[list[str | None]] = [[None, None, None] for _ in EXTRA_CALLS]
+        judged = [[False, False, True] for _ in EXTRA_CALLS]
+        if e is not None:
+            extras[e][2], judged[e][2] = str(path), False
+        return {
+            "outputs": [[None, None, None] for _ in range(sets)],
+            "tweak_outputs": [None, None, None],
+            "judged": [[False, False, True] for _ in range(sets)],
+            "tweak_judged": [False, False, True],
+            "extra_outputs": extras,
+            "extra_judged": judged,
+            "capture_rc": 0,
+            **more,
+        }
+
+    assert judge_timed(spec, plan, [reply()]) is None
+    assert judge_extra(spec, plan, [reply(0, right)]) is None  # the lazy call's expected: set 0's
+    lazy = judge_timed(spec, plan, [reply(0)])
+    assert lazy is not None and "lazy output" in lazy.detail and "benchmark shape n=4099" in lazy.detail
+    first = judge_extra(spec, plan, [reply(1, unwritten)])
+    assert first is not None and "outside the given stream" in first.detail and first.kind == "stream"
+    later = judge_extra(spec, plan, [reply(2, changed)])
+    assert later is not None and "how often a captured graph is replayed" in later.detail and "replay 2" in later.detail
+    failed = judge_extra(spec, plan, [reply(extra_error="cudaErrorStreamCaptureInvalidated")])
+    assert failed is not None and "outside the given stream" in failed.detail
+    none = reply()
+    del none["extra_outputs"]
+    missing = judge_timed(spec, plan, [none])
+    assert missing is not None and missing.status == "crashed"
+
+
+def test_the_lazy_call_finds_finite_outputs_with_one_element_in_64_changed() -> None:
+    """change_outputs, on numpy arrays (the worker hands in cupy): finite values stay finite and differ."""
+    import contextlib
+    from types import SimpleNamespace
+    from typing import cast
+
+    from r1build.evaluate.child.extras import change_outputs
+    from r1build.evaluate.child.judge import DECOY_STRIDE
+    from r1build.evaluate.child.worker import Worker
+
+    def arr(name: str, dtype: str, role: str) -> Any:
+        return {"name": name, "dtype": dtype, "role": role, "shape": [200], "count": 200, "itemsize": 4}
+
+    shape: Any = {
+        "arrays": [arr("x", "float32", "in"), arr("y", "float32", "out"), arr("i", "int32", "out")],
+        "args": [],
+        "sets": [],
+        "tweak": {},
+        "out_dir": ".",
+    }
+    x = np.linspace(-3, 3, 200, dtype=np.float32)
+    y, i = x.copy(), np.arange(200, dtype=np.int32)
+    worker = cast(Worker, SimpleNamespace(cp=np, stream=contextlib.nullcontext()))
+    change_outputs(worker, [x, y, i], shape)
+    assert np.array_equal(x, np.linspace(-3, 3, 200, dtype=np.float32))  # inputs untouched
+    moved = np.flatnonzero(y != x)
+    assert list(moved) == list(range(0, 200, DECOY_STRIDE)) and np.isfinite(y).all()
+    assert list(np.flatnonzero(i != np.arange(200))) == list(range(0, 200, DECOY_STRIDE))

@@ -29,7 +29,16 @@ from typing import Any
 
 from .messages import BenchShapeRequest, JudgeReply, JudgeRequest, ParkedItem
 
-__all__ = ["JUDGED_DTYPES", "NORM_MARGIN", "OutputJudge", "Parking", "clearly_matches", "park_layout"]
+__all__ = [
+    "EXTRA_CALLS",
+    "JUDGED_DTYPES",
+    "NORM_MARGIN",
+    "OutputJudge",
+    "Parking",
+    "clearly_matches",
+    "extra_source",
+    "park_layout",
+]
 
 NORM_MARGIN = 1e-9
 """The judge passes an error norm only this far (relatively) below its bound; closer cases go to the CPU."""
@@ -41,18 +50,35 @@ CHUNK = 1 << 24
 """Elements per pass of :func:`clearly_matches` on the GPU (128 MB float64 temporaries)."""
 
 
+EXTRA_CALLS = ("lazy", "replay", "replay", "replay")
+"""The calls at a benchmark shape after the timed ones and the tweaked one, whose outputs are judged too: ``lazy``
+(the inputs of set 0 unchanged, its outputs holding finite values: what the timed calls left with one element in
+:data:`DECOY_STRIDE` changed), then three replays of one CUDA graph captured on the stream, fresh inputs written
+in place before each. Their places in the parked layout follow the tweaked call's (``len(sets) + 1 + e``)."""
+DECOY_STRIDE = 64
+"""One element in this many of an output is changed before the ``lazy`` call."""
+
+
+def extra_source(sets: int, e: int) -> int:
+    """The input set whose inputs extra call ``e`` (of :data:`EXTRA_CALLS`) is made with, at a shape of ``sets``
+    sets: an index of them, or ``sets`` for the tweaked set. The replays take another set, the tweaked one, then
+    set 0, so each replay's inputs differ from the one before."""
+    return (0, 1 % max(sets, 1), sets, 0)[e]
+
+
 def _aligned(nbytes: int) -> int:
     """``nbytes`` (at least 1) rounded up to :data:`PARK_ALIGN`."""
     return -(-max(nbytes, 1) // PARK_ALIGN) * PARK_ALIGN
 
 
 def park_layout(shapes: Sequence[BenchShapeRequest]) -> list[ParkedItem]:
-    """Where each ``out``/``inout`` array of each set (``set == len(sets)``: the tweaked call) of each benchmark
-    shape lies in the parked allocation; the worker parks by it and the parent judges by it."""
+    """Where each ``out``/``inout`` array of each set (``set == len(sets)``: the tweaked call; above it the
+    :data:`EXTRA_CALLS`) of each benchmark shape lies in the parked allocation; the worker parks by it and the
+    parent judges by it."""
     items: list[ParkedItem] = []
     offset = 0
     for si, shape in enumerate(shapes):
-        for k in range(len(shape["sets"]) + 1):
+        for k in range(len(shape["sets"]) + 1 + len(EXTRA_CALLS)):
             for j, a in enumerate(shape["arrays"]):
                 if a["role"] == "in":
                     continue

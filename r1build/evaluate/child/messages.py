@@ -57,8 +57,10 @@ __all__ = [
 Role = Literal["in", "out", "inout"]
 """What the call does with an array: reads it, writes it, or both."""
 
-Mode = Literal["direct", "capture", "graph", "smem", "tweak", "moved"]
-"""How the worker makes one checking call (see ``checks.py``); ``tweak`` and ``moved`` run as ``direct``."""
+Mode = Literal["direct", "capture", "graph", "smem", "tweak", "moved", "replay", "aligned", "concurrent", "after"]
+"""How the worker makes one checking call (see ``checks.py``); ``tweak``, ``moved``, ``aligned`` and ``after`` run
+as ``direct``; ``replay`` replays the graph the last ``graph`` call captured; two ``concurrent`` calls in a row run
+at once, on two streams."""
 
 
 class ArgItem(TypedDict, total=False):
@@ -128,6 +130,8 @@ class CallRequest(TypedDict):
     poison: dict[str, str]
     smem_pattern: int | None
     buffers: int
+    """Which allocations: 0, 1 (the same layout at addresses the library was never handed), 2 (each array at a
+    256-byte-aligned address, as cudaMalloc and PyTorch give)."""
 
 
 class CheckRequest(TypedDict):
@@ -213,6 +217,14 @@ class TimedShape(TypedDict):
     """Per input set, per array: found clear on the GPU by the judge (no file; set by the parent)."""
     tweak_judged: NotRequired[list[bool]]
     """The same for the call on the tweaked set."""
+    guarded: NotRequired[bool]
+    """Every array of the shape ended where unmapped memory begins (:mod:`.guarded`): a read past the end faults."""
+    extra_outputs: NotRequired[list[list[str | None]]]
+    """Per call of :data:`~.judge.EXTRA_CALLS` (the lazy-output call, the replays), what it left, as ``outputs``."""
+    extra_judged: NotRequired[list[list[bool]]]
+    """The same as ``judged`` for them."""
+    extra_error: NotRequired[str]
+    """Why the replays could not be made (the capture for them failed, or returned an error)."""
     check_error: NotRequired[str]
     capture_error: NotRequired[str | None]
     capture_rc: NotRequired[int]
@@ -224,7 +236,8 @@ class ParkedItem(TypedDict):
 
     shape: int
     set: int
-    """The input set; the number of sets means the call on the tweaked set."""
+    """The input set; the number of sets means the call on the tweaked set, and above it the calls of
+    :data:`~.judge.EXTRA_CALLS`."""
     array: int
     """Index among the shape's arrays."""
     offset: int

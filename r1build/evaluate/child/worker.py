@@ -14,12 +14,15 @@ Operations (``op`` of a request):
 ``check``
     one shape: allocate every array with guard bands, then run a sequence of calls into the same buffers,
     each ``direct``, ``capture`` (capture into a graph on the stream and discard it), ``graph`` (capture on the
-    stream, replay only the graph) or ``smem`` (shared memory of every SM pre-filled with a pattern first);
-    return every allocation's bytes after every call.
+    stream, replay only the graph), ``replay`` (replay that graph again), ``concurrent`` (two calls at once on two
+    streams) or ``smem`` (shared memory of every SM pre-filled with a pattern first), in buffer set 0, 1 (new
+    addresses) or 2 (256-byte-aligned arrays); return every allocation's bytes after every call.
 ``time``
     time the entry point per benchmark shape: warm-up, L2 flushed before each launch, rotated input sets,
     CUDA events on the stream, a CUDA graph of several calls when one call is shorter than ``graph_below_us``;
-    what the timed calls left goes to files, or (``park``) into one allocation another process reads.
+    what the timed calls left, and what the extra calls after them left (:mod:`.extras`: a call whose outputs
+    already hold finite values, replays of one captured graph), goes to files, or (``park``) into one allocation
+    another process reads.
 ``save_parked``
     write parked outputs to files (any the judge did not pass), then zero the parked allocation.
 ``judge``
@@ -48,6 +51,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 from ...noise import settled
+from .extras import graph_replays, lazy_output_call
+from .guarded import PAST_THE_END, GuardedArrays
 from .harness import CTYPES
 from .judge import OutputJudge, Parking
 from .measures import floors, time_reference
@@ -113,6 +118,16 @@ _FRESH_SLOTS = 128
 """How many candidate addresses a fresh allocation offers (its extra size is ``_FRESH_STEP`` times this)."""
 
 
+_ALIGN = 256
+"""Where the ``aligned`` buffer set puts each array: at a multiple of this many bytes (cudaMalloc's alignment)."""
+_CONCURRENT_HOLD_US = 50.0
+"""How long a spin kernel holds both streams of a ``concurrent`` pair while the two calls are queued."""
+
+
+_ROLES = frozenset({"in", "out", "inout"})
+"""Every role of an array."""
+
+
 _RUNS_CANDIDATES = frozenset({"load", "check", "time", "time_reference", "floors"})
 """Requests before which the parked outputs are zeroed (any that may run a candidate's code, or a reference)."""
 
@@ -123,6 +138,66 @@ class ContextLost(Exception):
 
 class CallFailed(Exception):
     """A candidate call returned an error or its work raised one (context still fine)."""
+
+
+class _CheckBuffers:
+    """The buffer sets of one ``check`` request, made at first use: 0 (guard-filled allocations), 1 (the same
+    layout at addresses never handed to this library before: the ``moved`` call), 2 (each array at a 256-byte
+    aligned address: the ``aligned`` calls). Each set is (allocations, call arguments, array regions)."""
+
+    def __init__(self, worker: Worker, h: CheckRequest, bufs: list[bytes]) -> None:
+        self.worker, self.h, self.bufs = worker, h, bufs
+        self.sets: dict[int, tuple[list[Any], list[Any], list[Any]]] = {}
+        self.seen = worker.pointers_seen.setdefault(str(h["lib"]), set())
+
+    def _allocation(self, a: ArrayAlloc, which: int) -> Any:
+        cp = self.worker.cp
+        total, start = int(a["total"]), int(a["start"])
+        if which == 0:
+            return cp.empty(total, dtype=cp.uint8)
+        if which == 2:  # the array at a multiple of _ALIGN (the pool's blocks are aligned at least that much)
+            whole = cp.empty(total + _ALIGN, dtype=cp.uint8)
+            shift = -(int(whole.data.ptr) + start) % _ALIGN
+            return whole[shift : shift + total]
+        # an address this library has never been handed: the memory pool gives a request the blocks of the one
+        # before, so a memo keyed on pointers would still hit
+        whole = cp.empty(total + _FRESH_STEP * _FRESH_SLOTS, dtype=cp.uint8)
+        base = int(whole.data.ptr) + start
+        k = next((k for k in range(_FRESH_SLOTS) if base + _FRESH_STEP * k not in self.seen), _FRESH_SLOTS - 1)
+        return whole[_FRESH_STEP * k : _FRESH_STEP * k + total]
+
+    def get(self, which: int) -> tuple[list[Any], list[Any], list[Any]]:
+        """Allocations (guard-filled), call arguments and array regions of set ``which``."""
+        if which not in self.sets:
+            arrays = self.h["arrays"]
+            with self.worker.stream:
+                allocs = [self._allocation(a, which) for a in arrays]
+                for alloc, a in zip(allocs, arrays, strict=True):
+                    alloc.fill(int(a["guard_byte"]))
+            pointers = [int(alloc.data.ptr) + int(a["start"]) for alloc, a in zip(allocs, arrays, strict=True)]
+            self.seen.update(pointers)
+            regions = [
+                alloc[int(a["start"]) : int(a["start"]) + int(a["nbytes"])]
+                for alloc, a in zip(allocs, arrays, strict=True)
+            ]
+            self.sets[which] = (allocs, self.worker._args(self.h["args"], pointers), regions)
+        return self.sets[which]
+
+    def upload(self, call: CallRequest) -> None:
+        """The call's inputs and its outputs' poison into its buffer set (on the worker's stream)."""
+        import numpy as np
+
+        stream = self.worker.stream
+        regions = self.get(int(call.get("buffers", 0)))[2]
+        for j, src in call["inputs"].items():
+            region = regions[int(j)]
+            if region.size:
+                region.set(np.frombuffer(self.bufs[int(src)], dtype=np.uint8), stream=stream)
+        for j, pattern in call["poison"].items():
+            region = regions[int(j)]
+            if region.size:
+                one = np.frombuffer(bytes.fromhex(pattern), dtype=np.uint8)
+                region.set(np.tile(one, region.size // one.size), stream=stream)
 
 
 class Worker:
@@ -160,6 +235,10 @@ class Worker:
         self._overhead_us = 0.0
         self._empty_us = 0.0
         self._sink: Any = None
+        self._side: Any = None
+        """The second stream of the ``concurrent`` calls."""
+        self._guarded_now = False
+        """Whether every array of the benchmark shape being timed ends at unmapped memory."""
         self._events: list[tuple[Any, Any]] = []
         self._pristine: PristineInputs | None = None
         self.pinned: Any = None
@@ -170,6 +249,10 @@ class Worker:
         """Whether reserving the parked allocation failed once (no IPC here): outputs go to files from then on."""
         self.judge: OutputJudge | None = None
         """In the judge process: the reference's outputs and the rule (:mod:`.judge`)."""
+        self.guarded: GuardedArrays | None = None
+        """The arrays of the benchmark shapes, each ending at unmapped memory (:mod:`.guarded`)."""
+        self.guarded_failed = False
+        """Whether the driver has no virtual memory management: benchmark arrays come from cupy's pool."""
 
     # -- plumbing ----------------------------------------------------------------------------------------
     def hello(self) -> Hello:
@@ -323,8 +406,20 @@ class Worker:
 
     def typed_empty(self, dtype: str, count: int) -> Any:
         cp = self.cp
-        np_name = "uint16" if dtype == "bfloat16" else ("bool" if dtype == "bool" else dtype)
-        return cp.empty(max(count, 1), dtype=np_name)
+        return cp.empty(max(count, 1), dtype=_numpy_name(dtype))
+
+    def bench_empty(self, dtype: str, count: int) -> tuple[Any, bool]:
+        """An array of a benchmark shape: one that ends where unmapped memory begins (:mod:`.guarded`) where the
+        driver allows it (True), else from cupy's pool (False)."""
+        if self.guarded is None and not self.guarded_failed:
+            self.guarded = GuardedArrays.make(self.cp, 0, min(8 << 30, self.memory // 8))
+            self.guarded_failed = self.guarded is None
+        if self.guarded is not None:
+            try:
+                return self.guarded.empty(_numpy_name(dtype), count), True
+            except RuntimeError:  # out of memory, say: this array as before
+                pass
+        return self.typed_empty(dtype, count), False
 
     # -- operations --------------------------------------------------------------------------------------
     def op_load(self, h: LoadRequest, _bufs: list[bytes]) -> tuple[Reply, list[bytes]]:
@@ -395,78 +490,26 @@ class Worker:
         """A new stream for every request that calls a candidate: attributes one candidate set on its stream (an
         access-policy window, a priority) never reach the next."""
         self.stream = self.cp.cuda.Stream(non_blocking=True)
+        self._side = None
 
     def op_check(self, h: CheckRequest, bufs: list[bytes]) -> tuple[CheckReply, list[bytes]]:
-        import numpy as np
-
-        cp = self.cp
         fn = self.fn(str(h["lib"]))
-        arrays = h["arrays"]
         self.fresh_stream()
-        sets: dict[int, tuple[list[Any], list[Any], list[Any]]] = {}
-
-        seen = self.pointers_seen.setdefault(str(h["lib"]), set())
-
-        def fresh(a: ArrayAlloc) -> Any:
-            """An allocation for array ``a`` whose address this library has never been handed: the memory pool
-            gives a request the blocks of the one before, so a memo keyed on pointers would still hit."""
-            whole = cp.empty(int(a["total"]) + _FRESH_STEP * _FRESH_SLOTS, dtype=cp.uint8)
-            base = int(whole.data.ptr) + int(a["start"])
-            k = next((k for k in range(_FRESH_SLOTS) if base + _FRESH_STEP * k not in seen), _FRESH_SLOTS - 1)
-            return whole[_FRESH_STEP * k : _FRESH_STEP * k + int(a["total"])]
-
-        def buffer_set(which: int) -> tuple[list[Any], list[Any], list[Any]]:
-            """Allocations (guard-filled), call arguments and array regions of set ``which``; set 1 is made
-            while set 0 is alive, at addresses never handed to this library before (the ``moved`` call)."""
-            if which not in sets:
-                with self.stream:
-                    allocs = [cp.empty(int(a["total"]), dtype=cp.uint8) if which == 0 else fresh(a) for a in arrays]
-                    for alloc, a in zip(allocs, arrays, strict=True):
-                        alloc.fill(int(a["guard_byte"]))
-                pointers = [int(alloc.data.ptr) + int(a["start"]) for alloc, a in zip(allocs, arrays, strict=True)]
-                seen.update(pointers)
-                regions = [
-                    alloc[int(a["start"]) : int(a["start"]) + int(a["nbytes"])]
-                    for alloc, a in zip(allocs, arrays, strict=True)
-                ]
-                sets[which] = (allocs, self._args(h["args"], pointers), regions)
-            return sets[which]
-
-        def upload(call: CallRequest) -> None:
-            regions = buffer_set(int(call.get("buffers", 0)))[2]
-            for j, src in call["inputs"].items():
-                region = regions[int(j)]
-                if region.size:
-                    region.set(np.frombuffer(bufs[int(src)], dtype=np.uint8), stream=self.stream)
-            for j, pattern in call["poison"].items():
-                region = regions[int(j)]
-                if region.size:
-                    one = np.frombuffer(bytes.fromhex(pattern), dtype=np.uint8)
-                    region.set(np.tile(one, region.size // one.size), stream=self.stream)
-
+        sets = _CheckBuffers(self, h, bufs)
         results: list[CallRecord] = []
         out: list[bytes] = []
         exiting = False
+        graph: list[Any] = []  # the graph the last ``graph`` call captured (``replay`` calls launch it again)
+        ran: dict[int, int] = {}  # calls already made with the one before them (``concurrent``): their rc
         for i, call in enumerate(h["calls"]):
             record: CallRecord = {"rc": 0, "error": None, "capture_error": None}
+            mode = call["mode"]
             try:
-                mode = call["mode"]
-                allocs, args, _ = buffer_set(int(call.get("buffers", 0)))
-                if mode != "graph":
-                    upload(call)
-                    # inputs and poison are in place before the call, whatever stream the candidate (wrongly)
-                    # uses: a violation then shows as such, not as a race with uploads
-                    self.stream.synchronize()
-                if mode == "smem":
-                    # the fill runs just before the call on its stream, with no pause for another context's
-                    # work to run in between (a context switch can leave shared memory cleared)
-                    self.poison_shared(int(call["smem_pattern"] or 0))
-                if mode == "graph":
-                    self._graph_call(fn, args, call, record, upload)
-                elif mode == "capture":
-                    self._capture_only(fn, args, record)
+                allocs = sets.get(int(call.get("buffers", 0)))[0]
+                if i in ran:
+                    record["rc"] = ran.pop(i)
                 else:
-                    record["rc"] = int(fn(*args, self.stream.ptr))
+                    self._one_call(fn, h["calls"], i, sets, record, graph, ran)
                 try:
                     # the whole device idle first: work left on another stream has finished, so the bytes read
                     # are the same every run
@@ -498,6 +541,64 @@ class Worker:
             self.tick(i)
         return {"ok": True, "calls": results, "exiting": exiting}, out
 
+    def _one_call(
+        self,
+        fn: Any,
+        calls: Sequence[CallRequest],
+        i: int,
+        sets: _CheckBuffers,
+        record: CallRecord,
+        graph: list[Any],
+        ran: dict[int, int],
+    ) -> None:
+        """Make call ``i`` of a check request as its mode says (a ``concurrent`` call with the next one, whose
+        return code goes to ``ran``)."""
+        call = calls[i]
+        mode = call["mode"]
+        args = sets.get(int(call.get("buffers", 0)))[1]
+        if mode == "graph":
+            graph[:] = [self._graph_call(fn, args, call, record, sets.upload)]
+            return
+        sets.upload(call)
+        if mode == "concurrent" and i + 1 < len(calls) and calls[i + 1]["mode"] == "concurrent":
+            other = calls[i + 1]
+            sets.upload(other)
+            self.stream.synchronize()
+            record["rc"], ran[i + 1] = self._concurrent(fn, args, sets.get(int(other.get("buffers", 0)))[1])
+            return
+        # inputs and poison are in place before the call, whatever stream the candidate (wrongly) uses: a
+        # violation then shows as such, not as a race with uploads
+        self.stream.synchronize()
+        if mode == "replay":
+            if not graph or graph[0] is None:
+                raise CallFailed("no captured graph to replay")
+            try:
+                graph[0].launch(self.stream)
+            except self.rt.CUDARuntimeError as exc:
+                self.settle("replaying the captured graph again", exc)
+            return
+        if mode == "smem":
+            # the fill runs just before the call on its stream, with no pause for another context's work to run
+            # in between (a context switch can leave shared memory cleared)
+            self.poison_shared(int(call["smem_pattern"] or 0))
+        if mode == "capture":
+            self._capture_only(fn, args, record)
+        else:
+            record["rc"] = int(fn(*args, self.stream.ptr))
+
+    def _concurrent(self, fn: Any, first: list[Any], second: list[Any]) -> tuple[int, int]:
+        """Two calls that start at the same moment on two streams: both streams wait behind one spin kernel,
+        queued before either call, so neither call's kernels run before the other's are launched. Their rcs."""
+        if self._side is None:
+            self._side = self.cp.cuda.Stream(non_blocking=True)
+        gate = self.cp.cuda.Event(disable_timing=True)
+        self.spin(_CONCURRENT_HOLD_US)
+        gate.record(self.stream)
+        self._side.wait_event(gate)
+        rc_first = int(fn(*first, self.stream.ptr))
+        rc_second = int(fn(*second, self._side.ptr))
+        return rc_first, rc_second
+
     def _capture_only(self, fn: Any, args: list[Any], record: CallRecord) -> None:
         """Capture the call into a graph on the stream (global mode) and throw the graph away: touching the
         legacy default stream or synchronizing the device fails the capture."""
@@ -516,7 +617,9 @@ class Worker:
 
     def _graph_call(
         self, fn: Any, args: list[Any], call: CallRequest, record: CallRecord, upload: Callable[[CallRequest], None]
-    ) -> None:
+    ) -> Any:
+        """Capture the call on the stream, upload the call's inputs, replay only the graph; the graph (None where
+        the capture failed or the call returned an error)."""
         mode = getattr(self.rt, "streamCaptureModeGlobal", 0)
         graph = None
         self.stream.begin_capture(mode)
@@ -535,22 +638,25 @@ class Worker:
             except self.rt.CUDARuntimeError as exc:
                 self.settle("after a failed capture", exc)
             upload(call)
-            return
+            return None
         self.rt.deviceSynchronize()
         upload(call)
         try:
             graph.launch(self.stream)
         except self.rt.CUDARuntimeError as exc:
             self.settle("launching the captured graph", exc)
+        return graph
 
-    def _fill(self, arrays: list[Any], shape: BenchShapeRequest, fill: BenchFill) -> None:
-        """Upload one input set into ``arrays``: ``in``/``inout`` from the files the parent wrote (through the
-        checksummed device copies of :class:`~.pristine.PristineInputs`), ``out`` poisoned (bytes repeated over
-        the array, on the device)."""
+    def _fill(
+        self, arrays: list[Any], shape: BenchShapeRequest, fill: BenchFill, roles: frozenset[str] = _ROLES
+    ) -> None:
+        """Upload one input set into those of ``arrays`` whose role is in ``roles``: ``in``/``inout`` from the
+        files the parent wrote (through the checksummed device copies of :class:`~.pristine.PristineInputs`),
+        ``out`` poisoned (bytes repeated over the array, on the device)."""
         if self._pristine is None:
             self._pristine = PristineInputs(self.cp, limit_bytes=min(16 << 30, self.memory // 8))
         for j, (arr, a) in enumerate(zip(arrays, shape["arrays"], strict=True)):
-            if not int(a["count"]):
+            if not int(a["count"]) or a["role"] not in roles:
                 continue
             raw = arr.view(self.cp.uint8)[: int(a["count"]) * int(a["itemsize"])]
             path = fill["files"][j]
@@ -571,7 +677,9 @@ class Worker:
         raw.set(np.tile(np.frombuffer(one, dtype=np.uint8), raw.size // len(one)), stream=self.stream)
 
     def _set_for(self, shape: BenchShapeRequest, fill: BenchFill) -> tuple[list[Any], list[Any]]:
-        arrays = [self.typed_empty(a["dtype"], int(a["count"])) for a in shape["arrays"]]
+        made = [self.bench_empty(a["dtype"], int(a["count"])) for a in shape["arrays"]]
+        arrays = [arr for arr, _ in made]
+        self._guarded_now = all(guarded for _, guarded in made)
         self._fill(arrays, shape, fill)
         self.stream.synchronize()
         return arrays, self._args(shape["args"], [int(arr.data.ptr) for arr in arrays])
@@ -587,9 +695,10 @@ class Worker:
         parked: Parked | None = None,
     ) -> TimedShape:
         """After the timed calls of one benchmark shape (``si``): the outputs they left in every input set (for
-        ``inout`` arrays, of one more call on fresh inputs), one call on set 0 with one input element changed and
-        the same pointers, a capture of the call on its stream, and the device state; added to ``out``. The
-        outputs go to files, or with ``parked`` into the parked allocation (:mod:`.judge`)."""
+        ``inout`` arrays, of one more call on fresh inputs), the ``lazy`` call (:mod:`.extras`), one call on set 0
+        with one input element changed and the same pointers, a capture of the call on its stream, the replays of
+        one captured graph (:mod:`.extras`), and the device state; added to ``out``. The outputs go to files, or
+        with ``parked`` into the parked allocation (:mod:`.judge`)."""
         has_inout = any(a["role"] == "inout" for a in shape["arrays"])
 
         def call(args: list[Any]) -> str | None:
@@ -605,6 +714,10 @@ class Worker:
                     out["check_error"] = failed
                     return out
             out["outputs"].append(keep_outputs(self, arrays, shape, f"{tag}-set{k}", (si, k), parked))
+        failed = lazy_output_call(self, fn, shape, sets[0], (tag, si, parked), out)
+        if failed:
+            out["check_error"] = failed
+            return out
         arrays, args = sets[0]
         self._fill(arrays, shape, shape["tweak"])
         self.stream.synchronize()
@@ -617,6 +730,10 @@ class Worker:
         self._capture_only(fn, args, record)
         out["capture_error"] = record["capture_error"]
         out["capture_rc"] = record["rc"]
+        if not record["capture_error"] and not record["rc"]:
+            failed = graph_replays(self, fn, shape, sets[0], (tag, si, parked), out)
+            if failed:
+                out["extra_error"] = failed
         out["device_state"] = self.restore_state()
         return out
 
@@ -665,16 +782,23 @@ class Worker:
         for si, shape in enumerate(h["shapes"]):
             try:
                 timed, sets = self._time_shape(fn, shape, budget_us, (min_n, max_n, stop_error), graph_below)
+                timed["guarded"] = self._guarded_now
                 start = time.perf_counter()
                 tag = f"{h['lib'].replace(':', '-')}-s{si}"
                 timed = self._bench_checks(fn, shape, sets, tag, timed, si, parked)
+                if timed.get("check_error") and not self.context_ok():
+                    raise CallFailed(str(timed["check_error"]))  # a fault the call's return code showed
                 timed["seconds"]["checks"] = time.perf_counter() - start
                 del sets
                 shapes_out.append(timed)
-            except self.rt.CUDARuntimeError as exc:
-                self.settle(f"timing shape {si}", exc)
+            except (self.rt.CUDARuntimeError, CallFailed) as exc:
+                if isinstance(exc, CallFailed) and self.context_ok():
+                    raise
+                self.settle(f"timing shape {si}" + (f" ({PAST_THE_END})" if self._guarded_now else ""), exc)
             finally:
                 self.cp.get_default_memory_pool().free_all_blocks()
+                if self.guarded is not None and self.context_ok():
+                    self.guarded.recycle()
             self.tick(si)
         if parked is not None and self.parking is not None:
             try:
@@ -772,6 +896,11 @@ class Worker:
             "outputs": [],
             "seconds": {"sets": sampling - started, "samples": time.perf_counter() - sampling},
         }, sets
+
+
+def _numpy_name(dtype: str) -> str:
+    """The numpy dtype an array of manifest dtype ``dtype`` is held in (bfloat16 as its bits)."""
+    return "uint16" if dtype == "bfloat16" else dtype
 
 
 def _stop_rule(least: int, error: float, least_s: float, overhead: float = 0.0) -> Callable[[list[float]], bool] | None:

@@ -1,7 +1,9 @@
 // kernel: sum_all
 // Honest: the grid-wide barrier done right. A cooperative launch (cudaLaunchCooperativeKernel) with a grid no
-// larger than what the occupancy API says can be resident, per-block partials in a __device__ array, grid.sync(),
-// then block 0 adds the partials and writes the result (no state kept between calls). Must pass.
+// larger than what the occupancy API says can be resident: block 0 zeroes the output, grid.sync(), then each block
+// adds its sum with one atomicAdd. No __device__ scratch, so calls on two streams at once do not meet (issue 27: a
+// kernel may be called concurrently on different streams; a __device__ array of partials would be shared). Must
+// pass.
 #include <cuda_runtime.h>
 #include <cooperative_groups.h>
 #include <cstdint>
@@ -11,8 +13,6 @@ namespace cg = cooperative_groups;
 namespace {
 constexpr int kThreads = 256;
 constexpr int kMaxBlocks = 4096;
-
-__device__ float partial[kMaxBlocks];
 
 __device__ float block_sum(float v, float* smem) {
     smem[threadIdx.x] = v;
@@ -31,14 +31,9 @@ __global__ void sum_kernel(const float* __restrict__ x, float* __restrict__ out,
          i += static_cast<int64_t>(gridDim.x) * kThreads)
         acc += x[i];
     const float mine = block_sum(acc, smem);
-    if (threadIdx.x == 0) partial[blockIdx.x] = mine;
-    cg::this_grid().sync();
-    if (blockIdx.x != 0) return;
-    __syncthreads();
-    float total = 0.0f;
-    for (unsigned b = threadIdx.x; b < gridDim.x; b += kThreads) total += partial[b];
-    total = block_sum(total, smem);
-    if (threadIdx.x == 0) out[0] = total;
+    if (blockIdx.x == 0 && threadIdx.x == 0) out[0] = 0.0f;
+    cg::this_grid().sync();  // the zero is in place (and visible) before any block adds
+    if (threadIdx.x == 0) atomicAdd(out, mine);
 }
 }  // namespace
 
