@@ -234,3 +234,15 @@ def test_a_secret_others_may_read_signs_nothing(locked: Path, _state_home: Path)
     assert run(locked, "status")[3] and run(locked, "status")[3]
     secret.chmod(0o600)
     assert not run(locked, "status")[3]
+
+
+def test_a_new_unrelated_variable_still_replays(locked: Path) -> None:
+    """A CI job's own variables (a new ``CI_JOB_ID`` every job) change no answer: the record still answers. A
+    variable r1build or the toolchain lookup reads still runs the command in full."""
+    code, out, _ = warm(locked, "resolve", "--locked", "--no-gpu")
+    assert code == 0
+    env = dict(os.environ, CI_JOB_ID="123", GITHUB_RUN_ID="456")
+    code2, out2, _, full = run(locked, "resolve", "--locked", "--no-gpu", env=env)
+    assert (code2, out2) == (code, out) and not full
+    for name, value in (("R1BUILD_REFERENCE_TIMEOUT", "30"), ("CUDA_HOME", "/nonexistent-cuda")):
+        assert run(locked, "resolve", "--locked", "--no-gpu", env=dict(env, **{name: value}))[3], name
