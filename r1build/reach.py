@@ -8,8 +8,6 @@ instead of every request's retries. Where the environment names a proxy for the 
 
 from __future__ import annotations
 
-import socket
-import urllib.request
 from urllib.parse import urlsplit
 
 __all__ = ["PROBE_TIMEOUT_S", "unreachable"]
@@ -21,6 +19,8 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def _target(url: str) -> tuple[str, int] | None:
+    import urllib.request  # here: its HTTP and e-mail modules cost a warm locked resolve, which never probes
+
     parts = urlsplit(url)
     host = parts.hostname
     if not host or parts.scheme not in _DEFAULT_PORTS:
@@ -47,6 +47,8 @@ def unreachable(url: str, *, timeout: float = PROBE_TIMEOUT_S) -> str | None:
     if target is None:
         return None
     host, port = target
+    import socket
+
     try:
         with socket.create_connection((host, port), timeout=timeout):
             return None

@@ -70,6 +70,8 @@ from typing import Literal
 from .errors import ConfigError
 
 __all__ = [
+    "ANSWER_VARIABLES",
+    "ANSWER_VARIABLE_PREFIXES",
     "BASE_URL_ENV",
     "SANDBOX_ENV",
     "VARIABLES",
@@ -77,6 +79,7 @@ __all__ = [
     "EnvSettings",
     "PerfModelMode",
     "SandboxSetting",
+    "answer_environment",
     "env_settings",
     "lock_mode",
     "parse_flag",
@@ -111,6 +114,41 @@ WORKER_VARIABLES: tuple[str, ...] = (
 )
 """The variables ``r1build worker`` keeps for its Dask workers (:mod:`r1build.cluster.workers`): what their tasks
 read (the GPU evaluator's tools and limits). None is a credential: every other ``R1BUILD_*`` is dropped there."""
+
+
+ANSWER_VARIABLE_PREFIXES: tuple[str, ...] = (
+    "R1BUILD_",  # r1build's own (every one, the unknown ones too: each is named in a warning)
+    "CUDA",  # CUDACXX, CUDA_HOME, CUDA_PATH (the toolchain lookup), CUDA_VISIBLE_DEVICES
+    "NVIDIA_",
+    "PYTHON",  # what Python imports and how it writes
+    "LC_",
+    "XDG_",  # where the cache and the key that signs records are
+    "DASK_",
+    "AWS_",
+    "TERM",
+    "CLICOLOR",
+)
+"""Variables that may change what a read-only command answers, by prefix (:func:`answer_environment`)."""
+
+ANSWER_VARIABLES: frozenset[str] = frozenset(
+    {"PATH", "HOME", "USER", "LANG", "LANGUAGE", "COLORTERM", "NO_COLOR", "FORCE_COLOR", "COLUMNS", "LINES"}
+    | {"TZ", "TMPDIR", "LD_LIBRARY_PATH", "SOURCE_DATE_EPOCH"}
+)
+"""Variables that may change what a read-only command answers, by name (:func:`answer_environment`)."""
+
+
+def answer_environment(environ: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+    """The variables of ``environ`` (the process environment when None) that may change what ``status``,
+    ``resolve --locked`` or ``check --locked`` answer, sorted: r1build's own, the toolchain lookup's (``PATH``,
+    ``CUDA*``), Python's, the locale, the terminal's, the folders' (``HOME``, ``XDG_*``), the cluster's and a
+    remote's, and any LLM provider's key or endpoint (``*_API_KEY``, ``*_BASE_URL``). A replay record keys on
+    these alone (:mod:`r1build.cli.fastpath`): a CI job's own variables (``CI_JOB_ID``) change no answer."""
+    env = os.environ if environ is None else environ
+    return sorted(
+        (k, v)
+        for k, v in env.items()
+        if k in ANSWER_VARIABLES or k.startswith(ANSWER_VARIABLE_PREFIXES) or k.endswith(("_API_KEY", "_BASE_URL"))
+    )
 
 
 def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:

@@ -4,7 +4,8 @@ nothing changed, print what their last run printed without importing the resolve
 After such a command succeeds (exit 0) in a process of its own (the ``r1build`` console script, not a call of
 :func:`r1build.cli.main.main` with arguments), a *record* is stored in the cache it used, under ``json/replay/``
 and a key that digests everything the answer could depend on besides files and the cache: the arguments, the
-working directory, the environment (all of it, a shell's ``_``, ``OLDPWD`` and ``SHLVL`` aside), whether stdout
+working directory, the variables that may change the answer (:func:`r1build.settings.answer_environment`:
+r1build's own, the toolchain lookup's, Python's, the locale's, the terminal's; not a CI job's own), whether stdout
 and stderr are terminals and their size, the Python, and r1build's own code (its files' sizes and times). The
 record holds what the run printed (stdout and stderr, in order) and what it read:
 
@@ -57,7 +58,6 @@ NAMESPACE = "replay"
 """The cache's JSON namespace of records (``json/replay/<key>``)."""
 _FORMAT = 2
 _KEY_NAME = "replay-record.key"
-_VOLATILE = frozenset({"_", "OLDPWD", "SHLVL"})
 
 
 def _cache_flag(argv: Sequence[str]) -> str | None:
@@ -85,7 +85,9 @@ def _terminal() -> list[Any]:
 
 def record_key(argv: Sequence[str]) -> str:
     """The key of the record for this command line in this process's context."""
-    env = sorted((k, v) for k, v in os.environ.items() if k not in _VOLATILE)
+    from ..settings import answer_environment
+
+    env = answer_environment()
     parts = [
         _FORMAT,
         __version__,

@@ -234,3 +234,32 @@ def test_a_secret_others_may_read_signs_nothing(locked: Path, _state_home: Path)
     assert run(locked, "status")[3] and run(locked, "status")[3]
     secret.chmod(0o600)
     assert not run(locked, "status")[3]
+
+
+def test_a_new_unrelated_variable_still_replays(locked: Path) -> None:
+    """A CI job's own variables (a new ``CI_JOB_ID`` every job) change no answer: the record still answers. A
+    variable r1build or the toolchain lookup reads still runs the command in full."""
+    code, out, _ = warm(locked, "resolve", "--locked", "--no-gpu")
+    assert code == 0
+    env = dict(os.environ, CI_JOB_ID="123", GITHUB_RUN_ID="456")
+    code2, out2, _, full = run(locked, "resolve", "--locked", "--no-gpu", env=env)
+    assert (code2, out2) == (code, out) and not full
+    for name, value in (("R1BUILD_REFERENCE_TIMEOUT", "30"), ("CUDA_HOME", "/nonexistent-cuda")):
+        assert run(locked, "resolve", "--locked", "--no-gpu", env=dict(env, **{name: value}))[3], name
+
+
+def test_the_full_locked_path_imports_no_http_client(locked: Path) -> None:
+    """The first run of ``resolve --locked`` (no record: a new r1build variable) never probes an endpoint, so it
+    imports neither urllib's HTTP client nor the e-mail parser beneath it (12 ms of the full path)."""
+    env = dict(os.environ, R1BUILD_TEST_FIRST_RUN="1")
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "r1build.cli.main", "resolve", "--locked", "--no-gpu"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=locked,
+        check=False,
+    )
+    imported = {line.rpartition("|")[2].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert proc.returncode == 0 and "r1build.manifest.load" in imported, proc.stderr[-2000:]
+    assert not imported & {"urllib.request", "http.client", "email.parser", "ssl"}
