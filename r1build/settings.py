@@ -105,7 +105,7 @@ _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})
 
 VARIABLES: tuple[str, ...] = tuple(re.findall(r"^``(R1BUILD_[A-Z_]+)", __doc__ or "", re.MULTILINE))
-"""Every variable r1build reads (the table above: a test holds it to the code and the README)."""
+"""Every variable r1build reads (the table above: a test holds it to the code and the docs)."""
 
 WORKER_VARIABLES: tuple[str, ...] = (
     "R1BUILD_NVCC",
