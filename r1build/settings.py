@@ -20,17 +20,22 @@ variable                    meaning
                             that fails is refused (the CLI's ``--frozen``, a build's ``r1build.frozen``);
                             wins over ``R1BUILD_LOCKED``
 ``R1BUILD_EVALUATE=1``      let a build measure on a local GPU on a miss
-``R1BUILD_CACHE_DIR``       the cache directory (platformdirs' user cache folder otherwise)
+``R1BUILD_CACHE_DIR``       the cache directory (platformdirs' user cache folder otherwise); ``--cache-dir``
+                            overrides it
 ``R1BUILD_VERBOSE=1``       build lines for every stage's end (gate registers, cache hits)
 ``R1BUILD_SIGNING_KEY``     the Ed25519 private key that signs exported decisions (PEM text or the base64 of
                             its 32 raw bytes; see :mod:`r1build.signing`); ``--signing-key FILE`` overrides it
-``R1BUILD_REMOTE_CACHE``    the remote cache URL (``http(s)://host/prefix`` or ``s3://bucket/prefix``)
+``R1BUILD_REMOTE_CACHE``    the remote cache URL (``http(s)://host/prefix`` or ``s3://bucket/prefix``);
+                            ``--remote-cache`` overrides it, it overrides ``[cache] url``
 ``R1BUILD_REMOTE_WRITE=1``  publish new decisions (and the blobs they name) to the remote cache
-``R1BUILD_REMOTE_TIMEOUT``  seconds one request to the remote cache may take (5 unless the manifest says)
+                            (``--remote-write``)
+``R1BUILD_REMOTE_TIMEOUT``  seconds one request to the remote cache may take; overrides the manifest's
+                            ``[cache] timeout-s`` (5 when neither says)
 ``R1BUILD_REMOTE_TOKEN``    a bearer token sent to an ``http(s)://`` remote cache
 ``R1BUILD_REMOTE_HEADER``   a whole header (``Name: value``) sent to an ``http(s)://`` remote cache instead
 ``R1BUILD_BASE_URL``        the LLM endpoint's URL, overriding the provider profile's and the manifest's
-``R1BUILD_NVCC``            the nvcc to gate and build with (before ``CUDACXX``, ``CUDA_HOME``, ``PATH``)
+``R1BUILD_NVCC``            the nvcc to gate and build with (before ``CUDACXX``, ``CUDA_HOME``, ``PATH``,
+                            ``/usr/local/cuda/bin``)
 ``R1BUILD_COMPUTE_SANITIZER`` the compute-sanitizer the GPU evaluator runs (before ``PATH`` and nvcc's folder)
 ``R1BUILD_CLUSTER``         the Dask scheduler (``tls://host:8786``) whose workers ``r1build resolve`` measures
                             and compiles on; ``--cluster`` overrides it, it overrides ``[evaluation] cluster``
@@ -103,7 +108,7 @@ _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})
 
 VARIABLES: tuple[str, ...] = tuple(re.findall(r"^``(R1BUILD_[A-Z_]+)", __doc__ or "", re.MULTILINE))
-"""Every variable r1build reads (the table above: a test holds it to the code and the README)."""
+"""Every variable r1build reads (the table above: a test holds it to the code and the docs)."""
 
 WORKER_VARIABLES: tuple[str, ...] = (
     "R1BUILD_NVCC",
@@ -360,3 +365,30 @@ def lock_mode(
     env_frozen = bool(env.frozen) and frozen is None
     env_locked = bool(env.locked) and locked is None
     return env_locked and not env_frozen, env_frozen
+
+
+def _markdown(rst: str) -> str:
+    """One cell or paragraph of this module's docstring in Markdown: literals, roles and pipes."""
+
+    def role(m: re.Match[str]) -> str:  # :mod:`r1build.x` -> `r1build.x`; :class:`~a.B` -> `B`
+        return f"`{m.group(2).rpartition('.')[2] if m.group(1) else m.group(2)}`"
+
+    text = re.sub(r":\w+:`(~?)([\w.]+)`", role, rst)
+    return text.replace("``", "`").replace("|", "\\|")
+
+
+def render_variables() -> str:
+    """This module's table of variables, and the paragraph after it, as Markdown (the documentation's
+    environment reference, written by ``python -m r1build.manifest.schema``)."""
+    lines = (__doc__ or "").splitlines()
+    rules = [i for i, line in enumerate(lines) if re.fullmatch(r"=+ +=+", line)]
+    rows: list[list[str]] = []
+    for line in lines[rules[1] + 1 : rules[2]]:
+        if line.startswith("``"):
+            name, _, meaning = line.partition(" ")
+            rows.append([name, meaning.strip()])
+        else:
+            rows[-1][1] += " " + line.strip()
+    table = ["| variable | meaning |", "| --- | --- |"]
+    table += [f"| {_markdown(name)} | {_markdown(meaning)} |" for name, meaning in rows]
+    return "\n".join([*table, "", _markdown(" ".join(" ".join(lines[rules[2] + 1 :]).split()))])

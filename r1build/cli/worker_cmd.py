@@ -76,7 +76,7 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UsageError(
             f"--scheduler: {args.scheduler} is plain TCP, unencrypted and unauthenticated: anyone who can reach "
             "the scheduler or this host's worker ports could run code on this host; use tls:// with Dask's TLS "
-            "settings (README, Evaluating on a cluster), or --insecure on a network you trust alone"
+            "settings (docs/guides/cluster.md), or --insecure on a network you trust alone"
         )
     if args.jobs_per_gpu < 1:
         raise UsageError("--jobs-per-gpu must be at least 1")

@@ -64,7 +64,7 @@ def cluster_address(
         raise ClusterRefusedError(
             f"{source}: {address} is plain TCP, unencrypted and unauthenticated: anyone who can reach the "
             "scheduler could run code on its workers, and whoever answers there could run code on this machine; "
-            "use tls:// with Dask's TLS settings (README, Evaluating on a cluster), or --insecure-cluster on a "
+            "use tls:// with Dask's TLS settings (docs/guides/cluster.md), or --insecure-cluster on a "
             "network you trust alone"
         )
     return address
@@ -87,5 +87,5 @@ def tls_problem(address: str, role: str) -> str | None:
         return None
     return (
         f"{address} is a tls:// address, and Dask's configuration holds no TLS settings for a {role} "
-        f"(distributed.comm.tls.ca-file, {role}.cert and {role}.key; README, Evaluating on a cluster)"
+        f"(distributed.comm.tls.ca-file, {role}.cert and {role}.key; docs/guides/cluster.md)"
     )

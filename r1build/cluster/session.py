@@ -70,7 +70,7 @@ def connect(address: str, *, timeout_s: float) -> Client:
                 "warning",
                 f"the scheduler at {address} is reached over plain TCP (--insecure-cluster): anyone who can "
                 "reach it can run code on its workers, and whoever answers there can run code on this machine; "
-                "use tls:// with Dask's TLS settings (README, Evaluating on a cluster)",
+                "use tls:// with Dask's TLS settings (docs/guides/cluster.md)",
             )
         )
     problem = tls_problem(address, "client")

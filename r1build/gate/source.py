@@ -24,7 +24,7 @@ computed name are refused like a computed ``#include``.
 
 This is the first, fast layer, and it is not the guarantee: a compile of a generated candidate runs in the sandbox
 of :mod:`r1build.sandbox`, where no file of the user's is there to read, and its messages keep only lines about its
-own file (:mod:`.messages`). The manifest's own sources are trusted (README, Security) and not checked here: they may
+own file (:mod:`.messages`). The manifest's own sources are trusted (security guide) and not checked here: they may
 include project headers through the manifest's ``-I`` flags. What the text check cannot see (an assembler directive
 assembled by token pasting) the object checks of :mod:`.symbols` still bound: no call outside the allowlist, no
 system-call instruction.

@@ -359,7 +359,7 @@ def cluster_address_problem(address: str) -> str | None:
     """Why ``address`` is not a Dask scheduler address (``tls://host:port``, ``tcp://host:port`` or ``host:port``),
     or None."""
     if "@" in address:  # never repeated: it would show the password
-        return "a scheduler address holds no credentials (Dask's TLS settings authenticate; see the README)"
+        return "a scheduler address holds no credentials (Dask's TLS settings authenticate; see docs/guides/cluster.md)"
     if not address.isprintable() or any(c.isspace() for c in address):
         return f"{address!r} is not a scheduler address (it holds whitespace or control characters)"
     scheme, sep, rest = address.partition("://")

@@ -1,7 +1,9 @@
 """The manifest's JSON schema, generated from the dataclasses in :mod:`r1build.manifest.model`.
 
-Descriptions come from the docstring under each field. The committed ``kernels.schema.json`` is checked to be
-current by the tests; regenerate it with ``python -m r1build.manifest.schema``.
+Descriptions come from the docstring under each field. The committed ``kernels.schema.json`` and the generated
+reference pages of the documentation (``docs/reference/manifest.md`` from the model, ``docs/reference/environment.md``
+from :mod:`r1build.settings`) are checked to be current by the tests; regenerate them with
+``python -m r1build.manifest.schema``.
 """
 
 from __future__ import annotations
@@ -21,10 +23,25 @@ from . import model
 from .bounds import Bounds, field_bounds
 from .convert import field_key
 
-__all__ = ["README_MARKERS", "SCHEMA_PATH", "generate_schema", "render_reference", "render_schema", "update_readme"]
+__all__ = [
+    "ENVIRONMENT_PAGE",
+    "MANIFEST_PAGE",
+    "REFERENCE_MARKERS",
+    "SCHEMA_PATH",
+    "generate_schema",
+    "render_reference",
+    "render_schema",
+    "update_page",
+]
 
 SCHEMA_PATH = Path(__file__).with_name("kernels.schema.json")
-README_MARKERS = ("<!-- manifest-reference:start -->", "<!-- manifest-reference:end -->")
+_DOCS = Path(__file__).resolve().parents[2] / "docs" / "reference"
+MANIFEST_PAGE = _DOCS / "manifest.md"
+"""The documentation's manifest reference (in a source checkout; an installed r1build has no docs)."""
+ENVIRONMENT_PAGE = _DOCS / "environment.md"
+"""The documentation's table of environment variables, from :mod:`r1build.settings`'s docstring."""
+REFERENCE_MARKERS = ("<!-- generated:start -->", "<!-- generated:end -->")
+"""What encloses the generated part of a reference page."""
 _SECTIONS = {
     "KernelSpec": "`[[kernel]]`, one per kernel",
     "Arg": "`args` items (inline tables, in parameter order)",
@@ -156,26 +173,28 @@ def _table(props: dict[str, Any]) -> list[str]:
 
 
 def render_reference() -> str:
-    """The README's manifest reference: one table per section, generated from the schema."""
+    """The manifest reference: one table per section, generated from the schema."""
     schema = generate_schema()
-    lines = ["Top level (or `[tool.r1build]`):", ""]
+    lines = ["## Top level (or `[tool.r1build]`)", ""]
     lines += _table({k: v for k, v in schema["properties"].items() if k != "kernel"})
     for name, title in _SECTIONS.items():
-        lines += ["", f"{title}:", "", *_table(schema["$defs"][name]["properties"])]
+        lines += ["", f"## {title}", "", *_table(schema["$defs"][name]["properties"])]
     return "\n".join(lines)
 
 
-def update_readme(text: str) -> str:
-    """``text`` (the README) with the section between the markers regenerated."""
-    start, end = README_MARKERS
+def update_page(text: str, generated: str) -> str:
+    """``text`` (a reference page) with the part between :data:`REFERENCE_MARKERS` replaced by ``generated``."""
+    start, end = REFERENCE_MARKERS
     head, _, rest = text.partition(start)
     _, _, tail = rest.partition(end)
-    return f"{head}{start}\n{render_reference()}\n{end}{tail}"
+    return f"{head}{start}\n{generated}\n{end}{tail}"
 
 
 if __name__ == "__main__":  # pragma: no cover
+    from r1build.settings import render_variables
+
     SCHEMA_PATH.write_text(render_schema(), encoding="utf-8")
-    readme = Path(__file__).resolve().parents[2] / "README.md"
-    if readme.is_file():
-        readme.write_text(update_readme(readme.read_text(encoding="utf-8")), encoding="utf-8")
-    sys.stdout.write(f"wrote {SCHEMA_PATH} and the README's manifest reference\n")
+    for page, generated in ((MANIFEST_PAGE, render_reference()), (ENVIRONMENT_PAGE, render_variables())):
+        if page.is_file():
+            page.write_text(update_page(page.read_text(encoding="utf-8"), generated), encoding="utf-8")
+    sys.stdout.write(f"wrote {SCHEMA_PATH}, {MANIFEST_PAGE.name} and {ENVIRONMENT_PAGE.name} of docs/reference\n")

@@ -9,7 +9,7 @@ import pytest
 
 from r1build.errors import ManifestError
 from r1build.manifest import load_manifest, parse_arch
-from r1build.manifest.schema import SCHEMA_PATH, render_schema, update_readme
+from r1build.manifest.schema import MANIFEST_PAGE, SCHEMA_PATH, render_reference, render_schema, update_page
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,8 +35,8 @@ def test_committed_schema_is_current() -> None:
     assert SCHEMA_PATH.read_text(encoding="utf-8") == render_schema(), (
         "regenerate with: python -m r1build.manifest.schema"
     )
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert update_readme(readme) == readme, "README's manifest reference is stale: python -m r1build.manifest.schema"
+    page = MANIFEST_PAGE.read_text(encoding="utf-8")
+    assert update_page(page, render_reference()) == page, "stale: python -m r1build.manifest.schema"
     schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
     assert "tolerance" in schema["$defs"]["KernelSpec"]["properties"]
 
