@@ -10,14 +10,13 @@ and the GPU side runs the very same step.
 
 from __future__ import annotations
 
-import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from ..errors import ToolchainError, format_subprocess_failure
-from ..sandbox import Confinement, Sandbox
+from ..sandbox import Confinement, Sandbox, run_confined
 from ..toolchain import Toolchain
 from .compile_slots import compile_slot
 from .device_memory import STATIC_MEMORY_LIMIT, static_memory_problem
@@ -64,17 +63,7 @@ def check_and_link(
     confinement = Confinement(workdir=workdir, toolkit=toolchain.nvcc)
     try:
         with compile_slot():  # an nvcc like any compile: within the process's cores, at the job's rank
-            proc = subprocess.run(
-                sandbox.command(cmd, confinement),
-                env=sandbox.environment(os.environ, confinement),
-                cwd=workdir,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                errors="replace",
-                timeout=timeout_s,
-                check=False,
-            )
+            proc = run_confined(sandbox, cmd, confinement, timeout_s=timeout_s)
     except subprocess.TimeoutExpired:
         return Linked("compile_error", f"linking the shared library did not finish within {timeout_s:g} s", None, False)
     except OSError as exc:

@@ -9,7 +9,6 @@ arithmetic, barriers, atomics, and the block size a ``__launch_bounds__`` fixes 
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import tempfile
@@ -23,7 +22,7 @@ from ..gate.nvcc import DECLARATION_NAME, gencode, parse_ptxas_report
 from ..manifest.cdecl import declaration
 from ..manifest.model import KernelSpec
 from ..records import Candidate, GateReport
-from ..sandbox import Confinement, sandbox_for
+from ..sandbox import Confinement, run_confined, sandbox_for
 from ..toolchain import Toolchain
 
 __all__ = ["CodeFeatures", "PtxFeatures", "compile_features", "ptx_features"]
@@ -190,15 +189,7 @@ def compile_features(
         ]
         sandbox, confinement = sandbox_for(candidate.origin.kind), Confinement(workdir=work, toolkit=toolchain.nvcc)
         try:
-            done = subprocess.run(
-                sandbox.command(cmd, confinement),
-                env=sandbox.environment(os.environ, confinement),
-                cwd=work,
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-                check=False,
-            )
+            done = run_confined(sandbox, cmd, confinement, timeout_s=timeout_s)
         except OSError as exc:
             raise ToolchainError(f"cannot run {toolchain.nvcc}: {exc}") from None
         except subprocess.TimeoutExpired:

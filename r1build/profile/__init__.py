@@ -26,7 +26,7 @@ from ..manifest.cdecl import declaration
 from ..manifest.flags import rooted_flags
 from ..manifest.model import KernelSpec, Manifest
 from ..records import Candidate, Profile
-from ..sandbox import Confinement, sandbox_for
+from ..sandbox import Confinement, run_confined, sandbox_for
 from ..settings import env_settings
 from ..toolchain import toolchain
 from .harness import HARNESS_ERRORS, harness_source
@@ -101,27 +101,11 @@ class Profiler:
             (work / "harness.cu").write_text(harness_source(spec, shape), encoding="utf-8")
             link = [tc.nvcc, *flags, "-gencode", gencode(arch), "harness.cu", "candidate.o", "-o", "harness"]
             sandbox, confinement = sandbox_for(candidate.origin.kind), Confinement(workdir=work, toolkit=tc.nvcc)
-            made = subprocess.run(
-                sandbox.command(link, confinement),
-                env=sandbox.environment(os.environ, confinement),
-                cwd=work,
-                capture_output=True,
-                text=True,
-                timeout=self.timeout_s,
-                check=False,
-            )
+            made = run_confined(sandbox, link, confinement, timeout_s=self.timeout_s)
             if made.returncode != 0:
                 raise EvaluationError(f"the profiling harness did not build: {(made.stdout + made.stderr)[-500:]}")
             confinement = Confinement(workdir=work, toolkit=self.ncu, gpu=True)
-            run = subprocess.run(
-                sandbox.command(ncu_command(self.ncu, ["./harness"]), confinement),
-                env=sandbox.environment(os.environ, confinement),
-                cwd=work,
-                capture_output=True,
-                text=True,
-                timeout=self.timeout_s,
-                check=False,
-            )
+            run = run_confined(sandbox, ncu_command(self.ncu, ["./harness"]), confinement, timeout_s=self.timeout_s)
         if run.returncode != 0:
             why = HARNESS_ERRORS.get(run.returncode, f"ncu exited with {run.returncode}")
             raise EvaluationError(f"profiling failed ({why}): {(run.stderr or run.stdout)[-500:].strip()}")

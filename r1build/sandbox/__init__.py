@@ -28,12 +28,22 @@ values) are trusted and compiled as any source of the project.
 from __future__ import annotations
 
 from .environment import scrubbed_environment
-from .policy import Confinement, Sandbox, confined, runner_sandbox, sandbox_for, trusted_origin, unconfined
+from .policy import (
+    Confinement,
+    Sandbox,
+    confined,
+    run_confined,
+    runner_sandbox,
+    sandbox_for,
+    trusted_origin,
+    unconfined,
+)
 
 __all__ = [
     "Confinement",
     "Sandbox",
     "confined",
+    "run_confined",
     "runner_sandbox",
     "sandbox_for",
     "scrubbed_environment",

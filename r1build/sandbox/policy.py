@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ __all__ = [
     "Sandbox",
     "SandboxKind",
     "confined",
+    "run_confined",
     "runner_sandbox",
     "sandbox_for",
     "trusted_origin",
@@ -85,6 +87,25 @@ class _Unconfined:
         if self.kind == "trusted":
             return dict(base)
         return confined_environment(base, confinement)
+
+
+def run_confined(
+    sandbox: Sandbox, argv: Sequence[str], confinement: Confinement, *, timeout_s: float
+) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` to its end inside ``sandbox`` for ``confinement``, in its working directory, with the
+    environment the sandbox gives and no standard input; output captured as text. Raises what
+    :func:`subprocess.run` raises (:class:`OSError`, :class:`subprocess.TimeoutExpired`)."""
+    return subprocess.run(
+        sandbox.command(argv, confinement),
+        env=sandbox.environment(os.environ, confinement),
+        cwd=confinement.workdir,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=timeout_s,
+        check=False,
+    )
 
 
 def unconfined() -> Sandbox:
