@@ -28,8 +28,8 @@ from typing import Any, NoReturn
 
 from ..errors import ClusterRefusedError
 from ..evaluate.devices import GpuInfo, archs_of, visible_devices_value
-from ..evaluate.process import scrubbed_environment
 from ..manifest.load import cluster_address_problem
+from ..sandbox import scrubbed_environment
 from ..settings import WORKER_VARIABLES
 from . import tls_problem
 
