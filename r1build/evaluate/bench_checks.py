@@ -344,6 +344,8 @@ def judge_bench(
                     kind=found.kind,
                 )
         found = _compare(spec, shape.tweak, reply.get("tweak_outputs") or [], reply.get("tweak_judged") or (), chunk)
+        if found is not None and found.kind == "input":
+            return Verdict("incorrect", f"a call on fresh inputs {where} {found.message}", kind="input")
         if found is not None:
             return Verdict(
                 "incorrect",

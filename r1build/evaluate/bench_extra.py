@@ -40,6 +40,9 @@ def place_set(shape: BenchShape, place: int) -> BenchSet:
 def _detail(e: int, key: str, found: Mismatch) -> Verdict:
     """The verdict on a wrong output of extra call ``e`` at the benchmark shape ``key``."""
     where = f"at the benchmark shape {key}"
+    if found.kind == "input":
+        call = "a call over outputs it had written before" if EXTRA_CALLS[e] == "lazy" else "a replay of its graph"
+        return Verdict("incorrect", f"{call} {where} {found.message}", kind="input")
     if EXTRA_CALLS[e] == "lazy":
         return Verdict(
             "incorrect",

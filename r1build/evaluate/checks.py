@@ -47,7 +47,7 @@ from ..errors import EvaluationError
 from ..manifest.model import KernelSpec, Tolerance
 from ..manifest.outputs import call_reference
 from ..manifest.reference import ReferenceProblem
-from .child.messages import ArgItem, CallRequest, CheckReply, CheckRequest, Mode
+from .child.messages import ArgItem, CallRecord, CallRequest, CheckReply, CheckRequest, Mode
 from .child.protocol import CAPTURE_ERRORS
 from .compare import Mismatch, check_guards, check_unchanged, compare_outputs
 from .floors import shape_key
@@ -656,6 +656,47 @@ def diagnose(
     return verdict
 
 
+def _call_problem(rec: CallRecord, mode: str, where: str, i: int, more: bool) -> Verdict | Literal["next"] | None:
+    """What the worker's record of call ``i`` says went wrong before its outputs are read (device state, an error
+    it returned or left unread, a failed capture, a crash), or ``"next"`` where the next call tells more."""
+    rc = int(rec.get("rc") or 0)
+    fatal = bool(rec.get("fatal"))
+    if rec.get("device_state") and not fatal:
+        return Verdict("rejected", f"changed device state: {rec['device_state']} {where}. {_STATE_RULE}", i, "state")
+    if mode == "capture" and rc and rc not in CAPTURE_ERRORS and not fatal and more:
+        return "next"
+    if rc and rc not in CAPTURE_ERRORS and not fatal:
+        # the call's own error (an invalid launch configuration, say), even where it also spoilt a capture
+        return Verdict(
+            "incorrect",
+            f"the call {rec.get('error') or f'returned error {rc}'} {where}; the "
+            "contract: return cudaSuccess after launching on the stream, and a CUDA "
+            "error only for arguments it cannot handle",
+            i,
+            "returned",
+        )
+    if rec.get("launch_error") and not fatal:
+        return Verdict(
+            "incorrect",
+            f"the call's launch failed {where}: {rec['launch_error']}, though the call returned cudaSuccess; the "
+            "contract: launch on the stream and return what cudaGetLastError() says",
+            i,
+            "returned",
+        )
+    if mode in ("graph", "capture") and not fatal and (rec.get("capture_error") or rc in CAPTURE_ERRORS):
+        why = rec.get("capture_error") or rec.get("error") or f"returned {rc}"
+        return Verdict(
+            "incorrect",
+            f"work outside the given stream: capturing the call into a CUDA graph on its stream failed ({why}) "
+            f"{where}. " + _STREAM_RULE,
+            i,
+            "stream",
+        )
+    if rec.get("error"):
+        return Verdict("crashed", f"{rec['error']} {where}", i, "crash")
+    return None
+
+
 def judge_shape(spec: KernelSpec, plan: ShapePlan, reply: CheckReply, buffers: Sequence[bytes]) -> Verdict | None:
     """The first failure in a worker's reply to :func:`check_request`, or None when every call passed."""
     n = len(plan.layouts)
@@ -665,35 +706,11 @@ def judge_shape(spec: KernelSpec, plan: ShapePlan, reply: CheckReply, buffers: S
     for i, rec in enumerate(records):
         where = _where(plan, i)
         call = plan.calls[i]
-        rc = int(rec.get("rc") or 0)
-        if rec.get("device_state") and not rec.get("fatal"):
-            return Verdict(
-                "rejected", f"changed device state: {rec['device_state']} {where}. {_STATE_RULE}", i, "state"
-            )
-        captured = call.mode in ("graph", "capture")
-        if call.mode == "capture" and rc and rc not in CAPTURE_ERRORS and not rec.get("fatal") and i + 1 < len(records):
+        problem = _call_problem(rec, call.mode, where, i, i + 1 < len(records))
+        if problem == "next":
             continue  # an error returned while capturing: the next call, not captured, returns the call's own
-        if rc and rc not in CAPTURE_ERRORS and not rec.get("fatal"):
-            # the call's own error (an invalid launch configuration, say), even where it also spoilt a capture
-            return Verdict(
-                "incorrect",
-                f"the call {rec.get('error') or f'returned error {rc}'} {where}; the "
-                "contract: return cudaSuccess after launching on the stream, and a CUDA "
-                "error only for arguments it cannot handle",
-                i,
-                "returned",
-            )
-        if captured and not rec.get("fatal") and (rec.get("capture_error") or rc in CAPTURE_ERRORS):
-            why = rec.get("capture_error") or rec.get("error") or f"returned {rc}"
-            return Verdict(
-                "incorrect",
-                f"work outside the given stream: capturing the call into a CUDA graph "
-                f"on its stream failed ({why}) {where}. " + _STREAM_RULE,
-                i,
-                "stream",
-            )
-        if rec.get("error"):
-            return Verdict("crashed", f"{rec['error']} {where}", i, "crash")
+        if problem is not None:
+            return problem
         datas = buffers[i * n : (i + 1) * n]
         if len(datas) != n:
             return Verdict("crashed", f"the worker returned no data {where}")

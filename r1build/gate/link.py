@@ -6,23 +6,45 @@ runtime linked statically, so the library needs nothing but libc and the driver)
 origin and within one of the process's compile slots. The gate links what it compiles, so a variant that cannot
 become the library the GPU side loads (a relocation overflow, say) is a gate rejection with the linker's words,
 and the GPU side runs the very same step.
+
+Every library also gets r1build's own :data:`LAST_ERROR_SYMBOL` (compiled once per process and nvcc, from
+:data:`_LAST_ERROR_SOURCE`): the statically linked runtime is the library's own, so only a function inside it can
+read the launch error a candidate left unread (an invalid launch configuration whose launcher returns
+``cudaSuccess`` regardless); the GPU worker calls it after each call and names that error. A candidate cannot
+define the name: the symbol rules allow it no strong global but its entry point, and no entry point may take it.
 """
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import subprocess
+import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from ..errors import ToolchainError, format_subprocess_failure
-from ..sandbox import Confinement, Sandbox, run_confined
+from ..sandbox import Confinement, Sandbox, run_confined, unconfined
 from ..toolchain import Toolchain
 from .compile_slots import compile_slot
 from .device_memory import STATIC_MEMORY_LIMIT, static_memory_problem
 from .symbols import check_object
 
-__all__ = ["Linked", "check_and_link"]
+__all__ = ["LAST_ERROR_SYMBOL", "Linked", "check_and_link"]
+
+LAST_ERROR_SYMBOL = "r1build_last_error"
+"""The function every candidate library gets beside its entry point: its own runtime's ``cudaGetLastError``."""
+
+_LAST_ERROR_SOURCE = f"""#include <cuda_runtime_api.h>
+extern "C" __attribute__((visibility("default"))) int {LAST_ERROR_SYMBOL}(void) {{
+    return static_cast<int>(cudaGetLastError());
+}}
+"""
+
+_SHIMS: dict[str, Path] = {}
+_SHIMS_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -51,6 +73,8 @@ def check_and_link(
 ) -> Linked:
     """Check ``obj`` (a position-independent host object defining ``entry``) and link it into ``<obj>.so`` beside
     it, running nvcc in ``obj``'s folder."""
+    if entry == LAST_ERROR_SYMBOL:
+        return Linked("rejected", f"the entry point may not be named {LAST_ERROR_SYMBOL}: r1build's own function")
     symbols = check_object(obj, entry)
     if not symbols.ok:
         return Linked("rejected", symbols.reason(entry))
@@ -59,10 +83,12 @@ def check_and_link(
         return Linked("rejected", too_big)
     workdir = obj.parent
     so = obj.with_suffix(".so")
-    cmd = [toolchain.nvcc, "-shared", "-o", so.name, obj.name]
+    shim = workdir / f"{LAST_ERROR_SYMBOL}.o"
+    cmd = [toolchain.nvcc, "-shared", "-o", so.name, obj.name, shim.name]
     confinement = Confinement(workdir=workdir, toolkit=toolchain.nvcc)
     try:
         with compile_slot():  # an nvcc like any compile: within the process's cores, at the job's rank
+            shutil.copyfile(_last_error_object(toolchain, timeout_s), shim)
             proc = run_confined(sandbox, cmd, confinement, timeout_s=timeout_s)
     except subprocess.TimeoutExpired:
         return Linked("compile_error", f"linking the shared library did not finish within {timeout_s:g} s", None, False)
@@ -72,3 +98,29 @@ def check_and_link(
         failure = format_subprocess_failure(cmd, proc.returncode, proc.stdout + proc.stderr)
         return Linked("rejected", f"the object does not link into a shared library: {failure}")
     return Linked("passed", "", so)
+
+
+def _last_error_object(toolchain: Toolchain, timeout_s: float) -> Path:
+    """The object of :data:`_LAST_ERROR_SOURCE` for ``toolchain`` (r1build's own code: compiled unconfined, once
+    per process and nvcc, in a folder removed at exit)."""
+    with _SHIMS_LOCK:
+        made = _SHIMS.get(toolchain.nvcc)
+        if made is not None and made.is_file():
+            return made
+        folder = Path(tempfile.mkdtemp(prefix="r1build-shim-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        (folder / "last_error.cpp").write_text(_LAST_ERROR_SOURCE)
+        cmd = [toolchain.nvcc, "-x", "c++", "-c", "-Xcompiler", "-fPIC", "-o", "last_error.o", "last_error.cpp"]
+        try:
+            proc = run_confined(
+                unconfined(), cmd, Confinement(workdir=folder, toolkit=toolchain.nvcc), timeout_s=timeout_s
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ToolchainError(
+                f"cannot compile r1build's launch-error function with {toolchain.nvcc}: {exc}"
+            ) from None
+        if proc.returncode != 0:
+            failure = format_subprocess_failure(cmd, proc.returncode, proc.stdout + proc.stderr)
+            raise ToolchainError(f"cannot compile r1build's launch-error function: {failure}")
+        _SHIMS[toolchain.nvcc] = folder / "last_error.o"
+        return _SHIMS[toolchain.nvcc]

@@ -153,6 +153,10 @@ CASES: list[Case] = [
     # (7) skips its work when the output holds finite values and the inputs' fingerprint matches
     # it reads its output before writing it: initcheck sees that first where the harness leaves outputs unwritten
     Case("lazy_fingerprint.cu", "evaluate", ("lazy output", "uninitialized")),
+    # issue 27, the wrong reasons: an invalid launch configuration the launcher does not ask about, and an input used
+    # as scratch, both only at the benchmark size
+    Case("bench_launch_unchecked.cu", "evaluate", ("launch failed",)),
+    Case("bench_input_scratch.cu", "evaluate", ("modified its input gate",)),
     # honest kernels beside them
     Case("honest_grid_stride.cu", "evaluate", honest=True),
     Case("honest_block_atomic_sum.cu", "evaluate", honest=True),

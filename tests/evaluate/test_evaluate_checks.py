@@ -294,3 +294,25 @@ def test_the_last_shape_replays_one_graph_calls_concurrently_and_every_shape_run
     concurrent = broken(16).detail
     assert "not reentrant" in concurrent and "concurrently on different streams" in concurrent
     assert "called alone" in broken(19).detail or "made alone" in broken(19).detail
+
+
+def test_a_launch_error_the_call_left_unread_is_named(root_manifest: Manifest) -> None:
+    """Issue 27: a launcher that returns cudaSuccess after a launch that failed (an invalid configuration) ran
+    nothing; the worker reads the library's own last error (``launch_error``) and the reason names it, before the
+    poisoned outputs or the spoilt capture it also leaves. Where the call returned the error itself, its return code
+    is what is named."""
+    spec, plans = _plan(root_manifest, "silu_mul")
+    plan = plans[1]
+    good = [b for i in range(len(plan.calls)) for b in _allocs(plan, i)]
+    said = "cudaErrorInvalidConfiguration: invalid configuration argument (9)"
+    verdict = judge_shape(spec, plan, _reply(plan, calls=1, launch_error=said), good)
+    assert verdict is not None and verdict.kind == "returned" and verdict.call == 0
+    assert verdict.detail.startswith(f"the call's launch failed at {plan.key}") and said in verdict.detail, verdict
+    assert "though the call returned cudaSuccess" in verdict.detail
+    spoilt = _reply(plan, calls=1, launch_error=said, capture_error="cudaErrorStreamCaptureInvalidated")
+    assert judge_shape(spec, plan, spoilt, good) == verdict
+    returned = judge_shape(
+        spec, plan, _reply(plan, calls=2, rc=9, error="returned cudaErrorInvalidConfiguration"), good
+    )
+    assert returned is not None and "returned cudaErrorInvalidConfiguration" in returned.detail
+    assert "launch failed" not in returned.detail

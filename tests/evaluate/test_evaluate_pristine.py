@@ -72,3 +72,28 @@ def test_the_least_recently_used_copy_goes_past_the_limit(tmp_path: Path) -> Non
     uploads = inputs.uploads
     assert _filled(cp, inputs, files[1], len(datas[1]), stream) == datas[1]
     assert inputs.uploads == uploads + 1
+
+
+def test_holds_tells_an_array_that_still_holds_its_file_from_one_written_into(tmp_path: Path) -> None:
+    """Issue 27: after the timed calls the worker asks whether each ``in`` array still holds its file (a compare on
+    the device) and sends only those that do not. A kept copy a candidate changed, or none kept, is never taken as
+    the truth: the answer is then False and the parent compares the bytes with its own."""
+    cp = pytest.importorskip("cupy")
+    stream = cp.cuda.Stream(non_blocking=True)
+    inputs = PristineInputs(cp, limit_bytes=1 << 30)
+    a = tmp_path / "a.bin"
+    data = _file(a, 4099 * 4, 3)
+    raw = cp.full(len(data), 0xAB, dtype=cp.uint8)
+    inputs.copy_into(str(a), raw, stream)
+    stream.synchronize()
+    assert inputs.holds(str(a), raw, stream)
+    raw[4 * 5] ^= np.uint8(1)  # one element of the input written into
+    assert not inputs.holds(str(a), raw, stream)
+    raw[4 * 5] ^= np.uint8(1)
+    assert inputs.holds(str(a), raw, stream)
+    assert not inputs.holds(str(a), raw[:-4], stream)  # not the file's size
+    kept = inputs._copies[str(a)].data
+    kept[0] ^= np.uint64(1)  # the kept copy changed by a candidate, to match what it wrote: never trusted
+    raw.view(cp.uint64)[0] ^= np.uint64(1)
+    assert not inputs.holds(str(a), raw, stream)
+    assert not inputs.holds(str(tmp_path / "never.bin"), raw, stream)

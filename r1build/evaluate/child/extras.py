@@ -75,7 +75,7 @@ def lazy_output_call(
     rc = int(fn(*args, worker.stream.ptr))
     if rc:
         return "returned " + worker.error_text(rc)
-    kept = keep_outputs(worker, arrays, shape, f"{tag}-lazy", (si, len(shape["sets"]) + 1), parked)
+    kept = keep_outputs(worker, arrays, shape, f"{tag}-lazy", (si, len(shape["sets"]) + 1), parked, fill)
     out.setdefault("extra_outputs", []).append(kept)
     return None
 
@@ -111,9 +111,10 @@ def graph_replays(
         if name != "replay":
             continue
         source = extra_source(sets, e)
-        worker._fill(arrays, shape, shape["sets"][source] if source < sets else shape["tweak"])
+        fill = shape["sets"][source] if source < sets else shape["tweak"]
+        worker._fill(arrays, shape, fill)
         stream.synchronize()
         graph.launch(stream)
-        kept = keep_outputs(worker, arrays, shape, f"{tag}-replay{e}", (si, sets + 1 + e), parked)
+        kept = keep_outputs(worker, arrays, shape, f"{tag}-replay{e}", (si, sets + 1 + e), parked, fill)
         out.setdefault("extra_outputs", []).append(kept)
     return None

@@ -148,6 +148,8 @@ class CallRecord(TypedDict):
     rc: int
     error: str | None
     capture_error: str | None
+    launch_error: NotRequired[str | None]
+    """A launch error the call left unread in its library's runtime (:meth:`~.worker.Worker.launch_error`)."""
     device_state: NotRequired[str | None]
     fatal: NotRequired[bool]
 
@@ -228,6 +230,8 @@ class TimedShape(TypedDict):
     check_error: NotRequired[str]
     capture_error: NotRequired[str | None]
     capture_rc: NotRequired[int]
+    launch_error: NotRequired[str | None]
+    """A launch error the captured call left unread in its library's runtime."""
     device_state: NotRequired[str | None]
 
 

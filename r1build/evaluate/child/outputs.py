@@ -10,7 +10,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .judge import OutputJudge, Parking, park_layout, parked_size
-from .messages import BenchShapeRequest, JudgeReply, JudgeRequest, ParkedItem, Reply, SaveParkedRequest, TimeRequest
+from .messages import (
+    BenchFill,
+    BenchShapeRequest,
+    JudgeReply,
+    JudgeRequest,
+    ParkedItem,
+    Reply,
+    SaveParkedRequest,
+    TimeRequest,
+)
 
 if TYPE_CHECKING:
     from .worker import Worker
@@ -52,6 +61,26 @@ def _save(worker: Worker, arrays: list[Any], shape: BenchShapeRequest, tag: str)
     return paths
 
 
+def _changed_inputs(
+    worker: Worker, arrays: list[Any], shape: BenchShapeRequest, fill: BenchFill, tag: str
+) -> dict[int, str]:
+    """The ``in`` arrays among ``arrays`` that no longer hold what ``fill`` put there (compared on the device with
+    the pristine copies), each written to a file for the parent to name: by array index, its path."""
+    changed: dict[int, str] = {}
+    pristine = worker.pristine
+    for j, (arr, a) in enumerate(zip(arrays, shape["arrays"], strict=True)):
+        path = fill["files"][j]
+        if a["role"] != "in" or path is None or not int(a["count"]):
+            continue
+        raw = arr.view(worker.cp.uint8)[: int(a["count"]) * int(a["itemsize"])]
+        if pristine is not None and pristine.holds(path, raw, worker.stream):
+            continue
+        target = Path(shape["out_dir"]) / f"{tag}-{j}.bin"
+        _to_file(worker, raw, target)
+        changed[j] = str(target)
+    return changed
+
+
 def keep_outputs(
     worker: Worker,
     arrays: list[Any],
@@ -59,18 +88,26 @@ def keep_outputs(
     tag: str,
     where: tuple[int, int],
     parked: Parked | None,
+    fill: BenchFill | None = None,
 ) -> list[str | None]:
     """What one call left in ``arrays``, the whole device idle first: written to files (their paths), or with
-    ``parked`` copied into the parked allocation at the places of ``where`` (shape, set; no paths)."""
+    ``parked`` copied into the parked allocation at the places of ``where`` (shape, set; no paths). Given the
+    ``fill`` the call's inputs came from, an ``in`` array the call wrote into goes to a file too (its path in its
+    place; None where it is unchanged), so the parent names the input rather than the outputs it spoiled."""
     worker.rt.deviceSynchronize()
+    changed = _changed_inputs(worker, arrays, shape, fill, tag) if fill is not None else {}
     if parked is None:
-        return _save(worker, arrays, shape, tag)
-    assert worker.parking is not None
-    for j, (arr, a) in enumerate(zip(arrays, shape["arrays"], strict=True)):
-        if a["role"] != "in":
-            worker.parking.park(arr.view(worker.cp.uint8), parked[(where[0], where[1], j)], worker.stream)
-    worker.stream.synchronize()  # copied before the candidate is called again (the capture after the tweak)
-    return [None] * len(arrays)
+        paths = _save(worker, arrays, shape, tag)
+    else:
+        assert worker.parking is not None
+        for j, (arr, a) in enumerate(zip(arrays, shape["arrays"], strict=True)):
+            if a["role"] != "in":
+                worker.parking.park(arr.view(worker.cp.uint8), parked[(where[0], where[1], j)], worker.stream)
+        worker.stream.synchronize()  # copied before the candidate is called again (the capture after the tweak)
+        paths = [None] * len(arrays)
+    for j, path in changed.items():
+        paths[j] = path
+    return paths
 
 
 def reserve(worker: Worker, h: TimeRequest) -> Parked | None:

@@ -102,6 +102,19 @@ class PristineInputs:
         if n:
             raw[:n].data.copy_from_device_async(copy.data.data, n, stream)
 
+    def holds(self, path: str, raw: Any, stream: Any) -> bool:
+        """Whether the uint8 device array ``raw`` still holds exactly the bytes of file ``path`` (a device-side
+        compare against the kept copy, whose checksum is checked first). False where no intact copy is kept or
+        the sizes differ: the caller then sends the bytes to the parent, which compares them with its own."""
+        copy = self._copies.get(path)
+        if copy is None or int(raw.size) != copy.nbytes:
+            return False
+        if self._checksum(copy.data, stream) != copy.checksum:
+            return False
+        with stream:
+            same = self._cp.array_equal(raw, copy.data.view(self._cp.uint8)[: copy.nbytes])
+        return bool(same)
+
     def _drop(self, path: str) -> None:
         copy = self._copies.pop(path)
         self._held -= copy.data.nbytes

@@ -76,6 +76,10 @@ from .outputs import Parked, keep_outputs, op_judge, op_save_parked, reserve
 from .pristine import PristineInputs
 from .protocol import CAPTURE_ERRORS, PeerClosed, read_message, write_message
 
+LAST_ERROR_SYMBOL = "r1build_last_error"
+"""The function the link step adds to every candidate library (:data:`r1build.gate.link.LAST_ERROR_SYMBOL`: the
+same name, kept here so the worker imports nothing of the gate): the library's own ``cudaGetLastError``."""
+
 __all__ = ["main"]
 
 _HELPERS = r"""
@@ -241,6 +245,8 @@ class Worker:
         """Whether every array of the benchmark shape being timed ends at unmapped memory."""
         self._events: list[tuple[Any, Any]] = []
         self._pristine: PristineInputs | None = None
+        self._last_error: dict[int, Any] = {}
+        """Per loaded entry point (by ``id``), its library's ``r1build_last_error`` (:mod:`r1build.gate.link`)."""
         self.pinned: Any = None
         """The pinned host buffer outputs go through to their files (:func:`.outputs.host_buffer`)."""
         self.parking: Parking | None = None
@@ -253,6 +259,19 @@ class Worker:
         """The arrays of the benchmark shapes, each ending at unmapped memory (:mod:`.guarded`)."""
         self.guarded_failed = False
         """Whether the driver has no virtual memory management: benchmark arrays come from cupy's pool."""
+
+    @property
+    def pristine(self) -> PristineInputs | None:
+        """The device copies of the input files (None before the first fill)."""
+        return self._pristine
+
+    def launch_error(self, fn: Any) -> str | None:
+        """What the candidate's own CUDA runtime holds as its last error after a call of ``fn`` (a launch that
+        failed and that the call did not read itself: an invalid configuration, say), read and cleared through the
+        library's ``r1build_last_error``; None where there is none or the library has no such function."""
+        last = self._last_error.get(id(fn))
+        code = int(last()) if last is not None else 0
+        return f"{self.error_text(code)} ({code})" if code else None
 
     # -- plumbing ----------------------------------------------------------------------------------------
     def hello(self) -> Hello:
@@ -429,6 +448,10 @@ class Worker:
             fn = getattr(lib, str(h["entry"]))
             fn.argtypes = [CTYPES[code] for code in h["argtypes"]] + [ctypes.c_void_p]
             fn.restype = ctypes.c_int
+            last = getattr(lib, LAST_ERROR_SYMBOL, None)
+            if last is not None:
+                last.argtypes, last.restype = [], ctypes.c_int
+                self._last_error[id(fn)] = last
             self.libs[key] = (lib, fn)
         return {"ok": True}, []
 
@@ -585,6 +608,7 @@ class Worker:
             self._capture_only(fn, args, record)
         else:
             record["rc"] = int(fn(*args, self.stream.ptr))
+            record["launch_error"] = self.launch_error(fn)
 
     def _concurrent(self, fn: Any, first: list[Any], second: list[Any]) -> tuple[int, int]:
         """Two calls that start at the same moment on two streams: both streams wait behind one spin kernel,
@@ -605,6 +629,7 @@ class Worker:
         self.stream.begin_capture(getattr(self.rt, "streamCaptureModeGlobal", 0))
         try:
             record["rc"] = int(fn(*args, self.stream.ptr))
+            record["launch_error"] = self.launch_error(fn)
         finally:
             try:
                 self.stream.end_capture()
@@ -625,6 +650,7 @@ class Worker:
         self.stream.begin_capture(mode)
         try:
             record["rc"] = int(fn(*args, self.stream.ptr))
+            record["launch_error"] = self.launch_error(fn)
         finally:
             try:
                 graph = self.stream.end_capture()
@@ -713,7 +739,8 @@ class Worker:
                 if failed:
                     out["check_error"] = failed
                     return out
-            out["outputs"].append(keep_outputs(self, arrays, shape, f"{tag}-set{k}", (si, k), parked))
+            kept = keep_outputs(self, arrays, shape, f"{tag}-set{k}", (si, k), parked, shape["sets"][k])
+            out["outputs"].append(kept)
         failed = lazy_output_call(self, fn, shape, sets[0], (tag, si, parked), out)
         if failed:
             out["check_error"] = failed
@@ -725,11 +752,14 @@ class Worker:
         if failed:
             out["check_error"] = failed
             return out
-        out["tweak_outputs"] = keep_outputs(self, arrays, shape, f"{tag}-tweak", (si, len(sets)), parked)
+        out["tweak_outputs"] = keep_outputs(
+            self, arrays, shape, f"{tag}-tweak", (si, len(sets)), parked, shape["tweak"]
+        )
         record: CallRecord = {"rc": 0, "error": None, "capture_error": None}
         self._capture_only(fn, args, record)
         out["capture_error"] = record["capture_error"]
         out["capture_rc"] = record["rc"]
+        out["launch_error"] = record.get("launch_error")
         if not record["capture_error"] and not record["rc"]:
             failed = graph_replays(self, fn, shape, sets[0], (tag, si, parked), out)
             if failed:
