@@ -105,7 +105,7 @@ sandbox() {  # the sandbox on the GPU: its tests (a slot's worker runs cupy conf
 checks() {  # the correctness groups side by side, limit CHECKS_LIMIT (260 s) each: the cheat corpus once, the evaluate GPU
   # tests (corpus, quiet, pristine, judge), every GPU test outside tests/evaluate; then `speed` may follow alone
   local limit=${CHECKS_LIMIT:-260} site
-  timeout "$limit" python3 -m pytest tests/evaluate/test_evaluate_cheats.py -k "run1 or gate" -q -rfE --tb=line \
+  timeout "$limit" python3 -m pytest tests/evaluate/test_evaluate_cheats.py -k "${CHEATS_K:-run1 or gate}" -q -rfE --tb=line \
     -p no:cacheprovider -p no:benchmark > "$OUT/cheats.log" 2>&1 &
   R1BUILD_CACHE_DIR=/tmp/c-corpus timeout "$limit" python3 -m pytest tests/evaluate -m gpu \
     --ignore=tests/evaluate/test_evaluate_cheats.py -k "not root_kernels" -q -rfE --tb=short -p no:cacheprovider \
@@ -177,6 +177,18 @@ final() {  # the session's last call: the root resolved alone (cache kept for th
     > "$OUT/outside.log" 2>&1 &
   wait
   for f in final rest outside; do tail -n 4 "$OUT/$f.log"; done
+}
+
+before() {  # issue 27's classes against the evaluator before its third round: the tree 587dc49's r1build beside
+  # today's tests, kernels and manifest, unpacked on the CPU machine into before/ (carried): every case listed must FAIL
+  # there (the cheat passes, the reason differs), which is the "passes before" half of each regression kernel
+  # (git archive 587dc49 r1build | tar -x -C before; cp -r tests kernels kernels.toml pyproject.toml before/)
+  [ -d before/r1build ] || { echo "no before/ tree"; return; }
+  (cd before && PYTHONPATH=/tmp/site:$PWD timeout "${BEFORE_LIMIT:-200}" python3 -m pytest \
+    tests/evaluate/test_evaluate_cheats.py -k "run1 and (${BEFORE_K:-bench_ or replay_epoch or reentrancy or aligned_fast or overread_large or lazy_finger or tf32})" \
+    -q -rfE --tb=line -p no:cacheprovider -p no:benchmark) > "$OUT/before.log" 2>&1
+  echo "exit $?" >> "$OUT/before.log"
+  tail -n 14 "$OUT/before.log"
 }
 
 recheck() {  # the tests the final phase failed, after their fixes: PTX wheels, the loop's second round, ncu
