@@ -405,8 +405,12 @@ class GpuEvaluator:
 
     def _build(self, job: Job, candidate: Candidate, arch: str, workdir: Path) -> Library | LibraryFailure:
         object_for = getattr(self.gate, "object_for", None)
+        library_for = getattr(self.gate, "library_for", None)
         compiled = object_for(candidate.digest, arch) if callable(object_for) else None
-        if compiled is not None:
+        linked = library_for(candidate.digest, arch) if callable(library_for) else None
+        if linked is not None:
+            self._meter.count("library_from_gate", 1)
+        elif compiled is not None:
             self._meter.count("linked_from_gate", 1)
         return build_library(
             candidate,
@@ -417,6 +421,7 @@ class GpuEvaluator:
             workdir=workdir,
             declaration=declaration(job.spec),
             compiled_object=compiled,
+            linked_library=linked,
         )
 
     def _entries(self, job: Job) -> list[Candidacy]:

@@ -64,14 +64,20 @@ def build_library(
     timeout_s: float = 300.0,
     declaration: str | None = None,
     compiled_object: Path | None = None,
+    linked_library: Path | None = None,
 ) -> Library | LibraryFailure:
     """Compile, check and link one variant in ``workdir`` (created if missing), with the entry point's
     ``declaration`` pre-included as the gate compiles it; or, given the ``compiled_object`` of the gate's own
     compile of the variant (position-independent, with code for ``arch`` and maybe other archs), check and link
-    that, without compiling again."""
+    that, without compiling again; or, given the ``linked_library`` the gate's check-and-link step made of that
+    object in this process, take that library as it is."""
     workdir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     name = f"v_{candidate.digest[:16]}"
+    if linked_library is not None:
+        so = workdir / f"{name}.so"
+        shutil.copyfile(linked_library, so)
+        return Library(so, candidate.digest, arch, time.perf_counter() - start)
     if compiled_object is not None:
         obj = workdir / f"{name}.o"
         shutil.copyfile(compiled_object, obj)

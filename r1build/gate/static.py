@@ -173,14 +173,15 @@ class StaticGate:
         self.cache_hits = 0
         """Verdicts this gate took from the cache."""
         self.keep_objects = keep_objects
-        """Where the objects of passing compiles are kept (compiled position-independent), so a GPU evaluator
-        links its shared library from the gate's compile instead of compiling the variant again; None: not
+        """Where the objects of passing compiles and the shared libraries the gate linked from them are kept, so a
+        GPU evaluator loads the gate's own library instead of compiling and linking the variant again; None: not
         kept."""
         self.static_memory_limit = static_memory_limit
         """Most bytes of static memory a variant may reserve (:data:`.device_memory.STATIC_MEMORY_LIMIT`)."""
         self._toolchain = toolchain
         self._lock = threading.Lock()
         self._objects: dict[tuple[str, str], Path] = {}
+        self._libraries: dict[tuple[str, str], Path] = {}
         self._along: dict[tuple[str, str], tuple[str, ...]] = {}
 
     @property
@@ -266,6 +267,13 @@ class StaticGate:
         (with :attr:`keep_objects` only; a verdict from the cache has none)."""
         with self._lock:
             path = self._objects.get((digest, parse_arch(arch)))
+        return path if path is not None and path.is_file() else None
+
+    def library_for(self, digest: str, arch: str) -> Path | None:
+        """The shared library this gate linked, in this process, from the kept object of :meth:`object_for`: the
+        very step the GPU side would run again (with :attr:`keep_objects` only)."""
+        with self._lock:
+            path = self._libraries.get((digest, parse_arch(arch)))
         return path if path is not None and path.is_file() else None
 
     def compile_verdict(
@@ -393,19 +401,22 @@ class StaticGate:
                 timeout_s=self.timeout_s,
                 limit=self.static_memory_limit,
             )
-            if linked.status == "passed" and self.keep_objects is not None:
-                self._keep(compiled.object_path, candidate.digest, archs)
+            if linked.status == "passed" and linked.library is not None and self.keep_objects is not None:
+                self._keep(compiled.object_path, linked.library, candidate.digest, archs)
         reports = compiled.reports or {archs[0]: compiled.report}
         return [(verdict(a, linked.status, linked.detail, reports[a]), linked.cacheable) for a in archs]
 
-    def _keep(self, obj: Path, digest: str, archs: list[str]) -> None:
+    def _keep(self, obj: Path, library: Path, digest: str, archs: list[str]) -> None:
         assert self.keep_objects is not None
         self.keep_objects.mkdir(parents=True, exist_ok=True)
         kept = self.keep_objects / f"{digest[:32]}-{'-'.join(archs)}.o"
         shutil.copyfile(obj, kept)
+        kept_library = kept.with_suffix(".so")
+        shutil.copyfile(library, kept_library)
         with self._lock:
             for arch in archs:
                 self._objects[digest, arch] = kept
+                self._libraries[digest, arch] = kept_library
 
     @staticmethod
     def _apply_limits(result: Result, spec: KernelSpec, arch: str) -> Result:

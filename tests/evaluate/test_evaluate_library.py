@@ -150,6 +150,23 @@ def test_a_library_links_the_gates_own_object_instead_of_compiling_again(
     elves = subprocess.run([cuobjdump, "-lelf", str(lib.path)], capture_output=True, text=True, check=True).stdout
     assert "sm_80" in elves and "sm_90" in elves  # the gate's compile carried code for both archs
 
+    # the library the gate linked itself is taken as it is: no nvcc at all, the same exports
+    gate_library = gate.library_for(variant.digest, "sm_80")
+    assert gate_library is not None and gate_library == gate.library_for(variant.digest, "90-real")
+    assert again.library_for(variant.digest, "sm_90") is None
+    nvcc_runs.write_text("")
+    taken = build_library(
+        variant,
+        spec.name,
+        "sm_90",
+        flags=root_manifest.settings.nvcc_flags,
+        toolchain=counted,
+        workdir=tmp_path / "taken",
+        linked_library=gate_library,
+    )
+    assert isinstance(taken, Library) and nvcc_runs.read_text() == ""
+    assert taken.path.read_bytes() == gate_library.read_bytes() and taken.path.parent == tmp_path / "taken"
+
     # the link is an nvcc like a compile: it waits for one of the process's compile slots (all held here)
     import contextlib
     import threading
