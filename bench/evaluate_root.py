@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 from _report import command_line, host_info, utc_now, write_results  # noqa: E402
 
 from r1build.cache import Cache  # noqa: E402
-from r1build.evaluate import GpuEvaluator, detect_gpus, expand_variants  # noqa: E402
+from r1build.evaluate import EvaluatorOptions, GpuEvaluator, detect_gpus, expand_variants  # noqa: E402
 from r1build.evaluate.timeline import milestones  # noqa: E402
 from r1build.events import Event, Progress, sink  # noqa: E402
 from r1build.judge import Job  # noqa: E402
@@ -116,7 +116,7 @@ def one_run(
     with tempfile.TemporaryDirectory(prefix="r1build-bench-") as tmp, Cache(Path(tmp) / "cache") as cache:
         start = time.perf_counter()
         busy0, total0 = machine_busy()
-        with GpuEvaluator(cache, **evaluator_options) as evaluator, watching(evaluator):
+        with GpuEvaluator(cache, options=EvaluatorOptions(**evaluator_options)) as evaluator, watching(evaluator):
             jobs, unmeasured = [], []
             for spec in manifest.kernels:
                 candidates = replicated(expand_variants(manifest, spec), copies)

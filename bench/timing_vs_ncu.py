@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 from _report import command_line, host_info, utc_now, write_results  # noqa: E402
 
 from r1build.cache import Cache  # noqa: E402
-from r1build.evaluate import GpuEvaluator, detect_gpus, expand_variants  # noqa: E402
+from r1build.evaluate import EvaluatorOptions, GpuEvaluator, detect_gpus, expand_variants  # noqa: E402
 from r1build.evaluate.checks import arg_codes, arg_items  # noqa: E402
 from r1build.evaluate.inputs import array_shape, numpy_dtype  # noqa: E402
 from r1build.evaluate.library import Library, build_library  # noqa: E402
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     with (
         tempfile.TemporaryDirectory(prefix="r1build-ncu-") as tmp,
         Cache(Path(tmp) / "cache") as cache,
-        GpuEvaluator(cache, sanitize=False) as evaluator,
+        GpuEvaluator(cache, options=EvaluatorOptions(sanitize=False)) as evaluator,
     ):
         for spec in manifest.kernels:
             if arch not in manifest.archs_of(spec):

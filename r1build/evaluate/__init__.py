@@ -17,10 +17,12 @@ if TYPE_CHECKING:
     from .devices import GpuInfo, archs_of, detect_gpus
     from .evaluator import GpuEvaluator
     from .floors import DeviceFloors, bytes_moved, eval_flops, floor_us
+    from .options import EvaluatorOptions
     from .variants import expand_variants, tunable_value_sets
 
 __all__ = [
     "DeviceFloors",
+    "EvaluatorOptions",
     "GpuEvaluator",
     "GpuInfo",
     "archs_of",
@@ -34,6 +36,7 @@ __all__ = [
 
 _HOME = {
     "DeviceFloors": "floors",
+    "EvaluatorOptions": "options",
     "GpuEvaluator": "evaluator",
     "GpuInfo": "devices",
     "archs_of": "devices",

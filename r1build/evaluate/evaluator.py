@@ -78,7 +78,8 @@ from .jobs import (
 )
 from .judge_pool import JudgePool
 from .library import Library, LibraryFailure, build_library
-from .sanitizing import RUNS_PER_QUEUE, KernelKey, Sanitizing
+from .options import EvaluatorOptions
+from .sanitizing import KernelKey, Sanitizing
 from .slots import Slot, make_slot
 from .timeline import Meter
 from .timer import Timer
@@ -112,16 +113,8 @@ class GpuEvaluator:
     """Judges candidates on local GPUs; implements :class:`~r1build.judge.Evaluator`.
 
     ``cache`` stores the static gate's verdicts and the per-device floors (a private cache in the work directory
-    when None). ``sanitize_batch``: most candidates in one compute-sanitizer run (1: a run per candidate);
-    ``sanitize_runs``: runs of one kernel and tool at once.
-    ``check_workers``: worker processes per GPU that run correctness checks side by side (timing has its own).
-    ``judge_processes``: processes that judge the outputs of timed calls (:mod:`.judge_pool`; None: half the
-    cores, at most 8; 0: in the evaluator's own threads). ``in_order``: time jobs in the order given, each once
-    its background work is in, instead of the first one ready. ``time_before_sanitized``: a job is ready for timing
-    once its checks are in, its compute-sanitizer runs may go on (a finding then replaces the candidate's timing).
-    ``judge_on_gpu``: what the timed calls left is judged on the GPU by a process that never runs a candidate
-    (:mod:`.child.judge`; what it does not find clear still goes to the CPU's rules), else written to files.
-    Use as a context manager or call :meth:`close`; workers also end when this process does.
+    when None); ``options`` says how it judges (:class:`~.options.EvaluatorOptions`). Use as a context manager or
+    call :meth:`close`; workers also end when this process does.
     """
 
     def __init__(
@@ -131,40 +124,24 @@ class GpuEvaluator:
         gpus: Sequence[GpuInfo] | None = None,
         gate: Evaluator | None = None,
         toolchain: Toolchain | None = None,
-        sanitize: bool = True,
-        seed: int = 0,
-        call_timeout_s: float = 10.0,
-        timing_timeout_s: float = 30.0,
-        timing_budget_s: float = 0.3,
-        jobs: int | None = None,
         workdir: Path | None = None,
-        sanitize_batch: int = 16,
-        sanitize_runs: int = RUNS_PER_QUEUE,
-        check_workers: int = 4,
-        judge_processes: int | None = None,
-        in_order: bool = False,
-        time_before_sanitized: bool = False,
-        judge_on_gpu: bool = True,
+        options: EvaluatorOptions | None = None,
     ) -> None:
+        o = options or EvaluatorOptions()
+        self.options = o
+        """What it was made with."""
         self.gpus = list(gpus) if gpus is not None else detect_gpus()
         """The GPUs evaluated on."""
-        self.sanitize = sanitize
+        self.sanitize = o.sanitize
         """Whether compute-sanitizer runs (where it works)."""
-        self.in_order = in_order
-        """Whether a GPU times its jobs in the order given even when a later one is ready first (its checks and
-        sanitizer runs all in) and an earlier one is not."""
-        self.time_before_sanitized = time_before_sanitized
-        """Whether a job is timed once its checks are in, before its compute-sanitizer runs end (the GPU waits for
-        no sanitizer; their verdicts are applied when the job settles, a finding replacing a pass)."""
-        self.seed = seed
+        self.in_order = o.in_order
+        """:attr:`.options.EvaluatorOptions.in_order`, changeable between jobs."""
+        self.time_before_sanitized = o.time_before_sanitized
+        """:attr:`.options.EvaluatorOptions.time_before_sanitized`, changeable between jobs."""
+        self.seed = o.seed
         """Base seed of every generated input."""
-        self.call_timeout_s = call_timeout_s
+        self.call_timeout_s = o.call_timeout_s
         """Longest one correctness call may take before the candidate counts as hung."""
-        self.timing_timeout_s = timing_timeout_s
-        """Longest the timing of a benchmark shape may go without progress (the worker reports each batch of
-        samples), so a kernel that hangs only at the benchmark size costs seconds, not minutes."""
-        self.timing_budget_s = timing_budget_s
-        """GPU seconds of samples per candidate and benchmark shape."""
         self._meter = Meter()
         self.timeline = self._meter.timeline
         """When each piece of work ran, per job (:mod:`.timeline`)."""
@@ -175,21 +152,33 @@ class GpuEvaluator:
         self._gate = gate
         self._toolchain = toolchain
         self._pool = ThreadPoolExecutor(
-            max_workers=max(2, jobs or os.cpu_count() or 2), thread_name_prefix="r1build-evaluate"
+            max_workers=max(2, o.jobs or os.cpu_count() or 2), thread_name_prefix="r1build-evaluate"
         )
         self._libs: dict[tuple[str, str], Future[Library | LibraryFailure]] = {}
         self._gates: dict[tuple[KernelKey, tuple[str, ...]], Future[list[Result]]] = {}
         self._plans: dict[KernelKey, Future[list[ShapePlan]]] = {}
         self._ranks: dict[KernelKey, int] = {}
         self._lock = threading.Lock()
+        self._ahead: dict[JobKey, JobState] = {}
+        self._closing = False
+        self._checks: dict[tuple[KernelKey, str], Future[Checked]] = {}
+        self._notes: set[str] = set()
+        self._make_slots(o)
+        self._make_helpers(o)
+        for slot in self._every_slot:  # a worker takes seconds to start: begin now, while the first compiles run
+            self._warm(slot)
+
+    def _make_slots(self, o: EvaluatorOptions) -> None:
+        """Per GPU: the slot that times (with its judge process), its check workers, and the threads that use them."""
         self._slots = [
-            make_slot(gpu, self._root, sanitize=sanitize, nvcc=self._nvcc(), judge=judge_on_gpu) for gpu in self.gpus
+            make_slot(gpu, self._root, sanitize=o.sanitize, nvcc=self._nvcc(), judge=o.judge_on_gpu)
+            for gpu in self.gpus
         ]
         # the check workers of each GPU: processes of their own (the slot's worker is the GPU thread's, for timing)
         self._checkers = {
             id(slot): [
                 make_slot(slot.gpu, self._root, sanitize=False, nvcc=None, name=f"gpu{slot.gpu.index}-check{k}")
-                for k in range(1, max(1, check_workers) + 1)
+                for k in range(1, max(1, o.check_workers) + 1)
             ]
             for slot in self._slots
         }
@@ -207,12 +196,10 @@ class GpuEvaluator:
             id(slot): ThreadPoolExecutor(1, thread_name_prefix=f"r1build-settle{i}")
             for i, slot in enumerate(self._slots)
         }
-        self._ahead: dict[JobKey, JobState] = {}
-        self._closing = False
-        self._checks: dict[tuple[KernelKey, str], Future[Checked]] = {}
-        every_slot = self._slots + [c for checkers in self._checkers.values() for c in checkers]
-        self._every_slot = every_slot
-        self._notes: set[str] = set()
+        self._every_slot = self._slots + [c for checkers in self._checkers.values() for c in checkers]
+
+    def _make_helpers(self, o: EvaluatorOptions) -> None:
+        """The sanitizer runs, the judging processes, the timer, and the finalizer that ends them all."""
         self._sanitizing = Sanitizing(
             self._slots,
             submit=self._submit,
@@ -220,12 +207,12 @@ class GpuEvaluator:
             count=self._meter.count,
             span=self.timeline.add,
             cuobjdump=self._cuobjdump,
-            batch=sanitize_batch,
-            runs=sanitize_runs,
+            batch=o.sanitize_batch,
+            runs=o.sanitize_runs,
         )
         cpu = self._pool  # (not self._submit: the finalizer below must hold nothing that holds self)
         self._judges = JudgePool(
-            judge_processes, submit=lambda fn, *a, **kw: cpu.submit(contextvars.copy_context().run, fn, *a, **kw)
+            o.judge_processes, submit=lambda fn, *a, **kw: cpu.submit(contextvars.copy_context().run, fn, *a, **kw)
         )
         self._timer = Timer(
             cache=lambda: self.cache,
@@ -233,23 +220,21 @@ class GpuEvaluator:
             note=self._note,
             count=self._meter.count,
             root=self._root,
-            seed=seed,
-            call_timeout_s=call_timeout_s,
-            timeout_s=timing_timeout_s,
-            budget_s=timing_budget_s,
+            seed=o.seed,
+            call_timeout_s=o.call_timeout_s,
+            timeout_s=o.timing_timeout_s,
+            budget_s=o.timing_budget_s,
             judges=self._judges,
         )
         self._finalizer = weakref.finalize(
             self,
             _cleanup,
-            every_slot,
+            self._every_slot,
             [*self._check_pools.values(), *self._settlers.values(), self._pool, self._sanitizing.pool],
             self._judges,
             self._root,
             self._own_root,
         )
-        for slot in every_slot:  # a worker takes seconds to start: begin now, while the first compiles run
-            self._warm(slot)
 
     # -- public ------------------------------------------------------------------------------------------
     @property

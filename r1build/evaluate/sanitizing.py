@@ -50,6 +50,7 @@ from .child.messages import SanitizeArray, SanitizeJob, SanitizeShape
 from .devices import gpu_runs_arch
 from .floors import bytes_moved
 from .library import Library, LibraryFailure
+from .options import RUNS_PER_QUEUE
 from .sanitize import TOOLS, BatchRun, SanitizerOutcome, racecheck_level, uses_shared_memory
 from .slots import Slot
 
@@ -64,11 +65,6 @@ log = logging.getLogger(__name__)
 
 SANITIZE_MAX_BYTES = 2 << 20
 """Shapes whose arrays together exceed this are too large for a quick sanitizer run."""
-RUNS_PER_QUEUE = 2
-"""Runs of one kernel and tool at once while other runs wait for a place. More is slower when every core is busy:
-sanitizer runs share the one GPU, and on the H200 host eight a kernel (racecheck four candidates a run) took the
-root manifest from 102 to 120 s (bench/results/gpu_session_2026-12-02.md, call 4). Places nobody waits for go to
-more runs (:data:`MOST_RUNS`)."""
 MOST_RUNS = 4
 """Runs of one kernel and tool at once on places nobody waits for; another starts only while the queue holds at
 least :data:`TAKE_EACH` candidates nobody took for each run it has."""

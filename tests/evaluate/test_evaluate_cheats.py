@@ -20,7 +20,7 @@ import pytest
 
 from r1build.cache import Cache
 from r1build.errors import ToolchainError
-from r1build.evaluate import GpuEvaluator, expand_variants
+from r1build.evaluate import EvaluatorOptions, GpuEvaluator, expand_variants
 from r1build.gate import StaticGate
 from r1build.judge import Job
 from r1build.manifest import Manifest
@@ -231,7 +231,10 @@ def cheat_runs(
 
 def _evaluate_cases(manifest: Manifest, workdir: Path) -> dict[str, Result]:
     """One job per kernel: its cases, then its baseline, which must still pass after them."""
-    with Cache(workdir / "cache") as cache, GpuEvaluator(cache, call_timeout_s=8.0, timing_timeout_s=10.0) as evaluator:
+    with (
+        Cache(workdir / "cache") as cache,
+        GpuEvaluator(cache, options=EvaluatorOptions(call_timeout_s=8.0, timing_timeout_s=10.0)) as evaluator,
+    ):
         arch = min(a for a in evaluator.archs if not a.endswith("a"))
         jobs, names = [], []
         for kernel in sorted({c.kernel for c in CASES}):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from r1build.cache import Cache
-from r1build.evaluate import GpuEvaluator, expand_variants
+from r1build.evaluate import EvaluatorOptions, GpuEvaluator, expand_variants
 from r1build.evaluate.floors import FLOORS_NAMESPACE, DeviceFloors
 from r1build.judge import Job
 from r1build.manifest import Manifest
@@ -26,7 +26,7 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cache]:
 
 @pytest.fixture(scope="module")
 def evaluator(cache: Cache) -> Iterator[GpuEvaluator]:
-    with GpuEvaluator(cache, call_timeout_s=8.0) as ev:
+    with GpuEvaluator(cache, options=EvaluatorOptions(call_timeout_s=8.0)) as ev:
         yield ev
 
 

@@ -162,7 +162,7 @@ def test_the_judge_process_passes_the_honest_and_leaves_a_cheat_to_the_cpu(
     """The baseline and a kernel that skips its work above 2^20 elements, with the judge process and without it:
     the same verdicts and the same words; with it, the baseline's outputs never became files."""
     from r1build.cache import Cache
-    from r1build.evaluate import GpuEvaluator, expand_variants
+    from r1build.evaluate import EvaluatorOptions, GpuEvaluator, expand_variants
     from r1build.judge import Job
     from r1build.records import Candidate, Origin
 
@@ -176,7 +176,9 @@ def test_the_judge_process_passes_the_honest_and_leaves_a_cheat_to_the_cpu(
     for on_gpu in (True, False):
         with (
             Cache(tmp_path / f"cache-{on_gpu}") as cache,
-            GpuEvaluator(cache, call_timeout_s=8.0, timing_timeout_s=10.0, judge_on_gpu=on_gpu) as ev,
+            GpuEvaluator(
+                cache, options=EvaluatorOptions(call_timeout_s=8.0, timing_timeout_s=10.0, judge_on_gpu=on_gpu)
+            ) as ev,
         ):
             arch = min(a for a in ev.archs if not a.endswith("a"))
             results = ev.evaluate(Job(root_manifest, spec, arch, [baseline, cheat], baseline))
@@ -357,13 +359,18 @@ def test_each_gpu_gets_one_judge_process_of_its_own_unless_turned_off(tmp_path: 
     worker leaves in its home, cupy's kernel cache, reaches it); the check workers have none; judge_on_gpu=False
     gives none (the outputs go to files)."""
     from r1build.cache import Cache
-    from r1build.evaluate import GpuEvaluator
+    from r1build.evaluate import EvaluatorOptions, GpuEvaluator
     from r1build.evaluate.devices import GpuInfo
 
     gpu = GpuInfo(name="Stand-in GPU", arch="sm_90", index=0, memory=1 << 30)
     with Cache(tmp_path / "cache") as cache:
         for on in (True, False):
-            with GpuEvaluator(cache, gpus=[gpu], sanitize=False, workdir=tmp_path / f"w{on}", judge_on_gpu=on) as ev:
+            with GpuEvaluator(
+                cache,
+                gpus=[gpu],
+                workdir=tmp_path / f"w{on}",
+                options=EvaluatorOptions(sanitize=False, judge_on_gpu=on),
+            ) as ev:
                 (slot,) = ev._slots
                 assert all(c.judge is None for c in ev._checkers[id(slot)])
                 if not on:

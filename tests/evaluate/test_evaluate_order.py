@@ -7,7 +7,7 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from r1build.cache import Cache
-from r1build.evaluate import GpuEvaluator
+from r1build.evaluate import EvaluatorOptions, GpuEvaluator
 from r1build.evaluate.jobs import Candidacy, JobState
 from r1build.evaluate.sanitizing import KernelKey, SanitizeRuns
 from r1build.judge import Job
@@ -97,7 +97,9 @@ def test_an_error_at_the_job_the_gpu_took_reaches_that_job_and_those_after_it(tm
     gpu = GpuInfo(name="Stand-in GPU", arch="sm_90", index=0, memory=1 << 30)
     with (
         Cache(tmp_path / "cache") as cache,
-        GpuEvaluator(cache, gpus=[gpu], sanitize=False, check_workers=1, workdir=tmp_path / "w") as evaluator,
+        GpuEvaluator(
+            cache, gpus=[gpu], workdir=tmp_path / "w", options=EvaluatorOptions(sanitize=False, check_workers=1)
+        ) as evaluator,
     ):
         first, first_check, first_runs = _state(evaluator, "matmul")
         second, _, _ = _state(evaluator, "rmsnorm")
@@ -128,7 +130,9 @@ def test_timed_before_sanitized_a_job_is_ready_on_its_checks_and_a_later_finding
 
     with (
         Cache(tmp_path / "cache") as cache,
-        GpuEvaluator(cache, gpus=[], workdir=tmp_path / "w", time_before_sanitized=True) as evaluator,
+        GpuEvaluator(
+            cache, gpus=[], workdir=tmp_path / "w", options=EvaluatorOptions(time_before_sanitized=True)
+        ) as evaluator,
     ):
         readiness = Readiness()
         state, check, runs = _state(evaluator, "matmul")

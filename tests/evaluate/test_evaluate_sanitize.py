@@ -382,7 +382,7 @@ def test_each_kernels_runs_call_its_own_entry_point_on_any_place(tmp_path: Path)
 def test_places_nobody_waits_for_go_to_the_queue_with_the_most_candidates_left(tmp_path: Path) -> None:
     """Two runs a kernel and tool while others wait for a place; idle places go to more runs of a queue that still
     holds many candidates nobody took (each run takes one at a time), so slow candidates spread over them."""
-    from r1build.evaluate.sanitizing import RUNS_PER_QUEUE
+    from r1build.evaluate.options import RUNS_PER_QUEUE
 
     names = [f"slow-{i}.so" for i in range(12)]
     outcomes, _, counters = _sanitizing_runs(tmp_path, names, batch=16, processes=3 * RUNS_PER_QUEUE + 4)

@@ -1,0 +1,50 @@
+"""The settings of one GPU evaluator (:class:`~.evaluator.GpuEvaluator`): what it checks and how hard, how long it
+waits, and how its work is spread over processes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["RUNS_PER_QUEUE", "EvaluatorOptions"]
+
+RUNS_PER_QUEUE = 2
+"""Compute-sanitizer runs of one kernel and tool at once while other runs wait for a place. More is slower when
+every core is busy: sanitizer runs share the one GPU, and on the H200 host eight a kernel (racecheck four
+candidates a run) took the root manifest from 102 to 120 s (bench/results/gpu_session_2026-12-02.md, call 4).
+Places nobody waits for go to more runs (:data:`.sanitizing.MOST_RUNS`)."""
+
+
+@dataclass(frozen=True)
+class EvaluatorOptions:
+    """How a :class:`~.evaluator.GpuEvaluator` judges candidates."""
+
+    sanitize: bool = True
+    """Whether compute-sanitizer runs (where it works)."""
+    seed: int = 0
+    """Base seed of every generated input."""
+    call_timeout_s: float = 10.0
+    """Longest one correctness call may take before the candidate counts as hung."""
+    timing_timeout_s: float = 30.0
+    """Longest the timing of a benchmark shape may go without progress (the worker reports each batch of samples),
+    so a kernel that hangs only at the benchmark size costs seconds, not minutes."""
+    timing_budget_s: float = 0.3
+    """GPU seconds of samples per candidate and benchmark shape."""
+    jobs: int | None = None
+    """Threads of the evaluator's own CPU work (None: the cores, at least 2)."""
+    sanitize_batch: int = 16
+    """Most candidates in one compute-sanitizer run (1: a run per candidate)."""
+    sanitize_runs: int = RUNS_PER_QUEUE
+    """Compute-sanitizer runs of one kernel and tool at once."""
+    check_workers: int = 4
+    """Worker processes per GPU that run correctness checks side by side (timing has its own)."""
+    judge_processes: int | None = None
+    """Processes that judge the outputs of timed calls (:mod:`.judge_pool`; None: half the cores, at most 8; 0: in
+    the evaluator's own threads)."""
+    in_order: bool = False
+    """Time jobs in the order given, each once its background work is in, instead of the first one ready."""
+    time_before_sanitized: bool = False
+    """A job is timed once its checks are in, before its compute-sanitizer runs end (the GPU waits for no
+    sanitizer; their verdicts are applied when the job settles, a finding replacing a pass)."""
+    judge_on_gpu: bool = True
+    """What the timed calls left is judged on the GPU by a process that never runs a candidate (:mod:`.child.judge`;
+    what it does not find clear still goes to the CPU's rules), else written to files."""
