@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .digests import canonical_json
 from .errors import ConfigError, SignatureError
 from .filemode import replace_problem
 
@@ -396,7 +397,6 @@ def entry_payload(key: str, payload: bytes) -> bytes:
 
 def entry_statement(key: str, sha256: str) -> bytes:
     """:func:`entry_payload` of a payload whose sha256 is known (a bundle's, checked as it is read)."""
-    from .keys import canonical_json  # keys imports the manifest model, which imports this module
 
     return canonical_json({"statement": ENTRY_STATEMENT, "key": key, "sha256": sha256})
 

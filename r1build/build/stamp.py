@@ -20,7 +20,7 @@ a warm build imports nothing of r1build but this module; everything else asks wi
 Unlocked builds neither write nor read a stamp: without ``--locked`` the cache can change a kernel's winner (an
 imported bundle, a decision made by ``r1build resolve``) without any file here changing. Anything unreadable,
 missing or different means "resolve again"; a stamp only ever skips work whose result is proven unchanged.
-This module imports the standard library and r1build's light :mod:`~r1build.fingerprint` and
+This module imports the standard library and r1build's light :mod:`~r1build.digests` and
 :mod:`~r1build.nvcc_lookup` only.
 """
 
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
 from .. import __version__
-from ..fingerprint import code_fingerprint, path_digest
+from ..digests import code_fingerprint, path_digest
 from ..nvcc_lookup import first_nvcc, nvcc_identity
 
 if TYPE_CHECKING:

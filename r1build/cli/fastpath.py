@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from .. import __version__
-from ..fingerprint import code_fingerprint, path_digest
+from ..digests import code_fingerprint, path_digest
 
 if TYPE_CHECKING:
     import argparse

@@ -15,7 +15,10 @@ from pathlib import Path
 
 from .. import __version__
 
-__all__ = ["ProcessFacts", "mismatch", "package_digest", "process_facts"]
+__all__ = ["COMPILE_RESOURCE", "ProcessFacts", "mismatch", "package_digest", "process_facts"]
+
+COMPILE_RESOURCE = "compile"
+"""The Dask resource of a worker slot that runs static-gate compiles."""
 
 _PACKAGE = Path(__file__).resolve().parents[1]
 

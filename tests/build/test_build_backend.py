@@ -457,7 +457,7 @@ def test_a_warm_build_imports_nothing_of_r1build_but_the_stamp(locked_tiny: Path
     settings, modules = json.loads(proc.stdout)
     assert settings[KERNELS_DEFINE].endswith("r1build_kernels.cmake") and settings[COMPILER_DEFINE]
     assert "kernels and lock unchanged since the last locked build" in proc.stderr
-    light = {"r1build.build.stamp", "r1build.fingerprint", "r1build.nvcc_lookup"}
+    light = {"r1build.build.stamp", "r1build.digests", "r1build.nvcc_lookup"}
     assert set(modules) == {"r1build", "r1build.build", *light}
 
 

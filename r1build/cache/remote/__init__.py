@@ -7,6 +7,7 @@ Backends (:mod:`.http`, :mod:`.s3`) are imported only when a URL of theirs is us
 
 from __future__ import annotations
 
+import urllib.parse
 from pathlib import Path
 
 from ...errors import ConfigError
@@ -15,7 +16,7 @@ from ...manifest.load import remote_url_problem
 from ...settings import env_settings
 from ..store import Cache
 from .layer import RECORD_KINDS, ROOT, RemoteLayer, RemoteProblem, blob_key, record_key
-from .store import RemoteStore, RemoteUnavailable, open_store
+from .store import RemoteStore, RemoteUnavailable
 
 __all__ = [
     "RECORD_KINDS",
@@ -82,3 +83,19 @@ def attach_remote(
     cache.remote = remote_layer(manifest, url=url, write=write, signing_key=signing_key)
     cache.trusted = trusted_keys(manifest)
     return cache
+
+
+def open_store(url: str, *, timeout: float, header: tuple[str, str] | None) -> RemoteStore:
+    """The backend for ``url``: :class:`~.http.HttpStore` for http(s), :class:`~.s3.S3Store` for s3 (needs the
+    ``s3`` extra). :class:`~r1build.errors.ConfigError` for a URL that is neither."""
+    problem = remote_url_problem(url)
+    if problem is not None:
+        raise ConfigError(f"remote cache: {problem}")
+    scheme = urllib.parse.urlsplit(url).scheme
+    if scheme == "s3":
+        from .s3 import S3Store
+
+        return S3Store(url, timeout=timeout)
+    from .http import HttpStore
+
+    return HttpStore(url, timeout=timeout, header=header)
