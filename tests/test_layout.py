@@ -13,8 +13,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 import r1build
 
 _NOT_YET: set[str] = set()
@@ -222,7 +220,6 @@ def _folder(module: str) -> str:
     )
 
 
-@pytest.mark.xfail(strict=True, reason="the move into folders comes next")
 def test_every_folder_has_a_floor_and_no_import_goes_up() -> None:
     package = Path(r1build.__file__).parent
     folders = {p.name for p in package.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
@@ -241,7 +238,6 @@ def test_every_folder_has_a_floor_and_no_import_goes_up() -> None:
     assert _cycles(across) == []  # folders of one floor: one may use the other, never both ways
 
 
-@pytest.mark.xfail(strict=True, reason="the move into folders comes next")
 def test_the_package_root_keeps_only_the_shared_vocabulary() -> None:
     """At most 11 files directly in ``r1build/`` (``py.typed`` and data files count): a module that belongs to a
     stage lives in the stage's folder."""

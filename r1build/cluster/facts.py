@@ -59,7 +59,7 @@ class ProcessFacts:
 def process_facts(*, with_gpus: bool = True) -> ProcessFacts:
     """This process's facts (``with_gpus``: also list its GPUs, which imports cupy where installed)."""
     from ..errors import ToolchainError
-    from ..toolchain import toolchain
+    from ..toolchain.nvcc import toolchain
 
     try:
         ident: str | None = toolchain().ident

@@ -26,7 +26,7 @@ from ..manifest.archs import ARCHS, parse_arch
 from ..manifest.load import cluster_address_problem
 from ..manifest.model import Manifest
 from ..records import Result, from_json
-from ..toolchain import toolchain
+from ..toolchain.nvcc import toolchain
 from . import loopback, plain_tcp, tls_problem
 from .checks import outcome_problem
 from .facts import COMPILE_RESOURCE, ProcessFacts, mismatch, process_facts

@@ -17,7 +17,7 @@ from typing import Literal
 
 from ..errors import ToolchainError, format_subprocess_failure
 from ..sandbox import Confinement, Sandbox, run_confined
-from ..toolchain import Toolchain
+from ..toolchain.nvcc import Toolchain
 from .compile_slots import compile_slot
 from .device_memory import STATIC_MEMORY_LIMIT, static_memory_problem
 from .symbols import check_object

@@ -40,10 +40,10 @@ def remote_layer(
 
     ``url``, ``write`` and ``signing_key`` (a key file) are the command line's (None: not given); then the
     environment, then the manifest. Writing needs the team's signing key (``signing_key`` or
-    ``R1BUILD_SIGNING_KEY``, :func:`r1build.signing.load_private_key`): without one it is a
+    ``R1BUILD_SIGNING_KEY``, :func:`r1build.trust.signing.load_private_key`): without one it is a
     :class:`~r1build.errors.ConfigError`, before anything runs.
     """
-    from ...signing import load_private_key, trusted_keys
+    from ...trust.signing import load_private_key, trusted_keys
 
     env = env_settings()
     chosen = url or env.remote_cache or manifest.settings.cache.url
@@ -78,7 +78,7 @@ def attach_remote(
 ) -> Cache:
     """``cache`` with the configured remote layer behind it (none when none is configured), and the manifest's
     trusted keys as the keys it trusts (:attr:`~r1build.cache.storage.Storage.trusted`)."""
-    from ...signing import trusted_keys
+    from ...trust.signing import trusted_keys
 
     cache.remote = remote_layer(manifest, url=url, write=write, signing_key=signing_key)
     cache.trusted = trusted_keys(manifest)
