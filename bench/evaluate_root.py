@@ -6,7 +6,7 @@ an LLM).
 
 Targets: at least 30 candidates a minute end to end (compile, gate, correctness, sanitizers, timing); the median
 of kernels of 50 us and more good to 0.5% (its standard error, from the spread of single cold launches and the
-sample count: see r1build/selection.py); the same kernel within 3% between runs. Writes
+sample count: see r1build/selection/rules.py); the same kernel within 3% between runs. Writes
 ``bench/results/evaluate_root.json`` and ``.md``; exits 1 when a target is missed, 2 without a GPU.
 
     python bench/evaluate_root.py [--manifest kernels.toml] [--runs 2] [--out bench/results] [--no-resolve]
@@ -33,13 +33,13 @@ from _report import command_line, host_info, utc_now, write_results  # noqa: E40
 
 from r1build.cache import Cache  # noqa: E402
 from r1build.evaluate import EvaluatorOptions, GpuEvaluator, detect_gpus, expand_variants  # noqa: E402
-from r1build.evaluate.timeline import milestones  # noqa: E402
+from r1build.evaluate.timing.timeline import milestones  # noqa: E402
 from r1build.events import Event, Progress, sink  # noqa: E402
 from r1build.judge import Job  # noqa: E402
 from r1build.manifest import load_manifest  # noqa: E402
 from r1build.manifest.archs import parse_arch  # noqa: E402
 from r1build.records import Candidate, Result  # noqa: E402
-from r1build.selection import median_error, select_winner  # noqa: E402
+from r1build.selection.rules import median_error, select_winner  # noqa: E402
 
 TARGET_PER_MINUTE = 30.0
 TARGET_MEDIAN_ERROR = 0.005
@@ -432,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_judge_on_gpu:
         options["judge_on_gpu"] = False
     if args.most_runs is not None:
-        from r1build.evaluate import sanitizing
+        from r1build.evaluate.sanitizer import schedule as sanitizing
 
         sanitizing.MOST_RUNS = args.most_runs
     gpus = detect_gpus()

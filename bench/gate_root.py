@@ -26,7 +26,7 @@ from r1build.evaluate.variants import expand_variants  # noqa: E402
 from r1build.gate.static import StaticGate  # noqa: E402
 from r1build.manifest import load_manifest  # noqa: E402
 from r1build.records import Candidate  # noqa: E402
-from r1build.toolchain import toolchain  # noqa: E402
+from r1build.toolchain.nvcc import toolchain  # noqa: E402
 
 
 def label(c: Candidate) -> str:

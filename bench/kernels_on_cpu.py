@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from _report import command_line, host_info, utc_now, write_results  # noqa: E402
 
-from r1build.evaluate.inputs import precision_floats  # noqa: E402
+from r1build.evaluate.correctness.inputs import precision_floats  # noqa: E402
 from r1build.evaluate.variants import expand_variants  # noqa: E402
 from r1build.manifest import load_manifest  # noqa: E402
 from r1build.manifest.model import Arg, KernelSpec, Manifest  # noqa: E402

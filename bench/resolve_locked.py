@@ -44,7 +44,7 @@ from _synthetic import write_project  # noqa: E402
 from r1build.cache import Cache  # noqa: E402
 from r1build.manifest import load_manifest  # noqa: E402
 from r1build.resolve import ResolveOptions, resolve  # noqa: E402
-from r1build.toolchain import find_nvcc  # noqa: E402
+from r1build.toolchain.nvcc import find_nvcc  # noqa: E402
 
 TARGET_MS = 100.0
 """Each warm command on the root manifest."""

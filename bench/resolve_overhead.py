@@ -47,7 +47,7 @@ def nvcc_cost() -> None:
     from r1build.gate.nvcc import PIC_FLAGS, compile_variant
     from r1build.manifest.cdecl import declaration
     from r1build.manifest.flags import rooted_flags
-    from r1build.toolchain import toolchain
+    from r1build.toolchain.nvcc import toolchain
 
     manifest = load_manifest(ROOT / "kernels.toml")
     tc = toolchain()

@@ -36,7 +36,7 @@ from r1build.manifest import load_manifest  # noqa: E402
 from r1build.manifest.cdecl import declaration  # noqa: E402
 from r1build.sandbox import Confinement, Sandbox, confined, unconfined  # noqa: E402
 from r1build.sandbox.policy import python_places  # noqa: E402
-from r1build.toolchain import toolchain  # noqa: E402
+from r1build.toolchain.nvcc import toolchain  # noqa: E402
 
 
 def paired(reps: int, confined_run: Callable[[], None], plain_run: Callable[[], None]) -> dict[str, Any]:

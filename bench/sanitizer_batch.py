@@ -31,20 +31,20 @@ sys.path.insert(0, str(ROOT))
 
 from _report import command_line, host_info, utc_now, write_results  # noqa: E402
 
-from r1build.evaluate.checks import (  # noqa: E402
+from r1build.evaluate.correctness.plan import (  # noqa: E402
     arg_codes,
     plan_checks,
 )
 from r1build.evaluate.devices import detect_gpus  # noqa: E402
 from r1build.evaluate.library import Library, build_library  # noqa: E402
-from r1build.evaluate.sanitize import HARNESS, TOOLS, find_sanitizer  # noqa: E402
-from r1build.evaluate.sanitizing import write_shapes  # noqa: E402
+from r1build.evaluate.sanitizer.runner import HARNESS, TOOLS, find_sanitizer  # noqa: E402
+from r1build.evaluate.sanitizer.schedule import write_shapes  # noqa: E402
 from r1build.evaluate.slots import worker_environment  # noqa: E402
 from r1build.manifest import load_manifest  # noqa: E402
 from r1build.manifest.cdecl import declaration  # noqa: E402
 from r1build.manifest.reference import load_reference  # noqa: E402
 from r1build.records import Candidate, Origin  # noqa: E402
-from r1build.toolchain import toolchain  # noqa: E402
+from r1build.toolchain.nvcc import toolchain  # noqa: E402
 
 
 def timed_run(exe: str, env: dict[str, str], tool: str, job_file: Path) -> dict[str, Any]:

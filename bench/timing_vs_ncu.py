@@ -39,13 +39,13 @@ from _report import command_line, host_info, utc_now, write_results  # noqa: E40
 
 from r1build.cache import Cache  # noqa: E402
 from r1build.evaluate import EvaluatorOptions, GpuEvaluator, detect_gpus, expand_variants  # noqa: E402
-from r1build.evaluate.checks import arg_codes, arg_items  # noqa: E402
-from r1build.evaluate.inputs import array_shape, numpy_dtype  # noqa: E402
+from r1build.evaluate.correctness.inputs import array_shape, numpy_dtype  # noqa: E402
+from r1build.evaluate.correctness.plan import arg_codes, arg_items  # noqa: E402
 from r1build.evaluate.library import Library, build_library  # noqa: E402
 from r1build.judge import Job  # noqa: E402
 from r1build.manifest import load_manifest  # noqa: E402
 from r1build.records import Candidate  # noqa: E402
-from r1build.toolchain import toolchain  # noqa: E402
+from r1build.toolchain.nvcc import toolchain  # noqa: E402
 
 TARGET = 0.02
 LONG_US = 50.0

@@ -127,7 +127,8 @@ class SandboxUnavailableError(ConfigError):
 
 class MissingExtraError(ConfigError):
     """A command needs an optional dependency that is not installed: openai to generate, numpy to check the
-    references, cupy to measure on a GPU. The message names the extra that installs it (:mod:`r1build.extras`)."""
+    references, cupy to measure on a GPU. The message names the extra that installs it
+    (:mod:`r1build.toolchain.extras`)."""
 
     def __init__(self, message: str, *, extra: str) -> None:
         self.extra = extra

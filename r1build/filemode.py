@@ -51,7 +51,7 @@ OutputKind = Literal["report", "dataset"]
 REPORT_MARKER = '<meta name="generator" content="r1build">'
 """In the ``<head>`` of every report page, within its first KiB: what marks the page as r1build's."""
 DATASET_SCHEMA_PREFIX = "r1build.dataset/"
-"""How the ``schema`` field of every dataset record starts (:data:`r1build.dataset.SCHEMA`)."""
+"""How the ``schema`` field of every dataset record starts (:data:`r1build.report.dataset.SCHEMA`)."""
 _LEGACY_REPORT = b"<title>r1build report"
 """The title of a report page written before :data:`REPORT_MARKER` was, which may be replaced as well."""
 _FIRST_LINE_LIMIT = 64 << 20

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from .manifest.model import KernelSpec, Manifest
 from .records import Candidate, Result
+
+if TYPE_CHECKING:
+    from .manifest.model import KernelSpec, Manifest
 
 __all__ = ["CHECKS_VERSION", "Evaluator", "Job"]
 

@@ -1,4 +1,4 @@
-"""Keys and digests: canonical JSON, sha256, and the decision key of a kernel on an arch.
+"""Keys: the decision key of a kernel on an arch.
 
 The decision key says *which question* a cached decision answers: the normalized spec (with the digest of the
 reference's source, the baseline and hand-written candidates' sources), the arch, and the generation settings
@@ -9,12 +9,13 @@ one CUDA release still builds with another (see :mod:`r1build.lock`).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .manifest.model import Generation, KernelSpec, Manifest
+from .digests import canonical_json, digest_bytes, digest_json
+
+if TYPE_CHECKING:
+    from .manifest.model import Generation, KernelSpec, Manifest
 
 __all__ = [
     "KEY_SCHEMA",
@@ -28,21 +29,6 @@ __all__ = [
 
 KEY_SCHEMA = 1
 """Bumped whenever what goes into a key changes meaning; old records then simply stop matching."""
-
-
-def canonical_json(obj: Any) -> bytes:
-    """Deterministic JSON: sorted keys, no whitespace, UTF-8."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
-
-
-def digest_bytes(data: bytes) -> str:
-    """Hex sha256 of ``data``."""
-    return hashlib.sha256(data).hexdigest()
-
-
-def digest_json(obj: Any) -> str:
-    """Hex sha256 of the canonical JSON of ``obj``."""
-    return digest_bytes(canonical_json(obj))
 
 
 def _file_digest(root: Path, rel: str | None) -> str | None:

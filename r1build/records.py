@@ -11,8 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
+from .convert import ConversionProblem, convert
 from .keys import canonical_json, digest_bytes, variant_digest
-from .manifest.convert import ConversionProblem, convert
 
 __all__ = [
     "Candidate",

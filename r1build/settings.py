@@ -24,7 +24,7 @@ variable                    meaning
                             overrides it
 ``R1BUILD_VERBOSE=1``       build lines for every stage's end (gate registers, cache hits)
 ``R1BUILD_SIGNING_KEY``     the Ed25519 private key that signs exported decisions (PEM text or the base64 of
-                            its 32 raw bytes; see :mod:`r1build.signing`); ``--signing-key FILE`` overrides it
+                            its 32 raw bytes; see :mod:`r1build.trust.signing`); ``--signing-key FILE`` overrides it
 ``R1BUILD_REMOTE_CACHE``    the remote cache URL (``http(s)://host/prefix`` or ``s3://bucket/prefix``);
                             ``--remote-cache`` overrides it, it overrides ``[cache] url``
 ``R1BUILD_REMOTE_WRITE=1``  publish new decisions (and the blobs they name) to the remote cache
@@ -58,7 +58,7 @@ reads as unset, say ``R1BUILD_OFLINE=1`` that would have kept a build offline) i
 command and build, with the closest one it may have meant (:func:`unknown_variables`); ``R1BUILD_TEST_*`` are the
 test suite's own. Variables that are not r1build's are read where they
 are used: the API keys by :mod:`r1build.generate.providers` (which receives the environment as a mapping),
-``CUDACXX`` / ``CUDA_HOME`` / ``CUDA_PATH`` by :mod:`r1build.toolchain`, ``SOURCE_DATE_EPOCH`` by
+``CUDACXX`` / ``CUDA_HOME`` / ``CUDA_PATH`` by :mod:`r1build.toolchain.nvcc`, ``SOURCE_DATE_EPOCH`` by
 :mod:`r1build.build` (which sets it for a build where it is unset), and an ``s3://`` remote's credentials
 and endpoint (``AWS_*``) by boto3's own chain.
 """
@@ -206,7 +206,7 @@ class EnvSettings:
     """``R1BUILD_VERBOSE``: build output shows each stage's closing line (unset: no)."""
     signing_key: str | None = field(default=None, repr=False)
     """``R1BUILD_SIGNING_KEY``: the private signing key's text, as given (parsed by
-    :func:`r1build.signing.load_private_key`); never shown in a repr."""
+    :func:`r1build.trust.signing.load_private_key`); never shown in a repr."""
     remote_cache: str | None = None
     """``R1BUILD_REMOTE_CACHE``: the remote cache URL, as given."""
     remote_write: bool | None = None

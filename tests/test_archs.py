@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from r1build.arch_support import require_supported_archs
 from r1build.errors import ManifestError, ToolchainError
 from r1build.manifest import load_manifest
 from r1build.manifest.archs import ArchTarget, arch_info, merge_targets, parse_target, settle_codes
-from r1build.toolchain import Toolchain, gpu_archs, toolchain
+from r1build.toolchain.archs import require_supported_archs
+from r1build.toolchain.nvcc import Toolchain, gpu_archs, toolchain
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -153,9 +153,9 @@ def test_a_manifest_built_in_code_gets_the_default_rule() -> None:
 def test_the_table_is_kept_in_the_cache_under_the_nvccs_identity(tmp_path: Path) -> None:
     from dataclasses import replace
 
-    from r1build.arch_support import ARCHS_NAMESPACE, known_archs
     from r1build.cache import Cache
     from r1build.keys import digest_json
+    from r1build.toolchain.archs import ARCHS_NAMESPACE, known_archs
 
     tc = require_toolchain()
     with Cache(tmp_path / "cache") as cache:

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from r1build.cli.main import main
+from r1build.evaluate.correctness.references import check_references
 from r1build.manifest import load_manifest
 from r1build.manifest.outputs import reference_outputs
 from r1build.manifest.reference import ReferenceProblem
-from r1build.reference_check import check_references
 
 MANIFEST = """\
 archs = ["sm_90"]

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from r1build.errors import MissingExtraError
-from r1build.extras import CHECK, CUPY, GENERATE, installed
 from r1build.resolve import prepare_build
+from r1build.toolchain.extras import CHECK, CUPY, GENERATE, installed
 
 ROOT = Path(__file__).resolve().parents[1]
 

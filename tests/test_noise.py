@@ -1,4 +1,5 @@
-"""r1build.noise: median, spread and the median's standard error, the numbers that decide both when the GPU worker
+"""r1build.selection.noise: median, spread and the median's standard error, the numbers that decide both when the GPU
+worker
 stops sampling a shape and whether one candidate beats another."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from r1build.noise import STOP_ERROR, median_and_spread, median_error, settled
+from r1build.selection.noise import STOP_ERROR, median_and_spread, median_error, settled
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 10, 20, 21, 199, 200])

@@ -12,7 +12,7 @@ import r1build
 from r1build.build.boundary import frontend_boundary
 from r1build.errors import ConfigError
 from r1build.settings import env_settings
-from r1build.toolchain import find_nvcc
+from r1build.toolchain.nvcc import find_nvcc
 
 FLAGS = {
     "R1BUILD_OFFLINE": "offline",

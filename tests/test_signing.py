@@ -16,7 +16,7 @@ from r1build.errors import ConfigError, ManifestError, SignatureError
 from r1build.keys import canonical_json
 from r1build.manifest import find_manifest, load_manifest
 from r1build.settings import env_settings
-from r1build.signing import (
+from r1build.trust.signing import (
     KeyPair,
     PublicKey,
     TrustedKeys,

@@ -6,8 +6,8 @@ import dataclasses
 from pathlib import Path
 
 from r1build.cache import Cache
+from r1build.cache.transcript_doc import LINKS_NAMESPACE, read_links
 from r1build.records import Candidate, CandidateRef, Origin
-from r1build.transcript_doc import LINKS_NAMESPACE, read_links
 
 
 def test_links_of_generate_and_of_a_search_and_what_cannot_be_read(tmp_path: Path) -> None:

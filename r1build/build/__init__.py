@@ -180,7 +180,7 @@ def _may_name_a_compiler(config_settings: HookSettings, project: Path) -> bool:
 def _one_compiler(
     given: str | list[str] | None, config_settings: HookSettings = None, project: Path | None = None
 ) -> str:
-    """The nvcc the gate uses (:func:`r1build.toolchain.find_nvcc`), to be CMake's ``CMAKE_CUDA_COMPILER`` too.
+    """The nvcc the gate uses (:func:`r1build.toolchain.nvcc.find_nvcc`), to be CMake's ``CMAKE_CUDA_COMPILER`` too.
 
     Left to itself, CMake picks its CUDA compiler by its own rules (``CUDACXX``, then ``PATH``), which need not
     be the nvcc r1build found (``R1BUILD_NVCC``, ``CUDACXX``, ``CUDA_HOME``, then ``PATH``): the gate would
@@ -190,7 +190,7 @@ def _one_compiler(
     must name the same nvcc, else :class:`~r1build.errors.ConfigError`.
     """
     from ..errors import ConfigError
-    from ..toolchain import find_nvcc
+    from ..toolchain.nvcc import find_nvcc
     from .compiler import compiler_requests
 
     found = find_nvcc()
@@ -276,7 +276,7 @@ def _prepare(
     if options.locked and out_dir is None:
         from ..manifest import find_manifest, load_manifest
         from ..manifest.inputs import manifest_inputs
-        from ..toolchain import find_nvcc, nvcc_lookup
+        from ..toolchain.nvcc import find_nvcc, nvcc_lookup
 
         inputs = manifest_inputs(load_manifest(find_manifest(project), check_references=False))
         write_stamp(project, options, given, inputs, cmake_file, (find_nvcc(), nvcc_lookup()))

@@ -25,7 +25,7 @@ PRIVATE_KEY = re.compile(rb"(?m)^-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)
 SCAN_LIMIT = 1 << 20
 """Members larger than this (bytes) are not read for keys."""
 _KEY_NAMES = frozenset({"r1build-signing-key.pem"})
-"""File names that are r1build's private keys whatever they hold (:data:`r1build.signing.DEFAULT_KEY_NAME`)."""
+"""File names that are r1build's private keys whatever they hold (:data:`r1build.trust.signing.DEFAULT_KEY_NAME`)."""
 
 
 def holds_private_key(name: str, data: bytes) -> bool:

@@ -90,7 +90,7 @@ def split_settings(
         if key.startswith(PREFIX):
             name = key[len(PREFIX) :]
             if name not in _KEYS:
-                from ..manifest.convert import did_you_mean
+                from ..convert import did_you_mean
 
                 known = ", ".join(PREFIX + k for k in _KEYS)
                 raise ConfigError(f"unknown config setting {key!r}{did_you_mean(name, _KEYS)}; r1build knows {known}")

@@ -32,7 +32,7 @@ from ..lock import lock_path, read_lock
 from ..manifest import Manifest
 from ..manifest.inputs import manifest_inputs
 from ..manifest.tomltext import TomlProblem, parse_toml
-from ..signing import DEFAULT_KEY_NAME
+from ..trust.signing import DEFAULT_KEY_NAME
 from .options import ConfigSettings
 
 __all__ = ["GENERATED_DIR", "check_offline_buildable", "sdist_settings"]

@@ -5,7 +5,7 @@ manifest, the lock (which names every winner by digest), the references, the han
 vendored winners, and the toolchain that gated them. After a locked ``prepare_build`` succeeds, the backend
 records in ``.r1build/build-stamp.json``: the digests of all of those and of the generated files; the nvcc (the
 places it was looked for, in order, the one found, and that binary's identity: path, real file, size, times and
-inode, as the remembered ``nvcc --version`` is keyed in :mod:`r1build.toolchain`); the build's context
+inode, as the remembered ``nvcc --version`` is keyed in :mod:`r1build.toolchain.nvcc`); the build's context
 (r1build's own code by its files' sizes and times, the Python, the project folder, the ``R1BUILD_*``, ``PATH``
 and CUDA variables); and the options, both as the ``r1build.*`` config settings were given and as parsed.
 
@@ -20,8 +20,8 @@ a warm build imports nothing of r1build but this module; everything else asks wi
 Unlocked builds neither write nor read a stamp: without ``--locked`` the cache can change a kernel's winner (an
 imported bundle, a decision made by ``r1build resolve``) without any file here changing. Anything unreadable,
 missing or different means "resolve again"; a stamp only ever skips work whose result is proven unchanged.
-This module imports the standard library and r1build's light :mod:`~r1build.fingerprint` and
-:mod:`~r1build.nvcc_lookup` only.
+This module imports the standard library and r1build's light :mod:`~r1build.digests` and
+:mod:`~r1build.toolchain.lookup` only.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
 from .. import __version__
-from ..fingerprint import code_fingerprint, path_digest
-from ..nvcc_lookup import first_nvcc, nvcc_identity
+from ..digests import code_fingerprint, path_digest
+from ..toolchain.lookup import first_nvcc, nvcc_identity
 
 if TYPE_CHECKING:
     from typing import TypedDict
@@ -83,9 +83,10 @@ if TYPE_CHECKING:
         nvcc: str
         """The nvcc that gated the winners (CMake's CUDA compiler too)."""
         nvcc_places: list[list[str]]
-        """Where it was looked for, in order (:func:`r1build.nvcc_lookup.nvcc_places`)."""
+        """Where it was looked for, in order (:func:`r1build.toolchain.lookup.nvcc_places`)."""
         nvcc_identity: str
-        """Its identity (:func:`r1build.nvcc_lookup.nvcc_identity`): another binary behind the path is another nvcc."""
+        """Its identity (:func:`r1build.toolchain.lookup.nvcc_identity`): another binary behind the path is another
+        nvcc."""
         toolchain: str
         """sha256 of its ``--version`` output."""
         inputs: dict[str, str | None]
@@ -194,7 +195,7 @@ def write_stamp(
 ) -> bool:
     """Record a successful locked resolution that gated with ``nvcc`` (the path and the places it was found
     from); False (and no stamp) when unlocked or something cannot be recorded."""
-    from ..toolchain import version_digest
+    from ..toolchain.nvcc import version_digest
 
     target = _stamp_file(project)
     path, places = nvcc

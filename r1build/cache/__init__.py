@@ -22,8 +22,13 @@ if TYPE_CHECKING:
     from .reports import BadEntry, CacheStats, Entry, GcReport
     from .rows import stored_values
     from .store import Cache, open_usable
+    from .transcript_doc import LINKS_NAMESPACE, SearchLinks, parse_transcript, read_links
 
 _WHERE = {
+    "LINKS_NAMESPACE": "transcript_doc",
+    "SearchLinks": "transcript_doc",
+    "parse_transcript": "transcript_doc",
+    "read_links": "transcript_doc",
     "BundleEntry": "bundle",
     "BundleSummary": "bundle",
     "export_bundle": "bundle",
@@ -55,6 +60,7 @@ _WHERE = {
 __all__ = [
     "DEFAULT_SIZE_LIMIT",
     "KINDS",
+    "LINKS_NAMESPACE",
     "BadEntry",
     "BundleEntry",
     "BundleSummary",
@@ -66,6 +72,7 @@ __all__ = [
     "Listed",
     "Pruned",
     "RepairReport",
+    "SearchLinks",
     "claim",
     "clean_cache",
     "default_cache_dir",
@@ -73,8 +80,10 @@ __all__ = [
     "import_bundle",
     "list_entries",
     "open_usable",
+    "parse_transcript",
     "prune_cache",
     "read_bundle",
+    "read_links",
     "referenced_blobs",
     "repair_cache",
     "resolve_cache_dir",

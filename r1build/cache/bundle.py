@@ -10,7 +10,7 @@ and length of its payload. The zip comment holds ``r1build-bundle index sha256=<
 
 **Signed bundles** (version 2, written when export is given a signing key): every entry that is not a blob
 (decisions, gate results, JSON documents) also carries ``"signature": "ed25519:<key id>:<base64>"``, the
-signature of :func:`r1build.signing.entry_payload` (its full key and the sha256 of its payload). Blobs need none:
+signature of :func:`r1build.trust.signing.entry_payload` (its full key and the sha256 of its payload). Blobs need none:
 their key is their content's digest, and only a signed decision makes a build use one. Import given trusted keys
 (the manifest's ``[cache] trusted-keys``) verifies each such entry and refuses, with one warning each, those that
 are unsigned, signed by a key not listed, or whose signature does not match; the rest is imported. Without trusted
@@ -35,7 +35,7 @@ What happens to entries the cache already has:
 * a decision that differs: the bundle's decision replaces the local one only when a GPU judged the bundle's and
   either none judged the local one (a bundle from a GPU machine upgrades a static-gate-only decision) or newer GPU
   checks did (its ``checks`` version is higher, and not above this r1build's); never when it contradicts itself
-  (:func:`~r1build.selection.decision_problem`); otherwise the local decision is kept (``kept``);
+  (:func:`~r1build.selection.rules.decision_problem`); otherwise the local decision is kept (``kept``);
 * a gate result or JSON document that differs: the local one is kept.
 
 A local entry that is corrupt is always replaced by the bundle's verified one.
@@ -63,7 +63,7 @@ from ..events import Note, emit
 from ..filemode import as_user_file, replace_problem
 from ..keys import canonical_json, digest_bytes
 from ..records import Decision, from_json
-from ..signing import PrivateKey, TrustedKeys, entry_payload, entry_statement, sign, verify
+from ..trust.signing import PrivateKey, TrustedKeys, entry_payload, entry_statement, sign, verify
 from .codec import KINDS, check_payload, kind_of
 from .index import process_gone
 from .store import Cache
@@ -135,7 +135,7 @@ class BundleEntry:
     size: int
     """Payload bytes."""
     signature: str | None = None
-    """Signed bundles: ``ed25519:<key id>:<base64>`` over :func:`~r1build.signing.entry_payload` (not blobs)."""
+    """Signed bundles: ``ed25519:<key id>:<base64>`` over :func:`~r1build.trust.signing.entry_payload` (not blobs)."""
 
 
 @dataclass(kw_only=True)
@@ -401,9 +401,9 @@ def _trusted_entries(entries: list[BundleEntry], trusted: TrustedKeys, summary: 
 def _upgrades(local: bytes, incoming: bytes) -> bool:
     """Whether an incoming decision replaces a local one: judged on a GPU where the local one was not, or by
     newer GPU checks (a version this r1build knows: a higher one is a claim it cannot weigh). Never one that
-    contradicts itself (:func:`~r1build.selection.decision_problem`): the good local one would be lost for it."""
+    contradicts itself (:func:`~r1build.selection.rules.decision_problem`): the good local one would be lost for it."""
     from ..judge import CHECKS_VERSION
-    from ..selection import decision_problem
+    from ..selection.rules import decision_problem
 
     new, old = from_json(Decision, incoming), from_json(Decision, local)
     if not new.on_gpu or (new.checks or 0) > CHECKS_VERSION or decision_problem(new) is not None:

@@ -13,7 +13,7 @@ import diskcache
 
 from ..errors import CacheError
 from ..records import Decision
-from ..selection import decision_problem
+from ..selection.rules import decision_problem
 from .codec import HEADER, KINDS, Corrupt, decode, known_kind, parse_decision
 from .reports import BadEntry, CacheStats, Entry, GcReport
 from .storage import Storage, Unreadable

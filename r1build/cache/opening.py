@@ -39,7 +39,7 @@ FORMAT = 1
 _CACHE_FILE = re.compile(
     r"^(cache\.db(-wal|-shm|-journal)?|cache\.db\.damaged-[0-9TZ]+(-wal|-shm)?|[0-9a-f]{2}|claims"
     r"|\.?nvcc-versions\.json(\.\d+\.tmp)?)$"
-)  # nvcc-versions: the toolchain's memo (r1build.toolchain)
+)  # nvcc-versions: the toolchain's memo (r1build.toolchain.nvcc)
 
 
 def _cache_file(name: str) -> bool:

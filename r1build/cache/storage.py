@@ -35,7 +35,7 @@ from .opening import open_index
 from .rows import row_bytes
 
 if TYPE_CHECKING:
-    from ..signing import TrustedKeys
+    from ..trust.signing import TrustedKeys
 
 __all__ = ["DEFAULT_TIMEOUT", "TOUCH_AFTER", "Fallback", "Storage", "Unreadable"]
 

@@ -36,7 +36,7 @@ from ..errors import UsageError
 from ..events import sink
 from ..judge import CHECKS_VERSION
 from ..manifest import Manifest, find_manifest, load_manifest, nearest_manifest
-from ..signing import TrustedKeys, load_private_key, trusted_keys
+from ..trust.signing import TrustedKeys, load_private_key, trusted_keys
 from .common import (
     add_cache_arg,
     add_force_arg,

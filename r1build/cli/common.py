@@ -119,7 +119,7 @@ def open_cache(args: argparse.Namespace, *, existing: bool = False, manifest: Ma
     if manifest is None:
         return Cache(directory, create=False) if existing else open_usable(directory)
     from ..cache.remote import remote_layer
-    from ..signing import trusted_keys
+    from ..trust.signing import trusted_keys
 
     layer = remote_layer(
         manifest,

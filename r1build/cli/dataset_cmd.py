@@ -50,7 +50,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_export_dataset(args: argparse.Namespace, console: Console) -> int:
-    from ..dataset import DatasetFilter, dataset_records, write_dataset
+    from ..report.dataset import DatasetFilter, dataset_records, write_dataset
 
     manifest = load_from_args(args, check_references=False)
     require_current_lock(args, manifest)

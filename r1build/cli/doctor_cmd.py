@@ -11,8 +11,8 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from ..doctor import diagnose
 from ..events import sink
+from ..report.doctor import diagnose
 from .common import add_cache_arg, add_manifest_arg
 from .render import Console
 

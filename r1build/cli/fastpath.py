@@ -15,7 +15,7 @@ record holds what the run printed (stdout and stderr, in order) and what it read
 - the modules the run imported (the references among them): those inside the project by sha256, the others by
   size and modification time;
 - every cache entry read, by key, with the sha256 of the bytes stored (an absent or unreadable entry included);
-- the nvcc the run would use, by its identity (:func:`r1build.toolchain.nvcc_identity`).
+- the nvcc the run would use, by its identity (:func:`r1build.toolchain.nvcc.nvcc_identity`).
 
 The next run with the same key checks all of it (hashing the files, reading the cache's rows read-only) and,
 when everything matches, prints the record; any difference, anything it cannot read, or no record runs the
@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from .. import __version__
-from ..fingerprint import code_fingerprint, path_digest
+from ..digests import code_fingerprint, path_digest
 
 if TYPE_CHECKING:
     import argparse
@@ -130,7 +130,7 @@ def _module_state(path: str, root: str) -> str | None:
 
 def _nvcc_state() -> str | None:
     from ..errors import ToolchainError
-    from ..toolchain import find_nvcc, nvcc_identity
+    from ..toolchain.nvcc import find_nvcc, nvcc_identity
 
     try:
         return nvcc_identity(find_nvcc())

@@ -1,5 +1,5 @@
 """Generation commands: ``generate`` (R1 + the static gate, no GPU needed) and ``replay`` (from transcripts); the
-work is :mod:`r1build.kernel_search`'s, this module parses and renders."""
+work is :mod:`r1build.resolve.kernel_search`'s, this module parses and renders."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..convert import did_you_mean
 from ..errors import UsageError
 from ..events import sink
-from ..extras import GENERATE
-from ..kernel_search import generate_kernel, replay_kernel, require_endpoint
 from ..manifest import KernelSpec, Manifest
-from ..manifest.convert import did_you_mean
 from ..records import Candidate, Result
+from ..resolve.kernel_search import generate_kernel, replay_kernel, require_endpoint
+from ..toolchain.extras import GENERATE
 from .common import add_cache_arg, add_manifest_arg, load_from_args, open_cache, parse_archs
 from .render import Console
 
@@ -134,8 +134,8 @@ def _rows(candidates: Sequence[Candidate], results: Sequence[Result]) -> list[di
 
 def cmd_generate(args: argparse.Namespace, console: Console) -> int:
     GENERATE.require()
-    from ..arch_support import require_supported_archs
-    from ..toolchain import toolchain
+    from ..toolchain.archs import require_supported_archs
+    from ..toolchain.nvcc import toolchain
 
     manifest = load_from_args(args)
     spec = _kernel(manifest, args.kernel)

@@ -1,7 +1,7 @@
 """``r1build key``: ``generate`` a signing key pair, print the ``public`` key of a private key file.
 
 A private key file is an unencrypted PKCS#8 PEM file written with mode 0600; ``R1BUILD_SIGNING_KEY`` may hold the
-same PEM text or the base64 of the key's 32 raw bytes (:mod:`r1build.signing`). The public key line printed goes
+same PEM text or the base64 of the key's 32 raw bytes (:mod:`r1build.trust.signing`). The public key line printed goes
 into the manifest's ``[cache] trusted-keys``. Exit codes: 0 ok; 2 for a file that exists, cannot be written, or
 holds no Ed25519 private key.
 """
@@ -12,7 +12,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ..signing import DEFAULT_KEY_NAME, KeyPair, read_private_key_file, write_private_key
+from ..trust.signing import DEFAULT_KEY_NAME, KeyPair, read_private_key_file, write_private_key
 from .render import Console
 
 __all__ = ["DEFAULT_KEY_FILE", "register"]

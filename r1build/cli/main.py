@@ -115,7 +115,7 @@ def _option_hint(parser: argparse.ArgumentParser, argv: Sequence[str], message: 
     or an empty string. The command is the chain of sub-commands ``argv`` names (``cache gc``)."""
     import argparse
 
-    from ..manifest.convert import did_you_mean
+    from ..convert import did_you_mean
 
     command = parser
     for word in (a for a in argv if not a.startswith("-")):

@@ -10,12 +10,12 @@ from typing import Any
 from ..cluster import cluster_address
 from ..errors import UsageError
 from ..events import sink
-from ..extras import CHECK
 from ..lock import check_lock, load_lock, lock_path, vendor_winners
 from ..manifest import Manifest
-from ..overview import StatusRow, project_records
+from ..report.overview import StatusRow, project_records
 from ..resolve import Resolution, ResolveOptions, emit_resolution, resolve
 from ..settings import env_settings, lock_mode
+from ..toolchain.extras import CHECK
 from .common import (
     add_cache_arg,
     add_locked_arg,
@@ -119,7 +119,7 @@ def register(sub: Any) -> None:
 
 def cmd_check(args: argparse.Namespace, console: Console) -> int:
     CHECK.require()  # the references are numpy code, run here on the CPU
-    from ..reference_check import check_references
+    from ..evaluate.correctness.references import check_references
 
     manifest = load_from_args(args)
     locked, frozen = _lock_mode(args)  # contradictory flags are said before any reference runs
@@ -180,10 +180,10 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
 def _check_archs(manifest: Manifest) -> None:
     """Every target arch is one the nvcc in use compiles for (as resolve and builds require), where an nvcc is
     found; without one, a note that they were not checked. An R1BUILD_NVCC / CUDACXX naming no nvcc is an error."""
-    from ..arch_support import require_supported_archs
     from ..errors import NvccSettingError, ToolchainError
     from ..events import Note, emit
-    from ..toolchain import toolchain
+    from ..toolchain.archs import require_supported_archs
+    from ..toolchain.nvcc import toolchain
 
     try:
         tc = toolchain()

@@ -15,7 +15,10 @@ from pathlib import Path
 
 from .. import __version__
 
-__all__ = ["ProcessFacts", "mismatch", "package_digest", "process_facts"]
+__all__ = ["COMPILE_RESOURCE", "ProcessFacts", "mismatch", "package_digest", "process_facts"]
+
+COMPILE_RESOURCE = "compile"
+"""The Dask resource of a worker slot that runs static-gate compiles."""
 
 _PACKAGE = Path(__file__).resolve().parents[1]
 
@@ -56,7 +59,7 @@ class ProcessFacts:
 def process_facts(*, with_gpus: bool = True) -> ProcessFacts:
     """This process's facts (``with_gpus``: also list its GPUs, which imports cupy where installed)."""
     from ..errors import ToolchainError
-    from ..toolchain import toolchain
+    from ..toolchain.nvcc import toolchain
 
     try:
         ident: str | None = toolchain().ident

@@ -13,6 +13,7 @@ from ..gate.static import StaticGate
 from ..manifest.model import KernelSpec, Manifest
 from ..records import Result
 from .checks import gate_verdict_problem
+from .facts import COMPILE_RESOURCE
 from .tasks import compile_verdict, header_files
 
 if TYPE_CHECKING:
@@ -32,7 +33,6 @@ class ClusterGate(StaticGate):
         """Compiles the cluster's workers ran for this gate."""
 
     def _compile_all(self, manifest: Manifest, spec: KernelSpec, tasks: list[Any]) -> list[tuple[str, Result]]:
-        from ..cluster.session import COMPILE_RESOURCE
 
         if not tasks or self.cluster.inventory.compile_slots == 0:
             return super()._compile_all(manifest, spec, tasks)

@@ -26,10 +26,10 @@ from ..manifest.archs import ARCHS, parse_arch
 from ..manifest.load import cluster_address_problem
 from ..manifest.model import Manifest
 from ..records import Result, from_json
-from ..toolchain import toolchain
+from ..toolchain.nvcc import toolchain
 from . import loopback, plain_tcp, tls_problem
 from .checks import outcome_problem
-from .facts import ProcessFacts, mismatch, process_facts
+from .facts import COMPILE_RESOURCE, ProcessFacts, mismatch, process_facts
 from .tasks import PROGRESS_TOPIC, JobOutcome, ProjectFiles, WorkerEvaluator, evaluate_job, project_files, worker_facts
 
 if TYPE_CHECKING:
@@ -40,8 +40,6 @@ if TYPE_CHECKING:
 
 __all__ = ["COMPILE_RESOURCE", "ClusterEvaluator", "Inventory", "WorkerInfo", "connect"]
 
-COMPILE_RESOURCE = "compile"
-"""The Dask resource of a worker slot that runs static-gate compiles."""
 OUTCOMES_NAMESPACE = "cluster-outcome"
 """Cache namespace of GPU job outcomes that arrived and were not yet turned into a decision (a re-run after a lost
 scheduler takes them from there instead of measuring again)."""

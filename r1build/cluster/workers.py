@@ -32,6 +32,7 @@ from ..manifest.load import cluster_address_problem
 from ..sandbox import scrubbed_environment
 from ..settings import WORKER_VARIABLES
 from . import tls_problem
+from .facts import COMPILE_RESOURCE
 
 __all__ = [
     "WorkerPlan",
@@ -94,8 +95,6 @@ def plan_workers(
             )
         )
     if compile_slots > 0:
-        from .session import COMPILE_RESOURCE
-
         plans.append(WorkerPlan(f"{host}-compile", compile_slots, {COMPILE_RESOURCE: float(compile_slots)}))
     return plans
 

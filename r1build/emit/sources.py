@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..defines import check_defines
 from ..manifest.archs import arch_info
+from ..toolchain.defines import check_defines
 from .header import HEADER_NAME, signature
 from .plan import MARKER, KernelPlan, Variant, describe_origin
 

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .devices import GpuInfo, archs_of, detect_gpus
     from .evaluator import GpuEvaluator
-    from .floors import DeviceFloors, bytes_moved, eval_flops, floor_us
     from .options import EvaluatorOptions
+    from .timing.floors import DeviceFloors, bytes_moved, eval_flops, floor_us
     from .variants import expand_variants, tunable_value_sets
 
 __all__ = [
@@ -35,16 +35,16 @@ __all__ = [
 ]
 
 _HOME = {
-    "DeviceFloors": "floors",
+    "DeviceFloors": "timing.floors",
     "EvaluatorOptions": "options",
     "GpuEvaluator": "evaluator",
     "GpuInfo": "devices",
     "archs_of": "devices",
-    "bytes_moved": "floors",
+    "bytes_moved": "timing.floors",
     "detect_gpus": "devices",
-    "eval_flops": "floors",
+    "eval_flops": "timing.floors",
     "expand_variants": "variants",
-    "floor_us": "floors",
+    "floor_us": "timing.floors",
     "tunable_value_sets": "variants",
 }
 

@@ -58,10 +58,10 @@ from ..manifest.cdecl import declaration
 from ..manifest.flags import rooted_flags
 from ..manifest.reference import load_reference
 from ..records import Candidate, Result, Status
-from ..toolchain import Toolchain
-from ..toolchain import toolchain as default_toolchain
-from .checking import run_checks
-from .checks import ShapePlan, plan_checks
+from ..toolchain.nvcc import Toolchain
+from ..toolchain.nvcc import toolchain as default_toolchain
+from .correctness.candidate import run_checks
+from .correctness.plan import ShapePlan, plan_checks
 from .devices import GpuInfo, archs_of, detect_gpus, gpu_runs_arch
 from .jobs import (
     Candidacy,
@@ -79,11 +79,11 @@ from .jobs import (
 from .judge_pool import JudgePool
 from .library import Library, LibraryFailure, build_library
 from .options import EvaluatorOptions
-from .sanitizing import KernelKey, Sanitizing
+from .sanitizer.schedule import KernelKey, Sanitizing
 from .slots import Slot, make_slot
-from .timeline import Meter
-from .timer import Timer
-from .timing import build_timing
+from .timing.measure import Timer
+from .timing.stats import build_timing
+from .timing.timeline import Meter
 
 if TYPE_CHECKING:
     from ..cache import Cache

@@ -16,13 +16,13 @@ from typing import Any, TypeVar
 
 from ..judge import Job
 from ..records import Candidate, Result, Status
-from .bench_checks import BenchPlan
-from .checks import ShapePlan, Verdict
-from .floors import DeviceFloors
+from .correctness.bench import BenchPlan
+from .correctness.plan import ShapePlan, Verdict
 from .library import Library, LibraryFailure
-from .sanitizing import KernelKey, SanitizeRuns
+from .sanitizer.schedule import KernelKey, SanitizeRuns
 from .slots import Slot
-from .timing import SampleStats
+from .timing.floors import DeviceFloors
+from .timing.stats import SampleStats
 
 __all__ = [
     "Candidacy",

@@ -25,11 +25,11 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from ..manifest.model import KernelSpec
-from .bench_checks import BenchPlan
-from .bench_extra import judge_timed
-from .checks import Verdict
 from .child.messages import TimedShape
-from .compare import CACHED_CHUNK
+from .correctness.bench import BenchPlan
+from .correctness.bench_extra import judge_timed
+from .correctness.compare import CACHED_CHUNK
+from .correctness.plan import Verdict
 
 __all__ = ["JudgePool", "default_processes"]
 

@@ -24,7 +24,7 @@ from ..gate.link import check_and_link
 from ..gate.nvcc import PIC_FLAGS, compile_variant
 from ..records import Candidate
 from ..sandbox import sandbox_for
-from ..toolchain import Toolchain
+from ..toolchain.nvcc import Toolchain
 
 __all__ = ["Library", "LibraryFailure", "build_library"]
 

@@ -21,13 +21,13 @@ from ..errors import EvaluationError
 from ..filemode import write_atomically
 from ..manifest.model import KernelSpec
 from ..sandbox import Confinement, runner_sandbox, scrubbed_environment
-from .checks import arg_codes
 from .child.messages import JudgeRequest, LoadRequest
+from .correctness.plan import arg_codes
 from .devices import GpuInfo, visible_devices_value
-from .floors import DeviceFloors
 from .library import Library
 from .process import WorkerDied, WorkerHandle, WorkerTimedOut
-from .sanitize import SanitizerRunner, find_sanitizer
+from .sanitizer.runner import SanitizerRunner, find_sanitizer
+from .timing.floors import DeviceFloors
 
 __all__ = ["Quiet", "Slot", "make_slot"]
 

@@ -27,7 +27,7 @@ from typing import Literal
 
 from ..errors import ToolchainError, format_subprocess_failure
 from ..sandbox import Confinement, Sandbox, run_confined, unconfined
-from ..toolchain import Toolchain
+from ..toolchain.nvcc import Toolchain
 from .compile_slots import compile_slot
 from .device_memory import STATIC_MEMORY_LIMIT, static_memory_problem
 from .symbols import check_object

@@ -26,13 +26,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..defines import check_defines
 from ..errors import SandboxUnavailableError, ToolchainError
 from ..manifest.archs import arch_info
 from ..records import GateReport
 from ..sandbox import Confinement, Sandbox, unconfined
 from ..settings import SANDBOX_ENV
-from ..toolchain import Toolchain
+from ..toolchain.defines import check_defines
+from ..toolchain.nvcc import Toolchain
 from .compile_slots import COMPILE_SLOTS, compile_slot
 from .messages import own_messages
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import re
 
-from ..cspans import spans
+from ..toolchain.cspans import spans
 
 __all__ = ["source_problems"]
 

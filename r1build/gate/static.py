@@ -24,7 +24,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..cache import Cache
-from ..defines import define_problem
 from ..errors import format_subprocess_failure
 from ..events import Progress, Stage, emit
 from ..judge import Job
@@ -35,8 +34,9 @@ from ..manifest.flags import include_digest, rooted_flags
 from ..manifest.model import KernelSpec, Limits, Manifest
 from ..records import Candidate, GateReport, Result, Status
 from ..sandbox import sandbox_for
-from ..toolchain import Toolchain
-from ..toolchain import toolchain as default_toolchain
+from ..toolchain.defines import define_problem
+from ..toolchain.nvcc import Toolchain
+from ..toolchain.nvcc import toolchain as default_toolchain
 from .device_memory import STATIC_MEMORY_LIMIT
 from .link import check_and_link
 from .nvcc import PIC_FLAGS, Compilation, compile_variant

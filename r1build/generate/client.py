@@ -35,7 +35,7 @@ from types import TracebackType
 from typing import Any, cast
 
 from ..errors import ConfigError, GenerationError, R1BuildError
-from ..extras import GENERATE
+from ..toolchain.extras import GENERATE
 
 try:
     import openai

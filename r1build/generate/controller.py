@@ -50,14 +50,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from ..cache import Cache
+from ..cache import Cache, parse_transcript, read_links
 from ..errors import EndpointSilentError, R1BuildError
 from ..events import Note, NoteLevel, Progress, Stage, emit
 from ..judge import Evaluator
 from ..keys import decision_key
 from ..manifest.model import KernelSpec, Manifest
 from ..records import Candidate
-from ..transcript_doc import parse_transcript, read_links
 from .budget import Ledger, Reservation, StopReason, estimate_tokens
 from .client import ChatClient
 from .exchange import Attempt, Exchange, Meter

@@ -24,9 +24,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from ..cspans import spans
-from ..defines import define_problem
 from ..keys import digest_bytes
+from ..toolchain.cspans import spans
+from ..toolchain.defines import define_problem
 
 __all__ = [
     "MAX_VARIANTS",

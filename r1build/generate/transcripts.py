@@ -21,11 +21,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..cache import Cache
+from ..cache import LINKS_NAMESPACE, Cache, parse_transcript, transcript_doc
 from ..keys import canonical_json
-from ..transcript_doc import KIND, LINKS_NAMESPACE, SCHEMA, parse_transcript
 from .exchange import Exchange, utf8_text
 from .providers import redact
+
+KIND = transcript_doc.KIND
+SCHEMA = transcript_doc.SCHEMA
 
 __all__ = [
     "KIND",

@@ -12,10 +12,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..convert import ConversionProblem, convert
 from ..errors import LockError, StaleLockError
 from ..filemode import write_atomically
 from ..keys import decision_key, digest_json, generation_settings, normalized_spec
-from ..manifest.convert import ConversionProblem, convert
 from ..manifest.locate import format_path, locate
 from ..manifest.model import KernelSpec, Manifest
 from ..manifest.tomltext import TomlProblem, parse_toml

@@ -21,10 +21,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..convert import ConversionProblem, convert
 from ..errors import LockError
 from ..events import Note, emit
 from ..keys import decision_key
-from ..manifest.convert import ConversionProblem, convert
 from ..manifest.model import Manifest
 from ..manifest.tomltext import TomlProblem, parse_toml
 from .lockfile import Lock, LockEntry, lock_path, upgrade_v1_entry

@@ -3,7 +3,8 @@
 Two levels, both run on every read of a lock:
 
 * :func:`entry_problem`, the entry alone: names are identifiers, the arch is canonical, digests are sha256 hex,
-  the defines are identifiers and plain numbers (:mod:`r1build.defines`), the winner *is* the digest of source +
+  the defines are identifiers and plain numbers (:mod:`r1build.toolchain.defines`), the winner *is* the digest of
+  source +
   defines, the provenance and the GPU checks version agree with the other fields, and free text (model, GPU,
   toolchain) is one printable line;
 * :func:`manifest_problem`, an entry that may be used: one that answers the manifest's current question (its key
@@ -21,11 +22,11 @@ import math
 import re
 from typing import TYPE_CHECKING, get_args
 
-from ..defines import define_problem
 from ..keys import digest_bytes, variant_digest
 from ..manifest.archs import parse_arch
 from ..manifest.model import KernelSpec, Manifest
 from ..records import Provenance
+from ..toolchain.defines import define_problem
 
 if TYPE_CHECKING:
     from .lockfile import LockEntry

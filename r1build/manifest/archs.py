@@ -11,7 +11,7 @@ An arch is written as nvcc or CMake write it, and the spelling also says which c
 
 ``a`` archs (``sm_90a``, ``90a``, ...) take the same spellings. The canonical name of an arch is ``sm_90``
 (``sm_90a``): kernels are resolved, locked and cached per canonical arch, whatever code is embedded for it.
-Which archs exist is the installed nvcc's to say (:mod:`r1build.arch_support`); this module only knows their
+Which archs exist is the installed nvcc's to say (:mod:`r1build.toolchain.archs`); this module only knows their
 spellings and, for the prompts and the resource limits, the facts of the ones on record in :data:`ARCHS`.
 """
 

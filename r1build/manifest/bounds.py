@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .convert import ConversionProblem, KeyPath, field_key
+from ..convert import ConversionProblem, KeyPath, field_key
 
 __all__ = ["Bounds", "bounded", "check_numbers", "field_bounds"]
 

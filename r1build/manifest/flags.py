@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..fingerprint import path_digest
+from ..digests import path_digest
 
 __all__ = ["defined_macro", "flag_problem", "include_digest", "include_flag", "rooted_flags"]
 

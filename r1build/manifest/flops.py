@@ -9,7 +9,7 @@ import math
 import operator
 from collections.abc import Callable, Mapping, Sequence
 
-from .convert import did_you_mean
+from ..convert import did_you_mean
 
 __all__ = ["flops_problem"]
 

@@ -11,11 +11,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..convert import ConversionProblem, KeyPath, convert, did_you_mean, field_key
 from ..errors import ManifestError
-from ..signing import parse_public_key, public_key_problem
+from ..trust.signing import parse_public_key, public_key_problem
 from .archs import ArchTarget, merge_targets, parse_target, settle_codes
 from .bounds import check_numbers
-from .convert import ConversionProblem, KeyPath, convert, did_you_mean, field_key
 from .flags import defined_macro, flag_problem
 from .flops import flops_problem
 from .identifiers import Kind, name_problem

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from .convert import KeyPath
+from ..convert import KeyPath
 
 __all__ = ["format_path", "locate"]
 

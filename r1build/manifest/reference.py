@@ -80,7 +80,7 @@ def check_reference_statically(root: Path, ref: str) -> None:
         raise ReferenceProblem(f"{path.name}:{exc.lineno}: syntax error: {exc.msg}") from None
     names = _top_level_names(tree)
     if func not in names:
-        from .convert import did_you_mean
+        from ..convert import did_you_mean
 
         raise ReferenceProblem(f"{path.name} has no function {func!r}{did_you_mean(func, names)}")
 
@@ -167,7 +167,7 @@ def load_reference(root: Path, ref: str) -> Callable[..., Any]:
     func = getattr(module, func_name, None)
     if func is None:
         names = [n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n))]
-        from .convert import did_you_mean
+        from ..convert import did_you_mean
 
         raise ReferenceProblem(f"{path.name} has no function {func_name!r}{did_you_mean(func_name, names)}")
     if not callable(func):

@@ -19,9 +19,9 @@ import typing
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
+from ..convert import field_key
 from . import model
 from .bounds import Bounds, field_bounds
-from .convert import field_key
 
 __all__ = [
     "ENVIRONMENT_PAGE",

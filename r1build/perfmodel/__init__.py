@@ -18,7 +18,7 @@ from ..manifest.flags import rooted_flags
 from ..manifest.model import KernelSpec, Manifest
 from ..records import Candidate, Result
 from ..settings import PerfModelMode
-from ..toolchain import toolchain
+from ..toolchain.nvcc import toolchain
 from .features import CodeFeatures, compile_features, ptx_features
 from .predict import Prediction, predict, shape_work
 

@@ -16,14 +16,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..defines import check_defines
 from ..errors import ToolchainError
 from ..gate.nvcc import DECLARATION_NAME, gencode, parse_ptxas_report
 from ..manifest.cdecl import declaration
 from ..manifest.model import KernelSpec
 from ..records import Candidate, GateReport
 from ..sandbox import Confinement, run_confined, sandbox_for
-from ..toolchain import Toolchain
+from ..toolchain.defines import check_defines
+from ..toolchain.nvcc import Toolchain
 
 __all__ = ["CodeFeatures", "PtxFeatures", "compile_features", "ptx_features"]
 

@@ -184,6 +184,6 @@ def predict(
 
 def shape_work(spec: KernelSpec, sizes: Mapping[str, int]) -> tuple[float, float]:
     """Bytes one call moves and the flops it does at ``sizes`` (the floor's two numbers)."""
-    from ..evaluate.floors import bytes_moved, eval_flops
+    from ..evaluate.timing.floors import bytes_moved, eval_flops
 
     return float(bytes_moved(spec, sizes)), eval_flops(spec.flops, sizes) if spec.flops else 0.0

@@ -28,7 +28,7 @@ from ..manifest.model import KernelSpec, Manifest
 from ..records import Candidate, Profile
 from ..sandbox import Confinement, run_confined, sandbox_for
 from ..settings import env_settings
-from ..toolchain import toolchain
+from ..toolchain.nvcc import toolchain
 from .harness import HARNESS_ERRORS, harness_source
 from .ncu import ncu_command, parse_ncu_csv
 from .summary import profile_summary

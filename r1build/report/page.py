@@ -12,10 +12,10 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
-from ..extras import PLOTLY
 from ..filemode import REPORT_MARKER
 from ..manifest.model import Manifest
-from ..overview import KernelRecords
+from ..toolchain.extras import PLOTLY
+from .overview import KernelRecords
 from .summary import (
     FailureGroup,
     ProvenanceRow,
@@ -450,7 +450,7 @@ def _kernel_section(go: Any, name: str, records: Sequence[KernelRecords], extra:
 
 
 def render_report(manifest: Manifest, records: Sequence[KernelRecords], *, extra: dict[str, str] | None = None) -> str:
-    """The report page for ``records`` (from :func:`~r1build.overview.project_records` with ``searches``).
+    """The report page for ``records`` (from :func:`~r1build.report.overview.project_records` with ``searches``).
 
     ``extra``: more HTML (already escaped) for a kernel × arch, keyed ``kernel/arch``, shown after its search.
     """

@@ -1,4 +1,4 @@
-"""The report's content as plain rows, from :func:`r1build.overview.project_records`: no HTML, no plotting.
+"""The report's content as plain rows, from :func:`r1build.report.overview.project_records`: no HTML, no plotting.
 
 - :func:`winner_row`: a kernel × arch's winner against its baseline, the cupy reference and the hardware floor;
 - :func:`search_points`: every candidate of its decision in search order (seeds, then generated ones by round and
@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..manifest.model import Prices
-from ..overview import KernelRecords
 from ..profile.summary import profile_summary
 from ..records import CandidateRef, Result, Status
+from .overview import KernelRecords
 
 __all__ = [
     "FailureGroup",

@@ -5,13 +5,14 @@ The order of sources for one kernel on one arch (its *decision key* names the qu
 1. the lock, when its entry answers this key and may be used (a lock entry never names a pending or rejected
    winner, nor one that the cached decision of its key records as rejected): the winner's source from the cache,
    the vendored folder, or the manifest's own files (verified by digest);
-2. a decision in the cache for this key (its winner re-checked by :func:`~r1build.selection.decision_winner`);
+2. a decision in the cache for this key (its winner re-checked by :func:`~r1build.selection.rules.decision_winner`);
 3. on a miss, real work: a GPU evaluator of this arch judges the baseline, hand-written files and every tunable
    value set, and an LLM endpoint (when configured and not ``--offline``) generates more candidates around them;
 4. with no GPU of this arch and no endpoint, the static gate judges the user's own sources and the first that
    passes in preference order wins, ``unvalidated``.
 
-Only a candidate that may win (:mod:`r1build.selection`) is ever a winner: one that a check rejected never is, and a
+Only a candidate that may win (:mod:`r1build.selection.rules`) is ever a winner: one that a check rejected never is,
+and a
 generated one judged by the gate alone stays ``pending`` in the cached decision until a GPU of its arch judges it.
 A kernel × arch where none may win is :class:`~r1build.records.Unresolved`: nothing is locked or emitted for it,
 the rest of the manifest still resolves and is locked, and :meth:`Resolution.require_complete` raises

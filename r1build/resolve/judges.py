@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Literal
 
 from ..cache import Cache
 from ..events import Note, emit
-from ..extras import CUPY, GENERATE
 from ..judge import Evaluator, Job
 from ..manifest import Manifest
 from ..manifest.archs import parse_arch
-from ..reach import unreachable
 from ..settings import env_settings
+from ..toolchain.extras import CUPY, GENERATE
 from .model import ResolveOptions
+from .reach import unreachable
 
 log = logging.getLogger("r1build.resolve")
 

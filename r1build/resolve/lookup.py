@@ -13,8 +13,8 @@ from ..judge import CHECKS_VERSION
 from ..lock import LockEntry, entry_problem, inputs_of, lock_path, manifest_problem, unlockable
 from ..manifest import KernelSpec, Manifest
 from ..records import Candidate, Decision, Found, Origin, Unresolved
-from ..selection import decision_problem, decision_winner, rejection, unresolved
-from ..toolchain import toolchain
+from ..selection.rules import decision_problem, decision_winner, rejection, unresolved
+from ..toolchain.nvcc import toolchain
 from .model import Question, Resolved, Run
 from .sources import WinnerSource, project_source, source_for, vendored_mismatch
 

@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
-from ..arch_support import require_supported_archs
 from ..cache import Cache
 from ..errors import CompileError, LockError, ResolveError, UsageError
 from ..events import Stage, emit
@@ -18,7 +17,8 @@ from ..keys import decision_key
 from ..lock import Lock, LockEntry, inputs_of, load_lock, lock_path, require_fresh, salvage_lock, write_lock
 from ..manifest import Manifest
 from ..records import Candidate, Unresolved
-from ..toolchain import toolchain
+from ..toolchain.archs import require_supported_archs
+from ..toolchain.nvcc import toolchain
 from .judges import Judges
 from .lookup import lookup
 from .model import Question, Resolution, Resolved, ResolveOptions, Run

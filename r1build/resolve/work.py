@@ -14,9 +14,9 @@ from ..events import Stage, emit
 from ..judge import CHECKS_VERSION, Evaluator
 from ..manifest import Manifest
 from ..records import Candidate, CandidateRef, Decision, Found, Result, Unresolved
-from ..selection import select_winner, unresolved
+from ..selection.rules import select_winner, unresolved
 from ..settings import env_settings
-from ..toolchain import toolchain
+from ..toolchain.nvcc import toolchain
 from .judges import gate_batch
 from .lookup import from_decision
 from .model import Question, Resolved, Run
@@ -50,7 +50,7 @@ def _stored_candidates(cache: Cache, previous: Decision | None) -> list[Candidat
 def _generated_before(cache: Cache, key: str) -> tuple[list[Candidate], list[str]]:
     """The generated candidates (sources still in the cache) and transcripts that ``r1build generate`` recorded
     under ``key``: a resolve judges them rather than asking the model for the same answers again."""
-    from ..transcript_doc import read_links
+    from ..cache import read_links
 
     links = read_links(cache, key)
     if links is None or links.candidates is None:  # none, or a record this version cannot read: generate again

@@ -410,7 +410,7 @@ def test_a_cuda_compiler_named_anywhere_else_must_be_the_gates(
     """scikit-build-core puts cmake.args and CMAKE_ARGS on CMake's command line, where a -DCMAKE_CUDA_COMPILER
     wins over the one r1build hands over: another nvcc named there is refused (the warm path too), the gate's
     own is accepted."""
-    from r1build.toolchain import find_nvcc
+    from r1build.toolchain.nvcc import find_nvcc
 
     settings: dict[str, str | list[str]] = {"r1build.locked": "1"}
     _build_events(locked_tiny, settings)
@@ -457,7 +457,7 @@ def test_a_warm_build_imports_nothing_of_r1build_but_the_stamp(locked_tiny: Path
     settings, modules = json.loads(proc.stdout)
     assert settings[KERNELS_DEFINE].endswith("r1build_kernels.cmake") and settings[COMPILER_DEFINE]
     assert "kernels and lock unchanged since the last locked build" in proc.stderr
-    light = {"r1build.build.stamp", "r1build.fingerprint", "r1build.nvcc_lookup"}
+    light = {"r1build.build.stamp", "r1build.digests", "r1build.toolchain", "r1build.toolchain.lookup"}
     assert set(modules) == {"r1build", "r1build.build", *light}
 
 

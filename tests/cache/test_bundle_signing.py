@@ -16,7 +16,7 @@ from r1build.cache import Cache, export_bundle, import_bundle, read_bundle
 from r1build.cache.verdicts import is_signer_note, signer_key
 from r1build.errors import BundleError
 from r1build.events import Note
-from r1build.signing import KeyPair, TrustedKeys, entry_payload, verify, write_private_key
+from r1build.trust.signing import KeyPair, TrustedKeys, entry_payload, verify, write_private_key
 from tests.cache.bundle_support import contents, filled, rewrite
 
 

@@ -45,7 +45,7 @@ def use(cache_dir: Path, tmp_path: Path, run_cli: Cli, monkeypatch: pytest.Monke
     code, out = run_cli("cache", "import", str(bundle))
     assert code == 0, out
     with Cache(cache_dir) as cache, claim(cache.directory, "k" * 64, what="a kernel"):
-        from r1build.toolchain import _remember
+        from r1build.toolchain.nvcc import _remember
 
         _remember("some nvcc", "nvcc: release 13.0")
         held = modes(cache_dir)

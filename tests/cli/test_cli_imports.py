@@ -24,7 +24,7 @@ HEAVY = (
     "r1build.evaluate",
     "r1build.generate",
     "r1build.cluster",
-    "r1build.kernel_search",
+    "r1build.resolve.kernel_search",
     "r1build.manifest.load",
     "r1build.cache.store",
     "rich",
@@ -105,7 +105,7 @@ def test_version_and_a_command_help_import_no_other_command(tmp_path: Path) -> N
 
 @pytest.mark.slow  # a lock (nvcc) and six processes
 def test_warm_commands_import_nothing_heavy_and_full_ones_their_own_module(locked: Path) -> None:
-    never = ("rich", "r1build.generate", "r1build.kernel_search", "httpx", "openai", "dask", "distributed")
+    never = ("rich", "r1build.generate", "r1build.resolve.kernel_search", "httpx", "openai", "dask", "distributed")
     for args, gpu_free in (
         (("status",), True),
         (("resolve", "--locked", "--no-gpu"), True),

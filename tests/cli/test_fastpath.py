@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from r1build import toolchain as toolchain_mod
 from r1build.cache import Cache
 from r1build.cli import fastpath
 from r1build.keys import variant_digest
+from r1build.toolchain import nvcc as toolchain_mod
 
 pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
 
@@ -193,7 +193,7 @@ def test_nvcc_version_is_remembered_by_identity(tmp_path: Path, monkeypatch: pyt
     wrapper.chmod(0o755)
     monkeypatch.setenv("R1BUILD_NVCC", str(wrapper))
     monkeypatch.setenv("R1BUILD_CACHE_DIR", str(tmp_path / "cache"))
-    code = "from r1build.toolchain import toolchain; print(toolchain().ident)"
+    code = "from r1build.toolchain.nvcc import toolchain; print(toolchain().ident)"
     idents = [
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
         for _ in range(3)
@@ -206,7 +206,7 @@ def test_nvcc_version_is_remembered_by_identity(tmp_path: Path, monkeypatch: pyt
         f'exit 0; }}\nexec {real} "$@"\n'
     )
     out = subprocess.run(
-        [sys.executable, "-c", "from r1build.toolchain import toolchain; print(toolchain().version_text)"],
+        [sys.executable, "-c", "from r1build.toolchain.nvcc import toolchain; print(toolchain().version_text)"],
         capture_output=True,
         text=True,
         check=True,
@@ -216,7 +216,7 @@ def test_nvcc_version_is_remembered_by_identity(tmp_path: Path, monkeypatch: pyt
     memo = tmp_path / "cache" / toolchain_mod.MEMO_NAME
     memo.write_text(memo.read_text().replace("patched", "tampered"))
     out = subprocess.run(
-        [sys.executable, "-c", "from r1build.toolchain import toolchain; print(toolchain().version_text)"],
+        [sys.executable, "-c", "from r1build.toolchain.nvcc import toolchain; print(toolchain().version_text)"],
         capture_output=True,
         text=True,
         check=True,

@@ -57,8 +57,8 @@ def test_an_output_replaces_what_it_wrote_and_an_empty_file(
 
 
 def test_a_dataset_of_records_is_recognized_as_r1build_s() -> None:
-    from r1build.dataset import SCHEMA
     from r1build.filemode import written_by_r1build
+    from r1build.report.dataset import SCHEMA
 
     assert SCHEMA.startswith("r1build.dataset/")
     line = b'{"arch": "sm_90", "messages": [], "schema": "' + SCHEMA.encode() + b'", "winner": true}\n'

@@ -16,7 +16,7 @@ from r1build.emit import CMAKE_NAME, DISPATCH_NAME, HEADER_NAME, MARKER, Winner,
 from r1build.errors import ToolchainError
 from r1build.manifest import Arg, KernelSpec, Manifest, load_manifest
 from r1build.records import Candidate, Origin
-from r1build.toolchain import Toolchain, toolchain
+from r1build.toolchain.nvcc import Toolchain, toolchain
 
 ROOT = Path(__file__).resolve().parents[2]
 

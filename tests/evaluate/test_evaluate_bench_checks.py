@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from r1build.evaluate.bench_checks import IMPLAUSIBLE_WARM, floor_margin, implausible, plan_bench, rotation_for
-from r1build.evaluate.bench_checks import judge_bench as _judge_bench
-from r1build.evaluate.bench_extra import place_set
 from r1build.evaluate.child.judge import EXTRA_CALLS
-from r1build.evaluate.floors import DeviceFloors, bytes_moved
+from r1build.evaluate.correctness.bench import IMPLAUSIBLE_WARM, floor_margin, implausible, plan_bench, rotation_for
+from r1build.evaluate.correctness.bench import judge_bench as _judge_bench
+from r1build.evaluate.correctness.bench_extra import place_set
 from r1build.evaluate.judge_pool import JudgePool
-from r1build.evaluate.timing import SampleStats
+from r1build.evaluate.timing.floors import DeviceFloors, bytes_moved
+from r1build.evaluate.timing.stats import SampleStats
 from r1build.manifest import KernelSpec, Manifest, load_reference
 
 

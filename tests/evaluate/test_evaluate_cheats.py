@@ -25,7 +25,7 @@ from r1build.gate import StaticGate
 from r1build.judge import Job
 from r1build.manifest import Manifest
 from r1build.records import Candidate, Origin, Result
-from r1build.toolchain import toolchain
+from r1build.toolchain.nvcc import toolchain
 
 pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
 

@@ -6,7 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from r1build.evaluate.checks import (
+from r1build.evaluate.correctness.inputs import GUARD_BYTE, poison_bytes
+from r1build.evaluate.correctness.plan import (
     ShapePlan,
     Verdict,
     arg_codes,
@@ -20,7 +21,6 @@ from r1build.evaluate.checks import (
     plan_checks,
     run_reference,
 )
-from r1build.evaluate.inputs import GUARD_BYTE, poison_bytes
 from r1build.manifest import KernelSpec, Manifest, load_reference
 
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from r1build.evaluate.compare import check_guards, check_unchanged, compare_output
-from r1build.evaluate.inputs import GUARD_BYTE, ArrayLayout, poison_bytes
+from r1build.evaluate.correctness.compare import check_guards, check_unchanged, compare_output
+from r1build.evaluate.correctness.inputs import GUARD_BYTE, ArrayLayout, poison_bytes
 from r1build.manifest import Tolerance
 
 TOL = Tolerance(rtol=1e-5, atol=1e-6)
@@ -135,8 +135,8 @@ def test_integer_outputs() -> None:
 def test_the_quick_path_accepts_only_what_the_full_rules_accept(monkeypatch: pytest.MonkeyPatch) -> None:
     """Outputs near the tolerance, with NaN, infinities and poison: the verdict with the quick path is the
     verdict of the full rules alone."""
-    from r1build.evaluate import compare
-    from r1build.evaluate.inputs import ArrayLayout, poison_bytes
+    from r1build.evaluate.correctness import compare
+    from r1build.evaluate.correctness.inputs import ArrayLayout, poison_bytes
     from r1build.manifest.model import Tolerance
 
     rng = np.random.default_rng(7)

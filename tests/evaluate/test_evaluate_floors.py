@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from r1build.errors import EvaluationError
-from r1build.evaluate.floors import DeviceFloors, bytes_moved, eval_flops, floor_us, shape_key
+from r1build.evaluate.timing.floors import DeviceFloors, bytes_moved, eval_flops, floor_us, shape_key
 from r1build.manifest import Manifest
 
 

@@ -10,11 +10,11 @@ import pytest
 
 from r1build.cache import Cache
 from r1build.evaluate import EvaluatorOptions, GpuEvaluator, expand_variants
-from r1build.evaluate.floors import FLOORS_NAMESPACE, DeviceFloors
+from r1build.evaluate.timing.floors import FLOORS_NAMESPACE, DeviceFloors
 from r1build.judge import Job
 from r1build.manifest import Manifest
 from r1build.records import Candidate, Origin, Result
-from r1build.selection import median_error
+from r1build.selection.rules import median_error
 from tests.evaluate.evaluate_support import CorpusKernel, corpus_kernels
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from r1build.errors import ToolchainError
 from r1build.evaluate.child.guarded import ALIGN, AccessDesc, AllocationProp, AllocFlags, Location, placement
-from r1build.toolchain import toolchain
+from r1build.toolchain.nvcc import toolchain
 
 MIB2 = 2 << 20
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from r1build.evaluate.inputs import (
+from r1build.evaluate.correctness.inputs import (
     DISTRIBUTIONS,
     GUARD_BYTES,
     generate_inputs,

@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from r1build.evaluate.bench_checks import judge_bench, plan_bench
 from r1build.evaluate.child.judge import (
     EXTRA_CALLS,
     NORM_MARGIN,
@@ -20,8 +19,9 @@ from r1build.evaluate.child.judge import (
     park_layout,
     parked_size,
 )
-from r1build.evaluate.compare import compare_output
-from r1build.evaluate.inputs import ArrayLayout, poison_bytes
+from r1build.evaluate.correctness.bench import judge_bench, plan_bench
+from r1build.evaluate.correctness.compare import compare_output
+from r1build.evaluate.correctness.inputs import ArrayLayout, poison_bytes
 from r1build.manifest import Manifest, load_reference
 from r1build.manifest.model import Tolerance
 
@@ -260,10 +260,10 @@ def test_the_parent_marks_what_the_judge_passed_and_has_the_rest_written_for_the
 ) -> None:
     from typing import cast
 
-    from r1build.evaluate.bench_checks import shape_requests
+    from r1build.evaluate.correctness.bench import shape_requests
     from r1build.evaluate.judge_pool import JudgePool
     from r1build.evaluate.slots import Slot
-    from r1build.evaluate.timer import Timer
+    from r1build.evaluate.timing.measure import Timer
 
     spec = replace(root_manifest.kernel("silu_mul"), bench_shapes=[{"n": 4099}])
     plan = plan_bench(spec, load_reference(root_manifest.root, spec.reference), 50 << 20, tmp_path / "in")
@@ -384,7 +384,7 @@ def test_each_gpu_gets_one_judge_process_of_its_own_unless_turned_off(tmp_path: 
 def test_the_extra_calls_at_the_benchmark_shape_are_judged_and_named(root_manifest: Manifest, tmp_path: Path) -> None:
     """What the lazy-output call and the three replays of one captured graph left (child/extras.py): each wrong
     output is named for what it shows; a reply without them is never a pass."""
-    from r1build.evaluate.bench_extra import judge_extra, judge_timed
+    from r1build.evaluate.correctness.bench_extra import judge_extra, judge_timed
 
     spec = replace(root_manifest.kernel("silu_mul"), bench_shapes=[{"n": 4099}])
     plan = plan_bench(spec, load_reference(root_manifest.root, spec.reference), 50 << 20, tmp_path / "in")

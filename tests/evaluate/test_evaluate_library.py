@@ -13,11 +13,11 @@ from r1build.cache import Cache
 from r1build.evaluate import GpuEvaluator, detect_gpus, expand_variants
 from r1build.evaluate.devices import GpuInfo, archs_of, gpu_runs_arch, visible_devices_value
 from r1build.evaluate.library import Library, LibraryFailure, build_library
-from r1build.evaluate.sanitize import uses_shared_memory
+from r1build.evaluate.sanitizer.runner import uses_shared_memory
 from r1build.judge import Job
 from r1build.manifest import Manifest
 from r1build.records import Candidate, Origin
-from r1build.toolchain import toolchain
+from r1build.toolchain.nvcc import toolchain
 from tests.evaluate.evaluate_support import CORPUS
 
 pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers

@@ -9,7 +9,7 @@ from pathlib import Path
 from r1build.cache import Cache
 from r1build.evaluate import EvaluatorOptions, GpuEvaluator
 from r1build.evaluate.jobs import Candidacy, JobState
-from r1build.evaluate.sanitizing import KernelKey, SanitizeRuns
+from r1build.evaluate.sanitizer.schedule import KernelKey, SanitizeRuns
 from r1build.judge import Job
 from r1build.manifest import load_manifest
 from r1build.records import Candidate, Origin
@@ -125,7 +125,7 @@ def test_timed_before_sanitized_a_job_is_ready_on_its_checks_and_a_later_finding
     """With ``time_before_sanitized`` the GPU takes a job whose checks are in while its sanitizer runs go on; when
     the job settles, a finding replaces the candidate's pass, and a candidate that failed has its runs canceled."""
     from r1build.evaluate.jobs import Readiness
-    from r1build.evaluate.sanitize import SanitizerOutcome
+    from r1build.evaluate.sanitizer.runner import SanitizerOutcome
     from r1build.records import Result
 
     with (

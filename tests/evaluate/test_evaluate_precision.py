@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from r1build.evaluate.checks import judge_shape, plan_checks
-from r1build.evaluate.compare import compare_output
-from r1build.evaluate.inputs import DISTRIBUTIONS, GUARD_BYTE, generate_inputs, layout_for, reference_kwargs
-from r1build.evaluate.precision import round_mantissa
+from r1build.evaluate.correctness.compare import compare_output
+from r1build.evaluate.correctness.inputs import DISTRIBUTIONS, GUARD_BYTE, generate_inputs, layout_for, reference_kwargs
+from r1build.evaluate.correctness.plan import judge_shape, plan_checks
+from r1build.evaluate.correctness.precision import round_mantissa
 from r1build.manifest import KernelSpec, Manifest, load_reference
 
 F32 = np.float32

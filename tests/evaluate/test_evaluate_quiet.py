@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from r1build.evaluate.child.harness import HELD, RESUMED, wait_while_held
-from r1build.evaluate.sanitize import SanitizerRunner, hold_marker
+from r1build.evaluate.sanitizer.runner import SanitizerRunner, hold_marker
 from r1build.evaluate.slots import Quiet
 
 
@@ -154,7 +154,7 @@ def test_a_held_harness_whose_evaluator_is_gone_ends_instead_of_waiting_for_ever
     import subprocess
 
     from r1build.evaluate.child.harness import FAILED
-    from r1build.evaluate.sanitize import HARNESS
+    from r1build.evaluate.sanitizer.runner import HARNESS
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()  # a process id that no longer exists
@@ -215,7 +215,7 @@ print(f"r1build-harness: done, shapes: {{len(job['shapes'])}} libraries {{len(jo
 
 
 def test_a_held_sanitizer_run_does_no_gpu_work_and_is_not_killed_for_silence(tmp_path: Path) -> None:
-    from r1build.evaluate.sanitize import HARNESS
+    from r1build.evaluate.sanitizer.runner import HARNESS
 
     script = tmp_path / "fake_sanitizer.py"
     script.write_text(FAKE.format(harness=str(HARNESS)))
@@ -258,7 +258,7 @@ def test_a_held_sanitizer_run_does_no_gpu_work_and_is_not_killed_for_silence(tmp
 def test_a_real_sanitizer_run_stops_at_the_hold_before_it_touches_cuda(tmp_path: Path) -> None:
     import os
 
-    from r1build.evaluate.sanitize import find_sanitizer
+    from r1build.evaluate.sanitizer.runner import find_sanitizer
 
     exe = find_sanitizer()
     assert exe is not None, "compute-sanitizer is installed beside nvcc on a GPU machine"

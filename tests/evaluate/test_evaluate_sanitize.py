@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from r1build.evaluate.sanitize import BatchRun, SanitizerRunner, find_sanitizer, summarize_report
-from r1build.evaluate.sanitizing import SanitizeRuns
+from r1build.evaluate.sanitizer.runner import BatchRun, SanitizerRunner, find_sanitizer, summarize_report
+from r1build.evaluate.sanitizer.schedule import SanitizeRuns
 from r1build.manifest import Manifest
 
 # Shaped like compute-sanitizer's output (written for this test).
@@ -122,7 +122,7 @@ sys.exit(86 if errors else 0)
 def _fake_sanitizer(tmp_path: Path, prologue: str = "") -> Path:
     import sys
 
-    from r1build.evaluate.sanitize import HARNESS
+    from r1build.evaluate.sanitizer.runner import HARNESS
 
     script = tmp_path / "fake_sanitizer.py"
     script.write_text(prologue + FAKE.replace("{harness_dir!r}", repr(str(HARNESS.parent))))
@@ -248,11 +248,11 @@ def _sanitizing_runs(
     import time
     from concurrent.futures import Future, ThreadPoolExecutor
 
-    from r1build.evaluate.checks import Verdict, plan_checks
+    from r1build.evaluate.correctness.plan import Verdict, plan_checks
     from r1build.evaluate.devices import GpuInfo
     from r1build.evaluate.library import Library, LibraryFailure
     from r1build.evaluate.process import WorkerHandle
-    from r1build.evaluate.sanitizing import Sanitizing
+    from r1build.evaluate.sanitizer.schedule import Sanitizing
     from r1build.evaluate.slots import Slot
     from r1build.judge import Job
     from r1build.manifest import load_manifest
@@ -618,7 +618,7 @@ def test_an_error_in_a_dispatch_after_a_run_reaches_the_queues_candidates(
     memcheck's queue folder cannot be written any more once a run of it ended) vanished, and the candidates it
     should have started runs for waited for ever. Now each gets an outcome: the error, or the verdict of a run that
     was under way; the other tools' queues go on."""
-    from r1build.evaluate.sanitizing import Sanitizing
+    from r1build.evaluate.sanitizer.schedule import Sanitizing
 
     real = Sanitizing._dispatch
     ended: list[bool] = []
@@ -651,7 +651,7 @@ def test_a_place_lent_while_the_evaluator_closes_goes_back(tmp_path: Path, root_
 
     from r1build.evaluate.devices import GpuInfo
     from r1build.evaluate.process import WorkerHandle
-    from r1build.evaluate.sanitizing import KernelKey, Sanitizing, _Inputs, _Queue
+    from r1build.evaluate.sanitizer.schedule import KernelKey, Sanitizing, _Inputs, _Queue
     from r1build.evaluate.slots import Slot
 
     def submit(*_: Any, **__: Any) -> Future[Any]:
@@ -711,8 +711,8 @@ RACECHECK_HAZARD_WARNINGS = """\
 def test_racecheck_warnings_are_hazards_not_errors(report: str) -> None:
     """Issue 27: racecheck runs with only warning-level hazards were called "errors"; they are hazards, and they
     still reject the candidate."""
-    from r1build.evaluate.sanitize import SanitizerOutcome
-    from r1build.evaluate.sanitizing import sanitizer_reason
+    from r1build.evaluate.sanitizer.runner import SanitizerOutcome
+    from r1build.evaluate.sanitizer.schedule import sanitizer_reason
 
     found = summarize_report(report)
     assert found is not None and "hazard" in found and "0 errors" in found, found

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from r1build.records import Candidate, Origin, Result, Status, Timing
-from r1build.selection import select_winner
+from r1build.selection.rules import select_winner
 
 
 def cand(i: int) -> Candidate:
@@ -48,7 +48,7 @@ def test_failures_and_untimed() -> None:
 def test_no_time_never_wins(us: float | None) -> None:
     """Issue 27: a candidate timed at 0.0 us won, and the resolve then refused its own decision (a winner validated
     on a GPU with no time). A result validated on a GPU wins only with a time above zero; one without never does,
-    even alone (:func:`~r1build.selection.decision_problem` would refuse it)."""
+    even alone (:func:`~r1build.selection.rules.decision_problem` would refuse it)."""
     cs = [cand(i) for i in range(2)]
     assert select_winner(cs, [res(cs[0], 6.63), res(cs[1], us)]) is cs[0]
     assert select_winner(cs[1:], [res(cs[1], us)]) is None

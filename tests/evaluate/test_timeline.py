@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from r1build.evaluate.timeline import Span, Timeline, milestones
+from r1build.evaluate.timing.timeline import Span, Timeline, milestones
 
 
 def test_spans_are_kept_from_threads_and_counted_past_the_limit() -> None:
@@ -49,7 +49,7 @@ def test_milestones_take_the_last_end_of_each_kind_and_sum_the_waits() -> None:
 
 
 def test_a_meter_counts_each_phase_and_keeps_it_as_a_span() -> None:
-    from r1build.evaluate.timeline import Meter
+    from r1build.evaluate.timing.timeline import Meter
 
     meter = Meter()
     meter.count("built", 2)

@@ -21,7 +21,7 @@ from r1build.judge import Job
 from r1build.manifest import Limits, Manifest, load_manifest
 from r1build.manifest.model import KernelSpec
 from r1build.records import Candidate, Origin, Result
-from r1build.toolchain import Toolchain, toolchain
+from r1build.toolchain.nvcc import Toolchain, toolchain
 
 ROOT = Path(__file__).resolve().parents[2]
 

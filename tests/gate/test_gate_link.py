@@ -16,7 +16,7 @@ from r1build.manifest import load_manifest
 from r1build.manifest.cdecl import declaration
 from r1build.records import Candidate, Origin
 from r1build.sandbox import unconfined
-from r1build.toolchain import Toolchain, toolchain
+from r1build.toolchain.nvcc import Toolchain, toolchain
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -21,7 +21,7 @@ from r1build.gate import StaticGate, gate_key
 from r1build.manifest import Manifest, load_manifest
 from r1build.manifest.cdecl import declaration, signature
 from r1build.records import Candidate, Origin
-from r1build.toolchain import toolchain
+from r1build.toolchain.nvcc import toolchain
 
 PACKAGES = Path(__file__).resolve().parents[1] / "packages"
 

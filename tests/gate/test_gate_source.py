@@ -21,7 +21,7 @@ from r1build.judge import Job
 from r1build.manifest import Manifest, load_manifest
 from r1build.manifest.model import KernelSpec
 from r1build.records import Candidate, Origin
-from r1build.toolchain import Toolchain, toolchain
+from r1build.toolchain.nvcc import Toolchain, toolchain
 
 ROOT = Path(__file__).resolve().parents[2]
 SILU_SIGNATURE = (

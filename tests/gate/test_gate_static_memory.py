@@ -17,7 +17,7 @@ from r1build.gate.device_memory import STATIC_MEMORY_LIMIT
 from r1build.manifest import Manifest, load_manifest
 from r1build.manifest.cdecl import declaration
 from r1build.records import Candidate, Origin
-from r1build.toolchain import Toolchain, toolchain
+from r1build.toolchain.nvcc import Toolchain, toolchain
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from r1build.defines import define_problem
 from r1build.errors import ToolchainError
 from r1build.events import Event, Note, sink
 from r1build.gate import StaticGate
@@ -31,7 +30,8 @@ from r1build.generate.extract import (
     tunable_variants,
 )
 from r1build.records import Candidate, Origin
-from r1build.toolchain import toolchain
+from r1build.toolchain.defines import define_problem
+from r1build.toolchain.nvcc import toolchain
 from tests.generate.chat_server import Answer, ChatServer
 from tests.generate.gen_support import SIGNATURE, MarkerJudge, Project, kernel_source, search_vadd
 

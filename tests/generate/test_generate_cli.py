@@ -6,10 +6,10 @@ import json
 
 import pytest
 
+from r1build.cache.transcript_doc import LINKS_NAMESPACE
 from r1build.cli.main import main
 from r1build.keys import decision_key
 from r1build.records import Candidate, CandidateRef, Decision, Origin
-from r1build.transcript_doc import LINKS_NAMESPACE
 from tests.generate.chat_server import Answer, ChatServer, Fault
 from tests.generate.gen_support import KEY, Project, answer, broken_source, kernel_source
 

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
+from r1build.cache.transcript_doc import read_links
 from r1build.cli.main import main
 from r1build.errors import ConfigError, GenerationError
 from r1build.generate import SearchOutcome
 from r1build.keys import decision_key
 from r1build.manifest import Manifest
-from r1build.transcript_doc import read_links
 from tests.generate.chat_server import Answer, ChatServer, Fault, Reply, Request, Stall
 from tests.generate.gen_support import KEY, Project, answer, env_for, kernel_source, search_vadd
 

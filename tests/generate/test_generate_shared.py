@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from r1build.cache.transcript_doc import LINKS_NAMESPACE
 from r1build.cli.main import main
 from r1build.keys import decision_key
-from r1build.transcript_doc import LINKS_NAMESPACE
 from tests.generate.chat_server import Answer, ChatServer
 from tests.generate.gen_support import KEY, Project, answer, kernel_source
 

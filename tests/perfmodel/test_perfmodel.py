@@ -18,7 +18,7 @@ from r1build.perfmodel import PerfModel, compile_features, ptx_features
 from r1build.perfmodel.predict import block_threads, occupancy
 from r1build.records import Candidate, Origin
 from r1build.settings import env_settings
-from r1build.toolchain import toolchain
+from r1build.toolchain.nvcc import toolchain
 from tests.generate.chat_server import Answer, ChatServer
 from tests.generate.gen_support import KEY, MarkerJudge, Project, answer, kernel_source
 

@@ -21,7 +21,7 @@ from r1build.profile.harness import harness_source
 from r1build.profile.ncu import METRICS, ncu_command, parse_ncu_csv
 from r1build.profile.summary import profile_summary
 from r1build.records import Candidate, Profile
-from r1build.toolchain import toolchain
+from r1build.toolchain.nvcc import toolchain
 from tests.generate.chat_server import Answer, ChatServer
 from tests.generate.gen_support import KEY, MarkerJudge, Project, answer, kernel_source
 from tests.profile.ncu_samples import ONE_KERNEL, TWO_KERNELS

@@ -18,7 +18,7 @@ from tests.generate.gen_support import KEY, Project
 
 pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
 
-SCHEMA = json.loads((Path(r1build.__file__).parent / "dataset.schema.json").read_text())
+SCHEMA = json.loads((Path(r1build.__file__).parent / "report" / "dataset.schema.json").read_text())
 
 
 def _export(project: Project, out: Path, *flags: str) -> list[dict[str, object]]:

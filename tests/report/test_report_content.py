@@ -13,8 +13,8 @@ import pytest
 from r1build.cache import Cache
 from r1build.cli.main import main
 from r1build.manifest import load_manifest
-from r1build.overview import project_records
 from r1build.report import build_report
+from r1build.report.overview import project_records
 from r1build.report.summary import failure_groups, provenance_row, search_points, spend_row, winner_row
 from tests.generate.gen_support import Project
 from tests.report.searches import INJECTION, PRICES

@@ -29,7 +29,7 @@ from r1build.lock.lockfile import Lock, LockEntry, write_lock
 from r1build.manifest import Manifest, load_manifest
 from r1build.records import Candidate, CandidateRef, Decision, Origin, Result, Timing
 from r1build.resolve import ResolveOptions, prepare_build, resolve
-from r1build.selection import decision_winner, select_winner
+from r1build.selection.rules import decision_winner, select_winner
 from tests.resolve.resolve_support import install_gpu_double
 
 pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers

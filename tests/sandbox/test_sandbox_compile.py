@@ -18,7 +18,7 @@ from r1build.gate.source import source_problems
 from r1build.manifest import load_manifest
 from r1build.records import Candidate, Origin
 from r1build.sandbox import Confinement, Sandbox, confined, sandbox_for, unconfined
-from r1build.toolchain import Toolchain, toolchain
+from r1build.toolchain.nvcc import Toolchain, toolchain
 from tests.sandbox.support import needs_sandbox
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -179,7 +179,7 @@ def test_a_confined_sanitizer_run_dies_with_its_evaluator(tmp_path: Path) -> Non
     """A sanitizer run's harness held by a hold file, started confined (as a slot's runner starts it) by a process
     standing in for the evaluator: when that process is killed, the held harness ends too (``--die-with-parent``),
     so the job names no evaluator process id to watch, which the run's own PID namespace would not show."""
-    from r1build.evaluate.sanitize import HARNESS, SanitizerRunner
+    from r1build.evaluate.sanitizer.runner import HARNESS, SanitizerRunner
     from r1build.sandbox import confined
 
     hold = tmp_path / "hold"

@@ -7,6 +7,7 @@ Backends (:mod:`.http`, :mod:`.s3`) are imported only when a URL of theirs is us
 
 from __future__ import annotations
 
+import urllib.parse
 from pathlib import Path
 
 from ...errors import ConfigError
@@ -15,7 +16,7 @@ from ...manifest.load import remote_url_problem
 from ...settings import env_settings
 from ..store import Cache
 from .layer import RECORD_KINDS, ROOT, RemoteLayer, RemoteProblem, blob_key, record_key
-from .store import RemoteStore, RemoteUnavailable, open_store
+from .store import RemoteStore, RemoteUnavailable
 
 __all__ = [
     "RECORD_KINDS",
@@ -39,10 +40,10 @@ def remote_layer(
 
     ``url``, ``write`` and ``signing_key`` (a key file) are the command line's (None: not given); then the
     environment, then the manifest. Writing needs the team's signing key (``signing_key`` or
-    ``R1BUILD_SIGNING_KEY``, :func:`r1build.signing.load_private_key`): without one it is a
+    ``R1BUILD_SIGNING_KEY``, :func:`r1build.trust.signing.load_private_key`): without one it is a
     :class:`~r1build.errors.ConfigError`, before anything runs.
     """
-    from ...signing import load_private_key, trusted_keys
+    from ...trust.signing import load_private_key, trusted_keys
 
     env = env_settings()
     chosen = url or env.remote_cache or manifest.settings.cache.url
@@ -77,8 +78,24 @@ def attach_remote(
 ) -> Cache:
     """``cache`` with the configured remote layer behind it (none when none is configured), and the manifest's
     trusted keys as the keys it trusts (:attr:`~r1build.cache.storage.Storage.trusted`)."""
-    from ...signing import trusted_keys
+    from ...trust.signing import trusted_keys
 
     cache.remote = remote_layer(manifest, url=url, write=write, signing_key=signing_key)
     cache.trusted = trusted_keys(manifest)
     return cache
+
+
+def open_store(url: str, *, timeout: float, header: tuple[str, str] | None) -> RemoteStore:
+    """The backend for ``url``: :class:`~.http.HttpStore` for http(s), :class:`~.s3.S3Store` for s3 (needs the
+    ``s3`` extra). :class:`~r1build.errors.ConfigError` for a URL that is neither."""
+    problem = remote_url_problem(url)
+    if problem is not None:
+        raise ConfigError(f"remote cache: {problem}")
+    scheme = urllib.parse.urlsplit(url).scheme
+    if scheme == "s3":
+        from .s3 import S3Store
+
+        return S3Store(url, timeout=timeout)
+    from .http import HttpStore
+
+    return HttpStore(url, timeout=timeout, header=header)

@@ -4,7 +4,7 @@ Objects (under the store's prefix)
     ``r1build-v1/blob/<sha256>``: the bytes themselves, verified against the key on every read.
     ``r1build-v1/decision/<decision key>`` and ``r1build-v1/gate/<gate key>``: records, each
     ``<sha256 of payload>\\n<signature>\\n<payload>``, the payload a decision or static-gate result as JSON and
-    the signature :func:`r1build.signing.sign` of :func:`r1build.signing.entry_payload` of its cache key
+    the signature :func:`r1build.trust.signing.sign` of :func:`r1build.trust.signing.entry_payload` of its cache key
     (``decision/<key>``) and payload, as bundles sign their entries: a record signed for one key cannot be
     replayed under another. Gate results are signed too: a forged "passed" would skip the static gate.
 
@@ -41,13 +41,13 @@ from ...errors import RemoteCacheError, SignatureError
 from ...events import Note, emit
 from ...keys import digest_bytes
 from ...records import Decision, from_json
-from ...selection import decision_problem
+from ...selection.rules import decision_problem
 from ..bundle import referenced_blobs
 from ..codec import RecordKind, check_payload
 from .store import RemoteRefused, RemoteStore, RemoteUnavailable
 
 if TYPE_CHECKING:
-    from ...signing import PrivateKey, TrustedKeys
+    from ...trust.signing import PrivateKey, TrustedKeys
     from ..storage import Storage
     from ..store import Cache
 
@@ -72,7 +72,7 @@ def record_key(kind: str, key: str) -> str:
 
 def signed_message(kind: str, key: str, payload: bytes) -> bytes:
     """What a record's signature covers: its cache key and its payload's digest (as a bundle entry's)."""
-    from ...signing import entry_payload
+    from ...trust.signing import entry_payload
 
     return entry_payload(f"{kind}/{key}", payload)
 
@@ -217,7 +217,7 @@ class RemoteLayer:
     def _checked(self, kind: str, key: str, raw: bytes) -> tuple[bytes, str] | RemoteProblem:
         """The usable payload of a record object and the id of the trusted key that signed it, else why it must
         not be used."""
-        from ...signing import verify
+        from ...trust.signing import verify
 
         where = record_key(kind, key)
         try:
@@ -288,7 +288,7 @@ class RemoteLayer:
     def publish(self, cache: Storage, kind: str, key: str, payload: bytes) -> bool:
         """Upload a record, after every blob it names (from ``cache``); whether it was published. Raises
         :class:`_Off` when the remote is off (said once)."""
-        from ...signing import sign
+        from ...trust.signing import sign
 
         assert self.signing_key is not None, "publishing needs the signing key"
         decision = from_json(Decision, payload) if kind == "decision" else None

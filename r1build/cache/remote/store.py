@@ -9,14 +9,10 @@ Backends do not verify content: the layer does, by digest and signature.
 from __future__ import annotations
 
 import re
-import urllib.parse
 from collections.abc import Iterator
 from typing import Protocol
 
-from ...errors import ConfigError
-from ...manifest import remote_url_problem
-
-__all__ = ["MAX_OBJECT", "RemoteRefused", "RemoteStore", "RemoteUnavailable", "open_store", "without_credentials"]
+__all__ = ["MAX_OBJECT", "RemoteRefused", "RemoteStore", "RemoteUnavailable", "without_credentials"]
 
 MAX_OBJECT = 64 * 1024**2
 """Largest object read from a remote (bytes): a larger answer is garbage, not a cache entry."""
@@ -60,19 +56,3 @@ class RemoteStore(Protocol):
 
     def close(self) -> None:
         """Close connections (the store may be used again: it reconnects)."""
-
-
-def open_store(url: str, *, timeout: float, header: tuple[str, str] | None) -> RemoteStore:
-    """The backend for ``url``: :class:`~.http.HttpStore` for http(s), :class:`~.s3.S3Store` for s3 (needs the
-    ``s3`` extra). :class:`~r1build.errors.ConfigError` for a URL that is neither."""
-    problem = remote_url_problem(url)
-    if problem is not None:
-        raise ConfigError(f"remote cache: {problem}")
-    scheme = urllib.parse.urlsplit(url).scheme
-    if scheme == "s3":
-        from .s3 import S3Store
-
-        return S3Store(url, timeout=timeout)
-    from .http import HttpStore
-
-    return HttpStore(url, timeout=timeout, header=header)

@@ -6,7 +6,8 @@ while the evaluator held the GPU alone. Now the worker copies them, device to de
 own (:class:`Parking`, laid out by :func:`park_layout`, which both sides compute) and hands out a CUDA IPC handle
 of it. A second worker process, the *judge* (started by the evaluator, sent no ``load`` ever, so no candidate's
 code runs in it), maps that allocation, holds the reference's outputs in its own CUDA context (which the
-candidate's kernels cannot reach) and runs the fast rule of :func:`~r1build.evaluate.compare._clearly_matches`
+candidate's kernels cannot reach) and runs the fast rule of
+:func:`~r1build.evaluate.correctness.compare._clearly_matches`
 on the GPU (:func:`clearly_matches`, in one pass of one kernel for float32 and float64): every element finite and
 within ``atol + rtol * |ref|``, the error norm within its bound. An array it finds clear passes; any other goes
 the old way (the worker writes it to a file, ``save_parked``, and the parent's judging process applies every rule

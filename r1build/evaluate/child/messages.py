@@ -194,7 +194,8 @@ class TimeRequest(TypedDict):
     graph_below_us: float
     shapes: list[BenchShapeRequest]
     stop_error: NotRequired[float]
-    """Sampling a shape stops once its median's relative standard error is this small (:mod:`r1build.noise`)."""
+    """Sampling a shape stops once its median's relative standard error is this small
+    (:mod:`r1build.selection.noise`)."""
     park: NotRequired[bool]
     """Park what the timed calls left (:mod:`.judge`) instead of writing it to files."""
 

@@ -50,7 +50,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
-from ...noise import settled
+from ...selection.noise import settled
 from .extras import graph_replays, lazy_output_call
 from .guarded import PAST_THE_END, GuardedArrays
 from .harness import CTYPES
@@ -849,7 +849,7 @@ class Worker:
     ) -> tuple[TimedShape, list[tuple[list[Any], list[Any]]]]:
         """Samples of one benchmark shape, over the input sets the parent made (rotated call by call):
         ``counts`` is the least and the most samples and the relative standard error of the median at which the
-        sampling stops between the two (0: never; :func:`r1build.noise.settled`), ``budget_us`` what the
+        sampling stops between the two (0: never; :func:`r1build.selection.noise.settled`), ``budget_us`` what the
         samples may take in all.
 
         A call shorter than ``graph_below`` us is timed as a CUDA graph of many back-to-back calls (no flush in
@@ -935,7 +935,8 @@ def _numpy_name(dtype: str) -> str:
 
 def _stop_rule(least: int, error: float, least_s: float, overhead: float = 0.0) -> Callable[[list[float]], bool] | None:
     """When a shape's sampling, started now, may stop: once its samples (less ``overhead``, as they are recorded)
-    number ``least`` and know their median to ``error`` (:func:`r1build.noise.settled`), and ``least_s`` seconds
+    number ``least`` and know their median to ``error`` (:func:`r1build.selection.noise.settled`), and ``least_s``
+    seconds
     have passed; None for ``error`` 0 (never)."""
     if error <= 0:
         return None

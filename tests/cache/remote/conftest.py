@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from r1build.signing import KeyPair
+from r1build.trust.signing import KeyPair
 from tests.cache.remote.remote_servers import Moto, Nginx, Remote, moto_binary, nginx_binary
 
 _prefixes = itertools.count()

@@ -16,7 +16,7 @@ from r1build.keys import decision_key
 from r1build.lock import read_lock
 from r1build.manifest import load_manifest
 from r1build.records import Candidate, CandidateRef, Decision, Origin, Result, Timing
-from r1build.signing import KeyPair, trusted_keys
+from r1build.trust.signing import KeyPair, trusted_keys
 from tests.gate_seed import seed_gate_verdicts
 
 ROOT = Path(__file__).resolve().parents[3]

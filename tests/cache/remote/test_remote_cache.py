@@ -26,7 +26,7 @@ from r1build.keys import digest_bytes
 from r1build.lock import read_lock
 from r1build.manifest import load_manifest
 from r1build.records import Candidate, Decision, Origin, Result, Timing, from_json, to_json
-from r1build.signing import KeyPair, TrustedKeys, sign
+from r1build.trust.signing import KeyPair, TrustedKeys, sign
 from tests.cache.remote.remote_servers import TOKEN, FaultServer, Moto, Nginx, Remote, nginx_binary
 from tests.cache.remote.remote_support import (
     measured_root,

@@ -16,7 +16,7 @@ from r1build.errors import ConfigError, ManifestError
 from r1build.manifest import load_manifest, remote_url_problem
 from r1build.resolve import prepare_build
 from r1build.settings import env_settings
-from r1build.signing import KeyPair
+from r1build.trust.signing import KeyPair
 from tests.cache.remote.remote_servers import Nginx
 from tests.cache.remote.remote_support import measured_tiny, push, tiny_project
 
@@ -112,7 +112,7 @@ def test_the_remote_keeps_a_decision_whole_across_keys(
     store.put(record_key("gate", other), gates[0].read_bytes())
     store.close()
     from r1build.cache.remote import RemoteLayer
-    from r1build.signing import TrustedKeys
+    from r1build.trust.signing import TrustedKeys
 
     layer = RemoteLayer(open_store(url, timeout=5, header=None), trusted=TrustedKeys.of([team_key.public]))
     assert layer.record("gate", gates[0].name) is not None

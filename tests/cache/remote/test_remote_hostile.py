@@ -17,7 +17,7 @@ from r1build.cache.remote import RemoteLayer, RemoteUnavailable, blob_key, open_
 from r1build.cache.storage import Storage
 from r1build.keys import digest_bytes
 from r1build.records import Result, to_json
-from r1build.signing import KeyPair, TrustedKeys
+from r1build.trust.signing import KeyPair, TrustedKeys
 from tests.cache.remote.remote_servers import FaultServer
 from tests.cache.remote.remote_support import s3_endpoint_at
 

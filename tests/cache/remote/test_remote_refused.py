@@ -16,7 +16,7 @@ from r1build.cache.remote.store import RemoteRefused, RemoteUnavailable
 from r1build.cli.main import main
 from r1build.events import Event, Note, sink
 from r1build.records import to_json
-from r1build.signing import KeyPair, TrustedKeys
+from r1build.trust.signing import KeyPair, TrustedKeys
 from tests.cache.remote.remote_servers import FaultServer, Nginx
 from tests.cache.remote.remote_support import measured_tiny, push, s3_endpoint_at, tiny_project
 

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ..errors import EvaluationError
-from ..manifest.model import Arg, KernelSpec
+from ...errors import EvaluationError
+from ...manifest.model import Arg, KernelSpec
 
 __all__ = [
     "DISTRIBUTIONS",

@@ -28,14 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from .cache import Cache
-from .filemode import DATASET_SCHEMA_PREFIX
-from .generate.prompts import signature
-from .generate.providers import PROFILES, redact
-from .manifest import Manifest
+from ..cache import Cache
+from ..filemode import DATASET_SCHEMA_PREFIX
+from ..generate.prompts import signature
+from ..generate.providers import PROFILES, redact
+from ..manifest import Manifest
+from ..profile.summary import profile_summary
 from .overview import KernelRecords, SampleRecord, project_records
-from .profile.summary import profile_summary
-from .report.summary import first_line
+from .summary import first_line
 
 __all__ = ["SCHEMA", "DatasetFilter", "dataset_records", "write_dataset"]
 
@@ -176,6 +176,6 @@ def dataset_records(
 
 def write_dataset(records: Sequence[dict[str, Any]], path: Path) -> None:
     """Write ``records`` as JSON lines (UTF-8) to ``path``, atomically."""
-    from .filemode import write_atomically
+    from ..filemode import write_atomically
 
     write_atomically(path, "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in records))

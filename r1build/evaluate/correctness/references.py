@@ -1,7 +1,8 @@
 """``r1build check``'s run of every kernel's numpy reference on the CPU, before any GPU sees a candidate.
 
 At every test shape the reference is called on inputs from each of the evaluator's distributions
-(:mod:`r1build.evaluate.inputs`: the inputs a GPU check feeds it), and what it returns is held to the declared
+(:mod:`r1build.evaluate.correctness.inputs`: the inputs a GPU check feeds it), and what it returns is held to the
+declared
 outputs (:mod:`r1build.manifest.outputs`: count, shape, dtype). A reference that raises, returns the wrong number,
 shape or dtype of outputs, or an output that is NaN in every element (of 16 or more; the evaluator wants NaN exactly
 where the reference has one, so no honest kernel could pass there and one writing NaN everywhere would), is a
@@ -19,12 +20,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .evaluate.inputs import DISTRIBUTIONS, generate_inputs, reference_kwargs
-from .events import Note, emit
-from .manifest.load import located_error
-from .manifest.model import Manifest
-from .manifest.outputs import call_reference
-from .manifest.reference import ReferenceProblem, load_reference
+from ...events import Note, emit
+from ...manifest.load import located_error
+from ...manifest.model import Manifest
+from ...manifest.outputs import call_reference
+from ...manifest.reference import ReferenceProblem, load_reference
+from .inputs import DISTRIBUTIONS, generate_inputs, reference_kwargs
 
 __all__ = ["check_references"]
 

@@ -35,15 +35,15 @@ from typing import Any, cast
 import numpy as np
 from numpy.typing import NDArray
 
-from ..manifest.model import Arg, KernelSpec
-from ..noise import median_error
-from .checks import Verdict, arg_items, run_reference, tweak_one
-from .child.messages import BenchFill, BenchShapeRequest, TimedShape
-from .child.protocol import CAPTURE_ERRORS
+from ...manifest.model import Arg, KernelSpec
+from ...selection.noise import median_error
+from ..child.messages import BenchFill, BenchShapeRequest, TimedShape
+from ..child.protocol import CAPTURE_ERRORS
+from ..timing.floors import DeviceFloors, bytes_moved, shape_key
+from ..timing.stats import SampleStats, array_requests
 from .compare import CHUNK, Mismatch, check_unchanged, compare_output
-from .floors import DeviceFloors, bytes_moved, shape_key
 from .inputs import ArrayLayout, array_shape, generate_inputs, numpy_dtype, poison_bytes
-from .timing import SampleStats, array_requests
+from .plan import Verdict, arg_items, run_reference, tweak_one
 
 __all__ = [
     "BANDWIDTH_ERROR",
@@ -392,7 +392,7 @@ def implausible(
 ) -> Verdict | None:
     """A rejection when a benchmark shape's median is not a time (zero, negative, not finite: with or without
     ``floors``) or is below the memory floor by more than the floor's uncertainty (:func:`floor_margin`, for a
-    GPU of ``l2_bytes`` of L2) and three standard errors of the median (:func:`~r1build.noise.median_error`);
+    GPU of ``l2_bytes`` of L2) and three standard errors of the median (:func:`~r1build.selection.noise.median_error`);
     a shape timed warm (``warm[i]``: a graph of back-to-back calls whose inputs may come from L2, which no
     measured floor covers) only below :data:`IMPLAUSIBLE_WARM` times faster than the floor. The arithmetic
     floor is left out: tensor cores and lower precisions can beat the fp32 peak."""

@@ -14,14 +14,14 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from .errors import ManifestError, UsageError
-from .keys import digest_json
-from .manifest import Manifest
-from .manifest.load import located_error
-from .toolchain import GpuArchs, Toolchain, gpu_archs, gpu_archs_from_json
+from ..errors import ManifestError, UsageError
+from ..keys import digest_json
+from ..manifest import Manifest
+from ..manifest.load import located_error
+from .nvcc import GpuArchs, Toolchain, gpu_archs, gpu_archs_from_json
 
 if TYPE_CHECKING:
-    from .cache import Cache
+    from ..cache import Cache
 
 __all__ = ["ARCHS_NAMESPACE", "known_archs", "require_supported_archs"]
 

@@ -2,8 +2,8 @@
 
 One definition for the three places that need it: the GPU worker, which stops sampling a shape once its median is
 known well enough (:data:`STOP_ERROR`); the evaluator, which records median and spread
-(:func:`~r1build.evaluate.timing.summarize`); and the selection, which compares two medians by their errors
-(:func:`~r1build.selection.beats`). Pure Python (the worker imports it; a locked build has no numpy).
+(:func:`~r1build.evaluate.timing.stats.summarize`); and the selection, which compares two medians by their errors
+(:func:`~r1build.selection.rules.beats`). Pure Python (the worker imports it; a locked build has no numpy).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ __all__ = ["STOP_ERROR", "median_and_spread", "median_error", "settled"]
 STOP_ERROR = 0.001
 """A shape's sampling stops once the standard error of its median is this small (relative; after the request's
 least number of samples and a tenth of its time budget, in the worker): three of them, the noise of a comparison
-(:func:`~r1build.selection.beats`), are 0.3%, far under the 2% lead a winner needs anyway
-(:data:`~r1build.selection.MIN_LEAD`), so more samples could change no winner. A slow, steady kernel (a 5 ms
+(:func:`~r1build.selection.rules.beats`), are 0.3%, far under the 2% lead a winner needs anyway
+(:data:`~r1build.selection.rules.MIN_LEAD`), so more samples could change no winner. A slow, steady kernel (a 5 ms
 matmul, spread 0.2%) gets there at the least number; a 40 us one with single cold launches (spread 5%) takes every
 sample its budget allows."""
 

@@ -29,13 +29,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import ConfigError, SignatureError
-from .filemode import replace_problem
+from ..digests import canonical_json
+from ..errors import ConfigError, SignatureError
+from ..filemode import replace_problem
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from .manifest.model import Manifest
+    from ..manifest.model import Manifest
 
 # ``cryptography`` is imported where keys are made, read, used: loading a manifest (which checks the text of its
 # trusted keys) and every command that signs nothing stay free of its import time.
@@ -267,7 +268,7 @@ def load_private_key(path: Path | None = None, environ: Mapping[str, str] | None
     when neither holds one. Never read from the cache."""
     if path is not None:
         return read_private_key_file(Path(path))
-    from .settings import env_settings
+    from ..settings import env_settings
 
     value = env_settings(environ).signing_key
     if value is None:
@@ -396,7 +397,6 @@ def entry_payload(key: str, payload: bytes) -> bytes:
 
 def entry_statement(key: str, sha256: str) -> bytes:
     """:func:`entry_payload` of a payload whose sha256 is known (a bundle's, checked as it is read)."""
-    from .keys import canonical_json  # keys imports the manifest model, which imports this module
 
     return canonical_json({"statement": ENTRY_STATEMENT, "key": key, "sha256": sha256})
 

@@ -33,8 +33,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from ..sandbox import Confinement, Sandbox, unconfined
-from .child.harness import BEGIN, DONE, END, FAILED, HELD, RESUMED
+from ...sandbox import Confinement, Sandbox, unconfined
+from ..child.harness import BEGIN, DONE, END, FAILED, HELD, RESUMED
 
 __all__ = [
     "TOOLS",
@@ -52,7 +52,7 @@ ERROR_EXIT = 86
 NO_CUDA_EXIT = 255
 """compute-sanitizer's exit status for a target that never set up CUDA ("Target application terminated before first
 instrumented API call"): a harness whose queue was taken before it looked."""
-HARNESS = Path(__file__).parent / "child" / "harness.py"
+HARNESS = Path(__file__).parents[1] / "child" / "harness.py"
 
 _SHARED_SASS = re.compile(
     r"\b(?:LDS|STS|LDSM|STSM|ATOMS|LDGSTS|UBLKCP|UTMALDG|UTMASTG|UTMAREDG|HGMMA|QGMMA|IGMMA|"
@@ -83,7 +83,7 @@ class SanitizerOutcome:
 
 def find_sanitizer(nvcc: str | None = None, environ: Mapping[str, str] | None = None) -> str | None:
     """compute-sanitizer from ``R1BUILD_COMPUTE_SANITIZER``, ``PATH``, next to nvcc or in /usr/local/cuda."""
-    from ..settings import env_settings
+    from ...settings import env_settings
 
     env = os.environ if environ is None else environ
     explicit = env_settings(env).compute_sanitizer

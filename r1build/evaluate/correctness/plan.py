@@ -43,14 +43,14 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from ..errors import EvaluationError
-from ..manifest.model import KernelSpec, Tolerance
-from ..manifest.outputs import call_reference
-from ..manifest.reference import ReferenceProblem
-from .child.messages import ArgItem, CallRecord, CallRequest, CheckReply, CheckRequest, Mode
-from .child.protocol import CAPTURE_ERRORS
+from ...errors import EvaluationError
+from ...manifest.model import KernelSpec, Tolerance
+from ...manifest.outputs import call_reference
+from ...manifest.reference import ReferenceProblem
+from ..child.messages import ArgItem, CallRecord, CallRequest, CheckReply, CheckRequest, Mode
+from ..child.protocol import CAPTURE_ERRORS
+from ..timing.floors import shape_key
 from .compare import Mismatch, check_guards, check_unchanged, compare_outputs
-from .floors import shape_key
 from .inputs import (
     FLOAT_DTYPES,
     GUARD_BYTE,

@@ -1,6 +1,6 @@
 """Where nvcc is looked for, and which binary a path is: the standard library only, so that the warm-build stamp
 (:mod:`r1build.build.stamp`) can check both before anything else of r1build is imported. The places come from
-:func:`r1build.toolchain.find_nvcc`, which reads the environment; a stamp keeps them and looks again."""
+:func:`r1build.toolchain.nvcc.find_nvcc`, which reads the environment; a stamp keeps them and looks again."""
 
 from __future__ import annotations
 

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..manifest.model import KernelSpec
-from ..noise import STOP_ERROR, median_and_spread
-from ..records import Timing
-from .child.messages import ArrayRequest, BenchShapeRequest, ReferenceShape, TimeReferenceRequest, TimeRequest
+from ...manifest.model import KernelSpec
+from ...records import Timing
+from ...selection.noise import STOP_ERROR, median_and_spread
+from ..child.messages import ArrayRequest, BenchShapeRequest, ReferenceShape, TimeReferenceRequest, TimeRequest
+from ..correctness.inputs import array_shape, numpy_dtype, scalar_values
 from .floors import DeviceFloors, floor_us, shape_key
-from .inputs import array_shape, numpy_dtype, scalar_values
 
 __all__ = ["SampleStats", "array_requests", "build_timing", "reference_request", "summarize", "time_request"]
 
@@ -77,7 +77,7 @@ def time_request(
     :func:`~.bench_checks.shape_requests`; see the worker's ``_time_shape`` for how a sample is made); with
     ``park``, what the timed calls left stays on the GPU for the judge process (:mod:`.child.judge`). A shape
     takes at least ``min_samples`` samples, then more while its budget and ``max_samples`` allow and the standard
-    error of its median is above ``stop_error`` (:data:`~r1build.noise.STOP_ERROR`)."""
+    error of its median is above ``stop_error`` (:data:`~r1build.selection.noise.STOP_ERROR`)."""
     return {
         "park": park,
         "op": "time",

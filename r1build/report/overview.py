@@ -10,15 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .cache import Cache
-from .judge import CHECKS_VERSION
-from .keys import decision_key
-from .lock import LockEntry, find_vendored, load_lock
-from .manifest import KernelSpec, Manifest
-from .records import CandidateRef, Decision, Provenance, Result, SourceFrom, Standing, Validation
-from .resolve import decision_refusal, lock_refusal, stale_checks
-from .selection import decision_winner
-from .transcript_doc import parse_transcript, read_links
+from ..cache import Cache, parse_transcript, read_links
+from ..judge import CHECKS_VERSION
+from ..keys import decision_key
+from ..lock import LockEntry, find_vendored, load_lock
+from ..manifest import KernelSpec, Manifest
+from ..records import CandidateRef, Decision, Provenance, Result, SourceFrom, Standing, Validation
+from ..resolve import decision_refusal, lock_refusal, stale_checks
+from ..selection.rules import decision_winner
 
 __all__ = ["KernelRecords", "SampleRecord", "SearchRecord", "StatusRow", "project_records"]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from .manifest.values import tunable_value_problem
+from ..manifest.values import tunable_value_problem
 
 __all__ = ["check_defines", "define_problem"]
 

@@ -15,15 +15,12 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from ..errors import EvaluationError
-from ..judge import Job
-from ..manifest.model import KernelSpec
-from ..manifest.reference import load_reference
-from .bench_checks import BenchPlan, implausible, plan_bench, shape_requests
-from .bench_extra import place_set
-from .checks import Verdict
-from .child.judge import park_layout, parked_size
-from .child.messages import (
+from ...errors import EvaluationError
+from ...judge import Job
+from ...manifest.model import KernelSpec
+from ...manifest.reference import load_reference
+from ..child.judge import park_layout, parked_size
+from ..child.messages import (
     BenchShapeRequest,
     FloorsRequest,
     JudgeItem,
@@ -33,16 +30,19 @@ from .child.messages import (
     TimedShape,
     TimeReply,
 )
+from ..correctness.bench import BenchPlan, implausible, plan_bench, shape_requests
+from ..correctness.bench_extra import place_set
+from ..correctness.plan import Verdict
+from ..judge_pool import JudgePool
+from ..library import Library
+from ..process import WorkerDied, WorkerTimedOut
+from ..sanitizer.schedule import KernelKey
+from ..slots import Slot, library_key
 from .floors import FLOORS_NAMESPACE, DeviceFloors
-from .judge_pool import JudgePool
-from .library import Library
-from .process import WorkerDied, WorkerTimedOut
-from .sanitizing import KernelKey
-from .slots import Slot, library_key
-from .timing import SampleStats, reference_request, summarize, time_request
+from .stats import SampleStats, reference_request, summarize, time_request
 
 if TYPE_CHECKING:
-    from ..cache import Cache
+    from ...cache import Cache
 
 __all__ = ["Timer"]
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .cache import Cache
-    from .records import CandidateRef
+    from ..records import CandidateRef
+    from . import Cache
 
 __all__ = ["KIND", "LINKS_NAMESPACE", "SCHEMA", "SearchLinks", "parse_transcript", "read_links"]
 
@@ -64,7 +64,7 @@ class SearchLinks:
 
 def read_links(cache: Cache, key: str) -> SearchLinks | None:
     """The links of the search under decision ``key``; None when there are none."""
-    from .records import CandidateRef, from_json
+    from ..records import CandidateRef, from_json
 
     doc = cache.get_json(LINKS_NAMESPACE, key)
     if not isinstance(doc, dict) or not doc:

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from . import __version__
-from .errors import R1BuildError
-from .extras import CHECK, CUPY, GENERATE
-from .settings import EnvSettings, env_settings, lock_mode
+from .. import __version__
+from ..errors import R1BuildError
+from ..settings import EnvSettings, env_settings, lock_mode
+from ..toolchain.extras import CHECK, CUPY, GENERATE
 
 __all__ = ["Finding", "Level", "diagnose"]
 
@@ -39,7 +39,7 @@ class Finding:
 
 
 def _nvcc() -> tuple[list[Finding], str | None]:
-    from .toolchain import gpu_archs, toolchain
+    from ..toolchain.nvcc import gpu_archs, toolchain
 
     try:
         tc = toolchain()
@@ -76,7 +76,7 @@ def _gpus(release: str | None) -> list[Finding]:
         f"{d} {importlib.metadata.version(d)}" for d in ("cupy-cuda13x", "cupy-cuda12x", "cupy") if _dist_version(d)
     ]
     found = [Finding("cupy", "ok", ", ".join(versions) or "installed")]
-    from .evaluate import detect_gpus
+    from ..evaluate import detect_gpus
 
     gpus = detect_gpus()
     if gpus:
@@ -105,9 +105,9 @@ def _dist_version(name: str) -> str | None:
 
 
 def _generation(manifest: object | None, environ: Mapping[str, str], offline: bool) -> list[Finding]:
-    from .generate import endpoint_configured, resolve_endpoint
-    from .manifest import Manifest
-    from .manifest.model import Generation
+    from ..generate import endpoint_configured, resolve_endpoint
+    from ..manifest import Manifest
+    from ..manifest.model import Generation
 
     found = [
         Finding("openai", "ok", f"openai {_dist_version('openai')}")
@@ -142,7 +142,7 @@ def _generation(manifest: object | None, environ: Mapping[str, str], offline: bo
             )
         )
         return found
-    from .reach import unreachable
+    from ..resolve.reach import unreachable
 
     why = unreachable(endpoint.display_url)
     if why is None:
@@ -153,7 +153,7 @@ def _generation(manifest: object | None, environ: Mapping[str, str], offline: bo
 
 
 def _cache(cache_dir: Path | None) -> list[Finding]:
-    from .cache import Cache, resolve_cache_dir
+    from ..cache import Cache, resolve_cache_dir
 
     directory = resolve_cache_dir(cache_dir)
     if not (directory / "cache.db").exists():
@@ -181,8 +181,8 @@ def _cache(cache_dir: Path | None) -> list[Finding]:
 
 
 def _project(manifest_path: Path | None, env: EnvSettings) -> tuple[list[Finding], object | None]:
-    from .lock import check_lock, load_lock
-    from .manifest import find_manifest, load_manifest, remote_url_problem
+    from ..lock import check_lock, load_lock
+    from ..manifest import find_manifest, load_manifest, remote_url_problem
 
     try:
         path = find_manifest(manifest_path) if manifest_path else find_manifest(Path.cwd(), walk_up=True)

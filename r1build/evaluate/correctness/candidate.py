@@ -10,8 +10,12 @@ import time
 from collections.abc import Callable
 from typing import cast
 
-from ..manifest.model import KernelSpec
-from .checks import (
+from ...manifest.model import KernelSpec
+from ..child.messages import CheckReply
+from ..library import Library
+from ..process import WorkerDied, WorkerTimedOut
+from ..slots import Slot, library_key
+from .plan import (
     CheckPart,
     ShapePlan,
     Verdict,
@@ -22,10 +26,6 @@ from .checks import (
     needs_diagnosis,
     part_of,
 )
-from .child.messages import CheckReply
-from .library import Library
-from .process import WorkerDied, WorkerTimedOut
-from .slots import Slot, library_key
 
 __all__ = ["run_checks"]
 

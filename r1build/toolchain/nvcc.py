@@ -19,10 +19,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import NvccSettingError, ToolchainError
-from .filemode import folder_modes, private_folder, write_atomically
-from .nvcc_lookup import NvccPlace, first_nvcc, nvcc_identity, nvcc_places
-from .settings import env_settings
+from ..errors import NvccSettingError, ToolchainError
+from ..filemode import folder_modes, private_folder, write_atomically
+from ..settings import env_settings
+from .lookup import NvccPlace, first_nvcc, nvcc_identity, nvcc_places
 
 __all__ = [
     "MEMO_NAME",
@@ -80,7 +80,7 @@ def nvcc_lookup() -> list[NvccPlace]:
 
 
 def _memo_file() -> Path:
-    from .cache import default_cache_dir
+    from ..cache import default_cache_dir
 
     return default_cache_dir() / MEMO_NAME
 

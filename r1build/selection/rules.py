@@ -24,9 +24,8 @@ import re
 from collections.abc import Sequence
 from typing import Protocol, TypeVar
 
-from .keys import variant_digest
-from .noise import median_error
-from .records import (
+from ..keys import variant_digest
+from ..records import (
     CandidateOutcome,
     CandidateRef,
     Decision,
@@ -38,6 +37,7 @@ from .records import (
     provenance_of,
     validation_of,
 )
+from .noise import median_error
 
 __all__ = [
     "MIN_LEAD",

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ..manifest.model import Tolerance
+from ...manifest.model import Tolerance
 from .inputs import GUARD_BYTE, ArrayLayout, numpy_dtype
 
 __all__ = ["Mismatch", "check_guards", "check_unchanged", "compare_output", "compare_outputs", "format_value"]

@@ -1,18 +1,38 @@
-"""Digests of what a stamp watches: files and folders by their bytes, and r1build's own code by its files' sizes
-and times. Light on purpose (the standard library only): the build backend's warm-build stamp and the CLI's warm
-path check them before anything heavy is imported, so both work on plain ``os`` calls on strings (every warm
-build pays them; pathlib's objects cost more than the system calls here)."""
+"""Digests, the standard library only: sha256 of bytes and of canonical JSON (what keys, records and signatures are
+made of), and what a stamp watches: files and folders by their bytes, and r1build's own code by its files' sizes
+and times. Light on purpose: the build backend's warm-build stamp and the CLI's warm path check them before
+anything heavy is imported, so both work on plain ``os`` calls on strings (every warm build pays them; pathlib's
+objects cost more than the system calls here); and :mod:`r1build.keys` and :mod:`r1build.trust.signing` share them
+without importing each other."""
 
 from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 __all__ = ["code_fingerprint", "path_digest"]
+
+
+def canonical_json(obj: Any) -> bytes:
+    """Deterministic JSON: sorted keys, no whitespace, UTF-8."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+
+
+def digest_bytes(data: bytes) -> str:
+    """Hex sha256 of ``data``."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def digest_json(obj: Any) -> str:
+    """Hex sha256 of the canonical JSON of ``obj``."""
+    return digest_bytes(canonical_json(obj))
+
 
 _PACKAGE = Path(__file__).resolve().parent
 _ABSENT = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP})

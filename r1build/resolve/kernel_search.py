@@ -3,7 +3,8 @@ calls that take a :class:`~r1build.cache.Cache`.
 
 :func:`generate_kernel` asks the LLM for candidates of one kernel, arch by arch, and judges them with the static
 gate (no GPU needed); it keeps every candidate's source in the cache, and a :class:`GenerationRecord` of each
-search under its decision key in :data:`~r1build.transcript_doc.LINKS_NAMESPACE`, in place of the link the search
+search under its decision key in :data:`~r1build.cache.transcript_doc.LINKS_NAMESPACE`, in place of the link the
+search
 made there itself (the record holds its transcripts too). :func:`replay_kernel` re-extracts
 the candidates of stored transcripts and judges them again with no network (on a local GPU of the arch where
 there is one), and says how its winner compares with the stored decision's (:data:`ReplayVerdict`). Both yield
@@ -18,18 +19,17 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
-from .cache import Cache
-from .errors import CacheError, ConfigError, UsageError
-from .keys import decision_key
-from .manifest import KernelSpec, Manifest
-from .records import Candidate, CandidateRef, Decision, Result
-from .selection import select_winner
-from .settings import env_settings
-from .transcript_doc import LINKS_NAMESPACE, read_links
+from ..cache import LINKS_NAMESPACE, Cache, read_links
+from ..errors import CacheError, ConfigError, UsageError
+from ..keys import decision_key
+from ..manifest import KernelSpec, Manifest
+from ..records import Candidate, CandidateRef, Decision, Result
+from ..selection.rules import select_winner
+from ..settings import env_settings
 
 if TYPE_CHECKING:
-    from .generate import SearchOutcome, Usage
-    from .generate.budget import StopReason
+    from ..generate import SearchOutcome, Usage
+    from ..generate.budget import StopReason
 
 __all__ = [
     "ArchSearch",
@@ -102,8 +102,8 @@ class Replay:
 def require_endpoint(manifest: Manifest) -> None:
     """:class:`~r1build.errors.ConfigError` unless this process may and can call the manifest's LLM endpoint:
     ``R1BUILD_OFFLINE`` unset and an endpoint configured (a URL, or the provider's key in the environment)."""
-    from .generate import endpoint_configured
-    from .generate.providers import BASE_URL_ENV, PROFILES
+    from ..generate import endpoint_configured
+    from ..generate.providers import BASE_URL_ENV, PROFILES
 
     generation = manifest.settings.generation
     if env_settings().offline:
@@ -123,9 +123,9 @@ def generate_kernel(manifest: Manifest, spec: KernelSpec, archs: Sequence[str], 
     """Search for candidates of ``spec`` on each of ``archs``, judged by the static gate, seeded with the
     manifest's own candidates; yields each arch's outcome once its sources and :class:`GenerationRecord` are in
     ``cache``. :class:`~r1build.errors.CacheError` first when the cache cannot keep what the requests cost."""
-    from .evaluate.variants import expand_variants
-    from .gate.static import StaticGate
-    from .generate import search
+    from ..evaluate.variants import expand_variants
+    from ..gate.static import StaticGate
+    from ..generate import search
 
     seeds = expand_variants(manifest, spec)
     if cache.degraded is not None:
@@ -190,9 +190,9 @@ def replay_kernel(
     """Replay ``transcripts`` (blob digests), else each arch's stored ones, judged with the manifest's own
     candidates by a local GPU of the arch (unless ``use_gpu`` is false) or the static gate; yields each arch's
     :class:`Replay`. :class:`~r1build.errors.UsageError` for an arch with no transcripts to replay."""
-    from .evaluate.variants import expand_variants
-    from .generate import replay
-    from .resolve.judges import Judges
+    from ..evaluate.variants import expand_variants
+    from ..generate import replay
+    from .judges import Judges
 
     seeds = expand_variants(manifest, spec)
     # the resolver's judges: a local GPU of the arch where one is visible (the same rule and notes as a

@@ -39,20 +39,20 @@ from typing import Any
 
 import numpy as np
 
-from ..filemode import write_atomically
-from ..gate.compile_slots import PrioritySlots, cores
-from ..judge import Job
-from ..manifest.model import KernelSpec
-from ..records import Candidate, Status
-from .checks import ShapePlan, Verdict, arg_codes, arg_items
-from .child.harness import claim
-from .child.messages import SanitizeArray, SanitizeJob, SanitizeShape
-from .devices import gpu_runs_arch
-from .floors import bytes_moved
-from .library import Library, LibraryFailure
-from .options import RUNS_PER_QUEUE
-from .sanitize import TOOLS, BatchRun, SanitizerOutcome, racecheck_level, uses_shared_memory
-from .slots import Slot
+from ...filemode import write_atomically
+from ...gate.compile_slots import PrioritySlots, cores
+from ...judge import Job
+from ...manifest.model import KernelSpec
+from ...records import Candidate, Status
+from ..child.harness import claim
+from ..child.messages import SanitizeArray, SanitizeJob, SanitizeShape
+from ..correctness.plan import ShapePlan, Verdict, arg_codes, arg_items
+from ..devices import gpu_runs_arch
+from ..library import Library, LibraryFailure
+from ..options import RUNS_PER_QUEUE
+from ..slots import Slot
+from ..timing.floors import bytes_moved
+from .runner import TOOLS, BatchRun, SanitizerOutcome, racecheck_level, uses_shared_memory
 
 __all__ = ["KernelKey", "SanitizeRuns", "Sanitizing", "sanitizer_reason", "write_shapes"]
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import EvaluationError
-from ..manifest.flops import evaluate_flops
-from ..manifest.model import KernelSpec
-from .inputs import array_shape, numpy_dtype
+from ...errors import EvaluationError
+from ...manifest.flops import evaluate_flops
+from ...manifest.model import KernelSpec
+from ..correctness.inputs import array_shape, numpy_dtype
 
 __all__ = ["DeviceFloors", "bytes_moved", "eval_flops", "floor_us", "shape_key"]
 

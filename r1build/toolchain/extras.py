@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 
-from .errors import MissingExtraError
+from ..errors import MissingExtraError
 
 __all__ = ["CHECK", "CUPY", "GENERATE", "PLOTLY", "Extra", "installed"]
 

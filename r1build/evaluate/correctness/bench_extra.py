@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..manifest.model import KernelSpec
-from .bench_checks import BenchPlan, BenchSet, BenchShape, _compare, judge_bench
-from .checks import Verdict
-from .child.judge import DECOY_STRIDE, EXTRA_CALLS, extra_source
-from .child.messages import TimedShape
+from ...manifest.model import KernelSpec
+from ..child.judge import DECOY_STRIDE, EXTRA_CALLS, extra_source
+from ..child.messages import TimedShape
+from .bench import BenchPlan, BenchSet, BenchShape, _compare, judge_bench
 from .compare import CHUNK, Mismatch
+from .plan import Verdict
 
 __all__ = ["judge_extra", "judge_timed", "place_set"]
 
