@@ -349,7 +349,7 @@ class ClusterEvaluator:
         if self._gate is None:
             from .gate import ClusterGate
 
-            self._gate = ClusterGate(self.cache, self)
+            self._gate = ClusterGate(self.cache, lambda: self)
         return self._gate
 
     def worker_of(self, future: Future[Any]) -> str:
