@@ -42,10 +42,10 @@ class ClusterGate(StaticGate):
         return self._connect()
 
     def _compile_all(self, manifest: Manifest, spec: KernelSpec, tasks: list[Any]) -> list[tuple[str, Result]]:
-        from ..cluster.session import COMPILE_RESOURCE
-
         if not tasks:
             return []  # every verdict was cached: the scheduler is not asked for anything
+        from .session import COMPILE_RESOURCE
+
         cluster = self.cluster
         if cluster.inventory.compile_slots == 0:
             return super()._compile_all(manifest, spec, tasks)
