@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from distributed import Client, Future
 
     from ..cache import Cache
-    from .gate import ClusterGate
 
 __all__ = ["COMPILE_RESOURCE", "ClusterEvaluator", "Inventory", "WorkerInfo", "connect"]
 
@@ -331,7 +330,6 @@ class ClusterEvaluator:
         self._running: set[str] = set()
         self._context = contextvars.copy_context()
         self._session = uuid.uuid4().hex
-        self._gate: ClusterGate | None = None
         self._client.subscribe_topic(PROGRESS_TOPIC, self._on_event)
         emit(Note("info", f"cluster {address}: {self.inventory.describe()}"))
         emit(Note("info", f"Dask dashboard: {self._client.dashboard_link}"))
@@ -341,14 +339,6 @@ class ClusterEvaluator:
     def client(self) -> Client:
         """The Dask client."""
         return self._client
-
-    def gate(self) -> ClusterGate:
-        """The static gate whose compiles run on the cluster's compile slots (locally where it has none)."""
-        if self._gate is None:
-            from .gate import ClusterGate
-
-            self._gate = ClusterGate(self.cache, self)
-        return self._gate
 
     def worker_of(self, future: Future[Any]) -> str:
         """The name of the worker that holds ``future``'s result, as the scheduler says (not as the result does)."""

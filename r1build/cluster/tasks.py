@@ -1,4 +1,5 @@
-"""What runs inside a Dask worker: one static-gate compile, or one GPU job through the local evaluator.
+"""What runs inside a Dask worker: one static-gate compile (one candidate for all its archs), or one GPU job
+through the local evaluator.
 
 A GPU job runs exactly what ``r1build resolve`` runs on a machine with a GPU: :class:`~r1build.evaluate.GpuEvaluator`
 (gate, library builds, correctness checks, sanitizers, timing in an isolated worker process with a scrubbed
@@ -36,6 +37,7 @@ __all__ = [
     "ProjectFiles",
     "WorkerEvaluator",
     "compile_verdict",
+    "compile_verdicts",
     "evaluate_job",
     "local_gpu_evaluator",
     "project_files",
@@ -345,8 +347,23 @@ def compile_verdict(
     *,
     expected: Any = None,
 ) -> tuple[Result, bool]:
-    """One static-gate compile on this worker: the verdict before limits and whether it may be cached (the
-    resolving machine applies the limits and caches it). ``headers``: the project's include folders
+    """:func:`compile_verdicts` of one arch."""
+    return compile_verdicts(manifest, spec, [arch], candidate, timeout_s, headers, expected=expected)[0]
+
+
+def compile_verdicts(
+    manifest: Manifest,
+    spec: KernelSpec,
+    archs: Sequence[str],
+    candidate: Candidate,
+    timeout_s: float,
+    headers: ProjectFiles | None = None,
+    *,
+    expected: Any = None,
+) -> list[tuple[Result, bool]]:
+    """The static gate's compile of one candidate for all of ``archs`` on this worker (one nvcc, as the local gate
+    compiles a variant): per arch in order, the verdict before limits and whether it may be cached (the resolving
+    machine applies the limits and caches them). ``headers``: the project's include folders
     (:func:`header_files`), written here and compiled against, since the manifest's folder is the resolving
     machine's; ``expected``: the resolving machine's facts, which this worker must share (:func:`refuse_other`)."""
     from ..gate.static import StaticGate
@@ -360,8 +377,7 @@ def compile_verdict(
         gate = _gates.get(timeout_s)
         if gate is None:
             gate = _gates[timeout_s] = StaticGate(worker_cache(), jobs=1, timeout_s=timeout_s)
-    result, cacheable = gate.compile_verdict(manifest, spec, arch, candidate)
-    return result, cacheable
+    return gate.compile_verdicts(manifest, spec, archs, candidate)
 
 
 def worker_facts() -> Any:

@@ -279,14 +279,22 @@ class StaticGate:
     def compile_verdict(
         self, manifest: Manifest, spec: KernelSpec, arch: str, candidate: Candidate
     ) -> tuple[Result, bool]:
-        """The verdict of one compile before the limits, and whether it may be cached: what a cluster worker
-        computes for the resolving machine's gate (:mod:`r1build.cluster`), which applies the limits and caches."""
-        refused = _refused(parse_arch(arch), candidate, self.toolchain)
-        if refused is not None:
-            return refused, False
-        verdicts = self._compile_one(manifest, spec, [_Task(parse_arch(arch), candidate, "")])
-        assert verdicts is not None  # one arch: always a verdict
-        return verdicts[0]
+        """The verdict of one compile before the limits, and whether it may be cached (:meth:`compile_verdicts`
+        of one arch)."""
+        return self.compile_verdicts(manifest, spec, [arch], candidate)[0]
+
+    def compile_verdicts(
+        self, manifest: Manifest, spec: KernelSpec, archs: Sequence[str], candidate: Candidate
+    ) -> list[tuple[Result, bool]]:
+        """The verdicts of ``candidate`` on each of ``archs`` before the limits, in order, each with whether it may
+        be cached: one nvcc for all of them, as :meth:`judge` compiles a variant (one per arch where that compile
+        fails). What a cluster worker computes for the resolving machine's gate (:mod:`r1build.cluster`), which
+        applies the limits and caches under the same keys as this gate."""
+        canonical = list(dict.fromkeys(parse_arch(a) for a in archs))
+        refused = {a: _refused(a, candidate, self.toolchain) for a in canonical}
+        group = [_Task(a, candidate, "") for a in canonical if refused[a] is None]
+        compiled = dict(zip([t.arch for t in group], self._compile_group(manifest, spec, group), strict=True))
+        return [(r, False) if (r := refused[a]) is not None else compiled[a] for a in (parse_arch(a) for a in archs)]
 
     # -- internals ---------------------------------------------------------------------------------------
     def _along_tasks(self, manifest: Manifest, spec: KernelSpec, pending: list[_Task], tc: Toolchain) -> list[_Task]:

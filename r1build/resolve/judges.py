@@ -8,6 +8,7 @@ import contextvars
 import logging
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -104,6 +105,7 @@ class Judges:
         """The Dask scheduler whose workers judge instead of this machine (None: this machine)."""
         self._cluster_timeout_s = cluster_timeout_s
         self._cluster: ClusterEvaluator | None = None
+        self._connecting = threading.Lock()
         self._gate: StaticGate | None = None
         self._objects: Path | None = None
         self._gpu: GpuEvaluator | ClusterEvaluator | None = None
@@ -125,7 +127,10 @@ class Judges:
     def gate(self) -> StaticGate:
         if self._gate is None:
             if self.cluster is not None:
-                self._gate = self._on_cluster().gate()
+                from ..cluster.gate import ClusterGate
+
+                # connects on the first compile it needs: a run whose verdicts are all cached never does
+                self._gate = ClusterGate(self.cache, self._on_cluster)
             else:
                 from ..gate.static import StaticGate
 
@@ -139,12 +144,13 @@ class Judges:
     def _on_cluster(self) -> ClusterEvaluator:
         """The cluster's evaluator, connected on first use (:class:`~r1build.errors.ClusterRefusedError` when it
         cannot be used)."""
-        if self._cluster is None:
-            from ..cluster.session import ClusterEvaluator
+        with self._connecting:  # the gate's compiles of several kernels may ask at once
+            if self._cluster is None:
+                from ..cluster.session import ClusterEvaluator
 
-            self._cluster = ClusterEvaluator(self.cluster or "", self.cache, timeout_s=self._cluster_timeout_s)
-            self._gpu = self._cluster
-        return self._cluster
+                self._cluster = ClusterEvaluator(self.cluster or "", self.cache, timeout_s=self._cluster_timeout_s)
+                self._gpu = self._cluster
+            return self._cluster
 
     def gpu_for(self, arch: str) -> Evaluator | None:
         if self.use_gpu is False:

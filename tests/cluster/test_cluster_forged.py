@@ -19,9 +19,9 @@ from r1build.cache import Cache
 from r1build.cli.main import main
 from r1build.cluster import gate as cluster_gate
 from r1build.cluster.checks import MAX_RESULT_BYTES, gate_verdict_problem, outcome_problem
-from r1build.cluster.gate import _checked
+from r1build.cluster.gate import _checked, _checked_all
 from r1build.cluster.session import OUTCOMES_NAMESPACE, ClusterEvaluator
-from r1build.cluster.tasks import JobOutcome, compile_verdict
+from r1build.cluster.tasks import JobOutcome, compile_verdicts
 from r1build.judge import Job
 from r1build.records import Result, Timing
 from tests.cluster.cluster_support import FakeGpu, TestCluster, tiny_project
@@ -126,10 +126,9 @@ class SwappingGpu(FakeGpu):
         return [replace(r, candidate=results[(i + 1) % len(results)].candidate) for i, r in enumerate(results)]
 
 
-def forged_compile(*args: Any, **kwargs: Any) -> tuple[Result, bool]:
-    """A compile slot that sends the verdict of its compile as another candidate's."""
-    result, _ = compile_verdict(*args, **kwargs)
-    return replace(result, candidate="0" * 64), True
+def forged_compile(*args: Any, **kwargs: Any) -> list[tuple[Result, bool]]:
+    """A compile slot that sends the verdicts of its compile as another candidate's."""
+    return [(replace(result, candidate="0" * 64), True) for result, _ in compile_verdicts(*args, **kwargs)]
 
 
 def _resolve(project: Path, cache: Path, address: str, *flags: str) -> int:
@@ -169,7 +168,7 @@ def test_a_compile_slot_sending_a_verdict_of_another_candidate_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     project = tiny_project(tmp_path / "p", ["sm_90"], variants=False)
-    monkeypatch.setattr(cluster_gate, "compile_verdict", forged_compile)
+    monkeypatch.setattr(cluster_gate, "compile_verdicts", forged_compile)
     with TestCluster({"cc": {"compile": 1}}) as cluster:
         code = _resolve(project, tmp_path / "cache", cluster.address, "--no-gpu")
     err = " ".join(capsys.readouterr().err.split())
@@ -177,3 +176,12 @@ def test_a_compile_slot_sending_a_verdict_of_another_candidate_is_refused(
     assert "scale/sm_90: refused the gate verdict worker cc sent back: a result for candidate '000000000000'" in err
     assert "Traceback" not in err and not (project / "kernels.lock").exists()
     assert _gate_verdicts(tmp_path / "cache") == {}
+
+
+def test_a_compile_slots_verdicts_for_several_archs_are_each_checked() -> None:
+    both = [(_verdict(_DIGESTS[0], arch="sm_80"), True), (_verdict(_DIGESTS[0]), False)]
+    assert _checked_all(both, _DIGESTS[0], ["sm_80", "sm_90"], _TC) == both
+    assert "1 verdicts where 2" in str(_checked_all(both[:1], _DIGESTS[0], ["sm_80", "sm_90"], _TC))
+    assert "a tuple verdicts where 1" in str(_checked_all(both[1], _DIGESTS[0], ["sm_90"], _TC))
+    swapped = _checked_all(both[::-1], _DIGESTS[0], ["sm_80", "sm_90"], _TC)
+    assert isinstance(swapped, str) and "judged for 'sm_90', not sm_80" in swapped
