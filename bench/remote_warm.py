@@ -146,7 +146,8 @@ def _markdown(r: dict[str, Any]) -> str:
             f"| <= +{c['timeout_s']:g} s |",
             "",
             "Runs alternate with and without, each in a fresh process; the warm runs follow one recording run each "
-            "(the warm path's replay record), so both are replays: before the change, the run with the remote was never recorded and asked it 6 GETs a run. 2 cores shared with other work: medians.",
+            "(the warm path's replay record), so both are replays: before the change, the run with the remote "
+            "was never recorded and asked it 6 GETs a run. 2 cores shared with other work: medians.",
         ]
     )
 
