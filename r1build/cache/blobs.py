@@ -29,6 +29,7 @@ class Blobs(Storage):
         """The bytes whose sha256 is ``digest``, verified; None when absent or corrupt."""
         value = self._read(f"blob/{digest}")
         if not isinstance(value, bytes) and self.remote is not None:
+            self.fell_through.add(f"blob/{digest}")
             value = self.remote.blob(digest)
             if value is not None:
                 self.put_blob(value)

@@ -55,9 +55,11 @@ class Fallback(Protocol):
     def blob(self, digest: str) -> bytes | None:
         """The bytes whose sha256 is ``digest``, verified; None when absent, unusable or unreachable."""
 
-    def record(self, kind: RecordKind, key: str) -> tuple[bytes, str] | None:
+    def record(self, kind: RecordKind, key: str, *, wait: bool = True) -> tuple[bytes, str] | None:
         """The payload of the record (``decision`` or ``gate``) under ``key``, its digest, shape and signature
-        verified, with the id of the trusted key that signed it; None otherwise."""
+        verified, with the id of the trusted key that signed it; None otherwise. ``wait=False``: a record the
+        run can do without (a miss only costs local work) need not wait long for a remote not yet known to be
+        up."""
 
     def stored(self, cache: Storage, kind: RecordKind, key: str, payload: bytes) -> None:
         """A record was stored locally (``payload`` under ``<kind>/<key>``): publish it if allowed."""
@@ -120,6 +122,9 @@ class Storage:
         self._scratch: Path | None = None
         self.remote: Fallback | None = None
         """The layer behind this cache (the remote cache), asked on a miss; None for none."""
+        self.fell_through: set[str] = set()
+        """Keys this cache missed and handed to :attr:`remote` this run (asked of it, or passed over while it
+        was off): what a later run may find there, so a record of this run's reads does not prove its answer."""
         self._revocations: set[str] = set()
         self.trusted: TrustedKeys | None = None
         """The keys the project trusts now (its manifest's ``trusted-keys``), set by the commands that read records

@@ -71,9 +71,10 @@ class Verdicts(Storage):
         """Store a decision under its key (replacing any earlier one), and hand it to the remote layer."""
         self._put_record("decision", decision.key, to_json(decision))
 
-    def get_decision(self, key: str) -> Decision | None:
-        """The decision for ``key``, verified."""
-        value = self._read_record("decision", key)
+    def get_decision(self, key: str, *, remote: bool = True, wait: bool = True) -> Decision | None:
+        """The decision for ``key``, verified; ``remote=False``: this cache's only, the remote layer not asked;
+        ``wait=False``: one the caller can do without (see :meth:`~.storage.Fallback.record`)."""
+        value = self._read_record("decision", key, remote=remote, wait=wait)
         return value if isinstance(value, Decision) else None
 
     def put_gate(self, key: str, result: Result) -> None:
@@ -82,7 +83,7 @@ class Verdicts(Storage):
 
     def get_gate(self, key: str) -> Result | None:
         """A static-gate result."""
-        value = self._read_record("gate", key)
+        value = self._read_record("gate", key, wait=False)  # a miss costs a local compile
         return value if isinstance(value, Result) else None
 
     def note_signer(self, record_key: str, signer: str | None) -> None:
@@ -135,14 +136,15 @@ class Verdicts(Storage):
             emit(Note("warning", message))
         return True
 
-    def _read_record(self, kind: RecordKind, key: str) -> Any | None:
-        """The local record under ``<kind>/<key>`` (unless its signer was revoked), else the remote layer's (kept
-        here on the way, its signer noted)."""
+    def _read_record(self, kind: RecordKind, key: str, *, remote: bool = True, wait: bool = True) -> Any | None:
+        """The local record under ``<kind>/<key>`` (unless its signer was revoked), else (``remote``) the remote
+        layer's (kept here on the way, its signer noted)."""
         value = self._read(f"{kind}/{key}")
         if value is not None and self._revoked(kind, key):
             value = None
-        if value is None and self.remote is not None:
-            fetched = self.remote.record(kind, key)
+        if value is None and remote and self.remote is not None:
+            self.fell_through.add(f"{kind}/{key}")
+            fetched = self.remote.record(kind, key, wait=wait)
             if fetched is not None:
                 payload, signer = fetched
                 # the note first: a run stopped between the two writes must not leave the record without it,

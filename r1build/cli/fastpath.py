@@ -19,9 +19,10 @@ record holds what the run printed (stdout and stderr, in order) and what it read
 
 The next run with the same key checks all of it (hashing the files, reading the cache's rows read-only) and,
 when everything matches, prints the record; any difference, anything it cannot read, or no record runs the
-command in full, which records again. A run that read through a remote cache and missed locally is not
-recorded (the remote may answer next time), nor is a run on a degraded cache. What this path skips: the cache's
-hit statistics (a replayed run counts nothing) and files a reference reads at run time other than modules.
+command in full, which records again. A run that handed a local miss to a remote cache is not recorded (the
+remote may answer next time; a run the lock and the local cache settle asks it nothing), nor is a run on a
+degraded cache. What this path skips: the cache's hit statistics (a replayed run counts nothing) and files a
+reference reads at run time other than modules.
 
 Whoever may write to the cache could otherwise write a record that names today's files and prints yesterday's
 answer (``check --locked`` saying "current and verified" of a lock every build refuses). So a record carries an
@@ -329,7 +330,7 @@ class Recorder:
             return None
         cache = self.caches[0]
         reads = dict(cache.read_log or {})
-        if cache.degraded is not None or (cache.remote is not None and any(v is None for v in reads.values())):
+        if cache.degraded is not None or cache.fell_through:  # a miss the remote may answer next time
             return None
         if cache.directory.resolve() != _record_dir(self.argv):
             return None

@@ -141,13 +141,17 @@ def lock_refusal(entry: LockEntry, decision: Decision | None) -> str | None:
     return unlockable(entry) or (rejection(decision, entry.winner) if decision is not None else None)
 
 
-def _entry_decision(run: Run, q: Question) -> Decision | None:
-    """The cached decision of ``q.key`` when it is one of ``q``'s kernel × arch; None otherwise. It is what
-    vouches for a lock entry of that key (its winner rejected, or validated for the remote), and a decision of
+def _entry_decision(run: Run, q: Question, *, remote: bool, wait: bool = True) -> Decision | None:
+    """The cached decision of ``q.key`` when it is one of ``q``'s kernel × arch; None otherwise (``remote``: the
+    remote cache asked on a local miss: for a validated entry, whose decision a GPU run recorded somewhere; an
+    entry the gate alone chose has none, so a run the lock and the local cache settle asks the remote nothing;
+    ``wait=False``: not held up by a remote not yet known to be up).
+    It is what vouches for a lock entry of that key (its winner rejected, or validated for the remote), and a
+    decision of
     another kernel × arch never does: with ``frozen`` the key is the lock's own, and one naming such a decision
     is refused (:class:`LockError`); a current key is the manifest's, so such a decision is the cache's fault,
     passed over here (:func:`decision_refusal` says so where it would be used)."""
-    decision = run.cache.get_decision(q.key)
+    decision = run.cache.get_decision(q.key, remote=remote, wait=wait)
     if decision is None or (decision.kernel, decision.arch) == (q.spec.name, q.arch):
         return decision
     if run.options.frozen:
@@ -168,7 +172,10 @@ def lookup(run: Run, q: Question) -> Resolved | Unresolved | None:
     if entry is not None and options.frozen:
         q = replace(q, key=entry.key)  # the lock as it is: its entry answers, whatever the manifest says now
     answers = entry is not None and entry.key == q.key and not options.refresh
-    refusal = lock_refusal(entry, _entry_decision(run, q)) if entry is not None and answers else None
+    refusal = None
+    if entry is not None and answers:  # an entry the gate alone chose has no decision: the remote is not asked
+        vouching = _entry_decision(run, q, remote=entry.validation == "validated", wait=False)
+        refusal = lock_refusal(entry, vouching)
     if entry is not None and refusal is not None:
         message = (
             f"{spec.name}/{arch}: the locked winner {entry.winner[:12]} ({entry.provenance}, "
@@ -222,7 +229,7 @@ def _lock_source(run: Run, q: Question, entry: LockEntry) -> WinnerSource | None
     own = project_source(run.manifest, q.spec, entry.source)
     if own is not None or cache.remote is None:
         return own
-    decision = _entry_decision(run, q)
+    decision = _entry_decision(run, q, remote=True)
     ref = next((c for c in decision.candidates if c.digest == entry.winner), None) if decision else None
     if decision is None or ref is None or decision.validation(ref) != "validated":
         q.note(

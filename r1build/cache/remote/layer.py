@@ -21,6 +21,14 @@ Writing
     its key is replaced whole by a newer one (each backend's put is atomic), and a torn object is a corrupt
     read, that is a miss.
 
+Asking
+    The remote is asked only on a local miss, and each object at most once a run: what it said it lacks is
+    remembered (until this run publishes it). Its first request runs on a thread of its own. Until it is
+    answered, what the run can do without (a gate result: the static gate compiles locally meanwhile; the
+    decision that might reject a locked winner) waits for it until :data:`FIRST_ANSWER_S` after it began, then
+    is a miss; a decision the run would otherwise work out, or a blob, waits for it. The run's end waits for it
+    too, so a remote that never answers costs its timeout once, beside the local work.
+
 Faults
     The first failed request (refused, timed out, an HTTP error, missing credentials) turns the remote off for
     the rest of the run with one warning line: a circuit breaker, so a down or slow remote costs one timeout.
@@ -32,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -55,6 +64,9 @@ __all__ = ["RECORD_KINDS", "ROOT", "RemoteLayer", "RemoteProblem", "blob_key", "
 
 ROOT = "r1build-v1"
 """Where r1build's objects live under a store's prefix (the layout's version)."""
+FIRST_ANSWER_S = 0.5
+"""Seconds a request the run can do without (a gate result) waits for the remote's first answer of the run: a
+remote that answers is used from the start, one that does not holds local work up no longer."""
 RECORD_KINDS: tuple[RecordKind, ...] = get_args(RecordKind)
 """The kinds of signed records on a remote."""
 T = TypeVar("T")
@@ -90,7 +102,18 @@ class RemoteProblem:
 
 
 class _Off(Exception):
-    """The remote is off for this run."""
+    """The remote is off for this run (or, for a caller that does not wait, not known to be on yet)."""
+
+
+class _First:
+    """The run's first request to the remote, on a thread of its own: its answer, or that it failed."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.grace_until = time.monotonic() + FIRST_ANSWER_S
+        """Until when a caller that need not wait waits for it (once a run, not once a caller)."""
+        self.value: object = None
+        self.failed = False
 
 
 def _split_record(raw: bytes) -> tuple[str, str, bytes]:
@@ -123,6 +146,9 @@ class RemoteLayer:
         self._pending: list[Note] = []
         self._unusable: set[str] = set()
         """Remote keys found corrupt or refused this run: not asked (nor warned about) again."""
+        self._absent: set[str] = set()
+        """Remote keys the remote said it lacks this run: not asked again (until this run puts one)."""
+        self._first_request: _First | None = None
 
     @property
     def write(self) -> bool:
@@ -153,8 +179,25 @@ class RemoteLayer:
                 setattr(self, flag, why)
         return first
 
-    def _call(self, call: Callable[[], T]) -> T:
-        """``call``'s answer; the first failure turns the remote off (said once) and raises :class:`_Off`."""
+    def _call(self, call: Callable[[], T], *, wait: bool = True) -> T:
+        """``call``'s answer; the first failure turns the remote off (said once) and raises :class:`_Off`. The
+        run's first request runs on a thread of its own (:meth:`_start`); until it is answered, a caller that
+        does not ``wait`` waits for it until :data:`FIRST_ANSWER_S` after it began (then :class:`_Off`), one
+        that does until it ends (bounded by the store's timeout)."""
+        if self.down is not None:
+            raise _Off
+        with self._lock:
+            first = self._first_request
+            mine = first is None
+            if first is None:
+                first = self._first_request = self._start(call)
+        patience = None if wait else max(0.0, first.grace_until - time.monotonic())
+        if not first.done.is_set() and not first.done.wait(patience):
+            raise _Off
+        if mine:
+            if first.failed:
+                raise _Off
+            return first.value  # type: ignore[return-value]
         if self.down is not None:
             raise _Off
         try:
@@ -163,6 +206,26 @@ class RemoteLayer:
             self._turn_off(exc)
             raise _Off from None
 
+    def _start(self, call: Callable[[], object]) -> _First:
+        """Run ``call`` (the run's first request) on a daemon thread: a remote that never answers holds up only
+        what must wait for it."""
+        first = _First()
+
+        def ask() -> None:
+            try:
+                first.value = call()
+            except RemoteUnavailable as exc:
+                first.failed = True
+                self._turn_off(exc)
+            except BaseException:  # a backend's bug: the remote is off, the caller sees a miss
+                first.failed = True
+                self._turn_off(RemoteUnavailable("the first request failed"))
+            finally:
+                first.done.set()
+
+        threading.Thread(target=ask, name="r1build-remote-first", daemon=True).start()
+        return first
+
     def _write(self, key: str, data: bytes) -> None:
         """Put one object; a refusal turns publishing off (said once), any other failure the remote (:meth:`_call`),
         and either raises :class:`_Off`."""
@@ -170,6 +233,8 @@ class RemoteLayer:
             raise _Off
         try:
             self.store.put(key, data)
+            with self._lock:
+                self._absent.discard(key)
         except RemoteRefused as exc:
             if self._first("unwritable", str(exc)):
                 self._say(
@@ -241,13 +306,16 @@ class RemoteLayer:
     def blob(self, digest: str) -> bytes | None:
         if threading.get_ident() == self._owner:
             self._flush()
-        if blob_key(digest) in self._unusable:
+        where = blob_key(digest)
+        if where in self._unusable or where in self._absent:
             return None
         try:
-            data = self._call(lambda: self.store.get(blob_key(digest)))
+            data = self._call(lambda: self.store.get(where))
         except _Off:
             return None
         if data is None:
+            with self._lock:
+                self._absent.add(where)
             return None
         problem = self.check_blob(digest, data)
         if problem is not None:
@@ -257,20 +325,23 @@ class RemoteLayer:
             self.counts["blobs"] += 1
         return data
 
-    def record(self, kind: str, key: str) -> tuple[bytes, str] | None:
+    def record(self, kind: str, key: str, *, wait: bool = True) -> tuple[bytes, str] | None:
         if threading.get_ident() == self._owner:
             self._flush()
         if not self.trusted:  # said once, at close, unless the remote turned out to be down anyway
             with self._lock:
                 self.counts["untrusted"] += 1
             return None
-        if record_key(kind, key) in self._unusable:
+        where = record_key(kind, key)
+        if where in self._unusable or where in self._absent:
             return None
         try:
-            raw = self._call(lambda: self.store.get(record_key(kind, key)))
+            raw = self._call(lambda: self.store.get(where), wait=wait)
         except _Off:
             return None
         if raw is None:
+            with self._lock:
+                self._absent.add(where)
             return None
         found = self._checked(kind, key, raw)
         if isinstance(found, RemoteProblem):
@@ -395,6 +466,9 @@ class RemoteLayer:
         return checked, problems
 
     def close(self) -> None:
+        first = self._first_request
+        if first is not None:
+            first.done.wait()  # bounded by the store's timeout: its warning is said before the run's summary
         self.store.close()
         self._flush()
         with self._lock:

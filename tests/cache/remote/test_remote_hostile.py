@@ -86,7 +86,7 @@ class _Layer:
     def blob(self, digest: str) -> bytes | None:
         return None
 
-    def record(self, kind: str, key: str) -> tuple[bytes, str] | None:
+    def record(self, kind: str, key: str, *, wait: bool = True) -> tuple[bytes, str] | None:
         return (self.payload, self.signer) if kind == "gate" else None
 
     def stored(self, cache: object, kind: str, key: str, payload: bytes) -> None:
