@@ -295,6 +295,7 @@ class ChatClient:
             limit = min(self.generation.request_timeout_s, remaining)
             partial = _Partial()
             meter.chars = 0
+            meter.on_the_wire = True
             try:
                 completion = await asyncio.wait_for(self._once(exchange.messages, params, partial, meter, now), limit)
             except asyncio.TimeoutError:
@@ -312,6 +313,7 @@ class ChatClient:
                     spend.charge(prompt_tokens=attempt.prompt_tokens, completion_tokens=attempt.completion_tokens)
                 raise
             else:
+                meter.on_the_wire = False
                 tokens = completion.completion_tokens
                 if not completion.usage_reported:  # an estimate: the server cannot have sent more than asked
                     tokens = min(tokens, params["max_tokens"])
@@ -331,6 +333,7 @@ class ChatClient:
                 exchange.failure = None
                 pacer.answered()
                 return
+            meter.on_the_wire = False
             attempt = self._failed_attempt(exchange, now - start, time.monotonic() - now, params, partial, fault)
             if spend is not None:
                 spend.charge(prompt_tokens=attempt.prompt_tokens, completion_tokens=attempt.completion_tokens)

@@ -234,11 +234,9 @@ class _Search:
         if self.stop_reason is None:
             self.stop_reason = reason
             self.cause = cause or (self.pacer.cause if reason == self.pacer.stopped else "")
-            if self.meters and reason != "fatal":
-                self.note(
-                    "info",
-                    f"stopping ({reason.replace('_', ' ')}): letting {len(self.meters)} request(s) in flight finish",
-                )
+            sent = sum(m.on_the_wire for m in self.meters)
+            if sent and reason != "fatal":
+                self.note("info", f"stopping ({reason.replace('_', ' ')}): letting {sent} request(s) in flight finish")
         if reason != "fatal":
             return
         current = asyncio.current_task()

@@ -437,3 +437,32 @@ def test_an_answer_cut_off_after_complete_code_is_kept(project: Project, stopwat
         )
     assert doc["answer"]["finish_reason"] == "partial" and doc["failure"] == "timeout"
     assert [c.digest for c in again.candidates] == [c.digest for c in outcome.candidates]
+
+
+# -- the stop in words (issue 31) ---------------------------------------------------------------------------------
+def test_a_backoff_past_the_wall_time_is_named_as_r1builds_own(project: Project) -> None:
+    """The stop cause said 'the server needs a pause of 60.0 s after timed out after 5 s': the pause is r1build's
+    backoff, not the server's."""
+    manifest = project.write(
+        budget={"rounds": 1, "samples": 1, "wall-time-s": 5},
+        generation={"retry-backoff-s": 60, "request-timeout-s": 0.3, "retries": 2, "max-concurrency": 1},
+    )
+    with ChatServer([Stall()]) as server, pytest.raises(GenerationError) as caught:
+        run(project, manifest, server)
+    message = str(caught.value)
+    assert "r1build backs off" in message and "after a request that timed out after 0.3 s" in message, message
+    assert "the server needs a pause" not in message, message
+
+
+def test_the_stop_counts_only_requests_really_in_flight(project: Project) -> None:
+    """One request on the wire, three samples failed and waiting: 'letting 1 request(s) in flight finish'."""
+    manifest = project.write(
+        budget={"rounds": 1, "samples": 4, "wall-time-s": 5},
+        generation={"retry-backoff-s": 1.5, "request-timeout-s": 1, "retries": 3, "max-consecutive-failures": 3},
+    )
+    events: list[Event] = []
+    script = counting(lambda n, r: Stall() if n == 0 else Fault(500))
+    with ChatServer(script) as server, pytest.raises(GenerationError):
+        run(project, manifest, server, events=events)
+    stops = [e.message for e in events if "in flight finish" in getattr(e, "message", "")]
+    assert stops == ["stopping (endpoint failing): letting 1 request(s) in flight finish"], stops
