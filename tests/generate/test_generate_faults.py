@@ -19,7 +19,7 @@ import pytest
 
 from r1build.cli.main import main
 from r1build.errors import GenerationError
-from r1build.events import Event, sink
+from r1build.events import Event, Note, sink
 from r1build.generate import SearchOutcome, replay, search
 from r1build.generate.transcripts import LINKS_NAMESPACE
 from r1build.keys import decision_key
@@ -464,5 +464,5 @@ def test_the_stop_counts_only_requests_really_in_flight(project: Project) -> Non
     script = counting(lambda n, r: Stall() if n == 0 else Fault(500))
     with ChatServer(script) as server, pytest.raises(GenerationError):
         run(project, manifest, server, events=events)
-    stops = [e.message for e in events if "in flight finish" in getattr(e, "message", "")]
+    stops = [e.message for e in events if isinstance(e, Note) and "in flight finish" in e.message]
     assert stops == ["stopping (endpoint failing): letting 1 request(s) in flight finish"], stops
