@@ -466,3 +466,26 @@ def test_the_stop_counts_only_requests_really_in_flight(project: Project) -> Non
         run(project, manifest, server, events=events)
     stops = [e.message for e in events if isinstance(e, Note) and "in flight finish" in e.message]
     assert stops == ["stopping (endpoint failing): letting 1 request(s) in flight finish"], stops
+
+
+def test_temperatures_outside_r1s_range_are_warned_once(project: Project) -> None:
+    """R1's recommended temperatures are 0.5-0.7: 0.2 and 1.0 were sent without a word. One warning a run (two
+    searches here) naming the setting; none where the provider ignores temperature or the schedule is in range."""
+    manifest = project.write(
+        budget={"rounds": 1, "samples": 2},
+        generation={**FAST, "provider": "vllm", "model": "deepseek-reasoner", "temperatures": [0.2, 0.6, 1.0]},
+    )
+    events: list[Event] = []
+    with ChatServer([Answer(answer(kernel_source(1)))]) as server:
+        run(project, manifest, server, events=events)
+        run(project, manifest, server, events=events)
+        temperatures = [r.body["temperature"] for r in server.chat_requests() if r.body]
+    warned = [e.message for e in events if isinstance(e, Note) and "temperatures" in e.message]
+    assert 0.2 in temperatures and len(warned) == 1, warned
+    assert "generation.temperatures" in warned[0] and "0.2, 1" in warned[0] and "0.5-0.7" in warned[0], warned
+    for settings in ({"provider": "vllm", "temperatures": [0.5, 0.7]}, {"temperatures": [1.5]}):
+        quiet = project.write(budget={"rounds": 1, "samples": 1}, generation={**FAST, **settings})
+        events.clear()
+        with ChatServer([Answer(answer(kernel_source(2)))]) as server:
+            run(project, quiet, server, events=events)
+        assert not [e for e in events if isinstance(e, Note) and "temperatures" in e.message]
