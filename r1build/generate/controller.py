@@ -256,6 +256,8 @@ class _Search:
         if reason == "tokens":
             return f"the token budget is spent: {u.completion_tokens:,} of {b.tokens or 0:,} completion tokens"
         if reason == "money":
+            if self.ledger.usd == 0 and not self.ledger.held:
+                return self.ledger.describe_unaffordable()
             return f"the money budget is spent: ${u.cost_usd:.4f} of ${b.money_usd or 0:g}"
         if reason == "wall_time":
             return f"the wall-time budget ({b.wall_time_s:g} s) is spent"

@@ -489,3 +489,21 @@ def test_temperatures_outside_r1s_range_are_warned_once(project: Project) -> Non
         with ChatServer([Answer(answer(kernel_source(2)))]) as server:
             run(project, quiet, server, events=events)
         assert not [e for e in events if isinstance(e, Note) and "temperatures" in e.message]
+
+
+def test_a_money_budget_too_small_for_one_request_says_what_it_costs(project: Project) -> None:
+    """``money-usd = 0.01`` with a 32k ``max-tokens`` sent nothing and said 'the money budget is spent: $0.0000 of
+    $0.01': the cause names what the least request costs and which settings to change."""
+    manifest = project.write(
+        budget={"rounds": 1, "samples": 2, "money-usd": 0.01},
+        generation={**FAST, "max-tokens": 32768, "prices": {"input-per-mtok": 0.55, "output-per-mtok": 2.19}},
+    )
+    with ChatServer([Answer(answer(kernel_source(1)))]) as server:
+        try:
+            cause = run(project, manifest, server).cause
+        except GenerationError as exc:
+            cause = str(exc)
+        assert server.chat_requests() == []
+    assert "$0.0000 of" not in cause, cause
+    assert "the least request" in cause and "8,192 completion tokens" in cause and "$0.0179" in cause, cause
+    assert "budget.money-usd" in cause and "generation.max-tokens" in cause, cause
