@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from r1build.cli.main import main
-from r1build.errors import GenerationError
+from r1build.errors import ConfigError, GenerationError
 from r1build.events import Event, Note, sink
 from r1build.generate import SearchOutcome, replay, search
 from r1build.generate.transcripts import LINKS_NAMESPACE
@@ -507,3 +507,34 @@ def test_a_money_budget_too_small_for_one_request_says_what_it_costs(project: Pr
     assert "$0.0000 of" not in cause, cause
     assert "the least request" in cause and "8,192 completion tokens" in cause and "$0.0179" in cause, cause
     assert "budget.money-usd" in cause and "generation.max-tokens" in cause, cause
+
+
+@pytest.mark.parametrize("status", [401, 402, 403, 404])
+def test_a_fatal_status_costs_one_request_not_a_wave(project: Project, status: int) -> None:
+    """A key the server refuses cost the whole first wave (8 requests within milliseconds): the first request on
+    a new endpoint and key goes alone, the rest once it answered."""
+    manifest = project.write(budget={"rounds": 1, "samples": 8}, generation={**FAST, "max-concurrency": 8})
+    with ChatServer([Fault(status, delay=0.2)]) as server, pytest.raises((GenerationError, ConfigError)):
+        run(project, manifest, server)
+    assert len(server.chat_requests()) == 1
+
+
+def test_the_rest_of_the_wave_goes_once_the_first_answered(project: Project) -> None:
+    manifest = project.write(budget={"rounds": 1, "samples": 4}, generation={**FAST, "max-concurrency": 4})
+    script = counting(lambda n, r: Answer(answer(kernel_source(n, time_us=50)), delay=0.3 if n == 0 else 0.2))
+    with ChatServer(script) as server:
+        outcome = run(project, manifest, server)
+    first, *rest = [r.received for r in server.chat_requests()]
+    assert len(outcome.candidates) == 4 and server.max_in_flight == 3
+    assert min(rest) - first >= 0.25, [t - first for t in rest]
+
+
+def test_a_stream_lets_the_rest_go_once_its_headers_arrived(project: Project) -> None:
+    """The first request opens the rest when its status arrives, not when R1 finished thinking."""
+    manifest = project.write(budget={"rounds": 1, "samples": 3}, generation={**FAST, "max-concurrency": 3})
+    slow = Answer(answer(kernel_source(0, time_us=50)), reasoning="think " * 40, chunk_chars=10, chunk_delay=0.02)
+    script = counting(lambda n, r: slow if n == 0 else Answer(answer(kernel_source(n, time_us=50))))
+    with ChatServer(script) as server:
+        outcome = run(project, manifest, server)
+    first, *rest = [r.received for r in server.chat_requests()]
+    assert len(outcome.candidates) == 3 and max(rest) - first < 0.5, [t - first for t in rest]
