@@ -38,7 +38,7 @@ from _compilers import nvcc_wrapper, peak_concurrency  # noqa: E402
 from _report import command_line, host_info, utc_now, write_results  # noqa: E402
 from resolve_locked import children_cpu  # noqa: E402
 
-from r1build.toolchain import find_nvcc  # noqa: E402
+from r1build.toolchain.nvcc import find_nvcc  # noqa: E402
 
 
 def tree_cpu(pid: int) -> float:

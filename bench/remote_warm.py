@@ -29,7 +29,7 @@ from _report import command_line, host_info, utc_now, write_results
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from r1build.signing import KeyPair  # noqa: E402
+from r1build.trust.signing import KeyPair  # noqa: E402
 from tests.cache.remote.remote_servers import Nginx  # noqa: E402  (the remote-cache tests' server)
 from tests.cache.remote.remote_support import measured_root, root_project  # noqa: E402
 

@@ -67,7 +67,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -156,14 +156,15 @@ def answer_environment(environ: Mapping[str, str] | None = None) -> list[tuple[s
     )
 
 
-def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
+def unknown_variables(environ: Mapping[str, str] | None = None, known: Collection[str] = ()) -> list[str]:
     """A warning for each ``R1BUILD_*`` variable set in ``environ`` (the process environment when None) that
-    r1build does not read, naming the closest one it reads where one is close."""
+    r1build does not read, naming the closest one it reads where one is close. ``known``: variables the
+    manifest names (its ``api-key-env``), read too."""
     import difflib
 
     env = os.environ if environ is None else environ
     out = []
-    for name in sorted(n for n in env if n.startswith("R1BUILD_") and n not in VARIABLES):
+    for name in sorted(n for n in env if n.startswith("R1BUILD_") and n not in VARIABLES and n not in known):
         if name.removeprefix("R1BUILD_").startswith("TEST_"):  # the test suite's own
             continue
         close = difflib.get_close_matches(name, VARIABLES, n=1, cutoff=0.75)

@@ -140,3 +140,25 @@ def test_an_r1build_variable_r1build_does_not_read_is_named_with_the_one_meant(
     with frontend_boundary():
         pass
     assert "warning: R1BUILD_LOKCED is set" in capsys.readouterr().err
+
+
+def test_a_variable_the_manifest_names_draws_no_warning(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``api-key-env = "R1BUILD_..."`` names a variable r1build reads for that project: no "no such variable"
+    warning, with ``-m``, from the folder, and in a build (a typo of another still warns)."""
+    from r1build.cli.main import main
+
+    (tmp_path / "kernels.toml").write_text('[generation]\napi-key-env = "R1BUILD_DEEPSEEK_KEY"\n')
+    monkeypatch.setenv("R1BUILD_DEEPSEEK_KEY", "sk-x")
+    monkeypatch.setenv("R1BUILD_LOKCED", "1")
+    main(["status", "-m", str(tmp_path), "--cache-dir", str(tmp_path / "c")])
+    err = capsys.readouterr().err
+    assert "R1BUILD_DEEPSEEK_KEY" not in err and "R1BUILD_LOKCED is set" in err
+    monkeypatch.chdir(tmp_path)
+    main(["status", "--cache-dir", str(tmp_path / "c")])
+    assert "R1BUILD_DEEPSEEK_KEY" not in capsys.readouterr().err
+    with frontend_boundary():
+        pass
+    err = capsys.readouterr().err
+    assert "R1BUILD_DEEPSEEK_KEY" not in err and "R1BUILD_LOKCED is set" in err

@@ -15,6 +15,7 @@ import logging
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
@@ -88,6 +89,13 @@ def _events_not_logged() -> Iterator[None]:
         logger.propagate = propagate
 
 
+def _named_variables() -> frozenset[str]:
+    """The variables the project's manifest names (a build runs in the project folder)."""
+    from ..manifest import named_variables
+
+    return named_variables(Path.cwd())
+
+
 @contextlib.contextmanager
 def frontend_boundary(renderer: StderrRenderer | None = None) -> Iterator[StderrRenderer]:
     """Install the stderr renderer as the event sink; turn r1build errors into a message and an exit code."""
@@ -100,7 +108,7 @@ def frontend_boundary(renderer: StderrRenderer | None = None) -> Iterator[Stderr
         if renderer is None:
             render.verbose = env_settings().verbose  # inside: a bad R1BUILD_VERBOSE is a clean error
         with _events_not_logged(), sink(render):
-            for message in unknown_variables():
+            for message in unknown_variables() and unknown_variables(known=_named_variables()):
                 render(Note("warning", message))
             yield render
     except R1BuildError as exc:

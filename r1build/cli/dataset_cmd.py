@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..events import sink
+from ..events import Note, sink
 from ..filemode import replace_problem
 from .common import (
     add_cache_arg,
@@ -50,7 +50,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_export_dataset(args: argparse.Namespace, console: Console) -> int:
-    from ..report.dataset import DatasetFilter, dataset_records, write_dataset
+    from ..report.dataset import DatasetFilter, dataset_records, unjudged_searches, write_dataset
 
     manifest = load_from_args(args, check_references=False)
     require_current_lock(args, manifest)
@@ -65,6 +65,7 @@ def cmd_export_dataset(args: argparse.Namespace, console: Console) -> int:
         refuse_overwriting("--output", output, manifest, cache)
         refuse_foreign_output("--output", output, "dataset", force=args.force)
         records = dataset_records(manifest, cache, which=which)
+        waiting = unjudged_searches(manifest, cache) if not records else []
     try:
         write_dataset(records, output)
     except OSError as exc:
@@ -73,4 +74,12 @@ def cmd_export_dataset(args: argparse.Namespace, console: Console) -> int:
         console.json(json.dumps({"output": str(output), "records": len(records), "filter": which}, indent=2))
         return 0
     console.print(f"wrote {output}: {len(records)} records ({which})")
+    if waiting:
+        console.event(
+            Note(
+                "warning",
+                f"{'; '.join(waiting)}, not judged by a resolve yet (the dataset holds judged candidates): "
+                "run `r1build resolve` first",
+            )
+        )
     return 0

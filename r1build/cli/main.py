@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
@@ -160,6 +161,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     return result[0]
 
 
+def _unknown_variables(args: argparse.Namespace) -> list[str]:
+    """Warnings for ``R1BUILD_*`` variables r1build does not read, sparing those the manifest names."""
+    from ..settings import unknown_variables
+
+    found = unknown_variables()
+    if found:  # only then read the manifest early, for its api-key-env
+        from ..manifest import named_variables
+
+        given = getattr(args, "manifest", None)
+        start = given if isinstance(given, Path) else Path.cwd()
+        found = unknown_variables(known=named_variables(start, walk_up=not isinstance(given, Path)))
+    return found
+
+
 def _main(argv: Sequence[str]) -> int:
     import logging
 
@@ -181,9 +196,8 @@ def _main(argv: Sequence[str]) -> int:
             stream=sys.stderr,
         )
         from ..events import Note
-        from ..settings import unknown_variables
 
-        for message in unknown_variables():
+        for message in _unknown_variables(args):
             console.event(Note("warning", message))
         if args.command != "worker" and not verbose:
             # a cluster resolve reports what Dask's client logs (a lost scheduler, a refused connection) itself

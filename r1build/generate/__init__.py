@@ -86,6 +86,34 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
     return box["value"]  # type: ignore[no-any-return]
 
 
+R1_TEMPERATURES = (0.5, 0.7)
+"""DeepSeek-R1's recommended temperature range (its model card: 0.6; outside it, repetition or incoherence)."""
+
+_TEMPERATURES_WARNED: set[tuple[str, tuple[float, ...]]] = set()
+"""The manifests and schedules warned about in this process (one warning a run, not one a kernel)."""
+
+
+def _warn_temperatures(manifest: Manifest, endpoint: Endpoint) -> None:
+    """Warn, once a run, about temperatures outside :data:`R1_TEMPERATURES` that are sent."""
+    from ..events import Note, emit
+
+    temperatures = tuple(manifest.settings.generation.temperatures)
+    low, high = R1_TEMPERATURES
+    outside = [t for t in temperatures if not low <= t <= high]
+    key = (str(manifest.path), temperatures)
+    if not outside or not endpoint.profile.honours_temperature or key in _TEMPERATURES_WARNED:
+        return
+    _TEMPERATURES_WARNED.add(key)
+    shown = ", ".join(f"{t:g}" for t in outside)
+    emit(
+        Note(
+            "warning",
+            f"generation.temperatures in {manifest.path} has {shown}, outside R1's recommended {low:g}-{high:g}: "
+            "answers may repeat themselves or lose coherence",
+        )
+    )
+
+
 def search(
     manifest: Manifest,
     spec: KernelSpec,
@@ -113,6 +141,7 @@ def search(
     from .controller import run_search
 
     endpoint = resolve_endpoint(manifest.settings.generation, environ)
+    _warn_temperatures(manifest, endpoint)
     return _run(
         run_search(
             manifest,

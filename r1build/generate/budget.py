@@ -100,6 +100,20 @@ class Ledger:
         typical = int(statistics.median(self.answer_tokens)) if self.answer_tokens else self.max_tokens // 4
         return max(MIN_REQUEST_TOKENS, min(typical, self.max_tokens))
 
+    def describe_unaffordable(self) -> str:
+        """Why a money budget paid for no request at all, and what to change."""
+        least = self.least_request
+        why = (
+            f"the median answer so far, {least:,} completion tokens"
+            if self.answer_tokens
+            else f"{least:,} completion tokens, a quarter of generation.max-tokens ({self.max_tokens:,})"
+        )
+        return (
+            f"the money budget (${self.budget.money_usd or 0:g}) pays for no request: the least request ({why}) "
+            f"costs ${self.cost(0, least):.3g} and its prompt at the configured prices; raise budget.money-usd or "
+            "lower generation.max-tokens"
+        )
+
     def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
         """Money of so many tokens at the configured prices."""
         return (prompt_tokens * self.prices.input_per_mtok + completion_tokens * self.prices.output_per_mtok) / 1e6

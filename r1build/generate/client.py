@@ -29,7 +29,7 @@ import math
 import random
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, cast
@@ -116,6 +116,8 @@ class _Partial:
     first_token_s: float | None = None
     responded: bool = False
     """Whether the response's status and headers arrived (the server was reached, and answered)."""
+    opened: asyncio.Event | None = None
+    """Set when a stream's status and headers arrived (the first request on an endpoint lets the rest go)."""
 
 
 _NOT_CONNECTED = frozenset({"ConnectError", "ProxyError"})
@@ -166,6 +168,12 @@ class ChatClient:
             generation.retry_backoff_s, generation.max_consecutive_failures, float("inf"), rng or random.Random()
         )
         self._client: openai.AsyncOpenAI | None = None
+        self._probing = False
+        """Whether the first request on this endpoint and key was sent (the rest wait for its answer)."""
+        self._opened = asyncio.Event()
+        """Set once the first request ended: the rest may go."""
+        self._refused = False
+        """Whether the first request was refused for good (nothing more is sent)."""
         self.after_finish_s = AFTER_FINISH_S
         """How long a stream may stay silent after its finish chunk before the answer is taken as whole."""
 
@@ -269,6 +277,9 @@ class ChatClient:
         retries = self.generation.retries
         pacer = self.pacer
         for attempt_no in range(retries + 1):
+            probe = await self._admit()
+            if probe is None:  # the first request on this endpoint and key was refused for good: send nothing
+                return
             if not await pacer.turn():
                 exchange.failure = "stopped" if exchange.attempts else None
                 return
@@ -293,10 +304,13 @@ class ChatClient:
                 exchange.failure = exchange.failure or "timeout"
                 return
             limit = min(self.generation.request_timeout_s, remaining)
-            partial = _Partial()
+            partial = _Partial(opened=self._opened if probe else None)
             meter.chars = 0
+            meter.on_the_wire = True
             try:
-                completion = await asyncio.wait_for(self._once(exchange.messages, params, partial, meter, now), limit)
+                completion = await asyncio.wait_for(
+                    self._probed(probe, self._once(exchange.messages, params, partial, meter, now)), limit
+                )
             except asyncio.TimeoutError:
                 # cut short by the search's deadline, each attempt after what was left of it: one label for all
                 at_deadline = limit < self.generation.request_timeout_s
@@ -312,6 +326,7 @@ class ChatClient:
                     spend.charge(prompt_tokens=attempt.prompt_tokens, completion_tokens=attempt.completion_tokens)
                 raise
             else:
+                meter.on_the_wire = False
                 tokens = completion.completion_tokens
                 if not completion.usage_reported:  # an estimate: the server cannot have sent more than asked
                     tokens = min(tokens, params["max_tokens"])
@@ -331,6 +346,7 @@ class ChatClient:
                 exchange.failure = None
                 pacer.answered()
                 return
+            meter.on_the_wire = False
             attempt = self._failed_attempt(exchange, now - start, time.monotonic() - now, params, partial, fault)
             if spend is not None:
                 spend.charge(prompt_tokens=attempt.prompt_tokens, completion_tokens=attempt.completion_tokens)
@@ -388,6 +404,31 @@ class ChatClient:
         )
         exchange.attempts.append(attempt)
         return attempt
+
+    async def _admit(self) -> bool | None:
+        """May an attempt be sent: True when it is the first of this client (a new endpoint and key: it goes
+        alone), False once that one answered, None when it was refused for good (a 401, a 402: the rest would be
+        refused too)."""
+        if self._opened.is_set():
+            return None if self._refused else False
+        if not self._probing:
+            self._probing = True
+            return True
+        await self._opened.wait()
+        return None if self._refused else False
+
+    async def _probed(self, probe: bool, sent: Awaitable[Completion]) -> Completion:
+        """``sent``; where it is the first request (``probe``), the others are let go once it ended (a stream:
+        once its status and headers arrived, well before R1 finished thinking)."""
+        try:
+            completion = await sent
+        except _Fault as fault:
+            self._refused = probe and fault.kind == "fatal"
+            raise
+        finally:
+            if probe:
+                self._opened.set()
+        return completion
 
     async def _once(
         self, messages: list[dict[str, str]], params: dict[str, Any], partial: _Partial, meter: Meter, started: float
@@ -493,6 +534,8 @@ class ChatClient:
         assert self._client is not None
         stream: Any = await self._client.chat.completions.create(messages=cast(Any, messages), **params)
         partial.responded = True
+        if partial.opened is not None:
+            partial.opened.set()
         content_type = str(stream.response.headers.get("content-type", ""))
         if content_type.startswith("application/json"):  # a server that ignores "stream": the whole answer
             try:

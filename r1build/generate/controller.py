@@ -233,11 +233,9 @@ class _Search:
         if self.stop_reason is None:
             self.stop_reason = reason
             self.cause = cause or (self.pacer.cause if reason == self.pacer.stopped else "")
-            if self.meters and reason != "fatal":
-                self.note(
-                    "info",
-                    f"stopping ({reason.replace('_', ' ')}): letting {len(self.meters)} request(s) in flight finish",
-                )
+            sent = sum(m.on_the_wire for m in self.meters)
+            if sent and reason != "fatal":
+                self.note("info", f"stopping ({reason.replace('_', ' ')}): letting {sent} request(s) in flight finish")
         if reason != "fatal":
             return
         current = asyncio.current_task()
@@ -257,6 +255,8 @@ class _Search:
         if reason == "tokens":
             return f"the token budget is spent: {u.completion_tokens:,} of {b.tokens or 0:,} completion tokens"
         if reason == "money":
+            if self.ledger.usd == 0 and not self.ledger.held:
+                return self.ledger.describe_unaffordable()
             return f"the money budget is spent: ${u.cost_usd:.4f} of ${b.money_usd or 0:g}"
         if reason == "wall_time":
             return f"the wall-time budget ({b.wall_time_s:g} s) is spent"

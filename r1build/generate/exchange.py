@@ -37,6 +37,8 @@ class Meter:
 
     chars: int = 0
     """Characters of reasoning and content received by the attempt in flight."""
+    on_the_wire: bool = False
+    """Whether an attempt is sent and unanswered now (not waiting for a pause or the budget)."""
 
     @property
     def tokens(self) -> int:

@@ -94,11 +94,11 @@ class Pacer:
                 # (with the deadline already past, the wall time stopped the search, not this pause)
                 left = self.deadline - now
                 asked = (
-                    f"asked to wait {_seconds(retry_after)} (retry-after)"
+                    f"the server asked to wait {_seconds(retry_after)} (retry-after)"
                     if retry_after is not None
-                    else f"needs a pause of {wait:.1f} s after {label}"
+                    else f"r1build backs off {wait:.1f} s after {_after(label)}"
                 )
-                self.stop("wall_time", f"the server {asked}, longer than the {left:.1f} s left of the wall-time budget")
+                self.stop("wall_time", f"{asked}, longer than the {left:.1f} s left of the wall-time budget")
         return max(0.0, self.resume_at - now)
 
     def stop(self, reason: StopReason, cause: str) -> None:
@@ -118,6 +118,12 @@ class Pacer:
                 return True
             await asyncio.sleep(wait)
         return False
+
+
+def _after(label: str) -> str:
+    """A failed attempt's label after "backs off N s after": ``a request that timed out after 5 s``, ``HTTP 503
+    Service Unavailable``."""
+    return f"a request that {label}" if label.startswith(("timed out", "connection failed")) else label
 
 
 def _seconds(value: float) -> str:

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from .archs import ARCHS, DEFAULT_ARCHS, ArchInfo, arch_info, parse_arch
-from .load import cluster_address_problem, find_manifest, load_manifest, nearest_manifest, remote_url_problem
+from .load import (
+    cluster_address_problem,
+    find_manifest,
+    load_manifest,
+    named_variables,
+    nearest_manifest,
+    remote_url_problem,
+)
 from .model import DTYPES, Arg, Budget, Generation, KernelSpec, Limits, Manifest, ProjectSettings, Tolerance
 from .reference import load_reference
 
@@ -25,6 +32,7 @@ __all__ = [
     "find_manifest",
     "load_manifest",
     "load_reference",
+    "named_variables",
     "nearest_manifest",
     "parse_arch",
     "remote_url_problem",

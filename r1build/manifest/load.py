@@ -36,6 +36,7 @@ __all__ = [
     "find_manifest",
     "load_manifest",
     "located_error",
+    "named_variables",
     "nearest_manifest",
     "remote_url_problem",
 ]
@@ -107,6 +108,26 @@ def nearest_manifest(start: Path, *, walk_up: bool = True) -> Path | None:
     except OSError as exc:  # a name too long for the file system, a folder it may not look into
         raise ManifestError(f"cannot look for a manifest there: {exc.strerror}", file=str(start)) from None
     return None
+
+
+def named_variables(start: Path, *, walk_up: bool = False) -> frozenset[str]:
+    """The environment variables the manifest for ``start`` names (``generation.api-key-env``), read leniently
+    and early, before any command loads it, so a warning about unknown ``R1BUILD_*`` variables spares them; empty
+    where there is no readable manifest (loading it later reports what is wrong)."""
+    try:
+        path = nearest_manifest(start, walk_up=walk_up)
+        if path is None:
+            return frozenset()
+        data = parse_toml(path.read_text(encoding="utf-8"))
+    except (ManifestError, OSError, UnicodeDecodeError, TomlProblem):
+        return frozenset()
+    table: object = data
+    if path.name == "pyproject.toml":
+        tool = data.get("tool")
+        table = tool.get("r1build") if isinstance(tool, dict) else None
+    generation = table.get("generation") if isinstance(table, dict) else None
+    name = generation.get("api-key-env") if isinstance(generation, dict) else None
+    return frozenset({name}) if isinstance(name, str) else frozenset()
 
 
 class _Validator:

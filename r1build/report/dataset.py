@@ -37,7 +37,7 @@ from ..profile.summary import profile_summary
 from .overview import KernelRecords, SampleRecord, project_records
 from .summary import first_line
 
-__all__ = ["SCHEMA", "DatasetFilter", "dataset_records", "write_dataset"]
+__all__ = ["SCHEMA", "DatasetFilter", "dataset_records", "unjudged_searches", "write_dataset"]
 
 SCHEMA = DATASET_SCHEMA_PREFIX + "1"
 """The ``schema`` field of every record; bumped when a field changes meaning or goes away."""
@@ -172,6 +172,16 @@ def dataset_records(
     for records in project_records(manifest, cache, transcripts=True):
         out += (scrub.any(r) for r in _records_of(records, which))
     return out
+
+
+def unjudged_searches(manifest: Manifest, cache: Cache) -> list[str]:
+    """Kernels whose stored answers (from ``generate``) no resolve judged yet, with how many: the dataset holds
+    judged candidates only (``vadd/sm_90: 3 stored answer(s)``)."""
+    return [
+        f"{r.spec.name}/{r.arch}: {len(r.search.samples)} stored answer(s)"
+        for r in project_records(manifest, cache, searches=True)
+        if r.decision is None and r.search is not None and r.search.samples
+    ]
 
 
 def write_dataset(records: Sequence[dict[str, Any]], path: Path) -> None:

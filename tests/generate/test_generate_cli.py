@@ -164,3 +164,21 @@ def test_replay_without_transcripts(project: Project, endpoint_env: None, capsys
     project.write()
     assert cli(project, "replay", "vadd") == 2
     assert "no stored transcripts for vadd on sm_90" in capsys.readouterr().err
+
+
+def test_export_dataset_after_generate_says_why_nothing_was_exported(
+    project: Project, endpoint_env: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``generate`` then ``export-dataset`` wrote 0 records without a word: say that the answers stored wait for
+    a resolve to judge them."""
+    project.write(baseline=True, budget={"rounds": 1, "samples": 1})
+    with ChatServer([Answer(answer(kernel_source(1)))]) as server:
+        monkeypatch.setenv("R1BUILD_BASE_URL", server.url)
+        monkeypatch.setenv("DEEPSEEK_API_KEY", KEY)
+        assert cli(project, "generate", "vadd", "--arch", "90") == 0
+    capsys.readouterr()
+    output = project.root / "out.jsonl"
+    assert cli(project, "export-dataset", "--output", str(output)) == 0
+    out, err = capsys.readouterr()
+    said = out + err
+    assert "0 records" in said and "vadd/sm_90: 1 stored answer(s)" in said and "r1build resolve" in said, said

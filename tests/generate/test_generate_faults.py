@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from r1build.cli.main import main
-from r1build.errors import GenerationError
-from r1build.events import Event, sink
+from r1build.errors import ConfigError, GenerationError
+from r1build.events import Event, Note, sink
 from r1build.generate import SearchOutcome, replay, search
 from r1build.generate.transcripts import LINKS_NAMESPACE
 from r1build.keys import decision_key
@@ -437,3 +437,104 @@ def test_an_answer_cut_off_after_complete_code_is_kept(project: Project, stopwat
         )
     assert doc["answer"]["finish_reason"] == "partial" and doc["failure"] == "timeout"
     assert [c.digest for c in again.candidates] == [c.digest for c in outcome.candidates]
+
+
+# -- the stop in words (issue 31) ---------------------------------------------------------------------------------
+def test_a_backoff_past_the_wall_time_is_named_as_r1builds_own(project: Project) -> None:
+    """The stop cause said 'the server needs a pause of 60.0 s after timed out after 5 s': the pause is r1build's
+    backoff, not the server's."""
+    manifest = project.write(
+        budget={"rounds": 1, "samples": 1, "wall-time-s": 5},
+        generation={"retry-backoff-s": 60, "request-timeout-s": 0.3, "retries": 2, "max-concurrency": 1},
+    )
+    with ChatServer([Stall()]) as server, pytest.raises(GenerationError) as caught:
+        run(project, manifest, server)
+    message = str(caught.value)
+    assert "r1build backs off" in message and "after a request that timed out after 0.3 s" in message, message
+    assert "the server needs a pause" not in message, message
+
+
+def test_the_stop_counts_only_requests_really_in_flight(project: Project) -> None:
+    """One request on the wire, three samples failed and waiting: 'letting 1 request(s) in flight finish'."""
+    manifest = project.write(
+        budget={"rounds": 1, "samples": 4, "wall-time-s": 5},
+        generation={"retry-backoff-s": 1.5, "request-timeout-s": 1, "retries": 3, "max-consecutive-failures": 3},
+    )
+    events: list[Event] = []
+    script = counting(lambda n, r: Stall() if n == 0 else Fault(500))
+    with ChatServer(script) as server, pytest.raises(GenerationError):
+        run(project, manifest, server, events=events)
+    stops = [e.message for e in events if isinstance(e, Note) and "in flight finish" in e.message]
+    assert stops == ["stopping (endpoint failing): letting 1 request(s) in flight finish"], stops
+
+
+def test_temperatures_outside_r1s_range_are_warned_once(project: Project) -> None:
+    """R1's recommended temperatures are 0.5-0.7: 0.2 and 1.0 were sent without a word. One warning a run (two
+    searches here) naming the setting; none where the provider ignores temperature or the schedule is in range."""
+    manifest = project.write(
+        budget={"rounds": 1, "samples": 2},
+        generation={**FAST, "provider": "vllm", "model": "deepseek-reasoner", "temperatures": [0.2, 0.6, 1.0]},
+    )
+    events: list[Event] = []
+    with ChatServer([Answer(answer(kernel_source(1)))]) as server:
+        run(project, manifest, server, events=events)
+        run(project, manifest, server, events=events)
+        temperatures = [r.body["temperature"] for r in server.chat_requests() if r.body]
+    warned = [e.message for e in events if isinstance(e, Note) and "temperatures" in e.message]
+    assert 0.2 in temperatures and len(warned) == 1, warned
+    assert "generation.temperatures" in warned[0] and "0.2, 1" in warned[0] and "0.5-0.7" in warned[0], warned
+    for settings in ({"provider": "vllm", "temperatures": [0.5, 0.7]}, {"temperatures": [1.5]}):
+        quiet = project.write(budget={"rounds": 1, "samples": 1}, generation={**FAST, **settings})
+        events.clear()
+        with ChatServer([Answer(answer(kernel_source(2)))]) as server:
+            run(project, quiet, server, events=events)
+        assert not [e for e in events if isinstance(e, Note) and "temperatures" in e.message]
+
+
+def test_a_money_budget_too_small_for_one_request_says_what_it_costs(project: Project) -> None:
+    """``money-usd = 0.01`` with a 32k ``max-tokens`` sent nothing and said 'the money budget is spent: $0.0000 of
+    $0.01': the cause names what the least request costs and which settings to change."""
+    manifest = project.write(
+        budget={"rounds": 1, "samples": 2, "money-usd": 0.01},
+        generation={**FAST, "max-tokens": 32768, "prices": {"input-per-mtok": 0.55, "output-per-mtok": 2.19}},
+    )
+    with ChatServer([Answer(answer(kernel_source(1)))]) as server:
+        try:
+            cause = run(project, manifest, server).cause
+        except GenerationError as exc:
+            cause = str(exc)
+        assert server.chat_requests() == []
+    assert "$0.0000 of" not in cause, cause
+    assert "the least request" in cause and "8,192 completion tokens" in cause and "$0.0179" in cause, cause
+    assert "budget.money-usd" in cause and "generation.max-tokens" in cause, cause
+
+
+@pytest.mark.parametrize("status", [401, 402, 403, 404])
+def test_a_fatal_status_costs_one_request_not_a_wave(project: Project, status: int) -> None:
+    """A key the server refuses cost the whole first wave (8 requests within milliseconds): the first request on
+    a new endpoint and key goes alone, the rest once it answered."""
+    manifest = project.write(budget={"rounds": 1, "samples": 8}, generation={**FAST, "max-concurrency": 8})
+    with ChatServer([Fault(status, delay=0.2)]) as server, pytest.raises((GenerationError, ConfigError)):
+        run(project, manifest, server)
+    assert len(server.chat_requests()) == 1
+
+
+def test_the_rest_of_the_wave_goes_once_the_first_answered(project: Project) -> None:
+    manifest = project.write(budget={"rounds": 1, "samples": 4}, generation={**FAST, "max-concurrency": 4})
+    script = counting(lambda n, r: Answer(answer(kernel_source(n, time_us=50)), delay=0.3 if n == 0 else 0.2))
+    with ChatServer(script) as server:
+        outcome = run(project, manifest, server)
+    first, *rest = [r.received for r in server.chat_requests()]
+    assert len(outcome.candidates) == 4 and server.max_in_flight == 3
+    assert min(rest) - first >= 0.25, [t - first for t in rest]
+
+
+def test_a_stream_lets_the_rest_go_once_its_headers_arrived(project: Project) -> None:
+    """The first request opens the rest when its status arrives, not when R1 finished thinking."""
+    manifest = project.write(budget={"rounds": 1, "samples": 3}, generation={**FAST, "max-concurrency": 3})
+    slow = Answer(answer(kernel_source(0, time_us=50)), reasoning="think " * 40, chunk_chars=10, chunk_delay=0.02)
+    script = counting(lambda n, r: slow if n == 0 else Answer(answer(kernel_source(n, time_us=50))))
+    with ChatServer(script) as server:
+        outcome = run(project, manifest, server)
+    first, *rest = [r.received for r in server.chat_requests()]
+    assert len(outcome.candidates) == 3 and max(rest) - first < 0.5, [t - first for t in rest]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from r1build.signing import KeyPair
+from r1build.trust.signing import KeyPair
 from tests.cache.remote.remote_servers import FaultServer
 from tests.cache.remote.remote_support import measured_root, root_project, tiny_project
 
