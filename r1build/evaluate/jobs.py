@@ -22,7 +22,7 @@ from .floors import DeviceFloors
 from .library import Library, LibraryFailure
 from .sanitizing import KernelKey, SanitizeRuns
 from .slots import Slot
-from .timing import SampleStats
+from .timing import LibraryTime, SampleStats
 
 __all__ = [
     "Candidacy",
@@ -112,7 +112,8 @@ class Timed:
 
     judged: list[tuple[Candidacy, Future[Verdict | list[SampleStats]]]]
     floors: DeviceFloors | None
-    reference_us: float | None
+    library: LibraryTime
+    """The library's time, or why there is none."""
 
 
 Checked = Result | tuple[Status, str] | None
