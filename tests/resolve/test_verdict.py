@@ -92,3 +92,33 @@ def test_must_beat_without_a_library_time_says_why(
     assert _resolve(locked, cache_dir) == NoWinnerError.exit_code
     err = capsys.readouterr().err
     assert "errstate" in err and "gpu-reference" in err
+
+
+@pytest.mark.slow
+def test_status_shows_the_library_verdict(locked: Path, cache_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``status`` and ``status --json`` show the speedup over the library, the share of the floor and why a
+    winner is short of the bar, from the lock and from a cached decision alike."""
+    import json
+
+    _settle(locked, must_beat="library", margin=0.05)
+    _replant(locked, cache_dir, 1.04)
+    status = ["status", "-m", str(locked), "--cache-dir", str(cache_dir)]
+    capsys.readouterr()
+    assert main([*status, "--json"]) == 0
+    row = next(r for r in json.loads(capsys.readouterr().out)["kernels"] if r["arch"] == "sm_90")
+    assert (row["state"], row["speedup_vs_library"], row["share_of_floor"]) == ("cached", 1.04, 0.42)
+    assert "fails must-beat library (margin 0.05): 1.04x the library (faster)" in row["note"]
+    _settle(locked)  # no must-beat: lock it, then a slower one is said from the lock
+    toml = locked / "kernels.toml"
+    toml.write_text(toml.read_text(encoding="utf-8").replace('\nmust-beat = "library"\nmargin = 0.05', ""))
+    assert _resolve(locked, cache_dir) == 0  # locks it
+    text = (locked / "kernels.lock").read_text(encoding="utf-8")
+    (locked / "kernels.lock").write_text(text.replace("speedup-vs-library = 1.04", "speedup-vs-library = 0.9"))
+    capsys.readouterr()
+    assert main([*status, "--json"]) == 0
+    row = next(r for r in json.loads(capsys.readouterr().out)["kernels"] if r["arch"] == "sm_90")
+    assert (row["state"], row["speedup_vs_library"]) == ("locked", 0.9)
+    assert "slower than the library (0.90x)" in row["note"]
+    assert main(status) == 0
+    out = capsys.readouterr().out
+    assert "0.90x" in out and "42%" in out
