@@ -40,6 +40,8 @@ def normalized_spec(manifest: Manifest, spec: KernelSpec) -> dict[str, Any]:
     data = dataclasses.asdict(spec)
     data.pop("archs")
     data.pop("budget")  # part of the generation settings below
+    for verdict_only in ("gpu_reference", "must_beat", "margin"):  # judge the winner against the library, never pick it
+        data.pop(verdict_only)
     data["reference"] = {"name": spec.reference, "source": manifest.reference_digests.get(spec.name)}
     data["baseline"] = _file_digest(manifest.root, spec.baseline)
     data["candidates"] = [_file_digest(manifest.root, c) for c in spec.candidates]

@@ -181,7 +181,11 @@ class Timing:
     speedup_vs_baseline: float | None = None
     """Baseline time / this time."""
     speedup_vs_reference: float | None = None
-    """Time of the reference computed with cupy / this time."""
+    """Time of the library (the kernel's ``gpu-reference``, else the numpy reference run on cupy arrays) / this
+    time: above 1 the winner is faster than what the user would call otherwise."""
+    library_note: str | None = None
+    """Why there is no ``speedup_vs_reference``: the library's timing failed (the reference does not run on cupy,
+    and the error it raised there), so the figure is missing for a reason, not silently."""
     shapes: dict[str, float] = field(default_factory=dict)
     """Median microseconds per benchmark shape, keyed by the shape written as ``n=1024,m=7``."""
 

@@ -206,6 +206,12 @@ def _fmt_time(t: float | None) -> str:
     return f"{t / 1000:.3f} ms" if t >= 1000 else f"{t:.1f} µs"
 
 
+def _fmt_ratio(x: float | None, percent: bool = False) -> str:
+    if x is None:
+        return "-"
+    return f"{x * 100:.0f}%" if percent else f"{x:.2f}x"
+
+
 def cmd_status(args: argparse.Namespace, console: Console) -> int:
     manifest = load_from_args(args, check_references=False)
     require_current_lock(args, manifest)
@@ -215,7 +221,20 @@ def cmd_status(args: argparse.Namespace, console: Console) -> int:
         console.json(json.dumps({"manifest": str(manifest.path), "kernels": [asdict(r) for r in rows]}, indent=2))
         return 0
     console.table(
-        ["kernel", "arch", "state", "provenance", "validation", "time", "gpu", "winner", "source", "note"],
+        [
+            "kernel",
+            "arch",
+            "state",
+            "provenance",
+            "validation",
+            "time",
+            "vs library",
+            "floor",
+            "gpu",
+            "winner",
+            "source",
+            "note",
+        ],
         [
             [
                 r.kernel,
@@ -224,6 +243,8 @@ def cmd_status(args: argparse.Namespace, console: Console) -> int:
                 r.provenance or "-",
                 r.validation or "-",
                 _fmt_time(r.time_us),
+                _fmt_ratio(r.speedup_vs_library),
+                _fmt_ratio(r.share_of_floor, percent=True),
                 r.gpu or "-",
                 r.winner or "-",
                 r.source or "-",
@@ -248,6 +269,9 @@ def _render_resolution(
             "provenance": r.provenance,
             "validation": r.validation,
             "time_us": r.time_us,
+            "speedup_vs_library": r.speedup_vs_library,
+            "share_of_floor": r.share_of_floor,
+            "library_note": r.library_note,
             "gpu": r.gpu,
             "winner": r.candidate.digest[:12],
             "registers": r.gate.gate.registers if r.gate and r.gate.gate else None,
@@ -269,7 +293,7 @@ def _render_resolution(
         return
     if rows:
         console.table(
-            ["kernel", "arch", "state", "provenance", "validation", "time", "gpu", "winner", "regs"],
+            ["kernel", "arch", "state", "provenance", "validation", "time", "vs library", "gpu", "winner", "regs"],
             [
                 [
                     x["kernel"],
@@ -278,6 +302,7 @@ def _render_resolution(
                     x["provenance"],
                     x["validation"],
                     _fmt_time(x["time_us"]),
+                    _fmt_ratio(x["speedup_vs_library"]),
                     x["gpu"] or "-",
                     x["winner"],
                     x["registers"],

@@ -754,7 +754,7 @@ class GpuEvaluator:
             return None
         start = time.perf_counter()
         floors = self._timer.floors(slot)
-        reference_us = self._timer.reference_us(state.job, slot)
+        library = self._timer.library(state.job, slot)
         self._meter.phase("reference_s", start, label(state.job, state.arch))
         start = time.perf_counter()
         judged = []
@@ -764,7 +764,7 @@ class GpuEvaluator:
             assert isinstance(lib, Library)
             judged.append((entry, self._timer.time(state.job, slot, lib, state.bench, floors)))
         self._meter.phase("time_candidates_s", start, label(state.job, state.arch))
-        return Timed(judged, floors, reference_us)
+        return Timed(judged, floors, library)
 
     def _settle_timing(self, state: JobState, timed: Timed) -> None:
         """Each timed survivor's result, once what its calls left is judged (the GPU is free meanwhile)."""
@@ -790,6 +790,6 @@ class GpuEvaluator:
                 entry.stats,
                 floors=timed.floors,
                 baseline_us=baseline_us,
-                reference_us=timed.reference_us,
+                library=timed.library,
             )
             entry.result = self._result(state, entry, "passed", timing=timing)

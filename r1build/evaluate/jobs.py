@@ -22,7 +22,7 @@ from .library import Library, LibraryFailure
 from .sanitizer.schedule import KernelKey, SanitizeRuns
 from .slots import Slot
 from .timing.floors import DeviceFloors
-from .timing.stats import SampleStats
+from .timing.stats import LibraryTime, SampleStats
 
 __all__ = [
     "Candidacy",
@@ -112,7 +112,8 @@ class Timed:
 
     judged: list[tuple[Candidacy, Future[Verdict | list[SampleStats]]]]
     floors: DeviceFloors | None
-    reference_us: float | None
+    library: LibraryTime
+    """The library's time, or why there is none."""
 
 
 Checked = Result | tuple[Status, str] | None

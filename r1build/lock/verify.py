@@ -83,10 +83,10 @@ def entry_problem(e: LockEntry) -> FieldProblem | None:
             return "provenance", (
                 f"'tuned' is a hand-written source with defines; this entry has {'defines' if e.defines else 'none'}"
             )
-    for name in ("model", "gpu", "toolchain"):
+    for name in ("model", "gpu", "toolchain", "library_note"):
         value = getattr(e, name)
         if value is not None and not _TEXT.fullmatch(value):
-            return name, f"{value!r} is not one printable line"
+            return name.replace("_", "-"), f"{value!r} is not one printable line"
     for name in ("round", "sample"):
         value = getattr(e, name)
         if value is not None and (isinstance(value, bool) or value < 0):
@@ -97,6 +97,12 @@ def entry_problem(e: LockEntry) -> FieldProblem | None:
         return "checks", "only a validated winner records the version of the GPU checks that validated it"
     if e.time_us is not None and not (math.isfinite(e.time_us) and e.time_us > 0):
         return "time-us", f"{e.time_us!r} is not a positive time"
+    for name in ("speedup_vs_library", "share_of_floor"):
+        value = getattr(e, name)
+        if value is not None and (isinstance(value, bool) or not (math.isfinite(value) and value > 0)):
+            return name.replace("_", "-"), f"{value!r} is not a positive ratio"
+        if value is not None and e.time_us is None:
+            return name.replace("_", "-"), "only a measured winner (time-us) has it"
     for part, digest in e.inputs.items():
         if not _IDENT.fullmatch(part) or not _SHORT.fullmatch(digest):
             return "inputs", f"{part} = {digest!r} is not a 16-character digest of a key part"

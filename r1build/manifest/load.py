@@ -228,6 +228,11 @@ def load_manifest(path: Path, *, check_references: bool = True) -> Manifest:
                 check_reference_statically(path.parent, spec.reference)
         except ReferenceProblem as exc:
             raise v.fail(("kernel", i, "reference"), str(exc)) from None
+        if spec.gpu_reference is not None:
+            try:  # never imported here: it imports cupy, which a machine without a GPU may lack
+                check_reference_statically(path.parent, spec.gpu_reference)
+            except ReferenceProblem as exc:
+                raise v.fail(("kernel", i, "gpu-reference"), str(exc)) from None
         validated.append(spec)
     _check_lock_is_no_kernel_file(v, settings, path.parent, validated)
     targets = _settled_targets(raw_settings, settings, kernels)
@@ -660,14 +665,17 @@ def _validate_kernel(v: _Validator, i: int, spec: KernelSpec, root: Path) -> Ker
         problem = flops_problem(spec.flops, sizes, [*spec.test_shapes, *spec.bench_shapes])
         if problem is not None:
             raise v.fail((*at, "flops"), problem)
-    if not _REFERENCE.fullmatch(spec.reference):
-        raise v.fail(
-            (*at, "reference"),
-            f"{spec.reference!r} is not of the form 'module:function' (a dotted "
-            "module path next to the manifest, a function name)",
-        )
-    try:
-        reference_file(root, spec.reference)
-    except ReferenceProblem as exc:
-        raise v.fail((*at, "reference"), str(exc)) from None
+    for key, ref in (("reference", spec.reference), ("gpu-reference", spec.gpu_reference)):
+        if ref is None:
+            continue
+        if not _REFERENCE.fullmatch(ref):
+            raise v.fail(
+                (*at, key),
+                f"{ref!r} is not of the form 'module:function' (a dotted module path next to the manifest, a "
+                "function name)",
+            )
+        try:
+            reference_file(root, ref)
+        except ReferenceProblem as exc:
+            raise v.fail((*at, key), str(exc)) from None
     return replace(spec, archs=archs, args=args)

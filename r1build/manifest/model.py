@@ -67,6 +67,7 @@ INTEGER_DTYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16"
 Role = Literal["in", "out", "inout"]
 Provider = Literal["deepseek", "vllm", "sglang", "nim", "openai"]
 Visibility = Literal["hidden", "default"]
+MustBeat = Literal["library", "none"]
 
 
 @dataclass(frozen=True)
@@ -251,6 +252,19 @@ class KernelSpec:
     numbers and ``+ - * / // % **``, finite and not negative at every test and bench shape."""
     limits: Limits = field(default_factory=Limits)
     """Resource limits from the ptxas report (registers, spills, shared memory)."""
+    gpu_reference: str | None = None
+    """``module:function`` next to the manifest, like ``reference``: the same computation written for cupy
+    arrays (called with cupy arrays, the same keyword arguments), timed on the GPU as "the library" that a
+    winner's speedup is set against. Absent: the numpy ``reference`` is run on cupy arrays (its ``numpy``
+    rebound to cupy), which fails for code cupy cannot run (``r1build check`` names the likely cases). Not part
+    of the decision key: it changes the figure, never the winner."""
+    must_beat: MustBeat | None = None
+    """``library``: a winner measured slower than the library (by less than ``margin``) fails this kernel × arch
+    as when no candidate may win (nothing is locked or emitted for it); ``none``: only a warning. The project's
+    ``must-beat`` when absent."""
+    margin: float | None = bounded(None, ge=0, le=10)
+    """With ``must-beat = "library"``: how much faster than the library the winner must be, as a fraction
+    (``0.05``: a speedup of at least 1.05). The project's ``margin`` when absent."""
 
 
 @dataclass(frozen=True)
@@ -330,6 +344,13 @@ class ProjectSettings:
     """The shared cache: the remote cache's URL, and the public keys trusted to sign decisions."""
     evaluation: EvaluationSettings = field(default_factory=EvaluationSettings)
     """Where GPU evaluation runs: a Dask cluster of GPU hosts, or this machine's GPUs."""
+    must_beat: MustBeat = "none"
+    """Every kernel's ``must-beat`` where it sets none: ``library`` makes a winner measured slower than the
+    library (the reference on cupy, or the kernel's ``gpu-reference``) by less than ``margin`` fail its kernel ×
+    arch; ``none`` (the default) says such a winner in a warning and keeps it."""
+    margin: float = bounded(0.0, ge=0, le=10)
+    """Every kernel's ``margin`` where it sets none: the fraction by which a winner must beat the library under
+    ``must-beat = "library"`` (0: not slower)."""
 
 
 @dataclass(frozen=True)
@@ -362,6 +383,14 @@ class Manifest:
     def archs_of(self, spec: KernelSpec) -> list[str]:
         """The canonical target archs of one kernel."""
         return list(spec.archs) if spec.archs is not None else list(self.settings.archs)
+
+    def must_beat_library(self, spec: KernelSpec) -> bool:
+        """Whether a winner of ``spec`` must beat the library (the kernel's ``must-beat``, else the project's)."""
+        return (spec.must_beat or self.settings.must_beat) == "library"
+
+    def margin_of(self, spec: KernelSpec) -> float:
+        """The margin by which a winner of ``spec`` must beat the library (the kernel's, else the project's)."""
+        return spec.margin if spec.margin is not None else self.settings.margin
 
     def target(self, spec: KernelSpec, arch: str) -> ArchTarget:
         """The code embedded for one of a kernel's archs (canonical): what the load decided, else the default

@@ -11,7 +11,8 @@ Each generated candidate whose transcript is in the cache becomes one record (sc
 - ``verdict`` (the result's status: ``passed``, ``compile_error``, ``rejected``, ``incorrect``, ``crashed``,
   ``timed_out``), ``stage`` (``gate`` or ``evaluate``), ``validation``, ``reason`` (one line, empty when passed),
   ``time_us``, ``speedup_vs_baseline``, ``share_of_floor``, ``floor_us``, ``gpu``, ``profile`` (Nsight Compute's
-  findings in one line, for a profiled finalist), ``winner``.
+  findings in one line, for a profiled finalist), ``winner``; optional: ``speedup_vs_library`` (the library's time
+  over this one's) and ``library_note`` (why the library has no time), for a timed candidate.
 
 No record holds an API key or a local path: transcripts are stored scrubbed of every configured secret, and each
 string of a record is scrubbed again of the key variables set now and of this machine's absolute paths (the
@@ -159,6 +160,11 @@ def _records_of(records: KernelRecords, which: DatasetFilter) -> Iterator[dict[s
             "gpu": result.device if timing else None,
             "profile": profile_summary(result.profile) if result.profile else None,
             "winner": is_winner,
+            **(
+                {"speedup_vs_library": timing.speedup_vs_reference, "library_note": timing.library_note}
+                if timing
+                else {}
+            ),
         }
 
 

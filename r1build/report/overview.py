@@ -17,6 +17,7 @@ from ..lock import LockEntry, find_vendored, load_lock
 from ..manifest import KernelSpec, Manifest
 from ..records import CandidateRef, Decision, Provenance, Result, SourceFrom, Standing, Validation
 from ..resolve import decision_refusal, lock_refusal, stale_checks
+from ..resolve.verdict import verdict_words
 from ..selection.rules import decision_winner
 
 __all__ = ["KernelRecords", "SampleRecord", "SearchRecord", "StatusRow", "project_records"]
@@ -43,6 +44,12 @@ class StatusRow:
     source: SourceFrom | None
     """Where the winner's source is read from (:data:`~r1build.records.SourceFrom`)."""
     note: str
+    speedup_vs_library: float | None = None
+    """The library's time over the winner's (above 1: faster than the library), when measured."""
+    share_of_floor: float | None = None
+    """The hardware floor's time over the winner's (1.0 is at the floor), when measured."""
+    library_note: str | None = None
+    """Why a measured winner has no speedup over the library (the library could not be timed on cupy)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -192,7 +199,15 @@ def _status_row(
             gpu=entry.gpu,
             winner=entry.winner[:12],
             source=where,
-            note=_notes(refused or "", _checks_note(entry.validation, entry.checks), pending_note),
+            note=_notes(
+                refused or "",
+                _checks_note(entry.validation, entry.checks),
+                pending_note,
+                _library_note(manifest, spec, entry.time_us, entry.speedup_vs_library, entry.library_note),
+            ),
+            speedup_vs_library=entry.speedup_vs_library,
+            share_of_floor=entry.share_of_floor,
+            library_note=entry.library_note,
         )
     stale = "lock stale" if entry is not None else "not locked"
     refused = decision_refusal(manifest, spec, arch, key, decision) if decision is not None else None
@@ -202,7 +217,8 @@ def _status_row(
     winner = decision_winner(decision) if decision is not None else None
     if decision is not None and winner is not None:
         result = decision.result_of(winner.digest)
-        t = result.timing.median_us if result and result.timing else None
+        timing = result.timing if result else None
+        t = timing.median_us if timing else None
         validation = decision.validation(winner)
         checks = decision.checks if validation == "validated" else None
         return StatusRow(
@@ -217,7 +233,21 @@ def _status_row(
             gpu=decision.device if t is not None else None,
             winner=winner.digest[:12],
             source="cache",
-            note=_notes(stale, _checks_note(validation, checks), pending_note),
+            note=_notes(
+                stale,
+                _checks_note(validation, checks),
+                pending_note,
+                _library_note(
+                    manifest,
+                    spec,
+                    t,
+                    timing.speedup_vs_reference if timing else None,
+                    timing.library_note if timing else None,
+                ),
+            ),
+            speedup_vs_library=timing.speedup_vs_reference if timing else None,
+            share_of_floor=timing.share_of_floor if timing else None,
+            library_note=timing.library_note if timing else None,
         )
     if decision is not None:
         rejected = sum(decision.validation(c) == "rejected" for c in decision.candidates)
@@ -264,6 +294,20 @@ def _status_row(
         source=None,
         note=stale,
     )
+
+
+def _library_note(
+    manifest: Manifest, spec: KernelSpec, time_us: float | None, speedup: float | None, why: str | None
+) -> str:
+    """What ``status`` says of a measured winner against the library: slower than it, short of the manifest's
+    ``must-beat`` margin (resolve fails it), or why the library has no time; nothing for a winner that beats it."""
+    if time_us is None:
+        return ""
+    if manifest.must_beat_library(spec) and (speedup is None or speedup < 1.0 + manifest.margin_of(spec)):
+        return f"fails must-beat library (margin {manifest.margin_of(spec):g}): {verdict_words(speedup, why)}"
+    if speedup is None:
+        return verdict_words(None, why) if why else ""
+    return f"slower than the library ({speedup:.2f}x)" if speedup < 1.0 else ""
 
 
 def _int(value: Any) -> int:

@@ -258,7 +258,7 @@ def _winner_rows_html(rows: Sequence[WinnerRow]) -> str:
             "time",
             "baseline",
             "vs baseline",
-            "vs cupy",
+            "vs library",
             "floor",
             "share of floor",
             "GPU",
@@ -274,7 +274,9 @@ def _winner_rows_html(rows: Sequence[WinnerRow]) -> str:
                 _us(r.time_us),
                 _us(r.baseline_us),
                 _x(r.speedup_vs_baseline),
-                _x(r.speedup_vs_cupy),
+                _x(r.speedup_vs_cupy)
+                if r.speedup_vs_cupy is not None or not r.library_note
+                else f'<abbr title="{_e(r.library_note)}">no time</abbr>',
                 _us(r.floor_us),
                 _pct(r.share_of_floor),
                 _e(r.gpu or "-"),

@@ -88,7 +88,10 @@ class WinnerRow:
     baseline_us: float | None
     speedup_vs_baseline: float | None
     speedup_vs_cupy: float | None
-    """cupy's time of the reference over the winner's (the evaluator's ``speedup_vs_reference``)."""
+    """The library's time over the winner's (the evaluator's ``speedup_vs_reference``; the lock's
+    ``speedup-vs-library`` when no decision is cached)."""
+    library_note: str | None = None
+    """Why the winner has no speedup over the library (the library could not be timed on cupy)."""
     floor_us: float | None
     share_of_floor: float | None
     gpu: str | None
@@ -124,9 +127,10 @@ def winner_row(records: KernelRecords) -> WinnerRow:
         time_us=time_us,
         baseline_us=base_us,
         speedup_vs_baseline=speedup,
-        speedup_vs_cupy=timing.speedup_vs_reference if timing else None,
+        speedup_vs_cupy=timing.speedup_vs_reference if timing else status.speedup_vs_library,
+        library_note=timing.library_note if timing else status.library_note,
         floor_us=timing.floor_us if timing else None,
-        share_of_floor=timing.share_of_floor if timing else None,
+        share_of_floor=timing.share_of_floor if timing else status.share_of_floor,
         gpu=(result.device if result and result.device else None) or status.gpu,
     )
 

@@ -82,6 +82,9 @@ def decision_refusal(manifest: Manifest, spec: KernelSpec, arch: str, key: str, 
         gpu=gpu,
         checks=(decision.checks or 0) if validation == "validated" else None,
         toolchain=decision.toolchain or None,
+        speedup_vs_library=timing.speedup_vs_reference if timing is not None else None,
+        share_of_floor=timing.share_of_floor if timing is not None else None,
+        library_note=timing.library_note if timing is not None else None,
     )
     field_problem = entry_problem(entry) or manifest_problem(manifest, spec, entry)
     if field_problem is not None:
@@ -116,6 +119,7 @@ def from_decision(run: Run, q: Question, decision: Decision, state: Found) -> Re
         q.note("warning", f"cached decision names source {winner.source[:12]} which is gone")
         return None
     result = decision.result_of(winner.digest)
+    timing = result.timing if result is not None else None
     validation = decision.validation(winner)
     if validation == "validated" and state == "cached" and stale_checks(decision.checks):
         _note_stale_checks(q, "cached", decision.checks)
@@ -131,6 +135,9 @@ def from_decision(run: Run, q: Question, decision: Decision, state: Found) -> Re
         gpu=(result.device or decision.device) if result and result.timing else None,
         toolchain=decision.toolchain or None,
         checks=(decision.checks or 0) if validation == "validated" else None,
+        speedup_vs_library=timing.speedup_vs_reference if timing is not None else None,
+        share_of_floor=timing.share_of_floor if timing is not None else None,
+        library_note=timing.library_note if timing is not None else None,
     )
 
 
@@ -271,4 +278,7 @@ def _from_lock(run: Run, q: Question, entry: LockEntry, found: WinnerSource) -> 
         gpu=entry.gpu,
         toolchain=entry.toolchain,
         checks=entry.checks,
+        speedup_vs_library=entry.speedup_vs_library,
+        share_of_floor=entry.share_of_floor,
+        library_note=entry.library_note,
     )

@@ -80,6 +80,12 @@ class Resolved:
     gate: Result | None = None
     checks: int | None = None
     """Version of the GPU checks that validated it."""
+    speedup_vs_library: float | None = None
+    """The library's time over the winner's (the lock's ``speedup-vs-library``), when measured."""
+    share_of_floor: float | None = None
+    """The hardware floor's time over the winner's, when measured."""
+    library_note: str | None = None
+    """Why a measured winner has no speedup over the library."""
 
 
 @dataclass

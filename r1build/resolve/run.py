@@ -22,6 +22,7 @@ from ..toolchain.nvcc import toolchain
 from .judges import Judges
 from .lookup import lookup
 from .model import Question, Resolution, Resolved, ResolveOptions, Run
+from .verdict import library_verdict
 from .work import work
 
 
@@ -47,6 +48,9 @@ def _lock_entry(manifest: Manifest, r: Resolved, previous: LockEntry | None) -> 
         gpu=r.gpu,
         checks=r.checks if r.validation == "validated" else None,
         toolchain=r.toolchain,
+        speedup_vs_library=r.speedup_vs_library if r.time_us is not None else None,
+        share_of_floor=r.share_of_floor if r.time_us is not None else None,
+        library_note=r.library_note if r.time_us is not None else None,
     )
 
 
@@ -209,6 +213,7 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
                 kept = old if isinstance(old, Resolved) else None
             outcomes[i] = work(run, q, seeds.get(q.spec.name, []), kept)
             phases.done(f"{q.spec.name}/{q.arch} worked")
+        outcomes = [(library_verdict(manifest, o) or o) if isinstance(o, Resolved) else o for o in outcomes]
         entries = _gate_emitted(manifest, judges, [o for o in outcomes if isinstance(o, Resolved)])
         phases.done(f"{len(entries)} winners gated")
         failed = [o for o in outcomes if isinstance(o, Unresolved)]

@@ -40,3 +40,40 @@ def test_floors_json_round_trip() -> None:
     assert DeviceFloors.from_json({"schema": 0, "bandwidth_bps": 1, "fp32_flops": 1}) is None
     assert DeviceFloors.from_json({"schema": 1, "bandwidth_bps": -1, "fp32_flops": 1}) is None
     assert DeviceFloors.from_json("junk") is None
+
+
+def test_library_request_names_the_gpu_reference(root_manifest: Manifest) -> None:
+    """The library is the kernel's gpu-reference, called as it is, where the manifest names one; else the numpy
+    reference with its numpy rebound to cupy."""
+    import dataclasses
+
+    from r1build.evaluate.timing.stats import reference_request
+
+    spec = root_manifest.kernel("rmsnorm")
+    plain = reference_request(spec, "/p")
+    assert plain["reference"] == spec.reference and plain.get("rebind", True)
+    gpu = reference_request(dataclasses.replace(spec, gpu_reference="kernels.gpu_ref:rmsnorm"), "/p")
+    assert gpu["reference"] == "kernels.gpu_ref:rmsnorm" and gpu["rebind"] is False
+    assert gpu["shapes"] == plain["shapes"]
+
+
+def test_library_failure_is_kept_with_its_reason(root_manifest: Manifest) -> None:
+    """A reference that fails on cupy leaves no speedup, but the reason goes into the timing (it was dropped)."""
+    import dataclasses
+
+    from r1build.evaluate.timing.stats import SampleStats, build_timing, library_time
+
+    spec = root_manifest.kernel("silu_mul")
+    stats = [SampleStats(10.0, 0.01, 50) for _ in spec.bench_shapes]
+    failed = library_time(spec, {"ok": True, "shapes": [{"error": "AttributeError: no attribute 'errstate'"}]})
+    assert failed.median_us is None and failed.note is not None
+    assert "errstate" in failed.note and "gpu-reference" in failed.note
+    timing = build_timing(spec, stats, floors=None, baseline_us=None, library=failed)
+    assert timing.speedup_vs_reference is None and timing.library_note == failed.note
+    ran = library_time(spec, {"ok": True, "shapes": [{"samples_us": [20.0, 20.0, 20.0]}]})
+    timing = build_timing(spec, stats, floors=None, baseline_us=None, library=ran)
+    assert timing.speedup_vs_reference == 2.0 and timing.library_note is None
+    own = dataclasses.replace(spec, gpu_reference="kernels.gpu_ref:silu_mul")
+    assert "gpu-reference kernels.gpu_ref:silu_mul failed" in str(
+        library_time(own, {"ok": False, "error": "boom"}).note
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from r1build.errors import LockError, StaleLockError
 from r1build.keys import decision_key
 from r1build.lock import Lock, LockEntry, check_lock, load_lock, read_lock, require_fresh, write_lock
-from r1build.lock.lockfile import inputs_of, render_lock
+from r1build.lock.lockfile import LOCK_VERSION, inputs_of, render_lock
 from r1build.manifest import Manifest, load_manifest
 
 
@@ -87,7 +88,7 @@ def test_removed_kernel_and_arch_are_reported(root_copy: Path) -> None:
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (lambda t: t.replace("version = 2", "version = 7"), "lock version 7 is not supported"),
+        (lambda t: t.replace(f"version = {LOCK_VERSION}", "version = 7"), "lock version 7 is not supported"),
         (lambda t: t.replace('provenance = "baseline"', "provenance = baseline", 1), "invalid TOML"),
         (
             lambda t: t.replace('provenance = "baseline"', 'provenanse = "baseline"', 1),
@@ -99,13 +100,13 @@ def test_removed_kernel_and_arch_are_reported(root_copy: Path) -> None:
         # tomllib lets these escape as RecursionError / ValueError: once a traceback and exit 1
         (lambda t: t + "x = " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),
         (
-            lambda t: t.replace("version = 2", "version = " + "9" * 5000),
+            lambda t: t.replace(f"version = {LOCK_VERSION}", "version = " + "9" * 5000),
             "kernels.lock:3: corrupt lock (invalid TOML: an",
         ),
         (lambda t: "\ufeff" + t, "kernels.lock:1: corrupt lock (invalid TOML: the file starts with a byte-order mark"),
         # read as a lock of no entries before: stale, never said to be damaged
-        (lambda t: "", "corrupt lock (no 'version = 2' line: empty, cut short or not a lock)"),
-        (lambda t: t.replace("version = 2\n", ""), "corrupt lock (no 'version = 2' line"),
+        (lambda t: "", f"corrupt lock (no 'version = {LOCK_VERSION}' line: empty, cut short or not a lock)"),
+        (lambda t: t.replace(f"version = {LOCK_VERSION}\n", ""), f"corrupt lock (no 'version = {LOCK_VERSION}' line"),
     ],
     ids=[
         "version",
@@ -169,3 +170,37 @@ def test_write_lock_makes_its_folder_and_says_when_it_cannot(tmp_path: Path) -> 
     (tmp_path / "file").write_text("x", encoding="utf-8")
     with pytest.raises(LockError, match=r"file/kernels\.lock: cannot write the lock: .*/file is a file, not a folder"):
         write_lock(tmp_path / "file" / "kernels.lock", Lock())
+
+
+def test_library_verdict_round_trips_and_version_2_locks_still_read(root_copy: Path) -> None:
+    """The speedup over the library, the share of the floor and why the library has no time are lock fields
+    (version 3); a version 2 lock, without them, reads as it is; a bad value is named by field."""
+    m = load_manifest(root_copy / "kernels.toml")
+    lock = _lock_for(m)
+    first = dataclasses.replace(
+        lock.kernel[0],
+        validation="validated",
+        checks=3,
+        gpu="NVIDIA H200",
+        time_us=12.5,
+        speedup_vs_library=0.8123,
+        share_of_floor=0.61,
+    )
+    second = dataclasses.replace(
+        lock.kernel[1], validation="validated", checks=3, gpu="NVIDIA H200", time_us=3.0, library_note="it failed"
+    )
+    path = root_copy / "kernels.lock"
+    write_lock(path, Lock(manifest=lock.manifest, kernel=[first, second, *lock.kernel[2:]]))
+    text = path.read_text(encoding="utf-8")
+    assert "version = 3" in text and "speedup-vs-library = 0.812" in text and 'library-note = "it failed"' in text
+    again = read_lock(path)
+    assert again is not None
+    entry = again.entry(first.name, first.arch)
+    assert entry is not None and (entry.speedup_vs_library, entry.share_of_floor) == (0.812, 0.61)
+    old = Lock(manifest=lock.manifest, kernel=lock.kernel)
+    write_lock(path, old)
+    path.write_text(path.read_text(encoding="utf-8").replace("version = 3", "version = 2"), encoding="utf-8")
+    assert (read_lock(path) or Lock()).kernel == sorted(old.kernel, key=lambda e: (e.name, e.arch))
+    path.write_text(text.replace("speedup-vs-library = 0.812", "speedup-vs-library = -1.0"), encoding="utf-8")
+    with pytest.raises(LockError, match=r"speedup-vs-library: -1\.0 is not a positive ratio"):
+        read_lock(path)

@@ -31,6 +31,29 @@ def test_root_manifest_loads() -> None:
     assert all(len(d) == 64 for d in m.reference_digests.values())
 
 
+def test_verdict_settings_per_kernel_and_project(root_copy: Path) -> None:
+    """``must-beat`` and ``margin`` are set project-wide and per kernel (the kernel's wins); ``gpu-reference`` is
+    resolved like ``reference``; none of them changes a decision key (they judge a winner, never pick it)."""
+    from r1build.keys import decision_key
+
+    path = root_copy / "kernels.toml"
+    before = load_manifest(path)
+    text = path.read_text(encoding="utf-8")
+    text = text.replace('target = "r1build::kernels"', 'target = "r1build::kernels"\nmust-beat = "library"', 1)
+    text = text.replace(
+        'reference = "kernels.reference:rmsnorm"',
+        'reference = "kernels.reference:rmsnorm"\ngpu-reference = "kernels.reference:rmsnorm"\nmargin = 0.05',
+        1,
+    )
+    path.write_text(text, encoding="utf-8")
+    m = load_manifest(path)
+    rms, silu = m.kernel("rmsnorm"), m.kernel("silu_mul")
+    assert rms.gpu_reference == "kernels.reference:rmsnorm" and silu.gpu_reference is None
+    assert m.must_beat_library(rms) and m.must_beat_library(silu)
+    assert (m.margin_of(rms), m.margin_of(silu)) == (0.05, 0.0)
+    assert decision_key(m, rms, "sm_90") == decision_key(before, before.kernel("rmsnorm"), "sm_90")
+
+
 def test_committed_schema_is_current() -> None:
     assert SCHEMA_PATH.read_text(encoding="utf-8") == render_schema(), (
         "regenerate with: python -m r1build.manifest.schema"
@@ -109,6 +132,48 @@ CASES = [
         "module 'kernels.missing' not found",
         "kernel[5].reference",
         "kernels.missing",
+    ),
+    (
+        'reference = "kernels.reference:rmsnorm"',
+        'reference = "kernels.reference:rmsnorm"\ngpu-refrence = "kernels.reference:rmsnorm"',
+        "unknown key 'gpu-refrence' (did you mean 'gpu-reference'?)",
+        "kernel[5].gpu-refrence",
+        "gpu-refrence",
+    ),
+    (
+        'reference = "kernels.reference:rmsnorm"',
+        'reference = "kernels.reference:rmsnorm"\ngpu-reference = "kernels.reference:rmsnrm"',
+        "has no function 'rmsnrm' (did you mean 'rmsnorm'?)",
+        "kernel[5].gpu-reference",
+        "gpu-reference",
+    ),
+    (
+        'reference = "kernels.reference:rmsnorm"',
+        'reference = "kernels.reference:rmsnorm"\ngpu-reference = "rmsnorm"',
+        "is not of the form 'module:function'",
+        "kernel[5].gpu-reference",
+        "gpu-reference",
+    ),
+    (
+        'reference = "kernels.reference:rmsnorm"',
+        'reference = "kernels.reference:rmsnorm"\nmust-beat = "cublas"',
+        "'cublas'",
+        "kernel[5].must-beat",
+        "must-beat",
+    ),
+    (
+        'target = "r1build::kernels"',
+        'target = "r1build::kernels"\nmargin = -0.05',
+        "must be at least 0, got -0.05",
+        "margin",
+        "margin",
+    ),
+    (
+        'target = "r1build::kernels"',
+        'target = "r1build::kernels"\nmust-beet = "library"',
+        "did you mean 'must-beat'?",
+        "must-beet",
+        "must-beet",
     ),
     (
         'archs = ["sm_80", "90-real"]',

@@ -303,7 +303,7 @@ def test_an_unvalidated_generated_lock_entry_is_refused(
     lock_file = project / "kernels.lock"
     lock_file.write_text(
         lock_file.read_text(encoding="utf-8")
-        .replace("version = 2", "version = 1")
+        .replace("version = 3", "version = 1")
         .replace('validation = "unvalidated"\n', ""),
         encoding="utf-8",
     )

@@ -37,7 +37,7 @@ def time_reference(
     from ...manifest.reference import load_reference
 
     fn = load_reference(Path(h["root"]), str(h["reference"]))
-    names = fn.__globals__
+    names = fn.__globals__ if h.get("rebind", True) else {}  # a gpu-reference is cupy code already
     for name, value in list(names.items()):
         home = str(getattr(value, "__module__", None) or "")
         own = str(getattr(value, "__name__", None) or "")

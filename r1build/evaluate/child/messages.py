@@ -310,6 +310,9 @@ class TimeReferenceRequest(TypedDict):
     root: str
     reference: str
     shapes: list[ReferenceShape]
+    rebind: NotRequired[bool]
+    """False: ``reference`` is a gpu-reference, written for cupy, called as it is (default True: the numpy
+    reference with its ``numpy`` rebound to cupy)."""
 
 
 class ReferenceShapeReply(TypedDict, total=False):

@@ -39,7 +39,7 @@ from ..process import WorkerDied, WorkerTimedOut
 from ..sanitizer.schedule import KernelKey
 from ..slots import Slot, library_key
 from .floors import FLOORS_NAMESPACE, DeviceFloors
-from .stats import SampleStats, reference_request, summarize, time_request
+from .stats import LibraryTime, SampleStats, library_time, reference_request, summarize, time_request
 
 if TYPE_CHECKING:
     from ...cache import Cache
@@ -120,23 +120,19 @@ class Timer:
         slot.floors = cached
         return cached
 
-    def reference_us(self, job: Job, slot: Slot) -> float | None:
-        """The median time of the numpy reference run on cupy at the first benchmark shape, where it runs."""
+    def library(self, job: Job, slot: Slot) -> LibraryTime:
+        """The library's median time at the first benchmark shape (the kernel's gpu-reference, else the numpy
+        reference run on cupy), or why it has none (kept: the lock and ``status`` say it)."""
         header = reference_request(job.spec, str(job.manifest.root))
         try:
             reply, _ = slot.request(header, timeout_s=self.timeout_s)
         except (WorkerDied, WorkerTimedOut) as exc:
-            self._note(f"{job.spec.name}: timing the reference with cupy failed: {exc}", job.spec.name)
-            return None
-        shapes = reply.get("shapes") or []
-        if not reply.get("ok") or not shapes or "samples_us" not in shapes[0]:
-            why = shapes[0].get("error") if shapes else reply.get("error")
-            self._note(
-                f"{job.spec.name}: the reference does not run under cupy ({why}); no speedup over the reference",
-                job.spec.name,
-            )
-            return None
-        return summarize(shapes[0]["samples_us"]).median_us
+            found = LibraryTime(None, f"timing the library on cupy failed: {exc}"[:300])
+        else:
+            found = library_time(job.spec, dict(reply))
+        if found.note is not None:
+            self._note(f"{job.spec.name}: {found.note}; no speedup over the library", job.spec.name)
+        return found
 
     def bench_plan(self, job: Job, arch: str, slot: Slot) -> Future[BenchPlan]:
         """The benchmark-shape checks of a job's kernel for GPUs of this slot's L2 size (made once, on the CPU

@@ -20,7 +20,16 @@ from ..child.messages import ArrayRequest, BenchShapeRequest, ReferenceShape, Ti
 from ..correctness.inputs import array_shape, numpy_dtype, scalar_values
 from .floors import DeviceFloors, floor_us, shape_key
 
-__all__ = ["SampleStats", "array_requests", "build_timing", "reference_request", "summarize", "time_request"]
+__all__ = [
+    "LibraryTime",
+    "SampleStats",
+    "array_requests",
+    "build_timing",
+    "library_time",
+    "reference_request",
+    "summarize",
+    "time_request",
+]
 
 
 @dataclass(frozen=True)
@@ -92,12 +101,46 @@ def time_request(
 
 
 def reference_request(spec: KernelSpec, root: str) -> TimeReferenceRequest:
-    """The worker request that times the numpy reference run on cupy arrays at every benchmark shape."""
+    """The worker request that times the library at every benchmark shape: the kernel's ``gpu-reference`` called
+    as it is where the manifest names one, else the numpy reference run on cupy arrays."""
     shapes: list[ReferenceShape] = []
     for sizes in spec.bench_shapes:
         arrays = [a for a in array_requests(spec, sizes) if a["role"] != "out"]
         shapes.append({"arrays": arrays, "scalars": scalar_values(spec, sizes)})
+    if spec.gpu_reference is not None:
+        return {
+            "op": "time_reference",
+            "root": root,
+            "reference": spec.gpu_reference,
+            "shapes": shapes,
+            "rebind": False,
+        }
     return {"op": "time_reference", "root": root, "reference": spec.reference, "shapes": shapes}
+
+
+@dataclass(frozen=True)
+class LibraryTime:
+    """The library's time at the first benchmark shape, or why there is none."""
+
+    median_us: float | None
+    """Median microseconds of one call; None when it could not be timed."""
+    note: str | None = None
+    """Why it could not be timed (the error the reference raised on cupy, or the worker's failure)."""
+
+
+def library_time(spec: KernelSpec, reply: Mapping[str, object]) -> LibraryTime:
+    """What the worker's reply to :func:`reference_request` says of the library's time: its median, or the reason
+    it has none, worded for the lock and ``status`` (the fix where the reference does not run on cupy)."""
+    shapes = reply.get("shapes")
+    first = shapes[0] if isinstance(shapes, list) and shapes and isinstance(shapes[0], dict) else None
+    if reply.get("ok") and first is not None and isinstance(first.get("samples_us"), list) and first["samples_us"]:
+        return LibraryTime(summarize([float(x) for x in first["samples_us"]]).median_us)
+    why = str((first or {}).get("error") or reply.get("error") or "no samples came back")[:300]
+    if spec.gpu_reference is not None:
+        return LibraryTime(None, f"the gpu-reference {spec.gpu_reference} failed on cupy ({why})")
+    return LibraryTime(
+        None, f"the reference does not run on cupy ({why}); name a `gpu-reference` written for cupy to time the library"
+    )
 
 
 def build_timing(
@@ -106,10 +149,11 @@ def build_timing(
     *,
     floors: DeviceFloors | None,
     baseline_us: float | None,
-    reference_us: float | None,
+    library: LibraryTime | None,
 ) -> Timing:
     """The record of one candidate's timings; the first benchmark shape ranks."""
     first = stats[0]
+    reference_us = library.median_us if library is not None else None
     floor = floor_us(spec, spec.bench_shapes[0], floors) if floors is not None else None
     return Timing(
         median_us=round(first.median_us, 4),
@@ -119,6 +163,7 @@ def build_timing(
         share_of_floor=round(floor / first.median_us, 4) if floor is not None and first.median_us > 0 else None,
         speedup_vs_baseline=round(baseline_us / first.median_us, 4) if baseline_us and first.median_us else None,
         speedup_vs_reference=round(reference_us / first.median_us, 4) if reference_us and first.median_us else None,
+        library_note=library.note if library is not None and not reference_us else None,
         shapes={
             shape_key(spec, sizes): round(s.median_us, 4) for sizes, s in zip(spec.bench_shapes, stats, strict=False)
         },
