@@ -123,7 +123,7 @@ def from_decision(run: Run, q: Question, decision: Decision, state: Found) -> Re
     validation = decision.validation(winner)
     if validation == "validated" and state == "cached" and stale_checks(decision.checks):
         _note_stale_checks(q, "cached", decision.checks)
-    return Resolved(
+    resolved = Resolved(
         spec=q.spec,
         arch=q.arch,
         key=q.key,
@@ -139,6 +139,23 @@ def from_decision(run: Run, q: Question, decision: Decision, state: Found) -> Re
         share_of_floor=timing.share_of_floor if timing is not None else None,
         library_note=timing.library_note if timing is not None else None,
     )
+    if validation == "unvalidated":
+        _note_unvalidated(run, q, resolved, decision)
+    return resolved
+
+
+def _note_unvalidated(run: Run, q: Question, resolved: Resolved, decision: Decision) -> None:
+    """The warning every path that chooses on the gate alone gives: why no GPU measured, what won, and the
+    candidates a GPU has still to judge (generated ones that passed the gate stay pending, never chosen)."""
+    name = resolved.candidate.origin.path or resolved.candidate.origin.kind
+    why = run.judges.unmeasured(q.arch)
+    message = f"{why}: the {resolved.provenance} {name} is chosen by the static gate alone, unvalidated"
+    pending = sum(decision.validation(c) == "pending" for c in decision.candidates)
+    if pending:
+        message += (
+            f"; {pending} generated candidate(s) that passed the gate stay pending until a GPU of {q.arch} judges them"
+        )
+    q.note("warning", message)
 
 
 def lock_refusal(entry: LockEntry, decision: Decision | None) -> str | None:

@@ -42,6 +42,12 @@ def test_resolve_generates_on_a_miss_and_refresh_rejudges_without_the_model(
         requests = len(server.requests)
     out = capsys.readouterr()
     assert requests == 4  # three samples, one retried after the 429
+    # said as on the path without generation (issue 31): the baseline won on the gate alone, the generated one waits
+    assert (
+        "GPU measuring is off (--no-gpu, or a build without R1BUILD_EVALUATE=1): the baseline vadd.cu is chosen by "
+        "the static gate alone, unvalidated; 1 generated candidate(s) that passed the gate stay pending until a GPU "
+        "of sm_90 judges them"
+    ) in out.err, out.err
     assert "rate_limited" in out.err or "429" in out.err
     key = decision_key(manifest, manifest.kernel("vadd"), "sm_90")
     with project.cache() as cache:
@@ -64,7 +70,9 @@ def test_resolve_generates_on_a_miss_and_refresh_rejudges_without_the_model(
     monkeypatch.setenv("R1BUILD_BASE_URL", "http://127.0.0.1:9/v1")
     capsys.readouterr()
     assert main([*argv, "--refresh"]) == 0
-    assert "stored generated candidate(s) again (no new requests)" in capsys.readouterr().err
+    refreshed = capsys.readouterr().err
+    assert "stored generated candidate(s) again (no new requests)" in refreshed
+    assert "chosen by the static gate alone, unvalidated; 1 generated candidate(s)" in refreshed
     with project.cache() as cache:
         again = cache.get_decision(key)
     assert again is not None and again.transcripts == decision.transcripts
