@@ -120,7 +120,7 @@ class _BlackHole:
         self._sock.close()
 
 
-TIMEOUT_S = 10
+TIMEOUT_S = 30
 
 
 @pytest.fixture
@@ -147,8 +147,8 @@ def test_a_remote_that_never_answers_holds_up_no_local_work(cold_root: Path, tmp
     args = ("resolve", "--no-gpu", "--offline")
     began = time.time()
     code, out, _, without = _cli(cold_root, tmp_path / "c0", *args)
-    assert code == 0, out
     first_without = _gate_store_times(tmp_path / "c0")[0] - began
+    assert code == 0, out
     with _BlackHole() as hole:
         began = time.time()
         code, out, _, elapsed = _cli(cold_root, tmp_path / "c1", *args, url=f"http://127.0.0.1:{hole.port}/team")
@@ -158,9 +158,11 @@ def test_a_remote_that_never_answers_holds_up_no_local_work(cold_root: Path, tmp
     assert hole.arrivals, "the remote was never asked"
     stored = _gate_store_times(tmp_path / "c1")
     assert len(stored) == 12
-    # paired with the run without it (the machine's load moves both): the first verdict comes about as soon,
-    # not a whole timeout later
-    late = stored[0] - began - first_without
+    # local work went on while the remote's first request hung: the first verdict is stored about as soon as in the
+    # run without the remote, not a whole timeout later (the timeout is long so that the machine's load, which
+    # stretches compiles in both runs, stays well inside half of it)
+    first_verdict = _gate_store_times(tmp_path / "c1")[0] - began
+    late = first_verdict - first_without
     assert late < TIMEOUT_S / 2, f"the first verdict came {late:.1f} s later than without the remote"
-    # loosely (2 cores shared with other work): at most the time without it plus one timeout
-    assert elapsed < without + TIMEOUT_S + 3, f"{elapsed:.1f} s with it, {without:.1f} s without"
+    # the run waited for the hung request once, beside its work: not once per entry (12 entries)
+    assert elapsed < without + 2 * TIMEOUT_S, f"{elapsed:.1f} s with it, {without:.1f} s without"
