@@ -1,4 +1,8 @@
-"""The inference-time scaling controller: rounds of parallel samples, judged, fed back, within a budget.
+"""The inference-time scaling controller: parallel samples, judged, fed back, within a budget.
+
+By default the search is continuous (:mod:`.continuous`: a request slot is refilled the moment its answer is in,
+answers are judged as they arrive, stops act at once); ``generation.search = "rounds"`` runs it in rounds as
+described below.
 
 A search for one kernel on one arch:
 
