@@ -152,6 +152,9 @@ class Continuous:
         """The search; returns the rounds it reached (bookkeeping)."""
         search = self.search
         search.on_stop = self.cancel
+        if search.pool.target_reached(search.budget.target_share):  # the seeds (or answers resumed) suffice
+            search.stop("target")
+            return self.highest // self.per_round + 1 if self.highest >= 0 else 0
         judging = asyncio.create_task(search.judge_loop(self.judged))
         slots = [asyncio.create_task(self.slot()) for _ in range(search.generation.max_concurrency)]
         search.tasks.update(slots)

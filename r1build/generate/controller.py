@@ -439,7 +439,8 @@ class _Search:
         if loss == "truncated":
             self.note(
                 "warning",
-                f"{where}: the answer was cut off at max_tokens ({exchange.params['max_tokens']}); not a candidate",
+                f"{where}: the answer was cut off at max_tokens ({exchange.params['max_tokens']}); "
+                + ("its complete code is kept" if extraction is not None else "not a candidate"),
             )
         elif loss == "content_filter":
             self.note("warning", f"{where}: the answer was stopped by the provider's content filter")

@@ -16,7 +16,7 @@ from ..keys import canonical_json
 from ..manifest.model import KernelSpec, Manifest
 from ..records import Candidate, Origin, Result, Status
 from .budget import StopReason
-from .extract import Extraction, extract_source, normalized_digest, tunable_variants
+from .extract import Extraction, complete_part, extract_source, normalized_digest, tunable_variants
 from .outcome import SampleLoss, SearchOutcome, Usage
 
 if TYPE_CHECKING:
@@ -299,10 +299,13 @@ def read_answer(
 ) -> tuple[Extraction | None, SampleLoss | None]:
     """The one reading of a complete answer, by the search and by replay: its extraction, and why it gives no
     candidate (cut off at ``max_tokens``, stopped by the content filter, no code block), counted in ``usage``.
-    The extraction is None where the answer was cut off or filtered."""
+    The extraction is None where the answer was cut off or filtered, except that an answer cut off at
+    ``max_tokens`` after complete code (a closed block defining the kernel, which a continuous search gates while
+    the answer streams) yields that code, still counted as ``truncated``."""
     if finish_reason == "length":
         usage.count("truncated")
-        return None, "truncated"
+        kept = complete_part(content, kernel)
+        return (extract_source(kept, kernel) if kept is not None else None), "truncated"
     if finish_reason == "content_filter":
         usage.count("content_filter")
         return None, "content_filter"

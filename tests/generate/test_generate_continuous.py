@@ -15,7 +15,7 @@ import pytest
 
 from r1build.events import Event, Note, Progress, sink
 from r1build.gate.static import StaticGate
-from r1build.generate import SearchOutcome, search
+from r1build.generate import SearchOutcome, replay, search
 from r1build.judge import Evaluator
 from r1build.manifest import Manifest
 from tests.generate.chat_server import Answer, ChatServer, Reply, Request
@@ -149,6 +149,7 @@ def test_where_the_profile_frees_a_closed_request_a_stop_cancels_those_in_flight
     assert any("cancelled 3 request(s) in flight that can no longer matter" in m for m in said)
 
 
+@pytest.mark.slow
 def test_code_closed_in_the_stream_is_gated_before_the_answer_ends(project: Project, judge: MarkerJudge) -> None:
     # the code comes first in the content, then a long explanation streams for a second
     prose = "It launches on the given stream. " * 60
@@ -176,3 +177,32 @@ def test_progress_shows_requests_in_flight_and_the_judges_queue(project: Project
     assert all({"waiting", "judge_busy"} <= set(f) for f in fields)
     busy = str(fields[-1]["judge_busy"])
     assert float(busy.split("s", maxsplit=1)[0]) >= 0.05
+
+
+def test_replay_reproduces_a_continuous_search_that_gated_code_of_a_cut_answer(
+    project: Project, judge: MarkerJudge
+) -> None:
+    manifest = continuous(project, generation={"max-concurrency": 2}, rounds=2, samples=3, patience=2)
+    replies = [
+        Answer(answer(kernel_source(1, time_us=40)), chunk_chars=40),
+        Answer(answer(kernel_source(2, time_us=30)) + "\n" + "more " * 50, finish_reason="length", chunk_chars=40),
+        Answer("no code"),
+        Answer(answer(kernel_source(3, time_us=20))),
+    ]
+    counter = iter(range(100))
+    events: Timed = []
+    with ChatServer(lambda r: replies[min(next(counter), 3)]) as server:
+        outcome = run(project, manifest, server, judge, events)
+    with project.cache() as cache:
+        again = replay(
+            manifest,
+            manifest.kernel("vadd"),
+            "sm_90",
+            evaluator=MarkerJudge(),
+            cache=cache,
+            transcripts=outcome.transcripts,
+            seeds=[],
+        )
+    assert any("time_us: 30" in c.source for c in outcome.candidates)  # the cut answer's complete code
+    assert [c.digest for c in again.candidates] == [c.digest for c in outcome.candidates]
+    assert [c.origin for c in again.candidates] == [c.origin for c in outcome.candidates]
