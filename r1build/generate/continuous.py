@@ -1,16 +1,17 @@
 """The continuous search (``generation.search = "continuous"``, the default): no round is a barrier.
 
-``generation.max-concurrency`` request slots each loop: take the next sample, plan it from what is judged at that
-moment (:meth:`~.planning.Planner.plan_one`: a fresh task until a generated candidate was judged, then a
-refinement from the best lineage so far, with feedback from that lineage's own judged candidates), send it, and
-take the next the moment its answer is in. Each answer is extracted and queued for the judge as soon as it
-completes, and a streamed answer's code as soon as its block closes (:attr:`~.exchange.Meter.on_code`), so the
-judge works while other answers are still being written and an answer cut off later still yields its finished
-code. The judge checks the stop rules after every batch: the target share of the floor, a generated candidate
-that passed where nothing can be timed, and ``patience`` (counted in answers: ``patience`` x ``samples`` answers
-judged without a faster kernel). A stop cancels the requests not yet sent; where the provider's profile frees a
-request when its connection closes (vLLM, SGLang), a stop by one of those rules also cancels the requests in
-flight, which can no longer matter. Answers already paid for are kept and judged.
+``generation.max-concurrency`` request slots (at most a round's ``samples``) each loop: take the next sample,
+plan it from what is judged at that moment (:meth:`~.planning.Planner.plan_one`: a fresh task until a generated
+candidate was judged, then a refinement from the best lineage so far, with feedback from that lineage's own judged
+candidates), send it, and take the next the moment its answer is in. Each answer is extracted and queued for the
+judge as soon as it completes, and a streamed answer's code as soon as its block closes
+(:attr:`~.exchange.Meter.on_code`), so the judge works while other answers are still being written and an answer
+cut off later still yields its finished code. The judge checks the stop rules after every batch: the target
+share of the floor, a generated candidate that passed where nothing can be timed, and ``patience`` (counted in
+answers: ``patience`` x ``samples`` answers judged without a faster kernel). A stop cancels the requests not yet
+sent; where the provider's profile frees a request when its connection closes (vLLM, SGLang), a stop by one of
+those rules also cancels the requests in flight, which can no longer matter. Answers already paid for are kept
+and judged.
 
 The n-th request of the search is still addressed as round ``n // samples``, sample ``n % samples`` (the
 transcripts, replay and resume keep their words); a round is bookkeeping only.
@@ -53,7 +54,9 @@ class Continuous:
         self.next = 0
         self.highest = max(self.skip, default=-1)
         """The latest sample started (its round is the last the outcome counts)."""
-        self.slots = asyncio.Semaphore(search.generation.max_concurrency)
+        self.width = min(search.generation.max_concurrency, budget.samples)
+        """Request slots: ``max-concurrency``, and no more than a round's parallel ``samples``."""
+        self.slots = asyncio.Semaphore(self.width)
         self.current: dict[asyncio.Task[None], tuple[Meter, tuple[int, int]]] = {}
         """The meter and the (round, sample) of each slot's sample in progress."""
         self.best = search.pool.best_time()
@@ -156,7 +159,7 @@ class Continuous:
             search.stop("target")
             return self.highest // self.per_round + 1 if self.highest >= 0 else 0
         judging = asyncio.create_task(search.judge_loop(self.judged))
-        slots = [asyncio.create_task(self.slot()) for _ in range(search.generation.max_concurrency)]
+        slots = [asyncio.create_task(self.slot()) for _ in range(self.width)]
         search.tasks.update(slots)
 
         def judge_failed(task: asyncio.Task[None]) -> None:
@@ -179,5 +182,6 @@ class Continuous:
             if search.pool.target_reached(search.budget.target_share):
                 search.stop("target")
             else:
-                search.stop("candidates" if search.usage.samples >= search.budget.candidates else "rounds")
+                all_asked = self.take() is None
+                search.stop("rounds" if all_asked else "candidates")
         return self.highest // self.per_round + 1 if self.highest >= 0 else 0
