@@ -596,6 +596,8 @@ class ChatClient:
                 if piece:
                     partial.content.append(piece)
                     meter.chars += len(piece)
+                    if meter.on_code is not None and "`" in piece:
+                        meter.on_code("".join(partial.content))
                 if piece_r or piece:
                     partial.chunks += 1
                     if partial.first_token_s is None:

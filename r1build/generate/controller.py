@@ -1,4 +1,8 @@
-"""The inference-time scaling controller: rounds of parallel samples, judged, fed back, within a budget.
+"""The inference-time scaling controller: parallel samples, judged, fed back, within a budget.
+
+By default the search is continuous (:mod:`.continuous`: a request slot is refilled the moment its answer is in,
+answers are judged as they arrive, stops act at once); ``generation.search = "rounds"`` runs it in rounds as
+described below.
 
 A search for one kernel on one arch:
 
@@ -46,7 +50,7 @@ import datetime
 import random
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +63,7 @@ from ..manifest.model import KernelSpec, Manifest
 from ..records import Candidate
 from .budget import Ledger, Reservation, StopReason, estimate_tokens
 from .client import ChatClient
+from .continuous import MIN_GAIN, Continuous
 from .exchange import Attempt, Exchange, Meter
 from .extract import Extraction, complete_part, strip_think
 from .outcome import SampleLoss, SearchOutcome, Usage
@@ -74,9 +79,6 @@ if TYPE_CHECKING:
     from ..profile import Profiler
 
 __all__ = ["MIN_GAIN", "Order", "SampleLoss", "SearchOutcome", "Usage", "replay_search", "run_search"]
-
-MIN_GAIN = 0.02
-"""Smallest relative speed-up of the best kernel that counts as an improvement for ``patience``."""
 
 LINK_EVERY_S = 1.0
 """Seconds between two links of the transcripts of a search still running (what a killed process leaves)."""
@@ -96,6 +98,9 @@ class _SampleSpend:
     held: Reservation | None = None
 
     async def reserve(self) -> int | StopReason:
+        search = self.search
+        if search.stop_reason is not None and search.on_stop is not None:
+            return search.stop_reason  # a continuous search that stopped sends nothing more, retries included
         reservation = await self.search.ledger.acquire(self.prompt_tokens)
         if isinstance(reservation, str):
             return reservation
@@ -177,6 +182,20 @@ class _Search:
         self.finished_samples = 0
         self.round = 0
         self.client: ChatClient | None = None
+        self.waiting = 0
+        """Candidates queued for the judge (the gate, then the GPU where there is one), not yet handed to it."""
+        self.judging = 0
+        """Candidates the judge works on now."""
+        self.judge_busy_s = 0.0
+        """Seconds the judge has worked so far (on a GPU machine: the gate and the GPU's checks and timing)."""
+        self.first_queued: float | None = None
+        """When the first generated candidate was queued (``time.monotonic``): the judge's busy share runs
+        from there."""
+        self.early: dict[tuple[int, int], str] = {}
+        """The source gated from a sample's answer while it still streamed, by (round, sample)."""
+        self.on_stop: Callable[[StopReason], int] | None = None
+        """Called once when the search stops (a continuous search cancels what can no longer matter); returns how
+        many requests on the wire it cancelled."""
         self.planner = Planner(
             manifest,
             spec,
@@ -199,13 +218,24 @@ class _Search:
                 total,
                 {
                     "round": f"{self.round + 1}/{self.budget.rounds}",
+                    "in_flight": sum(m.on_the_wire for m in self.meters),
                     "candidates": len(self.pool.generated),
+                    "waiting": self.waiting,
+                    "judging": self.judging,
                     "passed": len(self.pool.generated_passed),
+                    "judge_busy": self.busy_text(),
                     "tokens": self.usage.completion_tokens + self.live_tokens(),
                     "spend": f"${self.usage.cost_usd:.4f}",
                 },
             )
         )
+
+    def busy_text(self) -> str:
+        """The judge's busy time, and its share of the time since the first candidate was queued."""
+        if self.first_queued is None:
+            return f"{self.judge_busy_s:.1f}s"
+        span = time.monotonic() - self.first_queued
+        return f"{self.judge_busy_s:.1f}s/{span:.1f}s"
 
     def live_tokens(self) -> int:
         """Estimated tokens of the attempts in flight (progress only: accounting waits for their usage)."""
@@ -233,9 +263,13 @@ class _Search:
         if self.stop_reason is None:
             self.stop_reason = reason
             self.cause = cause or (self.pacer.cause if reason == self.pacer.stopped else "")
-            sent = sum(m.on_the_wire for m in self.meters)
+            cut = self.on_stop(reason) if self.on_stop is not None else 0
+            sent = sum(m.on_the_wire for m in self.meters) - cut
+            said = reason.replace("_", " ")
+            if cut and reason != "fatal":
+                self.note("info", f"stopping ({said}): cancelled {cut} request(s) in flight that can no longer matter")
             if sent and reason != "fatal":
-                self.note("info", f"stopping ({reason.replace('_', ' ')}): letting {sent} request(s) in flight finish")
+                self.note("info", f"stopping ({said}): letting {sent} request(s) in flight finish")
         if reason != "fatal":
             return
         current = asyncio.current_task()
@@ -271,15 +305,28 @@ class _Search:
         return reason.replace("_", " ")
 
     # -- judging ---------------------------------------------------------------------------------------
-    async def judge_loop(self) -> None:
-        """Judge queued candidates in batches until the round's sentinel arrives."""
+    async def judge_loop(self, after: Callable[[Sequence[Candidate]], Awaitable[None]] | None = None) -> None:
+        """Judge queued candidates in batches until the sentinel arrives (a round's end, or the end of a
+        continuous search); ``after`` is called after each batch judged."""
         done = False
         while not done:
             batch = [await self.queue.get()]
             while not self.queue.empty():
                 batch.append(self.queue.get_nowait())
             done = None in batch
-            await self.pool.judge([c for c in batch if c is not None])
+            candidates = [c for c in batch if c is not None]
+            if candidates:
+                self.waiting -= len(candidates)
+                self.judging = len(candidates)
+                self.progress()
+                started = time.monotonic()
+                try:
+                    await self.pool.judge(candidates)
+                finally:
+                    self.judge_busy_s += time.monotonic() - started
+                    self.judging = 0
+                if after is not None:
+                    await after(candidates)
             self.progress()
 
     # -- one sample --------------------------------------------------------------------------------------
@@ -294,7 +341,9 @@ class _Search:
         else:
             self.note("warning", f"{what}; retrying in {wait:.1f} s")
 
-    async def sample(self, round_no: int, sample: int, plan: Plan, slots: asyncio.Semaphore) -> None:
+    async def sample(
+        self, round_no: int, sample: int, plan: Plan, slots: asyncio.Semaphore, meter: Meter | None = None
+    ) -> None:
         async with slots:
             reason = self.stop_reason or self.exhausted()
             if reason is not None:
@@ -305,7 +354,7 @@ class _Search:
                 plan.messages, self.client.params(temperature=plan.temperature, max_tokens=self.generation.max_tokens)
             )
             spend = _SampleSpend(self, estimate_tokens(sum(len(m["content"]) for m in plan.messages)))
-            meter = Meter()
+            meter = meter if meter is not None else Meter()
             self.usage.samples += 1
             self.meters.add(meter)
             started, t0 = _now_iso(), time.monotonic()
@@ -347,6 +396,7 @@ class _Search:
                         secrets=self.endpoint.secrets,
                     )
                     self.transcripts.append(((round_no, sample), digest))
+                    self.pool.attach_transcript(round_no, sample, digest)
                     self.finished_samples += 1
                     if self.link_as_we_go:  # a process killed now (SIGTERM, SIGKILL) leaves them to resume from
                         self.link_soon()
@@ -389,7 +439,8 @@ class _Search:
         if loss == "truncated":
             self.note(
                 "warning",
-                f"{where}: the answer was cut off at max_tokens ({exchange.params['max_tokens']}); not a candidate",
+                f"{where}: the answer was cut off at max_tokens ({exchange.params['max_tokens']}); "
+                + ("its complete code is kept" if extraction is not None else "not a candidate"),
             )
         elif loss == "content_filter":
             self.note("warning", f"{where}: the answer was stopped by the provider's content filter")
@@ -439,16 +490,26 @@ class _Search:
         """Queue for judging the candidates of a sample's answer that the pool did not know."""
         if extraction.source is None or exchange.completion is None:
             return
-        answer = strip_think(exchange.completion.content).strip()
+        if self.early.get((round_no, sample)) == extraction.source:
+            return  # gated while the answer streamed
+        self.admit(round_no, sample, plan, extraction.source, exchange.completion.content, transcript)
+
+    def admit(self, round_no: int, sample: int, plan: Plan, source: str, content: str, transcript: str) -> None:
+        """Admit the code ``source`` of the answer ``content`` of (``round_no``, ``sample``) to the pool and queue
+        the candidates it did not know for the judge."""
         for candidate in self.pool.admit_answer(
-            extraction.source,
+            source,
             model=self.endpoint.model,
             round_no=round_no,
             sample=sample,
             transcript=transcript,
             messages=plan.messages[:1],
-            answer=answer,
+            answer=strip_think(content).strip(),
+            parent=plan.parent,
         ):
+            if self.first_queued is None:
+                self.first_queued = time.monotonic()
+            self.waiting += 1
             self.queue.put_nowait(candidate)
 
     # -- an earlier search cut short ------------------------------------------------------------------------
@@ -606,51 +667,62 @@ class _Search:
         # the seeds (and the answers resumed): the first feedback knows the bar
         await pool.judge([k.candidate for k in pool.in_order()])
         await self.profile_finalists(list(pool.known.values()))
-        slots = asyncio.Semaphore(self.generation.max_concurrency)
-        stale = 0
-        first = max(done, default=0)  # the round that was cut short goes on where it stopped
-        rounds_done = first
         async with ChatClient(self.endpoint, self.generation, pacer=self.pacer) as client:
             self.client = client
-            for round_no in range(first, self.budget.rounds):
-                self.round = round_no
-                reason = "target" if pool.target_reached(self.budget.target_share) else self.exhausted()
-                if reason is not None:
-                    self.stop(reason)
-                    break
-                before = pool.best_time()
-                skip = frozenset(done.get(round_no, ()))
-                count = min(self.budget.samples, self.budget.candidates - self.usage.samples + len(skip))
-                await self.run_round(round_no, count, slots, skip)
-                if self.fatal is not None:
-                    raise self.fatal
-                rounds_done += 1
-                if self.stop_reason is not None:
-                    break
-                self.progress()
-                after = pool.best_time()
-                if not pool.timed():
-                    # nothing could be timed (no GPU): patience does not count this round
-                    if pool.generated_passed:
-                        self.stop("passed_gate")
-                        break
-                    continue
-                if after is not None and (before is None or after < before * (1.0 - MIN_GAIN)):
-                    stale = 0
-                else:
-                    stale += 1
-                if stale >= self.budget.patience:
-                    self.stop("patience")
-                    break
+            if self.generation.search == "continuous":
+                rounds_done = await Continuous(self, done).run()
             else:
-                self.stop("target" if pool.target_reached(self.budget.target_share) else "rounds")
-        if self.usage.answers == 0 and self.usage.requests > 0:
+                rounds_done = await self.run_rounds(done)
+        if self.fatal is not None:
+            raise self.fatal
+        if self.usage.answers == 0 and self.usage.requests > 0 and not pool.generated:
             raise EndpointSilentError(self.no_answer())
         reason = self.stop_reason or "rounds"
         self.transcripts.sort()
         return outcome_of(
             pool, self.usage, [d for _, d in self.transcripts], reason, rounds_done, self.describe_stop(reason)
         )
+
+    async def run_rounds(self, done: dict[int, set[int]]) -> int:
+        """The search in rounds (``generation.search = "rounds"``); returns the rounds run."""
+        pool = self.pool
+        slots = asyncio.Semaphore(self.generation.max_concurrency)
+        stale = 0
+        first = max(done, default=0)  # the round that was cut short goes on where it stopped
+        rounds_done = first
+        for round_no in range(first, self.budget.rounds):
+            self.round = round_no
+            reason = "target" if pool.target_reached(self.budget.target_share) else self.exhausted()
+            if reason is not None:
+                self.stop(reason)
+                break
+            before = pool.best_time()
+            skip = frozenset(done.get(round_no, ()))
+            count = min(self.budget.samples, self.budget.candidates - self.usage.samples + len(skip))
+            await self.run_round(round_no, count, slots, skip)
+            if self.fatal is not None:
+                raise self.fatal
+            rounds_done += 1
+            if self.stop_reason is not None:
+                break
+            self.progress()
+            after = pool.best_time()
+            if not pool.timed():
+                # nothing could be timed (no GPU): patience does not count this round
+                if pool.generated_passed:
+                    self.stop("passed_gate")
+                    break
+                continue
+            if after is not None and (before is None or after < before * (1.0 - MIN_GAIN)):
+                stale = 0
+            else:
+                stale += 1
+            if stale >= self.budget.patience:
+                self.stop("patience")
+                break
+        else:
+            self.stop("target" if pool.target_reached(self.budget.target_share) else "rounds")
+        return rounds_done
 
     def no_answer(self) -> str:
         """Why no request got an answer, in words."""

@@ -4,6 +4,7 @@ Standard library and records only (no ``openai``), so whatever reads a search's 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, get_args, overload
 
@@ -39,6 +40,9 @@ class Meter:
     """Characters of reasoning and content received by the attempt in flight."""
     on_the_wire: bool = False
     """Whether an attempt is sent and unanswered now (not waiting for a pause or the budget)."""
+    on_code: Callable[[str], None] | None = None
+    """Called with the content received so far each time a streamed delta of the content holds a backtick (a
+    code fence may have closed): a continuous search gates finished code before the answer ends."""
 
     @property
     def tokens(self) -> int:

@@ -72,8 +72,6 @@ class Planner:
     def plan(self, round_no: int, count: int, pool: Pool, losses: Counter[SampleLoss]) -> list[Plan]:
         """The plans of ``count`` samples of round ``round_no``, from what ``pool`` knows and what the last
         round's answers lacked (``losses``)."""
-        directions = self.directions()
-        temps = self.generation.temperatures
         best = pool.ranked_best()
         failures = pool.recent_failures(max(count, 3))
         parents = [e for pair in itertools.zip_longest(best, failures) for e in pair if e is not None]
@@ -83,41 +81,64 @@ class Planner:
         plans = []
         for s in range(count):
             k = round_no * self.samples_per_round + s
-            direction = directions[k % len(directions)] if directions else None
-            temperature = temps[k % len(temps)] if self.honours_temperature else None
-            if not parents:
-                text = task_prompt(self.manifest, self.spec, self.arch, direction=direction)
-                if notes and round_no > 0:
-                    text += "\n" + feedback_prompt(
-                        self.spec,
-                        parent=None,
-                        parent_in_conversation=False,
-                        best=[],
-                        failures=[],
-                        notes=notes,
-                        direction=None,
-                    )
-                plans.append(Plan([{"role": "user", "content": text}], temperature, direction, None))
-                continue
-            parent = parents[s % len(parents)]
-            in_conversation = parent.candidate.origin.kind == "generated" and bool(parent.messages)
-            feedback = feedback_prompt(
-                self.spec,
-                parent=_judged(parent),
-                parent_in_conversation=in_conversation,
-                best=[_judged(b) for b in best],
-                failures=[_judged(f) for f in failures[:4]],
-                notes=notes,
-                direction=direction,
-            )
-            if in_conversation:
-                messages = [
-                    parent.messages[0],
-                    {"role": "assistant", "content": parent.answer},
-                    {"role": "user", "content": feedback},
-                ]
-            else:
-                first = task_prompt(self.manifest, self.spec, self.arch, direction=None)
-                messages = [{"role": "user", "content": first + "\n" + feedback}]
-            plans.append(Plan(messages, temperature, direction, parent.candidate.digest))
+            parent = parents[s % len(parents)] if parents else None
+            plans.append(self._plan(k, parent, best, failures[:4], notes if round_no > 0 else []))
         return plans
+
+    def plan_one(self, index: int, pool: Pool, losses: Counter[SampleLoss]) -> Plan:
+        """The plan of the ``index``-th request of a continuous search. A fresh task while no generated candidate
+        was judged (while only seeds were, within the first round's samples); else a refinement from the best
+        lineage so far: in turn its best kernel and its latest failure to repair (the latest failure anywhere
+        while nothing passed), with feedback from that lineage's own judged candidates. ``losses``: what the
+        answers so far lacked."""
+        best = pool.ranked_best(1)
+        root = pool.lineage(best[0].candidate.digest) if best else None
+        failures = pool.recent_failures(1, root) or ([] if best else pool.recent_failures(1))
+        judged = any(k.result is not None for k in pool.generated_known())
+        notes = answer_notes(losses) if index >= self.samples_per_round or judged else []
+        if (not judged and index < self.samples_per_round) or not (best or failures):
+            return self._plan(index, None, [], [], notes)
+        parent = failures[0] if failures and (index % 2 or not best) else best[0]
+        root = pool.lineage(parent.candidate.digest)
+        return self._plan(index, parent, pool.ranked_best(2, root), pool.recent_failures(4, root), notes)
+
+    def _plan(self, k: int, parent: Known | None, best: list[Known], failures: list[Known], notes: list[str]) -> Plan:
+        """The plan of the ``k``-th sample of the search: a fresh task (with ``notes``) without a parent, else the
+        continuation from ``parent`` with feedback on ``best`` and ``failures``."""
+        directions = self.directions()
+        temps = self.generation.temperatures
+        direction = directions[k % len(directions)] if directions else None
+        temperature = temps[k % len(temps)] if self.honours_temperature else None
+        if parent is None:
+            text = task_prompt(self.manifest, self.spec, self.arch, direction=direction)
+            if notes:
+                text += "\n" + feedback_prompt(
+                    self.spec,
+                    parent=None,
+                    parent_in_conversation=False,
+                    best=[],
+                    failures=[],
+                    notes=notes,
+                    direction=None,
+                )
+            return Plan([{"role": "user", "content": text}], temperature, direction, None)
+        in_conversation = parent.candidate.origin.kind == "generated" and bool(parent.messages)
+        feedback = feedback_prompt(
+            self.spec,
+            parent=_judged(parent),
+            parent_in_conversation=in_conversation,
+            best=[_judged(b) for b in best],
+            failures=[_judged(f) for f in failures],
+            notes=notes,
+            direction=direction,
+        )
+        if in_conversation:
+            messages = [
+                parent.messages[0],
+                {"role": "assistant", "content": parent.answer},
+                {"role": "user", "content": feedback},
+            ]
+        else:
+            first = task_prompt(self.manifest, self.spec, self.arch, direction=None)
+            messages = [{"role": "user", "content": first + "\n" + feedback}]
+        return Plan(messages, temperature, direction, parent.candidate.digest)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, NamedTuple
 
 from ..errors import EvaluationError
@@ -16,7 +16,7 @@ from ..keys import canonical_json
 from ..manifest.model import KernelSpec, Manifest
 from ..records import Candidate, Origin, Result, Status
 from .budget import StopReason
-from .extract import Extraction, extract_source, normalized_digest, tunable_variants
+from .extract import Extraction, complete_part, extract_source, normalized_digest, tunable_variants
 from .outcome import SampleLoss, SearchOutcome, Usage
 
 if TYPE_CHECKING:
@@ -63,6 +63,8 @@ class Known:
     """The answer's content without its reasoning, sent back when the conversation continues."""
     result: Result | None = None
     """Its result, once judged."""
+    parent: str | None = None
+    """The digest of the candidate whose feedback asked for it (None for a seed or a fresh task): its lineage."""
 
     @property
     def label(self) -> str:
@@ -117,7 +119,15 @@ class Pool:
         for i, seed in enumerate(seeds):
             self.admit(seed, Order.seed(i), messages=[], answer="")
 
-    def admit(self, candidate: Candidate, order: Order, *, messages: list[dict[str, str]], answer: str) -> bool:
+    def admit(
+        self,
+        candidate: Candidate,
+        order: Order,
+        *,
+        messages: list[dict[str, str]],
+        answer: str,
+        parent: str | None = None,
+    ) -> bool:
         """Register a candidate; returns whether it must be judged.
 
         A later arrival that is earlier in order replaces the kept one: for free when the text is the same, and
@@ -127,7 +137,7 @@ class Pool:
         kept = self.by_norm.get(key)
         if kept is None:
             self.by_norm[key] = candidate.digest
-            self._keep(Known(candidate, order, messages, answer))
+            self._keep(Known(candidate, order, messages, answer, parent=parent))
             return True
         self.usage.duplicates += 1 if candidate.origin.kind == "generated" else 0
         known = self.known[kept]
@@ -140,7 +150,7 @@ class Pool:
         self.generated.discard(kept)
         self.generated_passed.discard(kept)
         self.by_norm[key] = candidate.digest
-        self._keep(Known(candidate, order, messages, answer))
+        self._keep(Known(candidate, order, messages, answer, parent=parent))
         return True
 
     def _keep(self, known: Known) -> None:
@@ -158,6 +168,7 @@ class Pool:
         transcript: str,
         messages: list[dict[str, str]],
         answer: str,
+        parent: str | None = None,
     ) -> list[Candidate]:
         """The candidates of the code ``source`` extracted from the answer of round ``round_no``, sample
         ``sample``: one per value set of the kernel's tunables, placed by :meth:`Order.answer`. Returns those that
@@ -166,7 +177,8 @@ class Pool:
         for variant, defines in enumerate(tunable_variants(source, self.spec.tunables)):
             origin = Origin("generated", model=model, round=round_no, sample=sample, transcript=transcript)
             candidate = Candidate(source, origin, defines)
-            if self.admit(candidate, Order.answer(round_no, sample, variant), messages=messages, answer=answer):
+            order = Order.answer(round_no, sample, variant)
+            if self.admit(candidate, order, messages=messages, answer=answer, parent=parent):
                 fresh.append(candidate)
         return fresh
 
@@ -207,6 +219,30 @@ class Pool:
                 if result.ok and candidate.digest in self.generated:
                     self.generated_passed.add(candidate.digest)
 
+    def attach_transcript(self, round_no: int, sample: int, transcript: str) -> None:
+        """Record the transcript of the answer of round ``round_no``, sample ``sample`` in the candidates admitted
+        from it before it was stored (code gated while the answer still streamed)."""
+        for known in self.known.values():
+            o = known.candidate.origin
+            if o.kind == "generated" and (o.round, o.sample) == (round_no, sample) and not o.transcript:
+                known.candidate = replace(known.candidate, origin=replace(o, transcript=transcript))
+
+    def lineage(self, digest: str) -> str:
+        """The root of the lineage of candidate ``digest``: the seed or fresh answer its parents lead back to."""
+        seen = {digest}
+        known = self.known.get(digest)
+        while known is not None and known.parent is not None and known.parent not in seen:
+            digest = known.parent
+            seen.add(digest)
+            known = self.known.get(digest)
+        return digest
+
+    def _among(self, root: str | None) -> list[Known]:
+        """The candidates kept, or those of lineage ``root`` only."""
+        if root is None:
+            return list(self.known.values())
+        return [k for d, k in self.known.items() if self.lineage(d) == root]
+
     def in_order(self) -> list[Known]:
         """Every candidate kept, in preference order."""
         return sorted(self.known.values(), key=lambda k: k.order)
@@ -215,18 +251,20 @@ class Pool:
         """The generated candidates kept."""
         return [self.known[d] for d in self.generated]
 
-    def ranked_best(self, limit: int = 2) -> list[Known]:
-        """The best candidates that passed: the fastest where timed, else generated ones first in order."""
-        passed = [k for k in self.known.values() if k.result is not None and k.result.ok]
+    def ranked_best(self, limit: int = 2, root: str | None = None) -> list[Known]:
+        """The best candidates that passed (of lineage ``root`` only, when given): the fastest where timed, else
+        generated ones first in order."""
+        passed = [k for k in self._among(root) if k.result is not None and k.result.ok]
         timed = [k for k in passed if k.result is not None and k.result.timing is not None]
         if timed:
             return sorted(timed, key=lambda k: (k.result.timing.median_us, k.order))[:limit]  # type: ignore[union-attr]
         generated = [k for k in passed if k.candidate.origin.kind == "generated"]
         return sorted(generated or passed, key=lambda k: k.order)[:limit]
 
-    def recent_failures(self, limit: int) -> list[Known]:
-        """The latest candidates that failed, one variant per source (one is enough to repair it)."""
-        failed = [k for k in self.known.values() if k.result is not None and k.result.status in FAILED]
+    def recent_failures(self, limit: int, root: str | None = None) -> list[Known]:
+        """The latest candidates that failed (of lineage ``root`` only, when given), one variant per source (one is
+        enough to repair it)."""
+        failed = [k for k in self._among(root) if k.result is not None and k.result.status in FAILED]
         failed.sort(key=lambda k: k.order, reverse=True)
         seen: set[str] = set()
         out = []
@@ -261,10 +299,13 @@ def read_answer(
 ) -> tuple[Extraction | None, SampleLoss | None]:
     """The one reading of a complete answer, by the search and by replay: its extraction, and why it gives no
     candidate (cut off at ``max_tokens``, stopped by the content filter, no code block), counted in ``usage``.
-    The extraction is None where the answer was cut off or filtered."""
+    The extraction is None where the answer was cut off or filtered, except that an answer cut off at
+    ``max_tokens`` after complete code (a closed block defining the kernel, which a continuous search gates while
+    the answer streams) yields that code, still counted as ``truncated``."""
     if finish_reason == "length":
         usage.count("truncated")
-        return None, "truncated"
+        kept = complete_part(content, kernel)
+        return (extract_source(kept, kernel) if kept is not None else None), "truncated"
     if finish_reason == "content_filter":
         usage.count("content_filter")
         return None, "content_filter"

@@ -57,6 +57,10 @@ class ProviderProfile:
     """Whether temperature and top_p are honoured (and therefore sent)."""
     stream_usage: bool = True
     """Whether ``stream_options.include_usage`` is understood."""
+    frees_on_disconnect: bool = False
+    """Whether closing a request's connection stops its generation and its cost (a self-hosted server aborts the
+    request): a continuous search that stopped then cancels the requests in flight that can no longer matter
+    instead of letting them finish."""
 
 
 PROFILES: dict[str, ProviderProfile] = {
@@ -77,6 +81,7 @@ PROFILES: dict[str, ProviderProfile] = {
             key_envs=("VLLM_API_KEY", "OPENAI_API_KEY"),
             key_required=False,
             honours_temperature=True,
+            frees_on_disconnect=True,
         ),
         ProviderProfile(
             name="sglang",
@@ -85,6 +90,7 @@ PROFILES: dict[str, ProviderProfile] = {
             key_envs=("OPENAI_API_KEY",),
             key_required=False,
             honours_temperature=True,
+            frees_on_disconnect=True,
         ),
         ProviderProfile(
             name="nim",

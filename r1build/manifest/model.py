@@ -206,6 +206,11 @@ class Generation:
     """Named optimization directions for prompt diversity; a built-in list when empty."""
     prices: Prices = field(default_factory=Prices)
     """Token prices for spend accounting."""
+    search: Literal["continuous", "rounds"] = "continuous"
+    """How requests are scheduled: ``continuous`` refills a request slot the moment an answer arrives (from the
+    best lineage judged so far), judges each answer as it arrives (its code as soon as its block closes in the
+    stream) and stops as soon as a stop rule is met; ``rounds`` sends the samples of a round together and plans
+    the next round once every answer of this one is judged. Not part of the decision key."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -98,6 +98,10 @@ class Answer:
     tokens at the limit, ``finish_reason: length``."""
     echo_key: bool = False
     """Append the API key the request was sent with to the content and the reasoning."""
+    reasoning_s: float = 0.0
+    """Streams: seconds the reasoning takes, spread over its deltas (R1 thinks for minutes before the code)."""
+    content_s: float = 0.0
+    """Streams: seconds the content takes, spread over its deltas."""
 
     def tokens(self) -> int:
         if self.completion_tokens is not None:
@@ -234,6 +238,9 @@ class ChatServer:
         self.requests: list[Request] = []
         self.in_flight = 0
         self.max_in_flight = 0
+        self.finished: list[tuple[float, Request]] = []
+        """When each complete stream was finished (``time.monotonic``, the clock of the test's process), with its
+        request."""
         self._counter = itertools.count()
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
@@ -485,7 +492,10 @@ class ChatServer:
             {reply.reasoning_field: reply.reasoning[i : i + step], "content": None}
             for i in range(0, len(reply.reasoning), step)
         ]
+        thinking = len(deltas) - 1
         deltas += [{"content": reply.content[i : i + step]} for i in range(0, len(reply.content), step)]
+        pauses = [0.0] + [reply.reasoning_s / max(1, thinking)] * thinking
+        pauses += [reply.content_s / max(1, len(deltas) - 1 - thinking)] * (len(deltas) - 1 - thinking)
         events = [{**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
         events.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": reply.finish_reason}]})
         options = (request.body or {}).get("stream_options") or {}
@@ -501,13 +511,15 @@ class ChatServer:
             if reply.stall_after is not None and n >= reply.stall_after:
                 await self._hold(reader)
                 return False
-            if reply.chunk_delay:
-                await asyncio.sleep(reply.chunk_delay)
+            pause = reply.chunk_delay + (pauses[n] if n < len(pauses) else 0.0)
+            if pause:
+                await asyncio.sleep(pause)
             await self._chunk(writer, b"data: " + json.dumps(event).encode() + b"\n\n")
             if n % 8 == 7:
                 await self._chunk(writer, b": keep-alive\n\n")
         await self._chunk(writer, b"data: [DONE]\n\n")
         await self._chunk(writer, b"")
+        self.finished.append((time.monotonic(), request))
         return True
 
 

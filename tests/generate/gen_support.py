@@ -108,6 +108,7 @@ class Project:
             "request-timeout-s": 5,
             "retries": 2,
             "retry-backoff-s": 0.01,
+            "search": "rounds",  # the tests written for rounds; test_generate_continuous.py tests the default
             **(generation or {}),
         }
         bud = {"candidates": 8, "rounds": 2, "samples": 4, "wall-time-s": 30, "patience": 1, **(budget or {})}

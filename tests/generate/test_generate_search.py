@@ -143,7 +143,8 @@ def test_answers_that_are_not_candidates(project: Project, judge: MarkerJudge) -
     events: list[Event] = []
     with ChatServer(replies) as server:
         outcome = run(project, manifest, server, judge, events=events)
-    assert [c.source for c in outcome.candidates] == [kernel_source(3)]
+    # an answer cut off at max_tokens after its complete code keeps that code (counted as truncated all the same)
+    assert [c.source for c in outcome.candidates] == [kernel_source(1), kernel_source(3)]
     assert outcome.usage.failures == {"no_code": 2, "truncated": 1}
     notes = [e.message for e in events if isinstance(e, Note)]
     assert any("cut off at max_tokens" in n for n in notes)
@@ -204,7 +205,7 @@ def test_faults_are_reported_and_retried_only_where_they_should(project: Project
     with ChatServer(script) as server:
         outcome = run(project, manifest, server, judge, seeds=[], events=events)
     assert seen == {0: 2, 1: 2, 2: 2, 3: 1}  # truncation is final, 5xx gives up after the retries
-    assert sorted(c.origin.sample or 0 for c in outcome.candidates) == [0, 2]
+    assert sorted(c.origin.sample or 0 for c in outcome.candidates) == [0, 2, 3]  # 3: complete code, then cut
     assert outcome.usage.failures == {
         "rate_limited": 1,
         "server_error": 2,

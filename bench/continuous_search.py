@@ -1,0 +1,183 @@
+"""Rounds versus the continuous search, against a server that answers like R1 (issue 31).
+
+The chat-completions server of the tests (``tests/generate/chat_server.py``, in this process) answers the n-th
+request to arrive in 30-300 s (drawn from a generator seeded by n, so both searches get the same durations in the
+same order), scaled by ``--scale`` (default 1/100: 0.3-3 s): nine tenths reasoning, then the code and a short
+explanation. The n-th answer's kernel takes ``40 - n`` us against a 10 us floor, so the first kernel at the target
+share (0.5: 20 us) is the answer to request 21 in both searches: the same winner. The judge emulates the gate and
+the GPU: ``--judge-s`` seconds per candidate (default 5 s, scaled), one candidate after another.
+
+For each of ``rounds`` and ``continuous`` (``generation.search``; 8 slots, 8 samples a round, 64 at most, provider
+``vllm``): the time to the first judged candidate, the time to the winner (when the judge returned it), the wall
+time of the whole search, requests sent, and the judge's busy share from the first candidate to the winner. On
+a machine with a GPU, the same comparison with the real evaluator gives the GPU busy share (see
+``bench/results/continuous_search.md``).
+
+Writes ``bench/results/continuous_search.json`` and ``.md``.
+
+    python bench/continuous_search.py [--scale 0.01] [--judge-s 5] [--out bench/results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import re
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from _report import command_line, host_info, utc_now, write_results  # noqa: E402
+from generate_overhead import MANIFEST  # noqa: E402
+
+from r1build.cache import Cache  # noqa: E402
+from r1build.events import Event, Progress, sink  # noqa: E402
+from r1build.generate import search  # noqa: E402
+from r1build.judge import Job  # noqa: E402
+from r1build.manifest import load_manifest  # noqa: E402
+from r1build.records import Result, Timing  # noqa: E402
+from tests.generate.chat_server import Answer, ChatServer, Request, vadd_answer  # noqa: E402
+
+TARGET_US = 20.0
+"""The winner's time: 0.5 of the 10 us floor."""
+
+
+class TimedJudge:
+    """Emulates the gate and the GPU: ``seconds`` per candidate, the time written in the source; records when it
+    returned the first kernel at the target."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.busy_s = 0.0
+        self.won_at: float | None = None
+
+    def evaluate(self, job: Job) -> list[Result]:
+        results = []
+        for c in job.candidates:
+            time.sleep(self.seconds)
+            self.busy_s += self.seconds
+            t = float(re.search(r"time_us: ([0-9.]+)", c.source).group(1))  # type: ignore[union-attr]
+            timing = Timing(median_us=t, spread=0.01, samples=10, floor_us=10.0, share_of_floor=10.0 / t)
+            results.append(Result(candidate=c.digest, arch=job.arch, status="passed", stage="evaluate", timing=timing))
+        if self.won_at is None and any(r.timing and r.timing.median_us <= TARGET_US for r in results):
+            self.won_at = time.monotonic()
+        return results
+
+
+def script(scale: float) -> Any:
+    counter, lock = iter(range(10**6)), threading.Lock()
+
+    def reply(request: Request) -> Answer:
+        with lock:
+            n = next(counter)
+        seconds = random.Random(n).uniform(30, 300) * scale
+        content = vadd_answer(n).replace(
+            "#include <cuda_runtime.h>", f"// time_us: {max(40 - n, 5)}\n#include <cuda_runtime.h>"
+        )
+        return Answer(
+            content + "It launches on the given stream.",
+            reasoning="think " * 200,
+            chunk_chars=200,
+            reasoning_s=0.9 * seconds,
+            content_s=0.1 * seconds,
+            completion_tokens=2000,
+        )
+
+    return reply
+
+
+def one(mode: str, scale: float, judge_s: float) -> dict[str, Any]:
+    events: list[tuple[float, Event]] = []
+    judge = TimedJudge(judge_s * scale)
+    with tempfile.TemporaryDirectory() as tmp, ChatServer(script(scale)) as server:
+        root = Path(tmp)
+        (root / "ref.py").write_text("def vadd(a, b, n):\n    return a + b\n")
+        text = MANIFEST.format(provider="vllm", cap=8, candidates=64, rounds=8, samples=8)
+        text = text.replace("retries = 0", f'retries = 0\nsearch = "{mode}"').replace(
+            "target-share = 1.0", "target-share = 0.5"
+        )
+        (root / "kernels.toml").write_text(text)
+        manifest = load_manifest(root / "kernels.toml")
+        start = time.monotonic()
+        with Cache(root / "cache") as cache, sink(lambda e: events.append((time.monotonic(), e))):
+            outcome = search(
+                manifest,
+                manifest.kernel("vadd"),
+                "sm_90",
+                evaluator=judge,
+                cache=cache,
+                seeds=[],
+                environ={"R1BUILD_BASE_URL": server.url, "VLLM_API_KEY": "x"},
+            )
+        wall = time.monotonic() - start
+        requests = len(server.chat_requests())
+    first = next(t for t, e in events if isinstance(e, Progress) and int(e.fields.get("passed", 0)) > 0)
+    won = judge.won_at or float("nan")
+    return {
+        "mode": mode,
+        "first_judged_s": round(first - start, 3),
+        "winner_s": round(won - start, 3),
+        "wall_s": round(wall, 3),
+        "requests": requests,
+        "stop": outcome.stop_reason,
+        "judge_busy_share_to_winner": round(judge.busy_s / max(won - first, 1e-9), 3),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scale", type=float, default=0.01, help="factor on every duration (default 1/100)")
+    parser.add_argument("--judge-s", type=float, default=5.0, help="unscaled seconds per candidate judged")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    args = parser.parse_args(argv)
+    rows = [one(mode, args.scale, args.judge_s) for mode in ("rounds", "continuous")]
+    r, c = rows
+    doc = {
+        "date": utc_now(),
+        "command": command_line("bench/continuous_search.py", argv),
+        "host": host_info(),
+        "scale": args.scale,
+        "judge_s": args.judge_s,
+        "rows": rows,
+        "winner_speedup": round(r["winner_s"] / c["winner_s"], 2),
+        "first_judged_speedup": round(r["first_judged_s"] / c["first_judged_s"], 2),
+    }
+    lines = [
+        "# Rounds versus the continuous search (emulated R1 timing)",
+        "",
+        f"- date: {doc['date']}",
+        f"- machine: {doc['host']['cpu']} ({doc['host']['cpus']} CPUs), no GPU; judge emulated",
+        f"- command: `{doc['command']}`",
+        f"- answers 30-300 s and {args.judge_s:g} s per candidate judged, all scaled by {args.scale:g}; 8 slots, "
+        "8 samples a round; times below are scaled seconds (divide by the scale for real ones)",
+        "",
+        "| search | first judged (s) | winner (s) | wall (s) | requests | stop | judge busy to winner |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['mode']} | {row['first_judged_s']} | {row['winner_s']} | {row['wall_s']} | {row['requests']} "
+            f"| {row['stop']} | {row['judge_busy_share_to_winner']:.0%} |"
+        )
+    lines += [
+        "",
+        f"Time to the winner: {doc['winner_speedup']}x lower continuous; to the first judged candidate: "
+        f"{doc['first_judged_speedup']}x.",
+        "",
+        "Not measured here: the GPU busy share with the real evaluator. On the lent GPU, run a resolve of a "
+        'generated kernel against this emulating server with `search = "rounds"` and then `"continuous"` '
+        "(`r1build resolve -v` prints the search's `judge_busy=busy/since-first-candidate` progress field; the "
+        "judge there is the gate plus the GPU evaluator) and record both here.",
+    ]
+    write_results(args.out, "continuous_search", doc, "\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
