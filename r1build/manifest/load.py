@@ -370,8 +370,13 @@ def _check_bindings(v: _Validator, settings: ProjectSettings, kernels: list[Kern
             raise v.fail(("kernel", i, "name"), f"{problem}: the bindings define a function of this name")
         for j, arg in enumerate(spec.args):
             problem = _python_name_problem(arg.name)
-            if problem is None and arg.name in ("out", "stream"):
-                problem = f"{arg.name!r} is a parameter every bound function has"
+            outs = [a.name for a in spec.args if a.role == "out"]
+            if problem is None and (arg.name == "stream" or (arg.name == "out" and outs != ["out"])):
+                problem = (
+                    f"{arg.name!r} is a parameter every bound function has (out: the only out array may be so named)"
+                )
+            elif problem is None and arg.name.startswith(("_", "r1b")):
+                problem = f"{arg.name!r} starts with '_' or 'r1b', which the bindings keep for their own names"
             if problem:
                 raise v.fail(("kernel", i, "args", j, "name"), f"{problem}: the bindings take it as a parameter")
 
