@@ -20,7 +20,18 @@ from r1build.manifest import load_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-GUIDES = ("project", "manifest", "packaging", "generation", "evaluation", "report", "caching", "cluster", "security")
+GUIDES = (
+    "project",
+    "manifest",
+    "packaging",
+    "bindings",
+    "generation",
+    "evaluation",
+    "report",
+    "caching",
+    "cluster",
+    "security",
+)
 
 
 def _page(name: str) -> str:

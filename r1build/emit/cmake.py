@@ -48,7 +48,9 @@ from pathlib import Path
 from ..manifest.archs import ArchTarget, arch_info
 from ..manifest.flags import include_flag
 from ..manifest.model import Manifest
+from .nbmodule import BINDINGS_CPP
 from .plan import MARKER, KernelPlan, arch_order, describe_origin
+from .pymodule import BINDINGS_PY, BINDINGS_PYI
 from .sources import DISPATCH_NAME
 
 __all__ = ["CMAKE_NAME", "LIBRARY", "cmake_quote", "render_cmake"]
@@ -195,4 +197,32 @@ def render_cmake(manifest: Manifest, plans: Sequence[KernelPlan], out_dir: Path 
     ]
     if alias != LIBRARY:
         lines.append(f"add_library({alias} ALIAS {LIBRARY})")
+    if manifest.settings.bindings.python is not None:
+        lines += _bindings_lines(manifest.settings.bindings.python)
     return "\n".join(lines) + "\n"
+
+
+def _bindings_lines(module: str) -> list[str]:
+    """The function ``r1build_python_bindings()`` that builds and installs the emitted Python bindings of
+    ``module`` (``mypkg._kernels``): the nanobind module ``<module>_ext``, the wrapper and its stubs."""
+    package, _, leaf = module.rpartition(".")
+    ext = f"{leaf}_ext"
+    where = cmake_quote(package.replace(".", "/"))
+    return [
+        "",
+        f"# The Python bindings {module}: call r1build_python_bindings() once, after including this file. It",
+        f"# builds the nanobind module {package}.{ext} (linking {LIBRARY}) and installs it with the wrapper",
+        f"# {leaf}.py and its stubs {leaf}.pyi into {where}. Needs nanobind (a build requirement of the project).",
+        'set(_r1build_bindings_dir "${CMAKE_CURRENT_LIST_DIR}")',
+        "function(r1build_python_bindings)",
+        "  if(NOT COMMAND nanobind_add_module)",
+        "    find_package(Python 3.10 REQUIRED COMPONENTS Interpreter Development.Module)",
+        "    find_package(nanobind CONFIG REQUIRED)",
+        "  endif()",
+        f'  nanobind_add_module({ext} NB_STATIC "${{_r1build_bindings_dir}}/{BINDINGS_CPP}")',
+        f"  target_link_libraries({ext} PRIVATE {LIBRARY})",
+        f"  install(TARGETS {ext} LIBRARY DESTINATION {where})",
+        f'  install(FILES "${{_r1build_bindings_dir}}/{BINDINGS_PY}" DESTINATION {where} RENAME {leaf}.py)',
+        f'  install(FILES "${{_r1build_bindings_dir}}/{BINDINGS_PYI}" DESTINATION {where} RENAME {leaf}.pyi)',
+        "endfunction()",
+    ]

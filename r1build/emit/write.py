@@ -3,7 +3,8 @@
 The same winners give byte-identical files (stable order, no timestamps, no absolute paths), and a file whose
 content is unchanged is not touched, so its modification time stays and a warm build rebuilds nothing. Files
 this run no longer produces are removed from the output directory, but only files r1build wrote: the known
-names, or ``.cu`` / ``.h`` / ``.cmake`` files whose first line carries the generated-file marker. Into a folder
+names, or ``.cu`` / ``.h`` / ``.cmake`` / ``.cpp`` / ``.py`` / ``.pyi`` files whose first line carries the
+generated-file marker. Into a folder
 the user names (``resolve --out``), a file is replaced only when it carries the marker, unless ``--force``.
 """
 
@@ -17,15 +18,18 @@ from pathlib import Path
 from ..errors import R1BuildError, UsageError
 from ..filemode import write_atomically
 from ..manifest.model import Manifest
+from .bound import bound_kernels, ext_name
 from .cmake import CMAKE_NAME, render_cmake
 from .header import HEADER_NAME, render_header
+from .nbmodule import BINDINGS_CPP, render_nb_module
 from .plan import MARKER, Winner, plan
+from .pymodule import BINDINGS_PY, BINDINGS_PYI, render_py_module, render_stubs
 from .sources import DISPATCH_NAME, render_dispatcher, render_variant
 
 __all__ = ["Emitted", "render_files", "write_generated"]
 
-_KNOWN = frozenset({CMAKE_NAME, HEADER_NAME, DISPATCH_NAME})
-_SUFFIXES = frozenset({".cu", ".h", ".cmake"})
+_KNOWN = frozenset({CMAKE_NAME, HEADER_NAME, DISPATCH_NAME, BINDINGS_CPP, BINDINGS_PY, BINDINGS_PYI})
+_SUFFIXES = frozenset({".cu", ".h", ".cmake", ".cpp", ".py", ".pyi"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +61,12 @@ def render_files(manifest: Manifest, winners: Sequence[Winner], out_dir: Path | 
         files[DISPATCH_NAME] = render_dispatcher(plans)
     files[HEADER_NAME] = render_header(plans)
     files[CMAKE_NAME] = render_cmake(manifest, plans, out_dir)
+    bindings = manifest.settings.bindings
+    if bindings.python is not None:
+        kernels, ext = bound_kernels(bindings, plans), ext_name(bindings)
+        files[BINDINGS_CPP] = render_nb_module(bindings.python, ext, kernels)
+        files[BINDINGS_PY] = render_py_module(bindings.python, ext, kernels, bindings.torch_namespace)
+        files[BINDINGS_PYI] = render_stubs(bindings.python, kernels)
     return files
 
 

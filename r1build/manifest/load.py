@@ -5,6 +5,7 @@ Every error is a :class:`~r1build.errors.ManifestError` naming the file, the lin
 
 from __future__ import annotations
 
+import keyword
 import re
 import urllib.parse
 from dataclasses import replace
@@ -200,6 +201,7 @@ def load_manifest(path: Path, *, check_references: bool = True) -> Manifest:
     if not kernels:
         raise v.fail(("kernel",), "the manifest declares no kernels ([[kernel]] tables)")
     _check_flag_macros(v, settings.nvcc_flags, kernels)
+    _check_bindings(v, settings, kernels)
 
     raw_settings = settings
     settings = _validate_settings(v, settings)
@@ -329,6 +331,54 @@ def _check_trusted_keys(v: _Validator, lines: list[str]) -> None:
         if kid in seen:
             raise v.fail(("cache", "trusted-keys", j), f"key {kid} is listed twice (also item {seen[kid]})")
         seen[kid] = j
+
+
+def _python_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a Python identifier the bindings define, or None."""
+    if not name.isidentifier() or not name.isascii():
+        return f"{name!r} is not a Python identifier"
+    if keyword.iskeyword(name) or keyword.issoftkeyword(name):
+        return f"{name!r} is a Python keyword"
+    return None
+
+
+def _check_bindings(v: _Validator, settings: ProjectSettings, kernels: list[KernelSpec]) -> None:
+    """``[bindings]``: a module inside a package, an identifier as the torch namespace, and kernel and argument
+    names the Python functions can take."""
+    b = settings.bindings
+    if b.python is not None:
+        parts = b.python.split(".")
+        problems = [p for p in map(_python_name_problem, parts) if p]
+        if problems:
+            raise v.fail(("bindings", "python"), f"{b.python!r} is not a dotted module name: {problems[0]}")
+        if len(parts) < 2:
+            raise v.fail(
+                ("bindings", "python"),
+                f"{b.python!r} names no package: the module is written into one (mypkg._kernels)",
+            )
+    if b.torch_namespace is not None:
+        problem = _python_name_problem(b.torch_namespace)
+        if problem or b.torch_namespace.startswith("_") or b.torch_namespace in ("aten", "prim", "prims"):
+            raise v.fail(("bindings", "torch-namespace"), problem or f"{b.torch_namespace!r} is reserved by torch")
+        if b.python is None:
+            raise v.fail(("bindings", "torch-namespace"), "needs bindings.python: the ops live in that module")
+    if b.python is None:
+        return
+    for i, spec in enumerate(kernels):
+        problem = _python_name_problem(spec.name)
+        if problem:
+            raise v.fail(("kernel", i, "name"), f"{problem}: the bindings define a function of this name")
+        for j, arg in enumerate(spec.args):
+            problem = _python_name_problem(arg.name)
+            outs = [a.name for a in spec.args if a.role == "out"]
+            if problem is None and (arg.name == "stream" or (arg.name == "out" and outs != ["out"])):
+                problem = (
+                    f"{arg.name!r} is a parameter every bound function has (out: the only out array may be so named)"
+                )
+            elif problem is None and arg.name.startswith(("_", "r1b")):
+                problem = f"{arg.name!r} starts with '_' or 'r1b', which the bindings keep for their own names"
+            if problem:
+                raise v.fail(("kernel", i, "args", j, "name"), f"{problem}: the bindings take it as a parameter")
 
 
 def _check_flag_macros(v: _Validator, flags: list[str], kernels: list[KernelSpec]) -> None:

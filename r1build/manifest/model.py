@@ -16,6 +16,7 @@ from .bounds import bounded
 __all__ = [
     "DTYPES",
     "Arg",
+    "BindingsSettings",
     "Budget",
     "CacheSettings",
     "EvaluationSettings",
@@ -307,6 +308,25 @@ class EvaluationSettings:
     """Seconds to wait for the scheduler at the start; an unreachable one ends the resolve (exit 2)."""
 
 
+@dataclass(frozen=True)
+class BindingsSettings:
+    """Python bindings r1build writes for the kernels (the ``[bindings]`` table); none unless ``python`` is set.
+    The host project's ``CMakeLists.txt`` builds them with one line, ``r1build_python_bindings()``, after
+    ``include(${R1BUILD_KERNELS_CMAKE})`` (see the bindings guide)."""
+
+    python: str | None = None
+    """Dotted name of the Python module r1build writes, inside one of the project's packages
+    (``mypkg._kernels``): one function per kernel that checks every argument against the manifest (device,
+    dtype, shape, contiguity, alignment), allocates the outputs with the input's array library, runs on that
+    library's current stream and accepts ``out=``; with ``.pyi`` stubs. Its compiled part (a nanobind module) is
+    installed beside it as ``<name>_ext``. Absent: no bindings."""
+    torch_namespace: str | None = None
+    """Namespace of the PyTorch custom ops the module registers when torch is importable (``mypkg`` makes
+    ``torch.ops.mypkg.softmax_rows``), each with a fake implementation computed from the shapes, so
+    ``torch.compile`` traces through them; torch is never a build requirement. An identifier; needs ``python``.
+    Absent: no custom ops."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class ProjectSettings:
     """Manifest-wide settings."""
@@ -356,6 +376,8 @@ class ProjectSettings:
     margin: float = bounded(0.0, ge=0, le=10)
     """Every kernel's ``margin`` where it sets none: the fraction by which a winner must beat the library under
     ``must-beat = "library"`` (0: not slower)."""
+    bindings: BindingsSettings = field(default_factory=BindingsSettings)
+    """Python bindings and PyTorch custom ops written for the kernels; none unless asked for."""
 
 
 @dataclass(frozen=True)

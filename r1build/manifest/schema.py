@@ -52,6 +52,7 @@ _SECTIONS = {
     "Prices": "`generation.prices`",
     "CacheSettings": "`[cache]` (the remote cache and the keys trusted to sign what it holds)",
     "EvaluationSettings": "`[evaluation]` (where GPU evaluation runs: this machine, or a Dask cluster)",
+    "BindingsSettings": "`[bindings]` (Python bindings and PyTorch custom ops written for the kernels)",
 }
 
 

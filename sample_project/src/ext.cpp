@@ -1,9 +1,12 @@
-// r1sample._ops: r1build's kernels on CUDA arrays from any DLPack library (cupy, torch, ...).
+// An example of binding r1build's kernels by hand, kept as documentation: it is NOT built. r1sample uses the
+// bindings r1build writes from kernels.toml's [bindings] table (r1sample._kernels; see docs/guides/bindings.md).
+// A project that wants its own binding links r1build::kernels and includes r1build_kernels.h as this file does
+// (bench/warm_build.py builds it in its plain-CMake comparison).
 //
 // Every function takes its arrays (outputs included, preallocated) and a stream handle as an integer (0: the
-// legacy default stream); r1sample/__init__.py wraps them with allocation and the caller's current stream.
-// Arguments are checked here, with errors that name the function and the argument: TypeError for the wrong kind
-// of array (not on a CUDA device, not float32), ValueError for wrong shapes or layouts, RuntimeError for CUDA.
+// legacy default stream). Arguments are checked here, with errors that name the function and the argument:
+// TypeError for the wrong kind of array (not on a CUDA device, not float32), ValueError for wrong shapes or
+// layouts, RuntimeError for CUDA.
 
 #include <cuda_runtime.h>
 #include <nanobind/nanobind.h>

@@ -72,6 +72,15 @@ def test_sdist_carries_manifest_lock_sources_and_vendored_winners(sample_build: 
     assert not [n for n in names if n.startswith(".r1build")]
 
 
+def test_wheel_holds_the_emitted_bindings_and_their_stubs(sample_build: SampleBuild) -> None:
+    with zipfile.ZipFile(sample_build.wheel) as zf:
+        names = set(zf.namelist())
+        stubs = zf.read("r1sample/_kernels.pyi").decode()
+    assert {"r1sample/_kernels.py", "r1sample/_kernels.pyi", "r1sample/__init__.py"} <= names
+    assert [n for n in names if re.fullmatch(r"r1sample/_kernels_ext\..*\.so", n)], sorted(names)
+    assert "Numerically stable softmax" in stubs  # the manifest's description is the docstring
+
+
 def test_wheel_from_sdist_used_the_lock_and_vendored_sources(sample_build: SampleBuild) -> None:
     assert "Traceback" not in sample_build.log
     assert "chosen by the static gate alone" not in sample_build.log  # every kernel came from the lock
@@ -81,7 +90,7 @@ def test_extension_holds_device_code_for_every_locked_arch(
     build_env: BuildEnv, sample_build: SampleBuild, tmp_path: Path
 ) -> None:
     with zipfile.ZipFile(sample_build.wheel) as zf:
-        (module,) = [n for n in zf.namelist() if re.fullmatch(r"r1sample/_ops\..*\.so", n)]
+        (module,) = [n for n in zf.namelist() if re.fullmatch(r"r1sample/_kernels_ext\..*\.so", n)]
         zf.extract(module, tmp_path)
     cuobjdump = find_cuobjdump(build_env)
     assert cuobjdump is not None
@@ -114,8 +123,8 @@ def test_installed_sample_imports_and_refuses_host_arrays(
     )
     out = build_env.check([build_env.python, "-c", code], cwd=tmp_path)
     assert re.search(r"^devices \d+$", out, re.MULTILINE), out
-    assert "TypeError r1sample.softmax_rows: expected a cupy array or a torch CUDA tensor, got numpy.ndarray" in out
-    assert "TypeError r1sample.reduce_sum: x must be an array on a CUDA device" in out
+    assert "TypeError r1sample._kernels.softmax_rows: x must be an array on a CUDA device" in out, out
+    assert "TypeError r1sample._kernels.reduce_sum: x must be an array on a CUDA device" in out, out
 
 
 def test_sample_test_suite_runs_against_the_installed_wheel(

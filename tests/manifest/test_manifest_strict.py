@@ -102,6 +102,8 @@ def run_check(capsys: pytest.CaptureFixture[str], path: Path, command: str = "ch
     return code, captured.out + captured.err
 
 
+_T = 'target = "tiny::kernels"'
+
 # (id, old text of BASE, new text, key path in the message, a fragment of the message)
 CASES: list[tuple[str, str, str, str, str]] = [
     # names: C/C++/CUDA keywords, reserved names, built-ins, runtime and libc symbols
@@ -327,6 +329,26 @@ CASES: list[tuple[str, str, str, str, str]] = [
     ("arg-macro", '{ name = "x", dtype', '{ name = "NULL", dtype', "kernel[0].args[0].name", "macro"),
     ("arg-limit-macro", '{ name = "x", dtype', '{ name = "INT_MAX", dtype', "kernel[0].args[0].name", "macro"),
     ("kernel-header-guard", 'name = "scale"', 'name = "R1BUILD_KERNELS_H_"', "kernel[0].name", "generates"),
+    # [bindings]: a dotted module inside a package, an identifier as the torch namespace, Python-safe names
+    ("bindings-unknown", _T, 'bindings = { pyton = "tiny._k" }', "bindings.pyton", "did you mean 'python'"),
+    ("bindings-no-package", _T, 'bindings = { python = "kernels" }', "bindings.python", "names no package"),
+    ("bindings-not-dotted", _T, 'bindings = { python = "my-pkg.k" }', "bindings.python", "not a Python identifier"),
+    ("bindings-keyword", _T, 'bindings = { python = "pkg.class" }', "bindings.python", "Python keyword"),
+    ("bindings-torch-alone", _T, 'bindings = { torch-namespace = "tiny" }', "bindings.torch-namespace", "needs"),
+    (
+        "bindings-torch-dotted",
+        _T,
+        'bindings = { python = "tiny._k", torch-namespace = "a.b" }',
+        "bindings.torch-namespace",
+        "not a Python identifier",
+    ),
+    (
+        "bindings-torch-aten",
+        _T,
+        'bindings = { python = "t.k", torch-namespace = "aten" }',
+        "bindings.torch-namespace",
+        "reserved",
+    ),
     # flops, alignment, test-shape sizes, the reference's spelling
     ("flops-div-zero", "budget = {", 'flops = "n / (n - n)"\nbudget = {', "kernel[0].flops", "division by zero"),
     ("flops-negative", "budget = {", 'flops = "n - 2 * n"\nbudget = {', "kernel[0].flops", "not negative"),
@@ -453,3 +475,11 @@ def test_integer_valued_floats_and_literals_stay_valid(tmp_path: Path, capsys: p
 )
 def test_ordinary_names_pass(name: str, kind: str) -> None:
     assert name_problem(name, kind) is None  # type: ignore[arg-type]
+
+
+def test_bound_kernels_take_python_safe_argument_names(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = BASE.replace(_T, 'bindings = { python = "tiny._k" }').replace('name = "k", dtype', 'name = "lambda", dtype')
+    code, output = run_check(capsys, write_project(tmp_path / "p", text))
+    assert code == 2 and "kernel[0].args[3].name: 'lambda' is a Python keyword" in output, output
+    code, output = run_check(capsys, write_project(tmp_path / "q", BASE.replace(_T, 'bindings = { python = "t._k" }')))
+    assert code == 0, output

@@ -1,0 +1,1 @@
+"""A package whose kernels are bound by r1build (boundpkg._k)."""
