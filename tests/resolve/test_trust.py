@@ -31,7 +31,7 @@ from r1build.records import Candidate, CandidateRef, Decision, Origin, Result, T
 from r1build.resolve import ResolveOptions, prepare_build, resolve
 from r1build.selection.rules import decision_winner, select_winner
 from tests.resolve.resolve_support import install_gpu_double
-from tests.support.decisions import plant_measured
+from tests.support.decisions import measured_result, plant_measured
 
 pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
 
@@ -430,13 +430,7 @@ def test_selection_never_picks_a_rejected_or_gate_only_generated_candidate() -> 
     ]
     assert select_winner([gen, base], gated[::-1]) is base  # gate alone: the user's source, never the generated
     assert select_winner([gen], [gated[1]]) is None
-    timed = Result(
-        candidate=gen.digest,
-        arch="sm_90",
-        status="passed",
-        stage="evaluate",
-        timing=Timing(median_us=1.0, spread=0.01, samples=9),
-    )
+    timed = measured_result(gen.digest, 1.0, device=None, samples=9)
     rejected = Result(candidate=base.digest, arch="sm_90", status="incorrect", stage="evaluate")
     assert select_winner([base, gen], [rejected, timed]) is gen
     # a decision recorded with a pending generated winner (an older r1build, a bundle) gives the baseline
