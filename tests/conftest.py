@@ -16,8 +16,9 @@ from r1build.events import Event, Note, sink
 from r1build.keys import decision_key
 from r1build.lock import read_lock
 from r1build.manifest import load_manifest
-from r1build.records import Candidate, CandidateRef, Decision, Origin, Result, Timing
+from r1build.records import Candidate, Origin
 from tests.gate_seed import seed_gate_verdicts
+from tests.support.decisions import plant_measured
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -124,27 +125,7 @@ def _lock_to_vec4(project: Path, cache_dir: Path) -> None:
     spec = m.kernel("silu_mul")
     vec4 = Candidate((project / VEC4).read_text(encoding="utf-8"), Origin("file", VEC4), {"BLOCK": 256})
     with Cache(cache_dir) as cache:
-        cache.put_text(vec4.source)
-        result = Result(
-            candidate=vec4.digest,
-            arch="sm_90",
-            status="passed",
-            stage="evaluate",
-            timing=Timing(median_us=41.5, spread=0.01, samples=200),
-            device="NVIDIA H200",
-        )
-        cache.put_decision(
-            Decision(
-                key=decision_key(m, spec, "sm_90"),
-                kernel=spec.name,
-                arch="sm_90",
-                winner=CandidateRef.of(vec4),
-                candidates=[CandidateRef.of(vec4)],
-                results=[result],
-                measured=True,
-                device="NVIDIA H200",
-            )
-        )
+        plant_measured(cache, vec4, key=decision_key(m, spec, "sm_90"), kernel=spec.name, time_us=41.5, samples=200)
     assert main(["lock", "-m", str(project), "--offline", "--no-gpu", "--cache-dir", str(cache_dir)]) == 0
     entry = read_lock(project / "kernels.lock").entry("silu_mul", "sm_90")  # type: ignore[union-attr]
     assert entry is not None and entry.defines == {"BLOCK": 256} and entry.winner == vec4.digest

@@ -234,8 +234,35 @@ def export_bundle(
     anything else.
     """
     path = Path(path)
-    wanted = _selection(cache, keys)
     summary = BundleSummary(path=str(path))
+    index, payloads = _bundle_entries(cache, _selection(cache, keys), signing_key, summary)
+    doc = {
+        "format": BUNDLE_FORMAT,
+        "version": BUNDLE_VERSION if signing_key is not None else 1,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "r1build": __version__,
+        "entries": index,
+    }
+    index_bytes = canonical_json(doc)
+    refused = replace_problem(path) or (None if force else _not_a_bundle(path))
+    if refused is not None:
+        raise BundleError(f"cannot write the bundle: {refused}")
+    try:
+        _write_bundle(path, index_bytes, payloads)
+    except OSError as exc:
+        raise BundleError(f"cannot write the bundle {path}: {exc}") from None
+    summary.signed_by = signing_key.key_id if signing_key is not None else None
+    summary.entries = _per_kind(e["kind"] for e in index)
+    summary.payload_bytes = sum(e["size"] for e in index)
+    summary.file_bytes = path.stat().st_size
+    return summary
+
+
+def _bundle_entries(
+    cache: Cache, wanted: list[str], signing_key: PrivateKey | None, summary: BundleSummary
+) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
+    """The index entries of ``wanted`` (signed but for blobs, with ``signing_key``) and their payloads by digest;
+    an entry absent or corrupt is left out with a warning and listed in ``summary.missing``."""
     index: list[dict[str, Any]] = []
     payloads: dict[str, bytes] = {}
     for key in wanted:
@@ -250,39 +277,26 @@ def export_bundle(
         if signing_key is not None and item["kind"] != "blob":
             item["signature"] = sign(entry_payload(key, payload), signing_key)
         index.append(item)
-    doc = {
-        "format": BUNDLE_FORMAT,
-        "version": BUNDLE_VERSION if signing_key is not None else 1,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "r1build": __version__,
-        "entries": index,
-    }
-    index_bytes = canonical_json(doc)
-    refused = replace_problem(path) or (None if force else _not_a_bundle(path))
-    if refused is not None:
-        raise BundleError(f"cannot write the bundle: {refused}")
+    return index, payloads
+
+
+def _write_bundle(path: Path, index_bytes: bytes, payloads: dict[str, bytes]) -> None:
+    """Write the bundle's zip to a temporary name next to ``path`` and rename it (the stale temporaries of
+    killed exports removed first); raises OSError."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_temps(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.p{os.getpid()}.", suffix=".tmp", dir=path.parent)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _remove_stale_temps(path)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.p{os.getpid()}.", suffix=".tmp", dir=path.parent)
-        try:
-            as_user_file(fd)  # the mode of any file the user writes, not mkstemp's 0600
-            with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w") as zf:
-                zf.comment = _COMMENT_PREFIX + digest_bytes(index_bytes).encode()
-                _write_member(zf, INDEX_NAME, index_bytes)
-                for digest in sorted(payloads):
-                    _write_member(zf, PAYLOAD_DIR + digest, payloads[digest])
-            Path(tmp).replace(path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-    except OSError as exc:
-        raise BundleError(f"cannot write the bundle {path}: {exc}") from None
-    summary.signed_by = signing_key.key_id if signing_key is not None else None
-    summary.entries = _per_kind(e["kind"] for e in index)
-    summary.payload_bytes = sum(e["size"] for e in index)
-    summary.file_bytes = path.stat().st_size
-    return summary
+        as_user_file(fd)  # the mode of any file the user writes, not mkstemp's 0600
+        with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w") as zf:
+            zf.comment = _COMMENT_PREFIX + digest_bytes(index_bytes).encode()
+            _write_member(zf, INDEX_NAME, index_bytes)
+            for digest in sorted(payloads):
+                _write_member(zf, PAYLOAD_DIR + digest, payloads[digest])
+        Path(tmp).replace(path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _not_a_bundle(path: Path) -> str | None:

@@ -127,15 +127,25 @@ def _filed(payload: bytes, digest: str) -> str:
 
 def _rebuild(d: Path, damage: str) -> RepairReport:
     report = RepairReport(directory=str(d), rebuilt=True, damage=damage)
-    db = d / _DBNAME
     old_files = sorted(  # never through a planted symbolic link: these files are deleted below
         p
         for p in d.glob("[0-9a-f][0-9a-f]/[0-9a-f][0-9a-f]/*.val")
         if value_file_problem(d, p.relative_to(d).as_posix()) is None
     )
+    kept = _salvage(d, old_files, report)
+    moves = _move_index_aside(d, report)
+    counts = _refill(d, kept, moves)
+    _remove_old_files(old_files, report)
+    report.recovered = {k: counts[k] for k in KINDS}
+    return report
+
+
+def _salvage(d: Path, old_files: list[Path], report: RepairReport) -> dict[str, bytes]:
+    """What verifies of the damaged index's rows and of the value files no row names, by key (counting what is
+    dropped in ``report``)."""
     kept: dict[str, bytes] = {}
     named_files: set[str] = set()
-    for key, mode, filename, value in _old_rows(db):
+    for key, mode, filename, value in _old_rows(d / _DBNAME):
         raw: bytes | None = None
         if mode == MODE_RAW and value is not None:
             raw = value
@@ -159,7 +169,11 @@ def _rebuild(d: Path, damage: str) -> RepairReport:
             continue
         if not _keep(kept, _filed(payload, digest), raw):
             report.dropped += 1
+    return kept
 
+
+def _move_index_aside(d: Path, report: RepairReport) -> list[tuple[Path, Path]]:
+    """Move the damaged index (and its -wal and -shm) aside under a dated name; the moves made."""
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     aside = d / f"{_DBNAME}.damaged-{stamp}"
     moves = [(d / f"{_DBNAME}{suffix}", Path(f"{aside}{suffix}")) for suffix in ("", "-wal", "-shm")]
@@ -167,7 +181,12 @@ def _rebuild(d: Path, damage: str) -> RepairReport:
     for src, dst in moves:
         src.replace(dst)
     report.moved_aside = str(aside)
+    return moves
 
+
+def _refill(d: Path, kept: dict[str, bytes], moves: list[tuple[Path, Path]]) -> Counter[str]:
+    """Put what was kept into a new index (blobs first), counted by kind; on any failure the damaged index goes
+    back in its place."""
     counts: Counter[str] = Counter()
     try:
         with Cache(d) as cache, cache.transaction():
@@ -180,6 +199,11 @@ def _rebuild(d: Path, damage: str) -> RepairReport:
         for src, dst in moves:
             dst.replace(src)
         raise
+    return counts
+
+
+def _remove_old_files(old_files: list[Path], report: RepairReport) -> None:
+    """Delete the old value files (their contents are in the new index) and diskcache's folders left empty."""
     for path in old_files:
         try:
             path.unlink()
@@ -191,8 +215,6 @@ def _rebuild(d: Path, damage: str) -> RepairReport:
                 folder.rmdir()
             except OSError:
                 break
-    report.recovered = {k: counts[k] for k in KINDS}
-    return report
 
 
 def _keep(kept: dict[str, bytes], key: str, raw: bytes) -> bool:

@@ -108,6 +108,13 @@ def register(sub: Any) -> None:
     commands = cache.add_subparsers(dest="cache_command", metavar="SUBCOMMAND", parser_class=type(cache))
     commands.required = True
 
+    _register_inspection(commands)
+    _register_trimming(commands)
+    _register_exchange(commands)
+
+
+def _register_inspection(commands: Any) -> None:
+    """``cache dir``, ``stats``, ``ls``, ``verify`` and ``repair``."""
     p = commands.add_parser(
         "dir", help="print the cache directory (--cache-dir, else $R1BUILD_CACHE_DIR, else the user cache folder)"
     )
@@ -140,6 +147,9 @@ def register(sub: Any) -> None:
 
     _simple(commands, "repair", cmd_repair, "delete bad entries; rebuild a damaged index from what still verifies")
 
+
+def _register_trimming(commands: Any) -> None:
+    """``cache gc``, ``prune`` and ``clean``."""
     p = commands.add_parser("gc", help="delete corrupt entries and evict the least recently used")
     add_cache_arg(p)
     p.add_argument(
@@ -156,6 +166,9 @@ def register(sub: Any) -> None:
     )
     _simple(commands, "clean", cmd_clean, "delete every entry of the cache")
 
+
+def _register_exchange(commands: Any) -> None:
+    """``cache export``, ``import`` and ``push``."""
     p = commands.add_parser("export", help="write entries into one bundle file")
     add_cache_arg(p)
     p.add_argument("path", type=given_path, metavar="PATH", help="bundle file to write")

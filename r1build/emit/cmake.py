@@ -120,13 +120,26 @@ def _source(source: str, targets: Sequence[ArchTarget]) -> list[str]:
 def render_cmake(manifest: Manifest, plans: Sequence[KernelPlan], out_dir: Path | None = None) -> str:
     """The CMake file's text, for the folder ``out_dir`` (where it is written: the manifest's folder is named
     relative to it; None: by its absolute path)."""
-    standard, includes, flags = _split_flags(manifest.settings.nvcc_flags)
-    if out_dir is None:
-        root = cmake_quote(manifest.root.resolve().as_posix())[1:-1]
-    else:
-        relative = Path(os.path.relpath(manifest.root.resolve(), out_dir.resolve())).as_posix()
-        root = "${_r1build_dir}" + ("" if relative == "." else "/" + cmake_quote(relative)[1:-1])
     alias = manifest.settings.target
+    lines = [*_preamble(alias), *_source_lines(plans), ""]
+    lines += _library_lines(manifest, plans, _manifest_root(manifest, out_dir))
+    if alias != LIBRARY:
+        lines.append(f"add_library({alias} ALIAS {LIBRARY})")
+    if manifest.settings.bindings.python is not None:
+        lines += _bindings_lines(manifest.settings.bindings.python)
+    return "\n".join(lines) + "\n"
+
+
+def _manifest_root(manifest: Manifest, out_dir: Path | None) -> str:
+    """The manifest's folder as the CMake file names it: relative to ``out_dir``, or absolute when None."""
+    if out_dir is None:
+        return cmake_quote(manifest.root.resolve().as_posix())[1:-1]
+    relative = Path(os.path.relpath(manifest.root.resolve(), out_dir.resolve())).as_posix()
+    return "${_r1build_dir}" + ("" if relative == "." else "/" + cmake_quote(relative)[1:-1])
+
+
+def _preamble(alias: str) -> list[str]:
+    """The comment that says what the file is, and the CMake and CUDA set-up before the sources."""
     lines = [
         f"# {MARKER} from the manifest's kernels: do not edit, it is rewritten on every build.",
         "#",
@@ -151,6 +164,12 @@ def render_cmake(manifest: Manifest, plans: Sequence[KernelPlan], out_dir: Path 
         'set(_r1build_dir "${CMAKE_CURRENT_LIST_DIR}")',
         "set(_r1build_sources)",
     ]
+    return lines
+
+
+def _source_lines(plans: Sequence[KernelPlan]) -> list[str]:
+    """Each variant's source with the archs it won, and the dispatcher's."""
+    lines: list[str] = []
     for p in plans:
         for variant in p.variants:
             lines += ["", f"# {variant.kernel} for {', '.join(variant.archs)}: {describe_origin(variant.candidate)}"]
@@ -160,8 +179,13 @@ def render_cmake(manifest: Manifest, plans: Sequence[KernelPlan], out_dir: Path 
         archs = sorted({a for p in dispatched for a in p.archs}, key=arch_order)
         lines += ["", "# the per-arch dispatcher of " + ", ".join(p.spec.name for p in dispatched)]
         lines += _source(DISPATCH_NAME, [ArchTarget(arch, "sass") for arch in archs])  # no device code in it
+    return lines
 
-    lines.append("")
+
+def _library_lines(manifest: Manifest, plans: Sequence[KernelPlan], root: str) -> list[str]:
+    """The library target (an interface one when there are no kernels) with its options and the CUDA runtime."""
+    standard, includes, flags = _split_flags(manifest.settings.nvcc_flags)
+    lines: list[str] = []
     if plans:
         scope = "PUBLIC"
         props = [
@@ -195,11 +219,7 @@ def render_cmake(manifest: Manifest, plans: Sequence[KernelPlan], out_dir: Path 
         f"  target_link_libraries({LIBRARY} {scope} CUDA::cudart_static)",
         "endif()",
     ]
-    if alias != LIBRARY:
-        lines.append(f"add_library({alias} ALIAS {LIBRARY})")
-    if manifest.settings.bindings.python is not None:
-        lines += _bindings_lines(manifest.settings.bindings.python)
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _bindings_lines(module: str) -> list[str]:

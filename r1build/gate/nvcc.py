@@ -297,11 +297,33 @@ def _compile(
         obj,
         pre_include=DECLARATION_NAME if declaration is not None else None,
     )
-    confinement = Confinement(workdir=workdir, toolkit=toolchain.nvcc)
     start = time.perf_counter()
+    proc = _start_nvcc(cmd, toolchain, workdir, sandbox)
+    try:
+        output, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return _stopped(proc, cmd, src, sandbox, timeout_s)
+    elapsed = time.perf_counter() - start
+    if sandbox.kind != "trusted":
+        output = own_messages(output, (src, DECLARATION_NAME))
+    made = workdir / obj
+    ok = proc.returncode == 0 and made.is_file()
+    return Compilation(
+        command=tuple(cmd),
+        returncode=proc.returncode,
+        output=output,
+        report=parse_ptxas_report(output, elapsed),
+        object_path=made if ok else None,
+        reports=_arch_reports(output, archs, elapsed) if ok else None,
+    )
+
+
+def _start_nvcc(cmd: list[str], toolchain: Toolchain, workdir: Path, sandbox: Sandbox) -> subprocess.Popen[str]:
+    """nvcc started in ``workdir``, confined by ``sandbox``; a ToolchainError when it cannot run."""
+    confinement = Confinement(workdir=workdir, toolkit=toolchain.nvcc)
     try:
         # a session of its own, so a timeout stops nvcc's children (cudafe++, cicc, ptxas) as well
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             sandbox.command(cmd, confinement),
             env=sandbox.environment(os.environ, confinement),
             cwd=workdir,
@@ -314,40 +336,30 @@ def _compile(
         )
     except OSError as exc:
         raise ToolchainError(f"cannot run {toolchain.nvcc}: {exc}") from None
-    try:
-        output, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        partial, _ = proc.communicate()
-        if sandbox.kind != "trusted":
-            partial = own_messages(partial, (src, DECLARATION_NAME))
-        message = f"{partial}\nnvcc did not finish within {timeout_s:g} s and was stopped."
-        return Compilation(
-            command=tuple(cmd),
-            returncode=None,
-            output=message.strip(),
-            report=GateReport(compile_s=timeout_s),
-            object_path=None,
-        )
-    elapsed = time.perf_counter() - start
+
+
+def _stopped(proc: subprocess.Popen[str], cmd: list[str], src: str, sandbox: Sandbox, timeout_s: float) -> Compilation:
+    """The compilation of an nvcc that ran past ``timeout_s``: stopped with its children, what it said kept."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    partial, _ = proc.communicate()
     if sandbox.kind != "trusted":
-        output = own_messages(output, (src, DECLARATION_NAME))
-    made = workdir / obj
-    ok = proc.returncode == 0 and made.is_file()
-    parts = split_ptxas_report(output, archs) if ok and len(archs) > 1 else None
-    reports = (
-        {a: parse_ptxas_report(parts[a], elapsed / len(archs)) for a in archs}
-        if parts is not None
-        else {archs[0]: parse_ptxas_report(output, elapsed)}
-        if ok and len(archs) == 1
-        else None
-    )
+        partial = own_messages(partial, (src, DECLARATION_NAME))
+    message = f"{partial}\nnvcc did not finish within {timeout_s:g} s and was stopped."
     return Compilation(
         command=tuple(cmd),
-        returncode=proc.returncode,
-        output=output,
-        report=parse_ptxas_report(output, elapsed),
-        object_path=made if ok else None,
-        reports=reports,
+        returncode=None,
+        output=message.strip(),
+        report=GateReport(compile_s=timeout_s),
+        object_path=None,
     )
+
+
+def _arch_reports(output: str, archs: list[str], elapsed: float) -> dict[str, GateReport] | None:
+    """ptxas's report per arch of a compilation that succeeded (None when it cannot be split by arch)."""
+    if len(archs) == 1:
+        return {archs[0]: parse_ptxas_report(output, elapsed)}
+    if not archs:
+        return None
+    parts = split_ptxas_report(output, archs)
+    return {a: parse_ptxas_report(parts[a], elapsed / len(archs)) for a in archs} if parts is not None else None

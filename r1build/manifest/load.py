@@ -206,11 +206,22 @@ def load_manifest(path: Path, *, check_references: bool = True) -> Manifest:
     raw_settings = settings
     settings = _validate_settings(v, settings)
     _check_project_paths(v, settings, path)
+    validated, digests = _validate_kernels(v, kernels, path.parent, check_references=check_references)
+    _check_lock_is_no_kernel_file(v, settings, path.parent, validated)
+    targets = _settled_targets(raw_settings, settings, kernels)
+    return Manifest(path=path, settings=settings, kernels=validated, reference_digests=digests, targets=targets)
+
+
+def _validate_kernels(
+    v: _Validator, kernels: list[KernelSpec], root: Path, *, check_references: bool
+) -> tuple[list[KernelSpec], dict[str, str]]:
+    """Validate each kernel, its name apart from the others' in any case, and its references; the validated
+    kernels and their reference modules' digests by kernel name."""
     digests: dict[str, str] = {}
     seen: dict[str, int] = {}
     validated = []
     for i, spec in enumerate(kernels):
-        spec = _validate_kernel(v, i, spec, path.parent)
+        spec = _validate_kernel(v, i, spec, root)
         if spec.name.lower() in seen:
             other = seen[spec.name.lower()]
             if kernels[other].name == spec.name:
@@ -223,22 +234,20 @@ def load_manifest(path: Path, *, check_references: bool = True) -> Manifest:
             raise v.fail(("kernel", i, "name"), message)
         seen[spec.name.lower()] = i
         try:
-            digests[spec.name] = reference_source_digest(path.parent, spec.reference)
+            digests[spec.name] = reference_source_digest(root, spec.reference)
             if check_references:
-                load_reference(path.parent, spec.reference)
+                load_reference(root, spec.reference)
             else:
-                check_reference_statically(path.parent, spec.reference)
+                check_reference_statically(root, spec.reference)
         except ReferenceProblem as exc:
             raise v.fail(("kernel", i, "reference"), str(exc)) from None
         if spec.gpu_reference is not None:
             try:  # never imported here: it imports cupy, which a machine without a GPU may lack
-                check_reference_statically(path.parent, spec.gpu_reference)
+                check_reference_statically(root, spec.gpu_reference)
             except ReferenceProblem as exc:
                 raise v.fail(("kernel", i, "gpu-reference"), str(exc)) from None
         validated.append(spec)
-    _check_lock_is_no_kernel_file(v, settings, path.parent, validated)
-    targets = _settled_targets(raw_settings, settings, kernels)
-    return Manifest(path=path, settings=settings, kernels=validated, reference_digests=digests, targets=targets)
+    return validated, digests
 
 
 def _arch_targets(v: _Validator, archs: list[str], where: KeyPath) -> list[ArchTarget]:
@@ -614,7 +623,6 @@ def _check_shapes(v: _Validator, shapes: list[dict[str, int]], sizes: dict[str, 
 
 
 def _validate_kernel(v: _Validator, i: int, spec: KernelSpec, root: Path) -> KernelSpec:
-
     at: KeyPath = ("kernel", i)
     _check_ident(v, spec.name, (*at, "name"), "kernel name", "kernel")
     if not spec.description.strip():
@@ -624,40 +632,69 @@ def _validate_kernel(v: _Validator, i: int, spec: KernelSpec, root: Path) -> Ker
     names: dict[str, int] = {}
     args = list(spec.args)
     for j, arg in enumerate(spec.args):
-        where = (*at, "args", j)
-        if arg.name == "stream":
-            raise v.fail((*where, "name"), "'stream' is implied as the last parameter; do not declare it")
-        _check_ident(v, arg.name, (*where, "name"), "argument name", "argument")
-        if arg.name in names:
-            raise v.fail((*where, "name"), f"duplicate argument {arg.name!r}")
-        if arg.name == spec.name:
-            raise v.fail((*where, "name"), f"argument {arg.name!r} has the kernel's name, which it would hide")
+        args[j] = _validate_arg(v, spec, arg, (*at, "args", j), names)
         names[arg.name] = j
-        if arg.dtype not in DTYPES:
-            raise v.fail((*where, "dtype"), f"unknown dtype {arg.dtype!r}{did_you_mean(arg.dtype, list(DTYPES))}")
-        if arg.is_array:
-            if not arg.shape:
-                raise v.fail(
-                    (*where, "shape"),
-                    "an array needs at least one dimension (shape = [1] for a single "
-                    "element; leave shape out for a scalar argument)",
-                )
-            if arg.role is None:
-                raise v.fail((*where, "role"), "an array argument needs a role: 'in', 'out' or 'inout'")
-            if arg.value is not None:
-                raise v.fail((*where, "value"), "an array argument cannot have a value")
-        else:
-            if arg.role is not None:
-                raise v.fail((*where, "role"), "a scalar argument has no role (give it a shape to make it an array)")
-            if arg.value is None and arg.dtype not in INTEGER_DTYPES:
-                raise v.fail((*where, "value"), f"scalar {arg.name!r} is not an integer size, so it needs a value")
-            if arg.value is not None:
-                problem = value_problem(arg.dtype, arg.value)
-                if problem is not None:
-                    raise v.fail((*where, "value"), problem)
-                args[j] = replace(arg, value=_normalized_value(arg.dtype, arg.value))
     size_dtypes = {a.name: a.dtype for a in spec.args if a.is_size}
-    sizes = list(size_dtypes)
+    _check_dims(v, spec, at, list(size_dtypes))
+    if not any(a.role in ("out", "inout") for a in spec.args):
+        raise v.fail((*at, "args"), "the kernel has no 'out' or 'inout' array: it computes nothing")
+    _check_shapes(v, spec.test_shapes, size_dtypes, (*at, "test-shapes"))
+    _check_test_shape_bytes(v, spec, at)
+    _check_shapes(v, spec.bench_shapes, size_dtypes, (*at, "bench-shapes"))
+    for key, rel in [("baseline", spec.baseline), *[("candidates", c) for c in spec.candidates]]:
+        if rel is not None:
+            problem = _source_file_problem(root, rel)
+            if problem is not None:
+                raise v.fail((*at, key), problem)
+    _check_tunables(v, spec, at, names)
+    archs = _canonical_archs(v, spec.archs, (*at, "archs")) if spec.archs is not None else None
+    if spec.alignment is not None and (spec.alignment < 1 or spec.alignment & (spec.alignment - 1)):
+        raise v.fail((*at, "alignment"), "must be a power of two")
+    if spec.flops is not None:
+        problem = flops_problem(spec.flops, list(size_dtypes), [*spec.test_shapes, *spec.bench_shapes])
+        if problem is not None:
+            raise v.fail((*at, "flops"), problem)
+    _check_references(v, spec, at, root)
+    return replace(spec, archs=archs, args=args)
+
+
+def _validate_arg(v: _Validator, spec: KernelSpec, arg: Arg, where: KeyPath, names: dict[str, int]) -> Arg:
+    """Check one argument (``names``: those declared before it); a scalar's value comes back normalized."""
+    if arg.name == "stream":
+        raise v.fail((*where, "name"), "'stream' is implied as the last parameter; do not declare it")
+    _check_ident(v, arg.name, (*where, "name"), "argument name", "argument")
+    if arg.name in names:
+        raise v.fail((*where, "name"), f"duplicate argument {arg.name!r}")
+    if arg.name == spec.name:
+        raise v.fail((*where, "name"), f"argument {arg.name!r} has the kernel's name, which it would hide")
+    if arg.dtype not in DTYPES:
+        raise v.fail((*where, "dtype"), f"unknown dtype {arg.dtype!r}{did_you_mean(arg.dtype, list(DTYPES))}")
+    if arg.is_array:
+        if not arg.shape:
+            raise v.fail(
+                (*where, "shape"),
+                "an array needs at least one dimension (shape = [1] for a single "
+                "element; leave shape out for a scalar argument)",
+            )
+        if arg.role is None:
+            raise v.fail((*where, "role"), "an array argument needs a role: 'in', 'out' or 'inout'")
+        if arg.value is not None:
+            raise v.fail((*where, "value"), "an array argument cannot have a value")
+        return arg
+    if arg.role is not None:
+        raise v.fail((*where, "role"), "a scalar argument has no role (give it a shape to make it an array)")
+    if arg.value is None and arg.dtype not in INTEGER_DTYPES:
+        raise v.fail((*where, "value"), f"scalar {arg.name!r} is not an integer size, so it needs a value")
+    if arg.value is None:
+        return arg
+    problem = value_problem(arg.dtype, arg.value)
+    if problem is not None:
+        raise v.fail((*where, "value"), problem)
+    return replace(arg, value=_normalized_value(arg.dtype, arg.value))
+
+
+def _check_dims(v: _Validator, spec: KernelSpec, at: KeyPath, sizes: list[str]) -> None:
+    """Every named dimension of an array is a declared size; every fixed one is at least 1."""
     for j, arg in enumerate(spec.args):
         for d, dim in enumerate(arg.shape or []):
             if isinstance(dim, str) and dim not in sizes:
@@ -669,9 +706,10 @@ def _validate_kernel(v: _Validator, i: int, spec: KernelSpec, root: Path) -> Ker
                 )
             if isinstance(dim, int) and dim < 1:
                 raise v.fail((*at, "args", j, "shape", d), "a fixed dimension must be at least 1")
-    if not any(a.role in ("out", "inout") for a in spec.args):
-        raise v.fail((*at, "args"), "the kernel has no 'out' or 'inout' array: it computes nothing")
-    _check_shapes(v, spec.test_shapes, size_dtypes, (*at, "test-shapes"))
+
+
+def _check_test_shape_bytes(v: _Validator, spec: KernelSpec, at: KeyPath) -> None:
+    """No test shape makes the arrays take more than ``TEST_SHAPE_BYTES``."""
     for j, shape in enumerate(spec.test_shapes):
         total = sum(_array_bytes(arg, shape) for arg in spec.args if arg.is_array)
         if total > TEST_SHAPE_BYTES:
@@ -681,12 +719,10 @@ def _validate_kernel(v: _Validator, i: int, spec: KernelSpec, root: Path) -> Ker
                 f"than the {TEST_SHAPE_BYTES >> 30} GiB a test shape may use (use "
                 "bench-shapes for large sizes)",
             )
-    _check_shapes(v, spec.bench_shapes, size_dtypes, (*at, "bench-shapes"))
-    for key, rel in [("baseline", spec.baseline), *[("candidates", c) for c in spec.candidates]]:
-        if rel is not None:
-            problem = _source_file_problem(root, rel)
-            if problem is not None:
-                raise v.fail((*at, key), problem)
+
+
+def _check_tunables(v: _Validator, spec: KernelSpec, at: KeyPath, names: dict[str, int]) -> None:
+    """Tunables are identifiers apart from the arguments and the kernel, with distinct values, in few value sets."""
     variants = 1
     for tname, values in spec.tunables.items():
         _check_ident(v, tname, (*at, "tunables", tname), "tunable parameter", "tunable")
@@ -708,13 +744,10 @@ def _validate_kernel(v: _Validator, i: int, spec: KernelSpec, root: Path) -> Ker
             if str(value) in seen_values:
                 raise v.fail((*at, "tunables", tname, k), f"duplicate value {value!r}")
             seen_values.add(str(value))
-    archs = _canonical_archs(v, spec.archs, (*at, "archs")) if spec.archs is not None else None
-    if spec.alignment is not None and (spec.alignment < 1 or spec.alignment & (spec.alignment - 1)):
-        raise v.fail((*at, "alignment"), "must be a power of two")
-    if spec.flops is not None:
-        problem = flops_problem(spec.flops, sizes, [*spec.test_shapes, *spec.bench_shapes])
-        if problem is not None:
-            raise v.fail((*at, "flops"), problem)
+
+
+def _check_references(v: _Validator, spec: KernelSpec, at: KeyPath, root: Path) -> None:
+    """``reference`` and ``gpu-reference`` name a function in a module next to the manifest."""
     for key, ref in (("reference", spec.reference), ("gpu-reference", spec.gpu_reference)):
         if ref is None:
             continue
@@ -728,4 +761,3 @@ def _validate_kernel(v: _Validator, i: int, spec: KernelSpec, root: Path) -> Ker
             reference_file(root, ref)
         except ReferenceProblem as exc:
             raise v.fail((*at, key), str(exc)) from None
-    return replace(spec, archs=archs, args=args)

@@ -37,6 +37,35 @@ def _headers(lines: list[str]) -> list[tuple[int, bool, list[str]]]:
     return found
 
 
+def _block_end(headers: list[tuple[int, bool, list[str]]], start: int, dotted: list[str], default: int) -> int:
+    """0-based line where the table block opened at ``start`` ends: the next header not inside this table."""
+    return next(
+        (
+            h[0]
+            for h in headers
+            if (h[0] > start and h[2][: len(dotted)] != dotted) or (h[0] > start and h[1] and h[2] == dotted)
+        ),
+        default,
+    )
+
+
+def _key_line(lines: list[str], start: int, end: int, key: str) -> int | None:
+    """0-based line in ``lines[start:end]`` where ``key`` is set, or None."""
+    key_re = re.compile(rf"(^|[{{,\s])[\"']?{re.escape(key)}[\"']?\s*=")
+    return next((j for j in range(start, end) if key_re.search(lines[j])), None)
+
+
+def _inline_table_line(lines: list[str], start: int, end: int, index: int) -> int | None:
+    """0-based line of the ``index``-th inline table of the array set at line ``start``: its n-th '{' from the
+    key's line on; None when there are fewer."""
+    count = -1
+    for j in range(start, end):
+        count += lines[j][(0 if j != start else lines[j].find("=") + 1) :].count("{")
+        if count >= index:
+            return j
+    return None
+
+
 def locate(text: str, path: KeyPath, table: tuple[str, ...] = ()) -> int | None:
     """1-based line of ``path`` (relative to ``table``, e.g. ``("tool", "r1build")``), or None."""
     lines = text.splitlines()
@@ -66,41 +95,23 @@ def locate(text: str, path: KeyPath, table: tuple[str, ...] = ()) -> int | None:
                     i += 1
                 else:
                     start = matching[0][0]
-                # block ends at the next header that is not inside this table
-                end = next(
-                    (
-                        h[0]
-                        for h in headers
-                        if (h[0] > start and h[2][: len(dotted)] != dotted)
-                        or (h[0] > start and h[1] and h[2] == dotted)
-                    ),
-                    len(lines),
-                )
+                end = _block_end(headers, start, dotted, len(lines))
                 current = dotted
                 best = start + 1
                 i += 1
                 continue
-            key_re = re.compile(rf"(^|[{{,\s])[\"']?{re.escape(part)}[\"']?\s*=")
-            for j in range(start, end):
-                if key_re.search(lines[j]):
-                    start = j
-                    best = j + 1
-                    break
-            else:
+            found = _key_line(lines, start, end, part)
+            if found is None:
                 return best
+            start, best = found, found + 1
             current = [*current, part]
             i += 1
             continue
         if not isinstance(nxt, str):  # an index into an array of scalars: the key's line it is
             i += 1
             continue
-        # an index into an array of inline tables: the n-th '{' from the key's line on
-        count = -1
-        for j in range(start, end):
-            count += lines[j][(0 if j != start else lines[j].find("=") + 1) :].count("{")
-            if count >= part:
-                start = j
-                best = j + 1
-                break
+        found = _inline_table_line(lines, start, end, part)
+        if found is not None:
+            start, best = found, found + 1
         i += 1
     return best

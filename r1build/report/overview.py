@@ -175,40 +175,7 @@ def _status_row(
 ) -> StatusRow:
     pending, pending_note = _pending_note(decision, arch)
     if entry is not None and entry.key == key:
-        vendor_dir = manifest.root / manifest.settings.vendor_dir
-        where: SourceFrom
-        if cache.get_blob(entry.source) is not None:
-            where = "cache"
-        elif find_vendored(vendor_dir, spec.name, entry.source) is not None:
-            where = "vendored"
-        else:
-            where = "repo" if entry.provenance in ("baseline", "file", "tuned") else "missing"
-        refused = lock_refusal(entry, decision)
-        state: Standing = "locked" if where != "missing" else "locked, source missing"
-        if refused:
-            state = "locked, refused"
-        return StatusRow(
-            kernel=spec.name,
-            arch=arch,
-            state=state,
-            provenance=entry.provenance,
-            validation=entry.validation,
-            checks=entry.checks,
-            pending=pending,
-            time_us=entry.time_us,
-            gpu=entry.gpu,
-            winner=entry.winner[:12],
-            source=where,
-            note=_notes(
-                refused or "",
-                _checks_note(entry.validation, entry.checks),
-                pending_note,
-                _library_note(manifest, spec, entry.time_us, entry.speedup_vs_library, entry.library_note),
-            ),
-            speedup_vs_library=entry.speedup_vs_library,
-            share_of_floor=entry.share_of_floor,
-            library_note=entry.library_note,
-        )
+        return _locked_row(manifest, spec, arch, cache, entry, decision, pending, pending_note)
     stale = "lock stale" if entry is not None else "not locked"
     refused = decision_refusal(manifest, spec, arch, key, decision) if decision is not None else None
     if refused is not None:  # as resolve sees it: no cached decision
@@ -216,82 +183,132 @@ def _status_row(
         decision = None
     winner = decision_winner(decision) if decision is not None else None
     if decision is not None and winner is not None:
-        result = decision.result_of(winner.digest)
-        timing = result.timing if result else None
-        t = timing.median_us if timing else None
-        validation = decision.validation(winner)
-        checks = decision.checks if validation == "validated" else None
-        return StatusRow(
-            kernel=spec.name,
-            arch=arch,
-            state="cached",
-            provenance=winner.provenance(),
-            validation=validation,
-            checks=checks,
-            pending=pending,
-            time_us=t,
-            gpu=decision.device if t is not None else None,
-            winner=winner.digest[:12],
-            source="cache",
-            note=_notes(
-                stale,
-                _checks_note(validation, checks),
-                pending_note,
-                _library_note(
-                    manifest,
-                    spec,
-                    t,
-                    timing.speedup_vs_reference if timing else None,
-                    timing.library_note if timing else None,
-                ),
-            ),
-            speedup_vs_library=timing.speedup_vs_reference if timing else None,
-            share_of_floor=timing.share_of_floor if timing else None,
-            library_note=timing.library_note if timing else None,
-        )
+        return _cached_row(manifest, spec, arch, decision, winner, stale, pending, pending_note)
     if decision is not None:
         rejected = sum(decision.validation(c) == "rejected" for c in decision.candidates)
-        return StatusRow(
-            kernel=spec.name,
-            arch=arch,
-            state="no winner",
-            provenance=None,
-            validation=None,
-            checks=None,
-            pending=pending,
-            time_us=None,
-            gpu=None,
-            winner=None,
-            source=None,
-            note=_notes(stale, f"{rejected} rejected", pending_note),
-        )
+        note = _notes(stale, f"{rejected} rejected", pending_note)
+        return _unmeasured_row(spec, arch, "no winner", stale=note, pending=pending)
     if spec.baseline is not None:
-        return StatusRow(
-            kernel=spec.name,
-            arch=arch,
-            state="baseline only",
-            provenance="baseline",
-            validation=None,
-            checks=None,
-            pending=0,
-            time_us=None,
-            gpu=None,
-            winner=None,
-            source="repo",
-            note=stale,
-        )
+        return _unmeasured_row(spec, arch, "baseline only", stale=stale, provenance="baseline", source="repo")
+    return _unmeasured_row(spec, arch, "unresolved", stale=stale)
+
+
+def _locked_source(manifest: Manifest, spec: KernelSpec, cache: Cache, entry: LockEntry) -> SourceFrom:
+    """Where a locked winner's source is read from: the cache, the vendor folder, the repo, or nowhere."""
+    vendor_dir = manifest.root / manifest.settings.vendor_dir
+    if cache.get_blob(entry.source) is not None:
+        return "cache"
+    if find_vendored(vendor_dir, spec.name, entry.source) is not None:
+        return "vendored"
+    return "repo" if entry.provenance in ("baseline", "file", "tuned") else "missing"
+
+
+def _locked_row(
+    manifest: Manifest,
+    spec: KernelSpec,
+    arch: str,
+    cache: Cache,
+    entry: LockEntry,
+    decision: Decision | None,
+    pending: int,
+    pending_note: str,
+) -> StatusRow:
+    """The row of a kernel x arch whose lock entry matches its key."""
+    where = _locked_source(manifest, spec, cache, entry)
+    refused = lock_refusal(entry, decision)
+    state: Standing = "locked" if where != "missing" else "locked, source missing"
+    if refused:
+        state = "locked, refused"
     return StatusRow(
         kernel=spec.name,
         arch=arch,
-        state="unresolved",
-        provenance=None,
+        state=state,
+        provenance=entry.provenance,
+        validation=entry.validation,
+        checks=entry.checks,
+        pending=pending,
+        time_us=entry.time_us,
+        gpu=entry.gpu,
+        winner=entry.winner[:12],
+        source=where,
+        note=_notes(
+            refused or "",
+            _checks_note(entry.validation, entry.checks),
+            pending_note,
+            _library_note(manifest, spec, entry.time_us, entry.speedup_vs_library, entry.library_note),
+        ),
+        speedup_vs_library=entry.speedup_vs_library,
+        share_of_floor=entry.share_of_floor,
+        library_note=entry.library_note,
+    )
+
+
+def _cached_row(
+    manifest: Manifest,
+    spec: KernelSpec,
+    arch: str,
+    decision: Decision,
+    winner: CandidateRef,
+    stale: str,
+    pending: int,
+    pending_note: str,
+) -> StatusRow:
+    """The row of a kernel x arch not locked (or locked stale) whose cached decision has a winner."""
+    result = decision.result_of(winner.digest)
+    timing = result.timing if result else None
+    t = timing.median_us if timing else None
+    validation = decision.validation(winner)
+    checks = decision.checks if validation == "validated" else None
+    speedup = timing.speedup_vs_reference if timing else None
+    library_note = timing.library_note if timing else None
+    return StatusRow(
+        kernel=spec.name,
+        arch=arch,
+        state="cached",
+        provenance=winner.provenance(),
+        validation=validation,
+        checks=checks,
+        pending=pending,
+        time_us=t,
+        gpu=decision.device if t is not None else None,
+        winner=winner.digest[:12],
+        source="cache",
+        note=_notes(
+            stale,
+            _checks_note(validation, checks),
+            pending_note,
+            _library_note(manifest, spec, t, speedup, library_note),
+        ),
+        speedup_vs_library=speedup,
+        share_of_floor=timing.share_of_floor if timing else None,
+        library_note=library_note,
+    )
+
+
+def _unmeasured_row(
+    spec: KernelSpec,
+    arch: str,
+    state: Standing,
+    *,
+    stale: str,
+    provenance: Provenance | None = None,
+    source: SourceFrom | None = None,
+    pending: int = 0,
+) -> StatusRow:
+    """The row of a kernel x arch with no winner to show: no winner among its candidates, baseline only, or
+    unresolved (``stale`` is its whole note)."""
+    return StatusRow(
+        kernel=spec.name,
+        arch=arch,
+        state=state,
+        provenance=provenance,
         validation=None,
         checks=None,
-        pending=0,
+        pending=pending,
         time_us=None,
         gpu=None,
         winner=None,
-        source=None,
+        source=source,
         note=stale,
     )
 

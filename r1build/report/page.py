@@ -147,7 +147,15 @@ def _slug(text: str) -> str:
 
 def _search_figures(go: Any, records: KernelRecords, points: Sequence[SearchPoint]) -> str:
     slug = _slug(f"{records.spec.name}-{records.arch}")
-    # 1. the candidates by round and sample, coloured by verdict (the user's own sources on a row of their own)
+    out = _figure(_candidate_grid(go, records, points), f"fig-grid-{slug}")
+    timed = [p for p in points if p.time_us is not None]
+    if not timed:
+        return out + '<p class="muted">No candidate of this search was timed (no GPU of this arch judged it).</p>'
+    return out + _figure(_time_line(go, records, points, timed), f"fig-time-{slug}")
+
+
+def _candidate_grid(go: Any, records: KernelRecords, points: Sequence[SearchPoint]) -> Any:
+    """The candidates by round and sample, coloured by verdict (the user's own sources on a row of their own)."""
     grid = go.Figure()
     rounds = sorted({p.round for p in points if p.round is not None})
     for verdict, colour in VERDICT_COLOURS.items():
@@ -193,11 +201,11 @@ def _search_figures(go: Any, records: KernelRecords, points: Sequence[SearchPoin
         margin={"t": 40, "b": 40},
         yaxis={"categoryorder": "array", "categoryarray": ["own sources", *[f"round {r}" for r in rounds]][::-1]},
     )
-    out = _figure(grid, f"fig-grid-{slug}")
-    # 2. time per candidate in search order, with the best so far, the baseline and the floor
-    timed = [p for p in points if p.time_us is not None]
-    if not timed:
-        return out + '<p class="muted">No candidate of this search was timed (no GPU of this arch judged it).</p>'
+    return grid
+
+
+def _time_line(go: Any, records: KernelRecords, points: Sequence[SearchPoint], timed: list[SearchPoint]) -> Any:
+    """Time per candidate in search order, with the best so far, the baseline and the floor."""
     line = go.Figure()
     line.add_trace(
         go.Scatter(
@@ -243,7 +251,7 @@ def _search_figures(go: Any, records: KernelRecords, points: Sequence[SearchPoin
         yaxis={"title": "µs per call"},
         margin={"t": 40, "b": 40},
     )
-    return out + _figure(line, f"fig-time-{slug}")
+    return line
 
 
 def _winner_rows_html(rows: Sequence[WinnerRow]) -> str:

@@ -3,6 +3,7 @@ compiler output may come from a teammate's cache, a bundle or a remote."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,8 @@ import pytest
 from r1build.cache import Cache
 from r1build.cli.main import main
 from r1build.cli.render import Console
-from r1build.records import CandidateRef, Decision, Origin, Result, Timing
+from r1build.records import CandidateRef, Origin
+from tests.support.decisions import measured_decision, measured_result
 
 ESC = "\x1b"
 
@@ -19,27 +21,10 @@ def test_control_sequences_from_a_cache_are_shown_not_sent(tmp_path: Path, capsy
     with Cache(tmp_path / "c") as cache:
         source = cache.put_text("// x\n")
         ref = CandidateRef(source, source, Origin("generated", model="m\x1b]0;owned\x07", round=0, sample=0))
-        cache.put_decision(
-            Decision(
-                key="e" * 64,
-                kernel="evil\x1b[2J\x1b[31m",
-                arch="sm_90\x9b1m",
-                winner=ref,
-                candidates=[ref],
-                results=[
-                    Result(
-                        candidate=source,
-                        arch="sm_90",
-                        status="passed",
-                        stage="evaluate",
-                        timing=Timing(median_us=1.0, spread=0.0, samples=1),
-                        device="H200\x1b]0;title\x07",
-                    )
-                ],
-                measured=True,
-                device="H200\x1b]0;title\x07",
-            )
-        )
+        device = "H200\x1b]0;title\x07"
+        result = measured_result(source, 1.0, device=device, samples=1, spread=0.0)
+        evil = measured_decision(ref, key="e" * 64, kernel="evil\x1b[2J\x1b[31m", device=device, result=result)
+        cache.put_decision(dataclasses.replace(evil, arch="sm_90\x9b1m"))
     capsys.readouterr()
     assert main(["cache", "ls", "--cache-dir", str(tmp_path / "c")]) == 0
     out = capsys.readouterr().out

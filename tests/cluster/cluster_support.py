@@ -29,7 +29,8 @@ from distributed import Nanny, Scheduler
 from r1build.cache.store import Cache
 from r1build.gate.static import StaticGate
 from r1build.judge import Job
-from r1build.records import Candidate, Result, Timing
+from r1build.records import Candidate, Result
+from tests.support.decisions import measured_result
 
 __all__ = ["TINY", "FakeGpu", "TestCluster", "fake_time_us", "tiny_project"]
 
@@ -167,16 +168,7 @@ class FakeGpu:
             if not gated.ok:
                 out.append(gated)
             else:
-                out.append(
-                    Result(
-                        candidate=c.digest,
-                        arch=job.arch,
-                        status="passed",
-                        stage="evaluate",
-                        timing=Timing(median_us=fake_time_us(c), spread=0.01, samples=50),
-                        device=self.device,
-                    )
-                )
+                out.append(measured_result(c.digest, fake_time_us(c), arch=job.arch, device=self.device))
         return out
 
 

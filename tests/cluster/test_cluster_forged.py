@@ -25,6 +25,8 @@ from r1build.cluster.tasks import JobOutcome, compile_verdicts
 from r1build.judge import Job
 from r1build.records import Result, Timing
 from tests.cluster.cluster_support import FakeGpu, TestCluster, tiny_project
+from tests.support.commands import cluster_resolve
+from tests.support.decisions import measured_result
 
 pytestmark = pytest.mark.usefixtures("no_endpoint")
 
@@ -40,9 +42,7 @@ def _job() -> Any:
 
 
 def _measured(digest: str, **kw: Any) -> Result:
-    timing = Timing(median_us=12.5, spread=0.01, samples=50)
-    return Result(**{"candidate": digest, "arch": "sm_90", "status": "passed", "stage": "evaluate", "timing": timing,
-                     "device": "Test GPU", "toolchain": _TC, **kw})  # fmt: skip
+    return dataclasses.replace(measured_result(digest, 12.5, device="Test GPU"), toolchain=_TC, **kw)
 
 
 def _verdict(digest: str, **kw: Any) -> Result:
@@ -132,7 +132,7 @@ def forged_compile(*args: Any, **kwargs: Any) -> list[tuple[Result, bool]]:
 
 
 def _resolve(project: Path, cache: Path, address: str, *flags: str) -> int:
-    argv = ["resolve", "-m", str(project), "--cache-dir", str(cache), "--offline", "--cluster", address]
+    argv = cluster_resolve(project, cache, address)
     return main([*argv, *flags])
 
 

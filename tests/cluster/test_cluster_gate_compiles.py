@@ -23,6 +23,7 @@ from r1build.cli.main import main
 from r1build.gate.static import StaticGate
 from r1build.lock import read_lock
 from tests.cluster.cluster_support import TestCluster, tiny_project
+from tests.support.commands import cluster_resolve
 
 pytestmark = [
     pytest.mark.usefixtures("no_endpoint"),
@@ -71,7 +72,7 @@ def test_the_cluster_gate_runs_as_many_nvcc_as_the_local_gate(
 
     with TestCluster({"cc": {"compile": 1}}) as cluster, monkeypatch.context() as m:
         m.setattr(StaticGate, "_compile_one", compiled_here)  # this process only: the worker compiles
-        assert _resolve(remote, tmp_path / "c2", "--cluster", cluster.address) == 0, capsys.readouterr().err
+        assert main(cluster_resolve(remote, tmp_path / "c2", cluster.address, "--no-gpu")) == 0, capsys.readouterr().err
     there = _gate_compiles(log)
     assert len(there) == len(here), there
     assert all(line.count("-gencode") == 2 for line in there), there
@@ -132,11 +133,15 @@ def test_a_warm_locked_cluster_resolve_never_connects(
     assert _resolve(project, tmp_path / "cache") == 0, capsys.readouterr().err
     lock = (project / "kernels.lock").read_bytes()
     capsys.readouterr()
-    assert _resolve(project, tmp_path / "cache", "--locked", "--cluster", address) == 0, capsys.readouterr().err
+    assert main(cluster_resolve(project, tmp_path / "cache", address, "--no-gpu", "--locked")) == 0, (
+        capsys.readouterr().err
+    )
     assert peers == []  # nothing asked of the scheduler: not even a connection
     assert (project / "kernels.lock").read_bytes() == lock
     # and with nothing listening at all
     with socket.create_server(("127.0.0.1", 0)) as closed:
         gone = f"tcp://127.0.0.1:{closed.getsockname()[1]}"
-    assert _resolve(project, tmp_path / "cache", "--locked", "--cluster", gone) == 0, capsys.readouterr().err
+    assert main(cluster_resolve(project, tmp_path / "cache", gone, "--no-gpu", "--locked")) == 0, (
+        capsys.readouterr().err
+    )
     assert read_lock(project / "kernels.lock") is not None

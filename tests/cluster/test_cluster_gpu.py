@@ -20,6 +20,7 @@ from r1build.cli.main import main
 from r1build.evaluate import detect_gpus
 from r1build.lock import read_lock
 from tests.cluster.cluster_support import TestCluster
+from tests.support.commands import cluster_resolve
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("no_endpoint")]
 
@@ -79,18 +80,7 @@ def test_cluster_resolve_measures_on_the_workers_gpus(
     that hangs are those candidates' results, the worker lives on, and the winner is validated on the GPU, with
     the GPU and the host recorded."""
     project = _silu_project(tmp_path, ["illegal_address.cu", "hang.cu"])
-    code = main(
-        [
-            "resolve",
-            "-m",
-            str(project),
-            "--cache-dir",
-            str(tmp_path / "cache"),
-            "--offline",
-            "--cluster",
-            gpu_cluster.address,
-        ]
-    )
+    code = main(cluster_resolve(project, tmp_path / "cache", gpu_cluster.address))
     err = capsys.readouterr().err
     assert code == 0, err
     assert re.search(r"cluster tcp://127\.0\.0\.1:\d+: \d+ workers; sm_\d+a?: ", err)
@@ -106,21 +96,7 @@ def test_cluster_resolve_measures_on_the_workers_gpus(
     # the same workers measure a second resolve (a crash and a hang cost candidates, not workers)
     again = tmp_path / "again"
     again.mkdir()
-    assert (
-        main(
-            [
-                "resolve",
-                "-m",
-                str(_silu_project(again, [])),
-                "--cache-dir",
-                str(tmp_path / "cache2"),
-                "--offline",
-                "--cluster",
-                gpu_cluster.address,
-            ]
-        )
-        == 0
-    )
+    assert main(cluster_resolve(_silu_project(again, []), tmp_path / "cache2", gpu_cluster.address)) == 0
 
 
 def test_two_gpus_both_take_jobs(tmp_path: Path, gpu_cluster: TestCluster) -> None:
@@ -130,20 +106,7 @@ def test_two_gpus_both_take_jobs(tmp_path: Path, gpu_cluster: TestCluster) -> No
         pytest.skip("needs two GPUs")
     shutil.copy(ROOT / "kernels.toml", tmp_path / "kernels.toml")
     shutil.copytree(ROOT / "kernels", tmp_path / "kernels", ignore=shutil.ignore_patterns("_r1build", "__pycache__"))
-    code = main(
-        [
-            "resolve",
-            "-m",
-            str(tmp_path),
-            "--cache-dir",
-            str(tmp_path / "cache"),
-            "--offline",
-            "--arch",
-            gpus[0].arch,
-            "--cluster",
-            gpu_cluster.address,
-        ]
-    )
+    code = main(cluster_resolve(tmp_path, tmp_path / "cache", gpu_cluster.address, "--arch", gpus[0].arch))
     assert code == 0
     with Client(gpu_cluster.address, set_as_default=False) as client:
         logs = client.get_events("r1build-jobs")

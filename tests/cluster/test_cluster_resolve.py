@@ -30,6 +30,7 @@ from r1build.resolve import ResolveOptions, resolve
 from r1build.resolve.judges import gate_batch
 from tests.cluster.cluster_support import FakeGpu, TestCluster, fake_time_us, tiny_project
 from tests.resolve.resolve_support import install_gpu_double
+from tests.support.commands import cluster_resolve
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_endpoint")]
 
@@ -89,19 +90,7 @@ def test_gate_compiles_run_on_the_cluster(
 ) -> None:
     project = tiny_project(tmp_path / "p", ["sm_90"])
     _no_local_compiles(monkeypatch)
-    code = main(
-        [
-            "resolve",
-            "-m",
-            str(project),
-            "--cache-dir",
-            str(tmp_path / "cache"),
-            "--offline",
-            "--no-gpu",
-            "--cluster",
-            shared_cluster.address,
-        ]
-    )
+    code = main(cluster_resolve(project, tmp_path / "cache", shared_cluster.address, "--no-gpu"))
     assert code == 0, capsys.readouterr().err
     with Cache(tmp_path / "cache") as cache:
         # the variants a gate-only resolve compiles (its first batch, up to the winner) compiled on the cluster's
@@ -123,21 +112,7 @@ def test_results_equal_a_local_resolve(
         install_gpu_double(m, reject=lambda c: False, time_us=fake_time_us)
         assert main(["resolve", "-m", str(local), "--cache-dir", str(tmp_path / "c1"), "--offline"]) == 0
     _use_fake(monkeypatch)
-    assert (
-        main(
-            [
-                "resolve",
-                "-m",
-                str(remote),
-                "--cache-dir",
-                str(tmp_path / "c2"),
-                "--offline",
-                "--cluster",
-                shared_cluster.address,
-            ]
-        )
-        == 0
-    )
+    assert main(cluster_resolve(remote, tmp_path / "c2", shared_cluster.address)) == 0
     assert (local / "kernels.lock").read_text() == (remote / "kernels.lock").read_text()
 
     def same(d: object) -> object:
@@ -160,18 +135,7 @@ def test_a_worker_killed_mid_job_costs_nothing(tmp_path: Path, monkeypatch: pyte
     marker = tmp_path / "died"
     _use_fake(monkeypatch, record_dir=str(records), die_once=str(marker))
     with TestCluster({"a": {"sm_90": 1}, "b": {"sm_90": 1}}) as cluster:
-        code = main(
-            [
-                "resolve",
-                "-m",
-                str(project),
-                "--cache-dir",
-                str(tmp_path / "cache"),
-                "--offline",
-                "--cluster",
-                cluster.address,
-            ]
-        )
+        code = main(cluster_resolve(project, tmp_path / "cache", cluster.address))
     assert code == 0
     assert marker.read_text() in ("a", "b")  # a worker died mid-job
     assert len(_records(records)) == 1  # judged once, by the worker that lived
@@ -187,18 +151,7 @@ def test_a_job_that_kills_every_worker_is_reported(
     project = tiny_project(tmp_path / "p", ["sm_90"], variants=False)
     _use_fake(monkeypatch, die_once=str(tmp_path / "died"))
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}), TestCluster({"a": {"sm_90": 1}}) as cluster:
-        code = main(
-            [
-                "resolve",
-                "-m",
-                str(project),
-                "--cache-dir",
-                str(tmp_path / "cache"),
-                "--offline",
-                "--cluster",
-                cluster.address,
-            ]
-        )
+        code = main(cluster_resolve(project, tmp_path / "cache", cluster.address))
     err = capsys.readouterr().err
     assert code == 1
     assert "scale/sm_90: the job was lost with the workers that died running it" in " ".join(err.split())
@@ -239,22 +192,7 @@ def test_scheduler_lost_mid_run_then_a_rerun_continues(
     cache_dir = tmp_path / "cache"
     codes: list[int] = []
     with TestCluster({"w80": {"sm_80": 1}, "w90": {"sm_90": 1}}) as cluster:
-        run = threading.Thread(
-            target=lambda: codes.append(
-                main(
-                    [
-                        "resolve",
-                        "-m",
-                        str(project),
-                        "--cache-dir",
-                        str(cache_dir),
-                        "--offline",
-                        "--cluster",
-                        cluster.address,
-                    ]
-                )
-            )
-        )
+        run = threading.Thread(target=lambda: codes.append(main(cluster_resolve(project, cache_dir, cluster.address))))
         run.start()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -272,9 +210,7 @@ def test_scheduler_lost_mid_run_then_a_rerun_continues(
 
     release.touch()
     with TestCluster({"w80": {"sm_80": 1}, "w90": {"sm_90": 1}}) as cluster:
-        code = main(
-            ["resolve", "-m", str(project), "--cache-dir", str(cache_dir), "--offline", "--cluster", cluster.address]
-        )
+        code = main(cluster_resolve(project, cache_dir, cluster.address))
     assert code == 0, capsys.readouterr().err
     assert sorted(r["arch"] for r in _records(records)) == ["sm_80", "sm_90"]  # sm_90 was not measured again
     lock = read_lock(project / "kernels.lock")
@@ -295,18 +231,7 @@ def test_mixed_versions_are_refused(
     older = dataclasses.replace(process_facts(with_gpus=False), version="0.0.9")
     monkeypatch.setattr(session, "process_facts", lambda with_gpus=True: older)
     project = tiny_project(tmp_path / "p", ["sm_90"], variants=False)
-    code = main(
-        [
-            "resolve",
-            "-m",
-            str(project),
-            "--cache-dir",
-            str(tmp_path / "cache"),
-            "--offline",
-            "--cluster",
-            shared_cluster.address,
-        ]
-    )
+    code = main(cluster_resolve(project, tmp_path / "cache", shared_cluster.address))
     err = " ".join(capsys.readouterr().err.split())
     assert code == 2
     assert f"the cluster at {shared_cluster.address} runs other versions than this machine" in err
@@ -322,21 +247,7 @@ def test_a_job_is_split_over_the_workers_of_its_arch(tmp_path: Path, monkeypatch
     records.mkdir()
     _use_fake(monkeypatch, record_dir=str(records))
     with TestCluster({"a": {"sm_90": 1}, "b": {"sm_90": 1}}) as cluster:
-        assert (
-            main(
-                [
-                    "resolve",
-                    "-m",
-                    str(project),
-                    "--cache-dir",
-                    str(tmp_path / "cache"),
-                    "--offline",
-                    "--cluster",
-                    cluster.address,
-                ]
-            )
-            == 0
-        )
+        assert main(cluster_resolve(project, tmp_path / "cache", cluster.address)) == 0
     parts = _records(records)
     assert sorted(len(r["candidates"]) for r in parts) == [1, 2] and {r["worker"] for r in parts} == {"a", "b"}
     with Cache(tmp_path / "cache") as cache:
@@ -358,18 +269,7 @@ def test_a_worker_without_r1build_is_refused(
 
     monkeypatch.setattr(session, "worker_facts", facts_of_a_worker_without_r1build)
     project = tiny_project(tmp_path / "p", ["sm_90"], variants=False)
-    code = main(
-        [
-            "resolve",
-            "-m",
-            str(project),
-            "--cache-dir",
-            str(tmp_path / "cache"),
-            "--offline",
-            "--cluster",
-            shared_cluster.address,
-        ]
-    )
+    code = main(cluster_resolve(project, tmp_path / "cache", shared_cluster.address))
     err = " ".join(capsys.readouterr().err.split())
     assert code == 2 and "Traceback" not in err
     assert (
@@ -384,18 +284,7 @@ def test_a_worker_advertising_an_arch_its_gpu_does_not_run_is_reported(
     """A worker started with the wrong resources never passes the gate's verdicts off as its GPU's."""
     _use_fake(monkeypatch, archs=frozenset({"sm_80"}))
     project = tiny_project(tmp_path / "p", ["sm_90"], variants=False)
-    code = main(
-        [
-            "resolve",
-            "-m",
-            str(project),
-            "--cache-dir",
-            str(tmp_path / "cache"),
-            "--offline",
-            "--cluster",
-            shared_cluster.address,
-        ]
-    )
+    code = main(cluster_resolve(project, tmp_path / "cache", shared_cluster.address))
     err = " ".join(capsys.readouterr().err.split())
     assert code == 1 and "worker w90 on" in err and "advertises sm_90, but its GPUs run sm_80" in err
     with Cache(tmp_path / "cache") as cache:

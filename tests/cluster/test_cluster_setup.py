@@ -24,6 +24,8 @@ from r1build.evaluate.devices import GpuInfo
 from r1build.gate.static import StaticGate
 from r1build.manifest import load_manifest
 from tests.cluster.cluster_support import TestCluster, tiny_project
+from tests.support.commands import cluster_resolve
+from tests.support.decisions import measured_result
 
 pytestmark = pytest.mark.usefixtures("no_endpoint")
 
@@ -68,10 +70,7 @@ def test_a_bad_cluster_address_in_the_manifest_is_exit_2(
 
 def test_a_bad_cluster_flag_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     project = tiny_project(tmp_path / "p", ["sm_90"], variants=False)
-    assert (
-        main(["resolve", "-m", str(project), "--cache-dir", str(tmp_path / "c"), "--offline", "--cluster", "udp://x:1"])
-        == 2
-    )
+    assert main(cluster_resolve(project, tmp_path / "c", "udp://x:1")) == 2
     assert "cluster: 'udp://x:1': a scheduler address starts with tls:// or tcp://" in capsys.readouterr().err
 
 
@@ -173,19 +172,7 @@ def test_r1build_worker_joins_and_takes_the_gate_compiles(
                 client.wait_for_workers(1, timeout=60)
                 (info,) = client.scheduler_info(n_workers=-1)["workers"].values()
             assert info["name"].endswith("-compile") and info["resources"] == {"compile": 2.0}
-            code = main(
-                [
-                    "resolve",
-                    "-m",
-                    str(project),
-                    "--cache-dir",
-                    str(tmp_path / "cache"),
-                    "--offline",
-                    "--no-gpu",
-                    "--cluster",
-                    cluster.address,
-                ]
-            )
+            code = main(cluster_resolve(project, tmp_path / "cache", cluster.address, "--no-gpu"))
             assert code == 0, capsys.readouterr().err
             assert "1 workers; no GPU workers; 2 compile slots" in capsys.readouterr().err
         finally:
@@ -219,7 +206,7 @@ def test_a_split_job_judges_its_baseline_once_and_joins_in_order(tmp_path: Path)
     from r1build.cluster.facts import process_facts
     from r1build.cluster.session import ClusterEvaluator, Inventory, WorkerInfo, _joined
     from r1build.judge import Job
-    from r1build.records import Candidate, Origin, Result, Timing
+    from r1build.records import Candidate, Origin, Result
 
     manifest = load_manifest(tiny_project(tmp_path / "p", ["sm_90"], variants=False) / "kernels.toml")
     base = Candidate("// base", Origin("baseline", "scale.cu"))
@@ -241,13 +228,7 @@ def test_a_split_job_judges_its_baseline_once_and_joins_in_order(tmp_path: Path)
     assert all(p.baseline is None for p in parts)
     times = {base.digest: 20.0, generated[0].digest: 10.0, generated[1].digest: 40.0}
     results = [
-        Result(
-            candidate=c.digest,
-            arch="sm_90",
-            status="passed",
-            stage="evaluate",
-            timing=Timing(median_us=times[c.digest], spread=0.01, samples=9),
-        )
+        measured_result(c.digest, times[c.digest], device=None, samples=9)
         if c.digest in times
         else Result(candidate=c.digest, arch="sm_90", status="incorrect", stage="evaluate", detail="x")
         for p in parts

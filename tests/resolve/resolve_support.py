@@ -13,8 +13,9 @@ from dataclasses import dataclass
 import pytest
 
 from r1build.judge import Job
-from r1build.records import Candidate, Result, Timing
+from r1build.records import Candidate, Result
 from r1build.resolve.judges import Judges
+from tests.support.decisions import measured_result
 
 __all__ = ["GpuDouble", "install_gpu_double"]
 
@@ -45,16 +46,7 @@ class GpuDouble:
                     )
                 )
             else:
-                out.append(
-                    Result(
-                        candidate=c.digest,
-                        arch=job.arch,
-                        status="passed",
-                        stage="evaluate",
-                        timing=Timing(median_us=self.time_us(c), spread=0.01, samples=50),
-                        device="Test GPU",
-                    )
-                )
+                out.append(measured_result(c.digest, self.time_us(c), arch=job.arch, device="Test GPU"))
         return out
 
 

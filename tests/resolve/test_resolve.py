@@ -19,8 +19,9 @@ from r1build.events import Event, Note, sink
 from r1build.keys import decision_key
 from r1build.lock import read_lock
 from r1build.manifest import load_manifest
-from r1build.records import Candidate, CandidateRef, Decision, Origin, Result, Timing
+from r1build.records import Candidate, Origin
 from r1build.resolve import ResolveOptions, emit_resolution, resolve
+from tests.support.decisions import plant_measured
 
 pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
 
@@ -67,28 +68,7 @@ def test_a_cached_decision_wins_and_is_locked_with_its_time(root_copy: Path, cac
     )
     key = decision_key(m, spec, "sm_90")
     with Cache(cache_dir) as cache:
-        cache.put_text(vec4.source)
-        result = Result(
-            candidate=vec4.digest,
-            arch="sm_90",
-            status="passed",
-            stage="evaluate",
-            timing=Timing(median_us=41.5, spread=0.01, samples=200),
-            device="NVIDIA H200",
-        )
-        cache.put_decision(
-            Decision(
-                key=key,
-                kernel=spec.name,
-                arch="sm_90",
-                winner=CandidateRef.of(vec4),
-                candidates=[CandidateRef.of(vec4)],
-                results=[result],
-                measured=True,
-                device="NVIDIA H200",
-                toolchain="cuda_13.0",
-            )
-        )
+        plant_measured(cache, vec4, key=key, kernel=spec.name, time_us=41.5, samples=200, toolchain="cuda_13.0")
         res = resolve(m, cache, ONE)
     (entry,) = res.entries
     assert (entry.state, entry.provenance, entry.time_us, entry.gpu) == ("cached", "tuned", 41.5, "NVIDIA H200")
@@ -181,27 +161,8 @@ def test_vendored_winners_build_a_fresh_clone_with_no_cache(
     )
     first = tmp_path / "cache-a"
     with Cache(first) as cache:
-        cache.put_text(vec4.source)
-        r = Result(
-            candidate=vec4.digest,
-            arch="sm_90",
-            status="passed",
-            stage="evaluate",
-            timing=Timing(median_us=40.0, spread=0.01, samples=100),
-            device="H200",
-        )
-        cache.put_decision(
-            Decision(
-                key=decision_key(m, spec, "sm_90"),
-                kernel=spec.name,
-                arch="sm_90",
-                winner=CandidateRef.of(vec4),
-                candidates=[CandidateRef.of(vec4)],
-                results=[r],
-                measured=True,
-                device="H200",
-            )
-        )
+        key = decision_key(m, spec, "sm_90")
+        plant_measured(cache, vec4, key=key, kernel=spec.name, time_us=40.0, device="H200", samples=100)
     args = ["-m", str(root_copy), "--cache-dir", str(first)]
     assert main(["lock", *args, "--kernel", "silu_mul", "--arch", "sm_90", "--no-gpu", "--offline"]) == 0
     assert main(["vendor", *args]) == 2  # the lock covers one kernel only: vendor needs a current lock

@@ -31,6 +31,7 @@ from r1build.records import Candidate, CandidateRef, Decision, Origin, Result, T
 from r1build.resolve import ResolveOptions, prepare_build, resolve
 from r1build.selection.rules import decision_winner, select_winner
 from tests.resolve.resolve_support import install_gpu_double
+from tests.support.decisions import measured_result, plant_measured
 
 pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
 
@@ -222,29 +223,8 @@ def test_stale_checks_are_shown_warned_and_rejudged(
     spec = m.kernel("scale")
     scale = _baseline(project, "scale")
     key = decision_key(m, spec, "sm_90")
-    old = Result(
-        candidate=scale.digest,
-        arch="sm_90",
-        status="passed",
-        stage="evaluate",
-        timing=Timing(median_us=5.0, spread=0.01, samples=50),
-        device="NVIDIA H200",
-    )
     with Cache(cache_dir) as cache:  # measured by checks older than these
-        cache.put_text(scale.source)
-        cache.put_decision(
-            Decision(
-                key=key,
-                kernel="scale",
-                arch="sm_90",
-                winner=CandidateRef.of(scale),
-                candidates=[CandidateRef.of(scale)],
-                results=[old],
-                measured=True,
-                device="NVIDIA H200",
-                checks=CHECKS_VERSION - 1,
-            )
-        )
+        plant_measured(cache, scale, key=key, kernel="scale", time_us=5.0, checks=CHECKS_VERSION - 1)
     argv = ["-m", str(project), "--kernel", "scale", *OFFLINE]
     assert main(["resolve", *argv]) == 0
     assert (
@@ -450,13 +430,7 @@ def test_selection_never_picks_a_rejected_or_gate_only_generated_candidate() -> 
     ]
     assert select_winner([gen, base], gated[::-1]) is base  # gate alone: the user's source, never the generated
     assert select_winner([gen], [gated[1]]) is None
-    timed = Result(
-        candidate=gen.digest,
-        arch="sm_90",
-        status="passed",
-        stage="evaluate",
-        timing=Timing(median_us=1.0, spread=0.01, samples=9),
-    )
+    timed = measured_result(gen.digest, 1.0, device=None, samples=9)
     rejected = Result(candidate=base.digest, arch="sm_90", status="incorrect", stage="evaluate")
     assert select_winner([base, gen], [rejected, timed]) is gen
     # a decision recorded with a pending generated winner (an older r1build, a bundle) gives the baseline

@@ -859,7 +859,6 @@ class Worker:
         the kernel's own duration with a cold L2. The sampling may stop after any batch once it holds the least
         number of samples and took a tenth of the budget (a window long enough to see the clocks drift).
         """
-        min_n, max_n, stop_error = counts
         least_s = budget_us / 1e6 / 10
         set_bytes = max(1, sum(int(a["count"]) * int(a["itemsize"]) for a in shape["arrays"]))
         big = set_bytes >= 2 * self.l2_bytes
@@ -878,41 +877,15 @@ class Worker:
             call(k)
         self.stream.synchronize()
         self.tick(0)
-        estimates = []
-        e0, e1 = self.event_pair(0)
-        for k in range(3):
-            e0.record(self.stream)
-            call(k)
-            e1.record(self.stream)
-            e1.synchronize()
-            estimates.append(self.cp.cuda.get_elapsed_time(e0, e1) * 1000.0)
-        t_est = max(statistics.median(estimates), 0.05)
-        host_us = 40.0
+        t_est = self._estimate_us(call)
+        overhead = 0.0
         if t_est < graph_below:
-            reps = max(4, min(256, math.ceil(200.0 / t_est)))
-            self.stream.begin_capture(getattr(self.rt, "streamCaptureModeGlobal", 0))
-            try:
-                for k in range(reps):
-                    call(k)
-            finally:
-                graph = self.stream.end_capture()
-            graph.launch(self.stream)
-            self.stream.synchronize()
-            n = max(min_n, min(max_n, int(budget_us / (reps * t_est))))
-            enough = _stop_rule(min_n, stop_error, least_s)
-            samples = self._measure(
-                lambda _k: graph.launch(self.stream), n, reps, False, max(1, min_n), host_us, enough
-            )
+            samples, reps = self._sample_graph(call, t_est, budget_us, counts, least_s)
             mode: Literal["graph", "events"] = "graph"
         else:
             # one launch per sample: back-to-back launches would add the gap between kernels to every call
             reps = 1
-            flush_us = self.flush_time_us()
-            n = max(min_n, min(max_n, int(budget_us / (t_est + flush_us))))
-            overhead = self.launch_overhead_us()
-            batch = max(1, min(min_n, int(1e6 / t_est)))  # a batch takes about a second at most
-            raw = self._measure(call, n, 1, True, batch, host_us, _stop_rule(min_n, stop_error, least_s, overhead))
-            samples = [max(t - overhead, 0.0) for t in raw]
+            samples, overhead = self._sample_events(call, t_est, budget_us, counts, least_s)
             mode = "events"
         return {
             "samples_us": samples,
@@ -920,12 +893,70 @@ class Worker:
             "calls_per_sample": reps,
             "sets": rotation,
             "estimate_us": t_est,
-            "launch_overhead_us": overhead if mode == "events" else 0.0,
+            "launch_overhead_us": overhead,
             "empty_kernel_us": self._empty_us,
             "big_sets": big,
             "outputs": [],
             "seconds": {"sets": sampling - started, "samples": time.perf_counter() - sampling},
         }, sets
+
+    def _estimate_us(self, call: Callable[[int], None]) -> float:
+        """The median of three calls timed by events, in us (at least 0.05)."""
+        estimates: list[float] = []
+        e0, e1 = self.event_pair(0)
+        for k in range(3):
+            e0.record(self.stream)
+            call(k)
+            e1.record(self.stream)
+            e1.synchronize()
+            estimates.append(self.cp.cuda.get_elapsed_time(e0, e1) * 1000.0)
+        return max(statistics.median(estimates), 0.05)
+
+    def _sample_graph(
+        self,
+        call: Callable[[int], None],
+        t_est: float,
+        budget_us: float,
+        counts: tuple[int, int, float],
+        least_s: float,
+    ) -> tuple[list[float], int]:
+        """Samples of a CUDA graph of back-to-back calls (see :meth:`_time_shape`), and the calls per sample."""
+        min_n, max_n, stop_error = counts
+        reps = max(4, min(256, math.ceil(200.0 / t_est)))
+        self.stream.begin_capture(getattr(self.rt, "streamCaptureModeGlobal", 0))
+        try:
+            for k in range(reps):
+                call(k)
+        finally:
+            graph = self.stream.end_capture()
+        graph.launch(self.stream)
+        self.stream.synchronize()
+        n = max(min_n, min(max_n, int(budget_us / (reps * t_est))))
+        enough = _stop_rule(min_n, stop_error, least_s)
+        samples = self._measure(lambda _k: graph.launch(self.stream), n, reps, False, max(1, min_n), _HOST_US, enough)
+        return samples, reps
+
+    def _sample_events(
+        self,
+        call: Callable[[int], None],
+        t_est: float,
+        budget_us: float,
+        counts: tuple[int, int, float],
+        least_s: float,
+    ) -> tuple[list[float], float]:
+        """Samples of one launch each after an L2 flush, less the launch overhead (see :meth:`_time_shape`), and
+        that overhead."""
+        min_n, max_n, stop_error = counts
+        flush_us = self.flush_time_us()
+        n = max(min_n, min(max_n, int(budget_us / (t_est + flush_us))))
+        overhead = self.launch_overhead_us()
+        batch = max(1, min(min_n, int(1e6 / t_est)))  # a batch takes about a second at most
+        raw = self._measure(call, n, 1, True, batch, _HOST_US, _stop_rule(min_n, stop_error, least_s, overhead))
+        return [max(t - overhead, 0.0) for t in raw], overhead
+
+
+_HOST_US = 40.0
+"""Host time allowed per sample when sampling a shape (passed to :meth:`Worker._measure`)."""
 
 
 def _numpy_name(dtype: str) -> str:
@@ -974,17 +1005,7 @@ def main(argv: Sequence[str]) -> int:
         write_message(reply_fd, {"error": f"{type(exc).__name__}: {exc}"})
         return 2
     write_message(reply_fd, hello)
-    # the header is parsed JSON: each handler reads it as its request's record (messages.py)
-    ops: dict[str, Callable[[Any, list[bytes]], tuple[Mapping[str, Any], list[bytes]]]] = {
-        "load": worker.op_load,
-        "check": worker.op_check,
-        "time": worker.op_time,
-        "save_parked": lambda h, b: op_save_parked(worker, h, b),
-        "judge": lambda h, b: op_judge(worker, h, b),
-        "time_reference": lambda h, b: time_reference(worker, h, b),
-        "floors": lambda h, b: floors(worker, h, b),
-        "ping": lambda _h, _b: ({"ok": True}, []),
-    }
+    ops = _handlers(worker)
     while True:
         try:
             header, buffers = read_message(request_fd)
@@ -993,25 +1014,7 @@ def main(argv: Sequence[str]) -> int:
         op = header.get("op")
         if op == "exit":
             return 0
-        handler = ops.get(str(op))
-        out: list[bytes] = []
-        wiped = _wipe_parked(worker) if op in _RUNS_CANDIDATES else None
-        if wiped is not None:  # right answers may still lie there: no candidate runs, the worker starts afresh
-            reply: Mapping[str, Any] = {"ok": False, "error": wiped, "fatal": True, "exiting": True}
-        elif handler is None:
-            reply = {"ok": False, "error": f"unknown op {op!r}"}
-        else:
-            try:
-                reply, out = handler(header, buffers)
-            except ContextLost as exc:
-                reply = {"ok": False, "error": str(exc), "fatal": True, "exiting": True}
-            except CallFailed as exc:
-                reply = {"ok": False, "error": str(exc)}
-            except Exception as exc:
-                failed: Reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000]}
-                if not worker.context_ok():
-                    failed["fatal"] = failed["exiting"] = True
-                reply = failed
+        reply, out = _serve(worker, ops, op, header, buffers)
         out_ok = True
         try:
             write_message(reply_fd, reply, out)
@@ -1024,6 +1027,51 @@ def main(argv: Sequence[str]) -> int:
             return 0
         if reply.get("exiting"):
             return 3
+
+
+_Handler = Callable[[Any, list[bytes]], tuple[Mapping[str, Any], list[bytes]]]
+
+
+def _handlers(worker: Worker) -> dict[str, _Handler]:
+    """The worker's handler of each request ``op`` but ``exit``."""
+    # the header is parsed JSON: each handler reads it as its request's record (messages.py)
+    return {
+        "load": worker.op_load,
+        "check": worker.op_check,
+        "time": worker.op_time,
+        "save_parked": lambda h, b: op_save_parked(worker, h, b),
+        "judge": lambda h, b: op_judge(worker, h, b),
+        "time_reference": lambda h, b: time_reference(worker, h, b),
+        "floors": lambda h, b: floors(worker, h, b),
+        "ping": lambda _h, _b: ({"ok": True}, []),
+    }
+
+
+def _serve(
+    worker: Worker, ops: dict[str, _Handler], op: Any, header: Any, buffers: list[bytes]
+) -> tuple[Mapping[str, Any], list[bytes]]:
+    """The reply to one request and its buffers; a failed handler's error as a reply (fatal when the context is
+    lost)."""
+    handler = ops.get(str(op))
+    out: list[bytes] = []
+    wiped = _wipe_parked(worker) if op in _RUNS_CANDIDATES else None
+    if wiped is not None:  # right answers may still lie there: no candidate runs, the worker starts afresh
+        reply: Mapping[str, Any] = {"ok": False, "error": wiped, "fatal": True, "exiting": True}
+    elif handler is None:
+        reply = {"ok": False, "error": f"unknown op {op!r}"}
+    else:
+        try:
+            reply, out = handler(header, buffers)
+        except ContextLost as exc:
+            reply = {"ok": False, "error": str(exc), "fatal": True, "exiting": True}
+        except CallFailed as exc:
+            reply = {"ok": False, "error": str(exc)}
+        except Exception as exc:
+            failed: Reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000]}
+            if not worker.context_ok():
+                failed["fatal"] = failed["exiting"] = True
+            reply = failed
+    return reply, out
 
 
 if __name__ == "__main__":

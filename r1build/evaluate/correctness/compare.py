@@ -204,20 +204,9 @@ def compare_output(
         left = np.all(raw == np.frombuffer(poison, dtype=np.uint8), axis=1)
     else:  # inout arrays start from their inputs, not from poison
         left = np.zeros(n, dtype=bool)
-    want = np.asarray(expected).reshape(-1)
-    flat = got.reshape(-1)
     is_float = got.dtype.kind == "f" or got.dtype.name == "bfloat16"
-    if is_float:
-        with np.errstate(invalid="ignore"):  # a signalling NaN (the poison) raises "invalid" when widened
-            g = flat.astype(np.float64)
-            w = want.astype(np.float64)
-        ref_nan = np.isnan(w)
-        left &= ~ref_nan
-    else:
-        g = flat.astype(np.float64) if got.dtype != np.bool_ else flat.astype(np.int64).astype(np.float64)
-        w = want.astype(np.float64) if want.dtype != np.bool_ else want.astype(np.int64).astype(np.float64)
-        ref_nan = np.zeros(n, dtype=bool)
-        left &= g != w
+    g, w, ref_nan = _widened(got.reshape(-1), np.asarray(expected).reshape(-1), is_float=is_float)
+    left &= ~ref_nan if is_float else g != w
     if left.any():
         idx = np.flatnonzero(left)
         return Mismatch(
@@ -226,26 +215,64 @@ def compare_output(
             f"poison pattern 0x{poison.hex()}), first at {_index(int(idx[0]), layout.shape)}",
         )
     if is_float:
-        bad_nan = np.isnan(g) & ~ref_nan
-        if bad_nan.any():
-            idx = np.flatnonzero(bad_nan)
-            return Mismatch(
-                "nan",
-                f"{idx.size} of {n} elements of {layout.name} are NaN where the reference is "
-                f"not, first at {_index(int(idx[0]), layout.shape)} (expected "
-                f"{format_value(w[idx[0]])})",
-            )
-        missing_nan = ref_nan & ~np.isnan(g)
-        bad_inf = (np.isinf(g) | np.isinf(w)) & (g != w) & ~ref_nan
-        wrong_special = missing_nan | bad_inf
-        if wrong_special.any():
-            i = int(np.flatnonzero(wrong_special)[0])
-            return Mismatch(
-                "value",
-                f"{layout.name}{_index(i, layout.shape)} is {format_value(g[i])}, expected {format_value(w[i])}",
-            )
+        special = _special_mismatch(layout, g, w, ref_nan)
+        if special is not None:
+            return special
         finite = np.isfinite(w)
         g, w = np.where(finite, g, 0.0), np.where(finite, w, 0.0)
+    return _tolerance_mismatch(layout, g, w, tolerance, scale_atol=scale_atol)
+
+
+def _widened(
+    flat: NDArray[Any], want: NDArray[Any], *, is_float: bool
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.bool_]]:
+    """The output and the reference as float64, and where the reference is NaN (never, for integers)."""
+    if is_float:
+        with np.errstate(invalid="ignore"):  # a signalling NaN (the poison) raises "invalid" when widened
+            g = flat.astype(np.float64)
+            w = want.astype(np.float64)
+        return g, w, np.isnan(w)
+    g = flat.astype(np.float64) if flat.dtype != np.bool_ else flat.astype(np.int64).astype(np.float64)
+    w = want.astype(np.float64) if want.dtype != np.bool_ else want.astype(np.int64).astype(np.float64)
+    return g, w, np.zeros(flat.size, dtype=bool)
+
+
+def _special_mismatch(
+    layout: ArrayLayout, g: NDArray[np.float64], w: NDArray[np.float64], ref_nan: NDArray[np.bool_]
+) -> Mismatch | None:
+    """A NaN where the reference has none, or a NaN or infinity of the reference not matched."""
+    n = g.size
+    bad_nan = np.isnan(g) & ~ref_nan
+    if bad_nan.any():
+        idx = np.flatnonzero(bad_nan)
+        return Mismatch(
+            "nan",
+            f"{idx.size} of {n} elements of {layout.name} are NaN where the reference is "
+            f"not, first at {_index(int(idx[0]), layout.shape)} (expected "
+            f"{format_value(w[idx[0]])})",
+        )
+    missing_nan = ref_nan & ~np.isnan(g)
+    bad_inf = (np.isinf(g) | np.isinf(w)) & (g != w) & ~ref_nan
+    wrong_special = missing_nan | bad_inf
+    if wrong_special.any():
+        i = int(np.flatnonzero(wrong_special)[0])
+        return Mismatch(
+            "value",
+            f"{layout.name}{_index(i, layout.shape)} is {format_value(g[i])}, expected {format_value(w[i])}",
+        )
+    return None
+
+
+def _tolerance_mismatch(
+    layout: ArrayLayout,
+    g: NDArray[np.float64],
+    w: NDArray[np.float64],
+    tolerance: Tolerance,
+    *,
+    scale_atol: bool,
+) -> Mismatch | None:
+    """Elements beyond the tolerance, or an error norm beyond it; None when neither."""
+    n = g.size
     err = np.abs(g - w)
     scale = max(1.0, float(np.sqrt(np.mean(w * w)))) if scale_atol else 1.0
     allowed = tolerance.atol * scale + tolerance.rtol * np.abs(w)

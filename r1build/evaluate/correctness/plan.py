@@ -562,98 +562,107 @@ def diagnose(
     that depend on earlier calls (inputs that passed the first time now fail), nondeterminism (identical calls,
     different outputs), a memo of the pointers (the same inputs pass at other addresses), a dependence on shared
     memory's earlier contents; else the deterministic explanation of :func:`_mismatch_detail` (``verdict``)."""
+    failed = _repeat_failure(verdict, repeat, reply, buffers)
+    if failed is not None:
+        return failed
+    cause = _failure_cause(_Repeats(repeat, buffers, tolerance))
+    if cause is None:
+        return verdict
+    return Verdict("incorrect", f"{cause}; first failure {_where(plan, index)}: {verdict.detail}", index, verdict.kind)
+
+
+def _repeat_failure(verdict: Verdict, repeat: ShapePlan, reply: CheckReply, buffers: Sequence[bytes]) -> Verdict | None:
+    """``verdict`` with why the repeated calls gave nothing to read, or None when they all ran."""
     records = reply.get("calls", [])
-    n = len(repeat.layouts)
     runs = len(repeat.calls)
     if (
-        not reply.get("ok")
-        or len(records) < runs
-        or any(r.get("error") for r in records[:runs])
-        or len(buffers) < runs * n
+        reply.get("ok")
+        and len(records) >= runs
+        and not any(r.get("error") for r in records[:runs])
+        and len(buffers) >= runs * len(repeat.layouts)
     ):
-        why = reply.get("error") or next(
-            (r.get("error") or r.get("device_state") for r in records if r.get("error") or r.get("device_state")), None
-        )
-        return replace(
-            verdict,
-            detail=f"{verdict.detail} (repeating the call to name the cause failed after "
-            f"{len(records)} of {runs} calls: {why or 'no reason given'})",
-        )
-    outs = [j for j, lay in enumerate(repeat.layouts) if lay.role != "in"]
+        return None
+    why = reply.get("error") or next(
+        (r.get("error") or r.get("device_state") for r in records if r.get("error") or r.get("device_state")), None
+    )
+    return replace(
+        verdict,
+        detail=f"{verdict.detail} (repeating the call to name the cause failed after "
+        f"{len(records)} of {runs} calls: {why or 'no reason given'})",
+    )
 
-    def datas(run: int) -> list[bytes]:
-        return list(buffers[run * n : (run + 1) * n])
 
-    def payload(run: int) -> list[bytes]:
-        return [
-            datas(run)[j][repeat.layouts[j].start : repeat.layouts[j].start + repeat.layouts[j].nbytes] for j in outs
-        ]
+@dataclass(frozen=True)
+class _Repeats:
+    """The buffers of the calls of :func:`diagnosis_plan` after they ran, read run by run."""
 
-    def wrong(run: int) -> Mismatch | None:
-        call = repeat.calls[run]
+    repeat: ShapePlan
+    buffers: Sequence[bytes]
+    tolerance: Tolerance
+
+    @property
+    def runs(self) -> int:
+        return len(self.repeat.calls)
+
+    def datas(self, run: int) -> list[bytes]:
+        n = len(self.repeat.layouts)
+        return list(self.buffers[run * n : (run + 1) * n])
+
+    def payload(self, run: int) -> list[bytes]:
+        """The output bytes of run ``run``."""
+        lays = self.repeat.layouts
+        datas = self.datas(run)
+        return [datas[j][lay.start : lay.start + lay.nbytes] for j, lay in enumerate(lays) if lay.role != "in"]
+
+    def wrong(self, run: int) -> Mismatch | None:
+        """How run ``run``'s outputs differ from the expected, or None when they pass."""
+        call = self.repeat.calls[run]
         return compare_outputs(
-            repeat.layouts,
-            datas(run),
+            self.repeat.layouts,
+            self.datas(run),
             call.expected,
-            tolerance,
-            _poisons(repeat, call),
+            self.tolerance,
+            _poisons(self.repeat, call),
             scale_atol=call.dist == "large",
         )
 
-    where = _where(plan, index)
+
+def _failure_cause(rep: _Repeats) -> str | None:
+    """The cause the repeated calls show (see :func:`diagnose`), or None when they show none."""
     moved = _REPEATS + 1
-    if runs == _REPEATS + 4:
-        again = [wrong(r) for r in (runs - 2, runs - 1)]
+    if rep.runs == _REPEATS + 4:
+        again = [rep.wrong(r) for r in (rep.runs - 2, rep.runs - 1)]
         if again[0] is not None and again[1] is not None:
-            return Verdict(
-                "incorrect",
+            return (
                 f"{_EARLIER}: the inputs of the first call, which gave the right outputs "
-                f"then, give wrong outputs when repeated ({again[0].message}); first "
-                f"failure {where}: {verdict.detail}",
-                index,
-                verdict.kind,
+                f"then, give wrong outputs when repeated ({again[0].message})"
             )
-    same, later, second = payload(0), payload(1), wrong(1)
-    if wrong(0) is None and second is not None and all(payload(r) == later for r in range(2, _REPEATS)):
+    same, later, second = rep.payload(0), rep.payload(1), rep.wrong(1)
+    if rep.wrong(0) is None and second is not None and all(rep.payload(r) == later for r in range(2, _REPEATS)):
         # right once in these buffers, then the same wrong outputs every time: state kept, not a race
-        return Verdict(
-            "incorrect",
+        return (
             f"{_EARLIER}: repeated with the same inputs in the same buffers, the first call gave the right outputs "
-            f"and every later one the same wrong outputs ({second.message}); first failure {where}: "
-            f"{verdict.detail}",
-            index,
-            verdict.kind,
+            f"and every later one the same wrong outputs ({second.message})"
         )
-    if any(payload(r) != same for r in range(1, _REPEATS)):
-        return Verdict(
-            "incorrect",
+    if any(rep.payload(r) != same for r in range(1, _REPEATS)):
+        return (
             "nondeterministic: identical calls (same inputs, same shared-memory contents "
             "before the call) gave different outputs, a race between threads or blocks (a "
             "missing __syncthreads, a non-atomic update of one element from several "
-            f"blocks); first failure {where}: {verdict.detail}",
-            index,
-            verdict.kind,
+            "blocks)"
         )
-    if wrong(0) is not None and wrong(moved) is None:
-        return Verdict(
-            "incorrect",
+    if rep.wrong(0) is not None and rep.wrong(moved) is None:
+        return (
             f"{_EARLIER}: the same inputs give the right outputs at other addresses and "
-            f"wrong ones, every time, in the buffers of the earlier calls; first failure "
-            f"{where}: {verdict.detail}",
-            index,
-            verdict.kind,
+            f"wrong ones, every time, in the buffers of the earlier calls"
         )
-    if payload(_REPEATS) != same:
-        return Verdict(
-            "incorrect",
+    if rep.payload(_REPEATS) != same:
+        return (
             "reads shared memory it never wrote: the same inputs give different outputs "
             f"depending on what shared memory held before the call (pre-filled with "
-            f"0x{SMEM_PATTERNS[0]:08x}, then 0x{SMEM_PATTERNS[1]:08x}); first failure "
-            f"{where}: {verdict.detail}",
-            index,
-            verdict.kind,
+            f"0x{SMEM_PATTERNS[0]:08x}, then 0x{SMEM_PATTERNS[1]:08x})"
         )
-    return verdict
+    return None
 
 
 def _call_problem(rec: CallRecord, mode: str, where: str, i: int, more: bool) -> Verdict | Literal["next"] | None:

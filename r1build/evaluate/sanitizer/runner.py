@@ -31,7 +31,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
 from ...sandbox import Confinement, Sandbox, unconfined
 from ..child.harness import BEGIN, DONE, END, FAILED, HELD, RESUMED
@@ -253,6 +253,23 @@ def read_markers(output: str, token: str) -> tuple[int | None, int | None, set[i
     return first_report, last_begun, ended
 
 
+def _follow_output(stdout: IO[bytes], lines: list[str], live: _Live) -> None:
+    """Read a run's output into ``lines`` (a reader thread's work), noting its markers in ``live`` as they come."""
+    token = live.token
+    for raw in stdout:
+        line = raw.decode(errors="replace")
+        lines.append(line)
+        found = marker(line, token) if token else None
+        if found is not None:
+            live.current = found[1] if found[0] == "begin" else None
+            live.progress = time.monotonic()
+            continue
+        hold = hold_marker(line, token) if token else None
+        if hold is not None:
+            live.held = hold[1] if hold[0] == "held" else None
+            live.progress = time.monotonic()
+
+
 class SanitizerRunner:
     """Runs compute-sanitizer over the harness for one GPU.
 
@@ -302,8 +319,34 @@ class SanitizerRunner:
         cmd = [self.executable, *args]
         if self.confinement is not None:
             cmd = self.sandbox.command(cmd, replace(self.confinement, workdir=cwd))
-        limit = timeout_s or self.timeout_s
         live = _Live(token, progress=time.monotonic())
+        proc = self._start(cmd, cwd, key, live)
+        if isinstance(proc, _Proc):
+            return proc
+        lines: list[str] = []
+        stdout = proc.stdout
+        assert stdout is not None
+        reader = threading.Thread(
+            target=_follow_output, args=(stdout, lines, live), name="r1build-sanitizer-output", daemon=True
+        )
+        reader.start()
+        try:
+            stalled = self._wait(proc, live, hold, timeout_s or self.timeout_s)
+        finally:
+            reader.join()
+            stdout.close()
+            with self._lock:
+                self._procs.get(key, set()).discard(proc)
+                self._live.pop(key, None)
+        output = "".join(lines)
+        if key in self._canceled:
+            return _Proc(None, output, "canceled")
+        if stalled:
+            return _Proc(None, output, "stalled")
+        return _Proc(proc.returncode, output, "exited")
+
+    def _start(self, cmd: list[str], cwd: Path, key: str, live: _Live) -> subprocess.Popen[bytes] | _Proc:
+        """The run started and recorded under ``key``, or the :class:`_Proc` of one canceled or not started."""
         with self._lock:
             if key and key in self._canceled:
                 return _Proc(None, "", "canceled")
@@ -321,50 +364,22 @@ class SanitizerRunner:
                 return _Proc(None, f"cannot start {self.executable}: {exc}", "not_started")
             self._procs.setdefault(key, set()).add(proc)
             self._live[key] = live
-        lines: list[str] = []
-        stdout = proc.stdout
-        assert stdout is not None
+        return proc
 
-        def read() -> None:
-            for raw in stdout:
-                line = raw.decode(errors="replace")
-                lines.append(line)
-                found = marker(line, token) if token else None
-                if found is not None:
-                    live.current = found[1] if found[0] == "begin" else None
-                    live.progress = time.monotonic()
-                    continue
-                hold = hold_marker(line, token) if token else None
-                if hold is not None:
-                    live.held = hold[1] if hold[0] == "held" else None
-                    live.progress = time.monotonic()
-
-        reader = threading.Thread(target=read, name="r1build-sanitizer-output", daemon=True)
-        reader.start()
+    def _wait(self, proc: subprocess.Popen[bytes], live: _Live, hold: Path | None, limit: float) -> bool:
+        """Wait for the run to end; kill it when it shows no progress for ``limit`` seconds (True: it stalled).
+        A run held at ``hold`` (the file exists) is held, not silent."""
         stalled = False
-        try:
-            while True:
-                try:
-                    proc.wait(timeout=0.25)
-                    break
-                except subprocess.TimeoutExpired:
-                    if live.held is not None and hold is not None and hold.exists():  # held, not silent
-                        live.progress = time.monotonic()
-                    elif time.monotonic() - live.progress > limit:
-                        stalled = True
-                        self._kill(proc)
-        finally:
-            reader.join()
-            stdout.close()
-            with self._lock:
-                self._procs.get(key, set()).discard(proc)
-                self._live.pop(key, None)
-        output = "".join(lines)
-        if key in self._canceled:
-            return _Proc(None, output, "canceled")
-        if stalled:
-            return _Proc(None, output, "stalled")
-        return _Proc(proc.returncode, output, "exited")
+        while True:
+            try:
+                proc.wait(timeout=0.25)
+                return stalled
+            except subprocess.TimeoutExpired:
+                if live.held is not None and hold is not None and hold.exists():  # held, not silent
+                    live.progress = time.monotonic()
+                elif time.monotonic() - live.progress > limit:
+                    stalled = True
+                    self._kill(proc)
 
     @staticmethod
     def _kill(proc: subprocess.Popen[bytes]) -> None:

@@ -52,7 +52,7 @@ from ..library import Library, LibraryFailure
 from ..options import RUNS_PER_QUEUE
 from ..slots import Slot
 from ..timing.floors import bytes_moved
-from .runner import TOOLS, BatchRun, SanitizerOutcome, racecheck_level, uses_shared_memory
+from .runner import TOOLS, BatchRun, SanitizerOutcome, SanitizerRunner, racecheck_level, uses_shared_memory
 
 __all__ = ["KernelKey", "SanitizeRuns", "Sanitizing", "sanitizer_reason", "write_shapes"]
 
@@ -554,44 +554,14 @@ class Sanitizing:
         """One process of the queue's tool: over ``members``, or (None) over what it takes from the folder."""
         runner = queue.slot.sanitizer
         assert runner is not None
-        with self._lock:
-            self._files += 1
-            job_file = queue.inputs.directory / f"run-{queue.tool}-{self._files}.json"
-        sanitize_job: SanitizeJob = {
-            "libs": [str(r.library) for r in members or ()],
-            "entry": queue.spec.name,
-            "argtypes": arg_codes(queue.spec),
-            "shapes": queue.inputs.shapes,
-            "token": secrets.token_hex(8),
-        }
-        if members is None:
-            sanitize_job["queue"] = str(queue.folder)
-            sanitize_job["limit"] = self.batch
-        hold = queue.slot.quiet.hold_file
-        if hold is not None:
-            sanitize_job["hold"] = str(hold)
-            sanitizer = queue.slot.sanitizer
-            if sanitizer is None or not sanitizer.dies_with_evaluator:  # a sandboxed run dies with this process
-                sanitize_job["parent"] = os.getpid()
-        job_file.write_text(json.dumps(sanitize_job))
+        job_file = self._write_job(queue, members)
         stop = threading.Event()
-
-        def calling() -> SanitizeRuns | None:  # the candidate the run calls now, by its markers
-            now = runner.running(job_file)
-            if now is None:
-                return None
-            if members is None:
-                return queue.entries.get(now)
-            return members[now] if now < len(members) else None
-
-        def watch() -> None:  # a canceled member stops the run when it is the one running (it may hang)
-            while not stop.wait(0.5):
-                now = calling()
-                if (now is not None and now.canceled) or (members is not None and all(r.canceled for r in members)):
-                    runner.cancel(job_file)
-                    return
-
-        watcher = threading.Thread(target=watch, name="r1build-sanitizer-watch", daemon=True)
+        watcher = threading.Thread(
+            target=_stop_when_canceled,
+            args=(runner, job_file, queue, members, stop),
+            name="r1build-sanitizer-watch",
+            daemon=True,
+        )
         with queue.slot.quiet.pausable(lambda: runner.held(job_file)):  # its harness stops while the GPU times
             start = time.perf_counter()
             watcher.start()
@@ -618,6 +588,30 @@ class Sanitizing:
             "" if found.outcome.verdict == "clean" else f": {found.outcome.detail}",
         )
         return found
+
+    def _write_job(self, queue: _Queue, members: list[SanitizeRuns] | None) -> Path:
+        """The job file of one run of the queue's tool, written: over ``members``, or (None) the folder's."""
+        with self._lock:
+            self._files += 1
+            job_file = queue.inputs.directory / f"run-{queue.tool}-{self._files}.json"
+        sanitize_job: SanitizeJob = {
+            "libs": [str(r.library) for r in members or ()],
+            "entry": queue.spec.name,
+            "argtypes": arg_codes(queue.spec),
+            "shapes": queue.inputs.shapes,
+            "token": secrets.token_hex(8),
+        }
+        if members is None:
+            sanitize_job["queue"] = str(queue.folder)
+            sanitize_job["limit"] = self.batch
+        hold = queue.slot.quiet.hold_file
+        if hold is not None:
+            sanitize_job["hold"] = str(hold)
+            sanitizer = queue.slot.sanitizer
+            if sanitizer is None or not sanitizer.dies_with_evaluator:  # a sandboxed run dies with this process
+                sanitize_job["parent"] = os.getpid()
+        job_file.write_text(json.dumps(sanitize_job))
+        return job_file
 
     def _shapes(self, job: Job, inputs: _Inputs, plans: list[ShapePlan]) -> list[SanitizeShape]:
         """The kernel's sanitizer shapes, their inputs written once."""
@@ -646,3 +640,22 @@ def write_shapes(spec: KernelSpec, plans: list[ShapePlan], directory: Path) -> l
             arrays.append(item)
         shapes.append({"key": plan.key, "arrays": arrays, "args": arg_items(spec, plan.sizes)})
     return shapes
+
+
+def _stop_when_canceled(
+    runner: SanitizerRunner,
+    job_file: Path,
+    queue: _Queue,
+    members: list[SanitizeRuns] | None,
+    stop: threading.Event,
+) -> None:
+    """A watcher thread's work until ``stop``: a canceled member stops the run when it is the one running (it may
+    hang), and so do all members canceled."""
+    while not stop.wait(0.5):
+        now = runner.running(job_file)
+        calling = None
+        if now is not None:
+            calling = queue.entries.get(now) if members is None else members[now] if now < len(members) else None
+        if (calling is not None and calling.canceled) or (members is not None and all(r.canceled for r in members)):
+            runner.cancel(job_file)
+            return

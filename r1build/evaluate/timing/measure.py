@@ -25,6 +25,8 @@ from ..child.messages import (
     FloorsRequest,
     JudgeItem,
     JudgeRequest,
+    ParkedItem,
+    ParkedOutputs,
     SaveItem,
     SaveParkedRequest,
     TimedShape,
@@ -224,57 +226,13 @@ class Timer:
         start = time.perf_counter()
         shapes, parked = reply.get("shapes") or [], reply["parked"]
         layout = park_layout(requests)
-        names = [a.name for a in spec.args if a.is_array]
         clear = [False] * len(layout)
         if int(parked.get("size") or 0) >= parked_size(layout):
-            items: list[JudgeItem] = []
-            for item in layout:
-                bench_set = place_set(plan.shapes[item["shape"]], item["set"])
-                expected = bench_set.expected_files.get(names[item["array"]])
-                dtype = item["dtype"] if expected is not None else ""  # no file: not for the judge
-                items.append(
-                    {"offset": item["offset"], "nbytes": item["nbytes"], "dtype": dtype, "expected": expected or ""}
-                )
-            judge: JudgeRequest = {
-                "op": "judge",
-                "handle": str(parked["handle"]),
-                "size": int(parked["size"]),
-                "items": items,
-                "rtol": spec.tolerance.rtol,
-                "atol": spec.tolerance.atol,
-            }
-            said = slot.ask_judge(judge, timeout_s=self.timeout_s)
-            if slot.judge is None:  # closed just now, after its last failure
-                self._note(
-                    f"{slot.gpu.name}: the judge process failed {slot.judge_failures} times; what the timed calls "
-                    "leave is judged on the CPU from now on"
-                )
-            found = said.get("clear") if said is not None else None
-            if isinstance(found, list) and len(found) == len(layout):
-                clear = [x is True for x in found]
+            clear = self._clear_on_gpu(spec, slot, plan, layout, parked) or clear
         self._count("judge_gpu_s", time.perf_counter() - start)
         self._count("outputs_judged_on_gpu", sum(clear))
-        for si, shape_out in enumerate(shapes):  # every flag False until the judge passed that output
-            arrays = len(requests[si]["arrays"])
-            shape_out["judged"] = [[False] * arrays for _ in plan.shapes[si].sets]
-            shape_out["tweak_judged"] = [False] * arrays
-            shape_out["extra_judged"] = [[False] * arrays for _ in shape_out.get("extra_outputs") or []]
-        saves: list[SaveItem] = []
-        for item, ok in zip(layout, clear, strict=True):
-            if item["shape"] >= len(shapes):
-                continue
-            shape_out = shapes[item["shape"]]
-            k, j = item["set"], item["array"]
-            found = _place(shape_out, k, len(plan.shapes[item["shape"]].sets))
-            if found is None or j >= len(found[0]):
-                continue  # the call failed before it left this output (check_error says so)
-            paths, flags = found
-            if ok:
-                flags[j] = True
-                continue
-            path = out_dir / f"parked-s{item['shape']}-{k}-{j}.bin"
-            paths[j] = str(path)
-            saves.append({"offset": item["offset"], "nbytes": item["nbytes"], "path": str(path)})
+        _mark_unjudged(shapes, requests, plan)
+        saves = _cpu_saves(shapes, plan, layout, clear, out_dir)
         self._count("outputs_judged_on_cpu", len(saves))
         save: SaveParkedRequest = {"op": "save_parked", "items": saves}  # sent with none too: the worker zeroes them
         said_save, _ = slot.request(save, timeout_s=self.timeout_s)
@@ -282,6 +240,38 @@ class Timer:
             return Verdict(
                 "crashed", f"the worker could not write or zero what the timed calls left: {said_save.get('error')}"
             )
+        return None
+
+    def _clear_on_gpu(
+        self, spec: KernelSpec, slot: Slot, plan: BenchPlan, layout: list[ParkedItem], parked: ParkedOutputs
+    ) -> list[bool] | None:
+        """Which parked outputs the judge process finds clear, or None when it said nothing usable."""
+        names = [a.name for a in spec.args if a.is_array]
+        items: list[JudgeItem] = []
+        for item in layout:
+            bench_set = place_set(plan.shapes[item["shape"]], item["set"])
+            expected = bench_set.expected_files.get(names[item["array"]])
+            dtype = item["dtype"] if expected is not None else ""  # no file: not for the judge
+            items.append(
+                {"offset": item["offset"], "nbytes": item["nbytes"], "dtype": dtype, "expected": expected or ""}
+            )
+        judge: JudgeRequest = {
+            "op": "judge",
+            "handle": str(parked["handle"]),
+            "size": int(parked["size"]),
+            "items": items,
+            "rtol": spec.tolerance.rtol,
+            "atol": spec.tolerance.atol,
+        }
+        said = slot.ask_judge(judge, timeout_s=self.timeout_s)
+        if slot.judge is None:  # closed just now, after its last failure
+            self._note(
+                f"{slot.gpu.name}: the judge process failed {slot.judge_failures} times; what the timed calls "
+                "leave is judged on the CPU from now on"
+            )
+        found = said.get("clear") if said is not None else None
+        if isinstance(found, list) and len(found) == len(layout):
+            return [x is True for x in found]
         return None
 
     def _judge(
@@ -318,3 +308,36 @@ class Timer:
         stats = [summarize(s["samples_us"]) for s in shapes]
         warm = [s.get("mode") == "graph" for s in shapes]
         return implausible(spec, stats, floors, warm, l2_bytes=l2_bytes) or stats
+
+
+def _mark_unjudged(shapes: list[TimedShape], requests: list[BenchShapeRequest], plan: BenchPlan) -> None:
+    """Every judged flag of the reply's shapes False, until the judge passed that output."""
+    for si, shape_out in enumerate(shapes):
+        arrays = len(requests[si]["arrays"])
+        shape_out["judged"] = [[False] * arrays for _ in plan.shapes[si].sets]
+        shape_out["tweak_judged"] = [False] * arrays
+        shape_out["extra_judged"] = [[False] * arrays for _ in shape_out.get("extra_outputs") or []]
+
+
+def _cpu_saves(
+    shapes: list[TimedShape], plan: BenchPlan, layout: list[ParkedItem], clear: list[bool], out_dir: Path
+) -> list[SaveItem]:
+    """Mark the outputs the judge found clear as judged; the files the worker writes for the others, for the CPU's
+    rules (each output's path set in the reply's shapes)."""
+    saves: list[SaveItem] = []
+    for item, ok in zip(layout, clear, strict=True):
+        if item["shape"] >= len(shapes):
+            continue
+        shape_out = shapes[item["shape"]]
+        k, j = item["set"], item["array"]
+        found = _place(shape_out, k, len(plan.shapes[item["shape"]].sets))
+        if found is None or j >= len(found[0]):
+            continue  # the call failed before it left this output (check_error says so)
+        paths, flags = found
+        if ok:
+            flags[j] = True
+            continue
+        path = out_dir / f"parked-s{item['shape']}-{k}-{j}.bin"
+        paths[j] = str(path)
+        saves.append({"offset": item["offset"], "nbytes": item["nbytes"], "path": str(path)})
+    return saves

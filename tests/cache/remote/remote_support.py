@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 from typing import Literal
@@ -15,9 +16,10 @@ from r1build.judge import CHECKS_VERSION
 from r1build.keys import decision_key
 from r1build.lock import read_lock
 from r1build.manifest import load_manifest
-from r1build.records import Candidate, CandidateRef, Decision, Origin, Result, Timing
+from r1build.records import Candidate, Origin, Result
 from r1build.trust.signing import KeyPair, trusted_keys
 from tests.gate_seed import seed_gate_verdicts
+from tests.support.decisions import measured_decision, measured_result, plant_measured
 
 ROOT = Path(__file__).resolve().parents[3]
 TINY = ROOT / "tests" / "packages" / "tiny"
@@ -86,35 +88,16 @@ def plant_decision(
     (its source stored too), judged by ``result``. Returns the decision key."""
     m = load_manifest(project / "kernels.toml")
     key = decision_key(m, m.kernel("scale"), "sm_90")
-    ref = CandidateRef.of(winner)
+    decision = measured_decision(winner, key=key, kernel="scale", device=device, checks=checks, result=result)
     with Cache(cache_dir) as cache:
         cache.put_text(winner.source)
-        cache.put_decision(
-            Decision(
-                key=key,
-                kernel="scale",
-                arch="sm_90",
-                winner=ref,
-                candidates=[ref],
-                results=[result],
-                measured=measured,
-                device=device,
-                checks=checks,
-            )
-        )
+        cache.put_decision(dataclasses.replace(decision, measured=measured))
     return key
 
 
 def _measure_and_lock_tiny(project: Path, cache_dir: Path, time_us: float = 3.5) -> str:
     scale = Candidate((project / "scale.cu").read_text(encoding="utf-8"), Origin("baseline", "scale.cu"))
-    result = Result(
-        candidate=scale.digest,
-        arch="sm_90",
-        status="passed",
-        stage="evaluate",
-        timing=Timing(median_us=time_us, spread=0.01, samples=50),
-        device="NVIDIA H200",
-    )
+    result = measured_result(scale.digest, time_us)
     key = plant_decision(project, cache_dir, scale, result, measured=True, device="NVIDIA H200", checks=CHECKS_VERSION)
     assert main(["lock", "-m", str(project), "--offline", "--no-gpu", "--cache-dir", str(cache_dir)]) == 0
     entry = read_lock(project / "kernels.lock").entry("scale", "sm_90")  # type: ignore[union-attr]
@@ -159,27 +142,15 @@ def measured_root(project: Path, cache_dir: Path) -> list[str]:
                 (project / entry.origin).read_text(encoding="utf-8"), Origin(kind, entry.origin), dict(entry.defines)
             )
             assert candidate.digest == entry.winner, entry
-            result = Result(
-                candidate=candidate.digest,
+            plant_measured(
+                cache,
+                candidate,
+                key=entry.key,
+                kernel=entry.name,
+                time_us=entry.time_us,
                 arch=entry.arch,
-                status="passed",
-                stage="evaluate",
-                timing=Timing(median_us=entry.time_us, spread=0.01, samples=50),
                 device=entry.gpu,
-            )
-            cache.put_text(candidate.source)
-            cache.put_decision(
-                Decision(
-                    key=entry.key,
-                    kernel=entry.name,
-                    arch=entry.arch,
-                    winner=CandidateRef.of(candidate),
-                    candidates=[CandidateRef.of(candidate)],
-                    results=[result],
-                    measured=True,
-                    device=entry.gpu,
-                    checks=entry.checks,
-                )
+                checks=entry.checks,
             )
             keys.append(entry.key)
     assert keys

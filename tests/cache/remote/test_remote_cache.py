@@ -25,7 +25,7 @@ from r1build.judge import CHECKS_VERSION
 from r1build.keys import digest_bytes
 from r1build.lock import read_lock
 from r1build.manifest import load_manifest
-from r1build.records import Candidate, Decision, Origin, Result, Timing, from_json, to_json
+from r1build.records import Candidate, Decision, Origin, Result, from_json, to_json
 from r1build.trust.signing import KeyPair, TrustedKeys, sign
 from tests.cache.remote.remote_servers import TOKEN, FaultServer, Moto, Nginx, Remote, nginx_binary
 from tests.cache.remote.remote_support import (
@@ -38,6 +38,7 @@ from tests.cache.remote.remote_support import (
     tiny_project,
     trust_nothing,
 )
+from tests.support.decisions import measured_result
 
 pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
 
@@ -859,14 +860,7 @@ def test_a_lock_alone_cannot_bring_code_from_the_remote(
         (project / "scale.cu").read_text(encoding="utf-8").replace("2.0f", "2.0f * 1.0f"),
         Origin("generated", model="m", round=0, sample=0),
     )
-    timed = Result(
-        candidate=generated.digest,
-        arch="sm_90",
-        status="passed",
-        stage="evaluate",
-        timing=Timing(median_us=1.0, spread=0.01, samples=50),
-        device="NVIDIA H200",
-    )
+    timed = measured_result(generated.digest, 1.0)
     plant_decision(
         project, tmp_path / "a", generated, timed, measured=True, device="NVIDIA H200", checks=CHECKS_VERSION
     )
