@@ -40,6 +40,7 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _SHORT = re.compile(r"[0-9a-f]{16}")
 _TEXT = re.compile(r"[\x20-\x5b\x5d-\x7e]{1,200}")  # printable ASCII without backslash, one line
+_REASON = re.compile(r"[\x20-\x5b\x5d-\x7e]{1,600}")  # the same, longer: a reason quotes the judge
 _PATH = re.compile(r"[A-Za-z0-9_.+-]+(?:/[A-Za-z0-9_.+-]+)*")
 
 FieldProblem = tuple[str, str]
@@ -87,6 +88,8 @@ def entry_problem(e: LockEntry) -> FieldProblem | None:
         value = getattr(e, name)
         if value is not None and not _TEXT.fullmatch(value):
             return name.replace("_", "-"), f"{value!r} is not one printable line"
+    if e.demoted is not None and not _REASON.fullmatch(e.demoted):
+        return "demoted", f"{e.demoted[:80]!r} is not one printable line of at most 600 characters"
     for name in ("round", "sample"):
         value = getattr(e, name)
         if value is not None and (isinstance(value, bool) or value < 0):

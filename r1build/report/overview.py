@@ -50,6 +50,9 @@ class StatusRow:
     """The hardware floor's time over the winner's (1.0 is at the floor), when measured."""
     library_note: str | None = None
     """Why a measured winner has no speedup over the library (the library could not be timed on cupy)."""
+    demoted: str | None = None
+    """Why ``r1build audit`` demoted the locked winner (later GPU checks rejected it); the row is then ``locked,
+    refused``."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -208,6 +211,7 @@ def _status_row(
             speedup_vs_library=entry.speedup_vs_library,
             share_of_floor=entry.share_of_floor,
             library_note=entry.library_note,
+            demoted=entry.demoted,
         )
     stale = "lock stale" if entry is not None else "not locked"
     refused = decision_refusal(manifest, spec, arch, key, decision) if decision is not None else None

@@ -37,7 +37,8 @@ def _note_stale_checks(q: Question, what: str, checks: int | None) -> None:
     )
 
 
-def _origin_of(spec: KernelSpec, entry: LockEntry) -> Origin:
+def origin_of(spec: KernelSpec, entry: LockEntry) -> Origin:
+    """Where a lock entry's winner comes from, as a candidate's :class:`~r1build.records.Origin`."""
     if entry.provenance == "generated":
         return Origin("generated", model=entry.model, round=entry.round, sample=entry.sample)
     kind: Literal["baseline", "file"] = "baseline" if entry.origin == spec.baseline else "file"
@@ -260,7 +261,7 @@ def _from_lock(run: Run, q: Question, entry: LockEntry, found: WinnerSource) -> 
         )
     if entry.validation == "validated" and stale_checks(entry.checks):
         _note_stale_checks(q, "locked", entry.checks)
-    candidate = Candidate(found.text, _origin_of(q.spec, entry), dict(entry.defines))
+    candidate = Candidate(found.text, origin_of(q.spec, entry), dict(entry.defines))
     if candidate.digest != entry.winner:  # verified when read; checked again where it is used
         raise LockError(
             f"{lock_path(run.manifest)}: {q.spec.name}/{q.arch}: winner {entry.winner[:16]} is not the "
