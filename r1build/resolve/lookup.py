@@ -124,6 +124,8 @@ def from_decision(run: Run, q: Question, decision: Decision, state: Found) -> Re
     validation = decision.validation(winner)
     if validation == "validated" and state == "cached" and stale_checks(decision.checks):
         _note_stale_checks(q, "cached", decision.checks)
+    if timing is not None and timing.regime_note:  # never a plain win where one timing regime alone gives it
+        q.note("warning", f"the {state} winner {timing.regime_note}")
     return Resolved(
         spec=q.spec,
         arch=q.arch,
