@@ -184,7 +184,8 @@ class Timer:
         requests = shape_requests(job.spec, plan, slot.workdir / "bench-idle")[:1]
         header = time_request(library_key(lib), requests, budget_s=self._budget_s, regime="idle-gaps")
         try:
-            reply, _ = slot.request(header, timeout_s=self.timeout_s)
+            failed = slot.load(job.spec, lib, timeout_s=self._call_timeout_s)  # again after a worker restart
+            reply, _ = slot.request(header, timeout_s=self.timeout_s) if failed is None else ({"error": failed}, [])
         except (WorkerDied, WorkerTimedOut) as exc:
             self._note(f"{job.spec.name}: timing {lib.digest[:12]} with idle gaps failed: {exc}", job.spec.name)
             return None
