@@ -42,6 +42,10 @@ def normalized_spec(manifest: Manifest, spec: KernelSpec) -> dict[str, Any]:
     data.pop("budget")  # part of the generation settings below
     for verdict_only in ("gpu_reference", "must_beat", "margin"):  # judge the winner against the library, never pick it
         data.pop(verdict_only)
+    data.pop("timing_regime")
+    regime = manifest.timing_regime_of(spec)
+    if regime != "back-to-back":  # it picks the winner; the default leaves every earlier key as it was
+        data["timing_regime"] = regime
     data["reference"] = {"name": spec.reference, "source": manifest.reference_digests.get(spec.name)}
     data["baseline"] = _file_digest(manifest.root, spec.baseline)
     data["candidates"] = [_file_digest(manifest.root, c) for c in spec.candidates]

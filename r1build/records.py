@@ -188,6 +188,13 @@ class Timing:
     and the error it raised there), so the figure is missing for a reason, not silently."""
     shapes: dict[str, float] = field(default_factory=dict)
     """Median microseconds per benchmark shape, keyed by the shape written as ``n=1024,m=7``."""
+    regimes: dict[str, float] = field(default_factory=dict)
+    """Median microseconds of one call on the first benchmark shape per timing regime (``back-to-back``,
+    ``idle-gaps``: :data:`~r1build.manifest.model.TimingRegime`), both for a search's finalists (empty for the
+    others); ``median_us`` is the back-to-back time every candidate has."""
+    regime_note: str | None = None
+    """On a winner that wins in the ranking regime only: which candidate the other regime ranks first, and the
+    two times (:mod:`r1build.selection.regimes`)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "resolve": "project",
     "lock": "project",
     "vendor": "project",
+    "audit": "audit_cmd",
     "cache": "cache_cmd",
     "generate": "generate_cmd",
     "replay": "generate_cmd",

@@ -63,6 +63,9 @@ class Candidacy:
     result: Result | None = None
     sanitizers: SanitizeRuns | None = None
     stats: list[SampleStats] | None = None
+    idle: SampleStats | None = None
+    """Its first benchmark shape timed in the ``idle-gaps`` regime, for a finalist
+    (:meth:`~r1build.evaluate.timing.measure.Timer.idle_time`)."""
 
 
 @dataclass(kw_only=True)

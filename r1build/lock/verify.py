@@ -40,6 +40,7 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _SHORT = re.compile(r"[0-9a-f]{16}")
 _TEXT = re.compile(r"[\x20-\x5b\x5d-\x7e]{1,200}")  # printable ASCII without backslash, one line
+_REASON = re.compile(r"[\x20-\x5b\x5d-\x7e]{1,600}")  # the same, longer: a reason quotes the judge
 _PATH = re.compile(r"[A-Za-z0-9_.+-]+(?:/[A-Za-z0-9_.+-]+)*")
 
 FieldProblem = tuple[str, str]
@@ -87,6 +88,10 @@ def entry_problem(e: LockEntry) -> FieldProblem | None:
         value = getattr(e, name)
         if value is not None and not _TEXT.fullmatch(value):
             return name.replace("_", "-"), f"{value!r} is not one printable line"
+    for name in ("demoted", "regime_note"):
+        value = getattr(e, name)
+        if value is not None and not _REASON.fullmatch(value):
+            return name.replace("_", "-"), f"{value[:80]!r} is not one printable line of at most 600 characters"
     for name in ("round", "sample"):
         value = getattr(e, name)
         if value is not None and (isinstance(value, bool) or value < 0):
@@ -97,7 +102,7 @@ def entry_problem(e: LockEntry) -> FieldProblem | None:
         return "checks", "only a validated winner records the version of the GPU checks that validated it"
     if e.time_us is not None and not (math.isfinite(e.time_us) and e.time_us > 0):
         return "time-us", f"{e.time_us!r} is not a positive time"
-    for name in ("speedup_vs_library", "share_of_floor"):
+    for name in ("speedup_vs_library", "share_of_floor", "idle_gaps_us"):
         value = getattr(e, name)
         if value is not None and (isinstance(value, bool) or not (math.isfinite(value) and value > 0)):
             return name.replace("_", "-"), f"{value!r} is not a positive ratio"

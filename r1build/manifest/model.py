@@ -69,6 +69,10 @@ Role = Literal["in", "out", "inout"]
 Provider = Literal["deepseek", "vllm", "sglang", "nim", "openai"]
 Visibility = Literal["hidden", "default"]
 MustBeat = Literal["library", "none"]
+TimingRegime = Literal["back-to-back", "idle-gaps"]
+"""How candidates are timed for ranking: ``back-to-back`` (calls queued one after another: small kernels as a CUDA
+graph, an L2 flush before each larger call) or ``idle-gaps`` (an idle GPU before every call and a cold L2, as a
+serving engine calls a kernel now and then)."""
 
 
 @dataclass(frozen=True)
@@ -271,6 +275,11 @@ class KernelSpec:
     margin: float | None = bounded(None, ge=0, le=10)
     """With ``must-beat = "library"``: how much faster than the library the winner must be, as a fraction
     (``0.05``: a speedup of at least 1.05). The project's ``margin`` when absent."""
+    timing_regime: TimingRegime | None = None
+    """Which timing regime ranks this kernel's candidates: ``back-to-back`` (calls one after another) or
+    ``idle-gaps`` (an idle GPU and a cold L2 before each call, as a serving engine calls a kernel). The finalists
+    are timed in both and a winner that wins in one only is marked so. The project's ``timing-regime`` when
+    absent. Part of the decision key when it is not ``back-to-back``."""
 
 
 @dataclass(frozen=True)
@@ -378,6 +387,9 @@ class ProjectSettings:
     ``must-beat = "library"`` (0: not slower)."""
     bindings: BindingsSettings = field(default_factory=BindingsSettings)
     """Python bindings and PyTorch custom ops written for the kernels; none unless asked for."""
+    timing_regime: TimingRegime = "back-to-back"
+    """Every kernel's ``timing-regime`` where it sets none: ``back-to-back`` (the default) or ``idle-gaps`` ranks
+    the candidates (both are recorded for the finalists)."""
 
 
 @dataclass(frozen=True)
@@ -414,6 +426,10 @@ class Manifest:
     def must_beat_library(self, spec: KernelSpec) -> bool:
         """Whether a winner of ``spec`` must beat the library (the kernel's ``must-beat``, else the project's)."""
         return (spec.must_beat or self.settings.must_beat) == "library"
+
+    def timing_regime_of(self, spec: KernelSpec) -> TimingRegime:
+        """The timing regime that ranks ``spec``'s candidates (the kernel's, else the project's)."""
+        return spec.timing_regime or self.settings.timing_regime
 
     def margin_of(self, spec: KernelSpec) -> float:
         """The margin by which a winner of ``spec`` must beat the library (the kernel's, else the project's)."""

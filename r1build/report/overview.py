@@ -50,6 +50,13 @@ class StatusRow:
     """The hardware floor's time over the winner's (1.0 is at the floor), when measured."""
     library_note: str | None = None
     """Why a measured winner has no speedup over the library (the library could not be timed on cupy)."""
+    idle_gaps_us: float | None = None
+    """The winner's median in the ``idle-gaps`` timing regime, where it was a finalist timed in both."""
+    regime_note: str | None = None
+    """Where the winner wins in the ranking timing regime only: which candidate the other ranks first."""
+    demoted: str | None = None
+    """Why ``r1build audit`` demoted the locked winner (later GPU checks rejected it); the row is then ``locked,
+    refused``."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -236,10 +243,14 @@ def _locked_row(
             _checks_note(entry.validation, entry.checks),
             pending_note,
             _library_note(manifest, spec, entry.time_us, entry.speedup_vs_library, entry.library_note),
+            entry.regime_note or "",
         ),
         speedup_vs_library=entry.speedup_vs_library,
         share_of_floor=entry.share_of_floor,
         library_note=entry.library_note,
+        idle_gaps_us=entry.idle_gaps_us,
+        regime_note=entry.regime_note,
+        demoted=entry.demoted,
     )
 
 
@@ -278,10 +289,13 @@ def _cached_row(
             _checks_note(validation, checks),
             pending_note,
             _library_note(manifest, spec, t, speedup, library_note),
+            (timing.regime_note or "") if timing else "",
         ),
         speedup_vs_library=speedup,
         share_of_floor=timing.share_of_floor if timing else None,
         library_note=library_note,
+        idle_gaps_us=timing.regimes.get("idle-gaps") if timing else None,
+        regime_note=timing.regime_note if timing else None,
     )
 
 

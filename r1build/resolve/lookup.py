@@ -37,7 +37,8 @@ def _note_stale_checks(q: Question, what: str, checks: int | None) -> None:
     )
 
 
-def _origin_of(spec: KernelSpec, entry: LockEntry) -> Origin:
+def origin_of(spec: KernelSpec, entry: LockEntry) -> Origin:
+    """Where a lock entry's winner comes from, as a candidate's :class:`~r1build.records.Origin`."""
     if entry.provenance == "generated":
         return Origin("generated", model=entry.model, round=entry.round, sample=entry.sample)
     kind: Literal["baseline", "file"] = "baseline" if entry.origin == spec.baseline else "file"
@@ -85,6 +86,8 @@ def decision_refusal(manifest: Manifest, spec: KernelSpec, arch: str, key: str, 
         speedup_vs_library=timing.speedup_vs_reference if timing is not None else None,
         share_of_floor=timing.share_of_floor if timing is not None else None,
         library_note=timing.library_note if timing is not None else None,
+        idle_gaps_us=timing.regimes.get("idle-gaps") if timing is not None else None,
+        regime_note=timing.regime_note if timing is not None else None,
     )
     field_problem = entry_problem(entry) or manifest_problem(manifest, spec, entry)
     if field_problem is not None:
@@ -123,6 +126,8 @@ def from_decision(run: Run, q: Question, decision: Decision, state: Found) -> Re
     validation = decision.validation(winner)
     if validation == "validated" and state == "cached" and stale_checks(decision.checks):
         _note_stale_checks(q, "cached", decision.checks)
+    if timing is not None and timing.regime_note:  # never a plain win where one timing regime alone gives it
+        q.note("warning", f"the {state} winner {timing.regime_note}")
     resolved = Resolved(
         spec=q.spec,
         arch=q.arch,
@@ -138,6 +143,8 @@ def from_decision(run: Run, q: Question, decision: Decision, state: Found) -> Re
         speedup_vs_library=timing.speedup_vs_reference if timing is not None else None,
         share_of_floor=timing.share_of_floor if timing is not None else None,
         library_note=timing.library_note if timing is not None else None,
+        idle_gaps_us=timing.regimes.get("idle-gaps") if timing is not None else None,
+        regime_note=timing.regime_note if timing is not None else None,
     )
     if validation == "unvalidated":
         _note_unvalidated(run, q, resolved, decision)
@@ -277,7 +284,7 @@ def _from_lock(run: Run, q: Question, entry: LockEntry, found: WinnerSource) -> 
         )
     if entry.validation == "validated" and stale_checks(entry.checks):
         _note_stale_checks(q, "locked", entry.checks)
-    candidate = Candidate(found.text, _origin_of(q.spec, entry), dict(entry.defines))
+    candidate = Candidate(found.text, origin_of(q.spec, entry), dict(entry.defines))
     if candidate.digest != entry.winner:  # verified when read; checked again where it is used
         raise LockError(
             f"{lock_path(run.manifest)}: {q.spec.name}/{q.arch}: winner {entry.winner[:16]} is not the "
@@ -298,4 +305,6 @@ def _from_lock(run: Run, q: Question, entry: LockEntry, found: WinnerSource) -> 
         speedup_vs_library=entry.speedup_vs_library,
         share_of_floor=entry.share_of_floor,
         library_note=entry.library_note,
+        idle_gaps_us=entry.idle_gaps_us,
+        regime_note=entry.regime_note,
     )

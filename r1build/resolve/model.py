@@ -86,6 +86,10 @@ class Resolved:
     """The hardware floor's time over the winner's, when measured."""
     library_note: str | None = None
     """Why a measured winner has no speedup over the library."""
+    idle_gaps_us: float | None = None
+    """Its median in the ``idle-gaps`` timing regime (the lock's ``idle-gaps-us``), where it was a finalist."""
+    regime_note: str | None = None
+    """Why its win holds in the ranking timing regime only (the lock's ``regime-note``)."""
 
 
 @dataclass

@@ -13,7 +13,9 @@ from ..errors import EndpointSilentError
 from ..events import Stage, emit
 from ..judge import CHECKS_VERSION, Evaluator
 from ..manifest import Manifest
+from ..manifest.model import TimingRegime
 from ..records import Candidate, CandidateRef, Decision, Found, Result, Unresolved
+from ..selection.regimes import mark_regimes, select_in_regime
 from ..selection.rules import select_winner, unresolved
 from ..settings import env_settings
 from ..toolchain.nvcc import toolchain
@@ -134,7 +136,7 @@ def _decide(run: Run, q: Question, seeds: list[Candidate]) -> Decision | None:
         judged = replace(
             judged, results=_with_known_rejections(judged.candidates, judged.results, cache.get_decision(q.key))
         )
-    return _record_decision(q, cache, judged)
+    return _record_decision(q, cache, judged, run.manifest.timing_regime_of(q.spec))
 
 
 @dataclass(frozen=True)
@@ -147,12 +149,14 @@ class _Judged:
     transcripts: Sequence[str]
 
 
-def _record_decision(q: Question, cache: Cache, judged: _Judged) -> Decision:
-    """The decision of what was judged, stored in the cache with every candidate's source."""
-    candidates, results = judged.candidates, judged.results
+def _record_decision(q: Question, cache: Cache, judged: _Judged, regime: TimingRegime = "back-to-back") -> Decision:
+    """The decision of what was judged, stored in the cache with every candidate's source; ``regime`` ranks the
+    candidates (:mod:`~r1build.selection.regimes`), and a winner the other regime would not pick is marked."""
+    candidates = judged.candidates
+    results = mark_regimes(candidates, judged.results, regime)
     for c in candidates:
         cache.put_text(c.source)
-    winner = select_winner(candidates, results)
+    winner = select_in_regime(candidates, results, regime)
     measured = any(r.timing is not None for r in results)
     on_gpu = any(r.stage == "evaluate" for r in results)
     device = next((r.device for r in results if r.device), None)

@@ -39,6 +39,7 @@ __all__ = [
     "ParkedOutputs",
     "ReferenceShape",
     "ReferenceShapeReply",
+    "Regime",
     "Reply",
     "Role",
     "SanitizeArray",
@@ -53,6 +54,11 @@ __all__ = [
     "TimeRequest",
     "TimedShape",
 ]
+
+Regime = Literal["back-to-back", "idle-gaps"]
+"""How a ``time`` request samples (the manifest's ``timing-regime``): ``back-to-back``, calls queued one after
+another (a CUDA graph of many for a short call); ``idle-gaps``, one call per sample after the GPU sat idle for
+``idle_gap_us`` and the L2 was flushed, as a serving engine calls a kernel now and then."""
 
 Role = Literal["in", "out", "inout"]
 """What the call does with an array: reads it, writes it, or both."""
@@ -198,6 +204,11 @@ class TimeRequest(TypedDict):
     (:mod:`r1build.selection.noise`)."""
     park: NotRequired[bool]
     """Park what the timed calls left (:mod:`.judge`) instead of writing it to files."""
+    regime: NotRequired[Regime]
+    """How the samples are made (default ``back-to-back``); ``idle-gaps`` runs no checks after the samples (the
+    back-to-back timing of the same library checked what its calls left)."""
+    idle_gap_us: NotRequired[float]
+    """With ``idle-gaps``: how long the GPU sits idle before each sample (the host sleeps; default 1000)."""
 
 
 class TimedShape(TypedDict):
@@ -205,6 +216,8 @@ class TimedShape(TypedDict):
 
     samples_us: list[float]
     mode: Literal["graph", "events"]
+    regime: NotRequired[Regime]
+    """The regime the samples were made in (absent: ``back-to-back``)."""
     calls_per_sample: int
     sets: int
     estimate_us: float

@@ -126,6 +126,9 @@ _ALIGN = 256
 """Where the ``aligned`` buffer set puts each array: at a multiple of this many bytes (cudaMalloc's alignment)."""
 _CONCURRENT_HOLD_US = 50.0
 """How long a spin kernel holds both streams of a ``concurrent`` pair while the two calls are queued."""
+_IDLE_HOLD_US = 30.0
+"""How long a spin kernel (one thread) holds the stream after an idle gap while the host queues a sample's event,
+call and event, so the host's launch latency is not in the sample."""
 
 
 _ROLES = frozenset({"in", "out", "inout"})
@@ -809,8 +812,12 @@ class Worker:
         shapes_out = []
         self.fresh_stream()
         parked, reply = reserve(self, h), TimeReply(ok=True)
+        idle_gap_us = float(h.get("idle_gap_us", 1000.0)) if h.get("regime") == "idle-gaps" else None
         for si, shape in enumerate(h["shapes"]):
             try:
+                if idle_gap_us is not None:  # the back-to-back timing of this library checked its outputs
+                    shapes_out.append(self._time_idle(fn, shape, budget_us, (min_n, max_n, stop_error), idle_gap_us))
+                    continue
                 timed, sets = self._time_shape(fn, shape, budget_us, (min_n, max_n, stop_error), graph_below)
                 timed["guarded"] = self._guarded_now
                 start = time.perf_counter()
@@ -838,6 +845,57 @@ class Worker:
             reply["parked"] = {"handle": self.parking.handle, "size": self.parking.size}
         reply["shapes"] = shapes_out
         return reply, []
+
+    def _time_idle(
+        self, fn: Any, shape: BenchShapeRequest, budget_us: float, counts: tuple[int, int, float], gap_us: float
+    ) -> TimedShape:
+        """Samples of one benchmark shape in the ``idle-gaps`` regime: per sample the L2 is flushed, the GPU sits
+        idle for ``gap_us`` (the host sleeps with nothing queued), then a short spin kernel holds the stream while
+        the host queues an event, one call and an event: the call's own duration (less the launch overhead of
+        such a sample, as in the events mode) from a cold L2 after an idle GPU, as a serving engine calls it.
+        Stops as :meth:`_time_shape` does, or when the samples' own time (the gaps not counted) is spent."""
+        min_n, max_n, stop_error = counts
+        started = time.perf_counter()
+        sets = [self._set_for(shape, fill) for fill in shape["sets"]]
+        sampling = time.perf_counter()
+        rotation, stream_ptr = len(sets), self.stream.ptr
+
+        def call(k: int) -> None:
+            rc = fn(*sets[k % rotation][1], stream_ptr)
+            if rc:
+                raise CallFailed(f"returned {self.error_text(int(rc))}")
+
+        call(0)
+        self.stream.synchronize()
+        overhead = self.launch_overhead_us()
+        enough = _stop_rule(min_n, stop_error, 0.0, overhead)
+        raw: list[float] = []
+        e0, e1 = self.event_pair(0)
+        while len(raw) < max_n and not (len(raw) >= min_n and (sum(raw) >= budget_us or (enough and enough(raw)))):
+            self.flush_l2()
+            self.stream.synchronize()
+            time.sleep(gap_us / 1e6)
+            self.spin(_IDLE_HOLD_US)
+            e0.record(self.stream)
+            call(len(raw))
+            e1.record(self.stream)
+            e1.synchronize()
+            raw.append(self.cp.cuda.get_elapsed_time(e0, e1) * 1000.0)
+            if len(raw) % 10 == 0:
+                self.tick(len(raw))
+        return {
+            "samples_us": [max(t - overhead, 0.0) for t in raw],
+            "mode": "events",
+            "regime": "idle-gaps",
+            "calls_per_sample": 1,
+            "sets": rotation,
+            "estimate_us": statistics.median(raw),
+            "launch_overhead_us": overhead,
+            "empty_kernel_us": self._empty_us,
+            "big_sets": False,
+            "outputs": [],
+            "seconds": {"sets": sampling - started, "samples": time.perf_counter() - sampling, "checks": 0.0},
+        }
 
     def _time_shape(
         self,

@@ -25,6 +25,7 @@ from ...manifest.load import located_error
 from ...manifest.model import Manifest
 from ...manifest.outputs import call_reference
 from ...manifest.reference import ReferenceProblem, load_reference
+from .cupy_hints import cupy_problems
 from .inputs import DISTRIBUTIONS, generate_inputs, reference_kwargs
 
 __all__ = ["check_references"]
@@ -88,4 +89,24 @@ def check_references(manifest: Manifest) -> int:
                         f"({dist} inputs): {exc}",
                     ) from None
                 calls += 1
+    _warn_cupy_problems(manifest)
     return calls
+
+
+def _warn_cupy_problems(manifest: Manifest) -> None:
+    """A warning for each kernel whose numpy reference likely cannot run on cupy (read from its source: see
+    :mod:`.cupy_hints`), pointing to ``gpu-reference``; none for a kernel that names one."""
+    for spec in manifest.kernels:
+        if spec.gpu_reference is not None:
+            continue
+        problems = cupy_problems(manifest.root, spec.reference)
+        if problems:
+            emit(
+                Note(
+                    "warning",
+                    f"the reference {spec.reference} likely cannot run on cupy arrays, so the GPU would have no time "
+                    f"of the library to set a winner against: {'; '.join(problems)}. Name a `gpu-reference` "
+                    "written for cupy (the same computation on cupy arrays) to time the library",
+                    kernel=spec.name,
+                )
+            )

@@ -149,11 +149,18 @@ class Timer:
             return self._plans[key]
 
     def time(
-        self, job: Job, slot: Slot, lib: Library, bench: Future[BenchPlan], floors: DeviceFloors | None
+        self,
+        job: Job,
+        slot: Slot,
+        lib: Library,
+        bench: Future[BenchPlan],
+        floors: DeviceFloors | None,
+        medians: dict[str, float] | None = None,
     ) -> Future[Verdict | list[SampleStats]]:
         """Samples of one candidate at every benchmark shape, or why it fails there (what the timed calls left,
         a time below the hardware floor, a hang or a crash). The GPU part runs now; what the calls left is
-        judged on the CPU pool (the future), so the GPU times the next candidate meanwhile."""
+        judged on the CPU pool (the future), so the GPU times the next candidate meanwhile. ``medians`` gets the
+        first shape's median under the library's key at once (to pick the finalists before the judging ends)."""
         try:
             plan = bench.result()
         except EvaluationError as exc:
@@ -164,10 +171,32 @@ class Timer:
         timed = self._run(job.spec, slot, lib, plan, out_dir)
         if not isinstance(timed, Verdict):
             self._count_seconds(timed)
+            if medians is not None and timed and timed[0]["samples_us"]:
+                medians[library_key(lib)] = summarize(timed[0]["samples_us"]).median_us
         if isinstance(timed, Verdict):
             shutil.rmtree(out_dir, ignore_errors=True)
             return _settled(timed)
         return self._judge(job.spec, plan, timed, floors, out_dir, slot.gpu.l2_bytes or (40 << 20))
+
+    def idle_time(self, job: Job, slot: Slot, lib: Library, bench: Future[BenchPlan]) -> SampleStats | None:
+        """The first benchmark shape of a timed finalist sampled again in the ``idle-gaps`` regime (no checks: its
+        back-to-back timing checked what its calls left); None where that fails (a note says why: the
+        back-to-back time stands alone)."""
+        plan = bench.result()
+        requests = shape_requests(job.spec, plan, slot.workdir / "bench-idle")[:1]
+        header = time_request(library_key(lib), requests, budget_s=self._budget_s, regime="idle-gaps")
+        try:
+            failed = slot.load(job.spec, lib, timeout_s=self._call_timeout_s)  # again after a worker restart
+            reply, _ = slot.request(header, timeout_s=self.timeout_s) if failed is None else ({"error": failed}, [])
+        except (WorkerDied, WorkerTimedOut) as exc:
+            self._note(f"{job.spec.name}: timing {lib.digest[:12]} with idle gaps failed: {exc}", job.spec.name)
+            return None
+        shapes = cast(TimeReply, reply).get("shapes") or [] if reply.get("ok") else []
+        if not shapes or not shapes[0]["samples_us"]:
+            why = reply.get("error") or "no samples"
+            self._note(f"{job.spec.name}: timing {lib.digest[:12]} with idle gaps failed: {why}", job.spec.name)
+            return None
+        return summarize(shapes[0]["samples_us"])
 
     def _count_seconds(self, shapes: list[TimedShape]) -> None:
         """The worker's account of its time (``worker_sets_s``, ``worker_samples_s``, ``worker_checks_s``): numbers

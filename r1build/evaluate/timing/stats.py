@@ -9,27 +9,48 @@ The worker times each benchmark shape with CUDA events on the stream, L2 flushed
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ...manifest.model import KernelSpec
 from ...records import Timing
 from ...selection.noise import STOP_ERROR, median_and_spread
-from ..child.messages import ArrayRequest, BenchShapeRequest, ReferenceShape, TimeReferenceRequest, TimeRequest
+from ..child.messages import (
+    ArrayRequest,
+    BenchShapeRequest,
+    ReferenceShape,
+    Regime,
+    TimeReferenceRequest,
+    TimeRequest,
+)
 from ..correctness.inputs import array_shape, numpy_dtype, scalar_values
 from .floors import DeviceFloors, floor_us, shape_key
 
 __all__ = [
+    "FINALISTS",
+    "IDLE_GAP_US",
     "LibraryTime",
     "SampleStats",
     "array_requests",
     "build_timing",
+    "finalists",
     "library_time",
     "reference_request",
     "summarize",
     "time_request",
+    "with_regimes",
 ]
+
+
+IDLE_GAP_US = 1000.0
+"""How long the GPU sits idle before each sample of the ``idle-gaps`` regime: long enough for the SMs' clocks and
+caches to go cold between calls, as between the requests of a serving engine; short enough that 20 samples take
+tens of milliseconds."""
+
+
+FINALISTS = 3
+"""How many of a job's timed candidates (the fastest back to back) are timed again with idle gaps."""
 
 
 @dataclass(frozen=True)
@@ -81,13 +102,16 @@ def time_request(
     stop_error: float = STOP_ERROR,
     graph_below_us: float = 10.0,
     park: bool = False,
+    regime: Regime = "back-to-back",
+    idle_gap_us: float = IDLE_GAP_US,
 ) -> TimeRequest:
     """The worker request that times one library at every benchmark shape (``shapes`` from
     :func:`~.bench_checks.shape_requests`; see the worker's ``_time_shape`` for how a sample is made); with
     ``park``, what the timed calls left stays on the GPU for the judge process (:mod:`.child.judge`). A shape
     takes at least ``min_samples`` samples, then more while its budget and ``max_samples`` allow and the standard
-    error of its median is above ``stop_error`` (:data:`~r1build.selection.noise.STOP_ERROR`)."""
-    return {
+    error of its median is above ``stop_error`` (:data:`~r1build.selection.noise.STOP_ERROR`). ``regime``
+    ``idle-gaps``: each sample is one call after ``idle_gap_us`` of an idle GPU and an L2 flush (no checks after)."""
+    request: TimeRequest = {
         "park": park,
         "op": "time",
         "lib": lib,
@@ -98,6 +122,10 @@ def time_request(
         "graph_below_us": graph_below_us,
         "shapes": shapes,
     }
+    if regime != "back-to-back":
+        request["regime"] = regime
+        request["idle_gap_us"] = idle_gap_us
+    return request
 
 
 def reference_request(spec: KernelSpec, root: str) -> TimeReferenceRequest:
@@ -168,3 +196,18 @@ def build_timing(
             shape_key(spec, sizes): round(s.median_us, 4) for sizes, s in zip(spec.bench_shapes, stats, strict=False)
         },
     )
+
+
+def finalists(medians: Mapping[str, float], n: int = FINALISTS) -> list[str]:
+    """The ``n`` fastest of ``medians`` (library key → back-to-back median at the first benchmark shape), fastest
+    first: the candidates timed again with idle gaps."""
+    return sorted(medians, key=lambda k: (medians[k], k))[:n]
+
+
+def with_regimes(timing: Timing, idle: SampleStats | None) -> Timing:
+    """``timing`` with both regimes' medians recorded (``Timing.regimes``) where the finalist was timed with idle
+    gaps; as it is otherwise."""
+    if idle is None:
+        return timing
+    regimes = {"back-to-back": timing.median_us, "idle-gaps": round(idle.median_us, 4)}
+    return replace(timing, regimes=regimes)
