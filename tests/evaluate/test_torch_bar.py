@@ -36,10 +36,12 @@ def test_the_faster_of_eager_and_compile_is_the_bar(root_manifest: Manifest) -> 
     eager = torch_time(spec, {"ok": True, "shapes": [{"eager_us": [8.0], "compile_error": "BackendCompilerFailed"}]})
     assert (eager.median_us, eager.mode, eager.compile_us, eager.note) == (8.0, "eager", None, None)
     failed = torch_time(
-        spec, {"ok": True, "shapes": [{"eager_error": "TypeError: bad\nline", "compile_error": "TypeError: bad"}]}
+        spec,
+        {"ok": True, "shapes": [{"eager_error": "TypeError: bad\nline", "compile_error": "TypeError: bad \\ \u00e9"}]},
     )
     assert failed.median_us is None and failed.note is not None and "\n" not in failed.note
     assert "kernels.torch_ref:rmsnorm could not be timed (eager: TypeError: bad line; compile:" in failed.note
+    assert failed.note.endswith("compile: TypeError: bad ? ?)")  # one printable line, as the lock's torch-note
     missing = torch_time(spec, {"ok": False, "error": "torch is not installed in the GPU worker's environment"})
     assert missing.note is not None and "torch is not installed" in missing.note
 

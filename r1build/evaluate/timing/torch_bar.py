@@ -67,7 +67,10 @@ def torch_time(spec: KernelSpec, reply: Mapping[str, object]) -> TorchTime:
         why = "; ".join(f"{m}: {first[f'{m}_error']}" for m in ("eager", "compile") if first.get(f"{m}_error"))
     else:
         why = str(reply.get("error") or "")
-    why = " ".join((why or "no samples came back").split())[:300]
+    why = "".join(
+        c if " " <= c <= "~" and c != "\\" else "?" for c in " ".join((why or "no samples came back").split())
+    )
+    why = why[:300]  # one printable line: the lock's torch-note
     return TorchTime(None, note=f"the torch-reference {spec.torch_reference} could not be timed ({why})")
 
 
