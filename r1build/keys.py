@@ -40,7 +40,8 @@ def normalized_spec(manifest: Manifest, spec: KernelSpec) -> dict[str, Any]:
     data = dataclasses.asdict(spec)
     data.pop("archs")
     data.pop("budget")  # part of the generation settings below
-    for verdict_only in ("gpu_reference", "must_beat", "margin"):  # judge the winner against the library, never pick it
+    # judge the winner against the library and torch, never pick it
+    for verdict_only in ("gpu_reference", "torch_reference", "must_beat", "margin"):
         data.pop(verdict_only)
     data.pop("timing_regime")
     regime = manifest.timing_regime_of(spec)

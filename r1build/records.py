@@ -186,6 +186,14 @@ class Timing:
     library_note: str | None = None
     """Why there is no ``speedup_vs_reference``: the library's timing failed (the reference does not run on cupy,
     and the error it raised there), so the figure is missing for a reason, not silently."""
+    speedup_vs_torch: float | None = None
+    """The torch bar's time (the faster of eager and ``torch.compile`` of the kernel's ``torch-reference``) / this
+    time, where the kernel names a torch reference and torch ran in the GPU worker."""
+    torch_mode: str | None = None
+    """Which torch run set the bar: ``eager`` or ``compile``."""
+    torch_note: str | None = None
+    """Why a kernel naming a ``torch-reference`` has no ``speedup_vs_torch`` (torch missing in the GPU worker's
+    environment, or the error the torch reference raised)."""
     shapes: dict[str, float] = field(default_factory=dict)
     """Median microseconds per benchmark shape, keyed by the shape written as ``n=1024,m=7``."""
     regimes: dict[str, float] = field(default_factory=dict)

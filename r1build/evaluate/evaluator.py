@@ -84,6 +84,7 @@ from .slots import Slot, library_key, make_slot
 from .timing.measure import Timer
 from .timing.stats import build_timing, finalists, with_regimes
 from .timing.timeline import Meter
+from .timing.torch_bar import with_torch
 
 if TYPE_CHECKING:
     from ..cache import Cache
@@ -755,6 +756,7 @@ class GpuEvaluator:
         start = time.perf_counter()
         floors = self._timer.floors(slot)
         library = self._timer.library(state.job, slot)
+        torch = self._timer.torch(state.job, slot)
         self._meter.phase("reference_s", start, label(state.job, state.arch))
         start = time.perf_counter()
         judged = []
@@ -770,7 +772,7 @@ class GpuEvaluator:
             entry, lib = libs[key]
             entry.idle = self._timer.idle_time(state.job, slot, lib, state.bench)
         self._meter.phase("time_candidates_s", start, label(state.job, state.arch))
-        return Timed(judged, floors, library)
+        return Timed(judged, floors, library, torch)
 
     def _settle_timing(self, state: JobState, timed: Timed) -> None:
         """Each timed survivor's result, once what its calls left is judged (the GPU is free meanwhile)."""
@@ -798,4 +800,5 @@ class GpuEvaluator:
                 baseline_us=baseline_us,
                 library=timed.library,
             )
-            entry.result = self._result(state, entry, "passed", timing=with_regimes(timing, entry.idle))
+            timing = with_torch(with_regimes(timing, entry.idle), timed.torch)
+            entry.result = self._result(state, entry, "passed", timing=timing)

@@ -23,6 +23,7 @@ from .sanitizer.schedule import KernelKey, SanitizeRuns
 from .slots import Slot
 from .timing.floors import DeviceFloors
 from .timing.stats import LibraryTime, SampleStats
+from .timing.torch_bar import TorchTime
 
 __all__ = [
     "Candidacy",
@@ -117,6 +118,9 @@ class Timed:
     floors: DeviceFloors | None
     library: LibraryTime
     """The library's time, or why there is none."""
+    torch: TorchTime | None = None
+    """The torch bar (the faster of eager and ``torch.compile`` of the ``torch-reference``), or why there is
+    none; None where the kernel names no torch reference."""
 
 
 Checked = Result | tuple[Status, str] | None

@@ -43,7 +43,8 @@ LOCK_VERSION = 3
 """Lock format version. 2 added ``validation`` and ``checks``; a version 1 lock is read with ``validation``
 taken from whether it names a GPU (``validated``) or not (``unvalidated``) and no ``checks``. 3 added the library
 verdict (``speedup-vs-library``, ``share-of-floor``, ``library-note``) and later ``idle-gaps-us``,
-``regime-note`` (the two timing regimes) and ``demoted`` (``r1build audit``), all optional: a version 2 lock is
+``regime-note`` (the two timing regimes), ``demoted`` (``r1build audit``) and ``speedup-vs-torch``,
+``torch-note`` (the torch bar), all optional: a version 2 lock is
 read as it is, without them."""
 REBUILD = "rebuild it with `r1build lock` (it keeps the entries that verify and says what it drops)"
 """The fix every damaged-lock error names."""
@@ -96,6 +97,12 @@ class LockEntry:
     """The hardware floor's time over the winner's (1.0 is at the floor), when measured."""
     library_note: str | None = None
     """Why a measured winner has no ``speedup-vs-library``: the library could not be timed on cupy, and why."""
+    speedup_vs_torch: float | None = None
+    """The torch bar's time (the faster of eager and ``torch.compile`` of the kernel's ``torch-reference``) over
+    the winner's on the first benchmark shape: above 1 the winner is faster than torch; when measured."""
+    torch_note: str | None = None
+    """Why a measured winner of a kernel naming a ``torch-reference`` has no ``speedup-vs-torch`` (torch missing
+    in the GPU worker's environment, or the error the torch reference raised)."""
     idle_gaps_us: float | None = None
     """The winner's median in the ``idle-gaps`` timing regime (an idle GPU and a cold L2 before each call) on the
     first benchmark shape, where it was a finalist timed in both regimes; ``time-us`` is the back-to-back one."""
@@ -280,8 +287,10 @@ def render_lock(lock: Lock) -> str:
         "toolchain",
         "speedup-vs-library",
         "share-of-floor",
+        "speedup-vs-torch",
         "idle-gaps-us",
         "library-note",
+        "torch-note",
         "regime-note",
         "demoted",
         "key",
@@ -296,7 +305,13 @@ def render_lock(lock: Lock) -> str:
             v = getattr(e, k.replace("-", "_"))
             if v is None or (isinstance(v, dict) and not v and k == "defines"):
                 continue
-            if k in ("time-us", "speedup-vs-library", "share-of-floor", "idle-gaps-us") and isinstance(v, float):
+            if k in (
+                "time-us",
+                "speedup-vs-library",
+                "share-of-floor",
+                "speedup-vs-torch",
+                "idle-gaps-us",
+            ) and isinstance(v, float):
                 v = round(v, 3)
             lines.append(f"{k} = {_value(v)}")
     return "\n".join(lines) + "\n"

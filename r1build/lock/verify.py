@@ -88,7 +88,7 @@ def entry_problem(e: LockEntry) -> FieldProblem | None:
         value = getattr(e, name)
         if value is not None and not _TEXT.fullmatch(value):
             return name.replace("_", "-"), f"{value!r} is not one printable line"
-    for name in ("demoted", "regime_note"):
+    for name in ("demoted", "regime_note", "torch_note"):
         value = getattr(e, name)
         if value is not None and not _REASON.fullmatch(value):
             return name.replace("_", "-"), f"{value[:80]!r} is not one printable line of at most 600 characters"
@@ -102,7 +102,7 @@ def entry_problem(e: LockEntry) -> FieldProblem | None:
         return "checks", "only a validated winner records the version of the GPU checks that validated it"
     if e.time_us is not None and not (math.isfinite(e.time_us) and e.time_us > 0):
         return "time-us", f"{e.time_us!r} is not a positive time"
-    for name in ("speedup_vs_library", "share_of_floor", "idle_gaps_us"):
+    for name in ("speedup_vs_library", "share_of_floor", "speedup_vs_torch", "idle_gaps_us"):
         value = getattr(e, name)
         if value is not None and (isinstance(value, bool) or not (math.isfinite(value) and value > 0)):
             return name.replace("_", "-"), f"{value!r} is not a positive ratio"

@@ -208,8 +208,22 @@ def load_manifest(path: Path, *, check_references: bool = True) -> Manifest:
     _check_project_paths(v, settings, path)
     validated, digests = _validate_kernels(v, kernels, path.parent, check_references=check_references)
     _check_lock_is_no_kernel_file(v, settings, path.parent, validated)
+    _check_torch_bars(v, settings, kernels)
     targets = _settled_targets(raw_settings, settings, kernels)
     return Manifest(path=path, settings=settings, kernels=validated, reference_digests=digests, targets=targets)
+
+
+def _check_torch_bars(v: _Validator, settings: ProjectSettings, kernels: list[KernelSpec]) -> None:
+    """A kernel that must beat torch (its ``must-beat``, else the project's) names a ``torch-reference``."""
+    for i, spec in enumerate(kernels):
+        bar = spec.must_beat or settings.must_beat
+        if bar in ("torch", "library-and-torch") and spec.torch_reference is None:
+            where: KeyPath = ("kernel", i, "must-beat") if spec.must_beat else ("must-beat",)
+            raise v.fail(
+                where,
+                f'must-beat = "{bar}" needs a `torch-reference` for kernel {spec.name!r} (a function on torch '
+                "tensors next to the manifest, `module:function`); name one or set another `must-beat`",
+            )
 
 
 def _validate_kernels(
@@ -241,11 +255,13 @@ def _validate_kernels(
                 check_reference_statically(root, spec.reference)
         except ReferenceProblem as exc:
             raise v.fail(("kernel", i, "reference"), str(exc)) from None
-        if spec.gpu_reference is not None:
-            try:  # never imported here: it imports cupy, which a machine without a GPU may lack
-                check_reference_statically(root, spec.gpu_reference)
+        for key, named in (("gpu-reference", spec.gpu_reference), ("torch-reference", spec.torch_reference)):
+            if named is None:
+                continue
+            try:  # never imported here: it imports cupy or torch, which this machine may lack
+                check_reference_statically(root, named)
             except ReferenceProblem as exc:
-                raise v.fail(("kernel", i, "gpu-reference"), str(exc)) from None
+                raise v.fail(("kernel", i, key), str(exc)) from None
         validated.append(spec)
     return validated, digests
 
@@ -747,8 +763,9 @@ def _check_tunables(v: _Validator, spec: KernelSpec, at: KeyPath, names: dict[st
 
 
 def _check_references(v: _Validator, spec: KernelSpec, at: KeyPath, root: Path) -> None:
-    """``reference`` and ``gpu-reference`` name a function in a module next to the manifest."""
-    for key, ref in (("reference", spec.reference), ("gpu-reference", spec.gpu_reference)):
+    """``reference``, ``gpu-reference`` and ``torch-reference`` name a function in a module next to the manifest."""
+    refs = (("reference", spec.reference), ("gpu-reference", spec.gpu_reference))
+    for key, ref in (*refs, ("torch-reference", spec.torch_reference)):
         if ref is None:
             continue
         if not _REFERENCE.fullmatch(ref):

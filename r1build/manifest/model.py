@@ -68,7 +68,7 @@ INTEGER_DTYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16"
 Role = Literal["in", "out", "inout"]
 Provider = Literal["deepseek", "vllm", "sglang", "nim", "openai"]
 Visibility = Literal["hidden", "default"]
-MustBeat = Literal["library", "none"]
+MustBeat = Literal["library", "torch", "library-and-torch", "none"]
 TimingRegime = Literal["back-to-back", "idle-gaps"]
 """How candidates are timed for ranking: ``back-to-back`` (calls queued one after another: small kernels as a CUDA
 graph, an L2 flush before each larger call) or ``idle-gaps`` (an idle GPU before every call and a cold L2, as a
@@ -268,10 +268,18 @@ class KernelSpec:
     winner's speedup is set against. Absent: the numpy ``reference`` is run on cupy arrays (its ``numpy``
     rebound to cupy), which fails for code cupy cannot run (``r1build check`` names the likely cases). Not part
     of the decision key: it changes the figure, never the winner."""
+    torch_reference: str | None = None
+    """``module:function`` next to the manifest, like ``reference``: the same computation written for torch
+    tensors (called with torch tensors on the GPU, the same keyword arguments; scalars as Python numbers). Where
+    ``torch`` is installed in the GPU worker's environment it is timed eager and under ``torch.compile`` at the
+    benchmark shapes, and the faster of the two is the torch bar a winner's ``speedup-vs-torch`` is set against;
+    ``r1build check`` runs it on CPU tensors of the first test shape against the numpy reference where torch is
+    installed. Not part of the decision key: it changes the figure, never the winner."""
     must_beat: MustBeat | None = None
     """``library``: a winner measured slower than the library (by less than ``margin``) fails this kernel × arch
-    as when no candidate may win (nothing is locked or emitted for it); ``none``: only a warning. The project's
-    ``must-beat`` when absent."""
+    as when no candidate may win (nothing is locked or emitted for it); ``torch``: the same against the torch bar
+    (the faster of eager and ``torch.compile`` of the ``torch-reference``); ``library-and-torch``: both;
+    ``none``: only a warning. The project's ``must-beat`` when absent."""
     margin: float | None = bounded(None, ge=0, le=10)
     """With ``must-beat = "library"``: how much faster than the library the winner must be, as a fraction
     (``0.05``: a speedup of at least 1.05). The project's ``margin`` when absent."""
@@ -381,7 +389,8 @@ class ProjectSettings:
     must_beat: MustBeat = "none"
     """Every kernel's ``must-beat`` where it sets none: ``library`` makes a winner measured slower than the
     library (the reference on cupy, or the kernel's ``gpu-reference``) by less than ``margin`` fail its kernel ×
-    arch; ``none`` (the default) says such a winner in a warning and keeps it."""
+    arch; ``torch`` the same against the torch bar (each kernel then needs a ``torch-reference``);
+    ``library-and-torch`` both; ``none`` (the default) says such a winner in a warning and keeps it."""
     margin: float = bounded(0.0, ge=0, le=10)
     """Every kernel's ``margin`` where it sets none: the fraction by which a winner must beat the library under
     ``must-beat = "library"`` (0: not slower)."""
@@ -425,7 +434,11 @@ class Manifest:
 
     def must_beat_library(self, spec: KernelSpec) -> bool:
         """Whether a winner of ``spec`` must beat the library (the kernel's ``must-beat``, else the project's)."""
-        return (spec.must_beat or self.settings.must_beat) == "library"
+        return (spec.must_beat or self.settings.must_beat) in ("library", "library-and-torch")
+
+    def must_beat_torch(self, spec: KernelSpec) -> bool:
+        """Whether a winner of ``spec`` must beat the torch bar (the kernel's ``must-beat``, else the project's)."""
+        return (spec.must_beat or self.settings.must_beat) in ("torch", "library-and-torch")
 
     def timing_regime_of(self, spec: KernelSpec) -> TimingRegime:
         """The timing regime that ranks ``spec``'s candidates (the kernel's, else the project's)."""

@@ -86,6 +86,8 @@ def decision_refusal(manifest: Manifest, spec: KernelSpec, arch: str, key: str, 
         speedup_vs_library=timing.speedup_vs_reference if timing is not None else None,
         share_of_floor=timing.share_of_floor if timing is not None else None,
         library_note=timing.library_note if timing is not None else None,
+        speedup_vs_torch=timing.speedup_vs_torch if timing is not None else None,
+        torch_note=timing.torch_note if timing is not None else None,
         idle_gaps_us=timing.regimes.get("idle-gaps") if timing is not None else None,
         regime_note=timing.regime_note if timing is not None else None,
     )
@@ -143,6 +145,8 @@ def from_decision(run: Run, q: Question, decision: Decision, state: Found) -> Re
         speedup_vs_library=timing.speedup_vs_reference if timing is not None else None,
         share_of_floor=timing.share_of_floor if timing is not None else None,
         library_note=timing.library_note if timing is not None else None,
+        speedup_vs_torch=timing.speedup_vs_torch if timing is not None else None,
+        torch_note=timing.torch_note if timing is not None else None,
         idle_gaps_us=timing.regimes.get("idle-gaps") if timing is not None else None,
         regime_note=timing.regime_note if timing is not None else None,
     )
@@ -305,6 +309,8 @@ def _from_lock(run: Run, q: Question, entry: LockEntry, found: WinnerSource) -> 
         speedup_vs_library=entry.speedup_vs_library,
         share_of_floor=entry.share_of_floor,
         library_note=entry.library_note,
+        speedup_vs_torch=entry.speedup_vs_torch,
+        torch_note=entry.torch_note,
         idle_gaps_us=entry.idle_gaps_us,
         regime_note=entry.regime_note,
     )

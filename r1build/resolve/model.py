@@ -86,6 +86,11 @@ class Resolved:
     """The hardware floor's time over the winner's, when measured."""
     library_note: str | None = None
     """Why a measured winner has no speedup over the library."""
+    speedup_vs_torch: float | None = None
+    """The torch bar's time over the winner's (the lock's ``speedup-vs-torch``), where the kernel names a
+    ``torch-reference`` and torch was timed."""
+    torch_note: str | None = None
+    """Why a measured winner of a kernel naming a ``torch-reference`` has no speedup over torch."""
     idle_gaps_us: float | None = None
     """Its median in the ``idle-gaps`` timing regime (the lock's ``idle-gaps-us``), where it was a finalist."""
     regime_note: str | None = None

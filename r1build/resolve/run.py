@@ -51,6 +51,8 @@ def _lock_entry(manifest: Manifest, r: Resolved, previous: LockEntry | None) -> 
         speedup_vs_library=r.speedup_vs_library if r.time_us is not None else None,
         share_of_floor=r.share_of_floor if r.time_us is not None else None,
         library_note=r.library_note if r.time_us is not None else None,
+        speedup_vs_torch=r.speedup_vs_torch if r.time_us is not None else None,
+        torch_note=r.torch_note if r.time_us is not None else None,
         idle_gaps_us=r.idle_gaps_us if r.time_us is not None else None,
         regime_note=r.regime_note if r.time_us is not None else None,
     )

@@ -54,6 +54,31 @@ def test_verdict_settings_per_kernel_and_project(root_copy: Path) -> None:
     assert decision_key(m, rms, "sm_90") == decision_key(before, before.kernel("rmsnorm"), "sm_90")
 
 
+def test_torch_reference_and_torch_bars(root_copy: Path) -> None:
+    """``torch-reference`` is resolved like ``reference`` and is no part of the decision key; ``must-beat``
+    ``torch`` and ``library-and-torch`` ask for the torch bar (and the library's with the latter)."""
+    from r1build.keys import decision_key
+
+    path = root_copy / "kernels.toml"
+    before = load_manifest(path)
+    text = path.read_text(encoding="utf-8")
+    text = text.replace(
+        'reference = "kernels.reference:rmsnorm"',
+        'reference = "kernels.reference:rmsnorm"\ntorch-reference = "kernels.reference:rmsnorm"\nmust-beat = "torch"',
+        1,
+    )
+    path.write_text(text, encoding="utf-8")
+    m = load_manifest(path)
+    rms, silu = m.kernel("rmsnorm"), m.kernel("silu_mul")
+    assert rms.torch_reference == "kernels.reference:rmsnorm" and silu.torch_reference is None
+    assert m.must_beat_torch(rms) and not m.must_beat_library(rms)
+    assert not m.must_beat_torch(silu) and not m.must_beat_library(silu)
+    assert decision_key(m, rms, "sm_90") == decision_key(before, before.kernel("rmsnorm"), "sm_90")
+    path.write_text(text.replace('must-beat = "torch"', 'must-beat = "library-and-torch"', 1), encoding="utf-8")
+    both = load_manifest(path)
+    assert both.must_beat_torch(both.kernel("rmsnorm")) and both.must_beat_library(both.kernel("rmsnorm"))
+
+
 def test_committed_schema_is_current() -> None:
     assert SCHEMA_PATH.read_text(encoding="utf-8") == render_schema(), (
         "regenerate with: python -m r1build.manifest.schema"
@@ -159,6 +184,34 @@ CASES = [
         'reference = "kernels.reference:rmsnorm"\nmust-beat = "cublas"',
         "'cublas'",
         "kernel[5].must-beat",
+        "must-beat",
+    ),
+    (
+        'reference = "kernels.reference:rmsnorm"',
+        'reference = "kernels.reference:rmsnorm"\ntorch-refrence = "kernels.reference:rmsnorm"',
+        "unknown key 'torch-refrence' (did you mean 'torch-reference'?)",
+        "kernel[5].torch-refrence",
+        "torch-refrence",
+    ),
+    (
+        'reference = "kernels.reference:rmsnorm"',
+        'reference = "kernels.reference:rmsnorm"\ntorch-reference = "kernels.reference:rmsnrm"',
+        "has no function 'rmsnrm' (did you mean 'rmsnorm'?)",
+        "kernel[5].torch-reference",
+        "torch-reference",
+    ),
+    (
+        'reference = "kernels.reference:rmsnorm"',
+        'reference = "kernels.reference:rmsnorm"\nmust-beat = "torch"',
+        "must-beat = \"torch\" needs a `torch-reference` for kernel 'rmsnorm'",
+        "kernel[5].must-beat",
+        "must-beat",
+    ),
+    (
+        'target = "r1build::kernels"',
+        'target = "r1build::kernels"\nmust-beat = "library-and-torch"',
+        'must-beat = "library-and-torch" needs a `torch-reference` for kernel',
+        "must-beat",
         "must-beat",
     ),
     (

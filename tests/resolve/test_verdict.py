@@ -122,3 +122,86 @@ def test_status_shows_the_library_verdict(locked: Path, cache_dir: Path, capsys:
     assert main(status) == 0
     out = capsys.readouterr().out
     assert "0.90x" in out and "42%" in out
+
+
+TORCH_REF = """import torch
+
+
+def silu_mul(gate: torch.Tensor, up: torch.Tensor, n: int) -> torch.Tensor:
+    return torch.nn.functional.silu(gate) * up
+"""
+
+
+def _torch_bar(project: Path, cache_dir: Path, library: float, torch: float | None, note: str | None = None) -> None:
+    """silu_mul names a torch-reference (kernels/torch_ref.py) and its cached decision is replanted with speedups
+    over the library and over torch (or why torch has none), as a GPU run records them."""
+    (project / "kernels" / "torch_ref.py").write_text(TORCH_REF, encoding="utf-8")
+    toml = project / "kernels.toml"
+    text = toml.read_text(encoding="utf-8")
+    ref = 'reference = "kernels.reference:silu_mul"'
+    toml.write_text(text.replace(ref, ref + '\ntorch-reference = "kernels.torch_ref:silu_mul"', 1), encoding="utf-8")
+    _replant(project, cache_dir, library)
+    m = load_manifest(toml)
+    key = decision_key(m, m.kernel("silu_mul"), "sm_90")
+    with Cache(cache_dir) as cache:
+        decision = cache.get_decision(key)
+        assert decision is not None
+        result = decision.results[0]
+        assert result.timing is not None
+        timing = dataclasses.replace(result.timing, speedup_vs_torch=torch, torch_mode="compile", torch_note=note)
+        cache.put_decision(dataclasses.replace(decision, results=[dataclasses.replace(result, timing=timing)]))
+
+
+@pytest.mark.slow
+def test_slower_than_torch_warns_and_is_locked(
+    locked: Path, cache_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _torch_bar(locked, cache_dir, library=1.5, torch=0.7)
+    assert _resolve(locked, cache_dir) == 0
+    err = capsys.readouterr().err
+    assert "silu_mul/sm_90" in err and "slower than torch: 0.70x torch (slower)" in err
+    assert "slower than the library" not in err
+    entry = (read_lock(locked / "kernels.lock") or pytest.fail("no lock")).entry("silu_mul", "sm_90")
+    assert entry is not None and (entry.speedup_vs_library, entry.speedup_vs_torch) == (1.5, 0.7)
+    assert "speedup-vs-torch = 0.7" in (locked / "kernels.lock").read_text(encoding="utf-8")
+    assert main(["resolve", "--locked", "-m", str(locked), *OFFLINE, "--cache-dir", str(cache_dir)]) == 0
+    assert "0.70x torch (slower)" in capsys.readouterr().err  # the locked winner says it too
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("must_beat", "library", "torch", "said"),
+    [
+        ("torch", 1.5, 1.04, '1.04x torch (faster); must-beat = "torch" with margin 0.05 needs at least 1.05x torch'),
+        ("library-and-torch", 0.9, 1.5, '0.90x the library (slower); must-beat = "library-and-torch"'),
+        ("library-and-torch", 1.5, 0.9, '0.90x torch (slower); must-beat = "library-and-torch"'),
+    ],
+)
+def test_short_of_the_torch_bar_fails_under_must_beat(
+    locked: Path,
+    cache_dir: Path,
+    capsys: pytest.CaptureFixture[str],
+    must_beat: str,
+    library: float,
+    torch: float,
+    said: str,
+) -> None:
+    _settle(locked, must_beat=must_beat, margin=0.05)
+    _torch_bar(locked, cache_dir, library=library, torch=torch)
+    assert _resolve(locked, cache_dir) == NoWinnerError.exit_code
+    err = capsys.readouterr().err
+    assert "silu_mul" in err and said in err
+    lock = read_lock(locked / "kernels.lock")
+    assert lock is None or lock.entry("silu_mul", "sm_90") is None
+
+
+@pytest.mark.slow
+def test_must_beat_torch_without_a_torch_time_says_why(
+    locked: Path, cache_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _settle(locked, must_beat="torch")
+    note = "the torch-reference kernels.torch_ref:silu_mul could not be timed (torch is not installed)"
+    _torch_bar(locked, cache_dir, library=1.5, torch=None, note=note)
+    assert _resolve(locked, cache_dir) == NoWinnerError.exit_code
+    err = capsys.readouterr().err
+    assert "torch is not installed" in err and "install torch in the GPU worker" in err

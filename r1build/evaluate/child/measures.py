@@ -1,14 +1,18 @@
-"""What the worker measures besides candidates: the numpy reference run on cupy, and the device's floors.
+"""What the worker measures besides candidates: the numpy reference run on cupy, the torch reference (eager and
+``torch.compile``), and the device's floors.
 
-Functions of the :class:`~.worker.Worker` that serves the request (``time_reference`` and ``floors`` ops).
+Functions of the :class:`~.worker.Worker` that serves the request (``time_reference``, ``time_torch`` and
+``floors`` ops).
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 import statistics
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .messages import (
     FloorsReply,
@@ -17,12 +21,15 @@ from .messages import (
     ReferenceShapeReply,
     TimeReferenceReply,
     TimeReferenceRequest,
+    TimeTorchReply,
+    TimeTorchRequest,
+    TorchShapeReply,
 )
 
 if TYPE_CHECKING:
     from .worker import Worker
 
-__all__ = ["floors", "time_reference"]
+__all__ = ["floors", "time_reference", "time_torch"]
 
 
 def time_reference(
@@ -58,26 +65,73 @@ def time_reference(
 
 
 def _time_reference_shape(worker: Worker, fn: Callable[..., Any], shape: ReferenceShape) -> list[float]:
+    kwargs = _reference_inputs(worker, shape)
+    with worker.stream:
+        return _time_calls(worker, lambda: fn(**kwargs))
+
+
+def _reference_inputs(worker: Worker, shape: ReferenceShape) -> dict[str, Any]:
+    """The keyword arguments of one shape: its scalars, and cupy arrays of random values for its arrays."""
     kwargs: dict[str, Any] = dict(shape["scalars"])
     for a in shape["arrays"]:
         arr = worker.typed_empty(a["dtype"], int(a["count"]))[: int(a["count"])].reshape(a["shape"])
         worker.random_fill(arr, a["dtype"])
         kwargs[a["name"]] = arr
+    return kwargs
+
+
+def _time_calls(worker: Worker, call: Callable[[], Any]) -> list[float]:
+    """Samples (microseconds) of ``call`` on the worker's stream after two warm-up calls, L2 flushed before each:
+    at least 5, up to 30 within a second."""
     e0, e1 = worker.event_pair(0)
-    with worker.stream:
-        for _ in range(2):
-            fn(**kwargs)
-        worker.stream.synchronize()
-        samples: list[float] = []
-        deadline = time.monotonic() + 1.0
-        while len(samples) < 5 or (len(samples) < 30 and time.monotonic() < deadline):
-            worker.flush_l2()
-            e0.record(worker.stream)
-            fn(**kwargs)
-            e1.record(worker.stream)
-            e1.synchronize()
-            samples.append(worker.cp.cuda.get_elapsed_time(e0, e1) * 1000.0)
+    for _ in range(2):
+        call()
+    worker.stream.synchronize()
+    samples: list[float] = []
+    deadline = time.monotonic() + 1.0
+    while len(samples) < 5 or (len(samples) < 30 and time.monotonic() < deadline):
+        worker.flush_l2()
+        e0.record(worker.stream)
+        call()
+        e1.record(worker.stream)
+        e1.synchronize()
+        samples.append(worker.cp.cuda.get_elapsed_time(e0, e1) * 1000.0)
     return samples
+
+
+def time_torch(worker: Worker, h: TimeTorchRequest, _bufs: list[bytes]) -> tuple[TimeTorchReply, list[bytes]]:
+    """Time the kernel's torch reference, eager and under ``torch.compile``, on the inputs the library gets (cupy
+    arrays handed to torch through DLPack, no copy), torch running on the worker's stream. No torch in this
+    environment: a failed reply saying so (the parent keeps it as the lock's ``torch-note``)."""
+    from pathlib import Path
+
+    try:
+        torch: Any = importlib.import_module("torch")  # typed as Any: mypy runs where torch may be missing
+    except ImportError as exc:
+        return {"ok": False, "error": f"torch is not installed in the GPU worker's environment ({exc})"}, []
+    from ...manifest.reference import load_reference
+
+    fn = load_reference(Path(h["root"]), str(h["reference"]))
+    calls: list[tuple[str, Callable[..., Any]]] = [("eager", fn)]
+    if h.get("compile", True):
+        calls.append(("compile", torch.compile(fn)))
+    stream = torch.cuda.ExternalStream(worker.stream.ptr)
+    out: list[TorchShapeReply] = []
+    for si, shape in enumerate(h["shapes"]):
+        made = _reference_inputs(worker, shape)
+        kwargs = {k: torch.from_dlpack(v) if hasattr(v, "__dlpack__") else v for k, v in made.items()}
+        row: dict[str, Any] = {}
+        for mode, f in calls:
+            try:
+                with worker.stream, torch.cuda.stream(stream):
+                    row[f"{mode}_us"] = _time_calls(worker, functools.partial(f, **kwargs))
+            except worker.rt.CUDARuntimeError as exc:
+                worker.settle("timing the torch reference", exc)
+            except Exception as exc:  # the torch reference fails here: report, do not fail
+                row[f"{mode}_error"] = f"{type(exc).__name__}: {exc}"[:500]
+        out.append(cast(TorchShapeReply, row))
+        worker.tick(si)
+    return {"ok": True, "shapes": out}, []
 
 
 def floors(worker: Worker, _h: FloorsRequest, _bufs: list[bytes]) -> tuple[FloorsReply, list[bytes]]:

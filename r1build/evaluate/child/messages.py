@@ -5,7 +5,7 @@ parent builds them (``checks``, ``timing``, ``bench_checks``, ``evaluator``), th
 checker holds both sides to one definition. Standard library only: the harness and the worker import it.
 
 Requests (``op``): ``load``, ``check``, ``time``, ``save_parked``, ``judge`` (to the judge process only),
-``time_reference``, ``floors``, ``ping``, ``exit``; each reply has ``ok`` and, on failure, ``error``
+``time_reference``, ``time_torch``, ``floors``, ``ping``, ``exit``; each reply has ``ok`` and, on failure, ``error``
 (``fatal``/``exiting`` when the worker's CUDA context is gone). While a request runs the worker may send
 :class:`Tick` messages (progress, so a hang shows in seconds). The sanitizer's job file is :class:`SanitizeJob`.
 """
@@ -52,7 +52,10 @@ __all__ = [
     "TimeReferenceRequest",
     "TimeReply",
     "TimeRequest",
+    "TimeTorchReply",
+    "TimeTorchRequest",
     "TimedShape",
+    "TorchShapeReply",
 ]
 
 Regime = Literal["back-to-back", "idle-gaps"]
@@ -335,6 +338,28 @@ class ReferenceShapeReply(TypedDict, total=False):
 
 class TimeReferenceReply(Reply):
     shapes: NotRequired[list[ReferenceShapeReply]]
+
+
+# -- time_torch: the torch reference, eager and under torch.compile ---------------------------------------------
+class TimeTorchRequest(TypedDict):
+    op: Literal["time_torch"]
+    root: str
+    reference: str
+    """``module:function`` on torch tensors (the kernel's ``torch-reference``)."""
+    shapes: list[ReferenceShape]
+    compile: bool
+    """Whether to time ``torch.compile`` of it too (eager always)."""
+
+
+class TorchShapeReply(TypedDict, total=False):
+    eager_us: list[float]
+    compile_us: list[float]
+    eager_error: str
+    compile_error: str
+
+
+class TimeTorchReply(Reply):
+    shapes: NotRequired[list[TorchShapeReply]]
 
 
 # -- floors: the device's bandwidth and fp32 peak ---------------------------------------------------------------

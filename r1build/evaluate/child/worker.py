@@ -30,6 +30,9 @@ Operations (``op`` of a request):
     reference's on this process's GPU (:mod:`.judge`).
 ``time_reference``
     time the spec's numpy reference called with cupy arrays (many numpy functions dispatch to cupy; :mod:`.measures`).
+``time_torch``
+    time the spec's ``torch-reference`` eager and under ``torch.compile`` on the same inputs (cupy arrays through
+    DLPack; :mod:`.measures`).
 ``floors``
     measure device bandwidth (device-to-device copy) and fp32 peak (SGEMM and an FMA kernel; :mod:`.measures`).
 
@@ -55,7 +58,7 @@ from .extras import graph_replays, lazy_output_call
 from .guarded import PAST_THE_END, GuardedArrays
 from .harness import CTYPES
 from .judge import OutputJudge, Parking
-from .measures import floors, time_reference
+from .measures import floors, time_reference, time_torch
 from .messages import (
     ArgItem,
     ArrayAlloc,
@@ -135,7 +138,7 @@ _ROLES = frozenset({"in", "out", "inout"})
 """Every role of an array."""
 
 
-_RUNS_CANDIDATES = frozenset({"load", "check", "time", "time_reference", "floors"})
+_RUNS_CANDIDATES = frozenset({"load", "check", "time", "time_reference", "time_torch", "floors"})
 """Requests before which the parked outputs are zeroed (any that may run a candidate's code, or a reference)."""
 
 
@@ -1100,6 +1103,7 @@ def _handlers(worker: Worker) -> dict[str, _Handler]:
         "save_parked": lambda h, b: op_save_parked(worker, h, b),
         "judge": lambda h, b: op_judge(worker, h, b),
         "time_reference": lambda h, b: time_reference(worker, h, b),
+        "time_torch": lambda h, b: time_torch(worker, h, b),
         "floors": lambda h, b: floors(worker, h, b),
         "ping": lambda _h, _b: ({"ok": True}, []),
     }

@@ -42,6 +42,7 @@ from ..sanitizer.schedule import KernelKey
 from ..slots import Slot, library_key
 from .floors import FLOORS_NAMESPACE, DeviceFloors
 from .stats import LibraryTime, SampleStats, library_time, reference_request, summarize, time_request
+from .torch_bar import TorchTime, torch_request, torch_time
 
 if TYPE_CHECKING:
     from ...cache import Cache
@@ -134,6 +135,24 @@ class Timer:
             found = library_time(job.spec, dict(reply))
         if found.note is not None:
             self._note(f"{job.spec.name}: {found.note}; no speedup over the library", job.spec.name)
+        return found
+
+    def torch(self, job: Job, slot: Slot) -> TorchTime | None:
+        """The torch bar at the first benchmark shape (the faster of eager and ``torch.compile`` of the kernel's
+        ``torch-reference``), or why it has none (kept: the lock and ``status`` say it); None where the kernel
+        names no torch reference."""
+        if job.spec.torch_reference is None:
+            return None
+        library = reference_request(job.spec, str(job.manifest.root))
+        header = torch_request(job.spec, library["root"], library["shapes"])
+        try:  # torch.compile compiles once per shape in the worker: a slow first call, within the request's limit
+            reply, _ = slot.request(header, timeout_s=self.timeout_s)
+        except (WorkerDied, WorkerTimedOut) as exc:
+            found = TorchTime(None, note=f"timing the torch-reference failed: {exc}"[:300])
+        else:
+            found = torch_time(job.spec, dict(reply))
+        if found.note is not None:
+            self._note(f"{job.spec.name}: {found.note}; no speedup over torch", job.spec.name)
         return found
 
     def bench_plan(self, job: Job, arch: str, slot: Slot) -> Future[BenchPlan]:
