@@ -54,6 +54,11 @@ class StatusRow:
     """The winner's median in the ``idle-gaps`` timing regime, where it was a finalist timed in both."""
     regime_note: str | None = None
     """Where the winner wins in the ranking timing regime only: which candidate the other ranks first."""
+    speedup_vs_torch: float | None = None
+    """The faster of torch eager and ``torch.compile`` over the winner's time, where the kernel names a
+    ``torch-reference`` and it was measured."""
+    torch_note: str | None = None
+    """Why a measured winner has no speedup over torch (torch missing in the worker, the reference failed)."""
     demoted: str | None = None
     """Why ``r1build audit`` demoted the locked winner (later GPU checks rejected it); the row is then ``locked,
     refused``."""
@@ -243,6 +248,7 @@ def _locked_row(
             _checks_note(entry.validation, entry.checks),
             pending_note,
             _library_note(manifest, spec, entry.time_us, entry.speedup_vs_library, entry.library_note),
+            _torch_note(manifest, spec, entry.time_us, entry.speedup_vs_torch, entry.torch_note),
             entry.regime_note or "",
         ),
         speedup_vs_library=entry.speedup_vs_library,
@@ -250,6 +256,8 @@ def _locked_row(
         library_note=entry.library_note,
         idle_gaps_us=entry.idle_gaps_us,
         regime_note=entry.regime_note,
+        speedup_vs_torch=entry.speedup_vs_torch,
+        torch_note=entry.torch_note,
         demoted=entry.demoted,
     )
 
@@ -289,6 +297,7 @@ def _cached_row(
             _checks_note(validation, checks),
             pending_note,
             _library_note(manifest, spec, t, speedup, library_note),
+            _torch_note(manifest, spec, t, timing.speedup_vs_torch, timing.torch_note) if timing else "",
             (timing.regime_note or "") if timing else "",
         ),
         speedup_vs_library=speedup,
@@ -296,6 +305,8 @@ def _cached_row(
         library_note=library_note,
         idle_gaps_us=timing.regimes.get("idle-gaps") if timing else None,
         regime_note=timing.regime_note if timing else None,
+        speedup_vs_torch=timing.speedup_vs_torch if timing else None,
+        torch_note=timing.torch_note if timing else None,
     )
 
 
@@ -339,6 +350,20 @@ def _library_note(
     if speedup is None:
         return verdict_words(None, why) if why else ""
     return f"slower than the library ({speedup:.2f}x)" if speedup < 1.0 else ""
+
+
+def _torch_note(
+    manifest: Manifest, spec: KernelSpec, time_us: float | None, speedup: float | None, why: str | None
+) -> str:
+    """What ``status`` says of a measured winner against torch, where the kernel names a ``torch-reference``: as
+    :func:`_library_note` says of the library."""
+    if time_us is None or spec.torch_reference is None:
+        return ""
+    if manifest.must_beat_torch(spec) and (speedup is None or speedup < 1.0 + manifest.margin_of(spec)):
+        return f"fails must-beat torch (margin {manifest.margin_of(spec):g}): {verdict_words(speedup, why, 'torch')}"
+    if speedup is None:
+        return verdict_words(None, why, "torch") if why else ""
+    return f"slower than torch ({speedup:.2f}x)" if speedup < 1.0 else ""
 
 
 def _int(value: Any) -> int:

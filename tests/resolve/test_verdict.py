@@ -166,6 +166,12 @@ def test_slower_than_torch_warns_and_is_locked(
     assert "speedup-vs-torch = 0.7" in (locked / "kernels.lock").read_text(encoding="utf-8")
     assert main(["resolve", "--locked", "-m", str(locked), *OFFLINE, "--cache-dir", str(cache_dir)]) == 0
     assert "0.70x torch (slower)" in capsys.readouterr().err  # the locked winner says it too
+    import json
+
+    assert main(["status", "-m", str(locked), "--cache-dir", str(cache_dir), "--json"]) == 0
+    row = next(r for r in json.loads(capsys.readouterr().out)["kernels"] if r["kernel"] == "silu_mul")
+    assert (row["state"], row["speedup_vs_torch"]) == ("locked", 0.7)
+    assert "slower than torch (0.70x)" in row["note"] and "slower than the library" not in row["note"]
 
 
 @pytest.mark.slow
