@@ -12,7 +12,8 @@ Each generated candidate whose transcript is in the cache becomes one record (sc
   ``timed_out``), ``stage`` (``gate`` or ``evaluate``), ``validation``, ``reason`` (one line, empty when passed),
   ``time_us``, ``speedup_vs_baseline``, ``share_of_floor``, ``floor_us``, ``gpu``, ``profile`` (Nsight Compute's
   findings in one line, for a profiled finalist), ``winner``; optional: ``speedup_vs_library`` (the library's time
-  over this one's) and ``library_note`` (why the library has no time), for a timed candidate.
+  over this one's) and ``library_note`` (why the library has no time), ``speedup_vs_torch`` and ``torch_note``
+  (the same against torch, where the kernel names a ``torch-reference``), for a timed candidate.
 
 No record holds an API key or a local path: transcripts are stored scrubbed of every configured secret, and each
 string of a record is scrubbed again of the key variables set now and of this machine's absolute paths (the
@@ -161,7 +162,12 @@ def _records_of(records: KernelRecords, which: DatasetFilter) -> Iterator[dict[s
             "profile": profile_summary(result.profile) if result.profile else None,
             "winner": is_winner,
             **(
-                {"speedup_vs_library": timing.speedup_vs_reference, "library_note": timing.library_note}
+                {
+                    "speedup_vs_library": timing.speedup_vs_reference,
+                    "library_note": timing.library_note,
+                    "speedup_vs_torch": timing.speedup_vs_torch,
+                    "torch_note": timing.torch_note,
+                }
                 if timing
                 else {}
             ),
