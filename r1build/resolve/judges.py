@@ -31,7 +31,9 @@ if TYPE_CHECKING:
     from ..cluster.session import ClusterEvaluator
     from ..evaluate import GpuEvaluator
     from ..gate.static import StaticGate
+    from ..manifest import KernelSpec
     from ..profile import Profiler
+    from ..records import Candidate, Result
 
 
 def _may_generate(manifest: Manifest, options: ResolveOptions, cache: Cache) -> bool:
@@ -107,6 +109,7 @@ class Judges:
         self._cluster: ClusterEvaluator | None = None
         self._connecting = threading.Lock()
         self._gate: StaticGate | None = None
+        self._making_gate = threading.Lock()
         self._objects: Path | None = None
         self._gpu: GpuEvaluator | ClusterEvaluator | None = None
         self._gpu_archs: set[str] | None = None
@@ -122,6 +125,22 @@ class Judges:
     def silence_endpoint(self) -> None:
         """No more requests in this run: the endpoint never answered (a build goes on without it)."""
         self._endpoint = False
+
+    def gate_verdicts(
+        self, manifest: Manifest, spec: KernelSpec, pairs: Sequence[tuple[str, Candidate]]
+    ) -> list[Result]:
+        """The static gate's verdict on each ``(arch, candidate)`` pair: from the cache alone where it holds them
+        all (a warm run makes no gate and imports none of its compile machinery), else :attr:`gate`'s."""
+        if self._gate is None:
+            from ..gate.verdicts import cached_verdicts
+            from ..toolchain.nvcc import toolchain
+
+            found = cached_verdicts(self.cache, manifest, spec, pairs, toolchain())
+            if found is not None:
+                return found
+        with self._making_gate:  # asked from several threads at once
+            gate = self.gate
+        return gate.judge(manifest, spec, pairs)
 
     @property
     def gate(self) -> StaticGate:

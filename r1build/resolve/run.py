@@ -57,7 +57,6 @@ def _lock_entry(manifest: Manifest, r: Resolved, previous: LockEntry | None) -> 
 def _gate_emitted(manifest: Manifest, judges: Judges, entries: Sequence[Resolved]) -> list[Resolved]:
     """Every winner through the static gate for its arch, all kernels at once (compiles run in parallel; cached
     verdicts cost nothing). A winner that fails is a :class:`CompileError`: nothing broken is emitted."""
-    gate = judges.gate
     groups: dict[str, list[int]] = {}
     for i, r in enumerate(entries):
         groups.setdefault(r.spec.name, []).append(i)
@@ -65,7 +64,7 @@ def _gate_emitted(manifest: Manifest, judges: Judges, entries: Sequence[Resolved
         futures = {
             name: pool.submit(
                 contextvars.copy_context().run,
-                gate.judge,
+                judges.gate_verdicts,  # from the cache alone where it holds them all
                 manifest,
                 entries[idx[0]].spec,
                 [(entries[i].arch, entries[i].candidate) for i in idx],
