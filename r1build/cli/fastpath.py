@@ -359,9 +359,8 @@ class Recorder:
         }
 
     def store(self, code: int) -> None:
-        """Store the record of this run in its cache (nothing when it may not be replayed)."""
-        from ..cache import Cache
-
+        """Store the record of this run in its cache (nothing when it may not be replayed): the cache the run
+        used, closed by then, reconnects for this one write (opening it anew would cost its checks again)."""
         record = self.record(code)
         if record is None:
             return
@@ -369,8 +368,12 @@ class Recorder:
         if secret is None:
             return
         record["mac"] = _mac(secret, self.key, record)
-        with Cache(record["cache"], create=False) as cache:
+        cache = self.caches[0]
+        cache.read_log, cache.remote = None, None  # the record is no read of the run's, and stays local
+        try:
             cache.put_json(NAMESPACE, self.key, record)
+        finally:
+            cache.close()
 
 
 _ACTIVE: list[Recorder] = []

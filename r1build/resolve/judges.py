@@ -126,18 +126,26 @@ class Judges:
         """No more requests in this run: the endpoint never answered (a build goes on without it)."""
         self._endpoint = False
 
+    def cached_gate_verdicts(
+        self, manifest: Manifest, spec: KernelSpec, pairs: Sequence[tuple[str, Candidate]]
+    ) -> list[Result] | None:
+        """The static gate's verdict on each ``(arch, candidate)`` pair when the cache holds them all (read without
+        the gate's compile machinery: a warm run makes no gate and imports none of it); None otherwise."""
+        if self._gate is not None:
+            return None
+        from ..gate.verdicts import cached_verdicts
+        from ..toolchain.nvcc import toolchain
+
+        return cached_verdicts(self.cache, manifest, spec, pairs, toolchain())
+
     def gate_verdicts(
         self, manifest: Manifest, spec: KernelSpec, pairs: Sequence[tuple[str, Candidate]]
     ) -> list[Result]:
-        """The static gate's verdict on each ``(arch, candidate)`` pair: from the cache alone where it holds them
-        all (a warm run makes no gate and imports none of its compile machinery), else :attr:`gate`'s."""
-        if self._gate is None:
-            from ..gate.verdicts import cached_verdicts
-            from ..toolchain.nvcc import toolchain
-
-            found = cached_verdicts(self.cache, manifest, spec, pairs, toolchain())
-            if found is not None:
-                return found
+        """The static gate's verdict on each ``(arch, candidate)`` pair: :meth:`cached_gate_verdicts`, else
+        :attr:`gate`'s."""
+        found = self.cached_gate_verdicts(manifest, spec, pairs)
+        if found is not None:
+            return found
         with self._making_gate:  # asked from several threads at once
             gate = self.gate
         return gate.judge(manifest, spec, pairs)
