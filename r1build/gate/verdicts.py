@@ -21,7 +21,6 @@ from ..manifest.model import KernelSpec, Limits, Manifest
 from ..records import Candidate, GateReport, Result
 from ..toolchain.defines import define_problem
 from ..toolchain.nvcc import Toolchain
-from .source import source_problems
 
 __all__ = [
     "ALLOWLIST_VERSION",
@@ -99,6 +98,8 @@ def refused(arch: str, candidate: Candidate, tc: Toolchain) -> Result | None:
     check existed cannot pass it; None for every other candidate."""
     problems = [f"-D{p}" for p in map(define_problem, candidate.defines, candidate.defines.values()) if p]
     if candidate.origin.kind == "generated":
+        from .source import source_problems  # here: its patterns cost milliseconds, and few candidates need them
+
         problems += source_problems(candidate.source)
     if not problems:
         return None

@@ -3,7 +3,6 @@ cache; where neither is possible, the static gate on the user's own sources. One
 
 from __future__ import annotations
 
-import datetime as _dt
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -149,6 +148,8 @@ class _Judged:
 
 def _record_decision(q: Question, cache: Cache, judged: _Judged) -> Decision:
     """The decision of what was judged, stored in the cache with every candidate's source."""
+    from datetime import datetime, timezone  # here: a run the lock answers records no decision
+
     candidates, results = judged.candidates, judged.results
     for c in candidates:
         cache.put_text(c.source)
@@ -167,7 +168,7 @@ def _record_decision(q: Question, cache: Cache, judged: _Judged) -> Decision:
         measured=measured,
         device=device,
         toolchain=toolchain().ident,
-        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         checks=CHECKS_VERSION if on_gpu else None,
     )
     cache.put_decision(decision)
