@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from ..manifest import KernelSpec
     from ..profile import Profiler
     from ..records import Candidate, Result
+    from ..toolchain.nvcc import Toolchain
 
 
 def _may_generate(manifest: Manifest, options: ResolveOptions, cache: Cache) -> bool:
@@ -110,6 +111,7 @@ class Judges:
         self._connecting = threading.Lock()
         self._gate: StaticGate | None = None
         self._making_gate = threading.Lock()
+        self._toolchain: Toolchain | None = None
         self._objects: Path | None = None
         self._gpu: GpuEvaluator | ClusterEvaluator | None = None
         self._gpu_archs: set[str] | None = None
@@ -134,9 +136,17 @@ class Judges:
         if self._gate is not None:
             return None
         from ..gate.verdicts import cached_verdicts
-        from ..toolchain.nvcc import toolchain
 
-        return cached_verdicts(self.cache, manifest, spec, pairs, toolchain())
+        return cached_verdicts(self.cache, manifest, spec, pairs, self.toolchain)
+
+    @property
+    def toolchain(self) -> Toolchain:
+        """The nvcc in use, found once for the run (finding it stats the places it may be: 0.2 ms a time)."""
+        if self._toolchain is None:
+            from ..toolchain.nvcc import toolchain
+
+            self._toolchain = toolchain()
+        return self._toolchain
 
     def gate_verdicts(
         self, manifest: Manifest, spec: KernelSpec, pairs: Sequence[tuple[str, Candidate]]
