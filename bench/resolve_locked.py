@@ -119,33 +119,54 @@ SCALE_FIRST_RUN_RATIO = 12.0
 FIRST_RUN = {"resolve --locked": COMMANDS["resolve --locked"], "status": COMMANDS["status"]}
 
 
+def _timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Wall and CPU milliseconds of one run of ``cmd`` (its output discarded; it must succeed)."""
+    c0, t0 = children_cpu(), time.perf_counter()
+    subprocess.run(cmd, env=env, capture_output=True, check=True)
+    return (time.perf_counter() - t0) * 1000, (children_cpu() - c0) * 1000
+
+
 def time_varied(args: list[str], env: dict[str, str], runs: int, manifest: Path, how: str) -> dict[str, Any]:
     """``args`` in fresh processes, each run with something new: ``variable`` (a new ``CI_JOB_ID``, as every CI
-    job has) or ``edit`` (a new comment appended to the manifest; the file is restored after)."""
+    job has) or ``edit`` (a new comment appended to the manifest; the file is restored after). Each run is paired
+    with a ``python -c pass`` just before it (the machine may be shared: the pair sees the same load)."""
     cmd = [sys.executable, "-m", "r1build.cli.main", *args]
     saved = manifest.read_bytes()
-    wall = []
+    wall, cpu, pass_wall, pass_cpu = [], [], [], []
     try:
         for i in range(runs):
             run_env = env | {"CI_JOB_ID": f"{os.getpid()}-{i}-{time.time_ns()}"} if how == "variable" else env
             if how == "edit":
                 manifest.write_bytes(saved + f"\n# edit {time.time_ns()}\n".encode())
-            t0 = time.perf_counter()
-            subprocess.run(cmd, env=run_env, capture_output=True, check=True)
-            wall.append((time.perf_counter() - t0) * 1000)
+            w, c = _timed([sys.executable, "-c", "pass"], env)
+            pass_wall.append(w)
+            pass_cpu.append(c)
+            w, c = _timed(cmd, run_env)
+            wall.append(w)
+            cpu.append(c)
     finally:
         manifest.write_bytes(saved)
-    return {"min_ms": round(min(wall), 1), "median_ms": round(statistics.median(wall), 1), "runs": runs}
+    return {
+        "min_ms": round(min(wall), 1),
+        "median_ms": round(statistics.median(wall), 1),
+        "cpu_min_ms": round(min(cpu), 1),
+        "python_pass_min_ms": round(min(pass_wall), 1),
+        "python_pass_cpu_min_ms": round(min(pass_cpu), 1),
+        "runs": runs,
+    }
 
 
-def first_runs(project: Path, env: dict[str, str], runs: int, pass_ms: float) -> dict[str, Any]:
-    """:func:`time_varied` of ``resolve --locked`` and ``status`` both ways, with each minimum's ratio to
-    ``python -c pass``."""
+def first_runs(project: Path, env: dict[str, str], runs: int) -> dict[str, Any]:
+    """:func:`time_varied` of ``resolve --locked`` and ``status`` both ways, with each minimum's ratio to the
+    minimum of the ``python -c pass`` runs paired with it (wall, and CPU)."""
     out: dict[str, Any] = {}
     for how in ("variable", "edit"):
         for label, argv in FIRST_RUN.items():
             r = time_varied([*argv, "-m", str(project)], env, runs, project / "kernels.toml", how)
-            out[f"{label} ({how})"] = r | {"ratio_to_python_pass": round(r["min_ms"] / pass_ms, 1)}
+            out[f"{label} ({how})"] = r | {
+                "ratio_to_python_pass": round(r["min_ms"] / r["python_pass_min_ms"], 1),
+                "cpu_ratio_to_python_pass": round(r["cpu_min_ms"] / max(r["python_pass_cpu_min_ms"], 0.1), 1),
+            }
     return out
 
 
@@ -192,7 +213,7 @@ def main() -> int:
             inproc.append((time.perf_counter() - t) * 1000)
         entries = len(res.entries)
         pass_ = [python_pass_ms(env, args.runs)]
-        first = first_runs(project, env, args.runs, pass_[0])
+        first = first_runs(project, env, args.runs)
     result = {
         "benchmark": name,
         "date": utc_now(),
@@ -249,12 +270,15 @@ def markdown(r: dict[str, Any]) -> str:
         "",
         "The first run as a CI job sees it, each run in a fresh process: *variable* = a new, unrelated "
         "`CI_JOB_ID` each run (the record still answers: a replay); *edit* = a new comment appended to the "
-        "manifest before each run (no record answers: the full path).",
+        "manifest before each run (no record answers: the full path). Each run is paired with a `python -c pass` "
+        "run just before it; the ratios are of the minimums (wall) and of the CPU times (user + system).",
         "",
-        "| first run | min | median | min / `python -c pass` |",
-        "| --- | ---: | ---: | ---: |",
+        "| first run | min | median | paired `python -c pass` min | min / `python -c pass` | CPU min | "
+        "CPU min / `python -c pass` CPU |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
         *[
-            f"| `r1build {label}` | {f['min_ms']:.0f} ms | {f['median_ms']:.0f} ms | {f['ratio_to_python_pass']}x |"
+            f"| `r1build {label}` | {f['min_ms']:.0f} ms | {f['median_ms']:.0f} ms | {f['python_pass_min_ms']:.0f} ms "
+            f"| {f['ratio_to_python_pass']}x | {f['cpu_min_ms']:.0f} ms | {f['cpu_ratio_to_python_pass']}x |"
             for label, f in r["first_run"].items()
         ],
         "",

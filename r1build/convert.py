@@ -7,7 +7,6 @@ file and line. Unknown keys get a did-you-mean.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import types
 import typing
@@ -36,6 +35,8 @@ def field_key(name: str) -> str:
 
 def did_you_mean(word: str, choices: Sequence[str]) -> str:
     """`` (did you mean 'x'?)`` for the closest choice, or an empty string."""
+    import difflib  # here: only a mistake asks
+
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 

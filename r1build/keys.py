@@ -9,6 +9,7 @@ one CUDA release still builds with another (see :mod:`r1build.lock`).
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,15 +36,64 @@ def _file_digest(root: Path, rel: str | None) -> str | None:
     return None if rel is None else digest_bytes((root / rel).read_bytes())
 
 
+_NOT_KEYED = frozenset({"archs", "budget", "gpu_reference", "torch_reference", "must_beat", "margin", "timing_regime"})
+"""Fields of a spec that are no part of its normalized form: its archs (keyed on their own), its budget (part of
+the generation settings), what judges the winner against the library and torch without ever picking it, and its
+timing regime (keyed below only where it is not the default)."""
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _fields(value: Any) -> tuple[str, ...] | None:
+    """The field names of a dataclass instance (found once per class); None for anything else."""
+    cls = type(value)
+    names = _FIELDS.get(cls)
+    if names is None and dataclasses.is_dataclass(value) and not isinstance(value, type):
+        names = _FIELDS.setdefault(cls, tuple(f.name for f in dataclasses.fields(value)))
+    return names
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as the plain data :func:`dataclasses.asdict` makes of it, for JSON (where a tuple is a list),
+    without its deep copies: nothing here is kept or changed, only written out."""
+    cls = type(value)
+    if cls in _SCALARS:
+        return value
+    if cls is list or cls is tuple:
+        return [_plain(v) for v in value]
+    if cls is dict:
+        return {k: _plain(v) for k, v in value.items()}
+    names = _fields(value)
+    if names is not None:
+        return {name: _plain(getattr(value, name)) for name in names}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+_PLAIN_SPECS: dict[int, tuple[weakref.ref[KernelSpec], dict[str, Any]]] = {}
+"""The keyed fields of each spec as plain data, by the spec's identity (a spec is frozen): the same spec's key for
+each of its archs writes them once."""
+
+
+def _plain_spec(spec: KernelSpec) -> dict[str, Any]:
+    found = _PLAIN_SPECS.get(id(spec))
+    if found is not None and found[0]() is spec:
+        return found[1]
+    names = _fields(spec) or ()
+    plain = {name: _plain(getattr(spec, name)) for name in names if name not in _NOT_KEYED}
+    if len(_PLAIN_SPECS) >= 1024:
+        _PLAIN_SPECS.clear()
+    _PLAIN_SPECS[id(spec)] = (weakref.ref(spec), plain)
+    return plain
+
+
 def normalized_spec(manifest: Manifest, spec: KernelSpec) -> dict[str, Any]:
     """The spec as plain data, paths replaced by the digests of the files they name."""
-    data = dataclasses.asdict(spec)
-    data.pop("archs")
-    data.pop("budget")  # part of the generation settings below
-    # judge the winner against the library and torch, never pick it
-    for verdict_only in ("gpu_reference", "torch_reference", "must_beat", "margin"):
-        data.pop(verdict_only)
-    data.pop("timing_regime")
+    data = dict(_plain_spec(spec))
     regime = manifest.timing_regime_of(spec)
     if regime != "back-to-back":  # it picks the winner; the default leaves every earlier key as it was
         data["timing_regime"] = regime
@@ -62,7 +112,7 @@ def generation_settings(generation: Generation, spec: KernelSpec) -> dict[str, A
         "top_p": generation.top_p,
         "max_tokens": generation.max_tokens,
         "directions": list(generation.directions),
-        "budget": dataclasses.asdict(spec.budget),
+        "budget": _plain(spec.budget),
     }
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlite3
 import warnings
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import diskcache
 
@@ -15,9 +15,11 @@ from ..errors import CacheError
 from ..records import Decision
 from ..selection.rules import decision_problem
 from .codec import HEADER, KINDS, Corrupt, decode, known_kind, parse_decision
-from .reports import BadEntry, CacheStats, Entry, GcReport
 from .storage import Storage, Unreadable
 from .verdicts import with_its_note
+
+if TYPE_CHECKING:  # imported where made: a run that reads the cache makes no report
+    from .reports import BadEntry, CacheStats, Entry, GcReport
 
 __all__ = ["Maintenance"]
 
@@ -27,6 +29,8 @@ class Maintenance(Storage):
 
     def entries(self, kind: str | None = None) -> list[Entry]:
         """Stored entries (of one kind), sorted by key; reading them does not count or refresh them."""
+        from .reports import Entry
+
         statement = (
             "SELECT key, size + COALESCE(length(value), 0), store_time, access_time FROM Cache"
             " WHERE raw = 1 AND typeof(key) = 'text'"
@@ -62,6 +66,8 @@ class Maintenance(Storage):
 
     def audit(self, *, repair: bool = False) -> list[BadEntry]:
         """Check every entry (digest, blob key, record shape); returns the bad ones, deleted when ``repair``."""
+        from .reports import BadEntry
+
         if repair:
             self._refuse_read_only("repair it")
         problems = []
@@ -119,6 +125,8 @@ class Maintenance(Storage):
 
     def gc(self, *, size_limit: int | None = None) -> GcReport:
         """Delete corrupt entries, fix the store's consistency, and evict (LRU) down to the size limit."""
+        from .reports import GcReport
+
         self._refuse_read_only("collect garbage")
         before = self.volume()
         corrupt = len(self.audit(repair=True))
@@ -150,6 +158,8 @@ class Maintenance(Storage):
 
     def stats(self) -> CacheStats:
         """Entry counts, bytes, volume and hit/miss statistics."""
+        from .reports import CacheStats
+
         counts: Counter[str] = Counter()
         sizes: Counter[str] = Counter()
         for entry in self.entries():

@@ -81,7 +81,6 @@ from .codec import KINDS, check_payload, kind_of
 from .location import default_cache_dir, resolve_cache_dir
 from .maintenance import Maintenance
 from .opening import DEFAULT_SIZE_LIMIT
-from .reports import BadEntry, CacheStats, Entry, GcReport
 from .storage import DEFAULT_TIMEOUT, TOUCH_AFTER, Fallback
 from .verdicts import Verdicts
 
@@ -90,12 +89,8 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "KINDS",
     "TOUCH_AFTER",
-    "BadEntry",
     "Cache",
-    "CacheStats",
-    "Entry",
     "Fallback",
-    "GcReport",
     "check_payload",
     "default_cache_dir",
     "kind_of",

@@ -9,6 +9,7 @@ from ..cache import Cache, open_usable
 from ..errors import UsageError
 from ..filemode import OutputKind, foreign_output
 from ..manifest import Manifest, find_manifest, load_manifest, parse_arch
+from ..settings import env_settings
 from . import fastpath
 
 __all__ = [
@@ -118,15 +119,19 @@ def open_cache(args: argparse.Namespace, *, existing: bool = False, manifest: Ma
     directory = getattr(args, "cache_dir", None)
     if manifest is None:
         return Cache(directory, create=False) if existing else open_usable(directory)
-    from ..cache.remote import remote_layer
     from ..trust.signing import trusted_keys
 
-    layer = remote_layer(
-        manifest,
-        url=getattr(args, "remote_cache", None),
-        write=True if getattr(args, "remote_write", False) else None,
-        signing_key=getattr(args, "signing_key", None),
-    )
+    layer = None
+    url = getattr(args, "remote_cache", None)
+    if url or env_settings().remote_cache or manifest.settings.cache.url:  # the remote's code only for a remote
+        from ..cache.remote import remote_layer
+
+        layer = remote_layer(
+            manifest,
+            url=url,
+            write=True if getattr(args, "remote_write", False) else None,
+            signing_key=getattr(args, "signing_key", None),
+        )
     cache = Cache(directory, create=False) if existing else open_usable(directory)
     cache.remote = layer
     cache.trusted = trusted_keys(manifest)  # records kept for a key no longer trusted are not used

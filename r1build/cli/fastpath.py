@@ -84,8 +84,17 @@ def _terminal() -> list[Any]:
     return [ttys, size]
 
 
+_KEYS: dict[tuple[str, ...], str] = {}
+"""The key :func:`replay` made for a command line it did not answer, for the :func:`recording` of the same run
+that follows it at once (taken from here by it: a later run makes its own)."""
+
+
 def record_key(argv: Sequence[str]) -> str:
     """The key of the record for this command line in this process's context."""
+    return _KEYS.pop(tuple(argv), None) or _record_key(argv)
+
+
+def _record_key(argv: Sequence[str]) -> str:
     from ..settings import answer_environment
 
     env = answer_environment()
@@ -238,11 +247,13 @@ def replay(argv: Sequence[str]) -> int | None:
     if not eligible(argv):
         return None
     try:
-        record = _load_record(_record_dir(argv), record_key(argv))
+        key = _KEYS[tuple(argv)] = record_key(argv)
+        record = _load_record(_record_dir(argv), key)
         if record is None or not _still_holds(record):
             return None
     except Exception:
         return None
+    _KEYS.pop(tuple(argv), None)
     for fd, text in record["output"]:
         (sys.stdout if fd == 1 else sys.stderr).write(text)
     sys.stdout.flush()
@@ -359,9 +370,8 @@ class Recorder:
         }
 
     def store(self, code: int) -> None:
-        """Store the record of this run in its cache (nothing when it may not be replayed)."""
-        from ..cache import Cache
-
+        """Store the record of this run in its cache (nothing when it may not be replayed): the cache the run
+        used, closed by then, reconnects for this one write (opening it anew would cost its checks again)."""
         record = self.record(code)
         if record is None:
             return
@@ -369,8 +379,12 @@ class Recorder:
         if secret is None:
             return
         record["mac"] = _mac(secret, self.key, record)
-        with Cache(record["cache"], create=False) as cache:
+        cache = self.caches[0]
+        cache.read_log, cache.remote = None, None  # the record is no read of the run's, and stays local
+        try:
             cache.put_json(NAMESPACE, self.key, record)
+        finally:
+            cache.close()
 
 
 _ACTIVE: list[Recorder] = []

@@ -5,17 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import asdict, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..cluster import cluster_address
 from ..errors import UsageError
 from ..events import sink
 from ..lock import check_lock, load_lock, lock_path, vendor_winners
 from ..manifest import Manifest
-from ..report.overview import StatusRow, project_records
 from ..resolve import Resolution, ResolveOptions, emit_resolution, resolve
 from ..settings import env_settings, lock_mode
-from ..toolchain.extras import CHECK
 from .common import (
     add_cache_arg,
     add_locked_arg,
@@ -27,6 +24,9 @@ from .common import (
     require_current_lock,
 )
 from .render import Console, counted, render_unresolved
+
+if TYPE_CHECKING:
+    from ..report.overview import StatusRow
 
 __all__ = ["register"]
 
@@ -118,6 +118,8 @@ def register(sub: Any) -> None:
 
 
 def cmd_check(args: argparse.Namespace, console: Console) -> int:
+    from ..toolchain.extras import CHECK
+
     CHECK.require()  # the references are numpy code, run here on the CPU
     from ..evaluate.correctness.references import check_references
 
@@ -196,6 +198,8 @@ def _check_archs(manifest: Manifest) -> None:
 
 
 def _status_rows(manifest: Manifest, args: argparse.Namespace) -> list[StatusRow]:
+    from ..report.overview import project_records  # here: the report's modules stay out of the other commands
+
     with open_cache(args, manifest=manifest) as cache:
         return [r.status for r in project_records(manifest, cache)]
 
@@ -323,6 +327,11 @@ def _lock_mode(args: argparse.Namespace) -> tuple[bool, bool]:
 
 def _options(args: argparse.Namespace, manifest: Manifest, write_lock: bool) -> ResolveOptions:
     locked, frozen = _lock_mode(args)
+    cluster = None
+    if args.cluster or env_settings().cluster or manifest.settings.evaluation.cluster:
+        from ..cluster import cluster_address  # only where one is named: a local resolve never imports it
+
+        cluster = cluster_address(manifest, args.cluster, insecure=args.insecure_cluster)
     return ResolveOptions(
         archs=parse_archs(args.arch),
         kernels=args.kernel,
@@ -332,7 +341,7 @@ def _options(args: argparse.Namespace, manifest: Manifest, write_lock: bool) -> 
         refresh=args.refresh,
         use_gpu=False if args.no_gpu else None,
         write_lock=write_lock,
-        cluster=cluster_address(manifest, args.cluster, insecure=args.insecure_cluster),
+        cluster=cluster,
     )
 
 

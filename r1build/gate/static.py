@@ -27,78 +27,23 @@ from ..cache import Cache
 from ..errors import format_subprocess_failure
 from ..events import Progress, Stage, emit
 from ..judge import Job
-from ..keys import digest_json
-from ..manifest.archs import arch_info, parse_arch
+from ..manifest.archs import parse_arch
 from ..manifest.cdecl import declaration, signature
-from ..manifest.flags import include_digest, rooted_flags
-from ..manifest.model import KernelSpec, Limits, Manifest
+from ..manifest.flags import rooted_flags
+from ..manifest.model import KernelSpec, Manifest
 from ..records import Candidate, GateReport, Result, Status
 from ..sandbox import sandbox_for
-from ..toolchain.defines import define_problem
 from ..toolchain.nvcc import Toolchain
 from ..toolchain.nvcc import toolchain as default_toolchain
 from .device_memory import STATIC_MEMORY_LIMIT
 from .link import check_and_link
 from .nvcc import PIC_FLAGS, Compilation, compile_variant
-from .source import source_problems
-from .symbols import ALLOWLIST_VERSION
+from .verdicts import GATE_SCHEMA, apply_limits, gate_key, limit_violations, refused
 
 __all__ = ["GATE_SCHEMA", "StaticGate", "gate_for_archs", "gate_key", "limit_violations"]
 
-GATE_SCHEMA = 3
-"""Bumped whenever what goes into a gate key, or what a cached gate result means, changes (2: candidates are
-compiled beside the declared signature, which is part of the key; 3: a passed variant is within the static memory
-limit and links into a shared library)."""
-
 DEFAULT_TIMEOUT_S = 300.0
 """Longest one nvcc compile may take before the candidate counts as a compile error."""
-
-
-def gate_key(manifest: Manifest, spec: KernelSpec, arch: str, candidate: Candidate, toolchain: Toolchain) -> str:
-    """The cache key of one compile: everything that can change its verdict, and nothing else (with the headers
-    in the manifest's relative include folders, where it has any)."""
-    includes = include_digest(manifest.settings.nvcc_flags, manifest.root)
-    return digest_json(
-        {
-            **({"includes": includes} if includes is not None else {}),
-            "schema": GATE_SCHEMA,
-            "allowlist": ALLOWLIST_VERSION,
-            "source": candidate.source_digest,
-            "defines": {name: candidate.defines[name] for name in sorted(candidate.defines)},
-            "arch": arch,
-            "flags": list(manifest.settings.nvcc_flags),
-            "toolchain": toolchain.ident,
-            "entry": spec.name,
-            "declaration": declaration(spec),
-        }
-    )
-
-
-def limit_violations(report: GateReport, limits: Limits, arch: str) -> list[str]:
-    """Each way the ptxas report exceeds the kernel's limits, as a sentence a model can act on."""
-    info = arch_info(arch)
-    out = []
-    registers = limits.registers if limits.registers is not None else info.regs_per_thread
-    if report.registers > registers:
-        out.append(
-            f"ptxas reports {report.registers} registers per thread on {arch}, over the limit of {registers} "
-            "(limits.registers); keep fewer values live per thread (smaller per-thread tiles, fewer unrolled "
-            "accumulators) or bound it with __launch_bounds__."
-        )
-    spill = report.spill_stores + report.spill_loads
-    if limits.spill_bytes is not None and spill > limits.spill_bytes:
-        out.append(
-            f"ptxas reports {spill} bytes of register spills on {arch} ({report.spill_stores} stored, "
-            f"{report.spill_loads} loaded), over the limit of {limits.spill_bytes} (limits.spill-bytes); reduce "
-            "register pressure or avoid dynamically indexed local arrays so nothing goes to local memory."
-        )
-    shared = limits.shared_bytes if limits.shared_bytes is not None else info.smem_per_block
-    if report.shared_bytes > shared:
-        out.append(
-            f"ptxas reports {report.shared_bytes} bytes of static shared memory per block on {arch}, over the "
-            f"limit of {shared} (limits.shared-bytes); use smaller tiles."
-        )
-    return out
 
 
 _SIGNATURE_CLASH = re.compile(
@@ -120,22 +65,6 @@ def _signature_hint(spec: KernelSpec, output: str) -> str:
                 "must be exactly these\n"
             )
     return ""
-
-
-def _refused(arch: str, candidate: Candidate, tc: Toolchain) -> Result | None:
-    """The verdict on a candidate that may not be compiled at all: a define that is no plain value (which
-    :func:`~.nvcc.nvcc_command` refuses to write), or a generated candidate whose text reads files while
-    compiling (:mod:`.source`). Rejected before any compile and before the cache, so a verdict cached before a
-    check existed cannot pass it; None for every other candidate."""
-    problems = [f"-D{p}" for p in map(define_problem, candidate.defines, candidate.defines.values()) if p]
-    if candidate.origin.kind == "generated":
-        problems += source_problems(candidate.source)
-    if not problems:
-        return None
-    detail = "not compiled: " + "; ".join(problems) + "."
-    return Result(
-        candidate=candidate.digest, arch=arch, status="rejected", stage="gate", detail=detail, toolchain=tc.ident
-    )
 
 
 @dataclass(frozen=True)
@@ -207,7 +136,7 @@ class StaticGate:
         arch, tc = parse_arch(job.arch), self.toolchain
         for n, c in enumerate(job.candidates):
             if (
-                _refused(arch, c, tc) is None
+                refused(arch, c, tc) is None
                 and self.cache.get_gate(gate_key(job.manifest, job.spec, arch, c, tc)) is None
             ):
                 return n
@@ -233,9 +162,9 @@ class StaticGate:
         for task in tasks:
             if task.key in verdicts or task.key in pending:
                 continue
-            refused = _refused(task.arch, task.candidate, tc)
-            if refused is not None:
-                verdicts[task.key] = refused
+            refusal = refused(task.arch, task.candidate, tc)
+            if refusal is not None:
+                verdicts[task.key] = refusal
                 continue
             cached = self.cache.get_gate(task.key)
             if cached is not None:
@@ -291,10 +220,10 @@ class StaticGate:
         fails). What a cluster worker computes for the resolving machine's gate (:mod:`r1build.cluster`), which
         applies the limits and caches under the same keys as this gate."""
         canonical = list(dict.fromkeys(parse_arch(a) for a in archs))
-        refused = {a: _refused(a, candidate, self.toolchain) for a in canonical}
-        group = [_Task(a, candidate, "") for a in canonical if refused[a] is None]
+        refusals = {a: refused(a, candidate, self.toolchain) for a in canonical}
+        group = [_Task(a, candidate, "") for a in canonical if refusals[a] is None]
         compiled = dict(zip([t.arch for t in group], self._compile_group(manifest, spec, group), strict=True))
-        return [(r, False) if (r := refused[a]) is not None else compiled[a] for a in (parse_arch(a) for a in archs)]
+        return [(r, False) if (r := refusals[a]) is not None else compiled[a] for a in (parse_arch(a) for a in archs)]
 
     # -- internals ---------------------------------------------------------------------------------------
     def _along_tasks(self, manifest: Manifest, spec: KernelSpec, pending: list[_Task], tc: Toolchain) -> list[_Task]:
@@ -306,7 +235,7 @@ class StaticGate:
         out: dict[str, _Task] = {}
         for task in pending:
             for extra in wanted[task.candidate.digest]:
-                if (task.candidate.digest, extra) in asked or _refused(extra, task.candidate, tc) is not None:
+                if (task.candidate.digest, extra) in asked or refused(extra, task.candidate, tc) is not None:
                     continue
                 key = gate_key(manifest, spec, extra, task.candidate, tc)
                 if key not in out and self.cache.get_gate(key) is None:
@@ -428,12 +357,7 @@ class StaticGate:
 
     @staticmethod
     def _apply_limits(result: Result, spec: KernelSpec, arch: str) -> Result:
-        if result.status != "passed" or result.gate is None:
-            return result
-        violations = limit_violations(result.gate, spec.limits, arch)
-        if not violations:
-            return result
-        return replace(result, status="rejected", detail=" ".join(violations))
+        return apply_limits(result, spec, arch)
 
 
 def gate_for_archs(

@@ -47,14 +47,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ToolchainError
+from .verdicts import ALLOWLIST_VERSION
 
 __all__ = ["ALLOWLIST_VERSION", "SymbolCheck", "check_object", "denied_reason", "is_allowed"]
 
-ALLOWLIST_VERSION = 5
-"""Part of the gate's cache key: bump it whenever a rule below changes, so old verdicts stop matching (3: the raw
-bytes of x86-64 executable sections are searched for system-call encodings; 4: no host code runs at load or
-unload; _GLOBAL_OFFSET_TABLE_ allowed, which -fPIC compiles of ordinary code reference; 5: ifunc resolvers count
-as load-time code)."""
+# ALLOWLIST_VERSION (part of the gate key) is kept with the key in .verdicts: bump it there when a rule changes
 
 # -- the allowlist -----------------------------------------------------------------------------------------
 # The CUDA runtime, call by call: what a launcher needs to enqueue work on the stream it is given, and nothing

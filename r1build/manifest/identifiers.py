@@ -24,7 +24,6 @@ lower-case name in the CUDA headers.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import re
 from typing import Literal
@@ -137,6 +136,8 @@ _MATH = _math_names()
 @functools.cache
 def _exported(name: str) -> bool:
     """Whether the running C library or libm exports a symbol ``name`` (Linux: glibc, musl)."""
+    import ctypes  # here: most names are settled without it
+
     for lib in ("libc.so.6", "libm.so.6", "libc.so"):
         try:
             handle = ctypes.CDLL(lib)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import hashlib
 import importlib.util
 import os
@@ -70,15 +71,21 @@ def _top_level_names(tree: ast.Module) -> list[str]:
     return names
 
 
+@functools.lru_cache(maxsize=16)
+def _defined_names(source: bytes, filename: str) -> tuple[str, ...]:
+    """The top-level names of a module's ``source``, parsed once per content (the kernels of a manifest often
+    share one reference module: 50 kernels, one parse)."""
+    return tuple(_top_level_names(ast.parse(source, filename=filename)))
+
+
 def check_reference_statically(root: Path, ref: str) -> None:
     """Check, without importing it, that the reference module parses and defines the function at top level."""
     path = reference_file(root, ref)
     func = ref.partition(":")[2]
     try:
-        tree = ast.parse(path.read_bytes(), filename=str(path))
+        names = _defined_names(path.read_bytes(), str(path))
     except SyntaxError as exc:
         raise ReferenceProblem(f"{path.name}:{exc.lineno}: syntax error: {exc.msg}") from None
-    names = _top_level_names(tree)
     if func not in names:
         from ..convert import did_you_mean
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 from ..cache import Cache
 from ..manifest import Manifest
 from .overview import project_records
-from .page import render_report
 
 __all__ = ["build_report"]
 
 
 def build_report(manifest: Manifest, cache: Cache) -> str:
     """The report page of ``manifest`` from what the lock and ``cache`` record."""
+    from .page import render_report  # here: ``status`` reads the records (.overview) and draws nothing
+
     return render_report(manifest, project_records(manifest, cache, searches=True))

@@ -31,7 +31,10 @@ if TYPE_CHECKING:
     from ..cluster.session import ClusterEvaluator
     from ..evaluate import GpuEvaluator
     from ..gate.static import StaticGate
+    from ..manifest import KernelSpec
     from ..profile import Profiler
+    from ..records import Candidate, Result
+    from ..toolchain.nvcc import Toolchain
 
 
 def _may_generate(manifest: Manifest, options: ResolveOptions, cache: Cache) -> bool:
@@ -107,6 +110,8 @@ class Judges:
         self._cluster: ClusterEvaluator | None = None
         self._connecting = threading.Lock()
         self._gate: StaticGate | None = None
+        self._making_gate = threading.Lock()
+        self._toolchain: Toolchain | None = None
         self._objects: Path | None = None
         self._gpu: GpuEvaluator | ClusterEvaluator | None = None
         self._gpu_archs: set[str] | None = None
@@ -122,6 +127,38 @@ class Judges:
     def silence_endpoint(self) -> None:
         """No more requests in this run: the endpoint never answered (a build goes on without it)."""
         self._endpoint = False
+
+    def cached_gate_verdicts(
+        self, manifest: Manifest, spec: KernelSpec, pairs: Sequence[tuple[str, Candidate]]
+    ) -> list[Result] | None:
+        """The static gate's verdict on each ``(arch, candidate)`` pair when the cache holds them all (read without
+        the gate's compile machinery: a warm run makes no gate and imports none of it); None otherwise."""
+        if self._gate is not None:
+            return None
+        from ..gate.verdicts import cached_verdicts
+
+        return cached_verdicts(self.cache, manifest, spec, pairs, self.toolchain)
+
+    @property
+    def toolchain(self) -> Toolchain:
+        """The nvcc in use, found once for the run (finding it stats the places it may be: 0.2 ms a time)."""
+        if self._toolchain is None:
+            from ..toolchain.nvcc import toolchain
+
+            self._toolchain = toolchain()
+        return self._toolchain
+
+    def gate_verdicts(
+        self, manifest: Manifest, spec: KernelSpec, pairs: Sequence[tuple[str, Candidate]]
+    ) -> list[Result]:
+        """The static gate's verdict on each ``(arch, candidate)`` pair: :meth:`cached_gate_verdicts`, else
+        :attr:`gate`'s."""
+        found = self.cached_gate_verdicts(manifest, spec, pairs)
+        if found is not None:
+            return found
+        with self._making_gate:  # asked from several threads at once
+            gate = self.gate
+        return gate.judge(manifest, spec, pairs)
 
     @property
     def gate(self) -> StaticGate:

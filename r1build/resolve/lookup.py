@@ -14,7 +14,6 @@ from ..lock import LockEntry, entry_problem, inputs_of, lock_path, manifest_prob
 from ..manifest import KernelSpec, Manifest
 from ..records import Candidate, Decision, Found, Origin, Unresolved
 from ..selection.rules import decision_problem, decision_winner, rejection, unresolved
-from ..toolchain.nvcc import toolchain
 from .model import Question, Resolved, Run
 from .sources import WinnerSource, project_source, source_for, vendored_mismatch
 
@@ -279,12 +278,12 @@ def _lock_source(run: Run, q: Question, entry: LockEntry) -> WinnerSource | None
 
 def _from_lock(run: Run, q: Question, entry: LockEntry, found: WinnerSource) -> Resolved:
     """The lock entry's winner, its source ``found`` (verified by digest) in the cache or the project."""
-    tc = toolchain().ident
+    tc = run.judges.toolchain.ident
     if entry.toolchain and entry.toolchain != tc:
         q.note(
             "warning",
             f"locked with nvcc {entry.toolchain}, gating and building with {tc} "
-            f"({toolchain().nvcc}); `r1build resolve --refresh` re-evaluates",
+            f"({run.judges.toolchain.nvcc}); `r1build resolve --refresh` re-evaluates",
         )
     if entry.validation == "validated" and stale_checks(entry.checks):
         _note_stale_checks(q, "locked", entry.checks)

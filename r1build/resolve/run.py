@@ -61,22 +61,28 @@ def _lock_entry(manifest: Manifest, r: Resolved, previous: LockEntry | None) -> 
 def _gate_emitted(manifest: Manifest, judges: Judges, entries: Sequence[Resolved]) -> list[Resolved]:
     """Every winner through the static gate for its arch, all kernels at once (compiles run in parallel; cached
     verdicts cost nothing). A winner that fails is a :class:`CompileError`: nothing broken is emitted."""
-    gate = judges.gate
     groups: dict[str, list[int]] = {}
     for i, r in enumerate(entries):
         groups.setdefault(r.spec.name, []).append(i)
-    with ThreadPoolExecutor(max_workers=max(1, len(groups))) as pool:
+    pairs = {name: [(entries[i].arch, entries[i].candidate) for i in idx] for name, idx in groups.items()}
+    verdicts = {  # those the cache holds, read here (no thread, no connection of its own)
+        name: found
+        for name, idx in groups.items()
+        if (found := judges.cached_gate_verdicts(manifest, entries[idx[0]].spec, pairs[name])) is not None
+    }
+    left = [name for name in groups if name not in verdicts]
+    with ThreadPoolExecutor(max_workers=max(1, len(left))) as pool:
         futures = {
             name: pool.submit(
                 contextvars.copy_context().run,
-                gate.judge,
+                judges.gate_verdicts,
                 manifest,
-                entries[idx[0]].spec,
-                [(entries[i].arch, entries[i].candidate) for i in idx],
+                entries[groups[name][0]].spec,
+                pairs[name],
             )
-            for name, idx in groups.items()
+            for name in left
         }
-        verdicts = {name: future.result() for name, future in futures.items()}
+        verdicts |= {name: future.result() for name, future in futures.items()}
     out = list(entries)
     for name, idx in groups.items():
         for i, result in zip(idx, verdicts[name], strict=True):

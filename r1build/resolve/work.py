@@ -3,7 +3,6 @@ cache; where neither is possible, the static gate on the user's own sources. One
 
 from __future__ import annotations
 
-import datetime as _dt
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -152,6 +151,8 @@ class _Judged:
 def _record_decision(q: Question, cache: Cache, judged: _Judged, regime: TimingRegime = "back-to-back") -> Decision:
     """The decision of what was judged, stored in the cache with every candidate's source; ``regime`` ranks the
     candidates (:mod:`~r1build.selection.regimes`), and a winner the other regime would not pick is marked."""
+    from datetime import datetime, timezone  # here: a run the lock answers records no decision
+
     candidates = judged.candidates
     results = mark_regimes(candidates, judged.results, regime)
     for c in candidates:
@@ -171,7 +172,7 @@ def _record_decision(q: Question, cache: Cache, judged: _Judged, regime: TimingR
         measured=measured,
         device=device,
         toolchain=toolchain().ident,
-        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         checks=CHECKS_VERSION if on_gpu else None,
     )
     cache.put_decision(decision)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from ..keys import variant_digest
 from ..records import (
@@ -66,12 +66,14 @@ def beats(challenger: Result, holder: Result, min_lead: float = MIN_LEAD) -> boo
     return bool(a.median_us * (1.0 + noise) < b.median_us)
 
 
-class _Sourced(Protocol):
-    @property
-    def origin(self) -> Origin: ...
+if TYPE_CHECKING:  # a Protocol class costs a few milliseconds to make, and only the type checker reads it
+
+    class _Sourced(Protocol):
+        @property
+        def origin(self) -> Origin: ...
 
 
-C = TypeVar("C", bound=_Sourced)
+C = TypeVar("C", bound="_Sourced")
 
 WINNABLE: tuple[Validation, ...] = ("validated", "unvalidated")
 """The validation states a winner may have."""

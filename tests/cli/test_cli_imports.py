@@ -122,3 +122,32 @@ def test_warm_commands_import_nothing_heavy_and_full_ones_their_own_module(locke
         code, again, modules = imports(*args, "-m", str(locked), cwd=locked)
         assert code == 0 and again == first, args
         assert not under(modules, *OTHER_COMMANDS, *HEAVY), (args, under(modules, *OTHER_COMMANDS, *HEAVY))
+
+
+FIRST_RUN_NEVER = (
+    "numpy",
+    "openai",
+    "r1build.gate.static",
+    "r1build.gate.nvcc",
+    "r1build.gate.symbols",
+    "r1build.sandbox",
+    "r1build.cluster",
+    "r1build.cache.remote",
+    "r1build.report.page",
+    "r1build.profile",
+)
+"""What the full path of ``resolve --locked`` and ``status`` never needs where the lock and the local cache
+answer (issue 29): the numpy references, the LLM client, the gate's compile machinery (its cached verdicts are
+read without it), the cluster, the remote cache (none configured), the report's page."""
+
+
+@pytest.mark.slow  # a lock (nvcc) and four processes
+def test_the_first_run_after_an_edit_imports_only_what_a_lock_and_the_local_cache_need(locked: Path) -> None:
+    manifest = locked / "kernels.toml"
+    for args in (("status",), ("resolve", "--locked", "--no-gpu")):
+        for edit in ("a", "b"):  # the second run has a record of the first, which no longer answers
+            manifest.write_text(manifest.read_text(encoding="utf-8") + f"\n# an unrelated edit {edit}\n")
+            code, out, modules = imports(*args, "-m", str(locked), cwd=locked)
+            assert code == 0 and "silu_mul" in out, args
+            assert "r1build.resolve.lookup" in modules, args  # the full path, not a replay
+            assert not under(modules, *FIRST_RUN_NEVER), (args, sorted(under(modules, *FIRST_RUN_NEVER)))
