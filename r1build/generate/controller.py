@@ -445,7 +445,8 @@ class _Search:
         elif loss == "content_filter":
             self.note("warning", f"{where}: the answer was stopped by the provider's content filter")
         elif loss == "no_code" and extraction is not None:
-            self.note("warning", f"{where}: no CUDA code block in the answer ({extraction.reason})")
+            said = completion.said_instead()  # a refusal or tool calls: what the model said, not "(empty)"
+            self.note("warning", f"{where}: " + (said or f"no CUDA code block in the answer ({extraction.reason})"))
         return extraction
 
     def check_model(self, answered: str | None) -> None:
