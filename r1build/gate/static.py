@@ -260,7 +260,7 @@ class StaticGate:
         counts = {s: sum(r.status == s for r in results) for s in ("passed", "rejected", "compile_error")}
         detail = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in counts.items() if n)
         detail += f"; {len(pending)} compiled, {total - len(pending)} from cache"
-        emit(Stage("gate", spec.name, arch, done=True, detail=detail))
+        emit(Stage("gate", spec.name, arch, done=True, detail=detail, passed=counts["passed"]))
         return results
 
     def object_for(self, digest: str, arch: str) -> Path | None:
