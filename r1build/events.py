@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["Event", "Note", "NoteLevel", "Progress", "Stage", "StageName", "emit", "sink"]
+__all__ = ["Event", "Note", "NoteLevel", "Progress", "Stage", "StageName", "emit", "sink", "watch"]
 
 log = logging.getLogger("r1build")
 
@@ -48,6 +48,9 @@ class Stage(Event):
     arch: str | None = None
     done: bool = False
     detail: str = ""
+    passed: int | None = None
+    """How many candidates passed (a finished gate stage: those go on to the GPU where one judges); None where
+    not counted."""
 
 
 @dataclass(frozen=True)
@@ -83,3 +86,18 @@ def sink(callback: Sink) -> Iterator[None]:
         yield
     finally:
         _sink.reset(token)
+
+
+@contextlib.contextmanager
+def watch(callback: Sink) -> Iterator[None]:
+    """Have ``callback`` see every event emitted in the block (and in the copies of its context that worker
+    threads run in), before the sink installed already, which still gets them all."""
+    outer = _sink.get()
+
+    def both(event: Event) -> None:
+        callback(event)
+        if outer is not None:
+            outer(event)
+
+    with sink(both):
+        yield

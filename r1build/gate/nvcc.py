@@ -33,6 +33,7 @@ from ..sandbox import Confinement, Sandbox, unconfined
 from ..settings import SANDBOX_ENV
 from ..toolchain.defines import check_defines
 from ..toolchain.nvcc import Toolchain
+from . import stopping
 from .compile_slots import COMPILE_SLOTS, compile_slot
 from .messages import own_messages
 
@@ -298,11 +299,13 @@ def _compile(
         pre_include=DECLARATION_NAME if declaration is not None else None,
     )
     start = time.perf_counter()
+    stopping.check()  # interrupted while it waited for its slot: it never starts
     proc = _start_nvcc(cmd, toolchain, workdir, sandbox)
-    try:
-        output, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return _stopped(proc, cmd, src, sandbox, timeout_s)
+    with stopping.running(proc):  # an interrupt stops it at once, with no verdict
+        try:
+            output, _ = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return _stopped(proc, cmd, src, sandbox, timeout_s)
     elapsed = time.perf_counter() - start
     if sandbox.kind != "trusted":
         output = own_messages(output, (src, DECLARATION_NAME))

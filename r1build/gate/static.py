@@ -38,6 +38,7 @@ from ..toolchain.nvcc import toolchain as default_toolchain
 from .device_memory import STATIC_MEMORY_LIMIT
 from .link import check_and_link
 from .nvcc import PIC_FLAGS, Compilation, compile_variant
+from .stopping import stoppable
 from .verdicts import GATE_SCHEMA, apply_limits, gate_key, limit_violations, refused
 
 __all__ = ["GATE_SCHEMA", "StaticGate", "gate_for_archs", "gate_key", "limit_violations"]
@@ -188,7 +189,7 @@ class StaticGate:
         counts = {s: sum(r.status == s for r in results) for s in ("passed", "rejected", "compile_error")}
         detail = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in counts.items() if n)
         detail += f"; {len(pending)} compiled, {total - len(pending)} from cache"
-        emit(Stage("gate", spec.name, arch, done=True, detail=detail))
+        emit(Stage("gate", spec.name, arch, done=True, detail=detail, passed=counts["passed"]))
         return results
 
     def object_for(self, digest: str, arch: str) -> Path | None:
@@ -261,13 +262,20 @@ class StaticGate:
             return [pair for group in groups.values() for pair in one(group)]
         done: list[tuple[str, Result]] = []
         workers = min(self.jobs, len(groups))
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="r1build-gate") as pool:
-            # each task runs in a copy of the caller's context, so its events reach the caller's sink
+        with stoppable() as scope, ThreadPoolExecutor(max_workers=workers, thread_name_prefix="r1build-gate") as pool:
+            # each task runs in a copy of the caller's context, so its events reach the caller's sink (and an
+            # interrupt stops its compile: the scope is in that context)
             futures: list[Future[list[tuple[str, Result]]]] = [
                 pool.submit(contextvars.copy_context().run, one, group) for group in groups.values()
             ]
-            for future in as_completed(futures):
-                done.extend(future.result())
+            try:
+                for future in as_completed(futures):
+                    done.extend(future.result())
+            except BaseException as exc:  # an interrupt: the queued compiles never start, the running ones stop
+                pool.shutdown(wait=False, cancel_futures=True)
+                if not isinstance(exc, Exception):
+                    scope.stop()
+                raise
         return done
 
     def _compile_group(self, manifest: Manifest, spec: KernelSpec, group: list[_Task]) -> list[tuple[Result, bool]]:

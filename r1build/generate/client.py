@@ -30,7 +30,7 @@ import random
 import re
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Any, cast
 
@@ -44,7 +44,20 @@ except ImportError:  # the generate extra is not installed: the command that nee
     raise GENERATE.missing() from None
 from ..manifest.model import Generation
 from .budget import estimate_tokens
-from .exchange import FAULT_KINDS, RETRYABLE, Attempt, Completion, Exchange, FaultKind, Meter, Spend, utf8_text
+from .exchange import (
+    FAULT_KINDS,
+    RETRYABLE,
+    Attempt,
+    Completion,
+    Exchange,
+    FaultKind,
+    Meter,
+    SaidInstead,
+    Spend,
+    refusal_of,
+    tool_calls_of,
+    utf8_text,
+)
 from .pacing import MAX_BACKOFF_S, Pacer, parse_retry_after, status_label
 from .providers import Endpoint
 
@@ -517,7 +530,7 @@ class ChatClient:
             reasoning = _text(extra.get("reasoning_content")) or _text(extra.get("reasoning")) or ""
             content = _text(message.content) or ""
         usage = response.usage
-        return _completion(
+        completion = _completion(
             content,
             str(reasoning),
             _text(choice.finish_reason),
@@ -527,6 +540,7 @@ class ChatClient:
             time.monotonic() - started,
             None,
         )
+        return replace(completion, refusal=refusal_of(message), tool_calls=tool_calls_of(message))
 
     async def _streamed(
         self, messages: list[dict[str, str]], params: dict[str, Any], partial: _Partial, meter: Meter, started: float
@@ -559,6 +573,7 @@ class ChatClient:
         model: str | None = None
         ident: str | None = None
         closing_usage = False  # the last chunk was the usage chunk (no choices): the server finished
+        said = SaidInstead()  # a refusal or tool calls in place of content
         chunks = aiter(stream)
         try:
             while True:
@@ -598,7 +613,7 @@ class ChatClient:
                     meter.chars += len(piece)
                     if meter.on_code is not None and "`" in piece:
                         meter.on_code("".join(partial.content))
-                if piece_r or piece:
+                if said.add(delta) or piece_r or piece:
                     partial.chunks += 1
                     if partial.first_token_s is None:
                         partial.first_token_s = time.monotonic() - started
@@ -627,15 +642,17 @@ class ChatClient:
                 f"the stream ended before its finish chunk, after {partial.chunks} deltas",
                 label="a cut stream",
             )
-        return _completion(
-            "".join(partial.content),
-            "".join(partial.reasoning),
-            finish,
-            usage,
-            model,
-            ident,
-            time.monotonic() - started,
-            partial.first_token_s,
+        return said.into(
+            _completion(
+                "".join(partial.content),
+                "".join(partial.reasoning),
+                finish,
+                usage,
+                model,
+                ident,
+                time.monotonic() - started,
+                partial.first_token_s,
+            )
         )
 
 
@@ -752,6 +769,8 @@ def _from_json(body: bytes, latency: float) -> Completion:
             response_id=ident,
             latency_s=latency,
             first_token_s=None,
+            refusal=refusal_of(message),
+            tool_calls=tool_calls_of(message),
         )
     details = usage.get("completion_tokens_details")
     reasoning_tokens = details.get("reasoning_tokens") if isinstance(details, dict) else None
@@ -767,6 +786,8 @@ def _from_json(body: bytes, latency: float) -> Completion:
         response_id=ident,
         latency_s=latency,
         first_token_s=None,
+        refusal=refusal_of(message),
+        tool_calls=tool_calls_of(message),
     )
 
 

@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..cache import Cache, parse_transcript, read_links
 from ..errors import EndpointSilentError, R1BuildError
-from ..events import Note, NoteLevel, Progress, Stage, emit
+from ..events import Event, Note, NoteLevel, Progress, Stage, emit, watch
 from ..judge import Evaluator
 from ..keys import decision_key
 from ..manifest.model import KernelSpec, Manifest
@@ -188,6 +188,14 @@ class _Search:
         """Candidates the judge works on now."""
         self.judge_busy_s = 0.0
         """Seconds the judge has worked so far (on a GPU machine: the gate and the GPU's checks and timing)."""
+        self.at_gate = 0
+        """Of the candidates the judge works on, those still at its static gate."""
+        self.for_gpu = 0
+        """Of the candidates the judge works on, those past the gate, waiting for the GPU or on it (a judge that
+        measures: the gate's finished stage says how many passed)."""
+        self.gpu_busy_s = 0.0
+        """Seconds the judge has worked past the gate of its batches (the GPU's checks and timing)."""
+        self._past_gate: float | None = None
         self.first_queued: float | None = None
         """When the first generated candidate was queued (``time.monotonic``): the judge's busy share runs
         from there."""
@@ -222,8 +230,11 @@ class _Search:
                     "candidates": len(self.pool.generated),
                     "waiting": self.waiting,
                     "judging": self.judging,
+                    "at_gate": self.at_gate,
+                    "for_gpu": self.for_gpu,
                     "passed": len(self.pool.generated_passed),
                     "judge_busy": self.busy_text(),
+                    "gpu_busy": f"{self.gpu_busy_s:.1f}s",
                     "tokens": self.usage.completion_tokens + self.live_tokens(),
                     "spend": f"${self.usage.cost_usd:.4f}",
                 },
@@ -317,17 +328,50 @@ class _Search:
             candidates = [c for c in batch if c is not None]
             if candidates:
                 self.waiting -= len(candidates)
-                self.judging = len(candidates)
+                self.judging = self.at_gate = len(candidates)
                 self.progress()
                 started = time.monotonic()
                 try:
-                    await self.pool.judge(candidates)
+                    with watch(self.gate_watch()):
+                        await self.pool.judge(candidates)
                 finally:
-                    self.judge_busy_s += time.monotonic() - started
-                    self.judging = 0
+                    now = time.monotonic()
+                    self.judge_busy_s += now - started
+                    self.gpu_busy_s += now - self._past_gate if self._past_gate is not None else 0.0
+                    self.judging = self.at_gate = self.for_gpu = 0
+                    self._past_gate = None
                 if after is not None:
                     await after(candidates)
             self.progress()
+
+    def gate_watch(self) -> Callable[[Event], None]:
+        """What sees the judge's events while it works on a batch: where the judge measures after its gate (not
+        the static gate alone), the gate's finished stage moves the batch's passed candidates on to the GPU."""
+        from ..gate.static import StaticGate
+
+        loop = asyncio.get_running_loop()
+        measures = not isinstance(self.pool.evaluator, StaticGate)
+
+        def seen(event: Event) -> None:
+            if (
+                measures
+                and isinstance(event, Stage)
+                and event.stage == "gate"
+                and event.done
+                and event.kernel == self.spec.name
+                and event.passed is not None
+            ):
+                loop.call_soon_threadsafe(self.past_gate, event.passed)
+
+        return seen
+
+    def past_gate(self, passed: int) -> None:
+        """The batch the judge works on passed its gate: ``passed`` candidates go on to the GPU."""
+        if not self.judging:
+            return
+        self.at_gate, self.for_gpu = 0, min(passed, self.judging)
+        self._past_gate = time.monotonic()
+        self.progress()
 
     # -- one sample --------------------------------------------------------------------------------------
     def report(self, round_no: int, sample: int, attempt: Attempt, wait: float | None) -> None:
@@ -445,7 +489,8 @@ class _Search:
         elif loss == "content_filter":
             self.note("warning", f"{where}: the answer was stopped by the provider's content filter")
         elif loss == "no_code" and extraction is not None:
-            self.note("warning", f"{where}: no CUDA code block in the answer ({extraction.reason})")
+            said = completion.said_instead()  # a refusal or tool calls: what the model said, not "(empty)"
+            self.note("warning", f"{where}: " + (said or f"no CUDA code block in the answer ({extraction.reason})"))
         return extraction
 
     def check_model(self, answered: str | None) -> None:

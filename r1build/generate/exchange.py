@@ -5,7 +5,7 @@ Standard library and records only (no ``openai``), so whatever reads a search's 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, get_args, overload
 
 from ..errors import R1BuildError
@@ -114,6 +114,19 @@ class Completion:
     """Seconds from request to last byte."""
     first_token_s: float | None
     """Seconds to the first streamed delta."""
+    refusal: str = ""
+    """What the model said in the message's ``refusal`` field instead of an answer (a model that declines)."""
+    tool_calls: tuple[dict[str, str], ...] = ()
+    """The tool calls (or legacy ``function_call``) the model answered with instead of content, in order: each
+    ``{"name": ..., "arguments": ...}``, the arguments as the text the server sent."""
+
+    def said_instead(self, limit: int = 300) -> str | None:
+        """What the answer said instead of content, for a warning (None when it said nothing of the kind)."""
+        parts = [f"the model refused: {self.refusal.strip()[:limit]}"] if self.refusal.strip() else []
+        if self.tool_calls:
+            calls = ", ".join(f"{c['name']}({c['arguments'][:limit]})" for c in self.tool_calls)
+            parts.append(f"the model answered with a tool call instead of code: {calls}")
+        return "; ".join(parts) or None
 
 
 @dataclass
@@ -169,3 +182,56 @@ def utf8_text(text: str | None) -> str | None:
     except UnicodeEncodeError:
         return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
     return text
+
+
+def _field(value: Any, name: str) -> Any:
+    """Field ``name`` of a message, delta or call: an object of the client, or a dict read by hand."""
+    return value.get(name) if isinstance(value, dict) else getattr(value, name, None)
+
+
+def _str(value: Any) -> str:
+    return utf8_text(value) if isinstance(value, str) else ""
+
+
+def refusal_of(message: Any) -> str:
+    """The ``refusal`` text of a message or delta ("" where none, or not text)."""
+    return _str(_field(message, "refusal"))
+
+
+def tool_calls_of(message: Any) -> tuple[dict[str, str], ...]:
+    """The tool calls of a whole message (and its legacy ``function_call``), each as name and arguments text."""
+    calls = _field(message, "tool_calls")
+    functions = [_field(c, "function") for c in (calls if isinstance(calls, (list, tuple)) else ())]
+    functions.append(_field(message, "function_call"))
+    return tuple(
+        {"name": _str(_field(f, "name")), "arguments": _str(_field(f, "arguments"))} for f in functions if f is not None
+    )
+
+
+@dataclass
+class SaidInstead:
+    """A stream's refusal and tool calls, joined from its deltas (a call's name and arguments come in pieces, the
+    pieces of one call under one ``index``)."""
+
+    refusal: list[str] = field(default_factory=list)
+    calls: dict[int, dict[str, str]] = field(default_factory=dict)
+
+    def add(self, delta: Any) -> bool:
+        """Take the refusal and tool-call pieces of ``delta``; whether it held any."""
+        piece = refusal_of(delta)
+        if piece:
+            self.refusal.append(piece)
+        calls = _field(delta, "tool_calls")
+        pieces = [(_field(c, "index"), _field(c, "function")) for c in (calls if isinstance(calls, list) else ())]
+        legacy = _field(delta, "function_call")
+        pieces += [(-1, legacy)] if legacy is not None else []
+        for index, function in pieces:
+            call = self.calls.setdefault(index if isinstance(index, int) else 0, {"name": "", "arguments": ""})
+            call["name"] += _str(_field(function, "name"))
+            call["arguments"] += _str(_field(function, "arguments"))
+        return bool(piece or pieces)
+
+    def into(self, completion: Completion) -> Completion:
+        """``completion`` with what the stream said instead of content."""
+        calls = tuple(self.calls[i] for i in sorted(self.calls))
+        return replace(completion, refusal="".join(self.refusal), tool_calls=calls)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from ..errors import EvaluationError
 from ..events import Note, emit
+from ..gate.stopping import stoppable
 from ..judge import Evaluator, Job
 from ..keys import canonical_json
 from ..manifest.model import KernelSpec, Manifest
@@ -209,7 +210,8 @@ class Pool:
             if not candidates:
                 return
         job = Job(self.manifest, self.spec, self.arch, list(candidates), baseline=self.baseline)
-        results = await asyncio.to_thread(self.evaluator.evaluate, job)
+        with stoppable():  # a cancelled search (Ctrl-C) stops the compiles of this job at once
+            results = await asyncio.to_thread(self.evaluator.evaluate, job)
         if len(results) != len(candidates):
             raise EvaluationError(f"the evaluator returned {len(results)} results for {len(candidates)} candidates")
         for candidate, result in zip(candidates, results, strict=True):

@@ -306,12 +306,21 @@ class Judges:
             gate.judge(first.manifest, first.spec, pairs)
 
         from ..gate.nvcc import COMPILE_SLOTS
+        from ..gate.stopping import stoppable
 
-        with ThreadPoolExecutor(max_workers=min(COMPILE_SLOTS, len(by_kernel))) as pool:
-            for future in [
-                pool.submit(contextvars.copy_context().run, judge, kernel_jobs) for kernel_jobs in by_kernel.values()
-            ]:
-                future.result()
+        # Ctrl-C stops every kernel's compiles at once (the scope is in the contexts the threads run in)
+        with stoppable() as scope, ThreadPoolExecutor(max_workers=min(COMPILE_SLOTS, len(by_kernel))) as pool:
+            try:
+                for future in [
+                    pool.submit(contextvars.copy_context().run, judge, kernel_jobs)
+                    for kernel_jobs in by_kernel.values()
+                ]:
+                    future.result()
+            except BaseException as exc:
+                pool.shutdown(wait=False, cancel_futures=True)
+                if not isinstance(exc, Exception):
+                    scope.stop()
+                raise
 
     def _compile_along(
         self, gpu_jobs: Sequence[Job], by_kernel: dict[str, list[Job]], batch: int

@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 
-from r1build.events import Event, Note, Progress, sink
+from r1build.events import Event, Note, Progress, Stage, emit, sink
 from r1build.gate.static import StaticGate
 from r1build.generate import SearchOutcome, replay, search
-from r1build.judge import Evaluator
+from r1build.judge import Evaluator, Job
 from r1build.manifest import Manifest
+from r1build.records import Result
 from tests.generate.chat_server import Answer, ChatServer, Reply, Request
 from tests.generate.gen_support import MarkerJudge, Project, answer, env_for, kernel_source
 
@@ -177,6 +178,31 @@ def test_progress_shows_requests_in_flight_and_the_judges_queue(project: Project
     assert all({"waiting", "judge_busy"} <= set(f) for f in fields)
     busy = str(fields[-1]["judge_busy"])
     assert float(busy.split("s", maxsplit=1)[0]) >= 0.05
+
+
+class GateThenGpu(MarkerJudge):
+    """A judge that measures: its gate (0.1 s) says how many passed with the gate's finished stage, as a GPU
+    evaluator's gate does, then its GPU works (0.4 s)."""
+
+    def evaluate(self, job: Job) -> list[Result]:
+        time.sleep(0.1)
+        results = super().evaluate(job)
+        emit(Stage("gate", job.spec.name, job.arch, done=True, passed=sum(r.ok for r in results)))
+        time.sleep(0.4)
+        return results
+
+
+def test_progress_splits_waiting_for_the_gate_from_waiting_for_the_gpu(project: Project) -> None:
+    manifest = continuous(project, generation={"max-concurrency": 1}, rounds=1, samples=1, candidates=1)
+    events: Timed = []
+    with ChatServer([fast(kernel_source(1))]) as server:
+        run(project, manifest, server, GateThenGpu(), events)
+    fields = [e.fields for _, e in events if isinstance(e, Progress)]
+    at_gate = next(i for i, f in enumerate(fields) if f["at_gate"] == 1 and f["judging"] == 1)
+    for_gpu = next(i for i, f in enumerate(fields) if f["for_gpu"] == 1)
+    assert at_gate < for_gpu and fields[for_gpu]["at_gate"] == 0 and fields[for_gpu]["judging"] == 1
+    assert fields[-1]["for_gpu"] == fields[-1]["at_gate"] == 0
+    assert 0.35 <= float(str(fields[-1]["gpu_busy"]).rstrip("s")) < float(str(fields[-1]["judge_busy"]).split("s")[0])
 
 
 def test_replay_reproduces_a_continuous_search_that_gated_code_of_a_cut_answer(
