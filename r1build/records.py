@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from .convert import ConversionProblem, convert
 from .keys import canonical_json, digest_bytes, variant_digest
 
 __all__ = [
+    "BUILD_MODE_WORDS",
     "Candidate",
     "CandidateOutcome",
     "CandidateRef",
@@ -26,6 +30,7 @@ __all__ = [
     "Origin",
     "Profile",
     "Provenance",
+    "ResolveOptions",
     "Result",
     "SourceFrom",
     "Standing",
@@ -100,6 +105,61 @@ def validation_of(kind: OriginKind, result: Result | None) -> Validation:
     if result.stage == "evaluate":
         return "validated"
     return "pending" if kind == "generated" else "unvalidated"
+
+
+BUILD_MODE_WORDS = ("r1build.locked (R1BUILD_LOCKED)", "r1build.frozen (R1BUILD_FROZEN)")
+"""How a build's user asks for ``locked`` and ``frozen`` (:attr:`ResolveOptions.mode_words`)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResolveOptions:
+    """How to resolve: the one record of options that the build hook (:func:`r1build.build.options.split_settings`)
+    and the command line both build and the resolver (:func:`r1build.resolve.resolve`) takes; each option has one
+    name from the config setting or flag to where it is used."""
+
+    archs: list[str] | None = None
+    """Only these canonical archs (intersected with each kernel's); all targets when None."""
+    kernels: list[str] | None = None
+    """Only these kernels; all when None."""
+    generate: bool | None = None
+    """Ask the configured LLM endpoint for candidates on a miss (``r1build.generate``, ``R1BUILD_GENERATE``);
+    False never does (``--offline``, ``r1build.offline``). None: when an endpoint is configured and
+    ``R1BUILD_OFFLINE`` is not set in ``environ``. A build is False unless the person building opts in."""
+    evaluate: bool | None = None
+    """Measure on local GPUs on a miss (``r1build.evaluate``, ``R1BUILD_EVALUATE``); False never does
+    (``--no-gpu``). None: when one is visible. A build is False unless asked."""
+    locked: bool = False
+    """Fail unless the lock is present and current; use only what it names (``--locked``, ``r1build.locked``)."""
+    frozen: bool = False
+    """Use the lock as it is, without requiring it to be current (``--frozen``, ``r1build.frozen``): every
+    kernel × arch takes its entry, stale or not, each still verified against the manifest as a locked read
+    verifies it (declared tunables and values, origin file and its digest, winner digest, a key naming no other
+    kernel × arch's decision; :func:`~r1build.lock.load_lock`); one without an entry is an error, and nothing is
+    generated, measured or written to the lock."""
+    refresh: bool = False
+    """Ignore cached decisions and the lock, and judge again."""
+    mode_words: tuple[str, str] = ("--locked", "--frozen")
+    """How the caller's user asks for ``locked`` and ``frozen``, for messages: the command line's flags, or a
+    build's config settings and variables (:data:`BUILD_MODE_WORDS`)."""
+    cache_dir: Path | None = None
+    """The cache directory (``--cache-dir``, ``r1build.cache-dir``); None leaves it to the cache
+    (``R1BUILD_CACHE_DIR`` or the platform default)."""
+    remote_cache: str | None = None
+    """The remote cache URL (``r1build.remote-cache``); None leaves it to ``R1BUILD_REMOTE_CACHE`` and the
+    manifest."""
+    write_lock: bool = True
+    """Update the lock file when decisions change."""
+    recover_lock: bool = False
+    """A damaged lock (corrupt, truncated, conflicted, or with entries that do not verify) is rebuilt from the
+    entries that still verify, the cache and the manifest, instead of being an error (``r1build lock``)."""
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ), repr=False, compare=False)
+    """Environment for endpoint and key lookup (neither shown nor compared: it holds keys)."""
+    build: bool = False
+    """Resolving for a build (the PEP 517 backend): an endpoint that never answers is a warning, and the build
+    goes on with the user's own sources, instead of an error."""
+    cluster: str | None = None
+    """Address of a Dask scheduler: GPU jobs run on its workers of each arch, gate compiles on its compile slots
+    (:mod:`r1build.cluster`), instead of on local GPUs and cores. None: this machine only."""
 
 
 @dataclass(frozen=True)

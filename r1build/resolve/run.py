@@ -16,12 +16,12 @@ from ..events import Stage, emit
 from ..keys import decision_key
 from ..lock import Lock, LockEntry, inputs_of, load_lock, lock_path, require_fresh, salvage_lock, write_lock
 from ..manifest import Manifest
-from ..records import Candidate, Unresolved
+from ..records import Candidate, ResolveOptions, Unresolved
 from ..toolchain.archs import require_supported_archs
 from ..toolchain.nvcc import toolchain
 from .judges import Judges
 from .lookup import lookup
-from .model import Question, Resolution, Resolved, ResolveOptions, Run
+from .model import Question, Resolution, Resolved, Run
 from .verdict import library_verdict
 from .work import work
 
@@ -179,7 +179,7 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
             manifest, lock, plan if (options.kernels or options.archs) else None, said=options.mode_words[0]
         )
     phases.done("toolchain and arch check, lock read")
-    judges = Judges(cache, options.use_gpu, options.cluster, manifest.settings.evaluation.connect_timeout_s)
+    judges = Judges(cache, options.evaluate, options.cluster, manifest.settings.evaluation.connect_timeout_s)
     run = Run(manifest, cache, options, judges, lock)
     try:
         looked: list[_Looked] = []

@@ -24,7 +24,7 @@ from r1build.resolve import ResolveOptions, emit_resolution, resolve
 
 pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
 
-ONE = ResolveOptions(kernels=["silu_mul"], archs=["sm_90"], use_gpu=False, offline=True)
+ONE = ResolveOptions(kernels=["silu_mul"], archs=["sm_90"], evaluate=False, generate=False)
 
 
 def _env_without_endpoints(monkeypatch: pytest.MonkeyPatch) -> None:
