@@ -38,6 +38,7 @@ __all__ = [
     "Timing",
     "Unresolved",
     "Validation",
+    "WinnerFacts",
     "from_json",
     "provenance_of",
     "to_json",
@@ -384,6 +385,52 @@ class Decision:
     def validation(self, ref: CandidateRef) -> Validation:
         """How far candidate ``ref`` was checked in this decision."""
         return validation_of(ref.origin.kind, self.result_of(ref.digest))
+
+
+@dataclass(frozen=True, kw_only=True)
+class WinnerFacts:
+    """What is known of a winner beyond its source: where and how fast it was measured, and against what. The
+    resolver's :class:`~r1build.resolve.Resolved`, the lock's entries and ``r1build status``'s rows carry this one
+    record (a lock entry keeps its fields flat in the file: :attr:`~r1build.lock.LockEntry.facts`)."""
+
+    time_us: float | None = None
+    """Measured median time on the first benchmark shape, when measured."""
+    gpu: str | None = None
+    """GPU it was measured on."""
+    checks: int | None = None
+    """Version of the GPU evaluator's checks that validated it (:data:`r1build.judge.CHECKS_VERSION`); None
+    unless validated."""
+    speedup_vs_library: float | None = None
+    """The library's time over the winner's on the first benchmark shape (the kernel's ``gpu-reference``, else
+    the numpy reference run on cupy arrays): above 1 the winner is faster than the library; when measured."""
+    share_of_floor: float | None = None
+    """The hardware floor's time over the winner's (1.0 is at the floor), when measured."""
+    library_note: str | None = None
+    """Why a measured winner has no ``speedup_vs_library``: the library could not be timed on cupy, and why."""
+
+    @classmethod
+    def of(cls, decision: Decision, winner: CandidateRef) -> WinnerFacts:
+        """The facts of ``winner`` as ``decision`` records them (its result's timing and device, the decision's
+        checks where the winner is validated)."""
+        result = decision.result_of(winner.digest)
+        timing = result.timing if result is not None else None
+        checks = (decision.checks or 0) if decision.validation(winner) == "validated" else None
+        if timing is None:
+            return cls(checks=checks)
+        return cls(
+            time_us=timing.median_us,
+            gpu=(result.device if result is not None else None) or decision.device,
+            checks=checks,
+            speedup_vs_library=timing.speedup_vs_reference,
+            share_of_floor=timing.share_of_floor,
+            library_note=timing.library_note,
+        )
+
+    def measured(self) -> WinnerFacts:
+        """These facts with the library and floor figures only where there is a time to compare."""
+        if self.time_us is not None:
+            return self
+        return dataclasses.replace(self, speedup_vs_library=None, share_of_floor=None, library_note=None)
 
 
 @dataclass(frozen=True)

@@ -226,7 +226,7 @@ def cmd_status(args: argparse.Namespace, console: Console) -> int:
     with sink(console.event):
         rows = _status_rows(manifest, args)
     if args.json:
-        console.json(json.dumps({"manifest": str(manifest.path), "kernels": [asdict(r) for r in rows]}, indent=2))
+        console.json(json.dumps({"manifest": str(manifest.path), "kernels": [r.as_json() for r in rows]}, indent=2))
         return 0
     console.table(
         [
@@ -250,10 +250,10 @@ def cmd_status(args: argparse.Namespace, console: Console) -> int:
                 r.state,
                 r.provenance or "-",
                 r.validation or "-",
-                _fmt_time(r.time_us),
-                _fmt_ratio(r.speedup_vs_library),
-                _fmt_ratio(r.share_of_floor, percent=True),
-                r.gpu or "-",
+                _fmt_time(r.facts.time_us),
+                _fmt_ratio(r.facts.speedup_vs_library),
+                _fmt_ratio(r.facts.share_of_floor, percent=True),
+                r.facts.gpu or "-",
                 r.winner or "-",
                 r.source or "-",
                 r.note,
@@ -276,11 +276,11 @@ def _render_resolution(
             "state": r.state,
             "provenance": r.provenance,
             "validation": r.validation,
-            "time_us": r.time_us,
-            "speedup_vs_library": r.speedup_vs_library,
-            "share_of_floor": r.share_of_floor,
-            "library_note": r.library_note,
-            "gpu": r.gpu,
+            "time_us": r.facts.time_us,
+            "speedup_vs_library": r.facts.speedup_vs_library,
+            "share_of_floor": r.facts.share_of_floor,
+            "library_note": r.facts.library_note,
+            "gpu": r.facts.gpu,
             "winner": r.candidate.digest[:12],
             "registers": r.gate.gate.registers if r.gate and r.gate.gate else None,
         }

@@ -14,7 +14,7 @@ from ..events import Note, NoteLevel, emit
 from ..judge import Job
 from ..lock import Lock
 from ..manifest import KernelSpec, Manifest
-from ..records import Candidate, Found, Provenance, ResolveOptions, Result, Unresolved, Validation
+from ..records import Candidate, Found, Provenance, ResolveOptions, Result, Unresolved, Validation, WinnerFacts
 
 if TYPE_CHECKING:
     from .judges import Judges
@@ -32,18 +32,11 @@ class Resolved:
     provenance: Provenance
     validation: Validation
     """``validated`` or ``unvalidated`` (a winner is never pending or rejected)."""
-    time_us: float | None = None
-    gpu: str | None = None
+    facts: WinnerFacts = field(default_factory=WinnerFacts)
+    """Its time, GPU, checks, library and floor figures (none for a winner of the static gate alone)."""
     toolchain: str | None = None
+    """nvcc identity that gated or measured it."""
     gate: Result | None = None
-    checks: int | None = None
-    """Version of the GPU checks that validated it."""
-    speedup_vs_library: float | None = None
-    """The library's time over the winner's (the lock's ``speedup-vs-library``), when measured."""
-    share_of_floor: float | None = None
-    """The hardware floor's time over the winner's, when measured."""
-    library_note: str | None = None
-    """Why a measured winner has no speedup over the library."""
 
 
 @dataclass

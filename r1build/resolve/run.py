@@ -14,9 +14,9 @@ from ..cache import Cache
 from ..errors import CompileError, LockError, ResolveError, UsageError
 from ..events import Stage, emit
 from ..keys import decision_key
-from ..lock import Lock, LockEntry, inputs_of, load_lock, lock_path, require_fresh, salvage_lock, write_lock
+from ..lock import Lock, LockEntry, load_lock, lock_path, require_fresh, salvage_lock, write_lock
 from ..manifest import Manifest
-from ..records import Candidate, ResolveOptions, Unresolved
+from ..records import Candidate, CandidateRef, ResolveOptions, Unresolved
 from ..toolchain.archs import require_supported_archs
 from ..toolchain.nvcc import toolchain
 from .judges import Judges
@@ -29,28 +29,15 @@ from .work import work
 def _lock_entry(manifest: Manifest, r: Resolved, previous: LockEntry | None) -> LockEntry:
     if r.state in ("locked", "vendored") and previous is not None:
         return previous
-    c = r.candidate
-    return LockEntry(
-        name=r.spec.name,
-        arch=r.arch,
-        key=r.key,
-        winner=c.digest,
-        source=c.source_digest,
-        provenance=r.provenance,
+    return LockEntry.of_winner(
+        manifest,
+        r.spec,
+        r.arch,
+        r.key,
+        CandidateRef.of(r.candidate),
         validation=r.validation,
-        inputs=inputs_of(manifest, r.spec),
-        origin=c.origin.path,
-        defines=dict(c.defines),
-        model=c.origin.model,
-        round=c.origin.round,
-        sample=c.origin.sample,
-        time_us=r.time_us,
-        gpu=r.gpu,
-        checks=r.checks if r.validation == "validated" else None,
         toolchain=r.toolchain,
-        speedup_vs_library=r.speedup_vs_library if r.time_us is not None else None,
-        share_of_floor=r.share_of_floor if r.time_us is not None else None,
-        library_note=r.library_note if r.time_us is not None else None,
+        facts=r.facts,
     )
 
 

@@ -24,19 +24,19 @@ def library_verdict(manifest: Manifest, r: Resolved) -> Unresolved | None:
     """:class:`Unresolved` when the winner ``r`` must beat the library and does not (by the margin, or the
     library's time is unknown); else None, with a warning (on ``r``'s kernel × arch) when it is measured slower
     than the library. An unmeasured winner (the static gate alone) has no verdict yet."""
-    if r.time_us is None:
+    if r.facts.time_us is None:
         return None
-    speedup, margin = r.speedup_vs_library, manifest.margin_of(r.spec)
+    speedup, margin = r.facts.speedup_vs_library, manifest.margin_of(r.spec)
     where = f"the {r.state} winner"
     if not manifest.must_beat_library(r.spec):
         if speedup is not None and speedup < 1.0:
-            _note(r, f"{where} is slower than the library: {verdict_words(speedup)} on {r.gpu or 'the GPU'}")
+            _note(r, f"{where} is slower than the library: {verdict_words(speedup)} on {r.facts.gpu or 'the GPU'}")
         return None
     need = 1.0 + margin
     if speedup is not None and speedup >= need:
         return None
     bar = f'must-beat = "library" with margin {margin:g} needs at least {need:.2f}x'
-    reason = f"{verdict_words(speedup, r.library_note)}; {bar}"
+    reason = f"{verdict_words(speedup, r.facts.library_note)}; {bar}"
     c = r.candidate
     row = CandidateOutcome(
         candidate=c.digest,

@@ -69,7 +69,7 @@ def test_gpu_jobs_run_on_the_worker_of_their_arch(
     by_arch = {r.arch: r for r in resolution.entries}
     for arch in ("sm_80", "sm_90"):
         assert by_arch[arch].validation == "validated" and by_arch[arch].state == "measured"
-        assert by_arch[arch].gpu == "Test GPU"
+        assert by_arch[arch].facts.gpu == "Test GPU"
         assert all(r.host == socket.gethostname() and r.stage == "evaluate" for r in decisions[arch].results)
         assert len(decisions[arch].results) == 1
     assert by_arch["sm_100"].validation == "unvalidated" and by_arch["sm_100"].state == "gated"

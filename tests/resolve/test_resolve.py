@@ -91,7 +91,12 @@ def test_a_cached_decision_wins_and_is_locked_with_its_time(root_copy: Path, cac
         )
         res = resolve(m, cache, ONE)
     (entry,) = res.entries
-    assert (entry.state, entry.provenance, entry.time_us, entry.gpu) == ("cached", "tuned", 41.5, "NVIDIA H200")
+    assert (entry.state, entry.provenance, entry.facts.time_us, entry.facts.gpu) == (
+        "cached",
+        "tuned",
+        41.5,
+        "NVIDIA H200",
+    )
     assert entry.candidate.defines == {"BLOCK": 256}
     e = read_lock(root_copy / "kernels.lock").entry("silu_mul", "sm_90")  # type: ignore[union-attr]
     assert e is not None and e.time_us == 41.5 and e.defines == {"BLOCK": 256} and e.gpu == "NVIDIA H200"
