@@ -33,7 +33,7 @@ from ..manifest.cdecl import declaration, signature
 from ..manifest.flags import include_digest, rooted_flags
 from ..manifest.model import KernelSpec, Limits, Manifest
 from ..records import Candidate, GateReport, Result, Status
-from ..sandbox import sandbox_for
+from ..sandbox import Runner, run_process, sandbox_for
 from ..toolchain.defines import define_problem
 from ..toolchain.nvcc import Toolchain
 from ..toolchain.nvcc import toolchain as default_toolchain
@@ -161,6 +161,7 @@ class StaticGate:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         keep_objects: Path | None = None,
         static_memory_limit: int = STATIC_MEMORY_LIMIT,
+        runner: Runner = run_process,
     ) -> None:
         self.cache = cache
         """Where verdicts are looked up and stored."""
@@ -178,6 +179,8 @@ class StaticGate:
         kept."""
         self.static_memory_limit = static_memory_limit
         """Most bytes of static memory a variant may reserve (:data:`.device_memory.STATIC_MEMORY_LIMIT`)."""
+        self.runner = runner
+        """What runs nvcc and the link (:mod:`r1build.sandbox.runner`; a test hands in one that records)."""
         self._toolchain = toolchain
         self._lock = threading.Lock()
         self._objects: dict[tuple[str, str], Path] = {}
@@ -388,6 +391,7 @@ class StaticGate:
                 timeout_s=self.timeout_s,
                 declaration=declaration(spec),
                 sandbox=sandbox_for(candidate.origin.kind),
+                runner=self.runner,
             )
             with self._lock:
                 self.compiles += 1
@@ -408,6 +412,7 @@ class StaticGate:
                 sandbox=sandbox_for(candidate.origin.kind),
                 timeout_s=self.timeout_s,
                 limit=self.static_memory_limit,
+                runner=self.runner,
             )
             if linked.status == "passed" and linked.library is not None and self.keep_objects is not None:
                 self._keep(compiled.object_path, linked.library, candidate.digest, archs)

@@ -38,12 +38,15 @@ from .policy import (
     trusted_origin,
     unconfined,
 )
+from .runner import Runner, run_process
 
 __all__ = [
     "Confinement",
+    "Runner",
     "Sandbox",
     "confined",
     "run_confined",
+    "run_process",
     "runner_sandbox",
     "sandbox_for",
     "scrubbed_environment",
