@@ -207,7 +207,7 @@ class StaticGate:
     def known(self, job: Job) -> int:
         """How many of ``job``'s first candidates have a verdict without compiling (in the cache, or refused for
         the arch): what :meth:`evaluate` of them would take without a compile."""
-        arch, tc = parse_arch(job.arch), self.toolchain
+        arch, tc = job.arch, self.toolchain  # canonical (a Job's arch is)
         for n, c in enumerate(job.candidates):
             if (
                 _refused(arch, c, tc) is None
@@ -218,8 +218,7 @@ class StaticGate:
 
     def evaluate(self, job: Job) -> list[Result]:
         """One result per candidate of ``job``, in order."""
-        arch = parse_arch(job.arch)
-        return self.judge(job.manifest, job.spec, [(arch, c) for c in job.candidates], arch=arch)
+        return self.judge(job.manifest, job.spec, [(job.arch, c) for c in job.candidates], arch=job.arch)
 
     def judge(
         self, manifest: Manifest, spec: KernelSpec, pairs: Sequence[tuple[str, Candidate]], *, arch: str | None = None
