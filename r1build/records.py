@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from .convert import ConversionProblem, convert
 from .keys import canonical_json, digest_bytes, variant_digest
 
 __all__ = [
+    "BUILD_MODE_WORDS",
     "Candidate",
     "CandidateOutcome",
     "CandidateRef",
@@ -26,6 +30,7 @@ __all__ = [
     "Origin",
     "Profile",
     "Provenance",
+    "ResolveOptions",
     "Result",
     "SourceFrom",
     "Standing",
@@ -33,6 +38,7 @@ __all__ = [
     "Timing",
     "Unresolved",
     "Validation",
+    "WinnerFacts",
     "from_json",
     "provenance_of",
     "to_json",
@@ -100,6 +106,61 @@ def validation_of(kind: OriginKind, result: Result | None) -> Validation:
     if result.stage == "evaluate":
         return "validated"
     return "pending" if kind == "generated" else "unvalidated"
+
+
+BUILD_MODE_WORDS = ("r1build.locked (R1BUILD_LOCKED)", "r1build.frozen (R1BUILD_FROZEN)")
+"""How a build's user asks for ``locked`` and ``frozen`` (:attr:`ResolveOptions.mode_words`)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResolveOptions:
+    """How to resolve: the one record of options that the build hook (:func:`r1build.build.options.split_settings`)
+    and the command line both build and the resolver (:func:`r1build.resolve.resolve`) takes; each option has one
+    name from the config setting or flag to where it is used."""
+
+    archs: list[str] | None = None
+    """Only these canonical archs (intersected with each kernel's); all targets when None."""
+    kernels: list[str] | None = None
+    """Only these kernels; all when None."""
+    generate: bool | None = None
+    """Ask the configured LLM endpoint for candidates on a miss (``r1build.generate``, ``R1BUILD_GENERATE``);
+    False never does (``--offline``, ``r1build.offline``). None: when an endpoint is configured and
+    ``R1BUILD_OFFLINE`` is not set in ``environ``. A build is False unless the person building opts in."""
+    evaluate: bool | None = None
+    """Measure on local GPUs on a miss (``r1build.evaluate``, ``R1BUILD_EVALUATE``); False never does
+    (``--no-gpu``). None: when one is visible. A build is False unless asked."""
+    locked: bool = False
+    """Fail unless the lock is present and current; use only what it names (``--locked``, ``r1build.locked``)."""
+    frozen: bool = False
+    """Use the lock as it is, without requiring it to be current (``--frozen``, ``r1build.frozen``): every
+    kernel × arch takes its entry, stale or not, each still verified against the manifest as a locked read
+    verifies it (declared tunables and values, origin file and its digest, winner digest, a key naming no other
+    kernel × arch's decision; :func:`~r1build.lock.load_lock`); one without an entry is an error, and nothing is
+    generated, measured or written to the lock."""
+    refresh: bool = False
+    """Ignore cached decisions and the lock, and judge again."""
+    mode_words: tuple[str, str] = ("--locked", "--frozen")
+    """How the caller's user asks for ``locked`` and ``frozen``, for messages: the command line's flags, or a
+    build's config settings and variables (:data:`BUILD_MODE_WORDS`)."""
+    cache_dir: Path | None = None
+    """The cache directory (``--cache-dir``, ``r1build.cache-dir``); None leaves it to the cache
+    (``R1BUILD_CACHE_DIR`` or the platform default)."""
+    remote_cache: str | None = None
+    """The remote cache URL (``r1build.remote-cache``); None leaves it to ``R1BUILD_REMOTE_CACHE`` and the
+    manifest."""
+    write_lock: bool = True
+    """Update the lock file when decisions change."""
+    recover_lock: bool = False
+    """A damaged lock (corrupt, truncated, conflicted, or with entries that do not verify) is rebuilt from the
+    entries that still verify, the cache and the manifest, instead of being an error (``r1build lock``)."""
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ), repr=False, compare=False)
+    """Environment for endpoint and key lookup (neither shown nor compared: it holds keys)."""
+    build: bool = False
+    """Resolving for a build (the PEP 517 backend): an endpoint that never answers is a warning, and the build
+    goes on with the user's own sources, instead of an error."""
+    cluster: str | None = None
+    """Address of a Dask scheduler: GPU jobs run on its workers of each arch, gate compiles on its compile slots
+    (:mod:`r1build.cluster`), instead of on local GPUs and cores. None: this machine only."""
 
 
 @dataclass(frozen=True)
@@ -339,6 +400,65 @@ class Decision:
     def validation(self, ref: CandidateRef) -> Validation:
         """How far candidate ``ref`` was checked in this decision."""
         return validation_of(ref.origin.kind, self.result_of(ref.digest))
+
+
+@dataclass(frozen=True, kw_only=True)
+class WinnerFacts:
+    """What is known of a winner beyond its source: where and how fast it was measured, and against what. The
+    resolver's :class:`~r1build.resolve.Resolved`, the lock's entries and ``r1build status``'s rows carry this one
+    record (a lock entry keeps its fields flat in the file: :attr:`~r1build.lock.LockEntry.facts`)."""
+
+    time_us: float | None = None
+    """Measured median time on the first benchmark shape, when measured."""
+    gpu: str | None = None
+    """GPU it was measured on."""
+    checks: int | None = None
+    """Version of the GPU evaluator's checks that validated it (:data:`r1build.judge.CHECKS_VERSION`); None
+    unless validated."""
+    speedup_vs_library: float | None = None
+    """The library's time over the winner's on the first benchmark shape (the kernel's ``gpu-reference``, else
+    the numpy reference run on cupy arrays): above 1 the winner is faster than the library; when measured."""
+    share_of_floor: float | None = None
+    """The hardware floor's time over the winner's (1.0 is at the floor), when measured."""
+    library_note: str | None = None
+    """Why a measured winner has no ``speedup_vs_library``: the library could not be timed on cupy, and why."""
+    speedup_vs_torch: float | None = None
+    """The torch bar's time over the winner's (the faster of eager and ``torch.compile`` of the kernel's
+    ``torch-reference``), where it names one and torch was timed."""
+    torch_note: str | None = None
+    """Why a measured winner of a kernel naming a ``torch-reference`` has no ``speedup_vs_torch``."""
+    idle_gaps_us: float | None = None
+    """Its median in the ``idle-gaps`` timing regime, where it was a finalist timed in both regimes."""
+    regime_note: str | None = None
+    """Why its win holds in the ranking timing regime only: which candidate the other regime ranks first."""
+
+    @classmethod
+    def of(cls, decision: Decision, winner: CandidateRef) -> WinnerFacts:
+        """The facts of ``winner`` as ``decision`` records them (its result's timing and device, the decision's
+        checks where the winner is validated)."""
+        result = decision.result_of(winner.digest)
+        timing = result.timing if result is not None else None
+        checks = (decision.checks or 0) if decision.validation(winner) == "validated" else None
+        if timing is None:
+            return cls(checks=checks)
+        return cls(
+            time_us=timing.median_us,
+            gpu=(result.device if result is not None else None) or decision.device,
+            checks=checks,
+            speedup_vs_library=timing.speedup_vs_reference,
+            share_of_floor=timing.share_of_floor,
+            library_note=timing.library_note,
+            speedup_vs_torch=timing.speedup_vs_torch,
+            torch_note=timing.torch_note,
+            idle_gaps_us=timing.regimes.get("idle-gaps"),
+            regime_note=timing.regime_note,
+        )
+
+    def measured(self) -> WinnerFacts:
+        """These facts with the library, torch, floor and regime figures only where there is a time to compare."""
+        if self.time_us is not None:
+            return self
+        return WinnerFacts(gpu=self.gpu, checks=self.checks)
 
 
 @dataclass(frozen=True)

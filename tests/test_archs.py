@@ -12,6 +12,7 @@ import pytest
 from r1build.errors import ManifestError, ToolchainError
 from r1build.manifest import load_manifest
 from r1build.manifest.archs import ArchTarget, arch_info, merge_targets, parse_target, settle_codes
+from r1build.records import ResolveOptions
 from r1build.toolchain.archs import require_supported_archs
 from r1build.toolchain.nvcc import Toolchain, gpu_archs, toolchain
 
@@ -138,7 +139,7 @@ def test_the_build_refuses_an_arch_nvcc_lacks(tmp_path: Path) -> None:
     require_toolchain()
     path = manifest_with(tmp_path, '["sm_90", "compute_61"]')
     with pytest.raises(ManifestError, match=r"kernels.toml:2: archs\[1\]: sm_61 is not supported"):
-        prepare_build(path.parent, cache_dir=tmp_path / "cache")
+        prepare_build(path.parent, ResolveOptions(cache_dir=tmp_path / "cache"))
 
 
 def test_a_manifest_built_in_code_gets_the_default_rule() -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from r1build.errors import MissingExtraError
+from r1build.records import ResolveOptions
 from r1build.resolve import prepare_build
 from r1build.toolchain.extras import CHECK, CUPY, GENERATE, installed
 
@@ -30,5 +31,5 @@ def test_a_build_that_must_measure_without_cupy_names_the_extra(tmp_path: Path) 
     project = tmp_path / "tiny"
     shutil.copytree(ROOT / "tests" / "packages" / "tiny", project)
     with pytest.raises(MissingExtraError, match=r"pip install 'r1build\[cuda13\]'"):
-        prepare_build(project, evaluate=True, cache_dir=tmp_path / "cache")
+        prepare_build(project, ResolveOptions(evaluate=True, cache_dir=tmp_path / "cache"))
     assert not (project / ".r1build" / "generated").exists()

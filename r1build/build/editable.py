@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ..emit.cmake import cmake_quote
 from ..errors import ConfigError
-from .options import BuildOptions
+from ..records import ResolveOptions
 
 __all__ = ["INPUTS", "RECORD", "WRAPPER", "main", "refresh", "write_editable"]
 
@@ -93,7 +93,7 @@ def _write_if_changed(path: Path, text: str) -> None:
         path.write_text(text, encoding="utf-8")
 
 
-def write_editable(project: Path, options: BuildOptions, cmake_file: Path) -> Path:
+def write_editable(project: Path, options: ResolveOptions, cmake_file: Path) -> Path:
     """Record ``options`` and write the wrapper around ``cmake_file``; the wrapper's path."""
     record = {
         "locked": options.locked,
@@ -108,11 +108,11 @@ def write_editable(project: Path, options: BuildOptions, cmake_file: Path) -> Pa
     return project / WRAPPER
 
 
-def _recorded(project: Path) -> BuildOptions:
+def _recorded(project: Path) -> ResolveOptions:
     try:
         record = json.loads((project / RECORD).read_text(encoding="utf-8"))
         cache_dir = record["cache_dir"]
-        return BuildOptions(
+        return ResolveOptions(
             locked=bool(record["locked"]),
             frozen=bool(record.get("frozen", False)),
             cache_dir=Path(cache_dir) if cache_dir else None,
@@ -129,7 +129,7 @@ def refresh(project: Path) -> Path:
     """Resolve and emit the kernels of an editable install's project again, with its build's options (never
     generating or measuring); rewrite the wrapper; the generated CMake file."""
     from ..events import Note, emit
-    from . import prepare_kernels
+    from .kernels import prepare_kernels
 
     options = replace(_recorded(project), generate=False, evaluate=False)
     emit(Note("info", f"editable install of {project}: the kernels' inputs changed, resolving them again"))

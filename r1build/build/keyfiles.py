@@ -18,7 +18,7 @@ import os
 import re
 from pathlib import Path
 
-__all__ = ["PRIVATE_KEY", "SCAN_LIMIT", "holds_private_key", "strip_sdist", "strip_wheel"]
+__all__ = ["PRIVATE_KEY", "SCAN_LIMIT", "holds_private_key", "strip_sdist", "strip_wheel", "warn_left_out"]
 
 PRIVATE_KEY = re.compile(rb"(?m)^-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")
 """The first line of a PEM private key, of any kind."""
@@ -94,3 +94,21 @@ def strip_wheel(path: Path) -> list[str]:
         finally:
             tmp.unlink(missing_ok=True)
     return sorted(found)
+
+
+def warn_left_out(names: list[str], what: str) -> None:
+    """Warn of each private key taken out of the ``what`` (:mod:`r1build.build.keyfiles`)."""
+    if not names:
+        return
+    from ..events import Note, emit
+    from .boundary import frontend_boundary
+
+    with frontend_boundary():
+        for name in names:
+            emit(
+                Note(
+                    "warning",
+                    f"{name} holds a private key: left out of the {what}; keep keys out of the project folder "
+                    "(and out of the repository)",
+                )
+            )

@@ -31,41 +31,22 @@ The environment is read through :mod:`r1build.settings`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeAlias
 
 from ..errors import ConfigError
+from ..records import ResolveOptions
 from ..settings import env_settings, lock_mode, parse_flag
-from . import PREFIX
+from .warm import PREFIX
 
-__all__ = ["PREFIX", "BuildOptions", "ConfigSettings", "split_settings"]
+__all__ = ["PREFIX", "ConfigSettings", "ResolveOptions", "split_settings"]
 
 ConfigSettings: TypeAlias = dict[str, str | list[str]]
 """PEP 517 config settings as frontends pass them: a repeated key arrives as a list."""
 
 
 _KEYS = ("locked", "frozen", "generate", "offline", "evaluate", "cache-dir", "remote-cache")
-
-
-@dataclass(frozen=True, kw_only=True)
-class BuildOptions:
-    """How the backend resolves kernels before CMake runs."""
-
-    locked: bool = False
-    """Fail unless the lock is present and current (``--locked`` of the CLI)."""
-    frozen: bool = False
-    """Build what the lock names as it is, without requiring it to be current; each entry is still verified
-    against the manifest (``--frozen`` of the CLI)."""
-    generate: bool = False
-    """The person building opted in to calling the configured LLM endpoint on a miss; never otherwise."""
-    evaluate: bool = False
-    """Measure on a local GPU on a miss."""
-    cache_dir: Path | None = None
-    """The cache directory; None leaves it to the cache (``R1BUILD_CACHE_DIR`` or the platform default)."""
-    remote_cache: str | None = None
-    """The remote cache URL (``r1build.remote-cache``); None leaves it to ``R1BUILD_REMOTE_CACHE`` and the
-    manifest."""
 
 
 def _single(key: str, value: str | list[str]) -> str:
@@ -79,8 +60,9 @@ def _single(key: str, value: str | list[str]) -> str:
 def split_settings(
     config_settings: Mapping[str, str | list[str]] | None,
     environ: Mapping[str, str] | None = None,
-) -> tuple[BuildOptions, ConfigSettings]:
-    """r1build's options, and the config settings that remain for scikit-build-core.
+) -> tuple[ResolveOptions, ConfigSettings]:
+    """r1build's options (the resolver's record, :class:`~r1build.records.ResolveOptions`), and the config
+    settings that remain for scikit-build-core.
 
     Raises :class:`~r1build.errors.ConfigError` for an unknown ``r1build.*`` key or a bad value.
     """
@@ -131,6 +113,7 @@ def split_settings(
         problem = remote_url_problem(remote)
         if problem is not None:
             raise ConfigError(f"{PREFIX}remote-cache: {problem}")
-    return BuildOptions(
+    options = ResolveOptions(
         locked=locked, frozen=frozen, generate=generate, evaluate=evaluate, cache_dir=cache_dir, remote_cache=remote
-    ), rest
+    )
+    return options if environ is None else replace(options, environ=dict(environ)), rest

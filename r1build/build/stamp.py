@@ -41,7 +41,7 @@ from ..toolchain.lookup import first_nvcc, nvcc_identity
 if TYPE_CHECKING:
     from typing import TypedDict
 
-    from .options import BuildOptions
+    from ..records import ResolveOptions
 
 __all__ = [
     "STAMP_NAME",
@@ -163,7 +163,7 @@ def _holds(project: Path, stamp: Stamp) -> Path | None:
     return cmake_file
 
 
-def read_valid_stamp(project: Path, options: BuildOptions) -> Path | None:
+def read_valid_stamp(project: Path, options: ResolveOptions) -> Path | None:
     """The generated CMake file when a stamp proves the last locked resolution still holds for a build with
     ``options``; else None."""
     if not options.locked:
@@ -187,7 +187,7 @@ def read_warm_stamp(project: Path, given: Given) -> tuple[Path, str] | None:
 
 def write_stamp(
     project: Path,
-    options: BuildOptions,
+    options: ResolveOptions,
     given: Given | None,
     inputs: Iterable[Path],
     cmake_file: Path,

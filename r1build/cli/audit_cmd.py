@@ -39,7 +39,7 @@ def cmd_audit(args: argparse.Namespace, console: Console) -> int:
 
     manifest = load_from_args(args, check_references=False)
     with sink(console.event), open_cache(args, manifest=manifest) as cache:
-        judges = Judges(cache, use_gpu=None)
+        judges = Judges(cache, evaluate=None)
         try:
             found = audit(manifest, cache, judges)
         finally:

@@ -66,7 +66,13 @@ def register(sub: Any) -> None:
         p = sub.add_parser(name, help=helptext)
         add_manifest_arg(p)
         add_cache_arg(p, remote=True)
-        p.add_argument("--offline", action="store_true", help="never call an LLM (also R1BUILD_OFFLINE=1)")
+        p.add_argument(
+            "--offline",
+            dest="generate",
+            action="store_const",
+            const=False,
+            help="never call an LLM (also R1BUILD_OFFLINE=1)",
+        )
         p.add_argument(
             "--locked", action="store_true", help="fail unless the lock is present and current (also R1BUILD_LOCKED=1)"
         )
@@ -80,7 +86,9 @@ def register(sub: Any) -> None:
         p.add_argument("--refresh", action="store_true", help="ignore cached decisions and judge again")
         p.add_argument("--arch", action="append", metavar="ARCH", help="only these archs (repeat or comma-separate)")
         p.add_argument("--kernel", action="append", metavar="NAME", help="only these kernels")
-        p.add_argument("--no-gpu", action="store_true", help="do not measure on local GPUs")
+        p.add_argument(
+            "--no-gpu", dest="evaluate", action="store_const", const=False, help="do not measure on local GPUs"
+        )
         p.add_argument(
             "--cluster",
             metavar="ADDRESS",
@@ -145,7 +153,7 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
             resolution = resolve(
                 manifest,
                 cache,
-                ResolveOptions(locked=locked, frozen=frozen, offline=True, use_gpu=False, write_lock=False),
+                ResolveOptions(locked=locked, frozen=frozen, generate=False, evaluate=False, write_lock=False),
             )
         where = sorted({r.state for r in resolution.entries})
         if args.json:
@@ -222,7 +230,7 @@ def cmd_status(args: argparse.Namespace, console: Console) -> int:
     with sink(console.event):
         rows = _status_rows(manifest, args)
     if args.json:
-        console.json(json.dumps({"manifest": str(manifest.path), "kernels": [asdict(r) for r in rows]}, indent=2))
+        console.json(json.dumps({"manifest": str(manifest.path), "kernels": [r.as_json() for r in rows]}, indent=2))
         return 0
     console.table(
         [
@@ -246,10 +254,10 @@ def cmd_status(args: argparse.Namespace, console: Console) -> int:
                 r.state,
                 r.provenance or "-",
                 r.validation or "-",
-                _fmt_time(r.time_us),
-                _fmt_ratio(r.speedup_vs_library),
-                _fmt_ratio(r.share_of_floor, percent=True),
-                r.gpu or "-",
+                _fmt_time(r.facts.time_us),
+                _fmt_ratio(r.facts.speedup_vs_library),
+                _fmt_ratio(r.facts.share_of_floor, percent=True),
+                r.facts.gpu or "-",
                 r.winner or "-",
                 r.source or "-",
                 r.note,
@@ -272,11 +280,11 @@ def _render_resolution(
             "state": r.state,
             "provenance": r.provenance,
             "validation": r.validation,
-            "time_us": r.time_us,
-            "speedup_vs_library": r.speedup_vs_library,
-            "share_of_floor": r.share_of_floor,
-            "library_note": r.library_note,
-            "gpu": r.gpu,
+            "time_us": r.facts.time_us,
+            "speedup_vs_library": r.facts.speedup_vs_library,
+            "share_of_floor": r.facts.share_of_floor,
+            "library_note": r.facts.library_note,
+            "gpu": r.facts.gpu,
             "winner": r.candidate.digest[:12],
             "registers": r.gate.gate.registers if r.gate and r.gate.gate else None,
         }
@@ -335,11 +343,11 @@ def _options(args: argparse.Namespace, manifest: Manifest, write_lock: bool) -> 
     return ResolveOptions(
         archs=parse_archs(args.arch),
         kernels=args.kernel,
-        offline=True if args.offline else None,
+        generate=args.generate,
         locked=locked,
         frozen=frozen,
         refresh=args.refresh,
-        use_gpu=False if args.no_gpu else None,
+        evaluate=args.evaluate,
         write_lock=write_lock,
         cluster=cluster,
     )
@@ -406,7 +414,7 @@ def cmd_vendor(args: argparse.Namespace, console: Console) -> int:
         resolution = resolve(
             manifest,
             cache,
-            ResolveOptions(locked=not frozen, frozen=frozen, offline=True, use_gpu=False, write_lock=False),
+            ResolveOptions(locked=not frozen, frozen=frozen, generate=False, evaluate=False, write_lock=False),
         )
     resolution.require_complete()
     vendor_dir = manifest.root / manifest.settings.vendor_dir

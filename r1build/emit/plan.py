@@ -155,7 +155,7 @@ def plan(manifest: Manifest, winners: Sequence[Winner]) -> list[KernelPlan]:
     specs: dict[str, KernelSpec] = {}
     for winner in winners:
         name = winner.spec.name
-        arch = parse_arch(winner.arch)
+        arch: str = parse_arch(winner.arch)
         if specs.setdefault(name, winner.spec) != winner.spec:
             raise ValueError(f"winners of kernel {name} carry different specs")
         per_arch = by_kernel.setdefault(name, {})

@@ -24,6 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..sandbox import run_process
+
 __all__ = ["STATIC_MEMORY_LIMIT", "StaticVariable", "static_memory_problem", "static_variables"]
 
 STATIC_MEMORY_LIMIT = 1 << 30
@@ -113,7 +115,7 @@ def _readable(name: str) -> str:
     if cxxfilt is None:
         return name
     try:
-        done = subprocess.run([cxxfilt, name], capture_output=True, text=True, timeout=30, check=False)
+        done = run_process([cxxfilt, name], timeout_s=30)
     except (OSError, subprocess.TimeoutExpired):
         return name
     # a device symbol of an anonymous namespace carries the file's hash: name it as the source does

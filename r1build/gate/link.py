@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Literal
 
 from ..errors import ToolchainError, format_subprocess_failure
-from ..sandbox import Confinement, Sandbox, run_confined, unconfined
+from ..sandbox import Confinement, Runner, Sandbox, run_confined, run_process, unconfined
 from ..toolchain.nvcc import Toolchain
 from .compile_slots import compile_slot
 from .device_memory import STATIC_MEMORY_LIMIT, static_memory_problem
@@ -70,9 +70,10 @@ def check_and_link(
     sandbox: Sandbox,
     timeout_s: float,
     limit: int = STATIC_MEMORY_LIMIT,
+    runner: Runner = run_process,
 ) -> Linked:
     """Check ``obj`` (a position-independent host object defining ``entry``) and link it into ``<obj>.so`` beside
-    it, running nvcc in ``obj``'s folder."""
+    it, running nvcc in ``obj``'s folder through ``runner`` (:mod:`r1build.toolchain.runner`)."""
     if entry == LAST_ERROR_SYMBOL:
         return Linked("rejected", f"the entry point may not be named {LAST_ERROR_SYMBOL}: r1build's own function")
     symbols = check_object(obj, entry)
@@ -88,8 +89,8 @@ def check_and_link(
     confinement = Confinement(workdir=workdir, toolkit=toolchain.nvcc)
     try:
         with compile_slot():  # an nvcc like any compile: within the process's cores, at the job's rank
-            shutil.copyfile(_last_error_object(toolchain, timeout_s), shim)
-            proc = run_confined(sandbox, cmd, confinement, timeout_s=timeout_s)
+            shutil.copyfile(_last_error_object(toolchain, timeout_s, runner), shim)
+            proc = run_confined(sandbox, cmd, confinement, timeout_s=timeout_s, runner=runner)
     except subprocess.TimeoutExpired:
         return Linked("compile_error", f"linking the shared library did not finish within {timeout_s:g} s", None, False)
     except OSError as exc:
@@ -100,7 +101,7 @@ def check_and_link(
     return Linked("passed", "", so)
 
 
-def _last_error_object(toolchain: Toolchain, timeout_s: float) -> Path:
+def _last_error_object(toolchain: Toolchain, timeout_s: float, runner: Runner) -> Path:
     """The object of :data:`_LAST_ERROR_SOURCE` for ``toolchain`` (r1build's own code: compiled unconfined, once
     per process and nvcc, in a folder removed at exit)."""
     with _SHIMS_LOCK:
@@ -113,7 +114,11 @@ def _last_error_object(toolchain: Toolchain, timeout_s: float) -> Path:
         cmd = [toolchain.nvcc, "-x", "c++", "-c", "-Xcompiler", "-fPIC", "-o", "last_error.o", "last_error.cpp"]
         try:
             proc = run_confined(
-                unconfined(), cmd, Confinement(workdir=folder, toolkit=toolchain.nvcc), timeout_s=timeout_s
+                unconfined(),
+                cmd,
+                Confinement(workdir=folder, toolkit=toolchain.nvcc),
+                timeout_s=timeout_s,
+                runner=runner,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise ToolchainError(

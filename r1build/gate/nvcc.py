@@ -15,10 +15,7 @@ process's compile slots (:mod:`.compile_slots`: one per core, handed out by rank
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import signal
 import subprocess
 import tempfile
 import time
@@ -29,11 +26,10 @@ from pathlib import Path
 from ..errors import SandboxUnavailableError, ToolchainError
 from ..manifest.archs import arch_info
 from ..records import GateReport
-from ..sandbox import Confinement, Sandbox, unconfined
+from ..sandbox import Confinement, Runner, Sandbox, run_confined, run_process, unconfined
 from ..settings import SANDBOX_ENV
 from ..toolchain.defines import check_defines
 from ..toolchain.nvcc import Toolchain
-from . import stopping
 from .compile_slots import COMPILE_SLOTS, compile_slot
 from .messages import own_messages
 
@@ -208,6 +204,7 @@ def compile_variant(
     timeout_s: float,
     declaration: str | None = None,
     sandbox: Sandbox | None = None,
+    runner: Runner = run_process,
 ) -> Compilation:
     """Compile ``source`` as ``<workdir>/<name>.cu`` for ``arch`` (one, or several at once) into
     ``<workdir>/<name>.o``, with ``declaration`` (a header's text) pre-included when given. The compile waits for
@@ -215,7 +212,8 @@ def compile_variant(
 
     ``sandbox`` confines a model-written source (:func:`r1build.sandbox.sandbox_for`): nvcc then sees only the
     toolkit, the system and ``workdir``, and the output keeps only the messages about the candidate's own file
-    (:func:`.messages.own_messages`). None compiles a trusted source as it is.
+    (:func:`.messages.own_messages`). None compiles a trusted source as it is. nvcc runs through ``runner``
+    (:mod:`r1build.toolchain.runner`).
 
     A compile that fails or runs past ``timeout_s`` is a :class:`Compilation` that is not ``ok``; only an nvcc
     that cannot be started at all raises :class:`~r1build.errors.ToolchainError`.
@@ -232,9 +230,10 @@ def compile_variant(
             timeout_s=timeout_s,
             declaration=declaration,
             sandbox=sandbox or unconfined(),
+            runner=runner,
         )
     if sandbox is not None and sandbox.kind == "bwrap" and done.returncode not in (0, None):
-        _check_sandbox_compiles(sandbox, toolchain)
+        _check_sandbox_compiles(sandbox, toolchain, runner)
     return done
 
 
@@ -243,7 +242,7 @@ _SANDBOX_COMPILES: dict[str, str | None] = {}
 _TRIVIAL = "__global__ void r1build_sandbox_check(float* x) { x[threadIdx.x] = 0.0f; }\n"
 
 
-def _check_sandbox_compiles(sandbox: Sandbox, toolchain: Toolchain) -> None:
+def _check_sandbox_compiles(sandbox: Sandbox, toolchain: Toolchain, runner: Runner) -> None:
     """After a confined compile failed: :class:`~r1build.errors.SandboxUnavailableError` when the sandbox itself
     cannot compile a trivial kernel with this nvcc (for its default arch; a toolkit it does not show, say), so that a
     failure of the sandbox is never taken, and cached, as the candidate's compile error. Checked once per nvcc."""
@@ -261,6 +260,7 @@ def _check_sandbox_compiles(sandbox: Sandbox, toolchain: Toolchain) -> None:
                 timeout_s=300,
                 declaration=None,
                 sandbox=sandbox,
+                runner=runner,
             )
         _SANDBOX_COMPILES[key] = None if done.ok else done.output
     problem = _SANDBOX_COMPILES[key]
@@ -284,6 +284,7 @@ def _compile(
     timeout_s: float,
     declaration: str | None,
     sandbox: Sandbox,
+    runner: Runner,
 ) -> Compilation:
     src, obj = f"{name}.cu", f"{name}.o"
     (workdir / src).write_text(source, encoding="utf-8")
@@ -298,15 +299,18 @@ def _compile(
         obj,
         pre_include=DECLARATION_NAME if declaration is not None else None,
     )
+    confinement = Confinement(workdir=workdir, toolkit=toolchain.nvcc)
     start = time.perf_counter()
-    stopping.check()  # interrupted while it waited for its slot: it never starts
-    proc = _start_nvcc(cmd, toolchain, workdir, sandbox)
-    with stopping.running(proc):  # an interrupt stops it at once, with no verdict
-        try:
-            output, _ = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            return _stopped(proc, cmd, src, sandbox, timeout_s)
+    try:
+        # the runner stops nvcc's children (cudafe++, cicc, ptxas) as well at a timeout, and at an interrupt of
+        # the compile scope (:mod:`r1build.toolchain.stopping`): no verdict then
+        proc = run_confined(sandbox, cmd, confinement, timeout_s=timeout_s, runner=runner, merge_stderr=True)
+    except OSError as exc:
+        raise ToolchainError(f"cannot run {toolchain.nvcc}: {exc}") from None
+    except subprocess.TimeoutExpired as stopped:
+        return _stopped(stopped, cmd, src, sandbox, timeout_s)
     elapsed = time.perf_counter() - start
+    output = proc.stdout
     if sandbox.kind != "trusted":
         output = own_messages(output, (src, DECLARATION_NAME))
     made = workdir / obj
@@ -321,31 +325,12 @@ def _compile(
     )
 
 
-def _start_nvcc(cmd: list[str], toolchain: Toolchain, workdir: Path, sandbox: Sandbox) -> subprocess.Popen[str]:
-    """nvcc started in ``workdir``, confined by ``sandbox``; a ToolchainError when it cannot run."""
-    confinement = Confinement(workdir=workdir, toolkit=toolchain.nvcc)
-    try:
-        # a session of its own, so a timeout stops nvcc's children (cudafe++, cicc, ptxas) as well
-        return subprocess.Popen(
-            sandbox.command(cmd, confinement),
-            env=sandbox.environment(os.environ, confinement),
-            cwd=workdir,
-            stdin=subprocess.DEVNULL,  # never the caller's terminal: an #include "/dev/stdin" reads nothing
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-            start_new_session=True,
-        )
-    except OSError as exc:
-        raise ToolchainError(f"cannot run {toolchain.nvcc}: {exc}") from None
-
-
-def _stopped(proc: subprocess.Popen[str], cmd: list[str], src: str, sandbox: Sandbox, timeout_s: float) -> Compilation:
-    """The compilation of an nvcc that ran past ``timeout_s``: stopped with its children, what it said kept."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    partial, _ = proc.communicate()
+def _stopped(
+    stopped: subprocess.TimeoutExpired, cmd: list[str], src: str, sandbox: Sandbox, timeout_s: float
+) -> Compilation:
+    """The compilation of an nvcc that ran past ``timeout_s`` (stopped with its children by the runner), what it
+    said kept."""
+    partial = stopped.output if isinstance(stopped.output, str) else ""
     if sandbox.kind != "trusted":
         partial = own_messages(partial, (src, DECLARATION_NAME))
     message = f"{partial}\nnvcc did not finish within {timeout_s:g} s and was stopped."

@@ -32,13 +32,13 @@ from ..manifest.cdecl import declaration, signature
 from ..manifest.flags import rooted_flags
 from ..manifest.model import KernelSpec, Manifest
 from ..records import Candidate, GateReport, Result, Status
-from ..sandbox import sandbox_for
+from ..sandbox import Runner, run_process, sandbox_for
 from ..toolchain.nvcc import Toolchain
 from ..toolchain.nvcc import toolchain as default_toolchain
+from ..toolchain.stopping import stoppable
 from .device_memory import STATIC_MEMORY_LIMIT
 from .link import check_and_link
 from .nvcc import PIC_FLAGS, Compilation, compile_variant
-from .stopping import stoppable
 from .verdicts import GATE_SCHEMA, apply_limits, gate_key, limit_violations, refused
 
 __all__ = ["GATE_SCHEMA", "StaticGate", "gate_for_archs", "gate_key", "limit_violations"]
@@ -91,6 +91,7 @@ class StaticGate:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         keep_objects: Path | None = None,
         static_memory_limit: int = STATIC_MEMORY_LIMIT,
+        runner: Runner = run_process,
     ) -> None:
         self.cache = cache
         """Where verdicts are looked up and stored."""
@@ -108,6 +109,8 @@ class StaticGate:
         kept."""
         self.static_memory_limit = static_memory_limit
         """Most bytes of static memory a variant may reserve (:data:`.device_memory.STATIC_MEMORY_LIMIT`)."""
+        self.runner = runner
+        """What runs nvcc and the link (:mod:`r1build.toolchain.runner`; a test hands in one that records)."""
         self._toolchain = toolchain
         self._lock = threading.Lock()
         self._objects: dict[tuple[str, str], Path] = {}
@@ -134,7 +137,7 @@ class StaticGate:
     def known(self, job: Job) -> int:
         """How many of ``job``'s first candidates have a verdict without compiling (in the cache, or refused for
         the arch): what :meth:`evaluate` of them would take without a compile."""
-        arch, tc = parse_arch(job.arch), self.toolchain
+        arch, tc = job.arch, self.toolchain  # canonical (a Job's arch is)
         for n, c in enumerate(job.candidates):
             if (
                 refused(arch, c, tc) is None
@@ -145,8 +148,7 @@ class StaticGate:
 
     def evaluate(self, job: Job) -> list[Result]:
         """One result per candidate of ``job``, in order."""
-        arch = parse_arch(job.arch)
-        return self.judge(job.manifest, job.spec, [(arch, c) for c in job.candidates], arch=arch)
+        return self.judge(job.manifest, job.spec, [(job.arch, c) for c in job.candidates], arch=job.arch)
 
     def judge(
         self, manifest: Manifest, spec: KernelSpec, pairs: Sequence[tuple[str, Candidate]], *, arch: str | None = None
@@ -325,6 +327,7 @@ class StaticGate:
                 timeout_s=self.timeout_s,
                 declaration=declaration(spec),
                 sandbox=sandbox_for(candidate.origin.kind),
+                runner=self.runner,
             )
             with self._lock:
                 self.compiles += 1
@@ -345,6 +348,7 @@ class StaticGate:
                 sandbox=sandbox_for(candidate.origin.kind),
                 timeout_s=self.timeout_s,
                 limit=self.static_memory_limit,
+                runner=self.runner,
             )
             if linked.status == "passed" and linked.library is not None and self.keep_objects is not None:
                 self._keep(compiled.object_path, linked.library, candidate.digest, archs)

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ToolchainError
+from ..sandbox import run_process
 from .verdicts import ALLOWLIST_VERSION
 
 __all__ = ["ALLOWLIST_VERSION", "SymbolCheck", "check_object", "denied_reason", "is_allowed"]
@@ -363,7 +364,7 @@ def _tool(name: str) -> str:
 
 def _run(cmd: list[str]) -> str:
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=120, check=False)
+        proc = run_process(cmd, timeout_s=120)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ToolchainError(f"cannot run {cmd[0]}: {exc}") from None
     if proc.returncode != 0:

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from ..errors import EvaluationError
 from ..events import Note, emit
-from ..gate.stopping import stoppable
 from ..judge import Evaluator, Job
 from ..keys import canonical_json
 from ..manifest.model import KernelSpec, Manifest
 from ..records import Candidate, Origin, Result, Status
+from ..toolchain.stopping import stoppable
 from .budget import StopReason
 from .extract import Extraction, complete_part, extract_source, normalized_digest, tunable_variants
 from .outcome import SampleLoss, SearchOutcome, Usage

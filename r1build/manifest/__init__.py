@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .archs import ARCHS, DEFAULT_ARCHS, ArchInfo, arch_info, parse_arch
+from .archs import ARCHS, DEFAULT_ARCHS, Arch, ArchInfo, arch_info, parse_arch
 from .load import (
     cluster_address_problem,
     find_manifest,
@@ -18,6 +18,7 @@ __all__ = [
     "ARCHS",
     "DEFAULT_ARCHS",
     "DTYPES",
+    "Arch",
     "ArchInfo",
     "Arg",
     "Budget",

@@ -21,7 +21,25 @@ import re
 from dataclasses import dataclass, replace
 from typing import Literal
 
-__all__ = ["ARCHS", "DEFAULT_ARCHS", "ArchInfo", "ArchTarget", "Code", "arch_info", "parse_arch", "parse_target"]
+__all__ = [
+    "ARCHS",
+    "DEFAULT_ARCHS",
+    "Arch",
+    "ArchInfo",
+    "ArchTarget",
+    "Code",
+    "arch_info",
+    "parse_arch",
+    "parse_target",
+]
+
+
+class Arch(str):
+    """A canonical arch name (``sm_90``, ``sm_90a``), parsed once where it enters: the manifest's archs when it
+    loads (:func:`parse_target`), ``--arch`` on the command line. A str, so locks, keys and JSON write it as the name
+    it is; :func:`parse_arch` and :func:`arch_info` take one as it is, without parsing it again."""
+
+    __slots__ = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -320,7 +338,7 @@ def parse_target(text: str | int) -> ArchTarget:
             code = "sass+ptx"
         else:
             code = "default"
-        return ArchTarget(f"sm_{num}{groups['suffix']}", code)
+        return ArchTarget(Arch(f"sm_{num}{groups['suffix']}"), code)
     if _FAMILY.match(raw):
         raise ValueError(
             f"{str(text)!r} is a family-specific arch, which r1build does not target yet: use the plain "
@@ -329,9 +347,12 @@ def parse_target(text: str | int) -> ArchTarget:
     raise ValueError(f"{str(text)!r} is not a GPU architecture (spellings: {_SPELLINGS})")
 
 
-def parse_arch(text: str | int) -> str:
-    """Canonical ``sm_XY`` for any accepted spelling; :class:`ValueError` naming the spellings otherwise."""
-    return parse_target(text).arch
+def parse_arch(text: str | int) -> Arch:
+    """Canonical ``sm_XY`` for any accepted spelling; :class:`ValueError` naming the spellings otherwise. An
+    :class:`Arch` is canonical already: it comes back as it is."""
+    if isinstance(text, Arch):
+        return text
+    return Arch(parse_target(text).arch)
 
 
 def merge_targets(targets: list[ArchTarget]) -> list[ArchTarget]:

@@ -26,7 +26,7 @@ from ..manifest.cdecl import declaration
 from ..manifest.flags import rooted_flags
 from ..manifest.model import KernelSpec, Manifest
 from ..records import Candidate, Profile
-from ..sandbox import Confinement, run_confined, sandbox_for
+from ..sandbox import Confinement, run_confined, run_process, sandbox_for
 from ..settings import env_settings
 from ..toolchain.nvcc import toolchain
 from .harness import HARNESS_ERRORS, harness_source
@@ -57,7 +57,7 @@ def find_ncu(environ: Mapping[str, str] | None = None) -> str | None:
 @functools.lru_cache(maxsize=4)
 def _version(ncu: str) -> str:
     try:
-        out = subprocess.run([ncu, "--version"], capture_output=True, text=True, timeout=60, check=False).stdout
+        out = run_process([ncu, "--version"], timeout_s=60).stdout
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise EvaluationError(f"cannot run {ncu}: {exc}") from None
     m = re.search(r"Version (\S+)", out)

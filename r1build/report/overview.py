@@ -7,7 +7,7 @@ lock, the cache's decisions and the searches' links and transcripts through :fun
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from ..cache import Cache, parse_transcript, read_links
@@ -15,7 +15,7 @@ from ..judge import CHECKS_VERSION
 from ..keys import decision_key
 from ..lock import LockEntry, find_vendored, load_lock
 from ..manifest import KernelSpec, Manifest
-from ..records import CandidateRef, Decision, Provenance, Result, SourceFrom, Standing, Validation
+from ..records import CandidateRef, Decision, Provenance, Result, SourceFrom, Standing, Validation, WinnerFacts
 from ..resolve import decision_refusal, lock_refusal, stale_checks
 from ..resolve.verdict import verdict_words
 from ..selection.rules import decision_winner
@@ -34,34 +34,23 @@ class StatusRow:
     provenance: Provenance | None
     validation: Validation | None
     """``validated`` or ``unvalidated`` for a winner; None where there is none."""
-    checks: int | None
-    """Version of the GPU checks that validated the winner (older than this r1build's: a note says so)."""
     pending: int
     """Generated candidates of this kernel x arch's cached decision that wait for a GPU of the arch."""
-    time_us: float | None
-    gpu: str | None
     winner: str | None
     source: SourceFrom | None
     """Where the winner's source is read from (:data:`~r1build.records.SourceFrom`)."""
     note: str
-    speedup_vs_library: float | None = None
-    """The library's time over the winner's (above 1: faster than the library), when measured."""
-    share_of_floor: float | None = None
-    """The hardware floor's time over the winner's (1.0 is at the floor), when measured."""
-    library_note: str | None = None
-    """Why a measured winner has no speedup over the library (the library could not be timed on cupy)."""
-    idle_gaps_us: float | None = None
-    """The winner's median in the ``idle-gaps`` timing regime, where it was a finalist timed in both."""
-    regime_note: str | None = None
-    """Where the winner wins in the ranking timing regime only: which candidate the other ranks first."""
-    speedup_vs_torch: float | None = None
-    """The faster of torch eager and ``torch.compile`` over the winner's time, where the kernel names a
-    ``torch-reference`` and it was measured."""
-    torch_note: str | None = None
-    """Why a measured winner has no speedup over torch (torch missing in the worker, the reference failed)."""
+    facts: WinnerFacts = field(default_factory=WinnerFacts)
+    """The winner's time, GPU, checks (older than this r1build's: a note says so), library, torch, floor and
+    timing-regime figures."""
     demoted: str | None = None
     """Why ``r1build audit`` demoted the locked winner (later GPU checks rejected it); the row is then ``locked,
     refused``."""
+
+    def as_json(self) -> dict[str, Any]:
+        """The row as ``r1build status --json`` writes it: the facts among the other fields, flat."""
+        row = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "facts"}
+        return {**row, **asdict(self.facts)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -231,33 +220,23 @@ def _locked_row(
     state: Standing = "locked" if where != "missing" else "locked, source missing"
     if refused:
         state = "locked, refused"
+    facts = entry.facts
     return StatusRow(
         kernel=spec.name,
         arch=arch,
         state=state,
         provenance=entry.provenance,
         validation=entry.validation,
-        checks=entry.checks,
         pending=pending,
-        time_us=entry.time_us,
-        gpu=entry.gpu,
         winner=entry.winner[:12],
         source=where,
         note=_notes(
             refused or "",
             _checks_note(entry.validation, entry.checks),
             pending_note,
-            _library_note(manifest, spec, entry.time_us, entry.speedup_vs_library, entry.library_note),
-            _torch_note(manifest, spec, entry.time_us, entry.speedup_vs_torch, entry.torch_note),
-            entry.regime_note or "",
+            *_facts_notes(manifest, spec, facts),
         ),
-        speedup_vs_library=entry.speedup_vs_library,
-        share_of_floor=entry.share_of_floor,
-        library_note=entry.library_note,
-        idle_gaps_us=entry.idle_gaps_us,
-        regime_note=entry.regime_note,
-        speedup_vs_torch=entry.speedup_vs_torch,
-        torch_note=entry.torch_note,
+        facts=facts,
         demoted=entry.demoted,
     )
 
@@ -273,41 +252,26 @@ def _cached_row(
     pending_note: str,
 ) -> StatusRow:
     """The row of a kernel x arch not locked (or locked stale) whose cached decision has a winner."""
-    result = decision.result_of(winner.digest)
-    timing = result.timing if result else None
-    t = timing.median_us if timing else None
+    facts = WinnerFacts.of(decision, winner)
     validation = decision.validation(winner)
-    checks = decision.checks if validation == "validated" else None
-    speedup = timing.speedup_vs_reference if timing else None
-    library_note = timing.library_note if timing else None
     return StatusRow(
         kernel=spec.name,
         arch=arch,
         state="cached",
         provenance=winner.provenance(),
         validation=validation,
-        checks=checks,
         pending=pending,
-        time_us=t,
-        gpu=decision.device if t is not None else None,
         winner=winner.digest[:12],
         source="cache",
-        note=_notes(
-            stale,
-            _checks_note(validation, checks),
-            pending_note,
-            _library_note(manifest, spec, t, speedup, library_note),
-            _torch_note(manifest, spec, t, timing.speedup_vs_torch, timing.torch_note) if timing else "",
-            (timing.regime_note or "") if timing else "",
-        ),
-        speedup_vs_library=speedup,
-        share_of_floor=timing.share_of_floor if timing else None,
-        library_note=library_note,
-        idle_gaps_us=timing.regimes.get("idle-gaps") if timing else None,
-        regime_note=timing.regime_note if timing else None,
-        speedup_vs_torch=timing.speedup_vs_torch if timing else None,
-        torch_note=timing.torch_note if timing else None,
+        note=_notes(stale, _checks_note(validation, facts.checks), pending_note, *_facts_notes(manifest, spec, facts)),
+        facts=facts,
     )
+
+
+def _facts_notes(manifest: Manifest, spec: KernelSpec, facts: WinnerFacts) -> tuple[str, str, str]:
+    """What ``status`` says of a winner's facts: against the library, against torch, and of its timing regime."""
+    torch = _torch_note(manifest, spec, facts.time_us, facts.speedup_vs_torch, facts.torch_note)
+    return _library_note(manifest, spec, facts), torch, facts.regime_note or ""
 
 
 def _unmeasured_row(
@@ -328,23 +292,19 @@ def _unmeasured_row(
         state=state,
         provenance=provenance,
         validation=None,
-        checks=None,
         pending=pending,
-        time_us=None,
-        gpu=None,
         winner=None,
         source=source,
         note=stale,
     )
 
 
-def _library_note(
-    manifest: Manifest, spec: KernelSpec, time_us: float | None, speedup: float | None, why: str | None
-) -> str:
+def _library_note(manifest: Manifest, spec: KernelSpec, facts: WinnerFacts) -> str:
     """What ``status`` says of a measured winner against the library: slower than it, short of the manifest's
     ``must-beat`` margin (resolve fails it), or why the library has no time; nothing for a winner that beats it."""
-    if time_us is None:
+    if facts.time_us is None:
         return ""
+    speedup, why = facts.speedup_vs_library, facts.library_note
     if manifest.must_beat_library(spec) and (speedup is None or speedup < 1.0 + manifest.margin_of(spec)):
         return f"fails must-beat library (margin {manifest.margin_of(spec):g}): {verdict_words(speedup, why)}"
     if speedup is None:

@@ -104,7 +104,7 @@ def winner_row(records: KernelRecords) -> WinnerRow:
     timing = result.timing if result else None
     base = records.baseline_result()
     base_us = base.timing.median_us if base and base.timing else None
-    time_us = timing.median_us if timing else status.time_us
+    time_us = timing.median_us if timing else status.facts.time_us
     speedup = timing.speedup_vs_baseline if timing else None
     if speedup is None and base_us and time_us:
         speedup = base_us / time_us
@@ -127,11 +127,11 @@ def winner_row(records: KernelRecords) -> WinnerRow:
         time_us=time_us,
         baseline_us=base_us,
         speedup_vs_baseline=speedup,
-        speedup_vs_cupy=timing.speedup_vs_reference if timing else status.speedup_vs_library,
-        library_note=timing.library_note if timing else status.library_note,
+        speedup_vs_cupy=timing.speedup_vs_reference if timing else status.facts.speedup_vs_library,
+        library_note=timing.library_note if timing else status.facts.library_note,
         floor_us=timing.floor_us if timing else None,
-        share_of_floor=timing.share_of_floor if timing else status.share_of_floor,
-        gpu=(result.device if result and result.device else None) or status.gpu,
+        share_of_floor=timing.share_of_floor if timing else status.facts.share_of_floor,
+        gpu=(result.device if result and result.device else None) or status.facts.gpu,
     )
 
 

@@ -27,8 +27,9 @@ winner's source, verified) and :mod:`.prepare` (what a build calls).
 
 from __future__ import annotations
 
+from ..records import ResolveOptions
 from .lookup import decision_refusal, lock_refusal, stale_checks
-from .model import Resolution, Resolved, ResolveOptions
+from .model import Resolution, Resolved
 from .prepare import emit_resolution, prepare_build
 from .run import resolve
 from .sources import WinnerSource, project_source

@@ -20,9 +20,9 @@ from ..events import Note, emit
 from ..judge import Evaluator, Job
 from ..manifest import Manifest
 from ..manifest.archs import parse_arch
+from ..records import ResolveOptions
 from ..settings import env_settings
 from ..toolchain.extras import CUPY, GENERATE
-from .model import ResolveOptions
 from .reach import unreachable
 
 log = logging.getLogger("r1build.resolve")
@@ -38,11 +38,11 @@ if TYPE_CHECKING:
 
 
 def _may_generate(manifest: Manifest, options: ResolveOptions, cache: Cache) -> bool:
-    """Whether this run may ask the LLM: not ``offline`` (the option, else ``R1BUILD_OFFLINE``), an endpoint
+    """Whether this run may ask the LLM: ``generate`` not False (None: unless ``R1BUILD_OFFLINE``), an endpoint
     configured, a cache that can keep what it costs, and the endpoint reachable at all (one TCP connection, so
     an endpoint that is down costs seconds and a warning, never a failed build)."""
-    offline = options.offline if options.offline is not None else env_settings(options.environ).offline
-    if offline:
+    generate = options.generate if options.generate is not None else not env_settings(options.environ).offline
+    if not generate:
         return False
     from ..generate import endpoint_configured, resolve_endpoint
 
@@ -100,10 +100,11 @@ class Judges:
     """The evaluators available in this run, made on first use."""
 
     def __init__(
-        self, cache: Cache, use_gpu: bool | None, cluster: str | None = None, cluster_timeout_s: float = 10.0
+        self, cache: Cache, evaluate: bool | None, cluster: str | None = None, cluster_timeout_s: float = 10.0
     ) -> None:
         self.cache = cache
-        self.use_gpu = use_gpu
+        self.evaluate = evaluate
+        """Measure on local GPUs (:attr:`~r1build.records.ResolveOptions.evaluate`; None: when one is visible)."""
         self.cluster = cluster
         """The Dask scheduler whose workers judge instead of this machine (None: this machine)."""
         self._cluster_timeout_s = cluster_timeout_s
@@ -173,7 +174,7 @@ class Judges:
 
                 # where a local GPU may evaluate, the gate keeps its objects: the GPU evaluator links its
                 # libraries from them instead of compiling each variant again
-                keep = self.use_gpu is not False and _nvidia_driver()
+                keep = self.evaluate is not False and _nvidia_driver()
                 self._objects = Path(tempfile.mkdtemp(prefix="r1build-objects-")) if keep else None
                 self._gate = StaticGate(self.cache, keep_objects=self._objects)
         return self._gate
@@ -190,7 +191,7 @@ class Judges:
             return self._cluster
 
     def gpu_for(self, arch: str) -> Evaluator | None:
-        if self.use_gpu is False:
+        if self.evaluate is False:
             return None
         if self.cluster is not None:
             cluster = self._on_cluster()
@@ -199,7 +200,7 @@ class Judges:
         if self._gpu_archs is None:
             self._gpu_archs = set()
             if not CUPY.installed():
-                if self.use_gpu:  # measuring was asked for (a build's R1BUILD_EVALUATE=1)
+                if self.evaluate:  # measuring was asked for (a build's R1BUILD_EVALUATE=1)
                     raise CUPY.missing()
                 if _nvidia_driver():
                     emit(
@@ -256,7 +257,7 @@ class Judges:
     def unmeasured(self, arch: str) -> str:
         """Why no GPU judges ``arch`` in this run; never that none is here when one of ``arch`` is (its decision
         was then refused: the warning before says why)."""
-        if self.use_gpu is False:
+        if self.evaluate is False:
             return "GPU measuring is off (--no-gpu, or a build without R1BUILD_EVALUATE=1)"
         if arch in self.gpu_archs():
             where = f"the cluster at {self.cluster}" if self.cluster is not None else "here"
@@ -306,7 +307,7 @@ class Judges:
             gate.judge(first.manifest, first.spec, pairs)
 
         from ..gate.nvcc import COMPILE_SLOTS
-        from ..gate.stopping import stoppable
+        from ..toolchain.stopping import stoppable
 
         # Ctrl-C stops every kernel's compiles at once (the scope is in the contexts the threads run in)
         with stoppable() as scope, ThreadPoolExecutor(max_workers=min(COMPILE_SLOTS, len(by_kernel))) as pool:

@@ -197,7 +197,7 @@ def replay_kernel(
     seeds = expand_variants(manifest, spec)
     # the resolver's judges: a local GPU of the arch where one is visible (the same rule and notes as a
     # resolve), else the static gate; their GPU workers end with the replay
-    judges = Judges(cache, use_gpu=None if use_gpu else False)
+    judges = Judges(cache, evaluate=None if use_gpu else False)
     try:
         for arch in archs:
             stored: Decision | None = None

@@ -10,9 +10,9 @@ from typing import Literal
 from ..errors import LockError, ResolveError
 from ..events import Note, emit
 from ..judge import CHECKS_VERSION
-from ..lock import LockEntry, entry_problem, inputs_of, lock_path, manifest_problem, unlockable
+from ..lock import LockEntry, entry_problem, lock_path, manifest_problem, unlockable
 from ..manifest import KernelSpec, Manifest
-from ..records import Candidate, Decision, Found, Origin, Unresolved
+from ..records import Candidate, Decision, Found, Origin, Unresolved, WinnerFacts
 from ..selection.rules import decision_problem, decision_winner, rejection, unresolved
 from .model import Question, Resolved, Run
 from .sources import WinnerSource, project_source, source_for, vendored_mismatch
@@ -60,35 +60,15 @@ def decision_refusal(manifest: Manifest, spec: KernelSpec, arch: str, key: str, 
     problem = decision_problem(decision)
     if problem is not None:
         return problem
-    result = decision.result_of(winner.digest)
-    validation = decision.validation(winner)
-    timing = result.timing if result is not None else None
-    gpu = ((result.device if result else None) or decision.device) if timing is not None else None
-    entry = LockEntry(
-        name=spec.name,
-        arch=arch,
-        key=key,
-        winner=winner.digest,
-        source=winner.source,
-        provenance=winner.provenance(),
-        validation=validation,
-        inputs=inputs_of(manifest, spec),
-        origin=winner.origin.path,
-        defines=dict(winner.defines),
-        model=winner.origin.model,
-        round=winner.origin.round,
-        sample=winner.origin.sample,
-        time_us=timing.median_us if timing is not None else None,
-        gpu=gpu,
-        checks=(decision.checks or 0) if validation == "validated" else None,
+    entry = LockEntry.of_winner(
+        manifest,
+        spec,
+        arch,
+        key,
+        winner,
+        validation=decision.validation(winner),
         toolchain=decision.toolchain or None,
-        speedup_vs_library=timing.speedup_vs_reference if timing is not None else None,
-        share_of_floor=timing.share_of_floor if timing is not None else None,
-        library_note=timing.library_note if timing is not None else None,
-        speedup_vs_torch=timing.speedup_vs_torch if timing is not None else None,
-        torch_note=timing.torch_note if timing is not None else None,
-        idle_gaps_us=timing.regimes.get("idle-gaps") if timing is not None else None,
-        regime_note=timing.regime_note if timing is not None else None,
+        facts=WinnerFacts.of(decision, winner),
     )
     field_problem = entry_problem(entry) or manifest_problem(manifest, spec, entry)
     if field_problem is not None:
@@ -122,13 +102,12 @@ def from_decision(run: Run, q: Question, decision: Decision, state: Found) -> Re
     if found is None:
         q.note("warning", f"cached decision names source {winner.source[:12]} which is gone")
         return None
-    result = decision.result_of(winner.digest)
-    timing = result.timing if result is not None else None
     validation = decision.validation(winner)
     if validation == "validated" and state == "cached" and stale_checks(decision.checks):
         _note_stale_checks(q, "cached", decision.checks)
-    if timing is not None and timing.regime_note:  # never a plain win where one timing regime alone gives it
-        q.note("warning", f"the {state} winner {timing.regime_note}")
+    facts = WinnerFacts.of(decision, winner)
+    if facts.regime_note:  # never a plain win where one timing regime alone gives it
+        q.note("warning", f"the {state} winner {facts.regime_note}")
     resolved = Resolved(
         spec=q.spec,
         arch=q.arch,
@@ -137,17 +116,8 @@ def from_decision(run: Run, q: Question, decision: Decision, state: Found) -> Re
         state=state,
         provenance=winner.provenance(),
         validation=validation,
-        time_us=result.timing.median_us if result and result.timing else None,
-        gpu=(result.device or decision.device) if result and result.timing else None,
+        facts=facts,
         toolchain=decision.toolchain or None,
-        checks=(decision.checks or 0) if validation == "validated" else None,
-        speedup_vs_library=timing.speedup_vs_reference if timing is not None else None,
-        share_of_floor=timing.share_of_floor if timing is not None else None,
-        library_note=timing.library_note if timing is not None else None,
-        speedup_vs_torch=timing.speedup_vs_torch if timing is not None else None,
-        torch_note=timing.torch_note if timing is not None else None,
-        idle_gaps_us=timing.regimes.get("idle-gaps") if timing is not None else None,
-        regime_note=timing.regime_note if timing is not None else None,
     )
     if validation == "unvalidated":
         _note_unvalidated(run, q, resolved, decision)
@@ -301,15 +271,6 @@ def _from_lock(run: Run, q: Question, entry: LockEntry, found: WinnerSource) -> 
         state="vendored" if found.where == "vendored" else "locked",
         provenance=entry.provenance,
         validation=entry.validation,
-        time_us=entry.time_us,
-        gpu=entry.gpu,
+        facts=entry.facts,
         toolchain=entry.toolchain,
-        checks=entry.checks,
-        speedup_vs_library=entry.speedup_vs_library,
-        share_of_floor=entry.share_of_floor,
-        library_note=entry.library_note,
-        speedup_vs_torch=entry.speedup_vs_torch,
-        torch_note=entry.torch_note,
-        idle_gaps_us=entry.idle_gaps_us,
-        regime_note=entry.regime_note,
     )

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from ..events import Note, emit
 from ..manifest import Manifest, find_manifest, load_manifest
-from .model import Resolution, ResolveOptions
+from ..records import BUILD_MODE_WORDS, ResolveOptions
+from .model import Resolution
 from .run import resolve
 
 
@@ -56,26 +58,29 @@ def _note_stale_lock(manifest: Manifest, archs: Sequence[str] | None) -> None:
         )
 
 
-def prepare_build(
-    project_dir: Path,
-    *,
-    locked: bool = False,
-    frozen: bool = False,
-    generate: bool = False,
-    evaluate: bool = False,
-    cache_dir: Path | None = None,
-    out_dir: Path | None = None,
-    archs: Sequence[str] | None = None,
-    remote_cache: str | None = None,
-) -> Path:
+def for_build(options: ResolveOptions) -> ResolveOptions:
+    """``options`` as a build uses them: generating and measuring only where asked for (True), the lock never
+    written, the build's words for ``locked`` and ``frozen``."""
+    return replace(
+        options,
+        generate=options.generate is True,
+        evaluate=options.evaluate is True,
+        write_lock=False,
+        build=True,
+        mode_words=BUILD_MODE_WORDS,
+    )
+
+
+def prepare_build(project_dir: Path, options: ResolveOptions | None = None, *, out_dir: Path | None = None) -> Path:
     """What the build backend calls before CMake: resolve and emit; returns the generated CMake file.
 
     A build is locked-or-offline unless the person building opts in: it never calls an LLM endpoint unless
-    ``generate`` (``R1BUILD_GENERATE=1`` / ``r1build.generate``), never measures on a GPU unless ``evaluate``
-    (``R1BUILD_EVALUATE=1``), and never writes the lock. ``locked``: fail unless the lock is current;
-    ``frozen``: build what the lock names as it is (:attr:`ResolveOptions.frozen`). On a miss it takes a cached
-    decision, else the first of the user's own sources that passes the gate (unvalidated); where none may win it
-    raises :class:`~r1build.errors.NoWinnerError` and writes nothing.
+    ``options.generate`` is True (``R1BUILD_GENERATE=1`` / ``r1build.generate``), never measures on a GPU unless
+    ``options.evaluate`` is True (``R1BUILD_EVALUATE=1``), and never writes the lock (:func:`for_build`).
+    ``locked``: fail unless the lock is current; ``frozen``: build what the lock names as it is
+    (:attr:`ResolveOptions.frozen`). On a miss it takes a cached decision, else the first of the user's own
+    sources that passes the gate (unvalidated); where none may win it raises
+    :class:`~r1build.errors.NoWinnerError` and writes nothing.
     The cache only speeds a build up: a broken, read-only or missing one costs a warning (see
     :func:`~r1build.cache.open_usable`); so does the remote cache behind it (``remote_cache``, else
     ``R1BUILD_REMOTE_CACHE``, else the manifest's ``[cache] url``), which a build only reads unless
@@ -84,25 +89,13 @@ def prepare_build(
     from ..cache import open_usable
     from ..cache.remote import attach_remote
 
+    options = for_build(options or ResolveOptions())
     manifest = load_manifest(find_manifest(project_dir), check_references=False)
-    if not locked and not frozen:
-        _note_stale_lock(manifest, archs)
-    with attach_remote(open_usable(cache_dir), manifest, url=remote_cache) as cache:
-        resolution = resolve(
-            manifest,
-            cache,
-            ResolveOptions(
-                archs=list(archs) if archs else None,
-                offline=not generate,
-                locked=locked,
-                frozen=frozen,
-                mode_words=("r1build.locked (R1BUILD_LOCKED)", "r1build.frozen (R1BUILD_FROZEN)"),
-                use_gpu=evaluate,
-                write_lock=False,
-                build=True,
-            ),
-        )
-        if not generate and (resolution.unresolved or any(r.state == "gated" for r in resolution.entries)):
+    if not options.locked and not options.frozen:
+        _note_stale_lock(manifest, options.archs)
+    with attach_remote(open_usable(options.cache_dir), manifest, url=options.remote_cache) as cache:
+        resolution = resolve(manifest, cache, options)
+        if not options.generate and (resolution.unresolved or any(r.state == "gated" for r in resolution.entries)):
             from ..generate import endpoint_configured
 
             if endpoint_configured(manifest.settings.generation, os.environ):

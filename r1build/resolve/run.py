@@ -14,14 +14,14 @@ from ..cache import Cache
 from ..errors import CompileError, LockError, ResolveError, UsageError
 from ..events import Stage, emit
 from ..keys import decision_key
-from ..lock import Lock, LockEntry, inputs_of, load_lock, lock_path, require_fresh, salvage_lock, write_lock
+from ..lock import Lock, LockEntry, load_lock, lock_path, require_fresh, salvage_lock, write_lock
 from ..manifest import Manifest
-from ..records import Candidate, Unresolved
+from ..records import Candidate, CandidateRef, ResolveOptions, Unresolved
 from ..toolchain.archs import require_supported_archs
 from ..toolchain.nvcc import toolchain
 from .judges import Judges
 from .lookup import lookup
-from .model import Question, Resolution, Resolved, ResolveOptions, Run
+from .model import Question, Resolution, Resolved, Run
 from .verdict import library_verdict
 from .work import work
 
@@ -29,32 +29,15 @@ from .work import work
 def _lock_entry(manifest: Manifest, r: Resolved, previous: LockEntry | None) -> LockEntry:
     if r.state in ("locked", "vendored") and previous is not None:
         return previous
-    c = r.candidate
-    return LockEntry(
-        name=r.spec.name,
-        arch=r.arch,
-        key=r.key,
-        winner=c.digest,
-        source=c.source_digest,
-        provenance=r.provenance,
+    return LockEntry.of_winner(
+        manifest,
+        r.spec,
+        r.arch,
+        r.key,
+        CandidateRef.of(r.candidate),
         validation=r.validation,
-        inputs=inputs_of(manifest, r.spec),
-        origin=c.origin.path,
-        defines=dict(c.defines),
-        model=c.origin.model,
-        round=c.origin.round,
-        sample=c.origin.sample,
-        time_us=r.time_us,
-        gpu=r.gpu,
-        checks=r.checks if r.validation == "validated" else None,
         toolchain=r.toolchain,
-        speedup_vs_library=r.speedup_vs_library if r.time_us is not None else None,
-        share_of_floor=r.share_of_floor if r.time_us is not None else None,
-        library_note=r.library_note if r.time_us is not None else None,
-        speedup_vs_torch=r.speedup_vs_torch if r.time_us is not None else None,
-        torch_note=r.torch_note if r.time_us is not None else None,
-        idle_gaps_us=r.idle_gaps_us if r.time_us is not None else None,
-        regime_note=r.regime_note if r.time_us is not None else None,
+        facts=r.facts,
     )
 
 
@@ -189,7 +172,7 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
             manifest, lock, plan if (options.kernels or options.archs) else None, said=options.mode_words[0]
         )
     phases.done("toolchain and arch check, lock read")
-    judges = Judges(cache, options.use_gpu, options.cluster, manifest.settings.evaluation.connect_timeout_s)
+    judges = Judges(cache, options.evaluate, options.cluster, manifest.settings.evaluation.connect_timeout_s)
     run = Run(manifest, cache, options, judges, lock)
     try:
         looked: list[_Looked] = []

@@ -26,18 +26,21 @@ def library_verdict(manifest: Manifest, r: Resolved) -> Unresolved | None:
     """:class:`Unresolved` when the winner ``r`` must beat the library or torch (``must-beat``) and does not (by
     the margin, or the bar's time is unknown); else None, with a warning (on ``r``'s kernel × arch) for each bar
     it is measured slower than. An unmeasured winner (the static gate alone) has no verdict yet."""
-    if r.time_us is None:
+    if r.facts.time_us is None:
         return None
-    bars = [("library", r.speedup_vs_library, r.library_note, manifest.must_beat_library(r.spec))]
+    bars = [("library", r.facts.speedup_vs_library, r.facts.library_note, manifest.must_beat_library(r.spec))]
     if r.spec.torch_reference is not None:
-        bars.append(("torch", r.speedup_vs_torch, r.torch_note, manifest.must_beat_torch(r.spec)))
+        bars.append(("torch", r.facts.speedup_vs_torch, r.facts.torch_note, manifest.must_beat_torch(r.spec)))
     margin, where = manifest.margin_of(r.spec), f"the {r.state} winner"
     for bar, speedup, note, must in bars:
         if must and (speedup is None or speedup < 1.0 + margin):
             return _unresolved(r, bar, speedup, note, (r.spec.must_beat or manifest.settings.must_beat, margin))
     for bar, speedup, _, must in bars:
         if not must and speedup is not None and speedup < 1.0:
-            _note(r, f"{where} is slower than {_name(bar)}: {verdict_words(speedup, bar=bar)} on {r.gpu or 'the GPU'}")
+            _note(
+                r,
+                f"{where} is slower than {_name(bar)}: {verdict_words(speedup, bar=bar)} on {r.facts.gpu or 'the GPU'}",
+            )
     return None
 
 

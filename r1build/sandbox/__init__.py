@@ -27,6 +27,7 @@ values) are trusted and compiled as any source of the project.
 
 from __future__ import annotations
 
+from ..toolchain.runner import Runner, run_process
 from .environment import scrubbed_environment
 from .policy import (
     Confinement,
@@ -41,9 +42,11 @@ from .policy import (
 
 __all__ = [
     "Confinement",
+    "Runner",
     "Sandbox",
     "confined",
     "run_confined",
+    "run_process",
     "runner_sandbox",
     "sandbox_for",
     "scrubbed_environment",

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from ..toolchain.runner import run_process
 from .environment import confined_environment
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ def probe(exe: str) -> str | None:
     """None when ``exe`` can build a sandbox here (it runs ``true`` in one), else why not, in a few words."""
     argv = [exe, *_NAMESPACES, *_system_binds(), "--proc", "/proc", "--dev", "/dev", "--", "true"]
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=30, check=False)
+        done = run_process(argv, timeout_s=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"{exe} could not be run ({exc})"
     if done.returncode != 0:

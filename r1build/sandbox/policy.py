@@ -15,6 +15,7 @@ from typing import Literal, Protocol
 from ..errors import SandboxUnavailableError
 from ..events import Note, emit
 from ..settings import SANDBOX_ENV, env_settings
+from ..toolchain.runner import Runner, run_process
 from .bwrap import Bubblewrap, find_bwrap, probe
 from .environment import confined_environment
 
@@ -90,21 +91,23 @@ class _Unconfined:
 
 
 def run_confined(
-    sandbox: Sandbox, argv: Sequence[str], confinement: Confinement, *, timeout_s: float
+    sandbox: Sandbox,
+    argv: Sequence[str],
+    confinement: Confinement,
+    *,
+    timeout_s: float,
+    runner: Runner = run_process,
+    merge_stderr: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``argv`` to its end inside ``sandbox`` for ``confinement``, in its working directory, with the
-    environment the sandbox gives and no standard input; output captured as text. Raises what
-    :func:`subprocess.run` raises (:class:`OSError`, :class:`subprocess.TimeoutExpired`)."""
-    return subprocess.run(
+    """Run ``argv`` to its end inside ``sandbox`` for ``confinement`` with ``runner`` (:mod:`.runner`), in its
+    working directory, with the environment the sandbox gives and no standard input; output captured as text.
+    Raises what a runner raises (:class:`OSError`, :class:`subprocess.TimeoutExpired`)."""
+    return runner(
         sandbox.command(argv, confinement),
-        env=sandbox.environment(os.environ, confinement),
         cwd=confinement.workdir,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        errors="replace",
-        timeout=timeout_s,
-        check=False,
+        env=sandbox.environment(os.environ, confinement),
+        timeout_s=timeout_s,
+        merge_stderr=merge_stderr,
     )
 
 

@@ -122,10 +122,12 @@ def _identified(nvcc: str, identity: str | None) -> Toolchain:
     text = _remembered(identity) if identity is not None else None
     if text is not None:
         return Toolchain(nvcc=nvcc, version_text=text)
-    import subprocess  # here: a remembered version (the CLI's warm path) never needs the module
+    import subprocess  # here: a remembered version (the CLI's warm path) never needs the modules
+
+    from .runner import run_process
 
     try:
-        proc = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60, check=False)
+        proc = run_process([nvcc, "--version"], timeout_s=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ToolchainError(f"cannot run {nvcc} --version: {exc}") from None
     if proc.returncode != 0:
@@ -190,8 +192,10 @@ class GpuArchs:
 def _output(nvcc: str, flag: str) -> str:
     import subprocess
 
+    from .runner import run_process
+
     try:
-        proc = subprocess.run([nvcc, flag], capture_output=True, text=True, timeout=60, check=False)
+        proc = run_process([nvcc, flag], timeout_s=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ToolchainError(f"cannot run {nvcc} {flag}: {exc}") from None
     if proc.returncode != 0:

@@ -17,12 +17,13 @@ import pytest
 
 from r1build.build import COMPILER_DEFINE, KERNELS_DEFINE, kernel_settings, stamp, warm_kernel_settings
 from r1build.build.boundary import StderrRenderer, frontend_boundary
-from r1build.build.options import BuildOptions, split_settings
+from r1build.build.options import split_settings
 from r1build.build.sdist import sdist_settings
 from r1build.build.stamp import STAMP_NAME
 from r1build.errors import CompileError, ConfigError, ManifestError, StaleLockError
 from r1build.events import Event, Note, Progress, Stage, emit, sink
 from r1build.manifest import find_manifest, load_manifest
+from r1build.records import ResolveOptions
 from tests.build.buildenv import PACKAGES, copy_project
 from tests.gate_seed import seed_gate_verdicts
 
@@ -31,7 +32,7 @@ pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or se
 
 def test_options_default_to_unset() -> None:
     options, rest = split_settings(None, environ={})
-    assert options == BuildOptions(locked=False, generate=False, evaluate=False, cache_dir=None)
+    assert options == ResolveOptions(locked=False, generate=False, evaluate=False, cache_dir=None)
     assert rest == {}
 
 
@@ -47,7 +48,7 @@ def test_options_from_config_settings_are_taken_out_of_them() -> None:
         },
         environ={},
     )
-    assert options == BuildOptions(locked=True, generate=True, evaluate=True, cache_dir=Path("/tmp/c"))
+    assert options == ResolveOptions(locked=True, generate=True, evaluate=True, cache_dir=Path("/tmp/c"))
     assert rest == {"cmake.build-type": "Debug"}
 
 
@@ -61,7 +62,7 @@ def test_options_from_the_environment() -> None:
             "R1BUILD_CACHE_DIR": "/tmp/envcache",
         },
     )
-    assert options == BuildOptions(locked=True, generate=True, evaluate=True, cache_dir=Path("/tmp/envcache"))
+    assert options == ResolveOptions(locked=True, generate=True, evaluate=True, cache_dir=Path("/tmp/envcache"))
 
 
 def test_a_build_never_generates_unless_the_person_building_opts_in() -> None:
@@ -457,7 +458,13 @@ def test_a_warm_build_imports_nothing_of_r1build_but_the_stamp(locked_tiny: Path
     settings, modules = json.loads(proc.stdout)
     assert settings[KERNELS_DEFINE].endswith("r1build_kernels.cmake") and settings[COMPILER_DEFINE]
     assert "kernels and lock unchanged since the last locked build" in proc.stderr
-    light = {"r1build.build.stamp", "r1build.digests", "r1build.toolchain", "r1build.toolchain.lookup"}
+    light = {
+        "r1build.build.warm",
+        "r1build.build.stamp",
+        "r1build.digests",
+        "r1build.toolchain",
+        "r1build.toolchain.lookup",
+    }
     assert set(modules) == {"r1build", "r1build.build", *light}
 
 
@@ -531,11 +538,11 @@ def test_a_locked_build_names_its_own_setting_not_the_cli_flag(locked_tiny: Path
 def test_a_failed_resolution_removes_only_the_empty_folder_it_made(tmp_path: Path) -> None:
     """A manifest error before anything is generated: the ``.r1build/`` this build made goes with it; one that was
     there before, with files of an earlier build, stays as it was."""
-    from r1build.build import _prepare
+    from r1build.build.kernels import _prepare
 
     fresh = copy_project(PACKAGES / "bad_manifest", tmp_path / "fresh")
     with pytest.raises(ManifestError):
-        _prepare(fresh, BuildOptions(), None)
+        _prepare(fresh, ResolveOptions(), None)
     assert not (fresh / ".r1build").exists()
 
     earlier = copy_project(PACKAGES / "bad_manifest", tmp_path / "earlier")
@@ -543,5 +550,5 @@ def test_a_failed_resolution_removes_only_the_empty_folder_it_made(tmp_path: Pat
     kept.parent.mkdir(parents=True)
     kept.write_text("# an earlier build's\n", encoding="utf-8")
     with pytest.raises(ManifestError):
-        _prepare(earlier, BuildOptions(), None)
+        _prepare(earlier, ResolveOptions(), None)
     assert kept.read_text(encoding="utf-8") == "# an earlier build's\n"

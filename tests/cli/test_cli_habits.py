@@ -11,12 +11,12 @@ import pytest
 
 from r1build.build import KERNELS_DEFINE, kernel_settings, prepare_kernels
 from r1build.build.editable import refresh, write_editable
-from r1build.build.options import BuildOptions
 from r1build.cache import Cache
 from r1build.cache.prune import prune_cache
 from r1build.cli.main import build_parser, main, output_options
 from r1build.errors import ConfigError, StaleLockError, UsageError
 from r1build.lock import read_lock
+from r1build.records import ResolveOptions
 
 pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
 
@@ -102,13 +102,13 @@ def test_an_editable_install_keeps_frozen(locked: Path) -> None:
     lock = read_lock(locked / "kernels.lock")
     entry = lock.entry("silu_mul", "sm_90") if lock is not None else None
     assert entry is not None
-    cmake_file = prepare_kernels(locked, BuildOptions(frozen=True))
-    write_editable(locked, BuildOptions(frozen=True), cmake_file)
+    cmake_file = prepare_kernels(locked, ResolveOptions(frozen=True))
+    write_editable(locked, ResolveOptions(frozen=True), cmake_file)
     _make_stale(locked)
     refreshed = refresh(locked)
     sources = [p.read_text(encoding="utf-8") for p in refreshed.parent.rglob("silu_mul__*.cu")]
     assert [f"variant {entry.winner}" in text for text in sources] == [True]
-    write_editable(locked, BuildOptions(locked=True), cmake_file)
+    write_editable(locked, ResolveOptions(locked=True), cmake_file)
     with pytest.raises(StaleLockError):
         refresh(locked)
 

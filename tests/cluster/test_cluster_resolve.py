@@ -63,14 +63,14 @@ def test_gpu_jobs_run_on_the_worker_of_their_arch(
     events: list[Event] = []
     manifest = load_manifest(project / "kernels.toml")
     with sink(events.append), Cache(tmp_path / "cache") as cache:
-        resolution = resolve(manifest, cache, ResolveOptions(offline=True, cluster=shared_cluster.address))
+        resolution = resolve(manifest, cache, ResolveOptions(generate=False, cluster=shared_cluster.address))
         decisions = {d.arch: d for d in cache.decisions()}
     # each GPU job ran once, on the worker advertising its arch; sm_100 has none and stays unmeasured
     assert sorted((r["arch"], r["worker"]) for r in _records(records)) == [("sm_80", "w80"), ("sm_90", "w90")]
     by_arch = {r.arch: r for r in resolution.entries}
     for arch in ("sm_80", "sm_90"):
         assert by_arch[arch].validation == "validated" and by_arch[arch].state == "measured"
-        assert by_arch[arch].gpu == "Test GPU"
+        assert by_arch[arch].facts.gpu == "Test GPU"
         assert all(r.host == socket.gethostname() and r.stage == "evaluate" for r in decisions[arch].results)
         assert len(decisions[arch].results) == 1
     assert by_arch["sm_100"].validation == "unvalidated" and by_arch["sm_100"].state == "gated"

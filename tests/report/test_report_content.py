@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -31,7 +30,7 @@ def test_status_json_and_the_report_read_the_same_records(
     manifest = load_manifest(searched.root / "kernels.toml")
     with Cache(searched.cache_dir) as cache:
         records = project_records(manifest, cache, searches=True)
-    assert rows == [asdict(r.status) for r in records]
+    assert rows == [r.status.as_json() for r in records]
     (row,) = rows
     assert (row["state"], row["provenance"], row["validation"], row["time_us"]) == (
         "locked",

@@ -58,7 +58,7 @@ def install_gpu_double(
     """Make the resolver see a GPU of sm_90 (and only of it) that judges like :class:`GpuDouble`."""
 
     def gpu_for(self: Judges, arch: str) -> GpuDouble | None:
-        return GpuDouble(self, reject, time_us) if arch == "sm_90" and self.use_gpu is not False else None
+        return GpuDouble(self, reject, time_us) if arch == "sm_90" and self.evaluate is not False else None
 
     monkeypatch.setattr(Judges, "gpu_for", gpu_for)
     monkeypatch.setattr(Judges, "gpu_archs", lambda self: {"sm_90"})

@@ -94,7 +94,7 @@ class _Gpu:
 
 class _Judges(Judges):
     def __init__(self, cache: Cache, gpu: _Gpu) -> None:
-        super().__init__(cache, use_gpu=None)
+        super().__init__(cache, evaluate=None)
         self.gpu = gpu
 
     def gpu_for(self, arch: str) -> Evaluator | None:

@@ -27,7 +27,7 @@ TEST_ONLY = "a test-only check of the next checks version rejects every candidat
 def _audit(project: Path, cache_dir: Path) -> Any:
     m = load_manifest(project / "kernels.toml")
     with Cache(cache_dir) as cache:
-        judges = Judges(cache, use_gpu=None)
+        judges = Judges(cache, evaluate=None)
         try:
             return audit(m, cache, judges)
         finally:

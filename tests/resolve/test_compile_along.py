@@ -89,7 +89,7 @@ def test_a_resolve_compiles_each_candidate_once_for_both_archs(
     manifest = _silu_on_both_archs(root_copy)
     variants = expand_variants(manifest, manifest.kernels[0])
     with Cache(root_copy / "cache") as cache:
-        resolution = resolve(manifest, cache, ResolveOptions(offline=True))
+        resolution = resolve(manifest, cache, ResolveOptions(generate=False))
     digests = [d for d, _ in compiles]
     assert sorted(digests) == sorted(c.digest for c in variants)  # every variant, each in one nvcc
     along = {c.digest for c in variants[:ALONG]}
@@ -109,7 +109,7 @@ def test_gpu_verdicts_already_cached_leave_the_gate_only_batch_to_the_gate(
     with Cache(root_copy / "cache") as cache:
         StaticGate(cache).evaluate(Job(manifest, manifest.kernels[0], "sm_90", variants))
         compiles.clear()
-        resolution = resolve(manifest, cache, ResolveOptions(offline=True))
+        resolution = resolve(manifest, cache, ResolveOptions(generate=False))
     assert sorted(compiles) == sorted((c.digest, ("sm_80",)) for c in variants[:ALONG])
     assert {r.arch: r.state for r in resolution.entries} == {"sm_80": "gated", "sm_90": "measured"}
 
@@ -125,7 +125,7 @@ def test_where_no_candidate_compiled_along_passes_the_next_batch_is_gated(
     assert len(variants) > ALONG + gate_batch()  # a batch after the next is left uncompiled
     FAILS_ON_80.update(c.digest for c in variants[:ALONG])
     with Cache(root_copy / "cache") as cache:
-        resolution = resolve(manifest, cache, ResolveOptions(offline=True))
+        resolution = resolve(manifest, cache, ResolveOptions(generate=False))
     on_80 = sorted(d for d, archs in compiles if "sm_80" in archs)
     assert on_80 == sorted(c.digest for c in variants[: ALONG + gate_batch()])
     entry = next(r for r in resolution.entries if r.arch == "sm_80")

@@ -25,7 +25,7 @@ from tests.support.decisions import plant_measured
 
 pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
 
-ONE = ResolveOptions(kernels=["silu_mul"], archs=["sm_90"], use_gpu=False, offline=True)
+ONE = ResolveOptions(kernels=["silu_mul"], archs=["sm_90"], evaluate=False, generate=False)
 
 
 def _env_without_endpoints(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -71,7 +71,12 @@ def test_a_cached_decision_wins_and_is_locked_with_its_time(root_copy: Path, cac
         plant_measured(cache, vec4, key=key, kernel=spec.name, time_us=41.5, samples=200, toolchain="cuda_13.0")
         res = resolve(m, cache, ONE)
     (entry,) = res.entries
-    assert (entry.state, entry.provenance, entry.time_us, entry.gpu) == ("cached", "tuned", 41.5, "NVIDIA H200")
+    assert (entry.state, entry.provenance, entry.facts.time_us, entry.facts.gpu) == (
+        "cached",
+        "tuned",
+        41.5,
+        "NVIDIA H200",
+    )
     assert entry.candidate.defines == {"BLOCK": 256}
     e = read_lock(root_copy / "kernels.lock").entry("silu_mul", "sm_90")  # type: ignore[union-attr]
     assert e is not None and e.time_us == 41.5 and e.defines == {"BLOCK": 256} and e.gpu == "NVIDIA H200"

@@ -143,7 +143,7 @@ def test_a_kernel_nothing_passes_fails_the_resolve_with_a_table_and_the_rest_is_
     ]
     # the build fails the same way (the PEP 517 backend calls prepare_build)
     with pytest.raises(NoWinnerError) as info:
-        prepare_build(project, cache_dir=cache_dir)
+        prepare_build(project, ResolveOptions(cache_dir=cache_dir))
     assert [(u.kernel, u.arch) for u in info.value.unresolved] == [("leaky", "sm_90")]
     assert "getenv" in str(info.value) and not (project / ".r1build" / "generated").exists()
 
@@ -176,7 +176,7 @@ def test_a_lock_entry_the_cache_knows_rejected_fails_locked_builds_and_vendoring
     )
     assert rows["scale"]["state"] == "locked"
     with pytest.raises(LockError, match=r"overrun/sm_90: the locked winner .* may not be used: the GPU checks"):
-        prepare_build(project, locked=True, cache_dir=cache_dir)
+        prepare_build(project, ResolveOptions(locked=True, cache_dir=cache_dir))
     # without --locked the entry is not used, and the gate alone does not bring the rejected baseline back
     assert main(["resolve", "-m", str(project), *OFFLINE]) == 1
     err = capsys.readouterr().err
@@ -189,13 +189,13 @@ def test_a_gpu_rejection_on_refresh_drops_the_lock_entry_and_keeps_the_rest(
 ) -> None:
     """The issue's case: a baseline that fails the GPU checks is never kept as a fallback winner."""
     m = load_manifest(project / "kernels.toml")
-    options = ResolveOptions(kernels=["scale", "overrun"], offline=True, use_gpu=False)
+    options = ResolveOptions(kernels=["scale", "overrun"], generate=False, evaluate=False)
     with Cache(cache_dir) as cache:
         assert not resolve(m, cache, options).unresolved
     assert {e.validation for e in _locked(project).values()} == {"unvalidated"}
     install_gpu_double(monkeypatch, reject=lambda c: "padded" in c.source)
     with Cache(cache_dir) as cache:
-        res = resolve(m, cache, ResolveOptions(kernels=["scale", "overrun"], offline=True, refresh=True))
+        res = resolve(m, cache, ResolveOptions(kernels=["scale", "overrun"], generate=False, refresh=True))
         decision = cache.get_decision(decision_key(m, m.kernel("overrun"), "sm_90"))
     ((u,),) = [res.unresolved]
     assert (u.kernel, [(o.validation, o.stage, o.reason) for o in u.outcomes]) == (
@@ -508,7 +508,7 @@ def test_the_fallback_never_says_a_gpu_of_the_arch_is_missing(cache_dir: Path, m
 
     monkeypatch.setattr(Judges, "gpu_archs", lambda self: {"sm_90", "sm_90a"})
     with Cache(cache_dir) as cache:
-        judges = Judges(cache, use_gpu=None)
+        judges = Judges(cache, evaluate=None)
         here = judges.unmeasured("sm_90")
         assert "no local GPU" not in here and "GPU of sm_90 here" in here, here
         assert judges.unmeasured("sm_100") == "no local GPU of this arch (GPUs here: sm_90, sm_90a)"

@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any, Literal
 
-from ...sandbox import Confinement, Sandbox, unconfined
+from ...sandbox import Confinement, Sandbox, run_process, unconfined
 from ..child.harness import BEGIN, DONE, END, FAILED, HELD, RESUMED
 
 __all__ = [
@@ -110,14 +110,7 @@ def uses_shared_memory(library: Path, cuobjdump: str | None) -> bool:
     if cuobjdump is None:
         return True
     try:
-        proc = subprocess.run(
-            [cuobjdump, "-sass", str(library)],
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=60,
-            check=False,
-        )
+        proc = run_process([cuobjdump, "-sass", str(library)], timeout_s=60)
     except (OSError, subprocess.TimeoutExpired):
         return True
     if proc.returncode != 0 or "Function" not in proc.stdout:

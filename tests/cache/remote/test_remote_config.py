@@ -14,6 +14,7 @@ from r1build.cache.remote import open_store, record_key
 from r1build.cli.main import main
 from r1build.errors import ConfigError, ManifestError
 from r1build.manifest import load_manifest, remote_url_problem
+from r1build.records import ResolveOptions
 from r1build.resolve import prepare_build
 from r1build.settings import env_settings
 from r1build.trust.signing import KeyPair
@@ -32,7 +33,9 @@ def test_a_build_reads_the_remote_named_by_its_config_setting(
     options, rest = split_settings({"r1build.remote-cache": url, "build-dir": "b"}, environ={})
     assert options.remote_cache == url and rest == {"build-dir": "b"}
     cmake = prepare_build(
-        project, locked=True, cache_dir=tmp_path / "b", out_dir=tmp_path / "gen", remote_cache=options.remote_cache
+        project,
+        ResolveOptions(locked=True, cache_dir=tmp_path / "b", remote_cache=options.remote_cache),
+        out_dir=tmp_path / "gen",
     )
     assert cmake.is_file()
     with Cache(tmp_path / "b") as cache:

@@ -92,8 +92,9 @@ def stoppable() -> Iterator[StopScope]:
 
 @contextlib.contextmanager
 def running(proc: subprocess.Popen[str]) -> Iterator[None]:
-    """Hold ``proc`` (a started nvcc) in the context's scope while it runs; it is killed when the scope stops, or
-    when this thread is interrupted while waiting for it, and then :class:`CompilesStopped` is raised."""
+    """Hold ``proc`` (a started tool: nvcc, a link) in the context's scope while it runs; it is killed when the
+    scope stops, or when this thread is interrupted while waiting for it, and then :class:`CompilesStopped` is
+    raised."""
     scope = _SCOPE.get()
     if scope is not None:
         scope.add(proc)
