@@ -27,7 +27,7 @@ reference reads at run time other than modules.
 Whoever may write to the cache could otherwise write a record that names today's files and prints yesterday's
 answer (``check --locked`` saying "current and verified" of a lock every build refuses). So a record carries an
 HMAC-SHA256 over its command line's key and its contents, made with a secret kept outside every cache: a file of
-the user's state folder (``platformdirs.user_state_dir``), mode 0600, made on first use. A record whose MAC does
+the user's state folder (:func:`r1build.settings.user_state_dir`), mode 0600, made on first use. A record whose MAC does
 not verify, or any doubt about the secret (missing, another user's, readable by others, inside the cache the
 record is in), means no replay and no record: the command runs in full.
 """
@@ -149,9 +149,14 @@ def _nvcc_state() -> str | None:
 
 
 def _secret_file() -> Path:
-    import platformdirs
+    from ..settings import user_state_dir
 
-    return Path(platformdirs.user_state_dir("r1build", appauthor=False)) / _KEY_NAME
+    folder = user_state_dir()
+    if folder is None:
+        import platformdirs
+
+        folder = Path(platformdirs.user_state_dir("r1build", appauthor=False))
+    return folder / _KEY_NAME
 
 
 def _read_secret(path: Path) -> bytes | None:
