@@ -66,7 +66,9 @@ and endpoint (``AWS_*``) by boto3's own chain.
 from __future__ import annotations
 
 import os
+import posixpath
 import re
+import sys
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -156,17 +158,30 @@ def answer_environment(environ: Mapping[str, str] | None = None) -> list[tuple[s
     )
 
 
+def user_state_dir() -> Path | None:
+    """r1build's folder in the user's state folder as ``platformdirs.user_state_dir("r1build")`` names it, named
+    here on Linux with an absolute ``$XDG_STATE_HOME`` or ``$HOME`` (importing platformdirs costs a first run some
+    1.5 ms); None elsewhere, where the caller asks platformdirs."""
+    if sys.platform == "linux" and "ANDROID_DATA" not in os.environ:
+        xdg = os.environ.get("XDG_STATE_HOME", "")
+        if posixpath.isabs(xdg):
+            return Path(xdg, "r1build")
+        if posixpath.isabs(os.environ.get("HOME", "")):
+            return Path("~/.local/state", "r1build").expanduser()
+    return None
+
+
 def unknown_variables(environ: Mapping[str, str] | None = None, known: Collection[str] = ()) -> list[str]:
     """A warning for each ``R1BUILD_*`` variable set in ``environ`` (the process environment when None) that
     r1build does not read, naming the closest one it reads where one is close. ``known``: variables the
     manifest names (its ``api-key-env``), read too."""
-    import difflib
-
     env = os.environ if environ is None else environ
     out = []
     for name in sorted(n for n in env if n.startswith("R1BUILD_") and n not in VARIABLES and n not in known):
         if name.removeprefix("R1BUILD_").startswith("TEST_"):  # the test suite's own
             continue
+        import difflib  # here: a run with no unknown variable does without it
+
         close = difflib.get_close_matches(name, VARIABLES, n=1, cutoff=0.75)
         hint = f" (did you mean {close[0]}?)" if close else ""
         shown = name if name.isprintable() and len(name) <= 80 else repr(name[:80])

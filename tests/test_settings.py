@@ -162,3 +162,27 @@ def test_a_variable_the_manifest_names_draws_no_warning(
         pass
     err = capsys.readouterr().err
     assert "R1BUILD_DEEPSEEK_KEY" not in err and "R1BUILD_LOKCED is set" in err
+
+
+@pytest.mark.parametrize(
+    ("xdg", "home"),
+    [(None, None), ("/x/state", None), ("relative/state", None), ("", "/h/u/"), (None, "/h/u"), (None, "rel")],
+)
+def test_the_user_state_folder_is_the_one_platformdirs_names(
+    monkeypatch: pytest.MonkeyPatch, xdg: str | None, home: str | None
+) -> None:
+    """:func:`user_state_dir` (the fast path's key folder, named without importing platformdirs on Linux) is
+    ``platformdirs.user_state_dir("r1build")`` whatever ``$XDG_STATE_HOME`` and ``$HOME`` hold, or None (a
+    relative or no ``$HOME``: platformdirs asks the password database)."""
+    import platformdirs
+
+    from r1build.settings import user_state_dir
+
+    for name, value in (("XDG_STATE_HOME", xdg), ("HOME", home)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    named = user_state_dir()
+    expected = Path(platformdirs.user_state_dir("r1build", appauthor=False))
+    assert named == expected or (named is None and home in (None, "rel"))

@@ -71,7 +71,6 @@ Statistics
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 from ..errors import CacheError, CacheLocationError
@@ -122,6 +121,8 @@ def open_usable(directory: Path | str | None = None) -> Cache:
     except CacheLocationError:
         raise
     except CacheError as exc:
+        import tempfile  # here: only a damaged cache needs it
+
         scratch = Path(tempfile.mkdtemp(prefix="r1build-scratch-cache-"))
         emit(Note("warning", f"{exc}; going on without it (a scratch cache for this run only)"))
         cache = Cache(scratch, tolerant=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..cache import Cache, open_usable
 from ..errors import UsageError
@@ -11,6 +12,9 @@ from ..filemode import OutputKind, foreign_output
 from ..manifest import Manifest, find_manifest, load_manifest, parse_arch
 from ..settings import env_settings
 from . import fastpath
+
+if TYPE_CHECKING:
+    from ..trust.trusted import TrustedKeys
 
 __all__ = [
     "add_cache_arg",
@@ -119,8 +123,6 @@ def open_cache(args: argparse.Namespace, *, existing: bool = False, manifest: Ma
     directory = getattr(args, "cache_dir", None)
     if manifest is None:
         return Cache(directory, create=False) if existing else open_usable(directory)
-    from ..trust.signing import trusted_keys
-
     layer = None
     url = getattr(args, "remote_cache", None)
     if url or env_settings().remote_cache or manifest.settings.cache.url:  # the remote's code only for a remote
@@ -134,11 +136,22 @@ def open_cache(args: argparse.Namespace, *, existing: bool = False, manifest: Ma
         )
     cache = Cache(directory, create=False) if existing else open_usable(directory)
     cache.remote = layer
-    cache.trusted = trusted_keys(manifest)  # records kept for a key no longer trusted are not used
+    cache.trusted = _trusted(manifest)  # records kept for a key no longer trusted are not used
     recorder = fastpath.active()
     if recorder is not None:
         recorder.seen_cache(cache)
     return cache
+
+
+def _trusted(manifest: Manifest) -> TrustedKeys:
+    """The keys ``manifest`` trusts; the signing code only where it names one."""
+    if not manifest.settings.cache.trusted_keys:
+        from ..trust.trusted import TrustedKeys
+
+        return TrustedKeys()
+    from ..trust.signing import trusted_keys
+
+    return trusted_keys(manifest)
 
 
 def refuse_overwriting(option: str, output: Path, manifest: Manifest, cache: Cache) -> None:

@@ -191,6 +191,7 @@ def _main(argv: Sequence[str]) -> int:
         recorder = fastpath.active()
         if recorder is not None:
             recorder.allowed = fastpath.Recorder.keeps(args)
+            recorder.hold(getattr(args, "cache_dir", None))
         logging.basicConfig(
             level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
             format="%(levelname)s %(name)s: %(message)s",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .lockfile import (
     Lock,
     LockEntry,
@@ -15,9 +17,11 @@ from .lockfile import (
     unlockable,
     write_lock,
 )
-from .salvage import salvage_lock
 from .vendor import Vendored, find_vendored, vendor_file_name, vendor_winners
 from .verify import entry_problem, manifest_problem
+
+if TYPE_CHECKING:
+    from .salvage import salvage_lock
 
 __all__ = [
     "Lock",
@@ -39,3 +43,13 @@ __all__ = [
     "vendor_winners",
     "write_lock",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """:func:`salvage_lock` imported on first use (PEP 562): only a damaged lock needs it."""
+    if name != "salvage_lock":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from .salvage import salvage_lock
+
+    globals()[name] = salvage_lock
+    return salvage_lock

@@ -18,7 +18,7 @@ from ..digests import path_digest
 
 __all__ = ["defined_macro", "flag_problem", "include_digest", "include_flag", "rooted_flags"]
 
-_RESERVED: tuple[tuple[str, str], ...] = (
+_RESERVED_PATTERNS: tuple[tuple[str, str], ...] = (
     (
         r"-arch|--gpu-architecture|-gencode|--generate-code|-code|--gpu-code|-arch-ls|--list-gpu-arch"
         r"|-code-ls|--list-gpu-code",
@@ -47,6 +47,11 @@ _RESERVED: tuple[tuple[str, str], ...] = (
         "reads flags or code from a file the manifest does not name as a candidate",
     ),
 )
+_RESERVED: tuple[tuple[frozenset[str], str], ...] = tuple(
+    (frozenset(pattern.split("|")), why) for pattern, why in _RESERVED_PATTERNS
+)
+"""The names above, each alternation a set (membership, not a regex to compile: the first run after an edit
+validates the flags)."""
 _TOKEN = re.compile(r"-[A-Za-z0-9_+\-=.,:/@%]*")
 
 
@@ -57,8 +62,8 @@ def flag_problem(flag: str) -> str | None:
             return f"{flag!r} is not a flag (give flags that take a value as one token: -maxrregcount=64, -Xptxas=-O3)"
         return f"{flag!r} holds whitespace, quotes or other characters a flag cannot have"
     name = flag.split("=", 1)[0]
-    for pattern, why in _RESERVED:
-        if re.fullmatch(pattern, name):
+    for names, why in _RESERVED:
+        if name in names:
             return f"{name} {why}"
     if re.fullmatch(r"-(?:arch|code|gencode)\S*|--gpu-(?:architecture|code)\S*|--generate-code\S*", name):
         return f"{name} selects the GPU archs, which r1build sets from `archs`"

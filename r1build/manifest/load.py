@@ -14,7 +14,6 @@ from typing import Any
 
 from ..convert import ConversionProblem, KeyPath, convert, did_you_mean, field_key
 from ..errors import ManifestError
-from ..trust.signing import parse_public_key, public_key_problem
 from .archs import ArchTarget, merge_targets, parse_target, settle_codes
 from .bounds import check_numbers
 from .flags import defined_macro, flag_problem
@@ -347,6 +346,10 @@ def _validate_settings(v: _Validator, settings: ProjectSettings) -> ProjectSetti
 
 def _check_trusted_keys(v: _Validator, lines: list[str]) -> None:
     """Each ``[cache] trusted-keys`` item is an ``ed25519:<base64>`` public key, listed once."""
+    if not lines:
+        return
+    from ..trust.signing import parse_public_key, public_key_problem  # here: most manifests name no key
+
     seen: dict[str, int] = {}
     for j, line in enumerate(lines):
         problem = public_key_problem(line)

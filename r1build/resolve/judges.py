@@ -11,7 +11,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -161,6 +160,22 @@ class Judges:
             gate = self.gate
         return gate.judge(manifest, spec, pairs)
 
+    def fresh_gate_verdicts(
+        self, manifest: Manifest, asked: dict[str, tuple[KernelSpec, list[tuple[str, Candidate]]]]
+    ) -> dict[str, list[Result]]:
+        """:meth:`gate_verdicts` for each kernel of ``asked`` (its spec and pairs), the kernels in parallel. Apart
+        from the cached ones so that a run whose verdicts are all cached starts no thread pool."""
+        if not asked:
+            return {}
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=len(asked)) as pool:
+            futures = {
+                name: pool.submit(contextvars.copy_context().run, self.gate_verdicts, manifest, spec, pairs)
+                for name, (spec, pairs) in asked.items()
+            }
+            return {name: future.result() for name, future in futures.items()}
+
     @property
     def gate(self) -> StaticGate:
         if self._gate is None:
@@ -305,6 +320,8 @@ class Judges:
             wanted = now[first.spec.name]
             pairs = [(job.arch, c) for job in kernel_jobs for c in job.candidates[:batch] if c.digest in wanted]
             gate.judge(first.manifest, first.spec, pairs)
+
+        from concurrent.futures import ThreadPoolExecutor
 
         from ..gate.nvcc import COMPILE_SLOTS
         from ..toolchain.stopping import stoppable

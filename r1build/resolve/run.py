@@ -3,18 +3,16 @@ started ahead), every winner through the static gate, and the lock updated."""
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from ..cache import Cache
 from ..errors import CompileError, LockError, ResolveError, UsageError
 from ..events import Stage, emit
 from ..keys import decision_key
-from ..lock import Lock, LockEntry, load_lock, lock_path, require_fresh, salvage_lock, write_lock
+from ..lock import Lock, LockEntry, load_lock, lock_path, require_fresh, write_lock
 from ..manifest import Manifest
 from ..records import Candidate, CandidateRef, ResolveOptions, Unresolved
 from ..toolchain.archs import require_supported_archs
@@ -54,18 +52,9 @@ def _gate_emitted(manifest: Manifest, judges: Judges, entries: Sequence[Resolved
         if (found := judges.cached_gate_verdicts(manifest, entries[idx[0]].spec, pairs[name])) is not None
     }
     left = [name for name in groups if name not in verdicts]
-    with ThreadPoolExecutor(max_workers=max(1, len(left))) as pool:
-        futures = {
-            name: pool.submit(
-                contextvars.copy_context().run,
-                judges.gate_verdicts,
-                manifest,
-                entries[groups[name][0]].spec,
-                pairs[name],
-            )
-            for name in left
-        }
-        verdicts |= {name: future.result() for name, future in futures.items()}
+    verdicts |= judges.fresh_gate_verdicts(
+        manifest, {name: (entries[groups[name][0]].spec, pairs[name]) for name in left}
+    )
     out = list(entries)
     for name, idx in groups.items():
         for i, result in zip(idx, verdicts[name], strict=True):
@@ -95,6 +84,8 @@ def _read_lock(manifest: Manifest, options: ResolveOptions) -> Lock | None:
     except LockError as damage:
         if not options.recover_lock or options.locked:
             raise
+        from ..lock import salvage_lock  # here: only a damaged lock needs it
+
         return salvage_lock(manifest, damage).lock
 
 

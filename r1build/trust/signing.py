@@ -24,7 +24,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from ..digests import canonical_json
 from ..errors import ConfigError, SignatureError
 from ..filemode import replace_problem
+from .trusted import TrustedKeys
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -302,30 +303,6 @@ def write_private_key(path: Path, key: PrivateKey, *, overwrite: bool = False) -
 
 
 # -- trusted keys ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class TrustedKeys:
-    """The public keys whose signatures are accepted, by key id."""
-
-    keys: dict[str, PublicKey] = field(default_factory=dict)
-    """Key id to public key."""
-
-    @classmethod
-    def of(cls, keys: Iterable[PublicKey]) -> TrustedKeys:
-        """Trust these keys."""
-        return cls({k.key_id: k for k in keys})
-
-    def __bool__(self) -> bool:
-        return bool(self.keys)
-
-    def __contains__(self, kid: object) -> bool:
-        return kid in self.keys
-
-    @property
-    def ids(self) -> list[str]:
-        """The key ids, sorted."""
-        return sorted(self.keys)
-
-
 def trusted_keys(manifest: Manifest) -> TrustedKeys:
     """The public keys a manifest trusts (``[cache] trusted-keys``; validated when the manifest was loaded, with
     the file, line and key path of any bad line)."""

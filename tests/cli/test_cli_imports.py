@@ -135,10 +135,18 @@ FIRST_RUN_NEVER = (
     "r1build.cache.remote",
     "r1build.report.page",
     "r1build.profile",
+    "platformdirs",
+    "difflib",
+    "r1build.trust.signing",
+    "r1build.lock.salvage",
+    "concurrent.futures",
 )
 """What the full path of ``resolve --locked`` and ``status`` never needs where the lock and the local cache
 answer (issue 29): the numpy references, the LLM client, the gate's compile machinery (its cached verdicts are
-read without it), the cluster, the remote cache (none configured), the report's page."""
+read without it), the cluster, the remote cache (none configured), the report's page; nor platformdirs (the
+fast path's key folder is named by :func:`r1build.settings.user_state_dir`), difflib (no unknown ``R1BUILD_*``
+variable to match), the signing code (no trusted keys named), the lock's salvage (the lock is whole), a thread
+pool (every gate verdict cached)."""
 
 
 @pytest.mark.slow  # a lock (nvcc) and four processes

@@ -263,3 +263,31 @@ def test_the_full_locked_path_imports_no_http_client(locked: Path) -> None:
     imported = {line.rpartition("|")[2].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
     assert proc.returncode == 0 and "r1build.manifest.load" in imported, proc.stderr[-2000:]
     assert not imported & {"urllib.request", "http.client", "email.parser", "ssl"}
+
+
+@pytest.mark.slow  # a lock (nvcc) and two processes under strace
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace to count the syncs")
+def test_a_first_run_syncs_the_cache_index_once_not_on_each_open_and_close(locked: Path, tmp_path: Path) -> None:
+    """The full path of ``status`` after an edit: the cache index's write-ahead log is made and checkpointed once
+    (its other connections close while the recorder holds one), not on each open and close of a connection:
+    at most 6 fsyncs (it was 12: each of 3 cycles made the log anew and checkpointed it, two syncs each)."""
+    manifest = locked / "kernels.toml"
+    for edit in ("a", "b"):
+        manifest.write_text(manifest.read_text(encoding="utf-8") + f"\n# an unrelated edit {edit}\n")
+        counts = tmp_path / f"strace-{edit}.txt"
+        strace = ["strace", "-f", "-c", "-e", "trace=fsync,fdatasync", "-o", str(counts)]
+        proc = subprocess.run(
+            [*strace, sys.executable, "-m", "r1build.cli.main", "status", "-m", str(locked)],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ),
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+        syncs = sum(
+            int(m.group(1))
+            for m in re.finditer(
+                r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?f(?:data)?sync$", counts.read_text(), re.M
+            )
+        )
+        assert 0 < syncs <= 6, counts.read_text()

@@ -483,3 +483,18 @@ def test_bound_kernels_take_python_safe_argument_names(tmp_path: Path, capsys: p
     assert code == 2 and "kernel[0].args[3].name: 'lambda' is a Python keyword" in output, output
     code, output = run_check(capsys, write_project(tmp_path / "q", BASE.replace(_T, 'bindings = { python = "t._k" }')))
     assert code == 0, output
+
+
+def test_every_reserved_nvcc_flag_name_is_refused_as_is_and_with_a_value() -> None:
+    """The reserved flag names are kept as sets (no regex compiled on a first run): each is refused alone and
+    as ``name=value``; a name that only begins like one is not."""
+    import re
+
+    from r1build.manifest.flags import _RESERVED_PATTERNS, flag_problem
+
+    for pattern, why in _RESERVED_PATTERNS:
+        for name in pattern.split("|"):
+            assert re.fullmatch(r"-[-A-Za-z]+", name), name  # a literal name, as a set member must be
+            assert flag_problem(name) == f"{name} {why}"
+            assert flag_problem(f"{name}=x") == f"{name} {why}"
+    assert flag_problem("-ccbinx") is None and flag_problem("-O3") is None
