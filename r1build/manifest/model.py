@@ -351,10 +351,11 @@ class ProjectSettings:
     archs: list[str] = field(default_factory=lambda: ["sm_80", "sm_90"])
     """Target GPU archs of every kernel, as nvcc and CMake spell them, which also says the code embedded:
     ``sm_90`` / ``9.0`` machine code (and PTX for the highest, see ``ptx``), ``90-real`` machine code only,
-    ``90`` machine code and PTX, ``90-virtual`` / ``compute_90`` PTX only; ``a`` archs alike (``sm_90a``). Any
-    arch the installed nvcc lists (``nvcc --list-gpu-code``) is accepted."""
+    ``90`` machine code and PTX, ``90-virtual`` / ``compute_90`` PTX only; ``a`` and family ``f`` archs alike
+    (``sm_90a``, ``sm_100f``). Any arch the installed nvcc lists (``nvcc --list-gpu-code``, ``nvcc --help``) is
+    accepted."""
     ptx: bool = True
-    """Embed the PTX of each kernel's highest arch spelled ``sm_XY`` / ``X.Y`` (not an ``a`` arch) beside its
+    """Embed the PTX of each kernel's highest arch spelled ``sm_XY`` / ``X.Y`` (not an ``a`` or ``f`` arch) beside its
     machine code, so a GPU newer than every target JIT-compiles it instead of failing with
     ``cudaErrorNoKernelImageForDevice``. ``false``: machine code only, but for archs spelled ``90``,
     ``90-virtual`` or ``compute_90``."""

@@ -197,6 +197,35 @@ def test_dispatch_prefers_exact_then_same_major(tmp_path: Path) -> None:
     assert "90a-real" in compiled and "90" in compiled
 
 
+def test_dispatch_runs_family_code_on_its_whole_family(tmp_path: Path) -> None:
+    manifest = load_manifest(ROOT / "kernels.toml")
+    spec = manifest.kernel("silu_mul")
+
+    def variant(tag: str) -> Candidate:
+        return Candidate(f"// {tag}\n", Origin("generated", model="m"))
+
+    archs = {"sm_90": variant("a"), "sm_100": variant("b"), "sm_100f": variant("c"), "sm_100a": variant("d")}
+    archs |= {"sm_120f": variant("e")}
+    files = render_files(manifest, [Winner(spec, arch, cand) for arch, cand in archs.items()])
+    symbol = {arch: f"silu_mul__{cand.digest[:12]}" for arch, cand in archs.items()}
+    dispatcher = files[DISPATCH_NAME]
+    call = "(gate, up, out, n, stream);"
+    ordered = [
+        f"case 100: return {symbol['sm_100a']}{call}",  # "a" first on its own device, then family, then plain
+        f"case 120: return {symbol['sm_120f']}{call}",
+        f"if (r1build_cc / 10 == 12) return {symbol['sm_120f']}{call}",  # 12.1 runs sm_120f code
+        f"if (r1build_cc / 10 == 10) return {symbol['sm_100f']}{call}",  # 10.3 runs sm_100f, before plain sm_100
+        f"if (r1build_cc / 10 == 10) return {symbol['sm_100']}{call}",
+        f"if (r1build_cc >= 90) return {symbol['sm_90']}{call}",  # family PTX runs on no later major
+    ]
+    positions = [dispatcher.index(line) for line in ordered]
+    assert positions == sorted(positions)
+    assert f"if (r1build_cc >= 120) return {symbol['sm_120f']}" not in dispatcher
+    options = {cmake_archs(o) for o in source_options(files[CMAKE_NAME]).values()}
+    assert {"100f-real", "120f-real", "100a-real"} <= options
+    assert "--generate-code=arch=compute_100f,code=[sm_100f]" in files[CMAKE_NAME]
+
+
 def test_header_compiles_as_cxx_and_c(manifest: Manifest, tmp_path: Path) -> None:
     tc = require_toolchain()
     out = tmp_path / "generated"
