@@ -138,10 +138,13 @@ def manifest_with(tmp_path: Path, archs: str) -> Path:
 
 def test_every_arch_the_installed_nvcc_lists_is_accepted(tmp_path: Path) -> None:
     tc = require_toolchain()
-    every = [*gpu_archs(tc).real, *gpu_archs(tc).specific, *gpu_archs(tc).family]
-    assert any(a.endswith("f") for a in every)
-    manifest = load_manifest(manifest_with(tmp_path, "[" + ", ".join(f'"{a}"' for a in every) + "]"))
-    require_supported_archs(manifest, tc)
+    known = gpu_archs(tc)
+    every = [*known.real, *known.specific, *known.family]
+    assert known.family
+    # a plain arch and its family sibling are never targeted together (nvcc builds no object with both)
+    for archs in ([*known.real, *known.specific], known.family):
+        manifest = load_manifest(manifest_with(tmp_path, "[" + ", ".join(f'"{a}"' for a in archs) + "]"))
+        require_supported_archs(manifest, tc)
     for arch in every:  # facts for prompts and limits, borrowed from the nearest arch on record where needed
         info = arch_info(arch)
         assert info.arch == arch and info.sm_count > 0 and info.regs_per_thread == 255
@@ -212,3 +215,15 @@ def test_a_family_arch_nvcc_lacks_is_named_with_what_nvcc_offers(tmp_path: Path)
         require_supported_archs(manifest, tc)
     assert info.value.key == "archs[1]"
     assert re.search(r"sm_90f is not supported by the installed CUDA: nvcc .* \(and .*sm_100f", info.value.message)
+
+
+def test_a_plain_arch_beside_its_family_arch_is_refused_at_its_line(tmp_path: Path) -> None:
+    # nvcc: "The same GPU code (`sm_100f`) generated for non family-specific and family-specific GPU arch"
+    with pytest.raises(ManifestError) as info:
+        load_manifest(manifest_with(tmp_path, '["sm_90", "sm_100f", "100-real"]'))
+    assert info.value.key == "archs[2]"
+    assert info.value.message == (
+        "sm_100 and sm_100f run on the same GPUs, and nvcc builds no object with both: keep one "
+        "(sm_100f also has the family's own instructions)"
+    )
+    assert load_manifest(manifest_with(tmp_path, '["sm_100a", "sm_100f", "sm_103"]')).settings.archs

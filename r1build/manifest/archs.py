@@ -32,6 +32,7 @@ __all__ = [
     "ArchTarget",
     "Code",
     "arch_info",
+    "family_clash",
     "parse_arch",
     "parse_target",
     "suffix_of",
@@ -363,6 +364,16 @@ def merge_targets(targets: list[ArchTarget]) -> list[ArchTarget]:
         elif target.code not in ("default", seen.code):
             merged[target.arch] = replace(seen, code="sass+ptx")
     return list(merged.values())
+
+
+def family_clash(targets: list[ArchTarget]) -> tuple[ArchTarget, ArchTarget] | None:
+    """A plain target and its family sibling (``sm_100`` and ``sm_100f``) among ``targets``, if both are: their
+    code runs on the same GPUs, and nvcc refuses to build one object for both."""
+    by_arch = {t.arch: t for t in targets}
+    for target in targets:
+        if suffix_of(target.arch) == "f" and target.arch[:-1] in by_arch:
+            return by_arch[target.arch[:-1]], target
+    return None
 
 
 def settle_codes(targets: list[ArchTarget], ptx: bool) -> list[ArchTarget]:

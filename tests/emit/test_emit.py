@@ -226,6 +226,23 @@ def test_dispatch_runs_family_code_on_its_whole_family(tmp_path: Path) -> None:
     assert "--generate-code=arch=compute_100f,code=[sm_100f]" in files[CMAKE_NAME]
 
 
+def test_no_source_is_compiled_for_a_plain_arch_and_its_family_sibling_together() -> None:
+    # one kernel targets sm_100, another sm_100f: the dispatcher of both (host code only) must not ask nvcc for
+    # both, which it refuses ("The same GPU code (`sm_100f`) generated for non family-specific and ...")
+    manifest = load_manifest(ROOT / "kernels.toml")
+
+    def variant(tag: str) -> Candidate:
+        return Candidate(f"// {tag}\n", Origin("generated", model="m"))
+
+    winners = [Winner(manifest.kernel("silu_mul"), a, variant(f"s{a}")) for a in ("sm_90", "sm_100")]
+    winners += [Winner(manifest.kernel("matmul"), a, variant(f"m{a}")) for a in ("sm_90", "sm_100f")]
+    cmake = render_files(manifest, winners)[CMAKE_NAME]
+    for name, options in source_options(cmake).items():
+        numbers = set(cmake_archs(options).replace("-real", "").split(";"))
+        assert not {"100", "100f"} <= numbers, name
+    assert "100f-real" in {cmake_archs(o) for o in source_options(cmake).values()}
+
+
 def test_header_compiles_as_cxx_and_c(manifest: Manifest, tmp_path: Path) -> None:
     tc = require_toolchain()
     out = tmp_path / "generated"
