@@ -136,6 +136,14 @@ def test_root_baselines_pass_with_sane_reports(baseline_results: dict[tuple[str,
     assert smem("silu_mul", "sm_80") == 0
 
 
+def test_each_verdict_says_the_device_code_its_arch_adds(baseline_results: dict[tuple[str, str], Result]) -> None:
+    # compiled for sm_80 and sm_90 at once: the fatbin's entries are split per arch
+    for (name, arch), result in baseline_results.items():
+        assert result.gate is not None and 500 < result.gate.device_bytes < 200_000, (name, arch)
+    sizes = {arch: r.gate.device_bytes for (name, arch), r in baseline_results.items() if name == "matmul" and r.gate}
+    assert sizes["sm_80"] != sizes["sm_90"]
+
+
 def test_syntax_error_is_a_compile_error_with_the_log(manifest: Manifest, silu: KernelSpec, cache: Cache) -> None:
     broken = silu_candidate("    int x = 1\n    (void)x;")
     [result] = StaticGate(cache).evaluate(Job(manifest, silu, "sm_80", [broken]))
