@@ -359,6 +359,11 @@ class ProjectSettings:
     machine code, so a GPU newer than every target JIT-compiles it instead of failing with
     ``cudaErrorNoKernelImageForDevice``. ``false``: machine code only, but for archs spelled ``90``,
     ``90-virtual`` or ``compute_90``."""
+    max_wheel_mib: float | None = bounded(None, ge=0)
+    """Most MiB of device code the kernels may add to a binary, all archs together (PyPI takes files up to 100 MiB
+    unless a project asks for more): generated code over it is refused, naming each arch's share, so a project
+    drops archs to fit. The gate's machine code is counted (the PTX the build adds for the highest arch is not).
+    Absent: no cap."""
     visibility: Visibility = "hidden"
     """Symbol visibility of the kernels' entry points in the objects built: ``hidden`` (they link into your
     extension but are not exported from it, so two extensions with a kernel of the same name never call each
