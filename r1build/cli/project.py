@@ -267,11 +267,17 @@ def cmd_status(args: argparse.Namespace, console: Console) -> int:
         ],
         title=f"r1build status: {manifest.path}",
     )
+    sizes: dict[str, int] = {}
+    for r in rows:
+        if r.device_bytes is not None:
+            sizes[r.arch] = sizes.get(r.arch, 0) + r.device_bytes
+    _render_sizes(console, sizes)
     return 0
 
 
 def _render_sizes(console: Console, sizes: dict[str, int]) -> None:
-    """The line of the device code each arch adds (:meth:`~r1build.resolve.Resolution.device_bytes`)."""
+    """The line of the device code each arch adds (:meth:`~r1build.resolve.Resolution.device_bytes`; for
+    ``status``, of the winners whose cached verdict says it)."""
     if sizes:
         shares = ", ".join(f"{arch} {kib(n)}" for arch, n in sizes.items())
         console.print(f"device code per arch: {shares} ({kib(sum(sizes.values()))} in all)")

@@ -38,6 +38,11 @@ def test_status_json_and_the_report_read_the_same_records(
         "validated",
         20.0,
     )
+    # the device code the winner adds for its arch, from its cached verdict's gate report, in --json and the table
+    assert 500 < row["device_bytes"] < 100_000
+    assert main(["status", "-m", str(searched.root), "--cache-dir", str(searched.cache_dir)]) == 0
+    kib = f"{row['device_bytes'] / 1024:.1f} KiB"
+    assert f"device code per arch: {row['arch']} {kib} ({kib} in all)" in capsys.readouterr().out
 
 
 def test_the_report_rows_of_a_real_search(searched: Project) -> None:
