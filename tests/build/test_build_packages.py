@@ -202,6 +202,25 @@ def test_family_archs_lock_vendor_and_build_into_the_fatbin(build_env: BuildEnv,
     assert set(re.findall(r"^arch = (sm_\w+)$", headers, re.MULTILINE)) == {"sm_100f", "sm_120f"}
 
 
+def test_a_build_over_max_wheel_mib_exits_2_naming_each_arch(build_env: BuildEnv, tmp_path: Path) -> None:
+    project = copy_project(PACKAGES / "tiny", tmp_path / "tiny")
+    manifest = project / "kernels.toml"
+    capped = 'archs = ["sm_80", "sm_120f"]\nmax-wheel-mib = 0.001'
+    manifest.write_text(manifest.read_text(encoding="utf-8").replace('archs = ["sm_90"]', capped), encoding="utf-8")
+    out = tmp_path / "out"
+    out.mkdir()
+    hook = build_env.hook(project, "build_wheel", out)
+    assert hook.returncode == 2, hook.stdout
+    assert "Traceback" not in hook.stdout
+    assert re.search(
+        r"^r1build: error: \S*kernels\.toml:3: max-wheel-mib: the kernels' device code is \d+\.\d KiB, over "
+        r"max-wheel-mib = 0\.001 \(1\.0 KiB\): sm_80 \d+\.\d KiB, sm_120f \d+\.\d KiB; drop archs",
+        hook.stdout,
+        re.MULTILINE,
+    ), hook.stdout
+    assert not list(out.glob("*.whl"))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize(("ptx", "expected"), [(True, 0), (False, -209)])
 def test_a_wheel_for_an_older_arch_runs_on_this_gpu_through_its_ptx(
