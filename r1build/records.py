@@ -223,6 +223,9 @@ class GateReport:
     """Static shared memory in bytes."""
     compile_s: float = 0.0
     """Wall seconds the compile took."""
+    device_bytes: int = 0
+    """Bytes of device code this arch adds to a binary (its fatbin entries: machine code, as the gate compiles
+    it; :func:`r1build.gate.fatbin.device_code_bytes`); 0 where unknown (a verdict cached before it was read)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -47,9 +47,31 @@ def test_spellings_say_what_code_is_embedded(spelling: str | int, arch: str, cod
     assert (target.arch, target.code) == (arch, code)
 
 
-def test_family_archs_are_refused_by_name() -> None:
-    with pytest.raises(ValueError, match="'sm_100f' is a family-specific arch, which r1build does not target yet"):
-        parse_target("sm_100f")
+@pytest.mark.parametrize(
+    ("spelling", "arch", "code"),
+    [
+        ("sm_100f", "sm_100f", "default"),
+        ("100f", "sm_100f", "sass+ptx"),
+        ("120f-real", "sm_120f", "sass"),
+        ("compute_103f", "sm_103f", "ptx"),
+        ("12.1f", "sm_121f", "default"),
+    ],
+)
+def test_family_archs_are_targets_of_their_own(spelling: str, arch: str, code: str) -> None:
+    target = parse_target(spelling)
+    assert (target.arch, target.code) == (arch, code)
+    info = arch_info(arch)
+    assert info.arch == arch and info.capability == arch_info(arch[:-1]).capability
+    assert info.number == arch.removeprefix("sm_")
+
+
+def test_family_archs_carry_no_default_ptx() -> None:
+    # family PTX runs only within its family: the highest plain arch carries the forward-running PTX
+    assert codes(["sm_90", "sm_100f", "sm_120f"]) == {
+        "sm_90": (True, True),
+        "sm_100f": (True, False),
+        "sm_120f": (True, False),
+    }
 
 
 def test_two_spellings_of_one_arch_embed_what_either_asks_for() -> None:
@@ -98,6 +120,9 @@ def test_arch_table_is_the_installed_nvccs() -> None:
     assert set(known.real) == set(listed) and "sm_90" in known.real
     assert {f"compute_{a.removeprefix('sm_')}" for a in known.real} <= set(known.virtual)
     assert "sm_90a" in known.specific and all(a.endswith("a") for a in known.specific)
+    assert {"sm_100f", "sm_103f", "sm_120f"} <= set(known.family) and all(a.endswith("f") for a in known.family)
+    assert known.supports("sm_100f", sass=True, ptx=True) and not known.supports("sm_90f", sass=True, ptx=False)
+    assert "sm_100f" in known.describe()
     assert known.supports("sm_90", sass=True, ptx=True) and known.supports("sm_90a", sass=True, ptx=False)
     assert not known.supports("sm_61", sass=True, ptx=False)  # gone from CUDA 12 and 13
     assert gpu_archs(tc) is known  # asked once per nvcc identity
@@ -113,9 +138,13 @@ def manifest_with(tmp_path: Path, archs: str) -> Path:
 
 def test_every_arch_the_installed_nvcc_lists_is_accepted(tmp_path: Path) -> None:
     tc = require_toolchain()
-    every = [*gpu_archs(tc).real, *gpu_archs(tc).specific]
-    manifest = load_manifest(manifest_with(tmp_path, "[" + ", ".join(f'"{a}"' for a in every) + "]"))
-    require_supported_archs(manifest, tc)
+    known = gpu_archs(tc)
+    every = [*known.real, *known.specific, *known.family]
+    assert known.family
+    # a plain arch and its family sibling are never targeted together (nvcc builds no object with both)
+    for archs in ([*known.real, *known.specific], known.family):
+        manifest = load_manifest(manifest_with(tmp_path, "[" + ", ".join(f'"{a}"' for a in archs) + "]"))
+        require_supported_archs(manifest, tc)
     for arch in every:  # facts for prompts and limits, borrowed from the nearest arch on record where needed
         info = arch_info(arch)
         assert info.arch == arch and info.sm_count > 0 and info.regs_per_thread == 255
@@ -166,10 +195,35 @@ def test_the_table_is_kept_in_the_cache_under_the_nvccs_identity(tmp_path: Path)
         stored = cache.get_json(ARCHS_NAMESPACE, key)
         assert stored is not None and stored["real"] == list(asked.real)
         # what is stored is what is used (another answer stored under this nvcc's identity is believed) ...
-        cache.put_json(ARCHS_NAMESPACE, key, {"real": ["sm_90"], "virtual": ["compute_90"], "specific": []})
+        old = {"real": ["sm_90"], "virtual": ["compute_90"], "specific": []}
+        cache.put_json(ARCHS_NAMESPACE, key, {**old, "family": []})
         assert known_archs(tc, cache).real == ("sm_90",)
+        # ... one stored before family archs were read is asked again (and nvcc's family archs are then known)
+        cache.put_json(ARCHS_NAMESPACE, key, old)
+        assert known_archs(tc, cache) == asked and "sm_100f" in asked.family
         # ... another nvcc (another --version text) is asked itself, and a malformed document is asked again
         other = replace(tc, version_text=tc.version_text + "\nanother build")
         assert known_archs(other, cache) == asked
         cache.put_json(ARCHS_NAMESPACE, key, {"real": "sm_90"})
         assert known_archs(tc, cache) == asked
+
+
+def test_a_family_arch_nvcc_lacks_is_named_with_what_nvcc_offers(tmp_path: Path) -> None:
+    tc = require_toolchain()
+    manifest = load_manifest(manifest_with(tmp_path, '["sm_100f", "sm_90f"]'))  # Hopper has no family target
+    with pytest.raises(ManifestError) as info:
+        require_supported_archs(manifest, tc)
+    assert info.value.key == "archs[1]"
+    assert re.search(r"sm_90f is not supported by the installed CUDA: nvcc .* \(and .*sm_100f", info.value.message)
+
+
+def test_a_plain_arch_beside_its_family_arch_is_refused_at_its_line(tmp_path: Path) -> None:
+    # nvcc: "The same GPU code (`sm_100f`) generated for non family-specific and family-specific GPU arch"
+    with pytest.raises(ManifestError) as info:
+        load_manifest(manifest_with(tmp_path, '["sm_90", "sm_100f", "100-real"]'))
+    assert info.value.key == "archs[2]"
+    assert info.value.message == (
+        "sm_100 and sm_100f run on the same GPUs, and nvcc builds no object with both: keep one "
+        "(sm_100f also has the family's own instructions)"
+    )
+    assert load_manifest(manifest_with(tmp_path, '["sm_100a", "sm_100f", "sm_103"]')).settings.archs

@@ -12,6 +12,7 @@ from ..events import sink
 from ..lock import check_lock, load_lock, lock_path, vendor_winners
 from ..manifest import Manifest
 from ..resolve import Resolution, ResolveOptions, emit_resolution, resolve
+from ..resolve.model import kib
 from ..settings import env_settings, lock_mode
 from .common import (
     add_cache_arg,
@@ -266,7 +267,20 @@ def cmd_status(args: argparse.Namespace, console: Console) -> int:
         ],
         title=f"r1build status: {manifest.path}",
     )
+    sizes: dict[str, int] = {}
+    for r in rows:
+        if r.device_bytes is not None:
+            sizes[r.arch] = sizes.get(r.arch, 0) + r.device_bytes
+    _render_sizes(console, sizes)
     return 0
+
+
+def _render_sizes(console: Console, sizes: dict[str, int]) -> None:
+    """The line of the device code each arch adds (:meth:`~r1build.resolve.Resolution.device_bytes`; for
+    ``status``, of the winners whose cached verdict says it)."""
+    if sizes:
+        shares = ", ".join(f"{arch} {kib(n)}" for arch, n in sizes.items())
+        console.print(f"device code per arch: {shares} ({kib(sum(sizes.values()))} in all)")
 
 
 def _render_resolution(
@@ -287,14 +301,17 @@ def _render_resolution(
             "gpu": r.facts.gpu,
             "winner": r.candidate.digest[:12],
             "registers": r.gate.gate.registers if r.gate and r.gate.gate else None,
+            "device_bytes": r.gate.gate.device_bytes if r.gate and r.gate.gate else None,
         }
         for r in resolution.entries
     ]
+    sizes = resolution.device_bytes()
     if as_json:
         console.json(
             json.dumps(
                 {
                     "kernels": rows,
+                    "device_bytes": sizes,
                     "unresolved": [asdict(u) for u in resolution.unresolved],
                     "lock_changed": resolution.lock_changed,
                     **(extra or {}),
@@ -322,6 +339,7 @@ def _render_resolution(
                 for x in rows
             ],
         )
+    _render_sizes(console, sizes)
     render_unresolved(console, resolution.unresolved)
     if resolution.lock_changed:
         console.print(f"updated {lock_path(resolution.manifest)}")

@@ -45,7 +45,7 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..manifest.archs import ArchTarget, arch_info
+from ..manifest.archs import ArchTarget, arch_info, suffix_of
 from ..manifest.flags import include_flag
 from ..manifest.model import Manifest
 from .nbmodule import BINDINGS_CPP
@@ -176,7 +176,9 @@ def _source_lines(plans: Sequence[KernelPlan]) -> list[str]:
             lines += _source(variant.file_name, [p.target(arch) for arch in variant.archs])
     dispatched = [p for p in plans if p.dispatched]
     if dispatched:
-        archs = sorted({a for p in dispatched for a in p.archs}, key=arch_order)
+        every = {a for p in dispatched for a in p.archs}
+        # a family arch beside its plain sibling (two kernels' archs) is left out: nvcc builds no object of both
+        archs = sorted((a for a in every if not (suffix_of(a) == "f" and a[:-1] in every)), key=arch_order)
         lines += ["", "# the per-arch dispatcher of " + ", ".join(p.spec.name for p in dispatched)]
         lines += _source(DISPATCH_NAME, [ArchTarget(arch, "sass") for arch in archs])  # no device code in it
     return lines

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..manifest.archs import ArchTarget, arch_info, parse_arch
+from ..manifest.archs import ArchTarget, arch_info, parse_arch, suffix_of
 from ..manifest.model import KernelSpec, Manifest
 from ..records import Candidate
 
@@ -105,10 +105,11 @@ class KernelPlan:
         return next(v for v in self.variants if arch in v.archs)
 
 
-def arch_order(arch: str) -> tuple[int, int, str]:
-    """Sort key of archs: by compute capability, a plain arch before its ``a`` sibling."""
+def arch_order(arch: str) -> tuple[int, int, int, str]:
+    """Sort key of archs: by compute capability, a plain arch before its family (``f``) sibling, and that before
+    its ``a`` sibling (so the later, narrower one wins where one capability is keyed)."""
     major, minor = arch_info(arch).capability
-    return (major, minor, arch)
+    return (major, minor, "0fa".index(suffix_of(arch) or "0"), arch)
 
 
 def comment_text(text: str) -> str:

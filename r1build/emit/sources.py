@@ -7,21 +7,21 @@ and everything else is internal, so the rename touches exactly the one symbol th
 
 The dispatcher defines the real ``extern "C" <kernel>(...)``. It looks up the running device's compute
 capability once per device (``cudaGetDevice`` + ``cudaDeviceGetAttribute``, cached in a static table) and calls:
-the variant built for exactly that capability (an ``a`` arch such as ``sm_90a`` preferred over its plain
-sibling); else the variant of the highest plain arch with the same major and a minor not above the device's
-(cubins run on later minors of their major); else the variant carrying the PTX of the highest plain arch not
-above the device's (the driver JIT-compiles it for a newer GPU); else it returns
-``cudaErrorNoKernelImageForDevice``, as a launch of a kernel without code for the device would.
+the variant built for exactly that capability (an ``a`` arch such as ``sm_100a`` preferred over its family
+sibling ``sm_100f``, preferred over the plain one); else the variant of the highest plain or family arch with the
+same major and a minor not above the device's (cubins run on later minors of their major); else the variant
+carrying the PTX of the highest plain arch not above the device's (the driver JIT-compiles it for a newer GPU);
+else it returns ``cudaErrorNoKernelImageForDevice``, as a launch of a kernel without code for the device would.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..manifest.archs import arch_info
+from ..manifest.archs import arch_info, suffix_of
 from ..toolchain.defines import check_defines
 from .header import HEADER_NAME, signature
-from .plan import MARKER, KernelPlan, Variant, describe_origin
+from .plan import MARKER, KernelPlan, Variant, arch_order, describe_origin
 
 __all__ = ["DISPATCH_NAME", "render_dispatcher", "render_variant"]
 
@@ -53,9 +53,10 @@ def _capability(arch: str) -> int:
 def _dispatch_function(p: KernelPlan) -> list[str]:
     call_args = ", ".join([arg.name for arg in p.spec.args] + ["stream"])
     exact: dict[int, Variant] = {}
-    for arch in p.archs:  # plain before "a": the "a" variant overwrites its sibling
+    for arch in p.archs:  # plain, then "f", then "a": the narrowest variant overwrites its siblings
         exact[_capability(arch)] = p.variant_for(arch)
-    plain = sorted((a for a in p.archs if not a.endswith("a")), key=_capability, reverse=True)
+    # plain and family code runs on later minors of its major; a family variant before its plain sibling
+    plain = sorted((a for a in p.archs if suffix_of(a) != "a"), key=arch_order, reverse=True)
 
     lines = [
         "",
@@ -72,7 +73,7 @@ def _dispatch_function(p: KernelPlan) -> list[str]:
         major, minor = arch_info(arch).capability
         condition = f"r1build_cc / 10 == {major}" + (f" && r1build_cc % 10 >= {minor}" if minor else "")
         lines.append(f"    if ({condition}) return {p.variant_for(arch).symbol}({call_args});")
-    for arch in (a for a in plain if p.target(a).ptx):  # the driver JIT-compiles PTX for any later GPU
+    for arch in (a for a in plain if p.target(a).ptx and not suffix_of(a)):  # PTX JIT-compiled for any later GPU
         lines.append(f"    if (r1build_cc >= {_capability(arch)}) return {p.variant_for(arch).symbol}({call_args});")
     lines += ["    return cudaErrorNoKernelImageForDevice;", "}"]
     return lines

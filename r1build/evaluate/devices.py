@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ..manifest.archs import ARCHS, arch_for_capability, parse_arch
+from ..manifest.archs import ARCHS, arch_for_capability, arch_info, parse_arch, suffix_of
 
 __all__ = ["GpuInfo", "archs_of", "detect_gpus", "gpu_runs_arch", "visible_devices_value"]
 
@@ -42,12 +42,17 @@ class GpuInfo:
 
 
 def archs_of(gpu: GpuInfo) -> list[str]:
-    """The target archs whose machine code runs on ``gpu``: its plain arch and, where it exists, the
-    arch-specific ``a`` variant of the same capability (``sm_90`` and ``sm_90a`` on an H100 or H200)."""
+    """The target archs whose machine code runs on ``gpu``: its plain arch; from Hopper on, the arch-specific
+    ``a`` arch of the same capability (``sm_90`` and ``sm_90a`` on an H100 or H200); from Blackwell on, the family
+    ``f`` arch of every plain arch on record of its major and a minor not above its own (``sm_100f`` and
+    ``sm_103f`` on a B300, an sm_103 GPU). An ``a`` arch of another capability is not among them."""
+    major, minor = arch_info(gpu.arch).capability
     out = [gpu.arch]
-    specific = gpu.arch + "a"
-    if specific in ARCHS:
-        out.append(specific)
+    if major >= 9:
+        out.append(gpu.arch + "a")
+    if major >= 10:
+        members = [a for a, info in ARCHS.items() if info.capability[0] == major and not suffix_of(a)]
+        out += [a + "f" for a in members if ARCHS[a].capability[1] <= minor]
     return out
 
 

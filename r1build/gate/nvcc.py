@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import SandboxUnavailableError, ToolchainError
@@ -31,6 +31,7 @@ from ..settings import SANDBOX_ENV
 from ..toolchain.defines import check_defines
 from ..toolchain.nvcc import Toolchain
 from .compile_slots import COMPILE_SLOTS, compile_slot
+from .fatbin import device_code_bytes
 from .messages import own_messages
 
 __all__ = [
@@ -315,14 +316,28 @@ def _compile(
         output = own_messages(output, (src, DECLARATION_NAME))
     made = workdir / obj
     ok = proc.returncode == 0 and made.is_file()
+    report, reports = parse_ptxas_report(output, elapsed), _arch_reports(output, archs, elapsed) if ok else None
+    if ok:
+        report, reports = _sized(made, archs, report, reports)
     return Compilation(
         command=tuple(cmd),
         returncode=proc.returncode,
         output=output,
-        report=parse_ptxas_report(output, elapsed),
+        report=report,
         object_path=made if ok else None,
-        reports=_arch_reports(output, archs, elapsed) if ok else None,
+        reports=reports,
     )
+
+
+def _sized(
+    obj: Path, archs: list[str], report: GateReport, reports: dict[str, GateReport] | None
+) -> tuple[GateReport, dict[str, GateReport] | None]:
+    """The reports with the device code each arch adds to ``obj`` (the single report: all of it)."""
+    sizes = device_code_bytes(obj)
+    whole = replace(report, device_bytes=sum(sizes.values()))
+    if reports is None:
+        return whole, None
+    return whole, {a: replace(r, device_bytes=sizes.get(a, 0)) for a, r in reports.items()}
 
 
 def _stopped(

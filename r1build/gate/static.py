@@ -27,7 +27,7 @@ from ..cache import Cache
 from ..errors import format_subprocess_failure
 from ..events import Progress, Stage, emit
 from ..judge import Job
-from ..manifest.archs import parse_arch
+from ..manifest.archs import arch_info, parse_arch, suffix_of
 from ..manifest.cdecl import declaration, signature
 from ..manifest.flags import rooted_flags
 from ..manifest.model import KernelSpec, Manifest
@@ -66,6 +66,30 @@ def _signature_hint(spec: KernelSpec, output: str) -> str:
                 "must be exactly these\n"
             )
     return ""
+
+
+_NOT_ON_TARGET = re.compile(r"(?:Instruction|Feature) '(?P<what>[^']+)' not supported on \.target '(?P<arch>sm_\w+)'")
+"""ptxas refusing an instruction the target lacks: ``Instruction 'setmaxnreg.inc' not supported on .target 'sm_90'``."""
+
+
+def _arch_specific_hint(arch: str, output: str) -> str:
+    """A first sentence for a compile that failed because the candidate uses an instruction only an ``a`` arch
+    (or a family arch) has (wgmma, setmaxnreg, tcgen05, ...) while compiled for ``arch``, which lacks it; ``""``
+    for any other failure, and for an ``a`` arch (nothing narrower holds more)."""
+    found = next((m for m in _NOT_ON_TARGET.finditer(output) if m["arch"] == arch), None)
+    if found is None or suffix_of(arch) == "a":
+        return ""
+    specific = arch.rstrip("f") + "a"
+    family = f" (or perhaps {arch}f)" if not suffix_of(arch) and arch_info(arch).capability[0] >= 10 else ""
+    return (
+        f"uses {found['what']}, an arch-specific instruction that code for {arch} cannot hold: only {specific}"
+        f"{family} runs it, so this candidate is not chosen for {arch}\n"
+    )
+
+
+def _hints(spec: KernelSpec, arch: str, output: str) -> str:
+    """The first sentences of a compile error's verdict, where nvcc's own words are less direct."""
+    return _signature_hint(spec, output) + _arch_specific_hint(arch, output)
 
 
 @dataclass(frozen=True)
@@ -340,7 +364,7 @@ class StaticGate:
                 return [(verdict(archs[0], "compile_error", detail), False)]
             if not compiled.ok or compiled.object_path is None:
                 detail = format_subprocess_failure(compiled.command, compiled.returncode or 1, compiled.output)
-                return [(verdict(archs[0], "compile_error", _signature_hint(spec, compiled.output) + detail), True)]
+                return [(verdict(archs[0], "compile_error", _hints(spec, archs[0], compiled.output) + detail), True)]
             linked = check_and_link(
                 compiled.object_path,
                 spec.name,

@@ -9,8 +9,11 @@ An arch is written as nvcc or CMake write it, and the spelling also says which c
 * ``90``: machine code and PTX (CMake's meaning);
 * ``90-virtual`` or ``compute_90``: PTX only (nvcc's and CMake's virtual arch).
 
-``a`` archs (``sm_90a``, ``90a``, ...) take the same spellings. The canonical name of an arch is ``sm_90``
-(``sm_90a``): kernels are resolved, locked and cached per canonical arch, whatever code is embedded for it.
+``a`` archs (``sm_90a``, ``90a``, ...: arch-specific, their code runs on that one compute capability) and CUDA
+12.9's family archs (``sm_100f``, ``100f-real``, ...: family-portable, their code runs on every later member of the
+family, ``sm_100f`` on 10.0 and 10.3 GPUs) take the same spellings. The canonical name of an arch is ``sm_90``
+(``sm_90a``, ``sm_100f``): kernels are resolved, locked and cached per canonical arch, whatever code is embedded
+for it.
 Which archs exist is the installed nvcc's to say (:mod:`r1build.toolchain.archs`); this module only knows their
 spellings and, for the prompts and the resource limits, the facts of the ones on record in :data:`ARCHS`.
 """
@@ -29,8 +32,10 @@ __all__ = [
     "ArchTarget",
     "Code",
     "arch_info",
+    "family_clash",
     "parse_arch",
     "parse_target",
+    "suffix_of",
 ]
 
 
@@ -285,14 +290,12 @@ Code = Literal["default", "sass", "ptx", "sass+ptx"]
 """What a spelling asks to embed: ``default`` (``sm_90``, ``9.0``: machine code, PTX by the manifest's ``ptx``
 rule), ``sass`` (``90-real``), ``ptx`` (``90-virtual``, ``compute_90``) or ``sass+ptx`` (``90``)."""
 
-_SPELLINGS = "sm_90, 9.0, 90, 90-real, 90-virtual, compute_90 (and sm_90a, 90a-real, ...)"
+_SPELLINGS = "sm_90, 9.0, 90, 90-real, 90-virtual, compute_90 (and sm_90a, 90a-real, sm_100f, ...)"
 _PATTERNS = (  # ASCII digits: int() also reads fullwidth and other Unicode digits; nvcc does not
-    re.compile(r"^(?P<kind>sm_|compute_)(?P<num>[0-9]{2,3})(?P<suffix>a?)$"),
-    re.compile(r"^(?P<num>[0-9]{2,3})(?P<suffix>a?)(?:-(?P<cmake>real|virtual))?$"),
-    re.compile(r"^(?P<major>[0-9]{1,2})\.(?P<minor>[0-9])(?P<suffix>a?)$"),
+    re.compile(r"^(?P<kind>sm_|compute_)(?P<num>[0-9]{2,3})(?P<suffix>[af]?)$"),
+    re.compile(r"^(?P<num>[0-9]{2,3})(?P<suffix>[af]?)(?:-(?P<cmake>real|virtual))?$"),
+    re.compile(r"^(?P<major>[0-9]{1,2})\.(?P<minor>[0-9])(?P<suffix>[af]?)$"),
 )
-
-_FAMILY = re.compile(r"^(?:sm_|compute_)?[0-9]{2,3}f(?:-(?:real|virtual))?$")
 
 
 @dataclass(frozen=True)
@@ -339,11 +342,6 @@ def parse_target(text: str | int) -> ArchTarget:
         else:
             code = "default"
         return ArchTarget(Arch(f"sm_{num}{groups['suffix']}"), code)
-    if _FAMILY.match(raw):
-        raise ValueError(
-            f"{str(text)!r} is a family-specific arch, which r1build does not target yet: use the plain "
-            "arch (sm_100) or the arch-specific one (sm_100a)"
-        )
     raise ValueError(f"{str(text)!r} is not a GPU architecture (spellings: {_SPELLINGS})")
 
 
@@ -368,11 +366,22 @@ def merge_targets(targets: list[ArchTarget]) -> list[ArchTarget]:
     return list(merged.values())
 
 
+def family_clash(targets: list[ArchTarget]) -> tuple[ArchTarget, ArchTarget] | None:
+    """A plain target and its family sibling (``sm_100`` and ``sm_100f``) among ``targets``, if both are: their
+    code runs on the same GPUs, and nvcc refuses to build one object for both."""
+    by_arch = {t.arch: t for t in targets}
+    for target in targets:
+        if suffix_of(target.arch) == "f" and target.arch[:-1] in by_arch:
+            return by_arch[target.arch[:-1]], target
+    return None
+
+
 def settle_codes(targets: list[ArchTarget], ptx: bool) -> list[ArchTarget]:
     """Every target's code decided: ``default`` becomes machine code, and with ``ptx`` the highest arch of the
-    list that is not an ``a`` arch also gets PTX when it was spelled ``sm_XY`` / ``X.Y`` (an explicit
-    ``90-real`` keeps machine code only; an arch already carrying PTX needs no more)."""
-    plain = [t for t in targets if not t.arch.endswith("a")]
+    list that is neither an ``a`` nor an ``f`` arch (whose PTX runs on no later major) also gets PTX when it was
+    spelled ``sm_XY`` / ``X.Y`` (an explicit ``90-real`` keeps machine code only; an arch already carrying PTX
+    needs no more)."""
+    plain = [t for t in targets if suffix_of(t.arch) == ""]
     highest = max(plain, key=lambda t: arch_info(t.arch).capability, default=None)
     settled = []
     for target in targets:
@@ -385,19 +394,28 @@ def settle_codes(targets: list[ArchTarget], ptx: bool) -> list[ArchTarget]:
     return settled
 
 
+def suffix_of(arch: str) -> str:
+    """``a`` for an arch-specific arch (``sm_90a``), ``f`` for a family arch (``sm_100f``), else ``""``."""
+    return arch[-1] if arch[-1] in "af" else ""
+
+
 def _capability(arch: str) -> tuple[int, int]:
-    num = arch.removeprefix("sm_").rstrip("a")
+    num = arch.removeprefix("sm_").rstrip("af")
     return int(num[:-1]), int(num[-1])
 
 
 def arch_info(arch: str) -> ArchInfo:
-    """Facts about an arch given in any accepted spelling. An arch nvcc knows but this table does not (``sm_88``)
-    gets the facts of the nearest arch on record below it, with its own name and capability."""
+    """Facts about an arch given in any accepted spelling. A family arch (``sm_100f``) has its plain sibling's;
+    an arch nvcc knows but this table does not (``sm_88``) gets the facts of the nearest arch on record below it,
+    with its own name and capability."""
     canonical = parse_arch(arch)
     if canonical in ARCHS:
         return ARCHS[canonical]
+    if suffix_of(canonical) == "f" and canonical[:-1] in ARCHS:  # a family arch: the GPU of its own capability
+        sibling = ARCHS[canonical[:-1]]
+        return replace(sibling, arch=canonical, tensor_cores=f"{sibling.tensor_cores}; family-portable code")
     capability = _capability(canonical)
-    lower = [info for info in ARCHS.values() if not info.arch.endswith("a") and info.capability <= capability]
+    lower = [info for info in ARCHS.values() if suffix_of(info.arch) == "" and info.capability <= capability]
     basis = max(lower, key=lambda info: info.capability) if lower else ARCHS["sm_70"]
     return replace(
         basis,

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..convert import ConversionProblem, KeyPath, convert, did_you_mean, field_key
 from ..errors import ManifestError
-from .archs import ArchTarget, merge_targets, parse_target, settle_codes
+from .archs import ArchTarget, family_clash, merge_targets, parse_target, settle_codes
 from .bounds import check_numbers
 from .flags import defined_macro, flag_problem
 from .flops import flops_problem
@@ -274,7 +274,17 @@ def _arch_targets(v: _Validator, archs: list[str], where: KeyPath) -> list[ArchT
             raise v.fail((*where, j), str(exc)) from None
     if not targets:
         raise v.fail(where, "at least one arch is needed")
-    return merge_targets(targets)
+    merged = merge_targets(targets)
+    clash = family_clash(merged)
+    if clash is not None:
+        plain, family = clash
+        later = max(plain, family, key=lambda t: t.key)
+        raise v.fail(
+            later.key,
+            f"{plain.arch} and {family.arch} run on the same GPUs, and nvcc builds no object with both: keep one "
+            f"({family.arch} also has the family's own instructions)",
+        )
+    return merged
 
 
 def _canonical_archs(v: _Validator, archs: list[str], where: KeyPath) -> list[str]:

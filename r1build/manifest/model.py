@@ -351,13 +351,19 @@ class ProjectSettings:
     archs: list[str] = field(default_factory=lambda: ["sm_80", "sm_90"])
     """Target GPU archs of every kernel, as nvcc and CMake spell them, which also says the code embedded:
     ``sm_90`` / ``9.0`` machine code (and PTX for the highest, see ``ptx``), ``90-real`` machine code only,
-    ``90`` machine code and PTX, ``90-virtual`` / ``compute_90`` PTX only; ``a`` archs alike (``sm_90a``). Any
-    arch the installed nvcc lists (``nvcc --list-gpu-code``) is accepted."""
+    ``90`` machine code and PTX, ``90-virtual`` / ``compute_90`` PTX only; ``a`` and family ``f`` archs alike
+    (``sm_90a``, ``sm_100f``). Any arch the installed nvcc lists (``nvcc --list-gpu-code``, ``nvcc --help``) is
+    accepted."""
     ptx: bool = True
-    """Embed the PTX of each kernel's highest arch spelled ``sm_XY`` / ``X.Y`` (not an ``a`` arch) beside its
+    """Embed the PTX of each kernel's highest arch spelled ``sm_XY`` / ``X.Y`` (not an ``a`` or ``f`` arch) beside its
     machine code, so a GPU newer than every target JIT-compiles it instead of failing with
     ``cudaErrorNoKernelImageForDevice``. ``false``: machine code only, but for archs spelled ``90``,
     ``90-virtual`` or ``compute_90``."""
+    max_wheel_mib: float | None = bounded(None, ge=0)
+    """Most MiB of device code the kernels may add to a binary, all archs together (PyPI takes files up to 100 MiB
+    unless a project asks for more): generated code over it is refused, naming each arch's share, so a project
+    drops archs to fit. The gate's machine code is counted (the PTX the build adds for the highest arch is not).
+    Absent: no cap."""
     visibility: Visibility = "hidden"
     """Symbol visibility of the kernels' entry points in the objects built: ``hidden`` (they link into your
     extension but are not exported from it, so two extensions with a kernel of the same name never call each

@@ -32,7 +32,7 @@ from ..manifest.model import KernelSpec
 from ..records import Candidate
 from .features import CodeFeatures
 
-__all__ = ["ARCH_PEAKS", "SM_LIMITS", "Prediction", "block_threads", "occupancy", "predict", "shape_work"]
+__all__ = ["ARCH_PEAKS", "SM_LIMITS", "Prediction", "arch_peaks", "block_threads", "occupancy", "predict", "shape_work"]
 
 SM_LIMITS: dict[tuple[int, int], tuple[int, int]] = {
     (7, 0): (64, 32),
@@ -65,6 +65,14 @@ ARCH_PEAKS: dict[str, tuple[float, float]] = {
 }
 """Memory bandwidth (bytes/s) and fp32 peak (flops/s) of each arch's representative GPU, where no measured floor
 is given."""
+
+
+def arch_peaks(arch: str) -> tuple[float, float]:
+    """:data:`ARCH_PEAKS` of ``arch``: a family arch (``sm_100f``) has its plain sibling's; an arch not on record
+    has sm_90's."""
+    found = ARCH_PEAKS.get(arch) or (ARCH_PEAKS.get(arch[:-1]) if arch.endswith("f") else None)
+    return found or ARCH_PEAKS["sm_90"]
+
 
 LAUNCH_US = 2.0
 """A launch's fixed cost in microseconds."""
@@ -149,7 +157,7 @@ def predict(
 ) -> Prediction:
     """The prediction for ``candidate`` (see the module docstring), for one shape's ``bytes_moved`` and ``flops``;
     ``peaks``: (bandwidth bytes/s, fp32 flops/s), the arch's representative GPU's when None."""
-    bandwidth, fp32 = peaks or ARCH_PEAKS.get(arch, ARCH_PEAKS["sm_90"])
+    bandwidth, fp32 = peaks or arch_peaks(arch)
     threads = block_threads(candidate, features)
     report = features.report
     occ = occupancy(arch, registers=report.registers, shared_bytes=report.shared_bytes, threads=threads)

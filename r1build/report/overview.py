@@ -46,6 +46,8 @@ class StatusRow:
     demoted: str | None = None
     """Why ``r1build audit`` demoted the locked winner (later GPU checks rejected it); the row is then ``locked,
     refused``."""
+    device_bytes: int | None = None
+    """Bytes of device code the winner adds for its arch (its cached gate report's), where known."""
 
     def as_json(self) -> dict[str, Any]:
         """The row as ``r1build status --json`` writes it: the facts among the other fields, flat."""
@@ -238,6 +240,7 @@ def _locked_row(
         ),
         facts=facts,
         demoted=entry.demoted,
+        device_bytes=_device_bytes(decision, entry.winner),
     )
 
 
@@ -265,7 +268,15 @@ def _cached_row(
         source="cache",
         note=_notes(stale, _checks_note(validation, facts.checks), pending_note, *_facts_notes(manifest, spec, facts)),
         facts=facts,
+        device_bytes=_device_bytes(decision, winner.digest),
     )
+
+
+def _device_bytes(decision: Decision | None, winner: str) -> int | None:
+    """The device code the winner adds for its arch, as its cached verdict's gate report says; None unknown."""
+    result = decision.result_of(winner) if decision is not None else None
+    report = result.gate if result is not None else None
+    return report.device_bytes if report is not None and report.device_bytes else None
 
 
 def _facts_notes(manifest: Manifest, spec: KernelSpec, facts: WinnerFacts) -> tuple[str, str, str]:

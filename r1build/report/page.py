@@ -270,6 +270,7 @@ def _winner_rows_html(rows: Sequence[WinnerRow]) -> str:
             "floor",
             "share of floor",
             "GPU",
+            "device code",
         ],
         [
             [
@@ -288,10 +289,11 @@ def _winner_rows_html(rows: Sequence[WinnerRow]) -> str:
                 _us(r.floor_us),
                 _pct(r.share_of_floor),
                 _e(r.gpu or "-"),
+                f"{r.device_bytes / 1024:.1f} KiB" if r.device_bytes else "-",
             ]
             for r in rows
         ],
-        numeric=(6, 7, 8, 9, 10, 11),
+        numeric=(6, 7, 8, 9, 10, 11, 13),
     )
 
 

@@ -95,6 +95,8 @@ class WinnerRow:
     floor_us: float | None
     share_of_floor: float | None
     gpu: str | None
+    device_bytes: int | None = None
+    """The device code the winner adds for its arch (``r1build status``'s), where known."""
 
 
 def winner_row(records: KernelRecords) -> WinnerRow:
@@ -132,6 +134,7 @@ def winner_row(records: KernelRecords) -> WinnerRow:
         floor_us=timing.floor_us if timing else None,
         share_of_floor=timing.share_of_floor if timing else status.facts.share_of_floor,
         gpu=(result.device if result and result.device else None) or status.facts.gpu,
+        device_bytes=status.device_bytes,
     )
 
 

@@ -55,6 +55,40 @@ class Resolution:
         if self.unresolved:
             raise NoWinnerError(self.unresolved)
 
+    def device_bytes(self) -> dict[str, int]:
+        """Bytes of device code each arch's winners add to a binary, by arch in the entries' order (their gate
+        reports' machine code; 0 for a winner whose report predates the count)."""
+        out: dict[str, int] = {}
+        for r in self.entries:
+            report = r.gate.gate if r.gate is not None else None
+            out[r.arch] = out.get(r.arch, 0) + (report.device_bytes if report is not None else 0)
+        return out
+
+    def require_within_cap(self) -> None:
+        """:class:`~r1build.errors.ManifestError` at ``max-wheel-mib`` when the winners' device code is over it."""
+        cap = self.manifest.settings.max_wheel_mib
+        sizes = self.device_bytes()
+        total = sum(sizes.values())
+        if cap is None or total <= cap * _MIB:
+            return
+        from ..manifest.load import located_error
+
+        shares = ", ".join(f"{arch} {kib(n)}" for arch, n in sizes.items())
+        raise located_error(
+            self.manifest,
+            ("max-wheel-mib",),
+            f"the kernels' device code is {kib(total)}, over max-wheel-mib = {cap:g} ({kib(int(cap * _MIB))}): "
+            f"{shares}; drop archs (or kernels) to fit",
+        )
+
+
+_MIB = 1 << 20
+
+
+def kib(n: int) -> str:
+    """Bytes as KiB with one decimal: ``5.2 KiB``."""
+    return f"{n / 1024:.1f} KiB"
+
 
 @dataclass(frozen=True)
 class Question:

@@ -17,11 +17,12 @@ from .run import resolve
 
 def emit_resolution(resolution: Resolution, out_dir: Path, *, replace_foreign: bool = True) -> Path:
     """Write the generated directory for a resolution; returns the CMake file. :class:`NoWinnerError` when some
-    kernel × arch has no winner: nothing is written then. ``replace_foreign``: see
-    :func:`~r1build.emit.write_generated`."""
+    kernel × arch has no winner, :class:`ManifestError` when their device code is over ``max-wheel-mib``: nothing
+    is written then. ``replace_foreign``: see :func:`~r1build.emit.write_generated`."""
     from ..emit import Winner, write_generated
 
     resolution.require_complete()
+    resolution.require_within_cap()
     winners = [Winner(r.spec, r.arch, r.candidate) for r in resolution.entries]
     emitted = write_generated(out_dir, resolution.manifest, winners, replace_foreign=replace_foreign)
     return emitted.cmake_file

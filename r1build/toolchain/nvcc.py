@@ -175,18 +175,22 @@ class GpuArchs:
     """PTX archs (``nvcc --list-gpu-arch``), e.g. ``compute_90``."""
     specific: tuple[str, ...]
     """Arch-specific ``a`` archs (``sm_90a``): those ``nvcc --help`` allows for ``--gpu-architecture``."""
+    family: tuple[str, ...]
+    """Family ``f`` archs (``sm_100f``, CUDA 12.9 on): those ``nvcc --help`` allows for ``--gpu-architecture``."""
 
     def supports(self, arch: str, *, sass: bool, ptx: bool) -> bool:
-        """Whether this nvcc embeds the asked code of a canonical arch (``sm_90``, ``sm_90a``)."""
+        """Whether this nvcc embeds the asked code of a canonical arch (``sm_90``, ``sm_90a``, ``sm_100f``)."""
         if arch.endswith("a"):
             return arch in self.specific
+        if arch.endswith("f"):
+            return arch in self.family
         number = arch.removeprefix("sm_")
         return (not sass or arch in self.real) and (not ptx or f"compute_{number}" in self.virtual)
 
     def describe(self) -> str:
-        """The archs, for a message: ``sm_75, sm_80, ... (and sm_90a, ...)``."""
-        text = ", ".join(self.real)
-        return text + (f" (and {', '.join(self.specific)})" if self.specific else "")
+        """The archs, for a message: ``sm_75, sm_80, ... (and sm_90a, ..., sm_100f, ...)``."""
+        more = [*self.specific, *self.family]
+        return ", ".join(self.real) + (f" (and {', '.join(more)})" if more else "")
 
 
 def _output(nvcc: str, flag: str) -> str:
@@ -216,8 +220,9 @@ def _gpu_archs(nvcc: str, version_text: str) -> GpuArchs:
     real = re.findall(r"^sm_\d+$", _output(nvcc, "--list-gpu-code"), re.MULTILINE)
     virtual = re.findall(r"^compute_\d+$", _output(nvcc, "--list-gpu-arch"), re.MULTILINE)
     m = _ALLOWED.search(_output(nvcc, "--help"))
-    specific = re.findall(r"'compute_(\d+a)'", m.group("values")) if m else []
-    return GpuArchs(by_number(real), by_number(virtual), by_number([f"sm_{n}" for n in specific]))
+    values = m.group("values") if m else ""
+    specific, family = ([f"sm_{n}" for n in re.findall(rf"'compute_(\d+{s})'", values)] for s in "af")
+    return GpuArchs(by_number(real), by_number(virtual), by_number(specific), by_number(family))
 
 
 def gpu_archs(tc: Toolchain) -> GpuArchs:
@@ -226,11 +231,12 @@ def gpu_archs(tc: Toolchain) -> GpuArchs:
 
 
 def gpu_archs_from_json(doc: object) -> GpuArchs | None:
-    """A :class:`GpuArchs` stored as JSON (its three lists), or None for anything else."""
+    """A :class:`GpuArchs` stored as JSON (its four lists), or None for anything else (one stored before family
+    archs were read, too: nvcc is asked again)."""
     if not isinstance(doc, dict):
         return None
-    lists = [doc.get(name) for name in ("real", "virtual", "specific")]
+    lists = [doc.get(name) for name in ("real", "virtual", "specific", "family")]
     if not all(isinstance(v, list) and all(isinstance(a, str) for a in v) for v in lists):
         return None
-    real, virtual, specific = (tuple(v) for v in lists if isinstance(v, list))
-    return GpuArchs(real, virtual, specific)
+    real, virtual, specific, family = (tuple(v) for v in lists if isinstance(v, list))
+    return GpuArchs(real, virtual, specific, family)

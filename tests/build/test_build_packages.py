@@ -28,7 +28,7 @@ def _fatbin_archs(env: BuildEnv, shared_object: Path, kind: str) -> set[str]:
     assert cuobjdump is not None, "cuobjdump is neither installed nor in the venv"
     proc = env.run([cuobjdump, f"--list-{kind}", shared_object], cwd=shared_object.parent)
     assert proc.returncode == 0, proc.stdout  # "No PTX file found" (exit 0) where there is none
-    return set(re.findall(rf"\.(sm_\d+a?)\.{'cubin' if kind == 'elf' else 'ptx'}", proc.stdout))
+    return set(re.findall(rf"\.(sm_\d+[af]?)\.{'cubin' if kind == 'elf' else 'ptx'}", proc.stdout))
 
 
 def _module_of(wheel: Path, dest: Path, name: str = "tiny") -> Path:
@@ -170,6 +170,55 @@ def test_manifest_archs_choose_the_machine_code_and_ptx_in_the_wheel(
 ) -> None:
     module = _module_of(_tiny_wheel(build_env, tmp_path, archs), tmp_path / "unpacked")
     assert (_fatbin_archs(build_env, module, "elf"), _fatbin_archs(build_env, module, "ptx")) == (elf, ptx)
+
+
+def test_family_archs_lock_vendor_and_build_into_the_fatbin(build_env: BuildEnv, tmp_path: Path) -> None:
+    """sm_100f and sm_120f, on this GPU-less machine: resolved by the gate alone, locked, vendored and built; the
+    extension's fatbin holds family machine code of both (cuobjdump lists a family cubin under its plain arch and
+    says ``arch = sm_100f`` in its header), and no PTX (a family arch's runs on no later major)."""
+    project = copy_project(PACKAGES / "tiny", tmp_path / "tiny")
+    manifest = project / "kernels.toml"
+    text = manifest.read_text(encoding="utf-8").replace('archs = ["sm_90"]', 'archs = ["sm_100f", "120f-real"]')
+    manifest.write_text(text, encoding="utf-8")
+    env = {"R1BUILD_CACHE_DIR": str(tmp_path / "cache")}
+    build_env.check(["r1build", "lock", "--offline", "--no-gpu", "-m", manifest], cwd=project, env=env)
+    locked = (project / "kernels.lock").read_text(encoding="utf-8")
+    assert 'arch = "sm_100f"' in locked and 'arch = "sm_120f"' in locked
+    build_env.check(["r1build", "vendor", "-m", manifest], cwd=project, env=env)
+    assert list((project / "kernels" / "_r1build").glob("scale__*.cu"))
+
+    out = tmp_path / "out"
+    out.mkdir()
+    empty = {"R1BUILD_CACHE_DIR": str(tmp_path / "empty-cache"), "R1BUILD_LOCKED": "1"}
+    proc = build_env.pip_wheel(project, out, env=empty, isolated=False)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    (wheel,) = out.glob("tiny-0.1.0-*.whl")
+    module = _module_of(wheel, tmp_path / "unpacked")
+    assert _elf_archs(build_env, module) == {"sm_100", "sm_120"}
+    assert _fatbin_archs(build_env, module, "ptx") == set()
+    cuobjdump = find_cuobjdump(build_env)
+    assert cuobjdump is not None
+    headers = build_env.check([cuobjdump, "-elf", module], cwd=module.parent)
+    assert set(re.findall(r"^arch = (sm_\w+)$", headers, re.MULTILINE)) == {"sm_100f", "sm_120f"}
+
+
+def test_a_build_over_max_wheel_mib_exits_2_naming_each_arch(build_env: BuildEnv, tmp_path: Path) -> None:
+    project = copy_project(PACKAGES / "tiny", tmp_path / "tiny")
+    manifest = project / "kernels.toml"
+    capped = 'archs = ["sm_80", "sm_120f"]\nmax-wheel-mib = 0.001'
+    manifest.write_text(manifest.read_text(encoding="utf-8").replace('archs = ["sm_90"]', capped), encoding="utf-8")
+    out = tmp_path / "out"
+    out.mkdir()
+    hook = build_env.hook(project, "build_wheel", out)
+    assert hook.returncode == 2, hook.stdout
+    assert "Traceback" not in hook.stdout
+    assert re.search(
+        r"^r1build: error: \S*kernels\.toml:3: max-wheel-mib: the kernels' device code is \d+\.\d KiB, over "
+        r"max-wheel-mib = 0\.001 \(1\.0 KiB\): sm_80 \d+\.\d KiB, sm_120f \d+\.\d KiB; drop archs",
+        hook.stdout,
+        re.MULTILINE,
+    ), hook.stdout
+    assert not list(out.glob("*.whl"))
 
 
 @pytest.mark.gpu

@@ -20,7 +20,7 @@ import signal
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -168,7 +168,9 @@ class FakeGpu:
             if not gated.ok:
                 out.append(gated)
             else:
-                out.append(measured_result(c.digest, fake_time_us(c), arch=job.arch, device=self.device))
+                # the gate's report kept, as the real evaluator keeps it
+                measured = measured_result(c.digest, fake_time_us(c), arch=job.arch, device=self.device)
+                out.append(replace(measured, gate=gated.gate))
         return out
 
 

@@ -197,6 +197,52 @@ def test_dispatch_prefers_exact_then_same_major(tmp_path: Path) -> None:
     assert "90a-real" in compiled and "90" in compiled
 
 
+def test_dispatch_runs_family_code_on_its_whole_family(tmp_path: Path) -> None:
+    manifest = load_manifest(ROOT / "kernels.toml")
+    spec = manifest.kernel("silu_mul")
+
+    def variant(tag: str) -> Candidate:
+        return Candidate(f"// {tag}\n", Origin("generated", model="m"))
+
+    archs = {"sm_90": variant("a"), "sm_100": variant("b"), "sm_100f": variant("c"), "sm_100a": variant("d")}
+    archs |= {"sm_120f": variant("e")}
+    files = render_files(manifest, [Winner(spec, arch, cand) for arch, cand in archs.items()])
+    symbol = {arch: f"silu_mul__{cand.digest[:12]}" for arch, cand in archs.items()}
+    dispatcher = files[DISPATCH_NAME]
+    call = "(gate, up, out, n, stream);"
+    ordered = [
+        f"case 100: return {symbol['sm_100a']}{call}",  # "a" first on its own device, then family, then plain
+        f"case 120: return {symbol['sm_120f']}{call}",
+        f"if (r1build_cc / 10 == 12) return {symbol['sm_120f']}{call}",  # 12.1 runs sm_120f code
+        f"if (r1build_cc / 10 == 10) return {symbol['sm_100f']}{call}",  # 10.3 runs sm_100f, before plain sm_100
+        f"if (r1build_cc / 10 == 10) return {symbol['sm_100']}{call}",
+        f"if (r1build_cc >= 90) return {symbol['sm_90']}{call}",  # family PTX runs on no later major
+    ]
+    positions = [dispatcher.index(line) for line in ordered]
+    assert positions == sorted(positions)
+    assert f"if (r1build_cc >= 120) return {symbol['sm_120f']}" not in dispatcher
+    options = {cmake_archs(o) for o in source_options(files[CMAKE_NAME]).values()}
+    assert {"100f-real", "120f-real", "100a-real"} <= options
+    assert "--generate-code=arch=compute_100f,code=[sm_100f]" in files[CMAKE_NAME]
+
+
+def test_no_source_is_compiled_for_a_plain_arch_and_its_family_sibling_together() -> None:
+    # one kernel targets sm_100, another sm_100f: the dispatcher of both (host code only) must not ask nvcc for
+    # both, which it refuses ("The same GPU code (`sm_100f`) generated for non family-specific and ...")
+    manifest = load_manifest(ROOT / "kernels.toml")
+
+    def variant(tag: str) -> Candidate:
+        return Candidate(f"// {tag}\n", Origin("generated", model="m"))
+
+    winners = [Winner(manifest.kernel("silu_mul"), a, variant(f"s{a}")) for a in ("sm_90", "sm_100")]
+    winners += [Winner(manifest.kernel("matmul"), a, variant(f"m{a}")) for a in ("sm_90", "sm_100f")]
+    cmake = render_files(manifest, winners)[CMAKE_NAME]
+    for name, options in source_options(cmake).items():
+        numbers = set(cmake_archs(options).replace("-real", "").split(";"))
+        assert not {"100", "100f"} <= numbers, name
+    assert "100f-real" in {cmake_archs(o) for o in source_options(cmake).values()}
+
+
 def test_header_compiles_as_cxx_and_c(manifest: Manifest, tmp_path: Path) -> None:
     tc = require_toolchain()
     out = tmp_path / "generated"

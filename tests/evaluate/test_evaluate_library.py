@@ -66,6 +66,16 @@ def test_devices_without_cupy_or_gpu() -> None:
     assert archs_of(h200) == ["sm_90", "sm_90a"]
     assert gpu_runs_arch(h200, "90-real") and gpu_runs_arch(h200, "sm_90a")
     assert not gpu_runs_arch(h200, "sm_80") and not gpu_runs_arch(h200, "nonsense")
+    b200 = GpuInfo(name="NVIDIA B200", arch="sm_100", index=0, memory=180 << 30, capability=(10, 0))
+    b300 = GpuInfo(name="NVIDIA B300", arch="sm_103", index=0, memory=270 << 30, capability=(10, 3))
+    assert archs_of(b200) == ["sm_100", "sm_100a", "sm_100f"]
+    assert archs_of(b300) == ["sm_103", "sm_103a", "sm_100f", "sm_103f"]
+    # family code runs on every later member of its family; "a" code on its one capability only
+    assert gpu_runs_arch(b300, "sm_100f") and gpu_runs_arch(b300, "100f-real") and gpu_runs_arch(b300, "sm_103a")
+    assert not gpu_runs_arch(b200, "sm_103f") and not gpu_runs_arch(b200, "sm_103a")
+    assert not gpu_runs_arch(b300, "sm_100a") and not gpu_runs_arch(h200, "sm_100f")
+    rtx = GpuInfo(name="NVIDIA GeForce RTX 5090", arch="sm_120", index=0, memory=32 << 30, capability=(12, 0))
+    assert gpu_runs_arch(rtx, "sm_120f") and gpu_runs_arch(rtx, "sm_120a") and not gpu_runs_arch(rtx, "sm_121f")
     assert visible_devices_value(1, {"CUDA_VISIBLE_DEVICES": "4,6"}) == "6"
     assert visible_devices_value(1, {}) == "1"
 

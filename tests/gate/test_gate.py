@@ -136,6 +136,14 @@ def test_root_baselines_pass_with_sane_reports(baseline_results: dict[tuple[str,
     assert smem("silu_mul", "sm_80") == 0
 
 
+def test_each_verdict_says_the_device_code_its_arch_adds(baseline_results: dict[tuple[str, str], Result]) -> None:
+    # compiled for sm_80 and sm_90 at once: the fatbin's entries are split per arch
+    for (name, arch), result in baseline_results.items():
+        assert result.gate is not None and 500 < result.gate.device_bytes < 200_000, (name, arch)
+    sizes = {arch: r.gate.device_bytes for (name, arch), r in baseline_results.items() if name == "matmul" and r.gate}
+    assert sizes["sm_80"] != sizes["sm_90"]
+
+
 def test_syntax_error_is_a_compile_error_with_the_log(manifest: Manifest, silu: KernelSpec, cache: Cache) -> None:
     broken = silu_candidate("    int x = 1\n    (void)x;")
     [result] = StaticGate(cache).evaluate(Job(manifest, silu, "sm_80", [broken]))
@@ -145,6 +153,46 @@ def test_syntax_error_is_a_compile_error_with_the_log(manifest: Manifest, silu: 
     assert "return code: " in result.detail
     assert "silu_mul.cu(" in result.detail and "error" in result.detail  # nvcc's message, relative file name
     assert "r1build-gate-" not in result.detail  # no scratch path: the log is the same everywhere
+
+
+ARCH_SPECIFIC_KERNEL = """
+__global__ void grow(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\\n");
+    const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+    if (i < n) y[i] = x[i];
+}
+"""
+
+
+def test_arch_specific_instructions_are_refused_for_a_target_without_them(
+    manifest: Manifest, silu: KernelSpec, cache: Cache
+) -> None:
+    grow = silu_candidate("    grow<<<(n + 127) / 128, 128, 0, stream>>>(gate, out, n);", kernel=ARCH_SPECIFIC_KERNEL)
+    gate = StaticGate(cache)
+    [plain] = gate.evaluate(Job(manifest, silu, "sm_90", [grow]))
+    [specific] = gate.evaluate(Job(manifest, silu, "sm_90a", [grow]))
+    assert specific.status == "passed", specific.detail
+    assert plain.status == "compile_error"
+    assert plain.detail.startswith(
+        "uses setmaxnreg.inc, an arch-specific instruction that code for sm_90 cannot hold: only sm_90a runs it, "
+        "so this candidate is not chosen for sm_90\n"
+    )
+    assert "Instruction 'setmaxnreg.inc' not supported on .target 'sm_90'" in plain.detail  # nvcc's own words
+
+
+def test_family_code_holds_blackwells_tensor_memory_fence_and_plain_code_does_not(
+    manifest: Manifest, silu: KernelSpec, cache: Cache
+) -> None:
+    fence = ARCH_SPECIFIC_KERNEL.replace("setmaxnreg.inc.sync.aligned.u32 240;", "tcgen05.fence::before_thread_sync;")
+    candidate = silu_candidate("    grow<<<(n + 127) / 128, 128, 0, stream>>>(gate, out, n);", kernel=fence)
+    gate = StaticGate(cache)
+    verdicts = {arch: gate.evaluate(Job(manifest, silu, arch, [candidate]))[0] for arch in ("sm_100", "sm_100f")}
+    assert verdicts["sm_100f"].status == "passed", verdicts["sm_100f"].detail
+    assert verdicts["sm_100"].status == "compile_error"
+    assert verdicts["sm_100"].detail.startswith(
+        "uses tcgen05.fence, an arch-specific instruction that code for sm_100 cannot hold: only sm_100a (or perhaps "
+        "sm_100f) runs it"
+    )
 
 
 @pytest.mark.parametrize(

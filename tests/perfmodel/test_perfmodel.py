@@ -174,3 +174,10 @@ def test_the_bench_predicts_on_the_cpu(tmp_path: Path) -> None:
     text = (tmp_path / "perf_model.md").read_text()
     assert "| silu_mul | kernels/silu_mul_vec4.cu BLOCK=256 UNROLL=1 |" in text and "predictions only" in text
     assert "| softmax_rows |" not in text
+
+
+def test_a_family_arch_is_predicted_with_its_gpus_peaks() -> None:
+    from r1build.perfmodel.predict import ARCH_PEAKS, arch_peaks
+
+    assert arch_peaks("sm_100f") == ARCH_PEAKS["sm_100"] and arch_peaks("sm_120f") == ARCH_PEAKS["sm_120"]
+    assert arch_peaks("sm_90a") == ARCH_PEAKS["sm_90a"] and arch_peaks("sm_88") == ARCH_PEAKS["sm_90"]

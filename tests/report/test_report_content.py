@@ -38,6 +38,11 @@ def test_status_json_and_the_report_read_the_same_records(
         "validated",
         20.0,
     )
+    # the device code the winner adds for its arch, from its cached verdict's gate report, in --json and the table
+    assert 500 < row["device_bytes"] < 100_000
+    assert main(["status", "-m", str(searched.root), "--cache-dir", str(searched.cache_dir)]) == 0
+    kib = f"{row['device_bytes'] / 1024:.1f} KiB"
+    assert f"device code per arch: {row['arch']} {kib} ({kib} in all)" in capsys.readouterr().out
 
 
 def test_the_report_rows_of_a_real_search(searched: Project) -> None:
@@ -47,6 +52,11 @@ def test_the_report_rows_of_a_real_search(searched: Project) -> None:
     winner = winner_row(records)
     assert (winner.time_us, winner.baseline_us, winner.label, winner.gpu) == (20.0, 40.0, "r1 s0", "Test GPU")
     assert winner.speedup_vs_baseline == pytest.approx(2.0)
+    size = winner.device_bytes
+    assert size is not None and size == records.status.device_bytes and 500 < size < 100_000
+    with Cache(searched.cache_dir) as cache:
+        page = build_report(manifest, cache)
+    assert f"<td>{size / 1024:.1f} KiB</td>" in page.replace(' class="num"', "")
 
     points = search_points(records)
     assert [p.label for p in points] == ["vadd.cu", "r0 s0", "r0 s1", "r0 s2", "r1 s0", "r1 s1"]
