@@ -168,16 +168,7 @@ class Continuous:
                     slot.cancel()
 
         judging.add_done_callback(judge_failed)
-        try:
-            outcomes = await asyncio.gather(*slots, return_exceptions=True)
-        finally:
-            search.tasks.difference_update(slots)
-            search.queue.put_nowait(None)
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException) and not isinstance(outcome, asyncio.CancelledError):
-                judging.cancel()
-                raise outcome
-        await judging
+        await search.await_all(slots, judging)
         if search.stop_reason is None:
             if search.pool.target_reached(search.budget.target_share):
                 search.stop("target")

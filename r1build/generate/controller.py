@@ -316,6 +316,21 @@ class _Search:
         return reason.replace("_", " ")
 
     # -- judging ---------------------------------------------------------------------------------------
+    async def await_all(self, tasks: Sequence[asyncio.Task[None]], judging: asyncio.Task[None]) -> None:
+        """Wait for ``tasks`` (a round's samples, or the continuous search's request slots), tell the judge queue
+        that nothing more comes, then wait for ``judging``; the first error of a task is raised, ``judging``
+        cancelled."""
+        try:
+            outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            self.tasks.difference_update(tasks)
+            self.queue.put_nowait(None)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException) and not isinstance(outcome, asyncio.CancelledError):
+                judging.cancel()
+                raise outcome
+        await judging
+
     async def judge_loop(self, after: Callable[[Sequence[Candidate]], Awaitable[None]] | None = None) -> None:
         """Judge queued candidates in batches until the sentinel arrives (a round's end, or the end of a
         continuous search); ``after`` is called after each batch judged."""
@@ -643,16 +658,7 @@ class _Search:
             asyncio.create_task(self.sample(round_no, s, plan, slots)) for s, plan in enumerate(plans) if s not in skip
         ]
         self.tasks.update(tasks)
-        try:
-            outcomes = await asyncio.gather(*tasks, return_exceptions=True)
-        finally:
-            self.tasks.difference_update(tasks)
-            self.queue.put_nowait(None)
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException) and not isinstance(outcome, asyncio.CancelledError):
-                judging.cancel()
-                raise outcome
-        await judging
+        await self.await_all(tasks, judging)
         await self.profile_finalists([k for k in self.pool.generated_known() if k.candidate.origin.round == round_no])
 
     async def profile_finalists(self, known: Sequence[Known]) -> None:
