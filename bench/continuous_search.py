@@ -38,7 +38,7 @@ from generate_overhead import MANIFEST  # noqa: E402
 
 from r1build.cache import Cache  # noqa: E402
 from r1build.events import Event, Progress, sink  # noqa: E402
-from r1build.generate import search  # noqa: E402
+from r1build.generate import SearchJob, search  # noqa: E402
 from r1build.judge import Job  # noqa: E402
 from r1build.manifest import load_manifest  # noqa: E402
 from r1build.records import Result, Timing  # noqa: E402
@@ -107,12 +107,7 @@ def one(mode: str, scale: float, judge_s: float) -> dict[str, Any]:
         start = time.monotonic()
         with Cache(root / "cache") as cache, sink(lambda e: events.append((time.monotonic(), e))):
             outcome = search(
-                manifest,
-                manifest.kernel("vadd"),
-                "sm_90",
-                evaluator=judge,
-                cache=cache,
-                seeds=[],
+                SearchJob(manifest, manifest.kernel("vadd"), "sm_90", evaluator=judge, cache=cache, seeds=[]),
                 environ={"R1BUILD_BASE_URL": server.url, "VLLM_API_KEY": "x"},
             )
         wall = time.monotonic() - start

@@ -39,7 +39,7 @@ from _report import command_line, host_info, utc_now, write_results  # noqa: E40
 from generate_overhead import MANIFEST, ConstantJudge  # noqa: E402
 
 from r1build.cache import Cache  # noqa: E402
-from r1build.generate import search  # noqa: E402
+from r1build.generate import SearchJob, search  # noqa: E402
 from r1build.manifest import load_manifest  # noqa: E402
 from tests.generate.chat_server import Answer, ChatServer, Request, vadd_answer  # noqa: E402
 
@@ -115,12 +115,7 @@ def run_case(name: str, case: dict[str, Any], work: Path) -> dict[str, Any]:
     with ChatServer(script) as server, Cache(work / "cache") as cache:
         start = time.perf_counter()
         outcome = search(
-            manifest,
-            spec,
-            "sm_90",
-            evaluator=ConstantJudge(),
-            cache=cache,
-            seeds=[],
+            SearchJob(manifest, spec, "sm_90", evaluator=ConstantJudge(), cache=cache, seeds=[]),
             environ={"R1BUILD_BASE_URL": server.url},
         )
         wall = time.perf_counter() - start

@@ -44,7 +44,7 @@ import openai  # noqa: E402
 from _report import command_line, host_info, utc_now, write_results  # noqa: E402
 
 from r1build.cache import Cache  # noqa: E402
-from r1build.generate import SearchOutcome, search  # noqa: E402
+from r1build.generate import SearchJob, SearchOutcome, search  # noqa: E402
 from r1build.generate.prompts import task_prompt  # noqa: E402
 from r1build.judge import Job  # noqa: E402
 from r1build.manifest import Manifest, load_manifest  # noqa: E402
@@ -135,7 +135,8 @@ def run_search(work: Path, url: str, manifest: Manifest) -> tuple[SearchOutcome,
     with Cache(work / "cache") as cache:
         wall, cpu = time.perf_counter(), time.process_time()
         outcome = search(
-            manifest, manifest.kernel("vadd"), "sm_90", evaluator=ConstantJudge(), cache=cache, seeds=[], environ=env
+            SearchJob(manifest, manifest.kernel("vadd"), "sm_90", evaluator=ConstantJudge(), cache=cache, seeds=[]),
+            environ=env,
         )
         return outcome, time.perf_counter() - wall, time.process_time() - cpu
 

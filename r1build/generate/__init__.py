@@ -3,8 +3,8 @@
 What other stages call:
 
 - :func:`endpoint_configured` says whether generation may run at all;
-- :func:`search` runs the closed loop for one kernel on one arch (generate, judge with the given
-  :class:`~r1build.judge.Evaluator`, feed back, within the kernel's budget) and returns a
+- :func:`search` runs the closed loop for one :class:`SearchJob` (one kernel on one arch: generate, judge with
+  its :class:`~r1build.judge.Evaluator`, feed back, within the kernel's budget) and returns a
   :class:`SearchOutcome`;
 - :func:`replay` re-extracts the candidates of stored transcripts and judges them again, with no network.
 
@@ -13,8 +13,9 @@ through the openai client: retries, deadlines, the wire), :mod:`.exchange` (the 
 answer), :mod:`.pacing` (the shared pause and circuit breaker), :mod:`.budget` (stop reasons, the token and money
 ledger), :mod:`.prompts`, :mod:`.extract` (code out of answers, normalized digests, tunables),
 :mod:`.pool` (the distinct candidates of a search, the one path from an answer to candidates, ranking),
-:mod:`.planning` (what each sample of a round asks), :mod:`.controller` (rounds, stops), :mod:`.stored_search`
-(a search from stored transcripts), :mod:`.outcome` (what a search produced and spent), :mod:`.transcripts`.
+:mod:`.job` (what identifies and serves one search), :mod:`.planning` (what each sample of a round asks),
+:mod:`.controller` (rounds, stops), :mod:`.stored_search` (a search from stored transcripts),
+:mod:`.outcome` (what a search produced and spent), :mod:`.transcripts`.
 """
 
 from __future__ import annotations
@@ -26,21 +27,17 @@ import threading
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..cache import Cache
-from ..judge import Evaluator
-from ..manifest.archs import parse_arch
-from ..manifest.model import KernelSpec, Manifest
-from ..records import Candidate
+from ..manifest.model import Manifest
+from .job import SearchJob
 from .providers import PROFILES, Endpoint, endpoint_configured, resolve_endpoint
 
 if TYPE_CHECKING:
-    from ..perfmodel import PerfModel
-    from ..profile import Profiler
     from .outcome import SearchOutcome, Usage
 
 __all__ = [
     "PROFILES",
     "Endpoint",
+    "SearchJob",
     "SearchOutcome",
     "Usage",
     "endpoint_configured",
@@ -114,65 +111,30 @@ def _warn_temperatures(manifest: Manifest, endpoint: Endpoint) -> None:
     )
 
 
-def search(
-    manifest: Manifest,
-    spec: KernelSpec,
-    arch: str,
-    *,
-    evaluator: Evaluator,
-    cache: Cache,
-    seeds: Sequence[Candidate],
-    environ: Mapping[str, str] = os.environ,
-    profiler: Profiler | None = None,
-    perf_model: PerfModel | None = None,
-) -> SearchOutcome:
-    """Search for candidates of ``spec`` on ``arch`` with R1, judged by ``evaluator``.
+def search(job: SearchJob, environ: Mapping[str, str] = os.environ) -> SearchOutcome:
+    """Search for candidates of ``job.spec`` on ``job.arch`` with R1, judged by ``job.evaluator``.
 
-    ``seeds`` (baseline, hand-written candidates and their variants) are judged first and come first in the
+    ``job.seeds`` (baseline, hand-written candidates and their variants) are judged first and come first in the
     outcome. Raises :class:`~r1build.errors.ConfigError` for settings that cannot work (no key, bad URL, a key
     the server rejects) and :class:`~r1build.errors.GenerationError` when the provider ends the run (no credit,
     a request it refuses) or when no request got an answer at all (the message names the faults: ``no answer
     from URL: 20 requests, all HTTP 503 Service Unavailable``); every other fault costs a retry or a sample and
     is reported as a :class:`~r1build.events.Note`. However it ends, the transcripts stored are linked under the
-    decision key for ``replay``. With ``profiler`` (:class:`r1build.profile.Profiler`, where ncu and a local GPU
-    are), each round's finalists are profiled and the findings fed back; with ``perf_model``
+    decision key for ``replay``. With ``job.profiler`` (:class:`r1build.profile.Profiler`, where ncu and a local
+    GPU are), each round's finalists are profiled and the findings fed back; with ``job.perf_model``
     (:class:`r1build.perfmodel.PerfModel`), GPU work is ordered (and skipped) by its predictions.
     """
     from .controller import run_search
 
-    endpoint = resolve_endpoint(manifest.settings.generation, environ)
-    _warn_temperatures(manifest, endpoint)
-    return _run(
-        run_search(
-            manifest,
-            spec,
-            parse_arch(arch),
-            evaluator=evaluator,
-            cache=cache,
-            endpoint=endpoint,
-            seeds=seeds,
-            profiler=profiler,
-            perf_model=perf_model,
-        )
-    )
+    endpoint = resolve_endpoint(job.manifest.settings.generation, environ)
+    _warn_temperatures(job.manifest, endpoint)
+    return _run(run_search(job, endpoint))
 
 
-def replay(
-    manifest: Manifest,
-    spec: KernelSpec,
-    arch: str,
-    *,
-    evaluator: Evaluator,
-    cache: Cache,
-    transcripts: Sequence[str],
-    seeds: Sequence[Candidate] = (),
-) -> SearchOutcome:
+def replay(job: SearchJob, transcripts: Sequence[str]) -> SearchOutcome:
     """Re-extract the candidates of stored ``transcripts`` (blob digests) and judge them again with
-    ``evaluator``; no network. ``seeds`` are judged with them and come first."""
+    ``job.evaluator``; no network. ``job.seeds`` are judged with them and come first (``job.profiler`` and
+    ``job.perf_model`` are not used)."""
     from .controller import replay_search
 
-    return _run(
-        replay_search(
-            manifest, spec, parse_arch(arch), evaluator=evaluator, cache=cache, transcripts=transcripts, seeds=seeds
-        )
-    )
+    return _run(replay_search(job, transcripts))

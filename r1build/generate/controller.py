@@ -52,20 +52,19 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..cache import Cache, parse_transcript, read_links
+from ..cache import parse_transcript, read_links
 from ..errors import EndpointSilentError, R1BuildError
 from ..events import Event, Note, NoteLevel, Progress, Stage, emit, watch
-from ..judge import Evaluator
 from ..keys import decision_key
-from ..manifest.model import KernelSpec, Manifest
 from ..records import Candidate
 from .budget import Ledger, Reservation, StopReason, estimate_tokens
 from .client import ChatClient
 from .continuous import MIN_GAIN, Continuous
 from .exchange import Attempt, Exchange, Meter
 from .extract import Extraction, complete_part, strip_think
+from .job import SearchJob
 from .outcome import SampleLoss, SearchOutcome, Usage
 from .pacing import Pacer, describe_faults
 from .planning import Plan, Planner
@@ -73,10 +72,6 @@ from .pool import Known, Order, Pool, outcome_of, read_answer
 from .providers import Endpoint
 from .stored_search import replay_search
 from .transcripts import link_transcripts, store_transcript, transcript_payload
-
-if TYPE_CHECKING:
-    from ..perfmodel import PerfModel
-    from ..profile import Profiler
 
 __all__ = ["MIN_GAIN", "Order", "SampleLoss", "SearchOutcome", "Usage", "replay_search", "run_search"]
 
@@ -127,30 +122,22 @@ class _Search:
     ``transcripts`` by round and sample, ``pool``).
     """
 
-    def __init__(
-        self,
-        manifest: Manifest,
-        spec: KernelSpec,
-        arch: str,
-        *,
-        evaluator: Evaluator,
-        cache: Cache,
-        endpoint: Endpoint,
-        seeds: Sequence[Candidate],
-        profiler: Profiler | None = None,
-        perf_model: PerfModel | None = None,
-    ) -> None:
+    def __init__(self, job: SearchJob, endpoint: Endpoint) -> None:
+        self.job = job
+        """What the search is for, who judges and where it is kept."""
+        manifest, spec, arch = job.manifest, job.spec, job.arch
         self.manifest = manifest
-        self.profiler = profiler
+        self.profiler = job.profiler
+        """The profiler of the finalists, until it fails (then none for the rest of the search)."""
         self.spec = spec
         self.arch = arch
-        self.cache = cache
+        self.cache = job.cache
         self.endpoint = endpoint
         self.generation = manifest.settings.generation
         self.budget = spec.budget
         self.usage = Usage()
         self.pool = Pool(
-            manifest, spec, arch, evaluator=evaluator, usage=self.usage, seeds=seeds, perf_model=perf_model
+            manifest, spec, arch, evaluator=job.evaluator, usage=self.usage, seeds=job.seeds, perf_model=job.perf_model
         )
         self.transcripts: list[tuple[tuple[int, int], str]] = []
         self.deadline = time.monotonic() + self.budget.wall_time_s
@@ -831,32 +818,13 @@ def _tokens(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-async def run_search(
-    manifest: Manifest,
-    spec: KernelSpec,
-    arch: str,
-    *,
-    evaluator: Evaluator,
-    cache: Cache,
-    endpoint: Endpoint,
-    seeds: Sequence[Candidate],
-    profiler: Profiler | None = None,
-    perf_model: PerfModel | None = None,
-) -> SearchOutcome:
-    """Search for candidates of ``spec`` on ``arch`` (see the module docstring); with ``profiler``, each round's
-    finalists are profiled under Nsight Compute and the findings go into the next round's feedback; with
-    ``perf_model``, generated candidates are judged in predicted order (and some skipped, in its skip mode)."""
-    search = _Search(
-        manifest,
-        spec,
-        arch,
-        evaluator=evaluator,
-        cache=cache,
-        endpoint=endpoint,
-        seeds=seeds,
-        profiler=profiler,
-        perf_model=perf_model,
-    )
+async def run_search(job: SearchJob, endpoint: Endpoint) -> SearchOutcome:
+    """Search for candidates of ``job.spec`` on ``job.arch`` through ``endpoint`` (see the module docstring);
+    with ``job.profiler``, each round's finalists are profiled under Nsight Compute and the findings go into the
+    next round's feedback; with ``job.perf_model``, generated candidates are judged in predicted order (and some
+    skipped, in its skip mode)."""
+    spec, arch = job.spec, job.arch
+    search = _Search(job, endpoint)
     outcome = await search.run()
     u = outcome.usage
     generated = outcome.generated()

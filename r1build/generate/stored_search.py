@@ -5,32 +5,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..cache import Cache
 from ..events import Note, emit
-from ..judge import Evaluator
-from ..manifest.model import KernelSpec, Manifest
-from ..records import Candidate
 from .budget import Ledger
+from .job import SearchJob
 from .outcome import SearchOutcome, Usage
 from .pool import Pool, outcome_of, read_answer
 from .transcripts import load_transcript
 
 
-async def replay_search(
-    manifest: Manifest,
-    spec: KernelSpec,
-    arch: str,
-    *,
-    evaluator: Evaluator,
-    cache: Cache,
-    transcripts: Sequence[str],
-    seeds: Sequence[Candidate] = (),
-) -> SearchOutcome:
+async def replay_search(job: SearchJob, transcripts: Sequence[str]) -> SearchOutcome:
     """Re-extract the candidates of stored transcripts and judge them again, with no network: the answers go
     through the search's own path (:func:`read_answer`, :meth:`Pool.admit_answer`), in round and sample order,
-    so the same candidates are kept in the same order."""
+    so the same candidates are kept in the same order. ``job.profiler`` and ``job.perf_model`` are not used."""
+    manifest, spec, arch, cache = job.manifest, job.spec, job.arch, job.cache
     usage = Usage()
-    pool = Pool(manifest, spec, arch, evaluator=evaluator, usage=usage, seeds=seeds)
+    pool = Pool(manifest, spec, arch, evaluator=job.evaluator, usage=usage, seeds=job.seeds)
     stored = []
     for digest in transcripts:
         answer = load_transcript(cache, digest)

@@ -125,7 +125,7 @@ def generate_kernel(manifest: Manifest, spec: KernelSpec, archs: Sequence[str], 
     ``cache``. :class:`~r1build.errors.CacheError` first when the cache cannot keep what the requests cost."""
     from ..evaluate.variants import expand_variants
     from ..gate.static import StaticGate
-    from ..generate import search
+    from ..generate import SearchJob, search
 
     seeds = expand_variants(manifest, spec)
     if cache.degraded is not None:
@@ -135,7 +135,7 @@ def generate_kernel(manifest: Manifest, spec: KernelSpec, archs: Sequence[str], 
         )
     gate = StaticGate(cache)
     for arch in archs:
-        outcome = search(manifest, spec, arch, evaluator=gate, cache=cache, seeds=seeds)
+        outcome = search(SearchJob(manifest, spec, arch, evaluator=gate, cache=cache, seeds=seeds))
         for candidate in outcome.candidates:
             cache.put_text(candidate.source)
         record = GenerationRecord(
@@ -191,7 +191,7 @@ def replay_kernel(
     candidates by a local GPU of the arch (unless ``use_gpu`` is false) or the static gate; yields each arch's
     :class:`Replay`. :class:`~r1build.errors.UsageError` for an arch with no transcripts to replay."""
     from ..evaluate.variants import expand_variants
-    from ..generate import replay
+    from ..generate import SearchJob, replay
     from .judges import Judges
 
     seeds = expand_variants(manifest, spec)
@@ -210,7 +210,8 @@ def replay_kernel(
                     f"`r1build generate {spec.name}` or `r1build resolve` first, or pass --transcript"
                 )
             evaluator = judges.gpu_for(arch) or judges.gate
-            outcome = replay(manifest, spec, arch, evaluator=evaluator, cache=cache, transcripts=chosen, seeds=seeds)
+            job = SearchJob(manifest, spec, arch, evaluator=evaluator, cache=cache, seeds=seeds)
+            outcome = replay(job, chosen)
             winner = select_winner(outcome.candidates, outcome.results)
             yield Replay(
                 arch=arch,

@@ -103,19 +103,21 @@ def _decide(run: Run, q: Question, seeds: list[Candidate]) -> Decision | None:
         results = (evaluator or judges.gate).evaluate(q.job(run.manifest, candidates))
         judged = _Judged(candidates, results, list(previous.transcripts) if previous else earlier)
     elif generate:
-        from ..generate import search
+        from ..generate import SearchJob, search
 
         emit(Stage("generate", q.spec.name, q.arch))
         try:
             outcome = search(
-                run.manifest,
-                q.spec,
-                q.arch,
-                evaluator=evaluator or judges.gate,
-                cache=cache,
-                seeds=seeds,
-                profiler=judges.profiler_for(q.arch),
-                perf_model=_perf_model(run.manifest, evaluator),
+                SearchJob(
+                    run.manifest,
+                    q.spec,
+                    q.arch,
+                    evaluator=evaluator or judges.gate,
+                    cache=cache,
+                    seeds=seeds,
+                    profiler=judges.profiler_for(q.arch),
+                    perf_model=_perf_model(run.manifest, evaluator),
+                )
             )
         except EndpointSilentError as exc:
             if not options.build:

@@ -211,14 +211,11 @@ class MarkerJudge:
 def search_vadd(manifest: Manifest, cache: Cache, url: str, *, evaluator: Evaluator | None = None) -> SearchOutcome:
     """A whole search for ``vadd`` on sm_90 against the server at ``url``: no seeds, judged by ``evaluator`` (a
     :class:`MarkerJudge` when None)."""
-    from r1build.generate import search
+    from r1build.generate import SearchJob, search
 
     return search(
-        manifest,
-        manifest.kernel("vadd"),
-        "sm_90",
-        evaluator=evaluator or MarkerJudge(),
-        cache=cache,
-        seeds=[],
+        SearchJob(
+            manifest, manifest.kernel("vadd"), "sm_90", evaluator=evaluator or MarkerJudge(), cache=cache, seeds=[]
+        ),
         environ=env_for(url),
     )

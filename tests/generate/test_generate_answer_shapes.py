@@ -21,7 +21,7 @@ import pytest
 from r1build.errors import ToolchainError
 from r1build.events import Event, Note, sink
 from r1build.gate import StaticGate
-from r1build.generate import replay
+from r1build.generate import SearchJob, replay
 from r1build.generate.extract import (
     Extraction,
     ExtractionReason,
@@ -451,12 +451,8 @@ def test_a_search_over_answers_of_every_shape_keeps_each_candidate_and_counts_ea
     assert [w.rsplit("(", 1)[1] for w in warnings] == ["thinking_only)", "no_code)", "no_code)"]
     with project.cache() as cache:
         again = replay(
-            manifest,
-            manifest.kernel("vadd"),
-            "sm_90",
-            evaluator=MarkerJudge(),
-            cache=cache,
-            transcripts=outcome.transcripts,
+            SearchJob(manifest, manifest.kernel("vadd"), "sm_90", evaluator=MarkerJudge(), cache=cache),
+            outcome.transcripts,
         )
     assert [c.digest for c in again.candidates] == [c.digest for c in outcome.candidates]
     assert again.usage.failures.get("no_code") == 3

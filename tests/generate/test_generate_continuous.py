@@ -15,7 +15,7 @@ import pytest
 
 from r1build.events import Event, Note, Progress, Stage, emit, sink
 from r1build.gate.static import StaticGate
-from r1build.generate import SearchOutcome, replay, search
+from r1build.generate import SearchJob, SearchOutcome, replay, search
 from r1build.judge import Evaluator, Job
 from r1build.manifest import Manifest
 from r1build.records import Result
@@ -52,12 +52,7 @@ def run(project: Project, manifest: Manifest, server: ChatServer, evaluator: Eva
 
     with project.cache() as cache, sink(record):
         return search(
-            manifest,
-            manifest.kernel("vadd"),
-            "sm_90",
-            evaluator=evaluator,
-            cache=cache,
-            seeds=[],
+            SearchJob(manifest, manifest.kernel("vadd"), "sm_90", evaluator=evaluator, cache=cache, seeds=[]),
             environ=env_for(server.url),
         )
 
@@ -221,13 +216,8 @@ def test_replay_reproduces_a_continuous_search_that_gated_code_of_a_cut_answer(
         outcome = run(project, manifest, server, judge, events)
     with project.cache() as cache:
         again = replay(
-            manifest,
-            manifest.kernel("vadd"),
-            "sm_90",
-            evaluator=MarkerJudge(),
-            cache=cache,
-            transcripts=outcome.transcripts,
-            seeds=[],
+            SearchJob(manifest, manifest.kernel("vadd"), "sm_90", evaluator=MarkerJudge(), cache=cache, seeds=[]),
+            outcome.transcripts,
         )
     assert any("time_us: 30" in c.source for c in outcome.candidates)  # the cut answer's complete code
     assert [c.digest for c in again.candidates] == [c.digest for c in outcome.candidates]

@@ -20,7 +20,7 @@ import pytest
 from r1build.cli.main import main
 from r1build.errors import ConfigError, GenerationError
 from r1build.events import Event, Note, sink
-from r1build.generate import SearchOutcome, replay, search
+from r1build.generate import SearchJob, SearchOutcome, replay, search
 from r1build.generate.transcripts import LINKS_NAMESPACE
 from r1build.keys import decision_key
 from r1build.manifest import Manifest
@@ -44,12 +44,7 @@ def run(
     spec = manifest.kernel("vadd")
     with project.cache() as cache, sink((events if events is not None else []).append):
         return search(
-            manifest,
-            spec,
-            "sm_90",
-            evaluator=judge or MarkerJudge(),
-            cache=cache,
-            seeds=[],
+            SearchJob(manifest, spec, "sm_90", evaluator=judge or MarkerJudge(), cache=cache, seeds=[]),
             environ=environ or env_for(server.url),
         )
 
@@ -293,12 +288,7 @@ def test_compiler_messages_reach_the_feedback_without_local_noise(project: Proje
 
     with ChatServer(counting(make)) as server, project.cache() as cache:
         search(
-            manifest,
-            manifest.kernel("vadd"),
-            "sm_90",
-            evaluator=StaticGate(cache),
-            cache=cache,
-            seeds=[],
+            SearchJob(manifest, manifest.kernel("vadd"), "sm_90", evaluator=StaticGate(cache), cache=cache, seeds=[]),
             environ=env_for(server.url),
         )
     later = "\n".join(json.dumps(r.messages) for r in server.chat_requests()[2:])
@@ -336,12 +326,8 @@ def test_a_short_key_echoed_back_is_redacted_and_nothing_else(project: Project) 
     assert b"k3yboard and monk3y" in stored
     with project.cache() as cache:
         again = replay(
-            manifest,
-            manifest.kernel("vadd"),
-            "sm_90",
-            evaluator=MarkerJudge(),
-            cache=cache,
-            transcripts=outcome.transcripts,
+            SearchJob(manifest, manifest.kernel("vadd"), "sm_90", evaluator=MarkerJudge(), cache=cache),
+            outcome.transcripts,
         )
     assert sorted(c.source for c in again.candidates) == sorted(c.source for c in outcome.candidates)
 
@@ -428,12 +414,8 @@ def test_an_answer_cut_off_after_complete_code_is_kept(project: Project, stopwat
     with project.cache() as cache:
         doc = json.loads(cache.get_text(outcome.transcripts[0]) or "")
         again = replay(
-            manifest,
-            manifest.kernel("vadd"),
-            "sm_90",
-            evaluator=MarkerJudge(),
-            cache=cache,
-            transcripts=outcome.transcripts,
+            SearchJob(manifest, manifest.kernel("vadd"), "sm_90", evaluator=MarkerJudge(), cache=cache),
+            outcome.transcripts,
         )
     assert doc["answer"]["finish_reason"] == "partial" and doc["failure"] == "timeout"
     assert [c.digest for c in again.candidates] == [c.digest for c in outcome.candidates]

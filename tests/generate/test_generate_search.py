@@ -12,7 +12,7 @@ import pytest
 from r1build.errors import ConfigError, GenerationError
 from r1build.evaluate.variants import expand_variants
 from r1build.events import Event, Note, Progress, sink
-from r1build.generate import SearchOutcome, replay, search
+from r1build.generate import SearchJob, SearchOutcome, replay, search
 from r1build.manifest import Manifest
 from r1build.records import Candidate, Origin
 from tests.generate.chat_server import Answer, ChatServer, Fault, Reply, Request, Stall
@@ -31,12 +31,14 @@ def run(
     spec = manifest.kernel("vadd")
     with project.cache() as cache, sink((events if events is not None else []).append):
         return search(
-            manifest,
-            spec,
-            "sm_90",
-            evaluator=judge,
-            cache=cache,
-            seeds=seeds if seeds is not None else expand_variants(manifest, spec),
+            SearchJob(
+                manifest,
+                spec,
+                "sm_90",
+                evaluator=judge,
+                cache=cache,
+                seeds=seeds if seeds is not None else expand_variants(manifest, spec),
+            ),
             environ=env_for(server.url),
         )
 
@@ -101,7 +103,8 @@ def test_compile_errors_flow_back_through_the_real_gate(project: Project) -> Non
     with ChatServer(script) as server, project.cache() as cache:
         spec = manifest.kernel("vadd")
         outcome = search(
-            manifest, spec, "sm_90", evaluator=StaticGate(cache), cache=cache, seeds=[], environ=env_for(server.url)
+            SearchJob(manifest, spec, "sm_90", evaluator=StaticGate(cache), cache=cache, seeds=[]),
+            environ=env_for(server.url),
         )
     assert [r.status for r in outcome.results] == ["compile_error", "passed"]
     second = server.chat_requests()[1]
@@ -413,13 +416,8 @@ def test_replay_reproduces_without_network(project: Project, judge: MarkerJudge)
     seeds = expand_variants(manifest, spec)
     with project.cache() as cache:
         again = replay(
-            manifest,
-            spec,
-            "sm_90",
-            evaluator=MarkerJudge(),
-            cache=cache,
-            transcripts=list(reversed(outcome.transcripts)),
-            seeds=seeds,
+            SearchJob(manifest, spec, "sm_90", evaluator=MarkerJudge(), cache=cache, seeds=seeds),
+            list(reversed(outcome.transcripts)),
         )
     assert [c.digest for c in again.candidates] == [c.digest for c in outcome.candidates]
     assert [c.origin for c in again.candidates] == [c.origin for c in outcome.candidates]
@@ -433,7 +431,7 @@ def test_replay_skips_missing_transcripts(project: Project, judge: MarkerJudge) 
     spec = manifest.kernel("vadd")
     events: list[Event] = []
     with project.cache() as cache, sink(events.append):
-        outcome = replay(manifest, spec, "sm_90", evaluator=judge, cache=cache, transcripts=["0" * 64])
+        outcome = replay(SearchJob(manifest, spec, "sm_90", evaluator=judge, cache=cache), ["0" * 64])
     assert outcome.usage.failures == {"missing_transcript": 1} and not outcome.candidates
     assert any("missing" in e.message for e in events if isinstance(e, Note))
 
@@ -508,8 +506,24 @@ def test_key_echoed_in_an_answer_is_scrubbed_and_placeholders_are_not(project: P
     spec = manifest.kernel("vadd")
     with ChatServer([Answer(answer(keyless))]) as server, project.cache() as cache:
         outcome = search(
-            manifest, spec, "sm_90", evaluator=judge, cache=cache, seeds=[], environ={"R1BUILD_BASE_URL": server.url}
+            SearchJob(manifest, spec, "sm_90", evaluator=judge, cache=cache, seeds=[]),
+            environ={"R1BUILD_BASE_URL": server.url},
         )
-        again = replay(manifest, spec, "sm_90", evaluator=judge, cache=cache, transcripts=outcome.transcripts)
+        again = replay(SearchJob(manifest, spec, "sm_90", evaluator=judge, cache=cache), outcome.transcripts)
     assert server.chat_requests()[0].headers["authorization"] == "Bearer EMPTY"
     assert [c.source for c in again.candidates] == [keyless] == [c.source for c in outcome.candidates]
+
+
+def test_search_job_parses_its_arch_and_is_frozen(project: Project, judge: MarkerJudge) -> None:
+    """A :class:`SearchJob` is one record for the whole search: its arch canonical once made, and it cannot
+    change under the layers it is passed down through."""
+    import dataclasses
+
+    manifest = project.write()
+    with project.cache() as cache:
+        job = SearchJob(manifest, manifest.kernel("vadd"), "90", evaluator=judge, cache=cache)
+    assert job.arch == "sm_90" and job.seeds == () and job.profiler is None and job.perf_model is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        job.arch = "sm_80"  # type: ignore[misc]
+    with pytest.raises(ValueError):
+        SearchJob(manifest, manifest.kernel("vadd"), "not-an-arch", evaluator=judge, cache=cache)

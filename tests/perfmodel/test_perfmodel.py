@@ -11,6 +11,7 @@ import pytest
 
 from r1build.errors import ConfigError
 from r1build.evaluate.variants import expand_variants
+from r1build.generate import SearchJob
 from r1build.generate.controller import run_search
 from r1build.generate.providers import resolve_endpoint
 from r1build.manifest import Manifest, load_manifest
@@ -122,7 +123,8 @@ def test_a_search_skips_what_the_model_predicts_far_slower(tmp_path: Path) -> No
         )
         outcome = asyncio.run(
             run_search(
-                manifest, spec, "sm_90", evaluator=judge, cache=cache, endpoint=endpoint, seeds=seeds, perf_model=model
+                SearchJob(manifest, spec, "sm_90", evaluator=judge, cache=cache, seeds=seeds, perf_model=model),
+                endpoint,
             )
         )
     generated = outcome.generated()

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from r1build.gate.nvcc import compile_variant, gencode
+from r1build.generate import SearchJob
 from r1build.generate.controller import run_search
 from r1build.generate.providers import resolve_endpoint
 from r1build.manifest import Manifest
@@ -146,18 +147,16 @@ def test_the_findings_go_into_the_next_rounds_feedback(tmp_path: Path) -> None:
         endpoint = resolve_endpoint(
             manifest.settings.generation, {"R1BUILD_BASE_URL": server.url, "DEEPSEEK_API_KEY": KEY}
         )
-        outcome = asyncio.run(
-            run_search(
-                manifest,
-                spec,
-                "sm_90",
-                evaluator=judge,
-                cache=cache,
-                endpoint=endpoint,
-                seeds=[],
-                profiler=profiler,  # type: ignore[arg-type]
-            )
+        job = SearchJob(
+            manifest,
+            spec,
+            "sm_90",
+            evaluator=judge,
+            cache=cache,
+            seeds=[],
+            profiler=profiler,  # type: ignore[arg-type]
         )
+        outcome = asyncio.run(run_search(job, endpoint))
         later = [r.prompt for r in server.requests if "so far" in r.prompt or len(r.messages) > 1]
     assert len(profiler.profiled) >= 2  # round 0's two finalists (and round 1's)
     assert later and all(

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from r1build.gate.static import StaticGate
-from r1build.generate import search
+from r1build.generate import SearchJob, search
 from tests.generate.chat_server import Answer, ChatServer, Reply, Request
 from tests.generate.gen_support import Project, answer, env_for, kernel_source
 from tests.sandbox.support import needs_sandbox
@@ -42,12 +42,7 @@ def test_no_request_to_the_endpoint_and_nothing_cached_holds_the_canary(tmp_path
 
     with ChatServer(script) as server, project.cache() as cache:
         search(
-            manifest,
-            manifest.kernel("vadd"),
-            "sm_90",
-            evaluator=StaticGate(cache),
-            cache=cache,
-            seeds=[],
+            SearchJob(manifest, manifest.kernel("vadd"), "sm_90", evaluator=StaticGate(cache), cache=cache, seeds=[]),
             environ=env_for(server.url),
         )
         requests = server.chat_requests()
