@@ -48,28 +48,44 @@ def _import_time_imports(body: list[ast.stmt]) -> list[ast.Import | ast.ImportFr
     return out
 
 
-def _module_imports(package: Path) -> dict[str, set[str]]:
-    """Every module of r1build and the r1build modules it imports when it is imported (see
-    :func:`_import_time_imports`)."""
+def _modules(package: Path) -> dict[str, Path]:
+    """Every module of r1build by its dotted name (a package by its ``__init__.py``)."""
     modules: dict[str, Path] = {}
     for path in package.rglob("*.py"):
         parts = list(path.relative_to(package.parent).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
         modules[".".join(parts)] = path
+    return modules
+
+
+def _imported(
+    name: str, path: Path, modules: dict[str, Path], statements: list[ast.Import | ast.ImportFrom]
+) -> tuple[list[str], set[str]]:
+    """The package the module ``name`` (at ``path``) resolves relative imports in, as its parts, and the modules
+    ``statements`` (its import statements) name: a submodule where ``from a import b`` names one, else the
+    package."""
+    here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found: set[str] = set()
+    for imp in statements:
+        if isinstance(imp, ast.Import):
+            found.update(alias.name for alias in imp.names)
+            continue
+        base = here[: len(here) - imp.level + 1] if imp.level else []
+        target = ".".join(base + ([imp.module] if imp.module else []))
+        for alias in imp.names:
+            sub = f"{target}.{alias.name}"
+            found.add(sub if sub in modules else target)
+    return here, found
+
+
+def _module_imports(package: Path) -> dict[str, set[str]]:
+    """Every module of r1build and the r1build modules it imports when it is imported (see
+    :func:`_import_time_imports`)."""
+    modules = _modules(package)
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
-        here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-        found: set[str] = set()
-        for imp in _import_time_imports(ast.parse(path.read_text()).body):
-            if isinstance(imp, ast.Import):
-                found.update(alias.name for alias in imp.names)
-                continue
-            base = here[: len(here) - imp.level + 1] if imp.level else []
-            target = ".".join(base + ([imp.module] if imp.module else []))
-            for alias in imp.names:
-                sub = f"{target}.{alias.name}"
-                found.add(sub if sub in modules else target)
+        _, found = _imported(name, path, modules, _import_time_imports(ast.parse(path.read_text()).body))
         graph[name] = {m for m in found if m in modules and m != name}
     return graph
 
@@ -135,25 +151,10 @@ def _run_time_imports(package: Path) -> dict[str, set[str]]:
     """Module -> the r1build modules it may import while it runs (see :func:`_all_imports`), including the
     package faces that importing ``a.b.c`` runs first (``a`` and ``a.b``), but not the importer's own packages
     (Python has started those already)."""
-    modules: dict[str, Path] = {}
-    for path in package.rglob("*.py"):
-        parts = list(path.relative_to(package.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        modules[".".join(parts)] = path
+    modules = _modules(package)
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
-        here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-        found: set[str] = set()
-        for imp in _all_imports(ast.parse(path.read_text()).body):
-            if isinstance(imp, ast.Import):
-                found.update(alias.name for alias in imp.names)
-                continue
-            base = here[: len(here) - imp.level + 1] if imp.level else []
-            target = ".".join(base + ([imp.module] if imp.module else []))
-            for alias in imp.names:
-                sub = f"{target}.{alias.name}"
-                found.add(sub if sub in modules else target)
+        here, found = _imported(name, path, modules, _all_imports(ast.parse(path.read_text()).body))
         ours = set(".".join(here[:i]) for i in range(1, len(here) + 1))
         with_faces = {".".join(m.split(".")[:i]) for m in found for i in range(1, m.count(".") + 2)}
         graph[name] = {m for m in with_faces if m in modules and m != name and m not in ours}
