@@ -21,16 +21,10 @@ from r1build.judge import Job
 from r1build.manifest import Limits, Manifest, load_manifest
 from r1build.manifest.model import KernelSpec
 from r1build.records import Candidate, Origin, Result
-from r1build.toolchain.nvcc import Toolchain, toolchain
+from r1build.toolchain.nvcc import Toolchain
+from tests.gate.gate_support import NEEDS_NVCC, ROOT, TOOLCHAIN
 
-ROOT = Path(__file__).resolve().parents[2]
-
-try:
-    TOOLCHAIN: Toolchain | None = toolchain()
-except ToolchainError:  # pragma: no cover - every development and CI machine has nvcc
-    TOOLCHAIN = None
-
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(TOOLCHAIN is None, reason="nvcc not found")]
+pytestmark = NEEDS_NVCC
 
 SILU_SIGNATURE = (
     'extern "C" cudaError_t silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream)'

@@ -15,7 +15,8 @@ from r1build.cache import Cache
 from r1build.gate import StaticGate
 from r1build.gate.compile_slots import PrioritySlots
 from r1build.manifest import Manifest, load_manifest
-from tests.gate.test_gate import ROOT, silu_candidate
+from tests.gate.gate_support import ROOT
+from tests.gate.test_gate import silu_candidate
 
 
 def _waiters(slots: PrioritySlots, ranks: list[int | None]) -> tuple[list[int | None], list[threading.Thread]]:

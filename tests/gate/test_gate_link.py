@@ -6,9 +6,6 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-import pytest
-
-from r1build.errors import ToolchainError
 from r1build.evaluate.child import worker
 from r1build.evaluate.library import Library, build_library
 from r1build.gate.link import LAST_ERROR_SYMBOL, check_and_link
@@ -16,16 +13,10 @@ from r1build.manifest import load_manifest
 from r1build.manifest.cdecl import declaration
 from r1build.records import Candidate, Origin
 from r1build.sandbox import unconfined
-from r1build.toolchain.nvcc import Toolchain, toolchain
+from r1build.toolchain.nvcc import toolchain
+from tests.gate.gate_support import NEEDS_NVCC, ROOT, TOOLCHAIN
 
-ROOT = Path(__file__).resolve().parents[2]
-
-try:
-    TOOLCHAIN: Toolchain | None = toolchain()
-except ToolchainError:  # pragma: no cover - every development and CI machine has nvcc
-    TOOLCHAIN = None
-
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(TOOLCHAIN is None, reason="nvcc not found")]
+pytestmark = NEEDS_NVCC
 
 UNCHECKED = Candidate(
     """#include <cuda_runtime.h>

@@ -10,23 +10,16 @@ from pathlib import Path
 import pytest
 
 from r1build.cache import Cache
-from r1build.errors import ToolchainError
 from r1build.evaluate.library import LibraryFailure, build_library
 from r1build.gate import StaticGate
 from r1build.gate.device_memory import STATIC_MEMORY_LIMIT
 from r1build.manifest import Manifest, load_manifest
 from r1build.manifest.cdecl import declaration
 from r1build.records import Candidate, Origin
-from r1build.toolchain.nvcc import Toolchain, toolchain
+from r1build.toolchain.nvcc import toolchain
+from tests.gate.gate_support import NEEDS_NVCC, ROOT, TOOLCHAIN
 
-ROOT = Path(__file__).resolve().parents[2]
-
-try:
-    TOOLCHAIN: Toolchain | None = toolchain()
-except ToolchainError:  # pragma: no cover - every development and CI machine has nvcc
-    TOOLCHAIN = None
-
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(TOOLCHAIN is None, reason="nvcc not found")]
+pytestmark = NEEDS_NVCC
 
 LAUNCHER = """
 extern "C" cudaError_t silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
