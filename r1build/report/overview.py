@@ -280,9 +280,17 @@ def _device_bytes(decision: Decision | None, winner: str) -> int | None:
 
 
 def _facts_notes(manifest: Manifest, spec: KernelSpec, facts: WinnerFacts) -> tuple[str, str, str]:
-    """What ``status`` says of a winner's facts: against the library, against torch, and of its timing regime."""
-    torch = _torch_note(manifest, spec, facts.time_us, facts.speedup_vs_torch, facts.torch_note)
-    return _library_note(manifest, spec, facts), torch, facts.regime_note or ""
+    """What ``status`` says of a winner's facts: against the library, against torch (where the kernel names a
+    ``torch-reference``), and of its timing regime."""
+    if facts.time_us is None:
+        return "", "", facts.regime_note or ""
+    library = _bar_note(manifest, spec, "library", facts.speedup_vs_library, facts.library_note)
+    torch = (
+        ""
+        if spec.torch_reference is None
+        else _bar_note(manifest, spec, "torch", facts.speedup_vs_torch, facts.torch_note)
+    )
+    return library, torch, facts.regime_note or ""
 
 
 def _unmeasured_row(
@@ -310,31 +318,17 @@ def _unmeasured_row(
     )
 
 
-def _library_note(manifest: Manifest, spec: KernelSpec, facts: WinnerFacts) -> str:
-    """What ``status`` says of a measured winner against the library: slower than it, short of the manifest's
-    ``must-beat`` margin (resolve fails it), or why the library has no time; nothing for a winner that beats it."""
-    if facts.time_us is None:
-        return ""
-    speedup, why = facts.speedup_vs_library, facts.library_note
-    if manifest.must_beat_library(spec) and (speedup is None or speedup < 1.0 + manifest.margin_of(spec)):
-        return f"fails must-beat library (margin {manifest.margin_of(spec):g}): {verdict_words(speedup, why)}"
+def _bar_note(manifest: Manifest, spec: KernelSpec, bar: str, speedup: float | None, why: str | None) -> str:
+    """What ``status`` says of a measured winner against ``bar`` (``library`` or ``torch``): slower than it, short
+    of the manifest's ``must-beat`` margin (resolve fails it), or why the bar has no time; nothing for a winner that
+    beats it."""
+    must = manifest.must_beat_library(spec) if bar == "library" else manifest.must_beat_torch(spec)
+    if must and (speedup is None or speedup < 1.0 + manifest.margin_of(spec)):
+        return f"fails must-beat {bar} (margin {manifest.margin_of(spec):g}): {verdict_words(speedup, why, bar)}"
     if speedup is None:
-        return verdict_words(None, why) if why else ""
-    return f"slower than the library ({speedup:.2f}x)" if speedup < 1.0 else ""
-
-
-def _torch_note(
-    manifest: Manifest, spec: KernelSpec, time_us: float | None, speedup: float | None, why: str | None
-) -> str:
-    """What ``status`` says of a measured winner against torch, where the kernel names a ``torch-reference``: as
-    :func:`_library_note` says of the library."""
-    if time_us is None or spec.torch_reference is None:
-        return ""
-    if manifest.must_beat_torch(spec) and (speedup is None or speedup < 1.0 + manifest.margin_of(spec)):
-        return f"fails must-beat torch (margin {manifest.margin_of(spec):g}): {verdict_words(speedup, why, 'torch')}"
-    if speedup is None:
-        return verdict_words(None, why, "torch") if why else ""
-    return f"slower than torch ({speedup:.2f}x)" if speedup < 1.0 else ""
+        return verdict_words(None, why, bar) if why else ""
+    name = "the library" if bar == "library" else bar
+    return f"slower than {name} ({speedup:.2f}x)" if speedup < 1.0 else ""
 
 
 def _int(value: Any) -> int:
