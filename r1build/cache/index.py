@@ -1,6 +1,7 @@
 """How the cache's index (``cache.db``, diskcache's SQLite database) is reached and opened when it is not simply
 there and writable: r1build's own connections to it, telling damage from a read-only location, reading a read-only
-index, naming value files after the process that writes them, and removing the files of an import that was killed.
+index, the timeout of a write, and removing the files of an import that was killed (diskcache itself, and the names
+of the value files it writes: :mod:`.diskindex`).
 """
 
 from __future__ import annotations
@@ -13,19 +14,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import diskcache
-from diskcache.core import ENOVAL, UNKNOWN
-
 from ..errors import CacheDamagedError, CacheError
 from ..events import Note, emit
-from ..filemode import folder_modes, private_file, private_folder
 from .rows import DBNAME, value_file_problem
 
 __all__ = [
     "DBNAME",
     "IMPORT_MARK",
     "Connections",
-    "PidDisk",
+    "IndexTimeout",
     "ReadOnlyIndex",
     "damage_error",
     "damaged",
@@ -60,6 +57,11 @@ def looks_read_only(exc: BaseException, directory: Path) -> bool:
     if any(word in str(exc).lower() for word in READ_ONLY_WORDS):
         return True
     return not os.access(directory, os.W_OK) or not os.access(directory / DBNAME, os.W_OK)
+
+
+class IndexTimeout(Exception):
+    """Another process held the index's write lock for the whole timeout (diskcache's ``Timeout``, raised as this
+    so that no module but :mod:`.diskindex` imports diskcache)."""
 
 
 class Connections:
@@ -121,53 +123,6 @@ _TUNING = ("PRAGMA synchronous = 1", "PRAGMA cache_size = 8192", "PRAGMA mmap_si
 """diskcache's per-connection defaults (``sqlite_*`` settings): WAL commits without a sync each, and its caches."""
 
 
-def _value_name(filename: str, pid: int) -> str:
-    return f"{filename.removesuffix('.val')}.p{pid}.val"
-
-
-class PidDisk(diskcache.Disk):  # type: ignore[misc]
-    """diskcache's file storage with the writing process's id in each value file's name, its value files and their
-    two levels of folders made with the cache folder's modes (:func:`~r1build.filemode.folder_modes`: private
-    unless the folder was made to share), whatever the umask."""
-
-    def __init__(self, directory: str, **kwargs: Any) -> None:
-        super().__init__(directory, **kwargs)
-        self._folder_mode, self._file_mode = folder_modes(directory)
-
-    def _write(self, full_path: str, iterator: Any, mode: str, encoding: str | None = None) -> int:
-        """diskcache's ``_write`` (ten tries: another process may remove an empty folder meanwhile) with modes."""
-        folder = Path(full_path).parent
-        for attempt in range(10):
-            with contextlib.suppress(OSError):
-                private_folder(folder.parent, self._folder_mode)
-                private_folder(folder, self._folder_mode)
-            try:
-                fd = private_file(full_path, self._file_mode)
-            except OSError:
-                if attempt == 9:
-                    raise
-                continue
-            with os.fdopen(fd, "wb" if "b" in mode else "w", encoding=encoding) as writer:
-                size = 0
-                for chunk in iterator:
-                    size += len(chunk)
-                    writer.write(chunk)
-                return size
-        raise AssertionError("unreachable")
-
-    def filename(self, key: Any = UNKNOWN, value: Any = UNKNOWN) -> tuple[str, str]:
-        filename, full_path = super().filename(key, value)
-        pid = os.getpid()
-        return _value_name(filename, pid), _value_name(full_path, pid)
-
-    def remove(self, file_path: str) -> None:
-        """Delete a value file, only when it is one of the cache's own: a row of a planted or damaged index can
-        name any path (absolute, ``..``, through a symbolic link), and diskcache deletes what the row names
-        when its entry is replaced, deleted or evicted."""
-        if value_file_problem(self._directory, file_path) is None:
-            super().remove(file_path)
-
-
 def process_gone(pid: int) -> bool:
     if pid == os.getpid():
         return False
@@ -208,8 +163,8 @@ class ReadOnlyIndex:
             raise damage_error(directory, last)
         raise CacheError(f"cannot read the cache at {directory}: {last}")
 
-    def reset(self, key: str, value: Any = ENOVAL) -> Any:
-        if value is not ENOVAL:
+    def reset(self, key: str, value: Any = None) -> Any:
+        if value is not None:
             raise sqlite3.OperationalError("attempt to write a readonly database")
         rows = self.connections.execute("SELECT value FROM Settings WHERE key = ?", (key,)).fetchall()
         return rows[0][0] if rows else 0

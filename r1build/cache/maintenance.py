@@ -9,12 +9,11 @@ import warnings
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-import diskcache
-
 from ..errors import CacheError
 from ..records import Decision
 from ..selection.rules import decision_problem
 from .codec import HEADER, KINDS, Corrupt, decode, known_kind, parse_decision
+from .index import IndexTimeout
 from .storage import Storage, Unreadable
 from .verdicts import with_its_note
 
@@ -107,21 +106,21 @@ class Maintenance(Storage):
     def volume(self) -> int:
         """Bytes on disk: what the size limit applies to."""
         try:
-            return int(self._dc.volume())
+            return int(self._index.volume())
         except sqlite3.Error as exc:
             raise CacheError(f"cannot read the cache at {self.directory}: {exc}") from None
 
     @property
     def size_limit(self) -> int:
         """Bytes the cache is evicted down to (shared by every process using the directory)."""
-        return int(self._dc.reset("size_limit"))
+        return int(self._index.reset("size_limit"))
 
     def set_size_limit(self, size_limit: int) -> None:
         """Store a new size limit (it applies from each process's next write)."""
         if size_limit <= 0:
             raise ValueError("the size limit must be positive")
         self._refuse_read_only("change its size limit")
-        self._dc.reset("size_limit", size_limit)
+        self._index.reset("size_limit", size_limit)
 
     def gc(self, *, size_limit: int | None = None) -> GcReport:
         """Delete corrupt entries, fix the store's consistency, and evict (LRU) down to the size limit."""
@@ -142,8 +141,8 @@ class Maintenance(Storage):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("always")
-                repaired = len(self._dc.check(fix=True, retry=False))
-        except diskcache.Timeout:
+                repaired = len(self._index.check(fix=True))
+        except IndexTimeout:
             raise self._locked("collecting garbage") from None
         except (OSError, sqlite3.Error) as exc:
             raise CacheError(f"cannot collect garbage in {self.directory}: {exc}") from None

@@ -8,19 +8,19 @@ import contextlib
 import os
 import re
 import sqlite3
+import threading
 import time
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import diskcache
+from typing import TYPE_CHECKING, Any
 
 from ..errors import CacheError, CacheLocationError
 from ..events import Note, emit
 from ..filemode import folder_modes, private_file, private_folder
 from .index import (
     Connections,
-    PidDisk,
+    IndexTimeout,
     ReadOnlyIndex,
     damage_error,
     damaged,
@@ -29,7 +29,10 @@ from .index import (
 )
 from .rows import DBNAME
 
-__all__ = ["DEFAULT_SIZE_LIMIT", "FORMAT", "Opened", "open_index"]
+if TYPE_CHECKING:
+    from .diskindex import DiskIndex
+
+__all__ = ["DEFAULT_SIZE_LIMIT", "FORMAT", "DeferredIndex", "Opened", "open_index"]
 
 DEFAULT_SIZE_LIMIT = 4 * 1024**3
 """Size limit of a new cache, in bytes."""
@@ -54,7 +57,8 @@ class Opened:
     """An opened index, r1build's own connections to it, and why it is read-only (None: writable)."""
 
     index: Any
-    """The diskcache ``Cache``, or a :class:`~r1build.cache.index.ReadOnlyIndex`."""
+    """A :class:`~r1build.cache.diskindex.DiskIndex`, a :class:`DeferredIndex` (opened at the first write) or a
+    :class:`~r1build.cache.index.ReadOnlyIndex`."""
     connections: Connections
     read_only: BaseException | None
 
@@ -69,8 +73,49 @@ def _dangling(path: Path) -> bool:
 def open_index(directory: Path, *, timeout: float, size_limit: int | None, create: bool) -> Opened:
     """Open (``create``: or create) the cache index in ``directory``; a new cache gets the default size limit,
     ``size_limit`` replaces the stored one. :class:`~r1build.errors.CacheLocationError` for a location that is
-    no cache, :class:`~r1build.errors.CacheError` (or its damage subclass) when it cannot be opened."""
-    d = directory
+    no cache, :class:`~r1build.errors.CacheError` (or its damage subclass) when it cannot be opened.
+
+    A cache that is there, of this layout and writable by this process is opened for reading alone; diskcache
+    opens it at the first write (:class:`DeferredIndex`): a run the cache answers never imports it."""
+    _check_location(directory, create)
+    _create_index_file(directory)
+    if size_limit is None:
+        ready = _open_ready(directory, timeout)
+        if ready is not None:
+            return ready
+    deadline = time.monotonic() + timeout
+    while True:
+        index: DiskIndex | None = None
+        connections = Connections(str(directory / DBNAME), timeout=timeout, tune=True)
+        try:
+            index = _disk_index(directory, timeout)
+            fresh = _prepare(connections, directory)
+            if size_limit is not None or fresh:
+                index.reset("size_limit", size_limit if size_limit is not None else DEFAULT_SIZE_LIMIT)
+            sweep_interrupted_imports(connections, directory)
+            return Opened(index, connections, None)
+        except (sqlite3.OperationalError, IndexTimeout) as exc:
+            connections.close()
+            if index is not None:
+                index.close()
+            busy = isinstance(exc, IndexTimeout) or "locked" in str(exc) or "busy" in str(exc)
+            if not busy and (directory / DBNAME).is_file() and looks_read_only(exc, directory):
+                return _open_read_only(directory, exc)
+            if not busy or time.monotonic() > deadline:
+                raise _unusable(directory, exc) from None
+            time.sleep(0.02)
+        except (OSError, sqlite3.Error) as exc:
+            connections.close()
+            if index is not None:
+                index.close()
+            if isinstance(exc, OSError) and (directory / DBNAME).is_file() and looks_read_only(exc, directory):
+                return _open_read_only(directory, exc)
+            raise _unusable(directory, exc) from None
+
+
+def _check_location(d: Path, create: bool) -> None:
+    """Refuse a location that is no cache (a file, a folder of other files; without ``create``, one that holds no
+    cache) and make the folder, private, where it is missing."""
     try:
         if d.exists() and not d.is_dir():
             raise CacheLocationError(f"cache directory {d} is not a directory")
@@ -87,37 +132,74 @@ def open_index(directory: Path, *, timeout: float, size_limit: int | None, creat
             raise CacheLocationError(f"cannot use {d} as the cache directory: {exc.strerror}") from None
         why = f"it is a symbolic link to {d.readlink()}, which does not exist" if _dangling(d) else str(exc)
         raise CacheError(f"cannot create the cache directory {d}: {why}") from None
-    _create_index_file(d)
-    deadline = time.monotonic() + timeout
-    while True:
-        dc: diskcache.Cache | None = None
-        connections = Connections(str(d / DBNAME), timeout=timeout, tune=True)
-        try:
-            dc = diskcache.Cache(str(d), timeout=timeout, eviction_policy="least-recently-used", disk=PidDisk)
-            fresh = _prepare(connections, d)
-            if size_limit is not None:
-                dc.reset("size_limit", size_limit)
-            elif fresh:
-                dc.reset("size_limit", DEFAULT_SIZE_LIMIT)
-            sweep_interrupted_imports(connections, d)
-            return Opened(dc, connections, None)
-        except (sqlite3.OperationalError, diskcache.Timeout) as exc:
+
+
+def _open_ready(directory: Path, timeout: float) -> Opened | None:
+    """The index of a cache that is there, of this layout and writable, opened for reading (diskcache deferred to
+    the first write); None for any other (new, being made, read-only, damaged, another layout, busy): the full
+    opening says what it is."""
+    db = directory / DBNAME
+    if not (os.access(directory, os.W_OK) and os.access(db, os.W_OK)) or db.stat().st_size == 0:
+        return None
+    connections = Connections(str(db), timeout=timeout, tune=True)
+    try:
+        rows = connections.execute("SELECT value FROM R1Meta WHERE name = 'format'").fetchall()
+        if not rows or rows[0][0] != FORMAT:
             connections.close()
-            if dc is not None:
-                dc.close()
-            busy = isinstance(exc, diskcache.Timeout) or "locked" in str(exc) or "busy" in str(exc)
-            if not busy and (d / DBNAME).is_file() and looks_read_only(exc, d):
-                return _open_read_only(d, exc)
-            if not busy or time.monotonic() > deadline:
-                raise _unusable(d, exc) from None
-            time.sleep(0.02)
-        except (OSError, sqlite3.Error) as exc:
-            connections.close()
-            if dc is not None:
-                dc.close()
-            if isinstance(exc, OSError) and (d / DBNAME).is_file() and looks_read_only(exc, d):
-                return _open_read_only(d, exc)
-            raise _unusable(d, exc) from None
+            return None
+        sweep_interrupted_imports(connections, directory)
+    except sqlite3.Error:
+        connections.close()
+        return None
+    return Opened(DeferredIndex(directory, timeout), connections, None)
+
+
+def _disk_index(directory: Path, timeout: float) -> DiskIndex:
+    from .diskindex import DiskIndex  # here: only a write (or a new cache) needs diskcache
+
+    return DiskIndex(directory, timeout)
+
+
+class DeferredIndex:
+    """The index of a cache opened for reading, as :class:`~.diskindex.DiskIndex` answers for it: diskcache opens
+    it at the first call (a write, a setting, the size of the files), once, whichever thread asks first."""
+
+    def __init__(self, directory: Path, timeout: float) -> None:
+        self.directory = directory
+        self.timeout = timeout
+        self._index: DiskIndex | None = None
+        self._lock = threading.Lock()
+
+    def _opened(self) -> DiskIndex:
+        with self._lock:
+            if self._index is None:
+                self._index = _disk_index(self.directory, self.timeout)
+            return self._index
+
+    def set(self, key: str, value: Any, *, read: bool = False) -> None:
+        self._opened().set(key, value, read=read)
+
+    def delete(self, key: str) -> bool:
+        return self._opened().delete(key)
+
+    def transact(self) -> AbstractContextManager[None]:
+        return self._opened().transact()
+
+    def reset(self, name: str, value: Any = None) -> Any:
+        return self._opened().reset(name, value)
+
+    def volume(self) -> int:
+        return self._opened().volume()
+
+    def check(self, *, fix: bool) -> list[Any]:
+        return self._opened().check(fix=fix)
+
+    def close(self) -> None:
+        """Close diskcache's connection where it was opened (a later call opens it again)."""
+        with self._lock:
+            index, self._index = self._index, None
+        if index is not None:
+            index.close()
 
 
 def _create_index_file(directory: Path) -> None:

@@ -23,13 +23,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-import diskcache
-
 from ..errors import CacheError
 from ..events import Note, emit
 from ..keys import digest_bytes
 from .codec import HEADER, Corrupt, RecordKind, check_payload, decode, kind_of, pack, parse, verified
-from .index import IMPORT_MARK, Connections, damage_error, damaged
+from .index import IMPORT_MARK, Connections, IndexTimeout, damage_error, damaged
 from .location import resolve_cache_dir
 from .opening import open_index
 from .rows import row_bytes
@@ -138,7 +136,7 @@ class Storage:
         if opened.read_only is not None:
             self.read_only = True
             self.degraded = f"read-only: {opened.read_only}"
-        self._dc: Any = opened.index
+        self._index: Any = opened.index
         self._sql: Connections = opened.connections
 
     def _refuse_read_only(self, what: str) -> None:
@@ -200,7 +198,7 @@ class Storage:
             with self._sql.transaction():
                 for name, n in items:
                     self._sql.execute(upsert, (name, n))
-        except (diskcache.Timeout, sqlite3.Error) as exc:
+        except sqlite3.Error as exc:
             emit(Note("warning", f"could not record cache statistics in {self.directory}: {exc}"))
 
     def close(self) -> None:
@@ -208,7 +206,7 @@ class Storage:
         if self.remote is not None:
             self.remote.close()
         self.flush_stats()
-        self._dc.close()
+        self._index.close()
         self._sql.close()
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
@@ -224,9 +222,9 @@ class Storage:
         """Hold the write lock for a batch of writes: other processes see all of them or none."""
         self._refuse_read_only("write to it")
         try:
-            with self._dc.transact(retry=False):
+            with self._index.transact():
                 yield
-        except diskcache.Timeout:
+        except IndexTimeout:
             raise CacheError(f"cache at {self.directory} stayed locked for {self.timeout:g} s") from None
 
     # -- storage primitives ------------------------------------------------------------------------------
@@ -255,8 +253,8 @@ class Storage:
         if self.read_only or self._off:
             return  # said once, when the cache was opened read-only or turned off
         try:
-            self._dc.set(key, raw, read=isinstance(raw, _Chunks), retry=False)
-        except diskcache.Timeout:
+            self._index.set(key, raw, read=isinstance(raw, _Chunks))
+        except IndexTimeout:
             if self.tolerant:
                 self._turn_off(self._locked(f"writing {key}"))
                 return
@@ -370,6 +368,6 @@ class Storage:
         """Remove one entry; whether it was there."""
         self._refuse_read_only("delete from it")
         try:
-            return bool(self._dc.delete(key, retry=False))
-        except diskcache.Timeout:
+            return bool(self._index.delete(key))
+        except IndexTimeout:
             raise self._locked(f"deleting {key}") from None
