@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["code_fingerprint", "path_digest"]
+__all__ = ["code_fingerprint", "path_digest", "toml_digest"]
 
 
 def canonical_json(obj: Any) -> bytes:
@@ -32,6 +32,13 @@ def digest_bytes(data: bytes) -> str:
 def digest_json(obj: Any) -> str:
     """Hex sha256 of the canonical JSON of ``obj``."""
     return digest_bytes(canonical_json(obj))
+
+
+def toml_digest(data: Any) -> str:
+    """Hex sha256 of parsed TOML (dates and times as their ISO text): the same for two texts that differ only in
+    comments, blank lines, quoting or the order of keys."""
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return digest_bytes(text.encode())
 
 
 _PACKAGE = Path(__file__).resolve().parent

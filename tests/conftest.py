@@ -82,6 +82,13 @@ def find_cuobjdump() -> str | None:
     return None
 
 
+@pytest.fixture(autouse=True)
+def _user_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """r1build's user state folder (the key that signs replay records, and the records) of each test, away from
+    the user's own: a command a test runs records nothing in the home folder."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+
+
 @pytest.fixture
 def cuobjdump() -> str:
     """Path of cuobjdump; skips the test where none is installed."""

@@ -2,16 +2,18 @@
 nothing changed, print what their last run printed without importing the resolver, GPU or LLM code.
 
 After such a command succeeds (exit 0) in a process of its own (the ``r1build`` console script, not a call of
-:func:`r1build.cli.main.main` with arguments), a *record* is stored in the cache it used, under ``json/replay/``
-and a key that digests everything the answer could depend on besides files and the cache: the arguments, the
-working directory, the variables that may change the answer (:func:`r1build.settings.answer_environment`:
-r1build's own, the toolchain lookup's, Python's, the locale's, the terminal's; not a CI job's own), whether stdout
-and stderr are terminals and their size, the Python, and r1build's own code (its files' sizes and times). The
-record holds what the run printed (stdout and stderr, in order) and what it read:
+:func:`r1build.cli.main.main` with arguments), a *record* is stored in the user's state folder
+(``replay/<key>.json`` beside the secret below; the newest 256 are kept), under a key that digests everything the
+answer could depend on besides files and the cache: the arguments, the working directory, the variables that may
+change the answer (:func:`r1build.settings.answer_environment`: r1build's own, the toolchain lookup's, Python's,
+the locale's, the terminal's; not a CI job's own), whether stdout and stderr are terminals and their size, the
+Python, and r1build's own code (its files' sizes and times). The record holds what the run printed (stdout and stderr, in order) and what it read:
 
 - files: the manifest, the places a manifest is looked for, the lock, the vendored folder, and every kernel's
   reference module, baseline and candidate files, each by the sha256 of its bytes and its real path (a file
-  swapped for a link to the same bytes differs);
+  swapped for a link to the same bytes differs); the manifest and those places also by what r1build reads of
+  them, parsed (:func:`_toml_view`), so an edit that changes no answer (a comment, blank lines, the order of
+  keys; in a ``pyproject.toml``, anything outside ``[tool.r1build]``, such as its version) still replays;
 - the modules the run imported (the references among them): those inside the project by sha256, the others by
   size and modification time;
 - every cache entry read, by key, with the sha256 of the bytes stored (an absent or unreadable entry included);
@@ -24,16 +26,19 @@ remote may answer next time; a run the lock and the local cache settle asks it n
 degraded cache. What this path skips: the cache's hit statistics (a replayed run counts nothing) and files a
 reference reads at run time other than modules.
 
-Whoever may write to the cache could otherwise write a record that names today's files and prints yesterday's
-answer (``check --locked`` saying "current and verified" of a lock every build refuses). So a record carries an
-HMAC-SHA256 over its command line's key and its contents, made with a secret kept outside every cache: a file of
-the user's state folder (:func:`r1build.settings.user_state_dir`), mode 0600, made on first use. A record whose MAC does
-not verify, or any doubt about the secret (missing, another user's, readable by others, inside the cache the
-record is in), means no replay and no record: the command runs in full.
+Records are kept out of every cache (others may write a shared cache, a restored CI cache, an imported bundle):
+whoever could write one could otherwise store a record that names today's files and prints yesterday's answer
+(``check --locked`` saying "current and verified" of a lock every build refuses). A record also carries an
+HMAC-SHA256 over its command line's key and its contents, made with a secret in the same folder
+(:func:`r1build.settings.user_state_dir`), mode 0600, made on first use. A record whose MAC does not verify, or
+any doubt about the secret (missing, another user's, readable by others, inside the cache the record names),
+means no replay and no record: the command runs in full. Earlier releases kept records in the cache
+(``json/replay/``); those are never read, and bundles never carry them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -45,7 +50,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from .. import __version__
-from ..digests import code_fingerprint, path_digest
+from ..digests import code_fingerprint, path_digest, toml_digest
 
 if TYPE_CHECKING:
     import argparse
@@ -57,8 +62,9 @@ if TYPE_CHECKING:
 __all__ = ["NAMESPACE", "Recorder", "active", "eligible", "record_key", "replay"]
 
 NAMESPACE = "replay"
-"""The cache's JSON namespace of records (``json/replay/<key>``)."""
-_FORMAT = 2
+"""The cache's JSON namespace where earlier releases kept records (``json/replay/<key>``): never read now, and
+never exported (machine-local, :mod:`r1build.cache.bundle`)."""
+_FORMAT = 3
 _KEY_NAME = "replay-record.key"
 
 
@@ -123,6 +129,38 @@ def _file_state(path: Path) -> str | None:
     """Real path and digest of a file or folder (None when absent)."""
     digest = path_digest(path)
     return None if digest is None else f"{path.resolve()}:{digest}"
+
+
+_TOML_PLACES = ("kernels.toml", "pyproject.toml")
+
+
+def _toml_view(path: Path) -> str | None:
+    """sha256 of what r1build reads of a TOML file it may take the manifest from: the whole of a ``kernels.toml``
+    (or of a manifest of another name), the ``[tool.r1build]`` table of a ``pyproject.toml``; None when it cannot be
+    read or parsed. Two texts with the same view (a comment, blank lines, keys in another order) give every
+    command the same answer."""
+    import tomllib  # here: only a manifest whose bytes changed is parsed
+
+    try:
+        data: Any = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None
+    if path.name == "pyproject.toml":
+        tool = data.get("tool")
+        data = tool.get("r1build") if isinstance(tool, dict) else None
+    return toml_digest(data)
+
+
+def _file_holds(path: str, state: str | None, views: dict[str, str | None]) -> bool:
+    """Whether a file the run read is as it was: the same bytes at the same real path, or, for a manifest or a
+    place one is looked for (``views``), the same real path and the same :func:`_toml_view`."""
+    now = _file_state(Path(path))
+    if now == state:
+        return True
+    if path not in views or now is None or state is None or now.rpartition(":")[0] != state.rpartition(":")[0]:
+        return False
+    view = views[path]
+    return view is not None and _toml_view(Path(path)) == view
 
 
 def _installed(path: str) -> bool:
@@ -209,19 +247,27 @@ def _mac(secret: bytes, key: str, record: dict[str, Any]) -> str:
     return hmac.new(secret, f"{key}\n{body}".encode(), hashlib.sha256).hexdigest()
 
 
-def _load_record(directory: Path, key: str) -> dict[str, Any] | None:
-    """The record of ``key`` in the cache in ``directory`` when its MAC verifies; None otherwise."""
-    from ..cache import stored_values
+def _records_dir() -> Path:
+    """The folder of the records: beside the secret that signs them, in the user's own state folder (never in a
+    cache, which others may write)."""
+    return _secret_file().parent / "replay"
 
-    full = f"json/{NAMESPACE}/{key}"
-    raw = (stored_values(directory, [full]) or {}).get(full)
-    if not isinstance(raw, bytes) or raw[64:65] != b"\n":
+
+def _load_record(directory: Path, key: str) -> dict[str, Any] | None:
+    """The record of ``key``, of the cache in ``directory``, when its MAC verifies; None otherwise."""
+    try:
+        fd = os.open(_records_dir() / f"{key}.json", os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
         return None
-    payload = raw[65:]
-    if hashlib.sha256(payload).hexdigest() != raw[:64].decode("ascii", "replace"):
+    with os.fdopen(fd, "rb") as f:
+        raw = f.read()
+    try:
+        record = json.loads(raw)
+    except ValueError:
         return None
-    record = json.loads(payload)
     if not isinstance(record, dict) or record.get("format") != _FORMAT or not isinstance(record.get("mac"), str):
+        return None
+    if record.get("cache") != str(directory):
         return None
     secret = _secret(directory, create=False)
     if secret is None or not hmac.compare_digest(record["mac"], _mac(secret, key, record)):
@@ -229,11 +275,45 @@ def _load_record(directory: Path, key: str) -> dict[str, Any] | None:
     return record
 
 
+_KEEP = 256
+"""Records kept: a store beyond them removes the oldest (a record whose command line is no longer run, or whose
+r1build is gone, would otherwise stay for ever)."""
+
+
+def _write_record(key: str, record: dict[str, Any]) -> None:
+    """Store ``record`` under ``key``, whole or not at all (a file of its own renamed into place), mode 0600."""
+    from ..filemode import private_file, private_folder
+
+    folder = _records_dir()
+    private_folder(folder)
+    part = folder / f".{key}.{os.getpid()}.part"
+    fd = private_file(part, 0o600, os.O_WRONLY | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(json.dumps(record, separators=(",", ":")).encode())
+        os.replace(part, folder / f"{key}.json")
+    finally:
+        part.unlink(missing_ok=True)
+    _prune(folder)
+
+
+def _prune(folder: Path) -> None:
+    """Remove the oldest records beyond :data:`_KEEP`."""
+    with os.scandir(folder) as it:
+        records = [(e.stat().st_mtime_ns, e.path) for e in it if e.name.endswith(".json")]
+    if len(records) <= _KEEP:
+        return
+    for _, path in sorted(records)[: len(records) - _KEEP]:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
 def _still_holds(record: dict[str, Any]) -> bool:
     """Whether everything the recorded run read is as it was."""
     from ..cache import stored_values
 
-    if any(_file_state(Path(p)) != state for p, state in record["files"].items()):
+    views: dict[str, str | None] = record["views"]
+    if not all(_file_holds(p, state, views) for p, state in record["files"].items()):
         return False
     root = record["root"]
     if any(_module_state(p, root) != state for p, state in record["modules"].items()):
@@ -358,6 +438,13 @@ class Recorder:
             paths += [manifest.root / rel for rel in (spec.baseline, *spec.candidates) if rel is not None]
         return paths
 
+    @staticmethod
+    def _views(manifest: Manifest, files: list[Path]) -> dict[str, str | None]:
+        """:func:`_toml_view` of the manifest (as its loader parsed it) and of each place a manifest is looked for
+        that holds a file."""
+        views = {str(p): _toml_view(p) for p in files if p.name in _TOML_PLACES and p != manifest.path and p.exists()}
+        return views | {str(manifest.path): manifest.data_digest}
+
     def record(self, code: int) -> dict[str, Any] | None:
         """What to store for a run that ended with ``code``; None when it may not be replayed."""
         manifest = self.manifest
@@ -381,9 +468,11 @@ class Recorder:
                 and (_installed(path) or not path.startswith(stdlib))
             ):
                 modules[path] = _module_state(path, root)
+        files = self._files(manifest)
         return {
             "format": _FORMAT,
-            "files": {str(p): _file_state(p) for p in self._files(manifest)},
+            "files": {str(p): _file_state(p) for p in files},
+            "views": self._views(manifest, files),
             "root": root,
             "modules": modules,
             "nvcc": _nvcc_state(),
@@ -394,8 +483,7 @@ class Recorder:
         }
 
     def store(self, code: int) -> None:
-        """Store the record of this run in its cache (nothing when it may not be replayed): the cache the run
-        used, closed by then, reconnects for this one write (opening it anew would cost its checks again)."""
+        """Store the record of this run (nothing when it may not be replayed) beside the secret that signs it."""
         record = self.record(code)
         if record is None:
             return
@@ -403,12 +491,7 @@ class Recorder:
         if secret is None:
             return
         record["mac"] = _mac(secret, self.key, record)
-        cache = self.caches[0]
-        cache.read_log, cache.remote = None, None  # the record is no read of the run's, and stays local
-        try:
-            cache.put_json(NAMESPACE, self.key, record)
-        finally:
-            cache.close()
+        _write_record(self.key, record)
 
 
 def _hold(directory: Path) -> sqlite3.Connection | None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..convert import ConversionProblem, KeyPath, convert, did_you_mean, field_key
+from ..digests import toml_digest
 from ..errors import ManifestError
 from .archs import ArchTarget, family_clash, merge_targets, parse_target, settle_codes
 from .bounds import check_numbers
@@ -209,7 +210,14 @@ def load_manifest(path: Path, *, check_references: bool = True) -> Manifest:
     _check_lock_is_no_kernel_file(v, settings, path.parent, validated)
     _check_torch_bars(v, settings, kernels)
     targets = _settled_targets(raw_settings, settings, kernels)
-    return Manifest(path=path, settings=settings, kernels=validated, reference_digests=digests, targets=targets)
+    return Manifest(
+        path=path,
+        settings=settings,
+        kernels=validated,
+        reference_digests=digests,
+        targets=targets,
+        data_digest=toml_digest(data),
+    )
 
 
 def _check_torch_bars(v: _Validator, settings: ProjectSettings, kernels: list[KernelSpec]) -> None:

@@ -421,6 +421,9 @@ class Manifest:
     """Kernel name to sha256 of its reference module's source."""
     targets: dict[str, tuple[ArchTarget, ...]] = field(default_factory=dict)
     """Kernel name to its target archs as spelled, each with the code to embed (decided at load)."""
+    data_digest: str | None = field(default=None, compare=False)
+    """sha256 of the manifest's table as parsed (:func:`r1build.digests.toml_digest`: comments and layout aside),
+    None for a manifest not read from a file."""
 
     @property
     def root(self) -> Path:

@@ -47,14 +47,14 @@ IMPORTS = (
 (``-X importtime`` would miss what ``importlib.import_module`` imports)."""
 
 
-def imports(*args: str, cwd: Path) -> tuple[int, str, set[str]]:
+def imports(*args: str, cwd: Path, env: dict[str, str] | None = None) -> tuple[int, str, set[str]]:
     """``r1build ARGS`` in a fresh process (stdout a pipe, not a terminal): exit code, stdout, modules imported."""
     listing = cwd / "modules.json"
     proc = subprocess.run(
         [sys.executable, "-c", IMPORTS, str(listing), *args],
         capture_output=True,
         text=True,
-        env=dict(os.environ),
+        env=env or dict(os.environ),
         cwd=cwd,
         check=False,
     )
@@ -140,22 +140,29 @@ FIRST_RUN_NEVER = (
     "r1build.trust.signing",
     "r1build.lock.salvage",
     "concurrent.futures",
+    "diskcache",
 )
 """What the full path of ``resolve --locked`` and ``status`` never needs where the lock and the local cache
 answer (issue 29): the numpy references, the LLM client, the gate's compile machinery (its cached verdicts are
 read without it), the cluster, the remote cache (none configured), the report's page; nor platformdirs (the
 fast path's key folder is named by :func:`r1build.settings.user_state_dir`), difflib (no unknown ``R1BUILD_*``
 variable to match), the signing code (no trusted keys named), the lock's salvage (the lock is whole), a thread
-pool (every gate verdict cached)."""
+pool (every gate verdict cached), diskcache (the cache is read with SQLite alone; diskcache opens it at the first
+write, and the run's record is written beside the key that signs it, not into the cache)."""
 
 
 @pytest.mark.slow  # a lock (nvcc) and four processes
-def test_the_first_run_after_an_edit_imports_only_what_a_lock_and_the_local_cache_need(locked: Path) -> None:
+def test_the_first_run_on_a_new_machine_imports_only_what_a_lock_and_the_local_cache_need(
+    locked: Path, tmp_path: Path
+) -> None:
+    """The first run where no record answers (a CI job's fresh machine: no state folder; the manifest edited):
+    the full path, which imports none of :data:`FIRST_RUN_NEVER`."""
     manifest = locked / "kernels.toml"
     for args in (("status",), ("resolve", "--locked", "--no-gpu")):
-        for edit in ("a", "b"):  # the second run has a record of the first, which no longer answers
+        for edit in ("a", "b"):
             manifest.write_text(manifest.read_text(encoding="utf-8") + f"\n# an unrelated edit {edit}\n")
-            code, out, modules = imports(*args, "-m", str(locked), cwd=locked)
+            env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / f"state-{args[0]}-{edit}"))
+            code, out, modules = imports(*args, "-m", str(locked), cwd=locked, env=env)
             assert code == 0 and "silu_mul" in out, args
             assert "r1build.resolve.lookup" in modules, args  # the full path, not a replay
             assert not under(modules, *FIRST_RUN_NEVER), (args, sorted(under(modules, *FIRST_RUN_NEVER)))

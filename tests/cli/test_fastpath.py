@@ -4,6 +4,7 @@ full. Each command runs in a process of its own, as a user runs it (the warm pat
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -67,20 +68,18 @@ def _undeclared_define(lock: Path) -> None:
     lock.write_text(text, encoding="utf-8")
 
 
-def _forge_records(cache_dir: Path, lock: Path) -> int:
-    """What a writer of the cache can do: rewrite every stored record so that it names the lock as it is now,
-    keeping what the run printed (framed by the cache as any entry is). The number of records rewritten."""
-    state = fastpath._file_state(lock)
+def _forge_records(cache_dir: Path, lock: Path, state: Path) -> int:
+    """What a writer of the cache can do: store a record where earlier releases looked for one (``json/replay/``),
+    naming the lock as it is now and keeping what the run printed; and, without the secret, what a writer of the
+    records' folder can do: rewrite each record the same way. The number of records forged."""
+    lock_state = fastpath._file_state(lock)
     forged = 0
     with Cache(cache_dir) as cache:
-        for entry in cache.entries():
-            if not entry.key.startswith(f"json/{fastpath.NAMESPACE}/"):
-                continue
-            key = entry.key.rpartition("/")[2]
-            record = cache.get_json(fastpath.NAMESPACE, key)
-            assert isinstance(record, dict)
-            record["files"][str(lock)] = state
-            cache.put_json(fastpath.NAMESPACE, key, record)
+        for path in sorted((state / "r1build" / "replay").glob("*.json")):
+            record = json.loads(path.read_text(encoding="utf-8"))
+            record["files"][str(lock)] = lock_state
+            cache.put_json(fastpath.NAMESPACE, path.stem, record)
+            path.write_text(json.dumps(record), encoding="utf-8")
             forged += 1
     return forged
 
@@ -88,14 +87,16 @@ def _forge_records(cache_dir: Path, lock: Path) -> int:
 @pytest.mark.parametrize(
     "command", [("check", "--locked"), ("resolve", "--locked", "--no-gpu"), ("status",)], ids=lambda c: c[0]
 )
-def test_a_forged_record_never_answers(locked: Path, cache_dir: Path, command: tuple[str, ...]) -> None:
+def test_a_forged_record_never_answers(
+    locked: Path, cache_dir: Path, _state_home: Path, command: tuple[str, ...]
+) -> None:
     """A record a cache writer forged (here: one naming a lock every full run refuses) is never replayed: the
     command runs in full and fails as the build does, instead of printing the old answer."""
     code, out, _ = warm(locked, *command)
     assert code == 0
     lock = locked / "kernels.lock"
     _undeclared_define(lock)
-    assert _forge_records(cache_dir, lock) >= 1
+    assert _forge_records(cache_dir, lock, _state_home) >= 1
     code, out2, err, full = run(locked, *command)
     assert full and code == 2, (code, out2, err)
     assert "current and verified" not in out2 and out2 != out
@@ -116,9 +117,19 @@ def test_status_replays_and_sees_every_change(locked: Path, cache_dir: Path) -> 
     assert full and code == 0
     assert not run(locked, "status")[3]
 
-    # the manifest: a comment is still a change (the full path decides it is the same answer)
+    # the manifest: a comment, blank lines or keys in another order change no answer (the record still answers);
+    # a changed value is a change, though the full path finds the same answer for this one
     toml = locked / "kernels.toml"
-    toml.write_text(toml.read_text(encoding="utf-8") + "\n# edited\n", encoding="utf-8")
+    text = toml.read_text(encoding="utf-8")
+    toml.write_text("# edited\n\n" + text + "\n# edited\n", encoding="utf-8")
+    code, out2, _, full = run(locked, "status")
+    assert not full and code == 0 and out2 == out
+    assert "rtol = 1e-5" in text
+    toml.write_text(text.replace("rtol = 1e-5", "rtol = 1.0e-5", 1), encoding="utf-8")  # the same number
+    assert not run(locked, "status")[3]
+    toml.write_text(text.replace('"float32"', "'float32'", 1), encoding="utf-8")  # the same string
+    assert not run(locked, "status")[3]
+    toml.write_text(text + "\n[bindings]\n", encoding="utf-8")  # an empty table more: another manifest
     code, out2, _, full = run(locked, "status")
     assert full and code == 0 and out2 == out
     assert not run(locked, "status")[3]  # recorded again
@@ -268,19 +279,17 @@ def test_the_full_locked_path_imports_no_http_client(locked: Path) -> None:
 @pytest.mark.slow  # a lock (nvcc) and two processes under strace
 @pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace to count the syncs")
 def test_a_first_run_syncs_the_cache_index_once_not_on_each_open_and_close(locked: Path, tmp_path: Path) -> None:
-    """The full path of ``status`` after an edit: the cache index's write-ahead log is made and checkpointed once
+    """The full path of ``status`` (no record): the cache index's write-ahead log is made and checkpointed once
     (its other connections close while the recorder holds one), not on each open and close of a connection:
     at most 6 fsyncs (it was 12: each of 3 cycles made the log anew and checkpointed it, two syncs each)."""
-    manifest = locked / "kernels.toml"
-    for edit in ("a", "b"):
-        manifest.write_text(manifest.read_text(encoding="utf-8") + f"\n# an unrelated edit {edit}\n")
+    for edit in ("a", "b"):  # each on a new machine (no record answers): the full path
         counts = tmp_path / f"strace-{edit}.txt"
         strace = ["strace", "-f", "-c", "-e", "trace=fsync,fdatasync", "-o", str(counts)]
         proc = subprocess.run(
             [*strace, sys.executable, "-m", "r1build.cli.main", "status", "-m", str(locked)],
             capture_output=True,
             text=True,
-            env=dict(os.environ),
+            env=dict(os.environ, XDG_STATE_HOME=str(tmp_path / f"state-{edit}")),
             check=False,
         )
         assert proc.returncode == 0, proc.stderr
