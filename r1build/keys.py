@@ -116,9 +116,24 @@ def generation_settings(generation: Generation, spec: KernelSpec) -> dict[str, A
     }
 
 
+_DECISION_KEYS: dict[int, tuple[weakref.ref[Manifest], dict[tuple[int, str], tuple[KernelSpec, str]]]] = {}
+"""Each loaded manifest's decision keys, by the manifest's identity, then the spec's and the arch."""
+
+
 def decision_key(manifest: Manifest, spec: KernelSpec, arch: str) -> str:
-    """sha256 of (key schema, normalized spec, arch, generation settings, nvcc flags)."""
-    return digest_json(
+    """sha256 of (key schema, normalized spec, arch, generation settings, nvcc flags).
+
+    Worked out once per manifest object, spec and arch: a :class:`~r1build.manifest.model.Manifest` is the project
+    as it was loaded, so the files a key digests are read once however often a run asks (the lookup, the lock's
+    checks, the report), not once per asking."""
+    found = _DECISION_KEYS.get(id(manifest))
+    if found is None or found[0]() is not manifest:
+        found = _DECISION_KEYS[id(manifest)] = (weakref.ref(manifest, _forget(id(manifest))), {})
+    keys = found[1]
+    known = keys.get((id(spec), arch))
+    if known is not None and known[0] is spec:
+        return known[1]
+    key = digest_json(
         {
             "schema": KEY_SCHEMA,
             "spec": normalized_spec(manifest, spec),
@@ -127,6 +142,19 @@ def decision_key(manifest: Manifest, spec: KernelSpec, arch: str) -> str:
             "nvcc_flags": list(manifest.settings.nvcc_flags),
         }
     )
+    keys[(id(spec), arch)] = (spec, key)
+    return key
+
+
+def _forget(manifest_id: int) -> Any:
+    """A callback that drops the keys of a manifest once it is gone (its id may then be another's)."""
+
+    def forget(ref: weakref.ref[Any]) -> None:
+        found = _DECISION_KEYS.get(manifest_id)
+        if found is not None and found[0] is ref:
+            del _DECISION_KEYS[manifest_id]
+
+    return forget
 
 
 def variant_digest(source_digest: str, defines: dict[str, int | str]) -> str:

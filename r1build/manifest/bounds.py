@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,14 +86,31 @@ def field_bounds(f: dataclasses.Field[Any]) -> Bounds | None:
     return bounds if isinstance(bounds, Bounds) else None
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+"""A control character other than tab, newline and carriage return."""
+
+
 def _finite(value: object, path: KeyPath) -> None:
     if isinstance(value, float) and not math.isfinite(value):
         raise ConversionProblem(path, f"must be a finite number, got {value}")
-    if isinstance(value, str) and any((ord(c) < 32 and c not in "\t\n\r") or ord(c) == 127 for c in value):
+    if isinstance(value, str) and _CONTROL.search(value):
         raise ConversionProblem(path, f"holds a control character: {value!r}")
     if isinstance(value, list):
         for i, item in enumerate(value):
             _finite(item, (*path, i))
+
+
+_CHECKED: dict[type, tuple[tuple[str, str, Bounds | None], ...]] = {}
+"""Per dataclass: each field set at construction, its manifest key and its range (found once per class)."""
+
+
+def _checked_fields(cls: type) -> tuple[tuple[str, str, Bounds | None], ...]:
+    found = _CHECKED.get(cls)
+    if found is None:
+        found = _CHECKED[cls] = tuple(
+            (f.name, field_key(f.name), field_bounds(f)) for f in dataclasses.fields(cls) if f.init
+        )
+    return found
 
 
 def check_numbers(record: object, path: KeyPath = ()) -> None:
@@ -110,13 +128,10 @@ def check_numbers(record: object, path: KeyPath = ()) -> None:
     if not (dataclasses.is_dataclass(record) and not isinstance(record, type)):
         _finite(record, path)
         return
-    for f in dataclasses.fields(record):
-        if not f.init:
-            continue
-        value = getattr(record, f.name)
-        where = (*path, field_key(f.name))
+    for name, key, bounds in _checked_fields(type(record)):
+        value = getattr(record, name)
+        where = (*path, key)
         check_numbers(value, where)
-        bounds = field_bounds(f)
         if bounds is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
             problem = bounds.problem(value)
             if problem is not None:

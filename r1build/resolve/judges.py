@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextvars
 import logging
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -185,6 +184,8 @@ class Judges:
                 # connects on the first compile it needs: a run whose verdicts are all cached never does
                 self._gate = ClusterGate(self.cache, self._on_cluster)
             else:
+                import tempfile  # here: a run whose verdicts are all cached never makes a folder
+
                 from ..gate.static import StaticGate
 
                 # where a local GPU may evaluate, the gate keeps its objects: the GPU evaluator links its
