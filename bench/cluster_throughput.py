@@ -107,7 +107,7 @@ def one_run(manifest_path: Path, arch: str, address: str) -> dict[str, Any]:
     ):
         start = time.perf_counter()
         resolution = resolve(
-            manifest, cache, ResolveOptions(offline=True, archs=[arch], cluster=address, write_lock=False)
+            manifest, cache, ResolveOptions(generate=False, archs=[arch], cluster=address, write_lock=False)
         )
         wall = time.perf_counter() - start
         decisions = cache.decisions()

@@ -195,7 +195,7 @@ def resolve_run(manifest_path: Path) -> dict[str, Any]:
         manifest = load(work / manifest_path.name)
         with Cache(Path(tmp) / "cache") as cache:
             start = time.perf_counter()
-            resolution = resolve(manifest, cache, ResolveOptions(refresh=True, offline=True, use_gpu=True))
+            resolution = resolve(manifest, cache, ResolveOptions(refresh=True, generate=False, evaluate=True))
             wall = time.perf_counter() - start
         winners = [
             {"kernel": e.spec.name, "arch": e.arch, "state": e.state, "provenance": e.provenance, "time_us": e.time_us}

@@ -10,8 +10,9 @@ its wall and CPU time are recorded. Then each warm command runs once untimed (it
 with other work, so the minimum is the figure least disturbed by it) and CPU time of the process. Separately,
 the ``resolve()`` call inside one process (the full path, no record). Then the first run as a CI job sees it:
 ``resolve --locked`` and ``status`` with a new, unrelated variable each run (``CI_JOB_ID``: the record still
-answers, a replay), and after an unrelated edit of the manifest each run (a new comment: no record answers, the
-full path), each paired with ``python -c pass`` (ratios; targets 8x at the root, 12x at 50 x 3). Byte-compiled
+answers, a replay), after an unrelated edit of the manifest each run (a new comment: the record checks what r1build
+reads of the manifest, and still answers), and on a new machine each run (an empty user state folder: no record,
+the full path), each paired with ``python -c pass`` (ratios; targets 8x at the root, 12x at 50 x 3). Byte-compiled
 modules are written first,
 as an installed package has them. Writes ``bench/results/resolve_locked.json`` / ``.md`` (root) or
 ``resolve_locked_<N>x<archs>.*``; exits 1 when a command's minimum misses its target.
@@ -128,22 +129,28 @@ def _timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
 
 def time_varied(args: list[str], env: dict[str, str], runs: int, manifest: Path, how: str) -> dict[str, Any]:
     """``args`` in fresh processes, each run with something new: ``variable`` (a new ``CI_JOB_ID``, as every CI
-    job has) or ``edit`` (a new comment appended to the manifest; the file is restored after). Each run is paired
-    with a ``python -c pass`` just before it (the machine may be shared: the pair sees the same load)."""
+    job has), ``edit`` (a new comment appended to the manifest; the file is restored after) or ``new machine`` (a
+    new, empty user state folder: no record and no key to sign one, as on a CI job's fresh machine). Each run is
+    paired with a ``python -c pass`` just before it (the machine may be shared: the pair sees the same load)."""
     cmd = [sys.executable, "-m", "r1build.cli.main", *args]
     saved = manifest.read_bytes()
     wall, cpu, pass_wall, pass_cpu = [], [], [], []
     try:
-        for i in range(runs):
-            run_env = env | {"CI_JOB_ID": f"{os.getpid()}-{i}-{time.time_ns()}"} if how == "variable" else env
-            if how == "edit":
-                manifest.write_bytes(saved + f"\n# edit {time.time_ns()}\n".encode())
-            w, c = _timed([sys.executable, "-c", "pass"], env)
-            pass_wall.append(w)
-            pass_cpu.append(c)
-            w, c = _timed(cmd, run_env)
-            wall.append(w)
-            cpu.append(c)
+        with tempfile.TemporaryDirectory() as states:
+            for i in range(runs):
+                run_env = env
+                if how == "variable":
+                    run_env = env | {"CI_JOB_ID": f"{os.getpid()}-{i}-{time.time_ns()}"}
+                elif how == "new machine":
+                    run_env = env | {"XDG_STATE_HOME": str(Path(states) / str(i))}
+                else:
+                    manifest.write_bytes(saved + f"\n# edit {time.time_ns()}\n".encode())
+                w, c = _timed([sys.executable, "-c", "pass"], env)
+                pass_wall.append(w)
+                pass_cpu.append(c)
+                w, c = _timed(cmd, run_env)
+                wall.append(w)
+                cpu.append(c)
     finally:
         manifest.write_bytes(saved)
     return {
@@ -156,11 +163,15 @@ def time_varied(args: list[str], env: dict[str, str], runs: int, manifest: Path,
     }
 
 
+FIRST_RUN_WAYS = ("variable", "edit", "new machine")
+"""How a first run differs from the run before it (:func:`time_varied`)."""
+
+
 def first_runs(project: Path, env: dict[str, str], runs: int) -> dict[str, Any]:
-    """:func:`time_varied` of ``resolve --locked`` and ``status`` both ways, with each minimum's ratio to the
+    """:func:`time_varied` of ``resolve --locked`` and ``status`` each way, with each minimum's ratio to the
     minimum of the ``python -c pass`` runs paired with it (wall, and CPU)."""
     out: dict[str, Any] = {}
-    for how in ("variable", "edit"):
+    for how in FIRST_RUN_WAYS:
         for label, argv in FIRST_RUN.items():
             r = time_varied([*argv, "-m", str(project)], env, runs, project / "kernels.toml", how)
             out[f"{label} ({how})"] = r | {
@@ -209,7 +220,7 @@ def main() -> int:
         for _ in range(args.runs):
             t = time.perf_counter()
             with Cache(work / "cache") as cache:
-                res = resolve(manifest, cache, ResolveOptions(locked=True, use_gpu=False, write_lock=False))
+                res = resolve(manifest, cache, ResolveOptions(locked=True, evaluate=False, write_lock=False))
             inproc.append((time.perf_counter() - t) * 1000)
         entries = len(res.entries)
         pass_ = [python_pass_ms(env, args.runs)]
@@ -270,8 +281,10 @@ def markdown(r: dict[str, Any]) -> str:
         "",
         "The first run as a CI job sees it, each run in a fresh process: *variable* = a new, unrelated "
         "`CI_JOB_ID` each run (the record still answers: a replay); *edit* = a new comment appended to the "
-        "manifest before each run (no record answers: the full path). Each run is paired with a `python -c pass` "
-        "run just before it; the ratios are of the minimums (wall) and of the CPU times (user + system).",
+        "manifest before each run (the record still answers: it checks the manifest by what r1build reads of it, "
+        "a replay); *new machine* = an empty user state folder each run (no record, no key to sign one: the full "
+        "path, as on a CI job's fresh machine). Each run is paired with a `python -c pass` run just before it; the "
+        "ratios are of the minimums (wall) and of the CPU times (user + system).",
         "",
         "| first run | min | median | paired `python -c pass` min | min / `python -c pass` | CPU min | "
         "CPU min / `python -c pass` CPU |",

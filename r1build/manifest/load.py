@@ -582,21 +582,41 @@ def _check_lock_is_no_kernel_file(
     """``lock-file`` is none of the files the kernels name (a baseline, a candidate, a reference module), which
     writing the lock would replace: ``lock-file = "scale.cu"`` had ``r1build lock`` overwrite the baseline."""
     lock = (root / settings.lock_file).resolve()
+    try:
+        lock_id = _file_id(lock)
+    except OSError:
+        return  # no lock yet: every file a kernel names is there, so none is it
     for i, spec in enumerate(kernels):
         named = [("baseline", spec.baseline), *[("candidates", c) for c in spec.candidates]]
         for key, rel in named:
-            if rel is not None and (root / rel).resolve() == lock:
+            if rel is not None and _is_file(root / rel, lock, lock_id):
                 raise v.fail(
                     ("lock-file",),
                     f"{settings.lock_file!r} is kernel[{i}] ({spec.name})'s {key} file, which writing the lock would "
                     "overwrite",
                 )
-        if reference_file(root, spec.reference).resolve() == lock:
+        if _is_file(reference_file(root, spec.reference), lock, lock_id):
             raise v.fail(
                 ("lock-file",),
                 f"{settings.lock_file!r} is kernel[{i}] ({spec.name})'s reference module, which writing the lock "
                 "would overwrite",
             )
+
+
+def _file_id(path: Path) -> tuple[int, int]:
+    st = path.stat()
+    return st.st_dev, st.st_ino
+
+
+def _is_file(path: Path, resolved: Path, file_id: tuple[int, int]) -> bool:
+    """Whether ``path`` resolves to ``resolved``, whose device and inode are ``file_id``: one ``stat`` for a path
+    that is another file, the links resolved only for one that is the same file (a hard link is not the path)."""
+    try:
+        if _file_id(path) != file_id:
+            return False
+    except OSError:
+        return False
+    return path.resolve() == resolved
 
 
 def _source_file_problem(root: Path, rel: str) -> str | None:
