@@ -326,7 +326,7 @@ def breakdown(run: dict[str, Any]) -> list[str]:
         ("- uploading the input sets", "worker_sets_s"),
         ("- estimates, warm-up and the timed samples", "worker_samples_s"),
         ("- checks after the samples (calls, outputs parked or to files, capture)", "worker_checks_s"),
-        (f"- the judge process on the GPU ({judged})", "judge_gpu_s"),
+        (f"- the comparer process on the GPU ({judged})", "judge_gpu_s"),
     ]
     lines = [
         f"Per candidate (run 1, {run['candidates']} candidates, {run['wall_s']:.1f} s wall):",
@@ -412,9 +412,9 @@ def main(argv: list[str] | None = None) -> int:
         help="experiment: compute-sanitizer runs one kernel and tool may have on idle places (sanitizing.MOST_RUNS)",
     )
     parser.add_argument(
-        "--no-judge-on-gpu",
+        "--no-compare-on-gpu",
         action="store_true",
-        help="write what the timed calls left to files for the CPU (as before the judge process)",
+        help="write what the timed calls left to files for the CPU (as before the comparer process)",
     )
     args = parser.parse_args(argv)
     import logging
@@ -429,8 +429,8 @@ def main(argv: list[str] | None = None) -> int:
         options["in_order"] = True
     if args.time_before_sanitized:
         options["time_before_sanitized"] = True
-    if args.no_judge_on_gpu:
-        options["judge_on_gpu"] = False
+    if args.no_compare_on_gpu:
+        options["compare_on_gpu"] = False
     if args.most_runs is not None:
         from r1build.evaluate.sanitizer import schedule as sanitizing
 

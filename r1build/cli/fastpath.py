@@ -7,7 +7,8 @@ After such a command succeeds (exit 0) in a process of its own (the ``r1build`` 
 answer could depend on besides files and the cache: the arguments, the working directory, the variables that may
 change the answer (:func:`r1build.settings.answer_environment`: r1build's own, the toolchain lookup's, Python's,
 the locale's, the terminal's; not a CI job's own), whether stdout and stderr are terminals and their size, the
-Python, and r1build's own code (its files' sizes and times). The record holds what the run printed (stdout and stderr, in order) and what it read:
+Python, and r1build's own code (its files' sizes and times). The record holds what the run printed (stdout and
+stderr, in order) and what it read:
 
 - files: the manifest, the places a manifest is looked for, the lock, the vendored folder, and every kernel's
   reference module, baseline and candidate files, each by the sha256 of its bytes and its real path (a file
@@ -139,11 +140,14 @@ def _toml_view(path: Path) -> str | None:
     (or of a manifest of another name), the ``[tool.r1build]`` table of a ``pyproject.toml``; None when it cannot be
     read or parsed. Two texts with the same view (a comment, blank lines, keys in another order) give every
     command the same answer."""
-    import tomllib  # here: only a manifest whose bytes changed is parsed
+    if sys.version_info >= (3, 11):  # here: only a manifest whose bytes changed is parsed
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib
 
     try:
         data: Any = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError, ValueError):
         return None
     if path.name == "pyproject.toml":
         tool = data.get("tool")
@@ -305,7 +309,7 @@ def _prune(folder: Path) -> None:
         return
     for _, path in sorted(records)[: len(records) - _KEEP]:
         with contextlib.suppress(OSError):
-            os.unlink(path)
+            Path(path).unlink()
 
 
 def _still_holds(record: dict[str, Any]) -> bool:

@@ -14,8 +14,8 @@ Per job (one kernel, one arch), in this order:
    its runs does not hold up a later one that is ready), the GPU thread takes the GPU alone (new checks wait for
    it, running sanitizer runs stop before their next call: :class:`~.slots.Quiet`) for the checks that need it to
    themselves (shared memory filled before a call) and the timing of the survivors, the baseline and the
-   reference (with cupy); what the timed calls left is judged on the GPU by the slot's judge process, which never
-   runs a candidate (:mod:`.child.judge`; whatever it does not pass goes to files and the CPU pool's full rules),
+   reference (with cupy); what the timed calls left is judged on the GPU by the slot's comparer process, which never
+   runs a candidate (:mod:`.child.gpu_compare`; whatever it does not pass goes to files and the CPU pool's full rules),
    and a settling thread turns it into the job's results while the GPU goes on with the next job.
 
 :meth:`GpuEvaluator.prepare` starts all of this for jobs a caller will evaluate one at a time (``r1build
@@ -27,7 +27,7 @@ is killed if need be and restarted. Archs with no local GPU get the static gate'
 timing) and a note; :attr:`GpuEvaluator.archs` says which archs are measured.
 
 :class:`GpuEvaluator` is the face and the order of work; the pieces live beside it: :mod:`.slots` (one GPU, its
-worker, judge process and quiet lock), :mod:`.checking` (a candidate's correctness checks), :mod:`.sanitizing`
+worker, comparer process and quiet lock), :mod:`.checking` (a candidate's correctness checks), :mod:`.sanitizing`
 (compute-sanitizer runs and what they mean), :mod:`.timer` (floors, reference and candidate timing), :mod:`.jobs`
 (the records a job and its candidates move through the stages in).
 """
@@ -60,6 +60,7 @@ from ..manifest.reference import load_reference
 from ..records import Candidate, Result, Status
 from ..toolchain.nvcc import Toolchain
 from ..toolchain.nvcc import toolchain as default_toolchain
+from .compare_pool import ComparePool
 from .correctness.candidate import run_checks
 from .correctness.plan import ShapePlan, plan_checks
 from .devices import GpuInfo, archs_of, detect_gpus, gpu_runs_arch
@@ -76,7 +77,6 @@ from .jobs import (
     largest_first,
     trim,
 )
-from .judge_pool import JudgePool
 from .library import Library, LibraryFailure, build_library
 from .options import EvaluatorOptions
 from .sanitizer.schedule import KernelKey, Sanitizing
@@ -94,16 +94,18 @@ __all__ = ["GpuEvaluator"]
 T = TypeVar("T")
 
 
-def _cleanup(slots: list[Slot], pools: list[ThreadPoolExecutor], judges: JudgePool, root: Path, own_root: bool) -> None:
+def _cleanup(
+    slots: list[Slot], pools: list[ThreadPoolExecutor], judges: ComparePool, root: Path, own_root: bool
+) -> None:
     for slot in slots:  # every worker at once: each exit tears a CUDA context down, waited for one by one below
         slot.worker.ask_to_exit()
-        if slot.judge is not None:
-            slot.judge.ask_to_exit()
+        if slot.comparer is not None:
+            slot.comparer.ask_to_exit()
     judges.close()
     for slot in slots:
         slot.worker.close()
-        if slot.judge is not None:
-            slot.judge.close()
+        if slot.comparer is not None:
+            slot.comparer.close()
     for pool in pools:
         pool.shutdown(wait=False, cancel_futures=True)
     if own_root:
@@ -170,9 +172,10 @@ class GpuEvaluator:
             self._warm(slot)
 
     def _make_slots(self, o: EvaluatorOptions) -> None:
-        """Per GPU: the slot that times (with its judge process), its check workers, and the threads that use them."""
+        """Per GPU: the slot that times (with its comparer process), its check workers, and the threads that use
+        them."""
         self._slots = [
-            make_slot(gpu, self._root, sanitize=o.sanitize, nvcc=self._nvcc(), judge=o.judge_on_gpu)
+            make_slot(gpu, self._root, sanitize=o.sanitize, nvcc=self._nvcc(), comparer=o.compare_on_gpu)
             for gpu in self.gpus
         ]
         # the check workers of each GPU: processes of their own (the slot's worker is the GPU thread's, for timing)
@@ -200,7 +203,7 @@ class GpuEvaluator:
         self._every_slot = self._slots + [c for checkers in self._checkers.values() for c in checkers]
 
     def _make_helpers(self, o: EvaluatorOptions) -> None:
-        """The sanitizer runs, the judging processes, the timer, and the finalizer that ends them all."""
+        """The sanitizer runs, the comparing processes, the timer, and the finalizer that ends them all."""
         self._sanitizing = Sanitizing(
             self._slots,
             submit=self._submit,
@@ -212,8 +215,8 @@ class GpuEvaluator:
             runs=o.sanitize_runs,
         )
         cpu = self._pool  # (not self._submit: the finalizer below must hold nothing that holds self)
-        self._judges = JudgePool(
-            o.judge_processes, submit=lambda fn, *a, **kw: cpu.submit(contextvars.copy_context().run, fn, *a, **kw)
+        self._compare_pool = ComparePool(
+            o.compare_processes, submit=lambda fn, *a, **kw: cpu.submit(contextvars.copy_context().run, fn, *a, **kw)
         )
         self._timer = Timer(
             cache=lambda: self.cache,
@@ -225,14 +228,14 @@ class GpuEvaluator:
             call_timeout_s=o.call_timeout_s,
             timeout_s=o.timing_timeout_s,
             budget_s=o.timing_budget_s,
-            judges=self._judges,
+            compare_pool=self._compare_pool,
         )
         self._finalizer = weakref.finalize(
             self,
             _cleanup,
             self._every_slot,
             [*self._check_pools.values(), *self._settlers.values(), self._pool, self._sanitizing.pool],
-            self._judges,
+            self._compare_pool,
             self._root,
             self._own_root,
         )
@@ -250,7 +253,7 @@ class GpuEvaluator:
         over threads) and ``judge_bench_s``; summed over the check workers ``wait_build_s`` and ``checks_s``; on the GPU
         thread ``check_phase_s`` (wall), ``wait_sanitizer_s``, ``wait_quiet_s`` (for the GPU alone),
         ``checks_alone_s``, ``reference_s``, ``time_candidates_s`` (of which the worker's ``worker_sets_s``,
-        ``worker_samples_s`` and ``worker_checks_s``) and ``judge_gpu_s`` (the judge process, with
+        ``worker_samples_s`` and ``worker_checks_s``) and ``judge_gpu_s`` (the comparer process, with
         ``outputs_judged_on_gpu`` it passed and ``outputs_judged_on_cpu`` written for the CPU's rules);
         ``wait_judge_s`` on the thread that settles a job's results while the GPU goes on."""
         with self._lock:
@@ -491,7 +494,7 @@ class GpuEvaluator:
                     slot.ensure_worker()
             finally:
                 slot.busy.release()
-        slot.start_judge()
+        slot.start_comparer()
         if slot.sanitizer is not None:
             slot.sanitizer.available(slot.workdir)
 

@@ -37,14 +37,14 @@ class EvaluatorOptions:
     """Compute-sanitizer runs of one kernel and tool at once."""
     check_workers: int = 4
     """Worker processes per GPU that run correctness checks side by side (timing has its own)."""
-    judge_processes: int | None = None
-    """Processes that judge the outputs of timed calls (:mod:`.judge_pool`; None: half the cores, at most 8; 0: in
+    compare_processes: int | None = None
+    """Processes that compare the outputs of timed calls (:mod:`.compare_pool`; None: half the cores, at most 8; 0: in
     the evaluator's own threads)."""
     in_order: bool = False
     """Time jobs in the order given, each once its background work is in, instead of the first one ready."""
     time_before_sanitized: bool = False
     """A job is timed once its checks are in, before its compute-sanitizer runs end (the GPU waits for no
     sanitizer; their verdicts are applied when the job settles, a finding replacing a pass)."""
-    judge_on_gpu: bool = True
-    """What the timed calls left is judged on the GPU by a process that never runs a candidate (:mod:`.child.judge`;
-    what it does not find clear still goes to the CPU's rules), else written to files."""
+    compare_on_gpu: bool = True
+    """What the timed calls left is compared on the GPU by a process that never runs a candidate
+    (:mod:`.child.gpu_compare`; what it does not find clear still goes to the CPU's rules), else written to files."""

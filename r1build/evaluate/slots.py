@@ -21,7 +21,7 @@ from ..errors import EvaluationError
 from ..filemode import write_atomically
 from ..manifest.model import KernelSpec
 from ..sandbox import Confinement, runner_sandbox, scrubbed_environment
-from .child.messages import JudgeRequest, LoadRequest
+from .child.messages import CompareRequest, LoadRequest
 from .correctness.plan import arg_codes
 from .devices import GpuInfo, visible_devices_value
 from .library import Library
@@ -126,8 +126,8 @@ class Quiet:
         self._cond.notify_all()
 
 
-JUDGE_FAILURES = 2
-"""Failed requests after which a slot's judge process is closed for good (:meth:`Slot.ask_judge`)."""
+COMPARER_FAILURES = 2
+"""Failed requests after which a slot's comparer process is closed for good (:meth:`Slot.ask_comparer`)."""
 
 
 @dataclass(kw_only=True)
@@ -151,13 +151,13 @@ class Slot:
     """Held while a thread talks to the worker."""
     quiet: Quiet = field(default_factory=Quiet)
     """Shared by checks, paused sanitizer runs wait under it, taken alone while timing."""
-    judge: WorkerHandle | None = None
-    """A second worker that is never sent a library: it judges what the timed calls left (:mod:`.child.judge`);
+    comparer: WorkerHandle | None = None
+    """A second worker that is never sent a library: it judges what the timed calls left (:mod:`.child.gpu_compare`);
     None where the outputs go to files."""
-    judge_lock: threading.Lock = field(default_factory=threading.Lock)
-    """Held while a thread starts or talks to the judge."""
-    judge_failures: int = 0
-    """Requests the judge failed (it died, hung, or cannot map another process's memory here)."""
+    comparer_lock: threading.Lock = field(default_factory=threading.Lock)
+    """Held while a thread starts or talks to the comparer."""
+    comparer_failures: int = 0
+    """Requests the comparer failed (it died, hung, or cannot map another process's memory here)."""
 
     def ensure_worker(self) -> None:
         """Start the worker if needed; a worker that (re)started has forgotten its libraries."""
@@ -182,32 +182,32 @@ class Slot:
         self.ensure_worker()
         return self.worker.request(header, buffers, timeout_s=timeout_s)
 
-    def ask_judge(self, header: Mapping[str, Any], *, timeout_s: float) -> dict[str, Any] | None:
-        """One request to the judge process (started first when needed); None where there is none or it failed
-        (its work then goes to the CPU). After :data:`JUDGE_FAILURES` failures the judge is closed and the slot goes
-        on without one (a start that keeps failing, or no CUDA IPC here, would cost every timing)."""
-        if self.judge is None:
+    def ask_comparer(self, header: Mapping[str, Any], *, timeout_s: float) -> dict[str, Any] | None:
+        """One request to the comparer process (started first when needed); None where there is none or it failed
+        (its work then goes to the CPU). After :data:`COMPARER_FAILURES` failures the comparer is closed and the slot
+        goes on without one (a start that keeps failing, or no CUDA IPC here, would cost every timing)."""
+        if self.comparer is None:
             return None
         reply: dict[str, Any] | None = None
-        with self.judge_lock:
+        with self.comparer_lock:
             try:
-                reply, _ = self.judge.request(header, (), timeout_s=timeout_s)
+                reply, _ = self.comparer.request(header, (), timeout_s=timeout_s)
             except (WorkerDied, WorkerTimedOut):
                 reply = None
             if reply is None or not reply.get("ok") or reply.get("note"):
-                self.judge_failures += 1
-                if self.judge_failures >= JUDGE_FAILURES:
-                    self.judge.close()
-                    self.judge = None
+                self.comparer_failures += 1
+                if self.comparer_failures >= COMPARER_FAILURES:
+                    self.comparer.close()
+                    self.comparer = None
         return reply if reply is not None and reply.get("ok") else None
 
-    def start_judge(self) -> None:
-        """Start the judge process ahead of its first use (its CUDA start and kernel compiles take seconds); quiet on
+    def start_comparer(self) -> None:
+        """Start the comparer process ahead of its first use (its CUDA start and kernel compiles take seconds); quiet on
         failure (the first request finds out again, and the outputs go to the CPU)."""
-        if self.judge is not None:
-            warm: JudgeRequest = {"op": "judge", "handle": "", "size": 0, "items": [], "rtol": 0.0, "atol": 0.0}
-            with self.judge_lock, contextlib.suppress(WorkerDied, WorkerTimedOut):
-                self.judge.request(warm, (), timeout_s=60.0)  # starts it and compiles its kernels
+        if self.comparer is not None:
+            warm: CompareRequest = {"op": "compare", "handle": "", "size": 0, "items": [], "rtol": 0.0, "atol": 0.0}
+            with self.comparer_lock, contextlib.suppress(WorkerDied, WorkerTimedOut):
+                self.comparer.request(warm, (), timeout_s=60.0)  # starts it and compiles its kernels
 
     def load(self, spec: KernelSpec, lib: Library, *, timeout_s: float) -> str | None:
         """Load a library into the worker; None when loaded, else why it failed (the candidate crashed)."""
@@ -249,15 +249,15 @@ def worker_environment(gpu: GpuInfo, home: Path) -> dict[str, str]:
 
 
 def make_slot(
-    gpu: GpuInfo, root: Path, *, sanitize: bool, nvcc: str | None, name: str | None = None, judge: bool = False
+    gpu: GpuInfo, root: Path, *, sanitize: bool, nvcc: str | None, name: str | None = None, comparer: bool = False
 ) -> Slot:
     """The slot of ``gpu`` with its work directory under ``root`` (``name``, ``gpu<index>`` by default); its
-    worker (and with ``judge`` its judge process) starts on first use."""
+    worker (and with ``comparer`` its comparer process) starts on first use."""
     workdir = root / (name or f"gpu{gpu.index}")
     (workdir / "home").mkdir(parents=True, exist_ok=True)
     env = worker_environment(gpu, workdir / "home")
     # what loads candidate libraries runs confined: the evaluator's folder (the libraries) read-only, its own
-    # folder writable, the GPU, r1build's Python; the judge, which never loads one, does not need to be
+    # folder writable, the GPU, r1build's Python; the comparer, which never loads one, does not need to be
     sandbox, confinement = runner_sandbox(), Confinement(workdir=workdir, readable=(root,), python=True, gpu=True)
     worker = WorkerHandle(
         sandbox.command([sys.executable, "-m", WORKER_MODULE], confinement), env, workdir, name="worker"
@@ -269,11 +269,11 @@ def make_slot(
             sanitizer = SanitizerRunner(
                 exe, env, sandbox=sandbox, confinement=replace(confinement, toolkit=exe, writable=(workdir,))
             )
-    judging = None
-    if judge:  # a home of its own: nothing a candidate's worker leaves there (cupy's kernel cache) reaches it
-        (workdir / "judge-home").mkdir(exist_ok=True)
-        judge_env = worker_environment(gpu, workdir / "judge-home")
-        judging = WorkerHandle([sys.executable, "-m", WORKER_MODULE], judge_env, workdir, name="judge")
+    comparing = None
+    if comparer:  # a home of its own: nothing a candidate's worker leaves there (cupy's kernel cache) reaches it
+        (workdir / "comparer-home").mkdir(exist_ok=True)
+        comparer_env = worker_environment(gpu, workdir / "comparer-home")
+        comparing = WorkerHandle([sys.executable, "-m", WORKER_MODULE], comparer_env, workdir, name="comparer")
     return Slot(
-        gpu=gpu, worker=worker, sanitizer=sanitizer, workdir=workdir, quiet=Quiet(workdir / "hold"), judge=judging
+        gpu=gpu, worker=worker, sanitizer=sanitizer, workdir=workdir, quiet=Quiet(workdir / "hold"), comparer=comparing
     )

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from r1build.evaluate.child.judge import EXTRA_CALLS
+from r1build.evaluate.child.gpu_compare import EXTRA_CALLS
+from r1build.evaluate.compare_pool import ComparePool
 from r1build.evaluate.correctness.bench import IMPLAUSIBLE_WARM, floor_margin, implausible, plan_bench, rotation_for
-from r1build.evaluate.correctness.bench import judge_bench as _judge_bench
+from r1build.evaluate.correctness.bench import bench_verdict as _bench_verdict
 from r1build.evaluate.correctness.bench_extra import place_set
-from r1build.evaluate.judge_pool import JudgePool
 from r1build.evaluate.timing.floors import DeviceFloors, bytes_moved
 from r1build.evaluate.timing.stats import SampleStats
 from r1build.manifest import KernelSpec, Manifest, load_reference
@@ -40,18 +40,18 @@ def test_rotation_covers_three_times_the_l2() -> None:
 
 
 @pytest.fixture(scope="module")
-def pool() -> Iterator[JudgePool]:
-    judges = JudgePool(1)
-    yield judges
-    judges.close()
+def pool() -> Iterator[ComparePool]:
+    pool = ComparePool(1)
+    yield pool
+    pool.close()
 
 
 @pytest.mark.parametrize("where", ["thread", "process"])
 def test_outputs_of_the_timed_calls_and_the_memo_probe_are_judged(
-    root_manifest: Manifest, tmp_path: Path, where: str, pool: JudgePool
+    root_manifest: Manifest, tmp_path: Path, where: str, pool: ComparePool
 ) -> None:
-    # in the evaluator's thread, or in a judging process that gets the plan without its arrays
-    judge_bench: Callable[..., Any] = _judge_bench if where == "thread" else pool.judge
+    # in the evaluator's thread, or in a comparing process that gets the plan without its arrays
+    bench_verdict: Callable[..., Any] = _bench_verdict if where == "thread" else pool.compare
     spec = _silu(root_manifest)
     plan = plan_bench(spec, load_reference(root_manifest.root, spec.reference), 50 << 20, tmp_path / "in")
     shape = plan.shapes[0]
@@ -89,18 +89,18 @@ def test_outputs_of_the_timed_calls_and_the_memo_probe_are_judged(
 
     good = [s.expected["out"].astype(np.float32) for s in shape.sets]
     tweak = shape.tweak.expected["out"].astype(np.float32)
-    assert judge_bench(spec, plan, [reply(good, tweak)]) is None
+    assert bench_verdict(spec, plan, [reply(good, tweak)]) is None
 
     skipped = [*good[:2], np.zeros(4099, np.float32), good[3]]  # work skipped in one set
-    verdict = judge_bench(spec, plan, [reply(skipped, tweak)])
+    verdict = bench_verdict(spec, plan, [reply(skipped, tweak)])
     assert verdict is not None and "benchmark shape n=4099 (input set 3 of 4)" in verdict.detail
 
-    memo = judge_bench(spec, plan, [reply(good, good[0])])  # the tweaked call returned set 1's result
+    memo = bench_verdict(spec, plan, [reply(good, good[0])])  # the tweaked call returned set 1's result
     assert memo is not None and "depends on earlier calls" in memo.detail
 
-    captured = judge_bench(spec, plan, [reply(good, tweak, capture_rc=901)])
+    captured = bench_verdict(spec, plan, [reply(good, tweak, capture_rc=901)])
     assert captured is not None and "outside the given stream" in captured.detail
-    state = judge_bench(spec, plan, [reply(good, tweak, device_state="cudaLimitPersistingL2CacheSize")])
+    state = bench_verdict(spec, plan, [reply(good, tweak, device_state="cudaLimitPersistingL2CacheSize")])
     assert state is not None and state.status == "rejected" and "device state" in state.detail
 
 
@@ -174,32 +174,32 @@ def test_a_broken_judging_pool_costs_no_verdict(root_manifest: Manifest, tmp_pat
     spec = _silu(root_manifest)
     plan = plan_bench(spec, load_reference(root_manifest.root, spec.reference), 50 << 20, tmp_path / "in")
     shape = plan.shapes[0]
-    light = plan.for_judging()
+    light = plan.for_comparing()
     assert not light.shapes[0].sets[0].expected and light.shapes[0].sets[0].expected_files
     out = tmp_path / "out"
     out.mkdir()
     outputs = [[None, None, _write(out / f"s{k}.bin", np.zeros(4099, np.float32))] for k in range(len(shape.sets))]
     tweak = [None, None, _write(out / "t.bin", shape.tweak.expected["out"].astype(np.float32))]
     reply: Any = {"outputs": outputs, "tweak_outputs": tweak, "capture_rc": 0}
-    judges = JudgePool(1)
+    pool = ComparePool(1)
     try:
-        first = judges.judge(spec, plan, [reply])
+        first = pool.compare(spec, plan, [reply])
         assert first is not None and "input set 1 of 4" in first.detail
-        for pid in list(judges._pool._processes) if judges._pool is not None else []:
+        for pid in list(pool._pool._processes) if pool._pool is not None else []:
             os.kill(pid, signal.SIGKILL)
-        again = judges.judge(spec, plan, [reply])  # found broken: judged here instead, the same verdict
-        assert again == first and judges._pool is None
-        assert judges.judge(spec, plan, [reply]) == first and judges._pool is not None  # a fresh pool next time
+        again = pool.compare(spec, plan, [reply])  # found broken: judged here instead, the same verdict
+        assert again == first and pool._pool is None
+        assert pool.compare(spec, plan, [reply]) == first and pool._pool is not None  # a fresh pool next time
     finally:
-        judges.close()
-    assert judges.judge(spec, plan, [reply]) == first  # closed: in the caller's thread
+        pool.close()
+    assert pool.compare(spec, plan, [reply]) == first  # closed: in the caller's thread
 
 
 def _pool_in_a_daemon(answer: Any) -> None:
     """(In a daemonic process, as a Dask worker is.)"""
-    judges = JudgePool()
-    answer.put((judges.processes, judges._get() is None))
-    judges.close()
+    pool = ComparePool()
+    answer.put((pool.processes, pool._get() is None))
+    pool.close()
 
 
 def test_a_daemonic_process_judges_in_its_threads() -> None:
@@ -236,16 +236,16 @@ def test_a_judging_canceled_with_its_executor_is_an_error_not_a_wait(
 
         def submit(self, *_: object, **__: object) -> Future[Any]:
             f: Future[Any] = Future()
-            f.set_exception(BrokenProcessPool("a judging process was killed"))
+            f.set_exception(BrokenProcessPool("a comparing process was killed"))
             return f
 
         def shutdown(self, **_: object) -> None:
             pass
 
-    judges = JudgePool(1, submit=canceled)
-    monkeypatch.setattr(judges, "_get", Broken)
+    pool = ComparePool(1, submit=canceled)
+    monkeypatch.setattr(pool, "_get", Broken)
     with pytest.raises(CancelledError):
-        judges.submit(spec, plan, []).result(timeout=10)
+        pool.submit(spec, plan, []).result(timeout=10)
 
 
 def test_an_input_written_at_the_benchmark_shape_and_a_launch_error_are_named(
@@ -273,27 +273,27 @@ def test_an_input_written_at_the_benchmark_shape_and_a_launch_error_are_named(
         "capture_error": None,
         "capture_rc": 0,
     }
-    judge: Callable[..., Any] = _judge_bench  # replies built here: only the fields the checks read
-    verdict = judge(spec, plan, [base])
+    verdict_of: Callable[..., Any] = _bench_verdict  # replies built here: only the fields the checks read
+    verdict = verdict_of(spec, plan, [base])
     assert verdict is not None and verdict.kind == "input", verdict
     assert verdict.detail.startswith(
         "the timed calls at the benchmark shape n=4099 (input set 2 of 4) modified its input gate (role in): "
         "1 elements changed, first at [5]"
     ), verdict.detail
-    # a judging process gets the plan without its arrays: the input is read from its file
-    assert judge(spec, plan.for_judging(), [base]) == verdict
+    # a comparing process gets the plan without its arrays: the input is read from its file
+    assert verdict_of(spec, plan.for_comparing(), [base]) == verdict
     outputs[1][0] = _write(out / "gate1.bin", gate)  # unchanged: passes
-    assert judge(spec, plan, [base]) is None
+    assert verdict_of(spec, plan, [base]) is None
 
     invalidated = "CUDARuntimeError: cudaErrorStreamCaptureInvalidated: operation failed due to a previous error"
-    rc = judge(spec, plan, [{**base, "capture_error": invalidated, "capture_rc": 9}])
+    rc = verdict_of(spec, plan, [{**base, "capture_error": invalidated, "capture_rc": 9}])
     assert rc is not None and rc.kind == "returned", rc
     assert rc.detail.startswith(
         "the call failed at the benchmark shape n=4099: returned cudaErrorInvalidConfiguration (9)"
     ), rc.detail
     said = "cudaErrorInvalidConfiguration: invalid configuration argument"
-    launch = judge(spec, plan, [{**base, "capture_error": invalidated, "launch_error": said}])
+    launch = verdict_of(spec, plan, [{**base, "capture_error": invalidated, "launch_error": said}])
     assert launch is not None and launch.kind == "returned"
     assert launch.detail.startswith(f"the call's launch failed at the benchmark shape n=4099: {said}"), launch.detail
-    stream = judge(spec, plan, [{**base, "capture_error": invalidated, "capture_rc": 0}])
+    stream = verdict_of(spec, plan, [{**base, "capture_error": invalidated, "capture_rc": 0}])
     assert stream is not None and "outside the given stream" in stream.detail

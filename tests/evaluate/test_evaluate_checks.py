@@ -15,11 +15,11 @@ from r1build.evaluate.correctness.plan import (
     check_request,
     diagnose,
     diagnosis_plan,
-    judge_shape,
     needs_diagnosis,
     part_of,
     plan_checks,
     run_reference,
+    shape_verdict,
 )
 from r1build.manifest import KernelSpec, Manifest, load_reference
 
@@ -91,10 +91,10 @@ def test_the_shared_memory_fills_run_apart_from_the_other_calls(root_manifest: M
             (c["poison"], c["smem_pattern"]) for c in whole["calls"] if c["mode"] == "smem"
         ]
         good = [b for i in range(len(alone.calls)) for b in _allocs(alone, i)]
-        assert judge_shape(spec, alone, _reply(alone), good) is None
+        assert shape_verdict(spec, alone, _reply(alone), good) is None
         bad = list(good)
         bad[-1] = bytes(len(bad[-1]))  # the second fill's call left zeros everywhere
-        verdict = judge_shape(spec, alone, _reply(alone), bad)
+        verdict = shape_verdict(spec, alone, _reply(alone), bad)
         assert verdict is not None and verdict.call == 1 and "shared memory" in verdict.detail
 
 
@@ -102,7 +102,7 @@ def test_correct_bytes_pass_and_each_fault_is_named(root_manifest: Manifest) -> 
     spec, plans = _plan(root_manifest, "silu_mul")
     plan = plans[1]  # n = 31
     good = [b for i in range(len(plan.calls)) for b in _allocs(plan, i)]
-    assert judge_shape(spec, plan, _reply(plan), good) is None
+    assert shape_verdict(spec, plan, _reply(plan), good) is None
 
     # an out-of-bounds write into the back guard of `out` at call 3 (large inputs)
     bad = list(good)
@@ -110,7 +110,7 @@ def test_correct_bytes_pass_and_each_fault_is_named(root_manifest: Manifest) -> 
     raw = bytearray(bad[2 * 3 + 2])
     raw[out_lay.start + out_lay.nbytes + 8] = 0
     bad[2 * 3 + 2] = bytes(raw)
-    verdict = judge_shape(spec, plan, _reply(plan), bad)
+    verdict = shape_verdict(spec, plan, _reply(plan), bad)
     assert verdict is not None and verdict.status == "incorrect" and "out-of-bounds write" in verdict.detail
     assert "call 3 of 15: large inputs" in verdict.detail
 
@@ -120,7 +120,7 @@ def test_correct_bytes_pass_and_each_fault_is_named(root_manifest: Manifest) -> 
     raw = bytearray(bad[3])
     raw[gate_lay.start : gate_lay.start + 4] = np.float32(0.5).tobytes()
     bad[3] = bytes(raw)
-    verdict = judge_shape(spec, plan, _reply(plan), bad)
+    verdict = shape_verdict(spec, plan, _reply(plan), bad)
     assert verdict is not None and "modified its input gate" in verdict.detail
 
     # results skipped on a repeated call: call 4 leaves the poison
@@ -128,7 +128,7 @@ def test_correct_bytes_pass_and_each_fault_is_named(root_manifest: Manifest) -> 
     raw = bytearray(bad[3 * 3 + 2])
     raw[out_lay.start : out_lay.start + out_lay.nbytes] = poison_bytes("float32", plan.calls[3].index) * 31
     bad[3 * 3 + 2] = bytes(raw)
-    verdict = judge_shape(spec, plan, _reply(plan), bad)
+    verdict = shape_verdict(spec, plan, _reply(plan), bad)
     assert verdict is not None and "depends on earlier calls" in verdict.detail and verdict.call == 3
 
     # a NaN the kernel computed is a NaN, not an unwritten element (the poison is a signalling NaN)
@@ -136,19 +136,19 @@ def test_correct_bytes_pass_and_each_fault_is_named(root_manifest: Manifest) -> 
     raw = bytearray(bad[2 * 3 + 2])
     raw[out_lay.start : out_lay.start + 4] = bytes.fromhex("0000c07f")
     bad[2 * 3 + 2] = bytes(raw)
-    verdict = judge_shape(spec, plan, _reply(plan), bad)
+    verdict = shape_verdict(spec, plan, _reply(plan), bad)
     assert verdict is not None and verdict.kind == "nan" and "NaN" in verdict.detail
 
     # a memo: the call with one input element changed returns the earlier call's outputs
     bad = list(good)
     bad[5 * 3 + 2] = _allocs(plan, 4)[2]
-    verdict = judge_shape(spec, plan, _reply(plan), bad)
+    verdict = shape_verdict(spec, plan, _reply(plan), bad)
     assert verdict is not None and "depends on earlier calls" in verdict.detail and verdict.call == 5
 
     # whatever comes back from the capture probe is not judged: nothing ran on the stream
     probe = list(good)
     probe[0 * 3 + 2] = bytes(len(probe[0 * 3 + 2]))
-    assert judge_shape(spec, plan, _reply(plan), probe) is None
+    assert shape_verdict(spec, plan, _reply(plan), probe) is None
     assert needs_diagnosis(plan, verdict)
 
 
@@ -158,11 +158,11 @@ def test_stream_violations_and_crashes(root_manifest: Manifest) -> None:
     good = [b for i in range(len(plan.calls)) for b in _allocs(plan, i)]
     for calls in (1, 8):  # the capture probe, and the capture before the replay
         capture = _reply(plan, calls, rc=906, capture_error="cudaErrorStreamCaptureInvalidated", error="returned 906")
-        verdict = judge_shape(spec, plan, capture, good[: calls * 3])
+        verdict = shape_verdict(spec, plan, capture, good[: calls * 3])
         assert verdict is not None and "outside the given stream" in verdict.detail
         assert f"call {calls} of 15" in verdict.detail
     # a call that breaks the capture by returning the capture error itself
-    verdict = judge_shape(spec, plan, _reply(plan, 1, rc=901, error="returned 901"), good[:3])
+    verdict = shape_verdict(spec, plan, _reply(plan, 1, rc=901, error="returned 901"), good[:3])
     assert verdict is not None and "outside the given stream" in verdict.detail
 
     replay_poisoned = list(good)
@@ -170,7 +170,7 @@ def test_stream_violations_and_crashes(root_manifest: Manifest) -> None:
     raw = bytearray(replay_poisoned[7 * 3 + 2])
     raw[out_lay.start : out_lay.start + 4] = poison_bytes("float32", plan.calls[7].index)
     replay_poisoned[7 * 3 + 2] = bytes(raw)
-    verdict = judge_shape(spec, plan, _reply(plan), replay_poisoned)
+    verdict = shape_verdict(spec, plan, _reply(plan), replay_poisoned)
     assert verdict is not None and "outside the given stream" in verdict.detail
 
     # an error returned while capturing (cudaErrorInvalidValue) is not the call's own: the next call names it
@@ -180,22 +180,22 @@ def test_stream_violations_and_crashes(root_manifest: Manifest) -> None:
         error="returned cudaErrorInvalidValue: invalid argument",
         capture_error="cudaErrorStreamCaptureInvalidated",
     )
-    verdict = judge_shape(spec, plan, both, good[:6])
+    verdict = shape_verdict(spec, plan, both, good[:6])
     assert verdict is not None and "cudaErrorInvalidConfiguration" in verdict.detail and verdict.call == 1
 
     state = _reply(plan, 2, device_state="cudaLimitPersistingL2CacheSize from 0 to 1048576")
-    verdict = judge_shape(spec, plan, state, good[:6])
+    verdict = shape_verdict(spec, plan, state, good[:6])
     assert verdict is not None and verdict.status == "rejected" and "device state" in verdict.detail
 
     fatal = _reply(plan, 1, error="after the call: cudaErrorIllegalAddress: an illegal memory access", fatal=True)
-    verdict = judge_shape(spec, plan, fatal, [])
+    verdict = shape_verdict(spec, plan, fatal, [])
     assert verdict is not None and verdict.status == "crashed" and "illegal memory access" in verdict.detail
     for calls in (1, 2):  # returned from the capture probe or a plain call: the error named, not a crash
         returned = _reply(plan, calls, rc=1, error="returned cudaErrorInvalidValue: invalid argument")
-        verdict = judge_shape(spec, plan, returned, good[: 3 * calls])
+        verdict = shape_verdict(spec, plan, returned, good[: 3 * calls])
         assert verdict is not None and verdict.status == "incorrect"
         assert "returned cudaErrorInvalidValue" in verdict.detail
-    short = judge_shape(spec, plan, _reply(plan, 3), good[:9])
+    short = shape_verdict(spec, plan, _reply(plan, 3), good[:9])
     assert short is not None and short.status == "crashed"
 
 
@@ -276,7 +276,7 @@ def test_the_last_shape_replays_one_graph_calls_concurrently_and_every_shape_run
     assert [c["mode"] for c in header["calls"]] == modes
 
     good = [b for i in range(len(last.calls)) for b in _allocs(last, i)]
-    assert judge_shape(spec, last, _reply(last), good) is None
+    assert shape_verdict(spec, last, _reply(last), good) is None
     y = last.layouts[1]
 
     def broken(call: int) -> Verdict:
@@ -284,7 +284,7 @@ def test_the_last_shape_replays_one_graph_calls_concurrently_and_every_shape_run
         raw = bytearray(bad[call * 2 + 1])
         raw[y.start : y.start + 4] = bytes.fromhex("0000c07f")  # a NaN computed
         bad[call * 2 + 1] = bytes(raw)
-        verdict = judge_shape(spec, last, _reply(last), bad)
+        verdict = shape_verdict(spec, last, _reply(last), bad)
         assert verdict is not None and verdict.call == call and verdict.status == "incorrect"
         assert not needs_diagnosis(last, verdict)  # the mode names the cause; repeating the call cannot
         return verdict
@@ -305,13 +305,13 @@ def test_a_launch_error_the_call_left_unread_is_named(root_manifest: Manifest) -
     plan = plans[1]
     good = [b for i in range(len(plan.calls)) for b in _allocs(plan, i)]
     said = "cudaErrorInvalidConfiguration: invalid configuration argument (9)"
-    verdict = judge_shape(spec, plan, _reply(plan, calls=1, launch_error=said), good)
+    verdict = shape_verdict(spec, plan, _reply(plan, calls=1, launch_error=said), good)
     assert verdict is not None and verdict.kind == "returned" and verdict.call == 0
     assert verdict.detail.startswith(f"the call's launch failed at {plan.key}") and said in verdict.detail, verdict
     assert "though the call returned cudaSuccess" in verdict.detail
     spoilt = _reply(plan, calls=1, launch_error=said, capture_error="cudaErrorStreamCaptureInvalidated")
-    assert judge_shape(spec, plan, spoilt, good) == verdict
-    returned = judge_shape(
+    assert shape_verdict(spec, plan, spoilt, good) == verdict
+    returned = shape_verdict(
         spec, plan, _reply(plan, calls=2, rc=9, error="returned cudaErrorInvalidConfiguration"), good
     )
     assert returned is not None and "returned cudaErrorInvalidConfiguration" in returned.detail

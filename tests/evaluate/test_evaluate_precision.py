@@ -13,7 +13,7 @@ from numpy.typing import NDArray
 
 from r1build.evaluate.correctness.compare import compare_output
 from r1build.evaluate.correctness.inputs import DISTRIBUTIONS, GUARD_BYTE, generate_inputs, layout_for, reference_kwargs
-from r1build.evaluate.correctness.plan import judge_shape, plan_checks
+from r1build.evaluate.correctness.plan import plan_checks, shape_verdict
 from r1build.evaluate.correctness.precision import round_mantissa
 from r1build.manifest import KernelSpec, Manifest, load_reference
 
@@ -144,7 +144,7 @@ def _judged(spec: KernelSpec, fmt: str | None, root_manifest: Manifest, *, every
             data[lay.start : lay.start + len(raw)] = raw
             buffers.append(bytes(data))
     reply: Any = {"ok": True, "calls": [{"rc": 0, "error": None, "capture_error": None} for _ in plan.calls]}
-    verdict = judge_shape(spec, plan, reply, buffers)
+    verdict = shape_verdict(spec, plan, reply, buffers)
     return None if verdict is None else verdict.detail
 
 

@@ -51,7 +51,7 @@ def test_audit_passes_then_demotes_after_a_checks_version_bump(
     def rejecting(*args: Any, **kwargs: Any) -> Verdict:
         return Verdict("rejected", TEST_ONLY)
 
-    monkeypatch.setattr(candidate_checks, "judge_shape", rejecting)
+    monkeypatch.setattr(candidate_checks, "shape_verdict", rejecting)
     second = _audit(locked, cache_dir)
     assert [r.verdict for r in second.rows] == ["demoted"] and second.lock_changed
     entry = (read_lock(locked / "kernels.lock") or pytest.fail("no lock")).entry("silu_mul", "sm_90")

@@ -1,10 +1,10 @@
-"""The calls at a benchmark shape after the timed ones whose outputs are judged too (:data:`.judge.EXTRA_CALLS`).
+"""The calls at a benchmark shape after the timed ones whose outputs are judged too (:data:`.gpu_compare.EXTRA_CALLS`).
 
 Functions of the :class:`~.worker.Worker` that times a candidate (its ``time`` op), after the outputs of the timed
 calls were kept:
 
 * :func:`lazy_output_call`: set 0's inputs unchanged, its outputs holding finite values (what the timed calls
-  left, one element in :data:`.judge.DECOY_STRIDE` changed), one more call: a kernel that skips its work when the
+  left, one element in :data:`.gpu_compare.DECOY_STRIDE` changed), one more call: a kernel that skips its work when the
   output already holds finite values and its inputs look the same (a fingerprint, a memo) leaves the changed
   elements as they were. Every timed call is then known to do the whole job whatever its buffers hold.
 * :func:`graph_replays`: the call captured once into a CUDA graph on the stream (set 0's buffers), then replayed
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .judge import DECOY_STRIDE, EXTRA_CALLS, extra_source
+from .gpu_compare import DECOY_STRIDE, EXTRA_CALLS, extra_source
 from .messages import BenchShapeRequest, TimedShape
 from .outputs import Parked, keep_outputs
 
@@ -31,7 +31,7 @@ Where = tuple[str, int, "Parked | None"]
 
 
 def change_outputs(worker: Worker, arrays: list[Any], shape: BenchShapeRequest) -> None:
-    """Change one element in :data:`~.judge.DECOY_STRIDE` of every ``out`` array, keeping finite values finite
+    """Change one element in :data:`~.gpu_compare.DECOY_STRIDE` of every ``out`` array, keeping finite values finite
     (floats ``-2x + 1.5``, bfloat16 a mantissa bit, integers the lowest bit, booleans negated), on the stream."""
     cp = worker.cp
     with worker.stream:

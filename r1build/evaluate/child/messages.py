@@ -4,7 +4,7 @@ The wire format is a JSON header plus raw buffers (:mod:`.protocol`), so each re
 parent builds them (``checks``, ``timing``, ``bench_checks``, ``evaluator``), the worker reads them, and a type
 checker holds both sides to one definition. Standard library only: the harness and the worker import it.
 
-Requests (``op``): ``load``, ``check``, ``time``, ``save_parked``, ``judge`` (to the judge process only),
+Requests (``op``): ``load``, ``check``, ``time``, ``save_parked``, ``compare`` (to the comparer process only),
 ``time_reference``, ``time_torch``, ``floors``, ``ping``, ``exit``; each reply has ``ok`` and, on failure, ``error``
 (``fatal``/``exiting`` when the worker's CUDA context is gone). While a request runs the worker may send
 :class:`Tick` messages (progress, so a hang shows in seconds). The sanitizer's job file is :class:`SanitizeJob`.
@@ -27,12 +27,12 @@ __all__ = [
     "CallRequest",
     "CheckReply",
     "CheckRequest",
+    "CompareItem",
+    "CompareReply",
+    "CompareRequest",
     "FloorsReply",
     "FloorsRequest",
     "Hello",
-    "JudgeItem",
-    "JudgeReply",
-    "JudgeRequest",
     "LoadRequest",
     "Mode",
     "ParkedItem",
@@ -206,7 +206,7 @@ class TimeRequest(TypedDict):
     """Sampling a shape stops once its median's relative standard error is this small
     (:mod:`r1build.selection.noise`)."""
     park: NotRequired[bool]
-    """Park what the timed calls left (:mod:`.judge`) instead of writing it to files."""
+    """Park what the timed calls left (:mod:`.gpu_compare`) instead of writing it to files."""
     regime: NotRequired[Regime]
     """How the samples are made (default ``back-to-back``); ``idle-gaps`` runs no checks after the samples (the
     back-to-back timing of the same library checked what its calls left)."""
@@ -233,13 +233,14 @@ class TimedShape(TypedDict):
     timed samples), ``checks`` (the calls after them, their outputs parked or written to files, the capture)."""
     tweak_outputs: NotRequired[list[str | None]]
     judged: NotRequired[list[list[bool]]]
-    """Per input set, per array: found clear on the GPU by the judge (no file; set by the parent)."""
+    """Per input set, per array: found clear on the GPU by the comparer (no file; set by the parent)."""
     tweak_judged: NotRequired[list[bool]]
     """The same for the call on the tweaked set."""
     guarded: NotRequired[bool]
     """Every array of the shape ended where unmapped memory begins (:mod:`.guarded`): a read past the end faults."""
     extra_outputs: NotRequired[list[list[str | None]]]
-    """Per call of :data:`~.judge.EXTRA_CALLS` (the lazy-output call, the replays), what it left, as ``outputs``."""
+    """Per call of :data:`~.gpu_compare.EXTRA_CALLS` (the lazy-output call, the replays), what it left, as
+    ``outputs``."""
     extra_judged: NotRequired[list[list[bool]]]
     """The same as ``judged`` for them."""
     extra_error: NotRequired[str]
@@ -253,12 +254,12 @@ class TimedShape(TypedDict):
 
 
 class ParkedItem(TypedDict):
-    """Where one output of the timed calls lies in the worker's parked allocation (:func:`.judge.park_layout`)."""
+    """Where one output of the timed calls lies in the worker's parked allocation (:func:`.gpu_compare.park_layout`)."""
 
     shape: int
     set: int
     """The input set; the number of sets means the call on the tweaked set, and above it the calls of
-    :data:`~.judge.EXTRA_CALLS`."""
+    :data:`~.gpu_compare.EXTRA_CALLS`."""
     array: int
     """Index among the shape's arrays."""
     offset: int
@@ -279,8 +280,8 @@ class TimeReply(Reply):
     """With ``park``: where the outputs are (the ``outputs`` paths are then None)."""
 
 
-# -- judge (sent to the judge process only) and save_parked (to the worker) --------------------------------------
-class JudgeItem(TypedDict):
+# -- compare (sent to the comparer process only) and save_parked (to the worker) --------------------------------------
+class CompareItem(TypedDict):
     offset: int
     nbytes: int
     dtype: str
@@ -288,16 +289,16 @@ class JudgeItem(TypedDict):
     """The reference's output, a ``.npy`` file."""
 
 
-class JudgeRequest(TypedDict):
-    op: Literal["judge"]
+class CompareRequest(TypedDict):
+    op: Literal["compare"]
     handle: str
     size: int
-    items: list[JudgeItem]
+    items: list[CompareItem]
     rtol: float
     atol: float
 
 
-class JudgeReply(Reply):
+class CompareReply(Reply):
     clear: NotRequired[list[bool]]
     """Per item: passes the fast rule; False sends it to the CPU."""
     note: NotRequired[str]

@@ -1,7 +1,7 @@
-"""Where the outputs of the timed calls go: files for the parent, or the parked allocation the judge process reads.
+"""Where the outputs of the timed calls go: files for the parent, or the parked allocation the comparer process reads.
 
 Functions of the :class:`~.worker.Worker` that times a candidate (its ``time`` and ``save_parked`` ops) and of
-the one that judges (``judge``); see :mod:`.judge` for the parked allocation and the rule.
+the one that compares (``compare``); see :mod:`.gpu_compare` for the parked allocation and the rule.
 """
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .judge import OutputJudge, Parking, park_layout, parked_size
+from .gpu_compare import GpuComparer, Parking, park_layout, parked_size
 from .messages import (
     BenchFill,
     BenchShapeRequest,
-    JudgeReply,
-    JudgeRequest,
+    CompareReply,
+    CompareRequest,
     ParkedItem,
     Reply,
     SaveParkedRequest,
@@ -24,7 +24,7 @@ from .messages import (
 if TYPE_CHECKING:
     from .worker import Worker
 
-__all__ = ["Parked", "host_buffer", "keep_outputs", "op_judge", "op_save_parked", "reserve"]
+__all__ = ["Parked", "host_buffer", "keep_outputs", "op_compare", "op_save_parked", "reserve"]
 
 Parked = dict[tuple[int, int, int], ParkedItem]
 """Places in the parked allocation by (shape, set, array)."""
@@ -130,7 +130,7 @@ def reserve(worker: Worker, h: TimeRequest) -> Parked | None:
 
 
 def op_save_parked(worker: Worker, h: SaveParkedRequest, _bufs: list[bytes]) -> tuple[Reply, list[bytes]]:
-    """Write parked outputs to files (those the judge did not find clear, for the parent's full rules; none where it
+    """Write parked outputs to files (those the comparer did not find clear, for the parent's full rules; none where it
     passed them all), then zero the parked allocation: the parent is done with it. A failure here is the timing's
     that parked them, not the next candidate's."""
     if worker.parking is None:
@@ -141,8 +141,8 @@ def op_save_parked(worker: Worker, h: SaveParkedRequest, _bufs: list[bytes]) -> 
     return {"ok": True}, []
 
 
-def op_judge(worker: Worker, h: JudgeRequest, bufs: list[bytes]) -> tuple[JudgeReply, list[bytes]]:
-    """Only in the judge process, which is never sent a library (:mod:`.judge`)."""
-    if worker.judge is None:
-        worker.judge = OutputJudge(worker.cp, limit_bytes=min(16 << 30, worker.memory // 16))
-    return worker.judge.op_judge(h, bufs)
+def op_compare(worker: Worker, h: CompareRequest, bufs: list[bytes]) -> tuple[CompareReply, list[bytes]]:
+    """Only in the comparer process, which is never sent a library (:mod:`.gpu_compare`)."""
+    if worker.comparer is None:
+        worker.comparer = GpuComparer(worker.cp, limit_bytes=min(16 << 30, worker.memory // 16))
+    return worker.comparer.op_compare(h, bufs)

@@ -4,7 +4,7 @@ Run as ``python -m r1build.evaluate.child.worker <request fd> <reply fd>`` by :c
 scrubbed environment and ``CUDA_VISIBLE_DEVICES`` naming one GPU. It knows nothing about specs or tolerances: it
 allocates what it is told, uploads what it is sent, calls the entry point through the candidate contract on its
 own non-blocking stream, and sends back raw bytes and timings. Judging happens in the parent (``compare``), or
-for the outputs of timed calls in a second worker process that never loads a library (``judge``), which also means
+for the outputs of timed calls in a second worker process that never loads a library (``compare``), which also means
 a candidate that corrupts this process cannot forge a verdict about itself beyond the bytes it leaves on the GPU.
 
 Operations (``op`` of a request):
@@ -24,10 +24,10 @@ Operations (``op`` of a request):
     already hold finite values, replays of one captured graph), goes to files, or (``park``) into one allocation
     another process reads.
 ``save_parked``
-    write parked outputs to files (any the judge did not pass), then zero the parked allocation.
-``judge``
-    in the judge process, which is never sent a library: compare another worker's parked outputs with the
-    reference's on this process's GPU (:mod:`.judge`).
+    write parked outputs to files (any the comparer did not pass), then zero the parked allocation.
+``compare``
+    in the comparer process, which is never sent a library: compare another worker's parked outputs with the
+    reference's on this process's GPU (:mod:`.gpu_compare`).
 ``time_reference``
     time the spec's numpy reference called with cupy arrays (many numpy functions dispatch to cupy; :mod:`.measures`).
 ``time_torch``
@@ -55,9 +55,9 @@ from typing import Any, ClassVar, Literal
 
 from ...selection.noise import settled
 from .extras import graph_replays, lazy_output_call
+from .gpu_compare import GpuComparer, Parking
 from .guarded import PAST_THE_END, GuardedArrays
 from .harness import CTYPES
-from .judge import OutputJudge, Parking
 from .measures import floors, time_reference, time_torch
 from .messages import (
     ArgItem,
@@ -75,7 +75,7 @@ from .messages import (
     TimeReply,
     TimeRequest,
 )
-from .outputs import Parked, keep_outputs, op_judge, op_save_parked, reserve
+from .outputs import Parked, keep_outputs, op_compare, op_save_parked, reserve
 from .pristine import PristineInputs
 from .protocol import CAPTURE_ERRORS, PeerClosed, read_message, write_message
 
@@ -256,11 +256,11 @@ class Worker:
         self.pinned: Any = None
         """The pinned host buffer outputs go through to their files (:func:`.outputs.host_buffer`)."""
         self.parking: Parking | None = None
-        """Where the outputs of the timed calls are parked for the judge process (:mod:`.outputs`)."""
+        """Where the outputs of the timed calls are parked for the comparer process (:mod:`.outputs`)."""
         self.park_failed = False
         """Whether reserving the parked allocation failed once (no IPC here): outputs go to files from then on."""
-        self.judge: OutputJudge | None = None
-        """In the judge process: the reference's outputs and the rule (:mod:`.judge`)."""
+        self.comparer: GpuComparer | None = None
+        """In the comparer process: the reference's outputs and the rule (:mod:`.gpu_compare`)."""
         self.guarded: GuardedArrays | None = None
         """The arrays of the benchmark shapes, each ending at unmapped memory (:mod:`.guarded`)."""
         self.guarded_failed = False
@@ -730,7 +730,7 @@ class Worker:
         ``inout`` arrays, of one more call on fresh inputs), the ``lazy`` call (:mod:`.extras`), one call on set 0
         with one input element changed and the same pointers, a capture of the call on its stream, the replays of
         one captured graph (:mod:`.extras`), and the device state; added to ``out``. The outputs go to files, or
-        with ``parked`` into the parked allocation (:mod:`.judge`)."""
+        with ``parked`` into the parked allocation (:mod:`.gpu_compare`)."""
         has_inout = any(a["role"] == "inout" for a in shape["arrays"])
 
         def call(args: list[Any]) -> str | None:
@@ -842,7 +842,7 @@ class Worker:
             self.tick(si)
         if parked is not None and self.parking is not None:
             try:
-                self.stream.synchronize()  # the judge reads the parked copies from another process
+                self.stream.synchronize()  # the comparer reads the parked copies from another process
             except self.rt.CUDARuntimeError as exc:
                 self.settle("parking the outputs", exc)
             reply["parked"] = {"handle": self.parking.handle, "size": self.parking.size}
@@ -1101,7 +1101,7 @@ def _handlers(worker: Worker) -> dict[str, _Handler]:
         "check": worker.op_check,
         "time": worker.op_time,
         "save_parked": lambda h, b: op_save_parked(worker, h, b),
-        "judge": lambda h, b: op_judge(worker, h, b),
+        "compare": lambda h, b: op_compare(worker, h, b),
         "time_reference": lambda h, b: time_reference(worker, h, b),
         "time_torch": lambda h, b: time_torch(worker, h, b),
         "floors": lambda h, b: floors(worker, h, b),

@@ -17,9 +17,9 @@ timed calls, or behave only while its stream is captured. So every benchmark sha
    of back-to-back calls) is rejected, naming the ratio.
 
 Inputs travel to the worker as files in a directory of the job. The reference's outputs are saved there too. What
-the timed calls left is judged on the GPU by the judge process where there is one (:mod:`.child.judge`: only a
+the timed calls left is judged on the GPU by the comparer process where there is one (:mod:`.child.gpu_compare`: only a
 pass is taken from it); everything else comes back as files too, judged in another process
-(:meth:`BenchPlan.for_judging`: the plan without its arrays), which reads both through memory maps.
+(:meth:`BenchPlan.for_comparing`: the plan without its arrays), which reads both through memory maps.
 """
 
 from __future__ import annotations
@@ -50,9 +50,9 @@ __all__ = [
     "IMPLAUSIBLE_WARM",
     "BenchPlan",
     "BenchShape",
+    "bench_verdict",
     "floor_margin",
     "implausible",
-    "judge_bench",
     "plan_bench",
     "rotation_for",
 ]
@@ -100,8 +100,8 @@ class BenchPlan:
     shapes: list[BenchShape]
     directory: Path
 
-    def for_judging(self) -> BenchPlan:
-        """This plan without its arrays (the files stay): small to send to a judging process, which reads the
+    def for_comparing(self) -> BenchPlan:
+        """This plan without its arrays (the files stay): small to send to a comparing process, which reads the
         reference's outputs from their files."""
 
         def light(bench_set: BenchSet) -> BenchSet:
@@ -238,7 +238,7 @@ def _compare(
     judged: Sequence[bool] = (),
     chunk: int = CHUNK,
 ) -> Mismatch | None:
-    """The first output of one call that the rules find wrong; those the judge process found clear on the GPU
+    """The first output of one call that the rules find wrong; those the comparer process found clear on the GPU
     (``judged``) are not read again. An output that came back neither way is a mismatch."""
     arrays = [a for a in spec.args if a.is_array]
     for j, arg in enumerate(arrays):  # an input the calls wrote into is named before the outputs it spoils
@@ -301,7 +301,7 @@ def _launch_failed(reply: TimedShape, where: str) -> Verdict | None:
     return None
 
 
-def judge_bench(
+def bench_verdict(
     spec: KernelSpec, plan: BenchPlan, replies: Sequence[TimedShape], *, chunk: int = CHUNK
 ) -> Verdict | None:
     """The first failure among the checks of every benchmark shape (see the module docstring), or None; outputs are

@@ -1,8 +1,8 @@
-"""The verdict on the extra calls at the benchmark shapes (:data:`~.child.judge.EXTRA_CALLS`), after
-:func:`~.bench_checks.judge_bench` passed what the timed calls left.
+"""The verdict on the extra calls at the benchmark shapes (:data:`~.child.gpu_compare.EXTRA_CALLS`), after
+:func:`~.bench_checks.bench_verdict` passed what the timed calls left.
 
 * ``lazy``: set 0's inputs unchanged and its outputs holding finite values (the timed calls' outputs, one element
-  in :data:`~.child.judge.DECOY_STRIDE` changed) before one more call: a kernel that skips its work when its
+  in :data:`~.child.gpu_compare.DECOY_STRIDE` changed) before one more call: a kernel that skips its work when its
   output already looks done leaves the changed elements (:mod:`.child.extras`);
 * three replays of one CUDA graph captured on the stream, fresh inputs written in place before each: the first
   wrong means work outside the given stream at the benchmark shape (an implicit legacy or per-thread stream, which
@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ...manifest.model import KernelSpec
-from ..child.judge import DECOY_STRIDE, EXTRA_CALLS, extra_source
+from ..child.gpu_compare import DECOY_STRIDE, EXTRA_CALLS, extra_source
 from ..child.messages import TimedShape
-from .bench import BenchPlan, BenchSet, BenchShape, _compare, judge_bench
+from .bench import BenchPlan, BenchSet, BenchShape, _compare, bench_verdict
 from .compare import CHUNK, Mismatch
 from .plan import Verdict
 
-__all__ = ["judge_extra", "judge_timed", "place_set"]
+__all__ = ["extra_verdict", "place_set", "timed_verdict"]
 
 _STREAM_RULE = (
     "The contract: launch every kernel, copy and memset of the call on the `stream` argument (or on streams "
@@ -71,7 +71,7 @@ def _detail(e: int, key: str, found: Mismatch) -> Verdict:
     )
 
 
-def judge_extra(
+def extra_verdict(
     spec: KernelSpec, plan: BenchPlan, replies: Sequence[TimedShape], *, chunk: int = CHUNK
 ) -> Verdict | None:
     """The first failure among the extra calls of every benchmark shape (see the module docstring), or None."""
@@ -98,8 +98,8 @@ def judge_extra(
     return None
 
 
-def judge_timed(
+def timed_verdict(
     spec: KernelSpec, plan: BenchPlan, replies: Sequence[TimedShape], *, chunk: int = CHUNK
 ) -> Verdict | None:
-    """:func:`~.bench_checks.judge_bench`, then :func:`judge_extra`: the first failure, or None."""
-    return judge_bench(spec, plan, replies, chunk=chunk) or judge_extra(spec, plan, replies, chunk=chunk)
+    """:func:`~.bench_checks.bench_verdict`, then :func:`extra_verdict`: the first failure, or None."""
+    return bench_verdict(spec, plan, replies, chunk=chunk) or extra_verdict(spec, plan, replies, chunk=chunk)

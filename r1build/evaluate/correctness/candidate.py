@@ -22,9 +22,9 @@ from .plan import (
     check_request,
     diagnose,
     diagnosis_plan,
-    judge_shape,
     needs_diagnosis,
     part_of,
+    shape_verdict,
 )
 
 __all__ = ["run_checks"]
@@ -66,7 +66,7 @@ def run_checks(
             t2 = time.perf_counter()
             reply, data = slot.request(header, buffers, timeout_s=timeout_s)
             t3 = time.perf_counter()
-            verdict = judge_shape(spec, plan, cast(CheckReply, reply), data)
+            verdict = shape_verdict(spec, plan, cast(CheckReply, reply), data)
             count("check_load_s", t1 - t0)
             count("check_request_s", t2 - t1)
             count("check_worker_s", t3 - t2)

@@ -119,7 +119,7 @@ _scratch = threading.local()
 def _squares(x: NDArray[np.float64]) -> float:
     """The sum of squares of a float64 vector, without BLAS: numpy's BLAS (OpenBLAS) starts a thread per core on
     large calls, whose threads then spin waiting for the next one; in every process and thread that judges side by
-    side that is more spinning threads than cores (measured on the H200: eight judging processes starved the
+    side that is more spinning threads than cores (measured on the H200: eight comparing processes starved the
     machine, compute-sanitizer runs took 150 s instead of 6)."""
     return float(np.einsum("i,i->", x, x))
 

@@ -73,11 +73,11 @@ __all__ = [
     "check_request",
     "diagnose",
     "diagnosis_plan",
-    "judge_shape",
     "needs_diagnosis",
     "part_of",
     "plan_checks",
     "run_reference",
+    "shape_verdict",
 ]
 
 CheckPart = Literal["all", "shared", "alone"]
@@ -706,7 +706,7 @@ def _call_problem(rec: CallRecord, mode: str, where: str, i: int, more: bool) ->
     return None
 
 
-def judge_shape(spec: KernelSpec, plan: ShapePlan, reply: CheckReply, buffers: Sequence[bytes]) -> Verdict | None:
+def shape_verdict(spec: KernelSpec, plan: ShapePlan, reply: CheckReply, buffers: Sequence[bytes]) -> Verdict | None:
     """The first failure in a worker's reply to :func:`check_request`, or None when every call passed."""
     n = len(plan.layouts)
     records = reply.get("calls", [])

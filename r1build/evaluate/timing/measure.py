@@ -19,12 +19,12 @@ from ...errors import EvaluationError
 from ...judge import Job
 from ...manifest.model import KernelSpec
 from ...manifest.reference import load_reference
-from ..child.judge import park_layout, parked_size
+from ..child.gpu_compare import park_layout, parked_size
 from ..child.messages import (
     BenchShapeRequest,
+    CompareItem,
+    CompareRequest,
     FloorsRequest,
-    JudgeItem,
-    JudgeRequest,
     ParkedItem,
     ParkedOutputs,
     SaveItem,
@@ -32,10 +32,10 @@ from ..child.messages import (
     TimedShape,
     TimeReply,
 )
+from ..compare_pool import ComparePool
 from ..correctness.bench import BenchPlan, implausible, plan_bench, shape_requests
 from ..correctness.bench_extra import place_set
 from ..correctness.plan import Verdict
-from ..judge_pool import JudgePool
 from ..library import Library
 from ..process import WorkerDied, WorkerTimedOut
 from ..sanitizer.schedule import KernelKey
@@ -85,7 +85,7 @@ class Timer:
         call_timeout_s: float,
         timeout_s: float,
         budget_s: float,
-        judges: JudgePool,
+        compare_pool: ComparePool,
     ) -> None:
         self._cache = cache
         self._submit = submit
@@ -97,7 +97,7 @@ class Timer:
         self.timeout_s = timeout_s
         """Longest a benchmark shape may go without progress."""
         self._budget_s = budget_s
-        self._judges = judges
+        self._compare_pool = compare_pool
         self._lock = threading.Lock()
         self._plans: dict[tuple[KernelKey, int], Future[BenchPlan]] = {}
         self._timings = 0
@@ -195,7 +195,7 @@ class Timer:
         if isinstance(timed, Verdict):
             shutil.rmtree(out_dir, ignore_errors=True)
             return _settled(timed)
-        return self._judge(job.spec, plan, timed, floors, out_dir, slot.gpu.l2_bytes or (40 << 20))
+        return self._bench_verdict(job.spec, plan, timed, floors, out_dir, slot.gpu.l2_bytes or (40 << 20))
 
     def idle_time(self, job: Job, slot: Slot, lib: Library, bench: Future[BenchPlan]) -> SampleStats | None:
         """The first benchmark shape of a timed finalist sampled again in the ``idle-gaps`` regime (no checks: its
@@ -238,10 +238,10 @@ class Timer:
             if failed is not None:
                 return Verdict("crashed", failed)
             requests = shape_requests(spec, plan, out_dir)
-            header = time_request(library_key(lib), requests, budget_s=self._budget_s, park=slot.judge is not None)
+            header = time_request(library_key(lib), requests, budget_s=self._budget_s, park=slot.comparer is not None)
             reply, _ = slot.request(header, timeout_s=self.timeout_s)
             if reply.get("ok") and reply.get("parked"):
-                not_saved = self._judge_parked(spec, slot, plan, requests, cast(TimeReply, reply), out_dir)
+                not_saved = self._compare_parked(spec, slot, plan, requests, cast(TimeReply, reply), out_dir)
                 if not_saved is not None:
                     return not_saved
         except WorkerTimedOut:
@@ -259,7 +259,7 @@ class Timer:
             return Verdict("crashed", f"while timing at the benchmark shapes: {error}")
         return cast(TimeReply, reply)["shapes"]
 
-    def _judge_parked(
+    def _compare_parked(
         self,
         spec: KernelSpec,
         slot: Slot,
@@ -268,9 +268,9 @@ class Timer:
         reply: TimeReply,
         out_dir: Path,
     ) -> Verdict | None:
-        """The judge's verdict on each parked output (:mod:`.child.judge`): one it finds clear is marked judged in
-        the reply's shapes, every other one the worker writes to a file for the CPU's rules (as without parking).
-        None, or why the worker could not write them. Raises what :meth:`Slot.request` raises."""
+        """The comparer's verdict on each parked output (:mod:`.child.gpu_compare`): one it finds clear is marked
+        judged in the reply's shapes, every other one the worker writes to a file for the CPU's rules (as without
+        parking). None, or why the worker could not write them. Raises what :meth:`Slot.request` raises."""
         start = time.perf_counter()
         shapes, parked = reply.get("shapes") or [], reply["parked"]
         layout = park_layout(requests)
@@ -293,28 +293,28 @@ class Timer:
     def _clear_on_gpu(
         self, spec: KernelSpec, slot: Slot, plan: BenchPlan, layout: list[ParkedItem], parked: ParkedOutputs
     ) -> list[bool] | None:
-        """Which parked outputs the judge process finds clear, or None when it said nothing usable."""
+        """Which parked outputs the comparer process finds clear, or None when it said nothing usable."""
         names = [a.name for a in spec.args if a.is_array]
-        items: list[JudgeItem] = []
+        items: list[CompareItem] = []
         for item in layout:
             bench_set = place_set(plan.shapes[item["shape"]], item["set"])
             expected = bench_set.expected_files.get(names[item["array"]])
-            dtype = item["dtype"] if expected is not None else ""  # no file: not for the judge
+            dtype = item["dtype"] if expected is not None else ""  # no file: not for the comparer
             items.append(
                 {"offset": item["offset"], "nbytes": item["nbytes"], "dtype": dtype, "expected": expected or ""}
             )
-        judge: JudgeRequest = {
-            "op": "judge",
+        request: CompareRequest = {
+            "op": "compare",
             "handle": str(parked["handle"]),
             "size": int(parked["size"]),
             "items": items,
             "rtol": spec.tolerance.rtol,
             "atol": spec.tolerance.atol,
         }
-        said = slot.ask_judge(judge, timeout_s=self.timeout_s)
-        if slot.judge is None:  # closed just now, after its last failure
+        said = slot.ask_comparer(request, timeout_s=self.timeout_s)
+        if slot.comparer is None:  # closed just now, after its last failure
             self._note(
-                f"{slot.gpu.name}: the judge process failed {slot.judge_failures} times; what the timed calls "
+                f"{slot.gpu.name}: the comparer process failed {slot.comparer_failures} times; what the timed calls "
                 "leave is judged on the CPU from now on"
             )
         found = said.get("clear") if said is not None else None
@@ -322,7 +322,7 @@ class Timer:
             return [x is True for x in found]
         return None
 
-    def _judge(
+    def _bench_verdict(
         self,
         spec: KernelSpec,
         plan: BenchPlan,
@@ -331,7 +331,7 @@ class Timer:
         out_dir: Path,
         l2_bytes: int,
     ) -> Future[Verdict | list[SampleStats]]:
-        """What the timed calls left (judged in a judging process, no thread waiting for it), and whether the
+        """What the timed calls left (judged in a comparing process, no thread waiting for it), and whether the
         times are possible."""
         start = time.perf_counter()
         outcome: Future[Verdict | list[SampleStats]] = Future()
@@ -345,7 +345,7 @@ class Timer:
             except BaseException as exc:
                 outcome.set_exception(exc)
 
-        self._judges.submit(spec, plan, shapes).add_done_callback(judged)
+        self._compare_pool.submit(spec, plan, shapes).add_done_callback(judged)
         return outcome
 
     @staticmethod
@@ -359,7 +359,7 @@ class Timer:
 
 
 def _mark_unjudged(shapes: list[TimedShape], requests: list[BenchShapeRequest], plan: BenchPlan) -> None:
-    """Every judged flag of the reply's shapes False, until the judge passed that output."""
+    """Every judged flag of the reply's shapes False, until the comparer passed that output."""
     for si, shape_out in enumerate(shapes):
         arrays = len(requests[si]["arrays"])
         shape_out["judged"] = [[False] * arrays for _ in plan.shapes[si].sets]
@@ -370,7 +370,7 @@ def _mark_unjudged(shapes: list[TimedShape], requests: list[BenchShapeRequest], 
 def _cpu_saves(
     shapes: list[TimedShape], plan: BenchPlan, layout: list[ParkedItem], clear: list[bool], out_dir: Path
 ) -> list[SaveItem]:
-    """Mark the outputs the judge found clear as judged; the files the worker writes for the others, for the CPU's
+    """Mark the outputs the comparer found clear as judged; the files the worker writes for the others, for the CPU's
     rules (each output's path set in the reply's shapes)."""
     saves: list[SaveItem] = []
     for item, ok in zip(layout, clear, strict=True):

@@ -107,7 +107,7 @@ def time_request(
 ) -> TimeRequest:
     """The worker request that times one library at every benchmark shape (``shapes`` from
     :func:`~.bench_checks.shape_requests`; see the worker's ``_time_shape`` for how a sample is made); with
-    ``park``, what the timed calls left stays on the GPU for the judge process (:mod:`.child.judge`). A shape
+    ``park``, what the timed calls left stays on the GPU for the comparer process (:mod:`.child.gpu_compare`). A shape
     takes at least ``min_samples`` samples, then more while its budget and ``max_samples`` allow and the standard
     error of its median is above ``stop_error`` (:data:`~r1build.selection.noise.STOP_ERROR`). ``regime``
     ``idle-gaps``: each sample is one call after ``idle_gap_us`` of an idle GPU and an L2 flush (no checks after)."""

@@ -1,6 +1,6 @@
-"""The judge process's rule (:mod:`r1build.evaluate.child.judge`) run with numpy here (cupy on the GPU runs the
-same code): it passes only what the CPU's full rules pass; the parked layout; and judge_bench with outputs the
-judge found clear."""
+"""The comparer process's rule (:mod:`r1build.evaluate.child.gpu_compare`) run with numpy here (cupy on the GPU runs the
+same code): it passes only what the CPU's full rules pass; the parked layout; and bench_verdict with outputs the
+comparer found clear."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from r1build.evaluate.child.judge import (
+from r1build.evaluate.child.gpu_compare import (
     EXTRA_CALLS,
     NORM_MARGIN,
     PARK_ALIGN,
@@ -19,7 +19,7 @@ from r1build.evaluate.child.judge import (
     park_layout,
     parked_size,
 )
-from r1build.evaluate.correctness.bench import judge_bench, plan_bench
+from r1build.evaluate.correctness.bench import bench_verdict, plan_bench
 from r1build.evaluate.correctness.compare import compare_output
 from r1build.evaluate.correctness.inputs import ArrayLayout, poison_bytes
 from r1build.manifest import Manifest, load_reference
@@ -71,7 +71,7 @@ def test_the_judge_passes_only_what_the_full_rules_pass() -> None:
 
 def test_the_norm_needs_a_margin_and_other_dtypes_go_to_the_cpu() -> None:
     want = np.ones(10_000)
-    # every element exactly at the norm bound: the CPU may pass it, the judge leaves it to the CPU
+    # every element exactly at the norm bound: the CPU may pass it, the comparer leaves it to the CPU
     at_bound = want * (1 + 1e-5)
     assert not clearly_matches(np, at_bound, want, 1e-5, 0.0)
     inside = want * (1 + 1e-5 * (1 - 100 * NORM_MARGIN))
@@ -122,27 +122,27 @@ def test_judge_bench_skips_what_the_judge_found_clear_and_nothing_else(root_mani
             **changed,
         }
 
-    assert judge_bench(spec, plan, [reply()]) is None
+    assert bench_verdict(spec, plan, [reply()]) is None
     # one set neither judged nor written: no output came back, never a pass
     missing = reply(judged=[[False, False, True]] * (sets - 1) + [[False, False, False]])
-    verdict = judge_bench(spec, plan, [missing])
+    verdict = bench_verdict(spec, plan, [missing])
     assert verdict is not None and verdict.status == "incorrect" and "no output of out came back" in verdict.detail
-    # one the judge left to the CPU: written, read and judged there with the full message
+    # one the comparer left to the CPU: written, read and judged there with the full message
     outputs: list[list[str | None]] = [[None, None, None] for _ in range(sets)]
     outputs[1] = [None, None, str(wrong)]
     judged = [[False, False, True] for _ in range(sets)]
     judged[1] = [False, False, False]
-    found = judge_bench(spec, plan, [reply(outputs=outputs, judged=judged)])
+    found = bench_verdict(spec, plan, [reply(outputs=outputs, judged=judged)])
     assert found is not None and f"input set 2 of {sets}" in found.detail and "differ beyond" in found.detail
 
 
 @pytest.mark.gpu
 def test_the_judge_rule_on_cupy_and_in_its_kernel_is_the_rule_on_numpy() -> None:
     cp = pytest.importorskip("cupy")
-    from r1build.evaluate.child.judge import OutputJudge
+    from r1build.evaluate.child.gpu_compare import GpuComparer
 
-    judge = OutputJudge(cp, 1 << 30)
-    judge.warm()
+    comparer = GpuComparer(cp, 1 << 30)
+    comparer.warm()
     tol = Tolerance(rtol=1e-5, atol=1e-6)
     for got, want in _cases(np.random.default_rng(5)):
         with np.errstate(invalid="ignore"):
@@ -150,16 +150,16 @@ def test_the_judge_rule_on_cupy_and_in_its_kernel_is_the_rule_on_numpy() -> None
             wide = got.astype(np.float64)
             wide_on_cpu = clearly_matches(np, wide, want, tol.rtol, tol.atol)
         assert clearly_matches(cp, cp.asarray(got), cp.asarray(want), tol.rtol, tol.atol, 1000) == on_cpu
-        # the one-pass kernel the judge process runs, for float32 and float64 outputs
-        assert judge.clear(cp.asarray(got), cp.asarray(want), tol.rtol, tol.atol) == on_cpu
-        assert judge.clear(cp.asarray(wide), cp.asarray(want), tol.rtol, tol.atol) == wide_on_cpu
+        # the one-pass kernel the comparer process runs, for float32 and float64 outputs
+        assert comparer.clear(cp.asarray(got), cp.asarray(want), tol.rtol, tol.atol) == on_cpu
+        assert comparer.clear(cp.asarray(wide), cp.asarray(want), tol.rtol, tol.atol) == wide_on_cpu
 
 
 @pytest.mark.gpu
 def test_the_judge_process_passes_the_honest_and_leaves_a_cheat_to_the_cpu(
     root_manifest: Manifest, tmp_path: Path
 ) -> None:
-    """The baseline and a kernel that skips its work above 2^20 elements, with the judge process and without it:
+    """The baseline and a kernel that skips its work above 2^20 elements, with the comparer process and without it:
     the same verdicts and the same words; with it, the baseline's outputs never became files."""
     from r1build.cache import Cache
     from r1build.evaluate import EvaluatorOptions, GpuEvaluator, expand_variants
@@ -177,16 +177,16 @@ def test_the_judge_process_passes_the_honest_and_leaves_a_cheat_to_the_cpu(
         with (
             Cache(tmp_path / f"cache-{on_gpu}") as cache,
             GpuEvaluator(
-                cache, options=EvaluatorOptions(call_timeout_s=8.0, timing_timeout_s=10.0, judge_on_gpu=on_gpu)
+                cache, options=EvaluatorOptions(call_timeout_s=8.0, timing_timeout_s=10.0, compare_on_gpu=on_gpu)
             ) as ev,
         ):
             arch = min(a for a in ev.archs if not a.endswith("a"))
             results = ev.evaluate(Job(root_manifest, spec, arch, [baseline, cheat], baseline))
             outcome[on_gpu] = ([(r.status, r.detail) for r in results], ev.stats)
-    (with_judge, stats), (without, plain) = outcome[True], outcome[False]
-    assert with_judge[0][0] == "passed" and with_judge[1][0] == "incorrect"
-    assert "wrong outputs of the timed calls" in with_judge[1][1]
-    assert with_judge == without
+    (with_comparer, stats), (without, plain) = outcome[True], outcome[False]
+    assert with_comparer[0][0] == "passed" and with_comparer[1][0] == "incorrect"
+    assert "wrong outputs of the timed calls" in with_comparer[1][1]
+    assert with_comparer == without
     # every output of the baseline (each input set and the tweaked call) judged on the GPU; the cheat's first
     # wrong one went to the CPU
     assert stats.get("outputs_judged_on_gpu", 0) >= 3 and stats.get("outputs_judged_on_cpu", 0) >= 1
@@ -194,9 +194,9 @@ def test_the_judge_process_passes_the_honest_and_leaves_a_cheat_to_the_cpu(
 
 
 def test_a_timing_the_judge_passed_whole_starts_no_judging_process(root_manifest: Manifest, tmp_path: Path) -> None:
-    """Nothing to read from files: the judging runs on the caller's executor, and the pool of judging processes
+    """Nothing to read from files: the judging runs on the caller's executor, and the pool of comparing processes
     (spawned interpreters, seconds to start and to close) is never made. One output written for the CPU starts it."""
-    from r1build.evaluate.judge_pool import JudgePool
+    from r1build.evaluate.compare_pool import ComparePool
 
     spec = replace(root_manifest.kernel("silu_mul"), bench_shapes=[{"n": 4099}])
     plan = plan_bench(spec, load_reference(root_manifest.root, spec.reference), 50 << 20, tmp_path / "in")
@@ -210,39 +210,39 @@ def test_a_timing_the_judge_passed_whole_starts_no_judging_process(root_manifest
         "extra_judged": [[False, False, True] for _ in EXTRA_CALLS],
         "capture_rc": 0,
     }
-    judges = JudgePool(1)
+    pool = ComparePool(1)
     try:
-        assert judges.judge(spec, plan, [reply]) is None
-        assert judges._pool is None
+        assert pool.compare(spec, plan, [reply]) is None
+        assert pool._pool is None
         wrong = tmp_path / "wrong.bin"
         np.zeros(4099, np.float32).tofile(wrong)
         reply["outputs"][0][2], reply["judged"][0][2] = str(wrong), False
-        found = judges.judge(spec, plan, [reply])
-        assert found is not None and "input set 1 of" in found.detail and judges._pool is not None
+        found = pool.compare(spec, plan, [reply])
+        assert found is not None and "input set 1 of" in found.detail and pool._pool is not None
     finally:
-        judges.close()
+        pool.close()
 
 
 class _Slot:
-    """The two requests Timer._judge_parked makes of a GPU's slot (the judge's verdicts given, the worker's files
+    """The two requests Timer._compare_parked makes of a GPU's slot (the comparer's verdicts given, the worker's files
     written here): the parent's side of the parked outputs on the CPU."""
 
     def __init__(self, clear: list[bool] | None, wrong: bytes) -> None:
         from r1build.evaluate.devices import GpuInfo
 
         self.gpu = GpuInfo(name="Stand-in GPU", arch="sm_90", index=0, memory=1 << 30)
-        self.judge: object | None = object()
-        self.judge_failures = 0
+        self.comparer: object | None = object()
+        self.comparer_failures = 0
         self.clear = clear
         self.wrong = wrong
         self.asked: list[Any] = []
         self.saved: list[Any] = []
         self.requests = 0
 
-    def ask_judge(self, header: Any, *, timeout_s: float) -> dict[str, Any] | None:
+    def ask_comparer(self, header: Any, *, timeout_s: float) -> dict[str, Any] | None:
         self.asked.append(header)
-        if self.clear is None:  # the judge failed: closed after it
-            self.judge_failures, self.judge = 2, None
+        if self.clear is None:  # the comparer failed: closed after it
+            self.comparer_failures, self.comparer = 2, None
             return None
         return {"ok": True, "clear": self.clear}
 
@@ -260,8 +260,8 @@ def test_the_parent_marks_what_the_judge_passed_and_has_the_rest_written_for_the
 ) -> None:
     from typing import cast
 
+    from r1build.evaluate.compare_pool import ComparePool
     from r1build.evaluate.correctness.bench import shape_requests
-    from r1build.evaluate.judge_pool import JudgePool
     from r1build.evaluate.slots import Slot
     from r1build.evaluate.timing.measure import Timer
 
@@ -272,7 +272,7 @@ def test_the_parent_marks_what_the_judge_passed_and_has_the_rest_written_for_the
     timer = Timer(
         cache=lambda: cast(Any, None), submit=lambda *a, **k: cast(Any, None), note=lambda m, *_: notes.append(m),
         count=lambda *_: None, root=tmp_path, seed=0, call_timeout_s=1.0, timeout_s=1.0, budget_s=0.1,
-        judges=JudgePool(0),
+        compare_pool=ComparePool(0),
     )  # fmt: skip
     out_dir = tmp_path / "out"
     requests = shape_requests(spec, plan, out_dir)
@@ -289,10 +289,10 @@ def test_the_parent_marks_what_the_judge_passed_and_has_the_rest_written_for_the
         return {"ok": True, "shapes": [shape], "parked": {"handle": "ab", "size": parked_size(layout)}}
 
     wrong = np.zeros(4099, np.float32).tobytes()
-    # the judge passes all but input set 2's output: that one is written for the CPU, which says what is wrong
+    # the comparer passes all but input set 2's output: that one is written for the CPU, which says what is wrong
     slot = _Slot([k not in {1, places - 2} for k in range(places)], wrong)
     got = reply()
-    assert timer._judge_parked(spec, cast(Slot, slot), plan, requests, got, out_dir) is None
+    assert timer._compare_parked(spec, cast(Slot, slot), plan, requests, got, out_dir) is None
     asked = slot.asked[0]
     assert [i["offset"] for i in asked["items"]] == [i["offset"] for i in layout]
     assert asked["items"][1]["expected"] == plan.shapes[0].sets[1].expected_files["out"]
@@ -310,27 +310,27 @@ def test_the_parent_marks_what_the_judge_passed_and_has_the_rest_written_for_the
     assert shape["outputs"][1][2] == slot.saved[0]["path"] and shape["tweak_judged"] == [False, False, True]
     assert shape["extra_outputs"][2][2] == slot.saved[1]["path"] and shape["extra_judged"][2] == [False] * 3
     assert shape["extra_judged"][3] == [False, False, True]
-    found = judge_bench(spec, plan, got["shapes"])
+    found = bench_verdict(spec, plan, got["shapes"])
     assert found is not None and f"input set 2 of {sets}" in found.detail
     # all passed: nothing written, but the worker is told it may zero the parked outputs (save_parked of none)
     slot = _Slot([True] * places, wrong)
-    assert timer._judge_parked(spec, cast(Slot, slot), plan, requests, reply(), out_dir) is None
+    assert timer._compare_parked(spec, cast(Slot, slot), plan, requests, reply(), out_dir) is None
     assert slot.requests == 1 and not slot.saved
-    # an allocation smaller than the layout: nothing asked of the judge, everything written for the CPU
+    # an allocation smaller than the layout: nothing asked of the comparer, everything written for the CPU
     small = reply()
     small["parked"]["size"] = 256
     slot = _Slot([True] * places, wrong)
-    assert timer._judge_parked(spec, cast(Slot, slot), plan, requests, small, out_dir) is None
+    assert timer._compare_parked(spec, cast(Slot, slot), plan, requests, small, out_dir) is None
     assert not slot.asked and len(slot.saved) == places
-    # a judge that failed for good: everything to the CPU, and said once
+    # a comparer that failed for good: everything to the CPU, and said once
     slot = _Slot(None, wrong)
-    assert timer._judge_parked(spec, cast(Slot, slot), plan, requests, reply(), out_dir) is None
-    assert len(slot.saved) == places and len(notes) == 1 and "judge process failed 2 times" in notes[0]
+    assert timer._compare_parked(spec, cast(Slot, slot), plan, requests, reply(), out_dir) is None
+    assert len(slot.saved) == places and len(notes) == 1 and "comparer process failed 2 times" in notes[0]
 
 
 def test_a_judge_that_keeps_failing_is_closed_and_the_slot_goes_on_without_it(tmp_path: Path) -> None:
-    """A judge process that cannot start (here it exits at once) costs each timing a start: after two failures the
-    slot has none, and its timings write their outputs for the CPU as without the judge."""
+    """A comparer process that cannot start (here it exits at once) costs each timing a start: after two failures the
+    slot has none, and its timings write their outputs for the CPU as without the comparer."""
     import sys
 
     from r1build.evaluate.devices import GpuInfo
@@ -339,24 +339,26 @@ def test_a_judge_that_keeps_failing_is_closed_and_the_slot_goes_on_without_it(tm
 
     work = tmp_path / "gpu0"
     work.mkdir()
-    judge = WorkerHandle([sys.executable, "-c", "import sys; sys.exit(3)"], {}, work, name="judge", start_timeout_s=10)
+    comparer = WorkerHandle(
+        [sys.executable, "-c", "import sys; sys.exit(3)"], {}, work, name="comparer", start_timeout_s=10
+    )
     slot = Slot(
         gpu=GpuInfo(name="Stand-in GPU", arch="sm_90", index=0, memory=1 << 30),
         worker=WorkerHandle(["true"], {}, work, name="unused"),
         sanitizer=None,
         workdir=work,
-        judge=judge,
+        comparer=comparer,
     )
-    header: Any = {"op": "judge", "handle": "", "size": 0, "items": [], "rtol": 0.0, "atol": 0.0}
-    assert slot.ask_judge(header, timeout_s=5) is None and slot.judge is judge
-    assert slot.ask_judge(header, timeout_s=5) is None and slot.judge is None
-    assert slot.judge_failures == 2 and not judge.running
-    assert slot.ask_judge(header, timeout_s=5) is None  # none asked any more
+    header: Any = {"op": "compare", "handle": "", "size": 0, "items": [], "rtol": 0.0, "atol": 0.0}
+    assert slot.ask_comparer(header, timeout_s=5) is None and slot.comparer is comparer
+    assert slot.ask_comparer(header, timeout_s=5) is None and slot.comparer is None
+    assert slot.comparer_failures == 2 and not comparer.running
+    assert slot.ask_comparer(header, timeout_s=5) is None  # none asked any more
 
 
 def test_each_gpu_gets_one_judge_process_of_its_own_unless_turned_off(tmp_path: Path) -> None:
-    """The timing slot of each GPU has a judge (a worker process with a home of its own, so nothing a candidate's
-    worker leaves in its home, cupy's kernel cache, reaches it); the check workers have none; judge_on_gpu=False
+    """The timing slot of each GPU has a comparer (a worker process with a home of its own, so nothing a candidate's
+    worker leaves in its home, cupy's kernel cache, reaches it); the check workers have none; compare_on_gpu=False
     gives none (the outputs go to files)."""
     from r1build.cache import Cache
     from r1build.evaluate import EvaluatorOptions, GpuEvaluator
@@ -369,22 +371,22 @@ def test_each_gpu_gets_one_judge_process_of_its_own_unless_turned_off(tmp_path: 
                 cache,
                 gpus=[gpu],
                 workdir=tmp_path / f"w{on}",
-                options=EvaluatorOptions(sanitize=False, judge_on_gpu=on),
+                options=EvaluatorOptions(sanitize=False, compare_on_gpu=on),
             ) as ev:
                 (slot,) = ev._slots
-                assert all(c.judge is None for c in ev._checkers[id(slot)])
+                assert all(c.comparer is None for c in ev._checkers[id(slot)])
                 if not on:
-                    assert slot.judge is None
+                    assert slot.comparer is None
                     continue
-                assert slot.judge is not None and slot.judge.name == "judge"
-                homes = {slot.worker.env["HOME"], slot.judge.env["HOME"]}
-                assert len(homes) == 2 and slot.judge.env["CUPY_CACHE_DIR"].startswith(slot.judge.env["HOME"])
+                assert slot.comparer is not None and slot.comparer.name == "comparer"
+                homes = {slot.worker.env["HOME"], slot.comparer.env["HOME"]}
+                assert len(homes) == 2 and slot.comparer.env["CUPY_CACHE_DIR"].startswith(slot.comparer.env["HOME"])
 
 
 def test_the_extra_calls_at_the_benchmark_shape_are_judged_and_named(root_manifest: Manifest, tmp_path: Path) -> None:
     """What the lazy-output call and the three replays of one captured graph left (child/extras.py): each wrong
     output is named for what it shows; a reply without them is never a pass."""
-    from r1build.evaluate.correctness.bench_extra import judge_extra, judge_timed
+    from r1build.evaluate.correctness.bench_extra import extra_verdict, timed_verdict
 
     spec = replace(root_manifest.kernel("silu_mul"), bench_shapes=[{"n": 4099}])
     plan = plan_bench(spec, load_reference(root_manifest.root, spec.reference), 50 << 20, tmp_path / "in")
@@ -414,19 +416,19 @@ def test_the_extra_calls_at_the_benchmark_shape_are_judged_and_named(root_manife
             **more,
         }
 
-    assert judge_timed(spec, plan, [reply()]) is None
-    assert judge_extra(spec, plan, [reply(0, right)]) is None  # the lazy call's expected: set 0's
-    lazy = judge_timed(spec, plan, [reply(0)])
+    assert timed_verdict(spec, plan, [reply()]) is None
+    assert extra_verdict(spec, plan, [reply(0, right)]) is None  # the lazy call's expected: set 0's
+    lazy = timed_verdict(spec, plan, [reply(0)])
     assert lazy is not None and "lazy output" in lazy.detail and "benchmark shape n=4099" in lazy.detail
-    first = judge_extra(spec, plan, [reply(1, unwritten)])
+    first = extra_verdict(spec, plan, [reply(1, unwritten)])
     assert first is not None and "outside the given stream" in first.detail and first.kind == "stream"
-    later = judge_extra(spec, plan, [reply(2, changed)])
+    later = extra_verdict(spec, plan, [reply(2, changed)])
     assert later is not None and "how often a captured graph is replayed" in later.detail and "replay 2" in later.detail
-    failed = judge_extra(spec, plan, [reply(extra_error="cudaErrorStreamCaptureInvalidated")])
+    failed = extra_verdict(spec, plan, [reply(extra_error="cudaErrorStreamCaptureInvalidated")])
     assert failed is not None and "outside the given stream" in failed.detail
     none = reply()
     del none["extra_outputs"]
-    missing = judge_timed(spec, plan, [none])
+    missing = timed_verdict(spec, plan, [none])
     assert missing is not None and missing.status == "crashed"
 
 
@@ -437,7 +439,7 @@ def test_the_lazy_call_finds_finite_outputs_with_one_element_in_64_changed() -> 
     from typing import cast
 
     from r1build.evaluate.child.extras import change_outputs
-    from r1build.evaluate.child.judge import DECOY_STRIDE
+    from r1build.evaluate.child.gpu_compare import DECOY_STRIDE
     from r1build.evaluate.child.worker import Worker
 
     def arr(name: str, dtype: str, role: str) -> Any:

@@ -1,17 +1,18 @@
-"""Processes that judge what the timed calls left at the benchmark shapes.
+"""Processes that compare what the timed calls left at the benchmark shapes.
 
 The outputs of one timing are hundreds of MB (three input sets of a 64M-element transpose: 768 MB), compared with
 the reference element by element in float64. Threads of the evaluator's process doing that share its interpreter
 lock with everything else the process does (the GPU thread, the check workers' judging, the sanitizer runs'
 readers), so the comparisons run in processes of their own, which read the outputs and the reference's outputs
 through memory maps and go through them in cache-sized chunks (:data:`~.compare.CACHED_CHUNK`). The plan travels
-without its arrays (:meth:`~.bench_checks.BenchPlan.for_judging`).
+without its arrays (:meth:`~.bench_checks.BenchPlan.for_comparing`).
 
-Where the judge process on the GPU passed every output (:mod:`.child.judge`), nothing is read from files and the
-rest of the judging runs on the caller's executor: the processes start only when some output needs the CPU's rules.
-A pool that breaks (a judging process killed, say for memory) is replaced at the next call; the calls that found
+Where the comparer process on the GPU passed every output (:mod:`.child.gpu_compare`), nothing is read from files
+and the rest of the judging runs on the caller's executor: the processes start only when some output needs the CPU's
+rules.
+A pool that breaks (a comparing process killed, say for memory) is replaced at the next call; the calls that found
 it broken are judged in this process instead (on the caller's executor), so a verdict never depends on the pool.
-No thread waits for a judging process: :meth:`JudgePool.submit` returns a future.
+No thread waits for a comparing process: :meth:`ComparePool.submit` returns a future.
 """
 
 from __future__ import annotations
@@ -27,11 +28,11 @@ from typing import Any
 from ..manifest.model import KernelSpec
 from .child.messages import TimedShape
 from .correctness.bench import BenchPlan
-from .correctness.bench_extra import judge_timed
+from .correctness.bench_extra import timed_verdict
 from .correctness.compare import CACHED_CHUNK
 from .correctness.plan import Verdict
 
-__all__ = ["JudgePool", "default_processes"]
+__all__ = ["ComparePool", "default_processes"]
 
 Submit = Callable[..., "Future[Any]"]
 
@@ -54,17 +55,17 @@ def _in_a_thread(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Future[An
         except BaseException as exc:
             done.set_exception(exc)
 
-    threading.Thread(target=run, name="r1build-judge", daemon=True).start()
+    threading.Thread(target=run, name="r1build-compare", daemon=True).start()
     return done
 
 
-class JudgePool:
+class ComparePool:
     """Judges benchmark-shape outputs in ``processes`` processes started on first use (0: on ``submit``, the
     caller's executor, as it does where the pool is broken or closed)."""
 
     def __init__(self, processes: int | None = None, *, submit: Submit | None = None) -> None:
         self.processes = default_processes() if processes is None else max(0, processes)
-        """How many judging processes run at most."""
+        """How many comparing processes run at most."""
         self._submit = submit or _in_a_thread
         self._lock = threading.Lock()
         self._pool: ProcessPoolExecutor | None = None
@@ -72,16 +73,16 @@ class JudgePool:
         self._closed = False
 
     def submit(self, spec: KernelSpec, plan: BenchPlan, shapes: Sequence[TimedShape]) -> Future[Verdict | None]:
-        """:func:`~.bench_extra.judge_timed` of one timing, in a judging process where there is one; no thread
+        """:func:`~.bench_extra.timed_verdict` of one timing, in a comparing process where there is one; no thread
         waits for it."""
         shapes = list(shapes)
-        if not _reads_files(shapes):  # everything judged on the GPU (child/judge.py): nothing heavy left to do
+        if not _reads_files(shapes):  # everything judged on the GPU (child/gpu_compare.py): nothing heavy left to do
             return self._here(spec, plan, shapes)
         pool = self._get()
         if pool is None:
             return self._here(spec, plan, shapes)
         try:
-            judged = pool.submit(judge_timed, spec, self._for_judging(plan), shapes, chunk=CACHED_CHUNK)
+            judged = pool.submit(timed_verdict, spec, self._for_comparing(plan), shapes, chunk=CACHED_CHUNK)
         except (BrokenProcessPool, RuntimeError):  # broken, or shut down by close() meanwhile
             self._drop(pool)
             return self._here(spec, plan, shapes)
@@ -99,12 +100,12 @@ class JudgePool:
         judged.add_done_callback(done)
         return outcome
 
-    def judge(self, spec: KernelSpec, plan: BenchPlan, shapes: Sequence[TimedShape]) -> Verdict | None:
+    def compare(self, spec: KernelSpec, plan: BenchPlan, shapes: Sequence[TimedShape]) -> Verdict | None:
         """:meth:`submit`, waited for."""
         return self.submit(spec, plan, shapes).result()
 
     def close(self) -> None:
-        """Stop the judging processes: judgings not started are canceled (and run on the caller's executor, if
+        """Stop the comparing processes: judgings not started are canceled (and run on the caller's executor, if
         anything still waits for them), running ones end first, so no process or semaphore is left behind."""
         with self._lock:
             pool, self._pool, self._closed = self._pool, None, True
@@ -113,9 +114,9 @@ class JudgePool:
 
     def _here(self, spec: KernelSpec, plan: BenchPlan, shapes: list[TimedShape]) -> Future[Verdict | None]:
         try:
-            return self._submit(judge_timed, spec, plan, shapes)
+            return self._submit(timed_verdict, spec, plan, shapes)
         except RuntimeError:  # the caller's executor is shut down too: a thread of its own
-            return _in_a_thread(judge_timed, spec, plan, shapes)
+            return _in_a_thread(timed_verdict, spec, plan, shapes)
 
     def _drop(self, pool: ProcessPoolExecutor) -> None:
         """Forget a broken pool (the next call starts a fresh one)."""
@@ -136,16 +137,16 @@ class JudgePool:
                 self._pool = ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("spawn"))
             return self._pool
 
-    def _for_judging(self, plan: BenchPlan) -> BenchPlan:
+    def _for_comparing(self, plan: BenchPlan) -> BenchPlan:
         with self._lock:
             held = self._light.get(id(plan))
             if held is None or held[0] is not plan:
-                held = self._light[id(plan)] = (plan, plan.for_judging())
+                held = self._light[id(plan)] = (plan, plan.for_comparing())
             return held[1]
 
 
 def _reads_files(shapes: Sequence[TimedShape]) -> bool:
-    """Whether judging ``shapes`` reads any output from a file (not when the judge process passed them all, nor
+    """Whether judging ``shapes`` reads any output from a file (not when the comparer process passed them all, nor
     when a call failed before it left any)."""
     for shape in shapes:
         for paths in [

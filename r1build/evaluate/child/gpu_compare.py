@@ -4,16 +4,16 @@ After a candidate's timed calls at a benchmark shape, every ``out``/``inout`` ar
 call on the tweaked set) was written to a file and read back on the CPU: hundreds of MB a candidate, written
 while the evaluator held the GPU alone. Now the worker copies them, device to device, into one allocation of its
 own (:class:`Parking`, laid out by :func:`park_layout`, which both sides compute) and hands out a CUDA IPC handle
-of it. A second worker process, the *judge* (started by the evaluator, sent no ``load`` ever, so no candidate's
+of it. A second worker process, the *comparer* (started by the evaluator, sent no ``load`` ever, so no candidate's
 code runs in it), maps that allocation, holds the reference's outputs in its own CUDA context (which the
 candidate's kernels cannot reach) and runs the fast rule of
 :func:`~r1build.evaluate.correctness.compare._clearly_matches`
 on the GPU (:func:`clearly_matches`, in one pass of one kernel for float32 and float64): every element finite and
 within ``atol + rtol * |ref|``, the error norm within its bound. An array it finds clear passes; any other goes
-the old way (the worker writes it to a file, ``save_parked``, and the parent's judging process applies every rule
+the old way (the worker writes it to a file, ``save_parked``, and the parent's comparing process applies every rule
 and says what is wrong), so a verdict is never more lenient than before and every message is as before.
 
-The error norm is summed in a different order than on the CPU, so the judge passes it only with a margin of
+The error norm is summed in a different order than on the CPU, so the comparer passes it only with a margin of
 :data:`NORM_MARGIN` below the bound; the elementwise rule is the same IEEE arithmetic in the same order (cast to
 float64, subtract, absolute value; ``|ref|``, times ``rtol``, plus ``atol``, each rounded on its own, so no
 multiply-add is fused).
@@ -28,13 +28,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .messages import BenchShapeRequest, JudgeReply, JudgeRequest, ParkedItem
+from .messages import BenchShapeRequest, CompareReply, CompareRequest, ParkedItem
 
 __all__ = [
+    "COMPARED_DTYPES",
     "EXTRA_CALLS",
-    "JUDGED_DTYPES",
     "NORM_MARGIN",
-    "OutputJudge",
+    "GpuComparer",
     "Parking",
     "clearly_matches",
     "extra_source",
@@ -42,9 +42,9 @@ __all__ = [
 ]
 
 NORM_MARGIN = 1e-9
-"""The judge passes an error norm only this far (relatively) below its bound; closer cases go to the CPU."""
-JUDGED_DTYPES = frozenset({"float16", "float32", "float64"})
-"""Output dtypes the judge compares (others go to the CPU, which knows every rule)."""
+"""The comparer passes an error norm only this far (relatively) below its bound; closer cases go to the CPU."""
+COMPARED_DTYPES = frozenset({"float16", "float32", "float64"})
+"""Output dtypes the comparer compares (others go to the CPU, which knows every rule)."""
 PARK_ALIGN = 256
 """Each parked array starts at a multiple of this many bytes."""
 CHUNK = 1 << 24
@@ -132,7 +132,7 @@ def _norm_within(err_sq: float, ref_sq: float, n: int, rtol: float, atol: float)
 _RULE = r"""
 typedef GOT_T got_t;
 typedef WANT_T want_t;
-extern "C" __global__ void r1_judge(const got_t* __restrict__ got, const want_t* __restrict__ want,
+extern "C" __global__ void r1_compare(const got_t* __restrict__ got, const want_t* __restrict__ want,
                                     unsigned long long n, double rtol, double atol,
                                     double* __restrict__ sums, unsigned long long* __restrict__ bad) {
     double e2 = 0.0, r2 = 0.0;
@@ -220,8 +220,8 @@ class Parking:
         return self._cp.ndarray((nbytes,), dtype=self._cp.uint8, memptr=memptr)
 
 
-class OutputJudge:
-    """The judge's side: the reference's outputs on its device (least recently used dropped past ``limit_bytes``)
+class GpuComparer:
+    """The comparer's side: the reference's outputs on its device (least recently used dropped past ``limit_bytes``)
     and the mapping of the worker's parked allocation."""
 
     def __init__(self, cupy: Any, limit_bytes: int) -> None:
@@ -255,7 +255,7 @@ class OutputJudge:
         kernel = self._kernels.get(pair)
         if kernel is None:
             source = f"#define GOT_T {_C_TYPES[pair[0]]}\n#define WANT_T {_C_TYPES[pair[1]]}\n" + _RULE
-            kernel = self._kernels[pair] = cp.RawKernel(source, "r1_judge")
+            kernel = self._kernels[pair] = cp.RawKernel(source, "r1_compare")
         self._sums.fill(0)
         self._bad.fill(0)
         blocks = max(1, min(4096, (n + 255) // 256))
@@ -293,7 +293,7 @@ class OutputJudge:
         self._expected.move_to_end(key)
         return held
 
-    def op_judge(self, h: JudgeRequest, _bufs: list[bytes]) -> tuple[JudgeReply, list[bytes]]:
+    def op_compare(self, h: CompareRequest, _bufs: list[bytes]) -> tuple[CompareReply, list[bytes]]:
         cp = self._cp
         if not h["items"]:  # sent at the start: compile while nothing waits for it
             self.warm()
@@ -305,7 +305,7 @@ class OutputJudge:
         memory = cp.cuda.UnownedMemory(base, int(h["size"]), self)
         clear: list[bool] = []
         for item in h["items"]:
-            if item["dtype"] not in JUDGED_DTYPES or item["offset"] + item["nbytes"] > int(h["size"]):
+            if item["dtype"] not in COMPARED_DTYPES or item["offset"] + item["nbytes"] > int(h["size"]):
                 clear.append(False)
                 continue
             dtype = cp.dtype(item["dtype"])
