@@ -103,7 +103,7 @@ sandbox() {  # the sandbox on the GPU: its tests (a slot's worker runs cupy conf
 }
 
 checks() {  # the correctness groups side by side, limit CHECKS_LIMIT (260 s) each: the cheat corpus once, the evaluate GPU
-  # tests (corpus, quiet, pristine, judge), every GPU test outside tests/evaluate; then `speed` may follow alone
+  # tests (corpus, quiet, pristine, gpu_compare), every GPU test outside tests/evaluate; then `speed` may follow alone
   local limit=${CHECKS_LIMIT:-260} site
   timeout "$limit" python3 -m pytest tests/evaluate/test_evaluate_cheats.py -k "${CHEATS_K:-run1 or gate}" -q -rfE --tb=line \
     -p no:cacheprovider -p no:benchmark > "$OUT/cheats.log" 2>&1 &

@@ -35,10 +35,15 @@ def digest_json(obj: Any) -> str:
 
 
 def toml_digest(data: Any) -> str:
-    """Hex sha256 of parsed TOML (dates and times as their ISO text): the same for two texts that differ only in
-    comments, blank lines, quoting or the order of keys."""
-    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    """Hex sha256 of parsed TOML: the same for two texts that differ only in comments, blank lines, quoting or the
+    order of keys; a date or time differs from a string of the same text."""
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_tagged)
     return digest_bytes(text.encode())
+
+
+def _tagged(value: Any) -> dict[str, str]:
+    """A TOML date, time or date-time as JSON: its type's name and its ISO text."""
+    return {"toml": type(value).__name__, "iso": value.isoformat()}
 
 
 _PACKAGE = Path(__file__).resolve().parent

@@ -82,3 +82,20 @@ def test_the_keys_at_50_kernels_by_3_archs_are_those_asdict_gave_and_cost_less(t
     slow, old = best(_asdict_key)
     assert new == old
     assert fast < slow / 2, (fast, slow)
+
+
+def test_a_toml_digest_sees_what_r1build_reads_and_nothing_else() -> None:
+    """The digest a replay record checks a manifest by: comments, layout, quoting and the order of keys change
+    nothing; a value, its type (a date is no string of the same text, 1.0 is no 1) or a key does."""
+    import datetime as dt
+
+    from r1build.digests import toml_digest
+    from r1build.manifest.tomltext import parse_toml
+
+    base = toml_digest(parse_toml('a = 1\nb = "x"\n[t]\nc = [1, 2]\n'))
+    same = "# comment\n\nb = 'x'   # again\na = 1\n\n[t]\nc = [\n  1,\n  2,\n]\n"
+    assert toml_digest(parse_toml(same)) == base
+    for other in ('a = 1.0\nb = "x"\n[t]\nc = [1, 2]\n', 'a = 1\nb = "y"\n[t]\nc = [1, 2]\n', 'a = 1\nb = "x"\n'):
+        assert toml_digest(parse_toml(other)) != base, other
+    assert toml_digest({"d": dt.date(2026, 12, 5)}) != toml_digest({"d": "2026-12-05"})
+    assert toml_digest(parse_toml("d = 2026-12-05")) == toml_digest({"d": dt.date(2026, 12, 5)})

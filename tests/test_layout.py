@@ -1,8 +1,8 @@
 """The package faces: outside ``cache/`` and ``lock/``, modules import from the package (``r1build.cache``,
 ``r1build.lock``), never from the modules inside it; ``cache.remote`` is a package with a face of its own. No
 module imports, at import time or from inside a function, one that imports it back; folders import only from their
-own floor or below (:data:`FLOORS`); the package root keeps only the shared vocabulary; and a warm build imports
-nothing but the standard library."""
+own floor or below (:data:`FLOORS`); the package root keeps only the shared vocabulary; the tests mirror the
+package; and a warm build imports nothing but the standard library."""
 
 from __future__ import annotations
 
@@ -244,6 +244,23 @@ def test_the_package_root_keeps_only_the_shared_vocabulary() -> None:
     stage lives in the stage's folder."""
     root = [p.name for p in Path(r1build.__file__).parent.iterdir() if p.is_file()]
     assert len(root) <= 11, sorted(root)
+
+
+REPOSITORY_TESTS = {"test_layout.py", "test_docs.py", "test_bench_scripts.py"}
+"""The tests at the top of ``tests/`` that are of the repository, not of a module of the package root."""
+
+
+def test_the_tests_mirror_the_package() -> None:
+    """A folder of tests for each folder of the package, and at the top of ``tests/`` only the tests of the root's
+    modules (``test_keys.py`` for ``keys.py``) and of the repository: a test of a stage's module is in the stage's
+    folder, where a newcomer looks for it."""
+    package = Path(r1build.__file__).parent
+    tests = Path(__file__).parent
+    folders = {p.name for p in package.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert folders - {p.name for p in tests.iterdir() if p.is_dir()} == set()
+    modules = {p.stem for p in package.glob("*.py")}
+    loose = {p.name for p in tests.glob("test_*.py")} - REPOSITORY_TESTS
+    assert {name for name in loose if name.removeprefix("test_").removesuffix(".py") not in modules} == set()
 
 
 def test_a_warm_build_imports_only_the_standard_library() -> None:

@@ -16,7 +16,7 @@ from r1build.records import ResolveOptions
 from r1build.toolchain.archs import require_supported_archs
 from r1build.toolchain.nvcc import Toolchain, gpu_archs, toolchain
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def require_toolchain() -> Toolchain:

@@ -190,7 +190,7 @@ def test_one_element_output_may_come_back_as_a_scalar(tmp_path: Path) -> None:
 
 
 def test_the_repository_references_pass(capsys: pytest.CaptureFixture[str]) -> None:
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     for manifest in (root / "kernels.toml", root / "sample_project" / "kernels.toml"):
         assert main(["check", "-m", str(manifest)]) == 0, capsys.readouterr()
 

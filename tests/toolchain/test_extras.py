@@ -13,7 +13,7 @@ from r1build.records import ResolveOptions
 from r1build.resolve import prepare_build
 from r1build.toolchain.extras import CHECK, CUPY, GENERATE, installed
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_each_extra_names_how_to_install_it() -> None:

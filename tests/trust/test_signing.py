@@ -392,7 +392,7 @@ def test_loading_a_manifest_does_not_import_cryptography(root_copy: Path, pair: 
         capture_output=True,
         text=True,
         check=False,
-        cwd=Path(__file__).resolve().parents[1],
+        cwd=Path(__file__).resolve().parents[2],
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "1"

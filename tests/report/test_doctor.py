@@ -15,7 +15,7 @@ from r1build.cli.main import main
 from tests.damage import wreck_index
 from tests.generate.chat_server import Answer, ChatServer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _doctor(capsys: pytest.CaptureFixture[str], *args: str, code: int = 0) -> dict[str, dict[str, str]]:
