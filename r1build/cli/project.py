@@ -130,16 +130,23 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
     from ..toolchain.extras import CHECK
 
     CHECK.require()  # the references are numpy code, run here on the CPU
-    from ..evaluate.correctness.references import check_references
+    from ..evaluate.correctness.references import check_references, library_problems
 
     manifest = load_from_args(args)
     locked, frozen = _lock_mode(args)  # contradictory flags are said before any reference runs
     with sink(console.event):
         calls = check_references(manifest)
+        on_cupy = library_problems(manifest)
         _check_archs(manifest)
     archs = sorted({a for s in manifest.kernels for a in manifest.archs_of(s)})
     names = [s.name for s in manifest.kernels]
-    doc: dict[str, Any] = {"manifest": str(manifest.path), "kernels": names, "archs": archs, "reference_calls": calls}
+    doc: dict[str, Any] = {
+        "manifest": str(manifest.path),
+        "kernels": names,
+        "archs": archs,
+        "reference_calls": calls,
+        "references_not_for_cupy": on_cupy,
+    }
     if not args.json:
         console.print(
             f"{manifest.path}: ok, {counted(len(names), 'kernel')} ({', '.join(names)}) for {', '.join(archs)}; "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -19,23 +20,27 @@ from pathlib import Path
 import pytest
 
 from tests.build.buildenv import PACKAGES, BuildEnv, copy_project
+from tests.support.shared import once_per_run
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def site(build_env: BuildEnv, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel of tests/packages/bound, built by pip (isolated where the build env is) and unpacked."""
-    base = tmp_path_factory.mktemp("bound")
-    project = copy_project(PACKAGES / "bound", base / "bound")
-    out = base / "wheels"
-    out.mkdir()
-    proc = build_env.pip_wheel(project, out)
-    assert proc.returncode == 0, proc.stdout[-8000:]
-    (wheel,) = out.glob("boundpkg-*.whl")
-    unpacked = base / "site"
-    with zipfile.ZipFile(wheel) as zf:
-        zf.extractall(unpacked)
+    """The wheel of tests/packages/bound, built by pip (isolated where the build env is) and unpacked; once a test
+    run, whichever worker asks first."""
+    with once_per_run(tmp_path_factory, "bound") as (base, made):
+        unpacked = base / "site"
+        if not made:
+            shutil.rmtree(base / "bound", ignore_errors=True)
+            project = copy_project(PACKAGES / "bound", base / "bound")
+            out = base / "wheels"
+            out.mkdir(exist_ok=True)
+            proc = build_env.pip_wheel(project, out)
+            assert proc.returncode == 0, proc.stdout[-8000:]
+            (wheel,) = out.glob("boundpkg-*.whl")
+            with zipfile.ZipFile(wheel) as zf:
+                zf.extractall(unpacked)
     return unpacked
 
 

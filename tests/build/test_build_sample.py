@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import sys
 import zipfile
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.build.buildenv import SAMPLE, BuildEnv, copy_project, find_cuobjdump, sdist_names
+from tests.support.shared import once_per_run
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -35,17 +37,24 @@ class SampleBuild:
 
 @pytest.fixture(scope="module")
 def sample_build(build_env: BuildEnv, tmp_path_factory: pytest.TempPathFactory) -> SampleBuild:
-    base = tmp_path_factory.mktemp("sample")
-    project = copy_project(SAMPLE, base / "sample_project")
-    dist = base / "dist"
-    dist.mkdir()
-    hook = build_env.hook(project, "build_sdist", dist)
-    assert hook.returncode == 0, hook.stdout[-6000:]
-    (sdist,) = dist.glob("r1sample-*.tar.gz")
-
-    wheel, proc = build_env.locked_wheel(sdist, base)
+    """The sample's sdist, and the wheel pip builds from it as a user without a GPU, key or cache does; once a
+    test run, whichever worker asks first."""
+    with once_per_run(tmp_path_factory, "sample") as (base, made):
+        if not made:
+            for part in ("sample_project", "dist", "unpacked", "wheels", "empty-cache"):
+                shutil.rmtree(base / part, ignore_errors=True)
+            project = copy_project(SAMPLE, base / "sample_project")
+            dist = base / "dist"
+            dist.mkdir()
+            hook = build_env.hook(project, "build_sdist", dist)
+            assert hook.returncode == 0, hook.stdout[-6000:]
+            (sdist,) = dist.glob("r1sample-*.tar.gz")
+            wheel, proc = build_env.locked_wheel(sdist, base)
+            (base / "pip.log").write_text(proc.stdout, encoding="utf-8")
+    (sdist,) = (base / "dist").glob("r1sample-*.tar.gz")
+    (wheel,) = (base / "wheels").glob("*.whl")
     assert wheel.name.startswith("r1sample-")
-    return SampleBuild(sdist=sdist, wheel=wheel, log=proc.stdout)
+    return SampleBuild(sdist=sdist, wheel=wheel, log=(base / "pip.log").read_text(encoding="utf-8"))
 
 
 def _lock_archs() -> set[str]:

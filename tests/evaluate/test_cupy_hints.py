@@ -93,3 +93,19 @@ def test_a_vectorised_reference_gets_no_warning(tmp_path: Path, capsys: pytest.C
     path = project(tmp_path / "p", body)
     assert main(["check", "-m", str(path)]) == 0
     assert "cupy" not in capsys.readouterr().err
+
+
+def test_check_json_names_what_would_fail_on_cupy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``check --json`` carries the same findings as the warning, per kernel (a script reads the document, not
+    stderr); a kernel that names a ``gpu-reference`` has none."""
+    import json
+
+    name, body, fragment = CASES[0]
+    path = project(tmp_path / "p", body)
+    assert main(["check", "--json", "-m", str(path)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (found,) = doc["references_not_for_cupy"]["twice"]
+    assert fragment in found and "reference.py:" in found, (name, found)
+    path = project(tmp_path / "q", body, extra='gpu-reference = "gpu_reference:twice"\n')
+    assert main(["check", "--json", "-m", str(path)]) == 0
+    assert json.loads(capsys.readouterr().out)["references_not_for_cupy"] == {}

@@ -26,6 +26,7 @@ from r1build.judge import Job
 from r1build.manifest import Manifest
 from r1build.records import Candidate, Origin, Result
 from r1build.toolchain.nvcc import toolchain
+from tests.support.shared import once_per_run
 
 pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
 
@@ -189,7 +190,8 @@ def gate_results(root_manifest: Manifest, tmp_path_factory: pytest.TempPathFacto
     except ToolchainError:
         pytest.skip("nvcc not found")
     out: dict[str, Result] = {}
-    with Cache(tmp_path_factory.mktemp("gate-cache")) as cache:
+    # one cache for the test run: the worker that asks second finds every verdict there
+    with once_per_run(tmp_path_factory, "cheats-gate") as (folder, _), Cache(folder / "cache") as cache:
         gate = StaticGate(cache)
         for kernel in sorted({c.kernel for c in CASES}):
             cases = [c for c in CASES if c.kernel == kernel]

@@ -28,7 +28,7 @@ from ...manifest.reference import ReferenceProblem, load_reference
 from .cupy_hints import cupy_problems
 from .inputs import DISTRIBUTIONS, generate_inputs, reference_kwargs
 
-__all__ = ["check_references"]
+__all__ = ["check_references", "library_problems"]
 
 
 def _shape_text(sizes: Mapping[str, int]) -> str:
@@ -89,18 +89,20 @@ def check_references(manifest: Manifest) -> int:
                         f"({dist} inputs): {exc}",
                     ) from None
                 calls += 1
-    _warn_cupy_problems(manifest)
     return calls
 
 
-def _warn_cupy_problems(manifest: Manifest) -> None:
-    """A warning for each kernel whose numpy reference likely cannot run on cupy (read from its source: see
-    :mod:`.cupy_hints`), pointing to ``gpu-reference``; none for a kernel that names one."""
+def library_problems(manifest: Manifest) -> dict[str, list[str]]:
+    """Per kernel whose numpy reference likely cannot run on cupy arrays (read from its source: see
+    :mod:`.cupy_hints`), what in it would fail, as ``file:line: what`` lines; a kernel that names a
+    ``gpu-reference`` is never listed. Each is also said as a warning pointing to ``gpu-reference``."""
+    found: dict[str, list[str]] = {}
     for spec in manifest.kernels:
         if spec.gpu_reference is not None:
             continue
         problems = cupy_problems(manifest.root, spec.reference)
         if problems:
+            found[spec.name] = problems
             emit(
                 Note(
                     "warning",
@@ -110,3 +112,4 @@ def _warn_cupy_problems(manifest: Manifest) -> None:
                     kernel=spec.name,
                 )
             )
+    return found
