@@ -44,6 +44,7 @@ import hashlib
 import hmac
 import json
 import os
+import stat
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -205,8 +206,11 @@ def _secret_file() -> Path:
 def _read_secret(path: Path) -> bytes | None:
     """The secret in ``path`` when it is one, owned by this user and readable by no one else; None otherwise."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a folder, a FIFO (which would block a plain open)
+        os.close(fd)
         return None
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(f.fileno())
@@ -259,9 +263,14 @@ def _records_dir() -> Path:
 
 def _load_record(directory: Path, key: str) -> dict[str, Any] | None:
     """The record of ``key``, of the cache in ``directory``, when its MAC verifies; None otherwise."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)  # a FIFO never blocks it
     try:
-        fd = os.open(_records_dir() / f"{key}.json", os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(_records_dir() / f"{key}.json", flags)
     except OSError:
+        return None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_size > _MOST_BYTES:
+        os.close(fd)
         return None
     with os.fdopen(fd, "rb") as f:
         raw = f.read()
@@ -279,6 +288,8 @@ def _load_record(directory: Path, key: str) -> dict[str, Any] | None:
     return record
 
 
+_MOST_BYTES = 64 << 20
+"""A record file larger than this is no record of this module's (a command prints far less)."""
 _KEEP = 256
 """Records kept: a store beyond them removes the oldest (a record whose command line is no longer run, or whose
 r1build is gone, would otherwise stay for ever)."""

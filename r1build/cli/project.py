@@ -126,6 +126,39 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_vendor)
 
 
+def _check_locked(
+    args: argparse.Namespace, console: Console, manifest: Manifest, doc: dict[str, Any], *, frozen: bool
+) -> int:
+    """``check --locked`` (``--frozen``): exactly what ``resolve --locked`` (``--frozen``) and a locked (frozen)
+    build do, short of writing the generated files."""
+    name = lock_path(manifest).name
+    with sink(console.event), open_cache(args, manifest=manifest) as cache:
+        resolution = resolve(
+            manifest,
+            cache,
+            ResolveOptions(locked=not frozen, frozen=frozen, generate=False, evaluate=False, write_lock=False),
+        )
+    where = sorted({r.state for r in resolution.entries})
+    if args.json:
+        lock_doc: dict[str, Any] = {
+            "current": None if frozen else True,
+            "verified": True,
+            "frozen": frozen,
+            "stale": [],
+        }
+        console.json(json.dumps({**doc, "lock": lock_doc}, indent=2))
+    elif frozen:
+        console.print(
+            f"{name}: used as it is (--frozen: not required to be current); its "
+            f"{counted(len(resolution.entries), 'winner')} verified (sources: {', '.join(where)})"
+        )
+    else:
+        console.print(
+            f"{name}: current and verified ({counted(len(resolution.entries), 'winner')}; sources: {', '.join(where)})"
+        )
+    return 0
+
+
 def cmd_check(args: argparse.Namespace, console: Console) -> int:
     from ..toolchain.extras import CHECK
 
@@ -153,36 +186,9 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
             "every "
             f"reference checked on the CPU at every test shape ({calls} calls)"
         )
-    name = lock_path(manifest).name
     if locked or frozen:
-        # exactly what `resolve --locked` (`--frozen`) and a locked (frozen) build do, short of writing the
-        # generated files
-        with sink(console.event), open_cache(args, manifest=manifest) as cache:
-            resolution = resolve(
-                manifest,
-                cache,
-                ResolveOptions(locked=locked, frozen=frozen, generate=False, evaluate=False, write_lock=False),
-            )
-        where = sorted({r.state for r in resolution.entries})
-        if args.json:
-            lock_doc: dict[str, Any] = {
-                "current": None if frozen else True,
-                "verified": True,
-                "frozen": frozen,
-                "stale": [],
-            }
-            console.json(json.dumps({**doc, "lock": lock_doc}, indent=2))
-        elif frozen:
-            console.print(
-                f"{name}: used as it is (--frozen: not required to be current); its "
-                f"{counted(len(resolution.entries), 'winner')} verified (sources: {', '.join(where)})"
-            )
-        else:
-            console.print(
-                f"{name}: current and verified ({counted(len(resolution.entries), 'winner')}; sources: "
-                f"{', '.join(where)})"
-            )
-        return 0
+        return _check_locked(args, console, manifest, doc, frozen=frozen)
+    name = lock_path(manifest).name
     staleness = check_lock(manifest, load_lock(manifest))
     if args.json:
         stale = [{"kernel": k, "arch": a, "reason": why} for k, a, why in staleness.problems]

@@ -300,3 +300,19 @@ def test_a_first_run_syncs_the_cache_index_once_not_on_each_open_and_close(locke
             )
         )
         assert 0 < syncs <= 6, counts.read_text()
+
+
+def test_what_is_no_record_file_is_passed_over_at_once(_state_home: Path, tmp_path: Path) -> None:
+    """A FIFO, a folder or a file too large where a record or the secret would be: no record (the command runs in
+    full), and nothing blocks on it."""
+    records = _state_home / "r1build" / "replay"
+    records.mkdir(parents=True)
+    cache = tmp_path / "cache"
+    os.mkfifo(records / f"{'a' * 64}.json")
+    (records / f"{'b' * 64}.json").mkdir()
+    with open(records / f"{'c' * 64}.json", "wb") as f:  # noqa: PTH123
+        f.truncate(fastpath._MOST_BYTES + 1)  # sparse: no disk used
+    for key in ("a" * 64, "b" * 64, "c" * 64, "d" * 64):
+        assert fastpath._load_record(cache, key) is None
+    os.mkfifo(_state_home / "r1build" / "replay-record.key")  # where the secret would be: none, at once
+    assert fastpath._secret(cache, create=True) is None
