@@ -15,7 +15,7 @@ from typing import Any
 from ..events import sink
 from ..judge import CHECKS_VERSION
 from ..lock import lock_path
-from .common import add_cache_arg, add_manifest_arg, load_from_args, open_cache
+from .common import add_cache_arg, add_cluster_args, add_manifest_arg, cluster_of, load_from_args, open_cache
 from .render import Console, counted
 
 __all__ = ["register"]
@@ -29,6 +29,7 @@ def register(sub: Any) -> None:
     )
     add_manifest_arg(p)
     add_cache_arg(p, remote=True)
+    add_cluster_args(p, "judge the locked winners")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_audit)
 
@@ -38,8 +39,9 @@ def cmd_audit(args: argparse.Namespace, console: Console) -> int:
     from ..resolve.judges import Judges
 
     manifest = load_from_args(args, check_references=False)
+    cluster = cluster_of(args, manifest)
     with sink(console.event), open_cache(args, manifest=manifest) as cache:
-        judges = Judges(cache, evaluate=None)
+        judges = Judges(cache, None, cluster, manifest.settings.evaluation.connect_timeout_s)
         try:
             found = audit(manifest, cache, judges)
         finally:

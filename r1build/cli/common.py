@@ -92,6 +92,32 @@ def add_locked_arg(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_cluster_args(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--cluster ADDRESS`` and ``--insecure-cluster`` (read by :func:`cluster_of`); ``what`` the cluster does."""
+    parser.add_argument(
+        "--cluster",
+        metavar="ADDRESS",
+        help=f"{what} on the workers of this Dask scheduler (tls://host:8786) (default: $R1BUILD_CLUSTER, else "
+        "the manifest's [evaluation] cluster)",
+    )
+    parser.add_argument(
+        "--insecure-cluster",
+        action="store_true",
+        help="accept a plain tcp:// scheduler off this machine (unauthenticated: anyone who reaches it runs "
+        "code on its workers, and whoever answers there on this machine)",
+    )
+
+
+def cluster_of(args: argparse.Namespace, manifest: Manifest) -> str | None:
+    """The scheduler the command's GPU work goes to (``--cluster``, ``R1BUILD_CLUSTER`` or the manifest's), checked
+    (:func:`r1build.cluster.cluster_address`); None for this machine's GPUs."""
+    if not (args.cluster or env_settings().cluster or manifest.settings.evaluation.cluster):
+        return None
+    from ..cluster import cluster_address  # only where one is named: a local run never imports it
+
+    return cluster_address(manifest, args.cluster, insecure=args.insecure_cluster)
+
+
 def require_current_lock(args: argparse.Namespace, manifest: Manifest) -> None:
     """With ``--locked`` or ``R1BUILD_LOCKED`` (and no ``R1BUILD_FROZEN``, which uses the lock as it is), a
     :class:`~r1build.errors.StaleLockError` (exit 2) naming what is stale unless the lock is present and current:

@@ -16,8 +16,10 @@ from ..resolve.model import kib
 from ..settings import env_settings, lock_mode
 from .common import (
     add_cache_arg,
+    add_cluster_args,
     add_locked_arg,
     add_manifest_arg,
+    cluster_of,
     given_path,
     load_from_args,
     open_cache,
@@ -90,18 +92,7 @@ def register(sub: Any) -> None:
         p.add_argument(
             "--no-gpu", dest="evaluate", action="store_const", const=False, help="do not measure on local GPUs"
         )
-        p.add_argument(
-            "--cluster",
-            metavar="ADDRESS",
-            help="measure on the GPU workers of this Dask scheduler (tls://host:8786) and compile on its "
-            "compile slots (default: $R1BUILD_CLUSTER, else the manifest's [evaluation] cluster)",
-        )
-        p.add_argument(
-            "--insecure-cluster",
-            action="store_true",
-            help="accept a plain tcp:// scheduler off this machine (unauthenticated: anyone who reaches it runs "
-            "code on its workers, and whoever answers there on this machine)",
-        )
+        add_cluster_args(p, "measure on the GPU workers and compile on the compile slots")
         p.add_argument("--json", action="store_true", help="machine-readable output")
         if name == "resolve":
             p.add_argument(
@@ -366,11 +357,6 @@ def _lock_mode(args: argparse.Namespace) -> tuple[bool, bool]:
 
 def _options(args: argparse.Namespace, manifest: Manifest, write_lock: bool) -> ResolveOptions:
     locked, frozen = _lock_mode(args)
-    cluster = None
-    if args.cluster or env_settings().cluster or manifest.settings.evaluation.cluster:
-        from ..cluster import cluster_address  # only where one is named: a local resolve never imports it
-
-        cluster = cluster_address(manifest, args.cluster, insecure=args.insecure_cluster)
     return ResolveOptions(
         archs=parse_archs(args.arch),
         kernels=args.kernel,
@@ -380,7 +366,7 @@ def _options(args: argparse.Namespace, manifest: Manifest, write_lock: bool) -> 
         refresh=args.refresh,
         evaluate=args.evaluate,
         write_lock=write_lock,
-        cluster=cluster,
+        cluster=cluster_of(args, manifest),
     )
 
 

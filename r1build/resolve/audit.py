@@ -79,7 +79,8 @@ def audit(manifest: Manifest, cache: Cache, judges: Judges) -> Audit:
         raise ConfigError(
             f"r1build audit judges the locked winners again on a GPU, and none here can "
             f"({judges.unmeasured(archs[0])}; archs locked: {', '.join(archs)}): nothing was audited. Run it where "
-            "a GPU of those archs is (cupy installed: `pip install r1build[cuda13]`)"
+            "a GPU of those archs is (cupy installed: `pip install r1build[cuda13]`), or on a cluster's GPU workers "
+            "(`--cluster`)"
         )
     judges.prepare([job for _, _, job in jobs.values()])
     entries = {(e.name, e.arch): e for e in lock.kernel}

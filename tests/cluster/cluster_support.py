@@ -138,6 +138,8 @@ class FakeGpu:
     hold_arch: str | None = None
     """Jobs of this arch wait (up to 60 s) until ``release`` exists."""
     release: str | None = None
+    reject: str | None = None
+    """Every candidate the gate passes is found incorrect, with this detail (as newer checks would find it)."""
 
     def __post_init__(self) -> None:
         self.cache = Cache(Path(tempfile.mkdtemp(prefix="r1build-fake-gpu-")) / "cache")
@@ -167,6 +169,11 @@ class FakeGpu:
         for c, gated in zip(job.candidates, self.gate.evaluate(job), strict=True):
             if not gated.ok:
                 out.append(gated)
+            elif self.reject is not None:
+                rejected = Result(
+                    candidate=c.digest, arch=job.arch, status="incorrect", stage="evaluate", detail=self.reject
+                )
+                out.append(replace(rejected, device=self.device, gate=gated.gate))
             else:
                 # the gate's report kept, as the real evaluator keeps it
                 measured = measured_result(c.digest, fake_time_us(c), arch=job.arch, device=self.device)

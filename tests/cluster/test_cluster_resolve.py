@@ -293,3 +293,29 @@ def test_a_worker_advertising_an_arch_its_gpu_does_not_run_is_reported(
     assert code == 1 and "worker w90 on" in err and "advertises sm_90, but its GPUs run sm_80" in err
     with Cache(tmp_path / "cache") as cache:
         assert cache.decisions() == []
+
+
+def test_audit_on_the_cluster_judges_each_locked_winner_on_a_worker_of_its_arch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``r1build audit --cluster``: a machine with no GPU audits the lock on the cluster's GPU workers. A winner
+    they pass keeps its place (exit 0); one the checks now find wrong is demoted, its reason in the lock, and a
+    ``--locked`` resolve then fails on it."""
+    project = tiny_project(tmp_path / "p", ["sm_90"], variants=False)
+    cache_dir = tmp_path / "cache"
+    audit = ["audit", "-m", str(project), "--cache-dir", str(cache_dir), "--json"]
+    with TestCluster({"a": {"sm_90": 1}}) as cluster:
+        _use_fake(monkeypatch)
+        assert main(cluster_resolve(project, cache_dir, cluster.address)) == 0
+        capsys.readouterr()
+        assert main([*audit, "--cluster", cluster.address]) == 0
+        (row,) = json.loads(capsys.readouterr().out)["kernels"]
+        assert (row["verdict"], row["gpu"]) == ("passed", "Test GPU")
+        _use_fake(monkeypatch, reject="input set 1: out differs from the reference at 3 of 4096 elements")
+        assert main([*audit, "--cluster", cluster.address]) == 1
+        (row,) = json.loads(capsys.readouterr().out)["kernels"]
+    assert row["verdict"] == "demoted" and "incorrect: input set 1" in row["reason"], row
+    entry = read_lock(project / "kernels.lock").entry("scale", "sm_90")  # type: ignore[union-attr]
+    assert entry is not None and entry.demoted is not None and "Test GPU" in entry.demoted
+    code = main(["resolve", "--locked", "-m", str(project), "--cache-dir", str(cache_dir), "--no-gpu"])
+    assert code == 2 and "may not be used" in " ".join(capsys.readouterr().err.split())
