@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from .nvcc import Compilation, compile_variant, gencode, parse_ptxas_report
     from .static import StaticGate, gate_for_archs
     from .symbols import SymbolCheck, check_object, is_allowed
-    from .verdicts import ALLOWLIST_VERSION, GATE_SCHEMA, gate_key, limit_violations
+    from .verdicts import ALLOWLIST_VERSION, GATE_SCHEMA, gate_key, gate_key_of, limit_violations
 
 _WHERE = {
     "ALLOWLIST_VERSION": "verdicts",
@@ -25,6 +25,7 @@ _WHERE = {
     "compile_variant": "nvcc",
     "gate_for_archs": "static",
     "gate_key": "verdicts",
+    "gate_key_of": "verdicts",
     "gencode": "nvcc",
     "is_allowed": "symbols",
     "limit_violations": "verdicts",
@@ -41,6 +42,7 @@ __all__ = [
     "compile_variant",
     "gate_for_archs",
     "gate_key",
+    "gate_key_of",
     "gencode",
     "is_allowed",
     "limit_violations",

@@ -8,7 +8,7 @@ applies the limits with the same functions.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from ..cache import Cache
@@ -28,6 +28,7 @@ __all__ = [
     "apply_limits",
     "cached_verdicts",
     "gate_key",
+    "gate_key_of",
     "limit_violations",
     "refused",
 ]
@@ -47,14 +48,27 @@ resolvers count as load-time code)."""
 def gate_key(manifest: Manifest, spec: KernelSpec, arch: str, candidate: Candidate, toolchain: Toolchain) -> str:
     """The cache key of one compile: everything that can change its verdict, and nothing else (with the headers
     in the manifest's relative include folders, where it has any)."""
+    return gate_key_of(manifest, spec, arch, candidate.source_digest, candidate.defines, toolchain)
+
+
+def gate_key_of(
+    manifest: Manifest,
+    spec: KernelSpec,
+    arch: str,
+    source_digest: str,
+    defines: Mapping[str, int | str],
+    toolchain: Toolchain,
+) -> str:
+    """:func:`gate_key` of the variant of the source ``source_digest`` with ``defines`` (what a lock entry names),
+    without its text."""
     includes = include_digest(manifest.settings.nvcc_flags, manifest.root)
     return digest_json(
         {
             **({"includes": includes} if includes is not None else {}),
             "schema": GATE_SCHEMA,
             "allowlist": ALLOWLIST_VERSION,
-            "source": candidate.source_digest,
-            "defines": {name: candidate.defines[name] for name in sorted(candidate.defines)},
+            "source": source_digest,
+            "defines": {name: defines[name] for name in sorted(defines)},
             "arch": arch,
             "flags": list(manifest.settings.nvcc_flags),
             "toolchain": toolchain.ident,

@@ -240,7 +240,7 @@ def _locked_row(
         ),
         facts=facts,
         demoted=entry.demoted,
-        device_bytes=_device_bytes(decision, entry.winner),
+        device_bytes=_device_bytes(decision, entry.winner) or _gated_bytes(manifest, spec, cache, entry),
     )
 
 
@@ -275,6 +275,22 @@ def _cached_row(
 def _device_bytes(decision: Decision | None, winner: str) -> int | None:
     """The device code the winner adds for its arch, as its cached verdict's gate report says; None unknown."""
     result = decision.result_of(winner) if decision is not None else None
+    report = result.gate if result is not None else None
+    return report.device_bytes if report is not None and report.device_bytes else None
+
+
+def _gated_bytes(manifest: Manifest, spec: KernelSpec, cache: Cache, entry: LockEntry) -> int | None:
+    """The device code a locked winner the gate alone chose (no decision records it) adds for its arch, as its
+    cached verdict under the nvcc found now says; None unknown (no nvcc here, no verdict cached)."""
+    from ..errors import ToolchainError  # here: only a lock entry with no decision asks for the toolchain
+    from ..gate import gate_key_of
+    from ..toolchain.nvcc import toolchain
+
+    try:
+        tc = toolchain()
+    except ToolchainError:
+        return None
+    result = cache.get_gate(gate_key_of(manifest, spec, entry.arch, entry.source, dict(entry.defines), tc))
     report = result.gate if result is not None else None
     return report.device_bytes if report is not None and report.device_bytes else None
 

@@ -44,10 +44,14 @@ def test_lock_shows_the_device_code_of_each_arch(
     assert [k["device_bytes"] for k in doc["kernels"]] == [per_arch["sm_80"], per_arch["sm_100f"]]
     assert f"{per_arch['sm_100f'] / 1024:.1f}" == found.group(2)
 
-    # status reads it from cached decisions, which a gate-only lock of a baseline makes none of: no line then
-    # (tests/report/test_report_content.py shows it for a searched winner)
+    # status reads it from the winner's cached decision, or, for a winner the gate alone chose (no decision: a
+    # baseline here), from its cached gate verdict: the same line (tests/report/test_report_content.py shows it for
+    # a searched winner)
     assert main(["status", "-m", str(manifest)]) == 0
-    assert "device code per arch" not in capsys.readouterr().out
+    assert found.group(0) in capsys.readouterr().out
+    assert main(["status", "--json", "-m", str(manifest)]) == 0
+    rows = json.loads(capsys.readouterr().out)["kernels"]
+    assert [r["device_bytes"] for r in rows] == [per_arch["sm_80"], per_arch["sm_100f"]]
 
 
 def test_generated_code_over_max_wheel_mib_is_refused_naming_each_arch(
