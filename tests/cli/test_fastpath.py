@@ -316,3 +316,25 @@ def test_what_is_no_record_file_is_passed_over_at_once(_state_home: Path, tmp_pa
         assert fastpath._load_record(cache, key) is None
     os.mkfifo(_state_home / "r1build" / "replay-record.key")  # where the secret would be: none, at once
     assert fastpath._secret(cache, create=True) is None
+
+
+def test_a_pyproject_manifest_replays_after_an_edit_outside_its_table(tmp_path: Path, cache_dir: Path) -> None:
+    """A manifest in ``[tool.r1build]`` of pyproject.toml: a new version of the project (the edit every release
+    makes) changes no answer, so the record still answers; an edit inside the table is a change."""
+    project = tmp_path / "tiny"
+    shutil.copytree(ROOT / "tests" / "packages" / "tiny", project, ignore=shutil.ignore_patterns("__pycache__"))
+    table = (project / "kernels.toml").read_text(encoding="utf-8")
+    (project / "kernels.toml").unlink()
+    table = table.replace('archs = ["sm_90"]', '[tool.r1build]\narchs = ["sm_90"]').replace(
+        "[[kernel]]", "[[tool.r1build.kernel]]"
+    )
+    pyproject = project / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text(encoding="utf-8") + "\n" + table, encoding="utf-8")
+    assert run(project, "lock", "--offline", "--no-gpu")[0] == 0
+    code, out, _ = warm(project, "status")
+    assert code == 0 and "scale" in out
+    pyproject.write_text(pyproject.read_text(encoding="utf-8").replace('version = "0.1.0"', 'version = "0.2.0"'))
+    code, out2, _, full = run(project, "status")
+    assert not full and (code, out2) == (0, out)
+    pyproject.write_text(pyproject.read_text(encoding="utf-8").replace("{ n = 97 }", "{ n = 98 }"))
+    assert run(project, "status")[3]  # inside the table: the full path (the lock is stale now)
