@@ -240,7 +240,8 @@ def _locked_row(
         ),
         facts=facts,
         demoted=entry.demoted,
-        device_bytes=_device_bytes(decision, entry.winner) or _gated_bytes(manifest, spec, cache, entry),
+        device_bytes=_device_bytes(decision, entry.winner)
+        or (_gated_bytes(manifest, spec, cache, entry) if entry.validation != "validated" else None),
     )
 
 
@@ -280,8 +281,8 @@ def _device_bytes(decision: Decision | None, winner: str) -> int | None:
 
 
 def _gated_bytes(manifest: Manifest, spec: KernelSpec, cache: Cache, entry: LockEntry) -> int | None:
-    """The device code a locked winner the gate alone chose (no decision records it) adds for its arch, as its
-    cached verdict under the nvcc found now says; None unknown (no nvcc here, no verdict cached)."""
+    """The device code a locked winner the gate alone chose (no decision records it: not ``validated``) adds for
+    its arch, as its cached verdict under the nvcc found now says; None unknown (no nvcc here, no verdict cached)."""
     from ..errors import ToolchainError  # here: only a lock entry with no decision asks for the toolchain
     from ..gate import gate_key_of
     from ..toolchain.nvcc import toolchain
