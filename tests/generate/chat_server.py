@@ -229,6 +229,11 @@ Reply = Answer | Events | Fault | Hangup | Raw | Stall
 Script = Sequence[Reply] | Callable[[Request], Reply]
 
 
+async def _ended(tasks: set[asyncio.Task[Any]]) -> None:
+    """Wait for ``tasks`` to end, whatever they end with."""
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
 class ChatServer:
     """The server; use as a context manager. ``url`` is the base URL (``.../v1``)."""
 
@@ -260,7 +265,15 @@ class ChatServer:
         asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
-        if not self._loop.is_running():  # the close callbacks scheduled last run before the loop closes
+        if not self._loop.is_running():
+            # as asyncio.run ends: every task left is cancelled and run to its end, a connection still being
+            # accepted among them (its transport closes on cancel; dropped with the loop, it would be left to the
+            # garbage collector: an unclosed-transport warning in whichever test runs then); then the close
+            # callbacks scheduled last run before the loop closes
+            left = asyncio.all_tasks(self._loop)
+            for task in left:
+                task.cancel()
+            self._loop.run_until_complete(_ended(left))
             self._loop.run_until_complete(asyncio.sleep(0.05))
         self._loop.close()
 
