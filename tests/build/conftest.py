@@ -22,24 +22,26 @@ from pathlib import Path
 import pytest
 
 from tests.build.buildenv import ROOT, BuildEnv, find_cuobjdump
+from tests.support.shared import once_per_run
 
 
 @pytest.fixture(scope="session")
 def r1build_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A wheel of r1build built from this checkout, once per session; the folder holding it."""
-    out = tmp_path_factory.mktemp("r1build-wheel")
-    # without an index, the build backend (hatchling) comes from this Python, not from an isolated environment
-    offline = ["--no-build-isolation"] if os.environ.get("R1BUILD_TEST_SYSTEM_SITE") == "1" else []
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", *offline, "-q", "-w", str(out), str(ROOT)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout[-4000:]
-    assert list(out.glob("r1build-*.whl")), proc.stdout[-4000:]
+    """A wheel of r1build built from this checkout, once a test run for every worker; the folder holding it."""
+    with once_per_run(tmp_path_factory, "r1build-wheel") as (out, made):
+        if not made:
+            # without an index, the build backend (hatchling) comes from this Python, not an isolated environment
+            offline = ["--no-build-isolation"] if os.environ.get("R1BUILD_TEST_SYSTEM_SITE") == "1" else []
+            proc = subprocess.run(
+                [sys.executable, "-m", "pip", "wheel", "--no-deps", *offline, "-q", "-w", str(out), str(ROOT)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                timeout=600,
+                check=False,
+            )
+            assert proc.returncode == 0, proc.stdout[-4000:]
+            assert list(out.glob("r1build-*.whl")), proc.stdout[-4000:]
     return out
 
 

@@ -120,7 +120,7 @@ class _BlackHole:
         self._sock.close()
 
 
-TIMEOUT_S = 12
+TIMEOUT_S = 10
 
 
 @pytest.fixture
