@@ -9,13 +9,20 @@ the GPU: ``--judge-s`` seconds per candidate (default 5 s, scaled), one candidat
 
 For each of ``rounds`` and ``continuous`` (``generation.search``; 8 slots, 8 samples a round, 64 at most, provider
 ``vllm``): the time to the first judged candidate, the time to the winner (when the judge returned it), the wall
-time of the whole search, requests sent, and the judge's busy share from the first candidate to the winner. On
-a machine with a GPU, the same comparison with the real evaluator gives the GPU busy share (see
-``bench/results/continuous_search.md``).
+time of the whole search, requests sent, and the judge's busy share from the first candidate to the winner.
 
-Writes ``bench/results/continuous_search.json`` and ``.md``.
+With ``--gpu`` (a machine with a GPU of sm_90: the lent H100/H200), the judge is the real one, the static gate and
+the GPU evaluator, and the answers are correct ``vadd`` kernels of differing block sizes (the n-th: block 64 << n % 5,
+an element a thread or a grid-stride loop), 24 at most, target share ``--target-share`` (default 0.3): the time to
+the first validated candidate, to the first at the target, the wall time, and the GPU busy share the search itself
+reports (its progress events' ``judge_busy`` and ``gpu_busy``, busy seconds over the seconds since the first
+candidate was queued) for both searches (issue 31's goal: GPU busy >= 85 % while candidates wait for it; winner
+>= 1.5x sooner continuous).
+
+Writes ``bench/results/continuous_search.json`` and ``.md`` (``continuous_search_gpu.*`` with ``--gpu``).
 
     python bench/continuous_search.py [--scale 0.01] [--judge-s 5] [--out bench/results]
+    python bench/continuous_search.py --gpu [--scale 0.01] [--target-share 0.3]
 """
 
 from __future__ import annotations
@@ -70,18 +77,64 @@ class TimedJudge:
         return results
 
 
-def script(scale: float) -> Any:
+def gpu_answer(n: int) -> str:
+    """A correct ``vadd`` answer, distinct for each ``n``: block 64 << n % 5, one element a thread (even ``n // 5``)
+    or a grid-stride loop over a quarter of the blocks (odd)."""
+    block = 64 << n % 5
+    if (n // 5) % 2 == 0:
+        body = "  int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;\n  if (i < n) o[i] = a[i] + b[i];\n"
+        grid = f"(n + {block - 1}) / {block}"
+    else:
+        body = (
+            "  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;"
+            " i += (int64_t)gridDim.x * blockDim.x)\n    o[i] = a[i] + b[i];\n"
+        )
+        grid = f"((n + {block - 1}) / {block} + 3) / 4"
+    source = (
+        f"// variant {n}\n#include <cuda_runtime.h>\n#include <cstdint>\n"
+        "namespace { __global__ void k(const float* a, const float* b, float* o, int64_t n) {\n"
+        f"{body}}} }}\n"
+        'extern "C" cudaError_t vadd(const float* a, const float* b, float* out, int64_t n, cudaStream_t s) {\n'
+        f"  if (n <= 0) return cudaSuccess;\n  k<<<{grid}, {block}, 0, s>>>(a, b, out, n);\n"
+        "  return cudaGetLastError(); }\n"
+    )
+    return f"Here it is.\n\n```cuda\n{source}```\nIt launches on the given stream."
+
+
+class FirstAtTarget:
+    """The real judge (gate and GPU evaluator), noting when it first returned a kernel at the target share."""
+
+    def __init__(self, inner: Any, target: float) -> None:
+        self.inner = inner
+        self.target = target
+        self.won_at: float | None = None
+
+    def evaluate(self, job: Job) -> list[Result]:
+        results: list[Result] = self.inner.evaluate(job)
+        share = max((r.timing.share_of_floor or 0.0 for r in results if r.ok and r.timing), default=0.0)
+        if self.won_at is None and share >= self.target:
+            self.won_at = time.monotonic()
+        return results
+
+
+def script(scale: float, answer: Any = None) -> Any:
     counter, lock = iter(range(10**6)), threading.Lock()
 
     def reply(request: Request) -> Answer:
         with lock:
             n = next(counter)
         seconds = random.Random(n).uniform(30, 300) * scale
-        content = vadd_answer(n).replace(
-            "#include <cuda_runtime.h>", f"// time_us: {max(40 - n, 5)}\n#include <cuda_runtime.h>"
-        )
+        if answer is not None:
+            content = answer(n)
+        else:
+            content = (
+                vadd_answer(n).replace(
+                    "#include <cuda_runtime.h>", f"// time_us: {max(40 - n, 5)}\n#include <cuda_runtime.h>"
+                )
+                + "It launches on the given stream."
+            )
         return Answer(
-            content + "It launches on the given stream.",
+            content,
             reasoning="think " * 200,
             chunk_chars=200,
             reasoning_s=0.9 * seconds,
@@ -125,12 +178,108 @@ def one(mode: str, scale: float, judge_s: float) -> dict[str, Any]:
     }
 
 
+def _busy(events: list[tuple[float, Event]], name: str) -> str | None:
+    """The last value of a progress field of the search (``judge_busy``: ``busy/since-first-candidate``)."""
+    found = [str(e.fields[name]) for _, e in events if isinstance(e, Progress) and name in e.fields]
+    return found[-1] if found else None
+
+
+def _share(text: str | None) -> float | None:
+    """``12.0s/14.0s`` as 0.857; None for anything else."""
+    m = re.fullmatch(r"([0-9.]+)s/([0-9.]+)s", text or "")
+    return round(float(m.group(1)) / float(m.group(2)), 3) if m and float(m.group(2)) > 0 else None
+
+
+def one_gpu(mode: str, scale: float, target: float) -> dict[str, Any]:
+    """One search of ``mode`` judged by the real gate and GPU evaluator (see the module)."""
+    from r1build.evaluate import GpuEvaluator, detect_gpus
+    from r1build.gate.static import StaticGate
+
+    gpus = detect_gpus()
+    if not gpus:
+        raise SystemExit("--gpu: no GPU visible here (cupy and a driver are needed)")
+    events: list[tuple[float, Event]] = []
+    with tempfile.TemporaryDirectory() as tmp, ChatServer(script(scale, gpu_answer)) as server:
+        root = Path(tmp)
+        (root / "ref.py").write_text("def vadd(a, b, n):\n    return a + b\n")
+        text = MANIFEST.format(provider="vllm", cap=8, candidates=24, rounds=3, samples=8)
+        text = text.replace("retries = 0", f'retries = 0\nsearch = "{mode}"')
+        text = text.replace("target-share = 1.0", f"target-share = {target}").replace("sm_90", gpus[0].arch)
+        (root / "kernels.toml").write_text(text)
+        manifest = load_manifest(root / "kernels.toml")
+        start = time.monotonic()
+        with Cache(root / "cache") as cache, sink(lambda e: events.append((time.monotonic(), e))):
+            gate = StaticGate(cache)
+            with GpuEvaluator(cache, gpus=gpus[:1], gate=gate) as evaluator:
+                judge = FirstAtTarget(evaluator, target)
+                job = SearchJob(manifest, manifest.kernel("vadd"), gpus[0].arch, evaluator=judge, cache=cache, seeds=[])
+                outcome = search(job, environ={"R1BUILD_BASE_URL": server.url, "VLLM_API_KEY": "x"})
+        wall = time.monotonic() - start
+        requests = len(server.chat_requests())
+    first = next((t for t, e in events if isinstance(e, Progress) and int(e.fields.get("passed", 0)) > 0), None)
+    judge_busy, gpu_busy = _busy(events, "judge_busy"), _busy(events, "gpu_busy")
+    return {
+        "mode": mode,
+        "gpu": gpus[0].name,
+        "first_validated_s": round(first - start, 3) if first is not None else None,
+        "winner_s": round(judge.won_at - start, 3) if judge.won_at is not None else None,
+        "wall_s": round(wall, 3),
+        "requests": requests,
+        "stop": outcome.stop_reason,
+        "judge_busy": judge_busy,
+        "judge_busy_share": _share(judge_busy),
+        "gpu_busy": gpu_busy,
+    }
+
+
+def main_gpu(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """``--gpu``: both searches with the real judge (see the module)."""
+    rows = [one_gpu(mode, args.scale, args.target_share) for mode in ("rounds", "continuous")]
+    r, c = rows
+    speedup = round(r["winner_s"] / c["winner_s"], 2) if r["winner_s"] and c["winner_s"] else None
+    doc = {
+        "date": utc_now(),
+        "command": command_line("bench/continuous_search.py", argv),
+        "host": host_info(device=rows[0]["gpu"]),
+        "scale": args.scale,
+        "target_share": args.target_share,
+        "rows": rows,
+        "winner_speedup": speedup,
+    }
+    lines = [
+        "# Rounds versus the continuous search, judged by the gate and the GPU evaluator",
+        "",
+        f"- date: {doc['date']}; device: {rows[0]['gpu']}; host: {doc['host']['cpu']} ({doc['host']['cpus']} CPUs)",
+        f"- command: `{doc['command']}`",
+        f"- answers 30-300 s scaled by {args.scale:g} (correct vadd kernels of five block sizes, two shapes); 8 "
+        f"slots, 8 samples a round, 24 at most, target share {args.target_share:g}",
+        "",
+        "| search | first validated (s) | first at target (s) | wall (s) | requests | stop | judge busy | share | "
+        "GPU busy |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *[
+            f"| {x['mode']} | {x['first_validated_s']} | {x['winner_s']} | {x['wall_s']} | {x['requests']} | "
+            f"{x['stop']} | {x['judge_busy']} | {x['judge_busy_share']} | {x['gpu_busy']} |"
+            for x in rows
+        ],
+        "",
+        f"Time to the first kernel at the target: {speedup}x lower continuous (goal 1.5x); the judge's busy share is "
+        "its busy seconds over the seconds since the first candidate was queued (goal 0.85).",
+    ]
+    write_results(args.out, "continuous_search_gpu", doc, "\n".join(lines))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale", type=float, default=0.01, help="factor on every duration (default 1/100)")
     parser.add_argument("--judge-s", type=float, default=5.0, help="unscaled seconds per candidate judged")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument("--gpu", action="store_true", help="the real gate and GPU evaluator judge (needs a GPU)")
+    parser.add_argument("--target-share", type=float, default=0.3, help="with --gpu: the share of the floor to reach")
     args = parser.parse_args(argv)
+    if args.gpu:
+        return main_gpu(args, argv)
     rows = [one(mode, args.scale, args.judge_s) for mode in ("rounds", "continuous")]
     r, c = rows
     doc = {
