@@ -7,8 +7,10 @@ lock, the cache's decisions and the searches' links and transcripts through :fun
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..cache import Cache, parse_transcript, read_links
 from ..judge import CHECKS_VERSION
@@ -19,6 +21,9 @@ from ..records import CandidateRef, Decision, Provenance, Result, SourceFrom, St
 from ..resolve import decision_refusal, lock_refusal, stale_checks
 from ..resolve.verdict import verdict_words
 from ..selection.rules import decision_winner
+
+if TYPE_CHECKING:
+    from ..toolchain.nvcc import Toolchain
 
 __all__ = ["KernelRecords", "SampleRecord", "SearchRecord", "StatusRow", "project_records"]
 
@@ -175,10 +180,11 @@ def _status_row(
     cache: Cache,
     entry: LockEntry | None,
     decision: Decision | None,
+    toolchain: Callable[[], Toolchain | None],
 ) -> StatusRow:
     pending, pending_note = _pending_note(decision, arch)
     if entry is not None and entry.key == key:
-        return _locked_row(manifest, spec, arch, cache, entry, decision, pending, pending_note)
+        return _locked_row(manifest, spec, arch, cache, entry, decision, pending, pending_note, toolchain)
     stale = "lock stale" if entry is not None else "not locked"
     refused = decision_refusal(manifest, spec, arch, key, decision) if decision is not None else None
     if refused is not None:  # as resolve sees it: no cached decision
@@ -215,8 +221,10 @@ def _locked_row(
     decision: Decision | None,
     pending: int,
     pending_note: str,
+    toolchain: Callable[[], Toolchain | None],
 ) -> StatusRow:
-    """The row of a kernel x arch whose lock entry matches its key."""
+    """The row of a kernel x arch whose lock entry matches its key (``toolchain``: the nvcc found here, asked only
+    for a winner the gate alone chose)."""
     where = _locked_source(manifest, spec, cache, entry)
     refused = lock_refusal(entry, decision)
     state: Standing = "locked" if where != "missing" else "locked, source missing"
@@ -241,7 +249,7 @@ def _locked_row(
         facts=facts,
         demoted=entry.demoted,
         device_bytes=_device_bytes(decision, entry.winner)
-        or (_gated_bytes(manifest, spec, cache, entry) if entry.validation != "validated" else None),
+        or (_gated_bytes(manifest, spec, cache, entry, toolchain()) if entry.validation != "validated" else None),
     )
 
 
@@ -280,16 +288,26 @@ def _device_bytes(decision: Decision | None, winner: str) -> int | None:
     return report.device_bytes if report is not None and report.device_bytes else None
 
 
-def _gated_bytes(manifest: Manifest, spec: KernelSpec, cache: Cache, entry: LockEntry) -> int | None:
-    """The device code a locked winner the gate alone chose (no decision records it: not ``validated``) adds for
-    its arch, as its cached verdict under the nvcc found now says; None unknown (no nvcc here, no verdict cached)."""
+def _toolchain_here() -> Toolchain | None:
+    """The toolchain of the nvcc found here; None without one."""
     from ..errors import ToolchainError  # here: only a lock entry with no decision asks for the toolchain
-    from ..gate import gate_key_of
     from ..toolchain.nvcc import toolchain
 
     try:
-        tc = toolchain()
+        return toolchain()
     except ToolchainError:
+        return None
+
+
+def _gated_bytes(
+    manifest: Manifest, spec: KernelSpec, cache: Cache, entry: LockEntry, tc: Toolchain | None
+) -> int | None:
+    """The device code a locked winner the gate alone chose (no decision records it: not ``validated``) adds for
+    its arch, as its cached verdict under the toolchain ``tc`` says; None unknown (no nvcc here, no verdict
+    cached)."""
+    from ..gate import gate_key_of
+
+    if tc is None:
         return None
     result = cache.get_gate(gate_key_of(manifest, spec, entry.arch, entry.source, dict(entry.defines), tc))
     report = result.gate if result is not None else None
@@ -422,6 +440,7 @@ def project_records(
     sample's messages, reasoning and answer (for a dataset).
     """
     lock = load_lock(manifest)
+    toolchain = functools.cache(_toolchain_here)  # looked up once a run, and only where a row needs it
     out = []
     for spec in manifest.kernels:
         for arch in manifest.archs_of(spec):
@@ -436,7 +455,7 @@ def project_records(
                     entry=entry,
                     decision=decision,
                     search=_search(cache, key, decision, full=transcripts) if searches or transcripts else None,
-                    status=_status_row(manifest, spec, arch, key, cache, entry, decision),
+                    status=_status_row(manifest, spec, arch, key, cache, entry, decision, toolchain),
                 )
             )
     return out
