@@ -49,7 +49,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 
 from .. import __version__
 from ..digests import code_fingerprint, path_digest, toml_digest
@@ -203,17 +203,27 @@ def _secret_file() -> Path:
     return folder / _KEY_NAME
 
 
-def _read_secret(path: Path) -> bytes | None:
-    """The secret in ``path`` when it is one, owned by this user and readable by no one else; None otherwise."""
+def _open_regular(path: Path) -> tuple[BinaryIO, os.stat_result] | None:
+    """The regular file at ``path``, open for reading, and its status; None for anything else (nothing there, a
+    link, a folder, a FIFO: opened without following a link, and without blocking on a FIFO)."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     except OSError:
         return None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a folder, a FIFO (which would block a plain open)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         return None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
+    return os.fdopen(fd, "rb"), st
+
+
+def _read_secret(path: Path) -> bytes | None:
+    """The secret in ``path`` when it is one, owned by this user and readable by no one else; None otherwise."""
+    opened = _open_regular(path)
+    if opened is None:
+        return None
+    f, st = opened
+    with f:
         if os.name != "nt" and (st.st_mode & 0o077 or st.st_uid != os.getuid()):
             return None
         text = f.read(65).strip()
@@ -263,16 +273,13 @@ def _records_dir() -> Path:
 
 def _load_record(directory: Path, key: str) -> dict[str, Any] | None:
     """The record of ``key``, of the cache in ``directory``, when its MAC verifies; None otherwise."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)  # a FIFO never blocks it
-    try:
-        fd = os.open(_records_dir() / f"{key}.json", flags)
-    except OSError:
+    opened = _open_regular(_records_dir() / f"{key}.json")
+    if opened is None:
         return None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_size > _MOST_BYTES:
-        os.close(fd)
-        return None
-    with os.fdopen(fd, "rb") as f:
+    f, st = opened
+    with f:
+        if st.st_size > _MOST_BYTES:
+            return None
         raw = f.read()
     try:
         record = json.loads(raw)
