@@ -28,12 +28,16 @@ Writes ``bench/results/continuous_search.json`` and ``.md`` (``continuous_search
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import re
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -145,35 +149,71 @@ def script(scale: float, answer: Any = None) -> Any:
     return reply
 
 
-def one(mode: str, scale: float, judge_s: float) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Searched:
+    """One search against the emulating server: its events (with their clock), when it started, its wall time,
+    the requests the server was sent, and why it stopped."""
+
+    events: list[tuple[float, Event]]
+    start: float
+    wall: float
+    requests: int
+    stop: str
+
+
+def run_search(
+    mode: str,
+    scale: float,
+    judge: Callable[[Cache], AbstractContextManager[Any]],
+    *,
+    answer: Callable[[int], str] | None = None,
+    candidates: int = 64,
+    rounds: int = 8,
+    target: float = 0.5,
+    arch: str = "sm_90",
+) -> Searched:
+    """A ``vadd`` search of ``mode`` (``generation.search``; 8 slots, 8 samples a round, provider ``vllm``) against
+    the emulating server answering with ``answer`` (:func:`script`), judged by what ``judge`` makes of the cache."""
     events: list[tuple[float, Event]] = []
-    judge = TimedJudge(judge_s * scale)
-    with tempfile.TemporaryDirectory() as tmp, ChatServer(script(scale)) as server:
+    with tempfile.TemporaryDirectory() as tmp, ChatServer(script(scale, answer)) as server:
         root = Path(tmp)
         (root / "ref.py").write_text("def vadd(a, b, n):\n    return a + b\n")
-        text = MANIFEST.format(provider="vllm", cap=8, candidates=64, rounds=8, samples=8)
-        text = text.replace("retries = 0", f'retries = 0\nsearch = "{mode}"').replace(
-            "target-share = 1.0", "target-share = 0.5"
-        )
+        text = MANIFEST.format(provider="vllm", cap=8, candidates=candidates, rounds=rounds, samples=8)
+        text = text.replace("retries = 0", f'retries = 0\nsearch = "{mode}"')
+        text = text.replace("target-share = 1.0", f"target-share = {target}").replace("sm_90", arch)
         (root / "kernels.toml").write_text(text)
         manifest = load_manifest(root / "kernels.toml")
         start = time.monotonic()
-        with Cache(root / "cache") as cache, sink(lambda e: events.append((time.monotonic(), e))):
-            outcome = search(
-                SearchJob(manifest, manifest.kernel("vadd"), "sm_90", evaluator=judge, cache=cache, seeds=[]),
-                environ={"R1BUILD_BASE_URL": server.url, "VLLM_API_KEY": "x"},
-            )
+        with (
+            Cache(root / "cache") as cache,
+            sink(lambda e: events.append((time.monotonic(), e))),
+            judge(cache) as evaluator,
+        ):
+            job = SearchJob(manifest, manifest.kernel("vadd"), arch, evaluator=evaluator, cache=cache, seeds=[])
+            outcome = search(job, environ={"R1BUILD_BASE_URL": server.url, "VLLM_API_KEY": "x"})
         wall = time.monotonic() - start
         requests = len(server.chat_requests())
-    first = next(t for t, e in events if isinstance(e, Progress) and int(e.fields.get("passed", 0)) > 0)
+    return Searched(events, start, wall, requests, outcome.stop_reason)
+
+
+def _first_passed(events: list[tuple[float, Event]]) -> float | None:
+    """When the search first counted a passed candidate."""
+    return next((t for t, e in events if isinstance(e, Progress) and int(e.fields.get("passed", 0)) > 0), None)
+
+
+def one(mode: str, scale: float, judge_s: float) -> dict[str, Any]:
+    judge = TimedJudge(judge_s * scale)
+    done = run_search(mode, scale, lambda _: contextlib.nullcontext(judge))
+    first = _first_passed(done.events)
+    assert first is not None, "no candidate passed"
     won = judge.won_at or float("nan")
     return {
         "mode": mode,
-        "first_judged_s": round(first - start, 3),
-        "winner_s": round(won - start, 3),
-        "wall_s": round(wall, 3),
-        "requests": requests,
-        "stop": outcome.stop_reason,
+        "first_judged_s": round(first - done.start, 3),
+        "winner_s": round(won - done.start, 3),
+        "wall_s": round(done.wall, 3),
+        "requests": done.requests,
+        "stop": done.stop,
         "judge_busy_share_to_winner": round(judge.busy_s / max(won - first, 1e-9), 3),
     }
 
@@ -198,34 +238,28 @@ def one_gpu(mode: str, scale: float, target: float) -> dict[str, Any]:
     gpus = detect_gpus()
     if not gpus:
         raise SystemExit("--gpu: no GPU visible here (cupy and a driver are needed)")
-    events: list[tuple[float, Event]] = []
-    with tempfile.TemporaryDirectory() as tmp, ChatServer(script(scale, gpu_answer)) as server:
-        root = Path(tmp)
-        (root / "ref.py").write_text("def vadd(a, b, n):\n    return a + b\n")
-        text = MANIFEST.format(provider="vllm", cap=8, candidates=24, rounds=3, samples=8)
-        text = text.replace("retries = 0", f'retries = 0\nsearch = "{mode}"')
-        text = text.replace("target-share = 1.0", f"target-share = {target}").replace("sm_90", gpus[0].arch)
-        (root / "kernels.toml").write_text(text)
-        manifest = load_manifest(root / "kernels.toml")
-        start = time.monotonic()
-        with Cache(root / "cache") as cache, sink(lambda e: events.append((time.monotonic(), e))):
-            gate = StaticGate(cache)
-            with GpuEvaluator(cache, gpus=gpus[:1], gate=gate) as evaluator:
-                judge = FirstAtTarget(evaluator, target)
-                job = SearchJob(manifest, manifest.kernel("vadd"), gpus[0].arch, evaluator=judge, cache=cache, seeds=[])
-                outcome = search(job, environ={"R1BUILD_BASE_URL": server.url, "VLLM_API_KEY": "x"})
-        wall = time.monotonic() - start
-        requests = len(server.chat_requests())
-    first = next((t for t, e in events if isinstance(e, Progress) and int(e.fields.get("passed", 0)) > 0), None)
-    judge_busy, gpu_busy = _busy(events, "judge_busy"), _busy(events, "gpu_busy")
+    judges: list[FirstAtTarget] = []
+
+    @contextlib.contextmanager
+    def real_judge(cache: Cache) -> Iterator[FirstAtTarget]:
+        with GpuEvaluator(cache, gpus=gpus[:1], gate=StaticGate(cache)) as evaluator:
+            judges.append(FirstAtTarget(evaluator, target))
+            yield judges[-1]
+
+    done = run_search(
+        mode, scale, real_judge, answer=gpu_answer, candidates=24, rounds=3, target=target, arch=gpus[0].arch
+    )
+    first = _first_passed(done.events)
+    won = judges[0].won_at
+    judge_busy, gpu_busy = _busy(done.events, "judge_busy"), _busy(done.events, "gpu_busy")
     return {
         "mode": mode,
         "gpu": gpus[0].name,
-        "first_validated_s": round(first - start, 3) if first is not None else None,
-        "winner_s": round(judge.won_at - start, 3) if judge.won_at is not None else None,
-        "wall_s": round(wall, 3),
-        "requests": requests,
-        "stop": outcome.stop_reason,
+        "first_validated_s": round(first - done.start, 3) if first is not None else None,
+        "winner_s": round(won - done.start, 3) if won is not None else None,
+        "wall_s": round(done.wall, 3),
+        "requests": done.requests,
+        "stop": done.stop,
         "judge_busy": judge_busy,
         "judge_busy_share": _share(judge_busy),
         "gpu_busy": gpu_busy,
@@ -314,10 +348,8 @@ def main(argv: list[str] | None = None) -> int:
         f"Time to the winner: {doc['winner_speedup']}x lower continuous; to the first judged candidate: "
         f"{doc['first_judged_speedup']}x.",
         "",
-        "Not measured here: the GPU busy share with the real evaluator. On the lent GPU, run a resolve of a "
-        'generated kernel against this emulating server with `search = "rounds"` and then `"continuous"` '
-        "(`r1build resolve -v` prints the search's `judge_busy=busy/since-first-candidate` progress field; the "
-        "judge there is the gate plus the GPU evaluator) and record both here.",
+        "Not measured here: the GPU busy share with the real evaluator; on a machine with a GPU, "
+        "`python bench/continuous_search.py --gpu` measures it (`continuous_search_gpu.md`).",
     ]
     write_results(args.out, "continuous_search", doc, "\n".join(lines))
     return 0

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import compileall
+import json
 import os
 import shutil
 import subprocess
@@ -106,7 +107,7 @@ def main() -> int:
             best, unit = min(best, b), min(unit, u)
         rows["`r1build resolve --locked`, the full path (no record)"] = (best, unit)
         cost = subprocess.run([*py, DATACLASS_COST], env=env, check=True, capture_output=True, text=True)
-    dataclasses_made: dict[str, Any] = __import__("json").loads(cost.stdout)
+    dataclasses_made: dict[str, Any] = json.loads(cost.stdout)
     result = {
         "benchmark": "first_run_floor",
         "date": utc_now(),
