@@ -47,12 +47,6 @@ def _cli(project: Path, cache_dir: Path, *args: str, url: str | None = None) -> 
     return proc.returncode, proc.stdout + err, "r1build.manifest.load" in imported, elapsed
 
 
-@pytest.fixture(autouse=True)
-def _state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The user state folder of these runs (the warm path's key), away from the user's."""
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-
-
 def test_a_warm_locked_run_asks_the_remote_nothing_and_replays(team_key: KeyPair, tmp_path: Path) -> None:
     """The root manifest, its lock and a warm local cache: half its entries were chosen by the gate alone (no
     decision anywhere). Before, each of those was asked of the remote on every run (6 GETs) and, having missed,
