@@ -1,7 +1,8 @@
 """Fixtures for build tests: a fresh virtual environment with r1build installed from this checkout.
 
-One wheel of r1build is built per session and installed into one fresh ``python -m venv``; every build test runs
-its frontend (pip) or the backend's hooks with that venv's Python, in a copy of the project under a temp
+One wheel of r1build is built per test run and installed into one fresh ``python -m venv``, which each worker
+copies (installing its dependencies took some 10 s of a worker, copying takes one); every build test runs
+its frontend (pip) or the backend's hooks with its worker's venv's Python, in a copy of the project under a temp
 folder, with ``R1BUILD_CACHE_DIR`` pointing at a per-session cache and ``R1BUILD_OFFLINE=1``. pip's own cache
 is used, so only the first session on a machine downloads anything.
 
@@ -14,6 +15,7 @@ Python already has r1build's dependencies, nanobind and, for the sample's GPU te
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -47,19 +49,38 @@ def r1build_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def build_env(tmp_path_factory: pytest.TempPathFactory, r1build_wheel: Path) -> Iterator[BuildEnv]:
-    """A fresh venv with the r1build wheel installed (and cuobjdump where the machine has none)."""
+    """A fresh venv with the r1build wheel installed (and cuobjdump where the machine has none): each worker's
+    own copy of one made once a test run (tests install into it, so the workers never share one)."""
     system_site = os.environ.get("R1BUILD_TEST_SYSTEM_SITE") == "1"
+    with once_per_run(tmp_path_factory, "build-env") as (shared, made):
+        template = BuildEnv(root=shared / "venv", wheels=r1build_wheel, cache_dir=shared / "unused", isolated=False)
+        if not made:
+            shutil.rmtree(template.root, ignore_errors=True)
+            args = [sys.executable, "-m", "venv", str(template.root)]
+            subprocess.run(args + (["--system-site-packages"] if system_site else []), check=True, timeout=300)
+            (wheel,) = r1build_wheel.glob("r1build-*.whl")
+            # with the generate extra, so the builds that opt in to generating reach the endpoint
+            # (test_light_build.py builds in a venv without it)
+            requirements: list[str | Path] = [f"r1build[generate] @ {wheel.as_uri()}"]
+            if find_cuobjdump(template) is None:
+                requirements.append("nvidia-cuda-cuobjdump")
+            offline = ["--no-deps"] if system_site else []  # the machine's Python has them (see the docstring)
+            template.check([template.python, "-m", "pip", "install", "-q", *offline, *requirements], cwd=shared)
     base = tmp_path_factory.mktemp("build-env")
-    venv = base / "venv"
-    args = [sys.executable, "-m", "venv", str(venv)] + (["--system-site-packages"] if system_site else [])
-    subprocess.run(args, check=True, timeout=300)
-    env = BuildEnv(root=venv, wheels=r1build_wheel, cache_dir=base / "r1build-cache", isolated=not system_site)
-    (wheel,) = r1build_wheel.glob("r1build-*.whl")
-    # with the generate extra, so the builds that opt in to generating reach the endpoint (test_light_build.py
-    # builds in a venv without it)
-    requirements: list[str | Path] = [f"r1build[generate] @ {wheel.as_uri()}"]
-    if find_cuobjdump(env) is None:
-        requirements.append("nvidia-cuda-cuobjdump")
-    offline = ["--no-deps"] if system_site else []  # the machine's Python has them (see the docstring)
-    env.check([env.python, "-m", "pip", "install", "-q", *offline, *requirements], cwd=base)
-    yield env
+    venv = _copy_venv(template.root, base / "venv")
+    yield BuildEnv(root=venv, wheels=r1build_wheel, cache_dir=base / "r1build-cache", isolated=not system_site)
+
+
+def _copy_venv(source: Path, dest: Path) -> Path:
+    """A copy of the venv ``source`` at ``dest`` that is a venv of its own, as ``python -m venv`` and the same
+    installs there make it: the only files that name the venv's folder, its scripts (their ``#!`` lines) and
+    pyvenv.cfg, name ``dest``; its interpreter's links are kept."""
+    shutil.copytree(source, dest, symlinks=True)
+    old, new = str(source).encode(), str(dest).encode()
+    for path in [dest / "pyvenv.cfg", *(dest / "bin").iterdir()]:
+        if path.is_symlink() or not path.is_file():
+            continue
+        data = path.read_bytes()
+        if old in data:
+            path.write_bytes(data.replace(old, new))
+    return dest

@@ -233,6 +233,7 @@ def _sanitizing_runs(
     cuobjdump: str | None = None,
     processes: int = 2,
     wait_s: float = 60,
+    timeout_s: float = 1.0,
 ) -> tuple[dict[str, list[tuple[str, str]]], list[list[str]], dict[str, float]]:
     """Every name a candidate library of the root manifest's silu_mul (softmax_rows where the name says so),
     sanitized through :class:`Sanitizing`
@@ -242,7 +243,8 @@ def _sanitizing_runs(
     ``cancel_deciding``, those names are canceled while their tools are being decided (when the look-up of their
     shared memory asks for cuobjdump, ``cuobjdump`` then). With ``race_found``, the names it holds fail their
     checks with wrong values once built: each asks for a race as the evaluator does (its reason, or None, and the
-    seconds that took, put in the dict), then is canceled. Every outcome is waited for ``wait_s`` at most."""
+    seconds that took, put in the dict), then is canceled. Every outcome is waited for ``wait_s`` at most; a run
+    silent for ``timeout_s`` stalls."""
     import contextlib
     import threading
     import time
@@ -265,7 +267,7 @@ def _sanitizing_runs(
     gpu = GpuInfo(name="Stand-in GPU", arch="sm_90", index=0, memory=1 << 30)
     work = tmp_path / "gpu0"
     work.mkdir(exist_ok=True)
-    runner = SanitizerRunner(str(_fake_sanitizer(tmp_path)), {"PATH": "/usr/bin:/bin"}, timeout_s=1.0)
+    runner = SanitizerRunner(str(_fake_sanitizer(tmp_path)), {"PATH": "/usr/bin:/bin"}, timeout_s=timeout_s)
     slot = Slot(gpu=gpu, worker=WorkerHandle(["true"], {}, work, name="unused"), sanitizer=runner, workdir=work)
     counters: dict[str, float] = {}
     lock = threading.Lock()
@@ -452,7 +454,9 @@ def test_one_candidate_per_run_when_the_batch_is_one(tmp_path: Path) -> None:
 @pytest.mark.slow  # seconds of wall time: runs that stall until their limit
 def test_a_hanging_candidate_in_a_batch_costs_its_batch_one_stall(tmp_path: Path) -> None:
     names = ["good-0.so", "hang-1.so", "good-2.so", "good-3.so"]
-    outcomes, _, _ = _sanitizing_runs(tmp_path, names, batch=16)
+    # the runs' limit halved (as in the runner's own test above): each tool's batch stalls once, then the hanging
+    # library alone twice (the limit, then twice it), where the verdicts depend on no length of the limit
+    outcomes, _, _ = _sanitizing_runs(tmp_path, names, batch=16, timeout_s=0.5)
     assert {v for _, v in outcomes["hang-1.so"]} == {"unfinished"}
     assert all({v for _, v in outcomes[n]} == {"clean"} for n in names if n != "hang-1.so")
 

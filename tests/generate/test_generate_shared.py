@@ -30,8 +30,10 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_four_concurrent_resolves_send_the_requests_of_one(project: Project, clean_env: None) -> None:
     manifest = project.write(baseline=True, budget={"rounds": 1, "samples": 2})
-    # slow answers: every process has started and missed before the first one's decision is stored
-    replies = [Answer(answer(kernel_source(1)), delay=3.0), Answer(answer(kernel_source(2)), delay=3.0)]
+    # slow answers: every process has started and missed before the first one's decision is stored (the four
+    # reach the lock within ~0.1 s of each other; the deciding one's answers, one after the other, and its judging
+    # take some 4 s at this delay)
+    replies = [Answer(answer(kernel_source(1)), delay=1.0), Answer(answer(kernel_source(2)), delay=1.0)]
     with ChatServer(replies) as server:
         env = {
             **os.environ,

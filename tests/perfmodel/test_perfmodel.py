@@ -4,6 +4,8 @@ limits, predictions that rank vectorized before scalar code, ordering and skippi
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +18,13 @@ from r1build.generate.controller import run_search
 from r1build.generate.providers import resolve_endpoint
 from r1build.manifest import Manifest, load_manifest
 from r1build.perfmodel import PerfModel, compile_features, ptx_features
-from r1build.perfmodel.predict import block_threads, occupancy
+from r1build.perfmodel.predict import Prediction, block_threads, occupancy
 from r1build.records import Candidate, Origin
 from r1build.settings import env_settings
 from r1build.toolchain.nvcc import toolchain
 from tests.generate.chat_server import Answer, ChatServer
 from tests.generate.gen_support import KEY, MarkerJudge, Project, answer, kernel_source
+from tests.support.shared import once_per_run
 
 pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
 
@@ -31,6 +34,27 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def root_manifest() -> Manifest:
     return load_manifest(ROOT / "kernels.toml")
+
+
+@pytest.fixture(scope="module")
+def silu_predictions(root_manifest: Manifest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Prediction | None]:
+    """The model's prediction for sm_90 of each of silu_mul's variants by digest (its nvcc compile: 25 of them,
+    seconds of CPU), made once a test run for the tests of the model and of its bench that both ask for them."""
+    with once_per_run(tmp_path_factory, "perfmodel-silu_mul") as (folder, made):
+        stored = folder / "predictions.json"
+        if not made:
+            model = PerfModel(root_manifest)
+            spec = root_manifest.kernel("silu_mul")
+            predicted = {c.digest: model.predict(spec, "sm_90", c) for c in expand_variants(root_manifest, spec)}
+            doc = {digest: None if p is None else dataclasses.asdict(p) for digest, p in predicted.items()}
+            stored.write_text(json.dumps(doc), encoding="utf-8")
+    doc = json.loads(stored.read_text(encoding="utf-8"))
+    return {digest: None if p is None else Prediction(**p) for digest, p in doc.items()}
+
+
+def _model(manifest: Manifest, predictions: dict[str, Prediction | None]) -> PerfModel:
+    """A model of ``manifest`` that already holds ``predictions`` for sm_90 (and compiles any other candidate)."""
+    return PerfModel(manifest, _known={(digest, "sm_90"): p for digest, p in predictions.items()})
 
 
 def test_ptx_counts_of_a_scalar_and_a_vectorized_kernel(root_manifest: Manifest) -> None:
@@ -88,10 +112,13 @@ def test_block_size_from_the_code() -> None:
     assert block_threads(Candidate("k<<<g, 512>>>()", Origin("file")), bounded) == 96
 
 
-def test_vectorized_code_is_predicted_faster_and_every_root_variant_is_predicted(root_manifest: Manifest) -> None:
-    model = PerfModel(root_manifest)
+def test_vectorized_code_is_predicted_faster_and_every_root_variant_is_predicted(
+    root_manifest: Manifest, silu_predictions: dict[str, Prediction | None]
+) -> None:
+    model = _model(root_manifest, silu_predictions)
     spec = root_manifest.kernel("silu_mul")
     variants = expand_variants(root_manifest, spec)
+    assert {c.digest for c in variants} == set(silu_predictions)
     predictions = {(c.origin.path, tuple(sorted(c.defines.items()))): model.predict(spec, "sm_90", c) for c in variants}
     assert all(p is not None and p.lower_bound_us > p.memory_us for p in predictions.values())
     scalar = predictions[("kernels/silu_mul.cu", ())]
@@ -170,9 +197,15 @@ def test_the_bench_ranks_and_replays() -> None:
     assert bench.replay([5, 40], [10, 1], 2.0) == {"jobs": 1, "of": 2, "same_winner": False}
 
 
-def test_the_bench_predicts_on_the_cpu(tmp_path: Path) -> None:
-    # one kernel's 25 variants: all 165 took 73 s of the suite (the model's own tests above cover the others)
-    assert _bench().main(["--out", str(tmp_path), "--kernel", "silu_mul"]) == 0
+def test_the_bench_predicts_on_the_cpu(
+    silu_predictions: dict[str, Prediction | None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # one kernel's 25 variants: all 165 took 73 s of the suite (the model's own tests above cover the others); its
+    # model holds their predictions, made by the same model for the same manifest once a test run (their compiles
+    # are the seconds of this test)
+    bench = _bench()
+    monkeypatch.setattr(bench, "PerfModel", lambda manifest: _model(manifest, silu_predictions))
+    assert bench.main(["--out", str(tmp_path), "--kernel", "silu_mul"]) == 0
     text = (tmp_path / "perf_model.md").read_text()
     assert "| silu_mul | kernels/silu_mul_vec4.cu BLOCK=256 UNROLL=1 |" in text and "predictions only" in text
     assert "| softmax_rows |" not in text
