@@ -53,30 +53,38 @@ _ABSENT = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP})
 
 def path_digest(path: Path) -> str | None:
     """sha256 of a file's bytes, of a folder's names and contents (recursively), or None when absent; a symbolic
-    link inside a folder also counts by where it points, so a file swapped for a link to the same bytes differs."""
-    return _digest(os.fspath(path))
+    link inside a folder also counts by where it points, so a file swapped for a link to the same bytes differs.
+    A link to a folder the walk is already in (``inc/self -> .``) counts by where it points only: followed, two
+    such links made the walk take 2^40 steps, then fail with ELOOP."""
+    return _digest(os.fspath(path), frozenset())
 
 
-def _digest(path: str) -> str | None:
-    """:func:`path_digest` of a path given as a string (one ``stat``, then the bytes or the folder's entries)."""
+def _digest(path: str, above: frozenset[tuple[int, int]]) -> str | None:
+    """:func:`path_digest` of a path given as a string (one ``stat``, then the bytes or the folder's entries);
+    ``above``: the device and inode of every folder the walk is in."""
     try:
-        mode = os.stat(path).st_mode  # noqa: PTH116
+        st = os.stat(path)  # noqa: PTH116
     except OSError as exc:
         if exc.errno in _ABSENT:
             return None
         raise
     except ValueError:  # e.g. an embedded NUL: no such file
         return None
-    if stat.S_ISREG(mode):
+    if stat.S_ISREG(st.st_mode):
         with open(path, "rb", buffering=0) as f:  # noqa: PTH123 - unbuffered: one read of the whole file
             return hashlib.sha256(f.readall()).hexdigest()
-    if stat.S_ISDIR(mode):
+    if stat.S_ISDIR(st.st_mode):
+        here = (st.st_dev, st.st_ino)
+        if here in above:
+            return "cycle"
+        inner = above | {here}
         h = hashlib.sha256()
         with os.scandir(path) as it:
             entries = sorted(it, key=lambda e: e.name)
         for entry in entries:
             link = f"->{Path(entry.path).readlink()}" if entry.is_symlink() else ""
-            h.update(entry.name.encode() + link.encode() + b"\0" + (_digest(entry.path) or "-").encode() + b"\n")
+            digest = _digest(entry.path, inner) or "-"
+            h.update(entry.name.encode() + link.encode() + b"\0" + digest.encode() + b"\n")
         return "dir:" + h.hexdigest()
     return None
 

@@ -28,6 +28,7 @@ exit code 2 at the CLI / PEP 517 boundary; everything else to exit code 1::
     ├── GenerationError                the LLM provider failed in a way that ends the run (401, 402, ...)
     │   └── EndpointSilentError        ... or never answered (5xx, cut streams, timeouts): a build goes on
     ├── EvaluationError                the GPU evaluator could not run at all
+    ├── OutputError                    standard output cannot be written (its reader went away, a full disk)
     └── ClusterError                   the Dask cluster of a `--cluster` resolve was lost mid-run, or lost a job
         └── ClusterRefusedError        ... is unreachable at the start, or its workers run another r1build or
                                            CUDA version: exit 2
@@ -58,6 +59,7 @@ __all__ = [
     "MissingExtraError",
     "NoWinnerError",
     "NvccSettingError",
+    "OutputError",
     "R1BuildError",
     "RemoteCacheError",
     "ResolveError",
@@ -229,6 +231,17 @@ class EndpointSilentError(GenerationError):
 
 class EvaluationError(R1BuildError):
     """The GPU evaluator could not run at all."""
+
+
+class OutputError(R1BuildError):
+    """Standard output cannot be written: its reader went away (``r1build cache ls | head -1``) or its device is
+    full. ``cause`` is what the write raised; the CLI says nothing for a reader that went away (EPIPE), as a
+    filter says nothing then."""
+
+    def __init__(self, cause: OSError) -> None:
+        self.cause = cause
+        """The :class:`OSError` the write raised."""
+        super().__init__(f"cannot write the output: {cause.strerror or cause}")
 
 
 class ClusterError(R1BuildError):

@@ -21,6 +21,7 @@ empty file (``mktemp``'s) may be replaced too. ``r1build report -o pyproject.tom
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 from pathlib import Path
@@ -33,6 +34,7 @@ __all__ = [
     "as_user_file",
     "folder_modes",
     "foreign_output",
+    "path_length_problem",
     "private_file",
     "private_folder",
     "replace_problem",
@@ -115,6 +117,34 @@ def private_file(path: Path | str, mode: int = PRIVATE_FILE, flags: int = os.O_W
     return fd
 
 
+NAME_MAX = 255
+"""Most bytes of one name in a path (Linux's limit for every file system, and macOS's)."""
+PATH_MAX = 4096
+"""Most bytes of a whole path a system call takes (Linux)."""
+
+
+def path_length_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why ``path`` can name no file here: one of its names, or the whole, is longer than the system takes. Every
+    ``stat`` of such a path fails with ENAMETOOLONG, which :mod:`pathlib`'s ``exists`` and ``is_file`` raise
+    rather than answer False (a ``--cache-dir`` or ``-o`` of 300 letters ended in a traceback). None otherwise."""
+    raw = os.fsencode(path)
+    shown = repr(os.fsdecode(raw[:60]) + ("..." if len(raw) > 60 else ""))
+    longest = max((len(part) for part in raw.split(b"/")), default=0)
+    if longest > NAME_MAX:
+        limit = f"over the {NAME_MAX} a file system allows"
+        return f"{shown} is not a usable path: a name in it is {longest} bytes long, {limit}"
+    if len(raw) >= PATH_MAX:
+        return f"{shown} is not a usable path: it is {len(raw)} bytes long, over the {PATH_MAX - 1} the system takes"
+    try:
+        os.lstat(raw)
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            return f"{shown} is not a usable path: {exc.strerror}"
+    except ValueError:  # an embedded NUL: no such file, said where it is used
+        pass
+    return None
+
+
 def replace_problem(path: Path) -> str | None:
     """Why a file written by renaming a temporary file over ``path`` may not go there: it names a folder, a
     device, a FIFO or a socket (``/dev/null``, ``/dev/stdout``), which the rename would replace. None for a regular
@@ -161,7 +191,7 @@ def written_by_r1build(head: bytes, kind: OutputKind) -> bool:
 
     try:
         record = json.loads(head.split(b"\n", 1)[0])
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: JSON nested deeper than the parser goes
         return False
     return isinstance(record, dict) and str(record.get("schema", "")).startswith(DATASET_SCHEMA_PREFIX)
 

@@ -315,7 +315,7 @@ def env_settings(environ: Mapping[str, str] | None = None) -> EnvSettings:
         locked=_flag(env, "R1BUILD_LOCKED"),
         frozen=_flag(env, "R1BUILD_FROZEN"),
         evaluate=_flag(env, "R1BUILD_EVALUATE"),
-        cache_dir=Path(raw_dir).expanduser() if raw_dir else None,
+        cache_dir=_cache_dir(raw_dir),
         verbose=bool(_flag(env, "R1BUILD_VERBOSE")),
         signing_key=env.get("R1BUILD_SIGNING_KEY", "").strip() or None,
         remote_cache=env.get("R1BUILD_REMOTE_CACHE", "").strip() or None,
@@ -341,6 +341,20 @@ def _sandbox(environ: Mapping[str, str]) -> SandboxSetting:
     if value in ("off", "0", "no", "false"):
         return "off"
     raise ConfigError(f"{SANDBOX_ENV} must be bwrap or off (got {value!r})")
+
+
+def _cache_dir(raw: str) -> Path | None:
+    """``R1BUILD_CACHE_DIR`` as a path (``~`` expanded); None when unset; :class:`ConfigError` for one that can
+    name no folder here (a name in it longer than the file system takes)."""
+    if not raw:
+        return None
+    from .filemode import path_length_problem
+
+    path = Path(raw).expanduser()
+    problem = path_length_problem(path)
+    if problem is not None:
+        raise ConfigError(f"R1BUILD_CACHE_DIR: {problem}")
+    return path
 
 
 def _perf_model(environ: Mapping[str, str]) -> PerfModelMode | None:

@@ -62,6 +62,17 @@ def test_paths_and_urls_as_given() -> None:
     assert settings.compute_sanitizer == "/opt/cuda/bin/compute-sanitizer"
 
 
+def test_a_cache_dir_no_file_system_takes_is_a_config_error(tmp_path: Path) -> None:
+    """A name in R1BUILD_CACHE_DIR over 255 bytes made pathlib's ``is_file`` raise ENAMETOOLONG: a traceback from
+    `cache repair`, `doctor` and (through the warm path) `status`."""
+    assert env_settings({"R1BUILD_CACHE_DIR": str(tmp_path / ("x" * 255))}).cache_dir == tmp_path / ("x" * 255)
+    assert env_settings({"R1BUILD_CACHE_DIR": "~/c"}).cache_dir == Path("~/c").expanduser()
+    with pytest.raises(ConfigError, match=r"^R1BUILD_CACHE_DIR: '.*\.\.\.' is not a usable path: a name in it is 256"):
+        env_settings({"R1BUILD_CACHE_DIR": str(tmp_path / ("x" * 256) / "cache")})
+    with pytest.raises(ConfigError, match=r"R1BUILD_CACHE_DIR: .* it is 5000 bytes long, over the 4095"):
+        env_settings({"R1BUILD_CACHE_DIR": "/" + "x/" * 2500})
+
+
 def test_r1build_nvcc_comes_before_cudacxx(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDACXX", "/from/cudacxx/nvcc")
     monkeypatch.setenv("R1BUILD_NVCC", "/from/r1build/nvcc")

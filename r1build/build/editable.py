@@ -118,7 +118,7 @@ def _recorded(project: Path) -> ResolveOptions:
             cache_dir=Path(cache_dir) if cache_dir else None,
             remote_cache=record["remote_cache"],
         )
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
         raise ConfigError(
             f"{project / RECORD} is not an editable build's record ({exc}): install the project "
             "again with pip install -e"

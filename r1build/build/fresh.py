@@ -47,7 +47,7 @@ def fresh_if_nvcc_changed(project: Path, compiler: str, settings: dict[str, str 
     record = folder / RECORD_NAME
     try:
         last = json.loads(record.read_text(encoding="utf-8")).get("nvcc")
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         last = None
     if isinstance(last, str) and last != compiler and FRESH_SETTING not in settings:
         if _fresh_supported():

@@ -134,7 +134,7 @@ def _relative(project: Path, path: Path) -> str | None:
 def _load(project: Path) -> Stamp | None:
     try:
         data = json.loads(_stamp_file(project).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(data, dict) or data.keys() != _FIELDS or data["format"] != _FORMAT:
         return None

@@ -65,7 +65,7 @@ from ..keys import canonical_json, digest_bytes
 from ..records import Decision, from_json
 from ..trust.signing import PrivateKey, TrustedKeys, entry_payload, entry_statement, sign, verify
 from .codec import KINDS, check_payload, kind_of
-from .index import process_gone
+from .index import pid_in, process_gone
 from .store import Cache
 from .verdicts import is_signer_note
 
@@ -318,8 +318,8 @@ def _remove_stale_temps(path: Path) -> None:
     gone); a running export's file is left alone."""
     prefix = f".{path.name}.p"
     for tmp in path.parent.glob(f"{glob.escape(prefix)}*.tmp"):
-        pid = tmp.name[len(prefix) :].split(".", 1)[0]
-        if pid.isdigit() and process_gone(int(pid)):
+        pid = pid_in(tmp.name[len(prefix) :].split(".", 1)[0])
+        if pid is not None and process_gone(pid):
             tmp.unlink(missing_ok=True)
             emit(Note("info", f"removed {tmp}, left by an interrupted export (process {pid})"))
 
@@ -586,6 +586,8 @@ def _parse_index(data: bytes, bad: _Bad) -> list[BundleEntry]:
         doc = json.loads(data)
     except ValueError as exc:
         raise bad(f"{INDEX_NAME} is not JSON ({exc})") from None
+    except RecursionError:
+        raise bad(f"{INDEX_NAME} is not an r1build bundle index (JSON nested too deeply)") from None
     if not isinstance(doc, dict) or doc.get("format") != BUNDLE_FORMAT:
         raise bad(f"{INDEX_NAME} is not an r1build bundle index")
     version = doc.get("version")

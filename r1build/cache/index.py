@@ -27,6 +27,7 @@ __all__ = [
     "damage_error",
     "damaged",
     "looks_read_only",
+    "pid_in",
     "process_gone",
     "sweep_interrupted_imports",
 ]
@@ -124,15 +125,23 @@ _TUNING = ("PRAGMA synchronous = 1", "PRAGMA cache_size = 8192", "PRAGMA mmap_si
 
 
 def process_gone(pid: int) -> bool:
+    """Whether no process has ``pid`` now (this one's is never gone). A pid beyond what the system takes (a name
+    planted or damaged, ``import/99999999999999999999``) is no process of ours: not gone, its files are left."""
     if pid == os.getpid():
         return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return True
-    except OSError:  # someone else's process: alive
+    except (OSError, OverflowError):  # someone else's process: alive; or a pid no process can have
         return False
     return False
+
+
+def pid_in(text: str) -> int | None:
+    """The process id ``text`` spells in ASCII digits, else None (``str.isdigit`` also takes ``'²'``, which
+    ``int`` refuses)."""
+    return int(text) if text.isascii() and text.isdigit() else None
 
 
 class ReadOnlyIndex:
@@ -185,10 +194,9 @@ def sweep_interrupted_imports(sql: Connections, directory: Path) -> None:
         "SELECT name FROM R1Meta WHERE substr(name, 1, ?) = ?", (len(IMPORT_MARK), IMPORT_MARK)
     ).fetchall()
     for (name,) in rows:
-        pid_text = str(name)[len(IMPORT_MARK) :]
-        if not pid_text.isdigit() or not process_gone(int(pid_text)):
+        pid = pid_in(str(name)[len(IMPORT_MARK) :])
+        if pid is None or not process_gone(pid):
             continue
-        pid = int(pid_text)
         referenced = {
             str(f)
             for (f,) in sql.execute("SELECT filename FROM Cache WHERE filename LIKE ?", (f"%.p{pid}.val",)).fetchall()

@@ -167,8 +167,8 @@ class Maintenance(Storage):
         life: dict[str, Counter[str]] = {"hit": Counter(), "miss": Counter(), "corrupt": Counter()}
         for name, value in self._query("SELECT name, value FROM R1Stats"):
             what, _, kind = str(name).partition("/")
-            if what in life:
-                life[what][kind] += int(value)
+            if what in life and isinstance(value, int):  # a count damaged into text or a float counts as none
+                life[what][kind] += value
         with self._lock:
             hits, misses, corrupt = Counter(self._hits), Counter(self._misses), Counter(self._corrupt)
         return CacheStats(

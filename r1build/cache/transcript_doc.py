@@ -37,7 +37,7 @@ def parse_transcript(text: str | None) -> tuple[dict[str, Any], dict[str, Any] |
         return None
     try:
         doc = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: JSON nested deeper than the parser goes
         return None
     if not isinstance(doc, dict) or doc.get("kind") != KIND:
         return None

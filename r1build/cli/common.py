@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from ..cache import Cache, open_usable
 from ..errors import UsageError
-from ..filemode import OutputKind, foreign_output
+from ..filemode import OutputKind, foreign_output, path_length_problem
 from ..manifest import Manifest, find_manifest, load_manifest, parse_arch
 from ..settings import env_settings
 from . import fastpath
@@ -36,6 +36,9 @@ def given_path(text: str) -> Path:
     than taken as the current folder, where it would write or look for files the user never named."""
     if not text:
         raise argparse.ArgumentTypeError("an empty path (is the variable that should give it unset?)")
+    problem = path_length_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
     return Path(text)
 
 

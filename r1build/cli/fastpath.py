@@ -524,12 +524,12 @@ def _hold(directory: Path) -> sqlite3.Connection | None:
     import sqlite3
 
     database = directory / "cache.db"
-    if not database.is_file():
-        return None
-    try:
+    try:  # a folder this user may not search, a name too long: no connection held (the run says what is wrong)
+        if not database.is_file():
+            return None
         con = sqlite3.connect(str(database), isolation_level=None, check_same_thread=False)
         con.execute("SELECT count(*) FROM sqlite_master").fetchall()
-    except sqlite3.Error:
+    except (OSError, sqlite3.Error):
         return None
     return con
 

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     import argparse
     from types import ModuleType
 
+    from ..errors import OutputError
+
 __all__ = ["build_parser", "main", "output_options"]
 
 _VERBOSE = "verbose:"
@@ -153,7 +155,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv is not None:
         return _main(argv)
     argv = sys.argv[1:]
-    code = fastpath.replay(argv)
+    try:
+        code = fastpath.replay(argv)
+    except OSError as exc:  # printing the recorded output: the replay's own checks fail quietly
+        from ..errors import OutputError
+
+        return _output_lost(OutputError(exc))
     if code is not None:
         return code
     result: list[int] = []
@@ -179,7 +186,7 @@ def _unknown_variables(args: argparse.Namespace) -> list[str]:
 def _main(argv: Sequence[str]) -> int:
     import logging
 
-    from ..errors import NoWinnerError, R1BuildError
+    from ..errors import NoWinnerError, OutputError, R1BuildError
     from .render import Console, render_unresolved
 
     console = Console()
@@ -209,6 +216,8 @@ def _main(argv: Sequence[str]) -> int:
     except NoWinnerError as exc:
         render_unresolved(console, exc.unresolved)
         return exc.exit_code
+    except OutputError as exc:
+        return _output_lost(exc)
     except R1BuildError as exc:
         console.error(str(exc))
         return exc.exit_code
@@ -217,6 +226,25 @@ def _main(argv: Sequence[str]) -> int:
         return 130
     finally:
         console.close()
+
+
+def _output_lost(exc: OutputError) -> int:
+    """The exit code of a run whose standard output failed, after saying why on stderr: nothing for a reader that
+    went away (``r1build cache ls | head -1``: EPIPE), as a filter says nothing then; an error line for another
+    failure (a full disk). stdout is pointed at /dev/null, so the flush at exit fails no more."""
+    import contextlib
+    import os
+
+    with contextlib.suppress(OSError, ValueError):  # ValueError, io.UnsupportedOperation: a stream with no fd
+        fd = sys.stdout.fileno()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+    if not isinstance(exc.cause, BrokenPipeError):
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.write(f"error: {exc}\n")
+            sys.stderr.flush()
+    return exc.exit_code
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -371,8 +371,12 @@ def _options(args: argparse.Namespace, manifest: Manifest, write_lock: bool) -> 
 
 
 def cmd_resolve(args: argparse.Namespace, console: Console) -> int:
-    if args.out is not None and args.out.exists() and not args.out.is_dir():
-        raise UsageError(f"--out {args.out} is not a folder; name the folder to write the generated files into")
+    if args.out is not None:  # refused before the resolve, not after it
+        nearest = next((p for p in (args.out, *args.out.parents) if p.exists()), None)
+        if nearest == args.out and not nearest.is_dir():
+            raise UsageError(f"--out {args.out} is not a folder; name the folder to write the generated files into")
+        if nearest is not None and not nearest.is_dir():
+            raise UsageError(f"--out {args.out} cannot be created: {nearest} is a file, not a folder")
     manifest = load_from_args(args, check_references=False)
     with sink(console.event), open_cache(args, manifest=manifest) as cache:
         resolution = resolve(manifest, cache, _options(args, manifest, write_lock=True))

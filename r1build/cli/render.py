@@ -67,8 +67,7 @@ class Console:
         rich = self._console(stream)
         text = visible(text)
         if rich is None:
-            stream.write(text + "\n")
-            stream.flush()
+            _write(stream, text + "\n")
             return
         from rich.markup import escape
 
@@ -88,8 +87,7 @@ class Console:
 
     def raw(self, text: str) -> None:
         """Text to stdout exactly as given (no markup, no wrapping): a script, a document."""
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        _write(sys.stdout, text)
 
     def error(self, message: str) -> None:
         """An error on stderr."""
@@ -126,8 +124,7 @@ class Console:
         stream = self._stream(to_stderr)
         rich = self._console(stream)
         if rich is None:
-            stream.write(plain_table(columns, cells, title))
-            stream.flush()
+            _write(stream, plain_table(columns, cells, title))
             return
         from rich.markup import escape
         from rich.table import Table
@@ -174,6 +171,20 @@ class Console:
             return
         self._progress[event.task] = (line, now)
         self._say(line, to_stderr=True, markup="[cyan]")
+
+
+def _write(stream: TextIO, text: str) -> None:
+    """``text`` on ``stream``, flushed; :class:`~r1build.errors.OutputError` when it is stdout and cannot take it
+    (``r1build cache ls | head -1``, ``> /dev/full``)."""
+    try:
+        stream.write(text)
+        stream.flush()
+    except OSError as exc:
+        if stream is not sys.stdout:
+            raise
+        from ..errors import OutputError
+
+        raise OutputError(exc) from None
 
 
 def plain_table(columns: Sequence[str], rows: Sequence[Sequence[str]], title: str | None = None) -> str:

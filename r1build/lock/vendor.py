@@ -76,9 +76,10 @@ def _read_record(vendor_dir: Path) -> dict[str, str] | None:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else exc
         raise LockError(
-            f"{path}: unreadable record of vendored files ({exc}); restore it from version control, "
+            f"{path}: unreadable record of vendored files ({reason}); restore it from version control, "
             "or empty the folder and run `r1build vendor` again"
         ) from None
     files = data.get("files") if isinstance(data, dict) else None
@@ -127,6 +128,11 @@ def _check_folder(root: Path, vendor_dir: Path) -> None:
     if real_dir == real_root or not real_dir.is_relative_to(real_root):
         raise LockError(
             f"vendor-dir {vendor_dir} must be a folder of its own inside the project {root}, not its root or outside it"
+        )
+    if vendor_dir.is_symlink() and not vendor_dir.exists():
+        raise LockError(
+            f"vendor-dir {vendor_dir} is a symbolic link to {vendor_dir.readlink()}, which does not exist: "
+            "make it a folder, or remove the link (r1build vendor creates the folder)"
         )
     if vendor_dir.exists() and not vendor_dir.is_dir():
         raise LockError(f"vendor-dir {vendor_dir} is a file, not a folder")

@@ -5,6 +5,7 @@ Every error is a :class:`~r1build.errors.ManifestError` naming the file, the lin
 
 from __future__ import annotations
 
+import errno
 import keyword
 import re
 import urllib.parse
@@ -17,7 +18,7 @@ from ..digests import toml_digest
 from ..errors import ManifestError
 from .archs import ArchTarget, family_clash, merge_targets, parse_target, settle_codes
 from .bounds import check_numbers
-from .flags import defined_macro, flag_problem
+from .flags import defined_macro, flag_problem, include_flag
 from .flops import flops_problem
 from .identifiers import Kind, name_problem
 from .locate import format_path, locate
@@ -529,10 +530,26 @@ def remote_url_problem(url: str) -> str | None:
     return None
 
 
+_LOOP = "it is a loop of symbolic links (a link that leads back to itself, or to a folder it is in)"
+
+
+def _link_loop(path: Path) -> bool:
+    """Whether ``path``, or a folder on the way to it, is a loop of symbolic links: resolving it never ends
+    (``Path.resolve`` raises :class:`RuntimeError` for it before Python 3.13, not :class:`OSError`)."""
+    try:
+        path.stat()
+    except OSError as exc:
+        return exc.errno == errno.ELOOP
+    except ValueError:  # an embedded NUL: refused elsewhere
+        return False
+    return False
+
+
 def _check_project_paths(v: _Validator, settings: ProjectSettings, manifest: Path) -> None:
     """``lock-file`` and ``vendor-dir`` name places r1build writes (and, for vendor-dir, deletes in): they must
     stay inside the project (the manifest's folder), also through symbolic links; vendor-dir is never the
-    project's root, and the lock never the manifest or a folder."""
+    project's root, and the lock never the manifest or a folder. Neither, nor a relative include folder of
+    ``nvcc-flags`` (whose headers are hashed into the gate's key), may be a loop of symbolic links."""
     root = manifest.parent.resolve()
     places: dict[str, Path] = {}
     for key, rel in (("lock-file", settings.lock_file), ("vendor-dir", settings.vendor_dir)):
@@ -541,6 +558,8 @@ def _check_project_paths(v: _Validator, settings: ProjectSettings, manifest: Pat
             raise v.fail((key,), f"{rel!r} must be a relative path inside the project ({root})")
         if ".." in re.split(r"[/\\]", rel):
             raise v.fail((key,), f"{rel!r} must stay inside the project ({root}): '..' is not allowed")
+        if _link_loop(root / pure):
+            raise v.fail((key,), f"{rel!r} cannot be used: {_LOOP}")
         try:
             real = (root / pure).resolve()
             blocked = next((p for p in real.parents if p.is_relative_to(root) and p.exists() and not p.is_dir()), None)
@@ -554,6 +573,10 @@ def _check_project_paths(v: _Validator, settings: ProjectSettings, manifest: Pat
         if special:
             raise v.fail((key,), f"{rel!r} is not a regular file or folder (a FIFO, a device or a socket)")
         places[key] = real
+    for j, flag in enumerate(settings.nvcc_flags):
+        for folder in (include_flag(flag) or ("", []))[1]:
+            if not Path(folder).is_absolute() and _link_loop(root / folder):
+                raise v.fail(("nvcc-flags", j), f"{flag}: the include folder {folder!r} cannot be used: {_LOOP}")
     vendor, lock = places["vendor-dir"], places["lock-file"]
     if vendor == root:
         raise v.fail(

@@ -89,7 +89,7 @@ def _remembered(identity: str) -> str | None:
     try:
         entry = json.loads(_memo_file().read_text(encoding="utf-8")).get(identity)
         text, digest = entry["text"], entry["sha256"]
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
         return None
     if not isinstance(text, str) or hashlib.sha256(text.encode()).hexdigest() != digest:
         return None
@@ -102,7 +102,7 @@ def _remember(identity: str, text: str) -> None:
     try:
         memo = json.loads(path.read_text(encoding="utf-8"))
         memo = memo if isinstance(memo, dict) else {}
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested deeper than the parser goes
         memo = {}
     memo.pop(identity, None)
     memo[identity] = {"text": text, "sha256": hashlib.sha256(text.encode()).hexdigest()}

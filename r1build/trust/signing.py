@@ -248,11 +248,15 @@ def parse_private_key(data: bytes, what: str) -> PrivateKey:
 
 
 def read_private_key_file(path: Path) -> PrivateKey:
-    """The private key in ``path``; :class:`ConfigError` for a file that is missing, unreadable or no key."""
+    """The private key in ``path``; :class:`ConfigError` for a file that is missing, unreadable or no key. A pipe
+    is read as its writer writes (``--signing-key <(pass show team-key)``); a FIFO no one writes to reads as empty
+    at once: opened without ``O_NONBLOCK``, it waited for a writer for ever."""
     try:
         if path.is_dir():
             raise ConfigError(f"signing key {path}: a folder, not a key file")
-        with path.open("rb") as fh:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as fh:
+            os.set_blocking(fd, True)  # reads wait for a writer that is there; none there: end of file
             data = fh.read(_MAX_KEY_FILE_BYTES + 1)
     except FileNotFoundError:
         raise ConfigError(f"signing key {path}: no such file (`r1build key generate --out {path}` makes one)") from None
@@ -260,6 +264,8 @@ def read_private_key_file(path: Path) -> PrivateKey:
         raise ConfigError(f"signing key {path}: cannot read ({exc.strerror})") from None
     if len(data) > _MAX_KEY_FILE_BYTES:
         raise ConfigError(f"signing key {path}: too large for a key file")
+    if not data.strip():
+        raise ConfigError(f"signing key {path}: empty, no key in it (or a FIFO no one writes to)")
     return parse_private_key(data, f"signing key {path}")
 
 

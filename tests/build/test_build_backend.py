@@ -468,6 +468,14 @@ def test_a_warm_build_imports_nothing_of_r1build_but_the_stamp(locked_tiny: Path
     assert set(modules) == {"r1build", "r1build.build", *light}
 
 
+def test_a_stamp_nested_too_deeply_is_no_stamp(tmp_path: Path) -> None:
+    """The warm build's stamp is a file in the project (``.r1build/``): one of 100,000 nested arrays ended the
+    warm path with a RecursionError traceback. It is no stamp: the build runs in full and stamps anew."""
+    (tmp_path / ".r1build").mkdir()
+    (tmp_path / ".r1build" / STAMP_NAME).write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    assert stamp._load(tmp_path) is None
+
+
 def test_a_stamp_has_exactly_the_fields_of_its_typed_dict() -> None:
     # the TypedDict exists for type checkers only (no class built at a warm build's import): the keys a stamp
     # must have are spelled out beside it, and must stay its fields

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from r1build.build.editable import RECORD, _recorded
+from r1build.errors import ConfigError
 from tests.build.buildenv import PACKAGES, BuildEnv, copy_project, find_cuobjdump
 
 pytestmark = pytest.mark.slow
@@ -130,3 +132,12 @@ def test_an_editable_refresh_that_r1build_refuses_shows_why_not_the_isolation_hi
     assert "kernels.lock is out of date" in flat and "scale/sm_90: stale" in flat, broken.stdout[-4000:]
     assert "r1build could not refresh the kernels (exit 2): see its error above" in flat, broken.stdout[-4000:]
     assert "isolated build's r1build is gone" not in flat
+
+
+def test_an_editable_record_nested_too_deeply_is_a_config_error(tmp_path: Path) -> None:
+    """``.r1build/editable.json`` is read on every rebuild on import: one of 100,000 nested arrays ended it with a
+    RecursionError traceback instead of saying to install again."""
+    (tmp_path / RECORD).parent.mkdir()
+    (tmp_path / RECORD).write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    with pytest.raises(ConfigError, match="is not an editable build's record"):
+        _recorded(tmp_path)

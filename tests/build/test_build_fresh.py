@@ -4,11 +4,13 @@ fresh configure (``cmake.fresh``) and says why."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 
+from r1build.build.fresh import RECORD_NAME, fresh_if_nvcc_changed
 from tests.build.buildenv import PACKAGES, BuildEnv, copy_project
 
 pytestmark = pytest.mark.slow
@@ -35,3 +37,15 @@ def test_a_kept_build_folder_builds_after_the_nvcc_changes(build_env: BuildEnv, 
     assert "nvcc changed" not in logs[0]
     assert "the nvcc changed since this project's last build" in logs[1] and str(other) in logs[1]
     assert "cmake.fresh" in logs[1]
+
+
+def test_a_record_of_the_last_nvcc_nested_too_deeply_is_no_record(tmp_path: Path) -> None:
+    """``.r1build/last-nvcc.json`` is a file in the project (a checkout, a merge may damage it): one of 100,000
+    nested arrays ended a build with a RecursionError traceback. It is no record: the build goes on and writes it
+    anew."""
+    record = tmp_path / ".r1build" / RECORD_NAME
+    record.parent.mkdir()
+    record.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    settings: dict[str, str | list[str]] = {}
+    fresh_if_nvcc_changed(tmp_path, "/opt/cuda/bin/nvcc", settings)
+    assert settings == {} and json.loads(record.read_text(encoding="utf-8")) == {"nvcc": "/opt/cuda/bin/nvcc"}

@@ -346,6 +346,16 @@ def test_malformed_bundles_are_refused(fresh: Cache, bundle: Path, tmp_path: Pat
     refused(fresh, plain, "zip comment carries no index digest")
 
 
+def test_an_index_nested_too_deeply_is_refused(fresh: Cache, bundle: Path, tmp_path: Path) -> None:
+    """An index.json of 100,000 nested arrays (its digest in the comment matching) ended `cache import` with a
+    RecursionError traceback."""
+
+    def deep(data: dict[str, bytes]) -> None:
+        data["index.json"] = b"[" * 100_000 + b"]" * 100_000
+
+    refused(fresh, rewrite(bundle, tmp_path / "deep.zip", members=deep), "JSON nested too deeply")
+
+
 def test_tampered_bundle_leaves_existing_cache_untouched(source: Cache, bundle: Path) -> None:
     before = contents(source)
     extra_decision = Decision(key="z" * 64, kernel="transpose", arch="sm_90", winner=None, created="2026")

@@ -4,9 +4,11 @@ commands say what is wrong and repair what can be repaired. A real killed import
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -249,6 +251,45 @@ def test_a_killed_import_leaves_no_orphans_after_the_next_open(tmp_path: Path, n
     assert not list(target.rglob(pattern))
     assert {p for p in target.rglob("*.val")} == before
     assert any("interrupted cache import" in n.message for n in notes)
+
+
+def test_odd_process_ids_in_the_index_or_beside_a_bundle_are_left_alone(tmp_path: Path, run_cli: Cli) -> None:
+    """An import in progress is marked ``import/<pid>`` in the index, an export's temporary file
+    ``.<name>.p<pid>.*.tmp``; each is swept once its process is gone. A pid no process can have (20 digits:
+    ``os.kill`` raised OverflowError) or in digits ``int`` refuses (``'²'``, which ``str.isdigit`` takes) ended every
+    command that opened the cache, or `cache export`, in a traceback. Such marks are no process of ours: left."""
+    d = tmp_path / "cache"
+    _, small, _ = _fill(d)
+    con = sqlite3.connect(d / "cache.db")
+    con.executemany("INSERT INTO R1Meta VALUES (?, 1.0)", [("import/99999999999999999999",), ("import/\u00b2",)])
+    con.commit()
+    con.close()
+    out = tmp_path / "out"
+    out.mkdir()
+    odd = [out / ".team.r1b.p99999999999999999999.x.tmp", out / ".team.r1b.p\u00b2\u00b3.x.tmp"]
+    for path in odd:
+        path.write_bytes(b"")
+    for argv in (["cache", "stats"], ["cache", "verify"], ["cache", "export", str(out / "team.r1b")]):
+        code, output = run_cli(*argv, "--cache-dir", str(d))
+        assert code == 0 and "Traceback" not in output, output
+    assert all(path.exists() for path in odd)
+    with Cache(d) as cache:
+        assert all(cache.get_blob(digest) is not None for digest in small)
+
+
+def test_lifetime_counts_damaged_into_text_count_as_none(tmp_path: Path, run_cli: Cli) -> None:
+    """``cache stats`` adds up the lifetime hit and miss counts kept in the index: one edited into text (SQLite
+    keeps 'x' in an INTEGER column) ended it with a ValueError traceback."""
+    d = tmp_path / "cache"
+    _fill(d)
+    con = sqlite3.connect(d / "cache.db")
+    con.executemany("INSERT OR REPLACE INTO R1Stats VALUES (?, ?)", [("hit/blob", "x"), ("miss/decision", 2)])
+    con.commit()
+    con.close()
+    code, output = run_cli("cache", "stats", "--cache-dir", str(d), "--json")
+    assert code == 0 and "Traceback" not in output, output
+    doc = json.loads(output)
+    assert doc["lifetime_misses"]["decision"] >= 2 and doc["lifetime_hits"]["blob"] < 10, doc
 
 
 def test_a_cache_owned_by_another_user_is_read(tmp_path: Path) -> None:

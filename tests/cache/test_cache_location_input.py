@@ -19,7 +19,8 @@ def test_a_cache_dir_name_too_long_is_exit_2(
 ) -> None:
     where = tmp_path / ("x" * 300)
     assert main([*command, "--cache-dir", str(where)]) == 2
-    assert f"cannot use {where} as the cache directory: File name too long" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "argument --cache-dir: " in err and "a name in it is 300 bytes long" in err and "Traceback" not in err
 
 
 def test_a_dangling_link_as_the_cache_dir_is_named_in_the_warning(tmp_path: Path, notes: list[Note]) -> None:

@@ -1,4 +1,5 @@
-"""The links a search leaves under its decision key, read once for the resolver, replay and the overview."""
+"""The links a search leaves under its decision key, read once for the resolver, replay and the overview; and
+transcript documents as read from their blobs."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import dataclasses
 from pathlib import Path
 
 from r1build.cache import Cache
-from r1build.cache.transcript_doc import LINKS_NAMESPACE, read_links
+from r1build.cache.transcript_doc import LINKS_NAMESPACE, parse_transcript, read_links
 from r1build.records import Candidate, CandidateRef, Origin
 
 
@@ -34,3 +35,10 @@ def test_links_of_generate_and_of_a_search_and_what_cannot_be_read(tmp_path: Pat
         cache.put_json(LINKS_NAMESPACE, "odd", {"transcripts": "c", "candidates": [{"digest": 1}]})
         links = read_links(cache, "odd")
         assert links is not None and links.candidates is None and links.transcripts == []
+
+
+def test_a_transcript_blob_nested_too_deeply_is_no_transcript() -> None:
+    """Transcripts are blobs (bytes by their digest, from a bundle or a remote): one of 100,000 nested arrays ended
+    `replay`, `report` and `export-dataset` with a RecursionError traceback where it was read as a transcript."""
+    assert parse_transcript("[" * 100_000 + "]" * 100_000) is None
+    assert parse_transcript('{"a": ' * 50_000 + "1" + "}" * 50_000) is None

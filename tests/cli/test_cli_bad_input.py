@@ -1,9 +1,10 @@
 """Bad command-line input and bad settings from the environment: exit 2, a message naming the flag or variable,
 never a traceback, and nothing of the user's replaced. Each case here once failed: a traceback (a header with a
-line break, a size beyond SQLite's integers), exit 1 (an R1BUILD_NVCC naming no nvcc), a misleading error (an
-arch the manifest lacks blamed on the manifest's archs for /bin/true), a silent no-op (``--arch`` of an arch no
-kernel targets, ``--arch ""``), a whole resolve before refusing ``--out`` naming a file, or a device replaced by
-a plain file (``cache export /dev/null`` as root)."""
+line break, a size beyond SQLite's integers, a path with a name too long for any file system), exit 1 (an
+R1BUILD_NVCC naming no nvcc), a misleading error (an arch the manifest lacks blamed on the manifest's archs for
+/bin/true), a silent no-op (``--arch`` of an arch no kernel targets, ``--arch ""``), a whole resolve before
+refusing ``--out`` naming a file (or a folder under a file), or a device replaced by a plain file
+(``cache export /dev/null`` as root)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ from ..manifest.test_manifest_strict import write_project
 
 OFFLINE = ["--offline", "--no-gpu"]
 DIGEST = "ab" * 32
+LONG = "@P/" + "x" * 300
+"""A path with a name longer than any file system takes: pathlib's ``exists`` and ``is_file`` raise for it."""
+TOO_LONG = "is not a usable path: a name in it is 300 bytes long, over the 255 a file system allows"
 
 
 @pytest.fixture
@@ -83,6 +87,14 @@ CASES: list[tuple[str, list[str], dict[str, str], str]] = [
     ("out-empty", ["resolve", *OFFLINE, "--out", ""], {}, "argument --out: an empty path"),
     ("cache-dir-empty", ["status", "--cache-dir", ""], {}, "argument --cache-dir: an empty path"),
     ("report-empty", ["report", "-o", ""], {}, "argument -o/--output: an empty path"),
+    ("out-under-a-file", ["resolve", *OFFLINE, "--out", "@P/notes.txt/gen"], {}, "notes.txt is a file, not a"),
+    ("cache-dir-too-long", ["status", "--cache-dir", LONG], {}, TOO_LONG),
+    ("repair-cache-dir-too-long", ["cache", "repair", "--cache-dir", LONG], {}, TOO_LONG),
+    ("out-too-long", ["resolve", *OFFLINE, "--out", LONG], {}, TOO_LONG),
+    ("report-too-long", ["report", "-o", LONG], {}, TOO_LONG),
+    ("dataset-too-long", ["export-dataset", "-o", LONG], {}, TOO_LONG),
+    ("env-cache-dir-too-long", ["status"], {"R1BUILD_CACHE_DIR": LONG}, TOO_LONG),
+    ("doctor-cache-dir-too-long", ["doctor"], {"R1BUILD_CACHE_DIR": LONG}, TOO_LONG),
     ("flag-typo", ["check", "--lockd"], {}, "unrecognized arguments: --lockd (did you mean '--locked'?)"),
     ("flag-typo-value", ["resolve", "--ofline=1"], {}, "(did you mean '--offline'?)"),
     ("flag-typo-subcommand", ["cache", "gc", "--max-sise", "1G"], {}, "(did you mean '--max-size'?)"),

@@ -338,3 +338,11 @@ def test_a_pyproject_manifest_replays_after_an_edit_outside_its_table(tmp_path: 
     assert not full and (code, out2) == (0, out)
     pyproject.write_text(pyproject.read_text(encoding="utf-8").replace("{ n = 97 }", "{ n = 98 }"))
     assert run(project, "status")[3]  # inside the table: the full path (the lock is stale now)
+
+
+def test_holding_an_index_it_cannot_reach_holds_none(tmp_path: Path) -> None:
+    """A cache folder whose index cannot even be looked at (a name longer than the file system takes; a folder
+    this user may not search fails the same way, as root cannot show) holds no connection and raises nothing: the
+    command then says what is wrong with the folder itself."""
+    assert fastpath._hold(tmp_path / ("x" * 300)) is None
+    assert fastpath._hold(tmp_path) is None  # no index there yet

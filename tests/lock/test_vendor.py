@@ -60,6 +60,32 @@ def test_vendor_dir_holding_hand_written_files_is_refused_and_they_survive(
     assert after == before  # nothing written, nothing removed
 
 
+def test_vendor_dir_that_is_a_dangling_link_is_refused_and_the_link_kept(
+    locked: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``kernels/_r1build`` a link to a folder that does not exist ended `vendor` with a FileExistsError traceback
+    (the folder could not be made where the link is)."""
+    vendor_dir = locked / "kernels" / "_r1build"
+    vendor_dir.symlink_to("gone")
+    assert main(["vendor", "-m", str(locked)]) == 2
+    err = _err(capsys)
+    assert f"vendor-dir {vendor_dir} is a symbolic link to gone, which does not exist" in err, err
+    assert vendor_dir.is_symlink() and not (locked / "kernels" / "gone").exists()
+
+
+def test_a_record_of_vendored_files_nested_too_deeply_is_refused(
+    locked: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The record is JSON in the project (committed, merged, edited): one of 100,000 nested arrays ended `vendor`
+    with a RecursionError traceback."""
+    vendor_dir = locked / "kernels" / "_r1build"
+    vendor_dir.mkdir()
+    (vendor_dir / RECORD_NAME).write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    assert main(["vendor", "-m", str(locked)]) == 2
+    err = _err(capsys)
+    assert f"{vendor_dir / RECORD_NAME}: unreadable record of vendored files (nested too deeply)" in err, err
+
+
 def test_vendor_records_its_files_and_removes_only_those(locked: Path, capsys: pytest.CaptureFixture[str]) -> None:
     vendor = locked / "kernels" / "_r1build"
     assert main(["vendor", "-m", str(locked)]) == 0

@@ -8,6 +8,8 @@ import os
 import stat
 import subprocess
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as WaitedTooLong
 from pathlib import Path
 
 import pytest
@@ -180,6 +182,29 @@ def test_write_private_key_is_0600_and_never_overwrites(tmp_path: Path, pair: Ke
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert read_private_key_file(path).public == other.public
     assert sorted(p.name for p in tmp_path.iterdir()) == ["team.pem"]
+
+
+def test_a_signing_key_fifo_no_one_writes_to_is_refused_at_once(tmp_path: Path, pair: KeyPair) -> None:
+    """``--signing-key`` naming a FIFO no one writes to waited for a writer for ever (`status --remote-write`,
+    `cache export`, `key public`); it reads as empty now. A pipe with a writer (``<(pass show key)``) is read."""
+    fifo = tmp_path / "key.fifo"
+    os.mkfifo(fifo)
+    with ThreadPoolExecutor(1) as pool:
+        reading = pool.submit(read_private_key_file, fifo)
+        try:
+            error = reading.exception(timeout=10)
+        except WaitedTooLong:  # not the builtin TimeoutError before Python 3.11
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # a writer comes and goes: the reader ends
+            pytest.fail("reading a FIFO no one writes to waited for a writer")
+    assert isinstance(error, ConfigError), error
+    assert str(error).endswith("key.fifo: empty, no key in it (or a FIFO no one writes to)"), error
+    read, write = os.pipe()
+    os.write(write, pair.private.pem())
+    os.close(write)
+    try:
+        assert read_private_key_file(Path(f"/dev/fd/{read}")).public == pair.public
+    finally:
+        os.close(read)
 
 
 def test_load_private_key_from_file_or_environment(tmp_path: Path, pair: KeyPair, other: KeyPair) -> None:
