@@ -530,6 +530,8 @@ def remote_url_problem(url: str) -> str | None:
     return None
 
 
+_NVCC_LIST_CHARS = ",\"'"
+"""Characters nvcc takes apart in an option's value (a list separator, quotes): no rooted include path may hold one."""
 _LOOP = "it is a loop of symbolic links (a link that leads back to itself, or to a folder it is in)"
 
 
@@ -575,8 +577,18 @@ def _check_project_paths(v: _Validator, settings: ProjectSettings, manifest: Pat
         places[key] = real
     for j, flag in enumerate(settings.nvcc_flags):
         for folder in (include_flag(flag) or ("", []))[1]:
-            if not Path(folder).is_absolute() and _link_loop(root / folder):
+            if Path(folder).is_absolute():
+                continue
+            if _link_loop(root / folder):
                 raise v.fail(("nvcc-flags", j), f"{flag}: the include folder {folder!r} cannot be used: {_LOOP}")
+            odd = sorted(set(_NVCC_LIST_CHARS) & set(str(root)))
+            if odd:
+                raise v.fail(
+                    ("nvcc-flags", j),
+                    f"{flag}: the include folder {folder!r} is given to nvcc under the project's folder {root}, "
+                    f"whose path holds {' and '.join(repr(c) for c in odd)}, which nvcc reads as a list separator "
+                    "or a quote (the folder would be split or refused): move the project to a path without them",
+                )
     vendor, lock = places["vendor-dir"], places["lock-file"]
     if vendor == root:
         raise v.fail(

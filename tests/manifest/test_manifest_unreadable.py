@@ -251,3 +251,27 @@ def test_a_lock_file_that_is_a_kernel_file_is_refused(
         assert f"error: {path}:3: lock-file: " in output and fragment in output, output
     # the files as they were (the reference module's __pycache__, where Python writes bytecode, aside)
     assert {p.name: p.read_bytes() for p in path.parent.iterdir() if p.is_file()} == before
+
+
+@pytest.mark.parametrize("folder", ["a,b", 'a"b', "it's"], ids=["comma", "double-quote", "single-quote"])
+def test_a_project_path_nvcc_splits_is_refused_for_a_relative_include_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], folder: str
+) -> None:
+    """A relative include folder is given to nvcc rooted at the project's folder; nvcc splits ``-I`` values at
+    commas and refuses or drops quotes, so a project under ``a,b`` locked with its headers not found (the gate's
+    compile failed, a generated candidate was blamed). Refused when loaded, naming the key and the characters."""
+    path = write_project(
+        tmp_path / folder / "p", BASE.replace('nvcc-flags = ["-O3", "-std=c++17"]', 'nvcc-flags = ["-Iinc"]')
+    )
+    (path.parent / "inc").mkdir()
+    code, output = run_check(capsys, path, "check")
+    assert code == 2, output
+    assert f"error: {path}:3: nvcc-flags[0]: -Iinc: the include folder 'inc' is given to nvcc under" in output
+    assert "move the project to a path without them" in output
+
+
+def test_a_project_path_with_a_comma_loads_without_relative_include_folders(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_project(tmp_path / "a,b" / "p", BASE)
+    assert run_check(capsys, path, "check")[0] == 0
