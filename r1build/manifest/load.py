@@ -575,20 +575,7 @@ def _check_project_paths(v: _Validator, settings: ProjectSettings, manifest: Pat
         if special:
             raise v.fail((key,), f"{rel!r} is not a regular file or folder (a FIFO, a device or a socket)")
         places[key] = real
-    for j, flag in enumerate(settings.nvcc_flags):
-        for folder in (include_flag(flag) or ("", []))[1]:
-            if Path(folder).is_absolute():
-                continue
-            if _link_loop(root / folder):
-                raise v.fail(("nvcc-flags", j), f"{flag}: the include folder {folder!r} cannot be used: {_LOOP}")
-            odd = sorted(set(_NVCC_LIST_CHARS) & set(str(root)))
-            if odd:
-                raise v.fail(
-                    ("nvcc-flags", j),
-                    f"{flag}: the include folder {folder!r} is given to nvcc under the project's folder {root}, "
-                    f"whose path holds {' and '.join(repr(c) for c in odd)}, which nvcc reads as a list separator "
-                    "or a quote (the folder would be split or refused): move the project to a path without them",
-                )
+    _check_include_folders(v, settings, root)
     vendor, lock = places["vendor-dir"], places["lock-file"]
     if vendor == root:
         raise v.fail(
@@ -609,6 +596,26 @@ def _check_project_paths(v: _Validator, settings: ProjectSettings, manifest: Pat
             f"{settings.lock_file!r} is inside vendor-dir ({settings.vendor_dir!r}), "
             "which `r1build vendor` keeps to itself",
         )
+
+
+def _check_include_folders(v: _Validator, settings: ProjectSettings, root: Path) -> None:
+    """A relative include folder of ``nvcc-flags`` is hashed into the gate's key and given to nvcc rooted at the
+    project's folder ``root``: it may not be a loop of symbolic links, nor may ``root`` hold what nvcc takes apart
+    in an option's value."""
+    for j, flag in enumerate(settings.nvcc_flags):
+        for folder in (include_flag(flag) or ("", []))[1]:
+            if Path(folder).is_absolute():
+                continue
+            if _link_loop(root / folder):
+                raise v.fail(("nvcc-flags", j), f"{flag}: the include folder {folder!r} cannot be used: {_LOOP}")
+            odd = sorted(set(_NVCC_LIST_CHARS) & set(str(root)))
+            if odd:
+                raise v.fail(
+                    ("nvcc-flags", j),
+                    f"{flag}: the include folder {folder!r} is given to nvcc under the project's folder {root}, "
+                    f"whose path holds {' and '.join(repr(c) for c in odd)}, which nvcc reads as a list separator "
+                    "or a quote (the folder would be split or refused): move the project to a path without them",
+                )
 
 
 def _check_lock_is_no_kernel_file(
