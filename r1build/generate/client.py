@@ -717,20 +717,29 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+MOST_TOKENS = 10**9
+"""The largest token count a server's usage is taken at: no one request's prompt or answer comes near it, and a
+larger count (``1e400``, a number of 400 digits) is a server's garbage that no price can be applied to (an int
+that big does not convert to a float)."""
+
+
 def _count(value: Any) -> int | None:
-    """A token count a server reported, or None where it is no count (negative, not a number): then the text's
-    length is what the answer is charged, never a count that would give budget back."""
+    """A token count a server reported, or None where it is no count (negative, not a number, over
+    :data:`MOST_TOKENS`): then the text's length is what the answer is charged, never a count that would give budget
+    back."""
     if isinstance(value, bool):
         return None
     if isinstance(value, str):
         value = value.strip()
-        if not value.isdigit():
+        if not (value.isascii() and value.isdigit()) or len(value) > 30:
             return None
-        return int(value)
+        value = int(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        value = int(value)
     if isinstance(value, int):
-        return value if value >= 0 else None
-    if isinstance(value, float) and math.isfinite(value) and value >= 0:
-        return int(value)
+        return value if 0 <= value <= MOST_TOKENS else None
     return None
 
 

@@ -247,6 +247,41 @@ def test_numbers_json_cannot_hold_do_not_end_the_search(project: Project) -> Non
     assert doc["answer"]["usage_reported"] is False
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_count_no_float_can_hold_is_no_count(
+    project: Project, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], stream: bool
+) -> None:
+    """A usage count of 400 digits (JSON holds any integer) was taken as the answer's cost, and pricing it raised
+    OverflowError (an int too large to convert to a float) out of `r1build generate`: a traceback. Such a count is
+    no count: the answer is kept and charged by its text's length."""
+    from tests.generate.gen_support import answer, kernel_source
+
+    project.write(budget={"rounds": 1, "samples": 1}, generation={"stream": stream, "max-concurrency": 1})
+    usage = {"prompt_tokens": 10**400, "completion_tokens": 10**400, "total_tokens": 10**400}
+    content = answer(kernel_source(1))
+    message = {"role": "assistant", "content": content}
+    body = {"id": "c", "object": "chat.completion", "created": 1, "model": "deepseek-reasoner", "usage": usage}
+    body["choices"] = [{"index": 0, "message": message, "finish_reason": "stop"}]
+    reply: Reply = (
+        Events([chunk(content), chunk(finish="stop"), chunk(choices=False, usage=usage)])
+        if stream
+        else Raw(json.dumps(body).encode())
+    )
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with ChatServer([reply]) as server:
+        monkeypatch.setenv("R1BUILD_BASE_URL", server.url)
+        monkeypatch.setenv("DEEPSEEK_API_KEY", KEY)
+        code = main(["generate", "vadd", "--manifest", str(project.root), "--cache-dir", str(project.cache_dir)])
+        requests = len(server.chat_requests())
+    captured = capsys.readouterr()
+    text = captured.out + captured.err
+    assert "Traceback" not in text and requests == 1
+    assert code == 0 and "1 generated (1 passed the gate" in text, text
+    assert "1000000000" not in text  # the count is not shown: the text's length is what was charged
+
+
 def test_a_url_pasted_with_a_newline_is_used_without_it() -> None:
     endpoint = resolve_endpoint(Generation(), {"R1BUILD_BASE_URL": " http://127.0.0.1:8000/v1/\n"})
     assert endpoint.base_url == "http://127.0.0.1:8000/v1"

@@ -19,6 +19,15 @@ T = TypeVar("T")
 __all__ = ["S3Store"]
 
 _ABSENT = frozenset({"404", "NoSuchKey", "NotFound"})
+MAX_LISTED = 100_000
+"""Most objects a listing is read for (``cache verify --remote``): far more than a team's cache holds, and a bound
+on an endpoint whose listing never ends (a new continuation token with every page)."""
+_MAX_PAGES = MAX_LISTED // 100
+"""Most pages a listing is read for: S3 and its look-alikes fill a page with up to 1000 keys, so a listing of a few
+keys a page (or none) that says more follow is cut off after this many pages, not read for ever."""
+_PAGE_BYTES = 512 * 1024
+"""Bytes a listing page is allowed at :data:`~.http.MIN_RATE` on top of the timeout (1000 keys of this layout are
+about a third of this)."""
 _REDIRECTS = "the endpoint answers with redirects that never end (is it an S3 endpoint, not a login page or a proxy?)"
 """Why a call ended in RecursionError: botocore answers a 301/302/307 that names no region by asking the bucket's
 region with a HeadBucket, which is redirected in turn, and so on until Python's recursion limit."""
@@ -101,7 +110,12 @@ class S3Store:
         if not done.wait(self._timeout + body[0] / MIN_RATE):
             raise RemoteUnavailable(f"{where}: the answer ({body[0]} bytes) came slower than {MIN_RATE // 1024} KiB/s")
         if "error" in box:
-            raise box["error"]
+            error = box["error"]
+            if isinstance(error, Exception) and not isinstance(error, RemoteUnavailable):
+                # botocore's parsers trust what they read: a Content-Length of "abc" raised ValueError out of the run
+                why = without_credentials(f"{type(error).__name__}: {error}")
+                raise RemoteUnavailable(f"{where}: an answer that is not S3's ({why})") from None
+            raise error
         return box["value"]  # type: ignore[no-any-return]
 
     def get(self, key: str) -> bytes | None:
@@ -133,18 +147,39 @@ class S3Store:
         self._within("PUT", key, lambda _: self._call("PUT", key, self._client.put_object, Body=data), len(data))
 
     def keys(self, prefix: str) -> Iterator[str]:
+        """Every key under ``prefix``: each page within the timeout (plus its bytes at :data:`~.http.MIN_RATE`), at
+        most :data:`MAX_LISTED` keys in at most :data:`_MAX_PAGES` pages, else :class:`RemoteUnavailable`."""
         from botocore.exceptions import BotoCoreError, ClientError
 
         full = self._key(prefix)
         strip = len(self._prefix) + 1 if self._prefix else 0
-        try:
-            for page in self._client.get_paginator("list_objects_v2").paginate(Bucket=self._bucket, Prefix=full):
-                for item in page.get("Contents", []):
-                    yield str(item["Key"])[strip:]
-        except (BotoCoreError, ClientError) as exc:
-            raise RemoteUnavailable(f"LIST s3://{self._bucket}/{full}: {without_credentials(str(exc))}") from None
-        except RecursionError:
-            raise RemoteUnavailable(f"LIST s3://{self._bucket}/{full}: {_REDIRECTS}") from None
+        where = f"LIST s3://{self._bucket}/{full}"
+        pages = iter(self._client.get_paginator("list_objects_v2").paginate(Bucket=self._bucket, Prefix=full))
+
+        def page(_: Callable[[int], None]) -> Any:
+            try:
+                return next(pages, None)
+            except (BotoCoreError, ClientError) as exc:
+                raise RemoteUnavailable(f"{where}: {without_credentials(str(exc))}") from None
+            except RecursionError:
+                raise RemoteUnavailable(f"{where}: {_REDIRECTS}") from None
+
+        listed = 0
+        for number in range(_MAX_PAGES + 1):
+            found = self._within("LIST", prefix, page, _PAGE_BYTES)
+            if found is None:
+                return
+            if number == _MAX_PAGES:
+                raise RemoteUnavailable(f"{where}: the listing goes on past {_MAX_PAGES:,} pages")
+            items = found.get("Contents") if isinstance(found, dict) else None
+            for item in items if isinstance(items, list) else ():
+                name = item.get("Key") if isinstance(item, dict) else None
+                if not isinstance(name, str):
+                    raise RemoteUnavailable(f"{where}: a listing that is not S3's (an object without a key)")
+                listed += 1
+                if listed > MAX_LISTED:
+                    raise RemoteUnavailable(f"{where}: the listing goes on past {MAX_LISTED:,} objects")
+                yield name[strip:]
 
     def close(self) -> None:
         """Close the client's connections."""

@@ -5,6 +5,8 @@ Fast: a thread-served socket on 127.0.0.1 (no nvcc, no resolve), the remote laye
 
 from __future__ import annotations
 
+import gc
+import re
 import socket
 import threading
 import time
@@ -153,3 +155,130 @@ def test_a_host_name_whose_lookup_hangs_costs_the_timeout_not_the_resolver_s(
         store = open_store(f"http://localhost:{server.port}/team", timeout=5, header=None)
         assert store.get("r1build-v1/blob/" + "0" * 64) == b"x"  # through the bounded lookup
         store.close()
+
+
+def _listing(keys: list[str], token: str | None) -> bytes:
+    """A ListObjectsV2 page holding ``keys`` (each as an object), saying more follow after ``token`` when given."""
+    items = "".join(f"<Contents><Key>{k}</Key><Size>1</Size></Contents>" if k else "<Contents/>" for k in keys)
+    more = f"<IsTruncated>true</IsTruncated><NextContinuationToken>{token}</NextContinuationToken>" if token else ""
+    return _answer(
+        b'<?xml version="1.0" encoding="UTF-8"?><ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+        + (more or "<IsTruncated>false</IsTruncated>").encode()
+        + items.encode()
+        + b"</ListBucketResult>"
+    )
+
+
+@pytest.mark.parametrize(
+    ("reply", "said"),
+    [
+        (b"HTTP/1.1 200 OK\r\nContent-Length: abc\r\nConnection: close\r\n\r\nxyz", "not S3's (ValueError"),
+        (
+            b"HTTP/1.1 200 OK\r\nLast-Modified: yesterday\r\nContent-Length: 3\r\nConnection: close\r\n\r\nxyz",
+            "not S3's (ValueError",
+        ),
+    ],
+    ids=["content-length-not-a-number", "date-not-a-date"],
+)
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+def test_an_s3_answer_botocore_cannot_read_is_unavailable_not_a_crash(
+    reply: bytes, said: str, team_key: KeyPair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """botocore parses an answer's headers by the service's model and trusts them: a ``Content-Length: abc`` raised
+    ValueError out of `cache verify --remote` (and of any build whose request was not the run's first), a traceback.
+    It is an answer that is not S3's: the remote is unavailable, one warning."""
+    pytest.importorskip("boto3", reason="boto3 is not installed (the s3 extra)")
+    with FaultServer(lambda request: reply) as server:
+        s3_endpoint_at(monkeypatch, server.port)
+        store = open_store("s3://team-cache/team", timeout=5, header=None)
+        with pytest.raises(RemoteUnavailable, match=re.escape(said)):
+            store.get(blob_key("a" * 64))
+        with pytest.raises(RemoteUnavailable, match=re.escape(said)):
+            store.head(blob_key("a" * 64))
+        layer = RemoteLayer(store, trusted=TrustedKeys.of([team_key.public]))
+        try:  # the run's first request, then one that is not: each a miss, the remote off once
+            assert layer.blob("a" * 64) is None and layer.blob("b" * 64) is None
+            assert layer.down is not None and said in layer.down
+        finally:
+            layer.close()
+    gc.collect()  # botocore leaves the connection of an answer it could not parse to the collector: collected here
+
+
+def test_an_s3_listing_that_never_ends_is_cut_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An endpoint whose every listing page says more follow, under a new continuation token each time: `cache
+    verify --remote` read it for ever. A listing is read for so many pages at most, then the remote is
+    unavailable; one that ends within them is read whole."""
+    pytest.importorskip("boto3", reason="boto3 is not installed (the s3 extra)")
+    from r1build.cache.remote import s3
+
+    monkeypatch.setattr(s3, "_MAX_PAGES", 5)
+    pages = iter(range(10**6))
+    with FaultServer(lambda request: _listing(["team/r1build-v1/blob/x"], f"t{next(pages)}")) as server:
+        s3_endpoint_at(monkeypatch, server.port)
+        store = open_store("s3://team-cache/team", timeout=5, header=None)
+        t0 = time.monotonic()
+        with pytest.raises(RemoteUnavailable, match="goes on past 5 pages"):
+            list(store.keys("r1build-v1/") or ())
+        store.close()
+        assert time.monotonic() - t0 < 3 and len(server.requests) == 6
+    left = iter([1, 2, 3, 0])
+
+    def ending(request: bytes) -> bytes:
+        n = next(left)
+        return _listing([f"team/r1build-v1/blob/{n}"], f"t{n}" if n else None)
+
+    with FaultServer(ending) as server:
+        s3_endpoint_at(monkeypatch, server.port)
+        store = open_store("s3://team-cache/team", timeout=5, header=None)
+        names = list(store.keys("r1build-v1/") or ())
+        store.close()
+    assert names == [f"r1build-v1/blob/{n}" for n in (1, 2, 3, 0)]
+
+
+def test_an_s3_listing_entry_without_a_key_is_no_listing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A listing page whose object names no key raised KeyError out of `cache verify --remote` (where the listing is
+    not the run's first request). It is a listing that is not S3's: the remote is unavailable."""
+    pytest.importorskip("boto3", reason="boto3 is not installed (the s3 extra)")
+    with FaultServer(lambda request: _listing(["team/r1build-v1/blob/x", ""], None)) as server:
+        s3_endpoint_at(monkeypatch, server.port)
+        store = open_store("s3://team-cache/team", timeout=5, header=None)
+        with pytest.raises(RemoteUnavailable, match="an object without a key"):
+            list(store.keys("r1build-v1/") or ())
+        store.close()
+
+
+def test_an_s3_listing_that_trickles_costs_the_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A listing page sent a byte at a time, each within botocore's read timeout: the listing took as long as the
+    server liked (seconds a byte), not the remote's timeout. Each page must come within the timeout (plus its bytes
+    at the least rate)."""
+    pytest.importorskip("boto3", reason="boto3 is not installed (the s3 extra)")
+    from r1build.cache.remote import s3
+
+    monkeypatch.setattr(s3, "_PAGE_BYTES", 0)
+    page = _listing(["team/r1build-v1/blob/x"], None)
+    stop = threading.Event()
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def trickle() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            for byte in page:
+                if stop.wait(0.05):
+                    return
+                conn.sendall(bytes([byte]))
+
+    thread = threading.Thread(target=trickle)
+    thread.start()
+    try:
+        s3_endpoint_at(monkeypatch, listener.getsockname()[1])
+        store = open_store("s3://team-cache/team", timeout=0.5, header=None)
+        t0 = time.monotonic()
+        with pytest.raises(RemoteUnavailable, match=r"no answer within 0\.5 s"):
+            list(store.keys("r1build-v1/") or ())
+        assert time.monotonic() - t0 < 1.5
+        store.close()
+    finally:
+        stop.set()
+        thread.join()
+        listener.close()
