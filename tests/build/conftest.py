@@ -1,7 +1,7 @@
 """Fixtures for build tests: a fresh virtual environment with r1build installed from this checkout.
 
-One wheel of r1build is built per test run and installed into one fresh ``python -m venv``, which each worker
-copies (installing its dependencies took some 10 s of a worker, copying takes one); every build test runs
+One wheel of r1build is built per test run and installed, with nanobind, into one fresh ``python -m venv``, which
+each worker copies (installing its dependencies took some 10 s of a worker, copying takes one); every build test runs
 its frontend (pip) or the backend's hooks with its worker's venv's Python, in a copy of the project under a temp
 folder, with ``R1BUILD_CACHE_DIR`` pointing at a per-session cache and ``R1BUILD_OFFLINE=1``. pip's own cache
 is used, so only the first session on a machine downloads anything.
@@ -62,6 +62,10 @@ def build_env(tmp_path_factory: pytest.TempPathFactory, r1build_wheel: Path) -> 
             # with the generate extra, so the builds that opt in to generating reach the endpoint
             # (test_light_build.py builds in a venv without it)
             requirements: list[str | Path] = [f"r1build[generate] @ {wheel.as_uri()}"]
+            if not system_site:
+                # the bindings' build requirement, for test_build_bindings.py's build without isolation (with
+                # R1BUILD_TEST_SYSTEM_SITE=1 the machine's Python has it)
+                requirements.append("nanobind>=2")
             if find_cuobjdump(template) is None:
                 requirements.append("nvidia-cuda-cuobjdump")
             offline = ["--no-deps"] if system_site else []  # the machine's Python has them (see the docstring)

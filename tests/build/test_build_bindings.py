@@ -27,8 +27,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def site(build_env: BuildEnv, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel of tests/packages/bound, built by pip (isolated where the build env is) and unpacked; once a test
-    run, whichever worker asks first."""
+    """The wheel of tests/packages/bound, built by pip and unpacked; once a test run, whichever worker asks first.
+    Without build isolation: the build env has r1build, scikit-build-core and nanobind, which an isolated build
+    installs first (some 3 s); test_build_sample.py builds the sample's bindings with isolation."""
     with once_per_run(tmp_path_factory, "bound") as (base, made):
         unpacked = base / "site"
         if not made:
@@ -36,7 +37,7 @@ def site(build_env: BuildEnv, tmp_path_factory: pytest.TempPathFactory) -> Path:
             project = copy_project(PACKAGES / "bound", base / "bound")
             out = base / "wheels"
             out.mkdir(exist_ok=True)
-            proc = build_env.pip_wheel(project, out)
+            proc = build_env.pip_wheel(project, out, isolated=False)
             assert proc.returncode == 0, proc.stdout[-8000:]
             (wheel,) = out.glob("boundpkg-*.whl")
             with zipfile.ZipFile(wheel) as zf:

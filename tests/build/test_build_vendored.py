@@ -5,6 +5,7 @@ winner says so, naming the edited file, instead of shipping the baseline with on
 
 from __future__ import annotations
 
+import shutil
 import zipfile
 from dataclasses import replace
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 from r1build.lock import read_lock, vendor_file_name, write_lock
 from r1build.records import Candidate, Origin
 from tests.build.buildenv import PACKAGES, BuildEnv, copy_project
+from tests.support.shared import once_per_run
 
 pytestmark = pytest.mark.slow
 
@@ -25,35 +27,51 @@ extern "C" cudaError_t scale(const float* x, float* y, int n, cudaStream_t strea
 """
 
 
-def _vendored_project(build_env: BuildEnv, dest: Path) -> tuple[Path, Path, str]:
-    """tiny, locked to a validated generated winner vendored in kernels/_r1build: the project, the vendored
-    file and the winner's digest."""
-    project = copy_project(PACKAGES / "tiny", dest)
-    env = {"R1BUILD_CACHE_DIR": str(dest.parent / "lock-cache")}
-    build_env.check(["r1build", "lock", "--offline", "-m", project], cwd=project, env=env)
-    lock = read_lock(project / "kernels.lock")
-    assert lock is not None
-    (entry,) = lock.kernel
-    candidate = Candidate(GENERATED, Origin("generated", model="deepseek-reasoner", round=0, sample=1))
-    generated = replace(
-        entry,
-        winner=candidate.digest,
-        source=candidate.source_digest,
-        provenance="generated",
-        validation="validated",
-        origin=None,
-        model="deepseek-reasoner",
-        round=0,
-        sample=1,
-        time_us=12.5,
-        gpu="NVIDIA H200",
-        checks=2,
-    )
-    write_lock(project / "kernels.lock", replace(lock, kernel=[generated]))
-    vendored = project / "kernels" / "_r1build" / vendor_file_name("scale", candidate.source_digest)
-    vendored.parent.mkdir(parents=True)
-    vendored.write_text(GENERATED, encoding="utf-8")
-    return project, vendored, candidate.digest
+CANDIDATE = Candidate(GENERATED, Origin("generated", model="deepseek-reasoner", round=0, sample=1))
+
+
+@pytest.fixture(scope="module")
+def vendored_tiny(build_env: BuildEnv, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tiny, locked to a validated generated winner vendored in kernels/_r1build; made once a test run (its lock
+    is an ``r1build lock``, nvcc included), each test builds a copy (:func:`_vendored_project`)."""
+    with once_per_run(tmp_path_factory, "vendored-tiny") as (base, made):
+        project = base / "tiny"
+        if not made:
+            shutil.rmtree(project, ignore_errors=True)
+            copy_project(PACKAGES / "tiny", project)
+            env = {"R1BUILD_CACHE_DIR": str(base / "lock-cache")}
+            build_env.check(["r1build", "lock", "--offline", "-m", project], cwd=project, env=env)
+            lock = read_lock(project / "kernels.lock")
+            assert lock is not None
+            (entry,) = lock.kernel
+            generated = replace(
+                entry,
+                winner=CANDIDATE.digest,
+                source=CANDIDATE.source_digest,
+                provenance="generated",
+                validation="validated",
+                origin=None,
+                model="deepseek-reasoner",
+                round=0,
+                sample=1,
+                time_us=12.5,
+                gpu="NVIDIA H200",
+                checks=2,
+            )
+            write_lock(project / "kernels.lock", replace(lock, kernel=[generated]))
+            vendored = project / "kernels" / "_r1build" / vendor_file_name("scale", CANDIDATE.source_digest)
+            vendored.parent.mkdir(parents=True)
+            vendored.write_text(GENERATED, encoding="utf-8")
+    return project
+
+
+def _vendored_project(template: Path, dest: Path) -> tuple[Path, Path, str]:
+    """A copy of the project of :func:`vendored_tiny` at ``dest``: the project, the vendored file and the winner's
+    digest."""
+    project = copy_project(template, dest)
+    vendored = project / "kernels" / "_r1build" / vendor_file_name("scale", CANDIDATE.source_digest)
+    assert vendored.read_text(encoding="utf-8") == GENERATED
+    return project, vendored, CANDIDATE.digest
 
 
 def _wheel_sources(wheel_dir: Path, project: Path) -> list[str]:
@@ -66,8 +84,10 @@ def _warnings(log: str) -> list[str]:
     return [line.strip() for line in log.splitlines() if line.strip().startswith("r1build: warning:")]
 
 
-def test_a_vendored_winner_builds_and_an_edited_one_is_named(build_env: BuildEnv, tmp_path: Path) -> None:
-    project, vendored, winner = _vendored_project(build_env, tmp_path / "tiny")
+def test_a_vendored_winner_builds_and_an_edited_one_is_named(
+    build_env: BuildEnv, vendored_tiny: Path, tmp_path: Path
+) -> None:
+    project, vendored, winner = _vendored_project(vendored_tiny, tmp_path / "tiny")
     out = tmp_path / "out"
     out.mkdir()
     empty = {"R1BUILD_CACHE_DIR": str(tmp_path / "empty-cache")}
@@ -110,11 +130,13 @@ def test_a_vendored_winner_builds_and_an_edited_one_is_named(build_env: BuildEnv
         assert any(name.endswith(".so") for name in zf.namelist())
 
 
-def test_an_unlocked_build_with_a_stale_lock_says_it_does_not_use_it(build_env: BuildEnv, tmp_path: Path) -> None:
+def test_an_unlocked_build_with_a_stale_lock_says_it_does_not_use_it(
+    build_env: BuildEnv, vendored_tiny: Path, tmp_path: Path
+) -> None:
     """The manifest edited after locking (a description reworded): without R1BUILD_LOCKED the build decides the
     kernel again and ships the baseline instead of the locked, GPU-validated winner; it says so, naming the entry
     and why, and nothing is said where the lock is current."""
-    project, _vendored, winner = _vendored_project(build_env, tmp_path / "tiny")
+    project, _vendored, winner = _vendored_project(vendored_tiny, tmp_path / "tiny")
     out = tmp_path / "out"
     out.mkdir()
     empty = {"R1BUILD_CACHE_DIR": str(tmp_path / "empty-cache")}

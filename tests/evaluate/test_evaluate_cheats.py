@@ -10,8 +10,10 @@ reason that changes from run to run shows as a failure (``-k run1`` runs one pas
 
 from __future__ import annotations
 
+import contextvars
 import re
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -189,15 +191,22 @@ def gate_results(root_manifest: Manifest, tmp_path_factory: pytest.TempPathFacto
         toolchain()
     except ToolchainError:
         pytest.skip("nvcc not found")
+    by_kernel = {k: [c for c in CASES if c.kernel == k] for k in sorted({c.kernel for c in CASES})}
     out: dict[str, Result] = {}
     # one cache for the test run: the worker that asks second finds every verdict there
     with once_per_run(tmp_path_factory, "cheats-gate") as (folder, _), Cache(folder / "cache") as cache:
         gate = StaticGate(cache)
-        for kernel in sorted({c.kernel for c in CASES}):
-            cases = [c for c in CASES if c.kernel == kernel]
-            spec = root_manifest.kernel(kernel)
-            results = gate.evaluate(Job(root_manifest, spec, "sm_90", [c.candidate() for c in cases]))
-            out.update({c.name: r for c, r in zip(cases, results, strict=True)})
+
+        def judge(kernel: str) -> list[Result]:
+            cases = [c.candidate() for c in by_kernel[kernel]]
+            return gate.evaluate(Job(root_manifest, root_manifest.kernel(kernel), "sm_90", cases))
+
+        # every kernel's job at once, as a resolve gates its kernels: the process's compile slots (one nvcc a core)
+        # stay full to the last compile, where one job after another left a core idle at the end of each
+        with ThreadPoolExecutor(max_workers=len(by_kernel), thread_name_prefix="cheats-gate") as pool:
+            futures = {k: pool.submit(contextvars.copy_context().run, judge, k) for k in by_kernel}
+        for kernel, future in futures.items():
+            out.update({c.name: r for c, r in zip(by_kernel[kernel], future.result(), strict=True)})
     return out
 
 
