@@ -449,6 +449,12 @@ def _verify_remote(args: argparse.Namespace, console: Console) -> int:
             },
         )
         return 1 if problems else 0
+    if not problems and not checked:  # integrity, not completeness: nothing there is no failure, nor a pass
+        console.print(
+            f"nothing verified on {layer.url}: it holds no object {'the lock names' if keys else 'of this cache'} "
+            "(an empty remote, or one nothing was pushed to; `r1build cache push` publishes)"
+        )
+        return 0
     if not problems:
         console.print(f"{checked} objects verified on {layer.url}: digests and signatures intact")
         return 0

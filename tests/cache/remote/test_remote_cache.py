@@ -95,6 +95,18 @@ def test_two_machines_share_decisions_and_gate_results(
     assert code == 0 and "digests and signatures intact" in out, out
 
 
+def test_verifying_a_remote_that_holds_nothing_says_so(
+    remote: Remote, team_key: KeyPair, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A remote nothing was pushed to said "0 objects verified ...: digests and signatures intact", which reads as
+    a pass of what a push should have published."""
+    project = tiny_project(tmp_path / "tiny", team_key.public.line)
+    measured_tiny(project, tmp_path / "a")
+    code, out = _cli(capsys, "cache", "verify", "--remote", "-m", str(project), "--remote-cache", remote.url)
+    assert code == 0, out
+    assert f"nothing verified on {remote.url}: it holds no object" in out and "intact" not in out, out
+
+
 def _fetched_on_b(capsys: pytest.CaptureFixture[str], project: Path, remote: Remote, tmp_path: Path) -> Path:
     """Machine B's cache (``tmp_path / "b"``) after a locked resolve of ``project`` fetched its decision from the
     remote."""
