@@ -133,7 +133,7 @@ class HttpStore:
                     watchdog.cancel()
                 if overdue.is_set():  # the watchdog cut a head that trickled in: what was read is not an answer
                     self._drop()
-                    raise RemoteUnavailable(f"{method} {path}: no answer within {limit:g} s")
+                    raise RemoteUnavailable(f"{method} {path}: no answer within {limit:.3g} s")
                 length = response.getheader("Content-Length")
                 if method == "GET" and length is not None and length.isdigit() and int(length) > MAX_OBJECT:
                     self._drop()
@@ -148,7 +148,7 @@ class HttpStore:
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as exc:
                 self._drop()
                 if overdue.is_set():
-                    raise RemoteUnavailable(f"{method} {path}: no answer within {limit:g} s") from None
+                    raise RemoteUnavailable(f"{method} {path}: no answer within {limit:.3g} s") from None
                 if attempt == 0 and reused:
                     continue  # the server closed an idle keep-alive connection: once more on a new one
                 raise RemoteUnavailable(f"{method} {path}: {exc or type(exc).__name__}") from None
@@ -158,7 +158,7 @@ class HttpStore:
             except (OSError, http.client.HTTPException) as exc:
                 self._drop()
                 if overdue.is_set():
-                    raise RemoteUnavailable(f"{method} {path}: no answer within {limit:g} s") from None
+                    raise RemoteUnavailable(f"{method} {path}: no answer within {limit:.3g} s") from None
                 raise RemoteUnavailable(f"{method} {path}: {exc or type(exc).__name__}") from None
         raise AssertionError("unreachable")
 

@@ -106,7 +106,7 @@ class S3Store:
         where = f"{what} s3://{self._bucket}/{self._key(key)}"
         limit = self._timeout + sent / MIN_RATE
         if not head_in.wait(limit):
-            raise RemoteUnavailable(f"{where}: no answer within {limit:g} s")
+            raise RemoteUnavailable(f"{where}: no answer within {limit:.3g} s")
         if not done.wait(self._timeout + body[0] / MIN_RATE):
             raise RemoteUnavailable(f"{where}: the answer ({body[0]} bytes) came slower than {MIN_RATE // 1024} KiB/s")
         if "error" in box:
