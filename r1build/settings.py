@@ -87,6 +87,7 @@ __all__ = [
     "PerfModelMode",
     "SandboxSetting",
     "answer_environment",
+    "cache_dir_path",
     "env_settings",
     "lock_mode",
     "parse_flag",
@@ -344,16 +345,26 @@ def _sandbox(environ: Mapping[str, str]) -> SandboxSetting:
 
 
 def _cache_dir(raw: str) -> Path | None:
-    """``R1BUILD_CACHE_DIR`` as a path (``~`` expanded); None when unset; :class:`ConfigError` for one that can
-    name no folder here (a name in it longer than the file system takes)."""
-    if not raw:
-        return None
+    """``R1BUILD_CACHE_DIR`` as a path (``~`` expanded); None when unset (:func:`cache_dir_path`)."""
+    return cache_dir_path(raw, "R1BUILD_CACHE_DIR") if raw else None
+
+
+def cache_dir_path(raw: str, name: str) -> Path:
+    """A cache directory given as ``raw`` by ``name`` (``R1BUILD_CACHE_DIR``, the config setting
+    ``r1build.cache-dir``), ``~`` expanded; :class:`ConfigError` naming ``name`` for one that can name no folder
+    here: a NUL in it, a ``~user`` with no such user or a ``~`` with no home folder, a name in it longer than the
+    file system takes."""
     from .filemode import path_length_problem
 
-    path = Path(raw).expanduser()
+    if "\0" in raw:
+        raise ConfigError(f"{name}: {raw!r} is not a usable path: it holds a NUL character")
+    try:
+        path = Path(raw).expanduser()
+    except RuntimeError:  # pathlib's "Could not determine home directory."
+        raise ConfigError(f"{name}: {raw!r} is not a usable path: its ~ names no home folder here") from None
     problem = path_length_problem(path)
     if problem is not None:
-        raise ConfigError(f"R1BUILD_CACHE_DIR: {problem}")
+        raise ConfigError(f"{name}: {problem}")
     return path
 
 

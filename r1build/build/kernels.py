@@ -87,8 +87,9 @@ def one_compiler(
     requests += compiler_requests(config_settings, os.environ, project or Path.cwd())
     for where, named in requests:
         if compiler_path(named, found) is None:
+            shown = named if named.isprintable() else repr(named)
             raise ConfigError(
-                f"{where} names {named} as CMake's CUDA compiler, which is not the nvcc r1build gates with "
+                f"{where} names {shown} as CMake's CUDA compiler, which is not the nvcc r1build gates with "
                 f"({shutil.which(found) or found}); set R1BUILD_NVCC (or CUDACXX) to it instead, so the gate and "
                 "the build use one compiler"
             )

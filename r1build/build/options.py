@@ -37,7 +37,7 @@ from typing import TypeAlias
 
 from ..errors import ConfigError
 from ..records import ResolveOptions
-from ..settings import env_settings, lock_mode, parse_flag
+from ..settings import cache_dir_path, env_settings, lock_mode, parse_flag
 from .warm import PREFIX
 
 __all__ = ["PREFIX", "ConfigSettings", "ResolveOptions", "split_settings"]
@@ -102,7 +102,7 @@ def split_settings(
     cache_dir: Path | None = None
     raw_dir = ours.get("cache-dir")
     if raw_dir:
-        cache_dir = Path(raw_dir).expanduser().resolve()
+        cache_dir = cache_dir_path(raw_dir, f"{PREFIX}cache-dir").resolve()
     elif env.cache_dir is not None:
         cache_dir = env.cache_dir.resolve()
 

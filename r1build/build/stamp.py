@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -131,9 +132,22 @@ def _relative(project: Path, path: Path) -> str | None:
         return None
 
 
+def _read_plain(path: Path) -> bytes:
+    """The bytes of the plain file ``path``; OSError for anything else (a folder, a FIFO: opened with
+    ``O_NONBLOCK``, so a FIFO left in its place cannot hold a build waiting for a writer for ever)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a plain file")
+        with open(fd, "rb", closefd=False) as fh:
+            return fh.read()
+    finally:
+        os.close(fd)
+
+
 def _load(project: Path) -> Stamp | None:
     try:
-        data = json.loads(_stamp_file(project).read_text(encoding="utf-8"))
+        data = json.loads(_read_plain(_stamp_file(project)).decode("utf-8"))
     except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(data, dict) or data.keys() != _FIELDS or data["format"] != _FORMAT:
@@ -242,5 +256,12 @@ def write_stamp(
 
 
 def forget_stamp(project: Path) -> None:
-    """Remove the project's stamp (before resolving: a failed or unstamped resolution leaves none behind)."""
-    _stamp_file(project).unlink(missing_ok=True)
+    """Remove the project's stamp (before resolving: a failed or unstamped resolution leaves none behind);
+    :class:`~r1build.errors.UserError` where a folder is in its place."""
+    path = _stamp_file(project)
+    try:
+        path.unlink(missing_ok=True)
+    except IsADirectoryError:
+        from ..errors import UserError
+
+        raise UserError(f"{path} is a folder where r1build keeps its build stamp: remove it and build again") from None

@@ -89,6 +89,8 @@ def compiler_path(given: str | list[str] | None, nvcc: str) -> str | None:
     path = shutil.which(nvcc) or nvcc
     if given is not None:
         value = given if isinstance(given, str) else given[-1]
+        if "\0" in value:  # names no file (and os.path would raise ValueError)
+            return None
         if os.path.realpath(shutil.which(value) or value) != os.path.realpath(path):
             return None
     return str(Path(path).absolute())

@@ -11,11 +11,12 @@ the user names (``resolve --out``), a file is replaced only when it carries the 
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import R1BuildError, UsageError
+from ..errors import R1BuildError, UsageError, UserError
 from ..filemode import write_atomically
 from ..manifest.model import Manifest
 from .bound import bound_kernels, ext_name
@@ -90,10 +91,15 @@ def _marked(path: Path) -> bool:
 
 def _write_if_changed(path: Path, data: bytes) -> bool:
     try:
-        if path.read_bytes() == data:
-            return False
+        mode = path.lstat().st_mode
     except FileNotFoundError:
-        pass
+        mode = None
+    if mode is not None and stat.S_ISDIR(mode):
+        raise UserError(f"{path} is a folder where r1build writes a generated file: remove it and build again")
+    # only a plain file is read: a FIFO left in its place would hold the build waiting for a writer for ever;
+    # anything else there (a link, a FIFO) is replaced by the written file
+    if mode is not None and stat.S_ISREG(mode) and path.read_bytes() == data:
+        return False
     write_atomically(path, data)
     return True
 
