@@ -29,7 +29,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import stat
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -37,6 +36,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from .. import __version__
 from ..digests import code_fingerprint, path_digest
+from ..filemode import read_plain
 from ..toolchain.lookup import first_nvcc, nvcc_identity
 
 if TYPE_CHECKING:
@@ -132,22 +132,9 @@ def _relative(project: Path, path: Path) -> str | None:
         return None
 
 
-def _read_plain(path: Path) -> bytes:
-    """The bytes of the plain file ``path``; OSError for anything else (a folder, a FIFO: opened with
-    ``O_NONBLOCK``, so a FIFO left in its place cannot hold a build waiting for a writer for ever)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path} is not a plain file")
-        with open(fd, "rb", closefd=False) as fh:
-            return fh.read()
-    finally:
-        os.close(fd)
-
-
 def _load(project: Path) -> Stamp | None:
     try:
-        data = json.loads(_read_plain(_stamp_file(project)).decode("utf-8"))
+        data = json.loads(read_plain(_stamp_file(project)).decode("utf-8"))
     except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(data, dict) or data.keys() != _FIELDS or data["format"] != _FORMAT:

@@ -17,7 +17,7 @@ from .lockfile import (
     unlockable,
     write_lock,
 )
-from .vendor import Vendored, find_vendored, read_vendored_bytes, vendor_file_name, vendor_winners
+from .vendor import Vendored, find_vendored, vendor_file_name, vendor_winners
 from .verify import entry_problem, manifest_problem
 
 if TYPE_CHECKING:
@@ -36,7 +36,6 @@ __all__ = [
     "lock_path",
     "manifest_problem",
     "read_lock",
-    "read_vendored_bytes",
     "require_fresh",
     "salvage_lock",
     "unlockable",

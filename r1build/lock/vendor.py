@@ -20,16 +20,15 @@ from __future__ import annotations
 import json
 import os
 import re
-import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import LockError
-from ..filemode import write_atomically
+from ..filemode import read_plain, write_atomically
 from ..keys import digest_bytes
 
-__all__ = ["RECORD_NAME", "Vendored", "find_vendored", "read_vendored_bytes", "vendor_file_name", "vendor_winners"]
+__all__ = ["RECORD_NAME", "Vendored", "find_vendored", "vendor_file_name", "vendor_winners"]
 
 RECORD_NAME = "r1build-vendor.json"
 """The record of the files r1build wrote into the vendor folder."""
@@ -60,31 +59,11 @@ def vendor_file_name(kernel: str, source_digest: str) -> str:
     return f"{kernel}__{source_digest[:16]}.cu"
 
 
-def read_vendored_bytes(path: Path) -> bytes | None:
-    """The bytes of the vendored file ``path``; None where it is absent, unreadable or no plain file (a folder,
-    a device, a FIFO: opened with ``O_NONBLOCK``, so a FIFO left in its place cannot hold a build waiting for a
-    writer for ever)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        with os.fdopen(fd, "rb") as fh:
-            fd = -1  # closed with fh
-            return fh.read()
-    except OSError:
-        return None
-    finally:
-        if fd >= 0:
-            os.close(fd)
-
-
 def find_vendored(vendor_dir: Path, kernel: str, source_digest: str) -> str | None:
     """The vendored source with that digest, verified; None when absent, no plain file, or edited."""
-    data = read_vendored_bytes(vendor_dir / vendor_file_name(kernel, source_digest))
-    if data is None:
+    try:
+        data = read_plain(vendor_dir / vendor_file_name(kernel, source_digest))
+    except OSError:
         return None
     return data.decode() if digest_bytes(data) == source_digest else None
 

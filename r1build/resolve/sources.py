@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..cache import Cache
+from ..filemode import read_plain
 from ..keys import digest_bytes
-from ..lock import find_vendored, read_vendored_bytes, vendor_file_name
+from ..lock import find_vendored, vendor_file_name
 from ..manifest import KernelSpec, Manifest
 from ..records import SourceFrom
 
@@ -52,8 +53,9 @@ def vendored_mismatch(manifest: Manifest, spec: KernelSpec, digest: str) -> str:
     """Why the vendored copy of the source ``digest`` could not be used where a file of its name is there (it was
     edited since `r1build vendor` wrote it), as a clause to add to a message; empty otherwise."""
     path = manifest.root / manifest.settings.vendor_dir / vendor_file_name(spec.name, digest)
-    data = read_vendored_bytes(path)
-    if data is None:
+    try:
+        data = read_plain(path)
+    except OSError:
         return ""
     found = digest_bytes(data)
     if found == digest:
