@@ -1,5 +1,6 @@
 """Digests, the standard library only: sha256 of bytes and of canonical JSON (what keys, records and signatures are
-made of), and what a stamp watches: files and folders by their bytes, and r1build's own code by its files' sizes
+made of), and what a stamp watches: files and folders by their bytes (a plain file read so that a FIFO in its
+place never blocks: :func:`read_plain`), and r1build's own code by its files' sizes
 and times. Light on purpose: the build backend's warm-build stamp and the CLI's warm path check them before
 anything heavy is imported, so both work on plain ``os`` calls on strings (every warm build pays them; pathlib's
 objects cost more than the system calls here); and :mod:`r1build.keys` and :mod:`r1build.trust.signing` share them
@@ -16,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["code_fingerprint", "path_digest", "toml_digest"]
+__all__ = ["code_fingerprint", "path_digest", "read_plain", "toml_digest"]
 
 
 def canonical_json(obj: Any) -> bytes:
@@ -49,6 +50,20 @@ def _tagged(value: Any) -> dict[str, str]:
 _PACKAGE = Path(__file__).resolve().parent
 _ABSENT = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP})
 """The errors that mean "no such file" to :meth:`pathlib.Path.is_file` (others are raised)."""
+
+
+def read_plain(path: Path) -> bytes:
+    """The bytes of the plain file ``path``; :class:`OSError` for anything else there (a folder, a device, a FIFO:
+    opened with ``O_NONBLOCK``, so a FIFO left in a file's place cannot hold a build waiting for a writer for
+    ever). Links are followed."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a plain file")
+        with open(fd, "rb", closefd=False) as fh:
+            return fh.read()
+    finally:
+        os.close(fd)
 
 
 def path_digest(path: Path) -> str | None:

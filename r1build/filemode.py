@@ -37,7 +37,6 @@ __all__ = [
     "path_length_problem",
     "private_file",
     "private_folder",
-    "read_plain",
     "replace_problem",
     "umask",
     "write_atomically",
@@ -144,20 +143,6 @@ def path_length_problem(path: str | os.PathLike[str]) -> str | None:
     except ValueError:  # an embedded NUL: no such file, said where it is used
         pass
     return None
-
-
-def read_plain(path: Path) -> bytes:
-    """The bytes of the plain file ``path``; :class:`OSError` for anything else there (a folder, a device, a FIFO:
-    opened with ``O_NONBLOCK``, so a FIFO left in a file's place cannot hold a build waiting for a writer for
-    ever). Links are followed."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path} is not a plain file")
-        with open(fd, "rb", closefd=False) as fh:
-            return fh.read()
-    finally:
-        os.close(fd)
 
 
 def replace_problem(path: Path) -> str | None:

@@ -35,8 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
 from .. import __version__
-from ..digests import code_fingerprint, path_digest
-from ..filemode import read_plain
+from ..digests import code_fingerprint, path_digest, read_plain
 from ..toolchain.lookup import first_nvcc, nvcc_identity
 
 if TYPE_CHECKING:

@@ -24,8 +24,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..digests import read_plain
 from ..errors import LockError
-from ..filemode import read_plain, write_atomically
+from ..filemode import write_atomically
 from ..keys import digest_bytes
 
 __all__ = ["RECORD_NAME", "Vendored", "find_vendored", "vendor_file_name", "vendor_winners"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..cache import Cache
-from ..filemode import read_plain
+from ..digests import read_plain
 from ..keys import digest_bytes
 from ..lock import find_vendored, vendor_file_name
 from ..manifest import KernelSpec, Manifest
