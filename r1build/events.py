@@ -10,8 +10,10 @@ import contextlib
 import contextvars
 import logging
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Literal
+
+from .convert import record
 
 __all__ = ["Event", "Note", "NoteLevel", "Progress", "Stage", "StageName", "emit", "sink", "watch"]
 
@@ -24,12 +26,12 @@ StageName = Literal["generate", "gate", "evaluate"]
 :data:`~r1build.records.JudgeStage`)."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Event:
     """Base of all events."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Note(Event):
     """A message worth showing a user."""
 
@@ -39,7 +41,7 @@ class Note(Event):
     arch: str | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Stage(Event):
     """A pipeline stage started or finished for one kernel and arch."""
 
@@ -53,7 +55,7 @@ class Stage(Event):
     not counted."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Progress(Event):
     """Counters of a long-running job (generation, evaluation)."""
 

@@ -7,9 +7,9 @@ results carry timings (GPU) or only the static gate's verdict (no GPU).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from .convert import record
 from .records import Candidate, Result
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ expose a float32 kernel computing in TF32/bf16/fp16, a static device memory limi
 than the measurement error rejected."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Job:
     """Judge ``candidates`` of one kernel for one arch."""
 

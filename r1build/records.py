@@ -10,11 +10,11 @@ import dataclasses
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from .convert import ConversionProblem, convert
+from .convert import ConversionProblem, convert, record
 from .keys import canonical_json, digest_bytes, variant_digest
 
 __all__ = [
@@ -112,7 +112,7 @@ BUILD_MODE_WORDS = ("r1build.locked (R1BUILD_LOCKED)", "r1build.frozen (R1BUILD_
 """How a build's user asks for ``locked`` and ``frozen`` (:attr:`ResolveOptions.mode_words`)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class ResolveOptions:
     """How to resolve: the one record of options that the build hook (:func:`r1build.build.options.split_settings`)
     and the command line both build and the resolver (:func:`r1build.resolve.resolve`) takes; each option has one
@@ -163,7 +163,7 @@ class ResolveOptions:
     (:mod:`r1build.cluster`), instead of on local GPUs and cores. None: this machine only."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Origin:
     """Where a candidate came from."""
 
@@ -181,7 +181,7 @@ class Origin:
     """Digest of the transcript blob the candidate was extracted from."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Candidate:
     """One translation unit under the candidate contract, with one value set of its tunable parameters."""
 
@@ -207,7 +207,7 @@ class Candidate:
         return provenance_of(self.origin, self.defines)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GateReport:
     """What ptxas reports for one compile (the largest kernel of the translation unit)."""
 
@@ -228,7 +228,7 @@ class GateReport:
     it; :func:`r1build.gate.fatbin.device_code_bytes`); 0 where unknown (a verdict cached before it was read)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class Timing:
     """Timing of one candidate on the first (ranking) benchmark shape."""
 
@@ -269,7 +269,7 @@ class Timing:
     two times (:mod:`r1build.selection.regimes`)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class KernelProfile:
     """What Nsight Compute measured for one kernel launch of a candidate's call (:mod:`r1build.profile`)."""
 
@@ -291,7 +291,7 @@ class KernelProfile:
     """Warp stall reasons (``long_scoreboard``, ``barrier`` ...) in cycles per issued instruction."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class Profile:
     """Nsight Compute's findings for one call of a candidate at its first benchmark shape."""
 
@@ -301,7 +301,7 @@ class Profile:
     """Every kernel the call launched, in launch order."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class Result:
     """The typed outcome of judging one candidate variant on one arch."""
 
@@ -335,7 +335,7 @@ class Result:
         return self.status == "passed"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CandidateRef:
     """A candidate as recorded in a decision: its identity and where its source blob is."""
 
@@ -357,7 +357,7 @@ class CandidateRef:
         return provenance_of(self.origin, self.defines)
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class Decision:
     """What was decided for one decision key: the winner and everything that led to it."""
 
@@ -405,7 +405,7 @@ class Decision:
         return validation_of(ref.origin.kind, self.result_of(ref.digest))
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class WinnerFacts:
     """What is known of a winner beyond its source: where and how fast it was measured, and against what. The
     resolver's :class:`~r1build.resolve.Resolved`, the lock's entries and ``r1build status``'s rows carry this one
@@ -464,7 +464,7 @@ class WinnerFacts:
         return WinnerFacts(gpu=self.gpu, checks=self.checks)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CandidateOutcome:
     """One candidate's standing in a kernel × arch that found no winner: a row of the table the CLI shows."""
 
@@ -484,7 +484,7 @@ class CandidateOutcome:
     """Why, in one line: the first error of the compiler, the check that failed, or what it waits for."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Unresolved:
     """A kernel × arch where no candidate may win: nothing is emitted or locked for it."""
 

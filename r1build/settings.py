@@ -70,10 +70,11 @@ import posixpath
 import re
 import sys
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Literal
 
+from .convert import record
 from .errors import ConfigError
 
 __all__ = [
@@ -200,7 +201,7 @@ def parse_flag(name: str, value: str) -> bool:
     raise ConfigError(f"{name} must be one of 1/0, true/false, yes/no, on/off (got {value!r})")
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class EnvSettings:
     """r1build's environment variables, parsed. A flag that is unset is None, so callers can tell "not said"
     from "said no" (a config setting, or a command-line flag, may then decide)."""

@@ -53,11 +53,12 @@ import zipfile
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..convert import record
 from ..errors import BundleError, SignatureError
 from ..events import Note, emit
 from ..filemode import as_user_file, replace_problem
@@ -122,7 +123,7 @@ _HEX = frozenset("0123456789abcdef")
 _Bad = Callable[[str], BundleError]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class BundleEntry:
     """One entry of a bundle index."""
 
@@ -138,7 +139,7 @@ class BundleEntry:
     """Signed bundles: ``ed25519:<key id>:<base64>`` over :func:`~r1build.trust.signing.entry_payload` (not blobs)."""
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class BundleSummary:
     """What an export wrote or an import did."""
 

@@ -6,9 +6,9 @@ The CLI renders these rows (a table, or ``--json``); reading and decoding the en
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..convert import record
 from ..records import Decision, from_json
 from .codec import EntryKind
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 __all__ = ["Listed", "list_entries"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class Listed:
     """One cache entry as listed."""
 

@@ -11,10 +11,10 @@ import sqlite3
 import threading
 import time
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..convert import record
 from ..errors import CacheError, CacheLocationError
 from ..events import Note, emit
 from ..filemode import folder_modes, private_file, private_folder
@@ -52,7 +52,7 @@ def _cache_file(name: str) -> bool:
     return _CACHE_FILE.match(name) is not None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Opened:
     """An opened index, r1build's own connections to it, and why it is read-only (None: writable)."""
 

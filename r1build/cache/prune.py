@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
 
+from ..convert import record
 from .store import Cache
 
 __all__ = ["Cleaned", "Pruned", "clean_cache", "prune_cache"]
@@ -22,7 +22,7 @@ GRACE_S = 3600.0
 """Blobs younger than this are never pruned (a resolve in progress stores a blob before its decision)."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Cleaned:
     """What ``cache clean`` removed."""
 
@@ -30,7 +30,7 @@ class Cleaned:
     bytes: int
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Pruned:
     """What ``cache prune`` removed and kept."""
 

@@ -23,9 +23,10 @@ import datetime as _dt
 import sqlite3
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
+from ..convert import record
 from ..errors import CacheDamagedError, CacheLocationError
 from ..records import Decision, from_json
 from .codec import KINDS, Corrupt, check_payload, kind_of, verified
@@ -38,7 +39,7 @@ from .store import Cache
 __all__ = ["RepairReport", "repair_cache"]
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class RepairReport:
     """What :func:`repair_cache` did."""
 

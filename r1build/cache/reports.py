@@ -3,14 +3,15 @@ verification, its counts and hit rates, and what garbage collection did."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from ..convert import record
 from .codec import EntryKind
 
 __all__ = ["BadEntry", "CacheStats", "Entry", "GcReport"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class Entry:
     """One stored entry, as ``cache ls`` and bundles see it."""
 
@@ -26,7 +27,7 @@ class Entry:
     """When it was last read or written (seconds since the epoch); eviction removes the oldest first."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class BadEntry:
     """An entry that fails verification."""
 
@@ -36,7 +37,7 @@ class BadEntry:
     """What is wrong with it."""
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class CacheStats:
     """Counts of one cache: entries and bytes per kind, and hit/miss statistics."""
 
@@ -70,7 +71,7 @@ class CacheStats:
         return None if total == 0 else sum(hits.values()) / total
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class GcReport:
     """What :meth:`Cache.gc` did."""
 

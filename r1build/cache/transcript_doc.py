@@ -11,8 +11,9 @@ overview read them.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from ..convert import record
 
 if TYPE_CHECKING:
     from ..records import CandidateRef
@@ -45,7 +46,7 @@ def parse_transcript(text: str | None) -> tuple[dict[str, Any], dict[str, Any] |
     return doc, answer
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class SearchLinks:
     """What a search linked under its decision key (:data:`LINKS_NAMESPACE`)."""
 

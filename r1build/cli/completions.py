@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
+from ..convert import record
 from .render import Console
 
 __all__ = ["SHELLS", "register", "script"]
@@ -27,7 +28,7 @@ SHELLS = ("bash", "zsh", "fish")
 _PATH_METAVARS = frozenset({"PATH", "FILE", "DIR"})
 
 
-@dataclass
+@record
 class _Node:
     """What may follow one command path."""
 

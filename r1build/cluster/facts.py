@@ -10,10 +10,11 @@ from __future__ import annotations
 import hashlib
 import platform
 import socket
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from .. import __version__
+from ..convert import record
 
 __all__ = ["COMPILE_RESOURCE", "ProcessFacts", "mismatch", "package_digest", "process_facts"]
 
@@ -32,7 +33,7 @@ def package_digest() -> str:
     return h.hexdigest()[:16]
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class ProcessFacts:
     """One process's r1build, CUDA toolchain, host and GPUs."""
 

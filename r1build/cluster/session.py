@@ -15,9 +15,10 @@ import uuid
 import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, field, replace
 from typing import TYPE_CHECKING, Any
 
+from ..convert import record
 from ..errors import ClusterError, ClusterRefusedError, EvaluationError
 from ..events import Note, Progress, emit
 from ..judge import CHECKS_VERSION, Job
@@ -156,7 +157,7 @@ def _handshake(address: str, timeout_s: float) -> None:
         ) from None
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class WorkerInfo:
     """One worker of the cluster, as surveyed at connect."""
 
@@ -170,7 +171,7 @@ class WorkerInfo:
     facts: ProcessFacts
 
 
-@dataclass
+@record
 class Inventory:
     """The workers of a cluster and what they can do."""
 
@@ -280,7 +281,7 @@ def _joined(job: Job, results: list[Result]) -> list[Result]:
     return out
 
 
-@dataclass
+@record
 class _Submitted:
     tag: str
     job: Job

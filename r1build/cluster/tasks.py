@@ -19,10 +19,11 @@ import socket
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 from typing import Any, NoReturn, Protocol
 
+from ..convert import record
 from ..errors import ClusterRefusedError, EvaluationError
 from ..judge import Job
 from ..keys import digest_bytes, digest_json
@@ -62,7 +63,7 @@ class WorkerEvaluator(Protocol):
         ...
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ProjectFiles:
     """The project files a job needs on a worker: for a GPU job every reference module and the Python files beside
     it; for any compile the headers under the manifest's relative include folders (``-Iinclude``), which a worker on
@@ -180,7 +181,7 @@ def _materialize(project: ProjectFiles) -> Path:
     return target
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class JobOutcome:
     """What a worker sends back for one GPU job."""
 

@@ -22,10 +22,11 @@ import signal
 import socket
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, NoReturn
 
+from ..convert import record
 from ..errors import ClusterRefusedError
 from ..evaluate.devices import GpuInfo, archs_of, visible_devices_value
 from ..manifest.load import cluster_address_problem
@@ -51,7 +52,7 @@ _AS_THIS_HOST_HAS_THEM = ("HOME", "TMPDIR", "CUPY_CACHE_DIR", "PYTHONDONTWRITEBY
 host's, or unset."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class WorkerPlan:
     """One Dask worker to start."""
 

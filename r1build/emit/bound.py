@@ -10,15 +10,14 @@ checked against that value.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from ..convert import record
 from ..manifest.model import Arg, BindingsSettings, KernelSpec
 from .plan import KernelPlan
 
 __all__ = ["BoundKernel", "bound_kernels", "ext_name", "shape_text"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class BoundKernel:
     """One kernel as the bindings see it."""
 

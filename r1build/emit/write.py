@@ -13,9 +13,9 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
+from ..convert import record
 from ..errors import R1BuildError, UsageError, UserError
 from ..filemode import write_atomically
 from ..manifest.model import Manifest
@@ -33,7 +33,7 @@ _KNOWN = frozenset({CMAKE_NAME, HEADER_NAME, DISPATCH_NAME, BINDINGS_CPP, BINDIN
 _SUFFIXES = frozenset({".cu", ".h", ".cmake", ".cpp", ".py", ".pyi"})
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class Emitted:
     """The generated files of one emission."""
 

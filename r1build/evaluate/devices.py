@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
+from ..convert import record
 from ..manifest.archs import ARCHS, arch_for_capability, arch_info, parse_arch, suffix_of
 
 __all__ = ["GpuInfo", "archs_of", "detect_gpus", "gpu_runs_arch", "visible_devices_value"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class GpuInfo:
     """One visible GPU."""
 

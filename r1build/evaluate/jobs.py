@@ -11,9 +11,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, TypeVar
 
+from ..convert import record
 from ..judge import Job
 from ..records import Candidate, Result, Status
 from .correctness.bench import BenchPlan
@@ -49,7 +50,7 @@ def trim(text: str) -> str:
     return text if len(text) <= DETAIL_LIMIT else text[: DETAIL_LIMIT - 3] + "..."
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class Candidacy:
     """One candidate of one job, as it moves through the stages."""
 
@@ -69,7 +70,7 @@ class Candidacy:
     (:meth:`~r1build.evaluate.timing.measure.Timer.idle_time`)."""
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class JobState:
     """One kernel on one arch as the evaluator works through it."""
 
@@ -110,7 +111,7 @@ def job_key(job: Job, arch: str) -> JobKey:
     return (KernelKey.of(job, arch), id(job.spec), tuple(c.digest for c in job.candidates), baseline)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Timed:
     """A job's timed survivors, each with the future of its judging, and what their timings are set against."""
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from ..convert import record
 from ..errors import format_subprocess_failure
 from ..gate.link import check_and_link
 from ..gate.nvcc import PIC_FLAGS, compile_variant
@@ -29,7 +29,7 @@ from ..toolchain.nvcc import Toolchain
 __all__ = ["Library", "LibraryFailure", "build_library"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Library:
     """A loadable shared library of one variant."""
 
@@ -43,7 +43,7 @@ class Library:
     """Wall seconds compile, check and link took."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LibraryFailure:
     """Why a variant has no library: it does not compile, or its object breaks the symbol rules."""
 

@@ -3,7 +3,7 @@ waits, and how its work is spread over processes."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from ..convert import record
 
 __all__ = ["RUNS_PER_QUEUE", "EvaluatorOptions"]
 
@@ -14,7 +14,7 @@ candidates a run) took the root manifest from 102 to 120 s (bench/results/gpu_se
 Places nobody waits for go to more runs (:data:`.sanitizing.MOST_RUNS`)."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class EvaluatorOptions:
     """How a :class:`~.evaluator.GpuEvaluator` judges candidates."""
 

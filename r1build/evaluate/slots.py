@@ -13,10 +13,11 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 from typing import Any
 
+from ..convert import record
 from ..errors import EvaluationError
 from ..filemode import write_atomically
 from ..manifest.model import KernelSpec
@@ -130,7 +131,7 @@ COMPARER_FAILURES = 2
 """Failed requests after which a slot's comparer process is closed for good (:meth:`Slot.ask_comparer`)."""
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class Slot:
     """One GPU: its worker, sanitizer runner and measured floors."""
 

@@ -21,9 +21,9 @@ import shutil
 import struct
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
+from ..convert import record
 from ..sandbox import run_process
 
 __all__ = ["STATIC_MEMORY_LIMIT", "StaticVariable", "static_memory_problem", "static_variables"]
@@ -41,7 +41,7 @@ _DEVICE_DATA = re.compile(r"\.nv\.global(?:\..*)?")
 _HOST_DATA = re.compile(r"\.(?:bss|data|rodata|lbss|ldata|lrodata)(?:\..*)?")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class StaticVariable:
     """One variable of static storage in a candidate's objects."""
 

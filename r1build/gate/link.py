@@ -21,10 +21,10 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from ..convert import record
 from ..errors import ToolchainError, format_subprocess_failure
 from ..sandbox import Confinement, Runner, Sandbox, run_confined, run_process, unconfined
 from ..toolchain.nvcc import Toolchain
@@ -47,7 +47,7 @@ _SHIMS: dict[str, Path] = {}
 _SHIMS_LOCK = threading.Lock()
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Linked:
     """The outcome of :func:`check_and_link`."""
 

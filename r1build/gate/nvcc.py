@@ -20,9 +20,10 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
+from ..convert import record
 from ..errors import SandboxUnavailableError, ToolchainError
 from ..manifest.archs import arch_info
 from ..records import GateReport
@@ -55,7 +56,7 @@ DECLARATION_NAME = "r1build_declaration.h"
 """File name of the pre-included declaration in the scratch directory."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class Compilation:
     """The outcome of one nvcc run."""
 

@@ -20,10 +20,11 @@ import tempfile
 import threading
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from ..cache import Cache
+from ..convert import record
 from ..errors import format_subprocess_failure
 from ..events import Progress, Stage, emit
 from ..judge import Job
@@ -92,7 +93,7 @@ def _hints(spec: KernelSpec, arch: str, output: str) -> str:
     return _signature_hint(spec, output) + _arch_specific_hint(arch, output)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _Task:
     arch: str
     candidate: Candidate

@@ -43,9 +43,10 @@ import re
 import shutil
 import struct
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
+from ..convert import record
 from ..errors import ToolchainError
 from ..sandbox import run_process
 from .verdicts import ALLOWLIST_VERSION
@@ -290,7 +291,7 @@ def denied_reason(symbol: str) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SymbolCheck:
     """What the gate found in one host object."""
 

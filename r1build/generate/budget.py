@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Literal, get_args
 
+from ..convert import record
 from ..manifest.model import Budget, Prices
 
 __all__ = ["MIN_REQUEST_TOKENS", "STOP_REASONS", "Ledger", "Reservation", "StopReason", "estimate_tokens"]
@@ -56,7 +57,7 @@ def estimate_tokens(text_chars: int) -> int:
     return text_chars // CHARS_PER_TOKEN
 
 
-@dataclass(eq=False)
+@record(eq=False)
 class Reservation:
     """What one request holds of the budget while it runs."""
 
@@ -68,7 +69,7 @@ class Reservation:
     """Money held: the prompt estimate and ``max_tokens`` at the configured prices."""
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class Ledger:
     """Tokens and money spent and held by requests in flight, against a kernel's budget."""
 

@@ -30,10 +30,11 @@ import random
 import re
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from types import TracebackType
 from typing import Any, cast
 
+from ..convert import record
 from ..errors import ConfigError, GenerationError, R1BuildError
 from ..toolchain.extras import GENERATE
 
@@ -121,7 +122,7 @@ class _Fault(Exception):
         self.label = utf8_text(label)
 
 
-@dataclass
+@record
 class _Partial:
     content: list[str] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)

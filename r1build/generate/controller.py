@@ -51,10 +51,11 @@ import random
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from ..cache import parse_transcript, read_links
+from ..convert import record
 from ..errors import EndpointSilentError, R1BuildError
 from ..events import Event, Note, NoteLevel, Progress, Stage, emit, watch
 from ..keys import decision_key
@@ -82,7 +83,7 @@ FINALISTS = 2
 """With a profiler, the fastest candidates of each round (and of the seeds) profiled under Nsight Compute."""
 
 
-@dataclass
+@record
 class _SampleSpend:
     """One sample's spend against the search's ledger (what the client asks before and tells after each
     attempt)."""

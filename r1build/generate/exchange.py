@@ -5,9 +5,10 @@ Standard library and records only (no ``openai``), so whatever reads a search's 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any, Literal, Protocol, get_args, overload
 
+from ..convert import record
 from ..errors import R1BuildError
 from .budget import StopReason, estimate_tokens
 
@@ -32,7 +33,7 @@ RETRYABLE: frozenset[FaultKind] = frozenset(
 """Fault kinds that cost a retry; anything else that fails a sample is final for that sample."""
 
 
-@dataclass(eq=False)
+@record(eq=False)
 class Meter:
     """Text received so far by the attempt in flight of one sample, for live progress (not for accounting)."""
 
@@ -60,7 +61,7 @@ class Spend(Protocol):
         """What the attempt just made really cost (replaces what :meth:`reserve` held)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class Attempt:
     """One HTTP request of a sample."""
 
@@ -88,7 +89,7 @@ class Attempt:
     """The fault in a few words, for the cause of a stop (``HTTP 503 Service Unavailable``, ``a cut stream``)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class Completion:
     """A finished answer."""
 
@@ -129,7 +130,7 @@ class Completion:
         return "; ".join(parts) or None
 
 
-@dataclass
+@record
 class Exchange:
     """A sample: its request, every attempt, and the answer or why there is none."""
 
@@ -208,7 +209,7 @@ def tool_calls_of(message: Any) -> tuple[dict[str, str], ...]:
     )
 
 
-@dataclass
+@record
 class SaidInstead:
     """A stream's refusal and tool calls, joined from its deltas (a call's name and arguments come in pieces, the
     pieces of one call under one ``index``)."""

@@ -21,9 +21,9 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Literal
 
+from ..convert import record
 from ..keys import digest_bytes
 from ..toolchain.cspans import spans
 from ..toolchain.defines import define_problem
@@ -62,7 +62,7 @@ answer's blocks, so an answer launching thousands of names (a repetition loop) s
 _TUNABLE_DECL = re.compile(r"//\s*@tunable\s+(?P<name>[A-Za-z_]\w*)\s*[:=]\s*(?P<values>[^\n]+)")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Block:
     """One fenced block of an answer."""
 
@@ -79,7 +79,7 @@ ExtractionReason = Literal["defines the export", "has a kernel", "cuda block", "
 (``no_code``), it is thinking only (an open ``<think>`` never closed), or it is empty."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Extraction:
     """What extraction found in one answer."""
 

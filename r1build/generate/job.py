@@ -5,10 +5,10 @@ keyword arguments."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..cache import Cache
+from ..convert import record
 from ..judge import Evaluator
 from ..manifest.archs import parse_arch
 from ..manifest.model import KernelSpec, Manifest
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["SearchJob"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SearchJob:
     """One search for one kernel on one arch: what it searches for, who judges, where it is kept, what it starts
     from. The arch is parsed when the job is made (:class:`ValueError` naming the spellings for one that is not

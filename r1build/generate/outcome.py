@@ -3,9 +3,10 @@ transcripts, the stop and its cause, and the requests, tokens, money and faults 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Literal
 
+from ..convert import record
 from ..records import Candidate, Result
 from .budget import StopReason
 from .exchange import FaultKind
@@ -23,7 +24,7 @@ SampleLoss = Literal[
 :data:`~r1build.generate.exchange.FaultKind`)."""
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class Usage:
     """What a search spent and what went wrong along the way."""
 
@@ -56,7 +57,7 @@ class Usage:
         self.failures[kind] = self.failures.get(kind, 0) + n
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class SearchOutcome:
     """What a search (or a replay) produced."""
 

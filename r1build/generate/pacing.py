@@ -9,10 +9,11 @@ import math
 import random
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import field
 from http import HTTPStatus
 from typing import Any
 
+from ..convert import record
 from .budget import StopReason
 
 MAX_BACKOFF_S = 60.0
@@ -29,7 +30,7 @@ def status_label(status: int, reason: str | None = None) -> str:
     return f"HTTP {status} {reason}".rstrip()
 
 
-@dataclass
+@record
 class Pacer:
     """The pause and the circuit breaker shared by every sample of a search.
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from dataclasses import dataclass
 
+from ..convert import record
 from ..manifest.model import Generation, KernelSpec, Manifest
 from .outcome import SampleLoss
 from .pool import Known, Pool
@@ -17,7 +17,7 @@ from .prompts import DEFAULT_DIRECTIONS, Judged, feedback_prompt, task_prompt
 __all__ = ["Plan", "Planner", "answer_notes"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Plan:
     """What one sample asks."""
 
@@ -49,7 +49,7 @@ def _judged(known: Known) -> Judged:
     return Judged(known.label, known.candidate.source, known.result, dict(known.candidate.defines))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Planner:
     """Plans the rounds of one search for one kernel on one arch."""
 

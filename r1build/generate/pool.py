@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import TYPE_CHECKING, NamedTuple
 
+from ..convert import record
 from ..errors import EvaluationError
 from ..events import Note, emit
 from ..judge import Evaluator, Job
@@ -52,7 +53,7 @@ class Order(NamedTuple):
         return cls(1, round_no, sample, variant)
 
 
-@dataclass
+@record
 class Known:
     """A distinct candidate the search knows, with what a later round needs to build on it."""
 

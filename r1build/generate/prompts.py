@@ -16,8 +16,9 @@ import ast
 import re
 import textwrap
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from ..convert import record
 from ..manifest.archs import arch_info
 from ..manifest.model import KernelSpec, Manifest
 from ..manifest.reference import ReferenceProblem, reference_file
@@ -56,7 +57,7 @@ LOG_LIMIT = 3000
 _INCLUDES = {"float16": "<cuda_fp16.h>", "bfloat16": "<cuda_bf16.h>"}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Judged:
     """A judged candidate as a later prompt describes it."""
 

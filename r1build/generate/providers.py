@@ -16,9 +16,10 @@ import os
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from urllib.parse import urlsplit, urlunsplit
 
+from ..convert import record
 from ..errors import ConfigError
 from ..manifest.model import Generation
 from ..settings import BASE_URL_ENV, env_settings
@@ -39,7 +40,7 @@ _NO_KEY = "EMPTY"
 """Sent as the key to endpoints that need none (vLLM and SGLang accept any)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class ProviderProfile:
     """Defaults and rules of one provider."""
 
@@ -151,7 +152,7 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     return re.sub("|".join(patterns), REDACTED, text)
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class Endpoint:
     """A resolved endpoint: profile, URL, model and the key (hidden from ``repr``)."""
 

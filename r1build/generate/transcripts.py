@@ -18,10 +18,10 @@ import dataclasses
 import datetime
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from ..cache import LINKS_NAMESPACE, Cache, parse_transcript, transcript_doc
+from ..convert import record
 from ..keys import canonical_json
 from .exchange import Exchange, utf8_text
 from .providers import redact
@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class StoredAnswer:
     """What replay needs from a transcript."""
 

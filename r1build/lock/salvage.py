@@ -18,10 +18,9 @@ every other kernel × arch is resolved again from the cache and the manifest, so
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
-from ..convert import ConversionProblem, convert
+from ..convert import ConversionProblem, convert, record
 from ..errors import LockError
 from ..events import Note, emit
 from ..keys import decision_key
@@ -36,7 +35,7 @@ _MARKER = re.compile(r"^(<{7}|\|{7}|={7}|>{7})(\s|$)")
 _TABLE = re.compile(r"^\s*\[\[\s*kernel\s*\]\]\s*(#.*)?$")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Salvage:
     """What was read from a damaged lock."""
 

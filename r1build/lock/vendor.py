@@ -21,9 +21,9 @@ import json
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
+from ..convert import record
 from ..digests import read_plain
 from ..errors import LockError
 from ..filemode import write_atomically
@@ -43,7 +43,7 @@ _OURS = re.compile(r"[A-Za-z_][A-Za-z0-9_]*__([0-9a-f]{16})\.cu")
 _FORMAT = 1
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Vendored:
     """What one ``r1build vendor`` did."""
 

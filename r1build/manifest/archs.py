@@ -21,8 +21,10 @@ spellings and, for the prompts and the resource limits, the facts of the ones on
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Literal
+
+from ..convert import record
 
 __all__ = [
     "ARCHS",
@@ -47,7 +49,7 @@ class Arch(str):
     __slots__ = ()
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class ArchInfo:
     """What a target architecture offers a kernel (representative part for SM count)."""
 
@@ -298,7 +300,7 @@ _PATTERNS = (  # ASCII digits: int() also reads fullwidth and other Unicode digi
 )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ArchTarget:
     """One target arch as written, with the code to embed for it."""
 

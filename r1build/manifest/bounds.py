@@ -11,15 +11,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from dataclasses import dataclass
 from typing import Any
 
-from ..convert import ConversionProblem, KeyPath, field_key
+from ..convert import ConversionProblem, KeyPath, field_key, record
 
 __all__ = ["Bounds", "bounded", "check_numbers", "field_bounds"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Bounds:
     """An interval; None leaves a side open."""
 

@@ -6,10 +6,11 @@ committed JSON schema. TOML keys are the field names in kebab-case (``test-shape
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Literal
 
+from ..convert import record
 from .archs import ArchTarget, settle_codes
 from .bounds import bounded
 
@@ -75,7 +76,7 @@ graph, an L2 flush before each larger call) or ``idle-gaps`` (an idle GPU before
 serving engine calls a kernel now and then)."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Arg:
     """One parameter of the exported function, in declaration order."""
 
@@ -113,7 +114,7 @@ class Arg:
         return f"const {elem}*" if self.role == "in" else f"{elem}*"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Tolerance:
     """How close a candidate's outputs must be to the reference's."""
 
@@ -124,7 +125,7 @@ class Tolerance:
     """Absolute tolerance, elementwise."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Limits:
     """Resource limits the static gate enforces on the ptxas report; a candidate over any is rejected."""
 
@@ -136,7 +137,7 @@ class Limits:
     """Most static shared memory per block in bytes; the arch's limit when absent."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class Budget:
     """How much a kernel's search for candidates may spend (used by generation)."""
 
@@ -161,7 +162,7 @@ class Budget:
     """Stop early after this many rounds without improvement."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Prices:
     """Prices per million tokens, to account spend."""
 
@@ -171,7 +172,7 @@ class Prices:
     """US dollars per million completion tokens (reasoning included)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class Generation:
     """How candidates are generated on a cache miss. Without an endpoint, resolution is offline."""
 
@@ -218,7 +219,7 @@ class Generation:
     the next round once every answer of this one is judged. Not part of the decision key."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class KernelSpec:
     """One kernel: its contract, its reference and how to test and time it."""
 
@@ -290,7 +291,7 @@ class KernelSpec:
     absent. Part of the decision key when it is not ``back-to-back``."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CacheSettings:
     """The shared cache and whose signatures it trusts (the ``[cache]`` table). The remote cache is a second
     layer behind the local one; builds read it, and writing needs ``--remote-write`` / ``R1BUILD_REMOTE_WRITE=1``
@@ -311,7 +312,7 @@ class CacheSettings:
     listed, none is used."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class EvaluationSettings:
     """Where GPU evaluation runs (the ``[evaluation]`` table): on this machine's GPUs, or on a Dask cluster of GPU
     hosts (``r1build worker``)."""
@@ -325,7 +326,7 @@ class EvaluationSettings:
     """Seconds to wait for the scheduler at the start; an unreachable one ends the resolve (exit 2)."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class BindingsSettings:
     """Python bindings r1build writes for the kernels (the ``[bindings]`` table); none unless ``python`` is set.
     The host project's ``CMakeLists.txt`` builds them with one line, ``r1build_python_bindings()``, after
@@ -344,7 +345,7 @@ class BindingsSettings:
     Absent: no custom ops."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class ProjectSettings:
     """Manifest-wide settings."""
 
@@ -407,7 +408,7 @@ class ProjectSettings:
     the candidates (both are recorded for the finalists)."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Manifest:
     """A loaded, validated manifest."""
 

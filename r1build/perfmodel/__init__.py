@@ -12,8 +12,9 @@ losing the winner.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from ..convert import record
 from ..manifest.flags import rooted_flags
 from ..manifest.model import KernelSpec, Manifest
 from ..records import Candidate, Result
@@ -37,7 +38,7 @@ def skipped_result(candidate: Candidate, arch: str, prediction: Prediction, best
     )
 
 
-@dataclass
+@record
 class PerfModel:
     """Predictions for one manifest's candidates (see the module docstring), computed once per variant and arch."""
 

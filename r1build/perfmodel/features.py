@@ -13,9 +13,10 @@ import re
 import subprocess
 import tempfile
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
+from ..convert import record
 from ..errors import ToolchainError
 from ..gate.nvcc import DECLARATION_NAME, gencode, parse_ptxas_report
 from ..manifest.cdecl import declaration
@@ -28,7 +29,7 @@ from ..toolchain.nvcc import Toolchain
 __all__ = ["CodeFeatures", "PtxFeatures", "compile_features", "ptx_features"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class PtxFeatures:
     """Static instruction counts of a translation unit's PTX."""
 
@@ -61,7 +62,7 @@ class PtxFeatures:
         return sum(w * c for w, c in total.items()) / n if n else None
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class CodeFeatures:
     """ptxas's report and the PTX counts of one variant for one arch."""
 

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 
+from ..convert import record
 from ..manifest.archs import arch_info
 from ..manifest.model import KernelSpec
 from ..records import Candidate
@@ -115,7 +115,7 @@ def occupancy(arch: str, *, registers: int, shared_bytes: int, threads: int) -> 
     return min(1.0, blocks * warps / max_warps)
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class Prediction:
     """A candidate's predicted lower bound and what it is made of."""
 

@@ -26,11 +26,11 @@ import json
 import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from ..cache import Cache
+from ..convert import record
 from ..filemode import DATASET_SCHEMA_PREFIX
 from ..generate.prompts import signature
 from ..generate.providers import PROFILES, redact
@@ -50,7 +50,7 @@ DatasetFilter = Literal["all", "passed", "winners"]
 _ABSOLUTE_PATH = re.compile(r"""(?<![\w.~/-])/(?:[^\s/:"'()<>`]+/)+([^\s/:"'()<>`]+)""")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _Scrubber:
     secrets: tuple[str, ...]
     places: tuple[tuple[str, str], ...]

@@ -12,11 +12,11 @@ from __future__ import annotations
 import importlib.metadata
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from .. import __version__
+from ..convert import record
 from ..errors import R1BuildError
 from ..settings import EnvSettings, env_settings, lock_mode
 from ..toolchain.extras import CHECK, CUPY, GENERATE
@@ -26,7 +26,7 @@ __all__ = ["Finding", "Level", "diagnose"]
 Level = Literal["ok", "note", "warning", "error"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Finding:
     """One thing ``doctor`` looked at."""
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, field, fields
 from typing import TYPE_CHECKING, Any
 
 from ..cache import Cache, parse_transcript, read_links
+from ..convert import record
 from ..judge import CHECKS_VERSION
 from ..keys import decision_key
 from ..lock import LockEntry, find_vendored, load_lock
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["KernelRecords", "SampleRecord", "SearchRecord", "StatusRow", "project_records"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class StatusRow:
     """One line of ``r1build status``."""
 
@@ -60,7 +61,7 @@ class StatusRow:
         return {**row, **asdict(self.facts)}
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class SampleRecord:
     """One sample of a search, from its transcript."""
 
@@ -94,7 +95,7 @@ class SampleRecord:
     """The answer's content, when one arrived."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class SearchRecord:
     """A search's link under its decision key and its samples."""
 
@@ -110,7 +111,7 @@ class SearchRecord:
     """Transcripts linked but missing or unreadable in the cache."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class KernelRecords:
     """Everything recorded for one kernel × arch of the manifest."""
 

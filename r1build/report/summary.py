@@ -13,9 +13,10 @@ from __future__ import annotations
 import datetime
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Literal
 
+from ..convert import record
 from ..manifest.model import Prices
 from ..profile.summary import profile_summary
 from ..records import CandidateRef, Result, Status
@@ -72,7 +73,7 @@ def candidate_label(ref: CandidateRef) -> str:
     return label
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class WinnerRow:
     """A kernel × arch's winner against its baseline, the cupy reference and the floor."""
 
@@ -138,7 +139,7 @@ def winner_row(records: KernelRecords) -> WinnerRow:
     )
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class SearchPoint:
     """One candidate of a decision, in search order."""
 
@@ -201,7 +202,7 @@ def search_points(records: KernelRecords) -> list[SearchPoint]:
     return points
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class FailureGroup:
     """Failures that share a status and a reason."""
 
@@ -249,7 +250,7 @@ def failure_groups(all_records: Sequence[KernelRecords]) -> list[FailureGroup]:
     return sorted(groups.values(), key=lambda g: (-g.count, g.status, g.reason))
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class SpendRow:
     """What one search spent."""
 
@@ -302,7 +303,7 @@ def spend_row(records: KernelRecords, prices: Prices) -> SpendRow | None:
     )
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class ProvenanceRow:
     """Where a locked winner came from."""
 

@@ -7,10 +7,11 @@ brought to the current version. Never a pass without a GPU: where none can judge
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Literal
 
 from ..cache import Cache
+from ..convert import record
 from ..errors import ConfigError, LockError
 from ..events import Note, Stage, emit
 from ..judge import CHECKS_VERSION, Evaluator, Job
@@ -28,7 +29,7 @@ __all__ = ["Audit", "AuditRow", "audit"]
 Verdict = Literal["passed", "demoted", "not audited"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class AuditRow:
     """One locked winner and what the audit made of it."""
 
@@ -47,7 +48,7 @@ class AuditRow:
     """The GPU that judged it."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Audit:
     """What ``r1build audit`` found, one row per lock entry of the manifest's kernels × archs."""
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 import dataclasses
 import datetime
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from ..cache import LINKS_NAMESPACE, Cache, read_links
+from ..convert import record
 from ..errors import CacheError, ConfigError, UsageError
 from ..keys import decision_key
 from ..manifest import KernelSpec, Manifest
@@ -47,7 +47,7 @@ the stored one passes the static gate and no GPU judged (``passes the gate``: on
 winner the stored decision did not choose (``differs``). ``replay --json`` reports these words."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class GenerationRecord:
     """What ``r1build generate`` keeps of one search, in the cache (:data:`LINKS_NAMESPACE`, by decision
     key): enough for ``r1build replay`` to find its transcripts, and for a person to see what it produced."""
@@ -81,7 +81,7 @@ class ArchSearch(NamedTuple):
     """What it produced."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class Replay:
     """One arch's replay."""
 

@@ -5,10 +5,11 @@ every question shares."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING
 
 from ..cache import Cache
+from ..convert import record
 from ..errors import NoWinnerError
 from ..events import Note, NoteLevel, emit
 from ..judge import Job
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from .judges import Judges
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class Resolved:
     """The winner of one kernel on one arch and how it was found."""
 
@@ -39,7 +40,7 @@ class Resolved:
     gate: Result | None = None
 
 
-@dataclass
+@record
 class Resolution:
     """All winners of one resolve run."""
 
@@ -90,7 +91,7 @@ def kib(n: int) -> str:
     return f"{n / 1024:.1f} KiB"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Question:
     """One kernel × arch to resolve, and the decision key that names it."""
 
@@ -107,7 +108,7 @@ class Question:
         emit(Note(level, message, self.spec.name, self.arch))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Run:
     """What every question of one resolve run shares."""
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from ..cache import Cache
+from ..convert import record
 from ..errors import CompileError, LockError, ResolveError, UsageError
 from ..events import Stage, emit
 from ..keys import decision_key
@@ -89,7 +90,7 @@ def _read_lock(manifest: Manifest, options: ResolveOptions) -> Lock | None:
         return salvage_lock(manifest, damage).lock
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _Looked:
     """One question and what the lock or the cache answered without any work (None: a miss)."""
 

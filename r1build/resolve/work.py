@@ -4,10 +4,11 @@ cache; where neither is possible, the static gate on the user's own sources. One
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..cache import Cache, claim
+from ..convert import record
 from ..errors import EndpointSilentError
 from ..events import Stage, emit
 from ..judge import CHECKS_VERSION, Evaluator
@@ -140,7 +141,7 @@ def _decide(run: Run, q: Question, seeds: list[Candidate]) -> Decision | None:
     return _record_decision(q, cache, judged, run.manifest.timing_regime_of(q.spec))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _Judged:
     """What the work on a miss judged: the candidates in preference order, their results, and the transcripts of
     the search that generated some of them."""

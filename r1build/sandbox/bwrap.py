@@ -16,10 +16,10 @@ import os
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from ..convert import record
 from ..toolchain.runner import run_process
 from .environment import confined_environment
 
@@ -81,7 +81,7 @@ def _inside(child: Path, parent: Path) -> bool:
     return child != parent and child.is_relative_to(parent)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Bubblewrap:
     """The Bubblewrap sandbox: ``exe``, the Python places a confined worker needs, and the secret folders never
     shown."""

@@ -8,10 +8,10 @@ import os
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
+from ..convert import record
 from ..errors import SandboxUnavailableError
 from ..events import Note, emit
 from ..settings import SANDBOX_ENV, env_settings
@@ -42,7 +42,7 @@ OFF_MEANING = (
 """What turning the sandbox off means, said on every run that does."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class Confinement:
     """What one confined process may see besides the system's programs, libraries and headers and the toolkit."""
 
@@ -77,7 +77,7 @@ class Sandbox(Protocol):
         ...
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _Unconfined:
     kind: SandboxKind
 

@@ -11,14 +11,14 @@ the extra.
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
 
+from ..convert import record
 from ..errors import MissingExtraError
 
 __all__ = ["CHECK", "CUPY", "GENERATE", "PLOTLY", "Extra", "installed"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Extra:
     """One optional dependency and what installs it."""
 

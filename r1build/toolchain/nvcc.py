@@ -16,9 +16,9 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
+from ..convert import record
 from ..errors import NvccSettingError, ToolchainError
 from ..filemode import folder_modes, private_folder, write_atomically
 from ..settings import env_settings
@@ -43,7 +43,7 @@ MEMO_NAME = "nvcc-versions.json"
 _MEMO_KEEP = 8
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Toolchain:
     """An nvcc, identified by its version text."""
 
@@ -165,7 +165,7 @@ def toolchain() -> Toolchain:
         raise NvccSettingError(f"{variable}={nvcc} names no usable nvcc: {exc}") from None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GpuArchs:
     """The archs an nvcc can compile for, as it lists them."""
 

@@ -25,10 +25,11 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..convert import record
 from ..digests import canonical_json
 from ..errors import ConfigError, SignatureError
 from ..filemode import replace_problem
@@ -90,7 +91,7 @@ def key_id(raw_public: bytes) -> str:
     return hashlib.sha256(raw_public).hexdigest()[:16]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PublicKey:
     """An Ed25519 public key."""
 
@@ -119,7 +120,7 @@ class PublicKey:
         return True
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PrivateKey:
     """An Ed25519 private key (its repr shows only the public key's id)."""
 
@@ -159,7 +160,7 @@ class PrivateKey:
         return base64.b64encode(raw).decode()
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class KeyPair:
     """A private key and its public key."""
 

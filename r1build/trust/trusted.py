@@ -4,14 +4,16 @@ from :mod:`.signing` (which re-exports it) so that a project trusting no key cos
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING
+
+from ..convert import record
 
 if TYPE_CHECKING:
     from .signing import PublicKey
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TrustedKeys:
     """The public keys whose signatures are accepted, by key id."""
 

@@ -43,9 +43,9 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar, get_args
 
+from ...convert import record
 from ...errors import RemoteCacheError, SignatureError
 from ...events import Note, emit
 from ...keys import digest_bytes
@@ -89,7 +89,7 @@ def signed_message(kind: str, key: str, payload: bytes) -> bytes:
     return entry_payload(f"{kind}/{key}", payload)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RemoteProblem:
     """An object on the remote that must not be used."""
 

@@ -18,8 +18,9 @@ the worker allocates as before.
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
 from typing import Any
+
+from ...convert import record
 
 __all__ = ["ALIGN", "PAST_THE_END", "GuardedArrays", "placement"]
 
@@ -80,7 +81,7 @@ def placement(nbytes: int, granularity: int, align: int = ALIGN) -> tuple[int, i
     return mapped, mapped - padded
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _Region:
     """One reserved address range and the physical memory mapped at its start."""
 

@@ -28,13 +28,14 @@ import math
 import mmap
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
 
+from ...convert import record
 from ...manifest.model import Arg, KernelSpec
 from ...selection.noise import median_error
 from ..child.messages import BenchFill, BenchShapeRequest, TimedShape
@@ -66,7 +67,7 @@ timed as a CUDA graph of back-to-back calls (under 10 us), whose inputs may be r
 faster than device memory."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class BenchSet:
     """One input set of a benchmark shape and the reference's outputs for it."""
 
@@ -81,7 +82,7 @@ class BenchSet:
     left out)."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class BenchShape:
     """Everything checked at one benchmark shape."""
 
@@ -93,7 +94,7 @@ class BenchShape:
     """The first set with one element changed."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class BenchPlan:
     """The benchmark-shape checks of one kernel on GPUs of one L2 size."""
 

@@ -20,19 +20,19 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from ...convert import record
 from ...manifest.model import Tolerance
 from .inputs import GUARD_BYTE, ArrayLayout, numpy_dtype
 
 __all__ = ["Mismatch", "check_guards", "check_unchanged", "compare_output", "compare_outputs", "format_value"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Mismatch:
     """Why one call failed a check."""
 

@@ -15,12 +15,12 @@ same data. Never zeros: zeros hide unwritten outputs and wrong indexing.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from ...convert import record
 from ...errors import EvaluationError
 from ...manifest.model import Arg, KernelSpec
 
@@ -190,7 +190,7 @@ def poison_bytes(dtype: str, index: int) -> bytes:
     return bytes([byte]) * size
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class ArrayLayout:
     """Where one array argument lives inside its allocation during validation."""
 

@@ -37,12 +37,13 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
+from ...convert import record
 from ...errors import EvaluationError
 from ...manifest.model import KernelSpec, Tolerance
 from ...manifest.outputs import call_reference
@@ -166,7 +167,7 @@ _CODES = {
 }
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class CallPlan:
     """One call of a shape's sequence."""
 
@@ -214,7 +215,7 @@ class CallPlan:
         return f"{self.dist} inputs"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ShapePlan:
     """Every call at one test shape."""
 
@@ -228,7 +229,7 @@ class ShapePlan:
     """The sequence of calls into the same buffers."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Verdict:
     """A failed check."""
 
@@ -592,7 +593,7 @@ def _repeat_failure(verdict: Verdict, repeat: ShapePlan, reply: CheckReply, buff
     )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _Repeats:
     """The buffers of the calls of :func:`diagnosis_plan` after they ran, read run by run."""
 

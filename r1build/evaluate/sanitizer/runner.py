@@ -29,10 +29,11 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any, Literal
 
+from ...convert import record
 from ...sandbox import Confinement, Sandbox, run_process, unconfined
 from ..child.harness import BEGIN, DONE, END, FAILED, HELD, RESUMED
 
@@ -69,7 +70,7 @@ _FINDING = re.compile(
 )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SanitizerOutcome:
     """The verdict of one sanitizer run."""
 
@@ -156,7 +157,7 @@ def racecheck_level(detail: str) -> Literal["error", "warning"] | None:
     return "warning" if re.search(r"\b(?:WARN|WARNING|Warning)\b", detail) else None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class BatchRun:
     """What one run over a batch of libraries says."""
 
@@ -181,7 +182,7 @@ def claims_of(queue: Path, token: str) -> tuple[int, ...]:
     return tuple(sorted(taken))
 
 
-@dataclass
+@record
 class _Proc:
     """One finished (or killed) process."""
 
@@ -190,7 +191,7 @@ class _Proc:
     why: Literal["exited", "stalled", "canceled", "not_started"]
 
 
-@dataclass
+@record
 class _Live:
     """What the markers of a running harness said so far."""
 

@@ -33,12 +33,13 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ...convert import record
 from ...filemode import write_atomically
 from ...gate.compile_slots import PrioritySlots, cores
 from ...judge import Job
@@ -97,7 +98,7 @@ def sanitizer_reason(shapes: str, outcome: SanitizerOutcome) -> str:
     return f"compute-sanitizer {outcome.tool} at {shapes}: {outcome.detail}"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class KernelKey:
     """One kernel of one manifest on one arch."""
 
@@ -110,7 +111,7 @@ class KernelKey:
         return cls(str(job.manifest.path), job.spec.name, arch)
 
 
-@dataclass
+@record
 class _Inputs:
     """The sanitizer inputs of one kernel × arch, shared by its candidates."""
 
@@ -183,7 +184,7 @@ class SanitizeRuns:
             self.outcomes.set_result([o for o in self._tools.values() if o is not None])
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class _Queue:
     """The candidates of one kernel × arch waiting for one tool, and its runs."""
 

@@ -10,11 +10,11 @@ cuBLAS SGEMM through cupy and a kernel of independent FMAs. For one shape, the b
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from ...convert import record
 from ...errors import EvaluationError
 from ...manifest.flops import evaluate_flops
 from ...manifest.model import KernelSpec
@@ -28,7 +28,7 @@ FLOORS_SCHEMA = 1
 """Bumped when the measurement changes meaning; older cached floors are then measured again."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DeviceFloors:
     """The measured ceilings of one GPU model."""
 

@@ -9,10 +9,11 @@ The worker times each benchmark shape with CUDA events on the stream, L2 flushed
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
+from ...convert import record
 from ...manifest.model import KernelSpec
 from ...records import Timing
 from ...selection.noise import STOP_ERROR, median_and_spread
@@ -53,7 +54,7 @@ FINALISTS = 3
 """How many of a job's timed candidates (the fastest back to back) are timed again with idle gaps."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SampleStats:
     """Median and spread of one shape's samples."""
 
@@ -146,7 +147,7 @@ def reference_request(spec: KernelSpec, root: str) -> TimeReferenceRequest:
     return {"op": "time_reference", "root": root, "reference": spec.reference, "shapes": shapes}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LibraryTime:
     """The library's time at the first benchmark shape, or why there is none."""
 

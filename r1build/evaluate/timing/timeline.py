@@ -15,8 +15,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any, TypeVar
+
+from ...convert import record
 
 __all__ = ["Meter", "Span", "Timeline", "milestones"]
 
@@ -26,7 +28,7 @@ LIMIT = 100_000
 """Most spans one timeline keeps (later ones are counted, not kept)."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Span:
     """One piece of work."""
 

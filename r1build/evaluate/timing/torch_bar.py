@@ -9,9 +9,10 @@ torch through DLPack).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Literal
 
+from ...convert import record
 from ...manifest.model import KernelSpec
 from ...records import Timing
 from ..child.messages import ReferenceShape, TimeTorchRequest
@@ -32,7 +33,7 @@ def torch_request(
     return {"op": "time_torch", "root": root, "reference": spec.torch_reference, "shapes": shapes, "compile": compile}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TorchTime:
     """The torch bar at the first benchmark shape, or why there is none."""
 
