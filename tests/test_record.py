@@ -15,7 +15,7 @@ import pytest
 from r1build.convert import record
 
 
-def _pair(frozen: bool = False, kw_only: bool = False, eq: bool = True) -> tuple[type, type]:
+def _pair(frozen: bool = False, kw_only: bool = False, eq: bool = True) -> tuple[Any, Any]:
     """The same class body declared by ``dataclass`` and by ``record``."""
 
     def body() -> dict[str, Any]:
@@ -78,7 +78,7 @@ def test_record_matches_dataclass(frozen: bool, kw_only: bool, eq: bool) -> None
         if frozen and eq:
             assert hash(o) == hash(twin)
             assert o == ours(*args, **{**kwargs, "d": [99]})  # d is compare=False
-        changed: Any = dataclasses.replace(o, a=42)
+        changed = dataclasses.replace(o, a=42)
         assert type(changed) is ours and changed.a == 42 and vars(changed) == vars(dataclasses.replace(p, a=42))
         assert _outcome(lambda o=o: setattr(o, "a", 5)) == _outcome(lambda p=p: setattr(p, "a", 5))
         assert _outcome(lambda o=o: setattr(o, "new", 5)) == _outcome(lambda p=p: setattr(p, "new", 5))
