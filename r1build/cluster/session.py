@@ -46,6 +46,9 @@ scheduler takes them from there instead of measuring again)."""
 
 log = logging.getLogger("r1build.cluster")
 
+_STORE_WAIT_S = 30.0
+"""How long closing a session waits for the callbacks storing arrived outcomes (each writes a few cache rows)."""
+
 
 def _import_client() -> type[Client]:
     try:
@@ -329,6 +332,10 @@ class ClusterEvaluator:
         self._jobs: dict[str, _Submitted] = {}
         self._projects: dict[str, ProjectFiles] = {}
         self._running: set[str] = set()
+        self._storing = 0
+        """Callbacks of arrived futures still writing to the cache (on the Dask client's threads)."""
+        self._stored = threading.Condition(self._lock)
+        self._closed = False
         self._context = contextvars.copy_context()
         self._session = uuid.uuid4().hex
         self._client.subscribe_topic(PROGRESS_TOPIC, self._on_event)
@@ -376,14 +383,20 @@ class ClusterEvaluator:
         return results if len(parts) == 1 else _joined(job, results)
 
     def close(self) -> None:
-        """Cancel what is still queued and disconnect."""
+        """Cancel what is still queued, let the callbacks that are storing an arrived outcome finish, and
+        disconnect. The cache is closed after this: a callback still writing to it on a Dask thread while its
+        connection closed crashed the process (a segmentation fault in sqlite3)."""
         with self._lock:
+            self._closed = True
             pending = [s.future for s in self._jobs.values() if s.future is not None and not s.future.done()]
         try:
             if pending:
                 self._client.cancel(pending)
         except Exception as exc:  # the scheduler is gone already
             log.debug("cancelling on close: %s", exc)
+        with self._lock:
+            if not self._stored.wait_for(lambda: self._storing == 0, timeout=_STORE_WAIT_S):
+                log.warning("closing the cluster session with %d outcome(s) still being stored", self._storing)
         self._client.close()
 
     # -- internals ---------------------------------------------------------------------------------------
@@ -472,7 +485,20 @@ class ClusterEvaluator:
 
     def _arrived(self, tag: str, future: Future[JobOutcome]) -> None:
         """A job's future finished (on a thread of the Dask client): store its outcome and gate verdicts now, so a
-        scheduler lost later loses nothing measured."""
+        scheduler lost later loses nothing measured; nothing once the session is closing (the cache closes
+        next)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._storing += 1
+        try:
+            self._store_arrived(tag, future)
+        finally:
+            with self._lock:
+                self._storing -= 1
+                self._stored.notify_all()
+
+    def _store_arrived(self, tag: str, future: Future[JobOutcome]) -> None:
         sub = self._jobs[tag]
         if future.status == "finished":
             try:

@@ -245,13 +245,34 @@ def test_mixed_versions_are_refused(
 @pytest.mark.slow  # two worker processes and three nvcc compiles: about 10 s on 2 shared cores
 def test_a_job_is_split_over_the_workers_of_its_arch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Three variants, two workers of sm_90: each takes a part, the baseline in the first; the decision lists
-    every result once, in the job's order, each speedup over the baseline from the baseline's time."""
+    every result once, in the job's order, each speedup over the baseline from the baseline's time.
+
+    A part's outcome is stored by a callback on a Dask client thread while the resolver, which took the same
+    result from the future, goes on to close the cache: here the store is slowed down, and the cache must close
+    after it (a store racing the close crashed the process in sqlite3)."""
     project = tiny_project(tmp_path / "p", ["sm_90"])
     records = tmp_path / "records"
     records.mkdir()
     _use_fake(monkeypatch, record_dir=str(records))
+    timeline: list[str] = []
+    store, close = ClusterEvaluator._store_arrived, Cache.close
+
+    def slow_store(self: ClusterEvaluator, tag: str, future: Any) -> None:
+        time.sleep(1.0)
+        store(self, tag, future)
+        timeline.append("stored")
+
+    def timed_close(self: Cache) -> None:
+        timeline.append("closed")
+        close(self)
+
+    monkeypatch.setattr(ClusterEvaluator, "_store_arrived", slow_store)
+    monkeypatch.setattr(Cache, "close", timed_close)
     with TestCluster({"a": {"sm_90": 1}, "b": {"sm_90": 1}}) as cluster:
         assert main(cluster_resolve(project, tmp_path / "cache", cluster.address)) == 0
+        time.sleep(1.5)  # a store that had not started by the close would have run by now
+    assert timeline[-1] == "closed" and "stored" in timeline, timeline
+    monkeypatch.undo()
     parts = _records(records)
     assert sorted(len(r["candidates"]) for r in parts) == [1, 2] and {r["worker"] for r in parts} == {"a", "b"}
     with Cache(tmp_path / "cache") as cache:
