@@ -204,6 +204,19 @@ recheck() {  # the tests the final phase failed, after their fixes: PTX wheels, 
   for f in rest recheck_ptx recheck_loop; do tail -n 4 "$OUT/$f.log"; done
 }
 
+fixes() {  # what the last call failed, after its fixes: the cheats of FIXES_K in every run beside the GPU tests of
+  # FIXES_TESTS (node ids), each limited to FIXES_LIMIT (240 s)
+  local site; site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  timeout "${FIXES_LIMIT:-240}" python3 -m pytest tests/evaluate/test_evaluate_cheats.py -k "${FIXES_K:-honest}" -q \
+    -rfE --tb=line -p no:cacheprovider -p no:benchmark > "$OUT/cheats.log" 2>&1 &
+  # shellcheck disable=SC2086
+  PYTHONPATH="$PYTHONPATH:$site" R1BUILD_TEST_SITE_PATH="/tmp/site:$site" R1BUILD_TEST_SYSTEM_SITE=1 \
+    R1BUILD_CACHE_DIR=/tmp/c-fixes timeout "${FIXES_LIMIT:-240}" python3 -m pytest -m gpu -q -rfE --tb=short \
+    -p no:cacheprovider -p no:benchmark ${FIXES_TESTS:-tests/evaluate/test_evaluate_pristine.py} > "$OUT/rest.log" 2>&1 &
+  wait
+  for f in cheats rest; do echo "== $f"; tail -n 6 "$OUT/$f.log"; done
+}
+
 # phases to run (default: all, the cheats beside the rest); e.g. `bash bench/gpu_session.sh quiet cheats` in one
 # call and `bash bench/gpu_session.sh rest` in the next, where one call's 10 minutes are not enough for all
 if [ $# -eq 0 ]; then

@@ -19,6 +19,7 @@ from .keys import canonical_json, digest_bytes, variant_digest
 
 __all__ = [
     "BUILD_MODE_WORDS",
+    "NOTE_LIMIT",
     "Candidate",
     "CandidateOutcome",
     "CandidateRef",
@@ -40,6 +41,7 @@ __all__ = [
     "Validation",
     "WinnerFacts",
     "from_json",
+    "note_line",
     "provenance_of",
     "to_json",
     "validation_of",
@@ -88,6 +90,19 @@ Standing = Literal[
 winner, one with ``no winner``, or nothing yet (``baseline only`` to fall back on, or ``unresolved``)."""
 
 T = TypeVar("T")
+
+
+NOTE_LIMIT = 600
+"""The most characters of a note a winner's facts carry into the lock (``library-note``, ``torch-note``,
+``regime-note``, ``demoted``): the lock's verification refuses longer ones."""
+
+
+def note_line(text: str, limit: int = NOTE_LIMIT) -> str:
+    """``text`` as a note the lock holds: one line of printable ASCII without backslashes (others become ``?``,
+    runs of white space one space), at most ``limit`` characters (cut with ``...``). A note quotes errors, paths
+    and a judge's reasons, any of which may hold what the lock's verification refuses."""
+    line = "".join(ch if " " <= ch <= "~" and ch != "\\" else "?" for ch in " ".join(text.split()))
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def provenance_of(origin: Origin, defines: dict[str, int | str]) -> Provenance:

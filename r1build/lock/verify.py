@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, get_args
 from ..keys import digest_bytes, variant_digest
 from ..manifest.archs import parse_arch
 from ..manifest.model import KernelSpec, Manifest
-from ..records import Provenance
+from ..records import NOTE_LIMIT, Provenance
 from ..toolchain.defines import define_problem
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _SHORT = re.compile(r"[0-9a-f]{16}")
 _TEXT = re.compile(r"[\x20-\x5b\x5d-\x7e]{1,200}")  # printable ASCII without backslash, one line
-_REASON = re.compile(r"[\x20-\x5b\x5d-\x7e]{1,600}")  # the same, longer: a reason quotes the judge
+_REASON = re.compile(rf"[\x20-\x5b\x5d-\x7e]{{1,{NOTE_LIMIT}}}")  # the same, longer: a note quotes the judge
 _PATH = re.compile(r"[A-Za-z0-9_.+-]+(?:/[A-Za-z0-9_.+-]+)*")
 
 FieldProblem = tuple[str, str]
@@ -84,11 +84,11 @@ def entry_problem(e: LockEntry) -> FieldProblem | None:
             return "provenance", (
                 f"'tuned' is a hand-written source with defines; this entry has {'defines' if e.defines else 'none'}"
             )
-    for name in ("model", "gpu", "toolchain", "library_note"):
+    for name in ("model", "gpu", "toolchain"):
         value = getattr(e, name)
         if value is not None and not _TEXT.fullmatch(value):
             return name.replace("_", "-"), f"{value!r} is not one printable line"
-    for name in ("demoted", "regime_note", "torch_note"):
+    for name in ("demoted", "regime_note", "torch_note", "library_note"):
         value = getattr(e, name)
         if value is not None and not _REASON.fullmatch(value):
             return name.replace("_", "-"), f"{value[:80]!r} is not one printable line of at most 600 characters"

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Literal
+from typing import Any, Literal
 
 __all__ = ["IDENTIFIER", "MAX_NAME", "name_problem"]
 
@@ -134,18 +134,23 @@ _MATH = _math_names()
 
 
 @functools.cache
-def _exported(name: str) -> bool:
-    """Whether the running C library or libm exports a symbol ``name`` (Linux: glibc, musl)."""
+def _c_libraries() -> tuple[Any, ...]:
+    """The running C library and libm, opened once (Linux: glibc, musl)."""
     import ctypes  # here: most names are settled without it
 
+    handles = []
     for lib in ("libc.so.6", "libm.so.6", "libc.so"):
         try:
-            handle = ctypes.CDLL(lib)
+            handles.append(ctypes.CDLL(lib))
         except OSError:
             continue
-        if hasattr(handle, name):
-            return True
-    return False
+    return tuple(handles)
+
+
+@functools.cache
+def _exported(name: str) -> bool:
+    """Whether the running C library or libm exports a symbol ``name``."""
+    return any(hasattr(handle, name) for handle in _c_libraries())
 
 
 def name_problem(name: str, kind: Kind) -> str | None:

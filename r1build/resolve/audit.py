@@ -18,7 +18,7 @@ from ..judge import CHECKS_VERSION, Evaluator, Job
 from ..keys import decision_key
 from ..lock import Lock, LockEntry, load_lock, lock_path, write_lock
 from ..manifest import KernelSpec, Manifest
-from ..records import Candidate, Result
+from ..records import Candidate, Result, note_line
 from .judges import Judges
 from .lookup import origin_of
 from .model import Question
@@ -132,8 +132,7 @@ def demotion_reason(result: Result) -> str:
     lines = [line.strip() for line in result.detail.splitlines() if line.strip()]
     why = f"{result.status}: {lines[0]}" if lines else result.status
     text = f"GPU checks v{CHECKS_VERSION} on {result.device or 'the GPU'} rejected it ({why})"
-    text = "".join(ch if " " <= ch <= "~" and ch != "\\" else "?" for ch in text)
-    return text if len(text) <= 600 else text[:597] + "..."
+    return note_line(text)
 
 
 def _judged(cache: Cache, entry: LockEntry, result: Result) -> tuple[AuditRow, LockEntry]:

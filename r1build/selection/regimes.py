@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ..manifest.model import TimingRegime
-from ..records import Result
+from ..records import Result, note_line
 from .rules import MIN_LEAD, C, select_winner
 
 __all__ = ["BACK_TO_BACK", "IDLE_GAPS", "in_regime", "mark_regimes", "regime_time", "select_in_regime"]
@@ -82,7 +82,7 @@ def mark_regimes(
         f"wins {ranking} only: {other} ranks {_label(rival)} first ({theirs:.2f} us against this winner's "
         f"{mine:.2f} us)"
     )
-    out[i] = replace(results[i], timing=replace(timing, regime_note=note))
+    out[i] = replace(results[i], timing=replace(timing, regime_note=note_line(note)))
     return out
 
 

@@ -263,8 +263,8 @@ def test_the_last_shape_replays_one_graph_calls_concurrently_and_every_shape_run
         "ties",
         "denormal",
     ]
-    assert modes[15:] == ["concurrent"] * 4 + ["after", "smem", "smem", "direct"]  # the precision call last
-    assert [c.buffers for c in last.calls[15:20]] == [0, 1, 0, 1, 0]  # each pair in two buffer sets
+    assert modes[15:] == ["concurrent"] * 6 + ["after", "smem", "smem", "direct"]  # the precision call last
+    assert [c.buffers for c in last.calls[15:22]] == [0, 1, 0, 1, 0, 1, 0]  # each pair in two buffer sets
     pair = last.calls[15:17]
     assert not np.array_equal(pair[0].inputs["x"], pair[1].inputs["x"])  # different inputs, both verified
     assert all("replay" not in [c.mode for c in p.calls] for p in plans[:-1])
@@ -272,7 +272,7 @@ def test_the_last_shape_replays_one_graph_calls_concurrently_and_every_shape_run
     _, aligned = _plan(root_manifest, "matmul")
     assert all("aligned" not in [c.mode for c in p.calls] for p in aligned)
     header, _ = check_request(spec, last, "lib")
-    assert [c["buffers"] for c in header["calls"]][11:20] == [2, 2, 2, 2, 0, 1, 0, 1, 0]
+    assert [c["buffers"] for c in header["calls"]][11:22] == [2, 2, 2, 2, 0, 1, 0, 1, 0, 1, 0]
     assert [c["mode"] for c in header["calls"]] == modes
 
     good = [b for i in range(len(last.calls)) for b in _allocs(last, i)]
@@ -293,7 +293,7 @@ def test_the_last_shape_replays_one_graph_calls_concurrently_and_every_shape_run
     assert "256-byte-aligned pointers" in broken(12).detail and "large inputs" in broken(12).detail
     concurrent = broken(16).detail
     assert "not reentrant" in concurrent and "concurrently on different streams" in concurrent
-    assert "called alone" in broken(19).detail or "made alone" in broken(19).detail
+    assert "called alone" in broken(21).detail or "made alone" in broken(21).detail
 
 
 def test_a_launch_error_the_call_left_unread_is_named(root_manifest: Manifest) -> None:

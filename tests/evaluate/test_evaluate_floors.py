@@ -77,3 +77,34 @@ def test_library_failure_is_kept_with_its_reason(root_manifest: Manifest) -> Non
     assert "gpu-reference kernels.gpu_ref:silu_mul failed" in str(
         library_time(own, {"ok": False, "error": "boom"}).note
     )
+
+
+def test_a_library_note_from_any_error_is_one_the_lock_accepts(root_manifest: Manifest) -> None:
+    """The library's error is quoted into the winner's facts and the lock: a long one (a reference module not found,
+    with its folder's path) or one with a backslash, a tab or non-ASCII text made a note the lock's verification
+    refused, and the winner just measured was thrown away (seen on an H100)."""
+    import dataclasses
+
+    from r1build.evaluate.timing.stats import SampleStats, build_timing, library_time
+    from r1build.lock import load_lock
+    from r1build.lock.verify import entry_problem
+    from r1build.records import NOTE_LIMIT
+
+    spec = root_manifest.kernel("silu_mul")
+    stats = [SampleStats(10.0, 0.01, 50) for _ in spec.bench_shapes]
+    lock = load_lock(root_manifest)
+    assert lock is not None
+    entry = next(e for e in lock.kernel if e.name == "silu_mul")
+    folder = "/tmp/pytest-of-root/pytest-1/" + "d" * 150 + "/caf\u00e9\\proj"
+    errors = [
+        f"ReferenceProblem: module 'ref' not found next to the manifest (looked for ref.py in {folder})",
+        "Traceback:\n\tline 1\n" + "x" * 5000,
+    ]
+    for error in errors:
+        for reply in ({"ok": True, "shapes": [{"error": error}]}, {"ok": False, "error": error}):
+            note = library_time(spec, reply).note
+            assert note is not None and len(note) <= NOTE_LIMIT and "\n" not in note and "\\" not in note
+            timing = build_timing(spec, stats, floors=None, baseline_us=None, library=library_time(spec, reply))
+            assert timing.library_note == note
+            assert entry_problem(dataclasses.replace(entry, library_note=note)) is None
+    assert entry_problem(dataclasses.replace(entry, library_note="x" * (NOTE_LIMIT + 1))) is not None

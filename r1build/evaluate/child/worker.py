@@ -51,7 +51,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, NoReturn
 
 from ...selection.noise import settled
 from .extras import graph_replays, lazy_output_call
@@ -247,6 +247,8 @@ class Worker:
         self._sink: Any = None
         self._side: Any = None
         """The second stream of the ``concurrent`` calls."""
+        self._hold: Any = None
+        """The stream whose spin kernel holds both ``concurrent`` calls until one event releases them."""
         self._guarded_now = False
         """Whether every array of the benchmark shape being timed ends at unmapped memory."""
         self._events: list[tuple[Any, Any]] = []
@@ -315,7 +317,7 @@ class Worker:
         except Exception:
             return False
 
-    def settle(self, where: str, exc: BaseException) -> None:
+    def settle(self, where: str, exc: BaseException) -> NoReturn:
         """After a CUDA error: raise :class:`ContextLost` when the context is gone, else :class:`CallFailed`."""
         text = f"{where}: {exc}"
         if not self.context_ok():
@@ -338,10 +340,11 @@ class Worker:
         return self.libs[key][1]
 
     # -- GPU helpers -------------------------------------------------------------------------------------
-    def spin(self, microseconds: float) -> None:
+    def spin(self, microseconds: float, stream: Any = None) -> None:
+        """Hold ``stream`` (the worker's own by default) for ``microseconds`` with a one-thread spin kernel."""
         kernel = self.kernel("r1_spin")
         cycles = int(microseconds * self.clock_khz / 1000.0)
-        with self.stream:
+        with stream if stream is not None else self.stream:
             kernel((1,), (1,), (self.cp.int64(cycles),))
 
     def flush_l2(self) -> None:
@@ -617,13 +620,18 @@ class Worker:
             record["launch_error"] = self.launch_error(fn)
 
     def _concurrent(self, fn: Any, first: list[Any], second: list[Any]) -> tuple[int, int]:
-        """Two calls that start at the same moment on two streams: both streams wait behind one spin kernel,
-        queued before either call, so neither call's kernels run before the other's are launched. Their rcs."""
+        """Two calls that start at the same moment on two streams: a spin kernel on a third stream holds both,
+        each stream waiting on the one event recorded after it, so both calls are launched before either runs and
+        both are released by the same event (a call queued behind the spin on its own stream started some
+        microseconds before one waiting on the event: a small call was over before the other began, and
+        state shared between calls went unseen on an H100). Their rcs."""
         if self._side is None:
             self._side = self.cp.cuda.Stream(non_blocking=True)
+            self._hold = self.cp.cuda.Stream(non_blocking=True)
         gate = self.cp.cuda.Event(disable_timing=True)
-        self.spin(_CONCURRENT_HOLD_US)
-        gate.record(self.stream)
+        self.spin(_CONCURRENT_HOLD_US, self._hold)
+        gate.record(self._hold)
+        self.stream.wait_event(gate)
         self._side.wait_event(gate)
         rc_first = int(fn(*first, self.stream.ptr))
         rc_second = int(fn(*second, self._side.ptr))
@@ -834,7 +842,7 @@ class Worker:
             except (self.rt.CUDARuntimeError, CallFailed) as exc:
                 if isinstance(exc, CallFailed) and self.context_ok():
                     raise
-                self.settle(f"timing shape {si}" + (f" ({PAST_THE_END})" if self._guarded_now else ""), exc)
+                self._timing_failed(fn, si, exc)
             finally:
                 self.cp.get_default_memory_pool().free_all_blocks()
                 if self.guarded is not None and self.context_ok():
@@ -848,6 +856,20 @@ class Worker:
             reply["parked"] = {"handle": self.parking.handle, "size": self.parking.size}
         reply["shapes"] = shapes_out
         return reply, []
+
+    def _timing_failed(self, fn: Any, si: int, exc: BaseException) -> NoReturn:
+        """Raise what a CUDA error while timing shape ``si`` means: a launch that failed in the library's own
+        runtime while the call returned cudaSuccess (an invalid configuration only at the benchmark size spoils
+        the capture of the timed graph, and the capture's error hid it); else the error, with where an illegal
+        address at a benchmark shape points (past the end of an array)."""
+        where = f"timing shape {si}"
+        if self.context_ok():
+            launch = self.launch_error(fn)
+            if launch is not None:
+                raise CallFailed(
+                    f"{where}: the call's launch failed: {launch}, though the call returned cudaSuccess (then: {exc})"
+                )
+        self.settle(where + (f" ({PAST_THE_END})" if self._guarded_now else ""), exc)
 
     def _time_idle(
         self, fn: Any, shape: BenchShapeRequest, budget_us: float, counts: tuple[int, int, float], gap_us: float

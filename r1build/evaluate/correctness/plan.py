@@ -118,10 +118,13 @@ _CONCURRENT: tuple[tuple[str, Mode, int | None], ...] = (
     ("large", "concurrent", None),
     ("ties", "concurrent", None),
     ("signed", "concurrent", None),
+    ("large", "concurrent", None),
+    ("ties", "concurrent", None),
     ("large", "after", None),
 )
-"""At the last test shape: two pairs of calls made at once on two streams (different inputs, buffer sets 0 and 1),
-then one call alone: a kernel may be called concurrently on different streams."""
+"""At the last test shape: three pairs of calls made at once on two streams (different inputs, buffer sets 0 and
+1), then one call alone: a kernel may be called concurrently on different streams. Whether two calls overlap is
+up to the GPU's scheduler: each pair is another chance for state shared between calls to show."""
 _SMEM: tuple[tuple[str, Mode, int | None], ...] = (
     ("signed", "smem", SMEM_PATTERNS[0]),
     ("signed", "smem", SMEM_PATTERNS[1]),

@@ -15,7 +15,7 @@ import numpy as np
 
 from ...convert import record
 from ...manifest.model import KernelSpec
-from ...records import Timing
+from ...records import Timing, note_line
 from ...selection.noise import STOP_ERROR, median_and_spread
 from ..child.messages import (
     ArrayRequest,
@@ -164,11 +164,14 @@ def library_time(spec: KernelSpec, reply: Mapping[str, object]) -> LibraryTime:
     first = shapes[0] if isinstance(shapes, list) and shapes and isinstance(shapes[0], dict) else None
     if reply.get("ok") and first is not None and isinstance(first.get("samples_us"), list) and first["samples_us"]:
         return LibraryTime(summarize([float(x) for x in first["samples_us"]]).median_us)
-    why = str((first or {}).get("error") or reply.get("error") or "no samples came back")[:300]
+    why = note_line(str((first or {}).get("error") or reply.get("error") or "no samples came back"), 300)
     if spec.gpu_reference is not None:
-        return LibraryTime(None, f"the gpu-reference {spec.gpu_reference} failed on cupy ({why})")
+        return LibraryTime(None, note_line(f"the gpu-reference {spec.gpu_reference} failed on cupy ({why})"))
     return LibraryTime(
-        None, f"the reference does not run on cupy ({why}); name a `gpu-reference` written for cupy to time the library"
+        None,
+        note_line(
+            f"the reference does not run on cupy ({why}); name a `gpu-reference` written for cupy to time the library"
+        ),
     )
 
 

@@ -14,7 +14,7 @@ from typing import Literal
 
 from ...convert import record
 from ...manifest.model import KernelSpec
-from ...records import Timing
+from ...records import Timing, note_line
 from ..child.messages import ReferenceShape, TimeTorchRequest
 from .stats import summarize
 
@@ -68,11 +68,8 @@ def torch_time(spec: KernelSpec, reply: Mapping[str, object]) -> TorchTime:
         why = "; ".join(f"{m}: {first[f'{m}_error']}" for m in ("eager", "compile") if first.get(f"{m}_error"))
     else:
         why = str(reply.get("error") or "")
-    why = "".join(
-        c if " " <= c <= "~" and c != "\\" else "?" for c in " ".join((why or "no samples came back").split())
-    )
-    why = why[:300]  # one printable line: the lock's torch-note
-    return TorchTime(None, note=f"the torch-reference {spec.torch_reference} could not be timed ({why})")
+    why = note_line(why or "no samples came back", 300)
+    return TorchTime(None, note=note_line(f"the torch-reference {spec.torch_reference} could not be timed ({why})"))
 
 
 def with_torch(timing: Timing, torch: TorchTime | None) -> Timing:
