@@ -1,30 +1,31 @@
-"""Records: how r1build declares them (:func:`record`) and turns parsed TOML and JSON into them (:func:`convert`,
-driven by their type hints).
+"""Records: how r1build declares them (:func:`record`, :func:`field`) and turns parsed TOML and JSON into them
+(:func:`convert`, driven by their type hints).
+
+``@record(frozen=True)`` makes what ``@dataclass(frozen=True)`` makes, as callers see it: keyword and positional
+arguments, defaults and ``default_factory``, ``kw_only``, ``__post_init__``, ``repr=False`` and ``compare=False``
+fields, equality and hashing by the compared fields, :class:`FrozenInstanceError` (an AttributeError) on
+assignment, ``match``, pickling; :func:`fields`, :func:`replace` and :func:`asdict` here, and mypy's view of the
+class through :func:`typing.dataclass_transform`. :mod:`dataclasses` itself (``dataclasses.replace``,
+``fields``, ``asdict``, ``is_dataclass``) works on a record too: the first time it asks, the record's
+``__dataclass_fields__`` is made from its fields.
+
+Why not ``@dataclass``: it writes each class's ``__init__``, ``__repr__``, ``__eq__``, ``__hash__``,
+``__setattr__`` and ``__delattr__`` as source text and compiles it, about 0.3 ms a frozen class on CPython 3.11,
+and importing it imports :mod:`inspect` and :mod:`ast` (~4 ms): a first ``resolve --locked`` spent ~20 ms of
+~90 ms on them (issue 29, bench/first_run_floor.py). Here each method is written once and reads the class's fields
+from a :class:`_Layout` made when the class is: a record costs ~15 µs to declare and about a microsecond more to
+construct.
 
 Every conversion problem becomes a :class:`ConversionProblem` with the key path it concerns, so the loader can
 point at the file and line. Unknown keys get a did-you-mean.
-
-``@record(frozen=True)`` makes the same class ``@dataclass(frozen=True)`` makes, field for field
-(:func:`dataclasses.fields`, :func:`dataclasses.replace`, :func:`dataclasses.asdict`, ``match``, pickling, mypy's
-view of its ``__init__`` through :func:`typing.dataclass_transform`), and behaves the same: keyword and positional
-arguments, defaults and ``default_factory``, ``kw_only``, ``__post_init__``, ``repr=False`` and ``compare=False``
-fields, equality and hashing by the compared fields, :class:`dataclasses.FrozenInstanceError` on assignment.
-Why not ``@dataclass`` itself: it writes each class's ``__init__``, ``__repr__``, ``__eq__``, ``__hash__``,
-``__setattr__`` and ``__delattr__`` as source text and compiles it, about 0.3 ms a frozen class on CPython 3.11;
-the ~50 records a ``resolve --locked`` imports spent ~15 ms of a ~90 ms command in the compiler
-(bench/first_run_floor.py). Here each method is written once and reads the class's fields from a
-:class:`_Layout` made when the class is (no code is compiled): a record costs ~30 µs to declare and about a
-microsecond more to construct.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import types
 import typing
-from collections.abc import Callable, Sequence
-from dataclasses import MISSING, FrozenInstanceError
+from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
 from reprlib import recursive_repr
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union, get_args, get_origin, overload
@@ -39,7 +40,22 @@ else:  # 3.10: the marker is for type checkers alone
         return lambda f: f
 
 
-__all__ = ["ConversionProblem", "KeyPath", "convert", "did_you_mean", "field_key", "record"]
+__all__ = [
+    "MISSING",
+    "ConversionProblem",
+    "Field",
+    "FrozenInstanceError",
+    "KeyPath",
+    "asdict",
+    "convert",
+    "did_you_mean",
+    "field",
+    "field_key",
+    "fields",
+    "is_record",
+    "record",
+    "replace",
+]
 
 KeyPath = tuple[str | int, ...]
 T = TypeVar("T")
@@ -48,13 +64,113 @@ _R = TypeVar("_R")
 _LAYOUT = "__record_layout__"
 
 
+class _Missing:
+    """The value of a field's ``default`` or ``default_factory`` that it has none."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()
+
+
+class FrozenInstanceError(AttributeError):
+    """Assignment to a field of a frozen record (or deletion of one)."""
+
+
+class Field:
+    """One field of a record, as :func:`fields` returns it (the attributes of :class:`dataclasses.Field` that
+    r1build reads)."""
+
+    __slots__ = ("compare", "default", "default_factory", "init", "kw_only", "metadata", "name", "repr", "type")
+
+    def __init__(
+        self,
+        default: Any = MISSING,
+        default_factory: Any = MISSING,
+        init: bool = True,
+        repr: bool = True,
+        compare: bool = True,
+        kw_only: Any = MISSING,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        if default is not MISSING and default_factory is not MISSING:
+            raise ValueError("cannot specify both default and default_factory")
+        self.name: str = ""
+        self.type: Any = None
+        self.default, self.default_factory = default, default_factory
+        self.init, self.repr, self.compare, self.kw_only = init, repr, compare, kw_only
+        self.metadata: Mapping[str, Any] = types.MappingProxyType(dict(metadata or {}))
+
+    def __repr__(self) -> str:
+        return f"Field(name={self.name!r}, default={self.default!r}, init={self.init}, kw_only={self.kw_only})"
+
+
+@overload
+def field(
+    *,
+    default: _R,
+    init: bool = ...,
+    repr: bool = ...,
+    compare: bool = ...,
+    kw_only: bool = ...,
+    metadata: Mapping[str, Any] | None = ...,
+) -> _R: ...
+@overload
+def field(
+    *,
+    default_factory: Callable[[], _R],
+    init: bool = ...,
+    repr: bool = ...,
+    compare: bool = ...,
+    kw_only: bool = ...,
+    metadata: Mapping[str, Any] | None = ...,
+) -> _R: ...
+@overload
+def field(
+    *,
+    init: bool = ...,
+    repr: bool = ...,
+    compare: bool = ...,
+    kw_only: bool = ...,
+    metadata: Mapping[str, Any] | None = ...,
+) -> Any: ...
+
+
+def field(
+    *,
+    default: Any = MISSING,
+    default_factory: Any = MISSING,
+    init: bool = True,
+    repr: bool = True,
+    compare: bool = True,
+    kw_only: Any = MISSING,
+    metadata: Mapping[str, Any] | None = None,
+) -> Any:
+    """A field of a record with more than a plain default, as :func:`dataclasses.field`."""
+    return Field(default, default_factory, init, repr, compare, kw_only, metadata)
+
+
 class _Layout:
     """What the shared methods need of one record class, worked out once when the class is declared."""
 
-    __slots__ = ("compared", "factories", "fields", "frozen", "init_names", "positional", "post_init", "shown")
+    __slots__ = (
+        "all",
+        "compared",
+        "factories",
+        "fields",
+        "frozen",
+        "init_names",
+        "positional",
+        "post_init",
+        "shown",
+    )
 
-    def __init__(self, cls: type, fields: tuple[dataclasses.Field[Any], ...], frozen: bool) -> None:
+    def __init__(self, cls: type, fields: tuple[Field, ...], frozen: bool) -> None:
         init = [f for f in fields if f.init]
+        self.all = fields
         self.fields = frozenset(f.name for f in fields)
         self.init_names = {f.name: f for f in init}
         self.positional = tuple(f.name for f in init if not f.kw_only)
@@ -65,12 +181,12 @@ class _Layout:
         self.frozen = frozen
 
 
-def _has_default(f: dataclasses.Field[Any]) -> bool:
+def _has_default(f: Field) -> bool:
     return f.default is not MISSING or f.default_factory is not MISSING
 
 
-def _default(f: dataclasses.Field[Any]) -> Any:
-    return f.default if f.default is not MISSING else f.default_factory()  # type: ignore[operator]
+def _default(f: Field) -> Any:
+    return f.default if f.default is not MISSING else f.default_factory()
 
 
 def _getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
@@ -154,6 +270,91 @@ def _hash_action(cls: type, eq: bool, frozen: bool) -> Any:
     return _hash if frozen else None
 
 
+def _is_classvar(annotation: Any) -> bool:
+    if isinstance(annotation, str):
+        return annotation.startswith(("ClassVar", "typing.ClassVar"))
+    return annotation is typing.ClassVar or get_origin(annotation) is typing.ClassVar
+
+
+def _as_field(value: Any) -> Any:
+    """A :func:`dataclasses.field` in a record's body as this module's :class:`Field` (the value else)."""
+    if type(value).__name__ != "Field" or type(value).__module__ != "dataclasses":
+        return value
+    kw_only = value.kw_only if isinstance(value.kw_only, bool) else MISSING
+    default = MISSING if type(value.default).__name__ == "_MISSING_TYPE" else value.default
+    factory = MISSING if type(value.default_factory).__name__ == "_MISSING_TYPE" else value.default_factory
+    return Field(default, factory, value.init, value.repr, value.compare, kw_only, value.metadata)
+
+
+def _own_fields(cls: type, kw_only: bool) -> list[Field]:
+    """The fields ``cls``'s own body declares, in order; a default stays a class attribute, a :func:`field`
+    gives way to its default (or to nothing), as with dataclasses."""
+    out = []
+    for name, annotation in cls.__dict__.get("__annotations__", {}).items():  # noqa: RUF063 (not inspect: its import)
+        if _is_classvar(annotation):
+            continue
+        value = _as_field(cls.__dict__.get(name, MISSING))
+        f = value if isinstance(value, Field) else Field(default=value)
+        f.name, f.type = name, annotation
+        if f.kw_only is MISSING:
+            f.kw_only = kw_only
+        if isinstance(f.default, (list, dict, set)):
+            raise ValueError(f"{cls.__qualname__}.{name}: mutable default {type(f.default)} (use default_factory)")
+        if isinstance(value, Field):
+            if f.default is MISSING:
+                delattr(cls, name)
+            else:
+                setattr(cls, name, f.default)
+        out.append(f)
+    return out
+
+
+def _all_fields(cls: type, kw_only: bool) -> tuple[Field, ...]:
+    """The fields of ``cls``: its record bases' first (a field declared again keeps its place), then its own;
+    refused where a positional field without a default follows one with a default."""
+    found: dict[str, Field] = {}
+    for base in reversed(cls.__mro__[1:]):
+        layout = base.__dict__.get(_LAYOUT)
+        if layout is not None:
+            found.update((f.name, f) for f in layout.all)
+    found.update((f.name, f) for f in _own_fields(cls, kw_only))
+    defaulted = False
+    for f in found.values():
+        if f.init and not f.kw_only:
+            if defaulted and not _has_default(f):
+                raise TypeError(f"{cls.__qualname__}: non-default argument {f.name!r} follows default argument")
+            defaulted = defaulted or _has_default(f)
+    return tuple(found.values())
+
+
+class _DataclassFields:
+    """A record's ``__dataclass_fields__``, made from its fields the first time :mod:`dataclasses` asks
+    (``dataclasses.replace``, ``fields``, ``asdict``, ``is_dataclass``): importing dataclasses costs what r1build's
+    own imports save, so only what asks pays it."""
+
+    def __get__(self, obj: Any, owner: type) -> dict[str, Any]:
+        made = owner.__dict__.get("__record_dataclass_fields__")
+        if made is None:
+            import dataclasses  # here: only a caller of dataclasses' functions on a record pays for it
+
+            annotations = {f.name: f.type for f in fields(owner)}
+            body: dict[str, Any] = {"__annotations__": annotations, "__module__": owner.__module__}
+            for f in fields(owner):
+                kwargs = {"default": f.default} if f.default is not MISSING else {}
+                if f.default_factory is not MISSING:
+                    kwargs["default_factory"] = f.default_factory
+                body[f.name] = dataclasses.field(
+                    init=f.init, repr=f.repr, compare=f.compare, kw_only=f.kw_only, metadata=f.metadata, **kwargs
+                )
+            shadow: Any = dataclasses.dataclass(type(owner.__name__, (), body), init=False, repr=False, eq=False)
+            made = dict(shadow.__dataclass_fields__)
+            type.__setattr__(owner, "__record_dataclass_fields__", made)
+        return made
+
+
+_DATACLASS_FIELDS = _DataclassFields()
+
+
 def _declare(cls: type[_R], frozen: bool, kw_only: bool, eq: bool) -> type[_R]:
     for base in cls.__mro__[1:]:
         layout = base.__dict__.get(_LAYOUT)
@@ -163,8 +364,10 @@ def _declare(cls: type[_R], frozen: bool, kw_only: bool, eq: bool) -> type[_R]:
     if frozen and ("__setattr__" in cls.__dict__ or "__delattr__" in cls.__dict__):
         raise TypeError(f"{cls.__qualname__}: cannot overwrite __setattr__ or __delattr__ of a frozen record")
     hash_to = _hash_action(cls, eq, frozen)
-    dataclasses.dataclass(cls, init=False, repr=False, eq=False, kw_only=kw_only)
-    setattr(cls, _LAYOUT, _Layout(cls, dataclasses.fields(cls), frozen))  # type: ignore[arg-type]
+    layout = _Layout(cls, _all_fields(cls, kw_only), frozen)
+    setattr(cls, _LAYOUT, layout)
+    cls.__dataclass_fields__ = _DATACLASS_FIELDS  # type: ignore[attr-defined]
+    cls.__match_args__ = layout.positional  # type: ignore[attr-defined,misc]
     methods: dict[str, Any] = {"__init__": _init, "__repr__": _repr}
     if eq:
         methods["__eq__"] = _eq
@@ -184,16 +387,61 @@ def record(cls: type[_R], /) -> type[_R]: ...
 def record(*, frozen: bool = ..., kw_only: bool = ..., eq: bool = ...) -> Callable[[type[_R]], type[_R]]: ...
 
 
-@dataclass_transform(field_specifiers=(dataclasses.field, dataclasses.Field))
+@dataclass_transform(field_specifiers=(field, Field))
 def record(
     cls: type[_R] | None = None, /, *, frozen: bool = False, kw_only: bool = False, eq: bool = True
 ) -> type[_R] | Callable[[type[_R]], type[_R]]:
     """Declare ``cls`` a record: ``@record``, ``@record(frozen=True)``, ``@record(frozen=True, kw_only=True)``,
-    ``@record(eq=False)``, as with :func:`dataclasses.dataclass` (fields are declared with
-    :func:`dataclasses.field`)."""
+    ``@record(eq=False)``, as with :func:`dataclasses.dataclass` (fields with more than a default are declared
+    with :func:`field`)."""
     if cls is None:
         return lambda c: _declare(c, frozen, kw_only, eq)
     return _declare(cls, frozen, kw_only, eq)
+
+
+def is_record(obj: Any) -> bool:
+    """Whether ``obj`` is a record class or a record."""
+    return hasattr(obj if isinstance(obj, type) else type(obj), _LAYOUT)
+
+
+def fields(obj: Any) -> tuple[Field, ...]:
+    """The fields of a record class or record, in order (TypeError for anything else)."""
+    layout = getattr(obj if isinstance(obj, type) else type(obj), _LAYOUT, None)
+    if layout is None:
+        raise TypeError(f"{obj!r} is not a record")
+    return typing.cast(tuple[Field, ...], layout.all)
+
+
+def replace(obj: _R, /, **changes: Any) -> _R:
+    """A copy of the record ``obj`` with ``changes``, made through its ``__init__`` (``__post_init__`` runs)."""
+    for f in fields(obj):
+        if not f.init:
+            if f.name in changes:
+                raise ValueError(f"field {f.name} is declared with init=False, it cannot be specified with replace()")
+        elif f.name not in changes:
+            changes[f.name] = getattr(obj, f.name)
+    return obj.__class__(**changes)
+
+
+def asdict(obj: Any) -> dict[str, Any]:
+    """The record ``obj`` as a dict, records inside it as dicts too, containers copied (as dataclasses.asdict)."""
+    return {f.name: _plain(getattr(obj, f.name)) for f in fields(obj)}
+
+
+def _plain(value: Any) -> Any:
+    if is_record(value) and not isinstance(value, type):
+        return asdict(value)
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a named tuple
+        return type(value)(*[_plain(v) for v in value])
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return type(value)((_plain(k), _plain(v)) for k, v in value.items())
+    if value is None or isinstance(value, (str, int, float, bool, bytes)):
+        return value
+    import copy  # here: records hold plain values; anything else is copied as dataclasses.asdict copies it
+
+    return copy.deepcopy(value)
 
 
 @record(frozen=True)
@@ -225,7 +473,7 @@ def _type_name(tp: Any) -> str:
         return " or ".join(_type_name(a) for a in get_args(tp) if a is not type(None))
     if origin is list:
         return "an array"
-    if origin is dict or dataclasses.is_dataclass(tp):
+    if origin is dict or is_record(tp):
         return "a table"
     return {str: "a string", int: "an integer", float: "a number", bool: "a boolean"}.get(tp, str(tp))
 
@@ -255,7 +503,7 @@ Converter = Callable[[object, KeyPath], Any]
 def _converter(tp: Any, kebab: bool) -> Converter:
     """The converter of one type (built once; dataclass fields resolved on first use, so types may nest)."""
     origin = get_origin(tp)
-    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+    if isinstance(tp, type) and is_record(tp):
         return _dataclass_converter(tp, kebab)
     if origin in (Union, types.UnionType):
         return _union_converter(tp, kebab)
@@ -347,17 +595,17 @@ _SCALARS: dict[Any, Converter] = {bool: _bool, int: _int, float: _float, str: _s
 
 
 @functools.cache
-def _shape(cls: type, kebab: bool) -> tuple[dict[str, dataclasses.Field[Any]], dict[str, Any]]:
+def _shape(cls: type, kebab: bool) -> tuple[dict[str, Field], dict[str, Any]]:
     """The init fields of a dataclass by key, and its resolved type hints (resolving them is the slow part)."""
-    fields = {(field_key(f.name) if kebab else f.name): f for f in dataclasses.fields(cls) if f.init}
-    return fields, typing.get_type_hints(cls)
+    by_key = {(field_key(f.name) if kebab else f.name): f for f in fields(cls) if f.init}
+    return by_key, typing.get_type_hints(cls)
 
 
 def _dataclass_converter(cls: type, kebab: bool) -> Converter:
-    def record(value: object, path: KeyPath) -> Any:
+    def convert_record(value: object, path: KeyPath) -> Any:
         return _convert_dataclass(cls, value, path, kebab)
 
-    return record
+    return convert_record
 
 
 def _exact(tp: Any) -> tuple[type | None, bool]:
@@ -373,34 +621,32 @@ def _exact(tp: Any) -> tuple[type | None, bool]:
 
 
 @functools.cache
-def _plan(
-    cls: type, kebab: bool
-) -> tuple[dict[str, dataclasses.Field[Any]], list[tuple[str, str, Converter, bool, type | None, bool]]]:
+def _plan(cls: type, kebab: bool) -> tuple[dict[str, Field], list[tuple[str, str, Converter, bool, type | None, bool]]]:
     """The init fields of a dataclass by key, and for each: its key, name, converter, whether it is required,
     and the type whose values (and whether None) pass unconverted."""
-    fields, hints = _shape(cls, kebab)
+    by_key, hints = _shape(cls, kebab)
     steps = [
         (
             key,
             f.name,
             _converter(hints[f.name], kebab),
-            f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+            f.default is MISSING and f.default_factory is MISSING,
             *_exact(hints[f.name]),
         )
-        for key, f in fields.items()
+        for key, f in by_key.items()
     ]
-    return fields, steps
+    return by_key, steps
 
 
 def _convert_dataclass(cls: type[T], value: object, path: KeyPath, kebab: bool) -> T:
     if not isinstance(value, dict):
         raise ConversionProblem(path, f"expected a table, got {_describe(value)}")
     shape_of: type = cls
-    fields, steps = _plan(shape_of, kebab)
-    if not value.keys() <= fields.keys():
+    by_key, steps = _plan(shape_of, kebab)
+    if not value.keys() <= by_key.keys():
         for key in value:
-            if key not in fields:
-                hint = did_you_mean(str(key), list(fields))
+            if key not in by_key:
+                hint = did_you_mean(str(key), list(by_key))
                 raise ConversionProblem((*path, str(key)), f"unknown key {key!r}{hint}")
     kwargs: dict[str, Any] = {}
     for key, name, conv, required, exact, nullable in steps:

@@ -10,10 +10,9 @@ import contextlib
 import contextvars
 import logging
 from collections.abc import Callable, Iterator
-from dataclasses import field
 from typing import Literal
 
-from .convert import record
+from .convert import field, record
 
 __all__ = ["Event", "Note", "NoteLevel", "Progress", "Stage", "StageName", "emit", "sink", "watch"]
 

@@ -8,11 +8,11 @@ one CUDA release still builds with another (see :mod:`r1build.lock`).
 
 from __future__ import annotations
 
-import dataclasses
 import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .convert import fields, is_record
 from .digests import canonical_json, digest_bytes, digest_json
 
 if TYPE_CHECKING:
@@ -49,8 +49,8 @@ def _fields(value: Any) -> tuple[str, ...] | None:
     """The field names of a dataclass instance (found once per class); None for anything else."""
     cls = type(value)
     names = _FIELDS.get(cls)
-    if names is None and dataclasses.is_dataclass(value) and not isinstance(value, type):
-        names = _FIELDS.setdefault(cls, tuple(f.name for f in dataclasses.fields(value)))
+    if names is None and is_record(value) and not isinstance(value, type):
+        names = _FIELDS.setdefault(cls, tuple(f.name for f in fields(value)))
     return names
 
 

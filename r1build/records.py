@@ -6,15 +6,13 @@ result computed on one machine is a cache entry on another. Failures are results
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from .convert import ConversionProblem, convert, record
+from .convert import ConversionProblem, asdict, convert, field, record
 from .keys import canonical_json, digest_bytes, variant_digest
 
 __all__ = [
@@ -515,7 +513,7 @@ class Unresolved:
 
 def to_json(record: Any) -> bytes:
     """Canonical JSON bytes of a record."""
-    return canonical_json(dataclasses.asdict(record))
+    return canonical_json(asdict(record))
 
 
 def from_json(cls: type[T], data: bytes | str | dict[str, Any]) -> T:

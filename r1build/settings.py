@@ -70,11 +70,10 @@ import posixpath
 import re
 import sys
 from collections.abc import Collection, Mapping
-from dataclasses import field
 from pathlib import Path
 from typing import Literal
 
-from .convert import record
+from .convert import field, record
 from .errors import ConfigError
 
 __all__ = [

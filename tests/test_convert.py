@@ -7,12 +7,13 @@ from __future__ import annotations
 import copy
 import dataclasses
 import pickle
-from dataclasses import FrozenInstanceError, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
-from r1build.convert import record
+from r1build import convert
+from r1build.convert import FrozenInstanceError, record
 
 
 def _pair(frozen: bool = False, kw_only: bool = False, eq: bool = True) -> tuple[Any, Any]:
@@ -78,6 +79,11 @@ def test_record_matches_dataclass(frozen: bool, kw_only: bool, eq: bool) -> None
         if frozen and eq:
             assert hash(o) == hash(twin)
             assert o == ours(*args, **{**kwargs, "d": [99]})  # d is compare=False
+        assert convert.asdict(o) == dataclasses.asdict(p)
+        assert [(f.name, f.init, f.repr, f.compare) for f in convert.fields(ours)] == [
+            (f.name, f.init, f.repr, f.compare) for f in dataclasses.fields(plain)
+        ]
+        assert vars(convert.replace(o, b="r")) == vars(dataclasses.replace(p, b="r"))
         changed = dataclasses.replace(o, a=42)
         assert type(changed) is ours and changed.a == 42 and vars(changed) == vars(dataclasses.replace(p, a=42))
         assert _outcome(lambda o=o: setattr(o, "a", 5)) == _outcome(lambda p=p: setattr(p, "a", 5))
@@ -100,6 +106,20 @@ def test_a_record_survives_pickle_and_copy() -> None:
         assert twin == sent and twin.notes == ["a"] and type(twin) is Sent
         with pytest.raises(FrozenInstanceError):
             twin.name = "q"  # type: ignore[misc]
+
+
+def test_record_helpers_refuse_what_is_no_record() -> None:
+    for helper in (convert.fields, convert.asdict, convert.replace):
+        with pytest.raises(TypeError):
+            helper(object())
+    assert not convert.is_record(object()) and convert.is_record(Sent) and convert.is_record(Sent(name="x"))
+    with pytest.raises(ValueError, match="init=False"):
+
+        @record(frozen=True)
+        class Counted:
+            n: int = field(default=0, init=False)
+
+        convert.replace(Counted(), n=1)
 
 
 def test_compare_false_fields_are_left_out_of_equality_and_hash() -> None:

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 
+from ..convert import replace
 from ..emit.cmake import cmake_quote
 from ..errors import ConfigError
 from ..records import ResolveOptions

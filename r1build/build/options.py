@@ -31,10 +31,10 @@ The environment is read through :mod:`r1build.settings`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import TypeAlias
 
+from ..convert import replace
 from ..errors import ConfigError
 from ..records import ResolveOptions
 from ..settings import cache_dir_path, env_settings, lock_mode, parse_flag

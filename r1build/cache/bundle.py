@@ -53,12 +53,11 @@ import zipfile
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..convert import record
+from ..convert import field, record
 from ..errors import BundleError, SignatureError
 from ..events import Note, emit
 from ..filemode import as_user_file, replace_problem

@@ -23,10 +23,9 @@ import datetime as _dt
 import sqlite3
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import field
 from pathlib import Path
 
-from ..convert import record
+from ..convert import field, record
 from ..errors import CacheDamagedError, CacheLocationError
 from ..records import Decision, from_json
 from .codec import KINDS, Corrupt, check_payload, kind_of, verified

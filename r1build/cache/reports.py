@@ -3,9 +3,7 @@ verification, its counts and hit rates, and what garbage collection did."""
 
 from __future__ import annotations
 
-from dataclasses import field
-
-from ..convert import record
+from ..convert import field, record
 from .codec import EntryKind
 
 __all__ = ["BadEntry", "CacheStats", "Entry", "GcReport"]

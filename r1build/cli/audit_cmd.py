@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict
 from typing import Any
 
+from ..convert import asdict
 from ..events import sink
 from ..judge import CHECKS_VERSION
 from ..lock import lock_path

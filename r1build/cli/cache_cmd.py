@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +31,7 @@ from ..cache import (
     prune_cache,
     resolve_cache_dir,
 )
+from ..convert import asdict
 from ..errors import UsageError
 from ..events import sink
 from ..judge import CHECKS_VERSION

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from dataclasses import field
 from pathlib import Path
 from typing import Any
 
-from ..convert import record
+from ..convert import field, record
 from .render import Console
 
 __all__ = ["SHELLS", "register", "script"]

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict
 from typing import Any
 
+from ..convert import asdict
 from ..events import sink
 from ..report.doctor import diagnose
 from .common import add_cache_arg, add_manifest_arg

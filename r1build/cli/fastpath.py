@@ -243,14 +243,12 @@ def _secret(directory: Path, *, create: bool) -> bytes | None:
     secret = _read_secret(path)
     if secret is not None or not create or path.exists():
         return secret
-    import secrets
-
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     part = path.with_name(f".{_KEY_NAME}.{os.getpid()}")
     fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         with os.fdopen(fd, "w", encoding="ascii") as f:
-            f.write(secrets.token_hex(32) + "\n")
+            f.write(os.urandom(32).hex() + "\n")  # what secrets.token_hex does, without importing it (2 ms)
         os.link(part, path)  # whole or not at all; a process that made one first wins
     except FileExistsError:
         pass

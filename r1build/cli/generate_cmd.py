@@ -4,7 +4,6 @@ work is :mod:`r1build.resolve.kernel_search`'s, this module parses and renders."
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import re
 from collections import Counter
@@ -12,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..convert import did_you_mean
+from ..convert import asdict, did_you_mean
 from ..errors import UsageError
 from ..events import sink
 from ..manifest import KernelSpec, Manifest
@@ -159,7 +158,7 @@ def cmd_generate(args: argparse.Namespace, console: Console) -> int:
                         "generated": len(generated),
                         "passed": passed,
                         "rounds": outcome.rounds,
-                        "usage": dataclasses.asdict(u),
+                        "usage": asdict(u),
                         "stop_reason": outcome.stop_reason,
                         "cause": outcome.cause,
                         "candidates": _rows(outcome.candidates, outcome.results),

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
 
+from ..convert import asdict, replace
 from ..errors import UsageError
 from ..events import sink
 from ..lock import check_lock, load_lock, lock_path, vendor_winners

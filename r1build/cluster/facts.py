@@ -10,11 +10,10 @@ from __future__ import annotations
 import hashlib
 import platform
 import socket
-from dataclasses import field
 from pathlib import Path
 
 from .. import __version__
-from ..convert import record
+from ..convert import field, record
 
 __all__ = ["COMPILE_RESOURCE", "ProcessFacts", "mismatch", "package_digest", "process_facts"]
 

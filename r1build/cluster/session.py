@@ -15,10 +15,9 @@ import uuid
 import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError
-from dataclasses import asdict, field, replace
 from typing import TYPE_CHECKING, Any
 
-from ..convert import record
+from ..convert import asdict, field, record, replace
 from ..errors import ClusterError, ClusterRefusedError, EvaluationError
 from ..events import Note, Progress, emit
 from ..judge import CHECKS_VERSION, Job

@@ -19,11 +19,10 @@ import socket
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import field, replace
 from pathlib import Path
 from typing import Any, NoReturn, Protocol
 
-from ..convert import record
+from ..convert import field, record, replace
 from ..errors import ClusterRefusedError, EvaluationError
 from ..judge import Job
 from ..keys import digest_bytes, digest_json

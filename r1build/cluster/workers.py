@@ -22,11 +22,10 @@ import signal
 import socket
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ..convert import record
+from ..convert import field, record
 from ..errors import ClusterRefusedError
 from ..evaluate.devices import GpuInfo, archs_of, visible_devices_value
 from ..manifest.load import cluster_address_problem

@@ -11,10 +11,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import field
 from typing import Any, TypeVar
 
-from ..convert import record
+from ..convert import field, record
 from ..judge import Job
 from ..records import Candidate, Result, Status
 from .correctness.bench import BenchPlan

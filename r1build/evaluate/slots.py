@@ -13,11 +13,10 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import field, replace
 from pathlib import Path
 from typing import Any
 
-from ..convert import record
+from ..convert import field, record, replace
 from ..errors import EvaluationError
 from ..filemode import write_atomically
 from ..manifest.model import KernelSpec

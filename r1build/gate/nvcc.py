@@ -20,10 +20,9 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 
-from ..convert import record
+from ..convert import record, replace
 from ..errors import SandboxUnavailableError, ToolchainError
 from ..manifest.archs import arch_info
 from ..records import GateReport

@@ -20,11 +20,10 @@ import tempfile
 import threading
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
-from dataclasses import replace
 from pathlib import Path
 
 from ..cache import Cache
-from ..convert import record
+from ..convert import record, replace
 from ..errors import format_subprocess_failure
 from ..events import Progress, Stage, emit
 from ..judge import Job

@@ -43,10 +43,9 @@ import re
 import shutil
 import struct
 import subprocess
-from dataclasses import field
 from pathlib import Path
 
-from ..convert import record
+from ..convert import field, record
 from ..errors import ToolchainError
 from ..sandbox import run_process
 from .verdicts import ALLOWLIST_VERSION

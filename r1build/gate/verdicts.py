@@ -9,9 +9,9 @@ applies the limits with the same functions.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 
 from ..cache import Cache
+from ..convert import replace
 from ..events import Progress, Stage, emit
 from ..keys import digest_json
 from ..manifest.archs import arch_info, parse_arch

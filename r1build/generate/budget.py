@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-from dataclasses import field
 from typing import Literal, get_args
 
-from ..convert import record
+from ..convert import field, record
 from ..manifest.model import Budget, Prices
 
 __all__ = ["MIN_REQUEST_TOKENS", "STOP_REASONS", "Ledger", "Reservation", "StopReason", "estimate_tokens"]

@@ -30,11 +30,10 @@ import random
 import re
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import field, replace
 from types import TracebackType
 from typing import Any, cast
 
-from ..convert import record
+from ..convert import field, record, replace
 from ..errors import ConfigError, GenerationError, R1BuildError
 from ..toolchain.extras import GENERATE
 

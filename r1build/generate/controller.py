@@ -51,11 +51,10 @@ import random
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import replace
 from typing import Any
 
 from ..cache import parse_transcript, read_links
-from ..convert import record
+from ..convert import record, replace
 from ..errors import EndpointSilentError, R1BuildError
 from ..events import Event, Note, NoteLevel, Progress, Stage, emit, watch
 from ..keys import decision_key

@@ -5,10 +5,9 @@ Standard library and records only (no ``openai``), so whatever reads a search's 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import field, replace
 from typing import Any, Literal, Protocol, get_args, overload
 
-from ..convert import record
+from ..convert import field, record, replace
 from ..errors import R1BuildError
 from .budget import StopReason, estimate_tokens
 

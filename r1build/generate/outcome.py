@@ -3,10 +3,9 @@ transcripts, the stop and its cause, and the requests, tokens, money and faults 
 
 from __future__ import annotations
 
-from dataclasses import field
 from typing import Literal
 
-from ..convert import record
+from ..convert import field, record
 from ..records import Candidate, Result
 from .budget import StopReason
 from .exchange import FaultKind

@@ -9,11 +9,10 @@ import math
 import random
 import time
 from collections import Counter
-from dataclasses import field
 from http import HTTPStatus
 from typing import Any
 
-from ..convert import record
+from ..convert import field, record
 from .budget import StopReason
 
 MAX_BACKOFF_S = 60.0

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import field, replace
 from typing import TYPE_CHECKING, NamedTuple
 
-from ..convert import record
+from ..convert import field, record, replace
 from ..errors import EvaluationError
 from ..events import Note, emit
 from ..judge import Evaluator, Job

@@ -16,9 +16,8 @@ import ast
 import re
 import textwrap
 from collections.abc import Sequence
-from dataclasses import field
 
-from ..convert import record
+from ..convert import field, record
 from ..manifest.archs import arch_info
 from ..manifest.model import KernelSpec, Manifest
 from ..manifest.reference import ReferenceProblem, reference_file

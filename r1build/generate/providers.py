@@ -16,10 +16,9 @@ import os
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping
-from dataclasses import field
 from urllib.parse import urlsplit, urlunsplit
 
-from ..convert import record
+from ..convert import field, record
 from ..errors import ConfigError
 from ..manifest.model import Generation
 from ..settings import BASE_URL_ENV, env_settings

@@ -14,14 +14,13 @@ decision was stored.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import math
 from collections.abc import Sequence
 from typing import Any
 
 from ..cache import LINKS_NAMESPACE, Cache, parse_transcript, transcript_doc
-from ..convert import record
+from ..convert import asdict, record
 from ..keys import canonical_json
 from .exchange import Exchange, utf8_text
 from .providers import redact
@@ -84,7 +83,7 @@ def transcript_payload(
 ) -> dict[str, Any]:
     """The JSON document of one sample."""
     completion = exchange.completion
-    answer = dataclasses.asdict(completion) if completion is not None else None
+    answer = asdict(completion) if completion is not None else None
     return {
         "kind": KIND,
         "schema": SCHEMA,
@@ -99,7 +98,7 @@ def transcript_payload(
         "temperature": temperature,
         "parent": parent,
         "request": {"messages": exchange.messages, "params": exchange.params},
-        "attempts": [dataclasses.asdict(a) for a in exchange.attempts],
+        "attempts": [asdict(a) for a in exchange.attempts],
         "answer": answer,
         "failure": exchange.failure,
         "extraction": extraction,

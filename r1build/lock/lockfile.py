@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import field
 from pathlib import Path
 
-from ..convert import ConversionProblem, convert, record
+from ..convert import ConversionProblem, convert, field, record
 from ..errors import LockError, StaleLockError
 from ..filemode import write_atomically
 from ..keys import decision_key, digest_json, generation_settings, normalized_spec

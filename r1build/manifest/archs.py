@@ -21,10 +21,9 @@ spellings and, for the prompts and the resource limits, the facts of the ones on
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from typing import Literal
 
-from ..convert import record
+from ..convert import record, replace
 
 __all__ = [
     "ARCHS",

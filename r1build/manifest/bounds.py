@@ -8,12 +8,11 @@ number that is out of its range, and at any number that is not finite (NaN or in
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 from typing import Any
 
-from ..convert import ConversionProblem, KeyPath, field_key, record
+from ..convert import ConversionProblem, Field, KeyPath, field, field_key, fields, is_record, record
 
 __all__ = ["Bounds", "bounded", "check_numbers", "field_bounds"]
 
@@ -76,10 +75,10 @@ def bounded(
     default: Any, *, ge: float | None = None, gt: float | None = None, le: float | None = None, lt: float | None = None
 ) -> Any:
     """A dataclass field with ``default`` whose value must lie in the interval."""
-    return dataclasses.field(default=default, metadata={"bounds": Bounds(ge=ge, gt=gt, le=le, lt=lt)})
+    return field(default=default, metadata={"bounds": Bounds(ge=ge, gt=gt, le=le, lt=lt)})
 
 
-def field_bounds(f: dataclasses.Field[Any]) -> Bounds | None:
+def field_bounds(f: Field) -> Bounds | None:
     """The range a field declares, if any."""
     bounds = f.metadata.get("bounds")
     return bounds if isinstance(bounds, Bounds) else None
@@ -106,9 +105,7 @@ _CHECKED: dict[type, tuple[tuple[str, str, Bounds | None], ...]] = {}
 def _checked_fields(cls: type) -> tuple[tuple[str, str, Bounds | None], ...]:
     found = _CHECKED.get(cls)
     if found is None:
-        found = _CHECKED[cls] = tuple(
-            (f.name, field_key(f.name), field_bounds(f)) for f in dataclasses.fields(cls) if f.init
-        )
+        found = _CHECKED[cls] = tuple((f.name, field_key(f.name), field_bounds(f)) for f in fields(cls) if f.init)
     return found
 
 
@@ -124,7 +121,7 @@ def check_numbers(record: object, path: KeyPath = ()) -> None:
         for key, item in record.items():
             check_numbers(item, (*path, str(key)))
         return
-    if not (dataclasses.is_dataclass(record) and not isinstance(record, type)):
+    if not (is_record(record) and not isinstance(record, type)):
         _finite(record, path)
         return
     for name, key, bounds in _checked_fields(type(record)):

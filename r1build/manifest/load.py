@@ -9,11 +9,10 @@ import errno
 import keyword
 import re
 import urllib.parse
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..convert import ConversionProblem, KeyPath, convert, did_you_mean, field_key
+from ..convert import ConversionProblem, KeyPath, convert, did_you_mean, field_key, fields, replace
 from ..digests import toml_digest
 from ..errors import ManifestError
 from .archs import ArchTarget, family_clash, merge_targets, parse_target, settle_codes
@@ -196,7 +195,7 @@ def load_manifest(path: Path, *, check_references: bool = True) -> Manifest:
         message = problem.message
         if len(problem.path) == 1 and message.startswith("unknown key"):
             message = f"unknown key {problem.path[0]!r}" + did_you_mean(
-                str(problem.path[0]), [*[field_key(k) for k in ProjectSettings.__dataclass_fields__], "kernel"]
+                str(problem.path[0]), [*[field_key(f.name) for f in fields(ProjectSettings)], "kernel"]
             )
         raise v.fail(problem.path, message) from None
     if not kernels:

@@ -6,11 +6,10 @@ committed JSON schema. TOML keys are the field names in kebab-case (``test-shape
 
 from __future__ import annotations
 
-from dataclasses import field
 from pathlib import Path
 from typing import Literal
 
-from ..convert import record
+from ..convert import field, record
 from .archs import ArchTarget, settle_codes
 from .bounds import bounded
 

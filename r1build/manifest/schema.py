@@ -9,7 +9,6 @@ from :mod:`r1build.settings`) are checked to be current by the tests; regenerate
 from __future__ import annotations
 
 import ast
-import dataclasses
 import inspect
 import itertools
 import json
@@ -19,7 +18,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
-from ..convert import field_key
+from ..convert import MISSING, field_key, fields, is_record
 from . import model
 from .bounds import Bounds, field_bounds
 
@@ -75,7 +74,7 @@ def field_docs(cls: type) -> dict[str, str]:
 
 def _schema_of(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
     origin = get_origin(tp)
-    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+    if is_record(tp) and isinstance(tp, type):
         name = tp.__name__
         if name not in defs:
             defs[name] = {}
@@ -101,7 +100,7 @@ def _object_schema(cls: type, defs: dict[str, Any], skip: tuple[str, ...] = ()) 
     docs = field_docs(cls)
     props: dict[str, Any] = {}
     required = []
-    for f in dataclasses.fields(cls):
+    for f in fields(cls):
         if f.name in skip:
             continue
         prop = dict(_schema_of(hints[f.name], defs))
@@ -110,13 +109,13 @@ def _object_schema(cls: type, defs: dict[str, Any], skip: tuple[str, ...] = ()) 
             prop.update(bounds.json_schema())
         if f.name in docs:
             prop["description"] = docs[f.name]
-        if f.default is not dataclasses.MISSING and f.default is not None:
+        if f.default is not MISSING and f.default is not None:
             prop["default"] = f.default
-        elif f.default_factory is not dataclasses.MISSING:
+        elif f.default_factory is not MISSING:
             value = f.default_factory()
-            if not dataclasses.is_dataclass(value):
+            if not is_record(value):
                 prop["default"] = value
-        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+        if f.default is MISSING and f.default_factory is MISSING:
             required.append(field_key(f.name))
         props[field_key(f.name)] = prop
     out: dict[str, Any] = {"type": "object", "additionalProperties": False, "properties": props}

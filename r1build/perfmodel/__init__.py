@@ -12,9 +12,8 @@ losing the winner.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import field
 
-from ..convert import record
+from ..convert import field, record
 from ..manifest.flags import rooted_flags
 from ..manifest.model import KernelSpec, Manifest
 from ..records import Candidate, Result

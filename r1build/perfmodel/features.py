@@ -13,10 +13,9 @@ import re
 import subprocess
 import tempfile
 from collections import Counter
-from dataclasses import field
 from pathlib import Path
 
-from ..convert import record
+from ..convert import field, record
 from ..errors import ToolchainError
 from ..gate.nvcc import DECLARATION_NAME, gencode, parse_ptxas_report
 from ..manifest.cdecl import declaration

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import asdict, field, fields
 from typing import TYPE_CHECKING, Any
 
 from ..cache import Cache, parse_transcript, read_links
-from ..convert import record
+from ..convert import asdict, field, fields, record
 from ..judge import CHECKS_VERSION
 from ..keys import decision_key
 from ..lock import LockEntry, find_vendored, load_lock

@@ -13,10 +13,9 @@ from __future__ import annotations
 import datetime
 import re
 from collections.abc import Sequence
-from dataclasses import field
 from typing import Literal
 
-from ..convert import record
+from ..convert import field, record
 from ..manifest.model import Prices
 from ..profile.summary import profile_summary
 from ..records import CandidateRef, Result, Status

@@ -7,11 +7,10 @@ brought to the current version. Never a pass without a GPU: where none can judge
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Literal
 
 from ..cache import Cache
-from ..convert import record
+from ..convert import record, replace
 from ..errors import ConfigError, LockError
 from ..events import Note, Stage, emit
 from ..judge import CHECKS_VERSION, Evaluator, Job

@@ -13,13 +13,12 @@ one result per arch as it is ready, so the caller can show each at once. Nothing
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from ..cache import LINKS_NAMESPACE, Cache, read_links
-from ..convert import record
+from ..convert import asdict, record
 from ..errors import CacheError, ConfigError, UsageError
 from ..keys import decision_key
 from ..manifest import KernelSpec, Manifest
@@ -149,7 +148,7 @@ def generate_kernel(manifest: Manifest, spec: KernelSpec, archs: Sequence[str], 
             stop_reason=outcome.stop_reason,
             cause=outcome.cause,
         )
-        cache.put_json(LINKS_NAMESPACE, decision_key(manifest, spec, arch), dataclasses.asdict(record))
+        cache.put_json(LINKS_NAMESPACE, decision_key(manifest, spec, arch), asdict(record))
         yield ArchSearch(arch, outcome)
 
 

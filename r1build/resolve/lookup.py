@@ -4,9 +4,9 @@ and may be used) or from a cached decision; None on a miss."""
 from __future__ import annotations
 
 import contextlib
-from dataclasses import replace
 from typing import Literal
 
+from ..convert import replace
 from ..errors import LockError, ResolveError
 from ..events import Note, emit
 from ..judge import CHECKS_VERSION

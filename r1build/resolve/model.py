@@ -5,11 +5,10 @@ every question shares."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import field
 from typing import TYPE_CHECKING
 
 from ..cache import Cache
-from ..convert import record
+from ..convert import field, record
 from ..errors import NoWinnerError
 from ..events import Note, NoteLevel, emit
 from ..judge import Job

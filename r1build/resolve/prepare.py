@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 
+from ..convert import replace
 from ..events import Note, emit
 from ..manifest import Manifest, find_manifest, load_manifest
 from ..records import BUILD_MODE_WORDS, ResolveOptions

@@ -6,10 +6,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 
 from ..cache import Cache
-from ..convert import record
+from ..convert import record, replace
 from ..errors import CompileError, LockError, ResolveError, UsageError
 from ..events import Stage, emit
 from ..keys import decision_key

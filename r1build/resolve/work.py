@@ -4,11 +4,10 @@ cache; where neither is possible, the static gate on the user's own sources. One
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..cache import Cache, claim
-from ..convert import record
+from ..convert import record, replace
 from ..errors import EndpointSilentError
 from ..events import Stage, emit
 from ..judge import CHECKS_VERSION, Evaluator

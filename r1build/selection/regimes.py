@@ -11,8 +11,8 @@ finalists) may win. A winner that the other regime would not pick is marked (``T
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
+from ..convert import replace
 from ..manifest.model import TimingRegime
 from ..records import Result, note_line
 from .rules import MIN_LEAD, C, select_winner

@@ -11,9 +11,9 @@ The answer is kept in the cache under the nvcc's identity (its path and ``--vers
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict
 from typing import TYPE_CHECKING
 
+from ..convert import asdict
 from ..errors import ManifestError, UsageError
 from ..keys import digest_json
 from ..manifest import Manifest

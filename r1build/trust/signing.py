@@ -25,11 +25,10 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..convert import record
+from ..convert import field, record
 from ..digests import canonical_json
 from ..errors import ConfigError, SignatureError
 from ..filemode import replace_problem

@@ -4,10 +4,9 @@ from :mod:`.signing` (which re-exports it) so that a project trusting no key cos
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import field
 from typing import TYPE_CHECKING
 
-from ..convert import record
+from ..convert import field, record
 
 if TYPE_CHECKING:
     from .signing import PublicKey

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from r1build.convert import FrozenInstanceError
 from r1build.errors import ConfigError, GenerationError
 from r1build.evaluate.variants import expand_variants
 from r1build.events import Event, Note, Progress, sink
@@ -517,13 +518,11 @@ def test_key_echoed_in_an_answer_is_scrubbed_and_placeholders_are_not(project: P
 def test_search_job_parses_its_arch_and_is_frozen(project: Project, judge: MarkerJudge) -> None:
     """A :class:`SearchJob` is one record for the whole search: its arch canonical once made, and it cannot
     change under the layers it is passed down through."""
-    import dataclasses
-
     manifest = project.write()
     with project.cache() as cache:
         job = SearchJob(manifest, manifest.kernel("vadd"), "90", evaluator=judge, cache=cache)
     assert job.arch == "sm_90" and job.seeds == () and job.profiler is None and job.perf_model is None
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(FrozenInstanceError):
         job.arch = "sm_80"  # type: ignore[misc]
     with pytest.raises(ValueError):
         SearchJob(manifest, manifest.kernel("vadd"), "not-an-arch", evaluator=judge, cache=cache)

@@ -28,14 +28,13 @@ import math
 import mmap
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import field, replace
 from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
 
-from ...convert import record
+from ...convert import field, record, replace
 from ...manifest.model import Arg, KernelSpec
 from ...selection.noise import median_error
 from ..child.messages import BenchFill, BenchShapeRequest, TimedShape

@@ -37,13 +37,12 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import field, replace
 from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
-from ...convert import record
+from ...convert import field, record, replace
 from ...errors import EvaluationError
 from ...manifest.model import KernelSpec, Tolerance
 from ...manifest.outputs import call_reference

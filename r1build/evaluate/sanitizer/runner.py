@@ -29,11 +29,10 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any, Literal
 
-from ...convert import record
+from ...convert import record, replace
 from ...sandbox import Confinement, Sandbox, run_process, unconfined
 from ..child.harness import BEGIN, DONE, END, FAILED, HELD, RESUMED
 

@@ -33,13 +33,12 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ...convert import record
+from ...convert import field, record
 from ...filemode import write_atomically
 from ...gate.compile_slots import PrioritySlots, cores
 from ...judge import Job

@@ -9,11 +9,10 @@ The worker times each benchmark shape with CUDA events on the stream, L2 flushed
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 
 import numpy as np
 
-from ...convert import record
+from ...convert import record, replace
 from ...manifest.model import KernelSpec
 from ...records import Timing, note_line
 from ...selection.noise import STOP_ERROR, median_and_spread

@@ -15,10 +15,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from typing import Any, TypeVar
 
-from ...convert import record
+from ...convert import asdict, record
 
 __all__ = ["Meter", "Span", "Timeline", "milestones"]
 

@@ -9,10 +9,9 @@ torch through DLPack).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Literal
 
-from ...convert import record
+from ...convert import record, replace
 from ...manifest.model import KernelSpec
 from ...records import Timing, note_line
 from ..child.messages import ReferenceShape, TimeTorchRequest
