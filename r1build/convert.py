@@ -166,6 +166,7 @@ class _Layout:
         "positional",
         "post_init",
         "shown",
+        "steps",
     )
 
     def __init__(self, cls: type, fields: tuple[Field, ...], frozen: bool) -> None:
@@ -173,6 +174,11 @@ class _Layout:
         self.all = fields
         self.fields = frozenset(f.name for f in fields)
         self.init_names = {f.name: f for f in init}
+        self.steps = tuple(
+            (f.name, _REQUIRED if not _has_default(f) else _FACTORY if f.default is MISSING else _VALUE, f)
+            for f in init
+        )
+        """Per init field in order: its name, whether it is required, has a value or a factory, the field."""
         self.positional = tuple(f.name for f in init if not f.kw_only)
         self.factories = tuple(f for f in fields if not f.init and f.default_factory is not MISSING)
         self.shown = tuple(f.name for f in fields if f.repr)
@@ -202,32 +208,51 @@ def _layout(obj: Any) -> _Layout:
     return layout
 
 
+_REQUIRED, _VALUE, _FACTORY = 0, 1, 2
+
+
 def _init(self: Any, /, *args: Any, **kwargs: Any) -> None:
-    layout, name = _layout(self), type(self).__qualname__
+    layout: _Layout = type(self).__record_layout__
+    if args:
+        _bind_positional(self, layout, args, kwargs)
+    values = {}
+    for name, kind, f in layout.steps:
+        if name in kwargs:
+            values[name] = kwargs[name]
+        elif kind == _VALUE:
+            values[name] = f.default
+        elif kind == _FACTORY:
+            values[name] = f.default_factory()
+    if len(values) != len(layout.steps) or not kwargs.keys() <= layout.init_names.keys():
+        _refuse_arguments(self, layout, kwargs)
+    if layout.factories:
+        values.update((f.name, f.default_factory()) for f in layout.factories)
+    self.__dict__.update(values)
+    if layout.post_init:
+        self.__post_init__()
+
+
+def _bind_positional(self: Any, layout: _Layout, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Move ``args`` into ``kwargs`` by the positional fields' names (a TypeError as Python words it)."""
+    name = type(self).__qualname__
     if len(args) > len(layout.positional):
         raise TypeError(
             f"{name}.__init__() takes {len(layout.positional) + 1} positional arguments but {len(args) + 1} were given"
         )
-    given = dict(zip(layout.positional, args, strict=False))
-    for key, value in kwargs.items():
+    for key, value in zip(layout.positional, args, strict=False):
+        if key in kwargs:
+            raise TypeError(f"{name}.__init__() got multiple values for argument {key!r}")
+        kwargs[key] = value
+
+
+def _refuse_arguments(self: Any, layout: _Layout, kwargs: dict[str, Any]) -> None:
+    """The TypeError for keyword arguments that are no init field, or init fields without a value."""
+    name = type(self).__qualname__
+    for key in kwargs:
         if key not in layout.init_names:
             raise TypeError(f"{name}.__init__() got an unexpected keyword argument {key!r}")
-        if key in given:
-            raise TypeError(f"{name}.__init__() got multiple values for argument {key!r}")
-        given[key] = value
-    values = {}
-    for key, f in layout.init_names.items():
-        if key in given:
-            values[key] = given[key]
-        elif _has_default(f):
-            values[key] = _default(f)
-    if len(values) < len(layout.init_names):
-        missing = [repr(k) for k in layout.init_names if k not in values]
-        raise TypeError(f"{name}.__init__() missing {len(missing)} required argument(s): {', '.join(missing)}")
-    values.update((f.name, _default(f)) for f in layout.factories)
-    self.__dict__.update(values)
-    if layout.post_init:
-        self.__post_init__()
+    missing = [repr(n) for n, kind, _ in layout.steps if kind == _REQUIRED and n not in kwargs]
+    raise TypeError(f"{name}.__init__() missing {len(missing)} required argument(s): {', '.join(missing)}")
 
 
 @recursive_repr()

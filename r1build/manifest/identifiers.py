@@ -25,8 +25,9 @@ lower-case name in the CUDA headers.
 from __future__ import annotations
 
 import functools
+import os
 import re
-from typing import Any, Literal
+from typing import Literal
 
 __all__ = ["IDENTIFIER", "MAX_NAME", "name_problem"]
 
@@ -134,14 +135,18 @@ _MATH = _math_names()
 
 
 @functools.cache
-def _c_libraries() -> tuple[Any, ...]:
-    """The running C library and libm, opened once (Linux: glibc, musl)."""
-    import ctypes  # here: most names are settled without it
+def _c_libraries() -> tuple[int, ...]:
+    """Handles of the running C library and libm, opened once (Linux: glibc, musl).
+
+    Through ``_ctypes``, the C half of :mod:`ctypes` (its ``dlopen`` and ``dlsym``, which ``ctypes.CDLL`` calls):
+    importing ctypes itself builds its type classes, ~1 ms of a ``resolve --locked`` that checks its kernels'
+    names and uses nothing else of it."""
+    import _ctypes  # here: most names are settled without it
 
     handles = []
     for lib in ("libc.so.6", "libm.so.6", "libc.so"):
         try:
-            handles.append(ctypes.CDLL(lib))
+            handles.append(_ctypes.dlopen(lib, os.RTLD_NOW))
         except OSError:
             continue
     return tuple(handles)
@@ -150,7 +155,15 @@ def _c_libraries() -> tuple[Any, ...]:
 @functools.cache
 def _exported(name: str) -> bool:
     """Whether the running C library or libm exports a symbol ``name``."""
-    return any(hasattr(handle, name) for handle in _c_libraries())
+    import _ctypes
+
+    for handle in _c_libraries():
+        try:
+            _ctypes.dlsym(handle, name)
+        except OSError:
+            continue
+        return True
+    return False
 
 
 def name_problem(name: str, kind: Kind) -> str | None:
