@@ -21,7 +21,7 @@ from ..errors import CacheError
 from ..events import Note, emit
 from ..keys import canonical_json
 from ..records import Decision, Result, to_json
-from .codec import Corrupt, RecordKind, parse
+from .codec import HEADER, Corrupt, RecordKind, decode, parse
 from .storage import Storage
 
 __all__ = [
@@ -101,12 +101,15 @@ class Verdicts(Storage):
         here (or imported unchecked). A note that is there but cannot be read gives :data:`UNREADABLE_SIGNER`,
         which no key is: a damaged note must not turn a record kept for a signature into one made here."""
         note = signer_key(record_key)
-        raw = self.peek(note)  # not counted as a read: notes are no entries users look up
-        if raw is None:
-            return UNREADABLE_SIGNER if self._stored(note) is not None else None
+        stored = self._stored(note)  # not counted as a read: notes are no entries users look up
+        if stored is None:
+            return None
         try:
-            parsed = json.loads(raw)
-        except ValueError:
+            if not isinstance(stored, bytes):
+                raise Corrupt(stored.reason)
+            decode(note, stored)
+            parsed = json.loads(stored[HEADER:])
+        except (Corrupt, ValueError):
             return UNREADABLE_SIGNER
         signer = parsed.get("key_id") if isinstance(parsed, dict) else None
         return signer if isinstance(signer, str) else UNREADABLE_SIGNER

@@ -456,7 +456,7 @@ class Recorder:
             paths += [folder / "kernels.toml", folder / "pyproject.toml"]
         for spec in manifest.kernels:
             paths += [manifest.root / rel for rel in (spec.baseline, *spec.candidates) if rel is not None]
-        return paths
+        return list(dict.fromkeys(paths))  # kernels share a reference module: each file is read and resolved once
 
     @staticmethod
     def _views(manifest: Manifest, files: list[Path]) -> dict[str, str | None]:

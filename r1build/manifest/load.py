@@ -22,13 +22,7 @@ from .flops import flops_problem
 from .identifiers import Kind, name_problem
 from .locate import format_path, locate
 from .model import DTYPE_BYTES, DTYPES, INTEGER_DTYPES, Arg, KernelSpec, Manifest, ProjectSettings
-from .reference import (
-    ReferenceProblem,
-    check_reference_statically,
-    load_reference,
-    reference_file,
-    reference_source_digest,
-)
+from .reference import ReferenceFiles, ReferenceProblem, load_reference, reference_file
 from .tomltext import TomlProblem, parse_toml
 from .values import integer_range, tunable_value_problem, value_problem
 
@@ -241,8 +235,9 @@ def _validate_kernels(
     digests: dict[str, str] = {}
     seen: dict[str, int] = {}
     validated = []
+    refs = ReferenceFiles(root)
     for i, spec in enumerate(kernels):
-        spec = _validate_kernel(v, i, spec, root)
+        spec = _validate_kernel(v, i, spec, refs)
         if spec.name.lower() in seen:
             other = seen[spec.name.lower()]
             if kernels[other].name == spec.name:
@@ -255,18 +250,18 @@ def _validate_kernels(
             raise v.fail(("kernel", i, "name"), message)
         seen[spec.name.lower()] = i
         try:
-            digests[spec.name] = reference_source_digest(root, spec.reference)
+            digests[spec.name] = refs.digest(spec.reference)
             if check_references:
                 load_reference(root, spec.reference)
             else:
-                check_reference_statically(root, spec.reference)
+                refs.check_statically(spec.reference)
         except ReferenceProblem as exc:
             raise v.fail(("kernel", i, "reference"), str(exc)) from None
         for key, named in (("gpu-reference", spec.gpu_reference), ("torch-reference", spec.torch_reference)):
             if named is None:
                 continue
             try:  # never imported here: it imports cupy or torch, which this machine may lack
-                check_reference_statically(root, named)
+                refs.check_statically(named)
             except ReferenceProblem as exc:
                 raise v.fail(("kernel", i, key), str(exc)) from None
         validated.append(spec)
@@ -720,8 +715,9 @@ def _check_shapes(v: _Validator, shapes: list[dict[str, int]], sizes: dict[str, 
             raise v.fail((*where, j), f"shape does not give size(s) {', '.join(missing)}")
 
 
-def _validate_kernel(v: _Validator, i: int, spec: KernelSpec, root: Path) -> KernelSpec:
+def _validate_kernel(v: _Validator, i: int, spec: KernelSpec, refs: ReferenceFiles) -> KernelSpec:
     at: KeyPath = ("kernel", i)
+    root = refs.root
     _check_ident(v, spec.name, (*at, "name"), "kernel name", "kernel")
     if not spec.description.strip():
         raise v.fail((*at, "description"), "must not be empty")
@@ -752,7 +748,7 @@ def _validate_kernel(v: _Validator, i: int, spec: KernelSpec, root: Path) -> Ker
         problem = flops_problem(spec.flops, list(size_dtypes), [*spec.test_shapes, *spec.bench_shapes])
         if problem is not None:
             raise v.fail((*at, "flops"), problem)
-    _check_references(v, spec, at, root)
+    _check_references(v, spec, at, refs)
     return replace(spec, archs=archs, args=args)
 
 
@@ -844,10 +840,10 @@ def _check_tunables(v: _Validator, spec: KernelSpec, at: KeyPath, names: dict[st
             seen_values.add(str(value))
 
 
-def _check_references(v: _Validator, spec: KernelSpec, at: KeyPath, root: Path) -> None:
+def _check_references(v: _Validator, spec: KernelSpec, at: KeyPath, refs: ReferenceFiles) -> None:
     """``reference``, ``gpu-reference`` and ``torch-reference`` name a function in a module next to the manifest."""
-    refs = (("reference", spec.reference), ("gpu-reference", spec.gpu_reference))
-    for key, ref in (*refs, ("torch-reference", spec.torch_reference)):
+    named = (("reference", spec.reference), ("gpu-reference", spec.gpu_reference))
+    for key, ref in (*named, ("torch-reference", spec.torch_reference)):
         if ref is None:
             continue
         if not _REFERENCE.fullmatch(ref):
@@ -857,6 +853,6 @@ def _check_references(v: _Validator, spec: KernelSpec, at: KeyPath, root: Path) 
                 "function name)",
             )
         try:
-            reference_file(root, ref)
+            refs.file(ref)
         except ReferenceProblem as exc:
             raise v.fail((*at, key), str(exc)) from None

@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 __all__ = [
     "EXIT_GUARD",
     "ProcessExitCalled",
+    "ReferenceFiles",
     "ReferenceProblem",
     "check_reference_statically",
     "failure_text",
@@ -44,19 +45,59 @@ def failure_text(exc: BaseException) -> str:
 
 def reference_file(root: Path, ref: str) -> Path:
     """The ``.py`` file a ``module:function`` reference names (``pkg.mod`` → ``pkg/mod.py``)."""
-    module, sep, func = ref.partition(":")
-    if not sep or not module or not func:
-        raise ReferenceProblem(f"{ref!r} is not of the form 'module:function'")
-    rel = Path(*module.split("."))
-    for candidate in (root / rel.with_suffix(".py"), root / rel / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    raise ReferenceProblem(f"module {module!r} not found next to the manifest (looked for {rel}.py in {root})")
+    return ReferenceFiles(root).file(ref)
 
 
 def reference_source_digest(root: Path, ref: str) -> str:
     """sha256 of the reference module's source bytes."""
-    return hashlib.sha256(reference_file(root, ref).read_bytes()).hexdigest()
+    return ReferenceFiles(root).digest(ref)
+
+
+class ReferenceFiles:
+    """The reference modules of one manifest as it is loaded: each module's file found, read and hashed once
+    however many kernels name it (50 kernels of one module looked it up 150 times)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._files: dict[str, Path] = {}
+        self._sources: dict[Path, bytes] = {}
+
+    def file(self, ref: str) -> Path:
+        """The ``.py`` file ``ref`` names; :class:`ReferenceProblem` when it is malformed or missing."""
+        module, sep, func = ref.partition(":")
+        if not sep or not module or not func:
+            raise ReferenceProblem(f"{ref!r} is not of the form 'module:function'")
+        found = self._files.get(module)
+        if found is not None:
+            return found
+        rel = Path(*module.split("."))
+        for candidate in (self.root / rel.with_suffix(".py"), self.root / rel / "__init__.py"):
+            if candidate.is_file():
+                self._files[module] = candidate
+                return candidate
+        raise ReferenceProblem(f"module {module!r} not found next to the manifest (looked for {rel}.py in {self.root})")
+
+    def source(self, ref: str) -> bytes:
+        path = self.file(ref)
+        if path not in self._sources:
+            self._sources[path] = path.read_bytes()
+        return self._sources[path]
+
+    def digest(self, ref: str) -> str:
+        """sha256 of the module's source bytes."""
+        return hashlib.sha256(self.source(ref)).hexdigest()
+
+    def check_statically(self, ref: str) -> None:
+        """Check, without importing it, that the module parses and defines the function at top level."""
+        path, func = self.file(ref), ref.partition(":")[2]
+        try:
+            names = _defined_names(self.source(ref), str(path))
+        except SyntaxError as exc:
+            raise ReferenceProblem(f"{path.name}:{exc.lineno}: syntax error: {exc.msg}") from None
+        if func not in names:
+            from ..convert import did_you_mean
+
+            raise ReferenceProblem(f"{path.name} has no function {func!r}{did_you_mean(func, names)}")
 
 
 def _top_level_names(tree: ast.Module) -> list[str]:
@@ -80,16 +121,7 @@ def _defined_names(source: bytes, filename: str) -> tuple[str, ...]:
 
 def check_reference_statically(root: Path, ref: str) -> None:
     """Check, without importing it, that the reference module parses and defines the function at top level."""
-    path = reference_file(root, ref)
-    func = ref.partition(":")[2]
-    try:
-        names = _defined_names(path.read_bytes(), str(path))
-    except SyntaxError as exc:
-        raise ReferenceProblem(f"{path.name}:{exc.lineno}: syntax error: {exc.msg}") from None
-    if func not in names:
-        from ..convert import did_you_mean
-
-        raise ReferenceProblem(f"{path.name} has no function {func!r}{did_you_mean(func, names)}")
+    ReferenceFiles(root).check_statically(ref)
 
 
 class ProcessExitCalled(Exception):
