@@ -866,9 +866,9 @@ class Worker:
         if self.context_ok():
             launch = self.launch_error(fn)
             if launch is not None:
-                raise CallFailed(
-                    f"{where}: the call's launch failed: {launch}, though the call returned cudaSuccess (then: {exc})"
-                )
+                # worded as a return code is ("returned ..."): the parent judges it the call's fault, as the
+                # checks' own launch-error verdict does (incorrect), not a crash of the harness
+                raise CallFailed(f"returned cudaSuccess, though its launch failed: {launch} ({where}; then: {exc})")
         self.settle(where + (f" ({PAST_THE_END})" if self._guarded_now else ""), exc)
 
     def _time_idle(
