@@ -55,3 +55,10 @@ def write_results(out: Path, name: str, doc: Mapping[str, Any], markdown: str) -
     (out / f"{name}.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     (out / f"{name}.md").write_text(markdown, encoding="utf-8")
     sys.stdout.write(markdown)
+
+
+def r1build_cli() -> list[str]:
+    """The command a user runs: the ``r1build`` console script beside this Python where it is installed (the
+    timings are of what a user's shell starts), else ``python -m r1build.cli.main``."""
+    script = Path(sys.executable).with_name("r1build")
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "r1build.cli.main"]

@@ -4,14 +4,14 @@ machine) beside the imports it cannot do without, each in fresh processes, paire
 Rows (min wall over ``--runs`` fresh processes, each after a ``python -c pass`` whose min is the unit):
 
 - ``python -c pass``;
-- the standard library the full path imports whatever r1build does (argparse, dataclasses, hashlib, json, logging,
-  pathlib, sqlite3, tomllib, typing): the floor of any CLI that parses its arguments, reads TOML and a SQLite
-  index, logs, and declares its records as dataclasses;
+- the standard library the full path imports whatever r1build does (argparse, hashlib, json, logging, pathlib,
+  sqlite3, tomllib, typing): the floor of any CLI that parses its arguments, reads TOML and a SQLite index and logs;
 - ``import r1build.manifest`` (the manifest model and loader), ``import r1build.lock`` (plus the lock and the
   records), ``import r1build.cli.project`` (every module the full path imports);
-- the full path itself, on the root manifest and a warm cache, each run with an empty user state folder;
-- and in one process, the time spent making r1build's dataclasses while the full path's modules are imported
-  (each ``@dataclass`` compiles its methods; counted by wrapping :func:`dataclasses.dataclass` before the import).
+- the full path itself (the ``r1build`` console script where installed), on the root manifest and a warm cache,
+  each run with an empty user state folder;
+- and in one process, the time spent declaring r1build's records while the full path's modules are imported
+  (:func:`r1build.convert.record`; counted by wrapping its declaration before the import).
 
 Writes ``bench/results/first_run_floor.json`` / ``.md``.
 
@@ -35,23 +35,22 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from _report import command_line, host_info, utc_now, write_results  # noqa: E402
+from _report import command_line, host_info, r1build_cli, utc_now, write_results  # noqa: E402
 
-STDLIB = "import argparse, dataclasses, hashlib, json, logging, pathlib, sqlite3, tomllib, typing"
-DATACLASS_COST = """
-import dataclasses, json, sys, time
+STDLIB = "import argparse, hashlib, json, logging, pathlib, sqlite3, tomllib, typing"
+RECORD_COST = """
+import json, sys, time
+from r1build import convert
 made, spent = [], [0.0]
-plain = dataclasses.dataclass
-def timed(cls=None, /, **kw):
-    def wrap(c):
-        t = time.perf_counter(); out = plain(**kw)(c); spent[0] += time.perf_counter() - t
-        made.append(c.__module__ + "." + c.__qualname__); return out
-    return wrap if cls is None else wrap(cls)
-dataclasses.dataclass = timed
+plain = convert._declare
+def timed(cls, *args):
+    t = time.perf_counter(); out = plain(cls, *args); spent[0] += time.perf_counter() - t
+    made.append(cls.__module__ + "." + cls.__qualname__); return out
+convert._declare = timed
 t = time.perf_counter()
 import r1build.cli.project
 total = time.perf_counter() - t
-print(json.dumps({"classes": len([m for m in made if m.startswith("r1build")]), "dataclass_ms": spent[0] * 1000,
+print(json.dumps({"classes": len([m for m in made if m.startswith("r1build")]), "record_ms": spent[0] * 1000,
                   "import_ms": total * 1000}))
 """
 
@@ -100,28 +99,28 @@ def main() -> int:
         rows["import r1build.cli.project (every module of the full path)"] = _min_ms(
             [*py, "import r1build.cli.project"], env, args.runs
         )
-        full = [sys.executable, "-m", "r1build.cli.main", "resolve", "--locked", "--no-gpu", "-m", str(project)]
+        full = [*r1build_cli(), "resolve", "--locked", "--no-gpu", "-m", str(project)]
         best = unit = float("inf")
         for i in range(args.runs):  # each on a new machine: an empty state folder, no record
             b, u = _min_ms(full, env | {"XDG_STATE_HOME": str(work / f"state-{i}")}, 1)
             best, unit = min(best, b), min(unit, u)
         rows["`r1build resolve --locked`, the full path (no record)"] = (best, unit)
-        cost = subprocess.run([*py, DATACLASS_COST], env=env, check=True, capture_output=True, text=True)
-    dataclasses_made: dict[str, Any] = json.loads(cost.stdout)
+        cost = subprocess.run([*py, RECORD_COST], env=env, check=True, capture_output=True, text=True)
+    records_made: dict[str, Any] = json.loads(cost.stdout)
     result = {
         "benchmark": "first_run_floor",
         "date": utc_now(),
         "host": host_info(),
         "command": command_line(__file__),
         "rows": {k: {"min_ms": b, "python_pass_min_ms": u, "ratio": round(b / u, 1)} for k, (b, u) in rows.items()},
-        "dataclasses": {k: round(v, 1) if isinstance(v, float) else v for k, v in dataclasses_made.items()},
+        "records": {k: round(v, 1) if isinstance(v, float) else v for k, v in records_made.items()},
     }
     write_results(args.out, "first_run_floor", result, _markdown(result))
     return 0
 
 
 def _markdown(r: dict[str, Any]) -> str:
-    host, dc = r["host"], r["dataclasses"]
+    host, dc = r["host"], r["records"]
     lines = [
         "# Where the first run's time goes: the full path of `resolve --locked` beside what it imports",
         "",
@@ -135,8 +134,9 @@ def _markdown(r: dict[str, Any]) -> str:
             for label, v in r["rows"].items()
         ],
         "",
-        f"Importing every module of the full path makes {dc['classes']} of r1build's dataclasses, "
-        f"{dc['dataclass_ms']:.1f} ms of the {dc['import_ms']:.1f} ms the import takes in one process.",
+        f"Importing every module of the full path declares {dc['classes']} of r1build's records "
+        f"(`convert.record`), {dc['record_ms']:.1f} ms of the {dc['import_ms']:.1f} ms the import takes in one "
+        "process.",
     ]
     return "\n".join(lines)
 

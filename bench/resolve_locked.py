@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from _compilers import MemorySampler, nvcc_wrapper, peak_concurrency  # noqa: E402
-from _report import command_line, host_info, utc_now, write_results  # noqa: E402
+from _report import command_line, host_info, r1build_cli, utc_now, write_results  # noqa: E402
 from _synthetic import write_project  # noqa: E402
 
 from r1build.cache import Cache  # noqa: E402
@@ -93,7 +93,7 @@ def cold_lock(work: Path, env: dict[str, str]) -> dict[str, Any]:
 
 def time_command(args: list[str], env: dict[str, str], runs: int) -> dict[str, Any]:
     """A warm command in fresh processes: one untimed run (it records its answer), then ``runs`` timed."""
-    cmd = [sys.executable, "-m", "r1build.cli.main", *args]
+    cmd = [*r1build_cli(), *args]
     first = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if first.returncode != 0:
         sys.exit(f"{' '.join(args)} failed ({first.returncode}):\n{first.stdout}{first.stderr}")
@@ -132,7 +132,7 @@ def time_varied(args: list[str], env: dict[str, str], runs: int, manifest: Path,
     job has), ``edit`` (a new comment appended to the manifest; the file is restored after) or ``new machine`` (a
     new, empty user state folder: no record and no key to sign one, as on a CI job's fresh machine). Each run is
     paired with a ``python -c pass`` just before it (the machine may be shared: the pair sees the same load)."""
-    cmd = [sys.executable, "-m", "r1build.cli.main", *args]
+    cmd = [*r1build_cli(), *args]
     saved = manifest.read_bytes()
     wall, cpu, pass_wall, pass_cpu = [], [], [], []
     try:

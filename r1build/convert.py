@@ -214,7 +214,10 @@ _REQUIRED, _VALUE, _FACTORY = 0, 1, 2
 def _init(self: Any, /, *args: Any, **kwargs: Any) -> None:
     layout: _Layout = type(self).__record_layout__
     if args:
-        _bind_positional(self, layout, args, kwargs)
+        named = layout.positional[: len(args)]
+        if len(args) > len(layout.positional) or (kwargs and not kwargs.keys().isdisjoint(named)):
+            _bind_positional(self, layout, args, kwargs)  # raises the TypeError Python would
+        kwargs.update(zip(named, args, strict=True))
     values = {}
     for name, kind, f in layout.steps:
         if name in kwargs:
@@ -233,7 +236,8 @@ def _init(self: Any, /, *args: Any, **kwargs: Any) -> None:
 
 
 def _bind_positional(self: Any, layout: _Layout, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """Move ``args`` into ``kwargs`` by the positional fields' names (a TypeError as Python words it)."""
+    """Move ``args`` into ``kwargs`` by the positional fields' names; the TypeError Python words for too many or
+    a name given twice."""
     name = type(self).__qualname__
     if len(args) > len(layout.positional):
         raise TypeError(

@@ -126,8 +126,14 @@ def check_numbers(record: object, path: KeyPath = ()) -> None:
         return
     for name, key, bounds in _checked_fields(type(record)):
         value = getattr(record, name)
+        kind = type(value)
+        if kind is bool or value is None or (kind is int and bounds is None):
+            continue  # nothing to check: the common case, without a call for each (a manifest has thousands)
         where = (*path, key)
-        check_numbers(value, where)
+        if kind in (int, float, str):
+            _finite(value, where)
+        else:
+            check_numbers(value, where)
         if bounds is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
             problem = bounds.problem(value)
             if problem is not None:
