@@ -309,9 +309,9 @@ def test_a_warm_build_imports_only_the_standard_library() -> None:
     assert foreign == set()
 
 
-_MOST_LONG_FUNCTIONS = 10
-"""Functions (methods included) over 60 lines in ``r1build``: issue 28 took 28 to 10. Lower it as they are split;
-it never goes up."""
+_MOST_LONG_FUNCTIONS = 8
+"""Functions (methods included) over 60 lines in ``r1build``: issue 28 took 28 to 10, then 8. Lower it as they
+are split; it never goes up."""
 
 
 def _long_functions(package: Path, most_lines: int = 60) -> list[str]:

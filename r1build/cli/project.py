@@ -36,6 +36,17 @@ __all__ = ["register"]
 
 def register(sub: Any) -> None:
     """Add the project commands."""
+    _register_check(sub)
+    _register_status(sub)
+    for name, helptext in (
+        ("resolve", "resolve every kernel × arch to a winner and update the lock"),
+        ("lock", "write kernels.lock for the current manifest"),
+    ):
+        _register_resolving(sub, name, helptext)
+    _register_vendor(sub)
+
+
+def _register_check(sub: Any) -> None:
     p = sub.add_parser("check", help="validate the manifest (and with --locked, everything a locked build relies on)")
     add_manifest_arg(p)
     add_cache_arg(p, remote=True)
@@ -55,6 +66,8 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_check)
 
+
+def _register_status(sub: Any) -> None:
     p = sub.add_parser("status", help="kernel × arch → state, provenance, time, digest")
     add_manifest_arg(p)
     add_cache_arg(p, remote=True)
@@ -62,49 +75,45 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_status)
 
-    for name, helptext in (
-        ("resolve", "resolve every kernel × arch to a winner and update the lock"),
-        ("lock", "write kernels.lock for the current manifest"),
-    ):
-        p = sub.add_parser(name, help=helptext)
-        add_manifest_arg(p)
-        add_cache_arg(p, remote=True)
-        p.add_argument(
-            "--offline",
-            dest="generate",
-            action="store_const",
-            const=False,
-            help="never call an LLM (also R1BUILD_OFFLINE=1)",
-        )
-        p.add_argument(
-            "--locked", action="store_true", help="fail unless the lock is present and current (also R1BUILD_LOCKED=1)"
-        )
-        if name == "resolve":
-            p.add_argument(
-                "--frozen",
-                action="store_true",
-                help="use the lock as it is, stale entries included (each still verified); write nothing to it "
-                "(also R1BUILD_FROZEN=1)",
-            )
-        p.add_argument("--refresh", action="store_true", help="ignore cached decisions and judge again")
-        p.add_argument("--arch", action="append", metavar="ARCH", help="only these archs (repeat or comma-separate)")
-        p.add_argument("--kernel", action="append", metavar="NAME", help="only these kernels")
-        p.add_argument(
-            "--no-gpu", dest="evaluate", action="store_const", const=False, help="do not measure on local GPUs"
-        )
-        add_cluster_args(p, "measure on the GPU workers and compile on the compile slots")
-        p.add_argument("--json", action="store_true", help="machine-readable output")
-        if name == "resolve":
-            p.add_argument(
-                "--out", type=given_path, metavar="DIR", help="also write the generated .cu, header and CMake"
-            )
-            p.add_argument(
-                "--force", action="store_true", help="replace files in --out DIR that r1build did not generate"
-            )
-        else:
-            p.add_argument("--check", action="store_true", help="exit 1 if the lock is not current; write nothing")
-        p.set_defaults(func=cmd_resolve if name == "resolve" else cmd_lock)
 
+def _register_resolving(sub: Any, name: str, helptext: str) -> None:
+    """``resolve`` or ``lock``: the same options, but ``resolve``'s ``--frozen``, ``--out`` and ``--force`` and
+    ``lock``'s ``--check``."""
+    p = sub.add_parser(name, help=helptext)
+    add_manifest_arg(p)
+    add_cache_arg(p, remote=True)
+    p.add_argument(
+        "--offline",
+        dest="generate",
+        action="store_const",
+        const=False,
+        help="never call an LLM (also R1BUILD_OFFLINE=1)",
+    )
+    p.add_argument(
+        "--locked", action="store_true", help="fail unless the lock is present and current (also R1BUILD_LOCKED=1)"
+    )
+    if name == "resolve":
+        p.add_argument(
+            "--frozen",
+            action="store_true",
+            help="use the lock as it is, stale entries included (each still verified); write nothing to it "
+            "(also R1BUILD_FROZEN=1)",
+        )
+    p.add_argument("--refresh", action="store_true", help="ignore cached decisions and judge again")
+    p.add_argument("--arch", action="append", metavar="ARCH", help="only these archs (repeat or comma-separate)")
+    p.add_argument("--kernel", action="append", metavar="NAME", help="only these kernels")
+    p.add_argument("--no-gpu", dest="evaluate", action="store_const", const=False, help="do not measure on local GPUs")
+    add_cluster_args(p, "measure on the GPU workers and compile on the compile slots")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    if name == "resolve":
+        p.add_argument("--out", type=given_path, metavar="DIR", help="also write the generated .cu, header and CMake")
+        p.add_argument("--force", action="store_true", help="replace files in --out DIR that r1build did not generate")
+    else:
+        p.add_argument("--check", action="store_true", help="exit 1 if the lock is not current; write nothing")
+    p.set_defaults(func=cmd_resolve if name == "resolve" else cmd_lock)
+
+
+def _register_vendor(sub: Any) -> None:
     p = sub.add_parser("vendor", help="write the locked winners' sources into the repository")
     add_manifest_arg(p)
     add_cache_arg(p, remote=True)
