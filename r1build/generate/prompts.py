@@ -187,6 +187,34 @@ def _limits(manifest: Manifest, spec: KernelSpec, arch: str) -> list[str]:
 def task_prompt(manifest: Manifest, spec: KernelSpec, arch: str, *, direction: str | None = None) -> str:
     """The first user turn: the whole task."""
     info = arch_info(arch)
+    lines = [
+        f"Write a fast CUDA kernel for an NVIDIA {info.family} GPU ({arch}). It will be compiled, checked "
+        "against a reference and timed automatically.",
+        "",
+        "## Task",
+        spec.description.strip(),
+        "",
+        *_contract_section(spec),
+        "## Parameters",
+        *_arg_rows(spec),
+        "",
+    ]
+    reference = _reference_source(manifest, spec)
+    if reference:
+        lines += ["## Reference (numpy, the ground truth)", "```python", reference.rstrip(), "```", ""]
+    lines += [*_checks_section(spec), "", *_target_section(manifest, spec, arch), *_tunables_section(spec)]
+    if direction:
+        lines += ["## Focus", f"Optimization direction for this attempt: {direction}.", ""]
+    lines += [
+        "## Answer",
+        "Think as long as you need. Then answer with the complete .cu file in one ```cuda fenced block, as the "
+        "last thing in your answer.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _contract_section(spec: KernelSpec) -> list[str]:
+    """What the function must be: its signature, its stream, concurrency, linkage, includes, sizes, alignment."""
     extra = sorted({_INCLUDES[a.dtype] for a in spec.args if a.dtype in _INCLUDES})
     includes = ["<cuda_runtime.h>", "<cstdint>", *extra]
     alignment = (
@@ -195,14 +223,7 @@ def task_prompt(manifest: Manifest, spec: KernelSpec, arch: str, *, direction: s
         else "Array pointers are only aligned to their element size (arrays may start at an offset): check "
         "the alignment before using vector loads, or handle an unaligned head."
     )
-    tol = spec.tolerance
-    lines = [
-        f"Write a fast CUDA kernel for an NVIDIA {info.family} GPU ({arch}). It will be compiled, checked "
-        "against a reference and timed automatically.",
-        "",
-        "## Task",
-        spec.description.strip(),
-        "",
+    return [
         "## Contract",
         "Write one complete CUDA C++ translation unit (a .cu file) that defines exactly this function:",
         "",
@@ -223,14 +244,13 @@ def task_prompt(manifest: Manifest, spec: KernelSpec, arch: str, *, direction: s
         "handle tails (1, primes, non-multiples of 32).",
         f"- {alignment}",
         "",
-        "## Parameters",
-        *_arg_rows(spec),
-        "",
     ]
-    reference = _reference_source(manifest, spec)
-    if reference:
-        lines += ["## Reference (numpy, the ground truth)", "```python", reference.rstrip(), "```", ""]
-    lines += [
+
+
+def _checks_section(spec: KernelSpec) -> list[str]:
+    """How the answer is checked (tolerance, test shapes) and timed (benchmark shapes, the work per call)."""
+    tol = spec.tolerance
+    lines = [
         "## Checks and timing",
         f"- Correctness: every output element within rtol={tol.rtol:g}, atol={tol.atol:g} of the reference, "
         "on the shapes " + "; ".join(format_shape(s) for s in spec.test_shapes) + ". Inputs must not be "
@@ -241,8 +261,13 @@ def task_prompt(manifest: Manifest, spec: KernelSpec, arch: str, *, direction: s
     ]
     if spec.flops:
         lines.append(f"- Arithmetic per call: {spec.flops} operations.")
-    lines += [
-        "",
+    return lines
+
+
+def _target_section(manifest: Manifest, spec: KernelSpec, arch: str) -> list[str]:
+    """The GPU: its resources, and the limits the compiler's report is checked against."""
+    info = arch_info(arch)
+    return [
         f"## Target: {arch} ({info.family}, e.g. {info.example_gpu})",
         f"- {info.sm_count} SMs; {info.smem_per_sm // 1024} KiB shared memory per SM, at most "
         f"{info.smem_per_block // 1024} KiB per block; {info.regs_per_sm} registers per SM, at most "
@@ -252,28 +277,24 @@ def task_prompt(manifest: Manifest, spec: KernelSpec, arch: str, *, direction: s
         "## Limits the compiler report is checked against (a kernel over any is rejected)",
         *_limits(manifest, spec, arch),
         "",
-        "## Tunable parameters",
     ]
-    if spec.tunables:
-        for name, values in spec.tunables.items():
-            lines.append(
-                f"- `{name}` is tried with the values {', '.join(str(v) for v in values)} "
-                f"(`-D{name}=value`); if you use it, guard a default with `#ifndef {name}`."
-            )
-    lines += [
+
+
+def _tunables_section(spec: KernelSpec) -> list[str]:
+    """The manifest's tunable values, and how the answer may declare its own."""
+    lines = ["## Tunable parameters"]
+    for name, values in (spec.tunables or {}).items():
+        lines.append(
+            f"- `{name}` is tried with the values {', '.join(str(v) for v in values)} "
+            f"(`-D{name}=value`); if you use it, guard a default with `#ifndef {name}`."
+        )
+    return [
+        *lines,
         "- You may expose your own compile-time parameters: guard each with `#ifndef NAME` / `#define NAME "
         "default` / `#endif` and declare the values to try on one line, `// @tunable NAME: 128, 256, 512`. "
         "Each value set is compiled with `-DNAME=value`, and the fastest is kept.",
         "",
     ]
-    if direction:
-        lines += ["## Focus", f"Optimization direction for this attempt: {direction}.", ""]
-    lines += [
-        "## Answer",
-        "Think as long as you need. Then answer with the complete .cu file in one ```cuda fenced block, as the "
-        "last thing in your answer.",
-    ]
-    return "\n".join(lines) + "\n"
 
 
 def describe(judged: Judged, spec: KernelSpec) -> str:

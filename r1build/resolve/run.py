@@ -13,7 +13,7 @@ from ..errors import CompileError, LockError, ResolveError, UsageError
 from ..events import Stage, emit
 from ..keys import decision_key
 from ..lock import Lock, LockEntry, load_lock, lock_path, require_fresh, write_lock
-from ..manifest import Manifest
+from ..manifest import KernelSpec, Manifest
 from ..records import Candidate, CandidateRef, ResolveOptions, Unresolved
 from ..toolchain.archs import require_supported_archs
 from ..toolchain.nvcc import toolchain
@@ -130,6 +130,35 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
     options = options or ResolveOptions()
     phases = _Phases()
     specs = [s for s in manifest.kernels if options.kernels is None or s.name in options.kernels]
+    _refuse_options(manifest, options)
+    require_supported_archs(manifest, toolchain(), options.archs, cache)
+    path = lock_path(manifest)
+    lock = _read_lock(manifest, options)
+    if options.frozen and lock is None:
+        raise LockError(f"{options.mode_words[1]} uses {path} as it is, and there is none; run `r1build lock` first")
+    plan = _plan(manifest, specs, options)
+    if options.locked:
+        lock = require_fresh(
+            manifest, lock, plan if (options.kernels or options.archs) else None, said=options.mode_words[0]
+        )
+    phases.done("toolchain and arch check, lock read")
+    judges = Judges(cache, options.evaluate, options.cluster, manifest.settings.evaluation.connect_timeout_s)
+    try:
+        entries, failed = _judged(Run(manifest, cache, options, judges, lock), specs, plan, phases)
+    finally:
+        judges.close()
+        phases.done("judges closed")
+    new_lock = _merged(manifest, lock, entries, failed)
+    changed = False
+    as_is = options.locked or options.frozen
+    if options.write_lock and not as_is and (new_lock.kernel or path.exists()):
+        changed = write_lock(path, new_lock)
+        phases.done("lock written")
+    return Resolution(manifest, entries, new_lock if not as_is else (lock or new_lock), changed, failed)
+
+
+def _refuse_options(manifest: Manifest, options: ResolveOptions) -> None:
+    """A :class:`UsageError` for kernels the manifest does not declare and for modes that exclude each other."""
     unknown = sorted(set(options.kernels or []) - {s.name for s in manifest.kernels})
     if unknown:
         raise UsageError(
@@ -144,11 +173,10 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
             "--frozen (or R1BUILD_FROZEN) uses the lock as it is: it cannot be combined with --refresh or "
             "rebuild the lock"
         )
-    require_supported_archs(manifest, toolchain(), options.archs, cache)
-    path = lock_path(manifest)
-    lock = _read_lock(manifest, options)
-    if options.frozen and lock is None:
-        raise LockError(f"{options.mode_words[1]} uses {path} as it is, and there is none; run `r1build lock` first")
+
+
+def _plan(manifest: Manifest, specs: list[KernelSpec], options: ResolveOptions) -> dict[str, list[str]]:
+    """The archs to resolve for each kernel; a :class:`UsageError` for an ``--arch`` no kernel targets."""
     plan = {s.name: [a for a in manifest.archs_of(s) if options.archs is None or a in options.archs] for s in specs}
     targeted = {a for s in specs for a in manifest.archs_of(s)}
     untargeted = [a for a in options.archs or () if a not in targeted]
@@ -158,63 +186,58 @@ def resolve(manifest: Manifest, cache: Cache, options: ResolveOptions | None = N
             f"--arch {', '.join(untargeted)}: {which} targets it (targeted: {', '.join(sorted(targeted))}); "
             "add it to the manifest's archs to resolve for it"
         )
-    if options.locked:
-        lock = require_fresh(
-            manifest, lock, plan if (options.kernels or options.archs) else None, said=options.mode_words[0]
-        )
-    phases.done("toolchain and arch check, lock read")
-    judges = Judges(cache, options.evaluate, options.cluster, manifest.settings.evaluation.connect_timeout_s)
-    run = Run(manifest, cache, options, judges, lock)
-    try:
-        looked: list[_Looked] = []
-        for spec in specs:
-            for arch in plan[spec.name]:
-                q = Question(spec, arch, decision_key(manifest, spec, arch))
-                looked.append(_Looked(q, lookup(run, q)))
-        misses = [x.question for x in looked if x.hit is None]
-        phases.done(f"{len(looked)} looked up, {len(misses)} missed")
-        # the manifest's own candidates of each kernel with a miss, read once for the GPU's head start and the work
-        seeds: dict[str, list[Candidate]] = {}
-        if not options.locked and not options.frozen and misses:
-            from ..evaluate.variants import expand_variants
+    return plan
 
-            seeds = {q.spec.name: expand_variants(manifest, q.spec) for q in misses}
-            phases.done(f"{sum(len(c) for c in seeds.values())} candidates expanded")
-            if not judges.endpoint(manifest, options):
-                judges.prepare([q.job(manifest, seeds[q.spec.name]) for q in misses])
-                phases.done("prepared (GPUs found, evaluator started, gate-only batches gated)")
-        outcomes: list[Resolved | Unresolved | None] = [x.hit for x in looked]
-        for i in _work_order(looked, judges, options):
-            x = looked[i]
-            q = x.question
-            if options.locked:  # lookup answers every current entry or raises; nothing may be judged anew
-                raise ResolveError(
-                    f"{q.spec.name}/{q.arch}: {options.mode_words[0]} and the lock has no usable entry for it"
-                )
-            kept = None
-            if options.refresh:  # what a refresh falls back to where nothing can judge this arch again
-                old = lookup(replace(run, options=replace(options, refresh=False)), q)
-                kept = old if isinstance(old, Resolved) else None
-            outcomes[i] = work(run, q, seeds.get(q.spec.name, []), kept)
-            phases.done(f"{q.spec.name}/{q.arch} worked")
-        outcomes = [(library_verdict(manifest, o) or o) if isinstance(o, Resolved) else o for o in outcomes]
-        entries = _gate_emitted(manifest, judges, [o for o in outcomes if isinstance(o, Resolved)])
-        phases.done(f"{len(entries)} winners gated")
-        failed = [o for o in outcomes if isinstance(o, Unresolved)]
-    finally:
-        judges.close()
-        phases.done("judges closed")
+
+def _judged(
+    run: Run, specs: list[KernelSpec], plan: dict[str, list[str]], phases: _Phases
+) -> tuple[list[Resolved], list[Unresolved]]:
+    """Each kernel × arch of ``plan`` looked up, the misses worked (judged anew), every winner through the static
+    gate: the winners and the kernel × archs without one."""
+    manifest, options, judges = run.manifest, run.options, run.judges
+    looked: list[_Looked] = []
+    for spec in specs:
+        for arch in plan[spec.name]:
+            q = Question(spec, arch, decision_key(manifest, spec, arch))
+            looked.append(_Looked(q, lookup(run, q)))
+    misses = [x.question for x in looked if x.hit is None]
+    phases.done(f"{len(looked)} looked up, {len(misses)} missed")
+    # the manifest's own candidates of each kernel with a miss, read once for the GPU's head start and the work
+    seeds: dict[str, list[Candidate]] = {}
+    if not options.locked and not options.frozen and misses:
+        from ..evaluate.variants import expand_variants
+
+        seeds = {q.spec.name: expand_variants(manifest, q.spec) for q in misses}
+        phases.done(f"{sum(len(c) for c in seeds.values())} candidates expanded")
+        if not judges.endpoint(manifest, options):
+            judges.prepare([q.job(manifest, seeds[q.spec.name]) for q in misses])
+            phases.done("prepared (GPUs found, evaluator started, gate-only batches gated)")
+    outcomes: list[Resolved | Unresolved | None] = [x.hit for x in looked]
+    for i in _work_order(looked, judges, options):
+        q = looked[i].question
+        if options.locked:  # lookup answers every current entry or raises; nothing may be judged anew
+            raise ResolveError(
+                f"{q.spec.name}/{q.arch}: {options.mode_words[0]} and the lock has no usable entry for it"
+            )
+        kept = None
+        if options.refresh:  # what a refresh falls back to where nothing can judge this arch again
+            old = lookup(replace(run, options=replace(options, refresh=False)), q)
+            kept = old if isinstance(old, Resolved) else None
+        outcomes[i] = work(run, q, seeds.get(q.spec.name, []), kept)
+        phases.done(f"{q.spec.name}/{q.arch} worked")
+    outcomes = [(library_verdict(manifest, o) or o) if isinstance(o, Resolved) else o for o in outcomes]
+    entries = _gate_emitted(manifest, judges, [o for o in outcomes if isinstance(o, Resolved)])
+    phases.done(f"{len(entries)} winners gated")
+    return entries, [o for o in outcomes if isinstance(o, Unresolved)]
+
+
+def _merged(manifest: Manifest, lock: Lock | None, entries: list[Resolved], failed: list[Unresolved]) -> Lock:
+    """The lock after this run: its entries for kernel × archs still declared, none where nothing may win (the
+    lock never names a rejected or pending winner), each winner of this run in its place."""
     new_entries = {(e.name, e.arch): e for e in (lock.kernel if lock else [])}
     declared = {(s.name, a) for s in manifest.kernels for a in manifest.archs_of(s)}
-    # where nothing may win, no entry is kept: the lock never names a rejected or pending winner
     dropped = {(u.kernel, u.arch) for u in failed}
     new_entries = {k: v for k, v in new_entries.items() if k in declared and k not in dropped}
     for r in entries:
         new_entries[(r.spec.name, r.arch)] = _lock_entry(manifest, r, new_entries.get((r.spec.name, r.arch)))
-    new_lock = Lock(manifest=manifest.path.name, kernel=sorted(new_entries.values(), key=lambda e: (e.name, e.arch)))
-    changed = False
-    as_is = options.locked or options.frozen
-    if options.write_lock and not as_is and (new_lock.kernel or path.exists()):
-        changed = write_lock(path, new_lock)
-        phases.done("lock written")
-    return Resolution(manifest, entries, new_lock if not as_is else (lock or new_lock), changed, failed)
+    return Lock(manifest=manifest.path.name, kernel=sorted(new_entries.values(), key=lambda e: (e.name, e.arch)))
