@@ -169,6 +169,18 @@ class _Search:
         self.finished_samples = 0
         self.round = 0
         self.client: ChatClient | None = None
+        self._init_judging()
+        self.planner = Planner(
+            manifest,
+            spec,
+            arch,
+            generation=self.generation,
+            honours_temperature=endpoint.profile.honours_temperature,
+            samples_per_round=self.budget.samples,
+        )
+
+    def _init_judging(self) -> None:
+        """What the progress lines say of the judge: its queue, what it works on, how long it has been busy."""
         self.waiting = 0
         """Candidates queued for the judge (the gate, then the GPU where there is one), not yet handed to it."""
         self.judging = 0
@@ -191,14 +203,6 @@ class _Search:
         self.on_stop: Callable[[StopReason], int] | None = None
         """Called once when the search stops (a continuous search cancels what can no longer matter); returns how
         many requests on the wire it cancelled."""
-        self.planner = Planner(
-            manifest,
-            spec,
-            arch,
-            generation=self.generation,
-            honours_temperature=endpoint.profile.honours_temperature,
-            samples_per_round=self.budget.samples,
-        )
 
     # -- bookkeeping -------------------------------------------------------------------------------------
     def note(self, level: NoteLevel, message: str) -> None:
@@ -572,8 +576,30 @@ class _Search:
         self.link_as_we_go = links is None or links.candidates is None
         if links is None or links.candidates is not None or links.stop_reason not in ("interrupted", "fatal"):
             return {}
+        stored = self._stored_transcripts(links.transcripts)
+        if not any(answer is not None for _, _, _, answer in stored):
+            return {}
+        done: dict[int, set[int]] = {}
+        for (round_no, sample), digest, doc, answer in sorted(stored, key=lambda item: item[0]):
+            if self._take_back((round_no, sample), digest, doc, answer):
+                done.setdefault(round_no, set()).add(sample)
+        self.sync_usage()
+        usage = self.usage
+        self.note(
+            "info",
+            f"continuing the search cut short ({links.stop_reason}): {usage.answers} answer(s) of "
+            f"{usage.samples} sample(s) already received are kept, not asked again "
+            f"({usage.completion_tokens:,} completion tokens, ${usage.cost_usd:.4f} of the budget)",
+        )
+        return done
+
+    def _stored_transcripts(
+        self, digests: Sequence[str]
+    ) -> list[tuple[tuple[int, int], str, dict[str, Any], dict[str, Any] | None]]:
+        """The transcripts of this kernel and arch among ``digests`` that read back: (round, sample), digest, the
+        document and its answer (None where the request got none)."""
         stored = []
-        for digest in links.transcripts:
+        for digest in digests:
             parsed = parse_transcript(self.cache.get_text(digest))
             if parsed is None:
                 continue
@@ -584,55 +610,50 @@ class _Search:
                 continue
             if doc.get("kernel") == self.spec.name and doc.get("arch") == self.arch:
                 stored.append((where, digest, doc, answer))
-        if not any(answer is not None for _, _, _, answer in stored):
-            return {}
-        done: dict[int, set[int]] = {}
+        return stored
+
+    def _take_back(
+        self, where: tuple[int, int], digest: str, doc: dict[str, Any], answer: dict[str, Any] | None
+    ) -> bool:
+        """Charge what one stored sample's requests cost and admit its answer to the pool; whether it is not to be
+        asked again (one cancelled in flight or refused by the fatal error is)."""
+        round_no, sample = where
         usage = self.usage
-        stored.sort(key=lambda item: item[0])
-        for (round_no, sample), digest, doc, answer in stored:
-            attempts = [a for a in doc.get("attempts") or [] if isinstance(a, dict)]
-            self.ledger.settle(
-                None,
-                prompt_tokens=sum(_tokens(a.get("prompt_tokens")) for a in attempts),
-                completion_tokens=sum(_tokens(a.get("completion_tokens")) for a in attempts),
-            )
-            usage.requests += len(attempts)
-            usage.retries += max(0, len(attempts) - 1)
-            usage.estimated = usage.estimated or any(not a.get("usage_reported") for a in attempts)
-            self.transcripts.append(((round_no, sample), digest))
-            if answer is None and doc.get("failure") in ("cancelled", "fatal"):
-                continue  # cut off in flight, or refused by what cut the search short: asked again
-            done.setdefault(round_no, set()).add(sample)
-            usage.samples += 1
-            if answer is None:
-                usage.count("gave_up")
-                continue
-            usage.answers += 1
-            usage.reasoning_tokens += _tokens(answer.get("reasoning_tokens"))
-            finish, content = answer.get("finish_reason"), str(answer.get("content") or "")
-            if finish == "stop":
-                self.ledger.observe(_tokens(answer.get("completion_tokens")))
-            extraction, _ = read_answer(finish, content, self.spec.name, usage)
-            if extraction is not None and extraction.source is not None:
-                request = doc.get("request") if isinstance(doc.get("request"), dict) else {}
-                messages = [m for m in (request or {}).get("messages") or [] if isinstance(m, dict)][:1]
-                self.pool.admit_answer(
-                    extraction.source,
-                    model=str(doc.get("model") or self.endpoint.model),
-                    round_no=round_no,
-                    sample=sample,
-                    transcript=digest,
-                    messages=messages,
-                    answer=strip_think(content).strip(),
-                )
-        self.sync_usage()
-        self.note(
-            "info",
-            f"continuing the search cut short ({links.stop_reason}): {usage.answers} answer(s) of "
-            f"{usage.samples} sample(s) already received are kept, not asked again "
-            f"({usage.completion_tokens:,} completion tokens, ${usage.cost_usd:.4f} of the budget)",
+        attempts = [a for a in doc.get("attempts") or [] if isinstance(a, dict)]
+        self.ledger.settle(
+            None,
+            prompt_tokens=sum(_tokens(a.get("prompt_tokens")) for a in attempts),
+            completion_tokens=sum(_tokens(a.get("completion_tokens")) for a in attempts),
         )
-        return done
+        usage.requests += len(attempts)
+        usage.retries += max(0, len(attempts) - 1)
+        usage.estimated = usage.estimated or any(not a.get("usage_reported") for a in attempts)
+        self.transcripts.append((where, digest))
+        if answer is None and doc.get("failure") in ("cancelled", "fatal"):
+            return False  # cut off in flight, or refused by what cut the search short: asked again
+        usage.samples += 1
+        if answer is None:
+            usage.count("gave_up")
+            return True
+        usage.answers += 1
+        usage.reasoning_tokens += _tokens(answer.get("reasoning_tokens"))
+        finish, content = answer.get("finish_reason"), str(answer.get("content") or "")
+        if finish == "stop":
+            self.ledger.observe(_tokens(answer.get("completion_tokens")))
+        extraction, _ = read_answer(finish, content, self.spec.name, usage)
+        if extraction is not None and extraction.source is not None:
+            request = doc.get("request") if isinstance(doc.get("request"), dict) else {}
+            messages = [m for m in (request or {}).get("messages") or [] if isinstance(m, dict)][:1]
+            self.pool.admit_answer(
+                extraction.source,
+                model=str(doc.get("model") or self.endpoint.model),
+                round_no=round_no,
+                sample=sample,
+                transcript=digest,
+                messages=messages,
+                answer=strip_think(content).strip(),
+            )
+        return True
 
     # -- rounds ------------------------------------------------------------------------------------------
     async def run_round(
