@@ -144,6 +144,46 @@ def _never_connected(cause: BaseException | None) -> bool:
     return cause is None or any(c.__name__ in _NOT_CONNECTED for c in type(cause).__mro__)
 
 
+def _status_fault(exc: openai.APIStatusError) -> _Fault:
+    """What an HTTP error answer means: 429 a rate limit, 5xx (and 408, 409, 425) the server's fault, both retried
+    after their Retry-After; any other a fatal refusal."""
+    status = exc.status_code
+    text = _error_text(exc)
+    label = status_label(status, getattr(exc.response, "reason_phrase", None))
+    if status == 429:
+        return _Fault(
+            "rate_limited",
+            f"HTTP 429: {text}",
+            status=status,
+            retry_after=parse_retry_after(exc.response.headers),
+            label=label,
+        )
+    if status >= 500 or status in (408, 409, 425):
+        return _Fault(
+            "server_error",
+            f"HTTP {status}: {text}",
+            status=status,
+            retry_after=parse_retry_after(exc.response.headers),
+            label=label,
+        )
+    return _Fault("fatal", text, status=status, label=label)
+
+
+def _connection_fault(exc: openai.APIConnectionError, partial: _Partial) -> _Fault:
+    """What a broken connection means: a cut stream once the server answered, else no connection at all, or one
+    the server closed before answering."""
+    cause = exc.__cause__ or exc.__context__
+    detail = f" ({type(cause).__name__}: {cause})" if cause else ""
+    if partial.chunks or partial.responded:  # the server answered, then the connection broke
+        return _Fault("stream_cut", f"the connection broke during the response{detail}", label="a cut stream")
+    if _never_connected(cause):
+        return _Fault("connection", f"connection failed{detail}", label="connection failed")
+    # reached, but closed (or reset) before a whole response: no sign that the URL or the server is wrong
+    return _Fault(
+        "connection", f"the server closed the connection before answering{detail}", label="a closed connection"
+    )
+
+
 _MARKUP = re.compile(r"<(script|style)\b.*?</\1\s*>|<[^>]*>", re.IGNORECASE | re.DOTALL)
 """What an HTML error page holds besides its words: tags, scripts and styles."""
 
@@ -454,43 +494,13 @@ class ChatClient:
         except _Fault:
             raise
         except openai.APIStatusError as exc:
-            status = exc.status_code
-            text = _error_text(exc)
-            label = status_label(status, getattr(exc.response, "reason_phrase", None))
-            if status == 429:
-                raise _Fault(
-                    "rate_limited",
-                    f"HTTP 429: {text}",
-                    status=status,
-                    retry_after=parse_retry_after(exc.response.headers),
-                    label=label,
-                ) from None
-            if status >= 500 or status in (408, 409, 425):
-                raise _Fault(
-                    "server_error",
-                    f"HTTP {status}: {text}",
-                    status=status,
-                    retry_after=parse_retry_after(exc.response.headers),
-                    label=label,
-                ) from None
-            raise _Fault("fatal", text, status=status, label=label) from None
+            raise _status_fault(exc) from None
         except openai.APITimeoutError:
             raise _Fault(
                 "timeout", "the HTTP client timed out", label=f"timed out after {self.generation.request_timeout_s:g} s"
             ) from None
         except openai.APIConnectionError as exc:
-            cause = exc.__cause__ or exc.__context__
-            detail = f" ({type(cause).__name__}: {cause})" if cause else ""
-            if partial.chunks or partial.responded:  # the server answered, then the connection broke
-                raise _Fault(
-                    "stream_cut", f"the connection broke during the response{detail}", label="a cut stream"
-                ) from None
-            if _never_connected(cause):
-                raise _Fault("connection", f"connection failed{detail}", label="connection failed") from None
-            # reached, but closed (or reset) before a whole response: no sign that the URL or the server is wrong
-            raise _Fault(
-                "connection", f"the server closed the connection before answering{detail}", label="a closed connection"
-            ) from None
+            raise _connection_fault(exc, partial) from None
         except openai.APIResponseValidationError as exc:
             raise _Fault(
                 "bad_response", f"the response does not fit the protocol: {exc.message}", label="a malformed response"
