@@ -425,31 +425,9 @@ class _Search:
                     extraction = None
                 else:
                     extraction = self.settle(round_no, sample, exchange)
-                    digest = store_transcript(
-                        self.cache,
-                        transcript_payload(
-                            kernel=self.spec.name,
-                            arch=self.arch,
-                            round=round_no,
-                            sample=sample,
-                            provider=self.endpoint.profile.name,
-                            endpoint=self.endpoint.display_url,
-                            model=self.endpoint.model,
-                            direction=plan.direction,
-                            temperature=plan.temperature,
-                            parent=plan.parent,
-                            exchange=exchange,
-                            extraction=self.extraction_doc(extraction) if extraction else None,
-                            started=started,
-                            elapsed_s=time.monotonic() - t0,
-                        ),
-                        secrets=self.endpoint.secrets,
+                    digest = self._keep_transcript(
+                        (round_no, sample), plan, exchange, extraction, started, time.monotonic() - t0
                     )
-                    self.transcripts.append(((round_no, sample), digest))
-                    self.pool.attach_transcript(round_no, sample, digest)
-                    self.finished_samples += 1
-                    if self.link_as_we_go:  # a process killed now (SIGTERM, SIGKILL) leaves them to resume from
-                        self.link_soon()
             if exchange.fatal is not None:
                 self.fatal = exchange.fatal
                 self.stop("fatal")
@@ -460,6 +438,44 @@ class _Search:
             reason = exchange.budget or self.exhausted()
             if reason is not None and reason != "candidates":
                 self.stop(reason)
+
+    def _keep_transcript(
+        self,
+        where: tuple[int, int],
+        plan: Plan,
+        exchange: Exchange,
+        extraction: Extraction | None,
+        started: str,
+        elapsed_s: float,
+    ) -> str:
+        """Store the transcript of one finished sample (secrets redacted) and link it to the search; its digest."""
+        round_no, sample = where
+        digest = store_transcript(
+            self.cache,
+            transcript_payload(
+                kernel=self.spec.name,
+                arch=self.arch,
+                round=round_no,
+                sample=sample,
+                provider=self.endpoint.profile.name,
+                endpoint=self.endpoint.display_url,
+                model=self.endpoint.model,
+                direction=plan.direction,
+                temperature=plan.temperature,
+                parent=plan.parent,
+                exchange=exchange,
+                extraction=self.extraction_doc(extraction) if extraction else None,
+                started=started,
+                elapsed_s=elapsed_s,
+            ),
+            secrets=self.endpoint.secrets,
+        )
+        self.transcripts.append((where, digest))
+        self.pool.attach_transcript(round_no, sample, digest)
+        self.finished_samples += 1
+        if self.link_as_we_go:  # a process killed now (SIGTERM, SIGKILL) leaves them to resume from
+            self.link_soon()
+        return digest
 
     def settle(self, round_no: int, sample: int, exchange: Exchange) -> Extraction | None:
         """Account a finished sample (its tokens and money are already in the ledger) and extract its candidate;
