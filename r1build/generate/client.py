@@ -184,6 +184,13 @@ def _connection_fault(exc: openai.APIConnectionError, partial: _Partial) -> _Fau
     )
 
 
+def _charge(spend: Spend | None, attempt: Attempt | None) -> None:
+    """Charge what ``attempt`` cost to the budget (nothing, for an attempt never sent)."""
+    if spend is not None:
+        tokens = (attempt.prompt_tokens, attempt.completion_tokens) if attempt is not None else (0, 0)
+        spend.charge(prompt_tokens=tokens[0], completion_tokens=tokens[1])
+
+
 _MARKUP = re.compile(r"<(script|style)\b.*?</\1\s*>|<[^>]*>", re.IGNORECASE | re.DOTALL)
 """What an HTML error page holds besides its words: tags, scripts and styles."""
 
@@ -336,24 +343,13 @@ class ChatClient:
             if not await pacer.turn():
                 exchange.failure = "stopped" if exchange.attempts else None
                 return
-            params = exchange.params
-            if spend is not None:
-                max_tokens = await spend.reserve()
-                if isinstance(max_tokens, str):
-                    exchange.budget = max_tokens
-                    return
-                if pacer.stopped is not None:  # stopped while waiting for the budget
-                    spend.charge(prompt_tokens=0, completion_tokens=0)
-                    exchange.failure = "stopped" if exchange.attempts else None
-                    return
-                if attempt_no == 0:
-                    exchange.params["max_tokens"] = max_tokens
-                params = {**exchange.params, "max_tokens": max_tokens}
+            params = exchange.params if spend is None else await self._reserved(exchange, spend, attempt_no)
+            if params is None:
+                return
             now = time.monotonic()
             remaining = deadline - now
             if remaining <= 0:
-                if spend is not None:
-                    spend.charge(prompt_tokens=0, completion_tokens=0)
+                _charge(spend, None)
                 exchange.failure = exchange.failure or "timeout"
                 return
             limit = min(self.generation.request_timeout_s, remaining)
@@ -365,57 +361,95 @@ class ChatClient:
                     self._probed(probe, self._once(exchange.messages, params, partial, meter, now)), limit
                 )
             except asyncio.TimeoutError:
-                # cut short by the search's deadline, each attempt after what was left of it: one label for all
-                at_deadline = limit < self.generation.request_timeout_s
-                label = "timed out at the wall-time deadline" if at_deadline else f"timed out after {limit:.3g} s"
-                fault = _Fault("timeout", f"no complete answer within {limit:.1f} s", label=label)
+                fault = self._timeout_fault(limit)
             except _Fault as f:
                 fault = f
             except asyncio.CancelledError:
-                attempt = self._failed_attempt(
-                    exchange, now - start, time.monotonic() - now, params, partial, _Fault("cancelled", "cancelled")
+                cancelled = _Fault("cancelled", "cancelled")
+                _charge(
+                    spend,
+                    self._failed_attempt(exchange, now - start, time.monotonic() - now, params, partial, cancelled),
                 )
-                if spend is not None:
-                    spend.charge(prompt_tokens=attempt.prompt_tokens, completion_tokens=attempt.completion_tokens)
                 raise
             else:
                 meter.on_the_wire = False
-                tokens = completion.completion_tokens
-                if not completion.usage_reported:  # an estimate: the server cannot have sent more than asked
-                    tokens = min(tokens, params["max_tokens"])
-                attempt = Attempt(
-                    started_s=now - start,
-                    latency_s=completion.latency_s,
-                    outcome="ok",
-                    max_tokens=params["max_tokens"],
-                    prompt_tokens=completion.prompt_tokens or self._prompt_estimate(exchange.messages),
-                    completion_tokens=tokens,
-                    usage_reported=completion.usage_reported,
-                )
-                exchange.attempts.append(attempt)
-                if spend is not None:
-                    spend.charge(prompt_tokens=attempt.prompt_tokens, completion_tokens=attempt.completion_tokens)
-                exchange.completion = completion
-                exchange.failure = None
-                pacer.answered()
+                self._answered(exchange, completion, params, now - start, spend)
                 return
             meter.on_the_wire = False
             attempt = self._failed_attempt(exchange, now - start, time.monotonic() - now, params, partial, fault)
-            if spend is not None:
-                spend.charge(prompt_tokens=attempt.prompt_tokens, completion_tokens=attempt.completion_tokens)
-            if fault.kind == "fatal":
-                assert fault.status is not None
-                exchange.failure = "fatal"
-                exchange.fatal = self._fatal(fault.status, fault.message)
+            _charge(spend, attempt)
+            if self._retry_wait(exchange, attempt, fault, (now, deadline), attempt_no >= retries, report) is None:
                 return
-            exchange.failure = fault.kind
-            pause = pacer.failed(attempt.label, now, fault.retry_after)
-            give_up = attempt_no >= retries or pacer.stopped is not None or time.monotonic() + pause >= deadline
-            wait = None if give_up else pause
-            if report is not None:
-                report(attempt, wait)
-            if wait is None:
-                return
+
+    def _retry_wait(
+        self,
+        exchange: Exchange,
+        attempt: Attempt,
+        fault: _Fault,
+        times: tuple[float, float],
+        last: bool,
+        report: Callable[[Attempt, float | None], None] | None,
+    ) -> float | None:
+        """After a failed attempt (sent at ``times[0]``; the search's deadline ``times[1]``): the seconds to wait
+        before the next, reported; None to give up (a fatal refusal, the ``last`` attempt, a stopped search, a wait
+        past the deadline)."""
+        now, deadline = times
+        if fault.kind == "fatal":
+            assert fault.status is not None
+            exchange.failure = "fatal"
+            exchange.fatal = self._fatal(fault.status, fault.message)
+            return None
+        exchange.failure = fault.kind
+        pause = self.pacer.failed(attempt.label, now, fault.retry_after)
+        give_up = last or self.pacer.stopped is not None or time.monotonic() + pause >= deadline
+        wait = None if give_up else pause
+        if report is not None:
+            report(attempt, wait)
+        return wait
+
+    def _timeout_fault(self, limit: float) -> _Fault:
+        """An attempt that got no complete answer within ``limit`` seconds: cut short by the search's deadline
+        (each attempt after what was left of it: one label for all), or by the request's own timeout."""
+        at_deadline = limit < self.generation.request_timeout_s
+        label = "timed out at the wall-time deadline" if at_deadline else f"timed out after {limit:.3g} s"
+        return _Fault("timeout", f"no complete answer within {limit:.1f} s", label=label)
+
+    async def _reserved(self, exchange: Exchange, spend: Spend, attempt_no: int) -> dict[str, Any] | None:
+        """The request's parameters with the tokens the budget lets it ask for; None when the budget is spent (its
+        reason set on ``exchange``) or the search stopped while it waited."""
+        max_tokens = await spend.reserve()
+        if isinstance(max_tokens, str):
+            exchange.budget = max_tokens
+            return None
+        if self.pacer.stopped is not None:  # stopped while waiting for the budget
+            spend.charge(prompt_tokens=0, completion_tokens=0)
+            exchange.failure = "stopped" if exchange.attempts else None
+            return None
+        if attempt_no == 0:
+            exchange.params["max_tokens"] = max_tokens
+        return {**exchange.params, "max_tokens": max_tokens}
+
+    def _answered(
+        self, exchange: Exchange, completion: Completion, params: dict[str, Any], started: float, spend: Spend | None
+    ) -> None:
+        """Record the attempt that answered, charge it and keep its completion."""
+        tokens = completion.completion_tokens
+        if not completion.usage_reported:  # an estimate: the server cannot have sent more than asked
+            tokens = min(tokens, params["max_tokens"])
+        attempt = Attempt(
+            started_s=started,
+            latency_s=completion.latency_s,
+            outcome="ok",
+            max_tokens=params["max_tokens"],
+            prompt_tokens=completion.prompt_tokens or self._prompt_estimate(exchange.messages),
+            completion_tokens=tokens,
+            usage_reported=completion.usage_reported,
+        )
+        exchange.attempts.append(attempt)
+        _charge(spend, attempt)
+        exchange.completion = completion
+        exchange.failure = None
+        self.pacer.answered()
 
     def _failed_attempt(
         self,
