@@ -24,8 +24,6 @@ message this module produces passes through :meth:`ChatClient.redact`, which rem
 from __future__ import annotations
 
 import asyncio
-import json
-import math
 import random
 import re
 import time
@@ -33,7 +31,7 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, cast
 
-from ..convert import field, record, replace
+from ..convert import replace
 from ..errors import ConfigError, GenerationError, R1BuildError
 from ..toolchain.extras import GENERATE
 
@@ -56,10 +54,22 @@ from .exchange import (
     Spend,
     refusal_of,
     tool_calls_of,
-    utf8_text,
 )
-from .pacing import MAX_BACKOFF_S, Pacer, parse_retry_after, status_label
+from .pacing import MAX_BACKOFF_S, Pacer, parse_retry_after
 from .providers import Endpoint
+from .responses import (
+    Fault,
+    OpenAIClient,
+    Partial,
+    completion_of,
+    connection_fault,
+    error_in_place_of_an_answer,
+    finish_at_end,
+    not_events,
+    status_fault,
+    take_delta,
+    text_of,
+)
 
 __all__ = [
     "FAULT_KINDS",
@@ -102,112 +112,11 @@ _TOO_LONG = re.compile(r"maximum context length|context length|\bmax_tokens\b|\b
 """A refusal that says the request asks for more tokens than the model takes: ``max-tokens``, a setting."""
 
 
-class _Fault(Exception):
-    def __init__(
-        self,
-        kind: FaultKind,
-        message: str,
-        *,
-        status: int | None = None,
-        retry_after: float | None = None,
-        label: str = "",
-    ) -> None:
-        message = utf8_text(message)  # a server's words: logged, stored and shown, so UTF-8 must hold them
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
-        self.status = status
-        self.retry_after = retry_after
-        self.label = utf8_text(label)
-
-
-@record
-class _Partial:
-    content: list[str] = field(default_factory=list)
-    reasoning: list[str] = field(default_factory=list)
-    chunks: int = 0
-    first_token_s: float | None = None
-    responded: bool = False
-    """Whether the response's status and headers arrived (the server was reached, and answered)."""
-    opened: asyncio.Event | None = None
-    """Set when a stream's status and headers arrived (the first request on an endpoint lets the rest go)."""
-
-
-_NOT_CONNECTED = frozenset({"ConnectError", "ProxyError"})
-"""The HTTP client's errors (by class name: httpx and its successors name them alike) for a connection that was
-never made: refused, a host that does not resolve, a proxy that would not connect."""
-
-
-def _never_connected(cause: BaseException | None) -> bool:
-    """Whether ``cause`` (what the client's connection error wraps) says no connection was made at all, as opposed
-    to one that the server (or a proxy) closed or reset before or while answering."""
-    return cause is None or any(c.__name__ in _NOT_CONNECTED for c in type(cause).__mro__)
-
-
-def _status_fault(exc: openai.APIStatusError) -> _Fault:
-    """What an HTTP error answer means: 429 a rate limit, 5xx (and 408, 409, 425) the server's fault, both retried
-    after their Retry-After; any other a fatal refusal."""
-    status = exc.status_code
-    text = _error_text(exc)
-    label = status_label(status, getattr(exc.response, "reason_phrase", None))
-    if status == 429:
-        return _Fault(
-            "rate_limited",
-            f"HTTP 429: {text}",
-            status=status,
-            retry_after=parse_retry_after(exc.response.headers),
-            label=label,
-        )
-    if status >= 500 or status in (408, 409, 425):
-        return _Fault(
-            "server_error",
-            f"HTTP {status}: {text}",
-            status=status,
-            retry_after=parse_retry_after(exc.response.headers),
-            label=label,
-        )
-    return _Fault("fatal", text, status=status, label=label)
-
-
-def _connection_fault(exc: openai.APIConnectionError, partial: _Partial) -> _Fault:
-    """What a broken connection means: a cut stream once the server answered, else no connection at all, or one
-    the server closed before answering."""
-    cause = exc.__cause__ or exc.__context__
-    detail = f" ({type(cause).__name__}: {cause})" if cause else ""
-    if partial.chunks or partial.responded:  # the server answered, then the connection broke
-        return _Fault("stream_cut", f"the connection broke during the response{detail}", label="a cut stream")
-    if _never_connected(cause):
-        return _Fault("connection", f"connection failed{detail}", label="connection failed")
-    # reached, but closed (or reset) before a whole response: no sign that the URL or the server is wrong
-    return _Fault(
-        "connection", f"the server closed the connection before answering{detail}", label="a closed connection"
-    )
-
-
 def _charge(spend: Spend | None, attempt: Attempt | None) -> None:
     """Charge what ``attempt`` cost to the budget (nothing, for an attempt never sent)."""
     if spend is not None:
         tokens = (attempt.prompt_tokens, attempt.completion_tokens) if attempt is not None else (0, 0)
         spend.charge(prompt_tokens=tokens[0], completion_tokens=tokens[1])
-
-
-_MARKUP = re.compile(r"<(script|style)\b.*?</\1\s*>|<[^>]*>", re.IGNORECASE | re.DOTALL)
-"""What an HTML error page holds besides its words: tags, scripts and styles."""
-
-
-def _error_text(exc: openai.APIStatusError) -> str:
-    """What the server said with its error status: the JSON error's message, else its body's words (a proxy's
-    text or HTML page: ``upstream connect error ...``), else the client's ``Error code: 502``."""
-    body = exc.body
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        message = inner.get("message") if isinstance(inner, dict) else None
-        if isinstance(message, str) and message:
-            return message
-        return json.dumps(body)[:300]
-    words = " ".join(_MARKUP.sub(" ", body[:65536]).split()) if isinstance(body, str) else ""
-    text = words or exc.message or ""
-    return text if len(text) <= 300 else text[:300] + "..."
 
 
 class ChatClient:
@@ -240,7 +149,7 @@ class ChatClient:
     async def __aenter__(self) -> ChatClient:
         t = self.generation.request_timeout_s
         try:
-            self._client = _Client(
+            self._client = OpenAIClient(
                 api_key=self.endpoint.api_key,
                 base_url=self.endpoint.base_url,
                 max_retries=0,
@@ -353,7 +262,7 @@ class ChatClient:
                 exchange.failure = exchange.failure or "timeout"
                 return
             limit = min(self.generation.request_timeout_s, remaining)
-            partial = _Partial(opened=self._opened if probe else None)
+            partial = Partial(opened=self._opened if probe else None)
             meter.chars = 0
             meter.on_the_wire = True
             try:
@@ -362,10 +271,10 @@ class ChatClient:
                 )
             except asyncio.TimeoutError:
                 fault = self._timeout_fault(limit)
-            except _Fault as f:
+            except Fault as f:
                 fault = f
             except asyncio.CancelledError:
-                cancelled = _Fault("cancelled", "cancelled")
+                cancelled = Fault("cancelled", "cancelled")
                 _charge(
                     spend,
                     self._failed_attempt(exchange, now - start, time.monotonic() - now, params, partial, cancelled),
@@ -385,7 +294,7 @@ class ChatClient:
         self,
         exchange: Exchange,
         attempt: Attempt,
-        fault: _Fault,
+        fault: Fault,
         times: tuple[float, float],
         last: bool,
         report: Callable[[Attempt, float | None], None] | None,
@@ -407,12 +316,12 @@ class ChatClient:
             report(attempt, wait)
         return wait
 
-    def _timeout_fault(self, limit: float) -> _Fault:
+    def _timeout_fault(self, limit: float) -> Fault:
         """An attempt that got no complete answer within ``limit`` seconds: cut short by the search's deadline
         (each attempt after what was left of it: one label for all), or by the request's own timeout."""
         at_deadline = limit < self.generation.request_timeout_s
         label = "timed out at the wall-time deadline" if at_deadline else f"timed out after {limit:.3g} s"
-        return _Fault("timeout", f"no complete answer within {limit:.1f} s", label=label)
+        return Fault("timeout", f"no complete answer within {limit:.1f} s", label=label)
 
     async def _reserved(self, exchange: Exchange, spend: Spend, attempt_no: int) -> dict[str, Any] | None:
         """The request's parameters with the tokens the budget lets it ask for; None when the budget is spent (its
@@ -457,8 +366,8 @@ class ChatClient:
         started: float,
         latency: float,
         params: dict[str, Any],
-        partial: _Partial,
-        fault: _Fault,
+        partial: Partial,
+        fault: Fault,
     ) -> Attempt:
         """Record a failed attempt; what it cost is estimated from the text received (the prompt counts once
         the server started answering)."""
@@ -509,7 +418,7 @@ class ChatClient:
         once its status and headers arrived, well before R1 finished thinking)."""
         try:
             completion = await sent
-        except _Fault as fault:
+        except Fault as fault:
             self._refused = probe and fault.kind == "fatal"
             raise
         finally:
@@ -518,37 +427,37 @@ class ChatClient:
         return completion
 
     async def _once(
-        self, messages: list[dict[str, str]], params: dict[str, Any], partial: _Partial, meter: Meter, started: float
+        self, messages: list[dict[str, str]], params: dict[str, Any], partial: Partial, meter: Meter, started: float
     ) -> Completion:
         assert self._client is not None, "use ChatClient as an async context manager"
         try:
             if params.get("stream"):
                 return await self._streamed(messages, params, partial, meter, started)
             return await self._plain(messages, params, started)
-        except _Fault:
+        except Fault:
             raise
         except openai.APIStatusError as exc:
-            raise _status_fault(exc) from None
+            raise status_fault(exc) from None
         except openai.APITimeoutError:
-            raise _Fault(
+            raise Fault(
                 "timeout", "the HTTP client timed out", label=f"timed out after {self.generation.request_timeout_s:g} s"
             ) from None
         except openai.APIConnectionError as exc:
-            raise _connection_fault(exc, partial) from None
+            raise connection_fault(exc, partial) from None
         except openai.APIResponseValidationError as exc:
-            raise _Fault(
+            raise Fault(
                 "bad_response", f"the response does not fit the protocol: {exc.message}", label="a malformed response"
             ) from None
         except openai.APIError as exc:
-            raise _Fault(
+            raise Fault(
                 "bad_response", f"error event in the stream: {exc.message}", label="an error event in the stream"
             ) from None
         except ValueError as exc:  # JSON that does not parse, pydantic validation
-            raise _Fault(
+            raise Fault(
                 "bad_response", f"the response is not valid JSON: {str(exc)[:200]}", label="a malformed response"
             ) from None
         except Exception as exc:  # JSON of another shape (choices: [5]): the client does not check what it builds
-            raise _Fault(
+            raise Fault(
                 "bad_response",
                 f"the response does not fit the protocol ({type(exc).__name__}: {str(exc)[:200]})",
                 label="a malformed response",
@@ -559,8 +468,8 @@ class ChatClient:
         response: Any = await self._client.chat.completions.create(messages=cast(Any, messages), **params)
         if not isinstance(response, ChatCompletion) or not response.choices:
             if isinstance(response, ChatCompletion):
-                _error_in_place_of_an_answer((response.model_extra or {}).get("error"))
-            raise _Fault(
+                error_in_place_of_an_answer((response.model_extra or {}).get("error"))
+            raise Fault(
                 "bad_response",
                 f"the response is not a chat completion: {str(response)[:200]}",
                 label="a malformed response",
@@ -571,47 +480,32 @@ class ChatClient:
             content, reasoning = "", ""
         else:
             extra = message.model_extra or {}
-            reasoning = _text(extra.get("reasoning_content")) or _text(extra.get("reasoning")) or ""
-            content = _text(message.content) or ""
+            reasoning = text_of(extra.get("reasoning_content")) or text_of(extra.get("reasoning")) or ""
+            content = text_of(message.content) or ""
         usage = response.usage
-        completion = _completion(
+        completion = completion_of(
             content,
             str(reasoning),
-            _text(choice.finish_reason),
+            text_of(choice.finish_reason),
             usage,
-            _text(response.model),
-            _text(response.id),
+            text_of(response.model),
+            text_of(response.id),
             time.monotonic() - started,
             None,
         )
         return replace(completion, refusal=refusal_of(message), tool_calls=tool_calls_of(message))
 
     async def _streamed(
-        self, messages: list[dict[str, str]], params: dict[str, Any], partial: _Partial, meter: Meter, started: float
+        self, messages: list[dict[str, str]], params: dict[str, Any], partial: Partial, meter: Meter, started: float
     ) -> Completion:
         assert self._client is not None
         stream: Any = await self._client.chat.completions.create(messages=cast(Any, messages), **params)
         partial.responded = True
         if partial.opened is not None:
             partial.opened.set()
-        content_type = str(stream.response.headers.get("content-type", ""))
-        if content_type.startswith("application/json"):  # a server that ignores "stream": the whole answer
-            try:
-                body = await _read_whole(stream)
-            finally:
-                await stream.close()
-            return _from_json(body, time.monotonic() - started)
-        if not content_type.startswith("text/event-stream"):
-            # another type (text/plain, none): read it whole; JSON is the whole answer, anything else is read as
-            # events (the response keeps what was read)
-            try:
-                body = await _read_whole(stream)
-            except BaseException:
-                await stream.close()
-                raise
-            if body.lstrip().startswith(b"{"):
-                await stream.close()
-                return _from_json(body, time.monotonic() - started)
+        whole = await not_events(stream, started)
+        if whole is not None:
+            return whole
         finish: str | None = None
         usage: Any = None
         model: str | None = None
@@ -628,66 +522,28 @@ class ChatClient:
                         chunk = await asyncio.wait_for(anext(chunks), self.after_finish_s)
                 except (StopAsyncIteration, asyncio.TimeoutError):  # the end, or silence after the finish chunk
                     break
-                if not isinstance(chunk, ChatCompletionChunk):
-                    raise _Fault(
-                        "bad_response",
-                        f"a stream chunk is not a completion chunk: {str(chunk)[:200]}",
-                        label="a malformed response",
-                    )
-                model = model or _text(chunk.model)
-                ident = ident or _text(chunk.id)
+                _check_chunk(chunk)
+                model = model or text_of(chunk.model)
+                ident = ident or text_of(chunk.id)
                 if chunk.usage is not None:
                     usage = chunk.usage
                 closing_usage = chunk.usage is not None and not chunk.choices
                 # one sample per request: deltas of another choice (a server that answers n > 1) are not this one's
                 choice = next((c for c in chunk.choices or () if getattr(c, "index", 0) in (0, None)), None)
-                if choice is None:
+                if choice is None or choice.delta is None:
                     continue
-                delta = choice.delta
-                if delta is None:
-                    continue
-                extra = delta.model_extra or {}
-                piece_r = _text(extra.get("reasoning_content")) or _text(extra.get("reasoning"))
-                piece = _text(delta.content)  # text only: a number or an object is no part of an answer
-                if piece_r:
-                    partial.reasoning.append(piece_r)
-                    meter.chars += len(piece_r)
-                if piece:
-                    partial.content.append(piece)
-                    meter.chars += len(piece)
-                    if meter.on_code is not None and "`" in piece:
-                        meter.on_code("".join(partial.content))
-                if said.add(delta) or piece_r or piece:
-                    partial.chunks += 1
-                    if partial.first_token_s is None:
-                        partial.first_token_s = time.monotonic() - started
-                if _text(choice.finish_reason) is not None:
-                    finish = _text(choice.finish_reason)
+                take_delta(choice.delta, partial, meter, said, started)
+                if text_of(choice.finish_reason) is not None:
+                    finish = text_of(choice.finish_reason)
         except openai.APIConnectionError:
             if finish is None:
                 raise
             # the connection broke after the finish chunk: the answer is whole, only usage or [DONE] was lost
         finally:
             await stream.close()
-        used = _count(getattr(usage, "completion_tokens", None))
-        if finish is None and closing_usage and used is not None:
-            # no finish reason, but the closing usage chunk came: the answer is whole; cut off if it used every
-            # token it could
-            finish = "length" if used >= params["max_tokens"] else "stop"
-        if finish is None:
-            if model is None:
-                raise _Fault(
-                    "stream_cut",
-                    "the response carried no stream events (not server-sent events, or an empty stream)",
-                    label="an empty stream",
-                )
-            raise _Fault(
-                "stream_cut",
-                f"the stream ended before its finish chunk, after {partial.chunks} deltas",
-                label="a cut stream",
-            )
+        finish = finish_at_end(finish, usage if closing_usage else None, params, model is not None, partial)
         return said.into(
-            _completion(
+            completion_of(
                 "".join(partial.content),
                 "".join(partial.reasoning),
                 finish,
@@ -700,190 +556,11 @@ class ChatClient:
         )
 
 
-class _Client(openai.AsyncOpenAI):
-    """The official client, reading streams through :class:`_ChunkEvents` (its own hook for the decoder)."""
-
-    def _make_sse_decoder(self) -> Any:
-        return _ChunkEvents(super()._make_sse_decoder())
-
-
-class _ChunkEvents:
-    """The client's server-sent-events decoder, less the events that carry no chunk: an event with no data (only
-    ``id:`` or ``retry:`` fields) and one whose data is plain text (a proxy's ``event: ping`` / ``data: ping``
-    keep-alive). openai reads every event's data as JSON, so one of them failed the whole answer; JSON that does not
-    parse still does (it may be a chunk cut short)."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-
-    @staticmethod
-    def _chunk(event: Any) -> bool:
-        data = str(getattr(event, "data", "") or "").strip()
-        return data.startswith(("{", "["))
-
-    def iter_bytes(self, iterator: Any) -> Any:
-        return (event for event in self.inner.iter_bytes(iterator) if self._chunk(event))
-
-    async def aiter_bytes(self, iterator: Any) -> Any:
-        async for event in self.inner.aiter_bytes(iterator):
-            if self._chunk(event):
-                yield event
-
-
-async def _read_whole(stream: Any) -> bytes:
-    """The whole body of a response the client did not read as events; a connection that breaks meanwhile is a
-    fault like any other (httpx's own error would otherwise escape: the client wraps only what it reads)."""
-    try:
-        body: bytes = await stream.response.aread()
-    except (asyncio.CancelledError, _Fault):
-        raise
-    except Exception as exc:
-        what = f"connection failed while reading the body ({type(exc).__name__}: {exc})"
-        raise _Fault("stream_cut", what, label="a cut stream") from None
-    return body
-
-
-def _error_in_place_of_an_answer(error: Any) -> None:
-    """Raise the fault of a 200 response whose body is an error (gateways that report errors so), in its words."""
-    if not error:
-        return
-    message = error.get("message") if isinstance(error, dict) else error
-    text = message if isinstance(message, str) and message else json.dumps(error, default=str)
-    raise _Fault(
-        "bad_response",
-        f"an error in place of an answer (HTTP 200): {text[:300]}",
-        label="an error in place of an answer",
-    )
-
-
-def _text(value: Any) -> str | None:
-    """A string field of a response, or None where the server sent something else (a number, NaN, an object)."""
-    return value if isinstance(value, str) else None
-
-
-MOST_TOKENS = 10**9
-"""The largest token count a server's usage is taken at: no one request's prompt or answer comes near it, and a
-larger count (``1e400``, a number of 400 digits) is a server's garbage that no price can be applied to (an int
-that big does not convert to a float)."""
-
-
-def _count(value: Any) -> int | None:
-    """A token count a server reported, or None where it is no count (negative, not a number, over
-    :data:`MOST_TOKENS`): then the text's length is what the answer is charged, never a count that would give budget
-    back."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, str):
-        value = value.strip()
-        if not (value.isascii() and value.isdigit()) or len(value) > 30:
-            return None
-        value = int(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            return None
-        value = int(value)
-    if isinstance(value, int):
-        return value if 0 <= value <= MOST_TOKENS else None
-    return None
-
-
-def _from_json(body: bytes, latency: float) -> Completion:
-    """A completion from a plain JSON body, read by hand (a streamed request answered without streaming)."""
-    try:
-        data = json.loads(body)
-    except ValueError as exc:
-        raise _Fault(
-            "bad_response", f"the response is not valid JSON: {str(exc)[:200]}", label="a malformed response"
-        ) from None
-    choices = data.get("choices") if isinstance(data, dict) else None
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        if isinstance(data, dict):
-            _error_in_place_of_an_answer(data.get("error"))
-        raise _Fault(
-            "bad_response", f"the response is not a chat completion: {str(data)[:200]}", label="a malformed response"
+def _check_chunk(chunk: Any) -> None:
+    """A :class:`Fault` for an event of the stream that is not a completion chunk."""
+    if not isinstance(chunk, ChatCompletionChunk):
+        raise Fault(
+            "bad_response",
+            f"a stream chunk is not a completion chunk: {str(chunk)[:200]}",
+            label="a malformed response",
         )
-    raw_message = choices[0].get("message")
-    message: dict[str, Any] = raw_message if isinstance(raw_message, dict) else {}
-    content = utf8_text(_text(message.get("content")) or "")
-    reasoning = utf8_text(_text(message.get("reasoning_content")) or _text(message.get("reasoning")) or "")
-    model, ident = utf8_text(_text(data.get("model"))), utf8_text(_text(data.get("id")))
-    usage = data.get("usage") if isinstance(data.get("usage"), dict) else None
-    tokens = _count(usage.get("completion_tokens")) if usage else None
-    if usage is None or tokens is None:
-        return Completion(
-            content=content,
-            reasoning=reasoning,
-            finish_reason=_text(choices[0].get("finish_reason")),
-            prompt_tokens=0,
-            completion_tokens=estimate_tokens(len(content) + len(reasoning)),
-            reasoning_tokens=0,
-            usage_reported=False,
-            model=model,
-            response_id=ident,
-            latency_s=latency,
-            first_token_s=None,
-            refusal=refusal_of(message),
-            tool_calls=tool_calls_of(message),
-        )
-    details = usage.get("completion_tokens_details")
-    reasoning_tokens = details.get("reasoning_tokens") if isinstance(details, dict) else None
-    return Completion(
-        content=content,
-        reasoning=reasoning,
-        finish_reason=_text(choices[0].get("finish_reason")),
-        prompt_tokens=_count(usage.get("prompt_tokens")) or 0,
-        completion_tokens=tokens,
-        reasoning_tokens=_count(reasoning_tokens) or 0,
-        usage_reported=True,
-        model=model,
-        response_id=ident,
-        latency_s=latency,
-        first_token_s=None,
-        refusal=refusal_of(message),
-        tool_calls=tool_calls_of(message),
-    )
-
-
-def _completion(
-    content: str,
-    reasoning: str,
-    finish: str | None,
-    usage: Any,
-    model: str | None,
-    ident: str | None,
-    latency: float,
-    first: float | None,
-) -> Completion:
-    content, reasoning = utf8_text(content), utf8_text(reasoning)
-    model, ident = utf8_text(model), utf8_text(ident)
-    tokens = _count(getattr(usage, "completion_tokens", None))
-    if usage is not None and tokens is not None:
-        details = getattr(usage, "completion_tokens_details", None)
-        reasoning_tokens = getattr(details, "reasoning_tokens", None) if details is not None else None
-        return Completion(
-            content=content,
-            reasoning=reasoning,
-            finish_reason=finish,
-            prompt_tokens=_count(getattr(usage, "prompt_tokens", None)) or 0,
-            completion_tokens=tokens,
-            reasoning_tokens=_count(reasoning_tokens) or 0,
-            usage_reported=True,
-            model=model,
-            response_id=ident,
-            latency_s=latency,
-            first_token_s=first,
-        )
-    estimate = estimate_tokens(len(content) + len(reasoning))
-    return Completion(
-        content=content,
-        reasoning=reasoning,
-        finish_reason=finish,
-        prompt_tokens=0,
-        completion_tokens=estimate,
-        reasoning_tokens=0,
-        usage_reported=False,
-        model=model,
-        response_id=ident,
-        latency_s=latency,
-        first_token_s=first,
-    )
