@@ -316,38 +316,26 @@ def from_json_body(body: bytes, latency: float) -> Completion:
     model, ident = utf8_text(text_of(data.get("model"))), utf8_text(text_of(data.get("id")))
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else None
     tokens = count_of(usage.get("completion_tokens")) if usage else None
-    if usage is None or tokens is None:
-        return Completion(
-            content=content,
-            reasoning=reasoning,
-            finish_reason=text_of(choices[0].get("finish_reason")),
-            prompt_tokens=0,
-            completion_tokens=estimate_tokens(len(content) + len(reasoning)),
-            reasoning_tokens=0,
-            usage_reported=False,
-            model=model,
-            response_id=ident,
-            latency_s=latency,
-            first_token_s=None,
-            refusal=refusal_of(message),
-            tool_calls=tool_calls_of(message),
-        )
-    details = usage.get("completion_tokens_details")
-    reasoning_tokens = details.get("reasoning_tokens") if isinstance(details, dict) else None
+    counts: dict[str, Any]
+    if usage is None or tokens is None:  # counted from the text received
+        counts = {"prompt_tokens": 0, "completion_tokens": estimate_tokens(len(content) + len(reasoning))}
+        counts |= {"reasoning_tokens": 0, "usage_reported": False}
+    else:
+        details = usage.get("completion_tokens_details")
+        reasoning_tokens = details.get("reasoning_tokens") if isinstance(details, dict) else None
+        counts = {"prompt_tokens": count_of(usage.get("prompt_tokens")) or 0, "completion_tokens": tokens}
+        counts |= {"reasoning_tokens": count_of(reasoning_tokens) or 0, "usage_reported": True}
     return Completion(
         content=content,
         reasoning=reasoning,
         finish_reason=text_of(choices[0].get("finish_reason")),
-        prompt_tokens=count_of(usage.get("prompt_tokens")) or 0,
-        completion_tokens=tokens,
-        reasoning_tokens=count_of(reasoning_tokens) or 0,
-        usage_reported=True,
         model=model,
         response_id=ident,
         latency_s=latency,
         first_token_s=None,
         refusal=refusal_of(message),
         tool_calls=tool_calls_of(message),
+        **counts,
     )
 
 
