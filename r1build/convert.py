@@ -191,10 +191,6 @@ def _has_default(f: Field) -> bool:
     return f.default is not MISSING or f.default_factory is not MISSING
 
 
-def _default(f: Field) -> Any:
-    return f.default if f.default is not MISSING else f.default_factory()
-
-
 def _getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
     """The compared fields of a record as one tuple (``attrgetter`` of one name returns the bare value)."""
     if not names:
@@ -216,7 +212,7 @@ def _init(self: Any, /, *args: Any, **kwargs: Any) -> None:
     if args:
         named = layout.positional[: len(args)]
         if len(args) > len(layout.positional) or (kwargs and not kwargs.keys().isdisjoint(named)):
-            _bind_positional(self, layout, args, kwargs)  # raises the TypeError Python would
+            _refuse_positional(self, layout, args, kwargs)
         kwargs.update(zip(named, args, strict=True))
     values = {}
     for name, kind, f in layout.steps:
@@ -235,18 +231,15 @@ def _init(self: Any, /, *args: Any, **kwargs: Any) -> None:
         self.__post_init__()
 
 
-def _bind_positional(self: Any, layout: _Layout, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """Move ``args`` into ``kwargs`` by the positional fields' names; the TypeError Python words for too many or
-    a name given twice."""
+def _refuse_positional(self: Any, layout: _Layout, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """The TypeError Python words for too many positional arguments, or one also given by keyword."""
     name = type(self).__qualname__
     if len(args) > len(layout.positional):
         raise TypeError(
             f"{name}.__init__() takes {len(layout.positional) + 1} positional arguments but {len(args) + 1} were given"
         )
-    for key, value in zip(layout.positional, args, strict=False):
-        if key in kwargs:
-            raise TypeError(f"{name}.__init__() got multiple values for argument {key!r}")
-        kwargs[key] = value
+    twice = next(key for key in layout.positional[: len(args)] if key in kwargs)
+    raise TypeError(f"{name}.__init__() got multiple values for argument {twice!r}")
 
 
 def _refuse_arguments(self: Any, layout: _Layout, kwargs: dict[str, Any]) -> None:
@@ -366,9 +359,9 @@ class _DataclassFields:
         if made is None:
             import dataclasses  # here: only a caller of dataclasses' functions on a record pays for it
 
-            annotations = {f.name: f.type for f in fields(owner)}
-            body: dict[str, Any] = {"__annotations__": annotations, "__module__": owner.__module__}
-            for f in fields(owner):
+            own = fields(owner)
+            body: dict[str, Any] = {"__annotations__": {f.name: f.type for f in own}, "__module__": owner.__module__}
+            for f in own:
                 kwargs = {"default": f.default} if f.default is not MISSING else {}
                 if f.default_factory is not MISSING:
                     kwargs["default_factory"] = f.default_factory
@@ -659,7 +652,7 @@ def _plan(cls: type, kebab: bool) -> tuple[dict[str, Field], list[tuple[str, str
             key,
             f.name,
             _converter(hints[f.name], kebab),
-            f.default is MISSING and f.default_factory is MISSING,
+            not _has_default(f),
             *_exact(hints[f.name]),
         )
         for key, f in by_key.items()

@@ -9,7 +9,6 @@ one CUDA release still builds with another (see :mod:`r1build.lock`).
 from __future__ import annotations
 
 import weakref
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .convert import fields, is_record
@@ -25,15 +24,12 @@ __all__ = [
     "digest_bytes",
     "digest_json",
     "normalized_spec",
+    "project_file",
     "variant_digest",
 ]
 
 KEY_SCHEMA = 1
 """Bumped whenever what goes into a key changes meaning; old records then simply stop matching."""
-
-
-def _file_digest(root: Path, rel: str | None) -> str | None:
-    return None if rel is None else digest_bytes((root / rel).read_bytes())
 
 
 _NOT_KEYED = frozenset({"archs", "budget", "gpu_reference", "torch_reference", "must_beat", "margin", "timing_regime"})
@@ -98,8 +94,8 @@ def normalized_spec(manifest: Manifest, spec: KernelSpec) -> dict[str, Any]:
     if regime != "back-to-back":  # it picks the winner; the default leaves every earlier key as it was
         data["timing_regime"] = regime
     data["reference"] = {"name": spec.reference, "source": manifest.reference_digests.get(spec.name)}
-    data["baseline"] = _file_digest(manifest.root, spec.baseline)
-    data["candidates"] = [_file_digest(manifest.root, c) for c in spec.candidates]
+    data["baseline"] = None if spec.baseline is None else project_file(manifest, spec.baseline)[1]
+    data["candidates"] = [project_file(manifest, c)[1] for c in spec.candidates]
     return data
 
 
@@ -117,19 +113,39 @@ def generation_settings(generation: Generation, spec: KernelSpec) -> dict[str, A
 
 
 class _ManifestKeys:
-    """One loaded manifest's decision keys by (spec identity, arch), and the part of each spec's key document
-    that follows its arch (:func:`_after_arch`) by spec identity."""
+    """One loaded manifest's decision keys by (spec identity, arch), the part of each spec's key document that
+    follows its arch (:func:`_after_arch`) by spec identity, and the source files read for them."""
 
-    __slots__ = ("keys", "manifest", "parts")
+    __slots__ = ("files", "keys", "manifest", "parts")
 
     def __init__(self, manifest: weakref.ref[Manifest]) -> None:
         self.manifest = manifest
         self.keys: dict[tuple[int, str], tuple[KernelSpec, str]] = {}
         self.parts: dict[int, tuple[KernelSpec, bytes]] = {}
+        self.files: dict[str, tuple[bytes, str]] = {}
 
 
 _DECISION_KEYS: dict[int, _ManifestKeys] = {}
 """Each loaded manifest's decision keys, by the manifest's identity."""
+
+
+def _of(manifest: Manifest) -> _ManifestKeys:
+    found = _DECISION_KEYS.get(id(manifest))
+    if found is None or found.manifest() is not manifest:
+        found = _DECISION_KEYS[id(manifest)] = _ManifestKeys(weakref.ref(manifest, _forget(id(manifest))))
+    return found
+
+
+def project_file(manifest: Manifest, rel: str) -> tuple[bytes, str]:
+    """A source file of the project (a baseline or candidate, by its path relative to the manifest) and its sha256,
+    read once per loaded manifest: a manifest is the project as it was loaded, and the keys, the lock's inputs and
+    the winners found in the project's own files all see the same bytes."""
+    files = _of(manifest).files
+    known = files.get(rel)
+    if known is None:
+        data = (manifest.root / rel).read_bytes()
+        known = files[rel] = (data, digest_bytes(data))
+    return known
 
 
 def decision_key(manifest: Manifest, spec: KernelSpec, arch: str) -> str:
@@ -138,9 +154,7 @@ def decision_key(manifest: Manifest, spec: KernelSpec, arch: str) -> str:
     Worked out once per manifest object, spec and arch: a :class:`~r1build.manifest.model.Manifest` is the project
     as it was loaded, so the files a key digests are read once however often a run asks (the lookup, the lock's
     checks, the report), not once per asking."""
-    found = _DECISION_KEYS.get(id(manifest))
-    if found is None or found.manifest() is not manifest:
-        found = _DECISION_KEYS[id(manifest)] = _ManifestKeys(weakref.ref(manifest, _forget(id(manifest))))
+    found = _of(manifest)
     known = found.keys.get((id(spec), arch))
     if known is not None and known[0] is spec:
         return known[1]

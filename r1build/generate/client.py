@@ -66,6 +66,7 @@ from .responses import (
     error_in_place_of_an_answer,
     finish_at_end,
     not_events,
+    reasoning_of,
     status_fault,
     take_delta,
     text_of,
@@ -331,7 +332,7 @@ class ChatClient:
             exchange.budget = max_tokens
             return None
         if self.pacer.stopped is not None:  # stopped while waiting for the budget
-            spend.charge(prompt_tokens=0, completion_tokens=0)
+            _charge(spend, None)
             exchange.failure = "stopped" if exchange.attempts else None
             return None
         if attempt_no == 0:
@@ -480,7 +481,7 @@ class ChatClient:
             content, reasoning = "", ""
         else:
             extra = message.model_extra or {}
-            reasoning = text_of(extra.get("reasoning_content")) or text_of(extra.get("reasoning")) or ""
+            reasoning = reasoning_of(extra) or ""
             content = text_of(message.content) or ""
         usage = response.usage
         completion = completion_of(

@@ -12,6 +12,7 @@ import json
 import math
 import re
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from ..convert import field, record
@@ -37,6 +38,7 @@ __all__ = [
     "finish_at_end",
     "from_json_body",
     "not_events",
+    "reasoning_of",
     "status_fault",
     "take_delta",
     "text_of",
@@ -99,23 +101,15 @@ def status_fault(exc: openai.APIStatusError) -> Fault:
     status = exc.status_code
     text = _error_text(exc)
     label = status_label(status, getattr(exc.response, "reason_phrase", None))
-    if status == 429:
-        return Fault(
-            "rate_limited",
-            f"HTTP 429: {text}",
-            status=status,
-            retry_after=parse_retry_after(exc.response.headers),
-            label=label,
-        )
-    if status >= 500 or status in (408, 409, 425):
-        return Fault(
-            "server_error",
-            f"HTTP {status}: {text}",
-            status=status,
-            retry_after=parse_retry_after(exc.response.headers),
-            label=label,
-        )
-    return Fault("fatal", text, status=status, label=label)
+    if status != 429 and status < 500 and status not in (408, 409, 425):
+        return Fault("fatal", text, status=status, label=label)
+    return Fault(
+        "rate_limited" if status == 429 else "server_error",
+        f"HTTP {status}: {text}",
+        status=status,
+        retry_after=parse_retry_after(exc.response.headers),
+        label=label,
+    )
 
 
 def connection_fault(exc: openai.APIConnectionError, partial: Partial) -> Fault:
@@ -176,7 +170,7 @@ def take_delta(delta: Any, partial: Partial, meter: Meter, said: SaidInstead, st
     """Add one delta's reasoning and content (text only: a number or an object is no part of an answer) to what
     was received, and count it."""
     extra = delta.model_extra or {}
-    piece_r = text_of(extra.get("reasoning_content")) or text_of(extra.get("reasoning"))
+    piece_r = reasoning_of(extra)
     piece = text_of(delta.content)
     if piece_r:
         partial.reasoning.append(piece_r)
@@ -274,6 +268,12 @@ def text_of(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def reasoning_of(extra: Mapping[str, Any]) -> str | None:
+    """The reasoning text a message or delta carries beside its content (``reasoning_content``, as DeepSeek names
+    it, or ``reasoning``)."""
+    return text_of(extra.get("reasoning_content")) or text_of(extra.get("reasoning"))
+
+
 def count_of(value: Any) -> int | None:
     """A token count a server reported, or None where it is no count (negative, not a number, over
     :data:`MOST_TOKENS`): then the text's length is what the answer is charged, never a count that would give budget
@@ -312,7 +312,7 @@ def from_json_body(body: bytes, latency: float) -> Completion:
     raw_message = choices[0].get("message")
     message: dict[str, Any] = raw_message if isinstance(raw_message, dict) else {}
     content = utf8_text(text_of(message.get("content")) or "")
-    reasoning = utf8_text(text_of(message.get("reasoning_content")) or text_of(message.get("reasoning")) or "")
+    reasoning = utf8_text(reasoning_of(message) or "")
     model, ident = utf8_text(text_of(data.get("model"))), utf8_text(text_of(data.get("id")))
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else None
     tokens = count_of(usage.get("completion_tokens")) if usage else None

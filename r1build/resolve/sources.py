@@ -3,40 +3,21 @@ manifest's own files (what a build without a cache, say from an sdist, can find)
 
 from __future__ import annotations
 
-import weakref
 from typing import NamedTuple
 
 from ..cache import Cache
 from ..digests import read_plain
-from ..keys import digest_bytes
+from ..keys import digest_bytes, project_file
 from ..lock import find_vendored, vendor_file_name
 from ..manifest import KernelSpec, Manifest
 from ..records import SourceFrom
-
-_FILES: dict[int, tuple[weakref.ref[Manifest], dict[str, tuple[bytes, str]]]] = {}
-"""Per loaded manifest (by identity), each source file of it read so far, with its sha256: a manifest is the
-project as it was loaded, and its files are read once (a kernel's baseline was read and hashed once per arch),
-as the decision keys read them once (:func:`~r1build.keys.decision_key`)."""
-
-
-def _project_file(manifest: Manifest, rel: str) -> tuple[bytes, str]:
-    found = _FILES.get(id(manifest))
-    if found is None or found[0]() is not manifest:
-        if len(_FILES) >= 64:
-            _FILES.clear()
-        found = _FILES[id(manifest)] = (weakref.ref(manifest), {})
-    known = found[1].get(rel)
-    if known is None:
-        data = (manifest.root / rel).read_bytes()
-        known = found[1][rel] = (data, digest_bytes(data))
-    return known
 
 
 def _manifest_file_with_digest(manifest: Manifest, spec: KernelSpec, digest: str) -> str | None:
     for rel in [spec.baseline, *spec.candidates]:
         if rel is None:
             continue
-        data, found = _project_file(manifest, rel)
+        data, found = project_file(manifest, rel)
         if found == digest:
             return data.decode()
     return None
