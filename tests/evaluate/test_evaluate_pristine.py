@@ -87,13 +87,40 @@ def test_holds_tells_an_array_that_still_holds_its_file_from_one_written_into(tm
     inputs.copy_into(str(a), raw, stream)
     stream.synchronize()
     assert inputs.holds(str(a), raw, stream)
-    raw[4 * 5] ^= np.uint8(1)  # one element of the input written into
+    with stream:
+        raw[4 * 5] ^= np.uint8(1)  # one element of the input written into (on the stream, as a candidate writes)
     assert not inputs.holds(str(a), raw, stream)
-    raw[4 * 5] ^= np.uint8(1)
+    with stream:
+        raw[4 * 5] ^= np.uint8(1)
     assert inputs.holds(str(a), raw, stream)
     assert not inputs.holds(str(a), raw[:-4], stream)  # not the file's size
     kept = inputs._copies[str(a)].data
-    kept[0] ^= np.uint64(1)  # the kept copy changed by a candidate, to match what it wrote: never trusted
-    raw[0] ^= np.uint8(1)  # the same bit (little-endian): the array now matches the changed copy
+    with stream:
+        kept[0] ^= np.uint64(1)  # the kept copy changed by a candidate, to match what it wrote: never trusted
+        raw[0] ^= np.uint8(1)  # the same bit (little-endian): the array now matches the changed copy
     assert not inputs.holds(str(a), raw, stream)
     assert not inputs.holds(str(tmp_path / "never.bin"), raw, stream)
+
+
+def test_holds_reads_its_answer_on_the_stream_that_computed_it(tmp_path: Path) -> None:
+    """The compare runs on the worker's non-blocking stream, which the legacy default stream does not wait for.
+    Read there, the answer of a compare still running is whatever its memory held before: the True an earlier
+    compare left in the pool's block, and an input a candidate wrote into (``bench_input_scratch`` of the cheat
+    corpus, on an H100) was taken as unchanged. 256 MB take the compare long enough to lose that race every time."""
+    cp = pytest.importorskip("cupy")
+    stream = cp.cuda.Stream(non_blocking=True)
+    inputs = PristineInputs(cp, limit_bytes=1 << 30)
+    a = tmp_path / "big.bin"
+    size = 1 << 28
+    np.random.default_rng(4).integers(0, 256, size, dtype=np.uint8).tofile(a)
+    with stream:
+        raw = cp.empty(size, dtype=cp.uint8)
+    inputs.copy_into(str(a), raw, stream)
+    stream.synchronize()
+    for k in range(3):
+        assert inputs.holds(str(a), raw, stream), k  # a True left in this stream's small blocks of the pool
+        with stream:
+            raw[size - 1 - k] ^= np.uint8(0x10)
+        assert not inputs.holds(str(a), raw, stream), k
+        with stream:
+            raw[size - 1 - k] ^= np.uint8(0x10)

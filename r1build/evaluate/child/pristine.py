@@ -113,7 +113,10 @@ class PristineInputs:
             return False
         with stream:
             same = self._cp.array_equal(raw, copy.data.view(self._cp.uint8)[: copy.nbytes])
-        return bool(same)
+        # read on the stream that computed it: ``bool(same)`` would copy on the current (legacy default) stream,
+        # which does not wait for the worker's non-blocking one, and could read the answer before the compare
+        # wrote it (a stale True from an earlier compare of the same memory: a written input taken as unchanged)
+        return bool(same.get(stream=stream)[()])
 
     def _drop(self, path: str) -> None:
         copy = self._copies.pop(path)
