@@ -8,9 +8,10 @@ import functools
 import hashlib
 import importlib.util
 import os
+import shutil
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any, NoReturn
@@ -25,6 +26,7 @@ __all__ = [
     "load_reference",
     "reference_file",
     "reference_source_digest",
+    "stage_references",
 ]
 
 
@@ -117,6 +119,31 @@ def _defined_names(source: bytes, filename: str) -> tuple[str, ...]:
     """The top-level names of a module's ``source``, parsed once per content (the kernels of a manifest often
     share one reference module: 50 kernels, one parse)."""
     return tuple(_top_level_names(ast.parse(source, filename=filename)))
+
+
+def stage_references(root: Path, refs: Sequence[str], into: Path) -> Path:
+    """A folder under ``into`` holding a copy of each module ``refs`` names, at its path relative to the manifest's
+    folder ``root``: the root a process that may not read the project (a sandboxed GPU worker, which sees the
+    evaluator's folder) loads the references from. Only those files travel (their source is in the model's prompt
+    already); a module importing a sibling module fails there, and the caller's note says so. Named by a digest of
+    the paths and bytes, written once (atomically: concurrent stagings of the same files agree)."""
+    files = ReferenceFiles(root)
+    entries = sorted({(files.file(ref).relative_to(root).as_posix(), files.source(ref)) for ref in refs})
+    named = hashlib.sha256()
+    for rel, data in entries:
+        named.update(f"{rel}\0{hashlib.sha256(data).hexdigest()}\0".encode())
+    target = into / named.hexdigest()[:24]
+    if target.is_dir():
+        return target
+    scratch = into / f".{target.name}-{os.getpid()}-{threading.get_ident()}"
+    for rel, data in entries:
+        (scratch / rel).parent.mkdir(parents=True, exist_ok=True)
+        (scratch / rel).write_bytes(data)
+    try:
+        scratch.rename(target)
+    except OSError:  # staged meanwhile by another thread or process: theirs holds the same bytes
+        shutil.rmtree(scratch, ignore_errors=True)
+    return target
 
 
 def check_reference_statically(root: Path, ref: str) -> None:

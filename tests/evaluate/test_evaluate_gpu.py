@@ -3,6 +3,7 @@ right reason, and the run survives them all (skipped without a GPU)."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from r1build.cache import Cache
 from r1build.evaluate import EvaluatorOptions, GpuEvaluator, expand_variants
 from r1build.evaluate.timing.floors import FLOORS_NAMESPACE, DeviceFloors
 from r1build.judge import Job
-from r1build.manifest import Manifest
+from r1build.manifest import Manifest, load_manifest
 from r1build.records import Candidate, Origin, Result
 from r1build.selection.rules import median_error
 from tests.evaluate.evaluate_support import CorpusKernel, corpus_kernels
@@ -64,6 +65,28 @@ def test_root_kernels_pass_with_timings(evaluator: GpuEvaluator, root_manifest: 
     floors = DeviceFloors.from_json(cache.get_json(FLOORS_NAMESPACE, gpu.key))
     assert floors is not None
     assert 1e11 < floors.bandwidth_bps < 3e13 and 1e12 < floors.fp32_flops < 5e14
+
+
+@pytest.mark.gpu
+def test_the_library_is_timed_for_a_project_the_confined_worker_cannot_read(
+    evaluator: GpuEvaluator, root_manifest: Manifest, tmp_path: Path
+) -> None:
+    """The worker that times the library runs confined and reads the evaluator's folder, not the project: the
+    references travel as copies of their modules. The root manifest copied to /tmp and resolved on an H200 had no
+    library time for any kernel ("module 'kernels.reference' not found next to the manifest")."""
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(root_manifest.root / "kernels.toml", project)
+    shutil.copytree(
+        root_manifest.root / "kernels", project / "kernels", ignore=shutil.ignore_patterns("_r1build", "__pycache__")
+    )
+    manifest = load_manifest(project / "kernels.toml")
+    spec = manifest.kernel("silu_mul")
+    baseline = expand_variants(manifest, spec)[0]
+    [result] = evaluator.evaluate(Job(manifest, spec, plain_arch(evaluator), [baseline], baseline))
+    assert result.status == "passed", result.detail
+    assert result.timing is not None and result.timing.library_note is None, result.timing.library_note
+    assert result.timing.speedup_vs_reference is not None and result.timing.speedup_vs_reference > 0
 
 
 def _check(kernel: CorpusKernel, result: Result) -> str | None:

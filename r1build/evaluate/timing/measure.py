@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ...errors import EvaluationError
 from ...judge import Job
 from ...manifest.model import KernelSpec
-from ...manifest.reference import load_reference
+from ...manifest.reference import ReferenceProblem, load_reference, stage_references
 from ..child.gpu_compare import park_layout, parked_size
 from ..child.messages import (
     BenchShapeRequest,
@@ -123,13 +123,20 @@ class Timer:
         slot.floors = cached
         return cached
 
+    def _references(self, job: Job) -> str:
+        """Where the worker loads the kernel's references from: copies of their modules in the evaluator's folder,
+        which the sandboxed worker reads (it may not read the project next to the manifest)."""
+        spec = job.spec
+        refs = [r for r in (spec.reference, spec.gpu_reference, spec.torch_reference) if r is not None]
+        return str(stage_references(job.manifest.root, refs, self._root / "references"))
+
     def library(self, job: Job, slot: Slot) -> LibraryTime:
         """The library's median time at the first benchmark shape (the kernel's gpu-reference, else the numpy
         reference run on cupy), or why it has none (kept: the lock and ``status`` say it)."""
-        header = reference_request(job.spec, str(job.manifest.root))
         try:
+            header = reference_request(job.spec, self._references(job))
             reply, _ = slot.request(header, timeout_s=self.timeout_s)
-        except (WorkerDied, WorkerTimedOut) as exc:
+        except (WorkerDied, WorkerTimedOut, ReferenceProblem, OSError) as exc:
             found = LibraryTime(None, f"timing the library on cupy failed: {exc}"[:300])
         else:
             found = library_time(job.spec, dict(reply))
@@ -143,11 +150,11 @@ class Timer:
         names no torch reference."""
         if job.spec.torch_reference is None:
             return None
-        library = reference_request(job.spec, str(job.manifest.root))
-        header = torch_request(job.spec, library["root"], library["shapes"])
         try:  # torch.compile compiles once per shape in the worker: a slow first call, within the request's limit
+            library = reference_request(job.spec, self._references(job))
+            header = torch_request(job.spec, library["root"], library["shapes"])
             reply, _ = slot.request(header, timeout_s=self.timeout_s)
-        except (WorkerDied, WorkerTimedOut) as exc:
+        except (WorkerDied, WorkerTimedOut, ReferenceProblem, OSError) as exc:
             found = TorchTime(None, note=f"timing the torch-reference failed: {exc}"[:300])
         else:
             found = torch_time(job.spec, dict(reply))
