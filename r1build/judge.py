@@ -17,19 +17,18 @@ if TYPE_CHECKING:
 
 __all__ = ["CHECKS_VERSION", "Evaluator", "Job"]
 
-CHECKS_VERSION = 2
+CHECKS_VERSION = 3
 """Version of the GPU evaluator's checks (correctness plan, behaviour checks, floors, allowlists). Bumped whenever a
 change to them could turn a pass into a rejection: every measured decision and lock entry records the version that
 judged it, ``status`` shows those judged by an older one, ``--locked`` warns about them and ``r1build resolve
 --refresh`` judges them again. Version 2: the ``moved`` call's buffers are at addresses the candidate's library was
 never handed before (version 1 could reuse an earlier request's), and a compute-sanitizer run that does not finish
-(past twice its time limit, or ended early) rejects the candidate instead of passing it with a note. Version 3
-(issue 27; bumped together with the GPU re-lock of the root and sample manifests, which only a lent GPU can make:
-bench/gpu_ready.md): the benchmark shapes get the test shapes' checks (replays of one captured graph with fresh
-inputs, a lazy-output call, inputs checked unchanged, launch errors read from the library), concurrent calls on two
-streams, every distribution at 256-byte-aligned pointers, arrays ending at unmapped memory, precision inputs that
-expose a float32 kernel computing in TF32/bf16/fp16, a static device memory limit, and times below the floor by more
-than the measurement error rejected."""
+(past twice its time limit, or ended early) rejects the candidate instead of passing it with a note. Version 3 (issue
+27; the root and sample manifests re-locked under it on a GPU): the benchmark shapes get the test shapes' checks
+(replays of one captured graph with fresh inputs, a lazy-output call, inputs checked unchanged, launch errors read
+from the library), concurrent calls on two streams, every distribution at 256-byte-aligned pointers, arrays ending at
+unmapped memory, precision inputs that expose a float32 kernel computing in TF32/bf16/fp16, a static device memory
+limit, and times below the floor by more than the measurement error rejected."""
 
 
 @record(frozen=True)

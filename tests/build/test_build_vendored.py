@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from r1build.judge import CHECKS_VERSION
 from r1build.lock import read_lock, vendor_file_name, write_lock
 from r1build.records import Candidate, Origin
 from tests.build.buildenv import PACKAGES, BuildEnv, copy_project
@@ -56,7 +57,7 @@ def vendored_tiny(build_env: BuildEnv, tmp_path_factory: pytest.TempPathFactory)
                 sample=1,
                 time_us=12.5,
                 gpu="NVIDIA H200",
-                checks=2,
+                checks=CHECKS_VERSION,
             )
             write_lock(project / "kernels.lock", replace(lock, kernel=[generated]))
             vendored = project / "kernels" / "_r1build" / vendor_file_name("scale", CANDIDATE.source_digest)
