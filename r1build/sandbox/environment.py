@@ -36,6 +36,8 @@ _KEEP = frozenset(
     }
 )
 _KEEP_PREFIXES = ("CUPY_",)
+CONFINED_USER = "r1build"
+"""The user name a confined process is told (``USER``, ``LOGNAME``)."""
 _SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION", re.IGNORECASE)
 
 
@@ -43,10 +45,14 @@ def scrubbed_environment(
     base: Mapping[str, str], *, home: Path, extra: Mapping[str, str] | None = None
 ) -> dict[str, str]:
     """The environment for a process that runs candidate code: only what CUDA, Python and cupy need (an
-    allowlist), never anything that looks like a credential, ``HOME`` and ``TMPDIR`` pointed at ``home``."""
+    allowlist), never anything that looks like a credential, ``HOME`` and ``TMPDIR`` pointed at ``home``, the user
+    named :data:`CONFINED_USER`."""
     env = {k: v for k, v in base.items() if (k in _KEEP or k.startswith(_KEEP_PREFIXES)) and not _SECRET.search(k)}
     env["HOME"] = str(home)
     env["TMPDIR"] = str(home)
+    # a user name for getpass.getuser() (torch's compile caches ask for one): the sandbox has no passwd entry for
+    # this uid ("getpwuid(): uid not found"), and the real name is none of the confined code's business
+    env["USER"] = env["LOGNAME"] = CONFINED_USER
     env["CUPY_CACHE_DIR"] = str(home / "cupy")
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYTHONNOUSERSITE"] = "1"

@@ -3,7 +3,7 @@ right reason, and the run survives them all (skipped without a GPU)."""
 
 from __future__ import annotations
 
-import shutil
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -69,24 +69,43 @@ def test_root_kernels_pass_with_timings(evaluator: GpuEvaluator, root_manifest: 
 
 @pytest.mark.gpu
 def test_the_library_is_timed_for_a_project_the_confined_worker_cannot_read(
-    evaluator: GpuEvaluator, root_manifest: Manifest, tmp_path: Path
+    evaluator: GpuEvaluator, root_copy: Path
 ) -> None:
     """The worker that times the library runs confined and reads the evaluator's folder, not the project: the
     references travel as copies of their modules. The root manifest copied to /tmp and resolved on an H200 had no
     library time for any kernel ("module 'kernels.reference' not found next to the manifest")."""
-    project = tmp_path / "project"
-    project.mkdir()
-    shutil.copy(root_manifest.root / "kernels.toml", project)
-    shutil.copytree(
-        root_manifest.root / "kernels", project / "kernels", ignore=shutil.ignore_patterns("_r1build", "__pycache__")
-    )
-    manifest = load_manifest(project / "kernels.toml")
+    manifest = load_manifest(root_copy / "kernels.toml")
     spec = manifest.kernel("silu_mul")
     baseline = expand_variants(manifest, spec)[0]
     [result] = evaluator.evaluate(Job(manifest, spec, plain_arch(evaluator), [baseline], baseline))
     assert result.status == "passed", result.detail
     assert result.timing is not None and result.timing.library_note is None, result.timing.library_note
     assert result.timing.speedup_vs_reference is not None and result.timing.speedup_vs_reference > 0
+
+
+TORCH_SILU_MUL = """import torch
+
+
+def silu_mul(gate, up, n):
+    return torch.nn.functional.silu(gate) * up
+"""
+
+
+@pytest.mark.gpu
+def test_the_torch_bar_is_measured_in_the_confined_worker(evaluator: GpuEvaluator, root_copy: Path) -> None:
+    """Issue 30's torch bar on a GPU: the kernel's torch-reference timed eager and under torch.compile in the
+    worker, on the library's inputs handed over by DLPack, within the worker's limits; the faster sets the bar."""
+    pytest.importorskip("torch")
+    (root_copy / "kernels" / "torch_ref.py").write_text(TORCH_SILU_MUL, encoding="utf-8")
+    manifest = load_manifest(root_copy / "kernels.toml")
+    spec = dataclasses.replace(manifest.kernel("silu_mul"), torch_reference="kernels.torch_ref:silu_mul")
+    baseline = expand_variants(manifest, spec)[0]
+    [result] = evaluator.evaluate(Job(manifest, spec, plain_arch(evaluator), [baseline], baseline))
+    assert result.status == "passed", result.detail
+    t = result.timing
+    assert t is not None and t.torch_note is None, t.torch_note if t else None
+    assert t.speedup_vs_torch is not None and 0.05 < t.speedup_vs_torch < 20, t.speedup_vs_torch
+    assert t.torch_mode in ("eager", "compile")
 
 
 def _check(kernel: CorpusKernel, result: Result) -> str | None:

@@ -1,5 +1,6 @@
 """The torch bar on the parent's side: the request the worker gets and what its reply says (pure functions; the
-worker's timing runs on a GPU: tests/evaluate/test_torch_bar_gpu.py)."""
+worker's timing runs on a GPU: ``test_the_torch_bar_is_measured_in_the_confined_worker`` in
+tests/evaluate/test_evaluate_gpu.py)."""
 
 from __future__ import annotations
 

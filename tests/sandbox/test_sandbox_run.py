@@ -53,6 +53,11 @@ except OSError as e:
 found["pids"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
 found["env"] = dict(os.environ)
 found["root"] = sorted(os.listdir("/"))
+import getpass
+try:  # torch's compile caches ask for the user's name; the sandbox has no passwd entry for this uid
+    found["user"] = getpass.getuser()
+except Exception as e:
+    found["user"] = repr(e)
 if len(sys.argv) > 3:  # on a GPU: CUDA works in here
     import cupy
     found["cuda"] = float((cupy.arange(1000, dtype=cupy.float32) * 2).sum())
@@ -104,6 +109,7 @@ def _canaries(tmp_path: Path) -> list[Path]:
 def test_a_workers_host_code_reaches_no_file_network_or_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     found = _probe_a_worker(tmp_path, monkeypatch, gpu=None)
     assert "cuda" not in found
+    assert found["user"] == "r1build"  # named, though no passwd entry is shown: not the host's user name
 
 
 @pytest.mark.gpu
