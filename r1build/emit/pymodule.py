@@ -66,8 +66,13 @@ def _stream(fn: str, like: Any, stream: Any) -> int:
     """The stream handle to launch on: ``stream`` as given, else the current stream of ``like``'s library."""
     if stream is None:
         library = type(like).__module__.partition(".")[0]
-        if library == "torch" and like.device.type == "cuda":
-            return int(sys.modules["torch"].cuda.current_stream(like.device).cuda_stream)
+        if library == "torch":
+            torch, index = sys.modules["torch"], like.get_device()
+            raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # inductor's get_raw_stream: no Stream made
+            if raw is not None and index >= 0:
+                return int(raw(index))
+            if index >= 0:
+                return int(torch.cuda.current_stream(index).cuda_stream)
         if library == "cupy":
             cupy = sys.modules["cupy"]
             with cupy.cuda.Device(like.device.id):
@@ -81,6 +86,21 @@ def _stream(fn: str, like: Any, stream: Any) -> int:
     if hasattr(stream, "__cuda_stream__"):
         return int(stream.__cuda_stream__()[1])
     raise TypeError(f"{fn}: stream must be a cupy or torch stream or a non-negative int handle, got {stream!r}")
+
+
+_TORCH: list[Any] = []  # torch.utils.dlpack.to_dlpack and torch.Tensor, looked up on the first torch call
+
+
+def _capsules(arrays: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The torch tensors among ``arrays`` as DLPack capsules made by torch's C function. ``Tensor.__dlpack__()``,
+    which nanobind would call, also makes the legacy default stream wait for torch's current one (an event recorded
+    and waited for, per array), though the launch runs on the current stream or the one given. A tensor that
+    requires grad is left to ``__dlpack__``, which refuses it."""
+    if not _TORCH:
+        torch = sys.modules["torch"]
+        _TORCH[:] = [torch.utils.dlpack.to_dlpack, torch.Tensor]
+    to_dlpack, tensor = _TORCH
+    return tuple(to_dlpack(a) if isinstance(a, tensor) and not a.requires_grad else a for a in arrays)
 
 
 def _outs(fn: str, out: Any, names: tuple[str, ...]) -> tuple[Any, ...]:
@@ -188,8 +208,14 @@ def _wrapper(k: BoundKernel) -> list[str]:
     else:
         lines += ["    if out is not None:", '        raise TypeError(f"{_fn}: the kernel has no out arrays")']
     first = k.arrays[0].name if k.arrays else "None"
-    call = [a.name for a in k.arrays] + [a.name for a in k.free] + [f"_stream(_fn, {first}, stream)"]
-    lines.append(f"    _ext.{k.spec.name}({', '.join(call)})")
+    arrays = ", ".join(a.name for a in k.arrays) + ("," if len(k.arrays) == 1 else "")
+    scalars = "".join(f"{a.name}, " for a in k.free)
+    lines.append(f"    _s = _stream(_fn, {first}, stream)")
+    if k.arrays:
+        lines.append(f"    _a = _capsules(({arrays})) if type({first}).__module__[:5] == \"torch\" else ({arrays})")
+        lines.append(f"    _ext.{k.spec.name}(*_a, {scalars}_s)")
+    else:
+        lines.append(f"    _ext.{k.spec.name}({scalars}_s)")
     results = [a.name for a in outs or k.mutated]
     lines.append(f"    return {', '.join(results) if results else 'None'}")
     return lines
