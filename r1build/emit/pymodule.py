@@ -212,7 +212,7 @@ def _wrapper(k: BoundKernel) -> list[str]:
     scalars = "".join(f"{a.name}, " for a in k.free)
     lines.append(f"    _s = _stream(_fn, {first}, stream)")
     if k.arrays:
-        lines.append(f"    _a = _capsules(({arrays})) if type({first}).__module__[:5] == \"torch\" else ({arrays})")
+        lines.append(f'    _a = _capsules(({arrays})) if type({first}).__module__[:5] == "torch" else ({arrays})')
         lines.append(f"    _ext.{k.spec.name}(*_a, {scalars}_s)")
     else:
         lines.append(f"    _ext.{k.spec.name}({scalars}_s)")
