@@ -451,7 +451,8 @@ class Recorder:
             top = manifest.path.absolute().parent
             folders = [here, *(p for p in here.parents if p == top or top in p.parents)]
         else:
-            folders = [self.manifest_arg] if self.manifest_arg.is_dir() else []
+            # resolved, as the manifest's own path is: a relative -m named the manifest a second time, parsed again
+            folders = [self.manifest_arg.resolve()] if self.manifest_arg.is_dir() else []
         for folder in folders:
             paths += [folder / "kernels.toml", folder / "pyproject.toml"]
         for spec in manifest.kernels:

@@ -79,8 +79,10 @@ def test_the_library_is_timed_for_a_project_the_confined_worker_cannot_read(
     baseline = expand_variants(manifest, spec)[0]
     [result] = evaluator.evaluate(Job(manifest, spec, plain_arch(evaluator), [baseline], baseline))
     assert result.status == "passed", result.detail
-    assert result.timing is not None and result.timing.library_note is None, result.timing.library_note
-    assert result.timing.speedup_vs_reference is not None and result.timing.speedup_vs_reference > 0
+    t = result.timing
+    assert t is not None
+    assert t.library_note is None, t.library_note
+    assert t.speedup_vs_reference is not None and t.speedup_vs_reference > 0
 
 
 TORCH_SILU_MUL = """import torch
@@ -103,7 +105,8 @@ def test_the_torch_bar_is_measured_in_the_confined_worker(evaluator: GpuEvaluato
     [result] = evaluator.evaluate(Job(manifest, spec, plain_arch(evaluator), [baseline], baseline))
     assert result.status == "passed", result.detail
     t = result.timing
-    assert t is not None and t.torch_note is None, t.torch_note if t else None
+    assert t is not None
+    assert t.torch_note is None, t.torch_note
     assert t.speedup_vs_torch is not None and 0.05 < t.speedup_vs_torch < 20, t.speedup_vs_torch
     assert t.torch_mode in ("eager", "compile")
 
