@@ -8,15 +8,45 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import logging
+import sys
 from collections.abc import Callable, Iterator
-from typing import Literal
+from typing import Any, Literal
 
 from .convert import field, record
 
-__all__ = ["Event", "Note", "NoteLevel", "Progress", "Stage", "StageName", "emit", "sink", "watch"]
+__all__ = ["Event", "Logger", "Note", "NoteLevel", "Progress", "Stage", "StageName", "emit", "sink", "watch"]
 
-log = logging.getLogger("r1build")
+DEBUG, INFO, WARNING, ERROR = 10, 20, 30, 40
+"""The standard library's logging levels (their values are part of its interface)."""
+
+
+class Logger:
+    """``logging.getLogger(name)``, imported when first needed. A debug or info message while nothing has imported
+    :mod:`logging` is dropped unread: no handler can be set up without importing it, and an unconfigured root
+    logger drops those levels anyway. A command that configures no logging (a first ``resolve --locked``) so never
+    imports it (~2.5 ms); a warning or error still goes to logging's last-resort handler, as it would."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def log(self, level: int, message: str, *args: Any) -> None:
+        """``logging.getLogger(name).log(level, message, *args)``, or nothing (see the class)."""
+        if level >= WARNING or "logging" in sys.modules:
+            import logging
+
+            logging.getLogger(self.name).log(level, message, *args)
+
+    def debug(self, message: str, *args: Any) -> None:
+        self.log(DEBUG, message, *args)
+
+    def info(self, message: str, *args: Any) -> None:
+        self.log(INFO, message, *args)
+
+    def warning(self, message: str, *args: Any) -> None:
+        self.log(WARNING, message, *args)
+
+
+log = Logger("r1build")
 
 NoteLevel = Literal["info", "warning", "error"]
 """How much a note matters to a user."""
@@ -72,9 +102,9 @@ def emit(event: Event) -> None:
     """Send ``event`` to the installed sink, and log notes."""
     current = _sink.get()
     if isinstance(event, Note):
-        level = {"warning": logging.WARNING, "error": logging.ERROR}.get(event.level, logging.INFO)
+        level = {"warning": WARNING, "error": ERROR}.get(event.level, INFO)
         # with a sink installed, the sink shows the note; the log keeps it at debug level only
-        log.log(logging.DEBUG if current is not None else level, "%s", event.message)
+        log.log(DEBUG if current is not None else level, "%s", event.message)
     if current is not None:
         current(event)
 

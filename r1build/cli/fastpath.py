@@ -136,6 +136,22 @@ def _file_state(path: Path) -> str | None:
 _TOML_PLACES = ("kernels.toml", "pyproject.toml")
 
 
+def _file_states(manifest: Manifest, files: list[Path]) -> dict[str, str | None]:
+    """:func:`_file_state` of each of ``files``; a baseline or candidate file by the digest of the bytes the run
+    read and used (the keys read each once: :func:`~r1build.keys.project_file`), not read and hashed again."""
+    from ..keys import project_file
+
+    own = {manifest.root / rel: rel for spec in manifest.kernels for rel in (spec.baseline, *spec.candidates) if rel}
+    out: dict[str, str | None] = {}
+    for path in files:
+        rel = own.get(path)
+        try:
+            out[str(path)] = _file_state(path) if rel is None else f"{path.resolve()}:{project_file(manifest, rel)[1]}"
+        except OSError:  # gone since the run read it (or never there): as the record of an absent file says
+            out[str(path)] = _file_state(path)
+    return out
+
+
 def _toml_view(path: Path) -> str | None:
     """sha256 of what r1build reads of a TOML file it may take the manifest from: the whole of a ``kernels.toml``
     (or of a manifest of another name), the ``[tool.r1build]`` table of a ``pyproject.toml``; None when it cannot be
@@ -441,10 +457,11 @@ class Recorder:
 
     def _files(self, manifest: Manifest) -> list[Path]:
         from ..lock import lock_path
-        from ..manifest.reference import reference_file
+        from ..manifest.reference import ReferenceFiles
 
         paths = [manifest.path, lock_path(manifest), manifest.root / manifest.settings.vendor_dir]
-        paths += [reference_file(manifest.root, spec.reference) for spec in manifest.kernels]  # not in sys.modules
+        references = ReferenceFiles(manifest.root)  # kernels share a module: it is looked for once
+        paths += [references.file(spec.reference) for spec in manifest.kernels]  # not in sys.modules
         # where a manifest is looked for: the -m folder, or (no -m) every folder from here up to the one found
         if self.manifest_arg is None:
             here = Path.cwd().absolute()
@@ -492,7 +509,7 @@ class Recorder:
         files = self._files(manifest)
         return {
             "format": _FORMAT,
-            "files": {str(p): _file_state(p) for p in files},
+            "files": _file_states(manifest, files),
             "views": self._views(manifest, files),
             "root": root,
             "modules": modules,

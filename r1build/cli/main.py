@@ -192,11 +192,25 @@ def _unknown_variables(args: argparse.Namespace) -> list[str]:
     return found
 
 
+def _configure_logging(command: str, verbose: int) -> None:
+    """Log to stderr at the level ``-v`` asks. Not done for a command a record may answer (``status``, ``resolve
+    --locked``) without ``-v``: nothing on its path logs what a user sees (its notes go to the console), and
+    importing :mod:`logging` was ~2.5 ms of its first run (:class:`~r1build.events.Logger`)."""
+    import logging
+
+    logging.basicConfig(
+        level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if command != "worker" and not verbose:
+        # a cluster resolve reports what Dask's client logs (a lost scheduler, a refused connection) itself
+        logging.getLogger("distributed").setLevel(logging.CRITICAL)
+
+
 def _main(argv: Sequence[str], *, own_process: bool = False) -> int:
     """The command ``argv`` names, its errors rendered; ``own_process``: run as the process's own command (the
     collector, off since the start, is turned on with what the imports made frozen out of it)."""
-    import logging
-
     from ..errors import NoWinnerError, OutputError, R1BuildError
     from .render import Console, render_unresolved
 
@@ -214,18 +228,12 @@ def _main(argv: Sequence[str], *, own_process: bool = False) -> int:
         if recorder is not None:
             recorder.allowed = fastpath.Recorder.keeps(args)
             recorder.hold(getattr(args, "cache_dir", None))
-        logging.basicConfig(
-            level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
-            format="%(levelname)s %(name)s: %(message)s",
-            stream=sys.stderr,
-        )
+        if verbose or not fastpath.Recorder.keeps(args):
+            _configure_logging(args.command, verbose)
         from ..events import Note
 
         for message in _unknown_variables(args):
             console.event(Note("warning", message))
-        if args.command != "worker" and not verbose:
-            # a cluster resolve reports what Dask's client logs (a lost scheduler, a refused connection) itself
-            logging.getLogger("distributed").setLevel(logging.CRITICAL)
         code: int = args.func(args, console)
         return code
     except NoWinnerError as exc:

@@ -22,7 +22,7 @@ import math
 import re
 from typing import TYPE_CHECKING, get_args
 
-from ..keys import digest_bytes, variant_digest
+from ..keys import project_file, variant_digest
 from ..manifest.archs import parse_arch
 from ..manifest.model import KernelSpec, Manifest
 from ..records import NOTE_LIMIT, Provenance
@@ -146,7 +146,7 @@ def manifest_problem(manifest: Manifest, spec: KernelSpec, e: LockEntry) -> Fiel
         own = [rel for rel in (spec.baseline, *spec.candidates) if rel is not None]
         if e.origin not in own:
             return "origin", f"{e.origin!r} is neither the baseline nor a candidate file of {spec.name}"
-        digest = digest_bytes((manifest.root / e.origin).read_bytes())
+        digest = project_file(manifest, e.origin)[1]  # the bytes the keys read: one read per file and run
         if digest != e.source:
             return "source", f"is not the digest of {e.origin} ({digest})"
     return None

@@ -5,7 +5,6 @@ LLM endpoint may be asked at all."""
 from __future__ import annotations
 
 import contextvars
-import logging
 import shutil
 import threading
 import time
@@ -14,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from ..cache import Cache
-from ..events import Note, emit
+from ..events import Logger, Note, emit
 from ..judge import Evaluator, Job
 from ..manifest import Manifest
 from ..manifest.archs import parse_arch
@@ -23,7 +22,7 @@ from ..settings import env_settings
 from ..toolchain.extras import CUPY, GENERATE
 from .reach import unreachable
 
-log = logging.getLogger("r1build.resolve")
+log = Logger("r1build.resolve")
 
 if TYPE_CHECKING:
     from ..cluster.session import ClusterEvaluator

@@ -3,14 +3,13 @@ started ahead), every winner through the static gate, and the lock updated."""
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Sequence
 
 from ..cache import Cache
 from ..convert import record, replace
 from ..errors import CompileError, LockError, ResolveError, UsageError
-from ..events import Stage, emit
+from ..events import Logger, Stage, emit
 from ..keys import decision_key
 from ..lock import Lock, LockEntry, load_lock, lock_path, require_fresh, write_lock
 from ..manifest import KernelSpec, Manifest
@@ -97,7 +96,7 @@ class _Looked:
     hit: Resolved | Unresolved | None
 
 
-log = logging.getLogger("r1build.resolve")
+log = Logger("r1build.resolve")
 
 
 class _Phases:

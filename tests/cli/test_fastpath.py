@@ -261,7 +261,8 @@ def test_a_new_unrelated_variable_still_replays(locked: Path) -> None:
 
 def test_the_full_locked_path_imports_no_http_client(locked: Path) -> None:
     """The first run of ``resolve --locked`` (no record: a new r1build variable) never probes an endpoint, so it
-    imports neither urllib's HTTP client nor the e-mail parser beneath it (12 ms of the full path)."""
+    imports neither urllib's HTTP client nor the e-mail parser beneath it (12 ms of the full path), nor, without
+    ``-v``, :mod:`logging` (~2.5 ms: nothing on the path logs what a user sees)."""
     env = dict(os.environ, R1BUILD_TEST_FIRST_RUN="1")
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "r1build.cli.main", "resolve", "--locked", "--no-gpu"],
@@ -273,7 +274,16 @@ def test_the_full_locked_path_imports_no_http_client(locked: Path) -> None:
     )
     imported = {line.rpartition("|")[2].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
     assert proc.returncode == 0 and "r1build.manifest.load" in imported, proc.stderr[-2000:]
-    assert not imported & {"urllib.request", "http.client", "email.parser", "ssl"}
+    assert not imported & {"urllib.request", "http.client", "email.parser", "ssl", "logging"}
+    verbose = subprocess.run(
+        [sys.executable, "-m", "r1build.cli.main", "resolve", "--locked", "--no-gpu", "-vv"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=locked,
+        check=False,
+    )
+    assert verbose.returncode == 0 and "DEBUG r1build.resolve: resolve:" in verbose.stderr, verbose.stderr[-2000:]
 
 
 @pytest.mark.slow  # a lock (nvcc) and two processes under strace
