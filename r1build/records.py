@@ -417,6 +417,16 @@ class Decision:
         """How far candidate ``ref`` was checked in this decision."""
         return validation_of(ref.origin.kind, self.result_of(ref.digest))
 
+    def blobs(self) -> list[str]:
+        """Digests of the blobs this decision names (candidate sources and transcripts), sorted, each once."""
+        refs = list(self.candidates)
+        if self.winner is not None:
+            refs.append(self.winner)
+        digests = [ref.source for ref in refs]
+        digests += [ref.origin.transcript for ref in refs if ref.origin.transcript]
+        digests += self.transcripts
+        return sorted(set(digests))
+
 
 @record(frozen=True, kw_only=True)
 class WinnerFacts:

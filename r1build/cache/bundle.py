@@ -188,14 +188,8 @@ def is_machine_local(key: str) -> bool:
 
 # -- export ---------------------------------------------------------------------------------------------------
 def referenced_blobs(decision: Decision) -> list[str]:
-    """Digests of the blobs a decision names: candidate sources and transcripts."""
-    refs = list(decision.candidates)
-    if decision.winner is not None:
-        refs.append(decision.winner)
-    digests = [ref.source for ref in refs]
-    digests += [ref.origin.transcript for ref in refs if ref.origin.transcript]
-    digests += decision.transcripts
-    return sorted(set(digests))
+    """Digests of the blobs a decision names: candidate sources and transcripts (:meth:`Decision.blobs`)."""
+    return decision.blobs()
 
 
 def _selection(cache: Cache, keys: Iterable[str] | None) -> list[str]:

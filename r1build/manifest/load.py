@@ -516,12 +516,22 @@ def remote_url_problem(url: str) -> str | None:
         return f"{shown} is not an http://, https:// or s3:// URL with a host (or bucket)"
     if parts.query or parts.fragment:
         return f"{shown}: a remote cache URL has no query or fragment (a token goes in R1BUILD_REMOTE_TOKEN)"
-    if parts.scheme != "s3":
-        try:  # what the socket layer does to a host name that is not ASCII (raising UnicodeError, not OSError)
-            parts.hostname.encode("idna")
-        except UnicodeError:
-            return f"{shown}: its host is no valid host name (an empty label, or one over 63 characters)"
+    if parts.scheme != "s3" and not _host_name_ok(parts.hostname):
+        return f"{shown}: its host is no valid host name (an empty label, or one over 63 characters)"
     return None
+
+
+def _host_name_ok(host: str) -> bool:
+    """Whether the socket layer takes ``host`` (it encodes a name with the ``idna`` codec, which raises UnicodeError,
+    not OSError, on an empty label or one over 63 characters). An ASCII name is checked label by label as that
+    codec does, without importing it (~1 ms of a first run with a remote configured)."""
+    if host.isascii():
+        return all(0 < len(label) <= 63 for label in host.removesuffix(".").split("."))
+    try:
+        host.encode("idna")
+    except UnicodeError:
+        return False
+    return True
 
 
 _NVCC_LIST_CHARS = ",\"'"

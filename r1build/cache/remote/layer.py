@@ -51,7 +51,6 @@ from ...events import Note, emit
 from ...keys import digest_bytes
 from ...records import Decision, from_json
 from ...selection.rules import decision_problem
-from ..bundle import referenced_blobs
 from ..codec import RecordKind, check_payload
 from .store import RemoteRefused, RemoteStore, RemoteUnavailable
 
@@ -367,7 +366,7 @@ class RemoteLayer:
         if problem is not None:  # readers would find it corrupt: the team's key does not sign it
             self._say(Note("warning", f"not publishing {kind}/{key[:16]} to {self.url}: {problem}"))
             return False
-        digests = referenced_blobs(decision) if decision is not None else []
+        digests = decision.blobs() if decision is not None else []
         for digest in digests:
             if self._call(lambda d=digest: self.store.head(blob_key(d))):  # type: ignore[misc]
                 continue
@@ -453,7 +452,7 @@ class RemoteLayer:
                 problems.append(problem)
             if kind == "decision":  # its blobs are checked even when it is refused: they are content-addressed
                 with contextlib.suppress(ValueError):
-                    blobs_named.update(referenced_blobs(from_json(Decision, _split_record(raw)[2])))
+                    blobs_named.update(from_json(Decision, _split_record(raw)[2]).blobs())
         for digest in sorted(blobs_named - seen_blobs):
             raw = self._required(lambda d=digest: self.store.get(blob_key(d)))  # type: ignore[misc]
             if raw is None:
