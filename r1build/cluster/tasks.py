@@ -28,7 +28,7 @@ from ..judge import Job
 from ..keys import digest_bytes, digest_json
 from ..manifest.flags import include_flag
 from ..manifest.model import KernelSpec, Manifest
-from ..manifest.reference import reference_file
+from ..manifest.reference import reference_modules
 from ..records import Candidate, Result
 
 __all__ = [
@@ -51,7 +51,6 @@ GPU job (Dask adds the worker's address as ``worker``)."""
 
 _MAX_PROJECT_BYTES = 16 << 20
 _MAX_PROJECT_FILES = 2000
-_SKIP_DIRS = frozenset({"__pycache__", "node_modules", "site-packages"})
 
 
 class WorkerEvaluator(Protocol):
@@ -115,28 +114,14 @@ def header_files(manifest: Manifest) -> ProjectFiles:
 
 
 def project_files(manifest: Manifest, specs: Sequence[KernelSpec]) -> ProjectFiles:
-    """The reference modules of ``specs`` and the ``.py`` files under their folders (a module at the project's top
-    level brings the top-level ``.py`` files only), as a reference importing its neighbours finds them locally, and
-    the headers of :func:`header_files`. :class:`~r1build.errors.ClusterRefusedError` when that is more than a job
-    should carry."""
-    root = manifest.root.resolve()
-    files: dict[str, bytes] = _include_files(manifest, root)
-    for spec in specs:
-        path = reference_file(manifest.root, spec.reference).resolve()
-        folder = path.parent
-        found = (
-            list(folder.glob("*.py"))
-            if folder == root
-            else [
-                p
-                for p in folder.rglob("*.py")
-                if not any(part.startswith(".") or part in _SKIP_DIRS for part in p.relative_to(folder).parts[:-1])
-            ]
-        )
-        for p in [path, *found]:
-            rel = p.relative_to(root).as_posix()
-            if rel not in files and p.is_file():
-                files[rel] = p.read_bytes()
+    """The reference modules of ``specs`` (the numpy, gpu and torch references) and the ``.py`` files beside them
+    (:func:`~r1build.manifest.reference.reference_modules`: a reference importing its neighbours finds them on the
+    worker), and the headers of :func:`header_files`. :class:`~r1build.errors.ClusterRefusedError` when that is more
+    than a job should carry."""
+    files: dict[str, bytes] = _include_files(manifest, manifest.root.resolve())
+    refs = [r for spec in specs for r in (spec.reference, spec.gpu_reference, spec.torch_reference) if r is not None]
+    for rel, path in reference_modules(manifest.root, refs).items():
+        files.setdefault(rel, path.read_bytes())
     return _bounded(manifest, files)
 
 

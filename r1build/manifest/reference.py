@@ -25,6 +25,7 @@ __all__ = [
     "failure_text",
     "load_reference",
     "reference_file",
+    "reference_modules",
     "reference_source_digest",
     "stage_references",
 ]
@@ -121,14 +122,43 @@ def _defined_names(source: bytes, filename: str) -> tuple[str, ...]:
     return tuple(_top_level_names(ast.parse(source, filename=filename)))
 
 
-def stage_references(root: Path, refs: Sequence[str], into: Path) -> Path:
-    """A folder under ``into`` holding a copy of each module ``refs`` names, at its path relative to the manifest's
-    folder ``root``: the root a process that may not read the project (a sandboxed GPU worker, which sees the
-    evaluator's folder) loads the references from. Only those files travel (their source is in the model's prompt
-    already); a module importing a sibling module fails there, and the caller's note says so. Named by a digest of
-    the paths and bytes, written once (atomically: concurrent stagings of the same files agree)."""
+_SKIP_DIRS = frozenset({"__pycache__", "node_modules", "site-packages"})
+"""Folders under a reference's folder whose Python files are not the reference's neighbours."""
+
+
+def reference_modules(root: Path, refs: Sequence[str]) -> dict[str, Path]:
+    """The files a process needs to import the references ``refs`` away from the project (a sandboxed GPU worker, a
+    cluster worker): each module, and the ``.py`` files under its folder, so a reference that imports its
+    neighbours finds them (a module at the project's top level brings the top-level ``.py`` files only, hidden
+    folders and :data:`_SKIP_DIRS` none). By path relative to the manifest's folder ``root``, sorted."""
+    root = root.resolve()
     files = ReferenceFiles(root)
-    entries = sorted({(files.file(ref).relative_to(root).as_posix(), files.source(ref)) for ref in refs})
+    found: dict[str, Path] = {}
+    for ref in dict.fromkeys(refs):
+        path = files.file(ref).resolve()
+        folder = path.parent
+        beside = (
+            list(folder.glob("*.py"))
+            if folder == root
+            else [
+                p
+                for p in folder.rglob("*.py")
+                if not any(part.startswith(".") or part in _SKIP_DIRS for part in p.relative_to(folder).parts[:-1])
+            ]
+        )
+        for p in [path, *beside]:
+            if p.is_file() and root in p.parents:
+                found.setdefault(p.relative_to(root).as_posix(), p)
+    return dict(sorted(found.items()))
+
+
+def stage_references(root: Path, refs: Sequence[str], into: Path) -> Path:
+    """A folder under ``into`` holding a copy of :func:`reference_modules` of ``refs`` at their paths relative to the
+    manifest's folder ``root``: the root a process that may not read the project (a sandboxed GPU worker, which sees
+    the evaluator's folder) loads the references from. Nothing else of the project travels (the same files a
+    cluster job carries). Named by a digest of the paths and bytes, written once (atomically: concurrent stagings
+    of the same files agree)."""
+    entries = [(rel, path.read_bytes()) for rel, path in reference_modules(root, refs).items()]
     named = hashlib.sha256()
     for rel, data in entries:
         named.update(f"{rel}\0{hashlib.sha256(data).hexdigest()}\0".encode())

@@ -199,6 +199,14 @@ def test_a_job_carries_the_reference_and_its_neighbours(tmp_path: Path) -> None:
     )
     assert time.monotonic() - started < 5
 
+    # a gpu-reference and a torch-reference in modules of their own travel too (only `reference` did)
+    (project / "gpu").mkdir()
+    (project / "gpu" / "ref.py").write_text("def scale(x, y, a, n):\n    pass\n")
+    (project / "gpu" / "util.py").write_text("K = 1\n")
+    manifest = load_manifest(project / "kernels.toml")
+    spec = dataclasses.replace(manifest.kernels[0], gpu_reference="gpu.ref:scale", torch_reference="gpu.ref:scale")
+    assert sorted(project_files(manifest, [spec]).files) == ["gpu/ref.py", "gpu/util.py", "helpers.py", "reference.py"]
+
 
 def test_a_split_job_judges_its_baseline_once_and_joins_in_order(tmp_path: Path) -> None:
     """A generation round's job (the baseline not among its candidates) over two workers: the baseline is judged

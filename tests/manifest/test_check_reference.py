@@ -270,15 +270,19 @@ def test_a_process_forked_while_a_reference_runs_ends_with_its_own_exit() -> Non
     assert os.waitstatus_to_exitcode(status) == 7
 
 
-def test_references_are_staged_alone_where_a_confined_worker_reads_them(tmp_path: Path) -> None:
+def test_references_are_staged_with_their_neighbours_where_a_confined_worker_reads_them(tmp_path: Path) -> None:
     """The GPU worker runs confined: it reads the evaluator's folder, not the project. The references it runs on
-    cupy or torch travel as copies of their modules, at their paths relative to the manifest, and nothing else of
-    the project does (an H200 resolve of a project in /tmp found no module and timed no library)."""
+    cupy or torch travel as copies of their modules and the ``.py`` files beside them (a reference importing a
+    neighbour works, as on a cluster worker), at their paths relative to the manifest, and nothing else of the
+    project does (an H200 resolve of a project in /tmp found no module and timed no library)."""
     from r1build.manifest.reference import load_reference, stage_references
 
     project = tmp_path / "project"
-    (project / "kernels").mkdir(parents=True)
-    (project / "kernels" / "reference.py").write_text("def double(x):\n    return 2 * x\n")
+    (project / "kernels" / "__pycache__").mkdir(parents=True)
+    (project / "kernels" / "helpers.py").write_text("def twice(x):\n    return 2 * x\n")
+    reference = "from helpers import twice\n\n\ndef double(x):\n    return twice(x)\n"
+    (project / "kernels" / "reference.py").write_text(reference)
+    (project / "kernels" / "__pycache__" / "stale.py").write_text("raise SystemExit\n")
     (project / "torchref").mkdir()
     (project / "torchref" / "__init__.py").write_text("def double(x):\n    return x + x\n")
     (project / "kernels" / "secret.txt").write_text("not for the worker")
@@ -289,14 +293,14 @@ def test_references_are_staged_alone_where_a_confined_worker_reads_them(tmp_path
     staged = stage_references(project, refs, into)
     assert staged.parent == into
     found = sorted(p.relative_to(staged).as_posix() for p in staged.rglob("*") if p.is_file())
-    assert found == ["kernels/reference.py", "torchref/__init__.py"]
+    assert found == ["kernels/helpers.py", "kernels/reference.py", "torchref/__init__.py"]
     assert load_reference(staged, "kernels.reference:double")(3) == 6
     assert load_reference(staged, "torchref:double")(4) == 8
     assert stage_references(project, refs, into) == staged  # the same bytes: the same folder, written once
     assert [p.name for p in into.iterdir()] == [staged.name]  # no scratch folder left behind
 
-    (project / "kernels" / "reference.py").write_text("def double(x):\n    return x * 2\n")
+    (project / "kernels" / "helpers.py").write_text("def twice(x):\n    return x * 2\n")
     again = stage_references(project, refs, into)
-    assert again != staged and (again / "kernels" / "reference.py").read_text().endswith("x * 2\n")
+    assert again != staged and (again / "kernels" / "helpers.py").read_text().endswith("x * 2\n")
     with pytest.raises(ReferenceProblem, match="not found next to the manifest"):
         stage_references(project, ["missing.module:f"], into)
