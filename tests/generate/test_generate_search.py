@@ -147,8 +147,9 @@ def test_answers_that_are_not_candidates(project: Project, judge: MarkerJudge) -
     events: list[Event] = []
     with ChatServer(replies) as server:
         outcome = run(project, manifest, server, judge, events=events)
-    # an answer cut off at max_tokens after its complete code keeps that code (counted as truncated all the same)
-    assert [c.source for c in outcome.candidates] == [kernel_source(1), kernel_source(3)]
+    # an answer cut off at max_tokens after its complete code keeps that code (counted as truncated all the same);
+    # the four samples are sent at once and the server answers them in the order they arrive: any order
+    assert sorted(c.source for c in outcome.candidates) == sorted([kernel_source(1), kernel_source(3)])
     assert outcome.usage.failures == {"no_code": 2, "truncated": 1}
     notes = [e.message for e in events if isinstance(e, Note)]
     assert any("cut off at max_tokens" in n for n in notes)
