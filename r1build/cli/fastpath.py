@@ -145,10 +145,11 @@ def _file_states(manifest: Manifest, files: list[Path]) -> dict[str, str | None]
     out: dict[str, str | None] = {}
     for path in files:
         rel = own.get(path)
-        try:
-            out[str(path)] = _file_state(path) if rel is None else f"{path.resolve()}:{project_file(manifest, rel)[1]}"
-        except OSError:  # gone since the run read it (or never there): as the record of an absent file says
-            out[str(path)] = _file_state(path)
+        if rel is not None:
+            with contextlib.suppress(OSError):  # gone (or never there): as the record of an absent file says
+                out[str(path)] = f"{path.resolve()}:{project_file(manifest, rel)[1]}"
+                continue
+        out[str(path)] = _file_state(path)
     return out
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import contextlib
 import functools
-import hashlib
 import importlib.util
 import os
 import shutil
@@ -15,6 +14,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any, NoReturn
+
+from ..digests import digest_bytes, digest_json
 
 __all__ = [
     "EXIT_GUARD",
@@ -88,7 +89,7 @@ class ReferenceFiles:
 
     def digest(self, ref: str) -> str:
         """sha256 of the module's source bytes."""
-        return hashlib.sha256(self.source(ref)).hexdigest()
+        return digest_bytes(self.source(ref))
 
     def check_statically(self, ref: str) -> None:
         """Check, without importing it, that the module parses and defines the function at top level."""
@@ -159,10 +160,7 @@ def stage_references(root: Path, refs: Sequence[str], into: Path) -> Path:
     cluster job carries). Named by a digest of the paths and bytes, written once (atomically: concurrent stagings
     of the same files agree)."""
     entries = [(rel, path.read_bytes()) for rel, path in reference_modules(root, refs).items()]
-    named = hashlib.sha256()
-    for rel, data in entries:
-        named.update(f"{rel}\0{hashlib.sha256(data).hexdigest()}\0".encode())
-    target = into / named.hexdigest()[:24]
+    target = into / digest_json({rel: digest_bytes(data) for rel, data in entries})[:24]
     if target.is_dir():
         return target
     scratch = into / f".{target.name}-{os.getpid()}-{threading.get_ident()}"

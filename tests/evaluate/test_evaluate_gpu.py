@@ -13,8 +13,8 @@ from r1build.cache import Cache
 from r1build.evaluate import EvaluatorOptions, GpuEvaluator, expand_variants
 from r1build.evaluate.timing.floors import FLOORS_NAMESPACE, DeviceFloors
 from r1build.judge import Job
-from r1build.manifest import Manifest, load_manifest
-from r1build.records import Candidate, Origin, Result
+from r1build.manifest import KernelSpec, Manifest, load_manifest
+from r1build.records import Candidate, Origin, Result, Timing
 from r1build.selection.rules import median_error
 from tests.evaluate.evaluate_support import CorpusKernel, corpus_kernels
 
@@ -67,20 +67,25 @@ def test_root_kernels_pass_with_timings(evaluator: GpuEvaluator, root_manifest: 
     assert 1e11 < floors.bandwidth_bps < 3e13 and 1e12 < floors.fp32_flops < 5e14
 
 
+def _baseline_timing(evaluator: GpuEvaluator, manifest: Manifest, spec: KernelSpec) -> Timing:
+    """``spec``'s baseline judged alone on the GPU: it passes, and its timing."""
+    baseline = expand_variants(manifest, spec)[0]
+    [result] = evaluator.evaluate(Job(manifest, spec, plain_arch(evaluator), [baseline], baseline))
+    assert result.status == "passed", result.detail
+    assert result.timing is not None
+    return result.timing
+
+
 @pytest.mark.gpu
 def test_the_library_is_timed_for_a_project_the_confined_worker_cannot_read(
     evaluator: GpuEvaluator, root_copy: Path
 ) -> None:
     """The worker that times the library runs confined and reads the evaluator's folder, not the project: the
-    references travel as copies of their modules. The root manifest copied to /tmp and resolved on an H200 had no
-    library time for any kernel ("module 'kernels.reference' not found next to the manifest")."""
+    references travel as copies of their modules and the ``.py`` files beside them. The root manifest copied to
+    /tmp and resolved on an H200 had no library time for any kernel ("module 'kernels.reference' not found next to
+    the manifest")."""
     manifest = load_manifest(root_copy / "kernels.toml")
-    spec = manifest.kernel("silu_mul")
-    baseline = expand_variants(manifest, spec)[0]
-    [result] = evaluator.evaluate(Job(manifest, spec, plain_arch(evaluator), [baseline], baseline))
-    assert result.status == "passed", result.detail
-    t = result.timing
-    assert t is not None
+    t = _baseline_timing(evaluator, manifest, manifest.kernel("silu_mul"))
     assert t.library_note is None, t.library_note
     assert t.speedup_vs_reference is not None and t.speedup_vs_reference > 0
 
@@ -101,11 +106,7 @@ def test_the_torch_bar_is_measured_in_the_confined_worker(evaluator: GpuEvaluato
     (root_copy / "kernels" / "torch_ref.py").write_text(TORCH_SILU_MUL, encoding="utf-8")
     manifest = load_manifest(root_copy / "kernels.toml")
     spec = dataclasses.replace(manifest.kernel("silu_mul"), torch_reference="kernels.torch_ref:silu_mul")
-    baseline = expand_variants(manifest, spec)[0]
-    [result] = evaluator.evaluate(Job(manifest, spec, plain_arch(evaluator), [baseline], baseline))
-    assert result.status == "passed", result.detail
-    t = result.timing
-    assert t is not None
+    t = _baseline_timing(evaluator, manifest, spec)
     assert t.torch_note is None, t.torch_note
     assert t.speedup_vs_torch is not None and 0.05 < t.speedup_vs_torch < 20, t.speedup_vs_torch
     assert t.torch_mode in ("eager", "compile")
