@@ -335,6 +335,8 @@ def breakdown(run: dict[str, Any]) -> list[str]:
         "|---|---|---:|---:|",
     ]
     lines += [f"| {name} | CPU pool | {st.get(k, 0):.1f} | {st.get(k, 0) / n * 1e3:.0f} |" for name, k in cpu]
+    workers += _parts(st, "check_call_", "  - calls of the `{}` check ({} calls)", "check_calls_")
+    timing += _parts(st, "worker_check_", "  - `{}` after the samples")
     lines += [
         f"| {name} | check workers (summed) | {st.get(k, 0):.1f} | {st.get(k, 0) / n * 1e3:.0f} |"
         for name, k in workers
@@ -351,6 +353,17 @@ def breakdown(run: dict[str, Any]) -> list[str]:
         f"| {(run['wall_s'] - accounted) / n * 1e3:.0f} |"
     )
     return lines
+
+
+def _parts(st: dict[str, float], prefix: str, label: str, calls: str = "") -> list[tuple[str, str]]:
+    """Rows for the counters ``<prefix><check>_s``, largest first: where one kind of work's time went by check
+    (``label`` formatted with the check's name and, with ``calls``, the count ``<calls><check>``)."""
+    found = sorted((k for k in st if k.startswith(prefix) and k.endswith("_s")), key=lambda k: st[k], reverse=True)
+    rows = []
+    for k in found:
+        check = k[len(prefix) : -2]
+        rows.append((label.format(check, int(st.get(calls + check, 0))), k))
+    return rows
 
 
 def job_rows(run: dict[str, Any]) -> list[str]:

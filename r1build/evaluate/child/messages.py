@@ -161,6 +161,9 @@ class CallRecord(TypedDict):
     """A launch error the call left unread in its library's runtime (:meth:`~.worker.Worker.launch_error`)."""
     device_state: NotRequired[str | None]
     fatal: NotRequired[bool]
+    seconds: NotRequired[float]
+    """The call's wall time in the worker: uploads, the call, the device idle and every allocation read back
+    (statistics only: the candidate shares the worker's process, so nothing is judged by it)."""
 
 
 class CheckReply(Reply):
@@ -230,7 +233,9 @@ class TimedShape(TypedDict):
     outputs: list[list[str | None]]
     seconds: dict[str, float]
     """Where the worker's time went: ``sets`` (uploading the input sets), ``samples`` (estimates, warm-up and the
-    timed samples), ``checks`` (the calls after them, their outputs parked or written to files, the capture)."""
+    timed samples), ``checks`` (the calls after them, their outputs parked or written to files, the capture), and
+    within ``checks``: ``check_outputs`` (the outputs each input set holds, kept), ``check_lazy`` (the lazy-output
+    call), ``check_tweak``, ``check_capture`` and ``check_replays`` (one captured graph replayed)."""
     tweak_outputs: NotRequired[list[str | None]]
     judged: NotRequired[list[list[bool]]]
     """Per input set, per array: found clear on the GPU by the comparer (no file; set by the parent)."""

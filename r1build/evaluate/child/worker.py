@@ -536,6 +536,7 @@ class Worker:
         for i, call in enumerate(h["calls"]):
             record: CallRecord = {"rc": 0, "error": None, "capture_error": None}
             mode = call["mode"]
+            started = time.perf_counter()
             try:
                 allocs = sets.get(int(call.get("buffers", 0)))[0]
                 if i in ran:
@@ -551,6 +552,7 @@ class Worker:
                 except self.rt.CUDARuntimeError as exc:
                     self.settle("after the call", exc)
                 out.extend(datas)
+                record["seconds"] = time.perf_counter() - started
                 if record["rc"]:
                     record["error"] = "returned " + self.error_text(record["rc"])
                 record["device_state"] = self.restore_state()
@@ -740,6 +742,7 @@ class Worker:
         one captured graph (:mod:`.extras`), and the device state; added to ``out``. The outputs go to files, or
         with ``parked`` into the parked allocation (:mod:`.gpu_compare`)."""
         has_inout = any(a["role"] == "inout" for a in shape["arrays"])
+        lap = _Laps(out["seconds"])
 
         def call(args: list[Any]) -> str | None:
             rc = int(fn(*args, self.stream.ptr))
@@ -755,7 +758,9 @@ class Worker:
                     return out
             kept = keep_outputs(self, arrays, shape, f"{tag}-set{k}", (si, k), parked, shape["sets"][k])
             out["outputs"].append(kept)
+        lap("check_outputs")
         failed = lazy_output_call(self, fn, shape, sets[0], (tag, si, parked), out)
+        lap("check_lazy")
         if failed:
             out["check_error"] = failed
             return out
@@ -769,13 +774,16 @@ class Worker:
         out["tweak_outputs"] = keep_outputs(
             self, arrays, shape, f"{tag}-tweak", (si, len(sets)), parked, shape["tweak"]
         )
+        lap("check_tweak")
         record: CallRecord = {"rc": 0, "error": None, "capture_error": None}
         self._capture_only(fn, args, record)
+        lap("check_capture")
         out["capture_error"] = record["capture_error"]
         out["capture_rc"] = record["rc"]
         out["launch_error"] = record.get("launch_error")
         if not record["capture_error"] and not record["rc"]:
             failed = graph_replays(self, fn, shape, sets[0], (tag, si, parked), out)
+            lap("check_replays")
             if failed:
                 out["extra_error"] = failed
         out["device_state"] = self.restore_state()
@@ -1040,6 +1048,19 @@ class Worker:
 
 _HOST_US = 40.0
 """Host time allowed per sample when sampling a shape (passed to :meth:`Worker._measure`)."""
+
+
+class _Laps:
+    """Seconds since the last lap added to ``seconds[name]`` at each call (where a worker's time went, for the
+    evaluator's statistics)."""
+
+    def __init__(self, seconds: dict[str, float]) -> None:
+        self.seconds, self.last = seconds, time.perf_counter()
+
+    def __call__(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = self.seconds.get(name, 0.0) + now - self.last
+        self.last = now
 
 
 def _numpy_name(dtype: str) -> str:

@@ -34,6 +34,21 @@ def _no_count(_name: str, _seconds: float) -> None:
     pass
 
 
+def _count_calls(plan: ShapePlan, reply: CheckReply, count: Callable[[str, float], None]) -> None:
+    """Each call's seconds in the worker under its check's name (``check_call_direct_s``, ``check_call_aligned_s``,
+    ``check_call_precision_s`` ...) and the calls made (``check_calls_direct`` ...): where the checks' time goes
+    (statistics only)."""
+    records = reply.get("calls")
+    if not isinstance(records, list):  # the reply shares the candidate's process: nothing in it is taken on trust
+        return
+    for call, record in zip(plan.calls, records, strict=False):
+        seconds = record.get("seconds") if isinstance(record, dict) else None
+        if isinstance(seconds, (int, float)) and 0 <= seconds < 1e6:
+            check = "precision" if call.dist == "precision" else call.mode
+            count(f"check_call_{check}_s", float(seconds))
+            count(f"check_calls_{check}", 1.0)
+
+
 def run_checks(
     slot: Slot,
     spec: KernelSpec,
@@ -48,7 +63,8 @@ def run_checks(
     explained by repeating the failing call where that can name the cause; None when every call passed. The
     ``alone`` part must run with no other work on the GPU (the caller holds the GPU's quiet lock). ``count``
     gets the seconds spent loading the library (``check_load_s``), building requests (``check_request_s``),
-    in the worker (``check_worker_s``) and judging replies (``check_judge_s``)."""
+    in the worker (``check_worker_s``, split by check in :func:`_count_calls`) and judging replies
+    (``check_judge_s``)."""
     key = library_key(lib)
     where = "while loading"
     try:
@@ -71,6 +87,7 @@ def run_checks(
             count("check_request_s", t2 - t1)
             count("check_worker_s", t3 - t2)
             count("check_judge_s", time.perf_counter() - t3)
+            _count_calls(plan, cast(CheckReply, reply), count)
             if verdict is not None and needs_diagnosis(plan, verdict) and not reply.get("exiting"):
                 assert verdict.call is not None
                 repeat = diagnosis_plan(plan, verdict.call)

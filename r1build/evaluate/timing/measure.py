@@ -225,15 +225,15 @@ class Timer:
         return summarize(shapes[0]["samples_us"])
 
     def _count_seconds(self, shapes: list[TimedShape]) -> None:
-        """The worker's account of its time (``worker_sets_s``, ``worker_samples_s``, ``worker_checks_s``): numbers
-        only, for the evaluator's statistics (a candidate shares the worker's process, so nothing is judged by them)."""
+        """The worker's account of its time (``worker_sets_s``, ``worker_samples_s``, ``worker_checks_s`` and its
+        parts, ``worker_check_lazy_s`` ...: every name of :attr:`~.messages.TimedShape.seconds`): numbers only, for
+        the evaluator's statistics (a candidate shares the worker's process, so nothing is judged by them)."""
         for shape in shapes:
             seconds = shape.get("seconds")
             if not isinstance(seconds, dict):
                 continue
-            for name in ("sets", "samples", "checks"):
-                value = seconds.get(name)
-                if isinstance(value, (int, float)) and 0 <= value < 1e6:
+            for name, value in seconds.items():
+                if str(name).isidentifier() and isinstance(value, (int, float)) and 0 <= value < 1e6:
                     self._count(f"worker_{name}_s", float(value))
 
     def _run(
