@@ -195,3 +195,56 @@ def test_torch_custom_ops_register_fake_and_trace(site: Path) -> None:
     assert "dtype TypeError boundtest::scale_rows: x must be float32, got float64" in out, out
     assert "call not run: no GPU" in out, out
     assert "graphs 1 ['boundtest.scale_rows', 'boundtest.scale_rows'" in out, out  # one graph: no break
+
+
+EAGER = """
+import torch
+from boundpkg import _k
+
+ops = torch.ops.boundtest
+x, b = torch.ones(3, 4), torch.ones(4)
+try:
+    ops.scale_rows(x, b, 2.0)
+except NotImplementedError as exc:
+    print("cpu", str(exc).splitlines()[0])
+# the kernels run on CUDA only; for the CPU, the same arithmetic in torch behind the registration under test
+lib = _k._LIBRARIES["boundtest"]
+lib.impl("scale_rows", lambda x, bias, alpha: x * alpha + bias, "CPU")
+def axpy(x, y, a):  # written as the kernel writes, past autograd's version counter
+    y.data.add_(x.data, alpha=a)
+lib.impl("axpy", axpy, "CPU")
+y = torch.zeros(5)
+before = y._version
+ops.axpy(torch.ones(5), y, 0.5)
+print("axpy", y.tolist(), "version +", y._version - before)
+for op, args in ((ops.axpy.default, (torch.randn(5), torch.randn(5), 0.5)),
+                 (ops.scale_rows.default, (torch.randn(3, 4), torch.randn(4), 2.0))):
+    print("opcheck", {k: v for k, v in torch.library.opcheck(op, args).items() if v != "SUCCESS"})
+try:  # as with torch.library.custom_op and no register_autograd: the backward that opcheck runs raises
+    torch.library.opcheck(ops.scale_rows.default, (torch.randn(3, 4, requires_grad=True), torch.randn(4), 2.0))
+except Exception as exc:
+    print("opcheck grad", type(exc).__name__, str(exc).splitlines()[0])
+w = torch.ones(3, 4, requires_grad=True)
+z = ops.scale_rows(w, b, 2.0)
+print("grad", z.requires_grad)
+try:
+    z.sum().backward()
+except RuntimeError as exc:
+    print("backward", str(exc).splitlines()[0])
+with torch.no_grad():
+    print("no_grad", ops.scale_rows(w, b, 2.0).requires_grad)
+"""
+
+
+def test_torch_ops_in_eager_keep_custom_op_semantics(site: Path) -> None:
+    """Registered through ``torch.library``'s define/impl (the decorator costs ~10 us per eager call): CUDA only,
+    the mutated argument's version bumped, ``opcheck`` clean, and a backward that raises (so ``opcheck`` of an input
+    that requires grad fails), as ``torch.library.custom_op`` without ``register_autograd`` gives."""
+    pytest.importorskip("torch", reason="torch (the CPU build) is not installed here")
+    out = run_python(site, EAGER)
+    assert "cpu Could not run 'boundtest::scale_rows' with arguments from the 'CPU' backend" in out, out
+    assert "axpy [0.5, 0.5, 0.5, 0.5, 0.5] version + 1" in out, out
+    assert out.count("opcheck {}") == 2, out
+    assert "opcheck grad OpCheckError" in out and "test_aot_dispatch_dynamic failed" in out, out
+    assert "grad True" in out and "no_grad False" in out, out
+    assert "backward Trying to backward through boundtest::scale_rows, but r1build's kernels have no" in out, out

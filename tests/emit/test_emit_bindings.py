@@ -65,7 +65,7 @@ def test_wrapper_and_stubs_parse_with_one_function_per_kernel(tmp_path: Path) ->
         assert "y[r, c] = alpha * x[r, c] + bias[c]" in str(ast.get_docstring(scale))
         assert [a.arg for a in functions["iota"].args.args] == ["n", "out"]  # a size no input names is passed
     wrapper = (out / "r1build_bindings.py").read_text()
-    assert "@_torch.library.custom_op(\"boundtest::axpy\", mutates_args=('y',))" in wrapper
+    assert "_register(\"boundtest::axpy\", _axpy_op, _axpy_fake, ('y',))" in wrapper
 
 
 @pytest.mark.slow
