@@ -191,6 +191,23 @@ before() {  # issue 27's classes against the evaluator before its third round: t
   tail -n 14 "$OUT/before.log"
 }
 
+ab() {  # evaluate_all of the root's variants from two trees alone on the GPU, alternating (AB_RUNS pairs, default 1):
+  # this tree, then ab/ (a commit's r1build and bench, unpacked on the CPU machine and carried:
+  # rm -rf ab && mkdir ab && git archive <commit> r1build bench kernels kernels.toml | tar -x -C ab), each run's
+  # tables in $OUT/ab-<tree>-<n>/evaluate_root.md; a change to the evaluator's speed measured against its parent on
+  # one host (the hosts differ by 10 %)
+  [ -d ab/r1build ] || { echo "no ab/ tree"; return; }
+  local n tree
+  for n in $(seq 1 "${AB_RUNS:-1}"); do
+    for tree in . ab; do
+      (cd "$tree" && PYTHONPATH=/tmp/site:$PWD timeout "${THROUGHPUT_LIMIT:-150}" python3 bench/evaluate_root.py --runs 1 \
+        --no-job-by-job --no-resolve --copies 1 --out "$OUT/ab-${tree/./this}-$n") > /tmp/ab.log 2>&1
+      echo "ab ${tree/./this} $n: $(grep -E "^run 1" /tmp/ab.log || tail -n 1 /tmp/ab.log)"
+      rm -f "$OUT/ab-${tree/./this}-$n/evaluate_root.json"
+    done
+  done | tee "$OUT/ab.log"
+}
+
 recheck() {  # the tests the final phase failed, after their fixes: PTX wheels, the loop's second round, ncu
   rest &
   local site; site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')

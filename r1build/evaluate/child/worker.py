@@ -75,7 +75,7 @@ from .messages import (
     TimeReply,
     TimeRequest,
 )
-from .outputs import Parked, keep_outputs, op_compare, op_save_parked, reserve
+from .outputs import Parked, host_buffer, keep_outputs, op_compare, op_save_parked, reserve
 from .pristine import PristineInputs
 from .protocol import CAPTURE_ERRORS, PeerClosed, read_message, write_message
 
@@ -159,6 +159,7 @@ class _CheckBuffers:
         self.worker, self.h, self.bufs = worker, h, bufs
         self.sets: dict[int, tuple[list[Any], list[Any], list[Any]]] = {}
         self.seen = worker.pointers_seen.setdefault(str(h["lib"]), set())
+        self.staged: list[Any] = []  # pinned memory the uploads copy from, until the call's bytes are read back
 
     def _allocation(self, a: ArrayAlloc, which: int) -> Any:
         cp = self.worker.cp
@@ -194,20 +195,49 @@ class _CheckBuffers:
         return self.sets[which]
 
     def upload(self, call: CallRequest) -> None:
-        """The call's inputs and its outputs' poison into its buffer set (on the worker's stream)."""
+        """The call's inputs and its outputs' poison into its buffer set, copied on the worker's stream from pinned
+        host memory, so no copy waits: a copy from pageable memory first waits for the stream, and with other
+        processes' work on the GPU each wait can cost a time slice. The staging memory is held until the call's
+        bytes are read back (:meth:`read_back`), so a second upload before that never writes over it."""
         import numpy as np
 
-        stream = self.worker.stream
         regions = self.get(int(call.get("buffers", 0)))[2]
+        parts: list[tuple[Any, Any]] = []
         for j, src in call["inputs"].items():
-            region = regions[int(j)]
-            if region.size:
-                region.set(np.frombuffer(self.bufs[int(src)], dtype=np.uint8), stream=stream)
+            if regions[int(j)].size:
+                parts.append((regions[int(j)], np.frombuffer(self.bufs[int(src)], dtype=np.uint8)))
         for j, pattern in call["poison"].items():
             region = regions[int(j)]
             if region.size:
                 one = np.frombuffer(bytes.fromhex(pattern), dtype=np.uint8)
-                region.set(np.tile(one, region.size // one.size), stream=stream)
+                parts.append((region, np.tile(one, region.size // one.size)))
+        total = sum(int(region.size) for region, _ in parts)
+        if not total:
+            return
+        memory = self.worker.cp.cuda.alloc_pinned_memory(total)
+        self.staged.append(memory)
+        staging = np.frombuffer(memory, dtype=np.uint8, count=total)
+        at = 0
+        for region, data in parts:
+            n = int(region.size)
+            staging[at : at + n] = data
+            region.set(staging[at : at + n], stream=self.worker.stream)
+            at += n
+
+    def read_back(self, allocs: list[Any]) -> list[bytes]:
+        """The bytes of ``allocs``, copied on the worker's stream into its pinned host buffer with one wait at the
+        end (a copy into pageable memory waits once per allocation); the uploads' staging memory let go."""
+        sizes = [int(alloc.nbytes) for alloc in allocs]
+        host = host_buffer(self.worker, sum(sizes))
+        views, at = [], 0
+        for alloc, n in zip(allocs, sizes, strict=True):
+            if n:
+                alloc.get(stream=self.worker.stream, out=host[at : at + n], blocking=False)
+            views.append(host[at : at + n])
+            at += n
+        self.worker.stream.synchronize()
+        self.staged.clear()
+        return [view.tobytes() for view in views]
 
 
 class Worker:
@@ -562,8 +592,7 @@ class Worker:
                     # the whole device idle first: work left on another stream has finished, so the bytes read
                     # are the same every run
                     self.rt.deviceSynchronize()
-                    datas = [alloc.get(stream=self.stream).tobytes() for alloc in allocs]
-                    self.stream.synchronize()
+                    datas = sets.read_back(allocs)
                 except self.rt.CUDARuntimeError as exc:
                     self.settle("after the call", exc)
                 out.extend(datas)
@@ -790,19 +819,32 @@ class Worker:
             self, arrays, shape, f"{tag}-tweak", (si, len(sets)), parked, shape["tweak"]
         )
         lap("check_tweak")
+        self._capture_and_replays(fn, shape, sets[0], (tag, si, parked), out, lap)
+        out["device_state"] = self.restore_state()
+        return out
+
+    def _capture_and_replays(
+        self,
+        fn: Any,
+        shape: BenchShapeRequest,
+        first: tuple[list[Any], list[Any]],
+        where: tuple[str, int, Parked | None],
+        out: TimedShape,
+        lap: _Laps,
+    ) -> None:
+        """The last of :meth:`_bench_checks`: a capture of the call on set ``first``, then (where it captured) the
+        replays of one captured graph (:mod:`.extras`); what they found added to ``out``."""
         record: CallRecord = {"rc": 0, "error": None, "capture_error": None}
-        self._capture_only(fn, args, record)
+        self._capture_only(fn, first[1], record)
         lap("check_capture")
         out["capture_error"] = record["capture_error"]
         out["capture_rc"] = record["rc"]
         out["launch_error"] = record.get("launch_error")
         if not record["capture_error"] and not record["rc"]:
-            failed = graph_replays(self, fn, shape, sets[0], (tag, si, parked), out)
+            failed = graph_replays(self, fn, shape, first, where, out)
             lap("check_replays")
             if failed:
                 out["extra_error"] = failed
-        out["device_state"] = self.restore_state()
-        return out
 
     def _measure(
         self,
