@@ -183,6 +183,17 @@ except RuntimeError as exc:
     print("call", str(exc).splitlines()[0])
 targets = [str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"]
 print("graphs", len(graphs), targets)
+
+def g(x, y):  # the mutating op: declared so, traced without a break
+    ops.axpy(x, y, 0.5)
+    return y * 2
+
+graphs.clear()
+try:
+    torch.compile(g, fullgraph=True, backend=capture)(torch.ones(4), torch.ones(4))
+except RuntimeError as exc:
+    print("mutating call", str(exc).splitlines()[0])
+print("mutating graphs", len(graphs), [str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"])
 """
 
 
@@ -195,6 +206,8 @@ def test_torch_custom_ops_register_fake_and_trace(site: Path) -> None:
     assert "dtype TypeError boundtest::scale_rows: x must be float32, got float64" in out, out
     assert "call not run: no GPU" in out, out
     assert "graphs 1 ['boundtest.scale_rows', 'boundtest.scale_rows'" in out, out  # one graph: no break
+    assert "mutating call not run: no GPU" in out, out
+    assert "mutating graphs 1 ['boundtest.axpy'" in out, out
 
 
 EAGER = """
