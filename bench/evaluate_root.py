@@ -308,7 +308,8 @@ def breakdown(run: dict[str, Any]) -> list[str]:
     workers = [
         ("waiting for builds and the gate", "wait_build_s"),
         ("correctness checks (all but the shared-memory fills)", "checks_s"),
-        ("- of which loading the library in the worker", "check_load_s"),
+        ("- of which waiting for the GPU between shapes (timing holds it)", "check_hold_s"),
+        ("- loading the library in the worker", "check_load_s"),
         ("- building the requests (inputs to bytes)", "check_request_s"),
         ("- in the worker (calls, uploads, read-back, transfer)", "check_worker_s"),
         ("- judging the replies", "check_judge_s"),

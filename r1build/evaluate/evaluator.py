@@ -6,7 +6,7 @@ Per job (one kernel, one arch), in this order:
    variants are built as shared libraries for the arch (:mod:`.library`) on the CPU cores;
 2. check worker processes on a GPU of that arch (``check_workers`` side by side, in the background from
    :meth:`GpuEvaluator.prepare` on, whatever job the GPU thread is at) run the correctness plan (:mod:`.checks`)
-   of each library as soon as it is built, holding the GPU's quiet lock shared;
+   of each library as soon as it is built, holding the GPU's quiet lock shared for each test shape's work;
    compute-sanitizer runs (:mod:`.sanitizing`: a run per kernel, tool and batch of built libraries, split until
    a finding names its candidate) start as soon as libraries are built, overlapping the worker's checks; a
    candidate that fails them leaves its batches;
@@ -704,10 +704,17 @@ class GpuEvaluator:
         self._meter.count("built", 1)
         checker = self._free[id(slot)].get()
         try:
-            with checker.busy, slot.quiet.shared():
+            with checker.busy:  # the quiet lock is shared per shape (run_checks' hold), so timing waits less
                 start = time.perf_counter()
                 verdict = run_checks(
-                    checker, job.spec, lib, plans, timeout_s=self.call_timeout_s, part="shared", count=self._meter.count
+                    checker,
+                    job.spec,
+                    lib,
+                    plans,
+                    timeout_s=self.call_timeout_s,
+                    part="shared",
+                    count=self._meter.count,
+                    hold=slot.quiet.shared,
                 )
                 self._meter.phase("checks_s", start, label(job, arch))
         finally:

@@ -6,9 +6,11 @@ replies there; a hang or a crash of the worker becomes the candidate's verdict.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
-from typing import cast
+from contextlib import AbstractContextManager
+from typing import Any, cast
 
 from ...manifest.model import KernelSpec
 from ..child.messages import CheckReply
@@ -58,13 +60,15 @@ def run_checks(
     timeout_s: float,
     part: CheckPart = "all",
     count: Callable[[str, float], None] = _no_count,
+    hold: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
 ) -> Verdict | None:
     """The first failure of ``lib`` over every shape's calls of ``part`` (each call within ``timeout_s``),
     explained by repeating the failing call where that can name the cause; None when every call passed. The
-    ``alone`` part must run with no other work on the GPU (the caller holds the GPU's quiet lock). ``count``
-    gets the seconds spent loading the library (``check_load_s``), building requests (``check_request_s``),
-    in the worker (``check_worker_s``, split by check in :func:`_count_calls`) and judging replies
-    (``check_judge_s``)."""
+    ``alone`` part must run with no other work on the GPU (the caller holds the GPU's quiet lock); otherwise
+    ``hold()`` is entered around each shape's work on the GPU (the quiet lock shared: the GPU can be taken for
+    timing between two shapes, not only between two candidates). ``count`` gets the seconds spent building requests
+    (``check_request_s``), waiting for ``hold`` (``check_hold_s``), loading the library (``check_load_s``), in the
+    worker (``check_worker_s``, split by check in :func:`_count_calls`) and judging replies (``check_judge_s``)."""
     key = library_key(lib)
     where = "while loading"
     try:
@@ -73,27 +77,25 @@ def run_checks(
             if not plan.calls:
                 continue
             t0 = time.perf_counter()
-            failed = slot.load(spec, lib, timeout_s=timeout_s)  # again after a worker restart
-            if failed is not None:
-                return Verdict("crashed", failed)
-            where = f"at {plan.key}"
-            t1 = time.perf_counter()
             header, buffers = check_request(spec, plan, key)
-            t2 = time.perf_counter()
-            reply, data = slot.request(header, buffers, timeout_s=timeout_s)
+            count("check_request_s", time.perf_counter() - t0)
+            with hold():
+                t1 = time.perf_counter()
+                count("check_hold_s", t1 - t0)
+                failed = slot.load(spec, lib, timeout_s=timeout_s)  # again after a worker restart
+                if failed is not None:
+                    return Verdict("crashed", failed)
+                where = f"at {plan.key}"
+                t2 = time.perf_counter()
+                reply, data = slot.request(header, buffers, timeout_s=timeout_s)
             t3 = time.perf_counter()
             verdict = shape_verdict(spec, plan, cast(CheckReply, reply), data)
-            count("check_load_s", t1 - t0)
-            count("check_request_s", t2 - t1)
+            count("check_load_s", t2 - t1)
             count("check_worker_s", t3 - t2)
             count("check_judge_s", time.perf_counter() - t3)
             _count_calls(plan, cast(CheckReply, reply), count)
             if verdict is not None and needs_diagnosis(plan, verdict) and not reply.get("exiting"):
-                assert verdict.call is not None
-                repeat = diagnosis_plan(plan, verdict.call)
-                header, buffers = check_request(spec, repeat, key)
-                reply, data = slot.request(header, buffers, timeout_s=timeout_s)
-                verdict = diagnose(plan, verdict.call, verdict, repeat, cast(CheckReply, reply), data, spec.tolerance)
+                verdict = _diagnosed(slot, spec, plan, verdict, key, timeout_s, hold)
             if verdict is not None:
                 return verdict
     except WorkerTimedOut:
@@ -107,3 +109,21 @@ def run_checks(
         tail = f"; its last output: {exc.log[-600:]}" if exc.log else ""
         return Verdict("crashed", f"the worker process died {where} ({exc}){tail}")
     return None
+
+
+def _diagnosed(
+    slot: Slot,
+    spec: KernelSpec,
+    plan: ShapePlan,
+    verdict: Verdict,
+    key: str,
+    timeout_s: float,
+    hold: Callable[[], AbstractContextManager[Any]],
+) -> Verdict:
+    """``verdict`` on ``plan``, explained by repeating its failing call (:func:`~.plan.diagnosis_plan`)."""
+    assert verdict.call is not None
+    repeat = diagnosis_plan(plan, verdict.call)
+    header, buffers = check_request(spec, repeat, key)
+    with hold():
+        reply, data = slot.request(header, buffers, timeout_s=timeout_s)
+    return diagnose(plan, verdict.call, verdict, repeat, cast(CheckReply, reply), data, spec.tolerance)
