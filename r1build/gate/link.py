@@ -26,7 +26,7 @@ from typing import Literal
 
 from ..convert import record
 from ..errors import ToolchainError, format_subprocess_failure
-from ..sandbox import Confinement, Runner, Sandbox, run_confined, run_process, unconfined
+from ..sandbox import Runner, Sandbox, compile_confinement, run_confined, run_process, unconfined
 from ..toolchain.nvcc import Toolchain
 from .compile_slots import compile_slot
 from .device_memory import STATIC_MEMORY_LIMIT, static_memory_problem
@@ -86,7 +86,7 @@ def check_and_link(
     so = obj.with_suffix(".so")
     shim = workdir / f"{LAST_ERROR_SYMBOL}.o"
     cmd = [toolchain.nvcc, "-shared", "-o", so.name, obj.name, shim.name]
-    confinement = Confinement(workdir=workdir, toolkit=toolchain.nvcc)
+    confinement = compile_confinement(workdir, toolchain.nvcc)
     try:
         with compile_slot():  # an nvcc like any compile: within the process's cores, at the job's rank
             shutil.copyfile(_last_error_object(toolchain, timeout_s, runner), shim)
@@ -116,7 +116,7 @@ def _last_error_object(toolchain: Toolchain, timeout_s: float, runner: Runner) -
             proc = run_confined(
                 unconfined(),
                 cmd,
-                Confinement(workdir=folder, toolkit=toolchain.nvcc),
+                compile_confinement(folder, toolchain.nvcc),
                 timeout_s=timeout_s,
                 runner=runner,
             )

@@ -26,7 +26,7 @@ from ..convert import record, replace
 from ..errors import SandboxUnavailableError, ToolchainError
 from ..manifest.archs import arch_info
 from ..records import GateReport
-from ..sandbox import Confinement, Runner, Sandbox, run_confined, run_process, unconfined
+from ..sandbox import Runner, Sandbox, compile_confinement, run_confined, run_process, unconfined
 from ..settings import SANDBOX_ENV
 from ..toolchain.defines import check_defines
 from ..toolchain.nvcc import Toolchain
@@ -300,7 +300,7 @@ def _compile(
         obj,
         pre_include=DECLARATION_NAME if declaration is not None else None,
     )
-    confinement = Confinement(workdir=workdir, toolkit=toolchain.nvcc)
+    confinement = compile_confinement(workdir, toolchain.nvcc)
     start = time.perf_counter()
     try:
         # the runner stops nvcc's children (cudafe++, cicc, ptxas) as well at a timeout, and at an interrupt of

@@ -178,7 +178,7 @@ def take_delta(delta: Any, partial: Partial, meter: Meter, said: SaidInstead, st
     if piece:
         partial.content.append(piece)
         meter.chars += len(piece)
-        if meter.on_code is not None and "`" in piece:
+        if meter.fence_closed(piece) and meter.on_code is not None:
             meter.on_code("".join(partial.content))
     if said.add(delta) or piece_r or piece:
         partial.chunks += 1

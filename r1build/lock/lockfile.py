@@ -189,6 +189,10 @@ class Lock:
         return next((e for e in self.kernel if e.name == name and e.arch == arch), None)
 
 
+_FILE_NAME = re.compile(r"[^/\\\x00-\x1f\x7f]{1,255}")
+"""What a lock's ``manifest`` may be: the manifest's file name, beside the lock (r1build writes its name)."""
+
+
 def lock_path(manifest: Manifest) -> Path:
     """Where the manifest's lock lives."""
     return manifest.root / manifest.settings.lock_file
@@ -247,6 +251,8 @@ def read_lock(path: Path) -> Lock | None:
         raise LockError(f"{where}: {format_path(problem.path)}: {problem.message}; {REBUILD}") from None
     if lock.version != LOCK_VERSION:
         raise LockError(f"{path}: lock version {lock.version} is not supported (this r1build writes {LOCK_VERSION})")
+    if not _FILE_NAME.fullmatch(lock.manifest) or lock.manifest in (".", ".."):
+        raise LockError(f"{path}: manifest = {lock.manifest[:80]!r} is not a file name (no folder, no path); {REBUILD}")
     seen: dict[tuple[str, str], int] = {}
     for i, e in enumerate(lock.kernel):
         bad = entry_problem(e)

@@ -61,9 +61,13 @@ def vendor_file_name(kernel: str, source_digest: str) -> str:
 
 
 def find_vendored(vendor_dir: Path, kernel: str, source_digest: str) -> str | None:
-    """The vendored source with that digest, verified; None when absent, no plain file, or edited."""
+    """The vendored source with that digest, verified; None when absent, no plain file (a symbolic link included:
+    `r1build vendor` writes files, and a link may lead out of the project), or edited."""
+    path = vendor_dir / vendor_file_name(kernel, source_digest)
     try:
-        data = read_plain(vendor_dir / vendor_file_name(kernel, source_digest))
+        if path.is_symlink():
+            return None
+        data = read_plain(path)
     except OSError:
         return None
     return data.decode() if digest_bytes(data) == source_digest else None

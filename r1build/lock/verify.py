@@ -22,6 +22,7 @@ import math
 import re
 from typing import TYPE_CHECKING, get_args
 
+from ..judge import CHECKS_VERSION
 from ..keys import project_file, variant_digest
 from ..manifest.archs import parse_arch
 from ..manifest.model import KernelSpec, Manifest
@@ -31,7 +32,7 @@ from ..toolchain.defines import define_problem
 if TYPE_CHECKING:
     from .lockfile import LockEntry
 
-__all__ = ["PROVENANCES", "entry_problem", "manifest_problem"]
+__all__ = ["INPUT_PARTS", "PROVENANCES", "entry_problem", "manifest_problem"]
 
 PROVENANCES: tuple[str, ...] = get_args(Provenance)
 """The words a lock entry's ``provenance`` may hold."""
@@ -45,6 +46,13 @@ _PATH = re.compile(r"[A-Za-z0-9_.+-]+(?:/[A-Za-z0-9_.+-]+)*")
 
 FieldProblem = tuple[str, str]
 """(field as written in the lock, what is wrong with it)."""
+
+
+INPUT_PARTS = ("spec", "reference", "sources", "generation")
+"""The parts of a decision key whose short digests an entry's ``inputs`` holds (:func:`~.lockfile.inputs_of`)."""
+
+_LONGEST_US = 3.6e9
+"""The longest time a lock may claim for one call: an hour (a larger one is damage, not a kernel)."""
 
 
 def entry_problem(e: LockEntry) -> FieldProblem | None:
@@ -119,8 +127,15 @@ def _number_problem(e: LockEntry) -> FieldProblem | None:
         return "checks", f"{e.checks!r} is not a non-negative integer"
     if e.checks is not None and e.validation != "validated":
         return "checks", "only a validated winner records the version of the GPU checks that validated it"
-    if e.time_us is not None and not (math.isfinite(e.time_us) and e.time_us > 0):
-        return "time-us", f"{e.time_us!r} is not a positive time"
+    if e.checks is not None and e.checks > CHECKS_VERSION:
+        return (
+            "checks",
+            f"{e.checks} is newer than this r1build's GPU checks (version {CHECKS_VERSION}): upgrade r1build",
+        )
+    if e.time_us is not None and not (math.isfinite(e.time_us) and 0 < e.time_us <= _LONGEST_US):
+        return "time-us", f"{e.time_us!r} is not a positive time of at most an hour"
+    if e.validation == "validated" and (e.time_us is None or not e.gpu):
+        return "validation", "a validated winner names the GPU that measured it (gpu) and its time (time-us)"
     for name in ("speedup_vs_library", "share_of_floor", "speedup_vs_torch", "idle_gaps_us"):
         value = getattr(e, name)
         if value is not None and (isinstance(value, bool) or not (math.isfinite(value) and value > 0)):
@@ -128,8 +143,10 @@ def _number_problem(e: LockEntry) -> FieldProblem | None:
         if value is not None and e.time_us is None:
             return name.replace("_", "-"), "only a measured winner (time-us) has it"
     for part, digest in e.inputs.items():
-        if not _IDENT.fullmatch(part) or not _SHORT.fullmatch(digest):
+        if part not in INPUT_PARTS or not _SHORT.fullmatch(digest):
             return "inputs", f"{part} = {digest!r} is not a 16-character digest of a key part"
+    if e.inputs and len(e.inputs) != len(INPUT_PARTS):
+        return "inputs", f"names {', '.join(e.inputs)}, not every key part ({', '.join(INPUT_PARTS)})"
     return None
 
 

@@ -68,6 +68,9 @@ class Bounds:
 
 
 def _num(value: float) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**15:
+        # too large for a float, and for str() past 4300 digits: said by its size
+        return f"an integer of about {int(abs(value).bit_length() * math.log10(2)) + 1} digits"
     return str(int(value)) if float(value).is_integer() and abs(value) < 1e15 else repr(value)
 
 

@@ -36,7 +36,10 @@ def _evaluate(node: ast.AST, sizes: Mapping[str, int]) -> float:
     if isinstance(node, ast.Name):
         return float(sizes[node.id])
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-        return float(_BINARY[type(node.op)](_evaluate(node.left, sizes), _evaluate(node.right, sizes)))
+        value = _BINARY[type(node.op)](_evaluate(node.left, sizes), _evaluate(node.right, sizes))
+        if isinstance(value, complex):  # a negative number to a fractional power
+            raise ValueError("a negative number to a fractional power has no real value")
+        return float(value)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         value = _evaluate(node.operand, sizes)
         return -value if isinstance(node.op, ast.USub) else value
@@ -76,7 +79,7 @@ def flops_problem(expr: str, size_names: Sequence[str], shapes: Sequence[Mapping
             value = _evaluate(tree, sizes)
         except _Bad:
             return f"only sizes, numbers, parentheses and + - * / // % ** are allowed: {_shown(expr)}"
-        except (ZeroDivisionError, OverflowError) as exc:
+        except (ZeroDivisionError, OverflowError, ValueError) as exc:
             return f"{_shown(expr)} cannot be evaluated at {where}: {exc}"
         except RecursionError:
             return f"too long or too deeply nested to evaluate ({len(expr)} characters): {_shown(expr)}"

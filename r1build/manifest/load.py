@@ -665,14 +665,26 @@ def _is_file(path: Path, resolved: Path, file_id: tuple[int, int]) -> bool:
     return path.resolve() == resolved
 
 
+MAX_DIMENSIONS = 32
+"""The most dimensions an array argument may have (numpy 1, which runs the reference, holds 32)."""
+
+
+def _shown_path(rel: str) -> str:
+    """A path for a message: whole when short, else its start and its length."""
+    return repr(rel) if len(rel) <= 120 else f"{rel[:80]!r}... ({len(rel)} characters)"
+
+
 def _source_file_problem(root: Path, rel: str) -> str | None:
     """Why the hand-written source ``rel`` (a baseline or a candidate) cannot be used, or None: it must be a file
     of UTF-8 text (candidates are compiled, hashed and shown as text)."""
     path = root / rel
-    if path.is_dir():
-        return f"{rel!r} is a folder, not a .cu file"
-    if not path.is_file():
-        return f"file {rel!r} not found (relative to {root})"
+    try:
+        if path.is_dir():
+            return f"{_shown_path(rel)} is a folder, not a .cu file"
+        if not path.is_file():
+            return f"file {_shown_path(rel)} not found (relative to {root})"
+    except OSError as exc:  # a name too long for the file system, a loop of links, ...
+        return f"file {_shown_path(rel)} cannot be looked up: {exc.strerror}"
     try:
         path.read_bytes().decode("utf-8")
     except OSError as exc:
@@ -780,6 +792,8 @@ def _validate_arg(v: _Validator, spec: KernelSpec, arg: Arg, where: KeyPath, nam
                 "an array needs at least one dimension (shape = [1] for a single "
                 "element; leave shape out for a scalar argument)",
             )
+        if len(arg.shape) > MAX_DIMENSIONS:
+            raise v.fail((*where, "shape"), f"{len(arg.shape)} dimensions; an array has at most {MAX_DIMENSIONS}")
         if arg.role is None:
             raise v.fail((*where, "role"), "an array argument needs a role: 'in', 'out' or 'inout'")
         if arg.value is not None:

@@ -21,7 +21,7 @@ from ..gate.nvcc import DECLARATION_NAME, gencode, parse_ptxas_report
 from ..manifest.cdecl import declaration
 from ..manifest.model import KernelSpec
 from ..records import Candidate, GateReport
-from ..sandbox import Confinement, run_confined, sandbox_for
+from ..sandbox import compile_confinement, run_confined, sandbox_for
 from ..toolchain.defines import check_defines
 from ..toolchain.nvcc import Toolchain
 
@@ -187,7 +187,7 @@ def compile_features(
             "-o",
             "candidate.cubin",
         ]
-        sandbox, confinement = sandbox_for(candidate.origin.kind), Confinement(workdir=work, toolkit=toolchain.nvcc)
+        sandbox, confinement = sandbox_for(candidate.origin.kind), compile_confinement(work, toolchain.nvcc)
         try:
             done = run_confined(sandbox, cmd, confinement, timeout_s=timeout_s)
         except OSError as exc:

@@ -26,7 +26,7 @@ from ..manifest.cdecl import declaration
 from ..manifest.flags import rooted_flags
 from ..manifest.model import KernelSpec, Manifest
 from ..records import Candidate, Profile
-from ..sandbox import Confinement, run_confined, run_process, sandbox_for
+from ..sandbox import Confinement, compile_confinement, run_confined, run_process, sandbox_for
 from ..settings import env_settings
 from ..toolchain.nvcc import toolchain
 from .harness import HARNESS_ERRORS, harness_source
@@ -100,7 +100,7 @@ class Profiler:
                 raise EvaluationError(f"the candidate did not compile for profiling: {built.output[-500:]}")
             (work / "harness.cu").write_text(harness_source(spec, shape), encoding="utf-8")
             link = [tc.nvcc, *flags, "-gencode", gencode(arch), "harness.cu", "candidate.o", "-o", "harness"]
-            sandbox, confinement = sandbox_for(candidate.origin.kind), Confinement(workdir=work, toolkit=tc.nvcc)
+            sandbox, confinement = sandbox_for(candidate.origin.kind), compile_confinement(work, tc.nvcc)
             made = run_confined(sandbox, link, confinement, timeout_s=self.timeout_s)
             if made.returncode != 0:
                 raise EvaluationError(f"the profiling harness did not build: {(made.stdout + made.stderr)[-500:]}")

@@ -32,6 +32,8 @@ from .environment import scrubbed_environment
 from .policy import (
     Confinement,
     Sandbox,
+    compile_confinement,
+    compile_memory,
     confined,
     run_confined,
     runner_sandbox,
@@ -44,6 +46,8 @@ __all__ = [
     "Confinement",
     "Runner",
     "Sandbox",
+    "compile_confinement",
+    "compile_memory",
     "confined",
     "run_confined",
     "run_process",

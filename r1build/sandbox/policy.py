@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -23,6 +24,8 @@ __all__ = [
     "Confinement",
     "Sandbox",
     "SandboxKind",
+    "compile_confinement",
+    "compile_memory",
     "confined",
     "run_confined",
     "runner_sandbox",
@@ -58,6 +61,9 @@ class Confinement:
     """The GPU's device nodes and the ``/sys`` entries the CUDA driver reads."""
     toolkit: str | None = None
     """The nvcc (or another toolkit program) whose toolkit folder it may read, where that is not under ``/usr``."""
+    memory: int | None = None
+    """The most address space each of its processes may map, in bytes (None: no limit; :func:`compile_confinement`
+    sets one; never for a process that makes a CUDA context, which maps far more address space than it uses)."""
 
 
 class Sandbox(Protocol):
@@ -102,13 +108,50 @@ def run_confined(
     """Run ``argv`` to its end inside ``sandbox`` for ``confinement`` with ``runner`` (:mod:`.runner`), in its
     working directory, with the environment the sandbox gives and no standard input; output captured as text.
     Raises what a runner raises (:class:`OSError`, :class:`subprocess.TimeoutExpired`)."""
+    command = sandbox.command(argv, confinement)
+    if confinement.memory is not None and sandbox.kind != "trusted":
+        command = _memory_limited(command, confinement.memory)
     return runner(
-        sandbox.command(argv, confinement),
+        command,
         cwd=confinement.workdir,
         env=sandbox.environment(os.environ, confinement),
         timeout_s=timeout_s,
         merge_stderr=merge_stderr,
     )
+
+
+def compile_confinement(workdir: Path, toolkit: str) -> Confinement:
+    """The confinement of a compile (nvcc, a link) of a candidate: its folder, the toolkit, and :func:`compile_memory`
+    of address space per process."""
+    return Confinement(workdir=workdir, toolkit=toolkit, memory=compile_memory())
+
+
+@functools.lru_cache(maxsize=1)
+def compile_memory() -> int:
+    """The address space one compiler process of a candidate may map: half this machine's memory, between 2 and 8
+    GiB. A preprocessor bomb in a model's answer (a macro doubling itself thirty times) then ends in a second with
+    "out of memory" instead of growing a compiler to 22 GB until the kernel's OOM killer picks a process; the
+    root's and the sample's kernels compile within 200 MB."""
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        physical = 16 << 30
+    return int(min(8 << 30, max(2 << 30, physical // 2)))
+
+
+def _memory_limited(command: Sequence[str], memory: int) -> list[str]:
+    """``command`` started with its address space limited to ``memory`` bytes, a limit its children inherit: through
+    util-linux's ``prlimit`` where it is installed, else through this Python (either execs the command)."""
+    tool = shutil.which("prlimit")
+    if tool is not None:
+        return [tool, f"--as={memory}", "--", *command]
+    return [sys.executable, "-c", _SET_LIMIT, str(memory), *command]
+
+
+_SET_LIMIT = (
+    "import os, resource, sys; n = int(sys.argv[1]); resource.setrlimit(resource.RLIMIT_AS, (n, n)); "
+    "os.execvp(sys.argv[2], sys.argv[2:])"
+)
 
 
 def unconfined() -> Sandbox:

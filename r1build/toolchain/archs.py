@@ -54,6 +54,9 @@ def require_supported_archs(
     for arch in only or ():
         if arch not in targeted and not known.supports(arch, sass=True, ptx=False):
             raise UsageError(f"--arch {arch} is not supported by the installed CUDA: {offered}")
+    for j, arch in enumerate(manifest.settings.archs):  # the defaults, even where every kernel names its own
+        if only is None and arch not in targeted and not known.supports(arch, sass=True, ptx=False):
+            raise located_error(manifest, ("archs", j), f"{arch} is not supported by the installed CUDA: {offered}")
     for spec in manifest.kernels:
         for arch in manifest.archs_of(spec):
             if only is not None and arch not in only:

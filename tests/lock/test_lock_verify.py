@@ -16,7 +16,7 @@ import pytest
 
 from r1build.cli.main import main
 from r1build.keys import digest_bytes, variant_digest
-from r1build.lock import load_lock, read_lock
+from r1build.lock import find_vendored, load_lock, read_lock
 from r1build.manifest import load_manifest
 
 pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
@@ -80,6 +80,27 @@ CASES: list[tuple[str, Edit, str, str]] = [
     ("time", lambda t: _set(t, "time-us", "-1.0"), "time-us", "not a positive time"),
     ("provenance", lambda t: _set(t, "provenance", '"file"'), "provenance", "'tuned' is a hand-written source"),
     ("origin", lambda t: _set(t, "origin", '"../../etc/passwd"'), "origin", "not a relative path"),
+    # a claim of validation with nothing measured, a checks version from the future, a time past belief
+    (
+        "validated-unmeasured",
+        lambda t: re.sub(r"^(time-us|gpu|speedup-vs-[a-z]+|share-of-floor|idle-gaps-us) = .*\n", "", t, flags=re.M),
+        "validation",
+        "a validated winner names the GPU that measured it (gpu) and its time (time-us)",
+    ),
+    ("checks-future", lambda t: _set(t, "checks", "9223372036854775807"), "checks", "is newer than this r1build's"),
+    ("time-huge", lambda t: _set(t, "time-us", "9.2e18"), "time-us", "not a positive time of at most an hour"),
+    (
+        "inputs-misspelt",
+        lambda t: t.replace("spec = ", "sqec = ", 1),
+        "inputs",
+        "is not a 16-character digest of a key part",
+    ),
+    (
+        "inputs-cut",
+        lambda t: re.sub(r", spec = \"[0-9a-f]{16}\"", "", t, count=1),
+        "inputs",
+        "not every key part",
+    ),
 ]
 
 
@@ -261,3 +282,37 @@ def test_frozen_refuses_a_key_naming_another_kernels_decision(
             command,
             flat,
         )
+
+
+def _sample_copy(tmp_path: Path) -> Path:
+    import shutil
+
+    root = Path(__file__).resolve().parents[2] / "sample_project"
+    copy = tmp_path / "sample"
+    shutil.copytree(root, copy, ignore=shutil.ignore_patterns("__pycache__", ".r1build"))
+    return copy
+
+
+def test_a_lock_names_its_manifest_by_file_name_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    project = _sample_copy(tmp_path)
+    lock = project / "kernels.lock"
+    for bad in ("../kernels.toml", "/etc/kernels.toml"):
+        lock.write_text(_set(lock.read_text(encoding="utf-8"), "manifest", f'"{bad}"'), encoding="utf-8")
+        assert main(["check", "--locked", "-m", str(project), "--cache-dir", str(tmp_path / "c")]) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert f"manifest = {bad!r} is not a file name" in err, err
+
+
+def test_a_vendored_winner_that_is_a_link_is_not_used(tmp_path: Path) -> None:
+    """`r1build vendor` writes files: a link in the vendored folder (here to the same bytes outside the project) is
+    no vendored source, whatever it points to."""
+    project = _sample_copy(tmp_path)
+    folder = project / "kernels" / "_r1build"
+    vendored = sorted(folder.glob("matmul_tiled__*.cu"))[0]
+    digest = digest_bytes(vendored.read_bytes())
+    assert find_vendored(folder, "matmul_tiled", digest) == vendored.read_text(encoding="utf-8")
+    outside = tmp_path / "elsewhere.cu"
+    outside.write_bytes(vendored.read_bytes())
+    vendored.unlink()
+    vendored.symlink_to(outside)
+    assert find_vendored(folder, "matmul_tiled", digest) is None

@@ -371,6 +371,35 @@ CASES: list[tuple[str, str, str, str, str]] = [
         "kernel[0].reference",
         "module:function",
     ),
+    # found by a fuzzer: each was a traceback
+    (
+        "flops-complex",
+        'baseline = "scale.cu"',
+        'flops = "(1-n)**0.5"\nbaseline = "scale.cu"',
+        "kernel[0].flops",
+        "a negative number to a fractional power has no real value",
+    ),
+    (
+        "dimensions-33",
+        '{ name = "x", dtype = "float32", shape = ["n"], role = "in" }',
+        '{ name = "x", dtype = "float32", shape = [' + "1, " * 32 + '"n"], role = "in" }',
+        "kernel[0].args[0].shape",
+        "33 dimensions; an array has at most 32",
+    ),
+    (
+        "int-of-3000-digits",
+        "registers = 64,",
+        "registers = " + "1" * 3000 + ",",
+        "kernel[0].limits.registers",
+        "an integer of about 3000 digits",
+    ),
+    (
+        "path-too-long",
+        'baseline = "scale.cu"',
+        'baseline = "' + "k" * 5000 + '.cu"',
+        "kernel[0].baseline",
+        "cannot be looked up: File name too long",
+    ),
 ]
 
 
@@ -498,3 +527,14 @@ def test_every_reserved_nvcc_flag_name_is_refused_as_is_and_with_a_value() -> No
             assert flag_problem(name) == f"{name} {why}"
             assert flag_problem(f"{name}=x") == f"{name} {why}"
     assert flag_problem("-ccbinx") is None and flag_problem("-O3") is None
+
+
+def test_the_default_archs_are_checked_where_every_kernel_names_its_own(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = BASE.replace('archs = ["sm_90"]', 'archs = ["sm_999"]', 1).replace(
+        'name = "scale"\n', 'name = "scale"\narchs = ["sm_90"]\n', 1
+    )
+    path = write_project(tmp_path / "p", text)
+    code, output = run_check(capsys, path)
+    assert code == 2 and f"{path}:1: archs[0]: sm_999 is not supported by the installed CUDA" in output, output
