@@ -187,8 +187,16 @@ def _defines_export(code: str, name: str) -> bool:
     """Whether ``code`` defines the function ``name``: ``name(...) {`` with any linkage spelled out (``extern
     "C"``, an ``extern "C" { }`` block, or none: the declaration the gate pre-includes gives it C linkage). One
     pass over the code, each parameter list looked at up to :data:`_MAX_SIGNATURE` characters, so a long or
-    degenerate answer costs linear time."""
-    return any(_opens_body(code, m.end()) for m in re.finditer(rf"\b{re.escape(name)}\s*\(", code))
+    degenerate answer costs linear time: the occurrences looked at stop once their parameter lists could have
+    covered the code four times (an answer of the name 200,000 times took 23 s; a real one names it a few times)."""
+    budget = 4 * len(code) + _MAX_SIGNATURE
+    for m in re.finditer(rf"\b{re.escape(name)}\s*\(", code):
+        if budget <= 0:
+            return False
+        budget -= _MAX_SIGNATURE
+        if _opens_body(code, m.end()):
+            return True
+    return False
 
 
 def _opens_body(code: str, start: int) -> bool:
@@ -208,8 +216,13 @@ def _opens_body(code: str, start: int) -> bool:
 
 
 def _defines_kernel(code: str, kernel: str) -> bool:
-    """Whether ``code`` defines the ``__global__`` function ``kernel`` (its body, not only a declaration)."""
+    """Whether ``code`` defines the ``__global__`` function ``kernel`` (its body, not only a declaration), within the
+    budget of :func:`_defines_export`."""
+    budget = 4 * len(code) + _MAX_SIGNATURE
     for m in re.finditer(rf"\b{re.escape(kernel)}\s*\(", code):
+        budget -= _MAX_SIGNATURE
+        if budget < 0:
+            return False
         head = code[max(0, m.start() - 400) : m.start()]
         ends = [e.end() for e in _STATEMENT_END.finditer(head)]
         if "__global__" in head[ends[-1] if ends else 0 :] and _opens_body(code, m.end()):
