@@ -249,15 +249,22 @@ def _with_kernels(pieces: list[str], index: int) -> str:
 
 def _cuda_pieces(block: Block) -> list[str]:
     """The CUDA sources in a block: a CUDA / C++ block whole; otherwise the Python strings that hold a kernel
-    (PyTorch ``load_inline`` answers, whatever the block's tag), else an untagged block that looks like CUDA."""
+    (PyTorch ``load_inline`` answers, whatever the block's tag), else a block that looks like CUDA, untagged or
+    tagged Python with no line only Python has."""
     if block.lang in _CUDA_LANGS:
         return [block.code]
     strings = [_py_string(m) for m in _PY_STRING.finditer(block.code) if "__global__" in m.group("body")]
     if strings:
         return [s.strip("\n") + "\n" for s in strings]
-    if block.lang not in _PY_LANGS and "load_inline" not in block.code and _looks_like_cuda(block.code):
-        return [block.code]
-    return []
+    if "load_inline" in block.code or not _looks_like_cuda(block.code):
+        return []
+    if block.lang in _PY_LANGS and _PYTHON_LINE.search(block.code):
+        return []  # Python that names CUDA outside strings (a comment, a docstring): not a source
+    return [block.code]  # untagged, or CUDA tagged as Python by mistake
+
+
+_PYTHON_LINE = re.compile(r"^[ \t]*(?:import [A-Za-z_]|from [A-Za-z_][\w.]* import |def [A-Za-z_]\w*\()", re.MULTILINE)
+"""A line only Python has: an import or a function definition."""
 
 
 def _py_string(m: re.Match[str]) -> str:

@@ -144,3 +144,16 @@ def test_real_r1_answers() -> None:
 
 def test_signature_helper_matches_the_project_kernel() -> None:
     assert SIGNATURE in kernel_source(0)
+
+
+MISTAGGED = """#include <cuda_runtime.h>
+__global__ void k(float* x) {}
+extern "C" cudaError_t vadd(float* x, cudaStream_t s) { k<<<1, 1, 0, s>>>(x); return cudaGetLastError(); }
+"""
+
+
+def test_cuda_tagged_as_python_by_mistake_is_the_candidate_and_python_naming_cuda_is_not() -> None:
+    found = extract_source(f"The kernel:\n```python\n{MISTAGGED}```\n", "vadd")
+    assert found.reason == "defines the export" and found.source is not None and "__global__" in found.source
+    python = "```python\nimport torch\n# a __global__ kernel with cudaStream_t\ndef vadd(x):\n    return x\n```\n"
+    assert extract_source(python, "vadd").source is None
