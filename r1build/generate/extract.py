@@ -92,9 +92,10 @@ class Extraction:
 
 
 def strip_think(content: str) -> str:
-    """The answer part of ``content``: after the last ``</think>``; empty when only an open ``<think>`` is
-    there (the answer was all thinking)."""
-    end = content.rfind("</think>")
+    """The answer part of ``content``: after the first ``</think>`` (the end of the reasoning; a later one is the
+    answer's own text, in its prose or a string of its code, and cutting there lost the code before it); empty
+    when only an open ``<think>`` is there (the answer was all thinking)."""
+    end = content.find("</think>")
     if end >= 0:
         return content[end + len("</think>") :]
     if content.lstrip().lstrip("\ufeff").lstrip().startswith("<think>"):

@@ -25,6 +25,8 @@ def test_strip_think() -> None:
     assert strip_think("reasoning without the opening tag</think>answer") == "answer"
     assert strip_think("<think>still thinking when the tokens ran out") == ""
     assert strip_think("plain answer") == "plain answer"
+    # the answer's own text may name the tag (its prose, a string in its code): the reasoning ended at the first
+    assert strip_think('<think>r</think>code "</think>" more') == 'code "</think>" more'
 
 
 def test_last_block_that_defines_the_export_wins() -> None:
