@@ -27,7 +27,7 @@ from .index import (
     looks_read_only,
     sweep_interrupted_imports,
 )
-from .rows import DBNAME
+from .rows import DBNAME, FORMAT
 
 if TYPE_CHECKING:
     from .diskindex import DiskIndex
@@ -36,8 +36,6 @@ __all__ = ["DEFAULT_SIZE_LIMIT", "FORMAT", "DeferredIndex", "Opened", "open_inde
 
 DEFAULT_SIZE_LIMIT = 4 * 1024**3
 """Size limit of a new cache, in bytes."""
-FORMAT = 1
-"""Layout version of the cache directory, recorded in ``cache.db``."""
 
 _CACHE_FILE = re.compile(
     r"^(cache\.db(-wal|-shm|-journal)?|cache\.db\.damaged-[0-9TZ]+(-wal|-shm)?|[0-9a-f]{2}|claims"

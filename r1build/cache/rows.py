@@ -29,6 +29,8 @@ __all__ = [
 
 DBNAME = "cache.db"
 """diskcache's database file in the cache directory."""
+FORMAT = 1
+"""Layout version of the cache directory, recorded in ``cache.db`` (``R1Meta``'s ``format`` row)."""
 MODE_RAW = 1
 """diskcache's mode of a value kept in its row (``diskcache.core.MODE_RAW``)."""
 MODE_BINARY = 2
@@ -98,7 +100,8 @@ def row_bytes(directory: Path, mode: object, filename: object, value: object) ->
 
 def stored_values(directory: Path, keys: Iterable[str]) -> dict[str, bytes | str] | None:
     """The stored bytes (or why they cannot be read, a str) of each of ``keys`` that has a row, read from the
-    cache in ``directory`` opened read-only; None when there is no readable cache there. A key without a row is
+    cache in ``directory`` opened read-only; None when there is no readable cache there (none, or not of this
+    layout: a warm replay then never answers for a cache every other command refuses). A key without a row is
     left out."""
     db = directory / DBNAME
     if not db.is_file():
@@ -110,6 +113,9 @@ def stored_values(directory: Path, keys: Iterable[str]) -> dict[str, bytes | str
     except sqlite3.Error:
         return None
     try:
+        layout = con.execute("SELECT value FROM R1Meta WHERE name = 'format'").fetchall()
+        if layout != [(FORMAT,)]:  # another layout, or a damaged row: no cache this r1build reads
+            return None
         for start in range(0, len(wanted), 500):
             chunk = wanted[start : start + 500]
             marks = ",".join("?" * len(chunk))

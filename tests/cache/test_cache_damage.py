@@ -396,3 +396,18 @@ def test_a_value_file_replaced_by_a_fifo_is_unreadable_at_once(
             for _ in range(2):  # (before the fix: let blocked reads go, so the test fails instead of hanging)
                 with contextlib.suppress(OSError):
                     os.close(os.open(value, os.O_WRONLY | os.O_NONBLOCK))
+
+
+def test_a_cache_of_another_layout_answers_no_stored_values(tmp_path: Path) -> None:
+    """The warm replay reads stored values this way: a damaged layout row (every other command refuses that cache)
+    reads as no cache, so nothing is replayed from it."""
+    from r1build.cache import Cache, stored_values
+
+    with Cache(tmp_path / "c") as cache:
+        digest = cache.put_text("some source\n")
+    assert stored_values(tmp_path / "c", [f"text/{digest}"]) is not None
+    con = sqlite3.connect(tmp_path / "c" / "cache.db")
+    con.execute("UPDATE R1Meta SET value = 'garbage' WHERE name = 'format'")
+    con.commit()
+    con.close()
+    assert stored_values(tmp_path / "c", [f"text/{digest}"]) is None
