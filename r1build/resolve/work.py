@@ -208,6 +208,21 @@ def work(run: Run, q: Question, seeds: list[Candidate], kept: Resolved | None = 
     return _gated(run, q, seeds)
 
 
+def _note_failed_baseline(q: Question, seeds: Sequence[Candidate], results: Sequence[Result], chosen: str) -> None:
+    """A warning where the user's baseline failed the static gate and ``chosen`` wins in its place: said, never
+    passed over in silence (a baseline that is no CUDA at all otherwise went unnoticed)."""
+    for candidate, result in zip(seeds, results, strict=False):
+        if candidate.origin.kind == "baseline" and not result.ok:
+            detail = " ".join((result.detail or "").split("output:", 1)[-1].split())  # the compiler's words
+            shown = detail if len(detail) <= 240 else detail[:240] + "..."
+            q.note(
+                "warning",
+                f"the baseline {candidate.origin.path} failed the static gate ({result.status}: {shown}); "
+                f"{chosen} wins in its place",
+            )
+            return
+
+
 def _gated(run: Run, q: Question, seeds: list[Candidate]) -> Resolved | Unresolved:
     """No GPU of this arch and nothing to generate with: the static gate judges the user's own sources (baseline,
     ``candidates`` files, their tunable values); the first that passes in preference order wins, unvalidated.
@@ -231,6 +246,7 @@ def _gated(run: Run, q: Question, seeds: list[Candidate]) -> Resolved | Unresolv
         return unresolved(q.spec.name, q.arch, [CandidateRef.of(c) for c in seeds], results)
     why = run.judges.unmeasured(q.arch)
     name = winner.origin.path or winner.origin.kind
+    _note_failed_baseline(q, seeds, results, f"the {winner.provenance()} {name}")
     q.note("warning", f"{why}: the {winner.provenance()} {name} is chosen by the static gate alone, unvalidated")
     return Resolved(
         spec=q.spec,
