@@ -163,12 +163,13 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
     from ..toolchain.extras import CHECK
 
     CHECK.require()  # the references are numpy code, run here on the CPU
-    from ..evaluate.correctness.references import check_references, library_problems
+    from ..evaluate.correctness.references import check_references, library_problems, torch_problems
 
     manifest = load_from_args(args)
     locked, frozen = _lock_mode(args)  # contradictory flags are said before any reference runs
     with sink(console.event):
         calls = check_references(manifest)
+        torch_problems(manifest)
         on_cupy = library_problems(manifest)
         _check_archs(manifest)
     archs = sorted({a for s in manifest.kernels for a in manifest.archs_of(s)})

@@ -538,3 +538,44 @@ def test_the_default_archs_are_checked_where_every_kernel_names_its_own(
     path = write_project(tmp_path / "p", text)
     code, output = run_check(capsys, path)
     assert code == 2 and f"{path}:1: archs[0]: sm_999 is not supported by the installed CUDA" in output, output
+
+
+TORCH_REFERENCES = """
+import torch
+
+
+def scale_right(x, alpha, k, flag, n):
+    return alpha * x
+
+
+def scale_wrong(x, alpha, k, flag, n):
+    return alpha * x + 1
+
+
+def scale_cuda_only(x, alpha, k, flag, n):
+    raise RuntimeError("needs a CUDA device")
+"""
+
+
+@pytest.mark.parametrize(
+    ("function", "code", "said"),
+    [
+        ("scale_right", 0, ""),
+        ("scale_wrong", 2, "kernel[0].torch-reference: the torch-reference torch_ref:scale_wrong disagrees with"),
+        ("scale_cuda_only", 0, "warning: scale: the torch-reference torch_ref:scale_cuda_only failed on CPU tensors"),
+    ],
+)
+def test_check_runs_the_torch_reference_against_the_reference(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], function: str, code: int, said: str
+) -> None:
+    """`r1build check` runs a kernel's ``torch-reference`` on CPU tensors where torch is installed, as the manifest
+    reference says (it never ran: a fuzzer's torch-reference that raised passed)."""
+    pytest.importorskip("torch", reason="torch (the CPU build) is not installed here")
+    text = BASE.replace(
+        'reference = "reference:scale"', f'reference = "reference:scale"\ntorch-reference = "torch_ref:{function}"'
+    )
+    path = write_project(tmp_path / "p", text)
+    (path.parent / "torch_ref.py").write_text(TORCH_REFERENCES, encoding="utf-8")
+    got, output = run_check(capsys, path)
+    assert got == code, output
+    assert said in " ".join(output.split()), output

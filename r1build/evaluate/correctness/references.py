@@ -27,8 +27,9 @@ from ...manifest.outputs import call_reference
 from ...manifest.reference import ReferenceProblem, load_reference
 from .cupy_hints import cupy_problems
 from .inputs import DISTRIBUTIONS, generate_inputs, reference_kwargs
+from .torch_check import torch_disagreement
 
-__all__ = ["check_references", "library_problems"]
+__all__ = ["check_references", "library_problems", "torch_problems"]
 
 
 def _shape_text(sizes: Mapping[str, int]) -> str:
@@ -113,3 +114,30 @@ def library_problems(manifest: Manifest) -> dict[str, list[str]]:
                 )
             )
     return found
+
+
+def torch_problems(manifest: Manifest) -> int:
+    """Each kernel's ``torch-reference`` (of a kernel with one ``out`` array and no ``inout``) run on CPU tensors of
+    its first test shape against its numpy reference, where torch is installed here: one that computes something
+    else is an error at its key (a torch bar for another computation would be a false figure); one that cannot
+    run on the CPU (CUDA-only code) a warning. Returns the number of torch references checked (0 without torch)."""
+    named = [
+        (i, spec)
+        for i, spec in enumerate(manifest.kernels)
+        if spec.torch_reference is not None  # one output, returned: what the comparison reads
+        and [a.role for a in spec.args if a.is_array and a.role != "in"] == ["out"]
+    ]
+    if not named or importlib.util.find_spec("torch") is None:
+        return 0
+    for i, spec in named:
+        try:
+            why = torch_disagreement(manifest.root, spec, spec.test_shapes[0])
+        except ReferenceProblem as exc:
+            raise located_error(manifest, ("kernel", i, "torch-reference"), str(exc)) from None
+        if why is None:
+            continue
+        if "failed on CPU tensors" in why:
+            emit(Note("warning", f"{why}: not checked against the reference", kernel=spec.name))
+            continue
+        raise located_error(manifest, ("kernel", i, "torch-reference"), why)
+    return len(named)
