@@ -288,6 +288,9 @@ class ChatClient:
             meter.on_the_wire = False
             attempt = self._failed_attempt(exchange, now - start, time.monotonic() - now, params, partial, fault)
             _charge(spend, attempt)
+            if fault.kind != "fatal" and _holds_code(exchange):
+                exchange.failure = fault.kind  # kept by the controller as the answer, cut off after its code
+                return
             if self._retry_wait(exchange, attempt, fault, (now, deadline), attempt_no >= retries, report) is None:
                 return
 
@@ -565,3 +568,12 @@ def _check_chunk(chunk: Any) -> None:
             f"a stream chunk is not a completion chunk: {str(chunk)[:200]}",
             label="a malformed response",
         )
+
+
+def _holds_code(exchange: Exchange) -> bool:
+    """Whether what the failed attempt received holds complete code (:attr:`~.exchange.Exchange.holds_code`)."""
+    return (
+        exchange.partial is not None
+        and exchange.holds_code is not None
+        and exchange.holds_code(exchange.partial.content)
+    )

@@ -403,6 +403,7 @@ class _Search:
             exchange = Exchange(
                 plan.messages, self.client.params(temperature=plan.temperature, max_tokens=self.generation.max_tokens)
             )
+            exchange.holds_code = lambda content: complete_part(content, self.spec.name) is not None
             spend = _SampleSpend(self, estimate_tokens(sum(len(m["content"]) for m in plan.messages)))
             meter = meter if meter is not None else Meter()
             self.usage.samples += 1

@@ -160,6 +160,10 @@ class Exchange:
     partial: Completion | None = None
     """What the last failed attempt received before it failed (``finish_reason`` None), when it received text:
     the controller keeps it when it holds complete code."""
+    holds_code: Callable[[str], bool] | None = None
+    """Whether content received holds complete code (set by the controller): an attempt that fails after such
+    content is not retried, its code, already paid for, is the sample's answer (a retry paid again and dropped
+    it)."""
 
     @property
     def prompt_tokens(self) -> int:

@@ -24,7 +24,7 @@ from r1build.generate import SearchJob, SearchOutcome, replay, search
 from r1build.generate.transcripts import LINKS_NAMESPACE
 from r1build.keys import decision_key
 from r1build.manifest import Manifest
-from tests.generate.chat_server import Answer, ChatServer, Fault, Reply, Request, Stall
+from tests.generate.chat_server import Answer, ChatServer, Events, Fault, Reply, Request, Stall, chunk
 from tests.generate.gen_support import KEY, MarkerJudge, Project, answer, broken_source, env_for, kernel_source
 
 pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
@@ -520,3 +520,15 @@ def test_a_stream_lets_the_rest_go_once_its_headers_arrived(project: Project) ->
         outcome = run(project, manifest, server)
     first, *rest = [r.received for r in server.chat_requests()]
     assert len(outcome.candidates) == 3 and max(rest) - first < 0.5, [t - first for t in rest]
+
+
+def test_an_attempt_that_fails_after_complete_code_is_not_asked_again(project: Project) -> None:
+    """A bad event after the whole kernel arrived (paid for): the code is the sample's answer, and nothing is asked
+    again (a retry paid a second time and dropped the first answer's code, found by a fuzzing pass)."""
+    manifest = project.write(budget={"rounds": 1, "samples": 1}, generation={**FAST, "retries": 2})
+    first = Events([chunk(answer(kernel_source(1))), b"data: {bad\n\n", chunk(finish="stop")])
+    with ChatServer([first, Answer(answer(kernel_source(2)))]) as server:
+        outcome = run(project, manifest, server)
+        asked = len(server.chat_requests())
+    assert asked == 1 and [c.source for c in outcome.candidates] == [kernel_source(1)]
+    assert outcome.usage.failures.get("kept_partial") == 1
