@@ -159,3 +159,9 @@ def test_cuda_tagged_as_python_by_mistake_is_the_candidate_and_python_naming_cud
     assert found.reason == "defines the export" and found.source is not None and "__global__" in found.source
     python = "```python\nimport torch\n# a __global__ kernel with cudaStream_t\ndef vadd(x):\n    return x\n```\n"
     assert extract_source(python, "vadd").source is None
+
+
+def test_a_diff_of_the_kernel_is_no_candidate() -> None:
+    diff = "".join(f"+{line}\n" for line in MISTAGGED.splitlines())
+    assert extract_source(f"The change:\n```diff\n{diff}```\n", "vadd").source is None
+    assert extract_source(f"```cuda\n{MISTAGGED}```\nThe change:\n```diff\n{diff}```\n", "vadd").source == MISTAGGED
