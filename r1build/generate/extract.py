@@ -47,8 +47,8 @@ MAX_VARIANTS = 8
 _CUDA_LANGS = frozenset({"cuda", "cu", "cuh", "cpp", "c++", "cxx", "cc", "c", "h", "hpp", "nvcc"})
 _PY_LANGS = frozenset({"python", "py", "python3"})
 _NOT_SOURCE_LANGS = frozenset({"diff", "patch", "udiff", "console", "shell-session", "text", "txt", "log", "output"})
-"""Tags of blocks that show code but are no source: a diff of a kernel (its lines start with + and -), a terminal,
-plain text."""
+"""Tags of blocks that show code but are no source as they stand: a diff of a kernel (its lines start with + and
+-), a terminal, plain text (the Python strings of a ``load_inline`` answer in such a block still count)."""
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`\n]*)$")
 _GLUED_OPEN = re.compile(r"^(?P<lang>[^\s#]*)[ \t]*(?P<code>#[ \t]*(?:include|define|pragma|if|ifndef|ifdef)\b.*)$")
 """An info string that runs into the first line of code: ``cuda #include <cuda_runtime.h>``."""
@@ -257,12 +257,10 @@ def _cuda_pieces(block: Block) -> list[str]:
     tagged Python with no line only Python has."""
     if block.lang in _CUDA_LANGS:
         return [block.code]
-    if block.lang in _NOT_SOURCE_LANGS:
-        return []
     strings = [_py_string(m) for m in _PY_STRING.finditer(block.code) if "__global__" in m.group("body")]
     if strings:
         return [s.strip("\n") + "\n" for s in strings]
-    if "load_inline" in block.code or not _looks_like_cuda(block.code):
+    if block.lang in _NOT_SOURCE_LANGS or "load_inline" in block.code or not _looks_like_cuda(block.code):
         return []
     if block.lang in _PY_LANGS and _PYTHON_LINE.search(block.code):
         return []  # Python that names CUDA outside strings (a comment, a docstring): not a source
