@@ -117,6 +117,11 @@ def _check_location(d: Path, create: bool) -> None:
     try:
         if d.exists() and not d.is_dir():
             raise CacheLocationError(f"cache directory {d} is not a directory")
+        if not create and (d / DBNAME).exists() and not (d / DBNAME).is_file():  # a run goes on with a scratch one
+            raise CacheLocationError(
+                f"{d / DBNAME} is there but is no file (a folder, a device or a FIFO): the cache's index is damaged "
+                "beyond repair; move it away and start a new cache"
+            )
         if not create and not (d / DBNAME).is_file():
             raise CacheLocationError(
                 f"{d} holds no r1build cache (no {DBNAME}): nothing has been cached there, or the path is "

@@ -69,6 +69,11 @@ def repair_cache(directory: Path | str | None = None) -> RepairReport:
     :class:`~r1build.errors.CacheLocationError` where no cache is, :class:`~r1build.errors.CacheError` for a
     read-only one."""
     d = resolve_cache_dir(directory)
+    if (d / _DBNAME).exists() and not (d / _DBNAME).is_file():
+        raise CacheLocationError(
+            f"{d / _DBNAME} is there but is no file (a folder, a device or a FIFO): nothing r1build can repair; "
+            "move it away and start a new cache"
+        )
     if not (d / _DBNAME).is_file():
         raise CacheLocationError(
             f"{d} holds no r1build cache (no {_DBNAME}): nothing to repair; is the path "

@@ -411,3 +411,15 @@ def test_a_cache_of_another_layout_answers_no_stored_values(tmp_path: Path) -> N
     con.commit()
     con.close()
     assert stored_values(tmp_path / "c", [f"text/{digest}"]) is None
+
+
+@pytest.mark.parametrize("command", [["ls"], ["verify"], ["repair"]])
+def test_an_index_that_is_a_folder_is_named_as_such(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    from r1build.cli.main import main
+
+    (tmp_path / "c" / "cache.db").mkdir(parents=True)
+    assert main(["cache", *command, "--cache-dir", str(tmp_path / "c")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{tmp_path / 'c' / 'cache.db'} is there but is no file" in err, err
