@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..convert import asdict, did_you_mean
-from ..errors import UsageError
+from ..errors import R1BuildError, UsageError
 from ..events import sink
 from ..manifest import KernelSpec, Manifest
 from ..records import Candidate, Result
@@ -143,43 +143,58 @@ def cmd_generate(args: argparse.Namespace, console: Console) -> int:
     require_endpoint(manifest)
     failed: list[str] = []
     report: list[dict[str, Any]] = []
-    with sink(console.event), open_cache(args) as cache:
-        for arch, outcome in generate_kernel(manifest, spec, archs, cache):
-            u = outcome.usage
-            generated = outcome.generated()
-            passed = sum(1 for _, r in generated if r.ok)
-            if not passed:
-                failed.append(f"{arch} ({_why_none_passed(outcome)})")
-            if args.json:
-                report.append(
-                    {
-                        "kernel": spec.name,
-                        "arch": arch,
-                        "generated": len(generated),
-                        "passed": passed,
-                        "rounds": outcome.rounds,
-                        "usage": asdict(u),
-                        "stop_reason": outcome.stop_reason,
-                        "cause": outcome.cause,
-                        "candidates": _rows(outcome.candidates, outcome.results),
-                    }
-                )
-                continue
-            _table(console, arch, outcome.candidates, outcome.results, f"generate {spec.name}")
-            faults = ", ".join(f"{k} {v}" for k, v in sorted(u.failures.items())) or "none"
-            approx = "~" if u.estimated else ""
-            console.print(
-                f"{spec.name} {arch}: {len(generated)} generated ({passed} passed the gate, {u.duplicates} "
-                f"duplicates) in {outcome.rounds} round(s); {u.samples} samples, {u.requests} requests "
-                f"({u.retries} retries); {approx}{u.prompt_tokens} prompt + {approx}{u.completion_tokens} completion "
-                f"tokens, ${u.cost_usd:.4f}; faults: {faults}; stopped ({outcome.stop_reason}): {outcome.cause}"
-            )
-    if args.json:
-        console.json(json.dumps({"kernel": spec.name, "archs": report}, indent=2))
+    error: str | None = None
+    try:
+        with sink(console.event), open_cache(args) as cache:
+            for arch, outcome in generate_kernel(manifest, spec, archs, cache):
+                generated = outcome.generated()
+                passed = sum(1 for _, r in generated if r.ok)
+                if not passed:
+                    failed.append(f"{arch} ({_why_none_passed(outcome)})")
+                if args.json:
+                    report.append(_json_row(spec.name, arch, outcome, len(generated), passed))
+                else:
+                    _print_outcome(console, spec.name, arch, outcome, len(generated), passed)
+    except R1BuildError as exc:  # the archs already searched still reach a script reading --json
+        error = str(exc)
+        raise
+    finally:
+        if args.json:
+            doc: dict[str, Any] = {"kernel": spec.name, "archs": report}
+            console.json(json.dumps(doc if error is None else {**doc, "error": error}, indent=2))
     if failed:
         console.error(f"no generated candidate of {spec.name} passed the gate on {'; '.join(failed)}")
         return 1
     return 0
+
+
+def _json_row(name: str, arch: str, outcome: SearchOutcome, generated: int, passed: int) -> dict[str, Any]:
+    """One arch's search as ``generate --json`` reports it."""
+    return {
+        "kernel": name,
+        "arch": arch,
+        "generated": generated,
+        "passed": passed,
+        "rounds": outcome.rounds,
+        "usage": asdict(outcome.usage),
+        "stop_reason": outcome.stop_reason,
+        "cause": outcome.cause,
+        "candidates": _rows(outcome.candidates, outcome.results),
+    }
+
+
+def _print_outcome(console: Console, name: str, arch: str, outcome: SearchOutcome, generated: int, passed: int) -> None:
+    """One arch's search as ``generate`` prints it: the candidates' table and a line of what it cost."""
+    u = outcome.usage
+    _table(console, arch, outcome.candidates, outcome.results, f"generate {name}")
+    faults = ", ".join(f"{k} {v}" for k, v in sorted(u.failures.items())) or "none"
+    approx = "~" if u.estimated else ""
+    console.print(
+        f"{name} {arch}: {generated} generated ({passed} passed the gate, {u.duplicates} "
+        f"duplicates) in {outcome.rounds} round(s); {u.samples} samples, {u.requests} requests "
+        f"({u.retries} retries); {approx}{u.prompt_tokens} prompt + {approx}{u.completion_tokens} completion "
+        f"tokens, ${u.cost_usd:.4f}; faults: {faults}; stopped ({outcome.stop_reason}): {outcome.cause}"
+    )
 
 
 def _why_none_passed(outcome: SearchOutcome) -> str:

@@ -532,3 +532,21 @@ def test_an_attempt_that_fails_after_complete_code_is_not_asked_again(project: P
         asked = len(server.chat_requests())
     assert asked == 1 and [c.source for c in outcome.candidates] == [kernel_source(1)]
     assert outcome.usage.failures.get("kept_partial") == 1
+
+
+def test_generate_json_says_the_error_on_stdout(
+    project: Project, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A script reading `generate --json` gets a document when the search ends in an error too (it got nothing)."""
+    project.write(budget={"rounds": 1, "samples": 2}, generation={**FAST, "retries": 0, "max-consecutive-failures": 2})
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with ChatServer([Fault(503)]) as server:
+        monkeypatch.setenv("R1BUILD_BASE_URL", server.url)
+        monkeypatch.setenv("DEEPSEEK_API_KEY", KEY)
+        code = main(
+            ["generate", "vadd", "--json", "--manifest", str(project.root), "--cache-dir", str(project.cache_dir)]
+        )
+    out = capsys.readouterr().out
+    doc = json.loads(out)
+    assert code == 1 and doc["kernel"] == "vadd" and doc["archs"] == []
+    assert "no answer from" in doc["error"] and "HTTP 503" in doc["error"], doc
