@@ -43,6 +43,8 @@ _REFERENCE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*", re.ASCI
 TEST_SHAPE_BYTES = 1 << 30
 """Most bytes all arrays of a kernel may take at one test shape: ``check`` runs the reference there on the CPU,
 and correctness needs no more (bench-shapes are for large sizes)."""
+BENCH_SHAPE_BYTES = 256 << 30
+"""Most bytes all arrays of a kernel may take at one benchmark shape: more than any GPU's memory."""
 _MENTIONS_R1BUILD = re.compile(r"^\s*\[+\s*tool\s*\.\s*r1build\b", re.MULTILINE)
 MAX_VARIANTS = 4096
 """Most value sets a kernel's tunables may give (the product of their value counts)."""
@@ -827,7 +829,8 @@ def _check_dims(v: _Validator, spec: KernelSpec, at: KeyPath, sizes: list[str]) 
 
 
 def _check_test_shape_bytes(v: _Validator, spec: KernelSpec, at: KeyPath) -> None:
-    """No test shape makes the arrays take more than ``TEST_SHAPE_BYTES``."""
+    """No test shape makes the arrays take more than ``TEST_SHAPE_BYTES``, nor a bench shape more than
+    ``BENCH_SHAPE_BYTES``."""
     for j, shape in enumerate(spec.test_shapes):
         total = sum(_array_bytes(arg, shape) for arg in spec.args if arg.is_array)
         if total > TEST_SHAPE_BYTES:
@@ -836,6 +839,14 @@ def _check_test_shape_bytes(v: _Validator, spec: KernelSpec, at: KeyPath) -> Non
                 f"the arrays take {total / (1 << 30):.1f} GiB at this shape, more "
                 f"than the {TEST_SHAPE_BYTES >> 30} GiB a test shape may use (use "
                 "bench-shapes for large sizes)",
+            )
+    for j, shape in enumerate(spec.bench_shapes):
+        total = sum(_array_bytes(arg, shape) for arg in spec.args if arg.is_array)
+        if total > BENCH_SHAPE_BYTES:
+            raise v.fail(
+                (*at, "bench-shapes", j),
+                f"the arrays take {total / (1 << 30):.4g} GiB at this shape, more than any GPU holds (a bench "
+                f"shape may use {BENCH_SHAPE_BYTES >> 30} GiB)",
             )
 
 

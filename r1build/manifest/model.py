@@ -239,7 +239,8 @@ class KernelSpec:
     awkward ones (1, primes, non-multiples of 32); all arrays together at most 1 GiB at each. ``r1build
     check`` runs the reference at each one."""
     bench_shapes: list[dict[str, int]]
-    """Sizes for timing; the first one ranks candidates."""
+    """Sizes for timing; the first one ranks candidates. All arrays together at most 256 GiB at each (more than
+    any GPU holds)."""
     tolerance: Tolerance = field(default_factory=Tolerance)
     """How close outputs must be to the reference."""
     baseline: str | None = None

@@ -579,3 +579,13 @@ def test_check_runs_the_torch_reference_against_the_reference(
     got, output = run_check(capsys, path)
     assert got == code, output
     assert said in " ".join(output.split()), output
+
+
+def test_a_bench_shape_larger_than_any_gpu_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = BASE.replace('{ name = "n", dtype = "int32" }', '{ name = "n", dtype = "int64" }', 1).replace(
+        "bench-shapes = [{ n = 1048576 }]", "bench-shapes = [{ n = 1000000000000000000 }]", 1
+    )
+    path = write_project(tmp_path / "p", text)
+    code, output = run_check(capsys, path)
+    assert code == 2 and "kernel[0].bench-shapes[0]: the arrays take" in output, output
+    assert "more than any GPU holds (a bench shape may use 256 GiB)" in output, output
