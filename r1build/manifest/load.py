@@ -831,23 +831,18 @@ def _check_dims(v: _Validator, spec: KernelSpec, at: KeyPath, sizes: list[str]) 
 def _check_test_shape_bytes(v: _Validator, spec: KernelSpec, at: KeyPath) -> None:
     """No test shape makes the arrays take more than ``TEST_SHAPE_BYTES``, nor a bench shape more than
     ``BENCH_SHAPE_BYTES``."""
-    for j, shape in enumerate(spec.test_shapes):
-        total = sum(_array_bytes(arg, shape) for arg in spec.args if arg.is_array)
-        if total > TEST_SHAPE_BYTES:
-            raise v.fail(
-                (*at, "test-shapes", j),
-                f"the arrays take {total / (1 << 30):.1f} GiB at this shape, more "
-                f"than the {TEST_SHAPE_BYTES >> 30} GiB a test shape may use (use "
-                "bench-shapes for large sizes)",
-            )
-    for j, shape in enumerate(spec.bench_shapes):
-        total = sum(_array_bytes(arg, shape) for arg in spec.args if arg.is_array)
-        if total > BENCH_SHAPE_BYTES:
-            raise v.fail(
-                (*at, "bench-shapes", j),
-                f"the arrays take {total / (1 << 30):.4g} GiB at this shape, more than any GPU holds (a bench "
-                f"shape may use {BENCH_SHAPE_BYTES >> 30} GiB)",
-            )
+    limits = (
+        ("test-shapes", spec.test_shapes, TEST_SHAPE_BYTES, "a test shape may use (use bench-shapes for large sizes)"),
+        ("bench-shapes", spec.bench_shapes, BENCH_SHAPE_BYTES, "a bench shape may use: more than any GPU holds"),
+    )
+    for key, shapes, limit, why in limits:
+        for j, shape in enumerate(shapes):
+            total = sum(_array_bytes(arg, shape) for arg in spec.args if arg.is_array)
+            if total > limit:
+                raise v.fail(
+                    (*at, key, j),
+                    f"the arrays take {total / (1 << 30):.4g} GiB at this shape, more than the {limit >> 30} GiB {why}",
+                )
 
 
 def _check_tunables(v: _Validator, spec: KernelSpec, at: KeyPath, names: dict[str, int]) -> None:

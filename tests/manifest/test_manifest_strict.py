@@ -588,4 +588,4 @@ def test_a_bench_shape_larger_than_any_gpu_is_refused(tmp_path: Path, capsys: py
     path = write_project(tmp_path / "p", text)
     code, output = run_check(capsys, path)
     assert code == 2 and "kernel[0].bench-shapes[0]: the arrays take" in output, output
-    assert "more than any GPU holds (a bench shape may use 256 GiB)" in output, output
+    assert "more than the 256 GiB a bench shape may use: more than any GPU holds" in output, output
