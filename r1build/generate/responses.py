@@ -296,8 +296,8 @@ def count_of(value: Any) -> int | None:
 
 def from_json_body(body: bytes, latency: float) -> Completion:
     """A completion from a plain JSON body, read by hand (a streamed request answered without streaming)."""
-    try:
-        data = json.loads(body)
+    try:  # a byte that is no UTF-8 (in the answer's text) costs that character, not the answer paid for
+        data = json.loads(body.decode("utf-8", errors="replace"))
     except ValueError as exc:
         raise Fault(
             "bad_response", f"the response is not valid JSON: {str(exc)[:200]}", label="a malformed response"

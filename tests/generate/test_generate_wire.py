@@ -548,3 +548,15 @@ def test_a_lone_surrogate_does_not_end_the_search(project: Project, caplog: pyte
     assert any("overloaded \ufffd" in m for m in logged)  # and logged: a log file or pytest-xdist must hold it
     for message in logged:
         message.encode("utf-8")
+
+
+def test_a_byte_that_is_no_utf8_costs_its_character_not_the_answer() -> None:
+    """A streamed request answered with a plain JSON body holding one byte that is no UTF-8 in its text: the answer,
+    that byte replaced; asking again paid twice and could meet the same byte (found by a fuzzing pass)."""
+    body = (
+        b'{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,'
+        b'"message":{"role":"assistant","content":"caf\xe9 ```cuda\\nx\\n```"},"finish_reason":"stop"}]}'
+    )
+    exchange, requests = ask([Raw(body), Answer("asked again")], stream=True)
+    assert requests == 1 and exchange.completion is not None
+    assert exchange.completion.content == "caf\ufffd ```cuda\nx\n```"
