@@ -63,6 +63,7 @@ from .responses import (
     Partial,
     completion_of,
     connection_fault,
+    content_text,
     error_in_place_of_an_answer,
     finish_at_end,
     not_events,
@@ -485,7 +486,7 @@ class ChatClient:
         else:
             extra = message.model_extra or {}
             reasoning = reasoning_of(extra) or ""
-            content = text_of(message.content) or ""
+            content = content_text(message.content) or ""
         usage = response.usage
         completion = completion_of(
             content,

@@ -33,6 +33,7 @@ __all__ = [
     "Partial",
     "completion_of",
     "connection_fault",
+    "content_text",
     "count_of",
     "error_in_place_of_an_answer",
     "finish_at_end",
@@ -171,7 +172,7 @@ def take_delta(delta: Any, partial: Partial, meter: Meter, said: SaidInstead, st
     was received, and count it."""
     extra = delta.model_extra or {}
     piece_r = reasoning_of(extra)
-    piece = text_of(delta.content)
+    piece = content_text(delta.content)
     if piece_r:
         partial.reasoning.append(piece_r)
         meter.chars += len(piece_r)
@@ -268,6 +269,15 @@ def text_of(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def content_text(value: Any) -> str | None:
+    """A message's or delta's ``content``: a string, or the text of a list of parts (``[{"type": "text", "text":
+    ...}]``, as some OpenAI-compatible servers send it; parts of other kinds left out); None for anything else."""
+    if isinstance(value, list):
+        texts = [p["text"] for p in value if isinstance(p, dict) and p.get("type", "text") == "text"]
+        return "".join(t for t in texts if isinstance(t, str))
+    return text_of(value)
+
+
 def reasoning_of(extra: Mapping[str, Any]) -> str | None:
     """The reasoning text a message or delta carries beside its content (``reasoning_content``, as DeepSeek names
     it, or ``reasoning``)."""
@@ -311,7 +321,7 @@ def from_json_body(body: bytes, latency: float) -> Completion:
         )
     raw_message = choices[0].get("message")
     message: dict[str, Any] = raw_message if isinstance(raw_message, dict) else {}
-    content = utf8_text(text_of(message.get("content")) or "")
+    content = utf8_text(content_text(message.get("content")) or "")
     reasoning = utf8_text(reasoning_of(message) or "")
     model, ident = utf8_text(text_of(data.get("model"))), utf8_text(text_of(data.get("id")))
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else None

@@ -560,3 +560,29 @@ def test_a_byte_that_is_no_utf8_costs_its_character_not_the_answer() -> None:
     exchange, requests = ask([Raw(body), Answer("asked again")], stream=True)
     assert requests == 1 and exchange.completion is not None
     assert exchange.completion.content == "caf\ufffd ```cuda\nx\n```"
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_content_sent_as_a_list_of_text_parts_is_read(stream: bool) -> None:
+    """Some OpenAI-compatible servers send ``content`` as parts (``[{"type": "text", "text": ...}]``): their text is
+    the answer (it was read as empty; found by a fuzzing pass)."""
+    parts = [
+        {"type": "text", "text": "the answer "},
+        {"type": "image_url", "image_url": {}},
+        {"type": "text", "text": "ok"},
+    ]
+    if stream:
+        first = chunk()
+        first["choices"][0]["delta"]["content"] = parts
+        reply: Reply = Events([first, chunk(finish="stop")])
+    else:
+        message = {"role": "assistant", "content": parts}
+        choice = {"index": 0, "message": message, "finish_reason": "stop"}
+        reply = Raw(
+            json.dumps(
+                {"id": "c", "object": "chat.completion", "created": 1, "model": "m", "choices": [choice]}
+            ).encode()
+        )
+    exchange, requests = ask([reply, Answer("asked again")], stream=stream)
+    assert requests == 1 and exchange.completion is not None
+    assert exchange.completion.content == "the answer ok"
