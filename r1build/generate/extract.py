@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Literal
 
 from ..convert import record
@@ -192,15 +192,20 @@ def _defines_export(code: str, name: str) -> bool:
     "C"``, an ``extern "C" { }`` block, or none: the declaration the gate pre-includes gives it C linkage). One
     pass over the code, each parameter list looked at up to :data:`_MAX_SIGNATURE` characters, so a long or
     degenerate answer costs linear time: the occurrences looked at stop once their parameter lists could have
-    covered the code four times (an answer of the name 200,000 times took 23 s; a real one names it a few times)."""
+    covered the code four times (:func:`_openings`; an answer of the name 200,000 times took 23 s, a real one
+    names it a few times)."""
+    return any(_opens_body(code, m.end()) for m in _openings(code, name))
+
+
+def _openings(code: str, name: str) -> Iterator[re.Match[str]]:
+    """Where ``name(`` opens a parameter list in ``code``, in order, as many as those lists could cover the code
+    four times (:data:`_MAX_SIGNATURE` characters each), so a degenerate answer costs linear time."""
     budget = 4 * len(code) + _MAX_SIGNATURE
     for m in re.finditer(rf"\b{re.escape(name)}\s*\(", code):
-        if budget <= 0:
-            return False
         budget -= _MAX_SIGNATURE
-        if _opens_body(code, m.end()):
-            return True
-    return False
+        if budget < 0:
+            return
+        yield m
 
 
 def _opens_body(code: str, start: int) -> bool:
@@ -220,13 +225,9 @@ def _opens_body(code: str, start: int) -> bool:
 
 
 def _defines_kernel(code: str, kernel: str) -> bool:
-    """Whether ``code`` defines the ``__global__`` function ``kernel`` (its body, not only a declaration), within the
-    budget of :func:`_defines_export`."""
-    budget = 4 * len(code) + _MAX_SIGNATURE
-    for m in re.finditer(rf"\b{re.escape(kernel)}\s*\(", code):
-        budget -= _MAX_SIGNATURE
-        if budget < 0:
-            return False
+    """Whether ``code`` defines the ``__global__`` function ``kernel`` (its body, not only a declaration), looking
+    at :func:`_openings` of it."""
+    for m in _openings(code, kernel):
         head = code[max(0, m.start() - 400) : m.start()]
         ends = [e.end() for e in _STATEMENT_END.finditer(head)]
         if "__global__" in head[ends[-1] if ends else 0 :] and _opens_body(code, m.end()):

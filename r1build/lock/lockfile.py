@@ -19,7 +19,7 @@ from ..manifest.locate import format_path, locate
 from ..manifest.model import KernelSpec, Manifest
 from ..manifest.tomltext import TomlProblem, parse_toml
 from ..records import CandidateRef, Provenance, Validation, WinnerFacts
-from .verify import entry_problem, manifest_problem
+from .verify import INPUT_PARTS, entry_problem, manifest_problem
 
 __all__ = [
     "LOCK_VERSION",
@@ -203,14 +203,9 @@ def inputs_of(manifest: Manifest, spec: KernelSpec) -> dict[str, str]:
     norm = normalized_spec(manifest, spec)
     sources = {"baseline": norm.pop("baseline"), "candidates": norm.pop("candidates")}
     reference = norm.pop("reference")
-    return {
-        "spec": digest_json(norm)[:16],
-        "reference": digest_json(reference)[:16],
-        "sources": digest_json(sources)[:16],
-        "generation": digest_json(
-            {"g": generation_settings(manifest.settings.generation, spec), "flags": manifest.settings.nvcc_flags}
-        )[:16],
-    }
+    generation = {"g": generation_settings(manifest.settings.generation, spec), "flags": manifest.settings.nvcc_flags}
+    parts = (norm, reference, sources, generation)  # in the order of INPUT_PARTS, which a lock's read checks against
+    return {name: digest_json(part)[:16] for name, part in zip(INPUT_PARTS, parts, strict=True)}
 
 
 def upgrade_v1_entry(table: object) -> None:

@@ -436,16 +436,22 @@ class Worker:
 
         sample = statistics.median(self._measure(empty, n, 1, True, 20, 40.0))
         reps = 64
+        graph = self._graph_of(empty, reps)
+        own = statistics.median(self._measure(lambda _k: graph.launch(self.stream), 20, reps, False, 10, 40.0))
+        return max(sample - own, 0.0), own
+
+    def _graph_of(self, call: Callable[[int], None], reps: int) -> Any:
+        """A CUDA graph of ``call(0)`` ... ``call(reps - 1)`` back to back, captured on the stream (global mode) and
+        launched once, so its first timed launch is not its first."""
         self.stream.begin_capture(getattr(self.rt, "streamCaptureModeGlobal", 0))
         try:
             for k in range(reps):
-                empty(k)
+                call(k)
         finally:
             graph = self.stream.end_capture()
         graph.launch(self.stream)
         self.stream.synchronize()
-        own = statistics.median(self._measure(lambda _k: graph.launch(self.stream), 20, reps, False, 10, 40.0))
-        return max(sample - own, 0.0), own
+        return graph
 
     def poison_shared(self, pattern: int) -> None:
         kernel = self.kernel("r1_smem_poison")
@@ -1072,14 +1078,7 @@ class Worker:
         """Samples of a CUDA graph of back-to-back calls (see :meth:`_time_shape`), and the calls per sample."""
         min_n, max_n, stop_error = counts
         reps = max(4, min(256, math.ceil(200.0 / t_est)))
-        self.stream.begin_capture(getattr(self.rt, "streamCaptureModeGlobal", 0))
-        try:
-            for k in range(reps):
-                call(k)
-        finally:
-            graph = self.stream.end_capture()
-        graph.launch(self.stream)
-        self.stream.synchronize()
+        graph = self._graph_of(call, reps)
         n = max(min_n, min(max_n, int(budget_us / (reps * t_est))))
         enough = _stop_rule(min_n, stop_error, least_s)
         samples = self._measure(lambda _k: graph.launch(self.stream), n, reps, False, max(1, min_n), _HOST_US, enough)
