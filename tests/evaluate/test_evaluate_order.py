@@ -90,6 +90,25 @@ def test_jobs_start_with_the_most_candidates_first_and_keep_the_given_order_amon
     assert largest_first([]) == []
 
 
+def test_the_smallest_job_opens_so_the_gpu_waits_only_for_its_compiles_then_the_largest_follow() -> None:
+    from r1build.evaluate.jobs import start_order
+
+    manifest = load_manifest(ROOT / "kernels.toml")
+    spec = manifest.kernels[0]
+
+    def job(n: int) -> Job:
+        return Job(
+            manifest, spec, "sm_90", [Candidate(source=f"// {i}\n", origin=Origin("generated", None)) for i in range(n)]
+        )
+
+    jobs = [job(37), job(33), job(35), job(16), job(16), job(25)]
+    assert start_order(jobs) == [3, 0, 2, 1, 5, 4]  # the first of the two smallest opens
+    assert start_order(jobs, small_first=False) == [0, 2, 1, 5, 3, 4]
+    assert start_order([job(4), job(9)]) == [0, 1]
+    assert start_order([job(9)]) == [0]
+    assert start_order([]) == []
+
+
 def test_an_error_at_the_job_the_gpu_took_reaches_that_job_and_those_after_it(tmp_path: Path) -> None:
     # a stand-in GPU: its worker never starts here (no cupy), which the evaluator's warm-up shrugs off
     from r1build.evaluate.devices import GpuInfo
