@@ -42,7 +42,7 @@ quiet() {  # what measures time, alone on the GPU
     # the debug lines of resolve's phases carry the clock: their first against t0 is the start (imports), their
     # last against t1 the end (rendering, interpreter exit); bench/results/resolve_overhead.md
     echo "resolve rc=$rc in $(( (t1 - t0) / 1000000 )) ms (clock $t0 to $t1 ns)"
-    grep -E "r1build.resolve: (resolve|judges):" /tmp/resolve_root.err
+    grep -E "r1build.resolve: (resolve|judges):|r1build.evaluate.evaluator: closed" /tmp/resolve_root.err
     grep -v "^DEBUG" /tmp/resolve_root.err | tail -25
     R1BUILD_CACHE_DIR=/tmp/r1build-cache-root python3 -m r1build.cli.main status -m /tmp/root 2>&1
     cp /tmp/root/kernels.lock "$OUT/root_kernels.lock"

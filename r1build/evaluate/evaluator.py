@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import logging
 import os
 import queue
 import shutil
@@ -92,25 +93,36 @@ if TYPE_CHECKING:
 
 __all__ = ["GpuEvaluator"]
 
+log = logging.getLogger(__name__)
+
 T = TypeVar("T")
 
 
 def _cleanup(
     slots: list[Slot], pools: list[ThreadPoolExecutor], judges: ComparePool, root: Path, own_root: bool
 ) -> None:
+    start = time.perf_counter()
     for slot in slots:  # every worker at once: each exit tears a CUDA context down, waited for one by one below
         slot.worker.ask_to_exit()
         if slot.comparer is not None:
             slot.comparer.ask_to_exit()
     judges.close()
+    closed = time.perf_counter()
     for slot in slots:
         slot.worker.close()
         if slot.comparer is not None:
             slot.comparer.close()
+    exited = time.perf_counter()
     for pool in pools:
         pool.shutdown(wait=False, cancel_futures=True)
     if own_root:
         shutil.rmtree(root, ignore_errors=True)
+    log.debug(
+        "closed: comparing processes %.3f s, workers' exits %.3f s, pools and work directory %.3f s",
+        closed - start,
+        exited - closed,
+        time.perf_counter() - exited,
+    )
 
 
 class GpuEvaluator:

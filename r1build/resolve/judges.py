@@ -306,10 +306,14 @@ class Judges:
             name: {c.digest for job in kernel_jobs for c in job.candidates[:batch]}
             for name, kernel_jobs in by_kernel.items()
         }
+        start = time.perf_counter()
         if keep and self.cluster is None and any(name in gpu_kernels for name in by_kernel):
             now.update(self._compile_along(gpu_jobs, by_kernel, min(ALONG, batch)))
+            log.debug("judges: gate-only batches set to compile along in %.3f s", time.perf_counter() - start)
         if gpu_jobs and self._gpu is not None:
+            start = time.perf_counter()
             self._gpu.prepare(gpu_jobs)
+            log.debug("judges: GPU jobs started in %.3f s", time.perf_counter() - start)
         by_kernel = {name: kernel_jobs for name, kernel_jobs in by_kernel.items() if now[name]}
         if not by_kernel or not keep:  # nothing to gate, or nowhere to keep the verdicts
             return
