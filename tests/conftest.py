@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -57,6 +58,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
     if PROBLEM is not None:
         os.environ["R1BUILD_SANDBOX"] = "off"
+    # A run started in the background of a non-interactive shell (`cmd &`, `nohup ... &`) inherits SIGINT ignored,
+    # and Python then never raises KeyboardInterrupt, in this process or in the r1build processes the tests start
+    # (an ignored signal stays ignored across exec): the Ctrl-C tests need SIGINT as a terminal delivers it.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -99,6 +105,21 @@ def _user_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mo
     """r1build's user state folder (the key that signs replay records, and the records) of each test, away from
     the user's own: a command a test runs records nothing in the home folder."""
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The process's SIGINT and SIGTERM handlers as each test found them: a test (or the library under it) that
+    leaves another handler behind fails, naming the signal, instead of the Ctrl-C tests that later run in the same
+    worker process (which then never see a KeyboardInterrupt)."""
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    left = {sig: signal.getsignal(sig) for sig in before}
+    changed = [sig.name for sig in before if left[sig] != before[sig]]
+    for sig, handler in before.items():
+        signal.signal(sig, handler)
+    if changed:
+        pytest.fail(f"{request.node.nodeid} left another handler for {', '.join(changed)}: {left}", pytrace=False)
 
 
 @pytest.fixture
