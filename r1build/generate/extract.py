@@ -49,6 +49,8 @@ _PY_LANGS = frozenset({"python", "py", "python3"})
 _NOT_SOURCE_LANGS = frozenset({"diff", "patch", "udiff", "console", "shell-session", "text", "txt", "log", "output"})
 """Tags of blocks that show code but are no source as they stand: a diff of a kernel (its lines start with + and
 -), a terminal, plain text (the Python strings of a ``load_inline`` answer in such a block still count)."""
+_PROSE_LANGS = frozenset({"markdown", "md", ""})
+"""Tags of a block that may wrap other fenced blocks (:func:`fenced_blocks` looks inside)."""
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`\n]*)$")
 _GLUED_OPEN = re.compile(r"^(?P<lang>[^\s#]*)[ \t]*(?P<code>#[ \t]*(?:include|define|pragma|if|ifndef|ifdef)\b.*)$")
 """An info string that runs into the first line of code: ``cuda #include <cuda_runtime.h>``."""
@@ -162,11 +164,16 @@ def _parse(text: str) -> list[tuple[Block, int]]:
     return blocks
 
 
-def fenced_blocks(text: str) -> list[Block]:
+def fenced_blocks(text: str, _depth: int = 0) -> list[Block]:
     """Fenced code blocks in order; an unclosed last block runs to the end of the text. A closing fence glued to
     the last line of code closes the block, and code on the opening fence's line (after the language) is the
-    block's first line."""
-    return [block for block, _ in _parse(text)]
+    block's first line. A longer fence tagged as prose (``markdown``, or untagged) that wraps fenced blocks stands
+    for the blocks inside it (an answer written as one ````` ````markdown ````` document), two levels deep."""
+    out: list[Block] = []
+    for block, _ in _parse(text):
+        inner = fenced_blocks(block.code, _depth + 1) if block.lang in _PROSE_LANGS and _depth < 2 else []
+        out += inner or [block]
+    return out
 
 
 def complete_part(content: str, name: str) -> str | None:

@@ -165,3 +165,17 @@ def test_a_diff_of_the_kernel_is_no_candidate() -> None:
     diff = "".join(f"+{line}\n" for line in MISTAGGED.splitlines())
     assert extract_source(f"The change:\n```diff\n{diff}```\n", "vadd").source is None
     assert extract_source(f"```cuda\n{MISTAGGED}```\nThe change:\n```diff\n{diff}```\n", "vadd").source == MISTAGGED
+
+
+def test_an_answer_wrapped_in_a_longer_markdown_fence_gives_the_code_inside_it() -> None:
+    code = 'extern "C" int vadd(const float* a, float* c, int n, cudaStream_t s) {\n    return 0;\n}\n'
+    for outer in ("````markdown", "````md", "````", "~~~~markdown"):
+        close = outer[:4]
+        answer = f"Here it is.\n\n{outer}\n# Notes\n\nSome prose.\n\n```cuda\n{code}```\n\nMore prose.\n{close}\n"
+        got = extract_source(answer, "vadd")
+        assert got.reason == "defines the export" and got.source == code, (outer, got)
+    # a plain untagged block of code stays what it is, and a markdown block with no fences inside is no source
+    assert extract_source(f"```\n#include <cuda_runtime.h>\n{code}```\n", "vadd").source == (
+        f"#include <cuda_runtime.h>\n{code}"
+    )
+    assert extract_source("````markdown\n# just notes\n````\n", "vadd").source is None
