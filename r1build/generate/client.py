@@ -66,6 +66,7 @@ from .responses import (
     content_text,
     error_in_place_of_an_answer,
     finish_at_end,
+    not_a_completion,
     not_events,
     reasoning_of,
     status_fault,
@@ -471,6 +472,8 @@ class ChatClient:
     async def _plain(self, messages: list[dict[str, str]], params: dict[str, Any], started: float) -> Completion:
         assert self._client is not None
         response: Any = await self._client.chat.completions.create(messages=cast(Any, messages), **params)
+        if isinstance(response, str) and response.lstrip().startswith("<"):
+            raise not_a_completion(response, "text/html")  # a web page, not the API: named in its words
         if not isinstance(response, ChatCompletion) or not response.choices:
             if isinstance(response, ChatCompletion):
                 error_in_place_of_an_answer((response.model_extra or {}).get("error"))
@@ -535,9 +538,10 @@ class ChatClient:
                 closing_usage = chunk.usage is not None and not chunk.choices
                 # one sample per request: deltas of another choice (a server that answers n > 1) are not this one's
                 choice = next((c for c in chunk.choices or () if getattr(c, "index", 0) in (0, None)), None)
-                if choice is None or choice.delta is None:
+                if choice is None:
                     continue
-                take_delta(choice.delta, partial, meter, said, started)
+                if choice.delta is not None:  # a finish chunk may come with a null delta, or none: its finish counts
+                    take_delta(choice.delta, partial, meter, said, started)
                 if text_of(choice.finish_reason) is not None:
                     finish = text_of(choice.finish_reason)
         except openai.APIConnectionError:

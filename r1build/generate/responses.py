@@ -8,6 +8,7 @@ answer); and what an HTTP status or a broken connection means. :mod:`.client` se
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import math
 import re
@@ -38,6 +39,7 @@ __all__ = [
     "error_in_place_of_an_answer",
     "finish_at_end",
     "from_json_body",
+    "not_a_completion",
     "not_events",
     "reasoning_of",
     "status_fault",
@@ -138,33 +140,54 @@ def _error_text(exc: openai.APIStatusError) -> str:
         if isinstance(message, str) and message:
             return message
         return json.dumps(body)[:300]
-    words = " ".join(_MARKUP.sub(" ", body[:65536]).split()) if isinstance(body, str) else ""
+    words = words_of(body) if isinstance(body, str) else ""
     text = words or exc.message or ""
     return text if len(text) <= 300 else text[:300] + "..."
+
+
+_EVENT_FIELDS = (b"data:", b":", b"event:", b"id:", b"retry:")
+"""How a body of server-sent events begins (a field or a comment), whatever its content type says."""
 
 
 async def not_events(stream: Any, started: float) -> Completion | None:
     """The whole answer of a server that did not send server-sent events: a JSON body (whatever its content type
     says: a server that ignores ``"stream"``); None where the body is to be read as events (the response keeps
-    what was read)."""
+    what was read: events under another type, a proxy's ``application/json`` included); a :class:`Fault` naming a
+    body that is neither (an HTML page, a proxy's text), in its words."""
     content_type = str(stream.response.headers.get("content-type", ""))
-    if content_type.startswith("application/json"):
-        try:
-            body = await _read_whole(stream)
-        finally:
-            await stream.close()
-        return from_json_body(body, time.monotonic() - started)
     if content_type.startswith("text/event-stream"):
         return None
-    try:  # another type (text/plain, none): read it whole; JSON is the whole answer
+    try:
         body = await _read_whole(stream)
     except BaseException:
         await stream.close()
         raise
-    if body.lstrip().startswith(b"{"):
-        await stream.close()
+    head = body.lstrip()
+    if head.startswith(_EVENT_FIELDS) or not head:  # events (an empty body: an empty stream, said so there)
+        return None
+    await stream.close()
+    if content_type.startswith("application/json") or head.startswith(b"{"):
         return from_json_body(body, time.monotonic() - started)
-    return None
+    raise not_a_completion(body.decode("utf-8", errors="replace"), content_type)
+
+
+def words_of(text: str) -> str:
+    """The words of a body that is no JSON (a proxy's text, an HTML page without its markup), at most 300
+    characters."""
+    words = " ".join(_MARKUP.sub(" ", text[:65536]).split())
+    return words if len(words) <= 300 else words[:300] + "..."
+
+
+def not_a_completion(text: str, content_type: str = "") -> Fault:
+    """The fault of a successful response whose body is text, not a chat completion (an HTML page: often a base
+    URL that points at a web page, not at the API), in its words."""
+    html = "html" in content_type.lower() or text.lstrip()[:1] == "<"
+    what = "an HTML page" if html else f"{content_type.split(';', maxsplit=1)[0].strip() or 'untyped'} text"
+    return Fault(
+        "bad_response",
+        f"the server answered {what} (HTTP 200), not a chat completion: {words_of(text) or '(no words)'}",
+        label=f"{what} in place of an answer",
+    )
 
 
 def take_delta(delta: Any, partial: Partial, meter: Meter, said: SaidInstead, started: float) -> None:
@@ -230,12 +253,21 @@ class _ChunkEvents:
         return data.startswith(("{", "["))
 
     def iter_bytes(self, iterator: Any) -> Any:
-        return (event for event in self.inner.iter_bytes(iterator) if self._chunk(event))
+        return (event for event in self.inner.iter_bytes(itertools.chain(iterator, [b"\n\n"])) if self._chunk(event))
 
     async def aiter_bytes(self, iterator: Any) -> Any:
-        async for event in self.inner.aiter_bytes(iterator):
+        async for event in self.inner.aiter_bytes(_ended_by_a_blank_line(iterator)):
             if self._chunk(event):
                 yield event
+
+
+async def _ended_by_a_blank_line(iterator: Any) -> Any:
+    """The bytes of a stream that ended cleanly, then a blank line: the last event of a server that ends without
+    one (its finish chunk, ``data: {...}`` and the end of the body) is dispatched, not dropped as unfinished (the
+    answer was then retried, paid again). A stream cut mid-way raises before it."""
+    async for data in iterator:
+        yield data
+    yield b"\n\n"
 
 
 async def _read_whole(stream: Any) -> bytes:
