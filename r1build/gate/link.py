@@ -95,7 +95,7 @@ def check_and_link(
         return Linked("compile_error", f"linking the shared library did not finish within {timeout_s:g} s", None, False)
     except OSError as exc:
         raise ToolchainError(f"cannot run {toolchain.nvcc}: {exc}") from None
-    if proc.returncode != 0 or not so.is_file():
+    if proc.returncode != 0 or not so.is_file() or so.is_symlink():
         failure = format_subprocess_failure(cmd, proc.returncode, proc.stdout + proc.stderr)
         return Linked("rejected", f"the object does not link into a shared library: {failure}")
     return Linked("passed", "", so)

@@ -315,7 +315,7 @@ def _compile(
     if sandbox.kind != "trusted":
         output = own_messages(output, (src, DECLARATION_NAME))
     made = workdir / obj
-    ok = proc.returncode == 0 and made.is_file()
+    ok = proc.returncode == 0 and made.is_file() and not made.is_symlink()  # never a link out of the folder
     report, reports = parse_ptxas_report(output, elapsed), _arch_reports(output, archs, elapsed) if ok else None
     if ok:
         report, reports = _sized(made, archs, report, reports)

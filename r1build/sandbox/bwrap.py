@@ -112,7 +112,22 @@ class Bubblewrap:
         return [*out, "--chdir", str(confinement.workdir), "--", *argv]
 
     def environment(self, base: Mapping[str, str], confinement: Confinement) -> dict[str, str]:
-        return confined_environment(base, confinement)
+        """:func:`~.environment.confined_environment`, its search paths (``PATH``, ``LD_LIBRARY_PATH``) holding only
+        folders the sandbox shows: a host folder it hides is of no use inside, and its name (a home folder, a
+        project) is the host's business, not something a compile may read from its environment into an object."""
+        env = confined_environment(base, confinement)
+        shown: list[tuple[Op, Path]] = [
+            ("ro", Path("/usr")),
+            *(("ro", Path(p)) for p in _SYSTEM_LINKS if Path(p).exists()),
+            *self._places(confinement),
+        ]
+        for name, fallback in (("PATH", "/usr/bin:/bin"), ("LD_LIBRARY_PATH", "")):
+            if name in env:
+                kept = [e for e in env[name].split(os.pathsep) if _shown(e, shown)]
+                env[name] = os.pathsep.join(dict.fromkeys(kept)) or fallback
+                if not env[name]:
+                    del env[name]
+        return env
 
     def _places(self, confinement: Confinement) -> list[tuple[Op, Path]]:
         """What to bind or cover, shallowest first (a place deeper than a covered secret is bound after it)."""
@@ -152,6 +167,19 @@ class Bubblewrap:
         found = [p for p in found if not any(s == p or _inside(s, p) for s in self.secrets)]
         out = [_absolute(p) for p in confinement.readable] + found
         return [p for p in out if p.exists() and not _under_usr(p)]
+
+
+def _shown(entry: str, places: Sequence[tuple[Op, Path]]) -> bool:
+    """Whether the absolute folder ``entry`` lies in a place bound into the sandbox and not under a cover deeper
+    than that place (relative entries, which name a folder by the working directory, are never kept)."""
+    if not entry or not Path(entry).is_absolute():
+        return False
+    path = _absolute(Path(entry))
+    holding = [(place, op) for op, place in places if path == place or _inside(path, place)]
+    if not holding:
+        return False
+    _, op = max(holding, key=lambda item: (len(item[0].parts), item[1] == "mask"))
+    return op != "mask"
 
 
 def _absolute(place: Path) -> Path:

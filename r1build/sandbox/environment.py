@@ -36,6 +36,12 @@ _KEEP = frozenset(
     }
 )
 _KEEP_PREFIXES = ("CUPY_",)
+_COMPILE_KEEP = frozenset({"PATH", "LD_LIBRARY_PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ"})
+"""What a compile or tool (a confinement with neither Python nor the GPU) keeps of the host's environment: nvcc
+finds its host compiler on ``PATH``, and messages stay in the host's language. Nothing a GPU or Python process
+needs (``CUDA_*``, ``CUPY_*``, ``PYTHONHOME``, ``R1BUILD_NVCC``): a compile can read its own environment
+(``/proc/self/environ``), so what it is not given it cannot put into an object."""
+_SET_HERE = frozenset({"HOME", "TMPDIR", "USER", "LOGNAME"})
 CONFINED_USER = "r1build"
 """The user name a confined process is told (``USER``, ``LOGNAME``)."""
 _SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION", re.IGNORECASE)
@@ -64,7 +70,10 @@ def scrubbed_environment(
 
 def confined_environment(base: Mapping[str, str], confinement: Confinement) -> dict[str, str]:
     """:func:`scrubbed_environment` with the confined process's working directory as its home (for compiles and
-    tools; a worker's environment is scrubbed where it is made, with a home of its own)."""
+    tools; a worker's environment is scrubbed where it is made, with a home of its own); a compile or tool (no
+    Python, no GPU) keeps only :data:`_COMPILE_KEEP` of it."""
     env = scrubbed_environment(base, home=confinement.workdir)
     env["LANG"] = base.get("LANG", "C.UTF-8")
+    if not (confinement.gpu or confinement.python):
+        env = {k: v for k, v in env.items() if k in _COMPILE_KEEP or k in _SET_HERE}
     return env

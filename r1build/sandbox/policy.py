@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import shutil
@@ -64,6 +65,10 @@ class Confinement:
     memory: int | None = None
     """The most address space each of its processes may map, in bytes (None: no limit; :func:`compile_confinement`
     sets one; never for a process that makes a CUDA context, which maps far more address space than it uses)."""
+    file_size: int | None = None
+    """The largest file each of its processes may write, in bytes, its output included: the output then goes to a
+    file in ``workdir`` and only :data:`OUTPUT_KEPT` characters of it come back (None: no limit, output through a
+    pipe; :func:`compile_confinement` sets :data:`COMPILE_FILE_SIZE`)."""
 
 
 class Sandbox(Protocol):
@@ -108,22 +113,77 @@ def run_confined(
     """Run ``argv`` to its end inside ``sandbox`` for ``confinement`` with ``runner`` (:mod:`.runner`), in its
     working directory, with the environment the sandbox gives and no standard input; output captured as text.
     Raises what a runner raises (:class:`OSError`, :class:`subprocess.TimeoutExpired`)."""
+    limited = sandbox.kind != "trusted"
+    log: Path | None = None
+    if limited and confinement.file_size is not None:
+        # the output into a file of the working directory, held to the file size limit, so that a compile that
+        # prints without end (a header including itself twice, printing a #warning each time: a gigabyte in
+        # 20 seconds) stops there instead of filling this process's memory through the pipe
+        if shutil.which(argv[0], path=os.environ.get("PATH", os.defpath)) is None:
+            raise FileNotFoundError(errno.ENOENT, "no such program", argv[0])
+        log = confinement.workdir / OUTPUT_NAME
+        log.unlink(missing_ok=True)
+        argv = ["/bin/sh", "-c", 'exec "$@" >"$0" 2>&1', OUTPUT_NAME, *argv]
     command = sandbox.command(argv, confinement)
-    if confinement.memory is not None and sandbox.kind != "trusted":
-        command = _memory_limited(command, confinement.memory)
-    return runner(
-        command,
-        cwd=confinement.workdir,
-        env=sandbox.environment(os.environ, confinement),
-        timeout_s=timeout_s,
-        merge_stderr=merge_stderr,
-    )
+    if limited and (confinement.memory is not None or confinement.file_size is not None):
+        command = _limited(command, confinement.memory, confinement.file_size)
+    try:
+        done = runner(
+            command,
+            cwd=confinement.workdir,
+            env=sandbox.environment(os.environ, confinement),
+            timeout_s=timeout_s,
+            merge_stderr=merge_stderr,
+        )
+    except subprocess.TimeoutExpired as stopped:
+        if log is not None:
+            said = stopped.output if isinstance(stopped.output, str) else ""
+            stopped.output = said + _read_output(log)
+        raise
+    if log is None:
+        return done
+    return subprocess.CompletedProcess(done.args, done.returncode, done.stdout + done.stderr + _read_output(log), "")
+
+
+OUTPUT_NAME = ".r1build-output"
+"""The file in a confined compile's working directory its output goes to (:attr:`Confinement.file_size`)."""
+OUTPUT_KEPT = 1 << 22
+"""The most characters of a confined compile's output read back: its first and last halves, what lies between
+left out and counted (a compile's own report is kilobytes; the gate keeps the last 4000 characters of a failure)."""
+
+
+def _read_output(log: Path) -> str:
+    """What a confined command wrote to ``log`` (never through a link), at most :data:`OUTPUT_KEPT` bytes of it,
+    then ``log`` removed."""
+    try:
+        fd = os.open(log, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return ""
+    with os.fdopen(fd, "rb") as f:
+        size = os.fstat(fd).st_size
+        if size <= OUTPUT_KEPT:
+            data = f.read(OUTPUT_KEPT)
+        else:
+            head = f.read(OUTPUT_KEPT // 2)
+            f.seek(size - OUTPUT_KEPT // 2)
+            left_out = f"\n... ({size - OUTPUT_KEPT} bytes of output left out) ...\n".encode()
+            data = head + left_out + f.read(OUTPUT_KEPT // 2)
+    log.unlink(missing_ok=True)
+    return data.decode("utf-8", errors="replace")
 
 
 def compile_confinement(workdir: Path, toolkit: str) -> Confinement:
-    """The confinement of a compile (nvcc, a link) of a candidate: its folder, the toolkit, and :func:`compile_memory`
-    of address space per process."""
-    return Confinement(workdir=workdir, toolkit=toolkit, memory=compile_memory())
+    """The confinement of a compile (nvcc, a link) of a candidate: its folder, the toolkit, :func:`compile_memory`
+    of address space per process and files (its output among them) of at most :data:`COMPILE_FILE_SIZE` bytes."""
+    return Confinement(workdir=workdir, toolkit=toolkit, memory=compile_memory(), file_size=COMPILE_FILE_SIZE)
+
+
+COMPILE_FILE_SIZE = 1 << 30
+"""The largest file a compile of a candidate may write (its object, nvcc's intermediates, its output): a model's
+answer with ``asm(".fill 0x100000000, 1, 0")`` makes the assembler write a 4 GiB object in seconds and a few
+megabytes of memory (16 GiB from one line with a fill size of 4), onto this machine's disk and then into the
+gate's memory as it reads the object; it is stopped at this size (SIGXFSZ) instead. Objects of real kernels are
+megabytes; a preprocessed translation unit tens of megabytes at most."""
 
 
 @functools.lru_cache(maxsize=1)
@@ -139,18 +199,24 @@ def compile_memory() -> int:
     return int(min(8 << 30, max(2 << 30, physical // 2)))
 
 
-def _memory_limited(command: Sequence[str], memory: int) -> list[str]:
-    """``command`` started with its address space limited to ``memory`` bytes, a limit its children inherit: through
-    util-linux's ``prlimit`` where it is installed, else through this Python (either execs the command)."""
+def _limited(command: Sequence[str], memory: int | None, file_size: int | None) -> list[str]:
+    """``command`` started with its address space limited to ``memory`` bytes and the files it writes to
+    ``file_size`` bytes (None: unlimited), limits its children inherit, and no core files: through util-linux's
+    ``prlimit`` where it is installed, else through this Python (either execs the command)."""
+    infinity = -1
     tool = shutil.which("prlimit")
     if tool is not None:
-        return [tool, f"--as={memory}", "--", *command]
-    return [sys.executable, "-c", _SET_LIMIT, str(memory), *command]
+        limits = [f"--as={memory}"] if memory is not None else []
+        limits += [f"--fsize={file_size}"] if file_size is not None else []
+        return [tool, *limits, "--core=0", "--", *command]
+    numbers = [str(memory if memory is not None else infinity), str(file_size if file_size is not None else infinity)]
+    return [sys.executable, "-c", _SET_LIMIT, *numbers, *command]
 
 
 _SET_LIMIT = (
-    "import os, resource, sys; n = int(sys.argv[1]); resource.setrlimit(resource.RLIMIT_AS, (n, n)); "
-    "os.execvp(sys.argv[2], sys.argv[2:])"
+    "import os, resource, sys; m, f = (int(a) for a in sys.argv[1:3]); R = resource; "
+    "m < 0 or R.setrlimit(R.RLIMIT_AS, (m, m)); f < 0 or R.setrlimit(R.RLIMIT_FSIZE, (f, f)); "
+    "R.setrlimit(R.RLIMIT_CORE, (0, 0)); os.execvp(sys.argv[3], sys.argv[3:])"
 )
 
 

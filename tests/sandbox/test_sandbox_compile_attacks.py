@@ -1,0 +1,93 @@
+"""Attacks on a confined compile of model-written code that read no file: its environment, which it can read
+(``/proc/self/environ``) and so put into an object, and its output and files, which a one-line answer can make
+gigabytes of (onto this machine's disk and into the gate's memory). Each needs the real sandbox."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+from pathlib import Path
+
+import pytest
+
+from r1build.errors import ToolchainError
+from r1build.gate.nvcc import compile_variant
+from r1build.gate.source import source_problems
+from r1build.sandbox import compile_confinement, confined, run_confined
+from r1build.sandbox.policy import COMPILE_FILE_SIZE, OUTPUT_KEPT
+from r1build.toolchain.nvcc import Toolchain, toolchain
+from tests.sandbox.support import needs_sandbox
+
+try:
+    TOOLCHAIN: Toolchain | None = toolchain()
+except ToolchainError:  # pragma: no cover - every development and CI machine has nvcc
+    TOOLCHAIN = None
+pytestmark = [pytest.mark.slow, needs_sandbox, pytest.mark.skipif(TOOLCHAIN is None, reason="nvcc not found")]
+
+KERNEL = """
+#include <cuda_runtime.h>
+namespace { __global__ void fill(float* x) { x[threadIdx.x] = 1.0f; } }
+extern "C" cudaError_t run(float* x, cudaStream_t s) { fill<<<1, 32, 0, s>>>(x); return cudaGetLastError(); }
+"""
+
+
+def test_a_compile_sees_none_of_the_host_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """What a compile's processes can read of their environment: no setting of a GPU or Python process (``CUPY_*``,
+    ``CUDA_VISIBLE_DEVICES``, ``R1BUILD_NVCC``), no credential, and no search path naming a host folder the sandbox
+    hides (a home folder, a project, a relative entry): only what nvcc needs."""
+    canary = f"R1BUILD-ENV-{secrets.token_hex(6)}"
+    assert TOOLCHAIN is not None
+    hidden = tmp_path / canary / "bin"
+    hidden.mkdir(parents=True)
+    for name in ("OPENAI_API_KEY", "CUPY_CACHE_IN_MEMORY", "CUDA_VISIBLE_DEVICES", "R1BUILD_NVCC", "PYTHONHOME"):
+        monkeypatch.setenv(name, canary)
+    monkeypatch.setenv("PATH", f"{hidden}:{canary}:{os.environ['PATH']}")
+    monkeypatch.setenv("LD_LIBRARY_PATH", f"{hidden}:/usr/lib")
+    work = tmp_path / "work"
+    work.mkdir()
+    done = run_confined(
+        confined(),
+        ["sh", "-c", "tr '\\0' '\\n' < /proc/self/environ"],
+        compile_confinement(work, TOOLCHAIN.nvcc),
+        timeout_s=60,
+    )
+    assert done.returncode == 0, done.stdout
+    seen = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+    assert canary not in done.stdout, seen
+    assert "/usr/bin" in seen["PATH"].split(":") and seen["LD_LIBRARY_PATH"] == "/usr/lib"
+    assert seen["HOME"] == str(work)
+
+
+def test_a_fill_directive_stops_at_the_file_size_limit(tmp_path: Path) -> None:
+    """One line of host assembly makes the assembler write an object of any size in seconds and megabytes of
+    memory (the text checks let ``.fill`` through: it reads nothing): the file size limit stops it."""
+    assert TOOLCHAIN is not None
+    source = f'asm(".section .data\\n.fill {COMPILE_FILE_SIZE + (256 << 20)}, 1, 0x41\\n.previous");\n' + KERNEL
+    assert not source_problems(source)
+    work = tmp_path / "work"
+    work.mkdir()
+    done = compile_variant(
+        source, {}, "sm_90", name="run", flags=[], toolchain=TOOLCHAIN, workdir=work, timeout_s=120, sandbox=confined()
+    )
+    assert not done.ok and done.object_path is None
+    assert "File size limit exceeded" in done.output
+    assert all(p.stat().st_size <= COMPILE_FILE_SIZE for p in work.iterdir())
+
+
+def test_output_without_end_is_stopped_and_cut(tmp_path: Path) -> None:
+    """A compile that prints without end (a header including itself twice with a ``#warning``: a gigabyte in 20 s)
+    is stopped at the file size limit, and only :data:`OUTPUT_KEPT` characters of its output reach this process."""
+    assert TOOLCHAIN is not None
+    size = COMPILE_FILE_SIZE + (64 << 20)
+    done = run_confined(
+        confined(),
+        ["sh", "-c", f"head -c {size} /dev/zero | tr '\\0' A; echo unreachable"],
+        compile_confinement(tmp_path, TOOLCHAIN.nvcc),
+        timeout_s=120,
+        merge_stderr=True,
+    )
+    assert len(done.stdout) <= OUTPUT_KEPT + 200 and "bytes of output left out" in done.stdout
+    assert done.returncode != 0 or "unreachable" not in done.stdout
+    assert not any(tmp_path.iterdir())  # the output's file is gone
+    assert sys.getsizeof(done.stdout) < 2 * OUTPUT_KEPT
