@@ -76,7 +76,7 @@ def check_and_link(
     it, running nvcc in ``obj``'s folder through ``runner`` (:mod:`r1build.toolchain.runner`)."""
     if entry == LAST_ERROR_SYMBOL:
         return Linked("rejected", f"the entry point may not be named {LAST_ERROR_SYMBOL}: r1build's own function")
-    symbols = check_object(obj, entry)
+    symbols = check_object(obj, entry, sandbox)
     if not symbols.ok:
         return Linked("rejected", symbols.reason(entry))
     too_big = static_memory_problem(obj, limit)

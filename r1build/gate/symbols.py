@@ -43,11 +43,12 @@ import re
 import shutil
 import struct
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from ..convert import field, record
 from ..errors import ToolchainError
-from ..sandbox import run_process
+from ..sandbox import Sandbox, reader_confinement, run_confined, unconfined
 from .verdicts import ALLOWLIST_VERSION
 
 __all__ = ["ALLOWLIST_VERSION", "SymbolCheck", "check_object", "denied_reason", "is_allowed"]
@@ -362,17 +363,28 @@ def _tool(name: str) -> str:
     return found
 
 
-def _run(cmd: list[str]) -> str:
-    try:
-        proc = run_process(cmd, timeout_s=120)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ToolchainError(f"cannot run {cmd[0]}: {exc}") from None
-    if proc.returncode != 0:
-        raise ToolchainError(f"{' '.join(cmd)} failed with code {proc.returncode}: {proc.stderr.strip()}")
-    return proc.stdout
+Read = Callable[[list[str]], str]
+"""Runs an object reader's command line to its end: its standard output (:func:`reader`)."""
 
 
-def _demangle(names: list[str]) -> list[str]:
+def reader(obj: Path, sandbox: Sandbox | None = None) -> Read:
+    """How the readers of ``obj`` run: inside ``sandbox`` with ``obj``'s folder only (a model-written object is
+    hostile input to binutils' parsers), or as this process (None: the user's own object)."""
+    where = sandbox if sandbox is not None else unconfined()
+
+    def read(cmd: list[str]) -> str:
+        try:
+            proc = run_confined(where, cmd, reader_confinement(obj.parent, cmd[0]), timeout_s=120)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ToolchainError(f"cannot run {cmd[0]}: {exc}") from None
+        if proc.returncode != 0:
+            raise ToolchainError(f"{' '.join(cmd)} failed with code {proc.returncode}: {proc.stderr.strip()}")
+        return proc.stdout
+
+    return read
+
+
+def _demangle(names: list[str], read: Read) -> list[str]:
     """Readable names (c++filt when present), sorted; denied CUDA calls that share a reason are listed together,
     followed by it once."""
     if not names:
@@ -380,7 +392,7 @@ def _demangle(names: list[str]) -> list[str]:
     cxxfilt = shutil.which("c++filt")
     readable = names
     if cxxfilt is not None:
-        out = _run([cxxfilt, *names]).splitlines()
+        out = read([cxxfilt, *names]).splitlines()
         readable = out if len(out) == len(names) else names
     plain: set[str] = set()
     by_note: dict[str, set[str]] = {}
@@ -430,15 +442,17 @@ _INDIRECT = re.compile(r"^[0-9a-f]+\s.*\si\s+\S+\s+[0-9a-f]+\s+(?:\.hidden\s+)?(
 _FUNCTION = re.compile(r"^(?P<value>[0-9a-f]+)\s.*\sF\s+(?P<section>\S+)\s+[0-9a-f]+\s+(?:\.hidden\s+)?(?P<name>\S+)$")
 
 
-def load_time_functions(obj: Path) -> list[str]:
+def load_time_functions(obj: Path, read: Read | None = None) -> list[str]:
     """The (mangled) names of the functions an object runs when it is loaded or unloaded, other than nvcc's fatbin
     registration; code placed in ``.init`` or ``.fini`` counts as one, named by its section, and so does the
-    resolver of a GNU indirect function (``__attribute__((ifunc))``), which runs while the library is loaded."""
+    resolver of a GNU indirect function (``__attribute__((ifunc))``), which runs while the library is loaded. The
+    readers run through ``read`` (:func:`reader`; None: as this process)."""
+    read = read if read is not None else reader(obj)
     objdump = _tool("objdump")
     functions: dict[tuple[str, int], str] = {}
     sections: set[str] = set()
     found: list[str] = []
-    for line in _run([objdump, "-t", str(obj)]).splitlines():
+    for line in read([objdump, "-t", str(obj)]).splitlines():
         m = _FUNCTION.match(line.strip())
         if m:
             functions[m["section"], int(m["value"], 16)] = m["name"]
@@ -446,7 +460,7 @@ def load_time_functions(obj: Path) -> list[str]:
         if indirect:  # an ifunc's resolver runs while the library's relocations are processed, before any call
             found.append(f"the resolver of the indirect function {indirect['name']}")
     current: str | None = None
-    for line in _run([objdump, "-r", "-h", str(obj)]).splitlines():
+    for line in read([objdump, "-r", "-h", str(obj)]).splitlines():
         fields = line.split()
         if current is None and not found and len(fields) > 2 and re.fullmatch(r"\d{1,5}", fields[0]):
             sections.add(fields[1])  # a section header line: "idx name size ..."
@@ -467,15 +481,17 @@ def load_time_functions(obj: Path) -> list[str]:
     return ["the initialization of its globals" if re.match(r"_GLOBAL__sub_[ID]_", name) else name for name in found]
 
 
-def check_object(obj: Path, entry: str) -> SymbolCheck:
-    """Inspect a host object from nvcc: its calls, its exports and its instructions."""
+def check_object(obj: Path, entry: str, sandbox: Sandbox | None = None) -> SymbolCheck:
+    """Inspect a host object from nvcc: its calls, its exports and its instructions, the readers inside ``sandbox``
+    (:func:`reader`)."""
+    read = reader(obj, sandbox)
     nm = _tool("nm")
-    undefined = [line.split()[-1] for line in _run([nm, "-u", str(obj)]).splitlines() if line.strip()]
+    undefined = [line.split()[-1] for line in read([nm, "-u", str(obj)]).splitlines() if line.strip()]
     forbidden = [s for s in undefined if not is_allowed(s)]
 
     exported: list[str] = []
     has_entry = False
-    for line in _run([nm, "-g", "--defined-only", str(obj)]).splitlines():
+    for line in read([nm, "-g", "--defined-only", str(obj)]).splitlines():
         fields = line.split()
         if len(fields) < 3:
             continue
@@ -487,13 +503,13 @@ def check_object(obj: Path, entry: str) -> SymbolCheck:
     # a kernel's launch stub always comes with the kernel itself: name the kernel only
     exported = [s for s in exported if "__device_stub__" not in s]
 
-    disassembly = _run([_tool("objdump"), "-d", "--no-show-raw-insn", str(obj)])
+    disassembly = read([_tool("objdump"), "-d", "--no-show-raw-insn", str(obj)])
     raw = max(len(_RAW_SYSCALL.findall(disassembly)), hidden_syscalls(obj))
-    load_time = load_time_functions(obj)
+    load_time = load_time_functions(obj, read)
     return SymbolCheck(
-        forbidden=_demangle(forbidden),
-        exported=_demangle(exported),
+        forbidden=_demangle(forbidden, read),
+        exported=_demangle(exported, read),
         has_entry=has_entry,
         raw_syscalls=raw,
-        load_time=_demangle(load_time),
+        load_time=_demangle(load_time, read),
     )

@@ -178,6 +178,14 @@ def compile_confinement(workdir: Path, toolkit: str) -> Confinement:
     return Confinement(workdir=workdir, toolkit=toolkit, memory=compile_memory(), file_size=COMPILE_FILE_SIZE)
 
 
+def reader_confinement(workdir: Path, program: str) -> Confinement:
+    """The confinement of a program that reads a candidate's object (``nm``, ``objdump``, ``c++filt``): the object's
+    folder, the system's programs and ``program``'s own folder, :func:`compile_memory` of address space; output
+    through pipes (stdout and stderr apart: the gate parses the one and reports the other)."""
+    own = program if Path(program).is_absolute() else None  # a bare name is found on the sandbox's PATH
+    return Confinement(workdir=workdir, toolkit=own, memory=compile_memory())
+
+
 COMPILE_FILE_SIZE = 1 << 30
 """The largest file a compile of a candidate may write (its object, nvcc's intermediates, its output): a model's
 answer with ``asm(".fill 0x100000000, 1, 0")`` makes the assembler write a 4 GiB object in seconds and a few

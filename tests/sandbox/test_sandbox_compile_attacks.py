@@ -91,3 +91,21 @@ def test_output_without_end_is_stopped_and_cut(tmp_path: Path) -> None:
     assert done.returncode != 0 or "unreachable" not in done.stdout
     assert not any(tmp_path.iterdir())  # the output's file is gone
     assert sys.getsizeof(done.stdout) < 2 * OUTPUT_KEPT
+
+
+def test_the_object_readers_see_only_the_objects_folder(tmp_path: Path) -> None:
+    """``nm``, ``objdump`` and ``c++filt`` parse a model-written object (hostile input to binutils): the gate runs
+    them inside the sandbox with the object's folder only, so a parser bug that ran code would find no host file.
+    Shown with a reader that reads a canary beside the folder: unconfined it can, as the gate runs them it cannot."""
+    from r1build.gate.symbols import reader
+
+    canary = tmp_path / "secret.txt"
+    canary.write_text(f"R1BUILD-READER-{secrets.token_hex(6)}")
+    work = tmp_path / "work"
+    work.mkdir()
+    obj = work / "candidate.o"
+    obj.write_bytes(b"\x7fELF")
+    assert reader(obj)(["cat", str(canary)]) == canary.read_text()  # the user's own object: as this process
+    with pytest.raises(ToolchainError, match="No such file"):
+        reader(obj, confined())(["cat", str(canary)])
+    assert reader(obj, confined())(["ls", str(work)]).split() == ["candidate.o"]
