@@ -51,13 +51,23 @@ _NOT_SOURCE_LANGS = frozenset({"diff", "patch", "udiff", "console", "shell-sessi
 -), a terminal, plain text (the Python strings of a ``load_inline`` answer in such a block still count)."""
 _PROSE_LANGS = frozenset({"markdown", "md", ""})
 """Tags of a block that may wrap other fenced blocks (:func:`fenced_blocks` looks inside)."""
-_FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`\n]*)$")
-_GLUED_OPEN = re.compile(r"^(?P<lang>[^\s#]*)[ \t]*(?P<code>#[ \t]*(?:include|define|pragma|if|ifndef|ifdef)\b.*)$")
-"""An info string that runs into the first line of code: ``cuda #include <cuda_runtime.h>``."""
+_FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}(?!`)|~{3,}(?!~))[ \t]*(?P<info>(?:[^`\n \t][^`\n]*)?)$")
+"""A fence line. The fence is the whole run of its character and the info string starts after the blanks (one
+way to match only: trying each split of a long run of tildes, or of blanks, before a backtick took quadratic
+time)."""
+_GLUED_OPEN = re.compile(
+    r"^(?P<lang>[^\s#/]*)[ \t]*(?P<code>(?:#[ \t]*(?:include|define|pragma|if|ifndef|ifdef)\b|//|/\*"
+    r"|(?<!\S)(?:__global__|__device__|template\s*<|extern\s+\"C\")).*)$"
+)
+"""An info string that runs into the first line of code: ``cuda #include <cuda_runtime.h>``, a comment (``cuda //
+@tunable BLOCK: 128, 256``) or a definition (``cuda __global__ void k(...) {``): that line was lost."""
 _PY_STRING = re.compile(r"(?P<prefix>\b[rRbBuUfF]{1,2})?(?P<q>\"\"\"|''')(?P<body>.*?)(?P=q)", re.S)
 _PARAM_TOKEN = re.compile(r"[();{}]")
 _MAX_SIGNATURE = 4000
 """Longest parameter list of the exported function looked at (a longer one is not a signature)."""
+_MIN_OPENINGS = 64
+"""Occurrences of a name looked at in any code: a short source that declares a function before defining it (or
+names it in a comment) had only its first occurrence looked at, and its definition was not found."""
 _LAUNCH = re.compile(r"\b(?P<name>[A-Za-z_]\w*)\s*(?:<[^<>;{}()]*>\s*)?<<<")
 """A kernel launch: ``name<<<``, or ``name<T, 4><<<`` for a template."""
 _STATEMENT_END = re.compile(r"[;{}]")
@@ -122,9 +132,10 @@ def _glued_close(line: str, fence: str) -> str | None:
     return code if run >= len(fence) and code.strip() and code.rstrip()[-1] not in "`~" else None
 
 
-def _parse(text: str) -> list[tuple[Block, int]]:
-    """Each fenced block with the line after its closing fence (the number of lines for an unclosed block)."""
-    blocks: list[tuple[Block, int]] = []
+def _parse(text: str) -> list[tuple[Block, int, int]]:
+    """Each fenced block with the line of its opening fence and the line after its closing fence (for an unclosed
+    block, the line that ends it: the next opening fence, else the number of lines)."""
+    blocks: list[tuple[Block, int, int]] = []
     lines = _lines(text)
     i = 0
     while i < len(lines):
@@ -159,7 +170,7 @@ def _parse(text: str) -> list[tuple[Block, int]]:
                 closed = True
                 break
             j += 1
-        blocks.append((Block(lang, "\n".join(body).strip("\n") + "\n", closed), min(j + 1, len(lines))))
+        blocks.append((Block(lang, "\n".join(body).strip("\n") + "\n", closed), i, min(j + 1, len(lines))))
         i = j + 1
     return blocks
 
@@ -170,7 +181,7 @@ def fenced_blocks(text: str, _depth: int = 0) -> list[Block]:
     block's first line. A longer fence tagged as prose (``markdown``, or untagged) that wraps fenced blocks stands
     for the blocks inside it (an answer written as one ````` ````markdown ````` document), two levels deep."""
     out: list[Block] = []
-    for block, _ in _parse(text):
+    for block, _, _ in _parse(text):
         inner = fenced_blocks(block.code, _depth + 1) if block.lang in _PROSE_LANGS and _depth < 2 else []
         out += inner or [block]
     return out
@@ -181,13 +192,28 @@ def complete_part(content: str, name: str) -> str | None:
     thinking), when a closed block in it defines the exported function ``name`` (complete code); None otherwise.
     One pass over the answer, however many fences it holds."""
     answer = strip_think(content)
-    closed = [end for block, end in _parse(answer) if block.closed]
+    closed = _closed_ends(answer)
     if not closed:
         return None
-    kept = "\n".join(answer.split("\n")[: closed[-1]])
+    kept = "\n".join(answer.split("\n")[: max(closed)])
     prefix = content[: len(content) - len(answer)] + kept + ("\n" if len(kept) < len(answer) else "")
     extraction = extract_source(prefix, name)
     return prefix if extraction.source is not None and extraction.reason == "defines the export" else None
+
+
+def _closed_ends(text: str, _depth: int = 0) -> list[int]:
+    """The line after each closing fence of a block in ``text``, with those of the blocks in an unclosed prose
+    block, as :func:`fenced_blocks` takes them (an answer written as one ````` ````markdown ````` document, cut off
+    after its code block, had no complete part)."""
+    lines = text.split("\n")
+    out: list[int] = []
+    for block, start, end in _parse(text):
+        if block.closed:
+            out.append(end)
+        elif block.lang in _PROSE_LANGS and _depth < 2:
+            inner = "\n".join(lines[start + 1 : end])
+            out += [start + 1 + e for e in _closed_ends(inner, _depth + 1)]
+    return out
 
 
 def _looks_like_cuda(code: str) -> bool:
@@ -206,8 +232,9 @@ def _defines_export(code: str, name: str) -> bool:
 
 def _openings(code: str, name: str) -> Iterator[re.Match[str]]:
     """Where ``name(`` opens a parameter list in ``code``, in order, as many as those lists could cover the code
-    four times (:data:`_MAX_SIGNATURE` characters each), so a degenerate answer costs linear time."""
-    budget = 4 * len(code) + _MAX_SIGNATURE
+    four times (:data:`_MAX_SIGNATURE` characters each), so a degenerate answer costs linear time, and at least
+    :data:`_MIN_OPENINGS`."""
+    budget = 4 * len(code) + _MIN_OPENINGS * _MAX_SIGNATURE
     for m in re.finditer(rf"\b{re.escape(name)}\s*\(", code):
         budget -= _MAX_SIGNATURE
         if budget < 0:

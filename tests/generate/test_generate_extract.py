@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
 
 from r1build.generate.extract import (
+    complete_part,
     extract_source,
     fenced_blocks,
     normalized_digest,
@@ -179,3 +181,50 @@ def test_an_answer_wrapped_in_a_longer_markdown_fence_gives_the_code_inside_it()
         f"#include <cuda_runtime.h>\n{code}"
     )
     assert extract_source("````markdown\n# just notes\n````\n", "vadd").source is None
+
+
+SHORT = """#include <cuda_runtime.h>
+extern "C" cudaError_t vadd(float* x, cudaStream_t s);
+__global__ void k(float* x);
+extern "C" cudaError_t vadd(float* x, cudaStream_t s) {
+    k<<<1, 1, 0, s>>>(x);
+    return cudaGetLastError();
+}
+__global__ void k(float* x) { x[0] = 1; }
+"""
+
+
+def test_a_short_source_that_declares_before_it_defines_is_found_whole() -> None:
+    # only the first occurrence of a name was looked at in a source under 1000 characters: the export was not
+    # found, and a draft that defines the kernel was put before the final one (a duplicate definition)
+    draft = "```cuda\n__global__ void k(float* x) { /* draft */ }\n```\n"
+    found = extract_source(f"{draft}The final kernel:\n```cuda\n{SHORT}```\n", "vadd")
+    assert found.reason == "defines the export" and found.source == SHORT
+    assert complete_part(f"```cuda\n{SHORT}```\nThis launches one thr", "vadd") is not None
+
+
+def test_a_long_run_of_fence_characters_before_a_backtick_takes_linear_time() -> None:
+    # each split of the run between the fence and the info string was tried (200,000 characters: minutes)
+    for line in ("~" * 200_000 + "`", "~~~" + " " * 200_000 + "`", "```" + " \t" * 100_000 + "`"):
+        start = time.process_time()
+        found = extract_source(f"{line}\n```cuda\n{SHORT}```\n", "vadd")
+        assert time.process_time() - start < 2.0
+        assert found.source == SHORT
+
+
+def test_a_truncated_markdown_document_keeps_its_complete_code_block() -> None:
+    # complete_part looked at the outer fences only: the ````markdown block was unclosed, so nothing was complete
+    content = f"Here it is.\n\n````markdown\n# Notes\n\n```cuda\n{SHORT}```\n\nThe kernel uses one thr"
+    kept = complete_part(content, "vadd")
+    assert kept == content[: content.index("```\n\nThe") + 3] + "\n"
+    assert extract_source(kept, "vadd").source == extract_source(content, "vadd").source == SHORT
+
+
+def test_code_on_the_opening_fence_line_is_kept() -> None:
+    kernel = "__global__ void k(float* x) { x[0] = 1; }"
+    launcher = 'extern "C" cudaError_t vadd(float* x, cudaStream_t s) { k<<<1, 1, 0, s>>>(x); return cudaSuccess; }'
+    for first in (kernel, "// @tunable BLOCK: 128, 256", "/* v2 */", "template <int N> " + kernel):
+        found = extract_source(f"```cuda {first}\n{launcher}\n```\n", "vadd")
+        assert found.source == f"{first}\n{launcher}\n", first
+    # an info string that is no code stays the tag
+    assert extract_source(f"```cuda title=kernel.cu\n{SHORT}```\n", "vadd").source == SHORT
