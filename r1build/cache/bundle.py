@@ -35,7 +35,9 @@ What happens to entries the cache already has:
 * a decision that differs: the bundle's decision replaces the local one only when a GPU judged the bundle's and
   either none judged the local one (a bundle from a GPU machine upgrades a static-gate-only decision) or newer GPU
   checks did (its ``checks`` version is higher, and not above this r1build's); never when it contradicts itself
-  (:func:`~r1build.selection.rules.decision_problem`); otherwise the local decision is kept (``kept``);
+  (:func:`~r1build.selection.rules.decision_problem`); otherwise the local decision is kept (``kept``); one that
+  contradicts itself is not added where the cache has none either: it is refused with a warning (``refused``), as
+  the remote cache refuses it, for no build would use it and `cache verify` would report it;
 * a gate result or JSON document that differs: the local one is kept.
 
 A local entry that is corrupt is always replaced by the bundle's verified one.
@@ -165,7 +167,8 @@ class BundleSummary:
     verified: dict[str, str] = field(default_factory=dict)
     """Import with trusted keys: key to the id of the trusted key whose signature it carries."""
     refused: dict[str, str] = field(default_factory=dict)
-    """Import with trusted keys: keys not imported, to why (unsigned, untrusted key, signature mismatch)."""
+    """Import: keys not imported, to why (with trusted keys: unsigned, untrusted key, signature mismatch; a
+    decision that contradicts itself)."""
 
     @property
     def total(self) -> int:
@@ -372,6 +375,11 @@ def _import_entry(cache: Cache, bundle: _Opened, entry: BundleEntry, summary: Bu
         return
     payload = bundle.payload(entry)
     local = cache.peek(entry.key)
+    problem = _self_contradiction(entry, payload)
+    if local is None and problem is not None:  # never used (resolve refuses it), and `cache verify` would fail on it
+        summary.refused[entry.key] = problem
+        emit(Note("warning", f"{summary.path}: refused {entry.key}: {problem}"))
+        return
     if local is None:
         cache.put_raw(entry.key, payload)
         summary.added.append(entry.key)
@@ -386,6 +394,20 @@ def _import_entry(cache: Cache, bundle: _Opened, entry: BundleEntry, summary: Bu
         return
     if entry.kind in ("decision", "gate"):  # kept for its signature (checked), or on no signature at all
         cache.note_signer(entry.key, summary.verified.get(entry.key))
+
+
+def _self_contradiction(entry: BundleEntry, payload: bytes) -> str | None:
+    """Why the decision ``payload`` contradicts itself (:func:`~r1build.selection.rules.decision_problem`); None
+    for one that does not, or an entry of another kind. The remote cache treats such a decision as corrupt."""
+    from ..selection.rules import decision_problem
+
+    if entry.kind != "decision":
+        return None
+    try:
+        decision = from_json(Decision, payload)
+    except ValueError as exc:  # JSON that is no decision record (its digest matched: made so)
+        return f"not a decision record ({str(exc)[:200]})"
+    return decision_problem(decision)
 
 
 def _trusted_entries(entries: list[BundleEntry], trusted: TrustedKeys, summary: BundleSummary) -> list[BundleEntry]:

@@ -158,6 +158,11 @@ class HttpStore:
                 if len(data) > MAX_OBJECT:
                     self._drop()
                     raise RemoteUnavailable(f"{method} {path}: an answer over {MAX_OBJECT} bytes")
+                if method == "GET" and length is not None and length.isdigit() and len(data) < int(length):
+                    self._drop()  # the connection closed mid-body: a torn transfer, not a corrupt object
+                    raise RemoteUnavailable(
+                        f"{method} {path}: the answer was cut short ({len(data)} of {length} bytes)"
+                    )
                 if response.will_close:
                     self._drop()
                 return response.status, data
