@@ -69,7 +69,7 @@ from ..trust.signing import PrivateKey, TrustedKeys, entry_payload, entry_statem
 from .codec import KINDS, check_payload, kind_of
 from .index import pid_in, process_gone
 from .store import Cache
-from .verdicts import is_signer_note
+from .verdicts import UNCHECKED_IMPORT, is_signer_note
 
 __all__ = [
     "BUNDLE_FORMAT",
@@ -357,12 +357,14 @@ def import_bundle(cache: Cache, path: Path | str, *, trusted: TrustedKeys | None
         order = sorted(entries, key=lambda e: (e.kind != "blob", e.key))  # blobs before what names them
         with cache.importing(), cache.transaction():
             for entry in order:
-                _import_entry(cache, bundle, entry, summary)
+                _import_entry(cache, bundle, entry, summary, checked=bool(trusted))
     return summary
 
 
-def _import_entry(cache: Cache, bundle: _Opened, entry: BundleEntry, summary: BundleSummary) -> None:
-    """Add one verified entry to ``cache`` (in the import's transaction), noting what was done in ``summary``."""
+def _import_entry(cache: Cache, bundle: _Opened, entry: BundleEntry, summary: BundleSummary, *, checked: bool) -> None:
+    """Add one verified entry to ``cache`` (in the import's transaction), noting what was done in ``summary`` and,
+    for a record, its signer (the trusted key, or :data:`~.verdicts.UNCHECKED_IMPORT` where no signature was
+    ``checked``)."""
     if entry.kind == "blob":  # its key is its digest: an intact local copy is the same bytes
         if cache.peek(entry.key) is not None:
             summary.unchanged.append(entry.key)
@@ -392,8 +394,8 @@ def _import_entry(cache: Cache, bundle: _Opened, entry: BundleEntry, summary: Bu
     else:
         summary.kept.append(entry.key)
         return
-    if entry.kind in ("decision", "gate"):  # kept for its signature (checked), or on no signature at all
-        cache.note_signer(entry.key, summary.verified.get(entry.key))
+    if entry.kind in ("decision", "gate"):  # kept for its signature (checked), or marked as taken unchecked
+        cache.note_signer(entry.key, summary.verified.get(entry.key) if checked else UNCHECKED_IMPORT)
 
 
 def _self_contradiction(entry: BundleEntry, payload: bytes) -> str | None:

@@ -26,6 +26,7 @@ from .storage import Storage
 
 __all__ = [
     "SIGNERS",
+    "UNCHECKED_IMPORT",
     "UNREADABLE_SIGNER",
     "Verdicts",
     "is_signer_note",
@@ -38,6 +39,9 @@ SIGNERS = "signers"
 """The JSON namespace of the signer notes."""
 UNREADABLE_SIGNER = "(an unreadable signer note)"
 """The signer of a record whose note is damaged: trusted by no manifest."""
+UNCHECKED_IMPORT = "(imported unchecked)"
+"""The signer of a record a bundle brought in with no signature checked (imported where no manifest listed trusted
+keys): a project that lists trusted keys does not use it; one that lists none does, as a record made here."""
 
 
 def signer_key(record_key: str) -> str:
@@ -98,8 +102,9 @@ class Verdicts(Storage):
 
     def signer_of(self, record_key: str) -> str | None:
         """The id of the key whose signature the record under ``record_key`` was kept for; None for one made
-        here (or imported unchecked). A note that is there but cannot be read gives :data:`UNREADABLE_SIGNER`,
-        which no key is: a damaged note must not turn a record kept for a signature into one made here."""
+        here; :data:`UNCHECKED_IMPORT` for one a bundle brought in unchecked. A note that is there but cannot be
+        read gives :data:`UNREADABLE_SIGNER`, which no key is: a damaged note must not turn a record kept for a
+        signature into one made here."""
         note = signer_key(record_key)
         stored = self._stored(note)  # not counted as a read: notes are no entries users look up
         if stored is None:
@@ -126,10 +131,13 @@ class Verdicts(Storage):
         if self.trusted is None:
             return False
         signer = self.signer_of(f"{kind}/{key}")
-        if signer is None or signer in self.trusted.keys:
+        if signer is None or signer in self.trusted.keys or (signer == UNCHECKED_IMPORT and not self.trusted):
             return False
         message = (
-            f"the cached {kind} {key[:16]} (cache {self.directory}) was kept for a signature by key {signer}, "
+            f"the cached {kind} {key[:16]} (cache {self.directory}) was imported from a bundle with no signature "
+            "checked, and the manifest lists trusted-keys; not using it (import a bundle signed by a trusted key)"
+            if signer == UNCHECKED_IMPORT
+            else f"the cached {kind} {key[:16]} (cache {self.directory}) was kept for a signature by key {signer}, "
             "which the manifest's trusted-keys no longer holds; not using it"
         )
         with self._lock:

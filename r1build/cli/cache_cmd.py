@@ -605,11 +605,14 @@ def cmd_import(args: argparse.Namespace, console: Console) -> int:
             f"{len(summary.refused)} refused (trusted-keys of {manifest.path})"
         )
     elif manifest is not None:
-        console.print(f"signatures not checked: the manifest lists no [cache] trusted-keys ({manifest.path})")
+        console.print(
+            f"signatures not checked: the manifest lists no [cache] trusted-keys ({manifest.path}); projects that "
+            "list trusted keys will not use what was imported unchecked"
+        )
     else:
         console.print(
             "signatures not checked: no manifest here or above (-m MANIFEST checks them against its [cache] "
-            "trusted-keys)"
+            "trusted-keys); projects that list trusted keys will not use what was imported unchecked"
         )
     for key in summary.replaced:
         console.print(f"replaced {key} (the bundle's decision was measured on a GPU)")

@@ -50,7 +50,10 @@ def make_decision(cache: Cache, key: str, kernel: str, *, measured: bool = True,
 
 
 def contents(cache: Cache) -> dict[str, bytes | None]:
-    return {e.key: cache.peek(e.key) for e in cache.entries()}
+    """What a bundle carries of ``cache``: every entry but this machine's signer notes."""
+    from r1build.cache.verdicts import is_signer_note
+
+    return {e.key: cache.peek(e.key) for e in cache.entries() if not is_signer_note(e.key)}
 
 
 def filled(cache: Cache) -> Cache:

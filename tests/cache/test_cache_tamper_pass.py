@@ -87,3 +87,27 @@ def test_a_remote_answer_cut_short_is_an_unavailable_remote_not_a_corrupt_object
         assert cache.peek(f"decision/{key}") is None
     code, out = run_cli("cache", "verify", "--cache-dir", str(target))
     assert code == 0, out
+
+
+def test_an_unchecked_import_is_not_used_where_the_manifest_lists_trusted_keys(tmp_path: Path) -> None:
+    """A bundle imported where no manifest lists trusted keys is taken unchecked; its records are marked so, and a
+    project that lists trusted keys does not use them (it would a record made on this machine), while one that
+    lists none does."""
+    from r1build.cache import Cache
+    from r1build.cache.bundle import export_bundle, import_bundle
+    from r1build.cache.verdicts import UNCHECKED_IMPORT
+    from r1build.trust.signing import KeyPair
+    from r1build.trust.trusted import TrustedKeys
+    from tests.cache.bundle_support import filled
+
+    with Cache(tmp_path / "source") as source:
+        filled(source)
+        decisions = [d.key for d in source.decisions()]
+        export_bundle(source, tmp_path / "plain.r1bundle")
+    with Cache(tmp_path / "here") as here:
+        import_bundle(here, tmp_path / "plain.r1bundle")  # no trusted keys anywhere: unchecked
+        assert all(here.signer_of(f"decision/{k}") == UNCHECKED_IMPORT for k in decisions)
+        here.trusted = TrustedKeys()  # a project that lists none: used as before
+        assert all(here.get_decision(k, remote=False) is not None for k in decisions)
+        here.trusted = TrustedKeys.of([KeyPair.generate().public])  # a project that lists one: not used
+        assert all(here.get_decision(k, remote=False) is None for k in decisions)
