@@ -167,9 +167,16 @@ def load_transcript(cache: Cache, digest: str) -> StoredAnswer | None:
             model=str(doc.get("model", "")),
             content=str(answer["content"]) if answer is not None else None,
             finish_reason=answer.get("finish_reason") if answer is not None else None,
-            usage={k: answer.get(k) for k in ("prompt_tokens", "completion_tokens", "reasoning_tokens")}
+            usage={k: _count(answer.get(k)) for k in ("prompt_tokens", "completion_tokens", "reasoning_tokens")}
             if answer is not None
             else {},
         )
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):  # OverflowError: a round of 1e400
         return None
+
+
+def _count(value: Any) -> int | None:
+    """A stored token count, or None where the transcript holds something else (a string, NaN, a list)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return int(value) if math.isfinite(value) else None

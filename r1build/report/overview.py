@@ -8,6 +8,7 @@ lock, the cache's decisions and the searches' links and transcripts through :fun
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -367,7 +368,9 @@ def _bar_note(manifest: Manifest, spec: KernelSpec, bar: str, speedup: float | N
 
 
 def _int(value: Any) -> int:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0
+    return int(value) if math.isfinite(value) else 0
 
 
 def _sample(digest: str, text: str | None, *, full: bool) -> SampleRecord | None:
@@ -404,7 +407,7 @@ def _sample(digest: str, text: str | None, *, full: bool) -> SampleRecord | None
             reasoning=str(answer.get("reasoning") or "") if answer and full else "",
             content=str(answer["content"]) if answer and full and answer.get("content") is not None else None,
         )
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):  # OverflowError: a round of 1e400
         return None
 
 
@@ -415,7 +418,7 @@ def _search(cache: Cache, key: str, decision: Decision | None, *, full: bool) ->
         return None
     samples = []
     missing = 0
-    for digest in digests:
+    for digest in dict.fromkeys(digests):  # a transcript linked twice is one sample
         sample = _sample(digest, cache.get_text(digest), full=full)
         if sample is None:
             missing += 1
