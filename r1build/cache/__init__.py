@@ -22,13 +22,14 @@ if TYPE_CHECKING:
     from .reports import BadEntry, CacheStats, Entry, GcReport
     from .rows import stored_values
     from .store import Cache, open_usable
-    from .transcript_doc import LINKS_NAMESPACE, SearchLinks, parse_transcript, read_links
+    from .transcript_doc import LINKS_NAMESPACE, SearchLinks, parse_transcript, read_links, token_count
 
 _WHERE = {
     "LINKS_NAMESPACE": "transcript_doc",
     "SearchLinks": "transcript_doc",
     "parse_transcript": "transcript_doc",
     "read_links": "transcript_doc",
+    "token_count": "transcript_doc",
     "BundleEntry": "bundle",
     "BundleSummary": "bundle",
     "export_bundle": "bundle",
@@ -88,6 +89,7 @@ __all__ = [
     "repair_cache",
     "resolve_cache_dir",
     "stored_values",
+    "token_count",
 ]
 
 

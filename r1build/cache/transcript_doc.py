@@ -11,6 +11,7 @@ overview read them.
 from __future__ import annotations
 
 import json
+import math
 from typing import TYPE_CHECKING, Any
 
 from ..convert import record
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from ..records import CandidateRef
     from . import Cache
 
-__all__ = ["KIND", "LINKS_NAMESPACE", "SCHEMA", "SearchLinks", "parse_transcript", "read_links"]
+__all__ = ["KIND", "LINKS_NAMESPACE", "SCHEMA", "SearchLinks", "parse_transcript", "read_links", "token_count"]
 
 LINKS_NAMESPACE = "generation"
 """Cache JSON namespace that links a search's transcripts (and, for ``r1build generate``, its candidates and
@@ -63,6 +64,14 @@ class SearchLinks:
     """When the links were written (ISO timestamp); empty when unknown."""
 
 
+def token_count(value: Any) -> int | None:
+    """A token count as a transcript stores it, or None where it holds something else (a string, a list, NaN, an
+    infinity, a boolean)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return int(value) if math.isfinite(value) else None
+
+
 def read_links(cache: Cache, key: str) -> SearchLinks | None:
     """The links of the search under decision ``key``; None when there are none."""
     from ..records import CandidateRef, from_json
@@ -71,7 +80,8 @@ def read_links(cache: Cache, key: str) -> SearchLinks | None:
     if not isinstance(doc, dict) or not doc:
         return None
     listed = doc.get("transcripts")
-    transcripts = [t for t in listed if isinstance(t, str)] if isinstance(listed, list) else []
+    # each once: a transcript linked twice is one sample (replayed, counted and paid once)
+    transcripts = list(dict.fromkeys(t for t in listed if isinstance(t, str))) if isinstance(listed, list) else []
     candidates: list[CandidateRef] | None = None
     if isinstance(doc.get("candidates"), list):
         try:

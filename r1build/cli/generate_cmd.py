@@ -229,7 +229,6 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
             manifest, spec, archs, cache, transcripts=args.transcript or (), use_gpu=not args.no_gpu
         ):
             arch, outcome, winner, verdict = done.arch, done.outcome, done.winner, done.verdict
-            linked = list(dict.fromkeys(done.transcripts))  # a transcript linked twice is one
             generated = outcome.generated()
             stored = done.stored.winner.digest if done.stored is not None and done.stored.winner else None
             if verdict == "differs":
@@ -239,7 +238,7 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
                     {
                         "kernel": spec.name,
                         "arch": arch,
-                        "transcripts": linked,
+                        "transcripts": done.transcripts,
                         "generated": len(generated),
                         "passed": sum(1 for _, r in generated if r.ok),
                         "winner": winner.digest if winner else None,
@@ -251,7 +250,7 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
                 continue
             _table(console, arch, outcome.candidates, outcome.results, f"replay {spec.name}")
             console.print(
-                f"{spec.name} {arch}: {len(linked)} transcript(s), {len(generated)} generated "
+                f"{spec.name} {arch}: {len(done.transcripts)} transcript(s), {len(generated)} generated "
                 f"candidate(s), {sum(1 for _, r in generated if r.ok)} passed; winner: "
                 f"{winner.digest[:12] + ' (' + _origin(winner) + ')' if winner else 'none'}"
             )

@@ -21,7 +21,7 @@ async def replay_search(job: SearchJob, transcripts: Sequence[str]) -> SearchOut
     usage = Usage()
     pool = Pool(manifest, spec, arch, evaluator=job.evaluator, usage=usage, seeds=job.seeds)
     stored = []
-    for digest in dict.fromkeys(transcripts):  # a transcript linked twice is one sample, counted and paid once
+    for digest in transcripts:
         answer = load_transcript(cache, digest)
         if answer is None:
             usage.count("missing_transcript")

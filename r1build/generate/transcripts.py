@@ -19,7 +19,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ..cache import LINKS_NAMESPACE, Cache, parse_transcript, transcript_doc
+from ..cache import LINKS_NAMESPACE, Cache, parse_transcript, token_count, transcript_doc
 from ..convert import asdict, record
 from ..keys import canonical_json
 from .exchange import Exchange, utf8_text
@@ -167,16 +167,9 @@ def load_transcript(cache: Cache, digest: str) -> StoredAnswer | None:
             model=str(doc.get("model", "")),
             content=str(answer["content"]) if answer is not None else None,
             finish_reason=answer.get("finish_reason") if answer is not None else None,
-            usage={k: _count(answer.get(k)) for k in ("prompt_tokens", "completion_tokens", "reasoning_tokens")}
+            usage={k: token_count(answer.get(k)) for k in ("prompt_tokens", "completion_tokens", "reasoning_tokens")}
             if answer is not None
             else {},
         )
     except (KeyError, TypeError, ValueError, OverflowError):  # OverflowError: a round of 1e400
         return None
-
-
-def _count(value: Any) -> int | None:
-    """A stored token count, or None where the transcript holds something else (a string, NaN, a list)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return int(value) if math.isfinite(value) else None

@@ -8,11 +8,10 @@ lock, the cache's decisions and the searches' links and transcripts through :fun
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..cache import Cache, parse_transcript, read_links
+from ..cache import Cache, parse_transcript, read_links, token_count
 from ..convert import asdict, field, fields, record
 from ..judge import CHECKS_VERSION
 from ..keys import decision_key
@@ -368,9 +367,7 @@ def _bar_note(manifest: Manifest, spec: KernelSpec, bar: str, speedup: float | N
 
 
 def _int(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return 0
-    return int(value) if math.isfinite(value) else 0
+    return token_count(value) or 0
 
 
 def _sample(digest: str, text: str | None, *, full: bool) -> SampleRecord | None:
@@ -418,7 +415,7 @@ def _search(cache: Cache, key: str, decision: Decision | None, *, full: bool) ->
         return None
     samples = []
     missing = 0
-    for digest in dict.fromkeys(digests):  # a transcript linked twice is one sample
+    for digest in digests:
         sample = _sample(digest, cache.get_text(digest), full=full)
         if sample is None:
             missing += 1

@@ -203,6 +203,7 @@ def replay_kernel(
             chosen = list(transcripts)
             if not chosen:
                 chosen, stored = _stored_transcripts(cache, manifest, spec, arch)
+            chosen = list(dict.fromkeys(chosen))  # a transcript named twice is one sample
             if not chosen:
                 raise UsageError(
                     f"no stored transcripts for {spec.name} on {arch} in {cache.directory}: run "
