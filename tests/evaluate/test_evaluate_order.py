@@ -75,37 +75,28 @@ def test_readiness_counts_each_future_once_and_marks_a_job_with_none_ready_at_on
     assert states[0].ready and readiness.first(states, stop=lambda: False) == 0
 
 
+def _job(n: int) -> Job:
+    """A job of the root's first kernel with ``n`` generated candidates."""
+    manifest = load_manifest(ROOT / "kernels.toml")
+    candidates = [Candidate(source=f"// {i}\n", origin=Origin("generated", None)) for i in range(n)]
+    return Job(manifest, manifest.kernels[0], "sm_90", candidates)
+
+
 def test_jobs_start_with_the_most_candidates_first_and_keep_the_given_order_among_equals() -> None:
     from r1build.evaluate.jobs import largest_first
 
-    manifest = load_manifest(ROOT / "kernels.toml")
-    spec = manifest.kernels[0]
-
-    def job(n: int) -> Job:
-        return Job(
-            manifest, spec, "sm_90", [Candidate(source=f"// {i}\n", origin=Origin("generated", None)) for i in range(n)]
-        )
-
-    assert largest_first([job(3), job(35), job(3), job(12)]) == [1, 3, 0, 2]
+    assert largest_first([_job(3), _job(35), _job(3), _job(12)]) == [1, 3, 0, 2]
     assert largest_first([]) == []
 
 
 def test_the_smallest_job_opens_so_the_gpu_waits_only_for_its_compiles_then_the_largest_follow() -> None:
     from r1build.evaluate.jobs import start_order
 
-    manifest = load_manifest(ROOT / "kernels.toml")
-    spec = manifest.kernels[0]
-
-    def job(n: int) -> Job:
-        return Job(
-            manifest, spec, "sm_90", [Candidate(source=f"// {i}\n", origin=Origin("generated", None)) for i in range(n)]
-        )
-
-    jobs = [job(37), job(33), job(35), job(16), job(16), job(25)]
+    jobs = [_job(37), _job(33), _job(35), _job(16), _job(16), _job(25)]
     assert start_order(jobs) == [3, 0, 2, 1, 5, 4]  # the first of the two smallest opens
     assert start_order(jobs, small_first=False) == [0, 2, 1, 5, 3, 4]
-    assert start_order([job(4), job(9)]) == [0, 1]
-    assert start_order([job(9)]) == [0]
+    assert start_order([_job(4), _job(9)]) == [0, 1]
+    assert start_order([_job(9)]) == [0]
     assert start_order([]) == []
 
 

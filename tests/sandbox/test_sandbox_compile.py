@@ -11,30 +11,19 @@ from pathlib import Path
 import pytest
 
 from r1build.cache import Cache
-from r1build.errors import SandboxUnavailableError, ToolchainError
+from r1build.errors import SandboxUnavailableError
 from r1build.gate import StaticGate
 from r1build.gate.nvcc import compile_variant
 from r1build.gate.source import source_problems
 from r1build.manifest import load_manifest
 from r1build.records import Candidate, Origin
 from r1build.sandbox import Confinement, Sandbox, confined, sandbox_for, unconfined
-from r1build.toolchain.nvcc import Toolchain, toolchain
-from tests.sandbox.support import needs_sandbox
+from tests.sandbox.support import COMPILES, KERNEL, TOOLCHAIN
 
 ROOT = Path(__file__).resolve().parents[2]
 CANARY = "R1BUILD-CANARY-7f3a91"
 
-try:
-    TOOLCHAIN: Toolchain | None = toolchain()
-except ToolchainError:  # pragma: no cover - every development and CI machine has nvcc
-    TOOLCHAIN = None
-pytestmark = [pytest.mark.slow, needs_sandbox, pytest.mark.skipif(TOOLCHAIN is None, reason="nvcc not found")]
-
-KERNEL = """
-#include <cuda_runtime.h>
-namespace { __global__ void fill(float* x) { x[threadIdx.x] = 1.0f; } }
-extern "C" cudaError_t run(float* x, cudaStream_t s) { fill<<<1, 32, 0, s>>>(x); return cudaGetLastError(); }
-"""
+pytestmark = COMPILES
 
 
 def attacks(secret: Path) -> dict[str, str]:

@@ -16,20 +16,9 @@ from r1build.gate.nvcc import compile_variant
 from r1build.gate.source import source_problems
 from r1build.sandbox import compile_confinement, confined, run_confined
 from r1build.sandbox.policy import COMPILE_FILE_SIZE, OUTPUT_KEPT
-from r1build.toolchain.nvcc import Toolchain, toolchain
-from tests.sandbox.support import needs_sandbox
+from tests.sandbox.support import COMPILES, KERNEL, TOOLCHAIN
 
-try:
-    TOOLCHAIN: Toolchain | None = toolchain()
-except ToolchainError:  # pragma: no cover - every development and CI machine has nvcc
-    TOOLCHAIN = None
-pytestmark = [pytest.mark.slow, needs_sandbox, pytest.mark.skipif(TOOLCHAIN is None, reason="nvcc not found")]
-
-KERNEL = """
-#include <cuda_runtime.h>
-namespace { __global__ void fill(float* x) { x[threadIdx.x] = 1.0f; } }
-extern "C" cudaError_t run(float* x, cudaStream_t s) { fill<<<1, 32, 0, s>>>(x); return cudaGetLastError(); }
-"""
+pytestmark = COMPILES
 
 
 def test_a_compile_sees_none_of_the_host_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
