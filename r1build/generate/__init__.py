@@ -14,7 +14,9 @@ answer), :mod:`.pacing` (the shared pause and circuit breaker), :mod:`.budget` (
 ledger), :mod:`.prompts`, :mod:`.extract` (code out of answers, normalized digests, tunables),
 :mod:`.pool` (the distinct candidates of a search, the one path from an answer to candidates, ranking),
 :mod:`.job` (what identifies and serves one search), :mod:`.planning` (what each sample of a round asks),
-:mod:`.controller` (rounds, stops), :mod:`.stored_search` (a search from stored transcripts),
+:mod:`.controller` (rounds, stops), :mod:`.continuous` (the search without rounds), :mod:`.judging` (the judge's
+queue and counts), :mod:`.links` (a live search's transcripts linked under its key), :mod:`.resumption` (what a
+search cut short received, taken back), :mod:`.stored_search` (a search from stored transcripts),
 :mod:`.outcome` (what a search produced and spent), :mod:`.transcripts`.
 """
 

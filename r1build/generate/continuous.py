@@ -158,7 +158,7 @@ class Continuous:
         if search.pool.target_reached(search.budget.target_share):  # the seeds (or answers resumed) suffice
             search.stop("target")
             return self.highest // self.per_round + 1 if self.highest >= 0 else 0
-        judging = asyncio.create_task(search.judge_loop(self.judged))
+        judging = asyncio.create_task(search.desk.loop(self.judged))
         slots = [asyncio.create_task(self.slot()) for _ in range(self.width)]
         search.tasks.update(slots)
 

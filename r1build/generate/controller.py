@@ -50,33 +50,31 @@ import datetime
 import random
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..cache import parse_transcript, read_links
 from ..convert import record, replace
 from ..errors import EndpointSilentError, R1BuildError
-from ..events import Event, Note, NoteLevel, Progress, Stage, emit, watch
+from ..events import Note, NoteLevel, Progress, Stage, emit
 from ..keys import decision_key
-from ..records import Candidate
 from .budget import Ledger, Reservation, StopReason, estimate_tokens
 from .client import ChatClient
 from .continuous import MIN_GAIN, Continuous
 from .exchange import Attempt, Exchange, Meter
 from .extract import Extraction, complete_part, strip_think
 from .job import SearchJob
+from .judging import JudgeDesk
+from .links import TranscriptLinks
 from .outcome import SampleLoss, SearchOutcome, Usage
 from .pacing import Pacer, describe_faults
 from .planning import Plan, Planner
 from .pool import Known, Order, Pool, outcome_of, read_answer
 from .providers import Endpoint
+from .resumption import resume_cut_short
 from .stored_search import replay_search
-from .transcripts import link_transcripts, store_transcript, transcript_payload
+from .transcripts import store_transcript, transcript_payload
 
 __all__ = ["MIN_GAIN", "Order", "SampleLoss", "SearchOutcome", "Usage", "replay_search", "run_search"]
-
-LINK_EVERY_S = 1.0
-"""Seconds between two links of the transcripts of a search still running (what a killed process leaves)."""
 
 FINALISTS = 2
 """With a profiler, the fastest candidates of each round (and of the seeds) profiled under Nsight Compute."""
@@ -117,9 +115,9 @@ class _Search:
 
     State, by concern: the request side (``client``, ``pacer``, ``ledger``, ``meters`` of the attempts in flight,
     ``tasks`` of the samples in flight, ``deadline``); the round in progress (``round``, ``round_notes`` fed back
-    to the next round, ``queue`` of candidates waiting to be judged, ``finished_samples``); the stop
-    (``stop_reason``, ``cause``, ``fatal``); and what it spent and produced (``usage``, ``faults`` by label,
-    ``transcripts`` by round and sample, ``pool``).
+    to the next round, ``desk``: the candidates waiting to be judged and the judge's counts,
+    ``finished_samples``); the stop (``stop_reason``, ``cause``, ``fatal``); and what it spent and produced
+    (``usage``, ``faults`` by label, ``links``: its transcripts by round and sample, ``pool``).
     """
 
     def __init__(self, job: SearchJob, endpoint: Endpoint) -> None:
@@ -139,7 +137,7 @@ class _Search:
         self.pool = Pool(
             manifest, spec, arch, evaluator=job.evaluator, usage=self.usage, seeds=job.seeds, perf_model=job.perf_model
         )
-        self.transcripts: list[tuple[tuple[int, int], str]] = []
+        self.links = TranscriptLinks(job.cache, decision_key(manifest, spec, arch), kernel=spec.name, arch=arch)
         self.deadline = time.monotonic() + self.budget.wall_time_s
         self.stop_reason: StopReason | None = None
         self.cause = ""
@@ -152,24 +150,19 @@ class _Search:
         self.faults: Counter[str] = Counter()
         self.model_warned = False
         """Whether the search warned that another model answered."""
-        self.link_as_we_go = False
-        """Whether the transcripts are linked under the decision key as they are stored (within
-        :data:`LINK_EVERY_S`), not only when the search ends."""
-        self.linked_at = float("-inf")
-        """When the transcripts were last linked as those of a search cut short (``time.monotonic``)."""
-        self.link_due: asyncio.TimerHandle | None = None
-        """The link that is due, when one is."""
-        self.ended = False
-        """Whether the search linked how it ended."""
         self.last_fault = ""
         """What the last failed attempt said (redacted), for the error of a search that got no answer."""
         self.tasks: set[asyncio.Task[None]] = set()
-        self.queue: asyncio.Queue[Candidate | None] = asyncio.Queue()
+        self.desk = JudgeDesk(self.pool, spec.name, self.progress)
         self.round_notes: Counter[SampleLoss] = Counter()
         self.finished_samples = 0
         self.round = 0
         self.client: ChatClient | None = None
-        self._init_judging()
+        self.early: dict[tuple[int, int], str] = {}
+        """The source gated from a sample's answer while it still streamed, by (round, sample)."""
+        self.on_stop: Callable[[StopReason], int] | None = None
+        """Called once when the search stops (a continuous search cancels what can no longer matter); returns how
+        many requests on the wire it cancelled."""
         self.planner = Planner(
             manifest,
             spec,
@@ -178,31 +171,6 @@ class _Search:
             honours_temperature=endpoint.profile.honours_temperature,
             samples_per_round=self.budget.samples,
         )
-
-    def _init_judging(self) -> None:
-        """What the progress lines say of the judge: its queue, what it works on, how long it has been busy."""
-        self.waiting = 0
-        """Candidates queued for the judge (the gate, then the GPU where there is one), not yet handed to it."""
-        self.judging = 0
-        """Candidates the judge works on now."""
-        self.judge_busy_s = 0.0
-        """Seconds the judge has worked so far (on a GPU machine: the gate and the GPU's checks and timing)."""
-        self.at_gate = 0
-        """Of the candidates the judge works on, those still at its static gate."""
-        self.for_gpu = 0
-        """Of the candidates the judge works on, those past the gate, waiting for the GPU or on it (a judge that
-        measures: the gate's finished stage says how many passed)."""
-        self.gpu_busy_s = 0.0
-        """Seconds the judge has worked past the gate of its batches (the GPU's checks and timing)."""
-        self._past_gate: float | None = None
-        self.first_queued: float | None = None
-        """When the first generated candidate was queued (``time.monotonic``): the judge's busy share runs
-        from there."""
-        self.early: dict[tuple[int, int], str] = {}
-        """The source gated from a sample's answer while it still streamed, by (round, sample)."""
-        self.on_stop: Callable[[StopReason], int] | None = None
-        """Called once when the search stops (a continuous search cancels what can no longer matter); returns how
-        many requests on the wire it cancelled."""
 
     # -- bookkeeping -------------------------------------------------------------------------------------
     def note(self, level: NoteLevel, message: str) -> None:
@@ -219,25 +187,13 @@ class _Search:
                     "round": f"{self.round + 1}/{self.budget.rounds}",
                     "in_flight": sum(m.on_the_wire for m in self.meters),
                     "candidates": len(self.pool.generated),
-                    "waiting": self.waiting,
-                    "judging": self.judging,
-                    "at_gate": self.at_gate,
-                    "for_gpu": self.for_gpu,
+                    **self.desk.fields(),
                     "passed": len(self.pool.generated_passed),
-                    "judge_busy": self.busy_text(),
-                    "gpu_busy": f"{self.gpu_busy_s:.1f}s",
                     "tokens": self.usage.completion_tokens + self.live_tokens(),
                     "spend": f"${self.usage.cost_usd:.4f}",
                 },
             )
         )
-
-    def busy_text(self) -> str:
-        """The judge's busy time, and its share of the time since the first candidate was queued."""
-        if self.first_queued is None:
-            return f"{self.judge_busy_s:.1f}s"
-        span = time.monotonic() - self.first_queued
-        return f"{self.judge_busy_s:.1f}s/{span:.1f}s"
 
     def live_tokens(self) -> int:
         """Estimated tokens of the attempts in flight (progress only: accounting waits for their usage)."""
@@ -315,69 +271,12 @@ class _Search:
             outcomes = await asyncio.gather(*tasks, return_exceptions=True)
         finally:
             self.tasks.difference_update(tasks)
-            self.queue.put_nowait(None)
+            self.desk.close()
         for outcome in outcomes:
             if isinstance(outcome, BaseException) and not isinstance(outcome, asyncio.CancelledError):
                 judging.cancel()
                 raise outcome
         await judging
-
-    async def judge_loop(self, after: Callable[[Sequence[Candidate]], Awaitable[None]] | None = None) -> None:
-        """Judge queued candidates in batches until the sentinel arrives (a round's end, or the end of a
-        continuous search); ``after`` is called after each batch judged."""
-        done = False
-        while not done:
-            batch = [await self.queue.get()]
-            while not self.queue.empty():
-                batch.append(self.queue.get_nowait())
-            done = None in batch
-            candidates = [c for c in batch if c is not None]
-            if candidates:
-                self.waiting -= len(candidates)
-                self.judging = self.at_gate = len(candidates)
-                self.progress()
-                started = time.monotonic()
-                try:
-                    with watch(self.gate_watch()):
-                        await self.pool.judge(candidates)
-                finally:
-                    now = time.monotonic()
-                    self.judge_busy_s += now - started
-                    self.gpu_busy_s += now - self._past_gate if self._past_gate is not None else 0.0
-                    self.judging = self.at_gate = self.for_gpu = 0
-                    self._past_gate = None
-                if after is not None:
-                    await after(candidates)
-            self.progress()
-
-    def gate_watch(self) -> Callable[[Event], None]:
-        """What sees the judge's events while it works on a batch: where the judge measures after its gate (not
-        the static gate alone), the gate's finished stage moves the batch's passed candidates on to the GPU."""
-        from ..gate.static import StaticGate
-
-        loop = asyncio.get_running_loop()
-        measures = not isinstance(self.pool.evaluator, StaticGate)
-
-        def seen(event: Event) -> None:
-            if (
-                measures
-                and isinstance(event, Stage)
-                and event.stage == "gate"
-                and event.done
-                and event.kernel == self.spec.name
-                and event.passed is not None
-            ):
-                loop.call_soon_threadsafe(self.past_gate, event.passed)
-
-        return seen
-
-    def past_gate(self, passed: int) -> None:
-        """The batch the judge works on passed its gate: ``passed`` candidates go on to the GPU."""
-        if not self.judging:
-            return
-        self.at_gate, self.for_gpu = 0, min(passed, self.judging)
-        self._past_gate = time.monotonic()
-        self.progress()
 
     # -- one sample --------------------------------------------------------------------------------------
     def report(self, round_no: int, sample: int, attempt: Attempt, wait: float | None) -> None:
@@ -471,11 +370,9 @@ class _Search:
             ),
             secrets=self.endpoint.secrets,
         )
-        self.transcripts.append((where, digest))
         self.pool.attach_transcript(round_no, sample, digest)
         self.finished_samples += 1
-        if self.link_as_we_go:  # a process killed now (SIGTERM, SIGKILL) leaves them to resume from
-            self.link_soon()
+        self.links.add(where, digest, stored_now=True)  # a process killed now leaves them to resume from
         return digest
 
     def settle(self, round_no: int, sample: int, exchange: Exchange) -> Extraction | None:
@@ -575,102 +472,26 @@ class _Search:
             answer=strip_think(content).strip(),
             parent=plan.parent,
         ):
-            if self.first_queued is None:
-                self.first_queued = time.monotonic()
-            self.waiting += 1
-            self.queue.put_nowait(candidate)
+            self.desk.put(candidate)
 
     # -- an earlier search cut short ------------------------------------------------------------------------
     def resume(self) -> dict[int, set[int]]:
-        """Continue the search of this decision key that Ctrl-C, a fatal error or the end of its process cut short
-        (its links say so: a search links its transcripts as it stores them, and again however it ends):
-        the answers it received join the pool (judged with the seeds) and what all its requests cost is charged
-        to this search's budget, so a re-run never asks, nor pays, for them again. Returns, by round, the samples
-        not to ask again: every one but those cancelled in flight or refused by the fatal error. A search that got
-        no answer at all is not continued (nothing was received: the next run asks anew)."""
-        links = read_links(self.cache, decision_key(self.manifest, self.spec, self.arch))
-        # what `r1build generate` recorded stays until this search ends (a resolve judges it if this one is killed)
-        self.link_as_we_go = links is None or links.candidates is None
-        if links is None or links.candidates is not None or links.stop_reason not in ("interrupted", "fatal"):
+        """Take back what a search of this decision key cut short received (:mod:`.resumption`); by round, the
+        samples not to ask again."""
+        resumed = resume_cut_short(
+            self.cache, self.links, usage=self.usage, ledger=self.ledger, pool=self.pool, model=self.endpoint.model
+        )
+        if resumed is None:
             return {}
-        stored = self._stored_transcripts(links.transcripts)
-        if not any(answer is not None for _, _, _, answer in stored):
-            return {}
-        done: dict[int, set[int]] = {}
-        for (round_no, sample), digest, doc, answer in sorted(stored, key=lambda item: item[0]):
-            if self._take_back((round_no, sample), digest, doc, answer):
-                done.setdefault(round_no, set()).add(sample)
         self.sync_usage()
-        usage = self.usage
+        u = self.usage
         self.note(
             "info",
-            f"continuing the search cut short ({links.stop_reason}): {usage.answers} answer(s) of "
-            f"{usage.samples} sample(s) already received are kept, not asked again "
-            f"({usage.completion_tokens:,} completion tokens, ${usage.cost_usd:.4f} of the budget)",
+            f"continuing the search cut short ({resumed.stop_reason}): {u.answers} answer(s) of {u.samples} "
+            f"sample(s) already received are kept, not asked again ({u.completion_tokens:,} completion tokens, "
+            f"${u.cost_usd:.4f} of the budget)",
         )
-        return done
-
-    def _stored_transcripts(
-        self, digests: Sequence[str]
-    ) -> list[tuple[tuple[int, int], str, dict[str, Any], dict[str, Any] | None]]:
-        """The transcripts of this kernel and arch among ``digests`` that read back: (round, sample), digest, the
-        document and its answer (None where the request got none)."""
-        stored = []
-        for digest in digests:
-            parsed = parse_transcript(self.cache.get_text(digest))
-            if parsed is None:
-                continue
-            doc, answer = parsed
-            try:
-                where = (int(doc["round"]), int(doc["sample"]))
-            except (KeyError, TypeError, ValueError):
-                continue
-            if doc.get("kernel") == self.spec.name and doc.get("arch") == self.arch:
-                stored.append((where, digest, doc, answer))
-        return stored
-
-    def _take_back(
-        self, where: tuple[int, int], digest: str, doc: dict[str, Any], answer: dict[str, Any] | None
-    ) -> bool:
-        """Charge what one stored sample's requests cost and admit its answer to the pool; whether it is not to be
-        asked again (one cancelled in flight or refused by the fatal error is)."""
-        round_no, sample = where
-        usage = self.usage
-        attempts = [a for a in doc.get("attempts") or [] if isinstance(a, dict)]
-        self.ledger.settle(
-            None,
-            prompt_tokens=sum(_tokens(a.get("prompt_tokens")) for a in attempts),
-            completion_tokens=sum(_tokens(a.get("completion_tokens")) for a in attempts),
-        )
-        usage.requests += len(attempts)
-        usage.retries += max(0, len(attempts) - 1)
-        usage.estimated = usage.estimated or any(not a.get("usage_reported") for a in attempts)
-        self.transcripts.append((where, digest))
-        if answer is None and doc.get("failure") in ("cancelled", "fatal"):
-            return False  # cut off in flight, or refused by what cut the search short: asked again
-        usage.samples += 1
-        if answer is None:
-            usage.count("gave_up")
-            return True
-        usage.answers += 1
-        usage.reasoning_tokens += _tokens(answer.get("reasoning_tokens"))
-        finish, content = answer.get("finish_reason"), str(answer.get("content") or "")
-        if finish == "stop":
-            self.ledger.observe(_tokens(answer.get("completion_tokens")))
-        extraction, _ = read_answer(finish, content, self.spec.name, usage)
-        if extraction is not None and extraction.source is not None:
-            request = doc.get("request") if isinstance(doc.get("request"), dict) else {}
-            messages = [m for m in (request or {}).get("messages") or [] if isinstance(m, dict)][:1]
-            self.pool.admit_answer(
-                extraction.source,
-                model=str(doc.get("model") or self.endpoint.model),
-                round_no=round_no,
-                sample=sample,
-                transcript=digest,
-                messages=messages,
-                answer=strip_think(content).strip(),
-            )
-        return True
+        return resumed.done
 
     # -- rounds ------------------------------------------------------------------------------------------
     async def run_round(
@@ -678,7 +499,7 @@ class _Search:
     ) -> None:
         self.round_notes.clear()
         plans = self.planner.plan(round_no, count, self.pool, self.round_notes)
-        judging = asyncio.create_task(self.judge_loop())
+        judging = asyncio.create_task(self.desk.loop())
         tasks = [
             asyncio.create_task(self.sample(round_no, s, plan, slots)) for s, plan in enumerate(plans) if s not in skip
         ]
@@ -720,22 +541,13 @@ class _Search:
         try:
             outcome = await self._run()
         except R1BuildError as exc:
-            self.end("fatal", str(exc))
+            self.links.end("fatal", str(exc))
             raise
         except (asyncio.CancelledError, KeyboardInterrupt):
-            self.end("interrupted", "interrupted before the search ended")
+            self.links.end("interrupted", "interrupted before the search ended")
             raise
-        self.end(outcome.stop_reason, outcome.cause)
+        self.links.end(outcome.stop_reason, outcome.cause)
         return outcome
-
-    def end(self, reason: StopReason, cause: str) -> None:
-        """Link the transcripts as the search ended, for good (a link of the search cut short that is still due
-        is not written)."""
-        self.ended = True
-        if self.link_due is not None:
-            self.link_due.cancel()
-            self.link_due = None
-        self.link(reason, cause)
 
     async def _run(self) -> SearchOutcome:
         pool = self.pool
@@ -754,10 +566,7 @@ class _Search:
         if self.usage.answers == 0 and self.usage.requests > 0 and not pool.generated:
             raise EndpointSilentError(self.no_answer())
         reason = self.stop_reason or "rounds"
-        self.transcripts.sort()
-        return outcome_of(
-            pool, self.usage, [d for _, d in self.transcripts], reason, rounds_done, self.describe_stop(reason)
-        )
+        return outcome_of(pool, self.usage, self.links.digests(), reason, rounds_done, self.describe_stop(reason))
 
     async def run_rounds(self, done: dict[int, set[int]]) -> int:
         """The search in rounds (``generation.search = "rounds"``); returns the rounds run."""
@@ -817,43 +626,6 @@ class _Search:
         if self.stop_reason in ("wall_time", "tokens", "money"):
             text += f"; then {self.describe_stop(self.stop_reason)}"
         return text + said
-
-    def link_soon(self) -> None:
-        """Link the transcripts stored so far as those of a search cut short, now or, where the last such link is
-        less than :data:`LINK_EVERY_S` old, that much later (one write a second, not one a sample: hundreds of
-        samples in flight rewrite a growing list)."""
-        if self.link_due is not None:
-            return
-        wait = self.linked_at + LINK_EVERY_S - time.monotonic()
-        if wait <= 0:
-            self.link_cut_short()
-        else:
-            self.link_due = asyncio.get_running_loop().call_later(wait, self.link_cut_short)
-
-    def link_cut_short(self) -> None:
-        self.link_due = None
-        if self.ended:  # the search linked how it ended: that stays
-            return
-        self.linked_at = time.monotonic()
-        self.link("interrupted", "the process ended before the search did")
-
-    def link(self, reason: StopReason, cause: str) -> None:
-        """Link the transcripts stored so far under the decision key (``r1build replay`` finds them there)."""
-        self.transcripts.sort()
-        link_transcripts(
-            self.cache,
-            decision_key(self.manifest, self.spec, self.arch),
-            kernel=self.spec.name,
-            arch=self.arch,
-            transcripts=[d for _, d in self.transcripts],
-            stop_reason=reason,
-            cause=cause,
-        )
-
-
-def _tokens(value: Any) -> int:
-    """A token count read back from a stored transcript (0 where it is none)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 async def run_search(job: SearchJob, endpoint: Endpoint) -> SearchOutcome:
