@@ -108,7 +108,7 @@ def split_settings(
 
     remote = ours.get("remote-cache") or None
     if remote is not None:
-        from ..manifest.load import remote_url_problem
+        from ..manifest.addresses import remote_url_problem
 
         problem = remote_url_problem(remote)
         if problem is not None:

@@ -67,7 +67,7 @@ def _check_args(args: argparse.Namespace) -> None:
     """:class:`UsageError` for arguments no worker can start with: a malformed (or plain TCP, unless
     ``--insecure``) scheduler address, a count out of range."""
     from ..cluster import plain_tcp
-    from ..manifest.load import cluster_address_problem
+    from ..manifest.addresses import cluster_address_problem
 
     problem = cluster_address_problem(args.scheduler)
     if problem is not None:  # before anything is printed: --dry-run would show a malformed (or secret) address

@@ -48,7 +48,7 @@ def cluster_address(
     plain ``tcp://`` address off the loopback interface unless ``insecure`` (``--insecure-cluster``): the
     manifest of a cloned project cannot send a resolve to a scheduler nobody authenticates."""
     from ..errors import ClusterRefusedError
-    from ..manifest.load import cluster_address_problem
+    from ..manifest.addresses import cluster_address_problem
 
     from_env = env_settings(environ).cluster
     address = flag or from_env

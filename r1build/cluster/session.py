@@ -22,8 +22,8 @@ from ..errors import ClusterError, ClusterRefusedError, EvaluationError
 from ..events import Note, Progress, emit
 from ..judge import CHECKS_VERSION, Job
 from ..keys import decision_key, digest_json
+from ..manifest.addresses import cluster_address_problem
 from ..manifest.archs import ARCHS, parse_arch
-from ..manifest.load import cluster_address_problem
 from ..manifest.model import Manifest
 from ..records import Result, from_json
 from ..toolchain.nvcc import toolchain

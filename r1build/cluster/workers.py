@@ -28,7 +28,7 @@ from typing import Any, NoReturn
 from ..convert import field, record
 from ..errors import ClusterRefusedError
 from ..evaluate.devices import GpuInfo, archs_of, visible_devices_value
-from ..manifest.load import cluster_address_problem
+from ..manifest.addresses import cluster_address_problem
 from ..sandbox import scrubbed_environment
 from ..settings import WORKER_VARIABLES
 from . import tls_problem

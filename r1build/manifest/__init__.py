@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
+from .addresses import cluster_address_problem, remote_url_problem
 from .archs import ARCHS, DEFAULT_ARCHS, Arch, ArchInfo, arch_info, parse_arch
-from .load import (
-    cluster_address_problem,
-    find_manifest,
-    load_manifest,
-    named_variables,
-    nearest_manifest,
-    remote_url_problem,
-)
+from .load import find_manifest, load_manifest, named_variables, nearest_manifest
 from .model import DTYPES, Arg, Budget, Generation, KernelSpec, Limits, Manifest, ProjectSettings, Tolerance
 from .reference import load_reference
 

@@ -5,35 +5,33 @@ Every error is a :class:`~r1build.errors.ManifestError` naming the file, the lin
 
 from __future__ import annotations
 
-import errno
 import keyword
 import re
-import urllib.parse
 from pathlib import Path
 from typing import Any
 
 from ..convert import ConversionProblem, KeyPath, convert, did_you_mean, field_key, fields, replace
 from ..digests import toml_digest
 from ..errors import ManifestError
+from .addresses import cluster_address_problem, endpoint_url_problem, remote_url_problem
 from .archs import ArchTarget, family_clash, merge_targets, parse_target, settle_codes
 from .bounds import check_numbers
-from .flags import defined_macro, flag_problem, include_flag
+from .flags import defined_macro, flag_problem
 from .flops import flops_problem
 from .identifiers import Kind, name_problem
-from .locate import format_path, locate
+from .locate import Validator
 from .model import DTYPE_BYTES, DTYPES, INTEGER_DTYPES, Arg, KernelSpec, Manifest, ProjectSettings
-from .reference import ReferenceFiles, ReferenceProblem, load_reference, reference_file
+from .places import check_lock_is_no_kernel_file, check_project_paths, source_file_problem
+from .reference import ReferenceFiles, ReferenceProblem, load_reference
 from .tomltext import TomlProblem, parse_toml
 from .values import integer_range, tunable_value_problem, value_problem
 
 __all__ = [
-    "cluster_address_problem",
     "find_manifest",
     "load_manifest",
     "located_error",
     "named_variables",
     "nearest_manifest",
-    "remote_url_problem",
 ]
 
 _CMAKE_TARGET = re.compile(r"[A-Za-z0-9_.+\-]+(?:::[A-Za-z0-9_.+\-]+)*")
@@ -127,21 +125,6 @@ def named_variables(start: Path, *, walk_up: bool = False) -> frozenset[str]:
     return frozenset({name}) if isinstance(name, str) else frozenset()
 
 
-class _Validator:
-    def __init__(self, path: Path, text: str, table: tuple[str, ...]) -> None:
-        self.path = path
-        self.text = text
-        self.table = table
-
-    def fail(self, path: KeyPath, message: str) -> ManifestError:
-        return ManifestError(
-            message,
-            file=str(self.path),
-            line=locate(self.text, path, self.table),
-            key=format_path(path, ".".join(self.table)),
-        )
-
-
 def _parse(path: Path) -> tuple[str, dict[str, Any], tuple[str, ...]]:
     try:
         text = path.read_text(encoding="utf-8")
@@ -169,14 +152,14 @@ def located_error(manifest: Manifest, key: KeyPath, message: str) -> ManifestErr
         text = manifest.path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         text = ""
-    return _Validator(manifest.path, text, table).fail(key, message)
+    return Validator(manifest.path, text, table).fail(key, message)
 
 
 def load_manifest(path: Path, *, check_references: bool = True) -> Manifest:
     """Read, convert and validate a manifest. ``check_references`` imports each reference module."""
     path = path.resolve()
     text, data, table = _parse(path)
-    v = _Validator(path, text, table)
+    v = Validator(path, text, table)
     raw_kernels = data.get("kernel", [])
     settings_data = {k: val for k, val in data.items() if k != "kernel"}
     try:
@@ -201,9 +184,9 @@ def load_manifest(path: Path, *, check_references: bool = True) -> Manifest:
 
     raw_settings = settings
     settings = _validate_settings(v, settings)
-    _check_project_paths(v, settings, path)
+    check_project_paths(v, settings, path)
     validated, digests = _validate_kernels(v, kernels, path.parent, check_references=check_references)
-    _check_lock_is_no_kernel_file(v, settings, path.parent, validated)
+    check_lock_is_no_kernel_file(v, settings, path.parent, validated)
     _check_torch_bars(v, settings, kernels)
     targets = _settled_targets(raw_settings, settings, kernels)
     return Manifest(
@@ -216,7 +199,7 @@ def load_manifest(path: Path, *, check_references: bool = True) -> Manifest:
     )
 
 
-def _check_torch_bars(v: _Validator, settings: ProjectSettings, kernels: list[KernelSpec]) -> None:
+def _check_torch_bars(v: Validator, settings: ProjectSettings, kernels: list[KernelSpec]) -> None:
     """A kernel that must beat torch (its ``must-beat``, else the project's) names a ``torch-reference``."""
     for i, spec in enumerate(kernels):
         bar = spec.must_beat or settings.must_beat
@@ -230,7 +213,7 @@ def _check_torch_bars(v: _Validator, settings: ProjectSettings, kernels: list[Ke
 
 
 def _validate_kernels(
-    v: _Validator, kernels: list[KernelSpec], root: Path, *, check_references: bool
+    v: Validator, kernels: list[KernelSpec], root: Path, *, check_references: bool
 ) -> tuple[list[KernelSpec], dict[str, str]]:
     """Validate each kernel, its name apart from the others' in any case, and its references; the validated
     kernels and their reference modules' digests by kernel name."""
@@ -270,7 +253,7 @@ def _validate_kernels(
     return validated, digests
 
 
-def _arch_targets(v: _Validator, archs: list[str], where: KeyPath) -> list[ArchTarget]:
+def _arch_targets(v: Validator, archs: list[str], where: KeyPath) -> list[ArchTarget]:
     targets: list[ArchTarget] = []
     for j, arch in enumerate(archs):
         try:
@@ -292,7 +275,7 @@ def _arch_targets(v: _Validator, archs: list[str], where: KeyPath) -> list[ArchT
     return merged
 
 
-def _canonical_archs(v: _Validator, archs: list[str], where: KeyPath) -> list[str]:
+def _canonical_archs(v: Validator, archs: list[str], where: KeyPath) -> list[str]:
     return [t.arch for t in _arch_targets(v, archs, where)]
 
 
@@ -301,7 +284,7 @@ def _settled_targets(
 ) -> dict[str, tuple[ArchTarget, ...]]:
     """Each kernel's archs as spelled (its own, else the manifest's), with the code embedded for each decided.
     Run on a manifest that validated, so every spelling parses."""
-    v = _Validator(Path(), "", ())
+    v = Validator(Path(), "", ())
     shared = _arch_targets(v, raw.archs, ("archs",))
     return {
         spec.name: tuple(
@@ -313,7 +296,7 @@ def _settled_targets(
     }
 
 
-def _validate_settings(v: _Validator, settings: ProjectSettings) -> ProjectSettings:
+def _validate_settings(v: Validator, settings: ProjectSettings) -> ProjectSettings:
     archs = _canonical_archs(v, settings.archs, ("archs",))
     if not _CMAKE_TARGET.fullmatch(settings.target):
         raise v.fail(
@@ -337,7 +320,7 @@ def _validate_settings(v: _Validator, settings: ProjectSettings) -> ProjectSetti
             "_, not starting with a digit, _ or 'r1build', without '__'",
         )
     if g.base_url is not None:
-        problem = _url_problem(g.base_url)
+        problem = endpoint_url_problem(g.base_url)
         if problem is not None:
             raise v.fail(("generation", "base-url"), problem)
     if g.api_key_env is not None and not _ENV_NAME.fullmatch(g.api_key_env):
@@ -359,7 +342,7 @@ def _validate_settings(v: _Validator, settings: ProjectSettings) -> ProjectSetti
     return replace(settings, archs=archs)
 
 
-def _check_trusted_keys(v: _Validator, lines: list[str]) -> None:
+def _check_trusted_keys(v: Validator, lines: list[str]) -> None:
     """Each ``[cache] trusted-keys`` item is an ``ed25519:<base64>`` public key, listed once."""
     if not lines:
         return
@@ -385,7 +368,7 @@ def _python_name_problem(name: str) -> str | None:
     return None
 
 
-def _check_bindings(v: _Validator, settings: ProjectSettings, kernels: list[KernelSpec]) -> None:
+def _check_bindings(v: Validator, settings: ProjectSettings, kernels: list[KernelSpec]) -> None:
     """``[bindings]``: a module inside a package, an identifier as the torch namespace, and kernel and argument
     names the Python functions can take."""
     b = settings.bindings
@@ -424,7 +407,7 @@ def _check_bindings(v: _Validator, settings: ProjectSettings, kernels: list[Kern
                 raise v.fail(("kernel", i, "args", j, "name"), f"{problem}: the bindings take it as a parameter")
 
 
-def _check_flag_macros(v: _Validator, flags: list[str], kernels: list[KernelSpec]) -> None:
+def _check_flag_macros(v: Validator, flags: list[str], kernels: list[KernelSpec]) -> None:
     """A ``-D`` / ``-U`` flag must not define a name the kernels use: a kernel, argument or tunable name."""
     used: dict[str, str] = {}
     for i, spec in enumerate(kernels):
@@ -439,261 +422,8 @@ def _check_flag_macros(v: _Validator, flags: list[str], kernels: list[KernelSpec
             raise v.fail(("nvcc-flags", j), f"{flag} defines {macro!r}, {used[macro]}")
 
 
-def _shown_url(url: str) -> str:
-    """``url`` quoted for a message, without what may be a secret: a ``user:password@`` (up to the last ``@``)
-    and a query or fragment (a token in ``?key=...``) are shown as ``***``."""
-    rest = url
-    scheme, sep, after = url.partition("://")
-    head = f"{scheme}{sep}" if sep else ""
-    if sep:
-        rest = after
-    if "@" in rest:
-        rest = "***@" + rest.rpartition("@")[2]
-    cut = min((i for i in (rest.find("?"), rest.find("#")) if i >= 0), default=-1)
-    if cut >= 0:
-        rest = rest[:cut] + rest[cut] + "***"
-    return repr(head + rest)
-
-
-def _url_problem(url: str) -> str | None:
-    """Why ``url`` is not an http(s) endpoint URL, or None. The URL is quoted only through :func:`_shown_url`."""
-    shown = _shown_url(url)
-    if "@" in url:
-        return f"{shown}: an endpoint URL holds no credentials (name the key's variable in api-key-env)"
-    if not url.isprintable() or any(c.isspace() for c in url):
-        return f"{shown} is not a URL (it holds whitespace or control characters)"
-    try:
-        parts = urllib.parse.urlsplit(url)
-        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in 0..65535
-    except ValueError as exc:
-        return f"{shown} is not a URL: {exc}"
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return f"{shown} is not an http:// or https:// URL with a host"
-    if parts.query or parts.fragment:
-        return f"{shown}: an endpoint URL has no query or fragment"
-    return None
-
-
-def cluster_address_problem(address: str) -> str | None:
-    """Why ``address`` is not a Dask scheduler address (``tls://host:port``, ``tcp://host:port`` or ``host:port``),
-    or None."""
-    if "@" in address:  # never repeated: it would show the password
-        return "a scheduler address holds no credentials (Dask's TLS settings authenticate; see docs/guides/cluster.md)"
-    if not address.isprintable() or any(c.isspace() for c in address):
-        return f"{address!r} is not a scheduler address (it holds whitespace or control characters)"
-    scheme, sep, rest = address.partition("://")
-    if not sep:
-        scheme, rest = "tcp", address
-    if scheme not in ("tcp", "tls"):
-        return f"{address!r}: a scheduler address starts with tls:// or tcp:// (got {scheme}://)"
-    try:
-        parts = urllib.parse.urlsplit(f"//{rest}")
-        port = parts.port
-    except ValueError as exc:
-        return f"{address!r} is not a scheduler address: {exc}"
-    if not parts.hostname or parts.path or parts.query or parts.fragment:
-        return f"{address!r} is not a scheduler address: give {scheme}://host:port"
-    if port is None:
-        return f"{address!r} names no port (the scheduler's default is 8786)"
-    return None
-
-
-def remote_url_problem(url: str) -> str | None:
-    """Why ``url`` is not a remote cache URL (``http(s)://host[/prefix]`` or ``s3://bucket[/prefix]``), or None.
-    The URL is quoted only through :func:`_shown_url`: a password or token in it is never repeated."""
-    shown = _shown_url(url)
-    if "@" in url:
-        return (
-            f"{shown}: a remote cache URL holds no credentials (R1BUILD_REMOTE_TOKEN or R1BUILD_REMOTE_HEADER "
-            "for http(s), boto3's credential chain for s3)"
-        )
-    if not url.isprintable() or any(c.isspace() for c in url):
-        return f"{shown} is not a URL (it holds whitespace or control characters)"
-    try:
-        parts = urllib.parse.urlsplit(url)
-        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in 0..65535
-    except ValueError as exc:
-        return f"{shown} is not a URL: {exc}"
-    if parts.scheme not in ("http", "https", "s3") or not parts.hostname:
-        return f"{shown} is not an http://, https:// or s3:// URL with a host (or bucket)"
-    if parts.query or parts.fragment:
-        return f"{shown}: a remote cache URL has no query or fragment (a token goes in R1BUILD_REMOTE_TOKEN)"
-    if parts.scheme != "s3" and not _host_name_ok(parts.hostname):
-        return f"{shown}: its host is no valid host name (an empty label, or one over 63 characters)"
-    return None
-
-
-def _host_name_ok(host: str) -> bool:
-    """Whether the socket layer takes ``host`` (it encodes a name with the ``idna`` codec, which raises UnicodeError,
-    not OSError, on an empty label or one over 63 characters). An ASCII name is checked label by label as that
-    codec does, without importing it (~1 ms of a first run with a remote configured)."""
-    if host.isascii():
-        return all(0 < len(label) <= 63 for label in host.removesuffix(".").split("."))
-    try:
-        host.encode("idna")
-    except UnicodeError:
-        return False
-    return True
-
-
-_NVCC_LIST_CHARS = ",\"'"
-"""Characters nvcc takes apart in an option's value (a list separator, quotes): no rooted include path may hold one."""
-_LOOP = "it is a loop of symbolic links (a link that leads back to itself, or to a folder it is in)"
-
-
-def _link_loop(path: Path) -> bool:
-    """Whether ``path``, or a folder on the way to it, is a loop of symbolic links: resolving it never ends
-    (``Path.resolve`` raises :class:`RuntimeError` for it before Python 3.13, not :class:`OSError`)."""
-    try:
-        path.stat()
-    except OSError as exc:
-        return exc.errno == errno.ELOOP
-    except ValueError:  # an embedded NUL: refused elsewhere
-        return False
-    return False
-
-
-def _check_project_paths(v: _Validator, settings: ProjectSettings, manifest: Path) -> None:
-    """``lock-file`` and ``vendor-dir`` name places r1build writes (and, for vendor-dir, deletes in): they must
-    stay inside the project (the manifest's folder), also through symbolic links; vendor-dir is never the
-    project's root, and the lock never the manifest or a folder. Neither, nor a relative include folder of
-    ``nvcc-flags`` (whose headers are hashed into the gate's key), may be a loop of symbolic links."""
-    root = manifest.parent.resolve()
-    places: dict[str, Path] = {}
-    for key, rel in (("lock-file", settings.lock_file), ("vendor-dir", settings.vendor_dir)):
-        pure = Path(rel)
-        if not rel.strip() or pure.is_absolute() or rel.startswith(("/", "\\", "~")) or re.match(r"^[A-Za-z]:", rel):
-            raise v.fail((key,), f"{rel!r} must be a relative path inside the project ({root})")
-        if ".." in re.split(r"[/\\]", rel):
-            raise v.fail((key,), f"{rel!r} must stay inside the project ({root}): '..' is not allowed")
-        if _link_loop(root / pure):
-            raise v.fail((key,), f"{rel!r} cannot be used: {_LOOP}")
-        try:
-            real = (root / pure).resolve()
-            blocked = next((p for p in real.parents if p.is_relative_to(root) and p.exists() and not p.is_dir()), None)
-            special = real.exists() and not real.is_dir() and not real.is_file()
-        except OSError as exc:  # a name too long for the file system
-            raise v.fail((key,), f"{rel!r} cannot be used: {exc.strerror}") from None
-        if not real.is_relative_to(root):
-            raise v.fail((key,), f"{rel!r} leads outside the project through a symbolic link (to {real})")
-        if blocked is not None:
-            raise v.fail((key,), f"{rel!r} cannot be created: {blocked.relative_to(root)} is a file, not a folder")
-        if special:
-            raise v.fail((key,), f"{rel!r} is not a regular file or folder (a FIFO, a device or a socket)")
-        places[key] = real
-    _check_include_folders(v, settings, root)
-    vendor, lock = places["vendor-dir"], places["lock-file"]
-    if vendor == root:
-        raise v.fail(
-            ("vendor-dir",),
-            f"{settings.vendor_dir!r} is the project's root: `r1build vendor` writes and "
-            "removes files in vendor-dir, so give it a folder of its own "
-            "(the default is 'kernels/_r1build')",
-        )
-    if vendor.exists() and not vendor.is_dir():
-        raise v.fail(("vendor-dir",), f"{settings.vendor_dir!r} is a file, not a folder")
-    if lock == manifest.resolve() or lock.name == "pyproject.toml":
-        raise v.fail(("lock-file",), f"{settings.lock_file!r} would overwrite the project's own file")
-    if lock.is_dir():
-        raise v.fail(("lock-file",), f"{settings.lock_file!r} is a folder, not a file")
-    if lock.is_relative_to(vendor):
-        raise v.fail(
-            ("lock-file",),
-            f"{settings.lock_file!r} is inside vendor-dir ({settings.vendor_dir!r}), "
-            "which `r1build vendor` keeps to itself",
-        )
-
-
-def _check_include_folders(v: _Validator, settings: ProjectSettings, root: Path) -> None:
-    """A relative include folder of ``nvcc-flags`` is hashed into the gate's key and given to nvcc rooted at the
-    project's folder ``root``: it may not be a loop of symbolic links, nor may ``root`` hold what nvcc takes apart
-    in an option's value."""
-    for j, flag in enumerate(settings.nvcc_flags):
-        for folder in (include_flag(flag) or ("", []))[1]:
-            if Path(folder).is_absolute():
-                continue
-            if _link_loop(root / folder):
-                raise v.fail(("nvcc-flags", j), f"{flag}: the include folder {folder!r} cannot be used: {_LOOP}")
-            odd = sorted(set(_NVCC_LIST_CHARS) & set(str(root)))
-            if odd:
-                raise v.fail(
-                    ("nvcc-flags", j),
-                    f"{flag}: the include folder {folder!r} is given to nvcc under the project's folder {root}, "
-                    f"whose path holds {' and '.join(repr(c) for c in odd)}, which nvcc reads as a list separator "
-                    "or a quote (the folder would be split or refused): move the project to a path without them",
-                )
-
-
-def _check_lock_is_no_kernel_file(
-    v: _Validator, settings: ProjectSettings, root: Path, kernels: list[KernelSpec]
-) -> None:
-    """``lock-file`` is none of the files the kernels name (a baseline, a candidate, a reference module), which
-    writing the lock would replace: ``lock-file = "scale.cu"`` had ``r1build lock`` overwrite the baseline."""
-    lock = (root / settings.lock_file).resolve()
-    try:
-        lock_id = _file_id(lock)
-    except OSError:
-        return  # no lock yet: every file a kernel names is there, so none is it
-    for i, spec in enumerate(kernels):
-        named = [("baseline", spec.baseline), *[("candidates", c) for c in spec.candidates]]
-        for key, rel in named:
-            if rel is not None and _is_file(root / rel, lock, lock_id):
-                raise v.fail(
-                    ("lock-file",),
-                    f"{settings.lock_file!r} is kernel[{i}] ({spec.name})'s {key} file, which writing the lock would "
-                    "overwrite",
-                )
-        if _is_file(reference_file(root, spec.reference), lock, lock_id):
-            raise v.fail(
-                ("lock-file",),
-                f"{settings.lock_file!r} is kernel[{i}] ({spec.name})'s reference module, which writing the lock "
-                "would overwrite",
-            )
-
-
-def _file_id(path: Path) -> tuple[int, int]:
-    st = path.stat()
-    return st.st_dev, st.st_ino
-
-
-def _is_file(path: Path, resolved: Path, file_id: tuple[int, int]) -> bool:
-    """Whether ``path`` resolves to ``resolved``, whose device and inode are ``file_id``: one ``stat`` for a path
-    that is another file, the links resolved only for one that is the same file (a hard link is not the path)."""
-    try:
-        if _file_id(path) != file_id:
-            return False
-    except OSError:
-        return False
-    return path.resolve() == resolved
-
-
 MAX_DIMENSIONS = 32
 """The most dimensions an array argument may have (numpy 1, which runs the reference, holds 32)."""
-
-
-def _shown_path(rel: str) -> str:
-    """A path for a message: whole when short, else its start and its length."""
-    return repr(rel) if len(rel) <= 120 else f"{rel[:80]!r}... ({len(rel)} characters)"
-
-
-def _source_file_problem(root: Path, rel: str) -> str | None:
-    """Why the hand-written source ``rel`` (a baseline or a candidate) cannot be used, or None: it must be a file
-    of UTF-8 text (candidates are compiled, hashed and shown as text)."""
-    path = root / rel
-    try:
-        if path.is_dir():
-            return f"{_shown_path(rel)} is a folder, not a .cu file"
-        if not path.is_file():
-            return f"file {_shown_path(rel)} not found (relative to {root})"
-    except OSError as exc:  # a name too long for the file system, a loop of links, ...
-        return f"file {_shown_path(rel)} cannot be looked up: {exc.strerror}"
-    try:
-        path.read_bytes().decode("utf-8")
-    except OSError as exc:
-        return f"file {rel!r} cannot be read: {exc.strerror}"
-    except UnicodeDecodeError as exc:
-        return f"file {rel!r} is not UTF-8 text (byte {exc.start} is {exc.object[exc.start]:#04x}); save it as UTF-8"
-    return None
 
 
 def _normalized_value(dtype: str, value: bool | int | float) -> bool | int | float:
@@ -704,7 +434,7 @@ def _normalized_value(dtype: str, value: bool | int | float) -> bool | int | flo
     return int(value) if dtype in INTEGER_DTYPES else float(value)
 
 
-def _check_ident(v: _Validator, name: str, where: KeyPath, what: str, kind: Kind) -> None:
+def _check_ident(v: Validator, name: str, where: KeyPath, what: str, kind: Kind) -> None:
     problem = name_problem(name, kind)
     if problem is not None:
         shown = name if len(name) <= 60 else name[:40] + "..."
@@ -718,7 +448,7 @@ def _array_bytes(arg: Arg, shape: dict[str, int]) -> int:
     return count * DTYPE_BYTES[arg.dtype]
 
 
-def _check_shapes(v: _Validator, shapes: list[dict[str, int]], sizes: dict[str, str], where: KeyPath) -> None:
+def _check_shapes(v: Validator, shapes: list[dict[str, int]], sizes: dict[str, str], where: KeyPath) -> None:
     if not shapes:
         raise v.fail(where, "at least one shape is needed")
     for j, shape in enumerate(shapes):
@@ -739,7 +469,7 @@ def _check_shapes(v: _Validator, shapes: list[dict[str, int]], sizes: dict[str, 
             raise v.fail((*where, j), f"shape does not give size(s) {', '.join(missing)}")
 
 
-def _validate_kernel(v: _Validator, i: int, spec: KernelSpec, refs: ReferenceFiles) -> KernelSpec:
+def _validate_kernel(v: Validator, i: int, spec: KernelSpec, refs: ReferenceFiles) -> KernelSpec:
     at: KeyPath = ("kernel", i)
     root = refs.root
     _check_ident(v, spec.name, (*at, "name"), "kernel name", "kernel")
@@ -761,7 +491,7 @@ def _validate_kernel(v: _Validator, i: int, spec: KernelSpec, refs: ReferenceFil
     _check_shapes(v, spec.bench_shapes, size_dtypes, (*at, "bench-shapes"))
     for key, rel in [("baseline", spec.baseline), *[("candidates", c) for c in spec.candidates]]:
         if rel is not None:
-            problem = _source_file_problem(root, rel)
+            problem = source_file_problem(root, rel)
             if problem is not None:
                 raise v.fail((*at, key), problem)
     _check_tunables(v, spec, at, names)
@@ -776,7 +506,7 @@ def _validate_kernel(v: _Validator, i: int, spec: KernelSpec, refs: ReferenceFil
     return replace(spec, archs=archs, args=args)
 
 
-def _validate_arg(v: _Validator, spec: KernelSpec, arg: Arg, where: KeyPath, names: dict[str, int]) -> Arg:
+def _validate_arg(v: Validator, spec: KernelSpec, arg: Arg, where: KeyPath, names: dict[str, int]) -> Arg:
     """Check one argument (``names``: those declared before it); a scalar's value comes back normalized."""
     if arg.name == "stream":
         raise v.fail((*where, "name"), "'stream' is implied as the last parameter; do not declare it")
@@ -813,7 +543,7 @@ def _validate_arg(v: _Validator, spec: KernelSpec, arg: Arg, where: KeyPath, nam
     return replace(arg, value=_normalized_value(arg.dtype, arg.value))
 
 
-def _check_dims(v: _Validator, spec: KernelSpec, at: KeyPath, sizes: list[str]) -> None:
+def _check_dims(v: Validator, spec: KernelSpec, at: KeyPath, sizes: list[str]) -> None:
     """Every named dimension of an array is a declared size; every fixed one is at least 1."""
     for j, arg in enumerate(spec.args):
         for d, dim in enumerate(arg.shape or []):
@@ -828,7 +558,7 @@ def _check_dims(v: _Validator, spec: KernelSpec, at: KeyPath, sizes: list[str]) 
                 raise v.fail((*at, "args", j, "shape", d), "a fixed dimension must be at least 1")
 
 
-def _check_test_shape_bytes(v: _Validator, spec: KernelSpec, at: KeyPath) -> None:
+def _check_test_shape_bytes(v: Validator, spec: KernelSpec, at: KeyPath) -> None:
     """No test shape makes the arrays take more than ``TEST_SHAPE_BYTES``, nor a bench shape more than
     ``BENCH_SHAPE_BYTES``."""
     limits = (
@@ -845,7 +575,7 @@ def _check_test_shape_bytes(v: _Validator, spec: KernelSpec, at: KeyPath) -> Non
                 )
 
 
-def _check_tunables(v: _Validator, spec: KernelSpec, at: KeyPath, names: dict[str, int]) -> None:
+def _check_tunables(v: Validator, spec: KernelSpec, at: KeyPath, names: dict[str, int]) -> None:
     """Tunables are identifiers apart from the arguments and the kernel, with distinct values, in few value sets."""
     variants = 1
     for tname, values in spec.tunables.items():
@@ -870,7 +600,7 @@ def _check_tunables(v: _Validator, spec: KernelSpec, at: KeyPath, names: dict[st
             seen_values.add(str(value))
 
 
-def _check_references(v: _Validator, spec: KernelSpec, at: KeyPath, refs: ReferenceFiles) -> None:
+def _check_references(v: Validator, spec: KernelSpec, at: KeyPath, refs: ReferenceFiles) -> None:
     """``reference``, ``gpu-reference`` and ``torch-reference`` name a function in a module next to the manifest."""
     named = (("reference", spec.reference), ("gpu-reference", spec.gpu_reference))
     for key, ref in (*named, ("torch-reference", spec.torch_reference)):

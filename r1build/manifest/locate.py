@@ -8,10 +8,12 @@ best effort: it returns the closest line it can prove, never a wrong file.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from ..convert import KeyPath
+from ..errors import ManifestError
 
-__all__ = ["format_path", "locate"]
+__all__ = ["Validator", "format_path", "locate"]
 
 _HEADER = re.compile(r"^\s*(\[\[?)\s*([A-Za-z0-9_.\-\"' ]+?)\s*\]\]?")
 
@@ -115,3 +117,21 @@ def locate(text: str, path: KeyPath, table: tuple[str, ...] = ()) -> int | None:
             start, best = found, found + 1
         i += 1
     return best
+
+
+class Validator:
+    """Makes the :class:`~r1build.errors.ManifestError` of a key path in one manifest's text: its file, line and
+    key (``table`` is the manifest's own table: ``("tool", "r1build")`` in pyproject.toml)."""
+
+    def __init__(self, path: Path, text: str, table: tuple[str, ...]) -> None:
+        self.path = path
+        self.text = text
+        self.table = table
+
+    def fail(self, path: KeyPath, message: str) -> ManifestError:
+        return ManifestError(
+            message,
+            file=str(self.path),
+            line=locate(self.text, path, self.table),
+            key=format_path(path, ".".join(self.table)),
+        )

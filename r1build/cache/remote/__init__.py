@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ...errors import ConfigError
 from ...manifest import Manifest
-from ...manifest.load import remote_url_problem
+from ...manifest.addresses import remote_url_problem
 from ...settings import env_settings
 from ..store import Cache
 from .layer import RECORD_KINDS, ROOT, RemoteLayer, RemoteProblem, blob_key, record_key
