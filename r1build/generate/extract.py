@@ -5,12 +5,20 @@ answer last. Without a reasoning parser on the server, the whole chain of though
 ``</think>``, drafts included. So extraction:
 
 1. drops everything up to the last ``</think>`` (an unclosed ``<think>`` means the answer is thinking only);
-2. collects fenced blocks (backticks or tildes, any indentation, any info string; an unclosed last block counts);
+2. collects fenced blocks (backticks or tildes, any indentation, any info string; an unclosed last block counts),
+   or, with no fence at all, takes an answer that opens with code (a preprocessor directive, a comment, a
+   ``__global__`` or ``extern "C"`` definition) as the file itself;
 3. takes CUDA / C++ blocks, and CUDA source held in a Python string (PyTorch ``load_inline`` answers);
 4. picks the *last* block that defines the exported function, else the last block with a ``__global__`` kernel,
    else the last CUDA-looking block (the gate then says what is missing);
 5. where the chosen block launches kernels it does not define (a final answer written as a kernel block, then a
-   launcher block), puts before it the nearest block that defines each (before it, else after it).
+   launcher block), puts before it the nearest block that defines each (before it, else after it), less that
+   block's own definitions of the exported function (an earlier complete answer: the chosen block's launcher is
+   the latest one, and a second definition would not compile).
+
+Definitions, declarations and launches are found in the code with its comments and string and character literals
+blanked (:func:`_masked`), so a ``;`` or a parenthesis in a parameter's comment, or code commented out, is not
+read as code.
 
 Candidates are compared by a normalized source digest (comments and whitespace runs removed, string literals
 kept), so the same kernel in different layouts is evaluated once.
@@ -61,6 +69,19 @@ _GLUED_OPEN = re.compile(
 )
 """An info string that runs into the first line of code: ``cuda #include <cuda_runtime.h>``, a comment (``cuda //
 @tunable BLOCK: 128, 256``) or a definition (``cuda __global__ void k(...) {``): that line was lost."""
+_CODE_START = re.compile(
+    r"#[ \t]*(?:include|define|undef|if|ifdef|ifndef|elif|else|endif|pragma|error|warning|line)\b|//|/\*"
+    r"|(?:__global__|__device__|__host__)\b|template\s*<|extern\s+\"C\""
+)
+"""How an unfenced answer that is a bare file opens: any preprocessor directive (``#define``, ``#pragma``,
+``# include``, a guard), a comment, or a definition. A markdown heading (``# Solution``, ``# Define the kernel``)
+is none: a directive's name is lower case and whole."""
+_BLANKED = re.compile(r"[^\n]")
+_PREPROCESSOR_LINE = re.compile(r"^[ \t]*#(?:\\\n|[^\n])*", re.MULTILINE)
+"""A preprocessor line, with its continuation lines."""
+_BRACE = re.compile(r"[{}]")
+_LINE_REST = re.compile(r"[ \t]*\n?")
+"""Blanks and the line end after a definition."""
 _PY_STRING = re.compile(r"(?P<prefix>\b[rRbBuUfF]{1,2})?(?P<q>\"\"\"|''')(?P<body>.*?)(?P=q)", re.S)
 _PARAM_TOKEN = re.compile(r"[();{}]")
 _MAX_SIGNATURE = 4000
@@ -220,13 +241,20 @@ def _looks_like_cuda(code: str) -> bool:
     return "__global__" in code or "cudaStream_t" in code or "#include <cuda" in code
 
 
+def _masked(code: str) -> str:
+    """``code`` with each comment and string or character literal blanked (its characters spaces, its newlines
+    kept), so that a ``;``, a parenthesis, a brace, a name or a launch in one is not read as code (a ``;`` in a
+    parameter's comment ended the parameter list, and the definition was not found). Offsets are unchanged."""
+    return "".join(code[a:b] if kind == "code" else _BLANKED.sub(" ", code[a:b]) for kind, a, b in spans(code))
+
+
 def _defines_export(code: str, name: str) -> bool:
-    """Whether ``code`` defines the function ``name``: ``name(...) {`` with any linkage spelled out (``extern
-    "C"``, an ``extern "C" { }`` block, or none: the declaration the gate pre-includes gives it C linkage). One
-    pass over the code, each parameter list looked at up to :data:`_MAX_SIGNATURE` characters, so a long or
-    degenerate answer costs linear time: the occurrences looked at stop once their parameter lists could have
-    covered the code four times (:func:`_openings`; an answer of the name 200,000 times took 23 s, a real one
-    names it a few times)."""
+    """Whether ``code`` (:func:`_masked`) defines the function ``name``: ``name(...) {`` with any linkage spelled
+    out (``extern "C"``, an ``extern "C" { }`` block, or none: the declaration the gate pre-includes gives it C
+    linkage). One pass over the code, each parameter list looked at up to :data:`_MAX_SIGNATURE` characters, so a
+    long or degenerate answer costs linear time: the occurrences looked at stop once their parameter lists could
+    have covered the code four times (:func:`_openings`; an answer of the name 200,000 times took 23 s, a real
+    one names it a few times)."""
     return any(_opens_body(code, m.end()) for m in _openings(code, name))
 
 
@@ -244,6 +272,12 @@ def _openings(code: str, name: str) -> Iterator[re.Match[str]]:
 
 def _opens_body(code: str, start: int) -> bool:
     """Whether the parameter list opened just before ``start`` closes and is followed by a function body."""
+    return _body_start(code, start) is not None
+
+
+def _body_start(code: str, start: int) -> int | None:
+    """Where the function body opens (its ``{``) after the parameter list opened just before ``start``, or None
+    where no body follows that list (a declaration, a call, no list)."""
     depth = 1
     for m in _PARAM_TOKEN.finditer(code, start, start + _MAX_SIGNATURE):
         token = m.group()
@@ -252,15 +286,17 @@ def _opens_body(code: str, start: int) -> bool:
         elif token == ")":
             depth -= 1
             if depth == 0:
-                return code[m.end() : m.end() + _MAX_SIGNATURE].lstrip().startswith("{")
+                after = code[m.end() : m.end() + _MAX_SIGNATURE]
+                body = m.end() + len(after) - len(after.lstrip())
+                return body if code.startswith("{", body) else None
         else:
-            return False
-    return False
+            return None
+    return None
 
 
 def _defines_kernel(code: str, kernel: str) -> bool:
-    """Whether ``code`` defines the ``__global__`` function ``kernel`` (its body, not only a declaration), looking
-    at :func:`_openings` of it."""
+    """Whether ``code`` (:func:`_masked`) defines the ``__global__`` function ``kernel`` (its body, not only a
+    declaration), looking at :func:`_openings` of it."""
     for m in _openings(code, kernel):
         head = code[max(0, m.start() - 400) : m.start()]
         ends = [e.end() for e in _STATEMENT_END.finditer(head)]
@@ -269,21 +305,58 @@ def _defines_kernel(code: str, kernel: str) -> bool:
     return False
 
 
-def _with_kernels(pieces: list[str], index: int) -> str:
+def _with_kernels(pieces: list[str], masked: list[str], index: int, name: str) -> str:
     """``pieces[index]``, after the nearest other piece that defines each kernel it launches without defining it
-    (before it where there is one, else after it), in answer order."""
-    code = pieces[index]
+    (before it where there is one, else after it), in answer order, each less its definitions of the exported
+    function ``name`` (:func:`_without_definitions`). ``masked`` holds the pieces :func:`_masked`."""
+    code = masked[index]
     launched = list(dict.fromkeys(m.group("name") for m in _LAUNCH.finditer(code) if m.group("name") != "__global__"))
     missing = [k for k in launched[:_MAX_LAUNCHED] if not _defines_kernel(code, k)]
     taken: set[int] = set()
     nearest = [*range(index - 1, -1, -1), *range(index + 1, len(pieces))]
     for kernel in missing:
-        found = next((j for j in nearest if _defines_kernel(pieces[j], kernel)), None)
+        found = next((j for j in nearest if _defines_kernel(masked[j], kernel)), None)
         if found is not None:
             taken.add(found)
     if not taken:
-        return code
-    return "\n".join(pieces[j].rstrip("\n") for j in sorted(taken)) + "\n\n" + code
+        return pieces[index]
+    before = (_without_definitions(pieces[j], masked[j], name).rstrip("\n") for j in sorted(taken))
+    return "\n".join(before) + "\n\n" + pieces[index]
+
+
+def _without_definitions(code: str, masked: str, name: str) -> str:
+    """``code`` less each definition of the function ``name`` (:func:`_definition_span`), its declarations kept.
+    A piece put before the chosen one for its kernels may be an earlier complete answer: the chosen piece defines
+    the export (the latest launcher, the answer's final word), and a second definition would not compile."""
+    kept: list[str] = []
+    end = 0
+    for m in _openings(masked, name):
+        body = _body_start(masked, m.end()) if m.start() >= end else None
+        if body is not None:
+            start, stop = _definition_span(masked, m.start(), body)
+            kept.append(code[end:start])
+            end = stop
+    return "".join(kept) + code[end:] if kept else code
+
+
+def _definition_span(masked: str, at: int, body: int) -> tuple[int, int]:
+    """The lines of the definition whose name starts at ``at`` and body at ``body`` in ``masked`` code: from its
+    first specifier (after the last ``;``, brace or preprocessor line before it, comments before it kept) to its
+    closing brace (the end of the code where it is not closed), with the blanks and the line end around it."""
+    head = masked[max(0, at - 400) : at]
+    ends = [e.end() for e in _STATEMENT_END.finditer(head)] + [p.end() for p in _PREPROCESSOR_LINE.finditer(head)]
+    start = at - len(head[max(ends, default=0) :].lstrip())
+    line = masked.rfind("\n", 0, start) + 1
+    start = line if not masked[line:start].strip() else start
+    depth = 0
+    stop = len(masked)
+    for m in _BRACE.finditer(masked, body):
+        depth += 1 if m.group() == "{" else -1
+        if depth == 0:
+            stop = m.end()
+            break
+    rest = _LINE_REST.match(masked, stop)
+    return start, rest.end() if rest else stop
 
 
 def _cuda_pieces(block: Block) -> list[str]:
@@ -320,16 +393,17 @@ def extract_source(content: str, name: str) -> Extraction:
         return Extraction(None, "thinking_only" if content.strip() else "empty", 0)
     blocks = fenced_blocks(answer)
     pieces = [piece for block in blocks for piece in _cuda_pieces(block) if piece.strip()]
-    if not blocks and _looks_like_cuda(answer) and answer.lstrip().startswith(("#include", "//", "/*")):
+    if not blocks and _looks_like_cuda(answer) and _CODE_START.match(answer.lstrip()):
         pieces = ["\n".join(_lines(answer)).strip("\n") + "\n"]
+    masked = [_masked(code) for code in pieces]
     tiers: list[tuple[ExtractionReason, list[int]]] = [
-        ("defines the export", [i for i, code in enumerate(pieces) if _defines_export(code, name)]),
+        ("defines the export", [i for i, code in enumerate(masked) if _defines_export(code, name)]),
         ("has a kernel", [i for i, code in enumerate(pieces) if "__global__" in code]),
         ("cuda block", list(range(len(pieces)))),
     ]
     for how, chosen in tiers:
         if chosen:
-            return Extraction(_with_kernels(pieces, chosen[-1]), how, len(blocks))
+            return Extraction(_with_kernels(pieces, masked, chosen[-1], name), how, len(blocks))
     return Extraction(None, "no_code", len(blocks))
 
 

@@ -21,13 +21,12 @@ from typing import Literal
 import pytest
 
 from r1build.cache import Cache
-from r1build.errors import ToolchainError
 from r1build.evaluate import EvaluatorOptions, GpuEvaluator, expand_variants
 from r1build.gate import StaticGate
 from r1build.judge import Job
 from r1build.manifest import Manifest
 from r1build.records import Candidate, Origin, Result
-from r1build.toolchain.nvcc import toolchain
+from tests.support.nvcc import toolchain_or_skip
 from tests.support.shared import once_per_run
 
 pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
@@ -187,10 +186,7 @@ def test_the_table_covers_every_file() -> None:
 @pytest.fixture(scope="module")
 def gate_results(root_manifest: Manifest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Result]:
     """Every case through the static gate for sm_90 (the gate's compile: real nvcc, the manifest's flags)."""
-    try:
-        toolchain()
-    except ToolchainError:
-        pytest.skip("nvcc not found")
+    toolchain_or_skip()
     by_kernel = {k: [c for c in CASES if c.kernel == k] for k in sorted({c.kernel for c in CASES})}
     out: dict[str, Result] = {}
     # one cache for the test run: the worker that asks second finds every verdict there

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from r1build.errors import ToolchainError
 from r1build.evaluate.child.guarded import ALIGN, AccessDesc, AllocationProp, AllocFlags, Location, placement
-from r1build.toolchain.nvcc import toolchain
+from tests.support.nvcc import toolchain_or_skip
 
 MIB2 = 2 << 20
 
@@ -29,10 +28,7 @@ def test_each_array_ends_at_the_end_of_its_mapping_at_an_aligned_start() -> None
 
 @pytest.mark.slow
 def test_the_ctypes_structures_match_the_toolkits_cuda_h(tmp_path: Path) -> None:
-    try:
-        nvcc = Path(toolchain().nvcc)
-    except ToolchainError:
-        pytest.skip("nvcc not found")
+    nvcc = Path(toolchain_or_skip().nvcc)
     source = tmp_path / "sizes.cpp"
     source.write_text(
         "#include <cuda.h>\n#include <cstdio>\n#include <cstddef>\n"

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from r1build.errors import ToolchainError
 from r1build.events import Event, Note, sink
 from r1build.gate import StaticGate
 from r1build.generate import SearchJob, replay
@@ -31,9 +30,9 @@ from r1build.generate.extract import (
 )
 from r1build.records import Candidate, Origin
 from r1build.toolchain.defines import define_problem
-from r1build.toolchain.nvcc import toolchain
 from tests.generate.chat_server import Answer, ChatServer
 from tests.generate.gen_support import SIGNATURE, MarkerJudge, Project, kernel_source, search_vadd
+from tests.support.nvcc import toolchain_or_skip
 
 R1_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "r1-kernelbench" / "level1_r1_best1.jsonl"
 
@@ -398,10 +397,7 @@ def test_extracted_answers_compile_and_real_answers_are_refused_without_a_compil
     its includes (the declaration pre-included brings them), a template, Unicode and control characters in a
     comment) pass the real nvcc and object checks; the real
     KernelBench answers (PyTorch extensions) are rejected, each with the reason, before any compile."""
-    try:
-        tc = toolchain()
-    except ToolchainError:
-        pytest.skip("nvcc not found")
+    tc = toolchain_or_skip()
     manifest = project.write()
     spec = manifest.kernel("vadd")
     sources = sorted({s for _, _, s, reason in CASES if s is not None and reason == "defines the export"} - {LAUNCHER})
