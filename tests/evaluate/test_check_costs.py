@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any, cast
 
-from r1build.evaluate.child.worker import _Laps
+from r1build.evaluate.child.time_op import _Laps
 from r1build.evaluate.correctness.candidate import _count_calls
 
 

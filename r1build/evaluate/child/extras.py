@@ -64,13 +64,13 @@ def lazy_output_call(
     arrays, args = set0
     fill = shape["sets"][0]
     if any(a["role"] == "inout" for a in shape["arrays"]):
-        worker._fill(arrays, shape, fill)
+        worker.fill(arrays, shape, fill)
         worker.stream.synchronize()
         rc = int(fn(*args, worker.stream.ptr))
         if rc:
             return "returned " + worker.error_text(rc)
     change_outputs(worker, arrays, shape)
-    worker._fill(arrays, shape, fill, roles=frozenset({"inout"}))
+    worker.fill(arrays, shape, fill, roles=frozenset({"inout"}))
     worker.stream.synchronize()
     rc = int(fn(*args, worker.stream.ptr))
     if rc:
@@ -112,7 +112,7 @@ def graph_replays(
             continue
         source = extra_source(sets, e)
         fill = shape["sets"][source] if source < sets else shape["tweak"]
-        worker._fill(arrays, shape, fill)
+        worker.fill(arrays, shape, fill)
         stream.synchronize()
         graph.launch(stream)
         kept = keep_outputs(worker, arrays, shape, f"{tag}-replay{e}", (si, sets + 1 + e), parked, fill)
