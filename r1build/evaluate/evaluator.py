@@ -20,8 +20,7 @@ Per job (one kernel, one arch), in this order:
 
 :meth:`GpuEvaluator.prepare` starts all of this for jobs a caller will evaluate one at a time (``r1build
 resolve``); :meth:`GpuEvaluator.evaluate` of such a job waits for that work. Several jobs start with the one of the
-fewest candidates, whose compiles end soonest (the GPU's first work), then the others most candidates first, since
-their background work is the longest (:func:`~.jobs.start_order`).
+most candidates (:func:`~.jobs.largest_first`): its compiles go first, since its background work is the longest.
 
 A crash, an illegal address or a hang costs the candidate (``crashed`` / ``timed_out``), never the run: the worker
 is killed if need be and restarted. Archs with no local GPU get the static gate's results (``stage="gate"``, no
@@ -76,7 +75,7 @@ from .jobs import (
     chain,
     job_key,
     label,
-    start_order,
+    largest_first,
     trim,
 )
 from .library import Library, LibraryFailure, build_library
@@ -286,7 +285,7 @@ class GpuEvaluator:
         """Several jobs at once: every compile starts at once, and each GPU works through its jobs while the
         CPU cores compile and sanitize (faster than one :meth:`evaluate` after another)."""
         load = {id(slot): 0 for slot in self._slots}
-        started = {i: self._start(jobs[i], load) for i in start_order(jobs, small_first=self.options.small_first)}
+        started = {i: self._start(jobs[i], load) for i in largest_first(jobs)}
         states = [started[i] for i in range(len(jobs))]
         threads = self._drive(states)
         gate_only = {i: self._gate_only(s) for i, s in enumerate(states) if s.slot is None}
@@ -302,7 +301,7 @@ class GpuEvaluator:
         ignored."""
         load = {id(slot): 0 for slot in self._slots}
         started: dict[int, JobState] = {}
-        for i in start_order(jobs, small_first=self.options.small_first):
+        for i in largest_first(jobs):
             arch = parse_arch(jobs[i].arch)
             key = job_key(jobs[i], arch)
             with self._lock:
@@ -376,8 +375,7 @@ class GpuEvaluator:
 
     def _submit_ranked(self, rank: int | None, fn: Callable[..., T], *args: Any, **kwargs: Any) -> Future[T]:
         """:meth:`_submit`, its compiles waiting for slots at ``rank`` (:mod:`~r1build.gate.compile_slots`): a
-        job's rank is its place in the order jobs were started (:func:`~.jobs.start_order`), so its compiles end
-        first."""
+        job's rank is its place in the order jobs were started (:func:`largest_first`), so its compiles end first."""
         if rank is None:
             return self._submit(fn, *args, **kwargs)
         with ranked(rank):

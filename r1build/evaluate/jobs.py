@@ -36,7 +36,6 @@ __all__ = [
     "job_key",
     "label",
     "largest_first",
-    "start_order",
     "trim",
 ]
 
@@ -96,25 +95,13 @@ def label(job: Job, arch: str) -> str:
 
 
 def largest_first(jobs: Sequence[Job]) -> list[int]:
-    """Most candidates first, the given order among equals. The job with the most candidates has the most background
-    work (compiles, checks, and compute-sanitizer runs above all), and the GPU times whichever job is ready, so the
-    longest work must not start last: on the H200 the root manifest's matmul (35 candidates, 5th of 6) finished its
-    racecheck runs 40 s after every other job was ready (bench/results/gpu_session_2026-12-02.md). Starting the most
-    loaded job first also balances several GPUs (longest processing time first)."""
+    """The order jobs are started in (their compiles ranked, their GPU assigned): most candidates first, the given
+    order among equals. The job with the most candidates has the most background work (compiles, checks, and
+    compute-sanitizer runs above all), and the GPU times whichever job is ready, so the longest work must not start
+    last: on the H200 the root manifest's matmul (35 candidates, 5th of 6) finished its racecheck runs 40 s after
+    every other job was ready (bench/results/gpu_session_2026-12-02.md). Starting the most loaded job first also
+    balances several GPUs (longest processing time first)."""
     return sorted(range(len(jobs)), key=lambda i: -len(jobs[i].candidates))
-
-
-def start_order(jobs: Sequence[Job], *, small_first: bool = True) -> list[int]:
-    """The order jobs are started in (their compiles ranked, their GPU assigned): with ``small_first`` the job with
-    the fewest candidates opens, the others follow :func:`largest_first`; else :func:`largest_first` throughout.
-    No GPU work can start before the first job's compiles end, so the opening job is the one whose compiles end
-    soonest: on an H100 the root manifest's softmax_rows (37 candidates, 16 cores) kept the GPU idle for the first
-    7 s of 81 (bench/results/gpu_session_2026-12-05e.md); a job of one wave of compiles keeps it idle for one."""
-    order = largest_first(jobs)
-    if not small_first or len(order) < 2:
-        return order
-    smallest = min(order, key=lambda i: len(jobs[i].candidates))  # the first among equals
-    return [smallest, *(i for i in order if i != smallest)]
 
 
 def job_key(job: Job, arch: str) -> JobKey:

@@ -5,9 +5,9 @@ threads and the GPU evaluator's library builds share them, so a cold resolve of 
 compilers than cores. Where several pieces of work wait for slots at once, a freed slot goes to the waiting
 compile of the lowest rank (:func:`ranked`), first come first served among equal ranks, and work without a rank
 comes after all ranked work. The rank is carried by the context, so the threads a piece of work starts with a
-copy of its context inherit it. The GPU evaluator ranks its jobs in the order it starts them (the one with the fewest
-candidates, then the most first): the first job's compiles end first and its checks, sanitizer runs and timing begin
-while the later jobs compile, instead of every job becoming ready at the end together.
+copy of its context inherit it. The GPU evaluator ranks its jobs in the order it starts them (the one with the most
+candidates first): the first job's compiles end first and its checks, sanitizer runs and timing begin while the
+later jobs compile, instead of every job becoming ready at the end together.
 """
 
 from __future__ import annotations

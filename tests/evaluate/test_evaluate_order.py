@@ -89,17 +89,6 @@ def test_jobs_start_with_the_most_candidates_first_and_keep_the_given_order_amon
     assert largest_first([]) == []
 
 
-def test_the_smallest_job_opens_so_the_gpu_waits_only_for_its_compiles_then_the_largest_follow() -> None:
-    from r1build.evaluate.jobs import start_order
-
-    jobs = [_job(37), _job(33), _job(35), _job(16), _job(16), _job(25)]
-    assert start_order(jobs) == [3, 0, 2, 1, 5, 4]  # the first of the two smallest opens
-    assert start_order(jobs, small_first=False) == [0, 2, 1, 5, 3, 4]
-    assert start_order([_job(4), _job(9)]) == [0, 1]
-    assert start_order([_job(9)]) == [0]
-    assert start_order([]) == []
-
-
 def test_an_error_at_the_job_the_gpu_took_reaches_that_job_and_those_after_it(tmp_path: Path) -> None:
     # a stand-in GPU: its worker never starts here (no cupy), which the evaluator's warm-up shrugs off
     from r1build.evaluate.devices import GpuInfo
