@@ -3,9 +3,9 @@
 The outputs of one timing are hundreds of MB (three input sets of a 64M-element transpose: 768 MB), compared with
 the reference element by element in float64. Threads of the evaluator's process doing that share its interpreter
 lock with everything else the process does (the GPU thread, the check workers' judging, the sanitizer runs'
-readers), so the comparisons run in processes of their own, which read the outputs and the reference's outputs
-through memory maps and go through them in cache-sized chunks (:data:`~.compare.CACHED_CHUNK`). The plan travels
-without its arrays (:meth:`~.bench_checks.BenchPlan.for_comparing`).
+readers), so the comparisons run in processes of their own, which copy the outputs (never mapped: the worker may
+still change them) and map the reference's outputs, and go through them in cache-sized chunks
+(:data:`~.compare.CACHED_CHUNK`). The plan travels without its arrays (:meth:`~.bench_checks.BenchPlan.for_comparing`).
 
 Where the comparer process on the GPU passed every output (:mod:`.child.gpu_compare`), nothing is read from files
 and the rest of the judging runs on the caller's executor: the processes start only when some output needs the CPU's
@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 from typing import Any
 
 from ..manifest.model import KernelSpec
@@ -72,26 +73,29 @@ class ComparePool:
         self._light: dict[int, tuple[BenchPlan, BenchPlan]] = {}
         self._closed = False
 
-    def submit(self, spec: KernelSpec, plan: BenchPlan, shapes: Sequence[TimedShape]) -> Future[Verdict | None]:
+    def submit(
+        self, spec: KernelSpec, plan: BenchPlan, shapes: Sequence[TimedShape], within: Path | None = None
+    ) -> Future[Verdict | None]:
         """:func:`~.bench_extra.timed_verdict` of one timing, in a comparing process where there is one; no thread
-        waits for it."""
+        waits for it. The outputs are read only from beneath ``within``, the worker's folder."""
         shapes = list(shapes)
         if not _reads_files(shapes):  # everything judged on the GPU (child/gpu_compare.py): nothing heavy left to do
-            return self._here(spec, plan, shapes)
+            return self._here(spec, plan, shapes, within)
         pool = self._get()
         if pool is None:
-            return self._here(spec, plan, shapes)
+            return self._here(spec, plan, shapes, within)
         try:
-            judged = pool.submit(timed_verdict, spec, self._for_comparing(plan), shapes, chunk=CACHED_CHUNK)
+            light = self._for_comparing(plan)
+            judged = pool.submit(timed_verdict, spec, light, shapes, chunk=CACHED_CHUNK, within=within)
         except (BrokenProcessPool, RuntimeError):  # broken, or shut down by close() meanwhile
             self._drop(pool)
-            return self._here(spec, plan, shapes)
+            return self._here(spec, plan, shapes, within)
         outcome: Future[Verdict | None] = Future()
 
         def done(f: Future[Verdict | None]) -> None:
             if f.cancelled() or isinstance(f.exception(), BrokenProcessPool):
                 self._drop(pool)
-                _copy(self._here(spec, plan, shapes), outcome)
+                _copy(self._here(spec, plan, shapes, within), outcome)
             elif f.exception() is not None:
                 outcome.set_exception(f.exception())
             else:
@@ -112,11 +116,13 @@ class ComparePool:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
 
-    def _here(self, spec: KernelSpec, plan: BenchPlan, shapes: list[TimedShape]) -> Future[Verdict | None]:
+    def _here(
+        self, spec: KernelSpec, plan: BenchPlan, shapes: list[TimedShape], within: Path | None
+    ) -> Future[Verdict | None]:
         try:
-            return self._submit(timed_verdict, spec, plan, shapes)
+            return self._submit(timed_verdict, spec, plan, shapes, within=within)
         except RuntimeError:  # the caller's executor is shut down too: a thread of its own
-            return _in_a_thread(timed_verdict, spec, plan, shapes)
+            return _in_a_thread(timed_verdict, spec, plan, shapes, within=within)
 
     def _drop(self, pool: ProcessPoolExecutor) -> None:
         """Forget a broken pool (the next call starts a fresh one)."""

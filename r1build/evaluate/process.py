@@ -16,9 +16,10 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ..sandbox import scrubbed_environment
+from ..sandbox.files import open_beneath, read_tail
 from .child.protocol import PeerClosed, PeerTimeout, ProtocolError, read_message, write_message
 
 __all__ = [
@@ -44,13 +45,23 @@ def describe_exit(returncode: int | None) -> str:
 
 
 def log_tail(path: Path, limit: int = 1500) -> str:
-    """The end of a log file, or empty."""
+    """The end of a log file, or empty: its last ``limit`` bytes only (a worker can print without end), never
+    through a link or from a FIFO (:func:`~r1build.sandbox.files.read_tail`)."""
+    data, size = read_tail(path, limit)
+    text = data.decode(errors="replace").strip()
+    return ("..." + text) if size > limit else text
+
+
+def _open_log(path: Path) -> BinaryIO:
+    """``path`` opened to append to, created where missing; what is there and no regular file (a link, a FIFO) is
+    removed first, so the output never goes through a link to another file."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
     try:
-        data = path.read_bytes()
+        fd = open_beneath(path.parent, path.name, flags)
     except OSError:
-        return ""
-    text = data[-limit:].decode(errors="replace").strip()
-    return ("..." + text) if len(data) > limit else text
+        path.unlink(missing_ok=True)
+        fd = open_beneath(path.parent, path.name, flags | os.O_EXCL)
+    return os.fdopen(fd, "ab")
 
 
 class WorkerDied(Exception):
@@ -77,13 +88,15 @@ class WorkerHandle:
         *,
         name: str = "worker",
         start_timeout_s: float = 180.0,
+        log_path: Path | None = None,
     ) -> None:
         self.command = list(command)
         self.env = dict(env)
         self.workdir = workdir
         self.name = name
         self.start_timeout_s = start_timeout_s
-        self.log_path = workdir / f"{name}.log"
+        self.log_path = log_path or workdir / f"{name}.log"
+        """Where its output goes: outside ``workdir`` for a confined worker, whose folder is its own to change."""
         self.generation = 0
         """Incremented at every start: state the worker held (loaded libraries) is gone when it changes."""
         self.hello: dict[str, Any] = {}
@@ -108,10 +121,11 @@ class WorkerHandle:
             raise WorkerDied(f"{self.name} was closed", None, "")
         self._reap()
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
         try:
-            with self.log_path.open("ab") as log:
+            with _open_log(self.log_path) as log:
                 self._proc = subprocess.Popen(
                     [*self.command, str(req_r), str(rep_w)],
                     stdin=subprocess.DEVNULL,

@@ -32,6 +32,11 @@ from .timing.floors import DeviceFloors
 __all__ = ["Quiet", "Slot", "make_slot"]
 
 WORKER_MODULE = "r1build.evaluate.child.worker"
+SHOWN = ("build", "bench", "references", "sanitize")
+"""The folders of the evaluator's folder that a confined worker or sanitizer run may read: the libraries under test,
+the benchmark shapes' inputs, the staged references, the sanitizer runs' inputs. Nothing else of it is shown: not the
+reference's outputs (a candidate that read them could copy the answers), the other slots' folders, the logs or the
+comparer's folder."""
 
 
 class Quiet:
@@ -158,6 +163,9 @@ class Slot:
     """Held while a thread starts or talks to the comparer."""
     comparer_failures: int = 0
     """Requests the comparer failed (it died, hung, or cannot map another process's memory here)."""
+    given: Path | None = None
+    """Where what its confined runs are given goes (the sanitizer's inputs, jobs and queues): a folder they may read
+    and not change, unlike ``workdir`` (None: ``workdir/sanitize``, for a slot whose runs are not confined)."""
 
     def ensure_worker(self) -> None:
         """Start the worker if needed; a worker that (re)started has forgotten its libraries."""
@@ -252,28 +260,45 @@ def make_slot(
     gpu: GpuInfo, root: Path, *, sanitize: bool, nvcc: str | None, name: str | None = None, comparer: bool = False
 ) -> Slot:
     """The slot of ``gpu`` with its work directory under ``root`` (``name``, ``gpu<index>`` by default); its
-    worker (and with ``comparer`` its comparer process) starts on first use."""
+    worker (and with ``comparer`` its comparer process) starts on first use.
+
+    What loads candidate libraries runs confined: its own folder (``workdir``) writable, the GPU, r1build's Python, and
+    of ``root`` only :data:`SHOWN`, read-only. Everything else of the slot lies outside its folder, where a confined
+    run cannot plant a link for this process to follow or a module for an unconfined one to import: the workers'
+    logs (``root/logs``), what the sanitizer runs are given and the hold file (``root/sanitize/<name>``, read-only
+    to them), and the comparer process, which runs unconfined (``root/comparers/<name>``, not shown)."""
     workdir = root / (name or f"gpu{gpu.index}")
     (workdir / "home").mkdir(parents=True, exist_ok=True)
+    shown = tuple(root / part for part in SHOWN)
+    given = root / "sanitize" / workdir.name
+    for folder in (*shown, given):
+        folder.mkdir(parents=True, exist_ok=True)
     env = worker_environment(gpu, workdir / "home")
-    # what loads candidate libraries runs confined: the evaluator's folder (the libraries) read-only, its own
-    # folder writable, the GPU, r1build's Python; the comparer, which never loads one, does not need to be
-    sandbox, confinement = runner_sandbox(), Confinement(workdir=workdir, readable=(root,), python=True, gpu=True)
+    sandbox, confinement = runner_sandbox(), Confinement(workdir=workdir, readable=shown, python=True, gpu=True)
     worker = WorkerHandle(
-        sandbox.command([sys.executable, "-m", WORKER_MODULE], confinement), env, workdir, name="worker"
+        sandbox.command([sys.executable, "-m", WORKER_MODULE], confinement),
+        env,
+        workdir,
+        name="worker",
+        log_path=root / "logs" / f"{workdir.name}-worker.log",
     )
     sanitizer = None
     if sanitize:
         exe = find_sanitizer(nvcc)
         if exe is not None:
-            sanitizer = SanitizerRunner(
-                exe, env, sandbox=sandbox, confinement=replace(confinement, toolkit=exe, writable=(workdir,))
-            )
+            sanitizer = SanitizerRunner(exe, env, sandbox=sandbox, confinement=replace(confinement, toolkit=exe))
     comparing = None
-    if comparer:  # a home of its own: nothing a candidate's worker leaves there (cupy's kernel cache) reaches it
-        (workdir / "comparer-home").mkdir(exist_ok=True)
-        comparer_env = worker_environment(gpu, workdir / "comparer-home")
-        comparing = WorkerHandle([sys.executable, "-m", WORKER_MODULE], comparer_env, workdir, name="comparer")
+    if comparer:  # never loads a library, so not confined: a folder and a home no confined run can write
+        own = root / "comparers" / workdir.name
+        (own / "home").mkdir(parents=True, exist_ok=True)
+        comparer_env = worker_environment(gpu, own / "home")
+        comparing = WorkerHandle([sys.executable, "-m", WORKER_MODULE], comparer_env, own, name="comparer")
     return Slot(
-        gpu=gpu, worker=worker, sanitizer=sanitizer, workdir=workdir, quiet=Quiet(workdir / "hold"), comparer=comparing
+        gpu=gpu,
+        worker=worker,
+        sanitizer=sanitizer,
+        workdir=workdir,
+        quiet=Quiet(given / "hold"),
+        comparer=comparing,
+        given=given,
     )

@@ -15,7 +15,13 @@ file worth reading and has no network:
 
 Neither sees a home folder, the project, the cache, key files, the host's ``/tmp`` or the ``/proc`` of other
 processes; each runs in new user, PID, IPC, UTS, cgroup and network namespaces with no capabilities, a scrubbed
-environment, and dies with its parent.
+environment and a session keyring of its own, may make no user namespace of its own, has memory folders of a size
+(``/tmp``, ``/dev/shm``; its root and ``/dev`` read-only), and dies with its parent.
+
+What a run leaves in its folder is read by the evaluator while the run goes on, so the evaluator reads it only
+beneath that folder and through no link (:mod:`.files`), and keeps what it writes for a run, and anything an
+unconfined process of it imports or writes, outside every folder a run may write
+(:func:`r1build.evaluate.slots.make_slot`).
 
 The sandbox is Bubblewrap (``bwrap``, :mod:`.bwrap`): the unprivileged sandbox Flatpak is built on, packaged by
 every Linux distribution, a single small setuid-free program that takes the whole policy on its command line. Where

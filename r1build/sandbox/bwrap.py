@@ -2,10 +2,11 @@
 
 A confined process gets a new, empty root with only what it needs bound into it: ``/usr`` (programs, libraries,
 headers; the toolkit when it is under ``/usr/local``) and the ``/bin``, ``/lib``... links or folders of the host,
-read-only; the dynamic loader's cache; a fresh ``/tmp``, a ``/proc`` of its own PID namespace and a minimal
-``/dev``; then the confinement's own folders. Folders are bound shallowest first, and a secret folder (the home
-folder, the project) that lies inside a bound one is covered by an empty one before anything deeper is bound, so
-binding a virtual environment inside the project shows the environment and not the project.
+read-only; the dynamic loader's cache; a fresh ``/tmp`` and ``/dev/shm`` of a size, a ``/proc`` of its own PID
+namespace and a minimal ``/dev``; then the confinement's own folders; then its root and ``/dev`` made read-only.
+Folders are bound shallowest first, and a secret folder (the home folder, the project) that lies inside a bound one
+is covered by an empty one before anything deeper is bound, so binding a virtual environment inside the project
+shows the environment and not the project. The command starts by joining a session keyring of its own.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import functools
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -56,6 +58,60 @@ def probe(exe: str) -> str | None:
         said = " ".join((done.stderr or done.stdout).split())[:300]
         return f"{exe} cannot make a sandbox here ({said or f'exit code {done.returncode}'})"
     return None
+
+
+@functools.lru_cache(maxsize=4)
+def _no_more_namespaces(exe: str) -> tuple[str, ...]:
+    """The options that keep a confined process from making user namespaces of its own, where ``exe`` has them
+    (bubblewrap 0.8 and later, with user namespaces): in one it would hold every capability (mount, the netfilter
+    tables of a network namespace of its own), the kernel's widest surface for a privilege escalation; none where
+    they do not work here (an older or setuid bubblewrap)."""
+    options = ("--unshare-user", "--disable-userns")
+    argv = [exe, *_NAMESPACES, *options, *_system_binds(), "--proc", "/proc", "--dev", "/dev", "--", "true"]
+    try:
+        done = run_process(argv, timeout_s=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    return options if done.returncode == 0 else ()
+
+
+TMPFS_SIZE = 1 << 30
+"""The most a confined process may write to its ``/tmp`` and its ``/dev/shm``, in bytes. They are memory (tmpfs),
+and what is written there belongs to no process the kernel's out-of-memory killer could pick: without a size, a
+candidate writing into them takes the machine's memory until the evaluator itself is killed. (Its home and
+``TMPDIR`` are its folder, on disk: ``/tmp`` sees little use.)"""
+COVER_SIZE = 1 << 20
+"""The size of the empty folders that cover secret folders (:attr:`Bubblewrap.secrets`): they hold nothing."""
+
+
+@functools.lru_cache(maxsize=4)
+def _sized_memory(exe: str) -> bool:
+    """Whether ``exe`` can give its memory folders a size (bubblewrap 0.5 and later, ``--size``): then ``/tmp`` and
+    ``/dev/shm`` get :data:`TMPFS_SIZE`, the covers :data:`COVER_SIZE`, and the sandbox's root and ``/dev``, memory
+    too, are made read-only once everything is bound (the bound folders keep their own modes)."""
+    sized = ["--size", str(COVER_SIZE), "--tmpfs", "/tmp", "--remount-ro", "/dev", "--remount-ro", "/"]
+    argv = [exe, *_NAMESPACES, *_system_binds(), "--proc", "/proc", "--dev", "/dev", *sized, "--", "true"]
+    try:
+        return run_process(argv, timeout_s=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+_KEYCTL = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "ppc64le": 271, "ppc64": 271, "s390x": 280}
+_OWN_KEYRING = f"""
+import ctypes, errno, os, signal, sys
+number = {_KEYCTL.get(os.uname().machine, 0)}
+for name in ("SIGPIPE", "SIGXFSZ"):  # as a program started by subprocess gets them, not as Python set them
+    signal.signal(getattr(signal, name), signal.SIG_DFL)
+libc = ctypes.CDLL(None, use_errno=True)
+if number and libc.syscall(ctypes.c_long(number), ctypes.c_long(1), None) < 0:  # KEYCTL_JOIN_SESSION_KEYRING
+    if ctypes.get_errno() not in (errno.ENOSYS, errno.EPERM):  # where keyctl is refused, it is refused inside too
+        sys.exit(f"r1build: no session keyring of its own for the sandbox: {{os.strerror(ctypes.get_errno())}}")
+os.execvp(sys.argv[1], sys.argv[1:])
+"""
+"""Joins a new, empty session keyring (``keyctl``'s anonymous one) and runs its arguments: what runs confined can
+read no key of the keyring this process was started with (``KEYCTL_READ`` of the session keyring's keys works
+across user namespaces)."""
 
 
 def _system_binds() -> list[str]:
@@ -101,15 +157,24 @@ class Bubblewrap:
         (as starting it unconfined would raise) where ``argv[0]`` is no program here."""
         if shutil.which(argv[0], path=os.environ.get("PATH", os.defpath)) is None:
             raise FileNotFoundError(errno.ENOENT, "no such program", argv[0])
-        out = [self.exe, *_NAMESPACES, *_system_binds(), "--proc", "/proc", "--dev", "/dev"]
+        # a session keyring of its own (the one inherited from this process may hold its user's keys, and no
+        # namespace hides it): joined inside by the Python the sandbox shows, else outside by this one, before bwrap
+        launch = [sys.executable, "-I", "-S", "-c", _OWN_KEYRING]
+        inside, outside = (launch, []) if confinement.python else ([], launch)
+        out = [*outside, self.exe, *_NAMESPACES, *_no_more_namespaces(self.exe), *_system_binds()]
+        out += ["--proc", "/proc", "--dev", "/dev"]
+        sized = _sized_memory(self.exe)
+        out += ["--size", str(TMPFS_SIZE), "--tmpfs", "/dev/shm"] if sized else []
         for op, place in self._places(confinement):
             if op == "mask":
-                out += ["--tmpfs", str(place)]
+                size = TMPFS_SIZE if place == Path("/tmp") else COVER_SIZE
+                out += [*(["--size", str(size)] if sized else []), "--tmpfs", str(place)]
             elif op == "dev":
                 out += ["--dev-bind-try", str(place), str(place)]
             else:
                 out += ["--ro-bind" if op == "ro" else "--bind", str(place), str(place)]
-        return [*out, "--chdir", str(confinement.workdir), "--", *argv]
+        out += ["--remount-ro", "/dev", "--remount-ro", "/"] if sized else []
+        return [*out, "--chdir", str(confinement.workdir), "--", *inside, *argv]
 
     def environment(self, base: Mapping[str, str], confinement: Confinement) -> dict[str, str]:
         """:func:`~.environment.confined_environment`, its search paths (``PATH``, ``LD_LIBRARY_PATH``) holding only

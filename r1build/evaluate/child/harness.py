@@ -34,8 +34,8 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import secrets
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -172,10 +172,12 @@ def wait_while_held(hold: str, token: str, parent: int = 0) -> None:
 def claim(queue: Path, n: int, owner: str) -> bool:
     """Take entry ``n`` of a queue folder for ``owner`` (a run's token, or the evaluator's word for a candidate it
     dropped): the ``<n>.claim`` file appears whole, holding ``owner``, for exactly one taker (a hard link fails
-    when the name exists). The temporary file is the calling thread's own: the evaluator's threads take entries
-    under one word."""
-    tmp = queue / f".{n}.{owner}.{os.getpid()}.{threading.get_ident()}.tmp"
-    tmp.write_text(owner)
+    when the name exists). The temporary file is the calling thread's own, under a name nobody can foresee and made
+    anew (``x``: never through a link a run planted in the folder): the evaluator's threads take entries under one
+    word."""
+    tmp = queue / f".{n}.{owner}.{secrets.token_hex(8)}.tmp"
+    with tmp.open("x") as f:
+        f.write(owner)
     try:
         os.link(tmp, queue / f"{n}.claim")
         return True

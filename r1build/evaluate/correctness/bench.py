@@ -19,7 +19,8 @@ timed calls, or behave only while its stream is captured. So every benchmark sha
 Inputs travel to the worker as files in a directory of the job. The reference's outputs are saved there too. What
 the timed calls left is judged on the GPU by the comparer process where there is one (:mod:`.child.gpu_compare`: only a
 pass is taken from it); everything else comes back as files too, judged in another process
-(:meth:`BenchPlan.for_comparing`: the plan without its arrays), which reads both through memory maps.
+(:meth:`BenchPlan.for_comparing`: the plan without its arrays), which maps the reference's outputs and copies the
+worker's, read only from beneath the worker's folder (:func:`_mapped`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from numpy.typing import NDArray
 
 from ...convert import field, record, replace
 from ...manifest.model import Arg, KernelSpec
+from ...sandbox.files import open_beneath
 from ...selection.noise import median_error
 from ..child.messages import BenchFill, BenchShapeRequest, TimedShape
 from ..child.protocol import CAPTURE_ERRORS
@@ -149,10 +151,20 @@ def _write_expected(
 
 
 def plan_bench(
-    spec: KernelSpec, reference: Callable[..., Any], l2_bytes: int, directory: Path, *, seed: int = 0
+    spec: KernelSpec,
+    reference: Callable[..., Any],
+    l2_bytes: int,
+    directory: Path,
+    *,
+    seed: int = 0,
+    expected_directory: Path | None = None,
 ) -> BenchPlan:
-    """Input sets, reference outputs and input files of every benchmark shape (the reference runs here)."""
+    """Input sets, reference outputs and input files of every benchmark shape (the reference runs here): the inputs
+    in ``directory``, which the workers read, the reference's outputs in ``expected_directory`` (``directory`` where
+    None), which the evaluator keeps from confined workers (a candidate that read them could copy the answers)."""
     directory.mkdir(parents=True, exist_ok=True)
+    kept = expected_directory or directory
+    kept.mkdir(parents=True, exist_ok=True)
     shapes = []
     for si, sizes in enumerate(spec.bench_shapes):
         set_bytes = sum(a["count"] * a["itemsize"] for a in array_requests(spec, sizes))
@@ -162,7 +174,7 @@ def plan_bench(
             expected = run_reference(reference, spec, sizes, inputs)
             tag = f"s{si}-set{k}"
             files = _write_set(spec, directory, tag, inputs)
-            sets.append(BenchSet(inputs, expected, files, 0, _write_expected(spec, directory, tag, expected)))
+            sets.append(BenchSet(inputs, expected, files, 0, _write_expected(spec, kept, tag, expected)))
         tweaked = tweak_one(sets[0].inputs, seed * 7919 + 1000 * si + 999)
         tweak_expected = run_reference(reference, spec, sizes, tweaked)
         tweak = BenchSet(
@@ -170,7 +182,7 @@ def plan_bench(
             tweak_expected,
             _write_set(spec, directory, f"s{si}-tweak", tweaked),
             1,
-            _write_expected(spec, directory, f"s{si}-tweak", tweak_expected),
+            _write_expected(spec, kept, f"s{si}-tweak", tweak_expected),
         )
         shapes.append(BenchShape(dict(sizes), shape_key(spec, sizes), sets, tweak))
     return BenchPlan(shapes, directory)
@@ -202,15 +214,33 @@ def shape_requests(spec: KernelSpec, plan: BenchPlan, out_dir: Path) -> list[Ben
     ]
 
 
-def _mapped(path: str) -> memoryview:
-    """A file's bytes, mapped rather than read (outputs of hundreds of MB are judged where they lie)."""
-    with Path(path).open("rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
+def _mapped(path: str, within: Path | None, limit: int) -> memoryview:
+    """At most ``limit`` bytes of a file the worker left, copied into memory of this process's own (anonymous pages,
+    no interpreter object of hundreds of MB). The worker names the file and writes its folder, and goes on running:
+    the file is taken only as a regular file beneath ``within`` (the worker's folder) reached through no link
+    (:func:`~r1build.sandbox.files.open_beneath`), never a file of this process's user that a planted link or a path
+    in the reply names, nor a FIFO to block on (without ``within``, a reply a test made: the file itself is still no
+    link or FIFO); and it is copied, not mapped, since a worker that cut the file short under a mapping would kill
+    this process (SIGBUS)."""
+    where = Path(path)
+    fd = open_beneath(within, where) if within is not None else open_beneath(where.parent, where.name)
+    with os.fdopen(fd, "rb", buffering=0) as f:
+        size = min(os.fstat(f.fileno()).st_size, limit)
+        if size == 0:
             return memoryview(b"")
-        return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+        copy = memoryview(mmap.mmap(-1, size))
+        got = 0
+        while got < size:
+            n = f.readinto(copy[got:])
+            if not n:
+                break
+            got += n
+        return copy[:got]
 
 
-def _input_changed(arg: Arg, bench_set: BenchSet, paths: Sequence[str | None], j: int) -> Mismatch | None:
+def _input_changed(
+    arg: Arg, bench_set: BenchSet, paths: Sequence[str | None], j: int, within: Path | None
+) -> Mismatch | None:
     """Whether the ``in`` array ``arg`` (the ``j``-th array) no longer holds the set's input after the calls, where
     the worker sent its bytes (``paths[j]``; None: it did not)."""
     path = paths[j] if j < len(paths) else None
@@ -221,7 +251,10 @@ def _input_changed(arg: Arg, bench_set: BenchSet, paths: Sequence[str | None], j
     uploaded = bench_set.inputs.get(arg.name)
     if uploaded is None:
         uploaded = np.fromfile(uploaded_file, dtype=dtype)
-    data = _mapped(path)
+    try:
+        data = _mapped(path, within, np.asarray(uploaded).nbytes + 1)
+    except OSError as exc:
+        return Mismatch("unwritten", f"the bytes of {arg.name} could not be read where the worker left them: {exc}")
     shape = tuple(np.shape(uploaded))
     layout = ArrayLayout(
         name=arg.name, role="in", dtype=arg.dtype, shape=shape, nbytes=len(data), front=0, offset=0, back=0
@@ -237,12 +270,13 @@ def _compare(
     paths: Sequence[str | None],
     judged: Sequence[bool] = (),
     chunk: int = CHUNK,
+    within: Path | None = None,
 ) -> Mismatch | None:
     """The first output of one call that the rules find wrong; those the comparer process found clear on the GPU
     (``judged``) are not read again. An output that came back neither way is a mismatch."""
     arrays = [a for a in spec.args if a.is_array]
     for j, arg in enumerate(arrays):  # an input the calls wrote into is named before the outputs it spoils
-        changed = _input_changed(arg, bench_set, paths, j) if arg.role == "in" else None
+        changed = _input_changed(arg, bench_set, paths, j, within) if arg.role == "in" else None
         if changed is not None:
             return changed
     for j, arg in enumerate(arrays):
@@ -251,11 +285,17 @@ def _compare(
         path = paths[j] if j < len(paths) else None
         if path is None:
             return Mismatch("unwritten", f"no output of {arg.name} came back from the worker")
-        data = _mapped(path)
         expected = bench_set.expected.get(arg.name)
         if expected is None:
             expected = np.load(bench_set.expected_files[arg.name], mmap_mode="r")
         shape = tuple(np.shape(expected))
+        want = math.prod(shape) * numpy_dtype(arg.dtype).itemsize
+        try:
+            data = _mapped(path, within, want + 1)
+        except OSError as exc:
+            return Mismatch("unwritten", f"the output of {arg.name} could not be read where the worker left it: {exc}")
+        if len(data) != want:
+            return Mismatch("unwritten", f"{arg.name} came back with {len(data)} bytes, not its {want}")
         layout = ArrayLayout(
             name=arg.name, role=str(arg.role), dtype=arg.dtype, shape=shape, nbytes=len(data), front=0, offset=0, back=0
         )
@@ -302,10 +342,11 @@ def _launch_failed(reply: TimedShape, where: str) -> Verdict | None:
 
 
 def bench_verdict(
-    spec: KernelSpec, plan: BenchPlan, replies: Sequence[TimedShape], *, chunk: int = CHUNK
+    spec: KernelSpec, plan: BenchPlan, replies: Sequence[TimedShape], *, chunk: int = CHUNK, within: Path | None = None
 ) -> Verdict | None:
     """The first failure among the checks of every benchmark shape (see the module docstring), or None; outputs are
-    compared ``chunk`` elements at a time (:data:`~.compare.CACHED_CHUNK` in a process judging alone)."""
+    compared ``chunk`` elements at a time (:data:`~.compare.CACHED_CHUNK` in a process judging alone), read only
+    from beneath ``within``, the worker's folder (:func:`_mapped`)."""
     for shape, reply in zip(plan.shapes, replies, strict=False):
         where = f"at the benchmark shape {shape.key}"
         if reply.get("device_state"):
@@ -329,7 +370,7 @@ def bench_verdict(
             return Verdict("crashed", f"the worker returned no outputs {where}")
         judged = reply.get("judged") or []
         for k, (bench_set, paths) in enumerate(zip(shape.sets, outputs, strict=False)):
-            found = _compare(spec, bench_set, paths, judged[k] if k < len(judged) else (), chunk)
+            found = _compare(spec, bench_set, paths, judged[k] if k < len(judged) else (), chunk, within)
             if found is not None and found.kind == "input":
                 return Verdict(
                     "incorrect",
@@ -343,7 +384,8 @@ def bench_verdict(
                     f"{len(shape.sets)}): {found.message}",
                     kind=found.kind,
                 )
-        found = _compare(spec, shape.tweak, reply.get("tweak_outputs") or [], reply.get("tweak_judged") or (), chunk)
+        tweak = reply.get("tweak_outputs") or []
+        found = _compare(spec, shape.tweak, tweak, reply.get("tweak_judged") or (), chunk, within)
         if found is not None and found.kind == "input":
             return Verdict("incorrect", f"a call on fresh inputs {where} {found.message}", kind="input")
         if found is not None:

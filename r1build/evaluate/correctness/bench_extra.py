@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 from ...manifest.model import KernelSpec
 from ..child.gpu_compare import DECOY_STRIDE, EXTRA_CALLS, extra_source
@@ -72,9 +73,10 @@ def _detail(e: int, key: str, found: Mismatch) -> Verdict:
 
 
 def extra_verdict(
-    spec: KernelSpec, plan: BenchPlan, replies: Sequence[TimedShape], *, chunk: int = CHUNK
+    spec: KernelSpec, plan: BenchPlan, replies: Sequence[TimedShape], *, chunk: int = CHUNK, within: Path | None = None
 ) -> Verdict | None:
-    """The first failure among the extra calls of every benchmark shape (see the module docstring), or None."""
+    """The first failure among the extra calls of every benchmark shape (see the module docstring), or None; outputs
+    read only from beneath ``within``, the worker's folder."""
     for shape, reply in zip(plan.shapes, replies, strict=False):
         if reply.get("extra_error"):
             return Verdict(
@@ -92,14 +94,17 @@ def extra_verdict(
         sets = len(shape.sets)
         for e, paths in enumerate(extras[: len(EXTRA_CALLS)]):
             bench_set = place_set(shape, sets + 1 + e)
-            found = _compare(spec, bench_set, paths, judged[e] if e < len(judged) else (), chunk)
+            found = _compare(spec, bench_set, paths, judged[e] if e < len(judged) else (), chunk, within)
             if found is not None:
                 return _detail(e, shape.key, found)
     return None
 
 
 def timed_verdict(
-    spec: KernelSpec, plan: BenchPlan, replies: Sequence[TimedShape], *, chunk: int = CHUNK
+    spec: KernelSpec, plan: BenchPlan, replies: Sequence[TimedShape], *, chunk: int = CHUNK, within: Path | None = None
 ) -> Verdict | None:
-    """:func:`~.bench_checks.bench_verdict`, then :func:`extra_verdict`: the first failure, or None."""
-    return bench_verdict(spec, plan, replies, chunk=chunk) or extra_verdict(spec, plan, replies, chunk=chunk)
+    """:func:`~.bench_checks.bench_verdict`, then :func:`extra_verdict`: the first failure, or None (outputs read
+    only from beneath ``within``, the worker's folder)."""
+    return bench_verdict(spec, plan, replies, chunk=chunk, within=within) or extra_verdict(
+        spec, plan, replies, chunk=chunk, within=within
+    )

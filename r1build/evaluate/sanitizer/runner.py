@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 from ...convert import record, replace
-from ...sandbox import Confinement, Sandbox, run_process, unconfined
+from ...sandbox import Confinement, Sandbox, reader_confinement, run_confined, unconfined
+from ...sandbox.files import read_beneath
 from ..child.harness import BEGIN, DONE, END, FAILED, HELD, RESUMED
 
 __all__ = [
@@ -103,14 +104,17 @@ def find_sanitizer(nvcc: str | None = None, environ: Mapping[str, str] | None = 
     return next((str(c) for c in candidates if c.is_file()), None)
 
 
-def uses_shared_memory(library: Path, cuobjdump: str | None) -> bool:
+def uses_shared_memory(library: Path, cuobjdump: str | None, sandbox: Sandbox | None = None) -> bool:
     """Whether any kernel of ``library`` touches shared memory (its SASS has shared loads, stores, atomics,
     async copies or tensor-memory-accelerator traffic). racecheck only looks at shared memory, so it is skipped
-    for libraries without any. True when it cannot tell."""
+    for libraries without any. True when it cannot tell. A candidate's library is hostile input to cuobjdump's
+    parsers, as its object is to binutils' (:func:`r1build.gate.symbols.reader`): ``sandbox`` runs cuobjdump with
+    the library's folder only (None: as this process, for the user's own library)."""
     if cuobjdump is None:
         return True
+    confinement = reader_confinement(library.parent, cuobjdump)
     try:
-        proc = run_process([cuobjdump, "-sass", str(library)], timeout_s=60)
+        proc = run_confined(sandbox or unconfined(), [cuobjdump, "-sass", str(library)], confinement, timeout_s=60)
     except (OSError, subprocess.TimeoutExpired):
         return True
     if proc.returncode != 0 or "Function" not in proc.stdout:
@@ -171,12 +175,14 @@ class BatchRun:
 
 
 def claims_of(queue: Path, token: str) -> tuple[int, ...]:
-    """The entries of a queue folder that the run with ``token`` took, lowest first."""
+    """The entries of a queue folder that the run with ``token`` took, lowest first. The folder is a confined run's
+    to write: a claim is read as a regular file and no further than the token (:func:`read_beneath`), not through a
+    link, a FIFO or a file of any size planted under its name."""
     taken = []
     for path in queue.glob("*.claim"):
         stem = path.name.partition(".")[0]
         with contextlib.suppress(OSError):
-            if stem.isdigit() and path.read_text() == token:
+            if stem.isdigit() and read_beneath(queue, path.name, len(token) + 1) == token.encode():
                 taken.append(int(stem))
     return tuple(sorted(taken))
 
@@ -285,7 +291,8 @@ class SanitizerRunner:
         self.sandbox = sandbox or unconfined()
         """Where a run is confined (:func:`r1build.sandbox.runner_sandbox`): the harness loads candidate libraries."""
         self.confinement = confinement
-        """What a confined run may see; its working directory is each run's own."""
+        """What a confined run may see: it runs in the slot's folder, the job's folder read-only to it (a queue
+        folder it claims entries in excepted)."""
 
         self._available: str | bool | None = None
         self._probe_lock = threading.Lock()
@@ -308,10 +315,15 @@ class SanitizerRunner:
         timeout_s: float | None = None,
         token: str = "",
         hold: Path | None = None,
+        writable: tuple[Path, ...] = (),
     ) -> _Proc:
+        """One run in ``cwd``; a confined one in its confinement's folder instead, where it may write, and in
+        ``writable`` (a queue folder it claims entries in): the job's folder is read-only to it, so nothing this
+        process writes there or reads back (a job file, an input, a claim) can be a link it planted."""
         cmd = [self.executable, *args]
         if self.confinement is not None:
-            cmd = self.sandbox.command(cmd, replace(self.confinement, workdir=cwd))
+            confinement = replace(self.confinement, writable=(*self.confinement.writable, *writable))
+            cmd, cwd = self.sandbox.command(cmd, confinement), confinement.workdir
         live = _Live(token, progress=time.monotonic())
         proc = self._start(cmd, cwd, key, live)
         if isinstance(proc, _Proc):
@@ -442,11 +454,12 @@ class SanitizerRunner:
         cmd = [*args, sys.executable, str(HARNESS), str(job_file)]
         key = str(job_file)
         hold = Path(job["hold"]) if job.get("hold") else None
-        done = self._run(cmd, job_file.parent, key, token=token, hold=hold)
+        claims = (queue,) if queue is not None else ()
+        done = self._run(cmd, job_file.parent, key, token=token, hold=hold, writable=claims)
         taken = claims_of(queue, token) if queue is not None else ()  # what it took, known now that it ended
         listed = set(taken) if queue is not None else set(range(len(job["libs"])))
         if done.why == "stalled" and len(listed) == 1 and queue is None:  # past the limit: once more, twice the time
-            done = self._run(cmd, job_file.parent, key, 2 * self.timeout_s, token=token, hold=hold)
+            done = self._run(cmd, job_file.parent, key, 2 * self.timeout_s, token=token, hold=hold, writable=claims)
             if done.why == "stalled":
                 outcome = SanitizerOutcome(
                     tool,

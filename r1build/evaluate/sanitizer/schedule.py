@@ -279,8 +279,9 @@ class Sanitizing:
         kernel = KernelKey.of(job, arch)
         with self._lock:
             if kernel not in self._inputs:
-                (slot.workdir / "sanitize").mkdir(parents=True, exist_ok=True)
-                directory = tempfile.mkdtemp(prefix=f"{job.spec.name}-{arch}-", dir=slot.workdir / "sanitize")
+                given = slot.given or slot.workdir / "sanitize"  # never where a confined run may write
+                given.mkdir(parents=True, exist_ok=True)
+                directory = tempfile.mkdtemp(prefix=f"{job.spec.name}-{arch}-", dir=given)
                 self._inputs[kernel] = _Inputs(Path(directory), [])
             inputs = self._inputs[kernel]
             if (kernel, candidate.digest) in self._runs:
@@ -377,7 +378,8 @@ class Sanitizing:
                 runs.expect([])
                 return
             runs.library = lib.path
-            tools = [t for t in TOOLS if t != "racecheck" or uses_shared_memory(lib.path, self._cuobjdump())]
+            box = runner.sandbox  # cuobjdump reads the library confined, as the runs run it
+            tools = [t for t in TOOLS if t != "racecheck" or uses_shared_memory(lib.path, self._cuobjdump(), box)]
             runs.expect(tools)
             for tool in tools:
                 queues.append(self._add(job.spec, kernel, tool, slot, inputs, runs))

@@ -170,8 +170,11 @@ class Timer:
         with self._lock:
             if key not in self._plans:
                 reference = load_reference(job.manifest.root, job.spec.reference)
-                directory = self._root / "bench" / f"{job.spec.name}-{len(self._plans)}"
-                self._plans[key] = self._submit(plan_bench, job.spec, reference, l2, directory, seed=self._seed)
+                name = f"{job.spec.name}-{len(self._plans)}"  # the reference's outputs where no worker reads them
+                directory, expected = self._root / "bench" / name, self._root / "expected" / name
+                self._plans[key] = self._submit(
+                    plan_bench, job.spec, reference, l2, directory, seed=self._seed, expected_directory=expected
+                )
             return self._plans[key]
 
     def time(
@@ -202,7 +205,7 @@ class Timer:
         if isinstance(timed, Verdict):
             shutil.rmtree(out_dir, ignore_errors=True)
             return _settled(timed)
-        return self._bench_verdict(job.spec, plan, timed, floors, out_dir, slot.gpu.l2_bytes or (40 << 20))
+        return self._bench_verdict(job.spec, plan, timed, floors, out_dir, slot, slot.gpu.l2_bytes or (40 << 20))
 
     def idle_time(self, job: Job, slot: Slot, lib: Library, bench: Future[BenchPlan]) -> SampleStats | None:
         """The first benchmark shape of a timed finalist sampled again in the ``idle-gaps`` regime (no checks: its
@@ -336,10 +339,11 @@ class Timer:
         shapes: list[TimedShape],
         floors: DeviceFloors | None,
         out_dir: Path,
+        slot: Slot,
         l2_bytes: int,
     ) -> Future[Verdict | list[SampleStats]]:
-        """What the timed calls left (judged in a comparing process, no thread waiting for it), and whether the
-        times are possible."""
+        """What the timed calls left (judged in a comparing process, no thread waiting for it: read only from beneath
+        the slot's folder, which the worker writes), and whether the times are possible."""
         start = time.perf_counter()
         outcome: Future[Verdict | list[SampleStats]] = Future()
 
@@ -352,7 +356,7 @@ class Timer:
             except BaseException as exc:
                 outcome.set_exception(exc)
 
-        self._compare_pool.submit(spec, plan, shapes).add_done_callback(judged)
+        self._compare_pool.submit(spec, plan, shapes, slot.workdir).add_done_callback(judged)
         return outcome
 
     @staticmethod
