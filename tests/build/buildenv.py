@@ -162,3 +162,18 @@ def find_cuobjdump(env: BuildEnv) -> Path | None:
         for candidate in sorted(env.site_packages().glob("nvidia/cu*/bin/cuobjdump")):
             return candidate
     return None
+
+
+def copy_venv(source: Path, dest: Path) -> Path:
+    """A copy of the venv ``source`` at ``dest`` that is a venv of its own, as ``python -m venv`` and the same
+    installs there make it: the only files that name the venv's folder, its scripts (their ``#!`` lines) and
+    pyvenv.cfg, name ``dest``; its interpreter's links are kept."""
+    shutil.copytree(source, dest, symlinks=True)
+    old, new = str(source).encode(), str(dest).encode()
+    for path in [dest / "pyvenv.cfg", *(dest / "bin").iterdir()]:
+        if path.is_symlink() or not path.is_file():
+            continue
+        data = path.read_bytes()
+        if old in data:
+            path.write_bytes(data.replace(old, new))
+    return dest

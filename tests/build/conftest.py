@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.build.buildenv import ROOT, BuildEnv, find_cuobjdump
+from tests.build.buildenv import ROOT, BuildEnv, copy_venv, find_cuobjdump
 from tests.support.shared import once_per_run
 
 
@@ -71,20 +71,5 @@ def build_env(tmp_path_factory: pytest.TempPathFactory, r1build_wheel: Path) -> 
             offline = ["--no-deps"] if system_site else []  # the machine's Python has them (see the docstring)
             template.check([template.python, "-m", "pip", "install", "-q", *offline, *requirements], cwd=shared)
     base = tmp_path_factory.mktemp("build-env")
-    venv = _copy_venv(template.root, base / "venv")
+    venv = copy_venv(template.root, base / "venv")
     yield BuildEnv(root=venv, wheels=r1build_wheel, cache_dir=base / "r1build-cache", isolated=not system_site)
-
-
-def _copy_venv(source: Path, dest: Path) -> Path:
-    """A copy of the venv ``source`` at ``dest`` that is a venv of its own, as ``python -m venv`` and the same
-    installs there make it: the only files that name the venv's folder, its scripts (their ``#!`` lines) and
-    pyvenv.cfg, name ``dest``; its interpreter's links are kept."""
-    shutil.copytree(source, dest, symlinks=True)
-    old, new = str(source).encode(), str(dest).encode()
-    for path in [dest / "pyvenv.cfg", *(dest / "bin").iterdir()]:
-        if path.is_symlink() or not path.is_file():
-            continue
-        data = path.read_bytes()
-        if old in data:
-            path.write_bytes(data.replace(old, new))
-    return dest

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.build.buildenv import PACKAGES, BuildEnv, copy_project
+from tests.build.buildenv import PACKAGES, BuildEnv, copy_project, copy_venv
+from tests.support.shared import once_per_run
 
 pytestmark = pytest.mark.slow
 
@@ -25,14 +27,18 @@ _HEAVY = ("openai", "pydantic", "httpx", "numpy", "cupy")
 
 @pytest.fixture(scope="module")
 def light_env(tmp_path_factory: pytest.TempPathFactory, build_env: BuildEnv) -> Iterator[BuildEnv]:
-    """A fresh venv with the bare r1build wheel: what a host build's environment holds."""
+    """A fresh venv with the bare r1build wheel: what a host build's environment holds (made once a test run, each
+    worker's module its own copy)."""
+    with once_per_run(tmp_path_factory, "light-env") as (shared, made):
+        template = BuildEnv(root=shared / "venv", wheels=build_env.wheels, cache_dir=shared / "unused", isolated=True)
+        if not made:
+            shutil.rmtree(template.root, ignore_errors=True)
+            subprocess.run([sys.executable, "-m", "venv", str(template.root)], check=True, timeout=300)
+            (wheel,) = build_env.wheels.glob("r1build-*.whl")
+            template.check([template.python, "-m", "pip", "install", "-q", wheel], cwd=shared)
     base = tmp_path_factory.mktemp("light-env")
-    venv = base / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    env = BuildEnv(root=venv, wheels=build_env.wheels, cache_dir=base / "r1build-cache", isolated=True)
-    (wheel,) = build_env.wheels.glob("r1build-*.whl")
-    env.check([env.python, "-m", "pip", "install", "-q", wheel], cwd=base)
-    yield env
+    venv = copy_venv(template.root, base / "venv")
+    yield BuildEnv(root=venv, wheels=build_env.wheels, cache_dir=base / "r1build-cache", isolated=True)
 
 
 def _installed(env: BuildEnv) -> set[str]:
