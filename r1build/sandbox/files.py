@@ -15,10 +15,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import secrets
+import shutil
 import stat
 from pathlib import Path
 
-__all__ = ["open_beneath", "read_beneath", "read_tail"]
+__all__ = ["make_beneath", "open_beneath", "read_beneath", "read_tail", "remove_beneath"]
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -71,3 +73,45 @@ def read_tail(path: Path, limit: int) -> tuple[bytes, int]:
         f.seek(max(0, size - limit))
         return f.read(limit), size
     return b"", 0
+
+
+def make_beneath(folder: Path, path: Path | str) -> Path:
+    """The folder ``path`` (absolute, or relative to ``folder``), each missing name on the way made from ``folder``
+    down without following a link below ``folder``: a link planted in place of a folder on the way is never the place
+    a folder is made in (:class:`OSError`, ``ELOOP`` or ``ENOTDIR``, where one is met)."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in _parts(folder, path):
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, 0o700, dir_fd=fd)
+            inner = os.open(part, _DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    finally:
+        os.close(fd)
+    return Path(folder) / path
+
+
+def remove_beneath(folder: Path, path: Path | str, trash: Path) -> None:
+    """Remove ``path`` beneath ``folder`` (a file or a folder with what it holds) where it is reached through no link:
+    it is first moved, by name from the folder that holds it, into ``trash`` (a folder on the same file system that no
+    confined process writes), then removed there, so no link planted on the way leads the removal elsewhere. What
+    cannot be moved (gone, reached through a link, another file system) is left as it is."""
+    parts = _parts(folder, path)
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    gone = Path(trash) / f"removed-{secrets.token_hex(8)}"
+    try:
+        for part in parts[:-1]:
+            inner = os.open(part, _DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        Path(trash).mkdir(parents=True, exist_ok=True)
+        os.rename(parts[-1], gone, src_dir_fd=fd)
+    except OSError:
+        return
+    finally:
+        os.close(fd)
+    if gone.is_dir() and not gone.is_symlink():
+        shutil.rmtree(gone, ignore_errors=True)
+    else:
+        gone.unlink(missing_ok=True)

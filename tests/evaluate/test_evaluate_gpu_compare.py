@@ -275,6 +275,7 @@ def test_the_parent_marks_what_the_judge_passed_and_has_the_rest_written_for_the
         compare_pool=ComparePool(0),
     )  # fmt: skip
     out_dir = tmp_path / "out"
+    out_dir.mkdir()
     requests = shape_requests(spec, plan, out_dir)
     layout = park_layout(requests)
     places = sets + 1 + len(EXTRA_CALLS)  # out, per set, the tweak and the extra calls

@@ -431,3 +431,29 @@ def test_a_run_cannot_fill_the_machines_memory_through_its_memory_folders(tmp_pa
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
     assert found["written"] == [] and all(0 < size <= TMPFS_SIZE for size in found["sizes"].values()), found
+
+
+def test_a_timings_folder_is_made_and_removed_through_no_link_a_worker_planted(tmp_path: Path) -> None:
+    """The parent makes ``bench-out/<timing>`` in the worker's folder and removes it after the judging; a worker that
+    put a link to a folder of the parent's user in place of ``bench-out`` had the folder made there, and a removal
+    that followed it would remove a folder there."""
+    from r1build.sandbox.files import make_beneath, remove_beneath
+
+    worker, home = tmp_path / "root" / "gpu0", tmp_path / "home"
+    worker.mkdir(parents=True)
+    (home / "t-1").mkdir(parents=True)
+    (home / "t-1" / "keep").write_text("the user's file")
+    (worker / "bench-out").symlink_to(home)
+    with pytest.raises(OSError):
+        make_beneath(worker, "bench-out/t-2")
+    assert not (home / "t-2").exists()
+    remove_beneath(worker, worker / "bench-out" / "t-1", tmp_path / "root" / "trash")
+    assert (home / "t-1" / "keep").read_text() == "the user's file"
+    remove_beneath(worker, "bench-out", tmp_path / "root" / "trash")  # the link itself goes, not what it names
+    assert not (worker / "bench-out").is_symlink() and (home / "t-1" / "keep").exists()
+
+    made = make_beneath(worker, worker / "bench-out" / "t-3")
+    (made / "out.bin").write_bytes(b"x" * 10)
+    assert made.is_dir() and made == worker / "bench-out" / "t-3"
+    remove_beneath(worker, made, tmp_path / "root" / "trash")
+    assert not made.exists() and list((tmp_path / "root" / "trash").iterdir()) == []

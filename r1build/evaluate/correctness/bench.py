@@ -200,8 +200,9 @@ def _fill(spec: KernelSpec, bench_set: BenchSet) -> BenchFill:
 
 
 def shape_requests(spec: KernelSpec, plan: BenchPlan, out_dir: Path) -> list[BenchShapeRequest]:
-    """The ``shapes`` of a worker ``time`` request: arrays, arguments, input sets, the tweaked set."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """The ``shapes`` of a worker ``time`` request: arrays, arguments, input sets, the tweaked set; the worker leaves
+    what the calls left in ``out_dir``, which the caller made (beneath the worker's folder: through no link the worker
+    planted, :func:`~r1build.sandbox.files.make_beneath`)."""
     return [
         {
             "arrays": array_requests(spec, shape.sizes),

@@ -7,7 +7,6 @@ The evaluator calls it with the GPU quiet (no sanitizer runs beside it).
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -19,6 +18,7 @@ from ...errors import EvaluationError
 from ...judge import Job
 from ...manifest.model import KernelSpec
 from ...manifest.reference import ReferenceProblem, load_reference, stage_references
+from ...sandbox.files import make_beneath, remove_beneath
 from ..child.gpu_compare import park_layout, parked_size
 from ..child.messages import (
     BenchShapeRequest,
@@ -203,7 +203,7 @@ class Timer:
             if medians is not None and timed and timed[0]["samples_us"]:
                 medians[library_key(lib)] = summarize(timed[0]["samples_us"]).median_us
         if isinstance(timed, Verdict):
-            shutil.rmtree(out_dir, ignore_errors=True)
+            _remove(slot, out_dir)
             return _settled(timed)
         return self._bench_verdict(job.spec, plan, timed, floors, out_dir, slot, slot.gpu.l2_bytes or (40 << 20))
 
@@ -212,7 +212,7 @@ class Timer:
         back-to-back timing checked what its calls left); None where that fails (a note says why: the
         back-to-back time stands alone)."""
         plan = bench.result()
-        requests = shape_requests(job.spec, plan, slot.workdir / "bench-idle")[:1]
+        requests = shape_requests(job.spec, plan, make_beneath(slot.workdir, "bench-idle"))[:1]
         header = time_request(library_key(lib), requests, budget_s=self._budget_s, regime="idle-gaps")
         try:
             failed = slot.load(job.spec, lib, timeout_s=self._call_timeout_s)  # again after a worker restart
@@ -247,7 +247,7 @@ class Timer:
             failed = slot.load(spec, lib, timeout_s=self._call_timeout_s)
             if failed is not None:
                 return Verdict("crashed", failed)
-            requests = shape_requests(spec, plan, out_dir)
+            requests = shape_requests(spec, plan, make_beneath(slot.workdir, out_dir))
             header = time_request(library_key(lib), requests, budget_s=self._budget_s, park=slot.comparer is not None)
             reply, _ = slot.request(header, timeout_s=self.timeout_s)
             if reply.get("ok") and reply.get("parked"):
@@ -348,7 +348,7 @@ class Timer:
         outcome: Future[Verdict | list[SampleStats]] = Future()
 
         def judged(f: Future[Verdict | None]) -> None:
-            shutil.rmtree(out_dir, ignore_errors=True)
+            _remove(slot, out_dir)
             self._count("judge_bench_s", time.perf_counter() - start)
             try:
                 verdict = f.result()
@@ -400,3 +400,9 @@ def _cpu_saves(
         paths[j] = str(path)
         saves.append({"offset": item["offset"], "nbytes": item["nbytes"], "path": str(path)})
     return saves
+
+
+def _remove(slot: Slot, out_dir: Path) -> None:
+    """Remove what a timing left in ``out_dir``, beneath the slot's folder, which its worker writes: moved through no
+    link the worker planted into the evaluator's own trash first (:func:`~r1build.sandbox.files.remove_beneath`)."""
+    remove_beneath(slot.workdir, out_dir, slot.workdir.parent / "trash")
