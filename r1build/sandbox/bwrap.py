@@ -46,12 +46,26 @@ def find_bwrap() -> str | None:
     return found
 
 
+def _trial(exe: str, options: Sequence[str] = (), after: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
+    """``true`` run in a sandbox of ``exe``, with ``options`` before its system folders and ``after`` them (raises
+    what starting it raises)."""
+    argv = [exe, *_NAMESPACES, *options, *_system_binds(), "--proc", "/proc", "--dev", "/dev", *after, "--", "true"]
+    return run_process(argv, timeout_s=30)
+
+
+def _works(exe: str, options: Sequence[str] = (), after: Sequence[str] = ()) -> bool:
+    """Whether :func:`_trial` of these options succeeds here."""
+    try:
+        return _trial(exe, options, after).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
 @functools.lru_cache(maxsize=4)
 def probe(exe: str) -> str | None:
     """None when ``exe`` can build a sandbox here (it runs ``true`` in one), else why not, in a few words."""
-    argv = [exe, *_NAMESPACES, *_system_binds(), "--proc", "/proc", "--dev", "/dev", "--", "true"]
     try:
-        done = run_process(argv, timeout_s=30)
+        done = _trial(exe)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"{exe} could not be run ({exc})"
     if done.returncode != 0:
@@ -67,12 +81,7 @@ def _no_more_namespaces(exe: str) -> tuple[str, ...]:
     tables of a network namespace of its own), the kernel's widest surface for a privilege escalation; none where
     they do not work here (an older or setuid bubblewrap)."""
     options = ("--unshare-user", "--disable-userns")
-    argv = [exe, *_NAMESPACES, *options, *_system_binds(), "--proc", "/proc", "--dev", "/dev", "--", "true"]
-    try:
-        done = run_process(argv, timeout_s=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return ()
-    return options if done.returncode == 0 else ()
+    return options if _works(exe, options) else ()
 
 
 TMPFS_SIZE = 1 << 30
@@ -89,12 +98,8 @@ def _sized_memory(exe: str) -> bool:
     """Whether ``exe`` can give its memory folders a size (bubblewrap 0.5 and later, ``--size``): then ``/tmp`` and
     ``/dev/shm`` get :data:`TMPFS_SIZE`, the covers :data:`COVER_SIZE`, and the sandbox's root and ``/dev``, memory
     too, are made read-only once everything is bound (the bound folders keep their own modes)."""
-    sized = ["--size", str(COVER_SIZE), "--tmpfs", "/tmp", "--remount-ro", "/dev", "--remount-ro", "/"]
-    argv = [exe, *_NAMESPACES, *_system_binds(), "--proc", "/proc", "--dev", "/dev", *sized, "--", "true"]
-    try:
-        return run_process(argv, timeout_s=30).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
+    sized = ("--size", str(COVER_SIZE), "--tmpfs", "/tmp", "--remount-ro", "/dev", "--remount-ro", "/")
+    return _works(exe, after=sized)
 
 
 _KEYCTL = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "ppc64le": 271, "ppc64": 271, "s390x": 280}

@@ -33,12 +33,8 @@ def open_beneath(folder: Path, path: Path | str, flags: int = os.O_RDONLY) -> in
     (``ELOOP``, ``ENOTDIR``) or where it is no regular file (``EINVAL``: a FIFO, a device, a socket, a folder).
     ``folder`` itself is trusted: a folder the confined process cannot replace (the one bound into its sandbox)."""
     parts = _parts(folder, path)
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    fd = _descend(folder, parts[:-1])
     try:
-        for part in parts[:-1]:
-            inner = os.open(part, _DIRECTORY, dir_fd=fd)
-            os.close(fd)
-            fd = inner
         found = os.open(parts[-1], flags | _FILE, 0o600, dir_fd=fd)
     finally:
         os.close(fd)
@@ -47,6 +43,25 @@ def open_beneath(folder: Path, path: Path | str, flags: int = os.O_RDONLY) -> in
         raise OSError(errno.EINVAL, "not a regular file", str(path))
     os.set_blocking(found, True)
     return found
+
+
+def _descend(folder: Path, names: list[str], *, make: bool = False) -> int:
+    """A descriptor of the folder ``folder/names[0]/names[1]/...`` (the caller closes it), each name opened from the
+    one above it, none followed where it is a link (:class:`OSError`, ``ELOOP`` or ``ENOTDIR``); with ``make``, a
+    missing one is made first (0700)."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in names:
+            if make:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, 0o700, dir_fd=fd)
+            inner = os.open(name, _DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _parts(folder: Path, path: Path | str) -> list[str]:
@@ -79,16 +94,7 @@ def make_beneath(folder: Path, path: Path | str) -> Path:
     """The folder ``path`` (absolute, or relative to ``folder``), each missing name on the way made from ``folder``
     down without following a link below ``folder``: a link planted in place of a folder on the way is never the place
     a folder is made in (:class:`OSError`, ``ELOOP`` or ``ENOTDIR``, where one is met)."""
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        for part in _parts(folder, path):
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(part, 0o700, dir_fd=fd)
-            inner = os.open(part, _DIRECTORY, dir_fd=fd)
-            os.close(fd)
-            fd = inner
-    finally:
-        os.close(fd)
+    os.close(_descend(folder, _parts(folder, path), make=True))
     return Path(folder) / path
 
 
@@ -98,13 +104,12 @@ def remove_beneath(folder: Path, path: Path | str, trash: Path) -> None:
     confined process writes), then removed there, so no link planted on the way leads the removal elsewhere. What
     cannot be moved (gone, reached through a link, another file system) is left as it is."""
     parts = _parts(folder, path)
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     gone = Path(trash) / f"removed-{secrets.token_hex(8)}"
     try:
-        for part in parts[:-1]:
-            inner = os.open(part, _DIRECTORY, dir_fd=fd)
-            os.close(fd)
-            fd = inner
+        fd = _descend(folder, parts[:-1])
+    except OSError:
+        return
+    try:
         Path(trash).mkdir(parents=True, exist_ok=True)
         os.rename(parts[-1], gone, src_dir_fd=fd)
     except OSError:
