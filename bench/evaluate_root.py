@@ -319,6 +319,8 @@ def breakdown(run: dict[str, Any]) -> list[str]:
         ("check phase (builds awaited, checks on the check workers)", "check_phase_s"),
         ("waiting for compute-sanitizer", "wait_sanitizer_s"),
         ("waiting to take the GPU alone (checks end, sanitizer runs stop)", "wait_quiet_s"),
+        ("- from the hold, until the checks sharing the GPU ended", "wait_quiet_checks_s"),
+        ("- from the hold, until every sanitizer run stopped or finished", "wait_quiet_runs_s"),
         ("checks alone on the GPU (shared memory filled before the call)", "checks_alone_s"),
         ("floors and the cupy reference", "reference_s"),
         ("timing candidates", "time_candidates_s"),

@@ -11,6 +11,7 @@ import contextlib
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -26,10 +27,10 @@ from .correctness.plan import arg_codes
 from .devices import GpuInfo, visible_devices_value
 from .library import Library
 from .process import WorkerDied, WorkerHandle, WorkerTimedOut
-from .sanitizer.runner import SanitizerRunner, find_sanitizer
+from .sanitizer.runner import FINISHED, SanitizerRunner, find_sanitizer
 from .timing.floors import DeviceFloors
 
-__all__ = ["Quiet", "Slot", "make_slot"]
+__all__ = ["Quiet", "Slot", "Taking", "make_slot"]
 
 WORKER_MODULE = "r1build.evaluate.child.worker"
 SHOWN = ("build", "bench", "references", "sanitize")
@@ -37,6 +38,15 @@ SHOWN = ("build", "bench", "references", "sanitize")
 the benchmark shapes' inputs, the staged references, the sanitizer runs' inputs. Nothing else of it is shown: not the
 reference's outputs (a candidate that read them could copy the answers), the other slots' folders, the logs or the
 comparer's folder."""
+
+
+@record
+class Taking:
+    """How long one taking of the GPU alone waited, from the hold on: for the checks that shared the GPU to end, and
+    for every sanitizer run to stop (the longer of the two is the wait)."""
+
+    checks_s: float = 0.0
+    runs_s: float = 0.0
 
 
 class Quiet:
@@ -80,7 +90,8 @@ class Quiet:
 
     @contextlib.contextmanager
     def pausable(self, held: Callable[[], str | None]) -> Iterator[None]:
-        """A sanitizer run: ``held()`` is the generation of the hold its harness says it stopped for, if any."""
+        """A sanitizer run: ``held()`` is the generation of the hold its harness says it stopped for, if any
+        (:data:`FINISHED` once it does no more GPU work: still under every hold)."""
         if self._hold is None:
             with self.shared():
                 yield
@@ -96,29 +107,39 @@ class Quiet:
                 del self._pausable[key]
                 self._cond.notify_all()
 
-    def _still(self) -> bool:
-        """Whether nothing shares the GPU in this generation (the caller holds the condition)."""
-        if self._shared:
-            return False
+    def _runs_stopped(self) -> bool:
+        """Whether every sanitizer run is stopped for this generation, was started under it or is finished (the
+        caller holds the condition)."""
         now = str(self._generation)
-        return all(since == self._generation or held() == now for held, since in self._pausable.values())
+        return all(since == self._generation or held() in (now, FINISHED) for held, since in self._pausable.values())
 
     @contextlib.contextmanager
-    def exclusive(self) -> Iterator[None]:
+    def exclusive(self) -> Iterator[Taking]:
+        """The GPU alone: new checks wait, running ones end, sanitizer runs stop; what the wait was is the
+        :class:`Taking` given. Both conditions only ever become true during one taking (new checks wait; a
+        stopped run stays stopped while the hold is out), so each is timed when it first holds."""
         with self._cond:
             self._cond.wait_for(lambda: not self._exclusive)
             self._exclusive = True
             self._generation += 1
+            start, taking = time.perf_counter(), Taking()
+            checks = runs = False
             try:
                 if self._hold is not None:
                     write_atomically(self._hold, str(self._generation))
-                while not self._still():
+                while True:
+                    if not checks and not self._shared:
+                        checks, taking.checks_s = True, time.perf_counter() - start
+                    if not runs and self._runs_stopped():
+                        runs, taking.runs_s = True, time.perf_counter() - start
+                    if checks and runs:
+                        break
                     self._cond.wait(self.POLL_S)
             except BaseException:
                 self._release()
                 raise
         try:
-            yield
+            yield taking
         finally:
             with self._cond:
                 self._release()

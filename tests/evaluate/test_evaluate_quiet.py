@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from r1build.evaluate.child.harness import HELD, RESUMED, wait_while_held
-from r1build.evaluate.sanitizer.runner import SanitizerRunner, hold_marker
-from r1build.evaluate.slots import Quiet
+from r1build.evaluate.sanitizer.runner import FINISHED, SanitizerRunner, hold_marker
+from r1build.evaluate.slots import Quiet, Taking
 
 
 def _later(seconds: float, fn: Callable[[], object]) -> threading.Thread:
@@ -312,3 +312,82 @@ def test_a_run_that_says_it_is_held_when_no_hold_is_out_is_still_killed_for_sile
     found = runner.run("memcheck", job)
     assert found.outcome.verdict == "unfinished" and "no progress" in found.outcome.detail
     assert time.monotonic() - start < 10
+
+
+def test_a_taking_says_how_long_it_waited_for_the_checks_and_for_the_runs(tmp_path: Path) -> None:
+    quiet = Quiet(tmp_path / "hold")
+    said: list[str | None] = [None]
+    takings: list[Taking] = []
+
+    def take() -> None:
+        with quiet.exclusive() as taking:
+            takings.append(taking)
+
+    with quiet.pausable(lambda: said[0]):
+        with quiet.shared():
+            taker = threading.Thread(target=take)
+            taker.start()
+            time.sleep(0.2)
+        _later(0.3, lambda: said.__setitem__(0, "1"))  # the run stops 0.3 s after the check ended
+        taker.join(5)
+    [taking] = takings
+    assert 0.15 <= taking.checks_s < taking.runs_s and 0.4 <= taking.runs_s < 2.0
+
+
+# A stand-in compute-sanitizer whose harness says it is done with the GPU, then takes a while to exit (the tool's
+# teardown); a second token's DONE line, as a candidate could print one, comes first and must not count.
+EXITING = """\
+import json, sys, time
+job = json.load(open(sys.argv[-1]))
+print("r1build-harness: begin 0 " + job["token"], flush=True)
+print("r1build-harness: end 0 " + job["token"], flush=True)
+print("r1build-harness: done, shapes: 1 libraries 1 someone-else", flush=True)
+open(sys.argv[-1] + ".said", "w").close()
+time.sleep(0.8)
+print("r1build-harness: done, shapes: 1 libraries 1 " + job["token"], flush=True)
+time.sleep(1.5)
+"""
+
+
+def test_a_run_done_with_the_gpu_does_not_delay_a_taking_while_it_exits(tmp_path: Path) -> None:
+    script = tmp_path / "fake_sanitizer.py"
+    script.write_text(EXITING)
+    exe = tmp_path / "compute-sanitizer"
+    exe.write_text(f'#!/bin/sh\nexec {sys.executable} {script} "$@"\n')
+    exe.chmod(0o755)
+    runner = SanitizerRunner(str(exe), {"PATH": "/usr/bin:/bin"}, timeout_s=5.0)
+    quiet = Quiet(tmp_path / "hold")
+    job = tmp_path / "job.json"
+    job.write_text(
+        json.dumps(
+            {
+                "libs": ["a.so"],
+                "entry": "k",
+                "argtypes": [],
+                "shapes": [{}],
+                "token": "t0k",
+                "hold": str(quiet.hold_file),
+            }
+        )
+    )
+    outcome: list[str] = []
+
+    def run() -> None:
+        with quiet.pausable(lambda: runner.held(job)):
+            outcome.append(runner.run("memcheck", job).outcome.verdict)
+
+    t = threading.Thread(target=run)
+    t.start()
+    deadline = time.monotonic() + 10
+    while not job.with_name("job.json.said").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)
+    assert runner.held(job) is None  # another token's DONE line says nothing of this run
+    while runner.held(job) != FINISHED and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert runner.held(job) == FINISHED and t.is_alive()  # done with the GPU, not yet exited
+    start = time.monotonic()
+    with quiet.exclusive() as taking:
+        assert time.monotonic() - start < 0.5 and taking.runs_s < 0.5
+    t.join(30)
+    assert outcome == ["clean"]

@@ -38,6 +38,7 @@ from ...sandbox.files import read_beneath
 from ..child.harness import BEGIN, DONE, END, FAILED, HELD, RESUMED
 
 __all__ = [
+    "FINISHED",
     "TOOLS",
     "BatchRun",
     "SanitizerOutcome",
@@ -49,6 +50,9 @@ __all__ = [
 ]
 
 TOOLS = ("memcheck", "racecheck", "initcheck")
+FINISHED = "finished"
+"""What :meth:`SanitizerRunner.held` says of a run whose harness is done with the GPU (its ``DONE`` line): what is
+left is its exit, so it counts as stopped under any hold (:class:`~..slots.Quiet`)."""
 ERROR_EXIT = 86
 NO_CUDA_EXIT = 255
 """compute-sanitizer's exit status for a target that never set up CUDA ("Target application terminated before first
@@ -204,7 +208,8 @@ class _Live:
     current: int | None = None
     progress: float = 0.0
     held: str | None = None
-    """The generation of the hold the harness says it stopped for (None while it runs)."""
+    """The generation of the hold the harness says it stopped for (None while it runs; :data:`FINISHED`
+    once it said it is done with the GPU)."""
 
 
 def hold_marker(line: str, token: str) -> tuple[Literal["held", "resumed"], str] | None:
@@ -266,6 +271,9 @@ def _follow_output(stdout: IO[bytes], lines: list[str], live: _Live) -> None:
         hold = hold_marker(line, token) if token else None
         if hold is not None:
             live.held = hold[1] if hold[0] == "held" else None
+            live.progress = time.monotonic()
+        elif token and line.startswith(DONE) and line.split()[-1:] == [token]:
+            live.held = FINISHED  # no more GPU work: what is left is the process's exit
             live.progress = time.monotonic()
 
 
