@@ -127,12 +127,16 @@ throughput() {  # GPU evaluation at scale, alone on the GPU: COPIES distinct cop
 
 profile() {  # where the processes' time goes in evaluate_all of the root's variants, alone on the GPU: py-spy (its wheel
   # carried in .prof/) samples the evaluator and every process it starts (workers, sanitizer runs, compiles) at 97 Hz,
-  # idle threads included; the folded stacks (first frame: the process) come back gzipped with the run's tables
+  # idle threads included; the folded stacks (first frame: the process) come back gzipped with the run's tables and
+  # nvidia-smi dmon's utilization each second
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/spy .prof/py_spy-*.whl || return 3
+  nvidia-smi dmon -s u -o T > "$OUT/dmon.txt" 2>&1 &  # the GPU's busy share each second (SM, memory)
+  local dmon=$!
   timeout "${PROFILE_LIMIT:-200}" /tmp/spy/bin/py-spy record --subprocesses --idle --rate 97 --format raw \
     -o /tmp/spy.txt -- python3 bench/evaluate_root.py --runs 1 --no-job-by-job --no-resolve --copies 1 \
     ${THROUGHPUT_ARGS:-} --out "$OUT/profile" > "$OUT/profile.log" 2>&1
   echo "exit $?" >> "$OUT/profile.log"
+  kill "$dmon" 2>/dev/null
   rm -f "$OUT/profile/evaluate_root.json"
   gzip -c /tmp/spy.txt > "$OUT/spy.txt.gz"
   grep -E "^run 1" "$OUT/profile.log"; tail -n 2 "$OUT/profile.log"

@@ -32,8 +32,6 @@ _ALIGN = 256
 """Where the ``aligned`` buffer set puts each array: at a multiple of this many bytes (cudaMalloc's alignment)."""
 _CONCURRENT_HOLD_US = 50.0
 """How long a spin kernel holds both streams of a ``concurrent`` pair while the two calls are queued."""
-_CONCURRENT_HOLD_US = 50.0
-"""How long a spin kernel holds both streams of a ``concurrent`` pair while the two calls are queued."""
 
 
 class CheckBuffers:
