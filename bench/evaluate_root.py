@@ -106,6 +106,10 @@ def machine_busy() -> tuple[float, float]:
     return sum(fields) - idle, sum(fields)
 
 
+SANITIZER_PROCESSES: list[Any] = [None]
+"""--sanitizer-processes: the places an experiment gives the evaluator's compute-sanitizer runs."""
+
+
 def one_run(
     manifest_path: Path, *, one_at_a_time: bool = False, copies: int = 1, evaluator_options: dict[str, Any]
 ) -> dict[str, Any]:
@@ -117,6 +121,8 @@ def one_run(
         start = time.perf_counter()
         busy0, total0 = machine_busy()
         with GpuEvaluator(cache, options=EvaluatorOptions(**evaluator_options)) as evaluator, watching(evaluator):
+            if SANITIZER_PROCESSES[0] is not None:  # before any run takes a place
+                evaluator._sanitizing.processes = SANITIZER_PROCESSES[0]
             jobs, unmeasured = [], []
             for spec in manifest.kernels:
                 candidates = replicated(expand_variants(manifest, spec), copies)
@@ -428,6 +434,15 @@ def main(argv: list[str] | None = None) -> int:
         help="experiment: compute-sanitizer runs one kernel and tool may have on idle places (sanitizing.MOST_RUNS)",
     )
     parser.add_argument(
+        "--no-sanitize", action="store_true", help="experiment: no compute-sanitizer runs (what they cost the checks)"
+    )
+    parser.add_argument(
+        "--sanitizer-processes",
+        type=int,
+        default=None,
+        help="experiment: compute-sanitizer processes at once (default: one per core)",
+    )
+    parser.add_argument(
         "--no-compare-on-gpu",
         action="store_true",
         help="write what the timed calls left to files for the CPU (as before the comparer process)",
@@ -447,6 +462,12 @@ def main(argv: list[str] | None = None) -> int:
         options["time_before_sanitized"] = True
     if args.no_compare_on_gpu:
         options["compare_on_gpu"] = False
+    if args.no_sanitize:
+        options["sanitize"] = False
+    if args.sanitizer_processes is not None:
+        from r1build.gate import compile_slots
+
+        SANITIZER_PROCESSES[0] = compile_slots.PrioritySlots(args.sanitizer_processes)
     if args.most_runs is not None:
         from r1build.evaluate.sanitizer import schedule as sanitizing
 
