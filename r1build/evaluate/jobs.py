@@ -57,9 +57,8 @@ class Candidacy:
     visible: bool
     """Whether its result is returned (a baseline that is not among the job's candidates is judged for the
     speedup only)."""
-    index: int
-    """Position in its job's gate verdicts."""
-    gate: Future[list[Result]] | None = None
+    gate: Future[Result] | None = None
+    """Its static gate verdict, in as soon as its own compile ends (not the whole job's)."""
     library: Future[Library | LibraryFailure] | None = None
     result: Result | None = None
     sanitizers: SanitizeRuns | None = None
