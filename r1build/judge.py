@@ -6,8 +6,8 @@ results carry timings (GPU) or only the static gate's verdict (no GPU).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from .convert import record
 from .records import Candidate, Result
@@ -15,7 +15,7 @@ from .records import Candidate, Result
 if TYPE_CHECKING:
     from .manifest.model import KernelSpec, Manifest
 
-__all__ = ["CHECKS_VERSION", "Evaluator", "Job", "StreamingEvaluator", "Verdicts"]
+__all__ = ["CHECKS_VERSION", "Evaluator", "Job"]
 
 CHECKS_VERSION = 3
 """Version of the GPU evaluator's checks (correctness plan, behaviour checks, floors, allowlists). Bumped whenever a
@@ -53,18 +53,4 @@ class Evaluator(Protocol):
 
     def evaluate(self, job: Job) -> list[Result]:
         """Judge every candidate of ``job``."""
-        ...
-
-
-Verdicts = Callable[[int, Result], None]
-"""Told each candidate's result as soon as it is known: its position in the job's candidates, and the result."""
-
-
-@runtime_checkable
-class StreamingEvaluator(Evaluator, Protocol):
-    """An :class:`Evaluator` that also says each candidate's result as soon as it has it (the static gate, whose
-    compiles end one at a time), so work that waits for one candidate's verdict need not wait for the whole job's."""
-
-    def evaluate_each(self, job: Job, known: Verdicts) -> list[Result]:
-        """:meth:`~Evaluator.evaluate`, calling ``known`` once per candidate, from any thread, as its result is in."""
         ...

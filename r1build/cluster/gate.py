@@ -42,16 +42,13 @@ class ClusterGate(StaticGate):
         used)."""
         return self._connect()
 
-    def _compile_all(
-        self, manifest: Manifest, spec: KernelSpec, tasks: list[Any], done: Callable[[str, Result], object]
-    ) -> None:
+    def _compile_all(self, manifest: Manifest, spec: KernelSpec, tasks: list[Any]) -> list[tuple[str, Result]]:
         if not tasks:
-            return  # every verdict was cached: the scheduler is not asked for anything
+            return []  # every verdict was cached: the scheduler is not asked for anything
 
         cluster = self.cluster
         if cluster.inventory.compile_slots == 0:
-            super()._compile_all(manifest, spec, tasks, done)
-            return
+            return super()._compile_all(manifest, spec, tasks)
         groups: dict[str, list[Any]] = {}
         for task in tasks:
             groups.setdefault(task.candidate.digest, []).append(task)
@@ -74,6 +71,7 @@ class ClusterGate(StaticGate):
         arrived: queue.SimpleQueue[Any] = queue.SimpleQueue()
         for future in futures:
             future.add_done_callback(arrived.put)
+        done: list[tuple[str, Result]] = []
         try:
             for _ in futures:
                 future = arrived.get()
@@ -81,11 +79,12 @@ class ClusterGate(StaticGate):
                 for task, (result, cacheable) in zip(group, self._received(cluster, spec, future, group), strict=True):
                     if cacheable:
                         self.cache.put_gate(task.key, result)
-                    done(task.key, result)
+                    done.append((task.key, result))
                 with self._lock:
                     self.remote_compiles += 1
         finally:
             cluster.client.cancel([f for f in futures if not f.done()])
+        return done
 
     def _received(
         self, cluster: ClusterEvaluator, spec: KernelSpec, future: Any, group: Sequence[Any]

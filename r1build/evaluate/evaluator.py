@@ -2,10 +2,8 @@
 
 Per job (one kernel, one arch), in this order:
 
-1. the static gate judges every candidate (:class:`~r1build.gate.static.StaticGate`, cached), and each variant is
-   built as a shared library for the arch (:mod:`.library`) on the CPU cores as soon as its own verdict is in (a
-   :class:`~r1build.judge.StreamingEvaluator` gate says each as its compile ends), not once the job's last compile
-   has ended;
+1. the static gate judges every candidate (:class:`~r1build.gate.static.StaticGate`, cached), while the same
+   variants are built as shared libraries for the arch (:mod:`.library`) on the CPU cores;
 2. check worker processes on a GPU of that arch (``check_workers`` side by side, in the background from
    :meth:`GpuEvaluator.prepare` on, whatever job the GPU thread is at) run the correctness plan (:mod:`.checks`)
    of each library as soon as it is built, holding the GPU's quiet lock shared for each test shape's work;
@@ -48,14 +46,14 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import EvaluationError
 from ..events import Note, Progress, emit
 from ..gate.compile_slots import ranked
-from ..judge import Evaluator, Job, StreamingEvaluator
+from ..judge import Evaluator, Job
 from ..manifest.archs import parse_arch
 from ..manifest.cdecl import declaration
 from ..manifest.flags import rooted_flags
@@ -172,7 +170,7 @@ class GpuEvaluator:
             max_workers=max(2, o.jobs or os.cpu_count() or 2), thread_name_prefix="r1build-evaluate"
         )
         self._libs: dict[tuple[str, str], Future[Library | LibraryFailure]] = {}
-        self._gates: dict[tuple[KernelKey, tuple[str, ...]], list[Future[Result]]] = {}
+        self._gates: dict[tuple[KernelKey, tuple[str, ...]], Future[list[Result]]] = {}
         self._plans: dict[KernelKey, Future[list[ShapePlan]]] = {}
         self._ranks: dict[KernelKey, int] = {}
         self._lock = threading.Lock()
@@ -386,10 +384,10 @@ class GpuEvaluator:
 
     # -- the CPU side: gate, builds, plans, started as early as possible ---------------------------------
     def _library(
-        self, job: Job, candidate: Candidate, arch: str, gate: Future[Result] | None = None
+        self, job: Job, candidate: Candidate, arch: str, gate: Future[list[Result]] | None = None
     ) -> Future[Library | LibraryFailure]:
         """The variant's shared library for ``arch`` (built once). Where the gate keeps its objects, the build
-        starts once ``gate`` (the variant's verdict) is in and links the gate's object instead of compiling."""
+        starts once ``gate`` (the job's verdicts) is in and links the gate's object instead of compiling."""
         key = (candidate.digest, arch)
         with self._lock:
             if key in self._libs:
@@ -429,31 +427,28 @@ class GpuEvaluator:
         )
 
     def _entries(self, job: Job) -> list[Candidacy]:
-        entries = [Candidacy(candidate=c, visible=True) for c in job.candidates]
+        entries = [Candidacy(candidate=c, visible=True, index=i) for i, c in enumerate(job.candidates)]
         if job.baseline is not None and all(c.digest != job.baseline.digest for c in job.candidates):
-            entries.append(Candidacy(candidate=job.baseline, visible=False))
+            entries.append(Candidacy(candidate=job.baseline, visible=False, index=len(entries)))
         return entries
 
     def _queue(
         self, job: Job, arch: str, entries: list[Candidacy]
-    ) -> tuple[list[Future[Result]], Future[list[ShapePlan]]]:
-        """Each entry's gate verdict and the job's plan futures (made once, reused by a later call), and its library
-        builds."""
+    ) -> tuple[Future[list[Result]], Future[list[ShapePlan]]]:
+        """The gate and plan futures of a job (made once, reused by a later call), and its library builds."""
         kernel = KernelKey.of(job, arch)
         gate_key = (kernel, tuple(e.candidate.digest for e in entries))
         with self._lock:
             rank = self._ranks.setdefault(kernel, len(self._ranks))  # jobs are started largest first
             gate = self._gates.get(gate_key)
             if gate is None:
-                gate = [Future() for _ in entries]
-                self._submit_ranked(
+                gate = self._submit_ranked(
                     rank,
                     self._meter.timed,
                     "gate_s",
                     label(job, arch),
-                    self._judge_gate,
+                    self.gate.evaluate,
                     Job(job.manifest, job.spec, arch, [e.candidate for e in entries]),
-                    gate,
                 )
                 self._gates[gate_key] = gate
             plan = self._plans.get(kernel)
@@ -462,32 +457,12 @@ class GpuEvaluator:
                 plan = self._submit(plan_checks, job.spec, reference, seed=self.seed)
                 self._plans[kernel] = plan
         slot = next((s for s in self._slots if gpu_runs_arch(s.gpu, parse_arch(arch))), None)
-        for entry, verdict in zip(entries, gate, strict=True):
-            library = self._library(job, entry.candidate, arch, verdict)
+        for entry in entries:
+            library = self._library(job, entry.candidate, arch, gate)
             self._sanitizing.start(job, arch, entry.candidate, library, plan)
             if slot is not None:
-                self._check_later(slot, job, arch, entry, verdict, library, plan)
+                self._check_later(slot, job, arch, entry, gate, library, plan)
         return gate, plan
-
-    def _judge_gate(self, job: Job, verdicts: list[Future[Result]]) -> None:
-        """The static gate's verdicts of ``job``, each candidate's future set as soon as its own is in (where the
-        gate says them one at a time), so its build, checks and sanitizer runs need not wait for the job's last
-        compile; a gate that fails sets its error on every future still open."""
-
-        def known(i: int, result: Result) -> None:
-            with contextlib.suppress(InvalidStateError):
-                verdicts[i].set_result(result)
-
-        try:
-            gate = self.gate
-            results = gate.evaluate_each(job, known) if isinstance(gate, StreamingEvaluator) else gate.evaluate(job)
-            for i, result in enumerate(results):
-                known(i, result)
-        except BaseException as exc:
-            for future in verdicts:
-                with contextlib.suppress(InvalidStateError):
-                    future.set_exception(exc)
-            raise
 
     def _check_later(
         self,
@@ -495,7 +470,7 @@ class GpuEvaluator:
         job: Job,
         arch: str,
         entry: Candidacy,
-        gate: Future[Result],
+        gate: Future[list[Result]],
         library: Future[Library | LibraryFailure],
         plan: Future[list[ShapePlan]],
     ) -> None:
@@ -512,6 +487,7 @@ class GpuEvaluator:
                 job,
                 arch,
                 entry.candidate,
+                entry.index,
                 gate,
                 library,
                 plan,
@@ -547,8 +523,8 @@ class GpuEvaluator:
         load[id(slot)] += len(entries)
         self._warm(slot)
         gate, plan = self._queue(job, arch, entries)
-        for entry, verdict in zip(entries, gate, strict=True):
-            entry.gate = verdict
+        for entry in entries:
+            entry.gate = gate
             entry.library = self._library(job, entry.candidate, arch)
             entry.sanitizers = self._sanitizing.runs(job, arch, entry.candidate)
         state = JobState(job=job, arch=arch, slot=slot, entries=entries)
@@ -704,7 +680,7 @@ class GpuEvaluator:
             entry.result = self._result(state, entry, *found)
 
     def _result(self, state: JobState, entry: Candidacy, status: Status, detail: str = "", **kw: Any) -> Result:
-        gate = entry.gate.result() if entry.gate is not None else None
+        gate = entry.gate.result()[entry.index] if entry.gate is not None else None
         return Result(
             candidate=entry.candidate.digest,
             arch=state.arch,
@@ -723,17 +699,18 @@ class GpuEvaluator:
         job: Job,
         arch: str,
         candidate: Candidate,
-        gate: Future[Result],
+        index: int,
+        gate: Future[list[Result]],
         library: Future[Library | LibraryFailure],
         plan: Future[list[ShapePlan]],
     ) -> Checked:
         """One candidate's checks that share the GPU, on a free check worker (see :meth:`_check_later`)."""
         runs = self._sanitizing.runs(job, arch, candidate)
         start = time.perf_counter()
-        gated = gate.result()
-        if not gated.ok:
+        verdicts = gate.result()
+        if not verdicts[index].ok:
             self._sanitizing.cancel(job, arch, candidate, runs)
-            return gated
+            return verdicts[index]
         lib = library.result()
         plans = plan.result()
         self._meter.phase("wait_build_s", start, label(job, arch))

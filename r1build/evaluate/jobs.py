@@ -57,8 +57,9 @@ class Candidacy:
     visible: bool
     """Whether its result is returned (a baseline that is not among the job's candidates is judged for the
     speedup only)."""
-    gate: Future[Result] | None = None
-    """Its static gate verdict, in as soon as its own compile ends (not the whole job's)."""
+    index: int
+    """Position in its job's gate verdicts."""
+    gate: Future[list[Result]] | None = None
     library: Future[Library | LibraryFailure] | None = None
     result: Result | None = None
     sanitizers: SanitizeRuns | None = None

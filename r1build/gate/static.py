@@ -18,7 +18,7 @@ import re
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
 
@@ -26,7 +26,7 @@ from ..cache import Cache
 from ..convert import record, replace
 from ..errors import format_subprocess_failure
 from ..events import Progress, Stage, emit
-from ..judge import Job, Verdicts
+from ..judge import Job
 from ..manifest.archs import arch_info, parse_arch, suffix_of
 from ..manifest.cdecl import declaration, signature
 from ..manifest.flags import rooted_flags
@@ -174,53 +174,42 @@ class StaticGate:
         """One result per candidate of ``job``, in order."""
         return self.judge(job.manifest, job.spec, [(job.arch, c) for c in job.candidates], arch=job.arch)
 
-    def evaluate_each(self, job: Job, known: Verdicts) -> list[Result]:
-        """:meth:`evaluate`, telling ``known`` each candidate's result as soon as its compile ends (at once for one
-        from the cache): :class:`~r1build.judge.StreamingEvaluator`."""
-        return self.judge(job.manifest, job.spec, [(job.arch, c) for c in job.candidates], arch=job.arch, known=known)
-
     def judge(
-        self,
-        manifest: Manifest,
-        spec: KernelSpec,
-        pairs: Sequence[tuple[str, Candidate]],
-        *,
-        arch: str | None = None,
-        known: Verdicts | None = None,
+        self, manifest: Manifest, spec: KernelSpec, pairs: Sequence[tuple[str, Candidate]], *, arch: str | None = None
     ) -> list[Result]:
         """One result per ``(arch, candidate)`` pair, in order; compiles run in parallel, each distinct compile
-        once. ``arch`` only labels the events (None when the pairs span several archs); ``known`` is told each
-        pair's result (its position, the result) as soon as it is in, from the thread that has it."""
+        once. ``arch`` only labels the events (None when the pairs span several archs)."""
         tc = self.toolchain
         tasks = [_Task(parse_arch(a), c, "") for a, c in pairs]
         tasks = [replace(t, key=gate_key(manifest, spec, t.arch, t.candidate, tc)) for t in tasks]
         emit(Stage("gate", spec.name, arch, detail=f"{len(tasks)} to judge"))
-        verdicts, pending = self._looked_up(tasks)
+
+        verdicts: dict[str, Result] = {}
+        pending: dict[str, _Task] = {}
+        for task in tasks:
+            if task.key in verdicts or task.key in pending:
+                continue
+            refusal = refused(task.arch, task.candidate, tc)
+            if refusal is not None:
+                verdicts[task.key] = refusal
+                continue
+            cached = self.cache.get_gate(task.key)
+            if cached is not None:
+                verdicts[task.key] = cached
+            else:
+                pending[task.key] = task
+        with self._lock:
+            self.cache_hits += len(verdicts)
         along = self._along_tasks(manifest, spec, list(pending.values()), tc)
-        places: dict[str, list[int]] = {}
-        for i, task in enumerate(tasks):
-            places.setdefault(task.key, []).append(i)
-        lock = threading.Lock()
+
         total = len(verdicts) + len(pending)
         progress = f"gate {spec.name}" + (f" {arch}" if arch else "")
-
-        def tell(key: str, result: Result) -> None:
-            if known is not None:
-                for i in places[key]:
-                    known(i, self._apply_limits(result, spec, tasks[i].arch))
-
-        def done(key: str, result: Result) -> None:
-            if key not in pending:  # a verdict compiled along: cached, not asked for here
-                return
-            with lock:
-                verdicts[key] = result
-                emit(Progress(progress, len(verdicts), total, {"cached": total - len(pending)}))
-            tell(key, result)
-
         emit(Progress(progress, len(verdicts), total, {"cached": len(verdicts)}))
-        for key, result in list(verdicts.items()):
-            tell(key, result)
-        self._compile_all(manifest, spec, [*pending.values(), *along], done)
+        for key, result in self._compile_all(manifest, spec, [*pending.values(), *along]):
+            if key not in pending:  # a verdict compiled along (cached, not asked for here)
+                continue
+            verdicts[key] = result
+            emit(Progress(progress, len(verdicts), total, {"cached": total - len(pending)}))
 
         results = [self._apply_limits(verdicts[t.key], spec, t.arch) for t in tasks]
         counts = {s: sum(r.status == s for r in results) for s in ("passed", "rejected", "compile_error")}
@@ -264,27 +253,6 @@ class StaticGate:
         return [(r, False) if (r := refusals[a]) is not None else compiled[a] for a in (parse_arch(a) for a in archs)]
 
     # -- internals ---------------------------------------------------------------------------------------
-    def _looked_up(self, tasks: list[_Task]) -> tuple[dict[str, Result], dict[str, _Task]]:
-        """The verdicts known without a compile (refused for the arch, or in the cache) by key, and the tasks
-        left to compile by key (each distinct key once)."""
-        verdicts: dict[str, Result] = {}
-        pending: dict[str, _Task] = {}
-        for task in tasks:
-            if task.key in verdicts or task.key in pending:
-                continue
-            refusal = refused(task.arch, task.candidate, self.toolchain)
-            if refusal is not None:
-                verdicts[task.key] = refusal
-                continue
-            cached = self.cache.get_gate(task.key)
-            if cached is not None:
-                verdicts[task.key] = cached
-            else:
-                pending[task.key] = task
-        with self._lock:
-            self.cache_hits += len(verdicts)
-        return verdicts, pending
-
     def _along_tasks(self, manifest: Manifest, spec: KernelSpec, pending: list[_Task], tc: Toolchain) -> list[_Task]:
         """The compiles :meth:`compile_along` asked for, of the candidates about to be compiled: those archs
         not among the pending ones, may be compiled and not in the cache already."""
@@ -301,41 +269,40 @@ class StaticGate:
                     out[key] = _Task(extra, task.candidate, key)
         return list(out.values())
 
-    def _compile_all(
-        self, manifest: Manifest, spec: KernelSpec, tasks: list[_Task], done: Callable[[str, Result], object]
-    ) -> None:
-        """Compile every task: one nvcc per candidate variant for all its archs (the ptxas report split per arch),
-        ``done`` told each task's key and verdict as its compile ends; how many run at once is bounded by the
-        process's compile slots (:data:`.nvcc.COMPILE_SLOTS`)."""
+    def _compile_all(self, manifest: Manifest, spec: KernelSpec, tasks: list[_Task]) -> list[tuple[str, Result]]:
+        """Compile every task: one nvcc per candidate variant for all its archs (the ptxas report split per arch);
+        how many run at once is bounded by the process's compile slots (:data:`.nvcc.COMPILE_SLOTS`)."""
         groups: dict[str, list[_Task]] = {}
         for task in tasks:
             groups.setdefault(task.candidate.digest, []).append(task)
 
-        def one(group: list[_Task]) -> None:
+        def one(group: list[_Task]) -> list[tuple[str, Result]]:
+            out = []
             for task, (result, cacheable) in zip(group, self._compile_group(manifest, spec, group), strict=True):
                 if cacheable:
                     self.cache.put_gate(task.key, result)
-                done(task.key, result)
+                out.append((task.key, result))
+            return out
 
         if len(groups) <= 1 or self.jobs == 1:
-            for group in groups.values():
-                one(group)
-            return
+            return [pair for group in groups.values() for pair in one(group)]
+        done: list[tuple[str, Result]] = []
         workers = min(self.jobs, len(groups))
         with stoppable() as scope, ThreadPoolExecutor(max_workers=workers, thread_name_prefix="r1build-gate") as pool:
             # each task runs in a copy of the caller's context, so its events reach the caller's sink (and an
             # interrupt stops its compile: the scope is in that context)
-            futures: list[Future[None]] = [
+            futures: list[Future[list[tuple[str, Result]]]] = [
                 pool.submit(contextvars.copy_context().run, one, group) for group in groups.values()
             ]
             try:
                 for future in as_completed(futures):
-                    future.result()
+                    done.extend(future.result())
             except BaseException as exc:  # an interrupt: the queued compiles never start, the running ones stop
                 pool.shutdown(wait=False, cancel_futures=True)
                 if not isinstance(exc, Exception):
                     scope.stop()
                 raise
+        return done
 
     def _compile_group(self, manifest: Manifest, spec: KernelSpec, group: list[_Task]) -> list[tuple[Result, bool]]:
         """The verdicts of one candidate variant on each task's arch: one compile for all of them, or one per arch

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -14,7 +12,7 @@ from r1build.evaluate.jobs import Candidacy, JobState
 from r1build.evaluate.sanitizer.schedule import KernelKey, SanitizeRuns
 from r1build.judge import Job
 from r1build.manifest import load_manifest
-from r1build.records import Candidate, Origin, Result
+from r1build.records import Candidate, Origin
 from tests.evaluate.evaluate_support import ROOT
 
 
@@ -27,7 +25,7 @@ def _state(evaluator: GpuEvaluator, kernel: str) -> tuple[JobState, Future[objec
     runs = SanitizeRuns()
     check: Future[object] = Future()
     evaluator._checks[(KernelKey.of(job, "sm_90"), candidate.digest)] = check  # type: ignore[assignment]
-    entry = Candidacy(candidate=candidate, visible=True, sanitizers=runs)
+    entry = Candidacy(candidate=candidate, visible=True, index=0, sanitizers=runs)
     return JobState(job=job, arch="sm_90", slot=None, entries=[entry]), check, runs
 
 
@@ -158,52 +156,3 @@ def test_timed_before_sanitized_a_job_is_ready_on_its_checks_and_a_later_finding
         )
         evaluator._settle(failed, None)
         assert failed_runs.canceled and failed.entries[0].result.status == "incorrect"
-
-
-class _Gate:
-    """A gate that passes every candidate, the first one last (after ``release``); streaming or not."""
-
-    def __init__(self, fail: bool = False) -> None:
-        self.release = threading.Event()
-        self.fail = fail
-
-    def evaluate(self, job: Job) -> list[Result]:
-        assert self.release.wait(10)
-        if self.fail:
-            raise RuntimeError("nvcc vanished")
-        return [Result(candidate=c.digest, arch=job.arch, status="passed", stage="gate") for c in job.candidates]
-
-
-class _StreamingGate(_Gate):
-    def evaluate_each(self, job: Job, known: Callable[[int, Result], None]) -> list[Result]:
-        results = [Result(candidate=c.digest, arch=job.arch, status="passed", stage="gate") for c in job.candidates]
-        for i in range(1, len(results)):
-            known(i, results[i])
-        return self.evaluate(job)
-
-
-def test_a_candidates_gate_verdict_is_in_once_its_own_compile_is_not_once_the_whole_jobs(tmp_path: Path) -> None:
-    job = _job(3)
-    with Cache(tmp_path / "cache") as cache:
-        for gate in (_StreamingGate(), _Gate(), _Gate(fail=True)):
-            with GpuEvaluator(cache, gpus=[], gate=gate, workdir=tmp_path / "w") as evaluator:
-                verdicts: list[Future[Result]] = [Future() for _ in job.candidates]
-                raised: list[BaseException] = []
-
-                def judge(into: list[Future[Result]] = verdicts, raised: list[BaseException] = raised) -> None:
-                    try:
-                        evaluator._judge_gate(job, into)
-                    except RuntimeError as exc:  # raised on: the pool's future of the gate holds it too
-                        raised.append(exc)
-
-                judging = threading.Thread(target=judge, daemon=True)
-                judging.start()
-                time.sleep(0.2)
-                # a streaming gate's verdicts are in as they come; a plain gate's all at the end
-                assert [f.done() for f in verdicts] == [False, *[isinstance(gate, _StreamingGate)] * 2]
-                gate.release.set()
-                judging.join(10)
-                if gate.fail:  # every open verdict carries the gate's error
-                    assert all(f.exception() is raised[0] for f in verdicts)
-                else:
-                    assert [f.result().status for f in verdicts] == ["passed"] * 3
