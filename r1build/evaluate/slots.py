@@ -42,22 +42,23 @@ comparer's folder."""
 
 @record
 class Taking:
-    """How long one taking of the GPU alone waited, from the hold on: for the checks that shared the GPU to end, and
-    for every sanitizer run to stop (the longer of the two is the wait)."""
+    """How long one taking of the GPU alone waited, from the hold on: until every sanitizer run had stopped (checks
+    go on meanwhile), then until the checks sharing the GPU at that moment had ended (the whole wait)."""
 
-    checks_s: float = 0.0
     runs_s: float = 0.0
+    checks_s: float = 0.0
 
 
 class Quiet:
     """Keeps the GPU quiet while it times.
 
-    Checks share it: new ones wait while the GPU is timed, timing waits for the running ones to end. Sanitizer runs
-    are pausable (:meth:`pausable`): they start whenever they like, and while the GPU is taken alone the ``hold``
-    file exists, holding the generation of this taking; a run's harness stops before its next GPU work and says
-    so (``held()`` returns the generation), and timing starts once every running one has (or ended, or was started
-    under this very hold, so it stops before it touches CUDA). Without a hold file, runs are waited for like
-    checks."""
+    Checks share it: timing waits for the running ones to end, and new ones wait while the GPU is timed. Sanitizer
+    runs are pausable (:meth:`pausable`): they start whenever they like, and while the GPU is being taken the
+    ``hold`` file exists, holding the generation of this taking; a run's harness stops before its next GPU work and
+    says so (``held()`` returns the generation). A taking has two steps: first the hold goes out and every running
+    run must stop (or end, or have started under this very hold, so it stops before it touches CUDA) while checks
+    go on using the GPU, since a run can take a second to reach its next stop; then new checks wait and the running
+    ones end. Without a hold file, runs are waited for like checks."""
 
     POLL_S = 0.005
     """How often the taking looks again at whether the runs have stopped."""
@@ -65,7 +66,10 @@ class Quiet:
     def __init__(self, hold: Path | None = None) -> None:
         self._cond = threading.Condition()
         self._shared = 0
+        self._holding = False
+        """A taking is under way: its hold is out."""
         self._exclusive = False
+        """... and it waits for the running checks or has the GPU alone: new checks wait."""
         self._generation = 0
         self._hold = hold
         self._pausable: dict[int, tuple[Callable[[], str | None], int | None]] = {}
@@ -99,7 +103,7 @@ class Quiet:
         with self._cond:
             self._keys += 1
             key = self._keys
-            self._pausable[key] = (held, self._generation if self._exclusive else None)
+            self._pausable[key] = (held, self._generation if self._holding else None)
         try:
             yield
         finally:
@@ -115,26 +119,23 @@ class Quiet:
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[Taking]:
-        """The GPU alone: new checks wait, running ones end, sanitizer runs stop; what the wait was is the
-        :class:`Taking` given. Both conditions only ever become true during one taking (new checks wait; a
-        stopped run stays stopped while the hold is out), so each is timed when it first holds."""
+        """The GPU alone: sanitizer runs stop (checks go on), then new checks wait and running ones end; what the
+        wait was is the :class:`Taking` given. A stopped run stays stopped while the hold is out."""
         with self._cond:
-            self._cond.wait_for(lambda: not self._exclusive)
-            self._exclusive = True
+            self._cond.wait_for(lambda: not self._holding)
+            self._holding = True
             self._generation += 1
             start, taking = time.perf_counter(), Taking()
-            checks = runs = False
             try:
                 if self._hold is not None:
                     write_atomically(self._hold, str(self._generation))
-                while True:
-                    if not checks and not self._shared:
-                        checks, taking.checks_s = True, time.perf_counter() - start
-                    if not runs and self._runs_stopped():
-                        runs, taking.runs_s = True, time.perf_counter() - start
-                    if checks and runs:
-                        break
+                while not self._runs_stopped():
                     self._cond.wait(self.POLL_S)
+                taking.runs_s = time.perf_counter() - start
+                self._exclusive = True
+                while self._shared:
+                    self._cond.wait(self.POLL_S)
+                taking.checks_s = time.perf_counter() - start
             except BaseException:
                 self._release()
                 raise
@@ -148,7 +149,7 @@ class Quiet:
         if self._hold is not None:
             with contextlib.suppress(FileNotFoundError):
                 self._hold.unlink()
-        self._exclusive = False
+        self._exclusive = self._holding = False
         self._cond.notify_all()
 
 

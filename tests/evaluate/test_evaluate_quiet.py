@@ -314,24 +314,49 @@ def test_a_run_that_says_it_is_held_when_no_hold_is_out_is_still_killed_for_sile
     assert time.monotonic() - start < 10
 
 
-def test_a_taking_says_how_long_it_waited_for_the_checks_and_for_the_runs(tmp_path: Path) -> None:
+def test_checks_go_on_until_the_sanitizer_runs_have_stopped_then_the_taking_waits_for_them(tmp_path: Path) -> None:
+    """A taking first waits for the sanitizer runs to stop, checks still starting meanwhile (a run can take a
+    second to reach its next stop, and the GPU would idle); then new checks wait and the running ones end."""
     quiet = Quiet(tmp_path / "hold")
     said: list[str | None] = [None]
     takings: list[Taking] = []
+    order: list[str] = []
 
     def take() -> None:
         with quiet.exclusive() as taking:
+            order.append("timing")
             takings.append(taking)
 
-    with quiet.pausable(lambda: said[0]):
+    def check(name: str, seconds: float) -> None:
         with quiet.shared():
-            taker = threading.Thread(target=take)
-            taker.start()
-            time.sleep(0.2)
-        _later(0.3, lambda: said.__setitem__(0, "1"))  # the run stops 0.3 s after the check ended
+            order.append(name)
+            time.sleep(seconds)
+        order.append(f"{name} done")
+
+    with quiet.pausable(lambda: said[0]):
+        taker = threading.Thread(target=take)
+        taker.start()
+        time.sleep(0.1)
+        during = threading.Thread(target=check, args=("check while the run goes on", 0.4))
+        during.start()  # not held up: the run has not stopped yet
+        time.sleep(0.1)
+        assert order == ["check while the run goes on"]
+        said[0] = "1"  # the run stops; the taking now waits for the running check only
+        time.sleep(0.05)
+        after = threading.Thread(target=check, args=("check after the stop", 0.0))
+        after.start()  # waits for the timing
         taker.join(5)
+        after.join(5)
+        during.join(5)
+    assert order == [
+        "check while the run goes on",
+        "check while the run goes on done",
+        "timing",
+        "check after the stop",
+        "check after the stop done",
+    ]
     [taking] = takings
-    assert 0.15 <= taking.checks_s < taking.runs_s and 0.4 <= taking.runs_s < 2.0
+    assert 0.15 <= taking.runs_s < taking.checks_s and 0.4 <= taking.checks_s < 2.0
 
 
 # A stand-in compute-sanitizer whose harness says it is done with the GPU, then takes a while to exit (the tool's
