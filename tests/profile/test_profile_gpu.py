@@ -3,6 +3,7 @@ in a real round's feedback (the local chat server, the real GPU evaluator)."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,10 @@ def ncu() -> str:
     found = find_ncu()
     if found is None:
         pytest.skip("ncu (Nsight Compute) is not installed")
+    # a CUDA toolkit's ncu is a launcher: without Nsight Compute beside it, it only says so (seen on an H100 image)
+    done = subprocess.run([found, "--version"], capture_output=True, text=True, timeout=60, check=False)
+    if done.returncode != 0 or "Version" not in done.stdout:
+        pytest.skip(f"{found} does not run: {(done.stdout + done.stderr).strip()[:200]}")
     return found
 
 
