@@ -324,6 +324,7 @@ def breakdown(run: dict[str, Any]) -> list[str]:
         ("waiting for a job whose checks and sanitizer runs are all in", "wait_ready_s"),
         ("check phase (builds awaited, checks on the check workers)", "check_phase_s"),
         ("waiting for compute-sanitizer", "wait_sanitizer_s"),
+        ("the library's first calls, sharing the GPU (what cupy compiles for it)", "warm_library_s"),
         ("waiting to take the GPU alone (checks end, sanitizer runs stop)", "wait_quiet_s"),
         ("- from the hold, until every sanitizer run stopped or finished (checks go on)", "wait_quiet_runs_s"),
         ("- from the hold, until then the running checks ended (the whole wait)", "wait_quiet_checks_s"),

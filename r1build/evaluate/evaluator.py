@@ -263,7 +263,8 @@ class GpuEvaluator:
         """Counters of this evaluator's work (candidates, built, checked, timed, worker restarts, sanitizer
         runs and splits) and seconds per phase: on the CPU pool ``gate_s``, ``build_s``, ``sanitizer_s`` (summed
         over threads) and ``judge_bench_s``; summed over the check workers ``wait_build_s`` and ``checks_s``; on the
-        GPU thread ``check_phase_s`` (wall), ``wait_sanitizer_s``, ``wait_quiet_s`` (for the GPU alone; from the
+        GPU thread ``check_phase_s`` (wall), ``wait_sanitizer_s``, ``warm_library_s`` (the library's first calls,
+        sharing the GPU), ``wait_quiet_s`` (for the GPU alone; from the
         hold on, ``wait_quiet_runs_s`` until the sanitizer runs stopped, checks going on, and
         ``wait_quiet_checks_s`` until then the running checks ended), ``checks_alone_s``, ``reference_s``,
         ``time_candidates_s`` (of which the worker's ``worker_sets_s``, ``worker_samples_s`` and
@@ -612,6 +613,9 @@ class GpuEvaluator:
                 self._meter.phase("wait_sanitizer_s", start, name)
                 start = time.perf_counter()
                 with slot.busy:
+                    if any(e.result is None for e in state.entries):  # the library's kernels compiled, sharing
+                        with slot.quiet.shared():
+                            self._meter.timed("warm_library_s", name, self._timer.warm_library, state.job, slot)
                     waited = time.perf_counter()
                     with slot.quiet.exclusive() as taking:
                         self._meter.phase("wait_quiet_s", waited, name)

@@ -53,9 +53,10 @@ def time_reference(
         elif callable(value) and home.startswith("numpy") and own and hasattr(worker.cp, own):
             names[name] = getattr(worker.cp, own)
     out: list[ReferenceShapeReply] = []
+    warm = bool(h.get("warm"))
     for si, shape in enumerate(h["shapes"]):
         try:
-            out.append({"samples_us": _time_reference_shape(worker, fn, shape)})
+            out.append({"samples_us": _time_reference_shape(worker, fn, shape, warm)})
         except worker.rt.CUDARuntimeError as exc:
             worker.settle("timing the reference", exc)
         except Exception as exc:  # the reference does not run under cupy: report, do not fail
@@ -64,9 +65,16 @@ def time_reference(
     return {"ok": True, "shapes": out}, []
 
 
-def _time_reference_shape(worker: Worker, fn: Callable[..., Any], shape: ReferenceShape) -> list[float]:
+def _time_reference_shape(
+    worker: Worker, fn: Callable[..., Any], shape: ReferenceShape, warm: bool = False
+) -> list[float]:
+    """Samples of the reference at one shape; with ``warm``, one call and none (its kernels compiled)."""
     kwargs = _reference_inputs(worker, shape)
     with worker.stream:
+        if warm:
+            fn(**kwargs)
+            worker.stream.synchronize()
+            return []
         return _time_calls(worker, lambda: fn(**kwargs))
 
 

@@ -335,6 +335,9 @@ class TimeReferenceRequest(TypedDict):
     rebind: NotRequired[bool]
     """False: ``reference`` is a gpu-reference, written for cupy, called as it is (default True: the numpy
     reference with its ``numpy`` rebound to cupy)."""
+    warm: NotRequired[bool]
+    """True: only call the reference at each shape, timing nothing, so the kernels cupy compiles for it at the first
+    call are compiled before the GPU is taken alone to time it (each shape's reply then has no samples)."""
 
 
 class ReferenceShapeReply(TypedDict, total=False):

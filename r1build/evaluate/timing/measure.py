@@ -144,6 +144,17 @@ class Timer:
             self._note(f"{job.spec.name}: {found.note}; no speedup over the library", job.spec.name)
         return found
 
+    def warm_library(self, job: Job, slot: Slot) -> None:
+        """Call the library once at each benchmark shape, timing nothing, so what cupy compiles for it is compiled
+        before the GPU is taken alone (the caller shares the GPU with the checks); a failure here is left for
+        :meth:`library` to meet and report."""
+        try:
+            header = reference_request(job.spec, self._references(job))
+            header["warm"] = True
+            slot.request(header, timeout_s=self.timeout_s)
+        except (WorkerDied, WorkerTimedOut, ReferenceProblem, OSError):
+            return
+
     def torch(self, job: Job, slot: Slot) -> TorchTime | None:
         """The torch bar at the first benchmark shape (the faster of eager and ``torch.compile`` of the kernel's
         ``torch-reference``), or why it has none (kept: the lock and ``status`` say it); None where the kernel
