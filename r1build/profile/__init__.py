@@ -33,7 +33,7 @@ from .harness import HARNESS_ERRORS, harness_source
 from .ncu import ncu_command, parse_ncu_csv
 from .summary import profile_summary
 
-__all__ = ["Profiler", "find_ncu", "profile_summary"]
+__all__ = ["Profiler", "find_ncu", "ncu_places", "profile_summary"]
 
 _OFF = frozenset({"0", "off", "false", "no"})
 
@@ -52,6 +52,20 @@ def find_ncu(environ: Mapping[str, str] | None = None) -> str | None:
         if home and (Path(home) / "bin" / "ncu").is_file():
             return str(Path(home) / "bin" / "ncu")
     return None
+
+
+NSIGHT_HOMES = (Path("/opt/nvidia"),)
+"""Where Nsight Compute installs itself outside a CUDA toolkit (the launcher ``<toolkit>/bin/ncu`` looks there and
+beside the toolkit)."""
+
+
+def ncu_places(ncu: str, homes: tuple[Path, ...] = NSIGHT_HOMES) -> tuple[Path, ...]:
+    """The Nsight Compute folders a confined ncu must see: a toolkit's ``bin/ncu`` is a launcher that runs the
+    ``nsight-compute*`` folder beside the toolkit or under ``/opt/nvidia`` (seen on an H100 image: the sandbox showed
+    neither, and every profile of a generated candidate failed with "Nsight Compute is not installed")."""
+    root = Path(ncu).resolve().parent.parent
+    found = [p for home in (root, *homes) if home.is_dir() for p in sorted(home.glob("nsight-compute*"))]
+    return tuple(p for p in found if p.is_dir())
 
 
 @functools.lru_cache(maxsize=4)
@@ -104,7 +118,7 @@ class Profiler:
             made = run_confined(sandbox, link, confinement, timeout_s=self.timeout_s)
             if made.returncode != 0:
                 raise EvaluationError(f"the profiling harness did not build: {(made.stdout + made.stderr)[-500:]}")
-            confinement = Confinement(workdir=work, toolkit=self.ncu, gpu=True)
+            confinement = Confinement(workdir=work, toolkit=self.ncu, gpu=True, readable=ncu_places(self.ncu))
             run = run_confined(sandbox, ncu_command(self.ncu, ["./harness"]), confinement, timeout_s=self.timeout_s)
         if run.returncode != 0:
             why = HARNESS_ERRORS.get(run.returncode, f"ncu exited with {run.returncode}")

@@ -17,15 +17,17 @@ from r1build.generate.providers import resolve_endpoint
 from r1build.manifest import Manifest
 from r1build.manifest.cdecl import declaration
 from r1build.manifest.model import KernelSpec
-from r1build.profile import find_ncu
+from r1build.profile import find_ncu, ncu_places
 from r1build.profile.harness import harness_source
 from r1build.profile.ncu import METRICS, ncu_command, parse_ncu_csv
 from r1build.profile.summary import profile_summary
 from r1build.records import Candidate, Profile
+from r1build.sandbox import Confinement, confined, run_confined
 from r1build.toolchain.nvcc import toolchain
 from tests.generate.chat_server import Answer, ChatServer
 from tests.generate.gen_support import KEY, MarkerJudge, Project, answer, kernel_source
 from tests.profile.ncu_samples import ONE_KERNEL, TWO_KERNELS
+from tests.sandbox.support import needs_sandbox
 
 pytestmark = pytest.mark.slow  # seconds a test: nvcc, resolves, processes or servers
 
@@ -164,3 +166,38 @@ def test_the_findings_go_into_the_next_rounds_feedback(tmp_path: Path) -> None:
     )
     profiled = [r for r in outcome.results if r.profile is not None]
     assert profiled and profiled[0].profile.kernels[0].kernel == "vadd_kernel"  # type: ignore[union-attr]
+
+
+@needs_sandbox
+def test_a_confined_ncu_sees_the_nsight_compute_folder_its_launcher_runs(tmp_path: Path) -> None:
+    """A CUDA toolkit's ``bin/ncu`` is a launcher for an ``nsight-compute*`` folder beside the toolkit or under
+    ``/opt/nvidia``: a confined profile of a generated candidate must see that folder (an H100 image kept it under
+    ``/opt/nvidia``, which the sandbox hid: every such profile failed), and nothing more of where it lies."""
+    toolkit, homes = tmp_path / "cuda-13.0", tmp_path / "opt-nvidia"
+    (toolkit / "bin").mkdir(parents=True)
+    (toolkit / "nsight-compute-2099.1").mkdir()
+    (homes / "nsight-compute" / "2099.2").mkdir(parents=True)
+    (homes / "secret.txt").write_text("not for a profile")
+    for place in (toolkit / "nsight-compute-2099.1", homes / "nsight-compute" / "2099.2"):
+        (place / "ncu").write_text("real")
+    launcher = toolkit / "bin" / "ncu"
+    launcher.write_text(f'#!/bin/sh\ncat "$(dirname "$0")/../nsight-compute-2099.1/ncu" {homes}/nsight-compute/*/ncu\n')
+    launcher.chmod(0o755)
+    assert ncu_places(str(launcher), (homes,)) == (toolkit / "nsight-compute-2099.1", homes / "nsight-compute")
+    work = tmp_path / "work"
+    work.mkdir()
+    command = [str(launcher)]
+    places = ncu_places(str(launcher), (homes,))
+    seen = run_confined(
+        confined(), command, Confinement(workdir=work, toolkit=str(launcher), readable=places), timeout_s=60
+    )
+    assert seen.returncode == 0 and seen.stdout == "realreal", seen.stdout + seen.stderr
+    hidden = run_confined(confined(), command, Confinement(workdir=work, toolkit=str(launcher)), timeout_s=60)
+    assert hidden.returncode != 0  # without them, the home's folder is not there
+    peek = run_confined(
+        confined(),
+        ["cat", str(homes / "secret.txt")],
+        Confinement(workdir=work, toolkit=str(launcher), readable=places),
+        timeout_s=60,
+    )
+    assert peek.returncode != 0 and "not for a profile" not in peek.stdout
