@@ -264,9 +264,9 @@ class GpuEvaluator:
         runs and splits) and seconds per phase: on the CPU pool ``gate_s``, ``build_s``, ``sanitizer_s`` (summed
         over threads) and ``judge_bench_s``; summed over the check workers ``wait_build_s`` and ``checks_s``; on the
         GPU thread ``check_phase_s`` (wall), ``wait_sanitizer_s``, ``warm_library_s`` (the library's first calls,
-        sharing the GPU), ``wait_quiet_s`` (for the GPU alone; from the
-        hold on, ``wait_quiet_runs_s`` until the sanitizer runs stopped, checks going on, and
-        ``wait_quiet_checks_s`` until then the running checks ended), ``checks_alone_s``, ``reference_s``,
+        sharing the GPU), ``wait_quiet_s`` (for the GPU alone; from the hold
+        on, ``wait_quiet_runs_s`` until the sanitizer runs stopped, checks going on, and ``wait_quiet_checks_s``
+        until then the running checks ended), ``checks_alone_s``, ``reference_s``,
         ``time_candidates_s`` (of which the worker's ``worker_sets_s``, ``worker_samples_s`` and
         ``worker_checks_s``) and ``judge_gpu_s`` (the comparer process, with ``outputs_judged_on_gpu`` it passed
         and ``outputs_judged_on_cpu`` written for the CPU's rules); ``wait_judge_s`` on the thread that settles a
@@ -612,16 +612,7 @@ class GpuEvaluator:
                     self._finish_sanitizers(state, entry)
                 self._meter.phase("wait_sanitizer_s", start, name)
                 start = time.perf_counter()
-                with slot.busy:
-                    if any(e.result is None for e in state.entries):  # the library's kernels compiled, sharing
-                        with slot.quiet.shared():
-                            self._meter.timed("warm_library_s", name, self._timer.warm_library, state.job, slot)
-                    waited = time.perf_counter()
-                    with slot.quiet.exclusive() as taking:
-                        self._meter.phase("wait_quiet_s", waited, name)
-                        self._meter.count("wait_quiet_checks_s", taking.checks_s)
-                        self._meter.count("wait_quiet_runs_s", taking.runs_s)
-                        timing = self._time_job(state, slot)
+                timing = self._time_alone(state, slot, name)
                 self._meter.phase("timing_s", start, name)
                 settler.submit(contextvars.copy_context().run, self._settle, state, timing)
                 current = None
@@ -630,6 +621,21 @@ class GpuEvaluator:
             for state in ([current] if current is not None else []) + pending:
                 if not state.done.done():
                     state.done.set_exception(exc)
+
+    def _time_alone(self, state: JobState, slot: Slot, name: str) -> Timed | None:
+        """A job's timing with the GPU to itself: first the library's first calls, sharing the GPU with the checks
+        (what cupy compiles for it), then the taking (:class:`~.slots.Quiet`: sanitizer runs stop, then checks) and
+        :meth:`_time_job`."""
+        with slot.busy:
+            if any(e.result is None for e in state.entries):
+                with slot.quiet.shared():
+                    self._meter.timed("warm_library_s", name, self._timer.warm_library, state.job, slot)
+            waited = time.perf_counter()
+            with slot.quiet.exclusive() as taking:
+                self._meter.phase("wait_quiet_s", waited, name)
+                self._meter.count("wait_quiet_checks_s", taking.checks_s)
+                self._meter.count("wait_quiet_runs_s", taking.runs_s)
+                return self._time_job(state, slot)
 
     def _next_ready(self, pending: list[JobState], readiness: Readiness) -> int:
         """Which of ``pending`` the GPU takes next: the first, in the order given, whose background work (checks and

@@ -368,9 +368,9 @@ print("r1build-harness: begin 0 " + job["token"], flush=True)
 print("r1build-harness: end 0 " + job["token"], flush=True)
 print("r1build-harness: done, shapes: 1 libraries 1 someone-else", flush=True)
 open(sys.argv[-1] + ".said", "w").close()
-time.sleep(0.8)
+time.sleep(0.5)
 print("r1build-harness: done, shapes: 1 libraries 1 " + job["token"], flush=True)
-time.sleep(1.5)
+time.sleep(1.0)
 """
 
 
