@@ -7,7 +7,8 @@
 #      locked build and its own tests on cupy and torch, the bad-kernel corpus and the other GPU tests.
 # Named phases run instead where given; after a change to the evaluator, `checks speed` fits one call (about 8
 # minutes: the correctness groups side by side, then issue 11's figures alone on the GPU).
-# Needs the wheels in .whl/ (diskcache, platformdirs, openai and its deps). Logs go to $OUT (at most 8 files).
+# Needs the wheels in .whl/ (diskcache, platformdirs, openai and its deps) and bubblewrap in .sbx/, both made by
+# bench/device_wheels.sh on the CPU machine. Logs go to $OUT (at most 8 files).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
