@@ -214,23 +214,33 @@ print(f"r1build-harness: done, shapes: {{len(job['shapes'])}} libraries {{len(jo
 """
 
 
-def test_a_held_sanitizer_run_does_no_gpu_work_and_is_not_killed_for_silence(tmp_path: Path) -> None:
-    from r1build.evaluate.sanitizer.runner import HARNESS
-
-    script = tmp_path / "fake_sanitizer.py"
-    script.write_text(FAKE.format(harness=str(HARNESS)))
+def _stand_in(tmp_path: Path, script: str, timeout_s: float) -> SanitizerRunner:
+    """A runner whose compute-sanitizer is ``script``, run by this Python with the job file as its last argument."""
+    path = tmp_path / "fake_sanitizer.py"
+    path.write_text(script)
     exe = tmp_path / "compute-sanitizer"
-    exe.write_text(f'#!/bin/sh\nexec {sys.executable} {script} "$@"\n')
+    exe.write_text(f'#!/bin/sh\nexec {sys.executable} {path} "$@"\n')
     exe.chmod(0o755)
-    runner = SanitizerRunner(str(exe), {"PATH": "/usr/bin:/bin"}, timeout_s=1.0)
-    quiet = Quiet(tmp_path / "hold")
-    libs = [f"lib{i}.so" for i in range(40)]
+    return SanitizerRunner(str(exe), {"PATH": "/usr/bin:/bin"}, timeout_s=timeout_s)
+
+
+def _job(tmp_path: Path, libs: list[str], token: str, hold: Path | None) -> Path:
+    """A harness job of ``libs`` (one empty shape) under ``token``, held by ``hold``."""
     job = tmp_path / "job.json"
-    job.write_text(
-        json.dumps(
-            {"libs": libs, "entry": "k", "argtypes": [], "shapes": [{}], "token": "t0k", "hold": str(quiet.hold_file)}
-        )
-    )
+    fields = {
+        "libs": libs,
+        "entry": "k",
+        "argtypes": [],
+        "shapes": [{}],
+        "token": token,
+        "hold": str(hold) if hold else "",
+    }
+    job.write_text(json.dumps(fields))
+    return job
+
+
+def _pausable_run(quiet: Quiet, runner: SanitizerRunner, job: Path) -> tuple[threading.Thread, list[str]]:
+    """A started thread running memcheck over ``job`` as a pausable run of ``quiet``, and where its verdict goes."""
     outcome: list[str] = []
 
     def run() -> None:
@@ -239,6 +249,17 @@ def test_a_held_sanitizer_run_does_no_gpu_work_and_is_not_killed_for_silence(tmp
 
     t = threading.Thread(target=run)
     t.start()
+    return t, outcome
+
+
+def test_a_held_sanitizer_run_does_no_gpu_work_and_is_not_killed_for_silence(tmp_path: Path) -> None:
+    from r1build.evaluate.sanitizer.runner import HARNESS
+
+    runner = _stand_in(tmp_path, FAKE.format(harness=str(HARNESS)), timeout_s=1.0)
+    quiet = Quiet(tmp_path / "hold")
+    libs = [f"lib{i}.so" for i in range(40)]
+    job = _job(tmp_path, libs, "t0k", quiet.hold_file)
+    t, outcome = _pausable_run(quiet, runner, job)
     time.sleep(0.5)  # the run is under way
     with quiet.exclusive():
         taken = time.monotonic()
@@ -291,23 +312,13 @@ def test_a_real_sanitizer_run_stops_at_the_hold_before_it_touches_cuda(tmp_path:
 
 
 def test_a_run_that_says_it_is_held_when_no_hold_is_out_is_still_killed_for_silence(tmp_path: Path) -> None:
-    script = tmp_path / "fake_sanitizer.py"
     # says HELD with the job's token, then stalls: only a hold file that exists makes that time not silence
-    script.write_text(
+    stalls = (
         "import json, sys, time\njob = json.load(open(sys.argv[-1]))\n"
         "print(f\"r1build-harness: held 1 {job['token']}\", flush=True)\ntime.sleep(30)\n"
     )
-    exe = tmp_path / "compute-sanitizer"
-    exe.write_text(f'#!/bin/sh\nexec {sys.executable} {script} "$@"\n')
-    exe.chmod(0o755)
-    runner = SanitizerRunner(str(exe), {"PATH": "/usr/bin:/bin"}, timeout_s=0.5)
-    job = tmp_path / "job.json"
-    hold = tmp_path / "hold"
-    job.write_text(
-        json.dumps(
-            {"libs": ["a.so", "b.so"], "entry": "k", "argtypes": [], "shapes": [{}], "token": "t", "hold": str(hold)}
-        )
-    )
+    runner = _stand_in(tmp_path, stalls, timeout_s=0.5)
+    job = _job(tmp_path, ["a.so", "b.so"], "t", tmp_path / "hold")
     start = time.monotonic()
     found = runner.run("memcheck", job)
     assert found.outcome.verdict == "unfinished" and "no progress" in found.outcome.detail
@@ -375,34 +386,10 @@ time.sleep(1.0)
 
 
 def test_a_run_done_with_the_gpu_does_not_delay_a_taking_while_it_exits(tmp_path: Path) -> None:
-    script = tmp_path / "fake_sanitizer.py"
-    script.write_text(EXITING)
-    exe = tmp_path / "compute-sanitizer"
-    exe.write_text(f'#!/bin/sh\nexec {sys.executable} {script} "$@"\n')
-    exe.chmod(0o755)
-    runner = SanitizerRunner(str(exe), {"PATH": "/usr/bin:/bin"}, timeout_s=5.0)
+    runner = _stand_in(tmp_path, EXITING, timeout_s=5.0)
     quiet = Quiet(tmp_path / "hold")
-    job = tmp_path / "job.json"
-    job.write_text(
-        json.dumps(
-            {
-                "libs": ["a.so"],
-                "entry": "k",
-                "argtypes": [],
-                "shapes": [{}],
-                "token": "t0k",
-                "hold": str(quiet.hold_file),
-            }
-        )
-    )
-    outcome: list[str] = []
-
-    def run() -> None:
-        with quiet.pausable(lambda: runner.held(job)):
-            outcome.append(runner.run("memcheck", job).outcome.verdict)
-
-    t = threading.Thread(target=run)
-    t.start()
+    job = _job(tmp_path, ["a.so"], "t0k", quiet.hold_file)
+    t, outcome = _pausable_run(quiet, runner, job)
     deadline = time.monotonic() + 10
     while not job.with_name("job.json.said").exists() and time.monotonic() < deadline:
         time.sleep(0.01)
