@@ -35,6 +35,7 @@ from r1build.cache import Cache  # noqa: E402
 from r1build.evaluate import EvaluatorOptions, GpuEvaluator, detect_gpus, expand_variants  # noqa: E402
 from r1build.evaluate.timing.timeline import milestones  # noqa: E402
 from r1build.events import Event, Progress, sink  # noqa: E402
+from r1build.gate.compile_slots import PrioritySlots  # noqa: E402
 from r1build.judge import Job  # noqa: E402
 from r1build.manifest import load_manifest  # noqa: E402
 from r1build.manifest.archs import parse_arch  # noqa: E402
@@ -106,12 +107,13 @@ def machine_busy() -> tuple[float, float]:
     return sum(fields) - idle, sum(fields)
 
 
-SANITIZER_PROCESSES: list[Any] = [None]
-"""--sanitizer-processes: the places an experiment gives the evaluator's compute-sanitizer runs."""
-
-
 def one_run(
-    manifest_path: Path, *, one_at_a_time: bool = False, copies: int = 1, evaluator_options: dict[str, Any]
+    manifest_path: Path,
+    *,
+    one_at_a_time: bool = False,
+    copies: int = 1,
+    evaluator_options: dict[str, Any],
+    sanitizer_processes: int | None = None,
 ) -> dict[str, Any]:
     """Evaluate every kernel x measurable arch once, from cold (fresh cache, fresh builds): all jobs in one
     ``evaluate_all``, or (``one_at_a_time``) ``prepare`` of every job and then one ``evaluate`` per job, the way
@@ -121,8 +123,8 @@ def one_run(
         start = time.perf_counter()
         busy0, total0 = machine_busy()
         with GpuEvaluator(cache, options=EvaluatorOptions(**evaluator_options)) as evaluator, watching(evaluator):
-            if SANITIZER_PROCESSES[0] is not None:  # before any run takes a place
-                evaluator._sanitizing.processes = SANITIZER_PROCESSES[0]
+            if sanitizer_processes is not None:  # an experiment's places, before any run takes one
+                evaluator._sanitizing.processes = PrioritySlots(sanitizer_processes)
             jobs, unmeasured = [], []
             for spec in manifest.kernels:
                 candidates = replicated(expand_variants(manifest, spec), copies)
@@ -465,10 +467,6 @@ def main(argv: list[str] | None = None) -> int:
         options["compare_on_gpu"] = False
     if args.no_sanitize:
         options["sanitize"] = False
-    if args.sanitizer_processes is not None:
-        from r1build.gate import compile_slots
-
-        SANITIZER_PROCESSES[0] = compile_slots.PrioritySlots(args.sanitizer_processes)
     if args.most_runs is not None:
         from r1build.evaluate.sanitizer import schedule as sanitizing
 
@@ -480,7 +478,11 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     for i in range(args.runs + (0 if args.no_job_by_job else 1)):
         run = one_run(
-            args.manifest.resolve(), one_at_a_time=i == args.runs, copies=args.copies, evaluator_options=options
+            args.manifest.resolve(),
+            one_at_a_time=i == args.runs,
+            copies=args.copies,
+            evaluator_options=options,
+            sanitizer_processes=args.sanitizer_processes,
         )
         runs.append(run)
         print(

@@ -264,13 +264,12 @@ class GpuEvaluator:
         runs and splits) and seconds per phase: on the CPU pool ``gate_s``, ``build_s``, ``sanitizer_s`` (summed
         over threads) and ``judge_bench_s``; summed over the check workers ``wait_build_s`` and ``checks_s``; on the
         GPU thread ``check_phase_s`` (wall), ``wait_sanitizer_s``, ``warm_library_s`` (the library's first calls,
-        sharing the GPU), ``wait_quiet_s`` (for the GPU alone; from the hold
-        on, ``wait_quiet_runs_s`` until the sanitizer runs stopped, checks going on, and ``wait_quiet_checks_s``
-        until then the running checks ended), ``checks_alone_s``, ``reference_s``,
-        ``time_candidates_s`` (of which the worker's ``worker_sets_s``, ``worker_samples_s`` and
-        ``worker_checks_s``) and ``judge_gpu_s`` (the comparer process, with ``outputs_judged_on_gpu`` it passed
-        and ``outputs_judged_on_cpu`` written for the CPU's rules); ``wait_judge_s`` on the thread that settles a
-        job's results while the GPU goes on."""
+        sharing the GPU), ``wait_quiet_s`` (for the GPU alone; from the hold on, ``wait_quiet_runs_s`` until the
+        sanitizer runs stopped, checks going on, and ``wait_quiet_checks_s`` until then the running checks ended),
+        ``checks_alone_s``, ``reference_s``, ``time_candidates_s`` (of which the worker's ``worker_sets_s``,
+        ``worker_samples_s`` and ``worker_checks_s``) and ``judge_gpu_s`` (the comparer process, with
+        ``outputs_judged_on_gpu`` it passed and ``outputs_judged_on_cpu`` written for the CPU's rules);
+        ``wait_judge_s`` on the thread that settles a job's results while the GPU goes on."""
         with self._lock:
             restarts = sum(c.restarts for c in self._every_slot)
         return {**self._meter.counters(), "worker_restarts": restarts}

@@ -7,6 +7,7 @@ The evaluator calls it with the GPU quiet (no sanitizer runs beside it).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -134,8 +135,7 @@ class Timer:
         """The library's median time at the first benchmark shape (the kernel's gpu-reference, else the numpy
         reference run on cupy), or why it has none (kept: the lock and ``status`` say it)."""
         try:
-            header = reference_request(job.spec, self._references(job))
-            reply, _ = slot.request(header, timeout_s=self.timeout_s)
+            reply = self._reference_reply(job, slot)
         except (WorkerDied, WorkerTimedOut, ReferenceProblem, OSError) as exc:
             found = LibraryTime(None, f"timing the library on cupy failed: {exc}"[:300])
         else:
@@ -148,12 +148,16 @@ class Timer:
         """Call the library once at each benchmark shape, timing nothing, so what cupy compiles for it is compiled
         before the GPU is taken alone (the caller shares the GPU with the checks); a failure here is left for
         :meth:`library` to meet and report."""
-        try:
-            header = reference_request(job.spec, self._references(job))
+        with contextlib.suppress(WorkerDied, WorkerTimedOut, ReferenceProblem, OSError):
+            self._reference_reply(job, slot, warm=True)
+
+    def _reference_reply(self, job: Job, slot: Slot, *, warm: bool = False) -> dict[str, Any]:
+        """The worker's reply to the library's timing request at the benchmark shapes (``warm``: calls only)."""
+        header = reference_request(job.spec, self._references(job))
+        if warm:
             header["warm"] = True
-            slot.request(header, timeout_s=self.timeout_s)
-        except (WorkerDied, WorkerTimedOut, ReferenceProblem, OSError):
-            return
+        reply, _ = slot.request(header, timeout_s=self.timeout_s)
+        return reply
 
     def torch(self, job: Job, slot: Slot) -> TorchTime | None:
         """The torch bar at the first benchmark shape (the faster of eager and ``torch.compile`` of the kernel's
