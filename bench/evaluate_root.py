@@ -307,6 +307,10 @@ def breakdown(run: dict[str, Any]) -> list[str]:
         ("static gate (nvcc per arch, ptxas report, symbols)", "gate_s"),
         ("shared-library builds (nvcc, symbol check, link)", "build_s"),
         (f"compute-sanitizer ({int(st.get('sanitizer_runs', 0))} runs)", "sanitizer_s"),
+        ("- of which held (stopped while the GPU timed a job)", "sanitizer_held_s"),
+        ("- memcheck runs", "sanitizer_memcheck_s"),
+        ("- racecheck runs", "sanitizer_racecheck_s"),
+        ("- initcheck runs", "sanitizer_initcheck_s"),
         ("judging what the timed calls left (benchmark shapes)", "judge_bench_s"),
     ]
     judged = (

@@ -262,7 +262,8 @@ class GpuEvaluator:
     def stats(self) -> dict[str, float]:
         """Counters of this evaluator's work (candidates, built, checked, timed, worker restarts, sanitizer
         runs and splits) and seconds per phase: on the CPU pool ``gate_s``, ``build_s``, ``sanitizer_s`` (summed
-        over threads) and ``judge_bench_s``; summed over the check workers ``wait_build_s`` and ``checks_s``; on the
+        over threads; per tool ``sanitizer_<tool>_s``, and ``sanitizer_held_s`` of it stopped while the GPU timed)
+        and ``judge_bench_s``; summed over the check workers ``wait_build_s`` and ``checks_s``; on the
         GPU thread ``check_phase_s`` (wall), ``wait_sanitizer_s``, ``warm_library_s`` (the library's first calls,
         sharing the GPU), ``wait_quiet_s`` (for the GPU alone; from the hold on, ``wait_quiet_runs_s`` until the
         sanitizer runs stopped, checks going on, and ``wait_quiet_checks_s`` until then the running checks ended),

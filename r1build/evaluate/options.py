@@ -7,11 +7,13 @@ from ..convert import record
 
 __all__ = ["RUNS_PER_QUEUE", "EvaluatorOptions"]
 
-RUNS_PER_QUEUE = 2
-"""Compute-sanitizer runs of one kernel and tool at once while other runs wait for a place. More is slower when
-every core is busy: sanitizer runs share the one GPU, and on the H200 host eight a kernel (racecheck four
-candidates a run) took the root manifest from 102 to 120 s (bench/results/gpu_session_2026-12-02.md, call 4).
-Places nobody waits for go to more runs (:data:`.sanitizing.MOST_RUNS`)."""
+RUNS_PER_QUEUE = 4
+"""Compute-sanitizer runs of one kernel and tool at once while other runs wait for a place. Four took the root
+manifest's ``evaluate_all`` from 84.7 to 80.0 s on an H100 (bench/results/gpu_session_2026-12-06c.md): the short
+queues (memcheck, initcheck: a run's start costs more than its candidates) end sooner and their places go to the
+long ones earlier. Many more is slower: sanitizer runs share the one GPU, and on an H200 host eight a kernel
+(racecheck four candidates a run) took the root manifest from 102 to 120 s (gpu_session_2026-12-02.md, call 4).
+Places nobody waits for go to more runs (:data:`.sanitizer.schedule.MOST_RUNS`)."""
 
 
 @record(frozen=True)

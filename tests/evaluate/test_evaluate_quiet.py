@@ -239,13 +239,19 @@ def _job(tmp_path: Path, libs: list[str], token: str, hold: Path | None) -> Path
     return job
 
 
-def _pausable_run(quiet: Quiet, runner: SanitizerRunner, job: Path) -> tuple[threading.Thread, list[str]]:
-    """A started thread running memcheck over ``job`` as a pausable run of ``quiet``, and where its verdict goes."""
+def _pausable_run(
+    quiet: Quiet, runner: SanitizerRunner, job: Path, held_s: list[float] | None = None
+) -> tuple[threading.Thread, list[str]]:
+    """A started thread running memcheck over ``job`` as a pausable run of ``quiet``, and where its verdict goes
+    (and the seconds the run says it was held, into ``held_s``)."""
     outcome: list[str] = []
 
     def run() -> None:
         with quiet.pausable(lambda: runner.held(job)):
-            outcome.append(runner.run("memcheck", job).outcome.verdict)
+            found = runner.run("memcheck", job)
+            outcome.append(found.outcome.verdict)
+            if held_s is not None:
+                held_s.append(found.held_s)
 
     t = threading.Thread(target=run)
     t.start()
@@ -259,7 +265,8 @@ def test_a_held_sanitizer_run_does_no_gpu_work_and_is_not_killed_for_silence(tmp
     quiet = Quiet(tmp_path / "hold")
     libs = [f"lib{i}.so" for i in range(40)]
     job = _job(tmp_path, libs, "t0k", quiet.hold_file)
-    t, outcome = _pausable_run(quiet, runner, job)
+    held_s: list[float] = []
+    t, outcome = _pausable_run(quiet, runner, job, held_s)
     time.sleep(0.5)  # the run is under way
     with quiet.exclusive():
         taken = time.monotonic()
@@ -268,6 +275,7 @@ def test_a_held_sanitizer_run_does_no_gpu_work_and_is_not_killed_for_silence(tmp
         released = time.monotonic()
     t.join(30)
     assert outcome == ["clean"]
+    assert len(held_s) == 1 and 2.0 <= held_s[0] <= released - taken + 1.0  # the run counts the time it was held
     calls = [line.split() for line in (tmp_path / "calls.log").read_text().splitlines()]
     assert [c[0] for c in calls] == libs  # every library once, in order
     during = [c[0] for c in calls if taken <= float(c[1]) <= released]

@@ -176,6 +176,8 @@ class BatchRun:
     report came, or when the run stopped), if any; with a queue job, its position in :attr:`claimed`."""
     claimed: tuple[int, ...] | None = None
     """With a queue job (``queue``): the entries this run took, lowest first (the libraries its outcome is about)."""
+    held_s: float = 0.0
+    """Seconds the run's harness was held (stopped while the GPU timed another job): part of its wall time."""
 
 
 def claims_of(queue: Path, token: str) -> tuple[int, ...]:
@@ -198,6 +200,8 @@ class _Proc:
     code: int | None
     output: str
     why: Literal["exited", "stalled", "canceled", "not_started"]
+    held_s: float = 0.0
+    """Seconds its harness said it was held (stopped while the GPU timed)."""
 
 
 @record
@@ -210,6 +214,23 @@ class _Live:
     held: str | None = None
     """The generation of the hold the harness says it stopped for (None while it runs; :data:`FINISHED`
     once it said it is done with the GPU)."""
+    held_since: float | None = None
+    """When the harness said it stopped for the hold it is held at now."""
+    held_s: float = 0.0
+    """Seconds of holds it said it was stopped for and resumed from."""
+
+    def mark_held(self, held: bool) -> None:
+        """A ``HELD`` (``held``) or ``RESUMED`` line came: the time between them is counted in :attr:`held_s`."""
+        now = time.monotonic()
+        if held and self.held_since is None:
+            self.held_since = now
+        elif not held and self.held_since is not None:
+            self.held_s += now - self.held_since
+            self.held_since = None
+
+    def held_total(self) -> float:
+        """Seconds held so far, a hold still open counted up to now."""
+        return self.held_s + (time.monotonic() - self.held_since if self.held_since is not None else 0.0)
 
 
 def hold_marker(line: str, token: str) -> tuple[Literal["held", "resumed"], str] | None:
@@ -271,6 +292,7 @@ def _follow_output(stdout: IO[bytes], lines: list[str], live: _Live) -> None:
         hold = hold_marker(line, token) if token else None
         if hold is not None:
             live.held = hold[1] if hold[0] == "held" else None
+            live.mark_held(hold[0] == "held")
             live.progress = time.monotonic()
         elif token and line.startswith(DONE) and line.split()[-1:] == [token]:
             live.held = FINISHED  # no more GPU work: what is left is the process's exit
@@ -351,12 +373,12 @@ class SanitizerRunner:
             with self._lock:
                 self._procs.get(key, set()).discard(proc)
                 self._live.pop(key, None)
-        output = "".join(lines)
+        output, held_s = "".join(lines), live.held_total()
         if key in self._canceled:
-            return _Proc(None, output, "canceled")
+            return _Proc(None, output, "canceled", held_s)
         if stalled:
-            return _Proc(None, output, "stalled")
-        return _Proc(proc.returncode, output, "exited")
+            return _Proc(None, output, "stalled", held_s)
+        return _Proc(proc.returncode, output, "exited", held_s)
 
     def _start(self, cmd: list[str], cwd: Path, key: str, live: _Live) -> subprocess.Popen[bytes] | _Proc:
         """The run started and recorded under ``key``, or the :class:`_Proc` of one canceled or not started."""
@@ -449,7 +471,7 @@ class SanitizerRunner:
         if queue is None:
             return found
         suspect = found.suspect  # markers count by entry number: a suspect becomes a position
-        return BatchRun(found.outcome, taken.index(suspect) if suspect in taken else None, taken)
+        return BatchRun(found.outcome, taken.index(suspect) if suspect in taken else None, taken, found.held_s)
 
     def _run_job(
         self, tool: str, job_file: Path, job: dict[str, Any], queue: Path | None
@@ -475,8 +497,8 @@ class SanitizerRunner:
                     f"{tool} did not finish within {self.timeout_s:g} s, "
                     f"nor within {2 * self.timeout_s:g} s when tried again",
                 )
-                return BatchRun(outcome, 0), taken
-        return self._verdict(tool, done, token, len(job["shapes"]), listed), taken
+                return BatchRun(outcome, 0, held_s=done.held_s), taken
+        return replace(self._verdict(tool, done, token, len(job["shapes"]), listed), held_s=done.held_s), taken
 
     def _verdict(self, tool: str, done: _Proc, token: str, shapes: int, listed: set[int]) -> BatchRun:
         """What a finished (or killed) run of the harness says of the libraries it called (``listed``)."""

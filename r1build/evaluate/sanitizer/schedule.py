@@ -65,9 +65,9 @@ log = logging.getLogger(__name__)
 
 SANITIZE_MAX_BYTES = 2 << 20
 """Shapes whose arrays together exceed this are too large for a quick sanitizer run."""
-MOST_RUNS = 4
-"""Runs of one kernel and tool at once on places nobody waits for; another starts only while the queue holds at
-least :data:`TAKE_EACH` candidates nobody took for each run it has."""
+MOST_RUNS = 6
+"""Runs of one kernel and tool at once on places nobody waits for (more than :data:`RUNS_PER_QUEUE`); another
+starts only while the queue holds at least :data:`TAKE_EACH` candidates nobody took for each run it has."""
 TAKE_EACH = 2
 """Candidates left a run of a queue (its start costs about as much as two racecheck calls of a tiled matmul)."""
 
@@ -575,6 +575,8 @@ class Sanitizing:
             seconds = time.perf_counter() - start
             self._count("sanitizer_runs", 1)
             self._count("sanitizer_s", seconds)
+            self._count(f"sanitizer_{queue.tool}_s", seconds)
+            self._count("sanitizer_held_s", found.held_s)
             if self._span is not None:
                 self._span("sanitizer_run", f"{queue.kernel.kernel}/{queue.kernel.arch}", start)
         log.info(
