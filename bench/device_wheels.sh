@@ -35,8 +35,10 @@ rm -rf .whl
 fetch .whl diskcache platformdirs tomli cryptography cffi pycparser openai pydantic httpx2
 fetch .whl "$(pin pydantic-core)" "$(pin httpcore2)" distro jiter sniffio typing-inspection annotated-types \
   typing-extensions anyio h11 idna truststore
-# the GPU tests outside tests/evaluate: the report's browser test, the build-package test's wheel build
-fetch .whl websockets hatchling pathspec trove-classifiers
+# the GPU tests outside tests/evaluate: the report's browser test, the build-package test's wheel build, the report's
+# figures (the ncu feedback test draws its report), the dataset export's schema check
+fetch .whl websockets hatchling pathspec trove-classifiers plotly narwhals packaging jsonschema attrs referencing \
+  rpds-py jsonschema-specifications
 # one version of each name, or the install on the device stops
 dupes=$(ls .whl | sed -E 's/-[0-9].*//' | tr 'A-Z-' 'a-z_' | sort | uniq -d)
 [ -z "$dupes" ] || { echo "two versions of: $dupes" >&2; exit 1; }
