@@ -328,6 +328,7 @@ def breakdown(run: dict[str, Any]) -> list[str]:
     ]
     gpu = [
         ("waiting for a job whose checks and sanitizer runs are all in", "wait_ready_s"),
+        ("- of which the library's first calls of jobs not ready yet (sharing the GPU)", "warm_ahead_s"),
         ("check phase (builds awaited, checks on the check workers)", "check_phase_s"),
         ("waiting for compute-sanitizer", "wait_sanitizer_s"),
         ("the library's first calls, sharing the GPU (what cupy compiles for it)", "warm_library_s"),

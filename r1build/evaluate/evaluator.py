@@ -260,17 +260,18 @@ class GpuEvaluator:
 
     @property
     def stats(self) -> dict[str, float]:
-        """Counters of this evaluator's work (candidates, built, checked, timed, worker restarts, sanitizer
-        runs and splits) and seconds per phase: on the CPU pool ``gate_s``, ``build_s``, ``sanitizer_s`` (summed
-        over threads; per tool ``sanitizer_<tool>_s``, and ``sanitizer_held_s`` of it stopped while the GPU timed)
-        and ``judge_bench_s``; summed over the check workers ``wait_build_s`` and ``checks_s``; on the
-        GPU thread ``check_phase_s`` (wall), ``wait_sanitizer_s``, ``warm_library_s`` (the library's first calls,
-        sharing the GPU), ``wait_quiet_s`` (for the GPU alone; from the hold on, ``wait_quiet_runs_s`` until the
-        sanitizer runs stopped, checks going on, and ``wait_quiet_checks_s`` until then the running checks ended),
-        ``checks_alone_s``, ``reference_s``, ``time_candidates_s`` (of which the worker's ``worker_sets_s``,
-        ``worker_samples_s`` and ``worker_checks_s``) and ``judge_gpu_s`` (the comparer process, with
-        ``outputs_judged_on_gpu`` it passed and ``outputs_judged_on_cpu`` written for the CPU's rules);
-        ``wait_judge_s`` on the thread that settles a job's results while the GPU goes on."""
+        """Counters of this evaluator's work (candidates, built, checked, timed, worker restarts, sanitizer runs and
+        splits) and seconds per phase: on the CPU pool ``gate_s``, ``build_s``, ``sanitizer_s`` (summed over threads;
+        per tool ``sanitizer_<tool>_s``, and ``sanitizer_held_s`` of it stopped while the GPU timed) and
+        ``judge_bench_s``; summed over the check workers ``wait_build_s`` and ``checks_s``; on the GPU thread
+        ``check_phase_s`` (wall), ``wait_sanitizer_s``, ``warm_library_s`` (the library's first calls, sharing the GPU;
+        ``warm_ahead_s`` of those made while no job was ready, counted in ``wait_ready_s`` too), ``wait_quiet_s`` (for
+        the GPU alone; from the hold on, ``wait_quiet_runs_s`` until the sanitizer runs stopped, checks going on, and
+        ``wait_quiet_checks_s`` until then the running checks ended), ``checks_alone_s``, ``reference_s``,
+        ``time_candidates_s`` (of which the worker's ``worker_sets_s``, ``worker_samples_s`` and ``worker_checks_s``)
+        and ``judge_gpu_s`` (the comparer process, with ``outputs_judged_on_gpu`` it passed and
+        ``outputs_judged_on_cpu`` written for the CPU's rules); ``wait_judge_s`` on the thread that settles a job's
+        results while the GPU goes on."""
         with self._lock:
             restarts = sum(c.restarts for c in self._every_slot)
         return {**self._meter.counters(), "worker_restarts": restarts}
@@ -598,6 +599,7 @@ class GpuEvaluator:
                 readiness.watch(state, self._background(state))
             for timed in range(1, len(states) + 1):
                 start = time.perf_counter()
+                self._warm_ahead(pending, slot)
                 state = current = pending.pop(self._next_ready(pending, readiness))
                 name = label(state.job, state.arch)
                 self._meter.phase("wait_ready_s", start, name)
@@ -627,15 +629,32 @@ class GpuEvaluator:
         (what cupy compiles for it), then the taking (:class:`~.slots.Quiet`: sanitizer runs stop, then checks) and
         :meth:`_time_job`."""
         with slot.busy:
-            if any(e.result is None for e in state.entries):
-                with slot.quiet.shared():
-                    self._meter.timed("warm_library_s", name, self._timer.warm_library, state.job, slot)
+            if not state.warmed and any(e.result is None for e in state.entries):
+                self._warm_library(state, slot, "warm_library_s")
             waited = time.perf_counter()
             with slot.quiet.exclusive() as taking:
                 self._meter.phase("wait_quiet_s", waited, name)
                 self._meter.count("wait_quiet_checks_s", taking.checks_s)
                 self._meter.count("wait_quiet_runs_s", taking.runs_s)
                 return self._time_job(state, slot)
+
+    def _warm_ahead(self, pending: list[JobState], slot: Slot) -> None:
+        """While no pending job is ready, the library's first calls of those not warmed yet, in order: what cupy
+        compiles for a kernel's reference (seconds of NVRTC for some) is compiled while the GPU thread would only
+        wait for checks and sanitizer runs, not between one job's taking and the next (:meth:`_time_alone`)."""
+        for state in pending:
+            if self._closing or any(s.ready for s in pending):
+                return
+            if not state.warmed:
+                with slot.busy:
+                    self._warm_library(state, slot, "warm_ahead_s")
+
+    def _warm_library(self, state: JobState, slot: Slot, counter: str) -> None:
+        """The library's first calls for ``state``'s kernel, sharing the GPU with the checks, as phase ``counter``
+        (the caller holds ``slot.busy``)."""
+        state.warmed = True
+        with slot.quiet.shared():
+            self._meter.timed(counter, label(state.job, state.arch), self._timer.warm_library, state.job, slot)
 
     def _next_ready(self, pending: list[JobState], readiness: Readiness) -> int:
         """Which of ``pending`` the GPU takes next: the first, in the order given, whose background work (checks and

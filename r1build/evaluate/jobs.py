@@ -83,6 +83,8 @@ class JobState:
     """Set once every entry has its result (or to the error that stopped the GPU's work)."""
     ready: bool = False
     """Whether its background work (checks, sanitizer runs) is all in, as a :class:`Readiness` watching it says."""
+    warmed: bool = False
+    """Whether the library's first calls for its kernel were made (what cupy compiles for the reference)."""
 
 
 JobKey = tuple[KernelKey, int, tuple[str, ...], str | None]

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import Future
 from pathlib import Path
+
+import pytest
 
 from r1build.cache import Cache
 from r1build.evaluate import EvaluatorOptions, GpuEvaluator
@@ -156,3 +159,76 @@ def test_timed_before_sanitized_a_job_is_ready_on_its_checks_and_a_later_finding
         )
         evaluator._settle(failed, None)
         assert failed_runs.canceled and failed.entries[0].result.status == "incorrect"
+
+
+def test_while_no_job_is_ready_the_gpu_thread_warms_the_libraries_of_those_waiting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The library's first calls (what cupy compiles for a kernel's reference) are made while the GPU thread only
+    waits: for every job not ready, in order, until one is; none for a job warmed already or once one is ready."""
+    from r1build.evaluate.devices import GpuInfo
+
+    gpu = GpuInfo(name="Stand-in GPU", arch="sm_90", index=0, memory=1 << 30)
+    with (
+        Cache(tmp_path / "cache") as cache,
+        GpuEvaluator(cache, gpus=[gpu], workdir=tmp_path / "w", options=EvaluatorOptions(sanitize=False)) as evaluator,
+    ):
+        slot = evaluator._slots[0]
+        states = [_state(evaluator, name)[0] for name in ("matmul", "rmsnorm", "softmax_rows", "sum_all")]
+        warmed: list[str] = []
+
+        def warm(job: Job, at: object) -> None:
+            assert at is slot and slot.busy.locked()  # the worker is the caller's to talk to
+            warmed.append(job.spec.name)
+            if job.spec.name == "rmsnorm":
+                states[3].ready = True  # a job became ready meanwhile: no more warming
+
+        monkeypatch.setattr(evaluator._timer, "warm_library", warm)
+        states[0].warmed = True
+        evaluator._warm_ahead(states, slot)
+        assert warmed == ["rmsnorm"]
+        assert [s.warmed for s in states] == [True, True, False, False]
+        assert evaluator.stats["warm_ahead_s"] >= 0 and "warm_library_s" not in evaluator.stats
+        evaluator._warm_ahead(states, slot)  # one is ready: the GPU thread takes it instead
+        states[3].ready = False
+        evaluator._warm_ahead(states, slot)
+        assert warmed == ["rmsnorm", "softmax_rows", "sum_all"]
+
+
+def test_the_gpu_thread_warms_ahead_before_it_waits_and_not_again_at_the_taking(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from r1build.evaluate.devices import GpuInfo
+
+    gpu = GpuInfo(name="Stand-in GPU", arch="sm_90", index=0, memory=1 << 30)
+    with (
+        Cache(tmp_path / "cache") as cache,
+        GpuEvaluator(cache, gpus=[gpu], workdir=tmp_path / "w", options=EvaluatorOptions(sanitize=False)) as evaluator,
+    ):
+        made = [_state(evaluator, name) for name in ("matmul", "rmsnorm")]
+        warmed: list[str] = []
+        monkeypatch.setattr(evaluator._timer, "warm_library", lambda job, slot: warmed.append(job.spec.name))
+        for state, _, runs in made:
+            state.slot = evaluator._slots[0]
+            state.plan = Future()
+            runs.expect([])
+            for entry in state.entries:
+                entry.gate, entry.library = Future(), Future()
+        done = threading.Thread(target=evaluator._run_slot, args=([s for s, _, _ in made],))
+        done.start()
+        deadline = time.monotonic() + 10
+        while len(warmed) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert warmed == ["matmul", "rmsnorm"]  # both warmed while neither job was ready
+        for _, check, _ in made:
+            check.set_exception(RuntimeError("the check worker went away"))
+        done.join(30)
+        assert not done.is_alive() and warmed == ["matmul", "rmsnorm"]
+        # at the taking, a job warmed ahead is not warmed again; one that was not is, before the GPU is taken alone
+        monkeypatch.setattr(evaluator, "_time_job", lambda state, slot: warmed.append("timed"))
+        again, _, _ = _state(evaluator, "sum_all")
+        for warm_ahead, expected in ((True, ["timed"]), (False, ["sum_all", "timed"])):
+            warmed.clear()
+            again.warmed = warm_ahead
+            evaluator._time_alone(again, evaluator._slots[0], "sum_all/sm_90")
+            assert warmed == expected
