@@ -15,6 +15,7 @@ import functools
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import Mapping
@@ -26,7 +27,7 @@ from ..manifest.cdecl import declaration
 from ..manifest.flags import rooted_flags
 from ..manifest.model import KernelSpec, Manifest
 from ..records import Candidate, Profile
-from ..sandbox import Confinement, compile_confinement, run_confined, run_process, sandbox_for
+from ..sandbox import Confinement, Sandbox, compile_confinement, run_confined, run_process, sandbox_for
 from ..settings import env_settings
 from ..toolchain.nvcc import toolchain
 from .harness import HARNESS_ERRORS, harness_source
@@ -53,6 +54,11 @@ def find_ncu(environ: Mapping[str, str] | None = None) -> str | None:
             return str(Path(home) / "bin" / "ncu")
     return None
 
+
+PROFILE_FILE_SIZE = 1 << 30
+"""The largest file a profiling run of a model's candidate may write, its output among them (ncu's table is
+kilobytes): a finalist whose host code prints without end is stopped there (SIGXFSZ) instead of filling this
+process's memory through a pipe until the time limit."""
 
 NSIGHT_HOMES = (Path("/opt/nvidia"),)
 """Where Nsight Compute installs itself outside a CUDA toolkit (the launcher ``<toolkit>/bin/ncu`` looks there and
@@ -115,16 +121,41 @@ class Profiler:
             (work / "harness.cu").write_text(harness_source(spec, shape), encoding="utf-8")
             link = [tc.nvcc, *flags, "-gencode", gencode(arch), "harness.cu", "candidate.o", "-o", "harness"]
             sandbox, confinement = sandbox_for(candidate.origin.kind), compile_confinement(work, tc.nvcc)
-            made = run_confined(sandbox, link, confinement, timeout_s=self.timeout_s)
+            try:
+                made = run_confined(sandbox, link, confinement, timeout_s=self.timeout_s)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                raise EvaluationError(f"the profiling harness did not build: {exc}") from None
             if made.returncode != 0:
                 raise EvaluationError(f"the profiling harness did not build: {(made.stdout + made.stderr)[-500:]}")
-            confinement = Confinement(workdir=work, toolkit=self.ncu, gpu=True, readable=ncu_places(self.ncu))
+            output = self._run_ncu(sandbox, work)
+        try:
+            kernels = parse_ncu_csv(output)
+        except ValueError as exc:
+            raise EvaluationError(f"ncu's output could not be read: {exc}: {_tail(output, 300)}") from None
+        return Profile(tool=self.tool, kernels=kernels)
+
+    def _run_ncu(self, sandbox: Sandbox, work: Path) -> str:
+        """ncu's output (and the harness's) over the harness built in ``work``, in ``sandbox``;
+        :class:`~r1build.errors.EvaluationError` naming what failed: a harness error, a run past the time limit, or
+        output past :data:`PROFILE_FILE_SIZE` (a confined run's output goes to a file of that size at most)."""
+        confinement = Confinement(
+            workdir=work, toolkit=self.ncu, gpu=True, readable=ncu_places(self.ncu), file_size=PROFILE_FILE_SIZE
+        )
+        try:
             run = run_confined(sandbox, ncu_command(self.ncu, ["./harness"]), confinement, timeout_s=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            raise EvaluationError(f"profiling did not finish within {self.timeout_s:g} s") from None
+        except OSError as exc:
+            raise EvaluationError(f"profiling could not start {self.ncu}: {exc}") from None
         if run.returncode != 0:
             why = HARNESS_ERRORS.get(run.returncode, f"ncu exited with {run.returncode}")
-            raise EvaluationError(f"profiling failed ({why}): {(run.stderr or run.stdout)[-500:].strip()}")
-        try:
-            kernels = parse_ncu_csv(run.stdout)
-        except ValueError as exc:
-            raise EvaluationError(f"ncu's output could not be read: {exc}: {run.stderr[-300:].strip()}") from None
-        return Profile(tool=self.tool, kernels=kernels)
+            if run.returncode in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ):
+                why = f"its output passed {PROFILE_FILE_SIZE} bytes"
+            raise EvaluationError(f"profiling failed ({why}): {_tail(run.stderr or run.stdout, 500)}")
+        return run.stdout
+
+
+def _tail(output: str, limit: int) -> str:
+    """The last ``limit`` characters of a run's output for a message, what would not print (a candidate's bytes)
+    shown as ``?``."""
+    return "".join(c if c.isprintable() or c == "\n" else "?" for c in output[-limit:].strip())

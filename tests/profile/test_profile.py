@@ -201,3 +201,38 @@ def test_a_confined_ncu_sees_the_nsight_compute_folder_its_launcher_runs(tmp_pat
         timeout_s=60,
     )
     assert peek.returncode != 0 and "not for a profile" not in peek.stdout
+
+
+@needs_sandbox
+@pytest.mark.parametrize("behaviour", ["floods", "hangs"])
+def test_a_finalist_that_floods_or_hangs_its_profile_fails_it_with_a_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, behaviour: str
+) -> None:
+    """A model's finalist runs its own host code in the profiling harness: output without end stops at the run's
+    file size (it went through a pipe into this process's memory until the time limit), and a run past the time
+    limit is an EvaluationError naming it (it was a TimeoutExpired that no caller caught: the search died). Here a
+    stand-in ncu does what such a harness would; the candidate and harness are built with real nvcc."""
+    import time
+
+    import r1build.profile as profile_module
+    from r1build.errors import EvaluationError
+    from r1build.profile import Profiler
+    from r1build.records import Origin
+
+    monkeypatch.setattr(profile_module, "PROFILE_FILE_SIZE", 1 << 20)
+    ncu = tmp_path / "ncu-bin" / "ncu"
+    ncu.parent.mkdir()
+    act = "exec head -c 50000000 /dev/zero" if behaviour == "floods" else "exec sleep 60"
+    ncu.write_text(f"#!/bin/sh\n{act}\n")
+    ncu.chmod(0o755)
+    (tmp_path / "proj").mkdir()
+    manifest = Project(tmp_path / "proj", tmp_path / "cache").write()
+    candidate = Candidate(kernel_source(1), Origin("generated", None))
+    started = time.monotonic()
+    with pytest.raises(EvaluationError) as failed:
+        Profiler(str(ncu), timeout_s=8).profile(manifest, manifest.kernel("vadd"), "sm_90", candidate)
+    if behaviour == "floods":
+        assert f"its output passed {1 << 20} bytes" in str(failed.value)
+    else:
+        assert "profiling did not finish within 8 s" in str(failed.value)
+        assert time.monotonic() - started < 60
