@@ -30,7 +30,7 @@ from ..sandbox import Runner, Sandbox, compile_confinement, run_confined, run_pr
 from ..toolchain.nvcc import Toolchain
 from .compile_slots import compile_slot
 from .device_memory import STATIC_MEMORY_LIMIT, static_memory_problem
-from .symbols import check_object
+from .symbols import UnreadableObject, check_object
 
 __all__ = ["LAST_ERROR_SYMBOL", "Linked", "check_and_link"]
 
@@ -76,10 +76,13 @@ def check_and_link(
     it, running nvcc in ``obj``'s folder through ``runner`` (:mod:`r1build.toolchain.runner`)."""
     if entry == LAST_ERROR_SYMBOL:
         return Linked("rejected", f"the entry point may not be named {LAST_ERROR_SYMBOL}: r1build's own function")
-    symbols = check_object(obj, entry, sandbox)
-    if not symbols.ok:
-        return Linked("rejected", symbols.reason(entry))
-    too_big = static_memory_problem(obj, limit)
+    try:
+        symbols = check_object(obj, entry, sandbox)
+        if not symbols.ok:
+            return Linked("rejected", symbols.reason(entry))
+        too_big = static_memory_problem(obj, limit)
+    except UnreadableObject as exc:
+        return Linked("rejected", f"the gate cannot inspect the compiled object: {exc}", None, exc.cacheable)
     if too_big is not None:
         return Linked("rejected", too_big)
     workdir = obj.parent

@@ -46,12 +46,13 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from ..convert import field, record
+from ..convert import field, record, replace
 from ..errors import ToolchainError
 from ..sandbox import Sandbox, reader_confinement, run_confined, unconfined
+from ..sandbox.files import read_beneath
 from .verdicts import ALLOWLIST_VERSION
 
-__all__ = ["ALLOWLIST_VERSION", "SymbolCheck", "check_object", "denied_reason", "is_allowed"]
+__all__ = ["ALLOWLIST_VERSION", "SymbolCheck", "UnreadableObject", "check_object", "denied_reason", "is_allowed"]
 
 # ALLOWLIST_VERSION (part of the gate key) is kept with the key in .verdicts: bump it there when a rule changes
 
@@ -366,15 +367,40 @@ def _tool(name: str) -> str:
 Read = Callable[[list[str]], str]
 """Runs an object reader's command line to its end: its standard output (:func:`reader`)."""
 
+READER_TIMEOUT_S = 120
+"""The longest one reader of an object may take."""
+LISTING_LIMIT = 64 << 20
+"""The most bytes one reader may print about a model-written object. A kernel's host code lists in a megabyte; a
+hostile object lists without bound: ``objdump -d`` prints 14 bytes per byte of a ``.fill`` of ``nop``\\ s (an
+object of the compile's file size limit: gigabytes into this process's memory, then a timeout), and ``c++filt``
+prints a 300-character name whose template arguments double thirty times as gigabytes. Past it the reader is
+stopped (SIGXFSZ) and the candidate rejected (:class:`UnreadableObject`)."""
+_LISTING = ".r1build-listing"
+"""The file in the object's folder a confined reader's standard output goes to."""
+
+
+class UnreadableObject(Exception):
+    """A model-written object the readers cannot list within their limits (time, :data:`LISTING_LIMIT`), or that
+    makes one fail: the candidate's doing, so a rejection with this reason, never a failure of the build."""
+
+    def __init__(self, reason: str, *, cacheable: bool = True) -> None:
+        super().__init__(reason)
+        self.cacheable = cacheable
+        """Whether the rejection may be cached (not after a timeout: a loaded machine is the likelier cause)."""
+
 
 def reader(obj: Path, sandbox: Sandbox | None = None) -> Read:
     """How the readers of ``obj`` run: inside ``sandbox`` with ``obj``'s folder only (a model-written object is
-    hostile input to binutils' parsers), or as this process (None: the user's own object)."""
+    hostile input to binutils' parsers), their listings held to :data:`LISTING_LIMIT` and their failures
+    :class:`UnreadableObject`; or as this process (None: the user's own object; failures
+    :class:`~r1build.errors.ToolchainError`)."""
     where = sandbox if sandbox is not None else unconfined()
 
     def read(cmd: list[str]) -> str:
+        if where.kind != "trusted":
+            return _listing(where, obj.parent, cmd)
         try:
-            proc = run_confined(where, cmd, reader_confinement(obj.parent, cmd[0]), timeout_s=120)
+            proc = run_confined(where, cmd, reader_confinement(obj.parent, cmd[0]), timeout_s=READER_TIMEOUT_S)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise ToolchainError(f"cannot run {cmd[0]}: {exc}") from None
         if proc.returncode != 0:
@@ -384,16 +410,51 @@ def reader(obj: Path, sandbox: Sandbox | None = None) -> Read:
     return read
 
 
+def _listing(sandbox: Sandbox, folder: Path, cmd: list[str]) -> str:
+    """The standard output of the reader ``cmd`` run confined in ``folder``, through a file there of at most
+    :data:`LISTING_LIMIT` bytes (read back through no link); :class:`UnreadableObject` where it fails, runs past its
+    time or prints more."""
+    program = Path(cmd[0]).name
+    confinement = replace(reader_confinement(folder, cmd[0]), file_size=LISTING_LIMIT)
+    try:
+        proc = run_confined(
+            sandbox, ["/bin/sh", "-c", 'exec "$@" >"$0"', _LISTING, *cmd], confinement, timeout_s=READER_TIMEOUT_S
+        )
+        data = read_beneath(folder, _LISTING, LISTING_LIMIT)
+    except subprocess.TimeoutExpired:
+        raise UnreadableObject(f"{program} did not finish within {READER_TIMEOUT_S} s", cacheable=False) from None
+    except OSError as exc:
+        raise UnreadableObject(f"{program} could not read it ({exc.strerror or exc})") from None
+    finally:
+        (folder / _LISTING).unlink(missing_ok=True)
+    if len(data) >= LISTING_LIMIT:
+        raise UnreadableObject(
+            f"{program} printed more than {LISTING_LIMIT >> 20} MiB about it (a kernel's host code lists in far "
+            "less: no huge filled sections, no generated symbol names)"
+        )
+    if proc.returncode != 0:
+        said = " ".join(proc.stdout.split())[-300:]
+        raise UnreadableObject(f"{program} failed on it with code {proc.returncode}: {said}")
+    return data.decode("utf-8", errors="replace")
+
+
 def _demangle(names: list[str], read: Read) -> list[str]:
     """Readable names (c++filt when present), sorted; denied CUDA calls that share a reason are listed together,
-    followed by it once."""
+    followed by it once. At most :data:`NAMES_LISTED` names, each cut to :data:`NAME_SHOWN` characters, then how
+    many more there are."""
     if not names:
         return []
+    left_out = len(set(names)) - NAMES_LISTED
+    names = sorted(set(names))[:NAMES_LISTED]
     cxxfilt = shutil.which("c++filt")
     readable = names
     if cxxfilt is not None:
-        out = read([cxxfilt, *names]).splitlines()
+        try:
+            out = read([cxxfilt, *names]).splitlines()
+        except UnreadableObject:  # names too long to pass, or a demangling that prints without bound
+            out = []
         readable = out if len(out) == len(names) else names
+    readable = [_cut(text) for text in readable]
     plain: set[str] = set()
     by_note: dict[str, set[str]] = {}
     for text, name in zip(readable, names, strict=True):
@@ -403,7 +464,17 @@ def _demangle(names: list[str], read: Read) -> list[str]:
         else:
             by_note.setdefault(note, set()).add(text)
     grouped = [f"{', '.join(sorted(texts))} ({note})" for note, texts in by_note.items()]
-    return sorted([*plain, *grouped])
+    return sorted([*plain, *grouped]) + ([f"{left_out} more"] if left_out > 0 else [])
+
+
+NAMES_LISTED = 50
+"""The most symbols one list of a reason names (an object can hold a million)."""
+NAME_SHOWN = 300
+"""The most characters of one symbol's name a reason shows (a name can be megabytes long)."""
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= NAME_SHOWN else f"{text[:NAME_SHOWN]}... ({len(text)} characters)"
 
 
 _X86_64 = 62

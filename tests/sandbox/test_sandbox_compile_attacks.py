@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from r1build.errors import ToolchainError
-from r1build.gate.nvcc import compile_variant
+from r1build.gate.link import Linked, check_and_link
+from r1build.gate.nvcc import PIC_FLAGS, compile_variant
 from r1build.gate.source import source_problems
+from r1build.gate.symbols import LISTING_LIMIT, UnreadableObject
 from r1build.sandbox import compile_confinement, confined, run_confined
 from r1build.sandbox.policy import COMPILE_FILE_SIZE, OUTPUT_KEPT
 from tests.sandbox.support import COMPILES, KERNEL, TOOLCHAIN
@@ -95,6 +96,62 @@ def test_the_object_readers_see_only_the_objects_folder(tmp_path: Path) -> None:
     obj = work / "candidate.o"
     obj.write_bytes(b"\x7fELF")
     assert reader(obj)(["cat", str(canary)]) == canary.read_text()  # the user's own object: as this process
-    with pytest.raises(ToolchainError, match="No such file"):
+    with pytest.raises(UnreadableObject, match="No such file"):
         reader(obj, confined())(["cat", str(canary)])
     assert reader(obj, confined())(["ls", str(work)]).split() == ["candidate.o"]
+
+
+def _linked(source: str, work: Path) -> Linked:
+    """The check-and-link verdict of a model-written ``source`` (exporting ``run``), compiled in ``work``."""
+    assert TOOLCHAIN is not None
+    work.mkdir()
+    done = compile_variant(
+        source,
+        {},
+        "sm_90",
+        name="run",
+        flags=list(PIC_FLAGS),
+        toolchain=TOOLCHAIN,
+        workdir=work,
+        timeout_s=120,
+        sandbox=confined(),
+    )
+    assert done.ok and done.object_path is not None, done.output
+    return check_and_link(done.object_path, "run", toolchain=TOOLCHAIN, sandbox=confined(), timeout_s=120)
+
+
+def _calling(name: str) -> str:
+    """:data:`KERNEL` calling an undefined function of the (mangled) name ``name``."""
+    body = KERNEL.replace("return cudaGetLastError();", "hidden(); return cudaGetLastError();")
+    return f'extern "C" void hidden() asm("{name}");\n{body}'
+
+
+def test_a_symbol_name_too_long_for_a_command_line_is_a_rejection(tmp_path: Path) -> None:
+    """An undefined symbol of 200,000 characters (one asm label) cannot be handed to ``c++filt`` (E2BIG): that
+    aborted the whole gate with a ToolchainError. It is a rejection naming the symbol, cut."""
+    linked = _linked(_calling("_Zlong" + "a" * 200_000), tmp_path / "work")
+    assert linked.status == "rejected" and "may not use: _Zlongaaa" in linked.detail
+    assert "(200006 characters)" in linked.detail and len(linked.detail) < 5_000
+
+
+def test_a_demangling_that_doubles_is_cut_off(tmp_path: Path) -> None:
+    """A 300-character mangled name whose template arguments double 22 times demangles to 140 MB (thirty times:
+    gigabytes), all of which came back into this process and into the verdict. It is left mangled instead."""
+    subs = ["S_", *(f"S{'0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ'[i]}_" for i in range(36))]
+    name = "_Z1fI1AIiiE" + "".join(f"S0_I{subs[k + 2]}{subs[k + 2]}E" for k in range(22)) + "EvT_"
+    linked = _linked(_calling(name), tmp_path / "work")
+    assert linked.status == "rejected" and f"may not use: {name}." in linked.detail
+    assert len(linked.detail) < 5_000
+
+
+def test_a_listing_without_end_is_a_rejection(tmp_path: Path) -> None:
+    """A ``.fill`` of ``nop``\\ s in the host code (8 MB here, up to the compile's file size limit) makes
+    ``objdump -d`` print 14 bytes per byte, all of it into this process's memory (gigabytes, then a timeout that
+    aborted the gate): the listing is held to :data:`LISTING_LIMIT` and the candidate rejected."""
+    source = 'asm(".text\\n.fill 8000000, 1, 0x90\\n.previous");\n' + KERNEL
+    assert not source_problems(source)
+    linked = _linked(source, tmp_path / "work")
+    assert linked.status == "rejected", linked.detail
+    assert "objdump printed more than 64 MiB" in linked.detail
+    assert LISTING_LIMIT == 64 << 20
+    assert not (tmp_path / "work" / ".r1build-listing").exists()
