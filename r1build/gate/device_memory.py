@@ -19,12 +19,12 @@ from __future__ import annotations
 import re
 import shutil
 import struct
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 from ..convert import record
-from ..sandbox import run_process
+from ..errors import ToolchainError
+from .symbols import Read, UnreadableObject, reader
 
 __all__ = ["STATIC_MEMORY_LIMIT", "StaticVariable", "static_memory_problem", "static_variables"]
 
@@ -110,16 +110,16 @@ def static_variables(obj: Path) -> tuple[list[StaticVariable], list[StaticVariab
     return host, max(cubins, key=lambda vs: sum(v.size for v in vs))
 
 
-def _readable(name: str) -> str:
+def _readable(name: str, read: Read) -> str:
     cxxfilt = shutil.which("c++filt")
     if cxxfilt is None:
         return name
     try:
-        done = run_process([cxxfilt, name], timeout_s=30)
-    except (OSError, subprocess.TimeoutExpired):
+        done = read([cxxfilt, name])
+    except (UnreadableObject, ToolchainError):
         return name
     # a device symbol of an anonymous namespace carries the file's hash: name it as the source does
-    return re.sub(r"^_INTERNAL_[0-9a-f]+_\w*?::", "", done.stdout.strip()) or name
+    return re.sub(r"^_INTERNAL_[0-9a-f]+_\w*?::", "", done.strip()) or name
 
 
 def _size(n: int) -> str:
@@ -129,8 +129,11 @@ def _size(n: int) -> str:
     return f"{n} bytes"
 
 
-def static_memory_problem(obj: Path, limit: int = STATIC_MEMORY_LIMIT) -> str | None:
-    """Why the object reserves too much static memory, naming its largest variable; None when within ``limit``."""
+def static_memory_problem(obj: Path, limit: int = STATIC_MEMORY_LIMIT, read: Read | None = None) -> str | None:
+    """Why the object reserves too much static memory, naming its largest variable (demangled by ``c++filt``
+    through ``read``, :func:`.symbols.reader`: the name is the candidate's, hostile input to binutils' parser;
+    None: as this process, for the user's own object); None when within ``limit``."""
+    read = read if read is not None else reader(obj)
     for variables in reversed(static_variables(obj)):  # the device code first: it names function-scope statics
         total = sum(v.size for v in variables)
         if total <= limit:
@@ -142,7 +145,7 @@ def static_memory_problem(obj: Path, limit: int = STATIC_MEMORY_LIMIT) -> str | 
             else "static variables of the host object (a __device__ variable's host shadow is one)"
         )
         return (
-            f"reserves too much static memory: {_readable(big.name)} is {_size(big.size)} ({where}: "
+            f"reserves too much static memory: {_readable(big.name, read)} is {_size(big.size)} ({where}: "
             f"{_size(total)} in all), over the limit of {_size(limit)}. A kernel works in the buffers the call is "
             "given: keep __device__ arrays to a little state of fixed size (nvcc's resource report wraps such "
             "sizes at 4 GiB; these come from the symbol table)."

@@ -30,7 +30,7 @@ from ..sandbox import Runner, Sandbox, compile_confinement, run_confined, run_pr
 from ..toolchain.nvcc import Toolchain
 from .compile_slots import compile_slot
 from .device_memory import STATIC_MEMORY_LIMIT, static_memory_problem
-from .symbols import UnreadableObject, check_object
+from .symbols import UnreadableObject, check_object, reader
 
 __all__ = ["LAST_ERROR_SYMBOL", "Linked", "check_and_link"]
 
@@ -80,7 +80,7 @@ def check_and_link(
         symbols = check_object(obj, entry, sandbox)
         if not symbols.ok:
             return Linked("rejected", symbols.reason(entry))
-        too_big = static_memory_problem(obj, limit)
+        too_big = static_memory_problem(obj, limit, reader(obj, sandbox))
     except UnreadableObject as exc:
         return Linked("rejected", f"the gate cannot inspect the compiled object: {exc}", None, exc.cacheable)
     if too_big is not None:

@@ -155,3 +155,37 @@ def test_a_listing_without_end_is_a_rejection(tmp_path: Path) -> None:
     assert "objdump printed more than 64 MiB" in linked.detail
     assert LISTING_LIMIT == 64 << 20
     assert not (tmp_path / "work" / ".r1build-listing").exists()
+
+
+def test_the_name_of_a_too_large_variable_is_demangled_confined(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The static memory check names a candidate's largest variable through ``c++filt``: the name is the
+    candidate's (hostile input to binutils' parser, and a demangling bomb has no bound), so c++filt runs in the
+    sandbox like every reader. Shown with a c++filt that prints a canary beside its folder: it ran unconfined."""
+    assert TOOLCHAIN is not None
+    canary = tmp_path / "secret.txt"
+    canary.write_text(f"R1BUILD-CXXFILT-{secrets.token_hex(6)}")
+    tools = tmp_path / "tools"  # not "bin": a reader shows the folder above a bin/ folder (a toolkit)
+    tools.mkdir()
+    (tools / "c++filt").write_text(f"#!/bin/sh\ncat {canary}\n")
+    (tools / "c++filt").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
+    source = "namespace { __device__ char table[1 << 16]; }\n" + KERNEL.replace("1.0f", "table[threadIdx.x]")
+    work = tmp_path / "work"
+    work.mkdir()
+    done = compile_variant(
+        source,
+        {},
+        "sm_90",
+        name="run",
+        flags=list(PIC_FLAGS),
+        toolchain=TOOLCHAIN,
+        workdir=work,
+        timeout_s=120,
+        sandbox=confined(),
+    )
+    assert done.ok and done.object_path is not None, done.output
+    linked = check_and_link(done.object_path, "run", toolchain=TOOLCHAIN, sandbox=confined(), timeout_s=120, limit=1024)
+    assert linked.status == "rejected" and "too much static memory" in linked.detail, linked.detail
+    assert canary.read_text() not in linked.detail and "table" in linked.detail
