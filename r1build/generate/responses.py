@@ -145,6 +145,9 @@ def _error_text(exc: openai.APIStatusError) -> str:
     return text if len(text) <= 300 else text[:300] + "..."
 
 
+_BOM = b"\xef\xbb\xbf"
+"""UTF-8's byte order mark, which servers on some platforms write before a body: no part of it."""
+
 _EVENT_FIELDS = (b"data:", b":", b"event:", b"id:", b"retry:")
 """How a body of server-sent events begins (a field or a comment), whatever its content type says."""
 
@@ -162,7 +165,7 @@ async def not_events(stream: Any, started: float) -> Completion | None:
     except BaseException:
         await stream.close()
         raise
-    head = body.lstrip()
+    head = body.removeprefix(_BOM).lstrip()
     if head.startswith(_EVENT_FIELDS) or not head:  # events (an empty body: an empty stream, said so there)
         return None
     await stream.close()
@@ -262,11 +265,21 @@ class _ChunkEvents:
 
 
 async def _ended_by_a_blank_line(iterator: Any) -> Any:
-    """The bytes of a stream that ended cleanly, then a blank line: the last event of a server that ends without
-    one (its finish chunk, ``data: {...}`` and the end of the body) is dispatched, not dropped as unfinished (the
-    answer was then retried, paid again). A stream cut mid-way raises before it."""
+    """The bytes of a stream that ended cleanly, less a leading byte order mark, then a blank line: the last event
+    of a server that ends without one (its finish chunk, ``data: {...}`` and the end of the body) is dispatched, not
+    dropped as unfinished (the answer was then retried, paid again). A stream cut mid-way raises before it. The
+    byte order mark (the event stream standard ignores one) glued itself to the first field's name, and that event
+    was dropped, its content lost."""
+    head: bytes | None = b""  # the first bytes, until they are known to begin with a byte order mark or not
     async for data in iterator:
+        if head is not None:
+            head += data
+            if _BOM.startswith(head):
+                continue
+            data, head = head.removeprefix(_BOM), None
         yield data
+    if head:  # a body shorter than a byte order mark
+        yield head.removeprefix(_BOM)
     yield b"\n\n"
 
 
@@ -339,7 +352,7 @@ def count_of(value: Any) -> int | None:
 def from_json_body(body: bytes, latency: float) -> Completion:
     """A completion from a plain JSON body, read by hand (a streamed request answered without streaming)."""
     try:  # a byte that is no UTF-8 (in the answer's text) costs that character, not the answer paid for
-        data = json.loads(body.decode("utf-8", errors="replace"))
+        data = json.loads(body.decode("utf-8-sig", errors="replace"))  # (-sig: less a byte order mark)
     except ValueError as exc:
         raise Fault(
             "bad_response", f"the response is not valid JSON: {str(exc)[:200]}", label="a malformed response"

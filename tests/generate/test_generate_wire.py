@@ -586,3 +586,25 @@ def test_content_sent_as_a_list_of_text_parts_is_read(stream: bool) -> None:
     exchange, requests = ask([reply, Answer("asked again")], stream=stream)
     assert requests == 1 and exchange.completion is not None
     assert exchange.completion.content == "the answer ok"
+
+
+BOM = b"\xef\xbb\xbf"
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        Events([BOM + b"data: " + json.dumps(chunk("the answer")).encode() + b"\n\n", chunk(finish="stop")]),
+        Raw(BOM + PLAIN),
+        Raw(BOM + PLAIN, content_type="text/plain"),
+    ],
+    ids=["events", "json-body", "json-body-as-text"],
+)
+def test_a_byte_order_mark_before_the_body_is_no_part_of_it(reply: Reply) -> None:
+    """A UTF-8 byte order mark before a streamed answer (servers on some platforms write one): the event stream
+    standard says to ignore it. It glued itself to the first event's field name, which dropped that event (its
+    content lost without a word), and it made a JSON body to a streamed request a bad response, asked (and paid) for
+    again, though the same body to a plain request was read."""
+    exchange, requests = ask([reply, Answer("asked again")])
+    assert requests == 1 and exchange.completion is not None
+    assert exchange.completion.content == "the answer"
