@@ -102,7 +102,7 @@ def status_fault(exc: openai.APIStatusError) -> Fault:
     """What an HTTP error answer means: 429 a rate limit, 5xx (and 408, 409, 425) the server's fault, both retried
     after their Retry-After; any other a fatal refusal."""
     status = exc.status_code
-    text = _error_text(exc)
+    text = _error_text(exc) + _redirect_of(exc.response)
     label = status_label(status, getattr(exc.response, "reason_phrase", None))
     if status != 429 and status < 500 and status not in (408, 409, 425):
         return Fault("fatal", text, status=status, label=label)
@@ -112,6 +112,19 @@ def status_fault(exc: openai.APIStatusError) -> Fault:
         status=status,
         retry_after=parse_retry_after(exc.response.headers),
         label=label,
+    )
+
+
+def _redirect_of(response: Any) -> str:
+    """Where the HTTP client was redirected before this answer (it follows redirects, a 301 or 302 turning the POST
+    into a GET), in words; empty where it was not. The answer is then the new URL's, and the base URL to fix."""
+    history = getattr(response, "history", None)
+    if not history:
+        return ""
+    first = history[0]
+    return (
+        f" (redirected by HTTP {first.status_code} to {response.url}, sent there as {response.request.method}: set "
+        "the base URL to where it points)"
     )
 
 

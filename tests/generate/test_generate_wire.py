@@ -608,3 +608,16 @@ def test_a_byte_order_mark_before_the_body_is_no_part_of_it(reply: Reply) -> Non
     exchange, requests = ask([reply, Answer("asked again")])
     assert requests == 1 and exchange.completion is not None
     assert exchange.completion.content == "the answer"
+
+
+@pytest.mark.parametrize(("status", "method"), [(301, "GET"), (308, "POST")])
+def test_a_refusal_after_a_redirect_names_the_redirect(status: int, method: str) -> None:
+    """A base URL the server redirects (``http://`` to ``https://``, a moved path): the HTTP client follows, a 301
+    turning the POST into a GET, and the refusal where it landed (405, 404) was said as the configured URL's own,
+    with no word of the redirect the user must fix the URL for."""
+    moved = Raw(b"", status=status, content_type="text/plain", headers={"location": "/v2/chat/completions"})
+    exchange, requests = ask([moved, Fault(405, "Method Not Allowed"), Answer("asked again")])
+    assert requests == 2 and exchange.fatal is not None
+    message = str(exchange.fatal)
+    assert f"HTTP 405: the server refused the request: Method Not Allowed (redirected by HTTP {status}" in message
+    assert f"/v2/chat/completions, sent there as {method}" in message
