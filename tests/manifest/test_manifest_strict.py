@@ -400,6 +400,19 @@ CASES: list[tuple[str, str, str, str, str]] = [
         "kernel[0].baseline",
         "cannot be looked up: File name too long",
     ),
+    # a hand-written source's path is one the lock can name as its origin: `r1build lock` wrote origins such as
+    # '/abs/scale.cu' or 'my scale.cu' that every later command then refused as not a relative path
+    *[
+        (f"source-path-{i}", 'baseline = "scale.cu"', f"baseline = {path!r}", "kernel[0].baseline", "relative path")
+        for i, path in enumerate(["/tmp/scale.cu", "../p/scale.cu", "sub/../scale.cu", "my scale.cu", "sc\u00e9le.cu"])
+    ],
+    (
+        "source-path-empty-part",
+        'baseline = "scale.cu"',
+        'candidates = [".//scale.cu"]\nbaseline = "scale.cu"',
+        "kernel[0].candidates",
+        "relative path",
+    ),
 ]
 
 
