@@ -232,11 +232,13 @@ def read_lock(path: Path) -> Lock | None:
         raise LockError(
             f"{path}: corrupt lock (no 'version = {LOCK_VERSION}' line: empty, cut short or not a lock); {REBUILD}"
         )
-    if data.get("version") == 1 and isinstance(data.get("kernel"), list):
+    # an integer, not one equal to it: `version = true` or `1.0` is no version 1 lock to upgrade
+    version = data["version"] if type(data["version"]) is int else None
+    if version == 1 and isinstance(data.get("kernel"), list):
         for table in data["kernel"]:
             upgrade_v1_entry(table)
         data["version"] = LOCK_VERSION
-    if data.get("version") == 2:  # version 3 only added optional fields
+    if version == 2:  # version 3 only added optional fields
         data["version"] = LOCK_VERSION
     try:
         lock: Lock = convert(Lock, data)

@@ -107,6 +107,9 @@ def test_removed_kernel_and_arch_are_reported(root_copy: Path) -> None:
         # read as a lock of no entries before: stale, never said to be damaged
         (lambda t: "", f"corrupt lock (no 'version = {LOCK_VERSION}' line: empty, cut short or not a lock)"),
         (lambda t: t.replace(f"version = {LOCK_VERSION}\n", ""), f"corrupt lock (no 'version = {LOCK_VERSION}' line"),
+        # equal to 1 or 2, so read as an old lock and upgraded: accepted as current before
+        (lambda t: t.replace(f"version = {LOCK_VERSION}", "version = true"), "version: expected an integer"),
+        (lambda t: t.replace(f"version = {LOCK_VERSION}", "version = 2.0"), "version: expected an integer"),
     ],
     ids=[
         "version",
@@ -120,6 +123,8 @@ def test_removed_kernel_and_arch_are_reported(root_copy: Path) -> None:
         "bom",
         "empty",
         "no-version",
+        "version-bool",
+        "version-float",
     ],
 )
 def test_corrupt_lock(root_copy: Path, edit: object, message: str) -> None:
