@@ -117,10 +117,10 @@ def call_reference(
             with warnings.catch_warnings(), np.errstate(all="ignore"):
                 warnings.simplefilter("ignore")
                 outcome["result"] = reference(**kwargs)
-        except (Exception, SystemExit) as exc:  # user code: any failure (sys.exit included) is reported
-            outcome["error"] = exc
-        except BaseException as exc:  # KeyboardInterrupt raised in the reference itself: the caller's to see
+        except KeyboardInterrupt as exc:  # raised in the reference itself: the caller's to see
             outcome["interrupt"] = exc
+        except BaseException as exc:  # user code: any failure (sys.exit, GeneratorExit, its own classes) is reported
+            outcome["error"] = exc
 
     thread = threading.Thread(target=call, name=f"r1build-reference-{spec.name}", daemon=True)
     # guarded for as long as this call waits: a reference left running past its time keeps nothing from the process

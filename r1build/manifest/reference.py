@@ -244,7 +244,9 @@ def _load_module(path: Path, name: str) -> ModuleType:
     try:
         with EXIT_GUARD.held():
             spec.loader.exec_module(module)
-    except (Exception, SystemExit) as exc:  # user code: any failure (sys.exit included) is reported
+    except KeyboardInterrupt:  # the user's, or raised by the module itself: the caller's to see
+        raise
+    except BaseException as exc:  # user code: any failure (sys.exit, GeneratorExit, its own classes) is reported
         raise ReferenceProblem(f"importing {path} failed: {failure_text(exc)}") from exc
     finally:
         if root in sys.path:
@@ -258,9 +260,12 @@ def load_reference(root: Path, ref: str) -> Callable[..., Any]:
     path = reference_file(root, ref)
     module_name, _, func_name = ref.partition(":")
     module = _load_module(path, module_name.replace(".", "_"))
-    func = getattr(module, func_name, None)
+    try:  # a module's own __getattr__ may raise anything
+        func = getattr(module, func_name, None)
+    except Exception as exc:
+        raise ReferenceProblem(f"looking up {func_name!r} in {path.name} raised {failure_text(exc)}") from None
     if func is None:
-        names = [n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n))]
+        names = [n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n, None))]
         from ..convert import did_you_mean
 
         raise ReferenceProblem(f"{path.name} has no function {func_name!r}{did_you_mean(func_name, names)}")

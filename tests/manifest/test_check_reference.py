@@ -68,6 +68,9 @@ CASES = [
     ("ends-the-process", "__import__('os')._exit(0)", "raised ProcessExitCalled: called os._exit(0)"),
     # an exception whose message raises in turn was a traceback (exit 1)
     ("unprintable-exception", "odd()", "raised Odd: (its message cannot be shown: ValueError)"),
+    # a BaseException that is no KeyboardInterrupt (GeneratorExit, a class of its own) was a traceback (exit 1)
+    ("generator-exit", "(_ for _ in ()).throw(GeneratorExit('g'))", "raised GeneratorExit: g"),
+    ("base-exception", "(_ for _ in ()).throw(type('Halt', (BaseException,), {})('stop'))", "raised Halt: stop"),
     (
         "unprintable-array-failure",
         "(y, z, type('A', (), {'__array__': lambda self, *a, **k: odd()})())",
@@ -200,8 +203,9 @@ def test_the_repository_references_pass(capsys: pytest.CaptureFixture[str]) -> N
     [
         ("import sys\nsys.exit(1)\n", "failed: SystemExit: 1"),
         ("import os\nos._exit(0)\n", "failed: ProcessExitCalled: called os._exit(0)"),
+        ("class Halt(BaseException):\n    pass\n\n\nraise Halt('stop')\n", "failed: Halt: stop"),
     ],
-    ids=["sys-exit", "os-exit"],
+    ids=["sys-exit", "os-exit", "base-exception"],
 )
 def test_a_reference_module_that_exits_on_import(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], source: str, said: str
@@ -212,6 +216,16 @@ def test_a_reference_module_that_exits_on_import(
     err = capsys.readouterr().err
     assert code == 2, err
     assert "kernel[0].reference: importing" in err and said in err, err
+
+
+def test_a_reference_module_whose_getattr_raises(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A module-level ``__getattr__`` that raises something else than AttributeError was a traceback (exit 1)."""
+    path = project(tmp_path / "p", "(y, z, c)")
+    (path.parent / "reference.py").write_text("def __getattr__(name):\n    raise RuntimeError('lazy')\n")
+    code = main(["check", "-m", str(path)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "kernel[0].reference: looking up 'pair' in reference.py raised RuntimeError: lazy" in err, err
 
 
 def test_a_reference_module_that_raises_an_unprintable_exception_on_import(
