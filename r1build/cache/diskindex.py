@@ -24,6 +24,9 @@ from .rows import value_file_problem
 
 __all__ = ["DiskIndex", "PidDisk"]
 
+_NOT_NUMBER = "typeof({}) NOT IN ('integer', 'real')"
+"""SQL: the column holds no number (text, bytes or ``NULL`` in a damaged index)."""
+
 
 def _value_name(filename: str, pid: int) -> str:
     return f"{filename.removesuffix('.val')}.p{pid}.val"
@@ -78,6 +81,31 @@ class DiskIndex:
 
     def __init__(self, directory: Path, timeout: float) -> None:
         self._dc = diskcache.Cache(str(directory), timeout=timeout, eviction_policy="least-recently-used", disk=PidDisk)
+        self._mend_numbers()
+
+    def _mend_numbers(self) -> None:
+        """Numbers a damaged index holds as text or nothing made numbers again (SQLite keeps ``'x'`` in an INTEGER
+        column): diskcache adds rows' sizes up in triggers and in Python, and one ``NULL`` size made the total
+        ``NULL`` and every later write, size and check a TypeError. A row's size and times become 0 (hints for
+        eviction: it goes first), the total the sum of the sizes; its bytes are untouched (reads verify them)."""
+        sql = self._dc._sql
+        damaged = sql(
+            f"SELECT EXISTS (SELECT 1 FROM Cache WHERE {_NOT_NUMBER.format('size')} OR "
+            f"{_NOT_NUMBER.format('access_time')} OR {_NOT_NUMBER.format('store_time')}) OR EXISTS (SELECT 1 FROM "
+            f"Settings WHERE key IN ('size', 'count') AND {_NOT_NUMBER.format('value')})"
+        ).fetchone()[0]
+        if not damaged:
+            return
+        try:
+            with self._dc.transact(retry=False):
+                for column in ("size", "access_time", "store_time"):
+                    sql(f"UPDATE Cache SET {column} = 0 WHERE {_NOT_NUMBER.format(column)}")
+                sql("UPDATE Settings SET value = (SELECT COALESCE(SUM(size), 0) FROM Cache) WHERE key = 'size'")
+                sql("UPDATE Settings SET value = (SELECT COUNT(*) FROM Cache) WHERE key = 'count'")
+        except diskcache.Timeout:
+            return  # another process holds the write lock: it or a later open mends them
+        self._dc.reset("size")
+        self._dc.reset("count")
 
     def set(self, key: str, value: Any, *, read: bool = False) -> None:
         """Store ``value`` (bytes, or a reader of them with ``read``) under ``key``; waits for no retry."""

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import CacheDamagedError, CacheError
 from ..events import Note, emit
-from .rows import DBNAME, value_file_problem
+from .rows import DBNAME, number, value_file_problem
 
 __all__ = [
     "DBNAME",
@@ -181,7 +181,7 @@ class ReadOnlyIndex:
     def volume(self) -> int:
         ((pages,),) = self.connections.execute("PRAGMA page_count").fetchall()
         ((page_size,),) = self.connections.execute("PRAGMA page_size").fetchall()
-        return int(pages) * int(page_size) + int(self.reset("size") or 0)
+        return int(pages) * int(page_size) + int(number(self.reset("size")))
 
     def close(self) -> None:
         """Close every thread's connection (a thread that reads again opens a new one)."""

@@ -14,6 +14,7 @@ from ..records import Decision
 from ..selection.rules import decision_problem
 from .codec import HEADER, KINDS, Corrupt, decode, known_kind, parse_decision
 from .index import IndexTimeout
+from .rows import number
 from .storage import Storage, Unreadable
 from .verdicts import with_its_note
 
@@ -47,9 +48,9 @@ class Maintenance(Storage):
                     Entry(
                         key=key,
                         kind=k,
-                        size=max(0, int(size) - HEADER),
-                        stored=float(stored or 0),
-                        used=float(used or 0),
+                        size=max(0, int(number(size)) - HEADER),
+                        stored=number(stored),
+                        used=number(used),
                     )
                 )
         return out

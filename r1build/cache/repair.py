@@ -32,7 +32,7 @@ from .codec import KINDS, Corrupt, check_payload, kind_of, verified
 from .location import resolve_cache_dir
 from .reports import BadEntry
 from .rows import DBNAME as _DBNAME
-from .rows import MODE_BINARY, MODE_RAW, read_value_file, value_file_problem
+from .rows import MODE_BINARY, MODE_RAW, number, read_value_file, value_file_problem
 from .store import Cache
 
 __all__ = ["RepairReport", "repair_cache"]
@@ -116,7 +116,7 @@ def _old_rows(db: Path) -> Iterator[tuple[str, int, str | None, bytes | None]]:
                     continue
                 if row is not None and isinstance(row[0], str):
                     value = bytes(row[3]) if isinstance(row[3], bytes) else None
-                    yield row[0], int(row[1] or 0), row[2], value
+                    yield row[0], int(number(row[1])), row[2], value
             return
         finally:
             con.close()

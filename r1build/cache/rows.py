@@ -9,6 +9,7 @@ neither diskcache nor the store.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sqlite3
@@ -21,6 +22,7 @@ __all__ = [
     "MODE_BINARY",
     "MODE_RAW",
     "UNREADABLE",
+    "number",
     "read_value_file",
     "row_bytes",
     "stored_values",
@@ -130,3 +132,12 @@ def stored_values(directory: Path, keys: Iterable[str]) -> dict[str, bytes | str
     finally:
         con.close()
     return out
+
+
+def number(value: object) -> float:
+    """A number column of a ``Cache`` row (a time, a size, a mode) as SQLite returns it; 0 where a damaged row holds
+    text, bytes, nothing or no finite number (SQLite keeps ``'x'`` in an INTEGER column): times and sizes are hints
+    (eviction order, sizes shown), never a reason for a read or a cache command to fail."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0.0
+    return float(value) if math.isfinite(value) else 0.0

@@ -30,7 +30,7 @@ from .codec import HEADER, Corrupt, RecordKind, check_payload, decode, kind_of, 
 from .index import IMPORT_MARK, Connections, IndexTimeout, damage_error, damaged
 from .location import resolve_cache_dir
 from .opening import open_index
-from .rows import row_bytes
+from .rows import number, row_bytes
 
 if TYPE_CHECKING:
     from ..trust.signing import TrustedKeys
@@ -284,7 +284,7 @@ class Storage:
             if isinstance(raw, str):
                 return self._logged(key, Unreadable(raw))
             now = time.time()
-            if touch and not self.read_only and now - float(used or 0) >= self.touch_after:
+            if touch and not self.read_only and now - number(used) >= self.touch_after:
                 with contextlib.suppress(sqlite3.Error):  # the last-used time is a hint: never fail a read
                     self._sql.execute("UPDATE Cache SET access_time = ? WHERE rowid = ?", (now, rowid))
             return self._logged(key, raw)

@@ -423,3 +423,34 @@ def test_an_index_that_is_a_folder_is_named_as_such(
     assert main(["cache", *command, "--cache-dir", str(tmp_path / "c")]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert f"{tmp_path / 'c' / 'cache.db'} is there but is no file" in err, err
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "UPDATE Cache SET access_time = 'x', store_time = 'soon'",
+        "UPDATE Cache SET size = NULL",
+        "UPDATE Cache SET size = 'big', access_time = X'00ff'",
+        "UPDATE Cache SET mode = 'raw'",
+    ],
+)
+def test_rows_whose_numbers_were_edited_into_text_cost_nothing(tmp_path: Path, run_cli: Cli, damage: str) -> None:
+    """A row's times and size are hints (eviction order, sizes shown) and its mode says where its bytes are: one
+    edited into text or nothing (SQLite keeps 'x' in an INTEGER column) ended status, cache ls, verify and repair
+    with a ValueError traceback. Reads still verify every value's digest."""
+    d = tmp_path / "cache"
+    large, small, _ = _fill(d)
+    con = sqlite3.connect(d / "cache.db")
+    con.execute(damage)
+    con.commit()
+    con.close()
+    for argv in (("cache", "ls"), ("cache", "stats"), ("cache", "verify"), ("cache", "gc", "--max-size", "10MB")):
+        code, output = run_cli(*argv, "--cache-dir", str(d))
+        assert code in (0, 1) and "Traceback" not in output, (argv, output)
+    if "mode" not in damage:  # (a row whose mode is text no longer says where its bytes are: a miss)
+        with Cache(d) as cache:
+            assert all(cache.get_blob(digest) is not None for digest in [*small, *large])
+    code, output = run_cli("cache", "repair", "--cache-dir", str(d))
+    assert code in (0, 1) and "Traceback" not in output, output
+    code, output = run_cli("cache", "verify", "--cache-dir", str(d))
+    assert code == 0, output
