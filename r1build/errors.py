@@ -28,6 +28,8 @@ exit code 2 at the CLI / PEP 517 boundary; everything else to exit code 1::
     ├── GenerationError                the LLM provider failed in a way that ends the run (401, 402, ...)
     │   └── EndpointSilentError        ... or never answered (5xx, cut streams, timeouts): a build goes on
     ├── EvaluationError                the GPU evaluator could not run at all
+    │   └── CandidateProfileError      ... one candidate's profiling run failed by its own doing (its harness
+    │                                      failed, printed without end, hung): that candidate goes unprofiled
     ├── OutputError                    standard output cannot be written (its reader went away, a full disk)
     └── ClusterError                   the Dask cluster of a `--cluster` resolve was lost mid-run, or lost a job
         └── ClusterRefusedError        ... is unreachable at the start, or its workers run another r1build or
@@ -47,6 +49,7 @@ __all__ = [
     "CacheDamagedError",
     "CacheError",
     "CacheLocationError",
+    "CandidateProfileError",
     "ClusterError",
     "ClusterRefusedError",
     "CompileError",
@@ -231,6 +234,11 @@ class EndpointSilentError(GenerationError):
 
 class EvaluationError(R1BuildError):
     """The GPU evaluator could not run at all."""
+
+
+class CandidateProfileError(EvaluationError):
+    """One candidate's profiling run failed by its own doing (its harness reported an error, printed without end or
+    ran past the time limit): that candidate goes unprofiled, the profiler stays on for the others."""
 
 
 class OutputError(R1BuildError):

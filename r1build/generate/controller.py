@@ -54,7 +54,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..convert import record, replace
-from ..errors import EndpointSilentError, R1BuildError
+from ..errors import CandidateProfileError, EndpointSilentError, R1BuildError
 from ..events import Note, NoteLevel, Progress, Stage, emit
 from ..keys import decision_key
 from .budget import Ledger, Reservation, StopReason, estimate_tokens
@@ -510,7 +510,8 @@ class _Search:
     async def profile_finalists(self, known: Sequence[Known]) -> None:
         """Profile the fastest timed of ``known`` under Nsight Compute (:data:`FINALISTS` of them) and keep the
         findings with their results, so the next round's feedback says what bounds them. A profile that fails
-        turns profiling off for the rest of the search, with a note."""
+        turns profiling off for the rest of the search, with a note, unless the candidate's own run failed
+        (:class:`~r1build.errors.CandidateProfileError`: that finalist alone goes unprofiled)."""
         timed = sorted(
             (
                 k
@@ -526,6 +527,9 @@ class _Search:
                 profile = await asyncio.to_thread(
                     self.profiler.profile, self.manifest, self.spec, self.arch, finalist.candidate
                 )
+            except CandidateProfileError as exc:  # the candidate's own doing: the others are still profiled
+                self.note("warning", f"profiling {finalist.label} under Nsight Compute failed, skipped: {exc}")
+                continue
             except R1BuildError as exc:
                 self.note(
                     "warning",

@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..errors import EvaluationError
+from ..errors import CandidateProfileError, EvaluationError
 from ..gate.nvcc import compile_variant, gencode
 from ..manifest.cdecl import declaration
 from ..manifest.flags import rooted_flags
@@ -144,14 +144,16 @@ class Profiler:
         try:
             run = run_confined(sandbox, ncu_command(self.ncu, ["./harness"]), confinement, timeout_s=self.timeout_s)
         except subprocess.TimeoutExpired:
-            raise EvaluationError(f"profiling did not finish within {self.timeout_s:g} s") from None
+            raise CandidateProfileError(f"profiling did not finish within {self.timeout_s:g} s") from None
         except OSError as exc:
             raise EvaluationError(f"profiling could not start {self.ncu}: {exc}") from None
         if run.returncode != 0:
-            why = HARNESS_ERRORS.get(run.returncode, f"ncu exited with {run.returncode}")
+            said = _tail(run.stderr or run.stdout, 500)
             if run.returncode in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ):
-                why = f"its output passed {PROFILE_FILE_SIZE} bytes"
-            raise EvaluationError(f"profiling failed ({why}): {_tail(run.stderr or run.stdout, 500)}")
+                raise CandidateProfileError(f"profiling failed (its output passed {PROFILE_FILE_SIZE} bytes): {said}")
+            if run.returncode in HARNESS_ERRORS:
+                raise CandidateProfileError(f"profiling failed ({HARNESS_ERRORS[run.returncode]}): {said}")
+            raise EvaluationError(f"profiling failed (ncu exited with {run.returncode}): {said}")
         return run.stdout
 
 

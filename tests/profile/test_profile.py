@@ -236,3 +236,42 @@ def test_a_finalist_that_floods_or_hangs_its_profile_fails_it_with_a_reason(
     else:
         assert "profiling did not finish within 8 s" in str(failed.value)
         assert time.monotonic() - started < 60
+
+
+@dataclass
+class FirstFailsProfiler(RecordedProfiler):
+    """The first finalist's own profiling run fails (its harness printed without end, say); the others' succeed."""
+
+    def profile(self, manifest: Manifest, spec: KernelSpec, arch: str, candidate: Candidate) -> Profile:
+        from r1build.errors import CandidateProfileError
+
+        if not self.profiled:
+            self.profiled.append(candidate.digest)
+            raise CandidateProfileError(f"profiling failed (its output passed {1 << 30} bytes): xxxx")
+        return super().profile(manifest, spec, arch, candidate)
+
+
+def test_a_finalist_whose_own_profile_fails_is_skipped_and_the_others_are_profiled(tmp_path: Path) -> None:
+    """A failure of the candidate's own making (CandidateProfileError) leaves that finalist unprofiled; profiling
+    stays on (it was turned off for the whole search: one hostile finalist took the findings from every other)."""
+    project = Project(tmp_path, tmp_path / "cache")
+    manifest = project.write(budget={"rounds": 1, "samples": 2, "candidates": 2, "patience": 2})
+    replies = [Answer(answer(kernel_source(1, time_us=30.0))), Answer(answer(kernel_source(2, time_us=40.0)))]
+    profiler = FirstFailsProfiler()
+    with ChatServer(replies) as server, project.cache() as cache:
+        endpoint = resolve_endpoint(
+            manifest.settings.generation, {"R1BUILD_BASE_URL": server.url, "DEEPSEEK_API_KEY": KEY}
+        )
+        job = SearchJob(
+            manifest,
+            manifest.kernel("vadd"),
+            "sm_90",
+            evaluator=MarkerJudge(),
+            cache=cache,
+            seeds=[],
+            profiler=profiler,  # type: ignore[arg-type]
+        )
+        outcome = asyncio.run(run_search(job, endpoint))
+    assert len(profiler.profiled) == 2  # both finalists were tried
+    profiled = [r for r in outcome.results if r.profile is not None]
+    assert len(profiled) == 1 and profiled[0].candidate == profiler.profiled[1]
