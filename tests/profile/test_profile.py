@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from r1build.gate.nvcc import compile_variant, gencode
-from r1build.generate import SearchJob
+from r1build.generate import SearchJob, SearchOutcome
 from r1build.generate.controller import run_search
 from r1build.generate.providers import resolve_endpoint
 from r1build.manifest import Manifest
@@ -134,18 +134,11 @@ class RecordedProfiler:
         return Profile(tool="ncu 2025.3.1.0", kernels=parse_ncu_csv(ONE_KERNEL))
 
 
-def test_the_findings_go_into_the_next_rounds_feedback(tmp_path: Path) -> None:
-    judge = MarkerJudge()
-    project = Project(tmp_path, tmp_path / "cache")
-    manifest = project.write(budget={"rounds": 2, "samples": 2, "candidates": 4, "patience": 2})
-    spec = manifest.kernel("vadd")
-    replies = [
-        Answer(answer(kernel_source(1, time_us=30.0))),
-        Answer(answer(kernel_source(2, time_us=40.0))),
-        Answer(answer(kernel_source(3, time_us=20.0))),
-    ]
-    profiler = RecordedProfiler()
-    with ChatServer(replies) as server, project.cache() as cache:
+def _search(
+    project: Project, manifest: Manifest, spec: KernelSpec, judge: MarkerJudge, profiler: object, server: ChatServer
+) -> SearchOutcome:
+    """A search of ``spec`` on sm_90 against ``server``, judged by ``judge``, its finalists profiled by ``profiler``."""
+    with project.cache() as cache:
         endpoint = resolve_endpoint(
             manifest.settings.generation, {"R1BUILD_BASE_URL": server.url, "DEEPSEEK_API_KEY": KEY}
         )
@@ -158,7 +151,22 @@ def test_the_findings_go_into_the_next_rounds_feedback(tmp_path: Path) -> None:
             seeds=[],
             profiler=profiler,  # type: ignore[arg-type]
         )
-        outcome = asyncio.run(run_search(job, endpoint))
+        return asyncio.run(run_search(job, endpoint))
+
+
+def test_the_findings_go_into_the_next_rounds_feedback(tmp_path: Path) -> None:
+    judge = MarkerJudge()
+    project = Project(tmp_path, tmp_path / "cache")
+    manifest = project.write(budget={"rounds": 2, "samples": 2, "candidates": 4, "patience": 2})
+    spec = manifest.kernel("vadd")
+    replies = [
+        Answer(answer(kernel_source(1, time_us=30.0))),
+        Answer(answer(kernel_source(2, time_us=40.0))),
+        Answer(answer(kernel_source(3, time_us=20.0))),
+    ]
+    profiler = RecordedProfiler()
+    with ChatServer(replies) as server:
+        outcome = _search(project, manifest, spec, judge, profiler, server)
         later = [r.prompt for r in server.requests if "so far" in r.prompt or len(r.messages) > 1]
     assert len(profiler.profiled) >= 2  # round 0's two finalists (and round 1's)
     assert later and all(
@@ -258,20 +266,8 @@ def test_a_finalist_whose_own_profile_fails_is_skipped_and_the_others_are_profil
     manifest = project.write(budget={"rounds": 1, "samples": 2, "candidates": 2, "patience": 2})
     replies = [Answer(answer(kernel_source(1, time_us=30.0))), Answer(answer(kernel_source(2, time_us=40.0)))]
     profiler = FirstFailsProfiler()
-    with ChatServer(replies) as server, project.cache() as cache:
-        endpoint = resolve_endpoint(
-            manifest.settings.generation, {"R1BUILD_BASE_URL": server.url, "DEEPSEEK_API_KEY": KEY}
-        )
-        job = SearchJob(
-            manifest,
-            manifest.kernel("vadd"),
-            "sm_90",
-            evaluator=MarkerJudge(),
-            cache=cache,
-            seeds=[],
-            profiler=profiler,  # type: ignore[arg-type]
-        )
-        outcome = asyncio.run(run_search(job, endpoint))
+    with ChatServer(replies) as server:
+        outcome = _search(project, manifest, manifest.kernel("vadd"), MarkerJudge(), profiler, server)
     assert len(profiler.profiled) == 2  # both finalists were tried
     profiled = [r for r in outcome.results if r.profile is not None]
     assert len(profiled) == 1 and profiled[0].candidate == profiler.profiled[1]
