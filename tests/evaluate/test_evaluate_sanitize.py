@@ -374,7 +374,7 @@ def test_each_kernels_runs_call_its_own_entry_point_on_any_place(tmp_path: Path)
     while another kernel's run ended called that kernel's entry point in matmul's libraries, 'undefined symbol';
     the queue now carries its kernel, so no run can be given another's. This mix does not always reproduce that
     interleaving: it checks the outcome, not the old bug.)"""
-    names = ["good-silu_mul-0.so", "good-silu_mul-1.so", *(f"slow-softmax_rows-{i}.so" for i in range(12))]
+    names = ["good-silu_mul-0.so", "good-silu_mul-1.so", *(f"slow-softmax_rows-{i}.so" for i in range(24))]
     outcomes, calls, counters = _sanitizing_runs(tmp_path, names, batch=16, processes=8)
     assert all({v for _, v in o} == {"clean"} for o in outcomes.values()), outcomes
     assert counters["sanitizer_extra_runs"] >= 1
@@ -382,11 +382,12 @@ def test_each_kernels_runs_call_its_own_entry_point_on_any_place(tmp_path: Path)
 
 
 def test_places_nobody_waits_for_go_to_the_queue_with_the_most_candidates_left(tmp_path: Path) -> None:
-    """Two runs a kernel and tool while others wait for a place; idle places go to more runs of a queue that still
-    holds many candidates nobody took (each run takes one at a time), so slow candidates spread over them."""
+    """RUNS_PER_QUEUE runs a kernel and tool while others wait for a place; idle places go to more runs of a queue
+    that still holds many candidates nobody took (each run takes one at a time), so slow candidates spread over
+    them. (24 candidates: with 12, four runs a queue left too few untaken for another run on a loaded machine.)"""
     from r1build.evaluate.options import RUNS_PER_QUEUE
 
-    names = [f"slow-{i}.so" for i in range(12)]
+    names = [f"slow-{i}.so" for i in range(24)]
     outcomes, _, counters = _sanitizing_runs(tmp_path, names, batch=16, processes=3 * RUNS_PER_QUEUE + 4)
     assert all({v for _, v in o} == {"clean"} for o in outcomes.values())
     runs = _calls(tmp_path)

@@ -342,6 +342,26 @@ def test_cuobjdump_reads_a_candidates_library_confined(tmp_path: Path) -> None:
     assert not uses_shared_memory(library, str(tool), confined())
 
 
+def test_a_candidates_library_that_lists_without_end_gets_racecheck(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """cuobjdump's SASS of a candidate's library came back through a pipe without a cap (a library of the compile's
+    file size lists as gigabytes into the evaluator); it is held to the readers' listing limit, and a listing past
+    it counts as using shared memory (racecheck runs) rather than as none."""
+    from r1build.gate import symbols
+
+    monkeypatch.setattr(symbols, "LISTING_LIMIT", 1 << 20)
+    tool = tmp_path / "tools" / "cuobjdump"
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\necho Function\nexec head -c 50000000 /dev/zero\n")
+    tool.chmod(0o755)
+    library = tmp_path / "build" / "candidate.so"
+    library.parent.mkdir()
+    library.write_bytes(b"\x7fELF")
+    assert uses_shared_memory(library, str(tool), confined())
+    assert sorted(p.name for p in library.parent.iterdir()) == ["candidate.so"]  # its listing file removed
+
+
 KEYS = """
 import ctypes, json, subprocess, sys
 libc = ctypes.CDLL(None, use_errno=True)

@@ -33,7 +33,9 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 from ...convert import record, replace
-from ...sandbox import Confinement, Sandbox, reader_confinement, run_confined, unconfined
+from ...errors import ToolchainError
+from ...gate.symbols import UnreadableObject, reader
+from ...sandbox import Confinement, Sandbox, unconfined
 from ...sandbox.files import read_beneath
 from ..child.harness import BEGIN, DONE, END, FAILED, HELD, RESUMED
 
@@ -112,18 +114,18 @@ def uses_shared_memory(library: Path, cuobjdump: str | None, sandbox: Sandbox | 
     """Whether any kernel of ``library`` touches shared memory (its SASS has shared loads, stores, atomics,
     async copies or tensor-memory-accelerator traffic). racecheck only looks at shared memory, so it is skipped
     for libraries without any. True when it cannot tell. A candidate's library is hostile input to cuobjdump's
-    parsers, as its object is to binutils' (:func:`r1build.gate.symbols.reader`): ``sandbox`` runs cuobjdump with
-    the library's folder only (None: as this process, for the user's own library)."""
+    parsers, as its object is to binutils': cuobjdump runs as the gate's object readers do
+    (:func:`r1build.gate.symbols.reader`), inside ``sandbox`` with the library's folder only and its listing held
+    to :data:`~r1build.gate.symbols.LISTING_LIMIT` (None: as this process, for the user's own library)."""
     if cuobjdump is None:
         return True
-    confinement = reader_confinement(library.parent, cuobjdump)
     try:
-        proc = run_confined(sandbox or unconfined(), [cuobjdump, "-sass", str(library)], confinement, timeout_s=60)
-    except (OSError, subprocess.TimeoutExpired):
+        sass = reader(library, sandbox)([cuobjdump, "-sass", str(library)])
+    except (UnreadableObject, ToolchainError):
         return True
-    if proc.returncode != 0 or "Function" not in proc.stdout:
+    if "Function" not in sass:
         return True
-    return _SHARED_SASS.search(proc.stdout) is not None
+    return _SHARED_SASS.search(sass) is not None
 
 
 def summarize_report(output: str, limit: int = 6) -> str | None:
