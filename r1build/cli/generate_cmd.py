@@ -204,6 +204,7 @@ def _why_none_passed(outcome: SearchOutcome) -> str:
     lost: dict[SampleLoss, str] = {
         "no_code": "without code",
         "truncated": "cut off at max-tokens",
+        "interrupted": "ended early by the server",
         "content_filter": "filtered",
     }
     parts = [f"{n} {status}" for status, n in statuses.most_common()]

@@ -398,12 +398,18 @@ class _Search:
         if completion.finish_reason == "stop":
             self.ledger.observe(exchange.attempts[-1].completion_tokens)
         extraction, loss = read_answer(completion.finish_reason, completion.content, self.spec.name, usage)
-        if loss is not None and loss != "content_filter":
+        if loss is not None and loss not in ("content_filter", "interrupted"):  # (the server's doing, not the model's)
             self.round_notes[loss] += 1  # fed back to the next round (:func:`~.planning.answer_notes`)
         if loss == "truncated":
             self.note(
                 "warning",
                 f"{where}: the answer was cut off at max_tokens ({exchange.params['max_tokens']}); "
+                + ("its complete code is kept" if extraction is not None else "not a candidate"),
+            )
+        elif loss == "interrupted":
+            self.note(
+                "warning",
+                f"{where}: the server ended the answer early (finish_reason {completion.finish_reason}); "
                 + ("its complete code is kept" if extraction is not None else "not a candidate"),
             )
         elif loss == "content_filter":

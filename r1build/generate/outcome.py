@@ -12,6 +12,7 @@ from .exchange import FaultKind
 
 SampleLoss = Literal[
     "truncated",  # the answer was cut off at max_tokens
+    "interrupted",  # the server ended the answer early (DeepSeek's insufficient_system_resource, vLLM's abort)
     "no_code",  # the answer had no CUDA code block
     "content_filter",  # the provider's filter stopped the answer
     "cancelled",  # interrupted or ended by a fatal error while in flight

@@ -296,18 +296,26 @@ class Pool:
         return any(k.result is not None and k.result.timing is not None for k in self.known.values())
 
 
+INTERRUPTED = frozenset({"insufficient_system_resource", "abort", "error"})
+"""Finish reasons of an answer the server ended before its end: DeepSeek's ``insufficient_system_resource`` (a busy
+service), vLLM's and SGLang's ``abort``. Read as ``stop`` they gave a half-written last block to the gate, and its
+compile error to the model as its own."""
+
+
 def read_answer(
     finish_reason: str | None, content: str, kernel: str, usage: Usage
 ) -> tuple[Extraction | None, SampleLoss | None]:
     """The one reading of a complete answer, by the search and by replay: its extraction, and why it gives no
-    candidate (cut off at ``max_tokens``, stopped by the content filter, no code block), counted in ``usage``.
-    The extraction is None where the answer was cut off or filtered, except that an answer cut off at
-    ``max_tokens`` after complete code (a closed block defining the kernel, which a continuous search gates while
-    the answer streams) yields that code, still counted as ``truncated``."""
-    if finish_reason == "length":
-        usage.count("truncated")
+    candidate (cut off at ``max_tokens``, ended early by the server (:data:`INTERRUPTED`), stopped by the content
+    filter, no code block), counted in ``usage``. The extraction is None where the answer was cut off, ended early
+    or filtered, except that an answer cut off after complete code (a closed block defining the kernel, which a
+    continuous search gates while the answer streams) yields that code, still counted as ``truncated`` or
+    ``interrupted``."""
+    if finish_reason == "length" or finish_reason in INTERRUPTED:
+        loss: SampleLoss = "truncated" if finish_reason == "length" else "interrupted"
+        usage.count(loss)
         kept = complete_part(content, kernel)
-        return (extract_source(kept, kernel) if kept is not None else None), "truncated"
+        return (extract_source(kept, kernel) if kept is not None else None), loss
     if finish_reason == "content_filter":
         usage.count("content_filter")
         return None, "content_filter"

@@ -527,3 +527,26 @@ def test_search_job_parses_its_arch_and_is_frozen(project: Project, judge: Marke
         job.arch = "sm_80"  # type: ignore[misc]
     with pytest.raises(ValueError):
         SearchJob(manifest, manifest.kernel("vadd"), "not-an-arch", evaluator=judge, cache=cache)
+
+
+@pytest.mark.parametrize("finish", ["insufficient_system_resource", "abort"])
+def test_an_answer_the_server_ended_early_keeps_only_its_complete_code(
+    project: Project, judge: MarkerJudge, finish: str
+) -> None:
+    """DeepSeek ends answers with ``insufficient_system_resource`` when busy, vLLM and SGLang with ``abort``: read as
+    ``stop``, the half-written last block went to the gate and its compile error back to the model as its own.
+    Now only complete code is kept (as for an answer cut off at max_tokens), counted as interrupted, said in a
+    note, and not fed back as the model's fault."""
+    manifest = project.write(budget={"rounds": 1, "samples": 2})
+    half = answer(kernel_source(2))
+    replies = [
+        Answer(answer(kernel_source(1)) + "\n\nA faster one:\n```cuda\n__global__ void k(", finish_reason=finish),
+        Answer(half[: len(half) // 2], finish_reason=finish),
+    ]
+    events: list[Event] = []
+    with ChatServer(replies) as server:
+        outcome = run(project, manifest, server, judge, events=events)
+    assert [c.source for c in outcome.candidates] == [kernel_source(1)]
+    assert outcome.usage.failures == {"interrupted": 2}
+    notes = [e.message for e in events if isinstance(e, Note)]
+    assert sum(f"the server ended the answer early (finish_reason {finish})" in n for n in notes) == 2
