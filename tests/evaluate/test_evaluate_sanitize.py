@@ -232,6 +232,7 @@ def _sanitizing_runs(
     race_found: dict[str, tuple[str | None, float]] | None = None,
     cuobjdump: str | None = None,
     processes: int = 2,
+    runs_per_queue: int = 2,
     wait_s: float = 60,
     timeout_s: float = 1.0,
 ) -> tuple[dict[str, list[tuple[str, str]]], list[list[str]], dict[str, float]]:
@@ -244,7 +245,8 @@ def _sanitizing_runs(
     shared memory asks for cuobjdump, ``cuobjdump`` then). With ``race_found``, the names it holds fail their
     checks with wrong values once built: each asks for a race as the evaluator does (its reason, or None, and the
     seconds that took, put in the dict), then is canceled. Every outcome is waited for ``wait_s`` at most; a run
-    silent for ``timeout_s`` stalls."""
+    silent for ``timeout_s`` stalls. ``runs_per_queue`` runs of a kernel and tool at once (two: the idle places'
+    runs of :data:`~r1build.evaluate.sanitizer.schedule.MOST_RUNS` then have room on a loaded machine)."""
     import contextlib
     import threading
     import time
@@ -289,6 +291,7 @@ def _sanitizing_runs(
             count=count,
             cuobjdump=deciding,
             batch=batch,
+            runs=runs_per_queue,
             processes=1 if cancel_waiting else processes,
         )
         jobs = {k: Job(manifest, spec, "sm_90", []) for k, spec in specs.items()}
@@ -374,7 +377,7 @@ def test_each_kernels_runs_call_its_own_entry_point_on_any_place(tmp_path: Path)
     while another kernel's run ended called that kernel's entry point in matmul's libraries, 'undefined symbol';
     the queue now carries its kernel, so no run can be given another's. This mix does not always reproduce that
     interleaving: it checks the outcome, not the old bug.)"""
-    names = ["good-silu_mul-0.so", "good-silu_mul-1.so", *(f"slow-softmax_rows-{i}.so" for i in range(24))]
+    names = ["good-silu_mul-0.so", "good-silu_mul-1.so", *(f"slow-softmax_rows-{i}.so" for i in range(12))]
     outcomes, calls, counters = _sanitizing_runs(tmp_path, names, batch=16, processes=8)
     assert all({v for _, v in o} == {"clean"} for o in outcomes.values()), outcomes
     assert counters["sanitizer_extra_runs"] >= 1
@@ -382,19 +385,16 @@ def test_each_kernels_runs_call_its_own_entry_point_on_any_place(tmp_path: Path)
 
 
 def test_places_nobody_waits_for_go_to_the_queue_with_the_most_candidates_left(tmp_path: Path) -> None:
-    """RUNS_PER_QUEUE runs a kernel and tool while others wait for a place; idle places go to more runs of a queue
-    that still holds many candidates nobody took (each run takes one at a time), so slow candidates spread over
-    them. (24 candidates: with 12, four runs a queue left too few untaken for another run on a loaded machine.)"""
-    from r1build.evaluate.options import RUNS_PER_QUEUE
-
-    names = [f"slow-{i}.so" for i in range(24)]
-    outcomes, _, counters = _sanitizing_runs(tmp_path, names, batch=16, processes=3 * RUNS_PER_QUEUE + 4)
+    """Two runs a kernel and tool while others wait for a place; idle places go to more runs of a queue that still
+    holds many candidates nobody took (each run takes one at a time), so slow candidates spread over them."""
+    names = [f"slow-{i}.so" for i in range(12)]
+    outcomes, _, counters = _sanitizing_runs(tmp_path, names, batch=16, processes=3 * 2 + 4, runs_per_queue=2)
     assert all({v for _, v in o} == {"clean"} for o in outcomes.values())
     runs = _calls(tmp_path)
     per_tool = {tool: [c for (t, _), c in runs.items() if t == tool] for tool in ("memcheck", "racecheck", "initcheck")}
     assert all(sorted(n for c in calls for n in c) == sorted(names) for calls in per_tool.values())
     assert counters["sanitizer_extra_runs"] >= 1
-    assert max(len(calls) for calls in per_tool.values()) > RUNS_PER_QUEUE  # some tool ran on the idle places too
+    assert max(len(calls) for calls in per_tool.values()) > 2  # some tool ran on the idle places too
 
 
 def test_a_candidate_canceled_while_its_run_waits_for_a_place_is_left_out_of_it(tmp_path: Path) -> None:
