@@ -206,9 +206,15 @@ def not_a_completion(text: str, content_type: str = "") -> Fault:
     )
 
 
+ANSWER_CHARS = 32 << 20
+"""The most characters of reasoning and content one streamed answer may bring (an answer within ``max_tokens`` is
+hundreds of thousands): past it the attempt fails as a bad response, instead of a server that streams without end
+filling this process's memory until the request's deadline."""
+
+
 def take_delta(delta: Any, partial: Partial, meter: Meter, said: SaidInstead, started: float) -> None:
     """Add one delta's reasoning and content (text only: a number or an object is no part of an answer) to what
-    was received, and count it."""
+    was received, and count it; a :class:`Fault` once the answer passes :data:`ANSWER_CHARS`."""
     extra = delta.model_extra or {}
     piece_r = reasoning_of(extra)
     piece = content_text(delta.content)
@@ -224,6 +230,13 @@ def take_delta(delta: Any, partial: Partial, meter: Meter, said: SaidInstead, st
         partial.chunks += 1
         if partial.first_token_s is None:
             partial.first_token_s = time.monotonic() - started
+    if meter.chars > ANSWER_CHARS:
+        raise Fault(
+            "bad_response",
+            f"the answer passed {ANSWER_CHARS} characters (a model's answer within max_tokens is hundreds of "
+            "thousands): a server that sends without end",
+            label="an answer without end",
+        )
 
 
 def finish_at_end(

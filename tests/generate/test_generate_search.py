@@ -550,3 +550,21 @@ def test_an_answer_the_server_ended_early_keeps_only_its_complete_code(
     assert outcome.usage.failures == {"interrupted": 2}
     notes = [e.message for e in events if isinstance(e, Note)]
     assert sum(f"the server ended the answer early (finish_reason {finish})" in n for n in notes) == 2
+
+
+def test_a_stream_without_end_fails_its_attempt_at_the_answer_size_limit(
+    project: Project, judge: MarkerJudge, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that streams without end filled this process's memory until the request's deadline: past
+    ANSWER_CHARS (here lowered) the attempt fails as a bad response, and so do its retries: the endpoint gave no
+    answer (EndpointSilentError, which a build goes on from), saying why."""
+    from r1build.errors import EndpointSilentError
+    from r1build.generate import responses
+
+    monkeypatch.setattr(responses, "ANSWER_CHARS", 200_000)
+    manifest = project.write(budget={"rounds": 1, "samples": 1})
+    endless = Answer("x" * 400_000, chunk_chars=100_000)
+    with ChatServer([endless] * 5) as server, pytest.raises(EndpointSilentError) as silent:
+        run(project, manifest, server, judge, seeds=[])
+    assert server.chat_requests() and all((r.body or {}).get("stream") for r in server.chat_requests())
+    assert "all an answer without end" in str(silent.value) and "passed 200000 characters" in str(silent.value)
