@@ -8,6 +8,7 @@ import os
 import secrets
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -101,8 +102,9 @@ def test_the_object_readers_see_only_the_objects_folder(tmp_path: Path) -> None:
     assert reader(obj, confined())(["ls", str(work)]).split() == ["candidate.o"]
 
 
-def _linked(source: str, work: Path) -> Linked:
-    """The check-and-link verdict of a model-written ``source`` (exporting ``run``), compiled in ``work``."""
+def _linked(source: str, work: Path, **link: Any) -> Linked:
+    """The check-and-link verdict of a model-written ``source`` (exporting ``run``), compiled in ``work``; ``link``:
+    more arguments of :func:`check_and_link` (its static memory ``limit``)."""
     assert TOOLCHAIN is not None
     work.mkdir()
     done = compile_variant(
@@ -117,7 +119,7 @@ def _linked(source: str, work: Path) -> Linked:
         sandbox=confined(),
     )
     assert done.ok and done.object_path is not None, done.output
-    return check_and_link(done.object_path, "run", toolchain=TOOLCHAIN, sandbox=confined(), timeout_s=120)
+    return check_and_link(done.object_path, "run", toolchain=TOOLCHAIN, sandbox=confined(), timeout_s=120, **link)
 
 
 def _calling(name: str) -> str:
@@ -163,7 +165,6 @@ def test_the_name_of_a_too_large_variable_is_demangled_confined(
     """The static memory check names a candidate's largest variable through ``c++filt``: the name is the
     candidate's (hostile input to binutils' parser, and a demangling bomb has no bound), so c++filt runs in the
     sandbox like every reader. Shown with a c++filt that prints a canary beside its folder: it ran unconfined."""
-    assert TOOLCHAIN is not None
     canary = tmp_path / "secret.txt"
     canary.write_text(f"R1BUILD-CXXFILT-{secrets.token_hex(6)}")
     tools = tmp_path / "tools"  # not "bin": a reader shows the folder above a bin/ folder (a toolkit)
@@ -172,20 +173,6 @@ def test_the_name_of_a_too_large_variable_is_demangled_confined(
     (tools / "c++filt").chmod(0o755)
     monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
     source = "namespace { __device__ char table[1 << 16]; }\n" + KERNEL.replace("1.0f", "table[threadIdx.x]")
-    work = tmp_path / "work"
-    work.mkdir()
-    done = compile_variant(
-        source,
-        {},
-        "sm_90",
-        name="run",
-        flags=list(PIC_FLAGS),
-        toolchain=TOOLCHAIN,
-        workdir=work,
-        timeout_s=120,
-        sandbox=confined(),
-    )
-    assert done.ok and done.object_path is not None, done.output
-    linked = check_and_link(done.object_path, "run", toolchain=TOOLCHAIN, sandbox=confined(), timeout_s=120, limit=1024)
+    linked = _linked(source, tmp_path / "work", limit=1024)
     assert linked.status == "rejected" and "too much static memory" in linked.detail, linked.detail
     assert canary.read_text() not in linked.detail and "table" in linked.detail
