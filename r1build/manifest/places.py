@@ -13,13 +13,17 @@ from .locate import Validator
 from .model import KernelSpec, ProjectSettings
 from .reference import reference_file
 
-__all__ = ["SOURCE_PATH", "check_lock_is_no_kernel_file", "check_project_paths", "source_file_problem"]
+__all__ = ["check_lock_is_no_kernel_file", "check_project_paths", "is_source_path", "source_file_problem"]
 
 
-SOURCE_PATH = re.compile(r"[A-Za-z0-9_.+-]+(?:/[A-Za-z0-9_.+-]+)*")
-"""A hand-written source's path as the lock names it (an entry's ``origin``): relative, ``/``-separated parts of
-letters, digits and ``_ . + -``, none of them ``..``. The manifest refuses any other, since the lock written for
-it could not be read back."""
+_SOURCE_PATH = re.compile(r"[A-Za-z0-9_.+-]+(?:/[A-Za-z0-9_.+-]+)*")
+
+
+def is_source_path(text: str) -> bool:
+    """Whether ``text`` is a hand-written source's path as the lock names it (an entry's ``origin``): relative,
+    ``/``-separated parts of letters, digits and ``_ . + -``, none of them ``..``. The manifest refuses any other,
+    since the lock written for it could not be read back; the lock refuses any other origin."""
+    return _SOURCE_PATH.fullmatch(text) is not None and ".." not in text.split("/")
 
 
 _NVCC_LIST_CHARS = ",\"'"
@@ -163,8 +167,8 @@ def _shown_path(rel: str) -> str:
 def source_file_problem(root: Path, rel: str) -> str | None:
     """Why the hand-written source ``rel`` (a baseline or a candidate) cannot be used, or None: it must be a file
     of UTF-8 text (candidates are compiled, hashed and shown as text), named by a path inside the project that the
-    lock can record (:data:`SOURCE_PATH`)."""
-    if not SOURCE_PATH.fullmatch(rel) or ".." in rel.split("/"):
+    lock can record (:func:`is_source_path`)."""
+    if not is_source_path(rel):
         return (
             f"{_shown_path(rel)} must be a relative path inside the project, of parts made of letters, digits and "
             "_ . + - joined by '/' and none of them '..' (kernels.lock records it as the winner's origin)"
