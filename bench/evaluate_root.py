@@ -431,6 +431,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--in-order", action="store_true", help="time jobs in the order given, not the first one ready")
     parser.add_argument(
+        "--largest-first",
+        action="store_true",
+        help="start jobs most candidates first throughout (not the smallest job first)",
+    )
+    parser.add_argument(
         "--time-before-sanitized",
         action="store_true",
         help="time a job once its checks are in, its compute-sanitizer runs going on (their findings applied after)",
@@ -466,6 +471,8 @@ def main(argv: list[str] | None = None) -> int:
         options["sanitize_runs"] = args.sanitize_runs
     if args.in_order:
         options["in_order"] = True
+    if args.largest_first:
+        options["small_first"] = False
     if args.time_before_sanitized:
         options["time_before_sanitized"] = True
     if args.no_compare_on_gpu:

@@ -226,6 +226,60 @@ ab() {  # evaluate_all of the root's variants from two trees alone on the GPU, a
   done | tee "$OUT/ab.log"
 }
 
+timeline() {  # where the time goes: one evaluate_all of the root with every span kept (evaluate_root.json.gz, for
+  # offline study of the first seconds and the sanitizer runs), then TIMELINE_RESOLVES resolves (default 1), each
+  # with the evaluator's account at debug level (its counters and per-job milestones) in resolve-<n>.log
+  lscpu | grep -E "^(Model name|Thread|Core|Socket|CPU\(s\))" > "$OUT/cpu.log"
+  # what runs on the CPU in the first seconds (the gate's compiles compete with what else?): top every second
+  (sleep 1; top -b -d 1 -n 16 -w 220 | grep -E "^top|^ *[0-9]+ " | awk '/^top/ {n=0} n++ < 14') >> "$OUT/cpu.log" &
+  timeout "${THROUGHPUT_LIMIT:-150}" python3 bench/evaluate_root.py --runs 1 --no-job-by-job --no-resolve --copies 1 \
+    --out /tmp/timeline > /tmp/timeline.log 2>&1
+  wait
+  grep -E "^run 1" /tmp/timeline.log || tail -n 5 /tmp/timeline.log
+  gzip -c /tmp/timeline/evaluate_root.json > "$OUT/evaluate_root.json.gz"
+  local n
+  for n in $(seq 1 "${TIMELINE_RESOLVES:-1}"); do
+    SKIP_NCU=1 SKIP_SAMPLE=1 quiet
+    grep -E "^resolve rc" "$OUT/quiet.log"
+    grep -E "^resolve rc|r1build.resolve: (resolve|judges):|r1build.evaluate.evaluator: " /tmp/resolve_root.err \
+      > "$OUT/resolve-$n.log"
+    grep -E "^resolve rc" "$OUT/quiet.log" >> "$OUT/resolve-$n.log"
+  done
+}
+
+order() {  # the start order A/B on one host: evaluate_all with the default (the smallest job first) against
+  # --largest-first, alternating (ORDER_PAIRS pairs, default 2; the first run's spans kept in evaluate_root.json.gz and
+  # the CPU sampled for its first 16 s in cpu.log), each run's per-job table in order.log; then `r1build resolve` of the
+  # root (quiet; resolves.log with the evaluator's account) while ORDER_UNTIL seconds of the call are not spent
+  local n args i=0 t0=$SECONDS
+  rm -f /tmp/order-tables.log
+  lscpu | grep -E "^(Model name|Thread|Core|Socket|CPU\(s\))" > "$OUT/cpu.log"
+  for n in $(seq 1 "${ORDER_PAIRS:-2}"); do
+    for args in "" "--largest-first"; do
+      i=$((i + 1))
+      [ "$i" = 1 ] && (sleep 1; top -b -d 1 -n 16 -w 220 | grep -E "^top|^ *[0-9]+ " | awk '/^top/ {n=0} n++ < 14') \
+        >> "$OUT/cpu.log" &
+      # shellcheck disable=SC2086
+      timeout "${THROUGHPUT_LIMIT:-150}" python3 bench/evaluate_root.py --runs 1 --no-job-by-job --no-resolve \
+        --copies 1 $args --out "/tmp/order-$i" > "/tmp/order-$i.log" 2>&1
+      wait
+      echo "order $n [${args:-default}]: $(grep -E "^run 1" "/tmp/order-$i.log" || tail -n 1 "/tmp/order-$i.log")"
+      sed -n '/^Per job/,/^Run 1/p' "/tmp/order-$i/evaluate_root.md" >> /tmp/order-tables.log
+      [ "$i" = 1 ] && gzip -c "/tmp/order-$i/evaluate_root.json" > "$OUT/evaluate_root.json.gz"
+    done
+  done | tee "$OUT/order.log"
+  cat /tmp/order-tables.log >> "$OUT/order.log"
+  n=0
+  while [ $((SECONDS - t0)) -lt "${ORDER_UNTIL:-440}" ]; do
+    n=$((n + 1))
+    SKIP_NCU=1 SKIP_SAMPLE=1 quiet
+    grep -E "^resolve rc|r1build.resolve: (resolve|judges):|r1build.evaluate.evaluator: " /tmp/resolve_root.err \
+      >> "$OUT/resolves.log"
+    grep -E "^resolve rc" "$OUT/quiet.log" | tee -a "$OUT/resolves.log"
+  done
+  rm -f "$OUT/resolve_root.json" "$OUT/root_kernels.lock"  # few files come back from a call
+}
+
 recheck() {  # the tests the final phase failed, after their fixes: PTX wheels, the loop's second round, ncu
   rest &
   local site; site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')

@@ -20,7 +20,8 @@ Per job (one kernel, one arch), in this order:
 
 :meth:`GpuEvaluator.prepare` starts all of this for jobs a caller will evaluate one at a time (``r1build
 resolve``); :meth:`GpuEvaluator.evaluate` of such a job waits for that work. Several jobs start with the one of the
-most candidates (:func:`~.jobs.largest_first`): its compiles go first, since its background work is the longest.
+fewest candidates, then the others most candidates first (:func:`~.jobs.start_order`): the first compiles end soonest
+so the GPU has work early, and the longest background work starts right after.
 
 A crash, an illegal address or a hang costs the candidate (``crashed`` / ``timed_out``), never the run: the worker
 is killed if need be and restarted. Archs with no local GPU get the static gate's results (``stage="gate"``, no
@@ -37,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import json
 import logging
 import os
 import queue
@@ -75,7 +77,7 @@ from .jobs import (
     chain,
     job_key,
     label,
-    largest_first,
+    start_order,
     trim,
 )
 from .library import Library, LibraryFailure, build_library
@@ -84,7 +86,7 @@ from .sanitizer.schedule import KernelKey, Sanitizing
 from .slots import Slot, library_key, make_slot
 from .timing.measure import Timer
 from .timing.stats import build_timing, finalists, with_regimes
-from .timing.timeline import Meter
+from .timing.timeline import Meter, milestones
 from .timing.torch_bar import with_torch
 
 if TYPE_CHECKING:
@@ -122,6 +124,12 @@ def _cleanup(
         exited - closed,
         time.perf_counter() - exited,
     )
+
+
+def _wait_quietly(future: Future[Any]) -> None:
+    """Wait for ``future``; what it raised is met again where its result is used."""
+    with contextlib.suppress(Exception):
+        future.result()
 
 
 class GpuEvaluator:
@@ -227,12 +235,14 @@ class GpuEvaluator:
             runs=o.sanitize_runs,
         )
         cpu = self._pool  # (not self._submit: the finalizer below must hold nothing that holds self)
+        # benchmark plans one at a time, in the order jobs start: beside the gate's compiles, not in their way
+        planner = ThreadPoolExecutor(1, thread_name_prefix="r1build-bench-plans")
         self._compare_pool = ComparePool(
             o.compare_processes, submit=lambda fn, *a, **kw: cpu.submit(contextvars.copy_context().run, fn, *a, **kw)
         )
         self._timer = Timer(
             cache=lambda: self.cache,
-            submit=self._submit,
+            submit=lambda fn, *a, **kw: planner.submit(contextvars.copy_context().run, fn, *a, **kw),
             note=self._note,
             count=self._meter.count,
             root=self._root,
@@ -246,7 +256,7 @@ class GpuEvaluator:
             self,
             _cleanup,
             self._every_slot,
-            [*self._check_pools.values(), *self._settlers.values(), self._pool, self._sanitizing.pool],
+            [*self._check_pools.values(), *self._settlers.values(), self._pool, self._sanitizing.pool, planner],
             self._compare_pool,
             self._root,
             self._own_root,
@@ -265,7 +275,8 @@ class GpuEvaluator:
         per tool ``sanitizer_<tool>_s``, and ``sanitizer_held_s`` of it stopped while the GPU timed) and
         ``judge_bench_s``; summed over the check workers ``wait_build_s`` and ``checks_s``; on the GPU thread
         ``check_phase_s`` (wall), ``wait_sanitizer_s``, ``warm_library_s`` (the library's first calls, sharing the GPU;
-        ``warm_ahead_s`` of those made while no job was ready, counted in ``wait_ready_s`` too), ``wait_quiet_s`` (for
+        ``warm_ahead_s`` of those made while no job was ready, counted in ``wait_ready_s`` too), ``wait_plan_s`` (for
+        the job's benchmark plan, before taking the GPU), ``wait_quiet_s`` (for
         the GPU alone; from the hold on, ``wait_quiet_runs_s`` until the sanitizer runs stopped, checks going on, and
         ``wait_quiet_checks_s`` until then the running checks ended), ``checks_alone_s``, ``reference_s``,
         ``time_candidates_s`` (of which the worker's ``worker_sets_s``, ``worker_samples_s`` and ``worker_checks_s``)
@@ -289,7 +300,7 @@ class GpuEvaluator:
         """Several jobs at once: every compile starts at once, and each GPU works through its jobs while the
         CPU cores compile and sanitize (faster than one :meth:`evaluate` after another)."""
         load = {id(slot): 0 for slot in self._slots}
-        started = {i: self._start(jobs[i], load) for i in largest_first(jobs)}
+        started = {i: self._start(jobs[i], load) for i in start_order(jobs, small_first=self.options.small_first)}
         states = [started[i] for i in range(len(jobs))]
         threads = self._drive(states)
         gate_only = {i: self._gate_only(s) for i, s in enumerate(states) if s.slot is None}
@@ -305,7 +316,7 @@ class GpuEvaluator:
         ignored."""
         load = {id(slot): 0 for slot in self._slots}
         started: dict[int, JobState] = {}
-        for i in largest_first(jobs):
+        for i in start_order(jobs, small_first=self.options.small_first):
             arch = parse_arch(jobs[i].arch)
             key = job_key(jobs[i], arch)
             with self._lock:
@@ -320,9 +331,20 @@ class GpuEvaluator:
             self._warm(slot)
 
     def close(self) -> None:
-        """Stop the workers and remove the work directory."""
+        """Stop the workers and remove the work directory (at debug level, log where the time went first)."""
         self._closing = True
+        if self._finalizer.alive and log.isEnabledFor(logging.DEBUG):
+            self._log_account()
         self._finalizer()
+
+    def _log_account(self) -> None:
+        """The counters and, per job, when its kinds of work ended (:func:`~.timing.timeline.milestones`), as
+        debug lines: a resolve run with ``-vv`` shows what the GPU thread waited for."""
+        counters = {k: round(v, 2) for k, v in sorted(self.stats.items()) if v}
+        log.debug("evaluator account: %s", json.dumps(counters, separators=(",", ":")))
+        for row in milestones(self.timeline.spans()):
+            cells = {k: round(v, 2) if isinstance(v, float) else v for k, v in row.items()}
+            log.debug("evaluator job: %s", json.dumps(cells, separators=(",", ":")))
 
     def __enter__(self) -> GpuEvaluator:
         return self
@@ -379,7 +401,7 @@ class GpuEvaluator:
 
     def _submit_ranked(self, rank: int | None, fn: Callable[..., T], *args: Any, **kwargs: Any) -> Future[T]:
         """:meth:`_submit`, its compiles waiting for slots at ``rank`` (:mod:`~r1build.gate.compile_slots`): a
-        job's rank is its place in the order jobs were started (:func:`largest_first`), so its compiles end first."""
+        job's rank is its place in the order jobs were started (:func:`start_order`), so its compiles end first."""
         if rank is None:
             return self._submit(fn, *args, **kwargs)
         with ranked(rank):
@@ -442,7 +464,7 @@ class GpuEvaluator:
         kernel = KernelKey.of(job, arch)
         gate_key = (kernel, tuple(e.candidate.digest for e in entries))
         with self._lock:
-            rank = self._ranks.setdefault(kernel, len(self._ranks))  # jobs are started largest first
+            rank = self._ranks.setdefault(kernel, len(self._ranks))  # in the order jobs are started (start_order)
             gate = self._gates.get(gate_key)
             if gate is None:
                 gate = self._submit_ranked(
@@ -631,6 +653,8 @@ class GpuEvaluator:
         with slot.busy:
             if not state.warmed and any(e.result is None for e in state.entries):
                 self._warm_library(state, slot, "warm_library_s")
+            if state.bench is not None:  # made on the CPU: waited for before the GPU is taken alone, not after
+                self._meter.timed("wait_plan_s", name, _wait_quietly, state.bench)
             waited = time.perf_counter()
             with slot.quiet.exclusive() as taking:
                 self._meter.phase("wait_quiet_s", waited, name)
@@ -692,6 +716,8 @@ class GpuEvaluator:
             state.done.set_exception(exc)
         else:
             state.done.set_result(None)
+            if state.slot is not None:  # its benchmark plan's files go now (GBs at large shapes)
+                self._timer.release(state.job, state.arch, state.slot)
         finally:
             self.timeline.add("settle_s", label(state.job, state.arch), start)
 

@@ -35,7 +35,7 @@ __all__ = [
     "chain",
     "job_key",
     "label",
-    "largest_first",
+    "start_order",
     "trim",
 ]
 
@@ -96,14 +96,22 @@ def label(job: Job, arch: str) -> str:
     return f"{job.spec.name}/{arch}"
 
 
-def largest_first(jobs: Sequence[Job]) -> list[int]:
-    """The order jobs are started in (their compiles ranked, their GPU assigned): most candidates first, the given
-    order among equals. The job with the most candidates has the most background work (compiles, checks, and
+def start_order(jobs: Sequence[Job], *, small_first: bool = True) -> list[int]:
+    """The order jobs are started in (their compiles ranked, their GPU assigned). Most candidates first, the given
+    order among equals: the job with the most candidates has the most background work (compiles, checks, and
     compute-sanitizer runs above all), and the GPU times whichever job is ready, so the longest work must not start
-    last: on the H200 the root manifest's matmul (35 candidates, 5th of 6) finished its racecheck runs 40 s after
-    every other job was ready (bench/results/gpu_session_2026-12-02.md). Starting the most loaded job first also
-    balances several GPUs (longest processing time first)."""
-    return sorted(range(len(jobs)), key=lambda i: -len(jobs[i].candidates))
+    last (on the H200 the root manifest's matmul, 35 candidates, 5th of 6, finished its racecheck runs 40 s after
+    every other job was ready: bench/results/gpu_session_2026-12-02.md); it also balances several GPUs (longest
+    processing time first). With ``small_first`` the job with the fewest candidates goes before them all: its
+    compiles end first, so the GPU has checks, sanitizer runs and then a job to time seconds sooner (the root
+    manifest's first job, 37 candidates, was compiled 10 s in and ready to time 28 s in; its smallest, 16, is done
+    compiling in under half of that), while the largest follow it at once."""
+    order = sorted(range(len(jobs)), key=lambda i: -len(jobs[i].candidates))
+    if small_first and len(order) > 1:
+        smallest = min(order, key=lambda i: (len(jobs[i].candidates), i))
+        order.remove(smallest)
+        order.insert(0, smallest)
+    return order
 
 
 def job_key(job: Job, arch: str) -> JobKey:

@@ -42,6 +42,9 @@ class EvaluatorOptions:
     compare_processes: int | None = None
     """Processes that compare the outputs of timed calls (:mod:`.compare_pool`; None: half the cores, at most 8; 0: in
     the evaluator's own threads)."""
+    small_first: bool = True
+    """Start the job with the fewest candidates first, then the others most candidates first
+    (:func:`~.jobs.start_order`): the GPU gets work sooner; False: most candidates first throughout."""
     in_order: bool = False
     """Time jobs in the order given, each once its background work is in, instead of the first one ready."""
     time_before_sanitized: bool = False

@@ -461,3 +461,46 @@ def test_the_lazy_call_finds_finite_outputs_with_one_element_in_64_changed() -> 
     moved = np.flatnonzero(y != x)
     assert list(moved) == list(range(0, 200, DECOY_STRIDE)) and np.isfinite(y).all()
     assert list(np.flatnonzero(i != np.arange(200))) == list(range(0, 200, DECOY_STRIDE))
+
+
+def test_a_benchmark_plan_is_shared_until_its_last_job_is_done_then_its_files_go(
+    root_manifest: Manifest, tmp_path: Path
+) -> None:
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+    from typing import cast
+
+    from r1build.evaluate.compare_pool import ComparePool
+    from r1build.evaluate.slots import Slot
+    from r1build.evaluate.timing.measure import Timer
+    from r1build.judge import Job
+
+    def now(fn: Any, *args: Any, **kwargs: Any) -> Future[Any]:
+        done: Future[Any] = Future()
+        done.set_result(fn(*args, **kwargs))
+        return done
+
+    timer = Timer(
+        cache=lambda: cast(Any, None), submit=now, note=lambda *_: None, count=lambda *_: None, root=tmp_path,
+        seed=0, call_timeout_s=1.0, timeout_s=1.0, budget_s=0.1, compare_pool=ComparePool(0),
+    )  # fmt: skip
+    slot = cast(Slot, SimpleNamespace(gpu=SimpleNamespace(l2_bytes=1 << 20)))
+    spec = replace(root_manifest.kernel("silu_mul"), bench_shapes=[{"n": 4099}])
+    job = Job(root_manifest, spec, "sm_90", [])
+    first = timer.bench_plan(job, "sm_90", slot)
+    assert timer.bench_plan(job, "sm_90", slot) is first  # made once for both jobs
+    files = [Path(f) for s in first.result().shapes[0].sets for f in [*s.files, *s.expected_files.values()] if f]
+    assert files and all(f.is_file() for f in files)
+    timer.release(job, "sm_90", slot)
+    assert all(f.is_file() for f in files)  # the other job still times with them
+    timer.release(job, "sm_90", slot)
+    assert not any(f.exists() for f in files)
+    assert not (tmp_path / "bench" / "silu_mul-0").exists() and not (tmp_path / "expected" / "silu_mul-0").exists()
+    again = timer.bench_plan(job, "sm_90", slot).result()  # a later job of the kernel: made again, elsewhere
+    assert again.directory != first.result().directory and again.directory.is_dir()
+    assert [s.inputs.keys() for s in again.shapes[0].sets] == [s.inputs.keys() for s in first.result().shapes[0].sets]
+    assert all(
+        np.array_equal(a, b)
+        for s, t in zip(again.shapes[0].sets, first.result().shapes[0].sets, strict=True)
+        for a, b in zip(s.inputs.values(), t.inputs.values(), strict=True)
+    )

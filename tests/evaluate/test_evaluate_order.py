@@ -85,11 +85,14 @@ def _job(n: int) -> Job:
     return Job(manifest, manifest.kernels[0], "sm_90", candidates)
 
 
-def test_jobs_start_with_the_most_candidates_first_and_keep_the_given_order_among_equals() -> None:
-    from r1build.evaluate.jobs import largest_first
+def test_jobs_start_with_the_fewest_candidates_then_the_most_and_keep_the_given_order_among_equals() -> None:
+    from r1build.evaluate.jobs import start_order
 
-    assert largest_first([_job(3), _job(35), _job(3), _job(12)]) == [1, 3, 0, 2]
-    assert largest_first([]) == []
+    jobs = [_job(3), _job(35), _job(3), _job(12)]
+    assert start_order(jobs) == [0, 1, 3, 2]  # the first of the smallest, then most candidates first
+    assert start_order(jobs, small_first=False) == [1, 3, 0, 2]
+    assert start_order([_job(7), _job(20)]) == [0, 1] and start_order([_job(20), _job(7)]) == [1, 0]
+    assert start_order([_job(5)]) == [0] and start_order([]) == []
 
 
 def test_an_error_at_the_job_the_gpu_took_reaches_that_job_and_those_after_it(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ The evaluator calls it with the GPU quiet (no sanitizer runs beside it).
 from __future__ import annotations
 
 import contextlib
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -101,6 +102,9 @@ class Timer:
         self._compare_pool = compare_pool
         self._lock = threading.Lock()
         self._plans: dict[tuple[KernelKey, int], Future[BenchPlan]] = {}
+        self._plan_users: dict[tuple[KernelKey, int], int] = {}
+        self._plan_folders: dict[tuple[KernelKey, int], tuple[Path, Path]] = {}
+        self._plans_made = 0
         self._timings = 0
 
     def floors(self, slot: Slot) -> DeviceFloors | None:
@@ -178,19 +182,47 @@ class Timer:
         return found
 
     def bench_plan(self, job: Job, arch: str, slot: Slot) -> Future[BenchPlan]:
-        """The benchmark-shape checks of a job's kernel for GPUs of this slot's L2 size (made once, on the CPU
-        pool: the reference runs at the benchmark shapes)."""
+        """The benchmark-shape checks of a job's kernel for GPUs of this slot's L2 size, made once for the jobs
+        that use it until the last of them is done (:meth:`release`). Plans are made one at a time, in the order
+        asked for where ``submit`` (the constructor's) runs one thing at a time, as the evaluator's does: the
+        reference runs at the benchmark shapes and its inputs and outputs are written out (GBs for large shapes)
+        beside the gate's compiles rather than in their way, and the first job asks first."""
         l2 = slot.gpu.l2_bytes or (40 << 20)
         key = (KernelKey.of(job, arch), l2)
         with self._lock:
             if key not in self._plans:
                 reference = load_reference(job.manifest.root, job.spec.reference)
-                name = f"{job.spec.name}-{len(self._plans)}"  # the reference's outputs where no worker reads them
+                name = f"{job.spec.name}-{self._plans_made}"  # the reference's outputs where no worker reads them
+                self._plans_made += 1
                 directory, expected = self._root / "bench" / name, self._root / "expected" / name
+                self._plan_folders[key] = (directory, expected)
                 self._plans[key] = self._submit(
-                    plan_bench, job.spec, reference, l2, directory, seed=self._seed, expected_directory=expected
+                    plan_bench,
+                    job.spec,
+                    reference,
+                    l2,
+                    directory,
+                    seed=self._seed,
+                    expected_directory=expected,
                 )
+            self._plan_users[key] = self._plan_users.get(key, 0) + 1
             return self._plans[key]
+
+    def release(self, job: Job, arch: str, slot: Slot) -> None:
+        """A job that asked for its kernel's benchmark plan is done with it: after the last such job the plan's
+        arrays and files (the inputs and the reference's outputs, GBs for large shapes) go now, not when the
+        evaluator closes; a later job of the kernel makes the plan again (the same seed, the same inputs)."""
+        key = (KernelKey.of(job, arch), slot.gpu.l2_bytes or (40 << 20))
+        with self._lock:
+            users = self._plan_users.get(key, 0) - 1
+            if users > 0:
+                self._plan_users[key] = users
+                return
+            self._plan_users.pop(key, None)
+            plan = self._plans.pop(key, None)
+            folders = self._plan_folders.pop(key, None)
+        if plan is not None and folders is not None:
+            plan.add_done_callback(lambda _: _remove_plan(folders))
 
     def time(
         self,
@@ -415,6 +447,12 @@ def _cpu_saves(
         paths[j] = str(path)
         saves.append({"offset": item["offset"], "nbytes": item["nbytes"], "path": str(path)})
     return saves
+
+
+def _remove_plan(folders: tuple[Path, Path]) -> None:
+    """Remove a benchmark plan's folders (the evaluator's own: workers only read them)."""
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _remove(slot: Slot, out_dir: Path) -> None:
