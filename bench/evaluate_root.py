@@ -431,6 +431,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--in-order", action="store_true", help="time jobs in the order given, not the first one ready")
     parser.add_argument(
+        "--racecheck-first",
+        action="store_true",
+        help="experiment: a freed compute-sanitizer place goes to a waiting racecheck run first",
+    )
+    parser.add_argument(
         "--largest-first",
         action="store_true",
         help="start jobs most candidates first throughout (not the smallest job first)",
@@ -473,6 +478,8 @@ def main(argv: list[str] | None = None) -> int:
         options["in_order"] = True
     if args.largest_first:
         options["small_first"] = False
+    if args.racecheck_first:
+        options["racecheck_first"] = True
     if args.time_before_sanitized:
         options["time_before_sanitized"] = True
     if args.no_compare_on_gpu:

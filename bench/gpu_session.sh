@@ -251,7 +251,7 @@ order() {  # the start order A/B on one host: evaluate_all with the default (the
   # --largest-first, alternating (ORDER_PAIRS pairs, default 2; the first run's spans kept in evaluate_root.json.gz and
   # the CPU sampled for its first 16 s in cpu.log), each run's per-job table in order.log; then `r1build resolve` of the
   # root (quiet; resolves.log with the evaluator's account) while ORDER_UNTIL seconds of the call are not spent
-  local n args i=0 t0=$SECONDS
+  local n args i=0 began=$SECONDS  # (not t0: quiet sets a t0 of its own, which bash scoping would share)
   rm -f /tmp/order-tables.log
   lscpu | grep -E "^(Model name|Thread|Core|Socket|CPU\(s\))" > "$OUT/cpu.log"
   for n in $(seq 1 "${ORDER_PAIRS:-2}"); do
@@ -268,9 +268,9 @@ order() {  # the start order A/B on one host: evaluate_all with the default (the
       [ "$i" = 1 ] && gzip -c "/tmp/order-$i/evaluate_root.json" > "$OUT/evaluate_root.json.gz"
     done
   done | tee "$OUT/order.log"
-  cat /tmp/order-tables.log >> "$OUT/order.log"
+  cat /tmp/order-tables.log >> "$OUT/order.log" 2>/dev/null
   n=0
-  while [ $((SECONDS - t0)) -lt "${ORDER_UNTIL:-440}" ]; do
+  while [ $((SECONDS - began)) -lt "${ORDER_UNTIL:-440}" ]; do
     n=$((n + 1))
     SKIP_NCU=1 SKIP_SAMPLE=1 quiet
     grep -E "^resolve rc|r1build.resolve: (resolve|judges):|r1build.evaluate.evaluator: " /tmp/resolve_root.err \

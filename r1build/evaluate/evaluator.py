@@ -126,6 +126,16 @@ def _cleanup(
     )
 
 
+def _static_shared(gate: Future[list[Result]], index: int) -> bool:
+    """Whether the gate's report gave candidate ``index`` of a job static shared memory (False where its verdicts
+    are not in yet, or say nothing of it)."""
+    if not gate.done() or gate.exception() is not None:
+        return False
+    results = gate.result()
+    report = results[index].gate if index < len(results) else None
+    return report is not None and report.shared_bytes > 0
+
+
 def _wait_quietly(future: Future[Any]) -> None:
     """Wait for ``future``; what it raised is met again where its result is used."""
     with contextlib.suppress(Exception):
@@ -233,6 +243,7 @@ class GpuEvaluator:
             cuobjdump=self._cuobjdump,
             batch=o.sanitize_batch,
             runs=o.sanitize_runs,
+            racecheck_first=o.racecheck_first,
         )
         cpu = self._pool  # (not self._submit: the finalizer below must hold nothing that holds self)
         # benchmark plans one at a time, in the order jobs start: beside the gate's compiles, not in their way
@@ -482,9 +493,10 @@ class GpuEvaluator:
                 plan = self._submit(plan_checks, job.spec, reference, seed=self.seed)
                 self._plans[kernel] = plan
         slot = next((s for s in self._slots if gpu_runs_arch(s.gpu, parse_arch(arch))), None)
-        for entry in entries:
+        for index, entry in enumerate(entries):
             library = self._library(job, entry.candidate, arch, gate)
-            self._sanitizing.start(job, arch, entry.candidate, library, plan)
+            shared = functools.partial(_static_shared, gate, index)
+            self._sanitizing.start(job, arch, entry.candidate, library, plan, static_shared=shared)
             if slot is not None:
                 self._check_later(slot, job, arch, entry, gate, library, plan)
         return gate, plan

@@ -45,6 +45,9 @@ class EvaluatorOptions:
     small_first: bool = True
     """Start the job with the fewest candidates first, then the others most candidates first
     (:func:`~.jobs.start_order`): the GPU gets work sooner; False: most candidates first throughout."""
+    racecheck_first: bool = False
+    """A freed compute-sanitizer place goes to a waiting racecheck run before the other tools' runs
+    (:attr:`.sanitizer.schedule.Sanitizing.racecheck_first`); False: first come first served."""
     in_order: bool = False
     """Time jobs in the order given, each once its background work is in, instead of the first one ready."""
     time_before_sanitized: bool = False

@@ -235,6 +235,9 @@ def _sanitizing_runs(
     runs_per_queue: int = 2,
     wait_s: float = 60,
     timeout_s: float = 1.0,
+    hold_s: float = 0.0,
+    racecheck_first: bool = False,
+    static_shared: frozenset[str] = frozenset(),
 ) -> tuple[dict[str, list[tuple[str, str]]], list[list[str]], dict[str, float]]:
     """Every name a candidate library of the root manifest's silu_mul (softmax_rows where the name says so),
     sanitized through :class:`Sanitizing`
@@ -244,9 +247,13 @@ def _sanitizing_runs(
     ``cancel_deciding``, those names are canceled while their tools are being decided (when the look-up of their
     shared memory asks for cuobjdump, ``cuobjdump`` then). With ``race_found``, the names it holds fail their
     checks with wrong values once built: each asks for a race as the evaluator does (its reason, or None, and the
-    seconds that took, put in the dict), then is canceled. Every outcome is waited for ``wait_s`` at most; a run
-    silent for ``timeout_s`` stalls. ``runs_per_queue`` runs of a kernel and tool at once (two: the idle places'
-    runs of :data:`~r1build.evaluate.sanitizer.schedule.MOST_RUNS` then have room on a loaded machine)."""
+    seconds that took, put in the dict), then is canceled. With ``hold_s``, one sanitizer process at a time, its
+    place held that long after the libraries are built (every run waiting for it); ``racecheck_first`` as
+    :class:`Sanitizing` takes it. The names in ``static_shared`` have static shared memory by their compile's
+    report (the counter ``cuobjdump_asked`` says how often the SASS listing was asked for). Every outcome is
+    waited for ``wait_s`` at most; a run silent for ``timeout_s`` stalls. ``runs_per_queue`` runs of a kernel and
+    tool at once (two: the idle places' runs of :data:`~r1build.evaluate.sanitizer.schedule.MOST_RUNS` then have
+    room on a loaded machine)."""
     import contextlib
     import threading
     import time
@@ -279,6 +286,7 @@ def _sanitizing_runs(
             counters[name] = counters.get(name, 0.0) + value
 
     def deciding() -> str | None:  # in Sanitizing._ready, after it saw the candidate not canceled
+        count("cuobjdump_asked", 1)
         for name in cancel_deciding:
             sanitizing.cancel(job_of(name), "sm_90", candidates[name], runs[name])
         return cuobjdump
@@ -292,7 +300,8 @@ def _sanitizing_runs(
             cuobjdump=deciding,
             batch=batch,
             runs=runs_per_queue,
-            processes=1 if cancel_waiting else processes,
+            processes=1 if cancel_waiting or hold_s else processes,
+            racecheck_first=racecheck_first,
         )
         jobs = {k: Job(manifest, spec, "sm_90", []) for k, spec in specs.items()}
         plans = {
@@ -305,12 +314,15 @@ def _sanitizing_runs(
         runs: dict[str, SanitizeRuns] = {}
         candidates = {name: Candidate(source=f"// {name}\n", origin=Origin("generated", None)) for name in names}
         libraries: dict[str, Future[Library | LibraryFailure]] = {}
-        held = sanitizing.processes.take(None) if cancel_waiting else contextlib.nullcontext()
+        held = sanitizing.processes.take(None) if cancel_waiting or hold_s else contextlib.nullcontext()
         with held:
             for name in names:
                 libraries[name] = Future()
                 job = job_of(name)
-                sanitizing.start(job, "sm_90", candidates[name], libraries[name], plans[job.spec.name])
+                shared = name in static_shared
+                sanitizing.start(
+                    job, "sm_90", candidates[name], libraries[name], plans[job.spec.name], lambda s=shared: s
+                )
                 found = sanitizing.runs(job, "sm_90", candidates[name])
                 assert found is not None
                 runs[name] = found
@@ -323,6 +335,7 @@ def _sanitizing_runs(
                 race = sanitizing.race_found(job_of(name), "sm_90", runs[name], wrong, wait_s=3.0)
                 race_found[name] = (race, time.monotonic() - start)
                 sanitizing.cancel(job_of(name), "sm_90", candidates[name], runs[name])
+            time.sleep(hold_s)
             if cancel_waiting:
                 time.sleep(2.5)  # gathered (1.5 s at most) and waiting for the one place
                 for name in cancel_waiting:
@@ -395,6 +408,18 @@ def test_places_nobody_waits_for_go_to_the_queue_with_the_most_candidates_left(t
     assert all(sorted(n for c in calls for n in c) == sorted(names) for calls in per_tool.values())
     assert counters["sanitizer_extra_runs"] >= 1
     assert max(len(calls) for calls in per_tool.values()) > 2  # some tool ran on the idle places too
+
+
+@pytest.mark.slow
+def test_with_racecheck_first_a_freed_place_goes_to_a_waiting_racecheck_run(tmp_path: Path) -> None:
+    # every run waits for the one place until it is freed; first come first served, a memcheck run (its queue is
+    # dispatched first) would take it; racecheck runs, the long ones, go first when asked to
+    names = ["a", "b", "c"]
+    outcomes, calls, _ = _sanitizing_runs(tmp_path, names, batch=16, hold_s=2.5, racecheck_first=True)
+    assert all(dict(outcomes[n]) == dict.fromkeys(("memcheck", "racecheck", "initcheck"), "clean") for n in names)
+    order = [tool for tool, _ in _calls(tmp_path)]
+    assert order[0] == "racecheck" and set(order) == {"memcheck", "racecheck", "initcheck"}
+    assert sorted(n for run in calls for n in run) == sorted(names * 3)
 
 
 def test_a_candidate_canceled_while_its_run_waits_for_a_place_is_left_out_of_it(tmp_path: Path) -> None:
@@ -542,6 +567,21 @@ def test_a_race_is_asked_of_racecheck_alone(tmp_path: Path) -> None:
     race, seconds = found["bad-stuck-memcheck-0.so"]
     assert race is not None and race.startswith("nondeterministic: a race") and seconds < 2.5
     assert ("racecheck", "finding") in outcomes["bad-stuck-memcheck-0.so"]
+
+
+def test_a_compile_report_of_static_shared_memory_runs_racecheck_without_reading_the_machine_code(
+    tmp_path: Path,
+) -> None:
+    cuobjdump = tmp_path / "cuobjdump"  # SASS without shared memory: only a report of static shared memory adds it
+    cuobjdump.write_text("#!/bin/sh\necho 'Function : k'\necho '  FADD R0, R1, R2 ;'\n")
+    cuobjdump.chmod(0o755)
+    names = ["tiled.so", "plain.so"]
+    outcomes, _, counters = _sanitizing_runs(
+        tmp_path, names, batch=16, cuobjdump=str(cuobjdump), static_shared=frozenset({"tiled.so"}), wait_s=20
+    )
+    assert [t for t, _ in outcomes["tiled.so"]] == ["memcheck", "racecheck", "initcheck"]
+    assert [t for t, _ in outcomes["plain.so"]] == ["memcheck", "initcheck"]
+    assert counters.get("cuobjdump_asked") == 1  # the plain one's listing only
 
 
 def test_no_race_is_waited_for_where_racecheck_does_not_run(tmp_path: Path) -> None:

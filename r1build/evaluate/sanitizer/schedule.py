@@ -227,6 +227,7 @@ class Sanitizing:
         batch: int = 16,
         runs: int = RUNS_PER_QUEUE,
         processes: int | None = None,
+        racecheck_first: bool = False,
     ) -> None:
         self._slots = slots
         self._submit = submit
@@ -240,7 +241,13 @@ class Sanitizing:
         """Runs of one kernel and tool at once (:data:`RUNS_PER_QUEUE` by default)."""
         self.processes = PrioritySlots(processes if processes is not None else cores())
         """Sanitizer processes at once, first come first served (not by the GPU's order of jobs: that says nothing of
-        how long a kernel's runs take, and the longest must not start last)."""
+        how long a kernel's runs take, and the longest must not start last), racecheck runs before the others with
+        :attr:`racecheck_first`."""
+        self.racecheck_first = racecheck_first
+        """Whether a freed place goes to a waiting racecheck run before runs of the other tools: racecheck costs 4-20x
+        the others a candidate (bench/results/sanitizer_batch-matmul.md), so a tiled kernel's racecheck runs are the
+        longest chain of background work; they start as soon as its libraries are built instead of behind the short
+        runs of the jobs before it."""
         self._lock = threading.Lock()
         self._inputs: dict[KernelKey, _Inputs] = {}
         self._runs: dict[tuple[KernelKey, str], SanitizeRuns] = {}
@@ -249,6 +256,10 @@ class Sanitizing:
         self.pool = ThreadPoolExecutor(max_workers=4 * cores() + 4, thread_name_prefix="r1build-sanitize")
         """Where runs wait for a place among :attr:`processes` and for their process (not the evaluator's compile
         pool, which they would hold); more threads than places, so every run waiting is in line for one."""
+
+    def _rank(self, queue: _Queue) -> int | None:
+        """The rank a run of ``queue`` waits for a place with (:attr:`racecheck_first`)."""
+        return 0 if self.racecheck_first and queue.tool == "racecheck" else None
 
     def _spawn(self, fn: Callable[..., object], *args: object) -> None:
         self.pool.submit(contextvars.copy_context().run, fn, *args)
@@ -269,10 +280,14 @@ class Sanitizing:
         candidate: Candidate,
         library: Future[Library | LibraryFailure],
         plan: Future[list[ShapePlan]],
+        static_shared: Callable[[], bool] | None = None,
     ) -> None:
         """Queue compute-sanitizer on a variant as soon as its library and the job's plan exist, before (and
         whatever) the correctness checks say: its runs then overlap the checks, and a caller that prepared
-        several jobs finds them done. A variant that fails its checks has its runs canceled."""
+        several jobs finds them done. A variant that fails its checks has its runs canceled. ``static_shared``
+        says, once the library is built, whether the compile's report gave it static shared memory: racecheck
+        runs then without reading its machine code (:func:`.runner.uses_shared_memory` decides otherwise: a
+        report can only add racecheck, never spare it)."""
         slot = self.slot_for(arch)
         if slot is None:
             return
@@ -296,7 +311,7 @@ class Sanitizing:
                 if not (library.done() and plan.done()) or started.is_set():
                     return
                 started.set()
-            self._submit(self._ready, job, slot, kernel, inputs, library, plan, runs)
+            self._submit(self._ready, job, slot, kernel, inputs, library, plan, runs, static_shared)
 
         library.add_done_callback(ready)
         plan.add_done_callback(ready)
@@ -360,6 +375,7 @@ class Sanitizing:
         library: Future[Library | LibraryFailure],
         plan: Future[list[ShapePlan]],
         runs: SanitizeRuns,
+        static_shared: Callable[[], bool] | None = None,
     ) -> None:
         """A candidate's library is built: decide its tools and queue it for each."""
         queues: list[_Queue] = []
@@ -379,7 +395,10 @@ class Sanitizing:
                 return
             runs.library = lib.path
             box = runner.sandbox  # cuobjdump reads the library confined, as the runs run it
-            tools = [t for t in TOOLS if t != "racecheck" or uses_shared_memory(lib.path, self._cuobjdump(), box)]
+            shared = (static_shared is not None and static_shared()) or uses_shared_memory(
+                lib.path, self._cuobjdump(), box
+            )
+            tools = [t for t in TOOLS if t != "racecheck" or shared]
             runs.expect(tools)
             for tool in tools:
                 queues.append(self._add(job.spec, kernel, tool, slot, inputs, runs))
@@ -456,7 +475,7 @@ class Sanitizing:
         """One run over the list ``part``; a clean run clears it, a run of one gets its verdict, anything else
         splits."""
         try:
-            with self.processes.take(None):  # a place first: candidates canceled while it waited are left out
+            with self.processes.take(self._rank(queue)):  # a place first: what was canceled meanwhile is left out
                 members = [r for r in part if not r.canceled and r.library is not None]
                 if members:
                     found = self._run_tool(queue, members)
@@ -472,7 +491,7 @@ class Sanitizing:
     def _run_taking(self, queue: _Queue, place: contextlib.AbstractContextManager[None] | None) -> None:
         """One run that takes candidates from the queue folder (on ``place``, or on the next free place)."""
         try:
-            with place if place is not None else self.processes.take(None):
+            with place if place is not None else self.processes.take(self._rank(queue)):
                 with self._lock:
                     idle = queue.untaken() == 0
                 if not idle:
