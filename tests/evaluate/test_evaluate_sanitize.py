@@ -255,6 +255,7 @@ def _sanitizing_runs(
     tool at once (two: the idle places' runs of :data:`~r1build.evaluate.sanitizer.schedule.MOST_RUNS` then have
     room on a loaded machine)."""
     import contextlib
+    import functools
     import threading
     import time
     from concurrent.futures import Future, ThreadPoolExecutor
@@ -319,10 +320,8 @@ def _sanitizing_runs(
             for name in names:
                 libraries[name] = Future()
                 job = job_of(name)
-                shared = name in static_shared
-                sanitizing.start(
-                    job, "sm_90", candidates[name], libraries[name], plans[job.spec.name], lambda s=shared: s
-                )
+                shared = functools.partial(bool, name in static_shared)  # what the compile's report says
+                sanitizing.start(job, "sm_90", candidates[name], libraries[name], plans[job.spec.name], shared)
                 found = sanitizing.runs(job, "sm_90", candidates[name])
                 assert found is not None
                 runs[name] = found
