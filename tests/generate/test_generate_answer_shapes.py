@@ -443,8 +443,9 @@ def test_a_search_over_answers_of_every_shape_keeps_each_candidate_and_counts_ea
     # (samples run two at a time, so which sample got which reply is not fixed)
     assert sorted(c.source for c in outcome.candidates) == sorted([*finals[:3], _extern_block(finals[3])])
     assert outcome.usage.failures.get("no_code") == 3
-    warnings = sorted(e.message for e in events if isinstance(e, Note) and "no CUDA code block" in e.message)
-    assert [w.rsplit("(", 1)[1] for w in warnings] == ["thinking_only)", "no_code)", "no_code)"]
+    warnings = [e.message for e in events if isinstance(e, Note) and "no CUDA code block" in e.message]
+    # (the messages name their samples, which differ between runs: their kinds are compared, in any order)
+    assert sorted(w.rsplit("(", 1)[1] for w in warnings) == ["no_code)", "no_code)", "thinking_only)"]
     with project.cache() as cache:
         again = replay(
             SearchJob(manifest, manifest.kernel("vadd"), "sm_90", evaluator=MarkerJudge(), cache=cache),
