@@ -41,6 +41,7 @@ try:
 except ImportError:  # the generate extra is not installed: the command that needs it says which to install
     raise GENERATE.missing() from None
 from ..manifest.model import Generation
+from .bodies import ACCEPT_ENCODING, BodyTooLarge, bound_body
 from .budget import estimate_tokens
 from .exchange import (
     FAULT_KINDS,
@@ -157,6 +158,9 @@ class ChatClient:
                 base_url=self.endpoint.base_url,
                 max_retries=0,
                 timeout=openai.Timeout(t, connect=min(30.0, t)),
+                http_client=openai.DefaultAsyncHttpxClient(
+                    headers={"Accept-Encoding": ACCEPT_ENCODING}, event_hooks={"response": [bound_body]}
+                ),
             )
         except Exception as exc:  # the HTTP client refuses the URL (a port out of range, a bad character)
             raise ConfigError(
@@ -442,6 +446,8 @@ class ChatClient:
             return await self._plain(messages, params, started)
         except Fault:
             raise
+        except BodyTooLarge as exc:  # a stream past its bounds, read through bodies.bound_body and EventBound
+            raise _oversized(exc) from None
         except openai.APIStatusError as exc:
             raise status_fault(exc) from None
         except openai.APITimeoutError:
@@ -449,6 +455,8 @@ class ChatClient:
                 "timeout", "the HTTP client timed out", label=f"timed out after {self.generation.request_timeout_s:g} s"
             ) from None
         except openai.APIConnectionError as exc:
+            if isinstance(exc.__cause__, BodyTooLarge):  # a plain body, read by the client through bound_body
+                raise _oversized(exc.__cause__) from None
             raise connection_fault(exc, partial) from None
         except openai.APIResponseValidationError as exc:
             raise Fault(
@@ -563,6 +571,11 @@ class ChatClient:
                 partial.first_token_s,
             )
         )
+
+
+def _oversized(exc: BodyTooLarge) -> Fault:
+    """The fault of a response past what this process takes in (:mod:`.bodies`)."""
+    return Fault("bad_response", f"{exc} (not read further)", label="an oversized response")
 
 
 def _check_chunk(chunk: Any) -> None:

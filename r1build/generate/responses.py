@@ -23,6 +23,7 @@ try:
     import openai
 except ImportError:  # the generate extra is not installed: the command that needs it says which to install
     raise GENERATE.missing() from None
+from . import bodies
 from .budget import estimate_tokens
 from .exchange import Completion, FaultKind, Meter, SaidInstead, refusal_of, tool_calls_of, utf8_text
 from .pacing import parse_retry_after, status_label
@@ -295,9 +296,11 @@ async def _ended_by_a_blank_line(iterator: Any) -> Any:
     of a server that ends without one (its finish chunk, ``data: {...}`` and the end of the body) is dispatched, not
     dropped as unfinished (the answer was then retried, paid again). A stream cut mid-way raises before it. The
     byte order mark (the event stream standard ignores one) glued itself to the first field's name, and that event
-    was dropped, its content lost."""
+    was dropped, its content lost. One event is held to :data:`.bodies.EVENT_BYTES` (:class:`.bodies.EventBound`)."""
     head: bytes | None = b""  # the first bytes, until they are known to begin with a byte order mark or not
+    bound = bodies.EventBound()
     async for data in iterator:
+        bound.add(data)
         if head is not None:
             head += data
             if _BOM.startswith(head):
@@ -313,8 +316,8 @@ async def _read_whole(stream: Any) -> bytes:
     """The whole body of a response the client did not read as events; a connection that breaks meanwhile is a
     fault like any other (httpx's own error would otherwise escape: the client wraps only what it reads)."""
     try:
-        body: bytes = await stream.response.aread()
-    except (asyncio.CancelledError, Fault):
+        body: bytes = await stream.response.aread()  # through bodies.bound_body: held to its bound
+    except (asyncio.CancelledError, Fault, bodies.BodyTooLarge):
         raise
     except Exception as exc:
         what = f"connection failed while reading the body ({type(exc).__name__}: {exc})"

@@ -6,6 +6,7 @@ already received (paid for), give budget back, or end in a traceback."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import logging
 import time
@@ -621,3 +622,68 @@ def test_a_refusal_after_a_redirect_names_the_redirect(status: int, method: str)
     message = str(exchange.fatal)
     assert f"HTTP 405: the server refused the request: Method Not Allowed (redirected by HTTP {status}" in message
     assert f"/v2/chat/completions, sent there as {method}" in message
+
+
+def _completion_body(content: str) -> bytes:
+    return json.dumps(
+        {
+            "id": "r1",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "deepseek-reasoner",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        }
+    ).encode()
+
+
+def test_a_plain_body_past_the_bound_fails_its_attempts_declared_or_inflated(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client read a plain body whole: a server that sends without end (or a small gzip body that inflates to
+    gigabytes) filled memory until the deadline. Past the bound (here lowered), each attempt is a bad response,
+    whether the body declares its length or a gzip body passes it only once inflated; one within it, gzip or not,
+    is read as before, and the requests ask only for the encodings inflated within the bound."""
+    from r1build.generate import bodies
+
+    monkeypatch.setattr(bodies, "BODY_BYTES", 100_000)
+    big = _completion_body("x" * 300_000)
+    assert len(gzip.compress(big)) < 100_000  # declared small, inflated past the bound
+    for script in ([Raw(big)] * 3, [Raw(big, gzip=True)] * 3):
+        exchange, requests = ask(list(script), stream=False)
+        assert exchange.completion is None and requests == 3
+        assert all(a.outcome == "bad_response" for a in exchange.attempts)
+        assert "100000 bytes" in exchange.attempts[0].message, exchange.attempts[0].message
+    with ChatServer([Raw(_completion_body("the answer"), gzip=True)]) as server:
+        endpoint = resolve_endpoint(
+            Generation(retries=0, stream=False), {"R1BUILD_BASE_URL": server.url, "DEEPSEEK_API_KEY": KEY}
+        )
+
+        async def go() -> Exchange:
+            async with ChatClient(endpoint, Generation(retries=0, stream=False)) as client:
+                exchange = Exchange([{"role": "user", "content": "x"}], client.params(temperature=None, max_tokens=10))
+                return await client.complete(exchange, deadline=time.monotonic() + 20, meter=Meter())
+
+        exchange = asyncio.run(go())
+        headers = {k.lower(): v for k, v in server.chat_requests()[0].headers.items()}
+    assert exchange.completion is not None and exchange.completion.content == "the answer"
+    assert headers.get("accept-encoding") == "gzip, deflate"
+
+
+def test_a_stream_event_without_its_blank_line_and_a_json_answer_to_a_stream_are_held_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One event of a stream was read line by line until its blank line (a server that never sends one filled
+    memory); a JSON body in answer to a stream request was read whole. Both are held: a bad response past them.
+    (The whole body of a stream is held to the same bound as a plain one.)"""
+    from r1build.generate import bodies
+
+    monkeypatch.setattr(bodies, "EVENT_BYTES", 50_000)
+    monkeypatch.setattr(bodies, "BODY_BYTES", 100_000)
+    endless = Events([b"data: " + b"x" * 200_000], done=False)
+    exchange, _ = ask([endless] * 3)
+    assert exchange.completion is None and all(a.outcome == "bad_response" for a in exchange.attempts)
+    assert "one event of the stream passed 50000 bytes" in exchange.attempts[0].message
+    for plain in (Raw(_completion_body("y" * 300_000)), Raw(_completion_body("y" * 300_000), gzip=True)):
+        exchange, _ = ask([plain] * 3)  # declared past the bound; passing it once inflated
+        assert exchange.completion is None and all(a.outcome == "bad_response" for a in exchange.attempts)
+        assert "100000 bytes" in exchange.attempts[0].message, exchange.attempts[0].message
+    exchange, _ = ask([Raw(_completion_body("fits"))])  # a JSON answer to a stream within the bound: as before
+    assert exchange.completion is not None and exchange.completion.content == "fits"
