@@ -25,6 +25,7 @@ from pathlib import Path
 from ..convert import record, replace
 from ..errors import SandboxUnavailableError, ToolchainError
 from ..manifest.archs import arch_info
+from ..manifest.flags import include_folders
 from ..records import GateReport
 from ..sandbox import Runner, Sandbox, compile_confinement, run_confined, run_process, unconfined
 from ..settings import SANDBOX_ENV
@@ -300,7 +301,7 @@ def _compile(
         obj,
         pre_include=DECLARATION_NAME if declaration is not None else None,
     )
-    confinement = compile_confinement(workdir, toolchain.nvcc)
+    confinement = compile_confinement(workdir, toolchain.nvcc, include_folders(flags))  # the user's headers
     start = time.perf_counter()
     try:
         # the runner stops nvcc's children (cudafe++, cicc, ptxas) as well at a timeout, and at an interrupt of

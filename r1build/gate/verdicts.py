@@ -33,10 +33,11 @@ __all__ = [
     "refused",
 ]
 
-GATE_SCHEMA = 3
+GATE_SCHEMA = 4
 """Bumped whenever what goes into a gate key, or what a cached gate result means, changes (2: candidates are
 compiled beside the declared signature, which is part of the key; 3: a passed variant is within the static memory
-limit and links into a shared library)."""
+limit and links into a shared library; 4: a confined compile sees the manifest's include search folders, so a
+generated candidate that includes the project's own header is no longer a compile error)."""
 
 ALLOWLIST_VERSION = 5
 """Part of the gate's cache key: bump it whenever a rule of :mod:`.symbols` changes, so old verdicts stop

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..digests import path_digest
 
-__all__ = ["defined_macro", "flag_problem", "include_digest", "include_flag", "rooted_flags"]
+__all__ = ["defined_macro", "flag_problem", "include_digest", "include_flag", "include_folders", "rooted_flags"]
 
 _RESERVED_PATTERNS: tuple[tuple[str, str], ...] = (
     (
@@ -87,6 +87,18 @@ def include_flag(flag: str) -> tuple[str, list[str]] | None:
     if m is None:
         return None
     return m.group(1), [part for part in m.group(2).split(",") if part]
+
+
+def include_folders(flags: Sequence[str]) -> tuple[Path, ...]:
+    """The absolute include search folders of ``flags`` (as :func:`rooted_flags` gives them), in order, once
+    each: what a confined compile of a candidate may read besides the toolkit and the system."""
+    found: dict[Path, None] = {}
+    for flag in flags:
+        parsed = include_flag(flag)
+        for folder in parsed[1] if parsed is not None else ():
+            if Path(folder).is_absolute():
+                found.setdefault(Path(folder), None)
+    return tuple(found)
 
 
 def rooted_flags(flags: Sequence[str], root: Path) -> list[str]:

@@ -172,10 +172,18 @@ def _read_output(log: Path) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def compile_confinement(workdir: Path, toolkit: str) -> Confinement:
-    """The confinement of a compile (nvcc, a link) of a candidate: its folder, the toolkit, :func:`compile_memory`
-    of address space per process and files (its output among them) of at most :data:`COMPILE_FILE_SIZE` bytes."""
-    return Confinement(workdir=workdir, toolkit=toolkit, memory=compile_memory(), file_size=COMPILE_FILE_SIZE)
+def compile_confinement(workdir: Path, toolkit: str, headers: Sequence[Path] = ()) -> Confinement:
+    """The confinement of a compile (nvcc, a link) of a candidate: its folder, the toolkit, the folders of
+    ``headers`` read-only (the manifest's include search paths: the user's own, which a hand-written kernel's
+    compile sees too), :func:`compile_memory` of address space per process and files (its output among them) of
+    at most :data:`COMPILE_FILE_SIZE` bytes."""
+    return Confinement(
+        workdir=workdir,
+        readable=tuple(headers),
+        toolkit=toolkit,
+        memory=compile_memory(),
+        file_size=COMPILE_FILE_SIZE,
+    )
 
 
 def reader_confinement(workdir: Path, program: str) -> Confinement:

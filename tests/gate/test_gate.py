@@ -731,3 +731,37 @@ def test_never_more_compilers_than_slots(manifest: Manifest, tmp_path: Path, mon
     # a compile and a link per candidate, each an nvcc, and the link step's own function once for this nvcc
     assert len(events) == 2 * (2 * 2 * threads + 1) and peak <= COMPILE_SLOTS, (peak, COMPILE_SLOTS)
     assert peak >= min(2, COMPILE_SLOTS)  # the compiles did overlap: the bound is what held them
+
+
+def test_a_generated_candidate_reads_the_manifests_include_folders_and_nothing_beside_them(
+    manifest: Manifest, silu: KernelSpec, tmp_path: Path
+) -> None:
+    """A model's kernel that includes the project's own header (as the hand-written one it was shown does) compiled
+    only unconfined: the sandbox showed its compile no folder of the manifest's include search paths, so every such
+    answer was a compile error. Those folders are now shown read-only; a folder beside them still is not (the
+    source check refuses reaching it by name; here nvcc is asked directly, past that check)."""
+    from r1build.manifest.flags import rooted_flags
+    from r1build.sandbox import confined, unconfined
+
+    (tmp_path / "include").mkdir()
+    (tmp_path / "include" / "helper.cuh").write_text("#define R1BUILD_HELPER_SCALE 2\n")
+    (tmp_path / "beside").mkdir()
+    (tmp_path / "beside" / "other.cuh").write_text("#define R1BUILD_OTHER 1\n")
+    settings = dataclasses.replace(manifest.settings, nvcc_flags=[*manifest.settings.nvcc_flags, "-Iinclude"])
+    project = dataclasses.replace(manifest, path=tmp_path / "kernels.toml", settings=settings)
+    found = silu_candidate("    (void)R1BUILD_HELPER_SCALE;", prelude='#include "helper.cuh"')
+    with Cache(tmp_path / "cache") as c:
+        [ok] = StaticGate(c).evaluate(Job(project, silu, "sm_90", [found]))
+    assert ok.status == "passed", ok.detail
+    beside = silu_candidate("    (void)R1BUILD_OTHER;", prelude='#include "../beside/other.cuh"')
+    flags = rooted_flags(settings.nvcc_flags, tmp_path)
+    assert TOOLCHAIN is not None
+    outcomes = {}
+    for name, sandbox in (("unconfined", unconfined()), ("confined", confined())):
+        (tmp_path / name).mkdir()
+        outcomes[name] = compile_variant(
+            beside.source, {}, "sm_90", name="silu_mul", flags=flags, toolchain=TOOLCHAIN, workdir=tmp_path / name,
+            timeout_s=120, sandbox=sandbox,
+        )  # fmt: skip
+    assert outcomes["unconfined"].ok, outcomes["unconfined"].output
+    assert not outcomes["confined"].ok and "other.cuh" in outcomes["confined"].output, outcomes["confined"].output
