@@ -7,6 +7,7 @@ import asyncio
 import email.utils
 import math
 import random
+import re
 import time
 from collections import Counter
 from http import HTTPStatus
@@ -147,6 +148,10 @@ def describe_faults(faults: Counter[str]) -> str:
     return f"{total} requests: {parts}"
 
 
+_WAIT = re.compile(r"\s*[0-9]+(?:\.[0-9]+)?\s*")
+"""A wait in seconds (or milliseconds) as a ``retry-after`` header writes it."""
+
+
 def parse_retry_after(headers: Any) -> float | None:
     """Seconds a response asks to wait (``retry-after-ms``, ``retry-after`` as seconds or HTTP date)."""
     if headers is None:
@@ -155,12 +160,11 @@ def parse_retry_after(headers: Any) -> float | None:
         value = headers.get(name)
         if value is None:
             continue
-        try:
+        # digits (and a fraction), as the header is written: Python's float() also takes "1_0", "1e3", "inf" and
+        # "-5", which no server means as a wait (the backoff decides then)
+        if _WAIT.fullmatch(str(value)):
             seconds = float(value) / scale
-        except ValueError:
-            pass
-        else:  # "inf" or "nan" is no wait the server can mean (nor one a transcript can store): the backoff decides
-            return max(0.0, seconds) if math.isfinite(seconds) else None
+            return seconds if math.isfinite(seconds) else None
         if name == "retry-after":
             try:
                 when = email.utils.parsedate_to_datetime(value)

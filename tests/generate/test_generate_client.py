@@ -115,6 +115,12 @@ def test_retry_after_forms() -> None:
     assert parse_retry_after({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}) == 0.0
     assert parse_retry_after({"retry-after": "soon"}) is None
     assert parse_retry_after({}) is None
+    assert parse_retry_after({"retry-after": " 1.5 "}) == 1.5
+    # what float() reads but no server means as a wait: the backoff decides (it waited 10 s for "1_0", 1000 s for
+    # "1e3", none for "-5")
+    for odd in ("1_0", "1e3", "-5", "inf", "nan", "0x10", "٣"):
+        assert parse_retry_after({"retry-after": odd}) is None, odd
+        assert parse_retry_after({"retry-after-ms": odd}) is None, odd
 
 
 @pytest.mark.parametrize(
