@@ -545,7 +545,7 @@ class ChatClient:
                     usage = chunk.usage
                 closing_usage = chunk.usage is not None and not chunk.choices
                 # one sample per request: deltas of another choice (a server that answers n > 1) are not this one's
-                choice = next((c for c in chunk.choices or () if getattr(c, "index", 0) in (0, None)), None)
+                choice = next((c for c in chunk.choices or () if _choice_index(c) in (0, None)), None)
                 if choice is None:
                     continue
                 if choice.delta is not None:  # a finish chunk may come with a null delta, or none: its finish counts
@@ -571,6 +571,14 @@ class ChatClient:
                 partial.first_token_s,
             )
         )
+
+
+def _choice_index(choice: Any) -> Any:
+    """A stream chunk's choice index, a number written as text ("0", as some servers send it) read as that number."""
+    index = getattr(choice, "index", 0)
+    if isinstance(index, str) and index.strip().isascii() and index.strip().isdigit():
+        return int(index)
+    return index
 
 
 def _oversized(exc: BodyTooLarge) -> Fault:

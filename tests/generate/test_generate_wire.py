@@ -127,6 +127,17 @@ def test_deltas_of_another_choice_are_not_mixed_in() -> None:
     assert (exchange.completion.content, exchange.completion.finish_reason) == ("first half", "stop")
 
 
+def test_a_choice_index_written_as_text_is_read_as_its_number() -> None:
+    """A server that writes a chunk's choice index as text ("0"): its deltas were taken for another choice's and
+    dropped, the answer came out empty and was asked (and paid) for again. Text "1" is still another choice."""
+    events = [chunk("first "), chunk("OTHER ", index=1), chunk("half", finish="stop")]
+    for event, index in zip(events, ("0", " 1", "0"), strict=True):
+        event["choices"][0]["index"] = index
+    exchange, requests = ask([Events(events), Answer("asked again")])
+    assert requests == 1 and exchange.completion is not None
+    assert (exchange.completion.content, exchange.completion.finish_reason) == ("first half", "stop")
+
+
 @pytest.mark.parametrize(
     "usage",
     [
