@@ -61,17 +61,18 @@ def _bounded_stream(response: Any, encoding: str) -> Any:
         async def __aiter__(self) -> AsyncIterator[bytes]:
             inflate = _inflater(encoding)
             seen = 0
-            async for chunk in inner:
-                data = chunk if inflate is None else _inflated(inflate, chunk, BODY_BYTES - seen)
+
+            def counted(data: bytes) -> bytes:
+                nonlocal seen
                 seen += len(data)
                 if seen > BODY_BYTES:
                     raise BodyTooLarge(f"the response's body passed {BODY_BYTES} bytes")
-                yield data
+                return data
+
+            async for chunk in inner:
+                yield counted(chunk if inflate is None else _inflated(inflate, chunk, BODY_BYTES - seen))
             if inflate is not None:
-                rest = inflate.flush()
-                if seen + len(rest) > BODY_BYTES:
-                    raise BodyTooLarge(f"the response's body passed {BODY_BYTES} bytes")
-                yield rest
+                yield counted(inflate.flush())
 
         async def aclose(self) -> None:
             await inner.aclose()

@@ -298,8 +298,8 @@ class Pool:
 
 INTERRUPTED = frozenset({"insufficient_system_resource", "abort", "error"})
 """Finish reasons of an answer the server ended before its end: DeepSeek's ``insufficient_system_resource`` (a busy
-service), vLLM's and SGLang's ``abort``. Read as ``stop`` they gave a half-written last block to the gate, and its
-compile error to the model as its own."""
+service), vLLM's and SGLang's ``abort``, and a plain ``error``. Read as ``stop`` they gave a half-written last block
+to the gate, and its compile error to the model as its own."""
 
 
 def read_answer(

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -72,6 +73,17 @@ def _settled(verdict: Verdict) -> Future[Verdict | list[SampleStats]]:
     return done
 
 
+@dataclass
+class _SharedPlan:
+    """A kernel's benchmark plan while jobs use it (:meth:`Timer.bench_plan`, :meth:`Timer.release`)."""
+
+    plan: Future[BenchPlan]
+    folders: tuple[Path, Path]
+    """Its input files' folder and the reference's outputs' folder."""
+    users: int = 0
+    """Jobs that asked for it and are not done with it."""
+
+
 class Timer:
     """Timing requests of one evaluator (see the module docstring)."""
 
@@ -101,9 +113,7 @@ class Timer:
         self._budget_s = budget_s
         self._compare_pool = compare_pool
         self._lock = threading.Lock()
-        self._plans: dict[tuple[KernelKey, int], Future[BenchPlan]] = {}
-        self._plan_users: dict[tuple[KernelKey, int], int] = {}
-        self._plan_folders: dict[tuple[KernelKey, int], tuple[Path, Path]] = {}
+        self._plans: dict[tuple[KernelKey, int], _SharedPlan] = {}
         self._plans_made = 0
         self._timings = 0
 
@@ -190,23 +200,18 @@ class Timer:
         l2 = slot.gpu.l2_bytes or (40 << 20)
         key = (KernelKey.of(job, arch), l2)
         with self._lock:
-            if key not in self._plans:
+            shared = self._plans.get(key)
+            if shared is None:
                 reference = load_reference(job.manifest.root, job.spec.reference)
                 name = f"{job.spec.name}-{self._plans_made}"  # the reference's outputs where no worker reads them
                 self._plans_made += 1
                 directory, expected = self._root / "bench" / name, self._root / "expected" / name
-                self._plan_folders[key] = (directory, expected)
-                self._plans[key] = self._submit(
-                    plan_bench,
-                    job.spec,
-                    reference,
-                    l2,
-                    directory,
-                    seed=self._seed,
-                    expected_directory=expected,
+                plan = self._submit(
+                    plan_bench, job.spec, reference, l2, directory, seed=self._seed, expected_directory=expected
                 )
-            self._plan_users[key] = self._plan_users.get(key, 0) + 1
-            return self._plans[key]
+                shared = self._plans[key] = _SharedPlan(plan, (directory, expected))
+            shared.users += 1
+            return shared.plan
 
     def release(self, job: Job, arch: str, slot: Slot) -> None:
         """A job that asked for its kernel's benchmark plan is done with it: after the last such job the plan's
@@ -214,15 +219,14 @@ class Timer:
         evaluator closes; a later job of the kernel makes the plan again (the same seed, the same inputs)."""
         key = (KernelKey.of(job, arch), slot.gpu.l2_bytes or (40 << 20))
         with self._lock:
-            users = self._plan_users.get(key, 0) - 1
-            if users > 0:
-                self._plan_users[key] = users
+            shared = self._plans.get(key)
+            if shared is None:
                 return
-            self._plan_users.pop(key, None)
-            plan = self._plans.pop(key, None)
-            folders = self._plan_folders.pop(key, None)
-        if plan is not None and folders is not None:
-            plan.add_done_callback(lambda _: _remove_plan(folders))
+            shared.users -= 1
+            if shared.users > 0:
+                return
+            del self._plans[key]
+        shared.plan.add_done_callback(lambda _: _remove_plan(shared.folders))
 
     def time(
         self,
