@@ -441,6 +441,12 @@ def main(argv: list[str] | None = None) -> int:
         help="start jobs most candidates first throughout (not the smallest job first)",
     )
     parser.add_argument(
+        "--start-by",
+        choices=["candidates", "sanitizer-work"],
+        default=None,
+        help="what orders the jobs' start, the most first (EvaluatorOptions.start_by)",
+    )
+    parser.add_argument(
         "--time-before-sanitized",
         action="store_true",
         help="time a job once its checks are in, its compute-sanitizer runs going on (their findings applied after)",
@@ -478,6 +484,8 @@ def main(argv: list[str] | None = None) -> int:
         options["in_order"] = True
     if args.largest_first:
         options["small_first"] = False
+    if args.start_by is not None:
+        options["start_by"] = args.start_by
     if args.racecheck_first:
         options["racecheck_first"] = True
     if args.time_before_sanitized:

@@ -306,7 +306,7 @@ class GpuEvaluator:
         """Several jobs at once: every compile starts at once, and each GPU works through its jobs while the
         CPU cores compile and sanitize (faster than one :meth:`evaluate` after another)."""
         load = {id(slot): 0 for slot in self._slots}
-        started = {i: self._start(jobs[i], load) for i in start_order(jobs, small_first=self.options.small_first)}
+        started = {i: self._start(jobs[i], load) for i in self._order(jobs)}
         states = [started[i] for i in range(len(jobs))]
         threads = self._drive(states)
         gate_only = {i: self._gate_only(s) for i, s in enumerate(states) if s.slot is None}
@@ -322,7 +322,7 @@ class GpuEvaluator:
         ignored."""
         load = {id(slot): 0 for slot in self._slots}
         started: dict[int, JobState] = {}
-        for i in start_order(jobs, small_first=self.options.small_first):
+        for i in self._order(jobs):
             arch = parse_arch(jobs[i].arch)
             key = job_key(jobs[i], arch)
             with self._lock:
@@ -542,6 +542,10 @@ class GpuEvaluator:
         slot.start_comparer()
         if slot.sanitizer is not None:
             slot.sanitizer.available(slot.workdir)
+
+    def _order(self, jobs: Sequence[Job]) -> list[int]:
+        """The order ``jobs`` start in (:func:`start_order` with this evaluator's options)."""
+        return start_order(jobs, small_first=self.options.small_first, by=self.options.start_by)
 
     def _start(self, job: Job, load: dict[int, int]) -> JobState:
         """Queue the job's compiles and plan; assign it to the least loaded GPU of its arch."""

@@ -19,7 +19,8 @@ from ..records import Candidate, Result, Status
 from .correctness.bench import BenchPlan
 from .correctness.plan import ShapePlan, Verdict
 from .library import Library, LibraryFailure
-from .sanitizer.schedule import KernelKey, SanitizeRuns
+from .options import StartBy
+from .sanitizer.schedule import KernelKey, SanitizeRuns, sanitizer_work
 from .slots import Slot
 from .timing.floors import DeviceFloors
 from .timing.stats import LibraryTime, SampleStats
@@ -96,17 +97,24 @@ def label(job: Job, arch: str) -> str:
     return f"{job.spec.name}/{arch}"
 
 
-def start_order(jobs: Sequence[Job], *, small_first: bool = True) -> list[int]:
-    """The order jobs are started in (their compiles ranked, their GPU assigned). Most candidates first, the given
-    order among equals: the job with the most candidates has the most background work (compiles, checks, and
-    compute-sanitizer runs above all), and the GPU times whichever job is ready, so the longest work must not start
-    last (on the H200 the root manifest's matmul, 35 candidates, 5th of 6, finished its racecheck runs 40 s after
-    every other job was ready: bench/results/gpu_session_2026-12-02.md); it also balances several GPUs (longest
-    processing time first). With ``small_first`` the job with the fewest candidates goes before them all: its
-    compiles end first, so the GPU has checks, sanitizer runs and then a job to time seconds sooner (the root
-    manifest's first job, 37 candidates, was compiled 10 s in and ready to time 28 s in; its smallest, 16, is done
-    compiling in under half of that), while the largest follow it at once."""
-    order = sorted(range(len(jobs)), key=lambda i: -len(jobs[i].candidates))
+def start_order(jobs: Sequence[Job], *, small_first: bool = True, by: StartBy = "candidates") -> list[int]:
+    """The order jobs are started in (their compiles ranked, their GPU assigned). The most background work first,
+    the given order among equals: the GPU times whichever job is ready, so the longest work must not start last (on
+    the H200 the root manifest's matmul, 35 candidates, 5th of 6, finished its racecheck runs 40 s after every other
+    job was ready: bench/results/gpu_session_2026-12-02.md); it also balances several GPUs (longest processing time
+    first). ``by`` says what counts as work: a job's candidates, or its candidates times what one candidate's
+    compute-sanitizer runs check (:func:`~.sanitizer.schedule.sanitizer_work`: the runs are the longest background
+    work, and a tiled kernel's racecheck costs ten times a byte-bound kernel's). With ``small_first`` the job with
+    the fewest candidates goes before them all: its compiles end first, so the GPU has checks, sanitizer runs and
+    then a job to time seconds sooner (the root manifest's first job, 37 candidates, was compiled 10 s in and ready
+    to time 28 s in; its smallest, 16, is done compiling in under half of that), while the largest follow it at
+    once."""
+
+    def work(job: Job) -> float:
+        n = len(job.candidates)
+        return n * sanitizer_work(job.spec) if by == "sanitizer-work" else n
+
+    order = sorted(range(len(jobs)), key=lambda i: -work(jobs[i]))
     if small_first and len(order) > 1:
         smallest = min(order, key=lambda i: (len(jobs[i].candidates), i))
         order.remove(smallest)

@@ -3,9 +3,15 @@ waits, and how its work is spread over processes."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from ..convert import record
 
-__all__ = ["RUNS_PER_QUEUE", "EvaluatorOptions"]
+__all__ = ["RUNS_PER_QUEUE", "EvaluatorOptions", "StartBy"]
+
+StartBy = Literal["candidates", "sanitizer-work"]
+"""What orders the jobs an evaluator starts (:func:`~.jobs.start_order`): their candidates, or their candidates
+times what one candidate's compute-sanitizer runs check (:func:`~.sanitizer.schedule.sanitizer_work`)."""
 
 RUNS_PER_QUEUE = 4
 """Compute-sanitizer runs of one kernel and tool at once while other runs wait for a place. Four took the root
@@ -45,6 +51,9 @@ class EvaluatorOptions:
     small_first: bool = True
     """Start the job with the fewest candidates first, then the others most candidates first
     (:func:`~.jobs.start_order`): the GPU gets work sooner; False: most candidates first throughout."""
+    start_by: StartBy = "candidates"
+    """What counts as a job's background work when the jobs are ordered, the most first (after the smallest with
+    :attr:`small_first`)."""
     racecheck_first: bool = False
     """A freed compute-sanitizer place goes to a waiting racecheck run before the other tools' runs
     (:attr:`.sanitizer.schedule.Sanitizing.racecheck_first`); False: first come first served."""

@@ -95,6 +95,25 @@ def test_jobs_start_with_the_fewest_candidates_then_the_most_and_keep_the_given_
     assert start_order([_job(5)]) == [0] and start_order([]) == []
 
 
+def test_jobs_can_start_by_their_compute_sanitizer_work_a_tiled_kernel_before_more_byte_bound_candidates() -> None:
+    from r1build.evaluate.jobs import start_order
+    from r1build.evaluate.sanitizer.schedule import sanitizer_work
+
+    manifest = load_manifest(ROOT / "kernels.toml")
+    spec = {k.name: k for k in manifest.kernels}
+
+    def job(name: str, n: int) -> Job:
+        candidates = [Candidate(source=f"// {name} {i}\n", origin=Origin("generated", None)) for i in range(n)]
+        return Job(manifest, spec[name], "sm_90", candidates)
+
+    # matmul's 128x96x257 checks 6.3 million flops a candidate; softmax_rows's largest small shape half a MB
+    assert sanitizer_work(spec["matmul"]) > 10 * sanitizer_work(spec["softmax_rows"])
+    jobs = [job("transpose", 16), job("softmax_rows", 37), job("matmul", 35), job("silu_mul", 25)]
+    assert start_order(jobs) == [0, 1, 2, 3]  # by candidates: softmax_rows's 37 before matmul's 35
+    assert start_order(jobs, by="sanitizer-work") == [0, 2, 3, 1]  # silu_mul's 25 x 1 MB before softmax's 37 x 0.5
+    assert start_order(jobs, small_first=False, by="sanitizer-work") == [2, 3, 1, 0]
+
+
 def test_an_error_at_the_job_the_gpu_took_reaches_that_job_and_those_after_it(tmp_path: Path) -> None:
     # a stand-in GPU: its worker never starts here (no cupy), which the evaluator's warm-up shrugs off
     from r1build.evaluate.devices import GpuInfo

@@ -31,7 +31,7 @@ import secrets
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from ...convert import field, record
+from ...errors import EvaluationError
 from ...filemode import write_atomically
 from ...gate.compile_slots import PrioritySlots, cores
 from ...judge import Job
@@ -51,10 +52,18 @@ from ..devices import gpu_runs_arch
 from ..library import Library, LibraryFailure
 from ..options import RUNS_PER_QUEUE
 from ..slots import Slot
-from ..timing.floors import bytes_moved
+from ..timing.floors import bytes_moved, eval_flops
 from .runner import TOOLS, BatchRun, SanitizerOutcome, SanitizerRunner, racecheck_level, uses_shared_memory
 
-__all__ = ["KernelKey", "SanitizeRuns", "Sanitizing", "sanitizer_reason", "write_shapes"]
+__all__ = [
+    "KernelKey",
+    "SanitizeRuns",
+    "Sanitizing",
+    "sanitizer_reason",
+    "sanitizer_sizes",
+    "sanitizer_work",
+    "write_shapes",
+]
 
 CANCELED = "canceled"
 """Who takes the queue entry of a candidate that failed elsewhere (no run calls it)."""
@@ -645,14 +654,37 @@ class Sanitizing:
             return inputs.shapes
 
 
+def sanitizer_sizes(spec: KernelSpec, shapes: Sequence[Mapping[str, int]]) -> list[int]:
+    """Which of ``shapes`` (a kernel's test shapes, in order) compute-sanitizer runs at: the two largest small ones
+    (at most :data:`SANITIZE_MAX_BYTES`), smallest first."""
+    small = [i for i, sizes in enumerate(shapes) if bytes_moved(spec, sizes) <= SANITIZE_MAX_BYTES]
+    small.sort(key=lambda i: bytes_moved(spec, shapes[i]))
+    return small[-2:]
+
+
+def sanitizer_work(spec: KernelSpec) -> float:
+    """What one candidate's compute-sanitizer runs cost, roughly, in the unit of the order jobs start in: bytes
+    moved plus flops (where the spec gives them) at each sanitizer shape. A tool's time grows with the accesses
+    it checks; racecheck's with the shared-memory accesses, which a tiled kernel makes about as many of as it
+    computes (the root manifest's matmul, 6.3 million flops at 128x96x257, took 0.6 s of racecheck a candidate,
+    ten times more than the byte-bound kernels' whole runs)."""
+    work = 0.0
+    for i in sanitizer_sizes(spec, spec.test_shapes):
+        sizes = spec.test_shapes[i]
+        work += bytes_moved(spec, sizes)
+        if spec.flops:
+            with contextlib.suppress(EvaluationError):  # an order, not a verdict: a bad expression counts none
+                work += eval_flops(spec.flops, sizes)
+    return work
+
+
 def write_shapes(spec: KernelSpec, plans: list[ShapePlan], directory: Path) -> list[SanitizeShape]:
-    """The harness shapes of a kernel: its two largest small shapes (at most :data:`SANITIZE_MAX_BYTES`), their
-    input arrays written as files in ``directory``."""
-    small = [p for p in plans if bytes_moved(spec, p.sizes) <= SANITIZE_MAX_BYTES]
-    small.sort(key=lambda p: bytes_moved(spec, p.sizes))
+    """The harness shapes of a kernel (:func:`sanitizer_sizes`), their input arrays written as files in
+    ``directory``."""
+    small = [plans[i] for i in sanitizer_sizes(spec, [p.sizes for p in plans])]
     directory.mkdir(parents=True, exist_ok=True)
     shapes: list[SanitizeShape] = []
-    for si, plan in enumerate(small[-2:]):
+    for si, plan in enumerate(small):
         arrays: list[SanitizeArray] = []
         for lay in plan.layouts:
             item: SanitizeArray = {"nbytes": lay.nbytes, "input": None}
