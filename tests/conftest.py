@@ -73,7 +73,30 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"sandbox: {PROBLEM}: model-written candidates run unconfined (R1BUILD_SANDBOX=off), tests/sandbox skips"
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--heavy",
+        action="store_true",
+        help="also run the tests marked heavy, which a plain run leaves out (CI runs them: -m heavy)",
+    )
+
+
+def runs_heavy(config: pytest.Config) -> bool:
+    """Whether this run keeps the tests marked ``heavy``: a plain ``pytest`` (no ``-m``, no paths of its own) leaves
+    them out, to stay within six minutes on two cores; ``--heavy``, any ``-m`` expression (``-m heavy`` runs only
+    them, ``-m gpu`` every GPU test) or test paths named on the command line keep them."""
+    if config.getoption("heavy") or config.option.markexpr:
+        return True
+    testpaths = set(config.getini("testpaths"))
+    return any(arg not in testpaths for arg in config.args)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not runs_heavy(config):
+        heavy = [item for item in items if "heavy" in item.keywords]
+        if heavy:
+            config.hook.pytest_deselected(items=heavy)
+            items[:] = [item for item in items if "heavy" not in item.keywords]
     if gpu_count() > 0:
         return
     skip = pytest.mark.skip(reason="no CUDA GPU visible (cupy missing or no device)")

@@ -22,7 +22,7 @@ import pytest
 from tests.build.buildenv import PACKAGES, BuildEnv, copy_project
 from tests.support.shared import once_per_run
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 
 @pytest.fixture(scope="module")

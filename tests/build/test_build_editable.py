@@ -15,7 +15,7 @@ from r1build.build.editable import RECORD, _recorded
 from r1build.errors import ConfigError
 from tests.build.buildenv import PACKAGES, BuildEnv, copy_project, find_cuobjdump
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 REFRESH = "the kernels' inputs changed, resolving them again"
 IMPORT = "import tiny; print('scale_empty', tiny.scale_empty()); print('module', tiny.__file__)"

@@ -13,7 +13,7 @@ import pytest
 from r1build.build.fresh import RECORD_NAME, fresh_if_nvcc_changed
 from tests.build.buildenv import PACKAGES, BuildEnv, copy_project
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 
 def test_a_kept_build_folder_builds_after_the_nvcc_changes(build_env: BuildEnv, tmp_path: Path) -> None:

@@ -65,6 +65,7 @@ def test_the_cmake_file_names_include_folders_relative_to_itself(tmp_path: Path)
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # a whole-package build
 def test_a_kernel_including_a_project_header_locks_ships_and_builds(build_env: BuildEnv, tmp_path: Path) -> None:
     project = _with_header(tmp_path / "tiny")
     cache = {"R1BUILD_CACHE_DIR": str(tmp_path / "cache")}
@@ -87,6 +88,7 @@ def test_a_kernel_including_a_project_header_locks_ships_and_builds(build_env: B
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # its build environment (the r1build wheel): 30 s
 def test_a_gate_verdict_is_keyed_on_the_headers_it_compiled_with(build_env: BuildEnv, tmp_path: Path) -> None:
     """Two checkouts sharing one cache: the verdict of a checkout missing the header (a compile error) is not
     the verdict of one that has it, and a header edited into an error is compiled again, not passed from the

@@ -15,7 +15,7 @@ import pytest
 
 from tests.build.buildenv import PACKAGES, BuildEnv, copy_project, find_cuobjdump
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 
 def _elf_archs(env: BuildEnv, shared_object: Path) -> set[str]:

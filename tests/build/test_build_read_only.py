@@ -11,7 +11,7 @@ import pytest
 from tests.build.buildenv import PACKAGES, BuildEnv, copy_project
 from tests.damage import read_only_tree
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 EPOCH = {"SOURCE_DATE_EPOCH": "1700000000"}
 

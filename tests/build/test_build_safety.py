@@ -23,7 +23,7 @@ from tests.build.buildenv import PACKAGES, BuildEnv, copy_project
 from tests.damage import read_only_tree, wreck_index
 from tests.generate.chat_server import Answer, ChatServer
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 KEY = "sk-installer-7d1e0c"
 GENERATED = """#include <cuda_runtime.h>

@@ -14,7 +14,7 @@ import pytest
 
 from tests.build.buildenv import PACKAGES, BuildEnv, copy_project, sdist_names
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 CARRIED = {"kernels.toml", "kernels.lock", "reference.py", "scale.cu", "pyproject.toml", "CMakeLists.txt", "tiny.c"}
 

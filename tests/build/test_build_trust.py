@@ -14,7 +14,7 @@ import pytest
 from r1build.keys import variant_digest
 from tests.build.buildenv import PACKAGES, BuildEnv, copy_project
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 FAKE_BUILD = "cuda_13.0.r13.0/fake.wrapper_0"
 

@@ -18,7 +18,7 @@ from r1build.records import Candidate, Origin
 from tests.build.buildenv import PACKAGES, BuildEnv, copy_project
 from tests.support.shared import once_per_run
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 GENERATED = """#include <cuda_runtime.h>
 namespace { __global__ void k(const float* x, float* y, int n) {

@@ -20,7 +20,7 @@ import pytest
 from tests.build.buildenv import PACKAGES, BuildEnv, copy_project, copy_venv
 from tests.support.shared import once_per_run
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 _HEAVY = ("openai", "pydantic", "httpx", "numpy", "cupy")
 

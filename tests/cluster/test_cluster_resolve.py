@@ -32,7 +32,7 @@ from tests.cluster.cluster_support import FakeGpu, TestCluster, fake_time_us, ti
 from tests.resolve.resolve_support import install_gpu_double
 from tests.support.commands import cluster_resolve
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_endpoint")]
+pytestmark = [pytest.mark.slow, pytest.mark.heavy, pytest.mark.usefixtures("no_endpoint")]
 
 
 def _use_fake(monkeypatch: pytest.MonkeyPatch, **kwargs: Any) -> None:

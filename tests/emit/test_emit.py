@@ -343,6 +343,7 @@ HOST_C = '#include "r1build_kernels.h"\nint header_is_c(void) { return 1; }\n'
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # a CMake project built for every arch: 15 s
 def test_cmake_builds_a_host_program_with_per_arch_code(manifest: Manifest, tmp_path: Path, cuobjdump: str) -> None:
     tc = require_toolchain()
     if shutil.which("cmake") is None or shutil.which("ninja") is None:
@@ -527,6 +528,7 @@ int main() {
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # the root's kernels compiled for every arch: 18 s
 def test_a_symbol_prefix_renames_what_the_objects_define(manifest: Manifest, tmp_path: Path) -> None:
     """With symbol-prefix = "mylib_", the program links against mylib_* only: the candidates' own extern "C"
     names (silu_mul, matmul, transpose) and the variants' are defined nowhere."""

@@ -206,6 +206,7 @@ def gate_results(root_manifest: Manifest, tmp_path_factory: pytest.TempPathFacto
     return out
 
 
+@pytest.mark.heavy  # the corpus's compiles: 50 s of a run on two cores
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_the_gate_compiles_every_case_and_rejects_the_forbidden_calls(
     gate_results: dict[str, Result], case: Case

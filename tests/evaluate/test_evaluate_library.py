@@ -80,6 +80,7 @@ def test_devices_without_cupy_or_gpu() -> None:
     assert visible_devices_value(1, {}) == "1"
 
 
+@pytest.mark.heavy  # the root's every variant through the static gate: 19 s
 @needs_nvcc
 def test_without_a_gpu_the_static_gate_judges(root_manifest: Manifest, tmp_path: Path) -> None:
     spec = root_manifest.kernel("transpose")

@@ -18,6 +18,7 @@ from r1build.records import Candidate, Origin
 
 pytestmark = [
     pytest.mark.slow,  # a g++ compile with sanitizers and a run per variant: 1-2 s of CPU each
+    pytest.mark.heavy,  # 5-42 s a kernel
     pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed"),
 ]
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from r1build.cache import Cache
 from r1build.gate import StaticGate
 from r1build.manifest import load_manifest
@@ -14,7 +16,7 @@ from r1build.records import Candidate, Origin
 from r1build.sandbox import compile_memory
 from tests.gate.gate_support import NEEDS_NVCC, ROOT
 
-pytestmark = NEEDS_NVCC
+pytestmark = [*NEEDS_NVCC, pytest.mark.heavy]  # a bomb run out of its memory: 30 s
 
 DOUBLINGS = "\n".join(["#define A0 x", *(f"#define A{i} A{i - 1} A{i - 1}" for i in range(1, 31))])
 

@@ -163,6 +163,7 @@ def manifest(tmp_path_factory: pytest.TempPathFactory) -> Manifest:
     return load_manifest(root / "kernels.toml")
 
 
+@pytest.mark.heavy  # a compile per signature mismatch: 17 s
 @pytest.mark.skipif(not HAVE_NVCC, reason="nvcc not found")
 def test_each_candidate_must_define_the_declared_signature(manifest: Manifest, tmp_path: Path) -> None:
     spec = manifest.kernels[0]

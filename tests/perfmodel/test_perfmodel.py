@@ -112,6 +112,7 @@ def test_block_size_from_the_code() -> None:
     assert block_threads(Candidate("k<<<g, 512>>>()", Origin("file")), bounded) == 96
 
 
+@pytest.mark.heavy  # every root variant compiled for its features: 14 s
 def test_vectorized_code_is_predicted_faster_and_every_root_variant_is_predicted(
     root_manifest: Manifest, silu_predictions: dict[str, Prediction | None]
 ) -> None:

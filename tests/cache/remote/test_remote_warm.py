@@ -48,6 +48,7 @@ def _cli(project: Path, cache_dir: Path, *args: str, url: str | None = None) -> 
     return proc.returncode, proc.stdout + err, imported, elapsed
 
 
+@pytest.mark.heavy  # 15 s
 def test_a_warm_locked_run_asks_the_remote_nothing_and_replays(team_key: KeyPair, tmp_path: Path) -> None:
     """The root manifest, its lock and a warm local cache: half its entries were chosen by the gate alone (no
     decision anywhere). Before, each of those was asked of the remote on every run (6 GETs) and, having missed,
@@ -138,6 +139,7 @@ def _gate_store_times(cache_dir: Path) -> list[float]:
         return sorted(t for (t,) in db.execute("SELECT store_time FROM Cache WHERE key LIKE 'gate/%'"))
 
 
+@pytest.mark.heavy  # a cold resolve of the root beside a remote that never answers: 27 s
 def test_a_remote_that_never_answers_holds_up_no_local_work(cold_root: Path, tmp_path: Path) -> None:
     """A cold resolve (the gate compiles every locked winner) with a remote that accepts and never answers:
     before, its first request held the run for the whole timeout and the compiles began after it; now they run
