@@ -20,8 +20,8 @@ Per job (one kernel, one arch), in this order:
 
 :meth:`GpuEvaluator.prepare` starts all of this for jobs a caller will evaluate one at a time (``r1build
 resolve``); :meth:`GpuEvaluator.evaluate` of such a job waits for that work. Several jobs start with the one of the
-fewest candidates, then the others most candidates first (:func:`~.jobs.start_order`): the first compiles end soonest
-so the GPU has work early, and the longest background work starts right after.
+fewest candidates, then the others most compute-sanitizer work first (:func:`~.jobs.start_order`): the first
+compiles end soonest so the GPU has work early, and the longest background work starts right after.
 
 A crash, an illegal address or a hang costs the candidate (``crashed`` / ``timed_out``), never the run: the worker
 is killed if need be and restarted. Archs with no local GPU get the static gate's results (``stage="gate"``, no

@@ -97,14 +97,16 @@ def label(job: Job, arch: str) -> str:
     return f"{job.spec.name}/{arch}"
 
 
-def start_order(jobs: Sequence[Job], *, small_first: bool = True, by: StartBy = "candidates") -> list[int]:
+def start_order(jobs: Sequence[Job], *, small_first: bool = True, by: StartBy = "sanitizer-work") -> list[int]:
     """The order jobs are started in (their compiles ranked, their GPU assigned). The most background work first,
     the given order among equals: the GPU times whichever job is ready, so the longest work must not start last (on
     the H200 the root manifest's matmul, 35 candidates, 5th of 6, finished its racecheck runs 40 s after every other
     job was ready: bench/results/gpu_session_2026-12-02.md); it also balances several GPUs (longest processing time
-    first). ``by`` says what counts as work: a job's candidates, or its candidates times what one candidate's
-    compute-sanitizer runs check (:func:`~.sanitizer.schedule.sanitizer_work`: the runs are the longest background
-    work, and a tiled kernel's racecheck costs ten times a byte-bound kernel's). With ``small_first`` the job with
+    first). ``by`` says what counts as work: a job's candidates times what one candidate's compute-sanitizer runs
+    check (:func:`~.sanitizer.schedule.sanitizer_work`: the runs are the longest background work, and a tiled
+    kernel's racecheck costs ten times a byte-bound kernel's; the root manifest's matmul then starts second, not
+    third, and ``evaluate_all`` took 69.6 s twice against 72.4 and 72.5 s on one H100 host:
+    bench/results/gpu_session_2026-12-06e.md), or its candidates alone. With ``small_first`` the job with
     the fewest candidates goes before them all: its compiles end first, so the GPU has checks, sanitizer runs and
     then a job to time seconds sooner (the root manifest's first job, 37 candidates, was compiled 10 s in and ready
     to time 28 s in; its smallest, 16, is done compiling in under half of that), while the largest follow it at

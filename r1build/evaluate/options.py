@@ -51,9 +51,9 @@ class EvaluatorOptions:
     small_first: bool = True
     """Start the job with the fewest candidates first, then the others most candidates first
     (:func:`~.jobs.start_order`): the GPU gets work sooner; False: most candidates first throughout."""
-    start_by: StartBy = "candidates"
+    start_by: StartBy = "sanitizer-work"
     """What counts as a job's background work when the jobs are ordered, the most first (after the smallest with
-    :attr:`small_first`)."""
+    :attr:`small_first`); "candidates" was the order before (2.8-2.9 s slower on the root manifest)."""
     racecheck_first: bool = False
     """A freed compute-sanitizer place goes to a waiting racecheck run before the other tools' runs
     (:attr:`.sanitizer.schedule.Sanitizing.racecheck_first`); False: first come first served."""

@@ -109,8 +109,8 @@ def test_jobs_can_start_by_their_compute_sanitizer_work_a_tiled_kernel_before_mo
     # matmul's 128x96x257 checks 6.3 million flops a candidate; softmax_rows's largest small shape half a MB
     assert sanitizer_work(spec["matmul"]) > 10 * sanitizer_work(spec["softmax_rows"])
     jobs = [job("transpose", 16), job("softmax_rows", 37), job("matmul", 35), job("silu_mul", 25)]
-    assert start_order(jobs) == [0, 1, 2, 3]  # by candidates: softmax_rows's 37 before matmul's 35
-    assert start_order(jobs, by="sanitizer-work") == [0, 2, 3, 1]  # silu_mul's 25 x 1 MB before softmax's 37 x 0.5
+    assert start_order(jobs, by="candidates") == [0, 1, 2, 3]  # softmax_rows's 37 before matmul's 35
+    assert start_order(jobs) == [0, 2, 3, 1]  # silu_mul's 25 x 1 MB before softmax_rows's 37 x 0.5
     assert start_order(jobs, small_first=False, by="sanitizer-work") == [2, 3, 1, 0]
 
 
