@@ -441,6 +441,12 @@ def main(argv: list[str] | None = None) -> int:
         help="start jobs most candidates first throughout (not the smallest job first)",
     )
     parser.add_argument(
+        "--racecheck-runs",
+        type=int,
+        default=None,
+        help="experiment: most racecheck runs of one kernel at once (EvaluatorOptions.racecheck_runs)",
+    )
+    parser.add_argument(
         "--start-by",
         choices=["candidates", "sanitizer-work"],
         default=None,
@@ -486,6 +492,8 @@ def main(argv: list[str] | None = None) -> int:
         options["small_first"] = False
     if args.start_by is not None:
         options["start_by"] = args.start_by
+    if args.racecheck_runs is not None:
+        options["racecheck_runs"] = args.racecheck_runs
     if args.racecheck_first:
         options["racecheck_first"] = True
     if args.time_before_sanitized:

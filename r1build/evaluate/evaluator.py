@@ -239,6 +239,7 @@ class GpuEvaluator:
             batch=o.sanitize_batch,
             runs=o.sanitize_runs,
             racecheck_first=o.racecheck_first,
+            racecheck_runs=o.racecheck_runs,
         )
         cpu = self._pool  # (not self._submit: the finalizer below must hold nothing that holds self)
         # benchmark plans one at a time, in the order jobs start: beside the gate's compiles, not in their way

@@ -57,6 +57,10 @@ class EvaluatorOptions:
     racecheck_first: bool = False
     """A freed compute-sanitizer place goes to a waiting racecheck run before the other tools' runs
     (:attr:`.sanitizer.schedule.Sanitizing.racecheck_first`); False: first come first served."""
+    racecheck_runs: int | None = None
+    """Most racecheck runs of one kernel at once, idle places' runs included (None: as :attr:`sanitize_runs` and
+    :data:`.sanitizer.schedule.MOST_RUNS`): an experiment, unmeasured on a GPU
+    (:attr:`.sanitizer.schedule.Sanitizing.racecheck_runs`)."""
     in_order: bool = False
     """Time jobs in the order given, each once its background work is in, instead of the first one ready."""
     time_before_sanitized: bool = False

@@ -237,6 +237,7 @@ def _sanitizing_runs(
     timeout_s: float = 1.0,
     hold_s: float = 0.0,
     racecheck_first: bool = False,
+    racecheck_runs: int | None = None,
     static_shared: frozenset[str] = frozenset(),
 ) -> tuple[dict[str, list[tuple[str, str]]], list[list[str]], dict[str, float]]:
     """Every name a candidate library of the root manifest's silu_mul (softmax_rows where the name says so),
@@ -248,12 +249,12 @@ def _sanitizing_runs(
     shared memory asks for cuobjdump, ``cuobjdump`` then). With ``race_found``, the names it holds fail their
     checks with wrong values once built: each asks for a race as the evaluator does (its reason, or None, and the
     seconds that took, put in the dict), then is canceled. With ``hold_s``, one sanitizer process at a time, its
-    place held that long after the libraries are built (every run waiting for it); ``racecheck_first`` as
-    :class:`Sanitizing` takes it. The names in ``static_shared`` have static shared memory by their compile's
-    report (the counter ``cuobjdump_asked`` says how often the SASS listing was asked for). Every outcome is
-    waited for ``wait_s`` at most; a run silent for ``timeout_s`` stalls. ``runs_per_queue`` runs of a kernel and
-    tool at once (two: the idle places' runs of :data:`~r1build.evaluate.sanitizer.schedule.MOST_RUNS` then have
-    room on a loaded machine)."""
+    place held that long after the libraries are built (every run waiting for it); ``racecheck_first`` and
+    ``racecheck_runs`` as :class:`Sanitizing` takes them. The names in ``static_shared`` have static shared memory
+    by their compile's report (the counter ``cuobjdump_asked`` says how often the SASS listing was asked for).
+    Every outcome is waited for ``wait_s`` at most; a run silent for ``timeout_s`` stalls. ``runs_per_queue`` runs
+    of a kernel and tool at once (two: the idle places' runs of
+    :data:`~r1build.evaluate.sanitizer.schedule.MOST_RUNS` then have room on a loaded machine)."""
     import contextlib
     import functools
     import threading
@@ -303,6 +304,7 @@ def _sanitizing_runs(
             runs=runs_per_queue,
             processes=1 if cancel_waiting or hold_s else processes,
             racecheck_first=racecheck_first,
+            racecheck_runs=racecheck_runs,
         )
         jobs = {k: Job(manifest, spec, "sm_90", []) for k, spec in specs.items()}
         plans = {
@@ -407,6 +409,26 @@ def test_places_nobody_waits_for_go_to_the_queue_with_the_most_candidates_left(t
     assert all(sorted(n for c in calls for n in c) == sorted(names) for calls in per_tool.values())
     assert counters["sanitizer_extra_runs"] >= 1
     assert max(len(calls) for calls in per_tool.values()) > 2  # some tool ran on the idle places too
+
+
+def test_racecheck_runs_of_a_kernel_can_be_held_to_fewer_than_the_other_tools(tmp_path: Path) -> None:
+    """With places for all, each tool's queue gets its runs and idle places' runs, but racecheck at most
+    ``racecheck_runs`` at once: its runs follow one another (a run ends when it finds the queue empty; a later
+    library gets a new one)."""
+    names = [f"slow-{i}.so" for i in range(12)]
+    outcomes, _, _ = _sanitizing_runs(
+        tmp_path, names, batch=16, processes=3 * 2 + 4, runs_per_queue=2, racecheck_runs=1
+    )
+    assert all({v for _, v in o} == {"clean"} for o in outcomes.values())
+    runs = _calls(tmp_path)
+    per_tool = {tool: [c for (t, _), c in runs.items() if t == tool] for tool in ("memcheck", "racecheck", "initcheck")}
+    assert all(sorted(n for c in calls for n in c) == sorted(names) for calls in per_tool.values())
+    # each call of a slow library takes 0.3 s: runs side by side interleave their calls in the log, runs one after
+    # another do not
+    order = [line.split()[1] for line in (tmp_path / "calls.log").read_text().splitlines() if line.startswith("race")]
+    blocks = [token for i, token in enumerate(order) if i == 0 or order[i - 1] != token]
+    assert len(blocks) == len(set(blocks)) == len(per_tool["racecheck"]), order
+    assert len(per_tool["memcheck"]) > 1 and len(per_tool["initcheck"]) > 1  # the other tools' runs side by side
 
 
 @pytest.mark.slow

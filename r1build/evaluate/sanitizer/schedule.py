@@ -237,6 +237,7 @@ class Sanitizing:
         runs: int = RUNS_PER_QUEUE,
         processes: int | None = None,
         racecheck_first: bool = False,
+        racecheck_runs: int | None = None,
     ) -> None:
         self._slots = slots
         self._submit = submit
@@ -257,6 +258,11 @@ class Sanitizing:
         the others a candidate (bench/results/sanitizer_batch-matmul.md), so a tiled kernel's racecheck runs are the
         longest chain of background work; they start as soon as its libraries are built instead of behind the short
         runs of the jobs before it."""
+        self.racecheck_runs = max(1, racecheck_runs) if racecheck_runs is not None else None
+        """Most racecheck runs of one kernel at once, idle places' runs included (None: as the other tools). A tiled
+        kernel's racecheck is GPU-bound (four runs side by side take four times as long as one,
+        bench/results/sanitizer_batch-matmul.md), so more runs of it add no throughput, and each taking of the GPU
+        for timing waits for every running shape to end."""
         self._lock = threading.Lock()
         self._inputs: dict[KernelKey, _Inputs] = {}
         self._runs: dict[tuple[KernelKey, str], SanitizeRuns] = {}
@@ -442,7 +448,7 @@ class Sanitizing:
         folder (no more of those than candidates nobody took); then lend idle places (:meth:`_steal`)."""
         while True:
             with self._lock:
-                if queue.running >= self.per_queue:
+                if queue.running >= self._most(queue, self.per_queue):
                     break
                 if queue.parts:
                     part = [r for r in queue.parts.pop(0) if not r.canceled]
@@ -451,19 +457,25 @@ class Sanitizing:
                     queue.running += 1
                     self._spawn(self._run_batch, queue, part)
                     continue
-                if queue.taking >= queue.untaken():
+                if queue.taking >= self._most(queue, queue.untaken()):  # lent places' runs count here too
                     break
                 queue.running += 1
                 queue.taking += 1
             self._spawn(self._run_taking, queue, None)
         self._steal()
 
+    def _most(self, queue: _Queue, runs: int) -> int:
+        """``runs``, or fewer for a racecheck queue (:attr:`racecheck_runs`)."""
+        if queue.tool == "racecheck" and self.racecheck_runs is not None:
+            return min(runs, self.racecheck_runs)
+        return runs
+
     def _steal(self) -> None:
         """Places nobody waits for go to more runs of the queue with the most candidates nobody took (up to
         :data:`MOST_RUNS` a queue, while it holds :data:`TAKE_EACH` untaken candidates a run)."""
         while True:
             with self._lock:
-                left = [(q.untaken(), q) for q in self._queues.values() if q.taking < MOST_RUNS]
+                left = [(q.untaken(), q) for q in self._queues.values() if q.taking < self._most(q, MOST_RUNS)]
                 wanting = [(n - TAKE_EACH * q.taking, q) for n, q in left if n >= TAKE_EACH * (q.taking + 1)]
                 if not wanting:
                     return
