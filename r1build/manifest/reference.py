@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TextIO
 
 from ..digests import digest_bytes, digest_json
 
@@ -189,7 +189,8 @@ class _ExitGuard:
     guard (it raises SystemExit, which is reported). Only this process is guarded: a process forked meanwhile (a
     reference's multiprocessing pool; fork is Linux's default start) ends with the real ``os._exit``, as its
     multiprocessing code does, instead of going on as a second r1build. When the last reference is done, a recursion
-    limit it lowered is raised back (r1build's own code after it ended in a RecursionError traceback)."""
+    limit it lowered is raised back (r1build's own code after it ended in a RecursionError traceback), and standard
+    output and error it closed or replaced are put back (r1build's next line ended in a ValueError traceback)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -197,6 +198,7 @@ class _ExitGuard:
         self._real = os._exit
         self._limit = sys.getrecursionlimit()
         self._pid = os.getpid()
+        self._streams: dict[str, tuple[TextIO, int | None]] = {}
 
     def _refuse(self, code: int) -> NoReturn:
         if os.getpid() != self._pid:  # a forked child: its exit is its own
@@ -212,6 +214,7 @@ class _ExitGuard:
             if self._running == 0:
                 self._limit = sys.getrecursionlimit()
                 self._pid = os.getpid()
+                self._streams = {name: _stream_and_fd(name) for name in ("stdout", "stderr")}
                 setattr(os, "_exit", self._refuse)  # noqa: B010 (a module attribute replaced for a while)
             self._running += 1
         try:
@@ -223,6 +226,30 @@ class _ExitGuard:
                     setattr(os, "_exit", self._real)  # noqa: B010
                     if sys.getrecursionlimit() < self._limit:
                         sys.setrecursionlimit(self._limit)
+                    for name, (stream, fd) in self._streams.items():
+                        _put_back(name, stream, fd)
+
+
+def _stream_and_fd(name: str) -> tuple[TextIO, int | None]:
+    """``sys.<name>`` and its file descriptor (None where it has none: a test's capture)."""
+    stream: TextIO = getattr(sys, name)
+    try:
+        return stream, stream.fileno()
+    except (OSError, ValueError, AttributeError):
+        return stream, None
+
+
+def _put_back(name: str, stream: TextIO, fd: int | None) -> None:
+    """``sys.<name>`` as it was before a reference ran: the same stream, or where the reference closed it, a new one
+    on the same descriptor (closing ``sys.stdout`` leaves descriptor 1 open)."""
+    if not stream.closed:
+        setattr(sys, name, stream)
+        return
+    if fd is None:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        new = open(fd, "w", encoding=stream.encoding, errors=stream.errors, closefd=False, buffering=1)  # noqa: SIM115
+        setattr(sys, name, new)  # kept open for the rest of the process, as the one it replaces was
 
 
 EXIT_GUARD = _ExitGuard()

@@ -265,6 +265,41 @@ def test_a_reference_that_lowers_the_recursion_limit_leaves_check_working(tmp_pa
     assert "Traceback" not in done.stderr and "every reference checked" in done.stdout
 
 
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "__import__('sys').stdout.close()",
+        "__import__('sys').stderr.close()",
+        "setattr(__import__('sys'), 'stdout', open(__import__('os').devnull, 'w'))",
+    ],
+    ids=["closes-stdout", "closes-stderr", "replaces-stdout"],
+)
+def test_a_reference_that_closes_or_replaces_a_standard_stream_leaves_check_working(
+    tmp_path: Path, statement: str
+) -> None:
+    """It returns the right outputs; r1build's next line to a closed stream was a ValueError traceback (exit 1), and
+    to a replaced one was lost. In a process of its own: the streams are the process's."""
+    import subprocess
+    import sys
+
+    path = project(tmp_path / "p", "(y, z, c)")
+    reference = path.parent / "reference.py"
+    text = reference.read_text(encoding="utf-8").replace(
+        "def pair(x, rows, cols):\n", f"def pair(x, rows, cols):\n    {statement}\n"
+    )
+    assert statement in text
+    reference.write_text(text, encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "r1build.cli.main", "check", "-m", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and "every reference checked" in done.stdout, done.stdout + done.stderr
+
+
 def test_a_process_forked_while_a_reference_runs_ends_with_its_own_exit() -> None:
     """The guard is this process's: a child forked meanwhile (a reference's multiprocessing pool ends its forked
     workers with os._exit) exits with its status instead of raising and running on as a second r1build."""
