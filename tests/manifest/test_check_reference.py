@@ -5,6 +5,8 @@ the reference (at the kernel's ``reference`` key and line)."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -244,25 +246,27 @@ def test_a_reference_module_that_raises_an_unprintable_exception_on_import(
 def test_a_reference_that_lowers_the_recursion_limit_leaves_check_working(tmp_path: Path) -> None:
     """It returns the right outputs; r1build's own code after it ran under its limit of 30 (a RecursionError
     traceback, exit 1). In a process of its own: the limit is the process's, and a test runner's stack is deeper."""
-    import subprocess
-    import sys
+    done = _check_in_a_process(tmp_path, "__import__('sys').setrecursionlimit(30)")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and "every reference checked" in done.stdout
 
+
+def _check_in_a_process(tmp_path: Path, statement: str) -> subprocess.CompletedProcess[str]:
+    """``r1build check`` in a process of its own, of a project whose right reference runs ``statement`` first."""
     path = project(tmp_path / "p", "(y, z, c)")
     reference = path.parent / "reference.py"
     text = reference.read_text(encoding="utf-8").replace(
-        "def pair(x, rows, cols):\n", "def pair(x, rows, cols):\n    __import__('sys').setrecursionlimit(30)\n"
+        "def pair(x, rows, cols):\n", f"def pair(x, rows, cols):\n    {statement}\n"
     )
-    assert "setrecursionlimit(30)" in text
+    assert statement in text
     reference.write_text(text, encoding="utf-8")
-    done = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "r1build.cli.main", "check", "-m", str(path)],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "Traceback" not in done.stderr and "every reference checked" in done.stdout
 
 
 @pytest.mark.parametrize(
@@ -279,23 +283,7 @@ def test_a_reference_that_closes_or_replaces_a_standard_stream_leaves_check_work
 ) -> None:
     """It returns the right outputs; r1build's next line to a closed stream was a ValueError traceback (exit 1), and
     to a replaced one was lost. In a process of its own: the streams are the process's."""
-    import subprocess
-    import sys
-
-    path = project(tmp_path / "p", "(y, z, c)")
-    reference = path.parent / "reference.py"
-    text = reference.read_text(encoding="utf-8").replace(
-        "def pair(x, rows, cols):\n", f"def pair(x, rows, cols):\n    {statement}\n"
-    )
-    assert statement in text
-    reference.write_text(text, encoding="utf-8")
-    done = subprocess.run(
-        [sys.executable, "-m", "r1build.cli.main", "check", "-m", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = _check_in_a_process(tmp_path, statement)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Traceback" not in done.stderr and "every reference checked" in done.stdout, done.stdout + done.stderr
 
