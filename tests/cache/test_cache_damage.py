@@ -138,6 +138,7 @@ def test_repair_of_a_sound_index_deletes_only_bad_entries(tmp_path: Path, run_cl
         assert all(cache.get_blob(x) is not None for x in small)
 
 
+@pytest.mark.heavy  # every project command in a process of its own: 12 s
 def test_project_commands_run_with_a_damaged_cache(tmp_path: Path) -> None:
     """Each command in a process of its own, as a user runs them."""
     if shutil.which("nvcc") is None:

@@ -114,6 +114,7 @@ def one_slot(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int | None]]:
 
 
 @pytest.mark.slow  # five nvcc compiles and links one after another
+@pytest.mark.heavy  # 9-10 s
 def test_the_gate_compiles_the_lowest_ranked_work_first(tmp_path: Path, one_slot: list[int | None]) -> None:
     """Three pieces of work ask the gate for compiles at once, one compile slot between them: a job ranked 1 that
     started first, an unranked one, then a job ranked 0. Once they all wait, the rank-0 job's compiles go first,

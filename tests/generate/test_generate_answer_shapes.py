@@ -391,6 +391,7 @@ def test_every_real_answer_in_every_delivered_shape() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # every extracted answer compiled: 16 s
 def test_extracted_answers_compile_and_real_answers_are_refused_without_a_compile(project: Project) -> None:
     """What extraction picks is what the gate judges: the sources the table's answers must extract to (the
     final kernel in every layout, with its entry point in an extern "C" block and without extern "C", without

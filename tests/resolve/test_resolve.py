@@ -252,6 +252,7 @@ def test_status_json_and_lock_check(root_copy: Path, cache_dir: Path) -> None:
     assert _cli("lock", "--check", cwd=root_copy).returncode == 1
 
 
+@pytest.mark.heavy  # two resolves of the root side by side: 10 s
 def test_two_concurrent_resolves_share_one_cache(root_copy: Path, tmp_path: Path) -> None:
     """Two processes resolve (gate, emit, lock) into one cold cache at once; both succeed and it verifies."""
     other = tmp_path / "other"
