@@ -438,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--largest-first",
         action="store_true",
-        help="start jobs most candidates first throughout (not the smallest job first)",
+        help="start jobs most work first throughout (not the smallest job first; --start-by says what is work)",
     )
     parser.add_argument(
         "--racecheck-runs",

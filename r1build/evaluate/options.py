@@ -49,8 +49,8 @@ class EvaluatorOptions:
     """Processes that compare the outputs of timed calls (:mod:`.compare_pool`; None: half the cores, at most 8; 0: in
     the evaluator's own threads)."""
     small_first: bool = True
-    """Start the job with the fewest candidates first, then the others most candidates first
-    (:func:`~.jobs.start_order`): the GPU gets work sooner; False: most candidates first throughout."""
+    """Start the job with the fewest candidates first, then the others most work first (:attr:`start_by`,
+    :func:`~.jobs.start_order`): the GPU gets work sooner; False: most work first throughout."""
     start_by: StartBy = "sanitizer-work"
     """What counts as a job's background work when the jobs are ordered, the most first (after the smallest with
     :attr:`small_first`); "candidates" was the order before (2.8-2.9 s slower on the root manifest)."""
