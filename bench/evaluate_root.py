@@ -412,6 +412,26 @@ def job_rows(run: dict[str, Any]) -> list[str]:
     return lines
 
 
+PASSED_ON = ("sanitize_batch", "check_workers", "sanitize_runs", "start_by", "racecheck_runs")
+"""Options whose value goes to :class:`EvaluatorOptions` as given (None: its default)."""
+FLAGS = {
+    "in_order": ("in_order", True),
+    "largest_first": ("small_first", False),
+    "racecheck_first": ("racecheck_first", True),
+    "time_before_sanitized": ("time_before_sanitized", True),
+    "no_compare_on_gpu": ("compare_on_gpu", False),
+    "no_sanitize": ("sanitize", False),
+}
+"""Switches, each setting one :class:`EvaluatorOptions` field to a value when given."""
+
+
+def evaluator_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The :class:`EvaluatorOptions` fields the command line sets."""
+    options = {name: getattr(args, name) for name in PASSED_ON if getattr(args, name) is not None}
+    options.update(dict(value for flag, value in FLAGS.items() if getattr(args, flag)))
+    return options
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--manifest", type=Path, default=ROOT / "kernels.toml")
@@ -481,27 +501,7 @@ def main(argv: list[str] | None = None) -> int:
     import logging
 
     logging.basicConfig(level=logging.INFO, format="%(relativeCreated)8.0f ms %(name)s: %(message)s")
-    options: dict[str, Any] = {} if args.sanitize_batch is None else {"sanitize_batch": args.sanitize_batch}
-    if args.check_workers is not None:
-        options["check_workers"] = args.check_workers
-    if args.sanitize_runs is not None:
-        options["sanitize_runs"] = args.sanitize_runs
-    if args.in_order:
-        options["in_order"] = True
-    if args.largest_first:
-        options["small_first"] = False
-    if args.start_by is not None:
-        options["start_by"] = args.start_by
-    if args.racecheck_runs is not None:
-        options["racecheck_runs"] = args.racecheck_runs
-    if args.racecheck_first:
-        options["racecheck_first"] = True
-    if args.time_before_sanitized:
-        options["time_before_sanitized"] = True
-    if args.no_compare_on_gpu:
-        options["compare_on_gpu"] = False
-    if args.no_sanitize:
-        options["sanitize"] = False
+    options = evaluator_options(args)
     if args.most_runs is not None:
         from r1build.evaluate.sanitizer import schedule as sanitizing
 
